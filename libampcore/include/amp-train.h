@@ -1,0 +1,145 @@
+/*
+ * amp-train.h — GradScaler, optimizers and checkpoints for libampcore.
+ *
+ * The GradScaler reproduces torch.amp.GradScaler exactly: lazy scale creation, unscale_ with an
+ * fp64 reciprocal and a fused non-finite check, per-optimizer stages (READY, UNSCALED, STEPPED)
+ * with PyTorch's errors as status codes, step skipping, update with growth/backoff/interval and
+ * the isfinite cap, update to an explicit scale, and state save/load.
+ *
+ *     amp_scaler_t *sc;
+ *     amp_scaler_params sp = amp_scaler_defaults();       // 65536, x2, x0.5, 2000
+ *     amp_scaler_new(&sp, &sc);
+ *     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
+ *     amp_optim_t *opt;
+ *     amp_optim_new(ctx, &op, params, n_params, &opt);
+ *     for (step...) {
+ *         amp_optim_zero_grad(opt);
+ *         loss = forward(...);
+ *         amp_backward(ctx, amp_scaler_scale(sc, ctx, loss));
+ *         bool skipped;
+ *         amp_scaler_step(sc, opt, &skipped);                // unscale_ + skip on inf/NaN
+ *         amp_scaler_update(sc);
+ *         amp_ctx_reset(ctx);
+ *     }
+ */
+#ifndef AMP_TRAIN_H
+#define AMP_TRAIN_H
+
+#include "amp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers (parameters are f32 master weights; torch.optim defaults)
+
+typedef enum amp_optim_kind { AMP_OPTIM_SGD, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW } amp_optim_kind;
+
+typedef struct amp_optim_params {
+    amp_optim_kind kind;
+    float lr;           // SGD 1e-3, Adam 1e-3, AdamW 1e-3
+    float momentum;     // SGD only, default 0
+    float dampening;    // SGD only, default 0
+    bool nesterov;      // SGD only
+    float weight_decay; // SGD/Adam 0 (L2 added to the gradient), AdamW 1e-2 (decoupled)
+    float beta1, beta2; // Adam/AdamW 0.9, 0.999
+    float eps;          // Adam/AdamW 1e-8
+} amp_optim_params;
+
+typedef struct amp_optim amp_optim_t;
+
+amp_optim_params amp_optim_defaults(amp_optim_kind kind);
+const char *amp_optim_kind_name(amp_optim_kind kind); // "sgd", "adam", "adamw"
+bool amp_optim_kind_parse(const char *s, amp_optim_kind *out);
+// params: persistent f32 tensors that require grad (the optimizer keeps the pointers).
+amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t *const *params,
+                         int n, amp_optim_t **out);
+void amp_optim_free(amp_optim_t *opt);
+// One update of every parameter that has a gradient (parameters without one are skipped).
+void amp_optim_step(amp_optim_t *opt);
+void amp_optim_zero_grad(amp_optim_t *opt); // set_to_none
+int amp_optim_num_params(const amp_optim_t *opt);
+amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i);
+int64_t amp_optim_steps(const amp_optim_t *opt); // completed (not skipped) steps
+const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt);
+// param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new; the kind
+// cannot change, nor can SGD gain momentum it was created without (it has no buffers).
+amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p);
+// Optimizer state (torch's optimizer.state): how many updates parameter i received (Adam's
+// state["step"]; 0 = no state yet) and its state tensors, persistent f32 tensors the optimizer
+// owns: k = 0 momentum_buffer / exp_avg, k = 1 exp_avg_sq; NULL where the kind has none.
+int64_t amp_optim_param_steps(const amp_optim_t *opt, int i);
+amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k);
+// Restores the step counters (checkpoints): steps for amp_optim_steps, param_steps[num_params].
+void amp_optim_set_steps(amp_optim_t *opt, int64_t steps, const int64_t *param_steps);
+
+// ---------------------------------------------------------------------------------------------
+// GradScaler
+
+typedef struct amp_scaler_params {
+    float init_scale;      // 65536
+    double growth_factor;  // 2.0, must be > 1
+    double backoff_factor; // 0.5, must be < 1
+    int growth_interval;   // 2000
+    bool enabled;          // false: every call passes through (scale() returns the loss)
+} amp_scaler_params;
+
+typedef struct amp_scaler_state { // state_dict()
+    float scale;
+    double growth_factor;
+    double backoff_factor;
+    int growth_interval;
+    int32_t growth_tracker;
+} amp_scaler_state;
+
+typedef struct amp_scaler amp_scaler_t;
+
+amp_scaler_params amp_scaler_defaults(void);
+// AMP_ERR_INVALID_ARGUMENT (naming the factor) when enabled and growth <= 1 or backoff >= 1.
+amp_status amp_scaler_new(const amp_scaler_params *p, amp_scaler_t **out);
+void amp_scaler_free(amp_scaler_t *sc);
+bool amp_scaler_is_enabled(const amp_scaler_t *sc);
+
+// loss * scale (creates the scale on first use); the loss itself when disabled.
+amp_tensor_t *amp_scaler_scale(amp_scaler_t *sc, amp_ctx_t *ctx, amp_tensor_t *loss);
+// Unscales the optimizer's gradients in place and records whether any was non-finite.
+amp_status amp_scaler_unscale(amp_scaler_t *sc, amp_optim_t *opt);
+// unscale_ if not done yet, then the optimizer step unless a gradient was non-finite.
+// *skipped (may be NULL) tells which.
+amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped);
+// Backoff on any recorded inf, else growth after growth_interval clean updates.
+amp_status amp_scaler_update(amp_scaler_t *sc);
+// update(new_scale): sets the scale, leaves the growth tracker alone.
+amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale);
+
+float amp_scaler_get_scale(const amp_scaler_t *sc); // 1.0 when disabled, init_scale before scale()
+int32_t amp_scaler_growth_tracker(const amp_scaler_t *sc);
+// Summed found_inf of the last update() (0 clean, >= 1 overflow); -1 (not valid) before the
+// first update() and after update_to(), which consumes no inf checks.
+float amp_scaler_last_found_inf(const amp_scaler_t *sc);
+// AMP_ERR_UNSUPPORTED when disabled (PyTorch returns {}).
+amp_status amp_scaler_state_dict(const amp_scaler_t *sc, amp_scaler_state *out);
+amp_status amp_scaler_load_state_dict(amp_scaler_t *sc, const amp_scaler_state *st);
+
+// The exact arithmetic of PyTorch's kernels, usable on their own.
+// _amp_update_scale_: found_inf is the summed found_inf tensor value.
+void amp_scale_update(float *scale, int32_t *growth_tracker, float found_inf, double growth_factor,
+                      double backoff_factor, int growth_interval);
+// float32(1.0 / double(scale))
+float amp_inv_scale(float scale);
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints: parameters (matched by name, then shape), optimizer state and scaler state in one
+// file (format in libampcore/src/checkpoint.c). opt and sc may be NULL. Loading a truncated,
+// corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing.
+
+amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
+                               const amp_optim_t *opt, const amp_scaler_t *sc);
+amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
+                               amp_optim_t *opt, amp_scaler_t *sc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // AMP_TRAIN_H

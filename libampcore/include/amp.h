@@ -1,0 +1,272 @@
+/*
+ * amp.h — libampcore: an instrumented mixed-precision (AMP) training runtime in C.
+ *
+ * Tensors (f32, f16, bf16, i32, i64) live in a context; ops build an autograd tape; autocast
+ * follows PyTorch's CUDA op lists exactly (also on the CPU backend, so fp16 trouble can be
+ * reproduced without a GPU); amp-train.h adds GradScaler, optimizers and checkpoints.
+ *
+ * Memory: the context owns every tensor. Tensors made by amp_tensor_new*() are persistent until
+ * amp_tensor_free(); tensors returned by ops are scratch and live until amp_ctx_reset(), which
+ * also drops the autograd tape. A training step therefore reads:
+ *
+ *     amp_ctx_t *ctx;
+ *     amp_ctx_new(AMP_DEVICE_CPU, 42, &ctx);
+ *     amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){10, 64});
+ *     amp_tensor_set_requires_grad(w, true);
+ *     ...
+ *     amp_autocast_begin(ctx, true, AMP_DTYPE_F16, true);
+ *     amp_layer_begin(ctx, "fc");
+ *     amp_tensor_t *logits = amp_linear(ctx, x, w, NULL);     // (B, 10) fp16
+ *     amp_layer_end(ctx);
+ *     amp_tensor_t *loss = amp_cross_entropy(ctx, logits, y); // fp32 (autocast policy)
+ *     amp_autocast_end(ctx);
+ *     amp_backward(ctx, loss);
+ *     ... optimizer step ...
+ *     amp_ctx_reset(ctx);
+ *
+ * Errors the user or the environment can cause return an amp_status, and amp_last_error() has
+ * the message (naming the file, value or op). Programming errors (shape mismatches, wrong
+ * dtypes passed to an op) abort with file:line through AMP_ASSERT.
+ */
+#ifndef AMP_H
+#define AMP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Status codes
+
+#define AMP_STATUS_MAP(X)                                                                          \
+    X(OK, "ok")                                                                                    \
+    X(ERR_INVALID_ARGUMENT, "invalid argument")                                                    \
+    X(ERR_NO_DEVICE, "device not available")                                                       \
+    X(ERR_NOMEM, "out of memory")                                                                  \
+    X(ERR_IO, "i/o error")                                                                         \
+    X(ERR_CORRUPT, "corrupt or truncated file")                                                    \
+    X(ERR_MISMATCH, "file does not match the model")                                               \
+    X(ERR_AUTOCAST_BANNED, "op is unsafe to autocast")                                             \
+    X(ERR_AUTOCAST_DTYPE, "unexpected floating dtype under autocast")                              \
+    X(ERR_SCALER_STATE, "GradScaler called out of order")                                          \
+    X(ERR_SCALER_FP16_GRADS, "attempting to unscale FP16 gradients")                               \
+    X(ERR_UNSUPPORTED, "not supported")
+
+typedef enum amp_status {
+#define AMP_STATUS_ENUM(name, msg) AMP_##name,
+    AMP_STATUS_MAP(AMP_STATUS_ENUM)
+#undef AMP_STATUS_ENUM
+} amp_status;
+
+// Short name of a status ("ERR_CORRUPT").
+const char *amp_status_name(amp_status s);
+// One-line description of a status ("corrupt or truncated file").
+const char *amp_status_str(amp_status s);
+// The detailed message of the last error returned on this thread (PyTorch's wording where
+// PyTorch raises), or "" if none.
+const char *amp_last_error(void);
+
+// ---------------------------------------------------------------------------------------------
+// Data types and conversions (round to nearest even, bit-exact with PyTorch)
+
+typedef enum amp_dtype {
+    AMP_DTYPE_F32,
+    AMP_DTYPE_F16,
+    AMP_DTYPE_BF16,
+    AMP_DTYPE_I32,
+    AMP_DTYPE_I64,
+    AMP_DTYPE_COUNT
+} amp_dtype;
+
+const char *amp_dtype_name(amp_dtype t);          // "f32", "f16", "bf16", "i32", "i64"
+bool amp_dtype_parse(const char *s, amp_dtype *out); // accepts the names above and fp32/fp16/...
+size_t amp_dtype_size(amp_dtype t);               // bytes per element
+bool amp_dtype_is_float(amp_dtype t);
+
+uint16_t amp_f32_to_f16(float x);   // NaN -> 0x7E00 | sign
+float amp_f16_to_f32(uint16_t h);
+uint16_t amp_f32_to_bf16(float x);  // NaN -> 0x7FC0
+float amp_bf16_to_f32(uint16_t h);
+// x rounded to dtype t and back (f32: x itself).
+float amp_round_to(amp_dtype t, float x);
+
+// ---------------------------------------------------------------------------------------------
+// Context
+
+typedef enum amp_device { AMP_DEVICE_CPU, AMP_DEVICE_CUDA } amp_device;
+
+typedef struct amp_ctx amp_ctx_t;
+typedef struct amp_tensor amp_tensor_t;
+
+// Creates a context on a device. seed drives dropout and amp_tensor_randn.
+// AMP_ERR_NO_DEVICE when the device's backend is not available (message says why).
+amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out);
+void amp_ctx_free(amp_ctx_t *ctx);
+amp_device amp_ctx_device(const amp_ctx_t *ctx);
+bool amp_device_parse(const char *s, amp_device *out); // "cpu", "cuda"
+// Frees every scratch tensor (op outputs) and the autograd tape; persistent tensors and their
+// gradients stay. Call once per training step, after the optimizer step.
+void amp_ctx_reset(amp_ctx_t *ctx);
+
+// ---------------------------------------------------------------------------------------------
+// Tensors
+
+#define AMP_MAX_DIMS 6
+
+// Persistent tensors, zero-filled / from host data in the dtype's own storage format / from f32
+// values rounded to the dtype.
+amp_tensor_t *amp_tensor_new(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape);
+amp_tensor_t *amp_tensor_from(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape,
+                              const void *host);
+amp_tensor_t *amp_tensor_from_f32(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape,
+                                  const float *host);
+// Fills with N(0, std^2) (or U(-bound, bound) for amp_tensor_uniform) from the context's RNG.
+void amp_tensor_randn(amp_tensor_t *t, float std);
+void amp_tensor_uniform(amp_tensor_t *t, float bound);
+// Frees a persistent tensor (and its gradient). NULL is a no-op; scratch tensors are ignored.
+void amp_tensor_free(amp_tensor_t *t);
+
+amp_dtype amp_tensor_dtype(const amp_tensor_t *t);
+int amp_tensor_ndim(const amp_tensor_t *t);
+int64_t amp_tensor_dim(const amp_tensor_t *t, int i); // i < 0 counts from the end
+int64_t amp_tensor_numel(const amp_tensor_t *t);
+bool amp_tensor_is_contiguous(const amp_tensor_t *t);
+// Copies to / from host memory as f32 (rounding on write); works on views.
+void amp_tensor_read_f32(const amp_tensor_t *t, float *out);
+void amp_tensor_write_f32(amp_tensor_t *t, const float *in);
+// Raw storage-format copies (i32 labels, f16 bits); t must be contiguous.
+void amp_tensor_read(const amp_tensor_t *t, void *out);
+void amp_tensor_write(amp_tensor_t *t, const void *in);
+float amp_tensor_item(const amp_tensor_t *t); // numel must be 1
+
+void amp_tensor_set_name(amp_tensor_t *t, const char *name);
+const char *amp_tensor_name(const amp_tensor_t *t);
+void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad);
+bool amp_tensor_requires_grad(const amp_tensor_t *t);
+// The accumulated gradient (same dtype and shape), or NULL when there is none.
+amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t);
+// Drops the gradient (torch's zero_grad(set_to_none=True)).
+void amp_tensor_zero_grad(amp_tensor_t *t);
+
+// ---------------------------------------------------------------------------------------------
+// Named layers: every op records the innermost layer around it ("blocks.1.attn.qkv").
+
+// Enters a child of the current layer. The name may itself contain dots.
+void amp_layer_begin(amp_ctx_t *ctx, const char *name);
+void amp_layer_beginf(amp_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void amp_layer_end(amp_ctx_t *ctx);
+// Qualified name of the current layer ("" at the top).
+const char *amp_layer_current(const amp_ctx_t *ctx);
+
+// ---------------------------------------------------------------------------------------------
+// Autocast (PyTorch's CUDA policy, whatever the device)
+
+typedef enum amp_cast_policy {
+    AMP_POLICY_NATIVE,             // unlisted: ordinary type promotion
+    AMP_POLICY_LOWER_PRECISION_FP, // cast floating inputs to the autocast dtype
+    AMP_POLICY_FP32,               // cast floating inputs to f32
+    AMP_POLICY_FP32_SET_OPT_DTYPE, // compute and output f32 without casting inputs
+    AMP_POLICY_FP32_APPEND_DTYPE,  // norm: output f32
+    AMP_POLICY_PROMOTE,            // widest floating input type
+    AMP_POLICY_BANNED              // raises (binary_cross_entropy)
+} amp_cast_policy;
+
+// Enters an autocast region, like `with torch.autocast("cuda", dtype, enabled, cache_enabled)`.
+// dtype is AMP_DTYPE_F16 or AMP_DTYPE_BF16. Regions nest; the weight-cast cache is cleared
+// when the outermost region ends.
+void amp_autocast_begin(amp_ctx_t *ctx, bool enabled, amp_dtype dtype, bool cache_enabled);
+void amp_autocast_end(amp_ctx_t *ctx);
+bool amp_autocast_is_enabled(const amp_ctx_t *ctx);
+amp_dtype amp_autocast_dtype(const amp_ctx_t *ctx);
+
+// The policy of a PyTorch op name ("mm", "softmax", "binary_cross_entropy", ...).
+amp_cast_policy amp_autocast_policy(const char *op);
+const char *amp_cast_policy_name(amp_cast_policy p);
+// The dtype an op returns under autocast, given the dtypes of its tensor arguments in call
+// order (integer tensors allowed). AMP_ERR_AUTOCAST_BANNED for banned ops and
+// AMP_ERR_AUTOCAST_DTYPE for a promote over f16 and bf16, with PyTorch's message.
+amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_dtype autocast_dtype,
+                               amp_dtype *out);
+
+// ---------------------------------------------------------------------------------------------
+// Ops. Inputs may be views; outputs are new scratch tensors. Floating math accumulates in f32.
+// Shapes in comments: (B, T, C) etc.
+
+amp_tensor_t *amp_linear(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b);
+// x (..., in), w (out, in), b (out) or NULL -> (..., out)
+amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b); // (..., M, K) @ (..., K, N)
+amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);     // (M, K) @ (K, N)
+amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);    // (B, M, K) @ (B, K, N)
+amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b);
+// x (N, Cin, H, W), w (Cout, Cin, kh, kw), b (Cout) or NULL
+amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
+                         int stride, int padding);
+amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int stride);
+
+amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x);
+amp_tensor_t *amp_gelu(amp_ctx_t *ctx, amp_tensor_t *x, bool tanh_approx);
+amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x);
+amp_tensor_t *amp_sigmoid(amp_ctx_t *ctx, amp_tensor_t *x);
+amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x);
+amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x);
+amp_tensor_t *amp_pow(amp_ctx_t *ctx, amp_tensor_t *x, float exponent);
+amp_tensor_t *amp_clamp_min(amp_ctx_t *ctx, amp_tensor_t *x, float min);
+
+amp_tensor_t *amp_softmax(amp_ctx_t *ctx, amp_tensor_t *x, int dim);
+amp_tensor_t *amp_log_softmax(amp_ctx_t *ctx, amp_tensor_t *x, int dim);
+// Normalises over the last dim; w and b (C) may be NULL.
+amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
+                             float eps);
+// idx (...) i32/i64, w (V, C) -> (..., C)
+amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w);
+
+// Elementwise with broadcasting (numpy rules) and PyTorch type promotion.
+amp_tensor_t *amp_add(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
+amp_tensor_t *amp_sub(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
+amp_tensor_t *amp_mul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
+amp_tensor_t *amp_div(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
+amp_tensor_t *amp_add_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s);
+amp_tensor_t *amp_mul_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s);
+
+amp_tensor_t *amp_sum(amp_ctx_t *ctx, amp_tensor_t *x);  // all elements -> 0-dim
+amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x); // all elements -> 0-dim
+// Where mask (i32, broadcastable to x) is non-zero, value (e.g. -INFINITY for a causal mask).
+amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mask, float value);
+// Zeroes elements with probability p and scales the rest by 1/(1-p); identity when !training.
+amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool training);
+
+// Losses (mean reduction). logits (N, C), target (N) i32/i64 class indices.
+amp_tensor_t *amp_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *logits, amp_tensor_t *target);
+amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *target);
+amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *target);
+// Banned under autocast exactly as in PyTorch (AMP_ERR_AUTOCAST_BANNED); else *out = BCE (mean).
+amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
+                                    amp_tensor_t **out);
+
+// Views share storage with their input (gradients flow through them).
+amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape); // one -1 allowed
+amp_tensor_t *amp_transpose(amp_ctx_t *ctx, amp_tensor_t *x, int d0, int d1);
+amp_tensor_t *amp_permute(amp_ctx_t *ctx, amp_tensor_t *x, const int *perm);
+// torch.split(x, size, dim): writes up to max views into out, returns how many.
+int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor_t **out, int max);
+amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x);
+// x.to(dtype); differentiable (the gradient is cast back).
+amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);
+
+// ---------------------------------------------------------------------------------------------
+// Autograd
+
+// Backpropagates from a scalar (numel 1) tensor, seeding its gradient with 1. Gradients
+// accumulate into persistent tensors that require grad.
+void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss);
+// torch.no_grad(): ops record no tape while disabled. Returns the previous setting.
+bool amp_set_grad_enabled(amp_ctx_t *ctx, bool enabled);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // AMP_H

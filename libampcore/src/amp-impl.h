@@ -1,0 +1,348 @@
+/*
+ * amp-impl.h — libampcore internals: the tensor and context structs, the autograd node, the
+ * backend table every device implements, and the assertion macro. Not installed.
+ *
+ * The frontend (tensor.c, ops_*.c, autograd.c, autocast.c) decides dtypes and shapes, allocates
+ * outputs and records the tape; a backend only computes, on contiguous tensors unless a member
+ * says otherwise. All floating math is done in f32 (PyTorch's opmath) and rounded once to the
+ * output dtype with round-to-nearest-even.
+ */
+#ifndef AMP_IMPL_H
+#define AMP_IMPL_H
+
+#include "amp-train.h"
+#include "amp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+// ---------------------------------------------------------------------------------------------
+// Broken invariants abort with file:line (the library never calls exit()).
+
+typedef void (*amp_abort_hook)(const char *msg);
+// Installs a hook called with the message before abort(); returns the previous one.
+amp_abort_hook amp_set_abort_hook(amp_abort_hook hook);
+_Noreturn void amp_abort(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+_Noreturn void amp_abort_assert(const char *file, int line, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// AMP_ASSERT(cond) or AMP_ASSERT(cond, "(format)", args...)
+#define AMP_ASSERT(cond, ...)                                                                      \
+    do {                                                                                           \
+        if (!(cond)) amp_abort_assert(__FILE__, __LINE__, #cond, " " __VA_ARGS__);               \
+    } while (0)
+
+// Sets the thread's last-error message and returns s.
+amp_status amp_set_error(amp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void *amp_xmalloc(size_t n);          // aborts on failure
+void *amp_xcalloc(size_t n, size_t m);
+void *amp_xrealloc(void *p, size_t n);
+char *amp_xstrdup(const char *s);
+
+// ---------------------------------------------------------------------------------------------
+// Storage and tensors
+
+typedef struct amp_buffer {
+    int refcount;
+    void *data; // backend memory (host for the CPU backend)
+    size_t nbytes;
+} amp_buffer;
+
+struct amp_node;
+
+struct amp_tensor {
+    amp_ctx_t *ctx;
+    amp_dtype dtype;
+    int ndim;
+    int64_t shape[AMP_MAX_DIMS];
+    int64_t stride[AMP_MAX_DIMS]; // elements; 0 on broadcast dims of an expanded view
+    int64_t offset;               // elements from buf->data
+    amp_buffer *buf;
+    bool persistent;              // made by amp_tensor_new*(), freed by amp_tensor_free()
+    bool requires_grad;
+    bool is_view;
+    amp_tensor_t *grad;           // accumulated gradient (same dtype/shape, contiguous)
+    struct amp_node *node;        // the op that produced it; NULL for leaves
+    int32_t layer;                // layer id of the producing op (-1: none)
+    char *name;
+    int32_t param_index;          // position in the context's parameter registry (-1: none)
+};
+
+// Pointer to the first element of t (offset applied).
+static inline void *amp_tensor_ptr(const amp_tensor_t *t) {
+    return (char *)t->buf->data + t->offset * (int64_t)amp_dtype_size(t->dtype);
+}
+
+// Scratch tensor with fresh contiguous storage (freed by amp_ctx_reset).
+amp_tensor_t *amp_scratch_new(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape);
+// Scratch view sharing x's storage with the given shape/strides/offset.
+amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset);
+void amp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b);
+// "(8, 64)" into buf.
+const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Autograd nodes
+
+typedef struct amp_node amp_node;
+// Receives the gradient of node->out (dy, contiguous, dtype of out) and accumulates the input
+// gradients with amp_grad_accumulate(). Runs with grad recording and autocast disabled.
+typedef void (*amp_backward_fn)(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
+
+#define AMP_NODE_MAX_IN 4
+struct amp_node {
+    const char *op; // PyTorch op name ("linear", "softmax")
+    amp_backward_fn backward;
+    amp_tensor_t *out;
+    amp_tensor_t *in[AMP_NODE_MAX_IN]; // the op's inputs after autocast casts
+    int n_in;
+    amp_tensor_t *saved[AMP_NODE_MAX_IN]; // extra tensors kept for backward
+    float f[4];                           // op arguments
+    int64_t i[4];
+    int32_t layer;
+};
+
+// Records out as produced by op (when grad is enabled and an input requires grad) and returns
+// the node, or NULL when nothing is recorded.
+amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, amp_tensor_t *out,
+                          amp_tensor_t *const *in, int n_in);
+// t.grad += g (allocating t.grad as needed; g's shape must equal t's, dtype is cast).
+void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
+
+// ---------------------------------------------------------------------------------------------
+// The backend table (ggml-backend style). Every member is required unless marked optional.
+
+typedef enum amp_unary_op {
+    AMP_UNARY_RELU,
+    AMP_UNARY_GELU,      // exact erf form
+    AMP_UNARY_GELU_TANH, // tanh approximation
+    AMP_UNARY_TANH,
+    AMP_UNARY_SIGMOID,
+    AMP_UNARY_EXP,
+    AMP_UNARY_LOG,
+    AMP_UNARY_POW,        // x ** alpha
+    AMP_UNARY_SCALE,      // x * alpha
+    AMP_UNARY_ADD_SCALAR, // x + alpha
+    AMP_UNARY_CLAMP_MIN   // max(x, alpha); NaN stays NaN, gradient passes where x >= alpha
+} amp_unary_op;
+
+typedef enum amp_binary_op { AMP_BINARY_ADD, AMP_BINARY_SUB, AMP_BINARY_MUL, AMP_BINARY_DIV } amp_binary_op;
+
+typedef struct amp_gemm_desc {
+    int64_t batch, m, n, k;
+    bool trans_a, trans_b;                // A stored (m, k) or, transposed, (k, m); B (k, n) or (n, k)
+    int64_t stride_a, stride_b, stride_c; // elements between batch items (0: shared)
+    float alpha, beta;                    // C = alpha * op(A) op(B) + bias + beta * C
+} amp_gemm_desc;
+
+typedef struct amp_conv_desc {
+    int64_t n, c, h, w;  // input (N, C, H, W)
+    int64_t kh, kw;      // kernel
+    int64_t oh, ow;      // output spatial size
+    int stride, padding;
+} amp_conv_desc;
+
+typedef struct amp_backend_i {
+    const char *name;
+
+    // Memory. alloc returns zero-filled memory or NULL.
+    void *(*alloc)(void *bctx, size_t nbytes);
+    void (*free)(void *bctx, void *p);
+    void (*upload)(void *bctx, void *dst, const void *host, size_t nbytes);
+    void (*download)(void *bctx, void *host, const void *src, size_t nbytes);
+
+    // dst (contiguous, same shape) = src (any strides, also 0) converted to dst's dtype.
+    void (*copy)(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src);
+    void (*fill)(void *bctx, amp_tensor_t *dst, float v);
+
+    // y = f(x) elementwise (x, y contiguous; dtypes may differ).
+    void (*unary)(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const amp_tensor_t *x);
+    // dx = dy * f'(x); y = f(x) is passed too (sigmoid/tanh/exp use it).
+    void (*unary_backward)(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
+                           const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y);
+    // y (contiguous) = a op b, where a and b are views already expanded to y's shape (strides
+    // may be 0); dtypes may differ, math in f32.
+    void (*binary)(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
+                   const amp_tensor_t *b);
+    // y = alpha * sum of x over the dims where y's shape is 1 and x's is not (same ndim, both
+    // contiguous); f32 accumulation.
+    void (*reduce_sum)(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha);
+
+    // Batched GEMM on contiguous A, B, C of one floating dtype; bias (n elements, C's dtype, may be
+    // NULL) is added in f32 before the single rounding to C's dtype.
+    void (*gemm)(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+                 const amp_tensor_t *b, const amp_tensor_t *bias);
+
+    // Softmax / log-softmax over the last dim (rows = numel / last dim). y may be wider (f32).
+    void (*softmax)(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x);
+    // dx = softmax backward given y and dy.
+    void (*softmax_backward)(void *bctx, bool log, amp_tensor_t *dx, const amp_tensor_t *dy,
+                             const amp_tensor_t *y);
+    // Over the last dim; mean and rstd (f32, one per row) are written for backward. w, b optional.
+    void (*layer_norm)(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_tensor_t *rstd,
+                       const amp_tensor_t *x, const amp_tensor_t *w, const amp_tensor_t *b,
+                       float eps);
+    // dx = input gradient; dw, db (may be NULL) are overwritten (not accumulated).
+    void (*layer_norm_backward)(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, amp_tensor_t *db,
+                                const amp_tensor_t *dy, const amp_tensor_t *x,
+                                const amp_tensor_t *mean, const amp_tensor_t *rstd,
+                                const amp_tensor_t *w);
+    // y (..., C) = w[idx]; backward overwrites dw (V, C) with the scatter-add of dy.
+    void (*embedding)(void *bctx, amp_tensor_t *y, const amp_tensor_t *idx, const amp_tensor_t *w);
+    void (*embedding_backward)(void *bctx, amp_tensor_t *dw, const amp_tensor_t *dy,
+                               const amp_tensor_t *idx);
+    // cols (N, C*kh*kw, oh*ow) from x (N, C, H, W) and back (col2im overwrites dx, summing).
+    void (*im2col)(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, const amp_tensor_t *x);
+    void (*col2im)(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx, const amp_tensor_t *cols);
+    // y (N, C, oh, ow) = max over kernel windows; argmax (i32, same shape as y) = flat h*W+w.
+    void (*max_pool2d)(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const amp_tensor_t *x,
+                       int kernel, int stride);
+    // dx overwritten: zeros, plus dy scattered to the argmax positions.
+    void (*max_pool2d_backward)(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
+                                const amp_tensor_t *argmax);
+    // loss (f32, one element) = -mean over rows of logp[row, target[row]] (target i32/i64).
+    void (*nll_loss)(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
+                     const amp_tensor_t *target);
+    // dlogp overwritten: -dloss / N at the target positions, zeros elsewhere.
+    void (*nll_loss_backward)(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t *dloss,
+                              const amp_tensor_t *target);
+    // y = x where mask == 0, else value; mask (i32) is a view expanded to x's shape.
+    void (*masked_fill)(void *bctx, amp_tensor_t *y, const amp_tensor_t *x,
+                        const amp_tensor_t *mask, float value);
+    // mask[i] = 0 with probability p else 1/(1-p), from a counter-based RNG (seed, offset + i)
+    // so every backend draws the same mask.
+    void (*dropout_mask)(void *bctx, amp_tensor_t *mask, float p, uint64_t seed, uint64_t offset);
+
+    // GradScaler: for each grad, found_inf (f32, one element) = 1 if any input value is not
+    // finite; then grad = grad * inv_scale in f32 unless inv_scale == 1 (pure check).
+    void (*unscale)(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+                    amp_tensor_t *found_inf);
+    // One optimizer step over n parameters (f32); m and v (may be NULL for SGD without
+    // momentum) are optimizer state of the same shape. step counts from 1.
+    void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
+                       amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
+                       int n);
+    void (*synchronize)(void *bctx); // optional
+    void (*release)(void *bctx);     // frees the backend context
+} amp_backend_i;
+
+// The CPU backend (always available).
+const amp_backend_i *amp_cpu_backend(void);
+void *amp_cpu_backend_init(void);
+
+// ---------------------------------------------------------------------------------------------
+// Context
+
+typedef struct amp_autocast_frame {
+    bool enabled;
+    amp_dtype dtype;
+    bool cache_enabled;
+} amp_autocast_frame;
+
+typedef struct amp_cast_cache_entry {
+    amp_tensor_t *src;
+    amp_tensor_t *cast;
+} amp_cast_cache_entry;
+
+#define AMP_LAYER_DEPTH_MAX 32
+#define AMP_AUTOCAST_DEPTH_MAX 32
+
+struct amp_ctx {
+    amp_device device;
+    const amp_backend_i *be;
+    void *bctx;
+    uint64_t seed;
+    uint64_t rng;            // host RNG state (init, randn)
+    uint64_t dropout_offset; // advances per dropout call
+
+    // the tensors the context owns: scratch ones (freed by amp_ctx_reset) and persistent ones
+    amp_tensor_t **scratch;
+    size_t n_scratch, cap_scratch;
+    amp_tensor_t **persist;
+    size_t n_persist, cap_persist;
+
+    amp_node **tape;
+    size_t n_tape, cap_tape;
+    bool grad_enabled;
+    bool in_backward;
+
+    // named layers: registry of qualified names (id = index) and the stack of open ones
+    char **layer_names;
+    int32_t *layer_parent;
+    int32_t n_layers, cap_layers;
+    int32_t layer_stack[AMP_LAYER_DEPTH_MAX];
+    int layer_depth;
+
+    // autocast: the current state, the saved frames of enclosing regions, the cast cache
+    amp_autocast_frame ac;
+    amp_autocast_frame ac_saved[AMP_AUTOCAST_DEPTH_MAX];
+    int ac_depth;
+    amp_cast_cache_entry *cast_cache;
+    size_t n_cast_cache, cap_cast_cache;
+
+    struct amp_instr *instr; // NULL when instrumentation is off
+};
+
+struct amp_instr;
+void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
+                       amp_tensor_t *const *in, int n);
+static inline void amp_instr_op(amp_ctx_t *ctx, const char *op, amp_cast_policy policy,
+                                amp_tensor_t *out, amp_tensor_t *const *in, int n) {
+    if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_op_slow(ctx, op, policy, out, in, n);
+}
+
+static inline int32_t amp_ctx_current_layer(const amp_ctx_t *ctx) {
+    return ctx->layer_depth > 0 ? ctx->layer_stack[ctx->layer_depth - 1] : -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Autocast inside ops
+
+// Applies op's autocast policy to its floating tensor inputs (in place in the array, casts
+// recorded on the tape) and returns the dtype the op computes in / outputs. Aborts for a
+// banned op (amp_binary_cross_entropy checks first) and on a promote error.
+amp_dtype amp_autocast_apply(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, int n);
+// Clears the weight-cast cache (outermost region ended).
+void amp_autocast_clear_cache(amp_ctx_t *ctx);
+// Native type promotion of two floating dtypes (f16+bf16 -> f32).
+amp_dtype amp_promote_types(amp_dtype a, amp_dtype b);
+
+// x cast to dtype t (x itself when equal), recorded for autograd.
+amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for ops (ops-view.c); none of them records on the tape.
+
+// x itself when contiguous, else a contiguous scratch copy.
+amp_tensor_t *amp_dense(amp_ctx_t *ctx, amp_tensor_t *x);
+// A view of x broadcast to shape (numpy rules; stride 0 on broadcast dims).
+amp_tensor_t *amp_expand(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape);
+// The broadcast shape of a and b; false when they do not broadcast.
+bool amp_broadcast_shape(const amp_tensor_t *a, const amp_tensor_t *b, int *ndim, int64_t *shape);
+// g summed down to shape (the backward of a broadcast); g itself when already that shape.
+amp_tensor_t *amp_sum_to(amp_ctx_t *ctx, amp_tensor_t *g, int ndim, const int64_t *shape);
+
+// ---------------------------------------------------------------------------------------------
+// Instrumentation (instrument.c). Ops call amp_instr_op() once their output is computed; it
+// costs one predictable branch when instrumentation is off.
+// (amp_instr_op() is defined after struct amp_ctx above.)
+
+// ---------------------------------------------------------------------------------------------
+// Counter-based RNG shared by backends (splitmix64 of seed and counter).
+static inline uint64_t amp_rng_hash(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (counter + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// Uniform in [0, 1) with 24 bits.
+static inline float amp_rng_uniform(uint64_t seed, uint64_t counter) {
+    return (float)(amp_rng_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+
+#endif // AMP_IMPL_H

@@ -1,0 +1,235 @@
+/*
+ * ops-linalg.c — the GEMM-class ops (linear, mm, bmm, matmul, addmm) and conv2d (im2col + GEMM),
+ * forward and backward. All run as one backend GEMM with f32 accumulation; a 1-D bias is added
+ * in the GEMM epilogue before the single rounding, as cuBLASLt's bias epilogue does.
+ */
+#include "amp-impl.h"
+
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// One GEMM node for every matrix product:
+//   y (..., m, n) = a (..., m, k) @ op(b) [+ bias (n)]
+// where b is either shared, (k, n) or with bt (n, k) like a linear weight, or batched with the
+// same leading dims as a.
+
+typedef struct gemm_shape {
+    int64_t batch, m, n, k;
+    bool shared_b;
+} gemm_shape;
+
+static gemm_shape gemm_shape_of(const amp_tensor_t *a, const amp_tensor_t *b, bool bt) {
+    gemm_shape g = {0};
+    char s1[64], s2[64];
+    AMP_ASSERT(a->ndim >= 1 && b->ndim >= 2, "(matmul of %s and %s)", amp_shape_str(a, s1, 64),
+               amp_shape_str(b, s2, 64));
+    g.k = a->shape[a->ndim - 1];
+    int64_t bk = bt ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
+    g.n = bt ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    AMP_ASSERT(bk == g.k, "(mat1 and mat2 shapes cannot be multiplied: %s and %s)",
+               amp_shape_str(a, s1, 64), amp_shape_str(b, s2, 64));
+    g.shared_b = b->ndim == 2;
+    if (g.shared_b) {
+        g.batch = 1;
+        g.m = amp_tensor_numel(a) / (g.k ? g.k : 1);
+        return g;
+    }
+    AMP_ASSERT(a->ndim == b->ndim, "(batched matmul needs equal ranks: %s and %s)",
+               amp_shape_str(a, s1, 64), amp_shape_str(b, s2, 64));
+    g.batch = 1;
+    for (int i = 0; i < a->ndim - 2; i++) {
+        AMP_ASSERT(a->shape[i] == b->shape[i], "(batch dims differ: %s and %s)",
+                   amp_shape_str(a, s1, 64), amp_shape_str(b, s2, 64));
+        g.batch *= a->shape[i];
+    }
+    g.m = a->shape[a->ndim - 2];
+    return g;
+}
+
+static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *a = n->in[0], *b = n->in[1], *bias = n->in[2];
+    amp_tensor_t *ad = n->saved[0], *bd = n->saved[1];
+    bool bt = n->i[0];
+    gemm_shape g = gemm_shape_of(a, b, bt);
+    amp_tensor_t *dyd = amp_dense(ctx, dy);
+    if (a->requires_grad) { // da = dy @ op(b)^T
+        amp_tensor_t *da = amp_scratch_new(ctx, a->dtype, a->ndim, a->shape);
+        amp_gemm_desc d = {.batch = g.batch, .m = g.m, .n = g.k, .k = g.n, .trans_b = !bt,
+                           .stride_a = g.m * g.n, .stride_b = g.shared_b ? 0 : g.k * g.n,
+                           .stride_c = g.m * g.k, .alpha = 1.0f};
+        ctx->be->gemm(ctx->bctx, &d, da, dyd, bd, NULL);
+        amp_grad_accumulate(ctx, a, da);
+    }
+    if (b->requires_grad) {
+        amp_tensor_t *db = amp_scratch_new(ctx, b->dtype, b->ndim, b->shape);
+        // shared b: the batch folds into the reduction dim (rows = batch * m)
+        int64_t batch = g.shared_b ? 1 : g.batch;
+        amp_gemm_desc d = {.batch = batch, .k = g.m, .trans_a = true, .alpha = 1.0f};
+        if (!bt) { // db (k, n) = a^T @ dy
+            d.m = g.k, d.n = g.n;
+            d.stride_a = g.m * g.k, d.stride_b = g.m * g.n, d.stride_c = g.k * g.n;
+            ctx->be->gemm(ctx->bctx, &d, db, ad, dyd, NULL);
+        } else { // db (n, k) = dy^T @ a
+            d.m = g.n, d.n = g.k;
+            d.stride_a = g.m * g.n, d.stride_b = g.m * g.k, d.stride_c = g.k * g.n;
+            ctx->be->gemm(ctx->bctx, &d, db, dyd, ad, NULL);
+        }
+        amp_grad_accumulate(ctx, b, db);
+    }
+    if (bias && bias->requires_grad) amp_grad_accumulate(ctx, bias, amp_sum_to(ctx, dy, bias->ndim, bias->shape));
+}
+
+// in = {a, b, bias-or-NULL} after autocast.
+static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, bool bt) {
+    amp_tensor_t *a = in[0], *b = in[1], *bias = in[2];
+    AMP_ASSERT(amp_dtype_is_float(a->dtype) && a->dtype == b->dtype,
+               "(%s: expected both operands to have the same floating dtype, got %s and %s)", op,
+               amp_dtype_name(a->dtype), amp_dtype_name(b->dtype));
+    gemm_shape g = gemm_shape_of(a, b, bt);
+    int64_t shape[AMP_MAX_DIMS];
+    int ndim = a->ndim;
+    memcpy(shape, a->shape, sizeof shape);
+    shape[ndim - 1] = g.n;
+    amp_tensor_t *y = amp_scratch_new(ctx, a->dtype, ndim, shape);
+    amp_tensor_t *ad = amp_dense(ctx, a), *bd = amp_dense(ctx, b), *bias1 = NULL;
+    amp_gemm_desc d = {.batch = g.batch, .m = g.m, .n = g.n, .k = g.k, .trans_b = bt,
+                       .stride_a = g.m * g.k, .stride_b = g.shared_b ? 0 : g.k * g.n,
+                       .stride_c = g.m * g.n, .alpha = 1.0f};
+    if (bias) {
+        AMP_ASSERT(bias->dtype == a->dtype, "(%s: bias is %s, operands %s)", op,
+                   amp_dtype_name(bias->dtype), amp_dtype_name(a->dtype));
+        if (bias->ndim == 1 && bias->shape[0] == g.n) {
+            bias1 = amp_dense(ctx, bias);
+        } else { // a full bias: C starts as the broadcast bias
+            ctx->be->copy(ctx->bctx, y, amp_expand(ctx, bias, ndim, shape));
+            d.beta = 1.0f;
+        }
+    }
+    ctx->be->gemm(ctx->bctx, &d, y, ad, bd, bias1);
+    amp_node *n = amp_node_record(ctx, op, gemm_backward, y, in, 3);
+    if (n) {
+        n->i[0] = bt;
+        n->saved[0] = ad;
+        n->saved[1] = bd;
+    }
+    amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, bias ? 3 : 2);
+    return y;
+}
+
+amp_tensor_t *amp_linear(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b) {
+    AMP_ASSERT(w->ndim == 2 && (!b || b->ndim == 1), "(linear weight must be 2-D, bias 1-D)");
+    amp_tensor_t *in[3] = {x, w, b};
+    amp_autocast_apply(ctx, "linear", in, 3);
+    return gemm_op(ctx, "linear", in, true);
+}
+
+amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    AMP_ASSERT(a->ndim == 2 && b->ndim == 2, "(mm needs 2-D operands)");
+    amp_tensor_t *in[3] = {a, b, NULL};
+    amp_autocast_apply(ctx, "mm", in, 2);
+    return gemm_op(ctx, "mm", in, false);
+}
+
+amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    AMP_ASSERT(a->ndim == 3 && b->ndim == 3, "(bmm needs 3-D operands)");
+    amp_tensor_t *in[3] = {a, b, NULL};
+    amp_autocast_apply(ctx, "bmm", in, 2);
+    return gemm_op(ctx, "bmm", in, false);
+}
+
+amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    AMP_ASSERT(a->ndim >= 2 && b->ndim >= 2, "(matmul needs operands of rank >= 2)");
+    amp_tensor_t *in[3] = {a, b, NULL};
+    amp_autocast_apply(ctx, "matmul", in, 2);
+    return gemm_op(ctx, "matmul", in, false);
+}
+
+amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b) {
+    AMP_ASSERT(a->ndim == 2 && b->ndim == 2, "(addmm needs 2-D operands)");
+    amp_tensor_t *in[3] = {a, b, bias}, *cast[3] = {bias, a, b};
+    amp_autocast_apply(ctx, "addmm", cast, 3);
+    in[0] = cast[1], in[1] = cast[2], in[2] = cast[0];
+    return gemm_op(ctx, "addmm", in, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// conv2d: cols (N, C*kh*kw, L) = im2col(x); y (N, O, L) = W (O, C*kh*kw) @ cols; + bias (O)
+// added like PyTorch does after the convolution (a separate rounding).
+
+static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int stride, int padding) {
+    amp_conv_desc d = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                       .kh = w->shape[2], .kw = w->shape[3], .stride = stride, .padding = padding};
+    d.oh = (d.h + 2 * padding - d.kh) / stride + 1;
+    d.ow = (d.w + 2 * padding - d.kw) / stride + 1;
+    return d;
+}
+
+static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0], *w = n->in[1], *b = n->in[2], *cols = n->saved[0], *wd = n->saved[1];
+    amp_conv_desc d = conv_desc(x, w, (int)n->i[0], (int)n->i[1]);
+    int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
+    amp_tensor_t *dyd = amp_dense(ctx, dy); // (N, O, oh, ow)
+    if (x->requires_grad) { // dcols[n] = W^T @ dy[n]; dx = col2im(dcols)
+        amp_tensor_t *dcols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){d.n, CK, L});
+        amp_gemm_desc g = {.batch = d.n, .m = CK, .n = L, .k = O, .trans_a = true, .stride_a = 0,
+                           .stride_b = O * L, .stride_c = CK * L, .alpha = 1.0f};
+        ctx->be->gemm(ctx->bctx, &g, dcols, wd, dyd, NULL);
+        amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+        ctx->be->col2im(ctx->bctx, &d, dx, dcols);
+        amp_grad_accumulate(ctx, x, dx);
+    }
+    if (w->requires_grad) { // dW (O, CK) = dy' (O, N*L) @ cols'^T with cols' (CK, N*L): one GEMM
+        int64_t ps[3] = {O, d.n, L}, pst[3] = {L, O * L, 1};
+        amp_tensor_t *dyp = amp_dense(ctx, amp_view_new(ctx, dyd, 3, ps, pst, dyd->offset));
+        int64_t cs[3] = {CK, d.n, L}, cst[3] = {L, CK * L, 1};
+        amp_tensor_t *colsp = amp_dense(ctx, amp_view_new(ctx, cols, 3, cs, cst, cols->offset));
+        amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
+        amp_gemm_desc g = {.batch = 1, .m = O, .n = CK, .k = d.n * L, .trans_b = true, .alpha = 1.0f};
+        ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
+        amp_grad_accumulate(ctx, w, dw);
+    }
+    if (b && b->requires_grad) {
+        amp_tensor_t *db = amp_scratch_new(ctx, b->dtype, 3, (int64_t[]){1, O, 1});
+        amp_tensor_t *dy3 = amp_view_new(ctx, dyd, 3, (int64_t[]){d.n, O, L},
+                                         (int64_t[]){O * L, L, 1}, dyd->offset);
+        ctx->be->reduce_sum(ctx->bctx, db, dy3, 1.0f);
+        amp_grad_accumulate(ctx, b, amp_view_new(ctx, db, 1, &O, (int64_t[]){1}, db->offset));
+    }
+}
+
+amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
+                         int stride, int padding) {
+    AMP_ASSERT(x->ndim == 4 && w->ndim == 4 && x->shape[1] == w->shape[1],
+               "(conv2d needs x (N, C, H, W) and w (O, C, kh, kw) with matching C)");
+    AMP_ASSERT(stride >= 1 && padding >= 0, "(conv2d stride %d padding %d)", stride, padding);
+    amp_tensor_t *in[3] = {x, w, b};
+    amp_autocast_apply(ctx, "conv2d", in, 3);
+    x = in[0], w = in[1], b = in[2];
+    AMP_ASSERT(x->dtype == w->dtype && (!b || b->dtype == x->dtype),
+               "(conv2d: input and weight dtypes differ: %s and %s)", amp_dtype_name(x->dtype),
+               amp_dtype_name(w->dtype));
+    amp_conv_desc d = conv_desc(x, w, stride, padding);
+    AMP_ASSERT(d.oh > 0 && d.ow > 0, "(conv2d kernel larger than the padded input)");
+    int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
+    amp_tensor_t *cols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){d.n, CK, L});
+    ctx->be->im2col(ctx->bctx, &d, cols, amp_dense(ctx, x));
+    amp_tensor_t *wd = amp_dense(ctx, w);
+    amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, 4, (int64_t[]){d.n, O, d.oh, d.ow});
+    amp_gemm_desc g = {.batch = d.n, .m = O, .n = L, .k = CK, .stride_a = 0, .stride_b = CK * L,
+                       .stride_c = O * L, .alpha = 1.0f};
+    ctx->be->gemm(ctx->bctx, &g, y, wd, cols, NULL);
+    if (b) {
+        amp_tensor_t *bv = amp_view_new(ctx, b, 4, (int64_t[]){d.n, O, d.oh, d.ow},
+                                        (int64_t[]){0, b->stride[0], 0, 0}, b->offset);
+        ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, y, y, bv);
+    }
+    amp_node *n = amp_node_record(ctx, "conv2d", conv2d_backward, y, in, 3);
+    if (n) {
+        n->i[0] = stride;
+        n->i[1] = padding;
+        n->saved[0] = cols;
+        n->saved[1] = wd;
+    }
+    amp_instr_op(ctx, "conv2d", AMP_POLICY_LOWER_PRECISION_FP, y, in, b ? 3 : 2);
+    return y;
+}

@@ -1,0 +1,195 @@
+/*
+ * ops-nn.c — the neural-network ops: softmax and log_softmax, layer_norm, embedding, max_pool2d
+ * and the losses (nll_loss, cross_entropy as log_softmax + nll_loss like PyTorch's decomposition,
+ * mse_loss, binary_cross_entropy), forward and backward.
+ */
+#include "amp-impl.h"
+
+// ---------------------------------------------------------------------------------------------
+// softmax / log_softmax (fp32_set_opt_dtype: under autocast an f16 input gives an f32 output
+// without being cast first)
+
+static void softmax_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    ctx->be->softmax_backward(ctx->bctx, n->i[0], dx, amp_dense(ctx, dy), n->out);
+    amp_grad_accumulate(ctx, x, dx);
+}
+
+static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, int dim, bool log) {
+    AMP_ASSERT(amp_dtype_is_float(x->dtype) && x->ndim >= 1, "(%s needs a floating tensor)", op);
+    if (dim < 0) dim += x->ndim;
+    AMP_ASSERT(dim >= 0 && dim < x->ndim, "(%s dim out of range)", op);
+    if (dim != x->ndim - 1) { // move dim last, normalise, move it back
+        amp_tensor_t *t = amp_transpose(ctx, x, dim, -1);
+        return amp_transpose(ctx, softmax_op(ctx, op, t, -1, log), dim, -1);
+    }
+    amp_tensor_t *in[1] = {x};
+    amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    ctx->be->softmax(ctx->bctx, log, y, amp_dense(ctx, x));
+    amp_node *n = amp_node_record(ctx, op, softmax_backward, y, &x, 1);
+    if (n) n->i[0] = log;
+    amp_instr_op(ctx, op, AMP_POLICY_FP32_SET_OPT_DTYPE, y, &x, 1);
+    return y;
+}
+
+amp_tensor_t *amp_softmax(amp_ctx_t *ctx, amp_tensor_t *x, int dim) {
+    return softmax_op(ctx, "softmax", x, dim, false);
+}
+
+amp_tensor_t *amp_log_softmax(amp_ctx_t *ctx, amp_tensor_t *x, int dim) {
+    return softmax_op(ctx, "log_softmax", x, dim, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm over the last dim (fp32 under autocast)
+
+static void layer_norm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    amp_tensor_t *dw = w ? amp_scratch_new(ctx, w->dtype, 1, w->shape) : NULL;
+    amp_tensor_t *db = b ? amp_scratch_new(ctx, b->dtype, 1, b->shape) : NULL;
+    ctx->be->layer_norm_backward(ctx->bctx, dx, dw, db, amp_dense(ctx, dy), n->saved[0],
+                                 n->saved[1], n->saved[2], w ? n->saved[3] : NULL);
+    amp_grad_accumulate(ctx, x, dx);
+    if (w) amp_grad_accumulate(ctx, w, dw);
+    if (b) amp_grad_accumulate(ctx, b, db);
+}
+
+amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
+                             float eps) {
+    AMP_ASSERT(x->ndim >= 1 && amp_dtype_is_float(x->dtype));
+    int64_t C = x->shape[x->ndim - 1];
+    AMP_ASSERT((!w || (w->ndim == 1 && w->shape[0] == C)) && (!b || (b->ndim == 1 && b->shape[0] == C)),
+               "(layer_norm weight and bias must have %lld elements)", (long long)C);
+    amp_tensor_t *in[3] = {x, w, b};
+    amp_dtype dt = amp_autocast_apply(ctx, "layer_norm", in, 3);
+    x = in[0], w = in[1], b = in[2];
+    AMP_ASSERT((!w || w->dtype == x->dtype) && (!b || b->dtype == x->dtype),
+               "(layer_norm: weight/bias dtype differs from the input's)");
+    int64_t rows = C ? amp_tensor_numel(x) / C : 0;
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    amp_tensor_t *mean = amp_scratch_new(ctx, AMP_DTYPE_F32, 1, &rows);
+    amp_tensor_t *rstd = amp_scratch_new(ctx, AMP_DTYPE_F32, 1, &rows);
+    amp_tensor_t *xd = amp_dense(ctx, x), *wd = w ? amp_dense(ctx, w) : NULL;
+    ctx->be->layer_norm(ctx->bctx, y, mean, rstd, xd, wd, b ? amp_dense(ctx, b) : NULL, eps);
+    amp_node *n = amp_node_record(ctx, "layer_norm", layer_norm_backward, y, in, 3);
+    if (n) {
+        n->saved[0] = xd;
+        n->saved[1] = mean;
+        n->saved[2] = rstd;
+        n->saved[3] = wd;
+    }
+    amp_instr_op(ctx, "layer_norm", AMP_POLICY_FP32, y, in, 1 + (w != NULL) + (b != NULL));
+    return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// embedding
+
+static void embedding_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *w = n->in[0];
+    amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
+    ctx->be->embedding_backward(ctx->bctx, dw, amp_dense(ctx, dy), n->saved[0]);
+    amp_grad_accumulate(ctx, w, dw);
+}
+
+amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w) {
+    AMP_ASSERT(idx->dtype == AMP_DTYPE_I32 || idx->dtype == AMP_DTYPE_I64,
+               "(embedding indices must be i32 or i64, got %s)", amp_dtype_name(idx->dtype));
+    AMP_ASSERT(w->ndim == 2 && idx->ndim < AMP_MAX_DIMS, "(embedding weight must be (V, C))");
+    amp_tensor_t *in[1] = {w};
+    amp_dtype dt = amp_autocast_apply(ctx, "embedding", in, 1);
+    int64_t shape[AMP_MAX_DIMS];
+    for (int i = 0; i < idx->ndim; i++) shape[i] = idx->shape[i];
+    shape[idx->ndim] = w->shape[1];
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, idx->ndim + 1, shape);
+    amp_tensor_t *id = amp_dense(ctx, idx);
+    ctx->be->embedding(ctx->bctx, y, id, amp_dense(ctx, w));
+    amp_node *n = amp_node_record(ctx, "embedding", embedding_backward, y, &w, 1);
+    if (n) n->saved[0] = id;
+    amp_instr_op(ctx, "embedding", AMP_POLICY_NATIVE, y, &w, 1);
+    return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// max_pool2d (no padding)
+
+static void max_pool2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    ctx->be->max_pool2d_backward(ctx->bctx, dx, amp_dense(ctx, dy), n->saved[0]);
+    amp_grad_accumulate(ctx, x, dx);
+}
+
+amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int stride) {
+    AMP_ASSERT(x->ndim == 4 && kernel >= 1 && stride >= 1, "(max_pool2d needs (N, C, H, W))");
+    AMP_ASSERT(x->shape[2] >= kernel && x->shape[3] >= kernel, "(max_pool2d kernel larger than input)");
+    amp_tensor_t *in[1] = {x};
+    amp_dtype dt = amp_autocast_apply(ctx, "max_pool2d", in, 1);
+    int64_t shape[4] = {x->shape[0], x->shape[1], (x->shape[2] - kernel) / stride + 1,
+                        (x->shape[3] - kernel) / stride + 1};
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, 4, shape);
+    amp_tensor_t *argmax = amp_scratch_new(ctx, AMP_DTYPE_I32, 4, shape);
+    ctx->be->max_pool2d(ctx->bctx, y, argmax, amp_dense(ctx, x), kernel, stride);
+    amp_node *n = amp_node_record(ctx, "max_pool2d", max_pool2d_backward, y, &x, 1);
+    if (n) n->saved[0] = argmax;
+    amp_instr_op(ctx, "max_pool2d", AMP_POLICY_NATIVE, y, &x, 1);
+    return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Losses (mean reduction)
+
+static void nll_loss_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *logp = n->in[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, logp->dtype, logp->ndim, logp->shape);
+    ctx->be->nll_loss_backward(ctx->bctx, dx, dy, n->saved[0]);
+    amp_grad_accumulate(ctx, logp, dx);
+}
+
+amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *target) {
+    AMP_ASSERT(logp->ndim == 2 && target->ndim == 1 && target->shape[0] == logp->shape[0],
+               "(nll_loss needs logp (N, C) and target (N))");
+    AMP_ASSERT(target->dtype == AMP_DTYPE_I32 || target->dtype == AMP_DTYPE_I64,
+               "(nll_loss target must be i32 or i64)");
+    amp_tensor_t *in[1] = {logp};
+    amp_dtype dt = amp_autocast_apply(ctx, "nll_loss", in, 1);
+    logp = in[0];
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, 0, NULL);
+    amp_tensor_t *t = amp_dense(ctx, target);
+    ctx->be->nll_loss(ctx->bctx, y, amp_dense(ctx, logp), t);
+    amp_node *n = amp_node_record(ctx, "nll_loss", nll_loss_backward, y, &logp, 1);
+    if (n) n->saved[0] = t;
+    amp_instr_op(ctx, "nll_loss", AMP_POLICY_FP32, y, &logp, 1);
+    return y;
+}
+
+amp_tensor_t *amp_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *logits, amp_tensor_t *target) {
+    return amp_nll_loss(ctx, amp_log_softmax(ctx, logits, 1), target);
+}
+
+amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *target) {
+    amp_tensor_t *in[2] = {input, target};
+    amp_autocast_apply(ctx, "mse_loss", in, 2);
+    amp_tensor_t *d = amp_sub(ctx, in[0], in[1]);
+    return amp_mean(ctx, amp_mul(ctx, d, d));
+}
+
+amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
+                                    amp_tensor_t **out) {
+    *out = NULL;
+    amp_dtype dts[2] = {p->dtype, target->dtype}, dt;
+    if (ctx->ac.enabled) {
+        amp_status s = amp_autocast_decide("binary_cross_entropy", 2, dts, ctx->ac.dtype, &dt);
+        if (s != AMP_OK) return s;
+    }
+    // -(t * log(p) + (1 - t) * log(1 - p)), each log clamped at -100 like PyTorch
+    amp_tensor_t *logp = amp_clamp_min(ctx, amp_log(ctx, p), -100.0f);
+    amp_tensor_t *log1mp = amp_clamp_min(ctx, amp_log(ctx, amp_add_scalar(ctx, amp_mul_scalar(ctx, p, -1.0), 1.0)), -100.0f);
+    amp_tensor_t *omt = amp_add_scalar(ctx, amp_mul_scalar(ctx, target, -1.0), 1.0);
+    amp_tensor_t *sum = amp_add(ctx, amp_mul(ctx, target, logp), amp_mul(ctx, omt, log1mp));
+    *out = amp_mul_scalar(ctx, amp_mean(ctx, sum), -1.0);
+    return AMP_OK;
+}

@@ -1,0 +1,225 @@
+/*
+ * ops-pointwise.c — elementwise ops (activations, exp/log/pow, scalar and broadcasting binary
+ * arithmetic), reductions to a scalar, masked_fill and dropout, with their backward passes.
+ * Output dtypes follow autocast and PyTorch's type promotion (a 0-dim tensor does not widen a
+ * dimensioned one of the same category).
+ */
+#include "amp-impl.h"
+
+#include <math.h>
+
+// ---------------------------------------------------------------------------------------------
+// Unary ops
+
+static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0], *xd = n->saved[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    ctx->be->unary_backward(ctx->bctx, (amp_unary_op)n->i[0], n->f[0], dx, amp_dense(ctx, dy), xd,
+                            n->out);
+    amp_grad_accumulate(ctx, x, dx);
+}
+
+static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, float alpha,
+                           amp_tensor_t *x) {
+    AMP_ASSERT(amp_dtype_is_float(x->dtype), "(%s needs a floating tensor, got %s)", op,
+               amp_dtype_name(x->dtype));
+    amp_tensor_t *in[1] = {x};
+    amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
+    x = in[0];
+    amp_tensor_t *xd = amp_dense(ctx, x);
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    ctx->be->unary(ctx->bctx, kind, alpha, y, xd);
+    amp_node *n = amp_node_record(ctx, op, unary_backward, y, &x, 1);
+    if (n) {
+        n->i[0] = kind;
+        n->f[0] = alpha;
+        n->saved[0] = xd;
+    }
+    amp_instr_op(ctx, op, amp_autocast_policy(op), y, &x, 1);
+    return y;
+}
+
+amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "relu", AMP_UNARY_RELU, 0, x); }
+amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "tanh", AMP_UNARY_TANH, 0, x); }
+amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "exp", AMP_UNARY_EXP, 0, x); }
+amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "log", AMP_UNARY_LOG, 0, x); }
+
+amp_tensor_t *amp_sigmoid(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return unary(ctx, "sigmoid", AMP_UNARY_SIGMOID, 0, x);
+}
+
+amp_tensor_t *amp_gelu(amp_ctx_t *ctx, amp_tensor_t *x, bool tanh_approx) {
+    return unary(ctx, "gelu", tanh_approx ? AMP_UNARY_GELU_TANH : AMP_UNARY_GELU, 0, x);
+}
+
+amp_tensor_t *amp_pow(amp_ctx_t *ctx, amp_tensor_t *x, float exponent) {
+    return unary(ctx, "pow", AMP_UNARY_POW, exponent, x);
+}
+
+amp_tensor_t *amp_clamp_min(amp_ctx_t *ctx, amp_tensor_t *x, float min) {
+    return unary(ctx, "clamp_min", AMP_UNARY_CLAMP_MIN, min, x);
+}
+
+amp_tensor_t *amp_mul_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s) {
+    return unary(ctx, "mul", AMP_UNARY_SCALE, (float)s, x);
+}
+
+amp_tensor_t *amp_add_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s) {
+    return unary(ctx, "add", AMP_UNARY_ADD_SCALAR, (float)s, x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary ops with broadcasting
+
+// PyTorch's result type for two floating tensors: dimensioned tensors outrank 0-dim ones.
+static amp_dtype binary_result_type(const amp_tensor_t *a, const amp_tensor_t *b) {
+    if (a->ndim == 0 && b->ndim > 0) return b->dtype;
+    if (b->ndim == 0 && a->ndim > 0) return a->dtype;
+    return amp_promote_types(a->dtype, b->dtype);
+}
+
+// a op b broadcast, computed into a new tensor of dtype dt (not recorded).
+static amp_tensor_t *compute_binary(amp_ctx_t *ctx, amp_binary_op op, amp_dtype dt, amp_tensor_t *a,
+                                    amp_tensor_t *b) {
+    int ndim;
+    int64_t shape[AMP_MAX_DIMS];
+    char s1[64], s2[64];
+    AMP_ASSERT(amp_broadcast_shape(a, b, &ndim, shape), "(shapes %s and %s do not broadcast)",
+               amp_shape_str(a, s1, sizeof s1), amp_shape_str(b, s2, sizeof s2));
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, ndim, shape);
+    ctx->be->binary(ctx->bctx, op, y, amp_expand(ctx, a, ndim, shape), amp_expand(ctx, b, ndim, shape));
+    return y;
+}
+
+static void accumulate_reduced(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
+    if (t->requires_grad) amp_grad_accumulate(ctx, t, amp_sum_to(ctx, g, t->ndim, t->shape));
+}
+
+static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *a = n->in[0], *b = n->in[1];
+    amp_dtype dt = dy->dtype;
+    switch ((amp_binary_op)n->i[0]) {
+    case AMP_BINARY_ADD:
+        accumulate_reduced(ctx, a, dy);
+        accumulate_reduced(ctx, b, dy);
+        break;
+    case AMP_BINARY_SUB:
+        accumulate_reduced(ctx, a, dy);
+        if (b->requires_grad) {
+            amp_tensor_t *neg = amp_scratch_new(ctx, dt, dy->ndim, dy->shape);
+            ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, neg, amp_dense(ctx, dy));
+            accumulate_reduced(ctx, b, neg);
+        }
+        break;
+    case AMP_BINARY_MUL:
+        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, b));
+        if (b->requires_grad) accumulate_reduced(ctx, b, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a));
+        break;
+    case AMP_BINARY_DIV:
+        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_DIV, dt, dy, b));
+        if (b->requires_grad) { // -dy * a / (b * b)
+            amp_tensor_t *t = compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a);
+            amp_tensor_t *bb = compute_binary(ctx, AMP_BINARY_MUL, dt, b, b);
+            t = compute_binary(ctx, AMP_BINARY_DIV, dt, t, bb);
+            ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, t, t);
+            accumulate_reduced(ctx, b, t);
+        }
+        break;
+    }
+}
+
+static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, amp_tensor_t *a,
+                            amp_tensor_t *b) {
+    AMP_ASSERT(amp_dtype_is_float(a->dtype) && amp_dtype_is_float(b->dtype),
+               "(%s needs floating tensors, got %s and %s)", op, amp_dtype_name(a->dtype),
+               amp_dtype_name(b->dtype));
+    amp_tensor_t *in[2] = {a, b};
+    amp_autocast_apply(ctx, op, in, 2); // native: no casts
+    amp_tensor_t *y = compute_binary(ctx, kind, binary_result_type(a, b), a, b);
+    amp_node *n = amp_node_record(ctx, op, binary_backward, y, in, 2);
+    if (n) n->i[0] = kind;
+    amp_instr_op(ctx, op, AMP_POLICY_NATIVE, y, in, 2);
+    return y;
+}
+
+amp_tensor_t *amp_add(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "add", AMP_BINARY_ADD, a, b); }
+amp_tensor_t *amp_sub(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "sub", AMP_BINARY_SUB, a, b); }
+amp_tensor_t *amp_mul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "mul", AMP_BINARY_MUL, a, b); }
+amp_tensor_t *amp_div(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "div", AMP_BINARY_DIV, a, b); }
+
+// ---------------------------------------------------------------------------------------------
+// sum / mean over all elements
+
+static void reduce_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    amp_tensor_t *flat = amp_view_new(ctx, dy, 0, NULL, NULL, dy->offset);
+    ctx->be->copy(ctx->bctx, dx, amp_expand(ctx, flat, x->ndim, x->shape));
+    if (n->f[0] != 1.0f) ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, n->f[0], dx, dx);
+    amp_grad_accumulate(ctx, x, dx);
+}
+
+static amp_tensor_t *reduce_all(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, bool mean) {
+    AMP_ASSERT(amp_dtype_is_float(x->dtype), "(%s needs a floating tensor)", op);
+    amp_tensor_t *in[1] = {x};
+    amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
+    int64_t ones[AMP_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) ones[i] = 1;
+    int64_t numel = amp_tensor_numel(x);
+    float alpha = mean ? (numel ? 1.0f / (float)numel : NAN) : 1.0f;
+    amp_tensor_t *r = amp_scratch_new(ctx, dt, x->ndim, ones);
+    ctx->be->reduce_sum(ctx->bctx, r, amp_dense(ctx, x), alpha);
+    amp_tensor_t *y = amp_view_new(ctx, r, 0, NULL, NULL, r->offset);
+    amp_node *n = amp_node_record(ctx, op, reduce_backward, y, &x, 1);
+    if (n) n->f[0] = alpha;
+    amp_instr_op(ctx, op, amp_autocast_policy(op), y, &x, 1);
+    return y;
+}
+
+amp_tensor_t *amp_sum(amp_ctx_t *ctx, amp_tensor_t *x) { return reduce_all(ctx, "sum", x, false); }
+amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x) { return reduce_all(ctx, "mean", x, true); }
+
+// ---------------------------------------------------------------------------------------------
+// masked_fill and dropout
+
+static void masked_fill_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0], *mask = n->saved[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    ctx->be->masked_fill(ctx->bctx, dx, amp_dense(ctx, dy), mask, 0.0f);
+    amp_grad_accumulate(ctx, x, dx);
+}
+
+amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mask, float value) {
+    AMP_ASSERT(mask->dtype == AMP_DTYPE_I32, "(masked_fill mask must be i32, got %s)",
+               amp_dtype_name(mask->dtype));
+    amp_tensor_t *in[1] = {x};
+    amp_dtype dt = amp_autocast_apply(ctx, "masked_fill", in, 1);
+    amp_tensor_t *m = amp_expand(ctx, mask, x->ndim, x->shape);
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    ctx->be->masked_fill(ctx->bctx, y, amp_dense(ctx, x), m, value);
+    amp_node *n = amp_node_record(ctx, "masked_fill", masked_fill_backward, y, &x, 1);
+    if (n) n->saved[0] = m;
+    amp_instr_op(ctx, "masked_fill", AMP_POLICY_NATIVE, y, &x, 1);
+    return y;
+}
+
+static void dropout_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *x = n->in[0];
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, dx, amp_dense(ctx, dy), n->saved[0]);
+    amp_grad_accumulate(ctx, x, dx);
+}
+
+amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool training) {
+    AMP_ASSERT(p >= 0.0f && p <= 1.0f, "(dropout probability %g)", (double)p);
+    if (!training || p == 0.0f) return x;
+    amp_tensor_t *mask = amp_scratch_new(ctx, AMP_DTYPE_F32, x->ndim, x->shape); // 0 or 1/(1-p)
+    ctx->be->dropout_mask(ctx->bctx, mask, p, ctx->seed, ctx->dropout_offset);
+    ctx->dropout_offset += (uint64_t)amp_tensor_numel(x);
+    amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, y, amp_dense(ctx, x), mask);
+    amp_node *n = amp_node_record(ctx, "dropout", dropout_backward, y, &x, 1);
+    if (n) n->saved[0] = mask;
+    amp_instr_op(ctx, "dropout", AMP_POLICY_NATIVE, y, &x, 1);
+    return y;
+}

@@ -1,0 +1,94 @@
+/*
+ * status.c — status names and messages (from AMP_STATUS_MAP), the thread's last-error message,
+ * the abort path for broken invariants, and allocation helpers that abort on failure.
+ */
+#include "amp-impl.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+static _Thread_local char last_error[1024];
+static amp_abort_hook abort_hook;
+
+const char *amp_status_name(amp_status s) {
+    switch (s) {
+#define AMP_STATUS_CASE(name, msg)                                                                 \
+    case AMP_##name:                                                                               \
+        return #name;
+        AMP_STATUS_MAP(AMP_STATUS_CASE)
+#undef AMP_STATUS_CASE
+    }
+    return "UNKNOWN";
+}
+
+const char *amp_status_str(amp_status s) {
+    switch (s) {
+#define AMP_STATUS_CASE(name, msg)                                                                 \
+    case AMP_##name:                                                                               \
+        return msg;
+        AMP_STATUS_MAP(AMP_STATUS_CASE)
+#undef AMP_STATUS_CASE
+    }
+    return "unknown status";
+}
+
+const char *amp_last_error(void) { return last_error; }
+
+amp_status amp_set_error(amp_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+amp_abort_hook amp_set_abort_hook(amp_abort_hook hook) {
+    amp_abort_hook old = abort_hook;
+    abort_hook = hook;
+    return old;
+}
+
+void amp_abort(const char *file, int line, const char *fmt, ...) {
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg, "libampcore %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (abort_hook) abort_hook(msg);
+    fprintf(stderr, "%s\n", msg);
+    fflush(stderr);
+    abort();
+}
+
+void amp_abort_assert(const char *file, int line, const char *cond, const char *fmt, ...) {
+    char detail[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    amp_abort(file, line, "assertion failed: %s%s", cond, detail);
+}
+
+void *amp_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) amp_abort(__FILE__, __LINE__, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *amp_xcalloc(size_t n, size_t m) {
+    void *p = calloc(n ? n : 1, m ? m : 1);
+    if (!p) amp_abort(__FILE__, __LINE__, "out of memory allocating %zu x %zu bytes", n, m);
+    return p;
+}
+
+void *amp_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) amp_abort(__FILE__, __LINE__, "out of memory reallocating %zu bytes", n);
+    return q;
+}
+
+char *amp_xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    return memcpy(amp_xmalloc(n), s, n);
+}

@@ -1,0 +1,357 @@
+/*
+ * tensor.c — the context and its tensors: creation, storage, host copies, views and their
+ * gradients. Persistent tensors live until amp_tensor_free(); op outputs (scratch) until
+ * amp_ctx_reset(). Storage is refcounted so views can outlive nothing but share freely.
+ */
+#include "amp-impl.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Context
+
+amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
+    *out = NULL;
+    const amp_backend_i *be = NULL;
+    void *bctx = NULL;
+    switch (dev) {
+    case AMP_DEVICE_CPU:
+        be = amp_cpu_backend();
+        bctx = amp_cpu_backend_init();
+        break;
+    case AMP_DEVICE_CUDA:
+        return amp_set_error(AMP_ERR_NO_DEVICE,
+                             "--device cuda: this build of libampcore has no CUDA backend");
+    default:
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
+    }
+    amp_ctx_t *ctx = amp_xcalloc(1, sizeof *ctx);
+    ctx->device = dev;
+    ctx->be = be;
+    ctx->bctx = bctx;
+    ctx->seed = seed;
+    ctx->rng = seed ^ 0x5DEECE66Dull;
+    ctx->grad_enabled = true;
+    ctx->ac.dtype = AMP_DTYPE_F16;
+    ctx->ac.cache_enabled = true;
+    *out = ctx;
+    return AMP_OK;
+}
+
+bool amp_device_parse(const char *s, amp_device *out) {
+    if (strcmp(s, "cpu") == 0) *out = AMP_DEVICE_CPU;
+    else if (strcmp(s, "cuda") == 0) *out = AMP_DEVICE_CUDA;
+    else return false;
+    return true;
+}
+
+amp_device amp_ctx_device(const amp_ctx_t *ctx) { return ctx->device; }
+
+static void buffer_release(amp_ctx_t *ctx, amp_buffer *b) {
+    if (!b || --b->refcount > 0) return;
+    ctx->be->free(ctx->bctx, b->data);
+    free(b);
+}
+
+// Frees t's own resources (not its list entry).
+static void tensor_destroy(amp_tensor_t *t) {
+    if (t->grad && t->persistent) tensor_destroy(t->grad);
+    buffer_release(t->ctx, t->buf);
+    free(t->name);
+    free(t);
+}
+
+void amp_ctx_reset(amp_ctx_t *ctx) {
+    for (size_t i = 0; i < ctx->n_scratch; i++) tensor_destroy(ctx->scratch[i]);
+    ctx->n_scratch = 0;
+    for (size_t i = 0; i < ctx->n_tape; i++) free(ctx->tape[i]);
+    ctx->n_tape = 0;
+    ctx->n_cast_cache = 0;
+}
+
+void amp_ctx_free(amp_ctx_t *ctx) {
+    if (!ctx) return;
+    amp_ctx_reset(ctx);
+    for (size_t i = 0; i < ctx->n_persist; i++) tensor_destroy(ctx->persist[i]);
+    for (int32_t i = 0; i < ctx->n_layers; i++) free(ctx->layer_names[i]);
+    free(ctx->layer_names);
+    free(ctx->layer_parent);
+    if (ctx->be->release) ctx->be->release(ctx->bctx);
+    free(ctx->persist);
+    free(ctx->scratch);
+    free(ctx->tape);
+    free(ctx->cast_cache);
+    free(ctx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creation
+
+void amp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i];
+    }
+}
+
+static int64_t shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+// A tensor struct with fresh zeroed storage, in no list.
+static amp_tensor_t *tensor_alloc(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
+    AMP_ASSERT(ndim >= 0 && ndim <= AMP_MAX_DIMS, "(ndim %d)", ndim);
+    AMP_ASSERT((unsigned)dt < AMP_DTYPE_COUNT);
+    amp_tensor_t *t = amp_xcalloc(1, sizeof *t);
+    t->ctx = ctx;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        AMP_ASSERT(shape[i] >= 0, "(dim %d is %lld)", i, (long long)shape[i]);
+        t->shape[i] = shape[i];
+    }
+    amp_contiguous_strides(ndim, t->shape, t->stride);
+    t->layer = -1;
+    t->param_index = -1;
+    size_t nbytes = (size_t)shape_numel(ndim, shape) * amp_dtype_size(dt);
+    t->buf = amp_xcalloc(1, sizeof *t->buf);
+    t->buf->refcount = 1;
+    t->buf->nbytes = nbytes;
+    t->buf->data = ctx->be->alloc(ctx->bctx, nbytes ? nbytes : 1);
+    if (!t->buf->data)
+        amp_abort(__FILE__, __LINE__, "%s backend: out of memory allocating %zu bytes", ctx->be->name,
+                  nbytes);
+    return t;
+}
+
+static void list_push(amp_tensor_t ***list, size_t *n, size_t *cap, amp_tensor_t *t) {
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 256;
+        *list = amp_xrealloc(*list, *cap * sizeof **list);
+    }
+    (*list)[(*n)++] = t;
+}
+
+amp_tensor_t *amp_scratch_new(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
+    amp_tensor_t *t = tensor_alloc(ctx, dt, ndim, shape);
+    list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
+    return t;
+}
+
+amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
+                           const int64_t *stride, int64_t offset) {
+    amp_tensor_t *t = amp_xcalloc(1, sizeof *t);
+    t->ctx = ctx;
+    t->dtype = x->dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->stride[i] = stride[i];
+    }
+    t->offset = offset;
+    t->buf = x->buf;
+    t->buf->refcount++;
+    t->is_view = true;
+    t->layer = -1;
+    t->param_index = -1;
+    list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
+    return t;
+}
+
+amp_tensor_t *amp_tensor_new(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape) {
+    amp_tensor_t *x = tensor_alloc(ctx, t, ndim, shape);
+    x->persistent = true;
+    list_push(&ctx->persist, &ctx->n_persist, &ctx->cap_persist, x);
+    return x;
+}
+
+amp_tensor_t *amp_tensor_from(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape,
+                              const void *host) {
+    amp_tensor_t *x = amp_tensor_new(ctx, t, ndim, shape);
+    amp_tensor_write(x, host);
+    return x;
+}
+
+amp_tensor_t *amp_tensor_from_f32(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape,
+                                  const float *host) {
+    amp_tensor_t *x = amp_tensor_new(ctx, t, ndim, shape);
+    amp_tensor_write_f32(x, host);
+    return x;
+}
+
+void amp_tensor_free(amp_tensor_t *t) {
+    if (!t || !t->persistent) return;
+    amp_ctx_t *ctx = t->ctx;
+    for (size_t i = 0; i < ctx->n_persist; i++) {
+        if (ctx->persist[i] == t) {
+            ctx->persist[i] = ctx->persist[--ctx->n_persist];
+            break;
+        }
+    }
+    tensor_destroy(t);
+}
+
+// xorshift64* on the context's host RNG.
+static uint64_t rng_next(amp_ctx_t *ctx) {
+    uint64_t x = ctx->rng ? ctx->rng : 0x9E3779B97F4A7C15ull;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    ctx->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static double rng_uniform(amp_ctx_t *ctx) { // (0, 1)
+    return ((double)(rng_next(ctx) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+void amp_tensor_randn(amp_tensor_t *t, float std) {
+    int64_t n = amp_tensor_numel(t);
+    float *v = amp_xmalloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i += 2) { // Box-Muller, two values per draw
+        double r = sqrt(-2.0 * log(rng_uniform(t->ctx))), a = 2.0 * M_PI * rng_uniform(t->ctx);
+        v[i] = (float)(r * cos(a)) * std;
+        if (i + 1 < n) v[i + 1] = (float)(r * sin(a)) * std;
+    }
+    amp_tensor_write_f32(t, v);
+    free(v);
+}
+
+void amp_tensor_uniform(amp_tensor_t *t, float bound) {
+    int64_t n = amp_tensor_numel(t);
+    float *v = amp_xmalloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)((2.0 * rng_uniform(t->ctx) - 1.0) * bound);
+    amp_tensor_write_f32(t, v);
+    free(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries and host copies
+
+amp_dtype amp_tensor_dtype(const amp_tensor_t *t) { return t->dtype; }
+int amp_tensor_ndim(const amp_tensor_t *t) { return t->ndim; }
+int64_t amp_tensor_numel(const amp_tensor_t *t) { return shape_numel(t->ndim, t->shape); }
+
+int64_t amp_tensor_dim(const amp_tensor_t *t, int i) {
+    if (i < 0) i += t->ndim;
+    AMP_ASSERT(i >= 0 && i < t->ndim, "(dim %d of a %d-dim tensor)", i, t->ndim);
+    return t->shape[i];
+}
+
+bool amp_tensor_is_contiguous(const amp_tensor_t *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "(");
+    for (int i = 0; i < t->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, t->ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+// A contiguous tensor with t's contents in dtype dt (t itself when already so).
+static amp_tensor_t *contiguous_as(const amp_tensor_t *t, amp_dtype dt) {
+    if (t->dtype == dt && amp_tensor_is_contiguous(t)) return (amp_tensor_t *)t;
+    amp_tensor_t *c = tensor_alloc(t->ctx, dt, t->ndim, t->shape);
+    t->ctx->be->copy(t->ctx->bctx, c, t);
+    return c;
+}
+
+static void release_temp(const amp_tensor_t *t, amp_tensor_t *c) {
+    if (c != t) tensor_destroy(c);
+}
+
+void amp_tensor_read(const amp_tensor_t *t, void *out) {
+    amp_tensor_t *c = contiguous_as(t, t->dtype);
+    c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c),
+                         (size_t)amp_tensor_numel(c) * amp_dtype_size(c->dtype));
+    release_temp(t, c);
+}
+
+void amp_tensor_write(amp_tensor_t *t, const void *in) {
+    AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write needs a contiguous tensor)");
+    t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(t), in,
+                       (size_t)amp_tensor_numel(t) * amp_dtype_size(t->dtype));
+}
+
+void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
+    amp_tensor_t *c = contiguous_as(t, AMP_DTYPE_F32);
+    c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c), (size_t)amp_tensor_numel(c) * 4);
+    release_temp(t, c);
+}
+
+void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
+    AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write_f32 needs a contiguous tensor)");
+    amp_tensor_t *tmp = tensor_alloc(t->ctx, AMP_DTYPE_F32, t->ndim, t->shape);
+    t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(tmp), in, (size_t)amp_tensor_numel(t) * 4);
+    t->ctx->be->copy(t->ctx->bctx, t, tmp);
+    tensor_destroy(tmp);
+}
+
+float amp_tensor_item(const amp_tensor_t *t) {
+    AMP_ASSERT(amp_tensor_numel(t) == 1, "(item() of a tensor with %lld elements)",
+               (long long)amp_tensor_numel(t));
+    float v;
+    amp_tensor_read_f32(t, &v);
+    return v;
+}
+
+void amp_tensor_set_name(amp_tensor_t *t, const char *name) {
+    free(t->name);
+    t->name = name ? amp_xstrdup(name) : NULL;
+}
+
+const char *amp_tensor_name(const amp_tensor_t *t) { return t->name ? t->name : ""; }
+
+void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad) {
+    AMP_ASSERT(!requires_grad || amp_dtype_is_float(t->dtype),
+               "(only floating tensors can require grad)");
+    t->requires_grad = requires_grad;
+}
+
+bool amp_tensor_requires_grad(const amp_tensor_t *t) { return t->requires_grad; }
+amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t) { return t->grad; }
+
+void amp_tensor_zero_grad(amp_tensor_t *t) {
+    if (t->grad && t->persistent) tensor_destroy(t->grad);
+    t->grad = NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradient accumulation
+
+void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
+    if (!t->requires_grad) return;
+    char s1[64], s2[64];
+    AMP_ASSERT(amp_same_shape(t, g), "(gradient %s for a tensor of shape %s)",
+               amp_shape_str(g, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));
+    if (!t->grad) {
+        amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
+        ctx->be->copy(ctx->bctx, c, g);
+        c->persistent = t->persistent; // a persistent tensor owns its gradient
+        if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
+        t->grad = c;
+        return;
+    }
+    amp_tensor_t *gc = contiguous_as(g, t->dtype);
+    ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, t->grad, t->grad, gc);
+    release_temp(g, gc);
+}

@@ -1,0 +1,43 @@
+/*
+ * main.c — the ampprobe command line: dispatches to the subcommands (commands.h).
+ */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"conform", amp_cmd_conform, "check this build's AMP semantics against PyTorch reference files"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ampprobe <command> [options]\n\n"
+               "ampprobe finds out why mixed-precision (fp16/bf16) training goes wrong or is slow.\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'ampprobe <command> --help' describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("ampprobe 0.1.0\n");
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "ampprobe: unknown command '%s' (see 'ampprobe --help')\n", argv[1]);
+    return 2;
+}
