@@ -111,6 +111,10 @@ bool amp_device_parse(const char *s, amp_device *out); // "cpu", "cuda"
 // Frees every scratch tensor (op outputs) and the autograd tape; persistent tensors and their
 // gradients stay. Call once per training step, after the optimizer step.
 void amp_ctx_reset(amp_ctx_t *ctx);
+// Ends the current training step (steps count from 0) with its loss value, for the
+// instrumentation's step records (time, loss). Call once per optimizer step.
+void amp_ctx_step_end(amp_ctx_t *ctx, float loss);
+int64_t amp_ctx_step_index(const amp_ctx_t *ctx);
 
 // ---------------------------------------------------------------------------------------------
 // Tensors
@@ -256,6 +260,22 @@ int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor
 amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x);
 // x.to(dtype); differentiable (the gradient is cast back).
 amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);
+
+// ---------------------------------------------------------------------------------------------
+// Numerics of one tensor, in one pass (what the instrumentation records per layer)
+
+typedef struct amp_stats {
+    int64_t numel;
+    float min, max, amax;              // over the finite values; NaN when none is finite
+    int64_t n_nan, n_posinf, n_neginf;
+    int64_t n_overflow;  // finite values that round to inf in the target dtype
+    int64_t n_underflow; // non-zero values that round to zero or a subnormal in the target dtype
+    int64_t n_zero;
+} amp_stats;
+
+// Statistics of t relative to target (AMP_DTYPE_F16 or AMP_DTYPE_BF16; f32 counts nothing as
+// overflow or underflow).
+void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out);
 
 // ---------------------------------------------------------------------------------------------
 // Autograd

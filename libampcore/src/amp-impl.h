@@ -68,7 +68,7 @@ struct amp_tensor {
     struct amp_node *node;        // the op that produced it; NULL for leaves
     int32_t layer;                // layer id of the producing op (-1: none)
     char *name;
-    int32_t param_index;          // position in the context's parameter registry (-1: none)
+    int8_t inf_fill;              // -1/+1: holds -inf/+inf on purpose (an attention mask)
 };
 
 // Pointer to the first element of t (offset applied).
@@ -227,6 +227,9 @@ typedef struct amp_backend_i {
     void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
                        int n);
+    // Statistics of x relative to target in fused device reductions (optional: without it the
+    // frontend downloads x and computes them on the host).
+    void (*stats)(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *out);
     void (*synchronize)(void *bctx); // optional
     void (*release)(void *bctx);     // frees the backend context
 } amp_backend_i;
@@ -285,6 +288,8 @@ struct amp_ctx {
     amp_cast_cache_entry *cast_cache;
     size_t n_cast_cache, cap_cast_cache;
 
+    int64_t step;            // training steps ended (amp_ctx_step_end)
+    amp_dtype run_dtype;     // dtype of the last enabled autocast region (f16 before any)
     struct amp_instr *instr; // NULL when instrumentation is off
 };
 
@@ -331,6 +336,16 @@ amp_tensor_t *amp_sum_to(amp_ctx_t *ctx, amp_tensor_t *g, int ndim, const int64_
 // Instrumentation (instrument.c). Ops call amp_instr_op() once their output is computed; it
 // costs one predictable branch when instrumentation is off.
 // (amp_instr_op() is defined after struct amp_ctx above.)
+void amp_instr_init(amp_ctx_t *ctx); // turns instrumentation on when the process records
+void amp_instr_free(amp_ctx_t *ctx);
+// Backward: before node n runs with the gradient dy of its output; for each gradient g
+// accumulated into t; once the tape is done.
+void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
+void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
+void amp_instr_backward_end(amp_ctx_t *ctx);
+// Every GradScaler update (from scaler.c).
+void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
+                     bool skipped);
 
 // ---------------------------------------------------------------------------------------------
 // Counter-based RNG shared by backends (splitmix64 of seed and counter).

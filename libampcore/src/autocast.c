@@ -170,6 +170,7 @@ void amp_autocast_begin(amp_ctx_t *ctx, bool enabled, amp_dtype dtype, bool cach
     ctx->ac.enabled = enabled;
     ctx->ac.dtype = dtype;
     ctx->ac.cache_enabled = cache_enabled;
+    if (enabled) ctx->run_dtype = dtype;
 }
 
 void amp_autocast_end(amp_ctx_t *ctx) {
@@ -193,8 +194,9 @@ static amp_tensor_t *cached_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
     bool cacheable = ctx->ac.cache_enabled && t == ctx->ac.dtype && x->dtype == AMP_DTYPE_F32 &&
                      x->requires_grad && !x->node && !x->is_view;
     if (!cacheable) return amp_cast(ctx, x, t);
-    for (size_t i = 0; i < ctx->n_cast_cache; i++)
-        if (ctx->cast_cache[i].src == x) return ctx->cast_cache[i].cast;
+    for (size_t i = 0; i < ctx->n_cast_cache; i++) // keyed by dtype too: a bf16 region nested in
+        if (ctx->cast_cache[i].src == x && ctx->cast_cache[i].cast->dtype == t) // an f16 one
+            return ctx->cast_cache[i].cast;
     bool grad = amp_set_grad_enabled(ctx, true);
     amp_tensor_t *c = amp_cast(ctx, x, t);
     amp_set_grad_enabled(ctx, grad);

@@ -59,9 +59,11 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
         if (!dy) continue;
         ctx->layer_stack[0] = n->layer;
         ctx->layer_depth = n->layer >= 0 ? 1 : 0;
+        if (ctx->instr) amp_instr_backward_node(ctx, n, dy);
         n->backward(ctx, n, dy);
         n->out->grad = NULL; // consumed; a later backward must not propagate it again
     }
+    if (ctx->instr) amp_instr_backward_end(ctx);
     ctx->layer_stack[0] = top;
     ctx->layer_depth = depth;
     ctx->in_backward = false;

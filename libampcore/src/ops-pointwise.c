@@ -197,6 +197,7 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
     amp_tensor_t *m = amp_expand(ctx, mask, x->ndim, x->shape);
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
     ctx->be->masked_fill(ctx->bctx, y, amp_dense(ctx, x), m, value);
+    y->inf_fill = isinf(value) ? (value < 0 ? -1 : 1) : x->inf_fill;
     amp_node *n = amp_node_record(ctx, "masked_fill", masked_fill_backward, y, &x, 1);
     if (n) n->saved[0] = m;
     amp_instr_op(ctx, "masked_fill", AMP_POLICY_NATIVE, y, &x, 1);

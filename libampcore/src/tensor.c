@@ -36,6 +36,8 @@ amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
     ctx->grad_enabled = true;
     ctx->ac.dtype = AMP_DTYPE_F16;
     ctx->ac.cache_enabled = true;
+    ctx->run_dtype = AMP_DTYPE_F16;
+    amp_instr_init(ctx);
     *out = ctx;
     return AMP_OK;
 }
@@ -74,6 +76,7 @@ void amp_ctx_reset(amp_ctx_t *ctx) {
 void amp_ctx_free(amp_ctx_t *ctx) {
     if (!ctx) return;
     amp_ctx_reset(ctx);
+    amp_instr_free(ctx);
     for (size_t i = 0; i < ctx->n_persist; i++) tensor_destroy(ctx->persist[i]);
     for (int32_t i = 0; i < ctx->n_layers; i++) free(ctx->layer_names[i]);
     free(ctx->layer_names);
@@ -117,7 +120,6 @@ static amp_tensor_t *tensor_alloc(amp_ctx_t *ctx, amp_dtype dt, int ndim, const 
     }
     amp_contiguous_strides(ndim, t->shape, t->stride);
     t->layer = -1;
-    t->param_index = -1;
     size_t nbytes = (size_t)shape_numel(ndim, shape) * amp_dtype_size(dt);
     t->buf = amp_xcalloc(1, sizeof *t->buf);
     t->buf->refcount = 1;
@@ -157,8 +159,8 @@ amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int6
     t->buf = x->buf;
     t->buf->refcount++;
     t->is_view = true;
+    t->inf_fill = x->inf_fill;
     t->layer = -1;
-    t->param_index = -1;
     list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
     return t;
 }
@@ -340,6 +342,7 @@ void amp_tensor_zero_grad(amp_tensor_t *t) {
 
 void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     if (!t->requires_grad) return;
+    if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t, g);
     char s1[64], s2[64];
     AMP_ASSERT(amp_same_shape(t, g), "(gradient %s for a tensor of shape %s)",
                amp_shape_str(g, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));

@@ -1,0 +1,100 @@
+/*
+ * amp-store.h — the run database: the collector that writes it and the checked read-only open
+ * that every reader (report, tui, tests) goes through.
+ *
+ * The collector is the single SQLite writer of a run. It tails every spool file that appears
+ * in the spool directory (one per recording process, amp-record.h), decodes the records and
+ * inserts them with prepared statements, one transaction per poll (WAL, synchronous=NORMAL),
+ * so rows are visible to readers about 200 ms after they reach the spool. When the run ends it
+ * ingests what is left, builds the indexes, writes the end time and exit status into META and
+ * removes the spool directory. `ampprobe run` drives it from its main loop; a process with
+ * AMPPROBE_OUT=file drives it from a thread of its own.
+ *
+ *     amp_collector_t *c;
+ *     if (amp_collector_new("run.sqlite", spool_dir, &c) != AMP_OK) fail(amp_last_error());
+ *     amp_collector_set_meta(c, "command", "python train.py");
+ *     while (program_runs()) { amp_collector_poll(c); sleep_ms(200); }
+ *     amp_collector_finish(c, exit_status);
+ *     amp_collector_free(c);
+ *
+ * Readers:
+ *
+ *     sqlite3 *db;
+ *     char err[AMP_STORE_ERR_MAX];
+ *     if (amp_store_open_readonly(path, &db, err) != AMP_OK) { fprintf(stderr, "%s\n", err); ... }
+ *
+ * The tables are documented column by column in probe/SCHEMA.md.
+ */
+#ifndef AMP_STORE_H
+#define AMP_STORE_H
+
+#include "amp.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sqlite3 sqlite3;
+
+// Schema version, stored in META as schema_version = "MAJOR.MINOR". A minor version only adds
+// tables or columns; readers refuse a database of a newer major version.
+#define AMP_SCHEMA_MAJOR 1
+#define AMP_SCHEMA_MINOR 0
+
+#define AMP_STORE_ERR_MAX 512
+
+// Opens an ampprobe database read-only (also while its run is still being written). On failure
+// *db is NULL and errbuf holds one line naming the file: it does not exist, is not an ampprobe
+// database, is truncated or corrupt, or was written by a newer schema. Returns AMP_ERR_IO,
+// AMP_ERR_CORRUPT or AMP_ERR_UNSUPPORTED (newer major version) then. Close with sqlite3_close.
+amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]);
+
+// ---------------------------------------------------------------------------------------------
+// The collector
+
+typedef struct amp_collector amp_collector_t;
+
+typedef struct amp_collector_stats {
+    int64_t records;      // records ingested
+    int64_t rows;         // rows inserted or updated
+    int64_t steps;        // step records
+    int64_t last_step;    // -1 before the first step record
+    double last_step_ms;  // duration of that step; NaN before
+    double last_loss;     // NaN before (or when the loss was NaN)
+    double scale;         // latest scale_after; NaN before the first scale record
+    int64_t skipped;      // skipped optimizer steps
+    int64_t events;       // event records (before aggregation)
+    int files;            // spool files seen
+    int live_writers;     // spool files whose writer is still running
+    int warnings;         // truncated or corrupt spool files, unreadable headers
+} amp_collector_stats;
+
+// Creates the database db_path and writes the run's first META rows (schema version, clock,
+// start time, host). db_path must not exist, or be an empty file the caller created to claim
+// the name. spool_dir must exist; NULL creates a fresh one next to the database (removed by
+// finish, or by free when it is still empty). AMP_ERR_IO (naming the path) on failure.
+amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out);
+// The spool directory: what producers get as AMPPROBE_SPOOL_DIR.
+const char *amp_collector_spool_dir(const amp_collector_t *c);
+// Sets a run-wide META row (pid 0): the command line, options, ...
+amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const char *value);
+// Ingests every record that reached the spool files since the last call, in one transaction (or
+// one per ~200 ms when far behind). Truncated or corrupt spool files are warned about on stderr
+// once and skipped from the bad spot on; they never fail the poll. AMP_ERR_IO if the database
+// cannot be written.
+amp_status amp_collector_poll(amp_collector_t *c);
+void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out);
+// Ingests the rest, builds the indexes, writes the end time and exit_status (shell convention,
+// 128+signal; < 0: unknown) into META, checkpoints the WAL and removes the spool files and
+// directory. Writers still running at this point lose their later records (a warning says so).
+amp_status amp_collector_finish(amp_collector_t *c, int exit_status);
+// Closes the database (not finished when finish was not called). NULL is a no-op.
+void amp_collector_free(amp_collector_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // AMP_STORE_H

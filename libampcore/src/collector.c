@@ -1,0 +1,535 @@
+/*
+ * collector.c — tails the spool files of a run and writes their records into the database.
+ *
+ * Each poll lists the spool directory (processes start at any time), then reads every file from
+ * where the last poll stopped up to the last complete record, decoding and inserting inside one
+ * transaction. A writer holds an flock on its spool file for as long as it lives, so a lock the
+ * collector can take means the writer is gone (exit, crash or kill -9 alike): the file is read to
+ * its end, a half-written last record is reported and skipped, and the file is deleted once its
+ * rows are committed. A record that cannot be one (bad header, malformed payload) makes the rest
+ * of that file unreadable: one warning, and the rows before it stay.
+ *
+ * Events are aggregated here so that a NaN storm cannot grow the database without bound: the
+ * first AMP_EVENTS_KEEP occurrences of each (pid, kind, layer, op, phase) become rows of their
+ * own, later ones are folded into one aggregate row per key (SCHEMA.md).
+ */
+#include "amp-store.h"
+
+#include "amp-impl.h"
+#include "record-codec.h"
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AMP_EVENTS_KEEP 10              // individual AMP_EVENTS rows per key
+#define COMMIT_EVERY_NS 200000000       // a long poll commits this often, so readers keep up
+#define READ_CHUNK (4u << 20)           // bytes read at once; more than a record's maximum
+
+_Static_assert(READ_CHUNK > AMP_REC_MAX_BYTES + AMP_REC_HEADER_BYTES, "a record fits a chunk");
+
+typedef struct spool_file {
+    char *name; // in the spool directory
+    int fd;     // -1 when closed
+    int32_t pid, ppid;
+    char comm[17];
+    int64_t start_ns;
+    uint64_t offset; // first byte not yet ingested
+    int64_t records;
+    int64_t proc_rowid;      // its AMP_PROCESSES row
+    bool writer_gone;        // its flock could be taken
+    bool done;               // nothing more will be read from it
+    bool warned_unknown;     // about a record type this build does not know
+} spool_file;
+
+struct amp_collector {
+    amp_store *store;
+    char *spool_dir;
+    spool_file *files;
+    int n_files, cap_files;
+    uint8_t *buf; // READ_CHUNK bytes
+    amp_strmap events;        // aggregation key -> rows so far (> 0) or -(aggregate rowid)
+    amp_strmap local_strings; // "file index:id" -> StringIds id
+    amp_collector_stats stats;
+    int64_t txn_start_ns;
+    bool in_txn;
+    bool own_spool_dir; // created by amp_collector_new
+    bool spool_dir_warned;
+    bool finished;
+};
+
+static int64_t now_ns(clockid_t clk) {
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void warn(amp_collector_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(amp_collector_t *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ampprobe: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    c->stats.warnings++;
+}
+
+static char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = amp_xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifetime and META
+
+static amp_status put_meta_i64(amp_collector_t *c, const char *key, int64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    return amp_store_meta(c->store, 0, key, buf);
+}
+
+static amp_status put_time_meta(amp_collector_t *c, const char *prefix) {
+    int64_t real = now_ns(CLOCK_REALTIME), mono = now_ns(CLOCK_MONOTONIC);
+    char key[64], iso[32];
+    time_t secs = (time_t)(real / 1000000000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(key, sizeof key, "%s_ns", prefix);
+    amp_status st = put_meta_i64(c, key, real);
+    snprintf(key, sizeof key, "%s_time", prefix);
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, key, iso);
+    snprintf(key, sizeof key, "clock_monotonic_%s_ns", prefix); // pairs for re-basing
+    if (st == AMP_OK) st = put_meta_i64(c, key, mono);
+    return st;
+}
+
+// A fresh directory next to the database: ".NAME.spool-XXXXXX" (same file system, and a user
+// who finds it after a crash sees what it belongs to).
+static amp_status make_spool_dir(const char *db_path, char **out) {
+    const char *slash = strrchr(db_path, '/');
+    int dir_len = slash ? (int)(slash - db_path) + 1 : 0;
+    size_t n = strlen(db_path) + 32;
+    char *dir = amp_xmalloc(n);
+    snprintf(dir, n, "%.*s.%s.spool-XXXXXX", dir_len, db_path, db_path + dir_len);
+    if (!mkdtemp(dir)) {
+        amp_status st = amp_set_error(AMP_ERR_IO, "cannot create the spool directory %s: %s",
+                                      dir, strerror(errno));
+        free(dir);
+        return st;
+    }
+    *out = dir;
+    return AMP_OK;
+}
+
+amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out) {
+    *out = NULL;
+    char *dir = NULL;
+    if (spool_dir) {
+        struct stat sb;
+        if (stat(spool_dir, &sb) != 0)
+            return amp_set_error(AMP_ERR_IO, "%s: %s", spool_dir, strerror(errno));
+        if (!S_ISDIR(sb.st_mode))
+            return amp_set_error(AMP_ERR_IO, "%s: not a directory", spool_dir);
+        dir = amp_xstrdup(spool_dir);
+    } else {
+        amp_status st = make_spool_dir(db_path, &dir);
+        if (st != AMP_OK) return st;
+    }
+    amp_collector_t *c = amp_xcalloc(1, sizeof *c);
+    c->spool_dir = dir;
+    c->own_spool_dir = !spool_dir;
+    c->buf = amp_xmalloc(READ_CHUNK);
+    c->stats.last_step = -1;
+    c->stats.last_step_ms = c->stats.last_loss = c->stats.scale = NAN;
+    amp_status st = amp_store_create(db_path, &c->store);
+    if (st != AMP_OK) {
+        amp_collector_free(c);
+        return st;
+    }
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char version[16];
+    snprintf(version, sizeof version, "%d.%d", AMP_SCHEMA_MAJOR, AMP_SCHEMA_MINOR);
+    st = amp_store_begin(c->store);
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "schema_version", version);
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "clock", "CLOCK_REALTIME");
+    if (st == AMP_OK) st = put_time_meta(c, "start");
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "host", host);
+    if (st == AMP_OK) st = put_meta_i64(c, "collector_pid", getpid());
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "status", "running");
+    if (st == AMP_OK) st = amp_store_commit(c->store);
+    if (st != AMP_OK) {
+        amp_collector_free(c);
+        return st;
+    }
+    *out = c;
+    return AMP_OK;
+}
+
+amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const char *value) {
+    amp_status st = amp_store_meta(c->store, 0, key, value);
+    if (st == AMP_OK) c->stats.rows++;
+    return st;
+}
+
+void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out) {
+    *out = c->stats;
+}
+
+const char *amp_collector_spool_dir(const amp_collector_t *c) { return c->spool_dir; }
+
+void amp_collector_free(amp_collector_t *c) {
+    if (!c) return;
+    if (c->in_txn) amp_store_commit(c->store);
+    for (int i = 0; i < c->n_files; i++) {
+        if (c->files[i].fd >= 0) close(c->files[i].fd);
+        free(c->files[i].name);
+    }
+    free(c->files);
+    amp_strmap_free(&c->events);
+    amp_strmap_free(&c->local_strings);
+    amp_store_close(c->store);
+    if (c->own_spool_dir && !c->finished) rmdir(c->spool_dir); // only when empty: nothing lost
+    free(c->buf);
+    free(c->spool_dir);
+    free(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transactions: one per poll, cut every COMMIT_EVERY_NS while far behind
+
+static amp_status txn_begin(amp_collector_t *c) {
+    amp_status st = amp_store_begin(c->store);
+    c->in_txn = st == AMP_OK;
+    c->txn_start_ns = now_ns(CLOCK_MONOTONIC);
+    return st;
+}
+
+static amp_status txn_commit(amp_collector_t *c) {
+    c->in_txn = false;
+    return amp_store_commit(c->store);
+}
+
+static amp_status txn_maybe_cut(amp_collector_t *c) {
+    if (now_ns(CLOCK_MONOTONIC) - c->txn_start_ns < COMMIT_EVERY_NS) return AMP_OK;
+    amp_status st = txn_commit(c);
+    return st == AMP_OK ? txn_begin(c) : st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+static amp_status ingest_event(amp_collector_t *c, spool_file *f, const amp_rec_event *r) {
+    char key[600];
+    int n = snprintf(key, sizeof key, "%d\x1f%s\x1f%d\x1f%s\x1f%d", f->pid, r->kind ? r->kind : "",
+                     r->layer_id, r->op ? r->op : "", (int)r->phase);
+    size_t len = (size_t)n < sizeof key ? (size_t)n : sizeof key - 1;
+    bool found;
+    int64_t *slot = amp_strmap_get_or_put(&c->events, key, len, 0, &found);
+    c->stats.events++;
+    if (*slot < 0) return amp_store_event_fold(c->store, -*slot, r);
+    int64_t rowid;
+    bool aggregate = *slot >= AMP_EVENTS_KEEP;
+    amp_status st = amp_store_event_insert(c->store, f->pid, r, aggregate, &rowid);
+    *slot = aggregate ? -rowid : *slot + 1;
+    return st;
+}
+
+static int64_t local_string(amp_collector_t *c, const spool_file *f, uint64_t id) {
+    if (id == 0) return 0;
+    char key[48];
+    int n = snprintf(key, sizeof key, "%ld:%llu", (long)(f - c->files), (unsigned long long)id);
+    bool found;
+    int64_t *v = amp_strmap_get_or_put(&c->local_strings, key, (size_t)n, 0, &found);
+    return found ? *v : 0; // 0 (NULL) when the string record never came
+}
+
+// Inserts one decoded record and keeps the live statistics.
+static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type,
+                                const amp_rec_any *r) {
+    amp_store *s = c->store;
+    amp_collector_stats *st = &c->stats;
+    st->rows++;
+    switch ((amp_rec_type)type) {
+    case AMP_REC_META:
+        if (!r->meta.key) return AMP_OK;
+        return amp_store_meta(s, f->pid, r->meta.key, r->meta.value);
+    case AMP_REC_LAYER: return amp_store_layer(s, f->pid, &r->layer);
+    case AMP_REC_STEP:
+        st->steps++;
+        st->last_step = r->step.step;
+        st->last_step_ms = (double)(r->step.end_ns - r->step.start_ns) / 1e6;
+        st->last_loss = r->step.loss;
+        return amp_store_step(s, f->pid, &r->step);
+    case AMP_REC_SCALE:
+        st->rows++;
+        st->scale = r->scale.scale_after;
+        st->skipped += r->scale.skipped;
+        return amp_store_scale(s, f->pid, &r->scale);
+    case AMP_REC_TENSOR_STATS: return amp_store_tensor_stats(s, f->pid, &r->tensor_stats);
+    case AMP_REC_OP: return amp_store_op(s, f->pid, &r->op);
+    case AMP_REC_EVENT: return ingest_event(c, f, &r->event);
+    case AMP_REC_STRING: {
+        if (r->string.id == 0 || !r->string.value) return AMP_OK;
+        char key[48];
+        int n = snprintf(key, sizeof key, "%ld:%llu", (long)(f - c->files),
+                         (unsigned long long)r->string.id);
+        bool found;
+        *amp_strmap_get_or_put(&c->local_strings, key, (size_t)n, 0, &found) =
+            amp_store_string_id(s, r->string.value);
+        return AMP_OK;
+    }
+    case AMP_REC_KERNEL: return amp_store_kernel(s, f->pid, &r->kernel);
+    case AMP_REC_MEMCPY: return amp_store_memcpy(s, f->pid, &r->memcpy);
+    case AMP_REC_MEMSET: return amp_store_memset(s, f->pid, &r->memset);
+    case AMP_REC_RUNTIME: return amp_store_runtime(s, f->pid, &r->runtime);
+    case AMP_REC_SYNC: return amp_store_sync(s, f->pid, &r->sync);
+    case AMP_REC_NVTX:
+        return amp_store_nvtx(s, f->pid, &r->nvtx, local_string(c, f, r->nvtx.text_id),
+                              local_string(c, f, r->nvtx.domain_id));
+    case AMP_REC_GPU_INFO: return amp_store_gpu_info(s, &r->gpu_info);
+    }
+    return AMP_OK; // not reached: the caller skips types this build does not know
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spool files
+
+static const char *file_label(const spool_file *f, char *buf, size_t n) {
+    snprintf(buf, n, "spool of pid %d (%s)", f->pid, f->comm[0] ? f->comm : "?");
+    return buf;
+}
+
+static void file_close(spool_file *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+}
+
+// The writer is gone and everything readable was read: record how the file ended.
+static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
+    struct stat sb;
+    int64_t end_ns = -1;
+    if (fstat(f->fd, &sb) == 0) end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    f->done = true;
+    return amp_store_process_update(c->store, f->proc_rowid, end_ns, f->records,
+                                    (int64_t)f->offset, status);
+}
+
+// Reads what the writer appended since the last poll.
+static amp_status file_ingest(amp_collector_t *c, spool_file *f) {
+    char label[64];
+    for (;;) {
+        ssize_t n = pread(f->fd, c->buf, READ_CHUNK, (off_t)f->offset);
+        if (n < 0) {
+            warn(c, "%s: %s; skipping the rest", file_label(f, label, sizeof label),
+                 strerror(errno));
+            return file_finish(c, f, "corrupt");
+        }
+        size_t pos = 0;
+        while (pos < (size_t)n) {
+            amp_rec_header h;
+            const uint8_t *payload;
+            amp_scan sc = amp_rec_scan(c->buf + pos, (size_t)n - pos, &h, &payload);
+            if (sc == AMP_SCAN_PARTIAL) break;
+            amp_rec_any rec;
+            if (sc == AMP_SCAN_CORRUPT ||
+                (amp_rec_type_known(h.type) && !amp_rec_decode(h.type, payload, h.length, &rec))) {
+                f->offset += pos;
+                warn(c, "%s: corrupt record at byte %llu; skipping the rest of the file",
+                     file_label(f, label, sizeof label), (unsigned long long)f->offset);
+                return file_finish(c, f, "corrupt");
+            }
+            pos += AMP_REC_HEADER_BYTES + h.length;
+            if (!amp_rec_type_known(h.type)) { // from a newer writer
+                if (!f->warned_unknown)
+                    warn(c, "%s: record type %u is unknown to this build; skipped",
+                         file_label(f, label, sizeof label), (unsigned)h.type);
+                f->warned_unknown = true;
+                continue;
+            }
+            amp_status st = ingest_record(c, f, h.type, &rec);
+            if (st != AMP_OK) return st;
+            f->records++;
+            c->stats.records++;
+        }
+        f->offset += pos;
+        if ((size_t)n < READ_CHUNK) return AMP_OK; // reached the end for now
+        amp_status st = txn_maybe_cut(c);
+        if (st != AMP_OK) return st;
+    }
+}
+
+static bool known_file(const amp_collector_t *c, const char *name) {
+    for (int i = 0; i < c->n_files; i++)
+        if (strcmp(c->files[i].name, name) == 0) return true;
+    return false;
+}
+
+// Opens a spool file that appeared and checks its header.
+static amp_status file_add(amp_collector_t *c, const char *name) {
+    if (c->n_files == c->cap_files) {
+        c->cap_files = c->cap_files ? 2 * c->cap_files : 16;
+        c->files = amp_xrealloc(c->files, (size_t)c->cap_files * sizeof *c->files);
+    }
+    spool_file *f = &c->files[c->n_files++];
+    memset(f, 0, sizeof *f);
+    f->name = amp_xstrdup(name);
+    char *path = path_join(c->spool_dir, name);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    c->stats.files++;
+    amp_spool_header h;
+    if (f->fd < 0 || pread(f->fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+        warn(c, "spool file %s: %s; ignored", name, f->fd < 0 ? strerror(errno) : "no header");
+        f->done = true;
+        return AMP_OK;
+    }
+    if (amp_spool_header_check(&h) != AMP_OK) {
+        warn(c, "spool file %s: %s; ignored", name, amp_last_error());
+        f->done = true;
+        return AMP_OK;
+    }
+    f->pid = h.pid;
+    f->ppid = h.ppid;
+    f->start_ns = h.start_ns;
+    memcpy(f->comm, h.comm, sizeof h.comm);
+    f->comm[16] = 0;
+    f->offset = h.header_bytes;
+    return amp_store_process_add(c->store, f->pid, f->ppid, f->comm, f->start_ns, &f->proc_rowid);
+}
+
+static amp_status scan_dir(amp_collector_t *c) {
+    DIR *d = opendir(c->spool_dir);
+    if (!d) {
+        if (!c->spool_dir_warned)
+            warn(c, "spool directory %s: %s", c->spool_dir, strerror(errno));
+        c->spool_dir_warned = true;
+        return AMP_OK;
+    }
+    amp_status st = AMP_OK;
+    const size_t suffix = strlen(AMP_SPOOL_SUFFIX);
+    for (struct dirent *e; st == AMP_OK && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len <= suffix ||
+            strcmp(e->d_name + len - suffix, AMP_SPOOL_SUFFIX) != 0 || known_file(c, e->d_name))
+            continue;
+        st = file_add(c, e->d_name);
+    }
+    closedir(d);
+    return st;
+}
+
+// Files whose rows are committed and whose writer is gone are not needed any more.
+static void remove_done_files(amp_collector_t *c) {
+    for (int i = 0; i < c->n_files; i++) {
+        spool_file *f = &c->files[i];
+        if (!f->done || f->fd < 0) continue;
+        char *path = path_join(c->spool_dir, f->name);
+        unlink(path);
+        free(path);
+        file_close(f);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Polling and the end of the run
+
+static amp_status poll_files(amp_collector_t *c) {
+    amp_status st = txn_begin(c);
+    if (st == AMP_OK) st = scan_dir(c);
+    int live = 0;
+    char label[64];
+    for (int i = 0; i < c->n_files && st == AMP_OK; i++) {
+        spool_file *f = &c->files[i];
+        if (f->done) continue;
+        // Take the lock before reading: once it is ours, every byte the writer wrote is there.
+        if (!f->writer_gone) f->writer_gone = flock(f->fd, LOCK_EX | LOCK_NB) == 0;
+        st = file_ingest(c, f);
+        if (st != AMP_OK || f->done) continue;
+        if (!f->writer_gone) {
+            live++;
+            continue;
+        }
+        struct stat sb;
+        if (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size > f->offset) {
+            warn(c, "%s: the last record is incomplete (%llu bytes); skipped",
+                 file_label(f, label, sizeof label),
+                 (unsigned long long)((uint64_t)sb.st_size - f->offset));
+            st = file_finish(c, f, "truncated");
+        } else {
+            st = file_finish(c, f, "complete");
+        }
+    }
+    c->stats.live_writers = live;
+    if (st == AMP_OK) {
+        st = txn_commit(c);
+        if (st == AMP_OK) remove_done_files(c);
+    } else if (c->in_txn) { // keep what was written before the failure, and its message
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", amp_last_error());
+        txn_commit(c);
+        amp_set_error(st, "%s", msg);
+    }
+    return st;
+}
+
+amp_status amp_collector_poll(amp_collector_t *c) {
+    AMP_ASSERT(!c->finished, "poll after finish");
+    return poll_files(c);
+}
+
+amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
+    AMP_ASSERT(!c->finished, "finish called twice");
+    amp_status st = poll_files(c);
+    if (st != AMP_OK) return st;
+    c->finished = true;
+    st = txn_begin(c);
+    char label[64];
+    for (int i = 0; i < c->n_files && st == AMP_OK; i++) {
+        spool_file *f = &c->files[i];
+        if (f->done) continue;
+        warn(c, "%s: the process is still running; its later records are not in the database",
+             file_label(f, label, sizeof label));
+        st = file_finish(c, f, "unfinished");
+    }
+    if (st == AMP_OK) st = put_time_meta(c, "end");
+    if (st == AMP_OK && exit_status >= 0) st = put_meta_i64(c, "exit_status", exit_status);
+    if (st == AMP_OK) st = put_meta_i64(c, "records", c->stats.records);
+    if (st == AMP_OK) st = put_meta_i64(c, "warnings", c->stats.warnings);
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "status", "complete");
+    if (st == AMP_OK) st = txn_commit(c);
+    if (st == AMP_OK) st = amp_store_finish(c->store);
+    if (st != AMP_OK) return st;
+    remove_done_files(c);
+    // Spool files left (one still being written, a writer's temporary name) go with the
+    // directory: the run is over.
+    DIR *d = opendir(c->spool_dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        const char *tmp = AMP_SPOOL_SUFFIX ".tmp";
+        if (!(len > strlen(AMP_SPOOL_SUFFIX) &&
+              strcmp(e->d_name + len - strlen(AMP_SPOOL_SUFFIX), AMP_SPOOL_SUFFIX) == 0) &&
+            !(len > strlen(tmp) && strcmp(e->d_name + len - strlen(tmp), tmp) == 0))
+            continue;
+        char *path = path_join(c->spool_dir, e->d_name);
+        unlink(path);
+        free(path);
+    }
+    if (d) closedir(d);
+    if (rmdir(c->spool_dir) != 0 && errno != ENOENT)
+        warn(c, "spool directory %s not removed: %s", c->spool_dir, strerror(errno));
+    return AMP_OK;
+}

@@ -1,0 +1,112 @@
+/*
+ * cpu-optim.c — the CPU backend's GradScaler kernel and optimizer step.
+ *
+ * unscale is PyTorch's _amp_foreach_non_finite_check_and_unscale_ (AMP-SEMANTICS.md §4.1): the
+ * finiteness test is on the input value, found_inf is only ever set to 1, and inv_scale == 1 is
+ * a pure check that leaves every bit alone. optim_step follows torch.optim's single-tensor SGD,
+ * Adam and AdamW: per-element f32 arithmetic in the order of their tensor ops, with the
+ * Python-side scalars (1 - beta, bias corrections, step size) computed in double and passed to
+ * the f32 kernels as floats, as a Python float Scalar is.
+ */
+#include "cpu-impl.h"
+
+#include <math.h>
+
+void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+                     amp_tensor_t *found_inf) {
+    (void)bctx;
+    AMP_ASSERT(found_inf->dtype == AMP_DTYPE_F32 && cpu_numel(found_inf) == 1);
+    bool found = false;
+    for (int t = 0; t < n; t++) {
+        amp_tensor_t *g = grads[t];
+        CPU_ASSERT_CONTIGUOUS(g);
+        CPU_ASSERT_FLOAT(g);
+        void *gp = amp_tensor_ptr(g);
+        const int64_t count = cpu_numel(g);
+        for (int64_t i = 0; i < count; i++) {
+            const float v = cpu_load(g->dtype, gp, i);
+            if (!isfinite(v)) found = true;
+            if (inv_scale != 1.0f) cpu_store(g->dtype, gp, i, v * inv_scale);
+        }
+    }
+    if (found) *(float *)amp_tensor_ptr(found_inf) = 1.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers (f32 parameters, gradients and state)
+
+// torch.optim.SGD: weight decay into the gradient, then the momentum buffer (a copy of the
+// gradient on the first step), nesterov or not, then p -= lr * g.
+static void sgd_step(const amp_optim_params *o, int64_t step, float *p, const float *g, float *buf,
+                     int64_t n) {
+    const float damp1 = (float)(1.0 - (double)o->dampening);
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        if (o->weight_decay != 0.0f) gi = gi + o->weight_decay * p[i];
+        if (o->momentum != 0.0f) {
+            buf[i] = step == 1 ? gi : buf[i] * o->momentum + damp1 * gi;
+            gi = o->nesterov ? gi + o->momentum * buf[i] : buf[i];
+        }
+        p[i] = p[i] + -o->lr * gi;
+    }
+}
+
+// torch.optim.Adam / AdamW (amsgrad off): m.lerp_(g, 1 - beta1);
+// v.mul_(beta2).addcmul_(g, g, 1 - beta2); p.addcdiv_(m, sqrt(v) / sqrt(bc2) + eps, -lr / bc1).
+static void adam_step(const amp_optim_params *o, int64_t step, float *p, const float *g, float *m,
+                      float *v, int64_t n) {
+    const bool decoupled = o->kind == AMP_OPTIM_ADAMW;
+    const float decay = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
+    const float w1 = (float)(1.0 - (double)o->beta1); // lerp weight
+    const float w2 = (float)(1.0 - (double)o->beta2);
+    const double bc1 = 1.0 - pow((double)o->beta1, (double)step);
+    const double bc2 = 1.0 - pow((double)o->beta2, (double)step);
+    const float step_size = (float)-((double)o->lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i];
+        if (o->weight_decay != 0.0f) {
+            if (decoupled) p[i] = p[i] * decay;
+            else gi = gi + o->weight_decay * p[i];
+        }
+        // torch.lerp switches form at weight 0.5 to stay exact at weight 1.
+        m[i] = fabsf(w1) < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
+        v[i] = v[i] * o->beta2 + w2 * gi * gi;
+        const float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
+        p[i] = p[i] + step_size * (m[i] / denom);
+    }
+}
+
+void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, int64_t step,
+                        amp_tensor_t *const *params, amp_tensor_t *const *grads,
+                        amp_tensor_t *const *m, amp_tensor_t *const *v, int n) {
+    (void)bctx;
+    AMP_ASSERT(step >= 1, "(steps count from 1)");
+    const bool adam = o->kind == AMP_OPTIM_ADAM || o->kind == AMP_OPTIM_ADAMW;
+    AMP_ASSERT(adam || o->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)o->kind);
+    for (int t = 0; t < n; t++) {
+        amp_tensor_t *p = params[t];
+        const amp_tensor_t *g = grads[t];
+        const int64_t count = cpu_numel(p);
+        AMP_ASSERT(p->dtype == AMP_DTYPE_F32 && g->dtype == AMP_DTYPE_F32, "(param %d)", t);
+        AMP_ASSERT(cpu_numel(g) == count);
+        CPU_ASSERT_CONTIGUOUS(p);
+        CPU_ASSERT_CONTIGUOUS(g);
+        amp_tensor_t *mt = m ? m[t] : NULL, *vt = v ? v[t] : NULL;
+        if (adam || o->momentum != 0.0f) {
+            AMP_ASSERT(mt && mt->dtype == AMP_DTYPE_F32 && cpu_numel(mt) == count,
+                       "(param %d needs an f32 first-moment / momentum buffer)", t);
+            CPU_ASSERT_CONTIGUOUS(mt);
+        }
+        if (adam) {
+            AMP_ASSERT(vt && vt->dtype == AMP_DTYPE_F32 && cpu_numel(vt) == count,
+                       "(param %d needs an f32 second-moment buffer)", t);
+            CPU_ASSERT_CONTIGUOUS(vt);
+            adam_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g), amp_tensor_ptr(mt),
+                      amp_tensor_ptr(vt), count);
+        } else {
+            sgd_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g),
+                     mt ? amp_tensor_ptr(mt) : NULL, count);
+        }
+    }
+}

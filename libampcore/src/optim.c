@@ -1,0 +1,230 @@
+/*
+ * optim.c — SGD, Adam and AdamW over f32 master weights, with torch.optim's defaults, argument
+ * checks and per-parameter state: each parameter counts its own updates (Adam's state["step"],
+ * so a parameter that had no gradient on some steps gets its own bias correction) and owns its
+ * state tensors (momentum_buffer, exp_avg, exp_avg_sq), zero-filled at creation. The math runs in
+ * the backend's optim_step; parameters whose step counts agree go to it in one call.
+ */
+#include "amp-impl.h"
+
+#include <string.h>
+
+struct amp_optim {
+    amp_ctx_t *ctx;
+    amp_optim_params p;
+    int n;
+    int n_state;           // state tensors per parameter: 0 (plain SGD), 1 (momentum SGD), 2 (Adam)
+    int64_t steps;         // amp_optim_step() calls
+    amp_tensor_t **params; // [n]
+    amp_tensor_t **state[2];  // [n] each: momentum_buffer / exp_avg, exp_avg_sq
+    amp_tensor_t **batch[4];  // one backend call: params, grads, m, v
+    int64_t *param_steps;  // [n] updates each parameter received
+    int *pending;          // [n] step(): parameters with a gradient not yet updated
+};
+
+static const char *const kind_names[] = {
+    [AMP_OPTIM_SGD] = "sgd", [AMP_OPTIM_ADAM] = "adam", [AMP_OPTIM_ADAMW] = "adamw"};
+
+const char *amp_optim_kind_name(amp_optim_kind kind) {
+    return (unsigned)kind <= AMP_OPTIM_ADAMW ? kind_names[kind] : "?";
+}
+
+bool amp_optim_kind_parse(const char *s, amp_optim_kind *out) {
+    for (int k = AMP_OPTIM_SGD; k <= AMP_OPTIM_ADAMW; k++) {
+        if (strcmp(s, kind_names[k]) == 0) {
+            *out = (amp_optim_kind)k;
+            return true;
+        }
+    }
+    return false;
+}
+
+amp_optim_params amp_optim_defaults(amp_optim_kind kind) {
+    // torch.optim defaults; SGD's lr has none in torch (it is required), 1e-3 here.
+    return (amp_optim_params){.kind = kind,
+                              .lr = 1e-3f,
+                              .weight_decay = kind == AMP_OPTIM_ADAMW ? 1e-2f : 0.0f,
+                              .beta1 = 0.9f,
+                              .beta2 = 0.999f,
+                              .eps = 1e-8f};
+}
+
+// torch.optim's constructor checks, with its messages. `!(x >= 0)` also rejects NaN.
+static amp_status validate_params(const amp_optim_params *p) {
+    if ((unsigned)p->kind > AMP_OPTIM_ADAMW)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)p->kind);
+    if (!(p->lr >= 0.0f))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid learning rate: %g", p->lr);
+    if (!(p->weight_decay >= 0.0f))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid weight_decay value: %g",
+                             p->weight_decay);
+    if (p->kind == AMP_OPTIM_SGD) {
+        if (!(p->momentum >= 0.0f))
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid momentum value: %g",
+                                 p->momentum);
+        if (p->nesterov && (p->momentum <= 0.0f || p->dampening != 0.0f))
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "Nesterov momentum requires a momentum and zero dampening "
+                                 "(momentum=%g, dampening=%g)",
+                                 p->momentum, p->dampening);
+        return AMP_OK;
+    }
+    if (!(p->eps >= 0.0f))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid epsilon value: %g", p->eps);
+    if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 0: %g",
+                             p->beta1);
+    if (!(p->beta2 >= 0.0f && p->beta2 < 1.0f))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 1: %g",
+                             p->beta2);
+    return AMP_OK;
+}
+
+static amp_status validate_tensors(amp_ctx_t *ctx, amp_tensor_t *const *params, int n) {
+    if (n <= 0)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                             "optimizer got an empty parameter list (n = %d)", n);
+    for (int i = 0; i < n; i++) {
+        const amp_tensor_t *t = params[i];
+        if (!t) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "params[%d] is NULL", i);
+        const char *name = amp_tensor_name(t);
+        if (t->ctx != ctx)
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "params[%d] '%s' belongs to another context", i, name);
+        if (!t->persistent)
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "params[%d] '%s' is an op output; parameters must be made by "
+                                 "amp_tensor_new*() (the optimizer keeps the pointer)",
+                                 i, name);
+        if (t->dtype != AMP_DTYPE_F32)
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "params[%d] '%s' is %s; optimizers update f32 master weights", i,
+                                 name, amp_dtype_name(t->dtype));
+        if (!t->requires_grad)
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "params[%d] '%s' does not require grad", i, name);
+        for (int j = 0; j < i; j++)
+            if (params[j] == t)
+                return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                     "params[%d] and params[%d] are the same tensor '%s' "
+                                     "(it would be updated twice per step)",
+                                     j, i, name);
+    }
+    return AMP_OK;
+}
+
+amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t *const *params,
+                         int n, amp_optim_t **out) {
+    *out = NULL;
+    amp_status st = validate_params(p);
+    if (st == AMP_OK) st = validate_tensors(ctx, params, n);
+    if (st != AMP_OK) return st;
+
+    amp_optim_t *opt = amp_xcalloc(1, sizeof *opt);
+    opt->ctx = ctx;
+    opt->p = *p;
+    opt->n = n;
+    opt->n_state = p->kind != AMP_OPTIM_SGD ? 2 : p->momentum != 0.0f ? 1 : 0;
+    // One block: 7 pointer arrays, then the step counts, then the pending indices.
+    const size_t np = 7;
+    char *mem = amp_xcalloc((size_t)n, np * sizeof(amp_tensor_t *) + sizeof(int64_t) + sizeof(int));
+    amp_tensor_t **ptrs = (amp_tensor_t **)mem;
+    opt->params = ptrs;
+    opt->state[0] = ptrs + n;
+    opt->state[1] = ptrs + 2 * n;
+    for (int k = 0; k < 4; k++) opt->batch[k] = ptrs + (3 + k) * n;
+    opt->param_steps = (int64_t *)(ptrs + np * n);
+    opt->pending = (int *)(opt->param_steps + n);
+
+    memcpy(opt->params, params, (size_t)n * sizeof *params);
+    for (int k = 0; k < opt->n_state; k++)
+        for (int i = 0; i < n; i++)
+            opt->state[k][i] = amp_tensor_new(ctx, AMP_DTYPE_F32, params[i]->ndim, params[i]->shape);
+    *out = opt;
+    return AMP_OK;
+}
+
+void amp_optim_free(amp_optim_t *opt) {
+    if (!opt) return;
+    for (int k = 0; k < opt->n_state; k++)
+        for (int i = 0; i < opt->n; i++) amp_tensor_free(opt->state[k][i]);
+    free(opt->params); // the block
+    free(opt);
+}
+
+void amp_optim_step(amp_optim_t *opt) {
+    int n_pending = 0;
+    for (int i = 0; i < opt->n; i++)
+        if (opt->params[i]->grad) opt->pending[n_pending++] = i;
+    while (n_pending > 0) {
+        int64_t step = opt->param_steps[opt->pending[0]] + 1;
+        int nb = 0, keep = 0;
+        for (int j = 0; j < n_pending; j++) {
+            int i = opt->pending[j];
+            if (opt->param_steps[i] + 1 != step) {
+                opt->pending[keep++] = i;
+                continue;
+            }
+            amp_tensor_t *g = opt->params[i]->grad;
+            AMP_ASSERT(g->dtype == AMP_DTYPE_F32, "(grad of an f32 parameter is %s)",
+                       amp_dtype_name(g->dtype));
+            opt->batch[0][nb] = opt->params[i];
+            opt->batch[1][nb] = g;
+            opt->batch[2][nb] = opt->n_state > 0 ? opt->state[0][i] : NULL;
+            opt->batch[3][nb] = opt->n_state > 1 ? opt->state[1][i] : NULL;
+            opt->param_steps[i] = step;
+            nb++;
+        }
+        opt->ctx->be->optim_step(opt->ctx->bctx, &opt->p, step, opt->batch[0], opt->batch[1],
+                                 opt->n_state > 0 ? opt->batch[2] : NULL,
+                                 opt->n_state > 1 ? opt->batch[3] : NULL, nb);
+        n_pending = keep;
+    }
+    opt->steps++;
+}
+
+void amp_optim_zero_grad(amp_optim_t *opt) {
+    for (int i = 0; i < opt->n; i++) amp_tensor_zero_grad(opt->params[i]);
+}
+
+int amp_optim_num_params(const amp_optim_t *opt) { return opt->n; }
+
+amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i) {
+    AMP_ASSERT(i >= 0 && i < opt->n, "(parameter %d of %d)", i, opt->n);
+    return opt->params[i];
+}
+
+int64_t amp_optim_steps(const amp_optim_t *opt) { return opt->steps; }
+const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt) { return &opt->p; }
+
+amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p) {
+    amp_status st = validate_params(p);
+    if (st != AMP_OK) return st;
+    if (p->kind != opt->p.kind)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                             "optimizer kind cannot change (this optimizer is %s, got %s)",
+                             amp_optim_kind_name(opt->p.kind), amp_optim_kind_name(p->kind));
+    if (p->kind == AMP_OPTIM_SGD && p->momentum != 0.0f && opt->n_state == 0)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                             "momentum=%g: this SGD optimizer was created without momentum and "
+                             "has no momentum buffers",
+                             p->momentum);
+    opt->p = *p;
+    return AMP_OK;
+}
+
+int64_t amp_optim_param_steps(const amp_optim_t *opt, int i) {
+    AMP_ASSERT(i >= 0 && i < opt->n, "(parameter %d of %d)", i, opt->n);
+    return opt->param_steps[i];
+}
+
+amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k) {
+    AMP_ASSERT(i >= 0 && i < opt->n && k >= 0 && k < 2, "(parameter %d of %d, state %d)", i,
+               opt->n, k);
+    return k < opt->n_state ? opt->state[k][i] : NULL;
+}
+
+void amp_optim_set_steps(amp_optim_t *opt, int64_t steps, const int64_t *param_steps) {
+    opt->steps = steps;
+    memcpy(opt->param_steps, param_steps, (size_t)opt->n * sizeof *param_steps);
+}

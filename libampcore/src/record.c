@@ -1,0 +1,481 @@
+/*
+ * record.c — the writing side of the record stream (amp-record.h): the emit functions, the
+ * per-process spool file and its background flusher, fork safety, and AMPPROBE_OUT.
+ *
+ * Records are encoded under a mutex into the current buffer; flushing swaps in the spare buffer
+ * and write()s the full one outside that mutex, so an emitting thread waits for the disk only
+ * when it fills a whole buffer before the flusher comes round. The spool file is created under a
+ * temporary name, locked with flock (the collector takes the lock to learn that this process is
+ * gone), given its header, and only then renamed to its final name, so the collector never sees
+ * an unlocked or headerless spool file.
+ *
+ * fork: the pthread_atfork handlers hold every lock across fork(); the child drops the records it
+ * inherited (the parent flushes them), closes the parent's spool file and creates its own on its
+ * first record. It never touches an AMPPROBE_OUT collector, which belongs to the process that
+ * started it.
+ */
+#include "amp-record.h"
+
+#include "amp-impl.h"
+#include "amp-store.h"
+#include "record-codec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BUF_BYTES (4u << 20) // each of the two buffers
+#define FLUSH_EVERY_MS 100
+#define COLLECT_EVERY_MS 200
+
+_Static_assert(BUF_BYTES >= AMP_REC_MAX_BYTES, "any record fits an empty buffer");
+
+unsigned amp_record_trace_mask;
+
+enum { SPOOL_CLOSED, SPOOL_READY };
+
+static struct {
+    // lock order: init_lock, timer_lock, io_lock, lock
+    pthread_mutex_t init_lock;  // opening and closing; the settings below
+    pthread_mutex_t timer_lock; // with wake: the sleeps of the flusher and collector threads
+    pthread_mutex_t io_lock;    // fd, spare
+    pthread_mutex_t lock;       // buf, len
+    pthread_cond_t wake;
+    int state; // SPOOL_*, read without a lock by emitters
+    char *dir; // spool directory
+    char *out; // AMPPROBE_OUT
+    int fd;
+    uint8_t *buf, *spare; // BUF_BYTES each
+    size_t len;
+    bool flusher_running, flusher_stop;
+    pthread_t flusher;
+    bool write_failed;
+    // AMPPROBE_OUT: the collector thread of the process that created it
+    amp_collector_t *collector;
+    pid_t collector_pid;
+    pthread_t collector_thread;
+    bool collector_stop;
+} g = {
+    .init_lock = PTHREAD_MUTEX_INITIALIZER,
+    .timer_lock = PTHREAD_MUTEX_INITIALIZER,
+    .io_lock = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .fd = -1,
+};
+
+int64_t amp_record_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names of the enums stored as text
+
+const char *amp_stats_kind_name(amp_stats_kind k) {
+    switch (k) {
+    case AMP_STATS_ACTIVATION: return "activation";
+    case AMP_STATS_ACTIVATION_GRAD: return "activation_grad";
+    case AMP_STATS_WEIGHT: return "weight";
+    case AMP_STATS_WEIGHT_GRAD: return "weight_grad";
+    }
+    return "unknown";
+}
+
+const char *amp_phase_name(amp_phase p) {
+    switch (p) {
+    case AMP_PHASE_NONE: return NULL;
+    case AMP_PHASE_FWD: return "fwd";
+    case AMP_PHASE_BWD: return "bwd";
+    case AMP_PHASE_OPTIM: return "optim";
+    }
+    return NULL;
+}
+
+const char *amp_severity_name(amp_severity s) {
+    switch (s) {
+    case AMP_SEVERITY_INFO: return "info";
+    case AMP_SEVERITY_WARNING: return "warning";
+    case AMP_SEVERITY_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads
+
+static void cond_init(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&g.wake, &a);
+    pthread_condattr_destroy(&a);
+}
+
+// Sleeps ms on g.wake; timer_lock is held. False when *stop was set.
+static bool nap(int ms, const bool *stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += (long)ms * 1000000;
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    while (!*stop && pthread_cond_timedwait(&g.wake, &g.timer_lock, &ts) == 0) {
+    }
+    return !*stop;
+}
+
+// Starts a thread with every signal blocked (signals are the program's, not ours).
+static void thread_start(pthread_t *t, void *(*fn)(void *)) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(t, NULL, fn, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    AMP_ASSERT(rc == 0, "pthread_create: %s", strerror(rc));
+}
+
+static void thread_stop(pthread_t t, bool *stop) {
+    pthread_mutex_lock(&g.timer_lock);
+    *stop = true;
+    pthread_cond_broadcast(&g.wake);
+    pthread_mutex_unlock(&g.timer_lock);
+    pthread_join(t, NULL);
+    *stop = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buffers and the spool file
+
+static bool write_all(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static void spool_flush(void) {
+    pthread_mutex_lock(&g.io_lock);
+    pthread_mutex_lock(&g.lock);
+    uint8_t *full = g.buf;
+    size_t n = g.len;
+    g.buf = g.spare;
+    g.spare = full;
+    g.len = 0;
+    pthread_mutex_unlock(&g.lock);
+    if (n > 0 && g.fd >= 0 && !g.write_failed && !write_all(g.fd, full, n)) {
+        g.write_failed = true;
+        amp_record_trace_mask = 0;
+        fprintf(stderr, "ampprobe: writing the spool file in %s: %s; recording stopped\n", g.dir,
+                strerror(errno));
+    }
+    pthread_mutex_unlock(&g.io_lock);
+}
+
+static void *flusher_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g.timer_lock);
+    while (nap(FLUSH_EVERY_MS, &g.flusher_stop)) {
+        pthread_mutex_unlock(&g.timer_lock);
+        spool_flush();
+        pthread_mutex_lock(&g.timer_lock);
+    }
+    pthread_mutex_unlock(&g.timer_lock);
+    return NULL;
+}
+
+static void read_comm(char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (!f) return;
+    if (fgets(out, (int)n, f)) out[strcspn(out, "\n")] = 0;
+    fclose(f);
+}
+
+// Creates this process's spool file in g.dir (init_lock held).
+static amp_status spool_create(void) {
+    int64_t t = amp_record_now_ns();
+    int pid = (int)getpid();
+    size_t n = strlen(g.dir) + 64;
+    char *tmp = amp_xmalloc(n), *final = amp_xmalloc(n);
+    snprintf(tmp, n, "%s/.%d-%lld%s.tmp", g.dir, pid, (long long)t, AMP_SPOOL_SUFFIX);
+    snprintf(final, n, "%s/%d-%lld%s", g.dir, pid, (long long)t, AMP_SPOOL_SUFFIX);
+    amp_status st = AMP_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = amp_set_error(AMP_ERR_IO, "cannot create a spool file in %s: %s", g.dir,
+                           strerror(errno));
+    } else {
+        char comm[16];
+        read_comm(comm, sizeof comm);
+        amp_spool_header h;
+        amp_spool_header_init(&h, pid, (int32_t)getppid(), t, comm);
+        if (flock(fd, LOCK_EX) != 0 || !write_all(fd, (const uint8_t *)&h, sizeof h) ||
+            rename(tmp, final) != 0) {
+            st = amp_set_error(AMP_ERR_IO, "cannot create a spool file in %s: %s", g.dir,
+                               strerror(errno));
+            close(fd);
+            unlink(tmp);
+        }
+    }
+    free(tmp);
+    free(final);
+    if (st != AMP_OK) return st;
+    pthread_mutex_lock(&g.io_lock);
+    g.fd = fd;
+    g.write_failed = false;
+    pthread_mutex_unlock(&g.io_lock);
+    return AMP_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// AMPPROBE_OUT: this process is its own collector
+
+static void *collector_main(void *arg) {
+    (void)arg;
+    bool failed = false;
+    pthread_mutex_lock(&g.timer_lock);
+    while (nap(COLLECT_EVERY_MS, &g.collector_stop)) {
+        pthread_mutex_unlock(&g.timer_lock);
+        if (!failed && amp_collector_poll(g.collector) != AMP_OK) {
+            fprintf(stderr, "ampprobe: AMPPROBE_OUT: %s; recording stopped\n", amp_last_error());
+            amp_record_trace_mask = 0;
+            failed = true;
+        }
+        pthread_mutex_lock(&g.timer_lock);
+    }
+    pthread_mutex_unlock(&g.timer_lock);
+    return NULL;
+}
+
+// The command line from /proc/self/cmdline, arguments separated by spaces.
+static void read_cmdline(char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return;
+    size_t got = fread(out, 1, n - 1, f);
+    fclose(f);
+    for (size_t i = 0; i + 1 < got; i++)
+        if (out[i] == 0) out[i] = ' ';
+    out[got] = 0;
+}
+
+// Creates the database g.out (which must not exist) and its collector thread (init_lock held).
+static amp_status collector_start(void) {
+    int fd = open(g.out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return amp_set_error(AMP_ERR_IO, "AMPPROBE_OUT=%s: %s", g.out,
+                             errno == EEXIST ? "exists (a run is never overwritten)"
+                                             : strerror(errno));
+    close(fd);
+    amp_status st = amp_collector_new(g.out, NULL, &g.collector);
+    if (st != AMP_OK) {
+        unlink(g.out);
+        return st;
+    }
+    char cmd[4096];
+    read_cmdline(cmd, sizeof cmd);
+    amp_collector_set_meta(g.collector, "command", cmd);
+    amp_collector_set_meta(g.collector, "output", g.out);
+    free(g.dir);
+    g.dir = amp_xstrdup(amp_collector_spool_dir(g.collector));
+    g.collector_pid = getpid();
+    thread_start(&g.collector_thread, collector_main);
+    return AMP_OK;
+}
+
+// Stops the collector thread and finishes the database (init_lock held, spool closed).
+static void collector_stop(void) {
+    thread_stop(g.collector_thread, &g.collector_stop);
+    if (amp_collector_finish(g.collector, -1) != AMP_OK)
+        fprintf(stderr, "ampprobe: AMPPROBE_OUT: %s\n", amp_last_error());
+    amp_collector_free(g.collector);
+    g.collector = NULL;
+    free(g.dir);
+    g.dir = NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening, closing, fork
+
+// Opens the spool (init_lock held): the collector first for AMPPROBE_OUT, the file, the flusher.
+static amp_status open_locked(void) {
+    if (!g.dir && g.out) {
+        amp_status st = collector_start();
+        if (st != AMP_OK) return st;
+    }
+    if (!g.dir) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "no spool directory");
+    amp_status st = spool_create();
+    if (st != AMP_OK) return st;
+    if (!g.buf) {
+        g.buf = amp_xmalloc(BUF_BYTES);
+        g.spare = amp_xmalloc(BUF_BYTES);
+    }
+    if (!g.flusher_running) thread_start(&g.flusher, flusher_main);
+    g.flusher_running = true;
+    __atomic_store_n(&g.state, SPOOL_READY, __ATOMIC_RELEASE);
+    return AMP_OK;
+}
+
+// The first record of this process (or of a forked child) opens its spool file.
+static bool spool_open(void) {
+    pthread_mutex_lock(&g.init_lock);
+    if (g.state == SPOOL_CLOSED && amp_record_trace_mask && open_locked() != AMP_OK) {
+        fprintf(stderr, "ampprobe: %s; recording off\n", amp_last_error());
+        amp_record_trace_mask = 0;
+    }
+    bool ready = g.state == SPOOL_READY;
+    pthread_mutex_unlock(&g.init_lock);
+    return ready;
+}
+
+static void close_locked(void) {
+    if (g.flusher_running) thread_stop(g.flusher, &g.flusher_stop);
+    g.flusher_running = false;
+    if (g.state == SPOOL_READY) {
+        spool_flush();
+        pthread_mutex_lock(&g.io_lock);
+        close(g.fd); // releases the flock: the collector now reads this file to its end
+        g.fd = -1;
+        pthread_mutex_unlock(&g.io_lock);
+    }
+    __atomic_store_n(&g.state, SPOOL_CLOSED, __ATOMIC_RELEASE);
+    if (g.collector && g.collector_pid == getpid()) collector_stop();
+}
+
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&g.init_lock);
+    pthread_mutex_lock(&g.timer_lock);
+    pthread_mutex_lock(&g.io_lock);
+    pthread_mutex_lock(&g.lock);
+}
+
+static void atfork_parent(void) {
+    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&g.io_lock);
+    pthread_mutex_unlock(&g.timer_lock);
+    pthread_mutex_unlock(&g.init_lock);
+}
+
+static void atfork_child(void) {
+    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&g.io_lock);
+    pthread_mutex_unlock(&g.timer_lock);
+    pthread_mutex_unlock(&g.init_lock);
+    cond_init(); // the parent's threads may have waited on it; they do not exist here
+    if (g.fd >= 0) close(g.fd); // the parent's file: its lock stays with the parent
+    g.fd = -1;
+    g.len = 0;                  // the parent flushes these
+    g.flusher_running = false;
+    g.state = SPOOL_CLOSED;
+}
+
+static void at_exit(void) { amp_record_stop(); }
+
+static void hooks_install(void) {
+    cond_init();
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    atexit(at_exit);
+}
+
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+static unsigned parse_trace(const char *s) {
+    if (!s || !*s) return AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX;
+    unsigned mask = 0;
+    for (const char *p = s; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 3 && strncmp(p, "amp", 3) == 0) mask |= AMP_TRACE_AMP;
+        if (n == 4 && strncmp(p, "cuda", 4) == 0) mask |= AMP_TRACE_CUDA;
+        if (n == 4 && strncmp(p, "nvtx", 4) == 0) mask |= AMP_TRACE_NVTX;
+        p += n + (p[n] == ',');
+    }
+    return mask;
+}
+
+// Reads the environment when the library is loaded; registering the exit handler this early
+// also makes it run after every exit handler the program registers (they may still record).
+__attribute__((constructor)) static void record_load(void) {
+    const char *dir = getenv("AMPPROBE_SPOOL_DIR"), *out = getenv("AMPPROBE_OUT");
+    if (dir && *dir)
+        g.dir = amp_xstrdup(dir);
+    else if (out && *out)
+        g.out = amp_xstrdup(out);
+    else
+        return;
+    pthread_once(&hooks_once, hooks_install);
+    amp_record_trace_mask = parse_trace(getenv("AMPPROBE_TRACE"));
+}
+
+amp_status amp_record_start(const char *spool_dir) {
+    amp_record_stop();
+    pthread_once(&hooks_once, hooks_install);
+    pthread_mutex_lock(&g.init_lock);
+    free(g.dir);
+    free(g.out);
+    g.dir = amp_xstrdup(spool_dir);
+    g.out = NULL;
+    amp_status st = open_locked();
+    if (st == AMP_OK) amp_record_trace_mask = AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX;
+    pthread_mutex_unlock(&g.init_lock);
+    return st;
+}
+
+void amp_record_flush(void) {
+    if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == SPOOL_READY) spool_flush();
+}
+
+void amp_record_stop(void) {
+    pthread_mutex_lock(&g.init_lock);
+    amp_record_trace_mask = 0;
+    close_locked();
+    pthread_mutex_unlock(&g.init_lock);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Emitting
+
+static void emit(amp_rec_type type, const void *rec) {
+    if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) != SPOOL_READY && !spool_open()) return;
+    size_t n = amp_rec_size(type, rec);
+    pthread_mutex_lock(&g.lock);
+    while (g.len + n > BUF_BYTES) {
+        pthread_mutex_unlock(&g.lock);
+        spool_flush();
+        pthread_mutex_lock(&g.lock);
+    }
+    amp_rec_encode(type, rec, g.buf + g.len);
+    g.len += n;
+    pthread_mutex_unlock(&g.lock);
+}
+
+#define EMIT_FN(fn, T, TYPE, WANTED)                                                               \
+    void fn(const T *r) {                                                                          \
+        if (amp_record_trace_mask & (WANTED)) emit(TYPE, r);                                       \
+    }
+
+#define ANY (AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX)
+EMIT_FN(amp_record_meta, amp_rec_meta, AMP_REC_META, ANY)
+EMIT_FN(amp_record_layer, amp_rec_layer, AMP_REC_LAYER, AMP_TRACE_AMP)
+EMIT_FN(amp_record_step, amp_rec_step, AMP_REC_STEP, AMP_TRACE_AMP)
+EMIT_FN(amp_record_scale, amp_rec_scale, AMP_REC_SCALE, AMP_TRACE_AMP)
+EMIT_FN(amp_record_tensor_stats, amp_rec_tensor_stats, AMP_REC_TENSOR_STATS, AMP_TRACE_AMP)
+EMIT_FN(amp_record_op, amp_rec_op, AMP_REC_OP, AMP_TRACE_AMP)
+EMIT_FN(amp_record_event, amp_rec_event, AMP_REC_EVENT, AMP_TRACE_AMP)
+EMIT_FN(amp_record_string, amp_rec_string, AMP_REC_STRING, ANY)
+EMIT_FN(amp_record_kernel, amp_rec_kernel, AMP_REC_KERNEL, AMP_TRACE_CUDA)
+EMIT_FN(amp_record_memcpy, amp_rec_memcpy, AMP_REC_MEMCPY, AMP_TRACE_CUDA)
+EMIT_FN(amp_record_memset, amp_rec_memset, AMP_REC_MEMSET, AMP_TRACE_CUDA)
+EMIT_FN(amp_record_runtime, amp_rec_runtime, AMP_REC_RUNTIME, AMP_TRACE_CUDA)
+EMIT_FN(amp_record_sync, amp_rec_sync, AMP_REC_SYNC, AMP_TRACE_CUDA)
+EMIT_FN(amp_record_nvtx, amp_rec_nvtx, AMP_REC_NVTX, AMP_TRACE_NVTX)
+EMIT_FN(amp_record_gpu_info, amp_rec_gpu_info, AMP_REC_GPU_INFO, AMP_TRACE_CUDA)

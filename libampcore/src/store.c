@@ -1,0 +1,904 @@
+/*
+ * store.c — the run database: schema (probe/SCHEMA.md documents it column by column), prepared
+ * inserts, StringIds interning, end-of-run indexes, and the checked read-only open for readers.
+ *
+ * The nsys-named tables copy the column names and order of an `nsys export --type sqlite`
+ * (schema 3.16) so that queries written for nsys exports run here; the AMP_* tables and META are
+ * ours. During the run the tables have no secondary indexes (inserts stay cheap); they are built
+ * by amp_store_finish, which also turns the file back from WAL into a plain single-file database.
+ */
+#include "store.h"
+
+#include "amp-impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AMP_APPLICATION_ID 0x414D5050 // "AMPP" in the SQLite header: an ampprobe database
+
+// ---------------------------------------------------------------------------------------------
+// String map
+
+struct amp_strmap_slot {
+    char *key; // NULL: empty
+    size_t len;
+    uint64_t hash;
+    int64_t value;
+};
+
+static uint64_t hash_bytes(const char *p, size_t n) { // FNV-1a, then a final mix
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+static void strmap_grow(amp_strmap *m) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    struct amp_strmap_slot *slots = amp_xcalloc(cap, sizeof *slots);
+    for (size_t i = 0; i < m->cap; i++) {
+        struct amp_strmap_slot *o = &m->slots[i];
+        if (!o->key) continue;
+        size_t j = o->hash & (cap - 1);
+        while (slots[j].key) j = (j + 1) & (cap - 1);
+        slots[j] = *o;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+}
+
+int64_t *amp_strmap_get_or_put(amp_strmap *m, const char *key, size_t len, int64_t inserted_value,
+                               bool *found) {
+    if ((m->n + 1) * 4 > m->cap * 3) strmap_grow(m);
+    uint64_t h = hash_bytes(key, len);
+    size_t j = h & (m->cap - 1);
+    for (;; j = (j + 1) & (m->cap - 1)) {
+        struct amp_strmap_slot *s = &m->slots[j];
+        if (!s->key) break;
+        if (s->hash == h && s->len == len && memcmp(s->key, key, len) == 0) {
+            *found = true;
+            return &s->value;
+        }
+    }
+    struct amp_strmap_slot *s = &m->slots[j];
+    s->key = amp_xmalloc(len + 1);
+    memcpy(s->key, key, len);
+    s->key[len] = 0;
+    s->len = len;
+    s->hash = h;
+    s->value = inserted_value;
+    m->n++;
+    *found = false;
+    return &s->value;
+}
+
+void amp_strmap_free(amp_strmap *m) {
+    for (size_t i = 0; i < m->cap; i++) free(m->slots[i].key);
+    free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema
+
+static const char schema_sql[] =
+    "CREATE TABLE META (\n"
+    "  key TEXT NOT NULL, value TEXT, pid INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (key, pid));\n"
+    "CREATE TABLE AMP_PROCESSES (\n"
+    "  pid INTEGER NOT NULL, ppid INTEGER, globalPid INTEGER NOT NULL, name TEXT,\n"
+    "  start_ns INTEGER, end_ns INTEGER, records INTEGER NOT NULL DEFAULT 0,\n"
+    "  bytes INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL);\n"
+    "CREATE VIEW PROCESSES AS SELECT globalPid, pid, name FROM AMP_PROCESSES;\n"
+    "CREATE TABLE AMP_LAYERS (\n"
+    "  pid INTEGER NOT NULL, id INTEGER NOT NULL, parent_id INTEGER, name TEXT NOT NULL,\n"
+    "  PRIMARY KEY (pid, id));\n"
+    "CREATE TABLE AMP_STEPS (\n"
+    "  pid INTEGER NOT NULL, step INTEGER NOT NULL, start_ns INTEGER, end_ns INTEGER,\n"
+    "  loss REAL, loss_finite INTEGER, grad_norm REAL, scale_before REAL, scale_after REAL,\n"
+    "  found_inf INTEGER, skipped INTEGER, PRIMARY KEY (pid, step));\n"
+    "CREATE TABLE AMP_SCALE (\n"
+    "  pid INTEGER NOT NULL, step INTEGER NOT NULL, scale_before REAL, scale_after REAL,\n"
+    "  found_inf INTEGER, growth_tracker INTEGER, skipped INTEGER NOT NULL);\n"
+    "CREATE TABLE AMP_TENSOR_STATS (\n"
+    "  pid INTEGER NOT NULL, step INTEGER NOT NULL, layer_id INTEGER, op TEXT,\n"
+    "  kind TEXT NOT NULL, dtype TEXT, target_dtype TEXT, numel INTEGER, min REAL, max REAL,\n"
+    "  amax REAL, n_nan INTEGER, n_posinf INTEGER, n_neginf INTEGER, n_overflow INTEGER,\n"
+    "  n_underflow INTEGER, n_zero INTEGER);\n"
+    "CREATE TABLE AMP_OPS (\n"
+    "  pid INTEGER NOT NULL, step INTEGER NOT NULL, layer_id INTEGER, op TEXT NOT NULL,\n"
+    "  phase TEXT, in_dtypes TEXT, out_dtype TEXT, policy TEXT, shapes TEXT, flops INTEGER,\n"
+    "  bytes INTEGER, start_ns INTEGER, end_ns INTEGER);\n"
+    "CREATE TABLE AMP_EVENTS (\n"
+    "  id INTEGER PRIMARY KEY, pid INTEGER NOT NULL, step INTEGER, layer_id INTEGER, op TEXT,\n"
+    "  phase TEXT, kind TEXT NOT NULL, severity TEXT NOT NULL, count INTEGER, value REAL,\n"
+    "  detail TEXT, aggregate INTEGER NOT NULL, occurrences INTEGER NOT NULL,\n"
+    "  last_step INTEGER);\n"
+    // ---- nsys export names (schema 3.16)
+    "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);\n"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (\n"
+    "  start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,\n"
+    "  contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,\n"
+    "  correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,\n"
+    "  shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER, cacheConfig INTEGER,\n"
+    "  registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL,\n"
+    "  gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, blockY INTEGER NOT NULL,\n"
+    "  blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL,\n"
+    "  dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL,\n"
+    "  localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER,\n"
+    "  graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER);\n"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (\n"
+    "  start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,\n"
+    "  contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,\n"
+    "  correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL,\n"
+    "  deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, srcDeviceId INTEGER,\n"
+    "  srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER,\n"
+    "  graphNodeId INTEGER, virtualAddress INTEGER);\n"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (\n"
+    "  start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,\n"
+    "  contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,\n"
+    "  correlationId INTEGER, globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL,\n"
+    "  graphNodeId INTEGER, memKind INTEGER);\n"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (\n"
+    "  start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,\n"
+    "  globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,\n"
+    "  returnValue INTEGER NOT NULL, callchainId INTEGER);\n"
+    "CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (\n"
+    "  start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,\n"
+    "  contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,\n"
+    "  correlationId INTEGER, globalPid INTEGER, syncType INTEGER NOT NULL,\n"
+    "  eventId INTEGER NOT NULL);\n"
+    "CREATE TABLE NVTX_EVENTS (\n"
+    "  start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER,\n"
+    "  category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER,\n"
+    "  textId INTEGER, domainId INTEGER, uint64Value INTEGER, int64Value INTEGER,\n"
+    "  doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, floatValue REAL,\n"
+    "  jsonTextId INTEGER, jsonText TEXT, binaryData TEXT);\n"
+    "CREATE TABLE TARGET_INFO_GPU (\n"
+    "  vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT, busLocation TEXT,\n"
+    "  isDiscrete INTEGER, l2CacheSize INTEGER, totalMemory INTEGER, memoryBandwidth INTEGER,\n"
+    "  clockRate INTEGER, smCount INTEGER, pwGpuId INTEGER, uuid TEXT, luid INTEGER,\n"
+    "  chipName TEXT, cuDevice INTEGER, ctxswDevPath TEXT, ctrlDevPath TEXT, revision INTEGER,\n"
+    "  nodeMask INTEGER, constantMemory INTEGER, maxIPC INTEGER, maxRegistersPerBlock INTEGER,\n"
+    "  maxShmemPerBlock INTEGER, maxShmemPerBlockOptin INTEGER, maxShmemPerSm INTEGER,\n"
+    "  maxRegistersPerSm INTEGER, threadsPerWarp INTEGER, asyncEngines INTEGER,\n"
+    "  maxWarpsPerSm INTEGER, maxBlocksPerSm INTEGER, maxThreadsPerBlock INTEGER,\n"
+    "  maxBlockDimX INTEGER, maxBlockDimY INTEGER, maxBlockDimZ INTEGER, maxGridDimX INTEGER,\n"
+    "  maxGridDimY INTEGER, maxGridDimZ INTEGER, computeMajor INTEGER, computeMinor INTEGER,\n"
+    "  smMajor INTEGER, smMinor INTEGER);\n"
+    "CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
+    "CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
+    "CREATE TABLE ENUM_CUPTI_SYNC_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
+    "CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
+    "CREATE TABLE ENUM_NSYS_EVENT_CLASS (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
+    "INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES\n"
+    "  (0,'CUDA_MEMCPY_KIND_UNKNOWN','Unknown'), (1,'CUDA_MEMCPY_KIND_HTOD','Host-to-Device'),\n"
+    "  (2,'CUDA_MEMCPY_KIND_DTOH','Device-to-Host'), (3,'CUDA_MEMCPY_KIND_HTOA','Host-to-Array'),\n"
+    "  (4,'CUDA_MEMCPY_KIND_ATOH','Array-to-Host'), (5,'CUDA_MEMCPY_KIND_ATOA','Array-to-Array'),\n"
+    "  (6,'CUDA_MEMCPY_KIND_ATOD','Array-to-Device'), (7,'CUDA_MEMCPY_KIND_DTOA','Device-to-Array'),\n"
+    "  (8,'CUDA_MEMCPY_KIND_DTOD','Device-to-Device'), (9,'CUDA_MEMCPY_KIND_HTOH','Host-to-Host'),\n"
+    "  (10,'CUDA_MEMCPY_KIND_PTOP','Peer-to-Peer'),\n"
+    "  (11,'CUDA_MEMCPY_KIND_UVM_HTOD','Unified Host-to-Device'),\n"
+    "  (12,'CUDA_MEMCPY_KIND_UVM_DTOH','Unified Device-to-Host'),\n"
+    "  (13,'CUDA_MEMCPY_KIND_UVM_DTOD','Unified Device-to-Device');\n"
+    "INSERT INTO ENUM_CUDA_MEM_KIND VALUES\n"
+    "  (0,'CUDA_MEMOPR_MEMORY_KIND_PAGEABLE','Pageable'),\n"
+    "  (1,'CUDA_MEMOPR_MEMORY_KIND_PINNED','Pinned'), (2,'CUDA_MEMOPR_MEMORY_KIND_DEVICE','Device'),\n"
+    "  (3,'CUDA_MEMOPR_MEMORY_KIND_ARRAY','Array'), (4,'CUDA_MEMOPR_MEMORY_KIND_MANAGED','Managed'),\n"
+    "  (5,'CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC','Device Static'),\n"
+    "  (6,'CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC','Managed Static'),\n"
+    "  (7,'CUDA_MEMOPR_MEMORY_KIND_UNKNOWN','Unknown');\n"
+    "INSERT INTO ENUM_CUPTI_SYNC_TYPE VALUES\n"
+    "  (0,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN','Unknown'),\n"
+    "  (1,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE','Event sync'),\n"
+    "  (2,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT','Stream wait sync'),\n"
+    "  (3,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE','Stream sync'),\n"
+    "  (4,'CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE','Context sync');\n"
+    "INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES\n"
+    "  (34,'NvtxMark','NvtxMark'), (59,'NvtxPushPopRange','NvtxPushPopRange'),\n"
+    "  (60,'NvtxStartEndRange','NvtxStartEndRange');\n"
+    "INSERT INTO ENUM_NSYS_EVENT_CLASS VALUES\n"
+    "  (0,'TRACE_PROCESS_EVENT_CUDA_RUNTIME','CUDA runtime'),\n"
+    "  (1,'TRACE_PROCESS_EVENT_CUDA_DRIVER','CUDA driver');\n";
+
+static const char index_sql[] =
+    "CREATE INDEX IF NOT EXISTS AMP_TENSOR_STATS_step ON AMP_TENSOR_STATS (pid, step);\n"
+    "CREATE INDEX IF NOT EXISTS AMP_TENSOR_STATS_layer ON AMP_TENSOR_STATS (pid, layer_id);\n"
+    "CREATE INDEX IF NOT EXISTS AMP_OPS_step ON AMP_OPS (pid, step);\n"
+    "CREATE INDEX IF NOT EXISTS AMP_OPS_layer ON AMP_OPS (pid, layer_id);\n"
+    "CREATE INDEX IF NOT EXISTS AMP_EVENTS_step ON AMP_EVENTS (pid, step);\n"
+    "CREATE INDEX IF NOT EXISTS AMP_EVENTS_kind ON AMP_EVENTS (kind);\n"
+    "CREATE INDEX IF NOT EXISTS AMP_SCALE_step ON AMP_SCALE (pid, step);\n"
+    "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_KERNEL_start ON CUPTI_ACTIVITY_KIND_KERNEL (start);\n"
+    "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_KERNEL_corr "
+    "ON CUPTI_ACTIVITY_KIND_KERNEL (correlationId);\n"
+    "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_RUNTIME_corr "
+    "ON CUPTI_ACTIVITY_KIND_RUNTIME (correlationId);\n"
+    "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_MEMCPY_start ON CUPTI_ACTIVITY_KIND_MEMCPY (start);\n"
+    "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_MEMSET_start ON CUPTI_ACTIVITY_KIND_MEMSET (start);\n"
+    "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_SYNCHRONIZATION_start "
+    "ON CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start);\n"
+    "CREATE INDEX IF NOT EXISTS NVTX_EVENTS_start ON NVTX_EVENTS (start);\n";
+
+// ---------------------------------------------------------------------------------------------
+// Statements
+
+typedef enum stmt_id {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_META,
+    ST_STRING,
+    ST_PROC_ADD,
+    ST_PROC_UPDATE,
+    ST_LAYER,
+    ST_STEP,
+    ST_SCALE,
+    ST_STEP_SCALE,
+    ST_STATS,
+    ST_OP,
+    ST_EVENT,
+    ST_EVENT_FOLD,
+    ST_KERNEL,
+    ST_MEMCPY,
+    ST_MEMSET,
+    ST_RUNTIME,
+    ST_SYNC,
+    ST_NVTX,
+    ST_GPU,
+    ST_COUNT
+} stmt_id;
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN",
+    [ST_COMMIT] = "COMMIT",
+    [ST_META] = "INSERT OR REPLACE INTO META (key, value, pid) VALUES (?, ?, ?)",
+    [ST_STRING] = "INSERT INTO StringIds (id, value) VALUES (?, ?)",
+    [ST_PROC_ADD] = "INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, start_ns, status) "
+                    "VALUES (?, ?, ?, ?, ?, 'running')",
+    [ST_PROC_UPDATE] = "UPDATE AMP_PROCESSES SET end_ns = ?, records = ?, bytes = ?, status = ? "
+                       "WHERE rowid = ?",
+    [ST_LAYER] = "INSERT OR REPLACE INTO AMP_LAYERS (pid, id, parent_id, name) VALUES (?, ?, ?, ?)",
+    [ST_STEP] = "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite, grad_norm) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (pid, step) DO UPDATE SET "
+                "start_ns = ?3, end_ns = ?4, loss = ?5, loss_finite = ?6, grad_norm = ?7",
+    [ST_SCALE] = "INSERT INTO AMP_SCALE (pid, step, scale_before, scale_after, found_inf, "
+                 "growth_tracker, skipped) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [ST_STEP_SCALE] = "INSERT INTO AMP_STEPS (pid, step, scale_before, scale_after, found_inf, "
+                      "skipped) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (pid, step) DO UPDATE "
+                      "SET scale_before = ?3, scale_after = ?4, found_inf = ?5, skipped = ?6",
+    [ST_STATS] = "INSERT INTO AMP_TENSOR_STATS VALUES "
+                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_OP] = "INSERT INTO AMP_OPS VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_EVENT] = "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, "
+                 "value, detail, aggregate, occurrences, last_step) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?2)",
+    [ST_EVENT_FOLD] = "UPDATE AMP_EVENTS SET occurrences = occurrences + 1, last_step = ?2, "
+                      "count = CASE WHEN ?3 IS NULL THEN count ELSE IFNULL(count, 0) + ?3 END, "
+                      "value = IFNULL(?4, value) WHERE id = ?1",
+    [ST_KERNEL] = "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                  "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_MEMCPY] = "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                  "NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_MEMSET] = "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES "
+                  "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_RUNTIME] = "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+    [ST_SYNC] = "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_NVTX] = "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, NULL, NULL, NULL)",
+    [ST_GPU] = "INSERT INTO TARGET_INFO_GPU (vmId, id, cuDevice, name, busLocation, uuid, "
+               "chipName, isDiscrete, l2CacheSize, totalMemory, memoryBandwidth, clockRate, "
+               "smCount, computeMajor, computeMinor, maxThreadsPerBlock, maxRegistersPerBlock, "
+               "maxRegistersPerSm, maxShmemPerBlock, maxShmemPerBlockOptin, maxShmemPerSm, "
+               "threadsPerWarp, asyncEngines, maxWarpsPerSm, maxBlocksPerSm) VALUES (0, ?, ?, ?, "
+               "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+};
+
+struct amp_store {
+    sqlite3 *db;
+    char *path;
+    sqlite3_stmt *st[ST_COUNT];
+    amp_strmap strings; // StringIds value -> id
+    int64_t n_strings;
+    amp_strmap gpus; // "id/uuid" of the TARGET_INFO_GPU rows
+    char name_buf[4096];
+};
+
+static amp_status db_error(const amp_store *s, const char *what) {
+    return amp_set_error(AMP_ERR_IO, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+}
+
+// Steps a bound statement once and resets it.
+static amp_status run(amp_store *s, stmt_id id) {
+    sqlite3_stmt *st = s->st[id];
+    int rc = sqlite3_step(st);
+    amp_status status = rc == SQLITE_DONE ? AMP_OK : db_error(s, "insert");
+    sqlite3_reset(st);
+    return status;
+}
+
+static void bind_i64(sqlite3_stmt *st, int i, int64_t v) { sqlite3_bind_int64(st, i, v); }
+// Optional non-negative integers: -1 (any negative) is "not known".
+static void bind_opt(sqlite3_stmt *st, int i, int64_t v) {
+    if (v < 0)
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_int64(st, i, v);
+}
+static void bind_f64(sqlite3_stmt *st, int i, double v) {
+    if (isnan(v))
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_double(st, i, v);
+}
+static void bind_str(sqlite3_stmt *st, int i, const char *v) {
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifetime
+
+amp_status amp_store_create(const char *path, amp_store **out) {
+    *out = NULL;
+    amp_store *s = amp_xcalloc(1, sizeof *s);
+    s->path = amp_xstrdup(path);
+    amp_status st = AMP_OK;
+    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK) {
+        st = db_error(s, "cannot create the database");
+        goto fail;
+    }
+    sqlite3_stmt *q;
+    int n_objects = -1;
+    if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master", -1, &q, NULL) ==
+        SQLITE_OK) {
+        if (sqlite3_step(q) == SQLITE_ROW) n_objects = sqlite3_column_int(q, 0);
+        sqlite3_finalize(q);
+    }
+    if (n_objects != 0) {
+        st = amp_set_error(AMP_ERR_IO, "%s: exists and is not empty", path);
+        goto fail;
+    }
+    char pragmas[256];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA page_size = 8192; PRAGMA application_id = %d; PRAGMA journal_mode = WAL; "
+             "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -65536; "
+             "PRAGMA wal_autocheckpoint = 8192;",
+             AMP_APPLICATION_ID);
+    if (sqlite3_exec(s->db, pragmas, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(s->db, schema_sql, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        st = db_error(s, "cannot create the schema");
+        goto fail;
+    }
+    for (int i = 0; i < ST_COUNT; i++) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
+                               NULL) != SQLITE_OK)
+            AMP_ASSERT(false, "statement %d: %s", i, sqlite3_errmsg(s->db));
+    }
+    *out = s;
+    return AMP_OK;
+fail:
+    amp_store_close(s);
+    return st;
+}
+
+void amp_store_close(amp_store *s) {
+    if (!s) return;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
+    sqlite3_close(s->db);
+    amp_strmap_free(&s->strings);
+    amp_strmap_free(&s->gpus);
+    free(s->path);
+    free(s);
+}
+
+amp_status amp_store_begin(amp_store *s) {
+    int rc = sqlite3_step(s->st[ST_BEGIN]);
+    sqlite3_reset(s->st[ST_BEGIN]);
+    return rc == SQLITE_DONE ? AMP_OK : db_error(s, "begin");
+}
+
+amp_status amp_store_commit(amp_store *s) {
+    int rc = sqlite3_step(s->st[ST_COMMIT]);
+    sqlite3_reset(s->st[ST_COMMIT]);
+    return rc == SQLITE_DONE ? AMP_OK : db_error(s, "commit");
+}
+
+amp_status amp_store_finish(amp_store *s) {
+    if (sqlite3_exec(s->db, index_sql, NULL, NULL, NULL) != SQLITE_OK)
+        return db_error(s, "building the indexes");
+    if (sqlite3_exec(s->db, "ANALYZE", NULL, NULL, NULL) != SQLITE_OK)
+        return db_error(s, "analyze");
+    // A finished run is one plain file again (readers then need no -wal/-shm next to it). A
+    // reader that still has it open keeps it in WAL mode, which is as good.
+    sqlite3_exec(s->db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
+    return AMP_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inserts
+
+int64_t amp_store_string_id(amp_store *s, const char *str) {
+    bool found;
+    size_t len = strlen(str);
+    int64_t *id = amp_strmap_get_or_put(&s->strings, str, len, s->n_strings + 1, &found);
+    if (found) return *id;
+    s->n_strings++;
+    sqlite3_stmt *st = s->st[ST_STRING];
+    bind_i64(st, 1, *id);
+    sqlite3_bind_text(st, 2, str, (int)len, SQLITE_STATIC);
+    run(s, ST_STRING); // the id is unique by construction: this cannot conflict
+    return *id;
+}
+
+amp_status amp_store_meta(amp_store *s, int32_t pid, const char *key, const char *value) {
+    sqlite3_stmt *st = s->st[ST_META];
+    bind_str(st, 1, key);
+    bind_str(st, 2, value);
+    bind_i64(st, 3, pid);
+    return run(s, ST_META);
+}
+
+amp_status amp_store_process_add(amp_store *s, int32_t pid, int32_t ppid, const char *name,
+                                 int64_t start_ns, int64_t *rowid) {
+    sqlite3_stmt *st = s->st[ST_PROC_ADD];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, ppid);
+    bind_i64(st, 3, amp_global_pid(pid));
+    bind_str(st, 4, name);
+    bind_i64(st, 5, start_ns);
+    amp_status status = run(s, ST_PROC_ADD);
+    *rowid = sqlite3_last_insert_rowid(s->db);
+    return status;
+}
+
+amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t end_ns, int64_t records,
+                                    int64_t bytes, const char *status) {
+    sqlite3_stmt *st = s->st[ST_PROC_UPDATE];
+    bind_opt(st, 1, end_ns);
+    bind_i64(st, 2, records);
+    bind_i64(st, 3, bytes);
+    bind_str(st, 4, status);
+    bind_i64(st, 5, rowid);
+    return run(s, ST_PROC_UPDATE);
+}
+
+amp_status amp_store_layer(amp_store *s, int32_t pid, const amp_rec_layer *r) {
+    sqlite3_stmt *st = s->st[ST_LAYER];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->id);
+    bind_opt(st, 3, r->parent_id);
+    bind_str(st, 4, r->name ? r->name : "");
+    return run(s, ST_LAYER);
+}
+
+amp_status amp_store_step(amp_store *s, int32_t pid, const amp_rec_step *r) {
+    sqlite3_stmt *st = s->st[ST_STEP];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->step);
+    bind_i64(st, 3, r->start_ns);
+    bind_i64(st, 4, r->end_ns);
+    bind_f64(st, 5, r->loss);
+    bind_i64(st, 6, isfinite(r->loss));
+    bind_f64(st, 7, r->grad_norm);
+    return run(s, ST_STEP);
+}
+
+amp_status amp_store_scale(amp_store *s, int32_t pid, const amp_rec_scale *r) {
+    sqlite3_stmt *st = s->st[ST_SCALE];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->step);
+    bind_f64(st, 3, r->scale_before);
+    bind_f64(st, 4, r->scale_after);
+    bind_opt(st, 5, r->found_inf);
+    bind_opt(st, 6, r->growth_tracker);
+    bind_i64(st, 7, r->skipped);
+    amp_status status = run(s, ST_SCALE);
+    if (status != AMP_OK) return status;
+    st = s->st[ST_STEP_SCALE];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->step);
+    bind_f64(st, 3, r->scale_before);
+    bind_f64(st, 4, r->scale_after);
+    bind_opt(st, 5, r->found_inf);
+    bind_i64(st, 6, r->skipped);
+    return run(s, ST_STEP_SCALE);
+}
+
+amp_status amp_store_tensor_stats(amp_store *s, int32_t pid, const amp_rec_tensor_stats *r) {
+    sqlite3_stmt *st = s->st[ST_STATS];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->step);
+    bind_opt(st, 3, r->layer_id);
+    bind_str(st, 4, r->op);
+    bind_str(st, 5, amp_stats_kind_name(r->kind));
+    bind_str(st, 6, r->dtype);
+    bind_str(st, 7, r->target_dtype);
+    bind_opt(st, 8, r->numel);
+    bind_f64(st, 9, r->min);
+    bind_f64(st, 10, r->max);
+    bind_f64(st, 11, r->amax);
+    bind_opt(st, 12, r->n_nan);
+    bind_opt(st, 13, r->n_posinf);
+    bind_opt(st, 14, r->n_neginf);
+    bind_opt(st, 15, r->n_overflow);
+    bind_opt(st, 16, r->n_underflow);
+    bind_opt(st, 17, r->n_zero);
+    return run(s, ST_STATS);
+}
+
+amp_status amp_store_op(amp_store *s, int32_t pid, const amp_rec_op *r) {
+    sqlite3_stmt *st = s->st[ST_OP];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->step);
+    bind_opt(st, 3, r->layer_id);
+    bind_str(st, 4, r->op ? r->op : "");
+    bind_str(st, 5, amp_phase_name(r->phase));
+    bind_str(st, 6, r->in_dtypes);
+    bind_str(st, 7, r->out_dtype);
+    bind_str(st, 8, r->policy);
+    bind_str(st, 9, r->shapes);
+    bind_opt(st, 10, r->flops);
+    bind_opt(st, 11, r->bytes);
+    bind_i64(st, 12, r->start_ns);
+    bind_i64(st, 13, r->end_ns);
+    return run(s, ST_OP);
+}
+
+amp_status amp_store_event_insert(amp_store *s, int32_t pid, const amp_rec_event *r,
+                                  bool aggregate, int64_t *rowid) {
+    sqlite3_stmt *st = s->st[ST_EVENT];
+    bind_i64(st, 1, pid);
+    bind_i64(st, 2, r->step);
+    bind_opt(st, 3, r->layer_id);
+    bind_str(st, 4, r->op);
+    bind_str(st, 5, amp_phase_name(r->phase));
+    bind_str(st, 6, r->kind ? r->kind : "unknown");
+    bind_str(st, 7, amp_severity_name(r->severity));
+    bind_opt(st, 8, r->count);
+    bind_f64(st, 9, r->value);
+    bind_str(st, 10, r->detail);
+    bind_i64(st, 11, aggregate);
+    amp_status status = run(s, ST_EVENT);
+    *rowid = sqlite3_last_insert_rowid(s->db);
+    return status;
+}
+
+amp_status amp_store_event_fold(amp_store *s, int64_t rowid, const amp_rec_event *r) {
+    sqlite3_stmt *st = s->st[ST_EVENT_FOLD];
+    bind_i64(st, 1, rowid);
+    bind_i64(st, 2, r->step);
+    bind_opt(st, 3, r->count);
+    bind_f64(st, 4, r->value);
+    return run(s, ST_EVENT_FOLD);
+}
+
+const char *amp_kernel_short_name(const char *demangled, char *out, size_t n) {
+    // The argument list is the first '(' outside template brackets that is not part of
+    // "(anonymous namespace)"; the name is the identifier before it, without template arguments.
+    static const char anon[] = "(anonymous namespace)";
+    const char *end = NULL;
+    int depth = 0;
+    for (const char *p = demangled; *p && !end; p++) {
+        if (*p == '<')
+            depth++;
+        else if (*p == '>' && depth > 0)
+            depth--;
+        else if (*p == '(' && depth == 0) {
+            if (strncmp(p, anon, sizeof anon - 1) == 0)
+                p += sizeof anon - 2;
+            else
+                end = p;
+        }
+    }
+    if (!end) end = demangled + strlen(demangled);
+    if (end > demangled && end[-1] == '>') { // strip the template arguments
+        int d = 0;
+        const char *p = end - 1;
+        for (; p > demangled; p--) {
+            if (*p == '>') d++;
+            else if (*p == '<' && --d == 0) break;
+        }
+        end = p;
+    }
+    const char *start = end;
+    while (start > demangled && start[-1] != ':' && start[-1] != ' ') start--;
+    size_t len = (size_t)(end - start);
+    if (len == 0) return demangled;
+    if (len >= n) len = n - 1;
+    memcpy(out, start, len);
+    out[len] = 0;
+    return out;
+}
+
+amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) {
+    const char *name = r->name ? r->name : "";
+    const char *demangled = r->demangled ? r->demangled : name;
+    const char *short_name =
+        r->short_name ? r->short_name
+                      : amp_kernel_short_name(demangled, s->name_buf, sizeof s->name_buf);
+    int64_t demangled_id = amp_store_string_id(s, demangled);
+    int64_t short_id = amp_store_string_id(s, short_name);
+    int64_t mangled_id = strncmp(name, "_Z", 2) == 0 ? amp_store_string_id(s, name) : -1;
+    sqlite3_stmt *st = s->st[ST_KERNEL];
+    bind_i64(st, 1, r->start_ns);
+    bind_i64(st, 2, r->end_ns);
+    bind_i64(st, 3, r->device_id);
+    bind_i64(st, 4, r->context_id);
+    bind_opt(st, 5, r->green_context_id);
+    bind_i64(st, 6, r->stream_id);
+    bind_opt(st, 7, r->correlation_id);
+    bind_i64(st, 8, amp_global_pid(pid));
+    bind_i64(st, 9, demangled_id);
+    bind_i64(st, 10, short_id);
+    bind_opt(st, 11, mangled_id);
+    bind_opt(st, 12, r->launch_type);
+    bind_opt(st, 13, r->cache_config);
+    bind_i64(st, 14, r->registers_per_thread);
+    bind_i64(st, 15, r->grid_x);
+    bind_i64(st, 16, r->grid_y);
+    bind_i64(st, 17, r->grid_z);
+    bind_i64(st, 18, r->block_x);
+    bind_i64(st, 19, r->block_y);
+    bind_i64(st, 20, r->block_z);
+    bind_i64(st, 21, r->static_shared_memory);
+    bind_i64(st, 22, r->dynamic_shared_memory);
+    bind_i64(st, 23, r->local_memory_per_thread);
+    bind_i64(st, 24, r->local_memory_total);
+    bind_i64(st, 25, r->grid_id);
+    bind_opt(st, 26, r->shared_memory_executed);
+    bind_opt(st, 27, r->graph_node_id);
+    bind_opt(st, 28, r->shared_memory_limit_config);
+    return run(s, ST_KERNEL);
+}
+
+amp_status amp_store_memcpy(amp_store *s, int32_t pid, const amp_rec_memcpy *r) {
+    sqlite3_stmt *st = s->st[ST_MEMCPY];
+    bind_i64(st, 1, r->start_ns);
+    bind_i64(st, 2, r->end_ns);
+    bind_i64(st, 3, r->device_id);
+    bind_i64(st, 4, r->context_id);
+    bind_opt(st, 5, r->green_context_id);
+    bind_i64(st, 6, r->stream_id);
+    bind_opt(st, 7, r->correlation_id);
+    bind_i64(st, 8, amp_global_pid(pid));
+    bind_i64(st, 9, r->bytes);
+    bind_i64(st, 10, r->copy_kind);
+    bind_opt(st, 11, r->src_kind);
+    bind_opt(st, 12, r->dst_kind);
+    bind_opt(st, 13, r->src_device_id);
+    bind_opt(st, 14, r->src_context_id);
+    bind_opt(st, 15, r->dst_device_id);
+    bind_opt(st, 16, r->dst_context_id);
+    bind_opt(st, 17, r->migration_cause);
+    bind_opt(st, 18, r->graph_node_id);
+    bind_opt(st, 19, r->virtual_address);
+    return run(s, ST_MEMCPY);
+}
+
+amp_status amp_store_memset(amp_store *s, int32_t pid, const amp_rec_memset *r) {
+    sqlite3_stmt *st = s->st[ST_MEMSET];
+    bind_i64(st, 1, r->start_ns);
+    bind_i64(st, 2, r->end_ns);
+    bind_i64(st, 3, r->device_id);
+    bind_i64(st, 4, r->context_id);
+    bind_opt(st, 5, r->green_context_id);
+    bind_i64(st, 6, r->stream_id);
+    bind_opt(st, 7, r->correlation_id);
+    bind_i64(st, 8, amp_global_pid(pid));
+    bind_i64(st, 9, r->value);
+    bind_i64(st, 10, r->bytes);
+    bind_opt(st, 11, r->graph_node_id);
+    bind_opt(st, 12, r->mem_kind);
+    return run(s, ST_MEMSET);
+}
+
+amp_status amp_store_runtime(amp_store *s, int32_t pid, const amp_rec_runtime *r) {
+    int64_t name_id = amp_store_string_id(s, r->name ? r->name : "");
+    sqlite3_stmt *st = s->st[ST_RUNTIME];
+    bind_i64(st, 1, r->start_ns);
+    bind_i64(st, 2, r->end_ns);
+    bind_i64(st, 3, r->driver ? 1 : 0);
+    bind_i64(st, 4, amp_global_tid(pid, r->tid));
+    bind_opt(st, 5, r->correlation_id);
+    bind_i64(st, 6, name_id);
+    bind_i64(st, 7, r->return_value);
+    return run(s, ST_RUNTIME);
+}
+
+amp_status amp_store_sync(amp_store *s, int32_t pid, const amp_rec_sync *r) {
+    sqlite3_stmt *st = s->st[ST_SYNC];
+    bind_i64(st, 1, r->start_ns);
+    bind_i64(st, 2, r->end_ns);
+    bind_i64(st, 3, r->device_id);
+    bind_i64(st, 4, r->context_id);
+    bind_opt(st, 5, r->green_context_id);
+    bind_i64(st, 6, r->stream_id);
+    bind_opt(st, 7, r->correlation_id);
+    bind_i64(st, 8, amp_global_pid(pid));
+    bind_i64(st, 9, r->sync_type);
+    bind_i64(st, 10, r->event_id);
+    return run(s, ST_SYNC);
+}
+
+amp_status amp_store_nvtx(amp_store *s, int32_t pid, const amp_rec_nvtx *r, int64_t text_id,
+                          int64_t domain_id) {
+    sqlite3_stmt *st = s->st[ST_NVTX];
+    bind_i64(st, 1, r->start_ns);
+    bind_opt(st, 2, r->type == AMP_NVTX_MARK ? -1 : r->end_ns);
+    bind_i64(st, 3, r->type);
+    bind_opt(st, 4, r->range_id);
+    bind_opt(st, 5, r->category);
+    bind_opt(st, 6, r->color);
+    bind_str(st, 7, r->text);
+    bind_i64(st, 8, amp_global_tid(pid, r->tid));
+    if (r->end_tid >= 0)
+        bind_i64(st, 9, amp_global_tid(pid, r->end_tid));
+    else
+        sqlite3_bind_null(st, 9);
+    bind_opt(st, 10, text_id > 0 ? text_id : -1);
+    bind_opt(st, 11, domain_id > 0 ? domain_id : -1);
+    for (int i = 12; i <= 17; i++) sqlite3_bind_null(st, i);
+    switch (r->payload_type) { // columns 12..17: uint64, int64, double, uint32, int32, float
+    case AMP_NVTX_PAYLOAD_NONE: break;
+    case AMP_NVTX_PAYLOAD_U64: bind_i64(st, 12, (int64_t)r->payload.u64); break;
+    case AMP_NVTX_PAYLOAD_I64: bind_i64(st, 13, r->payload.i64); break;
+    case AMP_NVTX_PAYLOAD_DOUBLE: bind_f64(st, 14, r->payload.f64); break;
+    case AMP_NVTX_PAYLOAD_U32: bind_i64(st, 15, (int64_t)(uint32_t)r->payload.u64); break;
+    case AMP_NVTX_PAYLOAD_I32: bind_i64(st, 16, (int32_t)r->payload.i64); break;
+    case AMP_NVTX_PAYLOAD_FLOAT: bind_f64(st, 17, r->payload.f64); break;
+    }
+    return run(s, ST_NVTX);
+}
+
+amp_status amp_store_gpu_info(amp_store *s, const amp_rec_gpu_info *r) {
+    char key[160]; // every process of the run reports its devices: keep one row per device
+    int n = snprintf(key, sizeof key, "%d/%s", r->id, r->uuid ? r->uuid : "");
+    bool found;
+    amp_strmap_get_or_put(&s->gpus, key, (size_t)n < sizeof key ? (size_t)n : sizeof key - 1, 0,
+                          &found);
+    if (found) return AMP_OK;
+    sqlite3_stmt *st = s->st[ST_GPU];
+    const int64_t ints[] = {r->is_discrete,         r->l2_cache_size,
+                            r->total_memory,        r->memory_bandwidth,
+                            r->clock_rate,          r->sm_count,
+                            r->compute_major,       r->compute_minor,
+                            r->max_threads_per_block, r->max_registers_per_block,
+                            r->max_registers_per_sm, r->max_shmem_per_block,
+                            r->max_shmem_per_block_optin, r->max_shmem_per_sm,
+                            r->threads_per_warp,    r->async_engines,
+                            r->max_warps_per_sm,    r->max_blocks_per_sm};
+    bind_i64(st, 1, r->id);
+    bind_opt(st, 2, r->cu_device);
+    bind_str(st, 3, r->name);
+    bind_str(st, 4, r->bus_location);
+    bind_str(st, 5, r->uuid);
+    bind_str(st, 6, r->chip_name);
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) bind_opt(st, 7 + (int)i, ints[i]);
+    return run(s, ST_GPU);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read-only open for readers
+
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+// Checks the file before SQLite sees it: exists, is SQLite, is as long as its header says.
+static amp_status precheck(const char *path, char *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: %s", path, strerror(errno));
+        return AMP_ERR_IO;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: is a directory, not an ampprobe database", path);
+        return AMP_ERR_IO;
+    }
+    unsigned char h[100];
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: %s", path, strerror(errno));
+        return AMP_ERR_IO;
+    }
+    size_t got = fread(h, 1, sizeof h, f);
+    fclose(f);
+    if (got < sizeof h || memcmp(h, "SQLite format 3", 16) != 0) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (%s)", path,
+                 got == 0 ? "empty file" : "not an SQLite file");
+        return AMP_ERR_CORRUPT;
+    }
+    if (be32(h + 68) != AMP_APPLICATION_ID) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (another SQLite file)",
+                 path);
+        return AMP_ERR_CORRUPT;
+    }
+    // With no WAL next to it the file holds every page, and the page count in its header is
+    // valid when the change counter matches "version-valid-for".
+    char wal[4096];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    struct stat wb;
+    bool has_wal = stat(wal, &wb) == 0 && wb.st_size > 0;
+    uint32_t page_size = (uint32_t)h[16] << 8 | h[17];
+    if (page_size == 1) page_size = 65536;
+    uint64_t pages = be32(h + 28);
+    if (!has_wal && be32(h + 24) == be32(h + 92) && (uint64_t)sb.st_size < pages * page_size) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: truncated (%lld of %llu bytes)", path,
+                 (long long)sb.st_size, (unsigned long long)(pages * page_size));
+        return AMP_ERR_CORRUPT;
+    }
+    return AMP_OK;
+}
+
+amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
+    *db = NULL;
+    errbuf[0] = 0;
+    amp_status st = precheck(path, errbuf);
+    if (st != AMP_OK) return amp_set_error(st, "%s", errbuf);
+    sqlite3 *d = NULL;
+    if (sqlite3_open_v2(path, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot open: %s", path,
+                 d ? sqlite3_errmsg(d) : "out of memory");
+        sqlite3_close(d);
+        return amp_set_error(AMP_ERR_IO, "%s", errbuf);
+    }
+    sqlite3_busy_timeout(d, 2000); // a live run checkpoints now and then
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(d, "SELECT value FROM META WHERE key = 'schema_version' AND pid = 0",
+                                -1, &q, NULL);
+    int major = -1, minor = 0;
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW) {
+            const char *v = (const char *)sqlite3_column_text(q, 0);
+            if (!v || sscanf(v, "%d.%d", &major, &minor) < 1) major = -1;
+            rc = SQLITE_OK;
+        } else if (rc == SQLITE_DONE) {
+            rc = SQLITE_OK;
+        }
+    }
+    if (rc != SQLITE_OK) {
+        int code = sqlite3_errcode(d) & 0xff;
+        if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB || code == SQLITE_IOERR) {
+            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: truncated or corrupt (%s)", path,
+                     sqlite3_errmsg(d));
+            st = AMP_ERR_CORRUPT;
+        } else if (rc == SQLITE_ERROR) {
+            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no META table)",
+                     path);
+            st = AMP_ERR_CORRUPT;
+        } else {
+            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot read: %s", path, sqlite3_errmsg(d));
+            st = AMP_ERR_IO;
+        }
+    } else if (major < 0) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no schema_version)",
+                 path);
+        st = AMP_ERR_CORRUPT;
+    } else if (major > AMP_SCHEMA_MAJOR) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX,
+                 "%s: written by a newer ampprobe (schema %d.%d; this build reads %d.x)", path,
+                 major, minor, AMP_SCHEMA_MAJOR);
+        st = AMP_ERR_UNSUPPORTED;
+    }
+    sqlite3_finalize(q);
+    if (st != AMP_OK) {
+        sqlite3_close(d);
+        return amp_set_error(st, "%s", errbuf);
+    }
+    *db = d;
+    return AMP_OK;
+}

@@ -1,0 +1,156 @@
+/*
+ * cmd_conform.c — `ampprobe conform DIR`: finds the PyTorch reference files in DIR by name,
+ * hands each to the checker of its kind (conform.h) and prints `N passed, M failed`.
+ */
+#include "commands.h"
+#include "conform.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+// The kinds of reference file, by name (../shared/golden's names; tests/data/golden/README.md
+// describes the formats), in the order they run.
+static const struct {
+    const char *pattern;
+    void (*check)(struct conform_run *r, const char *name);
+} kinds[] = {
+    {"scaler_updates*.txt", conform_scaler_file},
+    {"unscale*.txt", conform_unscale_file},
+    {"autocast_dtypes*.txt", conform_autocast_file},
+    {"conv_*.bin", conform_convert_file},
+    {"*.manifest", conform_e2e_file},
+};
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_names(struct conform_run *r) {
+    for (int i = 0; i < r->n_names; i++) free(r->names[i]);
+    free(r->names);
+    r->names = NULL;
+    r->n_names = 0;
+}
+
+// r->names = the directory's entries (no dot files), sorted bytewise so runs are reproducible.
+static bool list_dir(struct conform_run *r) {
+    DIR *d = opendir(r->dir);
+    if (!d) {
+        r->errors++;
+        fprintf(r->err, "ampprobe conform: %s: cannot read directory: %s\n", r->dir, strerror(errno));
+        return false;
+    }
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        if (r->n_names == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **names = realloc(r->names, (size_t)cap * sizeof *names);
+            if (!names) break;
+            r->names = names;
+        }
+        char *copy = strdup(e->d_name);
+        if (!copy) break;
+        r->names[r->n_names++] = copy;
+    }
+    bool complete = e == NULL;
+    closedir(d);
+    if (!complete) {
+        r->errors++;
+        fprintf(r->err, "ampprobe conform: %s: out of memory listing the directory\n", r->dir);
+        return false;
+    }
+    qsort(r->names, (size_t)r->n_names, sizeof *r->names, cmp_str);
+    return true;
+}
+
+int conform_dir(struct conform_run *r, const char *dir) {
+    r->dir = dir;
+    if (list_dir(r)) {
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+            for (int i = 0; i < r->n_names; i++)
+                if (fnmatch(kinds[k].pattern, r->names[i], 0) == 0) kinds[k].check(r, r->names[i]);
+        if (r->passed + r->failed + r->unsupported + r->errors == 0) {
+            r->errors++;
+            fprintf(r->err,
+                    "ampprobe conform: %s: no reference files (scaler_updates*.txt, unscale*.txt, "
+                    "autocast_dtypes*.txt, conv_*_in_f32.bin, *.manifest)\n",
+                    dir);
+        }
+    }
+    free_names(r);
+    fprintf(r->out, "%d passed, %d failed", r->passed, r->failed);
+    if (r->unsupported > 0) fprintf(r->out, ", %d unsupported", r->unsupported);
+    fputc('\n', r->out);
+    fflush(r->out);
+    return r->errors > 0 ? 2 : r->failed > 0 ? 1 : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ampprobe conform [-v] [--device cpu|cuda] DIR\n\n"
+            "Checks this build's AMP semantics against PyTorch reference files in DIR (the formats\n"
+            "of tests/data/golden/README.md), found by name:\n"
+            "  scaler_updates*.txt   GradScaler.update() sequences: scale bits and growth tracker\n"
+            "  unscale*.txt          unscale_ + non-finite check: output bits (NaN-ness for NaN)\n"
+            "  autocast_dtypes*.txt  result dtype of each op under fp16/bf16 autocast\n"
+            "  conv_<n>_in_f32.bin   fp32 -> fp16/bf16 conversions against conv_<n>_f16_<tag>.bin\n"
+            "                        and conv_<n>_bf16_<tag>.bin (NaN-ness for NaN inputs)\n"
+            "  *.manifest            end-to-end MLP training: found_inf and scale per step exactly,\n"
+            "                        loss within 1e-3 and final weights within 1e-2 relative\n\n"
+            "Prints every failure with its case and first mismatch, then `N passed, M failed`\n"
+            "(and `, K unsupported` for cases this build cannot run; they are not passes).\n\n"
+            "options:\n"
+            "  -v, --verbose         print every case, passing ones too\n"
+            "  --device cpu|cuda     backend for the unscale and end-to-end cases (default cpu)\n"
+            "  -h, --help            this text\n\n"
+            "exit status: 0 all passed, 1 some case failed, 2 usage error, unreadable directory\n"
+            "or malformed file (the message names file and line).\n");
+}
+
+int amp_cmd_conform(int argc, char **argv) {
+    struct conform_run r = {.out = stdout, .err = stderr, .device = AMP_DEVICE_CPU};
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            r.verbose = true;
+        } else if (strcmp(a, "--device") == 0) {
+            if (i + 1 == argc || !amp_device_parse(argv[i + 1], &r.device)) {
+                fprintf(stderr, "ampprobe conform: --device needs cpu or cuda\n");
+                return 2;
+            }
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "ampprobe conform: unknown option '%s' (see 'ampprobe conform --help')\n",
+                    a);
+            return 2;
+        } else if (dir) {
+            fprintf(stderr, "ampprobe conform: one directory only ('%s' and '%s')\n", dir, a);
+            return 2;
+        } else {
+            dir = a;
+        }
+    }
+    if (!dir) {
+        usage(stderr);
+        return 2;
+    }
+    amp_ctx_t *probe;
+    if (amp_ctx_new(r.device, 0, &probe) != AMP_OK) {
+        fprintf(stderr, "ampprobe conform: --device %s: %s\n",
+                r.device == AMP_DEVICE_CUDA ? "cuda" : "cpu", amp_last_error());
+        return 2;
+    }
+    amp_ctx_free(probe);
+    return conform_dir(&r, dir);
+}

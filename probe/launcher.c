@@ -1,0 +1,138 @@
+/*
+ * launcher.c — process mechanics of `ampprobe run` (launcher.h).
+ *
+ * The child stays in ampprobe's process group, so terminal job control (Ctrl-Z, fg) acts on
+ * both as one job and Ctrl-C reaches the program directly. Signals sent to ampprobe alone
+ * (kill PID, a batch system's SIGTERM) are passed on to the child, and ampprobe keeps collecting
+ * until the child is gone.
+ */
+#define _GNU_SOURCE
+#include "launcher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// ---------------------------------------------------------------------------------------------
+// PATH lookup
+
+static int check_file(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ENOENT;
+    if (!S_ISREG(sb.st_mode) || access(path, X_OK) != 0) return EACCES;
+    return 0;
+}
+
+int amp_launcher_find(const char *prog) {
+    if (!*prog) return ENOENT;
+    if (strchr(prog, '/')) return check_file(prog);
+    const char *path = getenv("PATH");
+    if (!path) path = "/bin:/usr/bin";
+    int result = ENOENT;
+    size_t plen = strlen(prog);
+    for (const char *p = path;; p++) {
+        const char *end = strchrnul(p, ':');
+        size_t dlen = (size_t)(end - p);
+        char *cand = malloc(dlen + plen + 3);
+        if (!cand) return ENOMEM;
+        if (dlen == 0)
+            snprintf(cand, plen + 3, "./%s", prog); // an empty PATH entry is the current directory
+        else
+            snprintf(cand, dlen + plen + 2, "%.*s/%s", (int)dlen, p, prog);
+        int r = check_file(cand);
+        free(cand);
+        if (r == 0) return 0;
+        if (r == EACCES) result = EACCES;
+        if (!*end) break;
+        p = end;
+    }
+    return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spawning
+
+int amp_launcher_spawn(char *const *argv, pid_t *pid) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return errno;
+    pid_t child = fork();
+    if (child < 0) {
+        int err = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
+    }
+    if (child == 0) {
+        // Signal dispositions set by ampprobe must not leak into the program.
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigaction(SIGINT, &dfl, NULL);
+        sigaction(SIGTERM, &dfl, NULL);
+        sigaction(SIGHUP, &dfl, NULL);
+        sigaction(SIGPIPE, &dfl, NULL);
+        close(fds[0]);
+        execvp(argv[0], argv);
+        int err = errno;
+        while (write(fds[1], &err, sizeof err) < 0 && errno == EINTR) {
+        }
+        _exit(127);
+    }
+    close(fds[1]);
+    int err = 0;
+    ssize_t n;
+    while ((n = read(fds[0], &err, sizeof err)) < 0 && errno == EINTR) {
+    }
+    close(fds[0]);
+    if (n == (ssize_t)sizeof err) { // exec failed: reap the child, which has exited
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+        }
+        return err;
+    }
+    *pid = child;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals
+
+static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
+// Counts written by the handler only, and by amp_launcher_forward only: no read-modify-write
+// races between them.
+static volatile sig_atomic_t received[3];
+static sig_atomic_t forwarded[3];
+
+static void on_signal(int sig, siginfo_t *info, void *uctx) {
+    (void)uctx;
+    if (info->si_code == SI_KERNEL) return; // from the terminal, to the whole process group
+    for (int i = 0; i < 3; i++)
+        if (caught[i] == sig) received[i]++;
+}
+
+void amp_launcher_catch_signals(void) {
+    struct sigaction sa = {.sa_sigaction = on_signal, .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++) sigaction(caught[i], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); // a closed stderr must not kill the collector
+}
+
+int amp_launcher_forward(pid_t pid) {
+    int sent = 0;
+    for (int i = 0; i < 3; i++) {
+        for (sig_atomic_t r = received[i]; forwarded[i] != r; forwarded[i]++) {
+            kill(pid, caught[i]);
+            sent++;
+        }
+    }
+    return sent;
+}
+
+int amp_launcher_exit_code(int wstatus) {
+    if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+    return 1;
+}

@@ -1,0 +1,31 @@
+/*
+ * launcher.h — starting the program under `ampprobe run` and passing signals on to it: PATH
+ * lookup, fork/exec with exec failures reported back through a close-on-exec pipe, signal
+ * forwarding, and the shell's exit-status convention.
+ */
+#ifndef AMPPROBE_LAUNCHER_H
+#define AMPPROBE_LAUNCHER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+// Looks prog up as execvp would (PATH unless it contains a '/'). 0 when an executable regular
+// file was found, else ENOENT (nothing there) or EACCES (found, but not executable).
+int amp_launcher_find(const char *prog);
+
+// Starts argv[0] with argv in the environment of this process (set what the child needs with
+// setenv first). 0 and *pid on success; otherwise the errno of the failed fork or exec, and no
+// child is left behind.
+int amp_launcher_spawn(char *const *argv, pid_t *pid);
+
+// From now on SIGINT, SIGTERM and SIGHUP no longer end this process; they are queued for
+// amp_launcher_forward. A signal the terminal sent to the whole foreground process group is
+// not queued: the child (in that group) got it already.
+void amp_launcher_catch_signals(void);
+// Sends the queued signals to pid. Returns the number sent.
+int amp_launcher_forward(pid_t pid);
+
+// The shell's exit status for a wait status: the exit code, or 128 + signal number.
+int amp_launcher_exit_code(int wstatus);
+
+#endif

@@ -1,0 +1,563 @@
+/*
+ * common.c — the plumbing the sample programs share: command-line parsing and --help, the fault
+ * catalogue, the synthetic-data RNG, parameters and nn.Linear, the classification loss (with the
+ * log-zero fault's hand-written cross-entropy) and the training loop with autocast, GradScaler,
+ * optimizer and checkpoints.
+ *
+ * Messages go to stderr prefixed with the program name: a bad flag is one line naming the flag
+ * (exit 2), a failed library call prints amp_last_error() (exit 1). Step lines go to stdout.
+ */
+#include "common.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+// ---------------------------------------------------------------------------------------------
+// The fault catalogue
+
+#define THRASH_GROWTH 4.0     // --fault scale-thrash: x4 after every clean step ...
+#define THRASH_BACKOFF 0.125  // ... and /8 on overflow
+#define UNDERFLOW_GROWTH_INTERVAL 1000000 // --fault grad-underflow: the scale never grows
+
+typedef struct fault_info {
+    const char *name;
+    sample_fault fault;
+    int64_t first_step; // first step it acts on
+    bool once;          // acts on first_step only
+    const char *help;
+} fault_info;
+
+static const fault_info faults[] = {
+    {"attn-overflow", SAMPLE_FAULT_ATTN_OVERFLOW, SAMPLE_ATTN_OVERFLOW_STEP, false,
+     "(tiny_gpt only) From step " STR(SAMPLE_ATTN_OVERFLOW_STEP) " on, the attention of blocks.1\n"
+     "(the last block when --layers 1) scales its logits q@k^T by " STR(SAMPLE_ATTN_OVERFLOW_GAIN)
+     " instead of\n1/sqrt(d_head), a temperature bug. In fp16 that mul, right after the q@k^T "
+     "matmul, exceeds\n65504 and gives inf; softmax turns the rows into NaN, the loss is NaN and "
+     "the GradScaler\nskips every step from then on while the scale halves. fp32 and bf16 (fp32's "
+     "exponent\nrange) stay finite."},
+    {"grad-underflow", SAMPLE_FAULT_GRAD_UNDERFLOW, 0, false,
+     "The loss is multiplied by " STR(SAMPLE_UNDERFLOW_FACTOR) " before backward (a mis-normalised "
+     "loss) and the\nGradScaler starts at scale 1 with growth interval " STR(UNDERFLOW_GROWTH_INTERVAL)
+     ", so it cannot compensate.\nEvery logit gradient is then at most 1e-8, under half of fp16's "
+     "smallest subnormal (2^-24),\nso the fp16 backward rounds it to exactly 0: all weight "
+     "gradients vanish, nothing is inf,\nno step is skipped and the loss stops falling. fp32 and "
+     "bf16 (fp32's range) keep the tiny\ngradients: Adam still learns, more slowly as they near "
+     "its eps. --init-scale 65536 rescues\nfp16. The printed loss is the one before the factor."},
+    {"nan-input", SAMPLE_FAULT_NAN_INPUT, SAMPLE_NAN_INPUT_STEP, true,
+     "At step " STR(SAMPLE_NAN_INPUT_STEP) " element 0 of the input batch is NaN (mlp: feature 0 of "
+     "example 0; simple_cnn:\npixel (0, 0) of channel 0 of image 0; tiny_gpt, whose tokens are "
+     "integers: element [0, 0, 0]\nof the embedding sum wte[x] + wpe, where floats first enter). "
+     "The loss of that step is NaN.\nfp16: the GradScaler finds NaN gradients and skips that one "
+     "step; training goes on.\nfp32/bf16: no GradScaler, so the NaN gradients reach the "
+     "optimizer, the weights become NaN\nand so does every later loss."},
+    {"log-zero", SAMPLE_FAULT_LOG_ZERO, SAMPLE_LOG_ZERO_STEP, false,
+     "The loss is a hand-written cross-entropy, -mean(log(softmax(logits)[target])), the target\n"
+     "picked by multiplying with a one-hot mask. From step " STR(SAMPLE_LOG_ZERO_STEP) " on the "
+     "logits are multiplied by " STR(SAMPLE_LOG_ZERO_GAIN) "\n(a temperature bug): the probability "
+     "of a target 0.011 or more below the top logit\nunderflows to exactly 0 even in fp32 (softmax "
+     "runs in fp32 under autocast), log gives -inf\nand the loss is inf in every precision. fp16: "
+     "the gradients are NaN and every step from\nthen on is skipped. fp32/bf16: the NaN gradients "
+     "reach the weights."},
+    {"scale-thrash", SAMPLE_FAULT_SCALE_THRASH, 0, false,
+     "The GradScaler grows the scale x" STR(THRASH_GROWTH) " after every clean step (growth "
+     "interval 1) and backs off\nx" STR(THRASH_BACKOFF) " on overflow: the scale climbs until the "
+     "fp16 gradients overflow, that step is\nskipped, the scale drops and climbs again: a sawtooth "
+     "with many skipped steps. fp16 only:\nin fp32/bf16 the GradScaler is disabled and training is "
+     "healthy."},
+};
+#define N_FAULTS ((int)(sizeof faults / sizeof faults[0]))
+
+static const fault_info *fault_of(sample_fault f) {
+    for (int i = 0; i < N_FAULTS; i++)
+        if (faults[i].fault == f) return &faults[i];
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+
+static const struct {
+    const char *name;
+    amp_dtype dtype;
+} precisions[] = {{"fp32", AMP_DTYPE_F32}, {"fp16", AMP_DTYPE_F16}, {"bf16", AMP_DTYPE_BF16}};
+
+static const char *precision_name(amp_dtype t) {
+    for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
+        if (precisions[i].dtype == t) return precisions[i].name;
+    return "?";
+}
+
+int sample_usage_error(const sample_opts *o, const char *flag, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: %s: ", o->prog, flag);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+// "expected <what>, got 'value'" (or "got nothing" when the value is missing).
+static int bad_value(const sample_opts *o, const char *flag, const char *what, const char *value) {
+    if (!value) return sample_usage_error(o, flag, "expected %s, got nothing", what);
+    return sample_usage_error(o, flag, "expected %s, got '%s'", what, value);
+}
+
+static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
+    if (!s || !*s) return false;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*end || v < min || v > max) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_positive_float(const char *s, float *out) {
+    if (!s || !*s) return false;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || !(v > 0.0) || !isfinite((float)v)) return false;
+    *out = (float)v;
+    return true;
+}
+
+static void print_help(const sample_spec *spec) {
+    printf("usage: %s [flags]\n%s\n\n", spec->name, spec->summary);
+    printf("  --device cpu|cuda        where to train (default cpu; cuda needs the CUDA backend)\n"
+           "  --precision fp32|fp16|bf16\n"
+           "                           fp32: no autocast; fp16: autocast to f16 and a GradScaler;\n"
+           "                           bf16: autocast to bf16, GradScaler disabled (PyTorch\n"
+           "                           practice) (default fp16)\n");
+    printf("  --steps N                optimizer steps (default %lld)\n", (long long)spec->steps);
+    printf("  --batch N                examples per batch (default %lld)\n", (long long)spec->batch);
+    printf("  --seed N                 seeds the synthetic data and the initialisation (default 1)\n");
+    printf("  --lr X                   learning rate (default %g for adam/adamw, %g for sgd)\n",
+           (double)spec->lr_adam, (double)spec->lr_sgd);
+    printf("  --optimizer sgd|adam|adamw\n"
+           "                           default adam (torch defaults; sgd with momentum 0.9)\n"
+           "  --init-scale X           GradScaler initial scale, fp16 only (default 65536)\n"
+           "  --growth-interval N      GradScaler growth interval, fp16 only (default 2000)\n"
+           "  --fault NAME             reproduce an AMP failure on purpose (see below)\n"
+           "  --save PATH              after training, write parameters, optimizer and GradScaler\n"
+           "                           state to PATH\n"
+           "  --load PATH              before training, restore them from a --save file of the\n"
+           "                           same model, optimizer and precision\n"
+           "  --quiet                  print only the final line\n"
+           "  --help                   this text\n");
+    if (spec->n_shape_flags) printf("\nmodel shape:\n");
+    for (int i = 0; i < spec->n_shape_flags; i++) {
+        const sample_int_flag *f = &spec->shape_flags[i];
+        printf("  %-6s N%*s%s (default %lld)\n", f->name, 18 - (int)strlen(f->name), "", f->help,
+               (long long)*f->value);
+    }
+    printf("\nOutput: one line per step, \"step 3 loss 2.3012 scale 65536 skipped 0\" (scale: the\n"
+           "GradScaler's scale that step, 1 when disabled; skipped: steps skipped so far), then\n"
+           "\"final loss L (from L0), skipped N of M steps\". Exit status 0, 1 when the library\n"
+           "reports an error, 2 for a bad flag.\n");
+    printf("\nfaults (--fault NAME; they are meant for --precision fp16 and run in every "
+           "precision;\n--init-scale and --growth-interval override the GradScaler settings a "
+           "fault makes):\n");
+    for (int i = 0; i < N_FAULTS; i++) {
+        if (faults[i].fault == SAMPLE_FAULT_ATTN_OVERFLOW && !spec->has_attention) continue;
+        printf("  %s\n", faults[i].name);
+        for (const char *line = faults[i].help; *line;) { // indented by 4
+            size_t len = strcspn(line, "\n");
+            printf("    %.*s\n", (int)len, line);
+            line += len + (line[len] == '\n');
+        }
+    }
+}
+
+// A model shape flag; NULL when name is not one.
+static const sample_int_flag *shape_flag(const sample_spec *spec, const char *name) {
+    for (int i = 0; i < spec->n_shape_flags; i++)
+        if (strcmp(spec->shape_flags[i].name, name) == 0) return &spec->shape_flags[i];
+    return NULL;
+}
+
+// One "--flag value" (or "--flag=value"); value is NULL when missing. Returns SAMPLE_CONTINUE or 2.
+static int parse_flag(const sample_spec *spec, const char *flag, const char *value, sample_opts *o) {
+    int64_t n;
+    if (strcmp(flag, "--device") == 0) {
+        if (!value || !amp_device_parse(value, &o->device)) return bad_value(o, flag, "cpu or cuda", value);
+    } else if (strcmp(flag, "--precision") == 0) {
+        size_t i = 0, np = sizeof precisions / sizeof precisions[0];
+        while (i < np && !(value && strcmp(value, precisions[i].name) == 0)) i++;
+        if (i == np) return bad_value(o, flag, "fp32, fp16 or bf16", value);
+        o->precision = precisions[i].dtype;
+    } else if (strcmp(flag, "--steps") == 0 || strcmp(flag, "--batch") == 0) {
+        if (!parse_int(value, 1, INT32_MAX, &n)) return bad_value(o, flag, "a positive integer", value);
+        *(flag[2] == 's' ? &o->steps : &o->batch) = n;
+    } else if (strcmp(flag, "--seed") == 0) {
+        if (!parse_int(value, 0, INT64_MAX, &n)) return bad_value(o, flag, "a non-negative integer", value);
+        o->seed = (uint64_t)n;
+    } else if (strcmp(flag, "--lr") == 0) {
+        if (!parse_positive_float(value, &o->lr)) return bad_value(o, flag, "a positive number", value);
+    } else if (strcmp(flag, "--optimizer") == 0) {
+        if (!value || !amp_optim_kind_parse(value, &o->optimizer))
+            return bad_value(o, flag, "sgd, adam or adamw", value);
+    } else if (strcmp(flag, "--init-scale") == 0) {
+        if (!parse_positive_float(value, &o->init_scale)) return bad_value(o, flag, "a positive number", value);
+    } else if (strcmp(flag, "--growth-interval") == 0) {
+        if (!parse_int(value, 1, INT32_MAX, &n)) return bad_value(o, flag, "a positive integer", value);
+        o->growth_interval = (int)n;
+    } else if (strcmp(flag, "--fault") == 0) {
+        int i = 0;
+        while (i < N_FAULTS && !(value && strcmp(value, faults[i].name) == 0)) i++;
+        if (i == N_FAULTS)
+            return bad_value(o, flag, "attn-overflow, grad-underflow, nan-input, log-zero or scale-thrash", value);
+        if (faults[i].fault == SAMPLE_FAULT_ATTN_OVERFLOW && !spec->has_attention)
+            return sample_usage_error(o, flag, "attn-overflow needs attention layers; only tiny_gpt has them");
+        o->fault = faults[i].fault;
+    } else if (strcmp(flag, "--save") == 0 || strcmp(flag, "--load") == 0) {
+        if (!value || !*value) return bad_value(o, flag, "a file path", value);
+        *(flag[2] == 's' ? &o->save_path : &o->load_path) = value;
+    } else if (shape_flag(spec, flag)) {
+        const sample_int_flag *f = shape_flag(spec, flag);
+        if (!parse_int(value, 1, INT32_MAX, &n) || n % f->multiple_of != 0) {
+            if (f->multiple_of == 1) return bad_value(o, flag, "a positive integer", value);
+            char what[64];
+            snprintf(what, sizeof what, "a positive multiple of %lld", (long long)f->multiple_of);
+            return bad_value(o, flag, what, value);
+        }
+        *f->value = n;
+    } else {
+        return sample_usage_error(o, flag, "unknown flag (try --help)");
+    }
+    return SAMPLE_CONTINUE;
+}
+
+int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opts *o) {
+    *o = (sample_opts){.device = AMP_DEVICE_CPU,
+                       .precision = AMP_DTYPE_F16,
+                       .steps = spec->steps,
+                       .batch = spec->batch,
+                       .seed = 1,
+                       .optimizer = AMP_OPTIM_ADAM,
+                       .prog = spec->name};
+    bool lr_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            print_help(spec);
+            return 0;
+        }
+        if (strcmp(arg, "--quiet") == 0) {
+            o->quiet = true;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0 || !arg[2])
+            return sample_usage_error(o, arg, "unexpected argument (try --help)");
+        char flag[64];
+        const char *value, *eq = strchr(arg, '=');
+        if (eq) {
+            snprintf(flag, sizeof flag, "%.*s", (int)(eq - arg), arg);
+            value = eq + 1;
+        } else {
+            snprintf(flag, sizeof flag, "%s", arg);
+            value = i + 1 < argc ? argv[++i] : NULL;
+        }
+        if (strcmp(flag, "--quiet") == 0 || strcmp(flag, "--help") == 0)
+            return sample_usage_error(o, flag, "takes no value");
+        int rc = parse_flag(spec, flag, value, o);
+        if (rc != SAMPLE_CONTINUE) return rc;
+        lr_given |= strcmp(flag, "--lr") == 0;
+    }
+    if (!lr_given) o->lr = o->optimizer == AMP_OPTIM_SGD ? spec->lr_sgd : spec->lr_adam;
+    return SAMPLE_CONTINUE;
+}
+
+amp_ctx_t *sample_ctx_new(const sample_opts *o) {
+    amp_ctx_t *ctx = NULL;
+    amp_status s = amp_ctx_new(o->device, o->seed, &ctx);
+    if (s != AMP_OK) {
+        fprintf(stderr, "%s: %s\n", o->prog, *amp_last_error() ? amp_last_error() : amp_status_str(s));
+        return NULL;
+    }
+    return ctx;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host RNG (splitmix64)
+
+sample_rng sample_rng_new(uint64_t seed, uint64_t stream) {
+    return (sample_rng){seed * 0xD1B54A32D192ED03ull + stream * 0x9E3779B97F4A7C15ull + 1};
+}
+
+uint64_t sample_rng_next(sample_rng *r) {
+    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int32_t sample_rng_below(sample_rng *r, int32_t n) {
+    return (int32_t)((sample_rng_next(r) >> 33) % (uint64_t)n);
+}
+
+float sample_rng_uniform(sample_rng *r) { return (float)(sample_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
+
+float sample_rng_normal(sample_rng *r) { // Box-Muller
+    double u1 = ((double)(sample_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(sample_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+void sample_data_free(sample_batch data[SAMPLE_DATA_BATCHES]) {
+    for (int i = 0; i < SAMPLE_DATA_BATCHES; i++) {
+        amp_tensor_free(data[i].x);
+        amp_tensor_free(data[i].y);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters and nn.Linear
+
+amp_tensor_t *sample_param(sample_params *ps, amp_ctx_t *ctx, const char *name, int ndim,
+                           const int64_t *shape) {
+    amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_F32, ndim, shape);
+    amp_tensor_set_name(t, name);
+    amp_tensor_set_requires_grad(t, true);
+    if (ps->n == ps->cap) {
+        ps->cap = ps->cap ? 2 * ps->cap : 16;
+        ps->t = realloc(ps->t, (size_t)ps->cap * sizeof *ps->t);
+        if (!ps->t) {
+            fprintf(stderr, "out of memory\n");
+            abort();
+        }
+    }
+    ps->t[ps->n++] = t;
+    return t;
+}
+
+void sample_params_free(sample_params *ps) {
+    for (int i = 0; i < ps->n; i++) amp_tensor_free(ps->t[i]);
+    free(ps->t);
+    *ps = (sample_params){0};
+}
+
+void sample_linear_init(sample_linear *l, sample_params *ps, amp_ctx_t *ctx, const char *prefix,
+                        const char *layer, int64_t in, int64_t out, bool bias) {
+    char name[128];
+    const char *dot = *prefix ? "." : "";
+    float bound = 1.0f / sqrtf((float)in); // kaiming_uniform(a=sqrt(5)) and the bias rule
+    snprintf(l->layer, sizeof l->layer, "%s", layer);
+    snprintf(name, sizeof name, "%s%s%s.weight", prefix, dot, layer);
+    l->w = sample_param(ps, ctx, name, 2, (int64_t[]){out, in});
+    amp_tensor_uniform(l->w, bound);
+    l->b = NULL;
+    if (bias) {
+        snprintf(name, sizeof name, "%s%s%s.bias", prefix, dot, layer);
+        l->b = sample_param(ps, ctx, name, 1, &out);
+        amp_tensor_uniform(l->b, bound);
+    }
+}
+
+amp_tensor_t *sample_linear_forward(amp_ctx_t *ctx, const sample_linear *l, amp_tensor_t *x,
+                                    sample_act act) {
+    amp_layer_begin(ctx, l->layer);
+    amp_tensor_t *y = amp_linear(ctx, x, l->w, l->b);
+    if (act == SAMPLE_ACT_GELU) y = amp_gelu(ctx, y, false);
+    amp_layer_end(ctx);
+    return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The step as the model sees it
+
+const sample_batch *sample_step_batch(const sample_step *s, const sample_batch data[SAMPLE_DATA_BATCHES]) {
+    return &data[s->index % SAMPLE_DATA_BATCHES];
+}
+
+bool sample_fault_now(const sample_step *s, sample_fault f) {
+    const fault_info *fi = fault_of(f);
+    if (!fi || s->opts->fault != f) return false;
+    return fi->once ? s->index == fi->first_step : s->index >= fi->first_step;
+}
+
+// A persistent f32 tensor from host values, freed when the step ends.
+static amp_tensor_t *step_temp(sample_step *s, int ndim, const int64_t *shape, const float *host) {
+    if (s->n_temps == SAMPLE_STEP_MAX_TEMPS) {
+        fprintf(stderr, "%s: more than %d temporary tensors in one step\n", s->opts->prog,
+                SAMPLE_STEP_MAX_TEMPS);
+        abort();
+    }
+    amp_tensor_t *t = amp_tensor_from_f32(s->ctx, AMP_DTYPE_F32, ndim, shape, host);
+    s->temps[s->n_temps++] = t;
+    return t;
+}
+
+static float *host_floats(int64_t n) {
+    float *p = calloc((size_t)n, sizeof *p);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return p;
+}
+
+amp_tensor_t *sample_input(sample_step *s, amp_tensor_t *x) {
+    if (!sample_fault_now(s, SAMPLE_FAULT_NAN_INPUT)) return x;
+    int64_t shape[AMP_MAX_DIMS];
+    int ndim = amp_tensor_ndim(x);
+    for (int i = 0; i < ndim; i++) shape[i] = amp_tensor_dim(x, i);
+    float *h = host_floats(amp_tensor_numel(x));
+    amp_tensor_read_f32(x, h);
+    h[0] = NAN;
+    amp_tensor_t *t = step_temp(s, ndim, shape, h);
+    free(h);
+    return t;
+}
+
+amp_tensor_t *sample_nan_input(sample_step *s, int ndim, const int64_t *shape) {
+    if (!sample_fault_now(s, SAMPLE_FAULT_NAN_INPUT)) return NULL;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    float *h = host_floats(n);
+    h[0] = NAN;
+    amp_tensor_t *t = step_temp(s, ndim, shape, h);
+    free(h);
+    return t;
+}
+
+// (N, C) with 1 at each row's target class.
+static amp_tensor_t *one_hot(sample_step *s, amp_tensor_t *target, int64_t classes) {
+    int64_t n = amp_tensor_numel(target);
+    int32_t *idx = malloc((size_t)n * sizeof *idx);
+    float *h = host_floats(n * classes);
+    if (!idx) abort();
+    amp_tensor_read(target, idx);
+    for (int64_t i = 0; i < n; i++) h[i * classes + idx[i]] = 1.0f;
+    amp_tensor_t *t = step_temp(s, 2, (int64_t[]){n, classes}, h);
+    free(h);
+    free(idx);
+    return t;
+}
+
+amp_tensor_t *sample_loss(sample_step *s, amp_tensor_t *logits, amp_tensor_t *target) {
+    amp_ctx_t *ctx = s->ctx;
+    logits = amp_to(ctx, logits, AMP_DTYPE_F32); // (N, C): the loss runs on fp32 logits
+    if (s->opts->fault != SAMPLE_FAULT_LOG_ZERO) return amp_cross_entropy(ctx, logits, target);
+
+    // --fault log-zero: a cross-entropy written by hand, without log-sum-exp, and from the fault
+    // step on a temperature bug that drives the target probabilities of wrong rows to exactly 0.
+    int64_t n = amp_tensor_dim(logits, 0), classes = amp_tensor_dim(logits, 1);
+    if (sample_fault_now(s, SAMPLE_FAULT_LOG_ZERO)) logits = amp_mul_scalar(ctx, logits, SAMPLE_LOG_ZERO_GAIN);
+    amp_tensor_t *p = amp_softmax(ctx, logits, 1);                                   // (N, C) f32
+    amp_tensor_t *hot = one_hot(s, target, classes);                                 // (N, C)
+    amp_tensor_t *cold = amp_add_scalar(ctx, amp_mul_scalar(ctx, hot, -1.0), 1.0);   // 1 - hot
+    amp_tensor_t *p_target = amp_add(ctx, amp_mul(ctx, p, hot), cold); // p[target] there, else 1
+    return amp_mul_scalar(ctx, amp_sum(ctx, amp_log(ctx, p_target)), -1.0 / (double)n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The training loop
+
+// Prints "prog: what: message" for a failed call; true when s is AMP_OK.
+static bool check(const sample_opts *o, const char *what, amp_status s) {
+    if (s == AMP_OK) return true;
+    fprintf(stderr, "%s: %s: %s\n", o->prog, what, *amp_last_error() ? amp_last_error() : amp_status_str(s));
+    return false;
+}
+
+// fp16 gets an enabled GradScaler (PyTorch practice; bf16 and fp32 do not need one), with the
+// settings a fault makes, then the explicit flags.
+static amp_scaler_params scaler_params(const sample_opts *o) {
+    amp_scaler_params p = amp_scaler_defaults();
+    p.enabled = o->precision == AMP_DTYPE_F16;
+    if (o->fault == SAMPLE_FAULT_GRAD_UNDERFLOW) {
+        p.init_scale = 1.0f;
+        p.growth_interval = UNDERFLOW_GROWTH_INTERVAL;
+    }
+    if (o->fault == SAMPLE_FAULT_SCALE_THRASH) {
+        p.growth_interval = 1;
+        p.growth_factor = THRASH_GROWTH;
+        p.backoff_factor = THRASH_BACKOFF;
+    }
+    if (o->init_scale > 0) p.init_scale = o->init_scale;
+    if (o->growth_interval > 0) p.growth_interval = o->growth_interval;
+    return p;
+}
+
+static void step_free(sample_step *s) {
+    for (int i = 0; i < s->n_temps; i++) amp_tensor_free(s->temps[i]);
+    s->n_temps = 0;
+}
+
+static void print_header(const sample_opts *o, const sample_params *ps, const amp_scaler_params *sp) {
+    int64_t n = 0;
+    for (int i = 0; i < ps->n; i++) n += amp_tensor_numel(ps->t[i]);
+    printf("%s on %s: %lld parameters, %s", o->prog, o->device == AMP_DEVICE_CUDA ? "cuda" : "cpu",
+           (long long)n, precision_name(o->precision));
+    if (o->precision != AMP_DTYPE_F32) printf(" autocast");
+    if (sp->enabled)
+        printf(" + GradScaler(init %g, growth x%g every %d, backoff x%g)", (double)sp->init_scale,
+               sp->growth_factor, sp->growth_interval, sp->backoff_factor);
+    printf(", %s lr %g, batch %lld, %lld steps", amp_optim_kind_name(o->optimizer), (double)o->lr,
+           (long long)o->batch, (long long)o->steps);
+    if (o->fault != SAMPLE_FAULT_NONE) printf(", fault %s", fault_of(o->fault)->name);
+    printf("\n");
+}
+
+int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
+                 sample_loss_fn loss_fn, void *model) {
+    amp_scaler_params sp = scaler_params(o);
+    amp_optim_params op = amp_optim_defaults(o->optimizer);
+    op.lr = o->lr;
+    if (o->optimizer == AMP_OPTIM_SGD) op.momentum = 0.9f;
+    amp_dtype autocast_dtype = o->precision == AMP_DTYPE_BF16 ? AMP_DTYPE_BF16 : AMP_DTYPE_F16;
+    amp_scaler_t *sc = NULL;
+    amp_optim_t *opt = NULL;
+    int rc = 1;
+    if (!check(o, "GradScaler", amp_scaler_new(&sp, &sc)) ||
+        !check(o, "optimizer", amp_optim_new(ctx, &op, ps->t, ps->n, &opt)))
+        goto out;
+    if (o->load_path && !check(o, "--load", amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, sc)))
+        goto out;
+    if (!o->quiet) print_header(o, ps, &sp);
+
+    float first = NAN, last = NAN;
+    int64_t skipped = 0;
+    for (int64_t i = 0; i < o->steps; i++) {
+        sample_step s = {.ctx = ctx, .opts = o, .index = i};
+        amp_optim_zero_grad(opt);
+        amp_autocast_begin(ctx, o->precision != AMP_DTYPE_F32, autocast_dtype, true);
+        amp_tensor_t *loss = loss_fn(model, &s); // f32 scalar
+        amp_autocast_end(ctx);
+        float value = amp_tensor_item(loss);
+        if (o->fault == SAMPLE_FAULT_GRAD_UNDERFLOW) // a mis-normalised loss
+            loss = amp_mul_scalar(ctx, loss, SAMPLE_UNDERFLOW_FACTOR);
+        amp_backward(ctx, amp_scaler_scale(sc, ctx, loss));
+        float scale = amp_scaler_get_scale(sc);
+        bool was_skipped = false;
+        amp_status st = amp_scaler_step(sc, opt, &was_skipped);
+        if (st == AMP_OK) st = amp_scaler_update(sc);
+        amp_ctx_step_end(ctx, value);
+        amp_ctx_reset(ctx);
+        step_free(&s);
+        if (!check(o, "GradScaler", st)) goto out;
+        skipped += was_skipped;
+        if (i == 0) first = value;
+        last = value;
+        if (!o->quiet) {
+            printf("step %lld loss %.4f scale %g skipped %lld\n", (long long)i, (double)value,
+                   (double)scale, (long long)skipped);
+            fflush(stdout);
+        }
+    }
+    printf("final loss %.4f (from %.4f), skipped %lld of %lld steps\n", (double)last, (double)first,
+           (long long)skipped, (long long)o->steps);
+    if (o->save_path && !check(o, "--save", amp_checkpoint_save(o->save_path, ps->t, ps->n, opt, sc)))
+        goto out;
+    rc = 0;
+out:
+    amp_optim_free(opt);
+    amp_scaler_free(sc);
+    return rc;
+}

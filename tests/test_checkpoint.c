@@ -1,0 +1,685 @@
+/*
+ * test_checkpoint.c — the `checkpoint` suite: save/load round trips (parameters, Adam and SGD
+ * state, GradScaler state) that resume bit-identically; every truncation and every flipped byte
+ * of a small checkpoint is refused with nothing changed; mismatched names, shapes, dtypes,
+ * optimizer kinds and scaler states; I/O errors; and hand-built files (the documented format,
+ * with a valid CRC) that lie about their lengths.
+ */
+#include "tests.h"
+
+#include "amp-impl.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static char dir[64];
+
+static void make_dir(void) {
+    strcpy(dir, "/tmp/ampckpt-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+// dir/name in a static buffer (two slots, so two paths can be live at once).
+static const char *path(const char *name) {
+    static char buf[2][128];
+    static int k;
+    k ^= 1;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void remove_dir(void) {
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static uint8_t *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*n ? *n : 1);
+    ck_assert_uint_eq(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *p, const void *b, size_t n) {
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+// CRC-32 (IEEE), bit by bit: an independent check of the file's trailer.
+static uint32_t crc32_bitwise(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void fix_crc(uint8_t *b, size_t n) { put_le(b + n - 4, crc32_bitwise(b, n - 4), 4); }
+
+static amp_tensor_t *param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndim,
+                           const int64_t *shape, float v0) {
+    amp_tensor_t *t = amp_tensor_new(ctx, dt, ndim, shape);
+    int64_t n = amp_tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = v0 + 0.25f * (float)i;
+    amp_tensor_write_f32(t, v);
+    free(v);
+    amp_tensor_set_requires_grad(t, true);
+    if (name) amp_tensor_set_name(t, name);
+    return t;
+}
+
+static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, float v0) {
+    amp_tensor_zero_grad(t);
+    amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
+    int64_t n = amp_tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = v0 - 0.5f * (float)i;
+    amp_tensor_write_f32(g, v);
+    free(v);
+    amp_grad_accumulate(ctx, t, g);
+}
+
+static bool same_bytes(const amp_tensor_t *a, const amp_tensor_t *b) {
+    size_t n = (size_t)amp_tensor_numel(a) * amp_dtype_size(a->dtype);
+    if (n != (size_t)amp_tensor_numel(b) * amp_dtype_size(b->dtype)) return false;
+    uint8_t *x = malloc(n), *y = malloc(n);
+    amp_tensor_read(a, x);
+    amp_tensor_read(b, y);
+    bool same = memcmp(x, y, n) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+// A small model: fc.weight (2, 3) f32, fc.bias (3) f32, an unnamed f16 (2) buffer ("param.2");
+// the optimizer holds the two f32 ones.
+typedef struct model {
+    amp_ctx_t *ctx;
+    amp_tensor_t *p[3];
+    amp_optim_t *opt;
+    amp_scaler_t *sc;
+} model;
+
+static void model_init(model *m, amp_optim_kind kind, float momentum, float v0, bool scaler_on) {
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &m->ctx), AMP_OK);
+    m->p[0] = param(m->ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, v0);
+    m->p[1] = param(m->ctx, AMP_DTYPE_F32, "fc.bias", 1, (int64_t[]){3}, -v0);
+    m->p[2] = param(m->ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){2}, v0 * 2);
+    amp_optim_params op = amp_optim_defaults(kind);
+    op.lr = 0.01f * v0;
+    op.momentum = momentum;
+    ck_assert_int_eq(amp_optim_new(m->ctx, &op, m->p, 2, &m->opt), AMP_OK);
+    amp_scaler_params sp = {1024.0f * v0, 2, 0.5, 3, scaler_on};
+    ck_assert_int_eq(amp_scaler_new(&sp, &m->sc), AMP_OK);
+}
+
+static void model_free(model *m) {
+    amp_scaler_free(m->sc);
+    amp_optim_free(m->opt);
+    amp_ctx_free(m->ctx);
+}
+
+// One scaled training step with made-up gradients (g0 = INFINITY makes it skip).
+static void model_step(model *m, float g0) {
+    amp_tensor_t *loss = amp_tensor_from_f32(m->ctx, AMP_DTYPE_F32, 0, NULL, (float[]){1});
+    amp_scaler_scale(m->sc, m->ctx, loss);
+    float s = amp_scaler_get_scale(m->sc);
+    set_grad(m->ctx, m->p[0], g0 * s);
+    set_grad(m->ctx, m->p[1], 0.5f * s);
+    ck_assert_int_eq(amp_scaler_step(m->sc, m->opt, NULL), AMP_OK);
+    ck_assert_int_eq(amp_scaler_update(m->sc), AMP_OK);
+    amp_tensor_free(loss);
+    amp_ctx_reset(m->ctx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trips
+
+static void check_round_trip(amp_optim_kind kind, float momentum) {
+    make_dir();
+    model a, b;
+    model_init(&a, kind, momentum, 1, true);
+    model_step(&a, 1);
+    model_step(&a, INFINITY); // a skipped step: scale backs off, state stays
+    model_step(&a, -2);
+    ck_assert_int_eq(amp_checkpoint_save(path("m.ckpt"), a.p, 3, a.opt, a.sc), AMP_OK);
+    ck_assert_int_eq(access(path("m.ckpt.tmp"), F_OK), -1); // renamed away
+
+    model_init(&b, kind, momentum, 3, true);
+    ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), b.p, 3, b.opt, b.sc), AMP_OK);
+    for (int i = 0; i < 3; i++) ck_assert(same_bytes(a.p[i], b.p[i]));
+    ck_assert_int_eq(amp_optim_steps(b.opt), 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(amp_optim_param_steps(b.opt, i), 2);
+        for (int k = 0; k < 2; k++) {
+            amp_tensor_t *sa = amp_optim_state(a.opt, i, k), *sb = amp_optim_state(b.opt, i, k);
+            ck_assert((sa == NULL) == (sb == NULL));
+            if (sa) ck_assert(same_bytes(sa, sb));
+        }
+    }
+    const amp_optim_params *pa = amp_optim_get_params(a.opt), *pb = amp_optim_get_params(b.opt);
+    ck_assert_float_eq(pb->lr, 0.01f); // hyperparameters restored (b was made with 0.03)
+    ck_assert(pa->kind == pb->kind && pa->lr == pb->lr && pa->momentum == pb->momentum &&
+              pa->dampening == pb->dampening && pa->nesterov == pb->nesterov &&
+              pa->weight_decay == pb->weight_decay && pa->beta1 == pb->beta1 &&
+              pa->beta2 == pb->beta2 && pa->eps == pb->eps);
+    amp_scaler_state sa, sb;
+    ck_assert_int_eq(amp_scaler_state_dict(a.sc, &sa), AMP_OK);
+    ck_assert_int_eq(amp_scaler_state_dict(b.sc, &sb), AMP_OK);
+    ck_assert(sa.scale == sb.scale && sa.growth_factor == sb.growth_factor &&
+              sa.backoff_factor == sb.backoff_factor && sa.growth_interval == sb.growth_interval &&
+              sa.growth_tracker == sb.growth_tracker);
+    ck_assert_float_eq(sb.scale, 512);
+    ck_assert_int_eq(sb.growth_tracker, 1);
+
+    // Resuming: the same next step gives bit-identical results.
+    model_step(&a, 0.75f);
+    model_step(&b, 0.75f);
+    for (int i = 0; i < 2; i++) ck_assert(same_bytes(a.p[i], b.p[i]));
+    ck_assert_float_eq(amp_scaler_get_scale(a.sc), amp_scaler_get_scale(b.sc));
+    model_free(&a);
+    model_free(&b);
+    remove_dir();
+}
+
+START_TEST(test_round_trip_adam) { check_round_trip(AMP_OPTIM_ADAM, 0); }
+END_TEST
+
+START_TEST(test_round_trip_sgd_momentum) { check_round_trip(AMP_OPTIM_SGD, 0.9f); }
+END_TEST
+
+START_TEST(test_round_trip_params_only) {
+    make_dir();
+    model a, b;
+    model_init(&a, AMP_OPTIM_SGD, 0, 1, true);
+    model_init(&b, AMP_OPTIM_SGD, 0, 2, true);
+    ck_assert_int_eq(amp_checkpoint_save(path("p.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("p.ckpt"), b.p, 3, NULL, NULL), AMP_OK);
+    for (int i = 0; i < 3; i++) ck_assert(same_bytes(a.p[i], b.p[i]));
+    // Saving again replaces the file.
+    model_step(&a, 1);
+    ck_assert_int_eq(amp_checkpoint_save(path("p.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("p.ckpt"), b.p, 3, NULL, NULL), AMP_OK);
+    ck_assert(same_bytes(a.p[0], b.p[0]));
+    model_free(&a);
+    model_free(&b);
+    remove_dir();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Damaged files change nothing
+
+// A small checkpoint: one parameter, momentum SGD, scaler. Returns its bytes.
+static uint8_t *small_checkpoint(size_t *n) {
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_tensor_t *w = param(ctx, AMP_DTYPE_F32, "w", 1, (int64_t[]){2}, 1);
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
+    op.momentum = 0.5f;
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &op, &w, 1, &opt), AMP_OK);
+    amp_scaler_t *sc;
+    amp_scaler_params sp = amp_scaler_defaults();
+    ck_assert_int_eq(amp_scaler_new(&sp, &sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_save(path("small.ckpt"), &w, 1, opt, sc), AMP_OK);
+    amp_scaler_free(sc);
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+    return slurp(path("small.ckpt"), n);
+}
+
+typedef struct target {
+    amp_ctx_t *ctx;
+    amp_tensor_t *w;
+    amp_optim_t *opt;
+    amp_scaler_t *sc;
+} target;
+
+static void target_init(target *t) {
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &t->ctx), AMP_OK);
+    t->w = param(t->ctx, AMP_DTYPE_F32, "w", 1, (int64_t[]){2}, 7);
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
+    op.momentum = 0.25f;
+    op.lr = 0.125f;
+    ck_assert_int_eq(amp_optim_new(t->ctx, &op, &t->w, 1, &t->opt), AMP_OK);
+    amp_scaler_params sp = {8, 3, 0.25, 5, true};
+    ck_assert_int_eq(amp_scaler_new(&sp, &t->sc), AMP_OK);
+}
+
+static void target_unchanged(const target *t) {
+    float w[2];
+    amp_tensor_read_f32(t->w, w);
+    ck_assert(w[0] == 7 && w[1] == 7.25f);
+    ck_assert_float_eq(amp_optim_get_params(t->opt)->lr, 0.125f);
+    ck_assert_float_eq(amp_optim_get_params(t->opt)->momentum, 0.25f);
+    ck_assert_float_eq(amp_scaler_get_scale(t->sc), 8);
+}
+
+static void target_free(target *t) {
+    amp_scaler_free(t->sc);
+    amp_optim_free(t->opt);
+    amp_ctx_free(t->ctx);
+}
+
+START_TEST(test_small_checkpoint_loads) {
+    make_dir();
+    size_t n;
+    free(small_checkpoint(&n));
+    target t;
+    target_init(&t);
+    ck_assert_int_eq(amp_checkpoint_load(path("small.ckpt"), &t.w, 1, t.opt, t.sc), AMP_OK);
+    float buf[2] = {1, 1};
+    amp_tensor_read_f32(amp_optim_state(t.opt, 0, 0), buf); // the saved buffer was still zero
+    ck_assert(buf[0] == 0 && buf[1] == 0);
+    amp_tensor_read_f32(t.w, buf);
+    ck_assert(buf[0] == 1 && buf[1] == 1.25f);
+    ck_assert_float_eq(amp_optim_get_params(t.opt)->momentum, 0.5f);
+    ck_assert_float_eq(amp_scaler_get_scale(t.sc), 65536);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_truncated_at_every_length) {
+    make_dir();
+    size_t n;
+    uint8_t *b = small_checkpoint(&n);
+    target t;
+    target_init(&t);
+    for (size_t len = 0; len < n; len++) {
+        spit(path("cut.ckpt"), b, len);
+        amp_status st = amp_checkpoint_load(path("cut.ckpt"), &t.w, 1, t.opt, t.sc);
+        ck_assert_msg(st == AMP_ERR_CORRUPT, "length %zu of %zu: %s (%s)", len, n,
+                      amp_status_name(st), amp_last_error());
+        ck_assert_ptr_nonnull(strstr(amp_last_error(), path("cut.ckpt")));
+        target_unchanged(&t);
+    }
+    spit(path("cut.ckpt"), b, 20);
+    amp_checkpoint_load(path("cut.ckpt"), &t.w, 1, t.opt, t.sc);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "truncated"));
+    spit(path("cut.ckpt"), b, n - 1);
+    amp_checkpoint_load(path("cut.ckpt"), &t.w, 1, t.opt, t.sc);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "truncated: the header says"));
+    target_free(&t);
+    free(b);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_every_flipped_byte) {
+    make_dir();
+    size_t n;
+    uint8_t *b = small_checkpoint(&n);
+    target t;
+    target_init(&t);
+    for (size_t i = 0; i < n; i++) {
+        b[i] ^= 0x10;
+        spit(path("flip.ckpt"), b, n);
+        b[i] ^= 0x10;
+        amp_status st = amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
+        ck_assert_msg(st == AMP_ERR_CORRUPT, "byte %zu of %zu: %s (%s)", i, n,
+                      amp_status_name(st), amp_last_error());
+        target_unchanged(&t);
+    }
+    b[0] ^= 1;
+    spit(path("flip.ckpt"), b, n);
+    amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "bad magic"));
+    b[0] ^= 1;
+    b[40] ^= 1;
+    spit(path("flip.ckpt"), b, n);
+    amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "CRC mismatch"));
+    b[40] ^= 1;
+    b[8] = 2; // version
+    spit(path("flip.ckpt"), b, n);
+    amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 2"));
+    target_free(&t);
+    free(b);
+    remove_dir();
+}
+END_TEST
+
+// A scaler record with a growth factor the constructor refuses (CRC made valid): the
+// optimizer's hyperparameters, set just before, are put back.
+START_TEST(test_bad_scaler_factors_undo) {
+    make_dir();
+    size_t n;
+    uint8_t *b = small_checkpoint(&n);
+    // The scaler record is last: body (32 bytes) then the CRC; growth_factor at body + 8.
+    double half = 0.5;
+    uint64_t u;
+    memcpy(&u, &half, 8);
+    put_le(b + n - 4 - 32 + 8, u, 8);
+    fix_crc(b, n);
+    spit(path("bad.ckpt"), b, n);
+    target t;
+    target_init(&t);
+    ck_assert_int_eq(amp_checkpoint_load(path("bad.ckpt"), &t.w, 1, t.opt, t.sc),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "The growth factor must be > 1.0."));
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), path("bad.ckpt")));
+    target_unchanged(&t);
+    target_free(&t);
+    free(b);
+    remove_dir();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Mismatches
+
+START_TEST(test_wrong_shape) {
+    make_dir();
+    model a;
+    model_init(&a, AMP_OPTIM_ADAM, 0, 1, true);
+    ck_assert_int_eq(amp_checkpoint_save(path("m.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_tensor_t *p[3] = {param(ctx, AMP_DTYPE_F32, "fc.bias", 1, (int64_t[]){3}, 9),
+                          param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){3, 2}, 9),
+                          param(ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){2}, 9)};
+    ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
+    char want[256];
+    snprintf(want, sizeof want,
+             "checkpoint '%s': parameter 'fc.weight' has shape (2, 3) in the file, (3, 2) here",
+             path("m.ckpt"));
+    ck_assert_str_eq(amp_last_error(), want);
+    float bias[3];
+    amp_tensor_read_f32(p[0], bias);
+    ck_assert_float_eq(bias[0], 9); // fc.bias matched but was not written
+
+    // Same shape, other dtype; a missing name; a different count.
+    p[1] = param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, 9);
+    p[2] = param(ctx, AMP_DTYPE_F32, NULL, 1, (int64_t[]){2}, 9);
+    ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "parameter 'param.2' is f16 in the file, f32 here"));
+    amp_tensor_set_name(p[2], "other");
+    ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "has no parameter 'other'"));
+    ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 2, NULL, NULL), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "holds 3 parameters, the model has 2"));
+    amp_ctx_free(ctx);
+    model_free(&a);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_optimizer_mismatch) {
+    make_dir();
+    model a, b, c;
+    model_init(&a, AMP_OPTIM_ADAM, 0, 1, true);
+    model_init(&b, AMP_OPTIM_SGD, 0, 2, true);
+    model_init(&c, AMP_OPTIM_SGD, 0.9f, 2, true);
+    ck_assert_int_eq(amp_checkpoint_save(path("adam.ckpt"), a.p, 3, a.opt, a.sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("adam.ckpt"), b.p, 3, b.opt, b.sc), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "holds adam state, the optimizer is sgd"));
+    ck_assert_int_eq(amp_checkpoint_save(path("sgd.ckpt"), b.p, 3, b.opt, b.sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("sgd.ckpt"), c.p, 3, c.opt, c.sc), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "0 state tensors per parameter in the file, 1"));
+    ck_assert_int_eq(amp_checkpoint_save(path("none.ckpt"), a.p, 3, NULL, a.sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("none.ckpt"), b.p, 3, b.opt, b.sc), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "has no optimizer state"));
+    // Without an optimizer to load into, its state in the file is ignored.
+    ck_assert_int_eq(amp_checkpoint_load(path("adam.ckpt"), b.p, 3, NULL, b.sc), AMP_OK);
+    model_free(&a);
+    model_free(&b);
+    model_free(&c);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_scaler_mismatch) {
+    make_dir();
+    model off, on;
+    model_init(&off, AMP_OPTIM_SGD, 0, 1, false);
+    model_init(&on, AMP_OPTIM_SGD, 0, 2, true);
+    ck_assert_int_eq(amp_checkpoint_save(path("off.ckpt"), off.p, 3, off.opt, off.sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("off.ckpt"), on.p, 3, on.opt, on.sc), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(),
+                                 "The source state dict is empty, possibly because it was saved "
+                                 "from a disabled instance of GradScaler."));
+    ck_assert_int_eq(amp_checkpoint_save(path("nosc.ckpt"), off.p, 3, off.opt, NULL), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("nosc.ckpt"), on.p, 3, on.opt, on.sc), AMP_ERR_MISMATCH);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "has no GradScaler state"));
+    // A disabled scaler loads nothing (PyTorch: a no-op), whatever the file holds.
+    ck_assert_int_eq(amp_checkpoint_save(path("on.ckpt"), on.p, 3, on.opt, on.sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("on.ckpt"), off.p, 3, off.opt, off.sc), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("nosc.ckpt"), off.p, 3, off.opt, off.sc), AMP_OK);
+    ck_assert_float_eq(amp_scaler_get_scale(off.sc), 1);
+    model_free(&off);
+    model_free(&on);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_duplicate_names_refused) {
+    make_dir();
+    model a;
+    model_init(&a, AMP_OPTIM_SGD, 0, 1, true);
+    amp_tensor_set_name(a.p[2], "fc.bias");
+    ck_assert_int_eq(amp_checkpoint_save(path("d.ckpt"), a.p, 3, NULL, NULL),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "params[1] and params[2] are both named 'fc.bias'"));
+    ck_assert_int_eq(access(path("d.ckpt"), F_OK), -1);
+    model_free(&a);
+    remove_dir();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// I/O errors
+
+START_TEST(test_io_errors) {
+    make_dir();
+    target t;
+    target_init(&t);
+    ck_assert_int_eq(amp_checkpoint_load(path("missing.ckpt"), &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    char want[256];
+    snprintf(want, sizeof want, "cannot open checkpoint '%s': No such file or directory",
+             path("missing.ckpt"));
+    ck_assert_str_eq(amp_last_error(), want);
+    ck_assert_int_eq(amp_checkpoint_load(dir, &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file"));
+
+    ck_assert_int_eq(amp_checkpoint_save(path("no/such/dir.ckpt"), &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "no/such/dir.ckpt"));
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "No such file or directory"));
+    // Over a directory: the rename fails, the temporary file is gone, the directory stays.
+    ck_assert_int_eq(amp_checkpoint_save(dir, &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    ck_assert_int_eq(access(tmp, F_OK), -1);
+    ck_assert_int_eq(access(dir, F_OK), 0);
+    target_unchanged(&t);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Hand-built files in the documented format
+
+typedef struct buf {
+    uint8_t b[512];
+    size_t n;
+} buf;
+
+static void b_put(buf *b, uint64_t v, int bytes) {
+    put_le(b->b + b->n, v, bytes);
+    b->n += (size_t)bytes;
+}
+
+static void b_str(buf *b, const char *s) {
+    memcpy(b->b + b->n, s, strlen(s));
+    b->n += strlen(s);
+}
+
+// Header for n_records, then the records in rec; payload_bytes from rec; CRC appended.
+static void b_file(buf *out, uint32_t n_records, const buf *rec) {
+    out->n = 0;
+    b_str(out, "AMPCKPT1");
+    b_put(out, 1, 4);
+    b_put(out, n_records, 4);
+    b_put(out, rec->n, 8);
+    memcpy(out->b + out->n, rec->b, rec->n);
+    out->n += rec->n;
+    b_put(out, crc32_bitwise(out->b, out->n), 4);
+}
+
+// A PARAM record: its tensor header, count floats of 1.5 and extra zero bytes.
+static void b_param(buf *r, const char *name, uint32_t dtype, uint32_t ndim, const uint64_t *shape,
+                    int count, int extra) {
+    b_put(r, 1, 4);
+    b_put(r, strlen(name), 4);
+    b_str(r, name);
+    b_put(r, 8 + 8 * (uint64_t)ndim + 4 * (uint64_t)count + (uint64_t)extra, 8);
+    b_put(r, dtype, 4);
+    b_put(r, ndim, 4);
+    for (uint32_t d = 0; d < ndim; d++) b_put(r, shape[d], 8);
+    for (int i = 0; i < count; i++) b_put(r, 0x3FC00000u, 4);
+    for (int i = 0; i < extra; i++) b_put(r, 0, 1);
+}
+
+static amp_status load_built(const buf *f, target *t) {
+    spit(path("built.ckpt"), f->b, f->n);
+    return amp_checkpoint_load(path("built.ckpt"), &t->w, 1, NULL, NULL);
+}
+
+START_TEST(test_hand_built_files) {
+    make_dir();
+    target t;
+    target_init(&t);
+    buf r = {0}, f;
+    const uint64_t two[1] = {2};
+
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0); // a valid file: the format as documented
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_OK);
+    float w[2];
+    amp_tensor_read_f32(t.w, w);
+    ck_assert(w[0] == 1.5f && w[1] == 1.5f);
+
+    // n_records far beyond what the payload can hold
+    b_file(&f, 0xFFFFFFFFu, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // a name length past the end
+    r.n = 0;
+    b_put(&r, 1, 4);
+    b_put(&r, 0xFFFFFFFFu, 4);
+    b_put(&r, 0, 8);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // a body length past the end
+    r.n = 0;
+    b_put(&r, 1, 4);
+    b_put(&r, 1, 4);
+    b_str(&r, "w");
+    b_put(&r, 1ull << 63, 8);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "runs past the end"));
+    // too many dims; a shape whose element count overflows; a negative dim; a bad dtype
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 7, (uint64_t[]){1, 1, 1, 1, 1, 1, 2}, 2, 0);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 2, (uint64_t[]){1ull << 62, 1ull << 62}, 2, 0);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 1, (uint64_t[]){~0ull}, 2, 0);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    r.n = 0;
+    b_param(&r, "w", 99, 1, two, 2, 0);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // a body longer than its tensor
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 3);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // the same name twice
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0);
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0);
+    b_file(&f, 2, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "duplicate name"));
+    // bytes after the last record
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0);
+    b_put(&r, 0, 4);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // an unknown record type
+    r.n = 0;
+    b_put(&r, 9, 4);
+    b_put(&r, 1, 4);
+    b_str(&r, "x");
+    b_put(&r, 0, 8);
+    b_file(&f, 1, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // an optimizer record that promises one parameter state and has none
+    r.n = 0;
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0);
+    b_put(&r, 2, 4);
+    b_put(&r, 9, 4);
+    b_str(&r, "optimizer");
+    b_put(&r, 52, 8);
+    for (int i = 0; i < 9; i++) b_put(&r, 0, 4); // sgd, all zero
+    b_put(&r, 0, 8);                              // steps
+    b_put(&r, 1, 4);                              // n_params
+    b_put(&r, 0, 4);                              // n_state
+    b_file(&f, 2, &r);
+    ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
+Suite *checkpoint_suite(void) {
+    Suite *s = suite_create("checkpoint");
+    TCase *tc = tcase_create("round_trip");
+    tcase_add_test(tc, test_round_trip_adam);
+    tcase_add_test(tc, test_round_trip_sgd_momentum);
+    tcase_add_test(tc, test_round_trip_params_only);
+    tcase_add_test(tc, test_small_checkpoint_loads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("damaged");
+    tcase_add_test(tc, test_truncated_at_every_length);
+    tcase_add_test(tc, test_every_flipped_byte);
+    tcase_add_test(tc, test_bad_scaler_factors_undo);
+    tcase_add_test(tc, test_hand_built_files);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mismatch");
+    tcase_add_test(tc, test_wrong_shape);
+    tcase_add_test(tc, test_optimizer_mismatch);
+    tcase_add_test(tc, test_scaler_mismatch);
+    tcase_add_test(tc, test_duplicate_names_refused);
+    tcase_add_test(tc, test_io_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}

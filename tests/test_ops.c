@@ -1,0 +1,339 @@
+/*
+ * test_ops.c — every op of the runtime, forward values against direct computations and backward
+ * against central finite differences (f32, loss = sum(op(x) * r) for a fixed random r).
+ */
+#include "amp.h"
+#include "tests.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef amp_tensor_t *(*op_fn)(amp_ctx_t *ctx, amp_tensor_t **x);
+
+static amp_ctx_t *ctx;
+
+static void setup(void) { ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 7, &ctx), AMP_OK); }
+static void teardown(void) { amp_ctx_free(ctx); }
+
+static amp_tensor_t *param(int ndim, const int64_t *shape, float std) {
+    amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_F32, ndim, shape);
+    amp_tensor_randn(t, std);
+    amp_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static double loss_of(op_fn f, amp_tensor_t **xs, amp_tensor_t *r) {
+    amp_tensor_t *y = f(ctx, xs);
+    double l = amp_tensor_item(amp_sum(ctx, amp_mul(ctx, amp_to(ctx, y, AMP_DTYPE_F32), r)));
+    amp_ctx_reset(ctx);
+    return l;
+}
+
+// Compares the analytic gradient of every input that requires grad with finite differences.
+static void gradcheck(const char *name, op_fn f, amp_tensor_t **xs, int n, float eps, double tol) {
+    amp_tensor_t *y = f(ctx, xs);
+    int64_t shape[AMP_MAX_DIMS];
+    for (int i = 0; i < amp_tensor_ndim(y); i++) shape[i] = amp_tensor_dim(y, i);
+    amp_tensor_t *r = amp_tensor_new(ctx, AMP_DTYPE_F32, amp_tensor_ndim(y), shape);
+    amp_tensor_randn(r, 1.0f);
+    amp_ctx_reset(ctx);
+    for (int i = 0; i < n; i++) amp_tensor_zero_grad(xs[i]);
+    amp_backward(ctx, amp_sum(ctx, amp_mul(ctx, amp_to(ctx, f(ctx, xs), AMP_DTYPE_F32), r)));
+    amp_ctx_reset(ctx);
+    for (int i = 0; i < n; i++) {
+        if (!amp_tensor_requires_grad(xs[i])) continue;
+        amp_tensor_t *g = amp_tensor_grad(xs[i]);
+        ck_assert_msg(g != NULL, "%s: input %d got no gradient", name, i);
+        int64_t m = amp_tensor_numel(xs[i]);
+        float *x = malloc((size_t)m * 4), *ga = malloc((size_t)m * 4);
+        amp_tensor_read_f32(xs[i], x);
+        amp_tensor_read_f32(g, ga);
+        double num2 = 0, diff2 = 0;
+        for (int64_t j = 0; j < m; j++) {
+            float keep = x[j];
+            x[j] = keep + eps;
+            amp_tensor_write_f32(xs[i], x);
+            double lp = loss_of(f, xs, r);
+            x[j] = keep - eps;
+            amp_tensor_write_f32(xs[i], x);
+            double lm = loss_of(f, xs, r);
+            x[j] = keep;
+            amp_tensor_write_f32(xs[i], x);
+            double gn = (lp - lm) / (2.0 * eps);
+            num2 += gn * gn;
+            diff2 += (gn - ga[j]) * (gn - ga[j]);
+        }
+        double rel = sqrt(diff2) / (sqrt(num2) + 1e-12);
+        ck_assert_msg(rel < tol, "%s: input %d gradient off by %.3g (relative L2)", name, i, rel);
+        free(x);
+        free(ga);
+    }
+    amp_tensor_free(r);
+}
+
+// Ops with kinks (relu, clamp, max) use a small step so that no input crosses one.
+#define GRAD_TEST_EPS(name, eps, n_in, body, ...)                                                  \
+    static amp_tensor_t *name##_fn(amp_ctx_t *c, amp_tensor_t **x) {                              \
+        (void)c;                                                                                   \
+        return body;                                                                               \
+    }                                                                                              \
+    START_TEST(test_grad_##name) {                                                                 \
+        amp_tensor_t *xs[n_in] = {__VA_ARGS__};                                                    \
+        gradcheck(#name, name##_fn, xs, n_in, eps, 3e-2);                                          \
+    }                                                                                              \
+    END_TEST
+#define GRAD_TEST(name, n_in, body, ...) GRAD_TEST_EPS(name, 1e-2f, n_in, body, __VA_ARGS__)
+
+#define S(...) ((int64_t[]){__VA_ARGS__})
+
+GRAD_TEST(linear, 3, amp_linear(c, x[0], x[1], x[2]), param(3, S(2, 3, 4), 1), param(2, S(5, 4), 1),
+          param(1, S(5), 1))
+GRAD_TEST(mm, 2, amp_mm(c, x[0], x[1]), param(2, S(3, 4), 1), param(2, S(4, 5), 1))
+GRAD_TEST(bmm, 2, amp_bmm(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(3, S(2, 4, 2), 1))
+GRAD_TEST(matmul4d, 2, amp_matmul(c, x[0], x[1]), param(4, S(2, 2, 3, 4), 1),
+          param(4, S(2, 2, 4, 3), 1))
+GRAD_TEST(matmul_shared, 2, amp_matmul(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(2, S(4, 3), 1))
+GRAD_TEST(addmm, 3, amp_addmm(c, x[0], x[1], x[2]), param(1, S(5), 1), param(2, S(3, 4), 1),
+          param(2, S(4, 5), 1))
+GRAD_TEST(addmm_full_bias, 3, amp_addmm(c, x[0], x[1], x[2]), param(2, S(3, 5), 1),
+          param(2, S(3, 4), 1), param(2, S(4, 5), 1))
+GRAD_TEST(conv2d, 3, amp_conv2d(c, x[0], x[1], x[2], 2, 1), param(4, S(2, 2, 5, 5), 1),
+          param(4, S(3, 2, 3, 3), 1), param(1, S(3), 1))
+GRAD_TEST(conv2d_nobias, 2, amp_conv2d(c, x[0], x[1], NULL, 1, 0), param(4, S(1, 2, 4, 4), 1),
+          param(4, S(2, 2, 2, 2), 1))
+GRAD_TEST_EPS(max_pool2d, 1e-3f, 1, amp_max_pool2d(c, x[0], 2, 2), param(4, S(1, 2, 4, 4), 1))
+GRAD_TEST_EPS(relu, 1e-3f, 1, amp_relu(c, x[0]), param(2, S(4, 5), 1))
+GRAD_TEST(gelu, 1, amp_gelu(c, x[0], false), param(2, S(4, 5), 1))
+GRAD_TEST(gelu_tanh, 1, amp_gelu(c, x[0], true), param(2, S(4, 5), 1))
+GRAD_TEST(tanh, 1, amp_tanh(c, x[0]), param(2, S(4, 5), 1))
+GRAD_TEST(sigmoid, 1, amp_sigmoid(c, x[0]), param(2, S(4, 5), 1))
+GRAD_TEST(exp, 1, amp_exp(c, x[0]), param(2, S(4, 5), 1))
+GRAD_TEST(log, 1, amp_log(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5)), param(2, S(4, 5), 1))
+GRAD_TEST(pow, 1, amp_pow(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5), 1.5f), param(2, S(4, 5), 1))
+GRAD_TEST_EPS(clamp_min, 1e-3f, 1, amp_clamp_min(c, x[0], 0.1f), param(2, S(4, 5), 1))
+GRAD_TEST(softmax, 1, amp_softmax(c, x[0], -1), param(2, S(3, 6), 1))
+GRAD_TEST(softmax_dim0, 1, amp_softmax(c, x[0], 0), param(3, S(3, 4, 2), 1))
+GRAD_TEST(log_softmax, 1, amp_log_softmax(c, x[0], 1), param(2, S(3, 6), 1))
+GRAD_TEST(layer_norm, 3, amp_layer_norm(c, x[0], x[1], x[2], 1e-5f), param(3, S(2, 3, 8), 1),
+          param(1, S(8), 1), param(1, S(8), 1))
+GRAD_TEST(add_broadcast, 2, amp_add(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(2, S(3, 1), 1))
+GRAD_TEST(sub_broadcast, 2, amp_sub(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(1, S(4), 1))
+GRAD_TEST(mul_broadcast, 2, amp_mul(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(3, S(2, 1, 4), 1))
+GRAD_TEST(div_broadcast, 2, amp_div(c, x[0], amp_add_scalar(c, amp_mul(c, x[1], x[1]), 1.0)),
+          param(2, S(3, 4), 1), param(1, S(4), 1))
+GRAD_TEST(scalar_ops, 1, amp_add_scalar(c, amp_mul_scalar(c, x[0], -2.5), 3.0), param(2, S(3, 4), 1))
+GRAD_TEST(sum, 1, amp_sum(c, x[0]), param(2, S(3, 4), 1))
+GRAD_TEST(mean, 1, amp_mean(c, x[0]), param(3, S(2, 3, 4), 1))
+GRAD_TEST(mse_loss, 2, amp_mse_loss(c, x[0], x[1]), param(2, S(3, 4), 1), param(2, S(3, 4), 1))
+GRAD_TEST(reshape_transpose, 1,
+          amp_mul(c, amp_transpose(c, amp_reshape(c, x[0], 3, S(2, 3, -1)), 0, 2),
+                  amp_transpose(c, amp_reshape(c, x[0], 3, S(2, 3, -1)), 0, 2)),
+          param(2, S(6, 4), 1))
+GRAD_TEST(permute_contiguous, 1, amp_contiguous(c, amp_permute(c, x[0], (int[]){2, 0, 1})),
+          param(3, S(2, 3, 4), 1))
+
+static amp_tensor_t *split_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    amp_tensor_t *p[3];
+    ck_assert_int_eq(amp_split(c, x[0], 2, -1, p, 3), 3);
+    return amp_add(c, amp_mul(c, p[0], p[1]), amp_mul_scalar(c, p[2], 3.0));
+}
+
+START_TEST(test_grad_split) {
+    amp_tensor_t *xs[1] = {param(3, S(2, 3, 6), 1)};
+    gradcheck("split", split_fn, xs, 1, 1e-2f, 2e-2);
+}
+END_TEST
+
+static amp_tensor_t *labels;
+
+static amp_tensor_t *cross_entropy_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    return amp_cross_entropy(c, x[0], labels);
+}
+
+static amp_tensor_t *nll_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    return amp_nll_loss(c, amp_log_softmax(c, x[0], 1), labels);
+}
+
+static amp_tensor_t *embedding_fn(amp_ctx_t *c, amp_tensor_t **x) { return amp_embedding(c, labels, x[0]); }
+
+static amp_tensor_t *masked_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    int32_t m[4 * 4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) m[i * 4 + j] = j > i;
+    amp_tensor_t *mask = amp_tensor_from(c, AMP_DTYPE_I32, 2, S(4, 4), m);
+    amp_tensor_t *y = amp_softmax(c, amp_masked_fill(c, x[0], mask, -INFINITY), -1);
+    amp_tensor_free(mask);
+    return y;
+}
+
+static amp_tensor_t *bce_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    amp_tensor_t *out;
+    ck_assert_int_eq(amp_binary_cross_entropy(c, amp_sigmoid(c, x[0]), x[1], &out), AMP_OK);
+    return out;
+}
+
+START_TEST(test_grad_losses) {
+    int32_t y[4] = {2, 0, 4, 1};
+    labels = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, S(4), y);
+    amp_tensor_t *xs[1] = {param(2, S(4, 5), 1)};
+    gradcheck("cross_entropy", cross_entropy_fn, xs, 1, 1e-2f, 2e-2);
+    gradcheck("nll_loss", nll_fn, xs, 1, 1e-2f, 2e-2);
+    amp_tensor_t *e[1] = {param(2, S(6, 3), 1)};
+    gradcheck("embedding", embedding_fn, e, 1, 1e-2f, 2e-2);
+    amp_tensor_t *m[1] = {param(3, S(2, 4, 4), 1)};
+    gradcheck("masked_softmax", masked_fn, m, 1, 1e-2f, 2e-2);
+    float t[6] = {0, 1, 1, 0, 0.5f, 1};
+    amp_tensor_t *b[2] = {param(2, S(2, 3), 1), amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, S(2, 3), t)};
+    gradcheck("binary_cross_entropy", bce_fn, b, 2, 1e-2f, 2e-2);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Forward values
+
+START_TEST(test_linear_matches_naive) {
+    amp_tensor_t *x = param(2, S(3, 4), 1), *w = param(2, S(2, 4), 1), *b = param(1, S(2), 1);
+    float xv[12], wv[8], bv[2], yv[6];
+    amp_tensor_read_f32(x, xv);
+    amp_tensor_read_f32(w, wv);
+    amp_tensor_read_f32(b, bv);
+    amp_tensor_read_f32(amp_linear(ctx, x, w, b), yv);
+    for (int i = 0; i < 3; i++)
+        for (int o = 0; o < 2; o++) {
+            float acc = bv[o];
+            for (int k = 0; k < 4; k++) acc += xv[i * 4 + k] * wv[o * 4 + k];
+            ck_assert_close(yv[i * 2 + o], acc, 1e-5, 1e-5);
+        }
+}
+END_TEST
+
+START_TEST(test_softmax_and_layer_norm_values) {
+    amp_tensor_t *x = param(2, S(4, 8), 3);
+    float p[32], l[32];
+    amp_tensor_read_f32(amp_softmax(ctx, x, -1), p);
+    amp_tensor_read_f32(amp_layer_norm(ctx, x, NULL, NULL, 1e-5f), l);
+    for (int r = 0; r < 4; r++) {
+        double s = 0, m = 0, v = 0;
+        for (int j = 0; j < 8; j++) s += p[r * 8 + j], m += l[r * 8 + j];
+        m /= 8;
+        for (int j = 0; j < 8; j++) v += (l[r * 8 + j] - m) * (l[r * 8 + j] - m);
+        ck_assert_close(s, 1.0, 1e-6, 0);
+        ck_assert_close(m, 0.0, 1e-6, 0);
+        ck_assert_close(v / 8, 1.0, 1e-3, 0);
+    }
+}
+END_TEST
+
+// A fully masked row gives NaN like PyTorch; a partly masked one is exact zeros where masked.
+START_TEST(test_masked_softmax_rows) {
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    int32_t m[6] = {0, 1, 1, 1, 1, 1};
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, S(2, 3), v);
+    amp_tensor_t *mask = amp_tensor_from(ctx, AMP_DTYPE_I32, 2, S(2, 3), m);
+    float p[6];
+    amp_tensor_read_f32(amp_softmax(ctx, amp_masked_fill(ctx, x, mask, -INFINITY), -1), p);
+    ck_assert_float_eq(p[0], 1.0f);
+    ck_assert_float_eq(p[1], 0.0f);
+    ck_assert(isnan(p[3]) && isnan(p[5]));
+}
+END_TEST
+
+START_TEST(test_dropout_seeded) {
+    amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, S(1000));
+    float ones[1000], a[1000];
+    for (int i = 0; i < 1000; i++) ones[i] = 1;
+    amp_tensor_write_f32(x, ones);
+    amp_tensor_read_f32(amp_dropout(ctx, x, 0.25f, true), a);
+    int zeros = 0;
+    for (int i = 0; i < 1000; i++) {
+        ck_assert(a[i] == 0.0f || fabsf(a[i] - 1.0f / 0.75f) < 1e-6f);
+        zeros += a[i] == 0.0f;
+    }
+    ck_assert_int_gt(zeros, 180);
+    ck_assert_int_lt(zeros, 320);
+    amp_tensor_read_f32(amp_dropout(ctx, x, 0.25f, false), a);
+    ck_assert_float_eq(a[17], 1.0f);
+}
+END_TEST
+
+START_TEST(test_grad_accumulates_and_zero_grad) {
+    amp_tensor_t *w = param(1, S(3), 1);
+    for (int k = 0; k < 2; k++) {
+        amp_backward(ctx, amp_sum(ctx, amp_mul_scalar(ctx, w, 2.0)));
+        amp_ctx_reset(ctx);
+    }
+    float g[3];
+    amp_tensor_read_f32(amp_tensor_grad(w), g);
+    ck_assert_float_eq(g[0], 4.0f);
+    amp_tensor_zero_grad(w);
+    ck_assert_ptr_null(amp_tensor_grad(w));
+}
+END_TEST
+
+START_TEST(test_half_storage_rounds) {
+    float v[3] = {0.1f, 65520.0f, 1e-8f};
+    amp_tensor_t *h = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(3), v);
+    uint16_t bits[3];
+    amp_tensor_read(h, bits);
+    ck_assert_uint_eq(bits[0], 0x2E66);
+    ck_assert_uint_eq(bits[1], 0x7C00);
+    ck_assert_uint_eq(bits[2], 0x0000);
+    // f16 matmul accumulates in f32 and rounds once: 2048 + 1 + 1 is 2050 (not 2048)
+    float a[3] = {2048, 1, 1}, b[3] = {1, 1, 1};
+    amp_tensor_t *A = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 2, S(1, 3), a);
+    amp_tensor_t *B = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 2, S(3, 1), b);
+    ck_assert_float_eq(amp_tensor_item(amp_mm(ctx, A, B)), 2050.0f);
+}
+END_TEST
+
+Suite *ops_suite(void) {
+    Suite *s = suite_create("ops");
+    TCase *g = tcase_create("gradcheck");
+    tcase_add_checked_fixture(g, setup, teardown);
+    tcase_add_test(g, test_grad_linear);
+    tcase_add_test(g, test_grad_mm);
+    tcase_add_test(g, test_grad_bmm);
+    tcase_add_test(g, test_grad_matmul4d);
+    tcase_add_test(g, test_grad_matmul_shared);
+    tcase_add_test(g, test_grad_addmm);
+    tcase_add_test(g, test_grad_addmm_full_bias);
+    tcase_add_test(g, test_grad_conv2d);
+    tcase_add_test(g, test_grad_conv2d_nobias);
+    tcase_add_test(g, test_grad_max_pool2d);
+    tcase_add_test(g, test_grad_relu);
+    tcase_add_test(g, test_grad_gelu);
+    tcase_add_test(g, test_grad_gelu_tanh);
+    tcase_add_test(g, test_grad_tanh);
+    tcase_add_test(g, test_grad_sigmoid);
+    tcase_add_test(g, test_grad_exp);
+    tcase_add_test(g, test_grad_log);
+    tcase_add_test(g, test_grad_pow);
+    tcase_add_test(g, test_grad_clamp_min);
+    tcase_add_test(g, test_grad_softmax);
+    tcase_add_test(g, test_grad_softmax_dim0);
+    tcase_add_test(g, test_grad_log_softmax);
+    tcase_add_test(g, test_grad_layer_norm);
+    tcase_add_test(g, test_grad_add_broadcast);
+    tcase_add_test(g, test_grad_sub_broadcast);
+    tcase_add_test(g, test_grad_mul_broadcast);
+    tcase_add_test(g, test_grad_div_broadcast);
+    tcase_add_test(g, test_grad_scalar_ops);
+    tcase_add_test(g, test_grad_sum);
+    tcase_add_test(g, test_grad_mean);
+    tcase_add_test(g, test_grad_mse_loss);
+    tcase_add_test(g, test_grad_reshape_transpose);
+    tcase_add_test(g, test_grad_permute_contiguous);
+    tcase_add_test(g, test_grad_split);
+    tcase_add_test(g, test_grad_losses);
+    suite_add_tcase(s, g);
+    TCase *f = tcase_create("forward");
+    tcase_add_checked_fixture(f, setup, teardown);
+    tcase_add_test(f, test_linear_matches_naive);
+    tcase_add_test(f, test_softmax_and_layer_norm_values);
+    tcase_add_test(f, test_masked_softmax_rows);
+    tcase_add_test(f, test_dropout_seeded);
+    tcase_add_test(f, test_grad_accumulates_and_zero_grad);
+    tcase_add_test(f, test_half_storage_rounds);
+    suite_add_tcase(s, f);
+    return s;
+}

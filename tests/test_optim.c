@@ -1,0 +1,422 @@
+/*
+ * test_optim.c — the `optim` suite: SGD (momentum, dampening, nesterov, weight decay), Adam (L2)
+ * and AdamW (decoupled) against hand-computed values and a double-precision transcription of
+ * torch.optim's single-tensor formulas, over 3 steps with changing gradients; per-parameter
+ * step counts and state tensors; torch.optim's argument checks and messages.
+ */
+#include "tests.h"
+
+#include "amp-impl.h"
+
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static amp_ctx_t *new_ctx(void) {
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    return ctx;
+}
+
+static amp_tensor_t *param(amp_ctx_t *ctx, int n, const float *v) {
+    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){n}, v);
+    amp_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, const float *v) {
+    amp_tensor_zero_grad(t);
+    amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
+    amp_tensor_write_f32(g, v);
+    amp_grad_accumulate(ctx, t, g);
+}
+
+#define N 4
+#define STEPS 3
+
+// torch.optim's single-tensor step, in double (params are kept in f32 between steps, as ours).
+static void ref_step(const amp_optim_params *o, int64_t step, double *p, double *m, double *v,
+                     const double *grad) {
+    for (int i = 0; i < N; i++) {
+        double g = grad[i];
+        if (o->kind == AMP_OPTIM_SGD) {
+            if (o->weight_decay != 0) g += o->weight_decay * p[i];
+            if (o->momentum != 0) {
+                m[i] = step == 1 ? g : o->momentum * m[i] + (1 - o->dampening) * g;
+                g = o->nesterov ? g + o->momentum * m[i] : m[i];
+            }
+            p[i] = (float)(p[i] - o->lr * g);
+            continue;
+        }
+        if (o->kind == AMP_OPTIM_ADAMW) p[i] *= 1 - (double)o->lr * o->weight_decay;
+        else if (o->weight_decay != 0) g += o->weight_decay * p[i];
+        m[i] = o->beta1 * m[i] + (1 - o->beta1) * g;
+        v[i] = o->beta2 * v[i] + (1 - o->beta2) * g * g;
+        double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
+        p[i] = (float)(p[i] - o->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + o->eps));
+    }
+}
+
+static const float p0[N] = {1.0f, -2.0f, 0.5f, 3.0f};
+static const float grads[STEPS][N] = {
+    {0.5f, -1.0f, 0.25f, 2.0f}, {0.1f, 0.3f, -0.7f, 1.5f}, {-0.4f, -0.2f, 0.9f, 0.05f}};
+
+// Three steps of our optimizer and the reference; parameters and state must agree.
+static void check_against_ref(const amp_optim_params *o) {
+    amp_ctx_t *ctx = new_ctx();
+    amp_tensor_t *p = param(ctx, N, p0);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, o, &p, 1, &opt), AMP_OK);
+    double rp[N], rm[N] = {0}, rv[N] = {0}, rg[N];
+    for (int i = 0; i < N; i++) rp[i] = p0[i];
+    for (int s = 0; s < STEPS; s++) {
+        set_grad(ctx, p, grads[s]);
+        for (int i = 0; i < N; i++) rg[i] = grads[s][i];
+        amp_optim_step(opt);
+        ref_step(o, s + 1, rp, rm, rv, rg);
+        float got[N];
+        amp_tensor_read_f32(p, got);
+        for (int i = 0; i < N; i++) ck_assert_close(got[i], rp[i], 1e-6, 2e-6);
+    }
+    ck_assert_int_eq(amp_optim_steps(opt), STEPS);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 0), STEPS);
+    amp_tensor_t *m = amp_optim_state(opt, 0, 0), *v = amp_optim_state(opt, 0, 1);
+    float got[N];
+    if (o->kind != AMP_OPTIM_SGD || o->momentum != 0) {
+        ck_assert_ptr_nonnull(m);
+        amp_tensor_read_f32(m, got);
+        for (int i = 0; i < N; i++) ck_assert_close(got[i], rm[i], 1e-7, 2e-6);
+    } else {
+        ck_assert_ptr_null(m);
+    }
+    if (o->kind != AMP_OPTIM_SGD) {
+        ck_assert_ptr_nonnull(v);
+        amp_tensor_read_f32(v, got);
+        for (int i = 0; i < N; i++) ck_assert_close(got[i], rv[i], 1e-9, 2e-6);
+    } else {
+        ck_assert_ptr_null(v);
+    }
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+
+// Steps a 1-element parameter with a constant gradient; returns the value after each step.
+static void constant_grad_steps(const amp_optim_params *o, float w0, float g, float *out, int n) {
+    amp_ctx_t *ctx = new_ctx();
+    amp_tensor_t *p = param(ctx, 1, &w0);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, o, &p, 1, &opt), AMP_OK);
+    for (int s = 0; s < n; s++) {
+        set_grad(ctx, p, &g);
+        amp_optim_step(opt);
+        out[s] = amp_tensor_item(p);
+    }
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults, names, checks
+
+START_TEST(test_defaults_and_names) {
+    amp_optim_params s = amp_optim_defaults(AMP_OPTIM_SGD);
+    ck_assert_float_eq(s.lr, 1e-3f);
+    ck_assert(s.momentum == 0 && s.dampening == 0 && !s.nesterov && s.weight_decay == 0);
+    amp_optim_params a = amp_optim_defaults(AMP_OPTIM_ADAM);
+    ck_assert_int_eq(a.kind, AMP_OPTIM_ADAM);
+    ck_assert(a.lr == 1e-3f && a.beta1 == 0.9f && a.beta2 == 0.999f && a.eps == 1e-8f);
+    ck_assert_float_eq(a.weight_decay, 0);
+    ck_assert_float_eq(amp_optim_defaults(AMP_OPTIM_ADAMW).weight_decay, 1e-2f);
+
+    amp_optim_kind k;
+    ck_assert(amp_optim_kind_parse("adamw", &k) && k == AMP_OPTIM_ADAMW);
+    ck_assert(amp_optim_kind_parse("sgd", &k) && k == AMP_OPTIM_SGD);
+    ck_assert(amp_optim_kind_parse("adam", &k) && k == AMP_OPTIM_ADAM);
+    ck_assert(!amp_optim_kind_parse("rmsprop", &k));
+    ck_assert_str_eq(amp_optim_kind_name(AMP_OPTIM_ADAM), "adam");
+    ck_assert_str_eq(amp_optim_kind_name(AMP_OPTIM_SGD), "sgd");
+    ck_assert_str_eq(amp_optim_kind_name(AMP_OPTIM_ADAMW), "adamw");
+}
+END_TEST
+
+static void expect_param_error(amp_optim_params o, const char *msg) {
+    amp_ctx_t *ctx = new_ctx();
+    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_optim_t *opt = (amp_optim_t *)1;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, &p, 1, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_null(opt);
+    ck_assert_str_eq(amp_last_error(), msg);
+    amp_ctx_free(ctx);
+}
+
+START_TEST(test_hyperparameter_checks) {
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.lr = -0.5f;
+    expect_param_error(o, "Invalid learning rate: -0.5");
+    o.lr = NAN;
+    expect_param_error(o, "Invalid learning rate: nan");
+    o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.momentum = -1;
+    expect_param_error(o, "Invalid momentum value: -1");
+    o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.weight_decay = -0.25f;
+    expect_param_error(o, "Invalid weight_decay value: -0.25");
+    o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.nesterov = true;
+    expect_param_error(o, "Nesterov momentum requires a momentum and zero dampening "
+                          "(momentum=0, dampening=0)");
+    o.momentum = 0.9f;
+    o.dampening = 0.5f;
+    expect_param_error(o, "Nesterov momentum requires a momentum and zero dampening "
+                          "(momentum=0.9, dampening=0.5)");
+    o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.beta1 = 1.0f;
+    expect_param_error(o, "Invalid beta parameter at index 0: 1");
+    o = amp_optim_defaults(AMP_OPTIM_ADAMW);
+    o.beta2 = -0.5f;
+    expect_param_error(o, "Invalid beta parameter at index 1: -0.5");
+    o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.eps = -1e-8f;
+    expect_param_error(o, "Invalid epsilon value: -1e-08");
+    o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.kind = (amp_optim_kind)7;
+    expect_param_error(o, "unknown optimizer kind 7");
+}
+END_TEST
+
+START_TEST(test_tensor_checks) {
+    amp_ctx_t *ctx = new_ctx(), *other = new_ctx();
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    amp_optim_t *opt;
+    amp_tensor_t *good = param(ctx, 2, (float[]){1, 2});
+    amp_tensor_set_name(good, "fc.weight");
+
+    ck_assert_int_eq(amp_optim_new(ctx, &o, &good, 0, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "optimizer got an empty parameter list (n = 0)");
+
+    amp_tensor_t *list[2] = {good, NULL};
+    ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "params[1] is NULL");
+
+    list[1] = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, (int64_t[]){2}, (float[]){1, 2});
+    amp_tensor_set_requires_grad(list[1], true);
+    amp_tensor_set_name(list[1], "h");
+    ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "params[1] 'h' is f16; optimizers update f32 master weights");
+
+    list[1] = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){2}, (float[]){1, 2});
+    ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "params[1] '' does not require grad");
+
+    list[1] = good;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "params[0] and params[1] are the same tensor 'fc.weight' "
+                                       "(it would be updated twice per step)");
+
+    list[1] = amp_mul_scalar(ctx, good, 2); // an op output
+    ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "params[1] '' is an op output"));
+
+    list[1] = param(other, 1, (float[]){1});
+    ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "params[1] '' belongs to another context");
+    amp_ctx_free(other);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// SGD
+
+START_TEST(test_sgd_hand_values) {
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.lr = 0.1f;
+    float w[3];
+    constant_grad_steps(&o, 1, 0.5f, w, 3); // p -= 0.05 each step
+    ck_assert_close(w[0], 0.95, 1e-7, 0);
+    ck_assert_close(w[2], 0.85, 1e-7, 0);
+    o.momentum = 0.9f; // buf = 1, 1.9, 2.71
+    constant_grad_steps(&o, 1, 1, w, 3);
+    ck_assert_close(w[0], 0.9, 1e-7, 0);
+    ck_assert_close(w[1], 0.71, 1e-7, 0);
+    ck_assert_close(w[2], 0.439, 1e-7, 0);
+    o.nesterov = true; // d = g + 0.9 buf = 1.9, 2.71
+    constant_grad_steps(&o, 1, 1, w, 2);
+    ck_assert_close(w[0], 0.81, 1e-7, 0);
+    ck_assert_close(w[1], 0.539, 1e-7, 0);
+    o.nesterov = false;
+    o.dampening = 0.5f; // the first step takes the gradient whole: buf = 1, then 0.9 + 0.5
+    constant_grad_steps(&o, 1, 1, w, 2);
+    ck_assert_close(w[0], 0.9, 1e-7, 0);
+    ck_assert_close(w[1], 0.76, 1e-7, 0);
+    o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.lr = 0.1f;
+    o.weight_decay = 0.5f; // d = g + 0.5 p = 2: 2 - 0.1 * 2
+    constant_grad_steps(&o, 2, 1, w, 1);
+    ck_assert_close(w[0], 1.8, 1e-7, 0);
+}
+END_TEST
+
+START_TEST(test_sgd_reference) {
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.lr = 0.05f;
+    check_against_ref(&o);
+    o.momentum = 0.9f;
+    check_against_ref(&o);
+    o.dampening = 0.3f;
+    o.weight_decay = 0.01f;
+    check_against_ref(&o);
+    o.dampening = 0;
+    o.nesterov = true;
+    check_against_ref(&o);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Adam, AdamW
+
+START_TEST(test_adam_hand_values) {
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.lr = 0.1f;
+    float w[3];
+    // A constant gradient has bias-corrected m = g and v = g^2: each step moves by lr.
+    constant_grad_steps(&o, 1, 0.5f, w, 3);
+    ck_assert_close(w[0], 0.9, 1e-6, 0);
+    ck_assert_close(w[1], 0.8, 1e-6, 0);
+    ck_assert_close(w[2], 0.7, 1e-6, 0);
+    constant_grad_steps(&o, 1, -2, w, 1);
+    ck_assert_close(w[0], 1.1, 1e-6, 0);
+    // AdamW: p *= 1 - lr * wd first: 0.999 - 0.1, then 0.899 * 0.999 - 0.1, ...
+    o = amp_optim_defaults(AMP_OPTIM_ADAMW);
+    o.lr = 0.1f;
+    constant_grad_steps(&o, 1, 0.5f, w, 3);
+    ck_assert_close(w[0], 0.899, 1e-6, 0);
+    ck_assert_close(w[1], 0.798101, 1e-6, 0);
+    ck_assert_close(w[2], 0.697302899, 1e-6, 0);
+}
+END_TEST
+
+START_TEST(test_adam_reference) {
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.lr = 0.01f;
+    check_against_ref(&o);
+    o.weight_decay = 0.1f; // L2 into the gradient
+    check_against_ref(&o);
+    o.beta1 = 0.5f;
+    o.beta2 = 0.75f;
+    o.eps = 1e-3f;
+    check_against_ref(&o);
+}
+END_TEST
+
+START_TEST(test_adamw_reference) {
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAMW);
+    o.lr = 0.01f;
+    check_against_ref(&o);
+    o.weight_decay = 0.5f;
+    check_against_ref(&o);
+}
+END_TEST
+
+// Adam's state["step"] is per parameter: one that had no gradient on the first step gets the
+// bias correction of its own first step on the second.
+START_TEST(test_per_param_steps) {
+    amp_ctx_t *ctx = new_ctx();
+    amp_tensor_t *ps[2] = {param(ctx, 1, (float[]){1}), param(ctx, 1, (float[]){1})};
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.lr = 0.1f;
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, ps, 2, &opt), AMP_OK);
+    set_grad(ctx, ps[0], (float[]){1});
+    amp_optim_step(opt);
+    ck_assert_close(amp_tensor_item(ps[0]), 0.9, 1e-6, 0);
+    ck_assert_float_eq(amp_tensor_item(ps[1]), 1); // no gradient: untouched
+    ck_assert_int_eq(amp_optim_param_steps(opt, 0), 1);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 1), 0);
+    set_grad(ctx, ps[0], (float[]){1});
+    set_grad(ctx, ps[1], (float[]){3});
+    amp_optim_step(opt);
+    ck_assert_close(amp_tensor_item(ps[0]), 0.8, 1e-6, 0);
+    ck_assert_close(amp_tensor_item(ps[1]), 0.9, 1e-6, 0); // step 1 for it: moves by lr
+    ck_assert_int_eq(amp_optim_param_steps(opt, 0), 2);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 1), 1);
+    ck_assert_int_eq(amp_optim_steps(opt), 2);
+    // exp_avg / exp_avg_sq of the second after its one step: (1 - b1) g, (1 - b2) g^2, with
+    // the betas as the f32 values amp_optim_params holds (1 - 0.999f = 0.000999987).
+    ck_assert_close(amp_tensor_item(amp_optim_state(opt, 1, 0)), (1 - (double)0.9f) * 3, 1e-8,
+                    1e-6);
+    ck_assert_close(amp_tensor_item(amp_optim_state(opt, 1, 1)), (1 - (double)0.999f) * 9, 1e-10,
+                    1e-6);
+    amp_optim_zero_grad(opt);
+    ck_assert_ptr_null(amp_tensor_grad(ps[0]));
+    ck_assert_ptr_null(amp_tensor_grad(ps[1]));
+    amp_optim_step(opt); // nothing has a gradient: nothing moves, the step still counts
+    ck_assert_close(amp_tensor_item(ps[0]), 0.8, 1e-6, 0);
+    ck_assert_int_eq(amp_optim_steps(opt), 3);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 0), 2);
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(test_accessors_and_set_params) {
+    amp_ctx_t *ctx = new_ctx();
+    amp_tensor_t *ps[2] = {param(ctx, 1, (float[]){1}), param(ctx, 1, (float[]){2})};
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.lr = 0.5f;
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, ps, 2, &opt), AMP_OK);
+    ck_assert_int_eq(amp_optim_num_params(opt), 2);
+    ck_assert_ptr_eq(amp_optim_param(opt, 1), ps[1]);
+    ck_assert_float_eq(amp_optim_get_params(opt)->lr, 0.5f);
+    ck_assert_ptr_null(amp_optim_state(opt, 0, 0));
+
+    amp_optim_params n = o;
+    n.lr = 0.25f; // an LR schedule
+    ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_OK);
+    set_grad(ctx, ps[0], (float[]){4});
+    amp_optim_step(opt);
+    ck_assert_float_eq(amp_tensor_item(ps[0]), 0);
+
+    n.lr = -1;
+    ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "Invalid learning rate: -1");
+    n = amp_optim_defaults(AMP_OPTIM_ADAM);
+    ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "optimizer kind cannot change (this optimizer is sgd, got adam)");
+    n = o;
+    n.momentum = 0.9f;
+    ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "created without momentum"));
+    ck_assert_float_eq(amp_optim_get_params(opt)->lr, 0.25f); // the failures changed nothing
+
+    amp_optim_set_steps(opt, 10, (int64_t[]){4, 5});
+    ck_assert_int_eq(amp_optim_steps(opt), 10);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 1), 5);
+    amp_optim_free(opt);
+    amp_optim_free(NULL);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
+Suite *optim_suite(void) {
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("checks");
+    tcase_add_test(tc, test_defaults_and_names);
+    tcase_add_test(tc, test_hyperparameter_checks);
+    tcase_add_test(tc, test_tensor_checks);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("math");
+    tcase_add_test(tc, test_sgd_hand_values);
+    tcase_add_test(tc, test_sgd_reference);
+    tcase_add_test(tc, test_adam_hand_values);
+    tcase_add_test(tc, test_adam_reference);
+    tcase_add_test(tc, test_adamw_reference);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("state");
+    tcase_add_test(tc, test_per_param_steps);
+    tcase_add_test(tc, test_accessors_and_set_params);
+    suite_add_tcase(s, tc);
+    return s;
+}
