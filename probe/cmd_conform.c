@@ -29,7 +29,8 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 static void free_names(struct conform_run *r) {
-    for (int i = 0; i < r->n_names; i++) free(r->names[i]);
+    for (int i = 0; i < r->n_names; i++)
+        free(r->names[i]);
     free(r->names);
     r->names = NULL;
     r->n_names = 0;
@@ -40,7 +41,8 @@ static bool list_dir(struct conform_run *r) {
     DIR *d = opendir(r->dir);
     if (!d) {
         r->errors++;
-        fprintf(r->err, "ampprobe conform: %s: cannot read directory: %s\n", r->dir, strerror(errno));
+        fprintf(r->err, "ampprobe conform: %s: cannot read directory: %s\n", r->dir,
+                strerror(errno));
         return false;
     }
     int cap = 0;
@@ -62,6 +64,7 @@ static bool list_dir(struct conform_run *r) {
     if (!complete) {
         r->errors++;
         fprintf(r->err, "ampprobe conform: %s: out of memory listing the directory\n", r->dir);
+        free_names(r);
         return false;
     }
     qsort(r->names, (size_t)r->n_names, sizeof *r->names, cmp_str);
@@ -70,17 +73,16 @@ static bool list_dir(struct conform_run *r) {
 
 int conform_dir(struct conform_run *r, const char *dir) {
     r->dir = dir;
-    if (list_dir(r)) {
-        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-            for (int i = 0; i < r->n_names; i++)
-                if (fnmatch(kinds[k].pattern, r->names[i], 0) == 0) kinds[k].check(r, r->names[i]);
-        if (r->passed + r->failed + r->unsupported + r->errors == 0) {
-            r->errors++;
-            fprintf(r->err,
-                    "ampprobe conform: %s: no reference files (scaler_updates*.txt, unscale*.txt, "
-                    "autocast_dtypes*.txt, conv_*_in_f32.bin, *.manifest)\n",
-                    dir);
-        }
+    if (!list_dir(r)) return 2;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < r->n_names; i++)
+            if (fnmatch(kinds[k].pattern, r->names[i], 0) == 0) kinds[k].check(r, r->names[i]);
+    if (r->passed + r->failed + r->unsupported + r->errors == 0) {
+        r->errors++;
+        fprintf(r->err,
+                "ampprobe conform: %s: no reference files (scaler_updates*.txt, unscale*.txt, "
+                "autocast_dtypes*.txt, conv_*_in_f32.bin, *.manifest)\n",
+                dir);
     }
     free_names(r);
     fprintf(r->out, "%d passed, %d failed", r->passed, r->failed);
@@ -93,25 +95,26 @@ int conform_dir(struct conform_run *r, const char *dir) {
 // ---------------------------------------------------------------------------------------------
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: ampprobe conform [-v] [--device cpu|cuda] DIR\n\n"
-            "Checks this build's AMP semantics against PyTorch reference files in DIR (the formats\n"
-            "of tests/data/golden/README.md), found by name:\n"
-            "  scaler_updates*.txt   GradScaler.update() sequences: scale bits and growth tracker\n"
-            "  unscale*.txt          unscale_ + non-finite check: output bits (NaN-ness for NaN)\n"
-            "  autocast_dtypes*.txt  result dtype of each op under fp16/bf16 autocast\n"
-            "  conv_<n>_in_f32.bin   fp32 -> fp16/bf16 conversions against conv_<n>_f16_<tag>.bin\n"
-            "                        and conv_<n>_bf16_<tag>.bin (NaN-ness for NaN inputs)\n"
-            "  *.manifest            end-to-end MLP training: found_inf and scale per step exactly,\n"
-            "                        loss within 1e-3 and final weights within 1e-2 relative\n\n"
-            "Prints every failure with its case and first mismatch, then `N passed, M failed`\n"
-            "(and `, K unsupported` for cases this build cannot run; they are not passes).\n\n"
-            "options:\n"
-            "  -v, --verbose         print every case, passing ones too\n"
-            "  --device cpu|cuda     backend for the unscale and end-to-end cases (default cpu)\n"
-            "  -h, --help            this text\n\n"
-            "exit status: 0 all passed, 1 some case failed, 2 usage error, unreadable directory\n"
-            "or malformed file (the message names file and line).\n");
+    fprintf(
+        f,
+        "usage: ampprobe conform [-v] [--device cpu|cuda] DIR\n\n"
+        "Checks this build's AMP semantics against PyTorch reference files in DIR (the formats\n"
+        "of tests/data/golden/README.md), found by name:\n"
+        "  scaler_updates*.txt   GradScaler.update() sequences: scale bits and growth tracker\n"
+        "  unscale*.txt          unscale_ + non-finite check: output bits (NaN-ness for NaN)\n"
+        "  autocast_dtypes*.txt  result dtype of each op under fp16/bf16 autocast\n"
+        "  conv_<n>_in_f32.bin   fp32 -> fp16/bf16 conversions against conv_<n>_f16_<tag>.bin\n"
+        "                        and conv_<n>_bf16_<tag>.bin (NaN-ness for NaN inputs)\n"
+        "  *.manifest            end-to-end MLP training: found_inf and scale per step exactly,\n"
+        "                        loss within 1e-3 and final weights within 1e-2 relative\n\n"
+        "Prints every failure with its case and first mismatch, then `N passed, M failed`\n"
+        "(and `, K unsupported` for cases this build cannot run; they are not passes).\n\n"
+        "options:\n"
+        "  -v, --verbose         print every case, passing ones too\n"
+        "  --device cpu|cuda     backend for the unscale and end-to-end cases (default cpu)\n"
+        "  -h, --help            this text\n\n"
+        "exit status: 0 all passed, 1 some case failed, 2 usage error, unreadable directory\n"
+        "or malformed file (the message names file and line).\n");
 }
 
 int amp_cmd_conform(int argc, char **argv) {
@@ -131,8 +134,8 @@ int amp_cmd_conform(int argc, char **argv) {
             }
             i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "ampprobe conform: unknown option '%s' (see 'ampprobe conform --help')\n",
-                    a);
+            fprintf(stderr,
+                    "ampprobe conform: unknown option '%s' (see 'ampprobe conform --help')\n", a);
             return 2;
         } else if (dir) {
             fprintf(stderr, "ampprobe conform: one directory only ('%s' and '%s')\n", dir, a);

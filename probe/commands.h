@@ -6,6 +6,7 @@
 #ifndef AMPPROBE_COMMANDS_H
 #define AMPPROBE_COMMANDS_H
 
+int amp_cmd_run(int argc, char **argv);
 int amp_cmd_conform(int argc, char **argv);
 
 #endif

@@ -30,10 +30,10 @@ static const struct autocast_call {
     {"mm", NULL, "TF"},
     {"bmm", NULL, "TF"},
     {"matmul", NULL, "TF"},
-    {"linear", NULL, "TFF"},                          // x, weight, bias
-    {"addmm", NULL, "TFF"},                           // self, mat1, mat2
-    {"baddbmm", NULL, "TFF"},                         // self, batch1, batch2
-    {"conv2d", NULL, "TFF"},                          // x, weight, bias
+    {"linear", NULL, "TFF"},                         // x, weight, bias
+    {"addmm", NULL, "TFF"},                          // self, mat1, mat2
+    {"baddbmm", NULL, "TFF"},                        // self, batch1, batch2
+    {"conv2d", NULL, "TFF"},                         // x, weight, bias
     {"sdpa", "scaled_dot_product_attention", "TFF"}, // q, k, v
     // one tensor argument
     {"softmax", NULL, "T"},
@@ -125,10 +125,14 @@ static const char *call_args(const char *op, const char **torch, const char **wh
 
 static amp_dtype arg_dtype(char role, amp_dtype tested) {
     switch (role) {
-    case 'T': return tested;
-    case 'H': return AMP_DTYPE_F16;
-    case 'I': return AMP_DTYPE_I64;
-    default: return AMP_DTYPE_F32;
+    case 'T':
+        return tested;
+    case 'H':
+        return AMP_DTYPE_F16;
+    case 'I':
+        return AMP_DTYPE_I64;
+    default:
+        return AMP_DTYPE_F32;
     }
 }
 
@@ -151,7 +155,8 @@ static void run_decide(void *arg) {
     struct decide_job *j = arg;
     int n = (int)strlen(j->args);
     amp_dtype in[MAX_ARGS];
-    for (int i = 0; i < n; i++) in[i] = arg_dtype(j->args[i], j->col.in);
+    for (int i = 0; i < n; i++)
+        in[i] = arg_dtype(j->args[i], j->col.in);
     j->status = amp_autocast_decide(j->torch, n, in, j->col.ac, &j->out);
 }
 
@@ -175,7 +180,8 @@ static void check_op(struct conform_run *r, const char *file, const char *op,
         if (strcmp(got, want[c]) != 0) {
             conform_fail(r, file, op, "in=%s/ac=%s: %s, expected %s%s%s",
                          amp_dtype_name(cols[c].in), amp_dtype_name(cols[c].ac), got, want[c],
-                         j.status == AMP_OK ? "" : " - ", j.status == AMP_OK ? "" : amp_last_error());
+                         j.status == AMP_OK ? "" : " - ",
+                         j.status == AMP_OK ? "" : amp_last_error());
             return;
         }
     }

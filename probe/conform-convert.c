@@ -7,7 +7,7 @@
  */
 #include "conform.h"
 
-#include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,11 +37,6 @@ static bool parse_output_name(const char *name, char *base, size_t base_size, am
     return true;
 }
 
-static bool is_nan16(amp_dtype dt, uint16_t h) {
-    return dt == AMP_DTYPE_F16 ? (h & 0x7C00u) == 0x7C00u && (h & 0x03FFu) != 0
-                               : (h & 0x7F80u) == 0x7F80u && (h & 0x007Fu) != 0;
-}
-
 static void check_output(struct conform_run *r, const char *name, amp_dtype dt, const uint32_t *in,
                          size_t n) {
     char what[96];
@@ -53,17 +48,19 @@ static void check_output(struct conform_run *r, const char *name, amp_dtype dt, 
     for (size_t i = 0; i < n; i++) {
         float x = conform_f32(in[i]);
         uint16_t got = dt == AMP_DTYPE_F16 ? amp_f32_to_f16(x) : amp_f32_to_bf16(x);
-        bool nan_in = x != x;
+        bool nan_in = isnan(x);
         nans += nan_in;
-        bool same = nan_in ? is_nan16(dt, got) == is_nan16(dt, want[i]) : got == want[i];
+        bool same = nan_in ? conform_is_nan_bits(dt, got) == conform_is_nan_bits(dt, want[i])
+                           : got == want[i];
         if (!same && differ++ == 0) {
             first = i;
             first_got = got;
         }
     }
     if (differ)
-        conform_fail(r, name, NULL, "input %zu (0x%08x): 0x%04x, expected 0x%04x (%zu of %zu differ)",
-                     first, in[first], first_got, want[first], differ, n);
+        conform_fail(r, name, NULL,
+                     "input %zu (0x%08x): 0x%04x, expected 0x%04x (%zu of %zu differ)", first,
+                     in[first], first_got, want[first], differ, n);
     else
         conform_pass(r, name, NULL, "(%zu values, %zu NaN inputs compared by NaN-ness)", n, nans);
     free(want);
@@ -74,8 +71,7 @@ void conform_convert_file(struct conform_run *r, const char *name) {
     amp_dtype dt;
     if (parse_output_name(name, base, sizeof base, &dt)) {
         snprintf(in_name, sizeof in_name, "conv_%s_in_f32.bin", base);
-        if (!conform_has_file(r, in_name))
-            conform_fail(r, name, NULL, "no %s beside it", in_name);
+        if (!conform_has_file(r, in_name)) conform_fail(r, name, NULL, "no %s beside it", in_name);
         return; // else checked with its input
     }
     size_t len = strlen(name), suffix = strlen("_in_f32.bin");

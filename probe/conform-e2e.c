@@ -36,9 +36,9 @@ struct trace_row {
 };
 
 struct e2e_case {
-    const char *file;   // the manifest
-    char label[128];    // case name in verdicts
-    char prefix[300];   // e2e_<name>
+    const char *file; // the manifest
+    char label[128];  // case name in verdicts
+    char prefix[300]; // e2e_<name>
     struct conform_manifest m;
     float *init[NPARAM], *want[NPARAM]; // want[i] NULL when that final is absent
     float *x;
@@ -49,10 +49,14 @@ struct e2e_case {
 
 static int64_t param_numel(const struct conform_manifest *m, int i) {
     switch (i) {
-    case W1: return m->hidden * m->in;
-    case B1: return m->hidden;
-    case W2: return m->out * m->hidden;
-    default: return m->out;
+    case W1:
+        return m->hidden * m->in;
+    case B1:
+        return m->hidden;
+    case W2:
+        return m->out * m->hidden;
+    default:
+        return m->out;
     }
 }
 
@@ -81,9 +85,12 @@ static bool ok(struct e2e_job *j, amp_status st, const char *call) {
 
 static amp_tensor_t *activation(amp_ctx_t *ctx, conform_act act, amp_tensor_t *h) {
     switch (act) {
-    case CONFORM_ACT_GELU: return amp_gelu(ctx, h, false);
-    case CONFORM_ACT_GELU_TANH: return amp_gelu(ctx, h, true);
-    default: return amp_relu(ctx, h);
+    case CONFORM_ACT_GELU:
+        return amp_gelu(ctx, h, false);
+    case CONFORM_ACT_GELU_TANH:
+        return amp_gelu(ctx, h, true);
+    default:
+        return amp_relu(ctx, h);
     }
 }
 
@@ -98,7 +105,7 @@ static void train(struct e2e_job *j, amp_ctx_t *ctx, amp_optim_t *opt, amp_scale
         amp_optim_zero_grad(opt);
         amp_autocast_begin(ctx, true, m->precision, true);
         amp_tensor_t *h = activation(ctx, m->act, amp_linear(ctx, x, p[W1], p[B1])); // (B, hidden)
-        amp_tensor_t *logits = amp_linear(ctx, h, p[W2], p[B2]);                   // (B, out)
+        amp_tensor_t *logits = amp_linear(ctx, h, p[W2], p[B2]);                     // (B, out)
         amp_autocast_end(ctx);
         amp_tensor_t *loss = amp_cross_entropy(ctx, amp_to(ctx, logits, AMP_DTYPE_F32), y);
         j->loss[s] = amp_tensor_item(loss);
@@ -137,7 +144,8 @@ static void run_e2e(void *arg) {
     if (ok(j, amp_optim_new(ctx, &m->optim, p, NPARAM, &opt), "amp_optim_new") &&
         ok(j, amp_scaler_new(&sp, &sc), "amp_scaler_new")) {
         train(j, ctx, opt, sc, p);
-        for (int i = 0; i < NPARAM; i++) amp_tensor_read_f32(p[i], j->final[i]);
+        for (int i = 0; i < NPARAM; i++)
+            amp_tensor_read_f32(p[i], j->final[i]);
     }
     amp_scaler_free(sc);
     amp_optim_free(opt);
@@ -147,7 +155,7 @@ static void run_e2e(void *arg) {
 // ---------------------------------------------------------------------------------------------
 // Comparison
 
-// ||got - want|| / ||want|| (0 when both are zero, inf when only want is)
+// ||got - want|| / ||want|| (0 when both are zero, inf when only want is zero)
 static double rel_norm(const float *got, const float *want, int64_t n) {
     double d2 = 0, w2 = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -182,8 +190,9 @@ static bool compare_trace(const struct e2e_case *c, const struct e2e_job *j, cha
             snprintf(msg, n, "step %" PRId64 ": scale_after %.9g, expected %.9g", s,
                      j->scale_after[s], t->scale_after);
         else if (!(rel <= LOSS_RTOL))
-            snprintf(msg, n, "step %" PRId64 ": loss %.9g, expected %.9g (relative error %.2g > %g)",
-                     s, j->loss[s], t->loss, rel, LOSS_RTOL);
+            snprintf(msg, n,
+                     "step %" PRId64 ": loss %.9g, expected %.9g (relative error %.2g > %g)", s,
+                     j->loss[s], t->loss, rel, LOSS_RTOL);
         else {
             if (rel > *max_loss_rel) *max_loss_rel = rel;
             continue;
@@ -202,8 +211,8 @@ static void compare(struct conform_run *r, const struct e2e_case *c, const struc
         return;
     }
     if (c->trace)
-        used += (size_t)snprintf(stats, sizeof stats, "; loss max relative error %.2g",
-                                 max_loss_rel);
+        used +=
+            (size_t)snprintf(stats, sizeof stats, "; loss max relative error %.2g", max_loss_rel);
     for (int i = 0; i < NPARAM; i++) {
         if (!c->want[i]) continue;
         double rel = rel_norm(j->final[i], c->want[i], param_numel(&c->m, i));
@@ -214,8 +223,8 @@ static void compare(struct conform_run *r, const struct e2e_case *c, const struc
             return;
         }
         if (used < sizeof stats)
-            used += (size_t)snprintf(stats + used, sizeof stats - used, "; %s %.2g",
-                                     param_names[i], rel);
+            used += (size_t)snprintf(stats + used, sizeof stats - used, "; %s %.2g", param_names[i],
+                                     rel);
     }
     conform_pass(r, c->file, c->label, "(%" PRId64 " steps%s)", c->m.steps, stats);
 }
@@ -247,7 +256,8 @@ static bool load_trace(struct conform_run *r, struct e2e_case *c, const char *na
         }
         if (rows == 0) first_step = step; // numbering starts where the file does (0 or 1)
         if (step != first_step + rows) {
-            conform_error(r, name, t.lineno, "step %ld, expected %ld", step, first_step + (long)rows);
+            conform_error(r, name, t.lineno, "step %ld, expected %ld", step,
+                          first_step + (long)rows);
             good = false;
         } else if (rows == c->m.steps) {
             conform_error(r, name, t.lineno, "more steps than the manifest's %" PRId64, c->m.steps);
@@ -292,8 +302,9 @@ static bool load_case(struct conform_run *r, struct e2e_case *c) {
     for (int64_t i = 0; i < m->steps * m->batch; i++) {
         if (c->y[i] < 0 || c->y[i] >= m->out) {
             snprintf(name, sizeof name, "%s_Y.i32", c->prefix);
-            conform_error(r, name, 0, "label %d at index %" PRId64 " is not a class of out=%" PRId64,
-                          c->y[i], i, m->out);
+            conform_error(r, name, 0,
+                          "label %d at index %" PRId64 " is not a class of out=%" PRId64, c->y[i],
+                          i, m->out);
             return false;
         }
     }
@@ -330,15 +341,16 @@ static bool uses_scaler(const struct e2e_case *c, const char **why) {
         return !(c->trace[0].scale_before == 1.0f && m->scaler.init_scale != 1.0f);
     }
     *why = m->precision == AMP_DTYPE_F16 ? "fp16"
-           : m->scaler_keys             ? "the manifest sets it"
-                                        : "no scaler key and no trace";
+           : m->scaler_keys              ? "the manifest sets it"
+                                         : "no scaler key and no trace";
     return m->precision == AMP_DTYPE_F16 || m->scaler_keys;
 }
 
 static void run_case(struct conform_run *r, struct e2e_case *c) {
     const struct conform_manifest *m = &c->m;
     bool any_final = false;
-    for (int i = 0; i < NPARAM; i++) any_final |= c->want[i] != NULL;
+    for (int i = 0; i < NPARAM; i++)
+        any_final |= c->want[i] != NULL;
     if (!c->trace && !any_final) {
         conform_unsupported(r, c->file, c->label,
                             "no %s_trace.txt and no %s_final_*.f32: nothing to compare", c->prefix,
@@ -366,17 +378,19 @@ static void run_case(struct conform_run *r, struct e2e_case *c) {
     float *buf = calloc(4 * steps, sizeof *buf);
     j.loss = buf, j.scale_before = buf + steps, j.found_inf = buf + 2 * steps;
     j.scale_after = buf + 3 * steps;
-    for (int i = 0; i < NPARAM; i++) j.final[i] = calloc((size_t)param_numel(m, i), sizeof(float));
+    for (int i = 0; i < NPARAM; i++)
+        j.final[i] = calloc((size_t)param_numel(m, i), sizeof(float));
     char msg[1024];
     if (!conform_guarded(run_e2e, &j, msg, sizeof msg))
         conform_fail(r, c->file, c->label, "libampcore aborted: %s", msg);
     else if (j.status != AMP_OK)
-        conform_fail(r, c->file, c->label, "%s: %s: %s", j.failed_call,
-                     amp_status_name(j.status), j.message);
+        conform_fail(r, c->file, c->label, "%s: %s: %s", j.failed_call, amp_status_name(j.status),
+                     j.message);
     else
         compare(r, c, &j);
     free(buf);
-    for (int i = 0; i < NPARAM; i++) free(j.final[i]);
+    for (int i = 0; i < NPARAM; i++)
+        free(j.final[i]);
 }
 
 void conform_e2e_file(struct conform_run *r, const char *name) {

@@ -48,16 +48,19 @@ bool conform_text_next(struct conform_text *t) {
         t->ntok = 0;
         t->is_comment = false;
         char *p = t->line;
-        while (isspace((unsigned char)*p)) p++;
+        while (isspace((unsigned char)*p))
+            p++;
         if (*p == '#') {
             t->is_comment = true;
             p++;
         }
         for (;;) {
-            while (isspace((unsigned char)*p)) p++;
+            while (isspace((unsigned char)*p))
+                p++;
             if (!*p || (*p == '#' && !t->is_comment)) break; // a trailing comment ends the record
             char *start = p;
-            while (*p && !isspace((unsigned char)*p)) p++;
+            while (*p && !isspace((unsigned char)*p))
+                p++;
             if (*p) *p++ = '\0';
             push_token(t, start);
         }
@@ -159,4 +162,15 @@ uint32_t conform_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
+}
+
+bool conform_is_nan_bits(amp_dtype t, uint32_t bits) {
+    switch (t) {
+    case AMP_DTYPE_F16:
+        return (bits & 0x7C00u) == 0x7C00u && (bits & 0x03FFu) != 0;
+    case AMP_DTYPE_BF16:
+        return (bits & 0x7F80u) == 0x7F80u && (bits & 0x007Fu) != 0;
+    default:
+        return (bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0;
+    }
 }

@@ -35,8 +35,8 @@ void conform_fail(struct conform_run *r, const char *file, const char *cas, cons
     va_end(ap);
 }
 
-void conform_unsupported(struct conform_run *r, const char *file, const char *cas,
-                         const char *fmt, ...) {
+void conform_unsupported(struct conform_run *r, const char *file, const char *cas, const char *fmt,
+                         ...) {
     r->unsupported++;
     va_list ap;
     va_start(ap, fmt);

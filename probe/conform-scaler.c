@@ -28,8 +28,8 @@ static bool parse_header(struct conform_text *t, struct scaler_case *c) {
     long interval;
     if (t->ntok != 6 || !conform_parse_double(t->tok[2], &init) ||
         !conform_parse_double(t->tok[3], &c->growth) ||
-        !conform_parse_double(t->tok[4], &c->backoff) || !conform_parse_long(t->tok[5], &interval) ||
-        interval < INT_MIN || interval > INT_MAX)
+        !conform_parse_double(t->tok[4], &c->backoff) ||
+        !conform_parse_long(t->tok[5], &interval) || interval < INT_MIN || interval > INT_MAX)
         return false;
     snprintf(c->name, sizeof c->name, "%s", t->tok[1]);
     c->line = t->lineno;
@@ -48,8 +48,8 @@ static bool apply_update(struct conform_text *t, struct scaler_case *c) {
     long tracker;
     if (t->ntok != 4 || !conform_parse_double(t->tok[0], &found_inf) ||
         !conform_parse_double(t->tok[1], &scale_decimal) ||
-        !conform_parse_hex(t->tok[2], UINT32_MAX, &bits) || !conform_parse_long(t->tok[3], &tracker) ||
-        tracker < INT32_MIN || tracker > INT32_MAX)
+        !conform_parse_hex(t->tok[2], UINT32_MAX, &bits) ||
+        !conform_parse_long(t->tok[3], &tracker) || tracker < INT32_MIN || tracker > INT32_MAX)
         return false;
     c->updates++;
     amp_scale_update(&c->scale, &c->tracker, (float)found_inf, c->growth, c->backoff, c->interval);

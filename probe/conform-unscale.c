@@ -50,24 +50,18 @@ static void run_unscale(void *arg) {
     if (j->status != AMP_OK) return;
     bool wide = amp_dtype_size(c->dtype) == 4;
     uint16_t *half = wide ? NULL : malloc((size_t)c->n * sizeof *half);
-    for (int64_t i = 0; !wide && i < c->n; i++) half[i] = (uint16_t)c->in[i];
+    for (int64_t i = 0; !wide && i < c->n; i++)
+        half[i] = (uint16_t)c->in[i];
     amp_tensor_t *grad =
         amp_tensor_from(ctx, c->dtype, 1, (int64_t[]){c->n}, wide ? (const void *)c->in : half);
     amp_tensor_t *found_inf = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
     ctx->be->unscale(ctx->bctx, &grad, 1, j->inv_scale, found_inf);
     amp_tensor_read(grad, wide ? (void *)j->got : half);
-    for (int64_t i = 0; !wide && i < c->n; i++) j->got[i] = half[i];
+    for (int64_t i = 0; !wide && i < c->n; i++)
+        j->got[i] = half[i];
     amp_tensor_read(found_inf, &j->found_inf);
     free(half);
     amp_ctx_free(ctx);
-}
-
-static bool is_nan_bits(amp_dtype t, uint32_t b) {
-    switch (t) {
-    case AMP_DTYPE_F16: return (b & 0x7C00u) == 0x7C00u && (b & 0x03FFu) != 0;
-    case AMP_DTYPE_BF16: return (b & 0x7F80u) == 0x7F80u && (b & 0x007Fu) != 0;
-    default: return (b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu) != 0;
-    }
 }
 
 static void check_case(struct conform_run *r, const char *file, const struct unscale_case *c) {
@@ -78,8 +72,8 @@ static void check_case(struct conform_run *r, const char *file, const struct uns
                      c->inv_bits);
         return;
     }
-    struct unscale_job j = {.c = c, .device = r->device, .inv_scale = inv,
-                            .got = calloc((size_t)c->n, sizeof *j.got)};
+    struct unscale_job j = {
+        .c = c, .device = r->device, .inv_scale = inv, .got = calloc((size_t)c->n, sizeof *j.got)};
     char msg[1024];
     if (!conform_guarded(run_unscale, &j, msg, sizeof msg)) {
         conform_fail(r, file, c->name, "libampcore aborted: %s", msg);
@@ -89,8 +83,9 @@ static void check_case(struct conform_run *r, const char *file, const struct uns
         conform_fail(r, file, c->name, "found_inf %g, expected %g", j.found_inf, c->found_inf);
     } else {
         for (int64_t i = 0; i < c->n; i++) {
-            bool same = is_nan_bits(c->dtype, c->want[i]) ? is_nan_bits(c->dtype, j.got[i])
-                                                         : j.got[i] == c->want[i];
+            bool same = conform_is_nan_bits(c->dtype, c->want[i])
+                            ? conform_is_nan_bits(c->dtype, j.got[i])
+                            : j.got[i] == c->want[i];
             if (!same) {
                 conform_fail(r, file, c->name, "element %" PRId64 ": 0x%0*x, expected 0x%0*x", i,
                              digits, j.got[i], digits, c->want[i]);

@@ -32,8 +32,8 @@ struct conform_run {
     bool verbose;      // also print passing cases
     amp_device device; // where unscale and e2e cases run
 
-    const char *dir;   // the directory being checked
-    char **names;      // its entries, sorted bytewise
+    const char *dir; // the directory being checked
+    char **names;    // its entries, sorted bytewise
     int n_names;
 
     int passed, failed, unsupported, errors;
@@ -49,8 +49,8 @@ void conform_pass(struct conform_run *r, const char *file, const char *cas, cons
     __attribute__((format(printf, 4, 5)));
 void conform_fail(struct conform_run *r, const char *file, const char *cas, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void conform_unsupported(struct conform_run *r, const char *file, const char *cas,
-                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void conform_unsupported(struct conform_run *r, const char *file, const char *cas, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
 // A remark that is not a verdict (e.g. what a case without a trace could not check).
 void conform_note(struct conform_run *r, const char *file, const char *cas, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -103,6 +103,8 @@ void *conform_load(struct conform_run *r, const char *name, size_t want_bytes, c
 // float from / to its IEEE bits
 float conform_f32(uint32_t bits);
 uint32_t conform_bits(float x);
+// Whether bits (of an f32, f16 or bf16) are a NaN.
+bool conform_is_nan_bits(amp_dtype t, uint32_t bits);
 
 // ---------------------------------------------------------------------------------------------
 // The checkers, one per kind of reference file; each reports its own cases.
@@ -121,14 +123,14 @@ void conform_e2e_file(struct conform_run *r, const char *name); // *.manifest
 typedef enum conform_act { CONFORM_ACT_RELU, CONFORM_ACT_GELU, CONFORM_ACT_GELU_TANH } conform_act;
 
 struct conform_manifest {
-    char name[128];             // the name key, "" when absent
-    int64_t in, hidden, out;    // Linear(in, hidden) -> act -> Linear(hidden, out)
+    char name[128];          // the name key, "" when absent
+    int64_t in, hidden, out; // Linear(in, hidden) -> act -> Linear(hidden, out)
     int64_t batch, steps;
     conform_act act;
-    amp_optim_params optim;     // torch.optim defaults for absent keys
-    amp_dtype precision;        // autocast dtype: f16 (default, torch's CUDA default) or bf16
-    amp_scaler_params scaler;   // torch.amp.GradScaler defaults for absent keys
-    bool scaler_keys;           // some GradScaler key was given
+    amp_optim_params optim;   // torch.optim defaults for absent keys
+    amp_dtype precision;      // autocast dtype: f16 (default, torch's CUDA default) or bf16
+    amp_scaler_params scaler; // torch.amp.GradScaler defaults for absent keys
+    bool scaler_keys;         // some GradScaler key was given
     // A key or value this build cannot reproduce (e.g. optimizer=rmsprop): the case is
     // unsupported, not malformed. "" when everything is understood.
     char unsupported[256];

@@ -11,6 +11,7 @@ static const struct command {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"run", amp_cmd_run, "run a program with instrumentation on and record it (also: ampprobe -- PROG)"},
     {"conform", amp_cmd_conform, "check this build's AMP semantics against PyTorch reference files"},
 };
 
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
         printf("ampprobe 0.1.0\n");
         return 0;
     }
+    if (strcmp(argv[1], "--") == 0) return amp_cmd_run(argc, argv); // ampprobe -- PROG [ARGS]
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "ampprobe: unknown command '%s' (see 'ampprobe --help')\n", argv[1]);

@@ -21,7 +21,7 @@
 // ---------------------------------------------------------------------------------------------
 // The fault catalogue
 
-#define THRASH_GROWTH 4.0     // --fault scale-thrash: x4 after every clean step ...
+#define THRASH_GROWTH 4        // --fault scale-thrash: x4 after every clean step ...
 #define THRASH_BACKOFF 0.125  // ... and /8 on overflow
 #define UNDERFLOW_GROWTH_INTERVAL 1000000 // --fault grad-underflow: the scale never grows
 
@@ -47,8 +47,9 @@ static const fault_info faults[] = {
      ", so it cannot compensate.\nEvery logit gradient is then at most 1e-8, under half of fp16's "
      "smallest subnormal (2^-24),\nso the fp16 backward rounds it to exactly 0: all weight "
      "gradients vanish, nothing is inf,\nno step is skipped and the loss stops falling. fp32 and "
-     "bf16 (fp32's range) keep the tiny\ngradients: Adam still learns, more slowly as they near "
-     "its eps. --init-scale 65536 rescues\nfp16. The printed loss is the one before the factor."},
+     "bf16 (fp32's range) keep the tiny\ngradients (about 1e-10, non-zero), though they are far "
+     "below Adam's eps (1e-8), so learning\ncrawls there too. --init-scale 65536 rescues fp16. "
+     "The printed loss is the one before the factor."},
     {"nan-input", SAMPLE_FAULT_NAN_INPUT, SAMPLE_NAN_INPUT_STEP, true,
      "At step " STR(SAMPLE_NAN_INPUT_STEP) " element 0 of the input batch is NaN (mlp: feature 0 of "
      "example 0; simple_cnn:\npixel (0, 0) of channel 0 of image 0; tiny_gpt, whose tokens are "
@@ -164,7 +165,6 @@ static void print_help(const sample_spec *spec) {
            "precision;\n--init-scale and --growth-interval override the GradScaler settings a "
            "fault makes):\n");
     for (int i = 0; i < N_FAULTS; i++) {
-        if (faults[i].fault == SAMPLE_FAULT_ATTN_OVERFLOW && !spec->has_attention) continue;
         printf("  %s\n", faults[i].name);
         for (const char *line = faults[i].help; *line;) { // indented by 4
             size_t len = strcspn(line, "\n");
@@ -485,6 +485,9 @@ static amp_scaler_params scaler_params(const sample_opts *o) {
     return p;
 }
 
+// The loss as printed: a NaN prints as "nan" whatever its sign bit.
+static double loss_value(float v) { return isnan(v) ? NAN : (double)v; }
+
 static void step_free(sample_step *s) {
     for (int i = 0; i < s->n_temps; i++) amp_tensor_free(s->temps[i]);
     s->n_temps = 0;
@@ -546,12 +549,12 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
         if (i == 0) first = value;
         last = value;
         if (!o->quiet) {
-            printf("step %lld loss %.4f scale %g skipped %lld\n", (long long)i, (double)value,
+            printf("step %lld loss %.4f scale %g skipped %lld\n", (long long)i, loss_value(value),
                    (double)scale, (long long)skipped);
             fflush(stdout);
         }
     }
-    printf("final loss %.4f (from %.4f), skipped %lld of %lld steps\n", (double)last, (double)first,
+    printf("final loss %.4f (from %.4f), skipped %lld of %lld steps\n", loss_value(last), loss_value(first),
            (long long)skipped, (long long)o->steps);
     if (o->save_path && !check(o, "--save", amp_checkpoint_save(o->save_path, ps->t, ps->n, opt, sc)))
         goto out;

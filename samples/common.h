@@ -111,7 +111,7 @@ float sample_rng_uniform(sample_rng *r);            // uniform in [0, 1)
 float sample_rng_normal(sample_rng *r);             // N(0, 1)
 
 // The data set: a few batches made once, persistent (they stay on the device), cycled through.
-#define SAMPLE_DATA_BATCHES 8
+#define SAMPLE_DATA_BATCHES 4
 
 typedef struct sample_batch {
     amp_tensor_t *x; // model input (float features or i32 tokens)

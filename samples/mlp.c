@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CENTRE_STD 0.35f // per coordinate; the noise has std 1
+#define CENTRE_STD 0.5f // per coordinate; the noise has std 1
 
 static struct {
     int64_t width, depth, classes;

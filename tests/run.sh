@@ -10,3 +10,4 @@ cmake -S . -B "$dir" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)"
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"
 "$dir"/ampprobe conform tests/data/golden
+"$dir"/ampprobe conform tests/data/golden-extra

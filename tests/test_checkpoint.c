@@ -62,23 +62,28 @@ static uint32_t crc32_bitwise(const uint8_t *p, size_t n) {
     uint32_t c = 0xFFFFFFFFu;
     for (size_t i = 0; i < n; i++) {
         c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
     }
     return ~c;
 }
 
 static void put_le(uint8_t *p, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void fix_crc(uint8_t *b, size_t n) { put_le(b + n - 4, crc32_bitwise(b, n - 4), 4); }
+static void fix_crc(uint8_t *b, size_t n) {
+    put_le(b + n - 4, crc32_bitwise(b, n - 4), 4);
+}
 
 static amp_tensor_t *param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndim,
                            const int64_t *shape, float v0) {
     amp_tensor_t *t = amp_tensor_new(ctx, dt, ndim, shape);
     int64_t n = amp_tensor_numel(t);
     float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = v0 + 0.25f * (float)i;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = v0 + 0.25f * (float)i;
     amp_tensor_write_f32(t, v);
     free(v);
     amp_tensor_set_requires_grad(t, true);
@@ -91,7 +96,8 @@ static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, float v0) {
     amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
     int64_t n = amp_tensor_numel(t);
     float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = v0 - 0.5f * (float)i;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = v0 - 0.5f * (float)i;
     amp_tensor_write_f32(g, v);
     free(v);
     amp_grad_accumulate(ctx, t, g);
@@ -165,7 +171,8 @@ static void check_round_trip(amp_optim_kind kind, float momentum) {
 
     model_init(&b, kind, momentum, 3, true);
     ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), b.p, 3, b.opt, b.sc), AMP_OK);
-    for (int i = 0; i < 3; i++) ck_assert(same_bytes(a.p[i], b.p[i]));
+    for (int i = 0; i < 3; i++)
+        ck_assert(same_bytes(a.p[i], b.p[i]));
     ck_assert_int_eq(amp_optim_steps(b.opt), 2);
     for (int i = 0; i < 2; i++) {
         ck_assert_int_eq(amp_optim_param_steps(b.opt, i), 2);
@@ -193,17 +200,22 @@ static void check_round_trip(amp_optim_kind kind, float momentum) {
     // Resuming: the same next step gives bit-identical results.
     model_step(&a, 0.75f);
     model_step(&b, 0.75f);
-    for (int i = 0; i < 2; i++) ck_assert(same_bytes(a.p[i], b.p[i]));
+    for (int i = 0; i < 2; i++)
+        ck_assert(same_bytes(a.p[i], b.p[i]));
     ck_assert_float_eq(amp_scaler_get_scale(a.sc), amp_scaler_get_scale(b.sc));
     model_free(&a);
     model_free(&b);
     remove_dir();
 }
 
-START_TEST(test_round_trip_adam) { check_round_trip(AMP_OPTIM_ADAM, 0); }
+START_TEST(test_round_trip_adam) {
+    check_round_trip(AMP_OPTIM_ADAM, 0);
+}
 END_TEST
 
-START_TEST(test_round_trip_sgd_momentum) { check_round_trip(AMP_OPTIM_SGD, 0.9f); }
+START_TEST(test_round_trip_sgd_momentum) {
+    check_round_trip(AMP_OPTIM_SGD, 0.9f);
+}
 END_TEST
 
 START_TEST(test_round_trip_params_only) {
@@ -213,7 +225,8 @@ START_TEST(test_round_trip_params_only) {
     model_init(&b, AMP_OPTIM_SGD, 0, 2, true);
     ck_assert_int_eq(amp_checkpoint_save(path("p.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
     ck_assert_int_eq(amp_checkpoint_load(path("p.ckpt"), b.p, 3, NULL, NULL), AMP_OK);
-    for (int i = 0; i < 3; i++) ck_assert(same_bytes(a.p[i], b.p[i]));
+    for (int i = 0; i < 3; i++)
+        ck_assert(same_bytes(a.p[i], b.p[i]));
     // Saving again replaces the file.
     model_step(&a, 1);
     ck_assert_int_eq(amp_checkpoint_save(path("p.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
@@ -319,6 +332,13 @@ START_TEST(test_truncated_at_every_length) {
     spit(path("cut.ckpt"), b, n - 1);
     amp_checkpoint_load(path("cut.ckpt"), &t.w, 1, t.opt, t.sc);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "truncated: the header says"));
+    uint8_t *longer = malloc(n + 1);
+    memcpy(longer, b, n);
+    longer[n] = 0;
+    spit(path("cut.ckpt"), longer, n + 1);
+    ck_assert_int_eq(amp_checkpoint_load(path("cut.ckpt"), &t.w, 1, t.opt, t.sc), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "trailing bytes"));
+    free(longer);
     target_free(&t);
     free(b);
     remove_dir();
@@ -336,8 +356,8 @@ START_TEST(test_every_flipped_byte) {
         spit(path("flip.ckpt"), b, n);
         b[i] ^= 0x10;
         amp_status st = amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
-        ck_assert_msg(st == AMP_ERR_CORRUPT, "byte %zu of %zu: %s (%s)", i, n,
-                      amp_status_name(st), amp_last_error());
+        ck_assert_msg(st == AMP_ERR_CORRUPT, "byte %zu of %zu: %s (%s)", i, n, amp_status_name(st),
+                      amp_last_error());
         target_unchanged(&t);
     }
     b[0] ^= 1;
@@ -360,8 +380,8 @@ START_TEST(test_every_flipped_byte) {
 }
 END_TEST
 
-// A scaler record with a growth factor the constructor refuses (CRC made valid): the
-// optimizer's hyperparameters, set just before, are put back.
+// Records with values the scaler or optimizer refuses (CRC made valid): corrupt, and for the
+// scaler the optimizer's hyperparameters, set just before, are put back.
 START_TEST(test_bad_scaler_factors_undo) {
     make_dir();
     size_t n;
@@ -375,10 +395,23 @@ START_TEST(test_bad_scaler_factors_undo) {
     spit(path("bad.ckpt"), b, n);
     target t;
     target_init(&t);
-    ck_assert_int_eq(amp_checkpoint_load(path("bad.ckpt"), &t.w, 1, t.opt, t.sc),
-                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(amp_checkpoint_load(path("bad.ckpt"), &t.w, 1, t.opt, t.sc), AMP_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "The growth factor must be > 1.0."));
     ck_assert_ptr_nonnull(strstr(amp_last_error(), path("bad.ckpt")));
+    target_unchanged(&t);
+
+    // A negative learning rate: the optimizer refuses it first.
+    free(b);
+    b = small_checkpoint(&n);
+    uint8_t *opt_name = NULL;
+    for (size_t i = 0; !opt_name && i + 9 <= n; i++)
+        if (memcmp(b + i, "optimizer", 9) == 0) opt_name = b + i;
+    ck_assert_ptr_nonnull(opt_name);
+    put_le(opt_name + 9 + 8 + 4, 0xBF800000u, 4); // after name, body_len, kind: lr = -1
+    fix_crc(b, n);
+    spit(path("bad.ckpt"), b, n);
+    ck_assert_int_eq(amp_checkpoint_load(path("bad.ckpt"), &t.w, 1, t.opt, t.sc), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "Invalid learning rate: -1"));
     target_unchanged(&t);
     target_free(&t);
     free(b);
@@ -413,7 +446,8 @@ START_TEST(test_wrong_shape) {
     p[1] = param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, 9);
     p[2] = param(ctx, AMP_DTYPE_F32, NULL, 1, (int64_t[]){2}, 9);
     ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
-    ck_assert_ptr_nonnull(strstr(amp_last_error(), "parameter 'param.2' is f16 in the file, f32 here"));
+    ck_assert_ptr_nonnull(
+        strstr(amp_last_error(), "parameter 'param.2' is f16 in the file, f32 here"));
     amp_tensor_set_name(p[2], "other");
     ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "has no parameter 'other'"));
@@ -455,12 +489,14 @@ START_TEST(test_scaler_mismatch) {
     model_init(&off, AMP_OPTIM_SGD, 0, 1, false);
     model_init(&on, AMP_OPTIM_SGD, 0, 2, true);
     ck_assert_int_eq(amp_checkpoint_save(path("off.ckpt"), off.p, 3, off.opt, off.sc), AMP_OK);
-    ck_assert_int_eq(amp_checkpoint_load(path("off.ckpt"), on.p, 3, on.opt, on.sc), AMP_ERR_MISMATCH);
+    ck_assert_int_eq(amp_checkpoint_load(path("off.ckpt"), on.p, 3, on.opt, on.sc),
+                     AMP_ERR_MISMATCH);
     ck_assert_ptr_nonnull(strstr(amp_last_error(),
                                  "The source state dict is empty, possibly because it was saved "
                                  "from a disabled instance of GradScaler."));
     ck_assert_int_eq(amp_checkpoint_save(path("nosc.ckpt"), off.p, 3, off.opt, NULL), AMP_OK);
-    ck_assert_int_eq(amp_checkpoint_load(path("nosc.ckpt"), on.p, 3, on.opt, on.sc), AMP_ERR_MISMATCH);
+    ck_assert_int_eq(amp_checkpoint_load(path("nosc.ckpt"), on.p, 3, on.opt, on.sc),
+                     AMP_ERR_MISMATCH);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "has no GradScaler state"));
     // A disabled scaler loads nothing (PyTorch: a no-op), whatever the file holds.
     ck_assert_int_eq(amp_checkpoint_save(path("on.ckpt"), on.p, 3, on.opt, on.sc), AMP_OK);
@@ -480,7 +516,8 @@ START_TEST(test_duplicate_names_refused) {
     amp_tensor_set_name(a.p[2], "fc.bias");
     ck_assert_int_eq(amp_checkpoint_save(path("d.ckpt"), a.p, 3, NULL, NULL),
                      AMP_ERR_INVALID_ARGUMENT);
-    ck_assert_ptr_nonnull(strstr(amp_last_error(), "params[1] and params[2] are both named 'fc.bias'"));
+    ck_assert_ptr_nonnull(
+        strstr(amp_last_error(), "params[1] and params[2] are both named 'fc.bias'"));
     ck_assert_int_eq(access(path("d.ckpt"), F_OK), -1);
     model_free(&a);
     remove_dir();
@@ -502,7 +539,8 @@ START_TEST(test_io_errors) {
     ck_assert_int_eq(amp_checkpoint_load(dir, &t.w, 1, NULL, NULL), AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file"));
 
-    ck_assert_int_eq(amp_checkpoint_save(path("no/such/dir.ckpt"), &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_int_eq(amp_checkpoint_save(path("no/such/dir.ckpt"), &t.w, 1, NULL, NULL),
+                     AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "no/such/dir.ckpt"));
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "No such file or directory"));
     // Over a directory: the rename fails, the temporary file is gone, the directory stays.
@@ -556,9 +594,12 @@ static void b_param(buf *r, const char *name, uint32_t dtype, uint32_t ndim, con
     b_put(r, 8 + 8 * (uint64_t)ndim + 4 * (uint64_t)count + (uint64_t)extra, 8);
     b_put(r, dtype, 4);
     b_put(r, ndim, 4);
-    for (uint32_t d = 0; d < ndim; d++) b_put(r, shape[d], 8);
-    for (int i = 0; i < count; i++) b_put(r, 0x3FC00000u, 4);
-    for (int i = 0; i < extra; i++) b_put(r, 0, 1);
+    for (uint32_t d = 0; d < ndim; d++)
+        b_put(r, shape[d], 8);
+    for (int i = 0; i < count; i++)
+        b_put(r, 0x3FC00000u, 4);
+    for (int i = 0; i < extra; i++)
+        b_put(r, 0, 1);
 }
 
 static amp_status load_built(const buf *f, target *t) {
@@ -605,7 +646,7 @@ START_TEST(test_hand_built_files) {
     b_file(&f, 1, &r);
     ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
     r.n = 0;
-    b_param(&r, "w", AMP_DTYPE_F32, 2, (uint64_t[]){1ull << 62, 1ull << 62}, 2, 0);
+    b_param(&r, "w", AMP_DTYPE_F32, 3, (uint64_t[]){(1ull << 62) + 1, 2, 2}, 4, 0); // wraps to 4
     b_file(&f, 1, &r);
     ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
     r.n = 0;
@@ -649,10 +690,11 @@ START_TEST(test_hand_built_files) {
     b_put(&r, 9, 4);
     b_str(&r, "optimizer");
     b_put(&r, 52, 8);
-    for (int i = 0; i < 9; i++) b_put(&r, 0, 4); // sgd, all zero
-    b_put(&r, 0, 8);                              // steps
-    b_put(&r, 1, 4);                              // n_params
-    b_put(&r, 0, 4);                              // n_state
+    for (int i = 0; i < 9; i++)
+        b_put(&r, 0, 4); // sgd, all zero
+    b_put(&r, 0, 8);     // steps
+    b_put(&r, 1, 4);     // n_params
+    b_put(&r, 0, 4);     // n_state
     b_file(&f, 2, &r);
     ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
     target_free(&t);

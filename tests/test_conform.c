@@ -11,6 +11,7 @@
 #include "conform.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -66,7 +67,9 @@ static void write_file(const char *name, const void *data, size_t n) {
     fclose(f);
 }
 
-static void write_text(const char *name, const char *text) { write_file(name, text, strlen(text)); }
+static void write_text(const char *name, const char *text) {
+    write_file(name, text, strlen(text));
+}
 
 static void copy_golden(const char *name) {
     size_t n;
@@ -127,14 +130,15 @@ static void captured_free(struct captured *c) {
                   (haystack))
 
 static const char *const e2e_files[] = {
-    "e2e_mlp_sgd.manifest", "e2e_mlp_sgd_W1.f32",       "e2e_mlp_sgd_b1.f32",
-    "e2e_mlp_sgd_W2.f32",   "e2e_mlp_sgd_b2.f32",       "e2e_mlp_sgd_X.f32",
-    "e2e_mlp_sgd_Y.i32",    "e2e_mlp_sgd_final_W1.f32", "e2e_mlp_sgd_final_b1.f32",
+    "e2e_mlp_sgd.manifest",     "e2e_mlp_sgd_W1.f32",       "e2e_mlp_sgd_b1.f32",
+    "e2e_mlp_sgd_W2.f32",       "e2e_mlp_sgd_b2.f32",       "e2e_mlp_sgd_X.f32",
+    "e2e_mlp_sgd_Y.i32",        "e2e_mlp_sgd_final_W1.f32", "e2e_mlp_sgd_final_b1.f32",
     "e2e_mlp_sgd_final_W2.f32", "e2e_mlp_sgd_final_b2.f32", "e2e_mlp_sgd_trace.txt",
 };
 
 static void copy_e2e(void) {
-    for (size_t i = 0; i < sizeof e2e_files / sizeof e2e_files[0]; i++) copy_golden(e2e_files[i]);
+    for (size_t i = 0; i < sizeof e2e_files / sizeof e2e_files[0]; i++)
+        copy_golden(e2e_files[i]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,7 +174,7 @@ END_TEST
 
 START_TEST(test_unscale_doctored) {
     copy_golden("unscale.txt");
-    doctor("unscale.txt", "3f800000 40155556", "3f800000 40155555");       // U4 output
+    doctor("unscale.txt", "3f800000 40155556", "3f800000 40155555"); // U4 output
     doctor("unscale.txt", "37800000 1.0\n7fc00000\n7fffffff", "37800000 0.0\n7fc00000\n7fffffff");
     doctor("unscale.txt", "7fffffff 7f800000", "7fc00001 7f800000"); // U5: another NaN still passes
     struct captured c = run_conform(tmpdir);
@@ -230,7 +234,7 @@ END_TEST
 START_TEST(test_convert_doctored) {
     copy_golden("conv_golden_in_f32.bin");
     copy_golden("conv_golden_f16_cuda.bin");
-    poke16("conv_golden_f16_cuda.bin", 0, 0x7BFF); // input 0x7922e4ff overflows fp16 to inf
+    poke16("conv_golden_f16_cuda.bin", 0, 0x7BFF);  // input 0x7922e4ff overflows fp16 to inf
     poke16("conv_golden_f16_cuda.bin", 44, 0xFE01); // a NaN input: any NaN will do
     struct captured c = run_conform(tmpdir);
     ck_assert_int_eq(c.status, 1);
@@ -290,7 +294,8 @@ START_TEST(test_e2e_finals_without_trace) {
     unlink(path);
     size_t n;
     float *w2 = (float *)read_all(tmpdir, "e2e_mlp_sgd_final_W2.f32", &n);
-    for (size_t i = 0; i < n / 4; i++) w2[i] *= 1.02f; // 2% off in the norm
+    for (size_t i = 0; i < n / 4; i++)
+        w2[i] *= 1.02f; // 2% off in the norm
     write_file("e2e_mlp_sgd_final_W2.f32", w2, n);
     free(w2);
     struct captured c = run_conform(tmpdir);
@@ -332,7 +337,8 @@ START_TEST(test_e2e_bf16_without_trace) {
 
     const char *scaler_keys[] = {"init_scale=16777216\n", "growth_factor=2\n",
                                  "backoff_factor=0.5\n", "growth_interval=10\n"};
-    for (size_t i = 0; i < 4; i++) doctor("e2e_mlp_sgd.manifest", scaler_keys[i], "");
+    for (size_t i = 0; i < 4; i++)
+        doctor("e2e_mlp_sgd.manifest", scaler_keys[i], "");
     c = run_conform(tmpdir);
     ck_assert_has(c.out, "NOTE e2e_mlp_sgd.manifest:mlp_sgd bf16 without a GradScaler (no scaler "
                          "key and no trace)\n");
@@ -496,7 +502,9 @@ END_TEST
 START_TEST(test_unreadable_and_empty_dir) {
     struct captured c = run_conform("/nonexistent/ampprobe-conform");
     ck_assert_int_eq(c.status, 2);
-    ck_assert_has(c.err, "ampprobe conform: /nonexistent/ampprobe-conform: cannot read directory: ");
+    ck_assert_has(c.err,
+                  "ampprobe conform: /nonexistent/ampprobe-conform: cannot read directory: ");
+    ck_assert_str_eq(c.out, ""); // nothing was checked: no summary to misread
     captured_free(&c);
 
     write_text("README.md", "nothing to check\n");
@@ -582,9 +590,15 @@ START_TEST(test_text_records) {
 }
 END_TEST
 
-static void aborting(void *arg) { AMP_ASSERT(arg == NULL, "(conform test)"); }
-static void returning(void *arg) { *(int *)arg = 7; }
-static void other_hook(const char *msg) { (void)msg; }
+static void aborting(void *arg) {
+    AMP_ASSERT(arg == NULL, "(conform test)");
+}
+static void returning(void *arg) {
+    *(int *)arg = 7;
+}
+static void other_hook(const char *msg) {
+    (void)msg;
+}
 
 START_TEST(test_guard) {
     amp_set_abort_hook(other_hook);
@@ -598,17 +612,37 @@ START_TEST(test_guard) {
 }
 END_TEST
 
+// amp_cmd_conform with its stdout and stderr sent to /dev/null (the usage text is long)
+static int cli_quiet(int argc, char **argv) {
+    fflush(stdout);
+    fflush(stderr);
+    int out = dup(1), err = dup(2), null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    int status = amp_cmd_conform(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(out, 1);
+    dup2(err, 2);
+    close(null);
+    close(out);
+    close(err);
+    return status;
+}
+
 START_TEST(test_cli) {
     char *help[] = {"conform", "--help", NULL};
-    ck_assert_int_eq(amp_cmd_conform(2, help), 0);
+    ck_assert_int_eq(cli_quiet(2, help), 0);
     char *none[] = {"conform", NULL};
-    ck_assert_int_eq(amp_cmd_conform(1, none), 2);
+    ck_assert_int_eq(cli_quiet(1, none), 2);
     char *bad[] = {"conform", "--frob", "x", NULL};
-    ck_assert_int_eq(amp_cmd_conform(3, bad), 2);
+    ck_assert_int_eq(cli_quiet(3, bad), 2);
     char *two[] = {"conform", "a", "b", NULL};
-    ck_assert_int_eq(amp_cmd_conform(3, two), 2);
+    ck_assert_int_eq(cli_quiet(3, two), 2);
     char *dev[] = {"conform", "--device", "tpu", "x", NULL};
-    ck_assert_int_eq(amp_cmd_conform(4, dev), 2);
+    ck_assert_int_eq(cli_quiet(4, dev), 2);
+    char *golden[] = {"conform", GOLDEN, NULL};
+    ck_assert_int_eq(cli_quiet(2, golden), 0);
 }
 END_TEST
 

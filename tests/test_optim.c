@@ -49,8 +49,10 @@ static void ref_step(const amp_optim_params *o, int64_t step, double *p, double 
             p[i] = (float)(p[i] - o->lr * g);
             continue;
         }
-        if (o->kind == AMP_OPTIM_ADAMW) p[i] *= 1 - (double)o->lr * o->weight_decay;
-        else if (o->weight_decay != 0) g += o->weight_decay * p[i];
+        if (o->kind == AMP_OPTIM_ADAMW)
+            p[i] *= 1 - (double)o->lr * o->weight_decay;
+        else if (o->weight_decay != 0)
+            g += o->weight_decay * p[i];
         m[i] = o->beta1 * m[i] + (1 - o->beta1) * g;
         v[i] = o->beta2 * v[i] + (1 - o->beta2) * g * g;
         double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
@@ -69,15 +71,18 @@ static void check_against_ref(const amp_optim_params *o) {
     amp_optim_t *opt;
     ck_assert_int_eq(amp_optim_new(ctx, o, &p, 1, &opt), AMP_OK);
     double rp[N], rm[N] = {0}, rv[N] = {0}, rg[N];
-    for (int i = 0; i < N; i++) rp[i] = p0[i];
+    for (int i = 0; i < N; i++)
+        rp[i] = p0[i];
     for (int s = 0; s < STEPS; s++) {
         set_grad(ctx, p, grads[s]);
-        for (int i = 0; i < N; i++) rg[i] = grads[s][i];
+        for (int i = 0; i < N; i++)
+            rg[i] = grads[s][i];
         amp_optim_step(opt);
         ref_step(o, s + 1, rp, rm, rv, rg);
         float got[N];
         amp_tensor_read_f32(p, got);
-        for (int i = 0; i < N; i++) ck_assert_close(got[i], rp[i], 1e-6, 2e-6);
+        for (int i = 0; i < N; i++)
+            ck_assert_close(got[i], rp[i], 1e-6, 2e-6);
     }
     ck_assert_int_eq(amp_optim_steps(opt), STEPS);
     ck_assert_int_eq(amp_optim_param_steps(opt, 0), STEPS);
@@ -86,14 +91,16 @@ static void check_against_ref(const amp_optim_params *o) {
     if (o->kind != AMP_OPTIM_SGD || o->momentum != 0) {
         ck_assert_ptr_nonnull(m);
         amp_tensor_read_f32(m, got);
-        for (int i = 0; i < N; i++) ck_assert_close(got[i], rm[i], 1e-7, 2e-6);
+        for (int i = 0; i < N; i++)
+            ck_assert_close(got[i], rm[i], 1e-7, 2e-6);
     } else {
         ck_assert_ptr_null(m);
     }
     if (o->kind != AMP_OPTIM_SGD) {
         ck_assert_ptr_nonnull(v);
         amp_tensor_read_f32(v, got);
-        for (int i = 0; i < N; i++) ck_assert_close(got[i], rv[i], 1e-9, 2e-6);
+        for (int i = 0; i < N; i++)
+            ck_assert_close(got[i], rv[i], 1e-9, 2e-6);
     } else {
         ck_assert_ptr_null(v);
     }
@@ -203,7 +210,8 @@ START_TEST(test_tensor_checks) {
     amp_tensor_set_requires_grad(list[1], true);
     amp_tensor_set_name(list[1], "h");
     ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
-    ck_assert_str_eq(amp_last_error(), "params[1] 'h' is f16; optimizers update f32 master weights");
+    ck_assert_str_eq(amp_last_error(),
+                     "params[1] 'h' is f16; optimizers update f32 master weights");
 
     list[1] = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){2}, (float[]){1, 2});
     ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
@@ -384,7 +392,8 @@ START_TEST(test_accessors_and_set_params) {
     ck_assert_str_eq(amp_last_error(), "Invalid learning rate: -1");
     n = amp_optim_defaults(AMP_OPTIM_ADAM);
     ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_ERR_INVALID_ARGUMENT);
-    ck_assert_str_eq(amp_last_error(), "optimizer kind cannot change (this optimizer is sgd, got adam)");
+    ck_assert_str_eq(amp_last_error(),
+                     "optimizer kind cannot change (this optimizer is sgd, got adam)");
     n = o;
     n.momentum = 0.9f;
     ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_ERR_INVALID_ARGUMENT);

@@ -46,7 +46,9 @@ static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, const float *v) {
     amp_grad_accumulate(ctx, t, g);
 }
 
-static void read(const amp_tensor_t *t, float *out) { amp_tensor_read_f32(t, out); }
+static void read(const amp_tensor_t *t, float *out) {
+    amp_tensor_read_f32(t, out);
+}
 
 static amp_optim_t *sgd(amp_ctx_t *ctx, amp_tensor_t *p, float lr) {
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
@@ -76,7 +78,7 @@ static void create_scale(amp_scaler_t *sc, amp_ctx_t *ctx) {
     } while (0)
 
 #define MSG_NONE(fn)                                                                               \
-    "Attempted " fn " but _scale is None.  This may indicate your script did not use "              \
+    "Attempted " fn " but _scale is None.  This may indicate your script did not use "             \
     "scaler.scale(loss or outputs) earlier in the iteration."
 
 // ---------------------------------------------------------------------------------------------
@@ -100,9 +102,9 @@ static void run_updates(float init, double gf, double bf, int interval, const up
 }
 
 START_TEST(test_s1_growth_and_backoff) {
-    const upd u[] = {{0, 65536, 1}, {0, 65536, 2},  {0, 131072, 0}, {1, 65536, 0},
-                     {0, 65536, 1}, {1, 32768, 0},  {1, 16384, 0},  {0, 16384, 1},
-                     {0, 16384, 2}, {0, 32768, 0},  {0, 32768, 1}};
+    const upd u[] = {{0, 65536, 1}, {0, 65536, 2}, {0, 131072, 0}, {1, 65536, 0},
+                     {0, 65536, 1}, {1, 32768, 0}, {1, 16384, 0},  {0, 16384, 1},
+                     {0, 16384, 2}, {0, 32768, 0}, {0, 32768, 1}};
     run_updates(65536, 2, 0.5, 3, u, 11);
 }
 END_TEST
@@ -203,7 +205,7 @@ START_TEST(test_golden_seed_tuned) {
     for (int k = 1; k <= 2000; k++) {
         amp_scale_update(&s, &t, k % 500 == 0 && k < 2000 ? 1 : 0, 1.2, 0.8, 500);
         if (k == 499) ck_assert_int_eq(t, 499);
-        if (k == 500) ck_assert_uint_eq(bits(s), 0x484ccccdu); // 209715.203125
+        if (k == 500) ck_assert_uint_eq(bits(s), 0x484ccccdu);  // 209715.203125
         if (k == 1000) ck_assert_uint_eq(bits(s), 0x4823d70au); // 167772.15625
         if (k == 1500) ck_assert_uint_eq(bits(s), 0x4803126eu); // 134217.71875
     }
@@ -251,12 +253,12 @@ START_TEST(test_u1_finite) {
     ck_assert_uint_eq(bits(out[2]), 0u);
     ck_assert_uint_eq(bits(out[3]), bits(1.5258789110886793e-35f));
     // golden unscale.txt U1: 48000000 c0400000 00000000 0da24260 -> 40000000 b8400000 0 05a24260
-    fi = unscale_one(65536, 4,
-                     (float[]){from_bits(0x48000000), from_bits(0xc0400000), 0,
-                               from_bits(0x0da24260)},
-                     out);
+    fi = unscale_one(
+        65536, 4, (float[]){from_bits(0x48000000), from_bits(0xc0400000), 0, from_bits(0x0da24260)},
+        out);
     const uint32_t want[4] = {0x40000000, 0xb8400000, 0, 0x05a24260};
-    for (int i = 0; i < 4; i++) ck_assert_uint_eq(bits(out[i]), want[i]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(bits(out[i]), want[i]);
 }
 END_TEST
 
@@ -276,9 +278,11 @@ END_TEST
 START_TEST(test_u3_scale_one_is_bit_exact) {
     const uint32_t in[4] = {0x80000000, 0x3fc00000, 0x7fc00001, 0x40e00000};
     float v[4], out[4];
-    for (int i = 0; i < 4; i++) v[i] = from_bits(in[i]);
+    for (int i = 0; i < 4; i++)
+        v[i] = from_bits(in[i]);
     ck_assert_float_eq(unscale_one(1, 4, v, out), 1);
-    for (int i = 0; i < 4; i++) ck_assert_uint_eq(bits(out[i]), in[i]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(bits(out[i]), in[i]);
 }
 END_TEST
 
@@ -349,7 +353,8 @@ START_TEST(test_u6_kernel_f16_check_path) {
     ctx->be->unscale(ctx->bctx, &g, 1, 1.0f, fi);
     uint16_t out[4];
     amp_tensor_read(g, out);
-    for (int i = 0; i < 4; i++) ck_assert_uint_eq(out[i], in[i]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(out[i], in[i]);
     ck_assert_float_eq(amp_tensor_item(fi), 1);
     amp_ctx_free(ctx);
 }

@@ -1,3 +1,4 @@
+// clang-format off (the format table below is laid out by hand)
 /*
  * checkpoint.c — parameters, optimizer state and GradScaler state in one binary file.
  *
@@ -18,12 +19,10 @@
  *                       body: u32 kind | f32 lr, momentum, dampening | u32 nesterov |
  *                             f32 weight_decay, beta1, beta2, eps | i64 steps |
  *                             u32 n_params | u32 n_state (state tensors per parameter)
- *   type 3 OPTIM_STATE  name: the optimizer's parameter, named as for PARAM (index in the optimizer)
- *                       body: i64 steps | u32 n_state | n_state tensors (momentum_buffer or
- *                             exp_avg, exp_avg_sq)
- *   type 4 SCALER       name: "scaler"
- *                       body: u32 enabled | f32 scale | f64 growth_factor | f64 backoff_factor |
- *                             i32 growth_interval | i32 growth_tracker  (enabled 0: saved from a
+ *   type 3 OPTIM_STATE  name: the optimizer's parameter, named as for PARAM (index in the
+ * optimizer) body: i64 steps | u32 n_state | n_state tensors (momentum_buffer or exp_avg,
+ * exp_avg_sq) type 4 SCALER       name: "scaler" body: u32 enabled | f32 scale | f64 growth_factor
+ * | f64 backoff_factor | i32 growth_interval | i32 growth_tracker  (enabled 0: saved from a
  *                             disabled GradScaler, the rest is 0)
  *
  * At most one OPTIM and one SCALER record; one OPTIM_STATE per optimizer parameter. Saving
@@ -32,6 +31,7 @@
  * record, matches it against the caller's parameters, optimizer and scaler, and only then
  * changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash.
  */
+// clang-format on
 #include "amp-impl.h"
 
 #include <errno.h>
@@ -57,7 +57,8 @@ enum { REC_PARAM = 1, REC_OPTIM = 2, REC_OPTIM_STATE = 3, REC_SCALER = 4 };
 static void crc32_table(uint32_t table[256]) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
         table[i] = c;
     }
 }
@@ -66,7 +67,8 @@ static void crc32_table(uint32_t table[256]) {
 static uint32_t crc32_update(const uint32_t table[256], uint32_t crc, const void *data, size_t n) {
     const uint8_t *p = data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    for (size_t i = 0; i < n; i++)
+        crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -101,7 +103,8 @@ static amp_status check_args(amp_tensor_t *const *params, int n, const amp_optim
     if (st != AMP_OK || !opt) return st;
     int np = amp_optim_num_params(opt);
     amp_tensor_t **op = amp_xmalloc((size_t)np * sizeof *op);
-    for (int i = 0; i < np; i++) op[i] = amp_optim_param(opt, i);
+    for (int i = 0; i < np; i++)
+        op[i] = amp_optim_param(opt, i);
     st = check_names("optimizer params", op, np);
     free(op);
     return st;
@@ -112,7 +115,7 @@ static amp_status check_args(amp_tensor_t *const *params, int n, const amp_optim
 // then for real.
 
 typedef struct writer {
-    FILE *f;  // NULL: count only
+    FILE *f; // NULL: count only
     uint32_t crc_table[256];
     uint32_t crc;
     uint64_t bytes;
@@ -156,7 +159,8 @@ static uint64_t tensor_bytes(const amp_tensor_t *t) {
 static void put_tensor(writer *w, const amp_tensor_t *t) {
     put_u32(w, (uint32_t)t->dtype);
     put_u32(w, (uint32_t)t->ndim);
-    for (int d = 0; d < t->ndim; d++) put_u64(w, (uint64_t)t->shape[d]);
+    for (int d = 0; d < t->ndim; d++)
+        put_u64(w, (uint64_t)t->shape[d]);
     size_t nbytes = (size_t)amp_tensor_numel(t) * amp_dtype_size(t->dtype);
     if (!w->f) {
         w->bytes += nbytes;
@@ -202,11 +206,13 @@ static void put_records(writer *w, amp_tensor_t *const *params, int n, const amp
         put_u32(w, n_state);
         for (int i = 0; i < np; i++) {
             uint64_t body = 12;
-            for (uint32_t k = 0; k < n_state; k++) body += tensor_bytes(amp_optim_state(opt, i, k));
+            for (uint32_t k = 0; k < n_state; k++)
+                body += tensor_bytes(amp_optim_state(opt, i, k));
             put_record_head(w, REC_OPTIM_STATE, ck_name(amp_optim_param(opt, i), i, buf), body);
             put_u64(w, (uint64_t)amp_optim_param_steps(opt, i));
             put_u32(w, n_state);
-            for (uint32_t k = 0; k < n_state; k++) put_tensor(w, amp_optim_state(opt, i, k));
+            for (uint32_t k = 0; k < n_state; k++)
+                put_tensor(w, amp_optim_state(opt, i, k));
         }
     }
     if (sc) {
@@ -577,29 +583,31 @@ static amp_status match_tensor(const ck_file *f, const char *what, const char *n
                                const ck_tensor *c, const amp_tensor_t *t) {
     char s1[96], s2[96];
     if (c->dtype != t->dtype)
-        return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s': %s '%s' is %s in the file, %s here",
-                             f->path, what, name, amp_dtype_name(c->dtype), amp_dtype_name(t->dtype));
-    bool same = c->ndim == t->ndim;
-    for (int d = 0; same && d < c->ndim; d++) same = c->shape[d] == t->shape[d];
-    if (!same)
         return amp_set_error(AMP_ERR_MISMATCH,
-                             "checkpoint '%s': %s '%s' has shape %s in the file, %s here", f->path,
-                             what, name, ck_shape_str(c, s1, sizeof s1),
-                             amp_shape_str(t, s2, sizeof s2));
+                             "checkpoint '%s': %s '%s' is %s in the file, %s here", f->path, what,
+                             name, amp_dtype_name(c->dtype), amp_dtype_name(t->dtype));
+    bool same = c->ndim == t->ndim;
+    for (int d = 0; same && d < c->ndim; d++)
+        same = c->shape[d] == t->shape[d];
+    if (!same)
+        return amp_set_error(
+            AMP_ERR_MISMATCH, "checkpoint '%s': %s '%s' has shape %s in the file, %s here", f->path,
+            what, name, ck_shape_str(c, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));
     return AMP_OK;
 }
 
 static amp_status match_params(const ck_file *f, amp_tensor_t *const *params, int n) {
     if (f->n_params != (uint32_t)n)
-        return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s' holds %u parameters, the model has %d",
-                             f->path, f->n_params, n);
+        return amp_set_error(AMP_ERR_MISMATCH,
+                             "checkpoint '%s' holds %u parameters, the model has %d", f->path,
+                             f->n_params, n);
     char buf[32];
     for (int i = 0; i < n; i++) {
         const char *name = ck_name(params[i], i, buf);
         const ck_record *r = find(f, REC_PARAM, name);
         if (!r)
-            return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s' has no parameter '%s'",
-                                 f->path, name);
+            return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s' has no parameter '%s'", f->path,
+                                 name);
         amp_status st = match_tensor(f, "parameter", name, &r->tensor[0], params[i]);
         if (st != AMP_OK) return st;
     }
@@ -611,9 +619,9 @@ static amp_status match_optim(const ck_file *f, const amp_optim_t *opt) {
         return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s' has no optimizer state", f->path);
     const amp_optim_params *p = amp_optim_get_params(opt);
     if (f->optim.kind != p->kind)
-        return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s' holds %s state, the optimizer is %s",
-                             f->path, amp_optim_kind_name(f->optim.kind),
-                             amp_optim_kind_name(p->kind));
+        return amp_set_error(AMP_ERR_MISMATCH,
+                             "checkpoint '%s' holds %s state, the optimizer is %s", f->path,
+                             amp_optim_kind_name(f->optim.kind), amp_optim_kind_name(p->kind));
     int np = amp_optim_num_params(opt);
     if (f->optim_n_params != (uint32_t)np)
         return amp_set_error(AMP_ERR_MISMATCH,
@@ -630,8 +638,8 @@ static amp_status match_optim(const ck_file *f, const amp_optim_t *opt) {
         const char *name = ck_name(amp_optim_param(opt, i), i, buf);
         const ck_record *r = find(f, REC_OPTIM_STATE, name);
         if (!r)
-            return amp_set_error(AMP_ERR_MISMATCH, "checkpoint '%s' has no optimizer state for '%s'",
-                                 f->path, name);
+            return amp_set_error(AMP_ERR_MISMATCH,
+                                 "checkpoint '%s' has no optimizer state for '%s'", f->path, name);
         for (uint32_t k = 0; k < n_state; k++) {
             amp_status st = match_tensor(f, "optimizer state of", name, &r->tensor[k],
                                          amp_optim_state(opt, i, (int)k));
@@ -652,11 +660,12 @@ static amp_status match_scaler(const ck_file *f) {
     return AMP_OK;
 }
 
-// Re-raises the last error with the checkpoint's path in front.
-static amp_status with_path(amp_status st, const char *path) {
+// A record that decoded fine but holds values the optimizer or scaler refuses (a negative lr, a
+// growth factor <= 1): corrupt, with their message and the path.
+static amp_status refused(const char *path) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", amp_last_error());
-    return amp_set_error(st, "checkpoint '%s': %s", path, msg);
+    return amp_set_error(AMP_ERR_CORRUPT, "checkpoint '%s': %s", path, msg);
 }
 
 amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
@@ -676,24 +685,26 @@ amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, in
 
     // The two steps that validate values; the first is undone if the second refuses.
     amp_optim_params old_p = opt ? *amp_optim_get_params(opt) : (amp_optim_params){0};
-    if (opt && (st = amp_optim_set_params(opt, &f.optim)) != AMP_OK) {
+    if (opt && amp_optim_set_params(opt, &f.optim) != AMP_OK) {
         ck_file_free(&f);
-        return with_path(st, path);
+        return refused(path);
     }
-    if (load_scaler && (st = amp_scaler_load_state_dict(sc, &f.scaler)) != AMP_OK) {
+    if (load_scaler && amp_scaler_load_state_dict(sc, &f.scaler) != AMP_OK) {
         if (opt) amp_optim_set_params(opt, &old_p);
         ck_file_free(&f);
-        return with_path(st, path);
+        return refused(path);
     }
 
     char buf[32];
     for (int i = 0; i < n; i++)
-        amp_tensor_write(params[i], find(&f, REC_PARAM, ck_name(params[i], i, buf))->tensor[0].data);
+        amp_tensor_write(params[i],
+                         find(&f, REC_PARAM, ck_name(params[i], i, buf))->tensor[0].data);
     if (opt) {
         int np = amp_optim_num_params(opt);
         int64_t *steps = amp_xmalloc((size_t)np * sizeof *steps);
         for (int i = 0; i < np; i++) {
-            const ck_record *r = find(&f, REC_OPTIM_STATE, ck_name(amp_optim_param(opt, i), i, buf));
+            const ck_record *r =
+                find(&f, REC_OPTIM_STATE, ck_name(amp_optim_param(opt, i), i, buf));
             steps[i] = r->steps;
             for (uint32_t k = 0; k < r->n_state; k++)
                 amp_tensor_write(amp_optim_state(opt, i, (int)k), r->tensor[k].data);

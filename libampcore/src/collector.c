@@ -180,9 +180,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
 }
 
 amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const char *value) {
-    amp_status st = amp_store_meta(c->store, 0, key, value);
-    if (st == AMP_OK) c->stats.rows++;
-    return st;
+    return amp_store_meta(c->store, 0, key, value);
 }
 
 void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out) {

@@ -196,7 +196,9 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
             .flops = op_flops(op, out, inputs, n), .bytes = bytes, .start_ns = in->last_op_ns,
             .end_ns = now});
         emit_stats(ctx, op, layer, AMP_STATS_ACTIVATION, out, &s);
-        if (s.n_overflow > 0 && out->dtype == AMP_DTYPE_F32 && target == AMP_DTYPE_F16)
+        // an f32 output inside an autocast region (an fp32-policy op) that f16 could not hold
+        if (s.n_overflow > 0 && ctx->ac.enabled && out->dtype == AMP_DTYPE_F32 &&
+            target == AMP_DTYPE_F16)
             amp_record_event(&(amp_rec_event){
                 .step = ctx->step, .layer_id = layer, .op = op, .phase = AMP_PHASE_FWD,
                 .kind = AMP_EVENT_OVERFLOW, .severity = AMP_SEVERITY_WARNING,
@@ -259,6 +261,9 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     amp_tensor_stats(g, target_of(ctx), &s);
     if (nonfinite(&s) == 0) return;
     in->bw_dy_finite = false; // one event per node
+    amp_stats so;             // a node whose forward output was already broken only propagates
+    amp_tensor_stats(n->out, target_of(ctx), &so);
+    if (unexpected_nonfinite(n->out, &so)) return;
     in->bwd_nonfinite = true;
     sync_layers(ctx);
     char detail[DETAIL_MAX];

@@ -16,10 +16,10 @@ struct amp_optim {
     int n_state;           // state tensors per parameter: 0 (plain SGD), 1 (momentum SGD), 2 (Adam)
     int64_t steps;         // amp_optim_step() calls
     amp_tensor_t **params; // [n]
-    amp_tensor_t **state[2];  // [n] each: momentum_buffer / exp_avg, exp_avg_sq
-    amp_tensor_t **batch[4];  // one backend call: params, grads, m, v
-    int64_t *param_steps;  // [n] updates each parameter received
-    int *pending;          // [n] step(): parameters with a gradient not yet updated
+    amp_tensor_t **state[2]; // [n] each: momentum_buffer / exp_avg, exp_avg_sq
+    amp_tensor_t **batch[4]; // one backend call: params, grads, m, v
+    int64_t *param_steps;    // [n] updates each parameter received
+    int *pending;            // [n] step(): parameters with a gradient not yet updated
 };
 
 static const char *const kind_names[] = {
@@ -101,8 +101,8 @@ static amp_status validate_tensors(amp_ctx_t *ctx, amp_tensor_t *const *params, 
                                  "params[%d] '%s' is %s; optimizers update f32 master weights", i,
                                  name, amp_dtype_name(t->dtype));
         if (!t->requires_grad)
-            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
-                                 "params[%d] '%s' does not require grad", i, name);
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "params[%d] '%s' does not require grad",
+                                 i, name);
         for (int j = 0; j < i; j++)
             if (params[j] == t)
                 return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
@@ -132,14 +132,16 @@ amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t
     opt->params = ptrs;
     opt->state[0] = ptrs + n;
     opt->state[1] = ptrs + 2 * n;
-    for (int k = 0; k < 4; k++) opt->batch[k] = ptrs + (3 + k) * n;
+    for (int k = 0; k < 4; k++)
+        opt->batch[k] = ptrs + (3 + k) * n;
     opt->param_steps = (int64_t *)(ptrs + np * n);
     opt->pending = (int *)(opt->param_steps + n);
 
     memcpy(opt->params, params, (size_t)n * sizeof *params);
     for (int k = 0; k < opt->n_state; k++)
         for (int i = 0; i < n; i++)
-            opt->state[k][i] = amp_tensor_new(ctx, AMP_DTYPE_F32, params[i]->ndim, params[i]->shape);
+            opt->state[k][i] =
+                amp_tensor_new(ctx, AMP_DTYPE_F32, params[i]->ndim, params[i]->shape);
     *out = opt;
     return AMP_OK;
 }
@@ -147,7 +149,8 @@ amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t
 void amp_optim_free(amp_optim_t *opt) {
     if (!opt) return;
     for (int k = 0; k < opt->n_state; k++)
-        for (int i = 0; i < opt->n; i++) amp_tensor_free(opt->state[k][i]);
+        for (int i = 0; i < opt->n; i++)
+            amp_tensor_free(opt->state[k][i]);
     free(opt->params); // the block
     free(opt);
 }
@@ -184,18 +187,25 @@ void amp_optim_step(amp_optim_t *opt) {
 }
 
 void amp_optim_zero_grad(amp_optim_t *opt) {
-    for (int i = 0; i < opt->n; i++) amp_tensor_zero_grad(opt->params[i]);
+    for (int i = 0; i < opt->n; i++)
+        amp_tensor_zero_grad(opt->params[i]);
 }
 
-int amp_optim_num_params(const amp_optim_t *opt) { return opt->n; }
+int amp_optim_num_params(const amp_optim_t *opt) {
+    return opt->n;
+}
 
 amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i) {
     AMP_ASSERT(i >= 0 && i < opt->n, "(parameter %d of %d)", i, opt->n);
     return opt->params[i];
 }
 
-int64_t amp_optim_steps(const amp_optim_t *opt) { return opt->steps; }
-const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt) { return &opt->p; }
+int64_t amp_optim_steps(const amp_optim_t *opt) {
+    return opt->steps;
+}
+const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt) {
+    return &opt->p;
+}
 
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p) {
     amp_status st = validate_params(p);
@@ -219,8 +229,8 @@ int64_t amp_optim_param_steps(const amp_optim_t *opt, int i) {
 }
 
 amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k) {
-    AMP_ASSERT(i >= 0 && i < opt->n && k >= 0 && k < 2, "(parameter %d of %d, state %d)", i,
-               opt->n, k);
+    AMP_ASSERT(i >= 0 && i < opt->n && k >= 0 && k < 2, "(parameter %d of %d, state %d)", i, opt->n,
+               k);
     return k < opt->n_state ? opt->state[k][i] : NULL;
 }
 

@@ -14,7 +14,6 @@
 #include "amp-impl.h"
 
 #include <math.h>
-#include <string.h>
 
 typedef enum opt_stage { STAGE_READY, STAGE_UNSCALED, STAGE_STEPPED } opt_stage;
 
@@ -26,21 +25,21 @@ typedef struct opt_state { // one entry of _per_optimizer_states
 } opt_state;
 
 struct amp_scaler {
-    amp_scaler_params p;   // p.init_scale is _init_scale (load_state_dict changes it)
-    int32_t init_tracker;  // _init_growth_tracker
-    bool created;          // _scale and _growth_tracker exist (first scale() made them)
-    float scale;           // _scale
-    int32_t tracker;       // _growth_tracker
-    float last_found_inf;  // -1: not valid
-    bool skipped;          // a step was skipped since the last update
-    amp_ctx_t *ctx;        // where scale() last ran: its instrumentation hears of updates
+    amp_scaler_params p;  // p.init_scale is _init_scale (load_state_dict changes it)
+    int32_t init_tracker; // _init_growth_tracker
+    bool created;         // _scale and _growth_tracker exist (first scale() made them)
+    float scale;          // _scale
+    int32_t tracker;      // _growth_tracker
+    float last_found_inf; // -1: not valid
+    bool skipped;         // a step was skipped since the last update
+    amp_ctx_t *ctx;       // where scale() last ran: its instrumentation hears of updates
     opt_state *states;
     int n_states, cap_states;
 };
 
 // PyTorch's text of the _check_scale_growth_tracker assertion.
 #define SCALE_IS_NONE(fn)                                                                          \
-    "Attempted " fn " but _scale is None.  This may indicate your script did not use "              \
+    "Attempted " fn " but _scale is None.  This may indicate your script did not use "             \
     "scaler.scale(loss or outputs) earlier in the iteration."
 
 // ---------------------------------------------------------------------------------------------
@@ -64,7 +63,9 @@ void amp_scale_update(float *scale, int32_t *growth_tracker, float found_inf, do
     }
 }
 
-float amp_inv_scale(float scale) { return (float)(1.0 / (double)scale); }
+float amp_inv_scale(float scale) {
+    return (float)(1.0 / (double)scale);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Construction and queries
@@ -108,7 +109,9 @@ void amp_scaler_free(amp_scaler_t *sc) {
     free(sc);
 }
 
-bool amp_scaler_is_enabled(const amp_scaler_t *sc) { return sc->p.enabled; }
+bool amp_scaler_is_enabled(const amp_scaler_t *sc) {
+    return sc->p.enabled;
+}
 
 float amp_scaler_get_scale(const amp_scaler_t *sc) {
     if (!sc->p.enabled) return 1.0f;
@@ -120,7 +123,9 @@ int32_t amp_scaler_growth_tracker(const amp_scaler_t *sc) {
     return sc->created ? sc->tracker : sc->init_tracker;
 }
 
-float amp_scaler_last_found_inf(const amp_scaler_t *sc) { return sc->last_found_inf; }
+float amp_scaler_last_found_inf(const amp_scaler_t *sc) {
+    return sc->last_found_inf;
+}
 
 // ---------------------------------------------------------------------------------------------
 // scale, unscale_, step, update
@@ -164,7 +169,8 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
         if (!g) continue;
         if (g->dtype == AMP_DTYPE_F16) {
             free(grads);
-            return amp_set_error(AMP_ERR_SCALER_FP16_GRADS, "Attempting to unscale FP16 gradients.");
+            return amp_set_error(AMP_ERR_SCALER_FP16_GRADS,
+                                 "Attempting to unscale FP16 gradients.");
         }
         grads[ng++] = g;
     }
@@ -210,7 +216,8 @@ amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped) {
         if (st != AMP_OK) return st;
     }
     if (!s->has_found_inf)
-        return amp_set_error(AMP_ERR_SCALER_STATE, "No inf checks were recorded for this optimizer.");
+        return amp_set_error(AMP_ERR_SCALER_STATE,
+                             "No inf checks were recorded for this optimizer.");
     bool found = s->found_inf != 0.0f;
     if (!found) amp_optim_step(opt);
     sc->skipped |= found;
@@ -230,12 +237,12 @@ static void finish_update(amp_scaler_t *sc, float before, float found_inf) {
 amp_status amp_scaler_update(amp_scaler_t *sc) {
     if (!sc->p.enabled) return AMP_OK;
     if (!sc->created) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
-    // found_infs[0] += found_infs[i], in the order the optimizers were first seen.
+    // found_infs[0] += found_infs[i]: the sum over every optimizer that recorded one.
     bool any = false;
     float sum = 0.0f;
     for (int i = 0; i < sc->n_states; i++) {
         if (!sc->states[i].has_found_inf) continue;
-        sum = any ? sum + sc->states[i].found_inf : sc->states[i].found_inf;
+        sum += sc->states[i].found_inf;
         any = true;
     }
     if (!any)

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +33,17 @@ struct amp_strmap_slot {
     int64_t value;
 };
 
-static uint64_t hash_bytes(const char *p, size_t n) { // FNV-1a, then a final mix
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
+static uint64_t hash_bytes(const char *p, size_t n) { // 8 bytes a step, multiply-xorshift mixing
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
 }
 
 static void strmap_grow(amp_strmap *m) {
@@ -301,14 +307,22 @@ static const char *const stmt_sql[ST_COUNT] = {
                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 };
 
+typedef struct kernel_name_ids {
+    int64_t demangled, short_name, mangled; // StringIds ids; mangled -1: none
+} kernel_name_ids;
+
 struct amp_store {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *st[ST_COUNT];
     amp_strmap strings; // StringIds value -> id
     int64_t n_strings;
+    amp_strmap kernel_keys; // a kernel record's three names -> index into kernel_ids
+    kernel_name_ids *kernel_ids;
+    int64_t n_kernel_ids, cap_kernel_ids;
+    char *key_buf;
+    size_t key_cap;
     amp_strmap gpus; // "id/uuid" of the TARGET_INFO_GPU rows
-    char name_buf[4096];
 };
 
 static amp_status db_error(const amp_store *s, const char *what) {
@@ -348,12 +362,20 @@ static void bind_str(sqlite3_stmt *st, int i, const char *v) {
 // ---------------------------------------------------------------------------------------------
 // Lifetime
 
+// SQLite's memory statistics put a global mutex around every allocation; nothing here reads
+// them. This only takes effect before SQLite's first use in the process (else it is refused).
+static void sqlite_configure(void) { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); }
+
 amp_status amp_store_create(const char *path, amp_store **out) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, sqlite_configure);
     *out = NULL;
     amp_store *s = amp_xcalloc(1, sizeof *s);
     s->path = amp_xstrdup(path);
     amp_status st = AMP_OK;
-    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+    // One thread uses the connection: no SQLite mutex around every bind and step.
+    if (sqlite3_open_v2(path, &s->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         st = db_error(s, "cannot create the database");
         goto fail;
@@ -399,7 +421,10 @@ void amp_store_close(amp_store *s) {
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
     amp_strmap_free(&s->strings);
+    amp_strmap_free(&s->kernel_keys);
     amp_strmap_free(&s->gpus);
+    free(s->kernel_ids);
+    free(s->key_buf);
     free(s->path);
     free(s);
 }
@@ -623,15 +648,42 @@ const char *amp_kernel_short_name(const char *demangled, char *out, size_t n) {
     return out;
 }
 
-amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) {
-    const char *name = r->name ? r->name : "";
+// The StringIds ids of a kernel's names, worked out once per distinct set of names (kernels
+// repeat: a training run has a few hundred distinct ones and millions of launches).
+static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r) {
+    const char *parts[3] = {r->name ? r->name : "", r->demangled, r->short_name};
+    size_t len = 0;
+    for (int i = 0; i < 3; i++) len += (parts[i] ? strlen(parts[i]) : 0) + 2;
+    if (len > s->key_cap) {
+        s->key_cap = 2 * len;
+        s->key_buf = amp_xrealloc(s->key_buf, s->key_cap);
+    }
+    char *k = s->key_buf;
+    for (int i = 0; i < 3; i++) { // NUL-separated; a NULL name is "\1"
+        k = stpcpy(k, parts[i] ? parts[i] : "\1") + 1;
+    }
+    bool found;
+    int64_t *slot = amp_strmap_get_or_put(&s->kernel_keys, s->key_buf, (size_t)(k - s->key_buf),
+                                          s->n_kernel_ids, &found);
+    if (found) return &s->kernel_ids[*slot];
+    if (s->n_kernel_ids == s->cap_kernel_ids) {
+        s->cap_kernel_ids = s->cap_kernel_ids ? 2 * s->cap_kernel_ids : 64;
+        s->kernel_ids = amp_xrealloc(s->kernel_ids, (size_t)s->cap_kernel_ids * sizeof *s->kernel_ids);
+    }
+    kernel_name_ids *ids = &s->kernel_ids[s->n_kernel_ids++];
+    const char *name = parts[0];
     const char *demangled = r->demangled ? r->demangled : name;
+    char buf[4096];
     const char *short_name =
-        r->short_name ? r->short_name
-                      : amp_kernel_short_name(demangled, s->name_buf, sizeof s->name_buf);
-    int64_t demangled_id = amp_store_string_id(s, demangled);
-    int64_t short_id = amp_store_string_id(s, short_name);
-    int64_t mangled_id = strncmp(name, "_Z", 2) == 0 ? amp_store_string_id(s, name) : -1;
+        r->short_name ? r->short_name : amp_kernel_short_name(demangled, buf, sizeof buf);
+    ids->demangled = amp_store_string_id(s, demangled);
+    ids->short_name = amp_store_string_id(s, short_name);
+    ids->mangled = strncmp(name, "_Z", 2) == 0 ? amp_store_string_id(s, name) : -1;
+    return ids;
+}
+
+amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) {
+    const kernel_name_ids *names = kernel_names(s, r);
     sqlite3_stmt *st = s->st[ST_KERNEL];
     bind_i64(st, 1, r->start_ns);
     bind_i64(st, 2, r->end_ns);
@@ -641,9 +693,9 @@ amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) 
     bind_i64(st, 6, r->stream_id);
     bind_opt(st, 7, r->correlation_id);
     bind_i64(st, 8, amp_global_pid(pid));
-    bind_i64(st, 9, demangled_id);
-    bind_i64(st, 10, short_id);
-    bind_opt(st, 11, mangled_id);
+    bind_i64(st, 9, names->demangled);
+    bind_i64(st, 10, names->short_name);
+    bind_opt(st, 11, names->mangled);
     bind_opt(st, 12, r->launch_type);
     bind_opt(st, 13, r->cache_config);
     bind_i64(st, 14, r->registers_per_thread);

@@ -256,6 +256,28 @@ void amp_cpu_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_ten
 // contiguous run (the innermost dims are reduced), the run is summed pairwise; elsewhere rows
 // are added in order.
 
+// Pairwise sum of a contiguous run of n elements of dtype t. f16/bf16 runs are widened a block
+// at a time and the block sums combined pairwise like a binary counter.
+static float run_sum(amp_dtype t, const char *p, int64_t n) {
+    if (t == AMP_DTYPE_F32) return amp_cpu_sum_f32((const float *)p, n);
+    float buf[CPU_CHUNK * 16], level[64];
+    const int64_t block = (int64_t)(sizeof buf / sizeof buf[0]), es = (int64_t)amp_dtype_size(t);
+    uint64_t count = 0; // bit l set: level[l] holds the sum of 2^l blocks
+    for (int64_t i = 0; i < n; i += block) {
+        int64_t c = n - i < block ? n - i : block;
+        amp_cpu_load_f32(t, p + i * es, 1, c, buf);
+        float s = amp_cpu_sum_f32(buf, c);
+        int l = 0;
+        for (; count >> l & 1; l++) s = level[l] + s;
+        level[l] = s;
+        count++;
+    }
+    float total = 0.0f;
+    for (int l = 0; l < 64; l++)
+        if (count >> l & 1) total = level[l] + total;
+    return total;
+}
+
 void amp_cpu_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha) {
     CPU_ASSERT_CONTIGUOUS(y);
     CPU_ASSERT_CONTIGUOUS(x);
@@ -276,18 +298,18 @@ void amp_cpu_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, floa
     amp_cpu_iter_init(&it, x->ndim, x->shape, 2, (const int64_t *[]){xstride, ystride});
     const char *xp = amp_tensor_ptr(x);
     const int64_t xs = (int64_t)amp_dtype_size(x->dtype);
-    float buf[CPU_CHUNK * 16]; // pairwise blocks of 4096 elements
-    const int64_t block = (int64_t)(sizeof buf / sizeof buf[0]);
+    float buf[CPU_CHUNK];
     for (int64_t r = 0; r < it.rows; r++, amp_cpu_iter_next(&it)) {
-        for (int64_t j = 0; j < it.len; j += block) {
-            int64_t c = it.len - j < block ? it.len - j : block;
-            amp_cpu_load_f32(x->dtype, xp + (it.off[0] + j) * xs, 1, c, buf);
+        const char *row = xp + it.off[0] * xs;
+        if (it.step[1] == 0) { // the whole row goes into one output
+            acc[it.off[1]] += run_sum(x->dtype, row, it.len);
+            continue;
+        }
+        for (int64_t j = 0; j < it.len; j += CPU_CHUNK) {
+            int64_t c = it.len - j < CPU_CHUNK ? it.len - j : CPU_CHUNK;
+            amp_cpu_load_f32(x->dtype, row + j * xs, 1, c, buf);
             float *a = acc + it.off[1] + j * it.step[1];
-            if (it.step[1] == 0) {
-                a[0] += amp_cpu_sum_f32(buf, c);
-            } else {
-                for (int64_t i = 0; i < c; i++) a[i * it.step[1]] += buf[i];
-            }
+            for (int64_t i = 0; i < c; i++) a[i * it.step[1]] += buf[i];
         }
     }
     for (int64_t i = 0; i < ny; i++) acc[i] *= alpha;

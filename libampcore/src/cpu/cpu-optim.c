@@ -70,7 +70,7 @@ static void adam_step(const amp_optim_params *o, int64_t step, float *p, const f
             else gi = gi + o->weight_decay * p[i];
         }
         // torch.lerp switches form at weight 0.5 to stay exact at weight 1.
-        m[i] = fabsf(w1) < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
+        m[i] = fabsf(w1) < 5.0f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
         v[i] = v[i] * o->beta2 + w2 * gi * gi;
         const float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
         p[i] = p[i] + step_size * (m[i] / denom);

@@ -1,0 +1,135 @@
+/*
+ * collector_bench.c — how fast records go from the emit functions into SQLite.
+ *
+ * For each workload it writes N records through amp-record.h into a spool directory (emit cost
+ * per record), then lets a collector ingest them into a fresh database (records/s, the number
+ * to hold against the >= 1M records/s budget) and finish it (indexes). Workloads: AMP
+ * instrumentation (ops, tensor stats and events with the per-step records), CUPTI kernels with
+ * their names, and a mix with runtime API records.
+ *
+ *     collector_bench [N] [DIR]     N records per workload (default 2000000), DIR for the files
+ */
+#include "amp-record.h"
+#include "amp-store.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *const kernel_names[] = {
+    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_",
+    "_ZN7cutlass7Kernel2I72cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8EEvNT_6ParamsE",
+    "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_NTN",
+    "_ZN2at6native43_GLOBAL__N__softmax_forward_kernelIfEEvPT_PKS2_i",
+};
+
+static void emit_amp(int64_t i) {
+    int64_t t = amp_record_now_ns();
+    switch (i % 8) {
+    case 0:
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){
+            .step = i / 8, .layer_id = (int32_t)(i % 64), .op = "linear",
+            .kind = AMP_STATS_ACTIVATION, .dtype = "f16", .target_dtype = "f16", .numel = 4096,
+            .min = -3.5, .max = 4.25, .amax = 4.25, .n_nan = 0, .n_posinf = 0, .n_neginf = 0,
+            .n_overflow = 0, .n_underflow = 12, .n_zero = 40});
+        break;
+    case 7:
+        amp_record_event(&(amp_rec_event){.step = i / 8, .layer_id = (int32_t)(i % 64),
+                                          .op = "softmax", .phase = AMP_PHASE_FWD,
+                                          .kind = AMP_EVENT_UNDERFLOW,
+                                          .severity = AMP_SEVERITY_WARNING, .count = 12,
+                                          .value = 1e-8, .detail = "input range [-3.5, 4.25]"});
+        break;
+    default:
+        amp_record_op(&(amp_rec_op){.step = i / 8, .layer_id = (int32_t)(i % 64), .op = "linear",
+                                    .phase = AMP_PHASE_FWD, .in_dtypes = "f16,f16",
+                                    .out_dtype = "f16", .policy = "lower_precision_fp",
+                                    .shapes = "(64, 512),(512, 512)", .flops = 33554432,
+                                    .bytes = 655360, .start_ns = t, .end_ns = t + 5000});
+    }
+}
+
+static void emit_kernel(int64_t i) {
+    int64_t t = amp_record_now_ns();
+    amp_record_kernel(&(amp_rec_kernel){
+        .start_ns = t, .end_ns = t + 7000, .device_id = 0, .context_id = 1, .stream_id = 7,
+        .green_context_id = -1, .correlation_id = i, .name = kernel_names[i % 4],
+        .launch_type = 0, .cache_config = 0, .registers_per_thread = 168, .grid_x = 132,
+        .grid_y = 1, .grid_z = 1, .block_x = 384, .block_y = 1, .block_z = 1,
+        .static_shared_memory = 0, .dynamic_shared_memory = 213188,
+        .local_memory_per_thread = 0, .local_memory_total = 0, .grid_id = i,
+        .shared_memory_executed = 229376, .shared_memory_limit_config = -1,
+        .graph_node_id = -1});
+}
+
+static void emit_mixed(int64_t i) {
+    if (i % 2) {
+        emit_kernel(i);
+        return;
+    }
+    int64_t t = amp_record_now_ns();
+    amp_record_runtime(&(amp_rec_runtime){.start_ns = t, .end_ns = t + 3000, .tid = 1234,
+                                          .correlation_id = i, .name = "cudaLaunchKernel_v7000",
+                                          .return_value = 0});
+}
+
+static void run(const char *name, void (*emit)(int64_t), int64_t n, const char *base) {
+    char dir[4096], db[4200];
+    snprintf(dir, sizeof dir, "%s/collector_bench-XXXXXX", base);
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        exit(1);
+    }
+    snprintf(db, sizeof db, "%s/%s.sqlite", base, name);
+    unlink(db);
+    if (amp_record_start(dir) != AMP_OK) {
+        fprintf(stderr, "%s\n", amp_last_error());
+        exit(1);
+    }
+    double t0 = now_s();
+    for (int64_t i = 0; i < n; i++) emit(i);
+    double t_emit = now_s() - t0;
+    amp_record_stop();
+
+    amp_collector_t *c;
+    if (amp_collector_new(db, dir, &c) != AMP_OK) {
+        fprintf(stderr, "%s\n", amp_last_error());
+        exit(1);
+    }
+    t0 = now_s();
+    if (amp_collector_poll(c) != AMP_OK) fprintf(stderr, "%s\n", amp_last_error());
+    double t_ingest = now_s() - t0;
+    t0 = now_s();
+    if (amp_collector_finish(c, 0) != AMP_OK) fprintf(stderr, "%s\n", amp_last_error());
+    double t_finish = now_s() - t0;
+    amp_collector_stats s;
+    amp_collector_get_stats(c, &s);
+    amp_collector_free(c);
+    struct stat sb;
+    stat(db, &sb);
+    printf("%-8s %9lld records  emit %6.1f ns/record  ingest %5.2f M records/s (%.2f s)  "
+           "finish %.2f s  db %.0f MB\n",
+           name, (long long)s.records, t_emit / (double)n * 1e9,
+           (double)s.records / t_ingest / 1e6, t_ingest, t_finish, (double)sb.st_size / 1e6);
+    unlink(db);
+}
+
+int main(int argc, char **argv) {
+    int64_t n = argc > 1 ? atoll(argv[1]) : 2000000;
+    const char *base = argc > 2 ? argv[2] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    printf("collector_bench: %lld records per workload in %s\n", (long long)n, base);
+    run("amp", emit_amp, n, base);
+    run("kernel", emit_kernel, n, base);
+    run("mixed", emit_mixed, n, base);
+    return 0;
+}

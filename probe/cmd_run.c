@@ -1,0 +1,382 @@
+/*
+ * cmd_run.c — `ampprobe run [options] [--] PROG [ARGS]` (also `ampprobe -- PROG`): runs a program
+ * with instrumentation on and collects what it records into a new database.
+ *
+ * The sequence: parse the options, look PROG up (127 before anything is created), claim the
+ * output name, create the database and its spool directory (amp-store.h), start PROG with
+ * AMPPROBE_SPOOL_DIR in its environment, then poll the collector every 200 ms — passing
+ * SIGINT/SIGTERM on to PROG and showing a status line on a terminal — until PROG has exited and
+ * the writers it left behind are gone; finish the database, print a summary, and exit with
+ * PROG's status.
+ */
+#define _GNU_SOURCE
+#include "amp-store.h"
+#include "commands.h"
+#include "launcher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_EVERY_NS 200000000    // collector
+#define STATUS_EVERY_NS 250000000  // live status line
+#define TICK_NS 20000000           // main loop
+#define DRAIN_NS 2000000000        // how long writers that outlive PROG may take to finish
+#define DEFAULT_TRACE "amp,cuda,nvtx"
+
+static const char usage_text[] =
+    "usage: ampprobe run [options] [--] PROG [ARGS...]\n"
+    "       ampprobe -- PROG [ARGS...]\n"
+    "\n"
+    "Runs PROG with libampcore's instrumentation on and records the run into a new SQLite\n"
+    "database (tables: probe/SCHEMA.md). On a terminal a status line follows the run.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output FILE    the database (default: ampprobe-N.sqlite, the first free N)\n"
+    "  -f, --force          overwrite FILE if it exists\n"
+    "      --stats-every N  per-layer tensor statistics every N steps (default: every step)\n"
+    "      --trace LIST     what to record: a comma list of amp, cuda, nvtx (default: all;\n"
+    "                       CUDA and NVTX capture are not available yet)\n"
+    "      --counters       GPU hardware counters (not available yet)\n"
+    "      --tui            follow the run in the TUI (not available yet)\n"
+    "  -h, --help           this help\n"
+    "\n"
+    "Exit status: PROG's own (128+N when signal N ended it); 127 when PROG is not found;\n"
+    "2 for a usage error or an output file that exists or cannot be created.\n";
+
+typedef struct run_opts {
+    const char *output; // NULL: ampprobe-N.sqlite
+    bool force;
+    const char *stats_every; // validated; NULL: not given
+    const char *trace;       // validated
+    bool trace_given;
+    char **prog; // PROG and its arguments, NULL-terminated
+} run_opts;
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "ampprobe run: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see 'ampprobe run --help')\n");
+    return 2;
+}
+
+static bool valid_count(const char *s) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    return *s && !*end && errno == 0 && v > 0 && v <= INT_MAX;
+}
+
+static bool valid_trace(const char *s) {
+    if (!*s) return false;
+    for (const char *p = s; *p;) {
+        size_t n = strcspn(p, ",");
+        if (!((n == 3 && strncmp(p, "amp", 3) == 0) || (n == 4 && strncmp(p, "cuda", 4) == 0) ||
+              (n == 4 && strncmp(p, "nvtx", 4) == 0)))
+            return false;
+        p += n;
+        if (*p == ',' && !*++p) return false; // a trailing comma
+    }
+    return true;
+}
+
+// The value of option argv[*i] ("--opt VALUE" or "--opt=VALUE"), or NULL when it has none.
+static const char *option_value(int argc, char **argv, int *i, const char *eq) {
+    if (eq) return eq + 1;
+    if (*i + 1 >= argc) return NULL;
+    return argv[++*i];
+}
+
+// 0: run; -1: --help was printed; 2: a usage error was printed.
+static int parse_args(int argc, char **argv, run_opts *o) {
+    *o = (run_opts){.trace = DEFAULT_TRACE};
+    int i = 1;
+    for (; i < argc; i++) {
+        char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == 0) break; // PROG
+        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+#define IS(s) (name_len == strlen(s) && strncmp(a, s, name_len) == 0)
+        if (IS("-h") || IS("--help")) {
+            fputs(usage_text, stdout);
+            return -1;
+        } else if (IS("-o") || IS("--output")) {
+            o->output = option_value(argc, argv, &i, eq);
+            if (!o->output || !*o->output) return usage_error("%s needs a file name", a);
+        } else if (IS("-f") || IS("--force")) {
+            o->force = true;
+        } else if (IS("--stats-every")) {
+            o->stats_every = option_value(argc, argv, &i, eq);
+            if (!o->stats_every) return usage_error("%s needs a number of steps", a);
+            if (!valid_count(o->stats_every))
+                return usage_error("--stats-every: expected a positive number of steps, got '%s'",
+                                   o->stats_every);
+        } else if (IS("--trace")) {
+            o->trace = option_value(argc, argv, &i, eq);
+            if (!o->trace) return usage_error("%s needs a list (amp,cuda,nvtx)", a);
+            if (!valid_trace(o->trace))
+                return usage_error("--trace: '%s' is not a comma list of amp, cuda, nvtx",
+                                   o->trace);
+            o->trace_given = true;
+        } else if (IS("--counters")) {
+            fprintf(stderr, "ampprobe run: --counters: GPU hardware counters are not available "
+                            "yet\n");
+            return 2;
+        } else if (IS("--tui")) {
+            fprintf(stderr, "ampprobe run: --tui: the live TUI is not available yet\n");
+            return 2;
+        } else {
+            return usage_error("unknown option '%s'", a);
+        }
+#undef IS
+    }
+    if (i >= argc) return usage_error("%s", "no program to run: ampprobe run [options] -- PROG");
+    o->prog = argv + i;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The output file
+
+static void remove_db_files(const char *path) {
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    char buf[PATH_MAX + 16];
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        snprintf(buf, sizeof buf, "%s%s", path, suffixes[i]);
+        unlink(buf);
+    }
+}
+
+// Creates the (empty) output file exclusively, so that no other run takes the name. Returns
+// the path (malloc'd) or NULL after printing why not.
+static char *claim_output(const run_opts *o) {
+    char buf[64];
+    const char *path = o->output;
+    struct stat sb;
+    if (path && lstat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "ampprobe: %s is a directory\n", path);
+            return NULL;
+        }
+        if (!o->force) {
+            fprintf(stderr, "ampprobe: %s exists (use --force to overwrite it)\n", path);
+            return NULL;
+        }
+        remove_db_files(path);
+    }
+    for (int n = 1;; n++) {
+        if (!o->output) {
+            snprintf(buf, sizeof buf, "ampprobe-%d.sqlite", n);
+            path = buf;
+        }
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            close(fd);
+            break;
+        }
+        if (errno == EEXIST && !o->output) continue;
+        fprintf(stderr, "ampprobe: cannot create %s: %s\n", path,
+                errno == EEXIST ? "it was created meanwhile" : strerror(errno));
+        return NULL;
+    }
+    // The name is ours now; a -wal left by an earlier crashed run must not be replayed into it.
+    char side[PATH_MAX + 16];
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+    return strdup(path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+    nanosleep(&ts, NULL); // a signal cuts it short, which is what we want
+}
+
+// argv as one shell-quotable line, for META.
+static char *join_command(char *const *argv) {
+    size_t cap = 1;
+    for (char *const *a = argv; *a; a++) cap += 4 * strlen(*a) + 3;
+    char *out = malloc(cap), *p = out;
+    if (!out) return NULL;
+    for (char *const *a = argv; *a; a++) {
+        if (a != argv) *p++ = ' ';
+        bool plain = **a && strspn(*a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_./=:,+@%") == strlen(*a);
+        if (plain) {
+            p = stpcpy(p, *a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = *a; *c; c++) {
+            if (*c == '\'')
+                p = stpcpy(p, "'\\''");
+            else
+                *p++ = *c;
+        }
+        *p++ = '\'';
+    }
+    *p = 0;
+    return out;
+}
+
+static void status_line(const amp_collector_stats *s) {
+    if (s->last_step < 0) {
+        fprintf(stderr, "\r\033[K[ampprobe] %lld records", (long long)s->records);
+    } else {
+        char scale[32] = "-";
+        if (!isnan(s->scale)) snprintf(scale, sizeof scale, "%g", s->scale);
+        fprintf(stderr,
+                "\r\033[K[ampprobe] step %lld  %.1f ms  loss %.4g  scale %s  skipped %lld  "
+                "events %lld",
+                (long long)s->last_step, s->last_step_ms, s->last_loss, scale,
+                (long long)s->skipped, (long long)s->events);
+    }
+    fflush(stderr);
+}
+
+typedef struct run_state {
+    amp_collector_t *collector;
+    bool tty;         // stderr is a terminal: show the status line
+    bool shown;       // a status line is on the screen
+    bool failed;      // the database could not be written: stop polling
+    int64_t next_poll, next_status;
+} run_state;
+
+static void clear_status(run_state *r) {
+    if (!r->shown) return;
+    fprintf(stderr, "\r\033[K");
+    r->shown = false;
+}
+
+// One tick of the main loop: poll and redraw when due.
+static void tick(run_state *r) {
+    int64_t now = mono_ns();
+    if (!r->failed && now >= r->next_poll) {
+        r->next_poll = now + POLL_EVERY_NS;
+        if (amp_collector_poll(r->collector) != AMP_OK) {
+            clear_status(r);
+            fprintf(stderr, "ampprobe: %s; recording stopped, the program keeps running\n",
+                    amp_last_error());
+            r->failed = true;
+        }
+    }
+    if (r->tty && now >= r->next_status) {
+        r->next_status = now + STATUS_EVERY_NS;
+        amp_collector_stats s;
+        amp_collector_get_stats(r->collector, &s);
+        status_line(&s);
+        r->shown = true;
+    }
+}
+
+static void summary(const run_opts *o, const char *path, int wstatus,
+                    const amp_collector_stats *s) {
+    if (WIFSIGNALED(wstatus))
+        fprintf(stderr, "ampprobe: %s was killed by signal %d (%s)\n", o->prog[0],
+                WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
+    else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0)
+        fprintf(stderr, "ampprobe: %s exited with status %d\n", o->prog[0], WEXITSTATUS(wstatus));
+    fprintf(stderr, "ampprobe: %lld steps (%lld skipped), %lld events, %lld rows -> %s\n",
+            (long long)s->steps, (long long)s->skipped, (long long)s->events, (long long)s->rows,
+            path);
+}
+
+static void set_meta(amp_collector_t *c, const char *key, const char *value) {
+    if (value) amp_collector_set_meta(c, key, value);
+}
+
+int amp_cmd_run(int argc, char **argv) {
+    run_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    int found = amp_launcher_find(o.prog[0]);
+    if (found != 0) {
+        fprintf(stderr, "ampprobe: %s: %s\n", o.prog[0],
+                found == ENOENT ? "command not found" : strerror(found));
+        return found == ENOENT ? 127 : 126;
+    }
+    char *path = claim_output(&o);
+    if (!path) return 2;
+    run_state r = {.tty = isatty(STDERR_FILENO)};
+    if (amp_collector_new(path, NULL, &r.collector) != AMP_OK) {
+        fprintf(stderr, "ampprobe: %s\n", amp_last_error());
+        remove_db_files(path);
+        free(path);
+        return 2;
+    }
+    char *command = join_command(o.prog);
+    set_meta(r.collector, "command", command);
+    set_meta(r.collector, "output", path);
+    set_meta(r.collector, "trace", o.trace);
+    set_meta(r.collector, "stats_every", o.stats_every);
+    free(command);
+    if (o.trace_given && (strstr(o.trace, "cuda") || strstr(o.trace, "nvtx")))
+        fprintf(stderr, "ampprobe: note: CUDA and NVTX capture are not available yet; --trace "
+                        "records amp only\n");
+
+    setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(r.collector), 1);
+    setenv("AMPPROBE_TRACE", o.trace, 1);
+    if (o.stats_every) setenv("AMPPROBE_STATS_EVERY", o.stats_every, 1);
+    unsetenv("AMPPROBE_OUT"); // this launcher is the collector
+    amp_launcher_catch_signals();
+    pid_t pid;
+    int err = amp_launcher_spawn(o.prog, &pid);
+    if (err != 0) {
+        fprintf(stderr, "ampprobe: %s: %s\n", o.prog[0],
+                err == ENOENT ? "command not found" : strerror(err));
+        amp_collector_free(r.collector);
+        remove_db_files(path);
+        free(path);
+        return err == ENOENT ? 127 : 126;
+    }
+
+    int wstatus = 0;
+    for (;;) {
+        amp_launcher_forward(pid);
+        pid_t w = waitpid(pid, &wstatus, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+        tick(&r);
+        sleep_ns(TICK_NS);
+    }
+    // PROG's own children may still be writing: give them a moment.
+    amp_collector_stats s;
+    for (int64_t end = mono_ns() + DRAIN_NS; !r.failed;) {
+        r.next_poll = 0;
+        tick(&r);
+        amp_collector_get_stats(r.collector, &s);
+        if (s.live_writers == 0 || mono_ns() >= end) break;
+        sleep_ns(TICK_NS);
+    }
+    clear_status(&r);
+    int code = amp_launcher_exit_code(wstatus);
+    if (amp_collector_finish(r.collector, code) != AMP_OK)
+        fprintf(stderr, "ampprobe: %s\n", amp_last_error());
+    amp_collector_get_stats(r.collector, &s);
+    summary(&o, path, wstatus, &s);
+    amp_collector_free(r.collector);
+    free(path);
+    return code;
+}

@@ -1,0 +1,409 @@
+/*
+ * report.c — the report core: loads the model from the run database (read-only SELECTs, narrowed
+ * to the focused steps), holds the rule registry, runs the rules and orders their findings, and
+ * words the verdict and the run summary that every format prints.
+ */
+#include "report.h"
+
+#include "amp-impl.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------------------------
+// The rule registry: the order is the order of the --help listing
+
+const report_rule report_rules[] = {
+    {"nonfinite-root-cause", "the first op that produced NaN/inf, why, and the fix", rule_nonfinite_run},
+    {"loss-scale", "GradScaler dynamics: skipped steps, sawtooth, collapse, a scale stuck low",
+     rule_scale_run},
+    {"overflow-headroom", "ops whose fp16/bf16 outputs come within 1 bit of the dtype's max",
+     rule_overflow_run},
+    {"grad-underflow", "gradients lost to zero/subnormal in fp16, per layer, and the scale that keeps them",
+     rule_underflow_run},
+};
+const size_t report_n_rules = sizeof report_rules / sizeof report_rules[0];
+
+const report_rule *report_rule_find(const char *id) {
+    for (size_t i = 0; i < report_n_rules; i++)
+        if (strcmp(report_rules[i].id, id) == 0) return &report_rules[i];
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+static char *col_str(sqlite3_stmt *q, int i) {
+    const unsigned char *t = sqlite3_column_text(q, i);
+    return t ? amp_xstrdup((const char *)t) : NULL;
+}
+
+static double col_f64(sqlite3_stmt *q, int i) {
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
+}
+
+static int64_t col_i64(sqlite3_stmt *q, int i, int64_t none) {
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? none : sqlite3_column_int64(q, i);
+}
+
+// Prepares sql with the focus bound to ?1, ?2. false (err filled) on failure.
+static bool prepare(sqlite3 *db, const char *path, const char *sql, const report_model *m,
+                    sqlite3_stmt **q, char *err) {
+    if (sqlite3_prepare_v2(db, sql, -1, q, NULL) != SQLITE_OK) {
+        snprintf(err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", path, sqlite3_errmsg(db));
+        return false;
+    }
+    if (sqlite3_bind_parameter_count(*q) >= 2) {
+        sqlite3_bind_int64(*q, 1, m->step_lo);
+        sqlite3_bind_int64(*q, 2, m->step_hi);
+    }
+    return true;
+}
+
+// Steps the query to its end; false (err filled) when it fails midway.
+static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char *err) {
+    sqlite3_finalize(q);
+    if (rc == SQLITE_DONE) return true;
+    snprintf(err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", path, sqlite3_errmsg(db));
+    return false;
+}
+
+#define GROW(arr, n, cap)                                                                          \
+    do {                                                                                           \
+        if ((n) == (cap)) {                                                                        \
+            (cap) = (cap) ? 2 * (cap) : 64;                                                        \
+            (arr) = amp_xrealloc((arr), (cap) * sizeof *(arr));                                    \
+        }                                                                                          \
+    } while (0)
+
+static bool load_meta(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path, "SELECT key, value FROM META WHERE key IN ('device', 'command')", m,
+                 &q, err))
+        return false;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(q, 0);
+        const char **dst = strcmp(key, "device") == 0 ? &m->device : &m->command;
+        if (!*dst) *dst = col_str(q, 1);
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+static bool load_layers(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path, "SELECT pid, id, name FROM AMP_LAYERS ORDER BY pid, id", m, &q, err))
+        return false;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        GROW(m->layers, m->n_layers, cap);
+        m->layers[m->n_layers++] = (report_layer){.pid = sqlite3_column_int(q, 0),
+                                                  .id = sqlite3_column_int(q, 1),
+                                                  .name = col_str(q, 2)};
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+static bool load_steps(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path,
+                 "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
+                 "skipped FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 ORDER BY pid, step",
+                 m, &q, err))
+        return false;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        GROW(m->steps, m->n_steps, cap);
+        report_step *s = &m->steps[m->n_steps++];
+        *s = (report_step){.pid = sqlite3_column_int(q, 0),
+                           .step = sqlite3_column_int64(q, 1),
+                           .loss = col_f64(q, 2),
+                           .loss_finite = col_i64(q, 3, 0) != 0,
+                           .has_scale = sqlite3_column_type(q, 5) != SQLITE_NULL,
+                           .scale_before = col_f64(q, 4),
+                           .scale_after = col_f64(q, 5),
+                           .found_inf = col_i64(q, 6, 0) != 0,
+                           .skipped = col_i64(q, 7, 0) != 0,
+                           .grad_amax = NAN};
+        if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
+    }
+    if (!finish(db, m->path, q, rc, err)) return false;
+
+    if (!prepare(db, m->path,
+                 "SELECT pid, step, max(amax) FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2 "
+                 "AND kind IN ('activation_grad', 'weight_grad') AND numel > 1 GROUP BY pid, step",
+                 m, &q, err))
+        return false;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        report_step *s = (report_step *)report_step_find(m, sqlite3_column_int(q, 0),
+                                                         sqlite3_column_int64(q, 1));
+        if (s) s->grad_amax = col_f64(q, 2);
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+static bool load_events(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path,
+                 "SELECT id, pid, step, IFNULL(last_step, step), layer_id, op, phase, kind, "
+                 "severity, count, value, detail, aggregate, occurrences FROM AMP_EVENTS "
+                 "WHERE step <= ?2 AND IFNULL(last_step, step) >= ?1 ORDER BY id",
+                 m, &q, err))
+        return false;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        GROW(m->events, m->n_events, cap);
+        m->events[m->n_events++] = (report_event){
+            .id = sqlite3_column_int64(q, 0), .pid = sqlite3_column_int(q, 1),
+            .step = col_i64(q, 2, -1), .last_step = col_i64(q, 3, -1),
+            .layer_id = (int32_t)col_i64(q, 4, -1), .op = col_str(q, 5), .phase = col_str(q, 6),
+            .kind = col_str(q, 7), .severity = col_str(q, 8), .count = col_i64(q, 9, -1),
+            .value = col_f64(q, 10), .detail = col_str(q, 11),
+            .aggregate = sqlite3_column_int(q, 12) != 0,
+            .occurrences = col_i64(q, 13, 1)};
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+static bool load_stats(sqlite3 *db, report_model *m, char *err) {
+    static const char sql[] =
+        "SELECT pid, IFNULL(layer_id, -1), IFNULL(op, ''), kind, IFNULL(dtype, ''), "
+        "IFNULL(target_dtype, ''), count(*), sum(numel), max(amax), min(step), max(step), "
+        "sum(IFNULL(n_overflow, 0)), sum(IFNULL(n_underflow, 0)), sum(IFNULL(n_zero, 0)), "
+        "sum(IFNULL(n_nan, 0) + IFNULL(n_posinf, 0) + IFNULL(n_neginf, 0)), "
+        "sum(amax = 0 AND numel > 1), sum(CASE WHEN amax = 0 AND numel > 1 THEN numel ELSE 0 END), "
+        "sum(amax >= tmax / 2), min(CASE WHEN amax >= tmax / 2 THEN step END), "
+        "max(CASE WHEN amax >= tmax / 2 THEN step END) "
+        "FROM (SELECT *, CASE target_dtype WHEN 'f16' THEN 65504.0 "
+        "WHEN 'bf16' THEN 3.3895313892515355e38 END AS tmax FROM AMP_TENSOR_STATS "
+        "WHERE step BETWEEN ?1 AND ?2) GROUP BY 1, 2, 3, 4, 5, 6";
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path, sql, m, &q, err)) return false;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        GROW(m->stats, m->n_stats, cap);
+        m->stats[m->n_stats++] = (report_stats){
+            .pid = sqlite3_column_int(q, 0), .layer_id = sqlite3_column_int(q, 1),
+            .op = col_str(q, 2), .kind = col_str(q, 3), .dtype = col_str(q, 4),
+            .target = col_str(q, 5), .tensors = col_i64(q, 6, 0), .numel = col_i64(q, 7, 0),
+            .amax = col_f64(q, 8), .first_step = col_i64(q, 9, -1), .last_step = col_i64(q, 10, -1),
+            .n_overflow = col_i64(q, 11, 0), .n_underflow = col_i64(q, 12, 0),
+            .n_zero = col_i64(q, 13, 0), .n_nonfinite = col_i64(q, 14, 0),
+            .zero_tensors = col_i64(q, 15, 0), .zero_numel = col_i64(q, 16, 0),
+            .near_max_tensors = col_i64(q, 17, 0), .near_first_step = col_i64(q, 18, -1),
+            .near_last_step = col_i64(q, 19, -1)};
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
+                             char err[REPORT_ERR_MAX]) {
+    memset(m, 0, sizeof *m);
+    m->path = path;
+    m->step_lo = lo;
+    m->step_hi = hi;
+    err[0] = 0;
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); // one snapshot, also of a run still being written
+    bool ok = load_meta(db, m, err) && load_layers(db, m, err) && load_steps(db, m, err) &&
+              load_events(db, m, err) && load_stats(db, m, err);
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    if (ok) return AMP_OK;
+    report_model_free(m);
+    return AMP_ERR_IO;
+}
+
+void report_model_free(report_model *m) {
+    for (size_t i = 0; i < m->n_layers; i++) free((char *)m->layers[i].name);
+    for (size_t i = 0; i < m->n_events; i++) {
+        report_event *e = &m->events[i];
+        free((char *)e->op);
+        free((char *)e->phase);
+        free((char *)e->kind);
+        free((char *)e->severity);
+        free((char *)e->detail);
+    }
+    for (size_t i = 0; i < m->n_stats; i++) {
+        report_stats *s = &m->stats[i];
+        free((char *)s->op);
+        free((char *)s->kind);
+        free((char *)s->dtype);
+        free((char *)s->target);
+    }
+    free(m->layers);
+    free(m->events);
+    free(m->stats);
+    free(m->steps);
+    free((char *)m->device);
+    free((char *)m->command);
+    memset(m, 0, sizeof *m);
+}
+
+const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id) {
+    size_t lo = 0, hi = m->n_layers;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const report_layer *l = &m->layers[mid];
+        if (l->pid == pid && l->id == layer_id) return l->name;
+        if (l->pid < pid || (l->pid == pid && l->id < layer_id))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step) {
+    size_t lo = 0, hi = m->n_steps;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const report_step *s = &m->steps[mid];
+        if (s->pid == pid && s->step == step) return s;
+        if (s->pid < pid || (s->pid == pid && s->step < step))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Findings
+
+report_finding *report_finding_add(report_findings *out, const char *rule, amp_severity severity) {
+    GROW(out->v, out->n, out->cap);
+    report_finding *f = &out->v[out->n++];
+    memset(f, 0, sizeof *f);
+    f->rule = rule;
+    f->severity = severity;
+    f->first_step = f->last_step = -1;
+    return f;
+}
+
+void report_finding_evidence(report_finding *f, const char *key, double value) {
+    AMP_ASSERT(f->n_evidence < REPORT_EVIDENCE_MAX, "rule %s: more than %d evidence numbers",
+               f->rule, REPORT_EVIDENCE_MAX);
+    f->evidence[f->n_evidence].key = key;
+    f->evidence[f->n_evidence].value = value;
+    f->n_evidence++;
+}
+
+void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase) {
+    snprintf(f->layer, sizeof f->layer, "%s", layer ? layer : "");
+    snprintf(f->op, sizeof f->op, "%s", op ? op : "");
+    snprintf(f->phase, sizeof f->phase, "%s", phase ? phase : "");
+}
+
+void report_findings_free(report_findings *f) {
+    free(f->v);
+    memset(f, 0, sizeof *f);
+}
+
+static int cmp_finding(const void *pa, const void *pb) {
+    const report_finding *a = pa, *b = pb;
+    if (a->severity != b->severity) return a->severity > b->severity ? -1 : 1;
+    // findings tied to no step come after those that are
+    uint64_t sa = (uint64_t)a->first_step, sb = (uint64_t)b->first_step;
+    if (sa != sb) return sa < sb ? -1 : 1;
+    return 0;
+}
+
+void report_run(const report_model *m, const report_rule *only, report_findings *out) {
+    for (size_t i = 0; i < report_n_rules; i++)
+        if (!only || only == &report_rules[i]) report_rules[i].run(m, out);
+    // qsort is not stable: keep the rules' own order among equals through a stable pass
+    for (size_t i = 1; i < out->n; i++) {
+        report_finding tmp = out->v[i];
+        size_t j = i;
+        for (; j > 0 && cmp_finding(&out->v[j - 1], &tmp) > 0; j--) out->v[j] = out->v[j - 1];
+        out->v[j] = tmp;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers the rules share
+
+double report_scale_for_amax(double u) {
+    if (!(u > 0) || !isfinite(u)) return NAN;
+    double k = floor(log2(REPORT_SCALE_TARGET / u));
+    if (k < 0) k = 0;
+    if (k > 24) k = 24;
+    return ldexp(1.0, (int)k);
+}
+
+double report_unscaled_grad_amax(const report_model *m) {
+    double best = NAN;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        if (s->skipped || !(s->grad_amax > 0) || !(s->scale_before > 0)) continue;
+        double u = s->grad_amax / s->scale_before;
+        if (isnan(best) || u > best) best = u;
+    }
+    return best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Summary and verdict
+
+void report_summarize(const report_model *m, report_summary *s) {
+    *s = (report_summary){.first_step = -1, .last_step = -1, .final_loss = NAN,
+                          .scale_min = NAN, .scale_max = NAN};
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *st = &m->steps[i];
+        s->steps++;
+        if (s->first_step < 0 || st->step < s->first_step) s->first_step = st->step;
+        if (st->step >= s->last_step) {
+            s->last_step = st->step;
+            s->final_loss = st->loss;
+        }
+        s->skipped += st->skipped;
+        s->nonfinite_losses += !st->loss_finite && (isnan(st->loss) || isinf(st->loss));
+        double sc[2] = {st->scale_before, st->scale_after};
+        for (int k = 0; k < 2; k++) {
+            if (!st->has_scale || isnan(sc[k])) continue;
+            if (isnan(s->scale_min) || sc[k] < s->scale_min) s->scale_min = sc[k];
+            if (isnan(s->scale_max) || sc[k] > s->scale_max) s->scale_max = sc[k];
+        }
+    }
+}
+
+void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
+    size_t errors = 0, warnings = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        errors += f->v[i].severity == AMP_SEVERITY_ERROR;
+        warnings += f->v[i].severity == AMP_SEVERITY_WARNING;
+    }
+    report_summary s;
+    report_summarize(m, &s);
+    if (errors + warnings == 0) {
+        if (s.steps == 0)
+            snprintf(buf, n, "No training step was recorded in %s%s, so there is nothing to "
+                             "diagnose yet: did the program run with the launcher (ampprobe run) "
+                             "and reach its first step?",
+                     m->path, m->step_lo > INT64_MIN || m->step_hi < INT64_MAX ? " (in the focused steps)" : "");
+        else
+            snprintf(buf, n, "Healthy: %lld steps without a non-finite value%s, no op close to the "
+                             "autocast dtype's range and no gradient lost to underflow.",
+                     (long long)s.steps, s.skipped ? "" : " or a skipped step");
+        return;
+    }
+    const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
+    const char *what = errors ? "Training broke" : "Training ran, with problems";
+    int k = snprintf(buf, n, "%s: %s", what, top->title);
+    if (k < 0 || (size_t)k >= n) return;
+    // the advice's first sentence is the fix
+    const char *end = strstr(top->advice, ". ");
+    int len = end ? (int)(end - top->advice) + 1 : (int)strlen(top->advice);
+    int w = snprintf(buf + k, n - (size_t)k, ". Fix: %.*s", len, top->advice);
+    if (w < 0 || (size_t)(k + w) >= n) return;
+    k += w;
+    size_t others = errors + warnings - 1;
+    if (others)
+        snprintf(buf + k, n - (size_t)k, " (%zu more finding%s below, %zu error%s in all.)", others,
+                 others == 1 ? "" : "s", errors, errors == 1 ? "" : "s");
+}

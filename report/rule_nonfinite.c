@@ -1,0 +1,306 @@
+/*
+ * rule_nonfinite.c — rule `nonfinite-root-cause`: where the first NaN/inf came from, and why.
+ *
+ * libampcore's instrumentation (libampcore/src/instrument.c) traces non-finite values to the op
+ * that produced them: `nonfinite_producer` (finite inputs, non-finite output; forward or
+ * backward), `nonfinite_input` (NaN/inf arriving in a data tensor), `nonfinite_propagated` (an op
+ * that only passed it on), `loss_nonfinite`, and `grad_overflow` (gradients overflowed while the
+ * forward pass stayed finite: the loss scale was too high). This rule picks the root of each
+ * chain, the first forward producer or data input of a step, names it and explains it from the
+ * op and the input/output ranges of the event's detail:
+ *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504;
+ *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN;
+ *   - NaN in the input data;
+ *   - exploding gradients: backward producers while the forward stayed finite at a low scale.
+ * A backward overflow at a high loss scale is the GradScaler doing its job: info, not an error
+ * (rule loss-scale judges whether the skips are too frequent).
+ */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RULE "nonfinite-root-cause"
+#define LOW_SCALE 16.0 // a backward overflow below this scale means gradients beyond 4096 unscaled
+
+// ---------------------------------------------------------------------------------------------
+// The event's detail: "input 0 f16 (8, 64) min -6.2 max 6.1 amax 6.2; output f16 (...) min ...
+// amax 65440 (0 nan, 3913 +inf, 3977 -inf); "
+
+typedef struct ranges {
+    double in_amax;  // largest amax over the inputs (forward inputs, incoming gradient); NaN: none
+    double out_amax; // NaN: none
+    char out_dtype[8];
+    long long nan, posinf, neginf; // of the output
+    bool in_nonfinite;             // an input held non-finite values
+} ranges;
+
+static void parse_ranges(const char *detail, ranges *r) {
+    *r = (ranges){.in_amax = NAN, .out_amax = NAN};
+    if (!detail) return;
+    for (const char *seg = detail; *seg;) {
+        const char *end = strchr(seg, ';');
+        size_t len = end ? (size_t)(end - seg) : strlen(seg);
+        char buf[512];
+        snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), seg);
+        bool output = strncmp(buf, "output", 6) == 0 || strncmp(buf, "gradient", 8) == 0;
+        const char *am = strstr(buf, " amax ");
+        double amax = am ? strtod(am + 6, NULL) : NAN;
+        long long n_nan = 0, n_pos = 0, n_neg = 0;
+        const char *paren = strrchr(buf, '(');
+        bool counts = paren && sscanf(paren, "(%lld nan, %lld +inf, %lld -inf)", &n_nan, &n_pos,
+                                      &n_neg) == 3;
+        if (output) {
+            r->out_amax = amax;
+            if (counts) r->nan = n_nan, r->posinf = n_pos, r->neginf = n_neg;
+            const char *sp = strchr(buf, ' ');
+            if (sp) sscanf(sp + 1, "%7s", r->out_dtype);
+        } else {
+            if (!isnan(amax) && (isnan(r->in_amax) || amax > r->in_amax)) r->in_amax = amax;
+            r->in_nonfinite |= counts && n_nan + n_pos + n_neg > 0;
+        }
+        if (!end) break;
+        seg = end + 1;
+        while (*seg == ' ') seg++;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Which events belong together
+
+static bool is(const report_event *e, const char *kind) { return strcmp(e->kind, kind) == 0; }
+static bool is_fwd(const report_event *e) { return e->phase && strcmp(e->phase, "fwd") == 0; }
+static bool same_site(const report_event *a, const report_event *b) {
+    return a->pid == b->pid && a->layer_id == b->layer_id && strcmp(a->kind, b->kind) == 0 &&
+           strcmp(a->op ? a->op : "", b->op ? b->op : "") == 0 &&
+           strcmp(a->phase ? a->phase : "", b->phase ? b->phase : "") == 0;
+}
+
+// A step's forward went non-finite (a forward producer or a data input).
+static bool fwd_root(const report_event *e) {
+    return (is(e, AMP_EVENT_NONFINITE_PRODUCER) && is_fwd(e)) || is(e, "nonfinite_input");
+}
+
+// Steps (first, last) and occurrences of the events at the same site as e.
+static int64_t site_span(const report_model *m, const report_event *e, int64_t *first,
+                         int64_t *last) {
+    int64_t occ = 0;
+    *first = e->step;
+    *last = e->last_step;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *o = &m->events[i];
+        if (!same_site(o, e)) continue;
+        occ += o->occurrences;
+        if (o->step < *first) *first = o->step;
+        if (o->last_step > *last) *last = o->last_step;
+    }
+    return occ;
+}
+
+// Events of kind in steps first..last of pid, counted with their occurrences.
+static int64_t count_kind(const report_model *m, int32_t pid, const char *kind, int64_t first,
+                          int64_t last) {
+    int64_t n = 0;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (e->pid == pid && is(e, kind) && e->last_step >= first && e->step <= last)
+            n += e->occurrences;
+    }
+    return n;
+}
+
+static bool op_in(const char *op, const char *const *list) {
+    for (; op && *list; list++)
+        if (strcmp(op, *list) == 0) return true;
+    return false;
+}
+
+static const char *const gemm_ops[] = {"matmul", "linear", "mm", "bmm", "addmm", "baddbmm",
+                                       "mul", "conv2d", "conv1d", "einsum", NULL};
+static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
+                                       "rsqrt", "sqrt", "pow", NULL};
+
+static void where(report_finding *f, const report_model *m, const report_event *e) {
+    report_finding_where(f, report_layer_name(m, e->pid, e->layer_id), e->op, e->phase);
+}
+
+static const char *layer_words(const report_finding *f) {
+    return f->layer[0] ? f->layer : "the top level (no layer)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The findings
+
+static void explain_forward(report_finding *f, const report_event *e, const ranges *r) {
+    bool attention = strstr(f->layer, "attn") != NULL;
+    bool half = strcmp(r->out_dtype, "f16") == 0;
+    bool infs = r->posinf + r->neginf > 0;
+    if (is(e, "nonfinite_input")) {
+        snprintf(f->title, sizeof f->title, "NaN/inf in the input data at step %lld, first seen by %s %s",
+                 (long long)f->first_step, layer_words(f), f->op);
+        snprintf(f->advice, sizeof f->advice,
+                 "Sanitize the data: find the batch of step %lld and the sample that carries "
+                 "NaN/inf (check the loader, the normalisation statistics, divisions by a zero "
+                 "std), and assert isfinite() on each batch before the forward pass. Under fp16 "
+                 "the GradScaler skips such a step; without it (fp32/bf16) the NaN reaches the "
+                 "weights.",
+                 (long long)f->first_step);
+    } else if (op_in(e->op, zero_ops)) {
+        snprintf(f->title, sizeof f->title, "%s of zero in %s at step %lld gives %s", e->op,
+                 layer_words(f), (long long)f->first_step,
+                 r->neginf ? "-inf" : r->posinf ? "+inf" : "NaN");
+        snprintf(f->advice, sizeof f->advice,
+                 "Keep the argument of %s away from zero: clamp it (x.clamp_min(eps)) or add an "
+                 "eps to the denominator, and compute log-probabilities with log_softmax / a fused "
+                 "cross_entropy (log-sum-exp) instead of log(softmax(x)). Also check what drives "
+                 "the input to 0 (an oversized temperature or logit gain). Precision does not "
+                 "help here: this underflows in fp32 too.",
+                 e->op);
+    } else if (op_in(e->op, gemm_ops) && infs && half) {
+        snprintf(f->title, sizeof f->title,
+                 "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",
+                 layer_words(f), f->op, (long long)f->first_step, r->in_amax);
+        snprintf(f->advice, sizeof f->advice,
+                 "Keep %s %s in fp32: disable autocast around it (with torch.autocast(..., "
+                 "enabled=False) and .float() inputs; amp_autocast_begin(ctx, false, ...) here), "
+                 "or train in bf16, which has fp32's range. Better, keep the activation "
+                 "normalised: %s.",
+                 layer_words(f), f->op,
+                 attention ? "scale the attention logits by 1/sqrt(d_head) (check the temperature "
+                             "of q@k^T) or clamp them before the softmax"
+                           : "normalise the input (LayerNorm before it), scale or clamp the "
+                             "logits, lower the init scale of the weights");
+    } else {
+        snprintf(f->title, sizeof f->title,
+                 "%s %s produced non-finite values from finite inputs at step %lld", layer_words(f),
+                 f->op, (long long)f->first_step);
+        snprintf(f->advice, sizeof f->advice,
+                 "Look at what %s computes on the inputs below: keep it in fp32 (autocast "
+                 "disabled around it) if the output exceeds the %s range, clamp its input if it "
+                 "is a log/exp/division, or train in bf16.",
+                 f->op, r->out_dtype[0] ? r->out_dtype : "autocast dtype");
+    }
+}
+
+static void add_forward_root(const report_model *m, const report_event *e, report_findings *out) {
+    ranges r;
+    parse_ranges(e->detail, &r);
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
+    where(f, m, e);
+    int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    explain_forward(f, e, &r);
+    int64_t losses = count_kind(m, e->pid, AMP_EVENT_LOSS_NONFINITE, f->first_step, f->last_step);
+    int64_t skipped = count_kind(m, e->pid, AMP_EVENT_STEP_SKIPPED, f->first_step, f->last_step);
+    snprintf(f->detail, sizeof f->detail, "%s%s%lld step%s affected; non-finite loss in %lld, %lld "
+             "skipped.",
+             e->detail ? e->detail : "", e->detail ? "\n" : "", (long long)occ, occ == 1 ? "" : "s",
+             (long long)losses, (long long)skipped);
+    report_finding_evidence(f, "steps_affected", (double)occ);
+    report_finding_evidence(f, "nonfinite_elements", e->count >= 0 ? (double)e->count : NAN);
+    report_finding_evidence(f, "input_amax", r.in_amax);
+    report_finding_evidence(f, "output_amax", r.out_amax);
+    report_finding_evidence(f, "output_nan", (double)r.nan);
+    report_finding_evidence(f, "output_posinf", (double)r.posinf);
+    report_finding_evidence(f, "output_neginf", (double)r.neginf);
+    if (strcmp(r.out_dtype, "f16") == 0) report_finding_evidence(f, "dtype_max", REPORT_F16_MAX);
+    report_finding_evidence(f, "nonfinite_losses", (double)losses);
+    report_finding_evidence(f, "skipped_steps", (double)skipped);
+}
+
+// A backward producer in a step whose forward stayed finite.
+static void add_backward(const report_model *m, const report_event *e, report_findings *out) {
+    ranges r;
+    parse_ranges(e->detail, &r);
+    const report_step *st = report_step_find(m, e->pid, e->step);
+    double scale = st && st->has_scale ? st->scale_before : NAN;
+    bool exploding = !(scale >= LOW_SCALE); // no scaler, or a low scale: the gradients are huge
+    report_finding *f =
+        report_finding_add(out, RULE, exploding ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
+    where(f, m, e);
+    int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    if (exploding) {
+        snprintf(f->title, sizeof f->title,
+                 "exploding gradients: the backward of %s %s overflowed at step %lld at loss "
+                 "scale %g",
+                 layer_words(f), f->op, (long long)f->first_step, isnan(scale) ? 1.0 : scale);
+        snprintf(f->advice, sizeof f->advice,
+                 "Clip the gradients (unscale_ the optimizer, then clip_grad_norm_) and lower the "
+                 "learning rate or add warm-up; check the layer's initialisation. The loss scale is "
+                 "already low, so lowering it further does not help.");
+    } else {
+        snprintf(f->title, sizeof f->title,
+                 "gradient overflow in the backward of %s %s at loss scale %g (forward finite): "
+                 "the GradScaler skipped %s and backed off",
+                 layer_words(f), f->op, scale, occ == 1 ? "the step" : "those steps");
+        snprintf(f->advice, sizeof f->advice,
+                 "Nothing to fix while it is rare: this is how dynamic loss scaling finds its "
+                 "scale. If it repeats, see the loss-scale finding (init_scale, growth_interval).");
+    }
+    snprintf(f->detail, sizeof f->detail, "%s%s%lld occurrence%s.", e->detail ? e->detail : "",
+             e->detail ? "\n" : "", (long long)occ, occ == 1 ? "" : "s");
+    report_finding_evidence(f, "occurrences", (double)occ);
+    report_finding_evidence(f, "loss_scale", scale);
+    report_finding_evidence(f, "incoming_amax", r.in_amax);
+    report_finding_evidence(f, "gradient_amax", r.out_amax);
+    report_finding_evidence(f, "gradient_posinf", (double)r.posinf);
+    report_finding_evidence(f, "gradient_neginf", (double)r.neginf);
+}
+
+static void add_loss_only(const report_model *m, const report_event *e, report_findings *out) {
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
+    int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    report_finding_where(f, NULL, NULL, NULL);
+    snprintf(f->title, sizeof f->title,
+             "the loss became %s at step %lld with no op traced as the producer",
+             isinf(e->value) ? "inf" : "NaN", (long long)f->first_step);
+    snprintf(f->detail, sizeof f->detail, "%s; %lld step%s with a non-finite loss.",
+             e->detail ? e->detail : "loss_nonfinite", (long long)occ, occ == 1 ? "" : "s");
+    snprintf(f->advice, sizeof f->advice,
+             "Check the loss computation: compute it in fp32 from fp32 logits with a fused "
+             "cross_entropy/log_softmax, guard logs and divisions with an eps; then record "
+             "statistics on every step (ampprobe run --stats-every 1) to trace the producing op.");
+    report_finding_evidence(f, "steps_affected", (double)occ);
+    report_finding_evidence(f, "loss", e->value);
+}
+
+void rule_nonfinite_run(const report_model *m, report_findings *out) {
+    // The root of each step: its first forward producer or data input (events are in recording
+    // order). One finding per distinct root site; the first step that site was the root leads.
+    bool any_root = false;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (!fwd_root(e)) continue;
+        bool root_of_step = true, seen = false;
+        for (size_t j = 0; j < i && root_of_step; j++) {
+            const report_event *o = &m->events[j];
+            if (fwd_root(o) && o->pid == e->pid && o->step == e->step) root_of_step = false;
+            if (same_site(o, e)) seen = true;
+        }
+        if (!root_of_step || seen) continue;
+        add_forward_root(m, e, out);
+        any_root = true;
+    }
+    // Backward producers of steps whose forward stayed finite: one finding per site.
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (!is(e, AMP_EVENT_NONFINITE_PRODUCER) || is_fwd(e)) continue;
+        bool fwd_broken = false, seen = false;
+        for (size_t j = 0; j < m->n_events; j++) {
+            const report_event *o = &m->events[j];
+            if (o->pid == e->pid && o->step <= e->step && o->last_step >= e->step &&
+                (fwd_root(o) || is(o, AMP_EVENT_LOSS_NONFINITE)))
+                fwd_broken = true;
+            if (j < i && same_site(o, e)) seen = true;
+        }
+        if (!fwd_broken && !seen) add_backward(m, e, out);
+    }
+    if (any_root) return;
+    // A non-finite loss that no forward producer explains.
+    for (size_t i = 0; i < m->n_events; i++) {
+        if (is(&m->events[i], AMP_EVENT_LOSS_NONFINITE)) {
+            add_loss_only(m, &m->events[i], out);
+            return;
+        }
+    }
+}

@@ -1,0 +1,281 @@
+/*
+ * rule_scale.c — rule `loss-scale`: the GradScaler's dynamics over the focused steps (the scale
+ * columns of AMP_STEPS, one row per update, as recorded in AMP_SCALE), per process:
+ *   - collapse: many consecutive backoffs, the scale driven toward 0 (a symptom: something is
+ *     non-finite on every step);
+ *   - sawtooth/thrash: repeated growth-then-overflow cycles (growth interval too short or growth
+ *     factor too large), each cycle costing a skipped step;
+ *   - frequent skipped steps (beyond the initial calibration, when the scale backs off from its
+ *     initial value to where the gradients fit);
+ *   - a scale stuck low: it never grows while the gradients leave many bits of fp16 headroom,
+ *     so small gradients underflow.
+ * Recommendations come from the observed gradient amax (AMP_TENSOR_STATS activation_grad and
+ * weight_grad): the init_scale that keeps the scaled amax under 65504/2.
+ */
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+#define RULE "loss-scale"
+#define COLLAPSE_BACKOFFS 5  // consecutive backoffs that make a collapse
+#define THRASH_CYCLES 3      // growth->backoff cycles that make a sawtooth
+#define SKIP_RATE_WARN 0.05  // share of steps skipped (after calibration) worth a warning
+#define STUCK_LOW_SCALE 128.0
+#define STUCK_LOW_HEADROOM_BITS 8.0
+
+typedef struct scale_run {
+    int32_t pid;
+    int64_t n, skipped, calib_skipped, backoffs, growths, cycles;
+    int64_t first_step, last_step;
+    double scale_min, scale_max, scale_last;
+    // the longest run of consecutive backoffs
+    int64_t collapse_len, collapse_first, collapse_last;
+    double collapse_from, collapse_to;
+    int64_t min_growth_interval; // fewest clean updates before a growth; -1: no growth
+    int64_t last_half_backoffs;
+    int64_t first_skip, last_skip;
+} scale_run;
+
+// The scale updates of one process, from index *i on; *i ends past them.
+static void scan(const report_model *m, size_t *i, scale_run *r) {
+    *r = (scale_run){.pid = m->steps[*i].pid, .first_step = -1, .scale_min = NAN,
+                     .scale_max = NAN, .scale_last = NAN, .min_growth_interval = -1,
+                     .first_skip = -1, .last_skip = -1};
+    int64_t run = 0, run_first = -1, clean = 0;
+    double run_from = NAN;
+    bool grew_since_backoff = false, calibrating = true;
+    size_t start = *i;
+    size_t end = start;
+    while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
+    int64_t n_scaled = 0;
+    for (size_t k = start; k < end; k++) n_scaled += m->steps[k].has_scale;
+    int64_t seen = 0;
+    for (size_t k = start; k < end; k++) {
+        const report_step *s = &m->steps[k];
+        if (!s->has_scale) continue;
+        seen++;
+        if (r->first_step < 0) r->first_step = s->step;
+        r->last_step = s->step;
+        r->n++;
+        double sc[2] = {s->scale_before, s->scale_after};
+        for (int j = 0; j < 2; j++) {
+            if (isnan(sc[j])) continue;
+            if (isnan(r->scale_min) || sc[j] < r->scale_min) r->scale_min = sc[j];
+            if (isnan(r->scale_max) || sc[j] > r->scale_max) r->scale_max = sc[j];
+        }
+        r->scale_last = s->scale_after;
+        if (s->skipped) {
+            r->skipped++;
+            if (calibrating) r->calib_skipped++;
+            if (r->first_skip < 0) r->first_skip = s->step;
+            r->last_skip = s->step;
+        } else {
+            calibrating = false;
+        }
+        bool backoff = s->scale_after < s->scale_before, growth = s->scale_after > s->scale_before;
+        if (backoff) {
+            r->backoffs++;
+            if (seen * 2 > n_scaled) r->last_half_backoffs++;
+            if (grew_since_backoff) r->cycles++;
+            grew_since_backoff = false;
+            if (run == 0) run_first = s->step, run_from = s->scale_before;
+            run++;
+            if (run > r->collapse_len) {
+                r->collapse_len = run;
+                r->collapse_first = run_first;
+                r->collapse_last = s->step;
+                r->collapse_from = run_from;
+                r->collapse_to = s->scale_after;
+            }
+            clean = 0;
+        } else {
+            run = 0;
+            if (!s->found_inf) clean++;
+            if (growth) {
+                r->growths++;
+                grew_since_backoff = true;
+                if (r->min_growth_interval < 0 || clean < r->min_growth_interval)
+                    r->min_growth_interval = clean;
+                clean = 0;
+            }
+        }
+    }
+    *i = end;
+}
+
+// True when the forward pass went non-finite in steps first..last of pid (rule
+// nonfinite-root-cause explains those).
+static bool forward_broken(const report_model *m, int32_t pid, int64_t first, int64_t last) {
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (e->pid != pid || e->last_step < first || e->step > last) continue;
+        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 || strcmp(e->kind, "nonfinite_input") == 0 ||
+            (strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 && e->phase &&
+             strcmp(e->phase, "fwd") == 0))
+            return true;
+    }
+    return false;
+}
+
+static void recommend(report_finding *f, double rec_scale, double u) {
+    report_finding_evidence(f, "grad_amax_unscaled", u);
+    report_finding_evidence(f, "recommended_init_scale", rec_scale);
+}
+
+// "init_scale=2^k (…)" for the advice, or a fallback when no gradient statistics were recorded.
+static void init_scale_words(char *buf, size_t n, double rec_scale, double u) {
+    if (isnan(rec_scale))
+        snprintf(buf, n, "an init_scale a few powers of two below the scale where it overflows "
+                         "(record gradient statistics to get a number)");
+    else
+        snprintf(buf, n, "init_scale=%g (largest unscaled gradient %.3g; x%g keeps it under "
+                         "65504/2)",
+                 rec_scale, u, rec_scale);
+}
+
+void rule_scale_run(const report_model *m, report_findings *out) {
+    double u = report_unscaled_grad_amax(m);
+    double rec = report_scale_for_amax(u);
+    char init_words[256];
+    init_scale_words(init_words, sizeof init_words, rec, u);
+    for (size_t i = 0; i < m->n_steps;) {
+        scale_run r;
+        scan(m, &i, &r);
+        if (r.n == 0) continue;
+        double rate = (double)(r.skipped - r.calib_skipped) /
+                      (double)(r.n - r.calib_skipped > 0 ? r.n - r.calib_skipped : 1);
+        bool reported = false;
+
+        if (r.collapse_len >= COLLAPSE_BACKOFFS || (r.backoffs > 0 && r.scale_last < 1.0)) {
+            bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
+            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+            report_finding_where(f, NULL, NULL, "optim");
+            f->first_step = r.collapse_first;
+            f->last_step = r.collapse_last;
+            snprintf(f->title, sizeof f->title,
+                     "loss scale collapse: %lld consecutive backoffs from %g to %g (steps %lld-%lld)",
+                     (long long)r.collapse_len, r.collapse_from, r.collapse_to,
+                     (long long)r.collapse_first, (long long)r.collapse_last);
+            snprintf(f->detail, sizeof f->detail,
+                     "%lld of %lld steps skipped; every update in that range found inf/NaN "
+                     "gradients.%s",
+                     (long long)r.skipped, (long long)r.n,
+                     broken ? " The forward pass was already non-finite in those steps." : "");
+            if (broken)
+                snprintf(f->advice, sizeof f->advice,
+                         "Fix the non-finite forward pass first (see the nonfinite-root-cause "
+                         "finding): no loss scale can make a NaN forward finite, so the scaler "
+                         "halves the scale toward 0 and skips every step.");
+            else
+                snprintf(f->advice, sizeof f->advice,
+                         "The gradients overflow at every scale: they explode. Clip them "
+                         "(unscale_, then clip_grad_norm_), lower the learning rate or add "
+                         "warm-up; then restart from %s.",
+                         init_words);
+            report_finding_evidence(f, "consecutive_backoffs", (double)r.collapse_len);
+            report_finding_evidence(f, "scale_from", r.collapse_from);
+            report_finding_evidence(f, "scale_to", r.collapse_to);
+            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
+            report_finding_evidence(f, "steps", (double)r.n);
+            reported = true;
+        }
+        if (r.cycles >= THRASH_CYCLES) {
+            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+            report_finding_where(f, NULL, NULL, "optim");
+            f->first_step = r.first_skip;
+            f->last_step = r.last_skip;
+            snprintf(f->title, sizeof f->title,
+                     "loss scale sawtooth: %lld grow-then-overflow cycles between %g and %g, "
+                     "%lld of %lld steps skipped",
+                     (long long)r.cycles, r.scale_min, r.scale_max, (long long)r.skipped,
+                     (long long)r.n);
+            snprintf(f->detail, sizeof f->detail,
+                     "%lld growths and %lld backoffs; the scale grew after as few as %lld clean "
+                     "update%s, so it climbs back into overflow right after each backoff.",
+                     (long long)r.growths, (long long)r.backoffs, (long long)r.min_growth_interval,
+                     r.min_growth_interval == 1 ? "" : "s");
+            snprintf(f->advice, sizeof f->advice,
+                     "Let the scale rest: growth_interval=2000 (PyTorch's default) and "
+                     "growth_factor=2, backoff_factor=0.5; start from %s.",
+                     init_words);
+            report_finding_evidence(f, "cycles", (double)r.cycles);
+            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
+            report_finding_evidence(f, "skip_rate", (double)r.skipped / (double)r.n);
+            report_finding_evidence(f, "observed_growth_interval", (double)r.min_growth_interval);
+            report_finding_evidence(f, "scale_min", r.scale_min);
+            report_finding_evidence(f, "scale_max", r.scale_max);
+            report_finding_evidence(f, "recommended_growth_interval", 2000);
+            recommend(f, rec, u);
+            reported = true;
+        }
+        if (!reported && r.skipped - r.calib_skipped >= 2 && rate > SKIP_RATE_WARN) {
+            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+            report_finding_where(f, NULL, NULL, "optim");
+            f->first_step = r.first_skip;
+            f->last_step = r.last_skip;
+            snprintf(f->title, sizeof f->title,
+                     "%.0f%% of the steps were skipped (%lld of %lld after calibration)",
+                     100 * rate, (long long)(r.skipped - r.calib_skipped),
+                     (long long)(r.n - r.calib_skipped));
+            snprintf(f->detail, sizeof f->detail,
+                     "The gradients keep overflowing at scales between %g and %g; each overflow "
+                     "throws a step away.",
+                     r.scale_min, r.scale_max);
+            snprintf(f->advice, sizeof f->advice,
+                     "Start lower and grow slower: %s, growth_interval=2000. If the overflows "
+                     "come from a few outlier batches, clip the gradients.",
+                     init_words);
+            report_finding_evidence(f, "skip_rate", rate);
+            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
+            report_finding_evidence(f, "calibration_skips", (double)r.calib_skipped);
+            recommend(f, rec, u);
+            reported = true;
+        }
+        double headroom_bits = isnan(u) ? NAN : log2(REPORT_SCALE_TARGET / (u * r.scale_last));
+        bool room = isnan(headroom_bits) ? r.scale_last <= 1.0
+                                         : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
+        if (!reported && r.scale_last <= STUCK_LOW_SCALE && r.last_half_backoffs == 0 &&
+            r.growths == 0 && room) {
+            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+            report_finding_where(f, NULL, NULL, "optim");
+            f->first_step = r.first_step;
+            f->last_step = r.last_step;
+            snprintf(f->title, sizeof f->title,
+                     "loss scale stuck low at %g for %lld steps: it never grew",
+                     r.scale_last, (long long)r.n);
+            if (isnan(headroom_bits))
+                snprintf(f->detail, sizeof f->detail,
+                         "No gradient statistics were recorded, so the headroom is unknown; a "
+                         "scale this low lets small fp16 gradients underflow to zero.");
+            else
+                snprintf(f->detail, sizeof f->detail,
+                         "The largest scaled gradient stays %.0f bits below 65504/2: small fp16 "
+                         "gradients underflow to zero (see grad-underflow).",
+                         headroom_bits);
+            snprintf(f->advice, sizeof f->advice,
+                     "Raise the scale: %s, and let it grow (growth_interval=2000, not disabled).",
+                     init_words);
+            report_finding_evidence(f, "scale", r.scale_last);
+            report_finding_evidence(f, "steps", (double)r.n);
+            report_finding_evidence(f, "headroom_bits", headroom_bits);
+            recommend(f, rec, u);
+            reported = true;
+        }
+        if (!reported && r.skipped > 0) {
+            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
+            report_finding_where(f, NULL, NULL, "optim");
+            f->first_step = r.first_skip;
+            f->last_step = r.last_skip;
+            snprintf(f->title, sizeof f->title, "%lld of %lld steps skipped by the GradScaler",
+                     (long long)r.skipped, (long long)r.n);
+            snprintf(f->detail, sizeof f->detail, "Scale between %g and %g, %lld during the "
+                     "initial calibration.",
+                     r.scale_min, r.scale_max, (long long)r.calib_skipped);
+            snprintf(f->advice, sizeof f->advice,
+                     "Nothing to do: occasional skips are how dynamic loss scaling works.");
+            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
+            report_finding_evidence(f, "steps", (double)r.n);
+        }
+    }
+}

@@ -1,0 +1,216 @@
+/*
+ * test_e2e.c — end to end on the CPU: each sample's --fault run under `ampprobe run` leaves a
+ * database whose AMP_EVENTS name the right producer (layer, op, step) or show the underflow or
+ * thrash pattern; healthy runs have no non-finite events; the scale history in AMP_SCALE is what
+ * the sample printed; a kill -9 of the training process leaves a database that opens, passes
+ * integrity_check and holds the steps before the kill.
+ */
+#include "tests.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#define AMPPROBE AMP_BINARY_DIR "/ampprobe"
+#define SAMPLE(name) AMP_BINARY_DIR "/samples/" name
+
+static char dir[64];
+static char db_path[128];
+
+static void setup(void) {
+    strcpy(dir, "/tmp/ampprobe-e2e-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
+}
+
+static void teardown(void) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+// Runs `ampprobe run -o db -- sample args`, keeping the sample's stdout in out; returns the exit
+// status.
+static int probe_run(const char *sample, const char *args, char *out, size_t n) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s run -o %s -- %s %s 2>/dev/null", AMPPROBE, db_path, sample, args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t k = fread(out, 1, n - 1, p);
+    out[k] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static sqlite3 *open_db(void) {
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    return db;
+}
+
+// The first text/integer value of a query ("" / -1 when there is no row).
+static char text_buf[512];
+static const char *query_text(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    text_buf[0] = 0;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(text_buf, sizeof text_buf, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return text_buf;
+}
+
+static long long query_int(sqlite3 *db, const char *sql) {
+    const char *t = query_text(db, sql);
+    return *t ? atoll(t) : -1;
+}
+
+#define FIRST_EVENT(kind_sql)                                                                      \
+    "SELECT e.step || ' ' || COALESCE(l.name, '-') || ' ' || COALESCE(e.op, '-') || ' ' || "       \
+    "COALESCE(e.phase, '-') FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l ON l.pid = e.pid AND "         \
+    "l.id = e.layer_id WHERE " kind_sql " ORDER BY e.step, e.rowid LIMIT 1"
+
+START_TEST(test_attn_overflow_names_the_attention_logits) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"), "--precision fp16 --fault attn-overflow --steps 6", out,
+                               sizeof out), 0);
+    sqlite3 *db = open_db();
+    ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")), "3 blocks.1.attn mul fwd");
+    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer' "
+                                   "AND step < 3"), 0);
+    // the scale history is the one the sample printed
+    int step;
+    double scale;
+    for (char *line = strstr(out, "step "); line; line = strstr(line + 1, "\nstep ")) {
+        if (*line == '\n') line++;
+        ck_assert_int_eq(sscanf(line, "step %d loss %*s scale %lf", &step, &scale), 2);
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT scale_before FROM AMP_SCALE WHERE step = %d", step);
+        ck_assert_close(atof(query_text(db, sql)), scale, 0, 0);
+    }
+    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE skipped"), 3);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_nan_input_is_data) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault nan-input --steps 7", out, sizeof out), 0);
+    sqlite3 *db = open_db();
+    ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind LIKE 'nonfinite%'")), "5 fc1 to fwd");
+    ck_assert_str_eq(query_text(db, "SELECT kind FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
+                                    "ORDER BY rowid LIMIT 1"), "nonfinite_input");
+    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer'"), 0);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_log_zero_outside_any_layer) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("simple_cnn"), "--precision fp16 --fault log-zero --steps 7", out,
+                               sizeof out), 0);
+    sqlite3 *db = open_db();
+    ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")), "5 - log fwd");
+    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'loss_nonfinite'"), 1);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_grad_underflow_zeroes_weight_grads) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault grad-underflow --steps 4", out,
+                               sizeof out), 0);
+    sqlite3 *db = open_db();
+    double zero_share = atof(query_text(db, "SELECT 1.0 * sum(n_zero) / sum(numel) FROM AMP_TENSOR_STATS "
+                                            "WHERE kind = 'weight_grad'"));
+    ck_assert_msg(zero_share > 0.99, "weight gradients zero share %.3f", zero_share);
+    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%'"), 0);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_scale_thrash_sawtooth) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault scale-thrash --steps 16", out,
+                               sizeof out), 0);
+    sqlite3 *db = open_db();
+    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after < scale_before"), 2);
+    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after > scale_before"), 4);
+    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'grad_overflow'"), 1);
+    // gradients overflowing at a high scale are not a forward problem
+    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
+                                   "AND phase = 'fwd'"), 0);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_healthy_runs_are_clean) {
+    const char *samples[] = {SAMPLE("mlp"), SAMPLE("simple_cnn"), SAMPLE("tiny_gpt")};
+    const char *precisions[] = {"fp16", "bf16"};
+    for (int i = 0; i < 3; i++)
+        for (int p = 0; p < 2; p++) {
+            char out[8192], args[64];
+            snprintf(args, sizeof args, "--precision %s --steps 4", precisions[p]);
+            unlink(db_path);
+            ck_assert_int_eq(probe_run(samples[i], args, out, sizeof out), 0);
+            sqlite3 *db = open_db();
+            ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_STEPS"), 4);
+            ck_assert_msg(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
+                                        "OR kind IN ('loss_nonfinite', 'step_skipped')") == 0,
+                          "%s %s has non-finite events", samples[i], precisions[p]);
+            ck_assert_int_gt(query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 0);
+            ck_assert_int_gt(query_int(db, "SELECT count(*) FROM AMP_OPS"), 0);
+            sqlite3_close(db);
+        }
+}
+END_TEST
+
+// kill -9 of the training process: the launcher exits 137, the database is whole.
+START_TEST(test_kill_9_survives) {
+    pid_t launcher = fork();
+    ck_assert_int_ge(launcher, 0);
+    if (launcher == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        dup2(devnull, 2);
+        execl(AMPPROBE, "ampprobe", "run", "-o", db_path, "--", SAMPLE("tiny_gpt"), "--steps",
+              "100000", (char *)NULL);
+        _exit(127);
+    }
+    // wait until some steps are in the database, then kill the sample (the launcher's child)
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "pkill -9 -P %d", (int)launcher);
+    sleep(3);
+    ck_assert_int_eq(system(cmd), 0);
+    int st;
+    ck_assert_int_eq(waitpid(launcher, &st, 0), launcher);
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 128 + SIGKILL);
+    sqlite3 *db = open_db();
+    ck_assert_str_eq(query_text(db, "PRAGMA integrity_check"), "ok");
+    ck_assert_int_gt(query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
+    sqlite3_close(db);
+}
+END_TEST
+
+Suite *e2e_suite(void) {
+    Suite *s = suite_create("e2e");
+    TCase *tc = tcase_create("faults");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_attn_overflow_names_the_attention_logits);
+    tcase_add_test(tc, test_nan_input_is_data);
+    tcase_add_test(tc, test_log_zero_outside_any_layer);
+    tcase_add_test(tc, test_grad_underflow_zeroes_weight_grads);
+    tcase_add_test(tc, test_scale_thrash_sawtooth);
+    tcase_add_test(tc, test_healthy_runs_are_clean);
+    tcase_add_test(tc, test_kill_9_survives);
+    suite_add_tcase(s, tc);
+    return s;
+}
