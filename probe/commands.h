@@ -8,5 +8,6 @@
 
 int amp_cmd_run(int argc, char **argv);
 int amp_cmd_conform(int argc, char **argv);
+int amp_cmd_report(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const struct command {
     const char *summary;
 } commands[] = {
     {"run", amp_cmd_run, "run a program with instrumentation on and record it (also: ampprobe -- PROG)"},
+    {"report", amp_cmd_report, "diagnose a recorded run: which layer, op and step went wrong, why, the fix"},
     {"conform", amp_cmd_conform, "check this build's AMP semantics against PyTorch reference files"},
 };
 

@@ -13,16 +13,18 @@
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
-// The rule registry: the order is the order of the --help listing
+// The rule registry (also the order of the --help listing)
 
+// Among findings of equal severity and first step, the earlier rule leads: the rules that name
+// a layer come before the scaler's view of the same trouble.
 const report_rule report_rules[] = {
     {"nonfinite-root-cause", "the first op that produced NaN/inf, why, and the fix", rule_nonfinite_run},
-    {"loss-scale", "GradScaler dynamics: skipped steps, sawtooth, collapse, a scale stuck low",
-     rule_scale_run},
-    {"overflow-headroom", "ops whose fp16/bf16 outputs come within 1 bit of the dtype's max",
-     rule_overflow_run},
     {"grad-underflow", "gradients lost to zero/subnormal in fp16, per layer, and the scale that keeps them",
      rule_underflow_run},
+    {"overflow-headroom", "ops whose fp16/bf16 outputs come within 1 bit of the dtype's max",
+     rule_overflow_run},
+    {"loss-scale", "GradScaler dynamics: skipped steps, sawtooth, collapse, a scale stuck low",
+     rule_scale_run},
 };
 const size_t report_n_rules = sizeof report_rules / sizeof report_rules[0];
 
@@ -176,11 +178,15 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
         "IFNULL(target_dtype, ''), count(*), sum(numel), max(amax), min(step), max(step), "
         "sum(IFNULL(n_overflow, 0)), sum(IFNULL(n_underflow, 0)), sum(IFNULL(n_zero, 0)), "
         "sum(IFNULL(n_nan, 0) + IFNULL(n_posinf, 0) + IFNULL(n_neginf, 0)), "
-        "sum(amax = 0 AND numel > 1), sum(CASE WHEN amax = 0 AND numel > 1 THEN numel ELSE 0 END), "
-        "sum(amax >= tmax / 2), min(CASE WHEN amax >= tmax / 2 THEN step END), "
-        "max(CASE WHEN amax >= tmax / 2 THEN step END) "
-        "FROM (SELECT *, CASE target_dtype WHEN 'f16' THEN 65504.0 "
-        "WHEN 'bf16' THEN 3.3895313892515355e38 END AS tmax FROM AMP_TENSOR_STATS "
+        "sum(amax = 0 AND numel > 1 AND finite), "
+        "sum(CASE WHEN amax = 0 AND numel > 1 AND finite THEN numel ELSE 0 END), "
+        "sum(near), min(CASE WHEN near THEN step END), max(CASE WHEN near THEN step END) "
+        // finite: no NaN/inf at all; near: within 2x of the target's max with no NaN or +inf
+        // (an attention mask's -inf is fine; an output that already overflowed is the business
+        // of rule nonfinite-root-cause)
+        "FROM (SELECT *, IFNULL(n_nan, 0) + IFNULL(n_posinf, 0) + IFNULL(n_neginf, 0) = 0 AS finite, "
+        "amax >= (CASE target_dtype WHEN 'f16' THEN 65504.0 WHEN 'bf16' THEN 3.3895313892515355e38 "
+        "END) / 2 AND IFNULL(n_nan, 0) + IFNULL(n_posinf, 0) = 0 AS near FROM AMP_TENSOR_STATS "
         "WHERE step BETWEEN ?1 AND ?2) GROUP BY 1, 2, 3, 4, 5, 6";
     sqlite3_stmt *q;
     if (!prepare(db, m->path, sql, m, &q, err)) return false;
@@ -387,9 +393,12 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
                              "and reach its first step?",
                      m->path, m->step_lo > INT64_MIN || m->step_hi < INT64_MAX ? " (in the focused steps)" : "");
         else
-            snprintf(buf, n, "Healthy: %lld steps without a non-finite value%s, no op close to the "
-                             "autocast dtype's range and no gradient lost to underflow.",
-                     (long long)s.steps, s.skipped ? "" : " or a skipped step");
+            snprintf(buf, n, "Healthy: no error or warning in %lld steps%s. The forward pass stayed "
+                             "finite, no op came near the autocast dtype's range and no layer lost "
+                             "a worrying share of its gradients to underflow.%s",
+                     (long long)s.steps,
+                     s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)" : "",
+                     f->n ? " The notes below are for information." : "");
         return;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest

@@ -126,7 +126,7 @@ static void where(report_finding *f, const report_model *m, const report_event *
 }
 
 static const char *layer_words(const report_finding *f) {
-    return f->layer[0] ? f->layer : "the top level (no layer)";
+    return f->layer[0] ? f->layer : "the top level";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,16 +161,23 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
         snprintf(f->title, sizeof f->title,
                  "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",
                  layer_words(f), f->op, (long long)f->first_step, r->in_amax);
-        snprintf(f->advice, sizeof f->advice,
-                 "Keep %s %s in fp32: disable autocast around it (with torch.autocast(..., "
-                 "enabled=False) and .float() inputs; amp_autocast_begin(ctx, false, ...) here), "
-                 "or train in bf16, which has fp32's range. Better, keep the activation "
-                 "normalised: %s.",
-                 layer_words(f), f->op,
-                 attention ? "scale the attention logits by 1/sqrt(d_head) (check the temperature "
-                             "of q@k^T) or clamp them before the softmax"
-                           : "normalise the input (LayerNorm before it), scale or clamp the "
-                             "logits, lower the init scale of the weights");
+        if (attention)
+            snprintf(f->advice, sizeof f->advice,
+                     "Scale the attention logits by 1/sqrt(d_head) (check the temperature/gain "
+                     "applied to q@k^T) so they stay far below fp16's 65504. If they must be "
+                     "large, keep the q@k^T matmul and this %s in fp32 (autocast disabled around "
+                     "them: torch.autocast(..., enabled=False) with .float() inputs; "
+                     "amp_autocast_begin(ctx, false, ...) here) or train in bf16, which has "
+                     "fp32's range.",
+                     f->op);
+        else
+            snprintf(f->advice, sizeof f->advice,
+                     "Keep %s %s in fp32: disable autocast around it (torch.autocast(..., "
+                     "enabled=False) with .float() inputs; amp_autocast_begin(ctx, false, ...) "
+                     "here), or train in bf16, which has fp32's range. Better, keep the "
+                     "activation normalised: a LayerNorm before it, scaled or clamped logits, a "
+                     "smaller weight init.",
+                     layer_words(f), f->op);
     } else {
         snprintf(f->title, sizeof f->title,
                  "%s %s produced non-finite values from finite inputs at step %lld", layer_words(f),
@@ -183,6 +190,14 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
     }
 }
 
+// The event's detail without its trailing "; " (empty when none).
+static int detail_len(const report_event *e) {
+    if (!e->detail) return 0;
+    int n = (int)strlen(e->detail);
+    while (n > 0 && (e->detail[n - 1] == ' ' || e->detail[n - 1] == ';')) n--;
+    return n;
+}
+
 static void add_forward_root(const report_model *m, const report_event *e, report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
@@ -192,9 +207,10 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     explain_forward(f, e, &r);
     int64_t losses = count_kind(m, e->pid, AMP_EVENT_LOSS_NONFINITE, f->first_step, f->last_step);
     int64_t skipped = count_kind(m, e->pid, AMP_EVENT_STEP_SKIPPED, f->first_step, f->last_step);
-    snprintf(f->detail, sizeof f->detail, "%s%s%lld step%s affected; non-finite loss in %lld, %lld "
-             "skipped.",
-             e->detail ? e->detail : "", e->detail ? "\n" : "", (long long)occ, occ == 1 ? "" : "s",
+    int dl = detail_len(e);
+    snprintf(f->detail, sizeof f->detail,
+             "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.", dl,
+             dl ? e->detail : "", dl ? ".\n" : "", (long long)occ, occ == 1 ? "" : "s",
              (long long)losses, (long long)skipped);
     report_finding_evidence(f, "steps_affected", (double)occ);
     report_finding_evidence(f, "nonfinite_elements", e->count >= 0 ? (double)e->count : NAN);
@@ -222,7 +238,7 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
     if (exploding) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s %s overflowed at step %lld at loss "
-                 "scale %g",
+                 "scale %.9g",
                  layer_words(f), f->op, (long long)f->first_step, isnan(scale) ? 1.0 : scale);
         snprintf(f->advice, sizeof f->advice,
                  "Clip the gradients (unscale_ the optimizer, then clip_grad_norm_) and lower the "
@@ -230,15 +246,16 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "already low, so lowering it further does not help.");
     } else {
         snprintf(f->title, sizeof f->title,
-                 "gradient overflow in the backward of %s %s at loss scale %g (forward finite): "
+                 "gradient overflow in the backward of %s %s at loss scale %.9g (forward finite): "
                  "the GradScaler skipped %s and backed off",
                  layer_words(f), f->op, scale, occ == 1 ? "the step" : "those steps");
         snprintf(f->advice, sizeof f->advice,
                  "Nothing to fix while it is rare: this is how dynamic loss scaling finds its "
                  "scale. If it repeats, see the loss-scale finding (init_scale, growth_interval).");
     }
-    snprintf(f->detail, sizeof f->detail, "%s%s%lld occurrence%s.", e->detail ? e->detail : "",
-             e->detail ? "\n" : "", (long long)occ, occ == 1 ? "" : "s");
+    int dl = detail_len(e);
+    snprintf(f->detail, sizeof f->detail, "%.*s%s%lld occurrence%s.", dl, dl ? e->detail : "",
+             dl ? ".\n" : "", (long long)occ, occ == 1 ? "" : "s");
     report_finding_evidence(f, "occurrences", (double)occ);
     report_finding_evidence(f, "loss_scale", scale);
     report_finding_evidence(f, "incoming_amax", r.in_amax);

@@ -129,7 +129,7 @@ static void init_scale_words(char *buf, size_t n, double rec_scale, double u) {
         snprintf(buf, n, "an init_scale a few powers of two below the scale where it overflows "
                          "(record gradient statistics to get a number)");
     else
-        snprintf(buf, n, "init_scale=%g (largest unscaled gradient %.3g; x%g keeps it under "
+        snprintf(buf, n, "init_scale=%.9g (largest unscaled gradient %.3g; x%.9g keeps it under "
                          "65504/2)",
                  rec_scale, u, rec_scale);
 }
@@ -154,7 +154,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             f->first_step = r.collapse_first;
             f->last_step = r.collapse_last;
             snprintf(f->title, sizeof f->title,
-                     "loss scale collapse: %lld consecutive backoffs from %g to %g (steps %lld-%lld)",
+                     "loss scale collapse: %lld consecutive backoffs from %.9g to %.9g (steps %lld-%lld)",
                      (long long)r.collapse_len, r.collapse_from, r.collapse_to,
                      (long long)r.collapse_first, (long long)r.collapse_last);
             snprintf(f->detail, sizeof f->detail,
@@ -186,7 +186,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             f->first_step = r.first_skip;
             f->last_step = r.last_skip;
             snprintf(f->title, sizeof f->title,
-                     "loss scale sawtooth: %lld grow-then-overflow cycles between %g and %g, "
+                     "loss scale sawtooth: %lld grow-then-overflow cycles between %.9g and %.9g, "
                      "%lld of %lld steps skipped",
                      (long long)r.cycles, r.scale_min, r.scale_max, (long long)r.skipped,
                      (long long)r.n);
@@ -219,7 +219,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                      100 * rate, (long long)(r.skipped - r.calib_skipped),
                      (long long)(r.n - r.calib_skipped));
             snprintf(f->detail, sizeof f->detail,
-                     "The gradients keep overflowing at scales between %g and %g; each overflow "
+                     "The gradients keep overflowing at scales between %.9g and %.9g; each overflow "
                      "throws a step away.",
                      r.scale_min, r.scale_max);
             snprintf(f->advice, sizeof f->advice,
@@ -242,7 +242,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             f->first_step = r.first_step;
             f->last_step = r.last_step;
             snprintf(f->title, sizeof f->title,
-                     "loss scale stuck low at %g for %lld steps: it never grew",
+                     "loss scale stuck low at %.9g for %lld steps: it never grew",
                      r.scale_last, (long long)r.n);
             if (isnan(headroom_bits))
                 snprintf(f->detail, sizeof f->detail,
@@ -269,7 +269,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             f->last_step = r.last_skip;
             snprintf(f->title, sizeof f->title, "%lld of %lld steps skipped by the GradScaler",
                      (long long)r.skipped, (long long)r.n);
-            snprintf(f->detail, sizeof f->detail, "Scale between %g and %g, %lld during the "
+            snprintf(f->detail, sizeof f->detail, "Scale between %.9g and %.9g, %lld during the "
                      "initial calibration.",
                      r.scale_min, r.scale_max, (long long)r.calib_skipped);
             snprintf(f->advice, sizeof f->advice,

@@ -9,6 +9,7 @@
  */
 #include "common.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,8 +49,9 @@ static const fault_info faults[] = {
      "smallest subnormal (2^-24),\nso the fp16 backward rounds it to exactly 0: all weight "
      "gradients vanish, nothing is inf,\nno step is skipped and the loss stops falling. fp32 and "
      "bf16 (fp32's range) keep the tiny\ngradients (about 1e-10, non-zero), though they are far "
-     "below Adam's eps (1e-8), so learning\ncrawls there too. --init-scale 65536 rescues fp16. "
-     "The printed loss is the one before the factor."},
+     "below Adam's eps (1e-8), so learning\ncrawls there too; --init-scale 65536 lifts the fp16 "
+     "gradients back into range and fp16 then\nmatches fp32. The printed loss is the one before "
+     "the factor."},
     {"nan-input", SAMPLE_FAULT_NAN_INPUT, SAMPLE_NAN_INPUT_STEP, true,
      "At step " STR(SAMPLE_NAN_INPUT_STEP) " element 0 of the input batch is NaN (mlp: feature 0 of "
      "example 0; simple_cnn:\npixel (0, 0) of channel 0 of image 0; tiny_gpt, whose tokens are "
@@ -113,8 +115,9 @@ static int bad_value(const sample_opts *o, const char *flag, const char *what, c
 static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
     if (!s || !*s) return false;
     char *end;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*end || v < min || v > max) return false;
+    if (*end || errno == ERANGE || v < min || v > max) return false;
     *out = v;
     return true;
 }
@@ -191,9 +194,10 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         while (i < np && !(value && strcmp(value, precisions[i].name) == 0)) i++;
         if (i == np) return bad_value(o, flag, "fp32, fp16 or bf16", value);
         o->precision = precisions[i].dtype;
-    } else if (strcmp(flag, "--steps") == 0 || strcmp(flag, "--batch") == 0) {
-        if (!parse_int(value, 1, INT32_MAX, &n)) return bad_value(o, flag, "a positive integer", value);
-        *(flag[2] == 's' ? &o->steps : &o->batch) = n;
+    } else if (strcmp(flag, "--steps") == 0) {
+        if (!parse_int(value, 1, INT32_MAX, &o->steps)) return bad_value(o, flag, "a positive integer", value);
+    } else if (strcmp(flag, "--batch") == 0) {
+        if (!parse_int(value, 1, INT32_MAX, &o->batch)) return bad_value(o, flag, "a positive integer", value);
     } else if (strcmp(flag, "--seed") == 0) {
         if (!parse_int(value, 0, INT64_MAX, &n)) return bad_value(o, flag, "a non-negative integer", value);
         o->seed = (uint64_t)n;
@@ -215,9 +219,12 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         if (faults[i].fault == SAMPLE_FAULT_ATTN_OVERFLOW && !spec->has_attention)
             return sample_usage_error(o, flag, "attn-overflow needs attention layers; only tiny_gpt has them");
         o->fault = faults[i].fault;
-    } else if (strcmp(flag, "--save") == 0 || strcmp(flag, "--load") == 0) {
+    } else if (strcmp(flag, "--save") == 0) {
         if (!value || !*value) return bad_value(o, flag, "a file path", value);
-        *(flag[2] == 's' ? &o->save_path : &o->load_path) = value;
+        o->save_path = value;
+    } else if (strcmp(flag, "--load") == 0) {
+        if (!value || !*value) return bad_value(o, flag, "a file path", value);
+        o->load_path = value;
     } else if (shape_flag(spec, flag)) {
         const sample_int_flag *f = shape_flag(spec, flag);
         if (!parse_int(value, 1, INT32_MAX, &n) || n % f->multiple_of != 0) {

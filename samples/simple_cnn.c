@@ -34,9 +34,9 @@ static const sample_spec spec = {
     .name = "simple_cnn",
     .summary = "Trains the AMP tutorial's SimpleCNN (2 conv+relu+maxpool, 1 linear) on synthetic\n"
                "10-class images.",
-    .steps = 30,
+    .steps = 20,
     .batch = 16,
-    .lr_adam = 2e-3f,
+    .lr_adam = 1e-3f,
     .lr_sgd = 0.02f,
     .shape_flags = shape_flags,
     .n_shape_flags = sizeof shape_flags / sizeof shape_flags[0],

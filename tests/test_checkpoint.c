@@ -5,6 +5,7 @@
  * optimizer kinds and scaler states; I/O errors; and hand-built files (the documented format,
  * with a valid CRC) that lie about their lengths.
  */
+#define _GNU_SOURCE // memmem
 #include "tests.h"
 
 #include "amp-impl.h"

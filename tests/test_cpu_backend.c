@@ -54,7 +54,8 @@ static amp_tensor_t *track(amp_tensor_t *t) {
 
 static int64_t numel_of(int ndim, const int64_t *shape) {
     int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
     return n;
 }
 
@@ -94,22 +95,37 @@ static amp_tensor_t *tview(const amp_tensor_t *t, int ndim, const int64_t *shape
 static float tget(const amp_tensor_t *t, int64_t i) {
     const char *p = amp_tensor_ptr(t);
     switch (t->dtype) {
-    case F32: return ((const float *)p)[i];
-    case F16: return amp_f16_to_f32(((const uint16_t *)p)[i]);
-    case BF16: return amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    case I32: return (float)((const int32_t *)p)[i];
-    default: return (float)((const int64_t *)p)[i];
+    case F32:
+        return ((const float *)p)[i];
+    case F16:
+        return amp_f16_to_f32(((const uint16_t *)p)[i]);
+    case BF16:
+        return amp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case I32:
+        return (float)((const int32_t *)p)[i];
+    default:
+        return (float)((const int64_t *)p)[i];
     }
 }
 
 static void tset(amp_tensor_t *t, int64_t i, float v) {
     char *p = amp_tensor_ptr(t);
     switch (t->dtype) {
-    case F32: ((float *)p)[i] = v; break;
-    case F16: ((uint16_t *)p)[i] = amp_f32_to_f16(v); break;
-    case BF16: ((uint16_t *)p)[i] = amp_f32_to_bf16(v); break;
-    case I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    default: ((int64_t *)p)[i] = (int64_t)v; break;
+    case F32:
+        ((float *)p)[i] = v;
+        break;
+    case F16:
+        ((uint16_t *)p)[i] = amp_f32_to_f16(v);
+        break;
+    case BF16:
+        ((uint16_t *)p)[i] = amp_f32_to_bf16(v);
+        break;
+    case I32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        break;
+    default:
+        ((int64_t *)p)[i] = (int64_t)v;
+        break;
     }
 }
 
@@ -123,7 +139,8 @@ static float frand(float lo, float hi) {
 
 static amp_tensor_t *trand(amp_dtype dt, int ndim, const int64_t *shape, float lo, float hi) {
     amp_tensor_t *t = tnew(dt, ndim, shape);
-    for (int64_t i = 0; i < numel_of(ndim, shape); i++) tset(t, i, frand(lo, hi));
+    for (int64_t i = 0; i < numel_of(ndim, shape); i++)
+        tset(t, i, frand(lo, hi));
     return t;
 }
 
@@ -145,18 +162,22 @@ static float f32_from_bits(uint32_t u) {
 START_TEST(test_table_and_memory) {
     ck_assert_str_eq(be->name, "cpu");
 #define REQUIRED(member) ck_assert_msg(be->member != NULL, "%s is NULL", #member);
-    REQUIRED(alloc) REQUIRED(free) REQUIRED(upload) REQUIRED(download) REQUIRED(copy)
-    REQUIRED(fill) REQUIRED(unary) REQUIRED(unary_backward) REQUIRED(binary) REQUIRED(reduce_sum)
-    REQUIRED(gemm) REQUIRED(softmax) REQUIRED(softmax_backward) REQUIRED(layer_norm)
-    REQUIRED(layer_norm_backward) REQUIRED(embedding) REQUIRED(embedding_backward) REQUIRED(im2col)
-    REQUIRED(col2im) REQUIRED(max_pool2d) REQUIRED(max_pool2d_backward) REQUIRED(nll_loss)
-    REQUIRED(nll_loss_backward) REQUIRED(masked_fill) REQUIRED(dropout_mask) REQUIRED(unscale)
-    REQUIRED(optim_step) REQUIRED(release)
+    REQUIRED(alloc)
+    REQUIRED(free) REQUIRED(upload) REQUIRED(download) REQUIRED(copy) REQUIRED(fill) REQUIRED(unary)
+        REQUIRED(unary_backward) REQUIRED(binary) REQUIRED(reduce_sum) REQUIRED(gemm)
+            REQUIRED(softmax) REQUIRED(softmax_backward) REQUIRED(layer_norm)
+                REQUIRED(layer_norm_backward) REQUIRED(embedding) REQUIRED(embedding_backward)
+                    REQUIRED(im2col) REQUIRED(col2im) REQUIRED(max_pool2d)
+                        REQUIRED(max_pool2d_backward) REQUIRED(nll_loss) REQUIRED(nll_loss_backward)
+                            REQUIRED(masked_fill) REQUIRED(dropout_mask) REQUIRED(unscale)
+                                REQUIRED(optim_step) REQUIRED(release)
 #undef REQUIRED
-    unsigned char *p = be->alloc(bctx, 1000);
-    for (int i = 0; i < 1000; i++) ck_assert_int_eq(p[i], 0);
+                                    unsigned char *p = be->alloc(bctx, 1000);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(p[i], 0);
     unsigned char host[1000], back[1000];
-    for (int i = 0; i < 1000; i++) host[i] = (unsigned char)(i * 7);
+    for (int i = 0; i < 1000; i++)
+        host[i] = (unsigned char)(i * 7);
     be->upload(bctx, p, host, sizeof host);
     be->download(bctx, back, p, sizeof back);
     ck_assert_mem_eq(back, host, sizeof host);
@@ -179,7 +200,8 @@ START_TEST(test_copy_strided_convert) {
             for (int64_t b = 0; b < 4; b++)
                 for (int64_t c = 0; c < 5; c++) {
                     float v = tget(base, 7 + b * 1 + c * 6);
-                    float want = dts[k] == I32 || dts[k] == I64 ? truncf(v) : amp_round_to(dts[k], v);
+                    float want =
+                        dts[k] == I32 || dts[k] == I64 ? truncf(v) : amp_round_to(dts[k], v);
                     ck_assert_float_eq(tget(dst, (a * 4 + b) * 5 + c), want);
                 }
     }
@@ -222,9 +244,12 @@ START_TEST(test_fill) {
     be->fill(bctx, h, 0.1f);
     be->fill(bctx, b, 0.1f);
     be->fill(bctx, i, -7.9f);
-    for (int k = 0; k < 15; k++) ck_assert_uint_eq(((uint16_t *)amp_tensor_ptr(h))[k], 0x2E66);
-    for (int k = 0; k < 4; k++) ck_assert_uint_eq(((uint16_t *)amp_tensor_ptr(b))[k], 0x3DCD);
-    for (int k = 0; k < 4; k++) ck_assert_int_eq(((int32_t *)amp_tensor_ptr(i))[k], -7);
+    for (int k = 0; k < 15; k++)
+        ck_assert_uint_eq(((uint16_t *)amp_tensor_ptr(h))[k], 0x2E66);
+    for (int k = 0; k < 4; k++)
+        ck_assert_uint_eq(((uint16_t *)amp_tensor_ptr(b))[k], 0x3DCD);
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(((int32_t *)amp_tensor_ptr(i))[k], -7);
 }
 END_TEST
 
@@ -234,17 +259,28 @@ END_TEST
 static double unary_ref(amp_unary_op op, double a, double x) {
     const double c = sqrt(2.0 / M_PI);
     switch (op) {
-    case AMP_UNARY_RELU: return x > 0 ? x : 0;
-    case AMP_UNARY_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    case AMP_UNARY_GELU_TANH: return 0.5 * x * (1 + tanh(c * (x + 0.044715 * x * x * x)));
-    case AMP_UNARY_TANH: return tanh(x);
-    case AMP_UNARY_SIGMOID: return 1 / (1 + exp(-x));
-    case AMP_UNARY_EXP: return exp(x);
-    case AMP_UNARY_LOG: return log(x);
-    case AMP_UNARY_POW: return pow(x, a);
-    case AMP_UNARY_SCALE: return x * a;
-    case AMP_UNARY_ADD_SCALAR: return x + a;
-    case AMP_UNARY_CLAMP_MIN: return x < a ? a : x;
+    case AMP_UNARY_RELU:
+        return x > 0 ? x : 0;
+    case AMP_UNARY_GELU:
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case AMP_UNARY_GELU_TANH:
+        return 0.5 * x * (1 + tanh(c * (x + 0.044715 * x * x * x)));
+    case AMP_UNARY_TANH:
+        return tanh(x);
+    case AMP_UNARY_SIGMOID:
+        return 1 / (1 + exp(-x));
+    case AMP_UNARY_EXP:
+        return exp(x);
+    case AMP_UNARY_LOG:
+        return log(x);
+    case AMP_UNARY_POW:
+        return pow(x, a);
+    case AMP_UNARY_SCALE:
+        return x * a;
+    case AMP_UNARY_ADD_SCALAR:
+        return x + a;
+    case AMP_UNARY_CLAMP_MIN:
+        return x < a ? a : x;
     }
     return NAN;
 }
@@ -252,20 +288,30 @@ static double unary_ref(amp_unary_op op, double a, double x) {
 static double unary_grad_ref(amp_unary_op op, double a, double x) {
     const double c = sqrt(2.0 / M_PI);
     switch (op) {
-    case AMP_UNARY_RELU: return x > 0;
-    case AMP_UNARY_GELU: return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+    case AMP_UNARY_RELU:
+        return x > 0;
+    case AMP_UNARY_GELU:
+        return 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
     case AMP_UNARY_GELU_TANH: {
         double t = tanh(c * (x + 0.044715 * x * x * x));
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
     }
-    case AMP_UNARY_TANH: return 1 - tanh(x) * tanh(x);
-    case AMP_UNARY_SIGMOID: return exp(-x) / ((1 + exp(-x)) * (1 + exp(-x)));
-    case AMP_UNARY_EXP: return exp(x);
-    case AMP_UNARY_LOG: return 1 / x;
-    case AMP_UNARY_POW: return a * pow(x, a - 1);
-    case AMP_UNARY_SCALE: return a;
-    case AMP_UNARY_ADD_SCALAR: return 1;
-    case AMP_UNARY_CLAMP_MIN: return x >= a;
+    case AMP_UNARY_TANH:
+        return 1 - tanh(x) * tanh(x);
+    case AMP_UNARY_SIGMOID:
+        return exp(-x) / ((1 + exp(-x)) * (1 + exp(-x)));
+    case AMP_UNARY_EXP:
+        return exp(x);
+    case AMP_UNARY_LOG:
+        return 1 / x;
+    case AMP_UNARY_POW:
+        return a * pow(x, a - 1);
+    case AMP_UNARY_SCALE:
+        return a;
+    case AMP_UNARY_ADD_SCALAR:
+        return 1;
+    case AMP_UNARY_CLAMP_MIN:
+        return x >= a;
     }
     return NAN;
 }
@@ -274,13 +320,13 @@ static const struct {
     amp_unary_op op;
     float alpha, lo, hi;
 } unary_cases[] = {
-    {AMP_UNARY_RELU, 0, -3, 3},       {AMP_UNARY_GELU, 0, -5, 5},
-    {AMP_UNARY_GELU_TANH, 0, -5, 5},  {AMP_UNARY_TANH, 0, -4, 4},
-    {AMP_UNARY_SIGMOID, 0, -8, 8},    {AMP_UNARY_EXP, 0, -5, 5},
-    {AMP_UNARY_LOG, 0, 0.01f, 50},    {AMP_UNARY_POW, 2, -3, 3},
-    {AMP_UNARY_POW, 3, -3, 3},        {AMP_UNARY_POW, 0.5f, 0.01f, 9},
-    {AMP_UNARY_POW, -1, 0.1f, 4},     {AMP_UNARY_POW, 1.7f, 0.1f, 4},
-    {AMP_UNARY_SCALE, -0.3f, -9, 9},  {AMP_UNARY_ADD_SCALAR, 2.5f, -9, 9},
+    {AMP_UNARY_RELU, 0, -3, 3},          {AMP_UNARY_GELU, 0, -5, 5},
+    {AMP_UNARY_GELU_TANH, 0, -5, 5},     {AMP_UNARY_TANH, 0, -4, 4},
+    {AMP_UNARY_SIGMOID, 0, -8, 8},       {AMP_UNARY_EXP, 0, -5, 5},
+    {AMP_UNARY_LOG, 0, 0.01f, 50},       {AMP_UNARY_POW, 2, -3, 3},
+    {AMP_UNARY_POW, 3, -3, 3},           {AMP_UNARY_POW, 0.5f, 0.01f, 9},
+    {AMP_UNARY_POW, -1, 0.1f, 4},        {AMP_UNARY_POW, 1.7f, 0.1f, 4},
+    {AMP_UNARY_SCALE, -0.3f, -9, 9},     {AMP_UNARY_ADD_SCALAR, 2.5f, -9, 9},
     {AMP_UNARY_CLAMP_MIN, 0.25f, -2, 2},
 };
 
@@ -424,10 +470,20 @@ static void gemm_check(amp_dtype dt, int64_t batch, int64_t m, int64_t n, int64_
     amp_tensor_t *c = trand(dt, 1, (int64_t[]){batch * m * n}, -1, 1);
     amp_tensor_t *bias = with_bias ? trand(dt, 1, &n, -1, 1) : NULL;
     float *c_old = malloc((size_t)(batch * m * n) * sizeof(float));
-    for (int64_t i = 0; i < batch * m * n; i++) c_old[i] = tget(c, i);
+    for (int64_t i = 0; i < batch * m * n; i++)
+        c_old[i] = tget(c, i);
     if (beta == 0.0f) be->fill(bctx, c, NAN); // C must not be read when beta is 0
-    amp_gemm_desc d = {.batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb,
-                       .stride_a = sa, .stride_b = sb, .stride_c = sc, .alpha = alpha, .beta = beta};
+    amp_gemm_desc d = {.batch = batch,
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .trans_a = ta,
+                       .trans_b = tb,
+                       .stride_a = sa,
+                       .stride_b = sb,
+                       .stride_c = sc,
+                       .alpha = alpha,
+                       .beta = beta};
     be->gemm(bctx, &d, c, a, b, bias);
     for (int64_t bt = 0; bt < batch; bt++)
         for (int64_t i = 0; i < m; i++)
@@ -443,11 +499,11 @@ static void gemm_check(amp_dtype dt, int64_t batch, int64_t m, int64_t n, int64_
                 if (bias) v += tget(bias, j);
                 const float want = amp_round_to(dt, v);
                 const float got = tget(c, bt * sc + i * n + j);
-                ck_assert_msg(f32_bits(got) == f32_bits(want),
-                              "%s b%lld m%lld n%lld k%lld ta%d tb%d at (%lld,%lld,%lld): %.9g vs %.9g",
-                              amp_dtype_name(dt), (long long)batch, (long long)m, (long long)n,
-                              (long long)k, ta, tb, (long long)bt, (long long)i, (long long)j, got,
-                              want);
+                ck_assert_msg(
+                    f32_bits(got) == f32_bits(want),
+                    "%s b%lld m%lld n%lld k%lld ta%d tb%d at (%lld,%lld,%lld): %.9g vs %.9g",
+                    amp_dtype_name(dt), (long long)batch, (long long)m, (long long)n, (long long)k,
+                    ta, tb, (long long)bt, (long long)i, (long long)j, got, want);
             }
     free(c_old);
 }
@@ -457,7 +513,8 @@ START_TEST(test_gemm_dtypes_transposes) {
     const amp_dtype dts[] = {F32, F16, BF16};
     for (int t = 0; t < 3; t++)
         for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++) gemm_check(dts[t], 1, 13, 37, 29, ta, tb, false, false, 1, 0);
+            for (int tb = 0; tb < 2; tb++)
+                gemm_check(dts[t], 1, 13, 37, 29, ta, tb, false, false, 1, 0);
 }
 END_TEST
 
@@ -485,8 +542,10 @@ START_TEST(test_gemm_exact_integers) {
     const int64_t m = 33, n = 70, k = 300;
     amp_tensor_t *a = tnew(F32, 2, (int64_t[]){m, k}), *b = tnew(F32, 2, (int64_t[]){k, n}),
                  *c = tnew(F32, 2, (int64_t[]){m, n});
-    for (int64_t i = 0; i < m * k; i++) tset(a, i, (float)((i * 7) % 5 - 2));
-    for (int64_t i = 0; i < k * n; i++) tset(b, i, (float)((i * 3) % 7 - 3));
+    for (int64_t i = 0; i < m * k; i++)
+        tset(a, i, (float)((i * 7) % 5 - 2));
+    for (int64_t i = 0; i < k * n; i++)
+        tset(b, i, (float)((i * 3) % 7 - 3));
     amp_gemm_desc d = {.batch = 1, .m = m, .n = n, .k = k, .alpha = 1.0f};
     be->gemm(bctx, &d, c, a, b, NULL);
     for (int64_t i = 0; i < m; i++)
@@ -506,15 +565,19 @@ START_TEST(test_softmax_forward) {
     rng_state = 8;
     const int64_t R = 4, C = 300;
     amp_tensor_t *x = trand(F16, 2, (int64_t[]){R, C}, -8, 8);
-    for (int64_t j = 0; j < C; j += 3) tset(x, 1 * C + j, -INFINITY); // masked entries
-    for (int64_t j = 0; j < C; j++) tset(x, 2 * C + j, -INFINITY);    // fully masked row
+    for (int64_t j = 0; j < C; j += 3)
+        tset(x, 1 * C + j, -INFINITY); // masked entries
+    for (int64_t j = 0; j < C; j++)
+        tset(x, 2 * C + j, -INFINITY); // fully masked row
     amp_tensor_t *y = tnew(F32, 2, (int64_t[]){R, C}), *ly = tnew(F32, 2, (int64_t[]){R, C});
     be->softmax(bctx, false, y, x);
     be->softmax(bctx, true, ly, x);
     for (int64_t r = 0; r < R; r++) {
         double max = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < C; j++) max = fmax(max, tget(x, r * C + j));
-        for (int64_t j = 0; j < C; j++) sum += exp(tget(x, r * C + j) - max);
+        for (int64_t j = 0; j < C; j++)
+            max = fmax(max, tget(x, r * C + j));
+        for (int64_t j = 0; j < C; j++)
+            sum += exp(tget(x, r * C + j) - max);
         for (int64_t j = 0; j < C; j++) {
             const double xv = tget(x, r * C + j);
             if (r == 2) { // PyTorch: an all -inf row is NaN
@@ -536,7 +599,8 @@ END_TEST
 START_TEST(test_softmax_backward) {
     rng_state = 9;
     const int64_t R = 3, C = 50;
-    amp_tensor_t *x = trand(F32, 2, (int64_t[]){R, C}, -3, 3), *dy = trand(F32, 2, (int64_t[]){R, C}, -1, 1);
+    amp_tensor_t *x = trand(F32, 2, (int64_t[]){R, C}, -3, 3),
+                 *dy = trand(F32, 2, (int64_t[]){R, C}, -1, 1);
     for (int lg = 0; lg < 2; lg++) {
         amp_tensor_t *y = tnew(F32, 2, (int64_t[]){R, C}), *dx = tnew(F32, 2, (int64_t[]){R, C});
         be->softmax(bctx, lg, y, x);
@@ -564,8 +628,10 @@ START_TEST(test_layer_norm) {
     const float eps = 1e-5f;
     amp_tensor_t *x = trand(F32, 2, (int64_t[]){R, C}, -3, 5), *w = trand(F32, 1, &C, 0.5f, 1.5f),
                  *b = trand(F32, 1, &C, -1, 1), *dy = trand(F32, 2, (int64_t[]){R, C}, -1, 1);
-    amp_tensor_t *y = tnew(F32, 2, (int64_t[]){R, C}), *mean = tnew(F32, 1, &R), *rstd = tnew(F32, 1, &R);
-    amp_tensor_t *dx = tnew(F32, 2, (int64_t[]){R, C}), *dw = tnew(F32, 1, &C), *db = tnew(F32, 1, &C);
+    amp_tensor_t *y = tnew(F32, 2, (int64_t[]){R, C}), *mean = tnew(F32, 1, &R),
+                 *rstd = tnew(F32, 1, &R);
+    amp_tensor_t *dx = tnew(F32, 2, (int64_t[]){R, C}), *dw = tnew(F32, 1, &C),
+                 *db = tnew(F32, 1, &C);
     be->fill(bctx, dw, 123.0f); // overwritten, not accumulated
     be->fill(bctx, db, 123.0f);
     be->layer_norm(bctx, y, mean, rstd, x, w, b, eps);
@@ -573,8 +639,10 @@ START_TEST(test_layer_norm) {
     double dw_ref[77] = {0}, db_ref[77] = {0};
     for (int64_t r = 0; r < R; r++) {
         double mu = 0, var = 0;
-        for (int64_t j = 0; j < C; j++) mu += tget(x, r * C + j) / (double)C;
-        for (int64_t j = 0; j < C; j++) var += pow(tget(x, r * C + j) - mu, 2) / (double)C;
+        for (int64_t j = 0; j < C; j++)
+            mu += tget(x, r * C + j) / (double)C;
+        for (int64_t j = 0; j < C; j++)
+            var += pow(tget(x, r * C + j) - mu, 2) / (double)C;
         const double rs = 1 / sqrt(var + eps);
         ck_assert_close(tget(mean, r), mu, 1e-6, 1e-6);
         ck_assert_close(tget(rstd, r), rs, 0, 1e-5);
@@ -605,7 +673,8 @@ START_TEST(test_layer_norm_f16_no_affine) {
     rng_state = 12;
     const int64_t R = 2, C = 16;
     amp_tensor_t *x = trand(F16, 2, (int64_t[]){R, C}, -100, 100);
-    amp_tensor_t *y = tnew(F16, 2, (int64_t[]){R, C}), *mean = tnew(F32, 1, &R), *rstd = tnew(F32, 1, &R);
+    amp_tensor_t *y = tnew(F16, 2, (int64_t[]){R, C}), *mean = tnew(F32, 1, &R),
+                 *rstd = tnew(F32, 1, &R);
     be->layer_norm(bctx, y, mean, rstd, x, NULL, NULL, 1e-5f);
     for (int64_t i = 0; i < R * C; i++) {
         float want = (tget(x, i) - tget(mean, i / C)) * tget(rstd, i / C);
@@ -625,12 +694,15 @@ START_TEST(test_embedding) {
         const amp_dtype wdt = it ? F32 : F16;
         amp_tensor_t *w = trand(wdt, 2, (int64_t[]){V, C}, -1, 1);
         amp_tensor_t *idx = tnew(it ? I64 : I32, 2, (int64_t[]){7, 1});
-        for (int i = 0; i < 7; i++) tset(idx, i, (float)ids[i]);
+        for (int i = 0; i < 7; i++)
+            tset(idx, i, (float)ids[i]);
         amp_tensor_t *y = tnew(wdt, 3, (int64_t[]){7, 1, C});
         be->embedding(bctx, y, idx, w);
         for (int i = 0; i < 7; i++)
-            for (int64_t j = 0; j < C; j++) ck_assert_float_eq(tget(y, i * C + j), tget(w, ids[i] * C + j));
-        amp_tensor_t *dy = trand(wdt, 3, (int64_t[]){7, 1, C}, -1, 1), *dw = tnew(wdt, 2, (int64_t[]){V, C});
+            for (int64_t j = 0; j < C; j++)
+                ck_assert_float_eq(tget(y, i * C + j), tget(w, ids[i] * C + j));
+        amp_tensor_t *dy = trand(wdt, 3, (int64_t[]){7, 1, C}, -1, 1),
+                     *dw = tnew(wdt, 2, (int64_t[]){V, C});
         be->fill(bctx, dw, 5.0f);
         be->embedding_backward(bctx, dw, dy, idx);
         for (int64_t v = 0; v < V; v++)
@@ -675,14 +747,17 @@ START_TEST(test_im2col_col2im) {
                 for (int64_t j = 0; j < d.kw; j++)
                     for (int64_t oy = 0; oy < d.oh; oy++)
                         for (int64_t ox = 0; ox < d.ow; ox++) {
-                            int64_t row = (c * d.kh + i) * d.kw + j, at = (n * CK + row) * L + oy * d.ow + ox;
-                            int64_t iy = oy * d.stride - d.padding + i, ix = ox * d.stride - d.padding + j;
+                            int64_t row = (c * d.kh + i) * d.kw + j,
+                                    at = (n * CK + row) * L + oy * d.ow + ox;
+                            int64_t iy = oy * d.stride - d.padding + i,
+                                    ix = ox * d.stride - d.padding + j;
                             bool in = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w;
                             int64_t xi = ((n * d.c + c) * d.h + iy) * d.w + ix;
                             ck_assert_float_eq(tget(cols, at), in ? tget(x, xi) : 0.0f);
                             if (in) dx_ref[xi] += tget(g, at);
                         }
-    for (int64_t i = 0; i < d.n * d.c * d.h * d.w; i++) ck_assert_close(tget(dx, i), dx_ref[i], 1e-6, 1e-6);
+    for (int64_t i = 0; i < d.n * d.c * d.h * d.w; i++)
+        ck_assert_close(tget(dx, i), dx_ref[i], 1e-6, 1e-6);
     free(dx_ref);
 }
 END_TEST
@@ -697,8 +772,10 @@ START_TEST(test_max_pool2d) {
                          7, 1,   6, NAN, 2,  //
                          0, 8,   3, 1,   1};
     amp_tensor_t *x = tnew(F32, 4, (int64_t[]){1, 1, 4, 5});
-    for (int i = 0; i < 20; i++) tset(x, i, v[i]);
-    amp_tensor_t *y = tnew(F32, 4, (int64_t[]){1, 1, 2, 3}), *am = tnew(I32, 4, (int64_t[]){1, 1, 2, 3});
+    for (int i = 0; i < 20; i++)
+        tset(x, i, v[i]);
+    amp_tensor_t *y = tnew(F32, 4, (int64_t[]){1, 1, 2, 3}),
+                 *am = tnew(I32, 4, (int64_t[]){1, 1, 2, 3});
     be->max_pool2d(bctx, y, am, x, 3, 1);
     // A NaN in a window wins, and of two NaNs (at 6 and 13) the last one.
     const int32_t want[6] = {6, 13, 13, 6, 13, 13};
@@ -707,8 +784,10 @@ START_TEST(test_max_pool2d) {
         ck_assert(isnan(tget(y, i)));
         ck_assert_int_eq(a[i], want[i]);
     }
-    amp_tensor_t *dy = tnew(F32, 4, (int64_t[]){1, 1, 2, 3}), *dx = tnew(F32, 4, (int64_t[]){1, 1, 4, 5});
-    for (int i = 0; i < 6; i++) tset(dy, i, (float)(i + 1));
+    amp_tensor_t *dy = tnew(F32, 4, (int64_t[]){1, 1, 2, 3}),
+                 *dx = tnew(F32, 4, (int64_t[]){1, 1, 4, 5});
+    for (int i = 0; i < 6; i++)
+        tset(dy, i, (float)(i + 1));
     be->fill(bctx, dx, 7.0f); // overwritten
     be->max_pool2d_backward(bctx, dx, dy, am);
     for (int i = 0; i < 20; i++)
@@ -719,8 +798,10 @@ END_TEST
 START_TEST(test_max_pool2d_plain_and_neg_inf) {
     rng_state = 15;
     amp_tensor_t *x = trand(BF16, 4, (int64_t[]){2, 3, 6, 6}, -5, 5);
-    for (int i = 0; i < 4; i++) tset(x, (i / 2) * 6 + i % 2, -INFINITY); // plane 0's first window
-    amp_tensor_t *y = tnew(BF16, 4, (int64_t[]){2, 3, 3, 3}), *am = tnew(I32, 4, (int64_t[]){2, 3, 3, 3});
+    for (int i = 0; i < 4; i++)
+        tset(x, (i / 2) * 6 + i % 2, -INFINITY); // plane 0's first window
+    amp_tensor_t *y = tnew(BF16, 4, (int64_t[]){2, 3, 3, 3}),
+                 *am = tnew(I32, 4, (int64_t[]){2, 3, 3, 3});
     be->max_pool2d(bctx, y, am, x, 2, 2);
     const int32_t *a = amp_tensor_ptr(am);
     ck_assert_float_eq(tget(y, 0), -INFINITY);
@@ -758,7 +839,8 @@ START_TEST(test_nll_loss) {
         tset(t, i, (float)tg[i]);
         want -= tget(logp, i * C + tg[i]) / (double)N;
     }
-    amp_tensor_t *loss = tnew(F32, 0, NULL), *dl = tnew(F32, 0, NULL), *dx = tnew(F16, 2, (int64_t[]){N, C});
+    amp_tensor_t *loss = tnew(F32, 0, NULL), *dl = tnew(F32, 0, NULL),
+                 *dx = tnew(F16, 2, (int64_t[]){N, C});
     be->nll_loss(bctx, loss, logp, t);
     ck_assert_close(tget(loss, 0), want, 1e-6, 1e-6);
     tset(dl, 0, 3.0f);
@@ -786,7 +868,8 @@ START_TEST(test_masked_fill) {
     ((uint16_t *)amp_tensor_ptr(x))[T] = 0x7E01; // a NaN payload below the diagonal
     amp_tensor_t *m0 = tnew(I32, 2, (int64_t[]){T, T});
     for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++) tset(m0, i * T + j, j > i);
+        for (int64_t j = 0; j < T; j++)
+            tset(m0, i * T + j, j > i);
     int64_t shape[3] = {B, T, T};
     amp_tensor_t *mask = tview(m0, 3, shape, (int64_t[]){0, T, 1}, 0);
     amp_tensor_t *y = tnew(F16, 3, shape);
@@ -796,8 +879,10 @@ START_TEST(test_masked_fill) {
         for (int64_t i = 0; i < T; i++)
             for (int64_t j = 0; j < T; j++) {
                 int64_t at = (b * T + i) * T + j;
-                if (j > i) ck_assert_uint_eq(yb[at], 0xFC00);
-                else ck_assert_uint_eq(yb[at], xb[at]);
+                if (j > i)
+                    ck_assert_uint_eq(yb[at], 0xFC00);
+                else
+                    ck_assert_uint_eq(yb[at], xb[at]);
             }
 }
 END_TEST
@@ -818,7 +903,8 @@ START_TEST(test_dropout_mask) {
     }
     ck_assert_close((double)zeros / n, p, 0.02, 0);
     be->dropout_mask(bctx, m, 0.0f, 1, 0);
-    for (int64_t i = 0; i < n; i++) ck_assert_float_eq(tget(m, i), 1.0f);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_float_eq(tget(m, i), 1.0f);
 }
 END_TEST
 
@@ -887,7 +973,8 @@ END_TEST
 // Optimizer step against the torch.optim update rules evaluated in double
 
 static amp_optim_params optim(amp_optim_kind kind) {
-    return (amp_optim_params){.kind = kind, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    return (amp_optim_params){
+        .kind = kind, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
 }
 
 START_TEST(test_optim_sgd) {
@@ -902,7 +989,8 @@ START_TEST(test_optim_sgd) {
         be->fill(bctx, m, 77.0f); // ignored on step 1: the buffer starts as the gradient
         double pr[3] = {1, 1, 1}, buf[3] = {0};
         for (int64_t step = 1; step <= 3; step++) {
-            for (int i = 0; i < 3; i++) tset(g, i, g0[i] * (float)step);
+            for (int i = 0; i < 3; i++)
+                tset(g, i, g0[i] * (float)step);
             be->optim_step(bctx, &o, step, &p, &g, variant ? &m : NULL, NULL, 1);
             for (int i = 0; i < 3; i++) {
                 double gi = g0[i] * step + (double)o.weight_decay * pr[i];
@@ -929,12 +1017,15 @@ START_TEST(test_optim_adam_adamw) {
         be->fill(bctx, p, 0.5f);
         double pr[4] = {0.5, 0.5, 0.5, 0.5}, mr[4] = {0}, vr[4] = {0};
         for (int64_t step = 1; step <= 5; step++) {
-            for (int i = 0; i < 4; i++) tset(g, i, g0[i] * (step % 2 ? 1.0f : -0.5f));
+            for (int i = 0; i < 4; i++)
+                tset(g, i, g0[i] * (step % 2 ? 1.0f : -0.5f));
             be->optim_step(bctx, &o, step, &p, &g, &m, &v, 1);
             for (int i = 0; i < 4; i++) {
                 double gi = tget(g, i);
-                if (kind == AMP_OPTIM_ADAMW) pr[i] *= 1 - (double)o.lr * o.weight_decay;
-                else gi += (double)o.weight_decay * pr[i];
+                if (kind == AMP_OPTIM_ADAMW)
+                    pr[i] *= 1 - (double)o.lr * o.weight_decay;
+                else
+                    gi += (double)o.weight_decay * pr[i];
                 mr[i] = o.beta1 * mr[i] + (1 - (double)o.beta1) * gi;
                 vr[i] = o.beta2 * vr[i] + (1 - (double)o.beta2) * gi * gi;
                 double bc1 = 1 - pow(o.beta1, (double)step), bc2 = 1 - pow(o.beta2, (double)step);

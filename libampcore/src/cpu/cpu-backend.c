@@ -13,7 +13,9 @@
 // ---------------------------------------------------------------------------------------------
 // Context and workspace
 
-void *amp_cpu_backend_init(void) { return amp_xcalloc(1, sizeof(amp_cpu_ctx)); }
+void *amp_cpu_backend_init(void) {
+    return amp_xcalloc(1, sizeof(amp_cpu_ctx));
+}
 
 static void cpu_release(void *bctx) {
     amp_cpu_ctx *c = bctx;
@@ -58,42 +60,52 @@ void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, flo
     switch (t) {
     case AMP_DTYPE_F32: {
         const float *s = p;
-        if (stride == 1) memcpy(out, s, (size_t)n * sizeof(float));
+        if (stride == 1)
+            memcpy(out, s, (size_t)n * sizeof(float));
         else
-            for (int64_t i = 0; i < n; i++) out[i] = s[i * stride];
+            for (int64_t i = 0; i < n; i++)
+                out[i] = s[i * stride];
         return;
     }
     case AMP_DTYPE_F16: {
         const uint16_t *s = p;
-        for (int64_t i = 0; i < n; i++) out[i] = amp_f16_to_f32(s[i * stride]);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = amp_f16_to_f32(s[i * stride]);
         return;
     }
     case AMP_DTYPE_BF16: {
         const uint16_t *s = p;
-        for (int64_t i = 0; i < n; i++) out[i] = amp_bf16_to_f32(s[i * stride]);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = amp_bf16_to_f32(s[i * stride]);
         return;
     }
     default:
-        for (int64_t i = 0; i < n; i++) out[i] = cpu_load(t, p, i * stride);
+        for (int64_t i = 0; i < n; i++)
+            out[i] = cpu_load(t, p, i * stride);
         return;
     }
 }
 
 void amp_cpu_store_f32(amp_dtype t, void *p, int64_t n, const float *in) {
     switch (t) {
-    case AMP_DTYPE_F32: memcpy(p, in, (size_t)n * sizeof(float)); return;
+    case AMP_DTYPE_F32:
+        memcpy(p, in, (size_t)n * sizeof(float));
+        return;
     case AMP_DTYPE_F16: {
         uint16_t *d = p;
-        for (int64_t i = 0; i < n; i++) d[i] = amp_f32_to_f16(in[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = amp_f32_to_f16(in[i]);
         return;
     }
     case AMP_DTYPE_BF16: {
         uint16_t *d = p;
-        for (int64_t i = 0; i < n; i++) d[i] = amp_f32_to_bf16(in[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = amp_f32_to_bf16(in[i]);
         return;
     }
     default:
-        for (int64_t i = 0; i < n; i++) cpu_store(t, p, i, in[i]);
+        for (int64_t i = 0; i < n; i++)
+            cpu_store(t, p, i, in[i]);
         return;
     }
 }
@@ -103,8 +115,10 @@ float amp_cpu_sum_f32(const float *x, int64_t n) {
         float acc[8] = {0};
         int64_t i = 0;
         for (; i + 8 <= n; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += x[i + j];
-        for (; i < n; i++) acc[i & 7] += x[i];
+            for (int j = 0; j < 8; j++)
+                acc[j] += x[i + j];
+        for (; i < n; i++)
+            acc[i & 7] += x[i];
         return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
     int64_t half = (n / 2 + 7) & ~(int64_t)7; // keep the halves' blocks aligned to eight
@@ -139,11 +153,13 @@ void amp_cpu_iter_init(cpu_iter *it, int ndim, const int64_t *shape, int nops,
             merge = strides[o][d] * shape[d] == it->stride[o][nd - 1];
         if (merge) { // the previous (outer) dim steps over this one evenly
             it->shape[nd - 1] *= shape[d];
-            for (int o = 0; o < nops; o++) it->stride[o][nd - 1] = strides[o][d];
+            for (int o = 0; o < nops; o++)
+                it->stride[o][nd - 1] = strides[o][d];
             continue;
         }
         it->shape[nd] = shape[d];
-        for (int o = 0; o < nops; o++) it->stride[o][nd] = strides[o][d];
+        for (int o = 0; o < nops; o++)
+            it->stride[o][nd] = strides[o][d];
         it->ndim++;
     }
     if (it->ndim == 0) { // a single element
@@ -152,15 +168,19 @@ void amp_cpu_iter_init(cpu_iter *it, int ndim, const int64_t *shape, int nops,
     }
     it->len = it->shape[it->ndim - 1];
     it->rows = 1;
-    for (int d = 0; d < it->ndim - 1; d++) it->rows *= it->shape[d];
-    for (int o = 0; o < nops; o++) it->step[o] = it->stride[o][it->ndim - 1];
+    for (int d = 0; d < it->ndim - 1; d++)
+        it->rows *= it->shape[d];
+    for (int o = 0; o < nops; o++)
+        it->step[o] = it->stride[o][it->ndim - 1];
 }
 
 void amp_cpu_iter_next(cpu_iter *it) {
     for (int d = it->ndim - 2; d >= 0; d--) {
-        for (int o = 0; o < it->nops; o++) it->off[o] += it->stride[o][d];
+        for (int o = 0; o < it->nops; o++)
+            it->off[o] += it->stride[o][d];
         if (++it->idx[d] < it->shape[d]) return;
-        for (int o = 0; o < it->nops; o++) it->off[o] -= it->stride[o][d] * it->shape[d];
+        for (int o = 0; o < it->nops; o++)
+            it->off[o] -= it->stride[o][d] * it->shape[d];
         it->idx[d] = 0;
     }
 }
@@ -172,8 +192,10 @@ static void cpu_copy_row_int(amp_tensor_t *dst, void *d, const amp_tensor_t *src
                              int64_t stride, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         int64_t v = cpu_load_index(src->dtype, s, i * stride);
-        if (dst->dtype == AMP_DTYPE_I32) ((int32_t *)d)[i] = (int32_t)v;
-        else ((int64_t *)d)[i] = v;
+        if (dst->dtype == AMP_DTYPE_I32)
+            ((int32_t *)d)[i] = (int32_t)v;
+        else
+            ((int64_t *)d)[i] = v;
     }
 }
 
@@ -183,14 +205,16 @@ static void cpu_copy_row_same(size_t esize, void *d, const void *s, int64_t stri
         return;
     }
     for (int64_t i = 0; i < n; i++)
-        memcpy((char *)d + i * (int64_t)esize, (const char *)s + i * stride * (int64_t)esize, esize);
+        memcpy((char *)d + i * (int64_t)esize, (const char *)s + i * stride * (int64_t)esize,
+               esize);
 }
 
 void amp_cpu_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
     (void)bctx;
     CPU_ASSERT_CONTIGUOUS(dst);
     AMP_ASSERT(dst->ndim == src->ndim && cpu_numel(dst) == cpu_numel(src));
-    for (int d = 0; d < dst->ndim; d++) AMP_ASSERT(dst->shape[d] == src->shape[d]);
+    for (int d = 0; d < dst->ndim; d++)
+        AMP_ASSERT(dst->shape[d] == src->shape[d]);
 
     int64_t dstride[AMP_MAX_DIMS];
     cpu_contiguous_strides(dst, dstride);
@@ -212,7 +236,8 @@ void amp_cpu_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         } else {
             for (int64_t j = 0; j < it.len; j += CPU_CHUNK) {
                 int64_t n = it.len - j < CPU_CHUNK ? it.len - j : CPU_CHUNK;
-                amp_cpu_load_f32(src->dtype, srow + j * it.step[1] * (int64_t)ssz, it.step[1], n, buf);
+                amp_cpu_load_f32(src->dtype, srow + j * it.step[1] * (int64_t)ssz, it.step[1], n,
+                                 buf);
                 amp_cpu_store_f32(dst->dtype, drow + j * (int64_t)dsz, n, buf);
             }
         }
@@ -227,7 +252,8 @@ void amp_cpu_fill(void *bctx, amp_tensor_t *dst, float v) {
     char one[8];
     cpu_store(dst->dtype, one, 0, v); // round (or truncate, for integers) once
     char *d = amp_tensor_ptr(dst);
-    for (int64_t i = 0; i < n; i++) memcpy(d + i * (int64_t)esize, one, esize);
+    for (int64_t i = 0; i < n; i++)
+        memcpy(d + i * (int64_t)esize, one, esize);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,4 +292,6 @@ static const amp_backend_i cpu_backend = {
     .release = cpu_release,
 };
 
-const amp_backend_i *amp_cpu_backend(void) { return &cpu_backend; }
+const amp_backend_i *amp_cpu_backend(void) {
+    return &cpu_backend;
+}

@@ -41,8 +41,10 @@ void amp_cpu_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, cons
                         const int64_t iy = oy * d->stride - d->padding + i;
                         for (int64_t ox = 0; ox < d->ow; ox++, out += es) {
                             const int64_t ix = ox * d->stride - d->padding + j;
-                            if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) memset(out, 0, es);
-                            else memcpy(out, plane + (iy * d->w + ix) * (int64_t)es, es);
+                            if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
+                                memset(out, 0, es);
+                            else
+                                memcpy(out, plane + (iy * d->w + ix) * (int64_t)es, es);
                         }
                     }
                 }
@@ -51,7 +53,8 @@ void amp_cpu_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, cons
     }
 }
 
-void amp_cpu_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx, const amp_tensor_t *cols) {
+void amp_cpu_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx,
+                    const amp_tensor_t *cols) {
     conv_check(d, cols, dx);
     CPU_ASSERT_FLOAT(dx);
     const int64_t s = d->stride, L = d->oh * d->ow, CK = d->c * d->kh * d->kw;

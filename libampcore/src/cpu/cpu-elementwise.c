@@ -36,10 +36,12 @@ static inline float cpu_pow(float x, float e) {
 static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
     switch (op) {
     case AMP_UNARY_RELU: // clamp_min(x, 0): NaN propagates
-        for (int64_t i = 0; i < n; i++) v[i] = (v[i] > 0.0f || isnan(v[i])) ? v[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (v[i] > 0.0f || isnan(v[i])) ? v[i] : 0.0f;
         return;
     case AMP_UNARY_GELU:
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] * 0.5f * (1.0f + erff(v[i] * GELU_SQRT1_2));
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] * 0.5f * (1.0f + erff(v[i] * GELU_SQRT1_2));
         return;
     case AMP_UNARY_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {
@@ -49,34 +51,43 @@ static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
         }
         return;
     case AMP_UNARY_TANH:
-        for (int64_t i = 0; i < n; i++) v[i] = tanhf(v[i]);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = tanhf(v[i]);
         return;
     case AMP_UNARY_SIGMOID:
-        for (int64_t i = 0; i < n; i++) v[i] = 1.0f / (1.0f + expf(-v[i]));
+        for (int64_t i = 0; i < n; i++)
+            v[i] = 1.0f / (1.0f + expf(-v[i]));
         return;
     case AMP_UNARY_EXP:
-        for (int64_t i = 0; i < n; i++) v[i] = expf(v[i]);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = expf(v[i]);
         return;
     case AMP_UNARY_LOG:
-        for (int64_t i = 0; i < n; i++) v[i] = logf(v[i]);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = logf(v[i]);
         return;
     case AMP_UNARY_POW:
-        for (int64_t i = 0; i < n; i++) v[i] = cpu_pow(v[i], alpha);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = cpu_pow(v[i], alpha);
         return;
     case AMP_UNARY_SCALE:
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] * alpha;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] * alpha;
         return;
     case AMP_UNARY_ADD_SCALAR:
-        for (int64_t i = 0; i < n; i++) v[i] = v[i] + alpha;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] + alpha;
         return;
     case AMP_UNARY_CLAMP_MIN: // NaN propagates
-        for (int64_t i = 0; i < n; i++) v[i] = (v[i] < alpha) ? alpha : v[i];
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (v[i] < alpha) ? alpha : v[i];
         return;
     }
     amp_abort(__FILE__, __LINE__, "unknown unary op %d", (int)op);
 }
 
-void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const amp_tensor_t *x) {
+void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y,
+                   const amp_tensor_t *x) {
     (void)bctx;
     CPU_ASSERT_CONTIGUOUS(y);
     CPU_ASSERT_CONTIGUOUS(x);
@@ -103,7 +114,8 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
                                  const float *y, int64_t n) {
     switch (op) {
     case AMP_UNARY_RELU: // threshold_backward(dy, y, 0): a NaN output passes the gradient
-        for (int64_t i = 0; i < n; i++) g[i] = y[i] <= 0.0f ? 0.0f : g[i];
+        for (int64_t i = 0; i < n; i++)
+            g[i] = y[i] <= 0.0f ? 0.0f : g[i];
         return;
     case AMP_UNARY_GELU:
         for (int64_t i = 0; i < n; i++) {
@@ -126,27 +138,34 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
         }
         return;
     case AMP_UNARY_TANH:
-        for (int64_t i = 0; i < n; i++) g[i] = g[i] * (1.0f - y[i] * y[i]);
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] * (1.0f - y[i] * y[i]);
         return;
     case AMP_UNARY_SIGMOID:
-        for (int64_t i = 0; i < n; i++) g[i] = g[i] * (1.0f - y[i]) * y[i];
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] * (1.0f - y[i]) * y[i];
         return;
     case AMP_UNARY_EXP:
-        for (int64_t i = 0; i < n; i++) g[i] = g[i] * y[i];
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] * y[i];
         return;
     case AMP_UNARY_LOG:
-        for (int64_t i = 0; i < n; i++) g[i] = g[i] / x[i];
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] / x[i];
         return;
     case AMP_UNARY_POW: // pow_backward: zeros for exponent 0, else dy * (e * x ** (e - 1))
         for (int64_t i = 0; i < n; i++)
             g[i] = alpha == 0.0f ? 0.0f : g[i] * (alpha * cpu_pow(x[i], alpha - 1.0f));
         return;
     case AMP_UNARY_SCALE:
-        for (int64_t i = 0; i < n; i++) g[i] = g[i] * alpha;
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] * alpha;
         return;
-    case AMP_UNARY_ADD_SCALAR: return;
+    case AMP_UNARY_ADD_SCALAR:
+        return;
     case AMP_UNARY_CLAMP_MIN: // where(x >= min, dy, 0): nothing flows back through a NaN
-        for (int64_t i = 0; i < n; i++) g[i] = x[i] >= alpha ? g[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            g[i] = x[i] >= alpha ? g[i] : 0.0f;
         return;
     }
     amp_abort(__FILE__, __LINE__, "unknown unary op %d", (int)op);
@@ -207,16 +226,20 @@ void amp_cpu_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor
 static void binary_chunk(amp_binary_op op, float *a, const float *b, int64_t n) {
     switch (op) {
     case AMP_BINARY_ADD:
-        for (int64_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+        for (int64_t i = 0; i < n; i++)
+            a[i] = a[i] + b[i];
         return;
     case AMP_BINARY_SUB:
-        for (int64_t i = 0; i < n; i++) a[i] = a[i] - b[i];
+        for (int64_t i = 0; i < n; i++)
+            a[i] = a[i] - b[i];
         return;
     case AMP_BINARY_MUL:
-        for (int64_t i = 0; i < n; i++) a[i] = a[i] * b[i];
+        for (int64_t i = 0; i < n; i++)
+            a[i] = a[i] * b[i];
         return;
     case AMP_BINARY_DIV:
-        for (int64_t i = 0; i < n; i++) a[i] = a[i] / b[i];
+        for (int64_t i = 0; i < n; i++)
+            a[i] = a[i] / b[i];
         return;
     }
     amp_abort(__FILE__, __LINE__, "unknown binary op %d", (int)op);
@@ -234,7 +257,8 @@ void amp_cpu_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_ten
     int64_t ystride[AMP_MAX_DIMS];
     cpu_contiguous_strides(y, ystride);
     cpu_iter it;
-    amp_cpu_iter_init(&it, y->ndim, y->shape, 3, (const int64_t *[]){ystride, a->stride, b->stride});
+    amp_cpu_iter_init(&it, y->ndim, y->shape, 3,
+                      (const int64_t *[]){ystride, a->stride, b->stride});
     const int64_t ys = (int64_t)amp_dtype_size(y->dtype), as = (int64_t)amp_dtype_size(a->dtype),
                   bs = (int64_t)amp_dtype_size(b->dtype);
     char *yp = amp_tensor_ptr(y);
@@ -268,7 +292,8 @@ static float run_sum(amp_dtype t, const char *p, int64_t n) {
         amp_cpu_load_f32(t, p + i * es, 1, c, buf);
         float s = amp_cpu_sum_f32(buf, c);
         int l = 0;
-        for (; count >> l & 1; l++) s = level[l] + s;
+        for (; count >> l & 1; l++)
+            s = level[l] + s;
         level[l] = s;
         count++;
     }
@@ -309,10 +334,12 @@ void amp_cpu_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, floa
             int64_t c = it.len - j < CPU_CHUNK ? it.len - j : CPU_CHUNK;
             amp_cpu_load_f32(x->dtype, row + j * xs, 1, c, buf);
             float *a = acc + it.off[1] + j * it.step[1];
-            for (int64_t i = 0; i < c; i++) a[i * it.step[1]] += buf[i];
+            for (int64_t i = 0; i < c; i++)
+                a[i * it.step[1]] += buf[i];
         }
     }
-    for (int64_t i = 0; i < ny; i++) acc[i] *= alpha;
+    for (int64_t i = 0; i < ny; i++)
+        acc[i] *= alpha;
     amp_cpu_store_f32(y->dtype, amp_tensor_ptr(y), ny, acc);
 }
 

@@ -4,12 +4,13 @@
  * A cache-blocked, packed GEMM in the BLIS style. Panels of B (KC x NC) and blocks of A (MC x KC)
  * are converted to f32 while they are packed into MR- and NR-wide slivers, and a register-blocked
  * MR x NR micro-kernel (plain C that gcc vectorises) runs over them. Partial sums stay in f32
- * accumulators, carried from one KC block to the next in the micro-kernel's registers, so every
- * element of C is the sum over k in order, exactly what a naive loop computes, whatever the
- * blocking. The epilogue then applies alpha, beta * C and the bias in f32 and rounds once.
+ * accumulators that the micro-kernel reloads from one KC block to the next, so every element of
+ * C is the sum over k in order, exactly what a naive loop computes, whatever the blocking. The
+ * epilogue then applies alpha, beta * C and the bias in f32 and rounds once.
  *
  * On x86-64 the micro-kernel is also compiled for AVX2 and picked at run time. AVX2 only widens
- * the vectors (no FMA), so both variants round identically.
+ * the vectors (no FMA), so both variants round identically; that holds as long as the library is
+ * not built with FMA contraction (-mfma / -march=native without -ffp-contract=off).
  */
 #include "cpu-impl.h"
 
@@ -24,8 +25,12 @@
 
 #define GEMM_TILE (GEMM_MR * GEMM_NR)
 
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static inline int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+static inline int64_t round_up(int64_t x, int64_t m) {
+    return (x + m - 1) / m * m;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Micro-kernel: c (one MR x NR tile of f32 accumulators) += a sliver (kc x MR) times a b sliver
@@ -34,10 +39,8 @@ static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * 
 typedef void (*gemm_kernel_fn)(int64_t kc, const float *restrict a, const float *restrict b,
                                float *restrict c);
 
-static inline __attribute__((always_inline)) void gemm_kernel_body(int64_t kc,
-                                                                   const float *restrict a,
-                                                                   const float *restrict b,
-                                                                   float *restrict c) {
+static inline __attribute__((always_inline)) void
+gemm_kernel_body(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c) {
     float acc[GEMM_TILE];
     memcpy(acc, c, sizeof acc);
     for (int64_t p = 0; p < kc; p++) {
@@ -57,9 +60,8 @@ static void gemm_kernel_generic(int64_t kc, const float *restrict a, const float
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static void gemm_kernel_avx2(int64_t kc, const float *restrict a,
-                                                             const float *restrict b,
-                                                             float *restrict c) {
+__attribute__((target("avx2"))) static void
+gemm_kernel_avx2(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c) {
     gemm_kernel_body(kc, a, b, c);
 }
 #endif
@@ -86,7 +88,8 @@ static void gemm_pack_a(const amp_gemm_desc *d, amp_dtype t, const void *a, int6
                 int64_t i = i0 + s + r, q = p0 + p;
                 o[r] = cpu_load(t, a, d->trans_a ? q * d->m + i : i * d->k + q);
             }
-            for (int64_t r = rows; r < GEMM_MR; r++) o[r] = 0.0f;
+            for (int64_t r = rows; r < GEMM_MR; r++)
+                o[r] = 0.0f;
         }
     }
 }
@@ -107,7 +110,8 @@ static void gemm_pack_b(const amp_gemm_desc *d, amp_dtype t, const void *b, int6
                     o[c] = cpu_load(t, b, d->trans_b ? j * d->k + q : q * d->n + j);
                 }
             }
-            for (int64_t c = cols; c < GEMM_NR; c++) o[c] = 0.0f;
+            for (int64_t c = cols; c < GEMM_NR; c++)
+                o[c] = 0.0f;
         }
     }
 }
@@ -192,7 +196,8 @@ void amp_cpu_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp
                         for (int64_t jr = 0; jr < tiles_n; jr++) {
                             const float *bsliver = bpack + jr * GEMM_NR * kc;
                             for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {
-                                float *tile = acc + (((ic + ir) / GEMM_MR) * tiles_n + jr) * GEMM_TILE;
+                                float *tile =
+                                    acc + (((ic + ir) / GEMM_MR) * tiles_n + jr) * GEMM_TILE;
                                 kernel(kc, apack + ir * kc, bsliver, tile);
                             }
                         }

@@ -31,24 +31,41 @@ float *amp_cpu_workspace(void *bctx, size_t n);
 
 static inline float cpu_load(amp_dtype t, const void *p, int64_t i) {
     switch (t) {
-    case AMP_DTYPE_F32: return ((const float *)p)[i];
-    case AMP_DTYPE_F16: return amp_f16_to_f32(((const uint16_t *)p)[i]);
-    case AMP_DTYPE_BF16: return amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    case AMP_DTYPE_I32: return (float)((const int32_t *)p)[i];
-    case AMP_DTYPE_I64: return (float)((const int64_t *)p)[i];
-    default: break;
+    case AMP_DTYPE_F32:
+        return ((const float *)p)[i];
+    case AMP_DTYPE_F16:
+        return amp_f16_to_f32(((const uint16_t *)p)[i]);
+    case AMP_DTYPE_BF16:
+        return amp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case AMP_DTYPE_I32:
+        return (float)((const int32_t *)p)[i];
+    case AMP_DTYPE_I64:
+        return (float)((const int64_t *)p)[i];
+    default:
+        break;
     }
     amp_abort(__FILE__, __LINE__, "bad dtype %d", (int)t);
 }
 
 static inline void cpu_store(amp_dtype t, void *p, int64_t i, float v) {
     switch (t) {
-    case AMP_DTYPE_F32: ((float *)p)[i] = v; return;
-    case AMP_DTYPE_F16: ((uint16_t *)p)[i] = amp_f32_to_f16(v); return;
-    case AMP_DTYPE_BF16: ((uint16_t *)p)[i] = amp_f32_to_bf16(v); return;
-    case AMP_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; return;
-    case AMP_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)v; return;
-    default: break;
+    case AMP_DTYPE_F32:
+        ((float *)p)[i] = v;
+        return;
+    case AMP_DTYPE_F16:
+        ((uint16_t *)p)[i] = amp_f32_to_f16(v);
+        return;
+    case AMP_DTYPE_BF16:
+        ((uint16_t *)p)[i] = amp_f32_to_bf16(v);
+        return;
+    case AMP_DTYPE_I32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        return;
+    case AMP_DTYPE_I64:
+        ((int64_t *)p)[i] = (int64_t)v;
+        return;
+    default:
+        break;
     }
     amp_abort(__FILE__, __LINE__, "bad dtype %d", (int)t);
 }
@@ -70,7 +87,8 @@ float amp_cpu_sum_f32(const float *x, int64_t n);
 
 static inline int64_t cpu_numel(const amp_tensor_t *t) {
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
     return n;
 }
 
@@ -111,10 +129,10 @@ typedef struct cpu_iter {
     int nops, ndim;
     int64_t shape[AMP_MAX_DIMS];
     int64_t stride[CPU_ITER_OPS][AMP_MAX_DIMS];
-    int64_t idx[AMP_MAX_DIMS];   // position of the current row in the outer dims
-    int64_t rows, len;           // number of rows, elements per row
-    int64_t off[CPU_ITER_OPS];   // element offset of the current row, per operand
-    int64_t step[CPU_ITER_OPS];  // element stride along a row, per operand
+    int64_t idx[AMP_MAX_DIMS];  // position of the current row in the outer dims
+    int64_t rows, len;          // number of rows, elements per row
+    int64_t off[CPU_ITER_OPS];  // element offset of the current row, per operand
+    int64_t step[CPU_ITER_OPS]; // element stride along a row, per operand
 } cpu_iter;
 
 void amp_cpu_iter_init(cpu_iter *it, int ndim, const int64_t *shape, int nops,
@@ -127,7 +145,8 @@ void amp_cpu_iter_next(cpu_iter *it);
 void amp_cpu_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src);
 void amp_cpu_fill(void *bctx, amp_tensor_t *dst, float v);
 
-void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const amp_tensor_t *x);
+void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y,
+                   const amp_tensor_t *x);
 void amp_cpu_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
                             const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y);
 void amp_cpu_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,

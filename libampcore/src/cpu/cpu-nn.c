@@ -36,16 +36,20 @@ void amp_cpu_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *
     for (int64_t r = 0; r < rows; r++) {
         amp_cpu_load_f32(x->dtype, row_ptr(x, r, C), 1, C, v);
         float max = -INFINITY;
-        for (int64_t j = 0; j < C; j++) max = v[j] > max ? v[j] : max;
+        for (int64_t j = 0; j < C; j++)
+            max = v[j] > max ? v[j] : max;
         // An all -inf row gives -inf - -inf = NaN everywhere, like PyTorch; a masked (-inf)
         // entry of any other row gives exp(-inf) = exactly 0.
-        for (int64_t j = 0; j < C; j++) e[j] = expf(v[j] - max);
+        for (int64_t j = 0; j < C; j++)
+            e[j] = expf(v[j] - max);
         const float sum = amp_cpu_sum_f32(e, C);
         if (log) {
             const float logsum = max + logf(sum);
-            for (int64_t j = 0; j < C; j++) e[j] = v[j] - logsum;
+            for (int64_t j = 0; j < C; j++)
+                e[j] = v[j] - logsum;
         } else {
-            for (int64_t j = 0; j < C; j++) e[j] = e[j] / sum;
+            for (int64_t j = 0; j < C; j++)
+                e[j] = e[j] / sum;
         }
         amp_cpu_store_f32(y->dtype, row_ptr(y, r, C), C, e);
     }
@@ -66,11 +70,14 @@ void amp_cpu_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_
         amp_cpu_load_f32(y->dtype, row_ptr(y, r, C), 1, C, yv);
         if (log) { // dx = dy - exp(y) * sum(dy)
             const float s = amp_cpu_sum_f32(g, C);
-            for (int64_t j = 0; j < C; j++) t[j] = g[j] - expf(yv[j]) * s;
+            for (int64_t j = 0; j < C; j++)
+                t[j] = g[j] - expf(yv[j]) * s;
         } else { // dx = y * (dy - sum(dy * y))
-            for (int64_t j = 0; j < C; j++) t[j] = g[j] * yv[j];
+            for (int64_t j = 0; j < C; j++)
+                t[j] = g[j] * yv[j];
             const float s = amp_cpu_sum_f32(t, C);
-            for (int64_t j = 0; j < C; j++) t[j] = yv[j] * (g[j] - s);
+            for (int64_t j = 0; j < C; j++)
+                t[j] = yv[j] * (g[j] - s);
         }
         amp_cpu_store_f32(dx->dtype, row_ptr(dx, r, C), C, t);
     }
@@ -101,7 +108,8 @@ void amp_cpu_layer_norm(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_ten
         amp_cpu_load_f32(x->dtype, row_ptr(x, r, C), 1, C, v);
         // Two passes: the mean, then the biased variance around it.
         const float mu = amp_cpu_sum_f32(v, C) / (float)C;
-        for (int64_t j = 0; j < C; j++) t[j] = (v[j] - mu) * (v[j] - mu);
+        for (int64_t j = 0; j < C; j++)
+            t[j] = (v[j] - mu) * (v[j] - mu);
         const float var = amp_cpu_sum_f32(t, C) / (float)C;
         const float rs = 1.0f / sqrtf(var + eps);
         for (int64_t j = 0; j < C; j++) {
@@ -133,8 +141,10 @@ void amp_cpu_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw,
     AMP_ASSERT(!db || cpu_numel(db) == C);
 
     float *g = amp_cpu_workspace(bctx, (size_t)(7 * C + 1));
-    float *xh = g + C, *t = xh + C, *wv = t + C, *dyv = wv + C, *dwacc = dyv + C, *dbacc = dwacc + C;
-    for (int64_t j = 0; j < C; j++) wv[j] = 1.0f;
+    float *xh = g + C, *t = xh + C, *wv = t + C, *dyv = wv + C, *dwacc = dyv + C,
+          *dbacc = dwacc + C;
+    for (int64_t j = 0; j < C; j++)
+        wv[j] = 1.0f;
     if (w) amp_cpu_load_f32(w->dtype, amp_tensor_ptr(w), 1, C, wv);
     memset(dwacc, 0, (size_t)(2 * C) * sizeof(float));
     const float *meanp = amp_tensor_ptr(mean), *rstdp = amp_tensor_ptr(rstd);
@@ -168,7 +178,8 @@ void amp_cpu_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw,
 // ---------------------------------------------------------------------------------------------
 // embedding
 
-void amp_cpu_embedding(void *bctx, amp_tensor_t *y, const amp_tensor_t *idx, const amp_tensor_t *w) {
+void amp_cpu_embedding(void *bctx, amp_tensor_t *y, const amp_tensor_t *idx,
+                       const amp_tensor_t *w) {
     (void)bctx;
     CPU_ASSERT_CONTIGUOUS(y);
     CPU_ASSERT_CONTIGUOUS(idx);
@@ -218,7 +229,8 @@ void amp_cpu_embedding_backward(void *bctx, amp_tensor_t *dw, const amp_tensor_t
                    (long long)V);
         amp_cpu_load_f32(dy->dtype, row_ptr(dy, r, C), 1, C, g);
         float *a = acc + i * C;
-        for (int64_t j = 0; j < C; j++) a[j] += g[j];
+        for (int64_t j = 0; j < C; j++)
+            a[j] += g[j];
     }
     if (!direct) amp_cpu_store_f32(dw->dtype, amp_tensor_ptr(dw), V * C, acc);
 }
@@ -236,7 +248,8 @@ void amp_cpu_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
     const void *lp = amp_tensor_ptr(logp), *tp = amp_tensor_ptr(target);
     for (int64_t r = 0; r < N; r++) {
         const int64_t t = cpu_load_index(target->dtype, tp, r);
-        AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t, (long long)C);
+        AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t,
+                   (long long)C);
         nl[r] = -cpu_load(logp->dtype, lp, r * C + t);
     }
     // The summed negative log-likelihood divided by the total weight N (NaN for N = 0).
@@ -256,7 +269,8 @@ void amp_cpu_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor
     const void *tp = amp_tensor_ptr(target);
     for (int64_t r = 0; r < N; r++) {
         const int64_t t = cpu_load_index(target->dtype, tp, r);
-        AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t, (long long)C);
+        AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t,
+                   (long long)C);
         cpu_store(dlogp->dtype, dp, r * C + t, g);
     }
 }

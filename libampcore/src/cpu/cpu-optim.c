@@ -66,11 +66,13 @@ static void adam_step(const amp_optim_params *o, int64_t step, float *p, const f
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         if (o->weight_decay != 0.0f) {
-            if (decoupled) p[i] = p[i] * decay;
-            else gi = gi + o->weight_decay * p[i];
+            if (decoupled)
+                p[i] = p[i] * decay;
+            else
+                gi = gi + o->weight_decay * p[i];
         }
         // torch.lerp switches form at weight 0.5 to stay exact at weight 1.
-        m[i] = fabsf(w1) < 5.0f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
+        m[i] = fabsf(w1) < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
         v[i] = v[i] * o->beta2 + w2 * gi * gi;
         const float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
         p[i] = p[i] + step_size * (m[i] / denom);
@@ -105,8 +107,8 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, int64_t step,
             adam_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g), amp_tensor_ptr(mt),
                       amp_tensor_ptr(vt), count);
         } else {
-            sgd_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g),
-                     mt ? amp_tensor_ptr(mt) : NULL, count);
+            sgd_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g), mt ? amp_tensor_ptr(mt) : NULL,
+                     count);
         }
     }
 }

@@ -1,0 +1,160 @@
+/*
+ * cmd_report.c — `ampprobe report FILE`: opens a run database read-only, runs the report rules
+ * (report/report.h) and writes the findings as text or json. Exit 0 when the report was written,
+ * findings or not; 2 for a usage error or a file that is missing, foreign, newer or corrupt.
+ */
+#include "commands.h"
+#include "report.h"
+
+#include "amp-store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct report_opts {
+    const char *file, *out_path, *format;
+    const report_rule *rule;
+    int64_t lo, hi;
+} report_opts;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ampprobe report FILE [--format text|json] [-o OUT] [--rule ID] [--steps A:B]\n\n"
+               "Diagnoses a run recorded by 'ampprobe run': which layer, op and step went wrong,\n"
+               "why, and what to change. Findings come with a rule id, a severity (error, warning,\n"
+               "info), the steps, the layer and op, the evidence and the advice.\n\n"
+               "options:\n"
+               "  --format text|json  text for people (default; colour on a terminal unless\n"
+               "                      NO_COLOR is set), json for CI (keys: report/README.md)\n"
+               "  -o OUT              write the report to OUT instead of stdout\n"
+               "  --rule ID           run only that rule\n"
+               "  --steps A:B         look at steps A..B only (A: or :B leave a side open)\n"
+               "  --help              this text\n\n"
+               "rules:\n");
+    for (size_t i = 0; i < report_n_rules; i++)
+        fprintf(f, "  %-22s %s\n", report_rules[i].id, report_rules[i].summary);
+    fprintf(f, "\nexit status: 0 report written (with or without findings), 2 usage error or an\n"
+               "unreadable/foreign database.\n");
+}
+
+static int bad(const char *fmt, const char *a) {
+    fprintf(stderr, "ampprobe report: ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, " (see 'ampprobe report --help')\n");
+    return 2;
+}
+
+static bool parse_step(const char *s, size_t len, int64_t *v) {
+    char buf[32];
+    if (len == 0 || len >= sizeof buf) return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(buf, &end, 10);
+    if (errno || *end || x < 0) return false;
+    *v = x;
+    return true;
+}
+
+// "A:B", "A:", ":B" or "A" (that step only).
+static bool parse_steps(const char *s, int64_t *lo, int64_t *hi) {
+    const char *colon = strchr(s, ':');
+    if (!colon) {
+        if (!parse_step(s, strlen(s), lo)) return false;
+        *hi = *lo;
+        return true;
+    }
+    if (colon > s && !parse_step(s, (size_t)(colon - s), lo)) return false;
+    if (colon[1] && !parse_step(colon + 1, strlen(colon + 1), hi)) return false;
+    return *lo <= *hi;
+}
+
+// 0: parsed; 1: --help printed; 2: usage error printed.
+static int parse(int argc, char **argv, report_opts *o) {
+    *o = (report_opts){.format = "text", .lo = INT64_MIN, .hi = INT64_MAX};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_value = i + 1 < argc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 1;
+        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--rule") == 0 ||
+                   strcmp(a, "--steps") == 0) {
+            if (!has_value) return bad("%s needs a value", a);
+            const char *v = argv[++i];
+            if (strcmp(a, "--format") == 0) {
+                if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
+                    return bad("--format: '%s' is not one of text, json", v);
+                o->format = v;
+            } else if (strcmp(a, "-o") == 0) {
+                o->out_path = v;
+            } else if (strcmp(a, "--rule") == 0) {
+                o->rule = report_rule_find(v);
+                if (!o->rule) return bad("--rule: no rule named '%s'", v);
+            } else if (!parse_steps(v, &o->lo, &o->hi)) {
+                return bad("--steps: '%s' is not A:B with 0 <= A <= B", v);
+            }
+        } else if (a[0] == '-' && a[1]) {
+            return bad("unknown option '%s'", a);
+        } else if (o->file) {
+            return bad("one FILE only ('%s' is a second)", a);
+        } else {
+            o->file = a;
+        }
+    }
+    if (!o->file) return bad("%s", "no FILE given");
+    return 0;
+}
+
+static bool want_color(FILE *out) {
+    const char *no = getenv("NO_COLOR");
+    return isatty(fileno(out)) && !(no && *no);
+}
+
+int amp_cmd_report(int argc, char **argv) {
+    report_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
+
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX > REPORT_ERR_MAX ? AMP_STORE_ERR_MAX : REPORT_ERR_MAX];
+    if (amp_store_open_readonly(o.file, &db, err) != AMP_OK) {
+        fprintf(stderr, "ampprobe report: %s\n", err);
+        return 2;
+    }
+    report_model m;
+    amp_status st = report_model_load(db, o.file, o.lo, o.hi, &m, err);
+    sqlite3_close(db);
+    if (st != AMP_OK) {
+        fprintf(stderr, "ampprobe report: %s\n", err);
+        return 2;
+    }
+    FILE *out = stdout;
+    if (o.out_path && !(out = fopen(o.out_path, "w"))) {
+        fprintf(stderr, "ampprobe report: %s: %s\n", o.out_path, strerror(errno));
+        report_model_free(&m);
+        return 2;
+    }
+    report_findings f = {0};
+    report_run(&m, o.rule, &f);
+    if (strcmp(o.format, "json") == 0)
+        report_format_json(out, &m, &f);
+    else
+        report_format_text(out, &m, &f, want_color(out));
+    rc = 0;
+    if (out != stdout) {
+        if (fclose(out) != 0) {
+            fprintf(stderr, "ampprobe report: %s: %s\n", o.out_path, strerror(errno));
+            rc = 2;
+        }
+    } else if (fflush(out) != 0) {
+        rc = 2;
+    }
+    report_findings_free(&f);
+    report_model_free(&m);
+    return rc;
+}

@@ -1,0 +1,113 @@
+/*
+ * format_json.c — the report for machines (CI gates). The keys are stable; report/README.md
+ * documents them:
+ *
+ *   {"file": "...", "verdict": "...",
+ *    "summary": {"steps": 12, "first_step": 0, "last_step": 11, "skipped": 9,
+ *                "nonfinite_losses": 9, "final_loss": null, "scale_min": 128, "scale_max": 65536},
+ *    "counts": {"error": 1, "warning": 2, "info": 0},
+ *    "findings": [{"rule": "nonfinite-root-cause", "severity": "error",
+ *                  "steps": {"first": 3, "last": 11}, "layer": "blocks.1.attn", "op": "mul",
+ *                  "phase": "fwd", "title": "...", "detail": "...",
+ *                  "evidence": {"input_amax": 6.26953, ...}, "advice": "..."}]}
+ *
+ * Absent values (no layer, no step, NaN/inf numbers) are null.
+ */
+#include "report.h"
+
+#include <math.h>
+
+static void str(FILE *out, const char *s) {
+    if (!s || !*s) {
+        fputs("null", out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (*p < 0x20)
+                fprintf(out, "\\u%04x", *p);
+            else
+                fputc(*p, out);
+        }
+    }
+    fputc('"', out);
+}
+
+static void num(FILE *out, double v) {
+    if (isfinite(v))
+        fprintf(out, "%.9g", v);
+    else
+        fputs("null", out);
+}
+
+static void step(FILE *out, int64_t s) {
+    if (s < 0)
+        fputs("null", out);
+    else
+        fprintf(out, "%lld", (long long)s);
+}
+
+void report_format_json(FILE *out, const report_model *m, const report_findings *f) {
+    char verdict[2048];
+    report_verdict(m, f, verdict, sizeof verdict);
+    report_summary s;
+    report_summarize(m, &s);
+    fputs("{\"file\": ", out);
+    str(out, m->path);
+    fputs(", \"verdict\": ", out);
+    str(out, verdict);
+    fprintf(out, ",\n \"summary\": {\"steps\": %lld, \"first_step\": ", (long long)s.steps);
+    step(out, s.first_step);
+    fputs(", \"last_step\": ", out);
+    step(out, s.last_step);
+    fprintf(out, ", \"skipped\": %lld, \"nonfinite_losses\": %lld, \"final_loss\": ",
+            (long long)s.skipped, (long long)s.nonfinite_losses);
+    num(out, s.final_loss);
+    fputs(", \"scale_min\": ", out);
+    num(out, s.scale_min);
+    fputs(", \"scale_max\": ", out);
+    num(out, s.scale_max);
+    size_t counts[3] = {0};
+    for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
+    fprintf(out, "},\n \"counts\": {\"error\": %zu, \"warning\": %zu, \"info\": %zu},\n",
+            counts[AMP_SEVERITY_ERROR], counts[AMP_SEVERITY_WARNING], counts[AMP_SEVERITY_INFO]);
+    fputs(" \"findings\": [", out);
+    for (size_t i = 0; i < f->n; i++) {
+        const report_finding *x = &f->v[i];
+        fputs(i ? ",\n  {\"rule\": " : "\n  {\"rule\": ", out);
+        str(out, x->rule);
+        fputs(", \"severity\": ", out);
+        str(out, amp_severity_name(x->severity));
+        fputs(", \"steps\": {\"first\": ", out);
+        step(out, x->first_step);
+        fputs(", \"last\": ", out);
+        step(out, x->last_step);
+        fputs("}, \"layer\": ", out);
+        str(out, x->layer);
+        fputs(", \"op\": ", out);
+        str(out, x->op);
+        fputs(", \"phase\": ", out);
+        str(out, x->phase);
+        fputs(",\n   \"title\": ", out);
+        str(out, x->title);
+        fputs(",\n   \"detail\": ", out);
+        str(out, x->detail);
+        fputs(",\n   \"evidence\": {", out);
+        for (int k = 0; k < x->n_evidence; k++) {
+            fputs(k ? ", " : "", out);
+            str(out, x->evidence[k].key);
+            fputs(": ", out);
+            num(out, x->evidence[k].value);
+        }
+        fputs("},\n   \"advice\": ", out);
+        str(out, x->advice);
+        fputs("}", out);
+    }
+    fputs(f->n ? "\n ]}\n" : "]}\n", out);
+}

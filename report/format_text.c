@@ -1,0 +1,115 @@
+/*
+ * format_text.c — the report for people: the verdict paragraph first (the answer), then each
+ * finding with where, the evidence and the advice, then a short run summary. Colour only when
+ * the caller says so (a terminal, NO_COLOR unset).
+ */
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct palette {
+    const char *bold, *red, *yellow, *blue, *dim, *off;
+} palette;
+
+static const palette colors = {"\033[1m", "\033[1;31m", "\033[1;33m", "\033[1;34m", "\033[2m",
+                               "\033[0m"};
+static const palette plain = {"", "", "", "", "", ""};
+
+// Prints text wrapped at 96 columns, each line prefixed by indent (newlines in text are kept).
+static void wrap(FILE *out, const char *indent, const char *text) {
+    const int width = 96;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        const char *end = nl ? nl : line + strlen(line);
+        while (line < end) {
+            int avail = width - (int)strlen(indent);
+            const char *cut = end;
+            if (end - line > avail) {
+                cut = line + avail;
+                while (cut > line && *cut != ' ') cut--;
+                if (cut == line) cut = line + avail;
+            }
+            fprintf(out, "%s%.*s\n", indent, (int)(cut - line), line);
+            line = cut;
+            while (line < end && *line == ' ') line++;
+        }
+        line = nl ? nl + 1 : end;
+    }
+}
+
+static void print_steps(FILE *out, const report_finding *f) {
+    if (f->first_step < 0) return;
+    if (f->last_step > f->first_step)
+        fprintf(out, "steps %lld-%lld", (long long)f->first_step, (long long)f->last_step);
+    else
+        fprintf(out, "step %lld", (long long)f->first_step);
+}
+
+static void print_finding(FILE *out, const report_finding *f, size_t index, const palette *p) {
+    const char *sev_color = f->severity == AMP_SEVERITY_ERROR     ? p->red
+                            : f->severity == AMP_SEVERITY_WARNING ? p->yellow
+                                                                  : p->blue;
+    fprintf(out, "%zu. %s%s%s %s[%s]%s\n", index, sev_color, amp_severity_name(f->severity), p->off,
+            p->dim, f->rule, p->off);
+    char title[300];
+    snprintf(title, sizeof title, "%s%s%s", p->bold, f->title, p->off);
+    wrap(out, "   ", title);
+    fprintf(out, "   where: ");
+    print_steps(out, f);
+    if (f->layer[0]) fprintf(out, "%slayer %s", f->first_step >= 0 ? ", " : "", f->layer);
+    if (f->op[0]) fprintf(out, ", op %s", f->op);
+    if (f->phase[0]) fprintf(out, " (%s)", f->phase);
+    fprintf(out, "\n");
+    if (f->detail[0]) wrap(out, "   ", f->detail);
+    char ev[1024];
+    size_t k = (size_t)snprintf(ev, sizeof ev, "evidence:");
+    for (int i = 0; i < f->n_evidence && k < sizeof ev; i++) {
+        if (isnan(f->evidence[i].value)) continue;
+        int w = snprintf(ev + k, sizeof ev - k, " %s=%.6g", f->evidence[i].key,
+                         f->evidence[i].value);
+        if (w > 0) k += (size_t)w;
+    }
+    if (f->n_evidence) wrap(out, "   ", ev);
+    char advice[1100];
+    snprintf(advice, sizeof advice, "fix: %s", f->advice);
+    wrap(out, "   ", advice);
+    fprintf(out, "\n");
+}
+
+void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color) {
+    const palette *p = color ? &colors : &plain;
+    char verdict[2048];
+    report_verdict(m, f, verdict, sizeof verdict);
+    fprintf(out, "%sampprobe report%s %s\n\n", p->bold, p->off, m->path);
+    wrap(out, "", verdict);
+    fprintf(out, "\n");
+
+    size_t counts[3] = {0};
+    for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
+    if (f->n) {
+        fprintf(out, "%sFindings%s (%zu error%s, %zu warning%s, %zu info)\n\n", p->bold, p->off,
+                counts[AMP_SEVERITY_ERROR], counts[AMP_SEVERITY_ERROR] == 1 ? "" : "s",
+                counts[AMP_SEVERITY_WARNING], counts[AMP_SEVERITY_WARNING] == 1 ? "" : "s",
+                counts[AMP_SEVERITY_INFO]);
+        for (size_t i = 0; i < f->n; i++) print_finding(out, &f->v[i], i + 1, p);
+    }
+
+    report_summary s;
+    report_summarize(m, &s);
+    fprintf(out, "%sRun%s\n", p->bold, p->off);
+    if (m->command) fprintf(out, "  command:    %s\n", m->command);
+    if (m->device) fprintf(out, "  device:     %s\n", m->device);
+    if (s.steps == 0) {
+        fprintf(out, "  steps:      none recorded\n");
+        return;
+    }
+    fprintf(out, "  steps:      %lld (%lld-%lld), %lld skipped, %lld with a non-finite loss\n",
+            (long long)s.steps, (long long)s.first_step, (long long)s.last_step,
+            (long long)s.skipped, (long long)s.nonfinite_losses);
+    fprintf(out, "  final loss: %.6g\n", s.final_loss);
+    if (isnan(s.scale_min))
+        fprintf(out, "  loss scale: no GradScaler records\n");
+    else
+        fprintf(out, "  loss scale: %.9g .. %.9g\n", s.scale_min, s.scale_max);
+}

@@ -1,0 +1,155 @@
+/*
+ * rule_underflow.c — rule `grad-underflow`: gradient values lost to zero or to a subnormal in the
+ * autocast dtype, per layer.
+ *
+ * AMP_TENSOR_STATS counts, for each activation gradient and weight gradient (as scaled by the
+ * GradScaler), the non-zero values that round to 0 or a subnormal in the target dtype
+ * (n_underflow). Values that already underflowed in an fp16 backward arrive as zeros, which
+ * cannot be told from structural zeros (a causal mask, a ReLU) one by one; a gradient tensor
+ * that is entirely zero can: it counts as lost whole. Healthy fp16 runs lose a few percent of
+ * their smallest gradients to subnormals; layers losing 5% or more are named (info), and 20% in
+ * a layer is a warning, with the loss scale that would keep them (from the observed gradient
+ * amax: the largest power of two that keeps it under 65504/2). A run that computed no gradient
+ * in fp16/bf16 (fp32) gets info at most: what fp16 without loss scaling would lose.
+ */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RULE "grad-underflow"
+#define LOST_SHARE_NOTE 0.05 // a layer losing this share is named (info)
+#define LOST_SHARE_WARN 0.20 // the worst layer losing this share makes it a warning
+#define LIST_MAX 6 // layers named in the detail
+
+typedef struct layer_loss {
+    int32_t pid, layer_id;
+    int64_t numel, lost, tensors, zero_tensors;
+    int64_t first_step, last_step;
+} layer_loss;
+
+static bool lowp(const char *dtype) { return strcmp(dtype, "f16") == 0 || strcmp(dtype, "bf16") == 0; }
+
+static bool is_grad(const report_stats *s) {
+    return strcmp(s->kind, "activation_grad") == 0 || strcmp(s->kind, "weight_grad") == 0;
+}
+
+static int cmp_share(const void *pa, const void *pb) {
+    const layer_loss *a = pa, *b = pb;
+    double sa = (double)a->lost / (double)a->numel, sb = (double)b->lost / (double)b->numel;
+    return sa > sb ? -1 : sa < sb ? 1 : 0;
+}
+
+// The scale the run used last (scale_before of the last step with a scaler record); NaN: none.
+static double last_scale(const report_model *m) {
+    for (size_t i = m->n_steps; i-- > 0;)
+        if (m->steps[i].has_scale) return m->steps[i].scale_before;
+    return NAN;
+}
+
+void rule_underflow_run(const report_model *m, report_findings *out) {
+    layer_loss *v = NULL;
+    size_t n = 0;
+    int64_t total = 0, lost = 0;
+    bool lowp_grads = false;
+    for (size_t i = 0; i < m->n_stats; i++) {
+        const report_stats *s = &m->stats[i];
+        lowp_grads |= is_grad(s) && lowp(s->dtype);
+        if (!is_grad(s) || s->numel <= 0 || strcmp(s->target, "f32") == 0 || !s->target[0])
+            continue;
+        size_t k = 0;
+        while (k < n && !(v[k].pid == s->pid && v[k].layer_id == s->layer_id)) k++;
+        if (k == n) {
+            v = realloc(v, (n + 1) * sizeof *v);
+            if (!v) abort();
+            v[n++] = (layer_loss){.pid = s->pid, .layer_id = s->layer_id,
+                                  .first_step = s->first_step, .last_step = s->last_step};
+        }
+        layer_loss *l = &v[k];
+        int64_t l_lost = s->n_underflow + s->zero_numel;
+        l->numel += s->numel;
+        l->lost += l_lost;
+        l->tensors += s->tensors;
+        l->zero_tensors += s->zero_tensors;
+        if (s->first_step < l->first_step) l->first_step = s->first_step;
+        if (s->last_step > l->last_step) l->last_step = s->last_step;
+        total += s->numel;
+        lost += l_lost;
+    }
+    size_t affected = 0;
+    for (size_t k = 0; k < n; k++) affected += (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel && v[k].lost > 0;
+    if (affected == 0) {
+        free(v);
+        return;
+    }
+    qsort(v, n, sizeof *v, cmp_share);
+
+    double u = report_unscaled_grad_amax(m);
+    double rec = report_scale_for_amax(u);
+    double cur = last_scale(m);
+    const layer_loss *worst = &v[0];
+    double worst_share = (double)worst->lost / (double)worst->numel;
+    bool warn = lowp_grads && worst_share >= LOST_SHARE_WARN;
+    report_finding *f = report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    report_finding_where(f, report_layer_name(m, worst->pid, worst->layer_id), NULL, "bwd");
+    f->first_step = worst->first_step;
+    f->last_step = worst->last_step;
+    snprintf(f->title, sizeof f->title,
+             "%s: %zu of %zu layers lose 5%% or more of their gradient values, %.80s the worst "
+             "(%.0f%%)",
+             lowp_grads ? "gradients underflow in fp16"
+                        : "fp32 run: in fp16 without loss scaling, gradients would underflow",
+             affected, n, f->layer[0] ? f->layer : "the top level", 100 * worst_share);
+    size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
+                                "Lost to zero/subnormal (of the gradient values sampled):");
+    for (size_t k = 0; k < n && k < LIST_MAX && w < sizeof f->detail; k++) {
+        const layer_loss *l = &v[k];
+        if ((double)l->lost < LOST_SHARE_NOTE * (double)l->numel) break;
+        const char *name = report_layer_name(m, l->pid, l->layer_id);
+        int c = snprintf(f->detail + w, sizeof f->detail - w, "%s %s %.1f%% (%lld of %lld%s)",
+                         k ? ";" : "", name ? name : "(top level)",
+                         100.0 * (double)l->lost / (double)l->numel, (long long)l->lost,
+                         (long long)l->numel,
+                         l->zero_tensors ? ", all-zero gradients included" : "");
+        if (c > 0) w += (size_t)c;
+    }
+    if (w < sizeof f->detail)
+        snprintf(f->detail + w, sizeof f->detail - w, ". Overall %.1f%% of %lld values.",
+                 100.0 * (double)lost / (double)total, (long long)total);
+
+    if (isnan(rec))
+        snprintf(f->advice, sizeof f->advice,
+                 "Raise the loss scale (init_scale=65536 and let it grow: growth_interval=2000) "
+                 "so the scaled gradients sit above fp16's smallest normal 6.1e-05; or train in "
+                 "bf16, whose range is fp32's.");
+    else if (REPORT_SCALE_TARGET / u > ldexp(1.0, 24) * 256)
+        snprintf(f->advice, sizeof f->advice,
+                 "Check the loss normalisation first: the largest gradient is only %.3g, the "
+                 "mark of a mis-normalised loss (divided twice, a tiny loss weight). Until then, "
+                 "init_scale=%.9g with growth_interval=2000 lifts the gradients out of fp16's "
+                 "subnormals, or train in bf16.",
+                 u, rec);
+    else if (!(rec > cur))
+        snprintf(f->advice, sizeof f->advice,
+                 "The scale (%.9g) is already as high as the largest gradients allow: the gradients "
+                 "span too many magnitudes for fp16. Keep the affected layers' backward in fp32 or "
+                 "train in bf16.",
+                 cur);
+    else
+        snprintf(f->advice, sizeof f->advice,
+                 "Raise the loss scale to %.9g (init_scale=%.9g, growth_interval=2000 so it can keep "
+                 "growing): the largest unscaled gradient %.3g then stays under 65504/2 while the "
+                 "small ones move %.0f bits away from fp16's subnormals.",
+                 rec, rec, u, isnan(cur) ? log2(rec) : log2(rec / cur));
+    report_finding_evidence(f, "layers_affected", (double)affected);
+    report_finding_evidence(f, "layers", (double)n);
+    report_finding_evidence(f, "worst_share", worst_share);
+    report_finding_evidence(f, "lost_values", (double)lost);
+    report_finding_evidence(f, "gradient_values", (double)total);
+    report_finding_evidence(f, "lost_share", (double)lost / (double)total);
+    report_finding_evidence(f, "loss_scale", cur);
+    report_finding_evidence(f, "grad_amax_unscaled", u);
+    report_finding_evidence(f, "recommended_scale", rec);
+    free(v);
+}

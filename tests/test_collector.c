@@ -1,0 +1,813 @@
+/*
+ * test_collector.c — the `collector` suite: records from spool files into the database.
+ *
+ * Every record type lands in its table with NULL for what was not known; steps and scale updates
+ * meet in AMP_STEPS; kernels get nsys's StringIds names; an event storm is folded into a bounded
+ * number of rows. Several processes write at once and all of their records arrive; a writer killed
+ * with SIGKILL still has everything it flushed ingested; a truncated file, a corrupt record, an
+ * unknown record type and a foreign file are warned about and skipped without losing the rest;
+ * rows are visible to a reader while the writer still runs. The read-only open refuses missing,
+ * foreign, truncated and newer-schema files with one line. AMPPROBE_OUT gives a program its own
+ * database, and without the environment a program records nothing.
+ */
+#include "tests.h"
+
+#include "amp-record.h"
+#include "amp-store.h"
+#include "record-codec.h"
+#include "store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HELPER AMP_BINARY_DIR "/tests/amp_record_helper"
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+typedef struct fixture {
+    char dir[64];   // temp directory holding everything
+    char spool[96]; // spool directory inside it
+    char db[96];    // database path inside it
+} fixture;
+
+static void fixture_init(fixture *f) {
+    snprintf(f->dir, sizeof f->dir, "/tmp/amp-test-collector-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(f->dir));
+    snprintf(f->spool, sizeof f->spool, "%s/spool", f->dir);
+    snprintf(f->db, sizeof f->db, "%s/run.sqlite", f->dir);
+    ck_assert_int_eq(mkdir(f->spool, 0755), 0);
+}
+
+static void fixture_free(fixture *f) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static amp_collector_t *collector(const fixture *f) {
+    amp_collector_t *c;
+    ck_assert_msg(amp_collector_new(f->db, f->spool, &c) == AMP_OK, "%s", amp_last_error());
+    return c;
+}
+
+static void finish(amp_collector_t *c, int exit_status) {
+    ck_assert_msg(amp_collector_finish(c, exit_status) == AMP_OK, "%s", amp_last_error());
+    amp_collector_free(c);
+}
+
+static sqlite3 *open_ro(const char *path) {
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_msg(amp_store_open_readonly(path, &db, err) == AMP_OK, "%s", err);
+    return db;
+}
+
+// The first column of the first row of sql as an integer (-999 for NULL or no row).
+static int64_t q_int(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    int64_t v = -999;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static double q_real(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    double v = NAN;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        v = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+// The first column as text, in buf ("<null>" for NULL, "<none>" for no row).
+static const char *q_text(sqlite3 *db, const char *sql, char *buf, size_t n) {
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    snprintf(buf, n, "<none>");
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        snprintf(buf, n, "%s", t ? t : "<null>");
+    }
+    sqlite3_finalize(st);
+    return buf;
+}
+
+static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
+
+// Polls until every writer is gone and no child of ours is left, then finishes.
+static void collect_until_done(amp_collector_t *c, pid_t *pids, int n) {
+    int running = n;
+    for (int iter = 0; iter < 3000; iter++) {
+        for (int i = 0; i < n; i++) {
+            int status;
+            if (pids[i] > 0 && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+                ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer failed");
+                pids[i] = 0;
+                running--;
+            }
+        }
+        ck_assert_msg(amp_collector_poll(c) == AMP_OK, "%s", amp_last_error());
+        amp_collector_stats s;
+        amp_collector_get_stats(c, &s);
+        if (running == 0 && s.live_writers == 0) return;
+        sleep_ms(10);
+    }
+    ck_abort_msg("writers did not finish");
+}
+
+static amp_rec_op op_rec(int64_t step) {
+    return (amp_rec_op){.step = step, .layer_id = 1, .op = "linear", .phase = AMP_PHASE_FWD,
+                        .in_dtypes = "f16,f16", .out_dtype = "f16", .policy = "lower_precision_fp",
+                        .shapes = "(2, 2)", .flops = 8, .bytes = -1, .start_ns = 1, .end_ns = 2};
+}
+
+// Writes a spool file by hand: header (pid), then n step records, then `tail` raw bytes.
+static void write_spool(const fixture *f, const char *name, int32_t pid, int n,
+                        const void *tail, size_t tail_len) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", f->spool, name);
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    amp_spool_header h;
+    amp_spool_header_init(&h, pid, 1, 1000, "handmade");
+    fwrite(&h, sizeof h, 1, fp);
+    for (int i = 0; i < n; i++) {
+        amp_rec_step s = {.step = i, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
+        uint8_t buf[256];
+        size_t len = amp_rec_size(AMP_REC_STEP, &s);
+        amp_rec_encode(AMP_REC_STEP, &s, buf);
+        fwrite(buf, len, 1, fp);
+    }
+    if (tail_len) fwrite(tail, tail_len, 1, fp);
+    fclose(fp);
+}
+
+// Runs the helper with an environment of exactly env (NULL-terminated); returns its exit status
+// and its stdout in out.
+static int run_helper(char *const *args, char *const *env, char *out, size_t n) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        execve(HELPER, args, env);
+        _exit(126);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < n && (r = read(fds[0], out + got, n - 1 - got)) > 0) got += (size_t)r;
+    out[got] = 0;
+    close(fds[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables
+
+START_TEST(test_every_record_type) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    amp_record_meta(&(amp_rec_meta){"precision", "fp16"});
+    amp_record_layer(&(amp_rec_layer){.id = 0, .parent_id = -1, .name = "blocks"});
+    amp_record_layer(&(amp_rec_layer){.id = 1, .parent_id = 0, .name = "blocks.0.attn"});
+    amp_record_step(&(amp_rec_step){.step = 0, .start_ns = 100, .end_ns = 350, .loss = 2.5,
+                                    .grad_norm = NAN});
+    amp_record_scale(&(amp_rec_scale){.step = 0, .scale_before = 65536, .scale_after = 32768,
+                                      .found_inf = 1, .growth_tracker = 0, .skipped = true});
+    amp_record_scale(&(amp_rec_scale){.step = 1, .scale_before = 32768, .scale_after = 32768,
+                                      .found_inf = 0, .growth_tracker = 1, .skipped = false});
+    amp_record_step(&(amp_rec_step){.step = 1, .start_ns = 400, .end_ns = 500, .loss = NAN,
+                                    .grad_norm = 3.0}); // after its scale update
+    amp_record_tensor_stats(&(amp_rec_tensor_stats){
+        .step = 0, .layer_id = 1, .op = "linear", .kind = AMP_STATS_ACTIVATION_GRAD,
+        .dtype = "f32", .target_dtype = NULL, .numel = 10, .min = -1, .max = NAN, .amax = 1,
+        .n_nan = 2, .n_posinf = 0, .n_neginf = 0, .n_overflow = -1, .n_underflow = -1,
+        .n_zero = 0});
+    amp_record_op(&(amp_rec_op){.step = 0, .layer_id = -1, .op = "mm", .phase = AMP_PHASE_NONE,
+                                .in_dtypes = "f16,f16", .out_dtype = "f16", .policy = NULL,
+                                .shapes = "(2, 2)", .flops = -1, .bytes = 64, .start_ns = 5,
+                                .end_ns = 6});
+    amp_record_event(&(amp_rec_event){.step = 0, .layer_id = 1, .op = "linear",
+                                      .phase = AMP_PHASE_BWD, .kind = AMP_EVENT_OVERFLOW,
+                                      .severity = AMP_SEVERITY_WARNING, .count = 3, .value = 7e4,
+                                      .detail = "in [-70000, 70000]"});
+    amp_record_string(&(amp_rec_string){.id = 5, .value = "my-domain"});
+    amp_record_string(&(amp_rec_string){.id = 6, .value = "registered message"});
+    amp_record_kernel(&(amp_rec_kernel){
+        .start_ns = 1000, .end_ns = 2000, .device_id = 0, .context_id = 1, .stream_id = 7,
+        .green_context_id = -1, .correlation_id = 42,
+        .name = "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_",
+        .demangled = "void at::native::elementwise_kernel<128, 2>(int, T1)", .short_name = NULL,
+        .launch_type = 0, .cache_config = -1, .registers_per_thread = 32, .grid_x = 4,
+        .grid_y = 1, .grid_z = 1, .block_x = 128, .block_y = 1, .block_z = 1,
+        .static_shared_memory = 0, .dynamic_shared_memory = 0, .local_memory_per_thread = 0,
+        .local_memory_total = 0, .grid_id = 9, .shared_memory_executed = -1,
+        .shared_memory_limit_config = -1, .graph_node_id = -1});
+    amp_record_memcpy(&(amp_rec_memcpy){.start_ns = 1, .end_ns = 2, .device_id = 0,
+                                        .context_id = 1, .stream_id = 7, .green_context_id = -1,
+                                        .correlation_id = 43, .bytes = 4096, .copy_kind = 1,
+                                        .src_kind = 0, .dst_kind = 2, .src_device_id = -1,
+                                        .src_context_id = -1, .dst_device_id = -1,
+                                        .dst_context_id = -1, .migration_cause = -1,
+                                        .graph_node_id = -1, .virtual_address = -1});
+    amp_record_memset(&(amp_rec_memset){1, 2, 0, 1, 7, -1, 44, 0, 512, -1, 2});
+    amp_record_runtime(&(amp_rec_runtime){.start_ns = 900, .end_ns = 950, .driver = false,
+                                          .tid = 99, .correlation_id = 42,
+                                          .name = "cudaLaunchKernel_v7000", .return_value = 0});
+    amp_record_sync(&(amp_rec_sync){1, 2, 0, 1, 7, -1, 45, 3, 0});
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = 10, .end_ns = 20, .type = AMP_NVTX_PUSH_POP,
+                                    .range_id = -1, .category = -1, .color = -1, .text = NULL,
+                                    .text_id = 6, .domain_id = 5, .tid = 99, .end_tid = -1,
+                                    .payload_type = AMP_NVTX_PAYLOAD_I32, .payload.i64 = -4});
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = 30, .end_ns = 0, .type = AMP_NVTX_MARK,
+                                    .range_id = -1, .category = -1, .color = -1, .text = "mark",
+                                    .tid = 99, .end_tid = -1});
+    amp_rec_gpu_info gpu = {.id = 0, .cu_device = 0, .name = "NVIDIA H200", .uuid = "GPU-1",
+                            .is_discrete = 1, .l2_cache_size = -1, .total_memory = 150000000000LL,
+                            .memory_bandwidth = -1, .clock_rate = -1, .sm_count = 132,
+                            .compute_major = 9, .compute_minor = 0, .max_threads_per_block = -1,
+                            .max_registers_per_block = -1, .max_registers_per_sm = -1,
+                            .max_shmem_per_block = -1, .max_shmem_per_block_optin = -1,
+                            .max_shmem_per_sm = -1, .threads_per_warp = 32, .async_engines = -1,
+                            .max_warps_per_sm = -1, .max_blocks_per_sm = -1};
+    amp_record_gpu_info(&gpu);
+    amp_record_gpu_info(&gpu); // every process reports its devices: one row
+    amp_record_stop();
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats s;
+    amp_collector_get_stats(c, &s);
+    ck_assert_int_eq(s.records, 21);
+    ck_assert_int_eq(s.steps, 2);
+    ck_assert_int_eq(s.last_step, 1);
+    ck_assert_int_eq(s.skipped, 1);
+    ck_assert_int_eq(s.events, 1);
+    ck_assert_double_eq(s.scale, 32768);
+    ck_assert_int_eq(s.warnings, 0);
+    finish(c, 0);
+
+    sqlite3 *db = open_ro(f.db);
+    char buf[256];
+    int64_t pid = getpid();
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT value FROM META WHERE key = 'precision' AND pid = %lld",
+             (long long)pid);
+    ck_assert_str_eq(q_text(db, sql, buf, sizeof buf), "fp16");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'exit_status'", buf, 256), "0");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 256), "complete");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'clock'", buf, 256),
+                     "CLOCK_REALTIME");
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
+    ck_assert_int_eq(q_int(db, "SELECT parent_id FROM AMP_LAYERS WHERE id = 0"), -999);
+    ck_assert_str_eq(q_text(db, "SELECT name FROM AMP_LAYERS WHERE id = 1", buf, 256),
+                     "blocks.0.attn");
+    // steps meet their scale updates, whichever came first
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 2);
+    ck_assert_double_eq(q_real(db, "SELECT loss FROM AMP_STEPS WHERE step = 0"), 2.5);
+    ck_assert_int_eq(q_int(db, "SELECT grad_norm FROM AMP_STEPS WHERE step = 0"), -999);
+    ck_assert_int_eq(q_int(db, "SELECT skipped FROM AMP_STEPS WHERE step = 0"), 1);
+    ck_assert_double_eq(q_real(db, "SELECT scale_after FROM AMP_STEPS WHERE step = 0"), 32768);
+    ck_assert_int_eq(q_int(db, "SELECT loss FROM AMP_STEPS WHERE step = 1"), -999); // NaN loss
+    ck_assert_int_eq(q_int(db, "SELECT loss_finite FROM AMP_STEPS WHERE step = 1"), 0);
+    ck_assert_int_eq(q_int(db, "SELECT start_ns FROM AMP_STEPS WHERE step = 1"), 400);
+    ck_assert_int_eq(q_int(db, "SELECT growth_tracker FROM AMP_SCALE WHERE step = 1"), 1);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_SCALE"), 2);
+    // optional values are NULL, never 0
+    ck_assert_str_eq(q_text(db, "SELECT kind FROM AMP_TENSOR_STATS", buf, 256), "activation_grad");
+    ck_assert_str_eq(q_text(db, "SELECT target_dtype FROM AMP_TENSOR_STATS", buf, 256), "<null>");
+    ck_assert_int_eq(q_int(db, "SELECT n_overflow FROM AMP_TENSOR_STATS"), -999);
+    ck_assert_int_eq(q_int(db, "SELECT max FROM AMP_TENSOR_STATS"), -999);
+    ck_assert_int_eq(q_int(db, "SELECT n_nan FROM AMP_TENSOR_STATS"), 2);
+    ck_assert_int_eq(q_int(db, "SELECT n_zero FROM AMP_TENSOR_STATS"), 0);
+    ck_assert_str_eq(q_text(db, "SELECT phase FROM AMP_OPS", buf, 256), "<null>");
+    ck_assert_str_eq(q_text(db, "SELECT policy FROM AMP_OPS", buf, 256), "<null>");
+    ck_assert_int_eq(q_int(db, "SELECT layer_id FROM AMP_OPS"), -999);
+    ck_assert_int_eq(q_int(db, "SELECT flops FROM AMP_OPS"), -999);
+    ck_assert_int_eq(q_int(db, "SELECT bytes FROM AMP_OPS"), 64);
+    ck_assert_str_eq(q_text(db, "SELECT phase || ' ' || kind || ' ' || severity FROM AMP_EVENTS",
+                            buf, 256),
+                     "bwd overflow warning");
+    // nsys tables
+    ck_assert_str_eq(q_text(db,
+                            "SELECT d.value || '|' || s.value || '|' || m.value FROM "
+                            "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
+                            "JOIN StringIds s ON s.id = k.shortName "
+                            "JOIN StringIds m ON m.id = k.mangledName",
+                            buf, 256),
+                     "void at::native::elementwise_kernel<128, 2>(int, T1)|elementwise_kernel|"
+                     "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_");
+    snprintf(sql, sizeof sql, "SELECT globalPid = %lld FROM CUPTI_ACTIVITY_KIND_KERNEL",
+             (long long)(pid << 24));
+    ck_assert_int_eq(q_int(db, sql), 1);
+    ck_assert_int_eq(q_int(db, "SELECT greenContextId FROM CUPTI_ACTIVITY_KIND_KERNEL"), -999);
+    ck_assert_str_eq(q_text(db,
+                            "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
+                            "CUPTI_ACTIVITY_KIND_KERNEL k USING (correlationId) JOIN StringIds s "
+                            "ON s.id = r.nameId",
+                            buf, 256),
+                     "cudaLaunchKernel_v7000");
+    snprintf(sql, sizeof sql, "SELECT globalTid = %lld FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+             (long long)((pid << 24) | 99));
+    ck_assert_int_eq(q_int(db, sql), 1);
+    ck_assert_str_eq(q_text(db,
+                            "SELECT label FROM CUPTI_ACTIVITY_KIND_MEMCPY JOIN ENUM_CUDA_MEMCPY_OPER "
+                            "ON id = copyKind",
+                            buf, 256),
+                     "Host-to-Device");
+    ck_assert_int_eq(q_int(db, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMSET"), 512);
+    ck_assert_int_eq(q_int(db, "SELECT syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"), 3);
+    ck_assert_str_eq(q_text(db,
+                            "SELECT t.value || '|' || d.value || '|' || int32Value FROM NVTX_EVENTS "
+                            "JOIN StringIds t ON t.id = textId JOIN StringIds d ON d.id = domainId",
+                            buf, 256),
+                     "registered message|my-domain|-4");
+    ck_assert_int_eq(q_int(db, "SELECT end FROM NVTX_EVENTS WHERE eventType = 34"), -999);
+    ck_assert_str_eq(q_text(db, "SELECT text FROM NVTX_EVENTS WHERE eventType = 34", buf, 256),
+                     "mark");
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM TARGET_INFO_GPU"), 1);
+    ck_assert_int_eq(q_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
+    ck_assert_int_eq(q_int(db, "SELECT l2CacheSize FROM TARGET_INFO_GPU"), -999);
+    // the process, and the indexes built at the end
+    snprintf(sql, sizeof sql, "SELECT status FROM AMP_PROCESSES WHERE pid = %lld", (long long)pid);
+    ck_assert_str_eq(q_text(db, sql, buf, 256), "complete");
+    ck_assert_int_eq(q_int(db, "SELECT records FROM AMP_PROCESSES"), 21);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM PROCESSES"), 1);
+    ck_assert_int_ge(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name "
+                               "= 'AMP_TENSOR_STATS_step'"),
+                     1);
+    ck_assert_str_eq(q_text(db, "PRAGMA integrity_check", buf, 256), "ok");
+    sqlite3_close(db);
+    // the spool directory is gone
+    struct stat sb;
+    ck_assert_int_ne(stat(f.spool, &sb), 0);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_event_storm_is_bounded) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    for (int step = 0; step < 100; step++) {
+        for (int layer = 0; layer < 3; layer++) {
+            amp_record_event(&(amp_rec_event){.step = step, .layer_id = layer, .op = "softmax",
+                                              .phase = AMP_PHASE_FWD,
+                                              .kind = AMP_EVENT_NONFINITE_PROPAGATED,
+                                              .severity = AMP_SEVERITY_ERROR, .count = 2,
+                                              .value = step, .detail = NULL});
+        }
+    }
+    amp_record_event(&(amp_rec_event){.step = 7, .layer_id = 0, .op = "softmax",
+                                      .phase = AMP_PHASE_BWD, .kind = AMP_EVENT_OVERFLOW,
+                                      .severity = AMP_SEVERITY_WARNING, .count = -1,
+                                      .value = NAN});
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_EVENTS"), 3 * 11 + 1);
+    ck_assert_int_eq(q_int(db, "SELECT sum(occurrences) FROM AMP_EVENTS"), 301);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE aggregate = 0 AND layer_id "
+                               "= 2 AND kind = 'nonfinite_propagated'"),
+                     10);
+    // the aggregate row of layer 2: steps 10..99 folded in
+    const char *agg = "FROM AMP_EVENTS WHERE aggregate = 1 AND layer_id = 2";
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT step || ' ' || last_step || ' ' || occurrences || ' ' || "
+                              "count || ' ' || value %s", agg);
+    char buf[128];
+    ck_assert_str_eq(q_text(db, sql, buf, sizeof buf), "10 99 90 180 99.0");
+    ck_assert_int_eq(q_int(db, "SELECT count FROM AMP_EVENTS WHERE kind = 'overflow'"), -999);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_kernel_short_names) {
+    char buf[256];
+    ck_assert_str_eq(amp_kernel_short_name("void at::native::(anonymous namespace)::"
+                                           "softmax_warp_forward<float, float, 4>(float*, int)",
+                                           buf, sizeof buf),
+                     "softmax_warp_forward");
+    ck_assert_str_eq(amp_kernel_short_name("nvjet_sm90_tst_256x128", buf, sizeof buf),
+                     "nvjet_sm90_tst_256x128");
+    ck_assert_str_eq(amp_kernel_short_name("foo(int)", buf, sizeof buf), "foo");
+    ck_assert_str_eq(amp_kernel_short_name("ns::bar<ns::baz<1>>", buf, sizeof buf), "bar");
+    ck_assert_str_eq(amp_kernel_short_name("", buf, sizeof buf), "");
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Many writers, killed writers, broken spool files
+
+START_TEST(test_many_processes) {
+    enum { PROCS = 4, OPS = 20000 };
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    pid_t pids[PROCS];
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        ck_assert_int_ge(pids[p], 0);
+        if (pids[p] == 0) {
+            if (amp_record_start(f.spool) != AMP_OK) _exit(1);
+            for (int i = 0; i < OPS; i++) {
+                amp_rec_op op = op_rec(i);
+                amp_record_op(&op);
+                if (i % 5000 == 0) sleep_ms(20); // spread over several polls
+            }
+            exit(0);
+        }
+    }
+    pid_t copy[PROCS];
+    memcpy(copy, pids, sizeof pids);
+    collect_until_done(c, copy, PROCS);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), PROCS * OPS);
+    ck_assert_int_eq(q_int(db, "SELECT count(DISTINCT pid) FROM AMP_OPS"), PROCS);
+    for (int p = 0; p < PROCS; p++) {
+        char sql[200];
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) = %d AND count(DISTINCT step) = %d FROM AMP_OPS WHERE pid = %d",
+                 OPS, OPS, (int)pids[p]);
+        ck_assert_int_eq(q_int(db, sql), 1);
+    }
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_PROCESSES WHERE status = 'complete'"),
+                     PROCS);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_killed_writer_still_ingested) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (amp_record_start(f.spool) != AMP_OK) _exit(1);
+        for (int i = 0; i < 1000; i++) {
+            amp_rec_op op = op_rec(i);
+            amp_record_op(&op);
+        }
+        amp_record_flush();
+        char x = 1;
+        ck_assert_int_eq(write(ready[1], &x, 1), 1);
+        for (;;) pause();
+    }
+    char x;
+    ck_assert_int_eq(read(ready[0], &x, 1), 1);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats s;
+    amp_collector_get_stats(c, &s);
+    ck_assert_int_eq(s.live_writers, 1);
+    kill(pid, SIGKILL);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status));
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_get_stats(c, &s);
+    ck_assert_int_eq(s.live_writers, 0);
+    finish(c, 137);
+    sqlite3 *db = open_ro(f.db);
+    char buf[64];
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), 1000);
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "complete");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'exit_status'", buf, 64), "137");
+    ck_assert_str_eq(q_text(db, "PRAGMA integrity_check", buf, 64), "ok");
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_truncated_spool) {
+    fixture f;
+    fixture_init(&f);
+    amp_rec_step s = {.step = 99, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
+    uint8_t rec[256];
+    size_t len = amp_rec_size(AMP_REC_STEP, &s);
+    amp_rec_encode(AMP_REC_STEP, &s, rec);
+    write_spool(&f, "1-1.spool", 4242, 5, rec, len / 2); // half of a sixth record
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.records, 5);
+    ck_assert_int_eq(st.warnings, 1);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[64];
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 4242"), 5);
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "truncated");
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_corrupt_record_skips_rest) {
+    fixture f;
+    fixture_init(&f);
+    // three good records, a header that cannot be a record's, then more bytes
+    uint8_t junk[64];
+    memset(junk, 0xFF, sizeof junk);
+    write_spool(&f, "1-1.spool", 10, 3, junk, sizeof junk);
+    // a record whose string runs past its payload
+    amp_rec_meta meta = {"key", "value"};
+    uint8_t rec[128];
+    size_t len = amp_rec_size(AMP_REC_META, &meta);
+    amp_rec_encode(AMP_REC_META, &meta, rec);
+    uint32_t bad = 500;
+    memcpy(rec + AMP_REC_HEADER_BYTES, &bad, 4);
+    write_spool(&f, "2-1.spool", 11, 2, rec, len);
+    // an unknown record type (from a newer writer) between good ones is skipped by its length
+    uint8_t unknown[AMP_REC_HEADER_BYTES + 4] = {0};
+    uint16_t type = 200, version = 1;
+    uint32_t plen = 4;
+    memcpy(unknown, &type, 2);
+    memcpy(unknown + 2, &version, 2);
+    memcpy(unknown + 4, &plen, 4);
+    uint8_t tail[sizeof unknown + 64];
+    memcpy(tail, unknown, sizeof unknown);
+    amp_rec_step s = {.step = 77, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
+    size_t slen = amp_rec_size(AMP_REC_STEP, &s);
+    amp_rec_encode(AMP_REC_STEP, &s, tail + sizeof unknown);
+    write_spool(&f, "3-1.spool", 12, 1, tail, sizeof unknown + slen);
+    // not a spool file at all
+    write_spool(&f, "4-1.spool", 13, 0, NULL, 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/4-1.spool", f.spool);
+    FILE *fp = fopen(path, "r+b");
+    fputs("NOTSPOOL", fp);
+    fclose(fp);
+
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.warnings, 4);
+    ck_assert_int_eq(st.records, 3 + 2 + 2);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[64];
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 10"), 3);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 11"), 2);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 12"), 2);
+    ck_assert_int_eq(q_int(db, "SELECT max(step) FROM AMP_STEPS WHERE pid = 12"), 77);
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES WHERE pid = 10", buf, 64),
+                     "corrupt");
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES WHERE pid = 12", buf, 64),
+                     "complete");
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 3);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_rows_visible_while_running) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    amp_rec_step s = {.step = 3, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
+    amp_record_step(&s);
+    sleep_ms(250); // the background flush, then a poll as the launcher does every 200 ms
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    sqlite3 *db = open_ro(f.db);
+    char buf[64];
+    ck_assert_int_eq(q_int(db, "SELECT step FROM AMP_STEPS"), 3);
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 64), "running");
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "running");
+    sqlite3_close(db);
+    amp_record_stop();
+    finish(c, 0);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_unfinished_writer_at_finish) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK); // this process keeps writing
+    amp_rec_step s = {.step = 1, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
+    amp_record_step(&s);
+    amp_record_flush();
+    finish(c, 0);
+    amp_record_stop();
+    sqlite3 *db = open_ro(f.db);
+    char buf[64];
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 1);
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "unfinished");
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Creating and opening databases
+
+START_TEST(test_new_refuses_bad_paths) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c;
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/missing", f.dir);
+    ck_assert_int_eq(amp_collector_new(f.db, missing, &c), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), missing));
+    FILE *fp = fopen(f.db, "w");
+    fputs("not empty", fp);
+    fclose(fp);
+    ck_assert_int_eq(amp_collector_new(f.db, f.spool, &c), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), f.db));
+    // NULL: a spool directory of its own next to the database, removed when the run ends
+    char db2[160];
+    snprintf(db2, sizeof db2, "%s/other.sqlite", f.dir);
+    ck_assert_int_eq(amp_collector_new(db2, NULL, &c), AMP_OK);
+    char spool[256];
+    snprintf(spool, sizeof spool, "%s", amp_collector_spool_dir(c));
+    ck_assert_ptr_nonnull(strstr(spool, "/.other.sqlite.spool-"));
+    struct stat sb;
+    ck_assert_int_eq(stat(spool, &sb), 0);
+    finish(c, 0);
+    ck_assert_int_ne(stat(spool, &sb), 0);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_open_readonly_refusals) {
+    fixture f;
+    fixture_init(&f);
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX], path[160];
+    snprintf(path, sizeof path, "%s/none.sqlite", f.dir);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_IO);
+    ck_assert_ptr_null(db);
+    ck_assert_ptr_nonnull(strstr(err, path));
+    ck_assert_ptr_null(strchr(err, '\n'));
+
+    snprintf(path, sizeof path, "%s/text.sqlite", f.dir);
+    FILE *fp = fopen(path, "w");
+    for (int i = 0; i < 100; i++) fputs("this is not a database\n", fp);
+    fclose(fp);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "not an ampprobe database"));
+
+    snprintf(path, sizeof path, "%s/empty.sqlite", f.dir);
+    fclose(fopen(path, "w"));
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+
+    snprintf(path, sizeof path, "%s/foreign.sqlite", f.dir);
+    sqlite3 *w;
+    ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(w, "CREATE TABLE t (x); INSERT INTO t VALUES (1)", 0, 0, 0),
+                     SQLITE_OK);
+    sqlite3_close(w);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "not an ampprobe database"));
+
+    // a real run, then the same file from a newer schema, and truncated
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    for (int i = 0; i < 2000; i++) {
+        amp_rec_op op = op_rec(i);
+        amp_record_op(&op);
+    }
+    amp_record_stop();
+    finish(c, 0);
+    db = open_ro(f.db);
+    sqlite3_close(db);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/newer.sqlite' && cp '%s' '%s/cut.sqlite'", f.db, f.dir,
+             f.db, f.dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/newer.sqlite", f.dir);
+    ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(w, "UPDATE META SET value = '2.0' WHERE key = 'schema_version'",
+                                  0, 0, 0),
+                     SQLITE_OK);
+    sqlite3_close(w);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "newer"));
+    ck_assert_ptr_nonnull(strstr(err, "2.0"));
+
+    snprintf(path, sizeof path, "%s/cut.sqlite", f.dir);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_eq(truncate(path, sb.st_size / 2), 0);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "truncated"));
+    ck_assert_int_eq(truncate(path, 50), 0);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    fixture_free(&f);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// A program on its own: AMPPROBE_OUT, or nothing
+
+START_TEST(test_ampprobe_out_in_process) {
+    fixture f;
+    fixture_init(&f);
+    char env_out[160], out[64];
+    snprintf(env_out, sizeof env_out, "AMPPROBE_OUT=%s", f.db);
+    char *env[] = {env_out, NULL};
+    char *args[] = {HELPER, "steps", "30", NULL};
+    ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[128];
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 30);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), 30);
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 128), "complete");
+    ck_assert_ptr_nonnull(strstr(q_text(db, "SELECT value FROM META WHERE key = 'command'", buf,
+                                        128),
+                                 "amp_record_helper steps 30"));
+    sqlite3_close(db);
+    // nothing left next to it but the database
+    DIR *d = opendir(f.dir);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+    closedir(d);
+    ck_assert_int_eq(entries, 2); // run.sqlite and the fixture's spool/
+    // an existing database is never overwritten: the program runs, recording off
+    struct stat before, after;
+    ck_assert_int_eq(stat(f.db, &before), 0);
+    ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
+    ck_assert_int_eq(stat(f.db, &after), 0);
+    ck_assert_int_eq(before.st_mtime, after.st_mtime);
+    ck_assert_int_eq(before.st_size, after.st_size);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(test_off_without_environment) {
+    char out[64];
+    char *env[] = {"PATH=/usr/bin:/bin", NULL};
+    char *args[] = {HELPER, "enabled", NULL};
+    ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
+    ck_assert_str_eq(out, "0\n");
+    fixture f;
+    fixture_init(&f);
+    char env_dir[160];
+    snprintf(env_dir, sizeof env_dir, "AMPPROBE_SPOOL_DIR=%s", f.spool);
+    char *env_on[] = {env_dir, NULL};
+    ck_assert_int_eq(run_helper(args, env_on, out, sizeof out), 0);
+    ck_assert_str_eq(out, "1\n");
+    char env_trace[] = "AMPPROBE_TRACE=cuda";
+    char *env_cuda[] = {env_dir, env_trace, NULL};
+    ck_assert_int_eq(run_helper(args, env_cuda, out, sizeof out), 0);
+    ck_assert_str_eq(out, "0\n"); // recording, but not the amp category
+    fixture_free(&f);
+}
+END_TEST
+
+Suite *collector_suite(void) {
+    Suite *s = suite_create("collector");
+    TCase *t = tcase_create("tables");
+    tcase_add_test(t, test_every_record_type);
+    tcase_add_test(t, test_event_storm_is_bounded);
+    tcase_add_test(t, test_kernel_short_names);
+    suite_add_tcase(s, t);
+    TCase *w = tcase_create("writers");
+    tcase_set_timeout(w, 60);
+    tcase_add_test(w, test_many_processes);
+    tcase_add_test(w, test_killed_writer_still_ingested);
+    tcase_add_test(w, test_truncated_spool);
+    tcase_add_test(w, test_corrupt_record_skips_rest);
+    tcase_add_test(w, test_rows_visible_while_running);
+    tcase_add_test(w, test_unfinished_writer_at_finish);
+    suite_add_tcase(s, w);
+    TCase *o = tcase_create("open");
+    tcase_set_timeout(o, 60);
+    tcase_add_test(o, test_new_refuses_bad_paths);
+    tcase_add_test(o, test_open_readonly_refusals);
+    tcase_add_test(o, test_ampprobe_out_in_process);
+    tcase_add_test(o, test_off_without_environment);
+    suite_add_tcase(s, o);
+    return s;
+}

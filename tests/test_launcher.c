@@ -1,0 +1,359 @@
+/*
+ * test_launcher.c — the `launcher` suite: `ampprobe run` as a user meets it, through the built
+ * binary. Exit statuses (the program's own, 128+signal, 127 for a missing program, 2 for usage
+ * errors, existing or unwritable outputs), --force, the default output names, records arriving
+ * through the spool with --stats-every passed on, rows visible while the program runs, SIGTERM
+ * and SIGINT passed on to the program, and a program killed with SIGKILL mid-run leaving a sound
+ * database with what it emitted up to ~200 ms before.
+ */
+#include "tests.h"
+
+#include "amp-store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AMPPROBE AMP_BINARY_DIR "/ampprobe"
+#define HELPER AMP_BINARY_DIR "/tests/amp_record_helper"
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static char dir[64]; // each test's working directory
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/amp-test-launcher-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *in_dir(const char *name) {
+    static char paths[4][256];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 256, "%s/%s", dir, name);
+    return p;
+}
+
+// Starts ampprobe with args (args[0] is the first argument after "ampprobe") in dir, stdout and
+// stderr into dir/out.txt and dir/err.txt.
+static pid_t spawn(const char *const *args) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(99);
+        int out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 1);
+        dup2(err, 2);
+        const char *argv[32] = {AMPPROBE};
+        for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
+        execv(AMPPROBE, (char *const *)argv);
+        _exit(99);
+    }
+    return pid;
+}
+
+static int wait_code(pid_t pid) {
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "ampprobe itself died of signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+static int run(const char *const *args) { return wait_code(spawn(args)); }
+
+// The contents of dir/name (static buffer).
+static const char *slurp(const char *name) {
+    static char buf[8192];
+    buf[0] = 0;
+    FILE *f = fopen(in_dir(name), "r");
+    if (!f) return buf;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static bool exists(const char *name) {
+    struct stat sb;
+    return stat(in_dir(name), &sb) == 0;
+}
+
+static sqlite3 *open_db(const char *name) {
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_msg(amp_store_open_readonly(in_dir(name), &db, err) == AMP_OK, "%s", err);
+    return db;
+}
+
+static int64_t q_int(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    int64_t v = -999;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static const char *q_text(sqlite3 *db, const char *sql) {
+    static char buf[512];
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    snprintf(buf, sizeof buf, "<none>");
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        snprintf(buf, sizeof buf, "%s", t ? t : "<null>");
+    }
+    sqlite3_finalize(st);
+    return buf;
+}
+
+// The run's exit_status from META.
+static int64_t meta_exit_status(const char *name) {
+    sqlite3 *db = open_db(name);
+    int64_t v = q_int(db, "SELECT value FROM META WHERE key = 'exit_status' AND pid = 0");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status' AND pid = 0"),
+                     "complete");
+    sqlite3_close(db);
+    return v;
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) { nanosleep(&(struct timespec){0, ms * 1000000L}, NULL); }
+
+// Exactly one line on stderr, containing want.
+static void assert_one_line_error(const char *want) {
+    const char *err = slurp("err.txt");
+    ck_assert_msg(strstr(err, want) != NULL, "stderr '%s' lacks '%s'", err, want);
+    ck_assert_msg(strchr(err, '\n') == err + strlen(err) - 1, "not one line: '%s'", err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit statuses
+
+START_TEST(test_exit_statuses) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "t.sqlite", "--", "true", NULL}), 0);
+    ck_assert_int_eq(meta_exit_status("t.sqlite"), 0);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "-> t.sqlite"));
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "f.sqlite", "false", NULL}), 1);
+    ck_assert_int_eq(meta_exit_status("f.sqlite"), 1);
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "e.sqlite", HELPER, "exit", "7", NULL}), 7);
+    ck_assert_int_eq(meta_exit_status("e.sqlite"), 7);
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", "k.sqlite", "--", "/bin/sh", "-c", "kill -TERM $$", NULL}),
+        128 + SIGTERM);
+    ck_assert_int_eq(meta_exit_status("k.sqlite"), 128 + SIGTERM);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "killed by signal 15"));
+    // no spool directory is left behind
+    DIR *d = opendir(dir);
+    for (struct dirent *e; (e = readdir(d));)
+        ck_assert_msg(strstr(e->d_name, ".spool") == NULL, "left behind: %s", e->d_name);
+    closedir(d);
+}
+END_TEST
+
+START_TEST(test_program_not_found) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "x.sqlite", "--", "amp-no-such-program", NULL}),
+                     127);
+    ck_assert_str_eq(slurp("err.txt"), "ampprobe: amp-no-such-program: command not found\n");
+    ck_assert(!exists("x.sqlite"));
+    ck_assert_int_eq(run((const char *[]){"--", "./missing/prog", NULL}), 127);
+    ck_assert(!exists("ampprobe-1.sqlite"));
+    FILE *f = fopen(in_dir("data.txt"), "w"); // there, but not executable
+    fclose(f);
+    ck_assert_int_eq(run((const char *[]){"run", "./data.txt", NULL}), 126);
+    assert_one_line_error("data.txt");
+}
+END_TEST
+
+START_TEST(test_bad_arguments) {
+    static const struct {
+        const char *args[6];
+        const char *want;
+    } cases[] = {
+        {{"run", "--bogus", "--", "true"}, "'--bogus'"},
+        {{"run", "--stats-every", "0", "true"}, "--stats-every"},
+        {{"run", "--stats-every=x", "true"}, "--stats-every"},
+        {{"run", "--stats-every"}, "--stats-every"},
+        {{"run", "--trace", "cuda,gpu", "true"}, "--trace"},
+        {{"run", "--trace=amp,", "true"}, "--trace"},
+        {{"run", "--counters", "true"}, "not available yet"},
+        {{"run", "--tui", "--", "true"}, "not available yet"},
+        {{"run", "-o"}, "-o"},
+        {{"run"}, "no program"},
+        {{"run", "-o", "y.sqlite", "--"}, "no program"},
+        {{"--"}, "no program"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_msg(run(cases[i].args) == 2, "case %zu", i);
+        assert_one_line_error(cases[i].want);
+    }
+    ck_assert(!exists("y.sqlite"));
+    ck_assert(!exists("ampprobe-1.sqlite"));
+}
+END_TEST
+
+START_TEST(test_help) {
+    ck_assert_int_eq(run((const char *[]){"run", "--help", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "usage: ampprobe run"));
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "--stats-every"));
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Output files
+
+START_TEST(test_existing_output_and_force) {
+    FILE *f = fopen(in_dir("out.sqlite"), "w");
+    fputs("hello", f);
+    fclose(f);
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "out.sqlite", "--", "true", NULL}), 2);
+    assert_one_line_error("--force");
+    ck_assert_str_eq(slurp("out.sqlite"), "hello");
+    ck_assert_int_eq(run((const char *[]){"run", "--force", "-o", "out.sqlite", "true", NULL}), 0);
+    ck_assert_int_eq(meta_exit_status("out.sqlite"), 0);
+}
+END_TEST
+
+START_TEST(test_unwritable_output) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "/nonexistent-amp/x.sqlite", "true", NULL}), 2);
+    assert_one_line_error("/nonexistent-amp/x.sqlite");
+    fclose(fopen(in_dir("plain"), "w"));
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "plain/x.sqlite", "true", NULL}), 2);
+    assert_one_line_error("plain/x.sqlite");
+    if (geteuid() != 0) { // root writes anywhere
+        ck_assert_int_eq(mkdir(in_dir("ro"), 0555), 0);
+        ck_assert_int_eq(run((const char *[]){"run", "-o", "ro/x.sqlite", "true", NULL}), 2);
+        assert_one_line_error("ro/x.sqlite");
+    }
+}
+END_TEST
+
+START_TEST(test_default_output_names) {
+    ck_assert_int_eq(run((const char *[]){"--", "true", NULL}), 0);
+    ck_assert_int_eq(run((const char *[]){"run", "true", NULL}), 0);
+    ck_assert_int_eq(meta_exit_status("ampprobe-1.sqlite"), 0);
+    ck_assert_int_eq(meta_exit_status("ampprobe-2.sqlite"), 0);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "ampprobe-2.sqlite"));
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Records, signals, crashes
+
+START_TEST(test_records_through_the_spool) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "r.sqlite", "--stats-every", "5", "--",
+                                          HELPER, "steps", "20", NULL}),
+                     0);
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "20 steps (0 skipped), 1 events"));
+    sqlite3 *db = open_db("r.sqlite");
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 20);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 20);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid != 0"), "5");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid = 0"), "5");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'trace'"), "amp,cuda,nvtx");
+    ck_assert_ptr_nonnull(strstr(q_text(db, "SELECT value FROM META WHERE key = 'command'"),
+                                 "amp_record_helper steps 20"));
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES"), "complete");
+    sqlite3_close(db);
+}
+END_TEST
+
+// Starts `ampprobe run -o NAME -- helper wait`, waits until the helper is ready and its first
+// record is in the database, and returns ampprobe's pid.
+static pid_t start_waiting_run(const char *name) {
+    pid_t pid = spawn((const char *[]){"run", "-o", name, "--", HELPER, "wait", NULL});
+    int64_t t0 = mono_ms();
+    while (strstr(slurp("out.txt"), "ready") == NULL) {
+        ck_assert_msg(mono_ms() - t0 < 10000, "the helper did not start");
+        sleep_ms(10);
+    }
+    int64_t ready = mono_ms();
+    for (;;) { // the helper's META row reaches the database within about a second
+        sqlite3 *db;
+        char err[AMP_STORE_ERR_MAX];
+        if (amp_store_open_readonly(in_dir(name), &db, err) == AMP_OK) {
+            int64_t n = q_int(db, "SELECT count(*) FROM META WHERE key = 'mode' AND value = 'wait'");
+            sqlite3_close(db);
+            if (n == 1) break;
+        }
+        ck_assert_msg(mono_ms() - ready < 1500, "no row after %lld ms",
+                      (long long)(mono_ms() - ready));
+        sleep_ms(20);
+    }
+    return pid;
+}
+
+START_TEST(test_signals_are_forwarded) {
+    pid_t pid = start_waiting_run("term.sqlite");
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(wait_code(pid), 128 + SIGTERM);
+    ck_assert_int_eq(meta_exit_status("term.sqlite"), 128 + SIGTERM);
+    pid = start_waiting_run("int.sqlite");
+    kill(pid, SIGINT);
+    ck_assert_int_eq(wait_code(pid), 128 + SIGINT);
+    sqlite3 *db = open_db("int.sqlite");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'mode'"), "wait");
+    ck_assert_int_eq(q_int(db, "SELECT value FROM META WHERE key = 'exit_status'"), 128 + SIGINT);
+    sqlite3_close(db);
+}
+END_TEST
+
+START_TEST(test_kill9_mid_run) {
+    // 50 steps 10 ms apart, then SIGKILL: what was emitted up to ~200 ms before is there.
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", "c.sqlite", "--", HELPER, "crash", "50", "10", NULL}),
+        128 + SIGKILL);
+    sqlite3 *db = open_db("c.sqlite");
+    ck_assert_str_eq(q_text(db, "PRAGMA integrity_check"), "ok");
+    int64_t last = q_int(db, "SELECT max(step) FROM AMP_STEPS");
+    ck_assert_msg(last >= 49 - 20, "last step %lld", (long long)last);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), last + 1);
+    ck_assert_int_eq(q_int(db, "SELECT value FROM META WHERE key = 'exit_status'"), 128 + SIGKILL);
+    const char *status = q_text(db, "SELECT status FROM AMP_PROCESSES");
+    ck_assert_msg(strcmp(status, "complete") == 0 || strcmp(status, "truncated") == 0, "%s",
+                  status);
+    sqlite3_close(db);
+}
+END_TEST
+
+Suite *launcher_suite(void) {
+    Suite *s = suite_create("launcher");
+    TCase *c = tcase_create("run");
+    tcase_add_checked_fixture(c, setup, teardown);
+    tcase_set_timeout(c, 60);
+    tcase_add_test(c, test_exit_statuses);
+    tcase_add_test(c, test_program_not_found);
+    tcase_add_test(c, test_bad_arguments);
+    tcase_add_test(c, test_help);
+    tcase_add_test(c, test_existing_output_and_force);
+    tcase_add_test(c, test_unwritable_output);
+    tcase_add_test(c, test_default_output_names);
+    tcase_add_test(c, test_records_through_the_spool);
+    tcase_add_test(c, test_signals_are_forwarded);
+    tcase_add_test(c, test_kill9_mid_run);
+    suite_add_tcase(s, c);
+    return s;
+}

@@ -1,0 +1,555 @@
+/*
+ * test_report.c — suite `report`: `ampprobe report` on small databases built here with the real
+ * schema (an empty run database from the collector, then INSERTed rows). Every rule has a
+ * positive and a negative case; a healthy run yields no error or warning; the json output
+ * carries the stable keys; a missing, foreign or non-SQLite file exits 2 with one line.
+ */
+#include "tests.h"
+
+#include "amp-store.h"
+#include "commands.h"
+#include "report.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+static char tmpdir[64], db_path[128], out_path[128], err_path[128];
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampreport.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", tmpdir);
+    snprintf(out_path, sizeof out_path, "%s/out.txt", tmpdir);
+    snprintf(err_path, sizeof err_path, "%s/err.txt", tmpdir);
+    amp_collector_t *c;
+    ck_assert_int_eq(amp_collector_new(db_path, NULL, &c), AMP_OK);
+    ck_assert_int_eq(amp_collector_finish(c, 0), AMP_OK);
+    amp_collector_free(c);
+}
+
+static void teardown(void) {
+    const char *names[] = {"run.sqlite", "run.sqlite-wal", "run.sqlite-shm", "out.txt", "err.txt",
+                           "foreign.sqlite", "junk.txt"};
+    char path[256];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
+        unlink(path);
+    }
+    rmdir(tmpdir);
+}
+
+static void sql(const char *text) {
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, text, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "fixture SQL failed: %s", msg ? msg : "?");
+    sqlite3_close(db);
+}
+
+// Layers of pid 1: 0 blocks.0.attn, 1 blocks.0.mlp, 2 head.
+static void layers(void) {
+    sql("INSERT INTO AMP_LAYERS VALUES (1, 0, NULL, 'blocks.0.attn'), (1, 1, NULL, 'blocks.0.mlp'),"
+        " (1, 2, NULL, 'head');");
+}
+
+// n steps of pid 1 with finite losses and a constant scale.
+static void steps(int n, double scale) {
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
+             "INSERT INTO AMP_STEPS SELECT 1, i, i * 1000, i * 1000 + 900, 4.0 - i * 0.01, 1, 0.9, "
+             "%.17g, %.17g, 0, 0 FROM s;",
+             n - 1, scale, scale);
+    sql(buf);
+}
+
+// Healthy statistics for every step: f16 activations far from 65504, gradients with a few
+// subnormals and structural zeros (a causal mask), an fp32 scaled loss beyond 65504.
+static void healthy_stats(int n) {
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d), "
+             "t(l, op, kind, dt, numel, amax, nneg, und, zero) AS (VALUES "
+             "(0, 'matmul', 'activation', 'f16', 8192, 6.5, 0, 0, 0), "
+             "(0, 'masked_fill', 'activation', 'f16', 8192, 6.5, 3840, 0, 0), "
+             "(2, 'linear', 'activation', 'f16', 16384, 8.4, 0, 0, 0), "
+             "(NULL, 'mul', 'activation', 'f32', 1, 279736.0, 0, 0, 0), "
+             "(0, 'masked_fill', 'activation_grad', 'f16', 8192, 37.0, 0, 2, 3872), "
+             "(1, 'linear', 'activation_grad', 'f16', 32768, 25.0, 0, 10, 0), "
+             "(2, 'linear', 'activation_grad', 'f16', 16384, 6680.0, 0, 0, 0), "
+             "(NULL, 'log_softmax', 'activation_grad', 'f32', 16384, 256.0, 0, 0, 16128), "
+             "(1, 'fc.weight', 'weight_grad', 'f32', 4096, 1000.0, 0, 1, 0)) "
+             "INSERT INTO AMP_TENSOR_STATS SELECT 1, i, l, op, kind, dt, 'f16', numel, -amax, amax, "
+             "amax, 0, 0, nneg, 0, und, zero FROM s, t;",
+             n - 1);
+    sql(buf);
+}
+
+static void healthy(int n) {
+    layers();
+    steps(n, 65536);
+    healthy_stats(n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the report
+
+static report_model model;
+static report_findings findings;
+
+static void analyse(const char *rule, int64_t lo, int64_t hi) {
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_msg(amp_store_open_readonly(db_path, &db, err) == AMP_OK, "%s", err);
+    ck_assert_int_eq(report_model_load(db, db_path, lo, hi, &model, err), AMP_OK);
+    sqlite3_close(db);
+    memset(&findings, 0, sizeof findings);
+    report_run(&model, rule ? report_rule_find(rule) : NULL, &findings);
+}
+
+static void release(void) {
+    report_findings_free(&findings);
+    report_model_free(&model);
+}
+
+static size_t count(const char *rule, amp_severity min_severity) {
+    size_t n = 0;
+    for (size_t i = 0; i < findings.n; i++)
+        n += (!rule || strcmp(findings.v[i].rule, rule) == 0) &&
+             findings.v[i].severity >= min_severity;
+    return n;
+}
+
+static const report_finding *first_of(const char *rule) {
+    for (size_t i = 0; i < findings.n; i++)
+        if (strcmp(findings.v[i].rule, rule) == 0) return &findings.v[i];
+    ck_abort_msg("no %s finding", rule);
+    return NULL;
+}
+
+static double evidence(const report_finding *f, const char *key) {
+    for (int i = 0; i < f->n_evidence; i++)
+        if (strcmp(f->evidence[i].key, key) == 0) return f->evidence[i].value;
+    ck_abort_msg("finding %s has no evidence %s", f->rule, key);
+    return NAN;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+// Runs `ampprobe report ARGS...` with stderr captured into err_path; returns the exit status.
+#define CMD(...) cmd((const char *[]){__VA_ARGS__, NULL})
+static int cmd(const char **args) {
+    char *argv[16] = {"report"};
+    int argc = 1;
+    for (int i = 0; args[i] && argc < 15; i++) argv[argc++] = (char *)args[i];
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    int rc = amp_cmd_report(argc, argv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A healthy run, an empty one
+
+START_TEST(healthy_run_has_no_error_or_warning) {
+    healthy(20);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Healthy", 7) == 0, "verdict: %s", verdict);
+    release();
+}
+END_TEST
+
+START_TEST(empty_database_degrades_gracefully) {
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *text = slurp(out_path);
+    ck_assert_ptr_nonnull(strstr(text, "No training step was recorded"));
+    ck_assert_ptr_nonnull(strstr(text, "steps:      none recorded"));
+    free(text);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// nonfinite-root-cause
+
+// The attention-logit overflow of tiny_gpt --fault attn-overflow: the mul after q@k^T overflows
+// fp16 from step 3 on; softmax and the loss propagate it.
+static void attn_overflow(void) {
+    healthy(12);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 3, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 7890, 65440, "
+        " 'input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.26172 amax 6.26953; output f16 (16, 2, "
+        "16, 16) min -65120 max 65440 amax 65440 (0 nan, 3913 +inf, 3977 -inf); ', 0, 1, 3),"
+        "(1, 3, 0, 'softmax', 'fwd', 'nonfinite_propagated', 'info', 8112, 1, 'x', 0, 1, 3),"
+        "(1, 3, NULL, 'log_softmax', 'bwd', 'nonfinite_producer', 'error', 16384, NULL, "
+        " 'incoming gradient f32 (256, 64) min -256 max 0 amax 256; gradient f32 (256, 64) min "
+        "nan max nan amax nan (16384 nan, 0 +inf, 0 -inf); ', 0, 1, 3),"
+        "(1, 3, NULL, NULL, 'optim', 'step_skipped', 'warning', 1, 65536, NULL, 0, 1, 3),"
+        "(1, 3, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 0, 1, 3),"
+        "(1, 4, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 7903, 65312, 'y', 1, 8, 11),"
+        "(1, 4, NULL, NULL, NULL, 'loss_nonfinite', 'error', 8, NULL, 'fwd', 1, 8, 11);"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, skipped = 1, found_inf = 1, "
+        "scale_after = scale_before / 2 WHERE step >= 3;");
+}
+
+START_TEST(nonfinite_attention_overflow_is_the_first_finding) {
+    attn_overflow();
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_ge(findings.n, 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->rule, "nonfinite-root-cause");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
+    ck_assert_str_eq(f->layer, "blocks.0.attn");
+    ck_assert_str_eq(f->op, "mul");
+    ck_assert_str_eq(f->phase, "fwd");
+    ck_assert_int_eq(f->first_step, 3);
+    ck_assert_int_eq(f->last_step, 11);
+    ck_assert_ptr_nonnull(strstr(f->title, "fp16 overflow"));
+    ck_assert_ptr_nonnull(strstr(f->advice, "1/sqrt(d_head)"));
+    ck_assert_ptr_nonnull(strstr(f->advice, "bf16"));
+    ck_assert_close(evidence(f, "input_amax"), 6.26953, 1e-9, 0);
+    ck_assert_close(evidence(f, "output_posinf"), 3913, 0, 0);
+    ck_assert_close(evidence(f, "steps_affected"), 9, 0, 0);
+    // the backward producer of a step whose forward was already broken is no root of its own
+    ck_assert_uint_eq(count("nonfinite-root-cause", AMP_SEVERITY_INFO), 1);
+    release();
+}
+END_TEST
+
+START_TEST(nonfinite_input_and_log_zero_are_explained) {
+    healthy(8);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 5, NULL, 'add', 'fwd', 'nonfinite_input', 'error', 1, 4.5, 'input 1 f32 (16, 32) min "
+        "0 max 0 amax 0 (1 nan, 0 +inf, 0 -inf); ', 0, 1, 5),"
+        "(1, 5, 0, 'linear', 'fwd', 'nonfinite_propagated', 'info', 96, 2.3, 'x', 0, 1, 5),"
+        "(1, 6, 2, 'log', 'fwd', 'nonfinite_producer', 'error', 199, 0, 'input 0 f32 (256, 64) "
+        "min 0 max 1 amax 1; output f32 (256, 64) min 0 max 0 amax 0 (0 nan, 0 +inf, 199 -inf); ',"
+        " 0, 1, 6);");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 2);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "input data"));
+    ck_assert_int_eq(findings.v[0].first_step, 5);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Sanitize the data"));
+    ck_assert_str_eq(findings.v[1].op, "log");
+    ck_assert_str_eq(findings.v[1].layer, "head");
+    ck_assert_ptr_nonnull(strstr(findings.v[1].title, "log of zero"));
+    ck_assert_ptr_nonnull(strstr(findings.v[1].advice, "clamp"));
+    release();
+}
+END_TEST
+
+START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
+    healthy(12);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 2, 2, 'linear', 'bwd', 'nonfinite_producer', 'warning', 33, 65056, 'incoming "
+        "gradient f16 (16, 64) min -4080 max 416 amax 4080; gradient f16 (64, 32) min -64320 max "
+        "65056 amax 65056 (0 nan, 20 +inf, 13 -inf); ', 0, 1, 2),"
+        "(1, 2, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, 'scale overflow', 0, 1, 2),"
+        "(1, 2, NULL, NULL, 'optim', 'step_skipped', 'warning', 1, 65536, NULL, 0, 1, 2);"
+        "UPDATE AMP_STEPS SET skipped = 1, found_inf = 1, scale_after = 32768 WHERE step = 2;"
+        "UPDATE AMP_STEPS SET scale_before = 32768, scale_after = 32768 WHERE step > 2;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    const report_finding *f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_INFO);
+    ck_assert_str_eq(f->layer, "head");
+    ck_assert_close(evidence(f, "loss_scale"), 65536, 0, 0);
+    release();
+
+    // the same overflow at scale 4 is gradients exploding, not the scaler probing
+    sql("UPDATE AMP_STEPS SET scale_before = 4 WHERE step = 2;");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "exploding gradients"));
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// loss-scale
+
+START_TEST(scale_sawtooth_is_a_warning) {
+    layers();
+    // growth x4 after every clean step, /8 on every third: a sawtooth
+    sql("WITH RECURSIVE s(i, sc) AS (SELECT 0, 65536.0 UNION ALL SELECT i + 1, "
+        "CASE WHEN (i + 1) % 3 = 2 THEN sc * 4 / 8 ELSE sc * 4 END FROM s WHERE i < 14) "
+        "INSERT INTO AMP_STEPS SELECT 1, i, 0, 0, 3.0, 1, 0.9, sc, "
+        "CASE WHEN i % 3 = 2 THEN sc / 8 ELSE sc * 4 END, i % 3 = 2, i % 3 = 2 FROM s;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("loss-scale", AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = first_of("loss-scale");
+    ck_assert_ptr_nonnull(strstr(f->title, "sawtooth"));
+    ck_assert_close(evidence(f, "observed_growth_interval"), 1, 0, 0);
+    ck_assert_close(evidence(f, "skipped_steps"), 5, 0, 0);
+    ck_assert_ptr_nonnull(strstr(f->advice, "growth_interval=2000"));
+    release();
+}
+END_TEST
+
+START_TEST(scale_collapse_and_stuck_low_are_warnings) {
+    layers();
+    steps(12, 65536);
+    sql("UPDATE AMP_STEPS SET scale_before = 65536.0 / (1 << (step - 3)), "
+        "scale_after = 32768.0 / (1 << (step - 3)), skipped = 1, found_inf = 1 WHERE step >= 3;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "collapse"));
+    ck_assert_int_eq(findings.v[0].first_step, 3);
+    ck_assert_close(evidence(&findings.v[0], "consecutive_backoffs"), 9, 0, 0);
+    // no non-finite forward recorded: the gradients explode
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Clip"));
+    release();
+
+    sql("DELETE FROM AMP_STEPS;");
+    steps(12, 1);
+    sql("INSERT INTO AMP_TENSOR_STATS SELECT 1, step, 2, 'to', 'activation_grad', 'f32', 'f16', "
+        "16384, -4e-11, 4e-11, 4e-11, 0, 0, 0, 0, 16384, 0 FROM AMP_STEPS;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "stuck low"));
+    ck_assert_close(evidence(&findings.v[0], "recommended_init_scale"), 16777216, 0, 0);
+    release();
+}
+END_TEST
+
+START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
+    healthy(20);
+    // the usual start: three skipped steps while the scale backs off to where gradients fit
+    sql("UPDATE AMP_STEPS SET scale_before = 65536.0 / (1 << step), "
+        "scale_after = 32768.0 / (1 << step), skipped = 1, found_inf = 1 WHERE step < 3;"
+        "UPDATE AMP_STEPS SET scale_before = 8192, scale_after = 8192 WHERE step >= 3;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// overflow-headroom
+
+START_TEST(overflow_headroom_near_f16_max_is_a_warning) {
+    healthy(6);
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 4, 1, 'linear', 'activation', 'f16', 'f16', 4096, "
+        "-40000, 40000, 40000, 0, 0, 0, 0, 0, 0);");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->layer, "blocks.0.mlp");
+    ck_assert_str_eq(f->op, "linear");
+    ck_assert_int_eq(f->first_step, 4);
+    ck_assert_close(evidence(f, "headroom_bits"), log2(65504.0 / 40000.0), 1e-9, 0);
+    ck_assert_ptr_nonnull(strstr(f->title, "bits below the f16 max"));
+    release();
+}
+END_TEST
+
+START_TEST(overflow_headroom_ignores_fp32_ops_and_overflowed_outputs) {
+    healthy(6);
+    // an fp32 op (the scaled loss, a softmax) is not at risk at 65504; an output that already
+    // holds +inf belongs to nonfinite-root-cause
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES "
+        "(1, 4, 0, 'softmax', 'activation', 'f32', 'f16', 4096, 0, 1e6, 1e6, 0, 0, 0, 10, 0, 0),"
+        "(1, 5, 0, 'mul', 'activation', 'f16', 'f16', 8192, -65120, 65440, 65440, 0, 3913, 3977, "
+        "0, 0, 0);");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// grad-underflow
+
+START_TEST(grad_underflow_names_the_layer_and_a_scale) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->layer, "blocks.0.mlp");
+    ck_assert_ptr_nonnull(strstr(f->detail, "blocks.0.mlp"));
+    ck_assert_close(evidence(f, "layers_affected"), 1, 0, 0);
+    ck_assert_close(evidence(f, "worst_share"), (32768 * 3 / 10 + 1) / (32768.0 + 4096), 1e-9, 0);
+    // largest gradient 6680 at scale 65536: 0.1019 unscaled, 2^18 keeps it under 32752
+    ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
+    release();
+}
+END_TEST
+
+START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
+    healthy(6);
+    // structural zeros (healthy_stats: the mask's 3872 of 8192) and a NaN step whose finite
+    // values are all zero are no underflow...
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 3, 0, 'mul', 'activation_grad', 'f16', 'f16', "
+        "8192, 0, 0, 0, 4352, 0, 0, 0, 0, 3840);");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // ... a gradient that is entirely zero is
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 0, min = 0, max = 0, n_zero = numel WHERE "
+        "layer_id = 2 AND kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(findings.v[0].layer, "head");
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// The command: formats, focus, errors
+
+START_TEST(json_carries_the_stable_keys) {
+    attn_overflow();
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    char *j = slurp(out_path);
+    ck_assert_ptr_nonnull(strstr(j, "\"findings\": ["));
+    ck_assert_ptr_nonnull(strstr(j, "{\"rule\": \"nonfinite-root-cause\", \"severity\": \"error\", "
+                                    "\"steps\": {\"first\": 3, \"last\": 11}, "
+                                    "\"layer\": \"blocks.0.attn\", \"op\": \"mul\", \"phase\": \"fwd\""));
+    ck_assert_ptr_nonnull(strstr(j, "\"evidence\": {\"steps_affected\": 9, "));
+    ck_assert_ptr_nonnull(strstr(j, "\"input_amax\": 6.26953"));
+    ck_assert_ptr_nonnull(strstr(j, "\"advice\": \"Scale the attention logits"));
+    ck_assert_ptr_nonnull(strstr(j, "\"counts\": {\"error\": 1, "));
+    ck_assert_ptr_nonnull(strstr(j, "\"final_loss\": null"));
+    // balanced, and no bare NaN/inf
+    int depth = 0;
+    bool in_str = false;
+    for (const char *p = j; *p; p++) {
+        if (in_str) {
+            if (*p == '\\') p++;
+            else if (*p == '"') in_str = false;
+        } else if (*p == '"') in_str = true;
+        else if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') ck_assert_int_ge(--depth, 0);
+        else ck_assert_msg(!strchr("nN", *p) || strncmp(p, "null", 4) == 0, "bare token at %.20s", p);
+    }
+    ck_assert_int_eq(depth, 0);
+    free(j);
+}
+END_TEST
+
+START_TEST(text_puts_the_verdict_first_without_colour_in_a_file) {
+    attn_overflow();
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = slurp(out_path);
+    const char *verdict = strstr(t, "Training broke: fp16 overflow in blocks.0.attn mul at step 3");
+    const char *findings_at = strstr(t, "Findings");
+    const char *run_at = strstr(t, "\nRun\n");
+    ck_assert_ptr_nonnull(verdict);
+    ck_assert_ptr_nonnull(findings_at);
+    ck_assert_ptr_nonnull(run_at);
+    ck_assert(verdict < findings_at && findings_at < run_at);
+    ck_assert_ptr_nonnull(strstr(t, "12 (0-11), 9 skipped"));
+    ck_assert_ptr_null(strchr(t, '\033'));
+    free(t);
+}
+END_TEST
+
+START_TEST(rule_and_steps_narrow_the_report) {
+    attn_overflow();
+    ck_assert_int_eq(CMD(db_path, "--rule", "loss-scale", "--format", "json", "-o", out_path), 0);
+    char *j = slurp(out_path);
+    ck_assert_ptr_null(strstr(j, "\"rule\": \"nonfinite-root-cause\""));
+    ck_assert_ptr_nonnull(strstr(j, "\"rule\": \"loss-scale\""));
+    free(j);
+    analyse(NULL, 0, 2); // before the fault
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    release();
+    analyse(NULL, 5, 7); // inside it: the root is still found, from the aggregate row
+    ck_assert_str_eq(findings.v[0].rule, "nonfinite-root-cause");
+    ck_assert_str_eq(findings.v[0].layer, "blocks.0.attn");
+    release();
+}
+END_TEST
+
+START_TEST(bad_files_and_usage_exit_2_with_one_line) {
+    char missing[256], junk[256], foreign[256];
+    snprintf(missing, sizeof missing, "%s/missing.sqlite", tmpdir);
+    snprintf(junk, sizeof junk, "%s/junk.txt", tmpdir);
+    snprintf(foreign, sizeof foreign, "%s/foreign.sqlite", tmpdir);
+    FILE *f = fopen(junk, "w");
+    fputs("not a database at all, just text that is long enough to have a header......"
+          "..............................................................\n", f);
+    fclose(f);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(foreign, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "CREATE TABLE t (x); INSERT INTO t VALUES (1);", NULL, NULL,
+                                  NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    const char *files[] = {missing, junk, foreign};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(CMD(files[i]), 2);
+        char *e = slurp(err_path);
+        ck_assert_msg(strstr(e, files[i]) != NULL, "stderr does not name the file: %s", e);
+        ck_assert_msg(strchr(e, '\n') == e + strlen(e) - 1, "not one line: %s", e);
+        free(e);
+    }
+    ck_assert_int_eq(CMD(NULL), 2);
+    ck_assert_int_eq(CMD(db_path, "--rule", "no-such-rule"), 2);
+    char *e = slurp(err_path);
+    ck_assert_ptr_nonnull(strstr(e, "no-such-rule"));
+    free(e);
+    ck_assert_int_eq(CMD(db_path, "--steps", "9:3"), 2);
+    ck_assert_int_eq(CMD(db_path, "--format", "md"), 2);
+    ck_assert_int_eq(CMD(db_path, "--bogus"), 2);
+}
+END_TEST
+
+Suite *report_suite(void) {
+    Suite *s = suite_create("report");
+    TCase *tc = tcase_create("rules");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, healthy_run_has_no_error_or_warning);
+    tcase_add_test(tc, empty_database_degrades_gracefully);
+    tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
+    tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
+    tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
+    tcase_add_test(tc, scale_sawtooth_is_a_warning);
+    tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
+    tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
+    tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
+    tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
+    tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
+    tcase_add_test(tc, grad_underflow_counts_vanished_gradients_not_structural_zeros);
+    tcase_add_test(tc, json_carries_the_stable_keys);
+    tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
+    tcase_add_test(tc, rule_and_steps_narrow_the_report);
+    tcase_add_test(tc, bad_files_and_usage_exit_2_with_one_line);
+    suite_add_tcase(s, tc);
+    return s;
+}
