@@ -56,6 +56,19 @@ int amp_launcher_find(const char *prog) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Signal state
+
+#define N_CAUGHT 4
+static const int caught[N_CAUGHT] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// Counts written by the handler only, and by amp_launcher_forward only: no read-modify-write
+// races between them.
+static volatile sig_atomic_t received[N_CAUGHT];
+static sig_atomic_t forwarded[N_CAUGHT];
+// The dispositions ampprobe was started with, restored in the child.
+static struct sigaction saved[N_CAUGHT], saved_pipe;
+static bool dispositions_saved;
+
+// ---------------------------------------------------------------------------------------------
 // Spawning
 
 int amp_launcher_spawn(char *const *argv, pid_t *pid) {
@@ -69,12 +82,10 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid) {
         return err;
     }
     if (child == 0) {
-        // Signal dispositions set by ampprobe must not leak into the program.
-        struct sigaction dfl = {.sa_handler = SIG_DFL};
-        sigaction(SIGINT, &dfl, NULL);
-        sigaction(SIGTERM, &dfl, NULL);
-        sigaction(SIGHUP, &dfl, NULL);
-        sigaction(SIGPIPE, &dfl, NULL);
+        // The program gets the signal dispositions ampprobe was started with, not its own.
+        for (int i = 0; dispositions_saved && i < N_CAUGHT; i++)
+            sigaction(caught[i], &saved[i], NULL);
+        if (dispositions_saved) sigaction(SIGPIPE, &saved_pipe, NULL);
         close(fds[0]);
         execvp(argv[0], argv);
         int err = errno;
@@ -100,29 +111,26 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid) {
 // ---------------------------------------------------------------------------------------------
 // Signals
 
-static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
-// Counts written by the handler only, and by amp_launcher_forward only: no read-modify-write
-// races between them.
-static volatile sig_atomic_t received[3];
-static sig_atomic_t forwarded[3];
 
 static void on_signal(int sig, siginfo_t *info, void *uctx) {
     (void)uctx;
     if (info->si_code == SI_KERNEL) return; // from the terminal, to the whole process group
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_CAUGHT; i++)
         if (caught[i] == sig) received[i]++;
 }
 
 void amp_launcher_catch_signals(void) {
     struct sigaction sa = {.sa_sigaction = on_signal, .sa_flags = SA_SIGINFO};
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; i++) sigaction(caught[i], &sa, NULL);
-    signal(SIGPIPE, SIG_IGN); // a closed stderr must not kill the collector
+    for (int i = 0; i < N_CAUGHT; i++) sigaction(caught[i], &sa, &saved[i]);
+    struct sigaction ign = {.sa_handler = SIG_IGN}; // a closed stderr must not kill the collector
+    sigaction(SIGPIPE, &ign, &saved_pipe);
+    dispositions_saved = true;
 }
 
 int amp_launcher_forward(pid_t pid) {
     int sent = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_CAUGHT; i++) {
         for (sig_atomic_t r = received[i]; forwarded[i] != r; forwarded[i]++) {
             kill(pid, caught[i]);
             sent++;

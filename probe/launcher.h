@@ -18,9 +18,10 @@ int amp_launcher_find(const char *prog);
 // child is left behind.
 int amp_launcher_spawn(char *const *argv, pid_t *pid);
 
-// From now on SIGINT, SIGTERM and SIGHUP no longer end this process; they are queued for
+// From now on SIGINT, SIGTERM, SIGHUP and SIGQUIT no longer end this process; they are queued for
 // amp_launcher_forward. A signal the terminal sent to the whole foreground process group is
-// not queued: the child (in that group) got it already.
+// not queued: the child (in that group) got it already. A child spawned afterwards starts with
+// the dispositions this process had before.
 void amp_launcher_catch_signals(void);
 // Sends the queued signals to pid. Returns the number sent.
 int amp_launcher_forward(pid_t pid);

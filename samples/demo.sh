@@ -8,7 +8,7 @@ bash .ci/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 echo "== recording: tiny_gpt, fp16 autocast + GradScaler, --fault attn-overflow"
-./build/ampprobe run --force -o demo.sqlite -- \
+./build/ampprobe run --force -o build/demo.sqlite -- \
     ./build/samples/tiny_gpt --device cpu --precision fp16 --fault attn-overflow --steps 20
 echo "== report"
-./build/ampprobe report demo.sqlite
+./build/ampprobe report build/demo.sqlite

@@ -163,7 +163,8 @@ START_TEST(test_table_and_memory) {
     ck_assert_str_eq(be->name, "cpu");
 #define REQUIRED(member) ck_assert_msg(be->member != NULL, "%s is NULL", #member);
     REQUIRED(alloc)
-    REQUIRED(free) REQUIRED(upload) REQUIRED(download) REQUIRED(copy) REQUIRED(fill) REQUIRED(unary)
+    REQUIRED(free)
+    REQUIRED(upload) REQUIRED(download) REQUIRED(copy) REQUIRED(fill) REQUIRED(unary)
         REQUIRED(unary_backward) REQUIRED(binary) REQUIRED(reduce_sum) REQUIRED(gemm)
             REQUIRED(softmax) REQUIRED(softmax_backward) REQUIRED(layer_norm)
                 REQUIRED(layer_norm_backward) REQUIRED(embedding) REQUIRED(embedding_backward)

@@ -393,9 +393,9 @@ amp_status amp_store_create(const char *path, amp_store **out) {
     }
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas,
-             "PRAGMA page_size = 8192; PRAGMA application_id = %d; PRAGMA journal_mode = WAL; "
+             "PRAGMA page_size = 32768; PRAGMA application_id = %d; PRAGMA journal_mode = WAL; "
              "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -65536; "
-             "PRAGMA wal_autocheckpoint = 8192;",
+             "PRAGMA wal_autocheckpoint = 2048;",
              AMP_APPLICATION_ID);
     if (sqlite3_exec(s->db, pragmas, NULL, NULL, NULL) != SQLITE_OK ||
         sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK ||

@@ -8,6 +8,7 @@
  */
 #include "cpu-impl.h"
 
+#include <pthread.h>
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -56,6 +57,16 @@ static void cpu_memcpy(void *bctx, void *dst, const void *src, size_t nbytes) {
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
 
+// amp_f16_to_f32 of every f16 bit pattern (256 KiB, built once): widening a row of f16 is then
+// a lookup per element, identical to the conversion by construction.
+static float f16_table[65536];
+static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;
+
+static void f16_table_build(void) {
+    for (uint32_t h = 0; h < 65536; h++)
+        f16_table[h] = amp_f16_to_f32((uint16_t)h);
+}
+
 void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, float *out) {
     switch (t) {
     case AMP_DTYPE_F32: {
@@ -69,8 +80,9 @@ void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, flo
     }
     case AMP_DTYPE_F16: {
         const uint16_t *s = p;
+        pthread_once(&f16_table_once, f16_table_build);
         for (int64_t i = 0; i < n; i++)
-            out[i] = amp_f16_to_f32(s[i * stride]);
+            out[i] = f16_table[s[i * stride]];
         return;
     }
     case AMP_DTYPE_BF16: {
@@ -199,14 +211,13 @@ static void cpu_copy_row_int(amp_tensor_t *dst, void *d, const amp_tensor_t *src
     }
 }
 
-static void cpu_copy_row_same(size_t esize, void *d, const void *s, int64_t stride, int64_t n) {
+static void cpu_copy_row_same(size_t esize, char *d, const char *s, int64_t stride, int64_t n) {
     if (stride == 1) {
         memcpy(d, s, (size_t)n * esize);
         return;
     }
     for (int64_t i = 0; i < n; i++)
-        memcpy((char *)d + i * (int64_t)esize, (const char *)s + i * stride * (int64_t)esize,
-               esize);
+        cpu_copy_elem(d + i * (int64_t)esize, s + i * stride * (int64_t)esize, esize);
 }
 
 void amp_cpu_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
@@ -253,7 +264,7 @@ void amp_cpu_fill(void *bctx, amp_tensor_t *dst, float v) {
     cpu_store(dst->dtype, one, 0, v); // round (or truncate, for integers) once
     char *d = amp_tensor_ptr(dst);
     for (int64_t i = 0; i < n; i++)
-        memcpy(d + i * (int64_t)esize, one, esize);
+        cpu_copy_elem(d + i * (int64_t)esize, one, esize);
 }
 
 // ---------------------------------------------------------------------------------------------

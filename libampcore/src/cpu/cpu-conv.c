@@ -28,6 +28,7 @@ void amp_cpu_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, cons
     (void)bctx;
     conv_check(d, cols, x);
     const size_t es = amp_dtype_size(x->dtype);
+    const char zero[8] = {0}; // a zero of any dtype, for the padding
     const char *xp = amp_tensor_ptr(x);
     char *cp = amp_tensor_ptr(cols);
     int64_t row = 0; // (n, c, i, j) flattened: rows of all images in order
@@ -41,10 +42,9 @@ void amp_cpu_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, cons
                         const int64_t iy = oy * d->stride - d->padding + i;
                         for (int64_t ox = 0; ox < d->ow; ox++, out += es) {
                             const int64_t ix = ox * d->stride - d->padding + j;
-                            if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w)
-                                memset(out, 0, es);
-                            else
-                                memcpy(out, plane + (iy * d->w + ix) * (int64_t)es, es);
+                            const bool in = iy >= 0 && iy < d->h && ix >= 0 && ix < d->w;
+                            cpu_copy_elem(out, in ? plane + (iy * d->w + ix) * (int64_t)es : zero,
+                                          es);
                         }
                     }
                 }

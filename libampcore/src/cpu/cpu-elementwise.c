@@ -370,9 +370,9 @@ void amp_cpu_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x,
             char *dst = yp + (it.off[0] + j) * (int64_t)ysz;
             int64_t xi = it.off[1] + j * it.step[1];
             if (cpu_load_index(mask->dtype, mp, it.off[2] + j * it.step[2]) != 0)
-                memcpy(dst, fill, ysz);
+                cpu_copy_elem(dst, fill, ysz);
             else if (same)
-                memcpy(dst, xp + xi * (int64_t)xsz, ysz);
+                cpu_copy_elem(dst, xp + xi * (int64_t)xsz, ysz);
             else
                 cpu_store(y->dtype, dst, 0, cpu_load(x->dtype, xp, xi));
         }

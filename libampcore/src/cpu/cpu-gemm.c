@@ -74,44 +74,42 @@ static gemm_kernel_fn gemm_kernel_pick(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packing (with the conversion to f32). Slivers past the matrix edge are zero-padded so the
-// micro-kernel always runs on full tiles.
+// Packing (with the conversion to f32). A and B are packed alike: op(A) as (m, k) in MR-row
+// slivers, op(B) read as its transpose (n, k) in NR-column slivers. Slivers past the matrix edge
+// are zero-padded so the micro-kernel always runs on full tiles.
 
-// Rows [i0, i0 + mc) and depth [p0, p0 + kc) of op(A) into MR-row slivers: out[s][p][r].
-static void gemm_pack_a(const amp_gemm_desc *d, amp_dtype t, const void *a, int64_t i0, int64_t mc,
-                        int64_t p0, int64_t kc, float *out) {
-    for (int64_t s = 0; s < mc; s += GEMM_MR) {
-        const int64_t rows = min64(GEMM_MR, mc - s);
-        for (int64_t p = 0; p < kc; p++) {
-            float *o = out + s * kc + p * GEMM_MR;
-            for (int64_t r = 0; r < rows; r++) {
-                int64_t i = i0 + s + r, q = p0 + p;
-                o[r] = cpu_load(t, a, d->trans_a ? q * d->m + i : i * d->k + q);
-            }
-            for (int64_t r = rows; r < GEMM_MR; r++)
-                o[r] = 0.0f;
-        }
-    }
-}
+#define GEMM_LINE (GEMM_NC > GEMM_KC ? GEMM_NC : GEMM_KC) // longest contiguous run packed
 
-// Depth [p0, p0 + kc) and columns [j0, j0 + nc) of op(B) into NR-column slivers: out[s][p][c].
-static void gemm_pack_b(const amp_gemm_desc *d, amp_dtype t, const void *b, int64_t j0, int64_t nc,
-                        int64_t p0, int64_t kc, float *out) {
-    for (int64_t s = 0; s < nc; s += GEMM_NR) {
-        const int64_t cols = min64(GEMM_NR, nc - s);
-        for (int64_t p = 0; p < kc; p++) {
-            float *o = out + s * kc + p * GEMM_NR;
-            int64_t q = p0 + p;
-            if (!d->trans_b && t == AMP_DTYPE_F32) {
-                memcpy(o, (const float *)b + q * d->n + j0 + s, (size_t)cols * sizeof(float));
-            } else {
-                for (int64_t c = 0; c < cols; c++) {
-                    int64_t j = j0 + s + c;
-                    o[c] = cpu_load(t, b, d->trans_b ? j * d->k + q : q * d->n + j);
+// Rows [i0, i0 + rows) and depth [p0, p0 + kc) of a matrix X, whose element (i, p) is
+// x[i * si + p * sp], into slivers of w rows: out[s][p][r]. Runs contiguous in memory (along
+// the depth when sp == 1, else along the rows) are widened a line at a time.
+static void gemm_pack(amp_dtype t, const char *x, int64_t si, int64_t sp, int64_t i0, int64_t rows,
+                      int64_t p0, int64_t kc, int w, float *out) {
+    const int64_t es = (int64_t)amp_dtype_size(t);
+    float line[GEMM_LINE];
+    if (sp == 1) { // row by row
+        for (int64_t s = 0; s < rows; s += w) {
+            float *o = out + s * kc;
+            for (int64_t r = 0; r < w; r++) {
+                if (s + r < rows) {
+                    amp_cpu_load_f32(t, x + ((i0 + s + r) * si + p0) * es, 1, kc, line);
+                    for (int64_t p = 0; p < kc; p++)
+                        o[p * w + r] = line[p];
+                } else {
+                    for (int64_t p = 0; p < kc; p++)
+                        o[p * w + r] = 0.0f;
                 }
             }
-            for (int64_t c = cols; c < GEMM_NR; c++)
-                o[c] = 0.0f;
+        }
+        return;
+    }
+    AMP_ASSERT(si == 1);
+    for (int64_t p = 0; p < kc; p++) { // depth step by depth step
+        amp_cpu_load_f32(t, x + (i0 + (p0 + p) * sp) * es, 1, rows, line);
+        for (int64_t s = 0; s < rows; s += w) {
+            float *o = out + s * kc + p * w;
+            for (int64_t r = 0; r < w; r++)
+                o[r] = s + r < rows ? line[s + r] : 0.0f;
         }
     }
 }
@@ -189,10 +187,12 @@ void amp_cpu_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp
                 memset(acc, 0, (size_t)(round_up(mb, GEMM_MR) * tiles_n * GEMM_NR) * sizeof(float));
                 for (int64_t pc = 0; pc < d->k; pc += GEMM_KC) {
                     const int64_t kc = min64(GEMM_KC, d->k - pc);
-                    gemm_pack_b(d, b->dtype, bp, jc, nc, pc, kc, bpack);
+                    gemm_pack(b->dtype, bp, d->trans_b ? d->k : 1, d->trans_b ? 1 : d->n, jc, nc,
+                              pc, kc, GEMM_NR, bpack);
                     for (int64_t ic = 0; ic < mb; ic += GEMM_MC) {
                         const int64_t mc = min64(GEMM_MC, mb - ic);
-                        gemm_pack_a(d, a->dtype, ap, ib + ic, mc, pc, kc, apack);
+                        gemm_pack(a->dtype, ap, d->trans_a ? 1 : d->k, d->trans_a ? d->m : 1,
+                                  ib + ic, mc, pc, kc, GEMM_MR, apack);
                         for (int64_t jr = 0; jr < tiles_n; jr++) {
                             const float *bsliver = bpack + jr * GEMM_NR * kc;
                             for (int64_t ir = 0; ir < mc; ir += GEMM_MR) {

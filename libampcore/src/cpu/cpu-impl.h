@@ -13,6 +13,7 @@
 #include "amp-impl.h"
 
 #include <stdint.h>
+#include <string.h>
 
 // Elements converted per stack chunk by the row helpers (1 KiB of floats).
 #define CPU_CHUNK 256
@@ -70,6 +71,21 @@ static inline void cpu_store(amp_dtype t, void *p, int64_t i, float v) {
     amp_abort(__FILE__, __LINE__, "bad dtype %d", (int)t);
 }
 
+// Copies one element of esize bytes (2, 4 or 8): a fixed-size copy the compiler inlines.
+static inline void cpu_copy_elem(void *d, const void *s, size_t esize) {
+    switch (esize) {
+    case 2:
+        memcpy(d, s, 2);
+        return;
+    case 4:
+        memcpy(d, s, 4);
+        return;
+    default:
+        memcpy(d, s, 8);
+        return;
+    }
+}
+
 // An integer tensor element (class indices, masks); i32 or i64 only.
 static inline int64_t cpu_load_index(amp_dtype t, const void *p, int64_t i) {
     AMP_ASSERT(t == AMP_DTYPE_I32 || t == AMP_DTYPE_I64, "(index dtype %s)", amp_dtype_name(t));
@@ -81,8 +97,8 @@ void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, flo
 // p[0..n) (contiguous) = in rounded to t.
 void amp_cpu_store_f32(amp_dtype t, void *p, int64_t n, const float *in);
 
-// Sum of n floats: pairwise above a block of eight interleaved partial sums, so the error
-// grows with log(n) rather than n; deterministic.
+// Sum of n floats, pairwise down to blocks of at most 64 (each summed in eight interleaved
+// partial sums), so the error grows with log(n) rather than n; deterministic.
 float amp_cpu_sum_f32(const float *x, int64_t n);
 
 static inline int64_t cpu_numel(const amp_tensor_t *t) {

@@ -98,6 +98,10 @@ void amp_cpu_layer_norm(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_ten
     AMP_ASSERT(rstd->dtype == AMP_DTYPE_F32 && cpu_numel(rstd) == rows);
     AMP_ASSERT(!w || cpu_numel(w) == C, "(weight must have %lld elements)", (long long)C);
     AMP_ASSERT(!b || cpu_numel(b) == C, "(bias must have %lld elements)", (long long)C);
+    CPU_ASSERT_CONTIGUOUS(mean);
+    CPU_ASSERT_CONTIGUOUS(rstd);
+    if (w) CPU_ASSERT_CONTIGUOUS(w);
+    if (b) CPU_ASSERT_CONTIGUOUS(b);
 
     float *v = amp_cpu_workspace(bctx, (size_t)(4 * C + 1));
     float *t = v + C, *wv = t + C, *bv = wv + C;
@@ -139,6 +143,11 @@ void amp_cpu_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw,
     AMP_ASSERT(!w || cpu_numel(w) == C);
     AMP_ASSERT(!dw || cpu_numel(dw) == C);
     AMP_ASSERT(!db || cpu_numel(db) == C);
+    CPU_ASSERT_CONTIGUOUS(mean);
+    CPU_ASSERT_CONTIGUOUS(rstd);
+    if (w) CPU_ASSERT_CONTIGUOUS(w);
+    if (dw) CPU_ASSERT_CONTIGUOUS(dw);
+    if (db) CPU_ASSERT_CONTIGUOUS(db);
 
     float *g = amp_cpu_workspace(bctx, (size_t)(7 * C + 1));
     float *xh = g + C, *t = xh + C, *wv = t + C, *dyv = wv + C, *dwacc = dyv + C,
