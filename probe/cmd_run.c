@@ -27,10 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POLL_EVERY_NS 200000000    // collector
-#define STATUS_EVERY_NS 250000000  // live status line
-#define TICK_NS 20000000           // main loop
-#define DRAIN_NS 2000000000        // how long writers that outlive PROG may take to finish
+#define POLL_EVERY_NS 200000000   // collector
+#define STATUS_EVERY_NS 250000000 // live status line
+#define TICK_NS 20000000          // main loop
+#define DRAIN_NS 2000000000       // how long writers that outlive PROG may take to finish
 #define DEFAULT_TRACE "amp,cuda,nvtx"
 
 static const char usage_text[] =
@@ -117,6 +117,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             o->output = option_value(argc, argv, &i, eq);
             if (!o->output || !*o->output) return usage_error("%s needs a file name", a);
         } else if (IS("-f") || IS("--force")) {
+            if (eq) return usage_error("%s takes no value", a);
             o->force = true;
         } else if (IS("--stats-every")) {
             o->stats_every = option_value(argc, argv, &i, eq);
@@ -218,13 +219,14 @@ static void sleep_ns(int64_t ns) {
 // argv as one shell-quotable line, for META.
 static char *join_command(char *const *argv) {
     size_t cap = 1;
-    for (char *const *a = argv; *a; a++) cap += 4 * strlen(*a) + 3;
+    for (char *const *a = argv; *a; a++)
+        cap += 4 * strlen(*a) + 3;
     char *out = malloc(cap), *p = out;
     if (!out) return NULL;
     for (char *const *a = argv; *a; a++) {
         if (a != argv) *p++ = ' ';
         bool plain = **a && strspn(*a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                        "0123456789-_./=:,+@%") == strlen(*a);
+                                       "0123456789-_./=:,+@%") == strlen(*a);
         if (plain) {
             p = stpcpy(p, *a);
             continue;
@@ -259,9 +261,9 @@ static void status_line(const amp_collector_stats *s) {
 
 typedef struct run_state {
     amp_collector_t *collector;
-    bool tty;         // stderr is a terminal: show the status line
-    bool shown;       // a status line is on the screen
-    bool failed;      // the database could not be written: stop polling
+    bool tty;    // stderr is a terminal: show the status line
+    bool shown;  // a status line is on the screen
+    bool failed; // the database could not be written: stop polling
     int64_t next_poll, next_status;
 } run_state;
 

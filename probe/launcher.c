@@ -111,7 +111,6 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid) {
 // ---------------------------------------------------------------------------------------------
 // Signals
 
-
 static void on_signal(int sig, siginfo_t *info, void *uctx) {
     (void)uctx;
     if (info->si_code == SI_KERNEL) return; // from the terminal, to the whole process group
@@ -122,7 +121,8 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
 void amp_launcher_catch_signals(void) {
     struct sigaction sa = {.sa_sigaction = on_signal, .sa_flags = SA_SIGINFO};
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < N_CAUGHT; i++) sigaction(caught[i], &sa, &saved[i]);
+    for (int i = 0; i < N_CAUGHT; i++)
+        sigaction(caught[i], &sa, &saved[i]);
     struct sigaction ign = {.sa_handler = SIG_IGN}; // a closed stderr must not kill the collector
     sigaction(SIGPIPE, &ign, &saved_pipe);
     dispositions_saved = true;

@@ -52,7 +52,7 @@ static void print_finding(FILE *out, const report_finding *f, size_t index, cons
                                                                   : p->blue;
     fprintf(out, "%zu. %s%s%s %s[%s]%s\n", index, sev_color, amp_severity_name(f->severity), p->off,
             p->dim, f->rule, p->off);
-    char title[300];
+    char title[sizeof f->title + 32]; // the title between two escape sequences
     snprintf(title, sizeof title, "%s%s%s", p->bold, f->title, p->off);
     wrap(out, "   ", title);
     fprintf(out, "   where: ");

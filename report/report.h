@@ -119,7 +119,7 @@ typedef struct report_finding {
     amp_severity severity;
     int64_t first_step, last_step; // -1: not tied to steps
     char layer[160], op[64], phase[16]; // "" when none
-    char title[256];    // what happened, one line
+    char title[512];    // what happened, one line
     char detail[1024];  // the evidence in words (input ranges, the worst layers, ...)
     char advice[1024];  // what to change
     int n_evidence;

@@ -108,7 +108,9 @@ static const char *q_text(sqlite3 *db, const char *sql, char *buf, size_t n) {
     return buf;
 }
 
-static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
+static void sleep_ms(int ms) {
+    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
 
 // Polls until every writer is gone and no child of ours is left, then finishes.
 static void collect_until_done(amp_collector_t *c, pid_t *pids, int n) {
@@ -132,14 +134,23 @@ static void collect_until_done(amp_collector_t *c, pid_t *pids, int n) {
 }
 
 static amp_rec_op op_rec(int64_t step) {
-    return (amp_rec_op){.step = step, .layer_id = 1, .op = "linear", .phase = AMP_PHASE_FWD,
-                        .in_dtypes = "f16,f16", .out_dtype = "f16", .policy = "lower_precision_fp",
-                        .shapes = "(2, 2)", .flops = 8, .bytes = -1, .start_ns = 1, .end_ns = 2};
+    return (amp_rec_op){.step = step,
+                        .layer_id = 1,
+                        .op = "linear",
+                        .phase = AMP_PHASE_FWD,
+                        .in_dtypes = "f16,f16",
+                        .out_dtype = "f16",
+                        .policy = "lower_precision_fp",
+                        .shapes = "(2, 2)",
+                        .flops = 8,
+                        .bytes = -1,
+                        .start_ns = 1,
+                        .end_ns = 2};
 }
 
 // Writes a spool file by hand: header (pid), then n step records, then `tail` raw bytes.
-static void write_spool(const fixture *f, const char *name, int32_t pid, int n,
-                        const void *tail, size_t tail_len) {
+static void write_spool(const fixture *f, const char *name, int32_t pid, int n, const void *tail,
+                        size_t tail_len) {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", f->spool, name);
     FILE *fp = fopen(path, "wb");
@@ -150,9 +161,7 @@ static void write_spool(const fixture *f, const char *name, int32_t pid, int n,
     for (int i = 0; i < n; i++) {
         amp_rec_step s = {.step = i, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
         uint8_t buf[256];
-        size_t len = amp_rec_size(AMP_REC_STEP, &s);
-        amp_rec_encode(AMP_REC_STEP, &s, buf);
-        fwrite(buf, len, 1, fp);
+        fwrite(buf, amp_rec_encode(AMP_REC_STEP, &s, buf, sizeof buf), 1, fp);
     }
     if (tail_len) fwrite(tail, tail_len, 1, fp);
     fclose(fp);
@@ -174,7 +183,8 @@ static int run_helper(char *const *args, char *const *env, char *out, size_t n) 
     close(fds[1]);
     size_t got = 0;
     ssize_t r;
-    while (got + 1 < n && (r = read(fds[0], out + got, n - 1 - got)) > 0) got += (size_t)r;
+    while (got + 1 < n && (r = read(fds[0], out + got, n - 1 - got)) > 0)
+        got += (size_t)r;
     out[got] = 0;
     close(fds[0]);
     int status;
@@ -193,66 +203,163 @@ START_TEST(test_every_record_type) {
     amp_record_meta(&(amp_rec_meta){"precision", "fp16"});
     amp_record_layer(&(amp_rec_layer){.id = 0, .parent_id = -1, .name = "blocks"});
     amp_record_layer(&(amp_rec_layer){.id = 1, .parent_id = 0, .name = "blocks.0.attn"});
-    amp_record_step(&(amp_rec_step){.step = 0, .start_ns = 100, .end_ns = 350, .loss = 2.5,
-                                    .grad_norm = NAN});
-    amp_record_scale(&(amp_rec_scale){.step = 0, .scale_before = 65536, .scale_after = 32768,
-                                      .found_inf = 1, .growth_tracker = 0, .skipped = true});
-    amp_record_scale(&(amp_rec_scale){.step = 1, .scale_before = 32768, .scale_after = 32768,
-                                      .found_inf = 0, .growth_tracker = 1, .skipped = false});
-    amp_record_step(&(amp_rec_step){.step = 1, .start_ns = 400, .end_ns = 500, .loss = NAN,
+    amp_record_step(
+        &(amp_rec_step){.step = 0, .start_ns = 100, .end_ns = 350, .loss = 2.5, .grad_norm = NAN});
+    amp_record_scale(&(amp_rec_scale){.step = 0,
+                                      .scale_before = 65536,
+                                      .scale_after = 32768,
+                                      .found_inf = 1,
+                                      .growth_tracker = 0,
+                                      .skipped = true});
+    amp_record_scale(&(amp_rec_scale){.step = 1,
+                                      .scale_before = 32768,
+                                      .scale_after = 32768,
+                                      .found_inf = 0,
+                                      .growth_tracker = 1,
+                                      .skipped = false});
+    amp_record_step(&(amp_rec_step){.step = 1,
+                                    .start_ns = 400,
+                                    .end_ns = 500,
+                                    .loss = NAN,
                                     .grad_norm = 3.0}); // after its scale update
-    amp_record_tensor_stats(&(amp_rec_tensor_stats){
-        .step = 0, .layer_id = 1, .op = "linear", .kind = AMP_STATS_ACTIVATION_GRAD,
-        .dtype = "f32", .target_dtype = NULL, .numel = 10, .min = -1, .max = NAN, .amax = 1,
-        .n_nan = 2, .n_posinf = 0, .n_neginf = 0, .n_overflow = -1, .n_underflow = -1,
-        .n_zero = 0});
-    amp_record_op(&(amp_rec_op){.step = 0, .layer_id = -1, .op = "mm", .phase = AMP_PHASE_NONE,
-                                .in_dtypes = "f16,f16", .out_dtype = "f16", .policy = NULL,
-                                .shapes = "(2, 2)", .flops = -1, .bytes = 64, .start_ns = 5,
+    amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = 0,
+                                                    .layer_id = 1,
+                                                    .op = "linear",
+                                                    .kind = AMP_STATS_ACTIVATION_GRAD,
+                                                    .dtype = "f32",
+                                                    .target_dtype = NULL,
+                                                    .numel = 10,
+                                                    .min = -1,
+                                                    .max = NAN,
+                                                    .amax = 1,
+                                                    .n_nan = 2,
+                                                    .n_posinf = 0,
+                                                    .n_neginf = 0,
+                                                    .n_overflow = -1,
+                                                    .n_underflow = -1,
+                                                    .n_zero = 0});
+    amp_record_op(&(amp_rec_op){.step = 0,
+                                .layer_id = -1,
+                                .op = "mm",
+                                .phase = AMP_PHASE_NONE,
+                                .in_dtypes = "f16,f16",
+                                .out_dtype = "f16",
+                                .policy = NULL,
+                                .shapes = "(2, 2)",
+                                .flops = -1,
+                                .bytes = 64,
+                                .start_ns = 5,
                                 .end_ns = 6});
-    amp_record_event(&(amp_rec_event){.step = 0, .layer_id = 1, .op = "linear",
-                                      .phase = AMP_PHASE_BWD, .kind = AMP_EVENT_OVERFLOW,
-                                      .severity = AMP_SEVERITY_WARNING, .count = 3, .value = 7e4,
+    amp_record_event(&(amp_rec_event){.step = 0,
+                                      .layer_id = 1,
+                                      .op = "linear",
+                                      .phase = AMP_PHASE_BWD,
+                                      .kind = AMP_EVENT_OVERFLOW,
+                                      .severity = AMP_SEVERITY_WARNING,
+                                      .count = 3,
+                                      .value = 7e4,
                                       .detail = "in [-70000, 70000]"});
     amp_record_string(&(amp_rec_string){.id = 5, .value = "my-domain"});
     amp_record_string(&(amp_rec_string){.id = 6, .value = "registered message"});
-    amp_record_kernel(&(amp_rec_kernel){
-        .start_ns = 1000, .end_ns = 2000, .device_id = 0, .context_id = 1, .stream_id = 7,
-        .green_context_id = -1, .correlation_id = 42,
-        .name = "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_",
-        .demangled = "void at::native::elementwise_kernel<128, 2>(int, T1)", .short_name = NULL,
-        .launch_type = 0, .cache_config = -1, .registers_per_thread = 32, .grid_x = 4,
-        .grid_y = 1, .grid_z = 1, .block_x = 128, .block_y = 1, .block_z = 1,
-        .static_shared_memory = 0, .dynamic_shared_memory = 0, .local_memory_per_thread = 0,
-        .local_memory_total = 0, .grid_id = 9, .shared_memory_executed = -1,
-        .shared_memory_limit_config = -1, .graph_node_id = -1});
-    amp_record_memcpy(&(amp_rec_memcpy){.start_ns = 1, .end_ns = 2, .device_id = 0,
-                                        .context_id = 1, .stream_id = 7, .green_context_id = -1,
-                                        .correlation_id = 43, .bytes = 4096, .copy_kind = 1,
-                                        .src_kind = 0, .dst_kind = 2, .src_device_id = -1,
-                                        .src_context_id = -1, .dst_device_id = -1,
-                                        .dst_context_id = -1, .migration_cause = -1,
-                                        .graph_node_id = -1, .virtual_address = -1});
+    amp_record_kernel(
+        &(amp_rec_kernel){.start_ns = 1000,
+                          .end_ns = 2000,
+                          .device_id = 0,
+                          .context_id = 1,
+                          .stream_id = 7,
+                          .green_context_id = -1,
+                          .correlation_id = 42,
+                          .name = "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_",
+                          .demangled = "void at::native::elementwise_kernel<128, 2>(int, T1)",
+                          .short_name = NULL,
+                          .launch_type = 0,
+                          .cache_config = -1,
+                          .registers_per_thread = 32,
+                          .grid_x = 4,
+                          .grid_y = 1,
+                          .grid_z = 1,
+                          .block_x = 128,
+                          .block_y = 1,
+                          .block_z = 1,
+                          .static_shared_memory = 0,
+                          .dynamic_shared_memory = 0,
+                          .local_memory_per_thread = 0,
+                          .local_memory_total = 0,
+                          .grid_id = 9,
+                          .shared_memory_executed = -1,
+                          .shared_memory_limit_config = -1,
+                          .graph_node_id = -1});
+    amp_record_memcpy(&(amp_rec_memcpy){.start_ns = 1,
+                                        .end_ns = 2,
+                                        .device_id = 0,
+                                        .context_id = 1,
+                                        .stream_id = 7,
+                                        .green_context_id = -1,
+                                        .correlation_id = 43,
+                                        .bytes = 4096,
+                                        .copy_kind = 1,
+                                        .src_kind = 0,
+                                        .dst_kind = 2,
+                                        .src_device_id = -1,
+                                        .src_context_id = -1,
+                                        .dst_device_id = -1,
+                                        .dst_context_id = -1,
+                                        .migration_cause = -1,
+                                        .graph_node_id = -1,
+                                        .virtual_address = -1});
     amp_record_memset(&(amp_rec_memset){1, 2, 0, 1, 7, -1, 44, 0, 512, -1, 2});
-    amp_record_runtime(&(amp_rec_runtime){.start_ns = 900, .end_ns = 950, .driver = false,
-                                          .tid = 99, .correlation_id = 42,
-                                          .name = "cudaLaunchKernel_v7000", .return_value = 0});
+    amp_record_runtime(&(amp_rec_runtime){.start_ns = 900,
+                                          .end_ns = 950,
+                                          .driver = false,
+                                          .tid = 99,
+                                          .correlation_id = 42,
+                                          .name = "cudaLaunchKernel_v7000",
+                                          .return_value = 0});
     amp_record_sync(&(amp_rec_sync){1, 2, 0, 1, 7, -1, 45, 3, 0});
-    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = 10, .end_ns = 20, .type = AMP_NVTX_PUSH_POP,
-                                    .range_id = -1, .category = -1, .color = -1, .text = NULL,
-                                    .text_id = 6, .domain_id = 5, .tid = 99, .end_tid = -1,
-                                    .payload_type = AMP_NVTX_PAYLOAD_I32, .payload.i64 = -4});
-    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = 30, .end_ns = 0, .type = AMP_NVTX_MARK,
-                                    .range_id = -1, .category = -1, .color = -1, .text = "mark",
-                                    .tid = 99, .end_tid = -1});
-    amp_rec_gpu_info gpu = {.id = 0, .cu_device = 0, .name = "NVIDIA H200", .uuid = "GPU-1",
-                            .is_discrete = 1, .l2_cache_size = -1, .total_memory = 150000000000LL,
-                            .memory_bandwidth = -1, .clock_rate = -1, .sm_count = 132,
-                            .compute_major = 9, .compute_minor = 0, .max_threads_per_block = -1,
-                            .max_registers_per_block = -1, .max_registers_per_sm = -1,
-                            .max_shmem_per_block = -1, .max_shmem_per_block_optin = -1,
-                            .max_shmem_per_sm = -1, .threads_per_warp = 32, .async_engines = -1,
-                            .max_warps_per_sm = -1, .max_blocks_per_sm = -1};
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = 10,
+                                    .end_ns = 20,
+                                    .type = AMP_NVTX_PUSH_POP,
+                                    .range_id = -1,
+                                    .category = -1,
+                                    .color = -1,
+                                    .text = NULL,
+                                    .text_id = 6,
+                                    .domain_id = 5,
+                                    .tid = 99,
+                                    .end_tid = -1,
+                                    .payload_type = AMP_NVTX_PAYLOAD_I32,
+                                    .payload.i64 = -4});
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = 30,
+                                    .end_ns = 0,
+                                    .type = AMP_NVTX_MARK,
+                                    .range_id = -1,
+                                    .category = -1,
+                                    .color = -1,
+                                    .text = "mark",
+                                    .tid = 99,
+                                    .end_tid = -1});
+    amp_rec_gpu_info gpu = {.id = 0,
+                            .cu_device = 0,
+                            .name = "NVIDIA H200",
+                            .uuid = "GPU-1",
+                            .is_discrete = 1,
+                            .l2_cache_size = -1,
+                            .total_memory = 150000000000LL,
+                            .memory_bandwidth = -1,
+                            .clock_rate = -1,
+                            .sm_count = 132,
+                            .compute_major = 9,
+                            .compute_minor = 0,
+                            .max_threads_per_block = -1,
+                            .max_registers_per_block = -1,
+                            .max_registers_per_sm = -1,
+                            .max_shmem_per_block = -1,
+                            .max_shmem_per_block_optin = -1,
+                            .max_shmem_per_sm = -1,
+                            .threads_per_warp = 32,
+                            .async_engines = -1,
+                            .max_warps_per_sm = -1,
+                            .max_blocks_per_sm = -1};
     amp_record_gpu_info(&gpu);
     amp_record_gpu_info(&gpu); // every process reports its devices: one row
     amp_record_stop();
@@ -276,7 +383,8 @@ START_TEST(test_every_record_type) {
              (long long)pid);
     ck_assert_str_eq(q_text(db, sql, buf, sizeof buf), "fp16");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'exit_status'", buf, 256), "0");
-    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 256), "complete");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 256),
+                     "complete");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'clock'", buf, 256),
                      "CLOCK_REALTIME");
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
@@ -306,18 +414,19 @@ START_TEST(test_every_record_type) {
     ck_assert_int_eq(q_int(db, "SELECT layer_id FROM AMP_OPS"), -999);
     ck_assert_int_eq(q_int(db, "SELECT flops FROM AMP_OPS"), -999);
     ck_assert_int_eq(q_int(db, "SELECT bytes FROM AMP_OPS"), 64);
-    ck_assert_str_eq(q_text(db, "SELECT phase || ' ' || kind || ' ' || severity FROM AMP_EVENTS",
-                            buf, 256),
-                     "bwd overflow warning");
+    ck_assert_str_eq(
+        q_text(db, "SELECT phase || ' ' || kind || ' ' || severity FROM AMP_EVENTS", buf, 256),
+        "bwd overflow warning");
     // nsys tables
-    ck_assert_str_eq(q_text(db,
-                            "SELECT d.value || '|' || s.value || '|' || m.value FROM "
-                            "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
-                            "JOIN StringIds s ON s.id = k.shortName "
-                            "JOIN StringIds m ON m.id = k.mangledName",
-                            buf, 256),
-                     "void at::native::elementwise_kernel<128, 2>(int, T1)|elementwise_kernel|"
-                     "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_");
+    ck_assert_str_eq(
+        q_text(db,
+               "SELECT d.value || '|' || s.value || '|' || m.value FROM "
+               "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
+               "JOIN StringIds s ON s.id = k.shortName "
+               "JOIN StringIds m ON m.id = k.mangledName",
+               buf, 256),
+        "void at::native::elementwise_kernel<128, 2>(int, T1)|elementwise_kernel|"
+        "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_");
     snprintf(sql, sizeof sql, "SELECT globalPid = %lld FROM CUPTI_ACTIVITY_KIND_KERNEL",
              (long long)(pid << 24));
     ck_assert_int_eq(q_int(db, sql), 1);
@@ -331,18 +440,20 @@ START_TEST(test_every_record_type) {
     snprintf(sql, sizeof sql, "SELECT globalTid = %lld FROM CUPTI_ACTIVITY_KIND_RUNTIME",
              (long long)((pid << 24) | 99));
     ck_assert_int_eq(q_int(db, sql), 1);
-    ck_assert_str_eq(q_text(db,
-                            "SELECT label FROM CUPTI_ACTIVITY_KIND_MEMCPY JOIN ENUM_CUDA_MEMCPY_OPER "
-                            "ON id = copyKind",
-                            buf, 256),
-                     "Host-to-Device");
+    ck_assert_str_eq(
+        q_text(db,
+               "SELECT label FROM CUPTI_ACTIVITY_KIND_MEMCPY JOIN ENUM_CUDA_MEMCPY_OPER "
+               "ON id = copyKind",
+               buf, 256),
+        "Host-to-Device");
     ck_assert_int_eq(q_int(db, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMSET"), 512);
     ck_assert_int_eq(q_int(db, "SELECT syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"), 3);
-    ck_assert_str_eq(q_text(db,
-                            "SELECT t.value || '|' || d.value || '|' || int32Value FROM NVTX_EVENTS "
-                            "JOIN StringIds t ON t.id = textId JOIN StringIds d ON d.id = domainId",
-                            buf, 256),
-                     "registered message|my-domain|-4");
+    ck_assert_str_eq(
+        q_text(db,
+               "SELECT t.value || '|' || d.value || '|' || int32Value FROM NVTX_EVENTS "
+               "JOIN StringIds t ON t.id = textId JOIN StringIds d ON d.id = domainId",
+               buf, 256),
+        "registered message|my-domain|-4");
     ck_assert_int_eq(q_int(db, "SELECT end FROM NVTX_EVENTS WHERE eventType = 34"), -999);
     ck_assert_str_eq(q_text(db, "SELECT text FROM NVTX_EVENTS WHERE eventType = 34", buf, 256),
                      "mark");
@@ -373,16 +484,24 @@ START_TEST(test_event_storm_is_bounded) {
     ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
     for (int step = 0; step < 100; step++) {
         for (int layer = 0; layer < 3; layer++) {
-            amp_record_event(&(amp_rec_event){.step = step, .layer_id = layer, .op = "softmax",
+            amp_record_event(&(amp_rec_event){.step = step,
+                                              .layer_id = layer,
+                                              .op = "softmax",
                                               .phase = AMP_PHASE_FWD,
                                               .kind = AMP_EVENT_NONFINITE_PROPAGATED,
-                                              .severity = AMP_SEVERITY_ERROR, .count = 2,
-                                              .value = step, .detail = NULL});
+                                              .severity = AMP_SEVERITY_ERROR,
+                                              .count = 2,
+                                              .value = step,
+                                              .detail = NULL});
         }
     }
-    amp_record_event(&(amp_rec_event){.step = 7, .layer_id = 0, .op = "softmax",
-                                      .phase = AMP_PHASE_BWD, .kind = AMP_EVENT_OVERFLOW,
-                                      .severity = AMP_SEVERITY_WARNING, .count = -1,
+    amp_record_event(&(amp_rec_event){.step = 7,
+                                      .layer_id = 0,
+                                      .op = "softmax",
+                                      .phase = AMP_PHASE_BWD,
+                                      .kind = AMP_EVENT_OVERFLOW,
+                                      .severity = AMP_SEVERITY_WARNING,
+                                      .count = -1,
                                       .value = NAN});
     amp_record_stop();
     finish(c, 0);
@@ -395,8 +514,10 @@ START_TEST(test_event_storm_is_bounded) {
     // the aggregate row of layer 2: steps 10..99 folded in
     const char *agg = "FROM AMP_EVENTS WHERE aggregate = 1 AND layer_id = 2";
     char sql[256];
-    snprintf(sql, sizeof sql, "SELECT step || ' ' || last_step || ' ' || occurrences || ' ' || "
-                              "count || ' ' || value %s", agg);
+    snprintf(sql, sizeof sql,
+             "SELECT step || ' ' || last_step || ' ' || occurrences || ' ' || "
+             "count || ' ' || value %s",
+             agg);
     char buf[128];
     ck_assert_str_eq(q_text(db, sql, buf, sizeof buf), "10 99 90 180 99.0");
     ck_assert_int_eq(q_int(db, "SELECT count FROM AMP_EVENTS WHERE kind = 'overflow'"), -999);
@@ -479,7 +600,8 @@ START_TEST(test_killed_writer_still_ingested) {
         amp_record_flush();
         char x = 1;
         ck_assert_int_eq(write(ready[1], &x, 1), 1);
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     char x;
     ck_assert_int_eq(read(ready[0], &x, 1), 1);
@@ -499,7 +621,8 @@ START_TEST(test_killed_writer_still_ingested) {
     char buf[64];
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), 1000);
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "complete");
-    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'exit_status'", buf, 64), "137");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'exit_status'", buf, 64),
+                     "137");
     ck_assert_str_eq(q_text(db, "PRAGMA integrity_check", buf, 64), "ok");
     sqlite3_close(db);
     fixture_free(&f);
@@ -511,8 +634,7 @@ START_TEST(test_truncated_spool) {
     fixture_init(&f);
     amp_rec_step s = {.step = 99, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
     uint8_t rec[256];
-    size_t len = amp_rec_size(AMP_REC_STEP, &s);
-    amp_rec_encode(AMP_REC_STEP, &s, rec);
+    size_t len = amp_rec_encode(AMP_REC_STEP, &s, rec, sizeof rec);
     write_spool(&f, "1-1.spool", 4242, 5, rec, len / 2); // half of a sixth record
     amp_collector_t *c = collector(&f);
     ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
@@ -540,8 +662,7 @@ START_TEST(test_corrupt_record_skips_rest) {
     // a record whose string runs past its payload
     amp_rec_meta meta = {"key", "value"};
     uint8_t rec[128];
-    size_t len = amp_rec_size(AMP_REC_META, &meta);
-    amp_rec_encode(AMP_REC_META, &meta, rec);
+    size_t len = amp_rec_encode(AMP_REC_META, &meta, rec, sizeof rec);
     uint32_t bad = 500;
     memcpy(rec + AMP_REC_HEADER_BYTES, &bad, 4);
     write_spool(&f, "2-1.spool", 11, 2, rec, len);
@@ -555,8 +676,7 @@ START_TEST(test_corrupt_record_skips_rest) {
     uint8_t tail[sizeof unknown + 64];
     memcpy(tail, unknown, sizeof unknown);
     amp_rec_step s = {.step = 77, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
-    size_t slen = amp_rec_size(AMP_REC_STEP, &s);
-    amp_rec_encode(AMP_REC_STEP, &s, tail + sizeof unknown);
+    size_t slen = amp_rec_encode(AMP_REC_STEP, &s, tail + sizeof unknown, 64);
     write_spool(&f, "3-1.spool", 12, 1, tail, sizeof unknown + slen);
     // not a spool file at all
     write_spool(&f, "4-1.spool", 13, 0, NULL, 0);
@@ -673,7 +793,8 @@ START_TEST(test_open_readonly_refusals) {
 
     snprintf(path, sizeof path, "%s/text.sqlite", f.dir);
     FILE *fp = fopen(path, "w");
-    for (int i = 0; i < 100; i++) fputs("this is not a database\n", fp);
+    for (int i = 0; i < 100; i++)
+        fputs("this is not a database\n", fp);
     fclose(fp);
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(err, "not an ampprobe database"));
@@ -708,9 +829,9 @@ START_TEST(test_open_readonly_refusals) {
     ck_assert_int_eq(system(cmd), 0);
     snprintf(path, sizeof path, "%s/newer.sqlite", f.dir);
     ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(w, "UPDATE META SET value = '2.0' WHERE key = 'schema_version'",
-                                  0, 0, 0),
-                     SQLITE_OK);
+    ck_assert_int_eq(
+        sqlite3_exec(w, "UPDATE META SET value = '2.0' WHERE key = 'schema_version'", 0, 0, 0),
+        SQLITE_OK);
     sqlite3_close(w);
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "newer"));
@@ -743,15 +864,17 @@ START_TEST(test_ampprobe_out_in_process) {
     char buf[128];
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 30);
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), 30);
-    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 128), "complete");
-    ck_assert_ptr_nonnull(strstr(q_text(db, "SELECT value FROM META WHERE key = 'command'", buf,
-                                        128),
-                                 "amp_record_helper steps 30"));
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 128),
+                     "complete");
+    ck_assert_ptr_nonnull(
+        strstr(q_text(db, "SELECT value FROM META WHERE key = 'command'", buf, 128),
+               "amp_record_helper steps 30"));
     sqlite3_close(db);
     // nothing left next to it but the database
     DIR *d = opendir(f.dir);
     int entries = 0;
-    for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += e->d_name[0] != '.' || strlen(e->d_name) > 2;
     closedir(d);
     ck_assert_int_eq(entries, 2); // run.sqlite and the fixture's spool/
     // an existing database is never overwritten: the program runs, recording off
@@ -792,6 +915,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_every_record_type);
     tcase_add_test(t, test_event_storm_is_bounded);
     tcase_add_test(t, test_kernel_short_names);
+    tcase_set_timeout(t, 60);
     suite_add_tcase(s, t);
     TCase *w = tcase_create("writers");
     tcase_set_timeout(w, 60);

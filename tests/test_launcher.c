@@ -61,7 +61,8 @@ static pid_t spawn(const char *const *args) {
         dup2(out, 1);
         dup2(err, 2);
         const char *argv[32] = {AMPPROBE};
-        for (int i = 0; args[i]; i++) argv[i + 1] = args[i];
+        for (int i = 0; args[i]; i++)
+            argv[i + 1] = args[i];
         execv(AMPPROBE, (char *const *)argv);
         _exit(99);
     }
@@ -75,7 +76,9 @@ static int wait_code(pid_t pid) {
     return WEXITSTATUS(status);
 }
 
-static int run(const char *const *args) { return wait_code(spawn(args)); }
+static int run(const char *const *args) {
+    return wait_code(spawn(args));
+}
 
 // The contents of dir/name (static buffer).
 static const char *slurp(const char *name) {
@@ -103,7 +106,8 @@ static sqlite3 *open_db(const char *name) {
 
 static int64_t q_int(sqlite3 *db, const char *sql) {
     sqlite3_stmt *st;
-    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s",
+                  sqlite3_errmsg(db));
     int64_t v = -999;
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
         v = sqlite3_column_int64(st, 0);
@@ -114,7 +118,8 @@ static int64_t q_int(sqlite3 *db, const char *sql) {
 static const char *q_text(sqlite3 *db, const char *sql) {
     static char buf[512];
     sqlite3_stmt *st;
-    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s",
+                  sqlite3_errmsg(db));
     snprintf(buf, sizeof buf, "<none>");
     if (sqlite3_step(st) == SQLITE_ROW) {
         const char *t = (const char *)sqlite3_column_text(st, 0);
@@ -140,7 +145,9 @@ static int64_t mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms) { nanosleep(&(struct timespec){0, ms * 1000000L}, NULL); }
+static void sleep_ms(int ms) {
+    nanosleep(&(struct timespec){0, ms * 1000000L}, NULL);
+}
 
 // Exactly one line on stderr, containing want.
 static void assert_one_line_error(const char *want) {
@@ -160,9 +167,9 @@ START_TEST(test_exit_statuses) {
     ck_assert_int_eq(meta_exit_status("f.sqlite"), 1);
     ck_assert_int_eq(run((const char *[]){"run", "-o", "e.sqlite", HELPER, "exit", "7", NULL}), 7);
     ck_assert_int_eq(meta_exit_status("e.sqlite"), 7);
-    ck_assert_int_eq(
-        run((const char *[]){"run", "-o", "k.sqlite", "--", "/bin/sh", "-c", "kill -TERM $$", NULL}),
-        128 + SIGTERM);
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "k.sqlite", "--", "/bin/sh", "-c",
+                                          "kill -TERM $$", NULL}),
+                     128 + SIGTERM);
     ck_assert_int_eq(meta_exit_status("k.sqlite"), 128 + SIGTERM);
     ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "killed by signal 15"));
     // no spool directory is left behind
@@ -174,8 +181,8 @@ START_TEST(test_exit_statuses) {
 END_TEST
 
 START_TEST(test_program_not_found) {
-    ck_assert_int_eq(run((const char *[]){"run", "-o", "x.sqlite", "--", "amp-no-such-program", NULL}),
-                     127);
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", "x.sqlite", "--", "amp-no-such-program", NULL}), 127);
     ck_assert_str_eq(slurp("err.txt"), "ampprobe: amp-no-such-program: command not found\n");
     ck_assert(!exists("x.sqlite"));
     ck_assert_int_eq(run((const char *[]){"--", "./missing/prog", NULL}), 127);
@@ -237,7 +244,8 @@ START_TEST(test_existing_output_and_force) {
 END_TEST
 
 START_TEST(test_unwritable_output) {
-    ck_assert_int_eq(run((const char *[]){"run", "-o", "/nonexistent-amp/x.sqlite", "true", NULL}), 2);
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "/nonexistent-amp/x.sqlite", "true", NULL}),
+                     2);
     assert_one_line_error("/nonexistent-amp/x.sqlite");
     fclose(fopen(in_dir("plain"), "w"));
     ck_assert_int_eq(run((const char *[]){"run", "-o", "plain/x.sqlite", "true", NULL}), 2);
@@ -271,8 +279,10 @@ START_TEST(test_records_through_the_spool) {
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 20);
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 20);
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
-    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid != 0"), "5");
-    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid = 0"), "5");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid != 0"),
+                     "5");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid = 0"),
+                     "5");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'trace'"), "amp,cuda,nvtx");
     ck_assert_ptr_nonnull(strstr(q_text(db, "SELECT value FROM META WHERE key = 'command'"),
                                  "amp_record_helper steps 20"));
@@ -295,7 +305,8 @@ static pid_t start_waiting_run(const char *name) {
         sqlite3 *db;
         char err[AMP_STORE_ERR_MAX];
         if (amp_store_open_readonly(in_dir(name), &db, err) == AMP_OK) {
-            int64_t n = q_int(db, "SELECT count(*) FROM META WHERE key = 'mode' AND value = 'wait'");
+            int64_t n =
+                q_int(db, "SELECT count(*) FROM META WHERE key = 'mode' AND value = 'wait'");
             sqlite3_close(db);
             if (n == 1) break;
         }

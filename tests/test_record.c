@@ -27,9 +27,9 @@
 
 // Encodes r into a fresh buffer; *n receives its size.
 static uint8_t *encode(amp_rec_type t, const void *r, size_t *n) {
-    *n = amp_rec_size(t, r);
+    *n = amp_rec_encode(t, r, NULL, 0);
     uint8_t *buf = malloc(*n);
-    amp_rec_encode(t, r, buf);
+    ck_assert_uint_eq(amp_rec_encode(t, r, buf, *n), *n);
     return buf;
 }
 
@@ -116,7 +116,8 @@ static void rm_rf(const char *dir) {
 }
 
 static amp_rec_step step_rec(int64_t step) {
-    return (amp_rec_step){.step = step, .start_ns = 10, .end_ns = 20, .loss = 1.5, .grad_norm = NAN};
+    return (amp_rec_step){
+        .step = step, .start_ns = 10, .end_ns = 20, .loss = 1.5, .grad_norm = NAN};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,8 +138,11 @@ START_TEST(test_roundtrip_amp_records) {
     assert_str(r.layer.name, "blocks.1.attn.qkv");
     free(buf);
 
-    amp_rec_step step = {.step = 1234567890123, .start_ns = -5, .end_ns = INT64_MAX,
-                         .loss = INFINITY, .grad_norm = NAN};
+    amp_rec_step step = {.step = 1234567890123,
+                         .start_ns = -5,
+                         .end_ns = INT64_MAX,
+                         .loss = INFINITY,
+                         .grad_norm = NAN};
     r = roundtrip(AMP_REC_STEP, &step, &buf);
     ck_assert_int_eq(r.step.step, 1234567890123);
     ck_assert_int_eq(r.step.start_ns, -5);
@@ -147,8 +151,12 @@ START_TEST(test_roundtrip_amp_records) {
     ck_assert(isnan(r.step.grad_norm));
     free(buf);
 
-    amp_rec_scale scale = {.step = 3, .scale_before = 65536, .scale_after = 32768,
-                           .found_inf = 2, .growth_tracker = 0, .skipped = true};
+    amp_rec_scale scale = {.step = 3,
+                           .scale_before = 65536,
+                           .scale_after = 32768,
+                           .found_inf = 2,
+                           .growth_tracker = 0,
+                           .skipped = true};
     r = roundtrip(AMP_REC_SCALE, &scale, &buf);
     ck_assert_double_eq(r.scale.scale_before, 65536);
     ck_assert_double_eq(r.scale.scale_after, 32768);
@@ -156,11 +164,22 @@ START_TEST(test_roundtrip_amp_records) {
     ck_assert(r.scale.skipped);
     free(buf);
 
-    amp_rec_tensor_stats ts = {.step = 9, .layer_id = 3, .op = NULL,
-                               .kind = AMP_STATS_WEIGHT_GRAD, .dtype = "f32", .target_dtype = NULL,
-                               .numel = 1 << 20, .min = -1e-9, .max = NAN, .amax = 65504,
-                               .n_nan = 5, .n_posinf = 0, .n_neginf = 1, .n_overflow = -1,
-                               .n_underflow = -1, .n_zero = 77};
+    amp_rec_tensor_stats ts = {.step = 9,
+                               .layer_id = 3,
+                               .op = NULL,
+                               .kind = AMP_STATS_WEIGHT_GRAD,
+                               .dtype = "f32",
+                               .target_dtype = NULL,
+                               .numel = 1 << 20,
+                               .min = -1e-9,
+                               .max = NAN,
+                               .amax = 65504,
+                               .n_nan = 5,
+                               .n_posinf = 0,
+                               .n_neginf = 1,
+                               .n_overflow = -1,
+                               .n_underflow = -1,
+                               .n_zero = 77};
     r = roundtrip(AMP_REC_TENSOR_STATS, &ts, &buf);
     ck_assert_ptr_null(r.tensor_stats.op);
     ck_assert_ptr_null(r.tensor_stats.target_dtype);
@@ -173,9 +192,17 @@ START_TEST(test_roundtrip_amp_records) {
     ck_assert_int_eq(r.tensor_stats.n_zero, 77);
     free(buf);
 
-    amp_rec_op op = {.step = 1, .layer_id = -1, .op = "mm", .phase = AMP_PHASE_BWD,
-                     .in_dtypes = "f16,f16", .out_dtype = "f16", .policy = "",
-                     .shapes = "(2, 3),(3, 4)", .flops = 48, .bytes = -1, .start_ns = 100,
+    amp_rec_op op = {.step = 1,
+                     .layer_id = -1,
+                     .op = "mm",
+                     .phase = AMP_PHASE_BWD,
+                     .in_dtypes = "f16,f16",
+                     .out_dtype = "f16",
+                     .policy = "",
+                     .shapes = "(2, 3),(3, 4)",
+                     .flops = 48,
+                     .bytes = -1,
+                     .start_ns = 100,
                      .end_ns = 200};
     r = roundtrip(AMP_REC_OP, &op, &buf);
     assert_str(r.op.op, "mm");
@@ -186,9 +213,15 @@ START_TEST(test_roundtrip_amp_records) {
     ck_assert_int_eq(r.op.end_ns, 200);
     free(buf);
 
-    amp_rec_event ev = {.step = 4, .layer_id = 2, .op = "softmax", .phase = AMP_PHASE_FWD,
-                        .kind = AMP_EVENT_NONFINITE_PRODUCER, .severity = AMP_SEVERITY_ERROR,
-                        .count = 12, .value = NAN, .detail = "inputs in [-70000, 3]"};
+    amp_rec_event ev = {.step = 4,
+                        .layer_id = 2,
+                        .op = "softmax",
+                        .phase = AMP_PHASE_FWD,
+                        .kind = AMP_EVENT_NONFINITE_PRODUCER,
+                        .severity = AMP_SEVERITY_ERROR,
+                        .count = 12,
+                        .value = NAN,
+                        .detail = "inputs in [-70000, 3]"};
     r = roundtrip(AMP_REC_EVENT, &ev, &buf);
     assert_str(r.event.kind, "nonfinite_producer");
     ck_assert_int_eq(r.event.severity, AMP_SEVERITY_ERROR);
@@ -201,14 +234,32 @@ END_TEST
 
 START_TEST(test_roundtrip_cupti_records) {
     uint8_t *buf;
-    amp_rec_kernel k = {.start_ns = 1, .end_ns = 2, .device_id = 3, .context_id = 4,
-                        .stream_id = 5, .green_context_id = -1, .correlation_id = 6,
-                        .name = "_Z3fooPf", .demangled = "foo(float*)", .short_name = NULL,
-                        .launch_type = 0, .cache_config = -1, .registers_per_thread = 32,
-                        .grid_x = 10, .grid_y = 11, .grid_z = 12, .block_x = 13, .block_y = 14,
-                        .block_z = 15, .static_shared_memory = 16, .dynamic_shared_memory = 17,
-                        .local_memory_per_thread = 18, .local_memory_total = 19, .grid_id = 20,
-                        .shared_memory_executed = 21, .shared_memory_limit_config = 22,
+    amp_rec_kernel k = {.start_ns = 1,
+                        .end_ns = 2,
+                        .device_id = 3,
+                        .context_id = 4,
+                        .stream_id = 5,
+                        .green_context_id = -1,
+                        .correlation_id = 6,
+                        .name = "_Z3fooPf",
+                        .demangled = "foo(float*)",
+                        .short_name = NULL,
+                        .launch_type = 0,
+                        .cache_config = -1,
+                        .registers_per_thread = 32,
+                        .grid_x = 10,
+                        .grid_y = 11,
+                        .grid_z = 12,
+                        .block_x = 13,
+                        .block_y = 14,
+                        .block_z = 15,
+                        .static_shared_memory = 16,
+                        .dynamic_shared_memory = 17,
+                        .local_memory_per_thread = 18,
+                        .local_memory_total = 19,
+                        .grid_id = 20,
+                        .shared_memory_executed = 21,
+                        .shared_memory_limit_config = 22,
                         .graph_node_id = -1};
     amp_rec_any r = roundtrip(AMP_REC_KERNEL, &k, &buf);
     ck_assert_mem_eq(&r.kernel.start_ns, &k.start_ns, offsetof(amp_rec_kernel, name));
@@ -235,8 +286,13 @@ START_TEST(test_roundtrip_cupti_records) {
     ck_assert_int_eq(r.memset.mem_kind, 2);
     free(buf);
 
-    amp_rec_runtime rt = {.start_ns = 5, .end_ns = 9, .driver = true, .tid = 77,
-                          .correlation_id = 8, .name = "cuLaunchKernel", .return_value = 700};
+    amp_rec_runtime rt = {.start_ns = 5,
+                          .end_ns = 9,
+                          .driver = true,
+                          .tid = 77,
+                          .correlation_id = 8,
+                          .name = "cuLaunchKernel",
+                          .return_value = 700};
     r = roundtrip(AMP_REC_RUNTIME, &rt, &buf);
     ck_assert(r.runtime.driver);
     ck_assert_int_eq(r.runtime.tid, 77);
@@ -252,10 +308,19 @@ START_TEST(test_roundtrip_cupti_records) {
     ck_assert_int_eq(r.sync.event_id, 99);
     free(buf);
 
-    amp_rec_nvtx nv = {.start_ns = 1, .end_ns = -1, .type = AMP_NVTX_MARK, .range_id = -1,
-                       .category = 4, .color = 0xFF00FF00, .text = NULL, .text_id = 3,
-                       .domain_id = 0, .tid = 11, .end_tid = -1,
-                       .payload_type = AMP_NVTX_PAYLOAD_DOUBLE, .payload.f64 = 2.5};
+    amp_rec_nvtx nv = {.start_ns = 1,
+                       .end_ns = -1,
+                       .type = AMP_NVTX_MARK,
+                       .range_id = -1,
+                       .category = 4,
+                       .color = 0xFF00FF00,
+                       .text = NULL,
+                       .text_id = 3,
+                       .domain_id = 0,
+                       .tid = 11,
+                       .end_tid = -1,
+                       .payload_type = AMP_NVTX_PAYLOAD_DOUBLE,
+                       .payload.f64 = 2.5};
     r = roundtrip(AMP_REC_NVTX, &nv, &buf);
     ck_assert_int_eq(r.nvtx.type, AMP_NVTX_MARK);
     ck_assert_ptr_null(r.nvtx.text);
@@ -270,10 +335,18 @@ START_TEST(test_roundtrip_cupti_records) {
     assert_str(r.string.value, "my domain");
     free(buf);
 
-    amp_rec_gpu_info gi = {.id = 0, .cu_device = 0, .name = "NVIDIA H200", .bus_location = NULL,
-                           .uuid = "GPU-1234", .chip_name = "GH100", .is_discrete = 1,
-                           .total_memory = 150000000000LL, .sm_count = 132, .compute_major = 9,
-                           .compute_minor = 0, .max_blocks_per_sm = 32};
+    amp_rec_gpu_info gi = {.id = 0,
+                           .cu_device = 0,
+                           .name = "NVIDIA H200",
+                           .bus_location = NULL,
+                           .uuid = "GPU-1234",
+                           .chip_name = "GH100",
+                           .is_discrete = 1,
+                           .total_memory = 150000000000LL,
+                           .sm_count = 132,
+                           .compute_major = 9,
+                           .compute_minor = 0,
+                           .max_blocks_per_sm = 32};
     r = roundtrip(AMP_REC_GPU_INFO, &gi, &buf);
     assert_str(r.gpu_info.name, "NVIDIA H200");
     ck_assert_ptr_null(r.gpu_info.bus_location);
@@ -299,9 +372,15 @@ START_TEST(test_long_string_is_cut) {
 END_TEST
 
 START_TEST(test_truncation_refused) {
-    amp_rec_event ev = {.step = 4, .layer_id = 2, .op = "softmax", .phase = AMP_PHASE_FWD,
-                        .kind = "overflow", .severity = AMP_SEVERITY_WARNING, .count = 1,
-                        .value = 1.0, .detail = "d"};
+    amp_rec_event ev = {.step = 4,
+                        .layer_id = 2,
+                        .op = "softmax",
+                        .phase = AMP_PHASE_FWD,
+                        .kind = "overflow",
+                        .severity = AMP_SEVERITY_WARNING,
+                        .count = 1,
+                        .value = 1.0,
+                        .detail = "d"};
     size_t n;
     uint8_t *buf = encode(AMP_REC_EVENT, &ev, &n);
     amp_rec_header h;
@@ -360,11 +439,10 @@ START_TEST(test_corruption_refused) {
 END_TEST
 
 START_TEST(test_random_bytes_never_crash) {
-    static const uint16_t types[] = {AMP_REC_META,   AMP_REC_LAYER,   AMP_REC_STEP,
-                                     AMP_REC_SCALE,  AMP_REC_TENSOR_STATS, AMP_REC_OP,
-                                     AMP_REC_EVENT,  AMP_REC_STRING,  AMP_REC_KERNEL,
-                                     AMP_REC_MEMCPY, AMP_REC_MEMSET,  AMP_REC_RUNTIME,
-                                     AMP_REC_SYNC,   AMP_REC_NVTX,    AMP_REC_GPU_INFO};
+    static const uint16_t types[] = {
+        AMP_REC_META,   AMP_REC_LAYER,   AMP_REC_STEP,   AMP_REC_SCALE,  AMP_REC_TENSOR_STATS,
+        AMP_REC_OP,     AMP_REC_EVENT,   AMP_REC_STRING, AMP_REC_KERNEL, AMP_REC_MEMCPY,
+        AMP_REC_MEMSET, AMP_REC_RUNTIME, AMP_REC_SYNC,   AMP_REC_NVTX,   AMP_REC_GPU_INFO};
     srand(12345);
     int decoded = 0;
     for (int iter = 0; iter < 20000; iter++) {
@@ -432,7 +510,8 @@ END_TEST
 // Writer
 
 START_TEST(test_off_without_start) {
-    // The test runner has no AMPPROBE_SPOOL_DIR / AMPPROBE_OUT: recording is off, emitting is a no-op.
+    // The test runner has no AMPPROBE_SPOOL_DIR / AMPPROBE_OUT: recording is off, emitting is a
+    // no-op.
     ck_assert(!amp_record_enabled());
     ck_assert_uint_eq(amp_record_trace_mask, 0);
     amp_rec_step s = step_rec(1);
@@ -470,7 +549,8 @@ START_TEST(test_writer_spool_file) {
     ck_assert_int_eq(spool_steps(paths[0], steps, 1000, &h), 1000);
     ck_assert_int_eq(h.pid, getpid());
     ck_assert_int_ge(h.start_ns, t0 - 1000000000);
-    for (int i = 0; i < 1000; i++) ck_assert_int_eq(steps[i], i);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(steps[i], i);
     rm_rf(dir);
     free(dir);
 }
@@ -528,7 +608,8 @@ START_TEST(test_fork_child_writes_its_own) {
         int n = spool_steps(paths[f], steps, 16, &h);
         if (h.pid == getpid()) {
             ck_assert_int_eq(n, 4);
-            for (int i = 0; i < 4; i++) ck_assert_int_eq(steps[i], i);
+            for (int i = 0; i < 4; i++)
+                ck_assert_int_eq(steps[i], i);
         } else {
             ck_assert_int_eq(h.pid, pid);
             ck_assert_int_eq(h.ppid, getpid());
@@ -559,7 +640,8 @@ START_TEST(test_threads_emit_concurrently) {
     pthread_t t[THREADS];
     for (intptr_t i = 0; i < THREADS; i++)
         ck_assert_int_eq(pthread_create(&t[i], NULL, emit_thread, (void *)i), 0);
-    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
     amp_record_stop();
     char paths[8][512];
     ck_assert_int_eq(list_spools(dir, paths), 1);
@@ -589,6 +671,7 @@ Suite *record_suite(void) {
     tcase_add_test(c, test_random_bytes_never_crash);
     tcase_add_test(c, test_newer_version_extra_fields);
     tcase_add_test(c, test_spool_header);
+    tcase_set_timeout(c, 60);
     suite_add_tcase(s, c);
     TCase *w = tcase_create("writer");
     tcase_add_test(w, test_off_without_start);
@@ -597,6 +680,7 @@ Suite *record_suite(void) {
     tcase_add_test(w, test_background_flush);
     tcase_add_test(w, test_fork_child_writes_its_own);
     tcase_add_test(w, test_threads_emit_concurrently);
+    tcase_set_timeout(w, 60);
     suite_add_tcase(s, w);
     return s;
 }

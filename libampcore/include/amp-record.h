@@ -55,9 +55,13 @@ typedef enum amp_trace {
 extern unsigned amp_record_trace_mask;
 
 // True when AMP records are wanted: test this before computing what a record needs.
-static inline bool amp_record_enabled(void) { return amp_record_trace_mask & AMP_TRACE_AMP; }
+static inline bool amp_record_enabled(void) {
+    return amp_record_trace_mask & AMP_TRACE_AMP;
+}
 // True when records of category t are wanted (the CUPTI and NVTX producers ask this).
-static inline bool amp_record_tracing(amp_trace t) { return amp_record_trace_mask & t; }
+static inline bool amp_record_tracing(amp_trace t) {
+    return amp_record_trace_mask & t;
+}
 
 // Nanoseconds on the run's clock (CLOCK_REALTIME).
 int64_t amp_record_now_ns(void);
@@ -182,7 +186,11 @@ typedef struct amp_rec_op {
 } amp_rec_op;
 void amp_record_op(const amp_rec_op *r);
 
-typedef enum amp_severity { AMP_SEVERITY_INFO, AMP_SEVERITY_WARNING, AMP_SEVERITY_ERROR } amp_severity;
+typedef enum amp_severity {
+    AMP_SEVERITY_INFO,
+    AMP_SEVERITY_WARNING,
+    AMP_SEVERITY_ERROR
+} amp_severity;
 const char *amp_severity_name(amp_severity s); // "info", "warning", "error"
 
 // Event kinds the report knows; any other lower_snake_case name is stored as given.
@@ -228,9 +236,9 @@ typedef struct amp_rec_kernel {
     int32_t device_id, context_id, stream_id;
     int32_t green_context_id; // -1: none
     int64_t correlation_id;
-    const char *name;       // as CUPTI delivers it (mangled)
-    const char *demangled;  // NULL: name is used
-    const char *short_name; // NULL: derived from the demangled name
+    const char *name;                  // as CUPTI delivers it (mangled)
+    const char *demangled;             // NULL: name is used
+    const char *short_name;            // NULL: derived from the demangled name
     int32_t launch_type, cache_config; // -1: unknown
     int32_t registers_per_thread;
     int32_t grid_x, grid_y, grid_z, block_x, block_y, block_z;
@@ -250,12 +258,12 @@ typedef struct amp_rec_memcpy {
     int32_t green_context_id; // -1: none
     int64_t correlation_id;
     int64_t bytes;
-    int32_t copy_kind;                // ENUM_CUDA_MEMCPY_OPER
-    int32_t src_kind, dst_kind;       // ENUM_CUDA_MEM_KIND; -1 unknown
+    int32_t copy_kind;          // ENUM_CUDA_MEMCPY_OPER
+    int32_t src_kind, dst_kind; // ENUM_CUDA_MEM_KIND; -1 unknown
     int32_t src_device_id, src_context_id, dst_device_id, dst_context_id; // -1: not peer-to-peer
-    int32_t migration_cause;          // -1: none
-    int64_t graph_node_id;            // -1: none
-    int64_t virtual_address;          // -1: none
+    int32_t migration_cause;                                              // -1: none
+    int64_t graph_node_id;                                                // -1: none
+    int64_t virtual_address;                                              // -1: none
 } amp_rec_memcpy;
 void amp_record_memcpy(const amp_rec_memcpy *r);
 
@@ -275,8 +283,8 @@ void amp_record_memset(const amp_rec_memset *r);
 // CUPTI_ACTIVITY_KIND_RUNTIME (CUpti_ActivityAPI of the RUNTIME and DRIVER kinds).
 typedef struct amp_rec_runtime {
     int64_t start_ns, end_ns;
-    bool driver;   // eventClass 1 (driver API) instead of 0 (runtime API)
-    int32_t tid;   // calling thread (Linux tid)
+    bool driver; // eventClass 1 (driver API) instead of 0 (runtime API)
+    int32_t tid; // calling thread (Linux tid)
     int64_t correlation_id;
     const char *name; // "cudaLaunchKernel_v7000"
     int32_t return_value;
@@ -315,14 +323,14 @@ typedef struct amp_rec_nvtx {
     int64_t start_ns;
     int64_t end_ns; // -1 for a mark
     amp_nvtx_type type;
-    int64_t range_id;      // -1: none
-    int64_t category;      // -1: none
-    int64_t color;         // ARGB; -1: none
-    const char *text;      // message; NULL when text_id is used
-    uint64_t text_id;      // amp_rec_string id of a registered message; 0: none
-    uint64_t domain_id;    // amp_rec_string id of the domain's name; 0: default domain
-    int32_t tid;           // thread that started it
-    int32_t end_tid;       // thread that ended it; -1: the same
+    int64_t range_id;   // -1: none
+    int64_t category;   // -1: none
+    int64_t color;      // ARGB; -1: none
+    const char *text;   // message; NULL when text_id is used
+    uint64_t text_id;   // amp_rec_string id of a registered message; 0: none
+    uint64_t domain_id; // amp_rec_string id of the domain's name; 0: default domain
+    int32_t tid;        // thread that started it
+    int32_t end_tid;    // thread that ended it; -1: the same
     amp_nvtx_payload payload_type;
     union {
         uint64_t u64;
@@ -334,12 +342,12 @@ void amp_record_nvtx(const amp_rec_nvtx *r);
 
 // TARGET_INFO_GPU: one device. Integer properties are -1 when unknown.
 typedef struct amp_rec_gpu_info {
-    int32_t id;        // device ordinal as CUPTI's deviceId
-    int32_t cu_device; // CUDA device ordinal
+    int32_t id;                                         // device ordinal as CUPTI's deviceId
+    int32_t cu_device;                                  // CUDA device ordinal
     const char *name, *bus_location, *uuid, *chip_name; // NULL: unknown
     int32_t is_discrete;
     int64_t l2_cache_size, total_memory, memory_bandwidth; // bytes, bytes, bytes/s
-    int64_t clock_rate; // Hz
+    int64_t clock_rate;                                    // Hz
     int32_t sm_count, compute_major, compute_minor;
     int32_t max_threads_per_block, max_registers_per_block, max_registers_per_sm;
     int64_t max_shmem_per_block, max_shmem_per_block_optin, max_shmem_per_sm;

@@ -58,18 +58,18 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
 typedef struct amp_collector amp_collector_t;
 
 typedef struct amp_collector_stats {
-    int64_t records;      // records ingested
-    int64_t rows;         // rows inserted or updated
-    int64_t steps;        // step records
-    int64_t last_step;    // -1 before the first step record
-    double last_step_ms;  // duration of that step; NaN before
-    double last_loss;     // NaN before (or when the loss was NaN)
-    double scale;         // latest scale_after; NaN before the first scale record
-    int64_t skipped;      // skipped optimizer steps
-    int64_t events;       // event records (before aggregation)
-    int files;            // spool files seen
-    int live_writers;     // spool files whose writer is still running
-    int warnings;         // truncated or corrupt spool files, unreadable headers
+    int64_t records;     // records ingested
+    int64_t rows;        // rows inserted or updated
+    int64_t steps;       // step records
+    int64_t last_step;   // -1 before the first step record
+    double last_step_ms; // duration of that step; NaN before
+    double last_loss;    // NaN before (or when the loss was NaN)
+    double scale;        // latest scale_after; NaN before the first scale record
+    int64_t skipped;     // skipped optimizer steps
+    int64_t events;      // event records (before aggregation)
+    int files;           // spool files seen
+    int live_writers;    // spool files whose writer is still running
+    int warnings;        // truncated or corrupt spool files, unreadable headers
 } amp_collector_stats;
 
 // Creates the database db_path and writes the run's first META rows (schema version, clock,

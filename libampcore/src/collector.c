@@ -31,9 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define AMP_EVENTS_KEEP 10              // individual AMP_EVENTS rows per key
-#define COMMIT_EVERY_NS 200000000       // a long poll commits this often, so readers keep up
-#define READ_CHUNK (4u << 20)           // bytes read at once; more than a record's maximum
+#define AMP_EVENTS_KEEP 10        // individual AMP_EVENTS rows per key
+#define COMMIT_EVERY_NS 200000000 // a long poll commits this often, so readers keep up
+#define READ_CHUNK (4u << 20)     // bytes read at once; more than a record's maximum
 
 _Static_assert(READ_CHUNK > AMP_REC_MAX_BYTES + AMP_REC_HEADER_BYTES, "a record fits a chunk");
 
@@ -45,19 +45,33 @@ typedef struct spool_file {
     int64_t start_ns;
     uint64_t offset; // first byte not yet ingested
     int64_t records;
-    int64_t proc_rowid;      // its AMP_PROCESSES row
-    bool writer_gone;        // its flock could be taken
-    bool done;               // nothing more will be read from it
-    bool warned_unknown;     // about a record type this build does not know
+    int64_t proc_rowid;  // its AMP_PROCESSES row
+    bool writer_gone;    // its flock could be taken
+    bool done;           // nothing more will be read from it
+    bool warned_unknown; // about a record type this build does not know
 } spool_file;
+
+// An event key past its individual rows: its aggregate row, and the occurrences folded in since
+// the last commit (written once per commit, so a storm costs one UPDATE per key and commit).
+typedef struct event_agg {
+    int64_t rowid;     // the aggregate row
+    int64_t pending;   // occurrences not written yet
+    int64_t last_step; // of the latest of them
+    int64_t count;     // their summed count; -1: none known
+    double value;      // the latest value among them; NaN: none
+} event_agg;
 
 struct amp_collector {
     amp_store *store;
     char *spool_dir;
     spool_file *files;
     int n_files, cap_files;
-    uint8_t *buf; // READ_CHUNK bytes
-    amp_strmap events;        // aggregation key -> rows so far (> 0) or -(aggregate rowid)
+    uint8_t *buf;      // READ_CHUNK bytes
+    amp_strmap events; // aggregation key -> rows so far (>= 0) or -1 - index into aggs
+    event_agg *aggs;
+    int n_aggs, cap_aggs;
+    int *dirty; // indexes into aggs with pending occurrences
+    int n_dirty;
     amp_strmap local_strings; // "file index:id" -> StringIds id
     amp_collector_stats stats;
     int64_t txn_start_ns;
@@ -89,6 +103,40 @@ static char *path_join(const char *dir, const char *name) {
     char *p = amp_xmalloc(n);
     snprintf(p, n, "%s/%s", dir, name);
     return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transactions: one per poll, cut every COMMIT_EVERY_NS while far behind
+
+static amp_status txn_begin(amp_collector_t *c) {
+    amp_status st = amp_store_begin(c->store);
+    c->in_txn = st == AMP_OK;
+    c->txn_start_ns = now_ns(CLOCK_MONOTONIC);
+    return st;
+}
+
+static amp_status flush_event_aggs(amp_collector_t *c) {
+    amp_status st = AMP_OK;
+    for (int i = 0; i < c->n_dirty && st == AMP_OK; i++) {
+        event_agg *a = &c->aggs[c->dirty[i]];
+        st = amp_store_event_fold(c->store, a->rowid, a->pending, a->last_step, a->count, a->value);
+        a->pending = 0;
+    }
+    c->n_dirty = 0;
+    return st;
+}
+
+static amp_status txn_commit(amp_collector_t *c) {
+    amp_status st = flush_event_aggs(c);
+    c->in_txn = false;
+    amp_status cst = amp_store_commit(c->store);
+    return st != AMP_OK ? st : cst;
+}
+
+static amp_status txn_maybe_cut(amp_collector_t *c) {
+    if (now_ns(CLOCK_MONOTONIC) - c->txn_start_ns < COMMIT_EVERY_NS) return AMP_OK;
+    amp_status st = txn_commit(c);
+    return st == AMP_OK ? txn_begin(c) : st;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -125,8 +173,8 @@ static amp_status make_spool_dir(const char *db_path, char **out) {
     char *dir = amp_xmalloc(n);
     snprintf(dir, n, "%.*s.%s.spool-XXXXXX", dir_len, db_path, db_path + dir_len);
     if (!mkdtemp(dir)) {
-        amp_status st = amp_set_error(AMP_ERR_IO, "cannot create the spool directory %s: %s",
-                                      dir, strerror(errno));
+        amp_status st = amp_set_error(AMP_ERR_IO, "cannot create the spool directory %s: %s", dir,
+                                      strerror(errno));
         free(dir);
         return st;
     }
@@ -187,44 +235,27 @@ void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out)
     *out = c->stats;
 }
 
-const char *amp_collector_spool_dir(const amp_collector_t *c) { return c->spool_dir; }
+const char *amp_collector_spool_dir(const amp_collector_t *c) {
+    return c->spool_dir;
+}
 
 void amp_collector_free(amp_collector_t *c) {
     if (!c) return;
-    if (c->in_txn) amp_store_commit(c->store);
+    if (c->in_txn) txn_commit(c);
     for (int i = 0; i < c->n_files; i++) {
         if (c->files[i].fd >= 0) close(c->files[i].fd);
         free(c->files[i].name);
     }
     free(c->files);
     amp_strmap_free(&c->events);
+    free(c->aggs);
+    free(c->dirty);
     amp_strmap_free(&c->local_strings);
     amp_store_close(c->store);
     if (c->own_spool_dir && !c->finished) rmdir(c->spool_dir); // only when empty: nothing lost
     free(c->buf);
     free(c->spool_dir);
     free(c);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Transactions: one per poll, cut every COMMIT_EVERY_NS while far behind
-
-static amp_status txn_begin(amp_collector_t *c) {
-    amp_status st = amp_store_begin(c->store);
-    c->in_txn = st == AMP_OK;
-    c->txn_start_ns = now_ns(CLOCK_MONOTONIC);
-    return st;
-}
-
-static amp_status txn_commit(amp_collector_t *c) {
-    c->in_txn = false;
-    return amp_store_commit(c->store);
-}
-
-static amp_status txn_maybe_cut(amp_collector_t *c) {
-    if (now_ns(CLOCK_MONOTONIC) - c->txn_start_ns < COMMIT_EVERY_NS) return AMP_OK;
-    amp_status st = txn_commit(c);
-    return st == AMP_OK ? txn_begin(c) : st;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,12 +269,33 @@ static amp_status ingest_event(amp_collector_t *c, spool_file *f, const amp_rec_
     bool found;
     int64_t *slot = amp_strmap_get_or_put(&c->events, key, len, 0, &found);
     c->stats.events++;
-    if (*slot < 0) return amp_store_event_fold(c->store, -*slot, r);
     int64_t rowid;
-    bool aggregate = *slot >= AMP_EVENTS_KEEP;
-    amp_status st = amp_store_event_insert(c->store, f->pid, r, aggregate, &rowid);
-    *slot = aggregate ? -rowid : *slot + 1;
-    return st;
+    if (*slot < AMP_EVENTS_KEEP && *slot >= 0) { // one of the first: a row of its own
+        (*slot)++;
+        return amp_store_event_insert(c->store, f->pid, r, false, &rowid);
+    }
+    if (*slot == AMP_EVENTS_KEEP) { // the first one past them starts the aggregate row
+        amp_status st = amp_store_event_insert(c->store, f->pid, r, true, &rowid);
+        if (c->n_aggs == c->cap_aggs) {
+            c->cap_aggs = c->cap_aggs ? 2 * c->cap_aggs : 64;
+            c->aggs = amp_xrealloc(c->aggs, (size_t)c->cap_aggs * sizeof *c->aggs);
+            c->dirty = amp_xrealloc(c->dirty, (size_t)c->cap_aggs * sizeof *c->dirty);
+        }
+        c->aggs[c->n_aggs] = (event_agg){.rowid = rowid};
+        *slot = -1 - c->n_aggs++;
+        return st;
+    }
+    event_agg *a = &c->aggs[-1 - *slot]; // later ones are folded in at the next commit
+    if (a->pending == 0) {
+        c->dirty[c->n_dirty++] = (int)(-1 - *slot);
+        a->count = -1;
+        a->value = NAN;
+    }
+    a->pending++;
+    a->last_step = r->step;
+    if (r->count >= 0) a->count = (a->count < 0 ? 0 : a->count) + r->count;
+    if (!isnan(r->value)) a->value = r->value;
+    return AMP_OK;
 }
 
 static int64_t local_string(amp_collector_t *c, const spool_file *f, uint64_t id) {
@@ -265,7 +317,8 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
     case AMP_REC_META:
         if (!r->meta.key) return AMP_OK;
         return amp_store_meta(s, f->pid, r->meta.key, r->meta.value);
-    case AMP_REC_LAYER: return amp_store_layer(s, f->pid, &r->layer);
+    case AMP_REC_LAYER:
+        return amp_store_layer(s, f->pid, &r->layer);
     case AMP_REC_STEP:
         st->steps++;
         st->last_step = r->step.step;
@@ -277,9 +330,12 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         st->scale = r->scale.scale_after;
         st->skipped += r->scale.skipped;
         return amp_store_scale(s, f->pid, &r->scale);
-    case AMP_REC_TENSOR_STATS: return amp_store_tensor_stats(s, f->pid, &r->tensor_stats);
-    case AMP_REC_OP: return amp_store_op(s, f->pid, &r->op);
-    case AMP_REC_EVENT: return ingest_event(c, f, &r->event);
+    case AMP_REC_TENSOR_STATS:
+        return amp_store_tensor_stats(s, f->pid, &r->tensor_stats);
+    case AMP_REC_OP:
+        return amp_store_op(s, f->pid, &r->op);
+    case AMP_REC_EVENT:
+        return ingest_event(c, f, &r->event);
     case AMP_REC_STRING: {
         if (r->string.id == 0 || !r->string.value) return AMP_OK;
         char key[48];
@@ -290,15 +346,21 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
             amp_store_string_id(s, r->string.value);
         return AMP_OK;
     }
-    case AMP_REC_KERNEL: return amp_store_kernel(s, f->pid, &r->kernel);
-    case AMP_REC_MEMCPY: return amp_store_memcpy(s, f->pid, &r->memcpy);
-    case AMP_REC_MEMSET: return amp_store_memset(s, f->pid, &r->memset);
-    case AMP_REC_RUNTIME: return amp_store_runtime(s, f->pid, &r->runtime);
-    case AMP_REC_SYNC: return amp_store_sync(s, f->pid, &r->sync);
+    case AMP_REC_KERNEL:
+        return amp_store_kernel(s, f->pid, &r->kernel);
+    case AMP_REC_MEMCPY:
+        return amp_store_memcpy(s, f->pid, &r->memcpy);
+    case AMP_REC_MEMSET:
+        return amp_store_memset(s, f->pid, &r->memset);
+    case AMP_REC_RUNTIME:
+        return amp_store_runtime(s, f->pid, &r->runtime);
+    case AMP_REC_SYNC:
+        return amp_store_sync(s, f->pid, &r->sync);
     case AMP_REC_NVTX:
         return amp_store_nvtx(s, f->pid, &r->nvtx, local_string(c, f, r->nvtx.text_id),
                               local_string(c, f, r->nvtx.domain_id));
-    case AMP_REC_GPU_INFO: return amp_store_gpu_info(s, &r->gpu_info);
+    case AMP_REC_GPU_INFO:
+        return amp_store_gpu_info(s, &r->gpu_info);
     }
     return AMP_OK; // not reached: the caller skips types this build does not know
 }
@@ -320,10 +382,11 @@ static void file_close(spool_file *f) {
 static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
     struct stat sb;
     int64_t end_ns = -1;
-    if (fstat(f->fd, &sb) == 0) end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    if (fstat(f->fd, &sb) == 0)
+        end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     f->done = true;
-    return amp_store_process_update(c->store, f->proc_rowid, end_ns, f->records,
-                                    (int64_t)f->offset, status);
+    return amp_store_process_update(c->store, f->proc_rowid, end_ns, f->records, (int64_t)f->offset,
+                                    status);
 }
 
 // Reads what the writer appended since the last poll.
@@ -412,8 +475,7 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
 static amp_status scan_dir(amp_collector_t *c) {
     DIR *d = opendir(c->spool_dir);
     if (!d) {
-        if (!c->spool_dir_warned)
-            warn(c, "spool directory %s: %s", c->spool_dir, strerror(errno));
+        if (!c->spool_dir_warned) warn(c, "spool directory %s: %s", c->spool_dir, strerror(errno));
         c->spool_dir_warned = true;
         return AMP_OK;
     }

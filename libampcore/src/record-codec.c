@@ -1,8 +1,9 @@
 /*
- * record-codec.c — encodes and decodes spool records (format in record-codec.h).
+ * record-codec.c — encodes and decodes spool records (format in record-codec.h), and names the
+ * record enums as the database spells them.
  *
  * Each record type is described once, as the list of its struct's fields (width and offset);
- * encoding, decoding and the size computation all walk that list, so the writer and the collector
+ * encoding (with its size computation) and decoding walk that list, so the writer and the collector
  * cannot disagree about a layout. Appending a field to a struct (and to its list here) is a new
  * version of that record; older readers skip the extra bytes.
  */
@@ -13,7 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
-_Static_assert(sizeof(amp_stats_kind) == 4 && sizeof(amp_phase) == 4 &&
+_Static_assert(sizeof(amp_rec_type) == 4 && sizeof(amp_stats_kind) == 4 && sizeof(amp_phase) == 4 &&
                    sizeof(amp_severity) == 4 && sizeof(amp_nvtx_type) == 4 &&
                    sizeof(amp_nvtx_payload) == 4,
                "enum fields are encoded as 4 bytes");
@@ -34,10 +35,12 @@ typedef struct rec_desc {
     const field *fields;
 } rec_desc;
 
+// clang-format off
 #define I4(T, m) {F4, offsetof(T, m)}
 #define I8(T, m) {F8, offsetof(T, m)}
 #define B1(T, m) {F1, offsetof(T, m)}
 #define STR(T, m) {FSTR, offsetof(T, m)}
+// clang-format on
 
 static const field meta_fields[] = {STR(amp_rec_meta, key), STR(amp_rec_meta, value)};
 
@@ -48,23 +51,23 @@ static const field step_fields[] = {I8(amp_rec_step, step), I8(amp_rec_step, sta
                                     I8(amp_rec_step, end_ns), I8(amp_rec_step, loss),
                                     I8(amp_rec_step, grad_norm)};
 
-static const field scale_fields[] = {I8(amp_rec_scale, step), I8(amp_rec_scale, scale_before),
-                                     I8(amp_rec_scale, scale_after), I4(amp_rec_scale, found_inf),
-                                     I4(amp_rec_scale, growth_tracker), B1(amp_rec_scale, skipped)};
+static const field scale_fields[] = {
+    I8(amp_rec_scale, step),      I8(amp_rec_scale, scale_before),   I8(amp_rec_scale, scale_after),
+    I4(amp_rec_scale, found_inf), I4(amp_rec_scale, growth_tracker), B1(amp_rec_scale, skipped)};
 
 #define TS amp_rec_tensor_stats
 static const field tensor_stats_fields[] = {
-    I8(TS, step),       I4(TS, layer_id), STR(TS, op),     I4(TS, kind),     STR(TS, dtype),
-    STR(TS, target_dtype), I8(TS, numel), I8(TS, min),     I8(TS, max),      I8(TS, amax),
-    I8(TS, n_nan),      I8(TS, n_posinf), I8(TS, n_neginf), I8(TS, n_overflow),
-    I8(TS, n_underflow), I8(TS, n_zero)};
+    I8(TS, step),     I4(TS, layer_id),      STR(TS, op),         I4(TS, kind),
+    STR(TS, dtype),   STR(TS, target_dtype), I8(TS, numel),       I8(TS, min),
+    I8(TS, max),      I8(TS, amax),          I8(TS, n_nan),       I8(TS, n_posinf),
+    I8(TS, n_neginf), I8(TS, n_overflow),    I8(TS, n_underflow), I8(TS, n_zero)};
 #undef TS
 
 static const field op_fields[] = {
-    I8(amp_rec_op, step),      I4(amp_rec_op, layer_id), STR(amp_rec_op, op),
-    I4(amp_rec_op, phase),     STR(amp_rec_op, in_dtypes), STR(amp_rec_op, out_dtype),
-    STR(amp_rec_op, policy),   STR(amp_rec_op, shapes),  I8(amp_rec_op, flops),
-    I8(amp_rec_op, bytes),     I8(amp_rec_op, start_ns), I8(amp_rec_op, end_ns)};
+    I8(amp_rec_op, step),    I4(amp_rec_op, layer_id),   STR(amp_rec_op, op),
+    I4(amp_rec_op, phase),   STR(amp_rec_op, in_dtypes), STR(amp_rec_op, out_dtype),
+    STR(amp_rec_op, policy), STR(amp_rec_op, shapes),    I8(amp_rec_op, flops),
+    I8(amp_rec_op, bytes),   I8(amp_rec_op, start_ns),   I8(amp_rec_op, end_ns)};
 
 static const field event_fields[] = {
     I8(amp_rec_event, step),  I4(amp_rec_event, layer_id), STR(amp_rec_event, op),
@@ -74,25 +77,42 @@ static const field event_fields[] = {
 static const field string_fields[] = {I8(amp_rec_string, id), STR(amp_rec_string, value)};
 
 #define K amp_rec_kernel
-static const field kernel_fields[] = {
-    I8(K, start_ns),           I8(K, end_ns),           I4(K, device_id),
-    I4(K, context_id),         I4(K, stream_id),        I4(K, green_context_id),
-    I8(K, correlation_id),     STR(K, name),            STR(K, demangled),
-    STR(K, short_name),        I4(K, launch_type),      I4(K, cache_config),
-    I4(K, registers_per_thread), I4(K, grid_x),         I4(K, grid_y),
-    I4(K, grid_z),             I4(K, block_x),          I4(K, block_y),
-    I4(K, block_z),            I4(K, static_shared_memory), I4(K, dynamic_shared_memory),
-    I4(K, local_memory_per_thread), I8(K, local_memory_total), I8(K, grid_id),
-    I4(K, shared_memory_executed), I4(K, shared_memory_limit_config), I8(K, graph_node_id)};
+static const field kernel_fields[] = {I8(K, start_ns),
+                                      I8(K, end_ns),
+                                      I4(K, device_id),
+                                      I4(K, context_id),
+                                      I4(K, stream_id),
+                                      I4(K, green_context_id),
+                                      I8(K, correlation_id),
+                                      STR(K, name),
+                                      STR(K, demangled),
+                                      STR(K, short_name),
+                                      I4(K, launch_type),
+                                      I4(K, cache_config),
+                                      I4(K, registers_per_thread),
+                                      I4(K, grid_x),
+                                      I4(K, grid_y),
+                                      I4(K, grid_z),
+                                      I4(K, block_x),
+                                      I4(K, block_y),
+                                      I4(K, block_z),
+                                      I4(K, static_shared_memory),
+                                      I4(K, dynamic_shared_memory),
+                                      I4(K, local_memory_per_thread),
+                                      I8(K, local_memory_total),
+                                      I8(K, grid_id),
+                                      I4(K, shared_memory_executed),
+                                      I4(K, shared_memory_limit_config),
+                                      I8(K, graph_node_id)};
 #undef K
 
 #define M amp_rec_memcpy
 static const field memcpy_fields[] = {
-    I8(M, start_ns),      I8(M, end_ns),         I4(M, device_id),      I4(M, context_id),
-    I4(M, stream_id),     I4(M, green_context_id), I8(M, correlation_id), I8(M, bytes),
-    I4(M, copy_kind),     I4(M, src_kind),       I4(M, dst_kind),       I4(M, src_device_id),
-    I4(M, src_context_id), I4(M, dst_device_id), I4(M, dst_context_id), I4(M, migration_cause),
-    I8(M, graph_node_id), I8(M, virtual_address)};
+    I8(M, start_ns),       I8(M, end_ns),           I4(M, device_id),      I4(M, context_id),
+    I4(M, stream_id),      I4(M, green_context_id), I8(M, correlation_id), I8(M, bytes),
+    I4(M, copy_kind),      I4(M, src_kind),         I4(M, dst_kind),       I4(M, src_device_id),
+    I4(M, src_context_id), I4(M, dst_device_id),    I4(M, dst_context_id), I4(M, migration_cause),
+    I8(M, graph_node_id),  I8(M, virtual_address)};
 #undef M
 
 #define S amp_rec_memset
@@ -103,36 +123,54 @@ static const field memset_fields[] = {
 #undef S
 
 static const field runtime_fields[] = {
-    I8(amp_rec_runtime, start_ns), I8(amp_rec_runtime, end_ns),
-    B1(amp_rec_runtime, driver),   I4(amp_rec_runtime, tid),
+    I8(amp_rec_runtime, start_ns),       I8(amp_rec_runtime, end_ns),
+    B1(amp_rec_runtime, driver),         I4(amp_rec_runtime, tid),
     I8(amp_rec_runtime, correlation_id), STR(amp_rec_runtime, name),
     I4(amp_rec_runtime, return_value)};
 
 static const field sync_fields[] = {
-    I8(amp_rec_sync, start_ns),  I8(amp_rec_sync, end_ns),    I4(amp_rec_sync, device_id),
-    I4(amp_rec_sync, context_id), I4(amp_rec_sync, stream_id), I4(amp_rec_sync, green_context_id),
-    I8(amp_rec_sync, correlation_id), I4(amp_rec_sync, sync_type), I8(amp_rec_sync, event_id)};
+    I8(amp_rec_sync, start_ns),       I8(amp_rec_sync, end_ns),
+    I4(amp_rec_sync, device_id),      I4(amp_rec_sync, context_id),
+    I4(amp_rec_sync, stream_id),      I4(amp_rec_sync, green_context_id),
+    I8(amp_rec_sync, correlation_id), I4(amp_rec_sync, sync_type),
+    I8(amp_rec_sync, event_id)};
 
 #define N amp_rec_nvtx
 static const field nvtx_fields[] = {
-    I8(N, start_ns), I8(N, end_ns),  I4(N, type),    I8(N, range_id),     I8(N, category),
-    I8(N, color),    STR(N, text),   I8(N, text_id), I8(N, domain_id),    I4(N, tid),
+    I8(N, start_ns), I8(N, end_ns),       I4(N, type),    I8(N, range_id),  I8(N, category),
+    I8(N, color),    STR(N, text),        I8(N, text_id), I8(N, domain_id), I4(N, tid),
     I4(N, end_tid),  I4(N, payload_type), I8(N, payload)};
 #undef N
 
 #define G amp_rec_gpu_info
-static const field gpu_info_fields[] = {
-    I4(G, id),           I4(G, cu_device),        STR(G, name),
-    STR(G, bus_location), STR(G, uuid),           STR(G, chip_name),
-    I4(G, is_discrete),  I8(G, l2_cache_size),    I8(G, total_memory),
-    I8(G, memory_bandwidth), I8(G, clock_rate),   I4(G, sm_count),
-    I4(G, compute_major), I4(G, compute_minor),   I4(G, max_threads_per_block),
-    I4(G, max_registers_per_block), I4(G, max_registers_per_sm), I8(G, max_shmem_per_block),
-    I8(G, max_shmem_per_block_optin), I8(G, max_shmem_per_sm), I4(G, threads_per_warp),
-    I4(G, async_engines), I4(G, max_warps_per_sm), I4(G, max_blocks_per_sm)};
+static const field gpu_info_fields[] = {I4(G, id),
+                                        I4(G, cu_device),
+                                        STR(G, name),
+                                        STR(G, bus_location),
+                                        STR(G, uuid),
+                                        STR(G, chip_name),
+                                        I4(G, is_discrete),
+                                        I8(G, l2_cache_size),
+                                        I8(G, total_memory),
+                                        I8(G, memory_bandwidth),
+                                        I8(G, clock_rate),
+                                        I4(G, sm_count),
+                                        I4(G, compute_major),
+                                        I4(G, compute_minor),
+                                        I4(G, max_threads_per_block),
+                                        I4(G, max_registers_per_block),
+                                        I4(G, max_registers_per_sm),
+                                        I8(G, max_shmem_per_block),
+                                        I8(G, max_shmem_per_block_optin),
+                                        I8(G, max_shmem_per_sm),
+                                        I4(G, threads_per_warp),
+                                        I4(G, async_engines),
+                                        I4(G, max_warps_per_sm),
+                                        I4(G, max_blocks_per_sm)};
 #undef G
 
-#define DESC(list) {1, sizeof list / sizeof list[0], list}
+#define DESC(list)                                                                                 \
+    { 1, sizeof list / sizeof list[0], list }
 
 static const rec_desc *desc_of(uint16_t type) {
     static const rec_desc meta = DESC(meta_fields), layer = DESC(layer_fields),
@@ -144,79 +182,92 @@ static const rec_desc *desc_of(uint16_t type) {
                           sync = DESC(sync_fields), nvtx = DESC(nvtx_fields),
                           gpu = DESC(gpu_info_fields);
     switch ((amp_rec_type)type) {
-    case AMP_REC_META: return &meta;
-    case AMP_REC_LAYER: return &layer;
-    case AMP_REC_STEP: return &step;
-    case AMP_REC_SCALE: return &scale;
-    case AMP_REC_TENSOR_STATS: return &stats;
-    case AMP_REC_OP: return &op;
-    case AMP_REC_EVENT: return &event;
-    case AMP_REC_STRING: return &string;
-    case AMP_REC_KERNEL: return &kernel;
-    case AMP_REC_MEMCPY: return &memcpy_;
-    case AMP_REC_MEMSET: return &memset_;
-    case AMP_REC_RUNTIME: return &runtime;
-    case AMP_REC_SYNC: return &sync;
-    case AMP_REC_NVTX: return &nvtx;
-    case AMP_REC_GPU_INFO: return &gpu;
+    case AMP_REC_META:
+        return &meta;
+    case AMP_REC_LAYER:
+        return &layer;
+    case AMP_REC_STEP:
+        return &step;
+    case AMP_REC_SCALE:
+        return &scale;
+    case AMP_REC_TENSOR_STATS:
+        return &stats;
+    case AMP_REC_OP:
+        return &op;
+    case AMP_REC_EVENT:
+        return &event;
+    case AMP_REC_STRING:
+        return &string;
+    case AMP_REC_KERNEL:
+        return &kernel;
+    case AMP_REC_MEMCPY:
+        return &memcpy_;
+    case AMP_REC_MEMSET:
+        return &memset_;
+    case AMP_REC_RUNTIME:
+        return &runtime;
+    case AMP_REC_SYNC:
+        return &sync;
+    case AMP_REC_NVTX:
+        return &nvtx;
+    case AMP_REC_GPU_INFO:
+        return &gpu;
     }
     return NULL;
 }
 
-bool amp_rec_type_known(uint16_t t) { return desc_of(t) != NULL; }
+bool amp_rec_type_known(uint16_t t) {
+    return desc_of(t) != NULL;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
-static size_t str_len(const char *s) { return s ? strnlen(s, AMP_REC_STR_MAX) : 0; }
-
-size_t amp_rec_size(amp_rec_type type, const void *rec) {
-    const rec_desc *d = desc_of(type);
-    AMP_ASSERT(d, "record type %d", (int)type);
-    size_t n = AMP_REC_HEADER_BYTES;
-    for (int i = 0; i < d->n_fields; i++) {
-        const field *f = &d->fields[i];
-        switch ((field_kind)f->kind) {
-        case F1: n += 1; break;
-        case F4: n += 4; break;
-        case F8: n += 8; break;
-        case FSTR: {
-            const char *s = *(const char *const *)((const char *)rec + f->offset);
-            n += 4 + (s ? str_len(s) + 1 : 0);
-            break;
-        }
-        }
-    }
-    return n;
-}
-
-void amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out) {
+size_t amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out, size_t cap) {
     const rec_desc *d = desc_of(type);
     AMP_ASSERT(d, "record type %d", (int)type);
     const char *base = rec;
-    uint8_t *p = out + AMP_REC_HEADER_BYTES;
+    size_t n = AMP_REC_HEADER_BYTES; // bytes so far; written only while they fit
     for (int i = 0; i < d->n_fields; i++) {
         const field *f = &d->fields[i];
+        const void *src = base + f->offset;
         switch ((field_kind)f->kind) {
-        case F1: *p++ = *(const bool *)(base + f->offset) ? 1 : 0; break;
-        case F4: memcpy(p, base + f->offset, 4), p += 4; break;
-        case F8: memcpy(p, base + f->offset, 8), p += 8; break;
+        case F1:
+            if (n + 1 <= cap) out[n] = *(const bool *)src ? 1 : 0;
+            n += 1;
+            break;
+        case F4:
+            if (n + 4 <= cap) memcpy(out + n, src, 4);
+            n += 4;
+            break;
+        case F8:
+            if (n + 8 <= cap) memcpy(out + n, src, 8);
+            n += 8;
+            break;
         case FSTR: {
-            const char *s = *(const char *const *)(base + f->offset);
-            uint32_t n = s ? (uint32_t)str_len(s) : UINT32_MAX;
-            memcpy(p, &n, 4), p += 4;
-            if (s) {
-                memcpy(p, s, n), p += n;
-                *p++ = 0;
+            const char *str = *(const char *const *)src;
+            uint32_t len = str ? (uint32_t)strnlen(str, AMP_REC_STR_MAX) : UINT32_MAX;
+            size_t size = 4 + (str ? (size_t)len + 1 : 0);
+            if (n + size <= cap) {
+                memcpy(out + n, &len, 4);
+                if (str) {
+                    memcpy(out + n + 4, str, len);
+                    out[n + 4 + len] = 0;
+                }
             }
+            n += size;
             break;
         }
         }
     }
-    amp_rec_header h = {(uint16_t)type, d->version, (uint32_t)(p - out - AMP_REC_HEADER_BYTES)};
-    memcpy(out, &h.type, 2);
-    memcpy(out + 2, &h.version, 2);
-    memcpy(out + 4, &h.length, 4);
+    if (n <= cap) {
+        uint16_t t = (uint16_t)type, version = d->version;
+        uint32_t length = (uint32_t)(n - AMP_REC_HEADER_BYTES);
+        memcpy(out, &t, 2);
+        memcpy(out + 2, &version, 2);
+        memcpy(out + 4, &length, 4);
+    }
+    return n;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +322,49 @@ bool amp_rec_decode(uint16_t type, const uint8_t *payload, uint32_t length, amp_
         }
     }
     return true; // bytes after the known fields belong to a newer version
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text names of the enums (the database stores these)
+
+const char *amp_stats_kind_name(amp_stats_kind k) {
+    switch (k) {
+    case AMP_STATS_ACTIVATION:
+        return "activation";
+    case AMP_STATS_ACTIVATION_GRAD:
+        return "activation_grad";
+    case AMP_STATS_WEIGHT:
+        return "weight";
+    case AMP_STATS_WEIGHT_GRAD:
+        return "weight_grad";
+    }
+    return "unknown";
+}
+
+const char *amp_phase_name(amp_phase p) {
+    switch (p) {
+    case AMP_PHASE_NONE:
+        return NULL;
+    case AMP_PHASE_FWD:
+        return "fwd";
+    case AMP_PHASE_BWD:
+        return "bwd";
+    case AMP_PHASE_OPTIM:
+        return "optim";
+    }
+    return NULL;
+}
+
+const char *amp_severity_name(amp_severity s) {
+    switch (s) {
+    case AMP_SEVERITY_INFO:
+        return "info";
+    case AMP_SEVERITY_WARNING:
+        return "warning";
+    case AMP_SEVERITY_ERROR:
+        return "error";
+    }
+    return "unknown";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -51,10 +51,10 @@ typedef struct amp_rec_header {
     uint32_t length; // payload bytes
 } amp_rec_header;
 
-// Bytes the record needs (header + payload), its strings cut to AMP_REC_STR_MAX.
-size_t amp_rec_size(amp_rec_type type, const void *rec);
-// Writes the record (header + payload) to out, which has amp_rec_size() bytes.
-void amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out);
+// Writes the record (header + payload, strings cut to AMP_REC_STR_MAX) into out when it fits in
+// cap bytes, and returns the bytes it needs either way (like snprintf: out may be NULL with cap
+// 0 to ask for the size; when the result exceeds cap, out holds nothing usable).
+size_t amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out, size_t cap);
 
 typedef enum amp_scan {
     AMP_SCAN_RECORD,  // a complete record: *hdr and *payload are set

@@ -76,38 +76,6 @@ int64_t amp_record_now_ns(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Names of the enums stored as text
-
-const char *amp_stats_kind_name(amp_stats_kind k) {
-    switch (k) {
-    case AMP_STATS_ACTIVATION: return "activation";
-    case AMP_STATS_ACTIVATION_GRAD: return "activation_grad";
-    case AMP_STATS_WEIGHT: return "weight";
-    case AMP_STATS_WEIGHT_GRAD: return "weight_grad";
-    }
-    return "unknown";
-}
-
-const char *amp_phase_name(amp_phase p) {
-    switch (p) {
-    case AMP_PHASE_NONE: return NULL;
-    case AMP_PHASE_FWD: return "fwd";
-    case AMP_PHASE_BWD: return "bwd";
-    case AMP_PHASE_OPTIM: return "optim";
-    }
-    return NULL;
-}
-
-const char *amp_severity_name(amp_severity s) {
-    switch (s) {
-    case AMP_SEVERITY_INFO: return "info";
-    case AMP_SEVERITY_WARNING: return "warning";
-    case AMP_SEVERITY_ERROR: return "error";
-    }
-    return "unknown";
-}
-
-// ---------------------------------------------------------------------------------------------
 // Threads
 
 static void cond_init(void) {
@@ -374,12 +342,14 @@ static void atfork_child(void) {
     cond_init(); // the parent's threads may have waited on it; they do not exist here
     if (g.fd >= 0) close(g.fd); // the parent's file: its lock stays with the parent
     g.fd = -1;
-    g.len = 0;                  // the parent flushes these
+    g.len = 0; // the parent flushes these
     g.flusher_running = false;
     g.state = SPOOL_CLOSED;
 }
 
-static void at_exit(void) { amp_record_stop(); }
+static void at_exit(void) {
+    amp_record_stop();
+}
 
 static void hooks_install(void) {
     cond_init();
@@ -446,14 +416,13 @@ void amp_record_stop(void) {
 
 static void emit(amp_rec_type type, const void *rec) {
     if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) != SPOOL_READY && !spool_open()) return;
-    size_t n = amp_rec_size(type, rec);
     pthread_mutex_lock(&g.lock);
-    while (g.len + n > BUF_BYTES) {
-        pthread_mutex_unlock(&g.lock);
+    size_t n;
+    while ((n = amp_rec_encode(type, rec, g.buf + g.len, BUF_BYTES - g.len)) > BUF_BYTES - g.len) {
+        pthread_mutex_unlock(&g.lock); // full: write it out and encode again
         spool_flush();
         pthread_mutex_lock(&g.lock);
     }
-    amp_rec_encode(type, rec, g.buf + g.len);
     g.len += n;
     pthread_mutex_unlock(&g.lock);
 }

@@ -59,10 +59,12 @@ amp_status amp_store_scale(amp_store *s, int32_t pid, const amp_rec_scale *r); /
 amp_status amp_store_tensor_stats(amp_store *s, int32_t pid, const amp_rec_tensor_stats *r);
 amp_status amp_store_op(amp_store *s, int32_t pid, const amp_rec_op *r);
 // A new AMP_EVENTS row (aggregate or not); *rowid receives its id.
-amp_status amp_store_event_insert(amp_store *s, int32_t pid, const amp_rec_event *r,
-                                  bool aggregate, int64_t *rowid);
-// Folds one more occurrence into the aggregate row rowid.
-amp_status amp_store_event_fold(amp_store *s, int64_t rowid, const amp_rec_event *r);
+amp_status amp_store_event_insert(amp_store *s, int32_t pid, const amp_rec_event *r, bool aggregate,
+                                  int64_t *rowid);
+// Adds occurrences to the aggregate row rowid: their latest step, their summed count (-1: none
+// known) and their latest value (NaN: none).
+amp_status amp_store_event_fold(amp_store *s, int64_t rowid, int64_t occurrences, int64_t last_step,
+                                int64_t count, double value);
 amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r);
 amp_status amp_store_memcpy(amp_store *s, int32_t pid, const amp_rec_memcpy *r);
 amp_status amp_store_memset(amp_store *s, int32_t pid, const amp_rec_memset *r);
@@ -74,7 +76,9 @@ amp_status amp_store_nvtx(amp_store *s, int32_t pid, const amp_rec_nvtx *r, int6
 amp_status amp_store_gpu_info(amp_store *s, const amp_rec_gpu_info *r);
 
 // nsys's serialized ids: globalPid = pid << 24, globalTid = globalPid | tid.
-static inline int64_t amp_global_pid(int32_t pid) { return (int64_t)pid << 24; }
+static inline int64_t amp_global_pid(int32_t pid) {
+    return (int64_t)pid << 24;
+}
 static inline int64_t amp_global_tid(int32_t pid, int32_t tid) {
     return amp_global_pid(pid) | (tid & 0xFFFFFF);
 }

@@ -34,8 +34,10 @@ static double cpu_s(void) {
 }
 
 static const char *const kernel_names[] = {
-    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_",
-    "_ZN7cutlass7Kernel2I72cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8EEvNT_6ParamsE",
+    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_"
+    "T1_",
+    "_ZN7cutlass7Kernel2I72cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2_tn_align8EEvNT_"
+    "6ParamsE",
     "nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_NTN",
     "_ZN2at6native43_GLOBAL__N__softmax_forward_kernelIfEEvPT_PKS2_i",
 };
@@ -44,39 +46,77 @@ static void emit_amp(int64_t i) {
     int64_t t = amp_record_now_ns();
     switch (i % 8) {
     case 0:
-        amp_record_tensor_stats(&(amp_rec_tensor_stats){
-            .step = i / 8, .layer_id = (int32_t)(i % 64), .op = "linear",
-            .kind = AMP_STATS_ACTIVATION, .dtype = "f16", .target_dtype = "f16", .numel = 4096,
-            .min = -3.5, .max = 4.25, .amax = 4.25, .n_nan = 0, .n_posinf = 0, .n_neginf = 0,
-            .n_overflow = 0, .n_underflow = 12, .n_zero = 40});
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = i / 8,
+                                                        .layer_id = (int32_t)(i % 64),
+                                                        .op = "linear",
+                                                        .kind = AMP_STATS_ACTIVATION,
+                                                        .dtype = "f16",
+                                                        .target_dtype = "f16",
+                                                        .numel = 4096,
+                                                        .min = -3.5,
+                                                        .max = 4.25,
+                                                        .amax = 4.25,
+                                                        .n_nan = 0,
+                                                        .n_posinf = 0,
+                                                        .n_neginf = 0,
+                                                        .n_overflow = 0,
+                                                        .n_underflow = 12,
+                                                        .n_zero = 40});
         break;
     case 7:
-        amp_record_event(&(amp_rec_event){.step = i / 8, .layer_id = (int32_t)(i % 64),
-                                          .op = "softmax", .phase = AMP_PHASE_FWD,
+        amp_record_event(&(amp_rec_event){.step = i / 8,
+                                          .layer_id = (int32_t)(i % 64),
+                                          .op = "softmax",
+                                          .phase = AMP_PHASE_FWD,
                                           .kind = AMP_EVENT_UNDERFLOW,
-                                          .severity = AMP_SEVERITY_WARNING, .count = 12,
-                                          .value = 1e-8, .detail = "input range [-3.5, 4.25]"});
+                                          .severity = AMP_SEVERITY_WARNING,
+                                          .count = 12,
+                                          .value = 1e-8,
+                                          .detail = "input range [-3.5, 4.25]"});
         break;
     default:
-        amp_record_op(&(amp_rec_op){.step = i / 8, .layer_id = (int32_t)(i % 64), .op = "linear",
-                                    .phase = AMP_PHASE_FWD, .in_dtypes = "f16,f16",
-                                    .out_dtype = "f16", .policy = "lower_precision_fp",
-                                    .shapes = "(64, 512),(512, 512)", .flops = 33554432,
-                                    .bytes = 655360, .start_ns = t, .end_ns = t + 5000});
+        amp_record_op(&(amp_rec_op){.step = i / 8,
+                                    .layer_id = (int32_t)(i % 64),
+                                    .op = "linear",
+                                    .phase = AMP_PHASE_FWD,
+                                    .in_dtypes = "f16,f16",
+                                    .out_dtype = "f16",
+                                    .policy = "lower_precision_fp",
+                                    .shapes = "(64, 512),(512, 512)",
+                                    .flops = 33554432,
+                                    .bytes = 655360,
+                                    .start_ns = t,
+                                    .end_ns = t + 5000});
     }
 }
 
 static void emit_kernel(int64_t i) {
     int64_t t = amp_record_now_ns();
-    amp_record_kernel(&(amp_rec_kernel){
-        .start_ns = t, .end_ns = t + 7000, .device_id = 0, .context_id = 1, .stream_id = 7,
-        .green_context_id = -1, .correlation_id = i, .name = kernel_names[i % 4],
-        .launch_type = 0, .cache_config = 0, .registers_per_thread = 168, .grid_x = 132,
-        .grid_y = 1, .grid_z = 1, .block_x = 384, .block_y = 1, .block_z = 1,
-        .static_shared_memory = 0, .dynamic_shared_memory = 213188,
-        .local_memory_per_thread = 0, .local_memory_total = 0, .grid_id = i,
-        .shared_memory_executed = 229376, .shared_memory_limit_config = -1,
-        .graph_node_id = -1});
+    amp_record_kernel(&(amp_rec_kernel){.start_ns = t,
+                                        .end_ns = t + 7000,
+                                        .device_id = 0,
+                                        .context_id = 1,
+                                        .stream_id = 7,
+                                        .green_context_id = -1,
+                                        .correlation_id = i,
+                                        .name = kernel_names[i % 4],
+                                        .launch_type = 0,
+                                        .cache_config = 0,
+                                        .registers_per_thread = 168,
+                                        .grid_x = 132,
+                                        .grid_y = 1,
+                                        .grid_z = 1,
+                                        .block_x = 384,
+                                        .block_y = 1,
+                                        .block_z = 1,
+                                        .static_shared_memory = 0,
+                                        .dynamic_shared_memory = 213188,
+                                        .local_memory_per_thread = 0,
+                                        .local_memory_total = 0,
+                                        .grid_id = i,
+                                        .shared_memory_executed = 229376,
+                                        .shared_memory_limit_config = -1,
+                                        .graph_node_id = -1});
 }
 
 static void emit_mixed(int64_t i) {
@@ -85,8 +125,11 @@ static void emit_mixed(int64_t i) {
         return;
     }
     int64_t t = amp_record_now_ns();
-    amp_record_runtime(&(amp_rec_runtime){.start_ns = t, .end_ns = t + 3000, .tid = 1234,
-                                          .correlation_id = i, .name = "cudaLaunchKernel_v7000",
+    amp_record_runtime(&(amp_rec_runtime){.start_ns = t,
+                                          .end_ns = t + 3000,
+                                          .tid = 1234,
+                                          .correlation_id = i,
+                                          .name = "cudaLaunchKernel_v7000",
                                           .return_value = 0});
 }
 
@@ -104,7 +147,8 @@ static void run(const char *name, void (*emit)(int64_t), int64_t n, const char *
         exit(1);
     }
     double t0 = now_s();
-    for (int64_t i = 0; i < n; i++) emit(i);
+    for (int64_t i = 0; i < n; i++)
+        emit(i);
     double t_emit = now_s() - t0;
     amp_record_stop();
 

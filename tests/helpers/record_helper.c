@@ -28,18 +28,43 @@ static void sleep_ms(int ms) {
 
 static void one_step(int64_t step) {
     int64_t t0 = amp_record_now_ns();
-    amp_record_op(&(amp_rec_op){.step = step, .layer_id = 1, .op = "linear",
-                                .phase = AMP_PHASE_FWD, .in_dtypes = "f16,f16", .out_dtype = "f16",
-                                .policy = "lower_precision_fp", .shapes = "(8, 4),(4, 4)",
-                                .flops = 256, .bytes = 160, .start_ns = t0, .end_ns = t0 + 1000});
-    amp_record_tensor_stats(&(amp_rec_tensor_stats){
-        .step = step, .layer_id = 1, .op = "linear", .kind = AMP_STATS_ACTIVATION,
-        .dtype = "f16", .target_dtype = "f16", .numel = 32, .min = -1, .max = 2, .amax = 2,
-        .n_nan = 0, .n_posinf = 0, .n_neginf = 0, .n_overflow = 0, .n_underflow = 1, .n_zero = 3});
-    amp_record_scale(&(amp_rec_scale){.step = step, .scale_before = 65536, .scale_after = 65536,
-                                      .found_inf = 0, .growth_tracker = (int32_t)step + 1});
-    amp_record_step(&(amp_rec_step){.step = step, .start_ns = t0,
-                                    .end_ns = amp_record_now_ns(), .loss = 2.0 / (double)(step + 1),
+    amp_record_op(&(amp_rec_op){.step = step,
+                                .layer_id = 1,
+                                .op = "linear",
+                                .phase = AMP_PHASE_FWD,
+                                .in_dtypes = "f16,f16",
+                                .out_dtype = "f16",
+                                .policy = "lower_precision_fp",
+                                .shapes = "(8, 4),(4, 4)",
+                                .flops = 256,
+                                .bytes = 160,
+                                .start_ns = t0,
+                                .end_ns = t0 + 1000});
+    amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = step,
+                                                    .layer_id = 1,
+                                                    .op = "linear",
+                                                    .kind = AMP_STATS_ACTIVATION,
+                                                    .dtype = "f16",
+                                                    .target_dtype = "f16",
+                                                    .numel = 32,
+                                                    .min = -1,
+                                                    .max = 2,
+                                                    .amax = 2,
+                                                    .n_nan = 0,
+                                                    .n_posinf = 0,
+                                                    .n_neginf = 0,
+                                                    .n_overflow = 0,
+                                                    .n_underflow = 1,
+                                                    .n_zero = 3});
+    amp_record_scale(&(amp_rec_scale){.step = step,
+                                      .scale_before = 65536,
+                                      .scale_after = 65536,
+                                      .found_inf = 0,
+                                      .growth_tracker = (int32_t)step + 1});
+    amp_record_step(&(amp_rec_step){.step = step,
+                                    .start_ns = t0,
+                                    .end_ns = amp_record_now_ns(),
+                                    .loss = 2.0 / (double)(step + 1),
                                     .grad_norm = NAN});
 }
 
@@ -59,16 +84,22 @@ int main(int argc, char **argv) {
         amp_record_meta(&(amp_rec_meta){"mode", "wait"});
         printf("ready\n");
         fflush(stdout);
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0) && argc > 2) {
         int n = atoi(argv[2]), ms = argc > 3 ? atoi(argv[3]) : 0;
         amp_record_layer(&(amp_rec_layer){.id = 0, .parent_id = -1, .name = "fc"});
         amp_record_layer(&(amp_rec_layer){.id = 1, .parent_id = 0, .name = "fc.linear"});
-        amp_record_event(&(amp_rec_event){.step = 0, .layer_id = 1, .op = "linear",
-                                          .phase = AMP_PHASE_FWD, .kind = AMP_EVENT_UNDERFLOW,
-                                          .severity = AMP_SEVERITY_WARNING, .count = 1,
-                                          .value = NAN, .detail = "input range [-1, 2]"});
+        amp_record_event(&(amp_rec_event){.step = 0,
+                                          .layer_id = 1,
+                                          .op = "linear",
+                                          .phase = AMP_PHASE_FWD,
+                                          .kind = AMP_EVENT_UNDERFLOW,
+                                          .severity = AMP_SEVERITY_WARNING,
+                                          .count = 1,
+                                          .value = NAN,
+                                          .detail = "input range [-1, 2]"});
         for (int i = 0; i < n; i++) {
             one_step(i);
             if (ms > 0) sleep_ms(ms);
