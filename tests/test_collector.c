@@ -469,6 +469,7 @@ START_TEST(test_every_record_type) {
                                "= 'AMP_TENSOR_STATS_step'"),
                      1);
     ck_assert_str_eq(q_text(db, "PRAGMA integrity_check", buf, 256), "ok");
+    ck_assert_str_eq(q_text(db, "PRAGMA journal_mode", buf, 256), "delete"); // one plain file
     sqlite3_close(db);
     // the spool directory is gone
     struct stat sb;

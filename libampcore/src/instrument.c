@@ -222,7 +222,7 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
             inputs_finite = false;
             from_data |= inputs[i]->persistent && !inputs[i]->requires_grad; // a data tensor
         }
-        char what[24];
+        char what[32];
         snprintf(what, sizeof what, "input %d", i);
         k = describe(detail, sizeof detail, k, what, inputs[i], &si);
     }
@@ -277,7 +277,7 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
         if (!n->in[i]) continue;
         amp_stats si;
         amp_tensor_stats(n->in[i], target_of(ctx), &si);
-        char what[24];
+        char what[32];
         snprintf(what, sizeof what, "forward input %d", i);
         k = describe(detail, sizeof detail, k, what, n->in[i], &si);
     }

@@ -415,9 +415,13 @@ static void *checkpointer_main(void *arg) {
 
 static amp_status checkpointer_start(amp_store *s) {
     if (sqlite3_open_v2(s->path, &s->ckpt_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
-        SQLITE_OK)
-        return amp_set_error(AMP_ERR_IO, "%s: cannot open: %s", s->path,
-                             sqlite3_errmsg(s->ckpt_db));
+        SQLITE_OK) {
+        amp_status st =
+            amp_set_error(AMP_ERR_IO, "%s: cannot open: %s", s->path, sqlite3_errmsg(s->ckpt_db));
+        sqlite3_close(s->ckpt_db);
+        s->ckpt_db = NULL;
+        return st;
+    }
     sqlite3_busy_timeout(s->ckpt_db, 100);
     pthread_mutex_init(&s->ckpt_lock, NULL);
     pthread_condattr_t a;
@@ -445,6 +449,8 @@ static void checkpointer_stop(amp_store *s) {
     pthread_cond_destroy(&s->ckpt_wake);
     pthread_mutex_destroy(&s->ckpt_lock);
     s->ckpt_running = false;
+    sqlite3_close(s->ckpt_db);
+    s->ckpt_db = NULL;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -512,7 +518,6 @@ fail:
 void amp_store_close(amp_store *s) {
     if (!s) return;
     checkpointer_stop(s);
-    sqlite3_close(s->ckpt_db);
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
@@ -543,7 +548,8 @@ amp_status amp_store_commit(amp_store *s) {
 }
 
 amp_status amp_store_finish(amp_store *s) {
-    checkpointer_stop(s); // the switch out of WAL below checkpoints what is left
+    checkpointer_stop(s); // the switch out of WAL below needs the only connection, and
+                          // checkpoints what is left
     if (sqlite3_exec(s->db, index_sql, NULL, NULL, NULL) != SQLITE_OK)
         return db_error(s, "building the indexes");
     if (sqlite3_exec(s->db, "ANALYZE", NULL, NULL, NULL) != SQLITE_OK)
