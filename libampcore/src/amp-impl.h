@@ -42,6 +42,11 @@ void *amp_xcalloc(size_t n, size_t m);
 void *amp_xrealloc(void *p, size_t n);
 char *amp_xstrdup(const char *s);
 
+// f16 -> f32 of every bit pattern (filled when the library loads): a lookup instead of
+// amp_f16_to_f32's branches on hot paths. Identical results by construction.
+extern float amp_f16_table[65536];
+static inline float amp_f16_to_f32_fast(uint16_t h) { return amp_f16_table[h]; }
+
 // ---------------------------------------------------------------------------------------------
 // Storage and tensors
 
@@ -293,6 +298,9 @@ struct amp_ctx {
     struct amp_instr *instr; // NULL when instrumentation is off
 };
 
+// Number of NaN/inf elements of t (a cheap bit test; the full statistics only when needed).
+int64_t amp_tensor_count_nonfinite(const amp_tensor_t *t);
+
 struct amp_instr;
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
                        amp_tensor_t *const *in, int n);
@@ -343,6 +351,11 @@ void amp_instr_free(amp_ctx_t *ctx);
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
 void amp_instr_backward_end(amp_ctx_t *ctx);
+// An enabled autocast region of dtype t begins (META autocast_dtype, once per dtype).
+void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t);
+// The GradScaler's settings, once, when its scale is created (META scaler.*).
+void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_factor,
+                               double backoff_factor, int growth_interval);
 // Every GradScaler update (from scaler.c).
 void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
                      bool skipped);

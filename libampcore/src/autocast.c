@@ -170,6 +170,7 @@ void amp_autocast_begin(amp_ctx_t *ctx, bool enabled, amp_dtype dtype, bool cach
     ctx->ac.enabled = enabled;
     ctx->ac.dtype = dtype;
     ctx->ac.cache_enabled = cache_enabled;
+    if (enabled && ctx->instr) amp_instr_autocast_dtype(ctx, dtype);
     if (enabled) ctx->run_dtype = dtype;
 }
 

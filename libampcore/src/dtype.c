@@ -84,6 +84,12 @@ uint16_t amp_f32_to_bf16(float x) {
     return (uint16_t)((u + rounding_bias) >> 16);
 }
 
+float amp_f16_table[65536];
+
+__attribute__((constructor)) static void fill_f16_table(void) {
+    for (uint32_t h = 0; h < 65536; h++) amp_f16_table[h] = amp_f16_to_f32((uint16_t)h);
+}
+
 float amp_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 float amp_round_to(amp_dtype t, float x) {

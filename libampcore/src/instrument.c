@@ -30,7 +30,7 @@ typedef struct amp_instr {
     bool stats_step;     // this step's statistics are emitted
     bool fwd_nonfinite;  // a forward op produced or received an unexpected non-finite value
     bool bwd_nonfinite;
-    bool loss_reported;
+    unsigned autocast_dtypes; // bit per dtype already written to META
     // the backward node running now, and whether the gradient it received was finite
     amp_node *bw_node;
     bool bw_dy_finite;
@@ -174,9 +174,13 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     sync_layers(ctx);
     int32_t layer = out->layer >= 0 ? out->layer : amp_ctx_current_layer(ctx);
     amp_dtype target = target_of(ctx);
+    int64_t now = amp_record_now_ns();
+    if (!in->stats_step && amp_tensor_count_nonfinite(out) == 0) { // the common case
+        in->last_op_ns = now;
+        return;
+    }
     amp_stats s;
     amp_tensor_stats(out, target, &s);
-    int64_t now = amp_record_now_ns();
 
     if (in->stats_step) {
         char dts[64] = "", shapes[256] = "";
@@ -242,24 +246,25 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
 
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_instr *in = ctx->instr;
+    in->bw_node = n;
+    if (!in->stats_step) {
+        in->bw_dy_finite = amp_tensor_count_nonfinite(dy) == 0;
+        return;
+    }
     amp_stats s;
     amp_tensor_stats(dy, target_of(ctx), &s);
-    in->bw_node = n;
     in->bw_dy_finite = nonfinite(&s) == 0;
-    if (in->stats_step) {
-        sync_layers(ctx);
-        emit_stats(ctx, n->op, n->layer, AMP_STATS_ACTIVATION_GRAD, dy, &s);
-    }
+    sync_layers(ctx);
+    emit_stats(ctx, n->op, n->layer, AMP_STATS_ACTIVATION_GRAD, dy, &s);
 }
 
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     amp_instr *in = ctx->instr;
     amp_node *n = in->bw_node;
     if (t->persistent && t->layer < 0 && n) t->layer = n->layer; // a parameter's layer: first use
-    if (!n || !in->bw_dy_finite) return;
+    if (!n || !in->bw_dy_finite || amp_tensor_count_nonfinite(g) == 0) return;
     amp_stats s;
     amp_tensor_stats(g, target_of(ctx), &s);
-    if (nonfinite(&s) == 0) return;
     in->bw_dy_finite = false; // one event per node
     amp_stats so;             // a node whose forward output was already broken only propagates
     amp_tensor_stats(n->out, target_of(ctx), &so);
@@ -305,6 +310,28 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // GradScaler
+
+void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t) {
+    amp_instr *in = ctx->instr;
+    if (in->autocast_dtypes & (1u << t)) return;
+    in->autocast_dtypes |= 1u << t;
+    amp_record_meta(&(amp_rec_meta){"autocast_dtype", amp_dtype_name(t)});
+}
+
+static void meta_number(const char *key, double v) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    amp_record_meta(&(amp_rec_meta){key, buf});
+}
+
+void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_factor,
+                               double backoff_factor, int growth_interval) {
+    (void)ctx;
+    meta_number("scaler.init_scale", init_scale);
+    meta_number("scaler.growth_factor", growth_factor);
+    meta_number("scaler.backoff_factor", backoff_factor);
+    meta_number("scaler.growth_interval", growth_interval);
+}
 
 void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
                      bool skipped) {

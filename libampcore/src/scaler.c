@@ -137,6 +137,9 @@ amp_tensor_t *amp_scaler_scale(amp_scaler_t *sc, amp_ctx_t *ctx, amp_tensor_t *l
         sc->created = true;
         sc->scale = sc->p.init_scale;
         sc->tracker = sc->init_tracker;
+        if (ctx->instr)
+            amp_instr_scaler_settings(ctx, sc->p.init_scale, sc->p.growth_factor,
+                                      sc->p.backoff_factor, sc->p.growth_interval);
     }
     // loss * _scale with _scale a 0-dim f32 tensor: a 0-dim f16/bf16 loss promotes to f32 (both
     // are 0-dim), a dimensioned one keeps its dtype.

@@ -23,50 +23,138 @@ static limits limits_of(amp_dtype target) {
     }
 }
 
-static inline float load(const void *p, amp_dtype dt, int64_t i) {
+// One pass over values already widened to f32 (the common core of every dtype).
+typedef struct acc {
+    float mn, mx;
+    int64_t nan, pinf, ninf, over, under, zero;
+} acc;
+
+static inline void acc_add(acc *a, float v, limits lim) {
+    if (!isfinite(v)) {
+        a->nan += isnan(v);
+        a->pinf += v == INFINITY;
+        a->ninf += v == -INFINITY;
+        return;
+    }
+    a->mn = v < a->mn ? v : a->mn;
+    a->mx = v > a->mx ? v : a->mx;
+    float m = fabsf(v);
+    a->zero += m == 0.0f;
+    a->over += m >= lim.overflow;
+    a->under += m != 0.0f && m < lim.min_normal;
+}
+
+// NaN/inf count from the exponent bits alone, in blocks with 32-bit counters (vectorised).
+#define NONFINITE_COUNT(T, MASK)                                                                   \
+    do {                                                                                           \
+        const T *u = p;                                                                            \
+        for (int64_t i = 0; i < n; i += 4096) {                                                    \
+            int64_t m = n - i < 4096 ? n - i : 4096;                                               \
+            int32_t b = 0;                                                                         \
+            for (int64_t k = 0; k < m; k++) b += (u[i + k] & (MASK)) == (MASK);                   \
+            c += b;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static int64_t count_nonfinite_host(const void *p, amp_dtype dt, int64_t n) {
+    int64_t c = 0;
     switch (dt) {
-    case AMP_DTYPE_F16: return amp_f16_to_f32(((const uint16_t *)p)[i]);
-    case AMP_DTYPE_BF16: return amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    case AMP_DTYPE_F32: return ((const float *)p)[i];
-    case AMP_DTYPE_I32: return (float)((const int32_t *)p)[i];
-    case AMP_DTYPE_I64: return (float)((const int64_t *)p)[i];
-    default: return NAN;
+    case AMP_DTYPE_F32: NONFINITE_COUNT(uint32_t, 0x7F800000u); break;
+    case AMP_DTYPE_F16: NONFINITE_COUNT(uint16_t, 0x7C00u); break;
+    case AMP_DTYPE_BF16: NONFINITE_COUNT(uint16_t, 0x7F80u); break;
+    default: break; // integers are always finite
+    }
+    return c;
+}
+
+// All-finite values: one loop the compiler vectorises. Its min/max reductions need
+// finite-math-only (the values are all finite here) and no-signed-zeros (min of -0 and 0 may
+// come out as either; amax is the same).
+__attribute__((optimize("finite-math-only", "no-signed-zeros"))) static void
+acc_finite(acc *a, const float *v, int64_t n, limits lim) {
+    float mn = a->mn, mx = a->mx;
+    int32_t zero = 0, over = 0, under = 0; // n <= BLOCK
+    for (int64_t i = 0; i < n; i++) {
+        float x = v[i], m = fabsf(x);
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        zero += m == 0.0f;
+        over += m >= lim.overflow;
+        under += (m != 0.0f) & (m < lim.min_normal);
+    }
+    a->mn = mn, a->mx = mx;
+    a->zero += zero, a->over += over, a->under += under;
+}
+
+// Feeds acc_finite blocks of BLOCK values, widening f16/bf16/integers into a stack buffer.
+#define BLOCK 1024
+static void acc_finite_any(acc *a, const void *p, amp_dtype dt, int64_t n, limits lim) {
+    float buf[BLOCK];
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int64_t m = n - i < BLOCK ? n - i : BLOCK;
+        const float *v = buf;
+        switch (dt) {
+        case AMP_DTYPE_F32: v = (const float *)p + i; break;
+        case AMP_DTYPE_F16:
+            for (int64_t k = 0; k < m; k++) buf[k] = amp_f16_to_f32_fast(((const uint16_t *)p)[i + k]);
+            break;
+        case AMP_DTYPE_BF16:
+            for (int64_t k = 0; k < m; k++) buf[k] = amp_bf16_to_f32(((const uint16_t *)p)[i + k]);
+            break;
+        case AMP_DTYPE_I32:
+            for (int64_t k = 0; k < m; k++) buf[k] = (float)((const int32_t *)p)[i + k];
+            break;
+        default:
+            for (int64_t k = 0; k < m; k++) buf[k] = (float)((const int64_t *)p)[i + k];
+            break;
+        }
+        acc_finite(a, v, m, lim);
     }
 }
 
 static void stats_host(const void *p, amp_dtype dt, int64_t n, amp_dtype target, amp_stats *s) {
     limits lim = limits_of(target);
-    float mn = INFINITY, mx = -INFINITY;
-    int64_t nan = 0, pinf = 0, ninf = 0, over = 0, under = 0, zero = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float v = load(p, dt, i);
-        if (isnan(v)) {
-            nan++;
-            continue;
-        }
-        if (isinf(v)) {
-            if (v > 0) pinf++;
-            else ninf++;
-            continue;
-        }
-        mn = v < mn ? v : mn;
-        mx = v > mx ? v : mx;
-        float a = fabsf(v);
-        zero += a == 0.0f;
-        over += a >= lim.overflow;
-        under += a != 0.0f && a < lim.min_normal;
+    acc a = {.mn = INFINITY, .mx = -INFINITY};
+    if (count_nonfinite_host(p, dt, n) == 0) acc_finite_any(&a, p, dt, n, lim); // the common case
+    else switch (dt) { // one loop per dtype: no per-element dispatch
+    case AMP_DTYPE_F32:
+        for (int64_t i = 0; i < n; i++) acc_add(&a, ((const float *)p)[i], lim);
+        break;
+    case AMP_DTYPE_F16:
+        for (int64_t i = 0; i < n; i++) acc_add(&a, amp_f16_to_f32_fast(((const uint16_t *)p)[i]), lim);
+        break;
+    case AMP_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) acc_add(&a, amp_bf16_to_f32(((const uint16_t *)p)[i]), lim);
+        break;
+    case AMP_DTYPE_I32:
+        for (int64_t i = 0; i < n; i++) acc_add(&a, (float)((const int32_t *)p)[i], lim);
+        break;
+    case AMP_DTYPE_I64:
+        for (int64_t i = 0; i < n; i++) acc_add(&a, (float)((const int64_t *)p)[i], lim);
+        break;
+    default:
+        AMP_ASSERT(0, "(bad dtype %d)", (int)dt);
     }
-    bool any = n - nan - pinf - ninf > 0;
+    bool any = n - a.nan - a.pinf - a.ninf > 0;
     *s = (amp_stats){.numel = n,
-                     .min = any ? mn : NAN,
-                     .max = any ? mx : NAN,
-                     .amax = any ? fmaxf(fabsf(mn), fabsf(mx)) : NAN,
-                     .n_nan = nan,
-                     .n_posinf = pinf,
-                     .n_neginf = ninf,
-                     .n_overflow = over,
-                     .n_underflow = under,
-                     .n_zero = zero};
+                     .min = any ? a.mn : NAN,
+                     .max = any ? a.mx : NAN,
+                     .amax = any ? fmaxf(fabsf(a.mn), fabsf(a.mx)) : NAN,
+                     .n_nan = a.nan,
+                     .n_posinf = a.pinf,
+                     .n_neginf = a.ninf,
+                     .n_overflow = a.over,
+                     .n_underflow = a.under,
+                     .n_zero = a.zero};
+}
+
+int64_t amp_tensor_count_nonfinite(const amp_tensor_t *t) {
+    if (t->ctx->device != AMP_DEVICE_CPU || !amp_tensor_is_contiguous(t)) {
+        amp_stats s;
+        amp_tensor_stats(t, AMP_DTYPE_F32, &s);
+        return s.n_nan + s.n_posinf + s.n_neginf;
+    }
+    return count_nonfinite_host(amp_tensor_ptr(t), t->dtype, amp_tensor_numel(t));
 }
 
 void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out) {

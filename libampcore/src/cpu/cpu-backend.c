@@ -8,7 +8,6 @@
  */
 #include "cpu-impl.h"
 
-#include <pthread.h>
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -57,16 +56,6 @@ static void cpu_memcpy(void *bctx, void *dst, const void *src, size_t nbytes) {
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
 
-// amp_f16_to_f32 of every f16 bit pattern (256 KiB, built once): widening a row of f16 is then
-// a lookup per element, identical to the conversion by construction.
-static float f16_table[65536];
-static pthread_once_t f16_table_once = PTHREAD_ONCE_INIT;
-
-static void f16_table_build(void) {
-    for (uint32_t h = 0; h < 65536; h++)
-        f16_table[h] = amp_f16_to_f32((uint16_t)h);
-}
-
 void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, float *out) {
     switch (t) {
     case AMP_DTYPE_F32: {
@@ -80,9 +69,8 @@ void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, flo
     }
     case AMP_DTYPE_F16: {
         const uint16_t *s = p;
-        pthread_once(&f16_table_once, f16_table_build);
-        for (int64_t i = 0; i < n; i++)
-            out[i] = f16_table[s[i * stride]];
+        for (int64_t i = 0; i < n; i++) // amp_f16_table: a lookup, identical by construction
+            out[i] = amp_f16_table[s[i * stride]];
         return;
     }
     case AMP_DTYPE_BF16: {

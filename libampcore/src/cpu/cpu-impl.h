@@ -35,7 +35,7 @@ static inline float cpu_load(amp_dtype t, const void *p, int64_t i) {
     case AMP_DTYPE_F32:
         return ((const float *)p)[i];
     case AMP_DTYPE_F16:
-        return amp_f16_to_f32(((const uint16_t *)p)[i]);
+        return amp_f16_to_f32_fast(((const uint16_t *)p)[i]);
     case AMP_DTYPE_BF16:
         return amp_bf16_to_f32(((const uint16_t *)p)[i]);
     case AMP_DTYPE_I32:
