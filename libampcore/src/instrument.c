@@ -83,7 +83,7 @@ void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
                                         .start_ns = in->step_start_ns,
                                         .end_ns = now,
                                         .loss = loss,
-                                        .grad_norm = grad_norm(ctx)});
+                                        .grad_norm = in->stats_step ? grad_norm(ctx) : NAN});
         if (!isfinite(loss))
             amp_record_event(&(amp_rec_event){
                 .step = ctx->step, .layer_id = -1, .kind = AMP_EVENT_LOSS_NONFINITE,
