@@ -1,6 +1,7 @@
 /*
  * cmd_report.c — `ampprobe report FILE`: opens a run database read-only, runs the report rules
- * (report/report.h) and writes the findings as text or json. Exit 0 when the report was written,
+ * (report/report.h) and writes the findings as text, md, html (one self-contained page with SVG
+ * plots) or json. Exit 0 when the report was written,
  * findings or not; 2 for a usage error or a file that is missing, foreign, newer or corrupt.
  */
 #include "commands.h"
@@ -22,13 +23,14 @@ typedef struct report_opts {
 } report_opts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ampprobe report FILE [--format text|json] [-o OUT] [--rule ID] [--steps A:B]\n\n"
+    fprintf(f, "usage: ampprobe report FILE [--format text|md|html|json] [-o OUT] [--rule ID] [--steps A:B]\n\n"
                "Diagnoses a run recorded by 'ampprobe run': which layer, op and step went wrong,\n"
                "why, and what to change. Findings come with a rule id, a severity (error, warning,\n"
                "info), the steps, the layer and op, the evidence and the advice.\n\n"
                "options:\n"
-               "  --format text|json  text for people (default; colour on a terminal unless\n"
-               "                      NO_COLOR is set), json for CI (keys: report/README.md)\n"
+               "  --format FMT        text for people (default; colour on a terminal unless\n"
+               "                      NO_COLOR is set), md (Markdown), html (one self-contained\n"
+               "                      page with plots), json for CI (keys: report/README.md)\n"
                "  -o OUT              write the report to OUT instead of stdout\n"
                "  --rule ID           run only that rule\n"
                "  --steps A:B         look at steps A..B only (A: or :B leave a side open)\n"
@@ -87,8 +89,9 @@ static int parse(int argc, char **argv, report_opts *o) {
             if (!has_value) return bad("%s needs a value", a);
             const char *v = argv[++i];
             if (strcmp(a, "--format") == 0) {
-                if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
-                    return bad("--format: '%s' is not one of text, json", v);
+                if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0 && strcmp(v, "md") != 0 &&
+                    strcmp(v, "html") != 0)
+                    return bad("--format: '%s' is not one of text, md, html, json", v);
                 o->format = v;
             } else if (strcmp(a, "-o") == 0) {
                 o->out_path = v;
@@ -143,6 +146,10 @@ int amp_cmd_report(int argc, char **argv) {
     report_run(&m, o.rule, &f);
     if (strcmp(o.format, "json") == 0)
         report_format_json(out, &m, &f);
+    else if (strcmp(o.format, "md") == 0)
+        report_format_md(out, &m, &f);
+    else if (strcmp(o.format, "html") == 0)
+        report_format_html(out, &m, &f);
     else
         report_format_text(out, &m, &f, want_color(out));
     rc = 0;

@@ -8,16 +8,23 @@
  * SIGINT/SIGTERM on to PROG and showing a status line on a terminal — until PROG has exited and
  * the writers it left behind are gone; finish the database, print a summary, and exit with
  * PROG's status.
+ *
+ * With --tui the same collecting runs on a thread while the TUI (tui/tui.h) reads the database
+ * in the foreground; PROG's output (and ampprobe's own messages while the TUI is up) go to
+ * FILE.log, named on the screen. When PROG ends the TUI shows its exit status and stays until
+ * q; q while PROG still runs only closes the TUI (the recording goes on to PROG's end).
  */
 #define _GNU_SOURCE
 #include "amp-store.h"
 #include "commands.h"
 #include "launcher.h"
+#include "tui.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,9 +52,10 @@ static const char usage_text[] =
     "  -f, --force          overwrite FILE if it exists\n"
     "      --stats-every N  per-layer tensor statistics every N steps (default: every step)\n"
     "      --trace LIST     what to record: a comma list of amp, cuda, nvtx (default: all;\n"
-    "                       CUDA and NVTX capture are not available yet)\n"
+    "                       cuda and nvtx load libampprobe_inject.so into PROG and its children)\n"
     "      --counters       GPU hardware counters (not available yet)\n"
-    "      --tui            follow the run in the TUI (not available yet)\n"
+    "      --tui            follow the run in the TUI ('ampprobe tui'); PROG's output goes\n"
+    "                       to FILE.log\n"
     "  -h, --help           this help\n"
     "\n"
     "Exit status: PROG's own (128+N when signal N ended it); 127 when PROG is not found;\n"
@@ -59,6 +67,7 @@ typedef struct run_opts {
     const char *stats_every; // validated; NULL: not given
     const char *trace;       // validated
     bool trace_given;
+    bool tui;
     char **prog; // PROG and its arguments, NULL-terminated
 } run_opts;
 
@@ -137,8 +146,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                             "yet\n");
             return 2;
         } else if (IS("--tui")) {
-            fprintf(stderr, "ampprobe run: --tui: the live TUI is not available yet\n");
-            return 2;
+            if (eq) return usage_error("%s takes no value", a);
+            o->tui = true;
         } else {
             return usage_error("unknown option '%s'", a);
         }
@@ -310,6 +319,98 @@ static void set_meta(amp_collector_t *c, const char *key, const char *value) {
     if (value) amp_collector_set_meta(c, key, value);
 }
 
+// Collects until PROG has exited and the writers it left are gone, then finishes the database.
+// Returns PROG's wait status.
+static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
+    int wstatus = 0;
+    for (;;) {
+        amp_launcher_forward(pid);
+        pid_t w = waitpid(pid, &wstatus, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+        tick(r);
+        sleep_ns(TICK_NS);
+    }
+    // PROG's own children may still be writing: give them a moment.
+    for (int64_t end = mono_ns() + DRAIN_NS; !r->failed;) {
+        r->next_poll = 0;
+        tick(r);
+        amp_collector_get_stats(r->collector, s);
+        if (s->live_writers == 0 || mono_ns() >= end) break;
+        sleep_ns(TICK_NS);
+    }
+    clear_status(r);
+    if (amp_collector_finish(r->collector, amp_launcher_exit_code(wstatus)) != AMP_OK)
+        fprintf(stderr, "ampprobe: %s\n", amp_last_error());
+    amp_collector_get_stats(r->collector, s);
+    return wstatus;
+}
+
+// ---------------------------------------------------------------------------------------------
+// --tui: the collector on a thread, the TUI in the foreground
+
+typedef struct tui_run_state {
+    run_state *r;
+    pid_t pid;
+    int wstatus;
+    amp_collector_stats stats;
+    tui_live live;
+} tui_run_state;
+
+static void *collect_thread(void *arg) {
+    tui_run_state *t = arg;
+    t->wstatus = collect(t->r, t->pid, &t->stats);
+    atomic_store(&t->live.exit_status, amp_launcher_exit_code(t->wstatus));
+    return NULL;
+}
+
+static bool signalled(void) {
+    return amp_launcher_signals_received() > 0;
+}
+
+// The program's output file: FILE.log (malloc'd path, *fd open) or NULL after saying why.
+static char *open_log(const char *db_path, int *fd) {
+    size_t n = strlen(db_path) + 5;
+    char *log_path = malloc(n);
+    if (!log_path) return NULL;
+    snprintf(log_path, n, "%s.log", db_path);
+    *fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        fprintf(stderr, "ampprobe: cannot create %s: %s\n", log_path, strerror(errno));
+        free(log_path);
+        return NULL;
+    }
+    return log_path;
+}
+
+// Runs the TUI while the thread collects; returns PROG's wait status once it has ended.
+static int collect_with_tui(run_state *r, pid_t pid, const char *path, const char *log_path,
+                            int log_fd, const char *prog, amp_collector_stats *s) {
+    tui_run_state t = {
+        .r = r,
+        .pid = pid,
+        .live = {.log_path = log_path, .program = prog, .quit_requested = signalled}};
+    atomic_init(&t.live.exit_status, -1);
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, collect_thread, &t) != 0) {
+        fprintf(stderr, "ampprobe: cannot start the collector thread; recording without the TUI\n");
+        return collect(r, pid, s);
+    }
+    int saved_err = dup(STDERR_FILENO); // ampprobe's own messages must not tear the screen
+    if (saved_err >= 0) dup2(log_fd, STDERR_FILENO);
+    int rc = tui_run(path, &t.live);
+    if (saved_err >= 0) {
+        dup2(saved_err, STDERR_FILENO);
+        close(saved_err);
+    }
+    if (rc != 0) fprintf(stderr, "ampprobe: the TUI could not start (see %s)\n", log_path);
+    if (atomic_load(&t.live.exit_status) < 0)
+        fprintf(stderr, "ampprobe: TUI closed; still recording %s until it ends (output: %s)\n",
+                prog, log_path);
+    pthread_join(thread, NULL);
+    *s = t.stats;
+    return t.wstatus;
+}
+
 int amp_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
@@ -320,9 +421,13 @@ int amp_cmd_run(int argc, char **argv) {
                 found == ENOENT ? "command not found" : strerror(found));
         return found == ENOENT ? 127 : 126;
     }
+    if (o.tui && !(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO))) {
+        fprintf(stderr, "ampprobe run: --tui needs a terminal (stdin and stdout)\n");
+        return 2;
+    }
     char *path = claim_output(&o);
     if (!path) return 2;
-    run_state r = {.tty = isatty(STDERR_FILENO)};
+    run_state r = {.tty = isatty(STDERR_FILENO) && !o.tui};
     if (amp_collector_new(path, NULL, &r.collector) != AMP_OK) {
         fprintf(stderr, "ampprobe: %s\n", amp_last_error());
         remove_db_files(path);
@@ -335,18 +440,29 @@ int amp_cmd_run(int argc, char **argv) {
     set_meta(r.collector, "trace", o.trace);
     set_meta(r.collector, "stats_every", o.stats_every);
     free(command);
-    if (o.trace_given && (strstr(o.trace, "cuda") || strstr(o.trace, "nvtx")))
-        fprintf(stderr, "ampprobe: note: CUDA and NVTX capture are not available yet; --trace "
-                        "records amp only\n");
+    amp_launcher_capture(o.trace, o.trace_given);
 
     setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(r.collector), 1);
     setenv("AMPPROBE_TRACE", o.trace, 1);
     if (o.stats_every) setenv("AMPPROBE_STATS_EVERY", o.stats_every, 1);
     unsetenv("AMPPROBE_OUT"); // this launcher is the collector
+    int log_fd = -1;
+    char *log_path = o.tui ? open_log(path, &log_fd) : NULL;
+    if (o.tui && !log_path) {
+        amp_collector_free(r.collector);
+        remove_db_files(path);
+        free(path);
+        return 2;
+    }
     amp_launcher_catch_signals();
     pid_t pid;
-    int err = amp_launcher_spawn(o.prog, &pid);
+    int err = amp_launcher_spawn_io(o.prog, log_fd, &pid);
     if (err != 0) {
+        if (log_path) {
+            close(log_fd);
+            unlink(log_path);
+        }
+        free(log_path);
         fprintf(stderr, "ampprobe: %s: %s\n", o.prog[0],
                 err == ENOENT ? "command not found" : strerror(err));
         amp_collector_free(r.collector);
@@ -355,29 +471,16 @@ int amp_cmd_run(int argc, char **argv) {
         return err == ENOENT ? 127 : 126;
     }
 
-    int wstatus = 0;
-    for (;;) {
-        amp_launcher_forward(pid);
-        pid_t w = waitpid(pid, &wstatus, WNOHANG);
-        if (w == pid || (w < 0 && errno != EINTR)) break;
-        tick(&r);
-        sleep_ns(TICK_NS);
-    }
-    // PROG's own children may still be writing: give them a moment.
     amp_collector_stats s;
-    for (int64_t end = mono_ns() + DRAIN_NS; !r.failed;) {
-        r.next_poll = 0;
-        tick(&r);
-        amp_collector_get_stats(r.collector, &s);
-        if (s.live_writers == 0 || mono_ns() >= end) break;
-        sleep_ns(TICK_NS);
-    }
-    clear_status(&r);
+    int wstatus = log_path ? collect_with_tui(&r, pid, path, log_path, log_fd, o.prog[0], &s)
+                           : collect(&r, pid, &s);
     int code = amp_launcher_exit_code(wstatus);
-    if (amp_collector_finish(r.collector, code) != AMP_OK)
-        fprintf(stderr, "ampprobe: %s\n", amp_last_error());
-    amp_collector_get_stats(r.collector, &s);
     summary(&o, path, wstatus, &s);
+    if (log_path) {
+        fprintf(stderr, "ampprobe: program output in %s\n", log_path);
+        close(log_fd);
+        free(log_path);
+    }
     amp_collector_free(r.collector);
     free(path);
     return code;

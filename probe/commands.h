@@ -9,5 +9,8 @@
 int amp_cmd_run(int argc, char **argv);
 int amp_cmd_conform(int argc, char **argv);
 int amp_cmd_report(int argc, char **argv);
+int amp_cmd_calibrate(int argc, char **argv);
+int amp_cmd_diff(int argc, char **argv);
+int amp_cmd_tui(int argc, char **argv);
 
 #endif

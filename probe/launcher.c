@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,17 @@ static bool dispositions_saved;
 // Spawning
 
 int amp_launcher_spawn(char *const *argv, pid_t *pid) {
+    return amp_launcher_spawn_io(argv, -1, pid);
+}
+
+// In the child: stdout and stderr to out_fd, stdin from /dev/null. false when that failed.
+static bool redirect_io(int out_fd) {
+    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); // PROG keeps only the dup2 copy
+    return null_fd >= 0 && dup2(null_fd, STDIN_FILENO) >= 0 && dup2(out_fd, STDOUT_FILENO) >= 0 &&
+           dup2(out_fd, STDERR_FILENO) >= 0;
+}
+
+int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return errno;
     pid_t child = fork();
@@ -87,7 +99,7 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid) {
             sigaction(caught[i], &saved[i], NULL);
         if (dispositions_saved) sigaction(SIGPIPE, &saved_pipe, NULL);
         close(fds[0]);
-        execvp(argv[0], argv);
+        if (out_fd < 0 || redirect_io(out_fd)) execvp(argv[0], argv);
         int err = errno;
         while (write(fds[1], &err, sizeof err) < 0 && errno == EINTR) {
         }
@@ -139,8 +151,55 @@ int amp_launcher_forward(pid_t pid) {
     return sent;
 }
 
+int amp_launcher_signals_received(void) {
+    int n = 0;
+    for (int i = 0; i < N_CAUGHT; i++)
+        n += received[i];
+    return n;
+}
+
 int amp_launcher_exit_code(int wstatus) {
     if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
     if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
     return 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA and NVTX capture
+
+#define INJECT_LIBRARY "libampprobe_inject.so"
+
+// The capture library next to the ampprobe binary. False when there is none.
+static bool inject_library(char *out, size_t n) {
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return false;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = 0;
+    if ((size_t)snprintf(out, n, "%s/%s", exe, INJECT_LIBRARY) >= n) return false;
+    return access(out, R_OK) == 0;
+}
+
+static void set_injection(const char *var, const char *lib) {
+    const char *old = getenv(var);
+    if (old && *old && strcmp(old, lib) != 0)
+        fprintf(stderr, "ampprobe: note: %s was set to %s (another tool); ampprobe replaces it\n",
+                var, old);
+    setenv(var, lib, 1);
+}
+
+void amp_launcher_capture(const char *trace, bool asked) {
+    bool cuda = strstr(trace, "cuda") != NULL, nvtx = strstr(trace, "nvtx") != NULL;
+    if (!cuda && !nvtx) return;
+    char lib[PATH_MAX];
+    if (!inject_library(lib, sizeof lib)) {
+        if (asked)
+            fprintf(stderr, "ampprobe: note: %s is not installed next to ampprobe; CUDA and NVTX "
+                            "are not recorded\n", INJECT_LIBRARY);
+        return;
+    }
+    if (cuda) set_injection("CUDA_INJECTION64_PATH", lib);
+    if (nvtx) set_injection("NVTX_INJECTION64_PATH", lib);
 }

@@ -1,7 +1,7 @@
 /*
  * launcher.h — starting the program under `ampprobe run` and passing signals on to it: PATH
  * lookup, fork/exec with exec failures reported back through a close-on-exec pipe, signal
- * forwarding, and the shell's exit-status convention.
+ * forwarding, the shell's exit-status convention, and the environment of CUDA/NVTX capture.
  */
 #ifndef AMPPROBE_LAUNCHER_H
 #define AMPPROBE_LAUNCHER_H
@@ -17,6 +17,9 @@ int amp_launcher_find(const char *prog);
 // setenv first). 0 and *pid on success; otherwise the errno of the failed fork or exec, and no
 // child is left behind.
 int amp_launcher_spawn(char *const *argv, pid_t *pid);
+// The same, with the program's stdout and stderr sent to out_fd and its stdin from /dev/null
+// (`ampprobe run --tui`: the terminal belongs to the TUI). out_fd < 0: as amp_launcher_spawn.
+int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid);
 
 // From now on SIGINT, SIGTERM, SIGHUP and SIGQUIT no longer end this process; they are queued for
 // amp_launcher_forward. A signal the terminal sent to the whole foreground process group is
@@ -25,8 +28,17 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid);
 void amp_launcher_catch_signals(void);
 // Sends the queued signals to pid. Returns the number sent.
 int amp_launcher_forward(pid_t pid);
+// How many signals were queued so far (sent to ampprobe alone, not by the terminal): the TUI of
+// `run --tui` closes when one comes.
+int amp_launcher_signals_received(void);
 
 // The shell's exit status for a wait status: the exit code, or 128 + signal number.
 int amp_launcher_exit_code(int wstatus);
+
+// CUDA and NVTX capture: points CUDA_INJECTION64_PATH (trace has "cuda") and
+// NVTX_INJECTION64_PATH (trace has "nvtx") at libampprobe_inject.so next to the ampprobe binary,
+// for the child to inherit. Without that library nothing is set; asked (--trace was given) says
+// so on stderr.
+void amp_launcher_capture(const char *trace, bool asked);
 
 #endif

@@ -13,6 +13,9 @@ static const struct command {
 } commands[] = {
     {"run", amp_cmd_run, "run a program with instrumentation on and record it (also: ampprobe -- PROG)"},
     {"report", amp_cmd_report, "diagnose a recorded run: which layer, op and step went wrong, why, the fix"},
+    {"tui", amp_cmd_tui, "follow a running capture or replay a finished one in the terminal"},
+    {"diff", amp_cmd_diff, "compare two runs (e.g. fp32 vs AMP): step time, loss, findings, a verdict"},
+    {"calibrate", amp_cmd_calibrate, "measure the GPU's ceilings (GEMM FLOP/s, DRAM bandwidth) once, for the roofline"},
     {"conform", amp_cmd_conform, "check this build's AMP semantics against PyTorch reference files"},
 };
 

@@ -55,12 +55,14 @@ static void print_finding(FILE *out, const report_finding *f, size_t index, cons
     char title[sizeof f->title + 32]; // the title between two escape sequences
     snprintf(title, sizeof title, "%s%s%s", p->bold, f->title, p->off);
     wrap(out, "   ", title);
-    fprintf(out, "   where: ");
-    print_steps(out, f);
-    if (f->layer[0]) fprintf(out, "%slayer %s", f->first_step >= 0 ? ", " : "", f->layer);
-    if (f->op[0]) fprintf(out, ", op %s", f->op);
-    if (f->phase[0]) fprintf(out, " (%s)", f->phase);
-    fprintf(out, "\n");
+    if (f->first_step >= 0 || f->layer[0] || f->op[0]) { // a run-wide finding has no where
+        fprintf(out, "   where: ");
+        print_steps(out, f);
+        if (f->layer[0]) fprintf(out, "%slayer %s", f->first_step >= 0 ? ", " : "", f->layer);
+        if (f->op[0]) fprintf(out, "%sop %s", f->first_step >= 0 || f->layer[0] ? ", " : "", f->op);
+        if (f->phase[0]) fprintf(out, " (%s)", f->phase);
+        fprintf(out, "\n");
+    }
     if (f->detail[0]) wrap(out, "   ", f->detail);
     char ev[1024];
     size_t k = (size_t)snprintf(ev, sizeof ev, "evidence:");

@@ -25,6 +25,15 @@ const report_rule report_rules[] = {
      rule_overflow_run},
     {"loss-scale", "GradScaler dynamics: skipped steps, sawtooth, collapse, a scale stuck low",
      rule_scale_run},
+    {"precision-placement", "GEMMs left in fp32 under autocast, ops upcast by the policy, casts",
+     rule_precision_run},
+    {"amp-payoff", "whether AMP can speed this model up at all (launch-bound models cannot)",
+     rule_amp_payoff_run},
+    {"roofline", "kernels and layers: compute-, memory- or launch-bound against the card's roofline",
+     rule_roofline_run},
+    {"gpu-idle", "GPU idle gaps between kernels and what the host did meanwhile", rule_gpu_idle_run},
+    {"h2d-copies", "host-to-device copy share and pageable (unpinned) copies", rule_copies_run},
+    {"host-sync", "host synchronisations that stall the launch queue", rule_sync_run},
 };
 const size_t report_n_rules = sizeof report_rules / sizeof report_rules[0];
 
@@ -82,13 +91,17 @@ static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char 
 
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    if (!prepare(db, m->path, "SELECT key, value FROM META WHERE key IN ('device', 'command')", m,
-                 &q, err))
+    if (!prepare(db, m->path,
+                 "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision') "
+                 "ORDER BY pid",
+                 m, &q, err))
         return false;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
-        const char **dst = strcmp(key, "device") == 0 ? &m->device : &m->command;
+        const char **dst = strcmp(key, "device") == 0    ? &m->device
+                           : strcmp(key, "command") == 0 ? &m->command
+                                                         : &m->precision;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);
@@ -113,7 +126,8 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
-                 "skipped FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 ORDER BY pid, step",
+                 "skipped, start_ns, end_ns FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 "
+                 "ORDER BY pid, step",
                  m, &q, err))
         return false;
     size_t cap = 0;
@@ -130,7 +144,9 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .scale_after = col_f64(q, 5),
                            .found_inf = col_i64(q, 6, 0) != 0,
                            .skipped = col_i64(q, 7, 0) != 0,
-                           .grad_amax = NAN};
+                           .grad_amax = NAN,
+                           .start_ns = col_i64(q, 8, -1),
+                           .end_ns = col_i64(q, 9, -1)};
         if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
     }
     if (!finish(db, m->path, q, rc, err)) return false;
@@ -144,6 +160,36 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
         report_step *s = (report_step *)report_step_find(m, sqlite3_column_int(q, 0),
                                                          sqlite3_column_int64(q, 1));
         if (s) s->grad_amax = col_f64(q, 2);
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+static bool load_amax(sqlite3 *db, report_model *m, char *err) {
+    if (m->n_steps == 0) return true;
+    int64_t lo = m->steps[0].step, hi = lo;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        if (m->steps[i].step < lo) lo = m->steps[i].step;
+        if (m->steps[i].step > hi) hi = m->steps[i].step;
+    }
+    int64_t bucket = (hi - lo) / REPORT_AMAX_BUCKETS + 1;
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path,
+                 "SELECT pid, layer_id, min(step), max(amax) "
+                 "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2 AND kind = 'activation' "
+                 "AND layer_id IS NOT NULL AND amax IS NOT NULL "
+                 "GROUP BY pid, layer_id, (step - ?3) / ?4 ORDER BY pid, layer_id, 3",
+                 m, &q, err))
+        return false;
+    sqlite3_bind_int64(q, 3, lo);
+    sqlite3_bind_int64(q, 4, bucket);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        GROW(m->amax, m->n_amax, cap);
+        m->amax[m->n_amax++] = (report_amax){.pid = sqlite3_column_int(q, 0),
+                                             .layer_id = sqlite3_column_int(q, 1),
+                                             .step = sqlite3_column_int64(q, 2),
+                                             .amax = col_f64(q, 3)};
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -217,7 +263,8 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
     err[0] = 0;
     sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); // one snapshot, also of a run still being written
     bool ok = load_meta(db, m, err) && load_layers(db, m, err) && load_steps(db, m, err) &&
-              load_events(db, m, err) && load_stats(db, m, err);
+              load_events(db, m, err) && load_stats(db, m, err) && load_amax(db, m, err) &&
+              report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (ok) return AMP_OK;
     report_model_free(m);
@@ -241,12 +288,24 @@ void report_model_free(report_model *m) {
         free((char *)s->dtype);
         free((char *)s->target);
     }
+    for (size_t i = 0; i < m->n_ops; i++) {
+        report_op *o = &m->ops[i];
+        free((char *)o->op);
+        free((char *)o->phase);
+        free((char *)o->in_dtypes);
+        free((char *)o->out_dtype);
+        free((char *)o->policy);
+    }
+    free(m->ops);
+    free(m->amax);
+    report_perf_free(&m->perf);
     free(m->layers);
     free(m->events);
     free(m->stats);
     free(m->steps);
     free((char *)m->device);
     free((char *)m->command);
+    free((char *)m->precision);
     memset(m, 0, sizeof *m);
 }
 
@@ -333,6 +392,44 @@ void report_run(const report_model *m, const report_rule *only, report_findings 
 
 // ---------------------------------------------------------------------------------------------
 // Helpers the rules share
+
+static const char *const gemm_ops[] = {REPORT_GEMM_OPS, NULL};
+static const char *const cast_ops[] = {REPORT_CAST_OPS, NULL};
+
+static bool in_list(const char *op, const char *const *list) {
+    for (; op && *list; list++)
+        if (strcmp(op, *list) == 0) return true;
+    return false;
+}
+
+bool report_op_is_gemm(const char *op) { return in_list(op, gemm_ops); }
+bool report_op_is_cast(const char *op) { return in_list(op, cast_ops); }
+
+bool report_kernel_is_gemm(const char *name) {
+    static const char *const marks[] = {"gemm", "nvjet", "xmma", "cutlass", "matmul",
+                                        "conv", "wgmma", "hmma"};
+    for (size_t i = 0; name && i < sizeof marks / sizeof marks[0]; i++)
+        if (strstr(name, marks[i])) return true;
+    return false;
+}
+
+bool report_pid_autocast(const report_model *m, int32_t pid) {
+    for (size_t i = 0; i < m->n_ops; i++)
+        if (m->ops[i].pid == pid && m->ops[i].policy[0]) return true;
+    return false;
+}
+
+double report_mean_step_ns(const report_model *m) {
+    double sum = 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        if (s->start_ns < 0 || s->end_ns < s->start_ns) continue;
+        sum += (double)(s->end_ns - s->start_ns);
+        n++;
+    }
+    return n ? sum / (double)n : NAN;
+}
 
 double report_scale_for_amax(double u) {
     if (!(u > 0) || !isfinite(u)) return NAN;

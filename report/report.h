@@ -7,7 +7,10 @@
  *   the rules   (rule_*.c)        one file each; a rule reads the model and adds findings: rule
  *                                 id, severity, step range, layer/op/phase, evidence numbers,
  *                                 the cause in words and the advice;
- *   the formats (format_*.c)      text for people (verdict, findings, run summary), json for CI.
+ *   the formats (format_*.c)      text for people (verdict, findings, run summary), md, html
+ *                                 (one self-contained page with inline SVG plots), json for CI.
+ * The kernel side of the model (report_perf.c) is loaded from the Nsight-named CUPTI tables when
+ * CUDA capture filled them, and stays empty (n_kernels 0) otherwise.
  *
  *     report_model m;
  *     if (report_model_load(db, path, lo, hi, &m, err) != AMP_OK) fail(err);
@@ -51,6 +54,12 @@ typedef struct report_step {
     double scale_before, scale_after;
     bool found_inf, skipped;
     double grad_amax; // largest finite gradient amax of the step (numel > 1, as scaled); NaN: none
+    int64_t start_ns, end_ns; // -1: not recorded
+    // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of
+    // the GEMM-class ones and of the dtype casts
+    int64_t op_ns, gemm_ns, cast_ns;
+    // CUDA capture: busy time (union of the kernels starting in the step's window), copy time
+    int64_t gpu_busy_ns, copy_ns;
 } report_step;
 
 // One AMP_EVENTS row; an aggregate row stands for occurrences events from step to last_step.
@@ -85,6 +94,62 @@ typedef struct report_layer {
     const char *name;
 } report_layer;
 
+// The largest forward-activation amax of a layer over a bucket of steps (at most
+// REPORT_AMAX_BUCKETS buckets over the focus), for the html plot.
+#define REPORT_AMAX_BUCKETS 200
+typedef struct report_amax {
+    int32_t pid, layer_id;
+    int64_t step; // first step of the bucket
+    double amax;
+} report_amax;
+
+// AMP_OPS of one (pid, layer, op, phase, in/out dtypes, policy) over the focused steps.
+typedef struct report_op {
+    int32_t pid, layer_id;                                   // layer -1: none
+    const char *op, *phase, *in_dtypes, *out_dtype, *policy; // "" when not recorded
+    int64_t launches;        // rows (sampled steps)
+    double flops, bytes;     // analytic, summed (rows without a model add 0)
+    int64_t host_ns;         // summed end_ns - start_ns
+    int64_t kernels, kernel_ns; // GPU kernels whose launch fell inside the op (CUDA capture)
+    int64_t first_step, last_step;
+} report_op;
+
+// CUPTI_ACTIVITY_KIND_KERNEL by shortName over the focused steps' time window.
+typedef struct report_kernel {
+    const char *name;
+    int64_t launches, total_ns;
+    int64_t short_launches;  // shorter than REPORT_LAUNCH_BOUND_NS
+    double flops, bytes;     // analytic, from the ops that launched it (shared by duration); 0: none
+} report_kernel;
+
+#define REPORT_LAUNCH_BOUND_NS 5000 // a kernel shorter than this is dominated by launch overhead
+#define REPORT_GAP_NS 10000         // idle stretches shorter than this are launch spacing, not gaps
+
+// The card's ceilings: TARGET_INFO_GPU where it has them, else the default table (report_perf.c).
+typedef struct report_gpu {
+    const char *name;              // NULL: no TARGET_INFO_GPU row
+    double peak_flops;             // fp16/bf16 dense Tensor Core FLOP/s
+    double peak_flops_fp32;        // fp32 (no Tensor Cores) FLOP/s
+    double bandwidth;              // DRAM bytes/s
+    bool peak_assumed, bandwidth_assumed; // from the default table, not measured on this card
+    const char *table_entry;       // the default table's row used
+} report_gpu;
+
+// What CUDA capture recorded (all zero when the tables are empty: a CPU run).
+typedef struct report_perf {
+    report_gpu gpu;
+    report_kernel *kernels; // by total_ns, largest first
+    size_t n_kernels;
+    int64_t launches, kernel_ns;   // kernels and their summed durations
+    int64_t busy_ns, span_ns;      // union of kernel intervals; first start to last end
+    int64_t gaps, gap_ns;          // idle stretches >= REPORT_GAP_NS inside the span
+    int64_t largest_gap_ns, largest_gap_start_ns;
+    int64_t short_launches;        // kernels shorter than REPORT_LAUNCH_BOUND_NS
+    int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
+    int64_t syncs, sync_ns;        // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+    int64_t attributed_ns;         // kernel time attributed to an AMP_OPS op
+} report_perf;
+
 typedef struct report_model {
     const char *path;
     int64_t step_lo, step_hi; // the focus, inclusive
@@ -96,7 +161,12 @@ typedef struct report_model {
     size_t n_stats;
     report_layer *layers; // sorted by pid, id
     size_t n_layers;
-    const char *device, *command; // META; NULL: not recorded
+    report_op *ops; // sorted by pid, layer, op, phase, in/out dtypes, policy (strcmp order)
+    size_t n_ops;
+    report_amax *amax; // forward amax per layer over step buckets, sorted by pid, layer, step
+    size_t n_amax;
+    report_perf perf;
+    const char *device, *command, *precision; // META; NULL: not recorded
 } report_model; // every string is owned by the model (report_model_free)
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
@@ -108,6 +178,35 @@ void report_model_free(report_model *m);
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
+// Loads m->ops (AMP_OPS in one pass), the op and kernel columns of m->steps, and m->perf
+// (report_perf.c); called by report_model_load after the steps. false (err filled) when a
+// SELECT fails.
+bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]);
+void report_perf_free(report_perf *p);
+// The default ceilings for a GPU name (case-insensitive substring match; an unknown or NULL name
+// gets the H200 row, marked assumed).
+void report_gpu_defaults(const char *name, report_gpu *g);
+// GEMM-class ops (autocast's lower_precision_fp list: Tensor Core work) and dtype casts, as C
+// string lists and as SQL lists.
+#define REPORT_GEMM_OPS                                                                            \
+    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "conv1d", "conv2d",  \
+        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",     \
+        "convolution", "scaled_dot_product_attention"
+#define REPORT_GEMM_OPS_SQL                                                                        \
+    "'linear', 'matmul', 'mm', 'bmm', 'addmm', 'baddbmm', 'addbmm', 'einsum', 'conv1d', "        \
+    "'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d', 'conv_transpose3d', "            \
+    "'_convolution', 'convolution', 'scaled_dot_product_attention'"
+#define REPORT_CAST_OPS "to", "_to_copy", "type_as"
+#define REPORT_CAST_OPS_SQL "'to', '_to_copy', 'type_as'"
+
+bool report_op_is_gemm(const char *op);
+bool report_op_is_cast(const char *op);
+// A kernel name that looks like a GEMM/convolution (gemm, nvjet, xmma, cutlass, conv, ...).
+bool report_kernel_is_gemm(const char *name);
+// True when pid ran any op under autocast (a policy was recorded).
+bool report_pid_autocast(const report_model *m, int32_t pid);
+// Summed per-step figures of the focused steps: mean step time (ns, NaN without times).
+double report_mean_step_ns(const report_model *m);
 
 // ---------------------------------------------------------------------------------------------
 // Findings
@@ -155,6 +254,12 @@ void rule_nonfinite_run(const report_model *m, report_findings *out); // rule_no
 void rule_scale_run(const report_model *m, report_findings *out);     // rule_scale.c
 void rule_overflow_run(const report_model *m, report_findings *out);  // rule_overflow.c
 void rule_underflow_run(const report_model *m, report_findings *out); // rule_underflow.c
+void rule_precision_run(const report_model *m, report_findings *out); // rule_precision.c
+void rule_roofline_run(const report_model *m, report_findings *out);  // rule_roofline.c
+void rule_gpu_idle_run(const report_model *m, report_findings *out);  // rule_gpu_idle.c
+void rule_copies_run(const report_model *m, report_findings *out);    // rule_copies.c
+void rule_sync_run(const report_model *m, report_findings *out);      // rule_sync.c
+void rule_amp_payoff_run(const report_model *m, report_findings *out); // rule_amp_payoff.c
 
 extern const report_rule report_rules[];
 extern const size_t report_n_rules;
@@ -189,5 +294,31 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
 
 void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color);
 void report_format_json(FILE *out, const report_model *m, const report_findings *f);
+void report_format_md(FILE *out, const report_model *m, const report_findings *f);
+void report_format_html(FILE *out, const report_model *m, const report_findings *f);
+
+// ---------------------------------------------------------------------------------------------
+// ampprobe diff A B (diff.c): two runs side by side and a verdict
+
+typedef struct report_run_figures {
+    const char *precision, *device; // META; NULL: not recorded
+    bool autocast;                  // any op ran under autocast
+    int64_t steps, skipped;
+    double step_ms;       // median step time; NaN: no times
+    double throughput;    // steps per second (1000 / step_ms)
+    double final_loss;    // mean loss of the last 10% of the steps (at least 1); NaN: none
+    double peak_mem;      // bytes; NaN: not known (no memory records yet)
+    size_t errors, warnings;
+} report_run_figures;
+
+void report_figures(const report_model *m, const report_findings *f, report_run_figures *r);
+// The diff of a and b (text or json) with the verdict; b is the candidate (usually the AMP run).
+void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,
+                      const report_model *b, const report_findings *fb);
+void report_diff_json(FILE *out, const report_model *a, const report_findings *fa,
+                      const report_model *b, const report_findings *fb);
+// One sentence: "AMP run is 2.3x faster, same loss within 0.4%" / "... 26% slower: launch-bound".
+void report_diff_verdict(const report_model *a, const report_findings *fa, const report_model *b,
+                         const report_findings *fb, char *buf, size_t n);
 
 #endif

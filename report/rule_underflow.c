@@ -38,7 +38,10 @@ static bool is_grad(const report_stats *s) {
 static int cmp_share(const void *pa, const void *pb) {
     const layer_loss *a = pa, *b = pb;
     double sa = (double)a->lost / (double)a->numel, sb = (double)b->lost / (double)b->numel;
-    return sa > sb ? -1 : sa < sb ? 1 : 0;
+    if (sa != sb) return sa > sb ? -1 : 1;
+    // equal shares (every layer lost everything): the first layer of the model leads
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    return a->layer_id < b->layer_id ? -1 : a->layer_id > b->layer_id;
 }
 
 // The scale the run used last (scale_before of the last step with a scaler record); NaN: none.

@@ -1,16 +1,21 @@
 /*
  * test_report.c — suite `report`: `ampprobe report` on small databases built here with the real
  * schema (an empty run database from the collector, then INSERTed rows). Every rule has a
- * positive and a negative case; a healthy run yields no error or warning; the json output
- * carries the stable keys; a missing, foreign or non-SQLite file exits 2 with one line.
+ * positive and a negative case (the performance rules on hand-made CUPTI rows); a healthy run
+ * yields no error or warning; the json output carries the stable keys, md and html escape user
+ * strings; a missing, foreign or non-SQLite file exits 2 with one line. Tcase `samples` runs the
+ * samples' --fault runs end to end (ampprobe run, then report --format json) and checks the top
+ * finding's rule, layer and step, and that the healthy twins are clean.
  */
 #include "tests.h"
 
 #include "amp-store.h"
+#include "ceilings.h"
 #include "commands.h"
 #include "report.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,7 @@ static void setup(void) {
     snprintf(db_path, sizeof db_path, "%s/run.sqlite", tmpdir);
     snprintf(out_path, sizeof out_path, "%s/out.txt", tmpdir);
     snprintf(err_path, sizeof err_path, "%s/err.txt", tmpdir);
+    setenv("XDG_CACHE_HOME", tmpdir, 1); // no calibrated ceilings but those a test writes
     amp_collector_t *c;
     ck_assert_int_eq(amp_collector_new(db_path, NULL, &c), AMP_OK);
     ck_assert_int_eq(amp_collector_finish(c, 0), AMP_OK);
@@ -35,11 +41,12 @@ static void setup(void) {
 
 static void teardown(void) {
     const char *names[] = {"run.sqlite", "run.sqlite-wal", "run.sqlite-shm", "out.txt", "err.txt",
-                           "foreign.sqlite", "junk.txt"};
+                           "foreign.sqlite", "junk.txt", "ampprobe/ceilings-NVIDIA_H200.txt",
+                           "ampprobe"};
     char path[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
-        unlink(path);
+        remove(path);
     }
     rmdir(tmpdir);
 }
@@ -47,6 +54,7 @@ static void teardown(void) {
 static void sql(const char *text) {
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_exec(db, "PRAGMA synchronous=OFF", NULL, NULL, NULL); // fixtures need no fsync
     char *msg = NULL;
     int rc = sqlite3_exec(db, text, NULL, NULL, &msg);
     ck_assert_msg(rc == SQLITE_OK, "fixture SQL failed: %s", msg ? msg : "?");
@@ -92,10 +100,34 @@ static void healthy_stats(int n) {
     sql(buf);
 }
 
+// Healthy AMP ops for every step: f16 GEMMs under autocast, an fp32 softmax, one weight cast.
+static void healthy_ops(int n) {
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d), "
+             "t(l, op, ind, outd, pol, flops, bytes, ns) AS (VALUES "
+             "(0, 'linear', 'f16,f16', 'f16', 'lower_precision_fp', 4194304, 98304, 40000), "
+             "(0, 'softmax', 'f32', 'f32', 'fp32_set_opt_dtype', 8192, 65536, 5000), "
+             "(1, 'to', 'f32', 'f16', 'native', 4096, 24576, 3000), "
+             "(2, 'linear', 'f16,f16', 'f16', 'lower_precision_fp', 8388608, 163840, 60000)) "
+             "INSERT INTO AMP_OPS SELECT 1, i, l, op, 'fwd', ind, outd, pol, '(8, 64)', flops, "
+             "bytes, i * 1000000 + l * 100000, i * 1000000 + l * 100000 + ns FROM s, t;",
+             n - 1);
+    sql(buf);
+}
+
 static void healthy(int n) {
     layers();
     steps(n, 65536);
     healthy_stats(n);
+    healthy_ops(n);
+}
+
+// Empties the tables the fixtures fill, for a second fixture in one test.
+static void wipe(void) {
+    sql("DELETE FROM AMP_LAYERS; DELETE FROM AMP_STEPS; DELETE FROM AMP_OPS; DELETE FROM AMP_EVENTS;"
+        "DELETE FROM AMP_TENSOR_STATS; DELETE FROM StringIds; DELETE FROM TARGET_INFO_GPU;"
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME;");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,6 +461,414 @@ START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
 }
 END_TEST
 
+
+// ---------------------------------------------------------------------------------------------
+// precision-placement
+
+START_TEST(precision_fp32_gemm_under_autocast_is_a_warning) {
+    healthy(6);
+    // blocks.0.mlp's GEMM runs with autocast disabled: fp32 in, fp32 out, most of the FLOPs
+    sql("INSERT INTO AMP_OPS SELECT 1, step, 1, 'linear', 'fwd', 'f32,f32', 'f32', NULL, "
+        "'(8, 64)', 33554432, 393216, step * 1000000 + 500000, step * 1000000 + 700000 "
+        "FROM AMP_STEPS;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->layer, "blocks.0.mlp");
+    ck_assert_str_eq(f->op, "linear");
+    ck_assert_int_eq(f->first_step, 0);
+    ck_assert_ptr_nonnull(strstr(f->title, "fp32 under autocast"));
+    ck_assert_close(evidence(f, "flops_share"), 33554432.0 / (33554432 + 4194304 + 8388608), 1e-9, 0);
+    ck_assert_ptr_nonnull(strstr(f->advice, "bf16"));
+    release();
+}
+END_TEST
+
+START_TEST(precision_healthy_autocast_and_fp32_runs_are_quiet) {
+    healthy(6);
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // an fp32 run (no autocast at all) is not this rule's business
+    sql("UPDATE AMP_OPS SET policy = NULL, in_dtypes = 'f32,f32', out_dtype = 'f32';");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+START_TEST(precision_upcasts_and_casts_are_notes_on_the_cpu) {
+    healthy(6);
+    sql("UPDATE AMP_OPS SET in_dtypes = 'f16', end_ns = start_ns + 90000 WHERE op = 'softmax';"
+        "UPDATE AMP_OPS SET end_ns = start_ns + 80000 WHERE op = 'to';");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0); // host time: notes only
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 2);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "upcast"));
+    ck_assert_str_eq(findings.v[0].layer, "blocks.0.attn");
+    ck_assert_ptr_nonnull(strstr(findings.v[1].title, "casts"));
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// The performance rules, on hand-made CUPTI rows
+
+#define STEP_NS 10000000LL // 10 ms steps
+#define GPID "16777216"   // globalPid of pid 1 (pid << 24)
+
+// A GPU run of n steps: one f16 linear op of layer 2 (head) per step with the given analytic
+// FLOPs and bytes, launching k kernels of kernel_ns each, gap_ns apart.
+static void gpu_run(int n, int k, long long kernel_ns, long long gap_ns, double flops, double bytes) {
+    layers();
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
+             "INSERT INTO AMP_STEPS SELECT 1, i, i * %lld, (i + 1) * %lld - 1, 3.0 - i * 0.01, 1, "
+             "0.9, 65536, 65536, 0, 0 FROM s;"
+             "INSERT INTO AMP_OPS SELECT 1, step, 2, 'linear', 'fwd', 'f16,f16', 'f16', "
+             "'lower_precision_fp', '(8, 64)', %.17g, %.17g, start_ns, start_ns + 1000 FROM AMP_STEPS;"
+             "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_gemm'), (2, 'cudaLaunchKernel');"
+             "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
+             "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start_ns + 10 + x, start_ns + 20 + x, "
+             "0, " GPID " + 7, step * %d + x, 2, 0, NULL FROM AMP_STEPS, j;"
+             "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
+             "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+             "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
+             "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
+             "localMemoryPerThread, localMemoryTotal, gridId) "
+             "SELECT start_ns + 2000 + x * %lld, start_ns + 2000 + x * %lld + %lld, 0, 1, 7, "
+             "step * %d + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, x "
+             "FROM AMP_STEPS, j;",
+             n - 1, STEP_NS, STEP_NS, flops, bytes, k, k, k, kernel_ns + gap_ns, kernel_ns + gap_ns,
+             kernel_ns, k);
+    sql(buf);
+    sql("INSERT INTO TARGET_INFO_GPU (vmId, id, name) VALUES (0, 0, 'NVIDIA H200');");
+}
+
+START_TEST(roofline_slow_compute_layer_is_a_warning) {
+    // 1 GFLOP over 1 MB (intensity 1000, compute-bound) in 1 ms: 0.13% of 790 TFLOP/s
+    gpu_run(5, 1, 1000000, 0, 1e9, 1e6);
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = first_of("roofline");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
+    ck_assert_str_eq(f->layer, "head");
+    ck_assert_close(evidence(f, "efficiency"), 1e12 / 790e12, 1e-9, 1e-6);
+    ck_assert_close(evidence(f, "intensity"), 1000, 0, 1e-9);
+    ck_assert_ptr_nonnull(strstr(f->advice, "Tensor Cores"));
+    // the summary names the ceilings and says they are assumed
+    const report_finding *info = &findings.v[1];
+    ck_assert_ptr_nonnull(strstr(info->title, "100% compute-bound"));
+    ck_assert_ptr_nonnull(strstr(info->detail, "assumed from the default table"));
+    ck_assert_close(evidence(info, "ceilings_assumed"), 1, 0, 0);
+    release();
+}
+END_TEST
+
+START_TEST(roofline_uses_the_calibrated_ceilings) {
+    gpu_run(5, 1, 1000000, 0, 1e9, 1e6);
+    char path[256];
+    snprintf(path, sizeof path, "%s/ampprobe", tmpdir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert(amp_ceilings_path("NVIDIA H200", path, sizeof path));
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("gpu NVIDIA H200\ndram_bytes_per_s 4e+12\ngemm_flops_bf16 8e+14\ngemm_flops_f16 7e+14\n", f);
+    fclose(f);
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    const report_finding *info = &findings.v[findings.n - 1];
+    ck_assert_int_eq(info->severity, AMP_SEVERITY_INFO);
+    ck_assert_close(evidence(info, "peak_tflops"), 800, 0, 1e-12);
+    ck_assert_close(evidence(info, "bandwidth_tbs"), 4, 0, 1e-12);
+    ck_assert_close(evidence(info, "ceilings_assumed"), 0, 0, 0);
+    ck_assert_ptr_nonnull(strstr(info->detail, "measured by ampprobe calibrate"));
+    release();
+}
+END_TEST
+
+START_TEST(roofline_efficient_kernels_are_a_note) {
+    // 10 GFLOP in 20 us: 500 TFLOP/s, 63% of the roof
+    gpu_run(5, 1, 20000, 0, 1e10, 1e6);
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    release();
+    // no kernels at all (a CPU run): nothing
+    sql("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL;");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+START_TEST(gpu_idle_gaps_are_a_warning) {
+    gpu_run(5, 10, 100000, 500000, 1e9, 1e7); // 0.1 ms kernels 0.5 ms apart
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_int_ge(f->first_step, 0);
+    // between steps: the last kernel ends 2 us + 9 x 0.6 ms + 0.1 ms into a 10 ms step
+    ck_assert_close(evidence(f, "largest_gap_ms"), 4.5, 1e-6, 0);
+    ck_assert_ptr_nonnull(strstr(f->advice, "pin_memory"));
+    release();
+}
+END_TEST
+
+START_TEST(gpu_idle_back_to_back_kernels_are_quiet) {
+    gpu_run(3, 98, 100000, 1000, 1e9, 1e7); // 0.1 ms kernels 1 us apart fill the steps
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+static void copies(const char *src_kind, long long ns) {
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
+             "globalPid, bytes, copyKind, srcKind, dstKind) SELECT start_ns + 1500000, "
+             "start_ns + 1500000 + %lld, 0, 1, 7, " GPID ", 67108864, 1, %s, 2 FROM AMP_STEPS;",
+             ns, src_kind);
+    sql(buf);
+}
+
+START_TEST(h2d_pageable_copies_are_a_warning) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    copies("0", 4000000); // 64 MB from pageable memory, 4 ms each, against 1 ms of kernels
+    analyse("h2d-copies", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_close(evidence(f, "htod_share"), 0.8, 1e-9, 0);
+    ck_assert_close(evidence(f, "pageable_copies"), 4, 0, 0);
+    ck_assert_ptr_nonnull(strstr(f->advice, "pin_memory=True"));
+    release();
+}
+END_TEST
+
+START_TEST(h2d_small_pinned_copies_are_quiet) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    copies("1", 20000);
+    analyse("h2d-copies", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+static void syncs(int per_step, long long ns) {
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
+             "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, "
+             "streamId, globalPid, syncType, eventId) SELECT start_ns + 3000000 + x * 1200000, "
+             "start_ns + 3000000 + x * 1200000 + %lld, 0, 1, 7, " GPID ", 3, 0 "
+             "FROM AMP_STEPS, j;",
+             per_step, ns);
+    sql(buf);
+}
+
+START_TEST(host_sync_every_few_ops_is_a_warning) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    syncs(5, 1000000);
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_close(evidence(&findings.v[0], "per_step"), 5, 0, 0);
+    ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9, 0);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, ".item()"));
+    release();
+}
+END_TEST
+
+START_TEST(host_sync_once_per_step_is_quiet) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    syncs(1, 10000); // the GradScaler's found_inf read
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// amp-payoff
+
+START_TEST(amp_payoff_launch_bound_amp_run_is_a_warning) {
+    gpu_run(4, 500, 2000, 3000, 1e6, 1e6); // 2 us kernels
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "launch-bound"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "AMP cannot pay off"));
+    ck_assert_close(evidence(&findings.v[0], "short_kernel_share"), 1, 0, 0);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "CUDA graphs"));
+    release();
+    // the same model in fp32 only hears that AMP would not help
+    sql("UPDATE AMP_OPS SET policy = NULL, in_dtypes = 'f32,f32', out_dtype = 'f32';");
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "would not make this model faster"));
+    release();
+}
+END_TEST
+
+START_TEST(amp_payoff_busy_gemm_amp_run_is_quiet) {
+    gpu_run(3, 98, 100000, 1000, 1e9, 1e7);
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // an fp32 run of GEMM-heavy work: AMP can pay off (a note)
+    sql("UPDATE AMP_OPS SET policy = NULL, in_dtypes = 'f32,f32', out_dtype = 'f32';");
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "AMP can pay off"));
+    release();
+}
+END_TEST
+
+START_TEST(amp_payoff_projects_a_cpu_run_as_a_note) {
+    healthy(6);
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    // 4 small ops per step: ~12 launches x 5 us against nanoseconds of math
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "launch-bound"));
+    ck_assert_close(evidence(&findings.v[0], "step_launches"), 12, 0, 0);
+    ck_assert_close(evidence(&findings.v[0], "ceilings_assumed"), 1, 0, 0);
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// md and html
+
+static void hostile_names(void) {
+    attn_overflow();
+    sql("UPDATE AMP_LAYERS SET name = '<script>alert(1)</script>|x' WHERE id = 0;"
+        "INSERT OR REPLACE INTO META VALUES ('command', './train --tag \"<b>&</b>\"', 0);");
+}
+
+START_TEST(md_escapes_user_strings) {
+    hostile_names();
+    ck_assert_int_eq(CMD(db_path, "--format", "md", "-o", out_path), 0);
+    char *t = slurp(out_path);
+    ck_assert_ptr_nonnull(strstr(t, "**Verdict.** Training broke"));
+    ck_assert_ptr_nonnull(strstr(t, "| 1 | error | `nonfinite-root-cause` | 3-11 | "
+                                    "&lt;script&gt;alert(1)&lt;/script&gt;\\|x | mul |"));
+    ck_assert_ptr_null(strstr(t, "<script>"));
+    ck_assert_ptr_nonnull(strstr(t, "&lt;b&gt;&amp;&lt;/b&gt;"));
+    free(t);
+}
+END_TEST
+
+START_TEST(html_is_self_contained_with_plots_and_escaped) {
+    hostile_names();
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = slurp(out_path);
+    ck_assert_ptr_nonnull(strstr(t, "<!DOCTYPE html>"));
+    ck_assert_ptr_null(strstr(t, "<script"));
+    ck_assert_ptr_null(strstr(t, "src="));
+    ck_assert_ptr_null(strstr(t, "href="));
+    ck_assert_ptr_nonnull(strstr(t, "&lt;script&gt;alert(1)&lt;/script&gt;|x"));
+    ck_assert_ptr_nonnull(strstr(t, "&lt;b&gt;&amp;&lt;/b&gt;"));
+    const char *plots[] = {"<figcaption>Loss</figcaption>", "<figcaption>Loss scale</figcaption>",
+                           "against the fp16 range</figcaption>", "Step time:"};
+    for (size_t i = 0; i < 4; i++) ck_assert_msg(strstr(t, plots[i]) != NULL, "no plot %s", plots[i]);
+    ck_assert_ptr_null(strstr(t, "Roofline")); // no kernels: no roofline
+    ck_assert_ptr_nonnull(strstr(t, "fp16 max 65504"));
+    ck_assert_ptr_nonnull(strstr(t, "fill=\"#d62728\"/>")); // skipped steps marked
+    const char *bad_numbers[] = {",nan", "\"nan", "\"-nan", ",inf", "\"inf", "\"-inf", ",-nan"};
+    for (size_t i = 0; i < 7; i++) // no NaN/inf coordinates
+        ck_assert_msg(!strstr(t, bad_numbers[i]), "bad number at %.60s", strstr(t, bad_numbers[i]));
+    free(t);
+    // a GPU run has the roofline; an empty run still renders
+    wipe();
+    gpu_run(3, 4, 100000, 1000, 1e9, 1e7);
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    t = slurp(out_path);
+    ck_assert_ptr_nonnull(strstr(t, "Roofline"));
+    ck_assert_ptr_nonnull(strstr(t, "GPU kernels"));
+    free(t);
+}
+END_TEST
+
+
+// ---------------------------------------------------------------------------------------------
+// End to end: the samples' --fault runs and their healthy twins
+
+// Records `sample ARGS` with ampprobe run and writes its json report to out_path.
+static void record_and_report(const char *sample, const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s/ampprobe run --force -o %s -- %s/samples/%s --quiet --steps 8 %s >/dev/null 2>&1 "
+             "&& %s/ampprobe report %s --format json -o %s",
+             AMP_BINARY_DIR, db_path, AMP_BINARY_DIR, sample, args, AMP_BINARY_DIR, db_path,
+             out_path);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+}
+
+// The json of the first finding (up to its title), or "" when there is none.
+static char first_buf[1024];
+static const char *first_finding(const char *json) {
+    const char *f = strstr(json, "\"findings\": [\n  {");
+    first_buf[0] = 0;
+    if (!f) return first_buf;
+    const char *end = strstr(f, "\"title\"");
+    snprintf(first_buf, sizeof first_buf, "%.*s", end ? (int)(end - f) : 200, f);
+    return first_buf;
+}
+
+static const struct fault_case {
+    const char *sample, *args, *rule, *severity, *steps, *layer, *op, *advice;
+} fault_cases[] = {
+    {"tiny_gpt", "--precision fp16 --fault attn-overflow", "nonfinite-root-cause", "error",
+     "{\"first\": 3,", "\"blocks.1.attn\"", "\"mul\"", "1/sqrt(d_head)"},
+    {"mlp", "--precision fp16 --fault nan-input", "nonfinite-root-cause", "error",
+     "{\"first\": 5, \"last\": 5}", "\"fc1\"", "\"to\"", "Sanitize the data"},
+    {"simple_cnn", "--precision fp16 --fault log-zero", "nonfinite-root-cause", "error",
+     "{\"first\": 5,", "null", "\"log\"", "clamp"},
+    {"mlp", "--precision fp16 --fault grad-underflow", "grad-underflow", "warning",
+     "{\"first\": 0,", "\"fc1\"", "null", "mis-normalised loss"},
+    {"tiny_gpt", "--precision fp16 --fault scale-thrash", "loss-scale", "warning",
+     "{\"first\": 2,", "null", "null", "growth_interval=2000"},
+};
+
+START_TEST(fault_runs_name_cause_layer_and_step) {
+    const struct fault_case *c = &fault_cases[_i];
+    record_and_report(c->sample, c->args);
+    char *j = slurp(out_path);
+    const char *f = first_finding(j);
+    char want[256];
+    snprintf(want, sizeof want, "{\"rule\": \"%s\", \"severity\": \"%s\", \"steps\": %s", c->rule,
+             c->severity, c->steps);
+    ck_assert_msg(strstr(f, want) != NULL, "%s %s: first finding %s, want %s", c->sample, c->args,
+                  f, want);
+    snprintf(want, sizeof want, "\"layer\": %s, \"op\": %s,", c->layer, c->op);
+    ck_assert_msg(strstr(f, want) != NULL, "%s %s: first finding %s, want %s", c->sample, c->args,
+                  f, want);
+    const char *advice = strstr(j, "\"advice\": ");
+    ck_assert_msg(advice && strstr(advice, c->advice) && strstr(advice, c->advice) < strstr(advice, "}"),
+                  "%s %s: advice lacks %s", c->sample, c->args, c->advice);
+    free(j);
+}
+END_TEST
+
+// The fault runs' twins without the fault (fp16), and bf16/fp32 runs of the two fast samples.
+static const char *const healthy_cases[][2] = {
+    {"mlp", "--precision fp16"},     {"simple_cnn", "--precision fp16"},
+    {"tiny_gpt", "--precision fp16"}, {"mlp", "--precision bf16"},
+    {"tiny_gpt", "--precision bf16"}, {"mlp", "--precision fp32"},
+    {"tiny_gpt", "--precision fp32"},
+};
+
+START_TEST(healthy_twins_are_clean) {
+    const char *sample = healthy_cases[_i][0], *args = healthy_cases[_i][1];
+    record_and_report(sample, args);
+    char *j = slurp(out_path);
+    ck_assert_msg(strstr(j, "\"counts\": {\"error\": 0, \"warning\": 0,") != NULL,
+                  "%s %s is not clean: %s", sample, args, first_finding(j));
+    ck_assert_ptr_nonnull(strstr(j, "\"verdict\": \"Healthy"));
+    free(j);
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // The command: formats, focus, errors
 
@@ -525,7 +965,7 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     ck_assert_ptr_nonnull(strstr(e, "no-such-rule"));
     free(e);
     ck_assert_int_eq(CMD(db_path, "--steps", "9:3"), 2);
-    ck_assert_int_eq(CMD(db_path, "--format", "md"), 2);
+    ck_assert_int_eq(CMD(db_path, "--format", "pdf"), 2);
     ck_assert_int_eq(CMD(db_path, "--bogus"), 2);
 }
 END_TEST
@@ -550,6 +990,32 @@ Suite *report_suite(void) {
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
     tcase_add_test(tc, rule_and_steps_narrow_the_report);
     tcase_add_test(tc, bad_files_and_usage_exit_2_with_one_line);
+    tcase_add_test(tc, precision_fp32_gemm_under_autocast_is_a_warning);
+    tcase_add_test(tc, precision_healthy_autocast_and_fp32_runs_are_quiet);
+    tcase_add_test(tc, precision_upcasts_and_casts_are_notes_on_the_cpu);
+    tcase_add_test(tc, roofline_slow_compute_layer_is_a_warning);
+    tcase_add_test(tc, roofline_uses_the_calibrated_ceilings);
+    tcase_add_test(tc, roofline_efficient_kernels_are_a_note);
+    tcase_add_test(tc, gpu_idle_gaps_are_a_warning);
+    tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
+    tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
+    tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
+    tcase_add_test(tc, host_sync_every_few_ops_is_a_warning);
+    tcase_add_test(tc, host_sync_once_per_step_is_quiet);
+    tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
+    tcase_add_test(tc, amp_payoff_busy_gemm_amp_run_is_quiet);
+    tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
+    tcase_add_test(tc, md_escapes_user_strings);
+    tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     suite_add_tcase(s, tc);
+
+    TCase *e2e = tcase_create("samples");
+    tcase_add_checked_fixture(e2e, setup, teardown);
+    tcase_set_timeout(e2e, 60); // a sample run takes about a second; more on a loaded machine
+    tcase_add_loop_test(e2e, fault_runs_name_cause_layer_and_step, 0,
+                        (int)(sizeof fault_cases / sizeof fault_cases[0]));
+    tcase_add_loop_test(e2e, healthy_twins_are_clean, 0,
+                        (int)(sizeof healthy_cases / sizeof healthy_cases[0]));
+    suite_add_tcase(s, e2e);
     return s;
 }

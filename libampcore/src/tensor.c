@@ -4,6 +4,7 @@
  * amp_ctx_reset(). Storage is refcounted so views can outlive nothing but share freely.
  */
 #include "amp-impl.h"
+#include "cuda-loader.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -21,9 +22,11 @@ amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
         be = amp_cpu_backend();
         bctx = amp_cpu_backend_init();
         break;
-    case AMP_DEVICE_CUDA:
-        return amp_set_error(AMP_ERR_NO_DEVICE,
-                             "--device cuda: this build of libampcore has no CUDA backend");
+    case AMP_DEVICE_CUDA: {
+        amp_status st = amp_cuda_backend_load(&be, &bctx);
+        if (st != AMP_OK) return st;
+        break;
+    }
     default:
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "unknown device %d", (int)dev);
     }

@@ -1,0 +1,221 @@
+/*
+ * cuda-binary.cu — broadcasting binary arithmetic, masked_fill and the dropout mask.
+ *
+ * Operands arrive as views already expanded to the output's shape (stride 0 on broadcast dims);
+ * the strided iterator merges what it can, and the all-contiguous one-dtype case (residual adds,
+ * gradient accumulation) runs a 16-bytes-per-thread typed kernel. The dropout mask draws from
+ * the same counter-based RNG as the CPU backend (splitmix64 of seed and element index), so both
+ * backends produce the same mask.
+ */
+#include "cuda-impl.h"
+
+__device__ __forceinline__ float binary_f(amp_binary_op op, float a, float b) {
+    switch (op) {
+    case AMP_BINARY_ADD:
+        return a + b;
+    case AMP_BINARY_SUB:
+        return a - b;
+    case AMP_BINARY_MUL:
+        return a * b;
+    case AMP_BINARY_DIV:
+        return a / b;
+    }
+    return a;
+}
+
+__global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const void *a, amp_dtype at,
+                              const void *b, amp_dtype bt, cuda_iter it, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float av = cuda_load(at, a, cuda_iter_offset(it, 1, i));
+        const float bv = cuda_load(bt, b, cuda_iter_offset(it, 2, i));
+        cuda_store(yt, y, i, binary_f(op, av, bv));
+    }
+}
+
+template <typename T>
+__global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *a, const T *b,
+                                  int64_t n) {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t nv = n / V;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 ar = ((const uint4 *)a)[i], br = ((const uint4 *)b)[i];
+        T *av = (T *)&ar, *bv = (T *)&br;
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            av[j] =
+                cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), cuda_io<T>::load(bv[j])));
+        ((uint4 *)y)[i] = ar;
+    }
+    for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = cuda_io<T>::store(binary_f(op, cuda_io<T>::load(a[i]), cuda_io<T>::load(b[i])));
+}
+
+static bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
+                 const amp_tensor_t *b) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_FLOAT(y);
+    AMP_ASSERT(a->ndim == y->ndim && b->ndim == y->ndim);
+    for (int d = 0; d < y->ndim; d++)
+        AMP_ASSERT(a->shape[d] == y->shape[d] && b->shape[d] == y->shape[d], "(dim %d)", d);
+    const int64_t n = cuda_numel(y);
+    if (n == 0) return;
+    void *yp = amp_tensor_ptr(y);
+    const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
+    if (cuda_is_contiguous(a) && cuda_is_contiguous(b) && a->dtype == y->dtype &&
+        b->dtype == y->dtype && aligned16(yp) && aligned16(ap) && aligned16(bp)) {
+        CUDA_DISPATCH_FLOAT(y->dtype, T, {
+            binary_vec_kernel<T><<<cuda_grid(n, 256, 16 / (int)sizeof(T)), 256, 0, c->stream>>>(
+                op, (T *)yp, (const T *)ap, (const T *)bp, n);
+        });
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    int64_t ystride[AMP_MAX_DIMS];
+    cuda_contiguous_strides(y->ndim, y->shape, ystride);
+    const int64_t *strides[3] = {ystride, a->stride, b->stride};
+    cuda_iter it;
+    cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
+    binary_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(op, yp, y->dtype, ap, a->dtype, bp,
+                                                               b->dtype, it, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// masked_fill: unmasked values keep their bits when x and y share a dtype.
+
+__global__ void masked_fill_kernel(void *y, amp_dtype yt, const void *x, amp_dtype xt,
+                                   const void *mask, amp_dtype mt, float value, cuda_iter it,
+                                   int64_t n) {
+    const bool same = xt == yt;
+    const bool wide = yt == AMP_DTYPE_F32 || yt == AMP_DTYPE_I32;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t xo = cuda_iter_offset(it, 1, i);
+        if (cuda_load_index(mt, mask, cuda_iter_offset(it, 2, i)) != 0)
+            cuda_store(yt, y, i, value);
+        else if (same && wide)
+            ((uint32_t *)y)[i] = ((const uint32_t *)x)[xo];
+        else if (same && yt != AMP_DTYPE_I64)
+            ((uint16_t *)y)[i] = ((const uint16_t *)x)[xo];
+        else
+            cuda_store(yt, y, i, cuda_load(xt, x, xo));
+    }
+}
+
+// The common case (an attention mask): one floating dtype, x contiguous, an i32 mask broadcast.
+template <typename T>
+__global__ void masked_fill_typed_kernel(T *__restrict__ y, const T *__restrict__ x,
+                                         const int32_t *__restrict__ mask, float value,
+                                         cuda_iter it, int64_t n) {
+    const T fill = cuda_io<T>::store(value);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = mask[cuda_iter_offset(it, 2, i)] != 0 ? fill : x[i];
+}
+
+// The same with the mask one row (inner elements) repeated, 8 elements per thread and step.
+template <typename T>
+__global__ void masked_fill_rows_kernel(T *__restrict__ y, const T *__restrict__ x,
+                                        const int32_t *__restrict__ mask, float value,
+                                        uint32_t inner8, int64_t n8) {
+    const T fill = cuda_io<T>::store(value);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const vec8<T> a = ((const vec8<T> *)x)[i];
+        const vec8<int32_t> m = ((const vec8<int32_t> *)mask)[(uint32_t)i % inner8];
+        vec8<T> o;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            o.v[j] = m.v[j] != 0 ? fill : a.v[j];
+        ((vec8<T> *)y)[i] = o;
+    }
+}
+
+static bool aligned_to(const void *p, size_t a) {
+    return ((uintptr_t)p % a) == 0;
+}
+
+void cuda_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, const amp_tensor_t *mask,
+                      float value) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    AMP_ASSERT(x->ndim == y->ndim && mask->ndim == y->ndim);
+    AMP_ASSERT(mask->dtype == AMP_DTYPE_I32 || mask->dtype == AMP_DTYPE_I64);
+    for (int d = 0; d < y->ndim; d++)
+        AMP_ASSERT(x->shape[d] == y->shape[d] && mask->shape[d] == y->shape[d], "(dim %d)", d);
+    const int64_t n = cuda_numel(y);
+    if (n == 0) return;
+    int64_t ystride[AMP_MAX_DIMS];
+    cuda_contiguous_strides(y->ndim, y->shape, ystride);
+    const int64_t *strides[3] = {ystride, x->stride, mask->stride};
+    cuda_iter it;
+    cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
+    if (x->dtype == y->dtype && amp_dtype_is_float(y->dtype) && cuda_is_contiguous(x) &&
+        mask->dtype == AMP_DTYPE_I32 && it.small) {
+        const int last = it.ndim - 1;
+        const int64_t inner = it.shape[last];
+        const bool rows =
+            it.stride[2][last] == 1 && (it.ndim == 1 || (it.ndim == 2 && it.stride[2][0] == 0));
+        const size_t vec = 8 * amp_dtype_size(y->dtype);
+        if (rows && inner % 8 == 0 && aligned_to(amp_tensor_ptr(y), vec) &&
+            aligned_to(amp_tensor_ptr(x), vec) && aligned_to(amp_tensor_ptr(mask), 32)) {
+            CUDA_DISPATCH_FLOAT(y->dtype, T, {
+                masked_fill_rows_kernel<T><<<cuda_grid(n / 8, 256, 2), 256, 0, c->stream>>>(
+                    (T *)amp_tensor_ptr(y), (const T *)amp_tensor_ptr(x),
+                    (const int32_t *)amp_tensor_ptr(mask), value, (uint32_t)(inner / 8), n / 8);
+            });
+            CUDA_LAUNCH_CHECK();
+            return;
+        }
+        CUDA_DISPATCH_FLOAT(y->dtype, T, {
+            masked_fill_typed_kernel<T><<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
+                (T *)amp_tensor_ptr(y), (const T *)amp_tensor_ptr(x),
+                (const int32_t *)amp_tensor_ptr(mask), value, it, n);
+        });
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    masked_fill_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
+        amp_tensor_ptr(y), y->dtype, amp_tensor_ptr(x), x->dtype, amp_tensor_ptr(mask), mask->dtype,
+        value, it, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// dropout mask
+
+// amp_rng_hash / amp_rng_uniform of amp-impl.h, on the device.
+__device__ __forceinline__ float rng_uniform(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (counter + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+__global__ void dropout_mask_kernel(void *mask, amp_dtype mt, float p, float scale, uint64_t seed,
+                                    uint64_t offset, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        cuda_store(mt, mask, i, rng_uniform(seed, offset + (uint64_t)i) < p ? 0.0f : scale);
+}
+
+void cuda_dropout_mask(void *bctx, amp_tensor_t *mask, float p, uint64_t seed, uint64_t offset) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(mask);
+    CUDA_ASSERT_FLOAT(mask);
+    const int64_t n = cuda_numel(mask);
+    if (n == 0) return;
+    const float keep = (float)(1.0 - (double)p); // as the CPU backend: Python's `1 - p`
+    dropout_mask_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
+        amp_tensor_ptr(mask), mask->dtype, p, 1.0f / keep, seed, offset, n);
+    CUDA_LAUNCH_CHECK();
+}

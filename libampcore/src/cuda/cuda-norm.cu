@@ -1,0 +1,160 @@
+/*
+ * cuda-norm.cu — layer_norm over the last dim, forward and backward.
+ *
+ * Forward: one block per row, the two-pass mean and biased variance of the CPU reference, mean
+ * and rstd (f32) written for backward. Backward: one block per row for dx with PyTorch's
+ * formula rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)); dw and db are
+ * column sums over the rows, split into f32 partials and finished by a second small kernel.
+ */
+#include "cuda-impl.h"
+
+__global__ void layer_norm_kernel(void *y, amp_dtype yt, float *mean, float *rstd, const void *x,
+                                  amp_dtype xt, const void *w, amp_dtype wt, const void *b,
+                                  amp_dtype bt, float eps, int64_t C) {
+    const int64_t base = blockIdx.x * C;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        s += cuda_load(xt, x, base + j);
+    const float mu = cuda_block_sum(s) / (float)C;
+    float q = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        const float d = cuda_load(xt, x, base + j) - mu;
+        q += d * d;
+    }
+    const float var = cuda_block_sum(q) / (float)C;
+    const float rs = 1.0f / sqrtf(var + eps);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        float o = (cuda_load(xt, x, base + j) - mu) * rs;
+        if (w) o = o * cuda_load(wt, w, j);
+        if (b) o = o + cuda_load(bt, b, j);
+        cuda_store(yt, y, base + j, o);
+    }
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
+static int norm_block(int64_t C) {
+    return C <= 256 ? 64 : C <= 1024 ? 256 : 512;
+}
+
+void cuda_layer_norm(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_tensor_t *rstd,
+                     const amp_tensor_t *x, const amp_tensor_t *w, const amp_tensor_t *b,
+                     float eps) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_CONTIGUOUS(x);
+    CUDA_ASSERT_FLOAT(y);
+    const int64_t C = x->ndim > 0 ? x->shape[x->ndim - 1] : 1, n = cuda_numel(x);
+    const int64_t rows = C > 0 ? n / C : 0;
+    AMP_ASSERT(cuda_numel(y) == n);
+    AMP_ASSERT(mean->dtype == AMP_DTYPE_F32 && cuda_numel(mean) == rows);
+    AMP_ASSERT(rstd->dtype == AMP_DTYPE_F32 && cuda_numel(rstd) == rows);
+    AMP_ASSERT(!w || cuda_numel(w) == C, "(weight must have %lld elements)", (long long)C);
+    AMP_ASSERT(!b || cuda_numel(b) == C, "(bias must have %lld elements)", (long long)C);
+    if (rows == 0) return;
+    layer_norm_kernel<<<(unsigned)rows, norm_block(C), 0, c->stream>>>(
+        amp_tensor_ptr(y), y->dtype, (float *)amp_tensor_ptr(mean), (float *)amp_tensor_ptr(rstd),
+        amp_tensor_ptr(x), x->dtype, w ? amp_tensor_ptr(w) : NULL, w ? w->dtype : AMP_DTYPE_F32,
+        b ? amp_tensor_ptr(b) : NULL, b ? b->dtype : AMP_DTYPE_F32, eps, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+__global__ void layer_norm_dx_kernel(void *dx, amp_dtype dxt, const void *dy, amp_dtype dyt,
+                                     const void *x, amp_dtype xt, const float *mean,
+                                     const float *rstd, const void *w, amp_dtype wt, int64_t C) {
+    const int64_t base = blockIdx.x * C;
+    const float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        const float g = cuda_load(dyt, dy, base + j) * (w ? cuda_load(wt, w, j) : 1.0f);
+        const float xh = (cuda_load(xt, x, base + j) - mu) * rs;
+        s1 += g;
+        s2 += g * xh;
+    }
+    s1 = cuda_block_sum(s1);
+    s2 = cuda_block_sum(s2);
+    const float fC = (float)C, term = (1.0f / fC) * rs;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        const float wv = w ? cuda_load(wt, w, j) : 1.0f;
+        const float xh = (cuda_load(xt, x, base + j) - mu) * rs;
+        float f = fC * wv * cuda_load(dyt, dy, base + j);
+        f -= xh * s2;
+        f -= s1;
+        cuda_store(dxt, dx, base + j, f * term);
+    }
+}
+
+// partial[chunk][0 or 1][col]: sums of dy * x_hat and dy over the chunk's rows.
+__global__ void layer_norm_dwdb_kernel(float *partial, const void *dy, amp_dtype dyt, const void *x,
+                                       amp_dtype xt, const float *mean, const float *rstd,
+                                       int64_t rows, int64_t C, int64_t rows_per_chunk) {
+    const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    const int64_t r0 = blockIdx.y * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float sw = 0.0f, sb = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const float g = cuda_load(dyt, dy, r * C + col);
+        sw += g * ((cuda_load(xt, x, r * C + col) - mean[r]) * rstd[r]);
+        sb += g;
+    }
+    partial[(blockIdx.y * 2) * C + col] = sw;
+    partial[(blockIdx.y * 2 + 1) * C + col] = sb;
+}
+
+__global__ void layer_norm_dwdb_finish_kernel(void *dw, amp_dtype dwt, void *db, amp_dtype dbt,
+                                              const float *partial, int chunks, int64_t C) {
+    const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        sw += partial[(2 * k) * C + col];
+        sb += partial[(2 * k + 1) * C + col];
+    }
+    if (dw) cuda_store(dwt, dw, col, sw);
+    if (db) cuda_store(dbt, db, col, sb);
+}
+
+void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, amp_tensor_t *db,
+                              const amp_tensor_t *dy, const amp_tensor_t *x,
+                              const amp_tensor_t *mean, const amp_tensor_t *rstd,
+                              const amp_tensor_t *w) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(dx);
+    CUDA_ASSERT_CONTIGUOUS(dy);
+    CUDA_ASSERT_CONTIGUOUS(x);
+    CUDA_ASSERT_FLOAT(dx);
+    const int64_t C = x->ndim > 0 ? x->shape[x->ndim - 1] : 1, n = cuda_numel(x);
+    const int64_t rows = C > 0 ? n / C : 0;
+    AMP_ASSERT(cuda_numel(dx) == n && cuda_numel(dy) == n);
+    AMP_ASSERT(mean->dtype == AMP_DTYPE_F32 && cuda_numel(mean) == rows);
+    AMP_ASSERT(rstd->dtype == AMP_DTYPE_F32 && cuda_numel(rstd) == rows);
+    AMP_ASSERT(!w || cuda_numel(w) == C);
+    AMP_ASSERT(!dw || cuda_numel(dw) == C);
+    AMP_ASSERT(!db || cuda_numel(db) == C);
+    if (C == 0) return;
+    const float *mp = (const float *)amp_tensor_ptr(mean),
+                *rp = (const float *)amp_tensor_ptr(rstd);
+    if (rows > 0)
+        layer_norm_dx_kernel<<<(unsigned)rows, norm_block(C), 0, c->stream>>>(
+            amp_tensor_ptr(dx), dx->dtype, amp_tensor_ptr(dy), dy->dtype, amp_tensor_ptr(x),
+            x->dtype, mp, rp, w ? amp_tensor_ptr(w) : NULL, w ? w->dtype : AMP_DTYPE_F32, C);
+    CUDA_LAUNCH_CHECK();
+    if (!dw && !db) return;
+    const int64_t col_blocks = (C + 255) / 256;
+    int chunks = (int)((4 * 132 + col_blocks - 1) / col_blocks);
+    if (chunks > rows) chunks = (int)rows;
+    if (chunks < 1) chunks = 1;
+    const int64_t per = rows > 0 ? (rows + chunks - 1) / chunks : 1;
+    chunks = rows > 0 ? (int)((rows + per - 1) / per) : 1;
+    float *partial = (float *)cuda_scratch(c, (size_t)chunks * 2 * (size_t)C * sizeof(float));
+    layer_norm_dwdb_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
+        partial, amp_tensor_ptr(dy), dy->dtype, amp_tensor_ptr(x), x->dtype, mp, rp, rows, C, per);
+    CUDA_LAUNCH_CHECK();
+    layer_norm_dwdb_finish_kernel<<<(unsigned)col_blocks, 256, 0, c->stream>>>(
+        dw ? amp_tensor_ptr(dw) : NULL, dw ? dw->dtype : AMP_DTYPE_F32,
+        db ? amp_tensor_ptr(db) : NULL, db ? db->dtype : AMP_DTYPE_F32, partial, chunks, C);
+    CUDA_LAUNCH_CHECK();
+}

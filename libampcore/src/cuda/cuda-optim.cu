@@ -1,0 +1,208 @@
+/*
+ * cuda-optim.cu — the GradScaler's fused unscale + non-finite check and the optimizer step, each
+ * over many tensors in few launches (multi-tensor apply).
+ *
+ * Up to MT_MAX tensors go into one launch; their pointers and sizes travel as a kernel argument
+ * (no upload, nothing the host must keep alive) and each block finds its tensor and chunk from
+ * the per-tensor first-block table. unscale follows _amp_foreach_non_finite_check_and_unscale_:
+ * the test is on the input value, found_inf is only ever set to 1, inv_scale == 1 writes
+ * nothing. The optimizers repeat the CPU reference's f32 arithmetic in torch.optim's order, with
+ * the scalars (bias corrections, step size) computed in double on the host.
+ */
+#include "cuda-impl.h"
+
+#include <math.h>
+
+#define MT_MAX 32
+#define MT_CHUNK 4096 // elements per block
+#define MT_BLOCK 256
+
+typedef struct mt_args {
+    void *p[4][MT_MAX]; // per slot: params/grads, grads, m, v (unscale uses slot 0)
+    int64_t n[MT_MAX];
+    int32_t first_block[MT_MAX + 1];
+    int8_t dtype[MT_MAX];
+    int count;
+} mt_args;
+
+// The tensor of block b and the block's element range in it.
+__device__ __forceinline__ int mt_locate(const mt_args &a, int64_t *begin, int64_t *end) {
+    const int b = blockIdx.x;
+    int t = 0;
+    while (t + 1 < a.count && a.first_block[t + 1] <= b)
+        t++;
+    *begin = (int64_t)(b - a.first_block[t]) * MT_CHUNK;
+    *end = *begin + MT_CHUNK < a.n[t] ? *begin + MT_CHUNK : a.n[t];
+    return t;
+}
+
+// Adds tensor t's chunks to a; returns false when a is full.
+static bool mt_add(mt_args *a, void *p0, void *p1, void *p2, void *p3, int64_t n, amp_dtype dt) {
+    if (a->count == MT_MAX) return false;
+    const int i = a->count++;
+    a->p[0][i] = p0;
+    a->p[1][i] = p1;
+    a->p[2][i] = p2;
+    a->p[3][i] = p3;
+    a->n[i] = n;
+    a->dtype[i] = (int8_t)dt;
+    const int64_t blocks = (n + MT_CHUNK - 1) / MT_CHUNK;
+    AMP_ASSERT(a->first_block[i] + blocks < INT32_MAX, "(tensor of %lld elements)", (long long)n);
+    a->first_block[i + 1] = a->first_block[i] + (int32_t)blocks;
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// unscale
+
+__global__ void __launch_bounds__(MT_BLOCK)
+    unscale_kernel(mt_args a, float inv_scale, float *found_inf) {
+    int64_t begin, end;
+    const int t = mt_locate(a, &begin, &end);
+    void *g = a.p[0][t];
+    const amp_dtype dt = (amp_dtype)a.dtype[t];
+    bool bad = false;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const float v = cuda_load(dt, g, i);
+        bad |= !isfinite(v);
+        if (inv_scale != 1.0f) cuda_store(dt, g, i, v * inv_scale);
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
+static void unscale_launch(cuda_ctx *c, const mt_args *a, float inv_scale, float *found_inf) {
+    if (a->count == 0 || a->first_block[a->count] == 0) return;
+    unscale_kernel<<<(unsigned)a->first_block[a->count], MT_BLOCK, 0, c->stream>>>(*a, inv_scale,
+                                                                                   found_inf);
+    CUDA_LAUNCH_CHECK();
+}
+
+void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+                  amp_tensor_t *found_inf) {
+    cuda_ctx *c = cuda_of(bctx);
+    AMP_ASSERT(found_inf->dtype == AMP_DTYPE_F32 && cuda_numel(found_inf) == 1);
+    float *fp = (float *)amp_tensor_ptr(found_inf);
+    mt_args a = {};
+    for (int t = 0; t < n; t++) {
+        amp_tensor_t *g = grads[t];
+        CUDA_ASSERT_CONTIGUOUS(g);
+        CUDA_ASSERT_FLOAT(g);
+        if (!mt_add(&a, amp_tensor_ptr(g), NULL, NULL, NULL, cuda_numel(g), g->dtype)) {
+            unscale_launch(c, &a, inv_scale, fp);
+            a = mt_args{};
+            mt_add(&a, amp_tensor_ptr(g), NULL, NULL, NULL, cuda_numel(g), g->dtype);
+        }
+    }
+    unscale_launch(c, &a, inv_scale, fp);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers (f32 parameters, gradients and state)
+
+typedef struct optim_scalars {
+    int kind; // amp_optim_kind
+    int64_t step;
+    float lr, weight_decay, momentum, damp1, beta2, eps;
+    bool nesterov;
+    float decay, w1, w2, step_size, bc2_sqrt; // Adam / AdamW
+} optim_scalars;
+
+__global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalars o) {
+    int64_t begin, end;
+    const int t = mt_locate(a, &begin, &end);
+    float *p = (float *)a.p[0][t];
+    const float *g = (const float *)a.p[1][t];
+    float *m = (float *)a.p[2][t], *v = (float *)a.p[3][t];
+    if (o.kind == AMP_OPTIM_SGD) {
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            float gi = g[i];
+            if (o.weight_decay != 0.0f) gi = gi + o.weight_decay * p[i];
+            if (o.momentum != 0.0f) {
+                m[i] = o.step == 1 ? gi : m[i] * o.momentum + o.damp1 * gi;
+                gi = o.nesterov ? gi + o.momentum * m[i] : m[i];
+            }
+            p[i] = p[i] + -o.lr * gi;
+        }
+        return;
+    }
+    const bool decoupled = o.kind == AMP_OPTIM_ADAMW;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        float gi = g[i], pi = p[i];
+        if (o.weight_decay != 0.0f) {
+            if (decoupled)
+                pi = pi * o.decay;
+            else
+                gi = gi + o.weight_decay * pi;
+        }
+        float mi = m[i];
+        mi = fabsf(o.w1) < 0.5f ? mi + o.w1 * (gi - mi) : gi - (gi - mi) * (1.0f - o.w1);
+        const float vi = v[i] * o.beta2 + o.w2 * gi * gi;
+        const float denom = sqrtf(vi) / o.bc2_sqrt + o.eps;
+        p[i] = pi + o.step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) {
+    if (a->count == 0 || a->first_block[a->count] == 0) return;
+    optim_kernel<<<(unsigned)a->first_block[a->count], MT_BLOCK, 0, c->stream>>>(*a, *o);
+    CUDA_LAUNCH_CHECK();
+}
+
+void cuda_optim_step(void *bctx, const amp_optim_params *op, int64_t step,
+                     amp_tensor_t *const *params, amp_tensor_t *const *grads,
+                     amp_tensor_t *const *m, amp_tensor_t *const *v, int n) {
+    cuda_ctx *c = cuda_of(bctx);
+    AMP_ASSERT(step >= 1, "(steps count from 1)");
+    const bool adam = op->kind == AMP_OPTIM_ADAM || op->kind == AMP_OPTIM_ADAMW;
+    AMP_ASSERT(adam || op->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)op->kind);
+    optim_scalars o = {};
+    o.kind = op->kind;
+    o.step = step;
+    o.lr = op->lr;
+    o.weight_decay = op->weight_decay;
+    o.momentum = op->momentum;
+    o.damp1 = (float)(1.0 - (double)op->dampening);
+    o.nesterov = op->nesterov;
+    o.beta2 = op->beta2;
+    o.eps = op->eps;
+    if (adam) {
+        o.decay = (float)(1.0 - (double)op->lr * (double)op->weight_decay);
+        o.w1 = (float)(1.0 - (double)op->beta1);
+        o.w2 = (float)(1.0 - (double)op->beta2);
+        const double bc1 = 1.0 - pow((double)op->beta1, (double)step);
+        const double bc2 = 1.0 - pow((double)op->beta2, (double)step);
+        o.step_size = (float)-((double)op->lr / bc1);
+        o.bc2_sqrt = (float)sqrt(bc2);
+    }
+    mt_args a = {};
+    for (int t = 0; t < n; t++) {
+        amp_tensor_t *p = params[t];
+        const amp_tensor_t *g = grads[t];
+        const int64_t count = cuda_numel(p);
+        AMP_ASSERT(p->dtype == AMP_DTYPE_F32 && g->dtype == AMP_DTYPE_F32, "(param %d)", t);
+        AMP_ASSERT(cuda_numel(g) == count);
+        CUDA_ASSERT_CONTIGUOUS(p);
+        CUDA_ASSERT_CONTIGUOUS(g);
+        amp_tensor_t *mt = m ? m[t] : NULL, *vt = v ? v[t] : NULL;
+        if (adam || op->momentum != 0.0f) {
+            AMP_ASSERT(mt && mt->dtype == AMP_DTYPE_F32 && cuda_numel(mt) == count,
+                       "(param %d needs an f32 first-moment / momentum buffer)", t);
+            CUDA_ASSERT_CONTIGUOUS(mt);
+        }
+        if (adam) {
+            AMP_ASSERT(vt && vt->dtype == AMP_DTYPE_F32 && cuda_numel(vt) == count,
+                       "(param %d needs an f32 second-moment buffer)", t);
+            CUDA_ASSERT_CONTIGUOUS(vt);
+        }
+        void *pp = amp_tensor_ptr(p), *gp = amp_tensor_ptr(g);
+        void *mp = mt ? amp_tensor_ptr(mt) : NULL, *vp = vt ? amp_tensor_ptr(vt) : NULL;
+        if (!mt_add(&a, pp, gp, mp, vp, count, AMP_DTYPE_F32)) {
+            optim_launch(c, &a, &o);
+            a = mt_args{};
+            mt_add(&a, pp, gp, mp, vp, count, AMP_DTYPE_F32);
+        }
+    }
+    optim_launch(c, &a, &o);
+}

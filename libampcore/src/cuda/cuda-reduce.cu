@@ -1,0 +1,146 @@
+/*
+ * cuda-reduce.cu — reduce_sum: y = alpha * x summed over the dims where y has size 1 (the
+ * gradient of a broadcast), f32 accumulation.
+ *
+ * After merging neighbouring dims of one kind the shape is either (R, K) — rows summed into one
+ * row, a bias gradient — or anything else. (R, K) runs as coalesced column sums split over R
+ * into f32 partials and a second pass; anything else gives each output one or more blocks
+ * (enough to fill the GPU) whose threads stride over a slice of its reduced elements, with the
+ * blocks' partial sums added by the same second pass.
+ */
+#include "cuda-impl.h"
+
+// Shape and x-strides of one class of dims (kept or reduced), outermost first.
+typedef struct reduce_dims {
+    int ndim;
+    int64_t shape[AMP_MAX_DIMS], stride[AMP_MAX_DIMS];
+    int64_t count;
+} reduce_dims;
+
+// Offset of index i of d in x; 32-bit arithmetic when x has fewer than 2^31 elements.
+__device__ __forceinline__ int64_t dims_offset(const reduce_dims &d, int64_t i, bool small) {
+    int64_t off = 0;
+    if (small) {
+        uint32_t j = (uint32_t)i;
+        for (int k = d.ndim - 1; k >= 0; k--) {
+            off += (int64_t)(j % (uint32_t)d.shape[k]) * d.stride[k];
+            j /= (uint32_t)d.shape[k];
+        }
+        return off;
+    }
+    for (int k = d.ndim - 1; k >= 0; k--) {
+        off += (i % d.shape[k]) * d.stride[k];
+        i /= d.shape[k];
+    }
+    return off;
+}
+
+#define REDUCE_BLOCK 256
+
+// Output o = blockIdx.x, reduced elements [blockIdx.y * per, +per): partial[blockIdx.y][o].
+__global__ void reduce_general_kernel(float *partial, const void *x, amp_dtype xt, reduce_dims kept,
+                                      reduce_dims red, int64_t per, bool small) {
+    const int64_t o = blockIdx.x, base = dims_offset(kept, o, small);
+    const int64_t r0 = blockIdx.y * per, r1 = r0 + per < red.count ? r0 + per : red.count;
+    float s = 0.0f;
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
+        s += cuda_load(xt, x, base + dims_offset(red, r, small));
+    s = cuda_block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.y * kept.count + o] = s;
+}
+
+// Column sums of x (rows, cols), rows split into gridDim.y chunks: partial[chunk][col].
+__global__ void reduce_cols_kernel(float *partial, const void *x, amp_dtype xt, int64_t rows,
+                                   int64_t cols, int64_t rows_per_chunk) {
+    const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    const int64_t r0 = blockIdx.y * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float s = 0.0f;
+    for (int64_t r = r0; r < r1; r++)
+        s += cuda_load(xt, x, r * cols + col);
+    partial[blockIdx.y * cols + col] = s;
+}
+
+__global__ void reduce_partials_kernel(void *y, amp_dtype yt, const float *partial, int chunks,
+                                       int64_t cols, float alpha) {
+    const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    float s = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        s += partial[k * cols + col];
+    cuda_store(yt, y, col, s * alpha);
+}
+
+void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_CONTIGUOUS(x);
+    CUDA_ASSERT_FLOAT(y);
+    AMP_ASSERT(x->ndim == y->ndim);
+    const int64_t ny = cuda_numel(y);
+    if (ny == 0) return;
+    int64_t xstride[AMP_MAX_DIMS];
+    cuda_contiguous_strides(x->ndim, x->shape, xstride);
+    // Classify and merge: kind[d] = 1 where summed over.
+    int nd = 0, kind[AMP_MAX_DIMS];
+    int64_t shape[AMP_MAX_DIMS], stride[AMP_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        AMP_ASSERT(y->shape[d] == x->shape[d] || y->shape[d] == 1, "(dim %d)", d);
+        if (x->shape[d] == 1) continue;
+        const int k = y->shape[d] != x->shape[d];
+        if (nd > 0 && kind[nd - 1] == k) { // contiguous x: the outer dim steps over this one
+            shape[nd - 1] *= x->shape[d];
+            stride[nd - 1] = xstride[d];
+            continue;
+        }
+        kind[nd] = k;
+        shape[nd] = x->shape[d];
+        stride[nd] = xstride[d];
+        nd++;
+    }
+    reduce_dims kept = {0, {0}, {0}, 1}, red = {0, {0}, {0}, 1};
+    for (int d = 0; d < nd; d++) {
+        reduce_dims *r = kind[d] ? &red : &kept;
+        r->shape[r->ndim] = shape[d];
+        r->stride[r->ndim] = stride[d];
+        r->ndim++;
+        r->count *= shape[d];
+    }
+    if (kept.ndim == 0) kept = {1, {1}, {0}, 1};
+    if (red.ndim == 0) red = {1, {1}, {0}, 1};
+    const void *xp = amp_tensor_ptr(x);
+    void *yp = amp_tensor_ptr(y);
+    if (nd == 2 && kind[0] == 1 && kind[1] == 0 && kept.count >= 64) { // (R, K): column sums
+        const int64_t rows = red.count, cols = kept.count;
+        const int64_t col_blocks = (cols + 255) / 256;
+        int chunks = (int)((2 * 132 + col_blocks - 1) / col_blocks); // about two waves of blocks
+        if (chunks > rows) chunks = (int)rows;
+        if (chunks < 1) chunks = 1;
+        const int64_t per = (rows + chunks - 1) / chunks;
+        chunks = (int)((rows + per - 1) / per);
+        float *partial = (float *)cuda_scratch(c, (size_t)chunks * (size_t)cols * sizeof(float));
+        reduce_cols_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
+            partial, xp, x->dtype, rows, cols, per);
+        CUDA_LAUNCH_CHECK();
+        reduce_partials_kernel<<<(unsigned)col_blocks, 256, 0, c->stream>>>(yp, y->dtype, partial,
+                                                                            chunks, cols, alpha);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    AMP_ASSERT(kept.count == ny && ny <= INT32_MAX);
+    // Enough blocks to fill the GPU a few times over, each summing at least 1024 elements.
+    int64_t splits = (4 * 132 + ny - 1) / ny, most = (red.count + 1023) / 1024;
+    splits = splits > most ? most : splits;
+    splits = splits < 1 ? 1 : splits > 65535 ? 65535 : splits;
+    const int64_t per = (red.count + splits - 1) / splits;
+    splits = (red.count + per - 1) / per;
+    if (splits < 1) splits = 1;
+    float *partial = (float *)cuda_scratch(c, (size_t)(splits * ny) * sizeof(float));
+    reduce_general_kernel<<<dim3((unsigned)ny, (unsigned)splits), REDUCE_BLOCK, 0, c->stream>>>(
+        partial, xp, x->dtype, kept, red, per, cuda_numel(x) <= INT32_MAX);
+    CUDA_LAUNCH_CHECK();
+    reduce_partials_kernel<<<cuda_grid(ny, 256), 256, 0, c->stream>>>(yp, y->dtype, partial,
+                                                                      (int)splits, ny, alpha);
+    CUDA_LAUNCH_CHECK();
+}

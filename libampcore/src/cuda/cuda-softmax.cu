@@ -1,0 +1,184 @@
+/*
+ * cuda-softmax.cu — softmax / log_softmax over the last dim and their backward, and nll_loss
+ * (mean reduction) with its backward: the pieces of cross-entropy.
+ *
+ * One block per row: max, then the f32 sum of exp(x - max), then the store (log_softmax is
+ * x - (max + log(sum)), as the CPU and PyTorch compute it). A masked (-inf) entry gives exactly
+ * 0; an all -inf row gives NaN, like PyTorch. nll_loss never leaves the device: the loss and
+ * its gradient read dloss there, so there is no host sync in the loss.
+ */
+#include "cuda-impl.h"
+
+#include <math.h>
+
+template <typename TX, typename TY>
+__global__ void softmax_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x, int64_t C) {
+    const TX *xr = x + blockIdx.x * C;
+    TY *yr = y + blockIdx.x * C;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        mx = fmaxf(mx, cuda_io<TX>::load(xr[j]));
+    mx = cuda_block_max(mx);
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+        s += expf(cuda_io<TX>::load(xr[j]) - mx);
+    s = cuda_block_sum(s);
+    if (log) {
+        const float logsum = mx + logf(s);
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+            yr[j] = cuda_io<TY>::store(cuda_io<TX>::load(xr[j]) - logsum);
+    } else {
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+            yr[j] = cuda_io<TY>::store(expf(cuda_io<TX>::load(xr[j]) - mx) / s);
+    }
+}
+
+// The same for rows of at most 8 * blockDim.x elements, each read once into registers.
+template <typename TX, typename TY>
+__global__ void softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x,
+                                   int64_t C) {
+    const TX *xr = x + blockIdx.x * C;
+    TY *yr = y + blockIdx.x * C;
+    float v[8];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        v[k] = j < C ? cuda_io<TX>::load(xr[j]) : -INFINITY;
+        mx = fmaxf(mx, v[k]);
+    }
+    mx = cuda_block_max(mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (threadIdx.x + (int64_t)k * blockDim.x < C) s += expf(v[k] - mx);
+    s = cuda_block_sum(s);
+    const float logsum = mx + logf(s);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
+        if (j < C) yr[j] = cuda_io<TY>::store(log ? v[k] - logsum : expf(v[k] - mx) / s);
+    }
+}
+
+static int row_block(int64_t C) {
+    return C <= 128 ? 32 : C <= 512 ? 128 : C <= 2048 ? 256 : 512;
+}
+
+void cuda_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_CONTIGUOUS(x);
+    CUDA_ASSERT_FLOAT(y);
+    CUDA_ASSERT_FLOAT(x);
+    const int64_t C = x->ndim > 0 ? x->shape[x->ndim - 1] : 1, n = cuda_numel(x);
+    AMP_ASSERT(cuda_numel(y) == n && (y->ndim > 0 ? y->shape[y->ndim - 1] : 1) == C);
+    if (n == 0 || C == 0) return;
+    const int64_t rows = n / C;
+    AMP_ASSERT(rows <= INT32_MAX);
+    const int block = row_block(C);
+    CUDA_DISPATCH_FLOAT(x->dtype, TX, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
+                            if (C <= 8 * block)
+                                softmax_reg_kernel<TX, TY><<<(unsigned)rows, block, 0, c->stream>>>(
+                                    log, (TY *)amp_tensor_ptr(y), (const TX *)amp_tensor_ptr(x), C);
+                            else
+                                softmax_kernel<TX, TY><<<(unsigned)rows, block, 0, c->stream>>>(
+                                    log, (TY *)amp_tensor_ptr(y), (const TX *)amp_tensor_ptr(x), C);
+                        }));
+    CUDA_LAUNCH_CHECK();
+}
+
+// dx from dy and y, typed (under autocast softmax runs in f32 while dx is f16/bf16).
+template <typename TDX, typename TG, typename TY>
+__global__ void softmax_backward_kernel(bool log, TDX *__restrict__ dx, const TG *__restrict__ dy,
+                                        const TY *__restrict__ y, int64_t C) {
+    const int64_t base = blockIdx.x * C;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        const float g = cuda_io<TG>::load(dy[base + j]);
+        s += log ? g : g * cuda_io<TY>::load(y[base + j]);
+    }
+    s = cuda_block_sum(s);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+        const float g = cuda_io<TG>::load(dy[base + j]), yv = cuda_io<TY>::load(y[base + j]);
+        dx[base + j] = cuda_io<TDX>::store(log ? g - expf(yv) * s : yv * (g - s));
+    }
+}
+
+void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_tensor_t *dy,
+                           const amp_tensor_t *y) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(dx);
+    CUDA_ASSERT_CONTIGUOUS(dy);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_FLOAT(dx);
+    const int64_t C = y->ndim > 0 ? y->shape[y->ndim - 1] : 1, n = cuda_numel(y);
+    AMP_ASSERT(cuda_numel(dx) == n && cuda_numel(dy) == n);
+    if (n == 0 || C == 0) return;
+    CUDA_ASSERT_FLOAT(dy);
+    CUDA_ASSERT_FLOAT(y);
+    CUDA_DISPATCH_FLOAT(
+        dx->dtype, TDX,
+        CUDA_DISPATCH_FLOAT(dy->dtype, TG, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
+                                softmax_backward_kernel<TDX, TG, TY>
+                                    <<<(unsigned)(n / C), row_block(C), 0, c->stream>>>(
+                                        log, (TDX *)amp_tensor_ptr(dx),
+                                        (const TG *)amp_tensor_ptr(dy),
+                                        (const TY *)amp_tensor_ptr(y), C);
+                            })));
+    CUDA_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// nll_loss: one block sums -logp[r, target[r]]; an out-of-range target gives a NaN loss (the
+// device cannot abort the host; the CPU backend asserts).
+
+__global__ void nll_loss_kernel(void *loss, amp_dtype lt, const void *logp, amp_dtype pt,
+                                const void *target, amp_dtype tt, int64_t N, int64_t C) {
+    float s = 0.0f;
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
+        const int64_t t = cuda_load_index(tt, target, r);
+        s += (t >= 0 && t < C) ? -cuda_load(pt, logp, r * C + t) : NAN;
+    }
+    s = cuda_block_sum(s);
+    if (threadIdx.x == 0) cuda_store(lt, loss, 0, s / (float)N);
+}
+
+void cuda_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
+                   const amp_tensor_t *target) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(logp);
+    CUDA_ASSERT_CONTIGUOUS(target);
+    AMP_ASSERT(logp->ndim == 2 && cuda_numel(target) == logp->shape[0] && cuda_numel(loss) == 1);
+    AMP_ASSERT(target->dtype == AMP_DTYPE_I32 || target->dtype == AMP_DTYPE_I64);
+    nll_loss_kernel<<<1, 1024, 0, c->stream>>>(
+        amp_tensor_ptr(loss), loss->dtype, amp_tensor_ptr(logp), logp->dtype,
+        amp_tensor_ptr(target), target->dtype, logp->shape[0], logp->shape[1]);
+    CUDA_LAUNCH_CHECK();
+}
+
+__global__ void nll_loss_backward_kernel(void *dlogp, amp_dtype dt, const void *dloss, amp_dtype lt,
+                                         const void *target, amp_dtype tt, int64_t N, int64_t C) {
+    const float g = -(cuda_load(lt, dloss, 0) / (float)N);
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < N;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = cuda_load_index(tt, target, r);
+        if (t >= 0 && t < C) cuda_store(dt, dlogp, r * C + t, g);
+    }
+}
+
+void cuda_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t *dloss,
+                            const amp_tensor_t *target) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(dlogp);
+    CUDA_ASSERT_CONTIGUOUS(target);
+    CUDA_ASSERT_FLOAT(dlogp);
+    AMP_ASSERT(dlogp->ndim == 2 && cuda_numel(target) == dlogp->shape[0] && cuda_numel(dloss) == 1);
+    const int64_t N = dlogp->shape[0], C = dlogp->shape[1];
+    cuda_fill(bctx, dlogp, 0.0f);
+    if (N == 0) return;
+    nll_loss_backward_kernel<<<cuda_grid(N, 256), 256, 0, c->stream>>>(
+        amp_tensor_ptr(dlogp), dlogp->dtype, amp_tensor_ptr(dloss), dloss->dtype,
+        amp_tensor_ptr(target), target->dtype, N, C);
+    CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,236 @@
+/*
+ * cuda-unary.cu — elementwise activations and their backward (PyTorch's formulas, the same
+ * constants and operation order as the CPU reference), one f32 evaluation and one rounding per
+ * element. Inputs and outputs are contiguous; the 16-bit fast path moves 8 elements (16 bytes)
+ * per load when x and y share a dtype.
+ */
+#include "cuda-impl.h"
+
+#define GELU_SQRT1_2 ((float)M_SQRT1_2)
+#define GELU_TANH_BETA ((float)(M_SQRT2 * M_2_SQRTPI * 0.5))
+#define GELU_TANH_KAPPA 0.044715f
+#define GELU_PDF_BETA ((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5))
+
+// x ** e with pow_tensor_scalar's special cases.
+__device__ __forceinline__ float pow_scalar(float x, float e) {
+    if (e == 2.0f) return x * x;
+    if (e == 3.0f) return x * x * x;
+    if (e == 0.5f) return sqrtf(x);
+    if (e == -0.5f) return 1.0f / sqrtf(x);
+    if (e == -1.0f) return 1.0f / x;
+    if (e == -2.0f) return 1.0f / (x * x);
+    if (e == 1.0f) return x;
+    if (e == 0.0f) return 1.0f;
+    return powf(x, e);
+}
+
+__device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) {
+    switch (op) {
+    case AMP_UNARY_RELU:
+        return (v > 0.0f || isnan(v)) ? v : 0.0f;
+    case AMP_UNARY_GELU:
+        return v * 0.5f * (1.0f + erff(v * GELU_SQRT1_2));
+    case AMP_UNARY_GELU_TANH: {
+        const float cube = v * v * v, inner = GELU_TANH_BETA * (v + GELU_TANH_KAPPA * cube);
+        return 0.5f * v * (1.0f + tanhf(inner));
+    }
+    case AMP_UNARY_TANH:
+        return tanhf(v);
+    case AMP_UNARY_SIGMOID:
+        return 1.0f / (1.0f + expf(-v));
+    case AMP_UNARY_EXP:
+        return expf(v);
+    case AMP_UNARY_LOG:
+        return logf(v);
+    case AMP_UNARY_POW:
+        return pow_scalar(v, alpha);
+    case AMP_UNARY_SCALE:
+        return v * alpha;
+    case AMP_UNARY_ADD_SCALAR:
+        return v + alpha;
+    case AMP_UNARY_CLAMP_MIN:
+        return v < alpha ? alpha : v;
+    }
+    return v;
+}
+
+__device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g, float x, float y) {
+    switch (op) {
+    case AMP_UNARY_RELU:
+        return y <= 0.0f ? 0.0f : g;
+    case AMP_UNARY_GELU: {
+        const float cdf = 0.5f * (1.0f + erff(x * GELU_SQRT1_2));
+        const float pdf = expf(-0.5f * x * x) * GELU_PDF_BETA;
+        return g * (cdf + x * pdf);
+    }
+    case AMP_UNARY_GELU_TANH: {
+        const float x_sq = x * x, x_cube = x_sq * x;
+        const float inner = GELU_TANH_BETA * (x + GELU_TANH_KAPPA * x_cube);
+        const float t = tanhf(inner);
+        const float left = 0.5f * x, right = 1.0f + t;
+        const float left_derivative = 0.5f * right;
+        const float tanh_derivative = 1.0f - t * t;
+        const float inner_derivative = GELU_TANH_BETA * (1.0f + 3.0f * GELU_TANH_KAPPA * x_sq);
+        return g * (left_derivative + left * tanh_derivative * inner_derivative);
+    }
+    case AMP_UNARY_TANH:
+        return g * (1.0f - y * y);
+    case AMP_UNARY_SIGMOID:
+        return g * (1.0f - y) * y;
+    case AMP_UNARY_EXP:
+        return g * y;
+    case AMP_UNARY_LOG:
+        return g / x;
+    case AMP_UNARY_POW:
+        return alpha == 0.0f ? 0.0f : g * (alpha * pow_scalar(x, alpha - 1.0f));
+    case AMP_UNARY_SCALE:
+        return g * alpha;
+    case AMP_UNARY_ADD_SCALAR:
+        return g;
+    case AMP_UNARY_CLAMP_MIN:
+        return x >= alpha ? g : 0.0f;
+    }
+    return g;
+}
+
+// y = f(x), any dtypes.
+__global__ void unary_kernel(amp_unary_op op, float alpha, void *y, amp_dtype yt, const void *x,
+                             amp_dtype xt, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        cuda_store(yt, y, i, unary_f(op, alpha, cuda_load(xt, x, i)));
+}
+
+// y = f(x) for one 16-bit or f32 dtype, 16 bytes per thread and step.
+template <typename T>
+__global__ void unary_vec_kernel(amp_unary_op op, float alpha, T *__restrict__ y,
+                                 const T *__restrict__ x, int64_t n) {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t nv = n / V;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 raw = ((const uint4 *)x)[i];
+        T *v = (T *)&raw;
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
+        ((uint4 *)y)[i] = raw;
+    }
+    for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(x[i])));
+}
+
+static bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const amp_tensor_t *x) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_CONTIGUOUS(x);
+    CUDA_ASSERT_FLOAT(y);
+    const int64_t n = cuda_numel(y);
+    AMP_ASSERT(cuda_numel(x) == n);
+    if (n == 0) return;
+    void *yp = amp_tensor_ptr(y);
+    const void *xp = amp_tensor_ptr(x);
+    if (x->dtype == y->dtype && aligned16(yp) && aligned16(xp)) {
+        CUDA_DISPATCH_FLOAT(y->dtype, T, {
+            unary_vec_kernel<T><<<cuda_grid(n, 256, 16 / (int)sizeof(T)), 256, 0, c->stream>>>(
+                op, alpha, (T *)yp, (const T *)xp, n);
+        });
+    } else {
+        unary_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(op, alpha, yp, y->dtype, xp,
+                                                                  x->dtype, n);
+    }
+    CUDA_LAUNCH_CHECK();
+}
+
+// dx = dy * f'(x); x or y may be NULL when the op does not read it.
+__global__ void unary_backward_kernel(amp_unary_op op, float alpha, void *dx, amp_dtype dxt,
+                                      const void *dy, amp_dtype dyt, const void *x, amp_dtype xt,
+                                      const void *y, amp_dtype yt, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float xv = x ? cuda_load(xt, x, i) : 0.0f, yv = y ? cuda_load(yt, y, i) : 0.0f;
+        cuda_store(dxt, dx, i, unary_df(op, alpha, cuda_load(dyt, dy, i), xv, yv));
+    }
+}
+
+// The same for one dtype everywhere, 16 bytes per operand per step.
+template <typename T>
+__global__ void unary_backward_vec_kernel(amp_unary_op op, float alpha, T *__restrict__ dx,
+                                          const T *__restrict__ dy, const T *__restrict__ x,
+                                          const T *__restrict__ y, int64_t n) {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t nv = n / V;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 graw = ((const uint4 *)dy)[i], xraw = {0, 0, 0, 0}, yraw = {0, 0, 0, 0};
+        if (x) xraw = ((const uint4 *)x)[i];
+        if (y) yraw = ((const uint4 *)y)[i];
+        T *g = (T *)&graw, *xv = (T *)&xraw, *yv = (T *)&yraw;
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            g[j] = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g[j]),
+                                              cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
+        ((uint4 *)dx)[i] = graw;
+    }
+    for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float xv = x ? cuda_io<T>::load(x[i]) : 0.0f, yv = y ? cuda_io<T>::load(y[i]) : 0.0f;
+        dx[i] = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(dy[i]), xv, yv));
+    }
+}
+
+static bool needs_x(amp_unary_op op) {
+    return op == AMP_UNARY_GELU || op == AMP_UNARY_GELU_TANH || op == AMP_UNARY_LOG ||
+           op == AMP_UNARY_POW || op == AMP_UNARY_CLAMP_MIN;
+}
+
+static bool needs_y(amp_unary_op op) {
+    return op == AMP_UNARY_RELU || op == AMP_UNARY_TANH || op == AMP_UNARY_SIGMOID ||
+           op == AMP_UNARY_EXP;
+}
+
+void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
+                         const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(dx);
+    CUDA_ASSERT_CONTIGUOUS(dy);
+    CUDA_ASSERT_FLOAT(dx);
+    const int64_t n = cuda_numel(dx);
+    AMP_ASSERT(cuda_numel(dy) == n);
+    const amp_tensor_t *xn = needs_x(op) ? x : NULL, *yn = needs_y(op) ? y : NULL;
+    if (xn) {
+        AMP_ASSERT(cuda_numel(xn) == n, "(op %d needs x)", (int)op);
+        CUDA_ASSERT_CONTIGUOUS(xn);
+    }
+    if (yn) {
+        AMP_ASSERT(cuda_numel(yn) == n, "(op %d needs y)", (int)op);
+        CUDA_ASSERT_CONTIGUOUS(yn);
+    }
+    AMP_ASSERT(!needs_x(op) || xn, "(op %d needs x)", (int)op);
+    AMP_ASSERT(!needs_y(op) || yn, "(op %d needs y)", (int)op);
+    if (n == 0) return;
+    void *dxp = amp_tensor_ptr(dx);
+    const void *dyp = amp_tensor_ptr(dy), *xp = xn ? amp_tensor_ptr(xn) : NULL,
+               *yp = yn ? amp_tensor_ptr(yn) : NULL;
+    const bool same = dy->dtype == dx->dtype && (!xn || xn->dtype == dx->dtype) &&
+                      (!yn || yn->dtype == dx->dtype);
+    const bool al =
+        aligned16(dxp) && aligned16(dyp) && (!xp || aligned16(xp)) && (!yp || aligned16(yp));
+    if (same && al) {
+        CUDA_DISPATCH_FLOAT(dx->dtype, T, {
+            unary_backward_vec_kernel<T>
+                <<<cuda_grid(n, 256, 16 / (int)sizeof(T)), 256, 0, c->stream>>>(
+                    op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp, (const T *)yp, n);
+        });
+    } else {
+        unary_backward_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
+            op, alpha, dxp, dx->dtype, dyp, dy->dtype, xp, xn ? xn->dtype : AMP_DTYPE_F32, yp,
+            yn ? yn->dtype : AMP_DTYPE_F32, n);
+    }
+    CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,201 @@
+/*
+ * report_bench.c — how long `ampprobe report` takes on a large run: builds a synthetic run
+ * database (the real schema, from the collector) with 100k steps and 1M kernels (10 per step,
+ * each with its launch API call and the AMP_OPS row that launched it), per-layer statistics and
+ * a GradScaler history, then times the model load, the rules and the json and html formats, and
+ * prints the numbers (wall and CPU time: on a busy machine the CPU time is the fairer one).
+ * Target: the whole report in <= 5 s.
+ *
+ *   build/bench/report_bench [--steps N] [--kernels-per-step K] [--keep PATH]
+ */
+#include "amp-store.h"
+#include "report.h"
+
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LAYERS 5
+#define STEP_NS 2000000LL // 2 ms steps
+#define GPID (1LL << 24)  // globalPid of pid 1
+
+static double clock_s(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double now_s(void) {
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+static void check(int rc, sqlite3 *db, const char *what) {
+    if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return;
+    fprintf(stderr, "report_bench: %s: %s\n", what, sqlite3_errmsg(db));
+    exit(1);
+}
+
+static sqlite3_stmt *prep(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *q;
+    check(sqlite3_prepare_v2(db, sql, -1, &q, NULL), db, sql);
+    return q;
+}
+
+static void put(sqlite3 *db, sqlite3_stmt *q, const char *what) {
+    check(sqlite3_step(q), db, what);
+    sqlite3_reset(q);
+}
+
+static void build(const char *path, int64_t steps, int kernels_per_step) {
+    amp_collector_t *c;
+    if (amp_collector_new(path, NULL, &c) != AMP_OK || amp_collector_finish(c, 0) != AMP_OK) {
+        fprintf(stderr, "report_bench: cannot create %s: %s\n", path, amp_last_error());
+        exit(1);
+    }
+    amp_collector_free(c);
+    sqlite3 *db;
+    check(sqlite3_open(path, &db), db, path);
+    check(sqlite3_exec(db,
+                       "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; BEGIN;"
+                       "INSERT INTO AMP_LAYERS VALUES (1, 0, NULL, 'blocks.0.attn'), "
+                       "(1, 1, NULL, 'blocks.0.mlp'), (1, 2, NULL, 'blocks.1.attn'), "
+                       "(1, 3, NULL, 'blocks.1.mlp'), (1, 4, NULL, 'head');"
+                       "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_gemm'), "
+                       "(2, 'vectorized_elementwise_kernel'), (3, 'cudaLaunchKernel');"
+                       "INSERT INTO TARGET_INFO_GPU (vmId, id, name, memoryBandwidth) VALUES "
+                       "(0, 0, 'NVIDIA H200', 4800000000000);"
+                       "INSERT OR REPLACE INTO META VALUES ('device', 'cuda', 1);",
+                       NULL, NULL, NULL),
+          db, "setup");
+    sqlite3_stmt *st = prep(db, "INSERT INTO AMP_STEPS VALUES (1, ?1, ?2, ?3, ?4, 1, 0.9, 65536, "
+                                "65536, 0, 0)");
+    sqlite3_stmt *sc = prep(db, "INSERT INTO AMP_SCALE VALUES (1, ?1, 65536, 65536, 0, 0, 0)");
+    sqlite3_stmt *ts =
+        prep(db, "INSERT INTO AMP_TENSOR_STATS VALUES (1, ?1, ?2, 'linear', "
+                 "'activation', 'f16', 'f16', 65536, -?3, ?3, ?3, 0, 0, 0, 0, 3, 10)");
+    sqlite3_stmt *op = prep(db, "INSERT INTO AMP_OPS VALUES (1, ?1, ?2, ?3, 'fwd', ?4, ?5, ?6, "
+                                "'(64, 1024),(1024, 1024)', ?7, ?8, ?9, ?10)");
+    sqlite3_stmt *rt =
+        prep(db, "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?1, ?2, 0, ?3, ?4, "
+                 "3, 0, NULL)");
+    sqlite3_stmt *k = prep(db, "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, "
+                               "contextId, streamId, correlationId, globalPid, demangledName, "
+                               "shortName, registersPerThread, gridX, gridY, gridZ, blockX, "
+                               "blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
+                               "localMemoryPerThread, localMemoryTotal, gridId) VALUES (?1, ?2, "
+                               "0, 1, 7, ?3, ?4, ?5, ?5, 64, 66, 2, 1, 384, 1, 1, 0, 0, 0, 0, ?3)");
+    int64_t corr = 0;
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t t0 = s * STEP_NS;
+        sqlite3_bind_int64(st, 1, s);
+        sqlite3_bind_int64(st, 2, t0);
+        sqlite3_bind_int64(st, 3, t0 + STEP_NS - 1);
+        sqlite3_bind_double(st, 4, 4.0 / (1.0 + (double)s * 1e-4));
+        put(db, st, "steps");
+        sqlite3_bind_int64(sc, 1, s);
+        put(db, sc, "scale");
+        for (int l = 0; l < LAYERS; l++) {
+            sqlite3_bind_int64(ts, 1, s);
+            sqlite3_bind_int(ts, 2, l);
+            sqlite3_bind_double(ts, 3, 4.0 + l + (double)(s % 97) * 0.01);
+            put(db, ts, "stats");
+        }
+        for (int j = 0; j < kernels_per_step; j++, corr++) {
+            bool gemm = j % 2 == 0;
+            int64_t host = t0 + 1000 + j * 20000; // each op launches one kernel
+            sqlite3_bind_int64(op, 1, s);
+            sqlite3_bind_int(op, 2, j % LAYERS);
+            sqlite3_bind_text(op, 3, gemm ? "linear" : "gelu", -1, SQLITE_STATIC);
+            sqlite3_bind_text(op, 4, gemm ? "f16,f16" : "f16", -1, SQLITE_STATIC);
+            sqlite3_bind_text(op, 5, "f16", -1, SQLITE_STATIC);
+            sqlite3_bind_text(op, 6, gemm ? "lower_precision_fp" : "native", -1, SQLITE_STATIC);
+            sqlite3_bind_int64(op, 7, gemm ? 2LL * 64 * 1024 * 1024 : 65536);
+            sqlite3_bind_int64(op, 8, gemm ? 2LL * (64 * 1024 + 1024 * 1024 + 64 * 1024) : 262144);
+            sqlite3_bind_int64(op, 9, host);
+            sqlite3_bind_int64(op, 10, host + 15000);
+            put(db, op, "ops");
+            sqlite3_bind_int64(rt, 1, host + 100);
+            sqlite3_bind_int64(rt, 2, host + 4000);
+            sqlite3_bind_int64(rt, 3, GPID + 11);
+            sqlite3_bind_int64(rt, 4, corr);
+            put(db, rt, "runtime");
+            int64_t ks = t0 + 30000 + j * 120000;
+            sqlite3_bind_int64(k, 1, ks);
+            sqlite3_bind_int64(k, 2, ks + (gemm ? 90000 : 4000));
+            sqlite3_bind_int64(k, 3, corr);
+            sqlite3_bind_int64(k, 4, GPID);
+            sqlite3_bind_int(k, 5, gemm ? 1 : 2);
+            put(db, k, "kernels");
+        }
+    }
+    sqlite3_stmt *all[] = {st, sc, ts, op, rt, k};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        sqlite3_finalize(all[i]);
+    check(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), db, "commit");
+    sqlite3_close(db);
+}
+
+int main(int argc, char **argv) {
+    int64_t steps = 100000;
+    int per_step = 10;
+    const char *keep = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--steps") == 0)
+            steps = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--kernels-per-step") == 0)
+            per_step = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--keep") == 0)
+            keep = argv[i + 1];
+    }
+    char path[256];
+    if (keep)
+        snprintf(path, sizeof path, "%s", keep);
+    else
+        snprintf(path, sizeof path, "/tmp/report_bench.%d.sqlite", (int)getpid());
+    unlink(path);
+    double t0 = now_s();
+    build(path, steps, per_step);
+    double t1 = now_s();
+    printf("built %s: %lld steps, %lld kernels, %lld ops in %.2f s\n", path, (long long)steps,
+           (long long)steps * per_step, (long long)steps * per_step, t1 - t0);
+
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX > REPORT_ERR_MAX ? AMP_STORE_ERR_MAX : REPORT_ERR_MAX];
+    if (amp_store_open_readonly(path, &db, err) != AMP_OK) {
+        fprintf(stderr, "report_bench: %s\n", err);
+        return 1;
+    }
+    report_model m;
+    double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID); // wall time suffers on a busy machine
+    double a = now_s();
+    if (report_model_load(db, path, INT64_MIN, INT64_MAX, &m, err) != AMP_OK) {
+        fprintf(stderr, "report_bench: %s\n", err);
+        return 1;
+    }
+    double b = now_s();
+    sqlite3_close(db);
+    report_findings f = {0};
+    report_run(&m, NULL, &f);
+    double c = now_s();
+    FILE *devnull = fopen("/dev/null", "w");
+    report_format_json(devnull, &m, &f);
+    double d = now_s();
+    report_format_html(devnull, &m, &f);
+    double e = now_s();
+    fclose(devnull);
+    printf("load %.3f s (kernels attributed to ops: %.0f%% of GPU time), rules %.3f s (%zu "
+           "findings), json %.3f s, html %.3f s\n",
+           b - a,
+           100.0 * (double)m.perf.attributed_ns / (double)(m.perf.kernel_ns ? m.perf.kernel_ns : 1),
+           c - b, f.n, d - c, e - d);
+    printf("report time %.3f s wall, %.3f s CPU (target <= 5 s)\n", e - a,
+           clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu);
+    report_findings_free(&f);
+    report_model_free(&m);
+    if (!keep) unlink(path);
+    return 0;
+}

@@ -1,0 +1,377 @@
+/*
+ * diff.c — `ampprobe diff A B`: two runs side by side (typically fp32 vs AMP) and a verdict.
+ *
+ * From each run's model and findings: precision (META, else the autocast dtype of its ops),
+ * median step time and throughput, peak memory (not recorded yet: "not known"), skipped steps,
+ * the final loss (mean of the last 10% of steps), the loss curves compared step by step, the
+ * findings present in one run and not the other (by rule, severity, layer and op), and one
+ * sentence that answers "did AMP pay off, and is the loss the same?". When exactly one run uses
+ * autocast it is "the AMP run" and the other the baseline, whatever the argument order; a slower
+ * AMP run is explained from its amp-payoff finding (launch-bound, CPU emulation).
+ */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SAME_SPEED 0.05 // within 5%: "as fast"
+#define SAME_LOSS 0.02  // final losses within 2%: "same loss"
+#define DIVERGE 0.10    // per-step relative loss difference that counts as divergence
+
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return a < b ? -1 : a > b;
+}
+
+static const char *precision_of(const report_model *m) {
+    if (m->precision) return m->precision;
+    for (size_t i = 0; i < m->n_ops; i++)
+        if (strcmp(m->ops[i].policy, "lower_precision_fp") == 0) {
+            if (strcmp(m->ops[i].out_dtype, "bf16") == 0) return "bf16";
+            if (strcmp(m->ops[i].out_dtype, "f16") == 0) return "fp16";
+        }
+    for (size_t i = 0; i < m->n_ops; i++)
+        if (m->ops[i].policy[0]) return "amp";
+    return m->n_ops ? "fp32" : NULL;
+}
+
+void report_figures(const report_model *m, const report_findings *f, report_run_figures *r) {
+    *r = (report_run_figures){.precision = precision_of(m),
+                              .device = m->device,
+                              .step_ms = NAN,
+                              .throughput = NAN,
+                              .final_loss = NAN,
+                              .peak_mem = NAN};
+    for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
+        r->autocast = m->ops[i].policy[0] != 0;
+    double *d = malloc((m->n_steps + 1) * sizeof *d);
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        r->steps++;
+        r->skipped += s->skipped;
+        if (s->start_ns >= 0 && s->end_ns >= s->start_ns)
+            d[n++] = (double)(s->end_ns - s->start_ns);
+    }
+    if (n) {
+        qsort(d, n, sizeof *d, cmp_double);
+        r->step_ms = (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2) / 1e6;
+        r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
+    }
+    free(d);
+    size_t tail = m->n_steps / 10 ? m->n_steps / 10 : 1;
+    double sum = 0;
+    size_t k = 0;
+    bool broken = false;
+    for (size_t i = m->n_steps > tail ? m->n_steps - tail : 0; i < m->n_steps; i++) {
+        if (!m->steps[i].loss_finite)
+            broken = true;
+        else
+            sum += m->steps[i].loss, k++;
+    }
+    r->final_loss = broken ? NAN : k ? sum / (double)k : NAN;
+    for (size_t i = 0; i < f->n; i++) {
+        r->errors += f->v[i].severity == AMP_SEVERITY_ERROR;
+        r->warnings += f->v[i].severity == AMP_SEVERITY_WARNING;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons
+
+typedef struct loss_gap {
+    int64_t common; // steps both runs recorded a finite loss for
+    double max_rel, mean_rel;
+    int64_t max_step;     // where the largest difference is
+    int64_t diverge_step; // first step with a difference >= DIVERGE; -1: none
+} loss_gap;
+
+static void compare_losses(const report_model *a, const report_model *b, loss_gap *g) {
+    *g = (loss_gap){.max_step = -1, .diverge_step = -1};
+    size_t na = 0, nb = 0;
+    while (na < a->n_steps && a->steps[na].pid == a->steps[0].pid)
+        na++;
+    while (nb < b->n_steps && b->steps[nb].pid == b->steps[0].pid)
+        nb++;
+    double sum = 0;
+    for (size_t i = 0, j = 0; i < na && j < nb;) {
+        const report_step *x = &a->steps[i], *y = &b->steps[j];
+        if (x->step < y->step) {
+            i++;
+            continue;
+        }
+        if (y->step < x->step) {
+            j++;
+            continue;
+        }
+        if (x->loss_finite && y->loss_finite) {
+            double rel = fabs(y->loss - x->loss) / fmax(fabs(x->loss), 1e-12);
+            g->common++;
+            sum += rel;
+            if (rel > g->max_rel) g->max_rel = rel, g->max_step = x->step;
+            if (rel >= DIVERGE && g->diverge_step < 0) g->diverge_step = x->step;
+        }
+        i++, j++;
+    }
+    g->mean_rel = g->common ? sum / (double)g->common : NAN;
+}
+
+static bool same_finding(const report_finding *x, const report_finding *y) {
+    return strcmp(x->rule, y->rule) == 0 && x->severity == y->severity &&
+           strcmp(x->layer, y->layer) == 0 && strcmp(x->op, y->op) == 0;
+}
+
+static bool has_match(const report_finding *x, const report_findings *other) {
+    for (size_t i = 0; i < other->n; i++)
+        if (same_finding(x, &other->v[i])) return true;
+    return false;
+}
+
+static const report_finding *payoff(const report_findings *f) {
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->v[i].rule, "amp-payoff") == 0) return &f->v[i];
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The verdict
+
+void report_diff_verdict(const report_model *a, const report_findings *fa, const report_model *b,
+                         const report_findings *fb, char *buf, size_t n) {
+    report_run_figures ra, rb;
+    report_figures(a, fa, &ra);
+    report_figures(b, fb, &rb);
+    // the candidate: the AMP run when exactly one is, else B
+    bool swap = ra.autocast && !rb.autocast;
+    const report_run_figures *base = swap ? &rb : &ra, *cand = swap ? &ra : &rb;
+    const report_findings *fc = swap ? fa : fb;
+    const report_model *mc = swap ? a : b;
+    char name[64], other[64];
+    if (base->autocast != cand->autocast) {
+        snprintf(name, sizeof name, "AMP run (%s, %s)", swap ? "A" : "B", cand->precision);
+        snprintf(other, sizeof other, "the %s run", base->precision ? base->precision : "baseline");
+    } else {
+        snprintf(name, sizeof name, "B");
+        snprintf(other, sizeof other, "A");
+    }
+    size_t k = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int w_ = snprintf(buf + k, k < n ? n - k : 0, __VA_ARGS__);                                \
+        if (w_ > 0) k += (size_t)w_;                                                               \
+    } while (0)
+    if (cand->steps == 0 || base->steps == 0) {
+        snprintf(buf, n, "Cannot compare: %s recorded no step.", ra.steps == 0 ? "A" : "B");
+        return;
+    }
+    if (cand->errors && fc->n) {
+        PUT("%s broke: %s", name, fc->v[0].title);
+    } else if (isnan(base->step_ms) || isnan(cand->step_ms)) {
+        PUT("%s: no step times to compare", name);
+    } else {
+        double r = base->step_ms / cand->step_ms; // > 1: the candidate is faster
+        if (r >= 1.5)
+            PUT("%s is %.1fx faster than %s", name, r, other);
+        else if (r >= 1 + SAME_SPEED)
+            PUT("%s is %.0f%% faster than %s", name, 100 * (r - 1), other);
+        else if (1 / r >= 1.5)
+            PUT("%s is %.1fx slower than %s", name, 1 / r, other);
+        else if (r <= 1 - SAME_SPEED)
+            PUT("%s is %.0f%% slower than %s", name, 100 * (1 / r - 1), other);
+        else
+            PUT("%s is as fast as %s (within %.0f%%)", name, other, 100 * SAME_SPEED);
+        if (r <= 1 - SAME_SPEED && cand->autocast) {
+            const report_finding *p = payoff(fc);
+            bool cpu = mc->device && strcmp(mc->device, "cpu") == 0;
+            bool launch = p && strstr(p->title, "launch-bound");
+            if (cpu)
+                PUT(": the CPU backend has no Tensor Cores (fp16/bf16 are emulated around fp32 "
+                    "math)%s",
+                    launch ? ", and on a GPU this model would be launch-bound" : "");
+            else if (launch)
+                PUT(": launch-bound (its kernels are too short for Tensor Cores to matter)");
+        }
+    }
+    if (isnan(cand->final_loss) || isnan(base->final_loss))
+        PUT("; %s final loss is not finite", isnan(cand->final_loss) ? "its" : "the baseline's");
+    else {
+        double rel =
+            fabs(cand->final_loss - base->final_loss) / fmax(fabs(base->final_loss), 1e-12);
+        if (rel <= SAME_LOSS)
+            PUT(", same loss within %.1f%%", fmax(100 * rel, 0.1));
+        else
+            PUT(", final loss %.4g vs %.4g (%+.1f%%)", cand->final_loss, base->final_loss,
+                100 * (cand->final_loss - base->final_loss) / fmax(fabs(base->final_loss), 1e-12));
+    }
+    PUT(".");
+#undef PUT
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text and json
+
+// One row of the table: label, A, B, B vs A ("" leaves a cell empty).
+static void row(FILE *out, const char *label, const char *a, const char *b, const char *rel) {
+    fprintf(out, "%-22s %-18s %-18s %s\n", label, a, b, rel);
+}
+
+static const char *num(char *buf, size_t n, double v, const char *none) {
+    if (isnan(v))
+        snprintf(buf, n, "%s", none);
+    else
+        snprintf(buf, n, "%.4g", v);
+    return buf;
+}
+
+static void list_unmatched(FILE *out, const char *label, const report_findings *x,
+                           const report_findings *y) {
+    size_t shown = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        if (has_match(&x->v[i], y)) continue;
+        if (!shown++) fprintf(out, "\nFindings only in %s:\n", label);
+        fprintf(out, "  %-7s [%s] %s\n", amp_severity_name(x->v[i].severity), x->v[i].rule,
+                x->v[i].title);
+    }
+}
+
+void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,
+                      const report_model *b, const report_findings *fb) {
+    report_run_figures ra, rb;
+    report_figures(a, fa, &ra);
+    report_figures(b, fb, &rb);
+    char verdict[1024];
+    report_diff_verdict(a, fa, b, fb, verdict, sizeof verdict);
+    fprintf(out, "ampprobe diff\n  A: %s\n  B: %s\n\n%s\n\n", a->path, b->path, verdict);
+    char x[48], y[48], rel[48];
+    row(out, "", "A", "B", "B vs A");
+    row(out, "precision", ra.precision ? ra.precision : "?", rb.precision ? rb.precision : "?", "");
+    row(out, "device", ra.device ? ra.device : "?", rb.device ? rb.device : "?", "");
+    snprintf(x, sizeof x, "%lld", (long long)ra.steps);
+    snprintf(y, sizeof y, "%lld", (long long)rb.steps);
+    row(out, "steps", x, y, "");
+    snprintf(rel, sizeof rel, ra.step_ms > 0 && rb.step_ms > 0 ? "x%.2f" : "",
+             rb.step_ms / ra.step_ms);
+    row(out, "median step (ms)", num(x, sizeof x, ra.step_ms, "not recorded"),
+        num(y, sizeof y, rb.step_ms, "not recorded"), rel);
+    row(out, "throughput (steps/s)", num(x, sizeof x, ra.throughput, "not recorded"),
+        num(y, sizeof y, rb.throughput, "not recorded"), "");
+    row(out, "peak memory (MiB)", num(x, sizeof x, ra.peak_mem / 1048576, "not recorded"),
+        num(y, sizeof y, rb.peak_mem / 1048576, "not recorded"), "");
+    snprintf(x, sizeof x, "%lld", (long long)ra.skipped);
+    snprintf(y, sizeof y, "%lld", (long long)rb.skipped);
+    row(out, "skipped steps", x, y, "");
+    rel[0] = 0;
+    if (isfinite(ra.final_loss) && isfinite(rb.final_loss) && ra.final_loss != 0)
+        snprintf(rel, sizeof rel, "%+.2f%%",
+                 100 * (rb.final_loss - ra.final_loss) / fabs(ra.final_loss));
+    row(out, "final loss", num(x, sizeof x, ra.final_loss, "not finite"),
+        num(y, sizeof y, rb.final_loss, "not finite"), rel);
+    snprintf(x, sizeof x, "%zu / %zu", ra.errors, ra.warnings);
+    snprintf(y, sizeof y, "%zu / %zu", rb.errors, rb.warnings);
+    row(out, "errors / warnings", x, y, "");
+    loss_gap g;
+    compare_losses(a, b, &g);
+    if (g.common)
+        fprintf(out,
+                "\nLoss curves: %lld common steps with finite losses, mean difference %.2f%%, "
+                "largest %.2f%% at step %lld%s",
+                (long long)g.common, 100 * g.mean_rel, 100 * g.max_rel, (long long)g.max_step,
+                g.diverge_step >= 0 ? "" : ".\n");
+    if (g.common && g.diverge_step >= 0)
+        fprintf(out, "; they diverge by %.0f%% or more from step %lld.\n", 100 * DIVERGE,
+                (long long)g.diverge_step);
+    list_unmatched(out, "A", fa, fb);
+    list_unmatched(out, "B", fb, fa);
+}
+
+static void jstr(FILE *out, const char *s) {
+    if (!s) {
+        fputs("null", out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static void jnum(FILE *out, double v) {
+    if (isfinite(v))
+        fprintf(out, "%.9g", v);
+    else
+        fputs("null", out);
+}
+
+static void jstep(FILE *out, int64_t s) {
+    if (s >= 0)
+        fprintf(out, "%lld", (long long)s);
+    else
+        fputs("null", out);
+}
+
+static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
+                 const report_findings *mine, const report_findings *theirs) {
+    fputs("{\"file\": ", out);
+    jstr(out, m->path);
+    fputs(", \"precision\": ", out);
+    jstr(out, r->precision);
+    fputs(", \"device\": ", out);
+    jstr(out, r->device);
+    fprintf(out, ", \"autocast\": %s, \"steps\": %lld, \"skipped\": %lld, \"step_ms\": ",
+            r->autocast ? "true" : "false", (long long)r->steps, (long long)r->skipped);
+    jnum(out, r->step_ms);
+    fputs(", \"throughput\": ", out);
+    jnum(out, r->throughput);
+    fputs(", \"peak_memory\": ", out);
+    jnum(out, r->peak_mem);
+    fputs(", \"final_loss\": ", out);
+    jnum(out, r->final_loss);
+    fprintf(out, ", \"errors\": %zu, \"warnings\": %zu, \"only_here\": [", r->errors, r->warnings);
+    size_t k = 0;
+    for (size_t i = 0; i < mine->n; i++) {
+        if (has_match(&mine->v[i], theirs)) continue;
+        fputs(k++ ? ", {\"rule\": " : "{\"rule\": ", out);
+        jstr(out, mine->v[i].rule);
+        fputs(", \"severity\": ", out);
+        jstr(out, amp_severity_name(mine->v[i].severity));
+        fputs(", \"title\": ", out);
+        jstr(out, mine->v[i].title);
+        fputs("}", out);
+    }
+    fputs("]}", out);
+}
+
+void report_diff_json(FILE *out, const report_model *a, const report_findings *fa,
+                      const report_model *b, const report_findings *fb) {
+    report_run_figures ra, rb;
+    report_figures(a, fa, &ra);
+    report_figures(b, fb, &rb);
+    char verdict[1024];
+    report_diff_verdict(a, fa, b, fb, verdict, sizeof verdict);
+    loss_gap g;
+    compare_losses(a, b, &g);
+    fputs("{\"verdict\": ", out);
+    jstr(out, verdict);
+    fputs(",\n \"a\": ", out);
+    jrun(out, a, &ra, fa, fb);
+    fputs(",\n \"b\": ", out);
+    jrun(out, b, &rb, fb, fa);
+    fputs(",\n \"speedup\": ", out);
+    jnum(out, ra.step_ms / rb.step_ms);
+    fprintf(out, ", \"loss\": {\"common_steps\": %lld, \"mean_rel_diff\": ", (long long)g.common);
+    jnum(out, g.mean_rel);
+    fputs(", \"max_rel_diff\": ", out);
+    jnum(out, g.common ? g.max_rel : NAN);
+    fputs(", \"max_step\": ", out);
+    jstep(out, g.max_step);
+    fputs(", \"diverge_step\": ", out);
+    jstep(out, g.diverge_step);
+    fputs("}}\n", out);
+}

@@ -1,0 +1,688 @@
+/*
+ * report_perf.c — the kernel side of the report model: what CUDA capture recorded in the
+ * Nsight-named tables (CUPTI_ACTIVITY_KIND_KERNEL / _MEMCPY / _SYNCHRONIZATION / _RUNTIME,
+ * TARGET_INFO_GPU), narrowed to the time window of the focused steps and condensed into
+ * report_perf, the per-step kernel columns of report_step and the kernel columns of report_op.
+ *
+ * Kernels are tied to the op that launched them through the launch API call
+ * (kernel.correlationId = runtime.correlationId): the AMP_OPS row of the same process whose host
+ * interval holds the call's start. An op's analytic FLOPs and bytes are shared among its kernels
+ * by duration; that gives each kernel name an arithmetic intensity for the roofline.
+ *
+ * The card's ceilings, best first: those `ampprobe calibrate` measured on this GPU model and
+ * cached (probe/ceilings.h); TARGET_INFO_GPU.memoryBandwidth when recorded; the default table
+ * below (report/README.md documents it), marked as an assumption.
+ *
+ * Every table may be empty (a CPU run): then n_kernels is 0 and every figure 0. The kernels and
+ * AMP_OPS are each read in one table scan and joined in C (sorts and merges), so a run with a
+ * million kernels loads in a few seconds (report/bench).
+ */
+#include "report.h"
+
+#include "amp-impl.h"
+#include "ceilings.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+// ---------------------------------------------------------------------------------------------
+// The default ceilings (fp16/bf16 dense Tensor Core, fp32 without Tensor Cores, DRAM bandwidth)
+
+static const struct gpu_row {
+    const char *match; // case-insensitive substring of TARGET_INFO_GPU.name
+    double peak, peak_fp32, bandwidth;
+    const char *source;
+} gpu_table[] = {
+    // measured on this project's H200 (../shared/bench/README.md): cuBLAS bf16 GEMM, D2D copy
+    {"H200", 790e12, 67e12, 4.3e12, "H200 (measured: 790 TFLOP/s bf16/fp16 GEMM, 4.3 TB/s copy)"},
+    {"H100", 989e12, 67e12, 3.35e12, "H100 SXM (spec: 989 TFLOP/s fp16 dense, 3.35 TB/s)"},
+    {"A100", 312e12, 19.5e12, 2.0e12, "A100 (spec: 312 TFLOP/s fp16 dense, 2.0 TB/s)"},
+    {"L40S", 362e12, 91.6e12, 0.864e12, "L40S (spec: 362 TFLOP/s fp16 dense, 864 GB/s)"},
+    {"L4", 121e12, 30.3e12, 0.3e12, "L4 (spec: 121 TFLOP/s fp16 dense, 300 GB/s)"},
+    {"4090", 165e12, 82.6e12, 1.008e12, "RTX 4090 (spec: 165 TFLOP/s fp16, 1.0 TB/s)"},
+};
+
+void report_gpu_defaults(const char *name, report_gpu *g) {
+    const struct gpu_row *row = &gpu_table[0];
+    for (size_t i = 0; name && i < sizeof gpu_table / sizeof gpu_table[0]; i++) {
+        size_t n = strlen(gpu_table[i].match);
+        bool hit = false;
+        for (const char *p = name; *p && !hit; p++)
+            hit = strncasecmp(p, gpu_table[i].match, n) == 0;
+        if (hit) {
+            row = &gpu_table[i];
+            break;
+        }
+    }
+    g->peak_flops = row->peak;
+    g->peak_flops_fp32 = row->peak_fp32;
+    g->bandwidth = row->bandwidth;
+    g->peak_assumed = g->bandwidth_assumed = true;
+    g->table_entry = row->source;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries over the window [lo_ns, hi_ns] (?1, ?2)
+
+typedef struct loader {
+    sqlite3 *db;
+    report_model *m;
+    char *err;
+    int64_t lo_ns, hi_ns;
+} loader;
+
+static bool prep(loader *l, const char *sql, sqlite3_stmt **q) {
+    if (sqlite3_prepare_v2(l->db, sql, -1, q, NULL) != SQLITE_OK) {
+        snprintf(l->err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", l->m->path,
+                 sqlite3_errmsg(l->db));
+        return false;
+    }
+    if (sqlite3_bind_parameter_count(*q) >= 2) {
+        sqlite3_bind_int64(*q, 1, l->lo_ns);
+        sqlite3_bind_int64(*q, 2, l->hi_ns);
+    }
+    return true;
+}
+
+static bool done(loader *l, sqlite3_stmt *q, int rc) {
+    sqlite3_finalize(q);
+    if (rc == SQLITE_DONE) return true;
+    snprintf(l->err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", l->m->path,
+             sqlite3_errmsg(l->db));
+    return false;
+}
+
+static int64_t i64(sqlite3_stmt *q, int i) {
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? 0 : sqlite3_column_int64(q, i);
+}
+
+// The focused steps' window (everything when the focus is open or no step has times).
+static void window(loader *l) {
+    l->lo_ns = INT64_MIN;
+    l->hi_ns = INT64_MAX;
+    const report_model *m = l->m;
+    if (m->step_lo == INT64_MIN && m->step_hi == INT64_MAX) return;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        if (m->steps[i].start_ns < 0) continue;
+        if (m->steps[i].start_ns < lo) lo = m->steps[i].start_ns;
+        if (m->steps[i].end_ns > hi) hi = m->steps[i].end_ns;
+    }
+    if (lo <= hi) l->lo_ns = lo, l->hi_ns = hi;
+}
+
+static bool load_gpu(loader *l) {
+    report_gpu *g = &l->m->perf.gpu;
+    sqlite3_stmt *q;
+    if (!prep(l, "SELECT name, memoryBandwidth FROM TARGET_INFO_GPU ORDER BY id LIMIT 1", &q))
+        return false;
+    int rc = sqlite3_step(q);
+    const unsigned char *name = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
+    report_gpu_defaults(name ? (const char *)name : NULL, g);
+    if (rc == SQLITE_ROW) {
+        g->name = amp_xstrdup(name ? (const char *)name : "GPU");
+        if (sqlite3_column_type(q, 1) != SQLITE_NULL && sqlite3_column_double(q, 1) > 0) {
+            g->bandwidth = sqlite3_column_double(q, 1);
+            g->bandwidth_assumed = false;
+        }
+        rc = sqlite3_step(q);
+    }
+    amp_ceilings c;
+    if (g->name && amp_ceilings_load(g->name, &c)) {
+        double peak = fmax(c.gemm_flops_bf16, c.gemm_flops_f16); // fmax ignores a NaN
+        if (peak > 0) g->peak_flops = peak, g->peak_assumed = false;
+        if (c.gemm_flops_f32 > 0) g->peak_flops_fp32 = c.gemm_flops_f32;
+        if (c.dram_bytes_per_s > 0) g->bandwidth = c.dram_bytes_per_s, g->bandwidth_assumed = false;
+        g->table_entry = "measured by ampprobe calibrate";
+    }
+    return done(l, q, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small open-addressing tables: kernel names by shortName id, op groups by their key
+
+typedef struct id_table {
+    int64_t *ids;
+    int32_t *index; // -1: empty slot
+    size_t cap;     // a power of two
+} id_table;
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static void ids_init(id_table *t) {
+    t->cap = 256;
+    t->ids = amp_xmalloc(t->cap * sizeof *t->ids);
+    t->index = amp_xmalloc(t->cap * sizeof *t->index);
+    for (size_t i = 0; i < t->cap; i++)
+        t->index[i] = -1;
+}
+
+static void ids_free(id_table *t) {
+    free(t->ids);
+    free(t->index);
+}
+
+// The slot of id (holding it, or the empty one where it goes).
+static size_t ids_slot(const id_table *t, int64_t id) {
+    size_t i = mix((uint64_t)id) & (t->cap - 1);
+    while (t->index[i] >= 0 && t->ids[i] != id)
+        i = (i + 1) & (t->cap - 1);
+    return i;
+}
+
+static void ids_put(id_table *t, int64_t id, int32_t index) {
+    if (2 * (size_t)index + 2 > t->cap) { // keep it at most half full
+        id_table big = {.cap = 2 * t->cap};
+        big.ids = amp_xmalloc(big.cap * sizeof *big.ids);
+        big.index = amp_xmalloc(big.cap * sizeof *big.index);
+        for (size_t i = 0; i < big.cap; i++)
+            big.index[i] = -1;
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->index[i] >= 0) {
+                size_t j = ids_slot(&big, t->ids[i]);
+                big.ids[j] = t->ids[i];
+                big.index[j] = t->index[i];
+            }
+        ids_free(t);
+        *t = big;
+    }
+    size_t i = ids_slot(t, id);
+    t->ids[i] = id;
+    t->index[i] = index;
+}
+
+// The kernel-name index of a shortName id, adding an entry (named later) when new.
+static int32_t kernel_of(report_perf *p, id_table *t, int64_t id, size_t *cap) {
+    size_t slot = ids_slot(t, id);
+    if (t->index[slot] >= 0) return t->index[slot];
+    if (p->n_kernels == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        p->kernels = amp_xrealloc(p->kernels, *cap * sizeof *p->kernels);
+    }
+    int32_t k = (int32_t)p->n_kernels++;
+    p->kernels[k] = (report_kernel){0};
+    ids_put(t, id, k);
+    return k;
+}
+
+// Names the kernels from StringIds (t maps ids to them).
+static bool name_kernels(loader *l, const id_table *t) {
+    report_perf *p = &l->m->perf;
+    sqlite3_stmt *q;
+    if (!prep(l, "SELECT value FROM StringIds WHERE id = ?1", &q)) return false;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->index[i] < 0) continue;
+        sqlite3_bind_int64(q, 1, t->ids[i]);
+        int rc = sqlite3_step(q);
+        const unsigned char *v = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
+        p->kernels[t->index[i]].name = amp_xstrdup(v ? (const char *)v : "?");
+        sqlite3_reset(q);
+    }
+    return done(l, q, SQLITE_DONE);
+}
+
+// Steps in start time order, for mapping a timestamp to its step.
+typedef struct step_clock {
+    report_step **by_start;
+    size_t n, at;
+} step_clock;
+
+static int cmp_step_start(const void *pa, const void *pb) {
+    const report_step *a = *(report_step *const *)pa, *b = *(report_step *const *)pb;
+    return a->start_ns < b->start_ns ? -1 : a->start_ns > b->start_ns;
+}
+
+static void clock_init(step_clock *c, report_model *m) {
+    c->by_start = amp_xmalloc((m->n_steps + 1) * sizeof *c->by_start);
+    c->n = c->at = 0;
+    for (size_t i = 0; i < m->n_steps; i++)
+        if (m->steps[i].start_ns >= 0 && m->steps[i].end_ns >= m->steps[i].start_ns)
+            c->by_start[c->n++] = &m->steps[i];
+    qsort(c->by_start, c->n, sizeof *c->by_start, cmp_step_start);
+}
+
+// The step whose window holds t (t non-decreasing between calls); NULL: none.
+static report_step *clock_step(step_clock *c, int64_t t) {
+    while (c->at < c->n && c->by_start[c->at]->end_ns < t)
+        c->at++;
+    return c->at < c->n && c->by_start[c->at]->start_ns <= t ? c->by_start[c->at] : NULL;
+}
+
+static bool load_copies(loader *l) {
+    report_perf *p = &l->m->perf;
+    sqlite3_stmt *q;
+    if (!prep(l,
+              "SELECT start, end - start, bytes, copyKind, IFNULL(srcKind, 7) "
+              "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE start BETWEEN ?1 AND ?2 ORDER BY start",
+              &q))
+        return false;
+    step_clock c;
+    clock_init(&c, l->m);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t dur = i64(q, 1), bytes = i64(q, 2);
+        report_step *st = clock_step(&c, i64(q, 0));
+        if (st) st->copy_ns += dur;
+        if (i64(q, 3) != 1) continue; // CUDA_MEMCPY_KIND_HTOD
+        p->htod_copies++;
+        p->htod_bytes += bytes;
+        p->htod_ns += dur;
+        if (i64(q, 4) == 0) { // CUDA_MEMOPR_MEMORY_KIND_PAGEABLE
+            p->pageable_copies++;
+            p->pageable_bytes += bytes;
+        }
+    }
+    free(c.by_start);
+    if (!done(l, q, rc)) return false;
+
+    if (!prep(l,
+              "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
+              "WHERE start BETWEEN ?1 AND ?2",
+              &q))
+        return false;
+    if ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        p->syncs = i64(q, 0);
+        p->sync_ns = i64(q, 1);
+        rc = sqlite3_step(q);
+    }
+    return done(l, q, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels to ops
+
+typedef struct op_row {
+    int32_t pid;
+    int32_t group; // index into m->ops
+    int64_t start, end;
+    double flops, bytes;
+    int64_t kernel_ns;
+} op_row;
+
+typedef struct launch {
+    int32_t pid;        // process (globalPid >> 24)
+    int32_t kernel;     // index into perf.kernels
+    int64_t start, end; // the kernel
+    int64_t corr;       // correlationId; -1: none
+    int64_t at;         // host time of the launch call; -1: not found
+    int64_t row;        // op_row; -1: none
+} launch;
+
+static int cmp_row(const void *pa, const void *pb) {
+    const op_row *a = pa, *b = pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    return a->start < b->start ? -1 : a->start > b->start;
+}
+
+static int cmp_launch(const void *pa, const void *pb) {
+    const launch *a = pa, *b = pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    return a->at < b->at ? -1 : a->at > b->at;
+}
+
+static int cmp_start(const void *pa, const void *pb) {
+    const launch *a = pa, *b = pb;
+    return a->start < b->start ? -1 : a->start > b->start;
+}
+
+static int cmp_corr(const void *pa, const void *pb) {
+    const launch *a = pa, *b = pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    return a->corr < b->corr ? -1 : a->corr > b->corr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: one table scan (sorting in C beats an index walk over a million rows)
+
+static bool load_kernels(loader *l, id_table *names, launch **v, size_t *n) {
+    report_perf *p = &l->m->perf;
+    sqlite3_stmt *q;
+    // a focus reads its window through the start index; the whole run is one table scan
+    // (+start keeps the planner off an index walk over every row)
+    bool whole = l->lo_ns == INT64_MIN && l->hi_ns == INT64_MAX;
+    if (!prep(l,
+              whole ? "SELECT start, end, shortName, IFNULL(correlationId, -1), "
+                      "IFNULL(globalPid, 0) >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                      "WHERE +start BETWEEN ?1 AND ?2"
+                    : "SELECT start, end, shortName, IFNULL(correlationId, -1), "
+                      "IFNULL(globalPid, 0) >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                      "WHERE start BETWEEN ?1 AND ?2",
+              &q))
+        return false;
+    size_t cap = 0, names_cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
+        if (e < s) continue; // an incomplete record (start = end = 0 is kept as empty)
+        int32_t ki = kernel_of(p, names, sqlite3_column_int64(q, 2), &names_cap);
+        report_kernel *k = &p->kernels[ki];
+        k->launches++;
+        k->total_ns += e - s;
+        k->short_launches += e - s < REPORT_LAUNCH_BOUND_NS;
+        p->launches++;
+        p->kernel_ns += e - s;
+        p->short_launches += e - s < REPORT_LAUNCH_BOUND_NS;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 4096;
+            *v = amp_xrealloc(*v, cap * sizeof **v);
+        }
+        (*v)[(*n)++] = (launch){.pid = sqlite3_column_int(q, 4),
+                                .kernel = ki,
+                                .start = s,
+                                .end = e,
+                                .corr = sqlite3_column_int64(q, 3),
+                                .at = -1,
+                                .row = -1};
+    }
+    return done(l, q, rc);
+}
+
+// The timeline in start order: busy time (union of kernel intervals), idle gaps, per-step
+// busy time.
+static void timeline(report_model *m, launch *v, size_t n) {
+    report_perf *p = &m->perf;
+    qsort(v, n, sizeof *v, cmp_start);
+    step_clock c;
+    clock_init(&c, m);
+    int64_t cur_end = v[0].start;
+    for (size_t i = 0; i < n; i++) {
+        int64_t s = v[i].start, e = v[i].end;
+        report_step *st = clock_step(&c, s);
+        if (s > cur_end) {
+            int64_t gap = s - cur_end;
+            if (gap >= REPORT_GAP_NS) {
+                p->gaps++;
+                p->gap_ns += gap;
+                if (gap > p->largest_gap_ns) {
+                    p->largest_gap_ns = gap;
+                    p->largest_gap_start_ns = cur_end;
+                }
+            }
+        }
+        int64_t from = s > cur_end ? s : cur_end;
+        if (e > from) {
+            p->busy_ns += e - from;
+            if (st) st->gpu_busy_ns += e - from;
+            cur_end = e;
+        }
+    }
+    p->span_ns = cur_end - v[0].start;
+    free(c.by_start);
+}
+
+// The host time of each kernel's launch call: CUPTI_ACTIVITY_KIND_RUNTIME by process and
+// correlationId, merged with the kernels sorted the same way.
+static bool launch_times(loader *l, launch *v, size_t n) {
+    sqlite3_stmt *q;
+    if (!prep(l,
+              "SELECT IFNULL(globalTid, 0) >> 24, correlationId, start "
+              "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL",
+              &q))
+        return false;
+    launch *rt = NULL;
+    size_t n_rt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (n_rt == cap) {
+            cap = cap ? 2 * cap : 4096;
+            rt = amp_xrealloc(rt, cap * sizeof *rt);
+        }
+        rt[n_rt++] = (launch){.pid = sqlite3_column_int(q, 0),
+                              .corr = sqlite3_column_int64(q, 1),
+                              .at = sqlite3_column_int64(q, 2)};
+    }
+    bool ok = done(l, q, rc);
+    if (ok && n_rt) {
+        qsort(rt, n_rt, sizeof *rt, cmp_corr);
+        qsort(v, n, sizeof *v, cmp_corr);
+        for (size_t i = 0, j = 0; i < n; i++) {
+            while (j < n_rt && cmp_corr(&rt[j], &v[i]) < 0)
+                j++;
+            if (j < n_rt && cmp_corr(&rt[j], &v[i]) == 0 && v[i].corr >= 0) v[i].at = rt[j].at;
+        }
+    }
+    free(rt);
+    return ok;
+}
+
+static const char *text(sqlite3_stmt *q, int i) {
+    const unsigned char *t = sqlite3_column_text(q, i);
+    return t ? (const char *)t : "";
+}
+
+static int cmp_op(const void *pa, const void *pb) {
+    const report_op *a = pa, *b = pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    if (a->layer_id != b->layer_id) return a->layer_id < b->layer_id ? -1 : 1;
+    int c;
+    if ((c = strcmp(a->op, b->op)) || (c = strcmp(a->phase, b->phase)) ||
+        (c = strcmp(a->in_dtypes, b->in_dtypes)) || (c = strcmp(a->out_dtype, b->out_dtype)))
+        return c;
+    return strcmp(a->policy, b->policy);
+}
+
+static uint64_t op_hash(const report_op *o) {
+    uint64_t h = mix(((uint64_t)(uint32_t)o->pid << 32) | (uint32_t)o->layer_id);
+    const char *parts[] = {o->op, o->phase, o->in_dtypes, o->out_dtype, o->policy};
+    for (size_t i = 0; i < 5; i++) {
+        for (const char *c = parts[i]; *c; c++)
+            h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+        h = (h ^ 0xff) * 0x100000001b3ULL;
+    }
+    return h;
+}
+
+// Op groups by key while AMP_OPS streams past: slot -> index into m->ops.
+typedef struct op_table {
+    int32_t *slot;
+    size_t cap;
+} op_table;
+
+static int32_t op_group(report_model *m, op_table *t, const report_op *key, size_t *cap) {
+    if (2 * m->n_ops + 2 > t->cap) {
+        free(t->slot);
+        t->cap = t->cap ? 2 * t->cap : 256;
+        t->slot = amp_xmalloc(t->cap * sizeof *t->slot);
+        for (size_t i = 0; i < t->cap; i++)
+            t->slot[i] = -1;
+        for (size_t g = 0; g < m->n_ops; g++) {
+            size_t i = op_hash(&m->ops[g]) & (t->cap - 1);
+            while (t->slot[i] >= 0)
+                i = (i + 1) & (t->cap - 1);
+            t->slot[i] = (int32_t)g;
+        }
+    }
+    size_t i = op_hash(key) & (t->cap - 1);
+    for (; t->slot[i] >= 0; i = (i + 1) & (t->cap - 1))
+        if (cmp_op(&m->ops[t->slot[i]], key) == 0) return t->slot[i];
+    if (m->n_ops == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        m->ops = amp_xrealloc(m->ops, *cap * sizeof *m->ops);
+    }
+    report_op *o = &m->ops[m->n_ops];
+    *o = (report_op){.pid = key->pid,
+                     .layer_id = key->layer_id,
+                     .op = amp_xstrdup(key->op),
+                     .phase = amp_xstrdup(key->phase),
+                     .in_dtypes = amp_xstrdup(key->in_dtypes),
+                     .out_dtype = amp_xstrdup(key->out_dtype),
+                     .policy = amp_xstrdup(key->policy),
+                     .first_step = INT64_MAX,
+                     .last_step = INT64_MIN};
+    t->slot[i] = (int32_t)m->n_ops;
+    return (int32_t)m->n_ops++;
+}
+
+// AMP_OPS in one pass: the groups (m->ops), the per-step op time columns, and (rows != NULL)
+// each row's host interval for the kernel attribution.
+static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
+    report_model *m = l->m;
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(l->db,
+                           "SELECT pid, step, IFNULL(layer_id, -1), op, IFNULL(phase, ''), "
+                           "IFNULL(in_dtypes, ''), IFNULL(out_dtype, ''), IFNULL(policy, ''), "
+                           "IFNULL(flops, 0), IFNULL(bytes, 0), start_ns, end_ns FROM AMP_OPS "
+                           "WHERE step BETWEEN ?1 AND ?2",
+                           -1, &q, NULL) != SQLITE_OK) {
+        snprintf(l->err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", m->path,
+                 sqlite3_errmsg(l->db));
+        return false;
+    }
+    sqlite3_bind_int64(q, 1, m->step_lo);
+    sqlite3_bind_int64(q, 2, m->step_hi);
+    op_table t = {0};
+    bool *gemm = NULL, *cast = NULL; // per group
+    size_t cap = 0, row_cap = 0, flag_cap = 0;
+    report_step *st = NULL;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        report_op key = {.pid = sqlite3_column_int(q, 0),
+                         .layer_id = sqlite3_column_int(q, 2),
+                         .op = text(q, 3),
+                         .phase = text(q, 4),
+                         .in_dtypes = text(q, 5),
+                         .out_dtype = text(q, 6),
+                         .policy = text(q, 7)};
+        int64_t step = sqlite3_column_int64(q, 1);
+        int32_t gi = op_group(m, &t, &key, &cap);
+        if ((size_t)gi >= flag_cap) {
+            flag_cap = cap;
+            gemm = amp_xrealloc(gemm, flag_cap * sizeof *gemm);
+            cast = amp_xrealloc(cast, flag_cap * sizeof *cast);
+        }
+        report_op *g = &m->ops[gi];
+        if (g->launches == 0) {
+            gemm[gi] = report_op_is_gemm(g->op);
+            cast[gi] = report_op_is_cast(g->op);
+        }
+        bool timed =
+            sqlite3_column_type(q, 10) != SQLITE_NULL && sqlite3_column_type(q, 11) != SQLITE_NULL;
+        int64_t start = i64(q, 10), end = i64(q, 11), ns = timed ? end - start : 0;
+        double flops = sqlite3_column_double(q, 8), bytes = sqlite3_column_double(q, 9);
+        g->launches++;
+        g->flops += flops;
+        g->bytes += bytes;
+        g->host_ns += ns;
+        if (step < g->first_step) g->first_step = step;
+        if (step > g->last_step) g->last_step = step;
+        if (!st || st->pid != key.pid || st->step != step)
+            st = (report_step *)report_step_find(m, key.pid, step);
+        if (st) {
+            st->op_ns += ns;
+            if (gemm[gi]) st->gemm_ns += ns;
+            if (cast[gi]) st->cast_ns += ns;
+        }
+        if (!rows || !timed) continue;
+        if (*n_rows == row_cap) {
+            row_cap = row_cap ? 2 * row_cap : 1024;
+            *rows = amp_xrealloc(*rows, row_cap * sizeof **rows);
+        }
+        (*rows)[(*n_rows)++] = (op_row){.pid = key.pid,
+                                        .start = start,
+                                        .end = end,
+                                        .group = gi,
+                                        .flops = flops,
+                                        .bytes = bytes};
+    }
+    free(t.slot);
+    free(gemm);
+    free(cast);
+    if (!done(l, q, rc)) return false;
+    if (m->n_ops == 0) return true;
+    // the groups in key order; rows follow their group through the permutation
+    int32_t *old_at = amp_xmalloc(m->n_ops * sizeof *old_at),
+            *new_of = amp_xmalloc(m->n_ops * sizeof *new_of);
+    for (size_t g = 0; g < m->n_ops; g++)
+        m->ops[g].kernels = (int64_t)g; // the old index, for a moment
+    qsort(m->ops, m->n_ops, sizeof *m->ops, cmp_op);
+    for (size_t g = 0; g < m->n_ops; g++) {
+        old_at[g] = (int32_t)m->ops[g].kernels;
+        new_of[old_at[g]] = (int32_t)g;
+        m->ops[g].kernels = 0;
+    }
+    if (rows)
+        for (size_t i = 0; i < *n_rows; i++)
+            (*rows)[i].group = new_of[(*rows)[i].group];
+    free(old_at);
+    free(new_of);
+    return true;
+}
+
+// Ties each kernel to the op row whose host interval holds its launch call.
+static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_rows) {
+    report_perf *p = &l->m->perf;
+    bool ok = launch_times(l, v, n);
+    if (ok && n_rows && n) {
+        qsort(rows, n_rows, sizeof *rows, cmp_row);
+        qsort(v, n, sizeof *v, cmp_launch);
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            launch *x = &v[i];
+            if (x->at < 0) continue;
+            while (j < n_rows &&
+                   (rows[j].pid < x->pid || (rows[j].pid == x->pid && rows[j].end < x->at)))
+                j++;
+            if (j == n_rows || rows[j].pid != x->pid || rows[j].start > x->at) continue;
+            x->row = (int64_t)j;
+            rows[j].kernel_ns += x->end - x->start;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const launch *x = &v[i];
+            if (x->row < 0) continue;
+            op_row *r = &rows[x->row];
+            report_op *g = &l->m->ops[r->group];
+            int64_t dur = x->end - x->start;
+            g->kernels++;
+            g->kernel_ns += dur;
+            p->attributed_ns += dur;
+            if (r->kernel_ns <= 0) continue;
+            double share = (double)dur / (double)r->kernel_ns;
+            p->kernels[x->kernel].flops += r->flops * share;
+            p->kernels[x->kernel].bytes += r->bytes * share;
+        }
+    }
+    return ok;
+}
+
+static int cmp_kernel_time(const void *pa, const void *pb) {
+    const report_kernel *a = pa, *b = pb;
+    return a->total_ns > b->total_ns ? -1 : a->total_ns < b->total_ns;
+}
+
+bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
+    loader l = {.db = db, .m = m, .err = err};
+    window(&l);
+    id_table names;
+    ids_init(&names);
+    launch *v = NULL;
+    op_row *rows = NULL;
+    size_t n = 0, n_rows = 0;
+    bool ok = load_gpu(&l) && load_kernels(&l, &names, &v, &n) && load_copies(&l) &&
+              load_ops(&l, n ? &rows : NULL, &n_rows);
+    if (ok && n) {
+        timeline(m, v, n);
+        ok = name_kernels(&l, &names) && (n_rows == 0 || attribute(&l, v, n, rows, n_rows));
+    }
+    free(v);
+    free(rows);
+    ids_free(&names);
+    if (m->perf.n_kernels)
+        qsort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);
+    return ok;
+}
+
+void report_perf_free(report_perf *p) {
+    for (size_t i = 0; i < p->n_kernels; i++)
+        free((char *)p->kernels[i].name);
+    free(p->kernels);
+    free((char *)p->gpu.name);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,57 @@
+/*
+ * rule_gpu_idle.c — rule `gpu-idle`: stretches of >= 10 us between kernels while the run was on
+ * the GPU (from the first kernel to the last), when the device waited for the host: data
+ * loading, Python, a host synchronisation, pageable copies. Shorter spacing between back-to-back
+ * launches is launch overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps,
+ * info from 10%.
+ */
+#include "report.h"
+
+#include <math.h>
+
+#define RULE "gpu-idle"
+#define IDLE_NOTE 0.10
+#define IDLE_WARN 0.30
+#define MIN_SPAN_NS 1000000 // shorter traces say nothing about a training loop
+
+// The step whose window holds t; NULL: none.
+static const report_step *step_at(const report_model *m, int64_t t) {
+    for (size_t i = 0; i < m->n_steps; i++)
+        if (m->steps[i].start_ns >= 0 && m->steps[i].start_ns <= t && t <= m->steps[i].end_ns)
+            return &m->steps[i];
+    return NULL;
+}
+
+void rule_gpu_idle_run(const report_model *m, report_findings *out) {
+    const report_perf *p = &m->perf;
+    if (p->launches == 0 || p->span_ns < MIN_SPAN_NS) return;
+    double share = (double)p->gap_ns / (double)p->span_ns;
+    if (share < IDLE_NOTE) return;
+    report_finding *f = report_finding_add(
+        out, RULE, share >= IDLE_WARN ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    const report_step *st = step_at(m, p->largest_gap_start_ns);
+    if (st) f->first_step = f->last_step = st->step;
+    snprintf(
+        f->title, sizeof f->title,
+        "the GPU sat idle %.0f%% of the time in %lld gaps of 10 us or more (largest %.6g ms%s)",
+        100 * share, (long long)p->gaps, (double)p->largest_gap_ns / 1e6,
+        st ? ", in the step named below" : "");
+    snprintf(f->detail, sizeof f->detail,
+             "Kernels kept the GPU busy %.6g of %.6g ms from the first kernel to the last; %.6g ms "
+             "fell in gaps. Meanwhile: %lld host synchronisations (%.6g ms), %lld host-to-device "
+             "copies (%lld from pageable memory).",
+             (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6, (double)p->gap_ns / 1e6,
+             (long long)p->syncs, (double)p->sync_ns / 1e6, (long long)p->htod_copies,
+             (long long)p->pageable_copies);
+    snprintf(f->advice, sizeof f->advice,
+             "Keep the GPU fed: load and augment data in worker processes (DataLoader "
+             "num_workers, pin_memory=True, non_blocking copies prefetched a step ahead), take "
+             "host synchronisations out of the loop (.item(), .cpu(), printing tensors, "
+             "torch.cuda.synchronize), and capture launch-heavy steps in a CUDA graph.");
+    report_finding_evidence(f, "idle_share", share);
+    report_finding_evidence(f, "gaps", (double)p->gaps);
+    report_finding_evidence(f, "gap_ms", (double)p->gap_ns / 1e6);
+    report_finding_evidence(f, "largest_gap_ms", (double)p->largest_gap_ns / 1e6);
+    report_finding_evidence(f, "busy_ms", (double)p->busy_ns / 1e6);
+    report_finding_evidence(f, "span_ms", (double)p->span_ns / 1e6);
+}

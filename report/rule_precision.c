@@ -1,0 +1,217 @@
+/*
+ * rule_precision.c — rule `precision-placement`: where autocast's dtype decisions cost time,
+ * from AMP_OPS (op, layer, policy, in/out dtypes, analytic FLOPs, time):
+ *   - GEMM-class ops (autocast's lower_precision_fp list) that ran in fp32 in a process that
+ *     uses autocast: an autocast-disabled region or a .float() around them, so they miss the
+ *     Tensor Cores (about 12x the fp32 rate on an H200);
+ *   - ops the policy upcast to fp32 (fp32 / fp32_set_opt_dtype / promote lists with an
+ *     fp16/bf16 input): correct for accuracy, but each one is an extra fp32 pass over the data;
+ *   - dtype casts (`to`): the price of mixing precisions (weights recast every step, fp32
+ *     residuals cast down before each GEMM).
+ * Time is the GPU kernel time attributed to the ops when CUDA capture recorded kernels, the
+ * ops' host time otherwise. Host time on the CPU backend measures the fp16 emulation, not what a
+ * GPU would spend, so without kernels the time-based findings stay notes (info). A run without
+ * autocast gets nothing here (rule amp-payoff says whether AMP would pay off).
+ */
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+#define RULE "precision-placement"
+#define FP32_GEMM_WARN_SHARE 0.10 // share of the GEMM FLOPs left in fp32 that is a warning
+#define UPCAST_NOTE_SHARE 0.05    // share of op time in upcast ops worth a note
+#define UPCAST_WARN_SHARE 0.30
+#define CAST_NOTE_SHARE 0.10 // share of op time in casts worth a note
+#define CAST_WARN_SHARE 0.40
+#define LIST_MAX 4
+
+static bool lowp(const char *dtype) {
+    return strcmp(dtype, "f16") == 0 || strcmp(dtype, "bf16") == 0;
+}
+
+// True when a dtype of the comma list is f16/bf16.
+static bool any_lowp(const char *list) {
+    return strstr(list, "f16") != NULL; // "f16" and "bf16"
+}
+
+static bool upcast(const report_op *o) {
+    static const char *const policies[] = {"fp32", "fp32_set_opt_dtype", "fp32_append_dtype",
+                                           "promote"};
+    if (strcmp(o->out_dtype, "f32") != 0 || !any_lowp(o->in_dtypes)) return false;
+    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++)
+        if (strcmp(o->policy, policies[i]) == 0) return true;
+    return false;
+}
+
+static bool fp32_gemm(const report_op *o) {
+    return report_op_is_gemm(o->op) && strcmp(o->out_dtype, "f32") == 0 && !any_lowp(o->in_dtypes);
+}
+
+static bool cast_op(const report_op *o) {
+    return report_op_is_cast(o->op);
+}
+
+// The time of an op group: its kernels when the run has them, else host time.
+static double op_time(const report_model *m, const report_op *o) {
+    return m->perf.attributed_ns > 0 ? (double)o->kernel_ns : (double)o->host_ns;
+}
+
+typedef struct tally {
+    double time, flops;
+    int64_t launches, first_step, last_step;
+    const report_op *worst; // largest time
+    double worst_time;
+} tally;
+
+static void tally_add(tally *t, const report_model *m, const report_op *o) {
+    double time = op_time(m, o);
+    t->time += time;
+    t->flops += o->flops;
+    t->launches += o->launches;
+    if (t->first_step < 0 || o->first_step < t->first_step) t->first_step = o->first_step;
+    if (o->last_step > t->last_step) t->last_step = o->last_step;
+    if (!t->worst || time > t->worst_time) {
+        t->worst = o;
+        t->worst_time = time;
+    }
+}
+
+// Lists the largest members (by time) of the class pick() selects, "layer op (x ms)".
+static void list_members(const report_model *m, int32_t pid, bool (*pick)(const report_op *),
+                         double total, char *buf, size_t n) {
+    const report_op *used[LIST_MAX] = {0};
+    size_t k = 0;
+    buf[0] = 0;
+    for (int round = 0; round < LIST_MAX; round++) {
+        const report_op *best = NULL;
+        for (size_t i = 0; i < m->n_ops; i++) {
+            const report_op *o = &m->ops[i];
+            bool taken = false;
+            for (int r = 0; r < round; r++)
+                taken |= used[r] == o;
+            if (o->pid != pid || taken || !pick(o)) continue;
+            if (!best || op_time(m, o) > op_time(m, best)) best = o;
+        }
+        if (!best) break;
+        used[round] = best;
+        const char *layer = report_layer_name(m, best->pid, best->layer_id);
+        int w = snprintf(buf + k, n - k, "%s%s %s %s->%s %.3g ms (%.0f%%)", round ? "; " : "",
+                         layer ? layer : "(top level)", best->op, best->in_dtypes, best->out_dtype,
+                         op_time(m, best) / 1e6, total > 0 ? 100 * op_time(m, best) / total : 0.0);
+        if (w < 0 || (size_t)w >= n - k) break;
+        k += (size_t)w;
+    }
+}
+
+static void where_of(report_finding *f, const report_model *m, const tally *t) {
+    report_finding_where(f, report_layer_name(m, t->worst->pid, t->worst->layer_id), t->worst->op,
+                         t->worst->phase[0] ? t->worst->phase : NULL);
+    f->first_step = t->first_step;
+    f->last_step = t->last_step;
+}
+
+// A time share's severity: a warning only when measured on the GPU.
+static amp_severity by_share(const report_model *m, double share, double warn) {
+    return share >= warn && m->perf.attributed_ns > 0 ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO;
+}
+
+static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
+    const char *basis = m->perf.attributed_ns > 0 ? "GPU kernel time" : "host time of the ops";
+    double total = 0, gemm_flops = 0;
+    tally fp32 = {.first_step = -1, .last_step = -1}, up = fp32, cast = fp32;
+    const char *lowp_dtype = NULL;
+    for (size_t i = 0; i < m->n_ops; i++) {
+        const report_op *o = &m->ops[i];
+        if (o->pid != pid) continue;
+        total += op_time(m, o);
+        if (report_op_is_gemm(o->op)) gemm_flops += o->flops;
+        if (!lowp_dtype && lowp(o->out_dtype)) lowp_dtype = o->out_dtype;
+        if (fp32_gemm(o)) tally_add(&fp32, m, o);
+        if (upcast(o)) tally_add(&up, m, o);
+        if (report_op_is_cast(o->op)) tally_add(&cast, m, o);
+    }
+    const char *dt = lowp_dtype && strcmp(lowp_dtype, "bf16") == 0 ? "bf16" : "fp16";
+    char list[600];
+
+    if (fp32.worst && fp32.flops > 0) {
+        double share = gemm_flops > 0 ? fp32.flops / gemm_flops : 0;
+        report_finding *f = report_finding_add(
+            out, RULE, share >= FP32_GEMM_WARN_SHARE ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+        where_of(f, m, &fp32);
+        snprintf(f->title, sizeof f->title,
+                 "GEMMs in fp32 under autocast: %.80s %s and others hold %.0f%% of the GEMM FLOPs "
+                 "and run without Tensor Cores",
+                 f->layer[0] ? f->layer : "the top level", f->op, 100 * share);
+        list_members(m, pid, fp32_gemm, total, list, sizeof list);
+        snprintf(f->detail, sizeof f->detail,
+                 "fp32 GEMMs (%s): %s. They are %.3g of %.3g GEMM FLOPs and %.0f%% of the %s.",
+                 basis, list, fp32.flops, gemm_flops, total > 0 ? 100 * fp32.time / total : 0.0,
+                 basis);
+        snprintf(f->advice, sizeof f->advice,
+                 "Let autocast run them in %s: remove the autocast-disabled region or the .float() "
+                 "casts around them (amp_autocast_begin(ctx, false, ...) here). If they were kept "
+                 "in fp32 for range (attention logits beyond 65504), scale the inputs instead "
+                 "(1/sqrt(d_head)) or autocast to bf16, which has fp32's range and the same "
+                 "Tensor Core rate.",
+                 dt);
+        report_finding_evidence(f, "fp32_gemm_flops", fp32.flops);
+        report_finding_evidence(f, "gemm_flops", gemm_flops);
+        report_finding_evidence(f, "flops_share", share);
+        report_finding_evidence(f, "time_ms", fp32.time / 1e6);
+        report_finding_evidence(f, "time_share", total > 0 ? fp32.time / total : NAN);
+        report_finding_evidence(f, "launches", (double)fp32.launches);
+    }
+
+    double up_share = total > 0 ? up.time / total : 0;
+    if (up.worst && up_share >= UPCAST_NOTE_SHARE) {
+        report_finding *f = report_finding_add(out, RULE, by_share(m, up_share, UPCAST_WARN_SHARE));
+        where_of(f, m, &up);
+        snprintf(f->title, sizeof f->title,
+                 "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%.80s %s the "
+                 "largest)",
+                 100 * up_share, basis, f->layer[0] ? f->layer : "the top level", f->op);
+        list_members(m, pid, upcast, total, list, sizeof list);
+        snprintf(f->detail, sizeof f->detail,
+                 "%s inputs, fp32 outputs (policy fp32/fp32_set_opt_dtype/promote): %s.", dt, list);
+        snprintf(f->advice, sizeof f->advice,
+                 "Keep the policy (these ops lose accuracy in %s) but make them cheaper: fused "
+                 "kernels that read %s and accumulate in fp32 internally (log_softmax + nll_loss "
+                 "as one cross_entropy, scaled_dot_product_attention instead of an explicit "
+                 "softmax, a fused LayerNorm), or fewer of them per step.",
+                 dt, dt);
+        report_finding_evidence(f, "time_ms", up.time / 1e6);
+        report_finding_evidence(f, "time_share", up_share);
+        report_finding_evidence(f, "launches", (double)up.launches);
+    }
+
+    double cast_share = total > 0 ? cast.time / total : 0;
+    if (cast.worst && cast_share >= CAST_NOTE_SHARE) {
+        report_finding *f = report_finding_add(out, RULE, by_share(m, cast_share, CAST_WARN_SHARE));
+        where_of(f, m, &cast);
+        snprintf(f->title, sizeof f->title,
+                 "dtype casts take %.0f%% of the %s (%lld casts; %.80s the largest)",
+                 100 * cast_share, basis, (long long)cast.launches,
+                 f->layer[0] ? f->layer : "the top level");
+        list_members(m, pid, cast_op, total, list, sizeof list);
+        snprintf(f->detail, sizeof f->detail, "Largest casts: %s.", list);
+        snprintf(f->advice, sizeof f->advice,
+                 "Cast less: keep activations in %s between layers instead of an fp32 residual "
+                 "stream cast down before every GEMM, let autocast's weight cache cast each "
+                 "weight once per step (one autocast region around the whole forward, not one "
+                 "per layer), or keep fp32 master weights with %s copies updated by the "
+                 "optimizer. On a GPU each cast is a memory-bound kernel.",
+                 dt, dt);
+        report_finding_evidence(f, "time_ms", cast.time / 1e6);
+        report_finding_evidence(f, "time_share", cast_share);
+        report_finding_evidence(f, "casts", (double)cast.launches);
+    }
+}
+
+void rule_precision_run(const report_model *m, report_findings *out) {
+    for (size_t i = 0; i < m->n_ops; i++) {
+        int32_t pid = m->ops[i].pid;
+        if (i > 0 && m->ops[i - 1].pid == pid) continue; // ops are sorted by pid
+        if (report_pid_autocast(m, pid)) run_pid(m, pid, out);
+    }
+}

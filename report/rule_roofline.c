@@ -1,0 +1,176 @@
+/*
+ * rule_roofline.c — rule `roofline`: each kernel (by name) and each layer placed against the
+ * card's roofline: compute-bound (arithmetic intensity above the ridge, peak / bandwidth),
+ * memory-bound (below it) or launch-bound (kernels shorter than ~5 us: the launch costs more
+ * than the work), with the achieved share of the roof.
+ *
+ * FLOPs and bytes are the analytic ones of the ops that launched the kernels (report_perf.c; the
+ * capture's hardware counters have no table yet); a kernel no op claims is classed by its name
+ * (gemm/nvjet/xmma/cutlass/conv: compute) and says so. The ceilings are those `ampprobe
+ * calibrate` measured, else TARGET_INFO_GPU's bandwidth and the default table, marked as an
+ * assumption. One info finding sums it up; a layer that holds
+ * >= 20% of the GPU time at < 10% of its roof is a warning.
+ */
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+#define RULE "roofline"
+#define LAYER_SHARE_WARN 0.20
+#define EFFICIENCY_WARN 0.10
+#define LIST_MAX 5
+
+typedef enum bound { BOUND_COMPUTE, BOUND_MEMORY, BOUND_LAUNCH } bound;
+static const char *const bound_names[] = {"compute-bound", "memory-bound", "launch-bound"};
+
+typedef struct place {
+    bound b;
+    bool by_name;      // no analytic figures: classed by the kernel's name
+    double ai;         // FLOP/byte; NaN: unknown
+    double efficiency; // achieved / roof at this intensity; NaN: unknown
+} place;
+
+static place classify(const report_gpu *g, const char *name, double flops, double bytes, double ns,
+                      int64_t launches) {
+    place p = {.ai = NAN, .efficiency = NAN};
+    if (launches > 0 && ns / (double)launches < REPORT_LAUNCH_BOUND_NS) {
+        p.b = BOUND_LAUNCH;
+    } else if (flops > 0 && bytes > 0) {
+        p.ai = flops / bytes;
+        p.b = p.ai >= g->peak_flops / g->bandwidth ? BOUND_COMPUTE : BOUND_MEMORY;
+    } else {
+        p.by_name = true;
+        p.b = report_kernel_is_gemm(name) ? BOUND_COMPUTE : BOUND_MEMORY;
+    }
+    if (flops > 0 && bytes > 0 && ns > 0) {
+        double roof = fmin(g->peak_flops, flops / bytes * g->bandwidth);
+        p.efficiency = flops / (ns * 1e-9) / roof;
+    }
+    return p;
+}
+
+// Per layer: the ops' attributed kernels summed.
+typedef struct layer_sum {
+    int32_t pid, layer_id;
+    double flops, bytes, ns;
+    int64_t kernels;
+} layer_sum;
+
+static size_t layers_of(const report_model *m, layer_sum *v, size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_ops; i++) {
+        const report_op *o = &m->ops[i];
+        if (o->kernels == 0) continue;
+        size_t k = 0;
+        while (k < n && !(v[k].pid == o->pid && v[k].layer_id == o->layer_id))
+            k++;
+        if (k == n) {
+            if (n == cap) continue;
+            v[n++] = (layer_sum){.pid = o->pid, .layer_id = o->layer_id};
+        }
+        v[k].flops += o->flops;
+        v[k].bytes += o->bytes;
+        v[k].ns += (double)o->kernel_ns;
+        v[k].kernels += o->kernels;
+    }
+    return n;
+}
+
+void rule_roofline_run(const report_model *m, report_findings *out) {
+    const report_perf *p = &m->perf;
+    if (p->launches == 0 || p->kernel_ns <= 0) return;
+    const report_gpu *g = &p->gpu;
+    double ridge = g->peak_flops / g->bandwidth;
+    double share[3] = {0};
+    bool any_by_name = false;
+    for (size_t i = 0; i < p->n_kernels; i++) {
+        const report_kernel *k = &p->kernels[i];
+        place pl = classify(g, k->name, k->flops, k->bytes, (double)k->total_ns, k->launches);
+        share[pl.b] += (double)k->total_ns / (double)p->kernel_ns;
+        any_by_name |= pl.by_name;
+    }
+
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
+    snprintf(f->title, sizeof f->title,
+             "GPU time: %.0f%% compute-bound, %.0f%% memory-bound, %.0f%% launch-bound "
+             "kernels on %s",
+             100 * share[BOUND_COMPUTE], 100 * share[BOUND_MEMORY], 100 * share[BOUND_LAUNCH],
+             g->name ? g->name : "the GPU");
+    size_t k = (size_t)snprintf(f->detail, sizeof f->detail, "Largest kernels:");
+    for (size_t i = 0; i < p->n_kernels && i < LIST_MAX && k < sizeof f->detail; i++) {
+        const report_kernel *x = &p->kernels[i];
+        place pl = classify(g, x->name, x->flops, x->bytes, (double)x->total_ns, x->launches);
+        int c = snprintf(f->detail + k, sizeof f->detail - k,
+                         "%s %.60s %.0f%% of GPU time, %lld x %.1f us, %s%s", i ? ";" : "", x->name,
+                         100.0 * (double)x->total_ns / (double)p->kernel_ns, (long long)x->launches,
+                         (double)x->total_ns / (double)x->launches / 1e3, bound_names[pl.b],
+                         pl.by_name ? " (by name)" : "");
+        if (c > 0) k += (size_t)c;
+        if (!isnan(pl.efficiency) && k < sizeof f->detail) {
+            c = snprintf(f->detail + k, sizeof f->detail - k, " at %.0f%% of the roof (AI %.3g)",
+                         100 * pl.efficiency, pl.ai);
+            if (c > 0) k += (size_t)c;
+        }
+    }
+    if (k < sizeof f->detail)
+        snprintf(f->detail + k, sizeof f->detail - k,
+                 ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
+                 g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
+                 g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
+                 g->peak_assumed && !g->bandwidth_assumed ? "; bandwidth from TARGET_INFO_GPU"
+                                                          : "");
+    snprintf(f->advice, sizeof f->advice,
+             "Compute-bound kernels gain from fp16/bf16 Tensor Cores; memory-bound ones from "
+             "fewer bytes (fp16/bf16 activations, fused elementwise ops: torch.compile); "
+             "launch-bound ones only from fewer launches (CUDA graphs, fusion, a larger batch).%s",
+             any_by_name ? " Kernels no op claims are classed by name: record them with "
+                           "libampcore (or NVTX ranges) for FLOP counts."
+                         : "");
+    report_finding_evidence(f, "compute_share", share[BOUND_COMPUTE]);
+    report_finding_evidence(f, "memory_share", share[BOUND_MEMORY]);
+    report_finding_evidence(f, "launch_share", share[BOUND_LAUNCH]);
+    report_finding_evidence(f, "peak_tflops", g->peak_flops / 1e12);
+    report_finding_evidence(f, "bandwidth_tbs", g->bandwidth / 1e12);
+    report_finding_evidence(f, "ridge_flop_per_byte", ridge);
+    report_finding_evidence(f, "ceilings_assumed", g->peak_assumed ? 1 : 0);
+    report_finding_evidence(f, "kernels", (double)p->launches);
+
+    layer_sum layers[256];
+    size_t n = layers_of(m, layers, sizeof layers / sizeof layers[0]);
+    for (size_t i = 0; i < n; i++) {
+        const layer_sum *l = &layers[i];
+        double layer_share = l->ns / (double)p->kernel_ns;
+        place pl = classify(g, NULL, l->flops, l->bytes, l->ns, l->kernels);
+        if (layer_share < LAYER_SHARE_WARN || pl.b == BOUND_LAUNCH || isnan(pl.efficiency) ||
+            pl.efficiency >= EFFICIENCY_WARN)
+            continue;
+        report_finding *x = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+        report_finding_where(x, report_layer_name(m, l->pid, l->layer_id), NULL, NULL);
+        snprintf(x->title, sizeof x->title,
+                 "%.80s takes %.0f%% of the GPU time at %.1f%% of its %s roof",
+                 x->layer[0] ? x->layer : "the top level", 100 * layer_share, 100 * pl.efficiency,
+                 pl.b == BOUND_COMPUTE ? "compute" : "memory");
+        snprintf(x->detail, sizeof x->detail,
+                 "%lld kernels, %.6g ms; analytic %.3g FLOP and %.3g B (intensity %.3g FLOP/B, "
+                 "ridge %.0f): %.3g TFLOP/s achieved against a roof of %.3g TFLOP/s.",
+                 (long long)l->kernels, l->ns / 1e6, l->flops, l->bytes, pl.ai, ridge,
+                 l->flops / (l->ns * 1e-9) / 1e12,
+                 fmin(g->peak_flops, pl.ai * g->bandwidth) / 1e12);
+        if (pl.b == BOUND_COMPUTE)
+            snprintf(x->advice, sizeof x->advice,
+                     "Get its GEMMs onto the Tensor Cores: run them in fp16/bf16 under autocast "
+                     "(see precision-placement), make the matrix dimensions multiples of 8 "
+                     "(fp16/bf16) and the batch large enough to fill the SMs.");
+        else
+            snprintf(x->advice, sizeof x->advice,
+                     "Move fewer bytes: keep its activations in fp16/bf16, fuse its elementwise "
+                     "ops (torch.compile, fused LayerNorm/GELU epilogues), avoid casts in and out "
+                     "of fp32.");
+        report_finding_evidence(x, "time_share", layer_share);
+        report_finding_evidence(x, "efficiency", pl.efficiency);
+        report_finding_evidence(x, "intensity", pl.ai);
+        report_finding_evidence(x, "ridge_flop_per_byte", ridge);
+        report_finding_evidence(x, "kernels", (double)l->kernels);
+    }
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# capture_gpu.sh BUILD OUT — the GPU-machine check of CUDA/NVTX capture (not part of CI, which
+# has no GPU): a plain CUDA C program (tests/helpers/cuda_prog.c) and an unmodified PyTorch
+# script (tests/helpers/torch_capture.py) each run under `ampprobe run`; per database it prints
+# kernels, copies, memsets, API calls, NVTX ranges, incomplete and dropped records, unmatched
+# pushes, and the kernels attributed to an NVTX range. Then the capture overhead on the
+# benchmark workloads (probe/bench/torch_baseline.py, fp16, with and without `ampprobe run`,
+# alternating, and once with NVTX capture only), and `ampprobe calibrate`. Exits non-zero when
+# a check fails.
+set -u
+B=$1
+OUT=$2
+mkdir -p "$OUT"
+export HOME=/tmp/capture-home # calibrate's cache
+TMPDIR_BENCH=/tmp/capture-bench # the benchmark databases (large; not kept)
+mkdir -p "$HOME" "$TMPDIR_BENCH"
+fail=0
+
+# Libraries the binaries need, where this machine keeps them (the toolkit, or torch's wheels).
+libdirs=$(python3 -c "import glob, site; print(':'.join(glob.glob(site.getsitepackages()[0] + '/nvidia/*/lib')))")
+for f in "$B/libampprobe_inject.so" "$B/tests/amp_cuda_prog" "$B/ampprobe"; do
+  if ldd "$f" | grep -q "not found"; then
+    echo "note: $f misses $(ldd "$f" | grep 'not found' | tr -s ' \t' ' '); adding torch's libraries"
+    export LD_LIBRARY_PATH="$B/lib:$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+done
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+
+check() { # DB LABEL: the figures, and the pass/fail checks
+  python3 - "$1" "$2" <<'EOF' || fail=1
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); q = lambda s: db.execute(s).fetchone()[0]
+m = dict(db.execute("SELECT key, value FROM META WHERE pid != 0 AND key LIKE 'cu%'").fetchall())
+r = dict(
+    kernels=q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+    memcpy=q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY"),
+    memset=q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET"),
+    api=q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME"),
+    sync=q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
+    nvtx_ranges=q("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59"),
+    nvtx_unended=q("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NULL"),
+    zero_ts=sum(q(f"SELECT count(*) FROM {t} WHERE start <= 0 OR end < start") for t in
+                ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")),
+    kernels_with_api=q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE EXISTS (SELECT 1 FROM "
+                       "CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId)"),
+    gpu=db.execute("SELECT name, smCount, totalMemory, clockRate, memoryBandwidth FROM TARGET_INFO_GPU").fetchall(),
+    processes=db.execute("SELECT pid, name, status, records FROM AMP_PROCESSES").fetchall(),
+)
+print(sys.argv[2], r, "META:", m)
+top = db.execute("""SELECT s.value, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+                    GROUP BY 1 ORDER BY 2 DESC LIMIT 5""").fetchall()
+print(sys.argv[2], "top kernels:", top)
+# attribution: the innermost NVTX range of the launching thread around each kernel's launch call
+attr = db.execute("""
+WITH launch AS (SELECT k.rowid AS kernel, (SELECT r.rowid FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+  WHERE r.correlationId = k.correlationId AND r.globalTid >> 24 = k.globalPid >> 24
+  ORDER BY r.eventClass LIMIT 1) AS api FROM CUPTI_ACTIVITY_KIND_KERNEL k),
+ranges AS (SELECT l.kernel, (SELECT n.rowid FROM CUPTI_ACTIVITY_KIND_RUNTIME r, NVTX_EVENTS n
+  WHERE r.rowid = l.api AND n.globalTid = r.globalTid AND n.eventType IN (59, 60)
+  AND n.start <= r.start AND n.end >= r.end ORDER BY n.start DESC, n.rangeId DESC LIMIT 1) AS range FROM launch l)
+SELECT coalesce(n.text, s.value, '(none)'), count(*) FROM ranges a LEFT JOIN NVTX_EVENTS n ON n.rowid = a.range
+  LEFT JOIN StringIds s ON s.id = n.textId GROUP BY 1 ORDER BY 2 DESC LIMIT 8""").fetchall()
+print(sys.argv[2], "kernels by innermost range:", attr)
+bad = [k for k, ok in (("kernels", r["kernels"] > 0), ("zero_ts", r["zero_ts"] == 0),
+                       ("dropped", m.get("cupti_dropped") == "0"), ("push==pop", r["nvtx_unended"] == 0),
+                       ("nvtx", r["nvtx_ranges"] > 0), ("gpu_info", len(r["gpu"]) > 0)) if not ok]
+print(sys.argv[2], "FAILED: " + ", ".join(bad) if bad else "PASS")
+sys.exit(1 if bad else 0)
+EOF
+}
+
+echo "== plain CUDA C program"
+timeout -k 5 150 "$B/ampprobe" run -o "$OUT/cuda.sqlite" -- "$B/tests/amp_cuda_prog" || fail=1
+check "$OUT/cuda.sqlite" cuda_prog
+
+echo "== unmodified PyTorch script"
+timeout -k 5 150 "$B/ampprobe" run -o "$OUT/torch.sqlite" -- python3 tests/helpers/torch_capture.py || fail=1
+check "$OUT/torch.sqlite" torch
+
+echo "== overhead: probe/bench/torch_baseline.py fp16, alternating plain / under ampprobe run"
+for round in 1 2 3; do
+  python3 probe/bench/torch_baseline.py --mode fp16 | grep '^{' | sed "s/^/plain$round /"
+  timeout -k 5 150 "$B/ampprobe" run -o "$TMPDIR_BENCH/bench$round.sqlite" -- python3 probe/bench/torch_baseline.py --mode fp16 \
+    | grep '^{' | sed "s/^/traced$round /"
+done
+# NVTX only (no CUPTI): what the CUDA activity tracing costs by itself
+timeout -k 5 150 "$B/ampprobe" run --trace amp,nvtx -o "$TMPDIR_BENCH/nvtx.sqlite" -- python3 probe/bench/torch_baseline.py --mode fp16 \
+  | grep '^{' | sed "s/^/nvtx-only /"
+python3 -c "
+import sqlite3, sys
+for i in (1, 2, 3):
+    db = sqlite3.connect('$TMPDIR_BENCH/bench%d.sqlite' % i)
+    print('bench%d' % i, 'kernels', db.execute('SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()[0],
+          dict(db.execute(\"SELECT key, value FROM META WHERE key IN ('cupti_dropped', 'cupti_incomplete', 'cupti_overhead_ns', 'cupti_api_calls')\").fetchall()))
+"
+
+echo "== calibrate"
+"$B/ampprobe" calibrate || fail=1
+cp "$HOME"/.cache/ampprobe/ceilings-*.txt "$OUT/" 2>/dev/null
+echo "capture_gpu: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail

@@ -1,0 +1,565 @@
+/*
+ * test_capture.c — the `capture` suite: CUDA/NVTX capture without a GPU.
+ *
+ * - The NVTX handler of libampprobe_inject.so under `ampprobe run`, with tests/helpers/
+ *   nvtx_prog.c: push/pop (ASCII, attributes, wide), marks, a domain with a registered string,
+ *   a start/end range ended on another thread, a pop without a push, a forked child; --trace
+ *   decides which injection variables the program gets.
+ * - With no CUDA driver, InitializeInjection (called as the driver would) returns 1, says that
+ *   tracing is disabled and why, and the program finishes with its NVTX ranges recorded.
+ * - The CUPTI decoders on hand-filled CUDA 13.0 records, and their records merged into SQLite
+ *   through the record stream, with a kernel attributed to the innermost NVTX range around its
+ *   launch call (AMP_CAPTURE_KERNEL_RANGES_SQL).
+ * - `ampprobe calibrate`'s cache files (ceilings.h).
+ */
+#include "tests.h"
+
+#include "amp-record.h"
+#include "amp-store.h"
+#include "ceilings.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef AMP_HAVE_CUPTI_CAPTURE
+#include "capture.h"
+#include "cupti-decode.h"
+#endif
+
+#define AMPPROBE AMP_BINARY_DIR "/ampprobe"
+#define NVTX_PROG AMP_BINARY_DIR "/tests/amp_nvtx_prog"
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+static char dir[64];
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/amp-test-capture-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *in_dir(const char *name) {
+    static char paths[4][256];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 256, "%s/%s", dir, name);
+    return p;
+}
+
+// Runs ampprobe with args in dir (stdout, stderr into dir/out.txt, dir/err.txt); its exit code.
+static int run(const char *const *args) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(99);
+        int out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 1);
+        dup2(err, 2);
+        const char *argv[32] = {AMPPROBE};
+        for (int i = 0; args[i]; i++)
+            argv[i + 1] = args[i];
+        execv(AMPPROBE, (char *const *)argv);
+        _exit(99);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "ampprobe died of signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+static const char *slurp(const char *name) {
+    static char buf[16384];
+    buf[0] = 0;
+    FILE *f = fopen(in_dir(name), "r");
+    if (!f) return buf;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static sqlite3 *open_db(const char *path) {
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_msg(amp_store_open_readonly(path, &db, err) == AMP_OK, "%s", err);
+    return db;
+}
+
+static int64_t q_int(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    ck_assert_msg(sqlite3_step(st) == SQLITE_ROW, "no row: %s", sql);
+    int64_t v = sqlite3_column_type(st, 0) == SQLITE_NULL ? INT64_MIN : sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static const char *q_text(sqlite3 *db, const char *sql) {
+    static char buf[4][512];
+    static int next;
+    char *out = buf[next++ % 4];
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    ck_assert_msg(sqlite3_step(st) == SQLITE_ROW, "no row: %s", sql);
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    snprintf(out, 512, "%s", t ? (const char *)t : "(null)");
+    sqlite3_finalize(st);
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The NVTX handler under `ampprobe run`
+
+#ifdef AMP_HAVE_NVTX_CAPTURE
+START_TEST(test_nvtx_ranges) {
+    const char *db_path = in_dir("run.sqlite");
+    ck_assert_int_eq(run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--fork", NULL}),
+                     0);
+    ck_assert_str_eq(slurp("out.txt"), "depths 0 1 1 0 -1\n");
+    sqlite3 *db = open_db(db_path);
+#define PARENT "(SELECT globalTid >> 24 FROM NVTX_EVENTS WHERE text = 'step')"
+    // push/pop: every range ended after it started; nesting shows in the times
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                               "globalTid >> 24 = " PARENT),
+                     5);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) "
+                               "AND (end IS NULL OR end < start OR start <= 0)"),
+                     0);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS o, NVTX_EVENTS i WHERE "
+                               "o.text = 'step' AND i.text = 'layer/op' AND i.start >= o.start "
+                               "AND i.end <= o.end AND i.rangeId > o.rangeId"),
+                     1);
+    // attributes
+    ck_assert_int_eq(q_int(db, "SELECT category FROM NVTX_EVENTS WHERE text = 'layer/op'"), 7);
+    ck_assert_int_eq(q_int(db, "SELECT color FROM NVTX_EVENTS WHERE text = 'layer/op'"),
+                     0xFF00FF00);
+    ck_assert_int_eq(q_int(db, "SELECT int64Value FROM NVTX_EVENTS WHERE text = 'layer/op'"), -5);
+    ck_assert_int_eq(q_int(db, "SELECT category IS NULL AND color IS NULL FROM NVTX_EVENTS WHERE "
+                               "text = 'step'"),
+                     1);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'wide-\xc3\xbc'"), 1);
+    // a domain and a registered string
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
+                                "n.textId WHERE n.eventType = 59 AND n.text IS NULL"),
+                     "blocks.0/linear");
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
+                                "n.domainId WHERE n.textId IS NOT NULL"),
+                     "ampcore");
+    ck_assert_close((double)q_int(db, "SELECT doubleValue * 10 FROM NVTX_EVENTS WHERE textId IS "
+                                      "NOT NULL"),
+                    25, 0, 0);
+    // marks
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND end IS "
+                               "NULL AND text IN ('mark-a', 'dmark')"),
+                     2);
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
+                                "n.domainId WHERE n.text = 'dmark'"),
+                     "ampcore");
+    // start/end, ended on the worker thread
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60 AND text = "
+                               "'async' AND endGlobalTid IS NOT NULL AND endGlobalTid != "
+                               "globalTid AND endGlobalTid >> 24 = globalTid >> 24"),
+                     1);
+    // the forked child recorded its own range, and none of the parent's again
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'child' AND "
+                               "globalTid >> 24 != " PARENT " AND globalTid >> 24 = globalTid & "
+                               "0xFFFFFF"),
+                     1);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'step'"), 1);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 9);
+#undef PARENT
+    sqlite3_close(db);
+}
+END_TEST
+
+// --trace decides which injection variables the program sees.
+START_TEST(test_trace_sets_injection) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", in_dir("a.sqlite"), "--", "env", NULL}), 0);
+    const char *out = slurp("out.txt");
+    ck_assert_ptr_nonnull(
+        strstr(out, "CUDA_INJECTION64_PATH=" AMP_BINARY_DIR "/libampprobe_inject.so\n"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "NVTX_INJECTION64_PATH=" AMP_BINARY_DIR "/libampprobe_inject.so\n"));
+    ck_assert_int_eq(run((const char *[]){"run", "-o", in_dir("b.sqlite"), "--trace", "amp,nvtx",
+                                          "--", "env", NULL}),
+                     0);
+    out = slurp("out.txt");
+    ck_assert_ptr_null(strstr(out, "CUDA_INJECTION64_PATH="));
+    ck_assert_ptr_nonnull(strstr(out, "NVTX_INJECTION64_PATH="));
+    ck_assert_int_eq(run((const char *[]){"run", "-o", in_dir("c.sqlite"), "--trace", "amp", "--",
+                                          NVTX_PROG, NULL}),
+                     0);
+    sqlite3 *db = open_db(in_dir("c.sqlite"));
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 0);
+    sqlite3_close(db);
+}
+END_TEST
+#endif
+
+#if defined(AMP_HAVE_NVTX_CAPTURE) && defined(AMP_HAVE_CUPTI_CAPTURE)
+// As the CUDA driver would: on this machine there is none, so CUPTI cannot subscribe.
+START_TEST(test_no_driver) {
+    struct stat sb;
+    if (stat("/dev/nvidiactl", &sb) == 0) return; // a GPU machine: the driver is there
+    const char *db_path = in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--cuda-init", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "InitializeInjection 1\n"));
+    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "ampprobe: CUDA tracing disabled: "));
+    sqlite3 *db = open_db(db_path);
+    ck_assert_ptr_nonnull(
+        strstr(q_text(db, "SELECT value FROM META WHERE key = 'cuda_capture'"), "failed"));
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 8);
+    sqlite3_close(db);
+}
+END_TEST
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// The CUPTI decoders
+
+#ifdef AMP_HAVE_CUPTI_CAPTURE
+static CUpti_ActivityKernel10 sample_kernel(void) {
+    CUpti_ActivityKernel10 k = {
+        .kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+        .registersPerThread = 168,
+        .start = 1700000000000001000ull,
+        .end = 1700000000000176000ull,
+        .deviceId = 0,
+        .contextId = 1,
+        .streamId = 7,
+        .gridX = 2,
+        .gridY = 66,
+        .gridZ = 1,
+        .blockX = 384,
+        .blockY = 1,
+        .blockZ = 1,
+        .staticSharedMemory = 16,
+        .dynamicSharedMemory = 213188,
+        .localMemoryPerThread = 8,
+        .correlationId = 42,
+        .gridId = 99,
+        .name = "_Z6kernelPf",
+        .launchType = 0,
+        .sharedMemoryExecuted = 233472,
+        .localMemoryTotal_v2 = 1u << 20,
+    };
+    k.cacheConfig.config.requested = 1;
+    return k;
+}
+
+START_TEST(test_decode_kernel) {
+    CUpti_ActivityKernel10 k = sample_kernel();
+    amp_rec_kernel r;
+    ck_assert(amp_capture_decode_kernel(&k, &r));
+    ck_assert_int_eq(r.start_ns, 1700000000000001000ll);
+    ck_assert_int_eq(r.end_ns - r.start_ns, 175000);
+    ck_assert_int_eq(r.stream_id, 7);
+    ck_assert_int_eq(r.correlation_id, 42);
+    ck_assert_str_eq(r.name, "_Z6kernelPf");
+    ck_assert_ptr_null(r.demangled);
+    ck_assert_int_eq(r.grid_y, 66);
+    ck_assert_int_eq(r.block_x, 384);
+    ck_assert_int_eq(r.registers_per_thread, 168);
+    ck_assert_int_eq(r.dynamic_shared_memory, 213188);
+    ck_assert_int_eq(r.local_memory_total, 1 << 20);
+    ck_assert_int_eq(r.cache_config, 1);
+    ck_assert_int_eq(r.shared_memory_executed, 233472);
+    ck_assert_int_eq(r.graph_node_id, -1); // 0: not a graph launch
+    ck_assert_int_eq(r.green_context_id, -1);
+    k.graphNodeId = 5;
+    ck_assert(amp_capture_decode_kernel(&k, &r));
+    ck_assert_int_eq(r.graph_node_id, 5);
+    // unfinished at a forced flush
+    k.start = k.end = 0;
+    ck_assert(!amp_capture_decode_kernel(&k, &r));
+    k.start = 10;
+    k.end = 5;
+    ck_assert(!amp_capture_decode_kernel(&k, &r));
+}
+END_TEST
+
+START_TEST(test_decode_copies_and_api) {
+    CUpti_ActivityMemcpy6 m = {.kind = CUPTI_ACTIVITY_KIND_MEMCPY,
+                               .copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
+                               .srcKind = CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE,
+                               .dstKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE,
+                               .bytes = 4 << 20,
+                               .start = 1000,
+                               .end = 3000,
+                               .streamId = 3,
+                               .correlationId = 11};
+    amp_rec_memcpy rm;
+    ck_assert(amp_capture_decode_memcpy(&m, &rm));
+    ck_assert_int_eq(rm.bytes, 4 << 20);
+    ck_assert_int_eq(rm.copy_kind, CUPTI_ACTIVITY_MEMCPY_KIND_HTOD);
+    ck_assert_int_eq(rm.src_kind, CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE);
+    ck_assert_int_eq(rm.dst_kind, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+    ck_assert_int_eq(rm.src_device_id, -1);
+    ck_assert_int_eq(rm.correlation_id, 11);
+
+    CUpti_ActivityMemset4 s = {.kind = CUPTI_ACTIVITY_KIND_MEMSET,
+                               .value = 0xAB,
+                               .bytes = 512,
+                               .start = 10,
+                               .end = 20,
+                               .memoryKind = CUPTI_ACTIVITY_MEMORY_KIND_DEVICE};
+    amp_rec_memset rs;
+    ck_assert(amp_capture_decode_memset(&s, &rs));
+    ck_assert_int_eq(rs.value, 0xAB);
+    ck_assert_int_eq(rs.mem_kind, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE);
+
+    CUpti_ActivityAPI a = {.kind = CUPTI_ACTIVITY_KIND_DRIVER,
+                           .cbid = 307,
+                           .start = 500,
+                           .end = 900,
+                           .threadId = 4321,
+                           .correlationId = 42,
+                           .returnValue = 0};
+    amp_rec_runtime ra;
+    ck_assert(amp_capture_decode_api(&a, "cuLaunchKernel", &ra));
+    ck_assert(ra.driver);
+    ck_assert_int_eq(ra.tid, 4321);
+    ck_assert_str_eq(ra.name, "cuLaunchKernel");
+    a.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+    ck_assert(amp_capture_decode_api(&a, NULL, &ra));
+    ck_assert(!ra.driver);
+
+    CUpti_ActivitySynchronization2 y = {.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+                                        .type =
+                                            CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE,
+                                        .start = 100,
+                                        .end = 200,
+                                        .correlationId = 8,
+                                        .contextId = 1,
+                                        .streamId = CUPTI_SYNCHRONIZATION_INVALID_VALUE,
+                                        .cudaEventId = CUPTI_SYNCHRONIZATION_INVALID_VALUE};
+    amp_rec_sync ry;
+    ck_assert(amp_capture_decode_sync(&y, &ry));
+    ck_assert_int_eq(ry.sync_type, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE);
+    ck_assert_int_eq(ry.stream_id, -1);
+    ck_assert_int_eq(ry.event_id, -1);
+    ck_assert_int_eq(ry.context_id, 1);
+}
+END_TEST
+
+static CUpti_ActivityDevice5 sample_device(void) {
+    CUpti_ActivityDevice5 d = {.kind = CUPTI_ACTIVITY_KIND_DEVICE,
+                               .globalMemoryBandwidth = 4800000000ull, // KB/s
+                               .globalMemorySize = 150754820096ull,
+                               .l2CacheSize = 62914560,
+                               .numThreadsPerWarp = 32,
+                               .coreClockRate = 1980000, // kHz
+                               .numMemcpyEngines = 7,
+                               .numMultiprocessors = 132,
+                               .maxWarpsPerMultiprocessor = 64,
+                               .maxBlocksPerMultiprocessor = 32,
+                               .maxSharedMemoryPerMultiprocessor = 233472,
+                               .maxRegistersPerMultiprocessor = 65536,
+                               .maxRegistersPerBlock = 65536,
+                               .maxSharedMemoryPerBlock = 49152,
+                               .maxThreadsPerBlock = 1024,
+                               .computeCapabilityMajor = 9,
+                               .computeCapabilityMinor = 0,
+                               .id = 0,
+                               .name = "NVIDIA H200"};
+    for (int i = 0; i < 16; i++)
+        d.uuid.bytes[i] = (char)(0x10 + i);
+    return d;
+}
+
+START_TEST(test_decode_device) {
+    CUpti_ActivityDevice5 d = sample_device();
+    char uuid[AMP_CAPTURE_UUID_LEN];
+    amp_rec_gpu_info g;
+    amp_capture_decode_device(&d, uuid, &g);
+    ck_assert_str_eq(g.name, "NVIDIA H200");
+    ck_assert_str_eq(g.uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
+    ck_assert_int_eq(g.sm_count, 132);
+    ck_assert_int_eq(g.memory_bandwidth, 4800000000000ll);
+    ck_assert_int_eq(g.clock_rate, 1980000000ll);
+    ck_assert_int_eq(g.compute_major, 9);
+    ck_assert_int_eq(g.max_shmem_per_block_optin, -1);
+    ck_assert_int_eq(g.async_engines, 7);
+}
+END_TEST
+
+static const char *test_api_name(bool driver, uint32_t cbid) {
+    return driver && cbid == 307 ? "cuLaunchKernel" : NULL;
+}
+static const char *test_demangle(const char *mangled) {
+    return strcmp(mangled, "_Z6kernelPf") == 0 ? "kernel(float*)" : NULL;
+}
+
+// Records through amp_capture_emit into a database; the kernel is attributed to the innermost
+// NVTX range of the launching thread.
+START_TEST(test_emit_merge_attribution) {
+    char spool[128], db_path[128];
+    snprintf(spool, sizeof spool, "%s/spool", dir);
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
+    ck_assert_int_eq(mkdir(spool, 0755), 0);
+    amp_collector_t *c;
+    ck_assert_msg(amp_collector_new(db_path, spool, &c) == AMP_OK, "%s", amp_last_error());
+    ck_assert_int_eq(amp_record_start(spool), AMP_OK);
+
+    // the layer's range, an inner op range on the same thread, an unrelated one on another
+    const int64_t t0 = 1700000000000000000ll;
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = t0,
+                                    .end_ns = t0 + 10000,
+                                    .type = AMP_NVTX_PUSH_POP,
+                                    .range_id = 1,
+                                    .category = -1,
+                                    .color = -1,
+                                    .text = "blocks.0",
+                                    .tid = 4321,
+                                    .end_tid = -1});
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = t0 + 100,
+                                    .end_ns = t0 + 900,
+                                    .type = AMP_NVTX_PUSH_POP,
+                                    .range_id = 2,
+                                    .category = -1,
+                                    .color = -1,
+                                    .text = "blocks.0/linear",
+                                    .tid = 4321,
+                                    .end_tid = -1});
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = t0,
+                                    .end_ns = t0 + 10000,
+                                    .type = AMP_NVTX_PUSH_POP,
+                                    .range_id = 3,
+                                    .category = -1,
+                                    .color = -1,
+                                    .text = "other thread",
+                                    .tid = 9999,
+                                    .end_tid = -1});
+
+    amp_capture_names names = {.api_name = test_api_name, .demangle = test_demangle};
+    amp_capture_stats st = {0};
+    CUpti_ActivityAPI a = {.kind = CUPTI_ACTIVITY_KIND_DRIVER,
+                           .cbid = 307,
+                           .start = t0 + 200,
+                           .end = t0 + 300,
+                           .threadId = 4321,
+                           .correlationId = 42};
+    CUpti_ActivityKernel10 k = sample_kernel();
+    k.start = t0 + 400;
+    k.end = t0 + 5000;
+    CUpti_ActivityKernel10 unfinished = sample_kernel();
+    unfinished.start = unfinished.end = 0;
+    CUpti_ActivityDevice5 d = sample_device();
+    CUpti_ActivityOverhead3 o = {
+        .kind = CUPTI_ACTIVITY_KIND_OVERHEAD, .start = t0, .end = t0 + 700};
+    CUpti_ActivityExternalCorrelation x = {.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+    amp_capture_emit((CUpti_Activity *)&a, &names, &st);
+    amp_capture_emit((CUpti_Activity *)&k, &names, &st);
+    amp_capture_emit((CUpti_Activity *)&unfinished, &names, &st);
+    amp_capture_emit((CUpti_Activity *)&d, &names, &st);
+    amp_capture_emit((CUpti_Activity *)&o, &names, &st);
+    amp_capture_emit((CUpti_Activity *)&x, &names, &st);
+    ck_assert_int_eq(st.kernels, 1);
+    ck_assert_int_eq(st.api_calls, 1);
+    ck_assert_int_eq(st.devices, 1);
+    ck_assert_int_eq(st.incomplete, 1);
+    ck_assert_int_eq(st.overhead_records, 1);
+    ck_assert_int_eq(st.overhead_ns, 700);
+    ck_assert_int_eq(st.other, 1);
+
+    amp_record_stop();
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    ck_assert_msg(amp_collector_finish(c, 0) == AMP_OK, "%s", amp_last_error());
+    amp_collector_free(c);
+
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 1);
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds "
+                                "s ON s.id = k.demangledName"),
+                     "kernel(float*)");
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds "
+                                "s ON s.id = k.mangledName"),
+                     "_Z6kernelPf");
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds "
+                                "s ON s.id = r.nameId"),
+                     "cuLaunchKernel");
+    ck_assert_int_eq(q_int(db, "SELECT eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME"), 1);
+    ck_assert_str_eq(q_text(db, "SELECT name FROM TARGET_INFO_GPU"), "NVIDIA H200");
+    ck_assert_int_eq(q_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
+    ck_assert_str_eq(q_text(db, "SELECT n.text FROM (" AMP_CAPTURE_KERNEL_RANGES_SQL ") a "
+                                "JOIN NVTX_EVENTS n ON n.rowid = a.range"),
+                     "blocks.0/linear");
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM (" AMP_CAPTURE_KERNEL_RANGES_SQL ") a JOIN "
+                               "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.rowid = a.api AND "
+                               "r.correlationId = 42"),
+                     1);
+    sqlite3_close(db);
+}
+END_TEST
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// `ampprobe calibrate`'s cache
+
+START_TEST(test_ceilings_cache) {
+    setenv("XDG_CACHE_HOME", dir, 1);
+    char path[256];
+    ck_assert(amp_ceilings_path("NVIDIA H200", path, sizeof path));
+    char want[256];
+    snprintf(want, sizeof want, "%s/ampprobe/ceilings-NVIDIA_H200.txt", dir);
+    ck_assert_str_eq(path, want);
+    amp_ceilings c;
+    ck_assert(!amp_ceilings_load("NVIDIA H200", &c));
+    ck_assert(isnan(c.gemm_flops_bf16));
+    ck_assert_int_eq(mkdir(in_dir("ampprobe"), 0755), 0);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("gpu NVIDIA H200\nsm_count 132\ndram_bytes_per_s 4.3e+12\ngemm_flops_bf16 7.9e+14\n"
+          "gemm_flops_f32 oops\n",
+          f);
+    fclose(f);
+    ck_assert(amp_ceilings_load("NVIDIA H200", &c));
+    ck_assert_close(c.dram_bytes_per_s, 4.3e12, 0, 1e-12);
+    ck_assert_close(c.gemm_flops_bf16, 7.9e14, 0, 1e-12);
+    ck_assert(isnan(c.gemm_flops_f16));
+    ck_assert(isnan(c.gemm_flops_f32)); // not a number: absent
+    ck_assert_int_eq(run((const char *[]){"calibrate", "--bogus", NULL}), 2);
+    ck_assert_int_eq(run((const char *[]){"calibrate", "--help", NULL}), 0);
+    unsetenv("XDG_CACHE_HOME");
+}
+END_TEST
+
+Suite *capture_suite(void) {
+    Suite *s = suite_create("capture");
+    TCase *tc = tcase_create("capture");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+#ifdef AMP_HAVE_NVTX_CAPTURE
+    tcase_add_test(tc, test_nvtx_ranges);
+    tcase_add_test(tc, test_trace_sets_injection);
+#endif
+#if defined(AMP_HAVE_NVTX_CAPTURE) && defined(AMP_HAVE_CUPTI_CAPTURE)
+    tcase_add_test(tc, test_no_driver);
+#endif
+#ifdef AMP_HAVE_CUPTI_CAPTURE
+    tcase_add_test(tc, test_decode_kernel);
+    tcase_add_test(tc, test_decode_copies_and_api);
+    tcase_add_test(tc, test_decode_device);
+    tcase_add_test(tc, test_emit_merge_attribution);
+#endif
+    tcase_add_test(tc, test_ceilings_cache);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,681 @@
+/*
+ * test_cuda_gpu.c — the `cuda_gpu` suite (ctest label "gpu"): every op of the CUDA backend,
+ * forward and backward, against the CPU reference on fresh random data.
+ *
+ * Each case builds the same inputs (random, never zeros) in a CPU context and a CUDA context,
+ * runs the op through the public API, takes loss = sum(op(x) * r) for a fixed random r, runs
+ * backward, and compares the output and every input gradient element by element with a
+ * dtype-aware tolerance: |gpu - cpu| <= eps(dtype) * (scale + |cpu|), where scale is the RMS of
+ * the CPU values (reduction orders differ between the backends). Also: the optimizers, the
+ * GradScaler's fused unscale and skip decision, the statistics reduction, the dropout mask (bit
+ * for bit) and a short autocast + GradScaler training run.
+ *
+ * Without a GPU or without the CUDA module every case returns early with a message, so the suite
+ * passes on CI machines; CUDA is only ever initialised inside a case (Check forks first).
+ */
+#include "amp-impl.h"
+#include "tests.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F32 AMP_DTYPE_F32
+#define F16 AMP_DTYPE_F16
+#define BF16 AMP_DTYPE_BF16
+
+static amp_ctx_t *cpu, *gpu;
+static uint64_t rng_state;
+
+// Opens both contexts; false (after saying why) when there is no CUDA device.
+static bool open_pair(void) {
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 11, &cpu), AMP_OK);
+    if (amp_ctx_new(AMP_DEVICE_CUDA, 11, &gpu) != AMP_OK) {
+        fprintf(stderr, "cuda_gpu: skipped: %s\n", amp_last_error());
+        amp_ctx_free(cpu);
+        cpu = NULL;
+        return false;
+    }
+    rng_state = 0x1234567ull;
+    return true;
+}
+
+static void close_pair(void) {
+    amp_ctx_free(gpu);
+    amp_ctx_free(cpu);
+    gpu = cpu = NULL;
+}
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        if (!open_pair()) return;                                                                  \
+    } while (0)
+
+static double urand(void) { // [0, 1)
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Gaussian values of the given std, pushed away from zero (|v| >= std / 64).
+static void fill_random(float *v, int64_t n, float std, float mean) {
+    for (int64_t i = 0; i < n; i++) {
+        double u1 = urand() + 1e-12, u2 = urand();
+        double g = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+        if (fabs(g) < 1.0 / 64) g = g < 0 ? -1.0 / 64 : 1.0 / 64;
+        v[i] = (float)(g * std) + mean;
+    }
+}
+
+typedef struct pair {
+    amp_tensor_t *c, *g;
+} pair;
+
+static int64_t numel_of(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
+// The same random tensor on both devices.
+static pair pair_new(amp_dtype dt, int ndim, const int64_t *shape, float std, float mean,
+                     bool grad) {
+    int64_t n = numel_of(ndim, shape);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    fill_random(v, n, std, mean);
+    pair p = {amp_tensor_from_f32(cpu, dt, ndim, shape, v),
+              amp_tensor_from_f32(gpu, dt, ndim, shape, v)};
+    free(v);
+    amp_tensor_set_requires_grad(p.c, grad);
+    amp_tensor_set_requires_grad(p.g, grad);
+    return p;
+}
+
+// Class indices in [0, classes) on both devices.
+static pair pair_index(amp_dtype dt, int ndim, const int64_t *shape, int64_t classes) {
+    int64_t n = numel_of(ndim, shape);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)(int64_t)(urand() * (double)classes);
+    pair p = {amp_tensor_from_f32(cpu, dt, ndim, shape, v),
+              amp_tensor_from_f32(gpu, dt, ndim, shape, v)};
+    free(v);
+    return p;
+}
+
+static double eps_of(amp_dtype dt) {
+    return dt == F16 ? 1e-2 : dt == BF16 ? 2e-2 : 1e-4;
+}
+
+// Compares the two tensors' values: |g - c| <= eps * (rms(c) + |c|), NaN matching NaN.
+static void expect_close(const char *what, const amp_tensor_t *c, const amp_tensor_t *g,
+                         double eps) {
+    ck_assert_msg(c && g, "%s: missing on %s", what, c ? "cuda" : "cpu");
+    int64_t n = amp_tensor_numel(c);
+    ck_assert_int_eq(amp_tensor_numel(g), n);
+    float *a = malloc((size_t)(n ? n : 1) * 4), *b = malloc((size_t)(n ? n : 1) * 4);
+    amp_tensor_read_f32(c, a);
+    amp_tensor_read_f32(g, b);
+    double rms = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(a[i])) rms += (double)a[i] * a[i];
+    rms = n ? sqrt(rms / (double)n) : 0;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        bool ok = isnan(a[i])   ? isnan(b[i])
+                  : isinf(a[i]) ? a[i] == b[i]
+                                : fabs((double)b[i] - a[i]) <= eps * (rms + fabs(a[i]));
+        if (!ok && bad++ == 0) first = i;
+    }
+    if (bad)
+        ck_abort_msg(
+            "%s: %lld of %lld differ; first at %lld: cuda %.8g, cpu %.8g (rms %.3g, eps %g)", what,
+            (long long)bad, (long long)n, (long long)first, b[first], a[first], rms, eps);
+    free(a);
+    free(b);
+}
+
+typedef amp_tensor_t *(*op_fn)(amp_ctx_t *ctx, amp_tensor_t **x, int n);
+
+// Runs f on both devices, compares the output, then backward of sum(f(x) * r) and every grad.
+static void check_op(const char *name, op_fn f, pair *in, int n, double eps) {
+    amp_tensor_t *xc[8], *xg[8];
+    for (int i = 0; i < n; i++) {
+        xc[i] = in[i].c;
+        xg[i] = in[i].g;
+    }
+    amp_tensor_t *yc = f(cpu, xc, n), *yg = f(gpu, xg, n);
+    char what[96];
+    snprintf(what, sizeof what, "%s forward", name);
+    expect_close(what, yc, yg, eps);
+    bool any_grad = false;
+    for (int i = 0; i < n; i++)
+        any_grad |= amp_tensor_requires_grad(in[i].c);
+    if (any_grad) {
+        int nd = amp_tensor_ndim(yc);
+        int64_t shape[AMP_MAX_DIMS];
+        for (int d = 0; d < nd; d++)
+            shape[d] = amp_tensor_dim(yc, d);
+        pair r = pair_new(F32, nd, shape, 1.0f, 0.0f, false);
+        amp_backward(cpu, amp_sum(cpu, amp_mul(cpu, amp_to(cpu, yc, F32), r.c)));
+        amp_backward(gpu, amp_sum(gpu, amp_mul(gpu, amp_to(gpu, yg, F32), r.g)));
+        for (int i = 0; i < n; i++) {
+            if (!amp_tensor_requires_grad(in[i].c)) continue;
+            snprintf(what, sizeof what, "%s grad of input %d", name, i);
+            expect_close(what, amp_tensor_grad(in[i].c), amp_tensor_grad(in[i].g), eps);
+        }
+    }
+    amp_ctx_reset(cpu);
+    amp_ctx_reset(gpu);
+}
+
+static const amp_dtype float_dtypes[3] = {F32, F16, BF16};
+
+// ---------------------------------------------------------------------------------------------
+// Ops
+
+static amp_tensor_t *op_linear(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    return amp_linear(c, x[0], x[1], n > 2 ? x[2] : NULL);
+}
+static amp_tensor_t *op_matmul(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_matmul(c, x[0], x[1]);
+}
+static amp_tensor_t *op_addmm(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_addmm(c, x[2], x[0], x[1]);
+}
+
+START_TEST(test_gemm_gpu) {
+    NEED_GPU();
+    for (int t = 0; t < 3; t++) {
+        amp_dtype dt = float_dtypes[t];
+        double eps = eps_of(dt) * (dt == F32 ? 10 : 1);
+        pair lin[3] = {pair_new(dt, 3, (int64_t[]){4, 33, 96}, 1, 0, true),
+                       pair_new(dt, 2, (int64_t[]){72, 96}, 0.1f, 0, true),
+                       pair_new(dt, 1, (int64_t[]){72}, 0.5f, 0, true)};
+        check_op("linear+bias", op_linear, lin, 3, eps);
+        check_op("linear", op_linear, lin, 2, eps);
+        pair mm[2] = {pair_new(dt, 3, (int64_t[]){3, 17, 40}, 1, 0, true),
+                      pair_new(dt, 3, (int64_t[]){3, 40, 24}, 1, 0, true)};
+        check_op("batched matmul", op_matmul, mm, 2, eps);
+        pair am[3] = {pair_new(dt, 2, (int64_t[]){16, 8}, 1, 0, true),
+                      pair_new(dt, 2, (int64_t[]){8, 12}, 1, 0, true),
+                      pair_new(dt, 2, (int64_t[]){16, 12}, 1, 0, true)};
+        check_op("addmm (full bias)", op_addmm, am, 3, eps);
+    }
+    close_pair();
+}
+END_TEST
+
+static amp_tensor_t *op_gelu(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_gelu(c, x[0], false);
+}
+static amp_tensor_t *op_gelu_tanh(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_gelu(c, x[0], true);
+}
+static amp_tensor_t *op_relu(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_relu(c, x[0]);
+}
+static amp_tensor_t *op_tanh(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_tanh(c, x[0]);
+}
+static amp_tensor_t *op_sigmoid(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_sigmoid(c, x[0]);
+}
+static amp_tensor_t *op_exp(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_exp(c, x[0]);
+}
+static amp_tensor_t *op_pow(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_pow(c, x[0], 3.0f);
+}
+static amp_tensor_t *op_clamp(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_clamp_min(c, x[0], 0.25f);
+}
+static amp_tensor_t *op_scalar(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_add_scalar(c, amp_mul_scalar(c, x[0], 1.5), -0.75);
+}
+static amp_tensor_t *op_log(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_log(c, x[0]);
+}
+
+START_TEST(test_unary_gpu) {
+    NEED_GPU();
+    static const struct {
+        const char *name;
+        op_fn f;
+    } ops[] = {{"gelu", op_gelu}, {"gelu_tanh", op_gelu_tanh}, {"relu", op_relu},
+               {"tanh", op_tanh}, {"sigmoid", op_sigmoid},     {"exp", op_exp},
+               {"pow", op_pow},   {"clamp_min", op_clamp},     {"scalar", op_scalar}};
+    for (int t = 0; t < 3; t++) {
+        amp_dtype dt = float_dtypes[t];
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+            pair x = pair_new(dt, 2, (int64_t[]){37, 129}, 1.0f, 0.0f, true);
+            check_op(ops[k].name, ops[k].f, &x, 1, eps_of(dt));
+        }
+        pair pos = pair_new(dt, 1, (int64_t[]){1000}, 0.2f, 2.0f, true); // log of positive values
+        check_op("log", op_log, &pos, 1, eps_of(dt));
+    }
+    close_pair();
+}
+END_TEST
+
+static amp_tensor_t *op_add(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_add(c, x[0], x[1]);
+}
+static amp_tensor_t *op_sub(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_sub(c, x[0], x[1]);
+}
+static amp_tensor_t *op_mul(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_mul(c, x[0], x[1]);
+}
+static amp_tensor_t *op_div(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_div(c, x[0], x[1]);
+}
+static amp_tensor_t *op_sum(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_sum(c, x[0]);
+}
+static amp_tensor_t *op_mean(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_mean(c, x[0]);
+}
+static amp_tensor_t *op_transpose(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_contiguous(c, amp_transpose(c, x[0], 0, 2));
+}
+static amp_tensor_t *op_heads(amp_ctx_t *c, amp_tensor_t **x,
+                              int n) { // (B, T, H, D) -> (B, H, T, D)
+    (void)n;
+    return amp_contiguous(c, amp_transpose(c, x[0], 1, 2));
+}
+static amp_tensor_t *op_key_t(amp_ctx_t *c, amp_tensor_t **x, int n) { // k^T of attention
+    (void)n;
+    return amp_contiguous(c, amp_transpose(c, amp_transpose(c, x[0], 1, 2), -2, -1));
+}
+static amp_tensor_t *op_to_half(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_to(c, x[0], F16);
+}
+static amp_tensor_t *op_to_bf16(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_to(c, x[0], BF16);
+}
+
+START_TEST(test_binary_reduce_copy_gpu) {
+    NEED_GPU();
+    for (int t = 0; t < 3; t++) {
+        amp_dtype dt = float_dtypes[t];
+        double eps = eps_of(dt);
+        pair same[2] = {pair_new(dt, 2, (int64_t[]){64, 130}, 1, 0, true),
+                        pair_new(dt, 2, (int64_t[]){64, 130}, 1, 0, true)};
+        check_op("add", op_add, same, 2, eps);
+        check_op("mul", op_mul, same, 2, eps);
+        // broadcasts: a row vector, a column, a leading batch
+        pair row[2] = {pair_new(dt, 3, (int64_t[]){4, 16, 70}, 1, 0, true),
+                       pair_new(dt, 1, (int64_t[]){70}, 1, 0, true)};
+        check_op("add (row broadcast)", op_add, row, 2, eps);
+        check_op("sub (row broadcast)", op_sub, row, 2, eps);
+        pair col[2] = {pair_new(dt, 3, (int64_t[]){4, 16, 70}, 1, 0, true),
+                       pair_new(dt, 3, (int64_t[]){1, 16, 1}, 0.3f, 2.0f, true)};
+        check_op("div (column broadcast)", op_div, col, 2, eps);
+        check_op("mul (column broadcast)", op_mul, col, 2, eps);
+        pair big = pair_new(dt, 3, (int64_t[]){8, 33, 300}, 1, 0, true);
+        check_op("sum", op_sum, &big, 1, eps);
+        check_op("mean", op_mean, &big, 1, eps);
+        check_op("transpose+contiguous", op_transpose, &big, 1, eps);
+        pair heads = pair_new(dt, 4, (int64_t[]){2, 9, 4, 16}, 1, 0, true);
+        check_op("heads transpose (16-byte runs)", op_heads, &heads, 1, eps);
+        pair keys = pair_new(dt, 4, (int64_t[]){2, 45, 3, 40}, 1, 0, true);
+        check_op("key transpose (tiled)", op_key_t, &keys, 1, eps);
+        check_op("to f16", op_to_half, &big, 1, eps_of(F16));
+        check_op("to bf16", op_to_bf16, &big, 1, eps_of(BF16));
+    }
+    close_pair();
+}
+END_TEST
+
+static amp_tensor_t *op_softmax(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_softmax(c, x[0], -1);
+}
+static amp_tensor_t *op_log_softmax(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_log_softmax(c, x[0], -1);
+}
+static amp_tensor_t *op_layer_norm(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_layer_norm(c, x[0], x[1], x[2], 1e-5f);
+}
+static amp_tensor_t *op_cross_entropy(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_cross_entropy(c, x[0], x[1]);
+}
+static amp_tensor_t *op_masked_softmax(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_softmax(c, amp_masked_fill(c, x[0], x[1], -INFINITY), -1);
+}
+
+START_TEST(test_softmax_norm_loss_gpu) {
+    NEED_GPU();
+    for (int t = 0; t < 3; t++) {
+        amp_dtype dt = float_dtypes[t];
+        double eps = eps_of(dt);
+        int64_t lens[4] = {7, 512, 3000, 5000};
+        for (int k = 0; k < 4; k++) {
+            pair x = pair_new(dt, 2, (int64_t[]){19, lens[k]}, 2.0f, 0.0f, true);
+            check_op("softmax", op_softmax, &x, 1, eps);
+            check_op("log_softmax", op_log_softmax, &x, 1, eps);
+        }
+        pair ln[3] = {pair_new(dt, 3, (int64_t[]){3, 21, 768}, 1.5f, 0.5f, true),
+                      pair_new(F32, 1, (int64_t[]){768}, 0.2f, 1.0f, true),
+                      pair_new(F32, 1, (int64_t[]){768}, 0.2f, 0.0f, true)};
+        if (dt == F32) check_op("layer_norm", op_layer_norm, ln, 3, eps * 10);
+        pair ce[2] = {pair_new(F32, 2, (int64_t[]){50, 1000}, 3.0f, 0, true),
+                      pair_index(AMP_DTYPE_I64, 1, (int64_t[]){50}, 1000)};
+        check_op("cross_entropy", op_cross_entropy, ce, 2, eps_of(F32) * 10);
+        // causal masks (-inf above the diagonal) through masked_fill and softmax: T = 32 takes
+        // the 8-wide path, T = 33 the element path
+        for (int64_t T = 32; T <= 33; T++) {
+            float *m = malloc((size_t)(T * T) * 4);
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t j = 0; j < T; j++)
+                    m[i * T + j] = j > i;
+            pair mask = {amp_tensor_from_f32(cpu, AMP_DTYPE_I32, 2, (int64_t[]){T, T}, m),
+                         amp_tensor_from_f32(gpu, AMP_DTYPE_I32, 2, (int64_t[]){T, T}, m)};
+            free(m);
+            pair att[2] = {pair_new(dt, 3, (int64_t[]){2, T, T}, 1, 0, true), mask};
+            check_op("masked softmax", op_masked_softmax, att, 2, eps);
+        }
+    }
+    close_pair();
+}
+END_TEST
+
+START_TEST(test_layer_norm_half_gpu) {
+    NEED_GPU();
+    // layer_norm under autocast runs in f32 (fp32 policy); the f16/bf16 storage path of the
+    // kernel is still reachable with f16 weights.
+    for (int t = 1; t < 3; t++) {
+        amp_dtype dt = float_dtypes[t];
+        pair ln[3] = {pair_new(dt, 2, (int64_t[]){40, 256}, 1.0f, 0.5f, true),
+                      pair_new(dt, 1, (int64_t[]){256}, 0.2f, 1.0f, true),
+                      pair_new(dt, 1, (int64_t[]){256}, 0.2f, 0.0f, true)};
+        check_op("layer_norm", op_layer_norm, ln, 3, eps_of(dt) * 2);
+    }
+    close_pair();
+}
+END_TEST
+
+static amp_tensor_t *op_embedding(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_embedding(c, x[1], x[0]);
+}
+static amp_tensor_t *op_conv_pool(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_max_pool2d(c, amp_relu(c, amp_conv2d(c, x[0], x[1], x[2], 1, 1)), 2, 2);
+}
+static amp_tensor_t *op_conv_stride(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_conv2d(c, x[0], x[1], x[2], 2, 0);
+}
+
+START_TEST(test_embedding_conv_gpu) {
+    NEED_GPU();
+    for (int t = 0; t < 3; t++) {
+        amp_dtype dt = float_dtypes[t];
+        double eps = eps_of(dt) * (dt == F32 ? 10 : 1);
+        pair emb[2] = {pair_new(dt, 2, (int64_t[]){50, 48}, 1, 0, true),
+                       pair_index(AMP_DTYPE_I64, 2, (int64_t[]){4, 30}, 50)};
+        check_op("embedding", op_embedding, emb, 2, eps);
+        pair conv[3] = {pair_new(dt, 4, (int64_t[]){2, 3, 12, 12}, 1, 0, true),
+                        pair_new(dt, 4, (int64_t[]){8, 3, 3, 3}, 0.3f, 0, true),
+                        pair_new(dt, 1, (int64_t[]){8}, 0.1f, 0, true)};
+        check_op("conv2d+relu+max_pool2d", op_conv_pool, conv, 3, eps);
+        check_op("conv2d stride 2", op_conv_stride, conv, 3, eps);
+    }
+    close_pair();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Dropout (bit-exact masks), statistics, optimizers, the GradScaler
+
+START_TEST(test_dropout_gpu) {
+    NEED_GPU();
+    pair x = pair_new(F32, 2, (int64_t[]){31, 257}, 1, 0, false);
+    amp_tensor_t *yc = amp_dropout(cpu, x.c, 0.3f, true), *yg = amp_dropout(gpu, x.g, 0.3f, true);
+    int64_t n = amp_tensor_numel(yc);
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+    amp_tensor_read_f32(yc, a);
+    amp_tensor_read_f32(yg, b);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(a[i] == b[i], "dropout element %lld: cuda %g, cpu %g", (long long)i, b[i],
+                      a[i]);
+    free(a);
+    free(b);
+    close_pair();
+}
+END_TEST
+
+START_TEST(test_stats_gpu) {
+    NEED_GPU();
+    int64_t n = 100003;
+    float *v = malloc((size_t)n * 4);
+    fill_random(v, n, 1.0f, 0.0f);
+    v[5] = NAN, v[77] = INFINITY, v[78] = -INFINITY, v[1000] = 1e6f, v[1001] = -7e4f;
+    v[2000] = 1e-9f, v[2001] = 0.0f, v[2002] = -0.0f, v[3000] = 3e-5f;
+    amp_tensor_t *tc = amp_tensor_from_f32(cpu, F32, 1, &n, v),
+                 *tg = amp_tensor_from_f32(gpu, F32, 1, &n, v);
+    free(v);
+    for (int k = 0; k < 3; k++) {
+        amp_dtype target = float_dtypes[k];
+        amp_stats a, b;
+        amp_tensor_stats(tc, target, &a);
+        amp_tensor_stats(tg, target, &b);
+        ck_assert_int_eq(b.numel, a.numel);
+        ck_assert_float_eq(b.min, a.min);
+        ck_assert_float_eq(b.max, a.max);
+        ck_assert_float_eq(b.amax, a.amax);
+        ck_assert_int_eq(b.n_nan, a.n_nan);
+        ck_assert_int_eq(b.n_posinf, a.n_posinf);
+        ck_assert_int_eq(b.n_neginf, a.n_neginf);
+        ck_assert_int_eq(b.n_overflow, a.n_overflow);
+        ck_assert_int_eq(b.n_underflow, a.n_underflow);
+        ck_assert_int_eq(b.n_zero, a.n_zero);
+        if (target == F16) { // the planted values cross both f16 limits
+            ck_assert_int_gt(a.n_underflow, 0);
+            ck_assert_int_gt(a.n_overflow, 0);
+        }
+    }
+    close_pair();
+}
+END_TEST
+
+// Three optimizer steps over a few parameters with random gradients; parameters and state
+// compared after each.
+static void check_optim(amp_optim_params p) {
+    int64_t shapes[3][2] = {{33, 70}, {1, 5000}, {1, 1}};
+    pair params[3], grads[3];
+    amp_tensor_t *pc[3], *pg[3];
+    for (int i = 0; i < 3; i++) {
+        params[i] = pair_new(F32, 2, shapes[i], 1, 0, true);
+        pc[i] = params[i].c;
+        pg[i] = params[i].g;
+    }
+    amp_optim_t *oc, *og;
+    ck_assert_int_eq(amp_optim_new(cpu, &p, pc, 3, &oc), AMP_OK);
+    ck_assert_int_eq(amp_optim_new(gpu, &p, pg, 3, &og), AMP_OK);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 3; i++) {
+            grads[i] = pair_new(F32, 2, shapes[i], 0.1f, 0, false);
+            amp_grad_accumulate(cpu, pc[i], grads[i].c);
+            amp_grad_accumulate(gpu, pg[i], grads[i].g);
+        }
+        amp_optim_step(oc);
+        amp_optim_step(og);
+        for (int i = 0; i < 3; i++) {
+            expect_close(amp_optim_kind_name(p.kind), pc[i], pg[i], 1e-5);
+            if (amp_optim_state(oc, i, 0))
+                expect_close("optimizer state", amp_optim_state(oc, i, 0),
+                             amp_optim_state(og, i, 0), 1e-5);
+        }
+        amp_optim_zero_grad(oc);
+        amp_optim_zero_grad(og);
+        for (int i = 0; i < 3; i++) {
+            amp_tensor_free(grads[i].c);
+            amp_tensor_free(grads[i].g);
+        }
+    }
+    amp_optim_free(oc);
+    amp_optim_free(og);
+}
+
+START_TEST(test_optim_gpu) {
+    NEED_GPU();
+    amp_optim_params sgd = amp_optim_defaults(AMP_OPTIM_SGD);
+    sgd.lr = 0.1f;
+    sgd.momentum = 0.9f;
+    sgd.weight_decay = 0.01f;
+    check_optim(sgd);
+    sgd.nesterov = true;
+    check_optim(sgd);
+    amp_optim_params adam = amp_optim_defaults(AMP_OPTIM_ADAM);
+    adam.weight_decay = 0.1f;
+    check_optim(adam);
+    check_optim(amp_optim_defaults(AMP_OPTIM_ADAMW));
+    close_pair();
+}
+END_TEST
+
+// unscale over many gradients (more than one launch's worth): values, then the non-finite check.
+START_TEST(test_unscale_gpu) {
+    NEED_GPU();
+    enum { N = 70 };
+    pair g[N];
+    amp_tensor_t *gc[N], *gg[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = pair_new(i % 3 == 2 ? BF16 : F32, 1, (int64_t[]){1 + 97 * i}, 1000, 0, false);
+        gc[i] = g[i].c;
+        gg[i] = g[i].g;
+    }
+    amp_tensor_t *fc = amp_tensor_new(cpu, F32, 1, (int64_t[]){1}),
+                 *fg = amp_tensor_new(gpu, F32, 1, (int64_t[]){1});
+    cpu->be->unscale(cpu->bctx, gc, N, 1.0f / 1024, fc);
+    gpu->be->unscale(gpu->bctx, gg, N, 1.0f / 1024, fg);
+    ck_assert_float_eq(amp_tensor_item(fg), 0.0f);
+    for (int i = 0; i < N; i++)
+        expect_close("unscaled gradient", gc[i], gg[i], 0);
+    // one inf in the last tensor: found, and a pure check (inv_scale 1) changes nothing
+    int64_t last = amp_tensor_numel(gg[N - 1]);
+    float *v = malloc((size_t)last * 4);
+    amp_tensor_read_f32(gg[N - 1], v);
+    v[last / 2] = INFINITY;
+    amp_tensor_write_f32(gg[N - 1], v);
+    gpu->be->unscale(gpu->bctx, gg, N, 1.0f, fg);
+    ck_assert_float_eq(amp_tensor_item(fg), 1.0f);
+    float *w = malloc((size_t)last * 4);
+    amp_tensor_read_f32(gg[N - 1], w);
+    ck_assert(memcmp(v, w, (size_t)last * 4) == 0);
+    free(v);
+    free(w);
+    close_pair();
+}
+END_TEST
+
+// A small MLP trained with fp16 autocast and the GradScaler on both devices: the losses, the
+// scale history and the weights agree; one planted inf gradient step is skipped on both.
+static float train_step(amp_ctx_t *c, amp_tensor_t **w, amp_tensor_t *x, amp_tensor_t *y,
+                        amp_scaler_t *sc, amp_optim_t *opt, bool *skipped) {
+    amp_optim_zero_grad(opt);
+    amp_autocast_begin(c, true, F16, true);
+    amp_tensor_t *h = amp_gelu(c, amp_linear(c, x, w[0], w[1]), false);
+    amp_tensor_t *logits = amp_linear(c, h, w[2], w[3]);
+    amp_autocast_end(c);
+    amp_tensor_t *loss = amp_cross_entropy(c, amp_to(c, logits, F32), y);
+    float l = amp_tensor_item(loss);
+    amp_backward(c, amp_scaler_scale(sc, c, loss));
+    ck_assert_int_eq(amp_scaler_step(sc, opt, skipped), AMP_OK);
+    ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
+    amp_ctx_reset(c);
+    return l;
+}
+
+START_TEST(test_train_fp16_gpu) {
+    NEED_GPU();
+    int64_t shapes[4][2] = {{64, 32}, {64, 1}, {10, 64}, {10, 1}};
+    pair w[4];
+    amp_tensor_t *wc[4], *wg[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = pair_new(F32, shapes[i][1] == 1 ? 1 : 2, shapes[i], 0.2f, 0, true);
+        wc[i] = w[i].c;
+        wg[i] = w[i].g;
+    }
+    pair x = pair_new(F32, 2, (int64_t[]){128, 32}, 1, 0, false);
+    pair y = pair_index(AMP_DTYPE_I64, 1, (int64_t[]){128}, 10);
+    amp_scaler_params sp = amp_scaler_defaults();
+    sp.growth_interval = 3;
+    amp_scaler_t *sc, *sg;
+    ck_assert_int_eq(amp_scaler_new(&sp, &sc), AMP_OK);
+    ck_assert_int_eq(amp_scaler_new(&sp, &sg), AMP_OK);
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
+    op.lr = 1e-2f;
+    amp_optim_t *oc, *og;
+    ck_assert_int_eq(amp_optim_new(cpu, &op, wc, 4, &oc), AMP_OK);
+    ck_assert_int_eq(amp_optim_new(gpu, &op, wg, 4, &og), AMP_OK);
+    float first = 0, last = 0;
+    for (int s = 0; s < 12; s++) {
+        bool kc, kg;
+        float lc = train_step(cpu, wc, x.c, y.c, sc, oc, &kc);
+        float lg = train_step(gpu, wg, x.g, y.g, sg, og, &kg);
+        ck_assert_msg(fabsf(lc - lg) <= 2e-2f * (1 + fabsf(lc)), "step %d: loss cuda %g, cpu %g", s,
+                      lg, lc);
+        ck_assert_int_eq(kc, kg);
+        ck_assert_float_eq(amp_scaler_get_scale(sg), amp_scaler_get_scale(sc));
+        if (s == 0) first = lg;
+        last = lg;
+    }
+    ck_assert_msg(last < first, "the GPU run did not learn: %g -> %g", first, last);
+    for (int i = 0; i < 4; i++)
+        expect_close("trained weight", wc[i], wg[i], 5e-2);
+    amp_optim_free(oc);
+    amp_optim_free(og);
+    amp_scaler_free(sc);
+    amp_scaler_free(sg);
+    close_pair();
+}
+END_TEST
+
+Suite *cuda_gpu_suite(void) {
+    Suite *s = suite_create("cuda_gpu");
+    TCase *t = tcase_create("ops");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, test_gemm_gpu);
+    tcase_add_test(t, test_unary_gpu);
+    tcase_add_test(t, test_binary_reduce_copy_gpu);
+    tcase_add_test(t, test_softmax_norm_loss_gpu);
+    tcase_add_test(t, test_layer_norm_half_gpu);
+    tcase_add_test(t, test_embedding_conv_gpu);
+    tcase_add_test(t, test_dropout_gpu);
+    tcase_add_test(t, test_stats_gpu);
+    tcase_add_test(t, test_optim_gpu);
+    tcase_add_test(t, test_unscale_gpu);
+    tcase_add_test(t, test_train_fp16_gpu);
+    suite_add_tcase(s, t);
+    return s;
+}

@@ -1,0 +1,208 @@
+/*
+ * test_diff.c — suite `diff`: `ampprobe diff A B` on two small run databases built here (an fp32
+ * and an AMP run with chosen step times and losses, and CUPTI rows for a launch-bound GPU run),
+ * the verdict's wording both ways round, the side-by-side table, the findings present in one
+ * run only, the json keys, usage errors; and the fp32-vs-fp16 verdict on the mlp sample on the
+ * CPU, end to end (the wording, not the timing, which depends on the machine).
+ */
+#include "tests.h"
+
+#include "amp-store.h"
+#include "commands.h"
+#include "report.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[64], a_path[128], b_path[128], out_path[128], err_path[128];
+
+static void make_db(const char *path) {
+    amp_collector_t *c;
+    ck_assert_int_eq(amp_collector_new(path, NULL, &c), AMP_OK);
+    ck_assert_int_eq(amp_collector_finish(c, 0), AMP_OK);
+    amp_collector_free(c);
+}
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/ampdiff.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(a_path, sizeof a_path, "%s/a.sqlite", dir);
+    snprintf(b_path, sizeof b_path, "%s/b.sqlite", dir);
+    snprintf(out_path, sizeof out_path, "%s/out.txt", dir);
+    snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
+    make_db(a_path);
+    make_db(b_path);
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void sql(const char *path, const char *text) {
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, text, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "fixture SQL failed: %s", msg ? msg : "?");
+    sqlite3_close(db);
+}
+
+// n steps of step_ms each with losses 3 - 0.02 i times loss_factor; one GEMM op per step, under
+// autocast (f16) or not (f32).
+static void run(const char *path, int n, double step_ms, double loss_factor, bool amp,
+                const char *device) {
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "INSERT INTO AMP_LAYERS VALUES (1, 0, NULL, 'fc');"
+             "INSERT OR REPLACE INTO META VALUES ('device', '%s', 1);"
+             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
+             "INSERT INTO AMP_STEPS SELECT 1, i, CAST(i * %f AS INTEGER), "
+             "CAST((i + 1) * %f AS INTEGER) - 1, (3.0 - i * 0.02) * %.17g, 1, 0.9, %s, %s, 0, 0 "
+             "FROM s;"
+             "INSERT INTO AMP_OPS SELECT 1, step, 0, 'linear', 'fwd', '%s', '%s', %s, '(8, 64)', "
+             "4194304, 98304, start_ns, start_ns + 1000 FROM AMP_STEPS;",
+             device, n - 1, step_ms * 1e6, step_ms * 1e6, loss_factor, amp ? "65536" : "NULL",
+             amp ? "65536" : "NULL", amp ? "f16,f16" : "f32,f32", amp ? "f16" : "f32",
+             amp ? "'lower_precision_fp'" : "NULL");
+    sql(path, buf);
+}
+
+#define CMD(...) cmd((const char *[]){__VA_ARGS__, NULL})
+static int cmd(const char **args) {
+    char *argv[16] = {"diff"};
+    int argc = 1;
+    for (int i = 0; args[i] && argc < 15; i++)
+        argv[argc++] = (char *)args[i];
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    close(fd);
+    int rc = amp_cmd_diff(argc, argv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return rc;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+#define HAS(text, needle)                                                                          \
+    ck_assert_msg(strstr((text), (needle)) != NULL, "no '%s' in:\n%s", (needle), (text))
+
+START_TEST(amp_faster_same_loss_either_order) {
+    run(a_path, 20, 10.0, 1.0, false, "cuda");
+    run(b_path, 20, 4.0, 1.003, true, "cuda");
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
+    char *t = slurp(out_path);
+    HAS(t, "AMP run (B, fp16) is 2.5x faster than the fp32 run, same loss within 0.3%.");
+    HAS(t, "median step (ms)       10                 4                  x0.40");
+    HAS(t, "peak memory (MiB)      not recorded");
+    HAS(t, "Loss curves: 20 common steps");
+    free(t);
+    ck_assert_int_eq(CMD(b_path, a_path, "-o", out_path), 0); // the AMP run first
+    t = slurp(out_path);
+    HAS(t, "AMP run (A, fp16) is 2.5x faster than the fp32 run");
+    free(t);
+}
+END_TEST
+
+START_TEST(amp_slower_launch_bound_and_loss_gap) {
+    run(a_path, 8, 10.0, 1.0, false, "cuda");
+    run(b_path, 8, 12.6, 1.2, true, "cuda");
+    // B's kernels: 300 per step of 2 us
+    sql(b_path,
+        "INSERT INTO StringIds VALUES (1, 'elementwise_kernel');"
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < 299) "
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
+        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
+        "localMemoryPerThread, localMemoryTotal, gridId) SELECT start_ns + x * 30000, "
+        "start_ns + x * 30000 + 2000, 0, 1, 7, step * 300 + x, 16777216, 1, 1, 32, 1, 1, 1, 128, "
+        "1, 1, 0, 0, 0, 0, x FROM AMP_STEPS, j;");
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
+    char *t = slurp(out_path);
+    HAS(t, "AMP run (B, fp16) is 26% slower than the fp32 run: launch-bound");
+    HAS(t, "final loss 3.");
+    HAS(t, "(+20.0%)");
+    HAS(t, "they diverge by 10% or more from step 0");
+    HAS(t, "Findings only in B:\n");
+    HAS(t, "  warning [amp-payoff] launch-bound");
+    free(t);
+    ck_assert_int_eq(CMD(a_path, b_path, "--format", "json", "-o", out_path), 0);
+    t = slurp(out_path);
+    HAS(t, "{\"verdict\": \"AMP run (B, fp16) is 26% slower");
+    HAS(t, "\"a\": {\"file\": ");
+    HAS(t, "\"precision\": \"fp32\", \"device\": \"cuda\", \"autocast\": false, \"steps\": 8");
+    HAS(t, "{\"rule\": \"amp-payoff\", \"severity\": \"warning\"");
+    HAS(t, "\"speedup\": 0.79");
+    HAS(t, "\"diverge_step\": 0}");
+    free(t);
+}
+END_TEST
+
+START_TEST(usage_and_bad_files_exit_2) {
+    ck_assert_int_eq(CMD(a_path), 2);
+    ck_assert_int_eq(CMD(a_path, b_path, a_path), 2);
+    ck_assert_int_eq(CMD(a_path, b_path, "--format", "html"), 2);
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/missing.sqlite", dir);
+    ck_assert_int_eq(CMD(a_path, missing), 2);
+    char *e = slurp(err_path);
+    HAS(e, missing);
+    ck_assert_msg(strchr(e, '\n') == e + strlen(e) - 1, "not one line: %s", e);
+    free(e);
+    ck_assert_int_eq(CMD("--help"), 0);
+}
+END_TEST
+
+// The samples on the CPU: fp16 is emulated there, so the AMP run is slower, with the same loss.
+START_TEST(mlp_fp32_vs_fp16_on_the_cpu) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%1$s/ampprobe run --force -o %2$s -- %1$s/samples/mlp --quiet --steps 20 "
+             "--precision fp32 >/dev/null 2>&1 && %1$s/ampprobe run --force -o %3$s -- "
+             "%1$s/samples/mlp --quiet --steps 20 --precision fp16 >/dev/null 2>&1 && "
+             "%1$s/ampprobe diff %2$s %3$s -o %4$s",
+             AMP_BINARY_DIR, a_path, b_path, out_path);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+    char *t = slurp(out_path);
+    HAS(t, "AMP run (B, fp16) is ");
+    // about 1.6x slower in a plain build; a sanitizer build or a loaded machine moves the ratio,
+    // but a slower AMP run on the CPU is always explained
+    if (strstr(t, "slower than the fp32 run"))
+        HAS(t, "slower than the fp32 run: the CPU backend has no Tensor Cores");
+    HAS(t, "same loss within");
+    HAS(t, "precision              fp32               fp16");
+    free(t);
+}
+END_TEST
+
+Suite *diff_suite(void) {
+    Suite *s = suite_create("diff");
+    TCase *tc = tcase_create("diff");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60); // the mlp case records two runs
+    tcase_add_test(tc, amp_faster_same_loss_either_order);
+    tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
+    tcase_add_test(tc, usage_and_bad_files_exit_2);
+    tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,98 @@
+/*
+ * test_report_html.c — suite `report_html`: the html report of a real fault run (tiny_gpt
+ * --fault attn-overflow, recorded with ampprobe run) rendered by headless Chromium (Debian's
+ * `chromium`, installed by .ci/setup.sh): the DOM comes back with the verdict and the SVG plots,
+ * Chromium logs no console message (an SVG attribute it cannot parse is one), and a screenshot
+ * is written (kept as build/report_html.png for a person to look at).
+ */
+#include "tests.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static char dir[64];
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/amphtml.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+#define CHROMIUM                                                                                   \
+    "chromium --headless --no-sandbox --disable-gpu --disable-background-networking "              \
+    "--disable-component-update --disable-sync --no-first-run --user-data-dir=%1$s/profile "       \
+    "--enable-logging=stderr --v=0 "
+
+START_TEST(html_report_renders_in_chromium_without_console_messages) {
+    ck_assert_msg(system("command -v chromium >/dev/null") == 0,
+                  "chromium is not installed (apt-get install chromium; .ci/setup.sh does)");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%2$s/ampprobe run -o %1$s/run.sqlite -- %2$s/samples/tiny_gpt --quiet --steps 12 "
+             "--precision fp16 --fault attn-overflow >/dev/null 2>&1 && "
+             "%2$s/ampprobe report %1$s/run.sqlite --format html -o %1$s/report.html",
+             dir, AMP_BINARY_DIR);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+    snprintf(cmd, sizeof cmd,
+             CHROMIUM "--dump-dom file://%1$s/report.html >%1$s/dom.html 2>%1$s/dom.err", dir);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+    snprintf(cmd, sizeof cmd,
+             CHROMIUM "--window-size=1000,2600 --screenshot=%1$s/shot.png file://%1$s/report.html "
+                      ">/dev/null 2>%1$s/shot.err && cp %1$s/shot.png %2$s/report_html.png",
+             dir, AMP_BINARY_DIR);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+
+    char path[160];
+    snprintf(path, sizeof path, "%s/dom.html", dir);
+    char *dom = slurp(path);
+    ck_assert_ptr_nonnull(
+        strstr(dom, "Training broke: fp16 overflow in blocks.1.attn mul at step 3"));
+    int svgs = 0;
+    for (const char *p = dom; (p = strstr(p, "<svg")); p++)
+        svgs++;
+    ck_assert_int_ge(svgs, 4); // loss, scale, amax, step time
+    free(dom);
+    const char *logs[] = {"dom.err", "shot.err"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, logs[i]);
+        char *err = slurp(path);
+        ck_assert_msg(strstr(err, "CONSOLE") == NULL, "console message: %s",
+                      strstr(err, "CONSOLE"));
+        free(err);
+    }
+    struct stat st;
+    snprintf(path, sizeof path, "%s/shot.png", dir);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_gt(st.st_size, 10000);
+}
+END_TEST
+
+Suite *report_html_suite(void) {
+    Suite *s = suite_create("report_html");
+    TCase *tc = tcase_create("chromium");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, html_report_renders_in_chromium_without_console_messages);
+    suite_add_tcase(s, tc);
+    return s;
+}

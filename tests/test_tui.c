@@ -1,0 +1,544 @@
+/*
+ * test_tui.c — suite `tui`: `ampprobe tui` without and with a terminal.
+ *
+ * Without one: the layout (a pure function) at 80x24, larger and smaller sizes; the model on a
+ * fixture database built with the store API and SQL, while "live" (WAL, no indexes: followed
+ * by rowid, rows updated in place re-read, nothing re-read when nothing was committed) and
+ * after the run finished (indexes); the layers view's danger ordering and filter; one-line
+ * errors for missing and foreign files. With one: an end-to-end run of
+ * `ampprobe run --tui -- tiny_gpt --fault attn-overflow` in tmux (send-keys, capture-pane):
+ * the first non-finite event and the falling scale appear while the run is live, the
+ * attention layer is red, the exit status shows, q restores the terminal; NO_COLOR; SIGTERM.
+ */
+#include "tests.h"
+
+#include "amp-record.h"
+#include "amp-store.h"
+#include "commands.h"
+#include "layout.h"
+#include "model.h"
+#include "tui.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AMPPROBE AMP_BINARY_DIR "/ampprobe"
+#define TINY_GPT AMP_BINARY_DIR "/samples/tiny_gpt"
+
+// ---------------------------------------------------------------------------------------------
+// Layout
+
+static bool inside(tui_rect r, const tui_layout *l) {
+    return r.x >= 0 && r.y >= 0 && r.w >= 0 && r.h >= 0 && r.x + r.w <= l->cols &&
+           r.y + r.h <= l->rows;
+}
+
+static bool below(tui_rect a, tui_rect b) {
+    return b.y >= a.y + a.h;
+} // b starts after a ends
+
+static void check_layout(int cols, int rows) {
+    tui_layout l;
+    tui_layout_compute(cols, rows, &l);
+    ck_assert(!l.too_small);
+    ck_assert_int_eq(l.header.y, 0);
+    ck_assert_int_eq(l.tabs.y, 1);
+    ck_assert_int_eq(l.footer.y, rows - 1);
+    ck_assert_int_eq(l.body.y, 2);
+    ck_assert_int_eq(l.body.y + l.body.h, l.footer.y);
+    ck_assert_int_eq(l.table_rows, rows - 4);
+    const tui_rect ov[] = {l.ov_run, l.ov_time, l.ov_loss, l.ov_scale, l.ov_skips, l.ov_counts};
+    for (size_t i = 0; i < sizeof ov / sizeof ov[0]; i++) {
+        ck_assert_msg(inside(ov[i], &l), "panel %zu outside %dx%d", i, cols, rows);
+        ck_assert_int_ge(ov[i].y, l.body.y);
+        ck_assert_int_le(ov[i].y + ov[i].h, l.body.y + l.body.h);
+        if (i > 0 && i < 6) ck_assert(below(ov[i - 1], ov[i]));
+    }
+    ck_assert(inside(l.ov_finding, &l));
+    ck_assert_int_eq(l.ov_finding.y, l.ov_counts.y);
+    ck_assert_int_gt(l.ov_finding.x, l.ov_counts.x + l.ov_counts.w - 1); // side by side
+    ck_assert_int_ge(l.ov_time.h, 2); // a title and at least one graph row
+    ck_assert_int_ge(l.ov_counts.h, 2);
+}
+
+START_TEST(layout_80x24) {
+    check_layout(80, 24);
+    tui_layout l;
+    tui_layout_compute(80, 24, &l);
+    ck_assert_int_eq(l.table_rows, 20);
+    ck_assert_int_eq(l.ov_time.h, 3);    // 2 graph rows
+    ck_assert_int_ge(l.ov_finding.h, 6); // room for the first non-finite and the finding
+    ck_assert_int_ge(l.ov_finding.w, 46);
+}
+END_TEST
+
+START_TEST(layout_larger) {
+    check_layout(120, 40);
+    check_layout(300, 100);
+    tui_layout small, big;
+    tui_layout_compute(80, 24, &small);
+    tui_layout_compute(200, 60, &big);
+    ck_assert_int_gt(big.ov_time.h, small.ov_time.h);
+    ck_assert_int_le(big.ov_time.h, 7); // graphs stop growing at 6 rows
+    ck_assert_int_gt(big.ov_finding.h, small.ov_finding.h);
+}
+END_TEST
+
+START_TEST(layout_smaller) {
+    check_layout(TUI_MIN_COLS, TUI_MIN_ROWS);
+    check_layout(60, 16);
+    tui_layout l;
+    tui_layout_compute(TUI_MIN_COLS - 1, 24, &l);
+    ck_assert(l.too_small);
+    tui_layout_compute(80, TUI_MIN_ROWS - 1, &l);
+    ck_assert(l.too_small);
+    tui_layout_compute(0, 0, &l);
+    ck_assert(l.too_small);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// Model on a fixture database
+
+static char tmpdir[64], db_path[128];
+static amp_collector_t *collector; // the "live" writer: WAL, no indexes until finish
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/amptui.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", tmpdir);
+    ck_assert_int_eq(amp_collector_new(db_path, NULL, &collector), AMP_OK);
+}
+
+static void teardown(void) {
+    amp_collector_free(collector);
+    collector = NULL;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void sql(const char *text) {
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 2000);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, text, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "fixture SQL failed: %s", msg ? msg : "?");
+    sqlite3_close(db);
+}
+
+// Steps 0..3 of pid 7: step 3 overflows in blocks.1.attn (layer 1), the scale halves, skipped.
+static void fixture(void) {
+    sql("INSERT INTO AMP_LAYERS VALUES (7, 0, NULL, 'blocks.0.attn'), (7, 1, NULL, "
+        "'blocks.1.attn'),"
+        " (7, 2, NULL, 'head');"
+        "INSERT INTO AMP_STEPS VALUES"
+        " (7, 0, 0, 10000000, 4.2, 1, NULL, 65536, 65536, 0, 0),"
+        " (7, 1, 10000000, 21000000, 4.1, 1, NULL, 65536, 65536, 0, 0),"
+        " (7, 2, 21000000, 30000000, 4.0, 1, NULL, 65536, 65536, 0, 0),"
+        " (7, 3, 30000000, 41000000, NULL, 0, NULL, 65536, 32768, 1, 1);"
+        // activations of steps 2 and 3: layer 0 healthy (a mask's -inf), layer 1 overflows at 3
+        "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (7, 2, 0, 'masked_fill', 'activation', 'f16', 'f16', 100, 6.0, 0, 0, 40, 0, 0, 0),"
+        " (7, 2, 1, 'mul', 'activation', 'f16', 'f16', 100, 50.0, 0, 0, 0, 0, 0, 0),"
+        " (7, 2, 2, 'linear', 'activation_grad', 'f16', 'f16', 100, 0.001, 0, 0, 0, 0, 10, 0),"
+        " (7, 3, 0, 'masked_fill', 'activation', 'f16', 'f16', 100, 6.0, 0, 0, 40, 0, 0, 0),"
+        " (7, 3, 1, 'mul', 'activation', 'f16', 'f16', 100, 65000.0, 0, 30, 20, 0, 0, 0),"
+        " (7, 3, 1, 'softmax', 'activation', 'f32', 'f16', 100, 1.0, 100, 0, 0, 0, 0, 0),"
+        " (7, 3, 2, 'linear', 'activation_grad', 'f16', 'f16', 100, 0.001, 0, 0, 0, 0, 10, 0);"
+        "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value,"
+        " detail, aggregate, occurrences, last_step) VALUES"
+        " (7, 3, 1, 'mul', 'fwd', 'nonfinite_producer', 'error', 50, NULL, NULL, 0, 1, 3),"
+        " (7, 3, NULL, NULL, 'optim', 'step_skipped', 'warning', NULL, NULL, NULL, 0, 1, 3),"
+        " (7, 3, 1, 'softmax', 'fwd', 'nonfinite_propagated', 'info', 100, NULL, NULL, 1, 4, 3);");
+}
+
+static const tui_layer_row *find_row(const tui_model *m, const char *name, tui_stat_kind kind) {
+    for (size_t i = 0; i < m->n_rows; i++)
+        if (strcmp(m->rows[i].name, name) == 0 && m->rows[i].kind == kind) return &m->rows[i];
+    return NULL;
+}
+
+START_TEST(model_live_incremental) {
+    fixture();
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    ck_assert(sqlite3_db_readonly(m.db, "main") == 1); // the TUI never writes
+    ck_assert(!m.stats_indexed);
+    ck_assert(!m.complete);
+    ck_assert_int_eq(m.pid, 7);
+    ck_assert_uint_eq(m.n_steps, 4);
+    ck_assert_int_eq(m.steps[1].step, 1);
+    ck_assert_close(m.steps[1].time_ms, 11.0, 1e-9, 0);
+    ck_assert(isnan(m.steps[3].loss));
+    ck_assert_close(m.steps[3].scale, 32768, 0, 0);
+    ck_assert(m.steps[3].skipped);
+    ck_assert_int_eq(m.stats_step, 3);
+    ck_assert_uint_eq(m.n_events, 3);
+    ck_assert_uint_eq(m.n_counts, 3);
+    ck_assert_int_eq(m.counts[2].n, 4); // the aggregate row counts its occurrences
+    ck_assert_str_eq(tui_model_layer_name(&m, 7, 1), "blocks.1.attn");
+    ck_assert_ptr_null(tui_model_layer_name(&m, 7, -1));
+    ck_assert_uint_eq(m.n_kernels, 0);
+
+    // Statistics of step 3 through its rowid range, folded per (layer, kind).
+    tui_model_show_step(&m, 3);
+    ck_assert_int_eq(m.rows_step, 3);
+    ck_assert_uint_eq(m.n_rows, 3);
+    const tui_layer_row *attn = find_row(&m, "blocks.1.attn", TUI_KIND_ACT);
+    ck_assert_ptr_nonnull(attn);
+    ck_assert_int_eq(attn->tensors, 2);
+    ck_assert_int_eq(attn->n_nan, 100);
+    ck_assert_int_eq(attn->n_posinf, 30);
+    ck_assert_int_eq(attn->n_neginf, 20);
+    ck_assert_str_eq(attn->dtype, "f16");
+    ck_assert_close(attn->amax, 65000, 0, 0);
+    ck_assert_close(attn->headroom_bits, log2(65504.0 / 65000.0), 1e-12, 0);
+    const tui_layer_row *head = find_row(&m, "head", TUI_KIND_AGRAD);
+    ck_assert_ptr_nonnull(head);
+    ck_assert_close(head->underflow_pct, 10.0, 1e-12, 0);
+    ck_assert_close(head->headroom_bits, log2(65504.0 / 0.001), 1e-9, 0);
+    tui_model_show_step(&m, 2);
+    attn = find_row(&m, "blocks.1.attn", TUI_KIND_ACT);
+    ck_assert_int_eq(attn->n_nan + attn->n_posinf, 0);
+    tui_model_show_step(&m, 1); // a step without statistics
+    ck_assert_uint_eq(m.n_rows, 0);
+
+    // Nothing committed: the poll reads nothing.
+    ck_assert(!tui_model_poll(&m));
+
+    // The run goes on: a new step, an in-place update of step 3 and of the aggregate event,
+    // more statistics of the shown step, kernels.
+    tui_model_show_step(&m, 3);
+    sql("INSERT INTO AMP_STEPS VALUES (7, 4, 41000000, 52000000, NULL, 0, NULL, 32768, 16384, 1, "
+        "1);"
+        "UPDATE AMP_STEPS SET loss = 9.5, loss_finite = 1 WHERE step = 3;"
+        "UPDATE AMP_EVENTS SET occurrences = 9, last_step = 4 WHERE aggregate = 1;"
+        "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (7, 3, 2, 'linear', 'weight_grad', 'f32', 'f16', 10, 0.5, 0, 0, 0, 0, 0, 0);"
+        "INSERT INTO StringIds VALUES (1, 'ampere_fp16_gemm'), (2, 'elementwise_add');"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, \"end\", deviceId, contextId, streamId,"
+        " demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY,"
+        " blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread,"
+        " localMemoryTotal, gridId) VALUES"
+        " (0, 3000, 0, 1, 7, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1),"
+        " (5000, 6000, 0, 1, 7, 2, 2, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 2),"
+        " (7000, 12000, 0, 1, 7, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 3);");
+    ck_assert(tui_model_poll(&m));
+    ck_assert_uint_eq(m.n_steps, 5);
+    ck_assert_close(m.steps[3].loss, 9.5, 0, 0);
+    ck_assert_int_eq(m.steps[4].step, 4);
+    ck_assert_uint_eq(m.n_events, 3);
+    ck_assert_int_eq(m.events[2].occurrences, 9);
+    ck_assert_int_eq(m.counts[2].n, 9);
+    ck_assert_int_eq(m.rows_step, -1); // the shown step grew: reloaded on the next show
+    tui_model_show_step(&m, 3);
+    ck_assert_uint_eq(m.n_rows, 4);
+    ck_assert_uint_eq(m.n_kernels, 2);
+    ck_assert_int_eq(m.kernel_count, 3);
+    ck_assert_int_eq(m.kernel_ns, 9000);
+    ck_assert_str_eq(m.kernels[0].name, "ampere_fp16_gemm");
+    ck_assert_int_eq(m.kernels[0].total_ns, 8000);
+    ck_assert_int_eq(m.kernels[0].count, 2);
+    ck_assert(!tui_model_poll(&m));
+
+    // The run ends, with a last growth of the aggregate row seen in the same poll: status
+    // complete, the exit status, the final counts.
+    sql("UPDATE AMP_EVENTS SET occurrences = 12 WHERE aggregate = 1;");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    ck_assert(tui_model_poll(&m));
+    ck_assert(m.complete);
+    ck_assert_int_eq(m.exit_status, 0);
+    ck_assert_int_eq(m.counts[2].n, 12);
+    tui_model_free(&m);
+    tui_model_free(NULL);
+}
+END_TEST
+
+START_TEST(model_finished_run) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 3), AMP_OK);
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    ck_assert(m.stats_indexed); // the (pid, step) index: no rowid ranges needed
+    ck_assert(m.complete);
+    ck_assert_int_eq(m.exit_status, 3);
+    ck_assert_int_eq(m.stats_step, 3);
+    ck_assert_uint_eq(m.n_ranges, 0);
+    tui_model_show_step(&m, 3);
+    ck_assert_uint_eq(m.n_rows, 3);
+    tui_model_show_step(&m, 2);
+    ck_assert_uint_eq(m.n_rows, 3);
+    for (int i = 0; i < 250 && !m.finding.valid; i++) { // computed on the finder's thread
+        usleep(20000);
+        tui_model_poll(&m);
+    }
+    ck_assert(m.finding.valid);
+    ck_assert_int_eq(m.finding.severity, AMP_SEVERITY_ERROR);
+    ck_assert_str_eq(m.finding.layer, "blocks.1.attn");
+    ck_assert_int_eq(m.finding.first_step, 3);
+    ck_assert_int_eq(tui_model_step_index(&m, 2), 2);
+    ck_assert_int_eq(tui_model_step_index(&m, 99), 3);
+    ck_assert_int_eq(tui_model_step_index(&m, -5), -1);
+    tui_model_free(&m);
+}
+END_TEST
+
+START_TEST(layers_view_danger_and_filter) {
+    fixture();
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    app.view = TUI_VIEW_LAYERS;
+    tui_app_update(&app); // follows: the newest step, 3
+    ck_assert_int_eq(app.step, 3);
+    ck_assert_uint_eq(app.n_layer_rows, 3);
+    ck_assert_str_eq(app.layer_rows[0]->name, "blocks.1.attn"); // danger first
+    // s sorts by the next column (layer order), / filters by name
+    tui_layout l;
+    tui_layout_compute(80, 24, &l);
+    ck_assert_int_eq(tui_app_key(&app, 's', &l), TUI_REDO_UPDATE);
+    tui_app_update(&app);
+    ck_assert_str_eq(app.layer_rows[0]->name, "blocks.0.attn");
+    ck_assert_int_eq(tui_app_key(&app, '/', &l), TUI_REDO_DRAW);
+    tui_app_key(&app, 'h', &l);
+    tui_app_key(&app, 'e', &l);
+    tui_app_key(&app, '\r', &l);
+    ck_assert(!app.editing);
+    tui_app_update(&app);
+    ck_assert_uint_eq(app.n_layer_rows, 1);
+    ck_assert_str_eq(app.layer_rows[0]->name, "head");
+    // [ steps back and pauses; p follows again
+    tui_app_key(&app, '[', &l);
+    ck_assert(!app.following);
+    ck_assert_int_eq(app.step, 2);
+    tui_app_key(&app, 'p', &l);
+    tui_app_update(&app);
+    ck_assert_int_eq(app.step, 3);
+    ck_assert_int_eq(tui_app_key(&app, 'q', &l), TUI_REDO_QUIT);
+    tui_app_free(&app);
+}
+END_TEST
+
+START_TEST(bad_files) {
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_ne(tui_model_open(&m, "/nonexistent/run.sqlite", err), AMP_OK);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/run.sqlite"));
+    ck_assert_ptr_null(strchr(err, '\n'));
+    char junk[160];
+    snprintf(junk, sizeof junk, "%s/junk.sqlite", tmpdir);
+    FILE *f = fopen(junk, "w");
+    fputs("not a database at all, just some text that is long enough to be read as a header....."
+          "...................................",
+          f);
+    fclose(f);
+    ck_assert_int_ne(tui_model_open(&m, junk, err), AMP_OK);
+    ck_assert_ptr_nonnull(strstr(err, "not an ampprobe database"));
+    char *argv[] = {"tui", NULL};
+    ck_assert_int_eq(amp_cmd_tui(1, argv), 2); // no FILE: usage error
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// End to end in tmux
+
+static char sock[64];
+
+static bool have_tmux(void) {
+    return system("command -v tmux >/dev/null 2>&1") == 0;
+}
+
+static int tmux(const char *fmt, const char *arg) {
+    char args[1024], cmd[1400];
+    snprintf(args, sizeof args, fmt, arg);
+    snprintf(cmd, sizeof cmd, "tmux -L %s -f /dev/null %s", sock, args);
+    return system(cmd);
+}
+
+// The pane's text (with escapes when esc), malloc'd.
+static char *capture(bool esc) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p %s -t amp", sock, esc ? "-e" : "");
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0)
+        n += got;
+    buf[n] = 0;
+    pclose(p);
+    return buf;
+}
+
+// Waits up to timeout_ms for every needle to be on the screen at once; the screen then.
+static char *wait_screen(int timeout_ms, const char *const *needles) {
+    for (int waited = 0;; waited += 100) {
+        char *s = capture(false);
+        bool all = true;
+        for (int i = 0; needles[i] && all; i++)
+            all = strstr(s, needles[i]) != NULL;
+        if (all || waited >= timeout_ms) return s;
+        free(s);
+        usleep(100000);
+    }
+}
+
+static void assert_screen(int timeout_ms, const char *const *needles) {
+    char *s = wait_screen(timeout_ms, needles);
+    for (int i = 0; needles[i]; i++)
+        ck_assert_msg(strstr(s, needles[i]), "'%s' not on the screen:\n%s", needles[i], s);
+    free(s);
+}
+
+static void tmux_start(const char *command) {
+    snprintf(sock, sizeof sock, "amptui%d", (int)getpid());
+    ck_assert_int_eq(tmux("new-session -d -s amp -x 80 -y 24 '%s'", command), 0);
+}
+
+static void tmux_stop(void) {
+    tmux("kill-server%s", "");
+}
+
+// The line of the screen (with escapes) that holds needle, or NULL.
+static char *line_with(char *screen, const char *needle) {
+    char *p = strstr(screen, needle);
+    if (!p) return NULL;
+    while (p > screen && p[-1] != '\n')
+        p--;
+    char *end = strchr(p, '\n');
+    if (end) *end = 0;
+    return p;
+}
+
+START_TEST(e2e_run_tui_tmux) {
+    if (!have_tmux()) {
+        fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
+        return;
+    }
+    char command[1024];
+    snprintf(command, sizeof command,
+             "cd %s && env -u NO_COLOR TERM=screen %s run --tui -o live.sqlite -- %s --device cpu "
+             "--precision fp16 --fault attn-overflow --steps 250; echo AMPPROBE-EXIT=$?; sleep 30",
+             tmpdir, AMPPROBE, TINY_GPT);
+    tmux_start(command);
+    // As it happens: the first non-finite event, the finding and the falling scale, while LIVE.
+    assert_screen(15000, (const char *const[]){"LIVE", "first non-finite: step 3 blocks.1.attn mul",
+                                               "nonfinite-root-cause", "x: ", NULL});
+    char *s = capture(false);
+    char *scale = strstr(s, "loss scale ");
+    ck_assert_ptr_nonnull(scale);
+    double now = strtod(scale + strlen("loss scale "), NULL);
+    ck_assert_msg(now < 65536, "the scale did not fall: %s", scale);
+    ck_assert_ptr_nonnull(strstr(s, "(from 65536"));
+    ck_assert_ptr_nonnull(strstr(s, "output: live.sqlite.log"));
+    free(s);
+    // The layers view: the attention layer in red (SGR 31), danger first.
+    tmux("send-keys -t amp %s", "2");
+    assert_screen(3000, (const char *const[]){"LAYER", "blocks.1.attn ", NULL});
+    s = capture(true);
+    char *line = line_with(s, "blocks.1.attn ");
+    ck_assert_ptr_nonnull(line);
+    ck_assert_msg(strstr(line, "\033[31m") || strstr(line, ";31m"), "not red: %s", line);
+    free(s);
+    // The events view, filtered, lists the producer; ? shows the help; the program's end shows its
+    // status.
+    tmux("send-keys -t amp %s", "4");
+    assert_screen(3000, (const char *const[]){"nonfinite_propagated", NULL});
+    tmux("send-keys -t amp %s", "/ producer Enter");
+    assert_screen(3000, (const char *const[]){"filter: producer", "nonfinite_producer",
+                                              "blocks.1.attn", NULL});
+    tmux("send-keys -t amp %s", "?");
+    assert_screen(3000, (const char *const[]){"any key closes this help", NULL});
+    tmux("send-keys -t amp %s", "1");
+    assert_screen(180000, (const char *const[]){"tiny_gpt exited with status 0", "REPLAY", NULL});
+    // q: a clean terminal (no alternate screen, cursor back), the summary, PROG's status.
+    tmux("send-keys -t amp %s", "q");
+    assert_screen(5000, (const char *const[]){"AMPPROBE-EXIT=0", "ampprobe: 250 steps", NULL});
+    FILE *p;
+    char cmd[256], flags[64] = "";
+    snprintf(cmd, sizeof cmd,
+             "tmux -L %s display-message -p -t amp '#{alternate_on} #{cursor_flag}'", sock);
+    ck_assert_ptr_nonnull(p = popen(cmd, "r"));
+    ck_assert_ptr_nonnull(fgets(flags, sizeof flags, p));
+    pclose(p);
+    ck_assert_str_eq(flags, "0 1\n");
+    tmux_stop();
+    char log[160];
+    snprintf(log, sizeof log, "%s/live.sqlite.log", tmpdir);
+    struct stat sb;
+    ck_assert_int_eq(stat(log, &sb), 0);
+    ck_assert_int_gt(sb.st_size, 0); // the program's output went there
+}
+END_TEST
+
+START_TEST(e2e_replay_no_color_and_sigterm) {
+    if (!have_tmux()) {
+        fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
+        return;
+    }
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    char command[512];
+    snprintf(command, sizeof command,
+             "NO_COLOR=1 TERM=screen sh -c \"echo \\$\\$ > %s/pid; exec %s tui %s\"; "
+             "echo TUI-EXIT=$?; sleep 30",
+             tmpdir, AMPPROBE, db_path);
+    tmux_start(command);
+    assert_screen(5000, (const char *const[]){"REPLAY", "step 3 of 3", NULL});
+    tmux("send-keys -t amp %s", "2");
+    assert_screen(3000, (const char *const[]){"blocks.1.attn", "!!", NULL});
+    char *s = capture(true);
+    ck_assert_msg(!strstr(s, "[31m") && !strstr(s, ";31m"), "colour despite NO_COLOR:\n%s", s);
+    free(s);
+    tmux("send-keys -t amp %s", "[");
+    assert_screen(3000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
+    // SIGTERM: the terminal restored, a normal exit.
+    char pidfile[128];
+    snprintf(pidfile, sizeof pidfile, "%s/pid", tmpdir);
+    FILE *f = fopen(pidfile, "r");
+    ck_assert_ptr_nonnull(f);
+    int pid = 0;
+    ck_assert_int_eq(fscanf(f, "%d", &pid), 1);
+    fclose(f);
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    assert_screen(5000, (const char *const[]){"TUI-EXIT=0", NULL});
+    tmux_stop();
+}
+END_TEST
+
+Suite *tui_suite(void) {
+    Suite *s = suite_create("tui");
+    TCase *layout = tcase_create("layout");
+    tcase_add_test(layout, layout_80x24);
+    tcase_add_test(layout, layout_larger);
+    tcase_add_test(layout, layout_smaller);
+    suite_add_tcase(s, layout);
+    TCase *model = tcase_create("model");
+    tcase_add_checked_fixture(model, setup, teardown);
+    tcase_add_test(model, model_live_incremental);
+    tcase_add_test(model, model_finished_run);
+    tcase_add_test(model, layers_view_danger_and_filter);
+    tcase_add_test(model, bad_files);
+    suite_add_tcase(s, model);
+    TCase *e2e = tcase_create("tmux");
+    tcase_add_checked_fixture(e2e, setup, teardown);
+    tcase_set_timeout(e2e, 300); // generous for sanitizer builds
+    tcase_add_test(e2e, e2e_run_tui_tmux);
+    tcase_add_test(e2e, e2e_replay_no_color_and_sigterm);
+    suite_add_tcase(s, e2e);
+    return s;
+}

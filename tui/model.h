@@ -1,0 +1,158 @@
+/*
+ * model.h — the TUI's model: the run database polled into plain structs (no curses here).
+ *
+ * A live run is followed with cheap incremental queries only: every table is read by rowid
+ * past the last row seen (a live database has no secondary indexes), rows the collector
+ * updates in place (the latest AMP_STEPS rows, aggregate AMP_EVENTS rows) are re-read by
+ * primary key, and `PRAGMA data_version` skips the whole poll when nothing was committed.
+ * The per-layer statistics of one step (the shown step) are loaded on demand: through the
+ * (pid, step) index in a finished run, through the step's rowid range (learnt while following)
+ * in a live one. The model never writes to the database.
+ *
+ *     tui_model m;
+ *     char err[AMP_STORE_ERR_MAX];
+ *     if (tui_model_open(&m, "run.sqlite", err) != AMP_OK) fail(err);
+ *     for (;;) {
+ *         if (tui_model_poll(&m)) ...               // something new: update the views
+ *         tui_model_show_step(&m, step);            // the layers view's step
+ *     }
+ *     tui_model_free(&m);
+ */
+#ifndef AMPPROBE_TUI_MODEL_H
+#define AMPPROBE_TUI_MODEL_H
+
+#include "amp-store.h"
+#include "finder.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sqlite3_stmt sqlite3_stmt;
+
+typedef struct tui_step {
+    int64_t rowid;
+    int64_t step;
+    double time_ms; // end - start; NaN: not recorded yet
+    double loss;    // NaN: NaN, or not recorded
+    double scale;   // scale after the step's update; NaN: no GradScaler
+    bool skipped;   // the optimizer step was skipped
+} tui_step;
+
+typedef struct tui_event {
+    int64_t id;
+    int32_t pid, layer_id;      // layer -1: none
+    int64_t step, last_step;    // last_step: latest occurrence (aggregate rows)
+    int64_t count, occurrences; // count -1: unknown
+    bool aggregate;
+    char kind[32], severity[8], op[32], phase[8]; // "" when NULL
+} tui_event;
+
+typedef struct tui_event_count {
+    char kind[32];
+    int64_t n;    // occurrences (aggregate rows count what they fold)
+    int severity; // highest seen: 0 info, 1 warning, 2 error
+} tui_event_count;
+
+typedef enum tui_stat_kind {
+    TUI_KIND_ACT,   // activation: forward output
+    TUI_KIND_AGRAD, // activation gradient
+    TUI_KIND_WEIGHT,
+    TUI_KIND_WGRAD, // weight gradient
+    TUI_KIND_OTHER
+} tui_stat_kind;
+
+// One (layer, kind) at the shown step: its tensors folded together.
+typedef struct tui_layer_row {
+    int32_t layer_id; // -1: outside any layer
+    const char *name; // owned by the model
+    tui_stat_kind kind;
+    char dtype[8]; // the dtype the headroom refers to (autocast target, else storage)
+    int64_t tensors, numel;
+    double amax;          // largest finite |x|; NaN: no finite value
+    double headroom_bits; // log2(dtype max / amax); NaN: unknown (no finite value)
+    double underflow_pct; // values lost to 0/subnormal in dtype, %; NaN: not counted
+    int64_t n_nan, n_posinf, n_neginf;
+} tui_layer_row;
+
+typedef struct tui_kernel {
+    int64_t name_id; // StringIds id of shortName
+    char *name;
+    int64_t total_ns, count;
+} tui_kernel;
+
+typedef struct tui_model {
+    sqlite3 *db;
+    char *path;
+    // META (run-wide and the program's own rows)
+    char *command, *device, *precision;
+    bool complete;            // META.status = complete: the run has ended and will not grow
+    int exit_status;          // -1: unknown or still running
+    int64_t start_ns, end_ns; // 0: unknown
+    int32_t pid;              // the process whose steps and statistics are shown; 0 before any
+    // Steps of pid, sorted by step.
+    tui_step *steps;
+    size_t n_steps, cap_steps;
+    // Events of every process, in arrival order, and their totals per kind.
+    tui_event *events;
+    size_t n_events, cap_events;
+    tui_event_count *counts;
+    size_t n_counts, cap_counts;
+    // Layer names of every process, sorted by (pid, id).
+    struct tui_layer_name {
+        int32_t pid, id;
+        char *name;
+    } * layers;
+    size_t n_layers, cap_layers;
+    // Statistics of the shown step, one row per (layer, kind), sorted by layer id then kind.
+    tui_layer_row *rows;
+    size_t n_rows, cap_rows;
+    int64_t rows_step;  // the step rows holds; -1: none loaded
+    int64_t stats_step; // the latest step with statistics; -1: none
+    // Kernels by total time (CUPTI_ACTIVITY_KIND_KERNEL), aggregated by shortName.
+    tui_kernel *kernels;
+    size_t n_kernels, cap_kernels;
+    int64_t *kernel_slots; // open-addressing hash name_id -> index + 1; 0: empty
+    size_t n_slots;
+    int64_t kernel_ns, kernel_count;
+    tui_finding finding; // the report core's top finding, refreshed as the run moves
+    double finding_ms;   // wall time of the latest refresh (on the finder's thread); 0: none yet
+    double finding_cpu_ms, finding_cpu_total_ms; // CPU time of the latest one, of all
+    int64_t finding_step; // the newest step when the finding was asked for; -1: none
+    tui_finder *finder;   // NULL: no thread, no finding
+    uint64_t generation;  // bumped whenever the model changed: views rebuild when it moves
+    // Incremental cursors and the statistics' rowid ranges per step (live runs).
+    int64_t data_version;
+    int64_t last_step_rowid, last_event_id, last_layer_rowid, last_stats_rowid, last_kernel_rowid;
+    bool stats_indexed; // AMP_TENSOR_STATS has its (pid, step) index: the run was finished
+    struct tui_stats_range {
+        int64_t step, lo, hi;
+    } * ranges;
+    size_t n_ranges, cap_ranges;
+    bool finding_stale; // the run moved since the finding was asked for
+    int64_t next_finding_ns, opened_ns;
+    size_t asked_steps; // steps when the finding in the works (or the latest) was asked for
+    int64_t asked_step;
+    bool asked_final; // the finding of the ended run was asked for
+    sqlite3_stmt *q_version, *q_meta, *q_steps, *q_events, *q_event_by_id, *q_layers, *q_stats_feed,
+        *q_stats_step, *q_stats_range, *q_kernels, *q_string;
+} tui_model;
+
+// Opens path read-only (amp_store_open_readonly: one line in err for a missing, foreign,
+// truncated or newer file) and loads everything recorded so far.
+amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR_MAX]);
+// Reads what was committed since the last poll. Returns true when the model changed.
+bool tui_model_poll(tui_model *m);
+// Loads the statistics of step into rows (no-op when it is loaded already and the run has not
+// moved). A step without statistics leaves rows empty.
+void tui_model_show_step(tui_model *m, int64_t step);
+// Index of the step record of step, or of the nearest earlier one; -1 when none.
+ptrdiff_t tui_model_step_index(const tui_model *m, int64_t step);
+// The name of a layer; NULL for -1 or an unknown id.
+const char *tui_model_layer_name(const tui_model *m, int32_t pid, int32_t layer_id);
+// Short names: "act", "agrad", "weight", "wgrad".
+const char *tui_stat_kind_name(tui_stat_kind k);
+// NULL is a no-op.
+void tui_model_free(tui_model *m);
+
+#endif

@@ -1,0 +1,458 @@
+/*
+ * tui.c — the TUI's main loop (tui.h): the terminal, the keys, the header, tabs, footer and
+ * help around the views, and the terminal's restoration on every way out.
+ *
+ * The loop polls the model every POLL_MS (a poll that finds no commit costs one PRAGMA), brings
+ * the current view's rows up to date when the model moved, and redraws only when something
+ * changed. The terminal is restored by endwin on q, on SIGINT/SIGTERM/SIGHUP/SIGQUIT (queued,
+ * then a normal exit), at exit(), and before a crash signal (SIGSEGV, SIGABRT, ...) is let
+ * through — htop's fail()/crash handler. Under `ampprobe run --tui` the launcher owns the
+ * termination signals (it passes them on to the program) and tells the TUI through
+ * tui_live.quit_requested.
+ */
+#define _GNU_SOURCE
+#include "tui.h"
+
+#include "widgets.h"
+
+#include "amp-impl.h"
+
+#include <curses.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_MS 250 // new rows reach the screen within a collector commit (~200 ms) + this
+
+static const tui_view_i *const views[TUI_N_VIEWS] = {&tui_view_overview, &tui_view_layers,
+                                                     &tui_view_kernels, &tui_view_events};
+
+// ---------------------------------------------------------------------------------------------
+// The app: open, update, keys
+
+amp_status tui_app_open(tui_app *app, const char *path, tui_live *live,
+                        char err[AMP_STORE_ERR_MAX]) {
+    *app = (tui_app){.live = live, .following = true, .step = -1};
+    return tui_model_open(&app->model, path, err);
+}
+
+void tui_app_free(tui_app *app) {
+    tui_model_free(&app->model);
+    free(app->layer_rows);
+    free(app->kernel_rows);
+    free(app->event_rows);
+    *app = (tui_app){0};
+}
+
+// The newest complete step: a step's statistics arrive before its step record, so following
+// the statistics would show half a step. ] still reaches a later one (a run that died mid-step).
+static int64_t newest_step(const tui_model *m) {
+    return m->n_steps ? m->steps[m->n_steps - 1].step : m->stats_step;
+}
+
+void tui_app_update(tui_app *app) {
+    tui_model *m = &app->model;
+    if (app->following) app->step = newest_step(m);
+    if (app->step >= 0) tui_model_show_step(m, app->step);
+    const tui_view_i *v = views[app->view];
+    if (v->update && app->seen_generation[app->view] != m->generation) {
+        v->update(app);
+        app->seen_generation[app->view] = m->generation;
+    }
+}
+
+static int table_rows(const tui_layout *l) {
+    return l->table_rows > 0 ? l->table_rows : 1;
+}
+
+// [ and ]: the previous or next recorded step.
+static void step_move(tui_app *app, int dir) {
+    const tui_model *m = &app->model;
+    app->following = false;
+    ptrdiff_t i = tui_model_step_index(m, app->step);
+    if (dir < 0) {
+        if (i >= 0 && m->steps[i].step == app->step) i--;
+        if (i >= 0) app->step = m->steps[i].step;
+    } else if (i + 1 < (ptrdiff_t)m->n_steps) {
+        app->step = m->steps[i + 1].step;
+    } else if (m->stats_step > app->step) {
+        app->step = m->stats_step; // statistics of a step whose record has not come yet
+    }
+    snprintf(app->message, sizeof app->message, "paused at step %lld (p follows the run)",
+             (long long)app->step);
+}
+
+static int edit_filter(tui_app *app, int ch) {
+    tui_table *t = &app->tables[app->view];
+    size_t n = strlen(t->filter);
+    if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+        app->editing = false;
+    } else if (ch == 27) { // Esc
+        app->editing = false;
+        t->filter[0] = 0;
+    } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
+        if (n) t->filter[n - 1] = 0;
+    } else if (ch >= ' ' && ch < 127 && n + 1 < sizeof t->filter) {
+        t->filter[n] = (char)ch;
+        t->filter[n + 1] = 0;
+    } else {
+        return TUI_REDO_NONE;
+    }
+    t->selected = t->top = 0;
+    app->seen_generation[app->view] = 0;
+    return TUI_REDO_UPDATE;
+}
+
+static int move_selection(tui_app *app, int ch, const tui_layout *l) {
+    const tui_view_i *v = views[app->view];
+    if (!v->count) return TUI_REDO_NONE;
+    tui_table *t = &app->tables[app->view];
+    int n = v->count(app), page = table_rows(l);
+    switch (ch) {
+    case KEY_UP:
+    case 'k':
+        t->selected--;
+        break;
+    case KEY_DOWN:
+    case 'j':
+        t->selected++;
+        break;
+    case KEY_PPAGE:
+        t->selected -= page;
+        break;
+    case KEY_NPAGE:
+        t->selected += page;
+        break;
+    case KEY_HOME:
+    case 'g':
+        t->selected = 0;
+        break;
+    case KEY_END:
+    case 'G':
+        t->selected = n - 1;
+        break;
+    default:
+        return TUI_REDO_NONE;
+    }
+    if (app->view == TUI_VIEW_EVENTS && app->following) {
+        app->following = false; // the log would jump back to its end
+        snprintf(app->message, sizeof app->message, "paused (p follows the run)");
+    }
+    tui_table_clamp(t, n, page);
+    return TUI_REDO_DRAW;
+}
+
+int tui_app_key(tui_app *app, int ch, const tui_layout *l) {
+    if (app->editing) return edit_filter(app, ch);
+    app->message[0] = 0;
+    if (app->help && ch != 'q' && ch != 'Q') {
+        app->help = false;
+        return TUI_REDO_DRAW;
+    }
+    const tui_view_i *v = views[app->view];
+    tui_table *t = &app->tables[app->view];
+    switch (ch) {
+    case 'q':
+    case 'Q':
+        return TUI_REDO_QUIT;
+    case '\t':
+        app->view = (app->view + 1) % TUI_N_VIEWS;
+        return TUI_REDO_UPDATE;
+    case KEY_BTAB:
+        app->view = (app->view + TUI_N_VIEWS - 1) % TUI_N_VIEWS;
+        return TUI_REDO_UPDATE;
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+        app->view = ch - '1';
+        return TUI_REDO_UPDATE;
+    case '?':
+    case 'h':
+        app->help = true;
+        return TUI_REDO_DRAW;
+    case 'p':
+        app->following = !app->following;
+        snprintf(app->message, sizeof app->message, "%s",
+                 app->following ? "following the run" : "paused (p follows the run)");
+        app->seen_generation[app->view] = 0;
+        return TUI_REDO_UPDATE;
+    case '[':
+        step_move(app, -1);
+        return TUI_REDO_UPDATE;
+    case ']':
+        step_move(app, +1);
+        return TUI_REDO_UPDATE;
+    case 's':
+        if (!v->columns) return TUI_REDO_NONE;
+        if (!v->columns[++t->sort]) t->sort = 0;
+        snprintf(app->message, sizeof app->message, "sorted by %s", v->columns[t->sort]);
+        app->seen_generation[app->view] = 0;
+        return TUI_REDO_UPDATE;
+    case '/':
+        if (!v->columns) return TUI_REDO_NONE;
+        app->editing = true;
+        return TUI_REDO_DRAW;
+    case KEY_RESIZE:
+        return TUI_REDO_DRAW;
+    default:
+        return move_selection(app, ch, l);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drawing around the views
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void draw_header(const tui_app *app, const tui_layout *l) {
+    const tui_model *m = &app->model;
+    bool live = !m->complete && !(app->live && atomic_load(&app->live->exit_status) >= 0);
+    attron(A_REVERSE);
+    mvhline(l->header.y, 0, ' ', l->header.w);
+    attroff(A_REVERSE);
+    char step[64] = "no steps yet";
+    if (app->step >= 0)
+        snprintf(step, sizeof step, "step %lld of %lld", (long long)app->step,
+                 (long long)newest_step(m));
+    tui_print(0, 0, l->cols, A_REVERSE | A_BOLD, " ampprobe  %s  %s  %s  %s", base_name(m->path),
+              live ? "LIVE" : "REPLAY", app->following ? "following" : "PAUSED", step);
+    if (l->cols > 60) tui_print(0, l->cols - 8, 8, A_REVERSE, "? help ");
+}
+
+static void draw_tabs(const tui_app *app, const tui_layout *l) {
+    int x = 0;
+    for (int i = 0; i < TUI_N_VIEWS; i++) {
+        char tab[32];
+        snprintf(tab, sizeof tab, " %d %s ", i + 1, views[i]->name);
+        tui_print(l->tabs.y, x, l->cols - x, i == app->view ? A_REVERSE | A_BOLD : A_NORMAL, "%s",
+                  tab);
+        x += (int)strlen(tab) + 1;
+    }
+    const tui_view_i *v = views[app->view];
+    const tui_table *t = &app->tables[app->view];
+    if (v->columns && x < l->cols)
+        tui_print(l->tabs.y, x, l->cols - x, A_NORMAL, " sort: %s%s%s", v->columns[t->sort],
+                  t->filter[0] ? "  filter: " : "", t->filter);
+}
+
+static void draw_footer(const tui_app *app, const tui_layout *l) {
+    int y = l->footer.y;
+    int exit_status = app->live ? atomic_load(&app->live->exit_status) : -1;
+    if (app->editing) {
+        tui_print(y, 0, l->cols, A_BOLD, "filter: %s_  (Enter keeps it, Esc clears it)",
+                  app->tables[app->view].filter);
+    } else if (app->message[0]) {
+        tui_print(y, 0, l->cols, A_BOLD, "%s", app->message);
+    } else if (exit_status >= 0) {
+        tui_print(y, 0, l->cols, tui_attr(app, exit_status ? TUI_PAIR_DANGER : TUI_PAIR_GOOD),
+                  "%s exited with status %d | output: %s | q quits", base_name(app->live->program),
+                  exit_status, app->live->log_path);
+    } else if (app->live) {
+        tui_print(y, 0, l->cols, A_NORMAL, "output: %s | ? help  q quit", app->live->log_path);
+    } else {
+        tui_print(y, 0, l->cols, A_NORMAL,
+                  "Tab/1-4 views  j/k move  s sort  / filter  p pause  "
+                  "[ ] step  ? help  q quit");
+    }
+}
+
+static void draw_help(const tui_layout *l) {
+    static const char *const lines[] = {
+        "ampprobe tui: keys",
+        "",
+        "Tab, 1-4     overview, layers, kernels, events",
+        "j/k, arrows  move the selection (PgUp/PgDn, g/G)",
+        "s            sort by the next column",
+        "/            filter by name (Enter keeps, Esc clears)",
+        "p            pause / follow the newest step",
+        "[ ]          previous / next step (pauses)",
+        "?            this help",
+        "q            quit",
+        "",
+        "layers: red = NaN/+Inf or < 1 bit of headroom to the dtype's max,",
+        "yellow = < 3 bits, or >= 5% of values lost to underflow",
+        "",
+        "any key closes this help",
+    };
+    int n = (int)(sizeof lines / sizeof lines[0]), w = 66;
+    if (w > l->cols - 2) w = l->cols - 2;
+    int h = n + 2 < l->rows - 2 ? n + 2 : l->rows - 2;
+    int y0 = (l->rows - h) / 2, x0 = (l->cols - w) / 2;
+    for (int i = 0; i < h; i++)
+        tui_print(y0 + i, x0, w, A_REVERSE, "%-*s", w, i > 0 && i - 1 < n ? lines[i - 1] : "");
+}
+
+void tui_app_draw(const tui_app *app, const tui_layout *l) {
+    erase();
+    if (l->too_small) {
+        tui_print(0, 0, l->cols, A_BOLD, "terminal too small");
+        tui_print(1, 0, l->cols, 0, "%dx%d, need %dx%d", l->cols, l->rows, TUI_MIN_COLS,
+                  TUI_MIN_ROWS);
+        tui_print(2, 0, l->cols, 0, "q quits");
+        return;
+    }
+    draw_header(app, l);
+    draw_tabs(app, l);
+    views[app->view]->draw(app, l);
+    draw_footer(app, l);
+    if (app->help) draw_help(l);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The terminal
+
+static volatile sig_atomic_t quit_signal;
+static volatile sig_atomic_t curses_active;
+
+static void on_quit(int sig) {
+    quit_signal = sig;
+}
+
+// A crash must not leave the terminal raw: restore it, then die of the same signal.
+static void on_crash(int sig) {
+    if (curses_active) endwin();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void restore_at_exit(void) {
+    if (curses_active) endwin();
+    curses_active = 0;
+}
+
+static const int quit_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static const int crash_signals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+#define N_QUIT (sizeof quit_signals / sizeof quit_signals[0])
+#define N_CRASH (sizeof crash_signals / sizeof crash_signals[0])
+
+typedef struct saved_signals {
+    struct sigaction quit[N_QUIT], crash[N_CRASH];
+    bool quit_set;
+} saved_signals;
+
+static void signals_install(saved_signals *s, bool own_quit) {
+    struct sigaction sa = {.sa_handler = on_crash};
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_CRASH; i++)
+        sigaction(crash_signals[i], &sa, &s->crash[i]);
+    s->quit_set = own_quit;
+    if (!own_quit) return;
+    sa.sa_handler = on_quit;
+    for (size_t i = 0; i < N_QUIT; i++)
+        sigaction(quit_signals[i], &sa, &s->quit[i]);
+}
+
+static void signals_restore(const saved_signals *s) {
+    for (size_t i = 0; i < N_CRASH; i++)
+        sigaction(crash_signals[i], &s->crash[i], NULL);
+    for (size_t i = 0; s->quit_set && i < N_QUIT; i++)
+        sigaction(quit_signals[i], &s->quit[i], NULL);
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool want_color(void) {
+    const char *no = getenv("NO_COLOR");
+    return has_colors() && !(no && *no);
+}
+
+static void loop(tui_app *app) {
+    tui_layout l;
+    bool dirty = true;
+    int last_exit = -1;
+    int64_t next_poll = mono_ms() + POLL_MS;
+    while (!quit_signal &&
+           !(app->live && app->live->quit_requested && app->live->quit_requested())) {
+        int64_t now = mono_ms();
+        if (now >= next_poll) {
+            dirty |= tui_model_poll(&app->model);
+            next_poll = now + POLL_MS;
+        }
+        int exit_status = app->live ? atomic_load(&app->live->exit_status) : -1;
+        dirty |= exit_status != last_exit;
+        last_exit = exit_status;
+        if (dirty) {
+            tui_app_update(app);
+            tui_layout_compute(COLS, LINES, &l);
+            const tui_view_i *v = views[app->view];
+            if (v->count) tui_table_clamp(&app->tables[app->view], v->count(app), table_rows(&l));
+            tui_app_draw(app, &l);
+            refresh();
+            dirty = false;
+        }
+        int wait = (int)(next_poll - mono_ms());
+        timeout(wait > 0 ? wait : 0);
+        int ch = getch();
+        if (ch == ERR) continue;
+        int redo = tui_app_key(app, ch, &l);
+        if (redo & TUI_REDO_QUIT) break;
+        dirty |= redo != TUI_REDO_NONE;
+    }
+}
+
+int tui_run(const char *path, tui_live *live) {
+    tui_app *app = amp_xmalloc(sizeof *app);
+    char err[AMP_STORE_ERR_MAX];
+    if (tui_app_open(app, path, live, err) != AMP_OK) {
+        fprintf(stderr, "ampprobe tui: %s\n", err);
+        free(app);
+        return 2;
+    }
+    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
+        fprintf(stderr,
+                "ampprobe tui: needs a terminal (stdin and stdout); for a file or a pipe "
+                "use 'ampprobe report %s'\n",
+                path);
+        tui_app_free(app);
+        free(app);
+        return 2;
+    }
+    setlocale(LC_ALL, "");
+    app->utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+    saved_signals saved;
+    quit_signal = 0;
+    signals_install(&saved, live == NULL);
+    static bool registered;
+    if (!registered) atexit(restore_at_exit);
+    registered = true;
+    SCREEN *screen = newterm(NULL, stdout, stdin);
+    if (!screen) {
+        signals_restore(&saved);
+        fprintf(stderr, "ampprobe tui: cannot start the terminal (TERM=%s)\n",
+                getenv("TERM") ? getenv("TERM") : "");
+        tui_app_free(app);
+        free(app);
+        return 2;
+    }
+    curses_active = 1;
+    cbreak();
+    noecho();
+    nonl();
+    keypad(stdscr, TRUE);
+    set_escdelay(25);
+    curs_set(0);
+    app->color = want_color();
+    tui_colors_init(app);
+
+    loop(app);
+
+    endwin();
+    curses_active = 0;
+    delscreen(screen);
+    signals_restore(&saved);
+    tui_app_free(app);
+    free(app);
+    return 0;
+}

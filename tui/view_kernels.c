@@ -1,0 +1,101 @@
+/*
+ * view_kernels.c — the kernels view: CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL) by short name,
+ * with total time, share of all kernel time, launches, mean duration and a bound class. The
+ * class comes from the name (matrix-multiply and convolution kernels: compute; the rest:
+ * memory), since per-kernel counters are an opt-in pass. A run without capture data says so.
+ */
+#define _GNU_SOURCE
+#include "widgets.h"
+
+#include "amp-impl.h"
+
+#include <curses.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum { SORT_TIME, SORT_COUNT, SORT_MEAN, SORT_NAME };
+static const char *const columns[] = {"time", "count", "mean", "name", NULL};
+
+static const char *bound_class(const char *name) {
+    static const char *const compute[] = {"gemm", "matmul", "conv",  "xmma",     "cutlass",
+                                          "mma",  "cublas", "flash", "attention"};
+    for (size_t i = 0; i < sizeof compute / sizeof compute[0]; i++)
+        if (strcasestr(name, compute[i])) return "compute";
+    return "memory";
+}
+
+static int sort_key; // qsort has no context argument; update sets it just before sorting
+
+static int cmp_kernels(const void *pa, const void *pb) {
+    const tui_kernel *a = *(const tui_kernel *const *)pa, *b = *(const tui_kernel *const *)pb;
+    double ma = (double)a->total_ns / (double)a->count, mb = (double)b->total_ns / (double)b->count;
+    int c = 0;
+    switch (sort_key) {
+    case SORT_TIME:
+        c = (b->total_ns > a->total_ns) - (b->total_ns < a->total_ns);
+        break;
+    case SORT_COUNT:
+        c = (b->count > a->count) - (b->count < a->count);
+        break;
+    case SORT_MEAN:
+        c = (mb > ma) - (mb < ma);
+        break;
+    default:
+        break;
+    }
+    return c ? c : strcmp(a->name, b->name);
+}
+
+static void update(tui_app *app) {
+    const tui_model *m = &app->model;
+    const tui_table *t = &app->tables[TUI_VIEW_KERNELS];
+    if (app->cap_kernel_rows < m->n_kernels) {
+        app->cap_kernel_rows = m->n_kernels;
+        app->kernel_rows = amp_xrealloc(app->kernel_rows, m->n_kernels * sizeof *app->kernel_rows);
+    }
+    app->n_kernel_rows = 0;
+    for (size_t i = 0; i < m->n_kernels; i++)
+        if (tui_match(m->kernels[i].name, t->filter))
+            app->kernel_rows[app->n_kernel_rows++] = &m->kernels[i];
+    sort_key = t->sort;
+    if (app->n_kernel_rows)
+        qsort(app->kernel_rows, app->n_kernel_rows, sizeof *app->kernel_rows, cmp_kernels);
+}
+
+static void draw(const tui_app *app, const tui_layout *l) {
+    const tui_model *m = &app->model;
+    const tui_table *t = &app->tables[TUI_VIEW_KERNELS];
+    tui_rect b = l->body;
+    if (!m->n_kernels) {
+        tui_print(b.y + 1, 2, b.w - 4, A_BOLD, "no kernel data in this run");
+        tui_print(b.y + 3, 2, b.w - 4, A_NORMAL,
+                  "CUPTI_ACTIVITY_KIND_KERNEL is empty: CPU runs record numerics only.");
+        return;
+    }
+    int name_w = b.w - 52;
+    if (name_w < 12) name_w = 12;
+    tui_print(b.y, 0, b.w, A_BOLD | A_UNDERLINE, "%-*.*s %10s %6s %9s %10s %-8s   ", name_w, name_w,
+              "KERNEL", "TIME", "SHARE", "COUNT", "MEAN", "BOUND");
+    if (!app->n_kernel_rows) {
+        tui_print(b.y + 2, 2, b.w - 4, A_NORMAL, "no kernel matches '%s'", t->filter);
+        return;
+    }
+    for (int i = 0; i < l->table_rows && t->top + i < (int)app->n_kernel_rows; i++) {
+        const tui_kernel *k = app->kernel_rows[t->top + i];
+        char total[24], mean[24], cnt[24];
+        tui_fmt_ns(total, sizeof total, (double)k->total_ns);
+        tui_fmt_ns(mean, sizeof mean, (double)k->total_ns / (double)k->count);
+        tui_fmt_count(cnt, sizeof cnt, (double)k->count);
+        double share = m->kernel_ns ? 100.0 * (double)k->total_ns / (double)m->kernel_ns : 0;
+        int attr = t->top + i == t->selected ? A_REVERSE : A_NORMAL;
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*.*s %10s %5.1f%% %9s %10s %-8s   ", name_w, name_w,
+                  k->name, total, share, cnt, mean, bound_class(k->name));
+    }
+}
+
+static int count(const tui_app *app) {
+    return (int)app->n_kernel_rows;
+}
+
+const tui_view_i tui_view_kernels = {"kernels", columns, update, draw, count};

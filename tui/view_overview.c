@@ -1,0 +1,183 @@
+/*
+ * view_overview.c — the overview: the run (command, state, device, precision, steps, the log
+ * of `run --tui`), sparklines of step time, loss and loss scale (log scale, skipped steps
+ * marked below it) over the steps up to the shown one, the event counts by kind, the first
+ * non-finite event and the report's top finding.
+ */
+#include "widgets.h"
+
+#include "amp-impl.h"
+
+#include <curses.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const tui_event *first_nonfinite(const tui_model *m) {
+    for (size_t i = 0; i < m->n_events; i++) {
+        const char *k = m->events[i].kind;
+        if (strcmp(k, "nonfinite_producer") == 0 || strcmp(k, "nonfinite_input") == 0)
+            return &m->events[i];
+    }
+    return NULL;
+}
+
+static void draw_run(const tui_app *app, tui_rect r) {
+    const tui_model *m = &app->model;
+    tui_print(r.y, 0, r.w, A_NORMAL, "run   %s",
+              m->command ? m->command : "(command not recorded)");
+    size_t skipped = 0;
+    for (size_t i = 0; i < m->n_steps; i++)
+        skipped += m->steps[i].skipped;
+    char state[96];
+    int exit_status = app->live ? atomic_load(&app->live->exit_status) : m->exit_status;
+    char took[32] = "?";
+    if (m->start_ns > 0) { // the run's clock is CLOCK_REALTIME (probe/SCHEMA.md)
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        int64_t end = m->end_ns > 0 ? m->end_ns : (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+        tui_fmt_ns(took, sizeof took, (double)(end - m->start_ns));
+    }
+    if (m->complete || exit_status >= 0)
+        snprintf(state, sizeof state, "ended after %s, exit status %d", took, exit_status);
+    else
+        snprintf(state, sizeof state, "running for %s", took);
+    int attr = exit_status > 0 ? tui_attr(app, TUI_PAIR_DANGER) : 0;
+    tui_print(r.y + 1, 0, r.w, attr, "state %s | device %s%s%s | %zu steps, %zu skipped%s%s", state,
+              m->device ? m->device : "?", m->precision ? " " : "",
+              m->precision ? m->precision : "", m->n_steps, skipped, app->live ? " | output: " : "",
+              app->live ? app->live->log_path : "");
+}
+
+// The values of the steps up to the shown step, the last w of them.
+static size_t window(const tui_app *app, int w, size_t *first) {
+    const tui_model *m = &app->model;
+    ptrdiff_t end = app->step < 0 ? (ptrdiff_t)m->n_steps - 1 : tui_model_step_index(m, app->step);
+    size_t n = end < 0 ? 0 : (size_t)end + 1;
+    size_t shown = n < (size_t)w ? n : (size_t)w;
+    *first = n - shown;
+    return shown;
+}
+
+static void draw_graphs(const tui_app *app, const tui_layout *l) {
+    const tui_model *m = &app->model;
+    size_t first, n = window(app, l->cols, &first);
+    double *v = amp_xmalloc((n ? n : 1) * sizeof *v);
+    const tui_step *s = m->steps + first;
+    const tui_step *last = n ? &s[n - 1] : NULL;
+    char a[32], b[32];
+
+    for (size_t i = 0; i < n; i++)
+        v[i] = s[i].time_ms * 1e6;
+    tui_fmt_ns(a, sizeof a, last ? last->time_ms * 1e6 : NAN);
+    tui_print(l->ov_time.y, 0, l->cols, A_BOLD, "step time  %s", a);
+    tui_sparkline(app, (tui_rect){0, l->ov_time.y + 1, l->cols, l->ov_time.h - 1}, v, n, false,
+                  tui_attr(app, TUI_PAIR_ACCENT));
+
+    size_t nan_losses = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = s[i].loss;
+        nan_losses += isnan(s[i].loss);
+    }
+    snprintf(a, sizeof a, last && !isnan(last->loss) ? "%.4g" : "NaN", last ? last->loss : 0);
+    tui_print(l->ov_loss.y, 0, l->cols, A_BOLD, "loss       %s", a);
+    if (nan_losses)
+        tui_print(l->ov_loss.y, 24, l->cols - 24, tui_attr(app, TUI_PAIR_DANGER),
+                  "%zu non-finite losses (gaps)", nan_losses);
+    tui_sparkline(app, (tui_rect){0, l->ov_loss.y + 1, l->cols, l->ov_loss.h - 1}, v, n, false,
+                  tui_attr(app, TUI_PAIR_GOOD));
+
+    size_t skipped = 0;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = s[i].scale;
+        skipped += s[i].skipped;
+    }
+    snprintf(a, sizeof a, last && !isnan(last->scale) ? "%g" : "-", last ? last->scale : 0);
+    snprintf(b, sizeof b, n && !isnan(s[0].scale) ? "%g" : "-", n ? s[0].scale : 0);
+    tui_print(l->ov_scale.y, 0, l->cols, A_BOLD, "loss scale %s (from %s, log2 axis)", a, b);
+    if (skipped)
+        tui_print(l->ov_scale.y, 48, l->cols - 48, tui_attr(app, TUI_PAIR_DANGER),
+                  "x: %zu skipped steps", skipped);
+    tui_sparkline(app, (tui_rect){0, l->ov_scale.y + 1, l->cols, l->ov_scale.h - 1}, v, n, true,
+                  tui_attr(app, TUI_PAIR_WARN));
+    move(l->ov_skips.y, 0);
+    for (size_t i = 0; i < n; i++)
+        if (s[i].skipped) tui_print(l->ov_skips.y, (int)i, 1, tui_attr(app, TUI_PAIR_DANGER), "x");
+    free(v);
+}
+
+static void draw_counts(const tui_app *app, tui_rect r) {
+    const tui_model *m = &app->model;
+    tui_print(r.y, r.x, r.w, A_BOLD, "events (%zu rows)", m->n_events);
+    for (int i = 0; i + 1 < r.h && i < (int)m->n_counts; i++) {
+        const tui_event_count *c = &m->counts[i];
+        int attr = c->severity == 2   ? tui_attr(app, TUI_PAIR_DANGER)
+                   : c->severity == 1 ? tui_attr(app, TUI_PAIR_WARN)
+                                      : 0;
+        tui_print(r.y + 1 + i, r.x, r.w, attr, "%-*.*s %7lld", r.w - 9, r.w - 9, c->kind,
+                  (long long)c->n);
+    }
+}
+
+// Prints text word-wrapped into rows y..y+h-1; returns the rows used.
+static int wrap(int y, int x, int w, int h, int attr, const char *text) {
+    int used = 0;
+    while (*text && used < h) {
+        size_t n = strlen(text);
+        if (n > (size_t)w) {
+            n = (size_t)w;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0) n = (size_t)w;
+        }
+        tui_print(y + used++, x, w, attr, "%.*s", (int)n, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+    }
+    return used;
+}
+
+static void draw_finding(const tui_app *app, tui_rect r) {
+    const tui_model *m = &app->model;
+    int y = r.y, end = r.y + r.h;
+    const tui_event *e = first_nonfinite(m);
+    if (e && y < end) {
+        const char *layer = tui_model_layer_name(m, e->pid, e->layer_id);
+        tui_print(y++, r.x, r.w, tui_attr(app, TUI_PAIR_DANGER),
+                  "first non-finite: step %lld %s %s %s", (long long)e->step, layer ? layer : "-",
+                  e->op[0] ? e->op : "-", e->phase);
+    }
+    if (y >= end) return;
+    const tui_finding *f = &m->finding;
+    if (!f->valid) {
+        tui_print(y, r.x, r.w, A_BOLD, "top finding: %s",
+                  m->finding_ms == 0 ? "(the report is running)"
+                  : m->complete      ? "none: no warning or error in this run"
+                                     : "no warning or error so far");
+        return;
+    }
+    static const char *const sev[] = {"info", "warning", "error"};
+    int attr = tui_attr(app, f->severity == 2 ? TUI_PAIR_DANGER : TUI_PAIR_WARN);
+    char where[96] = "";
+    if (f->first_step >= 0) snprintf(where, sizeof where, " step %lld", (long long)f->first_step);
+    tui_print(y++, r.x, r.w, attr, "top finding [%s] %s%s", sev[f->severity], f->rule, where);
+    int64_t newest = m->n_steps ? m->steps[m->n_steps - 1].step : -1;
+    char as_of[48] = ""; // a long live run refreshes the finding rarely (model.c)
+    if (m->finding_step >= 0 && m->finding_step < newest)
+        snprintf(as_of, sizeof as_of, "(as of step %lld)", (long long)m->finding_step);
+    if (y < end && (f->layer[0] || as_of[0]))
+        tui_print(y++, r.x, r.w, A_NORMAL, "%s %s %s", f->layer, f->op, as_of);
+    if (y < end) y += wrap(y, r.x, r.w, end - y, A_NORMAL, f->title);
+}
+
+static void draw(const tui_app *app, const tui_layout *l) {
+    draw_run(app, l->ov_run);
+    draw_graphs(app, l);
+    draw_counts(app, l->ov_counts);
+    draw_finding(app, l->ov_finding);
+}
+
+// No rows of its own: it draws straight from the model.
+const tui_view_i tui_view_overview = {"overview", NULL, NULL, draw, NULL};
