@@ -206,7 +206,7 @@ START_TEST(test_bad_arguments) {
         {{"run", "--trace", "cuda,gpu", "true"}, "--trace"},
         {{"run", "--trace=amp,", "true"}, "--trace"},
         {{"run", "--counters", "true"}, "not available yet"},
-        {{"run", "--tui", "--", "true"}, "not available yet"},
+        {{"run", "--tui", "--", "true"}, "--tui needs a terminal"},
         {{"run", "-o"}, "-o"},
         {{"run"}, "no program"},
         {{"run", "-o", "y.sqlite", "--"}, "no program"},

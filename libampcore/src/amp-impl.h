@@ -69,6 +69,7 @@ struct amp_tensor {
     bool persistent;              // made by amp_tensor_new*(), freed by amp_tensor_free()
     bool requires_grad;
     bool is_view;
+    bool is_grad;                 // a gradient buffer (survives the backward node that made it)
     amp_tensor_t *grad;           // accumulated gradient (same dtype/shape, contiguous)
     struct amp_node *node;        // the op that produced it; NULL for leaves
     int32_t layer;                // layer id of the producing op (-1: none)
@@ -81,8 +82,15 @@ static inline void *amp_tensor_ptr(const amp_tensor_t *t) {
     return (char *)t->buf->data + t->offset * (int64_t)amp_dtype_size(t->dtype);
 }
 
-// Scratch tensor with fresh contiguous storage (freed by amp_ctx_reset).
+// Scratch tensor with fresh contiguous, uninitialised storage (freed by amp_ctx_reset), and one
+// filled with zeros.
 amp_tensor_t *amp_scratch_new(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape);
+amp_tensor_t *amp_scratch_zeros(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape);
+// Frees the scratch tensors made since the list held `mark` of them, except gradient buffers
+// (what one backward node leaves behind once it has run).
+void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark);
+// Frees t's storage now (t stays a valid, empty struct until amp_ctx_reset).
+void amp_tensor_release_storage(amp_tensor_t *t);
 // Scratch view sharing x's storage with the given shape/strides/offset.
 amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
@@ -155,7 +163,8 @@ typedef struct amp_conv_desc {
 typedef struct amp_backend_i {
     const char *name;
 
-    // Memory. alloc returns zero-filled memory or NULL.
+    // Memory. alloc returns uninitialised memory or NULL (every op overwrites its output; the
+    // frontend fills what must start as zeros).
     void *(*alloc)(void *bctx, size_t nbytes);
     void (*free)(void *bctx, void *p);
     void (*upload)(void *bctx, void *dst, const void *host, size_t nbytes);

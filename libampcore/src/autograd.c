@@ -60,8 +60,13 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
         ctx->layer_stack[0] = n->layer;
         ctx->layer_depth = n->layer >= 0 ? 1 : 0;
         if (ctx->instr) amp_instr_backward_node(ctx, n, dy);
+        size_t mark = ctx->n_scratch;
         n->backward(ctx, n, dy);
-        n->out->grad = NULL; // consumed; a later backward must not propagate it again
+        // Consumed: a later backward must not propagate it again, and its memory and the node's
+        // temporaries go now rather than at amp_ctx_reset (peak memory).
+        n->out->grad = NULL;
+        amp_scratch_release_from(ctx, mark);
+        if (!n->out->persistent) amp_tensor_release_storage(dy);
     }
     if (ctx->instr) amp_instr_backward_end(ctx);
     ctx->layer_stack[0] = top;

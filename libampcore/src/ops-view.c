@@ -160,7 +160,7 @@ static void split_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     front[k++] = x->shape[dim];
     for (int i = 0; i < x->ndim; i++)
         if (i != dim) front[k++] = x->shape[i];
-    amp_tensor_t *dxf = amp_scratch_new(ctx, x->dtype, x->ndim, front); // zeros
+    amp_tensor_t *dxf = amp_scratch_zeros(ctx, x->dtype, x->ndim, front);
     int64_t inner = amp_tensor_numel(x) / x->shape[dim];
     // dy with the split dim first, as a strided view
     int64_t dshape[AMP_MAX_DIMS];

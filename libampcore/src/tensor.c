@@ -148,6 +148,27 @@ amp_tensor_t *amp_scratch_new(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int6
     return t;
 }
 
+amp_tensor_t *amp_scratch_zeros(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
+    amp_tensor_t *t = amp_scratch_new(ctx, dt, ndim, shape);
+    ctx->be->fill(ctx->bctx, t, 0.0f);
+    return t;
+}
+
+void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark) {
+    size_t kept = mark;
+    for (size_t i = mark; i < ctx->n_scratch; i++) {
+        amp_tensor_t *t = ctx->scratch[i];
+        if (t->is_grad) ctx->scratch[kept++] = t;
+        else tensor_destroy(t);
+    }
+    ctx->n_scratch = kept;
+}
+
+void amp_tensor_release_storage(amp_tensor_t *t) {
+    buffer_release(t->ctx, t->buf);
+    t->buf = NULL;
+}
+
 amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset) {
     amp_tensor_t *t = amp_xcalloc(1, sizeof *t);
@@ -170,6 +191,7 @@ amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int6
 
 amp_tensor_t *amp_tensor_new(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape) {
     amp_tensor_t *x = tensor_alloc(ctx, t, ndim, shape);
+    ctx->be->fill(ctx->bctx, x, 0.0f);
     x->persistent = true;
     list_push(&ctx->persist, &ctx->n_persist, &ctx->cap_persist, x);
     return x;
@@ -353,6 +375,7 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
         amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
         ctx->be->copy(ctx->bctx, c, g);
         c->persistent = t->persistent; // a persistent tensor owns its gradient
+        c->is_grad = true;
         if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
         t->grad = c;
         return;
