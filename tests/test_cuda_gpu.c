@@ -498,6 +498,7 @@ START_TEST(test_stats_gpu) {
         ck_assert_int_eq(b.n_overflow, a.n_overflow);
         ck_assert_int_eq(b.n_underflow, a.n_underflow);
         ck_assert_int_eq(b.n_zero, a.n_zero);
+        ck_assert_double_eq_tol(b.sumsq, a.sumsq, 1e-5 * a.sumsq);
         if (target == F16) { // the planted values cross both f16 limits
             ck_assert_int_gt(a.n_underflow, 0);
             ck_assert_int_gt(a.n_overflow, 0);

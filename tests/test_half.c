@@ -80,6 +80,10 @@ START_TEST(test_stats_boundaries) {
     ck_assert_float_eq(s.min, -70000.0f);
     ck_assert_float_eq(s.max, 65520.0f);
     ck_assert_float_eq(s.amax, 70000.0f);
+    double ss = 0; // the finite values' squares
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(v[i])) ss += (double)v[i] * v[i];
+    ck_assert_close(s.sumsq, ss, 0, 1e-6);
 
     amp_tensor_stats(t, AMP_DTYPE_BF16, &s); // bf16 holds all of these
     ck_assert_int_eq(s.n_overflow, 0);

@@ -271,6 +271,7 @@ typedef struct amp_stats {
     int64_t n_overflow;  // finite values that round to inf in the target dtype
     int64_t n_underflow; // non-zero values that round to zero or a subnormal in the target dtype
     int64_t n_zero;
+    double sumsq; // sum of the squares of the finite values
 } amp_stats;
 
 // Statistics of t relative to target (AMP_DTYPE_F16 or AMP_DTYPE_BF16; f32 counts nothing as

@@ -75,6 +75,12 @@ struct amp_tensor {
     int32_t layer;                // layer id of the producing op (-1: none)
     char *name;
     int8_t inf_fill;              // -1/+1: holds -inf/+inf on purpose (an attention mask)
+    // instrumentation bookkeeping (instrument.c): the statistics entry of this tensor and the
+    // backward entries that contributed to its gradient, valid while *_epoch is current
+    uint32_t stat_epoch, contrib_epoch;
+    int32_t stat_entry;
+    uint8_t n_contrib;
+    int32_t contrib[4];
 };
 
 // Pointer to the first element of t (offset applied).
@@ -241,9 +247,11 @@ typedef struct amp_backend_i {
     void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
                        int n);
-    // Statistics of x relative to target in fused device reductions (optional: without it the
-    // frontend downloads x and computes them on the host).
-    void (*stats)(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *out);
+    // Statistics of x (contiguous) relative to target into slots[slot], an amp_stats array in
+    // memory from alloc, by a fused device reduction queued on the stream: no wait (optional:
+    // without it the frontend computes them on the host).
+    void (*stats_into)(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
+                       int64_t slot);
     void (*synchronize)(void *bctx); // optional
     void (*release)(void *bctx);     // frees the backend context
 } amp_backend_i;
@@ -307,8 +315,9 @@ struct amp_ctx {
     struct amp_instr *instr; // NULL when instrumentation is off
 };
 
-// Number of NaN/inf elements of t (a cheap bit test; the full statistics only when needed).
-int64_t amp_tensor_count_nonfinite(const amp_tensor_t *t);
+// amp_tensor_stats into slots[slot] (memory from the backend's alloc) without waiting for the
+// device; the caller downloads the slots when it needs the numbers.
+void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot);
 
 struct amp_instr;
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,

@@ -1,14 +1,19 @@
 /*
  * instrument.c — libampcore's numerics instrumentation, emitting the record stream (amp-record.h).
  *
- * On when the process records (AMPPROBE_SPOOL_DIR from `ampprobe run`, or AMPPROBE_OUT): every
- * forward op's output and every gradient flowing backward is scanned once (amp_tensor_stats).
- * On sampled steps (AMPPROBE_STATS_EVERY, default 1) the statistics and op records are emitted;
- * on every step non-finite values are traced to the op that produced them:
- *   - a producer's inputs hold no unexpected non-finite value but its output does; the others
- *     only propagate it. An attention mask's -inf (masked_fill with an infinite value) is
- *     expected, and so is what a softmax makes of it while a row keeps finite entries.
- *   - a non-finite value in a leaf tensor that is not a parameter is data arriving broken;
+ * On when the process records (AMPPROBE_SPOOL_DIR from `ampprobe run`, or AMPPROBE_OUT). Every
+ * forward op's output (and each leaf or view it reads), every gradient flowing into a backward
+ * node and every parameter gradient gets its statistics queued: the backend computes them into a
+ * slot of a buffer on the device (the CPU backend at once, into host memory) and nothing waits.
+ * At the end of the step the slots come back in one download and the queue is read in order:
+ *   - statistics records are emitted on sampled steps (AMPPROBE_STATS_EVERY, default 1);
+ *   - non-finite values are traced, on every step, to the op that produced them: a producer's
+ *     inputs hold no unexpected non-finite value but its output does; the others only propagate
+ *     it. An attention mask's -inf (masked_fill with an infinite value) is expected, and so is what
+ *     a softmax makes of it while a row keeps finite entries. In backward, the producer is the node
+ *     that received a finite gradient, had a finite forward output, and handed a non-finite
+ *     gradient to its inputs;
+ *   - a non-finite value in a data tensor (persistent, not a parameter) is data arriving broken;
  *   - a step whose forward stayed finite but whose gradients overflowed is a loss-scale overflow
  *     (benign: the scaler skips the step and backs off).
  * Off, the context holds no instrumentation and ops pay one predictable branch.
@@ -21,23 +26,69 @@
 #include <string.h>
 
 #define DETAIL_MAX 1024
+#define SLOTS 4096            // device slots downloaded at once
+#define ENTRIES_MAX (1 << 16) // a program that never ends a step is processed this often
+
+typedef enum entry_kind {
+    E_OUT,   // a forward op's output; refs: its inputs' entries
+    E_LEAF,  // a tensor an op read that no instrumented op made (parameter, data, view)
+    E_DY,    // the gradient flowing into a backward node; refs[0]: the node's forward output
+    E_WGRAD, // a parameter's gradient at the end of backward
+} entry_kind;
+
+#define REFS 4
+typedef struct entry {
+    uint8_t kind;
+    int8_t inf_fill;
+    bool data;        // E_LEAF: a data tensor (persistent, no gradient)
+    bool record;      // emit an AMP_TENSOR_STATS row (a sampled step)
+    bool in_autocast; // E_OUT: made inside an enabled autocast region
+    bool blamed;      // E_DY: already named as a backward producer
+    int8_t n_ref, n_contrib;
+    int32_t layer;
+    int32_t backward; // E_WGRAD: which backward of the step queued it
+    int64_t step;
+    const char *op;   // a literal; E_WGRAD: an owned copy of the parameter's name
+    amp_dtype dtype, target;
+    int8_t ndim;
+    int64_t shape[AMP_MAX_DIMS];
+    int32_t ref[REFS];     // E_OUT: inputs; E_DY: forward output, then forward inputs (-1: none)
+    int32_t contrib[REFS]; // E_DY/E_WGRAD: the E_DY entries of the nodes that made this gradient
+} entry;
+
+typedef struct pending_scale {
+    int64_t step;
+    float before, after, found_inf;
+    bool skipped;
+} pending_scale;
 
 typedef struct amp_instr {
     int stats_every;
+    bool stats_step; // this step's statistics are emitted
     int64_t step_start_ns;
     int64_t last_op_ns;
     int32_t layers_emitted;
-    bool stats_step;     // this step's statistics are emitted
-    bool fwd_nonfinite;  // a forward op produced or received an unexpected non-finite value
-    bool bwd_nonfinite;
     unsigned autocast_dtypes; // bit per dtype already written to META
-    // the backward node running now, and whether the gradient it received was finite
-    amp_node *bw_node;
-    bool bw_dy_finite;
+    uint32_t epoch;           // changes whenever the queue is processed
+
+    entry *entries;
+    amp_stats *host; // the entries' statistics, downloaded
+    int32_t n_entries, cap_entries;
+    amp_stats *slots; // backend memory: SLOTS statistics
+    int32_t slot_base; // entry index of slots[0]
+
+    int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
+    int32_t backwards; // backward passes in this batch
+
+    pending_scale scales[8];
+    int n_scales;
+    bool fwd_nonfinite; // the last processed batch had an unexpected non-finite forward value
 } amp_instr;
 
+static void process(amp_ctx_t *ctx);
+
 // ---------------------------------------------------------------------------------------------
-// Lifecycle and steps
+// Lifecycle
 
 void amp_instr_init(amp_ctx_t *ctx) {
     if (!amp_record_enabled()) return;
@@ -46,6 +97,10 @@ void amp_instr_init(amp_ctx_t *ctx) {
     in->stats_every = every && atoi(every) > 0 ? atoi(every) : 1;
     in->stats_step = true;
     in->step_start_ns = in->last_op_ns = amp_record_now_ns();
+    in->epoch = 1;
+    in->cur_dy = -1;
+    in->slots = ctx->be->alloc(ctx->bctx, SLOTS * sizeof(amp_stats));
+    AMP_ASSERT(in->slots != NULL, "(out of memory for the statistics slots)");
     ctx->instr = in;
     amp_record_meta(&(amp_rec_meta){"device", ctx->device == AMP_DEVICE_CPU ? "cpu" : "cuda"});
     char buf[32];
@@ -54,48 +109,17 @@ void amp_instr_init(amp_ctx_t *ctx) {
 }
 
 void amp_instr_free(amp_ctx_t *ctx) {
-    free(ctx->instr);
+    amp_instr *in = ctx->instr;
+    if (!in) return;
+    process(ctx); // what the last, unfinished step queued
+    ctx->be->free(ctx->bctx, in->slots);
+    free(in->entries);
+    free(in->host);
+    free(in);
     ctx->instr = NULL;
 }
 
 int64_t amp_ctx_step_index(const amp_ctx_t *ctx) { return ctx->step; }
-
-// L2 norm of every parameter gradient (after unscaling, so in the loss's units).
-static double grad_norm(const amp_ctx_t *ctx) {
-    double sum = 0;
-    for (size_t i = 0; i < ctx->n_persist; i++) {
-        amp_tensor_t *g = ctx->persist[i]->grad;
-        if (!g) continue;
-        int64_t n = amp_tensor_numel(g);
-        float *v = amp_xmalloc((size_t)n * sizeof *v);
-        amp_tensor_read_f32(g, v);
-        for (int64_t k = 0; k < n; k++) sum += (double)v[k] * v[k];
-        free(v);
-    }
-    return sqrt(sum);
-}
-
-void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
-    amp_instr *in = ctx->instr;
-    if (in) {
-        int64_t now = amp_record_now_ns();
-        amp_record_step(&(amp_rec_step){.step = ctx->step,
-                                        .start_ns = in->step_start_ns,
-                                        .end_ns = now,
-                                        .loss = loss,
-                                        .grad_norm = in->stats_step ? grad_norm(ctx) : NAN});
-        if (!isfinite(loss))
-            amp_record_event(&(amp_rec_event){
-                .step = ctx->step, .layer_id = -1, .kind = AMP_EVENT_LOSS_NONFINITE,
-                .severity = AMP_SEVERITY_ERROR, .count = 1, .value = loss,
-                .detail = in->fwd_nonfinite ? "the forward pass produced non-finite values"
-                                            : "the loss itself became non-finite"});
-        in->step_start_ns = in->last_op_ns = amp_record_now_ns();
-        in->fwd_nonfinite = in->bwd_nonfinite = false;
-        in->stats_step = (ctx->step + 1) % in->stats_every == 0;
-    }
-    ctx->step++;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -110,27 +134,17 @@ static void sync_layers(amp_ctx_t *ctx) {
 
 static int64_t nonfinite(const amp_stats *s) { return s->n_nan + s->n_posinf + s->n_neginf; }
 
-// Non-finite values t should not hold: all of them, except the infinities of an attention
+// Non-finite values a tensor should not hold: all of them, except the infinities of an attention
 // mask (masked_fill with -inf) and what stays in views of it.
-static int64_t unexpected_nonfinite(const amp_tensor_t *t, const amp_stats *s) {
-    if (t->inf_fill < 0) return s->n_nan + s->n_posinf;
-    if (t->inf_fill > 0) return s->n_nan + s->n_neginf;
+static int64_t unexpected(int8_t inf_fill, const amp_stats *s) {
+    if (inf_fill < 0) return s->n_nan + s->n_posinf;
+    if (inf_fill > 0) return s->n_nan + s->n_neginf;
     return nonfinite(s);
 }
 
-// The target dtype the overflow/underflow counts refer to: the autocast dtype of the run
-// (f16 when autocast never ran: what fp16 would do with an fp32 run's values).
+// The dtype the overflow/underflow counts refer to: the run's autocast dtype (f16 when autocast
+// never ran: what f16 would do with an fp32 run's values).
 static amp_dtype target_of(const amp_ctx_t *ctx) { return ctx->run_dtype; }
-
-static void emit_stats(amp_ctx_t *ctx, const char *op, int32_t layer, amp_stats_kind kind,
-                       const amp_tensor_t *t, const amp_stats *s) {
-    amp_record_tensor_stats(&(amp_rec_tensor_stats){
-        .step = ctx->step, .layer_id = layer, .op = op, .kind = kind,
-        .dtype = amp_dtype_name(t->dtype), .target_dtype = amp_dtype_name(target_of(ctx)),
-        .numel = s->numel, .min = s->min, .max = s->max, .amax = s->amax, .n_nan = s->n_nan,
-        .n_posinf = s->n_posinf, .n_neginf = s->n_neginf, .n_overflow = s->n_overflow,
-        .n_underflow = s->n_underflow, .n_zero = s->n_zero});
-}
 
 static size_t appendf(char *buf, size_t n, size_t k, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -143,11 +157,19 @@ static size_t appendf(char *buf, size_t n, size_t k, const char *fmt, ...) {
     return w > 0 ? k + (size_t)w : k;
 }
 
-static size_t describe(char *buf, size_t n, size_t k, const char *what, const amp_tensor_t *t,
+static size_t shape_of(char *buf, size_t n, size_t k, const entry *e) {
+    k = appendf(buf, n, k, "(");
+    for (int i = 0; i < e->ndim; i++) k = appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
+    return appendf(buf, n, k, e->ndim == 1 ? ",)" : ")");
+}
+
+// "what f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; "
+static size_t describe(char *buf, size_t n, size_t k, const char *what, const entry *e,
                        const amp_stats *s) {
-    char shape[64];
-    k = appendf(buf, n, k, "%s %s %s min %.6g max %.6g amax %.6g", what, amp_dtype_name(t->dtype),
-                amp_shape_str(t, shape, sizeof shape), (double)s->min, (double)s->max, (double)s->amax);
+    k = appendf(buf, n, k, "%s %s ", what, amp_dtype_name(e->dtype));
+    k = shape_of(buf, n, k, e);
+    k = appendf(buf, n, k, " min %.6g max %.6g amax %.6g", (double)s->min, (double)s->max,
+                (double)s->amax);
     if (nonfinite(s))
         k = appendf(buf, n, k, " (%lld nan, %lld +inf, %lld -inf)", (long long)s->n_nan,
                     (long long)s->n_posinf, (long long)s->n_neginf);
@@ -166,22 +188,63 @@ static int64_t op_flops(const char *op, const amp_tensor_t *out, amp_tensor_t *c
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward ops
+// The queue
+
+// Downloads the statistics of the entries whose slots are on the device.
+static void download(amp_ctx_t *ctx) {
+    amp_instr *in = ctx->instr;
+    int32_t n = in->n_entries - in->slot_base;
+    if (n <= 0) return;
+    ctx->be->download(ctx->bctx, in->host + in->slot_base, in->slots, (size_t)n * sizeof(amp_stats));
+    in->slot_base = in->n_entries;
+}
+
+// Queues the statistics of t and returns its entry.
+static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op, int32_t layer) {
+    amp_instr *in = ctx->instr;
+    if (in->n_entries - in->slot_base == SLOTS) download(ctx);
+    if (in->n_entries == in->cap_entries) {
+        in->cap_entries = in->cap_entries ? in->cap_entries * 2 : 1024;
+        in->entries = amp_xrealloc(in->entries, (size_t)in->cap_entries * sizeof *in->entries);
+        in->host = amp_xrealloc(in->host, (size_t)in->cap_entries * sizeof *in->host);
+    }
+    int32_t i = in->n_entries++;
+    entry *e = &in->entries[i];
+    *e = (entry){.kind = (uint8_t)kind, .inf_fill = t->inf_fill, .record = in->stats_step,
+                 .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
+                 .target = target_of(ctx), .ndim = (int8_t)t->ndim};
+    memcpy(e->shape, t->shape, sizeof e->shape);
+    amp_tensor_stats_into(t, e->target, in->slots, i - in->slot_base);
+    return i;
+}
+
+// The entry holding t's statistics, queueing them when no op of this batch made t.
+static int32_t entry_of(amp_ctx_t *ctx, amp_tensor_t *t) {
+    amp_instr *in = ctx->instr;
+    if (t->stat_epoch == in->epoch) return t->stat_entry;
+    int32_t i = queue(ctx, t, E_LEAF, NULL, -1);
+    in->entries[i].data = t->persistent && !t->requires_grad;
+    t->stat_epoch = in->epoch;
+    t->stat_entry = i;
+    return i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks: forward ops, backward, the GradScaler
+
+// A program that never ends a step gets its queue processed now and then (before an op queues
+// anything, so that no entry it refers to goes away).
+static void bound_queue(amp_ctx_t *ctx) {
+    if (ctx->instr->n_entries >= ENTRIES_MAX) process(ctx);
+}
 
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
                        amp_tensor_t *const *inputs, int n) {
     amp_instr *in = ctx->instr;
+    bound_queue(ctx);
     sync_layers(ctx);
     int32_t layer = out->layer >= 0 ? out->layer : amp_ctx_current_layer(ctx);
-    amp_dtype target = target_of(ctx);
     int64_t now = amp_record_now_ns();
-    if (!in->stats_step && amp_tensor_count_nonfinite(out) == 0) { // the common case
-        in->last_op_ns = now;
-        return;
-    }
-    amp_stats s;
-    amp_tensor_stats(out, target, &s);
-
     if (in->stats_step) {
         char dts[64] = "", shapes[256] = "";
         size_t kd = 0, ks = 0;
@@ -199,117 +262,66 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
             .policy = ctx->ac.enabled ? amp_cast_policy_name(policy) : NULL, .shapes = shapes,
             .flops = op_flops(op, out, inputs, n), .bytes = bytes, .start_ns = in->last_op_ns,
             .end_ns = now});
-        emit_stats(ctx, op, layer, AMP_STATS_ACTIVATION, out, &s);
-        // an f32 output inside an autocast region (an fp32-policy op) that f16 could not hold
-        if (s.n_overflow > 0 && ctx->ac.enabled && out->dtype == AMP_DTYPE_F32 &&
-            target == AMP_DTYPE_F16)
-            amp_record_event(&(amp_rec_event){
-                .step = ctx->step, .layer_id = layer, .op = op, .phase = AMP_PHASE_FWD,
-                .kind = AMP_EVENT_OVERFLOW, .severity = AMP_SEVERITY_WARNING,
-                .count = s.n_overflow, .value = s.amax,
-                .detail = "f32 values beyond the f16 range: this output overflows if it runs in f16"});
     }
     in->last_op_ns = now;
-
-    int64_t bad = unexpected_nonfinite(out, &s);
-    if (bad == 0) return;
-
-    // Which inputs carried non-finite values in? (leaves are scanned here, op outputs again:
-    // this path runs only when something already went wrong.)
-    char detail[DETAIL_MAX];
-    size_t k = 0;
-    bool inputs_finite = true, from_data = false;
-    for (int i = 0; i < n; i++) {
-        amp_stats si;
-        amp_tensor_stats(inputs[i], target, &si);
-        if (unexpected_nonfinite(inputs[i], &si)) {
-            inputs_finite = false;
-            from_data |= inputs[i]->persistent && !inputs[i]->requires_grad; // a data tensor
-        }
-        char what[32];
-        snprintf(what, sizeof what, "input %d", i);
-        k = describe(detail, sizeof detail, k, what, inputs[i], &si);
-    }
-    describe(detail, sizeof detail, k, "output", out, &s);
-
-    const char *kind = inputs_finite ? AMP_EVENT_NONFINITE_PRODUCER
-                                     : from_data ? "nonfinite_input" : AMP_EVENT_NONFINITE_PROPAGATED;
-    amp_record_event(&(amp_rec_event){
-        .step = ctx->step, .layer_id = layer, .op = op, .phase = AMP_PHASE_FWD, .kind = kind,
-        .severity = inputs_finite || from_data ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO,
-        .count = bad, .value = s.amax, .detail = detail});
-    in->fwd_nonfinite = true;
+    int32_t refs[REFS];
+    int nr = n < REFS ? n : REFS;
+    for (int i = 0; i < nr; i++) refs[i] = entry_of(ctx, inputs[i]);
+    int32_t i = queue(ctx, out, E_OUT, op, layer);
+    entry *e = &in->entries[i];
+    e->in_autocast = ctx->ac.enabled;
+    e->n_ref = (int8_t)nr;
+    memcpy(e->ref, refs, (size_t)nr * sizeof *refs);
+    out->stat_epoch = in->epoch;
+    out->stat_entry = i;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Backward
 
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_instr *in = ctx->instr;
-    in->bw_node = n;
-    if (!in->stats_step) {
-        in->bw_dy_finite = amp_tensor_count_nonfinite(dy) == 0;
-        return;
+    bound_queue(ctx);
+    int32_t i = queue(ctx, dy, E_DY, n->op, n->layer);
+    entry *e = &in->entries[i];
+    e->inf_fill = 0;
+    e->ref[e->n_ref++] = n->out->stat_epoch == in->epoch ? n->out->stat_entry : -1;
+    for (int k = 0; k < n->n_in && e->n_ref < REFS; k++)
+        if (n->in[k] && n->in[k]->stat_epoch == in->epoch) e->ref[e->n_ref++] = n->in[k]->stat_entry;
+    if (n->out->contrib_epoch == in->epoch) {
+        e->n_contrib = (int8_t)n->out->n_contrib;
+        memcpy(e->contrib, n->out->contrib, sizeof e->contrib);
     }
-    amp_stats s;
-    amp_tensor_stats(dy, target_of(ctx), &s);
-    in->bw_dy_finite = nonfinite(&s) == 0;
-    sync_layers(ctx);
-    emit_stats(ctx, n->op, n->layer, AMP_STATS_ACTIVATION_GRAD, dy, &s);
+    in->cur_dy = i;
 }
 
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
+    (void)g;
     amp_instr *in = ctx->instr;
-    amp_node *n = in->bw_node;
-    if (t->persistent && t->layer < 0 && n) t->layer = n->layer; // a parameter's layer: first use
-    if (!n || !in->bw_dy_finite || amp_tensor_count_nonfinite(g) == 0) return;
-    amp_stats s;
-    amp_tensor_stats(g, target_of(ctx), &s);
-    in->bw_dy_finite = false; // one event per node
-    amp_stats so;             // a node whose forward output was already broken only propagates
-    amp_tensor_stats(n->out, target_of(ctx), &so);
-    if (unexpected_nonfinite(n->out, &so)) return;
-    in->bwd_nonfinite = true;
-    sync_layers(ctx);
-    char detail[DETAIL_MAX];
-    size_t k = 0;
-    if (n->out->grad) {
-        amp_stats sd;
-        amp_tensor_stats(n->out->grad, target_of(ctx), &sd);
-        k = describe(detail, sizeof detail, k, "incoming gradient", n->out->grad, &sd);
+    if (in->cur_dy < 0) return; // the seed of backward
+    if (t->persistent && t->layer < 0) t->layer = in->entries[in->cur_dy].layer; // first use
+    if (t->contrib_epoch != in->epoch) {
+        t->contrib_epoch = in->epoch;
+        t->n_contrib = 0;
     }
-    for (int i = 0; i < n->n_in; i++) {
-        if (!n->in[i]) continue;
-        amp_stats si;
-        amp_tensor_stats(n->in[i], target_of(ctx), &si);
-        char what[32];
-        snprintf(what, sizeof what, "forward input %d", i);
-        k = describe(detail, sizeof detail, k, what, n->in[i], &si);
-    }
-    describe(detail, sizeof detail, k, "gradient", g, &s);
-    amp_record_event(&(amp_rec_event){
-        .step = ctx->step, .layer_id = n->layer, .op = n->op, .phase = AMP_PHASE_BWD,
-        .kind = AMP_EVENT_NONFINITE_PRODUCER,
-        .severity = in->fwd_nonfinite ? AMP_SEVERITY_ERROR : AMP_SEVERITY_WARNING,
-        .count = nonfinite(&s), .value = s.amax, .detail = detail});
+    for (int k = 0; k < t->n_contrib; k++)
+        if (t->contrib[k] == in->cur_dy) return;
+    if (t->n_contrib < REFS) t->contrib[t->n_contrib++] = in->cur_dy;
 }
 
 void amp_instr_backward_end(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
-    in->bw_node = NULL;
-    if (!in->stats_step) return;
-    sync_layers(ctx);
-    for (size_t i = 0; i < ctx->n_persist; i++) {
-        amp_tensor_t *p = ctx->persist[i];
+    in->cur_dy = -1;
+    in->backwards++;
+    for (size_t k = 0; k < ctx->n_persist; k++) {
+        amp_tensor_t *p = ctx->persist[k];
         if (!p->grad || !p->requires_grad) continue;
-        amp_stats s;
-        amp_tensor_stats(p->grad, target_of(ctx), &s);
-        emit_stats(ctx, p->name ? p->name : "param", p->layer, AMP_STATS_WEIGHT_GRAD, p->grad, &s);
+        int32_t i = queue(ctx, p->grad, E_WGRAD, amp_xstrdup(p->name ? p->name : "param"), p->layer);
+        entry *e = &in->entries[i];
+        e->backward = in->backwards;
+        if (p->contrib_epoch == in->epoch) {
+            e->n_contrib = (int8_t)p->n_contrib;
+            memcpy(e->contrib, p->contrib, sizeof e->contrib);
+        }
     }
 }
-
-// ---------------------------------------------------------------------------------------------
-// GradScaler
 
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t) {
     amp_instr *in = ctx->instr;
@@ -333,31 +345,183 @@ void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_f
     meta_number("scaler.growth_interval", growth_interval);
 }
 
+// The update is recorded at once; its events wait for the step's numerics (was the forward
+// finite?), which the queue's processing tells.
 void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
                      bool skipped) {
     amp_instr *in = ctx->instr;
     amp_record_scale(&(amp_rec_scale){.step = ctx->step, .scale_before = before,
                                       .scale_after = after, .found_inf = (int32_t)found_inf,
                                       .growth_tracker = tracker, .skipped = skipped});
+    if (in->n_scales == (int)(sizeof in->scales / sizeof in->scales[0])) process(ctx);
+    in->scales[in->n_scales++] = (pending_scale){ctx->step, before, after, found_inf, skipped};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processing the queue
+
+static void emit_stats(const entry *e, amp_stats_kind kind, const amp_stats *s) {
+    amp_record_tensor_stats(&(amp_rec_tensor_stats){
+        .step = e->step, .layer_id = e->layer, .op = e->op, .kind = kind,
+        .dtype = amp_dtype_name(e->dtype), .target_dtype = amp_dtype_name(e->target),
+        .numel = s->numel, .min = s->min, .max = s->max, .amax = s->amax, .n_nan = s->n_nan,
+        .n_posinf = s->n_posinf, .n_neginf = s->n_neginf, .n_overflow = s->n_overflow,
+        .n_underflow = s->n_underflow, .n_zero = s->n_zero});
+}
+
+// A forward output: its statistics, and whether it produced or propagated a non-finite value.
+static void process_out(amp_instr *in, const entry *e, const amp_stats *s) {
+    if (e->record) {
+        emit_stats(e, AMP_STATS_ACTIVATION, s);
+        // an f32 output inside an autocast region (an fp32-policy op) that f16 could not hold
+        if (s->n_overflow > 0 && e->in_autocast && e->dtype == AMP_DTYPE_F32 &&
+            e->target == AMP_DTYPE_F16)
+            amp_record_event(&(amp_rec_event){
+                .step = e->step, .layer_id = e->layer, .op = e->op, .phase = AMP_PHASE_FWD,
+                .kind = AMP_EVENT_OVERFLOW, .severity = AMP_SEVERITY_WARNING,
+                .count = s->n_overflow, .value = s->amax,
+                .detail = "f32 values beyond the f16 range: this output overflows if it runs in f16"});
+    }
+    int64_t bad = unexpected(e->inf_fill, s);
+    if (bad == 0) return;
+    char detail[DETAIL_MAX];
+    size_t k = 0;
+    bool inputs_finite = true, from_data = false;
+    for (int r = 0; r < e->n_ref; r++) {
+        const entry *ie = &in->entries[e->ref[r]];
+        const amp_stats *is = &in->host[e->ref[r]];
+        if (unexpected(ie->inf_fill, is)) {
+            inputs_finite = false;
+            from_data |= ie->kind == E_LEAF && ie->data;
+        }
+        char what[32];
+        snprintf(what, sizeof what, "input %d", r);
+        k = describe(detail, sizeof detail, k, what, ie, is);
+    }
+    describe(detail, sizeof detail, k, "output", e, s);
+    amp_record_event(&(amp_rec_event){
+        .step = e->step, .layer_id = e->layer, .op = e->op, .phase = AMP_PHASE_FWD,
+        .kind = inputs_finite ? AMP_EVENT_NONFINITE_PRODUCER
+                : from_data   ? "nonfinite_input"
+                              : AMP_EVENT_NONFINITE_PROPAGATED,
+        .severity = inputs_finite || from_data ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO,
+        .count = bad, .value = s->amax, .detail = detail});
+    in->fwd_nonfinite = true;
+}
+
+// A non-finite gradient (into a node, or a parameter's): the node that made it from a finite
+// gradient and a finite forward output is the backward producer.
+static void blame_contributors(amp_instr *in, int32_t i) {
+    const entry *e = &in->entries[i];
+    const amp_stats *s = &in->host[i];
+    for (int c = 0; c < e->n_contrib; c++) {
+        entry *ce = &in->entries[e->contrib[c]];
+        const amp_stats *cs = &in->host[e->contrib[c]];
+        if (ce->blamed || nonfinite(cs)) continue; // it only passed on what it received
+        int32_t out = ce->ref[0];
+        if (out >= 0 && unexpected(in->entries[out].inf_fill, &in->host[out])) continue;
+        ce->blamed = true;
+        char detail[DETAIL_MAX];
+        size_t k = describe(detail, sizeof detail, 0, "incoming gradient", ce, cs);
+        for (int r = 1; r < ce->n_ref; r++) {
+            char what[32];
+            snprintf(what, sizeof what, "forward input %d", r - 1);
+            k = describe(detail, sizeof detail, k, what, &in->entries[ce->ref[r]], &in->host[ce->ref[r]]);
+        }
+        describe(detail, sizeof detail, k, "gradient", e, s);
+        amp_record_event(&(amp_rec_event){
+            .step = ce->step, .layer_id = ce->layer, .op = ce->op, .phase = AMP_PHASE_BWD,
+            .kind = AMP_EVENT_NONFINITE_PRODUCER,
+            .severity = in->fwd_nonfinite ? AMP_SEVERITY_ERROR : AMP_SEVERITY_WARNING,
+            .count = nonfinite(s), .value = s->amax, .detail = detail});
+    }
+}
+
+static void emit_scale_events(const pending_scale *p, bool fwd_nonfinite) {
     char detail[256];
-    if (found_inf != 0 && !in->fwd_nonfinite) {
+    if (p->found_inf != 0 && !fwd_nonfinite) {
         snprintf(detail, sizeof detail,
                  "gradients overflowed at loss scale %g while the forward pass stayed finite: "
                  "a loss-scale overflow, the step was skipped and the scale backed off to %g",
-                 (double)before, (double)after);
-        amp_record_event(&(amp_rec_event){.step = ctx->step, .layer_id = -1,
-                                          .phase = AMP_PHASE_BWD, .kind = "grad_overflow",
-                                          .severity = AMP_SEVERITY_INFO, .count = -1,
-                                          .value = before, .detail = detail});
+                 (double)p->before, (double)p->after);
+        amp_record_event(&(amp_rec_event){.step = p->step, .layer_id = -1, .phase = AMP_PHASE_BWD,
+                                          .kind = "grad_overflow", .severity = AMP_SEVERITY_INFO,
+                                          .count = -1, .value = p->before, .detail = detail});
     }
-    if (skipped)
-        amp_record_event(&(amp_rec_event){.step = ctx->step, .layer_id = -1, .phase = AMP_PHASE_OPTIM,
+    if (p->skipped)
+        amp_record_event(&(amp_rec_event){.step = p->step, .layer_id = -1, .phase = AMP_PHASE_OPTIM,
                                           .kind = AMP_EVENT_STEP_SKIPPED,
                                           .severity = AMP_SEVERITY_WARNING, .count = 1,
-                                          .value = before, .detail = NULL});
-    if (after != before)
+                                          .value = p->before, .detail = NULL});
+    if (p->after != p->before)
         amp_record_event(&(amp_rec_event){
-            .step = ctx->step, .layer_id = -1, .phase = AMP_PHASE_OPTIM,
-            .kind = after < before ? AMP_EVENT_SCALE_BACKOFF : AMP_EVENT_SCALE_GROWTH,
-            .severity = AMP_SEVERITY_INFO, .count = -1, .value = after, .detail = NULL});
+            .step = p->step, .layer_id = -1, .phase = AMP_PHASE_OPTIM,
+            .kind = p->after < p->before ? AMP_EVENT_SCALE_BACKOFF : AMP_EVENT_SCALE_GROWTH,
+            .severity = AMP_SEVERITY_INFO, .count = -1, .value = p->after, .detail = NULL});
+}
+
+// Reads the queue in order and emits what it says. Returns the L2 norm of the last backward's
+// parameter gradients divided by `scale` (NaN without one).
+static double process_scaled(amp_ctx_t *ctx, double scale) {
+    amp_instr *in = ctx->instr;
+    download(ctx);
+    sync_layers(ctx);
+    in->fwd_nonfinite = false;
+    double sumsq = 0;
+    bool any_wgrad = false;
+    for (int32_t i = 0; i < in->n_entries; i++) {
+        entry *e = &in->entries[i];
+        const amp_stats *s = &in->host[i];
+        switch ((entry_kind)e->kind) {
+        case E_OUT:
+            process_out(in, e, s);
+            break;
+        case E_LEAF:
+            break;
+        case E_DY:
+            if (e->record) emit_stats(e, AMP_STATS_ACTIVATION_GRAD, s);
+            if (nonfinite(s)) blame_contributors(in, i);
+            break;
+        case E_WGRAD:
+            if (e->record) emit_stats(e, AMP_STATS_WEIGHT_GRAD, s);
+            if (nonfinite(s)) blame_contributors(in, i);
+            if (e->backward == in->backwards) {
+                sumsq += nonfinite(s) ? INFINITY : s->sumsq;
+                any_wgrad = true;
+            }
+            free((char *)e->op);
+            break;
+        }
+    }
+    for (int k = 0; k < in->n_scales; k++) emit_scale_events(&in->scales[k], in->fwd_nonfinite);
+    in->n_scales = 0;
+    in->n_entries = in->slot_base = 0;
+    in->backwards = 0;
+    in->cur_dy = -1;
+    in->epoch++;
+    return any_wgrad ? sqrt(sumsq) / scale : NAN;
+}
+
+static void process(amp_ctx_t *ctx) { process_scaled(ctx, 1.0); }
+
+void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
+    amp_instr *in = ctx->instr;
+    if (in) {
+        int64_t start = in->step_start_ns, end = amp_record_now_ns();
+        // the parameter gradients were queued before the GradScaler unscaled them
+        double scale = in->n_scales > 0 ? in->scales[in->n_scales - 1].before : 1.0;
+        bool stats_step = in->stats_step;
+        double norm = process_scaled(ctx, scale);
+        amp_record_step(&(amp_rec_step){.step = ctx->step, .start_ns = start, .end_ns = end,
+                                        .loss = loss, .grad_norm = stats_step ? norm : NAN});
+        if (!isfinite(loss))
+            amp_record_event(&(amp_rec_event){
+                .step = ctx->step, .layer_id = -1, .kind = AMP_EVENT_LOSS_NONFINITE,
+                .severity = AMP_SEVERITY_ERROR, .count = 1, .value = loss,
+                .detail = in->fwd_nonfinite ? "the forward pass produced non-finite values"
+                                            : "the loss itself became non-finite"});
+        in->step_start_ns = in->last_op_ns = amp_record_now_ns();
+        in->stats_step = (ctx->step + 1) % in->stats_every == 0;
+    }
+    ctx->step++;
 }

@@ -27,6 +27,7 @@ static limits limits_of(amp_dtype target) {
 typedef struct acc {
     float mn, mx;
     int64_t nan, pinf, ninf, over, under, zero;
+    double sumsq;
 } acc;
 
 static inline void acc_add(acc *a, float v, limits lim) {
@@ -38,6 +39,7 @@ static inline void acc_add(acc *a, float v, limits lim) {
     }
     a->mn = v < a->mn ? v : a->mn;
     a->mx = v > a->mx ? v : a->mx;
+    a->sumsq += (double)v * v;
     float m = fabsf(v);
     a->zero += m == 0.0f;
     a->over += m >= lim.overflow;
@@ -69,20 +71,22 @@ static int64_t count_nonfinite_host(const void *p, amp_dtype dt, int64_t n) {
 
 // All-finite values: one loop the compiler vectorises. Its min/max reductions need
 // finite-math-only (the values are all finite here) and no-signed-zeros (min of -0 and 0 may
-// come out as either; amax is the same).
-__attribute__((optimize("finite-math-only", "no-signed-zeros"))) static void
+// come out as either; amax is the same); the block's sum of squares may be reassociated.
+__attribute__((optimize("finite-math-only", "no-signed-zeros", "no-trapping-math",
+                        "associative-math"))) static void
 acc_finite(acc *a, const float *v, int64_t n, limits lim) {
-    float mn = a->mn, mx = a->mx;
+    float mn = a->mn, mx = a->mx, ss = 0.0f;
     int32_t zero = 0, over = 0, under = 0; // n <= BLOCK
     for (int64_t i = 0; i < n; i++) {
         float x = v[i], m = fabsf(x);
         mn = x < mn ? x : mn;
         mx = x > mx ? x : mx;
+        ss += x * x;
         zero += m == 0.0f;
         over += m >= lim.overflow;
         under += (m != 0.0f) & (m < lim.min_normal);
     }
-    a->mn = mn, a->mx = mx;
+    a->mn = mn, a->mx = mx, a->sumsq += ss;
     a->zero += zero, a->over += over, a->under += under;
 }
 
@@ -145,35 +149,56 @@ static void stats_host(const void *p, amp_dtype dt, int64_t n, amp_dtype target,
                      .n_neginf = a.ninf,
                      .n_overflow = a.over,
                      .n_underflow = a.under,
-                     .n_zero = a.zero};
+                     .n_zero = a.zero,
+                     .sumsq = a.sumsq};
 }
 
-int64_t amp_tensor_count_nonfinite(const amp_tensor_t *t) {
-    if (t->ctx->device != AMP_DEVICE_CPU || !amp_tensor_is_contiguous(t)) {
-        amp_stats s;
-        amp_tensor_stats(t, AMP_DTYPE_F32, &s);
-        return s.n_nan + s.n_posinf + s.n_neginf;
+// x itself when contiguous, else a contiguous scratch copy.
+static const amp_tensor_t *dense_of(const amp_tensor_t *t) {
+    if (amp_tensor_is_contiguous(t)) return t;
+    amp_tensor_t *x = amp_scratch_new(t->ctx, t->dtype, t->ndim, t->shape);
+    t->ctx->be->copy(t->ctx->bctx, x, t);
+    return x;
+}
+
+// Statistics computed on the host (downloading a device tensor first).
+static void stats_on_host(const amp_tensor_t *x, amp_dtype target, amp_stats *out) {
+    amp_ctx_t *ctx = x->ctx;
+    int64_t n = amp_tensor_numel(x);
+    if (ctx->device == AMP_DEVICE_CPU) {
+        stats_host(amp_tensor_ptr(x), x->dtype, n, target, out);
+        return;
     }
-    return count_nonfinite_host(amp_tensor_ptr(t), t->dtype, amp_tensor_numel(t));
+    size_t nbytes = (size_t)n * amp_dtype_size(x->dtype);
+    void *host = amp_xmalloc(nbytes);
+    ctx->be->download(ctx->bctx, host, amp_tensor_ptr(x), nbytes);
+    stats_host(host, x->dtype, n, target, out);
+    free(host);
+}
+
+void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot) {
+    amp_ctx_t *ctx = t->ctx;
+    const amp_tensor_t *x = dense_of(t);
+    if (ctx->be->stats_into) {
+        ctx->be->stats_into(ctx->bctx, x, target, slots, slot);
+    } else if (ctx->device == AMP_DEVICE_CPU) { // slots are host memory
+        stats_on_host(x, target, &slots[slot]);
+    } else {
+        amp_stats s;
+        stats_on_host(x, target, &s);
+        ctx->be->upload(ctx->bctx, &slots[slot], &s, sizeof s);
+    }
 }
 
 void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out) {
     amp_ctx_t *ctx = t->ctx;
-    amp_tensor_t *x = (amp_tensor_t *)t;
-    if (!amp_tensor_is_contiguous(x)) {
-        x = amp_scratch_new(ctx, t->dtype, t->ndim, t->shape);
-        ctx->be->copy(ctx->bctx, x, t);
+    if (!ctx->be->stats_into) {
+        stats_on_host(dense_of(t), target, out);
+        return;
     }
-    int64_t n = amp_tensor_numel(x);
-    if (ctx->be->stats) {
-        ctx->be->stats(ctx->bctx, x, target, out);
-    } else if (ctx->device == AMP_DEVICE_CPU) {
-        stats_host(amp_tensor_ptr(x), x->dtype, n, target, out);
-    } else {
-        size_t nbytes = (size_t)n * amp_dtype_size(x->dtype);
-        void *host = amp_xmalloc(nbytes);
-        ctx->be->download(ctx->bctx, host, amp_tensor_ptr(x), nbytes);
-        stats_host(host, x->dtype, n, target, out);
-        free(host);
-    }
+    amp_stats *slot = ctx->be->alloc(ctx->bctx, sizeof *slot);
+    AMP_ASSERT(slot != NULL, "(out of device memory for one statistics slot)");
+    amp_tensor_stats_into(t, target, slot, 0);
+    ctx->be->download(ctx->bctx, out, slot, sizeof *out);
+    ctx->be->free(ctx->bctx, slot);
 }

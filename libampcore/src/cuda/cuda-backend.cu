@@ -123,7 +123,6 @@ static void be_release(void *bctx) {
     if (c->scratch) cuda_pool_free(&c->pool, c->scratch);
     if (c->gemm_ws) cuda_pool_free(&c->pool, c->gemm_ws);
     if (c->stats_dev) cuda_pool_free(&c->pool, c->stats_dev);
-    if (c->stats_host) CUDA_CHECK(cudaFreeHost(c->stats_host));
     cuda_pool_release(&c->pool);
     CUBLAS_CHECK(cublasLtDestroy(c->lt));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
@@ -162,7 +161,7 @@ static const amp_backend_i cuda_backend = {
     .dropout_mask = cuda_dropout_mask,
     .unscale = cuda_unscale,
     .optim_step = cuda_optim_step,
-    .stats = cuda_stats,
+    .stats_into = cuda_stats_into,
     .synchronize = be_synchronize,
     .release = be_release,
 };

@@ -133,8 +133,7 @@ typedef struct cuda_ctx {
     int n_plans;
     void *scratch; // grow-only device scratch for ops (f32 accumulators, partial sums)
     size_t scratch_bytes;
-    struct cuda_stats_result *stats_dev;  // device result of the fused statistics reduction
-    struct cuda_stats_result *stats_host; // pinned copy
+    struct cuda_stats_result *stats_dev; // per-block partials of the fused statistics reduction
 } cuda_ctx;
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).
@@ -352,6 +351,7 @@ void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale
 void cuda_optim_step(void *bctx, const amp_optim_params *p, int64_t step,
                      amp_tensor_t *const *params, amp_tensor_t *const *grads,
                      amp_tensor_t *const *m, amp_tensor_t *const *v, int n);
-void cuda_stats(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *out);
+void cuda_stats_into(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
+                     int64_t slot);
 
 #endif // AMP_CUDA_IMPL_H

@@ -1,11 +1,12 @@
 /*
- * cuda-stats.cu — the optional `stats` member: min/max/amax over the finite values, NaN and ±inf
- * counts, overflow / underflow / zero counts relative to the autocast dtype, in one fused pass.
+ * cuda-stats.cu — the optional `stats_into` member: min/max/amax over the finite values, NaN and
+ * ±inf counts, overflow / underflow / zero counts relative to the autocast dtype and the sum of
+ * squares, in one fused pass.
  *
- * Blocks reduce grid-strided slices into per-block partials, one block combines them into the
- * context's device result, and a small copy brings it back. The table's member returns the
- * numbers, so that copy is followed by a stream sync: one per call (instrument.c wants each
- * tensor's numbers at once). Thresholds are those of stats.c (AMP-SEMANTICS §5).
+ * Blocks reduce grid-strided slices into per-block partials and one block combines them into the
+ * caller's amp_stats slot in device memory, all queued on the stream: nothing waits. The
+ * instrumentation downloads a step's slots once (instrument.c). Thresholds are those of stats.c
+ * (AMP-SEMANTICS §5).
  */
 #include "cuda-impl.h"
 
@@ -17,6 +18,7 @@
 struct cuda_stats_result {
     float min, max;
     unsigned long long nan, pinf, ninf, over, under, zero;
+    double sumsq;
 };
 
 __device__ __forceinline__ void stats_combine(cuda_stats_result &a, const cuda_stats_result &b) {
@@ -28,6 +30,7 @@ __device__ __forceinline__ void stats_combine(cuda_stats_result &a, const cuda_s
     a.over += b.over;
     a.under += b.under;
     a.zero += b.zero;
+    a.sumsq += b.sumsq;
 }
 
 __device__ void stats_block_reduce(cuda_stats_result &r, cuda_stats_result *out) {
@@ -44,7 +47,7 @@ __device__ void stats_block_reduce(cuda_stats_result &r, cuda_stats_result *out)
 __global__ void __launch_bounds__(STATS_BLOCK)
     stats_kernel(cuda_stats_result *partial, const void *x, amp_dtype xt, int64_t n, float overflow,
                  float min_normal) {
-    cuda_stats_result r = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0};
+    cuda_stats_result r = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0.0};
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float v = cuda_load(xt, x, i);
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(STATS_BLOCK)
         }
         r.min = fminf(r.min, v);
         r.max = fmaxf(r.max, v);
+        r.sumsq += (double)v * v;
         const float a = fabsf(v);
         r.zero += a == 0.0f;
         r.over += a >= overflow;
@@ -69,15 +73,35 @@ __global__ void __launch_bounds__(STATS_BLOCK)
     stats_block_reduce(r, &partial[blockIdx.x]);
 }
 
+// Combines the partials and writes the finished amp_stats (NaN range when nothing is finite).
 __global__ void __launch_bounds__(STATS_BLOCK)
-    stats_finish_kernel(cuda_stats_result *out, const cuda_stats_result *partial, int blocks) {
-    cuda_stats_result r = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0};
+    stats_finish_kernel(amp_stats *out, const cuda_stats_result *partial, int blocks, int64_t n) {
+    cuda_stats_result r = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0.0};
     for (int i = threadIdx.x; i < blocks; i += blockDim.x)
         stats_combine(r, partial[i]);
-    stats_block_reduce(r, out);
+    __shared__ cuda_stats_result total;
+    stats_block_reduce(r, &total);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const cuda_stats_result t = total;
+    const bool any = n - (int64_t)(t.nan + t.pinf + t.ninf) > 0;
+    amp_stats s;
+    s.numel = n;
+    s.min = any ? t.min : NAN;
+    s.max = any ? t.max : NAN;
+    s.amax = any ? fmaxf(fabsf(t.min), fabsf(t.max)) : NAN;
+    s.n_nan = (int64_t)t.nan;
+    s.n_posinf = (int64_t)t.pinf;
+    s.n_neginf = (int64_t)t.ninf;
+    s.n_overflow = (int64_t)t.over;
+    s.n_underflow = (int64_t)t.under;
+    s.n_zero = (int64_t)t.zero;
+    s.sumsq = t.sumsq;
+    *out = s;
 }
 
-void cuda_stats(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *out) {
+void cuda_stats_into(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
+                     int64_t slot) {
     cuda_ctx *c = cuda_of(bctx);
     CUDA_ASSERT_CONTIGUOUS(x);
     const int64_t n = cuda_numel(x);
@@ -87,33 +111,15 @@ void cuda_stats(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *
         overflow = 3.3961775292304854e38f, min_normal = 1.1754943508222875e-38f;
     if (!c->stats_dev) {
         c->stats_dev = (cuda_stats_result *)cuda_pool_alloc(
-            &c->pool, (STATS_MAX_BLOCKS + 1) * sizeof(cuda_stats_result));
+            &c->pool, STATS_MAX_BLOCKS * sizeof(cuda_stats_result));
         AMP_ASSERT(c->stats_dev != NULL);
-        CUDA_CHECK(cudaMallocHost((void **)&c->stats_host, sizeof(cuda_stats_result)));
     }
     int blocks = (int)((n + STATS_BLOCK * 8 - 1) / (STATS_BLOCK * 8));
     blocks = blocks < 1 ? 1 : blocks > STATS_MAX_BLOCKS ? STATS_MAX_BLOCKS : blocks;
-    cuda_stats_result *partial = c->stats_dev + 1;
-    stats_kernel<<<blocks, STATS_BLOCK, 0, c->stream>>>(partial, amp_tensor_ptr(x), x->dtype, n,
-                                                        overflow, min_normal);
+    // the partials are reused by the next call: stream order makes that safe
+    stats_kernel<<<blocks, STATS_BLOCK, 0, c->stream>>>(c->stats_dev, amp_tensor_ptr(x), x->dtype,
+                                                        n, overflow, min_normal);
     CUDA_LAUNCH_CHECK();
-    stats_finish_kernel<<<1, STATS_BLOCK, 0, c->stream>>>(c->stats_dev, partial, blocks);
+    stats_finish_kernel<<<1, STATS_BLOCK, 0, c->stream>>>(slots + slot, c->stats_dev, blocks, n);
     CUDA_LAUNCH_CHECK();
-    CUDA_CHECK(cudaMemcpyAsync(c->stats_host, c->stats_dev, sizeof(cuda_stats_result),
-                               cudaMemcpyDeviceToHost, c->stream));
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    const cuda_stats_result r = *c->stats_host;
-    const int64_t nonfinite = (int64_t)(r.nan + r.pinf + r.ninf);
-    const bool any = n - nonfinite > 0;
-    *out = amp_stats{};
-    out->numel = n;
-    out->min = any ? r.min : NAN;
-    out->max = any ? r.max : NAN;
-    out->amax = any ? fmaxf(fabsf(r.min), fabsf(r.max)) : NAN;
-    out->n_nan = (int64_t)r.nan;
-    out->n_posinf = (int64_t)r.pinf;
-    out->n_neginf = (int64_t)r.ninf;
-    out->n_overflow = (int64_t)r.over;
-    out->n_underflow = (int64_t)r.under;
-    out->n_zero = (int64_t)r.zero;
 }
