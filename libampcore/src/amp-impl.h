@@ -247,8 +247,9 @@ typedef struct amp_backend_i {
     void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
                        int n);
-    // Statistics of x (contiguous) relative to target into slots[slot], an amp_stats array in
-    // memory from alloc, by a fused device reduction queued on the stream: no wait (optional:
+    // Statistics of x (contiguous) relative to target added into slots[slot], an amp_stats in
+    // memory from alloc that holds amp_stats_empty(), by a fused device reduction queued on the
+    // stream: no wait. The frontend applies amp_stats_finish() after downloading (optional:
     // without it the frontend computes them on the host).
     void (*stats_into)(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
                        int64_t slot);
@@ -315,9 +316,14 @@ struct amp_ctx {
     struct amp_instr *instr; // NULL when instrumentation is off
 };
 
-// amp_tensor_stats into slots[slot] (memory from the backend's alloc) without waiting for the
-// device; the caller downloads the slots when it needs the numbers.
+// amp_tensor_stats into slots[slot] (memory from the backend's alloc, holding amp_stats_empty()
+// on a device) without waiting for the device; the caller downloads the slots when it needs the
+// numbers and applies amp_stats_finish() to each.
 void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot);
+// A slot before any value: min +inf, max -inf, zero counts.
+amp_stats amp_stats_empty(void);
+// Derives amax, and the NaN range of a tensor without finite values, from min and max.
+void amp_stats_finish(amp_stats *s);
 
 struct amp_instr;
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,

@@ -75,6 +75,7 @@ typedef struct amp_instr {
     amp_stats *host; // the entries' statistics, downloaded
     int32_t n_entries, cap_entries;
     amp_stats *slots; // backend memory: SLOTS statistics
+    amp_stats *empty; // SLOTS empty statistics to upload (device backends)
     int32_t slot_base; // entry index of slots[0]
 
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
@@ -86,6 +87,7 @@ typedef struct amp_instr {
 } amp_instr;
 
 static void process(amp_ctx_t *ctx);
+static void clear_slots(amp_ctx_t *ctx, int32_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
@@ -102,6 +104,7 @@ void amp_instr_init(amp_ctx_t *ctx) {
     in->slots = ctx->be->alloc(ctx->bctx, SLOTS * sizeof(amp_stats));
     AMP_ASSERT(in->slots != NULL, "(out of memory for the statistics slots)");
     ctx->instr = in;
+    clear_slots(ctx, SLOTS);
     amp_record_meta(&(amp_rec_meta){"device", ctx->device == AMP_DEVICE_CPU ? "cpu" : "cuda"});
     char buf[32];
     snprintf(buf, sizeof buf, "%d", in->stats_every);
@@ -115,6 +118,7 @@ void amp_instr_free(amp_ctx_t *ctx) {
     ctx->be->free(ctx->bctx, in->slots);
     free(in->entries);
     free(in->host);
+    free(in->empty);
     free(in);
     ctx->instr = NULL;
 }
@@ -190,13 +194,26 @@ static int64_t op_flops(const char *op, const amp_tensor_t *out, amp_tensor_t *c
 // ---------------------------------------------------------------------------------------------
 // The queue
 
+// Empties the first n slots before entries use them again (a device backend adds into them).
+static void clear_slots(amp_ctx_t *ctx, int32_t n) {
+    amp_instr *in = ctx->instr;
+    if (!ctx->be->stats_into) return; // the host computes whole values
+    if (!in->empty) {
+        in->empty = amp_xmalloc(SLOTS * sizeof *in->empty);
+        for (int i = 0; i < SLOTS; i++) in->empty[i] = amp_stats_empty();
+    }
+    ctx->be->upload(ctx->bctx, in->slots, in->empty, (size_t)n * sizeof *in->empty);
+}
+
 // Downloads the statistics of the entries whose slots are on the device.
 static void download(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     int32_t n = in->n_entries - in->slot_base;
     if (n <= 0) return;
     ctx->be->download(ctx->bctx, in->host + in->slot_base, in->slots, (size_t)n * sizeof(amp_stats));
+    for (int32_t i = in->slot_base; i < in->n_entries; i++) amp_stats_finish(&in->host[i]);
     in->slot_base = in->n_entries;
+    clear_slots(ctx, n);
 }
 
 // Queues the statistics of t and returns its entry.

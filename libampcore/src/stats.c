@@ -190,6 +190,16 @@ void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *s
     }
 }
 
+amp_stats amp_stats_empty(void) { return (amp_stats){.min = INFINITY, .max = -INFINITY}; }
+
+void amp_stats_finish(amp_stats *s) {
+    if (s->min <= s->max) {
+        s->amax = fmaxf(fabsf(s->min), fabsf(s->max));
+    } else { // no finite value
+        s->min = s->max = s->amax = NAN;
+    }
+}
+
 void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out) {
     amp_ctx_t *ctx = t->ctx;
     if (!ctx->be->stats_into) {
@@ -198,7 +208,10 @@ void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out) {
     }
     amp_stats *slot = ctx->be->alloc(ctx->bctx, sizeof *slot);
     AMP_ASSERT(slot != NULL, "(out of device memory for one statistics slot)");
+    amp_stats empty = amp_stats_empty();
+    ctx->be->upload(ctx->bctx, slot, &empty, sizeof empty);
     amp_tensor_stats_into(t, target, slot, 0);
     ctx->be->download(ctx->bctx, out, slot, sizeof *out);
     ctx->be->free(ctx->bctx, slot);
+    amp_stats_finish(out);
 }

@@ -184,6 +184,8 @@ amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int6
     t->buf->refcount++;
     t->is_view = true;
     t->inf_fill = x->inf_fill;
+    t->stat_epoch = x->stat_epoch; // the instrumentation reads a view's numbers off its base
+    t->stat_entry = x->stat_entry;
     t->layer = -1;
     list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
     return t;

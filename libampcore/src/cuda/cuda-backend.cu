@@ -122,7 +122,6 @@ static void be_release(void *bctx) {
     cuda_gemm_release(c);
     if (c->scratch) cuda_pool_free(&c->pool, c->scratch);
     if (c->gemm_ws) cuda_pool_free(&c->pool, c->gemm_ws);
-    if (c->stats_dev) cuda_pool_free(&c->pool, c->stats_dev);
     cuda_pool_release(&c->pool);
     CUBLAS_CHECK(cublasLtDestroy(c->lt));
     CUDA_CHECK(cudaStreamDestroy(c->stream));

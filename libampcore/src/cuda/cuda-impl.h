@@ -133,7 +133,6 @@ typedef struct cuda_ctx {
     int n_plans;
     void *scratch; // grow-only device scratch for ops (f32 accumulators, partial sums)
     size_t scratch_bytes;
-    struct cuda_stats_result *stats_dev; // per-block partials of the fused statistics reduction
 } cuda_ctx;
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).
