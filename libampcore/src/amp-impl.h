@@ -312,6 +312,7 @@ struct amp_ctx {
     size_t n_cast_cache, cap_cast_cache;
 
     int64_t step;            // training steps ended (amp_ctx_step_end)
+    bool nvtx;               // push NVTX ranges for layers and backward nodes
     amp_dtype run_dtype;     // dtype of the last enabled autocast region (f16 before any)
     struct amp_instr *instr; // NULL when instrumentation is off
 };
@@ -383,6 +384,13 @@ void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_f
 // Every GradScaler update (from scaler.c).
 void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
                      bool skipped);
+
+// ---------------------------------------------------------------------------------------------
+// NVTX ranges for CUDA captures (nvtx.c): pushed only when ctx->nvtx is set.
+
+bool amp_nvtx_wanted(void); // an NVTX tool is injected into this process
+void amp_nvtx_push(const char *name);
+void amp_nvtx_pop(void);
 
 // ---------------------------------------------------------------------------------------------
 // Counter-based RNG shared by backends (splitmix64 of seed and counter).

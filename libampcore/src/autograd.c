@@ -44,7 +44,9 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
                "(element 0 of tensors does not require grad and does not have a grad_fn)");
     AMP_ASSERT(!ctx->in_backward, "(backward() called from inside backward)");
     amp_tensor_t *seed = amp_scratch_new(ctx, loss->dtype, loss->ndim, loss->shape);
+    if (ctx->nvtx) amp_nvtx_push("backward");
     ctx->be->fill(ctx->bctx, seed, 1.0f);
+    if (ctx->nvtx) amp_nvtx_pop();
     amp_grad_accumulate(ctx, loss, seed);
 
     bool grad_enabled = ctx->grad_enabled, ac_enabled = ctx->ac.enabled;
@@ -61,7 +63,14 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
         ctx->layer_depth = n->layer >= 0 ? 1 : 0;
         if (ctx->instr) amp_instr_backward_node(ctx, n, dy);
         size_t mark = ctx->n_scratch;
+        if (ctx->nvtx) { // "blocks.1.attn/linear": the kernels below belong to this layer and op
+            char name[320];
+            snprintf(name, sizeof name, "%s/%s", n->layer >= 0 ? ctx->layer_names[n->layer] : "",
+                     n->op);
+            amp_nvtx_push(name);
+        }
         n->backward(ctx, n, dy);
+        if (ctx->nvtx) amp_nvtx_pop();
         // Consumed: a later backward must not propagate it again, and its memory and the node's
         // temporaries go now rather than at amp_ctx_reset (peak memory).
         n->out->grad = NULL;

@@ -231,7 +231,9 @@ static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const cha
                  .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
                  .target = target_of(ctx), .ndim = (int8_t)t->ndim};
     memcpy(e->shape, t->shape, sizeof e->shape);
+    if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
     amp_tensor_stats_into(t, e->target, in->slots, i - in->slot_base);
+    if (ctx->nvtx) amp_nvtx_pop();
     return i;
 }
 

@@ -31,6 +31,7 @@ void amp_layer_begin(amp_ctx_t *ctx, const char *name) {
     if (parent >= 0) snprintf(buf, sizeof buf, "%s.%s", ctx->layer_names[parent], name);
     else snprintf(buf, sizeof buf, "%s", name);
     ctx->layer_stack[ctx->layer_depth++] = layer_intern(ctx, buf, parent);
+    if (ctx->nvtx) amp_nvtx_push(buf);
 }
 
 void amp_layer_beginf(amp_ctx_t *ctx, const char *fmt, ...) {
@@ -45,6 +46,7 @@ void amp_layer_beginf(amp_ctx_t *ctx, const char *fmt, ...) {
 void amp_layer_end(amp_ctx_t *ctx) {
     AMP_ASSERT(ctx->layer_depth > 0, "(amp_layer_end without amp_layer_begin)");
     ctx->layer_depth--;
+    if (ctx->nvtx) amp_nvtx_pop();
 }
 
 const char *amp_layer_current(const amp_ctx_t *ctx) {

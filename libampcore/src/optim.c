@@ -178,9 +178,11 @@ void amp_optim_step(amp_optim_t *opt) {
             opt->param_steps[i] = step;
             nb++;
         }
+        if (opt->ctx->nvtx) amp_nvtx_push(amp_optim_kind_name(opt->p.kind)); // the kernels' op
         opt->ctx->be->optim_step(opt->ctx->bctx, &opt->p, step, opt->batch[0], opt->batch[1],
                                  opt->n_state > 0 ? opt->batch[2] : NULL,
                                  opt->n_state > 1 ? opt->batch[3] : NULL, nb);
+        if (opt->ctx->nvtx) amp_nvtx_pop();
         n_pending = keep;
     }
     opt->steps++;

@@ -181,8 +181,10 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
     if (ng > 0) {
         amp_ctx_t *ctx = grads[0]->ctx;
         amp_tensor_t *found_inf = amp_scratch_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
+        if (ctx->nvtx) amp_nvtx_push("unscale_"); // the kernels' op
         ctx->be->fill(ctx->bctx, found_inf, 0.0f);
         ctx->be->unscale(ctx->bctx, grads, ng, amp_inv_scale(sc->scale), found_inf);
+        if (ctx->nvtx) amp_nvtx_pop();
         s->found_inf = amp_tensor_item(found_inf);
     }
     free(grads);

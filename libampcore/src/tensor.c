@@ -40,6 +40,7 @@ amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
     ctx->ac.dtype = AMP_DTYPE_F16;
     ctx->ac.cache_enabled = true;
     ctx->run_dtype = AMP_DTYPE_F16;
+    ctx->nvtx = dev == AMP_DEVICE_CUDA && amp_nvtx_wanted();
     amp_instr_init(ctx);
     *out = ctx;
     return AMP_OK;
