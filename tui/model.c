@@ -547,9 +547,13 @@ static bool poll_finding(tui_model *m) {
                         : 1;
     double budget_ms = FINDING_CPU_SHARE * (double)(now - m->opened_ns) / 1e6;
     bool final = m->complete && !m->asked_final;
-    if ((final || m->finding_cpu_total_ms + m->finding_cpu_ms * growth <= budget_ms) &&
+    // the first error (a NaN producer, broken data) is worth a finding at once, budget or not
+    bool first_error = false;
+    for (size_t i = 0; i < m->n_counts && !m->asked_on_error; i++) first_error |= m->counts[i].severity == 2;
+    if ((final || first_error || m->finding_cpu_total_ms + m->finding_cpu_ms * growth <= budget_ms) &&
         tui_finder_request(m->finder)) {
         m->finding_stale = false;
+        m->asked_on_error |= first_error;
         m->asked_final = m->complete;
         m->asked_steps = m->n_steps;
         m->asked_step = m->n_steps ? m->steps[m->n_steps - 1].step : -1;

@@ -134,6 +134,7 @@ typedef struct tui_model {
     size_t asked_steps; // steps when the finding in the works (or the latest) was asked for
     int64_t asked_step;
     bool asked_final; // the finding of the ended run was asked for
+    bool asked_on_error; // a finding was asked for after the first error-severity event
     sqlite3_stmt *q_version, *q_meta, *q_steps, *q_events, *q_event_by_id, *q_layers, *q_stats_feed,
         *q_stats_step, *q_stats_range, *q_kernels, *q_string;
 } tui_model;

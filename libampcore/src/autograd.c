@@ -61,8 +61,8 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
         if (!dy) continue;
         ctx->layer_stack[0] = n->layer;
         ctx->layer_depth = n->layer >= 0 ? 1 : 0;
-        if (ctx->instr) amp_instr_backward_node(ctx, n, dy);
         size_t mark = ctx->n_scratch;
+        if (ctx->instr) amp_instr_backward_node(ctx, n, dy);
         if (ctx->nvtx) { // "blocks.1.attn/linear": the kernels below belong to this layer and op
             char name[320];
             snprintf(name, sizeof name, "%s/%s", n->layer >= 0 ? ctx->layer_names[n->layer] : "",
