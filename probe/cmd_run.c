@@ -13,6 +13,10 @@
  * in the foreground; PROG's output (and ampprobe's own messages while the TUI is up) go to
  * FILE.log, named on the screen. When PROG ends the TUI shows its exit status and stays until
  * q; q while PROG still runs only closes the TUI (the recording goes on to PROG's end).
+ *
+ * With --torch PROG is a PyTorch program: the ampprobe Python package (built into python/ next
+ * to this binary) goes on its PYTHONPATH with a startup module that attaches the bridge to the
+ * model that trains, and AMPPROBE_LIB names libamprecord.so, the record API it writes through.
  */
 #define _GNU_SOURCE
 #include "amp-store.h"
@@ -56,6 +60,10 @@ static const char usage_text[] =
     "      --counters       GPU hardware counters (not available yet)\n"
     "      --tui            follow the run in the TUI ('ampprobe tui'); PROG's output goes\n"
     "                       to FILE.log\n"
+    "      --torch          PROG is a PyTorch program (python3 train.py): record the model\n"
+    "                       that trains with no code change (the ampprobe Python package's\n"
+    "                       startup module goes first on PYTHONPATH; needs libamprecord.so\n"
+    "                       and python/ next to ampprobe, as the build leaves them)\n"
     "  -h, --help           this help\n"
     "\n"
     "Exit status: PROG's own (128+N when signal N ended it); 127 when PROG is not found;\n"
@@ -68,6 +76,7 @@ typedef struct run_opts {
     const char *trace;       // validated
     bool trace_given;
     bool tui;
+    bool torch;  // --torch
     char **prog; // PROG and its arguments, NULL-terminated
 } run_opts;
 
@@ -148,6 +157,9 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (IS("--tui")) {
             if (eq) return usage_error("%s takes no value", a);
             o->tui = true;
+        } else if (IS("--torch")) {
+            if (eq) return usage_error("%s takes no value", a);
+            o->torch = true;
         } else {
             return usage_error("unknown option '%s'", a);
         }
@@ -209,6 +221,36 @@ static char *claim_output(const run_opts *o) {
     snprintf(side, sizeof side, "%s-shm", path);
     unlink(side);
     return strdup(path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --torch: the PyTorch bridge (probe/python) attaches through Python's startup module
+
+// Puts DIR/python/ampprobe/_autostart and DIR/python first on PYTHONPATH and points
+// AMPPROBE_LIB at DIR/libamprecord.so, DIR being the ampprobe binary's folder. false (said on
+// stderr) when the build left either there.
+static bool torch_environment(void) {
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return false;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = 0;
+    char lib[PATH_MAX + 32], start[PATH_MAX + 64], path[2 * PATH_MAX + 128];
+    snprintf(lib, sizeof lib, "%s/libamprecord.so", exe);
+    snprintf(start, sizeof start, "%s/python/ampprobe/_autostart/sitecustomize.py", exe);
+    if (access(lib, R_OK) != 0 || access(start, R_OK) != 0) {
+        fprintf(stderr, "ampprobe run: --torch needs %s and %s (build the ampprobe target)\n", lib,
+                start);
+        return false;
+    }
+    const char *old = getenv("PYTHONPATH");
+    snprintf(path, sizeof path, "%s/python/ampprobe/_autostart:%s/python%s%s", exe, exe,
+             old && *old ? ":" : "", old && *old ? old : "");
+    setenv("PYTHONPATH", path, 1);
+    setenv("AMPPROBE_LIB", lib, 1);
+    return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,6 +463,7 @@ int amp_cmd_run(int argc, char **argv) {
                 found == ENOENT ? "command not found" : strerror(found));
         return found == ENOENT ? 127 : 126;
     }
+    if (o.torch && !torch_environment()) return 2;
     if (o.tui && !(isatty(STDIN_FILENO) && isatty(STDOUT_FILENO))) {
         fprintf(stderr, "ampprobe run: --tui needs a terminal (stdin and stdout)\n");
         return 2;

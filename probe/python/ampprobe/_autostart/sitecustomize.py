@@ -1,0 +1,52 @@
+"""sitecustomize.py — the startup module of `ampprobe run --torch` (its folder is put first on
+PYTHONPATH, with the ampprobe package's folder after it).
+
+Python imports it at startup. When the process records (AMPPROBE_SPOOL_DIR) it waits for the
+program to import torch — an import hook, so a program that never does pays nothing and torch
+is not imported early — and then calls ampprobe.torch.autoattach(), which watches the model that
+trains. The sitecustomize that this one shadows, if any, runs afterwards as before.
+"""
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+class _TorchImported(importlib.abc.MetaPathFinder):
+    """Finds torch as usual and runs autoattach() once its module has executed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_attach(module):
+            exec_module(module)
+            try:
+                from ampprobe.torch import autoattach
+                autoattach()
+            except Exception as e:  # the program runs on, unrecorded by the bridge
+                print("ampprobe: the PyTorch bridge did not attach: %s: %s"
+                      % (type(e).__name__, e), file=sys.stderr, flush=True)
+
+        spec.loader.exec_module = exec_then_attach
+        return spec
+
+
+def _run_shadowed():
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [d for d in sys.path if os.path.abspath(d or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+if os.environ.get("AMPPROBE_SPOOL_DIR") or os.environ.get("AMPPROBE_OUT"):
+    sys.meta_path.insert(0, _TorchImported())
+_run_shadowed()

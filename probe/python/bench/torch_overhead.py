@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""torch_overhead.py — step-time cost of the PyTorch bridge on the bench workloads.
+
+Runs probe/bench/torch_baseline.py's workloads (same models, shapes, batch, Adam, GradScaler)
+plainly and with `ampprobe.torch.watch(model, scaler=..., optimizer=..., stats_every=1)`,
+alternating in one process (ROUNDS rounds, each run 10 warm-up steps then the workload's steps),
+and prints per run the median CUDA-event step time and the wall-clock time per step (the latter
+counts the one host copy per step that the bridge adds, and the host time of its hooks), then
+the overhead of the medians over the rounds. Run it under `ampprobe run --trace amp` so that the
+watched runs record (watch() attaches nothing otherwise):
+
+  ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
+
+import ampprobe.torch as ap  # noqa: E402
+
+
+def run(name, mode, watched):
+    torch.manual_seed(0)
+    cls, X, Y, steps = torch_baseline.WORKLOADS[name]
+    model = cls().cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    crit = nn.CrossEntropyLoss()
+    dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
+    scaler = torch.amp.GradScaler("cuda", enabled=(mode == "fp16"))
+    w = ap.watch(model, scaler=scaler if mode == "fp16" else None, optimizer=opt,
+                 stats_every=1) if watched else None
+    if w is not None and not w.on:
+        sys.exit("torch_overhead.py: not recording: run it under `ampprobe run`")
+    xs, ys = [X() for _ in range(4)], [Y() for _ in range(4)]
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            out = model(xs[i % 4])
+        loss = crit(out.float(), ys[i % 4])
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    for i in range(10):
+        step(i)
+    torch.cuda.synchronize()
+    ev = []
+    t0 = time.perf_counter()
+    for i in range(steps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step(i)
+        b.record()
+        ev.append((a, b))
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3 / steps
+    if w is not None:
+        w.close()
+    return dict(workload=name, mode=mode, watched=watched,
+                event_ms=statistics.median(a.elapsed_time(b) for a, b in ev), wall_ms=wall)
+
+
+def main():
+    ap_ = argparse.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap_.add_argument("--workload", action="append", choices=sorted(torch_baseline.WORKLOADS))
+    ap_.add_argument("--mode", action="append", choices=["fp32", "fp16", "bf16"])
+    ap_.add_argument("--rounds", type=int, default=3)
+    a = ap_.parse_args()
+    print("# torch %s %s, compile=%s" % (torch.__version__, torch.cuda.get_device_name(),
+                                         os.environ.get("AMPPROBE_TORCH_COMPILE", "1")),
+          flush=True)
+    rows = []
+    for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
+        for mode in a.mode or ["fp16", "bf16"]:
+            for r in range(a.rounds):
+                for watched in (False, True):
+                    rows.append(run(wl, mode, watched))
+                    print(json.dumps(rows[-1]), flush=True)
+    print("%-10s %-5s %12s %12s %9s %12s %12s %9s" % ("workload", "mode", "event_ms", "+ap",
+                                                      "overhead", "wall_ms", "+ap", "overhead"))
+    for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
+        for mode in a.mode or ["fp16", "bf16"]:
+            def med(key, watched):
+                return statistics.median(r[key] for r in rows if r["workload"] == wl
+                                         and r["mode"] == mode and r["watched"] == watched)
+            e0, e1, w0, w1 = med("event_ms", False), med("event_ms", True), \
+                med("wall_ms", False), med("wall_ms", True)
+            print("%-10s %-5s %12.3f %12.3f %8.1f%% %12.3f %12.3f %8.1f%%"
+                  % (wl, mode, e0, e1, 100 * (e1 / e0 - 1), w0, w1, 100 * (w1 / w0 - 1)),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""ci_records.py — the torch-free parts of the bridge, for CI (tests/test_pybridge.c runs it with
+the system python3 under `ampprobe run --torch`, then checks the database).
+
+Asserts the name bookkeeping (_vocab.py), then writes one record of each AMP type through
+ctypes (_records.py) with the values test_pybridge.c expects; exits non-zero on a failed assert.
+"""
+import math
+import os
+import sys
+
+from ampprobe import _records, _vocab
+
+# -- names -------------------------------------------------------------------------------------
+t = _vocab.LayerTable()
+ids = t.add_model("TinyGPT", ["", "emb", "blocks", "blocks.0", "blocks.0.attn",
+                              "blocks.0.attn.qkv", "blocks.1", "head"])
+assert ids == {"": 0, "emb": 1, "blocks": 2, "blocks.0": 3, "blocks.0.attn": 4,
+               "blocks.0.attn.qkv": 5, "blocks.1": 6, "head": 7}, ids
+assert t.pending() == [(0, -1, "TinyGPT"), (1, 0, "emb"), (2, 0, "blocks"), (3, 2, "blocks.0"),
+                       (4, 3, "blocks.0.attn"), (5, 4, "blocks.0.attn.qkv"), (6, 2, "blocks.1"),
+                       (7, 0, "head")]
+assert t.pending() == []
+assert t.add("blocks.0.attn") == 4 and t.add("blocks.1.mlp.fc") == 8 and t.pending() == [
+    (8, 6, "blocks.1.mlp.fc")]
+for given, want in (("Linear", "linear"), ("LayerNorm", "layer_norm"), ("Conv2d", "conv2d"),
+                    ("MaxPool2d", "max_pool2d"), ("aten.mm.default", "mm"),
+                    ("aten._to_copy.default", "to_copy"), ("__mul__", "mul"), ("__rmul__", "mul"),
+                    ("__truediv__", "div"), ("log", "log"), ("masked_fill_", "masked_fill"),
+                    ("cross_entropy", "cross_entropy"), ("GELU", "gelu")):
+    assert _vocab.op_name(given) == want, (given, _vocab.op_name(given), want)
+assert _vocab.dtype_name("torch.float16") == "f16" and _vocab.dtype_name("torch.bfloat16") == "bf16"
+d = _vocab.describe("input 0", "f16", (16, 2, 16, 16), -6.26953, 6.1, 6.26953)
+assert d == "input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.1 amax 6.26953; ", d
+d = _vocab.describe("output", "f16", (8,), -65440, 65440, 65440, 0, 3913, 3977)
+assert d == "output f16 (8,) min -65440 max 65440 amax 65440 (0 nan, 3913 +inf, 3977 -inf); ", d
+fmax, tiny = _vocab.DTYPES["f16"]
+assert fmax == 65520.0 and tiny == 2.0 ** -14
+
+# -- records through ctypes --------------------------------------------------------------------
+rec = _records.Recorder()
+assert rec.path == os.environ["AMPPROBE_LIB"], (rec.path, os.environ.get("AMPPROBE_LIB"))
+assert rec.enabled, "recording should be on under ampprobe run"
+for i, parent, name in t.rows:
+    rec.layer(i, parent, name)
+rec.meta("bridge", "ci")
+t0 = rec.now_ns()
+rec.tensor_stats(0, 4, "linear", _records.ACTIVATION, "f16", "f16", 1024, -3.5, 70000.0, 70000.0,
+                 1, 2, 3, 4, 5, 6)
+rec.tensor_stats(0, 5, "blocks.0.attn.qkv.weight", _records.WEIGHT_GRAD, "f32", None, 10, None,
+                 None, None, 0, 0, 0, -1, -1, 0)
+rec.event(0, 4, "mul", _records.PHASE_FWD, "nonfinite_producer", _records.ERROR, 7890, 65440.0,
+          d)
+rec.event(1, -1, None, _records.PHASE_NONE, "loss_nonfinite", _records.ERROR, 1, math.inf, None)
+rec.scale(1, 65536.0, 32768.0, 1, 0, True)
+rec.step(0, t0, t0 + 1000000, 2.5)
+rec.step(1, t0 + 1000000, t0 + 3000000, float("nan"))
+sys.exit(0)

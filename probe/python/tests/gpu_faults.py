@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""gpu_faults.py — small fp16 PyTorch training scripts that fail the classic ways, and their
+healthy twins, for `ampprobe run --torch` (no ampprobe code in here: the bridge attaches by
+itself). run_gpu.sh runs each and checks the report's first finding (check_report.py).
+
+  python3 gpu_faults.py --case attn [--healthy]
+
+Cases (the fault switches on at step 3; --healthy leaves it off):
+  attn       blocks.1.attn multiplies its q@k^T logits by a gain of 1e6 instead of 1/sqrt(d):
+             fp16 overflow of the attention logits (mul in blocks.1.attn)
+  residual   an fp16 residual MLP stack without normalisation whose weights are scaled x4 by a
+             bad update: the residual stream blows up through the blocks
+  nan        the batch of step 3 carries a NaN: NaN in the input data (layers.0)
+  log0       a hand-written fp16 loss, -log(softmax(logits / T)) with T = 1e-3 from step 3:
+             the label's probability underflows to 0 and log gives -inf, outside any module
+  underflow  a loss weighted by 1e-3 under GradScaler(init_scale=1), which never grows: the
+             fp16 gradients underflow (healthy: the default scaler)
+  sawtooth   GradScaler(growth_interval=1): the scale grows every step into
+             an overflow, backs off, grows again (30 steps)
+"""
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FAULT_STEP = 3
+
+
+class Attention(nn.Module):
+    def __init__(s, d, h):
+        super().__init__()
+        s.qkv, s.proj, s.h, s.gain = nn.Linear(d, 3 * d), nn.Linear(d, d), h, 1.0
+
+    def forward(s, x):  # (B, T, C)
+        B, T, C = x.shape
+        q, k, v = s.qkv(x).split(C, dim=2)
+        q, k, v = [t.view(B, T, s.h, C // s.h).transpose(1, 2) for t in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) * (s.gain / (C // s.h) ** 0.5)
+        mask = torch.triu(torch.ones(T, T, device=x.device, dtype=torch.bool), 1)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        return s.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class Mlp(nn.Module):
+    def __init__(s, d):
+        super().__init__()
+        s.fc1, s.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(s, x):
+        return s.fc2(F.gelu(s.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(s, d, h):
+        super().__init__()
+        s.ln1, s.attn, s.ln2, s.mlp = nn.LayerNorm(d), Attention(d, h), nn.LayerNorm(d), Mlp(d)
+
+    def forward(s, x):
+        x = x + s.attn(s.ln1(x))
+        return x + s.mlp(s.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(s, vocab=128, d=64, h=4, L=2, T=32):
+        super().__init__()
+        s.emb, s.pos = nn.Embedding(vocab, d), nn.Parameter(torch.zeros(1, T, d))
+        s.blocks = nn.ModuleList([Block(d, h) for _ in range(L)])
+        s.ln, s.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+
+    def forward(s, idx):
+        x = s.emb(idx) + s.pos[:, : idx.shape[1]]
+        for b in s.blocks:
+            x = b(x)
+        return s.head(s.ln(x)).flatten(0, 1)
+
+
+class ResBlock(nn.Module):  # no normalisation: the residual stream carries its growth on
+    def __init__(s, d):
+        super().__init__()
+        s.mlp = Mlp(d)
+
+    def forward(s, x):
+        return x + s.mlp(x)
+
+
+class ResNet(nn.Module):
+    def __init__(s, d=64, L=8, out=10):
+        super().__init__()
+        s.inp = nn.Linear(d, d)
+        s.blocks = nn.ModuleList([ResBlock(d) for _ in range(L)])
+        s.head = nn.Linear(d, out)
+
+    def forward(s, x):
+        x = s.inp(x)
+        for b in s.blocks:
+            x = b(x)
+        return s.head(x)
+
+
+class MLP(nn.Module):
+    def __init__(s, d=256, out=10):
+        super().__init__()
+        s.layers = nn.ModuleList([nn.Linear(d, d) for _ in range(3)])
+        s.head = nn.Linear(d, out)
+
+    def forward(s, x):
+        for l in s.layers:
+            x = F.gelu(l(x))
+        return s.head(x)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", required=True,
+                    choices=["attn", "residual", "nan", "log0", "underflow", "sawtooth"])
+    ap.add_argument("--healthy", action="store_true")
+    ap.add_argument("--steps", type=int)
+    a = ap.parse_args()
+    steps = a.steps or (30 if a.case == "sawtooth" else 12)
+    torch.manual_seed(0)
+    dev = "cuda"
+    gpt = a.case in ("attn", "log0")
+    if gpt:
+        model = TinyGPT().to(dev)
+        xs = [torch.randint(0, 128, (8, 32), device=dev) for _ in range(4)]
+        ys = [torch.randint(0, 128, (8 * 32,), device=dev) for _ in range(4)]
+    else:
+        model = (ResNet() if a.case == "residual" else MLP()).to(dev)
+        d = 64 if a.case == "residual" else 256
+        xs = [torch.randn(64, d, device=dev) for _ in range(4)]
+        ys = [torch.randint(0, 10, (64,), device=dev) for _ in range(4)]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    kw = {}
+    if a.case == "underflow" and not a.healthy:
+        kw = dict(init_scale=1.0, growth_interval=10 ** 9)
+    if a.case == "sawtooth" and not a.healthy:
+        kw = dict(growth_interval=1)
+    scaler = torch.amp.GradScaler("cuda", **kw)
+    for step in range(steps):
+        fault = not a.healthy and step >= FAULT_STEP
+        x, y = xs[step % 4], ys[step % 4]
+        if a.case == "attn" and fault:
+            model.blocks[1].attn.gain = 1e6
+        if a.case == "residual" and step == FAULT_STEP and not a.healthy:
+            with torch.no_grad():
+                for b in model.blocks:
+                    b.mlp.fc1.weight.mul_(4)
+                    b.mlp.fc2.weight.mul_(4)
+        if a.case == "nan" and step == FAULT_STEP and not a.healthy:
+            x = x.clone()
+            x[1, 5] = float("nan")
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev, dtype=torch.float16):
+            out = model(x)
+        if a.case == "log0":  # the hand-written fp16 loss
+            t = 1e-3 if fault else 1.0
+            p = torch.softmax(out.half() / t, -1)
+            loss = -torch.log(p.gather(1, y[:, None])).float().mean()
+        else:
+            loss = F.cross_entropy(out.float(), y)
+            if a.case == "underflow":
+                loss = loss * 1e-3
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        print("step %d loss %.4f scale %g" % (step, loss.item(), scaler.get_scale()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+/*
+ * test_pybridge.c — the `pybridge` suite: the torch-free parts of the PyTorch bridge
+ * (probe/python) with the system python3. `ampprobe run --torch` runs
+ * probe/python/tests/ci_records.py, which asserts the name bookkeeping (layer ids and parents, op
+ * names, event details) and writes one record of each AMP type through ctypes and
+ * libamprecord.so; the rows must arrive in the database with the values and NULLs it wrote.
+ * --torch without the library is a usage error. Without python3 the cases say so and pass.
+ */
+#include "tests.h"
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define AMPPROBE AMP_BINARY_DIR "/ampprobe"
+#define SCRIPT AMP_SOURCE_DIR "/probe/python/tests/ci_records.py"
+
+static bool have_python(void) {
+    if (system("command -v python3 >/dev/null 2>&1") == 0) return true;
+    fprintf(stderr, "pybridge: python3 not found: skipped\n");
+    return false;
+}
+
+// The text of the first column of sql's first row ("NULL" for NULL, "" for no row).
+static void query(sqlite3 *db, const char *sql, char *out, size_t n) {
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    out[0] = 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *v = sqlite3_column_text(st, 0);
+        snprintf(out, n, "%s", v ? (const char *)v : "NULL");
+    }
+    sqlite3_finalize(st);
+}
+
+#define ASSERT_ROW(db, sql, want)                                                                  \
+    do {                                                                                           \
+        char got_[1024];                                                                           \
+        query(db, sql, got_, sizeof got_);                                                         \
+        ck_assert_msg(strcmp(got_, want) == 0, "%s\n  got  '%s'\n  want '%s'", sql, got_, want);   \
+    } while (0)
+
+START_TEST(test_records_through_ctypes) {
+    if (!have_python()) return;
+    char db_path[] = "/tmp/amp-pybridge-XXXXXX.sqlite";
+    int fd = mkstemps(db_path, 7);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s run --torch --force -o %s -- python3 %s 2>&1", AMPPROBE, db_path,
+             SCRIPT);
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ASSERT_ROW(db, "SELECT count(*) FROM AMP_LAYERS", "9");
+    ASSERT_ROW(db,
+               "SELECT group_concat(id || ':' || ifnull(parent_id, 'NULL') || ':' || name, ' ') "
+               "FROM (SELECT * FROM AMP_LAYERS ORDER BY id)",
+               "0:NULL:TinyGPT 1:0:emb 2:0:blocks 3:2:blocks.0 4:3:blocks.0.attn "
+               "5:4:blocks.0.attn.qkv 6:2:blocks.1 7:0:head 8:6:blocks.1.mlp.fc");
+    ASSERT_ROW(db, "SELECT value FROM META WHERE key = 'bridge' AND pid != 0", "ci");
+    ASSERT_ROW(db,
+               "SELECT layer_id || ' ' || op || ' ' || kind || ' ' || dtype || ' ' || target_dtype "
+               "|| ' ' || numel || ' ' || min || ' ' || max || ' ' || amax || ' ' || n_nan || ' ' "
+               "|| n_posinf || ' ' || n_neginf || ' ' || n_overflow || ' ' || n_underflow || ' ' "
+               "|| n_zero FROM AMP_TENSOR_STATS WHERE kind = 'activation'",
+               "4 linear activation f16 f16 1024 -3.5 70000.0 70000.0 1 2 3 4 5 6");
+    ASSERT_ROW(db,
+               "SELECT op || ' ' || ifnull(target_dtype, 'NULL') || ' ' || ifnull(min, 'NULL') || "
+               "' ' || ifnull(amax, 'NULL') || ' ' || ifnull(n_overflow, 'NULL') || ' ' || "
+               "ifnull(n_underflow, 'NULL') || ' ' || n_zero FROM AMP_TENSOR_STATS WHERE kind = "
+               "'weight_grad'",
+               "blocks.0.attn.qkv.weight NULL NULL NULL NULL NULL 0");
+    ASSERT_ROW(db,
+               "SELECT step || ' ' || layer_id || ' ' || op || ' ' || phase || ' ' || severity || "
+               "' ' || count || ' ' || value || ' ' || detail FROM AMP_EVENTS WHERE kind = "
+               "'nonfinite_producer'",
+               "0 4 mul fwd error 7890 65440.0 output f16 (8,) min -65440 max 65440 amax 65440 "
+               "(0 nan, 3913 +inf, 3977 -inf); ");
+    ASSERT_ROW(db,
+               "SELECT step || ' ' || ifnull(layer_id, 'NULL') || ' ' || ifnull(op, 'NULL') || ' ' "
+               "|| ifnull(phase, 'NULL') || ' ' || ifnull(detail, 'NULL') FROM AMP_EVENTS WHERE "
+               "kind = 'loss_nonfinite'",
+               "1 NULL NULL NULL NULL");
+    ASSERT_ROW(db,
+               "SELECT scale_before || ' ' || scale_after || ' ' || found_inf || ' ' || "
+               "growth_tracker || ' ' || skipped FROM AMP_SCALE WHERE step = 1",
+               "65536.0 32768.0 1 0 1");
+    ASSERT_ROW(db,
+               "SELECT group_concat(step || ':' || ifnull(loss, 'NULL') || ':' || loss_finite || "
+               "':' || (end_ns - start_ns) || ':' || ifnull(skipped, 'NULL'), ' ') FROM (SELECT * "
+               "FROM AMP_STEPS ORDER BY step)",
+               "0:2.5:1:1000000:NULL 1:NULL:0:2000000:1");
+    sqlite3_close(db);
+    unlink(db_path);
+}
+END_TEST
+
+START_TEST(test_torch_needs_the_build) {
+    if (!have_python()) return;
+    // a copy of ampprobe without libamprecord.so and python/ beside it refuses --torch
+    char dir[] = "/tmp/amp-pybridge-bin-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cp %s %s/ampprobe && %s/ampprobe run --torch -o %s/x.sqlite -- python3 -c 1 "
+             "2>%s/err; echo $? >%s/rc",
+             AMPPROBE, dir, dir, dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char path[512], buf[512] = "";
+    snprintf(path, sizeof path, "%s/rc", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+    fclose(f);
+    ck_assert_str_eq(buf, "2\n");
+    snprintf(path, sizeof path, "%s/err", dir);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+    fclose(f);
+    ck_assert_msg(strstr(buf, "--torch needs") && strstr(buf, "libamprecord.so"), "%s", buf);
+    snprintf(path, sizeof path, "%s/x.sqlite", dir);
+    ck_assert_int_ne(access(path, F_OK), 0); // nothing created
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+Suite *pybridge_suite(void) {
+    Suite *s = suite_create("pybridge");
+    TCase *c = tcase_create("bridge");
+    tcase_set_timeout(c, 120);
+    tcase_add_test(c, test_records_through_ctypes);
+    tcase_add_test(c, test_torch_needs_the_build);
+    suite_add_tcase(s, c);
+    return s;
+}
