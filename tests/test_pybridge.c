@@ -50,9 +50,16 @@ START_TEST(test_records_through_ctypes) {
     int fd = mkstemps(db_path, 7);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s run --torch --force -o %s -- python3 %s 2>&1", AMPPROBE, db_path,
-             SCRIPT);
+    char cmd[2048];
+#ifdef AMP_SANITIZER_PRELOAD
+    // python3 is not built with the sanitizers: their runtimes must be loaded before
+    // libamprecord.so (built with them) is
+    const char *env = "env LD_PRELOAD=" AMP_SANITIZER_PRELOAD " ASAN_OPTIONS=detect_leaks=0 ";
+#else
+    const char *env = "";
+#endif
+    snprintf(cmd, sizeof cmd, "%s%s run --torch --force -o %s -- python3 %s 2>&1", env, AMPPROBE,
+             db_path, SCRIPT);
     ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
 
     sqlite3 *db;
