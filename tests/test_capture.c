@@ -38,58 +38,16 @@
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-static char dir[64];
-
 static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/amp-test-capture-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    test_dir_create("capture");
 }
-
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    test_dir_remove();
 }
 
-static const char *in_dir(const char *name) {
-    static char paths[4][256];
-    static int next;
-    char *p = paths[next++ % 4];
-    snprintf(p, 256, "%s/%s", dir, name);
-    return p;
-}
-
-// Runs ampprobe with args in dir (stdout, stderr into dir/out.txt, dir/err.txt); its exit code.
+// Runs ampprobe with args in test_dir (stdout, stderr into out.txt, err.txt); its exit code.
 static int run(const char *const *args) {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (chdir(dir) != 0) _exit(99);
-        int out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(out, 1);
-        dup2(err, 2);
-        const char *argv[32] = {AMPPROBE};
-        for (int i = 0; args[i]; i++)
-            argv[i + 1] = args[i];
-        execv(AMPPROBE, (char *const *)argv);
-        _exit(99);
-    }
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status), "ampprobe died of signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
-}
-
-static const char *slurp(const char *name) {
-    static char buf[16384];
-    buf[0] = 0;
-    FILE *f = fopen(in_dir(name), "r");
-    if (!f) return buf;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
+    return test_wait_ampprobe(test_spawn_ampprobe(args));
 }
 
 static sqlite3 *open_db(const char *path) {
@@ -128,10 +86,10 @@ static const char *q_text(sqlite3 *db, const char *sql) {
 
 #ifdef AMP_HAVE_NVTX_CAPTURE
 START_TEST(test_nvtx_ranges) {
-    const char *db_path = in_dir("run.sqlite");
+    const char *db_path = test_in_dir("run.sqlite");
     ck_assert_int_eq(run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--fork", NULL}),
                      0);
-    ck_assert_str_eq(slurp("out.txt"), "depths 0 1 1 0 -1\n");
+    ck_assert_str_eq(test_slurp("out.txt"), "depths 0 1 1 0 -1\n");
     sqlite3 *db = open_db(db_path);
 #define PARENT "(SELECT globalTid >> 24 FROM NVTX_EVENTS WHERE text = 'step')"
     // push/pop: every range ended after it started; nesting shows in the times
@@ -190,22 +148,23 @@ END_TEST
 
 // --trace decides which injection variables the program sees.
 START_TEST(test_trace_sets_injection) {
-    ck_assert_int_eq(run((const char *[]){"run", "-o", in_dir("a.sqlite"), "--", "env", NULL}), 0);
-    const char *out = slurp("out.txt");
+    ck_assert_int_eq(run((const char *[]){"run", "-o", test_in_dir("a.sqlite"), "--", "env", NULL}),
+                     0);
+    const char *out = test_slurp("out.txt");
     ck_assert_ptr_nonnull(
         strstr(out, "CUDA_INJECTION64_PATH=" AMP_BINARY_DIR "/libampprobe_inject.so\n"));
     ck_assert_ptr_nonnull(
         strstr(out, "NVTX_INJECTION64_PATH=" AMP_BINARY_DIR "/libampprobe_inject.so\n"));
-    ck_assert_int_eq(run((const char *[]){"run", "-o", in_dir("b.sqlite"), "--trace", "amp,nvtx",
-                                          "--", "env", NULL}),
+    ck_assert_int_eq(run((const char *[]){"run", "-o", test_in_dir("b.sqlite"), "--trace",
+                                          "amp,nvtx", "--", "env", NULL}),
                      0);
-    out = slurp("out.txt");
+    out = test_slurp("out.txt");
     ck_assert_ptr_null(strstr(out, "CUDA_INJECTION64_PATH="));
     ck_assert_ptr_nonnull(strstr(out, "NVTX_INJECTION64_PATH="));
-    ck_assert_int_eq(run((const char *[]){"run", "-o", in_dir("c.sqlite"), "--trace", "amp", "--",
-                                          NVTX_PROG, NULL}),
+    ck_assert_int_eq(run((const char *[]){"run", "-o", test_in_dir("c.sqlite"), "--trace", "amp",
+                                          "--", NVTX_PROG, NULL}),
                      0);
-    sqlite3 *db = open_db(in_dir("c.sqlite"));
+    sqlite3 *db = open_db(test_in_dir("c.sqlite"));
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 0);
     sqlite3_close(db);
 }
@@ -217,11 +176,11 @@ END_TEST
 START_TEST(test_no_driver) {
     struct stat sb;
     if (stat("/dev/nvidiactl", &sb) == 0) return; // a GPU machine: the driver is there
-    const char *db_path = in_dir("run.sqlite");
+    const char *db_path = test_in_dir("run.sqlite");
     ck_assert_int_eq(
         run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--cuda-init", NULL}), 0);
-    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "InitializeInjection 1\n"));
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "ampprobe: CUDA tracing disabled: "));
+    ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "InitializeInjection 1\n"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "ampprobe: CUDA tracing disabled: "));
     sqlite3 *db = open_db(db_path);
     ck_assert_ptr_nonnull(
         strstr(q_text(db, "SELECT value FROM META WHERE key = 'cuda_capture'"), "failed"));
@@ -411,8 +370,8 @@ static const char *test_demangle(const char *mangled) {
 // NVTX range of the launching thread.
 START_TEST(test_emit_merge_attribution) {
     char spool[128], db_path[128];
-    snprintf(spool, sizeof spool, "%s/spool", dir);
-    snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
+    snprintf(spool, sizeof spool, "%s/spool", test_dir);
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", test_dir);
     ck_assert_int_eq(mkdir(spool, 0755), 0);
     amp_collector_t *c;
     ck_assert_msg(amp_collector_new(db_path, spool, &c) == AMP_OK, "%s", amp_last_error());
@@ -514,16 +473,16 @@ END_TEST
 // `ampprobe calibrate`'s cache
 
 START_TEST(test_ceilings_cache) {
-    setenv("XDG_CACHE_HOME", dir, 1);
+    setenv("XDG_CACHE_HOME", test_dir, 1);
     char path[256];
     ck_assert(amp_ceilings_path("NVIDIA H200", path, sizeof path));
     char want[256];
-    snprintf(want, sizeof want, "%s/ampprobe/ceilings-NVIDIA_H200.txt", dir);
+    snprintf(want, sizeof want, "%s/ampprobe/ceilings-NVIDIA_H200.txt", test_dir);
     ck_assert_str_eq(path, want);
     amp_ceilings c;
     ck_assert(!amp_ceilings_load("NVIDIA H200", &c));
     ck_assert(isnan(c.gemm_flops_bf16));
-    ck_assert_int_eq(mkdir(in_dir("ampprobe"), 0755), 0);
+    ck_assert_int_eq(mkdir(test_in_dir("ampprobe"), 0755), 0);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs("gpu NVIDIA H200\nsm_count 132\ndram_bytes_per_s 4.3e+12\ngemm_flops_bf16 7.9e+14\n"

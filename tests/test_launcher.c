@@ -28,79 +28,26 @@
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-static char dir[64]; // each test's working directory
-
 static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/amp-test-launcher-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    test_dir_create("launcher");
 }
-
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-static const char *in_dir(const char *name) {
-    static char paths[4][256];
-    static int next;
-    char *p = paths[next++ % 4];
-    snprintf(p, 256, "%s/%s", dir, name);
-    return p;
-}
-
-// Starts ampprobe with args (args[0] is the first argument after "ampprobe") in dir, stdout and
-// stderr into dir/out.txt and dir/err.txt.
-static pid_t spawn(const char *const *args) {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (chdir(dir) != 0) _exit(99);
-        int out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(out, 1);
-        dup2(err, 2);
-        const char *argv[32] = {AMPPROBE};
-        for (int i = 0; args[i]; i++)
-            argv[i + 1] = args[i];
-        execv(AMPPROBE, (char *const *)argv);
-        _exit(99);
-    }
-    return pid;
-}
-
-static int wait_code(pid_t pid) {
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status), "ampprobe itself died of signal %d", WTERMSIG(status));
-    return WEXITSTATUS(status);
+    test_dir_remove();
 }
 
 static int run(const char *const *args) {
-    return wait_code(spawn(args));
-}
-
-// The contents of dir/name (static buffer).
-static const char *slurp(const char *name) {
-    static char buf[8192];
-    buf[0] = 0;
-    FILE *f = fopen(in_dir(name), "r");
-    if (!f) return buf;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
+    return test_wait_ampprobe(test_spawn_ampprobe(args));
 }
 
 static bool exists(const char *name) {
     struct stat sb;
-    return stat(in_dir(name), &sb) == 0;
+    return stat(test_in_dir(name), &sb) == 0;
 }
 
 static sqlite3 *open_db(const char *name) {
     sqlite3 *db;
     char err[AMP_STORE_ERR_MAX];
-    ck_assert_msg(amp_store_open_readonly(in_dir(name), &db, err) == AMP_OK, "%s", err);
+    ck_assert_msg(amp_store_open_readonly(test_in_dir(name), &db, err) == AMP_OK, "%s", err);
     return db;
 }
 
@@ -151,7 +98,7 @@ static void sleep_ms(int ms) {
 
 // Exactly one line on stderr, containing want.
 static void assert_one_line_error(const char *want) {
-    const char *err = slurp("err.txt");
+    const char *err = test_slurp("err.txt");
     ck_assert_msg(strstr(err, want) != NULL, "stderr '%s' lacks '%s'", err, want);
     ck_assert_msg(strchr(err, '\n') == err + strlen(err) - 1, "not one line: '%s'", err);
 }
@@ -162,7 +109,7 @@ static void assert_one_line_error(const char *want) {
 START_TEST(test_exit_statuses) {
     ck_assert_int_eq(run((const char *[]){"run", "-o", "t.sqlite", "--", "true", NULL}), 0);
     ck_assert_int_eq(meta_exit_status("t.sqlite"), 0);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "-> t.sqlite"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "-> t.sqlite"));
     ck_assert_int_eq(run((const char *[]){"run", "-o", "f.sqlite", "false", NULL}), 1);
     ck_assert_int_eq(meta_exit_status("f.sqlite"), 1);
     ck_assert_int_eq(run((const char *[]){"run", "-o", "e.sqlite", HELPER, "exit", "7", NULL}), 7);
@@ -171,9 +118,9 @@ START_TEST(test_exit_statuses) {
                                           "kill -TERM $$", NULL}),
                      128 + SIGTERM);
     ck_assert_int_eq(meta_exit_status("k.sqlite"), 128 + SIGTERM);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "killed by signal 15"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "killed by signal 15"));
     // no spool directory is left behind
-    DIR *d = opendir(dir);
+    DIR *d = opendir(test_dir);
     for (struct dirent *e; (e = readdir(d));)
         ck_assert_msg(strstr(e->d_name, ".spool") == NULL, "left behind: %s", e->d_name);
     closedir(d);
@@ -183,11 +130,11 @@ END_TEST
 START_TEST(test_program_not_found) {
     ck_assert_int_eq(
         run((const char *[]){"run", "-o", "x.sqlite", "--", "amp-no-such-program", NULL}), 127);
-    ck_assert_str_eq(slurp("err.txt"), "ampprobe: amp-no-such-program: command not found\n");
+    ck_assert_str_eq(test_slurp("err.txt"), "ampprobe: amp-no-such-program: command not found\n");
     ck_assert(!exists("x.sqlite"));
     ck_assert_int_eq(run((const char *[]){"--", "./missing/prog", NULL}), 127);
     ck_assert(!exists("ampprobe-1.sqlite"));
-    FILE *f = fopen(in_dir("data.txt"), "w"); // there, but not executable
+    FILE *f = fopen(test_in_dir("data.txt"), "w"); // there, but not executable
     fclose(f);
     ck_assert_int_eq(run((const char *[]){"run", "./data.txt", NULL}), 126);
     assert_one_line_error("data.txt");
@@ -223,8 +170,8 @@ END_TEST
 
 START_TEST(test_help) {
     ck_assert_int_eq(run((const char *[]){"run", "--help", NULL}), 0);
-    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "usage: ampprobe run"));
-    ck_assert_ptr_nonnull(strstr(slurp("out.txt"), "--stats-every"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "usage: ampprobe run"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "--stats-every"));
 }
 END_TEST
 
@@ -232,12 +179,12 @@ END_TEST
 // Output files
 
 START_TEST(test_existing_output_and_force) {
-    FILE *f = fopen(in_dir("out.sqlite"), "w");
+    FILE *f = fopen(test_in_dir("out.sqlite"), "w");
     fputs("hello", f);
     fclose(f);
     ck_assert_int_eq(run((const char *[]){"run", "-o", "out.sqlite", "--", "true", NULL}), 2);
     assert_one_line_error("--force");
-    ck_assert_str_eq(slurp("out.sqlite"), "hello");
+    ck_assert_str_eq(test_slurp("out.sqlite"), "hello");
     ck_assert_int_eq(run((const char *[]){"run", "--force", "-o", "out.sqlite", "true", NULL}), 0);
     ck_assert_int_eq(meta_exit_status("out.sqlite"), 0);
 }
@@ -247,11 +194,11 @@ START_TEST(test_unwritable_output) {
     ck_assert_int_eq(run((const char *[]){"run", "-o", "/nonexistent-amp/x.sqlite", "true", NULL}),
                      2);
     assert_one_line_error("/nonexistent-amp/x.sqlite");
-    fclose(fopen(in_dir("plain"), "w"));
+    fclose(fopen(test_in_dir("plain"), "w"));
     ck_assert_int_eq(run((const char *[]){"run", "-o", "plain/x.sqlite", "true", NULL}), 2);
     assert_one_line_error("plain/x.sqlite");
     if (geteuid() != 0) { // root writes anywhere
-        ck_assert_int_eq(mkdir(in_dir("ro"), 0555), 0);
+        ck_assert_int_eq(mkdir(test_in_dir("ro"), 0555), 0);
         ck_assert_int_eq(run((const char *[]){"run", "-o", "ro/x.sqlite", "true", NULL}), 2);
         assert_one_line_error("ro/x.sqlite");
     }
@@ -263,7 +210,7 @@ START_TEST(test_default_output_names) {
     ck_assert_int_eq(run((const char *[]){"run", "true", NULL}), 0);
     ck_assert_int_eq(meta_exit_status("ampprobe-1.sqlite"), 0);
     ck_assert_int_eq(meta_exit_status("ampprobe-2.sqlite"), 0);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "ampprobe-2.sqlite"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "ampprobe-2.sqlite"));
 }
 END_TEST
 
@@ -274,7 +221,7 @@ START_TEST(test_records_through_the_spool) {
     ck_assert_int_eq(run((const char *[]){"run", "-o", "r.sqlite", "--stats-every", "5", "--",
                                           HELPER, "steps", "20", NULL}),
                      0);
-    ck_assert_ptr_nonnull(strstr(slurp("err.txt"), "20 steps (0 skipped), 1 events"));
+    ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "20 steps (0 skipped), 1 events"));
     sqlite3 *db = open_db("r.sqlite");
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 20);
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 20);
@@ -294,9 +241,10 @@ END_TEST
 // Starts `ampprobe run -o NAME -- helper wait`, waits until the helper is ready and its first
 // record is in the database, and returns ampprobe's pid.
 static pid_t start_waiting_run(const char *name) {
-    pid_t pid = spawn((const char *[]){"run", "-o", name, "--", HELPER, "wait", NULL});
+    pid_t pid =
+        test_spawn_ampprobe((const char *[]){"run", "-o", name, "--", HELPER, "wait", NULL});
     int64_t t0 = mono_ms();
-    while (strstr(slurp("out.txt"), "ready") == NULL) {
+    while (strstr(test_slurp("out.txt"), "ready") == NULL) {
         ck_assert_msg(mono_ms() - t0 < 10000, "the helper did not start");
         sleep_ms(10);
     }
@@ -304,7 +252,7 @@ static pid_t start_waiting_run(const char *name) {
     for (;;) { // the helper's META row reaches the database within about a second
         sqlite3 *db;
         char err[AMP_STORE_ERR_MAX];
-        if (amp_store_open_readonly(in_dir(name), &db, err) == AMP_OK) {
+        if (amp_store_open_readonly(test_in_dir(name), &db, err) == AMP_OK) {
             int64_t n =
                 q_int(db, "SELECT count(*) FROM META WHERE key = 'mode' AND value = 'wait'");
             sqlite3_close(db);
@@ -320,11 +268,11 @@ static pid_t start_waiting_run(const char *name) {
 START_TEST(test_signals_are_forwarded) {
     pid_t pid = start_waiting_run("term.sqlite");
     kill(pid, SIGTERM);
-    ck_assert_int_eq(wait_code(pid), 128 + SIGTERM);
+    ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGTERM);
     ck_assert_int_eq(meta_exit_status("term.sqlite"), 128 + SIGTERM);
     pid = start_waiting_run("int.sqlite");
     kill(pid, SIGINT);
-    ck_assert_int_eq(wait_code(pid), 128 + SIGINT);
+    ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGINT);
     sqlite3 *db = open_db("int.sqlite");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'mode'"), "wait");
     ck_assert_int_eq(q_int(db, "SELECT value FROM META WHERE key = 'exit_status'"), 128 + SIGINT);

@@ -18,6 +18,19 @@
                            "%s = %.9g, expected %.9g", #got, g_, w_);                              \
     } while (0)
 
+// A fresh working directory per test (workdir.c): /tmp/amp-test-NAME-..., removed by
+// test_dir_remove(); paths in it (rotating static buffers), a file's contents (static buffer).
+#include <sys/types.h>
+extern char test_dir[64];
+void test_dir_create(const char *name);
+void test_dir_remove(void);
+const char *test_in_dir(const char *name);
+const char *test_slurp(const char *name);
+// Starts build/ampprobe with args (NULL-terminated, after "ampprobe") in test_dir, its stdout and
+// stderr into out.txt and err.txt there; waits for it and returns its exit code.
+pid_t test_spawn_ampprobe(const char *const *args);
+int test_wait_ampprobe(pid_t pid);
+
 // Path of a file in the source tree (tests/data/...).
 #define AMP_SRC(rel) AMP_SOURCE_DIR "/" rel
 

@@ -797,17 +797,24 @@ static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r
     return ids;
 }
 
+// The eight columns every CUPTI activity table starts with (start, end, deviceId, contextId,
+// greenContextId, streamId, correlationId, globalPid); r is any record with those fields.
+#define BIND_ACTIVITY_HEAD(st, r, pid)                                                             \
+    do {                                                                                           \
+        bind_i64(st, 1, (r)->start_ns);                                                            \
+        bind_i64(st, 2, (r)->end_ns);                                                              \
+        bind_i64(st, 3, (r)->device_id);                                                           \
+        bind_i64(st, 4, (r)->context_id);                                                          \
+        bind_opt(st, 5, (r)->green_context_id);                                                    \
+        bind_i64(st, 6, (r)->stream_id);                                                           \
+        bind_opt(st, 7, (r)->correlation_id);                                                      \
+        bind_i64(st, 8, amp_global_pid(pid));                                                      \
+    } while (0)
+
 amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) {
     const kernel_name_ids *names = kernel_names(s, r);
     sqlite3_stmt *st = s->st[ST_KERNEL];
-    bind_i64(st, 1, r->start_ns);
-    bind_i64(st, 2, r->end_ns);
-    bind_i64(st, 3, r->device_id);
-    bind_i64(st, 4, r->context_id);
-    bind_opt(st, 5, r->green_context_id);
-    bind_i64(st, 6, r->stream_id);
-    bind_opt(st, 7, r->correlation_id);
-    bind_i64(st, 8, amp_global_pid(pid));
+    BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, names->demangled);
     bind_i64(st, 10, names->short_name);
     bind_opt(st, 11, names->mangled);
@@ -833,14 +840,7 @@ amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) 
 
 amp_status amp_store_memcpy(amp_store *s, int32_t pid, const amp_rec_memcpy *r) {
     sqlite3_stmt *st = s->st[ST_MEMCPY];
-    bind_i64(st, 1, r->start_ns);
-    bind_i64(st, 2, r->end_ns);
-    bind_i64(st, 3, r->device_id);
-    bind_i64(st, 4, r->context_id);
-    bind_opt(st, 5, r->green_context_id);
-    bind_i64(st, 6, r->stream_id);
-    bind_opt(st, 7, r->correlation_id);
-    bind_i64(st, 8, amp_global_pid(pid));
+    BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, r->bytes);
     bind_i64(st, 10, r->copy_kind);
     bind_opt(st, 11, r->src_kind);
@@ -857,14 +857,7 @@ amp_status amp_store_memcpy(amp_store *s, int32_t pid, const amp_rec_memcpy *r) 
 
 amp_status amp_store_memset(amp_store *s, int32_t pid, const amp_rec_memset *r) {
     sqlite3_stmt *st = s->st[ST_MEMSET];
-    bind_i64(st, 1, r->start_ns);
-    bind_i64(st, 2, r->end_ns);
-    bind_i64(st, 3, r->device_id);
-    bind_i64(st, 4, r->context_id);
-    bind_opt(st, 5, r->green_context_id);
-    bind_i64(st, 6, r->stream_id);
-    bind_opt(st, 7, r->correlation_id);
-    bind_i64(st, 8, amp_global_pid(pid));
+    BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, r->value);
     bind_i64(st, 10, r->bytes);
     bind_opt(st, 11, r->graph_node_id);
@@ -887,14 +880,7 @@ amp_status amp_store_runtime(amp_store *s, int32_t pid, const amp_rec_runtime *r
 
 amp_status amp_store_sync(amp_store *s, int32_t pid, const amp_rec_sync *r) {
     sqlite3_stmt *st = s->st[ST_SYNC];
-    bind_i64(st, 1, r->start_ns);
-    bind_i64(st, 2, r->end_ns);
-    bind_i64(st, 3, r->device_id);
-    bind_i64(st, 4, r->context_id);
-    bind_opt(st, 5, r->green_context_id);
-    bind_i64(st, 6, r->stream_id);
-    bind_opt(st, 7, r->correlation_id);
-    bind_i64(st, 8, amp_global_pid(pid));
+    BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, r->sync_type);
     bind_i64(st, 10, r->event_id);
     return run(s, ST_SYNC);

@@ -1,0 +1,68 @@
+/*
+ * workdir.c — a fresh working directory per test and ampprobe run inside it, for the suites that
+ * drive the binary (launcher, capture): declared in tests.h.
+ */
+#include "tests.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+char test_dir[64];
+
+void test_dir_create(const char *name) {
+    snprintf(test_dir, sizeof test_dir, "/tmp/amp-test-%s-XXXXXX", name); // mkdtemp's template
+    ck_assert_ptr_nonnull(mkdtemp(test_dir));
+}
+
+void test_dir_remove(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+const char *test_in_dir(const char *name) {
+    static char paths[4][256];
+    static int next;
+    char *p = paths[next++ % 4];
+    snprintf(p, 256, "%s/%s", test_dir, name);
+    return p;
+}
+
+const char *test_slurp(const char *name) {
+    static char buf[16384];
+    buf[0] = 0;
+    FILE *f = fopen(test_in_dir(name), "r");
+    if (!f) return buf;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+pid_t test_spawn_ampprobe(const char *const *args) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (chdir(test_dir) != 0) _exit(99);
+        int out = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 1);
+        dup2(err, 2);
+        const char *argv[32] = {AMP_BINARY_DIR "/ampprobe"};
+        for (int i = 0; args[i] && i < 30; i++)
+            argv[i + 1] = args[i];
+        execv(argv[0], (char *const *)argv);
+        _exit(99);
+    }
+    return pid;
+}
+
+int test_wait_ampprobe(pid_t pid) {
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "ampprobe itself died of signal %d", WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
