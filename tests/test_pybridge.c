@@ -83,6 +83,13 @@ START_TEST(test_records_through_ctypes) {
                "ifnull(n_underflow, 'NULL') || ' ' || n_zero FROM AMP_TENSOR_STATS WHERE kind = "
                "'weight_grad'",
                "blocks.0.attn.qkv.weight NULL NULL NULL NULL NULL 0");
+    ASSERT_ROW(db, // amp_record_tensor_stats_many: finished (amax derived, none finite: NULL)
+               "SELECT group_concat(layer_id || ' ' || op || ' ' || kind || ' ' || dtype || ' ' || "
+               "numel || ' ' || ifnull(min, 'NULL') || ' ' || ifnull(amax, 'NULL') || ' ' || "
+               "n_nan || ' ' || n_posinf || ' ' || n_underflow || ' ' || n_zero, '; ') FROM "
+               "(SELECT * FROM AMP_TENSOR_STATS WHERE step = 2 ORDER BY layer_id DESC)",
+               "7 head activation_grad f16 8 -2.0 4.0 1 0 3 2; "
+               "5 blocks.0.attn.qkv.bias weight_grad f32 4 NULL NULL 0 4 0 0");
     ASSERT_ROW(db,
                "SELECT step || ' ' || layer_id || ' ' || op || ' ' || phase || ' ' || severity || "
                "' ' || count || ' ' || value || ' ' || detail FROM AMP_EVENTS WHERE kind = "

@@ -162,6 +162,28 @@ typedef struct amp_rec_tensor_stats {
 } amp_rec_tensor_stats;
 void amp_record_tensor_stats(const amp_rec_tensor_stats *r);
 
+// Many tensors' statistics of one step in one call (the PyTorch bridge's end of step): entry i's
+// figures are stats[i] as the fused device reduction leaves them (amp_stats_finish is applied
+// here). Fills *summary, if not NULL, with what the caller decides on without reading every
+// figure itself; it is filled also when recording is off.
+typedef struct amp_rec_stats_entry {
+    int32_t layer_id; // -1: none
+    amp_stats_kind kind;
+    const char *op;    // NULL: none
+    const char *dtype; // storage dtype ("f16")
+} amp_rec_stats_entry;
+
+typedef struct amp_rec_stats_summary {
+    int64_t nonfinite[4];     // NaN and ±inf values per amp_stats_kind
+    int64_t f32_overflow;     // values of f32 activations beyond the target dtype's range
+    double weight_grad_sumsq; // over the weight gradients' finite values
+    int32_t weight_grads;     // how many weight gradients there were
+} amp_rec_stats_summary;
+
+void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
+                                  const amp_rec_stats_entry *entries, const amp_stats *stats,
+                                  amp_rec_stats_summary *summary);
+
 typedef enum amp_phase {
     AMP_PHASE_NONE,  // stored as NULL
     AMP_PHASE_FWD,   // "fwd"

@@ -448,3 +448,28 @@ EMIT_FN(amp_record_runtime, amp_rec_runtime, AMP_REC_RUNTIME, AMP_TRACE_CUDA)
 EMIT_FN(amp_record_sync, amp_rec_sync, AMP_REC_SYNC, AMP_TRACE_CUDA)
 EMIT_FN(amp_record_nvtx, amp_rec_nvtx, AMP_REC_NVTX, AMP_TRACE_NVTX)
 EMIT_FN(amp_record_gpu_info, amp_rec_gpu_info, AMP_REC_GPU_INFO, AMP_TRACE_CUDA)
+
+void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
+                                  const amp_rec_stats_entry *entries, const amp_stats *stats,
+                                  amp_rec_stats_summary *summary) {
+    amp_rec_stats_summary sum = {0};
+    for (int i = 0; i < n; i++) {
+        const amp_rec_stats_entry *e = &entries[i];
+        amp_stats s = stats[i];
+        amp_stats_finish(&s);
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){
+            .step = step, .layer_id = e->layer_id, .op = e->op, .kind = e->kind,
+            .dtype = e->dtype, .target_dtype = target_dtype, .numel = s.numel, .min = s.min,
+            .max = s.max, .amax = s.amax, .n_nan = s.n_nan, .n_posinf = s.n_posinf,
+            .n_neginf = s.n_neginf, .n_overflow = s.n_overflow, .n_underflow = s.n_underflow,
+            .n_zero = s.n_zero});
+        if ((unsigned)e->kind < 4) sum.nonfinite[e->kind] += s.n_nan + s.n_posinf + s.n_neginf;
+        if (e->kind == AMP_STATS_ACTIVATION && e->dtype && !strcmp(e->dtype, "f32"))
+            sum.f32_overflow += s.n_overflow;
+        if (e->kind == AMP_STATS_WEIGHT_GRAD) {
+            sum.weight_grad_sumsq += s.sumsq;
+            sum.weight_grads++;
+        }
+    }
+    if (summary) *summary = sum;
+}

@@ -329,8 +329,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (stats && !getenv("AMPPROBE_OUT")) {
-        fprintf(stderr, "cuda_bench: --stats needs AMPPROBE_OUT=FILE.sqlite in the environment\n");
+    if (stats && !getenv("AMPPROBE_OUT") && !getenv("AMPPROBE_SPOOL_DIR")) {
+        fprintf(stderr, "cuda_bench: --stats needs AMPPROBE_OUT=FILE.sqlite in the environment "
+                        "(or a run under `ampprobe run`)\n");
         return 2;
     }
     peak_fn peak = find_peak(argv[0]);

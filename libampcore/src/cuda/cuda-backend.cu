@@ -8,6 +8,7 @@
  * or GPU, so `--device cuda` can say why.
  */
 #include "cuda-impl.h"
+#include "cuda-stats.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -130,6 +131,14 @@ static void be_release(void *bctx) {
 
 // ---------------------------------------------------------------------------------------------
 // The table
+
+// stats_into: one job of the fused statistics kernel (cuda-stats.cu) on the context's stream.
+void cuda_stats_into(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
+                     int64_t slot) {
+    CUDA_ASSERT_CONTIGUOUS(x);
+    const cuda_stats_job job = {amp_tensor_ptr(x), cuda_numel(x), slots + slot, x->dtype};
+    CUDA_CHECK(cuda_stats_launch(&job, 1, target, cuda_of(bctx)->stream));
+}
 
 static const amp_backend_i cuda_backend = {
     .name = "cuda",

@@ -53,6 +53,27 @@ class _TensorStats(ctypes.Structure):
                 ("n_underflow", ctypes.c_int64), ("n_zero", ctypes.c_int64)]
 
 
+class AmpStats(ctypes.Structure):
+    """amp_stats (amp.h) as the fused device reduction leaves it: min > max when no value was
+    finite, amax not yet derived."""
+    _fields_ = [("numel", ctypes.c_int64), ("min", ctypes.c_float), ("max", ctypes.c_float),
+                ("amax", ctypes.c_float), ("n_nan", ctypes.c_int64),
+                ("n_posinf", ctypes.c_int64), ("n_neginf", ctypes.c_int64),
+                ("n_overflow", ctypes.c_int64), ("n_underflow", ctypes.c_int64),
+                ("n_zero", ctypes.c_int64), ("sumsq", ctypes.c_double)]
+
+
+class StatsEntry(ctypes.Structure):
+    """amp_rec_stats_entry: what one of amp_record_tensor_stats_many's figures belongs to."""
+    _fields_ = [("layer_id", ctypes.c_int32), ("kind", ctypes.c_int), ("op", _c_str),
+                ("dtype", _c_str)]
+
+
+class StatsSummary(ctypes.Structure):
+    _fields_ = [("nonfinite", ctypes.c_int64 * 4), ("f32_overflow", ctypes.c_int64),
+                ("weight_grad_sumsq", ctypes.c_double), ("weight_grads", ctypes.c_int32)]
+
+
 class _Event(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int64), ("layer_id", ctypes.c_int32), ("op", _c_str),
                 ("phase", ctypes.c_int), ("kind", _c_str), ("severity", ctypes.c_int),
@@ -104,6 +125,11 @@ class Recorder:
             fn.restype = None
             fn.argtypes = [ctypes.POINTER(struct)]
 
+        lib.amp_record_tensor_stats_many.restype = None
+        lib.amp_record_tensor_stats_many.argtypes = [
+            ctypes.c_int64, _c_str, ctypes.c_int, ctypes.POINTER(StatsEntry), ctypes.c_void_p,
+            ctypes.POINTER(StatsSummary)]
+
     @property
     def enabled(self):
         return bool(self._mask.value & 1)  # AMP_TRACE_AMP
@@ -131,6 +157,27 @@ class Recorder:
                          _f(mn), _f(mx), _f(amax), n_nan, n_posinf, n_neginf, n_overflow,
                          n_underflow, n_zero)
         self._lib.amp_record_tensor_stats(ctypes.byref(r))
+
+    def tensor_stats_many(self, step, target_dtype, entries, stats_address):
+        """Records len(entries) tensors' statistics from the amp_stats array at stats_address
+        (entries: a StatsEntry array, see entries()); returns the StatsSummary."""
+        summary = StatsSummary()
+        self._lib.amp_record_tensor_stats_many(step, _b(target_dtype), len(entries), entries,
+                                               stats_address, ctypes.byref(summary))
+        return summary
+
+    @staticmethod
+    def entries(rows):
+        """A StatsEntry array from (layer_id, kind, op, dtype) rows; the strings are kept
+        alive by the array."""
+        arr = (StatsEntry * len(rows))()
+        keep = []
+        for k, (layer, kind, op, dtype) in enumerate(rows):
+            o, d = _b(op), _b(dtype)
+            keep += [o, d]
+            arr[k] = StatsEntry(layer, kind, o, d)
+        arr._keep = keep
+        return arr
 
     def event(self, step, layer_id, op, phase, kind, severity, count=-1, value=None,
               detail=None):

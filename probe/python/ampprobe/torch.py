@@ -10,15 +10,15 @@ with overflow/underflow counts against the autocast dtype (AMP_TENSOR_STATS), ev
 update (AMP_SCALE), the steps (AMP_STEPS) and the events (AMP_EVENTS). Without a recording
 launcher watch() attaches nothing.
 
-Cost. Each tensor's nine figures are a two-stage reduction (rows, then the rows' figures)
-into a device tensor, through torch.compile (AMPPROBE_TORCH_COMPILE=0: eager); nothing waits
-until the step ends, where one .cpu() brings the step's figures back. A step ends at
-scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
-still those of the forward), else at the model's next forward. Measured on an H200 this is far
-from cheap: +270% to +490% step time on probe/bench/torch_baseline.py's workloads at
-stats_every=1 (torch_overhead.py): torch.compile hit its recompile limit (8) on the varying
-shapes and ran the shapes beyond it eagerly, about twenty full-size kernels per tensor, plus a
-Python call per tensor. stats_every=N computes statistics on every Nth step only.
+Cost. Each tensor's figures come from libampcore's fused statistics kernel, launched through
+libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream: one kernel
+per module output and per output gradient, one for all parameter gradients, into a device buffer
+that one copy brings back when the step ends. A step ends at scaler.update() (with an enabled
+GradScaler), else before optimizer.step() (so parameters are still those of the forward), else
+at the model's next forward. Parameter gradients are read before the scaler unscales them, as
+libampcore does; the step's gradient norm is theirs divided by the scale. stats_every=N computes
+statistics on every Nth step only. Without the module (a build without CUDA) or for tensors off
+the GPU the figures come from eager torch reductions, which cost far more.
 
 Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's
 forward is run again on the same inputs under an op-level dispatch mode that checks every op's
@@ -34,7 +34,11 @@ backward first handed on a non-finite gradient (nonfinite_producer, bwd). Re-run
 forward is deterministic (dropout draws again) and are done for the first 10 broken steps and
 then once per new streak of them.
 """
+import atexit
+import ctypes
+import math
 import os
+import sys
 import threading
 
 import torch
@@ -43,87 +47,27 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from . import _records, _vocab
+from . import _devstats, _records, _vocab
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
 __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
+_DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 _INF = float("inf")
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics of one tensor: [min, max, amax, nan, +inf, -inf, overflow, underflow, zero] (f64)
-
-_ROW = 4096  # elements per row of the first reduction stage
-
-
-def _row_stats(v, fmax: float, tiny: float):
-    """The nine figures of each row of v (R, n): (R, 9), counts as float64."""
-    v = v.float()
-    fin = torch.isfinite(v)
-    a = v.abs()
-    return torch.stack([
-        torch.where(fin, v, _INF).amin(1).double(),
-        torch.where(fin, v, -_INF).amax(1).double(),
-        torch.where(fin, a, -1.0).amax(1).double(),  # -1: none finite
-        torch.isnan(v).sum(1).double(),
-        (v == _INF).sum(1).double(),
-        (v == -_INF).sum(1).double(),
-        (fin & (a >= fmax)).sum(1).double(),
-        ((a < tiny) & (v != 0)).sum(1).double(),
-        (v == 0).sum(1).double(),
-    ], 1)
-
-
-def _stats_eager(x, fmax: float, tiny: float):
-    """x flat. Two stages, rows of _ROW elements then the rows' figures, so that a compiler
-    without static sizes still spreads the big reduction over the GPU (one pass over x)."""
-    n = x.numel()
-    rows = n // _ROW
-    parts = [_row_stats(x[: rows * _ROW].view(rows, _ROW), fmax, tiny)]
-    if n % _ROW:
-        parts.append(_row_stats(x[rows * _ROW:].view(1, -1), fmax, tiny))
-    p = torch.cat(parts)
-    return torch.cat([p[:, 0].amin().view(1), p[:, 1:3].amax(0), p[:, 3:].sum(0)])
-
-
-_N = 9
-_stats_lock = threading.Lock()
-_stats_fn = None
-
-
-def _stats(t, fmax, tiny):
-    """The fused (compiled) statistics when torch.compile works here, else the eager ones. The
-    call is made flat, without grad and autocast, so that one compiled graph per dtype serves
-    forward outputs, gradients (on autograd's thread) and parameters alike."""
-    global _stats_fn
-    if _stats_fn is None:
-        with _stats_lock:
-            if _stats_fn is None:
-                use = os.environ.get("AMPPROBE_TORCH_COMPILE", "1") != "0"
-                _stats_fn = torch.compile(_stats_eager, dynamic=True) if use else _stats_eager
-    x = t.detach().reshape(-1)
-    try:
-        with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-            return _stats_fn(x, fmax, tiny)
-    except Exception as e:  # no compiler toolchain, an unsupported dtype, ...
-        if _stats_fn is _stats_eager:
-            raise
-        _stats_fn = _stats_eager
-        print("ampprobe: torch.compile of the statistics failed (%s: %s); using eager ones"
-              % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""), flush=True)
-        return _stats_eager(x, fmax, tiny)
 
 
 def _describe_now(what, t, allowed_neginf=False):
     """describe() of t computed now (the op-level tracer: a broken step, syncs are fine)."""
-    s = _stats_eager(t.detach().reshape(-1), _INF, 0.0).tolist()
-    mn, mx, amax = (s[0], s[1], s[2]) if s[2] >= 0 else (float("nan"),) * 3
-    bad = int(s[3] + s[4] + (0 if allowed_neginf else s[5]))
+    s = _devstats.eager_stats(t, _INF, 0.0).tolist()
+    mn, mx = s[0], s[1]
+    amax = max(abs(mn), abs(mx)) if mn <= mx else float("nan")
+    if mn > mx:
+        mn = mx = float("nan")
+    bad = int(s[2] + s[3] + (0 if allowed_neginf else s[4]))
     return _vocab.describe(what, _vocab.dtype_name(t.dtype), t.shape, mn, mx, amax,
-                           int(s[3]), int(s[4]), int(s[5])), bad
+                           int(s[2]), int(s[3]), int(s[4])), bad
 
 
 def _float_tensors(obj):
@@ -214,15 +158,13 @@ class _LossTape(TorchFunctionMode):
 
     def __init__(self):
         super().__init__()
-        self.tape = []  # (op, inputs, outputs)
+        self.tape = []  # (func, args, kwargs, output): sorted out only when judged
         self.active = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if isinstance(out, (torch.Tensor, tuple, list)):
-            outs = _float_tensors(out)
-            if outs:
-                self.tape.append((_vocab.op_name(func), _float_tensors((args, kwargs)), outs))
+            self.tape.append((func, args, kwargs, out))
         return out
 
     def begin(self):
@@ -283,10 +225,19 @@ class Watcher:
         self.step = 0
         self.step_start = self.rec.now_ns()
         self.sampled = True
-        self.entries, self.results = [], []  # (kind, layer, op, dtype, numel), device stats
+        self.entries = []  # (layer, kind, op, dtype) of the step's queued statistics
+        self._entries_key, self._entries_arr = None, None  # the last step's, as C wants them
+        lib, why = _devstats.load_module(self.rec.path)
+        if lib is None and torch.cuda.is_available():
+            print("ampprobe: %s; statistics run as eager torch reductions (much slower)" % why,
+                  file=sys.stderr, flush=True)
+        self.stats = _devstats.StepStats(lib)
         self.target = None  # autocast dtype name, once seen
         self.fwd = None  # the last forward's (args, kwargs, autocast state)
         self.loss = None
+        self._ready = None  # CUDA event: the step's loss (and found_inf) are computed
+        self._side = None  # the side stream that reads them
+        self.waiting = None  # the last step, its figures on their way (_Done)
         self.scaler = None
         self.optimizer = None
         self.tape = _LossTape()
@@ -329,7 +280,9 @@ class Watcher:
 
         def unscale_(optimizer):  # the gradients as backward left them (scaled), as libampcore
             self._queue_weight_grads()
-            return orig_unscale(optimizer)
+            r = orig_unscale(optimizer)
+            self._mark_ready()
+            return r
 
         def update(new_scale=None):
             extra = self._scaler_before()
@@ -385,36 +338,47 @@ class Watcher:
         self.tape.end()
         if self.loss is None and loss.numel() == 1:
             self.loss = loss.detach()
+            self._mark_ready()
 
-    def _bounds(self):
-        return _vocab.DTYPES.get(self.target or "f16")
+    def _mark_ready(self):
+        """The values that tell whether the step broke are queued: an event behind them."""
+        if self.loss is not None and self.loss.is_cuda:
+            self._ready = torch.cuda.Event()
+            self._ready.record()
 
     def _queue(self, kind, layer, op, t):
+        """Queues t's statistics (one kernel on the current stream, nothing waits)."""
         if not self.sampled or t.numel() == 0 or not t.is_floating_point():
             return
-        fmax, tiny = self._bounds()
-        r = _stats(t, fmax, tiny)
+        target = self.target or "f16"
         with self._lock:
-            self.entries.append((kind, layer, op, _vocab.dtype_name(t.dtype), t.numel()))
-            self.results.append(r)
+            self.entries.append((layer, kind, op, _DTYPE_NAMES.get(t.dtype) or
+                                 _vocab.dtype_name(t.dtype)))
+            self.stats.add(t, target, _vocab.DTYPES[target])
 
     def _on_output(self, module, args, output):
-        if self.rerunning or not self.sampled or not torch.is_grad_enabled() or not module.training:
+        if self.rerunning or not self.sampled or not module.training or not torch.is_grad_enabled():
             return None
-        outs = _float_tensors(output)
-        if not outs:
-            return None
-        t = outs[0]
-        layer, op = self.layer_of.get(id(module), -1), self.op_of.get(id(module), "module")
+        if isinstance(output, torch.Tensor):
+            t = output
+        else:
+            outs = _float_tensors(output)
+            if not outs:
+                return None
+            t = outs[0]
+        key = id(module)
+        layer, op = self.layer_of.get(key, -1), self.op_of.get(key, "module")
         self._queue(ACTIVATION, layer, op, t)
         if t.requires_grad:
             t.register_hook(lambda g, layer=layer, op=op: self._queue(ACTIVATION_GRAD, layer, op, g))
         return None
 
     def close(self):
-        """Detaches: removes the hooks, gives the scaler its own methods back."""
+        """Detaches: records the last step, removes the hooks, gives the scaler its own methods
+        back."""
         if not self.on:
             return
+        self.flush()
         self.tape.end()
         for h in self._handles:
             h.remove()
@@ -431,135 +395,185 @@ class Watcher:
         if self.wgrads_queued:
             return
         self.wgrads_queued = True
-        for p, pname, layer in self.params:
-            if p.grad is not None:
-                self._queue(WEIGHT_GRAD, layer, pname, p.grad)
+        if not self.sampled:
+            return
+        grads = []
+        target = self.target or "f16"
+        with self._lock:
+            for p, pname, layer in self.params:
+                g = p.grad
+                if g is not None and g.numel() and g.is_floating_point():
+                    self.entries.append((layer, WEIGHT_GRAD, pname, _vocab.dtype_name(g.dtype)))
+                    grads.append(g)
+            self.stats.add_many(grads, target, _vocab.DTYPES[target])
 
     def _scaler_before(self):
-        """Device tensors read before scaler.update(): scale, summed found_inf (or None)."""
+        """Read before scaler.update(): the scale, the summed found_inf (-1: none) as device
+        tensors, and the per-device found_inf tensors themselves."""
         s = self.scaler
         found = [v for st in s._per_optimizer_states.values()
                  for v in st.get("found_inf_per_device", {}).values()]
         before = s._scale.detach().clone().double().reshape(1)
         f = torch.stack([v.double().reshape(()) for v in found]).sum().reshape(1) if found \
             else torch.full((1,), -1.0, dtype=torch.float64, device=before.device)
-        return before, f
+        return before, f, found
 
     def end_step(self, scaler_extra):
-        """Reads the step's figures back (one copy) and emits its records."""
+        """Ends the step: starts its figures' copy to the host and records the step before it
+        (whose copy is done by now). A step that broke (its loss or found_inf is non-finite,
+        read on a side stream) is recorded at once, while a re-run still sees its parameters."""
         if not self.on:
             return
         self.tape.end()
         self._queue_weight_grads()
-        parts = [r.reshape(-1) for r in self.results]
-        dev = self.results[0].device if self.results else None
+        extras, found = [], []
         if self.loss is not None:
-            dev = self.loss.device
-            parts.append(self.loss.double().reshape(1))
+            extras.append(self.loss)
         if scaler_extra is not None:
             s = self.scaler
-            before, found = scaler_extra
-            dev = before.device
-            parts += [before, found, s._scale.double().reshape(1),
-                      s._growth_tracker.double().reshape(1)]
-        vals = torch.cat([p.to(dev) for p in parts]).cpu().tolist() if parts else []
-        n = len(self.entries) * _N
-        stats = [vals[i:i + _N] for i in range(0, n, _N)]
-        k = n
-        loss = None
-        if self.loss is not None:
-            loss = vals[k]
-            k += 1
-        scale = None
-        if scaler_extra is not None:
-            scale = vals[k:k + 4]  # before, found_inf (-1: none), after, growth tracker
-        self._emit(stats, loss, scale)
-        self.rec.step(self.step, self.step_start, self.rec.now_ns(), loss)
+            before, f, found = scaler_extra
+            extras += [before, f, s._scale, s._growth_tracker]
+        with self._lock:
+            copy = self.stats.finish(extras)
+        done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy,
+                     self.loss is not None, scaler_extra is not None, self.fwd, self.tape.tape)
+        broken = self._broke(found)
+        self.flush()
+        if broken:
+            self._record(done)
+        else:
+            done.tape = None  # only a broken loss is searched, and that one is caught above
+            self.waiting = done
         self.step += 1
         self.step_start = self.rec.now_ns()
         self.sampled = self.step % self.stats_every == 0
-        self.entries, self.results, self.loss = [], [], None
+        self.entries, self.loss, self._ready = [], None, None
         self.wgrads_queued = False
         self.tape.tape = []
 
-    def _emit(self, stats, loss, scale):
-        target = self.target or "f16"
-        fwd_bad = False
-        for (kind, layer, op, dtype, numel), s in zip(self.entries, stats):
-            none_finite = s[2] < 0
-            mn, mx, amax = (None, None, None) if none_finite else (s[0], s[1], s[2])
-            self.rec.tensor_stats(self.step, layer, op, kind, dtype, target, numel, mn, mx, amax,
-                                  int(s[3]), int(s[4]), int(s[5]), int(s[6]), int(s[7]),
-                                  int(s[8]))
-            if kind == ACTIVATION:
-                fwd_bad |= s[3] + s[4] + s[5] > 0
-                if s[6] > 0 and dtype == "f32" and self.target == "f16":
-                    self.rec.event(self.step, layer, op, PHASE_FWD, "overflow", WARNING,
-                                   int(s[6]), amax, "f32 values beyond the f16 range: this "
-                                   "output overflows if it runs in f16")
+    def flush(self):
+        """Records the step whose figures are on their way, if any."""
+        d, self.waiting = self.waiting, None
+        if d is not None:
+            self._record(d)
+
+    def _broke(self, found):
+        """Whether the loss or a found_inf is non-finite, without waiting for the rest of the
+        step: they are read on a side stream behind the event recorded when they were made."""
+        ts = ([self.loss] if self.loss is not None else []) + list(found)
+        if not ts:
+            return False
+        def read():
+            return torch.cat([t.detach().reshape(1).float() for t in ts]).cpu().tolist()
+        if self._ready is not None:
+            if self._side is None:
+                self._side = torch.cuda.Stream(self.loss.device)
+            with torch.cuda.stream(self._side):
+                self._side.wait_event(self._ready)
+                vals = read()
+        else:
+            vals = read()
+        if self.loss is not None and not abs(vals.pop(0)) < _INF:
+            return True
+        return any(v > 0 for v in vals)
+
+    def _record(self, d):
+        """Emits a finished step's records (waits for its copy). The statistics go to C in one
+        call; Python reads single figures only when something is wrong."""
+        copy = d.copy.wait()
+        vals = list(copy.extras)
+        loss = vals.pop(0) if d.has_loss else None
+        scale = vals[:4] if d.has_scale else None  # before, found_inf (-1: none), after, tracker
+        summary, norm = None, None
+        if d.entries:
+            key = tuple(d.entries)
+            if key != self._entries_key:  # the same entries step after step: built once
+                self._entries_key, self._entries_arr = key, self.rec.entries(d.entries)
+            summary = self.rec.tensor_stats_many(d.step, self.target or "f16", self._entries_arr,
+                                                 ctypes.addressof(copy.slots))
+            if summary.weight_grads:
+                norm = _INF if summary.nonfinite[WEIGHT_GRAD] else \
+                    math.sqrt(summary.weight_grad_sumsq) / (scale[0] if scale else 1.0)
+        self._emit(d, copy, summary, loss, scale)
+        self.rec.step(d.step, d.start_ns, d.end_ns, loss, norm)
+
+    def _emit(self, d, copy, summary, loss, scale):
+        """The step's events: what broke and where (the statistics are recorded already)."""
+        step = d.step
+        fwd_bad = summary is not None and summary.nonfinite[ACTIVATION] > 0
+        if summary is not None and summary.f32_overflow > 0 and self.target == "f16":
+            for (layer, kind, op, dtype), f in zip(d.entries, copy.result()[0]):
+                if kind == ACTIVATION and dtype == "f32" and f.n_overflow > 0:
+                    self.rec.event(step, layer, op, PHASE_FWD, "overflow", WARNING,
+                                   f.n_overflow, f.amax, "f32 values beyond the f16 range: "
+                                   "this output overflows if it runs in f16")
         loss_bad = loss is not None and not (abs(loss) < _INF)
         found_inf = scale is not None and scale[1] > 0
         broken = fwd_bad or loss_bad or found_inf
         fwd_event, loss_event = None, None
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
-            fwd_event = self._rerun()
+            fwd_event = self._rerun(d)
             if fwd_event is None:
-                loss_event = self._judge_tape()
+                loss_event = self._judge_tape(d)
         self.prev_broken = broken
         if loss_bad:
-            self.rec.event(self.step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
+            self.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
                            "the forward pass produced non-finite values" if fwd_event else
                            "the loss computation outside the model produced non-finite values"
                            if loss_event else "the loss itself became non-finite")
         if found_inf and not fwd_event and not loss_event and not loss_bad:
-            self._backward_producer(stats)
-            self.rec.event(self.step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
+            self._backward_producer(d, copy.result()[0])
+            self.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
                            "gradients overflowed at loss scale %g while the forward pass stayed "
                            "finite: a loss-scale overflow, the step was skipped and the scale "
                            "backed off to %g" % (scale[0], scale[2]))
         if scale is not None:
             before, found, after, tracker = scale
-            self.rec.scale(self.step, before, after, max(found, 0), tracker, found > 0)
+            self.rec.scale(step, before, after, max(found, 0), tracker, found > 0)
             if found > 0:
-                self.rec.event(self.step, -1, None, PHASE_OPTIM, "step_skipped", WARNING, 1,
+                self.rec.event(step, -1, None, PHASE_OPTIM, "step_skipped", WARNING, 1,
                                before)
             if after != before:
-                self.rec.event(self.step, -1, None, PHASE_OPTIM,
+                self.rec.event(step, -1, None, PHASE_OPTIM,
                                "scale_backoff" if after < before else "scale_growth", INFO, -1,
                                after)
 
-    def _backward_producer(self, stats):
+    def _backward_producer(self, d, stats):
         """The module whose backward first handed on a non-finite gradient (backward order)."""
         prev = None
-        for (kind, layer, op, dtype, numel), s in zip(self.entries, stats):
+        nan = float("nan")
+        for (layer, kind, op, dtype), f in zip(d.entries, stats):
+            numel = f.numel
             if kind not in (ACTIVATION_GRAD, WEIGHT_GRAD):
                 continue
-            bad = int(s[3] + s[4] + s[5])
-            if not bad:
+            if not f.nonfinite:
                 if kind == ACTIVATION_GRAD:
-                    prev = (layer, op, dtype, numel, s)
+                    prev = (layer, op, dtype, numel, f)
                 continue
             detail = ""
             if prev is not None:
-                pl, pop, pd, pn, ps = prev
-                detail = _vocab.describe("incoming gradient", pd, (pn,), ps[0], ps[1], ps[2])
+                pl, pop, pd, pn, pf = prev
+                detail = _vocab.describe("incoming gradient", pd, (pn,), pf.min, pf.max, pf.amax)
                 layer, op = pl, pop
             elif kind == ACTIVATION_GRAD:
                 layer, op = -1, "loss"
-            mn, mx, amax = (s[0], s[1], s[2]) if s[2] >= 0 else (float("nan"),) * 3
-            detail += _vocab.describe("gradient", dtype, (numel,), mn, mx, amax, int(s[3]),
-                                      int(s[4]), int(s[5]))
-            self.rec.event(self.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING, bad,
-                           amax, detail)
+            amax = nan if f.amax is None else f.amax
+            detail += _vocab.describe("gradient", dtype, (numel,), nan if f.min is None else f.min,
+                                      nan if f.max is None else f.max, amax, f.n_nan,
+                                      f.n_posinf, f.n_neginf)
+            self.rec.event(d.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING,
+                           f.nonfinite, amax, detail)
             return
 
-    def _rerun(self):
-        """Runs the step's forward again under the op tracer; the event kind it emitted."""
-        if self.fwd is None:
+    def _rerun(self, d):
+        """Runs step d's forward again under the op tracer (with the parameters as they are
+        now: those of step d, unless d's break was only seen a step later); the event kind it
+        emitted."""
+        if d.fwd is None:
             return None
-        args, kwargs, dev, ac, ac_dtype = self.fwd
-        judge = _Judge(self, self.step, _float_tensors((args, kwargs)))
+        args, kwargs, dev, ac, ac_dtype = d.fwd
+        judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
         stack = [self.layer_of[id(self.model)]]
 
         def pre(m, inputs):
@@ -583,13 +597,40 @@ class Watcher:
                 h.remove()
         return judge.event
 
-    def _judge_tape(self):
+    def _judge_tape(self, d):
         """The loss computation's first producer (outside any module), from the tape."""
-        judge = _Judge(self, self.step, [])
-        for op, ins, outs in self.tape.tape:
-            if judge.judge(op, -1, ins, outs):
+        if not d.tape:
+            return None
+        judge = _Judge(self, d.step, [])
+        for func, args, kwargs, out in d.tape:
+            outs = _float_tensors(out)
+            if outs and judge.judge(_vocab.op_name(func), -1, _float_tensors((args, kwargs)),
+                                    outs):
                 return judge.event
         return None
+
+
+class _Done:
+    """A finished step whose figures are on their way to the host (Watcher.end_step)."""
+    __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "has_loss", "has_scale", "fwd",
+                 "tape")
+
+    def __init__(self, step, start_ns, end_ns, entries, copy, has_loss, has_scale, fwd, tape):
+        self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
+        self.copy, self.has_loss, self.has_scale = copy, has_loss, has_scale
+        self.fwd, self.tape = fwd, tape
+
+
+def _flush_all():
+    """At exit: the last step of every watcher is recorded (autoattach never calls close())."""
+    for w in list(_watchers):
+        try:
+            w.flush()
+        except Exception as e:  # a dying CUDA context must not turn the exit into a traceback
+            print("ampprobe: the last step was not recorded: %s" % e, file=sys.stderr)
+
+
+atexit.register(_flush_all)
 
 
 def watch(model, scaler=None, optimizer=None, stats_every=None, name=None):

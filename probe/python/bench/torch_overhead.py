@@ -77,9 +77,9 @@ def main():
     ap_.add_argument("--mode", action="append", choices=["fp32", "fp16", "bf16"])
     ap_.add_argument("--rounds", type=int, default=3)
     a = ap_.parse_args()
-    print("# torch %s %s, compile=%s" % (torch.__version__, torch.cuda.get_device_name(),
-                                         os.environ.get("AMPPROBE_TORCH_COMPILE", "1")),
-          flush=True)
+    print("# torch %s %s, statistics module %s" % (
+        torch.__version__, torch.cuda.get_device_name(),
+        os.environ.get("AMPPROBE_STATS_MODULE") or "of the build"), flush=True)
     rows = []
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:

@@ -5,6 +5,7 @@ the system python3 under `ampprobe run --torch`, then checks the database).
 Asserts the name bookkeeping (_vocab.py), then writes one record of each AMP type through
 ctypes (_records.py) with the values test_pybridge.c expects; exits non-zero on a failed assert.
 """
+import ctypes
 import math
 import os
 import sys
@@ -53,6 +54,15 @@ rec.event(0, 4, "mul", _records.PHASE_FWD, "nonfinite_producer", _records.ERROR,
           d)
 rec.event(1, -1, None, _records.PHASE_NONE, "loss_nonfinite", _records.ERROR, 1, math.inf, None)
 rec.scale(1, 65536.0, 32768.0, 1, 0, True)
+# a step's statistics in one call, as the bridge's end of step makes it
+stats = (_records.AmpStats * 2)(
+    _records.AmpStats(8, -2.0, 4.0, 0.0, 1, 0, 0, 0, 3, 2, 20.0),
+    _records.AmpStats(4, math.inf, -math.inf, 0.0, 0, 4, 0, 0, 0, 0, 0.0))
+entries = rec.entries([(7, _records.ACTIVATION_GRAD, "head", "f16"),
+                       (5, _records.WEIGHT_GRAD, "blocks.0.attn.qkv.bias", "f32")])
+s = rec.tensor_stats_many(2, "f16", entries, ctypes.addressof(stats))
+assert list(s.nonfinite) == [0, 1, 0, 4] and s.f32_overflow == 0, list(s.nonfinite)
+assert s.weight_grads == 1 and s.weight_grad_sumsq == 0.0, (s.weight_grads, s.weight_grad_sumsq)
 rec.step(0, t0, t0 + 1000000, 2.5)
 rec.step(1, t0 + 1000000, t0 + 3000000, float("nan"))
 sys.exit(0)

@@ -4,37 +4,44 @@
 # DIST holds ampprobe, libamprecord.so and python/ as the build leaves them (built elsewhere and
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
-# one faulty case also runs with the compiled statistics; then torch_overhead.py measures the
-# step-time cost. Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check
+# one faulty case also runs with the eager (module-less) statistics; gpu_devstats.py checks the
+# device statistics against eager torch and measures their bandwidth; then torch_overhead.py
+# measures the step-time cost. Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check
 # failed.
 set -u
 DIST=$(cd "${1:?usage: run_gpu.sh DIST [WORK]}" && pwd)
 WORK=${2:-/tmp/ampprobe-gpu}
 HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$WORK"
+mkdir -p "$WORK" && rm -f "$WORK"/*.rc
 python3 -c 'import torch, sys; print("# python", sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name())'
 
-one() { # NAME COMPILE ARGS...
-    local name=$1 compile=$2
+one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's)
+    local name=$1 module=$2
     shift 2
-    AMPPROBE_TORCH_COMPILE=$compile "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" \
+    AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" \
         -- python3 "$HERE/gpu_faults.py" "$@" >"$WORK/$name.log" 2>&1
+    echo $? >"$WORK/$name.rc"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" >"$WORK/$name.txt" 2>&1
 }
 cases="attn residual nan log0 underflow sawtooth"
 for c in $cases; do
-    one "$c" 0 --case "$c" &
-    one "$c-healthy" 0 --case "$c" --healthy &
+    one "$c" "" --case "$c" &
+    one "$c-healthy" "" --case "$c" --healthy &
 done
-one attn-compiled 1 --case attn &
+one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 wait
 fail=0
+PYTHONPATH="$DIST/python" python3 "$HERE/gpu_devstats.py" "$DIST/libamprecord.so" --bench || fail=1
+for f in "$WORK"/*.rc; do # a script that died records little: that fails, healthy or not
+    [ "$(cat "$f")" = 0 ] || { echo "FAIL $(basename "$f" .rc): exit status $(cat "$f")"; tail -5 "${f%.rc}.log"; fail=1; }
+done
 for c in $cases; do
     python3 "$HERE/check_report.py" "$WORK/$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/$c-healthy.json" "$c" --healthy || fail=1
 done
-python3 "$HERE/check_report.py" "$WORK/attn-compiled.json" attn || fail=1
+python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
+grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
 
 PYTHONPATH="$DIST/python" "$DIST/ampprobe" run --trace amp -f -o "$WORK/overhead.sqlite" -- \
     python3 "$HERE/../bench/torch_overhead.py" >"$WORK/overhead.log" 2>&1 || fail=1

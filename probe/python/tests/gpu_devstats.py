@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""gpu_devstats.py — the bridge's device statistics (libampstats_cuda.so through _devstats.py)
+against eager torch reductions, on the GPU machine; then, with --bench, their throughput.
+
+  PYTHONPATH=DIST/python python3 gpu_devstats.py DIST/libamprecord.so [--bench]
+
+Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many blocks), aligned and
+not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
+tensor per launch and many per launch, relative to f16, bf16 and f32 targets, across a buffer
+that has to grow; prints PASS/FAIL lines and exits 1 on a failure. --bench prints the kernel's
+read bandwidth on large tensors next to torch's own amax over the same memory.
+"""
+import math
+import sys
+
+import torch
+
+from ampprobe import _devstats, _vocab
+
+
+def expect(t, target):
+    fmax, tiny = _vocab.DTYPES[target]
+    if target == "f32":
+        fmax, tiny = math.inf, 0.0
+    e = _devstats.eager_stats(t, fmax, tiny).tolist()
+    return _devstats.Figures(e[8], e[0], e[1], *e[2:8], e[9])
+
+
+def same(a, b):
+    def close(x, y, rel):
+        if x is None or y is None:
+            return x is None and y is None
+        return abs(x - y) <= rel * max(abs(x), abs(y), 1e-30)
+    ints = ("numel", "n_nan", "n_posinf", "n_neginf", "n_overflow", "n_underflow", "n_zero")
+    return (all(getattr(a, k) == getattr(b, k) for k in ints) and close(a.min, b.min, 0)
+            and close(a.max, b.max, 0) and close(a.amax, b.amax, 0)
+            and close(a.sumsq, b.sumsq, 1e-4))
+
+
+def tensors(gen):
+    out = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for n in (1, 7, 8, 9, 4095, 4096, 65537, 3 * 2 ** 20 + 5):
+            x = torch.randn(n + 1, generator=gen, device="cuda").mul_(3).to(dtype)
+            if n > 100:
+                x[5] = float("nan")
+                x[17] = float("inf")
+                x[n // 2] = float("-inf")
+                x[n // 3] = 0
+                x[n // 4] = 1e-6 if dtype != torch.bfloat16 else 1e-39
+                if dtype != torch.float16:
+                    x[n // 5] = 7e4
+            out.append(x[:n])       # aligned
+            out.append(x[1:n + 1])  # one element in: the unvectorised path
+    out.append(torch.full((3000,), float("nan"), device="cuda", dtype=torch.float16))
+    out.append(torch.zeros(5000, device="cuda", dtype=torch.bfloat16))
+    return out
+
+
+def check(lib):
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    ts = tensors(gen)
+    fail = 0
+    for target in ("f16", "bf16", "f32"):
+        st = _devstats.StepStats(lib, capacity=4)  # grows while the step runs
+        bounds = _vocab.DTYPES[target]
+        for t in ts:
+            st.add(t, target, bounds)
+        st.add_many(ts, target, bounds)
+        for rnd in range(2):  # the slots come back emptied for the next step
+            got, extra = st.read([torch.tensor(2.5, device="cuda")])
+            want = [expect(t, target) for t in ts] * 2
+            bad = [i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w)]
+            ok = not bad and len(got) == len(want) and extra == [2.5]
+            print("%s devstats target=%s round %d: %d tensors%s" % (
+                "PASS" if ok else "FAIL", target, rnd, len(got),
+                "" if ok else " mismatch at %s: got %s want %s" % (
+                    bad[:3], vars_of(got[bad[0]]) if bad else "-",
+                    vars_of(want[bad[0]]) if bad else "-")))
+            fail |= not ok
+            for t in ts:
+                st.add(t, target, bounds)
+            st.add_many(ts, target, bounds)
+    return fail
+
+
+def vars_of(f):
+    return {k: getattr(f, k) for k in f.__slots__}
+
+
+def bench(lib):
+    print("%-6s %10s %14s %14s" % ("dtype", "MiB", "stats GB/s", "amax GB/s"))
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        x = torch.randn(256 * 2 ** 20 // torch.finfo(dtype).bits * 8, device="cuda").to(dtype)
+        st = _devstats.StepStats(lib)
+        reps = 50
+
+        def timed(fn):
+            fn()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(reps):
+                fn()
+            b.record()
+            torch.cuda.synchronize()
+            return a.elapsed_time(b) / reps
+
+        ms = timed(lambda: st.add(x, "f16", _vocab.DTYPES["f16"]))
+        st.read()
+        ref = timed(lambda: x.amax())
+        gb = x.numel() * x.element_size() / 1e9
+        print("%-6s %10.0f %14.0f %14.0f" % (str(dtype).split(".")[1], gb * 1e3 / 1.048576,
+                                             gb / ms * 1e3, gb / ref * 1e3))
+
+
+def main():
+    lib, why = _devstats.load_module(sys.argv[1])
+    if lib is None:
+        sys.exit("gpu_devstats.py: " + why)
+    fail = check(lib)
+    if "--bench" in sys.argv:
+        bench(lib)
+    sys.exit(1 if fail else 0)
+
+
+if __name__ == "__main__":
+    main()
