@@ -208,30 +208,42 @@ __device__ __forceinline__ void acc_typed(thread_acc &a, const cuda_stats_job &j
     else acc_tensor<T, false, false>(a, x, job.numel, block, blocks, lim);
 }
 
-__global__ void __launch_bounds__(STATS_BLOCK, 4)
-    stats_kernel(const __grid_constant__ stats_launch_params p) {
-    int j = 0;
-    while (j + 1 < p.n && (int)blockIdx.x >= p.first_block[j + 1]) j++;
-    const cuda_stats_job &job = p.job[j];
-    const int block = blockIdx.x - p.first_block[j], blocks = p.first_block[j + 1] - p.first_block[j];
+// This block's share of one job, added into the job's slot.
+__device__ __forceinline__ void stats_job(const cuda_stats_job &job, int block, int blocks,
+                                          stats_limits lim, amp_dtype target) {
     thread_acc a = {INFINITY, -INFINITY, 0.0f, 0, 0, 0, 0, 0, 0};
     switch (job.dtype) { // the same for the whole block
     case AMP_DTYPE_F32:
-        acc_typed<float>(a, job, false, block, blocks, p.lim);
+        acc_typed<float>(a, job, false, block, blocks, lim);
         break;
     case AMP_DTYPE_F16:
-        acc_typed<__half>(a, job, p.target == AMP_DTYPE_F16, block, blocks, p.lim);
+        acc_typed<__half>(a, job, target == AMP_DTYPE_F16, block, blocks, lim);
         break;
     case AMP_DTYPE_BF16:
-        acc_typed<__nv_bfloat16>(a, job, p.target == AMP_DTYPE_BF16, block, blocks, p.lim);
+        acc_typed<__nv_bfloat16>(a, job, target == AMP_DTYPE_BF16, block, blocks, lim);
         break;
     default: // integer tensors (rare: the instrumentation reads floating tensors)
         for (int64_t i = block * (int64_t)blockDim.x + threadIdx.x; i < job.numel;
              i += (int64_t)blocks * blockDim.x)
-            acc_value(a, cuda_load(job.dtype, job.data, i), p.lim);
+            acc_value(a, cuda_load(job.dtype, job.data, i), lim);
         break;
     }
-    block_add_to_slot(job, block == 0, a, p.lim);
+    block_add_to_slot(job, block == 0, a, lim);
+}
+
+// Many jobs: each block finds its job among the parameters' runs of blocks.
+__global__ void __launch_bounds__(STATS_BLOCK, 4)
+    stats_kernel(const __grid_constant__ stats_launch_params p) {
+    int j = 0;
+    while (j + 1 < p.n && (int)blockIdx.x >= p.first_block[j + 1]) j++;
+    const int first = p.first_block[j];
+    stats_job(p.job[j], blockIdx.x - first, p.first_block[j + 1] - first, p.lim, p.target);
+}
+
+// One job (the common call): small parameters launch faster than the many-job block.
+__global__ void __launch_bounds__(STATS_BLOCK, 4)
+    stats_kernel_one(const cuda_stats_job job, stats_limits lim, amp_dtype target) {
+    stats_job(job, blockIdx.x, gridDim.x, lim, target);
 }
 
 cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype target,
@@ -242,6 +254,13 @@ cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype targe
     if (target == AMP_DTYPE_F16) p.lim = {65520.0f, 6.103515625e-05f};
     if (target == AMP_DTYPE_BF16) p.lim = {3.3961775292304854e38f, 1.1754943508222875e-38f};
     const int64_t per_block = (int64_t)STATS_BLOCK * 16; // 16 values per thread at least
+    if (n == 1) {
+        if (jobs[0].numel <= 0) return cudaSuccess;
+        const int64_t b = (jobs[0].numel + per_block - 1) / per_block;
+        stats_kernel_one<<<b > STATS_MAX_BLOCKS ? STATS_MAX_BLOCKS : (int)b, STATS_BLOCK, 0,
+                           stream>>>(jobs[0], p.lim, target);
+        return cudaGetLastError();
+    }
     for (int done = 0; done < n;) {
         p.n = 0;
         p.first_block[0] = 0;
