@@ -362,11 +362,17 @@ START_TEST(test_every_record_type) {
                             .max_blocks_per_sm = -1};
     amp_record_gpu_info(&gpu);
     amp_record_gpu_info(&gpu); // every process reports its devices: one row
+    for (int k = 0; k < 3; k++) // two metrics, three samples: two names, six rows
+        for (int m = 0; m < 2; m++)
+            amp_record_gpu_metric(&(amp_rec_gpu_metric){
+                .device_id = 0, .start_ns = 1000 + 100 * k, .end_ns = 1100 + 100 * k,
+                .metric = m ? "dram__bytes_write.sum" : "dram__bytes_read.sum",
+                .value = 1e6 * (k + 1) + m});
     amp_record_stop();
     ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
     amp_collector_stats s;
     amp_collector_get_stats(c, &s);
-    ck_assert_int_eq(s.records, 21);
+    ck_assert_int_eq(s.records, 27);
     ck_assert_int_eq(s.steps, 2);
     ck_assert_int_eq(s.last_step, 1);
     ck_assert_int_eq(s.skipped, 1);
@@ -459,11 +465,17 @@ START_TEST(test_every_record_type) {
                      "mark");
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM TARGET_INFO_GPU"), 1);
     ck_assert_int_eq(q_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM TARGET_INFO_GPU_METRICS"), 2);
+    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM GPU_METRICS"), 6);
+    ck_assert_int_eq(q_int(db, "SELECT sum(value) FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS "
+                               "n USING (typeId, metricId) WHERE n.metricName = "
+                               "'dram__bytes_write.sum' AND g.end - g.timestamp = 100"),
+                     6000003);
     ck_assert_int_eq(q_int(db, "SELECT l2CacheSize FROM TARGET_INFO_GPU"), -999);
     // the process, and the indexes built at the end
     snprintf(sql, sizeof sql, "SELECT status FROM AMP_PROCESSES WHERE pid = %lld", (long long)pid);
     ck_assert_str_eq(q_text(db, sql, buf, 256), "complete");
-    ck_assert_int_eq(q_int(db, "SELECT records FROM AMP_PROCESSES"), 21);
+    ck_assert_int_eq(q_int(db, "SELECT records FROM AMP_PROCESSES"), 27);
     ck_assert_int_eq(q_int(db, "SELECT count(*) FROM PROCESSES"), 1);
     ck_assert_int_ge(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name "
                                "= 'AMP_TENSOR_STATS_step'"),

@@ -354,6 +354,16 @@ START_TEST(test_roundtrip_cupti_records) {
     ck_assert_int_eq(r.gpu_info.sm_count, 132);
     ck_assert_int_eq(r.gpu_info.max_blocks_per_sm, 32);
     free(buf);
+
+    amp_rec_gpu_metric gm = {.device_id = 1, .start_ns = 1000, .end_ns = 21000,
+                             .metric = "dram__bytes_read.sum", .value = 6.5e7};
+    r = roundtrip(AMP_REC_GPU_METRIC, &gm, &buf);
+    ck_assert_int_eq(r.gpu_metric.device_id, 1);
+    ck_assert_int_eq(r.gpu_metric.start_ns, 1000);
+    ck_assert_int_eq(r.gpu_metric.end_ns, 21000);
+    assert_str(r.gpu_metric.metric, "dram__bytes_read.sum");
+    ck_assert_double_eq(r.gpu_metric.value, 6.5e7);
+    free(buf);
 }
 END_TEST
 
@@ -442,7 +452,8 @@ START_TEST(test_random_bytes_never_crash) {
     static const uint16_t types[] = {
         AMP_REC_META,   AMP_REC_LAYER,   AMP_REC_STEP,   AMP_REC_SCALE,  AMP_REC_TENSOR_STATS,
         AMP_REC_OP,     AMP_REC_EVENT,   AMP_REC_STRING, AMP_REC_KERNEL, AMP_REC_MEMCPY,
-        AMP_REC_MEMSET, AMP_REC_RUNTIME, AMP_REC_SYNC,   AMP_REC_NVTX,   AMP_REC_GPU_INFO};
+        AMP_REC_MEMSET, AMP_REC_RUNTIME, AMP_REC_SYNC,   AMP_REC_NVTX,   AMP_REC_GPU_INFO,
+        AMP_REC_GPU_METRIC};
     srand(12345);
     int decoded = 0;
     for (int iter = 0; iter < 20000; iter++) {
@@ -451,7 +462,7 @@ START_TEST(test_random_bytes_never_crash) {
         for (uint32_t i = 0; i < len; i++) // short string lengths now and then, so some decode
             p[i] = (uint8_t)(rand() % 4 == 0 ? rand() % 8 : rand());
         amp_rec_any r;
-        decoded += amp_rec_decode(types[iter % 15], p, len, &r);
+        decoded += amp_rec_decode(types[iter % (sizeof types / sizeof *types)], p, len, &r);
         amp_rec_header h;
         const uint8_t *payload;
         amp_scan sc = amp_rec_scan(p, len, &h, &payload);

@@ -96,6 +96,7 @@ typedef enum amp_rec_type {
     AMP_REC_SYNC = 37,
     AMP_REC_NVTX = 38,
     AMP_REC_GPU_INFO = 39,
+    AMP_REC_GPU_METRIC = 40,
 } amp_rec_type;
 
 #define AMP_REC_STR_MAX 65535u // bytes kept of one string field
@@ -376,6 +377,16 @@ typedef struct amp_rec_gpu_info {
     int32_t threads_per_warp, async_engines, max_warps_per_sm, max_blocks_per_sm;
 } amp_rec_gpu_info;
 void amp_record_gpu_info(const amp_rec_gpu_info *r);
+
+// GPU_METRICS: one hardware-counter value of one device over [start_ns, end_ns) (`ampprobe run
+// --counters`: CUPTI PM sampling), e.g. "dram__bytes_read.sum" bytes in that interval.
+typedef struct amp_rec_gpu_metric {
+    int32_t device_id; // as TARGET_INFO_GPU.id
+    int64_t start_ns, end_ns;
+    const char *metric; // the CUPTI metric name
+    double value;
+} amp_rec_gpu_metric;
+void amp_record_gpu_metric(const amp_rec_gpu_metric *r);
 
 #ifdef __cplusplus
 }

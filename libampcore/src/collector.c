@@ -361,6 +361,8 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
                               local_string(c, f, r->nvtx.domain_id));
     case AMP_REC_GPU_INFO:
         return amp_store_gpu_info(s, &r->gpu_info);
+    case AMP_REC_GPU_METRIC:
+        return amp_store_gpu_metric(s, &r->gpu_metric);
     }
     return AMP_OK; // not reached: the caller skips types this build does not know
 }

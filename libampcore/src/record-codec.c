@@ -169,6 +169,11 @@ static const field gpu_info_fields[] = {I4(G, id),
                                         I4(G, max_blocks_per_sm)};
 #undef G
 
+#define GM amp_rec_gpu_metric
+static const field gpu_metric_fields[] = {I4(GM, device_id), I8(GM, start_ns), I8(GM, end_ns),
+                                          STR(GM, metric), I8(GM, value)};
+#undef GM
+
 #define DESC(list)                                                                                 \
     { 1, sizeof list / sizeof list[0], list }
 
@@ -180,7 +185,7 @@ static const rec_desc *desc_of(uint16_t type) {
                           kernel = DESC(kernel_fields), memcpy_ = DESC(memcpy_fields),
                           memset_ = DESC(memset_fields), runtime = DESC(runtime_fields),
                           sync = DESC(sync_fields), nvtx = DESC(nvtx_fields),
-                          gpu = DESC(gpu_info_fields);
+                          gpu = DESC(gpu_info_fields), gpu_metric = DESC(gpu_metric_fields);
     switch ((amp_rec_type)type) {
     case AMP_REC_META:
         return &meta;
@@ -212,6 +217,8 @@ static const rec_desc *desc_of(uint16_t type) {
         return &nvtx;
     case AMP_REC_GPU_INFO:
         return &gpu;
+    case AMP_REC_GPU_METRIC:
+        return &gpu_metric;
     }
     return NULL;
 }

@@ -83,6 +83,7 @@ typedef union amp_rec_any {
     amp_rec_sync sync;
     amp_rec_nvtx nvtx;
     amp_rec_gpu_info gpu_info;
+    amp_rec_gpu_metric gpu_metric;
 } amp_rec_any;
 
 // Whether this build knows record type t.

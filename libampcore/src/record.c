@@ -448,6 +448,7 @@ EMIT_FN(amp_record_runtime, amp_rec_runtime, AMP_REC_RUNTIME, AMP_TRACE_CUDA)
 EMIT_FN(amp_record_sync, amp_rec_sync, AMP_REC_SYNC, AMP_TRACE_CUDA)
 EMIT_FN(amp_record_nvtx, amp_rec_nvtx, AMP_REC_NVTX, AMP_TRACE_NVTX)
 EMIT_FN(amp_record_gpu_info, amp_rec_gpu_info, AMP_REC_GPU_INFO, AMP_TRACE_CUDA)
+EMIT_FN(amp_record_gpu_metric, amp_rec_gpu_metric, AMP_REC_GPU_METRIC, AMP_TRACE_CUDA)
 
 void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
                                   const amp_rec_stats_entry *entries, const amp_stats *stats,

@@ -184,6 +184,12 @@ static const char schema_sql[] =
     "  maxBlockDimX INTEGER, maxBlockDimY INTEGER, maxBlockDimZ INTEGER, maxGridDimX INTEGER,\n"
     "  maxGridDimY INTEGER, maxGridDimZ INTEGER, computeMajor INTEGER, computeMinor INTEGER,\n"
     "  smMajor INTEGER, smMinor INTEGER);\n"
+    "CREATE TABLE GPU_METRICS (\n"
+    "  timestamp INTEGER NOT NULL, end INTEGER NOT NULL, typeId INTEGER NOT NULL,\n"
+    "  metricId INTEGER NOT NULL, value REAL);\n"
+    "CREATE TABLE TARGET_INFO_GPU_METRICS (\n"
+    "  typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL,\n"
+    "  PRIMARY KEY (typeId, metricId));\n"
     "CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
     "CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
     "CREATE TABLE ENUM_CUPTI_SYNC_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);\n"
@@ -243,7 +249,8 @@ static const char index_sql[] =
     "(start);\n"
     "CREATE INDEX IF NOT EXISTS CUPTI_ACTIVITY_KIND_SYNCHRONIZATION_start "
     "ON CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start);\n"
-    "CREATE INDEX IF NOT EXISTS NVTX_EVENTS_start ON NVTX_EVENTS (start);\n";
+    "CREATE INDEX IF NOT EXISTS NVTX_EVENTS_start ON NVTX_EVENTS (start);\n"
+    "CREATE INDEX IF NOT EXISTS GPU_METRICS_timestamp ON GPU_METRICS (timestamp);\n";
 
 // ---------------------------------------------------------------------------------------------
 // Statements
@@ -270,6 +277,8 @@ typedef enum stmt_id {
     ST_SYNC,
     ST_NVTX,
     ST_GPU,
+    ST_METRIC,
+    ST_METRIC_NAME,
     ST_COUNT
 } stmt_id;
 
@@ -317,6 +326,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                "maxRegistersPerSm, maxShmemPerBlock, maxShmemPerBlockOptin, maxShmemPerSm, "
                "threadsPerWarp, asyncEngines, maxWarpsPerSm, maxBlocksPerSm) VALUES (0, ?, ?, ?, "
                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [ST_METRIC] = "INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?, ?)",
+    [ST_METRIC_NAME] = "INSERT OR IGNORE INTO TARGET_INFO_GPU_METRICS VALUES (?, ?, ?)",
 };
 
 typedef struct kernel_name_ids {
@@ -335,6 +346,8 @@ struct amp_store {
     char *key_buf;
     size_t key_cap;
     amp_strmap gpus; // "id/uuid" of the TARGET_INFO_GPU rows
+    amp_strmap metrics; // "device/metric name" -> metricId
+    int64_t n_metrics;
     // WAL checkpoints run on a thread with a connection of its own, next to the inserts
     sqlite3 *ckpt_db;
     pthread_t ckpt_thread;
@@ -524,6 +537,7 @@ void amp_store_close(amp_store *s) {
     amp_strmap_free(&s->strings);
     amp_strmap_free(&s->kernel_keys);
     amp_strmap_free(&s->gpus);
+    amp_strmap_free(&s->metrics);
     free(s->kernel_ids);
     free(s->key_buf);
     free(s->path);
@@ -965,6 +979,33 @@ amp_status amp_store_gpu_info(amp_store *s, const amp_rec_gpu_info *r) {
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         bind_opt(st, 7 + (int)i, ints[i]);
     return run(s, ST_GPU);
+}
+
+amp_status amp_store_gpu_metric(amp_store *s, const amp_rec_gpu_metric *r) {
+    char key[256];
+    const char *name = r->metric ? r->metric : "";
+    int n = snprintf(key, sizeof key, "%d/%s", r->device_id, name);
+    bool found;
+    int64_t *id = amp_strmap_get_or_put(&s->metrics, key,
+                                        (size_t)n < sizeof key ? (size_t)n : sizeof key - 1,
+                                        s->n_metrics, &found);
+    int64_t metric_id = *id; // before any other insert into the map
+    if (!found) {
+        s->n_metrics++;
+        sqlite3_stmt *st = s->st[ST_METRIC_NAME];
+        bind_i64(st, 1, r->device_id);
+        bind_i64(st, 2, metric_id);
+        bind_str(st, 3, name);
+        amp_status e = run(s, ST_METRIC_NAME);
+        if (e != AMP_OK) return e;
+    }
+    sqlite3_stmt *st = s->st[ST_METRIC];
+    bind_i64(st, 1, r->start_ns);
+    bind_i64(st, 2, r->end_ns);
+    bind_i64(st, 3, r->device_id);
+    bind_i64(st, 4, metric_id);
+    bind_f64(st, 5, r->value);
+    return run(s, ST_METRIC);
 }
 
 // ---------------------------------------------------------------------------------------------

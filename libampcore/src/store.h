@@ -74,6 +74,7 @@ amp_status amp_store_sync(amp_store *s, int32_t pid, const amp_rec_sync *r);
 amp_status amp_store_nvtx(amp_store *s, int32_t pid, const amp_rec_nvtx *r, int64_t text_id,
                           int64_t domain_id);
 amp_status amp_store_gpu_info(amp_store *s, const amp_rec_gpu_info *r);
+amp_status amp_store_gpu_metric(amp_store *s, const amp_rec_gpu_metric *r);
 
 // nsys's serialized ids: globalPid = pid << 24, globalTid = globalPid | tid.
 static inline int64_t amp_global_pid(int32_t pid) {
