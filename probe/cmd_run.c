@@ -57,7 +57,10 @@ static const char usage_text[] =
     "      --stats-every N  per-layer tensor statistics every N steps (default: every step)\n"
     "      --trace LIST     what to record: a comma list of amp, cuda, nvtx (default: all;\n"
     "                       cuda and nvtx load libampprobe_inject.so into PROG and its children)\n"
-    "      --counters       GPU hardware counters (not available yet)\n"
+    "      --counters       also sample GPU hardware counters (DRAM bytes, tensor-pipe and\n"
+    "                       GPU activity, every 100 us by CUPTI PM sampling) into GPU_METRICS;\n"
+    "                       needs cuda in --trace; where counters are not permitted it says\n"
+    "                       why and the report uses analytic FLOPs and bytes\n"
     "      --tui            follow the run in the TUI ('ampprobe tui'); PROG's output goes\n"
     "                       to FILE.log\n"
     "      --torch          PROG is a PyTorch program (python3 train.py): record the model\n"
@@ -76,7 +79,8 @@ typedef struct run_opts {
     const char *trace;       // validated
     bool trace_given;
     bool tui;
-    bool torch;  // --torch
+    bool counters; // --counters
+    bool torch;    // --torch
     char **prog; // PROG and its arguments, NULL-terminated
 } run_opts;
 
@@ -151,9 +155,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                                    o->trace);
             o->trace_given = true;
         } else if (IS("--counters")) {
-            fprintf(stderr, "ampprobe run: --counters: GPU hardware counters are not available "
-                            "yet\n");
-            return 2;
+            if (eq) return usage_error("%s takes no value", a);
+            o->counters = true;
         } else if (IS("--tui")) {
             if (eq) return usage_error("%s takes no value", a);
             o->tui = true;
@@ -166,6 +169,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
 #undef IS
     }
     if (i >= argc) return usage_error("%s", "no program to run: ampprobe run [options] -- PROG");
+    if (o->counters && !strstr(o->trace, "cuda"))
+        return usage_error("--counters needs cuda in --trace (it is '%s')", o->trace);
     o->prog = argv + i;
     return 0;
 }
@@ -487,6 +492,8 @@ int amp_cmd_run(int argc, char **argv) {
 
     setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(r.collector), 1);
     setenv("AMPPROBE_TRACE", o.trace, 1);
+    if (o.counters) setenv("AMPPROBE_COUNTERS", "1", 1);
+    else unsetenv("AMPPROBE_COUNTERS");
     if (o.stats_every) setenv("AMPPROBE_STATS_EVERY", o.stats_every, 1);
     unsetenv("AMPPROBE_OUT"); // this launcher is the collector
     int log_fd = -1;

@@ -120,6 +120,10 @@ typedef struct report_kernel {
     int64_t launches, total_ns;
     int64_t short_launches;  // shorter than REPORT_LAUNCH_BOUND_NS
     double flops, bytes;     // analytic, from the ops that launched it (shared by duration); 0: none
+    // hardware counters (GPU_METRICS, `ampprobe run --counters`): the DRAM bytes and tensor-pipe
+    // busy time of the samples its launches overlap, shared by overlap time; covered_ns is the
+    // part of total_ns that samples covered (0: no counters)
+    double dram_bytes, tensor_ns, covered_ns;
 } report_kernel;
 
 #define REPORT_LAUNCH_BOUND_NS 5000 // a kernel shorter than this is dominated by launch overhead
@@ -148,6 +152,8 @@ typedef struct report_perf {
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns;        // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
     int64_t attributed_ns;         // kernel time attributed to an AMP_OPS op
+    int64_t counter_samples;       // GPU_METRICS samples in the window
+    char counters_reason[256];     // META counters_reason: why --counters had none; "" otherwise
 } report_perf;
 
 typedef struct report_model {

@@ -309,6 +309,7 @@ typedef struct op_row {
 
 typedef struct launch {
     int32_t pid;        // process (globalPid >> 24)
+    int32_t dev;        // deviceId
     int32_t kernel;     // index into perf.kernels
     int64_t start, end; // the kernel
     int64_t corr;       // correlationId; -1: none
@@ -350,10 +351,10 @@ static bool load_kernels(loader *l, id_table *names, launch **v, size_t *n) {
     bool whole = l->lo_ns == INT64_MIN && l->hi_ns == INT64_MAX;
     if (!prep(l,
               whole ? "SELECT start, end, shortName, IFNULL(correlationId, -1), "
-                      "IFNULL(globalPid, 0) >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                      "IFNULL(globalPid, 0) >> 24, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL "
                       "WHERE +start BETWEEN ?1 AND ?2"
                     : "SELECT start, end, shortName, IFNULL(correlationId, -1), "
-                      "IFNULL(globalPid, 0) >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                      "IFNULL(globalPid, 0) >> 24, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL "
                       "WHERE start BETWEEN ?1 AND ?2",
               &q))
         return false;
@@ -375,6 +376,7 @@ static bool load_kernels(loader *l, id_table *names, launch **v, size_t *n) {
             *v = amp_xrealloc(*v, cap * sizeof **v);
         }
         (*v)[(*n)++] = (launch){.pid = sqlite3_column_int(q, 4),
+                                .dev = sqlite3_column_int(q, 5),
                                 .kernel = ki,
                                 .start = s,
                                 .end = e,
@@ -416,6 +418,91 @@ static void timeline(report_model *m, launch *v, size_t n) {
     }
     p->span_ns = cur_end - v[0].start;
     free(c.by_start);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hardware counters: PM samples (GPU_METRICS) shared among the kernels they overlap
+
+typedef struct pm_sample {
+    int64_t start, end;
+    int32_t dev;
+    double bytes;  // DRAM read + write
+    double tensor; // tensor pipe busy, share of its peak (0..1)
+} pm_sample;
+
+static bool table_exists(loader *l, const char *name) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(l->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                           -1, &q, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
+    bool yes = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return yes;
+}
+
+// Why --counters recorded none (META counters_reason), for the report to say.
+static bool counters_reason(loader *l) {
+    sqlite3_stmt *q;
+    if (!prep(l, "SELECT value FROM META WHERE key = 'counters_reason' LIMIT 1", &q)) return false;
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW && sqlite3_column_text(q, 0))
+        snprintf(l->m->perf.counters_reason, sizeof l->m->perf.counters_reason, "%s",
+                 (const char *)sqlite3_column_text(q, 0));
+    return done(l, q, rc == SQLITE_ROW ? SQLITE_DONE : rc);
+}
+
+// Each kernel's share of the samples it overlaps, by overlap time (v sorted by start). A run
+// recorded without --counters, or by an ampprobe older than GPU_METRICS, has no samples.
+static bool load_counters(loader *l, launch *v, size_t n) {
+    if (!table_exists(l, "GPU_METRICS")) return true;
+    sqlite3_stmt *q;
+    if (!prep(l,
+              "SELECT g.timestamp, g.end, g.typeId, "
+              "  sum(CASE WHEN n.metricName IN ('dram__bytes_read.sum', 'dram__bytes_write.sum') "
+              "      THEN g.value END), "
+              "  sum(CASE WHEN n.metricName = 'sm__pipe_tensor_cycles_active_realtime.avg."
+              "pct_of_peak_sustained_elapsed' THEN g.value END) "
+              "FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS n USING (typeId, metricId) "
+              "WHERE g.timestamp BETWEEN ?1 AND ?2 GROUP BY g.typeId, g.timestamp "
+              "ORDER BY g.timestamp",
+              &q))
+        return false;
+    pm_sample *s = NULL;
+    size_t ns = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t a = sqlite3_column_int64(q, 0), b = sqlite3_column_int64(q, 1);
+        if (b <= a) continue;
+        if (ns == cap) {
+            cap = cap ? 2 * cap : 4096;
+            s = amp_xrealloc(s, cap * sizeof *s);
+        }
+        s[ns++] = (pm_sample){a, b, sqlite3_column_int(q, 2), sqlite3_column_double(q, 3),
+                              sqlite3_column_double(q, 4) / 100.0};
+    }
+    bool ok = done(l, q, rc);
+    report_perf *p = &l->m->perf;
+    p->counter_samples = (int64_t)ns;
+    size_t j = 0; // the first sample that ends after the current kernel starts
+    for (size_t i = 0; ok && i < n; i++) {
+        const launch *k = &v[i];
+        while (j < ns && s[j].end <= k->start)
+            j++;
+        report_kernel *x = &p->kernels[k->kernel];
+        for (size_t t = j; t < ns && s[t].start < k->end; t++) {
+            if (s[t].dev != k->dev) continue;
+            int64_t from = k->start > s[t].start ? k->start : s[t].start;
+            int64_t to = k->end < s[t].end ? k->end : s[t].end;
+            if (to <= from) continue;
+            double overlap = (double)(to - from);
+            x->dram_bytes += s[t].bytes * overlap / (double)(s[t].end - s[t].start);
+            x->tensor_ns += s[t].tensor * overlap;
+            x->covered_ns += overlap;
+        }
+    }
+    free(s);
+    return ok;
 }
 
 // The host time of each kernel's launch call: CUPTI_ACTIVITY_KIND_RUNTIME by process and
@@ -668,9 +755,11 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     bool ok = load_gpu(&l) && load_kernels(&l, &names, &v, &n) && load_copies(&l) &&
               load_ops(&l, n ? &rows : NULL, &n_rows);
     if (ok && n) {
-        timeline(m, v, n);
-        ok = name_kernels(&l, &names) && (n_rows == 0 || attribute(&l, v, n, rows, n_rows));
+        timeline(m, v, n); // sorts v by start, as load_counters wants it
+        ok = load_counters(&l, v, n) && name_kernels(&l, &names) &&
+             (n_rows == 0 || attribute(&l, v, n, rows, n_rows));
     }
+    ok = ok && counters_reason(&l);
     free(v);
     free(rows);
     ids_free(&names);

@@ -4,9 +4,11 @@
  * memory-bound (below it) or launch-bound (kernels shorter than ~5 us: the launch costs more
  * than the work), with the achieved share of the roof.
  *
- * FLOPs and bytes are the analytic ones of the ops that launched the kernels (report_perf.c; the
- * capture's hardware counters have no table yet); a kernel no op claims is classed by its name
- * (gemm/nvjet/xmma/cutlass/conv: compute) and says so. The ceilings are those `ampprobe
+ * FLOPs and bytes are the analytic ones of the ops that launched the kernels (report_perf.c).
+ * With hardware counters (`ampprobe run --counters`) a kernel's DRAM bytes are the measured ones
+ * of the samples it ran in; without analytic FLOPs it is then placed by which of its two
+ * ceilings it came closer to: DRAM bandwidth or the tensor pipe's busy time. A kernel with
+ * neither is classed by its name (gemm/nvjet/xmma/cutlass/conv: compute) and says so. The ceilings are those `ampprobe
  * calibrate` measured, else TARGET_INFO_GPU's bandwidth and the default table, marked as an
  * assumption. One info finding sums it up; a layer that holds
  * >= 20% of the GPU time at < 10% of its roof is a warning.
@@ -26,16 +28,33 @@ static const char *const bound_names[] = {"compute-bound", "memory-bound", "laun
 
 typedef struct place {
     bound b;
-    bool by_name;      // no analytic figures: classed by the kernel's name
+    bool by_name;      // no analytic figures nor counters: classed by the kernel's name
+    bool counters;     // placed with measured DRAM bytes (and tensor-pipe time)
     double ai;         // FLOP/byte; NaN: unknown
     double efficiency; // achieved / roof at this intensity; NaN: unknown
 } place;
 
-static place classify(const report_gpu *g, const char *name, double flops, double bytes, double ns,
-                      int64_t launches) {
+// Counters cover a kernel when samples span at least half of its time.
+static bool covered(const report_kernel *k) {
+    return k && k->covered_ns >= 0.5 * (double)k->total_ns && k->dram_bytes > 0;
+}
+
+static place classify(const report_gpu *g, const report_kernel *k, const char *name, double flops,
+                      double bytes, double ns, int64_t launches) {
     place p = {.ai = NAN, .efficiency = NAN};
     if (launches > 0 && ns / (double)launches < REPORT_LAUNCH_BOUND_NS) {
         p.b = BOUND_LAUNCH;
+    } else if (covered(k)) {
+        p.counters = true;
+        bytes = k->dram_bytes * ns / k->covered_ns; // measured, over the whole time
+        if (flops <= 0) {
+            double dram = bytes / (ns * 1e-9) / g->bandwidth, tensor = k->tensor_ns / k->covered_ns;
+            p.b = tensor >= dram ? BOUND_COMPUTE : BOUND_MEMORY;
+            p.efficiency = fmax(tensor, dram);
+            return p;
+        }
+        p.ai = flops / bytes;
+        p.b = p.ai >= g->peak_flops / g->bandwidth ? BOUND_COMPUTE : BOUND_MEMORY;
     } else if (flops > 0 && bytes > 0) {
         p.ai = flops / bytes;
         p.b = p.ai >= g->peak_flops / g->bandwidth ? BOUND_COMPUTE : BOUND_MEMORY;
@@ -84,11 +103,13 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     double ridge = g->peak_flops / g->bandwidth;
     double share[3] = {0};
     bool any_by_name = false;
+    int64_t by_counters = 0;
     for (size_t i = 0; i < p->n_kernels; i++) {
         const report_kernel *k = &p->kernels[i];
-        place pl = classify(g, k->name, k->flops, k->bytes, (double)k->total_ns, k->launches);
+        place pl = classify(g, k, k->name, k->flops, k->bytes, (double)k->total_ns, k->launches);
         share[pl.b] += (double)k->total_ns / (double)p->kernel_ns;
         any_by_name |= pl.by_name;
+        by_counters += pl.counters;
     }
 
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
@@ -100,32 +121,55 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     size_t k = (size_t)snprintf(f->detail, sizeof f->detail, "Largest kernels:");
     for (size_t i = 0; i < p->n_kernels && i < LIST_MAX && k < sizeof f->detail; i++) {
         const report_kernel *x = &p->kernels[i];
-        place pl = classify(g, x->name, x->flops, x->bytes, (double)x->total_ns, x->launches);
+        place pl = classify(g, x, x->name, x->flops, x->bytes, (double)x->total_ns, x->launches);
         int c = snprintf(f->detail + k, sizeof f->detail - k,
                          "%s %.60s %.0f%% of GPU time, %lld x %.1f us, %s%s", i ? ";" : "", x->name,
                          100.0 * (double)x->total_ns / (double)p->kernel_ns, (long long)x->launches,
                          (double)x->total_ns / (double)x->launches / 1e3, bound_names[pl.b],
                          pl.by_name ? " (by name)" : "");
         if (c > 0) k += (size_t)c;
+        if (pl.counters && k < sizeof f->detail) {
+            double sec = x->covered_ns * 1e-9;
+            c = snprintf(f->detail + k, sizeof f->detail - k,
+                         " (counters: DRAM %.0f%% of peak, tensor pipe %.0f%% busy)",
+                         100 * x->dram_bytes / sec / g->bandwidth,
+                         100 * x->tensor_ns / x->covered_ns);
+            if (c > 0) k += (size_t)c;
+        }
         if (!isnan(pl.efficiency) && k < sizeof f->detail) {
-            c = snprintf(f->detail + k, sizeof f->detail - k, " at %.0f%% of the roof (AI %.3g)",
-                         100 * pl.efficiency, pl.ai);
+            c = isnan(pl.ai) ? snprintf(f->detail + k, sizeof f->detail - k,
+                                        " at %.0f%% of the nearer roof", 100 * pl.efficiency)
+                             : snprintf(f->detail + k, sizeof f->detail - k,
+                                        " at %.0f%% of the roof (AI %.3g)", 100 * pl.efficiency,
+                                        pl.ai);
             if (c > 0) k += (size_t)c;
         }
     }
-    if (k < sizeof f->detail)
+    if (k < sizeof f->detail) {
+        int c = snprintf(f->detail + k, sizeof f->detail - k,
+                         ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
+                         g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
+                         g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
+                         g->peak_assumed && !g->bandwidth_assumed
+                             ? "; bandwidth from TARGET_INFO_GPU"
+                             : "");
+        if (c > 0) k += (size_t)c;
+    }
+    if (k < sizeof f->detail && p->counter_samples > 0)
         snprintf(f->detail + k, sizeof f->detail - k,
-                 ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
-                 g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
-                 g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
-                 g->peak_assumed && !g->bandwidth_assumed ? "; bandwidth from TARGET_INFO_GPU"
-                                                          : "");
+                 " Hardware counters: %lld samples; %lld kernel names placed with measured DRAM "
+                 "bytes.", (long long)p->counter_samples, (long long)by_counters);
+    else if (k < sizeof f->detail && p->counters_reason[0])
+        snprintf(f->detail + k, sizeof f->detail - k,
+                 " Hardware counters were asked for but not recorded (%s): analytic figures "
+                 "only.", p->counters_reason);
     snprintf(f->advice, sizeof f->advice,
              "Compute-bound kernels gain from fp16/bf16 Tensor Cores; memory-bound ones from "
              "fewer bytes (fp16/bf16 activations, fused elementwise ops: torch.compile); "
              "launch-bound ones only from fewer launches (CUDA graphs, fusion, a larger batch).%s",
              any_by_name ? " Kernels no op claims are classed by name: record them with "
-                           "libampcore (or NVTX ranges) for FLOP counts."
+                           "libampcore (or NVTX ranges) for FLOP counts, or measure them with "
+                           "`ampprobe run --counters`."
                          : "");
     report_finding_evidence(f, "compute_share", share[BOUND_COMPUTE]);
     report_finding_evidence(f, "memory_share", share[BOUND_MEMORY]);
@@ -135,13 +179,15 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "ridge_flop_per_byte", ridge);
     report_finding_evidence(f, "ceilings_assumed", g->peak_assumed ? 1 : 0);
     report_finding_evidence(f, "kernels", (double)p->launches);
+    report_finding_evidence(f, "counter_samples", (double)p->counter_samples);
+    report_finding_evidence(f, "kernels_by_counters", (double)by_counters);
 
     layer_sum layers[256];
     size_t n = layers_of(m, layers, sizeof layers / sizeof layers[0]);
     for (size_t i = 0; i < n; i++) {
         const layer_sum *l = &layers[i];
         double layer_share = l->ns / (double)p->kernel_ns;
-        place pl = classify(g, NULL, l->flops, l->bytes, l->ns, l->kernels);
+        place pl = classify(g, NULL, NULL, l->flops, l->bytes, l->ns, l->kernels);
         if (layer_share < LAYER_SHARE_WARN || pl.b == BOUND_LAUNCH || isnan(pl.efficiency) ||
             pl.efficiency >= EFFICIENCY_WARN)
             continue;

@@ -602,6 +602,51 @@ START_TEST(roofline_efficient_kernels_are_a_note) {
 }
 END_TEST
 
+START_TEST(roofline_places_kernels_by_hardware_counters) {
+    // kernels no op claims (no analytic figures), named like a GEMM: compute-bound by name
+    gpu_run(5, 1, 1000000, 0, 0, 0);
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    const report_finding *info = &findings.v[findings.n - 1];
+    ck_assert_ptr_nonnull(strstr(info->title, "100% compute-bound"));
+    ck_assert_ptr_nonnull(strstr(info->detail, "(by name)"));
+    ck_assert_close(evidence(info, "counter_samples"), 0, 0, 0);
+    release();
+    // --counters asked for but refused: the report says why
+    sql("INSERT INTO META VALUES ('counters_reason', 'GPU 0: cuptiPmSamplingEnable: "
+        "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES', 1);");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    info = &findings.v[findings.n - 1];
+    ck_assert_ptr_nonnull(strstr(info->detail, "asked for but not recorded"));
+    ck_assert_ptr_nonnull(strstr(info->detail, "INSUFFICIENT_PRIVILEGES"));
+    release();
+    // PM samples over each kernel: 3 GB of DRAM traffic per 1 ms kernel (3 TB/s) and the tensor
+    // pipe 5% busy: memory-bound, whatever the name says; samples in the gaps count for nothing
+    sql("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (0, 0, 'dram__bytes_read.sum'), "
+        "(0, 1, 'dram__bytes_write.sum'), "
+        "(0, 2, 'sm__pipe_tensor_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed');"
+        "INSERT INTO GPU_METRICS SELECT start, end, 0, 0, 2e9 FROM CUPTI_ACTIVITY_KIND_KERNEL;"
+        "INSERT INTO GPU_METRICS SELECT start, end, 0, 1, 1e9 FROM CUPTI_ACTIVITY_KIND_KERNEL;"
+        "INSERT INTO GPU_METRICS SELECT start, end, 0, 2, 5 FROM CUPTI_ACTIVITY_KIND_KERNEL;"
+        "INSERT INTO GPU_METRICS SELECT end, end + 1000000, 0, 0, 7e9 FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL;");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    info = &findings.v[findings.n - 1];
+    ck_assert_ptr_nonnull(strstr(info->title, "100% memory-bound"));
+    ck_assert_ptr_null(strstr(info->detail, "(by name)"));
+    ck_assert_ptr_nonnull(strstr(info->detail, "counters: DRAM"));
+    ck_assert_ptr_nonnull(strstr(info->detail, "tensor pipe 5% busy"));
+    ck_assert_close(evidence(info, "counter_samples"), 10, 0, 0);
+    ck_assert_close(evidence(info, "kernels_by_counters"), 1, 0, 0);
+    release();
+    // the tensor pipe busier than DRAM is near its roof: compute-bound
+    sql("UPDATE GPU_METRICS SET value = 90 WHERE metricId = 2;");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    info = &findings.v[findings.n - 1];
+    ck_assert_ptr_nonnull(strstr(info->title, "100% compute-bound"));
+    release();
+}
+END_TEST
+
 START_TEST(gpu_idle_gaps_are_a_warning) {
     gpu_run(5, 10, 100000, 500000, 1e9, 1e7); // 0.1 ms kernels 0.5 ms apart
     analyse("gpu-idle", INT64_MIN, INT64_MAX);
@@ -996,6 +1041,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, roofline_slow_compute_layer_is_a_warning);
     tcase_add_test(tc, roofline_uses_the_calibrated_ceilings);
     tcase_add_test(tc, roofline_efficient_kernels_are_a_note);
+    tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);

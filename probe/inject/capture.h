@@ -49,6 +49,13 @@ static inline bool amp_capture_wanted(amp_trace t) {
 // (nothing emitted) when the driver is not loaded or does not know the device. (gpu-info.c)
 bool amp_capture_gpu_info_emit(uint32_t ordinal);
 
+// --counters (AMPPROBE_COUNTERS=1 from the launcher): PM sampling of each device a context was
+// made on, decoded into GPU_METRICS records. All three are called from the flush thread or the
+// exit handler, never from a driver callback. (counters.c)
+void amp_counters_device_seen(uint32_t device); // starts sampling it (once; says so if it cannot)
+void amp_counters_poll(void);                   // emits the samples completed so far
+void amp_counters_stop(void);                   // the rest, then disables sampling
+
 // The demangled form of a C++ kernel name (__cxa_demangle of the process, or of libstdc++ when
 // the program has none), cached for the life of the process; NULL for a name that is not
 // mangled or cannot be demangled. Thread-safe. (kernel-names.c)

@@ -46,6 +46,7 @@ static struct {
     pthread_mutex_t timer_lock;
     pthread_cond_t wake;
     bool flusher_running, stop;
+    bool counters; // --counters: PM sampling (counters.c), driven by the flush thread
     const char *runtime_names[CUPTI_RUNTIME_TRACE_CBID_SIZE]; // of the recorded API calls
     const char *driver_names[CUPTI_DRIVER_TRACE_CBID_SIZE];
     amp_capture_stats stats;
@@ -91,6 +92,7 @@ static const char *api_name(bool driver, uint32_t cbid) {
 }
 
 static uint64_t devices_seen; // bit per device ordinal < 64 already described (atomic)
+static uint64_t counters_todo; // bit per device whose counters the flush thread is to start
 
 // Describes a device from the driver once: on its first context, or when CUPTI's DEVICE record
 // comes first (that record then goes unused, unless the driver cannot say).
@@ -98,6 +100,7 @@ static bool describe_device(uint32_t ordinal) {
     if (ordinal >= 64) return false;
     uint64_t bit = 1ull << ordinal;
     if (__atomic_fetch_or(&devices_seen, bit, __ATOMIC_RELAXED) & bit) return true;
+    if (g.counters) __atomic_fetch_or(&counters_todo, bit, __ATOMIC_RELAXED);
     if (amp_capture_gpu_info_emit(ordinal)) return true;
     __atomic_fetch_and(&devices_seen, ~bit, __ATOMIC_RELAXED);
     return false;
@@ -180,6 +183,12 @@ static void *flusher_main(void *arg) {
         if (pthread_cond_timedwait(&g.wake, &g.timer_lock, &ts) == 0) continue; // woken: stop?
         pthread_mutex_unlock(&g.timer_lock);
         cuptiActivityFlushAll(0); // completed buffers, partly filled ones too
+        if (g.counters) {
+            uint64_t todo = __atomic_exchange_n(&counters_todo, 0, __ATOMIC_RELAXED);
+            for (uint32_t d = 0; todo; d++, todo >>= 1)
+                if (todo & 1) amp_counters_device_seen(d);
+            amp_counters_poll();
+        }
         pthread_mutex_lock(&g.timer_lock);
     }
     pthread_mutex_unlock(&g.timer_lock);
@@ -211,6 +220,7 @@ static void at_exit(void) {
         pthread_join(g.flusher, NULL);
         g.flusher_running = false;
     }
+    if (g.counters) amp_counters_stop();
     CUPTI_OK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     const amp_capture_stats *s = &g.stats;
     meta_i64("cupti_kernels", s->kernels);
@@ -293,6 +303,8 @@ static void tracing_start(void) {
         return;
     }
     g.pid = getpid();
+    const char *counters = getenv("AMPPROBE_COUNTERS");
+    g.counters = counters && *counters && strcmp(counters, "0") != 0;
     bool ok = CUPTI_OK(cuptiEnableDomain(1, g.subscriber, CUPTI_CB_DOMAIN_STATE)) &&
               CUPTI_OK(cuptiEnableCallback(1, g.subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                            CUPTI_CBID_RESOURCE_CONTEXT_CREATED)) &&
