@@ -118,7 +118,13 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
              "kernels on %s",
              100 * share[BOUND_COMPUTE], 100 * share[BOUND_MEMORY], 100 * share[BOUND_LAUNCH],
              g->name ? g->name : "the GPU");
-    size_t k = (size_t)snprintf(f->detail, sizeof f->detail, "Largest kernels:");
+    size_t k = 0;
+    if (p->counter_samples > 0)
+        k = (size_t)snprintf(f->detail, sizeof f->detail,
+                             "Hardware counters: %lld samples; %lld kernel names placed with "
+                             "measured DRAM bytes. ",
+                             (long long)p->counter_samples, (long long)by_counters);
+    k += (size_t)snprintf(f->detail + k, sizeof f->detail - k, "Largest kernels:");
     for (size_t i = 0; i < p->n_kernels && i < LIST_MAX && k < sizeof f->detail; i++) {
         const report_kernel *x = &p->kernels[i];
         place pl = classify(g, x, x->name, x->flops, x->bytes, (double)x->total_ns, x->launches);
@@ -155,11 +161,7 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
                              : "");
         if (c > 0) k += (size_t)c;
     }
-    if (k < sizeof f->detail && p->counter_samples > 0)
-        snprintf(f->detail + k, sizeof f->detail - k,
-                 " Hardware counters: %lld samples; %lld kernel names placed with measured DRAM "
-                 "bytes.", (long long)p->counter_samples, (long long)by_counters);
-    else if (k < sizeof f->detail && p->counters_reason[0])
+    if (k < sizeof f->detail && p->counter_samples == 0 && p->counters_reason[0])
         snprintf(f->detail + k, sizeof f->detail - k,
                  " Hardware counters were asked for but not recorded (%s): analytic figures "
                  "only.", p->counters_reason);

@@ -47,7 +47,7 @@ typedef struct sampler {
     CUpti_Profiler_Host_Object *host;
     uint8_t *image; // counter data image
     size_t image_bytes;
-    size_t emitted;   // samples of the image already emitted
+    uint8_t *avail, *config; // kept while sampling: CUPTI holds on to them
     bool first_image; // its sample 0 covers enable-to-start: dropped
     int64_t samples, overflows;
 } sampler;
@@ -96,8 +96,8 @@ static void unavailable(uint32_t device, const char *call, CUptiResult r) {
     } while (0)
 
 static bool sampler_open(sampler *s, uint32_t device) {
-    uint8_t *avail = NULL, *config = NULL;
     memset(s, 0, sizeof *s);
+    uint8_t *avail = NULL, *config = NULL;
     s->device = device;
     CUpti_Device_GetChipName_Params chip = {.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE,
                                             .deviceIndex = device};
@@ -158,8 +158,8 @@ static bool sampler_open(sampler *s, uint32_t device) {
                                         .pPmSamplingObject = s->obj};
     TRY(cuptiPmSamplingStart, &st);
     s->first_image = true;
-    free(avail);
-    free(config);
+    s->avail = avail;
+    s->config = config;
     return true;
 fail:
     if (s->obj) {
@@ -179,7 +179,7 @@ fail:
     return false;
 }
 
-// Emits the image's completed samples not emitted yet; empties the image when it is full.
+// Decodes what the hardware buffer holds, emits the completed samples and empties the image.
 static void sampler_decode(sampler *s) {
     const uint32_t device = s->device;
     CUpti_PmSampling_DecodeData_Params dd = {.structSize = CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE,
@@ -198,7 +198,7 @@ static void sampler_decode(sampler *s) {
         .pCounterDataImage = s->image, .counterDataImageSize = s->image_bytes};
     if (cuptiPmSamplingGetCounterDataInfo(&info) != CUPTI_SUCCESS) return;
     double values[N_METRICS];
-    for (size_t i = s->emitted; i < info.numCompletedSamples; i++) {
+    for (size_t i = 0; i < info.numCompletedSamples; i++) {
         if (s->first_image && i == 0) continue;
         CUpti_PmSampling_CounterData_GetSampleInfo_Params si = {
             .structSize = CUpti_PmSampling_CounterData_GetSampleInfo_Params_STRUCT_SIZE,
@@ -219,17 +219,11 @@ static void sampler_decode(sampler *s) {
                 .end_ns = (int64_t)si.endTimestamp, .metric = metrics[m], .value = values[m]});
         s->samples++;
     }
-    s->emitted = info.numCompletedSamples;
-    if (dd.decodeStopReason == CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL ||
-        info.numCompletedSamples >= info.numTotalSamples) {
-        CUpti_PmSampling_CounterDataImage_Initialize_Params ii = {
-            .structSize = CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE,
-            .pPmSamplingObject = s->obj, .counterDataSize = s->image_bytes,
-            .pCounterData = s->image};
-        cuptiPmSamplingCounterDataImageInitialize(&ii);
-        s->emitted = 0;
-        s->first_image = false;
-    }
+    CUpti_PmSampling_CounterDataImage_Initialize_Params ii = { // emptied for the next decode
+        .structSize = CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE,
+        .pPmSamplingObject = s->obj, .counterDataSize = s->image_bytes, .pCounterData = s->image};
+    cuptiPmSamplingCounterDataImageInitialize(&ii);
+    if (info.numCompletedSamples) s->first_image = false;
 }
 
 void amp_counters_device_seen(uint32_t device) {
@@ -274,13 +268,6 @@ void amp_counters_stop(void) {
                                            .pPmSamplingObject = s->obj};
         cuptiPmSamplingStop(&st);
         sampler_decode(s);
-        CUpti_PmSampling_Disable_Params d = {.structSize = CUpti_PmSampling_Disable_Params_STRUCT_SIZE,
-                                             .pPmSamplingObject = s->obj};
-        cuptiPmSamplingDisable(&d);
-        CUpti_Profiler_Host_Deinitialize_Params hd = {
-            .structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE, .pHostObject = s->host};
-        cuptiProfilerHostDeinitialize(&hd);
-        free(s->image);
         char key[64], v[64];
         snprintf(key, sizeof key, "counters_samples_gpu%u", s->device);
         snprintf(v, sizeof v, "%lld", (long long)s->samples);
@@ -289,11 +276,9 @@ void amp_counters_stop(void) {
             fprintf(stderr, "ampprobe: --counters: GPU %u: the sample buffer overflowed %lld "
                             "times; samples were lost\n", s->device, (long long)s->overflows);
     }
+    // Nothing is disabled or freed: this runs at process exit, where tearing the PM sampling
+    // objects down aborted with heap corruption on an H200 (the CUDA runtime's own exit handlers
+    // may have run by then); the driver releases them with the process.
     g.n = 0;
-    if (g.initialized) {
-        CUpti_Profiler_DeInitialize_Params p = {.structSize = CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
-        cuptiProfilerDeInitialize(&p);
-        g.initialized = false;
-    }
     pthread_mutex_unlock(&g.lock);
 }

@@ -220,8 +220,8 @@ static void at_exit(void) {
         pthread_join(g.flusher, NULL);
         g.flusher_running = false;
     }
-    if (g.counters) amp_counters_stop();
     CUPTI_OK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    if (g.counters) amp_counters_stop(); // after the kernels: nothing of theirs hangs on it
     const amp_capture_stats *s = &g.stats;
     meta_i64("cupti_kernels", s->kernels);
     meta_i64("cupti_memcpys", s->memcpys);
