@@ -7,7 +7,8 @@
  * FLOPs and bytes are the analytic ones of the ops that launched the kernels (report_perf.c).
  * With hardware counters (`ampprobe run --counters`) a kernel's DRAM bytes are the measured ones
  * of the samples it ran in; without analytic FLOPs it is then placed by which of its two
- * ceilings it came closer to: DRAM bandwidth or the tensor pipe's busy time. A kernel with
+ * ceilings it came closer to: DRAM bandwidth or the tensor pipe's busy time (when it came within
+ * 10% of either). A kernel with
  * neither is classed by its name (gemm/nvjet/xmma/cutlass/conv: compute) and says so. The ceilings are those `ampprobe
  * calibrate` measured, else TARGET_INFO_GPU's bandwidth and the default table, marked as an
  * assumption. One info finding sums it up; a layer that holds
@@ -34,9 +35,13 @@ typedef struct place {
     double efficiency; // achieved / roof at this intensity; NaN: unknown
 } place;
 
-// Counters cover a kernel when samples span at least half of its time.
-static bool covered(const report_kernel *k) {
-    return k && k->covered_ns >= 0.5 * (double)k->total_ns && k->dram_bytes > 0;
+// Counters place a kernel when samples span at least half of its time and it came within 10% of
+// one of its ceilings (below that, DRAM against tensor pipe tells nothing).
+#define COUNTERS_MIN_UTILISATION 0.10
+static bool covered(const report_gpu *g, const report_kernel *k) {
+    if (!k || k->covered_ns < 0.5 * (double)k->total_ns || k->dram_bytes <= 0) return false;
+    double dram = k->dram_bytes / (k->covered_ns * 1e-9) / g->bandwidth;
+    return fmax(dram, k->tensor_ns / k->covered_ns) >= COUNTERS_MIN_UTILISATION;
 }
 
 static place classify(const report_gpu *g, const report_kernel *k, const char *name, double flops,
@@ -44,7 +49,7 @@ static place classify(const report_gpu *g, const report_kernel *k, const char *n
     place p = {.ai = NAN, .efficiency = NAN};
     if (launches > 0 && ns / (double)launches < REPORT_LAUNCH_BOUND_NS) {
         p.b = BOUND_LAUNCH;
-    } else if (covered(k)) {
+    } else if (covered(g, k)) {
         p.counters = true;
         bytes = k->dram_bytes * ns / k->covered_ns; // measured, over the whole time
         if (flops <= 0) {

@@ -158,6 +158,13 @@ static bool sampler_open(sampler *s, uint32_t device) {
                                         .pPmSamplingObject = s->obj};
     TRY(cuptiPmSamplingStart, &st);
     s->first_image = true;
+    uint64_t now = 0;
+    if (cuptiGetTimestamp(&now) == CUPTI_SUCCESS) { // how long after the context sampling began
+        char key[64], v[32];
+        snprintf(key, sizeof key, "counters_start_ns_gpu%u", device);
+        snprintf(v, sizeof v, "%llu", (unsigned long long)now);
+        amp_record_meta(&(amp_rec_meta){.key = key, .value = v});
+    }
     s->avail = avail;
     s->config = config;
     return true;

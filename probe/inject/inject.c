@@ -171,23 +171,27 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 // ---------------------------------------------------------------------------------------------
 // The flush thread and the exit handler
 
+// Every FLUSH_EVERY_MS: CUPTI's buffers, then the counter samples. With --counters it also looks
+// every TICK_MS for a device that got its first context, so that sampling starts soon after.
+#define TICK_MS 10
 static void *flusher_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g.timer_lock);
-    while (!g.stop) {
+    for (int tick = 1; !g.stop; tick++) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += FLUSH_EVERY_MS * 1000000L;
+        ts.tv_nsec += (g.counters ? TICK_MS : FLUSH_EVERY_MS) * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000;
         ts.tv_nsec %= 1000000000;
         if (pthread_cond_timedwait(&g.wake, &g.timer_lock, &ts) == 0) continue; // woken: stop?
+        bool flush = !g.counters || tick % (FLUSH_EVERY_MS / TICK_MS) == 0;
         pthread_mutex_unlock(&g.timer_lock);
-        cuptiActivityFlushAll(0); // completed buffers, partly filled ones too
+        if (flush) cuptiActivityFlushAll(0); // completed buffers, partly filled ones too
         if (g.counters) {
             uint64_t todo = __atomic_exchange_n(&counters_todo, 0, __ATOMIC_RELAXED);
             for (uint32_t d = 0; todo; d++, todo >>= 1)
                 if (todo & 1) amp_counters_device_seen(d);
-            amp_counters_poll();
+            if (flush) amp_counters_poll();
         }
         pthread_mutex_lock(&g.timer_lock);
     }

@@ -3,7 +3,8 @@
 # has no GPU): a plain CUDA C program (tests/helpers/cuda_prog.c) and an unmodified PyTorch
 # script (tests/helpers/torch_capture.py) each run under `ampprobe run`; per database it prints
 # kernels, copies, memsets, API calls, NVTX ranges, incomplete and dropped records, unmatched
-# pushes, and the kernels attributed to an NVTX range. Then the capture overhead on the
+# pushes, and the kernels attributed to an NVTX range; a sample under --counters (PM samples
+# recorded, on the kernels' clock, used by the report). Then the capture overhead on the
 # benchmark workloads (probe/bench/torch_baseline.py, fp16, with and without `ampprobe run`,
 # alternating, and once with NVTX capture only), and `ampprobe calibrate`. Exits non-zero when
 # a check fails.
@@ -77,12 +78,39 @@ echo "== unmodified PyTorch script"
 timeout -k 5 150 "$B/ampprobe" run -o "$OUT/torch.sqlite" -- python3 tests/helpers/torch_capture.py || fail=1
 check "$OUT/torch.sqlite" torch
 
+echo "== --counters: PM samples next to the kernels of a libampcore sample"
+timeout -k 5 150 "$B/ampprobe" run --counters -o "$OUT/counters.sqlite" -- "$B/samples/tiny_gpt" \
+  --device cuda --precision fp16 --steps 300 >/dev/null || fail=1
+python3 - "$OUT/counters.sqlite" <<'EOF' || fail=1
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); q = lambda s: db.execute(s).fetchone()
+n, shortest, longest = q("SELECT count(*), min(end - timestamp), max(end - timestamp) FROM GPU_METRICS")
+names = q("SELECT count(*) FROM TARGET_INFO_GPU_METRICS")[0]
+s0, s1 = q("SELECT min(timestamp), max(end) FROM GPU_METRICS")
+kernels = q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+inside = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= {s0 or 0} AND end <= {s1 or 0}")[0]
+k0 = q("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0] or 0
+started = int(q("SELECT value FROM META WHERE key = 'counters_start_ns_gpu0'")[0] or 0)
+print("counters: rows", n, "metrics", names, "sample ns", shortest, "..", longest,
+      "kernels inside the sampled span", inside, "of", kernels,
+      "sampling began %.1f ms after the first kernel" % ((started - k0) / 1e6))
+bad = [k for k, ok in (("rows", n > 0), ("metrics", names == 4), ("interval", (longest or 0) < 1000000),
+                       ("clock", inside >= 0.5 * kernels)) if not ok]
+print("counters", "FAILED: " + ", ".join(bad) if bad else "PASS")
+sys.exit(1 if bad else 0)
+EOF
+"$B/ampprobe" report "$OUT/counters.sqlite" --rule roofline | grep -q "Hardware counters:" ||
+  { echo "counters FAILED: the report does not use them"; fail=1; }
+
 echo "== overhead: probe/bench/torch_baseline.py fp16, alternating plain / under ampprobe run"
 for round in 1 2 3; do
   python3 probe/bench/torch_baseline.py --mode fp16 | grep '^{' | sed "s/^/plain$round /"
   timeout -k 5 150 "$B/ampprobe" run -o "$TMPDIR_BENCH/bench$round.sqlite" -- python3 probe/bench/torch_baseline.py --mode fp16 \
     | grep '^{' | sed "s/^/traced$round /"
 done
+# capture plus hardware counters: what PM sampling adds
+timeout -k 5 150 "$B/ampprobe" run --counters -o "$TMPDIR_BENCH/counters.sqlite" -- python3 probe/bench/torch_baseline.py --mode fp16 \
+  | grep '^{' | sed "s/^/counters /"
 # NVTX only (no CUPTI): what the CUDA activity tracing costs by itself
 timeout -k 5 150 "$B/ampprobe" run --trace amp,nvtx -o "$TMPDIR_BENCH/nvtx.sqlite" -- python3 probe/bench/torch_baseline.py --mode fp16 \
   | grep '^{' | sed "s/^/nvtx-only /"
