@@ -13,7 +13,10 @@ launcher watch() attaches nothing.
 Cost. Each tensor's figures come from libampcore's fused statistics kernel, launched through
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream: one kernel
 per module output and per output gradient, one for all parameter gradients, into a device buffer
-that one copy brings back when the step ends. A step ends at scaler.update() (with an enabled
+that one asynchronous copy brings back when the step ends; the step is recorded (one C call) when
+the next one ends, its copy long done by then. Only the loss and found_inf are read at once, on a
+side stream behind the event that marks them computed: a step they show broken is recorded (and
+re-run, below) right away. A step ends at scaler.update() (with an enabled
 GradScaler), else before optimizer.step() (so parameters are still those of the forward), else
 at the model's next forward. Parameter gradients are read before the scaler unscales them, as
 libampcore does; the step's gradient norm is theirs divided by the scale. stats_every=N computes
