@@ -467,6 +467,20 @@ START_TEST(test_emit_merge_attribution) {
     sqlite3_close(db);
 }
 END_TEST
+
+// --counters samples metrics by name: each must be a PM-sampling metric of the H200's chip (a
+// misspelt one would make the whole configuration fail on the GPU). CUPTI's host API answers
+// without a GPU, but not under AddressSanitizer: it dlopen()s libnvperf_host.so with
+// RTLD_DEEPBIND, which the sanitizer runtime refuses (google/sanitizers#611).
+#ifndef __SANITIZE_ADDRESS__
+START_TEST(test_counter_metrics_exist) {
+    const char *bad = NULL;
+    int r = amp_counters_check_chip("GH100", &bad);
+    ck_assert_msg(r == 0, "CUPTI error %d for %s", r, bad ? bad : "(host initialisation)");
+    ck_assert_int_ne(amp_counters_check_chip("NO_SUCH_CHIP", &bad), 0);
+}
+END_TEST
+#endif
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -517,6 +531,9 @@ Suite *capture_suite(void) {
     tcase_add_test(tc, test_decode_copies_and_api);
     tcase_add_test(tc, test_decode_device);
     tcase_add_test(tc, test_emit_merge_attribution);
+#ifndef __SANITIZE_ADDRESS__
+    tcase_add_test(tc, test_counter_metrics_exist);
+#endif
 #endif
     tcase_add_test(tc, test_ceilings_cache);
     suite_add_tcase(s, tc);

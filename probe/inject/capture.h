@@ -54,7 +54,10 @@ bool amp_capture_gpu_info_emit(uint32_t ordinal);
 // exit handler, never from a driver callback. (counters.c)
 void amp_counters_device_seen(uint32_t device); // starts sampling it (once; says so if it cannot)
 void amp_counters_poll(void);                   // emits the samples completed so far
-void amp_counters_stop(void);                   // the rest, then disables sampling
+void amp_counters_stop(void);                   // the rest (sampling ends with the process)
+// Whether every sampled metric is a PM-sampling metric of chip ("GH100"), by CUPTI's host API
+// (no GPU needed): 0, or the CUPTI error, with the first metric refused in *bad.
+int amp_counters_check_chip(const char *chip, const char **bad);
 
 // The demangled form of a C++ kernel name (__cxa_demangle of the process, or of libstdc++ when
 // the program has none), cached for the life of the process; NULL for a name that is not

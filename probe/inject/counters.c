@@ -233,6 +233,27 @@ static void sampler_decode(sampler *s) {
     if (info.numCompletedSamples) s->first_image = false;
 }
 
+int amp_counters_check_chip(const char *chip, const char **bad) {
+    *bad = NULL;
+    CUpti_Profiler_Host_Initialize_Params hi = {
+        .structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE,
+        .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING, .pChipName = chip};
+    CUptiResult r = cuptiProfilerHostInitialize(&hi);
+    if (r != CUPTI_SUCCESS) return (int)r;
+    for (size_t m = 0; m < N_METRICS && r == CUPTI_SUCCESS; m++) {
+        CUpti_Profiler_Host_GetMetricProperties_Params mp = {
+            .structSize = CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE,
+            .pHostObject = hi.pHostObject, .pMetricName = metrics[m]};
+        r = cuptiProfilerHostGetMetricProperties(&mp);
+        if (r != CUPTI_SUCCESS) *bad = metrics[m];
+    }
+    CUpti_Profiler_Host_Deinitialize_Params hd = {
+        .structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE,
+        .pHostObject = hi.pHostObject};
+    cuptiProfilerHostDeinitialize(&hd);
+    return (int)r;
+}
+
 void amp_counters_device_seen(uint32_t device) {
     pthread_mutex_lock(&g.lock);
     bool known = g.given_up || g.n == MAX_DEVICES;
