@@ -18,7 +18,7 @@
 #include <math.h>
 
 #define STATS_BLOCK 256
-#define STATS_MAX_BLOCKS 1024 // per tensor
+#define STATS_BLOCKS_PER_SM 4 // resident at once (__launch_bounds__ below)
 #define JOBS 48               // tensors per launch (the parameters stay under 4 KiB)
 
 struct stats_limits {
@@ -232,7 +232,7 @@ __device__ __forceinline__ void stats_job(const cuda_stats_job &job, int block, 
 }
 
 // Many jobs: each block finds its job among the parameters' runs of blocks.
-__global__ void __launch_bounds__(STATS_BLOCK, 4)
+__global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
     stats_kernel(const __grid_constant__ stats_launch_params p) {
     int j = 0;
     while (j + 1 < p.n && (int)blockIdx.x >= p.first_block[j + 1]) j++;
@@ -241,9 +241,24 @@ __global__ void __launch_bounds__(STATS_BLOCK, 4)
 }
 
 // One job (the common call): small parameters launch faster than the many-job block.
-__global__ void __launch_bounds__(STATS_BLOCK, 4)
+__global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
     stats_kernel_one(const cuda_stats_job job, stats_limits lim, amp_dtype target) {
     stats_job(job, blockIdx.x, gridDim.x, lim, target);
+}
+
+// Blocks for one tensor: one per 16 values a thread, at most one wave of the device (a second,
+// partial wave only adds a tail; the blocks stride over the rest).
+static int64_t max_blocks(void) {
+    static int64_t wave; // the device's resident blocks, asked once
+    if (!wave) {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            sms <= 0)
+            sms = 132;
+        wave = (int64_t)sms * STATS_BLOCKS_PER_SM;
+    }
+    return wave;
 }
 
 cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype target,
@@ -257,7 +272,7 @@ cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype targe
     if (n == 1) {
         if (jobs[0].numel <= 0) return cudaSuccess;
         const int64_t b = (jobs[0].numel + per_block - 1) / per_block;
-        stats_kernel_one<<<b > STATS_MAX_BLOCKS ? STATS_MAX_BLOCKS : (int)b, STATS_BLOCK, 0,
+        stats_kernel_one<<<b > max_blocks() ? (int)max_blocks() : (int)b, STATS_BLOCK, 0,
                            stream>>>(jobs[0], p.lim, target);
         return cudaGetLastError();
     }
@@ -267,7 +282,7 @@ cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype targe
         for (; done < n && p.n < JOBS; done++) {
             if (jobs[done].numel <= 0) continue;
             int64_t b = (jobs[done].numel + per_block - 1) / per_block;
-            b = b > STATS_MAX_BLOCKS ? STATS_MAX_BLOCKS : b;
+            b = b > max_blocks() ? max_blocks() : b;
             p.job[p.n] = jobs[done];
             p.first_block[p.n + 1] = p.first_block[p.n] + (int)b;
             p.n++;
