@@ -3,15 +3,16 @@
  * the activity tracing (../shared/CAPTURE.md §4: on Hopper PM sampling runs next to tracing and
  * kernel timestamps stay valid; the Range Profiler does not).
  *
- * Per device, once a context exists on it: the host API builds a one-pass configuration of the
- * metrics below, the device samples them every SAMPLE_NS into a hardware buffer, and the flush
- * thread decodes that buffer every 100 ms and emits each completed sample's values as GPU_METRICS
- * records (amp_record_gpu_metric), timed on the CPU clock like the kernel records. At exit the
- * rest is decoded and sampling is disabled.
+ * Per device, once a context exists on it (the flush thread looks every 10 ms; setting up takes
+ * ~0.3 s on an H200): the host API builds a one-pass configuration of the metrics below, the
+ * device samples them every SAMPLE_NS into a hardware buffer, and the flush thread decodes that
+ * buffer every 100 ms and emits each completed sample's values as GPU_METRICS records
+ * (amp_record_gpu_metric), timed on the clock of the kernel records. At exit the rest is decoded;
+ * sampling ends with the process. The whole device is sampled, other processes' work included.
  *
  * Counters are often not permitted (admin-only by default since driver 418.43) or busy (DCGM):
- * then this says so once, with the fix, records META counters = "unavailable: <why>", and the
- * report falls back to libampcore's analytic FLOPs and bytes.
+ * then this says so once, with the fix, records META counters = "unavailable" and
+ * counters_reason, and the report falls back to libampcore's analytic FLOPs and bytes.
  *
  * cupti_profiler_host.h includes <string> (for nothing a C caller needs): the inject library's
  * shim/ folder holds an empty `string` so that this file stays C.
