@@ -150,8 +150,7 @@ int amp_cmd_conform(int argc, char **argv) {
     }
     amp_ctx_t *probe;
     if (amp_ctx_new(r.device, 0, &probe) != AMP_OK) {
-        fprintf(stderr, "ampprobe conform: --device %s: %s\n",
-                r.device == AMP_DEVICE_CUDA ? "cuda" : "cpu", amp_last_error());
+        fprintf(stderr, "ampprobe conform: %s\n", amp_last_error()); // names --device itself
         return 2;
     }
     amp_ctx_free(probe);

@@ -630,6 +630,30 @@ static int cli_quiet(int argc, char **argv) {
     return status;
 }
 
+// amp_cmd_conform with stdout to /dev/null and stderr into err (NUL-terminated)
+static int cli_stderr(int argc, char **argv, char *err, size_t n) {
+    fflush(stdout);
+    fflush(stderr);
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    int out = dup(1), saved = dup(2), null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(fileno(f), 2);
+    int status = amp_cmd_conform(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(out, 1);
+    dup2(saved, 2);
+    close(null);
+    close(out);
+    close(saved);
+    rewind(f);
+    size_t k = fread(err, 1, n - 1, f);
+    err[k] = '\0';
+    fclose(f);
+    return status;
+}
+
 START_TEST(test_cli) {
     char *help[] = {"conform", "--help", NULL};
     ck_assert_int_eq(cli_quiet(2, help), 0);
@@ -643,6 +667,14 @@ START_TEST(test_cli) {
     ck_assert_int_eq(cli_quiet(4, dev), 2);
     char *golden[] = {"conform", GOLDEN, NULL};
     ck_assert_int_eq(cli_quiet(2, golden), 0);
+    // without a usable CUDA backend: one line naming --device cuda once (with a GPU: it runs)
+    char *cuda[] = {"conform", "--device", "cuda", GOLDEN, NULL};
+    char err[1024];
+    if (cli_stderr(4, cuda, err, sizeof err) != 0) {
+        const char *first = strstr(err, "--device cuda");
+        ck_assert_msg(first && !strstr(first + 1, "--device cuda"), "%s", err);
+        ck_assert_msg(strchr(err, '\n') == err + strlen(err) - 1, "not one line: %s", err);
+    }
 }
 END_TEST
 
