@@ -20,8 +20,7 @@
 static char dir[64];
 
 static void make_dir(void) {
-    strcpy(dir, "/tmp/ampckpt-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/ampckpt-"));
 }
 
 // dir/name in a static buffer (two slots, so two paths can be live at once).

@@ -41,8 +41,7 @@ typedef struct fixture {
 } fixture;
 
 static void fixture_init(fixture *f) {
-    snprintf(f->dir, sizeof f->dir, "/tmp/amp-test-collector-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(f->dir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(f->dir, sizeof f->dir, "/tmp/amp-test-collector-"));
     snprintf(f->spool, sizeof f->spool, "%s/spool", f->dir);
     snprintf(f->db, sizeof f->db, "%s/run.sqlite", f->dir);
     ck_assert_int_eq(mkdir(f->spool, 0755), 0);

@@ -24,8 +24,7 @@
 static char tmpdir[64];
 
 static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampconform.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(tmpdir, sizeof tmpdir, "/tmp/ampconform."));
 }
 
 static void teardown(void) {

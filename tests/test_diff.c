@@ -27,8 +27,7 @@ static void make_db(const char *path) {
 }
 
 static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/ampdiff.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/ampdiff."));
     snprintf(a_path, sizeof a_path, "%s/a.sqlite", dir);
     snprintf(b_path, sizeof b_path, "%s/b.sqlite", dir);
     snprintf(out_path, sizeof out_path, "%s/out.txt", dir);

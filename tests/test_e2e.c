@@ -23,8 +23,7 @@ static char dir[64];
 static char db_path[128];
 
 static void setup(void) {
-    strcpy(dir, "/tmp/ampprobe-e2e-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/ampprobe-e2e-"));
     snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
 }
 

@@ -46,10 +46,9 @@ static void query(sqlite3 *db, const char *sql, char *out, size_t n) {
 
 START_TEST(test_records_through_ctypes) {
     if (!have_python()) return;
-    char db_path[] = "/tmp/amp-pybridge-XXXXXX.sqlite";
-    int fd = mkstemps(db_path, 7);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    char dir[64], db_path[96];
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-"));
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
     char cmd[2048];
 #ifdef AMP_SANITIZER_PRELOAD
     // python3 is not built with the sanitizers: their runtimes must be loaded before
@@ -111,15 +110,16 @@ START_TEST(test_records_through_ctypes) {
                "FROM AMP_STEPS ORDER BY step)",
                "0:2.5:1:1000000:NULL 1:NULL:0:2000000:1");
     sqlite3_close(db);
-    unlink(db_path);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
 START_TEST(test_torch_needs_the_build) {
     if (!have_python()) return;
     // a copy of ampprobe without libamprecord.so and python/ beside it refuses --torch
-    char dir[] = "/tmp/amp-pybridge-bin-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[64];
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-bin-"));
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "cp %s %s/ampprobe && %s/ampprobe run --torch -o %s/x.sqlite -- python3 -c 1 "

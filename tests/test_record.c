@@ -57,8 +57,8 @@ static void assert_str(const char *got, const char *want) {
 }
 
 static char *make_temp_dir(void) {
-    char *dir = strdup("/tmp/amp-test-record-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *dir = malloc(64);
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, 64, "/tmp/amp-test-record-"));
     return dir;
 }
 

@@ -27,8 +27,7 @@
 static char tmpdir[64], db_path[128], out_path[128], err_path[128];
 
 static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ampreport.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(tmpdir, sizeof tmpdir, "/tmp/ampreport."));
     snprintf(db_path, sizeof db_path, "%s/run.sqlite", tmpdir);
     snprintf(out_path, sizeof out_path, "%s/out.txt", tmpdir);
     snprintf(err_path, sizeof err_path, "%s/err.txt", tmpdir);

@@ -15,8 +15,7 @@
 static char dir[64];
 
 static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/amphtml.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amphtml."));
 }
 
 static void teardown(void) {

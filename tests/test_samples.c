@@ -300,8 +300,8 @@ END_TEST
 // Checkpoints
 
 START_TEST(test_checkpoint_resume) {
-    char dir[] = "/tmp/amp-samples-XXXXXX", path[64];
-    ck_assert(mkdtemp(dir));
+    char dir[64], path[96];
+    ck_assert(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-samples-"));
     snprintf(path, sizeof path, "%s/mlp.ckpt", dir);
     static run_result trained, resumed, fresh;
     RUN(&trained, "mlp", "--steps", "30", "--save", path);

@@ -111,8 +111,7 @@ static char tmpdir[64], db_path[128];
 static amp_collector_t *collector; // the "live" writer: WAL, no indexes until finish
 
 static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/amptui.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    ck_assert_ptr_nonnull(amp_make_temp_dir(tmpdir, sizeof tmpdir, "/tmp/amptui."));
     snprintf(db_path, sizeof db_path, "%s/run.sqlite", tmpdir);
     ck_assert_int_eq(amp_collector_new(db_path, NULL, &collector), AMP_OK);
 }

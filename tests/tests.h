@@ -5,6 +5,8 @@
 #include <check.h>
 #include <math.h>
 
+#include "amp-impl.h" // amp_make_temp_dir() and the library's internals some suites test
+
 #define AMP_SUITE(name) Suite *name##_suite(void);
 #include "suites.def"
 #undef AMP_SUITE

@@ -13,8 +13,9 @@
 char test_dir[64];
 
 void test_dir_create(const char *name) {
-    snprintf(test_dir, sizeof test_dir, "/tmp/amp-test-%s-XXXXXX", name); // mkdtemp's template
-    ck_assert_ptr_nonnull(mkdtemp(test_dir));
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "/tmp/amp-test-%s-", name);
+    ck_assert_ptr_nonnull(amp_make_temp_dir(test_dir, sizeof test_dir, prefix));
 }
 
 void test_dir_remove(void) {

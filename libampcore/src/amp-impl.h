@@ -41,6 +41,9 @@ void *amp_xmalloc(size_t n);          // aborts on failure
 void *amp_xcalloc(size_t n, size_t m);
 void *amp_xrealloc(void *p, size_t n);
 char *amp_xstrdup(const char *s);
+// A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
+// NULL with errno set (ENAMETOOLONG when the name does not fit).
+char *amp_make_temp_dir(char *buf, size_t n, const char *prefix);
 
 // f16 -> f32 of every bit pattern (filled when the library loads): a lookup instead of
 // amp_f16_to_f32's branches on hot paths. Identical results by construction.

@@ -164,15 +164,17 @@ static amp_status put_time_meta(amp_collector_t *c, const char *prefix) {
     return st;
 }
 
-// A fresh directory next to the database: ".NAME.spool-XXXXXX" (same file system, and a user
-// who finds it after a crash sees what it belongs to).
+// A fresh directory next to the database, ".NAME.spool-" and six random characters (same file
+// system, and a user who finds it after a crash sees what it belongs to).
 static amp_status make_spool_dir(const char *db_path, char **out) {
     const char *slash = strrchr(db_path, '/');
     int dir_len = slash ? (int)(slash - db_path) + 1 : 0;
     size_t n = strlen(db_path) + 32;
-    char *dir = amp_xmalloc(n);
-    snprintf(dir, n, "%.*s.%s.spool-XXXXXX", dir_len, db_path, db_path + dir_len);
-    if (!mkdtemp(dir)) {
+    char *prefix = amp_xmalloc(n), *dir = amp_xmalloc(n);
+    snprintf(prefix, n, "%.*s.%s.spool-", dir_len, db_path, db_path + dir_len);
+    bool made = amp_make_temp_dir(dir, n, prefix) != NULL;
+    free(prefix);
+    if (!made) {
         amp_status st = amp_set_error(AMP_ERR_IO, "cannot create the spool directory %s: %s", dir,
                                       strerror(errno));
         free(dir);

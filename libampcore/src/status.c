@@ -1,10 +1,14 @@
 /*
  * status.c — status names and messages (from AMP_STATUS_MAP), the thread's last-error message,
- * the abort path for broken invariants, and allocation helpers that abort on failure.
+ * the abort path for broken invariants, allocation helpers that abort on failure, and the one
+ * place that makes temporary directories.
  */
 #include "amp-impl.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local char last_error[1024];
@@ -91,4 +95,13 @@ void *amp_xrealloc(void *p, size_t n) {
 char *amp_xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
     return memcpy(amp_xmalloc(n), s, n);
+}
+
+char *amp_make_temp_dir(char *buf, size_t n, const char *prefix) {
+    static const char random_part[] = "XXXXXX"; // mkdtemp replaces exactly these
+    if ((size_t)snprintf(buf, n, "%s%s", prefix, random_part) >= n) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    return mkdtemp(buf);
 }

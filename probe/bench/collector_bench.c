@@ -9,6 +9,7 @@
  *
  *     collector_bench [N] [DIR]     N records per workload (default 2000000), DIR for the files
  */
+#include "amp-impl.h"
 #include "amp-record.h"
 #include "amp-store.h"
 
@@ -134,9 +135,9 @@ static void emit_mixed(int64_t i) {
 }
 
 static void run(const char *name, void (*emit)(int64_t), int64_t n, const char *base) {
-    char dir[4096], db[4200];
-    snprintf(dir, sizeof dir, "%s/collector_bench-XXXXXX", base);
-    if (!mkdtemp(dir)) {
+    char dir[4096], db[4200], prefix[4096];
+    snprintf(prefix, sizeof prefix, "%s/collector_bench-", base);
+    if (!amp_make_temp_dir(dir, sizeof dir, prefix)) {
         perror(dir);
         exit(1);
     }

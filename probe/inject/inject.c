@@ -92,7 +92,7 @@ static const char *api_name(bool driver, uint32_t cbid) {
 }
 
 static uint64_t devices_seen; // bit per device ordinal < 64 already described (atomic)
-static uint64_t counters_todo; // bit per device whose counters the flush thread is to start
+static uint64_t counters_to_start; // bit per device whose counters the flush thread is to start
 
 // Describes a device from the driver once: on its first context, or when CUPTI's DEVICE record
 // comes first (that record then goes unused, unless the driver cannot say).
@@ -100,7 +100,7 @@ static bool describe_device(uint32_t ordinal) {
     if (ordinal >= 64) return false;
     uint64_t bit = 1ull << ordinal;
     if (__atomic_fetch_or(&devices_seen, bit, __ATOMIC_RELAXED) & bit) return true;
-    if (g.counters) __atomic_fetch_or(&counters_todo, bit, __ATOMIC_RELAXED);
+    if (g.counters) __atomic_fetch_or(&counters_to_start, bit, __ATOMIC_RELAXED);
     if (amp_capture_gpu_info_emit(ordinal)) return true;
     __atomic_fetch_and(&devices_seen, ~bit, __ATOMIC_RELAXED);
     return false;
@@ -188,9 +188,9 @@ static void *flusher_main(void *arg) {
         pthread_mutex_unlock(&g.timer_lock);
         if (flush) cuptiActivityFlushAll(0); // completed buffers, partly filled ones too
         if (g.counters) {
-            uint64_t todo = __atomic_exchange_n(&counters_todo, 0, __ATOMIC_RELAXED);
-            for (uint32_t d = 0; todo; d++, todo >>= 1)
-                if (todo & 1) amp_counters_device_seen(d);
+            uint64_t fresh = __atomic_exchange_n(&counters_to_start, 0, __ATOMIC_RELAXED);
+            for (uint32_t d = 0; fresh; d++, fresh >>= 1)
+                if (fresh & 1) amp_counters_device_seen(d);
             if (flush) amp_counters_poll();
         }
         pthread_mutex_lock(&g.timer_lock);

@@ -17,6 +17,7 @@
  * Prints numbers; it is not a test and has no thresholds.
  */
 #define _GNU_SOURCE
+#include "amp-impl.h"
 #include "amp-store.h"
 #include "layout.h"
 #include "tui.h"
@@ -259,8 +260,7 @@ int main(int argc, char **argv) {
     char dir[256];
     bool own = argc < 2;
     if (own) {
-        snprintf(dir, sizeof dir, "/tmp/tui_bench.XXXXXX");
-        if (!mkdtemp(dir)) die("mkdtemp", "failed");
+        if (!amp_make_temp_dir(dir, sizeof dir, "/tmp/tui_bench.")) die("mkdtemp", "failed");
     } else {
         snprintf(dir, sizeof dir, "%s", argv[1]);
     }
