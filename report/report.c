@@ -92,8 +92,8 @@ static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char 
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
-                 "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision') "
-                 "ORDER BY pid",
+                 "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
+                 "'counters_reason') ORDER BY pid",
                  m, &q, err))
         return false;
     int rc;
@@ -101,7 +101,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
         const char **dst = strcmp(key, "device") == 0    ? &m->device
                            : strcmp(key, "command") == 0 ? &m->command
-                                                         : &m->precision;
+                           : strcmp(key, "precision") == 0 ? &m->precision
+                                                           : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);
@@ -306,6 +307,7 @@ void report_model_free(report_model *m) {
     free((char *)m->device);
     free((char *)m->command);
     free((char *)m->precision);
+    free((char *)m->counters_reason);
     memset(m, 0, sizeof *m);
 }
 

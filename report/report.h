@@ -153,7 +153,6 @@ typedef struct report_perf {
     int64_t syncs, sync_ns;        // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
     int64_t attributed_ns;         // kernel time attributed to an AMP_OPS op
     int64_t counter_samples;       // GPU_METRICS samples in the window
-    char counters_reason[256];     // META counters_reason: why --counters had none; "" otherwise
 } report_perf;
 
 typedef struct report_model {
@@ -173,6 +172,7 @@ typedef struct report_model {
     size_t n_amax;
     report_perf perf;
     const char *device, *command, *precision; // META; NULL: not recorded
+    const char *counters_reason; // META: why --counters recorded none; NULL: not asked or had them
 } report_model; // every string is owned by the model (report_model_free)
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).

@@ -441,17 +441,6 @@ static bool table_exists(loader *l, const char *name) {
     return yes;
 }
 
-// Why --counters recorded none (META counters_reason), for the report to say.
-static bool counters_reason(loader *l) {
-    sqlite3_stmt *q;
-    if (!prep(l, "SELECT value FROM META WHERE key = 'counters_reason' LIMIT 1", &q)) return false;
-    int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW && sqlite3_column_text(q, 0))
-        snprintf(l->m->perf.counters_reason, sizeof l->m->perf.counters_reason, "%s",
-                 (const char *)sqlite3_column_text(q, 0));
-    return done(l, q, rc == SQLITE_ROW ? SQLITE_DONE : rc);
-}
-
 // Each kernel's share of the samples it overlaps, by overlap time (v sorted by start). A run
 // recorded without --counters, or by an ampprobe older than GPU_METRICS, has no samples.
 static bool load_counters(loader *l, launch *v, size_t n) {
@@ -759,7 +748,6 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
         ok = load_counters(&l, v, n) && name_kernels(&l, &names) &&
              (n_rows == 0 || attribute(&l, v, n, rows, n_rows));
     }
-    ok = ok && counters_reason(&l);
     free(v);
     free(rows);
     ids_free(&names);

@@ -166,10 +166,10 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
                              : "");
         if (c > 0) k += (size_t)c;
     }
-    if (k < sizeof f->detail && p->counter_samples == 0 && p->counters_reason[0])
+    if (k < sizeof f->detail && p->counter_samples == 0 && m->counters_reason)
         snprintf(f->detail + k, sizeof f->detail - k,
                  " Hardware counters were asked for but not recorded (%s): analytic figures "
-                 "only.", p->counters_reason);
+                 "only.", m->counters_reason);
     snprintf(f->advice, sizeof f->advice,
              "Compute-bound kernels gain from fp16/bf16 Tensor Cores; memory-bound ones from "
              "fewer bytes (fp16/bf16 activations, fused elementwise ops: torch.compile); "
