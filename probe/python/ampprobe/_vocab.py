@@ -26,10 +26,16 @@ _TORCH_DTYPE_NAMES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "f
                       "int8": "i8"}
 
 
+_dtype_names = {}  # dtype (or its text) -> name: called for every recorded tensor
+
+
 def dtype_name(torch_dtype):
     """'torch.float16' (or the dtype itself) -> 'f16'."""
-    s = str(torch_dtype).replace("torch.", "")
-    return _TORCH_DTYPE_NAMES.get(s, s)
+    name = _dtype_names.get(torch_dtype)
+    if name is None:
+        s = str(torch_dtype).replace("torch.", "")
+        name = _dtype_names[torch_dtype] = _TORCH_DTYPE_NAMES.get(s, s)
+    return name
 
 
 def op_name(x):

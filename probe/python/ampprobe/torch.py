@@ -57,7 +57,6 @@ from ._records import INFO, WARNING, ERROR
 __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
-_DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 _INF = float("inf")
 
 
@@ -355,8 +354,7 @@ class Watcher:
             return
         target = self.target or "f16"
         with self._lock:
-            self.entries.append((layer, kind, op, _DTYPE_NAMES.get(t.dtype) or
-                                 _vocab.dtype_name(t.dtype)))
+            self.entries.append((layer, kind, op, _vocab.dtype_name(t.dtype)))
             self.stats.add(t, target, _vocab.DTYPES[target])
 
     def _on_output(self, module, args, output):
