@@ -11,26 +11,7 @@
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
-// Helpers
-
-static amp_ctx_t *new_ctx(void) {
-    amp_ctx_t *ctx;
-    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
-    return ctx;
-}
-
-static amp_tensor_t *param(amp_ctx_t *ctx, int n, const float *v) {
-    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){n}, v);
-    amp_tensor_set_requires_grad(t, true);
-    return t;
-}
-
-static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, const float *v) {
-    amp_tensor_zero_grad(t);
-    amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
-    amp_tensor_write_f32(g, v);
-    amp_grad_accumulate(ctx, t, g);
-}
+// Helpers (the tensor fixtures are in tensors.c)
 
 #define N 4
 #define STEPS 3
@@ -66,15 +47,15 @@ static const float grads[STEPS][N] = {
 
 // Three steps of our optimizer and the reference; parameters and state must agree.
 static void check_against_ref(const amp_optim_params *o) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, N, p0);
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, N, p0);
     amp_optim_t *opt;
     ck_assert_int_eq(amp_optim_new(ctx, o, &p, 1, &opt), AMP_OK);
     double rp[N], rm[N] = {0}, rv[N] = {0}, rg[N];
     for (int i = 0; i < N; i++)
         rp[i] = p0[i];
     for (int s = 0; s < STEPS; s++) {
-        set_grad(ctx, p, grads[s]);
+        test_set_grad_f32(ctx, p, grads[s]);
         for (int i = 0; i < N; i++)
             rg[i] = grads[s][i];
         amp_optim_step(opt);
@@ -110,12 +91,12 @@ static void check_against_ref(const amp_optim_params *o) {
 
 // Steps a 1-element parameter with a constant gradient; returns the value after each step.
 static void constant_grad_steps(const amp_optim_params *o, float w0, float g, float *out, int n) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, &w0);
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, &w0);
     amp_optim_t *opt;
     ck_assert_int_eq(amp_optim_new(ctx, o, &p, 1, &opt), AMP_OK);
     for (int s = 0; s < n; s++) {
-        set_grad(ctx, p, &g);
+        test_set_grad_f32(ctx, p, &g);
         amp_optim_step(opt);
         out[s] = amp_tensor_item(p);
     }
@@ -148,8 +129,8 @@ START_TEST(test_defaults_and_names) {
 END_TEST
 
 static void expect_param_error(amp_optim_params o, const char *msg) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = (amp_optim_t *)1;
     ck_assert_int_eq(amp_optim_new(ctx, &o, &p, 1, &opt), AMP_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_null(opt);
@@ -193,10 +174,10 @@ START_TEST(test_hyperparameter_checks) {
 END_TEST
 
 START_TEST(test_tensor_checks) {
-    amp_ctx_t *ctx = new_ctx(), *other = new_ctx();
+    amp_ctx_t *ctx = test_cpu_ctx(), *other = test_cpu_ctx();
     amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
     amp_optim_t *opt;
-    amp_tensor_t *good = param(ctx, 2, (float[]){1, 2});
+    amp_tensor_t *good = test_param_f32(ctx, 2, (float[]){1, 2});
     amp_tensor_set_name(good, "fc.weight");
 
     ck_assert_int_eq(amp_optim_new(ctx, &o, &good, 0, &opt), AMP_ERR_INVALID_ARGUMENT);
@@ -226,7 +207,7 @@ START_TEST(test_tensor_checks) {
     ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "params[1] '' is an op output"));
 
-    list[1] = param(other, 1, (float[]){1});
+    list[1] = test_param_f32(other, 1, (float[]){1});
     ck_assert_int_eq(amp_optim_new(ctx, &o, list, 2, &opt), AMP_ERR_INVALID_ARGUMENT);
     ck_assert_str_eq(amp_last_error(), "params[1] '' belongs to another context");
     amp_ctx_free(other);
@@ -330,20 +311,20 @@ END_TEST
 // Adam's state["step"] is per parameter: one that had no gradient on the first step gets the
 // bias correction of its own first step on the second.
 START_TEST(test_per_param_steps) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *ps[2] = {param(ctx, 1, (float[]){1}), param(ctx, 1, (float[]){1})};
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}), test_param_f32(ctx, 1, (float[]){1})};
     amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
     o.lr = 0.1f;
     amp_optim_t *opt;
     ck_assert_int_eq(amp_optim_new(ctx, &o, ps, 2, &opt), AMP_OK);
-    set_grad(ctx, ps[0], (float[]){1});
+    test_set_grad_f32(ctx, ps[0], (float[]){1});
     amp_optim_step(opt);
     ck_assert_close(amp_tensor_item(ps[0]), 0.9, 1e-6, 0);
     ck_assert_float_eq(amp_tensor_item(ps[1]), 1); // no gradient: untouched
     ck_assert_int_eq(amp_optim_param_steps(opt, 0), 1);
     ck_assert_int_eq(amp_optim_param_steps(opt, 1), 0);
-    set_grad(ctx, ps[0], (float[]){1});
-    set_grad(ctx, ps[1], (float[]){3});
+    test_set_grad_f32(ctx, ps[0], (float[]){1});
+    test_set_grad_f32(ctx, ps[1], (float[]){3});
     amp_optim_step(opt);
     ck_assert_close(amp_tensor_item(ps[0]), 0.8, 1e-6, 0);
     ck_assert_close(amp_tensor_item(ps[1]), 0.9, 1e-6, 0); // step 1 for it: moves by lr
@@ -369,8 +350,8 @@ START_TEST(test_per_param_steps) {
 END_TEST
 
 START_TEST(test_accessors_and_set_params) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *ps[2] = {param(ctx, 1, (float[]){1}), param(ctx, 1, (float[]){2})};
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}), test_param_f32(ctx, 1, (float[]){2})};
     amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
     o.lr = 0.5f;
     amp_optim_t *opt;
@@ -383,7 +364,7 @@ START_TEST(test_accessors_and_set_params) {
     amp_optim_params n = o;
     n.lr = 0.25f; // an LR schedule
     ck_assert_int_eq(amp_optim_set_params(opt, &n), AMP_OK);
-    set_grad(ctx, ps[0], (float[]){4});
+    test_set_grad_f32(ctx, ps[0], (float[]){4});
     amp_optim_step(opt);
     ck_assert_float_eq(amp_tensor_item(ps[0]), 0);
 

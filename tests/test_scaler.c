@@ -25,27 +25,6 @@ static float from_bits(uint32_t u) {
     return x;
 }
 
-static amp_ctx_t *new_ctx(void) {
-    amp_ctx_t *ctx;
-    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
-    return ctx;
-}
-
-// A 1-d f32 parameter that requires grad.
-static amp_tensor_t *param(amp_ctx_t *ctx, int n, const float *v) {
-    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){n}, v);
-    amp_tensor_set_requires_grad(t, true);
-    return t;
-}
-
-// Replaces t's gradient with the given values (as backward() would have left them).
-static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, const float *v) {
-    amp_tensor_zero_grad(t);
-    amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
-    amp_tensor_write_f32(g, v);
-    amp_grad_accumulate(ctx, t, g);
-}
-
 static void read(const amp_tensor_t *t, float *out) {
     amp_tensor_read_f32(t, out);
 }
@@ -162,13 +141,13 @@ START_TEST(test_s7_summed_found_inf) {
 END_TEST
 
 START_TEST(test_s8_update_to_keeps_tracker) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(65536, 2, 0.5, 2000);
     create_scale(sc, ctx);
     for (int i = 0; i < 5; i++) {
-        set_grad(ctx, p, (float[]){1});
+        test_set_grad_f32(ctx, p, (float[]){1});
         ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
         ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
     }
@@ -178,7 +157,7 @@ START_TEST(test_s8_update_to_keeps_tracker) {
     ck_assert_int_eq(amp_scaler_growth_tracker(sc), 5);
     ck_assert_float_eq(amp_scaler_last_found_inf(sc), -1);
     // update_to also resets the stages: step is allowed again.
-    set_grad(ctx, p, (float[]){1});
+    test_set_grad_f32(ctx, p, (float[]){1});
     ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
     amp_scaler_free(sc);
     amp_optim_free(opt);
@@ -228,12 +207,12 @@ END_TEST
 
 // unscale_ of one f32 gradient at a scale; returns found_inf as update() would see it.
 static float unscale_one(float scale, int n, const float *in, float *out) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, n, in);
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, n, in);
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(scale, 2, 0.5, 2000);
     create_scale(sc, ctx);
-    set_grad(ctx, p, in);
+    test_set_grad_f32(ctx, p, in);
     ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK);
     read(amp_tensor_grad(p), out);
     ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
@@ -295,12 +274,12 @@ START_TEST(test_u4_multiply_not_divide) {
 END_TEST
 
 START_TEST(test_u5_tiny_scale_steps_with_nan) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 2, (float[]){1, 1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 2, (float[]){1, 1});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(ldexpf(1, -128), 2, 0.5, 2000);
     create_scale(sc, ctx);
-    set_grad(ctx, p, (float[]){0, 1e-3f});
+    test_set_grad_f32(ctx, p, (float[]){0, 1e-3f});
     bool skipped = true;
     ck_assert_int_eq(amp_scaler_step(sc, opt, &skipped), AMP_OK);
     ck_assert(!skipped); // found_inf stays 0: the inputs were finite
@@ -319,8 +298,8 @@ START_TEST(test_u5_tiny_scale_steps_with_nan) {
 END_TEST
 
 START_TEST(test_u6_fp16_grads) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 2, (float[]){1, 2});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 2, (float[]){1, 2});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(65536, 2, 0.5, 2000);
     create_scale(sc, ctx);
@@ -333,7 +312,7 @@ START_TEST(test_u6_fp16_grads) {
                     "Attempting to unscale FP16 gradients.");
     p->grad = NULL;
     // The stage stayed READY: with a real gradient the step goes through.
-    set_grad(ctx, p, (float[]){65536, 65536});
+    test_set_grad_f32(ctx, p, (float[]){65536, 65536});
     ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
     float w[2];
     read(p, w);
@@ -346,7 +325,7 @@ END_TEST
 
 // The fused kernel's pure check path (inv_scale == 1) on f16: golden unscale.txt F16check.
 START_TEST(test_u6_kernel_f16_check_path) {
-    amp_ctx_t *ctx = new_ctx();
+    amp_ctx_t *ctx = test_cpu_ctx();
     const uint16_t in[4] = {0x3c00, 0x7bff, 0x7c00, 0x0001};
     amp_tensor_t *g = amp_tensor_from(ctx, AMP_DTYPE_F16, 1, (int64_t[]){4}, in);
     amp_tensor_t *fi = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
@@ -361,13 +340,13 @@ START_TEST(test_u6_kernel_f16_check_path) {
 END_TEST
 
 START_TEST(test_u7_two_optimizers) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *a = param(ctx, 1, (float[]){1}), *b = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *a = test_param_f32(ctx, 1, (float[]){1}), *b = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *oa = sgd(ctx, a, 1), *ob = sgd(ctx, b, 1);
     amp_scaler_t *sc = scaler(4, 2, 0.5, 1);
     create_scale(sc, ctx);
-    set_grad(ctx, a, (float[]){2});
-    set_grad(ctx, b, (float[]){INFINITY});
+    test_set_grad_f32(ctx, a, (float[]){2});
+    test_set_grad_f32(ctx, b, (float[]){INFINITY});
     bool sa = true, sb = false;
     ck_assert_int_eq(amp_scaler_step(sc, oa, &sa), AMP_OK);
     ck_assert_int_eq(amp_scaler_step(sc, ob, &sb), AMP_OK);
@@ -384,8 +363,8 @@ START_TEST(test_u7_two_optimizers) {
     ck_assert_float_eq(amp_scaler_last_found_inf(sc), 1);
 
     // Both overflow: the found_infs are summed (S7 through the scaler).
-    set_grad(ctx, a, (float[]){NAN});
-    set_grad(ctx, b, (float[]){INFINITY});
+    test_set_grad_f32(ctx, a, (float[]){NAN});
+    test_set_grad_f32(ctx, b, (float[]){INFINITY});
     ck_assert_int_eq(amp_scaler_step(sc, oa, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_step(sc, ob, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
@@ -393,8 +372,8 @@ START_TEST(test_u7_two_optimizers) {
     ck_assert_float_eq(amp_scaler_get_scale(sc), 1);
 
     // Both clean: one update counts once (interval 1 grows once, not twice).
-    set_grad(ctx, a, (float[]){1});
-    set_grad(ctx, b, (float[]){1});
+    test_set_grad_f32(ctx, a, (float[]){1});
+    test_set_grad_f32(ctx, b, (float[]){1});
     ck_assert_int_eq(amp_scaler_step(sc, oa, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_step(sc, ob, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
@@ -410,13 +389,13 @@ END_TEST
 // An optimizer that was unscaled but not stepped still counts in update() (PyTorch sums every
 // recorded found_inf).
 START_TEST(test_unscaled_only_counts_in_update) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *a = param(ctx, 1, (float[]){1}), *b = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *a = test_param_f32(ctx, 1, (float[]){1}), *b = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *oa = sgd(ctx, a, 1), *ob = sgd(ctx, b, 1);
     amp_scaler_t *sc = scaler(4, 2, 0.5, 2000);
     create_scale(sc, ctx);
-    set_grad(ctx, a, (float[]){1});
-    set_grad(ctx, b, (float[]){INFINITY});
+    test_set_grad_f32(ctx, a, (float[]){1});
+    test_set_grad_f32(ctx, b, (float[]){INFINITY});
     ck_assert_int_eq(amp_scaler_step(sc, oa, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_unscale(sc, ob), AMP_OK);
     ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
@@ -432,12 +411,12 @@ END_TEST
 // The stage machine and lazy scale: §6 U8
 
 START_TEST(test_u8_stage_errors) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(2, 2, 0.5, 2000);
     create_scale(sc, ctx);
-    set_grad(ctx, p, (float[]){1});
+    test_set_grad_f32(ctx, p, (float[]){1});
 
     ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK);
     ck_assert_error(amp_scaler_unscale(sc, opt), AMP_ERR_SCALER_STATE,
@@ -457,7 +436,7 @@ START_TEST(test_u8_stage_errors) {
     ck_assert_error(amp_scaler_update(sc), AMP_ERR_SCALER_STATE,
                     "No inf checks were recorded prior to update.");
     // ... and it is READY again.
-    set_grad(ctx, p, (float[]){1});
+    test_set_grad_f32(ctx, p, (float[]){1});
     ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK);
     amp_scaler_free(sc);
     amp_optim_free(opt);
@@ -466,11 +445,11 @@ START_TEST(test_u8_stage_errors) {
 END_TEST
 
 START_TEST(test_u8_before_scale) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(1024, 2, 0.5, 2000);
-    set_grad(ctx, p, (float[]){1});
+    test_set_grad_f32(ctx, p, (float[]){1});
     ck_assert_error(amp_scaler_unscale(sc, opt), AMP_ERR_SCALER_STATE, MSG_NONE("unscale_"));
     ck_assert_error(amp_scaler_step(sc, opt, NULL), AMP_ERR_SCALER_STATE, MSG_NONE("step"));
     ck_assert_error(amp_scaler_update(sc), AMP_ERR_SCALER_STATE, MSG_NONE("update"));
@@ -491,8 +470,8 @@ START_TEST(test_u8_before_scale) {
 END_TEST
 
 START_TEST(test_no_grads_recorded) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(2, 2, 0.5, 2000);
     create_scale(sc, ctx);
@@ -508,15 +487,15 @@ START_TEST(test_no_grads_recorded) {
 END_TEST
 
 START_TEST(test_null_grads_skipped) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *ps[2] = {param(ctx, 1, (float[]){1}), param(ctx, 1, (float[]){5})};
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}), test_param_f32(ctx, 1, (float[]){5})};
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
     op.lr = 1;
     amp_optim_t *opt;
     ck_assert_int_eq(amp_optim_new(ctx, &op, ps, 2, &opt), AMP_OK);
     amp_scaler_t *sc = scaler(8, 2, 0.5, 2000);
     create_scale(sc, ctx);
-    set_grad(ctx, ps[1], (float[]){8});
+    test_set_grad_f32(ctx, ps[1], (float[]){8});
     ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
     ck_assert_ptr_null(amp_tensor_grad(ps[0]));
     float w0, w1;
@@ -534,7 +513,7 @@ END_TEST
 // scale(), accumulation, a short training loop
 
 START_TEST(test_scale_dtypes) {
-    amp_ctx_t *ctx = new_ctx();
+    amp_ctx_t *ctx = test_cpu_ctx();
     amp_scaler_t *sc = scaler(65536, 2, 0.5, 2000);
     amp_tensor_t *l32 = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 0, NULL, (float[]){1.5f});
     amp_tensor_t *s = amp_scaler_scale(sc, ctx, l32);
@@ -558,8 +537,8 @@ END_TEST
 // Several scale(loss).backward() before one step: the gradients add up, scaled, and one
 // unscale_ brings the sum back.
 START_TEST(test_gradient_accumulation) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *w = param(ctx, 2, (float[]){1, 2});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *w = test_param_f32(ctx, 2, (float[]){1, 2});
     amp_optim_t *opt = sgd(ctx, w, 1);
     amp_scaler_t *sc = scaler(1024, 2, 0.5, 2000);
     const float xs[3][2] = {{1, 2}, {3, -1}, {0.5f, 0.25f}};
@@ -591,8 +570,8 @@ END_TEST
 // A loop whose loss overflows the f16 scaled gradient at a high scale: the scale backs off
 // until the step succeeds, skipped steps leave the weights and the step count alone.
 START_TEST(test_training_loop_backoff) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *w = param(ctx, 1, (float[]){3});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *w = test_param_f32(ctx, 1, (float[]){3});
     amp_optim_t *opt = sgd(ctx, w, 0.01f);
     amp_scaler_t *sc = scaler(65536, 2, 0.5, 2);
     int skips = 0;
@@ -660,8 +639,8 @@ START_TEST(test_constructor_checks) {
 END_TEST
 
 START_TEST(test_disabled_passes_through) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = sgd(ctx, p, 1);
     amp_scaler_params sp = amp_scaler_defaults();
     sp.enabled = false;
@@ -670,10 +649,10 @@ START_TEST(test_disabled_passes_through) {
     ck_assert(!amp_scaler_is_enabled(sc));
     amp_tensor_t *loss = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 0, NULL, (float[]){3});
     ck_assert_ptr_eq(amp_scaler_scale(sc, ctx, loss), loss);
-    set_grad(ctx, p, (float[]){INFINITY});
+    test_set_grad_f32(ctx, p, (float[]){INFINITY});
     ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK);
     ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK); // no stages either
-    set_grad(ctx, p, (float[]){2});
+    test_set_grad_f32(ctx, p, (float[]){2});
     bool skipped = true;
     ck_assert_int_eq(amp_scaler_step(sc, opt, &skipped), AMP_OK);
     ck_assert(!skipped);
@@ -697,8 +676,8 @@ START_TEST(test_disabled_passes_through) {
 END_TEST
 
 START_TEST(test_state_dict_round_trip) {
-    amp_ctx_t *ctx = new_ctx();
-    amp_tensor_t *p = param(ctx, 1, (float[]){1});
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(512, 3, 0.25, 4);
     amp_scaler_state st;
@@ -707,11 +686,11 @@ START_TEST(test_state_dict_round_trip) {
     ck_assert_int_eq(st.growth_tracker, 0);
     create_scale(sc, ctx);
     for (int i = 0; i < 3; i++) { // 3 clean updates, then one inf
-        set_grad(ctx, p, (float[]){i == 2 ? INFINITY : 1});
+        test_set_grad_f32(ctx, p, (float[]){i == 2 ? INFINITY : 1});
         ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
         ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
     }
-    set_grad(ctx, p, (float[]){1});
+    test_set_grad_f32(ctx, p, (float[]){1});
     ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
     ck_assert_int_eq(amp_scaler_state_dict(sc, &st), AMP_OK);
@@ -728,7 +707,7 @@ START_TEST(test_state_dict_round_trip) {
     ck_assert_error(amp_scaler_update(sc2), AMP_ERR_SCALER_STATE, MSG_NONE("update"));
     create_scale(sc2, ctx);
     for (int i = 0; i < 3; i++) {
-        set_grad(ctx, p, (float[]){1});
+        test_set_grad_f32(ctx, p, (float[]){1});
         ck_assert_int_eq(amp_scaler_step(sc2, opt, NULL), AMP_OK);
         ck_assert_int_eq(amp_scaler_update(sc2), AMP_OK);
     }

@@ -20,6 +20,12 @@
                            "%s = %.9g, expected %.9g", #got, g_, w_);                              \
     } while (0)
 
+// Tensor fixtures (tensors.c): a CPU context (asserting it opens), a 1-d f32 parameter of n
+// values that requires grad, and t's gradient replaced by v (as backward() would leave it).
+amp_ctx_t *test_cpu_ctx(void);
+amp_tensor_t *test_param_f32(amp_ctx_t *ctx, int n, const float *v);
+void test_set_grad_f32(amp_ctx_t *ctx, amp_tensor_t *t, const float *v);
+
 // A fresh working directory per test (workdir.c): /tmp/amp-test-NAME-..., removed by
 // test_dir_remove(); paths in it (rotating static buffers), a file's contents (static buffer).
 #include <sys/types.h>

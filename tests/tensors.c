@@ -1,0 +1,24 @@
+/*
+ * tensors.c — small tensor fixtures shared by the suites that drive the optimizers and the
+ * GradScaler on the CPU: declared in tests.h.
+ */
+#include "tests.h"
+
+amp_ctx_t *test_cpu_ctx(void) {
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    return ctx;
+}
+
+amp_tensor_t *test_param_f32(amp_ctx_t *ctx, int n, const float *v) {
+    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){n}, v);
+    amp_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+void test_set_grad_f32(amp_ctx_t *ctx, amp_tensor_t *t, const float *v) {
+    amp_tensor_zero_grad(t);
+    amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
+    amp_tensor_write_f32(g, v);
+    amp_grad_accumulate(ctx, t, g);
+}
