@@ -40,20 +40,29 @@ struct thread_acc {
     unsigned nan, pinf, ninf, over, small, zero;
 };
 
-__device__ __forceinline__ void acc_value(thread_acc &a, float v, stats_limits lim) {
+// A finite value (the common case: no test for NaN or inf). OVER and SMALL drop the comparisons
+// that cannot count anything: a finite value of the target's own 16-bit type never overflows it,
+// and an f32 target counts neither.
+template <bool OVER, bool SMALL>
+__device__ __forceinline__ void acc_finite(thread_acc &a, float v, stats_limits lim) {
     const float m = fabsf(v);
-    if (!(m <= FLT_MAX)) { // rare: a branch that the warp almost never diverges on
+    a.mn = fminf(a.mn, v);
+    a.mx = fmaxf(a.mx, v);
+    a.ss = fmaf(v, v, a.ss);
+    a.zero += m == 0.0f;
+    if (OVER) a.over += m >= lim.overflow;
+    if (SMALL) a.small += m < lim.min_normal;
+}
+
+// Any value: NaN and ±inf counted, a finite one as above.
+__device__ __forceinline__ void acc_value(thread_acc &a, float v, stats_limits lim) {
+    if (!(fabsf(v) <= FLT_MAX)) { // rare: a branch that the warp almost never diverges on
         a.nan += isnan(v);
         a.pinf += v == INFINITY;
         a.ninf += v == -INFINITY;
         return;
     }
-    a.mn = fminf(a.mn, v);
-    a.mx = fmaxf(a.mx, v);
-    a.ss = fmaf(v, v, a.ss);
-    a.zero += m == 0.0f;
-    a.over += m >= lim.overflow;
-    a.small += m < lim.min_normal;
+    acc_finite<true, true>(a, v, lim);
 }
 
 struct block_total {
@@ -138,20 +147,6 @@ __device__ void block_add_to_slot(const cuda_stats_job &job, bool first, const t
                   {r.under, &slot->n_underflow}, {r.zero, &slot->n_zero}};
     for (const auto &c : counts)
         if (c.n) atomicAdd((unsigned long long *)c.to, c.n);
-}
-
-// A finite value (the common case: no test for NaN or inf). OVER and SMALL drop the comparisons
-// that cannot count anything: a finite value of the target's own 16-bit type never overflows it,
-// and an f32 target counts neither.
-template <bool OVER, bool SMALL>
-__device__ __forceinline__ void acc_finite(thread_acc &a, float v, stats_limits lim) {
-    const float m = fabsf(v);
-    a.mn = fminf(a.mn, v);
-    a.mx = fmaxf(a.mx, v);
-    a.ss = fmaf(v, v, a.ss);
-    a.zero += m == 0.0f;
-    if (OVER) a.over += m >= lim.overflow;
-    if (SMALL) a.small += m < lim.min_normal;
 }
 
 // One 16-byte vector: the plain path when all its values are finite, else value by value.
