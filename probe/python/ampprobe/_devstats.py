@@ -111,8 +111,10 @@ class Figures:
 
 
 class StepStats:
-    """The statistics queued during one step. add()/add_many() return handles; read() turns them
-    into Figures (in the handles' order) plus the extra device scalars handed to it."""
+    """The statistics queued during one step, on one GPU: add()/add_many() queue them, finish()
+    starts their copy to the host (with some extra scalars) and empties the slots for the next
+    step; its Copy gives them back as Figures in the order they were queued. A tensor on another
+    device than the step's first one, or off the GPU, goes the eager way."""
 
     def __init__(self, lib, capacity=256):
         self.lib = lib
@@ -127,7 +129,8 @@ class StepStats:
 
     def _slots(self, device, n):
         """The index of the first of n fresh slots on device (the buffer grows as needed: slot
-        addresses are only valid until the next call)."""
+        addresses are only valid until the next call). Moves to device only when no slot is in
+        use (add() sees to that)."""
         if self.buf is None or self.buf.device != device:
             while self.cap < n:
                 self.cap *= 2
@@ -153,9 +156,8 @@ class StepStats:
         return self._base + i * _SLOT
 
     def _reset(self, first, n):
-        dev = self.buf.get_device()
         self._check(self.lib.ampstats_reset(self._base + first * _SLOT, n,
-                                            _raw_stream_fast(dev)))
+                                            _raw_stream_fast(self._dev)))
 
     def _check(self, rc):
         if rc:
@@ -167,7 +169,8 @@ class StepStats:
         (overflow, tiny) pair for the eager path). Called for every module output and
         gradient: kept short."""
         code = _AMP_DTYPE.get(t.dtype)
-        if code is None or self.lib is None or not t.is_cuda:
+        if code is None or self.lib is None or not t.is_cuda or (
+                self.used and t.get_device() != self._dev):
             self.order.append(~len(self.eager))
             with torch.no_grad():
                 self.eager.append(eager_stats(t, *bounds))
@@ -189,7 +192,8 @@ class StepStats:
     def add_many(self, tensors, target, bounds):
         """add() of each of tensors, in one launch for those on the GPU."""
         dev = [t for t in tensors if self.lib is not None and t.is_cuda and t.dtype in _AMP_DTYPE]
-        if len(dev) != len(tensors) or len({t.device for t in dev}) > 1:
+        if len(dev) != len(tensors) or len({t.device for t in dev}) > 1 or (
+                dev and self.used and dev[0].get_device() != self._dev):
             for t in tensors:
                 self.add(t, target, bounds)
             return
