@@ -4,9 +4,12 @@ libampcore's fused statistics kernel (libampcore/src/cuda/cuda-stats.cu), built 
 libampstats_cuda.so (probe/python/ampstats.cu), runs on a tensor's memory on PyTorch's current
 stream: one launch per tensor (or one for a list of them), adding the tensor's figures (min, max,
 NaN, +inf, -inf, overflow, underflow and zero counts, sum of squares) into a slot of a device
-buffer owned here. Nothing waits: finish() starts one copy of the used slots into pinned host
-memory at the end of a step and empties them for the next one; its result() waits for it, by
-then (a step later) long done.
+buffer owned here. A few scalars of the step (the loss, the loss scale, found_inf) are gathered
+beside the slots by one small kernel (put()). Nothing waits: finish() starts one copy of the used
+part of the buffer into pinned host memory at the end of a step and empties the slots for the next
+one; its result() waits for it, by then (a step later) long done, and release() hands the pinned
+buffer back for a later step. read_now() reads a few scalars at once on a side stream (what tells
+whether a step broke).
 
 The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports its size
 and a module that disagrees is not used. Tensors not on a GPU, and every tensor when the module
@@ -27,6 +30,10 @@ _AMP_DTYPE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.int32
               torch.int64: 4}
 TARGET_CODE = {"f32": 0, "f16": 1, "bf16": 2}
 
+
+_SCALAR_CODE = {**_AMP_DTYPE, torch.float64: 5}  # ampstats_gather's codes
+HEAD = 16  # float64 scalars ahead of a step's slots (StepStats.put)
+_HEAD_BYTES = HEAD * 8
 
 _Slot = _records.AmpStats
 _SLOT = ctypes.sizeof(_Slot)
@@ -55,6 +62,11 @@ def load_module(next_to):
     lib.ampstats_many.restype = i
     lib.ampstats_reset.argtypes = [u, i64, u]
     lib.ampstats_reset.restype = i
+    lib.ampstats_gather.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u]
+    lib.ampstats_gather.restype = i
+    lib.ampstats_read.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u, u,
+                                  u]
+    lib.ampstats_read.restype = i
     lib.ampstats_error.argtypes = [i]
     lib.ampstats_error.restype = ctypes.c_char_p
     return lib, None
@@ -111,42 +123,61 @@ class Figures:
 
 
 class StepStats:
-    """The statistics queued during one step, on one GPU: add()/add_many() queue them, finish()
-    starts their copy to the host (with some extra scalars) and empties the slots for the next
-    step; its Copy gives them back as Figures in the order they were queued. A tensor on another
-    device than the step's first one, or off the GPU, goes the eager way."""
+    """The statistics queued during one step, on one GPU: add()/add_many() queue them, put()
+    places a few scalars beside them (the loss, the loss scale), finish() starts their copy to
+    the host and empties the slots for the next step; its Copy gives them back as Figures in the
+    order they were queued. A tensor on another device than the step's first one, or off the
+    GPU, goes the eager way.
+
+    The device buffer holds HEAD float64 scalars, then the slots; its host copies go into pinned
+    buffers that come back to a pool when a Copy is released, so a step costs one statistics
+    kernel per tensor, one gather kernel per put(), one copy and one reset kernel."""
 
     def __init__(self, lib, capacity=256):
         self.lib = lib
         self.cap = capacity
-        self.buf = None  # uint8 device tensor of cap slots (allocated at first use)
-        self._base, self._dev = 0, -1  # its address and device index
+        self.buf = None  # uint8 tensor: HEAD scalars and cap slots (allocated at first use)
+        self.scal = None  # the scalars, a float64 view of buf
+        self._base, self._dev = 0, -1  # the first slot's address, buf's device index
         self._one = lib.ampstats_one if lib is not None else None
         self.used = 0
+        self.placed = False  # put() was called this step (buf cannot move)
         self.retired = []  # buffers outgrown this step: kept until read() (queued kernels)
         self.eager = []  # figures tensors of the eager path
         self.order = []  # per handle: slot index (>= 0) or ~eager index
+        self._pool = []  # free (pinned host buffer, event) pairs
+        self._scratch = None  # ampstats_read's device doubles and pinned host doubles
+
+    def _alloc(self, device, cap):
+        """A fresh buffer of cap slots on device, slots emptied (kernels queued on it so far
+        keep the old one alive through retired)."""
+        buf = torch.empty(_HEAD_BYTES + cap * _SLOT, dtype=torch.uint8, device=device)
+        if self.buf is not None and self.buf.device == buf.device:
+            buf[: self.buf.numel()].copy_(self.buf)
+            self.retired.append(self.buf)
+        self.buf, self.cap = buf, cap
+        self.scal = buf[:_HEAD_BYTES].view(torch.float64)
+        self._base = buf.data_ptr() + _HEAD_BYTES
+        self._dev = buf.get_device()
+        if self.lib is not None and device.type == "cuda":
+            self._reset(self.used, cap - self.used)
 
     def _slots(self, device, n):
         """The index of the first of n fresh slots on device (the buffer grows as needed: slot
-        addresses are only valid until the next call). Moves to device only when no slot is in
+        addresses are only valid until the next call). Moves to device only when nothing is in
         use (add() sees to that)."""
         if self.buf is None or self.buf.device != device:
-            while self.cap < n:
-                self.cap *= 2
-            self.buf = torch.empty(self.cap * _SLOT, dtype=torch.uint8, device=device)
-            self._base, self._dev = self.buf.data_ptr(), self.buf.get_device()
-            self._reset(0, self.cap)
             self.used = 0
+            cap = self.cap
+            while cap < n:
+                cap *= 2
+            self.buf = None
+            self._alloc(device, cap)
         elif self.used + n > self.cap:
-            old = self.buf
-            while self.used + n > self.cap:
-                self.cap *= 2
-            self.buf = torch.empty(self.cap * _SLOT, dtype=torch.uint8, device=device)
-            self._base = self.buf.data_ptr()
-            self.buf[: old.numel()].copy_(old)
-            self._reset(self.used, self.cap - self.used)
-            self.retired.append(old)
+            cap = self.cap
+            while self.used + n > cap:
+                cap *= 2
+            self._alloc(device, cap)
         first = self.used
         self.used += n
         self.order.extend(range(first, first + n))
@@ -170,7 +201,7 @@ class StepStats:
         gradient: kept short."""
         code = _AMP_DTYPE.get(t.dtype)
         if code is None or self.lib is None or not t.is_cuda or (
-                self.used and t.get_device() != self._dev):
+                (self.used or self.placed) and t.get_device() != self._dev):
             self.order.append(~len(self.eager))
             with torch.no_grad():
                 self.eager.append(eager_stats(t, *bounds))
@@ -179,7 +210,7 @@ class StepStats:
             t = t.contiguous()
         dev = t.get_device()
         i = self.used
-        if i < self.cap and self.buf is not None and self._dev == dev:
+        if i < self.cap and self._dev == dev:
             self.used = i + 1
             self.order.append(i)
         else:
@@ -193,7 +224,7 @@ class StepStats:
         """add() of each of tensors, in one launch for those on the GPU."""
         dev = [t for t in tensors if self.lib is not None and t.is_cuda and t.dtype in _AMP_DTYPE]
         if len(dev) != len(tensors) or len({t.device for t in dev}) > 1 or (
-                dev and self.used and dev[0].get_device() != self._dev):
+                dev and (self.used or self.placed) and dev[0].get_device() != self._dev):
             for t in tensors:
                 self.add(t, target, bounds)
             return
@@ -209,68 +240,131 @@ class StepStats:
             (ctypes.c_int32 * n)(*[_AMP_DTYPE[t.dtype] for t in dev]), u(*slots),
             TARGET_CODE[target], _raw_stream_fast(dev[0].get_device())))
 
+    def put(self, at, tensors):
+        """Places one-element tensors (the loss, the scale, ...) as float64 at scalars at, at+1,
+        ... (at + len(tensors) <= HEAD), in stream order: their values as they are now, not
+        after later kernels. finish() copies them with the statistics."""
+        if not tensors:
+            return
+        if self.buf is None or (not self.used and not self.placed
+                                and self.buf.device != tensors[0].device):
+            self.buf = None
+            self.used = 0
+            self._alloc(tensors[0].device, self.cap)
+        self.placed = True
+        codes = [_SCALAR_CODE.get(t.dtype) for t in tensors]
+        if self.lib is not None and self.buf.is_cuda and None not in codes and all(
+                t.is_cuda and t.get_device() == self._dev for t in tensors):
+            n = len(tensors)
+            u = ctypes.c_size_t * n
+            self._check(self.lib.ampstats_gather(
+                n, u(*[t.data_ptr() for t in tensors]), (ctypes.c_int32 * n)(*codes),
+                self.scal.data_ptr() + at * 8, _raw_stream_fast(self._dev)))
+            return
+        for k, t in enumerate(tensors):  # another device, dtype or no module: torch's copies
+            self.scal[at + k].copy_(t.detach().reshape(()))
+
+    def read_now(self, tensors, event=None, stream=None):
+        """The values of one-element tensors now, as floats, read on stream (a side stream,
+        default the current one) after event (a torch.cuda.Event, or None): what the step's
+        loss and found_inf are, without waiting for the rest of the step."""
+        codes = [_SCALAR_CODE.get(t.dtype) for t in tensors]
+        dev = tensors[0].device if tensors else None
+        if (self.lib is None or dev is None or dev.type != "cuda" or None in codes
+                or len(tensors) > HEAD or any(t.device != dev for t in tensors)):
+            if stream is None:
+                return torch.stack([t.detach().reshape(()).double().cpu()
+                                    for t in tensors]).tolist() if tensors else []
+            with torch.cuda.stream(stream):
+                if event is not None:
+                    stream.wait_event(event)
+                return self.read_now(tensors)
+        if self._scratch is None or self._scratch[0].device != dev:
+            self._scratch = (torch.empty(HEAD, dtype=torch.float64, device=dev),
+                             torch.empty(HEAD, dtype=torch.float64, pin_memory=True))
+        d, h = self._scratch
+        n = len(tensors)
+        u = ctypes.c_size_t * n
+        raw = stream.cuda_stream if stream is not None else _raw_stream_fast(dev.index)
+        self._check(self.lib.ampstats_read(
+            n, u(*[t.data_ptr() for t in tensors]), (ctypes.c_int32 * n)(*codes), d.data_ptr(),
+            h.data_ptr(), event.cuda_event if event is not None else 0, raw))
+        return h[:n].tolist()
+
     def __len__(self):
         return len(self.order)
 
-    def finish(self, extras=()):
-        """Starts bringing the queued figures and the extras (float64 scalars) to the host: one
-        copy into pinned memory, not waited for; the slots are emptied for the next step.
-        Returns a Copy whose result() waits for it."""
-        parts, dev = [], None
-        if self.used:
-            parts.append(self.buf[: self.used * _SLOT])
-            dev = self.buf.device
-        if self.eager:
-            parts.append(torch.stack(self.eager).reshape(-1).view(torch.uint8))
-        if extras:
-            parts.append(torch.cat([e.reshape(1).double() for e in extras]).view(torch.uint8))
-        host, event = None, None
-        if parts:
-            dev = dev or parts[0].device
-            flat = torch.cat([p.to(dev) for p in parts]) if len(parts) > 1 else parts[0]
-            if dev.type == "cuda":
-                host = torch.empty(flat.numel(), dtype=torch.uint8, pin_memory=True)
-                host.copy_(flat, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(torch.cuda.current_stream(dev))
+    def _pinned(self, nbytes):
+        """A free pinned host buffer of at least nbytes, and its event."""
+        while self._pool:
+            host, event = self._pool.pop()
+            if host.numel() >= nbytes:
+                return host, event
+        size = max(nbytes, _HEAD_BYTES + self.cap * _SLOT)
+        return torch.empty(size, dtype=torch.uint8, pin_memory=True), torch.cuda.Event()
+
+    def finish(self, n_scalars=0):
+        """Starts bringing the queued figures and the first n_scalars scalars (put()) to the
+        host: one copy into pinned memory, not waited for; the slots are emptied for the next
+        step. Returns a Copy whose result() waits for it."""
+        host, event, eager, nbytes = None, None, None, 0
+        if self.buf is not None and (self.used or self.placed):
+            nbytes = _HEAD_BYTES + self.used * _SLOT
+            if self.buf.is_cuda:
+                host, event = self._pinned(nbytes)
+                host[:nbytes].copy_(self.buf[:nbytes], non_blocking=True)
             else:
-                host = flat.clone()
-        copy = Copy(host, event, self.order, self.used, len(self.eager))
-        if self.used:
+                host = self.buf[:nbytes].clone()
+        if self.eager:
+            dev = self.buf.device if self.buf is not None else self.eager[0].device
+            flat = torch.stack([e.to(dev) for e in self.eager]).reshape(-1)
+            if flat.is_cuda:
+                eager = torch.empty(flat.numel(), dtype=torch.float64, pin_memory=True)
+                eager.copy_(flat, non_blocking=True)
+                if event is None:
+                    event = torch.cuda.Event()
+            else:
+                eager = flat.clone()
+        if event is not None:
+            event.record(torch.cuda.current_stream(self.buf.device if self.buf is not None
+                                                   else self.eager[0].device))
+        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0)
+        if self.used and self.lib is not None and self.buf.is_cuda:
             self._reset(0, self.used)  # after the copy, in stream order
-        self.used, self.order, self.eager, self.retired = 0, [], [], []
+        self.used, self.placed, self.order, self.eager, self.retired = 0, False, [], [], []
         return copy
 
-    def read(self, extras=()):
-        """finish(extras).result(): the figures and the extras now."""
-        return self.finish(extras).result()
+    def read(self, n_scalars=0):
+        """finish(n_scalars).result(): the figures and the scalars now."""
+        return self.finish(n_scalars).result()
 
 
 class Copy:
     """A step's figures on their way to the host (StepStats.finish)."""
 
-    def __init__(self, host, event, order, used, n_eager):
-        self.host, self.event, self.order = host, event, order
-        self.used, self.n_eager = used, n_eager
+    def __init__(self, stats, host, event, eager, order, used, n_scalars):
+        self.stats, self.host, self.event, self.eager = stats, host, event, eager
+        self.order, self.used, self.n_scalars = order, used, n_scalars
         self.slots, self.extras = None, []
 
     def wait(self):
         """Waits for the copy; then `slots` is a ctypes array of amp_stats in the order the
-        figures were queued (kept alive by this object) and `extras` the extras as floats."""
-        if self.slots is not None or self.host is None:
+        figures were queued and `extras` the scalars as floats. The slots are the pinned
+        buffer itself until release()."""
+        if self.slots is not None or (self.host is None and self.eager is None):
             return self
         if self.event is not None:
             self.event.synchronize()
-        n, base = len(self.order), self.host.data_ptr()
-        off = self.used * _SLOT
-        ne = self.n_eager * 10
-        self.extras = list(memoryview(ctypes.string_at(base + off + ne * 8,
-                                                       self.host.numel() - off - ne * 8)).cast("d"))
-        if not self.n_eager:  # the pinned copy is the array itself
+        n = len(self.order)
+        base = self.host.data_ptr() + _HEAD_BYTES if self.host is not None else 0
+        if self.host is not None and self.n_scalars:
+            self.extras = list(memoryview(ctypes.string_at(self.host.data_ptr(),
+                                                           self.n_scalars * 8)).cast("d"))
+        if self.eager is None:  # the pinned copy is the array itself
             self.slots = (_Slot * n).from_address(base)
             return self
-        dev = (_Slot * max(self.used, 1)).from_address(base)
-        eager = memoryview(ctypes.string_at(base + off, ne * 8)).cast("d")
+        dev = (_Slot * max(self.used, 1)).from_address(base) if self.used else None
+        eager = self.eager.tolist()
         self.slots = (_Slot * n)()
         for k, h in enumerate(self.order):
             if h >= 0:
@@ -282,9 +376,17 @@ class Copy:
         return self
 
     def result(self):
-        """The figures (Figures, in the order they were queued) and the extras as floats."""
+        """The figures (Figures, in the order they were queued) and the scalars as floats."""
         self.wait()
         if self.slots is None:
-            return [], []
+            return [], self.extras
         return [Figures(s.numel, s.min, s.max, s.n_nan, s.n_posinf, s.n_neginf, s.n_overflow,
                         s.n_underflow, s.n_zero, s.sumsq) for s in self.slots], self.extras
+
+    def release(self):
+        """Gives the pinned buffer back for a later step: slots and result() are gone."""
+        if self.host is not None and self.host.is_pinned() and self.event is not None:
+            self.wait()
+            self.stats._pool.append((self.host, self.event))
+        self.host = self.eager = None
+        self.slots = None

@@ -58,6 +58,10 @@ __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
 _INF = float("inf")
+# where a step's scalars go among the statistics (StepStats.put): the loss scale before update(),
+# the loss, the scale after update(), the growth tracker, then found_inf per device (the loss and
+# what follows it are placed in one launch)
+_S_BEFORE, _S_LOSS, _S_AFTER, _S_TRACKER, _S_FOUND = range(5)
 
 
 def _describe_now(what, t, allowed_neginf=False):
@@ -184,6 +188,7 @@ class _LossTape(TorchFunctionMode):
 # The watcher
 
 _watchers = []
+_grad_enabled = torch.is_grad_enabled
 _backward_patched = False
 _layers = _vocab.LayerTable()  # layer ids are the process's, shared by its watchers
 
@@ -220,10 +225,15 @@ class Watcher:
         ids = _layers.add_model(name or type(model).__name__, [n for n, _ in named])
         self.layer_of = {id(m): ids[n] for n, m in named}
         self.op_of = {id(m): _vocab.op_name(type(m).__name__) for _, m in named}
-        self.params = []  # (parameter, its name, its module's layer)
+        self._grad_hooks = {}  # id(module) -> the pre-hook that queues its output's gradient
+        self._plist = []  # the floating parameters
+        self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
         for mn, m in named:
             for pn, p in m.named_parameters(recurse=False):
-                self.params.append((p, (mn + "." if mn else "") + pn, ids[mn]))
+                if p.is_floating_point() and p.numel():
+                    self._plist.append(p)
+                    self._wentries.append((ids[mn], WEIGHT_GRAD, (mn + "." if mn else "") + pn,
+                                           _vocab.dtype_name(p.dtype)))
         self.step = 0
         self.step_start = self.rec.now_ns()
         self.sampled = True
@@ -235,9 +245,11 @@ class Watcher:
                   file=sys.stderr, flush=True)
         self.stats = _devstats.StepStats(lib)
         self.target = None  # autocast dtype name, once seen
+        self._against = ("f16", _vocab.DTYPES["f16"])  # what overflow counts against (+bounds)
         self.fwd = None  # the last forward's (args, kwargs, autocast state)
         self.loss = None
         self._ready = None  # CUDA event: the step's loss (and found_inf) are computed
+        self._ready_event = None  # the event object _ready is, recorded anew every step
         self._side = None  # the side stream that reads them
         self.waiting = None  # the last step, its figures on their way (_Done)
         self.scaler = None
@@ -276,6 +288,7 @@ class Watcher:
         orig_scale, orig_unscale, orig_update = scaler.scale, scaler.unscale_, scaler.update
 
         def scale(outputs):
+            self.tape.end()  # before numel(): the tape would take it for the loss computation's
             if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
                 self._on_backward(outputs)
             return orig_scale(outputs)
@@ -287,9 +300,9 @@ class Watcher:
             return r
 
         def update(new_scale=None):
-            extra = self._scaler_before()
+            found = self._scaler_before()
             orig_update(new_scale)
-            self.end_step(extra)
+            self.end_step(found)
 
         scaler.scale, scaler.unscale_, scaler.update = scale, unscale_, update
         for key, attr in (("init_scale", "_init_scale"), ("growth_factor", "_growth_factor"),
@@ -325,6 +338,7 @@ class Watcher:
             self.rec.meta("device", dev)
         if ac and self.target is None:
             self.target = _vocab.dtype_name(ac_dtype)
+            self._against = (self.target, _vocab.DTYPES[self.target])
             self.rec.meta("autocast_dtype", self.target)
         self.fwd = (args, kwargs, dev, ac, ac_dtype)
         self._forwards += 1
@@ -340,25 +354,38 @@ class Watcher:
         self.tape.end()
         if self.loss is None and loss.numel() == 1:
             self.loss = loss.detach()
-            self._mark_ready()
+            if self.scaler is None:  # else found_inf decides too: marked after unscale_
+                self._mark_ready()
 
     def _mark_ready(self):
         """The values that tell whether the step broke are queued: an event behind them."""
         if self.loss is not None and self.loss.is_cuda:
-            self._ready = torch.cuda.Event()
-            self._ready.record()
+            if self._ready_event is None:
+                self._ready_event = torch.cuda.Event()
+            self._ready_event.record()
+            self._ready = self._ready_event
 
     def _queue(self, kind, layer, op, t):
         """Queues t's statistics (one kernel on the current stream, nothing waits)."""
         if not self.sampled or t.numel() == 0 or not t.is_floating_point():
             return
-        target = self.target or "f16"
         with self._lock:
             self.entries.append((layer, kind, op, _vocab.dtype_name(t.dtype)))
-            self.stats.add(t, target, _vocab.DTYPES[target])
+            self.stats.add(t, *self._against)
+
+    def _grad_hook(self, layer, op, nr):
+        """A pre-hook for the autograd node that made a module's output (its output nr): queues
+        the output's gradient as the node receives it."""
+        def hook(grad_outputs):
+            g = grad_outputs[nr]
+            if g is not None:
+                self._queue(ACTIVATION_GRAD, layer, op, g)
+        return hook
 
     def _on_output(self, module, args, output):
-        if self.rerunning or not self.sampled or not module.training or not torch.is_grad_enabled():
+        """A module's forward hook: its output's statistics, and a hook for its gradient (on
+        the autograd node that made it: cheaper than a tensor hook, the same gradient)."""
+        if not self.sampled or self.rerunning or not module.training or not _grad_enabled():
             return None
         if isinstance(output, torch.Tensor):
             t = output
@@ -371,7 +398,16 @@ class Watcher:
         layer, op = self.layer_of.get(key, -1), self.op_of.get(key, "module")
         self._queue(ACTIVATION, layer, op, t)
         if t.requires_grad:
-            t.register_hook(lambda g, layer=layer, op=op: self._queue(ACTIVATION_GRAD, layer, op, g))
+            node, nr = t.grad_fn, t.output_nr
+            if node is None:  # a leaf (a parameter returned as it is)
+                t.register_hook(lambda g: self._queue(ACTIVATION_GRAD, layer, op, g))
+            elif nr == 0:
+                hook = self._grad_hooks.get(key)
+                if hook is None:
+                    hook = self._grad_hooks[key] = self._grad_hook(layer, op, 0)
+                node.register_prehook(hook)
+            else:
+                node.register_prehook(self._grad_hook(layer, op, nr))
         return None
 
     def close(self):
@@ -398,47 +434,49 @@ class Watcher:
         self.wgrads_queued = True
         if not self.sampled:
             return
-        grads = []
-        target = self.target or "f16"
+        grads = [p.grad for p in self._plist]
         with self._lock:
-            for p, pname, layer in self.params:
-                g = p.grad
-                if g is not None and g.numel() and g.is_floating_point():
-                    self.entries.append((layer, WEIGHT_GRAD, pname, _vocab.dtype_name(g.dtype)))
-                    grads.append(g)
-            self.stats.add_many(grads, target, _vocab.DTYPES[target])
+            if any(g is None for g in grads):  # parameters that took no part
+                have = [(g, e) for g, e in zip(grads, self._wentries) if g is not None]
+                grads = [g for g, _ in have]
+                self.entries.extend(e for _, e in have)
+            else:
+                self.entries.extend(self._wentries)
+            self.stats.add_many(grads, *self._against)
 
     def _scaler_before(self):
-        """Read before scaler.update(): the scale, the summed found_inf (-1: none) as device
-        tensors, and the per-device found_inf tensors themselves."""
+        """Before scaler.update(): places the scale as it is among the step's scalars; returns
+        the per-device found_inf tensors (as update() will see them)."""
         s = self.scaler
         found = [v for st in s._per_optimizer_states.values()
                  for v in st.get("found_inf_per_device", {}).values()]
-        before = s._scale.detach().clone().double().reshape(1)
-        f = torch.stack([v.double().reshape(()) for v in found]).sum().reshape(1) if found \
-            else torch.full((1,), -1.0, dtype=torch.float64, device=before.device)
-        return before, f, found
+        if len(found) > _devstats.HEAD - _S_FOUND:  # more GPUs than places: their sum
+            found = [torch.stack([v.to(found[0].device).reshape(()) for v in found]).sum()]
+        with self._lock:
+            self.stats.put(_S_BEFORE, [s._scale])
+        return found
 
-    def end_step(self, scaler_extra):
+    def end_step(self, found):
         """Ends the step: starts its figures' copy to the host and records the step before it
-        (whose copy is done by now). A step that broke (its loss or found_inf is non-finite,
-        read on a side stream) is recorded at once, while a re-run still sees its parameters."""
+        (whose copy is done by now). found: the scaler's found_inf tensors (None: no scaler).
+        A step that broke (its loss or found_inf is non-finite, read on a side stream) is
+        recorded at once, while a re-run still sees its parameters."""
         if not self.on:
             return
         self.tape.end()
         self._queue_weight_grads()
-        extras, found = [], []
+        at, vals = _S_AFTER, []
         if self.loss is not None:
-            extras.append(self.loss)
-        if scaler_extra is not None:
-            s = self.scaler
-            before, f, found = scaler_extra
-            extras += [before, f, s._scale, s._growth_tracker]
+            at, vals = _S_LOSS, [self.loss]
+        if found is not None:
+            vals += [self.scaler._scale, self.scaler._growth_tracker] + found
         with self._lock:
-            copy = self.stats.finish(extras)
+            self.stats.put(at, vals)
+            copy = self.stats.finish(at + len(vals) if vals else 0)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy,
-                     self.loss is not None, scaler_extra is not None, self.fwd, self.tape.tape)
-        broken = self._broke(found)
+                     self.loss is not None, None if found is None else len(found), self.fwd,
+                     self.tape.tape)
+        broken = self._broke(found or [])
         self.flush()
         if broken:
             self._record(done)
@@ -464,16 +502,10 @@ class Watcher:
         ts = ([self.loss] if self.loss is not None else []) + list(found)
         if not ts:
             return False
-        def read():
-            return torch.cat([t.detach().reshape(1).float() for t in ts]).cpu().tolist()
-        if self._ready is not None:
-            if self._side is None:
-                self._side = torch.cuda.Stream(self.loss.device)
-            with torch.cuda.stream(self._side):
-                self._side.wait_event(self._ready)
-                vals = read()
-        else:
-            vals = read()
+        if self._ready is not None and self._side is None:
+            self._side = torch.cuda.Stream(self.loss.device)
+        vals = self.stats.read_now(ts, self._ready,
+                                   self._side if self._ready is not None else None)
         if self.loss is not None and not abs(vals.pop(0)) < _INF:
             return True
         return any(v > 0 for v in vals)
@@ -482,9 +514,12 @@ class Watcher:
         """Emits a finished step's records (waits for its copy). The statistics go to C in one
         call; Python reads single figures only when something is wrong."""
         copy = d.copy.wait()
-        vals = list(copy.extras)
-        loss = vals.pop(0) if d.has_loss else None
-        scale = vals[:4] if d.has_scale else None  # before, found_inf (-1: none), after, tracker
+        vals = copy.extras
+        loss = vals[_S_LOSS] if d.has_loss else None
+        scale = None  # before, found_inf (summed; -1: none), after, tracker
+        if d.n_found is not None:
+            found = sum(vals[_S_FOUND:_S_FOUND + d.n_found]) if d.n_found else -1.0
+            scale = [vals[_S_BEFORE], found, vals[_S_AFTER], vals[_S_TRACKER]]
         summary, norm = None, None
         if d.entries:
             key = tuple(d.entries)
@@ -497,6 +532,7 @@ class Watcher:
                     math.sqrt(summary.weight_grad_sumsq) / (scale[0] if scale else 1.0)
         self._emit(d, copy, summary, loss, scale)
         self.rec.step(d.step, d.start_ns, d.end_ns, loss, norm)
+        copy.release()
 
     def _emit(self, d, copy, summary, loss, scale):
         """The step's events: what broke and where (the statistics are recorded already)."""
@@ -613,12 +649,12 @@ class Watcher:
 
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
-    __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "has_loss", "has_scale", "fwd",
+    __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "has_loss", "n_found", "fwd",
                  "tape")
 
-    def __init__(self, step, start_ns, end_ns, entries, copy, has_loss, has_scale, fwd, tape):
+    def __init__(self, step, start_ns, end_ns, entries, copy, has_loss, n_found, fwd, tape):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
-        self.copy, self.has_loss, self.has_scale = copy, has_loss, has_scale
+        self.copy, self.has_loss, self.n_found = copy, has_loss, n_found
         self.fwd, self.tape = fwd, tape
 
 

@@ -61,6 +61,16 @@ def check(lib):
     gen = torch.Generator(device="cuda").manual_seed(1)
     ts = tensors(gen)
     fail = 0
+    scalar_values = [2.5, -0.75, 65504.0, 3.0, -1.0, 1e300]
+    scalars = [torch.tensor(v, device="cuda", dtype=d) for v, d in zip(
+        scalar_values, (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64,
+                        torch.float64))]
+    st = _devstats.StepStats(lib)
+    side, ev = torch.cuda.Stream(), torch.cuda.Event()
+    ev.record()
+    got = st.read_now(scalars, ev, side)
+    print("%s devstats read_now: %s" % ("PASS" if got == scalar_values else "FAIL", got))
+    fail |= got != scalar_values
     for target in ("f16", "bf16", "f32"):
         st = _devstats.StepStats(lib, capacity=4)  # grows while the step runs
         bounds = _vocab.DTYPES[target]
@@ -68,10 +78,14 @@ def check(lib):
             st.add(t, target, bounds)
         st.add_many(ts, target, bounds)
         for rnd in range(2):  # the slots come back emptied for the next step
-            got, extra = st.read([torch.tensor(2.5, device="cuda")])
+            st.put(0, scalars)
+            st.put(len(scalars), [torch.tensor(7.0)])  # off the GPU: torch's copy
+            copy = st.finish(len(scalars) + 1)  # round 1 reuses round 0's pinned buffer
+            got, extra = copy.result()
+            copy.release()
             want = [expect(t, target) for t in ts] * 2
             bad = [i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w)]
-            ok = not bad and len(got) == len(want) and extra == [2.5]
+            ok = not bad and len(got) == len(want) and extra == scalar_values + [7.0]
             print("%s devstats target=%s round %d: %d tensors%s" % (
                 "PASS" if ok else "FAIL", target, rnd, len(got),
                 "" if ok else " mismatch at %s: got %s want %s" % (
