@@ -32,13 +32,21 @@ are not faults. If the forward stays finite, the loss computation between the mo
 and backward()/scaler.scale() is searched: its ops are taped (references only) by a torch
 function mode on every step, so a hand-written loss's log(0) is named at the step it happened,
 outside any module. If the loss is finite too, found_inf means the gradients overflowed while
-the forward stayed finite: a loss-scale overflow (grad_overflow, info), with the module whose
-backward first handed on a non-finite gradient (nonfinite_producer, bwd). Re-runs assume the
-forward is deterministic (dropout draws again) and are done for the first 10 broken steps and
-then once per new streak of them.
+the forward stayed finite: a loss-scale overflow (grad_overflow, info). Then the re-run forward
+keeps its autograd graph (each node tagged with its module and function), the taped loss
+computation is replayed on its output, scaled as the GradScaler did, and differentiated
+(autograd.grad: the parameters' .grad are left alone) under a dispatch mode that stops at the
+first backward op whose output is non-finite: nonfinite_producer (bwd) names its layer and the
+forward function whose backward it was, with the autograd node, the op and their ranges. When
+that cannot be done (nothing taped, an in-place op on the user's tensors in the loss, a break
+only the statistics saw), the module whose backward first handed on a non-finite gradient is
+named from the statistics instead. Re-runs assume the forward is deterministic (dropout draws
+again; the random state and the module buffers are restored afterwards) and are done for the
+first 10 broken steps and then once per new streak of them.
 """
 import atexit
 import ctypes
+import functools
 import math
 import os
 import sys
@@ -48,7 +56,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _devstats, _records, _vocab
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
@@ -89,6 +97,8 @@ _VIEW_OPS = {"view", "reshape", "unsafe_view", "expand", "t", "transpose", "perm
              "detach", "alias", "to", "float", "half", "bfloat16", "as_strided", "split",
              "split_with_sizes", "chunk", "unbind", "getitem"}
 _MASK_OPS = {"masked_fill", "where", "masked_fill_"}
+_autocast_on = functools.partial(torch.is_autocast_enabled,
+                                 "cuda" if torch.cuda.is_available() else "cpu")
 
 
 class _Found(Exception):
@@ -164,13 +174,13 @@ class _LossTape(TorchFunctionMode):
 
     def __init__(self):
         super().__init__()
-        self.tape = []  # (func, args, kwargs, output): sorted out only when judged
+        self.tape = []  # (func, args, kwargs, output, autocast on): sorted out when judged
         self.active = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if isinstance(out, (torch.Tensor, tuple, list)):
-            self.tape.append((func, args, kwargs, out))
+            self.tape.append((func, args, kwargs, out, _autocast_on()))
         return out
 
     def begin(self):
@@ -182,6 +192,105 @@ class _LossTape(TorchFunctionMode):
         if self.active:
             self.active = False
             self.__exit__(None, None, None)
+
+
+class _NodeTagger(TorchFunctionMode):
+    """The forward re-run with a graph: tags the autograd node behind each function's output
+    with the innermost module's layer and the function (what a backward op is then named by)."""
+
+    def __init__(self, layers, on):
+        super().__init__()
+        self.layers, self.on = layers, on
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.on:
+            _tag_nodes(out, self.layers[-1], func)
+        return out
+
+
+def _tag_nodes(out, layer, func):
+    """Tags the autograd nodes behind out's tensors (those not tagged yet) with layer and func."""
+    for t in tree_flatten(out)[0]:
+        node = t.grad_fn if isinstance(t, torch.Tensor) else None
+        if node is not None and "ampprobe" not in node.metadata:
+            node.metadata["ampprobe"] = (layer, _vocab.op_name(getattr(func, "__name__",
+                                                                        str(func))))
+
+
+_current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
+
+
+class _BwdTracer(TorchDispatchMode):
+    """The backward re-run: the first aten op whose output is non-finite made it (its inputs are
+    gradients from finite ops and saved forward values of a finite forward, masks' -inf aside).
+    Named by the tag of the autograd node it ran in, else of the last tagged node the backward
+    went through (an untagged node is an inner one of the same function or module)."""
+
+    def __init__(self, w, step):
+        super().__init__()
+        self.w, self.step = w, step
+        self.tag = (-1, None)
+        self.event = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        node = _current_node()
+        tag = node.metadata.get("ampprobe") if node is not None else None
+        if tag is not None:
+            self.tag = tag
+        outs = _float_tensors(out)
+        if self.event is None and outs and not all(bool(torch.isfinite(t).all()) for t in outs):
+            layer, op = self.tag
+            aten = _vocab.op_name(func.overloadpacket.__name__)
+            detail = "in %s (%s); " % (node.name() if node is not None else "the engine", aten)
+            for k, t in enumerate(_float_tensors((args, kwargs))):
+                detail += _describe_now("input %d" % k, t, True)[0]
+            bad, amax = 0, float("nan")
+            for t in outs:
+                seg, n = _describe_now("gradient", t)
+                detail += seg
+                bad += n
+                fin = t[torch.isfinite(t)]
+                if fin.numel():
+                    amax = float(fin.abs().max())
+            self.w.rec.event(self.step, layer, op or aten, PHASE_BWD, "nonfinite_producer",
+                             WARNING, bad, amax, detail)
+            self.event = "nonfinite_producer"
+            raise _Found()
+        return out
+
+
+def _replay_loss(d, out):
+    """The loss computation of step d (its tape) run again on the re-run forward's output out:
+    the tensor that stands for the loss backward() was called on, or None (nothing taped, the
+    loss not among the tape's outputs, or an in-place op on something else than the tape's own
+    tensors)."""
+    if not d.tape or d.fwd_out is None or d.loss_id is None:
+        return None
+    orig = d.fwd_out
+    new = {}  # id(tensor of the step) -> its re-run counterpart
+
+    def tensors(x):
+        return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+    for o, n in zip(tensors(orig), tensors(out)):
+        new[id(o)] = n
+    for func, args, kwargs, res, ac in d.tape:
+        name = getattr(func, "__name__", "")
+        first = tensors(args)[:1]
+        if name.endswith("_") and not name.startswith("__") and first and \
+                id(first[0]) not in new:
+            return None  # would write into the user's tensors
+        a, k = tree_map(lambda x: new.get(id(x), x) if isinstance(x, torch.Tensor) else x,
+                        (args, kwargs or {}))
+        with torch.autocast(d.fwd[2], dtype=d.fwd[4], enabled=ac):
+            r = func(*a, **k)
+        _tag_nodes(r, -1, func)  # outside any module
+        for o, n in zip(tensors(res), tensors(r)):
+            new[id(o)] = n
+    loss = new.get(d.loss_id)
+    return loss if loss is not None and loss.requires_grad and loss.numel() == 1 else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +356,8 @@ class Watcher:
         self.target = None  # autocast dtype name, once seen
         self._against = ("f16", _vocab.DTYPES["f16"])  # what overflow counts against (+bounds)
         self.fwd = None  # the last forward's (args, kwargs, autocast state)
+        self.fwd_out = None  # and its output
+        self.loss_id = None  # id() of the loss tensor backward() was called on
         self.loss = None
         self._ready = None  # CUDA event: the step's loss (and found_inf) are computed
         self._ready_event = None  # the event object _ready is, recorded anew every step
@@ -346,6 +457,7 @@ class Watcher:
 
     def _on_root_post(self, module, args, output):
         if not self.rerunning and torch.is_grad_enabled() and module.training:
+            self.fwd_out = output  # where the tape starts
             self.tape.begin()
 
     def _on_backward(self, loss):
@@ -354,6 +466,7 @@ class Watcher:
         self.tape.end()
         if self.loss is None and loss.numel() == 1:
             self.loss = loss.detach()
+            self.loss_id = id(loss)  # the tape's own output (it holds the tensor)
             if self.scaler is None:  # else found_inf decides too: marked after unscale_
                 self._mark_ready()
 
@@ -475,18 +588,19 @@ class Watcher:
             copy = self.stats.finish(at + len(vals) if vals else 0)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy,
                      self.loss is not None, None if found is None else len(found), self.fwd,
-                     self.tape.tape)
+                     self.tape.tape, self.fwd_out, self.loss_id)
         broken = self._broke(found or [])
         self.flush()
         if broken:
             self._record(done)
         else:
-            done.tape = None  # only a broken loss is searched, and that one is caught above
+            done.tape = done.fwd_out = None  # only a broken step is searched, caught above
             self.waiting = done
         self.step += 1
         self.step_start = self.rec.now_ns()
         self.sampled = self.step % self.stats_every == 0
         self.entries, self.loss, self._ready = [], None, None
+        self.fwd_out = self.loss_id = None
         self.wgrads_queued = False
         self.tape.tape = []
 
@@ -547,10 +661,10 @@ class Watcher:
         loss_bad = loss is not None and not (abs(loss) < _INF)
         found_inf = scale is not None and scale[1] > 0
         broken = fwd_bad or loss_bad or found_inf
-        fwd_event, loss_event = None, None
+        fwd_event, loss_event, out = None, None, None
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
-            fwd_event = self._rerun(d)
+            fwd_event, out = self._rerun(d, with_graph=found_inf)
             if fwd_event is None:
                 loss_event = self._judge_tape(d)
         self.prev_broken = broken
@@ -560,7 +674,9 @@ class Watcher:
                            "the loss computation outside the model produced non-finite values"
                            if loss_event else "the loss itself became non-finite")
         if found_inf and not fwd_event and not loss_event and not loss_bad:
-            self._backward_producer(d, copy.result()[0])
+            if out is None or not self._rerun_backward(d, out, scale[0]):
+                self._backward_producer(d, copy.result()[0])
+            out = None
             self.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
                            "gradients overflowed at loss scale %g while the forward pass stayed "
                            "finite: a loss-scale overflow, the step was skipped and the scale "
@@ -603,12 +719,14 @@ class Watcher:
                            f.nonfinite, amax, detail)
             return
 
-    def _rerun(self, d):
+    def _rerun(self, d, with_graph=False):
         """Runs step d's forward again under the op tracer (with the parameters as they are
-        now: those of step d, unless d's break was only seen a step later); the event kind it
-        emitted."""
+        now: those of step d, unless d's break was only seen a step later). Returns the event
+        kind it emitted and, with_graph and when the forward stayed finite, its output with the
+        autograd graph (its nodes tagged with layer and op) for _rerun_backward. The module
+        buffers (batch-norm statistics) and the random state are as before afterwards."""
         if d.fwd is None:
-            return None
+            return None, None
         args, kwargs, dev, ac, ac_dtype = d.fwd
         judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
         stack = [self.layer_of[id(self.model)]]
@@ -621,25 +739,56 @@ class Watcher:
 
         hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
                  torch.nn.modules.module.register_module_forward_hook(post)]
+        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        out = None
         self.rerunning = True
         try:
-            with torch.no_grad(), torch.autocast(dev, dtype=ac_dtype, enabled=ac), \
-                    _OpTracer(judge, stack):
-                self.model(*args, **kwargs)
+            with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda"
+                                       else []), \
+                    torch.set_grad_enabled(with_graph), \
+                    torch.autocast(dev, dtype=ac_dtype, enabled=ac), _OpTracer(judge, stack), \
+                    _NodeTagger(stack, with_graph):
+                out = self.model(*args, **kwargs)
         except _Found:
-            pass
+            out = None
         finally:
             self.rerunning = False
             for h in hooks:
                 h.remove()
-        return judge.event
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+        return judge.event, (out if with_graph and judge.event is None else None)
+
+    def _rerun_backward(self, d, out, scale):
+        """Step d's backward, op by op, on the re-run forward's output: the loss computation
+        replayed from the tape on it, scaled as the GradScaler did, differentiated with
+        autograd.grad (the parameters' .grad stay as they are) under a dispatch mode that stops
+        at the first op whose output is non-finite. Emits nonfinite_producer (bwd) with the layer
+        and forward op of the autograd node it ran in; False when it could not be done."""
+        params = [p for p in self._plist if p.requires_grad]
+        tracer = _BwdTracer(self, d.step)
+        try:
+            loss = _replay_loss(d, out)
+            if loss is None or not params:
+                return False
+            with tracer:
+                torch.autograd.grad(loss.float() * scale, params, allow_unused=True)
+        except _Found:
+            pass
+        except Exception as e:  # the engine may wrap what the tracer raised
+            if tracer.event is None:
+                print("ampprobe: step %d: the backward re-run failed (%s: %s); the producer is "
+                      "named per module" % (d.step, type(e).__name__, e), file=sys.stderr)
+                return False
+        return tracer.event is not None
 
     def _judge_tape(self, d):
         """The loss computation's first producer (outside any module), from the tape."""
         if not d.tape:
             return None
         judge = _Judge(self, d.step, [])
-        for func, args, kwargs, out in d.tape:
+        for func, args, kwargs, out, _ in d.tape:
             outs = _float_tensors(out)
             if outs and judge.judge(_vocab.op_name(func), -1, _float_tensors((args, kwargs)),
                                     outs):
@@ -650,12 +799,13 @@ class Watcher:
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "has_loss", "n_found", "fwd",
-                 "tape")
+                 "tape", "fwd_out", "loss_id")
 
-    def __init__(self, step, start_ns, end_ns, entries, copy, has_loss, n_found, fwd, tape):
+    def __init__(self, step, start_ns, end_ns, entries, copy, has_loss, n_found, fwd, tape,
+                 fwd_out, loss_id):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.has_loss, self.n_found = copy, has_loss, n_found
-        self.fwd, self.tape = fwd, tape
+        self.fwd, self.tape, self.fwd_out, self.loss_id = fwd, tape, fwd_out, loss_id
 
 
 def _flush_all():

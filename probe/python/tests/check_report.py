@@ -2,12 +2,16 @@
 """check_report.py — checks `ampprobe report --format json` of a gpu_faults.py run (run_gpu.sh).
 
   check_report.py REPORT.json CASE [--healthy]
+  check_report.py --bwd RUN.sqlite
+
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
-a healthy twin must have no error and no warning. Prints one PASS/FAIL line with the first
-finding; exits 1 on FAIL.
+a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
+must have been traced op by op (the backward re-run): a backward nonfinite_producer event naming a
+layer, a forward op and the autograd node it ran in. Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
+import sqlite3
 import sys
 
 FAULT_STEP = 3
@@ -36,7 +40,24 @@ def expect(case, f):
     return None if checks[case] else "unexpected first finding"
 
 
+def check_bwd(path):
+    rows = sqlite3.connect(path).execute(
+        "SELECT e.step, l.name, e.op, e.detail FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l "
+        "ON l.pid = e.pid AND l.id = e.layer_id WHERE e.kind = 'nonfinite_producer' "
+        "AND e.phase = 'bwd' ORDER BY e.id").fetchall()
+    ok = bool(rows) and all(name and op and (detail or "").startswith("in ")
+                            for _, name, op, detail in rows)
+    first = rows[0] if rows else None
+    print("%s backward producers op by op: %d events; first: %s" % (
+        "PASS" if ok else "FAIL", len(rows),
+        "step %s layer %s op %s: %s" % (first[0], first[1], first[2], (first[3] or "")[:160])
+        if first else "none"), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--bwd":
+        return check_bwd(sys.argv[2])
     path, case = sys.argv[1], sys.argv[2]
     healthy = "--healthy" in sys.argv[3:]
     r = json.load(open(path))
