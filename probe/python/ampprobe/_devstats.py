@@ -246,6 +246,9 @@ class StepStats:
         after later kernels. finish() copies them with the statistics."""
         if not tensors:
             return
+        if at < 0 or at + len(tensors) > HEAD:
+            raise ValueError("StepStats.put: scalars %d..%d beyond the %d places" % (
+                at, at + len(tensors) - 1, HEAD))
         if self.buf is None or (not self.used and not self.placed
                                 and self.buf.device != tensors[0].device):
             self.buf = None

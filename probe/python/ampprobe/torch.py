@@ -45,6 +45,7 @@ again; the random state and the module buffers are restored afterwards) and are 
 first 10 broken steps and then once per new streak of them.
 """
 import atexit
+import contextlib
 import ctypes
 import functools
 import math
@@ -198,14 +199,13 @@ class _NodeTagger(TorchFunctionMode):
     """The forward re-run with a graph: tags the autograd node behind each function's output
     with the innermost module's layer and the function (what a backward op is then named by)."""
 
-    def __init__(self, layers, on):
+    def __init__(self, layers):
         super().__init__()
-        self.layers, self.on = layers, on
+        self.layers = layers
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.on:
-            _tag_nodes(out, self.layers[-1], func)
+        _tag_nodes(out, self.layers[-1], func)
         return out
 
 
@@ -747,7 +747,7 @@ class Watcher:
                                        else []), \
                     torch.set_grad_enabled(with_graph), \
                     torch.autocast(dev, dtype=ac_dtype, enabled=ac), _OpTracer(judge, stack), \
-                    _NodeTagger(stack, with_graph):
+                    (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                 out = self.model(*args, **kwargs)
         except _Found:
             out = None
