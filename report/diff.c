@@ -285,64 +285,33 @@ void report_diff_text(FILE *out, const report_model *a, const report_findings *f
     list_unmatched(out, "B", fb, fa);
 }
 
-static void jstr(FILE *out, const char *s) {
-    if (!s) {
-        fputs("null", out);
-        return;
-    }
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
-    }
-    fputc('"', out);
-}
-
-static void jnum(FILE *out, double v) {
-    if (isfinite(v))
-        fprintf(out, "%.9g", v);
-    else
-        fputs("null", out);
-}
-
-static void jstep(FILE *out, int64_t s) {
-    if (s >= 0)
-        fprintf(out, "%lld", (long long)s);
-    else
-        fputs("null", out);
-}
-
 static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
                  const report_findings *mine, const report_findings *theirs) {
     fputs("{\"file\": ", out);
-    jstr(out, m->path);
+    report_json_str(out, m->path);
     fputs(", \"precision\": ", out);
-    jstr(out, r->precision);
+    report_json_str(out, r->precision);
     fputs(", \"device\": ", out);
-    jstr(out, r->device);
+    report_json_str(out, r->device);
     fprintf(out, ", \"autocast\": %s, \"steps\": %lld, \"skipped\": %lld, \"step_ms\": ",
             r->autocast ? "true" : "false", (long long)r->steps, (long long)r->skipped);
-    jnum(out, r->step_ms);
+    report_json_num(out, r->step_ms);
     fputs(", \"throughput\": ", out);
-    jnum(out, r->throughput);
+    report_json_num(out, r->throughput);
     fputs(", \"peak_memory\": ", out);
-    jnum(out, r->peak_mem);
+    report_json_num(out, r->peak_mem);
     fputs(", \"final_loss\": ", out);
-    jnum(out, r->final_loss);
+    report_json_num(out, r->final_loss);
     fprintf(out, ", \"errors\": %zu, \"warnings\": %zu, \"only_here\": [", r->errors, r->warnings);
     size_t k = 0;
     for (size_t i = 0; i < mine->n; i++) {
         if (has_match(&mine->v[i], theirs)) continue;
         fputs(k++ ? ", {\"rule\": " : "{\"rule\": ", out);
-        jstr(out, mine->v[i].rule);
+        report_json_str(out, mine->v[i].rule);
         fputs(", \"severity\": ", out);
-        jstr(out, amp_severity_name(mine->v[i].severity));
+        report_json_str(out, amp_severity_name(mine->v[i].severity));
         fputs(", \"title\": ", out);
-        jstr(out, mine->v[i].title);
+        report_json_str(out, mine->v[i].title);
         fputs("}", out);
     }
     fputs("]}", out);
@@ -358,20 +327,20 @@ void report_diff_json(FILE *out, const report_model *a, const report_findings *f
     loss_gap g;
     compare_losses(a, b, &g);
     fputs("{\"verdict\": ", out);
-    jstr(out, verdict);
+    report_json_str(out, verdict);
     fputs(",\n \"a\": ", out);
     jrun(out, a, &ra, fa, fb);
     fputs(",\n \"b\": ", out);
     jrun(out, b, &rb, fb, fa);
     fputs(",\n \"speedup\": ", out);
-    jnum(out, ra.step_ms / rb.step_ms);
+    report_json_num(out, ra.step_ms / rb.step_ms);
     fprintf(out, ", \"loss\": {\"common_steps\": %lld, \"mean_rel_diff\": ", (long long)g.common);
-    jnum(out, g.mean_rel);
+    report_json_num(out, g.mean_rel);
     fputs(", \"max_rel_diff\": ", out);
-    jnum(out, g.common ? g.max_rel : NAN);
+    report_json_num(out, g.common ? g.max_rel : NAN);
     fputs(", \"max_step\": ", out);
-    jstep(out, g.max_step);
+    report_json_step(out, g.max_step);
     fputs(", \"diverge_step\": ", out);
-    jstep(out, g.diverge_step);
+    report_json_step(out, g.diverge_step);
     fputs("}}\n", out);
 }

@@ -17,8 +17,8 @@
 
 #include <math.h>
 
-static void str(FILE *out, const char *s) {
-    if (!s || !*s) {
+void report_json_str(FILE *out, const char *s) {
+    if (!s) {
         fputs("null", out);
         return;
     }
@@ -39,19 +39,22 @@ static void str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-static void num(FILE *out, double v) {
+void report_json_num(FILE *out, double v) {
     if (isfinite(v))
         fprintf(out, "%.9g", v);
     else
         fputs("null", out);
 }
 
-static void step(FILE *out, int64_t s) {
+void report_json_step(FILE *out, int64_t s) {
     if (s < 0)
         fputs("null", out);
     else
         fprintf(out, "%lld", (long long)s);
 }
+
+// In the report an empty string is absent too (no layer, no op).
+static void str(FILE *out, const char *s) { report_json_str(out, s && *s ? s : NULL); }
 
 void report_format_json(FILE *out, const report_model *m, const report_findings *f) {
     char verdict[2048];
@@ -63,16 +66,16 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     fputs(", \"verdict\": ", out);
     str(out, verdict);
     fprintf(out, ",\n \"summary\": {\"steps\": %lld, \"first_step\": ", (long long)s.steps);
-    step(out, s.first_step);
+    report_json_step(out, s.first_step);
     fputs(", \"last_step\": ", out);
-    step(out, s.last_step);
+    report_json_step(out, s.last_step);
     fprintf(out, ", \"skipped\": %lld, \"nonfinite_losses\": %lld, \"final_loss\": ",
             (long long)s.skipped, (long long)s.nonfinite_losses);
-    num(out, s.final_loss);
+    report_json_num(out, s.final_loss);
     fputs(", \"scale_min\": ", out);
-    num(out, s.scale_min);
+    report_json_num(out, s.scale_min);
     fputs(", \"scale_max\": ", out);
-    num(out, s.scale_max);
+    report_json_num(out, s.scale_max);
     size_t counts[3] = {0};
     for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
     fprintf(out, "},\n \"counts\": {\"error\": %zu, \"warning\": %zu, \"info\": %zu},\n",
@@ -85,9 +88,9 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
         fputs(", \"severity\": ", out);
         str(out, amp_severity_name(x->severity));
         fputs(", \"steps\": {\"first\": ", out);
-        step(out, x->first_step);
+        report_json_step(out, x->first_step);
         fputs(", \"last\": ", out);
-        step(out, x->last_step);
+        report_json_step(out, x->last_step);
         fputs("}, \"layer\": ", out);
         str(out, x->layer);
         fputs(", \"op\": ", out);
@@ -103,7 +106,7 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
             fputs(k ? ", " : "", out);
             str(out, x->evidence[k].key);
             fputs(": ", out);
-            num(out, x->evidence[k].value);
+            report_json_num(out, x->evidence[k].value);
         }
         fputs("},\n   \"advice\": ", out);
         str(out, x->advice);

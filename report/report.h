@@ -302,6 +302,11 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
 void report_format_json(FILE *out, const report_model *m, const report_findings *f);
 void report_format_md(FILE *out, const report_model *m, const report_findings *f);
 void report_format_html(FILE *out, const report_model *m, const report_findings *f);
+// JSON values (format_json.c): a string escaped (NULL: null), a number (NaN/inf: null), a step
+// (negative: null).
+void report_json_str(FILE *out, const char *s);
+void report_json_num(FILE *out, double v);
+void report_json_step(FILE *out, int64_t s);
 
 // ---------------------------------------------------------------------------------------------
 // ampprobe diff A B (diff.c): two runs side by side and a verdict

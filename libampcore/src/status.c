@@ -97,11 +97,17 @@ char *amp_xstrdup(const char *s) {
     return memcpy(amp_xmalloc(n), s, n);
 }
 
+// mkdtemp() takes a path that ends in this many 'X' and replaces them with a unique suffix.
+enum { MKDTEMP_SUFFIX = 6 };
+
 char *amp_make_temp_dir(char *buf, size_t n, const char *prefix) {
-    static const char random_part[] = "XXXXXX"; // mkdtemp replaces exactly these
-    if ((size_t)snprintf(buf, n, "%s%s", prefix, random_part) >= n) {
+    size_t len = strlen(prefix);
+    if (len + MKDTEMP_SUFFIX >= n) {
         errno = ENAMETOOLONG;
         return NULL;
     }
+    memcpy(buf, prefix, len);
+    memset(buf + len, 'X', MKDTEMP_SUFFIX);
+    buf[len + MKDTEMP_SUFFIX] = '\0';
     return mkdtemp(buf);
 }

@@ -15,19 +15,20 @@ static bool complete(uint64_t start, uint64_t end) {
     return start > 0 && end >= start && start <= INT64_MAX && end <= INT64_MAX;
 }
 
+// The columns every work record (kernel, copy, memset) starts with, from a CUPTI record a.
+#define ACTIVITY_HEAD(a)                                                                           \
+    .start_ns = (int64_t)(a)->start, .end_ns = (int64_t)(a)->end,                                  \
+    .device_id = (int32_t)(a)->deviceId, .context_id = (int32_t)(a)->contextId,                    \
+    .stream_id = (int32_t)(a)->streamId, .green_context_id = -1,                                   \
+    .correlation_id = (a)->correlationId
+
 static int64_t graph_node(uint64_t id) {
     return id == 0 ? -1 : (int64_t)id;
 }
 
 bool amp_capture_decode_kernel(const CUpti_ActivityKernel10 *k, amp_rec_kernel *out) {
     *out = (amp_rec_kernel){
-        .start_ns = (int64_t)k->start,
-        .end_ns = (int64_t)k->end,
-        .device_id = (int32_t)k->deviceId,
-        .context_id = (int32_t)k->contextId,
-        .stream_id = (int32_t)k->streamId,
-        .green_context_id = -1,
-        .correlation_id = k->correlationId,
+        ACTIVITY_HEAD(k),
         .name = k->name,
         .launch_type = k->launchType,
         .cache_config = k->cacheConfig.config.requested,
@@ -52,13 +53,7 @@ bool amp_capture_decode_kernel(const CUpti_ActivityKernel10 *k, amp_rec_kernel *
 
 bool amp_capture_decode_memcpy(const CUpti_ActivityMemcpy6 *m, amp_rec_memcpy *out) {
     *out = (amp_rec_memcpy){
-        .start_ns = (int64_t)m->start,
-        .end_ns = (int64_t)m->end,
-        .device_id = (int32_t)m->deviceId,
-        .context_id = (int32_t)m->contextId,
-        .stream_id = (int32_t)m->streamId,
-        .green_context_id = -1,
-        .correlation_id = m->correlationId,
+        ACTIVITY_HEAD(m),
         .bytes = (int64_t)m->bytes,
         .copy_kind = m->copyKind,
         .src_kind = m->srcKind,
@@ -76,13 +71,7 @@ bool amp_capture_decode_memcpy(const CUpti_ActivityMemcpy6 *m, amp_rec_memcpy *o
 
 bool amp_capture_decode_memset(const CUpti_ActivityMemset4 *m, amp_rec_memset *out) {
     *out = (amp_rec_memset){
-        .start_ns = (int64_t)m->start,
-        .end_ns = (int64_t)m->end,
-        .device_id = (int32_t)m->deviceId,
-        .context_id = (int32_t)m->contextId,
-        .stream_id = (int32_t)m->streamId,
-        .green_context_id = -1,
-        .correlation_id = m->correlationId,
+        ACTIVITY_HEAD(m),
         .value = (int32_t)m->value,
         .bytes = (int64_t)m->bytes,
         .graph_node_id = graph_node(m->graphNodeId),

@@ -3,12 +3,11 @@
 
 Runs probe/bench/torch_baseline.py's workloads (same models, shapes, batch, Adam, GradScaler)
 plainly and with `ampprobe.torch.watch(model, scaler=..., optimizer=..., stats_every=1)`,
-alternating in one process (ROUNDS rounds, default 5, each run 10 warm-up steps then the workload's steps),
-and prints per run the median CUDA-event step time the wall-clock time per step (the latter
-counts the one host copy per step that the bridge adds, and the host time of its hooks) and the
-process's CPU time per step (all threads: the host cost itself), then
-the overhead of the medians over the rounds. Run it under `ampprobe run --trace amp` so that the
-watched runs record (watch() attaches nothing otherwise):
+alternating in one process (ROUNDS rounds, default 5, each run 10 warm-up steps then the
+workload's steps), and prints per run the median CUDA-event step time and the wall-clock time
+per step (the latter counts the one host copy per step that the bridge adds, and the host time
+of its hooks), then the overhead of the medians over the rounds. Run it under `ampprobe run
+--trace amp` so that the watched runs record (watch() attaches nothing otherwise):
 
   ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
 """
@@ -56,7 +55,6 @@ def run(name, mode, watched):
         step(i)
     torch.cuda.synchronize()
     ev = []
-    c0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(steps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -66,12 +64,10 @@ def run(name, mode, watched):
         ev.append((a, b))
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) * 1e3 / steps
-    cpu = (time.process_time() - c0) * 1e3 / steps
     if w is not None:
         w.close()
     return dict(workload=name, mode=mode, watched=watched,
-                event_ms=statistics.median(a.elapsed_time(b) for a, b in ev), wall_ms=wall,
-                cpu_ms=cpu)
+                event_ms=statistics.median(a.elapsed_time(b) for a, b in ev), wall_ms=wall)
 
 
 def main():
@@ -91,9 +87,8 @@ def main():
                 for watched in (False, True):
                     rows.append(run(wl, mode, watched))
                     print(json.dumps(rows[-1]), flush=True)
-    print("%-10s %-5s %9s %9s %9s %9s %9s %9s %9s %9s" % (
-        "workload", "mode", "event_ms", "+ap", "overhead", "wall_ms", "+ap", "overhead",
-        "cpu_ms", "+ap"))
+    print("%-10s %-5s %12s %12s %9s %12s %12s %9s" % ("workload", "mode", "event_ms", "+ap",
+                                                      "overhead", "wall_ms", "+ap", "overhead"))
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:
             def med(key, watched):
@@ -101,9 +96,9 @@ def main():
                                          and r["mode"] == mode and r["watched"] == watched)
             e0, e1, w0, w1 = med("event_ms", False), med("event_ms", True), \
                 med("wall_ms", False), med("wall_ms", True)
-            print("%-10s %-5s %9.3f %9.3f %8.1f%% %9.3f %9.3f %8.1f%% %9.3f %9.3f"
-                  % (wl, mode, e0, e1, 100 * (e1 / e0 - 1), w0, w1, 100 * (w1 / w0 - 1),
-                     med("cpu_ms", False), med("cpu_ms", True)), flush=True)
+            print("%-10s %-5s %12.3f %12.3f %8.1f%% %12.3f %12.3f %8.1f%%"
+                  % (wl, mode, e0, e1, 100 * (e1 / e0 - 1), w0, w1, 100 * (w1 / w0 - 1)),
+                  flush=True)
 
 
 if __name__ == "__main__":
