@@ -167,6 +167,15 @@ static const tui_layer_row *find_row(const tui_model *m, const char *name, tui_s
     return NULL;
 }
 
+// Polls until the report's top finding, computed on the finder's thread, has arrived (<= 5 s).
+static void wait_for_finding(tui_model *m) {
+    for (int i = 0; i < 250 && !m->finding.valid; i++) {
+        usleep(20000);
+        tui_model_poll(m);
+    }
+    ck_assert(m->finding.valid);
+}
+
 START_TEST(model_live_incremental) {
     fixture();
     tui_model m;
@@ -213,7 +222,9 @@ START_TEST(model_live_incremental) {
     tui_model_show_step(&m, 1); // a step without statistics
     ck_assert_uint_eq(m.n_rows, 0);
 
-    // Nothing committed: the poll reads nothing.
+    // The first finding comes from the finder's thread whenever it is done, and a poll that takes
+    // it reports a change; once it is in, with nothing committed, the poll reads nothing.
+    wait_for_finding(&m);
     ck_assert(!tui_model_poll(&m));
 
     // The run goes on: a new step, an in-place update of step 3 and of the aggregate event,
@@ -280,11 +291,7 @@ START_TEST(model_finished_run) {
     ck_assert_uint_eq(m.n_rows, 3);
     tui_model_show_step(&m, 2);
     ck_assert_uint_eq(m.n_rows, 3);
-    for (int i = 0; i < 250 && !m.finding.valid; i++) { // computed on the finder's thread
-        usleep(20000);
-        tui_model_poll(&m);
-    }
-    ck_assert(m.finding.valid);
+    wait_for_finding(&m);
     ck_assert_int_eq(m.finding.severity, AMP_SEVERITY_ERROR);
     ck_assert_str_eq(m.finding.layer, "blocks.1.attn");
     ck_assert_int_eq(m.finding.first_step, 3);
