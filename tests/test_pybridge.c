@@ -2,8 +2,9 @@
  * test_pybridge.c — the `pybridge` suite: the torch-free parts of the PyTorch bridge
  * (probe/python) with the system python3. `ampprobe run --torch` runs
  * probe/python/tests/ci_records.py, which asserts the name bookkeeping (layer ids and parents, op
- * names, event details) and writes one record of each AMP type through ctypes and
- * libamprecord.so; the rows must arrive in the database with the values and NULLs it wrote.
+ * names, event details, AMP_OPS columns) and writes one record of each AMP type through ctypes
+ * and libamprecord.so (autocast policies asked of libampcore's lists); the rows must arrive in
+ * the database with the values and NULLs it wrote.
  * --torch without the library is a usage error. Without python3 the cases say so and pass.
  */
 #include "tests.h"
@@ -109,6 +110,13 @@ START_TEST(test_records_through_ctypes) {
                "':' || (end_ns - start_ns) || ':' || ifnull(skipped, 'NULL'), ' ') FROM (SELECT * "
                "FROM AMP_STEPS ORDER BY step)",
                "0:2.5:1:1000000:NULL 1:NULL:0:2000000:1");
+    ASSERT_ROW(db, // amp_record_op: NULL policy when autocast was off, interval kept
+               "SELECT group_concat(step || ' ' || ifnull(layer_id, 'NULL') || ' ' || op || ' ' || "
+               "phase || ' ' || in_dtypes || ' ' || out_dtype || ' ' || ifnull(policy, 'NULL') || "
+               "' ' || shapes || ' ' || flops || ' ' || bytes || ' ' || (end_ns - start_ns), '; ') "
+               "FROM (SELECT * FROM AMP_OPS ORDER BY start_ns)",
+               "1 5 linear fwd f16,f16,f16 f16 lower_precision_fp (8, 64),(32, 64),(32,) 32768 7296 "
+               "2000; 1 NULL cross_entropy fwd f32,i64 f32 NULL (8, 10),(8,) 8 420 500");
     sqlite3_close(db);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);

@@ -74,6 +74,14 @@ class StatsSummary(ctypes.Structure):
                 ("weight_grad_sumsq", ctypes.c_double), ("weight_grads", ctypes.c_int32)]
 
 
+class _Op(ctypes.Structure):
+    _fields_ = [("step", ctypes.c_int64), ("layer_id", ctypes.c_int32), ("op", _c_str),
+                ("phase", ctypes.c_int), ("in_dtypes", _c_str), ("out_dtype", _c_str),
+                ("policy", _c_str), ("shapes", _c_str), ("flops", ctypes.c_int64),
+                ("bytes", ctypes.c_int64), ("start_ns", ctypes.c_int64),
+                ("end_ns", ctypes.c_int64)]
+
+
 class _Event(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int64), ("layer_id", ctypes.c_int32), ("op", _c_str),
                 ("phase", ctypes.c_int), ("kind", _c_str), ("severity", ctypes.c_int),
@@ -120,7 +128,8 @@ class Recorder:
         lib.amp_record_now_ns.restype = ctypes.c_int64
         lib.amp_record_now_ns.argtypes = []
         for name, struct in (("meta", _Meta), ("layer", _Layer), ("step", _Step),
-                             ("scale", _Scale), ("tensor_stats", _TensorStats), ("event", _Event)):
+                             ("scale", _Scale), ("tensor_stats", _TensorStats), ("event", _Event),
+                             ("op", _Op)):
             fn = getattr(lib, "amp_record_" + name)
             fn.restype = None
             fn.argtypes = [ctypes.POINTER(struct)]
@@ -129,6 +138,9 @@ class Recorder:
         lib.amp_record_tensor_stats_many.argtypes = [
             ctypes.c_int64, _c_str, ctypes.c_int, ctypes.POINTER(StatsEntry), ctypes.c_void_p,
             ctypes.POINTER(StatsSummary)]
+        lib.ampbridge_autocast_policy.restype = _c_str
+        lib.ampbridge_autocast_policy.argtypes = [_c_str]
+        self._policies = {}
 
     @property
     def enabled(self):
@@ -178,6 +190,21 @@ class Recorder:
             arr[k] = StatsEntry(layer, kind, o, d)
         arr._keep = keep
         return arr
+
+    def op(self, step, layer_id, op, phase, in_dtypes, out_dtype, policy, shapes, flops, nbytes,
+           start_ns, end_ns):
+        """One op call with its autocast decision (AMP_OPS; policy None: autocast off)."""
+        r = _Op(step, layer_id, _b(op), phase, _b(in_dtypes), _b(out_dtype), _b(policy),
+                _b(shapes), flops, nbytes, start_ns, end_ns)
+        self._lib.amp_record_op(ctypes.byref(r))
+
+    def autocast_policy(self, name):
+        """The autocast policy of a torch function or aten op name, from libampcore's lists
+        ("linear" -> "lower_precision_fp", "softmax" -> "fp32_set_opt_dtype")."""
+        p = self._policies.get(name)
+        if p is None:
+            p = self._policies[name] = self._lib.ampbridge_autocast_policy(_b(name)).decode()
+        return p
 
     def event(self, step, layer_id, op, phase, kind, severity, count=-1, value=None,
               detail=None):

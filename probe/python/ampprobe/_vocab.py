@@ -4,6 +4,8 @@
                named by its class; each layer is emitted once, before the first record naming it.
   op_name      a module class or a torch/aten function as the op name the report knows
                (Linear -> linear, LayerNorm -> layer_norm, aten.mm.default -> mm, __mul__ -> mul).
+  op_row       the AMP_OPS columns of one torch function call (in/out dtypes after autocast's
+               casts, shapes, analytic FLOPs and bytes), as libampcore's instrumentation fills them.
   describe     "input 0 f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; ", the
                event detail format libampcore writes and report/rule_nonfinite.c parses.
   DTYPES       storage names (f16, bf16, f32) and each dtype's overflow and underflow bounds.
@@ -97,6 +99,46 @@ class LayerTable:
 def _shape(shape):
     dims = [str(int(d)) for d in shape]
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+_FLOATS = {"f16", "bf16", "f32"}  # what autocast casts
+_CASTING = {"lower_precision_fp", "fp32", "promote"}  # policies that cast the floating inputs
+_MATMULS = {"linear", "matmul", "mm", "bmm", "mv"}  # (a, b, ...): K = a's last dimension
+_BIASED_MATMULS = {"addmm", "baddbmm", "addbmm"}  # (bias, a, b)
+_CONVS = {"conv1d", "conv2d", "conv3d"}  # (x, w, ...): K = w's dimensions but the first
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def op_row(name, ins, out, policy):
+    """The AMP_OPS columns of one call of a torch function named name (its __name__) as
+    (op, in_dtypes, out_dtype, shapes, flops, bytes). ins: its tensor arguments as (dtype name,
+    shape, item size), out: its (first) output likewise; policy: autocast's policy for name
+    (None: autocast off). As in libampcore's rows, in_dtypes are the dtypes after autocast's
+    casts (a GEMM's f32 inputs become the autocast dtype, an fp32-policy op's f16 inputs f32;
+    fp32_set_opt_dtype ops such as softmax keep theirs), FLOPs are 2*M*N*K for GEMMs and
+    convolutions and one per output value otherwise, bytes are those of the inputs and the
+    output."""
+    op = op_name(name)
+    out_dtype, out_shape, out_size = out
+    numel = _numel(out_shape)
+    cast = policy in _CASTING
+    in_dtypes = ",".join(out_dtype if cast and dt in _FLOATS else dt for dt, _, _ in ins)
+    shapes = ",".join(_shape(sh) for _, sh, _ in ins)
+    flops = numel
+    if op in _MATMULS and len(ins) >= 2 and ins[0][1]:
+        flops = 2 * numel * int(ins[0][1][-1])
+    elif op in _BIASED_MATMULS and len(ins) >= 3 and ins[1][1]:
+        flops = 2 * numel * int(ins[1][1][-1])
+    elif op in _CONVS and len(ins) >= 2 and len(ins[1][1]) >= 2:
+        flops = 2 * numel * _numel(ins[1][1][1:])
+    nbytes = numel * out_size + sum(_numel(sh) * size for _, sh, size in ins)
+    return op, in_dtypes, out_dtype, shapes, flops, nbytes
 
 
 def describe(what, dtype, shape, mn, mx, amax, n_nan=0, n_posinf=0, n_neginf=0):

@@ -7,8 +7,11 @@ Under `ampprobe run` (AMPPROBE_SPOOL_DIR) it writes, through libampcore's record
 (_records.py), the module tree (AMP_LAYERS), per-layer statistics of every module output, its
 gradient and every parameter gradient (before the GradScaler unscales it, as libampcore does)
 with overflow/underflow counts against the autocast dtype (AMP_TENSOR_STATS), every GradScaler
-update (AMP_SCALE), the steps (AMP_STEPS) and the events (AMP_EVENTS). Without a recording
-launcher watch() attaches nothing.
+update (AMP_SCALE), the steps (AMP_STEPS) and the events (AMP_EVENTS). On op steps (step 1,
+then every ops_every steps) a torch function mode also records every function the forward and
+the loss computation call, with its layer, autocast policy, dtypes, shapes, analytic FLOPs and
+bytes and host interval (AMP_OPS: what the report's precision-placement rule reads, and what
+captured kernels are attributed to). Without a recording launcher watch() attaches nothing.
 
 Cost. Each tensor's figures come from libampcore's fused statistics kernel, launched through
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream: one kernel
@@ -66,6 +69,7 @@ from ._records import INFO, WARNING, ERROR
 __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
+_OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _INF = float("inf")
 # where a step's scalars go among the statistics (StepStats.put): the loss scale before update(),
 # the loss, the scale after update(), the growth tracker, then found_inf per device (the loss and
@@ -218,6 +222,69 @@ def _tag_nodes(out, layer, func):
                                                                         str(func))))
 
 
+_CASTS = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}  # recorded as "to"
+_NOT_OPS = (_VIEW_OPS - _CASTS) | {"size", "dim", "numel", "data_ptr", "is_contiguous",
+                                   "get_device", "requires_grad_", "retain_grad", "item"}
+
+
+class _OpRecorder(TorchFunctionMode):
+    """An op step (AMP_OPS): every torch function the forward and the loss computation call,
+    with the innermost module's layer, its host interval, autocast's policy for it, the dtypes
+    after autocast's casts, shapes, analytic FLOPs and bytes (_vocab.op_row). Views and
+    metadata are left out, and casts that change nothing."""
+
+    def __init__(self, w, step, dev):
+        super().__init__()
+        self.w, self.step, self.dev = w, step, dev
+        self.layers = [-1, w.layer_of[id(w.model)]]  # begun in the model's pre-hook: its own
+        self.hooks = []
+
+    def start(self):
+        layer_of, stack = self.w.layer_of, self.layers
+
+        def pre(m, inputs):
+            stack.append(layer_of.get(id(m), stack[-1]))
+
+        def post(m, inputs, output):
+            if len(stack) > 1:
+                stack.pop()
+
+        self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
+                      torch.nn.modules.module.register_module_forward_hook(post)]
+        self.__enter__()
+
+    def stop(self):
+        self.__exit__(None, None, None)
+        for h in self.hooks:
+            h.remove()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        rec = self.w.rec
+        start = rec.now_ns()
+        out = func(*args, **(kwargs or {}))
+        end = rec.now_ns()
+        name = getattr(func, "__name__", "")
+        if name.startswith("__get") or _vocab.op_name(name) in _NOT_OPS:
+            return out
+        outs = _float_tensors(out)
+        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if not outs or not ins:
+            return out
+        dt = _vocab.dtype_name
+        rows = [(dt(t.dtype), tuple(t.shape), t.element_size()) for t in ins]
+        o = outs[0]
+        res = (dt(o.dtype), tuple(o.shape), o.element_size())
+        if _vocab.op_name(name) in _CASTS:
+            if all(r[0] == res[0] for r in rows[:1]):
+                return out  # a cast to the dtype it had
+            name = "to"
+        policy = rec.autocast_policy(name) if torch.is_autocast_enabled(self.dev) else None
+        op, in_dtypes, out_dtype, shapes, flops, nbytes = _vocab.op_row(name, rows, res, policy)
+        rec.op(self.step, self.layers[-1], op, PHASE_FWD, in_dtypes, out_dtype, policy, shapes,
+               flops, nbytes, start, end)
+        return out
+
+
 _current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
 
 
@@ -322,7 +389,7 @@ class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
     def __init__(self, model, scaler=None, optimizer=None, stats_every=None, name=None,
-                 recorder=None):
+                 recorder=None, ops_every=None):
         self.rec = recorder or _records.Recorder()
         self.model = model
         self.on = self.rec.enabled
@@ -330,6 +397,9 @@ class Watcher:
             return
         env_every = os.environ.get("AMPPROBE_STATS_EVERY", "")
         self.stats_every = int(stats_every or (env_every if env_every.isdigit() else 0) or 1)
+        env_ops = os.environ.get("AMPPROBE_OPS_EVERY", "")
+        self.ops_every = int(ops_every if ops_every is not None else
+                             env_ops if env_ops.isdigit() else _OPS_EVERY)
         named = list(model.named_modules())
         ids = _layers.add_model(name or type(model).__name__, [n for n, _ in named])
         self.layer_of = {id(m): ids[n] for n, m in named}
@@ -366,6 +436,7 @@ class Watcher:
         self.scaler = None
         self.optimizer = None
         self.tape = _LossTape()
+        self.ops = None  # the _OpRecorder of an op step, while it records
         self.rerunning = False
         self.wgrads_queued = False
         self.broken_steps = 0
@@ -377,6 +448,7 @@ class Watcher:
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
         self.rec.meta("stats_every", str(self.stats_every))
+        self.rec.meta("ops_every", str(self.ops_every))
         for n, m in named:
             if n:
                 self._handles.append(m.register_forward_hook(self._on_output))
@@ -399,7 +471,7 @@ class Watcher:
         orig_scale, orig_unscale, orig_update = scaler.scale, scaler.unscale_, scaler.update
 
         def scale(outputs):
-            self.tape.end()  # before numel(): the tape would take it for the loss computation's
+            self._end_loss_region()  # before numel(): the tape would take it for the loss's
             if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
                 self._on_backward(outputs)
             return orig_scale(outputs)
@@ -439,7 +511,7 @@ class Watcher:
         """The model's forward begins (a forward pre-hook; autoattach calls it for the first)."""
         if self.rerunning or not torch.is_grad_enabled() or not module.training:
             return None
-        self.tape.end()
+        self._end_loss_region()
         if self.scaler is None and self.optimizer is None and self._forwards:
             self.end_step(None)  # nothing else tells where a step ends
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -453,6 +525,9 @@ class Watcher:
             self.rec.meta("autocast_dtype", self.target)
         self.fwd = (args, kwargs, dev, ac, ac_dtype)
         self._forwards += 1
+        if self.ops_every and self.step >= 1 and (self.step - 1) % self.ops_every == 0:
+            self.ops = _OpRecorder(self, self.step, dev)
+            self.ops.start()
         return None
 
     def _on_root_post(self, module, args, output):
@@ -460,10 +535,18 @@ class Watcher:
             self.fwd_out = output  # where the tape starts
             self.tape.begin()
 
+    def _end_loss_region(self):
+        """The loss computation is over (or the step): the tape and an op step stop recording
+        (in the reverse order they began)."""
+        self.tape.end()
+        if self.ops is not None:
+            self.ops.stop()
+            self.ops = None
+
     def _on_backward(self, loss):
         if self.rerunning:
             return
-        self.tape.end()
+        self._end_loss_region()
         if self.loss is None and loss.numel() == 1:
             self.loss = loss.detach()
             self.loss_id = id(loss)  # the tape's own output (it holds the tensor)
@@ -529,7 +612,7 @@ class Watcher:
         if not self.on:
             return
         self.flush()
-        self.tape.end()
+        self._end_loss_region()
         for h in self._handles:
             h.remove()
         if self.scaler is not None:
@@ -576,7 +659,7 @@ class Watcher:
         recorded at once, while a re-run still sees its parameters."""
         if not self.on:
             return
-        self.tape.end()
+        self._end_loss_region()
         self._queue_weight_grads()
         at, vals = _S_AFTER, []
         if self.loss is not None:
@@ -820,13 +903,15 @@ def _flush_all():
 atexit.register(_flush_all)
 
 
-def watch(model, scaler=None, optimizer=None, stats_every=None, name=None):
+def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_every=None):
     """Records model's training when the process records (ampprobe run); returns the Watcher
     (inactive, with nothing attached, when it does not). scaler: an enabled GradScaler (steps
     end at its update()); optimizer: steps end before its step() when there is no scaler;
     stats_every: statistics every N steps (default AMPPROBE_STATS_EVERY, else 1); name: the
-    root layer's name (default the model's class)."""
-    return Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name)
+    root layer's name (default the model's class); ops_every: op steps (AMP_OPS) at step 1 and
+    every N steps after it (default AMPPROBE_OPS_EVERY, else 1000; 0: none)."""
+    return Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
+                   ops_every=ops_every)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,12 +3,15 @@
 
   check_report.py REPORT.json CASE [--healthy]
   check_report.py --bwd RUN.sqlite
-
+  check_report.py --ops RUN.sqlite
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
 must have been traced op by op (the backward re-run): a backward nonfinite_producer event naming a
-layer, a forward op and the autograd node it ran in. Prints one PASS/FAIL line; exits 1 on FAIL.
+layer, a forward op and the autograd node it ran in. With --ops, a TinyGPT run's op step (step 1)
+must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
+(lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy
+at the top level in f32, every GEMM's FLOPs 2*M*N*K. Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
 import sqlite3
@@ -55,9 +58,39 @@ def check_bwd(path):
     return 0 if ok else 1
 
 
+def check_ops(path):
+    rows = sqlite3.connect(path).execute(
+        "SELECT o.step, l.name, o.op, o.in_dtypes, o.out_dtype, o.policy, o.shapes, o.flops "
+        "FROM AMP_OPS o LEFT JOIN AMP_LAYERS l ON l.pid = o.pid AND l.id = o.layer_id "
+        "ORDER BY o.start_ns").fetchall()
+    bad = []
+
+    def want(what, ok):
+        if not ok:
+            bad.append(what)
+
+    want("rows only at step 1", rows and all(r[0] == 1 for r in rows))
+    qkv = [r for r in rows if r[1] == "blocks.0.attn.qkv" and r[2] == "linear"]
+    want("blocks.0.attn.qkv linear f16 lower_precision_fp, 2*M*N*K",
+         qkv and qkv[0][3] == "f16,f16,f16" and qkv[0][4] == "f16"
+         and qkv[0][5] == "lower_precision_fp" and qkv[0][7] == 2 * 8 * 32 * 192 * 64)
+    soft = [r for r in rows if r[1] == "blocks.1.attn" and r[2] == "softmax"]
+    want("blocks.1.attn softmax f16 -> f32 fp32_set_opt_dtype",
+         soft and soft[0][3] == "f16" and soft[0][4] == "f32"
+         and soft[0][5] == "fp32_set_opt_dtype")
+    ce = [r for r in rows if r[2] == "cross_entropy"]
+    want("cross_entropy at the top level, f32", ce and ce[0][1] is None and ce[0][4] == "f32")
+    print("%s op step: %d AMP_OPS rows%s" % ("FAIL" if bad else "PASS", len(rows),
+                                               "; missing: " + "; ".join(bad) if bad else
+                                               ", e.g. " + str(qkv[0][1:])), flush=True)
+    return 1 if bad else 0
+
+
 def main():
     if sys.argv[1] == "--bwd":
         return check_bwd(sys.argv[2])
+    if sys.argv[1] == "--ops":
+        return check_ops(sys.argv[2])
     path, case = sys.argv[1], sys.argv[2]
     healthy = "--healthy" in sys.argv[3:]
     r = json.load(open(path))

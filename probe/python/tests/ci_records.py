@@ -37,6 +37,25 @@ d = _vocab.describe("output", "f16", (8,), -65440, 65440, 65440, 0, 3913, 3977)
 assert d == "output f16 (8,) min -65440 max 65440 amax 65440 (0 nan, 3913 +inf, 3977 -inf); ", d
 fmax, tiny = _vocab.DTYPES["f16"]
 assert fmax == 65520.0 and tiny == 2.0 ** -14
+# AMP_OPS columns: dtypes after autocast's casts, shapes, analytic FLOPs and bytes
+r = _vocab.op_row("linear", [("f32", (8, 64), 4), ("f32", (32, 64), 4), ("f32", (32,), 4)],
+                  ("f16", (8, 32), 2), "lower_precision_fp")
+assert r == ("linear", "f16,f16,f16", "f16", "(8, 64),(32, 64),(32,)", 2 * 8 * 32 * 64,
+             8 * 32 * 2 + (8 * 64 + 32 * 64 + 32) * 4), r
+r = _vocab.op_row("softmax", [("f16", (4, 16), 2)], ("f32", (4, 16), 4), "fp32_set_opt_dtype")
+assert r == ("softmax", "f16", "f32", "(4, 16)", 64, 64 * 4 + 64 * 2), r
+r = _vocab.op_row("layer_norm", [("f16", (4, 16), 2), ("f32", (16,), 4)], ("f32", (4, 16), 4),
+                  "fp32")
+assert r[1] == "f32,f32" and r[4] == 64, r
+r = _vocab.op_row("addmm", [("f16", (32,), 2), ("f16", (8, 64), 2), ("f16", (64, 32), 2)],
+                  ("f16", (8, 32), 2), None)
+assert r[0] == "addmm" and r[1] == "f16,f16,f16" and r[4] == 2 * 8 * 32 * 64, r
+r = _vocab.op_row("conv2d", [("f16", (2, 3, 8, 8), 2), ("f16", (4, 3, 3, 3), 2)],
+                  ("f16", (2, 4, 8, 8), 2), "lower_precision_fp")
+assert r[4] == 2 * (2 * 4 * 8 * 8) * 27, r
+r = _vocab.op_row("__matmul__", [("f32", (2, 8, 8), 4), ("f32", (2, 8, 8), 4)],
+                  ("f32", (2, 8, 8), 4), None)
+assert r[0] == "matmul" and r[1] == "f32,f32" and r[4] == 2 * 128 * 8, r
 
 # -- records through ctypes --------------------------------------------------------------------
 rec = _records.Recorder()
@@ -63,6 +82,15 @@ entries = rec.entries([(7, _records.ACTIVATION_GRAD, "head", "f16"),
 s = rec.tensor_stats_many(2, "f16", entries, ctypes.addressof(stats))
 assert list(s.nonfinite) == [0, 1, 0, 4] and s.f32_overflow == 0, list(s.nonfinite)
 assert s.weight_grads == 1 and s.weight_grad_sumsq == 0.0, (s.weight_grads, s.weight_grad_sumsq)
+# autocast's policies from libampcore's lists, and one op row
+for name, want in (("linear", "lower_precision_fp"), ("__matmul__", "lower_precision_fp"),
+                   ("softmax", "fp32_set_opt_dtype"), ("layer_norm", "fp32"),
+                   ("cross_entropy", "fp32"), ("relu", "native"), ("addcmul", "promote")):
+    assert rec.autocast_policy(name) == want, (name, rec.autocast_policy(name), want)
+rec.op(1, 5, "linear", _records.PHASE_FWD, "f16,f16,f16", "f16", "lower_precision_fp",
+       "(8, 64),(32, 64),(32,)", 32768, 7296, t0 + 100, t0 + 2100)
+rec.op(1, -1, "cross_entropy", _records.PHASE_FWD, "f32,i64", "f32", None, "(8, 10),(8,)", 8,
+       420, t0 + 3000, t0 + 3500)
 rec.step(0, t0, t0 + 1000000, 2.5)
 rec.step(1, t0 + 1000000, t0 + 3000000, float("nan"))
 sys.exit(0)

@@ -5,10 +5,10 @@
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; the sawtooth run's gradient
-# overflows must be traced op by op; gpu_devstats.py checks the
-# device statistics against eager torch and measures their bandwidth; then torch_overhead.py
-# measures the step-time cost (not with --quick). Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check
-# failed.
+# overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
+# with autocast's decisions; gpu_devstats.py checks the device statistics against eager torch
+# and measures their bandwidth; then torch_overhead.py measures the step-time cost (not with
+# --quick). Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check failed.
 set -u
 DIST=$(cd "${1:?usage: run_gpu.sh DIST [WORK]}" && pwd)
 WORK=${2:-/tmp/ampprobe-gpu}
@@ -44,6 +44,7 @@ for c in $cases; do
 done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
+python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
 
 if [ "$QUICK" != --quick ]; then

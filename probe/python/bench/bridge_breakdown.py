@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""bridge_breakdown.py — where the PyTorch bridge's step-time cost goes, on the bench workloads.
+
+torch_overhead.py says how much the bridge costs; this says why. Per workload and precision it
+runs, alternating in one process over ROUNDS rounds, the plain loop and the watched loop in
+variants that each leave one part of the bridge out:
+
+  plain     no ampprobe
+  hooks     watched with statistics off for the measured steps (stats_every huge): module
+            hooks, the loss tape, the end of the step, the records
+  nokernel  watched, the statistics launches replaced by a Python function that returns 0
+            (the bridge's host time without its kernels or their ctypes calls)
+  noread    watched, the per-step read of the loss and found_inf left out
+  full      watched as users run it
+
+and prints the median CUDA-event step time and the host time of a step (time spent in step(),
+which in fp16 includes GradScaler's own wait for found_inf). With --profile it also prints the
+bridge's host functions by own time (cProfile, full variant) and the GPU time of the statistics
+kernels per step (torch.profiler). Run it under `ampprobe run --trace amp`:
+
+  ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
+"""
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
+
+import ampprobe.torch as ap  # noqa: E402
+
+VARIANTS = ("plain", "hooks", "nokernel", "noread", "full")
+
+
+def setup(name, mode, variant):
+    torch.manual_seed(0)
+    cls, X, Y, steps = torch_baseline.WORKLOADS[name]
+    model = cls().cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    crit = nn.CrossEntropyLoss()
+    dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
+    scaler = torch.amp.GradScaler("cuda", enabled=(mode == "fp16"))
+    w = None
+    if variant != "plain":
+        w = ap.watch(model, scaler=scaler if mode == "fp16" else None, optimizer=opt,
+                     stats_every=10**9 if variant == "hooks" else 1)
+        if not w.on:
+            sys.exit("bridge_breakdown.py: not recording: run it under `ampprobe run`")
+        if variant == "nokernel":
+            w.stats._one = lambda *a: 0
+            w.stats.lib = _NoKernels(w.stats.lib)
+            w.stats._alloc(torch.device("cuda", torch.cuda.current_device()), w.stats.cap)
+            w.stats.scal.fill_(1.0)  # scalars that say "healthy": nothing gathers them now
+            w.stats.scal[ap._S_FOUND:].zero_()
+        if variant == "noread":
+            w._broke = lambda found: False
+    xs, ys = [X() for _ in range(4)], [Y() for _ in range(4)]
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            out = model(xs[i % 4])
+        loss = crit(out.float(), ys[i % 4])
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    for i in range(10):
+        step(i)
+    torch.cuda.synchronize()
+    return step, steps, w
+
+
+class _NoKernels:
+    """The statistics module with its launches turned into nothing (the slots' reset and the
+    reads still work, so that the empty slots read as healthy)."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        if name in ("ampstats_one", "ampstats_many", "ampstats_gather"):
+            return lambda *a: 0
+        return getattr(self._lib, name)
+
+
+def measure(name, mode, variant):
+    step, steps, w = setup(name, mode, variant)
+    ev, host = [], []
+    for i in range(steps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        t0 = time.perf_counter()
+        step(i)
+        host.append(time.perf_counter() - t0)
+        b.record()
+        ev.append((a, b))
+    torch.cuda.synchronize()
+    if w is not None:
+        w.close()
+    return statistics.median(a.elapsed_time(b) for a, b in ev), statistics.median(host) * 1e3
+
+
+def profile(name, mode):
+    """cProfile of the full variant's host time, then the statistics kernels' GPU time."""
+    step, steps, w = setup(name, mode, "full")
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(steps):
+        step(i)
+    torch.cuda.synchronize()
+    prof.disable()
+    out = io.StringIO()
+    st = pstats.Stats(prof, stream=out)
+    st.sort_stats("tottime").print_stats(28)
+    print("## %s %s: host functions by own time over %d steps" % (name, mode, steps))
+    print("\n".join(out.getvalue().splitlines()[:48]))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+        for i in range(10):
+            step(i)
+        torch.cuda.synchronize()
+    w.close()
+    ours, total, n_ours, n_all = 0.0, 0.0, 0, 0
+    for e in p.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if e.key.startswith(("cuda", "Memcpy", "Memset")) or t <= 0:
+            continue
+        total += t
+        n_all += e.count
+        if "stats" in e.key or "gather" in e.key:
+            ours += t
+            n_ours += e.count
+            print("   %-60s %5d x %8.1f us" % (e.key[:60], e.count // 10, t / e.count))
+    print("## %s %s: GPU per step: statistics kernels %.3f ms in %d launches, all kernels "
+          "%.3f ms in %d" % (name, mode, ours / 10e3, n_ours // 10, total / 10e3, n_all // 10),
+          flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", action="append", choices=sorted(torch_baseline.WORKLOADS))
+    p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", action="store_true")
+    a = p.parse_args()
+    print("# torch %s %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
+    for wl in a.workload or ["simplecnn", "gpt"]:
+        for mode in a.mode or ["fp16", "bf16"]:
+            got = {v: [] for v in VARIANTS}
+            for _ in range(a.rounds):
+                for v in VARIANTS:
+                    got[v].append(measure(wl, mode, v))
+            base = statistics.median(e for e, _ in got["plain"])
+            for v in VARIANTS:
+                e = statistics.median(x for x, _ in got[v])
+                h = statistics.median(x for _, x in got[v])
+                print("%-10s %-5s %-9s event %8.3f ms (%+6.1f%%)  host %8.3f ms"
+                      % (wl, mode, v, e, 100 * (e / base - 1), h), flush=True)
+            if a.profile:
+                profile(wl, mode)
+
+
+if __name__ == "__main__":
+    main()
