@@ -34,6 +34,10 @@ TARGET_CODE = {"f32": 0, "f16": 1, "bf16": 2}
 _SCALAR_CODE = {**_AMP_DTYPE, torch.float64: 5}  # ampstats_gather's codes
 HEAD = 16  # float64 scalars ahead of a step's slots (StepStats.put)
 _HEAD_BYTES = HEAD * 8
+# deferred tensors (add(defer=True)) go in one launch once this many are waiting, or this many
+# bytes (they are kept alive until then)
+BATCH = 32
+BATCH_BYTES = 256 << 20
 
 _Slot = _records.AmpStats
 _SLOT = ctypes.sizeof(_Slot)
@@ -145,6 +149,8 @@ class StepStats:
         self.retired = []  # buffers outgrown this step: kept until read() (queued kernels)
         self.eager = []  # figures tensors of the eager path
         self.order = []  # per handle: slot index (>= 0) or ~eager index
+        self.pending = []  # deferred tensors, their slot indices, bytes, target (flush())
+        self._pending_slots, self._pending_bytes, self._pending_target = [], 0, None
         self._pool = []  # free (pinned host buffer, event) pairs
         self._scratch = None  # ampstats_read's device doubles and pinned host doubles
 
@@ -195,10 +201,12 @@ class StepStats:
             raise RuntimeError("ampprobe: statistics kernel: " +
                                self.lib.ampstats_error(rc).decode())
 
-    def add(self, t, target, bounds):
+    def add(self, t, target, bounds, defer=False):
         """Queues t's statistics relative to target ('f16', 'bf16', 'f32'; bounds its
         (overflow, tiny) pair for the eager path). Called for every module output and
-        gradient: kept short."""
+        gradient: kept short. defer: t is not written to again before it is freed (a
+        gradient), so its kernel may wait for others' and run with them in one launch
+        (flush(): when BATCH tensors or BATCH_BYTES wait, and before finish())."""
         code = _AMP_DTYPE.get(t.dtype)
         if code is None or self.lib is None or not t.is_cuda or (
                 (self.used or self.placed) and t.get_device() != self._dev):
@@ -215,30 +223,58 @@ class StepStats:
             self.order.append(i)
         else:
             i = self._slots(t.device, 1)
+        if defer:
+            if self._pending_target != target:
+                self.flush()
+                self._pending_target = target
+            self.pending.append(t)
+            self._pending_slots.append(i)
+            self._pending_bytes += t.numel() * t.element_size()
+            if len(self.pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
+                self.flush()
+            return
         rc = self._one(t.data_ptr(), t.numel(), code, self._base + i * _SLOT, TARGET_CODE[target],
                        _raw_stream_fast(dev))
         if rc:
             self._check(rc)
 
+    def flush(self):
+        """Launches the deferred tensors' statistics (as few launches as the kernel's
+        parameters allow) on the current stream."""
+        ts = self.pending
+        if not ts:
+            return
+        n = len(ts)
+        u = ctypes.c_size_t * n
+        base = self._base
+        self._check(self.lib.ampstats_many(
+            n, u(*[t.data_ptr() for t in ts]), (ctypes.c_int64 * n)(*[t.numel() for t in ts]),
+            (ctypes.c_int32 * n)(*[_AMP_DTYPE[t.dtype] for t in ts]),
+            u(*[base + i * _SLOT for i in self._pending_slots]),
+            TARGET_CODE[self._pending_target], _raw_stream_fast(self._dev)))
+        self.pending, self._pending_slots, self._pending_bytes = [], [], 0
+
     def add_many(self, tensors, target, bounds):
-        """add() of each of tensors, in one launch for those on the GPU."""
+        """add() of each of tensors (not written to before they are read: parameter
+        gradients), in one launch with the deferred ones."""
         dev = [t for t in tensors if self.lib is not None and t.is_cuda and t.dtype in _AMP_DTYPE]
         if len(dev) != len(tensors) or len({t.device for t in dev}) > 1 or (
                 dev and (self.used or self.placed) and dev[0].get_device() != self._dev):
             for t in tensors:
                 self.add(t, target, bounds)
+            self.flush()
             return
-        dev = [t if t.is_contiguous() else t.contiguous() for t in dev]
         n = len(dev)
         if not n:
+            self.flush()
             return
         first = self._slots(dev[0].device, n)
-        slots = [self.buf_addr(first + i) for i in range(n)]
-        u = ctypes.c_size_t * n
-        self._check(self.lib.ampstats_many(
-            n, u(*[t.data_ptr() for t in dev]), (ctypes.c_int64 * n)(*[t.numel() for t in dev]),
-            (ctypes.c_int32 * n)(*[_AMP_DTYPE[t.dtype] for t in dev]), u(*slots),
-            TARGET_CODE[target], _raw_stream_fast(dev[0].get_device())))
+        if self._pending_target != target:
+            self.flush()
+            self._pending_target = target
+        self.pending += [t if t.is_contiguous() else t.contiguous() for t in dev]
+        self._pending_slots += range(first, first + n)
+        self.flush()
 
     def put(self, at, tensors):
         """Places one-element tensors (the loss, the scale, ...) as float64 at scalars at, at+1,
@@ -310,6 +346,7 @@ class StepStats:
         """Starts bringing the queued figures and the first n_scalars scalars (put()) to the
         host: one copy into pinned memory, not waited for; the slots are emptied for the next
         step. Returns a Copy whose result() waits for it."""
+        self.flush()
         host, event, eager, nbytes = None, None, None, 0
         if self.buf is not None and (self.used or self.placed):
             nbytes = _HEAD_BYTES + self.used * _SLOT

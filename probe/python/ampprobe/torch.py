@@ -562,12 +562,14 @@ class Watcher:
             self._ready = self._ready_event
 
     def _queue(self, kind, layer, op, t):
-        """Queues t's statistics (one kernel on the current stream, nothing waits)."""
+        """Queues t's statistics: a module output's kernel at once on the current stream (the
+        program may write into it later), a gradient's with the next ones in one launch (it is
+        read once and freed); nothing waits."""
         if not self.sampled or t.numel() == 0 or not t.is_floating_point():
             return
         with self._lock:
             self.entries.append((layer, kind, op, _vocab.dtype_name(t.dtype)))
-            self.stats.add(t, *self._against)
+            self.stats.add(t, *self._against, defer=kind == ACTIVATION_GRAD)
 
     def _grad_hook(self, layer, op, nr):
         """A pre-hook for the autograd node that made a module's output (its output nr): queues

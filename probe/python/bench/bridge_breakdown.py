@@ -15,8 +15,8 @@ variants that each leave one part of the bridge out:
 
 and prints the median CUDA-event step time and the host time of a step (time spent in step(),
 which in fp16 includes GradScaler's own wait for found_inf). With --profile it also prints the
-bridge's host functions by own time (cProfile, full variant) and the GPU time of the statistics
-kernels per step (torch.profiler). Run it under `ampprobe run --trace amp`:
+host functions by own time (cProfile of the hooks and full variants) and the GPU time of the
+statistics kernels per step (torch.profiler). Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
 """
@@ -110,9 +110,9 @@ def measure(name, mode, variant):
     return statistics.median(a.elapsed_time(b) for a, b in ev), statistics.median(host) * 1e3
 
 
-def profile(name, mode):
-    """cProfile of the full variant's host time, then the statistics kernels' GPU time."""
-    step, steps, w = setup(name, mode, "full")
+def profile(name, mode, variant):
+    """cProfile of a variant's host time, then (full) the statistics kernels' GPU time."""
+    step, steps, w = setup(name, mode, variant)
     prof = cProfile.Profile()
     prof.enable()
     for i in range(steps):
@@ -121,9 +121,13 @@ def profile(name, mode):
     prof.disable()
     out = io.StringIO()
     st = pstats.Stats(prof, stream=out)
-    st.sort_stats("tottime").print_stats(28)
-    print("## %s %s: host functions by own time over %d steps" % (name, mode, steps))
-    print("\n".join(out.getvalue().splitlines()[:48]))
+    st.sort_stats("tottime").print_stats(24)
+    print("## %s %s %s: host functions by own time over %d steps" % (name, mode, variant,
+                                                                      steps))
+    print("\n".join(out.getvalue().splitlines()[:40]))
+    if variant != "full":
+        w.close()
+        return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
         for i in range(10):
             step(i)
@@ -167,7 +171,8 @@ def main():
                 print("%-10s %-5s %-9s event %8.3f ms (%+6.1f%%)  host %8.3f ms"
                       % (wl, mode, v, e, 100 * (e / base - 1), h), flush=True)
             if a.profile:
-                profile(wl, mode)
+                profile(wl, mode, "hooks")
+                profile(wl, mode, "full")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ against eager torch reductions, on the GPU machine; then, with --bench, their th
 
 Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many blocks), aligned and
 not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
-tensor per launch and many per launch, relative to f16, bf16 and f32 targets, across a buffer
+tensor per launch, many per launch and deferred ones (launched together later), relative to f16, bf16 and f32 targets, across a buffer
 that has to grow; prints PASS/FAIL lines and exits 1 on a failure. --bench prints the kernel's
 read bandwidth on large tensors next to torch's own amax over the same memory.
 """
@@ -74,16 +74,21 @@ def check(lib):
     for target in ("f16", "bf16", "f32"):
         st = _devstats.StepStats(lib, capacity=4)  # grows while the step runs
         bounds = _vocab.DTYPES[target]
-        for t in ts:
-            st.add(t, target, bounds)
-        st.add_many(ts, target, bounds)
+        def queue():  # each tensor at once, then deferred (one launch with add_many), then
+            for k, t in enumerate(ts):  # deferred until finish()
+                st.add(t, target, bounds, defer=k % 2 == 1)
+            st.add_many(ts, target, bounds)
+            for t in ts[:3]:
+                st.add(t, target, bounds, defer=True)
+
+        queue()
         for rnd in range(2):  # the slots come back emptied for the next step
             st.put(0, scalars)
             st.put(len(scalars), [torch.tensor(7.0)])  # off the GPU: torch's copy
             copy = st.finish(len(scalars) + 1)  # round 1 reuses round 0's pinned buffer
             got, extra = copy.result()
             copy.release()
-            want = [expect(t, target) for t in ts] * 2
+            want = [expect(t, target) for t in ts + ts + ts[:3]]
             bad = [i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w)]
             ok = not bad and len(got) == len(want) and extra == scalar_values + [7.0]
             print("%s devstats target=%s round %d: %d tensors%s" % (
@@ -92,9 +97,7 @@ def check(lib):
                     bad[:3], vars_of(got[bad[0]]) if bad else "-",
                     vars_of(want[bad[0]]) if bad else "-")))
             fail |= not ok
-            for t in ts:
-                st.add(t, target, bounds)
-            st.add_many(ts, target, bounds)
+            queue()
     return fail
 
 
