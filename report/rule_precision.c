@@ -149,8 +149,9 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
                  basis, list, fp32.flops, gemm_flops, total > 0 ? 100 * fp32.time / total : 0.0,
                  basis);
         snprintf(f->advice, sizeof f->advice,
-                 "Let autocast run them in %s: remove the autocast-disabled region or the .float() "
-                 "casts around them (amp_autocast_begin(ctx, false, ...) here). If they were kept "
+                 "Let autocast run them in %s: remove the autocast-disabled region "
+                 "(torch.autocast(..., enabled=False); amp_autocast_begin(ctx, false, ...) here) or "
+                 "the .float() casts around them. If they were kept "
                  "in fp32 for range (attention logits beyond 65504), scale the inputs instead "
                  "(1/sqrt(d_head)) or autocast to bf16, which has fp32's range and the same "
                  "Tensor Core rate.",

@@ -12,6 +12,7 @@ variants that each leave one part of the bridge out:
             (the bridge's host time without its kernels or their ctypes calls)
   noread    watched, the per-step read of the loss and found_inf left out
   full      watched as users run it
+  opsteps   watched, every step an op step (AMP_OPS; by default one step in 1000 is)
 
 and prints the median CUDA-event step time and the host time of a step (time spent in step(),
 which in fp16 includes GradScaler's own wait for found_inf). With --profile it also prints the
@@ -37,7 +38,7 @@ import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
 
 import ampprobe.torch as ap  # noqa: E402
 
-VARIANTS = ("plain", "hooks", "nokernel", "noread", "full")
+VARIANTS = ("plain", "hooks", "nokernel", "noread", "full", "opsteps")
 
 
 def setup(name, mode, variant):
@@ -51,7 +52,8 @@ def setup(name, mode, variant):
     w = None
     if variant != "plain":
         w = ap.watch(model, scaler=scaler if mode == "fp16" else None, optimizer=opt,
-                     stats_every=10**9 if variant == "hooks" else 1)
+                     stats_every=10**9 if variant == "hooks" else 1,
+                     ops_every=1 if variant == "opsteps" else 0)
         if not w.on:
             sys.exit("bridge_breakdown.py: not recording: run it under `ampprobe run`")
         if variant == "nokernel":

@@ -106,28 +106,40 @@ def vars_of(f):
 
 
 def bench(lib):
+    """Read bandwidth of the statistics kernel and of torch's amax on tensors of a transformer
+    step's sizes and on large ones: GPU time only (the calls are captured in a CUDA graph and
+    replayed, so host launch costs do not count), each size cycling through enough tensors
+    (512 MiB) that the L2 cache holds none of them from one call to the next."""
     print("%-6s %10s %14s %14s" % ("dtype", "MiB", "stats GB/s", "amax GB/s"))
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        x = torch.randn(256 * 2 ** 20 // torch.finfo(dtype).bits * 8, device="cuda").to(dtype)
-        st = _devstats.StepStats(lib)
-        reps = 50
+        for mib in (12, 24, 48, 256):
+            n = mib * 2 ** 20 // torch.finfo(dtype).bits * 8
+            xs = [torch.randn(n, device="cuda").to(dtype) for _ in range(max(2, 512 // mib))]
+            reps = 4 * len(xs)
+            st = _devstats.StepStats(lib, capacity=reps + 1)
 
-        def timed(fn):
-            fn()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                fn()
-            b.record()
-            torch.cuda.synchronize()
-            return a.elapsed_time(b) / reps
+            def timed(fn):
+                for x in xs:  # warm, and the buffers allocated before the capture
+                    fn(x)
+                st.read()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    for k in range(reps):
+                        fn(xs[k % len(xs)])
+                g.replay()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                torch.cuda.synchronize()
+                st.read()
+                return a.elapsed_time(b) / reps
 
-        ms = timed(lambda: st.add(x, "f16", _vocab.DTYPES["f16"]))
-        st.read()
-        ref = timed(lambda: x.amax())
-        gb = x.numel() * x.element_size() / 1e9
-        print("%-6s %10.0f %14.0f %14.0f" % (str(dtype).split(".")[1], gb * 1e3 / 1.048576,
-                                             gb / ms * 1e3, gb / ref * 1e3))
+            ms = timed(lambda x: st.add(x, "f16", _vocab.DTYPES["f16"]))
+            ref = timed(lambda x: x.amax())
+            gb = n * xs[0].element_size() / 1e9
+            print("%-6s %10d %14.0f %14.0f" % (str(dtype).split(".")[1], mib, gb / ms * 1e3,
+                                               gb / ref * 1e3))
 
 
 def main():

@@ -17,6 +17,8 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
              fp16 gradients underflow (healthy: the default scaler)
   sawtooth   GradScaler(growth_interval=1): the scale grows every step into
              an overflow, backs off, grows again (30 steps)
+  fp32gemm   the MLP's layers.1 runs with autocast disabled on .float() inputs from the start:
+             a third of the GEMM FLOPs miss the Tensor Cores (seen on the op step, step 1)
 """
 import argparse
 
@@ -104,9 +106,15 @@ class MLP(nn.Module):
         s.layers = nn.ModuleList([nn.Linear(d, d) for _ in range(3)])
         s.head = nn.Linear(d, out)
 
+        s.fp32_layer = None  # the index of a layer kept out of autocast (case fp32gemm)
+
     def forward(s, x):
-        for l in s.layers:
-            x = F.gelu(l(x))
+        for k, l in enumerate(s.layers):
+            if k == s.fp32_layer:  # "for stability": an fp32 island in the fp16 model
+                with torch.autocast("cuda", enabled=False):
+                    x = F.gelu(l(x.float()))
+            else:
+                x = F.gelu(l(x))
         return s.head(x)
 
 
@@ -114,7 +122,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
-                    choices=["attn", "residual", "nan", "log0", "underflow", "sawtooth"])
+                    choices=["attn", "residual", "nan", "log0", "underflow", "sawtooth",
+                             "fp32gemm"])
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int)
     a = ap.parse_args()
@@ -131,6 +140,8 @@ def main():
         d = 64 if a.case == "residual" else 256
         xs = [torch.randn(64, d, device=dev) for _ in range(4)]
         ys = [torch.randint(0, 10, (64,), device=dev) for _ in range(4)]
+    if a.case == "fp32gemm" and not a.healthy:
+        model.fp32_layer = 1
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     kw = {}
     if a.case == "underflow" and not a.healthy:

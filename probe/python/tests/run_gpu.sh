@@ -26,7 +26,7 @@ one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's)
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" >"$WORK/$name.txt" 2>&1
 }
-cases="attn residual nan log0 underflow sawtooth"
+cases="attn residual nan log0 underflow sawtooth fp32gemm"
 for c in $cases; do
     one "$c" "" --case "$c" &
     one "$c-healthy" "" --case "$c" --healthy &
