@@ -15,8 +15,9 @@ captured kernels are attributed to). Without a recording launcher watch() attach
 
 Cost. Each tensor's figures come from libampcore's fused statistics kernel, launched through
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream: one kernel
-per module output and per output gradient, one for all parameter gradients, into a device buffer
-that one asynchronous copy brings back when the step ends; the step is recorded (one C call) when
+per module output at once (the program may write into it later), the output gradients held and
+launched together with the parameter gradients at the end of the backward (a few launches), into
+a device buffer that one asynchronous copy brings back when the step ends; the step is recorded (one C call) when
 the next one ends, its copy long done by then. Only the loss and found_inf are read at once, on a
 side stream behind the event that marks them computed: a step they show broken is recorded (and
 re-run, below) right away. A step ends at scaler.update() (with an enabled
@@ -275,7 +276,7 @@ class _OpRecorder(TorchFunctionMode):
         o = outs[0]
         res = (dt(o.dtype), tuple(o.shape), o.element_size())
         if _vocab.op_name(name) in _CASTS:
-            if all(r[0] == res[0] for r in rows[:1]):
+            if rows[0][0] == res[0]:
                 return out  # a cast to the dtype it had
             name = "to"
         policy = rec.autocast_policy(name) if torch.is_autocast_enabled(self.dev) else None
