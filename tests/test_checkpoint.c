@@ -38,18 +38,6 @@ static void remove_dir(void) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static uint8_t *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*n ? *n : 1);
-    ck_assert_uint_eq(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 static void spit(const char *p, const void *b, size_t n) {
     FILE *f = fopen(p, "wb");
     ck_assert_ptr_nonnull(f);
@@ -257,7 +245,7 @@ static uint8_t *small_checkpoint(size_t *n) {
     amp_scaler_free(sc);
     amp_optim_free(opt);
     amp_ctx_free(ctx);
-    return slurp(path("small.ckpt"), n);
+    return (uint8_t *)test_read_file(path("small.ckpt"), n);
 }
 
 typedef struct target {

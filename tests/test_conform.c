@@ -44,17 +44,7 @@ static void teardown(void) {
 static char *read_all(const char *dir, const char *name, size_t *n) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)size + 1);
-    ck_assert_uint_eq(fread(data, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    data[size] = '\0';
-    *n = (size_t)size;
-    return data;
+    return test_read_file(path, n);
 }
 
 static void write_file(const char *name, const void *data, size_t n) {

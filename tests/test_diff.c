@@ -89,19 +89,6 @@ static int cmd(const char **args) {
     return rc;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 #define HAS(text, needle)                                                                          \
     ck_assert_msg(strstr((text), (needle)) != NULL, "no '%s' in:\n%s", (needle), (text))
 
@@ -109,14 +96,14 @@ START_TEST(amp_faster_same_loss_either_order) {
     run(a_path, 20, 10.0, 1.0, false, "cuda");
     run(b_path, 20, 4.0, 1.003, true, "cuda");
     ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    char *t = slurp(out_path);
+    char *t = test_read_file(out_path, NULL);
     HAS(t, "AMP run (B, fp16) is 2.5x faster than the fp32 run, same loss within 0.3%.");
     HAS(t, "median step (ms)       10                 4                  x0.40");
     HAS(t, "peak memory (MiB)      not recorded");
     HAS(t, "Loss curves: 20 common steps");
     free(t);
     ck_assert_int_eq(CMD(b_path, a_path, "-o", out_path), 0); // the AMP run first
-    t = slurp(out_path);
+    t = test_read_file(out_path, NULL);
     HAS(t, "AMP run (A, fp16) is 2.5x faster than the fp32 run");
     free(t);
 }
@@ -136,7 +123,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
         "start_ns + x * 30000 + 2000, 0, 1, 7, step * 300 + x, 16777216, 1, 1, 32, 1, 1, 1, 128, "
         "1, 1, 0, 0, 0, 0, x FROM AMP_STEPS, j;");
     ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    char *t = slurp(out_path);
+    char *t = test_read_file(out_path, NULL);
     HAS(t, "AMP run (B, fp16) is 26% slower than the fp32 run: launch-bound");
     HAS(t, "final loss 3.");
     HAS(t, "(+20.0%)");
@@ -145,7 +132,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     HAS(t, "  warning [amp-payoff] launch-bound");
     free(t);
     ck_assert_int_eq(CMD(a_path, b_path, "--format", "json", "-o", out_path), 0);
-    t = slurp(out_path);
+    t = test_read_file(out_path, NULL);
     HAS(t, "{\"verdict\": \"AMP run (B, fp16) is 26% slower");
     HAS(t, "\"a\": {\"file\": ");
     HAS(t, "\"precision\": \"fp32\", \"device\": \"cuda\", \"autocast\": false, \"steps\": 8");
@@ -163,7 +150,7 @@ START_TEST(usage_and_bad_files_exit_2) {
     char missing[160];
     snprintf(missing, sizeof missing, "%s/missing.sqlite", dir);
     ck_assert_int_eq(CMD(a_path, missing), 2);
-    char *e = slurp(err_path);
+    char *e = test_read_file(err_path, NULL);
     HAS(e, missing);
     ck_assert_msg(strchr(e, '\n') == e + strlen(e) - 1, "not one line: %s", e);
     free(e);
@@ -181,7 +168,7 @@ START_TEST(mlp_fp32_vs_fp16_on_the_cpu) {
              "%1$s/ampprobe diff %2$s %3$s -o %4$s",
              AMP_BINARY_DIR, a_path, b_path, out_path);
     ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
-    char *t = slurp(out_path);
+    char *t = test_read_file(out_path, NULL);
     HAS(t, "AMP run (B, fp16) is ");
     // about 1.6x slower in a plain build; a sanitizer build or a loaded machine moves the ratio,
     // but a slower AMP run on the CPU is always explained

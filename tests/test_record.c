@@ -76,22 +76,10 @@ static int list_spools(const char *dir, char paths[][512]) {
     return n;
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(*n + 1);
-    ck_assert_uint_eq(fread(buf, 1, *n, f), *n);
-    fclose(f);
-    return buf;
-}
-
 // Decodes the step records of a spool file: their steps into steps[], returns the count.
 static int spool_steps(const char *path, int64_t *steps, int max, amp_spool_header *hdr) {
     size_t n;
-    uint8_t *buf = read_file(path, &n);
+    uint8_t *buf = (uint8_t *)test_read_file(path, &n);
     ck_assert_uint_ge(n, sizeof *hdr);
     memcpy(hdr, buf, sizeof *hdr);
     ck_assert_int_eq(amp_spool_header_check(hdr), AMP_OK);

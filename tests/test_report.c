@@ -172,19 +172,6 @@ static double evidence(const report_finding *f, const char *key) {
     return NAN;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 // Runs `ampprobe report ARGS...` with stderr captured into err_path; returns the exit status.
 #define CMD(...) cmd((const char *[]){__VA_ARGS__, NULL})
 static int cmd(const char **args) {
@@ -222,7 +209,7 @@ START_TEST(empty_database_degrades_gracefully) {
     ck_assert_uint_eq(findings.n, 0);
     release();
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
-    char *text = slurp(out_path);
+    char *text = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(text, "No training step was recorded"));
     ck_assert_ptr_nonnull(strstr(text, "steps:      none recorded"));
     free(text);
@@ -792,7 +779,7 @@ static void hostile_names(void) {
 START_TEST(md_escapes_user_strings) {
     hostile_names();
     ck_assert_int_eq(CMD(db_path, "--format", "md", "-o", out_path), 0);
-    char *t = slurp(out_path);
+    char *t = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(t, "**Verdict.** Training broke"));
     ck_assert_ptr_nonnull(strstr(t, "| 1 | error | `nonfinite-root-cause` | 3-11 | "
                                     "&lt;script&gt;alert(1)&lt;/script&gt;\\|x | mul |"));
@@ -805,7 +792,7 @@ END_TEST
 START_TEST(html_is_self_contained_with_plots_and_escaped) {
     hostile_names();
     ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
-    char *t = slurp(out_path);
+    char *t = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(t, "<!DOCTYPE html>"));
     ck_assert_ptr_null(strstr(t, "<script"));
     ck_assert_ptr_null(strstr(t, "src="));
@@ -826,7 +813,7 @@ START_TEST(html_is_self_contained_with_plots_and_escaped) {
     wipe();
     gpu_run(3, 4, 100000, 1000, 1e9, 1e7);
     ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
-    t = slurp(out_path);
+    t = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(t, "Roofline"));
     ck_assert_ptr_nonnull(strstr(t, "GPU kernels"));
     free(t);
@@ -877,7 +864,7 @@ static const struct fault_case {
 START_TEST(fault_runs_name_cause_layer_and_step) {
     const struct fault_case *c = &fault_cases[_i];
     record_and_report(c->sample, c->args);
-    char *j = slurp(out_path);
+    char *j = test_read_file(out_path, NULL);
     const char *f = first_finding(j);
     char want[256];
     snprintf(want, sizeof want, "{\"rule\": \"%s\", \"severity\": \"%s\", \"steps\": %s", c->rule,
@@ -905,7 +892,7 @@ static const char *const healthy_cases[][2] = {
 START_TEST(healthy_twins_are_clean) {
     const char *sample = healthy_cases[_i][0], *args = healthy_cases[_i][1];
     record_and_report(sample, args);
-    char *j = slurp(out_path);
+    char *j = test_read_file(out_path, NULL);
     ck_assert_msg(strstr(j, "\"counts\": {\"error\": 0, \"warning\": 0,") != NULL,
                   "%s %s is not clean: %s", sample, args, first_finding(j));
     ck_assert_ptr_nonnull(strstr(j, "\"verdict\": \"Healthy"));
@@ -919,7 +906,7 @@ END_TEST
 START_TEST(json_carries_the_stable_keys) {
     attn_overflow();
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
-    char *j = slurp(out_path);
+    char *j = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(j, "\"findings\": ["));
     ck_assert_ptr_nonnull(strstr(j, "{\"rule\": \"nonfinite-root-cause\", \"severity\": \"error\", "
                                     "\"steps\": {\"first\": 3, \"last\": 11}, "
@@ -949,7 +936,7 @@ END_TEST
 START_TEST(text_puts_the_verdict_first_without_colour_in_a_file) {
     attn_overflow();
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
-    char *t = slurp(out_path);
+    char *t = test_read_file(out_path, NULL);
     const char *verdict = strstr(t, "Training broke: fp16 overflow in blocks.0.attn mul at step 3");
     const char *findings_at = strstr(t, "Findings");
     const char *run_at = strstr(t, "\nRun\n");
@@ -966,7 +953,7 @@ END_TEST
 START_TEST(rule_and_steps_narrow_the_report) {
     attn_overflow();
     ck_assert_int_eq(CMD(db_path, "--rule", "loss-scale", "--format", "json", "-o", out_path), 0);
-    char *j = slurp(out_path);
+    char *j = test_read_file(out_path, NULL);
     ck_assert_ptr_null(strstr(j, "\"rule\": \"nonfinite-root-cause\""));
     ck_assert_ptr_nonnull(strstr(j, "\"rule\": \"loss-scale\""));
     free(j);
@@ -998,14 +985,14 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     const char *files[] = {missing, junk, foreign};
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(CMD(files[i]), 2);
-        char *e = slurp(err_path);
+        char *e = test_read_file(err_path, NULL);
         ck_assert_msg(strstr(e, files[i]) != NULL, "stderr does not name the file: %s", e);
         ck_assert_msg(strchr(e, '\n') == e + strlen(e) - 1, "not one line: %s", e);
         free(e);
     }
     ck_assert_int_eq(CMD(NULL), 2);
     ck_assert_int_eq(CMD(db_path, "--rule", "no-such-rule"), 2);
-    char *e = slurp(err_path);
+    char *e = test_read_file(err_path, NULL);
     ck_assert_ptr_nonnull(strstr(e, "no-such-rule"));
     free(e);
     ck_assert_int_eq(CMD(db_path, "--steps", "9:3"), 2);

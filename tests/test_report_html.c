@@ -24,19 +24,6 @@ static void teardown(void) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 #define CHROMIUM                                                                                   \
     "chromium --headless --no-sandbox --disable-gpu --disable-background-networking "              \
     "--disable-component-update --disable-sync --no-first-run --user-data-dir=%1$s/profile "       \
@@ -63,7 +50,7 @@ START_TEST(html_report_renders_in_chromium_without_console_messages) {
 
     char path[160];
     snprintf(path, sizeof path, "%s/dom.html", dir);
-    char *dom = slurp(path);
+    char *dom = test_read_file(path, NULL);
     ck_assert_ptr_nonnull(
         strstr(dom, "Training broke: fp16 overflow in blocks.1.attn mul at step 3"));
     int svgs = 0;
@@ -74,7 +61,7 @@ START_TEST(html_report_renders_in_chromium_without_console_messages) {
     const char *logs[] = {"dom.err", "shot.err"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, logs[i]);
-        char *err = slurp(path);
+        char *err = test_read_file(path, NULL);
         ck_assert_msg(strstr(err, "CONSOLE") == NULL, "console message: %s",
                       strstr(err, "CONSOLE"));
         free(err);

@@ -34,6 +34,9 @@ void test_dir_create(const char *name);
 void test_dir_remove(void);
 const char *test_in_dir(const char *name);
 const char *test_slurp(const char *name);
+// A whole file (any path) in a malloc'd, NUL-terminated buffer, its length in *n if n; asserts
+// that it opens.
+char *test_read_file(const char *path, size_t *n);
 // Starts build/ampprobe with args (NULL-terminated, after "ampprobe") in test_dir, its stdout and
 // stderr into out.txt and err.txt there; waits for it and returns its exit code.
 pid_t test_spawn_ampprobe(const char *const *args);

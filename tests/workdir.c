@@ -43,6 +43,20 @@ const char *test_slurp(const char *name) {
     return buf;
 }
 
+char *test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)size + 1);
+    ck_assert_uint_eq(fread(s, 1, (size_t)size, f), (size_t)size);
+    s[size] = 0;
+    fclose(f);
+    if (n) *n = (size_t)size;
+    return s;
+}
+
 pid_t test_spawn_ampprobe(const char *const *args) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);

@@ -28,13 +28,11 @@ import os
 import pstats
 import statistics
 import sys
-import time
 
 import torch
-import torch.nn as nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
-import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_overhead  # noqa: E402  (the workloads' loop, shared)
 
 import ampprobe.torch as ap  # noqa: E402
 
@@ -42,44 +40,27 @@ VARIANTS = ("plain", "hooks", "nokernel", "noread", "full", "opsteps")
 
 
 def setup(name, mode, variant):
-    torch.manual_seed(0)
-    cls, X, Y, steps = torch_baseline.WORKLOADS[name]
-    model = cls().cuda()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    crit = nn.CrossEntropyLoss()
-    dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
-    scaler = torch.amp.GradScaler("cuda", enabled=(mode == "fp16"))
-    w = None
-    if variant != "plain":
-        w = ap.watch(model, scaler=scaler if mode == "fp16" else None, optimizer=opt,
-                     stats_every=10**9 if variant == "hooks" else 1,
-                     ops_every=1 if variant == "opsteps" else 0)
-        if not w.on:
-            sys.exit("bridge_breakdown.py: not recording: run it under `ampprobe run`")
-        if variant == "nokernel":
-            w.stats._one = lambda *a: 0
-            w.stats.lib = _NoKernels(w.stats.lib)
-            w.stats._alloc(torch.device("cuda", torch.cuda.current_device()), w.stats.cap)
-            w.stats.scal.fill_(1.0)  # scalars that say "healthy": nothing gathers them now
-            w.stats.scal[ap._S_FOUND:].zero_()
-        if variant == "noread":
-            w._broke = lambda found: False
-    xs, ys = [X() for _ in range(4)], [Y() for _ in range(4)]
+    """torch_overhead.setup() for one variant: (step(i), steps, watcher)."""
+    if variant == "plain":
+        return torch_overhead.setup(name, mode)
+    return torch_overhead.setup(name, mode, dict(stats_every=10**9 if variant == "hooks" else 1,
+                                                 ops_every=1 if variant == "opsteps" else 0),
+                                PREPARE.get(variant))
 
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-            out = model(xs[i % 4])
-        loss = crit(out.float(), ys[i % 4])
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
 
-    for i in range(10):
-        step(i)
-    torch.cuda.synchronize()
-    return step, steps, w
+def _no_kernels(w):
+    w.stats._one = lambda *a: 0
+    w.stats.lib = _NoKernels(w.stats.lib)
+    w.stats._alloc(torch.device("cuda", torch.cuda.current_device()), w.stats.cap)
+    w.stats.scal.fill_(1.0)  # scalars that say "healthy": nothing gathers them now
+    w.stats.scal[ap._S_FOUND:].zero_()
+
+
+def _no_read(w):
+    w._broke = lambda found: False
+
+
+PREPARE = {"nokernel": _no_kernels, "noread": _no_read}
 
 
 class _NoKernels:
@@ -96,20 +77,8 @@ class _NoKernels:
 
 
 def measure(name, mode, variant):
-    step, steps, w = setup(name, mode, variant)
-    ev, host = [], []
-    for i in range(steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        t0 = time.perf_counter()
-        step(i)
-        host.append(time.perf_counter() - t0)
-        b.record()
-        ev.append((a, b))
-    torch.cuda.synchronize()
-    if w is not None:
-        w.close()
-    return statistics.median(a.elapsed_time(b) for a, b in ev), statistics.median(host) * 1e3
+    event, _, host = torch_overhead.timed(*setup(name, mode, variant))
+    return event, host
 
 
 def profile(name, mode, variant):
@@ -154,7 +123,8 @@ def profile(name, mode, variant):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", action="append", choices=sorted(torch_baseline.WORKLOADS))
+    p.add_argument("--workload", action="append",
+                   choices=sorted(torch_overhead.torch_baseline.WORKLOADS))
     p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true")

@@ -27,7 +27,10 @@ import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
 import ampprobe.torch as ap  # noqa: E402
 
 
-def run(name, mode, watched):
+def setup(name, mode, watch=None, prepare=None):
+    """Workload name's model, Adam, loss and GradScaler (torch_baseline.py's), the model watched
+    with ap.watch(**watch) (None: plain; the scaler only in fp16, as torch_baseline enables it)
+    and prepare(watcher) applied, then 10 warm-up steps. Returns (step(i), steps, watcher)."""
     torch.manual_seed(0)
     cls, X, Y, steps = torch_baseline.WORKLOADS[name]
     model = cls().cuda()
@@ -35,10 +38,14 @@ def run(name, mode, watched):
     crit = nn.CrossEntropyLoss()
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
     scaler = torch.amp.GradScaler("cuda", enabled=(mode == "fp16"))
-    w = ap.watch(model, scaler=scaler if mode == "fp16" else None, optimizer=opt,
-                 stats_every=1) if watched else None
-    if w is not None and not w.on:
-        sys.exit("torch_overhead.py: not recording: run it under `ampprobe run`")
+    w = None
+    if watch is not None:
+        w = ap.watch(model, scaler=scaler if mode == "fp16" else None, optimizer=opt, **watch)
+        if not w.on:
+            sys.exit("%s: not recording: run it under `ampprobe run`" %
+                     os.path.basename(sys.argv[0]))
+        if prepare is not None:
+            prepare(w)
     xs, ys = [X() for _ in range(4)], [Y() for _ in range(4)]
 
     def step(i):
@@ -54,20 +61,33 @@ def run(name, mode, watched):
     for i in range(10):
         step(i)
     torch.cuda.synchronize()
-    ev = []
+    return step, steps, w
+
+
+def timed(step, steps, w):
+    """Runs steps steps and closes the watcher: the median CUDA-event step time, the wall-clock
+    time per step and the median host time in step() (ms)."""
+    ev, host = [], []
     t0 = time.perf_counter()
     for i in range(steps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
+        h = time.perf_counter()
         step(i)
+        host.append(time.perf_counter() - h)
         b.record()
         ev.append((a, b))
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) * 1e3 / steps
     if w is not None:
         w.close()
-    return dict(workload=name, mode=mode, watched=watched,
-                event_ms=statistics.median(a.elapsed_time(b) for a, b in ev), wall_ms=wall)
+    return (statistics.median(a.elapsed_time(b) for a, b in ev), wall,
+            statistics.median(host) * 1e3)
+
+
+def run(name, mode, watched):
+    event, wall, _ = timed(*setup(name, mode, dict(stats_every=1) if watched else None))
+    return dict(workload=name, mode=mode, watched=watched, event_ms=event, wall_ms=wall)
 
 
 def main():
