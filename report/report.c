@@ -81,14 +81,6 @@ static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char 
     return false;
 }
 
-#define GROW(arr, n, cap)                                                                          \
-    do {                                                                                           \
-        if ((n) == (cap)) {                                                                        \
-            (cap) = (cap) ? 2 * (cap) : 64;                                                        \
-            (arr) = amp_xrealloc((arr), (cap) * sizeof *(arr));                                    \
-        }                                                                                          \
-    } while (0)
-
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
@@ -115,7 +107,7 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        GROW(m->layers, m->n_layers, cap);
+        AMP_GROW(m->layers, m->n_layers, cap);
         m->layers[m->n_layers++] = (report_layer){.pid = sqlite3_column_int(q, 0),
                                                   .id = sqlite3_column_int(q, 1),
                                                   .name = col_str(q, 2)};
@@ -134,7 +126,7 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        GROW(m->steps, m->n_steps, cap);
+        AMP_GROW(m->steps, m->n_steps, cap);
         report_step *s = &m->steps[m->n_steps++];
         *s = (report_step){.pid = sqlite3_column_int(q, 0),
                            .step = sqlite3_column_int64(q, 1),
@@ -186,7 +178,7 @@ static bool load_amax(sqlite3 *db, report_model *m, char *err) {
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        GROW(m->amax, m->n_amax, cap);
+        AMP_GROW(m->amax, m->n_amax, cap);
         m->amax[m->n_amax++] = (report_amax){.pid = sqlite3_column_int(q, 0),
                                              .layer_id = sqlite3_column_int(q, 1),
                                              .step = sqlite3_column_int64(q, 2),
@@ -206,7 +198,7 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        GROW(m->events, m->n_events, cap);
+        AMP_GROW(m->events, m->n_events, cap);
         m->events[m->n_events++] = (report_event){
             .id = sqlite3_column_int64(q, 0), .pid = sqlite3_column_int(q, 1),
             .step = col_i64(q, 2, -1), .last_step = col_i64(q, 3, -1),
@@ -240,7 +232,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        GROW(m->stats, m->n_stats, cap);
+        AMP_GROW(m->stats, m->n_stats, cap);
         m->stats[m->n_stats++] = (report_stats){
             .pid = sqlite3_column_int(q, 0), .layer_id = sqlite3_column_int(q, 1),
             .op = col_str(q, 2), .kind = col_str(q, 3), .dtype = col_str(q, 4),
@@ -343,7 +335,7 @@ const report_step *report_step_find(const report_model *m, int32_t pid, int64_t 
 // Findings
 
 report_finding *report_finding_add(report_findings *out, const char *rule, amp_severity severity) {
-    GROW(out->v, out->n, out->cap);
+    AMP_GROW(out->v, out->n, out->cap);
     report_finding *f = &out->v[out->n++];
     memset(f, 0, sizeof *f);
     f->rule = rule;

@@ -23,14 +23,6 @@
 #define FINDING_MIN_NS 1000000000 // the report core runs at most once a second ...
 #define FINDING_CPU_SHARE 0.03    // ... and within 3% of a core since the model was opened
 
-#define GROW(arr, n, cap)                                                                          \
-    do {                                                                                           \
-        if ((n) == (cap)) {                                                                        \
-            (cap) = (cap) ? 2 * (cap) : 64;                                                        \
-            (arr) = amp_xrealloc((arr), (cap) * sizeof *(arr));                                    \
-        }                                                                                          \
-    } while (0)
-
 static int64_t mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -155,7 +147,7 @@ static bool poll_layers(tui_model *m) {
     size_t before = m->n_layers;
     while (sqlite3_step(q) == SQLITE_ROW) {
         m->last_layer_rowid = sqlite3_column_int64(q, 0);
-        GROW(m->layers, m->n_layers, m->cap_layers);
+        AMP_GROW(m->layers, m->n_layers, m->cap_layers);
         m->layers[m->n_layers++] = (struct tui_layer_name){
             .pid = sqlite3_column_int(q, 1), .id = sqlite3_column_int(q, 2), .name = col_dup(q, 3)};
     }
@@ -223,7 +215,7 @@ static bool poll_steps(tui_model *m) {
             if (same_step(&m->steps[i], &s)) continue;
             m->steps[i] = s;
         } else {
-            GROW(m->steps, m->n_steps, m->cap_steps);
+            AMP_GROW(m->steps, m->n_steps, m->cap_steps);
             size_t at = (size_t)(i + 1);
             memmove(m->steps + at + 1, m->steps + at, (m->n_steps - at) * sizeof *m->steps);
             m->steps[at] = s;
@@ -262,7 +254,7 @@ static void count_events(tui_model *m) {
         while (k < m->n_counts && strcmp(m->counts[k].kind, e->kind) != 0)
             k++;
         if (k == m->n_counts) {
-            GROW(m->counts, m->n_counts, m->cap_counts);
+            AMP_GROW(m->counts, m->n_counts, m->cap_counts);
             m->counts[k] = (tui_event_count){.n = 0};
             snprintf(m->counts[k].kind, sizeof m->counts[k].kind, "%s", e->kind);
             m->n_counts++;
@@ -298,7 +290,7 @@ static bool poll_events(tui_model *m, bool reread_aggregates) {
     sqlite3_stmt *q = m->q_events;
     sqlite3_bind_int64(q, 1, m->last_event_id);
     while (sqlite3_step(q) == SQLITE_ROW) {
-        GROW(m->events, m->n_events, m->cap_events);
+        AMP_GROW(m->events, m->n_events, m->cap_events);
         tui_event *e = &m->events[m->n_events++];
         read_event(q, e);
         m->last_event_id = e->id;
@@ -332,7 +324,7 @@ static bool poll_stats_feed(tui_model *m) {
                 break;
             }
         if (!r) {
-            GROW(m->ranges, m->n_ranges, m->cap_ranges);
+            AMP_GROW(m->ranges, m->n_ranges, m->cap_ranges);
             r = &m->ranges[m->n_ranges++];
             *r = (struct tui_stats_range){.step = step, .lo = rowid};
         }
@@ -378,7 +370,7 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
         const raw_stat *s = &raw[i];
         tui_layer_row *r = m->n_rows ? &m->rows[m->n_rows - 1] : NULL;
         if (!r || r->layer_id != s->layer_id || r->kind != s->kind) {
-            GROW(m->rows, m->n_rows, m->cap_rows);
+            AMP_GROW(m->rows, m->n_rows, m->cap_rows);
             r = &m->rows[m->n_rows++];
             const char *name = tui_model_layer_name(m, m->pid, s->layer_id);
             *r = (tui_layer_row){.layer_id = s->layer_id,
@@ -438,7 +430,7 @@ static void load_step(tui_model *m, int64_t step) {
     raw_stat *raw = NULL;
     size_t n = 0, cap = 0;
     while (sqlite3_step(q) == SQLITE_ROW) {
-        GROW(raw, n, cap);
+        AMP_GROW(raw, n, cap);
         raw_stat *s = &raw[n++];
         const char *kind = (const char *)sqlite3_column_text(q, 1);
         const char *dtype = (const char *)sqlite3_column_text(q, 2);
@@ -488,7 +480,7 @@ static tui_kernel *kernel_entry(tui_model *m, int64_t name_id) {
     if (2 * (m->n_kernels + 1) > m->n_slots) rehash(m);
     size_t i = slot_of(m, name_id);
     if (m->kernel_slots[i]) return &m->kernels[m->kernel_slots[i] - 1];
-    GROW(m->kernels, m->n_kernels, m->cap_kernels);
+    AMP_GROW(m->kernels, m->n_kernels, m->cap_kernels);
     tui_kernel *k = &m->kernels[m->n_kernels++];
     *k = (tui_kernel){.name_id = name_id};
     sqlite3_bind_int64(m->q_string, 1, name_id);

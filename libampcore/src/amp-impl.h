@@ -40,6 +40,15 @@ amp_status amp_set_error(amp_status s, const char *fmt, ...) __attribute__((form
 void *amp_xmalloc(size_t n);          // aborts on failure
 void *amp_xcalloc(size_t n, size_t m);
 void *amp_xrealloc(void *p, size_t n);
+// Makes room for one more element in a growable array arr of n used and cap allocated elements
+// (doubling, 64 at first).
+#define AMP_GROW(arr, n, cap)                                                                      \
+    do {                                                                                           \
+        if ((n) == (cap)) {                                                                        \
+            (cap) = (cap) ? 2 * (cap) : 64;                                                        \
+            (arr) = amp_xrealloc((arr), (cap) * sizeof *(arr));                                    \
+        }                                                                                          \
+    } while (0)
 char *amp_xstrdup(const char *s);
 // A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
 // NULL with errno set (ENAMETOOLONG when the name does not fit).

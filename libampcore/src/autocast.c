@@ -201,10 +201,7 @@ static amp_tensor_t *cached_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
     bool grad = amp_set_grad_enabled(ctx, true);
     amp_tensor_t *c = amp_cast(ctx, x, t);
     amp_set_grad_enabled(ctx, grad);
-    if (ctx->n_cast_cache == ctx->cap_cast_cache) {
-        ctx->cap_cast_cache = ctx->cap_cast_cache ? ctx->cap_cast_cache * 2 : 64;
-        ctx->cast_cache = amp_xrealloc(ctx->cast_cache, ctx->cap_cast_cache * sizeof *ctx->cast_cache);
-    }
+    AMP_GROW(ctx->cast_cache, ctx->n_cast_cache, ctx->cap_cast_cache);
     ctx->cast_cache[ctx->n_cast_cache++] = (amp_cast_cache_entry){x, c};
     return c;
 }
