@@ -6,6 +6,7 @@
  * the cache file, and a cached file is printed instead of measuring again.
  */
 #define _GNU_SOURCE
+#include "amp-impl.h"
 #include "ceilings.h"
 #include "commands.h"
 
@@ -110,12 +111,7 @@ static bool make_parent_dirs(const char *path) {
 // to ours. Returns its exit status, or -1 when it could not be started.
 static int run_helper(const char *arg, char *out, size_t n) {
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return -1;
-    exe[len] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return -1;
-    *slash = 0;
+    if (!amp_exe_dir(exe, sizeof exe)) return -1;
     char helper[PATH_MAX + 32];
     snprintf(helper, sizeof helper, "%s/%s", exe, HELPER);
     if (access(helper, X_OK) != 0) {

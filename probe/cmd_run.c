@@ -19,6 +19,7 @@
  * model that trains, and AMPPROBE_LIB names libamprecord.so, the record API it writes through.
  */
 #define _GNU_SOURCE
+#include "amp-impl.h"
 #include "amp-store.h"
 #include "commands.h"
 #include "launcher.h"
@@ -236,12 +237,7 @@ static char *claim_output(const run_opts *o) {
 // stderr) when the build left either there.
 static bool torch_environment(void) {
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return false;
-    exe[len] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return false;
-    *slash = 0;
+    if (!amp_exe_dir(exe, sizeof exe)) return false;
     char lib[PATH_MAX + 32], start[PATH_MAX + 64], path[2 * PATH_MAX + 128];
     snprintf(lib, sizeof lib, "%s/libamprecord.so", exe);
     snprintf(start, sizeof start, "%s/python/ampprobe/_autostart/sitecustomize.py", exe);

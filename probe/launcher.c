@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "launcher.h"
 
+#include "amp-impl.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -172,12 +174,7 @@ int amp_launcher_exit_code(int wstatus) {
 // The capture library next to the ampprobe binary. False when there is none.
 static bool inject_library(char *out, size_t n) {
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return false;
-    exe[len] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return false;
-    *slash = 0;
+    if (!amp_exe_dir(exe, sizeof exe)) return false;
     if ((size_t)snprintf(out, n, "%s/%s", exe, INJECT_LIBRARY) >= n) return false;
     return access(out, R_OK) == 0;
 }

@@ -53,6 +53,9 @@ char *amp_xstrdup(const char *s);
 // A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
 // NULL with errno set (ENAMETOOLONG when the name does not fit).
 char *amp_make_temp_dir(char *buf, size_t n, const char *prefix);
+// The folder of the running binary (/proc/self/exe without its last component) in buf (n
+// bytes), or NULL when it cannot be read or does not fit.
+char *amp_exe_dir(char *buf, size_t n);
 
 // f16 -> f32 of every bit pattern (filled when the library loads): a lookup instead of
 // amp_f16_to_f32's branches on hot paths. Identical results by construction.

@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #include "cuda-loader.h"
 
+#include "amp-impl.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -64,18 +66,12 @@ static void load_module(void) {
         return;
     }
     char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
+    if (amp_exe_dir(exe, sizeof exe)) { // beside the binary, then in the folder above it
+        if (try_dir(exe, why, sizeof why)) return;
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = '\0';
             if (try_dir(exe, why, sizeof why)) return;
-            slash = strrchr(exe, '/');
-            if (slash) {
-                *slash = '\0';
-                if (try_dir(exe, why, sizeof why)) return;
-            }
         }
     }
 #ifdef AMP_CUDA_MODULE_DIR

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Thread_local char last_error[1024];
 static amp_abort_hook abort_hook;
@@ -110,4 +111,14 @@ char *amp_make_temp_dir(char *buf, size_t n, const char *prefix) {
     memset(buf + len, 'X', MKDTEMP_SUFFIX);
     buf[len + MKDTEMP_SUFFIX] = '\0';
     return mkdtemp(buf);
+}
+
+char *amp_exe_dir(char *buf, size_t n) {
+    ssize_t len = n > 1 ? readlink("/proc/self/exe", buf, n - 1) : -1;
+    if (len <= 0) return NULL;
+    buf[len] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+    return buf;
 }

@@ -293,11 +293,7 @@ static peak_fn find_peak(const char *argv0) {
         snprintf(path, sizeof path, "%s", env);
     } else {
         char exe[4000];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n <= 0) return NULL;
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
+        if (!amp_exe_dir(exe, sizeof exe)) return NULL;
         snprintf(path, sizeof path, "%s/../libampcore_cuda.so", exe);
     }
     (void)argv0;
