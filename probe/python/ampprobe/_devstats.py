@@ -189,9 +189,6 @@ class StepStats:
         self.order.extend(range(first, first + n))
         return first
 
-    def buf_addr(self, i):
-        return self._base + i * _SLOT
-
     def _reset(self, first, n):
         self._check(self.lib.ampstats_reset(self._base + first * _SLOT, n,
                                             _raw_stream_fast(self._dev)))

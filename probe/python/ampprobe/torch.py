@@ -265,7 +265,8 @@ class _OpRecorder(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         end = rec.now_ns()
         name = getattr(func, "__name__", "")
-        if name.startswith("__get") or _vocab.op_name(name) in _NOT_OPS:
+        op = _vocab.op_name(name)
+        if name.startswith("__get") or op in _NOT_OPS:
             return out
         outs = _float_tensors(out)
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
@@ -275,7 +276,7 @@ class _OpRecorder(TorchFunctionMode):
         rows = [(dt(t.dtype), tuple(t.shape), t.element_size()) for t in ins]
         o = outs[0]
         res = (dt(o.dtype), tuple(o.shape), o.element_size())
-        if _vocab.op_name(name) in _CASTS:
+        if op in _CASTS:
             if rows[0][0] == res[0]:
                 return out  # a cast to the dtype it had
             name = "to"

@@ -65,6 +65,7 @@ for i, parent, name in t.rows:
     rec.layer(i, parent, name)
 rec.meta("bridge", "ci")
 t0 = rec.now_ns()
+assert abs(rec.lib_now_ns() - t0) < 10 ** 9, "now_ns() is not amp_record_now_ns()'s clock"
 rec.tensor_stats(0, 4, "linear", _records.ACTIVATION, "f16", "f16", 1024, -3.5, 70000.0, 70000.0,
                  1, 2, 3, 4, 5, 6)
 rec.tensor_stats(0, 5, "blocks.0.attn.qkv.weight", _records.WEIGHT_GRAD, "f32", None, 10, None,
