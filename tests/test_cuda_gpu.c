@@ -7,8 +7,9 @@
  * backward, and compares the output and every input gradient element by element with a
  * dtype-aware tolerance: |gpu - cpu| <= eps(dtype) * (scale + |cpu|), where scale is the RMS of
  * the CPU values (reduction orders differ between the backends). Also: the optimizers, the
- * GradScaler's fused unscale and skip decision, the statistics reduction, the dropout mask (bit
- * for bit) and a short autocast + GradScaler training run.
+ * GradScaler's fused unscale and skip decision, the statistics reduction and the statistics that
+ * the producing kernels add (against it), the dropout mask (bit for bit) and a short autocast +
+ * GradScaler training run.
  *
  * Without a GPU or without the CUDA module every case returns early with a message, so the suite
  * passes on CI machines; CUDA is only ever initialised inside a case (Check forks first).
@@ -508,6 +509,160 @@ START_TEST(test_stats_gpu) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// Statistics added by the kernel that writes a tensor (the instrumentation's sink, cuda-fuse.h)
+// against a separate reading of the tensor by the statistics kernel.
+
+static amp_stats *fused_slot;
+
+// A random tensor on the GPU with NaN, +-inf, values beyond f16's range and below its normals.
+static amp_tensor_t *gpu_special(amp_dtype dt, int ndim, const int64_t *shape, float std) {
+    int64_t n = numel_of(ndim, shape);
+    float *v = malloc((size_t)n * sizeof *v);
+    fill_random(v, n, std, 0.0f);
+    const float planted[] = {NAN, INFINITY, -INFINITY, 7e4f, -1e5f, 1e-6f, -3e-8f, 0.0f, 6e4f};
+    for (int k = 0; k < (int)(sizeof planted / sizeof *planted); k++)
+        v[(int64_t)(urand() * (double)n)] = planted[k];
+    amp_tensor_t *t = amp_tensor_from_f32(gpu, dt, ndim, shape, v);
+    free(v);
+    return t;
+}
+
+// Arms the sink for y as the instrumentation does right before a backend call.
+static void arm(const amp_tensor_t *y, amp_dtype target) {
+    amp_stats empty = amp_stats_empty();
+    gpu->be->upload(gpu->bctx, fused_slot, &empty, sizeof empty);
+    gpu->sink = (amp_stats_sink){.out = y, .slot = fused_slot, .target = target};
+}
+
+#define SAME_FLOAT(a, b) ((isnan(a) && isnan(b)) || (a) == (b))
+
+// The kernel that wrote y took the sink, and its numbers are those of a separate reading (but
+// for the sum of squares, which fused statistics leave out).
+static void expect_fused(const char *what, const amp_tensor_t *y, amp_dtype target) {
+    ck_assert_msg(gpu->sink.taken, "%s: the kernel did not take the sink", what);
+    gpu->sink = (amp_stats_sink){0};
+    amp_stats f, r;
+    gpu->be->download(gpu->bctx, &f, fused_slot, sizeof f);
+    amp_stats_finish(&f);
+    amp_tensor_stats(y, target, &r);
+    ck_assert_msg(f.numel == r.numel && f.n_nan == r.n_nan && f.n_posinf == r.n_posinf &&
+                      f.n_neginf == r.n_neginf && f.n_overflow == r.n_overflow &&
+                      f.n_underflow == r.n_underflow && f.n_zero == r.n_zero,
+                  "%s: fused numel %lld nan %lld +inf %lld -inf %lld over %lld under %lld zero "
+                  "%lld; read %lld %lld %lld %lld %lld %lld %lld",
+                  what, (long long)f.numel, (long long)f.n_nan, (long long)f.n_posinf,
+                  (long long)f.n_neginf, (long long)f.n_overflow, (long long)f.n_underflow,
+                  (long long)f.n_zero, (long long)r.numel, (long long)r.n_nan,
+                  (long long)r.n_posinf, (long long)r.n_neginf, (long long)r.n_overflow,
+                  (long long)r.n_underflow, (long long)r.n_zero);
+    ck_assert_msg(SAME_FLOAT(f.min, r.min) && SAME_FLOAT(f.max, r.max) &&
+                      SAME_FLOAT(f.amax, r.amax),
+                  "%s: fused min %g max %g amax %g; read %g %g %g", what, (double)f.min,
+                  (double)f.max, (double)f.amax, (double)r.min, (double)r.max, (double)r.amax);
+    ck_assert_msg(f.sumsq == 0.0,
+                  "%s: a fused sum of squares (%g): only parameter gradients need "
+                  "one, and the statistics kernel reads those",
+                  what, f.sumsq);
+}
+
+START_TEST(test_fused_stats_gpu) {
+    NEED_GPU();
+    fused_slot = gpu->be->alloc(gpu->bctx, sizeof(amp_stats));
+    const int64_t n = (1 << 21) + 3; // many waves of blocks, and a tail
+    amp_tensor_t *x16 = gpu_special(F16, 1, &n, 3.0f), *x32 = gpu_special(F32, 1, &n, 8.0f);
+    for (int k = 0; k < 3; k++) {
+        const amp_dtype target = float_dtypes[k];
+        amp_tensor_t *y = amp_scratch_new(gpu, F16, 1, &n);
+        arm(y, target);
+        gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, y, x16);
+        expect_fused("gelu f16 (vectorised)", y, target);
+
+        arm(y, target);
+        gpu->be->unary(gpu->bctx, AMP_UNARY_EXP, 0, y, x32);
+        expect_fused("exp f32 -> f16 (mixed dtypes)", y, target);
+
+        arm(y, target);
+        gpu->be->binary(gpu->bctx, AMP_BINARY_ADD, y, x16, x16);
+        expect_fused("add f16 (vectorised, the gradient accumulation)", y, target);
+
+        amp_tensor_t *y32 = amp_scratch_new(gpu, F32, 1, &n);
+        arm(y32, target);
+        gpu->be->binary(gpu->bctx, AMP_BINARY_MUL, y32, x16, x32);
+        expect_fused("mul f16 * f32 -> f32 (strided)", y32, target);
+
+        arm(y, target);
+        gpu->be->copy(gpu->bctx, y, x32);
+        expect_fused("copy f32 -> f16 (cast)", y, target);
+
+        arm(y32, target);
+        gpu->be->copy(gpu->bctx, y32, x32);
+        expect_fused("copy f32 -> f32 (a gradient's first write)", y32, target);
+    }
+
+    // masked_fill with a causal -inf mask: broadcast rows (vectorised), an odd width (typed),
+    // an i64 mask (generic)
+    const int64_t widths[3] = {64, 37, 40};
+    for (int k = 0; k < 3; k++) {
+        const int64_t T = widths[k], shape[3] = {24, T, T};
+        amp_dtype mt = k == 2 ? AMP_DTYPE_I64 : AMP_DTYPE_I32;
+        float *m = malloc((size_t)(T * T) * sizeof *m);
+        for (int64_t i = 0; i < T * T; i++)
+            m[i] = i % T > i / T;
+        amp_tensor_t *mask = amp_tensor_from_f32(gpu, mt, 2, (int64_t[]){T, T}, m);
+        free(m);
+        amp_tensor_t *x = gpu_special(F16, 3, shape, 4.0f),
+                     *y = amp_scratch_new(gpu, F16, 3, shape);
+        arm(y, F16);
+        gpu->be->masked_fill(gpu->bctx, y, x, amp_expand(gpu, mask, 3, shape), -INFINITY);
+        char what[64];
+        snprintf(what, sizeof what, "masked_fill width %lld mask %s", (long long)T,
+                 amp_dtype_name(mt));
+        expect_fused(what, y, F16);
+    }
+
+    // softmax f16 -> f32 (rows in registers), log_softmax of long f32 rows, layer_norm with w, b
+    const int64_t s1[2] = {4096, 512}, s2[2] = {300, 8192}, s3[2] = {2048, 768}, c3 = 768;
+    amp_tensor_t *a = gpu_special(F16, 2, s1, 4.0f), *ya = amp_scratch_new(gpu, F32, 2, s1);
+    arm(ya, F16);
+    gpu->be->softmax(gpu->bctx, false, ya, a);
+    expect_fused("softmax f16 -> f32", ya, F16);
+    amp_tensor_t *b = gpu_special(F32, 2, s2, 4.0f), *yb = amp_scratch_new(gpu, F32, 2, s2);
+    arm(yb, BF16);
+    gpu->be->softmax(gpu->bctx, true, yb, b);
+    expect_fused("log_softmax f32, 8192 wide", yb, BF16);
+    pair w = pair_new(F32, 1, &c3, 1.0f, 1.0f, false), bias = pair_new(F32, 1, &c3, 1.0f, 0, false);
+    amp_tensor_t *x = gpu_special(F32, 2, s3, 2.0f), *yl = amp_scratch_new(gpu, F16, 2, s3);
+    amp_tensor_t *mean = amp_scratch_new(gpu, F32, 1, s3), *rstd = amp_scratch_new(gpu, F32, 1, s3);
+    arm(yl, F16);
+    gpu->be->layer_norm(gpu->bctx, yl, mean, rstd, x, w.g, bias.g, 1e-5f);
+    expect_fused("layer_norm f32 -> f16", yl, F16);
+
+    // the backward kernels whose dx becomes a gradient as it is
+    amp_tensor_t *g16 = gpu_special(F16, 1, &n, 2.0f), *dx = amp_scratch_new(gpu, F16, 1, &n);
+    arm(dx, F16);
+    gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, dx, g16, x16, NULL);
+    expect_fused("gelu backward f16", dx, F16);
+    amp_tensor_t *dxa = amp_scratch_new(gpu, F16, 2, s1), *ga = gpu_special(F32, 2, s1, 1.0f);
+    arm(dxa, F16);
+    gpu->be->softmax_backward(gpu->bctx, false, dxa, ga, ya);
+    expect_fused("softmax backward f32 -> f16", dxa, F16);
+    amp_tensor_t *dxl = amp_scratch_new(gpu, F32, 2, s3), *gl = gpu_special(F16, 2, s3, 1.0f);
+    arm(dxl, F16);
+    gpu->be->layer_norm_backward(gpu->bctx, dxl, NULL, NULL, gl, x, mean, rstd, w.g);
+    expect_fused("layer_norm backward dx", dxl, F16);
+
+    // a sink armed for another tensor is left alone
+    amp_tensor_t *y = amp_scratch_new(gpu, F16, 1, &n);
+    arm(x16, F16);
+    gpu->be->unary(gpu->bctx, AMP_UNARY_RELU, 0, y, x16);
+    ck_assert(!gpu->sink.taken);
+    gpu->sink = (amp_stats_sink){0};
+    gpu->be->free(gpu->bctx, fused_slot);
+    close_pair();
+}
+END_TEST
+
 // Three optimizer steps over a few parameters with random gradients; parameters and state
 // compared after each.
 static void check_optim(amp_optim_params p) {
@@ -674,6 +829,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_embedding_conv_gpu);
     tcase_add_test(t, test_dropout_gpu);
     tcase_add_test(t, test_stats_gpu);
+    tcase_add_test(t, test_fused_stats_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);
     tcase_add_test(t, test_train_fp16_gpu);

@@ -92,8 +92,10 @@ struct amp_tensor {
     int8_t inf_fill;              // -1/+1: holds -inf/+inf on purpose (an attention mask)
     // instrumentation bookkeeping (instrument.c): the statistics entry of this tensor and the
     // backward entries that contributed to its gradient, valid while *_epoch is current
-    uint32_t stat_epoch, contrib_epoch;
-    int32_t stat_entry;
+    // and the entry holding the statistics of its gradient as last written (grad_entry, valid
+    // while grad_epoch is current; -1: none)
+    uint32_t stat_epoch, contrib_epoch, grad_epoch;
+    int32_t stat_entry, grad_entry, grad_backward;
     uint8_t n_contrib;
     int32_t contrib[4];
 };
@@ -145,7 +147,9 @@ struct amp_node {
 // the node, or NULL when nothing is recorded.
 amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, amp_tensor_t *out,
                           amp_tensor_t *const *in, int n_in);
-// t.grad += g (allocating t.grad as needed; g's shape must equal t's, dtype is cast).
+// t.grad += g (allocating t.grad as needed; g's shape must equal t's, dtype is cast). A first
+// gradient that is a backward's own scratch output becomes t.grad itself, without a copy (g must
+// not be written to afterwards).
 void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
 
 // ---------------------------------------------------------------------------------------------
@@ -265,7 +269,9 @@ typedef struct amp_backend_i {
     // Statistics of x (contiguous) relative to target added into slots[slot], an amp_stats in
     // memory from alloc that holds amp_stats_empty(), by a fused device reduction queued on the
     // stream: no wait. The frontend applies amp_stats_finish() after downloading (optional:
-    // without it the frontend computes them on the host).
+    // without it the frontend computes them on the host). A backend with stats_into may also
+    // compute an output's statistics in the kernel that writes it, when the instrumentation has
+    // armed the context's sink for that output (amp_stats_sink below).
     void (*stats_into)(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
                        int64_t slot);
     void (*synchronize)(void *bctx); // optional
@@ -292,6 +298,18 @@ typedef struct amp_cast_cache_entry {
 
 #define AMP_LAYER_DEPTH_MAX 32
 #define AMP_AUTOCAST_DEPTH_MAX 32
+
+// The statistics of the next output a backend op writes, computed in the producing kernel: the
+// instrumentation arms the sink right before the backend call that writes `out` (a forward op's
+// output, a gradient buffer); a backend kernel that writes `out` may add out's statistics
+// relative to `target` into `slot` (device memory holding amp_stats_empty()) while it stores the
+// values, and sets `taken`. When nothing took it, the instrumentation reads out itself.
+typedef struct amp_stats_sink {
+    const amp_tensor_t *out; // NULL: not armed
+    amp_stats *slot;
+    amp_dtype target;
+    bool taken;
+} amp_stats_sink;
 
 struct amp_ctx {
     amp_device device;
@@ -330,6 +348,7 @@ struct amp_ctx {
     bool nvtx;               // push NVTX ranges for layers and backward nodes
     amp_dtype run_dtype;     // dtype of the last enabled autocast region (f16 before any)
     struct amp_instr *instr; // NULL when instrumentation is off
+    amp_stats_sink sink;     // armed by the instrumentation for the op about to run
 };
 
 // amp_tensor_stats into slots[slot] (memory from the backend's alloc, holding amp_stats_empty()
@@ -347,6 +366,13 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
 static inline void amp_instr_op(amp_ctx_t *ctx, const char *op, amp_cast_policy policy,
                                 amp_tensor_t *out, amp_tensor_t *const *in, int n) {
     if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_op_slow(ctx, op, policy, out, in, n);
+}
+void amp_instr_arm_slow(amp_ctx_t *ctx, const amp_tensor_t *out);
+// Right before the backend call that writes an op's output (or a gradient buffer): lets the
+// backend compute out's statistics in the producing kernel (amp_stats_sink). The op's
+// amp_instr_op (amp_instr_grad for a gradient) then uses them.
+static inline void amp_instr_arm(amp_ctx_t *ctx, const amp_tensor_t *out) {
+    if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_arm_slow(ctx, out);
 }
 
 static inline int32_t amp_ctx_current_layer(const amp_ctx_t *ctx) {
@@ -386,10 +412,10 @@ amp_tensor_t *amp_sum_to(amp_ctx_t *ctx, amp_tensor_t *g, int ndim, const int64_
 // (amp_instr_op() is defined after struct amp_ctx above.)
 void amp_instr_init(amp_ctx_t *ctx); // turns instrumentation on when the process records
 void amp_instr_free(amp_ctx_t *ctx);
-// Backward: before node n runs with the gradient dy of its output; for each gradient g
-// accumulated into t; once the tape is done.
+// Backward: before node n runs with the gradient dy of its output; after each gradient is
+// accumulated into t->grad (the write armed by amp_instr_arm); once the tape is done.
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
-void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
+void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t);
 void amp_instr_backward_end(amp_ctx_t *ctx);
 // An enabled autocast region of dtype t begins (META autocast_dtype, once per dtype).
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t);

@@ -16,6 +16,13 @@
  *   - a non-finite value in a data tensor (persistent, not a parameter) is data arriving broken;
  *   - a step whose forward stayed finite but whose gradients overflowed is a loss-scale overflow
  *     (benign: the scaler skips the step and backs off).
+ * On a device backend the op that writes a tensor computes the tensor's statistics in the same
+ * kernel where it can: the op arms the context's sink (amp_stats_sink) with an entry reserved for
+ * its output, and a kernel that takes it adds the numbers while it stores the values; otherwise
+ * the queue launches the statistics kernel on the output after the op (AMPPROBE_STATS_FUSED=0
+ * always does, for comparison). Gradients are armed where they are written (accumulated into a
+ * tensor's .grad), so the entry of the gradient flowing into a backward node, or of a
+ * parameter's gradient, is usually filled already when the node runs.
  * Off, the context holds no instrumentation and ops pay one predictable branch.
  */
 #include "amp-impl.h"
@@ -30,6 +37,7 @@
 #define ENTRIES_MAX (1 << 16) // a program that never ends a step is processed this often
 
 typedef enum entry_kind {
+    E_NONE,  // reserved for an armed output (amp_instr_arm) that no op has claimed
     E_OUT,   // a forward op's output; refs: its inputs' entries
     E_LEAF,  // a tensor an op read that no instrumented op made (parameter, data, view)
     E_DY,    // the gradient flowing into a backward node; refs[0]: the node's forward output
@@ -64,6 +72,7 @@ typedef struct pending_scale {
 
 typedef struct amp_instr {
     int stats_every;
+    bool fuse;       // let producing kernels compute outputs' statistics (amp_stats_sink)
     bool stats_step; // this step's statistics are emitted
     int64_t step_start_ns;
     int64_t last_op_ns;
@@ -74,10 +83,13 @@ typedef struct amp_instr {
     entry *entries;
     amp_stats *host; // the entries' statistics, downloaded
     int32_t n_entries, cap_entries;
+    int32_t *order;   // the entries in the order ops described them (a reserved entry is
+    int32_t n_order;  // described later than its index says): the order they are processed in
     amp_stats *slots; // backend memory: SLOTS statistics
     amp_stats *empty; // SLOTS empty statistics to upload (device backends)
     int32_t slot_base; // entry index of slots[0]
 
+    int32_t armed;     // entry reserved for ctx->sink's output (-1: none)
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
     int32_t backwards; // backward passes in this batch
 
@@ -98,9 +110,11 @@ void amp_instr_init(amp_ctx_t *ctx) {
     const char *every = getenv("AMPPROBE_STATS_EVERY");
     in->stats_every = every && atoi(every) > 0 ? atoi(every) : 1;
     in->stats_step = true;
+    const char *fused = getenv("AMPPROBE_STATS_FUSED"); // "0": a separate reading of every tensor
+    in->fuse = ctx->be->stats_into && !(fused && !strcmp(fused, "0"));
     in->step_start_ns = in->last_op_ns = amp_record_now_ns();
     in->epoch = 1;
-    in->cur_dy = -1;
+    in->cur_dy = in->armed = -1;
     in->slots = ctx->be->alloc(ctx->bctx, SLOTS * sizeof(amp_stats));
     AMP_ASSERT(in->slots != NULL, "(out of memory for the statistics slots)");
     ctx->instr = in;
@@ -117,6 +131,7 @@ void amp_instr_free(amp_ctx_t *ctx) {
     process(ctx); // what the last, unfinished step queued
     ctx->be->free(ctx->bctx, in->slots);
     free(in->entries);
+    free(in->order);
     free(in->host);
     free(in->empty);
     free(in);
@@ -216,25 +231,70 @@ static void download(amp_ctx_t *ctx) {
     clear_slots(ctx, n);
 }
 
-// Queues the statistics of t and returns its entry.
-static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op, int32_t layer) {
+// A new entry (kind E_NONE) whose slot is on the device and empty.
+static int32_t new_entry(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     if (in->n_entries - in->slot_base == SLOTS) download(ctx);
     if (in->n_entries == in->cap_entries) {
         in->cap_entries = in->cap_entries ? in->cap_entries * 2 : 1024;
         in->entries = amp_xrealloc(in->entries, (size_t)in->cap_entries * sizeof *in->entries);
         in->host = amp_xrealloc(in->host, (size_t)in->cap_entries * sizeof *in->host);
+        in->order = amp_xrealloc(in->order, (size_t)in->cap_entries * sizeof *in->order);
     }
     int32_t i = in->n_entries++;
+    in->entries[i] = (entry){.kind = E_NONE};
+    return i;
+}
+
+// Entry i describes t (its statistics: computed into the slot, or launched by launch()).
+static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_kind kind,
+                      const char *op, int32_t layer) {
+    amp_instr *in = ctx->instr;
     entry *e = &in->entries[i];
     *e = (entry){.kind = (uint8_t)kind, .inf_fill = t->inf_fill, .record = in->stats_step,
                  .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
                  .target = target_of(ctx), .ndim = (int8_t)t->ndim};
     memcpy(e->shape, t->shape, sizeof e->shape);
+    in->order[in->n_order++] = i;
+}
+
+// Queues the statistics of t into entry i's slot (still on the device).
+static void launch(amp_ctx_t *ctx, const amp_tensor_t *t, int32_t i) {
+    amp_instr *in = ctx->instr;
     if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
-    amp_tensor_stats_into(t, e->target, in->slots, i - in->slot_base);
+    amp_tensor_stats_into(t, target_of(ctx), in->slots, i - in->slot_base);
     if (ctx->nvtx) amp_nvtx_pop();
+}
+
+// Queues the statistics of t and returns its entry.
+static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op, int32_t layer) {
+    int32_t i = new_entry(ctx);
+    set_entry(ctx, i, t, kind, op, layer);
+    launch(ctx, t, i);
     return i;
+}
+
+// Disarms the sink. Returns the entry reserved for t with t's statistics queued (by the kernel
+// that wrote t, or now by a launch of our own), or -1 when the sink was not armed for t.
+static int32_t claim_armed(amp_ctx_t *ctx, const amp_tensor_t *t) {
+    amp_instr *in = ctx->instr;
+    int32_t i = in->armed;
+    // (a download since the arm took the slot off the device: the numbers are queued anew)
+    bool mine = i >= in->slot_base && ctx->sink.out == t, taken = ctx->sink.taken;
+    in->armed = -1;
+    ctx->sink = (amp_stats_sink){0};
+    if (!mine) return -1;
+    if (!taken) launch(ctx, t, i);
+    return i;
+}
+
+void amp_instr_arm_slow(amp_ctx_t *ctx, const amp_tensor_t *out) {
+    amp_instr *in = ctx->instr;
+    if (!in->fuse) return; // the CPU computes statistics at once: nothing to fuse
+    if (in->n_entries >= ENTRIES_MAX) process(ctx);
+    in->armed = new_entry(ctx);
+    ctx->sink = (amp_stats_sink){.out = out, .slot = in->slots + (in->armed - in->slot_base),
+                                 .target = target_of(ctx)};
 }
 
 // The entry holding t's statistics, queueing them when no op of this batch made t.
@@ -260,7 +320,8 @@ static void bound_queue(amp_ctx_t *ctx) {
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
                        amp_tensor_t *const *inputs, int n) {
     amp_instr *in = ctx->instr;
-    bound_queue(ctx);
+    int32_t i = claim_armed(ctx, out); // before any other entry: its slot is still on the device
+    if (i < 0) bound_queue(ctx);
     sync_layers(ctx);
     int32_t layer = out->layer >= 0 ? out->layer : amp_ctx_current_layer(ctx);
     int64_t now = amp_record_now_ns();
@@ -285,8 +346,9 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     in->last_op_ns = now;
     int32_t refs[REFS];
     int nr = n < REFS ? n : REFS;
-    for (int i = 0; i < nr; i++) refs[i] = entry_of(ctx, inputs[i]);
-    int32_t i = queue(ctx, out, E_OUT, op, layer);
+    for (int k = 0; k < nr; k++) refs[k] = entry_of(ctx, inputs[k]);
+    if (i < 0) i = queue(ctx, out, E_OUT, op, layer);
+    else set_entry(ctx, i, out, E_OUT, op, layer);
     entry *e = &in->entries[i];
     e->in_autocast = ctx->ac.enabled;
     e->n_ref = (int8_t)nr;
@@ -295,10 +357,24 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     out->stat_entry = i;
 }
 
+// The entry whose slot holds t's gradient as it is now (written in this batch by the
+// backward write that amp_instr_grad claimed, in backward pass `backward`), or -1; used once.
+static int32_t grad_entry(amp_instr *in, amp_tensor_t *t, int32_t backward) {
+    if (t->grad_epoch != in->epoch || t->grad_entry < 0 || t->grad_backward != backward) return -1;
+    int32_t i = t->grad_entry;
+    t->grad_entry = -1;
+    return i;
+}
+
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_instr *in = ctx->instr;
-    bound_queue(ctx);
-    int32_t i = queue(ctx, dy, E_DY, n->op, n->layer);
+    int32_t i = dy == n->out->grad ? grad_entry(in, n->out, in->backwards) : -1;
+    if (i >= 0) {
+        set_entry(ctx, i, dy, E_DY, n->op, n->layer);
+    } else {
+        bound_queue(ctx);
+        i = queue(ctx, dy, E_DY, n->op, n->layer);
+    }
     entry *e = &in->entries[i];
     e->inf_fill = 0;
     e->ref[e->n_ref++] = n->out->stat_epoch == in->epoch ? n->out->stat_entry : -1;
@@ -311,9 +387,11 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     in->cur_dy = i;
 }
 
-void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
-    (void)g;
+void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
     amp_instr *in = ctx->instr;
+    t->grad_entry = claim_armed(ctx, t->grad);
+    t->grad_epoch = in->epoch;
+    t->grad_backward = in->backwards;
     if (in->cur_dy < 0) return; // the seed of backward
     if (t->persistent && t->layer < 0) t->layer = in->entries[in->cur_dy].layer; // first use
     if (t->contrib_epoch != in->epoch) {
@@ -328,18 +406,21 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
 void amp_instr_backward_end(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     in->cur_dy = -1;
-    in->backwards++;
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->grad || !p->requires_grad) continue;
-        int32_t i = queue(ctx, p->grad, E_WGRAD, amp_xstrdup(p->name ? p->name : "param"), p->layer);
+        const char *name = amp_xstrdup(p->name ? p->name : "param");
+        int32_t i = grad_entry(in, p, in->backwards);
+        if (i >= 0) set_entry(ctx, i, p->grad, E_WGRAD, name, p->layer);
+        else i = queue(ctx, p->grad, E_WGRAD, name, p->layer);
         entry *e = &in->entries[i];
-        e->backward = in->backwards;
+        e->backward = in->backwards + 1; // counted from 1 (backwards is incremented below)
         if (p->contrib_epoch == in->epoch) {
             e->n_contrib = (int8_t)p->n_contrib;
             memcpy(e->contrib, p->contrib, sizeof e->contrib);
         }
     }
+    in->backwards++;
 }
 
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t) {
@@ -488,10 +569,13 @@ static double process_scaled(amp_ctx_t *ctx, double scale) {
     in->fwd_nonfinite = false;
     double sumsq = 0;
     bool any_wgrad = false;
-    for (int32_t i = 0; i < in->n_entries; i++) {
+    for (int32_t k = 0; k < in->n_order; k++) {
+        const int32_t i = in->order[k];
         entry *e = &in->entries[i];
         const amp_stats *s = &in->host[i];
         switch ((entry_kind)e->kind) {
+        case E_NONE:
+            break;
         case E_OUT:
             process_out(in, e, s);
             break;
@@ -514,9 +598,10 @@ static double process_scaled(amp_ctx_t *ctx, double scale) {
     }
     for (int k = 0; k < in->n_scales; k++) emit_scale_events(&in->scales[k], in->fwd_nonfinite);
     in->n_scales = 0;
-    in->n_entries = in->slot_base = 0;
+    in->n_entries = in->slot_base = in->n_order = 0;
     in->backwards = 0;
-    in->cur_dy = -1;
+    in->cur_dy = in->armed = -1;
+    ctx->sink = (amp_stats_sink){0};
     in->epoch++;
     return any_wgrad ? sqrt(sumsq) / scale : NAN;
 }

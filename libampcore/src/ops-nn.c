@@ -12,6 +12,7 @@
 static void softmax_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0];
     amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    if (x->requires_grad) amp_instr_arm(ctx, dx); // dx becomes x's gradient
     ctx->be->softmax_backward(ctx->bctx, n->i[0], dx, amp_dense(ctx, dy), n->out);
     amp_grad_accumulate(ctx, x, dx);
 }
@@ -27,6 +28,7 @@ static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    amp_instr_arm(ctx, y);
     ctx->be->softmax(ctx->bctx, log, y, amp_dense(ctx, x));
     amp_node *n = amp_node_record(ctx, op, softmax_backward, y, &x, 1);
     if (n) n->i[0] = log;
@@ -50,6 +52,7 @@ static void layer_norm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
     amp_tensor_t *dw = w ? amp_scratch_new(ctx, w->dtype, 1, w->shape) : NULL;
     amp_tensor_t *db = b ? amp_scratch_new(ctx, b->dtype, 1, b->shape) : NULL;
+    if (x->requires_grad) amp_instr_arm(ctx, dx);
     ctx->be->layer_norm_backward(ctx->bctx, dx, dw, db, amp_dense(ctx, dy), n->saved[0],
                                  n->saved[1], n->saved[2], w ? n->saved[3] : NULL);
     amp_grad_accumulate(ctx, x, dx);
@@ -73,6 +76,7 @@ amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, a
     amp_tensor_t *mean = amp_scratch_new(ctx, AMP_DTYPE_F32, 1, &rows);
     amp_tensor_t *rstd = amp_scratch_new(ctx, AMP_DTYPE_F32, 1, &rows);
     amp_tensor_t *xd = amp_dense(ctx, x), *wd = w ? amp_dense(ctx, w) : NULL;
+    amp_instr_arm(ctx, y);
     ctx->be->layer_norm(ctx->bctx, y, mean, rstd, xd, wd, b ? amp_dense(ctx, b) : NULL, eps);
     amp_node *n = amp_node_record(ctx, "layer_norm", layer_norm_backward, y, in, 3);
     if (n) {

@@ -14,6 +14,7 @@
 static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *xd = n->saved[0];
     amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    if (x->requires_grad) amp_instr_arm(ctx, dx); // dx becomes x's gradient
     ctx->be->unary_backward(ctx->bctx, (amp_unary_op)n->i[0], n->f[0], dx, amp_dense(ctx, dy), xd,
                             n->out);
     amp_grad_accumulate(ctx, x, dx);
@@ -28,6 +29,7 @@ static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, fl
     x = in[0];
     amp_tensor_t *xd = amp_dense(ctx, x);
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    amp_instr_arm(ctx, y);
     ctx->be->unary(ctx->bctx, kind, alpha, y, xd);
     amp_node *n = amp_node_record(ctx, op, unary_backward, y, &x, 1);
     if (n) {
@@ -78,15 +80,17 @@ static amp_dtype binary_result_type(const amp_tensor_t *a, const amp_tensor_t *b
     return amp_promote_types(a->dtype, b->dtype);
 }
 
-// a op b broadcast, computed into a new tensor of dtype dt (not recorded).
+// a op b broadcast, computed into a new tensor of dtype dt (not recorded; `output`: it is an op's
+// output, for the instrumentation).
 static amp_tensor_t *compute_binary(amp_ctx_t *ctx, amp_binary_op op, amp_dtype dt, amp_tensor_t *a,
-                                    amp_tensor_t *b) {
+                                    amp_tensor_t *b, bool output) {
     int ndim;
     int64_t shape[AMP_MAX_DIMS];
     char s1[64], s2[64];
     AMP_ASSERT(amp_broadcast_shape(a, b, &ndim, shape), "(shapes %s and %s do not broadcast)",
                amp_shape_str(a, s1, sizeof s1), amp_shape_str(b, s2, sizeof s2));
     amp_tensor_t *y = amp_scratch_new(ctx, dt, ndim, shape);
+    if (output) amp_instr_arm(ctx, y);
     ctx->be->binary(ctx->bctx, op, y, amp_expand(ctx, a, ndim, shape), amp_expand(ctx, b, ndim, shape));
     return y;
 }
@@ -112,15 +116,15 @@ static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         }
         break;
     case AMP_BINARY_MUL:
-        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, b));
-        if (b->requires_grad) accumulate_reduced(ctx, b, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a));
+        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, b, false));
+        if (b->requires_grad) accumulate_reduced(ctx, b, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a, false));
         break;
     case AMP_BINARY_DIV:
-        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_DIV, dt, dy, b));
+        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_DIV, dt, dy, b, false));
         if (b->requires_grad) { // -dy * a / (b * b)
-            amp_tensor_t *t = compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a);
-            amp_tensor_t *bb = compute_binary(ctx, AMP_BINARY_MUL, dt, b, b);
-            t = compute_binary(ctx, AMP_BINARY_DIV, dt, t, bb);
+            amp_tensor_t *t = compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a, false);
+            amp_tensor_t *bb = compute_binary(ctx, AMP_BINARY_MUL, dt, b, b, false);
+            t = compute_binary(ctx, AMP_BINARY_DIV, dt, t, bb, false);
             ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, t, t);
             accumulate_reduced(ctx, b, t);
         }
@@ -135,7 +139,7 @@ static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, 
                amp_dtype_name(b->dtype));
     amp_tensor_t *in[2] = {a, b};
     amp_autocast_apply(ctx, op, in, 2); // native: no casts
-    amp_tensor_t *y = compute_binary(ctx, kind, binary_result_type(a, b), a, b);
+    amp_tensor_t *y = compute_binary(ctx, kind, binary_result_type(a, b), a, b, true);
     amp_node *n = amp_node_record(ctx, op, binary_backward, y, in, 2);
     if (n) n->i[0] = kind;
     amp_instr_op(ctx, op, AMP_POLICY_NATIVE, y, in, 2);
@@ -185,6 +189,7 @@ amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x) { return reduce_all(ctx,
 static void masked_fill_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *mask = n->saved[0];
     amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    if (x->requires_grad) amp_instr_arm(ctx, dx);
     ctx->be->masked_fill(ctx->bctx, dx, amp_dense(ctx, dy), mask, 0.0f);
     amp_grad_accumulate(ctx, x, dx);
 }
@@ -196,6 +201,7 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
     amp_dtype dt = amp_autocast_apply(ctx, "masked_fill", in, 1);
     amp_tensor_t *m = amp_expand(ctx, mask, x->ndim, x->shape);
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    amp_instr_arm(ctx, y);
     ctx->be->masked_fill(ctx->bctx, y, amp_dense(ctx, x), m, value);
     y->inf_fill = isinf(value) ? (value < 0 ? -1 : 1) : x->inf_fill;
     amp_node *n = amp_node_record(ctx, "masked_fill", masked_fill_backward, y, &x, 1);
@@ -207,6 +213,7 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
 static void dropout_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0];
     amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    if (x->requires_grad) amp_instr_arm(ctx, dx);
     ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, dx, amp_dense(ctx, dy), n->saved[0]);
     amp_grad_accumulate(ctx, x, dx);
 }
@@ -218,6 +225,7 @@ amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool trainin
     ctx->be->dropout_mask(ctx->bctx, mask, p, ctx->seed, ctx->dropout_offset);
     ctx->dropout_offset += (uint64_t)amp_tensor_numel(x);
     amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    amp_instr_arm(ctx, y);
     ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, y, amp_dense(ctx, x), mask);
     amp_node *n = amp_node_record(ctx, "dropout", dropout_backward, y, &x, 1);
     if (n) n->saved[0] = mask;

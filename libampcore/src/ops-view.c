@@ -221,6 +221,7 @@ amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x) {
 amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
     if (x->dtype == t) return x;
     amp_tensor_t *y = amp_scratch_new(ctx, t, x->ndim, x->shape);
+    amp_instr_arm(ctx, y);
     ctx->be->copy(ctx->bctx, y, x);
     amp_node_record(ctx, "to", identity_backward, y, &x, 1);
     amp_instr_op(ctx, "to", AMP_POLICY_NATIVE, y, &x, 1);

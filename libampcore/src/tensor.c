@@ -368,22 +368,38 @@ void amp_tensor_zero_grad(amp_tensor_t *t) {
 // ---------------------------------------------------------------------------------------------
 // Gradient accumulation
 
+// g can become t's gradient as it is: a scratch tensor of t's dtype with contiguous storage of
+// its own (no view shares it) that is no other tensor's gradient, for a tensor that does not
+// own its gradient across steps (a persistent one gets a copy of its own).
+static bool stealable(const amp_tensor_t *t, const amp_tensor_t *g) {
+    return !t->persistent && !g->persistent && !g->is_view && !g->is_grad && g->buf &&
+           g->buf->refcount == 1 && g->offset == 0 && g->dtype == t->dtype &&
+           amp_tensor_is_contiguous(g);
+}
+
 void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     if (!t->requires_grad) return;
-    if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t, g);
     char s1[64], s2[64];
     AMP_ASSERT(amp_same_shape(t, g), "(gradient %s for a tensor of shape %s)",
                amp_shape_str(g, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));
-    if (!t->grad) {
+    // the instrumentation follows gradients (a parameter's is read at the end of backward)
+    const bool instr = ctx->instr && ctx->in_backward, arm = instr && !t->persistent;
+    if (!t->grad && stealable(t, g)) {
+        g->is_grad = true; // the backward's own output becomes the gradient: no copy
+        t->grad = g;
+    } else if (!t->grad) {
         amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
+        if (arm) amp_instr_arm(ctx, c);
         ctx->be->copy(ctx->bctx, c, g);
         c->persistent = t->persistent; // a persistent tensor owns its gradient
         c->is_grad = true;
         if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
         t->grad = c;
-        return;
+    } else {
+        amp_tensor_t *gc = contiguous_as(g, t->dtype);
+        if (arm) amp_instr_arm(ctx, t->grad);
+        ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, t->grad, t->grad, gc);
+        release_temp(g, gc);
     }
-    amp_tensor_t *gc = contiguous_as(g, t->dtype);
-    ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, t->grad, t->grad, gc);
-    release_temp(g, gc);
+    if (instr) amp_instr_grad(ctx, t);
 }

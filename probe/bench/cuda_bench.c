@@ -14,7 +14,8 @@
  *
  * --stats labels a run made with the full per-layer statistics of every step on: libampcore reads
  * AMPPROBE_OUT when it loads, so the caller sets it (AMPPROBE_OUT=/tmp/x.sqlite cuda_bench
- * --stats).
+ * --stats). With AMPPROBE_STATS_FUSED=0 as well (every tensor read again by the statistics
+ * kernel instead of the producing kernels adding the numbers) the label is "stats-separate".
  */
 #include "amp-impl.h"
 
@@ -213,6 +214,12 @@ static void make_batches(model *m, const workload *w, amp_tensor_t **xs, amp_ten
 
 typedef size_t (*peak_fn)(int reset);
 
+// AMPPROBE_STATS_FUSED=0: the instrumentation reads every tensor with a kernel of its own.
+static bool separate_stats(void) {
+    const char *v = getenv("AMPPROBE_STATS_FUSED");
+    return v && strcmp(v, "0") == 0;
+}
+
 static int run(const workload *w, const char *mode, int warmup, int steps, bool stats,
                peak_fn peak) {
     model m = {.name = w->name};
@@ -274,7 +281,11 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
         "{\"workload\": \"%s\", \"mode\": \"%s\", \"extra\": \"%s\", \"steps\": %d, "
         "\"step_ms_median\": %.4f, \"host_ms_median\": %.4f, \"peak_mib\": %.1f, \"loss\": %.4f, "
         "\"impl\": \"libampcore\"}\n",
-        w->name, mode, stats ? "stats" : "-", steps, median, host_median, peak_mib, loss_v);
+        w->name, mode,
+        !stats             ? "-"
+        : separate_stats() ? "stats-separate"
+                           : "stats",
+        steps, median, host_median, peak_mib, loss_v);
     fflush(stdout);
     free(ms);
     free(host);

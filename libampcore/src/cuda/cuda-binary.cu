@@ -5,8 +5,10 @@
  * the strided iterator merges what it can, and the all-contiguous one-dtype case (residual adds,
  * gradient accumulation) runs a 16-bytes-per-thread typed kernel. The dropout mask draws from
  * the same counter-based RNG as the CPU backend (splitmix64 of seed and element index), so both
- * backends produce the same mask.
+ * backends produce the same mask. Binary ops and masked_fill add the statistics of what they
+ * store when the instrumentation asks (cuda-fuse.h).
  */
+#include "cuda-fuse.h"
 #include "cuda-impl.h"
 
 __device__ __forceinline__ float binary_f(amp_binary_op op, float a, float b) {
@@ -23,34 +25,46 @@ __device__ __forceinline__ float binary_f(amp_binary_op op, float a, float b) {
     return a;
 }
 
+template <bool S>
 __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const void *a, amp_dtype at,
-                              const void *b, amp_dtype bt, cuda_iter it, int64_t n) {
+                              const void *b, amp_dtype bt, cuda_iter it, int64_t n, cuda_fuse f) {
+    thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float av = cuda_load(at, a, cuda_iter_offset(it, 1, i));
         const float bv = cuda_load(bt, b, cuda_iter_offset(it, 2, i));
-        cuda_store(yt, y, i, binary_f(op, av, bv));
+        const float v = binary_f(op, av, bv);
+        cuda_store(yt, y, i, v);
+        if (S) acc_stored(acc, cuda_rounded(yt, v), f.lim);
     }
+    cuda_fuse_end<S>(f, acc);
 }
 
-template <typename T>
+template <bool S, typename T>
 __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *a, const T *b,
-                                  int64_t n) {
+                                  int64_t n, cuda_fuse f) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
+    thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 ar = ((const uint4 *)a)[i], br = ((const uint4 *)b)[i];
         T *av = (T *)&ar, *bv = (T *)&br;
 #pragma unroll
-        for (int j = 0; j < V; j++)
+        for (int j = 0; j < V; j++) {
             av[j] =
                 cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), cuda_io<T>::load(bv[j])));
+            if (S) acc_stored(acc, cuda_io<T>::load(av[j]), f.lim);
+        }
         ((uint4 *)y)[i] = ar;
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = cuda_io<T>::store(binary_f(op, cuda_io<T>::load(a[i]), cuda_io<T>::load(b[i])));
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const T v = cuda_io<T>::store(binary_f(op, cuda_io<T>::load(a[i]), cuda_io<T>::load(b[i])));
+        y[i] = v;
+        if (S) acc_stored(acc, cuda_io<T>::load(v), f.lim);
+    }
+    cuda_fuse_end<S>(f, acc);
 }
 
 static bool aligned16(const void *p) {
@@ -69,11 +83,16 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     if (n == 0) return;
     void *yp = amp_tensor_ptr(y);
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
+    const cuda_fuse f = cuda_fuse_take(y);
     if (cuda_is_contiguous(a) && cuda_is_contiguous(b) && a->dtype == y->dtype &&
         b->dtype == y->dtype && aligned16(yp) && aligned16(ap) && aligned16(bp)) {
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
-            binary_vec_kernel<T><<<cuda_grid(n, 256, 16 / (int)sizeof(T)), 256, 0, c->stream>>>(
-                op, (T *)yp, (const T *)ap, (const T *)bp, n);
+            const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                binary_vec_kernel<S, T>
+                <<<cuda_fuse_grid(f, grid, 256, binary_vec_kernel<S, T>), 256, 0, c->stream>>>(
+                    op, (T *)yp, (const T *)ap, (const T *)bp, n, f));
         });
         CUDA_LAUNCH_CHECK();
         return;
@@ -83,19 +102,24 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     const int64_t *strides[3] = {ystride, a->stride, b->stride};
     cuda_iter it;
     cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
-    binary_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(op, yp, y->dtype, ap, a->dtype, bp,
-                                                               b->dtype, it, n);
+    const unsigned grid = cuda_grid(n, 256, 4);
+    CUDA_FUSE_DISPATCH(f, S,
+                       binary_kernel<S>
+                       <<<cuda_fuse_grid(f, grid, 256, binary_kernel<S>), 256, 0, c->stream>>>(
+                           op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, f));
     CUDA_LAUNCH_CHECK();
 }
 
 // ---------------------------------------------------------------------------------------------
 // masked_fill: unmasked values keep their bits when x and y share a dtype.
 
+template <bool S>
 __global__ void masked_fill_kernel(void *y, amp_dtype yt, const void *x, amp_dtype xt,
                                    const void *mask, amp_dtype mt, float value, cuda_iter it,
-                                   int64_t n) {
+                                   int64_t n, cuda_fuse f) {
     const bool same = xt == yt;
     const bool wide = yt == AMP_DTYPE_F32 || yt == AMP_DTYPE_I32;
+    thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t xo = cuda_iter_offset(it, 1, i);
@@ -107,36 +131,47 @@ __global__ void masked_fill_kernel(void *y, amp_dtype yt, const void *x, amp_dty
             ((uint16_t *)y)[i] = ((const uint16_t *)x)[xo];
         else
             cuda_store(yt, y, i, cuda_load(xt, x, xo));
+        if (S) acc_stored(acc, cuda_load(yt, y, i), f.lim); // floating y only (cuda_fuse_take)
     }
+    cuda_fuse_end<S>(f, acc);
 }
 
 // The common case (an attention mask): one floating dtype, x contiguous, an i32 mask broadcast.
-template <typename T>
+template <bool S, typename T>
 __global__ void masked_fill_typed_kernel(T *__restrict__ y, const T *__restrict__ x,
                                          const int32_t *__restrict__ mask, float value,
-                                         cuda_iter it, int64_t n) {
+                                         cuda_iter it, int64_t n, cuda_fuse f) {
     const T fill = cuda_io<T>::store(value);
+    thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = mask[cuda_iter_offset(it, 2, i)] != 0 ? fill : x[i];
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const T v = mask[cuda_iter_offset(it, 2, i)] != 0 ? fill : x[i];
+        y[i] = v;
+        if (S) acc_stored(acc, cuda_io<T>::load(v), f.lim);
+    }
+    cuda_fuse_end<S>(f, acc);
 }
 
 // The same with the mask one row (inner elements) repeated, 8 elements per thread and step.
-template <typename T>
+template <bool S, typename T>
 __global__ void masked_fill_rows_kernel(T *__restrict__ y, const T *__restrict__ x,
                                         const int32_t *__restrict__ mask, float value,
-                                        uint32_t inner8, int64_t n8) {
+                                        uint32_t inner8, int64_t n8, cuda_fuse f) {
     const T fill = cuda_io<T>::store(value);
+    thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
         const vec8<T> a = ((const vec8<T> *)x)[i];
         const vec8<int32_t> m = ((const vec8<int32_t> *)mask)[(uint32_t)i % inner8];
         vec8<T> o;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 8; j++) {
             o.v[j] = m.v[j] != 0 ? fill : a.v[j];
+            if (S) acc_stored(acc, cuda_io<T>::load(o.v[j]), f.lim);
+        }
         ((vec8<T> *)y)[i] = o;
     }
+    cuda_fuse_end<S>(f, acc);
 }
 
 static bool aligned_to(const void *p, size_t a) {
@@ -158,6 +193,7 @@ void cuda_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, const 
     const int64_t *strides[3] = {ystride, x->stride, mask->stride};
     cuda_iter it;
     cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
+    const cuda_fuse f = cuda_fuse_take(y);
     if (x->dtype == y->dtype && amp_dtype_is_float(y->dtype) && cuda_is_contiguous(x) &&
         mask->dtype == AMP_DTYPE_I32 && it.small) {
         const int last = it.ndim - 1;
@@ -168,24 +204,36 @@ void cuda_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, const 
         if (rows && inner % 8 == 0 && aligned_to(amp_tensor_ptr(y), vec) &&
             aligned_to(amp_tensor_ptr(x), vec) && aligned_to(amp_tensor_ptr(mask), 32)) {
             CUDA_DISPATCH_FLOAT(y->dtype, T, {
-                masked_fill_rows_kernel<T><<<cuda_grid(n / 8, 256, 2), 256, 0, c->stream>>>(
-                    (T *)amp_tensor_ptr(y), (const T *)amp_tensor_ptr(x),
-                    (const int32_t *)amp_tensor_ptr(mask), value, (uint32_t)(inner / 8), n / 8);
+                const unsigned grid = cuda_grid(n / 8, 256, 2);
+                CUDA_FUSE_DISPATCH(f, S,
+                                   masked_fill_rows_kernel<S, T>
+                                   <<<cuda_fuse_grid(f, grid, 256, masked_fill_rows_kernel<S, T>),
+                                      256, 0, c->stream>>>((T *)amp_tensor_ptr(y),
+                                                           (const T *)amp_tensor_ptr(x),
+                                                           (const int32_t *)amp_tensor_ptr(mask),
+                                                           value, (uint32_t)(inner / 8), n / 8, f));
             });
             CUDA_LAUNCH_CHECK();
             return;
         }
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
-            masked_fill_typed_kernel<T><<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
-                (T *)amp_tensor_ptr(y), (const T *)amp_tensor_ptr(x),
-                (const int32_t *)amp_tensor_ptr(mask), value, it, n);
+            const unsigned grid = cuda_grid(n, 256, 4);
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                masked_fill_typed_kernel<S, T>
+                <<<cuda_fuse_grid(f, grid, 256, masked_fill_typed_kernel<S, T>), 256, 0,
+                   c->stream>>>((T *)amp_tensor_ptr(y), (const T *)amp_tensor_ptr(x),
+                                (const int32_t *)amp_tensor_ptr(mask), value, it, n, f));
         });
         CUDA_LAUNCH_CHECK();
         return;
     }
-    masked_fill_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
-        amp_tensor_ptr(y), y->dtype, amp_tensor_ptr(x), x->dtype, amp_tensor_ptr(mask), mask->dtype,
-        value, it, n);
+    const unsigned grid = cuda_grid(n, 256, 4);
+    CUDA_FUSE_DISPATCH(f, S,
+                       masked_fill_kernel<S>
+                       <<<cuda_fuse_grid(f, grid, 256, masked_fill_kernel<S>), 256, 0, c->stream>>>(
+                           amp_tensor_ptr(y), y->dtype, amp_tensor_ptr(x), x->dtype,
+                           amp_tensor_ptr(mask), mask->dtype, value, it, n, f));
     CUDA_LAUNCH_CHECK();
 }
 

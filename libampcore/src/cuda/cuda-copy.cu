@@ -7,26 +7,45 @@
  * shared-memory transpose when the source's contiguous dim is not the last, else gathers whole
  * 16-byte runs when the innermost dim is contiguous and aligned, else single elements; anything
  * else goes through the generic strided iterator. Same-dtype copies move bits (NaN payloads
- * survive), integer-to-integer copies never pass through float.
+ * survive), integer-to-integer copies never pass through float. When the instrumentation wants
+ * the statistics of dst (a cast's output, a gradient buffer's first write), a contiguous
+ * floating copy runs the typed kernel, which adds them as it stores (cuda-fuse.h).
  */
+#include "cuda-fuse.h"
 #include "cuda-impl.h"
 
+// One element converted from S to D; the same type keeps its bits (NaN payloads).
+template <typename S, typename D> struct convert {
+    static __device__ __forceinline__ D one(S v) { return cuda_io<D>::store(cuda_io<S>::load(v)); }
+};
+template <typename T> struct convert<T, T> {
+    static __device__ __forceinline__ T one(T v) { return v; }
+};
+
 // dst = src converted, 8 elements per thread and step (dst and src aligned to 8 elements).
-template <typename S, typename D>
-__global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, int64_t n) {
+template <bool ST, typename S, typename D>
+__global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, int64_t n,
+                               cuda_fuse f) {
     const int64_t n8 = n / 8;
+    thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
         const vec8<S> a = ((const vec8<S> *)src)[i];
         vec8<D> b;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            b.v[j] = cuda_io<D>::store(cuda_io<S>::load(a.v[j]));
+        for (int j = 0; j < 8; j++) {
+            b.v[j] = convert<S, D>::one(a.v[j]);
+            if (ST) acc_stored(acc, cuda_io<D>::load(b.v[j]), f.lim);
+        }
         ((vec8<D> *)dst)[i] = b;
     }
     for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = cuda_io<D>::store(cuda_io<S>::load(src[i]));
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const D v = convert<S, D>::one(src[i]);
+        dst[i] = v;
+        if (ST) acc_stored(acc, cuda_io<D>::load(v), f.lim);
+    }
+    cuda_fuse_end<ST>(f, acc);
 }
 
 // dst[i] = src[offset of i]: one element (or one 16-byte run) of E per index.
@@ -173,19 +192,27 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         AMP_ASSERT(dst->shape[d] == src->shape[d], "(dim %d)", d);
     const int64_t n = cuda_numel(dst);
     if (n == 0) return;
-    if (cuda_is_contiguous(src) && src->dtype == dst->dtype) {
+    const bool typed = cuda_is_contiguous(src) && amp_dtype_is_float(src->dtype) &&
+                       amp_dtype_is_float(dst->dtype) &&
+                       ((uintptr_t)amp_tensor_ptr(src) & 31) == 0 &&
+                       ((uintptr_t)amp_tensor_ptr(dst) & 31) == 0;
+    const cuda_fuse f = typed ? cuda_fuse_take(dst) : cuda_fuse{};
+    if (cuda_is_contiguous(src) && src->dtype == dst->dtype && !f.slot) {
         CUDA_CHECK(cudaMemcpyAsync(amp_tensor_ptr(dst), amp_tensor_ptr(src),
                                    (size_t)n * amp_dtype_size(dst->dtype), cudaMemcpyDeviceToDevice,
                                    c->stream));
         return;
     }
-    if (cuda_is_contiguous(src) && amp_dtype_is_float(src->dtype) &&
-        amp_dtype_is_float(dst->dtype) && ((uintptr_t)amp_tensor_ptr(src) & 31) == 0 &&
-        ((uintptr_t)amp_tensor_ptr(dst) & 31) == 0) {
-        CUDA_DISPATCH_FLOAT(src->dtype, S, CUDA_DISPATCH_FLOAT(dst->dtype, D, {
-                                convert_kernel<S, D><<<cuda_grid(n, 256, 8), 256, 0, c->stream>>>(
-                                    (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n);
-                            }));
+    if (typed) {
+        const unsigned grid = cuda_grid(n, 256, 8);
+        CUDA_DISPATCH_FLOAT(
+            src->dtype, S, CUDA_DISPATCH_FLOAT(dst->dtype, D, {
+                CUDA_FUSE_DISPATCH(
+                    f, ST,
+                    convert_kernel<ST, S, D>
+                    <<<cuda_fuse_grid(f, grid, 256, convert_kernel<ST, S, D>), 256, 0, c->stream>>>(
+                        (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n, f));
+            }));
         CUDA_LAUNCH_CHECK();
         return;
     }

@@ -176,6 +176,13 @@ __device__ __forceinline__ void cuda_store(amp_dtype t, void *p, int64_t i, floa
     }
 }
 
+// v as a floating dtype t holds it (rounded to nearest even for f16/bf16), back in f32.
+__device__ __forceinline__ float cuda_rounded(amp_dtype t, float v) {
+    if (t == AMP_DTYPE_F16) return __half2float(__float2half_rn(v));
+    if (t == AMP_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return v;
+}
+
 __device__ __forceinline__ int64_t cuda_load_index(amp_dtype t, const void *p, int64_t i) {
     return t == AMP_DTYPE_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
 }

@@ -1,38 +1,46 @@
 /*
  * cuda-norm.cu — layer_norm over the last dim, forward and backward.
  *
- * Forward: one block per row, the two-pass mean and biased variance of the CPU reference, mean
- * and rstd (f32) written for backward. Backward: one block per row for dx with PyTorch's
- * formula rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)); dw and db are
- * column sums over the rows, split into f32 partials and finished by a second small kernel.
+ * Forward and dx: a block per row (striding over the rows when the output's statistics are
+ * added as it is stored, cuda-fuse.h). Forward: the two-pass mean and biased variance of the CPU
+ * reference, mean and rstd (f32) written for backward. Backward: one block per row for dx with
+ * PyTorch's formula rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)); dw and db
+ * are column sums over the rows, split into f32 partials and finished by a second small kernel.
  */
+#include "cuda-fuse.h"
 #include "cuda-impl.h"
 
+template <bool S>
 __global__ void layer_norm_kernel(void *y, amp_dtype yt, float *mean, float *rstd, const void *x,
                                   amp_dtype xt, const void *w, amp_dtype wt, const void *b,
-                                  amp_dtype bt, float eps, int64_t C) {
-    const int64_t base = blockIdx.x * C;
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
-        s += cuda_load(xt, x, base + j);
-    const float mu = cuda_block_sum(s) / (float)C;
-    float q = 0.0f;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        const float d = cuda_load(xt, x, base + j) - mu;
-        q += d * d;
+                                  amp_dtype bt, float eps, int64_t rows, int64_t C, cuda_fuse f) {
+    thread_acc acc = acc_empty();
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * C;
+        float s = 0.0f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+            s += cuda_load(xt, x, base + j);
+        const float mu = cuda_block_sum(s) / (float)C;
+        float q = 0.0f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            const float d = cuda_load(xt, x, base + j) - mu;
+            q += d * d;
+        }
+        const float var = cuda_block_sum(q) / (float)C;
+        const float rs = 1.0f / sqrtf(var + eps);
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            float o = (cuda_load(xt, x, base + j) - mu) * rs;
+            if (w) o = o * cuda_load(wt, w, j);
+            if (b) o = o + cuda_load(bt, b, j);
+            cuda_store(yt, y, base + j, o);
+            if (S) acc_stored(acc, cuda_rounded(yt, o), f.lim);
+        }
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
     }
-    const float var = cuda_block_sum(q) / (float)C;
-    const float rs = 1.0f / sqrtf(var + eps);
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        float o = (cuda_load(xt, x, base + j) - mu) * rs;
-        if (w) o = o * cuda_load(wt, w, j);
-        if (b) o = o + cuda_load(bt, b, j);
-        cuda_store(yt, y, base + j, o);
-    }
-    if (threadIdx.x == 0) {
-        mean[blockIdx.x] = mu;
-        rstd[blockIdx.x] = rs;
-    }
+    cuda_fuse_end<S>(f, acc);
 }
 
 static int norm_block(int64_t C) {
@@ -54,36 +62,50 @@ void cuda_layer_norm(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_tensor
     AMP_ASSERT(!w || cuda_numel(w) == C, "(weight must have %lld elements)", (long long)C);
     AMP_ASSERT(!b || cuda_numel(b) == C, "(bias must have %lld elements)", (long long)C);
     if (rows == 0) return;
-    layer_norm_kernel<<<(unsigned)rows, norm_block(C), 0, c->stream>>>(
-        amp_tensor_ptr(y), y->dtype, (float *)amp_tensor_ptr(mean), (float *)amp_tensor_ptr(rstd),
-        amp_tensor_ptr(x), x->dtype, w ? amp_tensor_ptr(w) : NULL, w ? w->dtype : AMP_DTYPE_F32,
-        b ? amp_tensor_ptr(b) : NULL, b ? b->dtype : AMP_DTYPE_F32, eps, C);
+    AMP_ASSERT(rows <= INT32_MAX);
+    const cuda_fuse f = cuda_fuse_take(y);
+    const unsigned grid = (unsigned)rows;
+    CUDA_FUSE_DISPATCH(
+        f, S,
+        layer_norm_kernel<S><<<cuda_fuse_grid(f, grid, norm_block(C), layer_norm_kernel<S>),
+                               norm_block(C), 0, c->stream>>>(
+            amp_tensor_ptr(y), y->dtype, (float *)amp_tensor_ptr(mean),
+            (float *)amp_tensor_ptr(rstd), amp_tensor_ptr(x), x->dtype,
+            w ? amp_tensor_ptr(w) : NULL, w ? w->dtype : AMP_DTYPE_F32,
+            b ? amp_tensor_ptr(b) : NULL, b ? b->dtype : AMP_DTYPE_F32, eps, rows, C, f));
     CUDA_LAUNCH_CHECK();
 }
 
+template <bool S>
 __global__ void layer_norm_dx_kernel(void *dx, amp_dtype dxt, const void *dy, amp_dtype dyt,
                                      const void *x, amp_dtype xt, const float *mean,
-                                     const float *rstd, const void *w, amp_dtype wt, int64_t C) {
-    const int64_t base = blockIdx.x * C;
-    const float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        const float g = cuda_load(dyt, dy, base + j) * (w ? cuda_load(wt, w, j) : 1.0f);
-        const float xh = (cuda_load(xt, x, base + j) - mu) * rs;
-        s1 += g;
-        s2 += g * xh;
+                                     const float *rstd, const void *w, amp_dtype wt, int64_t rows,
+                                     int64_t C, cuda_fuse fs) {
+    thread_acc acc = acc_empty();
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * C;
+        const float mu = mean[r], rs = rstd[r];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            const float g = cuda_load(dyt, dy, base + j) * (w ? cuda_load(wt, w, j) : 1.0f);
+            const float xh = (cuda_load(xt, x, base + j) - mu) * rs;
+            s1 += g;
+            s2 += g * xh;
+        }
+        s1 = cuda_block_sum(s1);
+        s2 = cuda_block_sum(s2);
+        const float fC = (float)C, term = (1.0f / fC) * rs;
+        for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+            const float wv = w ? cuda_load(wt, w, j) : 1.0f;
+            const float xh = (cuda_load(xt, x, base + j) - mu) * rs;
+            float f = fC * wv * cuda_load(dyt, dy, base + j);
+            f -= xh * s2;
+            f -= s1;
+            cuda_store(dxt, dx, base + j, f * term);
+            if (S) acc_stored(acc, cuda_rounded(dxt, f * term), fs.lim);
+        }
     }
-    s1 = cuda_block_sum(s1);
-    s2 = cuda_block_sum(s2);
-    const float fC = (float)C, term = (1.0f / fC) * rs;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
-        const float wv = w ? cuda_load(wt, w, j) : 1.0f;
-        const float xh = (cuda_load(xt, x, base + j) - mu) * rs;
-        float f = fC * wv * cuda_load(dyt, dy, base + j);
-        f -= xh * s2;
-        f -= s1;
-        cuda_store(dxt, dx, base + j, f * term);
-    }
+    cuda_fuse_end<S>(fs, acc);
 }
 
 // partial[chunk][0 or 1][col]: sums of dy * x_hat and dy over the chunk's rows.
@@ -137,10 +159,18 @@ void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, am
     if (C == 0) return;
     const float *mp = (const float *)amp_tensor_ptr(mean),
                 *rp = (const float *)amp_tensor_ptr(rstd);
-    if (rows > 0)
-        layer_norm_dx_kernel<<<(unsigned)rows, norm_block(C), 0, c->stream>>>(
-            amp_tensor_ptr(dx), dx->dtype, amp_tensor_ptr(dy), dy->dtype, amp_tensor_ptr(x),
-            x->dtype, mp, rp, w ? amp_tensor_ptr(w) : NULL, w ? w->dtype : AMP_DTYPE_F32, C);
+    if (rows > 0) {
+        AMP_ASSERT(rows <= INT32_MAX);
+        const cuda_fuse f = cuda_fuse_take(dx);
+        const unsigned grid = (unsigned)rows;
+        CUDA_FUSE_DISPATCH(
+            f, S,
+            layer_norm_dx_kernel<S>
+            <<<cuda_fuse_grid(f, grid, norm_block(C), layer_norm_dx_kernel<S>), norm_block(C), 0,
+               c->stream>>>(amp_tensor_ptr(dx), dx->dtype, amp_tensor_ptr(dy), dy->dtype,
+                            amp_tensor_ptr(x), x->dtype, mp, rp, w ? amp_tensor_ptr(w) : NULL,
+                            w ? w->dtype : AMP_DTYPE_F32, rows, C, f));
+    }
     CUDA_LAUNCH_CHECK();
     if (!dw && !db) return;
     const int64_t col_blocks = (C + 255) / 256;

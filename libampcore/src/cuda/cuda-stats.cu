@@ -9,21 +9,17 @@
  * activation. Each thread reads 16-byte vectors of the storage type (4 f32 or 8 f16/bf16 values)
  * over a block-strided range of its tensor and keeps 32-bit counters; warps and then the block
  * combine by shuffles, and each block adds its total into the tensor's slot with atomics. Nothing
- * waits. Thresholds are those of stats.c (AMP-SEMANTICS §5).
+ * waits. Thresholds are those of stats.c (AMP-SEMANTICS §5). The per-value and per-block pieces
+ * are in cuda-fuse.h, which the backend's kernels also use to fuse the statistics of the outputs
+ * they write.
  */
+#include "cuda-fuse.h"
 #include "cuda-impl.h"
 #include "cuda-stats.h"
-
-#include <float.h>
-#include <math.h>
 
 #define STATS_BLOCK 256
 #define STATS_BLOCKS_PER_SM 4 // resident at once (__launch_bounds__ below)
 #define JOBS 48               // tensors per launch (the parameters stay under 4 KiB)
-
-struct stats_limits {
-    float overflow, min_normal; // min_normal 0: no underflow counted (an f32 target)
-};
 
 struct stats_launch_params {
     stats_limits lim;
@@ -32,122 +28,6 @@ struct stats_launch_params {
     int first_block[JOBS + 1]; // job j owns blocks [first_block[j], first_block[j + 1])
     cuda_stats_job job[JOBS];
 };
-
-// One thread's running numbers (32-bit counts: a thread sees far fewer than 2^32 values). `small`
-// counts the finite values below min_normal, zeros included: underflow = small - zero.
-struct thread_acc {
-    float mn, mx, ss;
-    unsigned nan, pinf, ninf, over, small, zero;
-};
-
-// A finite value (the common case: no test for NaN or inf). OVER and SMALL drop the comparisons
-// that cannot count anything: a finite value of the target's own 16-bit type never overflows it,
-// and an f32 target counts neither.
-template <bool OVER, bool SMALL>
-__device__ __forceinline__ void acc_finite(thread_acc &a, float v, stats_limits lim) {
-    const float m = fabsf(v);
-    a.mn = fminf(a.mn, v);
-    a.mx = fmaxf(a.mx, v);
-    a.ss = fmaf(v, v, a.ss);
-    a.zero += m == 0.0f;
-    if (OVER) a.over += m >= lim.overflow;
-    if (SMALL) a.small += m < lim.min_normal;
-}
-
-// Any value: NaN and ±inf counted, a finite one as above.
-__device__ __forceinline__ void acc_value(thread_acc &a, float v, stats_limits lim) {
-    if (!(fabsf(v) <= FLT_MAX)) { // rare: a branch that the warp almost never diverges on
-        a.nan += isnan(v);
-        a.pinf += v == INFINITY;
-        a.ninf += v == -INFINITY;
-        return;
-    }
-    acc_finite<true, true>(a, v, lim);
-}
-
-struct block_total {
-    float min, max;
-    unsigned long long nan, pinf, ninf, over, under, zero;
-    double sumsq;
-};
-
-__device__ __forceinline__ void total_combine(block_total &a, const block_total &b) {
-    a.min = fminf(a.min, b.min);
-    a.max = fmaxf(a.max, b.max);
-    a.nan += b.nan;
-    a.pinf += b.pinf;
-    a.ninf += b.ninf;
-    a.over += b.over;
-    a.under += b.under;
-    a.zero += b.zero;
-    a.sumsq += b.sumsq;
-}
-
-__device__ __forceinline__ block_total shfl_down(const block_total &r, int d) {
-    block_total o;
-    o.min = __shfl_down_sync(0xffffffffu, r.min, d);
-    o.max = __shfl_down_sync(0xffffffffu, r.max, d);
-    o.nan = __shfl_down_sync(0xffffffffu, r.nan, d);
-    o.pinf = __shfl_down_sync(0xffffffffu, r.pinf, d);
-    o.ninf = __shfl_down_sync(0xffffffffu, r.ninf, d);
-    o.over = __shfl_down_sync(0xffffffffu, r.over, d);
-    o.under = __shfl_down_sync(0xffffffffu, r.under, d);
-    o.zero = __shfl_down_sync(0xffffffffu, r.zero, d);
-    o.sumsq = __shfl_down_sync(0xffffffffu, r.sumsq, d);
-    return o;
-}
-
-// The block's total in thread 0 (blockDim.x a multiple of 32, at most 1024).
-__device__ block_total block_reduce(block_total r) {
-    __shared__ block_total warps[32];
-    for (int d = 16; d > 0; d /= 2) total_combine(r, shfl_down(r, d));
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) warps[warp] = r;
-    __syncthreads();
-    if (warp == 0) {
-        const int n = blockDim.x / 32;
-        r = lane < n ? warps[lane] : block_total{INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0.0};
-        for (int d = 16; d > 0; d /= 2) total_combine(r, shfl_down(r, d));
-    }
-    return r;
-}
-
-// Float min/max by atomics on the bit patterns (ordered like the values for one sign).
-__device__ __forceinline__ void atomic_min_float(float *a, float v) {
-    if (v >= 0.0f) atomicMin((int *)a, __float_as_int(v));
-    else atomicMax((unsigned *)a, __float_as_uint(v));
-}
-
-__device__ __forceinline__ void atomic_max_float(float *a, float v) {
-    if (v >= 0.0f) atomicMax((int *)a, __float_as_int(v));
-    else atomicMin((unsigned *)a, __float_as_uint(v));
-}
-
-// Thread 0 adds the block's total into the slot; the job's first block also sets numel.
-__device__ void block_add_to_slot(const cuda_stats_job &job, bool first, const thread_acc &a,
-                                  stats_limits lim) {
-    const unsigned under = lim.min_normal > 0.0f ? a.small - a.zero : 0u;
-    block_total r = {a.mn, a.mx, a.nan, a.pinf, a.ninf, a.over, under, a.zero, (double)a.ss};
-    r = block_reduce(r);
-    if (threadIdx.x != 0) return;
-    amp_stats *slot = job.slot;
-    if (first) slot->numel = job.numel;
-    // Up to a thousand blocks end together on one slot: atomics only where they change something.
-    // The slot's min only falls and its max only rises, so a stale read can only be less tight.
-    if (r.min <= r.max) { // the block saw a finite value (+ 0.0f: -0 would misorder the bits)
-        if (r.min < __ldcg(&slot->min)) atomic_min_float(&slot->min, r.min + 0.0f);
-        if (r.max > __ldcg(&slot->max)) atomic_max_float(&slot->max, r.max + 0.0f);
-        atomicAdd(&slot->sumsq, r.sumsq);
-    }
-    const struct {
-        unsigned long long n;
-        int64_t *to;
-    } counts[] = {{r.nan, &slot->n_nan},         {r.pinf, &slot->n_posinf},
-                  {r.ninf, &slot->n_neginf},     {r.over, &slot->n_overflow},
-                  {r.under, &slot->n_underflow}, {r.zero, &slot->n_zero}};
-    for (const auto &c : counts)
-        if (c.n) atomicAdd((unsigned long long *)c.to, c.n);
-}
 
 // One 16-byte vector: the plain path when all its values are finite, else value by value.
 template <typename T, bool OVER, bool SMALL>
@@ -206,7 +86,7 @@ __device__ __forceinline__ void acc_typed(thread_acc &a, const cuda_stats_job &j
 // This block's share of one job, added into the job's slot.
 __device__ __forceinline__ void stats_job(const cuda_stats_job &job, int block, int blocks,
                                           stats_limits lim, amp_dtype target) {
-    thread_acc a = {INFINITY, -INFINITY, 0.0f, 0, 0, 0, 0, 0, 0};
+    thread_acc a = acc_empty();
     switch (job.dtype) { // the same for the whole block
     case AMP_DTYPE_F32:
         acc_typed<float>(a, job, false, block, blocks, lim);
@@ -223,7 +103,7 @@ __device__ __forceinline__ void stats_job(const cuda_stats_job &job, int block, 
             acc_value(a, cuda_load(job.dtype, job.data, i), lim);
         break;
     }
-    block_add_to_slot(job, block == 0, a, lim);
+    block_add_to_slot(job.slot, job.numel, block == 0, a, lim);
 }
 
 // Many jobs: each block finds its job among the parameters' runs of blocks.
@@ -241,28 +121,47 @@ __global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
     stats_job(job, blockIdx.x, gridDim.x, lim, target);
 }
 
+// The device's multiprocessors, asked once.
+static int sm_count(void) {
+    static int sms;
+    if (!sms) {
+        int dev = 0, n = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            n = 132;
+        sms = n;
+    }
+    return sms;
+}
+
+int cuda_resident_blocks(const void *kernel, int block) {
+    static struct {
+        const void *kernel;
+        int block, blocks;
+    } cache[64];
+    static int n;
+    for (int i = 0; i < n; i++)
+        if (cache[i].kernel == kernel && cache[i].block == block) return cache[i].blocks;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0) != cudaSuccess ||
+        per_sm < 1)
+        per_sm = 1;
+    const int blocks = per_sm * sm_count();
+    if (n < 64) cache[n++] = {kernel, block, blocks};
+    return blocks;
+}
+
 // Blocks for one tensor: one per 16 values a thread, at most one wave of the device (a second,
 // partial wave only adds a tail; the blocks stride over the rest).
 static int64_t max_blocks(void) {
-    static int64_t wave; // the device's resident blocks, asked once
-    if (!wave) {
-        int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            sms <= 0)
-            sms = 132;
-        wave = (int64_t)sms * STATS_BLOCKS_PER_SM;
-    }
-    return wave;
+    return (int64_t)sm_count() * STATS_BLOCKS_PER_SM;
 }
 
 cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype target,
                               cudaStream_t stream) {
     stats_launch_params p;
     p.target = target;
-    p.lim = {INFINITY, 0.0f};
-    if (target == AMP_DTYPE_F16) p.lim = {65520.0f, 6.103515625e-05f};
-    if (target == AMP_DTYPE_BF16) p.lim = {3.3961775292304854e38f, 1.1754943508222875e-38f};
+    p.lim = stats_limits_of(target);
     const int64_t per_block = (int64_t)STATS_BLOCK * 16; // 16 values per thread at least
     if (n == 1) {
         if (jobs[0].numel <= 0) return cudaSuccess;

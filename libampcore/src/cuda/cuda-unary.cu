@@ -2,8 +2,10 @@
  * cuda-unary.cu — elementwise activations and their backward (PyTorch's formulas, the same
  * constants and operation order as the CPU reference), one f32 evaluation and one rounding per
  * element. Inputs and outputs are contiguous; the 16-bit fast path moves 8 elements (16 bytes)
- * per load when x and y share a dtype.
+ * per load when x and y share a dtype. The kernels add the statistics of what they store when
+ * the instrumentation asks (cuda-fuse.h).
  */
+#include "cuda-fuse.h"
 #include "cuda-impl.h"
 
 #define GELU_SQRT1_2 ((float)M_SQRT1_2)
@@ -94,31 +96,44 @@ __device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g,
 }
 
 // y = f(x), any dtypes.
+template <bool S>
 __global__ void unary_kernel(amp_unary_op op, float alpha, void *y, amp_dtype yt, const void *x,
-                             amp_dtype xt, int64_t n) {
+                             amp_dtype xt, int64_t n, cuda_fuse f) {
+    thread_acc a = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        cuda_store(yt, y, i, unary_f(op, alpha, cuda_load(xt, x, i)));
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = unary_f(op, alpha, cuda_load(xt, x, i));
+        cuda_store(yt, y, i, v);
+        if (S) acc_stored(a, cuda_rounded(yt, v), f.lim);
+    }
+    cuda_fuse_end<S>(f, a);
 }
 
 // y = f(x) for one 16-bit or f32 dtype, 16 bytes per thread and step.
-template <typename T>
+template <bool S, typename T>
 __global__ void unary_vec_kernel(amp_unary_op op, float alpha, T *__restrict__ y,
-                                 const T *__restrict__ x, int64_t n) {
+                                 const T *__restrict__ x, int64_t n, cuda_fuse f) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
+    thread_acc a = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 raw = ((const uint4 *)x)[i];
         T *v = (T *)&raw;
 #pragma unroll
-        for (int j = 0; j < V; j++)
+        for (int j = 0; j < V; j++) {
             v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
+            if (S) acc_stored(a, cuda_io<T>::load(v[j]), f.lim);
+        }
         ((uint4 *)y)[i] = raw;
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(x[i])));
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const T v = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(x[i])));
+        y[i] = v;
+        if (S) acc_stored(a, cuda_io<T>::load(v), f.lim);
+    }
+    cuda_fuse_end<S>(f, a);
 }
 
 static bool aligned16(const void *p) {
@@ -135,36 +150,50 @@ void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const
     if (n == 0) return;
     void *yp = amp_tensor_ptr(y);
     const void *xp = amp_tensor_ptr(x);
+    const cuda_fuse f = cuda_fuse_take(y);
     if (x->dtype == y->dtype && aligned16(yp) && aligned16(xp)) {
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
-            unary_vec_kernel<T><<<cuda_grid(n, 256, 16 / (int)sizeof(T)), 256, 0, c->stream>>>(
-                op, alpha, (T *)yp, (const T *)xp, n);
+            const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                unary_vec_kernel<S, T>
+                <<<cuda_fuse_grid(f, grid, 256, unary_vec_kernel<S, T>), 256, 0, c->stream>>>(
+                    op, alpha, (T *)yp, (const T *)xp, n, f));
         });
     } else {
-        unary_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(op, alpha, yp, y->dtype, xp,
-                                                                  x->dtype, n);
+        const unsigned grid = cuda_grid(n, 256, 4);
+        CUDA_FUSE_DISPATCH(f, S,
+                           unary_kernel<S>
+                           <<<cuda_fuse_grid(f, grid, 256, unary_kernel<S>), 256, 0, c->stream>>>(
+                               op, alpha, yp, y->dtype, xp, x->dtype, n, f));
     }
     CUDA_LAUNCH_CHECK();
 }
 
 // dx = dy * f'(x); x or y may be NULL when the op does not read it.
+template <bool S>
 __global__ void unary_backward_kernel(amp_unary_op op, float alpha, void *dx, amp_dtype dxt,
                                       const void *dy, amp_dtype dyt, const void *x, amp_dtype xt,
-                                      const void *y, amp_dtype yt, int64_t n) {
+                                      const void *y, amp_dtype yt, int64_t n, cuda_fuse f) {
+    thread_acc a = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float xv = x ? cuda_load(xt, x, i) : 0.0f, yv = y ? cuda_load(yt, y, i) : 0.0f;
-        cuda_store(dxt, dx, i, unary_df(op, alpha, cuda_load(dyt, dy, i), xv, yv));
+        const float v = unary_df(op, alpha, cuda_load(dyt, dy, i), xv, yv);
+        cuda_store(dxt, dx, i, v);
+        if (S) acc_stored(a, cuda_rounded(dxt, v), f.lim);
     }
+    cuda_fuse_end<S>(f, a);
 }
 
 // The same for one dtype everywhere, 16 bytes per operand per step.
-template <typename T>
+template <bool S, typename T>
 __global__ void unary_backward_vec_kernel(amp_unary_op op, float alpha, T *__restrict__ dx,
                                           const T *__restrict__ dy, const T *__restrict__ x,
-                                          const T *__restrict__ y, int64_t n) {
+                                          const T *__restrict__ y, int64_t n, cuda_fuse f) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
+    thread_acc a = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 graw = ((const uint4 *)dy)[i], xraw = {0, 0, 0, 0}, yraw = {0, 0, 0, 0};
@@ -172,16 +201,21 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op, float alpha, T *__res
         if (y) yraw = ((const uint4 *)y)[i];
         T *g = (T *)&graw, *xv = (T *)&xraw, *yv = (T *)&yraw;
 #pragma unroll
-        for (int j = 0; j < V; j++)
+        for (int j = 0; j < V; j++) {
             g[j] = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g[j]),
                                               cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
+            if (S) acc_stored(a, cuda_io<T>::load(g[j]), f.lim);
+        }
         ((uint4 *)dx)[i] = graw;
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float xv = x ? cuda_io<T>::load(x[i]) : 0.0f, yv = y ? cuda_io<T>::load(y[i]) : 0.0f;
-        dx[i] = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(dy[i]), xv, yv));
+        const T v = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(dy[i]), xv, yv));
+        dx[i] = v;
+        if (S) acc_stored(a, cuda_io<T>::load(v), f.lim);
     }
+    cuda_fuse_end<S>(f, a);
 }
 
 static bool needs_x(amp_unary_op op) {
@@ -221,16 +255,24 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
                       (!yn || yn->dtype == dx->dtype);
     const bool al =
         aligned16(dxp) && aligned16(dyp) && (!xp || aligned16(xp)) && (!yp || aligned16(yp));
+    const cuda_fuse f = cuda_fuse_take(dx);
     if (same && al) {
         CUDA_DISPATCH_FLOAT(dx->dtype, T, {
-            unary_backward_vec_kernel<T>
-                <<<cuda_grid(n, 256, 16 / (int)sizeof(T)), 256, 0, c->stream>>>(
-                    op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp, (const T *)yp, n);
+            const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
+            CUDA_FUSE_DISPATCH(f, S,
+                               unary_backward_vec_kernel<S, T>
+                               <<<cuda_fuse_grid(f, grid, 256, unary_backward_vec_kernel<S, T>),
+                                  256, 0, c->stream>>>(op, alpha, (T *)dxp, (const T *)dyp,
+                                                       (const T *)xp, (const T *)yp, n, f));
         });
     } else {
-        unary_backward_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
-            op, alpha, dxp, dx->dtype, dyp, dy->dtype, xp, xn ? xn->dtype : AMP_DTYPE_F32, yp,
-            yn ? yn->dtype : AMP_DTYPE_F32, n);
+        const unsigned grid = cuda_grid(n, 256, 4);
+        const amp_dtype xt = xn ? xn->dtype : AMP_DTYPE_F32, yt = yn ? yn->dtype : AMP_DTYPE_F32;
+        CUDA_FUSE_DISPATCH(
+            f, S,
+            unary_backward_kernel<S>
+            <<<cuda_fuse_grid(f, grid, 256, unary_backward_kernel<S>), 256, 0, c->stream>>>(
+                op, alpha, dxp, dx->dtype, dyp, dy->dtype, xp, xt, yp, yt, n, f));
     }
     CUDA_LAUNCH_CHECK();
 }

@@ -1,0 +1,216 @@
+/*
+ * cuda-fuse.h — the statistics of cuda-stats.cu as device pieces that any kernel can run on the
+ * values it stores, and the host side of the instrumentation's sink (amp_stats_sink in
+ * amp-impl.h): an op whose output the instrumentation wants computes the output's statistics in
+ * the kernel that writes it instead of a second kernel reading it again.
+ *
+ * A kernel templated on `bool S` (every thread of every block must reach the end):
+ *     thread_acc a = acc_empty();
+ *     ... y[i] = v; if (S) acc_stored(a, (float)y[i], f.lim); ...
+ *     cuda_fuse_end<S>(f, a);
+ * launched through CUDA_FUSE_DISPATCH with cuda_fuse_grid() blocks: at most one wave, since
+ * every block ends in a few atomics on the one slot.
+ */
+#ifndef AMP_CUDA_FUSE_H
+#define AMP_CUDA_FUSE_H
+
+#include <float.h>
+#include <math.h>
+
+#include "cuda-impl.h"
+
+struct stats_limits {
+    float overflow, min_normal; // min_normal 0: no underflow counted (an f32 target)
+};
+
+// One thread's running numbers (32-bit counts: a thread sees far fewer than 2^32 values). `small`
+// counts the finite values below min_normal, zeros included: underflow = small - zero.
+struct thread_acc {
+    float mn, mx, ss;
+    unsigned nan, pinf, ninf, over, small, zero;
+};
+
+// A finite value (the common case: no test for NaN or inf). OVER and SMALL drop the comparisons
+// that cannot count anything: a finite value of the target's own 16-bit type never overflows it,
+// and an f32 target counts neither.
+template <bool OVER, bool SMALL, bool SUMSQ = true>
+__device__ __forceinline__ void acc_finite(thread_acc &a, float v, stats_limits lim) {
+    const float m = fabsf(v);
+    a.mn = fminf(a.mn, v);
+    a.mx = fmaxf(a.mx, v);
+    if (SUMSQ) a.ss = fmaf(v, v, a.ss);
+    a.zero += m == 0.0f;
+    if (OVER) a.over += m >= lim.overflow;
+    if (SMALL) a.small += m < lim.min_normal;
+}
+
+// Any value: NaN and ±inf counted, a finite one as above.
+template <bool SUMSQ = true>
+__device__ __forceinline__ void acc_value(thread_acc &a, float v, stats_limits lim) {
+    if (!(fabsf(v) <= FLT_MAX)) { // rare: a branch that the warp almost never diverges on
+        a.nan += isnan(v);
+        a.pinf += v == INFINITY;
+        a.ninf += v == -INFINITY;
+        return;
+    }
+    acc_finite<true, true, SUMSQ>(a, v, lim);
+}
+
+// A value a fusing kernel stores: no sum of squares (only parameter gradients need one, and the
+// instrumentation reads those with the statistics kernel).
+__device__ __forceinline__ void acc_stored(thread_acc &a, float v, stats_limits lim) {
+    acc_value<false>(a, v, lim);
+}
+
+// (32-bit counts: a block sees far fewer than 2^32 values, and narrow shuffles keep the
+// registers of the kernels that fuse this low.)
+struct block_total {
+    float min, max;
+    unsigned nan, pinf, ninf, over, under, zero;
+    double sumsq;
+};
+
+__device__ __forceinline__ void total_combine(block_total &a, const block_total &b) {
+    a.min = fminf(a.min, b.min);
+    a.max = fmaxf(a.max, b.max);
+    a.nan += b.nan;
+    a.pinf += b.pinf;
+    a.ninf += b.ninf;
+    a.over += b.over;
+    a.under += b.under;
+    a.zero += b.zero;
+    a.sumsq += b.sumsq;
+}
+
+__device__ __forceinline__ block_total shfl_down(const block_total &r, int d) {
+    block_total o;
+    o.min = __shfl_down_sync(0xffffffffu, r.min, d);
+    o.max = __shfl_down_sync(0xffffffffu, r.max, d);
+    o.nan = __shfl_down_sync(0xffffffffu, r.nan, d);
+    o.pinf = __shfl_down_sync(0xffffffffu, r.pinf, d);
+    o.ninf = __shfl_down_sync(0xffffffffu, r.ninf, d);
+    o.over = __shfl_down_sync(0xffffffffu, r.over, d);
+    o.under = __shfl_down_sync(0xffffffffu, r.under, d);
+    o.zero = __shfl_down_sync(0xffffffffu, r.zero, d);
+    o.sumsq = __shfl_down_sync(0xffffffffu, r.sumsq, d);
+    return o;
+}
+
+// The block's total in thread 0 (blockDim.x a multiple of 32, at most 1024).
+__device__ __forceinline__ block_total block_reduce(block_total r) {
+    __shared__ block_total warps[32];
+    for (int d = 16; d > 0; d /= 2)
+        total_combine(r, shfl_down(r, d));
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) warps[warp] = r;
+    __syncthreads();
+    if (warp == 0) {
+        const int n = blockDim.x / 32;
+        r = lane < n ? warps[lane] : block_total{INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0.0};
+        for (int d = 16; d > 0; d /= 2)
+            total_combine(r, shfl_down(r, d));
+    }
+    return r;
+}
+
+// Float min/max by atomics on the bit patterns (ordered like the values for one sign).
+__device__ __forceinline__ void atomic_min_float(float *a, float v) {
+    if (v >= 0.0f)
+        atomicMin((int *)a, __float_as_int(v));
+    else
+        atomicMax((unsigned *)a, __float_as_uint(v));
+}
+
+__device__ __forceinline__ void atomic_max_float(float *a, float v) {
+    if (v >= 0.0f)
+        atomicMax((int *)a, __float_as_int(v));
+    else
+        atomicMin((unsigned *)a, __float_as_uint(v));
+}
+
+// Thread 0 adds the block's total into the slot; the tensor's first block also sets numel.
+// Every thread of the block calls it.
+__device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel, bool first,
+                                                  const thread_acc &a, stats_limits lim) {
+    const unsigned under = lim.min_normal > 0.0f ? a.small - a.zero : 0u;
+    block_total r = {a.mn, a.mx, a.nan, a.pinf, a.ninf, a.over, under, a.zero, (double)a.ss};
+    r = block_reduce(r);
+    if (threadIdx.x != 0) return;
+    if (first) slot->numel = numel;
+    // Up to a thousand blocks end together on one slot: atomics only where they change something.
+    // The slot's min only falls and its max only rises, so a stale read can only be less tight.
+    if (r.min <= r.max) { // the block saw a finite value (+ 0.0f: -0 would misorder the bits)
+        if (r.min < __ldcg(&slot->min)) atomic_min_float(&slot->min, r.min + 0.0f);
+        if (r.max > __ldcg(&slot->max)) atomic_max_float(&slot->max, r.max + 0.0f);
+        if (r.sumsq != 0.0) atomicAdd(&slot->sumsq, r.sumsq);
+    }
+    const struct {
+        unsigned long long n;
+        int64_t *to;
+    } counts[] = {{r.nan, &slot->n_nan},         {r.pinf, &slot->n_posinf},
+                  {r.ninf, &slot->n_neginf},     {r.over, &slot->n_overflow},
+                  {r.under, &slot->n_underflow}, {r.zero, &slot->n_zero}};
+    for (const auto &c : counts)
+        if (c.n) atomicAdd((unsigned long long *)c.to, c.n);
+}
+
+__device__ __forceinline__ thread_acc acc_empty(void) {
+    return thread_acc{INFINITY, -INFINITY, 0.0f, 0, 0, 0, 0, 0, 0};
+}
+
+// The overflow threshold and smallest normal of an autocast dtype (f32: neither is counted).
+static inline stats_limits stats_limits_of(amp_dtype target) {
+    if (target == AMP_DTYPE_F16) return {65520.0f, 6.103515625e-05f};
+    if (target == AMP_DTYPE_BF16) return {3.3961775292304854e38f, 1.1754943508222875e-38f};
+    return {INFINITY, 0.0f};
+}
+
+// What a fusing kernel is given: where its output's statistics go (slot NULL: nowhere).
+struct cuda_fuse {
+    amp_stats *slot;
+    int64_t numel;
+    stats_limits lim;
+};
+
+// The sink armed for y, taken (the caller's kernel will add y's statistics), or an empty one.
+// Only floating outputs: the statistics kernel's integer path stays separate.
+static inline cuda_fuse cuda_fuse_take(const amp_tensor_t *y) {
+    amp_stats_sink *s = &y->ctx->sink;
+    if (s->out != y || s->taken || !amp_dtype_is_float(y->dtype)) return cuda_fuse{NULL, 0, {}};
+    s->taken = true;
+    return cuda_fuse{s->slot, cuda_numel(y), stats_limits_of(s->target)};
+}
+
+// Blocks of `kernel` with `block` threads each that the device holds at once (asked once per
+// kernel and block size; the backend's ops run on one thread).
+int cuda_resident_blocks(const void *kernel, int block);
+
+// The grid of a launch of `kernel` that may fuse: `grid` as planned, capped at one wave of that
+// kernel when it does (more blocks would only add atomics and a tail).
+template <typename K>
+static inline unsigned cuda_fuse_grid(const cuda_fuse &f, unsigned grid, int block, K kernel) {
+    if (!f.slot) return grid;
+    const unsigned wave = (unsigned)cuda_resident_blocks((const void *)kernel, block);
+    return grid < wave ? grid : wave;
+}
+
+// A fusing kernel's last step: the block's numbers into the slot.
+template <bool S>
+__device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_acc &a) {
+    if (S) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
+}
+
+// Runs the statement(s) with `constexpr bool S` saying whether f is on: kernels templated on S
+// compile the statistics out of the launches that do not add them.
+#define CUDA_FUSE_DISPATCH(f, S, ...)                                                              \
+    do {                                                                                           \
+        if ((f).slot) {                                                                            \
+            constexpr bool S = true;                                                               \
+            __VA_ARGS__;                                                                           \
+        } else {                                                                                   \
+            constexpr bool S = false;                                                              \
+            __VA_ARGS__;                                                                           \
+        }                                                                                          \
+    } while (0)
+
+#endif // AMP_CUDA_FUSE_H
