@@ -93,7 +93,7 @@ struct amp_tensor {
     // instrumentation bookkeeping (instrument.c): the statistics entry of this tensor and the
     // backward entries that contributed to its gradient, valid while *_epoch is current
     // and the entry holding the statistics of its gradient as last written (grad_entry, valid
-    // while grad_epoch is current; -1: none)
+    // while grad_epoch and the backward pass grad_backward are current; -1: none)
     uint32_t stat_epoch, contrib_epoch, grad_epoch;
     int32_t stat_entry, grad_entry, grad_backward;
     uint8_t n_contrib;

@@ -20,9 +20,10 @@
  * kernel where it can: the op arms the context's sink (amp_stats_sink) with an entry reserved for
  * its output, and a kernel that takes it adds the numbers while it stores the values; otherwise
  * the queue launches the statistics kernel on the output after the op (AMPPROBE_STATS_FUSED=0
- * always does, for comparison). Gradients are armed where they are written (accumulated into a
- * tensor's .grad), so the entry of the gradient flowing into a backward node, or of a
- * parameter's gradient, is usually filled already when the node runs.
+ * always does, for comparison). Gradients are armed where they are written (by the backward
+ * that makes them, or accumulated into a tensor's .grad), so the entry of the gradient flowing
+ * into a backward node is usually filled already when the node runs. Parameters' gradients are
+ * read at the end of backward (their sum of squares, the gradient norm, is only computed there).
  * Off, the context holds no instrumentation and ops pay one predictable branch.
  */
 #include "amp-impl.h"
@@ -255,6 +256,7 @@ static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_ki
                  .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
                  .target = target_of(ctx), .ndim = (int8_t)t->ndim};
     memcpy(e->shape, t->shape, sizeof e->shape);
+    AMP_ASSERT(in->n_order < in->n_entries, "(entry %d described twice)", (int)i);
     in->order[in->n_order++] = i;
 }
 
@@ -357,10 +359,11 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     out->stat_entry = i;
 }
 
-// The entry whose slot holds t's gradient as it is now (written in this batch by the
-// backward write that amp_instr_grad claimed, in backward pass `backward`), or -1; used once.
-static int32_t grad_entry(amp_instr *in, amp_tensor_t *t, int32_t backward) {
-    if (t->grad_epoch != in->epoch || t->grad_entry < 0 || t->grad_backward != backward) return -1;
+// The entry whose slot holds t's gradient as it is now (written in this backward pass of this
+// batch by the write that amp_instr_grad claimed), or -1; used once.
+static int32_t grad_entry(amp_instr *in, amp_tensor_t *t) {
+    if (t->grad_epoch != in->epoch || t->grad_entry < 0 || t->grad_backward != in->backwards)
+        return -1;
     int32_t i = t->grad_entry;
     t->grad_entry = -1;
     return i;
@@ -368,7 +371,7 @@ static int32_t grad_entry(amp_instr *in, amp_tensor_t *t, int32_t backward) {
 
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_instr *in = ctx->instr;
-    int32_t i = dy == n->out->grad ? grad_entry(in, n->out, in->backwards) : -1;
+    int32_t i = dy == n->out->grad ? grad_entry(in, n->out) : -1;
     if (i >= 0) {
         set_entry(ctx, i, dy, E_DY, n->op, n->layer);
     } else {
@@ -406,21 +409,18 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
 void amp_instr_backward_end(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     in->cur_dy = -1;
+    in->backwards++;
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->grad || !p->requires_grad) continue;
-        const char *name = amp_xstrdup(p->name ? p->name : "param");
-        int32_t i = grad_entry(in, p, in->backwards);
-        if (i >= 0) set_entry(ctx, i, p->grad, E_WGRAD, name, p->layer);
-        else i = queue(ctx, p->grad, E_WGRAD, name, p->layer);
+        int32_t i = queue(ctx, p->grad, E_WGRAD, amp_xstrdup(p->name ? p->name : "param"), p->layer);
         entry *e = &in->entries[i];
-        e->backward = in->backwards + 1; // counted from 1 (backwards is incremented below)
+        e->backward = in->backwards;
         if (p->contrib_epoch == in->epoch) {
             e->n_contrib = (int8_t)p->n_contrib;
             memcpy(e->contrib, p->contrib, sizeof e->contrib);
         }
     }
-    in->backwards++;
 }
 
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t) {
