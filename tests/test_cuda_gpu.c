@@ -474,6 +474,21 @@ START_TEST(test_dropout_gpu) {
 }
 END_TEST
 
+// A random tensor on the GPU with NaN, +-inf, values beyond f16's range and below its normals.
+static amp_tensor_t *gpu_special(amp_dtype dt, int ndim, const int64_t *shape, float std) {
+    int64_t n = numel_of(ndim, shape);
+    float *v = malloc((size_t)n * sizeof *v);
+    fill_random(v, n, std, 0.0f);
+    const float planted[] = {NAN, INFINITY, -INFINITY, 7e4f, -1e5f, 1e-6f, -3e-8f, 0.0f, 6e4f};
+    for (int k = 0; k < (int)(sizeof planted / sizeof *planted); k++)
+        v[(int64_t)(urand() * (double)n)] = planted[k];
+    amp_tensor_t *t = amp_tensor_from_f32(gpu, dt, ndim, shape, v);
+    free(v);
+    return t;
+}
+
+#define SAME_FLOAT(a, b) ((isnan(a) && isnan(b)) || (a) == (b))
+
 START_TEST(test_stats_gpu) {
     NEED_GPU();
     int64_t n = 100003;
@@ -505,6 +520,33 @@ START_TEST(test_stats_gpu) {
             ck_assert_int_gt(a.n_overflow, 0);
         }
     }
+    // many tensors in one call (the parameters of a step, their gradients): each slot as alone
+    enum { N = 70 }; // more than one launch holds
+    const amp_tensor_t *many[N];
+    int64_t slot[N];
+    for (int k = 0; k < N; k++) {
+        int64_t len = 1 + k * 997;
+        many[k] = gpu_special(float_dtypes[k % 3], 1, &len, 1.0f + (float)k);
+        slot[k] = N - 1 - k;
+    }
+    amp_stats *slots = gpu->be->alloc(gpu->bctx, N * sizeof(amp_stats)), host[N];
+    for (int k = 0; k < N; k++)
+        host[k] = amp_stats_empty();
+    gpu->be->upload(gpu->bctx, slots, host, sizeof host);
+    amp_tensors_stats_into(many, N, F16, slots, slot);
+    gpu->be->download(gpu->bctx, host, slots, sizeof host);
+    for (int k = 0; k < N; k++) {
+        amp_stats one, *s = &host[slot[k]];
+        amp_stats_finish(s);
+        amp_tensor_stats(many[k], F16, &one);
+        ck_assert_msg(s->numel == one.numel && s->n_nan == one.n_nan && s->n_zero == one.n_zero &&
+                          s->n_overflow == one.n_overflow && s->n_underflow == one.n_underflow &&
+                          SAME_FLOAT(s->min, one.min) && SAME_FLOAT(s->max, one.max),
+                      "tensor %d of %d read together: numel %lld min %g max %g; alone %lld %g %g",
+                      k, N, (long long)s->numel, (double)s->min, (double)s->max,
+                      (long long)one.numel, (double)one.min, (double)one.max);
+    }
+    gpu->be->free(gpu->bctx, slots);
     close_pair();
 }
 END_TEST
@@ -515,27 +557,12 @@ END_TEST
 
 static amp_stats *fused_slot;
 
-// A random tensor on the GPU with NaN, +-inf, values beyond f16's range and below its normals.
-static amp_tensor_t *gpu_special(amp_dtype dt, int ndim, const int64_t *shape, float std) {
-    int64_t n = numel_of(ndim, shape);
-    float *v = malloc((size_t)n * sizeof *v);
-    fill_random(v, n, std, 0.0f);
-    const float planted[] = {NAN, INFINITY, -INFINITY, 7e4f, -1e5f, 1e-6f, -3e-8f, 0.0f, 6e4f};
-    for (int k = 0; k < (int)(sizeof planted / sizeof *planted); k++)
-        v[(int64_t)(urand() * (double)n)] = planted[k];
-    amp_tensor_t *t = amp_tensor_from_f32(gpu, dt, ndim, shape, v);
-    free(v);
-    return t;
-}
-
 // Arms the sink for y as the instrumentation does right before a backend call.
 static void arm(const amp_tensor_t *y, amp_dtype target) {
     amp_stats empty = amp_stats_empty();
     gpu->be->upload(gpu->bctx, fused_slot, &empty, sizeof empty);
     gpu->sink = (amp_stats_sink){.out = y, .slot = fused_slot, .target = target};
 }
-
-#define SAME_FLOAT(a, b) ((isnan(a) && isnan(b)) || (a) == (b))
 
 // The kernel that wrote y took the sink, and its numbers are those of a separate reading (but
 // for the sum of squares, which fused statistics leave out).

@@ -266,14 +266,15 @@ typedef struct amp_backend_i {
     void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
                        int n);
-    // Statistics of x (contiguous) relative to target added into slots[slot], an amp_stats in
-    // memory from alloc that holds amp_stats_empty(), by a fused device reduction queued on the
-    // stream: no wait. The frontend applies amp_stats_finish() after downloading (optional:
-    // without it the frontend computes them on the host). A backend with stats_into may also
-    // compute an output's statistics in the kernel that writes it, when the instrumentation has
-    // armed the context's sink for that output (amp_stats_sink below).
-    void (*stats_into)(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
-                       int64_t slot);
+    // Statistics of each x[k] (contiguous) relative to target added into slots[slot[k]], an
+    // amp_stats in memory from alloc that holds amp_stats_empty(), by fused device reductions
+    // queued on the stream (many tensors per launch): no wait. The frontend applies
+    // amp_stats_finish() after downloading (optional: without it the frontend computes them on
+    // the host). A backend with stats_into may also compute an output's statistics in the
+    // kernel that writes it, when the instrumentation has armed the context's sink for that
+    // output (amp_stats_sink below).
+    void (*stats_into)(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
+                       amp_stats *slots, const int64_t *slot);
     void (*synchronize)(void *bctx); // optional
     void (*release)(void *bctx);     // frees the backend context
 } amp_backend_i;
@@ -355,6 +356,9 @@ struct amp_ctx {
 // on a device) without waiting for the device; the caller downloads the slots when it needs the
 // numbers and applies amp_stats_finish() to each.
 void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot);
+// The same for n tensors of one context at once (slots[slot[k]] for t[k]).
+void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype target, amp_stats *slots,
+                            const int64_t *slot);
 // A slot before any value: min +inf, max -inf, zero counts.
 amp_stats amp_stats_empty(void);
 // Derives amax, and the NaN range of a tensor without finite values, from min and max.

@@ -91,6 +91,7 @@ typedef struct amp_instr {
     int32_t slot_base; // entry index of slots[0]
 
     int32_t armed;     // entry reserved for ctx->sink's output (-1: none)
+    uint32_t params_epoch; // the batch whose parameters are queued
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
     int32_t backwards; // backward passes in this batch
 
@@ -276,6 +277,56 @@ static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const cha
     return i;
 }
 
+// Tensors whose statistics go out together, in few launches (the statistics kernel takes many
+// tensors per launch): the parameters at the start of a step, their gradients at the end of
+// backward.
+#define BATCH 64
+typedef struct batch {
+    const amp_tensor_t *t[BATCH];
+    int32_t entry[BATCH];
+    int n;
+} batch;
+
+static void batch_flush(amp_ctx_t *ctx, batch *b) {
+    amp_instr *in = ctx->instr;
+    if (b->n == 0) return;
+    int64_t slot[BATCH];
+    for (int k = 0; k < b->n; k++) slot[k] = b->entry[k] - in->slot_base;
+    if (ctx->nvtx) amp_nvtx_push("ampprobe.stats");
+    amp_tensors_stats_into(b->t, b->n, target_of(ctx), in->slots, slot);
+    if (ctx->nvtx) amp_nvtx_pop();
+    b->n = 0;
+}
+
+// Like queue(), with the launch left to the batch (flushed when full; the caller flushes the rest).
+static int32_t batch_queue(amp_ctx_t *ctx, batch *b, const amp_tensor_t *t, entry_kind kind,
+                           const char *op, int32_t layer) {
+    amp_instr *in = ctx->instr;
+    // room for the whole batch: no download may take its first slots off the device before it goes
+    if (b->n == 0 && in->n_entries - in->slot_base > SLOTS - BATCH) download(ctx);
+    int32_t i = new_entry(ctx);
+    set_entry(ctx, i, t, kind, op, layer);
+    b->t[b->n] = t;
+    b->entry[b->n++] = i;
+    if (b->n == BATCH) batch_flush(ctx, b);
+    return i;
+}
+
+// The parameters (tensors that require grad and own their storage) as leaves of this batch, read
+// together before the first op reads any of them.
+static void queue_parameters(amp_ctx_t *ctx) {
+    amp_instr *in = ctx->instr;
+    batch b = {.n = 0};
+    for (size_t k = 0; k < ctx->n_persist; k++) {
+        amp_tensor_t *p = ctx->persist[k];
+        if (!p->requires_grad || p->stat_epoch == in->epoch) continue;
+        p->stat_entry = batch_queue(ctx, &b, p, E_LEAF, NULL, -1);
+        p->stat_epoch = in->epoch;
+    }
+    batch_flush(ctx, &b);
+    in->params_epoch = in->epoch;
+}
+
 // Disarms the sink. Returns the entry reserved for t with t's statistics queued (by the kernel
 // that wrote t, or now by a launch of our own), or -1 when the sink was not armed for t.
 static int32_t claim_armed(amp_ctx_t *ctx, const amp_tensor_t *t) {
@@ -348,6 +399,7 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     in->last_op_ns = now;
     int32_t refs[REFS];
     int nr = n < REFS ? n : REFS;
+    if (in->params_epoch != in->epoch) queue_parameters(ctx);
     for (int k = 0; k < nr; k++) refs[k] = entry_of(ctx, inputs[k]);
     if (i < 0) i = queue(ctx, out, E_OUT, op, layer);
     else set_entry(ctx, i, out, E_OUT, op, layer);
@@ -410,10 +462,12 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     in->cur_dy = -1;
     in->backwards++;
+    batch b = {.n = 0};
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->grad || !p->requires_grad) continue;
-        int32_t i = queue(ctx, p->grad, E_WGRAD, amp_xstrdup(p->name ? p->name : "param"), p->layer);
+        int32_t i = batch_queue(ctx, &b, p->grad, E_WGRAD,
+                                amp_xstrdup(p->name ? p->name : "param"), p->layer);
         entry *e = &in->entries[i];
         e->backward = in->backwards;
         if (p->contrib_epoch == in->epoch) {
@@ -421,6 +475,7 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
             memcpy(e->contrib, p->contrib, sizeof e->contrib);
         }
     }
+    batch_flush(ctx, &b);
 }
 
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t) {

@@ -176,18 +176,34 @@ static void stats_on_host(const amp_tensor_t *x, amp_dtype target, amp_stats *ou
     free(host);
 }
 
-void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot) {
-    amp_ctx_t *ctx = t->ctx;
-    const amp_tensor_t *x = dense_of(t);
+void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype target, amp_stats *slots,
+                            const int64_t *slot) {
+    if (n <= 0) return;
+    amp_ctx_t *ctx = t[0]->ctx;
     if (ctx->be->stats_into) {
-        ctx->be->stats_into(ctx->bctx, x, target, slots, slot);
-    } else if (ctx->device == AMP_DEVICE_CPU) { // slots are host memory
-        stats_on_host(x, target, &slots[slot]);
-    } else {
-        amp_stats s;
-        stats_on_host(x, target, &s);
-        ctx->be->upload(ctx->bctx, &slots[slot], &s, sizeof s);
+        enum { BATCH = 64 };
+        const amp_tensor_t *x[BATCH];
+        for (int done = 0; done < n; done += BATCH) {
+            int m = n - done < BATCH ? n - done : BATCH;
+            for (int k = 0; k < m; k++) x[k] = dense_of(t[done + k]);
+            ctx->be->stats_into(ctx->bctx, x, m, target, slots, slot + done);
+        }
+        return;
     }
+    for (int k = 0; k < n; k++) {
+        const amp_tensor_t *x = dense_of(t[k]);
+        if (ctx->device == AMP_DEVICE_CPU) { // slots are host memory
+            stats_on_host(x, target, &slots[slot[k]]);
+        } else {
+            amp_stats s;
+            stats_on_host(x, target, &s);
+            ctx->be->upload(ctx->bctx, &slots[slot[k]], &s, sizeof s);
+        }
+    }
+}
+
+void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot) {
+    amp_tensors_stats_into(&t, 1, target, slots, &slot);
 }
 
 amp_stats amp_stats_empty(void) { return (amp_stats){.min = INFINITY, .max = -INFINITY}; }

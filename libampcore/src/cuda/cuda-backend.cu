@@ -132,12 +132,21 @@ static void be_release(void *bctx) {
 // ---------------------------------------------------------------------------------------------
 // The table
 
-// stats_into: one job of the fused statistics kernel (cuda-stats.cu) on the context's stream.
-void cuda_stats_into(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
-                     int64_t slot) {
-    CUDA_ASSERT_CONTIGUOUS(x);
-    const cuda_stats_job job = {amp_tensor_ptr(x), cuda_numel(x), slots + slot, x->dtype};
-    CUDA_CHECK(cuda_stats_launch(&job, 1, target, cuda_of(bctx)->stream));
+// stats_into: the fused statistics kernel (cuda-stats.cu) on the context's stream, many tensors
+// per launch.
+void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
+                     amp_stats *slots, const int64_t *slot) {
+    enum { BATCH = 64 };
+    cuda_stats_job jobs[BATCH];
+    for (int done = 0; done < n; done += BATCH) {
+        const int m = n - done < BATCH ? n - done : BATCH;
+        for (int k = 0; k < m; k++) {
+            const amp_tensor_t *t = x[done + k];
+            CUDA_ASSERT_CONTIGUOUS(t);
+            jobs[k] = {amp_tensor_ptr(t), cuda_numel(t), slots + slot[done + k], t->dtype};
+        }
+        CUDA_CHECK(cuda_stats_launch(jobs, m, target, cuda_of(bctx)->stream));
+    }
 }
 
 static const amp_backend_i cuda_backend = {

@@ -357,7 +357,7 @@ void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale
 void cuda_optim_step(void *bctx, const amp_optim_params *p, int64_t step,
                      amp_tensor_t *const *params, amp_tensor_t *const *grads,
                      amp_tensor_t *const *m, amp_tensor_t *const *v, int n);
-void cuda_stats_into(void *bctx, const amp_tensor_t *x, amp_dtype target, amp_stats *slots,
-                     int64_t slot);
+void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
+                     amp_stats *slots, const int64_t *slot);
 
 #endif // AMP_CUDA_IMPL_H
