@@ -151,6 +151,9 @@ amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, am
 // gradient that is a backward's own scratch output becomes t.grad itself, without a copy (g must
 // not be written to afterwards).
 void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
+// The same for the last use of dy, the gradient the running backward node received, by that node
+// (g is dy or a view of it): a first gradient takes dy's storage over instead of a copy.
+void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, amp_tensor_t *dy);
 
 // ---------------------------------------------------------------------------------------------
 // The backend table (ggml-backend style). Every member is required unless marked optional.

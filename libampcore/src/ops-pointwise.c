@@ -99,13 +99,18 @@ static void accumulate_reduced(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g)
     if (t->requires_grad) amp_grad_accumulate(ctx, t, amp_sum_to(ctx, g, t->ndim, t->shape));
 }
 
+// The same for the node's last use of its incoming gradient dy.
+static void accumulate_reduced_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *dy) {
+    if (t->requires_grad) amp_grad_accumulate_last(ctx, t, amp_sum_to(ctx, dy, t->ndim, t->shape), dy);
+}
+
 static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *a = n->in[0], *b = n->in[1];
     amp_dtype dt = dy->dtype;
     switch ((amp_binary_op)n->i[0]) {
     case AMP_BINARY_ADD:
         accumulate_reduced(ctx, a, dy);
-        accumulate_reduced(ctx, b, dy);
+        accumulate_reduced_last(ctx, b, dy);
         break;
     case AMP_BINARY_SUB:
         accumulate_reduced(ctx, a, dy);

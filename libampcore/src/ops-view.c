@@ -74,7 +74,7 @@ static void reshape_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     int64_t stride[AMP_MAX_DIMS];
     amp_contiguous_strides(x->ndim, x->shape, stride);
     amp_tensor_t *d = amp_dense(ctx, dy);
-    amp_grad_accumulate(ctx, x, amp_view_new(ctx, d, x->ndim, x->shape, stride, d->offset));
+    amp_grad_accumulate_last(ctx, x, amp_view_new(ctx, d, x->ndim, x->shape, stride, d->offset), dy);
 }
 
 amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape) {
@@ -207,7 +207,7 @@ int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor
 // contiguous and casts
 
 static void identity_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
-    amp_grad_accumulate(ctx, n->in[0], dy); // accumulation casts to the input's dtype
+    amp_grad_accumulate_last(ctx, n->in[0], dy, dy); // accumulation casts to the input's dtype
 }
 
 amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x) {

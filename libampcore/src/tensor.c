@@ -377,6 +377,31 @@ static bool stealable(const amp_tensor_t *t, const amp_tensor_t *g) {
            amp_tensor_is_contiguous(g);
 }
 
+// g, dy itself or a view of its storage alone, can become t's first gradient by taking dy's
+// storage over: dy is a gradient that autograd releases after the node now running, which leaves
+// the storage to t.grad.
+static bool takeable(const amp_tensor_t *t, const amp_tensor_t *g, const amp_tensor_t *dy) {
+    return !t->grad && !t->persistent && dy->is_grad && !dy->persistent && dy->buf &&
+           g->buf == dy->buf && dy->buf->refcount == (g == dy ? 1 : 2) && g->dtype == t->dtype &&
+           amp_tensor_is_contiguous(g);
+}
+
+void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, amp_tensor_t *dy) {
+    if (!t->requires_grad) return;
+    if (!takeable(t, g, dy)) {
+        amp_grad_accumulate(ctx, t, g);
+        return;
+    }
+    char s1[64], s2[64];
+    AMP_ASSERT(amp_same_shape(t, g), "(gradient %s for a tensor of shape %s)",
+               amp_shape_str(g, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));
+    int64_t stride[AMP_MAX_DIMS];
+    amp_contiguous_strides(t->ndim, t->shape, stride);
+    t->grad = g != dy ? g : amp_view_new(ctx, dy, t->ndim, t->shape, stride, dy->offset);
+    t->grad->is_grad = true; // kept past the node, which releases dy's hold on the storage
+    if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t);
+}
+
 void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     if (!t->requires_grad) return;
     char s1[64], s2[64];
