@@ -309,6 +309,22 @@ static amp_tensor_t *op_key_t(amp_ctx_t *c, amp_tensor_t **x, int n) { // k^T of
     (void)n;
     return amp_contiguous(c, amp_transpose(c, amp_transpose(c, x[0], 1, 2), -2, -1));
 }
+// The three pieces of a split (the last dim, as attention's qkv; or dim 0), recombined so that
+// each piece gets its own gradient: backward adds each into its slice of the input's gradient.
+static amp_tensor_t *split_combined(amp_ctx_t *c, amp_tensor_t *x, int64_t size, int dim) {
+    amp_tensor_t *p[3];
+    ck_assert_int_eq(amp_split(c, x, size, dim, p, 3), 3);
+    return amp_add(c, amp_mul(c, p[0], p[1]), amp_mul_scalar(c, p[2], 3.0));
+}
+static amp_tensor_t *op_split_last(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return split_combined(c, x[0], amp_tensor_dim(x[0], 2) / 3, -1);
+}
+static amp_tensor_t *op_split_first(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return split_combined(c, x[0], amp_tensor_dim(x[0], 0) / 3, 0);
+}
+
 static amp_tensor_t *op_to_half(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_to(c, x[0], F16);
@@ -344,6 +360,10 @@ START_TEST(test_binary_reduce_copy_gpu) {
         check_op("heads transpose (16-byte runs)", op_heads, &heads, 1, eps);
         pair keys = pair_new(dt, 4, (int64_t[]){2, 45, 3, 40}, 1, 0, true);
         check_op("key transpose (tiled)", op_key_t, &keys, 1, eps);
+        pair qkv = pair_new(dt, 3, (int64_t[]){4, 33, 3 * 40}, 1, 0, true);
+        check_op("split of the last dim (qkv)", op_split_last, &qkv, 1, eps);
+        pair rows = pair_new(dt, 3, (int64_t[]){3 * 5, 7, 9}, 1, 0, true);
+        check_op("split of dim 0", op_split_first, &rows, 1, eps);
         check_op("to f16", op_to_half, &big, 1, eps_of(F16));
         check_op("to bf16", op_to_bf16, &big, 1, eps_of(BF16));
     }

@@ -138,9 +138,19 @@ static amp_tensor_t *split_fn(amp_ctx_t *c, amp_tensor_t **x) {
     return amp_add(c, amp_mul(c, p[0], p[1]), amp_mul_scalar(c, p[2], 3.0));
 }
 
+// Pieces one element wide (their slices of the gradient step by 3) and a split of dim 0.
+static amp_tensor_t *split_narrow_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    amp_tensor_t *p[3], *q[2];
+    ck_assert_int_eq(amp_split(c, x[0], 1, -1, p, 3), 3);
+    ck_assert_int_eq(amp_split(c, amp_add(c, amp_mul(c, p[0], p[1]), p[2]), 1, 0, q, 2), 2);
+    return amp_sub(c, amp_mul_scalar(c, q[0], 2.0), q[1]);
+}
+
 START_TEST(test_grad_split) {
     amp_tensor_t *xs[1] = {param(3, S(2, 3, 6), 1)};
     gradcheck("split", split_fn, xs, 1, 1e-2f, 2e-2);
+    amp_tensor_t *ys[1] = {param(3, S(2, 4, 3), 1)};
+    gradcheck("split into one-wide pieces", split_narrow_fn, ys, 1, 1e-2f, 2e-2);
 }
 END_TEST
 

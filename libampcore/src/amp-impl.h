@@ -154,6 +154,10 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
 // The same for the last use of dy, the gradient the running backward node received, by that node
 // (g is dy or a view of it): a first gradient takes dy's storage over instead of a copy.
 void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, amp_tensor_t *dy);
+// t.grad's slice that starts at `start` along dim += g (the gradient of a split piece); t.grad
+// starts as zeros.
+void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, int dim,
+                               int64_t start);
 
 // ---------------------------------------------------------------------------------------------
 // The backend table (ggml-backend style). Every member is required unless marked optional.
@@ -207,8 +211,9 @@ typedef struct amp_backend_i {
     // dx = dy * f'(x); y = f(x) is passed too (sigmoid/tanh/exp use it).
     void (*unary_backward)(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
                            const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y);
-    // y (contiguous) = a op b, where a and b are views already expanded to y's shape (strides
-    // may be 0); dtypes may differ, math in f32.
+    // y = a op b, where a and b are views already expanded to y's shape (strides may be 0) and
+    // y is contiguous or a view whose elements do not overlap (a slice of a gradient; a may be
+    // that same view); dtypes may differ, math in f32.
     void (*binary)(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
                    const amp_tensor_t *b);
     // y = alpha * sum of x over the dims where y's shape is 1 and x's is not (same ndim, both

@@ -149,39 +149,10 @@ amp_tensor_t *amp_transpose(amp_ctx_t *ctx, amp_tensor_t *x, int d0, int d1) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// split: the gradient of one piece goes into its slice of a zero tensor shaped like the input.
-// Moving the split dim to the front makes that slice one contiguous block.
+// split: the gradient of each piece is added into its slice of the input's gradient.
 
 static void split_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
-    amp_tensor_t *x = n->in[0];
-    int dim = (int)n->i[0];
-    int64_t start = n->i[1], front[AMP_MAX_DIMS], perm_stride[AMP_MAX_DIMS];
-    int k = 0;
-    front[k++] = x->shape[dim];
-    for (int i = 0; i < x->ndim; i++)
-        if (i != dim) front[k++] = x->shape[i];
-    amp_tensor_t *dxf = amp_scratch_zeros(ctx, x->dtype, x->ndim, front);
-    int64_t inner = amp_tensor_numel(x) / x->shape[dim];
-    // dy with the split dim first, as a strided view
-    int64_t dshape[AMP_MAX_DIMS];
-    k = 0;
-    dshape[k] = dy->shape[dim];
-    perm_stride[k++] = dy->stride[dim];
-    for (int i = 0; i < dy->ndim; i++)
-        if (i != dim) {
-            dshape[k] = dy->shape[i];
-            perm_stride[k++] = dy->stride[i];
-        }
-    amp_tensor_t *src = amp_view_new(ctx, dy, dy->ndim, dshape, perm_stride, dy->offset);
-    int64_t cstride[AMP_MAX_DIMS];
-    amp_contiguous_strides(x->ndim, dshape, cstride);
-    amp_tensor_t *dst = amp_view_new(ctx, dxf, x->ndim, dshape, cstride, start * inner);
-    ctx->be->copy(ctx->bctx, dst, src);
-    // back to x's dim order
-    int64_t xstride[AMP_MAX_DIMS];
-    k = 1;
-    for (int i = 0; i < x->ndim; i++) xstride[i] = i == dim ? dxf->stride[0] : dxf->stride[k++];
-    amp_grad_accumulate(ctx, x, amp_view_new(ctx, dxf, x->ndim, x->shape, xstride, 0));
+    amp_grad_accumulate_slice(ctx, n->in[0], dy, (int)n->i[0], n->i[1]);
 }
 
 int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor_t **out, int max) {

@@ -402,6 +402,29 @@ void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, 
     if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t);
 }
 
+void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, int dim,
+                               int64_t start) {
+    if (!t->requires_grad) return;
+    AMP_ASSERT(g->ndim == t->ndim && dim >= 0 && dim < t->ndim && start >= 0 &&
+               start + g->shape[dim] <= t->shape[dim]);
+    for (int d = 0; d < t->ndim; d++)
+        AMP_ASSERT(d == dim || g->shape[d] == t->shape[d], "(slice gradient, dim %d)", d);
+    if (!t->grad) {
+        amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
+        ctx->be->fill(ctx->bctx, c, 0.0f);
+        c->persistent = t->persistent;
+        c->is_grad = true;
+        if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
+        t->grad = c;
+    }
+    amp_tensor_t *slice = amp_view_new(ctx, t->grad, g->ndim, g->shape, t->grad->stride,
+                                       t->grad->offset + start * t->grad->stride[dim]);
+    amp_tensor_t *gc = contiguous_as(g, t->dtype);
+    ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, slice, slice, gc);
+    release_temp(g, gc);
+    if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t);
+}
+
 void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     if (!t->requires_grad) return;
     char s1[64], s2[64];

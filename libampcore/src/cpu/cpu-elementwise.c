@@ -248,17 +248,14 @@ static void binary_chunk(amp_binary_op op, float *a, const float *b, int64_t n) 
 void amp_cpu_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
                     const amp_tensor_t *b) {
     (void)bctx;
-    CPU_ASSERT_CONTIGUOUS(y);
     CPU_ASSERT_FLOAT(y);
     AMP_ASSERT(a->ndim == y->ndim && b->ndim == y->ndim);
     for (int d = 0; d < y->ndim; d++)
         AMP_ASSERT(a->shape[d] == y->shape[d] && b->shape[d] == y->shape[d], "(dim %d)", d);
 
-    int64_t ystride[AMP_MAX_DIMS];
-    cpu_contiguous_strides(y, ystride);
-    cpu_iter it;
+    cpu_iter it; // y's own strides: a contiguous y, or a slice of a gradient
     amp_cpu_iter_init(&it, y->ndim, y->shape, 3,
-                      (const int64_t *[]){ystride, a->stride, b->stride});
+                      (const int64_t *[]){y->stride, a->stride, b->stride});
     const int64_t ys = (int64_t)amp_dtype_size(y->dtype), as = (int64_t)amp_dtype_size(a->dtype),
                   bs = (int64_t)amp_dtype_size(b->dtype);
     char *yp = amp_tensor_ptr(y);
@@ -270,7 +267,12 @@ void amp_cpu_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_ten
             amp_cpu_load_f32(a->dtype, ap + (it.off[1] + j * it.step[1]) * as, it.step[1], c, av);
             amp_cpu_load_f32(b->dtype, bp + (it.off[2] + j * it.step[2]) * bs, it.step[2], c, bv);
             binary_chunk(op, av, bv, c);
-            amp_cpu_store_f32(y->dtype, yp + (it.off[0] + j) * ys, c, av);
+            if (it.step[0] == 1)
+                amp_cpu_store_f32(y->dtype, yp + (it.off[0] + j) * ys, c, av);
+            else
+                for (int64_t e = 0; e < c; e++)
+                    amp_cpu_store_f32(y->dtype, yp + (it.off[0] + (j + e) * it.step[0]) * ys, 1,
+                                      &av[e]);
         }
     }
 }

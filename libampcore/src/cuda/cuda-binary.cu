@@ -25,16 +25,18 @@ __device__ __forceinline__ float binary_f(amp_binary_op op, float a, float b) {
     return a;
 }
 
+// y_linear: y is contiguous (element i at i), else a slice stored through its strides.
 template <bool S>
 __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const void *a, amp_dtype at,
-                              const void *b, amp_dtype bt, cuda_iter it, int64_t n, cuda_fuse f) {
+                              const void *b, amp_dtype bt, cuda_iter it, int64_t n, bool y_linear,
+                              cuda_fuse f) {
     thread_acc acc = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float av = cuda_load(at, a, cuda_iter_offset(it, 1, i));
         const float bv = cuda_load(bt, b, cuda_iter_offset(it, 2, i));
         const float v = binary_f(op, av, bv);
-        cuda_store(yt, y, i, v);
+        cuda_store(yt, y, y_linear ? i : cuda_iter_offset(it, 0, i), v);
         if (S) acc_stored(acc, cuda_rounded(yt, v), f.lim);
     }
     cuda_fuse_end<S>(f, acc);
@@ -71,10 +73,50 @@ static bool aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }
 
+// One dtype, every operand's innermost dim contiguous (a slice of a gradient plus a piece's
+// gradient): 16-byte vectors, it counting in vectors.
+template <bool S, typename T>
+__global__ void binary_rows_kernel(amp_binary_op op, T *y, const T *a, const T *b, cuda_iter it,
+                                   int64_t nv, cuda_fuse f) {
+    constexpr int V = 16 / sizeof(T);
+    thread_acc acc = acc_empty();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 ar = ((const uint4 *)a)[cuda_iter_offset(it, 1, i)];
+        const uint4 br = ((const uint4 *)b)[cuda_iter_offset(it, 2, i)];
+        T *av = (T *)&ar;
+        const T *bv = (const T *)&br;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            av[j] =
+                cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), cuda_io<T>::load(bv[j])));
+            if (S) acc_stored(acc, cuda_io<T>::load(av[j]), f.lim);
+        }
+        ((uint4 *)y)[cuda_iter_offset(it, 0, i)] = ar;
+    }
+    cuda_fuse_end<S>(f, acc);
+}
+
+// it (3 operands) in units of V elements when every operand's innermost dim is contiguous, a
+// multiple of V long and every other stride a multiple of V; false otherwise.
+static bool iter_in_vectors(cuda_iter *it, int64_t V) {
+    const int last = it->ndim - 1;
+    if (!it->small || it->shape[last] % V != 0) return false;
+    for (int o = 0; o < 3; o++) {
+        if (it->stride[o][last] != 1) return false;
+        for (int d = 0; d < last; d++)
+            if (it->stride[o][d] % V != 0) return false;
+    }
+    it->shape[last] /= V;
+    for (int o = 0; o < 3; o++)
+        for (int d = 0; d < last; d++)
+            it->stride[o][d] /= V;
+    return true;
+}
+
 void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
                  const amp_tensor_t *b) {
     cuda_ctx *c = cuda_of(bctx);
-    CUDA_ASSERT_CONTIGUOUS(y);
     CUDA_ASSERT_FLOAT(y);
     AMP_ASSERT(a->ndim == y->ndim && b->ndim == y->ndim);
     for (int d = 0; d < y->ndim; d++)
@@ -84,8 +126,9 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     void *yp = amp_tensor_ptr(y);
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
     const cuda_fuse f = cuda_fuse_take(y);
-    if (cuda_is_contiguous(a) && cuda_is_contiguous(b) && a->dtype == y->dtype &&
-        b->dtype == y->dtype && aligned16(yp) && aligned16(ap) && aligned16(bp)) {
+    if (cuda_is_contiguous(y) && cuda_is_contiguous(a) && cuda_is_contiguous(b) &&
+        a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
+        aligned16(bp)) {
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
             CUDA_FUSE_DISPATCH(
@@ -97,16 +140,29 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
         CUDA_LAUNCH_CHECK();
         return;
     }
-    int64_t ystride[AMP_MAX_DIMS];
-    cuda_contiguous_strides(y->ndim, y->shape, ystride);
-    const int64_t *strides[3] = {ystride, a->stride, b->stride};
+    const int64_t *strides[3] = {y->stride, a->stride, b->stride}; // y: contiguous or a slice
     cuda_iter it;
     cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
+    const int64_t V = 16 / (int64_t)amp_dtype_size(y->dtype);
+    if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
+        aligned16(bp) && iter_in_vectors(&it, V)) {
+        const int64_t nv = n / V;
+        CUDA_DISPATCH_FLOAT(y->dtype, T, {
+            const unsigned grid = cuda_grid(nv, 256);
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                binary_rows_kernel<S, T>
+                <<<cuda_fuse_grid(f, grid, 256, binary_rows_kernel<S, T>), 256, 0, c->stream>>>(
+                    op, (T *)yp, (const T *)ap, (const T *)bp, it, nv, f));
+        });
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     const unsigned grid = cuda_grid(n, 256, 4);
-    CUDA_FUSE_DISPATCH(f, S,
-                       binary_kernel<S>
-                       <<<cuda_fuse_grid(f, grid, 256, binary_kernel<S>), 256, 0, c->stream>>>(
-                           op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, f));
+    CUDA_FUSE_DISPATCH(
+        f, S,
+        binary_kernel<S><<<cuda_fuse_grid(f, grid, 256, binary_kernel<S>), 256, 0, c->stream>>>(
+            op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, cuda_is_contiguous(y), f));
     CUDA_LAUNCH_CHECK();
 }
 
