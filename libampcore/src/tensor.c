@@ -368,6 +368,15 @@ void amp_tensor_zero_grad(amp_tensor_t *t) {
 // ---------------------------------------------------------------------------------------------
 // Gradient accumulation
 
+// A fresh gradient buffer for t (uninitialised): t's own when t is persistent, else scratch.
+static amp_tensor_t *grad_buffer(amp_ctx_t *ctx, const amp_tensor_t *t) {
+    amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
+    c->persistent = t->persistent; // a persistent tensor owns its gradient
+    c->is_grad = true;
+    if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
+    return c;
+}
+
 // g can become t's gradient as it is: a scratch tensor of t's dtype with contiguous storage of
 // its own (no view shares it) that is no other tensor's gradient, for a tensor that does not
 // own its gradient across steps (a persistent one gets a copy of its own).
@@ -410,12 +419,8 @@ void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g,
     for (int d = 0; d < t->ndim; d++)
         AMP_ASSERT(d == dim || g->shape[d] == t->shape[d], "(slice gradient, dim %d)", d);
     if (!t->grad) {
-        amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
-        ctx->be->fill(ctx->bctx, c, 0.0f);
-        c->persistent = t->persistent;
-        c->is_grad = true;
-        if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
-        t->grad = c;
+        t->grad = grad_buffer(ctx, t);
+        ctx->be->fill(ctx->bctx, t->grad, 0.0f);
     }
     amp_tensor_t *slice = amp_view_new(ctx, t->grad, g->ndim, g->shape, t->grad->stride,
                                        t->grad->offset + start * t->grad->stride[dim]);
@@ -436,12 +441,9 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
         g->is_grad = true; // the backward's own output becomes the gradient: no copy
         t->grad = g;
     } else if (!t->grad) {
-        amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
+        amp_tensor_t *c = grad_buffer(ctx, t);
         if (arm) amp_instr_arm(ctx, c);
         ctx->be->copy(ctx->bctx, c, g);
-        c->persistent = t->persistent; // a persistent tensor owns its gradient
-        c->is_grad = true;
-        if (!t->persistent) list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, c);
         t->grad = c;
     } else {
         amp_tensor_t *gc = contiguous_as(g, t->dtype);
