@@ -203,10 +203,7 @@ static void ids_put(id_table *t, int64_t id, int32_t index) {
 static int32_t kernel_of(report_perf *p, id_table *t, int64_t id, size_t *cap) {
     size_t slot = ids_slot(t, id);
     if (t->index[slot] >= 0) return t->index[slot];
-    if (p->n_kernels == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        p->kernels = amp_xrealloc(p->kernels, *cap * sizeof *p->kernels);
-    }
+    AMP_GROW(p->kernels, p->n_kernels, *cap);
     int32_t k = (int32_t)p->n_kernels++;
     p->kernels[k] = (report_kernel){0};
     ids_put(t, id, k);
@@ -371,10 +368,7 @@ static bool load_kernels(loader *l, id_table *names, launch **v, size_t *n) {
         p->launches++;
         p->kernel_ns += e - s;
         p->short_launches += e - s < REPORT_LAUNCH_BOUND_NS;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 4096;
-            *v = amp_xrealloc(*v, cap * sizeof **v);
-        }
+        AMP_GROW(*v, *n, cap);
         (*v)[(*n)++] = (launch){.pid = sqlite3_column_int(q, 4),
                                 .dev = sqlite3_column_int(q, 5),
                                 .kernel = ki,
@@ -463,10 +457,7 @@ static bool load_counters(loader *l, launch *v, size_t n) {
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t a = sqlite3_column_int64(q, 0), b = sqlite3_column_int64(q, 1);
         if (b <= a) continue;
-        if (ns == cap) {
-            cap = cap ? 2 * cap : 4096;
-            s = amp_xrealloc(s, cap * sizeof *s);
-        }
+        AMP_GROW(s, ns, cap);
         s[ns++] = (pm_sample){a, b, sqlite3_column_int(q, 2), sqlite3_column_double(q, 3),
                               sqlite3_column_double(q, 4) / 100.0};
     }
@@ -507,10 +498,7 @@ static bool launch_times(loader *l, launch *v, size_t n) {
     size_t n_rt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        if (n_rt == cap) {
-            cap = cap ? 2 * cap : 4096;
-            rt = amp_xrealloc(rt, cap * sizeof *rt);
-        }
+        AMP_GROW(rt, n_rt, cap);
         rt[n_rt++] = (launch){.pid = sqlite3_column_int(q, 0),
                               .corr = sqlite3_column_int64(q, 1),
                               .at = sqlite3_column_int64(q, 2)};
@@ -579,10 +567,7 @@ static int32_t op_group(report_model *m, op_table *t, const report_op *key, size
     size_t i = op_hash(key) & (t->cap - 1);
     for (; t->slot[i] >= 0; i = (i + 1) & (t->cap - 1))
         if (cmp_op(&m->ops[t->slot[i]], key) == 0) return t->slot[i];
-    if (m->n_ops == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        m->ops = amp_xrealloc(m->ops, *cap * sizeof *m->ops);
-    }
+    AMP_GROW(m->ops, m->n_ops, *cap);
     report_op *o = &m->ops[m->n_ops];
     *o = (report_op){.pid = key->pid,
                      .layer_id = key->layer_id,
@@ -657,10 +642,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
             if (cast[gi]) st->cast_ns += ns;
         }
         if (!rows || !timed) continue;
-        if (*n_rows == row_cap) {
-            row_cap = row_cap ? 2 * row_cap : 1024;
-            *rows = amp_xrealloc(*rows, row_cap * sizeof **rows);
-        }
+        AMP_GROW(*rows, *n_rows, row_cap);
         (*rows)[(*n_rows)++] = (op_row){.pid = key.pid,
                                         .start = start,
                                         .end = end,
