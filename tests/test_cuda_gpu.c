@@ -509,6 +509,26 @@ static amp_tensor_t *gpu_special(amp_dtype dt, int ndim, const int64_t *shape, f
 
 #define SAME_FLOAT(a, b) ((isnan(a) && isnan(b)) || (a) == (b))
 
+// got's numbers (finished) are want's, sums of squares aside.
+static void expect_same_stats(const char *what, const amp_stats *got, const amp_stats *want) {
+    ck_assert_msg(got->numel == want->numel && got->n_nan == want->n_nan &&
+                      got->n_posinf == want->n_posinf && got->n_neginf == want->n_neginf &&
+                      got->n_overflow == want->n_overflow &&
+                      got->n_underflow == want->n_underflow && got->n_zero == want->n_zero,
+                  "%s: numel %lld nan %lld +inf %lld -inf %lld over %lld under %lld zero %lld; "
+                  "expected %lld %lld %lld %lld %lld %lld %lld",
+                  what, (long long)got->numel, (long long)got->n_nan, (long long)got->n_posinf,
+                  (long long)got->n_neginf, (long long)got->n_overflow, (long long)got->n_underflow,
+                  (long long)got->n_zero, (long long)want->numel, (long long)want->n_nan,
+                  (long long)want->n_posinf, (long long)want->n_neginf, (long long)want->n_overflow,
+                  (long long)want->n_underflow, (long long)want->n_zero);
+    ck_assert_msg(SAME_FLOAT(got->min, want->min) && SAME_FLOAT(got->max, want->max) &&
+                      SAME_FLOAT(got->amax, want->amax),
+                  "%s: min %g max %g amax %g; expected %g %g %g", what, (double)got->min,
+                  (double)got->max, (double)got->amax, (double)want->min, (double)want->max,
+                  (double)want->amax);
+}
+
 START_TEST(test_stats_gpu) {
     NEED_GPU();
     int64_t n = 100003;
@@ -556,15 +576,12 @@ START_TEST(test_stats_gpu) {
     amp_tensors_stats_into(many, N, F16, slots, slot);
     gpu->be->download(gpu->bctx, host, slots, sizeof host);
     for (int k = 0; k < N; k++) {
-        amp_stats one, *s = &host[slot[k]];
-        amp_stats_finish(s);
+        amp_stats one;
+        amp_stats_finish(&host[slot[k]]);
         amp_tensor_stats(many[k], F16, &one);
-        ck_assert_msg(s->numel == one.numel && s->n_nan == one.n_nan && s->n_zero == one.n_zero &&
-                          s->n_overflow == one.n_overflow && s->n_underflow == one.n_underflow &&
-                          SAME_FLOAT(s->min, one.min) && SAME_FLOAT(s->max, one.max),
-                      "tensor %d of %d read together: numel %lld min %g max %g; alone %lld %g %g",
-                      k, N, (long long)s->numel, (double)s->min, (double)s->max,
-                      (long long)one.numel, (double)one.min, (double)one.max);
+        char what[64];
+        snprintf(what, sizeof what, "tensor %d of %d read together", k, N);
+        expect_same_stats(what, &host[slot[k]], &one);
     }
     gpu->be->free(gpu->bctx, slots);
     close_pair();
@@ -593,20 +610,7 @@ static void expect_fused(const char *what, const amp_tensor_t *y, amp_dtype targ
     gpu->be->download(gpu->bctx, &f, fused_slot, sizeof f);
     amp_stats_finish(&f);
     amp_tensor_stats(y, target, &r);
-    ck_assert_msg(f.numel == r.numel && f.n_nan == r.n_nan && f.n_posinf == r.n_posinf &&
-                      f.n_neginf == r.n_neginf && f.n_overflow == r.n_overflow &&
-                      f.n_underflow == r.n_underflow && f.n_zero == r.n_zero,
-                  "%s: fused numel %lld nan %lld +inf %lld -inf %lld over %lld under %lld zero "
-                  "%lld; read %lld %lld %lld %lld %lld %lld %lld",
-                  what, (long long)f.numel, (long long)f.n_nan, (long long)f.n_posinf,
-                  (long long)f.n_neginf, (long long)f.n_overflow, (long long)f.n_underflow,
-                  (long long)f.n_zero, (long long)r.numel, (long long)r.n_nan,
-                  (long long)r.n_posinf, (long long)r.n_neginf, (long long)r.n_overflow,
-                  (long long)r.n_underflow, (long long)r.n_zero);
-    ck_assert_msg(SAME_FLOAT(f.min, r.min) && SAME_FLOAT(f.max, r.max) &&
-                      SAME_FLOAT(f.amax, r.amax),
-                  "%s: fused min %g max %g amax %g; read %g %g %g", what, (double)f.min,
-                  (double)f.max, (double)f.amax, (double)r.min, (double)r.max, (double)r.amax);
+    expect_same_stats(what, &f, &r);
     ck_assert_msg(f.sumsq == 0.0,
                   "%s: a fused sum of squares (%g): only parameter gradients need "
                   "one, and the statistics kernel reads those",

@@ -257,24 +257,8 @@ static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_ki
                  .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
                  .target = target_of(ctx), .ndim = (int8_t)t->ndim};
     memcpy(e->shape, t->shape, sizeof e->shape);
-    AMP_ASSERT(in->n_order < in->n_entries, "(entry %d described twice)", (int)i);
+    AMP_ASSERT(in->n_order < in->n_entries, "(entry %d: more descriptions than entries)", (int)i);
     in->order[in->n_order++] = i;
-}
-
-// Queues the statistics of t into entry i's slot (still on the device).
-static void launch(amp_ctx_t *ctx, const amp_tensor_t *t, int32_t i) {
-    amp_instr *in = ctx->instr;
-    if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
-    amp_tensor_stats_into(t, target_of(ctx), in->slots, i - in->slot_base);
-    if (ctx->nvtx) amp_nvtx_pop();
-}
-
-// Queues the statistics of t and returns its entry.
-static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op, int32_t layer) {
-    int32_t i = new_entry(ctx);
-    set_entry(ctx, i, t, kind, op, layer);
-    launch(ctx, t, i);
-    return i;
 }
 
 // Tensors whose statistics go out together, in few launches (the statistics kernel takes many
@@ -287,15 +271,29 @@ typedef struct batch {
     int n;
 } batch;
 
-static void batch_flush(amp_ctx_t *ctx, batch *b) {
+// Queues the statistics of t[k] into entry[k]'s slot (still on the device).
+static void launch_many(amp_ctx_t *ctx, const amp_tensor_t *const *t, const int32_t *entry, int n) {
     amp_instr *in = ctx->instr;
-    if (b->n == 0) return;
     int64_t slot[BATCH];
-    for (int k = 0; k < b->n; k++) slot[k] = b->entry[k] - in->slot_base;
-    if (ctx->nvtx) amp_nvtx_push("ampprobe.stats");
-    amp_tensors_stats_into(b->t, b->n, target_of(ctx), in->slots, slot);
+    for (int k = 0; k < n; k++) slot[k] = entry[k] - in->slot_base;
+    if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
+    amp_tensors_stats_into(t, n, target_of(ctx), in->slots, slot);
     if (ctx->nvtx) amp_nvtx_pop();
+}
+
+static void launch(amp_ctx_t *ctx, const amp_tensor_t *t, int32_t i) { launch_many(ctx, &t, &i, 1); }
+
+static void batch_flush(amp_ctx_t *ctx, batch *b) {
+    if (b->n) launch_many(ctx, b->t, b->entry, b->n);
     b->n = 0;
+}
+
+// Queues the statistics of t and returns its entry.
+static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op, int32_t layer) {
+    int32_t i = new_entry(ctx);
+    set_entry(ctx, i, t, kind, op, layer);
+    launch(ctx, t, i);
+    return i;
 }
 
 // Like queue(), with the launch left to the batch (flushed when full; the caller flushes the rest).
