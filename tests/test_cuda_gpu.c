@@ -198,6 +198,18 @@ START_TEST(test_gemm_gpu) {
                        pair_new(dt, 1, (int64_t[]){72}, 0.5f, 0, true)};
         check_op("linear+bias", op_linear, lin, 3, eps);
         check_op("linear", op_linear, lin, 2, eps);
+        // the bias gradient in the weight-gradient GEMM (many rows, odd sizes), and beside it
+        // when the weight takes no gradient
+        pair big[3] = {pair_new(dt, 2, (int64_t[]){2050, 64}, 1, 0, true),
+                       pair_new(dt, 2, (int64_t[]){40, 64}, 0.1f, 0, true),
+                       pair_new(dt, 1, (int64_t[]){40}, 0.5f, 0, true)};
+        check_op("linear+bias, 2050 rows", op_linear, big, 3, eps);
+        pair odd[3] = {pair_new(dt, 2, (int64_t[]){9, 5}, 1, 0, true),
+                       pair_new(dt, 2, (int64_t[]){7, 5}, 0.1f, 0, true),
+                       pair_new(dt, 1, (int64_t[]){7}, 0.5f, 0, true)};
+        check_op("linear+bias, odd sizes", op_linear, odd, 3, eps);
+        pair frozen[3] = {lin[0], pair_new(dt, 2, (int64_t[]){72, 96}, 0.1f, 0, false), lin[2]};
+        check_op("linear+bias, frozen weight", op_linear, frozen, 3, eps);
         pair mm[2] = {pair_new(dt, 3, (int64_t[]){3, 17, 40}, 1, 0, true),
                       pair_new(dt, 3, (int64_t[]){3, 40, 24}, 1, 0, true)};
         check_op("batched matmul", op_matmul, mm, 2, eps);

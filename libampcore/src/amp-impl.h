@@ -224,6 +224,11 @@ typedef struct amp_backend_i {
     // NULL) is added in f32 before the single rounding to C's dtype.
     void (*gemm)(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
                  const amp_tensor_t *b, const amp_tensor_t *bias);
+    // Optional (NULL: the frontend sums the rows itself). C (m, n) = A^T B as gemm (batch 1,
+    // trans_a, alpha 1, beta 0, no bias), and bgrad (m elements, C's dtype) = the sum of A's rows
+    // in f32, rounded once: a linear's weight gradient dy^T x and its bias gradient in one pass.
+    void (*gemm_bgrad)(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+                       const amp_tensor_t *b, amp_tensor_t *bgrad);
 
     // Softmax / log-softmax over the last dim (rows = numel / last dim). y may be wider (f32).
     void (*softmax)(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x);

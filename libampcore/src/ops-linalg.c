@@ -51,7 +51,11 @@ static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *ad = n->saved[0], *bd = n->saved[1];
     bool bt = n->i[0];
     gemm_shape g = gemm_shape_of(a, b, bt);
-    amp_tensor_t *dyd = amp_dense(ctx, dy);
+    amp_tensor_t *dyd = amp_dense(ctx, dy), *dbias = NULL;
+    // a linear's bias gradient (the sum of dy's rows) in its weight-gradient GEMM where the
+    // backend can (one pass over dy less)
+    const bool bias_in_gemm = ctx->be->gemm_bgrad && bias && bias->requires_grad && bt &&
+                              g.shared_b && bias->ndim == 1 && bias->shape[0] == g.n;
     if (a->requires_grad) { // da = dy @ op(b)^T
         amp_tensor_t *da = amp_scratch_new(ctx, a->dtype, a->ndim, a->shape);
         amp_gemm_desc d = {.batch = g.batch, .m = g.m, .n = g.k, .k = g.n, .trans_b = !bt,
@@ -72,11 +76,17 @@ static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         } else { // db (n, k) = dy^T @ a
             d.m = g.n, d.n = g.k;
             d.stride_a = g.m * g.n, d.stride_b = g.m * g.k, d.stride_c = g.k * g.n;
-            ctx->be->gemm(ctx->bctx, &d, db, dyd, ad, NULL);
+            if (bias_in_gemm) {
+                dbias = amp_scratch_new(ctx, bias->dtype, 1, bias->shape);
+                ctx->be->gemm_bgrad(ctx->bctx, &d, db, dyd, ad, dbias);
+            } else {
+                ctx->be->gemm(ctx->bctx, &d, db, dyd, ad, NULL);
+            }
         }
         amp_grad_accumulate(ctx, b, db);
     }
-    if (bias && bias->requires_grad) amp_grad_accumulate(ctx, bias, amp_sum_to(ctx, dy, bias->ndim, bias->shape));
+    if (bias && bias->requires_grad)
+        amp_grad_accumulate(ctx, bias, dbias ? dbias : amp_sum_to(ctx, dy, bias->ndim, bias->shape));
 }
 
 // in = {a, b, bias-or-NULL} after autocast.

@@ -2,7 +2,8 @@
 # stats_profile.sh BUILD_DIR [WORKLOAD] — where a cuda_bench step's GPU time goes with the
 # per-layer statistics off, on (added by the producing kernels) and on but read separately
 # (AMPPROBE_STATS_FUSED=0): each run captured under `ampprobe run --trace amp,cuda`, then the
-# kernel time per step by kernel name (top 12), the total, and the device-to-device copies.
+# kernel time per step by kernel name (top 12), the total, the device-to-device copies, and the
+# GPU's idle time in a step with its largest gaps.
 set -u
 build=${1:?usage: stats_profile.sh BUILD_DIR [WORKLOAD]}
 w=${2:-gpt}
@@ -30,5 +31,33 @@ print(f"== {sys.argv[2]}: {total / steps / 1e6:.3f} ms of kernels a step ({sum(r
       f"device-to-device copies {copies[0] / steps / 1e6:.3f} ms ({copies[1] / steps:.0f}, {copies[2] / steps / 2**20:.0f} MiB)")
 for name, ns, n in rows[:12]:
     print(f"  {ns / steps / 1e6:8.3f} ms {n / steps:6.1f}x  {name[:90]}")
+# the GPU's idle time in each step after the first (from the end of one optimizer step to the
+# end of the next): the median, and the largest gaps of the median step by the kernels (or
+# copies) on either side (the mean would be dominated by the pause between warm-up and timed steps)
+acts = db.execute("""SELECT k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                      JOIN StringIds s ON s.id = k.shortName
+                      UNION ALL SELECT start, end, 'memcpy' FROM CUPTI_ACTIVITY_KIND_MEMCPY
+                      UNION ALL SELECT start, end, 'memset' FROM CUPTI_ACTIVITY_KIND_MEMSET
+                      ORDER BY 1""").fetchall()
+ends = [e for _, e, name in acts if name == "optim_kernel"]
+per_step = []  # (idle ns, [(gap ns, before, after)])
+for lo, hi in zip(ends, ends[1:]):
+    idle, gaps, last_end, last_name = 0, [], lo, "optim_kernel"
+    for start, end, name in acts:
+        if start < lo or end > hi:
+            continue
+        if start > last_end:
+            idle += start - last_end
+            gaps.append((start - last_end, last_name[:40], name[:40]))
+        if end > last_end:
+            last_end, last_name = end, name
+    per_step.append((idle, gaps))
+if per_step:
+    per_step.sort(key=lambda x: x[0])
+    idle, gaps = per_step[len(per_step) // 2]
+    print(f"   GPU idle {idle / 1e6:.3f} ms in the median of {len(per_step)} steps "
+          f"({per_step[0][0] / 1e6:.3f}..{per_step[-1][0] / 1e6:.3f}); its largest gaps:")
+    for ns, a, b in sorted(gaps, reverse=True)[:6]:
+        print(f"  {ns / 1e6:8.3f} ms  after {a} before {b}")
 PY
 done

@@ -162,6 +162,7 @@ static const amp_backend_i cuda_backend = {
     .binary = cuda_binary,
     .reduce_sum = cuda_reduce_sum,
     .gemm = cuda_gemm,
+    .gemm_bgrad = cuda_gemm_bgrad,
     .softmax = cuda_softmax,
     .softmax_backward = cuda_softmax_backward,
     .layer_norm = cuda_layer_norm,

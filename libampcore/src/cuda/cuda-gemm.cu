@@ -1,7 +1,9 @@
 /*
  * cuda-gemm.cu — every GEMM through cuBLASLt: fp16/bf16 storage with f32 accumulation and f32
  * scaling, f32 as true fp32 (PyTorch's default allow_tf32 = False for matmul), the 1-D bias in
- * the BIAS epilogue (added in f32 before the single rounding to C's dtype, as the CPU does).
+ * the BIAS epilogue (added in f32 before the single rounding to C's dtype, as the CPU does), and
+ * a linear's bias gradient in its weight-gradient GEMM through the BGRADB epilogue (the column
+ * sums of dy, taken while the GEMM reads dy anyway: one pass over dy less).
  *
  * Row-major C (m, n) = op(A) op(B) is computed as column-major C^T (n, m) = op(B)^T op(A)^T, so
  * our B is cuBLASLt's first operand. A plan (descriptors and the heuristic's algorithm) is
@@ -59,6 +61,8 @@ static cublasLtMatrixLayout_t make_layout(cudaDataType_t t, uint64_t rows, uint6
     return l;
 }
 
+// The plan for key, built on first use; plan->found is false when the heuristic had no
+// algorithm (remembered, so that the question is asked once).
 static cuda_gemm_plan *plan_get(cuda_ctx *c, const cuda_gemm_key *key, const int64_t align[4]) {
     for (int i = 0; i < c->n_plans; i++)
         if (memcmp(&c->plans[i].key, key, sizeof *key) == 0) return &c->plans[i];
@@ -81,8 +85,8 @@ static cuda_gemm_plan *plan_get(cuda_ctx *c, const cuda_gemm_key *key, const int
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (key->has_bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (key->epilogue != CUBLASLT_EPILOGUE_DEFAULT) { // BIAS or BGRADB: a vector of C's dtype
+        cublasLtEpilogue_t ep = (cublasLtEpilogue_t)key->epilogue;
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t,
@@ -112,11 +116,11 @@ static cuda_gemm_plan *plan_get(cuda_ctx *c, const cuda_gemm_key *key, const int
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
                                                 &res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    AMP_ASSERT(found > 0, "(cuBLASLt has no algorithm for %s gemm m=%lld n=%lld k=%lld batch=%lld)",
-               amp_dtype_name((amp_dtype)key->dtype), (long long)m, (long long)n, (long long)k,
-               (long long)key->batch);
-    p->algo = res.algo;
-    p->workspace_bytes = res.workspaceSize;
+    p->found = found > 0;
+    if (p->found) {
+        p->algo = res.algo;
+        p->workspace_bytes = res.workspaceSize;
+    }
     return p;
 }
 
@@ -132,42 +136,17 @@ __global__ void gemm_empty_kernel(void *c, amp_dtype ct, const void *bias, float
     }
 }
 
-void cuda_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
-               const amp_tensor_t *b, const amp_tensor_t *bias) {
-    cuda_ctx *cx = cuda_of(bctx);
-    CUDA_ASSERT_FLOAT(c);
-    CUDA_ASSERT_CONTIGUOUS(c);
-    CUDA_ASSERT_CONTIGUOUS(a);
-    CUDA_ASSERT_CONTIGUOUS(b);
-    AMP_ASSERT(a->dtype == c->dtype && b->dtype == c->dtype, "(gemm of %s x %s into %s)",
-               amp_dtype_name(a->dtype), amp_dtype_name(b->dtype), amp_dtype_name(c->dtype));
-    AMP_ASSERT(d->batch >= 0 && d->m >= 0 && d->n >= 0 && d->k >= 0);
-    AMP_ASSERT(d->batch <= 1 || d->stride_c != 0, "(batched outputs must not overlap)");
-    if (d->batch == 0 || d->m == 0 || d->n == 0) return;
-    const int64_t last = d->batch - 1;
-    AMP_ASSERT(cuda_numel(a) >= last * d->stride_a + d->m * d->k, "(A too small)");
-    AMP_ASSERT(cuda_numel(b) >= last * d->stride_b + d->k * d->n, "(B too small)");
-    AMP_ASSERT(cuda_numel(c) >= last * d->stride_c + d->m * d->n, "(C too small)");
-    if (bias) {
-        CUDA_ASSERT_CONTIGUOUS(bias);
-        AMP_ASSERT(cuda_numel(bias) == d->n && bias->dtype == c->dtype,
-                   "(bias must have n elements of C's dtype)");
-    }
+// C = alpha * op(A) op(B) + beta * C through cuBLASLt with the given epilogue, whose vector
+// (the bias, or the bias gradient written) is vec. False when cuBLASLt has no algorithm for it
+// (only asked of epilogues that have a fallback).
+static bool gemm_lt(cuda_ctx *cx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+                    const amp_tensor_t *b, cublasLtEpilogue_t epilogue, const void *vec) {
     void *cp = amp_tensor_ptr(c);
-    const void *biasp = bias ? amp_tensor_ptr(bias) : NULL;
-    if (d->k == 0) {
-        const int64_t total = d->batch * d->m * d->n;
-        AMP_ASSERT(d->batch == 1 || d->stride_c == d->m * d->n, "(k = 0 with gapped batches)");
-        gemm_empty_kernel<<<cuda_grid(total, 256, 4), 256, 0, cx->stream>>>(cp, c->dtype, biasp,
-                                                                            d->beta, d->n, total);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
     cuda_gemm_key key;
     memset(&key, 0, sizeof key); // padding too: keys are compared with memcmp
     key.dtype = c->dtype;
-    key.has_bias = bias != NULL;
+    key.epilogue = epilogue;
     key.beta_nonzero = d->beta != 0.0f;
     key.trans_a = d->trans_a;
     key.trans_b = d->trans_b;
@@ -183,10 +162,86 @@ void cuda_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_te
                               alignment_of(cp)};
     key.align = align[0] | align[1] << 9 | align[2] << 18;
     cuda_gemm_plan *p = plan_get(cx, &key, align);
-    if (bias)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &biasp, sizeof biasp));
+    if (!p->found) {
+        AMP_ASSERT(epilogue == CUBLASLT_EPILOGUE_BGRADB,
+                   "(cuBLASLt has no algorithm for %s gemm m=%lld n=%lld k=%lld batch=%lld)",
+                   amp_dtype_name(c->dtype), (long long)d->m, (long long)d->n, (long long)d->k,
+                   (long long)d->batch);
+        return false;
+    }
+    if (vec)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                                    sizeof vec));
     const float alpha = d->alpha, beta = d->beta;
     CUBLAS_CHECK(cublasLtMatmul(cx->lt, p->op, &alpha, bp, p->la, ap, p->lb, &beta, cp, p->lc, cp,
                                 p->lc, &p->algo, cx->gemm_ws, p->workspace_bytes, cx->stream));
+    return true;
+}
+
+static void gemm_check(const amp_gemm_desc *d, const amp_tensor_t *c, const amp_tensor_t *a,
+                       const amp_tensor_t *b) {
+    CUDA_ASSERT_FLOAT(c);
+    CUDA_ASSERT_CONTIGUOUS(c);
+    CUDA_ASSERT_CONTIGUOUS(a);
+    CUDA_ASSERT_CONTIGUOUS(b);
+    AMP_ASSERT(a->dtype == c->dtype && b->dtype == c->dtype, "(gemm of %s x %s into %s)",
+               amp_dtype_name(a->dtype), amp_dtype_name(b->dtype), amp_dtype_name(c->dtype));
+    AMP_ASSERT(d->batch >= 0 && d->m >= 0 && d->n >= 0 && d->k >= 0);
+    AMP_ASSERT(d->batch <= 1 || d->stride_c != 0, "(batched outputs must not overlap)");
+    if (d->batch == 0 || d->m == 0 || d->n == 0) return;
+    const int64_t last = d->batch - 1;
+    AMP_ASSERT(cuda_numel(a) >= last * d->stride_a + d->m * d->k, "(A too small)");
+    AMP_ASSERT(cuda_numel(b) >= last * d->stride_b + d->k * d->n, "(B too small)");
+    AMP_ASSERT(cuda_numel(c) >= last * d->stride_c + d->m * d->n, "(C too small)");
+}
+
+void cuda_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+               const amp_tensor_t *b, const amp_tensor_t *bias) {
+    cuda_ctx *cx = cuda_of(bctx);
+    gemm_check(d, c, a, b);
+    if (bias) {
+        CUDA_ASSERT_CONTIGUOUS(bias);
+        AMP_ASSERT(cuda_numel(bias) == d->n && bias->dtype == c->dtype,
+                   "(bias must have n elements of C's dtype)");
+    }
+    if (d->batch == 0 || d->m == 0 || d->n == 0) return;
+    const void *biasp = bias ? amp_tensor_ptr(bias) : NULL;
+    if (d->k == 0) {
+        void *cp = amp_tensor_ptr(c);
+        const int64_t total = d->batch * d->m * d->n;
+        AMP_ASSERT(d->batch == 1 || d->stride_c == d->m * d->n, "(k = 0 with gapped batches)");
+        gemm_empty_kernel<<<cuda_grid(total, 256, 4), 256, 0, cx->stream>>>(cp, c->dtype, biasp,
+                                                                            d->beta, d->n, total);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    gemm_lt(cx, d, c, a, b, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, biasp);
+}
+
+// C (m, n) = A^T B with A stored (k, m), and bgrad (m) = A's column sums: the BGRADB epilogue
+// (cuBLASLt's B is our A), else the GEMM and a separate column sum.
+void cuda_gemm_bgrad(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+                     const amp_tensor_t *b, amp_tensor_t *bgrad) {
+    cuda_ctx *cx = cuda_of(bctx);
+    gemm_check(d, c, a, b);
+    AMP_ASSERT(d->batch == 1 && d->trans_a && d->beta == 0.0f && d->alpha == 1.0f,
+               "(gemm_bgrad is C = A^T B, unbatched)");
+    CUDA_ASSERT_CONTIGUOUS(bgrad);
+    AMP_ASSERT(cuda_numel(bgrad) == d->m && bgrad->dtype == c->dtype,
+               "(bgrad must have m elements of C's dtype)");
+    if (d->m == 0) return;
+    if (d->n > 0 && d->k > 0 &&
+        gemm_lt(cx, d, c, a, b, CUBLASLT_EPILOGUE_BGRADB, amp_tensor_ptr(bgrad)))
+        return;
+    cuda_gemm(bctx, d, c, a, b, NULL);
+    amp_tensor_t rows = *a, sums = *bgrad; // A as (k, m) and bgrad as (1, m)
+    rows.ndim = sums.ndim = 2;
+    rows.shape[0] = d->k, rows.shape[1] = sums.shape[1] = d->m;
+    sums.shape[0] = 1;
+    rows.stride[0] = sums.stride[0] = d->m;
+    rows.stride[1] = sums.stride[1] = 1;
+    if (d->k == 0)
+        cuda_fill(bctx, bgrad, 0.0f);
+    else
+        cuda_reduce_sum(bctx, &sums, &rows, 1.0f);
 }

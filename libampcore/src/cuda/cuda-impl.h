@@ -109,7 +109,7 @@ void cuda_pool_release(cuda_pool *p); // cudaFree()s everything cached
 #define CUDA_GEMM_PLANS 128
 
 typedef struct cuda_gemm_key {
-    int dtype, has_bias, beta_nonzero, trans_a, trans_b;
+    int dtype, epilogue, beta_nonzero, trans_a, trans_b; // epilogue: a cublasLtEpilogue_t
     int64_t align; // pointer alignments packed: the heuristic's answer depends on them
     int64_t batch, m, n, k, stride_a, stride_b, stride_c;
 } cuda_gemm_key;
@@ -120,6 +120,7 @@ typedef struct cuda_gemm_plan {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     size_t workspace_bytes;
+    bool found; // the heuristic had an algorithm (else the plan only remembers that it had none)
 } cuda_gemm_plan;
 
 typedef struct cuda_ctx {
@@ -328,6 +329,8 @@ void cuda_dropout_mask(void *bctx, amp_tensor_t *mask, float p, uint64_t seed, u
 void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha);
 void cuda_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
                const amp_tensor_t *b, const amp_tensor_t *bias);
+void cuda_gemm_bgrad(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+                     const amp_tensor_t *b, amp_tensor_t *bgrad);
 void cuda_gemm_release(cuda_ctx *c);
 void cuda_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x);
 void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_tensor_t *dy,

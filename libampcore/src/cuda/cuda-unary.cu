@@ -8,6 +8,8 @@
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
 
+#include <type_traits>
+
 #define GELU_SQRT1_2 ((float)M_SQRT1_2)
 #define GELU_TANH_BETA ((float)(M_SQRT2 * M_2_SQRTPI * 0.5))
 #define GELU_TANH_KAPPA 0.044715f
@@ -109,10 +111,26 @@ __global__ void unary_kernel(amp_unary_op op, float alpha, void *y, amp_dtype yt
     cuda_fuse_end<S>(f, a);
 }
 
+// The vectorised kernels take the op as a template argument OP too: >= 0 fixes it at compile
+// time (the GELUs, whose erf/tanh leave little to spare against the card's bandwidth: no switch
+// per element), -1 reads it from `op`.
+#define UNARY_OP(OP, op) ((OP) >= 0 ? (amp_unary_op)(OP) : (op))
+
+// Runs `launch` (a generic lambda taking the op as a compile-time constant) for op.
+template <typename F> static void unary_op_dispatch(amp_unary_op op, F launch) {
+    if (op == AMP_UNARY_GELU)
+        launch(std::integral_constant<int, AMP_UNARY_GELU>());
+    else if (op == AMP_UNARY_GELU_TANH)
+        launch(std::integral_constant<int, AMP_UNARY_GELU_TANH>());
+    else
+        launch(std::integral_constant<int, -1>());
+}
+
 // y = f(x) for one 16-bit or f32 dtype, 16 bytes per thread and step.
-template <bool S, typename T>
-__global__ void unary_vec_kernel(amp_unary_op op, float alpha, T *__restrict__ y,
+template <bool S, typename T, int OP>
+__global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ y,
                                  const T *__restrict__ x, int64_t n, cuda_fuse f) {
+    const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
     thread_acc a = acc_empty();
@@ -154,11 +172,13 @@ void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const
     if (x->dtype == y->dtype && aligned16(yp) && aligned16(xp)) {
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
-            CUDA_FUSE_DISPATCH(
-                f, S,
-                unary_vec_kernel<S, T>
-                <<<cuda_fuse_grid(f, grid, 256, unary_vec_kernel<S, T>), 256, 0, c->stream>>>(
-                    op, alpha, (T *)yp, (const T *)xp, n, f));
+            unary_op_dispatch(op, [&](auto k) {
+                constexpr int OP = decltype(k)::value;
+                CUDA_FUSE_DISPATCH(f, S,
+                                   unary_vec_kernel<S, T, OP>
+                                   <<<cuda_fuse_grid(f, grid, 256, unary_vec_kernel<S, T, OP>), 256,
+                                      0, c->stream>>>(op, alpha, (T *)yp, (const T *)xp, n, f));
+            });
         });
     } else {
         const unsigned grid = cuda_grid(n, 256, 4);
@@ -187,10 +207,11 @@ __global__ void unary_backward_kernel(amp_unary_op op, float alpha, void *dx, am
 }
 
 // The same for one dtype everywhere, 16 bytes per operand per step.
-template <bool S, typename T>
-__global__ void unary_backward_vec_kernel(amp_unary_op op, float alpha, T *__restrict__ dx,
+template <bool S, typename T, int OP>
+__global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ dx,
                                           const T *__restrict__ dy, const T *__restrict__ x,
                                           const T *__restrict__ y, int64_t n, cuda_fuse f) {
+    const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
     thread_acc a = acc_empty();
@@ -259,11 +280,15 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
     if (same && al) {
         CUDA_DISPATCH_FLOAT(dx->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
-            CUDA_FUSE_DISPATCH(f, S,
-                               unary_backward_vec_kernel<S, T>
-                               <<<cuda_fuse_grid(f, grid, 256, unary_backward_vec_kernel<S, T>),
-                                  256, 0, c->stream>>>(op, alpha, (T *)dxp, (const T *)dyp,
-                                                       (const T *)xp, (const T *)yp, n, f));
+            unary_op_dispatch(op, [&](auto k) {
+                constexpr int OP = decltype(k)::value;
+                CUDA_FUSE_DISPATCH(
+                    f, S,
+                    unary_backward_vec_kernel<S, T, OP>
+                    <<<cuda_fuse_grid(f, grid, 256, unary_backward_vec_kernel<S, T, OP>), 256, 0,
+                       c->stream>>>(op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp,
+                                    (const T *)yp, n, f));
+            });
         });
     } else {
         const unsigned grid = cuda_grid(n, 256, 4);

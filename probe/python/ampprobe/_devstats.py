@@ -2,8 +2,8 @@
 
 libampcore's fused statistics kernel (libampcore/src/cuda/cuda-stats.cu), built for the bridge as
 libampstats_cuda.so (probe/python/ampstats.cu), runs on a tensor's memory on PyTorch's current
-stream: one launch per tensor (or one for a list of them), adding the tensor's figures (min, max,
-NaN, +inf, -inf, overflow, underflow and zero counts, sum of squares) into a slot of a device
+stream: one launch per tensor, or one for many (deferred ones), adding the tensor's figures (min,
+max, NaN, +inf, -inf, overflow, underflow and zero counts, sum of squares) into a slot of a device
 buffer owned here. A few scalars of the step (the loss, the loss scale, found_inf) are gathered
 beside the slots by one small kernel (put()). Nothing waits: finish() starts one copy of the used
 part of the buffer into pinned host memory at the end of a step and empties the slots for the next
@@ -151,6 +151,8 @@ class StepStats:
         self.order = []  # per handle: slot index (>= 0) or ~eager index
         self.pending = []  # deferred tensors, their slot indices, bytes, target (flush())
         self._pending_slots, self._pending_bytes, self._pending_target = [], 0, None
+        self._pending_checks = []  # (index in pending, handle, version) of checked ones
+        self.modified = []  # handles of checked deferred tensors written to before their read
         self._pool = []  # free (pinned host buffer, event) pairs
         self._scratch = None  # ampstats_read's device doubles and pinned host doubles
 
@@ -198,21 +200,24 @@ class StepStats:
             raise RuntimeError("ampprobe: statistics kernel: " +
                                self.lib.ampstats_error(rc).decode())
 
-    def add(self, t, target, bounds, defer=False):
+    def add(self, t, target, bounds, defer=False, check=False):
         """Queues t's statistics relative to target ('f16', 'bf16', 'f32'; bounds its
-        (overflow, tiny) pair for the eager path). Called for every module output and
-        gradient: kept short. defer: t is not written to again before it is freed (a
-        gradient), so its kernel may wait for others' and run with them in one launch
-        (flush(): when BATCH tensors or BATCH_BYTES wait, and before finish())."""
+        (overflow, tiny) pair for the eager path) and returns its handle (its place among the
+        step's figures). Called for every module output and gradient: kept short. defer: its
+        kernel may wait for others' and run with them in one launch (flush(): when BATCH
+        tensors or BATCH_BYTES wait, and before finish()); t is held until then. check: t may
+        be written to before that (a module output): flush() compares its version counter and
+        lists the handle in `modified` when it moved (its figures are then of the new values)."""
         code = _AMP_DTYPE.get(t.dtype)
+        handle = len(self.order)
         if code is None or self.lib is None or not t.is_cuda or (
                 (self.used or self.placed) and t.get_device() != self._dev):
             self.order.append(~len(self.eager))
             with torch.no_grad():
                 self.eager.append(eager_stats(t, *bounds))
-            return
+            return handle
         if not t.is_contiguous():
-            t = t.contiguous()
+            t, check = t.contiguous(), False  # a copy of our own
         dev = t.get_device()
         i = self.used
         if i < self.cap and self._dev == dev:
@@ -224,16 +229,19 @@ class StepStats:
             if self._pending_target != target:
                 self.flush()
                 self._pending_target = target
+            if check:
+                self._pending_checks.append((len(self.pending), handle, t._version))
             self.pending.append(t)
             self._pending_slots.append(i)
             self._pending_bytes += t.numel() * t.element_size()
             if len(self.pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
                 self.flush()
-            return
+            return handle
         rc = self._one(t.data_ptr(), t.numel(), code, self._base + i * _SLOT, TARGET_CODE[target],
                        _raw_stream_fast(dev))
         if rc:
             self._check(rc)
+        return handle
 
     def flush(self):
         """Launches the deferred tensors' statistics (as few launches as the kernel's
@@ -241,6 +249,9 @@ class StepStats:
         ts = self.pending
         if not ts:
             return
+        if self._pending_checks:
+            self.modified += [h for k, h, v in self._pending_checks if ts[k]._version != v]
+            self._pending_checks = []
         n = len(ts)
         u = ctypes.c_size_t * n
         base = self._base

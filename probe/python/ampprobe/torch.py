@@ -14,11 +14,14 @@ bytes and host interval (AMP_OPS: what the report's precision-placement rule rea
 captured kernels are attributed to). Without a recording launcher watch() attaches nothing.
 
 Cost. Each tensor's figures come from libampcore's fused statistics kernel, launched through
-libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream: one kernel
-per module output at once (the program may write into it later), the output gradients held and
-launched together with the parameter gradients at the end of the backward (a few launches), into
-a device buffer that one asynchronous copy brings back when the step ends; the step is recorded (one C call) when
-the next one ends, its copy long done by then. Only the loss and found_inf are read at once, on a
+libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream, many
+tensors per launch: the module outputs held until the forward ends (or 32 of them, or 256 MiB,
+wait), the output gradients until the parameter gradients join them at the end of the backward.
+A module output may be written to in place before that (a ReLU(inplace=True) after it): the
+first sampled step reads outputs at once and watches their version counters, and a layer whose
+output moved is read at once from then on (one that moves only later is named on stderr). The
+figures go into a device buffer that one asynchronous copy brings back when the step ends; the
+step is recorded (one C call) when the next one ends, its copy long done by then. Only the loss and found_inf are read at once, on a
 side stream behind the event that marks them computed: a step they show broken is recorded (and
 re-run, below) right away. A step ends at scaler.update() (with an enabled
 GradScaler), else before optimizer.step() (so parameters are still those of the forward), else
@@ -56,6 +59,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -441,6 +445,8 @@ class Watcher:
         self.ops = None  # the _OpRecorder of an op step, while it records
         self.rerunning = False
         self.wgrads_queued = False
+        self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
+        self._at_once = set()  # layers whose outputs are read at once (_queue)
         self.broken_steps = 0
         self.prev_broken = False
         self._forwards = 0
@@ -535,6 +541,8 @@ class Watcher:
     def _on_root_post(self, module, args, output):
         if not self.rerunning and torch.is_grad_enabled() and module.training:
             self.fwd_out = output  # where the tape starts
+            if self.sampled:
+                self._check_outputs()
             self.tape.begin()
 
     def _end_loss_region(self):
@@ -564,14 +572,51 @@ class Watcher:
             self._ready = self._ready_event
 
     def _queue(self, kind, layer, op, t):
-        """Queues t's statistics: a module output's kernel at once on the current stream (the
-        program may write into it later), a gradient's with the next ones in one launch (it is
-        read once and freed); nothing waits."""
+        """Queues t's statistics, launched with others in few launches on the current stream
+        (nothing waits): a gradient's (read once, then freed) and a module output's, read by
+        the end of the forward. The program may write into a module output before that (an
+        in-place ReLU after a convolution): on the first sampled step outputs are read at once
+        and watched, and a layer whose output was written to in the forward is read at once
+        from then on (_check_outputs)."""
         if not self.sampled or t.numel() == 0 or not t.is_floating_point():
             return
         with self._lock:
             self.entries.append((layer, kind, op, _vocab.dtype_name(t.dtype)))
-            self.stats.add(t, *self._against, defer=kind == ACTIVATION_GRAD)
+            if kind != ACTIVATION:
+                self.stats.add(t, *self._against, defer=True)
+            elif self._watch is not None:  # the first sampled step
+                self.stats.add(t, *self._against)
+                self._watch.append((layer, weakref.ref(t), t._version))
+            elif layer in self._at_once:
+                self.stats.add(t, *self._against)
+            else:
+                self.stats.add(t, *self._against, defer=True, check=True)
+
+    def _check_outputs(self):
+        """The forward has ended: its deferred outputs are read now; on the first sampled step,
+        the layers whose output was written to after it returned are marked to be read at once."""
+        with self._lock:
+            self.stats.flush()
+            if self._watch is not None:
+                for layer, ref, version in self._watch:
+                    t = ref()
+                    if t is not None and t._version != version:
+                        self._at_once.add(layer)
+                self._watch = None
+            self._note_modified()
+
+    def _note_modified(self):
+        """Deferred module outputs written to before their read (their figures are of the new
+        values): said once per layer, and the layer is read at once from then on."""
+        handles, self.stats.modified = self.stats.modified, []
+        for h in handles:
+            layer = self.entries[h][0]
+            if layer not in self._at_once:
+                self._at_once.add(layer)
+                print("ampprobe: step %d: layer %s's output was written to in place after its "
+                      "module returned; its statistics at this step are of the new values, from "
+                      "now on it is read at once" % (self.step, _layers.rows[layer][2]),
+                      file=sys.stderr, flush=True)
 
     def _grad_hook(self, layer, op, nr):
         """A pre-hook for the autograd node that made a module's output (its output nr): queues
@@ -673,6 +718,7 @@ class Watcher:
         with self._lock:
             self.stats.put(at, vals)
             copy = self.stats.finish(at + len(vals) if vals else 0)
+            self._note_modified()
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy,
                      self.loss is not None, None if found is None else len(found), self.fwd,
                      self.tape.tape, self.fwd_out, self.loss_id)
@@ -927,7 +973,8 @@ _scalers = []  # enabled GradScalers in creation order (the last one is the loop
 def autoattach():
     """Watches the model that trains: the first module called in training mode, with grad on,
     that has trainable parameters, with the last enabled GradScaler made so far (or made later);
-    without one, steps end before each optimizer.step(). Called by the startup module that
+    without one, steps end before each optimizer.step(). A script that called watch() itself
+    by then is left to its own watcher. Called by the startup module that
     `ampprobe run --torch` puts on PYTHONPATH, right after `import torch`."""
     if not _records.Recorder().enabled:
         return
@@ -945,6 +992,9 @@ def autoattach():
 
     def first_forward(module, args):
         if state["watcher"] is not None or not module.training or not torch.is_grad_enabled():
+            return None
+        if any(w.on for w in _watchers):  # the script watches its model itself (watch())
+            handle.remove()
             return None
         if not any(p.requires_grad for p in module.parameters()):
             return None

@@ -11,6 +11,8 @@ variants that each leave one part of the bridge out:
   nokernel  watched, the statistics launches replaced by a Python function that returns 0
             (the bridge's host time without its kernels or their ctypes calls)
   noread    watched, the per-step read of the loss and found_inf left out
+  atonce    watched, every module output read by a launch of its own as the module returns
+            (not held and read with others by the end of the forward)
   full      watched as users run it
   opsteps   watched, every step an op step (AMP_OPS; by default one step in 1000 is)
 
@@ -36,7 +38,7 @@ import torch_overhead  # noqa: E402  (the workloads' loop, shared)
 
 import ampprobe.torch as ap  # noqa: E402
 
-VARIANTS = ("plain", "hooks", "nokernel", "noread", "full", "opsteps")
+VARIANTS = ("plain", "hooks", "nokernel", "noread", "atonce", "full", "opsteps")
 
 
 def setup(name, mode, variant):
@@ -60,7 +62,12 @@ def _no_read(w):
     w._broke = lambda found: False
 
 
-PREPARE = {"nokernel": _no_kernels, "noread": _no_read}
+def _at_once(w):
+    w._watch = None
+    w._at_once.update(w.layer_of.values())
+
+
+PREPARE = {"nokernel": _no_kernels, "noread": _no_read, "atonce": _at_once}
 
 
 class _NoKernels:

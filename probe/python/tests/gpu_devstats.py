@@ -6,8 +6,9 @@ against eager torch reductions, on the GPU machine; then, with --bench, their th
 
 Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many blocks), aligned and
 not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
-tensor per launch, many per launch and deferred ones (launched together later), relative to f16, bf16 and f32 targets, across a buffer
-that has to grow; prints PASS/FAIL lines and exits 1 on a failure. --bench prints the kernel's
+tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
+bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
+their launch (`modified`); prints PASS/FAIL lines and exits 1 on a failure. --bench prints the kernel's
 read bandwidth on large tensors next to torch's own amax over the same memory.
 """
 import math
@@ -98,7 +99,28 @@ def check(lib):
                     vars_of(want[bad[0]]) if bad else "-")))
             fail |= not ok
             queue()
+    fail |= check_versions(lib)
     return fail
+
+
+def check_versions(lib):
+    """Deferred tensors with check=True: one written to in place before the launch is listed
+    in `modified` (and its figures are of the new values), the others are not."""
+    st = _devstats.StepStats(lib)
+    bounds = _vocab.DTYPES["f16"]
+    a, b, c = (torch.full((1000,), v, device="cuda", dtype=torch.float16) for v in (1, -2, 3))
+    handles = [st.add(a, "f16", bounds, defer=True, check=True),
+               st.add(b, "f16", bounds, defer=True, check=True),
+               st.add(c, "f16", bounds, defer=True)]  # not checked: not listed
+    b.mul_(0.5)
+    c.mul_(0.5)
+    st.flush()
+    got, _ = st.read()
+    ok = (st.modified == [handles[1]] and handles == [0, 1, 2] and got[1].min == -1.0
+          and got[0].min == 1.0)
+    print("%s devstats version checks: modified %s of handles %s, minima %s" % (
+        "PASS" if ok else "FAIL", st.modified, handles, [f.min for f in got]))
+    return not ok
 
 
 def vars_of(f):

@@ -6,7 +6,8 @@
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; the sawtooth run's gradient
 # overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
-# with autocast's decisions; gpu_devstats.py checks the device statistics against eager torch
+# with autocast's decisions; gpu_inplace.py checks that module outputs written to in place are
+# read before the write; gpu_devstats.py checks the device statistics against eager torch
 # and measures their bandwidth; then torch_overhead.py measures the step-time cost (not with
 # --quick). Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check failed.
 set -u
@@ -32,6 +33,8 @@ for c in $cases; do
     one "$c-healthy" "" --case "$c" --healthy &
 done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
+"$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
+    python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
 fail=0
 PYTHONPATH="$DIST/python" python3 "$HERE/gpu_devstats.py" "$DIST/libamprecord.so" --bench || fail=1
@@ -45,6 +48,7 @@ done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
+python3 "$HERE/gpu_inplace.py" --check "$WORK/inplace.sqlite" "$WORK/inplace.log" || fail=1
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
 
 if [ "$QUICK" != --quick ]; then
