@@ -210,6 +210,12 @@ START_TEST(test_gemm_gpu) {
         check_op("linear+bias, odd sizes", op_linear, odd, 3, eps);
         pair frozen[3] = {lin[0], pair_new(dt, 2, (int64_t[]){72, 96}, 0.1f, 0, false), lin[2]};
         check_op("linear+bias, frozen weight", op_linear, frozen, 3, eps);
+        // no input features: an empty weight-gradient GEMM, the bias gradient by the column sum
+        // that stands in when the epilogue cannot run
+        pair none[3] = {pair_new(dt, 2, (int64_t[]){6, 0}, 1, 0, true),
+                        pair_new(dt, 2, (int64_t[]){5, 0}, 0.1f, 0, true),
+                        pair_new(dt, 1, (int64_t[]){5}, 0.5f, 0, true)};
+        check_op("linear+bias, no input features", op_linear, none, 3, eps);
         pair mm[2] = {pair_new(dt, 3, (int64_t[]){3, 17, 40}, 1, 0, true),
                       pair_new(dt, 3, (int64_t[]){3, 40, 24}, 1, 0, true)};
         check_op("batched matmul", op_matmul, mm, 2, eps);

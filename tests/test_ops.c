@@ -217,6 +217,22 @@ START_TEST(test_linear_matches_naive) {
 }
 END_TEST
 
+// No input features (k = 0): y is the bias on every row, the bias gradient counts the rows.
+START_TEST(test_linear_no_input_features) {
+    amp_tensor_t *x = param(2, S(3, 0), 1), *w = param(2, S(2, 0), 1), *b = param(1, S(2), 1);
+    float bv[2], yv[6], gb[2];
+    amp_tensor_read_f32(b, bv);
+    amp_tensor_t *y = amp_linear(ctx, x, w, b);
+    amp_tensor_read_f32(y, yv);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(yv[i], bv[i % 2]);
+    amp_backward(ctx, amp_sum(ctx, y));
+    amp_tensor_read_f32(amp_tensor_grad(b), gb);
+    ck_assert_float_eq(gb[0], 3.0f);
+    ck_assert_float_eq(gb[1], 3.0f);
+}
+END_TEST
+
 START_TEST(test_softmax_and_layer_norm_values) {
     amp_tensor_t *x = param(2, S(4, 8), 3);
     float p[32], l[32];
@@ -339,6 +355,7 @@ Suite *ops_suite(void) {
     TCase *f = tcase_create("forward");
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_linear_matches_naive);
+    tcase_add_test(f, test_linear_no_input_features);
     tcase_add_test(f, test_softmax_and_layer_norm_values);
     tcase_add_test(f, test_masked_softmax_rows);
     tcase_add_test(f, test_dropout_seeded);

@@ -29,9 +29,11 @@ static gemm_shape gemm_shape_of(const amp_tensor_t *a, const amp_tensor_t *b, bo
     AMP_ASSERT(bk == g.k, "(mat1 and mat2 shapes cannot be multiplied: %s and %s)",
                amp_shape_str(a, s1, 64), amp_shape_str(b, s2, 64));
     g.shared_b = b->ndim == 2;
-    if (g.shared_b) {
+    if (g.shared_b) { // every leading dim of a folds into m (k may be 0)
         g.batch = 1;
-        g.m = amp_tensor_numel(a) / (g.k ? g.k : 1);
+        g.m = 1;
+        for (int i = 0; i < a->ndim - 1; i++)
+            g.m *= a->shape[i];
         return g;
     }
     AMP_ASSERT(a->ndim == b->ndim, "(batched matmul needs equal ranks: %s and %s)",
