@@ -21,13 +21,13 @@ A module output may be written to in place before that (a ReLU(inplace=True) aft
 first sampled step reads outputs at once and watches their version counters, and a layer whose
 output moved is read at once from then on (one that moves only later is named on stderr). The
 figures go into a device buffer that one asynchronous copy brings back when the step ends; the
-step is recorded (one C call) when the next one ends, its copy long done by then. Only the loss and found_inf are read at once, on a
-side stream behind the event that marks them computed: a step they show broken is recorded (and
-re-run, below) right away. A step ends at scaler.update() (with an enabled
-GradScaler), else before optimizer.step() (so parameters are still those of the forward), else
-at the model's next forward. Parameter gradients are read before the scaler unscales them, as
-libampcore does; the step's gradient norm is theirs divided by the scale. stats_every=N computes
-statistics on every Nth step only. Without the module (a build without CUDA) or for tensors off
+step is recorded (one C call) when the next one ends, its copy long done by then. Only the loss
+and found_inf are read at once, on a side stream behind the event that marks them computed: a
+step they show broken is recorded (and re-run, below) right away. A step ends at
+scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
+still those of the forward), else at the model's next forward. Parameter gradients are read
+before the scaler unscales them, as libampcore does; the step's gradient norm is theirs divided
+by the scale. stats_every=N computes statistics on every Nth step only. Without the module (a build without CUDA) or for tensors off
 the GPU the figures come from eager torch reductions, which cost far more.
 
 Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's
