@@ -415,8 +415,9 @@ START_TEST(test_softmax_norm_loss_gpu) {
     for (int t = 0; t < 3; t++) {
         amp_dtype dt = float_dtypes[t];
         double eps = eps_of(dt);
-        int64_t lens[4] = {7, 512, 3000, 5000};
-        for (int k = 0; k < 4; k++) {
+        // a warp per row up to 1024 (4, 16 or 32 elements a lane), then a block per row
+        int64_t lens[6] = {7, 200, 512, 1000, 3000, 5000};
+        for (int k = 0; k < 6; k++) {
             pair x = pair_new(dt, 2, (int64_t[]){19, lens[k]}, 2.0f, 0.0f, true);
             check_op("softmax", op_softmax, &x, 1, eps);
             check_op("log_softmax", op_log_softmax, &x, 1, eps);

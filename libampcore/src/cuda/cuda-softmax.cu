@@ -2,8 +2,10 @@
  * cuda-softmax.cu — softmax / log_softmax over the last dim and their backward, and nll_loss
  * (mean reduction) with its backward: the pieces of cross-entropy.
  *
- * A block per row (striding over the rows when the instrumentation caps the grid to add the
- * output's statistics as it is stored, cuda-fuse.h): max, then the f32 sum of exp(x - max),
+ * A warp per row for rows of up to 1024 elements (attention's rows: each element read once into
+ * registers, warp shuffles for the max and the sum, several rows per block), a block per row
+ * for longer ones; both stride over the rows when the instrumentation caps the grid to add the
+ * output's statistics as it is stored (cuda-fuse.h): max, then the f32 sum of exp(x - max),
  * then the store (log_softmax is x - (max + log(sum)), as the CPU and PyTorch compute it). A masked
  * (-inf) entry gives exactly 0; an all -inf row gives NaN, like PyTorch. nll_loss never leaves the
  * device: the loss and its gradient read dloss there, so there is no host sync in the loss.
@@ -12,6 +14,8 @@
 #include "cuda-impl.h"
 
 #include <math.h>
+
+#include <type_traits>
 
 template <bool S, typename TX, typename TY>
 __global__ void softmax_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x, int64_t rows,
@@ -75,8 +79,98 @@ __global__ void softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__res
     cuda_fuse_end<S>(f, acc);
 }
 
+// Rows of at most 32 * E elements: a warp per row (WARP_ROWS_BLOCK / 32 rows per block), lane l
+// holding elements l, l + 32, ...
+#define WARP_ROWS_MAX 1024
+#define WARP_ROWS_BLOCK 256
+
+// The row a warp works on first, and the step to its next (every lane agrees).
+#define FOR_WARP_ROW(r, rows)                                                                      \
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < (rows);       \
+         r += (int64_t)gridDim.x * (blockDim.x / 32))
+
+template <bool S, typename TX, typename TY, int E>
+__global__ void softmax_warp_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x,
+                                    int64_t rows, int64_t C, cuda_fuse f) {
+    thread_acc acc = acc_empty();
+    const int lane = threadIdx.x & 31;
+    FOR_WARP_ROW(r, rows) {
+        const TX *xr = x + r * C;
+        TY *yr = y + r * C;
+        float v[E];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+            const int64_t j = lane + 32 * k;
+            v[k] = j < C ? cuda_io<TX>::load(xr[j]) : -INFINITY;
+            mx = fmaxf(mx, v[k]);
+        }
+        mx = cuda_warp_max(mx);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < E; k++)
+            if (lane + 32 * k < C) s += expf(v[k] - mx);
+        s = cuda_warp_sum(s);
+        const float logsum = mx + logf(s);
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+            const int64_t j = lane + 32 * k;
+            if (j < C) {
+                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : expf(v[k] - mx) / s);
+                yr[j] = o;
+                if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
+            }
+        }
+    }
+    cuda_fuse_end<S>(f, acc);
+}
+
+// Runs `launch` (a generic lambda taking E as a compile-time constant) with the smallest of a
+// few register widths that holds a row of C elements.
+template <typename F> static void warp_rows_dispatch(int64_t C, F launch) {
+    if (C <= 128)
+        launch(std::integral_constant<int, 4>());
+    else if (C <= 512)
+        launch(std::integral_constant<int, 16>());
+    else
+        launch(std::integral_constant<int, 32>());
+}
+
+// Threads per block for a block per row (rows longer than WARP_ROWS_MAX).
 static int row_block(int64_t C) {
-    return C <= 128 ? 32 : C <= 512 ? 128 : C <= 2048 ? 256 : 512;
+    return C <= 2048 ? 256 : 512;
+}
+
+static unsigned warp_rows_grid(int64_t rows) {
+    return (unsigned)((rows + WARP_ROWS_BLOCK / 32 - 1) / (WARP_ROWS_BLOCK / 32));
+}
+
+template <typename TX, typename TY>
+static void softmax_launch(cuda_ctx *c, bool log, const cuda_fuse &f, TY *y, const TX *x,
+                           int64_t rows, int64_t C) {
+    if (C <= WARP_ROWS_MAX) {
+        const unsigned grid = warp_rows_grid(rows);
+        warp_rows_dispatch(C, [&](auto e) {
+            constexpr int E = decltype(e)::value;
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                softmax_warp_kernel<S, TX, TY, E>
+                <<<cuda_fuse_grid(f, grid, WARP_ROWS_BLOCK, softmax_warp_kernel<S, TX, TY, E>),
+                   WARP_ROWS_BLOCK, 0, c->stream>>>(log, y, x, rows, C, f));
+        });
+        return;
+    }
+    const int block = row_block(C);
+    const unsigned grid = (unsigned)rows;
+    CUDA_FUSE_DISPATCH(f, S, {
+        if (C <= 8 * block)
+            softmax_reg_kernel<S, TX, TY>
+                <<<cuda_fuse_grid(f, grid, block, softmax_reg_kernel<S, TX, TY>), block, 0,
+                   c->stream>>>(log, y, x, rows, C, f);
+        else
+            softmax_kernel<S, TX, TY><<<cuda_fuse_grid(f, grid, block, softmax_kernel<S, TX, TY>),
+                                        block, 0, c->stream>>>(log, y, x, rows, C, f);
+    });
 }
 
 void cuda_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x) {
@@ -90,24 +184,11 @@ void cuda_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x) 
     if (n == 0 || C == 0) return;
     const int64_t rows = n / C;
     AMP_ASSERT(rows <= INT32_MAX);
-    const int block = row_block(C);
     const cuda_fuse f = cuda_fuse_take(y);
-    const unsigned grid = (unsigned)rows;
-    CUDA_DISPATCH_FLOAT(
-        x->dtype, TX, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
-            TY *yp = (TY *)amp_tensor_ptr(y);
-            const TX *xp = (const TX *)amp_tensor_ptr(x);
-            CUDA_FUSE_DISPATCH(f, S, {
-                if (C <= 8 * block)
-                    softmax_reg_kernel<S, TX, TY>
-                        <<<cuda_fuse_grid(f, grid, block, softmax_reg_kernel<S, TX, TY>), block, 0,
-                           c->stream>>>(log, yp, xp, rows, C, f);
-                else
-                    softmax_kernel<S, TX, TY>
-                        <<<cuda_fuse_grid(f, grid, block, softmax_kernel<S, TX, TY>), block, 0,
-                           c->stream>>>(log, yp, xp, rows, C, f);
-            });
-        }));
+    CUDA_DISPATCH_FLOAT(x->dtype, TX, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
+                            softmax_launch(c, log, f, (TY *)amp_tensor_ptr(y),
+                                           (const TX *)amp_tensor_ptr(x), rows, C);
+                        }));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -135,6 +216,62 @@ __global__ void softmax_backward_kernel(bool log, TDX *__restrict__ dx, const TG
     cuda_fuse_end<S>(f, acc);
 }
 
+// The same, a warp per row of at most 32 * E elements.
+template <bool S, typename TDX, typename TG, typename TY, int E>
+__global__ void softmax_backward_warp_kernel(bool log, TDX *__restrict__ dx,
+                                             const TG *__restrict__ dy, const TY *__restrict__ y,
+                                             int64_t rows, int64_t C, cuda_fuse f) {
+    thread_acc acc = acc_empty();
+    const int lane = threadIdx.x & 31;
+    FOR_WARP_ROW(r, rows) {
+        const int64_t base = r * C;
+        float g[E], yv[E];
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+            const int64_t j = lane + 32 * k;
+            g[k] = j < C ? cuda_io<TG>::load(dy[base + j]) : 0.0f;
+            yv[k] = j < C ? cuda_io<TY>::load(y[base + j]) : 0.0f;
+            s += log ? g[k] : g[k] * yv[k];
+        }
+        s = cuda_warp_sum(s);
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+            const int64_t j = lane + 32 * k;
+            if (j < C) {
+                const TDX o =
+                    cuda_io<TDX>::store(log ? g[k] - expf(yv[k]) * s : yv[k] * (g[k] - s));
+                dx[base + j] = o;
+                if (S) acc_stored(acc, cuda_io<TDX>::load(o), f.lim);
+            }
+        }
+    }
+    cuda_fuse_end<S>(f, acc);
+}
+
+template <typename TDX, typename TG, typename TY>
+static void softmax_backward_launch(cuda_ctx *c, bool log, const cuda_fuse &f, TDX *dx,
+                                    const TG *dy, const TY *y, int64_t rows, int64_t C) {
+    if (C <= WARP_ROWS_MAX) {
+        const unsigned grid = warp_rows_grid(rows);
+        warp_rows_dispatch(C, [&](auto e) {
+            constexpr int E = decltype(e)::value;
+            CUDA_FUSE_DISPATCH(f, S,
+                               softmax_backward_warp_kernel<S, TDX, TG, TY, E>
+                               <<<cuda_fuse_grid(f, grid, WARP_ROWS_BLOCK,
+                                                 softmax_backward_warp_kernel<S, TDX, TG, TY, E>),
+                                  WARP_ROWS_BLOCK, 0, c->stream>>>(log, dx, dy, y, rows, C, f));
+        });
+        return;
+    }
+    const int block = row_block(C);
+    CUDA_FUSE_DISPATCH(
+        f, S,
+        softmax_backward_kernel<S, TDX, TG, TY>
+        <<<cuda_fuse_grid(f, (unsigned)rows, block, softmax_backward_kernel<S, TDX, TG, TY>), block,
+           0, c->stream>>>(log, dx, dy, y, rows, C, f));
+}
+
 void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_tensor_t *dy,
                            const amp_tensor_t *y) {
     cuda_ctx *c = cuda_of(bctx);
@@ -150,20 +287,13 @@ void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_ten
     const int64_t rows = n / C;
     AMP_ASSERT(rows <= INT32_MAX);
     const cuda_fuse f = cuda_fuse_take(dx);
-    const unsigned grid = (unsigned)rows;
-    CUDA_DISPATCH_FLOAT(
-        dx->dtype, TDX,
-        CUDA_DISPATCH_FLOAT(dy->dtype, TG, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
-                                CUDA_FUSE_DISPATCH(
-                                    f, S,
-                                    softmax_backward_kernel<S, TDX, TG, TY>
-                                    <<<cuda_fuse_grid(f, grid, row_block(C),
-                                                      softmax_backward_kernel<S, TDX, TG, TY>),
-                                       row_block(C), 0, c->stream>>>(log, (TDX *)amp_tensor_ptr(dx),
-                                                                     (const TG *)amp_tensor_ptr(dy),
-                                                                     (const TY *)amp_tensor_ptr(y),
-                                                                     rows, C, f));
-                            })));
+    CUDA_DISPATCH_FLOAT(dx->dtype, TDX,
+                        CUDA_DISPATCH_FLOAT(dy->dtype, TG, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
+                                                softmax_backward_launch(
+                                                    c, log, f, (TDX *)amp_tensor_ptr(dx),
+                                                    (const TG *)amp_tensor_ptr(dy),
+                                                    (const TY *)amp_tensor_ptr(y), rows, C);
+                                            })));
     CUDA_LAUNCH_CHECK();
 }
 
