@@ -39,7 +39,9 @@ acts = db.execute("""SELECT k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KER
                       UNION ALL SELECT start, end, 'memcpy' FROM CUPTI_ACTIVITY_KIND_MEMCPY
                       UNION ALL SELECT start, end, 'memset' FROM CUPTI_ACTIVITY_KIND_MEMSET
                       ORDER BY 1""").fetchall()
-ends = [e for _, e, name in acts if name == "optim_kernel"]
+# a step ends with its optimizer's launches (one or a few in a row)
+ends = [e for k, (_, e, name) in enumerate(acts) if name == "optim_kernel"
+        and (k + 1 == len(acts) or acts[k + 1][2] != "optim_kernel")]
 per_step = []  # (idle ns, [(gap ns, before, after)])
 for lo, hi in zip(ends, ends[1:]):
     idle, gaps, last_end, last_name = 0, [], lo, "optim_kernel"
