@@ -7,7 +7,9 @@
  * the per-tensor first-block table. unscale follows _amp_foreach_non_finite_check_and_unscale_:
  * the test is on the input value, found_inf is only ever set to 1, inv_scale == 1 writes
  * nothing. The optimizers repeat the CPU reference's f32 arithmetic in torch.optim's order, with
- * the scalars (bias corrections, step size) computed in double on the host.
+ * the scalars (bias corrections, step size) computed in double on the host. A whole chunk of f32
+ * tensors (all but the last of each) moves 16 bytes a load, every load of the thread issued
+ * before the first value is used: these kernels only stream memory.
  */
 #include "cuda-impl.h"
 
@@ -16,6 +18,7 @@
 #define MT_MAX 32
 #define MT_CHUNK 4096 // elements per block
 #define MT_BLOCK 256
+#define MT_VEC (MT_CHUNK / (4 * MT_BLOCK)) // float4 per thread in a whole chunk
 
 typedef struct mt_args {
     void *p[4][MT_MAX]; // per slot: params/grads, grads, m, v (unscale uses slot 0)
@@ -34,6 +37,15 @@ __device__ __forceinline__ int mt_locate(const mt_args &a, int64_t *begin, int64
     *begin = (int64_t)(b - a.first_block[t]) * MT_CHUNK;
     *end = *begin + MT_CHUNK < a.n[t] ? *begin + MT_CHUNK : a.n[t];
     return t;
+}
+
+// Whether the block's chunk [begin, end) of the f32 arrays ps[0..n) is whole and 16-byte aligned.
+__device__ __forceinline__ bool mt_whole_f32(const void *const *ps, int n, int64_t begin,
+                                             int64_t end) {
+    bool ok = end - begin == MT_CHUNK;
+    for (int k = 0; k < n; k++)
+        ok &= ps[k] == nullptr || ((uintptr_t)ps[k] & 15) == 0;
+    return ok;
 }
 
 // Adds tensor t's chunks to a; returns false when a is full.
@@ -62,10 +74,25 @@ __global__ void __launch_bounds__(MT_BLOCK)
     void *g = a.p[0][t];
     const amp_dtype dt = (amp_dtype)a.dtype[t];
     bool bad = false;
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-        const float v = cuda_load(dt, g, i);
-        bad |= !isfinite(v);
-        if (inv_scale != 1.0f) cuda_store(dt, g, i, v * inv_scale);
+    if (dt == AMP_DTYPE_F32 && mt_whole_f32(&a.p[0][t], 1, begin, end)) {
+        float4 *g4 = (float4 *)((float *)g + begin);
+        float4 r[MT_VEC];
+#pragma unroll
+        for (int k = 0; k < MT_VEC; k++)
+            r[k] = g4[threadIdx.x + k * MT_BLOCK];
+#pragma unroll
+        for (int k = 0; k < MT_VEC; k++) {
+            bad |= !isfinite(r[k].x) || !isfinite(r[k].y) || !isfinite(r[k].z) || !isfinite(r[k].w);
+            if (inv_scale != 1.0f)
+                g4[threadIdx.x + k * MT_BLOCK] = make_float4(
+                    r[k].x * inv_scale, r[k].y * inv_scale, r[k].z * inv_scale, r[k].w * inv_scale);
+        }
+    } else {
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float v = cuda_load(dt, g, i);
+            bad |= !isfinite(v);
+            if (inv_scale != 1.0f) cuda_store(dt, g, i, v * inv_scale);
+        }
     }
     if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
@@ -107,6 +134,25 @@ typedef struct optim_scalars {
     float decay, w1, w2, step_size, bc2_sqrt; // Adam / AdamW
 } optim_scalars;
 
+// One element of torch.optim's Adam / AdamW (amsgrad off).
+__device__ __forceinline__ void adam_element(const optim_scalars &o, bool decoupled, float &p,
+                                             float g, float &m, float &v) {
+    float gi = g, pi = p;
+    if (o.weight_decay != 0.0f) {
+        if (decoupled)
+            pi = pi * o.decay;
+        else
+            gi = gi + o.weight_decay * pi;
+    }
+    float mi = m;
+    mi = fabsf(o.w1) < 0.5f ? mi + o.w1 * (gi - mi) : gi - (gi - mi) * (1.0f - o.w1);
+    const float vi = v * o.beta2 + o.w2 * gi * gi;
+    const float denom = sqrtf(vi) / o.bc2_sqrt + o.eps;
+    p = pi + o.step_size * (mi / denom);
+    m = mi;
+    v = vi;
+}
+
 __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalars o) {
     int64_t begin, end;
     const int t = mt_locate(a, &begin, &end);
@@ -126,22 +172,30 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
         return;
     }
     const bool decoupled = o.kind == AMP_OPTIM_ADAMW;
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-        float gi = g[i], pi = p[i];
-        if (o.weight_decay != 0.0f) {
-            if (decoupled)
-                pi = pi * o.decay;
-            else
-                gi = gi + o.weight_decay * pi;
+    const void *arrays[4] = {p, g, m, v};
+    if (mt_whole_f32(arrays, 4, begin, end)) {
+        float4 *p4 = (float4 *)(p + begin), *m4 = (float4 *)(m + begin),
+               *v4 = (float4 *)(v + begin);
+        const float4 *g4 = (const float4 *)(g + begin);
+        float4 P[MT_VEC], G[MT_VEC], M[MT_VEC], V[MT_VEC];
+#pragma unroll
+        for (int k = 0; k < MT_VEC; k++) {
+            const int i = threadIdx.x + k * MT_BLOCK;
+            P[k] = p4[i], G[k] = g4[i], M[k] = m4[i], V[k] = v4[i];
         }
-        float mi = m[i];
-        mi = fabsf(o.w1) < 0.5f ? mi + o.w1 * (gi - mi) : gi - (gi - mi) * (1.0f - o.w1);
-        const float vi = v[i] * o.beta2 + o.w2 * gi * gi;
-        const float denom = sqrtf(vi) / o.bc2_sqrt + o.eps;
-        p[i] = pi + o.step_size * (mi / denom);
-        m[i] = mi;
-        v[i] = vi;
+#pragma unroll
+        for (int k = 0; k < MT_VEC; k++) {
+            adam_element(o, decoupled, P[k].x, G[k].x, M[k].x, V[k].x);
+            adam_element(o, decoupled, P[k].y, G[k].y, M[k].y, V[k].y);
+            adam_element(o, decoupled, P[k].z, G[k].z, M[k].z, V[k].z);
+            adam_element(o, decoupled, P[k].w, G[k].w, M[k].w, V[k].w);
+            const int i = threadIdx.x + k * MT_BLOCK;
+            p4[i] = P[k], m4[i] = M[k], v4[i] = V[k];
+        }
+        return;
     }
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+        adam_element(o, decoupled, p[i], g[i], m[i], v[i]);
 }
 
 static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) {
