@@ -126,24 +126,35 @@ template <typename F> static void unary_op_dispatch(amp_unary_op op, F launch) {
         launch(std::integral_constant<int, -1>());
 }
 
-// y = f(x) for one 16-bit or f32 dtype, 16 bytes per thread and step.
+// Vectors of 16 bytes per thread and step in the vectorised kernels, all loaded before the math
+// (more bytes in flight: these kernels stream memory).
+#define UNARY_U 2
+
+// y = f(x) for one 16-bit or f32 dtype, UNARY_U vectors of 16 bytes per thread and step.
 template <bool S, typename T, int OP>
 __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ y,
                                  const T *__restrict__ x, int64_t n, cuda_fuse f) {
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
-    const int64_t nv = n / V;
+    const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     thread_acc a = acc_empty();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        uint4 raw = ((const uint4 *)x)[i];
-        T *v = (T *)&raw;
+    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
+         i0 += UNARY_U * stride) {
+        uint4 raw[UNARY_U];
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
-            if (S) acc_stored(a, cuda_io<T>::load(v[j]), f.lim);
+        for (int u = 0; u < UNARY_U; u++)
+            if (i0 + u * stride < nv) raw[u] = ((const uint4 *)x)[i0 + u * stride];
+#pragma unroll
+        for (int u = 0; u < UNARY_U; u++) {
+            if (i0 + u * stride >= nv) break;
+            T *v = (T *)&raw[u];
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
+                if (S) acc_stored(a, cuda_io<T>::load(v[j]), f.lim);
+            }
+            ((uint4 *)y)[i0 + u * stride] = raw[u];
         }
-        ((uint4 *)y)[i] = raw;
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -171,7 +182,7 @@ void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const
     const cuda_fuse f = cuda_fuse_take(y);
     if (x->dtype == y->dtype && aligned16(yp) && aligned16(xp)) {
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
-            const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
+            const unsigned grid = cuda_grid(n, 256, UNARY_U * 16 / (int)sizeof(T));
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
                 CUDA_FUSE_DISPATCH(f, S,
@@ -213,21 +224,33 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
                                           const T *__restrict__ y, int64_t n, cuda_fuse f) {
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
-    const int64_t nv = n / V;
+    const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     thread_acc a = acc_empty();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        uint4 graw = ((const uint4 *)dy)[i], xraw = {0, 0, 0, 0}, yraw = {0, 0, 0, 0};
-        if (x) xraw = ((const uint4 *)x)[i];
-        if (y) yraw = ((const uint4 *)y)[i];
-        T *g = (T *)&graw, *xv = (T *)&xraw, *yv = (T *)&yraw;
+    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
+         i0 += UNARY_U * stride) {
+        uint4 graw[UNARY_U], xraw[UNARY_U], yraw[UNARY_U];
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            g[j] = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g[j]),
-                                              cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
-            if (S) acc_stored(a, cuda_io<T>::load(g[j]), f.lim);
+        for (int u = 0; u < UNARY_U; u++) {
+            const int64_t i = i0 + u * stride;
+            graw[u] = xraw[u] = yraw[u] = make_uint4(0, 0, 0, 0);
+            if (i >= nv) continue;
+            graw[u] = ((const uint4 *)dy)[i];
+            if (x) xraw[u] = ((const uint4 *)x)[i];
+            if (y) yraw[u] = ((const uint4 *)y)[i];
         }
-        ((uint4 *)dx)[i] = graw;
+#pragma unroll
+        for (int u = 0; u < UNARY_U; u++) {
+            if (i0 + u * stride >= nv) break;
+            T *g = (T *)&graw[u], *xv = (T *)&xraw[u], *yv = (T *)&yraw[u];
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                g[j] =
+                    cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g[j]),
+                                               cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
+                if (S) acc_stored(a, cuda_io<T>::load(g[j]), f.lim);
+            }
+            ((uint4 *)dx)[i0 + u * stride] = graw[u];
+        }
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -279,7 +302,7 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
     const cuda_fuse f = cuda_fuse_take(dx);
     if (same && al) {
         CUDA_DISPATCH_FLOAT(dx->dtype, T, {
-            const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
+            const unsigned grid = cuda_grid(n, 256, UNARY_U * 16 / (int)sizeof(T));
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
                 CUDA_FUSE_DISPATCH(
