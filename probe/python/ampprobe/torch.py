@@ -227,6 +227,20 @@ def _tag_nodes(out, layer, func):
                                                                         str(func))))
 
 
+def _layer_stack_hooks(layer_of, stack):
+    """Global module hooks that keep stack[-1] the layer of the innermost module running (the
+    bottom entry stays); returns their handles."""
+    def pre(m, inputs):
+        stack.append(layer_of.get(id(m), stack[-1]))
+
+    def post(m, inputs, output):
+        if len(stack) > 1:
+            stack.pop()
+
+    return [torch.nn.modules.module.register_module_forward_pre_hook(pre),
+            torch.nn.modules.module.register_module_forward_hook(post)]
+
+
 _CASTS = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}  # recorded as "to"
 _NOT_OPS = (_VIEW_OPS - _CASTS) | {"size", "dim", "numel", "data_ptr", "is_contiguous",
                                    "get_device", "requires_grad_", "retain_grad", "item"}
@@ -245,17 +259,7 @@ class _OpRecorder(TorchFunctionMode):
         self.hooks = []
 
     def start(self):
-        layer_of, stack = self.w.layer_of, self.layers
-
-        def pre(m, inputs):
-            stack.append(layer_of.get(id(m), stack[-1]))
-
-        def post(m, inputs, output):
-            if len(stack) > 1:
-                stack.pop()
-
-        self.hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
-                      torch.nn.modules.module.register_module_forward_hook(post)]
+        self.hooks = _layer_stack_hooks(self.w.layer_of, self.layers)
         self.__enter__()
 
     def stop(self):
@@ -863,15 +867,7 @@ class Watcher:
         args, kwargs, dev, ac, ac_dtype = d.fwd
         judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
         stack = [self.layer_of[id(self.model)]]
-
-        def pre(m, inputs):
-            stack.append(self.layer_of.get(id(m), stack[-1]))
-
-        def post(m, inputs, output):
-            stack.pop()
-
-        hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
-                 torch.nn.modules.module.register_module_forward_hook(post)]
+        hooks = _layer_stack_hooks(self.layer_of, stack)
         buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
         out = None
         self.rerunning = True
