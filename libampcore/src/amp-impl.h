@@ -279,9 +279,9 @@ typedef struct amp_backend_i {
     void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
                        int n);
-    // Statistics of each x[k] (contiguous) relative to target added into slots[slot[k]], an
-    // amp_stats in memory from alloc that holds amp_stats_empty(), by fused device reductions
-    // queued on the stream (many tensors per launch): no wait. The frontend applies
+    // Statistics of each x[k] (contiguous; n <= AMP_STATS_BATCH) relative to target added into
+    // slots[slot[k]], an amp_stats in memory from alloc that holds amp_stats_empty(), by fused
+    // device reductions queued on the stream (many tensors per launch): no wait. The frontend applies
     // amp_stats_finish() after downloading (optional: without it the frontend computes them on
     // the host). A backend with stats_into may also compute an output's statistics in the
     // kernel that writes it, when the instrumentation has armed the context's sink for that
@@ -364,6 +364,9 @@ struct amp_ctx {
     struct amp_instr *instr; // NULL when instrumentation is off
     amp_stats_sink sink;     // armed by the instrumentation for the op about to run
 };
+
+// The most tensors one stats_into call takes (amp_tensors_stats_into hands it more in turns).
+#define AMP_STATS_BATCH 64
 
 // amp_tensor_stats into slots[slot] (memory from the backend's alloc, holding amp_stats_empty()
 // on a device) without waiting for the device; the caller downloads the slots when it needs the

@@ -264,17 +264,16 @@ static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_ki
 // Tensors whose statistics go out together, in few launches (the statistics kernel takes many
 // tensors per launch): the parameters at the start of a step, their gradients at the end of
 // backward.
-#define BATCH 64
 typedef struct batch {
-    const amp_tensor_t *t[BATCH];
-    int32_t entry[BATCH];
+    const amp_tensor_t *t[AMP_STATS_BATCH];
+    int32_t entry[AMP_STATS_BATCH];
     int n;
 } batch;
 
 // Queues the statistics of t[k] into entry[k]'s slot (still on the device).
 static void launch_many(amp_ctx_t *ctx, const amp_tensor_t *const *t, const int32_t *entry, int n) {
     amp_instr *in = ctx->instr;
-    int64_t slot[BATCH];
+    int64_t slot[AMP_STATS_BATCH];
     for (int k = 0; k < n; k++) slot[k] = entry[k] - in->slot_base;
     if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
     amp_tensors_stats_into(t, n, target_of(ctx), in->slots, slot);
@@ -301,12 +300,12 @@ static int32_t batch_queue(amp_ctx_t *ctx, batch *b, const amp_tensor_t *t, entr
                            const char *op, int32_t layer) {
     amp_instr *in = ctx->instr;
     // room for the whole batch: no download may take its first slots off the device before it goes
-    if (b->n == 0 && in->n_entries - in->slot_base > SLOTS - BATCH) download(ctx);
+    if (b->n == 0 && in->n_entries - in->slot_base > SLOTS - AMP_STATS_BATCH) download(ctx);
     int32_t i = new_entry(ctx);
     set_entry(ctx, i, t, kind, op, layer);
     b->t[b->n] = t;
     b->entry[b->n++] = i;
-    if (b->n == BATCH) batch_flush(ctx, b);
+    if (b->n == AMP_STATS_BATCH) batch_flush(ctx, b);
     return i;
 }
 

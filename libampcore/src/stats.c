@@ -181,10 +181,9 @@ void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype targe
     if (n <= 0) return;
     amp_ctx_t *ctx = t[0]->ctx;
     if (ctx->be->stats_into) {
-        enum { BATCH = 64 };
-        const amp_tensor_t *x[BATCH];
-        for (int done = 0; done < n; done += BATCH) {
-            int m = n - done < BATCH ? n - done : BATCH;
+        const amp_tensor_t *x[AMP_STATS_BATCH];
+        for (int done = 0; done < n; done += AMP_STATS_BATCH) {
+            int m = n - done < AMP_STATS_BATCH ? n - done : AMP_STATS_BATCH;
             for (int k = 0; k < m; k++) x[k] = dense_of(t[done + k]);
             ctx->be->stats_into(ctx->bctx, x, m, target, slots, slot + done);
         }

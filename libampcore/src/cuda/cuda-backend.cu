@@ -136,17 +136,13 @@ static void be_release(void *bctx) {
 // per launch.
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot) {
-    enum { BATCH = 64 };
-    cuda_stats_job jobs[BATCH];
-    for (int done = 0; done < n; done += BATCH) {
-        const int m = n - done < BATCH ? n - done : BATCH;
-        for (int k = 0; k < m; k++) {
-            const amp_tensor_t *t = x[done + k];
-            CUDA_ASSERT_CONTIGUOUS(t);
-            jobs[k] = {amp_tensor_ptr(t), cuda_numel(t), slots + slot[done + k], t->dtype};
-        }
-        CUDA_CHECK(cuda_stats_launch(jobs, m, target, cuda_of(bctx)->stream));
+    AMP_ASSERT(n >= 0 && n <= AMP_STATS_BATCH, "(%d tensors)", n);
+    cuda_stats_job jobs[AMP_STATS_BATCH];
+    for (int k = 0; k < n; k++) {
+        CUDA_ASSERT_CONTIGUOUS(x[k]);
+        jobs[k] = {amp_tensor_ptr(x[k]), cuda_numel(x[k]), slots + slot[k], x[k]->dtype};
     }
+    CUDA_CHECK(cuda_stats_launch(jobs, n, target, cuda_of(bctx)->stream));
 }
 
 static const amp_backend_i cuda_backend = {
