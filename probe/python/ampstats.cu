@@ -6,8 +6,8 @@
  * Addresses, streams and slots are passed as integers (what torch's data_ptr() and cuda_stream
  * give); dtypes and the target are amp_dtype codes; each slot is an amp_stats in device memory.
  * The module links the CUDA runtime statically and works on whichever context is current on the
- * calling thread (PyTorch's primary context); nothing here allocates, and only ampstats_read
- * waits (for its own stream).
+ * calling thread (PyTorch's primary context); only ampstats_host_alloc and ampstats_event_new
+ * allocate, and only ampstats_wait waits (for one event).
  */
 #include "cuda-stats.h"
 
@@ -20,23 +20,17 @@
 // The layout the Python side mirrors: sizeof(amp_stats); it refuses the module on a mismatch.
 EXPORT int ampstats_slot_bytes(void) { return (int)sizeof(amp_stats); }
 
-// One tensor: its statistics relative to target added into *slot. 0, or a cudaError_t code.
-EXPORT int ampstats_one(uintptr_t data, int64_t numel, int dtype, uintptr_t slot, int target,
-                        uintptr_t stream) {
-    const cuda_stats_job job = {(const void *)data, numel, (amp_stats *)slot, (amp_dtype)dtype};
-    return (int)cuda_stats_launch(&job, 1, (amp_dtype)target, (cudaStream_t)stream);
-}
-
-// n tensors given as parallel arrays, in as few launches as the kernel's parameters allow.
+// n tensors given as parallel arrays, their figures into n consecutive slots from slots on, in
+// as few launches as the kernel's parameters allow.
 EXPORT int ampstats_many(int n, const uintptr_t *data, const int64_t *numel, const int32_t *dtype,
-                         const uintptr_t *slot, int target, uintptr_t stream) {
+                         uintptr_t slots, int target, uintptr_t stream) {
     enum { CHUNK = 256 };
     cuda_stats_job jobs[CHUNK];
     for (int done = 0; done < n; done += CHUNK) {
         const int k = n - done < CHUNK ? n - done : CHUNK;
         for (int i = 0; i < k; i++)
-            jobs[i] = {(const void *)data[done + i], numel[done + i], (amp_stats *)slot[done + i],
-                       (amp_dtype)dtype[done + i]};
+            jobs[i] = {(const void *)data[done + i], numel[done + i],
+                       (amp_stats *)slots + done + i, (amp_dtype)dtype[done + i]};
         cudaError_t e = cuda_stats_launch(jobs, k, (amp_dtype)target, (cudaStream_t)stream);
         if (e != cudaSuccess) return (int)e;
     }
@@ -94,20 +88,62 @@ EXPORT int ampstats_gather(int n, const uintptr_t *src, const int32_t *dtype, ui
     return (int)gather(n, src, dtype, dst, (cudaStream_t)stream);
 }
 
-// The same, read back now: stream first waits for event (0: none), the scalars go through the
-// device scratch dev (n doubles) into host (n doubles, pinned for speed) and this waits for that
-// stream only. What a step's loss and found_inf are, without waiting for the rest of the step.
-EXPORT int ampstats_read(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dev,
-                         uintptr_t host, uintptr_t event, uintptr_t stream) {
-    cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t e = cudaSuccess;
-    if (event) e = cudaStreamWaitEvent(s, (cudaEvent_t)event, 0);
-    if (e == cudaSuccess) e = gather(n, src, dtype, dev, s);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync((void *)host, (const void *)dev, (size_t)n * sizeof(double),
-                            cudaMemcpyDeviceToHost, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+// Marks where a step's loss and found_inf are computed, on their own stream: the n scalars as
+// doubles straight into dev (the device address of n doubles of ampstats_host_alloc's mapped
+// memory), then event recorded behind them. ampstats_wait(event) then says they are on the host;
+// the stream does not wait, and no other stream is involved.
+EXPORT int ampstats_mark(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dev,
+                         uintptr_t event, uintptr_t stream) {
+    cudaError_t e = gather(n, src, dtype, dev, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
     return (int)e;
+}
+
+// The end of a step's statistics, in stream order and waiting for nothing: n scalars gathered
+// into the buffer's head (as ampstats_gather into buf), nbytes of the device buffer buf copied
+// into pinned host memory, event recorded behind the copy, then the n_slots slots from slots on
+// emptied for the next step.
+EXPORT int ampstats_finish(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t buf,
+                           uintptr_t host, size_t nbytes, uintptr_t slots, int64_t n_slots,
+                           uintptr_t event, uintptr_t stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = gather(n, src, dtype, buf, s);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync((void *)host, (const void *)buf, nbytes, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)event, s);
+    if (e == cudaSuccess) e = cuda_stats_reset((amp_stats *)slots, n_slots, s);
+    return (int)e;
+}
+
+// Records an event of ampstats_event_new's on stream.
+EXPORT int ampstats_record(uintptr_t event, uintptr_t stream) {
+    return (int)cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+}
+
+// Waits for an event of ampstats_event_new's (what ampstats_mark recorded).
+EXPORT int ampstats_wait(uintptr_t event) {
+    return (int)cudaEventSynchronize((cudaEvent_t)event);
+}
+
+// Pinned host memory that the device can write into (mapped): its host address, and its device
+// address in *dev; 0 when it cannot be had. Never freed (one per watcher, a few doubles).
+EXPORT uintptr_t ampstats_host_alloc(size_t bytes, uintptr_t *dev) {
+    void *p = NULL, *d = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess)
+        return 0;
+    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess) {
+        cudaFreeHost(p);
+        return 0;
+    }
+    *dev = (uintptr_t)d;
+    return (uintptr_t)p;
+}
+
+// An event for ampstats_mark (no timing), or 0.
+EXPORT uintptr_t ampstats_event_new(void) {
+    cudaEvent_t e = NULL;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 0;
+    return (uintptr_t)e;
 }
 
 // The name and text of a code the functions above returned.

@@ -8,8 +8,8 @@ buffer owned here. A few scalars of the step (the loss, the loss scale, found_in
 beside the slots by one small kernel (put()). Nothing waits: finish() starts one copy of the used
 part of the buffer into pinned host memory at the end of a step and empties the slots for the next
 one; its result() waits for it, by then (a step later) long done, and release() hands the pinned
-buffer back for a later step. read_now() reads a few scalars at once on a side stream (what tells
-whether a step broke).
+buffer back for a later step. mark() and marked() bring a few scalars (what tells whether a step
+broke) to the host as soon as they are computed, waiting for nothing else.
 
 The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports its size
 and a module that disagrees is not used. Tensors not on a GPU, and every tensor when the module
@@ -17,6 +17,7 @@ cannot be loaded, go through eager torch reductions instead (several kernels per
 """
 import ctypes
 import os
+from array import array
 
 import torch
 
@@ -34,9 +35,11 @@ TARGET_CODE = {"f32": 0, "f16": 1, "bf16": 2}
 _SCALAR_CODE = {**_AMP_DTYPE, torch.float64: 5}  # ampstats_gather's codes
 HEAD = 16  # float64 scalars ahead of a step's slots (StepStats.put)
 _HEAD_BYTES = HEAD * 8
-# deferred tensors (add(defer=True)) go in one launch once this many are waiting, or this many
-# bytes (they are kept alive until then)
-BATCH = 32
+# deferred tensors (defer()) go in one launch once this many are waiting (what one launch of the
+# kernel carries), or this many bytes of tensors that nothing but the wait keeps alive (gradients;
+# a module output is checked instead and alive until the forward ends anyway, its backward
+# saves it)
+BATCH = 48
 BATCH_BYTES = 256 << 20
 
 _Slot = _records.AmpStats
@@ -59,18 +62,25 @@ def load_module(next_to):
         return None, "%s: slot size %d, expected %d (a stale build?)" % (
             path, lib.ampstats_slot_bytes(), _SLOT)
     u, i64, i = ctypes.c_size_t, ctypes.c_int64, ctypes.c_int
-    lib.ampstats_one.argtypes = [u, i64, i, u, i, u]
-    lib.ampstats_one.restype = i
-    lib.ampstats_many.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(i64),
-                                  ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(u), i, u]
+    lib.ampstats_many.argtypes = [i, u, u, u, u, i, u]  # arrays by address (array.array)
     lib.ampstats_many.restype = i
     lib.ampstats_reset.argtypes = [u, i64, u]
     lib.ampstats_reset.restype = i
     lib.ampstats_gather.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u]
     lib.ampstats_gather.restype = i
-    lib.ampstats_read.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u, u,
-                                  u]
-    lib.ampstats_read.restype = i
+    lib.ampstats_mark.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u, u]
+    lib.ampstats_mark.restype = i
+    lib.ampstats_wait.argtypes = [u]
+    lib.ampstats_wait.restype = i
+    lib.ampstats_host_alloc.argtypes = [u, ctypes.POINTER(u)]
+    lib.ampstats_host_alloc.restype = u
+    lib.ampstats_event_new.argtypes = []
+    lib.ampstats_event_new.restype = u
+    lib.ampstats_finish.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u,
+                                    u, u, i64, u, u]
+    lib.ampstats_finish.restype = i
+    lib.ampstats_record.argtypes = [u, u]
+    lib.ampstats_record.restype = i
     lib.ampstats_error.argtypes = [i]
     lib.ampstats_error.restype = ctypes.c_char_p
     return lib, None
@@ -127,15 +137,19 @@ class Figures:
 
 
 class StepStats:
-    """The statistics queued during one step, on one GPU: add()/add_many() queue them, put()
-    places a few scalars beside them (the loss, the loss scale), finish() starts their copy to
-    the host and empties the slots for the next step; its Copy gives them back as Figures in the
-    order they were queued. A tensor on another device than the step's first one, or off the
-    GPU, goes the eager way.
+    """The statistics queued during one step, on one GPU: add()/defer()/add_many() queue them,
+    put() places a few scalars beside them (the loss, the loss scale), finish() starts their
+    copy to the host and empties the slots for the next step; its Copy gives them back as
+    Figures in the order they were queued. A tensor on another device than the step's first
+    one, or off the GPU, goes the eager way.
 
     The device buffer holds HEAD float64 scalars, then the slots; its host copies go into pinned
     buffers that come back to a pool when a Copy is released, so a step costs one statistics
-    kernel per tensor, one gather kernel per put(), one copy and one reset kernel."""
+    kernel per batch of tensors, one gather kernel per put(), one copy and one reset kernel.
+
+    Queuing a tensor is kept to a few list appends (it runs for every module output and
+    gradient, on the host's critical path): its slot, its device and its memory are looked at
+    when its batch launches (flush())."""
 
     def __init__(self, lib, capacity=256):
         self.lib = lib
@@ -143,18 +157,20 @@ class StepStats:
         self.buf = None  # uint8 tensor: HEAD scalars and cap slots (allocated at first use)
         self.scal = None  # the scalars, a float64 view of buf
         self._base, self._dev = 0, -1  # the first slot's address, buf's device index
-        self._one = lib.ampstats_one if lib is not None else None
         self.used = 0
         self.placed = False  # put() was called this step (buf cannot move)
         self.retired = []  # buffers outgrown this step: kept until read() (queued kernels)
         self.eager = []  # figures tensors of the eager path
-        self.order = []  # per handle: slot index (>= 0) or ~eager index
-        self.pending = []  # deferred tensors, their slot indices, bytes, target (flush())
-        self._pending_slots, self._pending_bytes, self._pending_target = [], 0, None
+        self.order = []  # per handle: slot index (>= 0) or ~eager index (None: not launched)
+        self.pending = []  # deferred tensors (held until flush())
+        self._pending_handles, self._pending_bytes = [], 0
+        self._pending_target, self._pending_bounds = None, None
         self._pending_checks = []  # (index in pending, handle, version) of checked ones
         self.modified = []  # handles of checked deferred tensors written to before their read
         self._pool = []  # free (pinned host buffer, event) pairs
-        self._scratch = None  # ampstats_read's device doubles and pinned host doubles
+        self._marked, self._mark_n = None, -1  # mark()'s tensors and how many the kernel took
+        self._mark_host, self._mark_dev, self._mark_event = 0, 0, 0  # mark()'s mapped doubles
+        # (host and device addresses) and event
 
     def _alloc(self, device, cap):
         """A fresh buffer of cap slots on device, slots emptied (kernels queued on it so far
@@ -173,7 +189,7 @@ class StepStats:
     def _slots(self, device, n):
         """The index of the first of n fresh slots on device (the buffer grows as needed: slot
         addresses are only valid until the next call). Moves to device only when nothing is in
-        use (add() sees to that)."""
+        use (flush() sees to that)."""
         if self.buf is None or self.buf.device != device:
             self.used = 0
             cap = self.cap
@@ -188,7 +204,6 @@ class StepStats:
             self._alloc(device, cap)
         first = self.used
         self.used += n
-        self.order.extend(range(first, first + n))
         return first
 
     def _reset(self, first, n):
@@ -200,89 +215,96 @@ class StepStats:
             raise RuntimeError("ampprobe: statistics kernel: " +
                                self.lib.ampstats_error(rc).decode())
 
-    def add(self, t, target, bounds, defer=False, check=False):
+    def defer(self, t, target, bounds, check=False):
         """Queues t's statistics relative to target ('f16', 'bf16', 'f32'; bounds its
         (overflow, tiny) pair for the eager path) and returns its handle (its place among the
-        step's figures). Called for every module output and gradient: kept short. defer: its
-        kernel may wait for others' and run with them in one launch (flush(): when BATCH
-        tensors or BATCH_BYTES wait, and before finish()); t is held until then. check: t may
-        be written to before that (a module output): flush() compares its version counter and
-        lists the handle in `modified` when it moved (its figures are then of the new values)."""
-        code = _AMP_DTYPE.get(t.dtype)
+        step's figures). Its kernel waits for others' and runs with them in one launch
+        (flush(): when BATCH tensors or BATCH_BYTES of unchecked ones wait, and before
+        finish()); t is held until then. check: t may be written to before that (a module
+        output): flush() compares its version counter and lists the handle in `modified` when
+        it moved (its figures are then of the new values). Called for every module output and
+        gradient: kept short."""
+        if target != self._pending_target:
+            self.flush()
+            self._pending_target, self._pending_bounds = target, bounds
         handle = len(self.order)
-        if code is None or self.lib is None or not t.is_cuda or (
-                (self.used or self.placed) and t.get_device() != self._dev):
-            self.order.append(~len(self.eager))
-            with torch.no_grad():
-                self.eager.append(eager_stats(t, *bounds))
-            return handle
-        if not t.is_contiguous():
-            t, check = t.contiguous(), False  # a copy of our own
-        dev = t.get_device()
-        i = self.used
-        if i < self.cap and self._dev == dev:
-            self.used = i + 1
-            self.order.append(i)
+        self.order.append(None)
+        if check:
+            self._pending_checks.append((len(self.pending), handle, t._version))
         else:
-            i = self._slots(t.device, 1)
-        if defer:
-            if self._pending_target != target:
-                self.flush()
-                self._pending_target = target
-            if check:
-                self._pending_checks.append((len(self.pending), handle, t._version))
-            self.pending.append(t)
-            self._pending_slots.append(i)
-            self._pending_bytes += t.numel() * t.element_size()
-            if len(self.pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
-                self.flush()
-            return handle
-        rc = self._one(t.data_ptr(), t.numel(), code, self._base + i * _SLOT, TARGET_CODE[target],
-                       _raw_stream_fast(dev))
-        if rc:
-            self._check(rc)
+            self._pending_bytes += t.nbytes
+        self.pending.append(t)
+        self._pending_handles.append(handle)
+        if len(self.pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
+            self.flush()
         return handle
 
-    def flush(self):
-        """Launches the deferred tensors' statistics (as few launches as the kernel's
-        parameters allow) on the current stream."""
-        ts = self.pending
-        if not ts:
-            return
-        if self._pending_checks:
-            self.modified += [h for k, h, v in self._pending_checks if ts[k]._version != v]
-            self._pending_checks = []
-        n = len(ts)
-        u = ctypes.c_size_t * n
-        base = self._base
-        self._check(self.lib.ampstats_many(
-            n, u(*[t.data_ptr() for t in ts]), (ctypes.c_int64 * n)(*[t.numel() for t in ts]),
-            (ctypes.c_int32 * n)(*[_AMP_DTYPE[t.dtype] for t in ts]),
-            u(*[base + i * _SLOT for i in self._pending_slots]),
-            TARGET_CODE[self._pending_target], _raw_stream_fast(self._dev)))
-        self.pending, self._pending_slots, self._pending_bytes = [], [], 0
+    def add(self, t, target, bounds, defer=False, check=False):
+        """Queues t's statistics (see defer()) and returns its handle; launched at once unless
+        defer."""
+        handle = self.defer(t, target, bounds, check)
+        if not defer:
+            self.flush()
+        return handle
 
     def add_many(self, tensors, target, bounds):
         """add() of each of tensors (not written to before they are read: parameter
         gradients), in one launch with the deferred ones."""
-        dev = [t for t in tensors if self.lib is not None and t.is_cuda and t.dtype in _AMP_DTYPE]
-        if len(dev) != len(tensors) or len({t.device for t in dev}) > 1 or (
-                dev and (self.used or self.placed) and dev[0].get_device() != self._dev):
-            for t in tensors:
-                self.add(t, target, bounds)
+        if target != self._pending_target:
             self.flush()
-            return
-        n = len(dev)
-        if not n:
-            self.flush()
-            return
-        first = self._slots(dev[0].device, n)
-        if self._pending_target != target:
-            self.flush()
-            self._pending_target = target
-        self.pending += [t if t.is_contiguous() else t.contiguous() for t in dev]
-        self._pending_slots += range(first, first + n)
+            self._pending_target, self._pending_bounds = target, bounds
+        first = len(self.order)
+        self.order += [None] * len(tensors)
+        self.pending += tensors
+        self._pending_handles += range(first, first + len(tensors))
         self.flush()
+
+    def flush(self):
+        """Launches the deferred tensors' statistics (as few launches as the kernel's
+        parameters allow) on the current stream; those off the step's GPU go the eager way."""
+        ts = self.pending
+        if not ts:
+            return
+        handles, checks = self._pending_handles, self._pending_checks
+        self.pending, self._pending_handles, self._pending_bytes = [], [], 0
+        if checks:
+            self._pending_checks = []
+            self.modified += [h for k, h, v in checks if ts[k]._version != v]
+        # the step's GPU: the buffer's once anything is in it, else the first tensor's
+        dev = self._dev if self.buf is not None and (self.used or self.placed) else None
+        code_of, lib = _AMP_DTYPE.get, self.lib
+        ptrs, numels, codes, slots = [], [], [], []
+        device = None
+        for t, h in zip(ts, handles):
+            code = code_of(t.dtype)
+            if code is not None and lib is not None and t.is_cuda:
+                d = t.get_device()
+                if dev is None:
+                    dev, device = d, t.device
+                if d == dev:
+                    if not t.is_contiguous():
+                        t = t.contiguous()  # a copy of our own, alive until the launch
+                        ts.append(t)
+                    ptrs.append(t.data_ptr())
+                    numels.append(t.numel())
+                    codes.append(code)
+                    slots.append(h)
+                    continue
+            self.order[h] = ~len(self.eager)
+            with torch.no_grad():
+                self.eager.append(eager_stats(t, *self._pending_bounds))
+        n = len(ptrs)
+        if not n:
+            return
+        first = self._slots(device if device is not None else self.buf.device, n)
+        order = self.order
+        for k, h in enumerate(slots):
+            order[h] = first + k
+        ptrs, numels, codes = array("Q", ptrs), array("q", numels), array("i", codes)
+        self._check(lib.ampstats_many(
+            n, ptrs.buffer_info()[0], numels.buffer_info()[0], codes.buffer_info()[0],
+            self._base + first * _SLOT, TARGET_CODE[self._pending_target],
+            _raw_stream_fast(self._dev)))
 
     def put(self, at, tensors):
         """Places one-element tensors (the loss, the scale, ...) as float64 at scalars at, at+1,
@@ -311,55 +333,100 @@ class StepStats:
         for k, t in enumerate(tensors):  # another device, dtype or no module: torch's copies
             self.scal[at + k].copy_(t.detach().reshape(()))
 
-    def read_now(self, tensors, event=None, stream=None):
-        """The values of one-element tensors now, as floats, read on stream (a side stream,
-        default the current one) after event (a torch.cuda.Event, or None): what the step's
-        loss and found_inf are, without waiting for the rest of the step."""
+    def mark(self, tensors):
+        """Marks the values of one-element tensors (the step's loss and found_inf) as they are
+        now, in stream order: one small kernel writes them as float64 straight into mapped host
+        memory and an event is recorded behind it, so that marked() waits for them only, not for
+        the rest of the step; no other stream is involved. Tensors that cannot go that way (off
+        the GPU, another dtype, no module) are kept and read by marked() with torch."""
+        self._marked, self._mark_n = list(tensors), -1  # alive until marked()
         codes = [_SCALAR_CODE.get(t.dtype) for t in tensors]
         dev = tensors[0].device if tensors else None
         if (self.lib is None or dev is None or dev.type != "cuda" or None in codes
                 or len(tensors) > HEAD or any(t.device != dev for t in tensors)):
-            if stream is None:
-                return torch.stack([t.detach().reshape(()).double().cpu()
-                                    for t in tensors]).tolist() if tensors else []
-            with torch.cuda.stream(stream):
-                if event is not None:
-                    stream.wait_event(event)
-                return self.read_now(tensors)
-        if self._scratch is None or self._scratch[0].device != dev:
-            self._scratch = (torch.empty(HEAD, dtype=torch.float64, device=dev),
-                             torch.empty(HEAD, dtype=torch.float64, pin_memory=True))
-        d, h = self._scratch
+            return
+        if not self._mark_host:
+            dev_addr = ctypes.c_size_t(0)
+            self._mark_host = self.lib.ampstats_host_alloc(HEAD * 8, ctypes.byref(dev_addr))
+            self._mark_dev = dev_addr.value
+            self._mark_event = self.lib.ampstats_event_new()
+            if not self._mark_host or not self._mark_event:
+                raise RuntimeError("ampprobe: cannot allocate mapped host memory or an event "
+                                   "for the step's loss and found_inf")
         n = len(tensors)
         u = ctypes.c_size_t * n
-        raw = stream.cuda_stream if stream is not None else _raw_stream_fast(dev.index)
-        self._check(self.lib.ampstats_read(
-            n, u(*[t.data_ptr() for t in tensors]), (ctypes.c_int32 * n)(*codes), d.data_ptr(),
-            h.data_ptr(), event.cuda_event if event is not None else 0, raw))
-        return h[:n].tolist()
+        self._check(self.lib.ampstats_mark(
+            n, u(*[t.data_ptr() for t in tensors]), (ctypes.c_int32 * n)(*codes),
+            self._mark_dev, self._mark_event, _raw_stream_fast(dev.index)))
+        self._mark_n = n
+
+    def marked_count(self):
+        """How many tensors the last mark() marked that marked() has not read (-1: none)."""
+        return -1 if self._marked is None else len(self._marked)
+
+    def marked(self):
+        """The values the last mark() marked, as floats (waits for those only), or None when
+        nothing was marked since the last call."""
+        ts, self._marked = self._marked, None
+        if ts is None:
+            return None
+        if self._mark_n < 0:
+            return torch.stack([t.detach().reshape(()).double().cpu()
+                                for t in ts]).tolist() if ts else []
+        self._check(self.lib.ampstats_wait(self._mark_event))
+        return list((ctypes.c_double * self._mark_n).from_address(self._mark_host))
 
     def __len__(self):
         return len(self.order)
 
     def _pinned(self, nbytes):
-        """A free pinned host buffer of at least nbytes, and its event."""
+        """A free pinned host buffer of at least nbytes, and its event (the module's, else
+        torch's)."""
         while self._pool:
             host, event = self._pool.pop()
             if host.numel() >= nbytes:
                 return host, event
         size = max(nbytes, _HEAD_BYTES + self.cap * _SLOT)
-        return torch.empty(size, dtype=torch.uint8, pin_memory=True), torch.cuda.Event()
+        event = self.lib.ampstats_event_new() if self.lib is not None else torch.cuda.Event()
+        if not event:
+            raise RuntimeError("ampprobe: cannot create a CUDA event for the statistics' copy")
+        return torch.empty(size, dtype=torch.uint8, pin_memory=True), event
 
-    def finish(self, n_scalars=0):
+    def _wait(self, event):
+        if isinstance(event, int):
+            self._check(self.lib.ampstats_wait(event))
+        else:
+            event.synchronize()
+
+    def finish(self, n_scalars=0, scalars=None):
         """Starts bringing the queued figures and the first n_scalars scalars (put()) to the
         host: one copy into pinned memory, not waited for; the slots are emptied for the next
-        step. Returns a Copy whose result() waits for it."""
+        step. scalars: one-element tensors placed first (put(0, scalars); n_scalars is then
+        their number). Returns a Copy whose result() waits for it."""
         self.flush()
+        if scalars:
+            n_scalars = len(scalars)
+            codes = [_SCALAR_CODE.get(t.dtype) for t in scalars]
+            if (self.lib is None or self.buf is None or not self.buf.is_cuda or self.eager
+                    or None in codes or n_scalars > HEAD
+                    or any(not t.is_cuda or t.get_device() != self._dev for t in scalars)):
+                self.put(0, scalars)
+                scalars = None
         host, event, eager, nbytes = None, None, None, 0
-        if self.buf is not None and (self.used or self.placed):
+        if self.buf is not None and (self.used or self.placed or scalars):
             nbytes = _HEAD_BYTES + self.used * _SLOT
             if self.buf.is_cuda:
                 host, event = self._pinned(nbytes)
+                if self.lib is not None and not self.eager:  # the common case: one call
+                    n = len(scalars) if scalars else 0
+                    u = ctypes.c_size_t * n
+                    self._check(self.lib.ampstats_finish(
+                        n, u(*[t.data_ptr() for t in scalars]) if n else None,
+                        (ctypes.c_int32 * n)(*codes) if n else None, self.buf.data_ptr(),
+                        host.data_ptr(), nbytes, self._base, self.used, event,
+                        _raw_stream_fast(self._dev)))
+                    return self._finished(Copy(self, host, event, None, self.order, self.used,
+                                               n_scalars))
                 host[:nbytes].copy_(self.buf[:nbytes], non_blocking=True)
             else:
                 host = self.buf[:nbytes].clone()
@@ -373,12 +440,18 @@ class StepStats:
                     event = torch.cuda.Event()
             else:
                 eager = flat.clone()
-        if event is not None:
+        if isinstance(event, int):
+            self._check(self.lib.ampstats_record(event, _raw_stream_fast(self._dev)))
+        elif event is not None:
             event.record(torch.cuda.current_stream(self.buf.device if self.buf is not None
                                                    else self.eager[0].device))
         copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0)
         if self.used and self.lib is not None and self.buf.is_cuda:
             self._reset(0, self.used)  # after the copy, in stream order
+        return self._finished(copy)
+
+    def _finished(self, copy):
+        """The step's state emptied for the next one; returns copy."""
         self.used, self.placed, self.order, self.eager, self.retired = 0, False, [], [], []
         return copy
 
@@ -402,7 +475,7 @@ class Copy:
         if self.slots is not None or (self.host is None and self.eager is None):
             return self
         if self.event is not None:
-            self.event.synchronize()
+            self.stats._wait(self.event)
         n = len(self.order)
         base = self.host.data_ptr() + _HEAD_BYTES if self.host is not None else 0
         if self.host is not None and self.n_scalars:

@@ -22,8 +22,9 @@ first sampled step reads outputs at once and watches their version counters, and
 output moved is read at once from then on (one that moves only later is named on stderr). The
 figures go into a device buffer that one asynchronous copy brings back when the step ends; the
 step is recorded (one C call) when the next one ends, its copy long done by then. Only the loss
-and found_inf are read at once, on a side stream behind the event that marks them computed: a
-step they show broken is recorded (and re-run, below) right away. A step ends at
+and found_inf are read at once: as soon as they are computed a small kernel writes them into
+mapped host memory, and the step's end waits for that kernel only; a step they show broken is
+recorded (and re-run, below) right away. A step ends at
 scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
 still those of the forward), else at the model's next forward. Parameter gradients are read
 before the scaler unscales them, as libampcore does; the step's gradient norm is theirs divided
@@ -76,10 +77,11 @@ __all__ = ["watch", "Watcher"]
 _RERUNS_BEFORE_STREAKS = 10
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _INF = float("inf")
-# where a step's scalars go among the statistics (StepStats.put): the loss scale before update(),
-# the loss, the scale after update(), the growth tracker, then found_inf per device (the loss and
-# what follows it are placed in one launch)
-_S_BEFORE, _S_LOSS, _S_AFTER, _S_TRACKER, _S_FOUND = range(5)
+# A step's scalars: the loss, and with an enabled GradScaler the loss scale before update() and
+# found_inf per device, are marked as soon as they are computed (Watcher._mark_ready: what tells at
+# once whether the step broke); the scale after update() and the growth tracker travel with the
+# step's statistics (StepStats.finish), in these places:
+_S_AFTER, _S_TRACKER = 0, 1
 
 
 def _describe_now(what, t, allowed_neginf=False):
@@ -375,6 +377,7 @@ def _replay_loss(d, out):
 
 _watchers = []
 _grad_enabled = torch.is_grad_enabled
+_dtype_name = _vocab.dtype_name
 _backward_patched = False
 _layers = _vocab.LayerTable()  # layer ids are the process's, shared by its watchers
 
@@ -413,8 +416,12 @@ class Watcher:
         named = list(model.named_modules())
         ids = _layers.add_model(name or type(model).__name__, [n for n, _ in named])
         self.layer_of = {id(m): ids[n] for n, m in named}
-        self.op_of = {id(m): _vocab.op_name(type(m).__name__) for _, m in named}
-        self._grad_hooks = {}  # id(module) -> the pre-hook that queues its output's gradient
+        self._lock = threading.Lock()
+        # id(module) -> its layer, op and the autograd pre-hook that queues its output's gradient
+        self._module_info = {}
+        for n, m in named:
+            op = _vocab.op_name(type(m).__name__)
+            self._module_info[id(m)] = (ids[n], op, self._grad_hook(ids[n], op, 0))
         self._plist = []  # the floating parameters
         self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
         for mn, m in named:
@@ -439,9 +446,6 @@ class Watcher:
         self.fwd_out = None  # and its output
         self.loss_id = None  # id() of the loss tensor backward() was called on
         self.loss = None
-        self._ready = None  # CUDA event: the step's loss (and found_inf) are computed
-        self._ready_event = None  # the event object _ready is, recorded anew every step
-        self._side = None  # the side stream that reads them
         self.waiting = None  # the last step, its figures on their way (_Done)
         self.scaler = None
         self.optimizer = None
@@ -455,7 +459,6 @@ class Watcher:
         self.prev_broken = False
         self._forwards = 0
         self._handles = []
-        self._lock = threading.Lock()
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
@@ -491,11 +494,12 @@ class Watcher:
         def unscale_(optimizer):  # the gradients as backward left them (scaled), as libampcore
             self._queue_weight_grads()
             r = orig_unscale(optimizer)
-            self._mark_ready()
+            self._mark_ready(self._found_infs())
             return r
 
         def update(new_scale=None):
-            found = self._scaler_before()
+            found = self._found_infs()
+            self._ensure_marked(found)  # the scale as it is before the update
             orig_update(new_scale)
             self.end_step(found)
 
@@ -567,13 +571,29 @@ class Watcher:
             if self.scaler is None:  # else found_inf decides too: marked after unscale_
                 self._mark_ready()
 
-    def _mark_ready(self):
-        """The values that tell whether the step broke are queued: an event behind them."""
-        if self.loss is not None and self.loss.is_cuda:
-            if self._ready_event is None:
-                self._ready_event = torch.cuda.Event()
-            self._ready_event.record()
-            self._ready = self._ready_event
+    def _step_scalars(self, found):
+        """What is marked of a step: the loss (when backward() was seen on one), and with a
+        scaler (found: its found_inf tensors) the scale as it is now and found."""
+        ts = [self.loss] if self.loss is not None else []
+        if found is not None:
+            ts += [self.scaler._scale] + found
+        return ts
+
+    def _mark_ready(self, found=None):
+        """The values that tell whether the step broke (the loss, and after unscale_ the
+        scale and found_inf) are computed: marked, so that end_step reads them without waiting
+        for the rest of the step."""
+        if self.loss is not None:
+            ts = self._step_scalars(found)
+            with self._lock:
+                self.stats.mark(ts)
+
+    def _ensure_marked(self, found):
+        """Marks the step's scalars now unless _mark_ready marked them all."""
+        ts = self._step_scalars(found)
+        with self._lock:
+            if ts and self.stats.marked_count() != len(ts):
+                self.stats.mark(ts)
 
     def _queue(self, kind, layer, op, t):
         """Queues t's statistics, launched with others in few launches on the current stream
@@ -581,20 +601,21 @@ class Watcher:
         the end of the forward. The program may write into a module output before that (an
         in-place ReLU after a convolution): on the first sampled step outputs are read at once
         and watched, and a layer whose output was written to in the forward is read at once
-        from then on (_check_outputs)."""
-        if not self.sampled or t.numel() == 0 or not t.is_floating_point():
+        from then on (_check_outputs). Runs for every module output and gradient of a sampled
+        step: kept short (StepStats.defer looks at the tensor when its batch launches)."""
+        if not t.is_floating_point() or not t.numel():
             return
         with self._lock:
-            self.entries.append((layer, kind, op, _vocab.dtype_name(t.dtype)))
+            self.entries.append((layer, kind, op, _dtype_name(t.dtype)))
             if kind != ACTIVATION:
-                self.stats.add(t, *self._against, defer=True)
+                self.stats.defer(t, *self._against)
             elif self._watch is not None:  # the first sampled step
                 self.stats.add(t, *self._against)
                 self._watch.append((layer, weakref.ref(t), t._version))
             elif layer in self._at_once:
                 self.stats.add(t, *self._against)
             else:
-                self.stats.add(t, *self._against, defer=True, check=True)
+                self.stats.defer(t, *self._against, check=True)
 
     def _check_outputs(self):
         """The forward has ended: its deferred outputs are read now; on the first sampled step,
@@ -625,10 +646,12 @@ class Watcher:
     def _grad_hook(self, layer, op, nr):
         """A pre-hook for the autograd node that made a module's output (its output nr): queues
         the output's gradient as the node receives it."""
+        queue = self._queue
+
         def hook(grad_outputs):
             g = grad_outputs[nr]
             if g is not None:
-                self._queue(ACTIVATION_GRAD, layer, op, g)
+                queue(ACTIVATION_GRAD, layer, op, g)
         return hook
 
     def _on_output(self, module, args, output):
@@ -643,20 +666,18 @@ class Watcher:
             if not outs:
                 return None
             t = outs[0]
-        key = id(module)
-        layer, op = self.layer_of.get(key, -1), self.op_of.get(key, "module")
+        layer, op, hook = self._module_info[id(module)]
         self._queue(ACTIVATION, layer, op, t)
         if t.requires_grad:
-            node, nr = t.grad_fn, t.output_nr
-            if node is None:  # a leaf (a parameter returned as it is)
-                t.register_hook(lambda g: self._queue(ACTIVATION_GRAD, layer, op, g))
-            elif nr == 0:
-                hook = self._grad_hooks.get(key)
-                if hook is None:
-                    hook = self._grad_hooks[key] = self._grad_hook(layer, op, 0)
-                node.register_prehook(hook)
+            node = t.grad_fn
+            if node is None:  # a leaf (a parameter returned as it is): hooked once for good
+                if getattr(t, "_ampprobe_hooked", None) is not self:
+                    t._ampprobe_hooked = self
+                    t.register_hook(lambda g: self._queue(ACTIVATION_GRAD, layer, op, g)
+                                    if self.sampled else None)
             else:
-                node.register_prehook(self._grad_hook(layer, op, nr))
+                nr = t.output_nr
+                node.register_prehook(hook if nr == 0 else self._grad_hook(layer, op, nr))
         return None
 
     def close(self):
@@ -693,40 +714,33 @@ class Watcher:
                 self.entries.extend(self._wentries)
             self.stats.add_many(grads, *self._against)
 
-    def _scaler_before(self):
-        """Before scaler.update(): places the scale as it is among the step's scalars; returns
-        the per-device found_inf tensors (as update() will see them)."""
-        s = self.scaler
-        found = [v for st in s._per_optimizer_states.values()
+    def _found_infs(self):
+        """The scaler's per-device found_inf tensors of this step (as update() will see them)."""
+        found = [v for st in self.scaler._per_optimizer_states.values()
                  for v in st.get("found_inf_per_device", {}).values()]
-        if len(found) > _devstats.HEAD - _S_FOUND:  # more GPUs than places: their sum
+        if len(found) > _devstats.HEAD - 2:  # more GPUs than places beside loss and scale
             found = [torch.stack([v.to(found[0].device).reshape(()) for v in found]).sum()]
-        with self._lock:
-            self.stats.put(_S_BEFORE, [s._scale])
         return found
 
     def end_step(self, found):
         """Ends the step: starts its figures' copy to the host and records the step before it
         (whose copy is done by now). found: the scaler's found_inf tensors (None: no scaler).
-        A step that broke (its loss or found_inf is non-finite, read on a side stream) is
+        A step that broke (its loss or found_inf is non-finite: _marked) is
         recorded at once, while a re-run still sees its parameters."""
         if not self.on:
             return
         self._end_loss_region()
         self._queue_weight_grads()
-        at, vals = _S_AFTER, []
-        if self.loss is not None:
-            at, vals = _S_LOSS, [self.loss]
-        if found is not None:
-            vals += [self.scaler._scale, self.scaler._growth_tracker] + found
+        if found is None:
+            self._ensure_marked(None)
         with self._lock:
-            self.stats.put(at, vals)
-            copy = self.stats.finish(at + len(vals) if vals else 0)
+            copy = self.stats.finish(scalars=[self.scaler._scale, self.scaler._growth_tracker]
+                                     if found is not None else None)
             self._note_modified()
-        done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy,
-                     self.loss is not None, None if found is None else len(found), self.fwd,
-                     self.tape.tape, self.fwd_out, self.loss_id)
-        broken = self._broke(found or [])
+        loss, before, found_sum = self._marked(found)
+        done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
+                     before, found_sum, self.fwd, self.tape.tape, self.fwd_out, self.loss_id)
+        broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0
         self.flush()
         if broken:
             self._record(done)
@@ -736,7 +750,7 @@ class Watcher:
         self.step += 1
         self.step_start = self.rec.now_ns()
         self.sampled = self.step % self.stats_every == 0
-        self.entries, self.loss, self._ready = [], None, None
+        self.entries, self.loss = [], None
         self.fwd_out = self.loss_id = None
         self.wgrads_queued = False
         self.tape.tape = []
@@ -747,35 +761,29 @@ class Watcher:
         if d is not None:
             self._record(d)
 
-    def _broke(self, found):
-        """Whether the loss or a found_inf is non-finite, without waiting for the rest of the
-        step: they are read on a side stream behind the event recorded when they were made."""
-        ts = ([self.loss] if self.loss is not None else []) + list(found)
-        if not ts:
-            return False
-        if self._ready is not None and self._side is None:
-            self._side = torch.cuda.Stream(self.loss.device)
-        vals = self.stats.read_now(ts, self._ready,
-                                   self._side if self._ready is not None else None)
-        if self.loss is not None and not abs(vals.pop(0)) < _INF:
-            return True
-        return any(v > 0 for v in vals)
+    def _marked(self, found):
+        """The step's marked scalars (waiting for them only): the loss (None: none), the scale
+        before update() and found_inf summed (None: no scaler; -1: no found_inf)."""
+        with self._lock:
+            vals = self.stats.marked() or []
+        loss = vals.pop(0) if self.loss is not None else None
+        if found is None:
+            return loss, None, None
+        return loss, vals[0], sum(vals[1:]) if found else -1.0
 
     def _record(self, d):
         """Emits a finished step's records (waits for its copy). The statistics go to C in one
         call; Python reads single figures only when something is wrong."""
         copy = d.copy.wait()
         vals = copy.extras
-        loss = vals[_S_LOSS] if d.has_loss else None
+        loss = d.loss
         scale = None  # before, found_inf (summed; -1: none), after, tracker
-        if d.n_found is not None:
-            found = sum(vals[_S_FOUND:_S_FOUND + d.n_found]) if d.n_found else -1.0
-            scale = [vals[_S_BEFORE], found, vals[_S_AFTER], vals[_S_TRACKER]]
+        if d.found is not None:
+            scale = [d.before, d.found, vals[_S_AFTER], vals[_S_TRACKER]]
         summary, norm = None, None
         if d.entries:
-            key = tuple(d.entries)
-            if key != self._entries_key:  # the same entries step after step: built once
-                self._entries_key, self._entries_arr = key, self.rec.entries(d.entries)
+            if d.entries != self._entries_key:  # the same entries step after step: built once
+                self._entries_key, self._entries_arr = d.entries, self.rec.entries(d.entries)
             summary = self.rec.tensor_stats_many(d.step, self.target or "f16", self._entries_arr,
                                                  ctypes.addressof(copy.slots))
             if summary.weight_grads:
@@ -927,13 +935,13 @@ class Watcher:
 
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
-    __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "has_loss", "n_found", "fwd",
-                 "tape", "fwd_out", "loss_id")
+    __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
+                 "fwd", "tape", "fwd_out", "loss_id")
 
-    def __init__(self, step, start_ns, end_ns, entries, copy, has_loss, n_found, fwd, tape,
+    def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, fwd, tape,
                  fwd_out, loss_id):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
-        self.copy, self.has_loss, self.n_found = copy, has_loss, n_found
+        self.copy, self.loss, self.before, self.found = copy, loss, before, found
         self.fwd, self.tape, self.fwd_out, self.loss_id = fwd, tape, fwd_out, loss_id
 
 

@@ -19,17 +19,22 @@ variants that each leave one part of the bridge out:
 and prints the median CUDA-event step time and the host time of a step (time spent in step(),
 which in fp16 includes GradScaler's own wait for found_inf). With --profile it also prints the
 host functions by own time (cProfile of the hooks and full variants) and the GPU time of the
-statistics kernels per step (torch.profiler). Run it under `ampprobe run --trace amp`:
+statistics kernels per step (torch.profiler). With --self-time it prints the host time the
+bridge's own entry points (hooks, the end of the step) take per step in the full variant, timed
+one by one with perf_counter (not sampled: what the loop waits for when it is host-bound).
+Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
 """
 import argparse
 import cProfile
+import gc
 import io
 import os
 import pstats
 import statistics
 import sys
+import time
 
 import torch
 
@@ -51,15 +56,11 @@ def setup(name, mode, variant):
 
 
 def _no_kernels(w):
-    w.stats._one = lambda *a: 0
     w.stats.lib = _NoKernels(w.stats.lib)
-    w.stats._alloc(torch.device("cuda", torch.cuda.current_device()), w.stats.cap)
-    w.stats.scal.fill_(1.0)  # scalars that say "healthy": nothing gathers them now
-    w.stats.scal[ap._S_FOUND:].zero_()
 
 
 def _no_read(w):
-    w._broke = lambda found: False
+    w._marked = lambda found: (None, None, None) if found is None else (None, 1.0, 0.0)
 
 
 def _at_once(w):
@@ -78,7 +79,7 @@ class _NoKernels:
         self._lib = lib
 
     def __getattr__(self, name):
-        if name in ("ampstats_one", "ampstats_many", "ampstats_gather"):
+        if name == "ampstats_many":
             return lambda *a: 0
         return getattr(self._lib, name)
 
@@ -127,6 +128,124 @@ def profile(name, mode, variant):
           flush=True)
 
 
+# the bridge's entry points: (class, method) and, for the grad pre-hooks, the factory
+_ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "_on_root_post"),
+            ("Watcher", "_on_backward"), ("Watcher", "_queue_weight_grads"),
+            ("Watcher", "_mark_ready"), ("Watcher", "_found_infs"),
+            ("Watcher", "_ensure_marked"), ("Watcher", "end_step"), ("Watcher", "_queue"),
+            ("Watcher", "_record"), ("_LossTape", "__torch_function__"),
+            ("StepStats", "flush"), ("StepStats", "defer"), ("StepStats", "finish"),
+            ("StepStats", "put")]
+
+
+def self_time(name, mode):
+    """The full variant with the bridge's entry points timed: per entry point, calls and host
+    microseconds per step (nested calls are listed but counted once in the total)."""
+    spent, calls, depth = {}, {}, [0]
+    clock = time.perf_counter
+
+    def timed(key, fn):
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            t = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = clock() - t
+                depth[0] -= 1
+                spent[key] = spent.get(key, 0.0) + dt
+                calls[key] = calls.get(key, 0) + 1
+                if not depth[0]:
+                    spent["total"] = spent.get("total", 0.0) + dt
+        return wrapper
+
+    def gc_timer(phase, info):  # the collector's runs, wherever they interrupt
+        if phase == "start":
+            depth.append(clock())
+        else:
+            spent["(garbage collection, gen %d)" % info["generation"]] = spent.get(
+                "(garbage collection, gen %d)" % info["generation"], 0.0) + clock() - depth.pop()
+            calls["(garbage collection, gen %d)" % info["generation"]] = calls.get(
+                "(garbage collection, gen %d)" % info["generation"], 0) + 1
+
+    saved = []
+    for cls, meth in _ENTRIES + [("Watcher", "_grad_hook")]:
+        c = getattr(ap, cls, None) or getattr(ap._devstats, cls)
+        saved.append((c, meth, c.__dict__[meth]))
+    try:
+        for c, meth, fn in saved[:-1]:
+            setattr(c, meth, timed(cls_key(c, meth), fn))
+        c, _, factory = saved[-1]
+        c._grad_hook = lambda self, *a: timed("grad pre-hook", factory(self, *a))
+        step, steps, w = setup(name, mode, "full")
+        spent.clear()
+        calls.clear()
+        gc.callbacks.append(gc_timer)
+        t0 = time.perf_counter()
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+        w.close()
+    finally:
+        if gc_timer in gc.callbacks:
+            gc.callbacks.remove(gc_timer)
+        for c, meth, fn in saved:
+            setattr(c, meth, fn)
+    us = 1e6 / steps
+    print("## %s %s: the bridge's host time per step (wall %.3f ms a step)" % (name, mode,
+                                                                               wall * 1e3))
+    for key in sorted(spent, key=lambda k: -spent[k]):
+        n = calls.get(key, steps)
+        print("   %-34s %6.1f calls %8.1f us/call %8.1f us/step" % (
+            key, n / steps, spent[key] * 1e6 / n, spent[key] * us), flush=True)
+
+
+def host_costs(lib):
+    """What a few host operations cost on this machine (microseconds): the scale for the
+    figures above."""
+    import timeit
+    t = torch.ones(4096, device="cuda", requires_grad=True)
+    y = t * 2
+    f = (lambda: None)
+    st = ap._devstats.StepStats(lib)
+    xs = [torch.ones(1 << 20, device="cuda", dtype=torch.float16) for _ in range(32)]
+    b = ap._vocab.DTYPES["f16"]
+
+    st.defer(xs[0], "f16", b)  # a slot buffer for the bare launch below
+    st.flush()
+    from array import array
+    ptr1, num1, code1 = array("Q", [xs[0].data_ptr()]), array("q", [xs[0].numel()]), \
+        array("i", [1])
+    raw = torch.cuda.current_stream().cuda_stream
+
+    def batch():  # 32 tensors queued, then launched together
+        for x in xs:
+            st.defer(x, "f16", b)
+        st.flush()
+        st.finish().release()
+
+    items = [("python call", lambda: f()), ("perf_counter", time.perf_counter),
+             ("tensor.dtype", lambda: t.dtype),
+             ("tensor.data_ptr()", t.data_ptr), ("tensor.is_contiguous()", t.is_contiguous),
+             ("ctypes call", lib.ampstats_slot_bytes),
+             ("node.register_prehook", lambda: y.grad_fn.register_prehook(f)),
+             ("torch add (launch)", lambda: t.detach().add(1)),
+             ("32 x defer + flush + finish", batch),
+             ("a statistics launch (C)", lambda: lib.ampstats_many(
+                 1, ptr1.buffer_info()[0], num1.buffer_info()[0],
+                 code1.buffer_info()[0], st._base, 1, raw))]
+    print("## host costs: " + ", ".join(
+        "%s %.2f us" % (k, min(timeit.repeat(fn, number=200, repeat=5)) / 200 * 1e6)
+        for k, fn in items), flush=True)
+    print("## gc: thresholds %s, counts %s, tracked objects %d" % (
+        gc.get_threshold(), gc.get_count(), len(gc.get_objects())), flush=True)
+
+
+def cls_key(c, meth):
+    return "%s.%s" % (c.__name__, meth)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,10 +254,19 @@ def main():
     p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--self-time", action="store_true")
     a = p.parse_args()
     print("# torch %s %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
+    if a.self_time:
+        lib, why = ap._devstats.load_module(ap._records.Recorder().path)
+        if lib is not None:
+            host_costs(lib)
     for wl in a.workload or ["simplecnn", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:
+            if a.self_time:
+                self_time(wl, mode)
+            if not a.rounds:
+                continue
             got = {v: [] for v in VARIANTS}
             for _ in range(a.rounds):
                 for v in VARIANTS:

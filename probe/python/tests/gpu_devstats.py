@@ -67,11 +67,15 @@ def check(lib):
         scalar_values, (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64,
                         torch.float64))]
     st = _devstats.StepStats(lib)
-    side, ev = torch.cuda.Stream(), torch.cuda.Event()
-    ev.record()
-    got = st.read_now(scalars, ev, side)
-    print("%s devstats read_now: %s" % ("PASS" if got == scalar_values else "FAIL", got))
-    fail |= got != scalar_values
+    st.mark(scalars)
+    scalars[0].add_(1.0)  # after the mark in stream order: not seen
+    got = st.marked()
+    scalars[0].sub_(1.0)
+    st.mark([torch.tensor(7.0), scalars[3]])  # one off the GPU: torch reads them
+    cpu = st.marked()
+    ok = got == scalar_values and cpu == [7.0, 3.0] and st.marked() is None
+    print("%s devstats mark/marked: %s, %s" % ("PASS" if ok else "FAIL", got, cpu))
+    fail |= not ok
     for target in ("f16", "bf16", "f32"):
         st = _devstats.StepStats(lib, capacity=4)  # grows while the step runs
         bounds = _vocab.DTYPES[target]
