@@ -29,8 +29,8 @@ EXPORT int ampstats_many(int n, const uintptr_t *data, const int64_t *numel, con
     for (int done = 0; done < n; done += CHUNK) {
         const int k = n - done < CHUNK ? n - done : CHUNK;
         for (int i = 0; i < k; i++)
-            jobs[i] = {(const void *)data[done + i], numel[done + i],
-                       (amp_stats *)slots + done + i, (amp_dtype)dtype[done + i]};
+            jobs[i] = {(const void *)data[done + i], numel[done + i], (amp_stats *)slots + done + i,
+                       (amp_dtype)dtype[done + i]};
         cudaError_t e = cuda_stats_launch(jobs, k, (amp_dtype)target, (cudaStream_t)stream);
         if (e != cudaSuccess) return (int)e;
     }

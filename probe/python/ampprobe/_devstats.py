@@ -2,13 +2,12 @@
 
 libampcore's fused statistics kernel (libampcore/src/cuda/cuda-stats.cu), built for the bridge as
 libampstats_cuda.so (probe/python/ampstats.cu), runs on a tensor's memory on PyTorch's current
-stream: one launch per tensor, or one for many (deferred ones), adding the tensor's figures (min,
-max, NaN, +inf, -inf, overflow, underflow and zero counts, sum of squares) into a slot of a device
-buffer owned here. A few scalars of the step (the loss, the loss scale, found_inf) are gathered
-beside the slots by one small kernel (put()). Nothing waits: finish() starts one copy of the used
-part of the buffer into pinned host memory at the end of a step and empties the slots for the next
-one; its result() waits for it, by then (a step later) long done, and release() hands the pinned
-buffer back for a later step. mark() and marked() bring a few scalars (what tells whether a step
+stream, the tensors queued since the last launch (defer()) in one, adding each tensor's figures
+(min, max, NaN, +inf, -inf, overflow, underflow and zero counts, sum of squares) into a slot of a
+device buffer owned here. Nothing waits: finish() gathers a few scalars of the step beside the
+slots (put() does that on its own), starts one copy of the used part of the buffer into pinned
+host memory and empties the slots for the next step, in one call; its result() waits for it, by
+then (a step later) long done, and release() hands the pinned buffer back for a later step. mark() and marked() bring a few scalars (what tells whether a step
 broke) to the host as soon as they are computed, waiting for nothing else.
 
 The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports its size
@@ -66,9 +65,9 @@ def load_module(next_to):
     lib.ampstats_many.restype = i
     lib.ampstats_reset.argtypes = [u, i64, u]
     lib.ampstats_reset.restype = i
-    lib.ampstats_gather.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u]
+    lib.ampstats_gather.argtypes = [i, u, u, u, u]
     lib.ampstats_gather.restype = i
-    lib.ampstats_mark.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u, u]
+    lib.ampstats_mark.argtypes = [i, u, u, u, u, u]
     lib.ampstats_mark.restype = i
     lib.ampstats_wait.argtypes = [u]
     lib.ampstats_wait.restype = i
@@ -76,8 +75,7 @@ def load_module(next_to):
     lib.ampstats_host_alloc.restype = u
     lib.ampstats_event_new.argtypes = []
     lib.ampstats_event_new.restype = u
-    lib.ampstats_finish.argtypes = [i, ctypes.POINTER(u), ctypes.POINTER(ctypes.c_int32), u, u,
-                                    u, u, i64, u, u]
+    lib.ampstats_finish.argtypes = [i, u, u, u, u, u, u, i64, u, u]
     lib.ampstats_finish.restype = i
     lib.ampstats_record.argtypes = [u, u]
     lib.ampstats_record.restype = i
@@ -92,6 +90,22 @@ def _raw_stream(device_index):
 
 
 _raw_stream_fast = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _raw_stream
+
+
+def _scalar_args(tensors, dev):
+    """The addresses and gather codes of one-element tensors (array.array), or None when one
+    is not on GPU dev or of a dtype the gather kernel reads."""
+    codes = array("i")
+    for t in tensors:
+        c = _SCALAR_CODE.get(t.dtype)
+        if c is None or t.get_device() != dev or not t.is_cuda:
+            return None
+        codes.append(c)
+    return array("Q", [t.data_ptr() for t in tensors]), codes
+
+
+def _addr(a):
+    return a.buffer_info()[0]
 
 
 def eager_stats(x, fmax, tiny):
@@ -163,7 +177,8 @@ class StepStats:
         self.eager = []  # figures tensors of the eager path
         self.order = []  # per handle: slot index (>= 0) or ~eager index (None: not launched)
         self.pending = []  # deferred tensors (held until flush())
-        self._pending_handles, self._pending_bytes = [], 0
+        self._pending_handles, self._pending_bytes = [], 0  # and their handles
+        self._pending_codes, self._pending_numels = [], []  # amp_dtype codes (None: eager), numel
         self._pending_target, self._pending_bounds = None, None
         self._pending_checks = []  # (index in pending, handle, version) of checked ones
         self.modified = []  # handles of checked deferred tensors written to before their read
@@ -215,26 +230,30 @@ class StepStats:
             raise RuntimeError("ampprobe: statistics kernel: " +
                                self.lib.ampstats_error(rc).decode())
 
-    def defer(self, t, target, bounds, check=False):
+    def defer(self, t, target, bounds, check=False, dtype=None, numel=None):
         """Queues t's statistics relative to target ('f16', 'bf16', 'f32'; bounds its
         (overflow, tiny) pair for the eager path) and returns its handle (its place among the
         step's figures). Its kernel waits for others' and runs with them in one launch
         (flush(): when BATCH tensors or BATCH_BYTES of unchecked ones wait, and before
         finish()); t is held until then. check: t may be written to before that (a module
         output): flush() compares its version counter and lists the handle in `modified` when
-        it moved (its figures are then of the new values). Called for every module output and
-        gradient: kept short."""
+        it moved (its figures are then of the new values). dtype, numel: t's, when the caller
+        has them. Called for every module output and gradient: kept short."""
         if target != self._pending_target:
             self.flush()
             self._pending_target, self._pending_bounds = target, bounds
+        if dtype is None:
+            dtype, numel = t.dtype, t.numel()
         handle = len(self.order)
         self.order.append(None)
         if check:
             self._pending_checks.append((len(self.pending), handle, t._version))
         else:
-            self._pending_bytes += t.nbytes
+            self._pending_bytes += numel * dtype.itemsize
         self.pending.append(t)
         self._pending_handles.append(handle)
+        self._pending_codes.append(_AMP_DTYPE.get(dtype))
+        self._pending_numels.append(numel)
         if len(self.pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
             self.flush()
         return handle
@@ -257,6 +276,9 @@ class StepStats:
         self.order += [None] * len(tensors)
         self.pending += tensors
         self._pending_handles += range(first, first + len(tensors))
+        code_of = _AMP_DTYPE.get
+        self._pending_codes += [code_of(t.dtype) for t in tensors]
+        self._pending_numels += [t.numel() for t in tensors]
         self.flush()
 
     def flush(self):
@@ -266,40 +288,51 @@ class StepStats:
         if not ts:
             return
         handles, checks = self._pending_handles, self._pending_checks
+        tcodes, tnumels = self._pending_codes, self._pending_numels
         self.pending, self._pending_handles, self._pending_bytes = [], [], 0
+        self._pending_codes, self._pending_numels = [], []
         if checks:
             self._pending_checks = []
             self.modified += [h for k, h, v in checks if ts[k]._version != v]
         # the step's GPU: the buffer's once anything is in it, else the first tensor's
         dev = self._dev if self.buf is not None and (self.used or self.placed) else None
-        code_of, lib = _AMP_DTYPE.get, self.lib
-        ptrs, numels, codes, slots = [], [], [], []
-        device = None
-        for t, h in zip(ts, handles):
-            code = code_of(t.dtype)
-            if code is not None and lib is not None and t.is_cuda:
-                d = t.get_device()
-                if dev is None:
-                    dev, device = d, t.device
-                if d == dev:
-                    if not t.is_contiguous():
-                        t = t.contiguous()  # a copy of our own, alive until the launch
-                        ts.append(t)
-                    ptrs.append(t.data_ptr())
-                    numels.append(t.numel())
-                    codes.append(code)
-                    slots.append(h)
-                    continue
-            self.order[h] = ~len(self.eager)
-            with torch.no_grad():
-                self.eager.append(eager_stats(t, *self._pending_bounds))
+        lib = self.lib
+        devs = [t.get_device() for t in ts]
+        if dev is None and devs[0] >= 0 and ts[0].is_cuda:
+            dev = devs[0]
+        if (lib is not None and dev is not None and devs.count(dev) == len(ts)
+                and None not in tcodes and False not in [t.is_contiguous() for t in ts]):
+            # the common case, a C loop each: dense tensors of the step's GPU that the kernel reads
+            ptrs, numels, codes, slots = [t.data_ptr() for t in ts], tnumels, tcodes, handles
+        else:
+            ptrs, numels, codes, slots = [], [], [], []
+            for t, d, h, code, numel in zip(ts, devs, handles, tcodes, tnumels):
+                if code is not None and lib is not None:
+                    if dev is None and d >= 0 and t.is_cuda:
+                        dev = d
+                    if d == dev:
+                        if not t.is_contiguous():
+                            t = t.contiguous()  # a copy of our own, alive until the launch
+                            ts.append(t)
+                        ptrs.append(t.data_ptr())
+                        numels.append(numel)
+                        codes.append(code)
+                        slots.append(h)
+                        continue
+                self.order[h] = ~len(self.eager)
+                with torch.no_grad():
+                    self.eager.append(eager_stats(t, *self._pending_bounds))
         n = len(ptrs)
         if not n:
             return
-        first = self._slots(device if device is not None else self.buf.device, n)
-        order = self.order
-        for k, h in enumerate(slots):
-            order[h] = first + k
+        first = self._slots(self.buf.device if self.buf is not None and self._dev == dev
+                            else torch.device("cuda", dev), n)
+        if slots[-1] - slots[0] == n - 1:  # consecutive handles (as they nearly always are)
+            self.order[slots[0]:slots[0] + n] = range(first, first + n)
+        else:
+            order = self.order
+            for k, h in enumerate(slots):
+                order[h] = first + k
         ptrs, numels, codes = array("Q", ptrs), array("q", numels), array("i", codes)
         self._check(lib.ampstats_many(
             n, ptrs.buffer_info()[0], numels.buffer_info()[0], codes.buffer_info()[0],
@@ -321,14 +354,12 @@ class StepStats:
             self.used = 0
             self._alloc(tensors[0].device, self.cap)
         self.placed = True
-        codes = [_SCALAR_CODE.get(t.dtype) for t in tensors]
-        if self.lib is not None and self.buf.is_cuda and None not in codes and all(
-                t.is_cuda and t.get_device() == self._dev for t in tensors):
-            n = len(tensors)
-            u = ctypes.c_size_t * n
+        args = _scalar_args(tensors, self._dev) if self.lib is not None and self._dev >= 0 \
+            else None
+        if args is not None:
             self._check(self.lib.ampstats_gather(
-                n, u(*[t.data_ptr() for t in tensors]), (ctypes.c_int32 * n)(*codes),
-                self.scal.data_ptr() + at * 8, _raw_stream_fast(self._dev)))
+                len(tensors), _addr(args[0]), _addr(args[1]), self.scal.data_ptr() + at * 8,
+                _raw_stream_fast(self._dev)))
             return
         for k, t in enumerate(tensors):  # another device, dtype or no module: torch's copies
             self.scal[at + k].copy_(t.detach().reshape(()))
@@ -340,10 +371,11 @@ class StepStats:
         the rest of the step; no other stream is involved. Tensors that cannot go that way (off
         the GPU, another dtype, no module) are kept and read by marked() with torch."""
         self._marked, self._mark_n = list(tensors), -1  # alive until marked()
-        codes = [_SCALAR_CODE.get(t.dtype) for t in tensors]
-        dev = tensors[0].device if tensors else None
-        if (self.lib is None or dev is None or dev.type != "cuda" or None in codes
-                or len(tensors) > HEAD or any(t.device != dev for t in tensors)):
+        if self.lib is None or not tensors or len(tensors) > HEAD:
+            return
+        dev = tensors[0].get_device()
+        args = _scalar_args(tensors, dev) if dev >= 0 else None
+        if args is None:
             return
         if not self._mark_host:
             dev_addr = ctypes.c_size_t(0)
@@ -353,12 +385,10 @@ class StepStats:
             if not self._mark_host or not self._mark_event:
                 raise RuntimeError("ampprobe: cannot allocate mapped host memory or an event "
                                    "for the step's loss and found_inf")
-        n = len(tensors)
-        u = ctypes.c_size_t * n
-        self._check(self.lib.ampstats_mark(
-            n, u(*[t.data_ptr() for t in tensors]), (ctypes.c_int32 * n)(*codes),
-            self._mark_dev, self._mark_event, _raw_stream_fast(dev.index)))
-        self._mark_n = n
+        self._check(self.lib.ampstats_mark(len(tensors), _addr(args[0]), _addr(args[1]),
+                                           self._mark_dev, self._mark_event,
+                                           _raw_stream_fast(dev)))
+        self._mark_n = len(tensors)
 
     def marked_count(self):
         """How many tensors the last mark() marked that marked() has not read (-1: none)."""
@@ -404,29 +434,27 @@ class StepStats:
         step. scalars: one-element tensors placed first (put(0, scalars); n_scalars is then
         their number). Returns a Copy whose result() waits for it."""
         self.flush()
+        args = None
         if scalars:
             n_scalars = len(scalars)
-            codes = [_SCALAR_CODE.get(t.dtype) for t in scalars]
-            if (self.lib is None or self.buf is None or not self.buf.is_cuda or self.eager
-                    or None in codes or n_scalars > HEAD
-                    or any(not t.is_cuda or t.get_device() != self._dev for t in scalars)):
+            if (self.lib is not None and self.buf is not None and self._dev >= 0
+                    and not self.eager and n_scalars <= HEAD):
+                args = _scalar_args(scalars, self._dev)
+            if args is None:
                 self.put(0, scalars)
-                scalars = None
-        host, event, eager, nbytes = None, None, None, 0
-        if self.buf is not None and (self.used or self.placed or scalars):
+        host, event, eager, nbytes, pooled = None, None, None, 0, False
+        if self.buf is not None and (self.used or self.placed or args):
             nbytes = _HEAD_BYTES + self.used * _SLOT
             if self.buf.is_cuda:
                 host, event = self._pinned(nbytes)
+                pooled = True
                 if self.lib is not None and not self.eager:  # the common case: one call
-                    n = len(scalars) if scalars else 0
-                    u = ctypes.c_size_t * n
                     self._check(self.lib.ampstats_finish(
-                        n, u(*[t.data_ptr() for t in scalars]) if n else None,
-                        (ctypes.c_int32 * n)(*codes) if n else None, self.buf.data_ptr(),
-                        host.data_ptr(), nbytes, self._base, self.used, event,
-                        _raw_stream_fast(self._dev)))
+                        n_scalars if args else 0, _addr(args[0]) if args else 0,
+                        _addr(args[1]) if args else 0, self.buf.data_ptr(), host.data_ptr(),
+                        nbytes, self._base, self.used, event, _raw_stream_fast(self._dev)))
                     return self._finished(Copy(self, host, event, None, self.order, self.used,
-                                               n_scalars))
+                                               n_scalars, pooled=True))
                 host[:nbytes].copy_(self.buf[:nbytes], non_blocking=True)
             else:
                 host = self.buf[:nbytes].clone()
@@ -445,7 +473,8 @@ class StepStats:
         elif event is not None:
             event.record(torch.cuda.current_stream(self.buf.device if self.buf is not None
                                                    else self.eager[0].device))
-        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0)
+        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0,
+                    pooled)
         if self.used and self.lib is not None and self.buf.is_cuda:
             self._reset(0, self.used)  # after the copy, in stream order
         return self._finished(copy)
@@ -463,9 +492,10 @@ class StepStats:
 class Copy:
     """A step's figures on their way to the host (StepStats.finish)."""
 
-    def __init__(self, stats, host, event, eager, order, used, n_scalars):
+    def __init__(self, stats, host, event, eager, order, used, n_scalars, pooled=False):
         self.stats, self.host, self.event, self.eager = stats, host, event, eager
         self.order, self.used, self.n_scalars = order, used, n_scalars
+        self.pooled = pooled  # host (with event) came from the pool and goes back to it
         self.slots, self.extras = None, []
 
     def wait(self):
@@ -506,7 +536,7 @@ class Copy:
 
     def release(self):
         """Gives the pinned buffer back for a later step: slots and result() are gone."""
-        if self.host is not None and self.host.is_pinned() and self.event is not None:
+        if self.pooled and self.host is not None:
             self.wait()
             self.stats._pool.append((self.host, self.event))
         self.host = self.eager = None

@@ -15,8 +15,10 @@ captured kernels are attributed to). Without a recording launcher watch() attach
 
 Cost. Each tensor's figures come from libampcore's fused statistics kernel, launched through
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream, many
-tensors per launch: the module outputs held until the forward ends (or 32 of them, or 256 MiB,
-wait), the output gradients until the parameter gradients join them at the end of the backward.
+tensors per launch: the module outputs held until the forward ends (or 48 of them wait), the
+output gradients until the parameter gradients join them at the end of the backward (or 48 of
+them, or 256 MiB, wait). Queuing a tensor is a few list appends; its device, layout and address
+are read when its batch launches.
 A module output may be written to in place before that (a ReLU(inplace=True) after it): the
 first sampled step reads outputs at once and watches their version counters, and a layer whose
 output moved is read at once from then on (one that moves only later is named on stderr). The
@@ -603,19 +605,24 @@ class Watcher:
         and watched, and a layer whose output was written to in the forward is read at once
         from then on (_check_outputs). Runs for every module output and gradient of a sampled
         step: kept short (StepStats.defer looks at the tensor when its batch launches)."""
-        if not t.is_floating_point() or not t.numel():
+        dtype = t.dtype
+        if not dtype.is_floating_point:
             return
+        numel = t.numel()
+        if not numel:
+            return
+        target, bounds = self._against
         with self._lock:
-            self.entries.append((layer, kind, op, _dtype_name(t.dtype)))
+            self.entries.append((layer, kind, op, _dtype_name(dtype)))
             if kind != ACTIVATION:
-                self.stats.defer(t, *self._against)
+                self.stats.defer(t, target, bounds, False, dtype, numel)
             elif self._watch is not None:  # the first sampled step
-                self.stats.add(t, *self._against)
+                self.stats.add(t, target, bounds)
                 self._watch.append((layer, weakref.ref(t), t._version))
             elif layer in self._at_once:
-                self.stats.add(t, *self._against)
+                self.stats.add(t, target, bounds)
             else:
-                self.stats.defer(t, *self._against, check=True)
+                self.stats.defer(t, target, bounds, True, dtype, numel)
 
     def _check_outputs(self):
         """The forward has ended: its deferred outputs are read now; on the first sampled step,

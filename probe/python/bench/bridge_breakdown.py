@@ -60,7 +60,7 @@ def _no_kernels(w):
 
 
 def _no_read(w):
-    w._marked = lambda found: (None, None, None) if found is None else (None, 1.0, 0.0)
+    w._marked = lambda found: (None, None, None)  # no loss, scale or found_inf recorded
 
 
 def _at_once(w):
@@ -132,8 +132,8 @@ def profile(name, mode, variant):
 _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "_on_root_post"),
             ("Watcher", "_on_backward"), ("Watcher", "_queue_weight_grads"),
             ("Watcher", "_mark_ready"), ("Watcher", "_found_infs"),
-            ("Watcher", "_ensure_marked"), ("Watcher", "end_step"), ("Watcher", "_queue"),
-            ("Watcher", "_record"), ("_LossTape", "__torch_function__"),
+            ("Watcher", "_ensure_marked"), ("Watcher", "_scaler_before"),
+            ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"), ("_LossTape", "__torch_function__"),
             ("StepStats", "flush"), ("StepStats", "defer"), ("StepStats", "finish"),
             ("StepStats", "put")]
 
@@ -171,7 +171,8 @@ def self_time(name, mode):
     saved = []
     for cls, meth in _ENTRIES + [("Watcher", "_grad_hook")]:
         c = getattr(ap, cls, None) or getattr(ap._devstats, cls)
-        saved.append((c, meth, c.__dict__[meth]))
+        if meth in c.__dict__:  # (an older bridge, for comparison, lacks some)
+            saved.append((c, meth, c.__dict__[meth]))
     try:
         for c, meth, fn in saved[:-1]:
             setattr(c, meth, timed(cls_key(c, meth), fn))
@@ -209,6 +210,8 @@ def host_costs(lib):
     y = t * 2
     f = (lambda: None)
     st = ap._devstats.StepStats(lib)
+    if not hasattr(st, "defer"):  # an older bridge
+        return
     xs = [torch.ones(1 << 20, device="cuda", dtype=torch.float16) for _ in range(32)]
     b = ap._vocab.DTYPES["f16"]
 
