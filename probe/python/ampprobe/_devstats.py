@@ -7,8 +7,9 @@ stream, the tensors queued since the last launch (defer()) in one, adding each t
 device buffer owned here. Nothing waits: finish() gathers a few scalars of the step beside the
 slots (put() does that on its own), starts one copy of the used part of the buffer into pinned
 host memory and empties the slots for the next step, in one call; its result() waits for it, by
-then (a step later) long done, and release() hands the pinned buffer back for a later step. mark() and marked() bring a few scalars (what tells whether a step
-broke) to the host as soon as they are computed, waiting for nothing else.
+then (a step later) long done, and release() hands the pinned buffer back for a later step.
+mark() and marked() bring a few scalars (what tells whether a step broke) to the host as soon as
+they are computed, waiting for nothing else.
 
 The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports its size
 and a module that disagrees is not used. Tensors not on a GPU, and every tensor when the module

@@ -35,6 +35,8 @@ import pstats
 import statistics
 import sys
 import time
+import timeit
+from array import array
 
 import torch
 
@@ -133,9 +135,9 @@ _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "
             ("Watcher", "_on_backward"), ("Watcher", "_queue_weight_grads"),
             ("Watcher", "_mark_ready"), ("Watcher", "_found_infs"),
             ("Watcher", "_ensure_marked"), ("Watcher", "_scaler_before"),
-            ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"), ("_LossTape", "__torch_function__"),
-            ("StepStats", "flush"), ("StepStats", "defer"), ("StepStats", "finish"),
-            ("StepStats", "put")]
+            ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"),
+            ("_LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
+            ("StepStats", "finish"), ("StepStats", "put")]
 
 
 def self_time(name, mode):
@@ -162,22 +164,21 @@ def self_time(name, mode):
     def gc_timer(phase, info):  # the collector's runs, wherever they interrupt
         if phase == "start":
             depth.append(clock())
-        else:
-            spent["(garbage collection, gen %d)" % info["generation"]] = spent.get(
-                "(garbage collection, gen %d)" % info["generation"], 0.0) + clock() - depth.pop()
-            calls["(garbage collection, gen %d)" % info["generation"]] = calls.get(
-                "(garbage collection, gen %d)" % info["generation"], 0) + 1
+            return
+        key = "(garbage collection, gen %d)" % info["generation"]
+        spent[key] = spent.get(key, 0.0) + clock() - depth.pop()
+        calls[key] = calls.get(key, 0) + 1
 
     saved = []
-    for cls, meth in _ENTRIES + [("Watcher", "_grad_hook")]:
+    for cls, meth in _ENTRIES:
         c = getattr(ap, cls, None) or getattr(ap._devstats, cls)
         if meth in c.__dict__:  # (an older bridge, for comparison, lacks some)
             saved.append((c, meth, c.__dict__[meth]))
+    factory = ap.Watcher._grad_hook  # the pre-hooks are made per module: time what it makes
     try:
-        for c, meth, fn in saved[:-1]:
-            setattr(c, meth, timed(cls_key(c, meth), fn))
-        c, _, factory = saved[-1]
-        c._grad_hook = lambda self, *a: timed("grad pre-hook", factory(self, *a))
+        for c, meth, fn in saved:
+            setattr(c, meth, timed("%s.%s" % (c.__name__, meth), fn))
+        ap.Watcher._grad_hook = lambda self, *a: timed("grad pre-hook", factory(self, *a))
         step, steps, w = setup(name, mode, "full")
         spent.clear()
         calls.clear()
@@ -193,6 +194,7 @@ def self_time(name, mode):
             gc.callbacks.remove(gc_timer)
         for c, meth, fn in saved:
             setattr(c, meth, fn)
+        ap.Watcher._grad_hook = factory
     us = 1e6 / steps
     print("## %s %s: the bridge's host time per step (wall %.3f ms a step)" % (name, mode,
                                                                                wall * 1e3))
@@ -205,7 +207,6 @@ def self_time(name, mode):
 def host_costs(lib):
     """What a few host operations cost on this machine (microseconds): the scale for the
     figures above."""
-    import timeit
     t = torch.ones(4096, device="cuda", requires_grad=True)
     y = t * 2
     f = (lambda: None)
@@ -217,9 +218,7 @@ def host_costs(lib):
 
     st.defer(xs[0], "f16", b)  # a slot buffer for the bare launch below
     st.flush()
-    from array import array
-    ptr1, num1, code1 = array("Q", [xs[0].data_ptr()]), array("q", [xs[0].numel()]), \
-        array("i", [1])
+    one = [array("Q", [xs[0].data_ptr()]), array("q", [xs[0].numel()]), array("i", [1])]
     raw = torch.cuda.current_stream().cuda_stream
 
     def batch():  # 32 tensors queued, then launched together
@@ -236,17 +235,12 @@ def host_costs(lib):
              ("torch add (launch)", lambda: t.detach().add(1)),
              ("32 x defer + flush + finish", batch),
              ("a statistics launch (C)", lambda: lib.ampstats_many(
-                 1, ptr1.buffer_info()[0], num1.buffer_info()[0],
-                 code1.buffer_info()[0], st._base, 1, raw))]
+                 1, *[a.buffer_info()[0] for a in one], st._base, 1, raw))]
     print("## host costs: " + ", ".join(
         "%s %.2f us" % (k, min(timeit.repeat(fn, number=200, repeat=5)) / 200 * 1e6)
         for k, fn in items), flush=True)
     print("## gc: thresholds %s, counts %s, tracked objects %d" % (
         gc.get_threshold(), gc.get_count(), len(gc.get_objects())), flush=True)
-
-
-def cls_key(c, meth):
-    return "%s.%s" % (c.__name__, meth)
 
 
 def main():
