@@ -55,6 +55,11 @@ def tensors(gen):
             out.append(x[1:n + 1])  # one element in: the unvectorised path
     out.append(torch.full((3000,), float("nan"), device="cuda", dtype=torch.float16))
     out.append(torch.zeros(5000, device="cuda", dtype=torch.bfloat16))
+    # the batch's other ways: a transposed view (a dense copy is read), a dtype the kernel does
+    # not read and a tensor off the GPU (both eager)
+    out.append(torch.randn(64, 48, generator=gen, device="cuda").mul_(3).half().t())
+    out.append(torch.randn(100, generator=gen, device="cuda", dtype=torch.float64))
+    out.append(torch.arange(-50, 50, dtype=torch.float32))
     return out
 
 
