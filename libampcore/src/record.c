@@ -54,6 +54,7 @@ static struct {
     uint8_t *buf, *spare; // BUF_BYTES each
     size_t len;
     bool flusher_running, flusher_stop;
+    bool thread_up; // with wake: a thread started by thread_start runs its loop
     pthread_t flusher;
     bool write_failed;
     // AMPPROBE_OUT: the collector thread of the process that created it
@@ -98,7 +99,10 @@ static bool nap(int ms, const bool *stop) {
     return !*stop;
 }
 
-// Starts a thread with every signal blocked (signals are the program's, not ours).
+// Starts a thread with every signal blocked (signals are the program's, not ours) and returns
+// once it runs its loop (thread_up), so that a fork() right after never catches it in its
+// start-up: under AddressSanitizer (GCC 12's), a child forked while a new thread was still
+// allocating in its start-up inherited the allocator locked and hung at its first malloc.
 static void thread_start(pthread_t *t, void *(*fn)(void *)) {
     sigset_t all, old;
     sigfillset(&all);
@@ -106,6 +110,17 @@ static void thread_start(pthread_t *t, void *(*fn)(void *)) {
     int rc = pthread_create(t, NULL, fn, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     AMP_ASSERT(rc == 0, "pthread_create: %s", strerror(rc));
+    pthread_mutex_lock(&g.timer_lock);
+    while (!g.thread_up)
+        pthread_cond_wait(&g.wake, &g.timer_lock);
+    g.thread_up = false;
+    pthread_mutex_unlock(&g.timer_lock);
+}
+
+// A started thread's first step, timer_lock held: tells thread_start that it runs.
+static void thread_running(void) {
+    g.thread_up = true;
+    pthread_cond_broadcast(&g.wake);
 }
 
 static void thread_stop(pthread_t t, bool *stop) {
@@ -152,6 +167,7 @@ static void spool_flush(void) {
 static void *flusher_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g.timer_lock);
+    thread_running();
     while (nap(FLUSH_EVERY_MS, &g.flusher_stop)) {
         pthread_mutex_unlock(&g.timer_lock);
         spool_flush();
@@ -212,6 +228,7 @@ static void *collector_main(void *arg) {
     (void)arg;
     bool failed = false;
     pthread_mutex_lock(&g.timer_lock);
+    thread_running();
     while (nap(COLLECT_EVERY_MS, &g.collector_stop)) {
         pthread_mutex_unlock(&g.timer_lock);
         if (!failed && amp_collector_poll(g.collector) != AMP_OK) {
