@@ -88,10 +88,10 @@ EXPORT int ampstats_gather(int n, const uintptr_t *src, const int32_t *dtype, ui
     return (int)gather(n, src, dtype, dst, (cudaStream_t)stream);
 }
 
-// Marks where a step's loss and found_inf are computed, on their own stream: the n scalars as
-// doubles straight into dev (the device address of n doubles of ampstats_host_alloc's mapped
-// memory), then event recorded behind them. ampstats_wait(event) then says they are on the host;
-// the stream does not wait, and no other stream is involved.
+// Marks where a step's loss and found_inf are computed, on the stream that computed them: the n
+// scalars as doubles straight into dev (the device address of n doubles of ampstats_host_alloc's
+// mapped memory), then event recorded behind them. ampstats_wait(event) then says they are on the
+// host; the stream does not wait, and no other stream is involved.
 EXPORT int ampstats_mark(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dev,
                          uintptr_t event, uintptr_t stream) {
     cudaError_t e = gather(n, src, dtype, dev, (cudaStream_t)stream);
@@ -139,7 +139,8 @@ EXPORT uintptr_t ampstats_host_alloc(size_t bytes, uintptr_t *dev) {
     return (uintptr_t)p;
 }
 
-// An event for ampstats_mark (no timing), or 0.
+// An event for ampstats_mark and ampstats_finish (no timing), or 0; never destroyed (a few per
+// watcher).
 EXPORT uintptr_t ampstats_event_new(void) {
     cudaEvent_t e = NULL;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 0;
