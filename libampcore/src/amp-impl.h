@@ -154,6 +154,10 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
 // The same for the last use of dy, the gradient the running backward node received, by that node
 // (g is dy or a view of it): a first gradient takes dy's storage over instead of a copy.
 void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, amp_tensor_t *dy);
+// A backward's buffer for x's gradient (scratch shaped like x), armed for the instrumentation
+// (amp_instr_arm) when x takes a gradient: call it right before the backend call that writes it,
+// and hand the buffer to amp_grad_accumulate.
+amp_tensor_t *amp_grad_scratch(amp_ctx_t *ctx, const amp_tensor_t *x);
 // t.grad's slice that starts at `start` along dim += g (the gradient of a split piece); t.grad
 // starts as zeros.
 void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, int dim,

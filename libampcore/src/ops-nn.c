@@ -11,8 +11,7 @@
 
 static void softmax_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0];
-    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
-    if (x->requires_grad) amp_instr_arm(ctx, dx); // dx becomes x's gradient
+    amp_tensor_t *dx = amp_grad_scratch(ctx, x);
     ctx->be->softmax_backward(ctx->bctx, n->i[0], dx, amp_dense(ctx, dy), n->out);
     amp_grad_accumulate(ctx, x, dx);
 }
@@ -49,10 +48,9 @@ amp_tensor_t *amp_log_softmax(amp_ctx_t *ctx, amp_tensor_t *x, int dim) {
 
 static void layer_norm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *w = n->in[1], *b = n->in[2];
-    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
     amp_tensor_t *dw = w ? amp_scratch_new(ctx, w->dtype, 1, w->shape) : NULL;
     amp_tensor_t *db = b ? amp_scratch_new(ctx, b->dtype, 1, b->shape) : NULL;
-    if (x->requires_grad) amp_instr_arm(ctx, dx);
+    amp_tensor_t *dx = amp_grad_scratch(ctx, x);
     ctx->be->layer_norm_backward(ctx->bctx, dx, dw, db, amp_dense(ctx, dy), n->saved[0],
                                  n->saved[1], n->saved[2], w ? n->saved[3] : NULL);
     amp_grad_accumulate(ctx, x, dx);

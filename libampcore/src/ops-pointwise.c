@@ -13,8 +13,7 @@
 
 static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *xd = n->saved[0];
-    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
-    if (x->requires_grad) amp_instr_arm(ctx, dx); // dx becomes x's gradient
+    amp_tensor_t *dx = amp_grad_scratch(ctx, x);
     ctx->be->unary_backward(ctx->bctx, (amp_unary_op)n->i[0], n->f[0], dx, amp_dense(ctx, dy), xd,
                             n->out);
     amp_grad_accumulate(ctx, x, dx);
@@ -193,8 +192,7 @@ amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x) { return reduce_all(ctx,
 
 static void masked_fill_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *mask = n->saved[0];
-    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
-    if (x->requires_grad) amp_instr_arm(ctx, dx);
+    amp_tensor_t *dx = amp_grad_scratch(ctx, x);
     ctx->be->masked_fill(ctx->bctx, dx, amp_dense(ctx, dy), mask, 0.0f);
     amp_grad_accumulate(ctx, x, dx);
 }
@@ -217,8 +215,7 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
 
 static void dropout_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0];
-    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
-    if (x->requires_grad) amp_instr_arm(ctx, dx);
+    amp_tensor_t *dx = amp_grad_scratch(ctx, x);
     ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, dx, amp_dense(ctx, dy), n->saved[0]);
     amp_grad_accumulate(ctx, x, dx);
 }

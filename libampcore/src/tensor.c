@@ -395,6 +395,12 @@ static bool takeable(const amp_tensor_t *t, const amp_tensor_t *g, const amp_ten
            amp_tensor_is_contiguous(g);
 }
 
+amp_tensor_t *amp_grad_scratch(amp_ctx_t *ctx, const amp_tensor_t *x) {
+    amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
+    if (x->requires_grad) amp_instr_arm(ctx, dx);
+    return dx;
+}
+
 void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, amp_tensor_t *dy) {
     if (!t->requires_grad) return;
     if (!takeable(t, g, dy)) {
