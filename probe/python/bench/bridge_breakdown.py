@@ -134,8 +134,7 @@ def profile(name, mode, variant):
 _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "_on_root_post"),
             ("Watcher", "_on_backward"), ("Watcher", "_queue_weight_grads"),
             ("Watcher", "_mark_ready"), ("Watcher", "_found_infs"),
-            ("Watcher", "_ensure_marked"), ("Watcher", "_scaler_before"),
-            ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"),
+            ("Watcher", "_ensure_marked"), ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"),
             ("_LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
             ("StepStats", "finish"), ("StepStats", "put")]
 
@@ -172,8 +171,7 @@ def self_time(name, mode):
     saved = []
     for cls, meth in _ENTRIES:
         c = getattr(ap, cls, None) or getattr(ap._devstats, cls)
-        if meth in c.__dict__:  # (an older bridge, for comparison, lacks some)
-            saved.append((c, meth, c.__dict__[meth]))
+        saved.append((c, meth, c.__dict__[meth]))
     factory = ap.Watcher._grad_hook  # the pre-hooks are made per module: time what it makes
     try:
         for c, meth, fn in saved:
@@ -211,8 +209,6 @@ def host_costs(lib):
     y = t * 2
     f = (lambda: None)
     st = ap._devstats.StepStats(lib)
-    if not hasattr(st, "defer"):  # an older bridge
-        return
     xs = [torch.ones(1 << 20, device="cuda", dtype=torch.float16) for _ in range(32)]
     b = ap._vocab.DTYPES["f16"]
 
