@@ -27,13 +27,16 @@ import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
 import ampprobe.torch as ap  # noqa: E402
 
 
-def setup(name, mode, watch=None, prepare=None):
+def setup(name, mode, watch=None, prepare=None, model_hook=None):
     """Workload name's model, Adam, loss and GradScaler (torch_baseline.py's), the model watched
     with ap.watch(**watch) (None: plain; the scaler only in fp16, as torch_baseline enables it)
-    and prepare(watcher) applied, then 10 warm-up steps. Returns (step(i), steps, watcher)."""
+    and prepare(watcher) applied, or model_hook(model) called, then 10 warm-up steps. Returns
+    (step(i), steps, watcher)."""
     torch.manual_seed(0)
     cls, X, Y, steps = torch_baseline.WORKLOADS[name]
     model = cls().cuda()
+    if model_hook is not None:
+        model_hook(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     crit = nn.CrossEntropyLoss()
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
