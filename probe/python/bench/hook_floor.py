@@ -3,8 +3,9 @@
 
 The bridge runs Python once per module output (a forward hook) and once per output gradient (a
 pre-hook on the autograd node that made the output). This measures, on the bench workloads and
-alternating in one process, the host time of a step (time in step(), median) and its CUDA-event
-time for:
+alternating in one process, the host time of a step (time in step(), median), of its forward
+(where the forward hooks run) and of its loss and backward (where the gradient pre-hooks run, on
+autograd's thread, while the caller waits), and the step's CUDA-event time for:
 
   plain     no hooks
   fwd       a forward hook that does nothing on every submodule (torch's hooked call path)
@@ -12,7 +13,12 @@ time for:
             C function (list.append): PyTorch's cost for what the bridge hooks, the bridge's own
             Python left out
   wrap+pre  the same without forward hooks: each submodule's forward replaced by a wrapper
-  full      ampprobe.torch.watch (needs `ampprobe run --trace amp`)
+  full      ampprobe.torch.watch (needs `ampprobe run --trace amp`), its hooks in C
+  full-py   the same with its hooks in Python (AMPPROBE_PY_HOOKS=1)
+
+With --interleave the variants' models train side by side, a step of each in turn, which
+weighs the machine's ups and downs on all alike (the separate runs above differ by more than
+what is measured from one minute to the next).
 
   ampprobe run --trace amp -o f.sqlite -- python3 probe/python/bench/hook_floor.py
 """
@@ -26,7 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_overhead  # noqa: E402
 
-VARIANTS = ("plain", "fwd", "fwd+pre", "wrap+pre", "full")
+VARIANTS = ("plain", "fwd", "fwd+pre", "wrap+pre", "full", "full-py")
 
 
 def _sub(model):
@@ -53,10 +59,13 @@ def _wrap(model, sink):
         m.forward = forward
 
 
-def run(name, mode, variant):
+def make(name, mode, variant):
+    """The workload's (step(i), steps, watcher) with variant's hooks."""
     sink = []
-    if variant == "full":
+    if variant.startswith("full"):
+        os.environ["AMPPROBE_PY_HOOKS"] = "1" if variant == "full-py" else ""
         step, steps, w = torch_overhead.setup(name, mode, dict(stats_every=1))
+        del os.environ["AMPPROBE_PY_HOOKS"]
     else:
         prep = {"fwd": lambda mdl: _fwd(mdl, sink, False),
                 "fwd+pre": lambda mdl: _fwd(mdl, sink, True),
@@ -66,8 +75,37 @@ def run(name, mode, variant):
     def stepped(i):
         sink.clear()
         return step(i)
-    ev, wall, host = torch_overhead.timed(stepped, steps, w)
-    return ev, host
+    stepped.phases = step.phases
+    return stepped, steps, w
+
+
+def run(name, mode, variant):
+    """One variant's run: CUDA-event, host, forward and loss+backward medians (ms)."""
+    step, steps, w = make(name, mode, variant)
+    ev, wall, host = torch_overhead.timed(step, steps, w)
+    fwd, bwd = (statistics.median(p[k] for p in step.phases) * 1e3 for k in (0, 1))
+    return ev, host, fwd, bwd
+
+
+def interleaved(name, mode, variants, rounds):
+    """All variants' models at once, their steps taken in turn (what the machine does that
+    minute weighs on each alike): per variant, the medians of the host time of a step, of its
+    forward and of its loss+backward (ms)."""
+    made = {v: make(name, mode, v) for v in variants}
+    steps = made["plain"][1]
+    for _ in range(rounds):
+        for i in range(steps):
+            for v in variants:
+                made[v][0](i)
+        torch.cuda.synchronize()
+    out = {}
+    for v, (step, _, w) in made.items():
+        if w is not None:
+            w.close()
+        ph = step.phases
+        out[v] = [statistics.median(sum(p) for p in ph) * 1e3] + [
+            statistics.median(p[k] for p in ph) * 1e3 for k in (0, 1)]
+    return out
 
 
 def main():
@@ -77,21 +115,36 @@ def main():
                    choices=sorted(torch_overhead.torch_baseline.WORKLOADS))
     p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--variant", action="append", choices=VARIANTS,
+                   help="these variants only (plain always runs)")
+    p.add_argument("--interleave", action="store_true",
+                   help="all variants in one run, their steps in turn (host times only)")
     a = p.parse_args()
+    variants = ["plain"] + [v for v in VARIANTS if v != "plain" and v in (a.variant or VARIANTS)]
     print("# torch %s %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
     for wl in a.workload or ["simplecnn", "gpt"]:
         for mode in a.mode or ["fp16"]:
-            got = {v: [] for v in VARIANTS}
+            if a.interleave:
+                got = interleaved(wl, mode, variants, a.rounds)
+                for v in variants:
+                    h, f, b = got[v]
+                    base = got["plain"]
+                    print("%-10s %-5s %-9s host %8.3f ms (%+7.3f)  forward %7.3f ms (%+7.3f)  "
+                          "loss+backward %7.3f ms (%+7.3f)" % (wl, mode, v, h, h - base[0], f,
+                                                               f - base[1], b, b - base[2]),
+                          flush=True)
+                continue
+            got = {v: [] for v in variants}
             for _ in range(a.rounds):
-                for v in VARIANTS:
+                for v in variants:
                     got[v].append(run(wl, mode, v))
-            base_e = statistics.median(e for e, _ in got["plain"])
-            base_h = statistics.median(h for _, h in got["plain"])
-            for v in VARIANTS:
-                e = statistics.median(x for x, _ in got[v])
-                h = statistics.median(x for _, x in got[v])
-                print("%-10s %-5s %-9s event %8.3f ms (%+6.1f%%)  host %8.3f ms (%+7.3f)"
-                      % (wl, mode, v, e, 100 * (e / base_e - 1), h, h - base_h), flush=True)
+            base = [statistics.median(r[k] for r in got["plain"]) for k in range(4)]
+            for v in variants:
+                e, h, f, b = (statistics.median(r[k] for r in got[v]) for k in range(4))
+                print("%-10s %-5s %-9s event %8.3f ms (%+6.1f%%)  host %8.3f ms (%+7.3f)  "
+                      "forward %7.3f ms (%+7.3f)  loss+backward %7.3f ms (%+7.3f)"
+                      % (wl, mode, v, e, 100 * (e / base[0] - 1), h, h - base[1], f,
+                         f - base[2], b, b - base[3]), flush=True)
 
 
 if __name__ == "__main__":

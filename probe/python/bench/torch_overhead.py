@@ -31,7 +31,8 @@ def setup(name, mode, watch=None, prepare=None, model_hook=None):
     """Workload name's model, Adam, loss and GradScaler (torch_baseline.py's), the model watched
     with ap.watch(**watch) (None: plain; the scaler only in fp16, as torch_baseline enables it)
     and prepare(watcher) applied, or model_hook(model) called, then 10 warm-up steps. Returns
-    (step(i), steps, watcher)."""
+    (step(i), steps, watcher); step.phases lists each step's host seconds in the forward, in
+    the loss and backward, and in the optimizer and scaler."""
     torch.manual_seed(0)
     cls, X, Y, steps = torch_baseline.WORKLOADS[name]
     model = cls().cuda()
@@ -50,20 +51,28 @@ def setup(name, mode, watch=None, prepare=None, model_hook=None):
         if prepare is not None:
             prepare(w)
     xs, ys = [X() for _ in range(4)], [Y() for _ in range(4)]
+    clock = time.perf_counter
+    phases = []  # per step: host seconds in the forward, the loss and backward, the optimizer
 
     def step(i):
+        t0 = clock()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
             out = model(xs[i % 4])
+        t1 = clock()
         loss = crit(out.float(), ys[i % 4])
         scaler.scale(loss).backward()
+        t2 = clock()
         scaler.step(opt)
         scaler.update()
+        phases.append((t1 - t0, t2 - t1, clock() - t2))
         return loss
+    step.phases = phases
 
     for i in range(10):
         step(i)
     torch.cuda.synchronize()
+    phases.clear()
     return step, steps, w
 
 
