@@ -5,8 +5,6 @@
  * names, event details, AMP_OPS columns) and writes one record of each AMP type through ctypes
  * and libamprecord.so (autocast policies asked of libampcore's lists); the rows must arrive in
  * the database with the values and NULLs it wrote.
- * probe/python/tests/ci_hooks.py drives the hooks in C (_ampprobe_hooks.abi3.so, built when
- * Python's headers are there) with stand-ins for torch's objects.
  * --torch without the library is a usage error. Without python3 the cases say so and pass.
  */
 #include "tests.h"
@@ -125,27 +123,6 @@ START_TEST(test_records_through_ctypes) {
 }
 END_TEST
 
-START_TEST(test_hooks_in_c) {
-#ifndef AMP_HAVE_PY_HOOKS
-    fprintf(stderr, "pybridge: built without Python's headers: the hooks in C not tested\n");
-#else
-    if (!have_python()) return;
-    char cmd[2048];
-#ifdef AMP_SANITIZER_PRELOAD
-    const char *env = "LD_PRELOAD=" AMP_SANITIZER_PRELOAD " ASAN_OPTIONS=detect_leaks=0 ";
-#else
-    const char *env = "";
-#endif
-    snprintf(cmd, sizeof cmd,
-             "log=$(mktemp) && env %sPYTHONPATH=%s/python python3 "
-             "%s/probe/python/tests/ci_hooks.py %s/_ampprobe_hooks.abi3.so >$log 2>&1; "
-             "rc=$?; grep -v '^PASS' $log; rm -f $log; exit $rc",
-             env, AMP_BINARY_DIR, AMP_SOURCE_DIR, AMP_BINARY_DIR);
-    ck_assert_msg(system(cmd) == 0, "ci_hooks.py failed: %s", cmd);
-#endif
-}
-END_TEST
-
 START_TEST(test_torch_needs_the_build) {
     if (!have_python()) return;
     // a copy of ampprobe without libamprecord.so and python/ beside it refuses --torch
@@ -183,7 +160,6 @@ Suite *pybridge_suite(void) {
     tcase_set_timeout(c, 120);
     tcase_add_test(c, test_records_through_ctypes);
     tcase_add_test(c, test_torch_needs_the_build);
-    tcase_add_test(c, test_hooks_in_c);
     suite_add_tcase(s, c);
     return s;
 }

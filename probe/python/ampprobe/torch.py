@@ -70,7 +70,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import _devstats, _hot, _records, _vocab
+from . import _devstats, _records, _vocab
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
@@ -419,6 +419,11 @@ class Watcher:
         ids = _layers.add_model(name or type(model).__name__, [n for n, _ in named])
         self.layer_of = {id(m): ids[n] for n, m in named}
         self._lock = threading.Lock()
+        # id(module) -> its layer, op and the autograd pre-hook that queues its output's gradient
+        self._module_info = {}
+        for n, m in named:
+            op = _vocab.op_name(type(m).__name__)
+            self._module_info[id(m)] = (ids[n], op, self._grad_hook(ids[n], op, 0))
         self._plist = []  # the floating parameters
         self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
         for mn, m in named:
@@ -456,21 +461,14 @@ class Watcher:
         self.prev_broken = False
         self._forwards = 0
         self._handles = []
-        # id(module) -> its layer, op and the autograd pre-hook that queues its output's gradient
-        self._module_info = {}
-        self._hot = self._c_hooks()
-        for n, m in named:
-            op = _vocab.op_name(type(m).__name__)
-            self._module_info[id(m)] = (ids[n], op, self._grad_hook(ids[n], op, 0))
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
         self.rec.meta("stats_every", str(self.stats_every))
         self.rec.meta("ops_every", str(self.ops_every))
-        on_output = self._on_output if self._hot is None else self._hot.on_output
         for n, m in named:
             if n:
-                self._handles.append(m.register_forward_hook(on_output))
+                self._handles.append(m.register_forward_hook(self._on_output))
         self._handles.append(model.register_forward_pre_hook(self.on_root_pre, with_kwargs=True))
         self._handles.append(model.register_forward_hook(self._on_root_post))
         if scaler is not None:
@@ -481,26 +479,6 @@ class Watcher:
         _watchers.append(self)
 
     # -- what the loop hands us --------------------------------------------------------------
-
-    def _c_hooks(self):
-        """The forward hook, gradient pre-hooks and _queue in C (_hot.py), or None (the Python
-        ones below, said on stderr unless AMPPROBE_PY_HOOKS asked for them)."""
-        mod, why = _hot.load(self.rec.path)
-        if mod is None:
-            if "AMPPROBE_PY_HOOKS" not in why:
-                print("ampprobe: %s; the hooks run in Python (slower)" % why, file=sys.stderr,
-                      flush=True)
-            return None
-        dtypes = {dt: (_dtype_name(dt), _devstats._AMP_DTYPE.get(dt), dt.itemsize)
-                  for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
-        dtypes.update((dt, (None, None, 0)) for dt in (torch.bool, torch.uint8, torch.int8,
-                                                        torch.int16, torch.int32, torch.int64))
-        hot = mod.Hooks(self, self.stats, self._module_info, self._at_once, self._lock, dtypes,
-                        torch.Tensor, torch.is_grad_enabled, self._queue, self._on_output,
-                        self._hook_leaf, ACTIVATION, ACTIVATION_GRAD, _devstats.BATCH,
-                        _devstats.BATCH_BYTES)
-        self._queue = hot.queue  # the Python one stays the C one's way for its rare cases
-        return hot
 
     def attach_scaler(self, scaler):
         """Ends steps at scaler.update() and records every update (an enabled scaler only)."""
@@ -675,8 +653,6 @@ class Watcher:
     def _grad_hook(self, layer, op, nr):
         """A pre-hook for the autograd node that made a module's output (its output nr): queues
         the output's gradient as the node receives it."""
-        if self._hot is not None:
-            return self._hot.grad_hook(layer, op, nr)
         queue = self._queue
 
         def hook(grad_outputs):
@@ -701,20 +677,15 @@ class Watcher:
         self._queue(ACTIVATION, layer, op, t)
         if t.requires_grad:
             node = t.grad_fn
-            if node is None:
-                self._hook_leaf(t, layer, op)
+            if node is None:  # a leaf (a parameter returned as it is): hooked once for good
+                if getattr(t, "_ampprobe_hooked", None) is not self:
+                    t._ampprobe_hooked = self
+                    t.register_hook(lambda g: self._queue(ACTIVATION_GRAD, layer, op, g)
+                                    if self.sampled else None)
             else:
                 nr = t.output_nr
                 node.register_prehook(hook if nr == 0 else self._grad_hook(layer, op, nr))
         return None
-
-    def _hook_leaf(self, t, layer, op):
-        """A module output that is a leaf (a parameter returned as it is): its gradient queued
-        by a hook on the tensor, registered once for good."""
-        if getattr(t, "_ampprobe_hooked", None) is not self:
-            t._ampprobe_hooked = self
-            t.register_hook(lambda g: self._queue(ACTIVATION_GRAD, layer, op, g)
-                            if self.sampled else None)
 
     def close(self):
         """Detaches: records the last step, removes the hooks, gives the scaler its own methods

@@ -13,8 +13,7 @@ autograd's thread, while the caller waits), and the step's CUDA-event time for:
             C function (list.append): PyTorch's cost for what the bridge hooks, the bridge's own
             Python left out
   wrap+pre  the same without forward hooks: each submodule's forward replaced by a wrapper
-  full      ampprobe.torch.watch (needs `ampprobe run --trace amp`), its hooks in C
-  full-py   the same with its hooks in Python (AMPPROBE_PY_HOOKS=1)
+  full      ampprobe.torch.watch (needs `ampprobe run --trace amp`)
 
 With --interleave the variants' models train side by side, a step of each in turn, which
 weighs the machine's ups and downs on all alike (the separate runs above differ by more than
@@ -32,7 +31,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_overhead  # noqa: E402
 
-VARIANTS = ("plain", "fwd", "fwd+pre", "wrap+pre", "full", "full-py")
+VARIANTS = ("plain", "fwd", "fwd+pre", "wrap+pre", "full")
 
 
 def _sub(model):
@@ -62,10 +61,8 @@ def _wrap(model, sink):
 def make(name, mode, variant):
     """The workload's (step(i), steps, watcher) with variant's hooks."""
     sink = []
-    if variant.startswith("full"):
-        os.environ["AMPPROBE_PY_HOOKS"] = "1" if variant == "full-py" else ""
+    if variant == "full":
         step, steps, w = torch_overhead.setup(name, mode, dict(stats_every=1))
-        del os.environ["AMPPROBE_PY_HOOKS"]
     else:
         prep = {"fwd": lambda mdl: _fwd(mdl, sink, False),
                 "fwd+pre": lambda mdl: _fwd(mdl, sink, True),

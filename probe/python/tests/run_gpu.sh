@@ -4,9 +4,7 @@
 # DIST holds ampprobe, libamprecord.so and python/ as the build leaves them (built elsewhere and
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
-# one faulty case also runs with the eager (module-less) statistics and one with the hooks in
-# Python (AMPPROBE_PY_HOOKS=1), whose healthy twin must record the same statistics as with the
-# hooks in C; the sawtooth run's gradient
+# one faulty case also runs with the eager (module-less) statistics; the sawtooth run's gradient
 # overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
 # with autocast's decisions; gpu_inplace.py checks that module outputs written to in place are
 # read before the write; gpu_devstats.py checks the device statistics against eager torch
@@ -35,8 +33,6 @@ for c in $cases; do
     one "$c-healthy" "" --case "$c" --healthy &
 done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
-AMPPROBE_PY_HOOKS=1 one attn-pyhooks "" --case attn &
-AMPPROBE_PY_HOOKS=1 one residual-healthy-pyhooks "" --case residual --healthy &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
@@ -52,8 +48,6 @@ done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
-python3 "$HERE/check_report.py" "$WORK/attn-pyhooks.json" attn || fail=1
-python3 "$HERE/check_report.py" --same "$WORK/residual-healthy.sqlite" "$WORK/residual-healthy-pyhooks.sqlite" || fail=1
 python3 "$HERE/gpu_inplace.py" --check "$WORK/inplace.sqlite" "$WORK/inplace.log" || fail=1
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
 
