@@ -16,6 +16,10 @@
  * overhead) into META. A forked child inherits that handler and CUPTI's buffers but not the
  * thread: the pid check keeps it from flushing (and duplicating) the parent's records.
  *
+ * AMPPROBE_CUPTI_SKIP (for measuring what each part costs, not for users): a comma-separated
+ * list of what to leave out: api (the API call records), sync, memcpy, memset, overhead (those
+ * activity kinds), flush (the periodic flush; buffers come back when full and at exit).
+ *
  * Nothing here may take the program down: every CUPTI call is checked, a failure prints one
  * line naming the call and leaves the program running untraced, and InitializeInjection always
  * returns 1 (what the driver does with 0 is undocumented). No CUDA call is made here (we run
@@ -47,6 +51,7 @@ static struct {
     pthread_cond_t wake;
     bool flusher_running, stop;
     bool counters; // --counters: PM sampling (counters.c), driven by the flush thread
+    bool no_periodic_flush; // AMPPROBE_CUPTI_SKIP=flush
     const char *runtime_names[CUPTI_RUNTIME_TRACE_CBID_SIZE]; // of the recorded API calls
     const char *driver_names[CUPTI_DRIVER_TRACE_CBID_SIZE];
     amp_capture_stats stats;
@@ -148,15 +153,38 @@ static int enable_api(CUpti_CallbackDomain domain, const char **table, uint32_t 
 // ---------------------------------------------------------------------------------------------
 // Buffers
 
+// Buffers go to CUPTI already zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER): else CUPTI
+// zeroes each one itself, 8 MiB in the thread that needed it — the program's, every time the
+// periodic flush hands back a partly filled buffer. A completed buffer is zeroed by the thread
+// that decoded it (ours, or CUPTI's) and kept for the next request, up to POOL_BUFFERS.
+#define POOL_BUFFERS 4
+static struct {
+    pthread_mutex_t lock;
+    uint8_t *free[POOL_BUFFERS];
+    int n;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-    *buffer = aligned_alloc(8, BUFFER_BYTES); // NULL: CUPTI drops records and counts them
+    pthread_mutex_lock(&pool.lock);
+    *buffer = pool.n ? pool.free[--pool.n] : NULL;
+    pthread_mutex_unlock(&pool.lock);
+    if (!*buffer) *buffer = calloc(1, BUFFER_BYTES); // NULL: CUPTI drops records, counts them
     *size = *buffer ? BUFFER_BYTES : 0;
     *max_records = 0; // as many as fit
 }
 
+// Zeroes a buffer and keeps it for the next request (or frees it).
+static void buffer_recycle(uint8_t *buffer, size_t size) {
+    memset(buffer, 0, size);
+    pthread_mutex_lock(&pool.lock);
+    bool kept = pool.n < POOL_BUFFERS;
+    if (kept) pool.free[pool.n++] = buffer;
+    pthread_mutex_unlock(&pool.lock);
+    if (!kept) free(buffer);
+}
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size,
                                       size_t valid) {
-    (void)size;
     if (getpid() == g.pid) { // a forked child's copy of the parent's buffer is the parent's
         CUpti_Activity *rec = NULL;
         while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS)
@@ -164,6 +192,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         size_t dropped = 0;
         if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
             __atomic_add_fetch(&g.dropped, (int64_t)dropped, __ATOMIC_RELAXED);
+        buffer_recycle(buffer, size);
+        return;
     }
     free(buffer);
 }
@@ -186,7 +216,8 @@ static void *flusher_main(void *arg) {
         if (pthread_cond_timedwait(&g.wake, &g.timer_lock, &ts) == 0) continue; // woken: stop?
         bool flush = !g.counters || tick % (FLUSH_EVERY_MS / TICK_MS) == 0;
         pthread_mutex_unlock(&g.timer_lock);
-        if (flush) cuptiActivityFlushAll(0); // completed buffers, partly filled ones too
+        if (flush && !g.no_periodic_flush)
+            cuptiActivityFlushAll(0); // completed buffers, partly filled ones too
         if (g.counters) {
             uint64_t fresh = __atomic_exchange_n(&counters_to_start, 0, __ATOMIC_RELAXED);
             for (uint32_t d = 0; fresh; d++, fresh >>= 1)
@@ -267,6 +298,19 @@ static const CUpti_ActivityKind kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,   CUPTI_ACTIVITY_KIND_MEMSET,
     CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_OVERHEAD, CUPTI_ACTIVITY_KIND_DEVICE,
 };
+static const char *const kind_tokens[] = {"kernel", "memcpy",   "memset",
+                                          "sync",   "overhead", "device"};
+_Static_assert(sizeof kind_tokens / sizeof *kind_tokens == sizeof kinds / sizeof *kinds,
+               "one token per kind");
+
+// Whether AMPPROBE_CUPTI_SKIP's list names token.
+static bool skipped(const char *token) {
+    const char *list = getenv("AMPPROBE_CUPTI_SKIP");
+    size_t n = strlen(token);
+    for (const char *p = list; p && *p; p += strcspn(p, ","), p += *p == ',')
+        if (strncmp(p, token, n) == 0 && (p[n] == ',' || p[n] == 0)) return true;
+    return false;
+}
 
 static void tracing_start(void) {
     uint32_t version = 0;
@@ -322,13 +366,20 @@ static void tracing_start(void) {
         tracing_off("a CUPTI call failed (above)");
         return;
     }
+    uint8_t zeroed = 1; // buffer_requested's buffers are; a CUPTI that cannot be told zeroes them
+    size_t zeroed_size = sizeof zeroed;
+    cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &zeroed_size,
+                              &zeroed);
     for (size_t i = 1; i < sizeof kinds / sizeof *kinds; i++)
-        CUPTI_OK(cuptiActivityEnable(kinds[i])); // says which one is missing
-    int apis = enable_api(CUPTI_CB_DOMAIN_RUNTIME_API, g.runtime_names,
-                          CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_kept) +
-               enable_api(CUPTI_CB_DOMAIN_DRIVER_API, g.driver_names, CUPTI_DRIVER_TRACE_CBID_SIZE,
-                          driver_kept);
-    if (apis == 0)
+        if (!skipped(kind_tokens[i]))
+            CUPTI_OK(cuptiActivityEnable(kinds[i])); // says which one is missing
+    int apis = skipped("api") ? 0
+                              : enable_api(CUPTI_CB_DOMAIN_RUNTIME_API, g.runtime_names,
+                                           CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_kept) +
+                                    enable_api(CUPTI_CB_DOMAIN_DRIVER_API, g.driver_names,
+                                               CUPTI_DRIVER_TRACE_CBID_SIZE, driver_kept);
+    g.no_periodic_flush = skipped("flush");
+    if (apis == 0 && !skipped("api"))
         fprintf(stderr, "ampprobe: CUPTI: no API call can be recorded: kernels are not joined to "
                         "their launch calls\n");
     meta_i64("cupti_api_functions", apis);
