@@ -5,9 +5,12 @@
  *
  * Addresses, streams and slots are passed as integers (what torch's data_ptr() and cuda_stream
  * give); dtypes and the target are amp_dtype codes; each slot is an amp_stats in device memory.
- * The module links the CUDA runtime statically and works on whichever context is current on the
- * calling thread (PyTorch's primary context); only ampstats_host_alloc and ampstats_event_new
- * allocate, and only ampstats_wait waits (for one event).
+ * The module links the CUDA runtime statically and works in the primary context of the GPU each
+ * call names (device: the one whose stream, memory and events it is given), made current for the
+ * call and the thread's current one restored after it: a model may live on a GPU other than the
+ * current one, and PyTorch's default stream is the same handle on every GPU. Only
+ * ampstats_host_alloc and ampstats_event_new allocate, and only ampstats_wait waits (for one
+ * event).
  */
 #include "cuda-stats.h"
 
@@ -17,13 +20,28 @@
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
+// Makes GPU device current while it lives, if it is not already, and the previous one again after.
+struct DeviceGuard {
+    int prev = -1;
+    explicit DeviceGuard(int device) {
+        int cur = -1;
+        if (device >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != device &&
+            cudaSetDevice(device) == cudaSuccess)
+            prev = cur;
+    }
+    ~DeviceGuard() {
+        if (prev >= 0) cudaSetDevice(prev);
+    }
+};
+
 // The layout the Python side mirrors: sizeof(amp_stats); it refuses the module on a mismatch.
 EXPORT int ampstats_slot_bytes(void) { return (int)sizeof(amp_stats); }
 
 // n tensors given as parallel arrays, their figures into n consecutive slots from slots on, in
 // as few launches as the kernel's parameters allow.
 EXPORT int ampstats_many(int n, const uintptr_t *data, const int64_t *numel, const int32_t *dtype,
-                         uintptr_t slots, int target, uintptr_t stream) {
+                         uintptr_t slots, int target, uintptr_t stream, int device) {
+    DeviceGuard on(device);
     enum { CHUNK = 256 };
     cuda_stats_job jobs[CHUNK];
     for (int done = 0; done < n; done += CHUNK) {
@@ -38,7 +56,8 @@ EXPORT int ampstats_many(int n, const uintptr_t *data, const int64_t *numel, con
 }
 
 // amp_stats_empty() into n slots from slots on.
-EXPORT int ampstats_reset(uintptr_t slots, int64_t n, uintptr_t stream) {
+EXPORT int ampstats_reset(uintptr_t slots, int64_t n, uintptr_t stream, int device) {
+    DeviceGuard on(device);
     return (int)cuda_stats_reset((amp_stats *)slots, n, (cudaStream_t)stream);
 }
 
@@ -84,7 +103,8 @@ static cudaError_t gather(int n, const uintptr_t *src, const int32_t *dtype, uin
 
 // n (<= 16) scalars into dst[0..n) as doubles, in stream order.
 EXPORT int ampstats_gather(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dst,
-                           uintptr_t stream) {
+                           uintptr_t stream, int device) {
+    DeviceGuard on(device);
     return (int)gather(n, src, dtype, dst, (cudaStream_t)stream);
 }
 
@@ -93,7 +113,8 @@ EXPORT int ampstats_gather(int n, const uintptr_t *src, const int32_t *dtype, ui
 // mapped memory), then event recorded behind them. ampstats_wait(event) then says they are on the
 // host; the stream does not wait, and no other stream is involved.
 EXPORT int ampstats_mark(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dev,
-                         uintptr_t event, uintptr_t stream) {
+                         uintptr_t event, uintptr_t stream, int device) {
+    DeviceGuard on(device);
     cudaError_t e = gather(n, src, dtype, dev, (cudaStream_t)stream);
     if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
     return (int)e;
@@ -105,7 +126,8 @@ EXPORT int ampstats_mark(int n, const uintptr_t *src, const int32_t *dtype, uint
 // emptied for the next step.
 EXPORT int ampstats_finish(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t buf,
                            uintptr_t host, size_t nbytes, uintptr_t slots, int64_t n_slots,
-                           uintptr_t event, uintptr_t stream) {
+                           uintptr_t event, uintptr_t stream, int device) {
+    DeviceGuard on(device);
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t e = gather(n, src, dtype, buf, s);
     if (e == cudaSuccess)
@@ -115,8 +137,9 @@ EXPORT int ampstats_finish(int n, const uintptr_t *src, const int32_t *dtype, ui
     return (int)e;
 }
 
-// Records an event of ampstats_event_new's on stream.
-EXPORT int ampstats_record(uintptr_t event, uintptr_t stream) {
+// Records an event of ampstats_event_new's on stream (both of GPU device).
+EXPORT int ampstats_record(uintptr_t event, uintptr_t stream, int device) {
+    DeviceGuard on(device);
     return (int)cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
 }
 
@@ -139,9 +162,10 @@ EXPORT uintptr_t ampstats_host_alloc(size_t bytes, uintptr_t *dev) {
     return (uintptr_t)p;
 }
 
-// An event for ampstats_mark and ampstats_finish (no timing), or 0; never destroyed (a few per
-// watcher).
-EXPORT uintptr_t ampstats_event_new(void) {
+// An event of GPU device for ampstats_mark and ampstats_finish (no timing), or 0; never destroyed
+// (a few per watcher).
+EXPORT uintptr_t ampstats_event_new(int device) {
+    DeviceGuard on(device);
     cudaEvent_t e = NULL;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 0;
     return (uintptr_t)e;

@@ -62,23 +62,24 @@ def load_module(next_to):
         return None, "%s: slot size %d, expected %d (a stale build?)" % (
             path, lib.ampstats_slot_bytes(), _SLOT)
     u, i64, i = ctypes.c_size_t, ctypes.c_int64, ctypes.c_int
-    lib.ampstats_many.argtypes = [i, u, u, u, u, i, u]  # arrays by address (array.array)
+    # arrays by address (array.array); streams as integers, each call's GPU last
+    lib.ampstats_many.argtypes = [i, u, u, u, u, i, u, i]
     lib.ampstats_many.restype = i
-    lib.ampstats_reset.argtypes = [u, i64, u]
+    lib.ampstats_reset.argtypes = [u, i64, u, i]
     lib.ampstats_reset.restype = i
-    lib.ampstats_gather.argtypes = [i, u, u, u, u]
+    lib.ampstats_gather.argtypes = [i, u, u, u, u, i]
     lib.ampstats_gather.restype = i
-    lib.ampstats_mark.argtypes = [i, u, u, u, u, u]
+    lib.ampstats_mark.argtypes = [i, u, u, u, u, u, i]
     lib.ampstats_mark.restype = i
     lib.ampstats_wait.argtypes = [u]
     lib.ampstats_wait.restype = i
     lib.ampstats_host_alloc.argtypes = [u, ctypes.POINTER(u)]
     lib.ampstats_host_alloc.restype = u
-    lib.ampstats_event_new.argtypes = []
+    lib.ampstats_event_new.argtypes = [i]
     lib.ampstats_event_new.restype = u
-    lib.ampstats_finish.argtypes = [i, u, u, u, u, u, u, i64, u, u]
+    lib.ampstats_finish.argtypes = [i, u, u, u, u, u, u, i64, u, u, i]
     lib.ampstats_finish.restype = i
-    lib.ampstats_record.argtypes = [u, u]
+    lib.ampstats_record.argtypes = [u, u, i]
     lib.ampstats_record.restype = i
     lib.ampstats_error.argtypes = [i]
     lib.ampstats_error.restype = ctypes.c_char_p
@@ -183,10 +184,11 @@ class StepStats:
         self._pending_target, self._pending_bounds = None, None
         self._pending_checks = []  # (index in pending, handle, version) of checked ones
         self.modified = []  # handles of checked deferred tensors written to before their read
-        self._pool = []  # free (pinned host buffer, event) pairs
+        self._pool = []  # free (pinned host buffer, event, the event's GPU)
         self._marked, self._mark_n = None, -1  # mark()'s tensors and how many the kernel took
         self._mark_host, self._mark_dev, self._mark_event = 0, 0, 0  # mark()'s mapped doubles
-        # (host and device addresses) and event
+        # (host and device addresses) and event, and the event's GPU
+        self._mark_event_dev = -1
 
     def _alloc(self, device, cap):
         """A fresh buffer of cap slots on device, slots emptied (kernels queued on it so far
@@ -224,7 +226,7 @@ class StepStats:
 
     def _reset(self, first, n):
         self._check(self.lib.ampstats_reset(self._base + first * _SLOT, n,
-                                            _raw_stream_fast(self._dev)))
+                                            _raw_stream_fast(self._dev), self._dev))
 
     def _check(self, rc):
         if rc:
@@ -338,7 +340,7 @@ class StepStats:
         self._check(lib.ampstats_many(
             n, ptrs.buffer_info()[0], numels.buffer_info()[0], codes.buffer_info()[0],
             self._base + first * _SLOT, TARGET_CODE[self._pending_target],
-            _raw_stream_fast(self._dev)))
+            _raw_stream_fast(self._dev), self._dev))
 
     def put(self, at, tensors):
         """Places one-element tensors (the loss, the scale, ...) as float64 at scalars at, at+1,
@@ -360,7 +362,7 @@ class StepStats:
         if args is not None:
             self._check(self.lib.ampstats_gather(
                 len(tensors), _addr(args[0]), _addr(args[1]), self.scal.data_ptr() + at * 8,
-                _raw_stream_fast(self._dev)))
+                _raw_stream_fast(self._dev), self._dev))
             return
         for k, t in enumerate(tensors):  # another device, dtype or no module: torch's copies
             self.scal[at + k].copy_(t.detach().reshape(()))
@@ -378,17 +380,18 @@ class StepStats:
         args = _scalar_args(tensors, dev) if dev >= 0 else None
         if args is None:
             return
-        if not self._mark_host:
-            dev_addr = ctypes.c_size_t(0)
-            self._mark_host = self.lib.ampstats_host_alloc(HEAD * 8, ctypes.byref(dev_addr))
-            self._mark_dev = dev_addr.value
-            self._mark_event = self.lib.ampstats_event_new()
+        if not self._mark_host or self._mark_event_dev != dev:
+            if not self._mark_host:
+                dev_addr = ctypes.c_size_t(0)
+                self._mark_host = self.lib.ampstats_host_alloc(HEAD * 8, ctypes.byref(dev_addr))
+                self._mark_dev = dev_addr.value
+            self._mark_event, self._mark_event_dev = self.lib.ampstats_event_new(dev), dev
             if not self._mark_host or not self._mark_event:
                 raise RuntimeError("ampprobe: cannot allocate mapped host memory or an event "
                                    "for the step's loss and found_inf")
         self._check(self.lib.ampstats_mark(len(tensors), _addr(args[0]), _addr(args[1]),
                                            self._mark_dev, self._mark_event,
-                                           _raw_stream_fast(dev)))
+                                           _raw_stream_fast(dev), dev))
         self._mark_n = len(tensors)
 
     def marked_count(self):
@@ -411,14 +414,15 @@ class StepStats:
         return len(self.order)
 
     def _pinned(self, nbytes):
-        """A free pinned host buffer of at least nbytes, and its event (the module's, else
-        torch's)."""
+        """A free pinned host buffer of at least nbytes, and its event (the module's, of the
+        buffer's GPU, else torch's)."""
         while self._pool:
-            host, event = self._pool.pop()
-            if host.numel() >= nbytes:
+            host, event, dev = self._pool.pop()
+            if host.numel() >= nbytes and dev == self._dev:
                 return host, event
         size = max(nbytes, _HEAD_BYTES + self.cap * _SLOT)
-        event = self.lib.ampstats_event_new() if self.lib is not None else torch.cuda.Event()
+        event = self.lib.ampstats_event_new(self._dev) if self.lib is not None \
+            else torch.cuda.Event()
         if not event:
             raise RuntimeError("ampprobe: cannot create a CUDA event for the statistics' copy")
         return torch.empty(size, dtype=torch.uint8, pin_memory=True), event
@@ -453,7 +457,8 @@ class StepStats:
                     self._check(self.lib.ampstats_finish(
                         n_scalars if args else 0, _addr(args[0]) if args else 0,
                         _addr(args[1]) if args else 0, self.buf.data_ptr(), host.data_ptr(),
-                        nbytes, self._base, self.used, event, _raw_stream_fast(self._dev)))
+                        nbytes, self._base, self.used, event, _raw_stream_fast(self._dev),
+                        self._dev))
                     return self._finished(Copy(self, host, event, None, self.order, self.used,
                                                n_scalars, pooled=True))
                 host[:nbytes].copy_(self.buf[:nbytes], non_blocking=True)
@@ -470,7 +475,7 @@ class StepStats:
             else:
                 eager = flat.clone()
         if isinstance(event, int):
-            self._check(self.lib.ampstats_record(event, _raw_stream_fast(self._dev)))
+            self._check(self.lib.ampstats_record(event, _raw_stream_fast(self._dev), self._dev))
         elif event is not None:
             event.record(torch.cuda.current_stream(self.buf.device if self.buf is not None
                                                    else self.eager[0].device))
@@ -497,6 +502,7 @@ class Copy:
         self.stats, self.host, self.event, self.eager = stats, host, event, eager
         self.order, self.used, self.n_scalars = order, used, n_scalars
         self.pooled = pooled  # host (with event) came from the pool and goes back to it
+        self.dev = stats._dev  # the event's GPU
         self.slots, self.extras = None, []
 
     def wait(self):
@@ -539,6 +545,6 @@ class Copy:
         """Gives the pinned buffer back for a later step: slots and result() are gone."""
         if self.pooled and self.host is not None:
             self.wait()
-            self.stats._pool.append((self.host, self.event))
+            self.stats._pool.append((self.host, self.event, self.dev))
         self.host = self.eager = None
         self.slots = None

@@ -4,6 +4,7 @@
   check_report.py REPORT.json CASE [--healthy]
   check_report.py --bwd RUN.sqlite
   check_report.py --ops RUN.sqlite
+  check_report.py --same RUN.sqlite OTHER.sqlite
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
@@ -11,7 +12,9 @@ must have been traced op by op (the backward re-run): a backward nonfinite_produ
 layer, a forward op and the autograd node it ran in. With --ops, a TinyGPT run's op step (step 1)
 must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
 (lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy
-at the top level in f32, every GEMM's FLOPs 2*M*N*K. Prints one PASS/FAIL line; exits 1 on FAIL.
+at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script
+(on different GPUs) must have recorded the same statistics rows, step by step. Prints one
+PASS/FAIL line; exits 1 on FAIL.
 """
 import json
 import sqlite3
@@ -88,7 +91,21 @@ def check_ops(path):
     return 1 if bad else 0
 
 
+def check_same(a, b):
+    q = ("SELECT step, layer_id, op, kind, dtype, target_dtype, numel, min, max, n_nan, "
+         "n_posinf, n_neginf, n_overflow, n_underflow, n_zero FROM AMP_TENSOR_STATS")
+    ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
+    diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
+    ok = bool(ra) and ra == rb
+    print("%s the same statistics rows in %s and %s: %d and %d rows%s" % (
+        "PASS" if ok else "FAIL", a, b, len(ra), len(rb),
+        "; first differing: %s" % diff if diff else ""), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--same":
+        return check_same(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--bwd":
         return check_bwd(sys.argv[2])
     if sys.argv[1] == "--ops":

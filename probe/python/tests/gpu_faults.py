@@ -3,7 +3,7 @@
 healthy twins, for `ampprobe run --torch` (no ampprobe code in here: the bridge attaches by
 itself). run_gpu.sh runs each and checks the report's first finding (check_report.py).
 
-  python3 gpu_faults.py --case attn [--healthy]
+  python3 gpu_faults.py --case attn [--healthy] [--device N]
 
 Cases (the fault switches on at step 3; --healthy leaves it off):
   attn       blocks.1.attn multiplies its q@k^T logits by a gain of 1e6 instead of 1/sqrt(d):
@@ -19,8 +19,12 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
              an overflow, backs off, grows again (30 steps)
   fp32gemm   the MLP's layers.1 runs with autocast disabled on .float() inputs from the start:
              a third of the GEMM FLOPs miss the Tensor Cores (seen on the op step, step 1)
+
+--device N trains on GPU N while the current device stays GPU 0 (a model moved with .to()
+alone); the script fails if the current device changes under it.
 """
 import argparse
+import sys
 
 import torch
 import torch.nn as nn
@@ -126,10 +130,13 @@ def main():
                              "fp32gemm"])
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int)
+    ap.add_argument("--device", type=int, metavar="N",
+                    help="train on GPU N, the current device left as it is (GPU 0)")
     a = ap.parse_args()
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
     torch.manual_seed(0)
-    dev = "cuda"
+    dev = "cuda" if a.device is None else "cuda:%d" % a.device
+    current = torch.cuda.current_device()
     gpt = a.case in ("attn", "log0")
     if gpt:
         model = TinyGPT().to(dev)
@@ -163,7 +170,7 @@ def main():
             x = x.clone()
             x[1, 5] = float("nan")
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev, dtype=torch.float16):
+        with torch.autocast("cuda", dtype=torch.float16):
             out = model(x)
         if a.case == "log0":  # the hand-written fp16 loss
             t = 1e-3 if fault else 1.0
@@ -177,6 +184,9 @@ def main():
         scaler.step(opt)
         scaler.update()
         print("step %d loss %.4f scale %g" % (step, loss.item(), scaler.get_scale()), flush=True)
+        if torch.cuda.current_device() != current:
+            sys.exit("gpu_faults.py: the current device moved from %d to %d during step %d" % (
+                current, torch.cuda.current_device(), step))
 
 
 if __name__ == "__main__":

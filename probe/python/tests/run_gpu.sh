@@ -4,7 +4,9 @@
 # DIST holds ampprobe, libamprecord.so and python/ as the build leaves them (built elsewhere and
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
-# one faulty case also runs with the eager (module-less) statistics; the sawtooth run's gradient
+# one faulty case also runs with the eager (module-less) statistics; with two GPUs or more, one
+# faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
+# record the same statistics as on GPU 0); the sawtooth run's gradient
 # overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
 # with autocast's decisions; gpu_inplace.py checks that module outputs written to in place are
 # read before the write; gpu_devstats.py checks the device statistics against eager torch
@@ -36,6 +38,12 @@ one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
+gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+if [ "$gpus" -ge 2 ]; then # a model on GPU 1, the current device GPU 0
+    one attn-gpu1 "" --case attn --device 1 &
+    one residual-healthy-gpu1 "" --case residual --healthy --device 1 &
+    wait
+fi
 fail=0
 PYTHONPATH="$DIST/python" python3 "$HERE/gpu_devstats.py" "$DIST/libamprecord.so" --bench || fail=1
 for f in "$WORK"/*.rc; do # a script that died records little: that fails, healthy or not
@@ -48,6 +56,13 @@ done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
+if [ "$gpus" -ge 2 ]; then
+    python3 "$HERE/check_report.py" "$WORK/attn-gpu1.json" attn || fail=1
+    python3 "$HERE/check_report.py" --same "$WORK/residual-healthy.sqlite" \
+        "$WORK/residual-healthy-gpu1.sqlite" || fail=1
+else
+    echo "SKIP a model on GPU 1 with GPU 0 current: one GPU"
+fi
 python3 "$HERE/gpu_inplace.py" --check "$WORK/inplace.sqlite" "$WORK/inplace.log" || fail=1
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
 
