@@ -26,7 +26,6 @@ Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
 """
-import argparse
 import cProfile
 import gc
 import io
@@ -240,12 +239,7 @@ def host_costs(lib):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", action="append",
-                   choices=sorted(torch_overhead.torch_baseline.WORKLOADS))
-    p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
-    p.add_argument("--rounds", type=int, default=3)
+    p = torch_overhead.arg_parser(__doc__, rounds=3)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--self-time", action="store_true")
     a = p.parse_args()

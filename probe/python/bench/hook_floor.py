@@ -21,7 +21,6 @@ what is measured from one minute to the next).
 
   ampprobe run --trace amp -o f.sqlite -- python3 probe/python/bench/hook_floor.py
 """
-import argparse
 import os
 import statistics
 import sys
@@ -106,12 +105,7 @@ def interleaved(name, mode, variants, rounds):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", action="append",
-                   choices=sorted(torch_overhead.torch_baseline.WORKLOADS))
-    p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
-    p.add_argument("--rounds", type=int, default=3)
+    p = torch_overhead.arg_parser(__doc__, rounds=3)
     p.add_argument("--variant", action="append", choices=VARIANTS,
                    help="these variants only (plain always runs)")
     p.add_argument("--interleave", action="store_true",

@@ -97,6 +97,16 @@ def timed(step, steps, w):
             statistics.median(host) * 1e3)
 
 
+def arg_parser(doc, rounds):
+    """The benchmarks' shared options: --workload, --mode (fp16, bf16), --rounds."""
+    p = argparse.ArgumentParser(description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", action="append", choices=sorted(torch_baseline.WORKLOADS))
+    p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
+    p.add_argument("--rounds", type=int, default=rounds)
+    return p
+
+
 def run(name, mode, watched):
     event, wall, _ = timed(*setup(name, mode, dict(stats_every=1) if watched else None))
     return dict(workload=name, mode=mode, watched=watched, event_ms=event, wall_ms=wall)
