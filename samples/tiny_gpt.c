@@ -195,10 +195,15 @@ static amp_tensor_t *attention(const tiny_gpt *m, sample_step *s, int index, amp
     // 1/sqrt(D); in fp16 this mul, right after the q @ k^T matmul, is the first op to give inf.
     bool broken = index == m->overflow_block && sample_fault_now(s, SAMPLE_FAULT_ATTN_OVERFLOW);
     double scale = broken ? SAMPLE_ATTN_OVERFLOW_GAIN : 1.0 / sqrt((double)D);
-    amp_tensor_t *att = amp_matmul(ctx, p[0], amp_transpose(ctx, p[1], -2, -1)); // (B, H, T, T)
-    att = amp_mul_scalar(ctx, att, scale);
-    att = amp_masked_fill(ctx, att, m->causal, -INFINITY);
-    att = amp_softmax(ctx, att, -1);
+    // the scores, scaled and masked, are read by no backward (the softmax's reads its output):
+    // each is dropped once the next op has read it (peak memory)
+    amp_tensor_t *scores = amp_matmul(ctx, p[0], amp_transpose(ctx, p[1], -2, -1)); // (B, H, T, T)
+    amp_tensor_t *scaled = amp_mul_scalar(ctx, scores, scale);
+    amp_tensor_drop(scores);
+    amp_tensor_t *masked = amp_masked_fill(ctx, scaled, m->causal, -INFINITY);
+    amp_tensor_drop(scaled);
+    amp_tensor_t *att = amp_softmax(ctx, masked, -1);
+    amp_tensor_drop(masked);
     amp_tensor_t *y = amp_matmul(ctx, att, p[2]);                                // (B, H, T, D)
     y = amp_reshape(ctx, amp_transpose(ctx, y, 1, 2), 3, (int64_t[]){B, T, C}); // (B, T, C)
     y = sample_linear_forward(ctx, &blk->attn_proj, y, SAMPLE_ACT_NONE);

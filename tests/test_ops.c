@@ -5,6 +5,8 @@
 #include "amp.h"
 #include "tests.h"
 
+#include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -312,6 +314,91 @@ START_TEST(test_half_storage_rounds) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// amp_tensor_drop: what no backward reads goes at once, the gradients stay the same
+
+// An attention-like step under fp16 autocast: scores = x @ w, scaled, causally masked, softmax,
+// then loss = sum(att * r); with `drop`, the scores, the scaled and the masked scores are dropped
+// as soon as the next op has run (no backward reads them) and so is the softmax's output (its
+// backward reads it: kept). Writes x's and w's gradients to gx, gw and reports which storage was
+// freed in freed[0..3].
+static void attention_step(bool drop, float *gx, float *gw, bool freed[4]) {
+    amp_ctx_t *c;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 11, &c), AMP_OK);
+    amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 8));
+    amp_tensor_t *w = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(8, 6));
+    amp_tensor_t *r = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 6));
+    amp_tensor_randn(x, 1.0f);
+    amp_tensor_randn(w, 1.0f);
+    amp_tensor_randn(r, 1.0f);
+    amp_tensor_set_requires_grad(x, true);
+    amp_tensor_set_requires_grad(w, true);
+    int32_t mask[36];
+    for (int i = 0; i < 36; i++) mask[i] = i % 6 > i / 6;
+    amp_tensor_t *m = amp_tensor_from(c, AMP_DTYPE_I32, 2, S(6, 6), mask);
+    amp_autocast_begin(c, true, AMP_DTYPE_F16, true);
+    amp_tensor_t *t[4];
+    t[0] = amp_matmul(c, x, w);
+    t[1] = amp_mul_scalar(c, t[0], 0.125);
+    if (drop) amp_tensor_drop(t[0]);
+    t[2] = amp_masked_fill(c, t[1], m, -INFINITY);
+    if (drop) amp_tensor_drop(t[1]);
+    t[3] = amp_softmax(c, t[2], -1);
+    if (drop) {
+        amp_tensor_drop(t[2]);
+        amp_tensor_drop(t[3]);
+    }
+    amp_autocast_end(c);
+    amp_backward(c, amp_sum(c, amp_mul(c, t[3], r)));
+    for (int i = 0; i < 4; i++) freed[i] = t[i]->buf->data == NULL;
+    amp_tensor_read_f32(amp_tensor_grad(x), gx);
+    amp_tensor_read_f32(amp_tensor_grad(w), gw);
+    amp_ctx_free(c);
+}
+
+START_TEST(test_drop_frees_what_no_backward_reads) {
+    float gx[48], gw[48], hx[48], hw[48];
+    bool freed[4], kept[4];
+    attention_step(false, gx, gw, kept);
+    attention_step(true, hx, hw, freed);
+    for (int i = 0; i < 4; i++) ck_assert_msg(!kept[i], "tensor %d freed without a drop", i);
+    ck_assert_msg(freed[0] && freed[1] && freed[2], "scores, scaled, masked: %d %d %d", freed[0],
+                  freed[1], freed[2]);
+    ck_assert_msg(!freed[3], "the softmax's output was freed, its backward reads it");
+    ck_assert_mem_eq(gx, hx, sizeof gx);
+    ck_assert_mem_eq(gw, hw, sizeof gw);
+}
+END_TEST
+
+START_TEST(test_drop_keeps_what_a_backward_reads) {
+    amp_tensor_t *x = param(2, S(4, 5), 1), *w = param(2, S(5, 3), 1);
+    amp_tensor_t *h = amp_matmul(ctx, x, w);
+    amp_tensor_t *g = amp_gelu(ctx, h, false); // GELU's backward reads its input
+    amp_tensor_drop(h);
+    ck_assert_ptr_nonnull(h->buf->data);
+    amp_tensor_t *v = amp_reshape(ctx, g, 1, S(12)); // a view: dropping it drops g's storage
+    amp_tensor_t *y = amp_mul_scalar(ctx, v, 3.0);
+    amp_tensor_drop(v);
+    ck_assert_ptr_null(g->buf->data);
+    amp_tensor_drop(v); // a second call, NULL, a parameter: left alone
+    amp_tensor_drop(NULL);
+    amp_tensor_drop(x);
+    ck_assert_ptr_nonnull(x->buf->data);
+    amp_backward(ctx, amp_sum(ctx, y));
+    amp_tensor_drop(amp_tensor_grad(w)); // a gradient: left alone
+    ck_assert_ptr_nonnull(amp_tensor_grad(w)->buf->data);
+    amp_ctx_reset(ctx);
+}
+END_TEST
+
+START_TEST(test_reading_a_dropped_tensor_aborts) {
+    amp_tensor_t *x = param(2, S(4, 5), 1);
+    amp_tensor_t *y = amp_mul_scalar(ctx, x, 2.0);
+    amp_tensor_drop(y);
+    amp_relu(ctx, y);
+}
+END_TEST
+
 Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *g = tcase_create("gradcheck");
@@ -362,5 +449,11 @@ Suite *ops_suite(void) {
     tcase_add_test(f, test_grad_accumulates_and_zero_grad);
     tcase_add_test(f, test_half_storage_rounds);
     suite_add_tcase(s, f);
+    TCase *d = tcase_create("drop");
+    tcase_add_checked_fixture(d, setup, teardown);
+    tcase_add_test(d, test_drop_frees_what_no_backward_reads);
+    tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
+    tcase_add_test_raise_signal(d, test_reading_a_dropped_tensor_aborts, SIGABRT);
+    suite_add_tcase(s, d);
     return s;
 }

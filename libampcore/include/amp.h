@@ -7,7 +7,8 @@
  *
  * Memory: the context owns every tensor. Tensors made by amp_tensor_new*() are persistent until
  * amp_tensor_free(); tensors returned by ops are scratch and live until amp_ctx_reset(), which
- * also drops the autograd tape. A training step therefore reads:
+ * also drops the autograd tape, or until amp_tensor_drop() when no backward reads them. A training
+ * step therefore reads:
  *
  *     amp_ctx_t *ctx;
  *     amp_ctx_new(AMP_DEVICE_CPU, 42, &ctx);
@@ -133,6 +134,14 @@ void amp_tensor_randn(amp_tensor_t *t, float std);
 void amp_tensor_uniform(amp_tensor_t *t, float bound);
 // Frees a persistent tensor (and its gradient). NULL is a no-op; scratch tensors are ignored.
 void amp_tensor_free(amp_tensor_t *t);
+// Says the caller will not read the storage of t (an op's output, or a view of one) again: it is
+// freed now unless a backward of the tape reads it (then at amp_ctx_reset, as without the call).
+// PyTorch frees a forward intermediate that no reference and no backward keeps; a C program says
+// which ones it is done with (an attention's scores once the softmax has run: the softmax's
+// backward reads only its output). Views of the storage go with it; reading it afterwards aborts
+// where an op checks its inputs. Persistent tensors, gradients, NULL and a second call are left
+// alone.
+void amp_tensor_drop(amp_tensor_t *t);
 
 amp_dtype amp_tensor_dtype(const amp_tensor_t *t);
 int amp_tensor_ndim(const amp_tensor_t *t);

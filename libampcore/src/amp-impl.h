@@ -67,8 +67,9 @@ static inline float amp_f16_to_f32_fast(uint16_t h) { return amp_f16_table[h]; }
 
 typedef struct amp_buffer {
     int refcount;
-    void *data; // backend memory (host for the CPU backend)
+    void *data; // backend memory (host for the CPU backend); NULL once dropped (amp_tensor_drop)
     size_t nbytes;
+    bool droppable; // an op's output, not a gradient nor persistent, not dropped yet
 } amp_buffer;
 
 struct amp_node;
@@ -131,6 +132,12 @@ typedef struct amp_node amp_node;
 typedef void (*amp_backward_fn)(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
 
 #define AMP_NODE_MAX_IN 4
+// What a node's backward reads of the tensors it was recorded with (amp_node.reads): amp_tensor_drop
+// keeps storage that a backward of the tape reads. Nodes read everything unless their op says less.
+#define AMP_READS_IN(i) (1u << (i))
+#define AMP_READS_OUT (1u << 4)
+#define AMP_READS_SAVED(i) (1u << (8 + (i)))
+#define AMP_READS_ALL 0x0F1Fu
 struct amp_node {
     const char *op; // PyTorch op name ("linear", "softmax")
     amp_backward_fn backward;
@@ -141,6 +148,7 @@ struct amp_node {
     float f[4];                           // op arguments
     int64_t i[4];
     int32_t layer;
+    uint16_t reads; // AMP_READS_* bits: what the backward reads of in, out and saved
 };
 
 // Records out as produced by op (when grad is enabled and an input requires grad) and returns

@@ -9,6 +9,9 @@
 amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, amp_tensor_t *out,
                           amp_tensor_t *const *in, int n_in) {
     AMP_ASSERT(n_in <= AMP_NODE_MAX_IN);
+    for (int i = 0; i < n_in; i++)
+        AMP_ASSERT(!in[i] || !in[i]->buf || in[i]->buf->data,
+                   "(%s reads input %d, whose storage was dropped with amp_tensor_drop)", op, i);
     out->layer = amp_ctx_current_layer(ctx);
     if (!ctx->grad_enabled) return NULL;
     bool needs = false;
@@ -17,6 +20,7 @@ amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, am
     amp_node *n = amp_xcalloc(1, sizeof *n);
     n->op = op;
     n->backward = bw;
+    n->reads = AMP_READS_ALL;
     n->out = out;
     n->n_in = n_in;
     for (int i = 0; i < n_in; i++) n->in[i] = in[i];

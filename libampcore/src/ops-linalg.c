@@ -123,6 +123,7 @@ static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
         n->i[0] = bt;
         n->saved[0] = ad;
         n->saved[1] = bd;
+        n->reads = AMP_READS_SAVED(0) | AMP_READS_SAVED(1); // the operands, not the output
     }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, bias ? 3 : 2);
     return y;

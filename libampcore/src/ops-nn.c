@@ -30,7 +30,10 @@ static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     amp_instr_arm(ctx, y);
     ctx->be->softmax(ctx->bctx, log, y, amp_dense(ctx, x));
     amp_node *n = amp_node_record(ctx, op, softmax_backward, y, &x, 1);
-    if (n) n->i[0] = log;
+    if (n) {
+        n->i[0] = log;
+        n->reads = AMP_READS_OUT; // not its input
+    }
     amp_instr_op(ctx, op, AMP_POLICY_FP32_SET_OPT_DTYPE, y, &x, 1);
     return y;
 }
@@ -163,7 +166,10 @@ amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *tar
     amp_tensor_t *t = amp_dense(ctx, target);
     ctx->be->nll_loss(ctx->bctx, y, amp_dense(ctx, logp), t);
     amp_node *n = amp_node_record(ctx, "nll_loss", nll_loss_backward, y, &logp, 1);
-    if (n) n->saved[0] = t;
+    if (n) {
+        n->saved[0] = t;
+        n->reads = AMP_READS_SAVED(0); // the targets, not the log-probabilities
+    }
     amp_instr_op(ctx, "nll_loss", AMP_POLICY_FP32, y, &logp, 1);
     return y;
 }

@@ -11,6 +11,25 @@
 // ---------------------------------------------------------------------------------------------
 // Unary ops
 
+// What a unary op's backward reads (the backends' derivative formulas): its input, saved dense
+// (GELU, log, pow, clamp_min), or its output (ReLU, tanh, sigmoid, exp); a scaling neither.
+static uint16_t unary_reads(amp_unary_op op) {
+    switch (op) {
+    case AMP_UNARY_GELU:
+    case AMP_UNARY_GELU_TANH:
+    case AMP_UNARY_LOG:
+    case AMP_UNARY_POW:
+    case AMP_UNARY_CLAMP_MIN: return AMP_READS_SAVED(0);
+    case AMP_UNARY_RELU:
+    case AMP_UNARY_TANH:
+    case AMP_UNARY_SIGMOID:
+    case AMP_UNARY_EXP: return AMP_READS_OUT;
+    case AMP_UNARY_SCALE:
+    case AMP_UNARY_ADD_SCALAR: return 0;
+    }
+    return AMP_READS_ALL;
+}
+
 static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *xd = n->saved[0];
     amp_tensor_t *dx = amp_grad_scratch(ctx, x);
@@ -35,6 +54,7 @@ static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, fl
         n->i[0] = kind;
         n->f[0] = alpha;
         n->saved[0] = xd;
+        n->reads = unary_reads(kind);
     }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, &x, 1);
     return y;
@@ -145,7 +165,13 @@ static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, 
     amp_autocast_apply(ctx, op, in, 2); // native: no casts
     amp_tensor_t *y = compute_binary(ctx, kind, binary_result_type(a, b), a, b, true);
     amp_node *n = amp_node_record(ctx, op, binary_backward, y, in, 2);
-    if (n) n->i[0] = kind;
+    if (n) {
+        n->i[0] = kind;
+        // add and sub pass the gradient on; mul and div read both operands
+        n->reads = kind == AMP_BINARY_ADD || kind == AMP_BINARY_SUB
+                       ? 0
+                       : AMP_READS_IN(0) | AMP_READS_IN(1);
+    }
     amp_instr_op(ctx, op, AMP_POLICY_NATIVE, y, in, 2);
     return y;
 }
@@ -179,7 +205,10 @@ static amp_tensor_t *reduce_all(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     ctx->be->reduce_sum(ctx->bctx, r, amp_dense(ctx, x), alpha);
     amp_tensor_t *y = amp_view_new(ctx, r, 0, NULL, NULL, r->offset);
     amp_node *n = amp_node_record(ctx, op, reduce_backward, y, &x, 1);
-    if (n) n->f[0] = alpha;
+    if (n) {
+        n->f[0] = alpha;
+        n->reads = 0;
+    }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, &x, 1);
     return y;
 }
@@ -208,7 +237,10 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
     ctx->be->masked_fill(ctx->bctx, y, amp_dense(ctx, x), m, value);
     y->inf_fill = isinf(value) ? (value < 0 ? -1 : 1) : x->inf_fill;
     amp_node *n = amp_node_record(ctx, "masked_fill", masked_fill_backward, y, &x, 1);
-    if (n) n->saved[0] = m;
+    if (n) {
+        n->saved[0] = m;
+        n->reads = AMP_READS_SAVED(0); // the mask only
+    }
     amp_instr_op(ctx, "masked_fill", AMP_POLICY_NATIVE, y, &x, 1);
     return y;
 }

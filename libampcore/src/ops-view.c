@@ -11,6 +11,8 @@
 // Helpers shared by the ops (declared in amp-impl.h)
 
 amp_tensor_t *amp_dense(amp_ctx_t *ctx, amp_tensor_t *x) {
+    AMP_ASSERT(!x->buf || x->buf->data, "(an op reads a tensor whose storage was dropped with "
+                                        "amp_tensor_drop)");
     if (amp_tensor_is_contiguous(x)) return x;
     amp_tensor_t *c = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
     ctx->be->copy(ctx->bctx, c, x);
@@ -101,7 +103,8 @@ amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64
     int64_t stride[AMP_MAX_DIMS];
     amp_contiguous_strides(ndim, s, stride);
     amp_tensor_t *y = view_of(ctx, d, ndim, s, stride, d->offset);
-    amp_node_record(ctx, "reshape", reshape_backward, y, &x, 1);
+    amp_node *n = amp_node_record(ctx, "reshape", reshape_backward, y, &x, 1);
+    if (n) n->reads = 0;
     return y;
 }
 
@@ -133,7 +136,10 @@ amp_tensor_t *amp_permute(amp_ctx_t *ctx, amp_tensor_t *x, const int *perm) {
     }
     amp_tensor_t *y = view_of(ctx, x, x->ndim, shape, stride, x->offset);
     amp_node *n = amp_node_record(ctx, "permute", permute_backward, y, &x, 1);
-    if (n) n->i[0] = packed;
+    if (n) {
+        n->i[0] = packed;
+        n->reads = 0;
+    }
     return y;
 }
 
@@ -168,6 +174,7 @@ int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor
         if (n) {
             n->i[0] = dim;
             n->i[1] = start;
+            n->reads = 0;
         }
         out[count++] = y;
     }
@@ -185,7 +192,8 @@ amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x) {
     if (amp_tensor_is_contiguous(x)) return x;
     amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
     ctx->be->copy(ctx->bctx, y, x);
-    amp_node_record(ctx, "contiguous", identity_backward, y, &x, 1);
+    amp_node *n = amp_node_record(ctx, "contiguous", identity_backward, y, &x, 1);
+    if (n) n->reads = 0;
     return y;
 }
 
@@ -194,7 +202,8 @@ amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
     amp_tensor_t *y = amp_scratch_new(ctx, t, x->ndim, x->shape);
     amp_instr_arm(ctx, y);
     ctx->be->copy(ctx->bctx, y, x);
-    amp_node_record(ctx, "to", identity_backward, y, &x, 1);
+    amp_node *n = amp_node_record(ctx, "to", identity_backward, y, &x, 1);
+    if (n) n->reads = 0;
     amp_instr_op(ctx, "to", AMP_POLICY_NATIVE, y, &x, 1);
     return y;
 }

@@ -57,7 +57,7 @@ amp_device amp_ctx_device(const amp_ctx_t *ctx) { return ctx->device; }
 
 static void buffer_release(amp_ctx_t *ctx, amp_buffer *b) {
     if (!b || --b->refcount > 0) return;
-    ctx->be->free(ctx->bctx, b->data);
+    if (b->data) ctx->be->free(ctx->bctx, b->data); // NULL: dropped already
     free(b);
 }
 
@@ -145,6 +145,7 @@ static void list_push(amp_tensor_t ***list, size_t *n, size_t *cap, amp_tensor_t
 
 amp_tensor_t *amp_scratch_new(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
     amp_tensor_t *t = tensor_alloc(ctx, dt, ndim, shape);
+    t->buf->droppable = true;
     list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
     return t;
 }
@@ -163,6 +164,27 @@ void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark) {
         else tensor_destroy(t);
     }
     ctx->n_scratch = kept;
+}
+
+// Whether node n's backward reads storage b (n->reads).
+static bool node_reads(const amp_node *n, const amp_buffer *b) {
+    for (int i = 0; i < n->n_in; i++)
+        if ((n->reads & AMP_READS_IN(i)) && n->in[i] && n->in[i]->buf == b) return true;
+    if ((n->reads & AMP_READS_OUT) && n->out->buf == b) return true;
+    for (int i = 0; i < AMP_NODE_MAX_IN; i++)
+        if ((n->reads & AMP_READS_SAVED(i)) && n->saved[i] && n->saved[i]->buf == b) return true;
+    return false;
+}
+
+void amp_tensor_drop(amp_tensor_t *t) {
+    if (!t || !t->buf || !t->buf->droppable) return;
+    amp_ctx_t *ctx = t->ctx;
+    amp_buffer *b = t->buf;
+    b->droppable = false;
+    for (size_t i = 0; i < ctx->n_tape; i++)
+        if (node_reads(ctx->tape[i], b)) return; // a backward needs it: it goes at amp_ctx_reset
+    ctx->be->free(ctx->bctx, b->data);
+    b->data = NULL;
 }
 
 void amp_tensor_release_storage(amp_tensor_t *t) {
@@ -445,6 +467,7 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     const bool instr = ctx->instr && ctx->in_backward, arm = instr && !t->persistent;
     if (!t->grad && stealable(t, g)) {
         g->is_grad = true; // the backward's own output becomes the gradient: no copy
+        g->buf->droppable = false;
         t->grad = g;
     } else if (!t->grad) {
         amp_tensor_t *c = grad_buffer(ctx, t);

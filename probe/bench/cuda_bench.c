@@ -140,9 +140,15 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
         amp_split(c, qkv, C, -1, s, 3);
         for (int i = 0; i < 3; i++)
             s[i] = amp_transpose(c, amp_reshape(c, s[i], 4, (int64_t[]){B, T, H, D}), 1, 2);
-        amp_tensor_t *att = amp_matmul(c, s[0], amp_transpose(c, s[1], -2, -1));
-        att = amp_mul_scalar(c, att, 1.0 / sqrt((double)D));
-        att = amp_softmax(c, amp_masked_fill(c, att, m->causal, -INFINITY), -1);
+        // the scores, scaled and masked, are read by no backward (the softmax's reads its
+        // output): each goes once the next op has run, as PyTorch frees them
+        amp_tensor_t *scores = amp_matmul(c, s[0], amp_transpose(c, s[1], -2, -1));
+        amp_tensor_t *scaled = amp_mul_scalar(c, scores, 1.0 / sqrt((double)D));
+        amp_tensor_drop(scores);
+        amp_tensor_t *masked = amp_masked_fill(c, scaled, m->causal, -INFINITY);
+        amp_tensor_drop(scaled);
+        amp_tensor_t *att = amp_softmax(c, masked, -1);
+        amp_tensor_drop(masked);
         amp_tensor_t *y = amp_matmul(c, att, s[2]);
         y = amp_reshape(c, amp_transpose(c, y, 1, 2), 3, (int64_t[]){B, T, C});
         x = amp_add(c, x, amp_linear(c, y, q[4], q[5]));
@@ -257,7 +263,10 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
             amp_autocast_begin(m.ctx, true, fp16 ? AMP_DTYPE_F16 : AMP_DTYPE_BF16, true);
         amp_tensor_t *out = w->forward(&m, xs[i % 4]);
         if (fp16 || bf16) amp_autocast_end(m.ctx);
-        loss = amp_cross_entropy(m.ctx, amp_to(m.ctx, out, AMP_DTYPE_F32), ys[i % 4]);
+        amp_tensor_t *out32 = amp_to(m.ctx, out, AMP_DTYPE_F32);
+        loss = amp_cross_entropy(m.ctx, out32, ys[i % 4]);
+        amp_tensor_drop(out); // the logits and their f32 copy: no backward reads them
+        amp_tensor_drop(out32);
         amp_backward(m.ctx, amp_scaler_scale(sc, m.ctx, loss));
         amp_scaler_step(sc, opt, NULL);
         amp_scaler_update(sc);
