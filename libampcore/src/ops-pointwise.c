@@ -11,25 +11,6 @@
 // ---------------------------------------------------------------------------------------------
 // Unary ops
 
-// What a unary op's backward reads (the backends' derivative formulas): its input, saved dense
-// (GELU, log, pow, clamp_min), or its output (ReLU, tanh, sigmoid, exp); a scaling neither.
-static uint16_t unary_reads(amp_unary_op op) {
-    switch (op) {
-    case AMP_UNARY_GELU:
-    case AMP_UNARY_GELU_TANH:
-    case AMP_UNARY_LOG:
-    case AMP_UNARY_POW:
-    case AMP_UNARY_CLAMP_MIN: return AMP_READS_SAVED(0);
-    case AMP_UNARY_RELU:
-    case AMP_UNARY_TANH:
-    case AMP_UNARY_SIGMOID:
-    case AMP_UNARY_EXP: return AMP_READS_OUT;
-    case AMP_UNARY_SCALE:
-    case AMP_UNARY_ADD_SCALAR: return 0;
-    }
-    return AMP_READS_ALL;
-}
-
 static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *xd = n->saved[0];
     amp_tensor_t *dx = amp_grad_scratch(ctx, x);
@@ -54,13 +35,16 @@ static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, fl
         n->i[0] = kind;
         n->f[0] = alpha;
         n->saved[0] = xd;
-        n->reads = unary_reads(kind);
+        n->reads = (amp_unary_backward_needs_x(kind) ? AMP_READS_SAVED(0) : 0) | // x, dense
+                   (amp_unary_backward_needs_y(kind) ? AMP_READS_OUT : 0);
     }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, &x, 1);
     return y;
 }
 
-amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "relu", AMP_UNARY_RELU, 0, x); }
+amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return unary(ctx, "relu", AMP_UNARY_RELU, 0, x);
+}
 amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "tanh", AMP_UNARY_TANH, 0, x); }
 amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "exp", AMP_UNARY_EXP, 0, x); }
 amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "log", AMP_UNARY_LOG, 0, x); }

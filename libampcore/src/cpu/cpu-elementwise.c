@@ -171,17 +171,6 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
     amp_abort(__FILE__, __LINE__, "unknown unary op %d", (int)op);
 }
 
-// Whether op's derivative reads the input x / the output y.
-static bool unary_backward_needs_x(amp_unary_op op) {
-    return op == AMP_UNARY_GELU || op == AMP_UNARY_GELU_TANH || op == AMP_UNARY_LOG ||
-           op == AMP_UNARY_POW || op == AMP_UNARY_CLAMP_MIN;
-}
-
-static bool unary_backward_needs_y(amp_unary_op op) {
-    return op == AMP_UNARY_RELU || op == AMP_UNARY_TANH || op == AMP_UNARY_SIGMOID ||
-           op == AMP_UNARY_EXP;
-}
-
 // Loads elements [i, i + c) of t (contiguous) into buf; t may be NULL when the op ignores it.
 static void load_chunk(const amp_tensor_t *t, int64_t i, int64_t c, float *buf) {
     if (!t) return;
@@ -197,13 +186,13 @@ void amp_cpu_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor
     CPU_ASSERT_CONTIGUOUS(dy);
     CPU_ASSERT_FLOAT(dx);
     AMP_ASSERT(cpu_numel(dy) == n);
-    const amp_tensor_t *xn = unary_backward_needs_x(op) ? x : NULL;
-    const amp_tensor_t *yn = unary_backward_needs_y(op) ? y : NULL;
-    if (unary_backward_needs_x(op)) {
+    const amp_tensor_t *xn = amp_unary_backward_needs_x(op) ? x : NULL;
+    const amp_tensor_t *yn = amp_unary_backward_needs_y(op) ? y : NULL;
+    if (amp_unary_backward_needs_x(op)) {
         AMP_ASSERT(x != NULL && cpu_numel(x) == n, "(op %d needs x)", (int)op);
         CPU_ASSERT_CONTIGUOUS(x);
     }
-    if (unary_backward_needs_y(op)) {
+    if (amp_unary_backward_needs_y(op)) {
         AMP_ASSERT(y != NULL && cpu_numel(y) == n, "(op %d needs y)", (int)op);
         CPU_ASSERT_CONTIGUOUS(y);
     }

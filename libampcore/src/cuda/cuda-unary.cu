@@ -262,16 +262,6 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
     cuda_fuse_end<S>(f, a);
 }
 
-static bool needs_x(amp_unary_op op) {
-    return op == AMP_UNARY_GELU || op == AMP_UNARY_GELU_TANH || op == AMP_UNARY_LOG ||
-           op == AMP_UNARY_POW || op == AMP_UNARY_CLAMP_MIN;
-}
-
-static bool needs_y(amp_unary_op op) {
-    return op == AMP_UNARY_RELU || op == AMP_UNARY_TANH || op == AMP_UNARY_SIGMOID ||
-           op == AMP_UNARY_EXP;
-}
-
 void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
                          const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y) {
     cuda_ctx *c = cuda_of(bctx);
@@ -280,7 +270,8 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
     CUDA_ASSERT_FLOAT(dx);
     const int64_t n = cuda_numel(dx);
     AMP_ASSERT(cuda_numel(dy) == n);
-    const amp_tensor_t *xn = needs_x(op) ? x : NULL, *yn = needs_y(op) ? y : NULL;
+    const amp_tensor_t *xn = amp_unary_backward_needs_x(op) ? x : NULL,
+                       *yn = amp_unary_backward_needs_y(op) ? y : NULL;
     if (xn) {
         AMP_ASSERT(cuda_numel(xn) == n, "(op %d needs x)", (int)op);
         CUDA_ASSERT_CONTIGUOUS(xn);
@@ -289,8 +280,8 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
         AMP_ASSERT(cuda_numel(yn) == n, "(op %d needs y)", (int)op);
         CUDA_ASSERT_CONTIGUOUS(yn);
     }
-    AMP_ASSERT(!needs_x(op) || xn, "(op %d needs x)", (int)op);
-    AMP_ASSERT(!needs_y(op) || yn, "(op %d needs y)", (int)op);
+    AMP_ASSERT(!amp_unary_backward_needs_x(op) || xn, "(op %d needs x)", (int)op);
+    AMP_ASSERT(!amp_unary_backward_needs_y(op) || yn, "(op %d needs y)", (int)op);
     if (n == 0) return;
     void *dxp = amp_tensor_ptr(dx);
     const void *dyp = amp_tensor_ptr(dy), *xp = xn ? amp_tensor_ptr(xn) : NULL,

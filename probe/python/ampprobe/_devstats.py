@@ -410,9 +410,6 @@ class StepStats:
         self._check(self.lib.ampstats_wait(self._mark_event))
         return list((ctypes.c_double * self._mark_n).from_address(self._mark_host))
 
-    def __len__(self):
-        return len(self.order)
-
     def _pinned(self, nbytes):
         """A free pinned host buffer of at least nbytes, and its event (the module's, of the
         buffer's GPU, else torch's)."""
