@@ -917,9 +917,16 @@ static amp_tensor_t *bits_tensor(const uint32_t *u, int64_t n) {
     return t;
 }
 
+// A 0-dim f32 tensor holding v (the GradScaler's inv_scale).
+static amp_tensor_t *scalar(float v) {
+    amp_tensor_t *t = tnew(F32, 0, NULL);
+    *(float *)amp_tensor_ptr(t) = v;
+    return t;
+}
+
 START_TEST(test_unscale_golden) {
     amp_tensor_t *fi = tnew(F32, 1, (int64_t[]){1});
-    const float inv16 = 1.52587890625e-05f;
+    amp_tensor_t *inv16 = scalar(1.52587890625e-05f);
     // U1: finite values scaled, found_inf stays 0
     amp_tensor_t *g1 = bits_tensor((uint32_t[]){0x48000000, 0xc0400000, 0x00000000, 0x0da24260}, 4);
     be->unscale(bctx, &g1, 1, inv16, fi);
@@ -943,19 +950,19 @@ START_TEST(test_unscale_golden) {
     be->fill(bctx, fi, 0.0f);
     const uint32_t u3[4] = {0x80000000, 0x3fc00000, 0x7fc00001, 0x40e00000};
     amp_tensor_t *g4 = bits_tensor(u3, 4);
-    be->unscale(bctx, &g4, 1, 1.0f, fi);
+    be->unscale(bctx, &g4, 1, scalar(1.0f), fi);
     ck_assert_mem_eq(amp_tensor_ptr(g4), u3, sizeof u3);
     ck_assert_float_eq(tget(fi, 0), 1.0f);
     // U4: scale 3
     be->fill(bctx, fi, 0.0f);
     amp_tensor_t *g5 = bits_tensor((uint32_t[]){0x40400000, 0x40e00000}, 2);
-    be->unscale(bctx, &g5, 1, f32_from_bits(0x3eaaaaab), fi);
+    be->unscale(bctx, &g5, 1, scalar(f32_from_bits(0x3eaaaaab)), fi);
     ck_assert_uint_eq(f32_bits(tget(g5, 0)), 0x3f800000);
     ck_assert_uint_eq(f32_bits(tget(g5, 1)), 0x40155556);
     // U5: inv_scale = +inf turns finite grads into NaN / inf without flagging them
     amp_tensor_t *g6 = tnew(F32, 1, (int64_t[]){2});
     tset(g6, 1, 1e-3f);
-    be->unscale(bctx, &g6, 1, INFINITY, fi);
+    be->unscale(bctx, &g6, 1, scalar(INFINITY), fi);
     ck_assert(isnan(tget(g6, 0)));
     ck_assert_float_eq(tget(g6, 1), INFINITY);
     ck_assert_float_eq(tget(fi, 0), 0.0f);
@@ -963,7 +970,7 @@ START_TEST(test_unscale_golden) {
     const uint16_t hb[3] = {0x3555, 0x7E01, 0x8001};
     amp_tensor_t *h = tnew(F16, 1, (int64_t[]){3});
     memcpy(amp_tensor_ptr(h), hb, sizeof hb);
-    be->unscale(bctx, &h, 1, 1.0f, fi);
+    be->unscale(bctx, &h, 1, scalar(1.0f), fi);
     ck_assert_mem_eq(amp_tensor_ptr(h), hb, sizeof hb);
     ck_assert_float_eq(tget(fi, 0), 1.0f);
 }
@@ -975,6 +982,21 @@ END_TEST
 static amp_optim_params optim(amp_optim_kind kind) {
     return (amp_optim_params){
         .kind = kind, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+}
+
+// The backend's step of one parameter as its `step`-th update (its count goes from step - 1 to
+// step), unless found_inf (may be NULL) is non-zero.
+static void optim_at(const amp_optim_params *o, int64_t step, amp_tensor_t *p, amp_tensor_t *g,
+                     amp_tensor_t *m, amp_tensor_t *v, const amp_tensor_t *found_inf) {
+    amp_tensor_t *counts = tnew(I64, 1, (int64_t[]){2});
+    int64_t *c = amp_tensor_ptr(counts);
+    c[0] = step - 1;
+    c[1] = 7;
+    be->optim_step(bctx, o, &p, &g, m ? &m : NULL, v ? &v : NULL, 1, counts, (int32_t[]){0, 1},
+                   found_inf);
+    const bool skipped = found_inf && *(const float *)amp_tensor_ptr(found_inf) != 0.0f;
+    ck_assert_int_eq(c[0], skipped ? step - 1 : step);
+    ck_assert_int_eq(c[1], skipped ? 7 : 8);
 }
 
 START_TEST(test_optim_sgd) {
@@ -991,7 +1013,7 @@ START_TEST(test_optim_sgd) {
         for (int64_t step = 1; step <= 3; step++) {
             for (int i = 0; i < 3; i++)
                 tset(g, i, g0[i] * (float)step);
-            be->optim_step(bctx, &o, step, &p, &g, variant ? &m : NULL, NULL, 1);
+            optim_at(&o, step, p, g, variant ? m : NULL, NULL, NULL);
             for (int i = 0; i < 3; i++) {
                 double gi = g0[i] * step + (double)o.weight_decay * pr[i];
                 if (o.momentum != 0) {
@@ -1019,7 +1041,7 @@ START_TEST(test_optim_adam_adamw) {
         for (int64_t step = 1; step <= 5; step++) {
             for (int i = 0; i < 4; i++)
                 tset(g, i, g0[i] * (step % 2 ? 1.0f : -0.5f));
-            be->optim_step(bctx, &o, step, &p, &g, &m, &v, 1);
+            optim_at(&o, step, p, g, m, v, NULL);
             for (int i = 0; i < 4; i++) {
                 double gi = tget(g, i);
                 if (kind == AMP_OPTIM_ADAMW)
@@ -1047,7 +1069,7 @@ START_TEST(test_optim_adam_first_step) {
                  *v = tnew(F32, 1, &n);
     tset(g, 0, 3.0f);
     tset(g, 1, -0.25f);
-    be->optim_step(bctx, &o, 1, &p, &g, &m, &v, 1);
+    optim_at(&o, 1, p, g, m, v, NULL);
     ck_assert_close(tget(p, 0), -0.1, 1e-7, 0);
     ck_assert_close(tget(p, 1), 0.1, 1e-7, 0);
 }
@@ -1062,8 +1084,73 @@ START_TEST(test_optim_adam_lerp_weight_one) {
                  *v = tnew(F32, 1, &n);
     tset(m, 0, 3e7f);
     tset(g, 0, 0.1f);
-    be->optim_step(bctx, &o, 2, &p, &g, &m, &v, 1);
+    optim_at(&o, 2, p, g, m, v, NULL);
     ck_assert_float_eq(tget(m, 0), 0.1f);
+}
+END_TEST
+
+// A found_inf that is not zero (NaN included) skips the step: parameters, state and counts stay.
+START_TEST(test_optim_skipped_by_found_inf) {
+    const int64_t n = 2;
+    amp_optim_params o = optim(AMP_OPTIM_ADAMW);
+    o.weight_decay = 0.01f;
+    amp_tensor_t *p = tnew(F32, 1, &n), *g = tnew(F32, 1, &n), *m = tnew(F32, 1, &n),
+                 *v = tnew(F32, 1, &n);
+    tset(p, 0, 1.5f);
+    tset(g, 0, 3.0f);
+    tset(g, 1, -0.25f);
+    const float found[] = {1.0f, NAN};
+    for (int k = 0; k < 2; k++) {
+        optim_at(&o, 4, p, g, m, v, scalar(found[k]));
+        ck_assert_float_eq(tget(p, 0), 1.5f);
+        ck_assert_float_eq(tget(p, 1), 0.0f);
+        ck_assert_float_eq(tget(m, 0), 0.0f);
+        ck_assert_float_eq(tget(v, 1), 0.0f);
+    }
+    optim_at(&o, 1, p, g, m, v, scalar(0.0f)); // a clean found_inf steps
+    ck_assert_close(tget(p, 1), 0.1, 1e-6, 0);
+}
+END_TEST
+
+// scale_update: found_inf summed over the optimizers; skipped only where one that stepped had
+// an inf; the scale, its reciprocal and the tracker as amp_scale_update makes them.
+START_TEST(test_scale_update_record) {
+    const amp_scaler_params sp = {.growth_factor = 2.0, .backoff_factor = 0.25, .growth_interval = 2};
+    amp_tensor_t *scale = scalar(1024.0f), *inv = scalar(0.0f), *tracker = tnew(I32, 0, NULL);
+    amp_tensor_t *rec = tnew(I32, 1, (int64_t[]){AMP_SCALE_REC});
+    const int32_t *r = amp_tensor_ptr(rec);
+    float before, after, found;
+    // clean: the tracker counts, the scale stays
+    be->scale_update(bctx, scale, inv, tracker, (amp_tensor_t *[]){scalar(0), scalar(0)},
+                     (bool[]){true, true}, 2, &sp, rec);
+    ck_assert_float_eq(tget(scale, 0), 1024.0f);
+    ck_assert_float_eq(tget(inv, 0), 1.0f / 1024);
+    ck_assert_int_eq(*(int32_t *)amp_tensor_ptr(tracker), 1);
+    ck_assert_int_eq(r[AMP_REC_TRACKER], 1);
+    ck_assert_int_eq(r[AMP_REC_SKIPPED], 0);
+    // the second clean update grows the scale
+    be->scale_update(bctx, scale, inv, tracker, (amp_tensor_t *[]){scalar(0)}, (bool[]){true}, 1,
+                     &sp, rec);
+    memcpy(&before, &r[AMP_REC_BEFORE], 4);
+    memcpy(&after, &r[AMP_REC_AFTER], 4);
+    ck_assert_float_eq(before, 1024.0f);
+    ck_assert_float_eq(after, 2048.0f);
+    ck_assert_int_eq(r[AMP_REC_TRACKER], 0);
+    // two optimizers overflowed, only the unstepped one... then the stepped one too
+    be->scale_update(bctx, scale, inv, tracker, (amp_tensor_t *[]){scalar(0), scalar(1)},
+                     (bool[]){true, false}, 2, &sp, rec);
+    memcpy(&found, &r[AMP_REC_FOUND_INF], 4);
+    memcpy(&after, &r[AMP_REC_AFTER], 4);
+    ck_assert_float_eq(found, 1.0f);
+    ck_assert_float_eq(after, 512.0f);
+    ck_assert_float_eq(tget(inv, 0), 1.0f / 512);
+    ck_assert_int_eq(r[AMP_REC_SKIPPED], 0);
+    be->scale_update(bctx, scale, inv, tracker, (amp_tensor_t *[]){scalar(1), scalar(1)},
+                     (bool[]){true, true}, 2, &sp, rec);
+    memcpy(&found, &r[AMP_REC_FOUND_INF], 4);
+    ck_assert_float_eq(found, 2.0f);
+    ck_assert_int_eq(r[AMP_REC_SKIPPED], 1);
+    ck_assert_float_eq(tget(scale, 0), 128.0f);
 }
 END_TEST
 
@@ -1072,6 +1159,8 @@ Suite *cpu_backend_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_table_and_memory);
+    tcase_add_test(tc, test_optim_skipped_by_found_inf);
+    tcase_add_test(tc, test_scale_update_record);
     tcase_add_test(tc, test_copy_strided_convert);
     tcase_add_test(tc, test_copy_bit_exact_and_ints);
     tcase_add_test(tc, test_fill);

@@ -802,8 +802,9 @@ START_TEST(test_unscale_gpu) {
     }
     amp_tensor_t *fc = amp_tensor_new(cpu, F32, 1, (int64_t[]){1}),
                  *fg = amp_tensor_new(gpu, F32, 1, (int64_t[]){1});
-    cpu->be->unscale(cpu->bctx, gc, N, 1.0f / 1024, fc);
-    gpu->be->unscale(gpu->bctx, gg, N, 1.0f / 1024, fg);
+    const float inv = 1.0f / 1024, one = 1.0f;
+    cpu->be->unscale(cpu->bctx, gc, N, amp_tensor_from(cpu, F32, 0, NULL, &inv), fc);
+    gpu->be->unscale(gpu->bctx, gg, N, amp_tensor_from(gpu, F32, 0, NULL, &inv), fg);
     ck_assert_float_eq(amp_tensor_item(fg), 0.0f);
     for (int i = 0; i < N; i++)
         expect_close("unscaled gradient", gc[i], gg[i], 0);
@@ -813,13 +814,82 @@ START_TEST(test_unscale_gpu) {
     amp_tensor_read_f32(gg[N - 1], v);
     v[last / 2] = INFINITY;
     amp_tensor_write_f32(gg[N - 1], v);
-    gpu->be->unscale(gpu->bctx, gg, N, 1.0f, fg);
+    gpu->be->unscale(gpu->bctx, gg, N, amp_tensor_from(gpu, F32, 0, NULL, &one), fg);
     ck_assert_float_eq(amp_tensor_item(fg), 1.0f);
     float *w = malloc((size_t)last * 4);
     amp_tensor_read_f32(gg[N - 1], w);
     ck_assert(memcmp(v, w, (size_t)last * 4) == 0);
     free(v);
     free(w);
+    close_pair();
+}
+END_TEST
+
+// The GradScaler's state on the device: scale updates over more found_infs than one launch
+// takes agree with the CPU's, and a step skipped on the device leaves parameters, optimizer
+// state and update counts alone.
+START_TEST(test_scaler_device_state_gpu) {
+    NEED_GPU();
+    enum { N = 40 };
+    amp_scaler_params sp = amp_scaler_defaults();
+    sp.growth_interval = 2;
+    amp_ctx_t *ctx[2] = {cpu, gpu};
+    amp_tensor_t *scale[2], *inv[2], *tracker[2], *rec[2], *found[2][N];
+    bool stepped[N];
+    for (int d = 0; d < 2; d++) {
+        const float init = 4096.0f;
+        scale[d] = amp_tensor_from(ctx[d], F32, 0, NULL, &init);
+        inv[d] = amp_tensor_new(ctx[d], F32, 0, NULL);
+        tracker[d] = amp_tensor_new(ctx[d], AMP_DTYPE_I32, 0, NULL);
+        rec[d] = amp_tensor_new(ctx[d], AMP_DTYPE_I32, 1, (int64_t[]){AMP_SCALE_REC});
+        for (int i = 0; i < N; i++)
+            found[d][i] = amp_tensor_new(ctx[d], F32, 1, (int64_t[]){1});
+    }
+    for (int i = 0; i < N; i++)
+        stepped[i] = i % 2 == 0;
+    // clean, clean (growth), an inf in an optimizer past the first launch that did not step,
+    // then one that stepped (skipped)
+    const int bad[4] = {-1, -1, 35, 36};
+    for (int u = 0; u < 4; u++) {
+        int32_t rc[AMP_SCALE_REC], rg[AMP_SCALE_REC];
+        for (int d = 0; d < 2; d++) {
+            for (int i = 0; i < N; i++)
+                ctx[d]->be->fill(ctx[d]->bctx, found[d][i], i == bad[u] ? 1.0f : 0.0f);
+            ctx[d]->be->scale_update(ctx[d]->bctx, scale[d], inv[d], tracker[d], found[d], stepped,
+                                     N, &sp, rec[d]);
+        }
+        amp_tensor_read(rec[0], rc);
+        amp_tensor_read(rec[1], rg);
+        ck_assert_mem_eq(rc, rg, sizeof rc);
+        ck_assert_int_eq(rg[AMP_REC_SKIPPED], u == 3);
+        ck_assert_float_eq(amp_tensor_item(inv[1]), amp_tensor_item(inv[0]));
+    }
+    ck_assert_float_eq(amp_tensor_item(scale[1]), 2048.0f); // 4096 x2, x0.5, x0.5
+
+    // a step skipped on the device
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
+    pair param = pair_new(F32, 1, (int64_t[]){5000}, 1, 0, true);
+    pair grad = pair_new(F32, 1, (int64_t[]){5000}, 0.1f, 0, false);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(gpu, &op, &param.g, 1, &opt), AMP_OK);
+    amp_grad_accumulate(gpu, param.g, grad.g);
+    float *before = malloc(5000 * 4), *after = malloc(5000 * 4);
+    amp_tensor_read_f32(param.g, before);
+    gpu->be->fill(gpu->bctx, found[1][0], 1.0f);
+    amp_optim_step_unless(opt, found[1][0]);
+    amp_tensor_read_f32(param.g, after);
+    ck_assert(memcmp(before, after, 5000 * 4) == 0);
+    ck_assert_int_eq(amp_optim_steps(opt), 0);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 0), 0);
+    gpu->be->fill(gpu->bctx, found[1][0], 0.0f);
+    amp_optim_step_unless(opt, found[1][0]);
+    amp_tensor_read_f32(param.g, after);
+    ck_assert(memcmp(before, after, 5000 * 4) != 0);
+    ck_assert_int_eq(amp_optim_steps(opt), 1);
+    ck_assert_int_eq(amp_optim_param_steps(opt, 0), 1);
+    free(before);
+    free(after);
+    amp_optim_free(opt);
     close_pair();
 }
 END_TEST
@@ -879,6 +949,9 @@ START_TEST(test_train_fp16_gpu) {
     ck_assert_msg(last < first, "the GPU run did not learn: %g -> %g", first, last);
     for (int i = 0; i < 4; i++)
         expect_close("trained weight", wc[i], wg[i], 5e-2);
+    ck_assert_int_eq(amp_optim_steps(og), amp_optim_steps(oc));
+    ck_assert_int_eq(amp_scaler_growth_tracker(sg), amp_scaler_growth_tracker(sc));
+    ck_assert_float_eq(amp_scaler_last_found_inf(sg), amp_scaler_last_found_inf(sc));
     amp_optim_free(oc);
     amp_optim_free(og);
     amp_scaler_free(sc);
@@ -902,6 +975,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_fused_stats_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);
+    tcase_add_test(t, test_scaler_device_state_gpu);
     tcase_add_test(t, test_train_fp16_gpu);
     suite_add_tcase(s, t);
     return s;

@@ -329,7 +329,8 @@ START_TEST(test_u6_kernel_f16_check_path) {
     const uint16_t in[4] = {0x3c00, 0x7bff, 0x7c00, 0x0001};
     amp_tensor_t *g = amp_tensor_from(ctx, AMP_DTYPE_F16, 1, (int64_t[]){4}, in);
     amp_tensor_t *fi = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
-    ctx->be->unscale(ctx->bctx, &g, 1, 1.0f, fi);
+    const float one = 1.0f;
+    ctx->be->unscale(ctx->bctx, &g, 1, amp_tensor_from(ctx, AMP_DTYPE_F32, 0, NULL, &one), fi);
     uint16_t out[4];
     amp_tensor_read(g, out);
     for (int i = 0; i < 4; i++)

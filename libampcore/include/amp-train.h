@@ -4,7 +4,12 @@
  * The GradScaler reproduces torch.amp.GradScaler exactly: lazy scale creation, unscale_ with an
  * fp64 reciprocal and a fused non-finite check, per-optimizer stages (READY, UNSCALED, STEPPED)
  * with PyTorch's errors as status codes, step skipping, update with growth/backoff/interval and
- * the isfinite cap, update to an explicit scale, and state save/load.
+ * the isfinite cap, update to an explicit scale, and state save/load. Its state (scale, growth
+ * tracker, found_inf) and the optimizers' update counts live in tensors of the context's backend,
+ * as PyTorch keeps them on the GPU: on the CUDA backend a step is decided and the scale updated on
+ * the device, so a training loop never waits for the GPU unless it reads something back (the
+ * getters below and step()'s *skipped do; pass NULL to keep the loop asynchronous). Free the
+ * scaler and the optimizers before their context.
  *
  *     amp_scaler_t *sc;
  *     amp_scaler_params sp = amp_scaler_defaults();       // 65536, x2, x0.5, 2000
@@ -16,8 +21,7 @@
  *         amp_optim_zero_grad(opt);
  *         loss = forward(...);
  *         amp_backward(ctx, amp_scaler_scale(sc, ctx, loss));
- *         bool skipped;
- *         amp_scaler_step(sc, opt, &skipped);                // unscale_ + skip on inf/NaN
+ *         amp_scaler_step(sc, opt, NULL);                    // unscale_ + skip on inf/NaN
  *         amp_scaler_update(sc);
  *         amp_ctx_reset(ctx);
  *     }
@@ -61,13 +65,13 @@ void amp_optim_step(amp_optim_t *opt);
 void amp_optim_zero_grad(amp_optim_t *opt); // set_to_none
 int amp_optim_num_params(const amp_optim_t *opt);
 amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i);
-int64_t amp_optim_steps(const amp_optim_t *opt); // completed (not skipped) steps
+int64_t amp_optim_steps(const amp_optim_t *opt); // completed (not skipped) steps; waits for the device
 const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt);
 // param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new; the kind
 // cannot change, nor can SGD gain momentum it was created without (it has no buffers).
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p);
 // Optimizer state (torch's optimizer.state): how many updates parameter i received (Adam's
-// state["step"]; 0 = no state yet) and its state tensors, persistent f32 tensors the optimizer
+// state["step"]; 0 = no state yet; waits for the device) and its state tensors, persistent f32 tensors the optimizer
 // owns: k = 0 momentum_buffer / exp_avg, k = 1 exp_avg_sq; NULL where the kind has none.
 int64_t amp_optim_param_steps(const amp_optim_t *opt, int i);
 amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k);
@@ -101,18 +105,20 @@ amp_status amp_scaler_new(const amp_scaler_params *p, amp_scaler_t **out);
 void amp_scaler_free(amp_scaler_t *sc);
 bool amp_scaler_is_enabled(const amp_scaler_t *sc);
 
-// loss * scale (creates the scale on first use); the loss itself when disabled.
+// loss * scale (creates the scale, in ctx, on first use; later calls must pass the same ctx);
+// the loss itself when disabled.
 amp_tensor_t *amp_scaler_scale(amp_scaler_t *sc, amp_ctx_t *ctx, amp_tensor_t *loss);
 // Unscales the optimizer's gradients in place and records whether any was non-finite.
 amp_status amp_scaler_unscale(amp_scaler_t *sc, amp_optim_t *opt);
-// unscale_ if not done yet, then the optimizer step unless a gradient was non-finite.
-// *skipped (may be NULL) tells which.
+// unscale_ if not done yet, then the optimizer step unless a gradient was non-finite, decided
+// where the gradients are. *skipped (may be NULL) tells which; asking waits for the device.
 amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped);
 // Backoff on any recorded inf, else growth after growth_interval clean updates.
 amp_status amp_scaler_update(amp_scaler_t *sc);
 // update(new_scale): sets the scale, leaves the growth tracker alone.
 amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale);
 
+// The getters and state_dict() read the device (PyTorch's .item()).
 float amp_scaler_get_scale(const amp_scaler_t *sc); // 1.0 when disabled, init_scale before scale()
 int32_t amp_scaler_growth_tracker(const amp_scaler_t *sc);
 // Summed found_inf of the last update() (0 clean, >= 1 overflow); -1 (not valid) before the

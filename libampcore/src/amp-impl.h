@@ -216,6 +216,12 @@ typedef struct amp_conv_desc {
     int stride, padding;
 } amp_conv_desc;
 
+// What a scale update did, as the backend's scale_update writes it (i32 words; the scales are
+// f32 bit patterns): the scale before and after, the summed found_inf, whether an optimizer that
+// stepped had a non-finite gradient (its step was skipped), the growth tracker after.
+enum { AMP_REC_BEFORE, AMP_REC_AFTER, AMP_REC_FOUND_INF, AMP_REC_SKIPPED, AMP_REC_TRACKER,
+       AMP_SCALE_REC };
+
 typedef struct amp_backend_i {
     const char *name;
 
@@ -294,15 +300,30 @@ typedef struct amp_backend_i {
     // so every backend draws the same mask.
     void (*dropout_mask)(void *bctx, amp_tensor_t *mask, float p, uint64_t seed, uint64_t offset);
 
-    // GradScaler: for each grad, found_inf (f32, one element) = 1 if any input value is not
-    // finite; then grad = grad * inv_scale in f32 unless inv_scale == 1 (pure check).
-    void (*unscale)(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+    // The GradScaler and the optimizers keep their state in tensors of the backend, so that a
+    // step never has to wait for the device (AMP-SEMANTICS.md §4):
+    // _amp_foreach_non_finite_check_and_unscale_: for each grad, found_inf (f32, one element) = 1
+    // if any input value is not finite; then grad = grad * inv_scale (f32, one element) in f32
+    // unless inv_scale == 1 (pure check).
+    void (*unscale)(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
                     amp_tensor_t *found_inf);
+    // GradScaler.update(): found_inf = the sum of found_infs[0..n) (f32, one element each), then
+    // _amp_update_scale_ on scale (f32) and tracker (i32) in place, and inv_scale =
+    // float32(1 / double(scale)). rec (i32[AMP_SCALE_REC]) gets what the update did.
+    void (*scale_update)(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
+                         amp_tensor_t *tracker, amp_tensor_t *const *found_infs,
+                         const bool *stepped, int n, const amp_scaler_params *p,
+                         amp_tensor_t *rec);
     // One optimizer step over n parameters (f32); m and v (may be NULL for SGD without
-    // momentum) are optimizer state of the same shape. step counts from 1.
-    void (*optim_step)(void *bctx, const amp_optim_params *p, int64_t step, amp_tensor_t *const *params,
+    // momentum) are optimizer state of the same shape. counts (i64) holds the update counts:
+    // counts[idx[k]] is parameter k's, counts[idx[n]] the optimizer's own; all n + 1 are
+    // incremented first and parameter k's bias corrections use its new count. When found_inf
+    // (f32, one element; may be NULL) is not zero, nothing changes: the GradScaler's skipped
+    // step, decided where the gradients are.
+    void (*optim_step)(void *bctx, const amp_optim_params *p, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
-                       int n);
+                       int n, amp_tensor_t *counts, const int32_t *idx,
+                       const amp_tensor_t *found_inf);
     // Statistics of each x[k] (contiguous; n <= AMP_STATS_BATCH) relative to target added into
     // slots[slot[k]], an amp_stats in memory from alloc that holds amp_stats_empty(), by fused
     // device reductions queued on the stream (many tensors per launch): no wait. The frontend applies
@@ -466,9 +487,13 @@ void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t);
 // The GradScaler's settings, once, when its scale is created (META scaler.*).
 void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_factor,
                                double backoff_factor, int growth_interval);
-// Every GradScaler update (from scaler.c).
-void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
-                     bool skipped);
+// Every GradScaler update (from scaler.c): rec (i32 [AMP_SCALE_REC]) is what it did, read when
+// the step is processed.
+void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec);
+
+// The optimizer step, skipped on the device when found_inf (f32 [1], may be NULL) is not zero:
+// GradScaler.step() without a wait (optim.c).
+void amp_optim_step_unless(amp_optim_t *opt, const amp_tensor_t *found_inf);
 
 // ---------------------------------------------------------------------------------------------
 // NVTX ranges for CUDA captures (nvtx.c): pushed only when ctx->nvtx is set.

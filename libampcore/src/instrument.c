@@ -67,7 +67,8 @@ typedef struct entry {
 
 typedef struct pending_scale {
     int64_t step;
-    float before, after, found_inf;
+    float before, after, found_inf; // read from rec when the queue is processed
+    int32_t tracker;
     bool skipped;
 } pending_scale;
 
@@ -96,11 +97,12 @@ typedef struct amp_instr {
     int32_t backwards; // backward passes in this batch
 
     pending_scale scales[8];
+    amp_tensor_t *scale_recs[8]; // i32 [AMP_SCALE_REC] each: their records, on the backend
     int n_scales;
     bool fwd_nonfinite; // the last processed batch had an unexpected non-finite forward value
 } amp_instr;
 
-static void process(amp_ctx_t *ctx);
+static double process(amp_ctx_t *ctx);
 static void clear_slots(amp_ctx_t *ctx, int32_t n);
 
 // ---------------------------------------------------------------------------------------------
@@ -132,6 +134,8 @@ void amp_instr_free(amp_ctx_t *ctx) {
     if (!in) return;
     process(ctx); // what the last, unfinished step queued
     ctx->be->free(ctx->bctx, in->slots);
+    for (size_t k = 0; k < sizeof in->scale_recs / sizeof in->scale_recs[0]; k++)
+        amp_tensor_free(in->scale_recs[k]);
     free(in->entries);
     free(in->order);
     free(in->host);
@@ -497,16 +501,36 @@ void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_f
     meta_number("scaler.growth_interval", growth_interval);
 }
 
-// The update is recorded at once; its events wait for the step's numerics (was the forward
-// finite?), which the queue's processing tells.
-void amp_instr_scale(amp_ctx_t *ctx, float before, float after, float found_inf, int32_t tracker,
-                     bool skipped) {
+// The update's record is copied aside on the backend (nothing waits) and read with the step's
+// numerics, which its events also wait for (was the forward finite?).
+void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec) {
     amp_instr *in = ctx->instr;
-    amp_record_scale(&(amp_rec_scale){.step = ctx->step, .scale_before = before,
-                                      .scale_after = after, .found_inf = (int32_t)found_inf,
-                                      .growth_tracker = tracker, .skipped = skipped});
-    if (in->n_scales == (int)(sizeof in->scales / sizeof in->scales[0])) process(ctx);
-    in->scales[in->n_scales++] = (pending_scale){ctx->step, before, after, found_inf, skipped};
+    enum { N = sizeof in->scales / sizeof in->scales[0] };
+    if (in->n_scales == N) process(ctx);
+    amp_tensor_t **slot = &in->scale_recs[in->n_scales];
+    if (!*slot) *slot = amp_tensor_new(ctx, AMP_DTYPE_I32, 1, (int64_t[]){AMP_SCALE_REC});
+    ctx->be->copy(ctx->bctx, *slot, rec);
+    in->scales[in->n_scales++] = (pending_scale){.step = ctx->step};
+}
+
+// Reads the pending updates' records and records them.
+static void read_scales(amp_ctx_t *ctx) {
+    amp_instr *in = ctx->instr;
+    if (in->n_scales == 0) return;
+    for (int k = 0; k < in->n_scales; k++) {
+        pending_scale *p = &in->scales[k];
+        int32_t rec[AMP_SCALE_REC];
+        amp_tensor_read(in->scale_recs[k], rec);
+        memcpy(&p->before, &rec[AMP_REC_BEFORE], 4);
+        memcpy(&p->after, &rec[AMP_REC_AFTER], 4);
+        memcpy(&p->found_inf, &rec[AMP_REC_FOUND_INF], 4);
+        p->skipped = rec[AMP_REC_SKIPPED] != 0;
+        p->tracker = rec[AMP_REC_TRACKER];
+        amp_record_scale(&(amp_rec_scale){.step = p->step, .scale_before = p->before,
+                                          .scale_after = p->after,
+                                          .found_inf = (int32_t)p->found_inf,
+                                          .growth_tracker = p->tracker, .skipped = p->skipped});
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -613,11 +637,14 @@ static void emit_scale_events(const pending_scale *p, bool fwd_nonfinite) {
 }
 
 // Reads the queue in order and emits what it says. Returns the L2 norm of the last backward's
-// parameter gradients divided by `scale` (NaN without one).
-static double process_scaled(amp_ctx_t *ctx, double scale) {
+// parameter gradients divided by the scale they had: the one the step's last update began with
+// (the gradients were queued before the GradScaler unscaled them); NaN without gradients.
+static double process(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     download(ctx);
+    read_scales(ctx);
     sync_layers(ctx);
+    const double scale = in->n_scales > 0 ? in->scales[in->n_scales - 1].before : 1.0;
     in->fwd_nonfinite = false;
     double sumsq = 0;
     bool any_wgrad = false;
@@ -658,16 +685,12 @@ static double process_scaled(amp_ctx_t *ctx, double scale) {
     return any_wgrad ? sqrt(sumsq) / scale : NAN;
 }
 
-static void process(amp_ctx_t *ctx) { process_scaled(ctx, 1.0); }
-
 void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
     amp_instr *in = ctx->instr;
     if (in) {
         int64_t start = in->step_start_ns, end = amp_record_now_ns();
-        // the parameter gradients were queued before the GradScaler unscaled them
-        double scale = in->n_scales > 0 ? in->scales[in->n_scales - 1].before : 1.0;
         bool stats_step = in->stats_step;
-        double norm = process_scaled(ctx, scale);
+        double norm = process(ctx);
         amp_record_step(&(amp_rec_step){.step = ctx->step, .start_ns = start, .end_ns = end,
                                         .loss = loss, .grad_norm = stats_step ? norm : NAN});
         if (!isfinite(loss))

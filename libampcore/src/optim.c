@@ -3,7 +3,10 @@
  * checks and per-parameter state: each parameter counts its own updates (Adam's state["step"],
  * so a parameter that had no gradient on some steps gets its own bias correction) and owns its
  * state tensors (momentum_buffer, exp_avg, exp_avg_sq), zero-filled at creation. The math runs in
- * the backend's optim_step; parameters whose step counts agree go to it in one call.
+ * the backend's optim_step, every parameter with a gradient in one call. The update counts live
+ * in a tensor of the backend (as the fused torch.optim keeps state["step"] on the device), so a
+ * step the GradScaler skips on the device (amp_optim_step_unless) leaves them alone without the
+ * host having to know: reading them (amp_optim_steps, amp_optim_param_steps) waits for the device.
  */
 #include "amp-impl.h"
 
@@ -14,12 +17,11 @@ struct amp_optim {
     amp_optim_params p;
     int n;
     int n_state;           // state tensors per parameter: 0 (plain SGD), 1 (momentum SGD), 2 (Adam)
-    int64_t steps;         // amp_optim_step() calls
-    amp_tensor_t **params; // [n]
+    amp_tensor_t **params;   // [n]
     amp_tensor_t **state[2]; // [n] each: momentum_buffer / exp_avg, exp_avg_sq
     amp_tensor_t **batch[4]; // one backend call: params, grads, m, v
-    int64_t *param_steps;    // [n] updates each parameter received
-    int *pending;            // [n] step(): parameters with a gradient not yet updated
+    amp_tensor_t *counts;    // i64 [n + 1]: updates each parameter received, then the steps taken
+    int32_t *idx;            // [n + 1] one backend call: the counts it increments
 };
 
 static const char *const kind_names[] = {
@@ -125,17 +127,17 @@ amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t
     opt->p = *p;
     opt->n = n;
     opt->n_state = p->kind != AMP_OPTIM_SGD ? 2 : p->momentum != 0.0f ? 1 : 0;
-    // One block: 7 pointer arrays, then the step counts, then the pending indices.
+    // One block: 7 pointer arrays, then the count indices.
     const size_t np = 7;
-    char *mem = amp_xcalloc((size_t)n, np * sizeof(amp_tensor_t *) + sizeof(int64_t) + sizeof(int));
+    char *mem = amp_xcalloc((size_t)n + 1, np * sizeof(amp_tensor_t *) + sizeof(int32_t));
     amp_tensor_t **ptrs = (amp_tensor_t **)mem;
     opt->params = ptrs;
     opt->state[0] = ptrs + n;
     opt->state[1] = ptrs + 2 * n;
     for (int k = 0; k < 4; k++)
         opt->batch[k] = ptrs + (3 + k) * n;
-    opt->param_steps = (int64_t *)(ptrs + np * n);
-    opt->pending = (int *)(opt->param_steps + n);
+    opt->idx = (int32_t *)(ptrs + np * (n + 1));
+    opt->counts = amp_tensor_new(ctx, AMP_DTYPE_I64, 1, (int64_t[]){(int64_t)n + 1});
 
     memcpy(opt->params, params, (size_t)n * sizeof *params);
     for (int k = 0; k < opt->n_state; k++)
@@ -151,41 +153,35 @@ void amp_optim_free(amp_optim_t *opt) {
     for (int k = 0; k < opt->n_state; k++)
         for (int i = 0; i < opt->n; i++)
             amp_tensor_free(opt->state[k][i]);
+    amp_tensor_free(opt->counts);
     free(opt->params); // the block
     free(opt);
 }
 
-void amp_optim_step(amp_optim_t *opt) {
-    int n_pending = 0;
-    for (int i = 0; i < opt->n; i++)
-        if (opt->params[i]->grad) opt->pending[n_pending++] = i;
-    while (n_pending > 0) {
-        int64_t step = opt->param_steps[opt->pending[0]] + 1;
-        int nb = 0, keep = 0;
-        for (int j = 0; j < n_pending; j++) {
-            int i = opt->pending[j];
-            if (opt->param_steps[i] + 1 != step) {
-                opt->pending[keep++] = i;
-                continue;
-            }
-            amp_tensor_t *g = opt->params[i]->grad;
-            AMP_ASSERT(g->dtype == AMP_DTYPE_F32, "(grad of an f32 parameter is %s)",
-                       amp_dtype_name(g->dtype));
-            opt->batch[0][nb] = opt->params[i];
-            opt->batch[1][nb] = g;
-            opt->batch[2][nb] = opt->n_state > 0 ? opt->state[0][i] : NULL;
-            opt->batch[3][nb] = opt->n_state > 1 ? opt->state[1][i] : NULL;
-            opt->param_steps[i] = step;
-            nb++;
-        }
-        if (opt->ctx->nvtx) amp_nvtx_push(amp_optim_kind_name(opt->p.kind)); // the kernels' op
-        opt->ctx->be->optim_step(opt->ctx->bctx, &opt->p, step, opt->batch[0], opt->batch[1],
-                                 opt->n_state > 0 ? opt->batch[2] : NULL,
-                                 opt->n_state > 1 ? opt->batch[3] : NULL, nb);
-        if (opt->ctx->nvtx) amp_nvtx_pop();
-        n_pending = keep;
+void amp_optim_step_unless(amp_optim_t *opt, const amp_tensor_t *found_inf) {
+    int nb = 0;
+    for (int i = 0; i < opt->n; i++) {
+        amp_tensor_t *g = opt->params[i]->grad;
+        if (!g) continue;
+        AMP_ASSERT(g->dtype == AMP_DTYPE_F32, "(grad of an f32 parameter is %s)",
+                   amp_dtype_name(g->dtype));
+        opt->batch[0][nb] = opt->params[i];
+        opt->batch[1][nb] = g;
+        opt->batch[2][nb] = opt->n_state > 0 ? opt->state[0][i] : NULL;
+        opt->batch[3][nb] = opt->n_state > 1 ? opt->state[1][i] : NULL;
+        opt->idx[nb++] = i;
     }
-    opt->steps++;
+    opt->idx[nb] = opt->n; // the step itself counts even when nothing had a gradient
+    if (opt->ctx->nvtx) amp_nvtx_push(amp_optim_kind_name(opt->p.kind)); // the kernels' op
+    opt->ctx->be->optim_step(opt->ctx->bctx, &opt->p, opt->batch[0], opt->batch[1],
+                             opt->n_state > 0 ? opt->batch[2] : NULL,
+                             opt->n_state > 1 ? opt->batch[3] : NULL, nb, opt->counts, opt->idx,
+                             found_inf);
+    if (opt->ctx->nvtx) amp_nvtx_pop();
+}
+
+void amp_optim_step(amp_optim_t *opt) {
+    amp_optim_step_unless(opt, NULL);
 }
 
 void amp_optim_zero_grad(amp_optim_t *opt) {
@@ -202,8 +198,16 @@ amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i) {
     return opt->params[i];
 }
 
+// One count, read from the backend.
+static int64_t count_of(const amp_optim_t *opt, int i) {
+    int64_t v;
+    opt->ctx->be->download(opt->ctx->bctx, &v, (const int64_t *)amp_tensor_ptr(opt->counts) + i,
+                           sizeof v);
+    return v;
+}
+
 int64_t amp_optim_steps(const amp_optim_t *opt) {
-    return opt->steps;
+    return count_of(opt, opt->n);
 }
 const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt) {
     return &opt->p;
@@ -227,7 +231,7 @@ amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p) {
 
 int64_t amp_optim_param_steps(const amp_optim_t *opt, int i) {
     AMP_ASSERT(i >= 0 && i < opt->n, "(parameter %d of %d)", i, opt->n);
-    return opt->param_steps[i];
+    return count_of(opt, i);
 }
 
 amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k) {
@@ -237,6 +241,9 @@ amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k) {
 }
 
 void amp_optim_set_steps(amp_optim_t *opt, int64_t steps, const int64_t *param_steps) {
-    opt->steps = steps;
-    memcpy(opt->param_steps, param_steps, (size_t)opt->n * sizeof *param_steps);
+    int64_t *all = amp_xmalloc(((size_t)opt->n + 1) * sizeof *all);
+    memcpy(all, param_steps, (size_t)opt->n * sizeof *param_steps);
+    all[opt->n] = steps;
+    amp_tensor_write(opt->counts, all);
+    free(all);
 }

@@ -2,39 +2,45 @@
  * scaler.c — GradScaler, as torch.amp.GradScaler (torch/amp/grad_scaler.py) behaves, and the
  * scale-update arithmetic of _amp_update_scale_ (AMP-SEMANTICS.md §3, §4.2).
  *
- * The scale lives on the host: the backend has no scale-update member, and step() must read
- * found_inf anyway to decide whether to skip (PyTorch syncs there too). found_inf is computed on
- * the device by the backend's fused unscale, into a fresh zeroed one-element tensor per
- * unscale_, and read back once. Like PyTorch, the scale does not exist until the first scale():
- * unscale/step/update before it are AssertionErrors (AMP_ERR_SCALER_STATE), and state_dict()
- * reports init_scale. Each optimizer has a stage (READY, UNSCALED, STEPPED) keyed by its pointer,
- * as PyTorch keys by id(optimizer); update() sums the found_infs of all of them and forgets them.
- * Every update is reported to the instrumentation of the context scale() last ran in.
+ * The state lives where the gradients are, in tensors of the backend, as PyTorch keeps it on the
+ * GPU: the scale, its reciprocal (unscale_'s inv_scale), the growth tracker, and per optimizer a
+ * found_inf that the fused unscale sets. step() hands its found_inf to the optimizer, which skips
+ * on the device, and update() is one backend call over the found_infs: a training step never
+ * waits for the device. What waits is what reads: get_scale(), growth_tracker(),
+ * last_found_inf(), state_dict() and step()'s *skipped (PyTorch's .item()). Like PyTorch, the
+ * scale does not exist until the first scale(): unscale/step/update before it are
+ * AssertionErrors (AMP_ERR_SCALER_STATE), and state_dict() reports init_scale. Each optimizer has
+ * a stage (READY, UNSCALED, STEPPED) keyed by its pointer, as PyTorch keys by id(optimizer);
+ * update() sums the found_infs of all of them and forgets them. Every update is reported to the
+ * context's instrumentation, which reads what it did when it processes the step.
  */
 #include "amp-impl.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef enum opt_stage { STAGE_READY, STAGE_UNSCALED, STAGE_STEPPED } opt_stage;
 
 typedef struct opt_state { // one entry of _per_optimizer_states
     const amp_optim_t *opt;
     opt_stage stage;
-    bool has_found_inf; // found_inf_per_device is not empty (some parameter had a gradient)
-    float found_inf;    // 0 clean, 1 a gradient was inf/NaN
+    bool has_found_inf;     // found_inf_per_device is not empty (some parameter had a gradient)
+    amp_tensor_t *found_inf; // f32 [1]: 0 clean, 1 a gradient was inf/NaN (kept for reuse)
 } opt_state;
 
 struct amp_scaler {
     amp_scaler_params p;  // p.init_scale is _init_scale (load_state_dict changes it)
     int32_t init_tracker; // _init_growth_tracker
-    bool created;         // _scale and _growth_tracker exist (first scale() made them)
-    float scale;          // _scale
-    int32_t tracker;      // _growth_tracker
-    float last_found_inf; // -1: not valid
-    bool skipped;         // a step was skipped since the last update
-    amp_ctx_t *ctx;       // where scale() last ran: its instrumentation hears of updates
+    amp_ctx_t *ctx;       // the context of the first scale(): the tensors below live there
+    amp_tensor_t *scale;  // _scale (f32, 0-dim); NULL until the first scale()
+    amp_tensor_t *inv_scale; // float32(1 / double(_scale)), for unscale_
+    amp_tensor_t *tracker;   // _growth_tracker (i32, 0-dim)
+    amp_tensor_t *rec;       // what the last update did (i32 [AMP_SCALE_REC])
+    bool rec_valid;          // the last update was update(), which consumes inf checks
     opt_state *states;
     int n_states, cap_states;
+    amp_tensor_t **found_infs; // [cap_states] update()'s arguments
+    bool *stepped;
 };
 
 // PyTorch's text of the _check_scale_growth_tracker assertion.
@@ -98,14 +104,21 @@ amp_status amp_scaler_new(const amp_scaler_params *p, amp_scaler_t **out) {
     }
     amp_scaler_t *sc = amp_xcalloc(1, sizeof *sc);
     sc->p = *p;
-    sc->last_found_inf = -1.0f;
     *out = sc;
     return AMP_OK;
 }
 
 void amp_scaler_free(amp_scaler_t *sc) {
     if (!sc) return;
+    for (int i = 0; i < sc->cap_states; i++)
+        amp_tensor_free(sc->states[i].found_inf);
+    amp_tensor_free(sc->scale);
+    amp_tensor_free(sc->inv_scale);
+    amp_tensor_free(sc->tracker);
+    amp_tensor_free(sc->rec);
     free(sc->states);
+    free(sc->found_infs);
+    free(sc->stepped);
     free(sc);
 }
 
@@ -115,36 +128,60 @@ bool amp_scaler_is_enabled(const amp_scaler_t *sc) {
 
 float amp_scaler_get_scale(const amp_scaler_t *sc) {
     if (!sc->p.enabled) return 1.0f;
-    return sc->created ? sc->scale : sc->p.init_scale;
+    return sc->scale ? amp_tensor_item(sc->scale) : sc->p.init_scale;
 }
 
 int32_t amp_scaler_growth_tracker(const amp_scaler_t *sc) {
     if (!sc->p.enabled) return 0;
-    return sc->created ? sc->tracker : sc->init_tracker;
+    if (!sc->tracker) return sc->init_tracker;
+    int32_t v;
+    amp_tensor_read(sc->tracker, &v);
+    return v;
+}
+
+// The record of the last update, read from the backend.
+static void read_rec(const amp_scaler_t *sc, int32_t rec[AMP_SCALE_REC]) {
+    amp_tensor_read(sc->rec, rec);
 }
 
 float amp_scaler_last_found_inf(const amp_scaler_t *sc) {
-    return sc->last_found_inf;
+    if (!sc->rec_valid) return -1.0f;
+    int32_t rec[AMP_SCALE_REC];
+    float v;
+    read_rec(sc, rec);
+    memcpy(&v, &rec[AMP_REC_FOUND_INF], sizeof v);
+    return v;
 }
 
 // ---------------------------------------------------------------------------------------------
 // scale, unscale_, step, update
 
+// The host's copy of scale and tracker into the tensors (creation, update_to, load_state_dict).
+static void write_scale(amp_scaler_t *sc, float scale) {
+    const float inv = amp_inv_scale(scale);
+    amp_tensor_write(sc->scale, &scale);
+    amp_tensor_write(sc->inv_scale, &inv);
+}
+
 amp_tensor_t *amp_scaler_scale(amp_scaler_t *sc, amp_ctx_t *ctx, amp_tensor_t *loss) {
     if (!sc->p.enabled) return loss;
-    sc->ctx = ctx;
-    if (!sc->created) { // _lazy_init_scale_growth_tracker
-        sc->created = true;
-        sc->scale = sc->p.init_scale;
-        sc->tracker = sc->init_tracker;
+    if (!sc->scale) { // _lazy_init_scale_growth_tracker
+        sc->ctx = ctx;
+        sc->scale = amp_tensor_new(ctx, AMP_DTYPE_F32, 0, NULL);
+        sc->inv_scale = amp_tensor_new(ctx, AMP_DTYPE_F32, 0, NULL);
+        sc->tracker = amp_tensor_new(ctx, AMP_DTYPE_I32, 0, NULL);
+        sc->rec = amp_tensor_new(ctx, AMP_DTYPE_I32, 1, (int64_t[]){AMP_SCALE_REC});
+        write_scale(sc, sc->p.init_scale);
+        amp_tensor_write(sc->tracker, &sc->init_tracker);
         if (ctx->instr)
             amp_instr_scaler_settings(ctx, sc->p.init_scale, sc->p.growth_factor,
                                       sc->p.backoff_factor, sc->p.growth_interval);
     }
-    // loss * _scale with _scale a 0-dim f32 tensor: a 0-dim f16/bf16 loss promotes to f32 (both
+    AMP_ASSERT(ctx == sc->ctx, "(a GradScaler's scale lives in the context of its first scale(); "
+                               "scale() got another context)");
+    // outputs * _scale, _scale a 0-dim f32 tensor: a 0-dim f16/bf16 loss promotes to f32 (both
     // are 0-dim), a dimensioned one keeps its dtype.
-    if (loss->ndim == 0 && loss->dtype != AMP_DTYPE_F32) loss = amp_to(ctx, loss, AMP_DTYPE_F32);
-    return amp_mul_scalar(ctx, loss, (double)sc->scale);
+    return amp_mul(ctx, loss, sc->scale);
 }
 
 // _per_optimizer_states[id(opt)], created READY on first use like the defaultdict.
@@ -152,11 +189,15 @@ static opt_state *state_of(amp_scaler_t *sc, const amp_optim_t *opt) {
     for (int i = 0; i < sc->n_states; i++)
         if (sc->states[i].opt == opt) return &sc->states[i];
     if (sc->n_states == sc->cap_states) {
-        sc->cap_states = sc->cap_states ? 2 * sc->cap_states : 4;
-        sc->states = amp_xrealloc(sc->states, (size_t)sc->cap_states * sizeof *sc->states);
+        const int cap = sc->cap_states ? 2 * sc->cap_states : 4;
+        sc->states = amp_xrealloc(sc->states, (size_t)cap * sizeof *sc->states);
+        memset(sc->states + sc->cap_states, 0, (size_t)(cap - sc->cap_states) * sizeof *sc->states);
+        sc->found_infs = amp_xrealloc(sc->found_infs, (size_t)cap * sizeof *sc->found_infs);
+        sc->stepped = amp_xrealloc(sc->stepped, (size_t)cap * sizeof *sc->stepped);
+        sc->cap_states = cap;
     }
     opt_state *s = &sc->states[sc->n_states++];
-    *s = (opt_state){.opt = opt, .stage = STAGE_READY};
+    *s = (opt_state){.opt = opt, .stage = STAGE_READY, .found_inf = s->found_inf};
     return s;
 }
 
@@ -179,13 +220,14 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
     }
     s->has_found_inf = ng > 0;
     if (ng > 0) {
-        amp_ctx_t *ctx = grads[0]->ctx;
-        amp_tensor_t *found_inf = amp_scratch_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
+        amp_ctx_t *ctx = sc->ctx;
+        AMP_ASSERT(grads[0]->ctx == ctx, "(the optimizer's gradients are in another context than "
+                                         "the GradScaler's scale)");
+        if (!s->found_inf) s->found_inf = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
         if (ctx->nvtx) amp_nvtx_push("unscale_"); // the kernels' op
-        ctx->be->fill(ctx->bctx, found_inf, 0.0f);
-        ctx->be->unscale(ctx->bctx, grads, ng, amp_inv_scale(sc->scale), found_inf);
+        ctx->be->fill(ctx->bctx, s->found_inf, 0.0f);
+        ctx->be->unscale(ctx->bctx, grads, ng, sc->inv_scale, s->found_inf);
         if (ctx->nvtx) amp_nvtx_pop();
-        s->found_inf = amp_tensor_item(found_inf);
     }
     free(grads);
     s->stage = STAGE_UNSCALED;
@@ -194,7 +236,7 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
 
 amp_status amp_scaler_unscale(amp_scaler_t *sc, amp_optim_t *opt) {
     if (!sc->p.enabled) return AMP_OK;
-    if (!sc->created) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("unscale_"));
+    if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("unscale_"));
     opt_state *s = state_of(sc, opt);
     if (s->stage == STAGE_UNSCALED)
         return amp_set_error(AMP_ERR_SCALER_STATE,
@@ -211,7 +253,7 @@ amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped) {
         amp_optim_step(opt);
         return AMP_OK;
     }
-    if (!sc->created) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("step"));
+    if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("step"));
     opt_state *s = state_of(sc, opt);
     if (s->stage == STAGE_STEPPED)
         return amp_set_error(AMP_ERR_SCALER_STATE,
@@ -223,50 +265,55 @@ amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped) {
     if (!s->has_found_inf)
         return amp_set_error(AMP_ERR_SCALER_STATE,
                              "No inf checks were recorded for this optimizer.");
-    bool found = s->found_inf != 0.0f;
-    if (!found) amp_optim_step(opt);
-    sc->skipped |= found;
+    amp_optim_step_unless(opt, s->found_inf);
     s->stage = STAGE_STEPPED;
-    if (skipped) *skipped = found;
+    if (skipped) *skipped = amp_tensor_item(s->found_inf) != 0.0f; // waits for the device
     return AMP_OK;
 }
 
 // Both forms of update(): report, then forget every optimizer's stage.
-static void finish_update(amp_scaler_t *sc, float before, float found_inf) {
-    if (sc->ctx->instr)
-        amp_instr_scale(sc->ctx, before, sc->scale, found_inf, sc->tracker, sc->skipped);
-    sc->skipped = false;
+static void finish_update(amp_scaler_t *sc) {
+    if (sc->ctx->instr) amp_instr_scale(sc->ctx, sc->rec);
     sc->n_states = 0;
 }
 
 amp_status amp_scaler_update(amp_scaler_t *sc) {
     if (!sc->p.enabled) return AMP_OK;
-    if (!sc->created) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
+    if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
     // found_infs[0] += found_infs[i]: the sum over every optimizer that recorded one.
-    bool any = false;
-    float sum = 0.0f;
+    int n = 0;
     for (int i = 0; i < sc->n_states; i++) {
         if (!sc->states[i].has_found_inf) continue;
-        sum += sc->states[i].found_inf;
-        any = true;
+        sc->found_infs[n] = sc->states[i].found_inf;
+        sc->stepped[n++] = sc->states[i].stage == STAGE_STEPPED;
     }
-    if (!any)
+    if (n == 0)
         return amp_set_error(AMP_ERR_SCALER_STATE, "No inf checks were recorded prior to update.");
-    float before = sc->scale;
-    amp_scale_update(&sc->scale, &sc->tracker, sum, sc->p.growth_factor, sc->p.backoff_factor,
-                     sc->p.growth_interval);
-    sc->last_found_inf = sum;
-    finish_update(sc, before, sum);
+    amp_ctx_t *ctx = sc->ctx;
+    ctx->be->scale_update(ctx->bctx, sc->scale, sc->inv_scale, sc->tracker, sc->found_infs,
+                          sc->stepped, n, &sc->p, sc->rec);
+    sc->rec_valid = true;
+    finish_update(sc);
     return AMP_OK;
 }
 
 amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale) {
     if (!sc->p.enabled) return AMP_OK;
-    if (!sc->created) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
-    float before = sc->scale;
-    sc->scale = new_scale; // _scale.fill_(new_scale); the tracker stays
-    sc->last_found_inf = -1.0f;
-    finish_update(sc, before, 0.0f);
+    if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
+    // _scale.fill_(new_scale); the tracker stays. Rare and host-driven: it reads the device.
+    int32_t rec[AMP_SCALE_REC] = {0};
+    const float before = amp_tensor_item(sc->scale), found = 0.0f;
+    for (int i = 0; i < sc->n_states; i++)
+        if (sc->states[i].stage == STAGE_STEPPED && amp_tensor_item(sc->states[i].found_inf) != 0)
+            rec[AMP_REC_SKIPPED] = 1;
+    write_scale(sc, new_scale);
+    memcpy(&rec[AMP_REC_BEFORE], &before, 4);
+    memcpy(&rec[AMP_REC_AFTER], &new_scale, 4);
+    memcpy(&rec[AMP_REC_FOUND_INF], &found, 4);
+    amp_tensor_read(sc->tracker, &rec[AMP_REC_TRACKER]);
+    amp_tensor_write(sc->rec, rec);
+    sc->rec_valid = false;
+    finish_update(sc);
     return AMP_OK;
 }
 
@@ -294,9 +341,9 @@ amp_status amp_scaler_load_state_dict(amp_scaler_t *sc, const amp_scaler_state *
     sc->p.backoff_factor = st->backoff_factor;
     sc->p.growth_interval = st->growth_interval;
     sc->init_tracker = st->growth_tracker;
-    if (sc->created) { // fill_ the live tensors
-        sc->scale = st->scale;
-        sc->tracker = st->growth_tracker;
+    if (sc->scale) { // fill_ the live tensors
+        write_scale(sc, st->scale);
+        amp_tensor_write(sc->tracker, &st->growth_tracker);
     }
     return AMP_OK;
 }

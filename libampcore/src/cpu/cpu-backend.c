@@ -286,6 +286,7 @@ static const amp_backend_i cpu_backend = {
     .masked_fill = amp_cpu_masked_fill,
     .dropout_mask = amp_cpu_dropout_mask,
     .unscale = amp_cpu_unscale,
+    .scale_update = amp_cpu_scale_update,
     .optim_step = amp_cpu_optim_step,
     .synchronize = NULL, // host work is finished when a call returns
     .release = cpu_release,

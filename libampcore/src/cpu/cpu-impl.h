@@ -200,10 +200,15 @@ void amp_cpu_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const
 void amp_cpu_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
                                  const amp_tensor_t *argmax);
 
-void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
                      amp_tensor_t *found_inf);
-void amp_cpu_optim_step(void *bctx, const amp_optim_params *p, int64_t step,
-                        amp_tensor_t *const *params, amp_tensor_t *const *grads,
-                        amp_tensor_t *const *m, amp_tensor_t *const *v, int n);
+void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
+                          amp_tensor_t *tracker, amp_tensor_t *const *found_infs,
+                          const bool *stepped, int n, const amp_scaler_params *p,
+                          amp_tensor_t *rec);
+void amp_cpu_optim_step(void *bctx, const amp_optim_params *p, amp_tensor_t *const *params,
+                        amp_tensor_t *const *grads, amp_tensor_t *const *m,
+                        amp_tensor_t *const *v, int n, amp_tensor_t *counts, const int32_t *idx,
+                        const amp_tensor_t *found_inf);
 
 #endif // AMP_CPU_IMPL_H

@@ -6,16 +6,25 @@
  * a pure check that leaves every bit alone. optim_step follows torch.optim's single-tensor SGD,
  * Adam and AdamW: per-element f32 arithmetic in the order of their tensor ops, with the
  * Python-side scalars (1 - beta, bias corrections, step size) computed in double and passed to
- * the f32 kernels as floats, as a Python float Scalar is.
+ * the f32 kernels as floats, as a Python float Scalar is. scale_update is _amp_update_scale_ over
+ * the summed found_infs (amp_scale_update). State lives in tensors, as on a device.
  */
 #include "cpu-impl.h"
 
 #include <math.h>
+#include <string.h>
 
-void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+static float *f32_scalar(const amp_tensor_t *t) {
+    AMP_ASSERT(t->dtype == AMP_DTYPE_F32 && cpu_numel(t) == 1, "(%s, %lld elements)",
+               amp_dtype_name(t->dtype), (long long)cpu_numel(t));
+    return amp_tensor_ptr(t);
+}
+
+void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
                      amp_tensor_t *found_inf) {
     (void)bctx;
-    AMP_ASSERT(found_inf->dtype == AMP_DTYPE_F32 && cpu_numel(found_inf) == 1);
+    const float inv_scale = *f32_scalar(inv);
+    float *fp = f32_scalar(found_inf);
     bool found = false;
     for (int t = 0; t < n; t++) {
         amp_tensor_t *g = grads[t];
@@ -29,7 +38,32 @@ void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_sc
             if (inv_scale != 1.0f) cpu_store(g->dtype, gp, i, v * inv_scale);
         }
     }
-    if (found) *(float *)amp_tensor_ptr(found_inf) = 1.0f;
+    if (found) *fp = 1.0f;
+}
+
+void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
+                          amp_tensor_t *tracker, amp_tensor_t *const *found_infs,
+                          const bool *stepped, int n, const amp_scaler_params *p,
+                          amp_tensor_t *rec) {
+    (void)bctx;
+    AMP_ASSERT(tracker->dtype == AMP_DTYPE_I32 && cpu_numel(tracker) == 1);
+    AMP_ASSERT(rec->dtype == AMP_DTYPE_I32 && cpu_numel(rec) == AMP_SCALE_REC);
+    float *s = f32_scalar(scale), found = 0.0f;
+    int32_t *r = amp_tensor_ptr(rec);
+    bool skipped = false;
+    for (int i = 0; i < n; i++) { // found_infs[0] += found_infs[i], in order
+        const float f = *f32_scalar(found_infs[i]);
+        found += f;
+        skipped |= stepped[i] && f != 0.0f;
+    }
+    memcpy(&r[AMP_REC_BEFORE], s, 4);
+    amp_scale_update(s, amp_tensor_ptr(tracker), found, p->growth_factor, p->backoff_factor,
+                     p->growth_interval);
+    *f32_scalar(inv_scale) = amp_inv_scale(*s);
+    memcpy(&r[AMP_REC_AFTER], s, 4);
+    memcpy(&r[AMP_REC_FOUND_INF], &found, 4);
+    r[AMP_REC_SKIPPED] = skipped;
+    r[AMP_REC_TRACKER] = *(int32_t *)amp_tensor_ptr(tracker);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -79,13 +113,21 @@ static void adam_step(const amp_optim_params *o, int64_t step, float *p, const f
     }
 }
 
-void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, int64_t step,
-                        amp_tensor_t *const *params, amp_tensor_t *const *grads,
-                        amp_tensor_t *const *m, amp_tensor_t *const *v, int n) {
+void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *const *params,
+                        amp_tensor_t *const *grads, amp_tensor_t *const *m,
+                        amp_tensor_t *const *v, int n, amp_tensor_t *counts, const int32_t *idx,
+                        const amp_tensor_t *found_inf) {
     (void)bctx;
-    AMP_ASSERT(step >= 1, "(steps count from 1)");
     const bool adam = o->kind == AMP_OPTIM_ADAM || o->kind == AMP_OPTIM_ADAMW;
     AMP_ASSERT(adam || o->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)o->kind);
+    AMP_ASSERT(counts->dtype == AMP_DTYPE_I64);
+    if (found_inf && *f32_scalar(found_inf) != 0.0f) return; // `if (*found_inf)`: NaN counts
+    int64_t *step = amp_tensor_ptr(counts);
+    for (int k = 0; k <= n; k++) {
+        AMP_ASSERT(idx[k] >= 0 && idx[k] < cpu_numel(counts), "(count %d of %lld)", idx[k],
+                   (long long)cpu_numel(counts));
+        step[idx[k]]++;
+    }
     for (int t = 0; t < n; t++) {
         amp_tensor_t *p = params[t];
         const amp_tensor_t *g = grads[t];
@@ -104,10 +146,10 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, int64_t step,
             AMP_ASSERT(vt && vt->dtype == AMP_DTYPE_F32 && cpu_numel(vt) == count,
                        "(param %d needs an f32 second-moment buffer)", t);
             CPU_ASSERT_CONTIGUOUS(vt);
-            adam_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g), amp_tensor_ptr(mt),
+            adam_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g), amp_tensor_ptr(mt),
                       amp_tensor_ptr(vt), count);
         } else {
-            sgd_step(o, step, amp_tensor_ptr(p), amp_tensor_ptr(g), mt ? amp_tensor_ptr(mt) : NULL,
+            sgd_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g), mt ? amp_tensor_ptr(mt) : NULL,
                      count);
         }
     }

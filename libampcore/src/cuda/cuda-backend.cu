@@ -174,6 +174,7 @@ static const amp_backend_i cuda_backend = {
     .masked_fill = cuda_masked_fill,
     .dropout_mask = cuda_dropout_mask,
     .unscale = cuda_unscale,
+    .scale_update = cuda_scale_update,
     .optim_step = cuda_optim_step,
     .stats_into = cuda_stats_into,
     .synchronize = be_synchronize,

@@ -355,11 +355,15 @@ void cuda_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const am
                      int kernel, int stride);
 void cuda_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
                               const amp_tensor_t *argmax);
-void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
                   amp_tensor_t *found_inf);
-void cuda_optim_step(void *bctx, const amp_optim_params *p, int64_t step,
-                     amp_tensor_t *const *params, amp_tensor_t *const *grads,
-                     amp_tensor_t *const *m, amp_tensor_t *const *v, int n);
+void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
+                       amp_tensor_t *tracker, amp_tensor_t *const *found_infs, const bool *stepped,
+                       int n, const amp_scaler_params *p, amp_tensor_t *rec);
+void cuda_optim_step(void *bctx, const amp_optim_params *p, amp_tensor_t *const *params,
+                     amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
+                     int n, amp_tensor_t *counts, const int32_t *idx,
+                     const amp_tensor_t *found_inf);
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot);
 

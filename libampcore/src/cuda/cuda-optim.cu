@@ -7,9 +7,12 @@
  * the per-tensor first-block table. unscale follows _amp_foreach_non_finite_check_and_unscale_:
  * the test is on the input value, found_inf is only ever set to 1, inv_scale == 1 writes
  * nothing. The optimizers repeat the CPU reference's f32 arithmetic in torch.optim's order, with
- * the scalars (bias corrections, step size) computed in double on the host. A whole chunk of f32
- * tensors (all but the last of each) moves 16 bytes a load, every load of the thread issued
- * before the first value is used: these kernels only stream memory.
+ * the scalars (bias corrections, step size) computed in double from each parameter's update count
+ * on the device. A whole chunk of f32 tensors (all but the last of each) moves 16 bytes a load,
+ * every load of the thread issued before the first value is used: these kernels only stream
+ * memory. Everything the host does not know without waiting is read on the device: the inverse
+ * scale, found_inf (a skipped step returns at once), the update counts; the scale update is one
+ * thread's work.
  */
 #include "cuda-impl.h"
 
@@ -22,6 +25,7 @@
 
 typedef struct mt_args {
     void *p[4][MT_MAX]; // per slot: params/grads, grads, m, v (unscale uses slot 0)
+    const int64_t *steps[MT_MAX]; // optimizers: the parameter's update count
     int64_t n[MT_MAX];
     int32_t first_block[MT_MAX + 1];
     int8_t dtype[MT_MAX];
@@ -68,7 +72,8 @@ static bool mt_add(mt_args *a, void *p0, void *p1, void *p2, void *p3, int64_t n
 // unscale
 
 __global__ void __launch_bounds__(MT_BLOCK)
-    unscale_kernel(mt_args a, float inv_scale, float *found_inf) {
+    unscale_kernel(mt_args a, const float *inv, float *found_inf) {
+    const float inv_scale = *inv;
     int64_t begin, end;
     const int t = mt_locate(a, &begin, &end);
     void *g = a.p[0][t];
@@ -97,18 +102,26 @@ __global__ void __launch_bounds__(MT_BLOCK)
     if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
 
-static void unscale_launch(cuda_ctx *c, const mt_args *a, float inv_scale, float *found_inf) {
+static void unscale_launch(cuda_ctx *c, const mt_args *a, const float *inv_scale,
+                           float *found_inf) {
     if (a->count == 0 || a->first_block[a->count] == 0) return;
     unscale_kernel<<<(unsigned)a->first_block[a->count], MT_BLOCK, 0, c->stream>>>(*a, inv_scale,
                                                                                    found_inf);
     CUDA_LAUNCH_CHECK();
 }
 
-void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale,
+// A one-element f32 tensor's device address.
+static float *f32_scalar(const amp_tensor_t *t) {
+    AMP_ASSERT(t->dtype == AMP_DTYPE_F32 && cuda_numel(t) == 1, "(%s, %lld elements)",
+               amp_dtype_name(t->dtype), (long long)cuda_numel(t));
+    return (float *)amp_tensor_ptr(t);
+}
+
+void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
                   amp_tensor_t *found_inf) {
     cuda_ctx *c = cuda_of(bctx);
-    AMP_ASSERT(found_inf->dtype == AMP_DTYPE_F32 && cuda_numel(found_inf) == 1);
-    float *fp = (float *)amp_tensor_ptr(found_inf);
+    float *fp = f32_scalar(found_inf);
+    const float *inv_scale = f32_scalar(inv);
     mt_args a = {};
     for (int t = 0; t < n; t++) {
         amp_tensor_t *g = grads[t];
@@ -124,19 +137,120 @@ void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, float inv_scale
 }
 
 // ---------------------------------------------------------------------------------------------
+// The scale update (_amp_update_scale_), one thread: the found_infs come MT_MAX a launch, summed
+// into rec, and the last launch updates the scale.
+
+typedef struct scale_args {
+    const float *found[MT_MAX];
+    bool stepped[MT_MAX];
+    int n;
+    bool first, last;
+    float *scale, *inv_scale;
+    int32_t *tracker, *rec;
+    double growth, backoff;
+    int interval;
+} scale_args;
+
+__global__ void scale_update_kernel(scale_args a) {
+    int32_t *rec = a.rec;
+    float found = a.first ? 0.0f : __int_as_float(rec[AMP_REC_FOUND_INF]);
+    int32_t skipped = a.first ? 0 : rec[AMP_REC_SKIPPED];
+    for (int i = 0; i < a.n; i++) {
+        const float f = *a.found[i];
+        found += f;
+        skipped |= a.stepped[i] && f != 0.0f;
+    }
+    rec[AMP_REC_FOUND_INF] = __float_as_int(found);
+    rec[AMP_REC_SKIPPED] = skipped;
+    if (!a.last) return;
+    float scale = *a.scale;
+    int32_t tracker = *a.tracker;
+    rec[AMP_REC_BEFORE] = __float_as_int(scale);
+    if (found != 0.0f) { // amp_scale_update (scaler.c), the same arithmetic
+        scale = (float)((double)scale * a.backoff);
+        tracker = 0;
+    } else {
+        const int32_t successful = (int32_t)((uint32_t)tracker + 1u);
+        if (successful == a.interval) {
+            const float grown = (float)((double)scale * a.growth);
+            if (isfinite(grown)) scale = grown;
+            tracker = 0;
+        } else {
+            tracker = successful;
+        }
+    }
+    *a.scale = scale;
+    *a.tracker = tracker;
+    *a.inv_scale = (float)(1.0 / (double)scale);
+    rec[AMP_REC_AFTER] = __float_as_int(scale);
+    rec[AMP_REC_TRACKER] = tracker;
+}
+
+void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
+                       amp_tensor_t *tracker, amp_tensor_t *const *found_infs, const bool *stepped,
+                       int n, const amp_scaler_params *p, amp_tensor_t *rec) {
+    cuda_ctx *c = cuda_of(bctx);
+    AMP_ASSERT(n >= 1);
+    AMP_ASSERT(tracker->dtype == AMP_DTYPE_I32 && cuda_numel(tracker) == 1);
+    AMP_ASSERT(rec->dtype == AMP_DTYPE_I32 && cuda_numel(rec) == AMP_SCALE_REC);
+    scale_args a = {};
+    a.scale = f32_scalar(scale);
+    a.inv_scale = f32_scalar(inv_scale);
+    a.tracker = (int32_t *)amp_tensor_ptr(tracker);
+    a.rec = (int32_t *)amp_tensor_ptr(rec);
+    a.growth = p->growth_factor;
+    a.backoff = p->backoff_factor;
+    a.interval = p->growth_interval;
+    for (int base = 0; base < n; base += MT_MAX) {
+        a.n = n - base < MT_MAX ? n - base : MT_MAX;
+        for (int i = 0; i < a.n; i++) {
+            a.found[i] = f32_scalar(found_infs[base + i]);
+            a.stepped[i] = stepped[base + i];
+        }
+        a.first = base == 0;
+        a.last = base + a.n == n;
+        scale_update_kernel<<<1, 1, 0, c->stream>>>(a);
+        CUDA_LAUNCH_CHECK();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Optimizers (f32 parameters, gradients and state)
 
 typedef struct optim_scalars {
     int kind; // amp_optim_kind
-    int64_t step;
+    const float *found_inf; // non-zero: the step is skipped (NULL: never)
     float lr, weight_decay, momentum, damp1, beta2, eps;
     bool nesterov;
-    float decay, w1, w2, step_size, bc2_sqrt; // Adam / AdamW
+    float decay, w1, w2; // Adam / AdamW
+    double lr_d, beta1_d, beta2_d;
 } optim_scalars;
 
+// What depends on the parameter's update count: Adam's step size and sqrt of the second bias
+// correction, in double as torch.optim computes them in Python.
+typedef struct step_scalars {
+    int64_t step;
+    float step_size, bc2_sqrt;
+} step_scalars;
+
+// Increments the counts of one optimizer step (the update counts of the parameters stepped and
+// the optimizer's own) unless the step is skipped.
+#define COUNTS_MAX 512
+typedef struct counts_args {
+    int32_t idx[COUNTS_MAX];
+    int n;
+} counts_args;
+
+__global__ void counts_kernel(counts_args a, int64_t *counts, const float *found_inf) {
+    if (found_inf && *found_inf != 0.0f) return;
+    for (int k = threadIdx.x; k < a.n; k += blockDim.x)
+        counts[a.idx[k]]++;
+}
+
 // One element of torch.optim's Adam / AdamW (amsgrad off).
-__device__ __forceinline__ void adam_element(const optim_scalars &o, bool decoupled, float &p,
-                                             float g, float &m, float &v) {
+__device__ __forceinline__ void adam_element(const optim_scalars &o, const step_scalars &s,
+                                             bool decoupled, float &p, float g, float &m,
+                                             float &v) {
     float gi = g, pi = p;
     if (o.weight_decay != 0.0f) {
         if (decoupled)
@@ -147,15 +261,26 @@ __device__ __forceinline__ void adam_element(const optim_scalars &o, bool decoup
     float mi = m;
     mi = fabsf(o.w1) < 0.5f ? mi + o.w1 * (gi - mi) : gi - (gi - mi) * (1.0f - o.w1);
     const float vi = v * o.beta2 + o.w2 * gi * gi;
-    const float denom = sqrtf(vi) / o.bc2_sqrt + o.eps;
-    p = pi + o.step_size * (mi / denom);
+    const float denom = sqrtf(vi) / s.bc2_sqrt + o.eps;
+    p = pi + s.step_size * (mi / denom);
     m = mi;
     v = vi;
 }
 
 __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalars o) {
+    if (o.found_inf && *o.found_inf != 0.0f) return; // `if (*found_inf)`: NaN counts as found
     int64_t begin, end;
     const int t = mt_locate(a, &begin, &end);
+    __shared__ step_scalars ss;
+    if (threadIdx.x == 0) {
+        ss.step = *a.steps[t];
+        const double bc1 = 1.0 - pow(o.beta1_d, (double)ss.step);
+        const double bc2 = 1.0 - pow(o.beta2_d, (double)ss.step);
+        ss.step_size = (float)-(o.lr_d / bc1);
+        ss.bc2_sqrt = (float)sqrt(bc2);
+    }
+    __syncthreads();
+    const step_scalars s = ss;
     float *p = (float *)a.p[0][t];
     const float *g = (const float *)a.p[1][t];
     float *m = (float *)a.p[2][t], *v = (float *)a.p[3][t];
@@ -164,7 +289,7 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
             float gi = g[i];
             if (o.weight_decay != 0.0f) gi = gi + o.weight_decay * p[i];
             if (o.momentum != 0.0f) {
-                m[i] = o.step == 1 ? gi : m[i] * o.momentum + o.damp1 * gi;
+                m[i] = s.step == 1 ? gi : m[i] * o.momentum + o.damp1 * gi;
                 gi = o.nesterov ? gi + o.momentum * m[i] : m[i];
             }
             p[i] = p[i] + -o.lr * gi;
@@ -185,17 +310,17 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
         }
 #pragma unroll
         for (int k = 0; k < MT_VEC; k++) {
-            adam_element(o, decoupled, P[k].x, G[k].x, M[k].x, V[k].x);
-            adam_element(o, decoupled, P[k].y, G[k].y, M[k].y, V[k].y);
-            adam_element(o, decoupled, P[k].z, G[k].z, M[k].z, V[k].z);
-            adam_element(o, decoupled, P[k].w, G[k].w, M[k].w, V[k].w);
+            adam_element(o, s, decoupled, P[k].x, G[k].x, M[k].x, V[k].x);
+            adam_element(o, s, decoupled, P[k].y, G[k].y, M[k].y, V[k].y);
+            adam_element(o, s, decoupled, P[k].z, G[k].z, M[k].z, V[k].z);
+            adam_element(o, s, decoupled, P[k].w, G[k].w, M[k].w, V[k].w);
             const int i = threadIdx.x + k * MT_BLOCK;
             p4[i] = P[k], m4[i] = M[k], v4[i] = V[k];
         }
         return;
     }
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-        adam_element(o, decoupled, p[i], g[i], m[i], v[i]);
+        adam_element(o, s, decoupled, p[i], g[i], m[i], v[i]);
 }
 
 static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) {
@@ -204,16 +329,29 @@ static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) 
     CUDA_LAUNCH_CHECK();
 }
 
-void cuda_optim_step(void *bctx, const amp_optim_params *op, int64_t step,
-                     amp_tensor_t *const *params, amp_tensor_t *const *grads,
-                     amp_tensor_t *const *m, amp_tensor_t *const *v, int n) {
+void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const *params,
+                     amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
+                     int n, amp_tensor_t *counts, const int32_t *idx,
+                     const amp_tensor_t *found_inf) {
     cuda_ctx *c = cuda_of(bctx);
-    AMP_ASSERT(step >= 1, "(steps count from 1)");
     const bool adam = op->kind == AMP_OPTIM_ADAM || op->kind == AMP_OPTIM_ADAMW;
     AMP_ASSERT(adam || op->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)op->kind);
+    AMP_ASSERT(counts->dtype == AMP_DTYPE_I64);
+    int64_t *cp = (int64_t *)amp_tensor_ptr(counts);
+    const float *fp = found_inf ? f32_scalar(found_inf) : NULL;
+    for (int base = 0; base <= n; base += COUNTS_MAX) { // n + 1 counts, the step's own last
+        counts_args ca = {};
+        ca.n = n + 1 - base < COUNTS_MAX ? n + 1 - base : COUNTS_MAX;
+        for (int k = 0; k < ca.n; k++) {
+            AMP_ASSERT(idx[base + k] >= 0 && idx[base + k] < cuda_numel(counts));
+            ca.idx[k] = idx[base + k];
+        }
+        counts_kernel<<<1, 128, 0, c->stream>>>(ca, cp, fp);
+        CUDA_LAUNCH_CHECK();
+    }
     optim_scalars o = {};
     o.kind = op->kind;
-    o.step = step;
+    o.found_inf = fp;
     o.lr = op->lr;
     o.weight_decay = op->weight_decay;
     o.momentum = op->momentum;
@@ -221,14 +359,13 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, int64_t step,
     o.nesterov = op->nesterov;
     o.beta2 = op->beta2;
     o.eps = op->eps;
+    o.lr_d = op->lr;
+    o.beta1_d = op->beta1;
+    o.beta2_d = op->beta2;
     if (adam) {
         o.decay = (float)(1.0 - (double)op->lr * (double)op->weight_decay);
         o.w1 = (float)(1.0 - (double)op->beta1);
         o.w2 = (float)(1.0 - (double)op->beta2);
-        const double bc1 = 1.0 - pow((double)op->beta1, (double)step);
-        const double bc2 = 1.0 - pow((double)op->beta2, (double)step);
-        o.step_size = (float)-((double)op->lr / bc1);
-        o.bc2_sqrt = (float)sqrt(bc2);
     }
     mt_args a = {};
     for (int t = 0; t < n; t++) {
@@ -257,6 +394,7 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, int64_t step,
             a = mt_args{};
             mt_add(&a, pp, gp, mp, vp, count, AMP_DTYPE_F32);
         }
+        a.steps[a.count - 1] = cp + idx[t];
     }
     optim_launch(c, &a, &o);
 }
