@@ -9,8 +9,8 @@
  * call names (device: the one whose stream, memory and events it is given), made current for the
  * call and the thread's current one restored after it: a model may live on a GPU other than the
  * current one, and PyTorch's default stream is the same handle on every GPU. Only
- * ampstats_host_alloc and ampstats_event_new allocate, and only ampstats_wait waits (for one
- * event).
+ * ampstats_host_alloc and ampstats_event_new allocate (ampstats_host_free and ampstats_event_free
+ * give back), and only ampstats_wait waits (for one event).
  */
 #include "cuda-stats.h"
 
@@ -149,7 +149,8 @@ EXPORT int ampstats_wait(uintptr_t event) {
 }
 
 // Pinned host memory that the device can write into (mapped): its host address, and its device
-// address in *dev; 0 when it cannot be had. Never freed (one per watcher, a few doubles).
+// address in *dev; 0 when it cannot be had. ampstats_host_free gives it back (nothing may still
+// write into it).
 EXPORT uintptr_t ampstats_host_alloc(size_t bytes, uintptr_t *dev) {
     void *p = NULL, *d = NULL;
     if (cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess)
@@ -162,13 +163,22 @@ EXPORT uintptr_t ampstats_host_alloc(size_t bytes, uintptr_t *dev) {
     return (uintptr_t)p;
 }
 
-// An event of GPU device for ampstats_mark and ampstats_finish (no timing), or 0; never destroyed
-// (a few per watcher).
+EXPORT int ampstats_host_free(uintptr_t host) {
+    return (int)cudaFreeHost((void *)host);
+}
+
+// An event of GPU device for ampstats_mark and ampstats_finish (no timing), or 0.
 EXPORT uintptr_t ampstats_event_new(int device) {
     DeviceGuard on(device);
     cudaEvent_t e = NULL;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 0;
     return (uintptr_t)e;
+}
+
+// Destroys an event of ampstats_event_new's (one still pending is released once it completes).
+EXPORT int ampstats_event_free(uintptr_t event, int device) {
+    DeviceGuard on(device);
+    return (int)cudaEventDestroy((cudaEvent_t)event);
 }
 
 // The name and text of a code the functions above returned.

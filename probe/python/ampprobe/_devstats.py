@@ -77,6 +77,10 @@ def load_module(next_to):
     lib.ampstats_host_alloc.restype = u
     lib.ampstats_event_new.argtypes = [i]
     lib.ampstats_event_new.restype = u
+    lib.ampstats_event_free.argtypes = [u, i]
+    lib.ampstats_event_free.restype = i
+    lib.ampstats_host_free.argtypes = [u]
+    lib.ampstats_host_free.restype = i
     lib.ampstats_finish.argtypes = [i, u, u, u, u, u, u, i64, u, u, i]
     lib.ampstats_finish.restype = i
     lib.ampstats_record.argtypes = [u, u, i]
@@ -189,6 +193,7 @@ class StepStats:
         self._mark_host, self._mark_dev, self._mark_event = 0, 0, 0  # mark()'s mapped doubles
         # (host and device addresses) and event, and the event's GPU
         self._mark_event_dev = -1
+        self.closed = False  # close() gave everything back
 
     def _alloc(self, device, cap):
         """A fresh buffer of cap slots on device, slots emptied (kernels queued on it so far
@@ -385,6 +390,8 @@ class StepStats:
                 dev_addr = ctypes.c_size_t(0)
                 self._mark_host = self.lib.ampstats_host_alloc(HEAD * 8, ctypes.byref(dev_addr))
                 self._mark_dev = dev_addr.value
+            if self._mark_event:  # of another GPU: nothing waits for it any more
+                self._free_event(self._mark_event, self._mark_event_dev)
             self._mark_event, self._mark_event_dev = self.lib.ampstats_event_new(dev), dev
             if not self._mark_host or not self._mark_event:
                 raise RuntimeError("ampprobe: cannot allocate mapped host memory or an event "
@@ -417,12 +424,33 @@ class StepStats:
             host, event, dev = self._pool.pop()
             if host.numel() >= nbytes and dev == self._dev:
                 return host, event
+            self._free_event(event, dev)  # outgrown, or of another GPU
         size = max(nbytes, _HEAD_BYTES + self.cap * _SLOT)
         event = self.lib.ampstats_event_new(self._dev) if self.lib is not None \
             else torch.cuda.Event()
         if not event:
             raise RuntimeError("ampprobe: cannot create a CUDA event for the statistics' copy")
         return torch.empty(size, dtype=torch.uint8, pin_memory=True), event
+
+    def _free_event(self, event, dev):
+        if isinstance(event, int) and event and self.lib is not None:
+            self._check(self.lib.ampstats_event_free(event, dev))
+
+    def close(self):
+        """Gives back the events and the mapped memory (the watcher is done; a Copy released
+        later frees its own event)."""
+        if self._marked is not None:  # the mark kernel may still write into the mapped memory
+            self.marked()
+        for _, event, dev in self._pool:
+            self._free_event(event, dev)
+        self._pool = []
+        if self._mark_event:
+            self._free_event(self._mark_event, self._mark_event_dev)
+        if self._mark_host and self.lib is not None:
+            self._check(self.lib.ampstats_host_free(self._mark_host))
+        self._mark_host = self._mark_dev = self._mark_event = 0
+        self._mark_event_dev = -1
+        self.closed = True
 
     def _wait(self, event):
         if isinstance(event, int):
@@ -542,6 +570,9 @@ class Copy:
         """Gives the pinned buffer back for a later step: slots and result() are gone."""
         if self.pooled and self.host is not None:
             self.wait()
-            self.stats._pool.append((self.host, self.event, self.dev))
+            if self.stats.closed:
+                self.stats._free_event(self.event, self.dev)
+            else:
+                self.stats._pool.append((self.host, self.event, self.dev))
         self.host = self.eager = None
         self.slots = None

@@ -700,6 +700,7 @@ class Watcher:
             del self.scaler.scale, self.scaler.unscale_, self.scaler.update  # ours
         if self in _watchers:
             _watchers.remove(self)
+        self.stats.close()
         self.on = False
 
     # -- the end of a step ---------------------------------------------------------------------

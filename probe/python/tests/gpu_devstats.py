@@ -8,7 +8,7 @@ Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many b
 not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
 tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
 bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
-their launch (`modified`); prints PASS/FAIL lines and exits 1 on a failure. --bench prints the
+their launch (`modified`), and close() giving back its events and mapped memory; prints PASS/FAIL lines and exits 1 on a failure. --bench prints the
 kernel's read bandwidth on large tensors next to torch's own amax over the same memory.
 """
 import math
@@ -109,7 +109,32 @@ def check(lib):
             fail |= not ok
             queue()
     fail |= check_versions(lib)
+    fail |= check_close(lib, scalars)
     return fail
+
+
+def check_close(lib, scalars):
+    """close() gives back the events and the mapped memory, a mark still in flight included,
+    and a Copy released after it frees its own event; many watchers' worth do not pile up."""
+    bounds = _vocab.DTYPES["f16"]
+    x = torch.ones(4096, device="cuda", dtype=torch.float16)
+    ok = True
+    for _ in range(200):
+        st = _devstats.StepStats(lib)
+        st.add(x, "f16", bounds)
+        st.finish().release()  # into the pool
+        st.add(x, "f16", bounds)
+        late = st.finish()
+        st.mark(scalars[:2])  # not read before close()
+        st.close()
+        got, _ = late.result()
+        late.release()
+        ok &= (st._pool == [] and st._mark_event == 0 and st._mark_host == 0
+               and got[0].numel == 4096 and got[0].max == 1.0)
+    free, total = torch.cuda.mem_get_info()
+    print("%s devstats close: 200 StepStats opened and closed (%.0f MiB of %.0f free)" % (
+        "PASS" if ok else "FAIL", free / 2**20, total / 2**20))
+    return not ok
 
 
 def check_versions(lib):
