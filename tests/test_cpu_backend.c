@@ -736,6 +736,14 @@ START_TEST(test_im2col_col2im) {
     amp_tensor_t *x = trand(F32, 4, (int64_t[]){d.n, d.c, d.h, d.w}, -1, 1);
     amp_tensor_t *cols = tnew(F32, 3, (int64_t[]){d.n, CK, L});
     be->im2col(bctx, &d, cols, x);
+    amp_conv_desc dr = d; // the same rows laid out (CK, N, L)
+    dr.by_row = true;
+    amp_tensor_t *rows = tnew(F32, 3, (int64_t[]){CK, d.n, L});
+    be->im2col(bctx, &dr, rows, x);
+    for (int64_t n = 0; n < d.n; n++)
+        for (int64_t r = 0; r < CK; r++)
+            for (int64_t l = 0; l < L; l++)
+                ck_assert_float_eq(tget(rows, (r * d.n + n) * L + l), tget(cols, (n * CK + r) * L + l));
     amp_tensor_t *g = trand(F32, 3, (int64_t[]){d.n, CK, L}, -1, 1);
     amp_tensor_t *dx = tnew(F32, 4, (int64_t[]){d.n, d.c, d.h, d.w});
     be->fill(bctx, dx, 9.0f); // overwritten

@@ -13,6 +13,7 @@
 #include "amp-train.h"
 #include "amp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -214,6 +215,7 @@ typedef struct amp_conv_desc {
     int64_t kh, kw;      // kernel
     int64_t oh, ow;      // output spatial size
     int stride, padding;
+    bool by_row;         // im2col: cols laid out (C*kh*kw, N, oh*ow), rows of all images together
 } amp_conv_desc;
 
 // What a scale update did, as the backend's scale_update writes it (i32 words; the scales are
@@ -278,7 +280,8 @@ typedef struct amp_backend_i {
     void (*embedding)(void *bctx, amp_tensor_t *y, const amp_tensor_t *idx, const amp_tensor_t *w);
     void (*embedding_backward)(void *bctx, amp_tensor_t *dw, const amp_tensor_t *dy,
                                const amp_tensor_t *idx);
-    // cols (N, C*kh*kw, oh*ow) from x (N, C, H, W) and back (col2im overwrites dx, summing).
+    // cols (N, C*kh*kw, oh*ow) from x (N, C, H, W), or (C*kh*kw, N, oh*ow) with d->by_row, and
+    // back from (N, C*kh*kw, oh*ow) (col2im overwrites dx, summing).
     void (*im2col)(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, const amp_tensor_t *x);
     void (*col2im)(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx, const amp_tensor_t *cols);
     // y (N, C, oh, ow) = max over kernel windows; argmax (i32, same shape as y) = flat h*W+w.
@@ -513,6 +516,42 @@ static inline uint64_t amp_rng_hash(uint64_t seed, uint64_t counter) {
 // Uniform in [0, 1) with 24 bits.
 static inline float amp_rng_uniform(uint64_t seed, uint64_t counter) {
     return (float)(amp_rng_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GradScaler's arithmetic, run by the host (scaler.c, the CPU backend) and by the CUDA
+// backend's kernel alike.
+
+#ifdef __CUDACC__
+#define AMP_HOST_DEVICE __host__ __device__
+#else
+#define AMP_HOST_DEVICE
+#endif
+
+// _amp_update_scale_ (AMP-SEMANTICS.md §4.2): found_inf is the summed found_inf.
+AMP_HOST_DEVICE static inline void amp_scale_update_step(float *scale, int32_t *tracker,
+                                                         float found_inf, double growth_factor,
+                                                         double backoff_factor,
+                                                         int growth_interval) {
+    if (found_inf != 0.0f) { // `if (*found_inf)`: NaN counts as found
+        *scale = (float)((double)*scale * backoff_factor);
+        *tracker = 0;
+        return;
+    }
+    // Incremented before the exact compare; wraps like the int32 it is (never UB here).
+    const int32_t successful = (int32_t)((uint32_t)*tracker + 1u);
+    if (successful == growth_interval) {
+        const float grown = (float)((double)*scale * growth_factor);
+        if (isfinite(grown)) *scale = grown; // never grow to inf (PR #98876)
+        *tracker = 0;
+    } else {
+        *tracker = successful;
+    }
+}
+
+// unscale_'s inv_scale: float32(1.0 / double(scale)).
+AMP_HOST_DEVICE static inline float amp_inv_scale_of(float scale) {
+    return (float)(1.0 / (double)scale);
 }
 
 #endif // AMP_IMPL_H

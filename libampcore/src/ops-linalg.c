@@ -167,7 +167,9 @@ amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp
 
 // ---------------------------------------------------------------------------------------------
 // conv2d: cols (N, C*kh*kw, L) = im2col(x); y (N, O, L) = W (O, C*kh*kw) @ cols; + bias (O)
-// added like PyTorch does after the convolution (a separate rounding).
+// added like PyTorch does after the convolution (a separate rounding). cols live only while a
+// product needs them: the backward makes them again from x (an im2col is a fraction of a GEMM's
+// time, and the columns are C*kh*kw times x's size), as cuDNN never keeps them.
 
 static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int stride, int padding) {
     amp_conv_desc d = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
@@ -177,11 +179,30 @@ static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int
     return d;
 }
 
+// Frees t's storage now unless it is also base's (amp_dense hands back an already dense tensor).
+static void drop_copy(amp_tensor_t *t, const amp_tensor_t *base) {
+    if (t->buf != base->buf) amp_tensor_drop(t);
+}
+
 static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
-    amp_tensor_t *x = n->in[0], *w = n->in[1], *b = n->in[2], *cols = n->saved[0], *wd = n->saved[1];
+    amp_tensor_t *x = n->in[0], *w = n->in[1], *b = n->in[2], *xd = n->saved[0], *wd = n->saved[1];
     amp_conv_desc d = conv_desc(x, w, (int)n->i[0], (int)n->i[1]);
     int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
     amp_tensor_t *dyd = amp_dense(ctx, dy); // (N, O, oh, ow)
+    if (w->requires_grad) { // dW (O, CK) = dy' (O, N*L) @ cols'^T, cols' (CK, N*L): one GEMM
+        int64_t ps[3] = {O, d.n, L}, pst[3] = {L, O * L, 1};
+        amp_tensor_t *dyp = amp_dense(ctx, amp_view_new(ctx, dyd, 3, ps, pst, dyd->offset));
+        amp_conv_desc dr = d;
+        dr.by_row = true;
+        amp_tensor_t *colsp = amp_scratch_new(ctx, x->dtype, 2, (int64_t[]){CK, d.n * L});
+        ctx->be->im2col(ctx->bctx, &dr, colsp, xd);
+        amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
+        amp_gemm_desc g = {.batch = 1, .m = O, .n = CK, .k = d.n * L, .trans_b = true, .alpha = 1.0f};
+        ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
+        amp_tensor_drop(colsp);
+        drop_copy(dyp, dyd);
+        amp_grad_accumulate(ctx, w, dw);
+    }
     if (x->requires_grad) { // dcols[n] = W^T @ dy[n]; dx = col2im(dcols)
         amp_tensor_t *dcols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){d.n, CK, L});
         amp_gemm_desc g = {.batch = d.n, .m = CK, .n = L, .k = O, .trans_a = true, .stride_a = 0,
@@ -189,17 +210,8 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         ctx->be->gemm(ctx->bctx, &g, dcols, wd, dyd, NULL);
         amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
         ctx->be->col2im(ctx->bctx, &d, dx, dcols);
+        amp_tensor_drop(dcols);
         amp_grad_accumulate(ctx, x, dx);
-    }
-    if (w->requires_grad) { // dW (O, CK) = dy' (O, N*L) @ cols'^T with cols' (CK, N*L): one GEMM
-        int64_t ps[3] = {O, d.n, L}, pst[3] = {L, O * L, 1};
-        amp_tensor_t *dyp = amp_dense(ctx, amp_view_new(ctx, dyd, 3, ps, pst, dyd->offset));
-        int64_t cs[3] = {CK, d.n, L}, cst[3] = {L, CK * L, 1};
-        amp_tensor_t *colsp = amp_dense(ctx, amp_view_new(ctx, cols, 3, cs, cst, cols->offset));
-        amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
-        amp_gemm_desc g = {.batch = 1, .m = O, .n = CK, .k = d.n * L, .trans_b = true, .alpha = 1.0f};
-        ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
-        amp_grad_accumulate(ctx, w, dw);
     }
     if (b && b->requires_grad) {
         amp_tensor_t *db = amp_scratch_new(ctx, b->dtype, 3, (int64_t[]){1, O, 1});
@@ -224,13 +236,14 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     amp_conv_desc d = conv_desc(x, w, stride, padding);
     AMP_ASSERT(d.oh > 0 && d.ow > 0, "(conv2d kernel larger than the padded input)");
     int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
+    amp_tensor_t *xd = amp_dense(ctx, x), *wd = amp_dense(ctx, w);
     amp_tensor_t *cols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){d.n, CK, L});
-    ctx->be->im2col(ctx->bctx, &d, cols, amp_dense(ctx, x));
-    amp_tensor_t *wd = amp_dense(ctx, w);
+    ctx->be->im2col(ctx->bctx, &d, cols, xd);
     amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, 4, (int64_t[]){d.n, O, d.oh, d.ow});
     amp_gemm_desc g = {.batch = d.n, .m = O, .n = L, .k = CK, .stride_a = 0, .stride_b = CK * L,
                        .stride_c = O * L, .alpha = 1.0f};
     ctx->be->gemm(ctx->bctx, &g, y, wd, cols, NULL);
+    amp_tensor_drop(cols);
     if (b) {
         amp_tensor_t *bv = amp_view_new(ctx, b, 4, (int64_t[]){d.n, O, d.oh, d.ow},
                                         (int64_t[]){0, b->stride[0], 0, 0}, b->offset);
@@ -240,8 +253,9 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     if (n) {
         n->i[0] = stride;
         n->i[1] = padding;
-        n->saved[0] = cols;
+        n->saved[0] = xd;
         n->saved[1] = wd;
+        n->reads = AMP_READS_SAVED(0) | AMP_READS_SAVED(1);
     }
     amp_instr_op(ctx, "conv2d", AMP_POLICY_LOWER_PRECISION_FP, y, in, b ? 3 : 2);
     return y;

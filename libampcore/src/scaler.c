@@ -53,24 +53,12 @@ struct amp_scaler {
 
 void amp_scale_update(float *scale, int32_t *growth_tracker, float found_inf, double growth_factor,
                       double backoff_factor, int growth_interval) {
-    if (found_inf != 0.0f) { // `if (*found_inf)`: NaN counts as found
-        *scale = (float)((double)*scale * backoff_factor);
-        *growth_tracker = 0;
-        return;
-    }
-    // Incremented before the exact compare; wraps like the int32 it is (never UB here).
-    int32_t successful = (int32_t)((uint32_t)*growth_tracker + 1u);
-    if (successful == growth_interval) {
-        float grown = (float)((double)*scale * growth_factor);
-        if (isfinite(grown)) *scale = grown; // never grow to inf (PR #98876)
-        *growth_tracker = 0;
-    } else {
-        *growth_tracker = successful;
-    }
+    amp_scale_update_step(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                          growth_interval);
 }
 
 float amp_inv_scale(float scale) {
-    return (float)(1.0 / (double)scale);
+    return amp_inv_scale_of(scale);
 }
 
 // ---------------------------------------------------------------------------------------------

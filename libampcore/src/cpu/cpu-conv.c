@@ -12,7 +12,8 @@
 
 // ---------------------------------------------------------------------------------------------
 // im2col / col2im. cols (N, C*kh*kw, oh*ow): row (c*kh + i)*kw + j, column oy*ow + ox holds
-// x[c, oy*stride - padding + i, ox*stride - padding + j], or 0 outside the image.
+// x[c, oy*stride - padding + i, ox*stride - padding + j], or 0 outside the image; by_row lays the
+// same rows out (C*kh*kw, N, oh*ow).
 
 static void conv_check(const amp_conv_desc *d, const amp_tensor_t *cols, const amp_tensor_t *img) {
     CPU_ASSERT_CONTIGUOUS(cols);
@@ -31,13 +32,14 @@ void amp_cpu_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, cons
     const char zero[8] = {0}; // a zero of any dtype, for the padding
     const char *xp = amp_tensor_ptr(x);
     char *cp = amp_tensor_ptr(cols);
-    int64_t row = 0; // (n, c, i, j) flattened: rows of all images in order
+    const int64_t L = d->oh * d->ow, CK = d->c * d->kh * d->kw;
     for (int64_t n = 0; n < d->n; n++) {
         for (int64_t c = 0; c < d->c; c++) {
             const char *plane = xp + ((n * d->c + c) * d->h * d->w) * (int64_t)es;
             for (int64_t i = 0; i < d->kh; i++) {
-                for (int64_t j = 0; j < d->kw; j++, row++) {
-                    char *out = cp + row * d->oh * d->ow * (int64_t)es;
+                for (int64_t j = 0; j < d->kw; j++) {
+                    const int64_t row = (c * d->kh + i) * d->kw + j;
+                    char *out = cp + (d->by_row ? row * d->n + n : n * CK + row) * L * (int64_t)es;
                     for (int64_t oy = 0; oy < d->oh; oy++) {
                         const int64_t iy = oy * d->stride - d->padding + i;
                         for (int64_t ox = 0; ox < d->ow; ox++, out += es) {

@@ -2,7 +2,8 @@
  * cuda-conv.cu — conv2d's im2col / col2im (the frontend runs the product through cuBLASLt).
  *
  * cols (N, C*kh*kw, oh*ow): row (c*kh + i)*kw + j, column oy*ow + ox holds
- * x[c, oy*stride - padding + i, ox*stride - padding + j], or 0 outside the image. col2im gives
+ * x[c, oy*stride - padding + i, ox*stride - padding + j], or 0 outside the image (by_row: the
+ * same rows laid out (C*kh*kw, N, oh*ow)). col2im gives
  * each input pixel one thread that sums its covering windows in f32 in the CPU's order (output
  * rows, then columns) and rounds once: no atomics, deterministic.
  */
@@ -18,29 +19,38 @@ static void conv_check(const amp_conv_desc *d, const amp_tensor_t *cols, const a
     AMP_ASSERT(cuda_numel(cols) == d->n * d->c * d->kh * d->kw * d->oh * d->ow);
 }
 
+// Blocks take rows of cols (one (n, c, ki, kj) each) in turn and their threads walk along the
+// row: a row's coordinates are worked out once, a value's in 32-bit arithmetic (L < 2^31).
 template <typename T>
 __global__ void im2col_kernel(T *__restrict__ cols, const T *__restrict__ x, amp_conv_desc d,
-                              int64_t total) {
-    const int64_t L = d.oh * d.ow;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t l = i % L, row = i / L; // row = (n*C + c)*kh*kw + ki*kw + kj
-        const int64_t kj = row % d.kw, ki = (row / d.kw) % d.kh, nc = row / (d.kw * d.kh);
-        const int64_t oy = l / d.ow, ox = l % d.ow;
-        const int64_t iy = oy * d.stride - d.padding + ki, ix = ox * d.stride - d.padding + kj;
-        const bool in = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w;
-        cols[i] = in ? x[(nc * d.h + iy) * d.w + ix] : T(0.0f);
+                              int64_t rows) {
+    const int64_t CK = d.c * d.kh * d.kw;
+    const int L = (int)(d.oh * d.ow), ow = (int)d.ow, h = (int)d.h, w = (int)d.w;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) { // n*CK + row, or row*N + n (by_row)
+        const int64_t n = d.by_row ? r % d.n : r / CK, row = d.by_row ? r / d.n : r % CK;
+        const int kj = (int)(row % d.kw), ki = (int)(row / d.kw % d.kh);
+        const T *plane = x + (n * d.c + row / (d.kw * d.kh)) * d.h * d.w;
+        T *out = cols + r * L;
+        for (int l = threadIdx.x; l < L; l += blockDim.x) {
+            const int oy = l / ow, ox = l - oy * ow;
+            const int iy = oy * d.stride - d.padding + ki, ix = ox * d.stride - d.padding + kj;
+            const bool in = iy >= 0 && iy < h && ix >= 0 && ix < w;
+            out[l] = in ? plane[iy * w + ix] : T(0.0f);
+        }
     }
 }
 
 void cuda_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, const amp_tensor_t *x) {
     cuda_ctx *c = cuda_of(bctx);
     conv_check(d, cols, x);
-    const int64_t total = cuda_numel(cols);
-    if (total == 0) return;
+    const int64_t rows = d->n * d->c * d->kh * d->kw, L = d->oh * d->ow;
+    if (rows == 0 || L == 0) return;
+    AMP_ASSERT(L < INT32_MAX && d->h * d->w < INT32_MAX, "(im2col rows of %lld)", (long long)L);
+    const unsigned threads = L >= 256 ? 256 : (unsigned)((L + 31) / 32 * 32);
+    const unsigned blocks = rows < 2048 ? (unsigned)rows : 2048; // a few waves of long blocks
     CUDA_DISPATCH_FLOAT(x->dtype, T, {
-        im2col_kernel<T><<<cuda_grid(total, 256, 4), 256, 0, c->stream>>>(
-            (T *)amp_tensor_ptr(cols), (const T *)amp_tensor_ptr(x), *d, total);
+        im2col_kernel<T><<<blocks, threads, 0, c->stream>>>((T *)amp_tensor_ptr(cols),
+                                                            (const T *)amp_tensor_ptr(x), *d, rows);
     });
     CUDA_LAUNCH_CHECK();
 }

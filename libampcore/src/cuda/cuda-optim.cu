@@ -166,22 +166,10 @@ __global__ void scale_update_kernel(scale_args a) {
     float scale = *a.scale;
     int32_t tracker = *a.tracker;
     rec[AMP_REC_BEFORE] = __float_as_int(scale);
-    if (found != 0.0f) { // amp_scale_update (scaler.c), the same arithmetic
-        scale = (float)((double)scale * a.backoff);
-        tracker = 0;
-    } else {
-        const int32_t successful = (int32_t)((uint32_t)tracker + 1u);
-        if (successful == a.interval) {
-            const float grown = (float)((double)scale * a.growth);
-            if (isfinite(grown)) scale = grown;
-            tracker = 0;
-        } else {
-            tracker = successful;
-        }
-    }
+    amp_scale_update_step(&scale, &tracker, found, a.growth, a.backoff, a.interval);
     *a.scale = scale;
     *a.tracker = tracker;
-    *a.inv_scale = (float)(1.0 / (double)scale);
+    *a.inv_scale = amp_inv_scale_of(scale);
     rec[AMP_REC_AFTER] = __float_as_int(scale);
     rec[AMP_REC_TRACKER] = tracker;
 }
