@@ -370,6 +370,15 @@ START_TEST(test_binary_reduce_copy_gpu) {
                        pair_new(dt, 3, (int64_t[]){1, 16, 1}, 0.3f, 2.0f, true)};
         check_op("div (column broadcast)", op_div, col, 2, eps);
         check_op("mul (column broadcast)", op_mul, col, 2, eps);
+        // a value per channel over runs of whole 16-byte vectors (a convolution's bias), and one
+        // value for everything; their gradients sum (A, K, L) over A and L, and everything
+        pair chan[2] = {pair_new(dt, 3, (int64_t[]){4, 16, 64}, 1, 0, true),
+                        pair_new(dt, 3, (int64_t[]){1, 16, 1}, 0.3f, 2.0f, true)};
+        check_op("mul (channel broadcast, vector runs)", op_mul, chan, 2, eps);
+        check_op("add (channel broadcast, vector runs)", op_add, chan, 2, eps);
+        pair one[2] = {pair_new(dt, 2, (int64_t[]){16, 64}, 1, 0, true),
+                       pair_new(dt, 2, (int64_t[]){1, 1}, 1, 0, true)};
+        check_op("add (one value broadcast)", op_add, one, 2, eps);
         pair big = pair_new(dt, 3, (int64_t[]){8, 33, 300}, 1, 0, true);
         check_op("sum", op_sum, &big, 1, eps);
         check_op("mean", op_mean, &big, 1, eps);

@@ -3,7 +3,8 @@
  *
  * Operands arrive as views already expanded to the output's shape (stride 0 on broadcast dims);
  * the strided iterator merges what it can, and the all-contiguous one-dtype case (residual adds,
- * gradient accumulation) runs a 16-bytes-per-thread typed kernel. The dropout mask draws from
+ * gradient accumulation) runs a 16-bytes-per-thread typed kernel, as does a tensor plus a value
+ * per channel (a convolution's bias: one value for each run of a vector or more). The dropout mask draws from
  * the same counter-based RNG as the CPU backend (splitmix64 of seed and element index), so both
  * backends produce the same mask. Binary ops and masked_fill add the statistics of what they
  * store when the instrumentation asks (cuda-fuse.h).
@@ -97,6 +98,44 @@ __global__ void binary_rows_kernel(amp_binary_op op, T *y, const T *a, const T *
     cuda_fuse_end<S>(f, acc);
 }
 
+// y = a op b[channel], y and a contiguous, b's value for element i at ((i / inner) % C) * sb, inner
+// a multiple of V: one b value per 16-byte vector, 32-bit index arithmetic (nv < 2^31).
+template <bool S, typename T>
+__global__ void binary_channel_kernel(amp_binary_op op, T *y, const T *a, const T *b, int nv,
+                                      int inner_v, int C, int64_t sb, cuda_fuse f) {
+    constexpr int V = 16 / sizeof(T);
+    thread_acc acc = acc_empty();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += gridDim.x * blockDim.x) {
+        uint4 ar = ((const uint4 *)a)[i];
+        T *av = (T *)&ar;
+        const float bv = cuda_io<T>::load(b[(int64_t)(i / inner_v % C) * sb]);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            av[j] = cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), bv));
+            if (S) acc_stored(acc, cuda_io<T>::load(av[j]), f.lim);
+        }
+        ((uint4 *)y)[i] = ar;
+    }
+    cuda_fuse_end<S>(f, acc);
+}
+
+// Whether the merged it is y and a contiguous alike and b broadcast along all dims but (at most)
+// one, that dim's extent C and stride sb and what follows it, inner, a multiple of V elements.
+static bool iter_channel(const cuda_iter *it, int64_t V, int64_t *inner, int64_t *C, int64_t *sb) {
+    int64_t run = 1;
+    *inner = 0, *C = 1, *sb = 0;
+    for (int d = it->ndim - 1; d >= 0; d--) {
+        if (it->stride[0][d] != run || it->stride[1][d] != run) return false;
+        if (it->stride[2][d] != 0) {
+            if (*inner) return false; // a second dim of b
+            *inner = run, *C = it->shape[d], *sb = it->stride[2][d];
+        }
+        run *= it->shape[d];
+    }
+    if (!*inner) *inner = run; // b is one value
+    return it->small && *inner % V == 0;
+}
+
 // it (3 operands) in units of V elements when every operand's innermost dim is contiguous, a
 // multiple of V long and every other stride a multiple of V; false otherwise.
 static bool iter_in_vectors(cuda_iter *it, int64_t V) {
@@ -144,6 +183,22 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     cuda_iter it;
     cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
     const int64_t V = 16 / (int64_t)amp_dtype_size(y->dtype);
+    int64_t inner, C, sb;
+    if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
+        iter_channel(&it, V, &inner, &C, &sb)) {
+        const int64_t nv = n / V;
+        CUDA_DISPATCH_FLOAT(y->dtype, T, {
+            const unsigned grid = cuda_grid(nv, 256);
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                binary_channel_kernel<S, T>
+                <<<cuda_fuse_grid(f, grid, 256, binary_channel_kernel<S, T>), 256, 0, c->stream>>>(
+                    op, (T *)yp, (const T *)ap, (const T *)bp, (int)nv, (int)(inner / V), (int)C,
+                    sb, f));
+        });
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         aligned16(bp) && iter_in_vectors(&it, V)) {
         const int64_t nv = n / V;

@@ -45,7 +45,7 @@ void cuda_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, const a
     conv_check(d, cols, x);
     const int64_t rows = d->n * d->c * d->kh * d->kw, L = d->oh * d->ow;
     if (rows == 0 || L == 0) return;
-    AMP_ASSERT(L < INT32_MAX && d->h * d->w < INT32_MAX, "(im2col rows of %lld)", (long long)L);
+    AMP_ASSERT(L < INT32_MAX / 2 && d->h * d->w < INT32_MAX, "(im2col rows of %lld)", (long long)L);
     const unsigned threads = L >= 256 ? 256 : (unsigned)((L + 31) / 32 * 32);
     const unsigned blocks = rows < 2048 ? (unsigned)rows : 2048; // a few waves of long blocks
     CUDA_DISPATCH_FLOAT(x->dtype, T, {
@@ -55,24 +55,25 @@ void cuda_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols, const a
     CUDA_LAUNCH_CHECK();
 }
 
-template <typename T>
+// A thread per input pixel, its coordinates in I: 32 bits when the image has fewer than 2^31
+// elements (64-bit division is slow).
+template <typename T, typename I>
 __global__ void col2im_kernel(T *__restrict__ dx, const T *__restrict__ cols, amp_conv_desc d,
-                              int64_t total) {
-    const int64_t s = d.stride, L = d.oh * d.ow, CK = d.c * d.kh * d.kw;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t x = i % d.w, y = (i / d.w) % d.h, c = (i / (d.w * d.h)) % d.c,
-                      n = i / (d.w * d.h * d.c);
-        const int64_t hy = y + d.padding, wx = x + d.padding;
-        const int64_t oy0 = hy < d.kh ? 0 : (hy - d.kh) / s + 1;
-        const int64_t oy1 = hy / s + 1 < d.oh ? hy / s + 1 : d.oh;
-        const int64_t ox0 = wx < d.kw ? 0 : (wx - d.kw) / s + 1;
-        const int64_t ox1 = wx / s + 1 < d.ow ? wx / s + 1 : d.ow;
+                              I total) {
+    const I s = d.stride, oh = (I)d.oh, ow = (I)d.ow, kh = (I)d.kh, kw = (I)d.kw;
+    const I h = (I)d.h, w = (I)d.w, C = (I)d.c;
+    const int64_t L = d.oh * d.ow, CK = d.c * d.kh * d.kw;
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        const I x = i % w, y = i / w % h, c = i / (w * h) % C, n = i / (w * h * C);
+        const I hy = y + d.padding, wx = x + d.padding;
+        const I oy0 = hy < kh ? 0 : (hy - kh) / s + 1, oy1 = hy / s + 1 < oh ? hy / s + 1 : oh;
+        const I ox0 = wx < kw ? 0 : (wx - kw) / s + 1, ox1 = wx / s + 1 < ow ? wx / s + 1 : ow;
+        const T *img = cols + (int64_t)n * CK * L;
         float v = 0.0f;
-        for (int64_t oy = oy0; oy < oy1; oy++)
-            for (int64_t ox = ox0; ox < ox1; ox++) {
-                const int64_t row = (c * d.kh + (hy - oy * s)) * d.kw + (wx - ox * s);
-                v += cuda_io<T>::load(cols[(n * CK + row) * L + oy * d.ow + ox]);
+        for (I oy = oy0; oy < oy1; oy++)
+            for (I ox = ox0; ox < ox1; ox++) {
+                const I row = (c * kh + (hy - oy * s)) * kw + (wx - ox * s);
+                v += cuda_io<T>::load(img[(int64_t)row * L + oy * ow + ox]);
             }
         dx[i] = cuda_io<T>::store(v);
     }
@@ -84,9 +85,14 @@ void cuda_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx, const amp
     CUDA_ASSERT_FLOAT(dx);
     const int64_t total = cuda_numel(dx);
     if (total == 0) return;
+    const unsigned grid = cuda_grid(total, 256, 4);
     CUDA_DISPATCH_FLOAT(dx->dtype, T, {
-        col2im_kernel<T><<<cuda_grid(total, 256, 4), 256, 0, c->stream>>>(
-            (T *)amp_tensor_ptr(dx), (const T *)amp_tensor_ptr(cols), *d, total);
+        if (total < INT32_MAX / 2) // (the grid-stride index stays below 2^31)
+            col2im_kernel<T, int><<<grid, 256, 0, c->stream>>>(
+                (T *)amp_tensor_ptr(dx), (const T *)amp_tensor_ptr(cols), *d, (int)total);
+        else
+            col2im_kernel<T, int64_t><<<grid, 256, 0, c->stream>>>(
+                (T *)amp_tensor_ptr(dx), (const T *)amp_tensor_ptr(cols), *d, total);
     });
     CUDA_LAUNCH_CHECK();
 }

@@ -2,9 +2,11 @@
  * cuda-reduce.cu — reduce_sum: y = alpha * x summed over the dims where y has size 1 (the
  * gradient of a broadcast), f32 accumulation.
  *
- * After merging neighbouring dims of one kind the shape is either (R, K) — rows summed into one
- * row, a bias gradient — or anything else. (R, K) runs as coalesced column sums split over R
- * into f32 partials and a second pass; anything else gives each output one or more blocks
+ * After merging neighbouring dims of one kind the shape is (R, K) — rows summed into one row, a
+ * linear's bias gradient —, (A, K, L) summed over A and L — a convolution's bias gradient — or
+ * anything else. (R, K) runs as coalesced column sums split over R into f32 partials and a
+ * second pass; (A, K, L) as blocks per channel and slice of A walking contiguous runs of L, with
+ * the same second pass; anything else gives each output one or more blocks
  * (enough to fill the GPU) whose threads stride over a slice of its reduced elements, with the
  * blocks' partial sums added by the same second pass.
  */
@@ -60,6 +62,21 @@ __global__ void reduce_cols_kernel(float *partial, const void *x, amp_dtype xt, 
     for (int64_t r = r0; r < r1; r++)
         s += cuda_load(xt, x, r * cols + col);
     partial[blockIdx.y * cols + col] = s;
+}
+
+// (A, K, L) summed over A and L: block (k, slice of A) sums its rows of L: partial[slice][k].
+__global__ void reduce_channels_kernel(float *partial, const void *x, amp_dtype xt, int64_t A,
+                                       int64_t K, int64_t L, int64_t a_per) {
+    const int64_t k = blockIdx.x, a0 = blockIdx.y * a_per;
+    const int64_t a1 = a0 + a_per < A ? a0 + a_per : A;
+    float s = 0.0f;
+    for (int64_t a = a0; a < a1; a++) {
+        const int64_t base = (a * K + k) * L;
+        for (int64_t l = threadIdx.x; l < L; l += blockDim.x)
+            s += cuda_load(xt, x, base + l);
+    }
+    s = cuda_block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.y * K + k] = s;
 }
 
 __global__ void reduce_partials_kernel(void *y, amp_dtype yt, const float *partial, int chunks,
@@ -125,6 +142,21 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
         CUDA_LAUNCH_CHECK();
         reduce_partials_kernel<<<(unsigned)col_blocks, 256, 0, c->stream>>>(yp, y->dtype, partial,
                                                                             chunks, cols, alpha);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    if (nd == 3 && kind[0] == 1 && kind[1] == 0 && kind[2] == 1) {
+        const int64_t A = shape[0], K = shape[1], L = shape[2];
+        int64_t slices = (4 * 132 + K - 1) / K; // a few waves of blocks
+        slices = slices > A ? A : slices < 1 ? 1 : slices > 65535 ? 65535 : slices;
+        const int64_t per = (A + slices - 1) / slices;
+        slices = (A + per - 1) / per;
+        float *partial = (float *)cuda_scratch(c, (size_t)(slices * K) * sizeof(float));
+        reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0,
+                                 c->stream>>>(partial, xp, x->dtype, A, K, L, per);
+        CUDA_LAUNCH_CHECK();
+        reduce_partials_kernel<<<cuda_grid(K, 256), 256, 0, c->stream>>>(yp, y->dtype, partial,
+                                                                          (int)slices, K, alpha);
         CUDA_LAUNCH_CHECK();
         return;
     }
