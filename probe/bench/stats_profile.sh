@@ -19,7 +19,8 @@ for run in plain fused separate; do
     separate) AMPPROBE_STATS_FUSED=0 "$build/ampprobe" run --trace amp,cuda -o "$db" -- \
         "$build/bench/cuda_bench" --workload "$w" --mode fp16 --warmup 3 --steps $steps --stats >/dev/null ;;
     esac
-    python3 - "$db" "$run" $((steps + 3)) <<'PY'
+    # cuda_bench runs the warm-up, the timed steps and as many again back to back
+    python3 - "$db" "$run" $((2 * steps + 3)) <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1]); steps = int(sys.argv[3])
 rows = db.execute("""SELECT s.value, sum(k.end - k.start), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
