@@ -17,8 +17,9 @@
  * thread: the pid check keeps it from flushing (and duplicating) the parent's records.
  *
  * AMPPROBE_CUPTI_SKIP (for measuring what each part costs, not for users): a comma-separated
- * list of what to leave out: api (the API call records), sync, memcpy, memset, overhead (those
- * activity kinds), flush (the periodic flush; buffers come back when full and at exit).
+ * list of what to leave out: api (the API call records), sync, memcpy, memset, overhead, device
+ * (those activity kinds; device records are TARGET_INFO_GPU's second source), flush (the
+ * periodic flush; buffers come back when full and at exit).
  *
  * Nothing here may take the program down: every CUPTI call is checked, a failure prints one
  * line naming the call and leaves the program running untraced, and InitializeInjection always
