@@ -961,6 +961,20 @@ START_TEST(test_train_fp16_gpu) {
     ck_assert_int_eq(amp_optim_steps(og), amp_optim_steps(oc));
     ck_assert_int_eq(amp_scaler_growth_tracker(sg), amp_scaler_growth_tracker(sc));
     ck_assert_float_eq(amp_scaler_last_found_inf(sg), amp_scaler_last_found_inf(sc));
+    // the GPU's state (update counts and scaler on the device) through a checkpoint into the CPU
+    test_dir_create("cuda_checkpoint");
+    const char *path = test_in_dir("gpu.ckpt");
+    ck_assert_int_eq(amp_checkpoint_save(path, wg, 4, og, sg), AMP_OK);
+    amp_scaler_t *sl;
+    ck_assert_int_eq(amp_scaler_new(&sp, &sl), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path, wc, 4, oc, sl), AMP_OK);
+    ck_assert_int_eq(amp_optim_steps(oc), amp_optim_steps(og));
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(amp_optim_param_steps(oc, i), amp_optim_param_steps(og, i));
+    ck_assert_float_eq(amp_scaler_get_scale(sl), amp_scaler_get_scale(sg));
+    ck_assert_int_eq(amp_scaler_growth_tracker(sl), amp_scaler_growth_tracker(sg));
+    amp_scaler_free(sl);
+    test_dir_remove();
     amp_optim_free(oc);
     amp_optim_free(og);
     amp_scaler_free(sc);

@@ -278,8 +278,10 @@ amp_status amp_scaler_update(amp_scaler_t *sc) {
     if (n == 0)
         return amp_set_error(AMP_ERR_SCALER_STATE, "No inf checks were recorded prior to update.");
     amp_ctx_t *ctx = sc->ctx;
+    if (ctx->nvtx) amp_nvtx_push("update"); // the kernel's op
     ctx->be->scale_update(ctx->bctx, sc->scale, sc->inv_scale, sc->tracker, sc->found_infs,
                           sc->stepped, n, &sc->p, sc->rec);
+    if (ctx->nvtx) amp_nvtx_pop();
     sc->rec_valid = true;
     finish_update(sc);
     return AMP_OK;
