@@ -16,7 +16,6 @@
  */
 #include "amp-impl.h"
 
-#include <math.h>
 #include <string.h>
 
 typedef enum opt_stage { STAGE_READY, STAGE_UNSCALED, STAGE_STEPPED } opt_stage;
@@ -127,16 +126,11 @@ int32_t amp_scaler_growth_tracker(const amp_scaler_t *sc) {
     return v;
 }
 
-// The record of the last update, read from the backend.
-static void read_rec(const amp_scaler_t *sc, int32_t rec[AMP_SCALE_REC]) {
-    amp_tensor_read(sc->rec, rec);
-}
-
 float amp_scaler_last_found_inf(const amp_scaler_t *sc) {
     if (!sc->rec_valid) return -1.0f;
     int32_t rec[AMP_SCALE_REC];
     float v;
-    read_rec(sc, rec);
+    amp_tensor_read(sc->rec, rec); // the record of the last update
     memcpy(&v, &rec[AMP_REC_FOUND_INF], sizeof v);
     return v;
 }
