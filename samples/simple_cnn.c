@@ -71,7 +71,10 @@ static conv conv_init(sample_params *ps, amp_ctx_t *ctx, const char *layer, int6
 // conv3x3 (padding 1) + relu + maxpool2: (B, Cin, H, W) -> (B, Cout, H/2, W/2).
 static amp_tensor_t *conv_forward(amp_ctx_t *ctx, const conv *c, amp_tensor_t *x) {
     amp_layer_begin(ctx, c->layer);
-    amp_tensor_t *y = amp_max_pool2d(ctx, amp_relu(ctx, amp_conv2d(ctx, x, c->w, c->b, 1, 1)), 2, 2);
+    amp_tensor_t *conv_out = amp_conv2d(ctx, x, c->w, c->b, 1, 1);
+    amp_tensor_t *act = amp_relu(ctx, conv_out);
+    amp_tensor_drop(conv_out); // no backward reads it (ReLU's reads its output): peak memory
+    amp_tensor_t *y = amp_max_pool2d(ctx, act, 2, 2);
     amp_layer_end(ctx);
     return y;
 }

@@ -391,6 +391,45 @@ START_TEST(test_drop_keeps_what_a_backward_reads) {
 }
 END_TEST
 
+// conv2d -> relu -> max_pool2d: the convolution's output goes once ReLU has run (ReLU's backward
+// reads its output, max_pool2d's its argmax), the pooled map that the next convolution reads
+// stays (it makes its columns again from it); the gradients are the same as without drops.
+static void conv_step(bool drop, float *gw, bool *y_freed, bool *p_freed) {
+    amp_ctx_t *c;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 5, &c), AMP_OK);
+    amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(2, 3, 8, 8));
+    amp_tensor_t *w1 = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(4, 3, 3, 3));
+    amp_tensor_t *w2 = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(2, 4, 3, 3));
+    amp_tensor_randn(x, 1.0f);
+    amp_tensor_randn(w1, 0.5f);
+    amp_tensor_randn(w2, 0.5f);
+    amp_tensor_set_requires_grad(w1, true);
+    amp_tensor_set_requires_grad(w2, true);
+    amp_tensor_t *y = amp_conv2d(c, x, w1, NULL, 1, 1);
+    amp_tensor_t *r = amp_relu(c, y);
+    if (drop) amp_tensor_drop(y);
+    amp_tensor_t *p = amp_max_pool2d(c, r, 2, 2);
+    amp_tensor_t *z = amp_conv2d(c, p, w2, NULL, 1, 1);
+    if (drop) amp_tensor_drop(p);
+    amp_backward(c, amp_sum(c, amp_mul(c, z, z)));
+    *y_freed = y->buf->data == NULL;
+    *p_freed = p->buf->data == NULL;
+    amp_tensor_read_f32(amp_tensor_grad(w1), gw);
+    amp_ctx_free(c);
+}
+
+START_TEST(test_drop_conv_relu_pool) {
+    float gw[108], hw[108];
+    bool y_freed, p_freed;
+    conv_step(false, gw, &y_freed, &p_freed);
+    ck_assert(!y_freed && !p_freed);
+    conv_step(true, hw, &y_freed, &p_freed);
+    ck_assert_msg(y_freed, "the convolution's output was kept");
+    ck_assert_msg(!p_freed, "the next convolution's input was freed");
+    ck_assert_mem_eq(gw, hw, sizeof gw);
+}
+END_TEST
+
 START_TEST(test_reading_a_dropped_tensor_aborts) {
     amp_tensor_t *x = param(2, S(4, 5), 1);
     amp_tensor_t *y = amp_mul_scalar(ctx, x, 2.0);
@@ -453,6 +492,7 @@ Suite *ops_suite(void) {
     tcase_add_checked_fixture(d, setup, teardown);
     tcase_add_test(d, test_drop_frees_what_no_backward_reads);
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
+    tcase_add_test(d, test_drop_conv_relu_pool);
     tcase_add_test_raise_signal(d, test_reading_a_dropped_tensor_aborts, SIGABRT);
     suite_add_tcase(s, d);
     return s;

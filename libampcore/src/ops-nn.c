@@ -139,7 +139,10 @@ amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int st
     amp_tensor_t *argmax = amp_scratch_new(ctx, AMP_DTYPE_I32, 4, shape);
     ctx->be->max_pool2d(ctx->bctx, y, argmax, amp_dense(ctx, x), kernel, stride);
     amp_node *n = amp_node_record(ctx, "max_pool2d", max_pool2d_backward, y, &x, 1);
-    if (n) n->saved[0] = argmax;
+    if (n) {
+        n->saved[0] = argmax;
+        n->reads = AMP_READS_SAVED(0); // the input's shape only
+    }
     amp_instr_op(ctx, "max_pool2d", AMP_POLICY_NATIVE, y, &x, 1);
     return y;
 }

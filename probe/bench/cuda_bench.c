@@ -72,8 +72,12 @@ static void simplecnn_init(model *m) {
 static amp_tensor_t *simplecnn_forward(model *m, amp_tensor_t *x) {
     amp_ctx_t *c = m->ctx;
     amp_tensor_t **p = m->params;
-    x = amp_max_pool2d(c, amp_relu(c, amp_conv2d(c, x, p[P_CONV1_W], p[P_CONV1_B], 1, 1)), 2, 2);
-    x = amp_max_pool2d(c, amp_relu(c, amp_conv2d(c, x, p[P_CONV2_W], p[P_CONV2_B], 1, 1)), 2, 2);
+    for (int k = 0; k < 2; k++) { // conv, relu, pool; the conv's output goes once relu has run
+        amp_tensor_t *y = amp_conv2d(c, x, p[P_CONV1_W + 2 * k], p[P_CONV1_B + 2 * k], 1, 1);
+        x = amp_relu(c, y);
+        amp_tensor_drop(y);
+        x = amp_max_pool2d(c, x, 2, 2);
+    }
     x = amp_reshape(c, x, 2, (int64_t[]){amp_tensor_dim(x, 0), -1});
     return amp_linear(c, x, p[P_FC_W], p[P_FC_B]);
 }
