@@ -139,7 +139,13 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
     amp_ctx_t *c = m->ctx;
     amp_tensor_t **p = m->params;
     const int64_t B = amp_tensor_dim(idx, 0), T = GPT_T, C = GPT_C, H = GPT_H, D = C / H;
-    amp_tensor_t *x = amp_add(c, amp_embedding(c, idx, p[0]), p[1]);
+    // Op outputs that no backward reads go once their last reader has run, as PyTorch frees them:
+    // the embedding and the residual branches (an add reads neither operand), the attention's
+    // scores before the softmax, the qkv projection (the matmuls keep copies of q, k, v in their
+    // layout), the attention's output (the projection keeps its reshaped copy).
+    amp_tensor_t *e = amp_embedding(c, idx, p[0]);
+    amp_tensor_t *x = amp_add(c, e, p[1]);
+    amp_tensor_drop(e);
     for (int l = 0; l < GPT_L; l++) {
         amp_tensor_t **q = p + 2 + l * GPT_BLOCK_PARAMS;
         amp_tensor_t *h = amp_layer_norm(c, x, q[0], q[1], 1e-5f);
@@ -147,8 +153,6 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
         amp_split(c, qkv, C, -1, s, 3);
         for (int i = 0; i < 3; i++)
             s[i] = amp_transpose(c, amp_reshape(c, s[i], 4, (int64_t[]){B, T, H, D}), 1, 2);
-        // the scores, scaled and masked, are read by no backward (the softmax's reads its
-        // output): each goes once the next op has run, as PyTorch frees them
         amp_tensor_t *scores = amp_matmul(c, s[0], amp_transpose(c, s[1], -2, -1));
         amp_tensor_t *scaled = amp_mul_scalar(c, scores, 1.0 / sqrt((double)D));
         amp_tensor_drop(scores);
@@ -157,10 +161,17 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
         amp_tensor_t *att = amp_softmax(c, masked, -1);
         amp_tensor_drop(masked);
         amp_tensor_t *y = amp_matmul(c, att, s[2]);
-        y = amp_reshape(c, amp_transpose(c, y, 1, 2), 3, (int64_t[]){B, T, C});
-        x = amp_add(c, x, amp_linear(c, y, q[4], q[5]));
+        amp_tensor_drop(qkv);
+        amp_tensor_t *proj =
+            amp_linear(c, amp_reshape(c, amp_transpose(c, y, 1, 2), 3, (int64_t[]){B, T, C}), q[4],
+                       q[5]);
+        amp_tensor_drop(y);
+        x = amp_add(c, x, proj);
+        amp_tensor_drop(proj);
         h = amp_gelu(c, amp_linear(c, amp_layer_norm(c, x, q[6], q[7], 1e-5f), q[8], q[9]), false);
-        x = amp_add(c, x, amp_linear(c, h, q[10], q[11]));
+        amp_tensor_t *fc2 = amp_linear(c, h, q[10], q[11]);
+        x = amp_add(c, x, fc2);
+        amp_tensor_drop(fc2);
     }
     amp_tensor_t **f = p + 2 + GPT_L * GPT_BLOCK_PARAMS;
     x = amp_linear(c, amp_layer_norm(c, x, f[0], f[1], 1e-5f), f[2], f[3]);
