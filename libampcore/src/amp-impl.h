@@ -102,6 +102,15 @@ struct amp_tensor {
     int32_t contrib[4];
 };
 
+// Elements of t by its shape (amp_tensor_numel, inline for the backends, which do not link the
+// frontend).
+static inline int64_t amp_numel(const amp_tensor_t *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n;
+}
+
 // Pointer to the first element of t (offset applied).
 static inline void *amp_tensor_ptr(const amp_tensor_t *t) {
     return (char *)t->buf->data + t->offset * (int64_t)amp_dtype_size(t->dtype);
@@ -552,6 +561,24 @@ AMP_HOST_DEVICE static inline void amp_scale_update_step(float *scale, int32_t *
 // unscale_'s inv_scale: float32(1.0 / double(scale)).
 AMP_HOST_DEVICE static inline float amp_inv_scale_of(float scale) {
     return (float)(1.0 / (double)scale);
+}
+
+// Adam's scalars for a parameter's step-th update, in double as torch.optim computes them in
+// Python, passed on as floats: the step size -lr / (1 - beta1^step) and sqrt(1 - beta2^step).
+AMP_HOST_DEVICE static inline void amp_adam_step_scalars(float lr, float beta1, float beta2,
+                                                         int64_t step, float *step_size,
+                                                         float *bc2_sqrt) {
+    const double bc1 = 1.0 - pow((double)beta1, (double)step);
+    const double bc2 = 1.0 - pow((double)beta2, (double)step);
+    *step_size = (float)-((double)lr / bc1);
+    *bc2_sqrt = (float)sqrt(bc2);
+}
+
+// The device (or host) address of a one-element f32 tensor: the GradScaler's scalars.
+static inline float *amp_f32_scalar(const amp_tensor_t *t) {
+    AMP_ASSERT(t->dtype == AMP_DTYPE_F32 && amp_numel(t) == 1, "(%s, %lld elements)",
+               amp_dtype_name(t->dtype), (long long)amp_numel(t));
+    return (float *)amp_tensor_ptr(t);
 }
 
 #endif // AMP_IMPL_H

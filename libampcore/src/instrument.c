@@ -516,7 +516,6 @@ void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec) {
 // Reads the pending updates' records and records them.
 static void read_scales(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
-    if (in->n_scales == 0) return;
     for (int k = 0; k < in->n_scales; k++) {
         pending_scale *p = &in->scales[k];
         int32_t rec[AMP_SCALE_REC];

@@ -287,7 +287,7 @@ void amp_tensor_uniform(amp_tensor_t *t, float bound) {
 
 amp_dtype amp_tensor_dtype(const amp_tensor_t *t) { return t->dtype; }
 int amp_tensor_ndim(const amp_tensor_t *t) { return t->ndim; }
-int64_t amp_tensor_numel(const amp_tensor_t *t) { return shape_numel(t->ndim, t->shape); }
+int64_t amp_tensor_numel(const amp_tensor_t *t) { return amp_numel(t); }
 
 int64_t amp_tensor_dim(const amp_tensor_t *t, int i) {
     if (i < 0) i += t->ndim;

@@ -102,10 +102,7 @@ void amp_cpu_store_f32(amp_dtype t, void *p, int64_t n, const float *in);
 float amp_cpu_sum_f32(const float *x, int64_t n);
 
 static inline int64_t cpu_numel(const amp_tensor_t *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
+    return amp_numel(t);
 }
 
 // Last dim (1 for a 0-dim tensor) and the number of rows above it.

@@ -7,24 +7,18 @@
  * Adam and AdamW: per-element f32 arithmetic in the order of their tensor ops, with the
  * Python-side scalars (1 - beta, bias corrections, step size) computed in double and passed to
  * the f32 kernels as floats, as a Python float Scalar is. scale_update is _amp_update_scale_ over
- * the summed found_infs (amp_scale_update). State lives in tensors, as on a device.
+ * the summed found_infs (amp_scale_update_step, as the CUDA kernel). State lives in tensors, as on a device.
  */
 #include "cpu-impl.h"
 
 #include <math.h>
 #include <string.h>
 
-static float *f32_scalar(const amp_tensor_t *t) {
-    AMP_ASSERT(t->dtype == AMP_DTYPE_F32 && cpu_numel(t) == 1, "(%s, %lld elements)",
-               amp_dtype_name(t->dtype), (long long)cpu_numel(t));
-    return amp_tensor_ptr(t);
-}
-
 void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
                      amp_tensor_t *found_inf) {
     (void)bctx;
-    const float inv_scale = *f32_scalar(inv);
-    float *fp = f32_scalar(found_inf);
+    const float inv_scale = *amp_f32_scalar(inv);
+    float *fp = amp_f32_scalar(found_inf);
     bool found = false;
     for (int t = 0; t < n; t++) {
         amp_tensor_t *g = grads[t];
@@ -48,18 +42,18 @@ void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_sca
     (void)bctx;
     AMP_ASSERT(tracker->dtype == AMP_DTYPE_I32 && cpu_numel(tracker) == 1);
     AMP_ASSERT(rec->dtype == AMP_DTYPE_I32 && cpu_numel(rec) == AMP_SCALE_REC);
-    float *s = f32_scalar(scale), found = 0.0f;
+    float *s = amp_f32_scalar(scale), found = 0.0f;
     int32_t *r = amp_tensor_ptr(rec);
     bool skipped = false;
     for (int i = 0; i < n; i++) { // found_infs[0] += found_infs[i], in order
-        const float f = *f32_scalar(found_infs[i]);
+        const float f = *amp_f32_scalar(found_infs[i]);
         found += f;
         skipped |= stepped[i] && f != 0.0f;
     }
     memcpy(&r[AMP_REC_BEFORE], s, 4);
-    amp_scale_update(s, amp_tensor_ptr(tracker), found, p->growth_factor, p->backoff_factor,
-                     p->growth_interval);
-    *f32_scalar(inv_scale) = amp_inv_scale(*s);
+    amp_scale_update_step(s, amp_tensor_ptr(tracker), found, p->growth_factor, p->backoff_factor,
+                          p->growth_interval);
+    *amp_f32_scalar(inv_scale) = amp_inv_scale_of(*s);
     memcpy(&r[AMP_REC_AFTER], s, 4);
     memcpy(&r[AMP_REC_FOUND_INF], &found, 4);
     r[AMP_REC_SKIPPED] = skipped;
@@ -93,10 +87,8 @@ static void adam_step(const amp_optim_params *o, int64_t step, float *p, const f
     const float decay = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
     const float w1 = (float)(1.0 - (double)o->beta1); // lerp weight
     const float w2 = (float)(1.0 - (double)o->beta2);
-    const double bc1 = 1.0 - pow((double)o->beta1, (double)step);
-    const double bc2 = 1.0 - pow((double)o->beta2, (double)step);
-    const float step_size = (float)-((double)o->lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
+    float step_size, bc2_sqrt;
+    amp_adam_step_scalars(o->lr, o->beta1, o->beta2, step, &step_size, &bc2_sqrt);
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
         if (o->weight_decay != 0.0f) {
@@ -121,7 +113,7 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
     const bool adam = o->kind == AMP_OPTIM_ADAM || o->kind == AMP_OPTIM_ADAMW;
     AMP_ASSERT(adam || o->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)o->kind);
     AMP_ASSERT(counts->dtype == AMP_DTYPE_I64);
-    if (found_inf && *f32_scalar(found_inf) != 0.0f) return; // `if (*found_inf)`: NaN counts
+    if (found_inf && *amp_f32_scalar(found_inf) != 0.0f) return; // `if (*found_inf)`: NaN counts
     int64_t *step = amp_tensor_ptr(counts);
     for (int k = 0; k <= n; k++) {
         AMP_ASSERT(idx[k] >= 0 && idx[k] < cpu_numel(counts), "(count %d of %lld)", idx[k],

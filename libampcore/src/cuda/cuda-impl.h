@@ -53,10 +53,7 @@ extern "C" {
 
 // The module links none of libampcore's tensor code: its own numel and contiguity test.
 static inline int64_t cuda_numel(const amp_tensor_t *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
+    return amp_numel(t);
 }
 
 static inline bool cuda_is_contiguous(const amp_tensor_t *t) {

@@ -110,18 +110,11 @@ static void unscale_launch(cuda_ctx *c, const mt_args *a, const float *inv_scale
     CUDA_LAUNCH_CHECK();
 }
 
-// A one-element f32 tensor's device address.
-static float *f32_scalar(const amp_tensor_t *t) {
-    AMP_ASSERT(t->dtype == AMP_DTYPE_F32 && cuda_numel(t) == 1, "(%s, %lld elements)",
-               amp_dtype_name(t->dtype), (long long)cuda_numel(t));
-    return (float *)amp_tensor_ptr(t);
-}
-
 void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
                   amp_tensor_t *found_inf) {
     cuda_ctx *c = cuda_of(bctx);
-    float *fp = f32_scalar(found_inf);
-    const float *inv_scale = f32_scalar(inv);
+    float *fp = amp_f32_scalar(found_inf);
+    const float *inv_scale = amp_f32_scalar(inv);
     mt_args a = {};
     for (int t = 0; t < n; t++) {
         amp_tensor_t *g = grads[t];
@@ -182,8 +175,8 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
     AMP_ASSERT(tracker->dtype == AMP_DTYPE_I32 && cuda_numel(tracker) == 1);
     AMP_ASSERT(rec->dtype == AMP_DTYPE_I32 && cuda_numel(rec) == AMP_SCALE_REC);
     scale_args a = {};
-    a.scale = f32_scalar(scale);
-    a.inv_scale = f32_scalar(inv_scale);
+    a.scale = amp_f32_scalar(scale);
+    a.inv_scale = amp_f32_scalar(inv_scale);
     a.tracker = (int32_t *)amp_tensor_ptr(tracker);
     a.rec = (int32_t *)amp_tensor_ptr(rec);
     a.growth = p->growth_factor;
@@ -192,7 +185,7 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
     for (int base = 0; base < n; base += MT_MAX) {
         a.n = n - base < MT_MAX ? n - base : MT_MAX;
         for (int i = 0; i < a.n; i++) {
-            a.found[i] = f32_scalar(found_infs[base + i]);
+            a.found[i] = amp_f32_scalar(found_infs[base + i]);
             a.stepped[i] = stepped[base + i];
         }
         a.first = base == 0;
@@ -208,14 +201,12 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
 typedef struct optim_scalars {
     int kind; // amp_optim_kind
     const float *found_inf; // non-zero: the step is skipped (NULL: never)
-    float lr, weight_decay, momentum, damp1, beta2, eps;
+    float lr, weight_decay, momentum, damp1, beta1, beta2, eps;
     bool nesterov;
     float decay, w1, w2; // Adam / AdamW
-    double lr_d, beta1_d, beta2_d;
 } optim_scalars;
 
-// What depends on the parameter's update count: Adam's step size and sqrt of the second bias
-// correction, in double as torch.optim computes them in Python.
+// What depends on the parameter's update count (amp_adam_step_scalars).
 typedef struct step_scalars {
     int64_t step;
     float step_size, bc2_sqrt;
@@ -262,10 +253,7 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
     __shared__ step_scalars ss;
     if (threadIdx.x == 0) {
         ss.step = *a.steps[t];
-        const double bc1 = 1.0 - pow(o.beta1_d, (double)ss.step);
-        const double bc2 = 1.0 - pow(o.beta2_d, (double)ss.step);
-        ss.step_size = (float)-(o.lr_d / bc1);
-        ss.bc2_sqrt = (float)sqrt(bc2);
+        amp_adam_step_scalars(o.lr, o.beta1, o.beta2, ss.step, &ss.step_size, &ss.bc2_sqrt);
     }
     __syncthreads();
     const step_scalars s = ss;
@@ -326,7 +314,7 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
     AMP_ASSERT(adam || op->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)op->kind);
     AMP_ASSERT(counts->dtype == AMP_DTYPE_I64);
     int64_t *cp = (int64_t *)amp_tensor_ptr(counts);
-    const float *fp = found_inf ? f32_scalar(found_inf) : NULL;
+    const float *fp = found_inf ? amp_f32_scalar(found_inf) : NULL;
     for (int base = 0; base <= n; base += COUNTS_MAX) { // n + 1 counts, the step's own last
         counts_args ca = {};
         ca.n = n + 1 - base < COUNTS_MAX ? n + 1 - base : COUNTS_MAX;
@@ -345,11 +333,9 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
     o.momentum = op->momentum;
     o.damp1 = (float)(1.0 - (double)op->dampening);
     o.nesterov = op->nesterov;
+    o.beta1 = op->beta1;
     o.beta2 = op->beta2;
     o.eps = op->eps;
-    o.lr_d = op->lr;
-    o.beta1_d = op->beta1;
-    o.beta2_d = op->beta2;
     if (adam) {
         o.decay = (float)(1.0 - (double)op->lr * (double)op->weight_decay);
         o.w1 = (float)(1.0 - (double)op->beta1);
