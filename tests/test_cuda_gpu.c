@@ -17,6 +17,7 @@
 #include "amp-impl.h"
 #include "tests.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,6 +589,50 @@ START_TEST(test_stats_gpu) {
             ck_assert_int_gt(a.n_overflow, 0);
         }
     }
+    // 16-bit tensors (read two values an instruction when of the target's own type) against the
+    // CPU: what sits at the edges of both 16-bit types planted among random values, then runs of
+    // zeros and subnormals long enough to fill the pairs' 16-bit counts many times over
+    // (0x1p-14f: f16's smallest normal; 0x1p-126f: bf16's)
+    const float edges[] = {NAN,        INFINITY, -INFINITY, 65504.0f, -65504.0f,
+                           7e4f,       0x1p-14f, 6e-5f,     -3e-6f,   1e-39f,
+                           -0x1p-126f, 0.0f,     -0.0f,     3.0e38f,  -1e-45f};
+    for (int kind = 0; kind < 2; kind++) {
+        int64_t m = kind == 0 ? 4099 : (1 << 20) + 5; // a tail after the 16-byte vectors
+        float *w = malloc((size_t)m * sizeof *w);
+        fill_random(w, m, 2.0f, 0.0f);
+        if (kind == 0)
+            for (int r = 0; r < 4; r++)
+                for (int k = 0; k < (int)(sizeof edges / sizeof *edges); k++)
+                    w[(int64_t)(urand() * (double)m)] = edges[k];
+        else
+            for (int64_t i = 0; i < m; i++)
+                w[i] = i % 3 == 0 ? (i % 2 ? -0.0f : 0.0f) : i % 3 == 1 ? 2e-6f * w[i] : w[i];
+        for (int d = 1; d < 3; d++) {
+            amp_dtype dt = float_dtypes[d];
+            amp_tensor_t *hc = amp_tensor_from_f32(cpu, dt, 1, &m, w),
+                         *hg = amp_tensor_from_f32(gpu, dt, 1, &m, w);
+            for (int k = 0; k < 3; k++) {
+                amp_stats a, b;
+                amp_tensor_stats(hc, float_dtypes[k], &a);
+                amp_tensor_stats(hg, float_dtypes[k], &b);
+                char what[96];
+                snprintf(what, sizeof what, "%s %s (%lld values) under %s", amp_dtype_name(dt),
+                         kind ? "zeros and subnormals" : "with the edges", (long long)m,
+                         amp_dtype_name(float_dtypes[k]));
+                expect_same_stats(what, &b, &a);
+                // (a thread's squares add up in f32 on the device: past FLT_MAX, inf)
+                ck_assert_msg(a.sumsq > FLT_MAX ? isinf(b.sumsq)
+                                                : fabs(b.sumsq - a.sumsq) <= 1e-5 * a.sumsq,
+                              "%s: sumsq %.9g, expected %.9g", what, b.sumsq, a.sumsq);
+                if (kind == 1 && float_dtypes[k] == dt) // the counts the pairs carry
+                    ck_assert_msg(a.n_zero >= m / 3 && (dt == BF16 || a.n_underflow > m / 4),
+                                  "%s: zeros %lld underflows %lld", what, (long long)a.n_zero,
+                                  (long long)a.n_underflow);
+            }
+        }
+        free(w);
+    }
+
     // many tensors in one call (the parameters of a step, their gradients): each slot as alone
     enum { N = 70 }; // more than one launch holds
     const amp_tensor_t *many[N];
@@ -649,7 +694,8 @@ START_TEST(test_fused_stats_gpu) {
     NEED_GPU();
     fused_slot = gpu->be->alloc(gpu->bctx, sizeof(amp_stats));
     const int64_t n = (1 << 21) + 3; // many waves of blocks, and a tail
-    amp_tensor_t *x16 = gpu_special(F16, 1, &n, 3.0f), *x32 = gpu_special(F32, 1, &n, 8.0f);
+    amp_tensor_t *x16 = gpu_special(F16, 1, &n, 3.0f), *x32 = gpu_special(F32, 1, &n, 8.0f),
+                 *xbf = gpu_special(BF16, 1, &n, 3.0f);
     for (int k = 0; k < 3; k++) {
         const amp_dtype target = float_dtypes[k];
         amp_tensor_t *y = amp_scratch_new(gpu, F16, 1, &n);
@@ -673,6 +719,14 @@ START_TEST(test_fused_stats_gpu) {
         arm(y, target);
         gpu->be->copy(gpu->bctx, y, x32);
         expect_fused("copy f32 -> f16 (cast)", y, target);
+
+        amp_tensor_t *ybf = amp_scratch_new(gpu, BF16, 1, &n);
+        arm(ybf, target);
+        gpu->be->copy(gpu->bctx, ybf, x32);
+        expect_fused("copy f32 -> bf16 (cast)", ybf, target);
+        arm(ybf, target);
+        gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, ybf, xbf);
+        expect_fused("gelu bf16 (vectorised)", ybf, target);
 
         arm(y32, target);
         gpu->be->copy(gpu->bctx, y32, x32);

@@ -27,25 +27,27 @@ template <bool ST, typename S, typename D>
 __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, int64_t n,
                                cuda_fuse f) {
     const int64_t n8 = n / 8;
-    thread_acc acc = acc_empty();
+    stored_stats<ST, D> st(f);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
         const vec8<S> a = ((const vec8<S> *)src)[i];
         vec8<D> b;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++)
             b.v[j] = convert<S, D>::one(a.v[j]);
-            if (ST) acc_stored(acc, cuda_io<D>::load(b.v[j]), f.lim);
-        }
         ((vec8<D> *)dst)[i] = b;
+#pragma unroll
+        for (int j = 0; j < 8; j += 16 / (int)sizeof(D))
+            st.values(b.v + j, f.lim);
+        st.step();
     }
     for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const D v = convert<S, D>::one(src[i]);
         dst[i] = v;
-        if (ST) acc_stored(acc, cuda_io<D>::load(v), f.lim);
+        st.value(v, f.lim);
     }
-    cuda_fuse_end<ST>(f, acc);
+    st.end(f);
 }
 
 // dst[i] = src[offset of i]: one element (or one 16-byte run) of E per index.

@@ -8,6 +8,10 @@
  *     thread_acc a = acc_empty();
  *     ... y[i] = v; if (S) acc_stored(a, (float)y[i], f.lim); ...
  *     cuda_fuse_end<S>(f, a);
+ * or, storing 16-byte vectors of T (the 16-bit ones then go two values an instruction):
+ *     stored_stats<S, T> st(f);
+ *     for (...) { ... store the vector v; st.values(v, f.lim); ...; st.step(); }
+ *     st.end(f);
  * launched through CUDA_FUSE_DISPATCH with cuda_fuse_grid() blocks: at most one wave, since
  * every block ends in a few atomics on the one slot.
  */
@@ -17,6 +21,8 @@
 #include <float.h>
 #include <math.h>
 
+#include <type_traits>
+
 #include "cuda-impl.h"
 
 struct stats_limits {
@@ -24,7 +30,9 @@ struct stats_limits {
 };
 
 // One thread's running numbers (32-bit counts: a thread sees far fewer than 2^32 values). `small`
-// counts the finite values below min_normal, zeros included: underflow = small - zero.
+// counts the finite values below min_normal, zeros included: underflow = small - zero. The sum of
+// squares is f32 until the block adds it up in f64: values beyond 1.8e19 make it inf here, where
+// the CPU's f64 sum stays finite.
 struct thread_acc {
     float mn, mx, ss;
     unsigned nan, pinf, ninf, over, small, zero;
@@ -60,6 +68,101 @@ __device__ __forceinline__ void acc_value(thread_acc &a, float v, stats_limits l
 // instrumentation reads those with the statistics kernel).
 __device__ __forceinline__ void acc_stored(thread_acc &a, float v, stats_limits lim) {
     acc_value<false>(a, v, lim);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two values per instruction: the finite values of a 16-byte vector of the target's own 16-bit
+// type (fp16 outputs under fp16 autocast, the common case) go through the half2 / bfloat162
+// instructions, whose min, max and comparisons take a pair of values each, instead of being
+// widened to f32 one by one (which cost the statistics kernel as many instructions a value as
+// the card issues per byte it can read). A finite value of that type never overflows it, so
+// only zeros and values below the smallest normal are counted; the counts stay in 16-bit lanes
+// (exact up to 256, bf16's largest run of integers) until acc_pairs_counts() adds them to the
+// thread's numbers, which the caller does at least every 64 vectors.
+
+template <typename T> struct pair_of;
+template <> struct pair_of<__half> {
+    using T2 = __half2;
+    static constexpr unsigned max_bits = 0x7bff, min_normal_bits = 0x0400, inf_bits = 0x7c00;
+    static constexpr float min_normal = 6.103515625e-05f;
+};
+template <> struct pair_of<__nv_bfloat16> {
+    using T2 = __nv_bfloat162;
+    static constexpr unsigned max_bits = 0x7f7f, min_normal_bits = 0x0080, inf_bits = 0x7f80;
+    static constexpr float min_normal = 1.1754943508222875e-38f;
+};
+
+template <typename T> struct acc_pairs { typename pair_of<T>::T2 mn, mx, zero, small; };
+
+// Both halves of a pair set to the 16-bit pattern `bits`.
+template <typename T> __device__ __forceinline__ typename pair_of<T>::T2 pair_splat(unsigned bits) {
+    const unsigned w = bits | bits << 16;
+    typename pair_of<T>::T2 r;
+    __builtin_memcpy(&r, &w, sizeof r);
+    return r;
+}
+
+template <typename T> __device__ __forceinline__ acc_pairs<T> acc_pairs_empty(void) {
+    constexpr unsigned inf = pair_of<T>::inf_bits;
+    return acc_pairs<T>{pair_splat<T>(inf), pair_splat<T>(inf | 0x8000u), pair_splat<T>(0),
+                        pair_splat<T>(0)};
+}
+
+// Whether T's values can go in pairs under these limits: T is 16-bit and the target's own type.
+template <typename T> __device__ __forceinline__ bool pairs_apply(stats_limits lim) {
+    if constexpr (sizeof(T) == 2)
+        return lim.min_normal == pair_of<T>::min_normal;
+    else
+        return false;
+}
+
+// One 16-byte vector: in pairs when all its values are finite, else value by value.
+template <typename T, bool SUMSQ>
+__device__ __forceinline__ void acc_pairs_vector(acc_pairs<T> &p, thread_acc &a, const T *v,
+                                                 stats_limits lim) {
+    using T2 = typename pair_of<T>::T2;
+    const T2 *h = reinterpret_cast<const T2 *>(v);
+    const T2 big = pair_splat<T>(pair_of<T>::max_bits);
+    bool finite = true;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        finite &= __hble2(__habs2(h[k]), big); // false on NaN
+    if (!finite) {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc_value<SUMSQ>(a, cuda_io<T>::load(v[k]), lim);
+        return;
+    }
+    const T2 nil = pair_splat<T>(0), tiny = pair_splat<T>(pair_of<T>::min_normal_bits);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const T2 m = __habs2(h[k]);
+        p.mn = __hmin2(p.mn, h[k]);
+        p.mx = __hmax2(p.mx, h[k]);
+        p.zero = __hadd2(p.zero, __heq2(m, nil)); // 1 or 0 a lane
+        p.small = __hadd2(p.small, __hlt2(m, tiny));
+        if (SUMSQ) {
+            const float lo = __low2float(h[k]), hi = __high2float(h[k]);
+            a.ss = fmaf(lo, lo, a.ss);
+            a.ss = fmaf(hi, hi, a.ss);
+        }
+    }
+}
+
+// The counts of the pairs into the thread's numbers.
+template <typename T>
+__device__ __forceinline__ void acc_pairs_counts(acc_pairs<T> &p, thread_acc &a) {
+    a.zero += (unsigned)(__low2float(p.zero) + __high2float(p.zero));
+    a.small += (unsigned)(__low2float(p.small) + __high2float(p.small));
+    p.zero = p.small = pair_splat<T>(0);
+}
+
+// Everything of the pairs into the thread's numbers (at the end).
+template <typename T>
+__device__ __forceinline__ void acc_pairs_end(acc_pairs<T> &p, thread_acc &a) {
+    acc_pairs_counts(p, a);
+    a.mn = fminf(a.mn, fminf(__low2float(p.mn), __high2float(p.mn)));
+    a.mx = fmaxf(a.mx, fmaxf(__low2float(p.mx), __high2float(p.mx)));
 }
 
 // (32-bit counts: a block sees far fewer than 2^32 values, and narrow shuffles keep the
@@ -140,8 +243,10 @@ __device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel
     // Up to a thousand blocks end together on one slot: atomics only where they change something.
     // The slot's min only falls and its max only rises, so a stale read can only be less tight.
     if (r.min <= r.max) { // the block saw a finite value (+ 0.0f: -0 would misorder the bits)
-        if (r.min < __ldcg(&slot->min)) atomic_min_float(&slot->min, r.min + 0.0f);
-        if (r.max > __ldcg(&slot->max)) atomic_max_float(&slot->max, r.max + 0.0f);
+        // both reads first: one trip to L2 instead of one before each atomic
+        const float min_now = __ldcg(&slot->min), max_now = __ldcg(&slot->max);
+        if (r.min < min_now) atomic_min_float(&slot->min, r.min + 0.0f);
+        if (r.max > max_now) atomic_max_float(&slot->max, r.max + 0.0f);
         if (r.sumsq != 0.0) atomicAdd(&slot->sumsq, r.sumsq);
     }
     const struct {
@@ -199,6 +304,44 @@ template <bool S>
 __device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_acc &a) {
     if (S) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
 }
+
+// A fusing kernel's statistics of the 16-byte vectors of T it stores (values(), after each step
+// of its loop: step()) and of single values (value(), its tail), in pairs where they can go
+// (above). Compiled out when S is false.
+template <bool S, typename T> struct stored_stats {
+    static constexpr bool TWO = sizeof(T) == 2;
+    thread_acc a;
+    std::conditional_t<TWO, acc_pairs<T>, char> p;
+    bool pairs;
+
+    __device__ __forceinline__ explicit stored_stats(const cuda_fuse &f) : a(acc_empty()) {
+        if constexpr (TWO) {
+            p = acc_pairs_empty<T>();
+            pairs = S && pairs_apply<T>(f.lim);
+        }
+    }
+    __device__ __forceinline__ void values(const T *v, stats_limits lim) {
+        if constexpr (S) {
+            if constexpr (TWO)
+                if (pairs) return acc_pairs_vector<T, false>(p, a, v, lim);
+#pragma unroll
+            for (int j = 0; j < 16 / (int)sizeof(T); j++)
+                acc_stored(a, cuda_io<T>::load(v[j]), lim);
+        }
+    }
+    __device__ __forceinline__ void value(T v, stats_limits lim) {
+        if (S) acc_stored(a, cuda_io<T>::load(v), lim);
+    }
+    __device__ __forceinline__ void step(void) { // at most 64 vectors apart
+        if constexpr (TWO)
+            if (S && pairs) acc_pairs_counts(p, a);
+    }
+    __device__ __forceinline__ void end(const cuda_fuse &f) {
+        if constexpr (TWO)
+            if (S && pairs) acc_pairs_end(p, a);
+        cuda_fuse_end<S>(f, a);
+    }
+};
 
 // Runs the statement(s) with `constexpr bool S` saying whether f is on: kernels templated on S
 // compile the statistics out of the launches that do not add them.

@@ -7,11 +7,12 @@
  * A launch carries up to JOBS tensors in its parameters; each gets a run of blocks sized to its
  * length (capped), so one launch covers a layer's parameter gradients as well as one large
  * activation. Each thread reads 16-byte vectors of the storage type (4 f32 or 8 f16/bf16 values)
- * over a block-strided range of its tensor and keeps 32-bit counters; warps and then the block
- * combine by shuffles, and each block adds its total into the tensor's slot with atomics. Nothing
- * waits. Thresholds are those of stats.c (AMP-SEMANTICS §5). The per-value and per-block pieces
- * are in cuda-fuse.h, which the backend's kernels also use to fuse the statistics of the outputs
- * they write.
+ * over a block-strided range of its tensor and keeps 32-bit counters (a 16-bit tensor of the
+ * autocast dtype goes two values an instruction through half2/bfloat162 min, max and compares:
+ * cuda-fuse.h); warps and then the block combine by shuffles, and each block adds its total into
+ * the tensor's slot with atomics. Nothing waits. Thresholds are those of stats.c (AMP-SEMANTICS
+ * §5). The per-value and per-block pieces are in cuda-fuse.h, which the backend's kernels also
+ * use to fuse the statistics of the outputs they write.
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
@@ -23,7 +24,6 @@
 
 struct stats_launch_params {
     stats_limits lim;
-    amp_dtype target;
     int n;
     int first_block[JOBS + 1]; // job j owns blocks [first_block[j], first_block[j + 1])
     cuda_stats_job job[JOBS];
@@ -31,9 +31,8 @@ struct stats_launch_params {
 
 // One 16-byte vector: the plain path when all its values are finite, else value by value.
 template <typename T, bool OVER, bool SMALL>
-__device__ __forceinline__ void acc_vector(thread_acc &a, const uint4 &raw, stats_limits lim) {
+__device__ __forceinline__ void acc_vector(thread_acc &a, const T *v, stats_limits lim) {
     constexpr int N = 16 / sizeof(T);
-    const T *v = reinterpret_cast<const T *>(&raw);
     float f[N];
     bool finite = true;
 #pragma unroll
@@ -50,12 +49,12 @@ __device__ __forceinline__ void acc_vector(thread_acc &a, const uint4 &raw, stat
     }
 }
 
-// This thread's share of a floating tensor: 16-byte vectors when the memory is aligned, two in
-// flight per thread, then the tail one element at a time. `block` of `blocks` is this block's
-// place among the job's blocks.
-template <typename T, bool OVER, bool SMALL>
-__device__ __forceinline__ void acc_tensor(thread_acc &a, const T *x, int64_t n, int block,
-                                           int blocks, stats_limits lim) {
+// This thread's share of a floating tensor: vector(v) for each 16-byte vector (v its values)
+// when the memory is aligned, two in flight per thread, then step(); then value(f) for the tail
+// one element at a time. `block` of `blocks` is this block's place among the job's blocks.
+template <typename T, typename Vector, typename Step, typename Value>
+__device__ __forceinline__ void for_share(const T *x, int64_t n, int block, int blocks,
+                                          Vector vector, Step step, Value value) {
     constexpr int N = 16 / sizeof(T);
     const int64_t first = block * (int64_t)blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)blocks * blockDim.x;
@@ -66,36 +65,51 @@ __device__ __forceinline__ void acc_tensor(thread_acc &a, const T *x, int64_t n,
         const bool two = i + stride < nvec;
         uint4 r1 = {};
         if (two) r1 = __ldg(xv + i + stride);
-        acc_vector<T, OVER, SMALL>(a, r0, lim);
-        if (two) acc_vector<T, OVER, SMALL>(a, r1, lim);
+        vector(reinterpret_cast<const T *>(&r0));
+        if (two) vector(reinterpret_cast<const T *>(&r1));
+        step();
     }
-    for (int64_t i = nvec * N + first; i < n; i += stride) acc_value(a, cuda_io<T>::load(x[i]), lim);
+    for (int64_t i = nvec * N + first; i < n; i += stride) value(cuda_io<T>::load(x[i]));
 }
 
-// The tensor's storage type and which comparisons can count, chosen once per block.
+// The tensor's storage type and which comparisons can count, chosen once per block: a 16-bit
+// tensor of the target's own type in pairs (cuda-fuse.h), others value by value.
 template <typename T>
-__device__ __forceinline__ void acc_typed(thread_acc &a, const cuda_stats_job &job, bool same16,
-                                          int block, int blocks, stats_limits lim) {
+__device__ __forceinline__ void acc_typed(thread_acc &a, const cuda_stats_job &job, int block,
+                                          int blocks, stats_limits lim) {
     const T *x = (const T *)job.data;
-    const bool small = lim.min_normal > 0.0f, over = small && !same16;
-    if (over) acc_tensor<T, true, true>(a, x, job.numel, block, blocks, lim);
-    else if (small) acc_tensor<T, false, true>(a, x, job.numel, block, blocks, lim);
-    else acc_tensor<T, false, false>(a, x, job.numel, block, blocks, lim);
+    const int64_t n = job.numel;
+    auto value = [&](float v) { acc_value(a, v, lim); };
+    auto none = [] {};
+    if constexpr (sizeof(T) == 2) {
+        if (pairs_apply<T>(lim)) {
+            acc_pairs<T> p = acc_pairs_empty<T>();
+            auto pairs = [&](const T *v) { acc_pairs_vector<T, true>(p, a, v, lim); };
+            auto counts = [&] { acc_pairs_counts(p, a); };
+            for_share(x, n, block, blocks, pairs, counts, value);
+            acc_pairs_end(p, a);
+            return;
+        }
+    }
+    auto counted = [&](const T *v) { acc_vector<T, true, true>(a, v, lim); };
+    auto uncounted = [&](const T *v) { acc_vector<T, false, false>(a, v, lim); };
+    if (lim.min_normal > 0.0f) for_share(x, n, block, blocks, counted, none, value);
+    else for_share(x, n, block, blocks, uncounted, none, value);
 }
 
 // This block's share of one job, added into the job's slot.
 __device__ __forceinline__ void stats_job(const cuda_stats_job &job, int block, int blocks,
-                                          stats_limits lim, amp_dtype target) {
+                                          stats_limits lim) {
     thread_acc a = acc_empty();
     switch (job.dtype) { // the same for the whole block
     case AMP_DTYPE_F32:
-        acc_typed<float>(a, job, false, block, blocks, lim);
+        acc_typed<float>(a, job, block, blocks, lim);
         break;
     case AMP_DTYPE_F16:
-        acc_typed<__half>(a, job, target == AMP_DTYPE_F16, block, blocks, lim);
+        acc_typed<__half>(a, job, block, blocks, lim);
         break;
     case AMP_DTYPE_BF16:
-        acc_typed<__nv_bfloat16>(a, job, target == AMP_DTYPE_BF16, block, blocks, lim);
+        acc_typed<__nv_bfloat16>(a, job, block, blocks, lim);
         break;
     default: // integer tensors (rare: the instrumentation reads floating tensors)
         for (int64_t i = block * (int64_t)blockDim.x + threadIdx.x; i < job.numel;
@@ -112,13 +126,13 @@ __global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
     int j = 0;
     while (j + 1 < p.n && (int)blockIdx.x >= p.first_block[j + 1]) j++;
     const int first = p.first_block[j];
-    stats_job(p.job[j], blockIdx.x - first, p.first_block[j + 1] - first, p.lim, p.target);
+    stats_job(p.job[j], blockIdx.x - first, p.first_block[j + 1] - first, p.lim);
 }
 
 // One job (the common call): small parameters launch faster than the many-job block.
 __global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
-    stats_kernel_one(const cuda_stats_job job, stats_limits lim, amp_dtype target) {
-    stats_job(job, blockIdx.x, gridDim.x, lim, target);
+    stats_kernel_one(const cuda_stats_job job, stats_limits lim) {
+    stats_job(job, blockIdx.x, gridDim.x, lim);
 }
 
 // The device's multiprocessors, asked once.
@@ -160,14 +174,13 @@ static int64_t max_blocks(void) {
 cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype target,
                               cudaStream_t stream) {
     stats_launch_params p;
-    p.target = target;
     p.lim = stats_limits_of(target);
     const int64_t per_block = (int64_t)STATS_BLOCK * 16; // 16 values per thread at least
     if (n == 1) {
         if (jobs[0].numel <= 0) return cudaSuccess;
         const int64_t b = (jobs[0].numel + per_block - 1) / per_block;
-        stats_kernel_one<<<b > max_blocks() ? (int)max_blocks() : (int)b, STATS_BLOCK, 0,
-                           stream>>>(jobs[0], p.lim, target);
+        const int grid = b > max_blocks() ? (int)max_blocks() : (int)b;
+        stats_kernel_one<<<grid, STATS_BLOCK, 0, stream>>>(jobs[0], p.lim);
         return cudaGetLastError();
     }
     for (int done = 0; done < n;) {

@@ -137,7 +137,7 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
-    thread_acc a = acc_empty();
+    stored_stats<S, T> st(f);
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 raw[UNARY_U];
@@ -149,20 +149,20 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
             if (i0 + u * stride >= nv) break;
             T *v = (T *)&raw[u];
 #pragma unroll
-            for (int j = 0; j < V; j++) {
+            for (int j = 0; j < V; j++)
                 v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
-                if (S) acc_stored(a, cuda_io<T>::load(v[j]), f.lim);
-            }
             ((uint4 *)y)[i0 + u * stride] = raw[u];
+            st.values(v, f.lim);
         }
+        st.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const T v = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(x[i])));
         y[i] = v;
-        if (S) acc_stored(a, cuda_io<T>::load(v), f.lim);
+        st.value(v, f.lim);
     }
-    cuda_fuse_end<S>(f, a);
+    st.end(f);
 }
 
 static bool aligned16(const void *p) {
@@ -225,7 +225,7 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
-    thread_acc a = acc_empty();
+    stored_stats<S, T> st(f);
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 graw[UNARY_U], xraw[UNARY_U], yraw[UNARY_U];
@@ -243,23 +243,23 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
             if (i0 + u * stride >= nv) break;
             T *g = (T *)&graw[u], *xv = (T *)&xraw[u], *yv = (T *)&yraw[u];
 #pragma unroll
-            for (int j = 0; j < V; j++) {
+            for (int j = 0; j < V; j++)
                 g[j] =
                     cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g[j]),
                                                cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
-                if (S) acc_stored(a, cuda_io<T>::load(g[j]), f.lim);
-            }
             ((uint4 *)dx)[i0 + u * stride] = graw[u];
+            st.values(g, f.lim);
         }
+        st.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float xv = x ? cuda_io<T>::load(x[i]) : 0.0f, yv = y ? cuda_io<T>::load(y[i]) : 0.0f;
         const T v = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(dy[i]), xv, yv));
         dx[i] = v;
-        if (S) acc_stored(a, cuda_io<T>::load(v), f.lim);
+        st.value(v, f.lim);
     }
-    cuda_fuse_end<S>(f, a);
+    st.end(f);
 }
 
 void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
