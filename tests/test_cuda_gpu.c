@@ -796,6 +796,64 @@ START_TEST(test_fused_stats_gpu) {
 }
 END_TEST
 
+// A lone tensor's statistics (stats_into with one tensor) wait for the next backend call: a GELU,
+// a GELU backward or a cast that reads the tensor adds them as it goes; any other call launches
+// them first, so a write to the tensor comes after they read it.
+START_TEST(test_deferred_stats_gpu) {
+    NEED_GPU();
+    enum { CASES = 5 };
+    amp_stats *slots = gpu->be->alloc(gpu->bctx, CASES * sizeof(amp_stats)), got[CASES];
+    const int64_t n = (1 << 20) + 5, idx[CASES] = {0, 1, 2, 3, 4};
+    const struct {
+        amp_dtype dt, target;
+    } runs[] = {{F16, F16}, {BF16, BF16}, {F32, F16}, {F16, BF16}};
+    for (int r = 0; r < (int)(sizeof runs / sizeof *runs); r++) {
+        const amp_dtype dt = runs[r].dt, target = runs[r].target;
+        for (int k = 0; k < CASES; k++)
+            got[k] = amp_stats_empty();
+        gpu->be->upload(gpu->bctx, slots, got, sizeof got);
+        amp_tensor_t *x = gpu_special(dt, 1, &n, 3.0f), *g = gpu_special(dt, 1, &n, 2.0f),
+                     *z = gpu_special(dt, 1, &n, 1.0f), *y = amp_scratch_new(gpu, dt, 1, &n),
+                     *y32 = amp_scratch_new(gpu, F32, 1, &n), *y16 = amp_scratch_new(gpu, F16, 1, &n);
+        amp_stats want[CASES];
+        amp_tensor_stats(x, target, &want[0]);
+        amp_tensor_stats(g, target, &want[1]);
+        amp_tensor_stats(z, target, &want[3]);
+        want[2] = want[0], want[4] = want[0];
+        const amp_tensor_t *one[1] = {x};
+        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[0]);
+        gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, y, x); // reads x: takes them
+        one[0] = g;
+        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[1]);
+        gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, y, g, x, NULL); // g as dy
+        one[0] = x;
+        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[2]);
+        gpu->be->copy(gpu->bctx, y32, x); // a cast (f32: a plain copy) that reads x
+        one[0] = z;
+        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[3]);
+        gpu->be->fill(gpu->bctx, z, 0.0f); // writes z: they go first
+        one[0] = x;
+        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[4]);
+        gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, dt == F32 ? y16 : y32, x); // not vectorised
+        gpu->be->download(gpu->bctx, got, slots, sizeof got);
+        static const char *what[CASES] = {"read by a GELU", "read by a GELU backward",
+                                          "read by a cast", "overwritten by a fill",
+                                          "read by a GELU of another dtype"};
+        for (int k = 0; k < CASES; k++) {
+            char m[128];
+            snprintf(m, sizeof m, "%s %s under %s", amp_dtype_name(dt), what[k],
+                     amp_dtype_name(target));
+            amp_stats_finish(&got[k]);
+            expect_same_stats(m, &got[k], &want[k]);
+            ck_assert_msg(fabs(got[k].sumsq - want[k].sumsq) <= 1e-5 * want[k].sumsq,
+                          "%s: sumsq %.9g, expected %.9g", m, got[k].sumsq, want[k].sumsq);
+        }
+    }
+    gpu->be->free(gpu->bctx, slots);
+    close_pair();
+}
+END_TEST
+
 // Three optimizer steps over a few parameters with random gradients; parameters and state
 // compared after each.
 static void check_optim(amp_optim_params p) {
@@ -1050,6 +1108,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_dropout_gpu);
     tcase_add_test(t, test_stats_gpu);
     tcase_add_test(t, test_fused_stats_gpu);
+    tcase_add_test(t, test_deferred_stats_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);
     tcase_add_test(t, test_scaler_device_state_gpu);

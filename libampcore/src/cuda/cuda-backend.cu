@@ -133,52 +133,79 @@ static void be_release(void *bctx) {
 // The table
 
 // stats_into: the fused statistics kernel (cuda-stats.cu) on the context's stream, many tensors
-// per launch.
+// per launch. A lone floating tensor (an op's output that its kernel could not add) waits for the
+// next backend call: when that call's kernel reads it whole (the GELU after a linear, the cast of
+// the logits), it adds them as it reads instead of a launch of their own.
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot) {
     AMP_ASSERT(n >= 0 && n <= AMP_STATS_BATCH, "(%d tensors)", n);
+    cuda_ctx *c = cuda_of(bctx);
+    cuda_pending_flush(c);
     cuda_stats_job jobs[AMP_STATS_BATCH];
     for (int k = 0; k < n; k++) {
         CUDA_ASSERT_CONTIGUOUS(x[k]);
         jobs[k] = {amp_tensor_ptr(x[k]), cuda_numel(x[k]), slots + slot[k], x[k]->dtype};
     }
-    CUDA_CHECK(cuda_stats_launch(jobs, n, target, cuda_of(bctx)->stream));
+    if (n == 1 && c->defer_stats && amp_dtype_is_float(x[0]->dtype) && jobs[0].numel > 0) {
+        c->pending = {jobs[0].data, jobs[0].numel, jobs[0].slot, jobs[0].dtype, target};
+        return;
+    }
+    CUDA_CHECK(cuda_stats_launch(jobs, n, target, c->stream));
 }
+
+void cuda_pending_flush(cuda_ctx *c) {
+    if (!c->pending.slot) return;
+    const cuda_stats_job job = {c->pending.data, c->pending.numel, c->pending.slot,
+                                c->pending.dtype};
+    c->pending.slot = NULL;
+    CUDA_CHECK(cuda_stats_launch(&job, 1, c->pending.target, c->stream));
+}
+
+// A table member that launches the pending statistics first (every one but alloc, which touches
+// no memory in use, and the ops that may take them: cuda_fuse_take_input).
+template <auto F> struct flushing;
+template <typename R, typename... A, R (*F)(void *, A...)> struct flushing<F> {
+    static R call(void *bctx, A... a) {
+        cuda_pending_flush(cuda_of(bctx));
+        return F(bctx, a...);
+    }
+};
+#define FLUSHING(f) flushing<f>::call
 
 static const amp_backend_i cuda_backend = {
     .name = "cuda",
     .alloc = be_alloc,
-    .free = be_free,
-    .upload = be_upload,
-    .download = be_download,
+    .free = FLUSHING(be_free),
+    .upload = FLUSHING(be_upload),
+    .download = FLUSHING(be_download),
     .copy = cuda_copy,
-    .fill = cuda_fill,
+    .fill = FLUSHING(cuda_fill),
     .unary = cuda_unary,
     .unary_backward = cuda_unary_backward,
-    .binary = cuda_binary,
-    .reduce_sum = cuda_reduce_sum,
-    .gemm = cuda_gemm,
-    .gemm_bgrad = cuda_gemm_bgrad,
-    .softmax = cuda_softmax,
-    .softmax_backward = cuda_softmax_backward,
-    .layer_norm = cuda_layer_norm,
-    .layer_norm_backward = cuda_layer_norm_backward,
-    .embedding = cuda_embedding,
-    .embedding_backward = cuda_embedding_backward,
-    .im2col = cuda_im2col,
-    .col2im = cuda_col2im,
-    .max_pool2d = cuda_max_pool2d,
-    .max_pool2d_backward = cuda_max_pool2d_backward,
-    .nll_loss = cuda_nll_loss,
-    .nll_loss_backward = cuda_nll_loss_backward,
-    .masked_fill = cuda_masked_fill,
-    .dropout_mask = cuda_dropout_mask,
-    .unscale = cuda_unscale,
-    .scale_update = cuda_scale_update,
-    .optim_step = cuda_optim_step,
+    .binary = FLUSHING(cuda_binary),
+    .reduce_sum = FLUSHING(cuda_reduce_sum),
+    .gemm = FLUSHING(cuda_gemm),
+    .gemm_bgrad = FLUSHING(cuda_gemm_bgrad),
+    .softmax = FLUSHING(cuda_softmax),
+    .softmax_backward = FLUSHING(cuda_softmax_backward),
+    .layer_norm = FLUSHING(cuda_layer_norm),
+    .layer_norm_backward = FLUSHING(cuda_layer_norm_backward),
+    .embedding = FLUSHING(cuda_embedding),
+    .embedding_backward = FLUSHING(cuda_embedding_backward),
+    .im2col = FLUSHING(cuda_im2col),
+    .col2im = FLUSHING(cuda_col2im),
+    .max_pool2d = FLUSHING(cuda_max_pool2d),
+    .max_pool2d_backward = FLUSHING(cuda_max_pool2d_backward),
+    .nll_loss = FLUSHING(cuda_nll_loss),
+    .nll_loss_backward = FLUSHING(cuda_nll_loss_backward),
+    .masked_fill = FLUSHING(cuda_masked_fill),
+    .dropout_mask = FLUSHING(cuda_dropout_mask),
+    .unscale = FLUSHING(cuda_unscale),
+    .scale_update = FLUSHING(cuda_scale_update),
+    .optim_step = FLUSHING(cuda_optim_step),
     .stats_into = cuda_stats_into,
-    .synchronize = be_synchronize,
-    .release = be_release,
+    .synchronize = FLUSHING(be_synchronize),
+    .release = FLUSHING(be_release),
 };
 
 
@@ -216,6 +243,8 @@ amp_cuda_backend_open(const amp_cuda_host *host, void **bctx, char *err, size_t 
     CUDA_CHECK(cudaGetDevice(&c->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&c->lt));
+    const char *fused = getenv("AMPPROBE_STATS_FUSED"); // "0": every tensor read on its own
+    c->defer_stats = !(fused && strcmp(fused, "0") == 0);
     c->gemm_ws_bytes = 32u << 20;
     c->gemm_ws = cuda_pool_alloc(&c->pool, c->gemm_ws_bytes);
     AMP_ASSERT(c->gemm_ws != NULL, "(no device memory for the cuBLASLt workspace)");

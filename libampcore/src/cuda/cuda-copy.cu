@@ -22,32 +22,38 @@ template <typename T> struct convert<T, T> {
     static __device__ __forceinline__ T one(T v) { return v; }
 };
 
-// dst = src converted, 8 elements per thread and step (dst and src aligned to 8 elements).
+// dst = src converted, 8 elements per thread and step (dst and src aligned to 8 elements); the
+// statistics of dst (f) and of src (fi: the logits cast to f32) as they go by.
 template <bool ST, typename S, typename D>
 __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, int64_t n,
-                               cuda_fuse f) {
+                               cuda_fuse f, cuda_fuse fi) {
     const int64_t n8 = n / 8;
     stored_stats<ST, D> st(f);
+    stored_stats<ST, S, true> sti(fi);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
         const vec8<S> a = ((const vec8<S> *)src)[i];
+#pragma unroll
+        for (int j = 0; j < 8; j += 16 / (int)sizeof(S)) sti.values(a.v + j, fi.lim);
         vec8<D> b;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            b.v[j] = convert<S, D>::one(a.v[j]);
+        for (int j = 0; j < 8; j++) b.v[j] = convert<S, D>::one(a.v[j]);
         ((vec8<D> *)dst)[i] = b;
 #pragma unroll
-        for (int j = 0; j < 8; j += 16 / (int)sizeof(D))
-            st.values(b.v + j, f.lim);
+        for (int j = 0; j < 8; j += 16 / (int)sizeof(D)) st.values(b.v + j, f.lim);
         st.step();
+        sti.step();
     }
     for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const D v = convert<S, D>::one(src[i]);
+        const S u = src[i];
+        const D v = convert<S, D>::one(u);
         dst[i] = v;
         st.value(v, f.lim);
+        sti.value(u, fi.lim);
     }
     st.end(f);
+    sti.end(fi);
 }
 
 // dst[i] = src[offset of i]: one element (or one 16-byte run) of E per index.
@@ -200,24 +206,28 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
                        ((uintptr_t)amp_tensor_ptr(dst) & 31) == 0;
     const cuda_fuse f = typed ? cuda_fuse_take(dst) : cuda_fuse{};
     if (cuda_is_contiguous(src) && src->dtype == dst->dtype && !f.slot) {
+        cuda_pending_flush(c);
         CUDA_CHECK(cudaMemcpyAsync(amp_tensor_ptr(dst), amp_tensor_ptr(src),
                                    (size_t)n * amp_dtype_size(dst->dtype), cudaMemcpyDeviceToDevice,
                                    c->stream));
         return;
     }
     if (typed) {
+        const cuda_fuse fi = cuda_fuse_take_input(c, src);
         const unsigned grid = cuda_grid(n, 256, 8);
         CUDA_DISPATCH_FLOAT(
             src->dtype, S, CUDA_DISPATCH_FLOAT(dst->dtype, D, {
-                CUDA_FUSE_DISPATCH(
-                    f, ST,
+                auto kernel = convert_kernel<true, S, D>;
+                CUDA_STATS_DISPATCH(
+                    f.slot || fi.slot, ST,
                     convert_kernel<ST, S, D>
-                    <<<cuda_fuse_grid(f, grid, 256, convert_kernel<ST, S, D>), 256, 0, c->stream>>>(
-                        (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n, f));
+                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                        (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n, f, fi));
             }));
         CUDA_LAUNCH_CHECK();
         return;
     }
+    cuda_pending_flush(c);
     int64_t dstride[AMP_MAX_DIMS];
     cuda_contiguous_strides(dst->ndim, dst->shape, dstride);
     cuda_iter it;

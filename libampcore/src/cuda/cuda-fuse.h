@@ -205,6 +205,7 @@ __device__ __forceinline__ block_total block_reduce(block_total r) {
     for (int d = 16; d > 0; d /= 2)
         total_combine(r, shfl_down(r, d));
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); // a kernel adding two tensors' numbers reduces twice: warp 0 has read warps
     if (lane == 0) warps[warp] = r;
     __syncthreads();
     if (warp == 0) {
@@ -286,6 +287,21 @@ static inline cuda_fuse cuda_fuse_take(const amp_tensor_t *y) {
     return cuda_fuse{s->slot, cuda_numel(y), stats_limits_of(s->target)};
 }
 
+// The pending statistics (cuda_ctx.pending) when they are x's, taken by the caller's kernel, which
+// reads x whole (the same memory: x contiguous, floating); otherwise they are launched now and
+// the result is empty. Call it only on the path whose kernel adds what it takes.
+static inline cuda_fuse cuda_fuse_take_input(cuda_ctx *c, const amp_tensor_t *x) {
+    if (c->pending.slot && c->pending.data == amp_tensor_ptr(x) &&
+        c->pending.numel == cuda_numel(x) && c->pending.dtype == x->dtype &&
+        amp_dtype_is_float(x->dtype)) {
+        const cuda_fuse f{c->pending.slot, c->pending.numel, stats_limits_of(c->pending.target)};
+        c->pending.slot = NULL;
+        return f;
+    }
+    cuda_pending_flush(c);
+    return cuda_fuse{NULL, 0, {}};
+}
+
 // Blocks of `kernel` with `block` threads each that the device holds at once (asked once per
 // kernel and block size; the backend's ops run on one thread).
 int cuda_resident_blocks(const void *kernel, int block);
@@ -308,46 +324,54 @@ __device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_a
 // A fusing kernel's statistics of the 16-byte vectors of T it stores (values(), after each step
 // of its loop: step()) and of single values (value(), its tail), in pairs where they can go
 // (above). Compiled out when S is false.
-template <bool S, typename T> struct stored_stats {
+// S false compiles them out; f without a slot turns them off (a kernel that may add two tensors'
+// statistics, its input's and its output's, is compiled with S when either is on). SUMSQ: the sum
+// of squares too (an input's statistics, which stand for a launch of the statistics kernel).
+template <bool S, typename T, bool SUMSQ = false> struct stored_stats {
     static constexpr bool TWO = sizeof(T) == 2;
     thread_acc a;
     std::conditional_t<TWO, acc_pairs<T>, char> p;
-    bool pairs;
+    bool on, pairs;
 
-    __device__ __forceinline__ explicit stored_stats(const cuda_fuse &f) : a(acc_empty()) {
+    __device__ __forceinline__ explicit stored_stats(const cuda_fuse &f)
+        : a(acc_empty()), on(S && f.slot), pairs(false) {
         if constexpr (TWO) {
             p = acc_pairs_empty<T>();
-            pairs = S && pairs_apply<T>(f.lim);
+            pairs = on && pairs_apply<T>(f.lim);
         }
     }
     __device__ __forceinline__ void values(const T *v, stats_limits lim) {
         if constexpr (S) {
+            if (!on) return;
             if constexpr (TWO)
-                if (pairs) return acc_pairs_vector<T, false>(p, a, v, lim);
+                if (pairs) return acc_pairs_vector<T, SUMSQ>(p, a, v, lim);
 #pragma unroll
             for (int j = 0; j < 16 / (int)sizeof(T); j++)
-                acc_stored(a, cuda_io<T>::load(v[j]), lim);
+                acc_value<SUMSQ>(a, cuda_io<T>::load(v[j]), lim);
         }
     }
     __device__ __forceinline__ void value(T v, stats_limits lim) {
-        if (S) acc_stored(a, cuda_io<T>::load(v), lim);
+        if (S && on) acc_value<SUMSQ>(a, cuda_io<T>::load(v), lim);
     }
     __device__ __forceinline__ void step(void) { // at most 64 vectors apart
         if constexpr (TWO)
             if (S && pairs) acc_pairs_counts(p, a);
     }
-    __device__ __forceinline__ void end(const cuda_fuse &f) {
+    __device__ __forceinline__ void end(const cuda_fuse &f) { // `on` is the same in every block
         if constexpr (TWO)
             if (S && pairs) acc_pairs_end(p, a);
-        cuda_fuse_end<S>(f, a);
+        if (S && on) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
     }
 };
 
 // Runs the statement(s) with `constexpr bool S` saying whether f is on: kernels templated on S
 // compile the statistics out of the launches that do not add them.
-#define CUDA_FUSE_DISPATCH(f, S, ...)                                                              \
+#define CUDA_FUSE_DISPATCH(f, S, ...) CUDA_STATS_DISPATCH((f).slot != NULL, S, __VA_ARGS__)
+
+// The same on a condition: any of a kernel's statistics on.
+#define CUDA_STATS_DISPATCH(on, S, ...)                                                            \
     do {                                                                                           \
-        if ((f).slot) {                                                                            \
+        if (on) {                                                                                  \
             constexpr bool S = true;                                                               \
             __VA_ARGS__;                                                                           \
         } else {                                                                                   \

@@ -131,7 +131,22 @@ typedef struct cuda_ctx {
     int n_plans;
     void *scratch; // grow-only device scratch for ops (f32 accumulators, partial sums)
     size_t scratch_bytes;
+    // A lone tensor's statistics (stats_into with one tensor), launched by the next backend call
+    // unless that call's kernel reads the tensor whole and adds them as it goes (cuda-fuse.h:
+    // cuda_fuse_take_input): slot NULL when none.
+    struct {
+        const void *data;
+        int64_t numel;
+        amp_stats *slot;
+        amp_dtype dtype, target;
+    } pending;
+    bool defer_stats; // pending used (AMPPROBE_STATS_FUSED=0: not)
 } cuda_ctx;
+
+// Launches the pending statistics (cuda_ctx.pending), if any. Every backend member but alloc
+// calls it first (the table in cuda-backend.cu), so nothing writes or frees the tensor before
+// they are read.
+void cuda_pending_flush(cuda_ctx *c);
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).
 void *cuda_scratch(cuda_ctx *c, size_t nbytes);

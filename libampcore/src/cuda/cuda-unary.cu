@@ -130,14 +130,16 @@ template <typename F> static void unary_op_dispatch(amp_unary_op op, F launch) {
 // (more bytes in flight: these kernels stream memory).
 #define UNARY_U 2
 
-// y = f(x) for one 16-bit or f32 dtype, UNARY_U vectors of 16 bytes per thread and step.
+// y = f(x) for one 16-bit or f32 dtype, UNARY_U vectors of 16 bytes per thread and step; the
+// statistics of y (f) and of x (fi: the linear's output a GELU reads) as they go by.
 template <bool S, typename T, int OP>
 __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ y,
-                                 const T *__restrict__ x, int64_t n, cuda_fuse f) {
+                                 const T *__restrict__ x, int64_t n, cuda_fuse f, cuda_fuse fi) {
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<S, T> st(f);
+    stored_stats<S, T, true> sti(fi);
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 raw[UNARY_U];
@@ -148,6 +150,7 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
         for (int u = 0; u < UNARY_U; u++) {
             if (i0 + u * stride >= nv) break;
             T *v = (T *)&raw[u];
+            sti.values(v, fi.lim);
 #pragma unroll
             for (int j = 0; j < V; j++)
                 v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
@@ -155,14 +158,17 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
             st.values(v, f.lim);
         }
         st.step();
+        sti.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const T v = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(x[i])));
+        const T xv = x[i], v = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(xv)));
         y[i] = v;
         st.value(v, f.lim);
+        sti.value(xv, fi.lim);
     }
     st.end(f);
+    sti.end(fi);
 }
 
 static bool aligned16(const void *p) {
@@ -181,17 +187,21 @@ void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const
     const void *xp = amp_tensor_ptr(x);
     const cuda_fuse f = cuda_fuse_take(y);
     if (x->dtype == y->dtype && aligned16(yp) && aligned16(xp)) {
+        const cuda_fuse fi = cuda_fuse_take_input(c, x);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, UNARY_U * 16 / (int)sizeof(T));
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
-                CUDA_FUSE_DISPATCH(f, S,
-                                   unary_vec_kernel<S, T, OP>
-                                   <<<cuda_fuse_grid(f, grid, 256, unary_vec_kernel<S, T, OP>), 256,
-                                      0, c->stream>>>(op, alpha, (T *)yp, (const T *)xp, n, f));
+                auto kernel = unary_vec_kernel<true, T, OP>;
+                CUDA_STATS_DISPATCH(
+                    f.slot || fi.slot, S,
+                    unary_vec_kernel<S, T, OP>
+                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                        op, alpha, (T *)yp, (const T *)xp, n, f, fi));
             });
         });
     } else {
+        cuda_pending_flush(c);
         const unsigned grid = cuda_grid(n, 256, 4);
         CUDA_FUSE_DISPATCH(f, S,
                            unary_kernel<S>
@@ -221,11 +231,13 @@ __global__ void unary_backward_kernel(amp_unary_op op, float alpha, void *dx, am
 template <bool S, typename T, int OP>
 __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ dx,
                                           const T *__restrict__ dy, const T *__restrict__ x,
-                                          const T *__restrict__ y, int64_t n, cuda_fuse f) {
+                                          const T *__restrict__ y, int64_t n, cuda_fuse f,
+                                          cuda_fuse fi) {
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<S, T> st(f);
+    stored_stats<S, T, true> sti(fi); // dx's, and dy's (a linear's input gradient)
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 graw[UNARY_U], xraw[UNARY_U], yraw[UNARY_U];
@@ -242,6 +254,7 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
         for (int u = 0; u < UNARY_U; u++) {
             if (i0 + u * stride >= nv) break;
             T *g = (T *)&graw[u], *xv = (T *)&xraw[u], *yv = (T *)&yraw[u];
+            sti.values(g, fi.lim);
 #pragma unroll
             for (int j = 0; j < V; j++)
                 g[j] =
@@ -251,15 +264,18 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
             st.values(g, f.lim);
         }
         st.step();
+        sti.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float xv = x ? cuda_io<T>::load(x[i]) : 0.0f, yv = y ? cuda_io<T>::load(y[i]) : 0.0f;
-        const T v = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(dy[i]), xv, yv));
+        const T g = dy[i], v = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g), xv, yv));
         dx[i] = v;
         st.value(v, f.lim);
+        sti.value(g, fi.lim);
     }
     st.end(f);
+    sti.end(fi);
 }
 
 void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
@@ -292,19 +308,22 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
         aligned16(dxp) && aligned16(dyp) && (!xp || aligned16(xp)) && (!yp || aligned16(yp));
     const cuda_fuse f = cuda_fuse_take(dx);
     if (same && al) {
+        const cuda_fuse fi = cuda_fuse_take_input(c, dy);
         CUDA_DISPATCH_FLOAT(dx->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, UNARY_U * 16 / (int)sizeof(T));
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
-                CUDA_FUSE_DISPATCH(
-                    f, S,
+                auto kernel = unary_backward_vec_kernel<true, T, OP>;
+                CUDA_STATS_DISPATCH(
+                    f.slot || fi.slot, S,
                     unary_backward_vec_kernel<S, T, OP>
-                    <<<cuda_fuse_grid(f, grid, 256, unary_backward_vec_kernel<S, T, OP>), 256, 0,
-                       c->stream>>>(op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp,
-                                    (const T *)yp, n, f));
+                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                        op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp, (const T *)yp, n, f,
+                        fi));
             });
         });
     } else {
+        cuda_pending_flush(c);
         const unsigned grid = cuda_grid(n, 256, 4);
         const amp_dtype xt = xn ? xn->dtype : AMP_DTYPE_F32, yt = yn ? yn->dtype : AMP_DTYPE_F32;
         CUDA_FUSE_DISPATCH(
