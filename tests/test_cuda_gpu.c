@@ -797,16 +797,31 @@ START_TEST(test_fused_stats_gpu) {
 END_TEST
 
 // A lone tensor's statistics (stats_into with one tensor) wait for the next backend call: a GELU,
-// a GELU backward or a cast that reads the tensor adds them as it goes; any other call launches
-// them first, so a write to the tensor comes after they read it.
+// a GELU backward, a cast or an add that reads the tensor adds them as it goes; any other call
+// (a softmax backward, which would be slower with them) launches them first, so a write to the
+// tensor comes after they are read.
 START_TEST(test_deferred_stats_gpu) {
     NEED_GPU();
-    enum { CASES = 5 };
+    enum { CASES = 10 };
     amp_stats *slots = gpu->be->alloc(gpu->bctx, CASES * sizeof(amp_stats)), got[CASES];
-    const int64_t n = (1 << 20) + 5, idx[CASES] = {0, 1, 2, 3, 4};
+    int64_t idx[CASES];
+    for (int k = 0; k < CASES; k++)
+        idx[k] = k;
+    const int64_t n = (1 << 20) + 5, wide[2] = {1024, 1000}, long_rows[2] = {48, 8192};
     const struct {
         amp_dtype dt, target;
     } runs[] = {{F16, F16}, {BF16, BF16}, {F32, F16}, {F16, BF16}};
+    // the call after stats_into
+    static const char *what[CASES] = {"GELU",
+                                      "GELU backward",
+                                      "cast",
+                                      "fill",
+                                      "GELU, other dtype",
+                                      "add",
+                                      "mixed add",
+                                      "softmax backward",
+                                      "long-row softmax backward",
+                                      "mul by a broadcast row"};
     for (int r = 0; r < (int)(sizeof runs / sizeof *runs); r++) {
         const amp_dtype dt = runs[r].dt, target = runs[r].target;
         for (int k = 0; k < CASES; k++)
@@ -814,34 +829,64 @@ START_TEST(test_deferred_stats_gpu) {
         gpu->be->upload(gpu->bctx, slots, got, sizeof got);
         amp_tensor_t *x = gpu_special(dt, 1, &n, 3.0f), *g = gpu_special(dt, 1, &n, 2.0f),
                      *z = gpu_special(dt, 1, &n, 1.0f), *y = amp_scratch_new(gpu, dt, 1, &n),
-                     *y32 = amp_scratch_new(gpu, F32, 1, &n), *y16 = amp_scratch_new(gpu, F16, 1, &n);
+                     *y32 = amp_scratch_new(gpu, F32, 1, &n),
+                     *y16 = amp_scratch_new(gpu, F16, 1, &n), *other = dt == F32 ? y16 : y32;
+        amp_tensor_t *gs = gpu_special(dt, 2, wide, 2.0f), *ys = gpu_special(F32, 2, wide, 0.1f),
+                     *ds = amp_scratch_new(gpu, dt, 2, wide);
+        amp_tensor_t *gl = gpu_special(dt, 2, long_rows, 2.0f),
+                     *yl = gpu_special(F32, 2, long_rows, 0.1f),
+                     *dl = amp_scratch_new(gpu, dt, 2, long_rows);
+        amp_tensor_t *row = gpu_special(dt, 1, &wide[1], 1.0f);
         amp_stats want[CASES];
         amp_tensor_stats(x, target, &want[0]);
         amp_tensor_stats(g, target, &want[1]);
         amp_tensor_stats(z, target, &want[3]);
-        want[2] = want[0], want[4] = want[0];
-        const amp_tensor_t *one[1] = {x};
-        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[0]);
-        gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, y, x); // reads x: takes them
-        one[0] = g;
-        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[1]);
-        gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, y, g, x, NULL); // g as dy
-        one[0] = x;
-        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[2]);
-        gpu->be->copy(gpu->bctx, y32, x); // a cast (f32: a plain copy) that reads x
-        one[0] = z;
-        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[3]);
-        gpu->be->fill(gpu->bctx, z, 0.0f); // writes z: they go first
-        one[0] = x;
-        gpu->be->stats_into(gpu->bctx, one, 1, target, slots, &idx[4]);
-        gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, dt == F32 ? y16 : y32, x); // not vectorised
+        amp_tensor_stats(gs, target, &want[7]);
+        amp_tensor_stats(gl, target, &want[8]);
+        amp_tensor_stats(row, target, &want[9]);
+        want[2] = want[4] = want[5] = want[6] = want[0];
+        const amp_tensor_t *pend[CASES] = {x, g, x, z, x, x, x, gs, gl, row};
+        for (int k = 0; k < CASES; k++) {
+            gpu->be->stats_into(gpu->bctx, &pend[k], 1, target, slots, &idx[k]);
+            switch (k) {
+            case 0:
+                gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, y, x);
+                break;
+            case 1:
+                gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, y, g, x, NULL);
+                break;
+            case 2:
+                gpu->be->copy(gpu->bctx, y32, x);
+                break; // f32: a plain copy
+            case 3:
+                gpu->be->fill(gpu->bctx, z, 0.0f);
+                break; // writes z: they go first
+            case 4:
+                gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, other, x);
+                break;
+            case 5:
+                gpu->be->binary(gpu->bctx, AMP_BINARY_ADD, y, x, z);
+                break;
+            case 6:
+                gpu->be->binary(gpu->bctx, AMP_BINARY_ADD, other, other, x);
+                break;
+            case 7:
+                gpu->be->softmax_backward(gpu->bctx, false, ds, gs, ys);
+                break;
+            case 8:
+                gpu->be->softmax_backward(gpu->bctx, true, dl, gl, yl);
+                break;
+            case 9: // row broadcast over gs's rows: not read whole, so launched first
+                gpu->be->binary(
+                    gpu->bctx, AMP_BINARY_MUL, ds, gs,
+                    amp_expand(gpu, amp_reshape(gpu, row, 2, (int64_t[]){1, wide[1]}), 2, wide));
+                break;
+            }
+        }
         gpu->be->download(gpu->bctx, got, slots, sizeof got);
-        static const char *what[CASES] = {"read by a GELU", "read by a GELU backward",
-                                          "read by a cast", "overwritten by a fill",
-                                          "read by a GELU of another dtype"};
         for (int k = 0; k < CASES; k++) {
             char m[128];
-            snprintf(m, sizeof m, "%s %s under %s", amp_dtype_name(dt), what[k],
+            snprintf(m, sizeof m, "%s then %s under %s", amp_dtype_name(dt), what[k],
                      amp_dtype_name(target));
             amp_stats_finish(&got[k]);
             expect_same_stats(m, &got[k], &want[k]);

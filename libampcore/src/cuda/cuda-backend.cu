@@ -161,8 +161,9 @@ void cuda_pending_flush(cuda_ctx *c) {
     CUDA_CHECK(cuda_stats_launch(&job, 1, c->pending.target, c->stream));
 }
 
-// A table member that launches the pending statistics first (every one but alloc, which touches
-// no memory in use, and the ops that may take them: cuda_fuse_take_input).
+// A table member that launches the pending statistics first: every one but alloc, which touches
+// no memory in use, and the ops that may take them (cuda_fuse_take_input), which launch them
+// themselves on their other paths.
 template <auto F> struct flushing;
 template <typename R, typename... A, R (*F)(void *, A...)> struct flushing<F> {
     static R call(void *bctx, A... a) {
@@ -182,7 +183,7 @@ static const amp_backend_i cuda_backend = {
     .fill = FLUSHING(cuda_fill),
     .unary = cuda_unary,
     .unary_backward = cuda_unary_backward,
-    .binary = FLUSHING(cuda_binary),
+    .binary = cuda_binary,
     .reduce_sum = FLUSHING(cuda_reduce_sum),
     .gemm = FLUSHING(cuda_gemm),
     .gemm_bgrad = FLUSHING(cuda_gemm_bgrad),

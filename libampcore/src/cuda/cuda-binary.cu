@@ -26,48 +26,57 @@ __device__ __forceinline__ float binary_f(amp_binary_op op, float a, float b) {
     return a;
 }
 
-// y_linear: y is contiguous (element i at i), else a slice stored through its strides.
+// y_linear: y is contiguous (element i at i), else a slice stored through its strides. The
+// statistics of y (f) and of operand `fi_of` (1: a, 2: b; contiguous, read whole: fi) as they go.
 template <bool S>
 __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const void *a, amp_dtype at,
                               const void *b, amp_dtype bt, cuda_iter it, int64_t n, bool y_linear,
-                              cuda_fuse f) {
-    thread_acc acc = acc_empty();
+                              cuda_fuse f, cuda_fuse fi, int fi_of) {
+    thread_acc acc = acc_empty(), acci = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float av = cuda_load(at, a, cuda_iter_offset(it, 1, i));
         const float bv = cuda_load(bt, b, cuda_iter_offset(it, 2, i));
         const float v = binary_f(op, av, bv);
         cuda_store(yt, y, y_linear ? i : cuda_iter_offset(it, 0, i), v);
-        if (S) acc_stored(acc, cuda_rounded(yt, v), f.lim);
+        if (S && f.slot) acc_stored(acc, cuda_rounded(yt, v), f.lim);
+        if (S && fi.slot) acc_value<true>(acci, fi_of == 1 ? av : bv, fi.lim);
     }
-    cuda_fuse_end<S>(f, acc);
+    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
+    if (S && fi.slot) block_add_to_slot(fi.slot, fi.numel, blockIdx.x == 0, acci, fi.lim);
 }
 
 template <bool S, typename T>
 __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *a, const T *b,
-                                  int64_t n, cuda_fuse f) {
+                                  int64_t n, cuda_fuse f, cuda_fuse fi, int fi_of) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
     thread_acc acc = acc_empty();
+    stored_stats<S, T, true> sti(fi); // operand fi_of's (1: a, 2: b)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 ar = ((const uint4 *)a)[i], br = ((const uint4 *)b)[i];
         T *av = (T *)&ar, *bv = (T *)&br;
+        sti.values(fi_of == 1 ? av : bv, fi.lim);
+        sti.step();
 #pragma unroll
         for (int j = 0; j < V; j++) {
             av[j] =
                 cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), cuda_io<T>::load(bv[j])));
-            if (S) acc_stored(acc, cuda_io<T>::load(av[j]), f.lim);
+            if (S && f.slot) acc_stored(acc, cuda_io<T>::load(av[j]), f.lim);
         }
         ((uint4 *)y)[i] = ar;
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const T v = cuda_io<T>::store(binary_f(op, cuda_io<T>::load(a[i]), cuda_io<T>::load(b[i])));
+        const T ai = a[i], bi = b[i], v = cuda_io<T>::store(
+                                          binary_f(op, cuda_io<T>::load(ai), cuda_io<T>::load(bi)));
         y[i] = v;
-        if (S) acc_stored(acc, cuda_io<T>::load(v), f.lim);
+        if (S && f.slot) acc_stored(acc, cuda_io<T>::load(v), f.lim);
+        sti.value(fi_of == 1 ? ai : bi, fi.lim);
     }
-    cuda_fuse_end<S>(f, acc);
+    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
+    sti.end(fi);
 }
 
 static bool aligned16(const void *p) {
@@ -165,16 +174,26 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     void *yp = amp_tensor_ptr(y);
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
     const cuda_fuse f = cuda_fuse_take(y);
+    // the operand that the vectorised and the generic kernels read whole and in order (contiguous,
+    // y too), when it has statistics pending (the residual add of a linear's output)
+    const amp_tensor_t *whole = NULL;
+    for (const amp_tensor_t *o : {b, a})
+        if (cuda_is_contiguous(y) && cuda_is_contiguous(o) && c->pending.slot &&
+            c->pending.data == amp_tensor_ptr(o))
+            whole = o;
+    const int fi_of = whole == a ? 1 : 2;
     if (cuda_is_contiguous(y) && cuda_is_contiguous(a) && cuda_is_contiguous(b) &&
         a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         aligned16(bp)) {
+        const cuda_fuse fi = whole ? cuda_fuse_take_input(c, whole) : cuda_fuse{};
+        cuda_pending_flush(c); // (none when taken)
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
-            CUDA_FUSE_DISPATCH(
-                f, S,
+            CUDA_STATS_DISPATCH(
+                f.slot || fi.slot, S,
                 binary_vec_kernel<S, T>
-                <<<cuda_fuse_grid(f, grid, 256, binary_vec_kernel<S, T>), 256, 0, c->stream>>>(
-                    op, (T *)yp, (const T *)ap, (const T *)bp, n, f));
+                <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, binary_vec_kernel<true, T>), 256, 0,
+                   c->stream>>>(op, (T *)yp, (const T *)ap, (const T *)bp, n, f, fi, fi_of));
         });
         CUDA_LAUNCH_CHECK();
         return;
@@ -187,6 +206,7 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         iter_channel(&it, V, &inner, &C, &sb)) {
         const int64_t nv = n / V;
+        cuda_pending_flush(c);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(nv, 256);
             CUDA_FUSE_DISPATCH(
@@ -202,6 +222,7 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         aligned16(bp) && iter_in_vectors(&it, V)) {
         const int64_t nv = n / V;
+        cuda_pending_flush(c);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(nv, 256);
             CUDA_FUSE_DISPATCH(
@@ -213,11 +234,14 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
         CUDA_LAUNCH_CHECK();
         return;
     }
+    const cuda_fuse fi = whole ? cuda_fuse_take_input(c, whole) : cuda_fuse{};
+    cuda_pending_flush(c); // (none when taken)
     const unsigned grid = cuda_grid(n, 256, 4);
-    CUDA_FUSE_DISPATCH(
-        f, S,
-        binary_kernel<S><<<cuda_fuse_grid(f, grid, 256, binary_kernel<S>), 256, 0, c->stream>>>(
-            op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, cuda_is_contiguous(y), f));
+    CUDA_STATS_DISPATCH(
+        f.slot || fi.slot, S,
+        binary_kernel<S><<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, binary_kernel<true>), 256, 0,
+                           c->stream>>>(op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n,
+                                        cuda_is_contiguous(y), f, fi, fi_of));
     CUDA_LAUNCH_CHECK();
 }
 
