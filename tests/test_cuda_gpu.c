@@ -855,12 +855,12 @@ START_TEST(test_deferred_stats_gpu) {
             case 1:
                 gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, y, g, x, NULL);
                 break;
-            case 2:
+            case 2: // a cast (f32: a plain copy)
                 gpu->be->copy(gpu->bctx, y32, x);
-                break; // f32: a plain copy
-            case 3:
+                break;
+            case 3: // writes z: they go first
                 gpu->be->fill(gpu->bctx, z, 0.0f);
-                break; // writes z: they go first
+                break;
             case 4:
                 gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, other, x);
                 break;

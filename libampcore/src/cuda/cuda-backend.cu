@@ -135,7 +135,7 @@ static void be_release(void *bctx) {
 // stats_into: the fused statistics kernel (cuda-stats.cu) on the context's stream, many tensors
 // per launch. A lone floating tensor (an op's output that its kernel could not add) waits for the
 // next backend call: when that call's kernel reads it whole (the GELU after a linear, the cast of
-// the logits), it adds them as it reads instead of a launch of their own.
+// the logits, the residual add), it adds them as it reads instead of a launch of their own.
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot) {
     AMP_ASSERT(n >= 0 && n <= AMP_STATS_BATCH, "(%d tensors)", n);

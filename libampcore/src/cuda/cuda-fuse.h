@@ -74,11 +74,10 @@ __device__ __forceinline__ void acc_stored(thread_acc &a, float v, stats_limits 
 // Two values per instruction: the finite values of a 16-byte vector of the target's own 16-bit
 // type (fp16 outputs under fp16 autocast, the common case) go through the half2 / bfloat162
 // instructions, whose min, max and comparisons take a pair of values each, instead of being
-// widened to f32 one by one (which cost the statistics kernel as many instructions a value as
-// the card issues per byte it can read). A finite value of that type never overflows it, so
-// only zeros and values below the smallest normal are counted; the counts stay in 16-bit lanes
-// (exact up to 256, bf16's largest run of integers) until acc_pairs_counts() adds them to the
-// thread's numbers, which the caller does at least every 64 vectors.
+// widened to f32 one by one (about ten instructions a value). A finite value of that type never
+// overflows it, so only zeros and values below the smallest normal are counted; the counts stay
+// in 16-bit lanes (exact up to 256, bf16's largest run of integers) until acc_pairs_counts() adds
+// them to the thread's numbers, which the caller does at least every 64 vectors.
 
 template <typename T> struct pair_of;
 template <> struct pair_of<__half> {
@@ -321,12 +320,12 @@ __device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_a
     if (S) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
 }
 
-// A fusing kernel's statistics of the 16-byte vectors of T it stores (values(), after each step
-// of its loop: step()) and of single values (value(), its tail), in pairs where they can go
-// (above). Compiled out when S is false.
-// S false compiles them out; f without a slot turns them off (a kernel that may add two tensors'
-// statistics, its input's and its output's, is compiled with S when either is on). SUMSQ: the sum
-// of squares too (an input's statistics, which stand for a launch of the statistics kernel).
+// A fusing kernel's statistics of the 16-byte vectors of T it stores or reads (values(), after
+// each step of its loop: step()) and of single values (value(), its tail), in pairs where they
+// can go (above). S false compiles them out; f without a slot turns them off (a kernel that may
+// add two tensors' statistics, its input's and its output's, is compiled with S when either is
+// on). SUMSQ: the sum of squares too (an input's statistics, which stand for a launch of the
+// statistics kernel).
 template <bool S, typename T, bool SUMSQ = false> struct stored_stats {
     static constexpr bool TWO = sizeof(T) == 2;
     thread_acc a;

@@ -144,8 +144,8 @@ typedef struct cuda_ctx {
 } cuda_ctx;
 
 // Launches the pending statistics (cuda_ctx.pending), if any. Every backend member but alloc
-// calls it first (the table in cuda-backend.cu), so nothing writes or frees the tensor before
-// they are read.
+// calls it first (the table in cuda-backend.cu), or takes them (cuda_fuse_take_input), so nothing
+// writes or frees the tensor before they are read.
 void cuda_pending_flush(cuda_ctx *c);
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).
