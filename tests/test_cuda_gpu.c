@@ -899,6 +899,17 @@ START_TEST(test_deferred_stats_gpu) {
 }
 END_TEST
 
+// A program that ends with exit() and never frees its context: its last step, whose statistics
+// come back one step late on the GPU, is read at exit.
+START_TEST(test_exit_without_free_gpu) {
+    NEED_GPU();
+    close_pair();
+    test_dir_create("exit-gpu");
+    test_exit_without_free("cuda");
+    test_dir_remove();
+}
+END_TEST
+
 // Three optimizer steps over a few parameters with random gradients; parameters and state
 // compared after each.
 static void check_optim(amp_optim_params p) {
@@ -1154,6 +1165,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_stats_gpu);
     tcase_add_test(t, test_fused_stats_gpu);
     tcase_add_test(t, test_deferred_stats_gpu);
+    tcase_add_test(t, test_exit_without_free_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);
     tcase_add_test(t, test_scaler_device_state_gpu);

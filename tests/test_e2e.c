@@ -198,6 +198,14 @@ START_TEST(test_kill_9_survives) {
 }
 END_TEST
 
+// A program that ends with exit() and never frees its context: every step is recorded.
+START_TEST(test_exit_without_free_cpu) {
+    test_dir_create("exit");
+    test_exit_without_free("cpu");
+    test_dir_remove();
+}
+END_TEST
+
 Suite *e2e_suite(void) {
     Suite *s = suite_create("e2e");
     TCase *tc = tcase_create("faults");
@@ -210,6 +218,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_scale_thrash_sawtooth);
     tcase_add_test(tc, test_healthy_runs_are_clean);
     tcase_add_test(tc, test_kill_9_survives);
+    tcase_add_test(tc, test_exit_without_free_cpu);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -41,6 +41,9 @@ char *test_read_file(const char *path, size_t *n);
 // stderr into out.txt and err.txt there; waits for it and returns its exit code.
 pid_t test_spawn_ampprobe(const char *const *args);
 int test_wait_ampprobe(pid_t pid);
+// Runs tests/helpers/exit_prog.c (four steps, then exit() without amp_ctx_free) on device "cpu"
+// or "cuda" under `ampprobe run` in test_dir and checks that every step is in the database.
+void test_exit_without_free(const char *device);
 
 // Path of a file in the source tree (tests/data/...).
 #define AMP_SRC(rel) AMP_SOURCE_DIR "/" rel

@@ -1,10 +1,11 @@
 /*
  * workdir.c — a fresh working directory per test and ampprobe run inside it, for the suites that
- * drive the binary (launcher, capture): declared in tests.h.
+ * drive the binary (launcher, capture, e2e, cuda_gpu): declared in tests.h.
  */
 #include "tests.h"
 
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -80,4 +81,29 @@ int test_wait_ampprobe(pid_t pid) {
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status), "ampprobe itself died of signal %d", WTERMSIG(status));
     return WEXITSTATUS(status);
+}
+
+// The first column of the first row of sql in the database at path, as an integer (-1: no row).
+static long long db_int(const char *path, const char *sql) {
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+                  sqlite3_errmsg(db));
+    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+void test_exit_without_free(const char *device) {
+    enum { STEPS = 4 };
+    const char *args[] = {"run", "-o", "run.sqlite", "--", AMP_BINARY_DIR "/tests/amp_exit_prog",
+                          device, "4", NULL};
+    ck_assert_int_eq(test_wait_ampprobe(test_spawn_ampprobe(args)), 0);
+    const char *db = test_in_dir("run.sqlite");
+    ck_assert_int_eq(db_int(db, "SELECT count(*) FROM AMP_STEPS"), STEPS);
+    ck_assert_int_eq(db_int(db, "SELECT count(grad_norm) FROM AMP_STEPS"), STEPS);
+    ck_assert_int_eq(db_int(db, "SELECT count(DISTINCT step) FROM AMP_TENSOR_STATS"), STEPS);
+    ck_assert_int_eq(db_int(db, "SELECT max(step) FROM AMP_TENSOR_STATS"), STEPS - 1);
 }

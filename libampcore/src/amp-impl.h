@@ -242,6 +242,13 @@ typedef struct amp_backend_i {
     void (*free)(void *bctx, void *p);
     void (*upload)(void *bctx, void *dst, const void *host, size_t nbytes);
     void (*download)(void *bctx, void *host, const void *src, size_t nbytes);
+    // Optional, all four or none (the instrumentation then downloads a step's statistics at its
+    // end): host memory the device copies into without staging (pinned), a copy into it queued
+    // behind the work queued so far without waiting, and a wait for the copies queued so far.
+    void *(*host_alloc)(void *bctx, size_t nbytes);
+    void (*host_free)(void *bctx, void *p);
+    void (*download_async)(void *bctx, void *host, const void *src, size_t nbytes);
+    void (*download_wait)(void *bctx);
 
     // dst (contiguous, same shape) = src (any strides, also 0) converted to dst's dtype.
     void (*copy)(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src);

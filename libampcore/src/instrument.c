@@ -24,12 +24,17 @@
  * that makes them, or accumulated into a tensor's .grad), so the entry of the gradient flowing
  * into a backward node is usually filled already when the node runs. Parameters' gradients are
  * read at the end of backward (their sum of squares, the gradient norm, is only computed there).
+ * A device backend that can copy into host memory without waiting (download_async) gets a step's
+ * slots and scale records copied back behind the step's own work, and its queue read at the end
+ * of the next step (or before anything else is read, at amp_ctx_free, or at exit), so the host
+ * never waits for the device at a step's end.
  * Off, the context holds no instrumentation and ops pay one predictable branch.
  */
 #include "amp-impl.h"
 #include "amp-record.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -100,10 +105,63 @@ typedef struct amp_instr {
     amp_tensor_t *scale_recs[8]; // i32 [AMP_SCALE_REC] each: their records, on the backend
     int n_scales;
     bool fwd_nonfinite; // the last processed batch had an unexpected non-finite forward value
+
+    // The last step's queue, handed off at its end (hand_off) while its numbers come back, read
+    // at the next one's (finish_lagged). Its arrays and counts are swapped with the ones above
+    // (swap_queue) to be read by the same code. staged: NULL when the backend cannot copy back
+    // without waiting (then each step is read at its end).
+    struct lagged {
+        bool active;
+        entry *entries;
+        amp_stats *host;
+        int32_t *order;
+        int32_t n_entries, cap_entries, n_order, slot_base, backwards;
+        pending_scale scales[8];
+        int n_scales;
+        amp_stats *staged;                // pinned host memory: SLOTS statistics, then
+        int32_t (*recs)[AMP_SCALE_REC];   // the scale records
+        int32_t n_staged;                 // slots copied into staged
+        int64_t step, start_ns, end_ns;   // the step's own record
+        float loss;
+        bool stats_step;
+    } lag;
 } amp_instr;
 
 static double process(amp_ctx_t *ctx);
 static void clear_slots(amp_ctx_t *ctx, int32_t n);
+static void finish_lagged(amp_ctx_t *ctx);
+
+// Contexts with a step waiting to be read: read at exit, for programs that end without
+// amp_ctx_free (a program killed by a signal loses it, with the step it was in).
+enum { LAGGING_MAX = 16 };
+static amp_ctx_t *lagging[LAGGING_MAX];
+static pthread_mutex_t lagging_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void read_lagging_at_exit(void) {
+    pthread_mutex_lock(&lagging_lock);
+    for (int k = 0; k < LAGGING_MAX; k++)
+        if (lagging[k]) finish_lagged(lagging[k]);
+    pthread_mutex_unlock(&lagging_lock);
+}
+
+// Whether ctx got a place among the lagging contexts (else its steps are read at their end).
+static bool lagging_add(amp_ctx_t *ctx) {
+    static bool hooked;
+    bool added = false;
+    pthread_mutex_lock(&lagging_lock);
+    if (!hooked) hooked = atexit(read_lagging_at_exit) == 0;
+    for (int k = 0; hooked && !added && k < LAGGING_MAX; k++)
+        if (!lagging[k]) lagging[k] = ctx, added = true;
+    pthread_mutex_unlock(&lagging_lock);
+    return added;
+}
+
+static void lagging_remove(amp_ctx_t *ctx) {
+    pthread_mutex_lock(&lagging_lock);
+    for (int k = 0; k < LAGGING_MAX; k++)
+        if (lagging[k] == ctx) lagging[k] = NULL;
+    pthread_mutex_unlock(&lagging_lock);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
@@ -123,6 +181,18 @@ void amp_instr_init(amp_ctx_t *ctx) {
     AMP_ASSERT(in->slots != NULL, "(out of memory for the statistics slots)");
     ctx->instr = in;
     clear_slots(ctx, SLOTS);
+    const amp_backend_i *be = ctx->be;
+    if (be->stats_into && be->host_alloc && be->host_free && be->download_async &&
+        be->download_wait) {
+        const size_t bytes = SLOTS * sizeof(amp_stats) + sizeof in->scales / sizeof in->scales[0] *
+                                                              AMP_SCALE_REC * sizeof(int32_t);
+        in->lag.staged = be->host_alloc(ctx->bctx, bytes);
+        if (in->lag.staged && !lagging_add(ctx)) {
+            be->host_free(ctx->bctx, in->lag.staged);
+            in->lag.staged = NULL;
+        }
+        if (in->lag.staged) in->lag.recs = (int32_t(*)[AMP_SCALE_REC])(in->lag.staged + SLOTS);
+    }
     amp_record_meta(&(amp_rec_meta){"device", ctx->device == AMP_DEVICE_CPU ? "cpu" : "cuda"});
     char buf[32];
     snprintf(buf, sizeof buf, "%d", in->stats_every);
@@ -132,7 +202,14 @@ void amp_instr_init(amp_ctx_t *ctx) {
 void amp_instr_free(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     if (!in) return;
-    process(ctx); // what the last, unfinished step queued
+    process(ctx); // the last step, and what the unfinished one after it queued
+    if (in->lag.staged) {
+        lagging_remove(ctx);
+        ctx->be->host_free(ctx->bctx, in->lag.staged);
+    }
+    free(in->lag.entries);
+    free(in->lag.order);
+    free(in->lag.host);
     ctx->be->free(ctx->bctx, in->slots);
     for (size_t k = 0; k < sizeof in->scale_recs / sizeof in->scale_recs[0]; k++)
         amp_tensor_free(in->scale_recs[k]);
@@ -513,13 +590,15 @@ void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec) {
     in->scales[in->n_scales++] = (pending_scale){.step = ctx->step};
 }
 
-// Reads the pending updates' records and records them.
-static void read_scales(amp_ctx_t *ctx) {
+// Reads the pending updates' records (from staged, copied back already, or from the backend)
+// and records them.
+static void read_scales(amp_ctx_t *ctx, int32_t (*staged)[AMP_SCALE_REC]) {
     amp_instr *in = ctx->instr;
     for (int k = 0; k < in->n_scales; k++) {
         pending_scale *p = &in->scales[k];
         int32_t rec[AMP_SCALE_REC];
-        amp_tensor_read(in->scale_recs[k], rec);
+        if (staged) memcpy(rec, staged[k], sizeof rec);
+        else amp_tensor_read(in->scale_recs[k], rec);
         memcpy(&p->before, &rec[AMP_REC_BEFORE], 4);
         memcpy(&p->after, &rec[AMP_REC_AFTER], 4);
         memcpy(&p->found_inf, &rec[AMP_REC_FOUND_INF], 4);
@@ -635,13 +714,12 @@ static void emit_scale_events(const pending_scale *p, bool fwd_nonfinite) {
             .severity = AMP_SEVERITY_INFO, .count = -1, .value = p->after, .detail = NULL});
 }
 
-// Reads the queue in order and emits what it says. Returns the L2 norm of the last backward's
-// parameter gradients divided by the scale they had: the one the step's last update began with
-// (the gradients were queued before the GradScaler unscaled them); NaN without gradients.
-static double process(amp_ctx_t *ctx) {
+// Reads the queue in order (its statistics on the host, its scale updates read) and emits what it
+// says, then empties it. Returns the L2 norm of the last backward's parameter gradients divided
+// by the scale they had: the one the step's last update began with (the gradients were queued
+// before the GradScaler unscaled them); NaN without gradients.
+static double process_queue(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
-    download(ctx);
-    read_scales(ctx);
     sync_layers(ctx);
     const double scale = in->n_scales > 0 ? in->scales[in->n_scales - 1].before : 1.0;
     in->fwd_nonfinite = false;
@@ -678,10 +756,98 @@ static double process(amp_ctx_t *ctx) {
     in->n_scales = 0;
     in->n_entries = in->slot_base = in->n_order = 0;
     in->backwards = 0;
+    return any_wgrad ? sqrt(sumsq) / scale : NAN;
+}
+
+// What the next ops start from once the queue is read or handed off: no tensor's entry is valid.
+static void next_batch(amp_ctx_t *ctx) {
+    amp_instr *in = ctx->instr;
     in->cur_dy = in->armed = -1;
     ctx->sink = (amp_stats_sink){0};
     in->epoch++;
-    return any_wgrad ? sqrt(sumsq) / scale : NAN;
+}
+
+// Reads the queue now (the last step's first, when one waits).
+static double process(amp_ctx_t *ctx) {
+    finish_lagged(ctx);
+    download(ctx);
+    read_scales(ctx, NULL);
+    double norm = process_queue(ctx);
+    next_batch(ctx);
+    return norm;
+}
+
+static void emit_step(amp_ctx_t *ctx, int64_t step, int64_t start, int64_t end, float loss,
+                      bool stats_step, double norm) {
+    amp_record_step(&(amp_rec_step){.step = step, .start_ns = start, .end_ns = end, .loss = loss,
+                                    .grad_norm = stats_step ? norm : NAN});
+    if (!isfinite(loss))
+        amp_record_event(&(amp_rec_event){
+            .step = step, .layer_id = -1, .kind = AMP_EVENT_LOSS_NONFINITE,
+            .severity = AMP_SEVERITY_ERROR, .count = 1, .value = loss,
+            .detail = ctx->instr->fwd_nonfinite ? "the forward pass produced non-finite values"
+                                                : "the loss itself became non-finite"});
+}
+
+#define SWAP(a, b)                                                                                 \
+    do {                                                                                           \
+        __typeof__(a) t_ = (a);                                                                    \
+        (a) = (b);                                                                                 \
+        (b) = t_;                                                                                  \
+    } while (0)
+
+// The queue's arrays and counts and the lagged step's change places.
+static void swap_queue(amp_instr *in) {
+    struct lagged *l = &in->lag;
+    SWAP(in->entries, l->entries);
+    SWAP(in->host, l->host);
+    SWAP(in->order, l->order);
+    SWAP(in->n_entries, l->n_entries);
+    SWAP(in->cap_entries, l->cap_entries);
+    SWAP(in->n_order, l->n_order);
+    SWAP(in->slot_base, l->slot_base);
+    SWAP(in->backwards, l->backwards);
+    SWAP(in->n_scales, l->n_scales);
+    pending_scale scales[sizeof in->scales / sizeof in->scales[0]];
+    memcpy(scales, in->scales, sizeof scales);
+    memcpy(in->scales, l->scales, sizeof scales);
+    memcpy(l->scales, scales, sizeof scales);
+}
+
+// The step that ends: its slots and scale records are queued to come back behind its work, its
+// queue is set aside, and the next step starts on empty slots (cleared behind the copy).
+static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, float loss, bool stats_step) {
+    amp_instr *in = ctx->instr;
+    struct lagged *l = &in->lag;
+    const int32_t n = in->n_entries - in->slot_base;
+    ctx->be->download_async(ctx->bctx, l->staged, in->slots, (size_t)n * sizeof(amp_stats));
+    for (int k = 0; k < in->n_scales; k++)
+        ctx->be->download_async(ctx->bctx, l->recs[k], amp_tensor_ptr(in->scale_recs[k]),
+                                sizeof l->recs[k]);
+    swap_queue(in);
+    l->active = true;
+    l->n_staged = n;
+    l->step = ctx->step, l->start_ns = start, l->end_ns = end, l->loss = loss;
+    l->stats_step = stats_step;
+    next_batch(ctx);
+    clear_slots(ctx, n);
+}
+
+// Reads the step handed off last, if one waits (its copies are done by now, as a rule).
+static void finish_lagged(amp_ctx_t *ctx) {
+    amp_instr *in = ctx->instr;
+    struct lagged *l = &in->lag;
+    if (!l->active) return;
+    l->active = false;
+    ctx->be->download_wait(ctx->bctx);
+    swap_queue(in);
+    memcpy(in->host + in->slot_base, l->staged, (size_t)l->n_staged * sizeof(amp_stats));
+    for (int32_t i = in->slot_base; i < in->n_entries; i++) amp_stats_finish(&in->host[i]);
+    in->slot_base = in->n_entries;
+    read_scales(ctx, l->recs);
+    const double norm = process_queue(ctx);
+    emit_step(ctx, l->step, l->start_ns, l->end_ns, l->loss, l->stats_step, norm);
+    swap_queue(in);
 }
 
 void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
@@ -689,15 +855,12 @@ void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
     if (in) {
         int64_t start = in->step_start_ns, end = amp_record_now_ns();
         bool stats_step = in->stats_step;
-        double norm = process(ctx);
-        amp_record_step(&(amp_rec_step){.step = ctx->step, .start_ns = start, .end_ns = end,
-                                        .loss = loss, .grad_norm = stats_step ? norm : NAN});
-        if (!isfinite(loss))
-            amp_record_event(&(amp_rec_event){
-                .step = ctx->step, .layer_id = -1, .kind = AMP_EVENT_LOSS_NONFINITE,
-                .severity = AMP_SEVERITY_ERROR, .count = 1, .value = loss,
-                .detail = in->fwd_nonfinite ? "the forward pass produced non-finite values"
-                                            : "the loss itself became non-finite"});
+        if (in->lag.staged) {
+            finish_lagged(ctx);
+            hand_off(ctx, start, end, loss, stats_step);
+        } else {
+            emit_step(ctx, ctx->step, start, end, loss, stats_step, process(ctx));
+        }
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();
         in->stats_step = (ctx->step + 1) % in->stats_every == 0;
     }

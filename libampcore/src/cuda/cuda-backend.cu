@@ -111,6 +111,30 @@ static void be_download(void *bctx, void *host, const void *src, size_t nbytes) 
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
 
+static void *be_host_alloc(void *bctx, size_t nbytes) {
+    (void)bctx;
+    void *p = NULL;
+    return cudaMallocHost(&p, nbytes) == cudaSuccess ? p : NULL;
+}
+
+static void be_host_free(void *bctx, void *p) {
+    (void)bctx;
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+static void be_download_async(void *bctx, void *host, const void *src, size_t nbytes) {
+    cuda_ctx *c = cuda_of(bctx);
+    if (!nbytes) return;
+    if (!c->downloaded) CUDA_CHECK(cudaEventCreateWithFlags(&c->downloaded, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaEventRecord(c->downloaded, c->stream));
+}
+
+static void be_download_wait(void *bctx) {
+    cuda_ctx *c = cuda_of(bctx);
+    if (c->downloaded) CUDA_CHECK(cudaEventSynchronize(c->downloaded));
+}
+
 static void be_synchronize(void *bctx) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_of(bctx)->stream));
 }
@@ -125,6 +149,7 @@ static void be_release(void *bctx) {
     if (c->gemm_ws) cuda_pool_free(&c->pool, c->gemm_ws);
     cuda_pool_release(&c->pool);
     CUBLAS_CHECK(cublasLtDestroy(c->lt));
+    if (c->downloaded) CUDA_CHECK(cudaEventDestroy(c->downloaded));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);
 }
@@ -161,9 +186,9 @@ void cuda_pending_flush(cuda_ctx *c) {
     CUDA_CHECK(cuda_stats_launch(&job, 1, c->pending.target, c->stream));
 }
 
-// A table member that launches the pending statistics first: every one but alloc, which touches
-// no memory in use, and the ops that may take them (cuda_fuse_take_input), which launch them
-// themselves on their other paths.
+// A table member that launches the pending statistics first: every one that touches device
+// memory in use (not alloc and the host-memory members), but the ops that may take them
+// (cuda_fuse_take_input), which launch them themselves on their other paths.
 template <auto F> struct flushing;
 template <typename R, typename... A, R (*F)(void *, A...)> struct flushing<F> {
     static R call(void *bctx, A... a) {
@@ -179,6 +204,10 @@ static const amp_backend_i cuda_backend = {
     .free = FLUSHING(be_free),
     .upload = FLUSHING(be_upload),
     .download = FLUSHING(be_download),
+    .host_alloc = be_host_alloc,
+    .host_free = be_host_free,
+    .download_async = FLUSHING(be_download_async),
+    .download_wait = be_download_wait,
     .copy = cuda_copy,
     .fill = FLUSHING(cuda_fill),
     .unary = cuda_unary,

@@ -140,12 +140,13 @@ typedef struct cuda_ctx {
         amp_stats *slot;
         amp_dtype dtype, target;
     } pending;
-    bool defer_stats; // pending used (AMPPROBE_STATS_FUSED=0: not)
+    bool defer_stats;        // pending used (AMPPROBE_STATS_FUSED=0: not)
+    cudaEvent_t downloaded;  // recorded after each download_async (NULL before the first)
 } cuda_ctx;
 
-// Launches the pending statistics (cuda_ctx.pending), if any. Every backend member but alloc
-// calls it first (the table in cuda-backend.cu), or takes them (cuda_fuse_take_input), so nothing
-// writes or frees the tensor before they are read.
+// Launches the pending statistics (cuda_ctx.pending), if any. Every backend member that touches
+// device memory calls it first (the table in cuda-backend.cu), or takes them
+// (cuda_fuse_take_input), so nothing writes or frees the tensor before they are read.
 void cuda_pending_flush(cuda_ctx *c);
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).

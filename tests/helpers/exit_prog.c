@@ -1,0 +1,42 @@
+/*
+ * exit_prog.c — a few training steps under the instrumentation, then exit() without
+ * amp_ctx_free: every step must still reach the database (on a device the last step's statistics
+ * come back one step late and are read at exit). tests/test_e2e.c and tests/test_cuda_gpu.c run
+ * it under `ampprobe run`.
+ *
+ *   amp_exit_prog cpu|cuda STEPS
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp.h"
+
+// The context is never freed, on purpose: no leak report in the sanitizer build.
+__attribute__((used)) const char *__asan_default_options(void) { return "detect_leaks=0"; }
+
+int main(int argc, char **argv) {
+    if (argc != 3 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0) ||
+        atoi(argv[2]) <= 0) {
+        fprintf(stderr, "usage: amp_exit_prog cpu|cuda STEPS\n");
+        return 2;
+    }
+    const amp_device dev = strcmp(argv[1], "cuda") == 0 ? AMP_DEVICE_CUDA : AMP_DEVICE_CPU;
+    amp_ctx_t *ctx;
+    if (amp_ctx_new(dev, 1, &ctx) != AMP_OK) {
+        fprintf(stderr, "amp_exit_prog: %s\n", amp_last_error());
+        return 2;
+    }
+    amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){16, 32});
+    amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){64, 32});
+    amp_tensor_randn(w, 0.1f);
+    amp_tensor_randn(x, 1.0f);
+    amp_tensor_set_requires_grad(w, true);
+    for (int s = 0, steps = atoi(argv[2]); s < steps; s++) {
+        amp_tensor_t *loss = amp_mean(ctx, amp_gelu(ctx, amp_linear(ctx, x, w, NULL), false));
+        amp_backward(ctx, loss);
+        amp_ctx_step_end(ctx, amp_tensor_item(loss));
+        amp_ctx_reset(ctx);
+    }
+    exit(0); // no amp_ctx_free
+}
