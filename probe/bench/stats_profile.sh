@@ -2,8 +2,8 @@
 # stats_profile.sh BUILD_DIR [WORKLOAD] — where a cuda_bench step's GPU time goes with the
 # per-layer statistics off, on (added by the producing kernels) and on but read separately
 # (AMPPROBE_STATS_FUSED=0): each run captured under `ampprobe run --trace amp,cuda`, then the
-# kernel time per step by kernel name (top 12), the total, the device-to-device copies, and the
-# GPU's idle time in a step with its largest gaps.
+# kernel time per step by kernel name (top 12), the total, the device-to-device copies, the
+# GPU's idle time in a step with its largest gaps, and the statistics kernel's launches by grid.
 set -u
 build=${1:?usage: stats_profile.sh BUILD_DIR [WORKLOAD]}
 w=${2:-gpt}
@@ -62,5 +62,18 @@ if per_step:
           f"({per_step[0][0] / 1e6:.3f}..{per_step[-1][0] / 1e6:.3f}); its largest gaps:")
     for ns, a, b in sorted(gaps, reverse=True)[:6]:
         print(f"  {ns / 1e6:8.3f} ms  after {a} before {b}")
+# the statistics kernel's launches by grid: whole waves of blocks are large tensors read again,
+# single blocks small ones (scalars), whose cost is the launch's
+classes = {}
+for grid, ns in db.execute("""SELECT k.gridX, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                              JOIN StringIds s ON s.id = k.shortName
+                              WHERE s.value LIKE 'stats_kernel%'"""):
+    c = classes.setdefault("1 block" if grid == 1 else "< 32" if grid < 32 else
+                           "< 528" if grid < 528 else ">= 528 (a wave on an H200)", [0, 0])
+    c[0] += 1
+    c[1] += ns
+for name, (n, ns) in sorted(classes.items(), key=lambda c: -c[1][1]):
+    print(f"   statistics kernel, grids of {name}: {n / steps:.1f} a step, "
+          f"{ns / steps / 1e3:.1f} us ({ns / n / 1e3:.1f} us each)")
 PY
 done
