@@ -71,8 +71,9 @@ const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt);
 // cannot change, nor can SGD gain momentum it was created without (it has no buffers).
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p);
 // Optimizer state (torch's optimizer.state): how many updates parameter i received (Adam's
-// state["step"]; 0 = no state yet; waits for the device) and its state tensors, persistent f32 tensors the optimizer
-// owns: k = 0 momentum_buffer / exp_avg, k = 1 exp_avg_sq; NULL where the kind has none.
+// state["step"]; 0 = no state yet; waits for the device) and its state tensors, persistent f32
+// tensors the optimizer owns: k = 0 momentum_buffer / exp_avg, k = 1 exp_avg_sq; NULL where the
+// kind has none.
 int64_t amp_optim_param_steps(const amp_optim_t *opt, int i);
 amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k);
 // Restores the step counters (checkpoints): steps for amp_optim_steps, param_steps[num_params].

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 // ---------------------------------------------------------------------------------------------
 // Broken invariants abort with file:line (the library never calls exit()).
@@ -568,6 +569,24 @@ AMP_HOST_DEVICE static inline void amp_scale_update_step(float *scale, int32_t *
 // unscale_'s inv_scale: float32(1.0 / double(scale)).
 AMP_HOST_DEVICE static inline float amp_inv_scale_of(float scale) {
     return (float)(1.0 / (double)scale);
+}
+
+// update() given the summed found_inf and whether an optimizer that stepped had a non-finite
+// gradient: scale, inv_scale and tracker in place, and rec (i32 [AMP_SCALE_REC]) what it did.
+// The backends' scale_update (the CPU one, the CUDA kernel) end with it.
+AMP_HOST_DEVICE static inline void amp_scale_update_record(float *scale, float *inv_scale,
+                                                           int32_t *tracker, float found_inf,
+                                                           bool skipped,
+                                                           const amp_scaler_params *p,
+                                                           int32_t *rec) {
+    memcpy(&rec[AMP_REC_BEFORE], scale, 4);
+    amp_scale_update_step(scale, tracker, found_inf, p->growth_factor, p->backoff_factor,
+                          p->growth_interval);
+    *inv_scale = amp_inv_scale_of(*scale);
+    memcpy(&rec[AMP_REC_AFTER], scale, 4);
+    memcpy(&rec[AMP_REC_FOUND_INF], &found_inf, 4);
+    rec[AMP_REC_SKIPPED] = skipped;
+    rec[AMP_REC_TRACKER] = *tracker;
 }
 
 // Adam's scalars for a parameter's step-th update, in double as torch.optim computes them in

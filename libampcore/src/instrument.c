@@ -303,14 +303,20 @@ static void clear_slots(amp_ctx_t *ctx, int32_t n) {
     ctx->be->upload(ctx->bctx, in->slots, in->empty, (size_t)n * sizeof *in->empty);
 }
 
+// The statistics of the entries from slot_base on are in host[]: finished, and no longer on the
+// device.
+static void slots_arrived(amp_instr *in) {
+    for (int32_t i = in->slot_base; i < in->n_entries; i++) amp_stats_finish(&in->host[i]);
+    in->slot_base = in->n_entries;
+}
+
 // Downloads the statistics of the entries whose slots are on the device.
 static void download(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     int32_t n = in->n_entries - in->slot_base;
     if (n <= 0) return;
     ctx->be->download(ctx->bctx, in->host + in->slot_base, in->slots, (size_t)n * sizeof(amp_stats));
-    for (int32_t i = in->slot_base; i < in->n_entries; i++) amp_stats_finish(&in->host[i]);
-    in->slot_base = in->n_entries;
+    slots_arrived(in);
     clear_slots(ctx, n);
 }
 
@@ -842,8 +848,7 @@ static void finish_lagged(amp_ctx_t *ctx) {
     ctx->be->download_wait(ctx->bctx);
     swap_queue(in);
     memcpy(in->host + in->slot_base, l->staged, (size_t)l->n_staged * sizeof(amp_stats));
-    for (int32_t i = in->slot_base; i < in->n_entries; i++) amp_stats_finish(&in->host[i]);
-    in->slot_base = in->n_entries;
+    slots_arrived(in);
     read_scales(ctx, l->recs);
     const double norm = process_queue(ctx);
     emit_step(ctx, l->step, l->start_ns, l->end_ns, l->loss, l->stats_step, norm);

@@ -7,12 +7,12 @@
  * Adam and AdamW: per-element f32 arithmetic in the order of their tensor ops, with the
  * Python-side scalars (1 - beta, bias corrections, step size) computed in double and passed to
  * the f32 kernels as floats, as a Python float Scalar is. scale_update is _amp_update_scale_ over
- * the summed found_infs (amp_scale_update_step, as the CUDA kernel). State lives in tensors, as on a device.
+ * the summed found_infs (amp_scale_update_record, as the CUDA kernel). State lives in tensors, as
+ * on a device.
  */
 #include "cpu-impl.h"
 
 #include <math.h>
-#include <string.h>
 
 void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
                      amp_tensor_t *found_inf) {
@@ -42,22 +42,15 @@ void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_sca
     (void)bctx;
     AMP_ASSERT(tracker->dtype == AMP_DTYPE_I32 && cpu_numel(tracker) == 1);
     AMP_ASSERT(rec->dtype == AMP_DTYPE_I32 && cpu_numel(rec) == AMP_SCALE_REC);
-    float *s = amp_f32_scalar(scale), found = 0.0f;
-    int32_t *r = amp_tensor_ptr(rec);
+    float found = 0.0f;
     bool skipped = false;
     for (int i = 0; i < n; i++) { // found_infs[0] += found_infs[i], in order
         const float f = *amp_f32_scalar(found_infs[i]);
         found += f;
         skipped |= stepped[i] && f != 0.0f;
     }
-    memcpy(&r[AMP_REC_BEFORE], s, 4);
-    amp_scale_update_step(s, amp_tensor_ptr(tracker), found, p->growth_factor, p->backoff_factor,
-                          p->growth_interval);
-    *amp_f32_scalar(inv_scale) = amp_inv_scale_of(*s);
-    memcpy(&r[AMP_REC_AFTER], s, 4);
-    memcpy(&r[AMP_REC_FOUND_INF], &found, 4);
-    r[AMP_REC_SKIPPED] = skipped;
-    r[AMP_REC_TRACKER] = *(int32_t *)amp_tensor_ptr(tracker);
+    amp_scale_update_record(amp_f32_scalar(scale), amp_f32_scalar(inv_scale),
+                            amp_tensor_ptr(tracker), found, skipped, p, amp_tensor_ptr(rec));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -141,8 +134,8 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
             adam_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g), amp_tensor_ptr(mt),
                       amp_tensor_ptr(vt), count);
         } else {
-            sgd_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g), mt ? amp_tensor_ptr(mt) : NULL,
-                     count);
+            sgd_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g),
+                     mt ? amp_tensor_ptr(mt) : NULL, count);
         }
     }
 }

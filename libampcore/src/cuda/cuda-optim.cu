@@ -140,8 +140,7 @@ typedef struct scale_args {
     bool first, last;
     float *scale, *inv_scale;
     int32_t *tracker, *rec;
-    double growth, backoff;
-    int interval;
+    amp_scaler_params p;
 } scale_args;
 
 __global__ void scale_update_kernel(scale_args a) {
@@ -153,18 +152,12 @@ __global__ void scale_update_kernel(scale_args a) {
         found += f;
         skipped |= a.stepped[i] && f != 0.0f;
     }
-    rec[AMP_REC_FOUND_INF] = __float_as_int(found);
+    if (a.last) {
+        amp_scale_update_record(a.scale, a.inv_scale, a.tracker, found, skipped, &a.p, rec);
+        return;
+    }
+    rec[AMP_REC_FOUND_INF] = __float_as_int(found); // the sum so far, for the next launch
     rec[AMP_REC_SKIPPED] = skipped;
-    if (!a.last) return;
-    float scale = *a.scale;
-    int32_t tracker = *a.tracker;
-    rec[AMP_REC_BEFORE] = __float_as_int(scale);
-    amp_scale_update_step(&scale, &tracker, found, a.growth, a.backoff, a.interval);
-    *a.scale = scale;
-    *a.tracker = tracker;
-    *a.inv_scale = amp_inv_scale_of(scale);
-    rec[AMP_REC_AFTER] = __float_as_int(scale);
-    rec[AMP_REC_TRACKER] = tracker;
 }
 
 void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
@@ -179,9 +172,7 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
     a.inv_scale = amp_f32_scalar(inv_scale);
     a.tracker = (int32_t *)amp_tensor_ptr(tracker);
     a.rec = (int32_t *)amp_tensor_ptr(rec);
-    a.growth = p->growth_factor;
-    a.backoff = p->backoff_factor;
-    a.interval = p->growth_interval;
+    a.p = *p;
     for (int base = 0; base < n; base += MT_MAX) {
         a.n = n - base < MT_MAX ? n - base : MT_MAX;
         for (int i = 0; i < a.n; i++) {
