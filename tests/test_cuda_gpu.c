@@ -899,6 +899,134 @@ START_TEST(test_deferred_stats_gpu) {
 }
 END_TEST
 
+// A batch's statistics (stats_into with several tensors: the parameters at the start of a step,
+// their gradients at the end of backward) are held until the unscale or the optimizer step reads
+// the tensors and adds them as it goes (a skipped step too); a write to or a free of one of their
+// buffers by anything else launches them all first.
+static void expect_slots(const char *what, amp_stats *slots, const amp_stats *want, int n) {
+    amp_stats got[16];
+    gpu->be->download(gpu->bctx, got, slots, (size_t)n * sizeof *got);
+    for (int k = 0; k < n; k++) {
+        char m[128];
+        snprintf(m, sizeof m, "%s, tensor %d", what, k);
+        amp_stats_finish(&got[k]);
+        expect_same_stats(m, &got[k], &want[k]);
+        ck_assert_msg(fabs(got[k].sumsq - want[k].sumsq) <= 1e-5 * want[k].sumsq,
+                      "%s: sumsq %.9g, expected %.9g", m, got[k].sumsq, want[k].sumsq);
+    }
+}
+
+static void reset_slots(amp_stats *slots, int n) {
+    amp_stats empty[16];
+    for (int k = 0; k < n; k++)
+        empty[k] = amp_stats_empty();
+    gpu->be->upload(gpu->bctx, slots, empty, (size_t)n * sizeof *empty);
+}
+
+START_TEST(test_held_stats_gpu) {
+    NEED_GPU();
+    enum { N = 3 };
+    amp_stats *slots = gpu->be->alloc(gpu->bctx, 16 * sizeof(amp_stats)), want[16];
+    const int64_t idx[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    // whole 4096-element chunks of 16-byte vectors, a tail, a scalar
+    const int64_t len[N] = {(1 << 20) + 5, 4096 * 4, 1};
+    const int32_t count_idx[N + 1] = {0, 1, 2, 3};
+    const float inv = 1.0f / 1024;
+    amp_tensor_t *inv_scale = amp_tensor_from(gpu, F32, 0, NULL, &inv);
+    const amp_dtype targets[2] = {F16, BF16};
+    const amp_optim_kind kinds[2] = {AMP_OPTIM_ADAM, AMP_OPTIM_SGD};
+    for (int r = 0; r < 4; r++) {
+        const amp_dtype target = targets[r % 2];
+        const bool skipped = r >= 2; // an inf among the gradients: the step is skipped
+        amp_tensor_t *p[N], *g[N], *m[N], *v[N], *batch[2 * N];
+        for (int i = 0; i < N; i++) {
+            p[i] = gpu_special(F32, 1, &len[i], 1.0f);
+            pair gp = pair_new(F32, 1, &len[i], 100.0f, 0, false);
+            g[i] = gp.g;
+            m[i] = amp_tensor_new(gpu, F32, 1, &len[i]);
+            v[i] = amp_tensor_new(gpu, F32, 1, &len[i]);
+            batch[i] = p[i], batch[N + i] = g[i];
+        }
+        if (skipped) {
+            float bad = INFINITY;
+            gpu->be->upload(gpu->bctx, (float *)amp_tensor_ptr(g[0]) + 77, &bad, sizeof bad);
+        }
+        for (int k = 0; k < 2 * N; k++)
+            amp_tensor_stats(batch[k], target, &want[k]);
+        amp_tensor_t *found = amp_tensor_new(gpu, F32, 0, NULL),
+                     *counts = amp_tensor_new(gpu, AMP_DTYPE_I64, 1, (int64_t[]){N + 1});
+
+        // the GradScaler's step: the unscale takes the gradients', the optimizer the parameters'
+        reset_slots(slots, 2 * N);
+        gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, target, slots,
+                            idx);
+        gpu->be->unscale(gpu->bctx, g, N, inv_scale, found);
+        const amp_optim_params op = amp_optim_defaults(kinds[r % 2]);
+        gpu->be->optim_step(gpu->bctx, &op, p, g, op.kind == AMP_OPTIM_SGD ? NULL : m,
+                            op.kind == AMP_OPTIM_SGD ? NULL : v, N, counts, count_idx, found);
+        ck_assert_float_eq(amp_tensor_item(found), skipped ? 1.0f : 0.0f);
+        char what[96];
+        snprintf(what, sizeof what, "unscale + %s%s under %s", amp_optim_kind_name(op.kind),
+                 skipped ? " (skipped)" : "", amp_dtype_name(target));
+        expect_slots(what, slots, want, 2 * N);
+
+        // no GradScaler (bf16): the optimizer takes both
+        for (int k = 0; k < 2 * N; k++)
+            amp_tensor_stats(batch[k], target, &want[k]);
+        reset_slots(slots, 2 * N);
+        gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, target, slots,
+                            idx);
+        gpu->be->optim_step(gpu->bctx, &op, p, g, op.kind == AMP_OPTIM_SGD ? NULL : m,
+                            op.kind == AMP_OPTIM_SGD ? NULL : v, N, counts, count_idx, NULL);
+        snprintf(what, sizeof what, "%s alone under %s", amp_optim_kind_name(op.kind),
+                 amp_dtype_name(target));
+        expect_slots(what, slots, want, 2 * N);
+
+        // writes by anything else launch them first: a fill, an upload into one, a free of one
+        for (int w = 0; w < 3; w++) {
+            for (int k = 0; k < 2 * N; k++)
+                amp_tensor_stats(batch[k], target, &want[k]);
+            reset_slots(slots, 2 * N);
+            gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, target,
+                                slots, idx);
+            static const char *writer[3] = {"a fill", "an upload", "a free"};
+            const float zero = 0.0f;
+            if (w == 0) gpu->be->fill(gpu->bctx, p[1], 7.0f);
+            if (w == 1) gpu->be->upload(gpu->bctx, (float *)amp_tensor_ptr(g[0]) + 9, &zero, 4);
+            if (w == 2) { // the freed memory handed out again and overwritten
+                amp_tensor_free(p[0]);
+                p[0] = batch[0] = amp_tensor_new(gpu, F32, 1, &len[0]);
+            }
+            snprintf(what, sizeof what, "held, then %s", writer[w]);
+            expect_slots(what, slots, want, 2 * N);
+        }
+
+        // two batches of different autocast dtypes held together, launched by a synchronize
+        for (int k = 0; k < 2 * N; k++) {
+            amp_tensor_stats(batch[k], F16, &want[k]);
+            amp_tensor_stats(batch[k], BF16, &want[2 * N + k]);
+        }
+        reset_slots(slots, 4 * N);
+        gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, F16, slots, idx);
+        gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, BF16, slots,
+                            idx + 2 * N);
+        gpu->be->synchronize(gpu->bctx);
+        expect_slots("two autocast dtypes held", slots, want, 4 * N);
+
+        for (int i = 0; i < N; i++) {
+            amp_tensor_free(p[i]);
+            amp_tensor_free(g[i]);
+            amp_tensor_free(m[i]);
+            amp_tensor_free(v[i]);
+        }
+        amp_tensor_free(found);
+        amp_tensor_free(counts);
+    }
+    gpu->be->free(gpu->bctx, slots);
+    close_pair();
+}
+END_TEST
+
 // A program that ends with exit() and never frees its context: its last step, whose statistics
 // come back one step late on the GPU, is read at exit.
 START_TEST(test_exit_without_free_gpu) {
@@ -1165,6 +1293,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_stats_gpu);
     tcase_add_test(t, test_fused_stats_gpu);
     tcase_add_test(t, test_deferred_stats_gpu);
+    tcase_add_test(t, test_held_stats_gpu);
     tcase_add_test(t, test_exit_without_free_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """fused_stats_e2e.py BUILD OUT — on the GPU machine (not CI, which has no GPU): each sample run
 with --device cuda under `ampprobe run` twice, once with the statistics added by the kernels that
-write the tensors (the default) and once with every tensor read again by the statistics kernel
-(AMPPROBE_STATS_FUSED=0); the two databases must hold the same AMP_TENSOR_STATS rows of the first
-step (later steps train on weights that atomically summed gradients made differ in their last
-bits from run to run; for the same reason min, max and amax may differ by 1e-5 relative: the
-embedding's gradient is such a sum), the same events, and the same first finding of the report. Prints one line per run and PASS/FAILED; exits 1 on a
-difference."""
+write or read the tensors (the default) and once with every tensor read again by the statistics
+kernel (AMPPROBE_STATS_FUSED=0); the two databases must hold the same AMP_TENSOR_STATS rows of the
+first step (later steps train on weights that atomically summed gradients made differ in their
+last bits from run to run; for the same reason min, max and amax may differ by 1e-5 relative: the
+embedding's gradient is such a sum), the same events, the same gradient norm of the first step
+(to 1e-5 relative: sums of squares added in another order) and the same first finding of the
+report. Prints one line per run and PASS/FAILED; exits 1 on a difference."""
 import json, os, sqlite3, subprocess, sys
 
 build, out = sys.argv[1], sys.argv[2]
@@ -21,6 +22,7 @@ RUNS = [  # sample, flags
 ]
 STATS = ("SELECT step, layer_id, op, kind, dtype, target_dtype, numel, min, max, amax, n_nan, n_posinf, "
          "n_neginf, n_overflow, n_underflow, n_zero FROM AMP_TENSOR_STATS WHERE step = 0")
+NORM = "SELECT grad_norm FROM AMP_STEPS WHERE step = 0"  # the gradients' sums of squares
 EVENTS = "SELECT step, layer_id, op, phase, kind, severity, count, value, detail, occurrences FROM AMP_EVENTS"
 
 
@@ -58,12 +60,15 @@ for k, (sample, flags) in enumerate(RUNS):
     ta, tb = record(sample, flags, True, a), record(sample, flags, False, b)
     sa, sb = rows(a, STATS), rows(b, STATS)
     ea, eb = rows(a, EVENTS), rows(b, EVENTS)
+    na, nb = rows(a, NORM), rows(b, NORM)
+    norms = len(na) == len(nb) == 1 and (na[0][0] == nb[0][0] or (
+        na[0][0] is not None and nb[0][0] is not None and abs(na[0][0] - nb[0][0]) <= 1e-5 * abs(nb[0][0])))
     diff = [r for r in set(sa) ^ set(sb)][:3]
-    ok = len(sa) > 0 and same(sa, sb) and ea == eb and ta == tb
+    ok = len(sa) > 0 and same(sa, sb) and ea == eb and ta == tb and norms
     fail |= not ok
     print(f"{sample} {flags}: {len(sa)} statistics rows of step 0, {len(ea)} events, top finding {ta}"
           + ("" if ok else f" | separate: {len(sb)} rows, {len(eb)} events, top {tb}; "
-                           f"first differing rows {diff}; events equal {ea == eb}")
+                           f"first differing rows {diff}; events equal {ea == eb}; grad norms {na} {nb}")
           + (" PASS" if ok else " FAILED"), flush=True)
 print("FAILED" if fail else "PASS: fused and separate statistics agree")
 sys.exit(1 if fail else 0)

@@ -13,6 +13,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include <tuple>
+
 // ---------------------------------------------------------------------------------------------
 // Abort: this module's amp_abort / amp_abort_assert forward to the host's.
 
@@ -94,12 +96,17 @@ static void *be_alloc(void *bctx, size_t nbytes) {
 }
 
 static void be_free(void *bctx, void *p) {
-    cuda_pool_free(&cuda_of(bctx)->pool, p);
+    cuda_ctx *c = cuda_of(bctx);
+    cuda_pending_flush(c);
+    cuda_held_guard(c, p, 1); // the buffer that starts at p
+    cuda_pool_free(&c->pool, p);
 }
 
 static void be_upload(void *bctx, void *dst, const void *host, size_t nbytes) {
     cuda_ctx *c = cuda_of(bctx);
     if (!nbytes) return;
+    cuda_pending_flush(c);
+    cuda_held_guard(c, dst, nbytes);
     // From pageable memory the copy has returned once the source was staged: host may change.
     CUDA_CHECK(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, c->stream));
 }
@@ -157,25 +164,36 @@ static void be_release(void *bctx) {
 // ---------------------------------------------------------------------------------------------
 // The table
 
+static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job,
+                 amp_dtype target);
+
 // stats_into: the fused statistics kernel (cuda-stats.cu) on the context's stream, many tensors
 // per launch. A lone floating tensor (an op's output that its kernel could not add) waits for the
 // next backend call: when that call's kernel reads it whole (the GELU after a linear, the cast of
-// the logits, the residual add), it adds them as it reads instead of a launch of their own.
+// the logits, the residual add), it adds them as it reads instead of a launch of their own. A
+// batch's floating tensors wait in cuda_ctx.held for the unscale or the optimizer step.
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot) {
     AMP_ASSERT(n >= 0 && n <= AMP_STATS_BATCH, "(%d tensors)", n);
     cuda_ctx *c = cuda_of(bctx);
     cuda_pending_flush(c);
     cuda_stats_job jobs[AMP_STATS_BATCH];
+    int n_jobs = 0;
     for (int k = 0; k < n; k++) {
         CUDA_ASSERT_CONTIGUOUS(x[k]);
-        jobs[k] = {amp_tensor_ptr(x[k]), cuda_numel(x[k]), slots + slot[k], x[k]->dtype};
+        const cuda_stats_job job = {amp_tensor_ptr(x[k]), cuda_numel(x[k]), slots + slot[k],
+                                    x[k]->dtype};
+        const bool defer = c->defer_stats && amp_dtype_is_float(job.dtype) && job.numel > 0;
+        if (defer && n == 1) {
+            c->pending = {job.data, job.numel, job.slot, job.dtype, target};
+            return;
+        }
+        if (defer && c->n_held < CUDA_HELD_MAX)
+            hold(c, x[k], job, target);
+        else
+            jobs[n_jobs++] = job;
     }
-    if (n == 1 && c->defer_stats && amp_dtype_is_float(x[0]->dtype) && jobs[0].numel > 0) {
-        c->pending = {jobs[0].data, jobs[0].numel, jobs[0].slot, jobs[0].dtype, target};
-        return;
-    }
-    CUDA_CHECK(cuda_stats_launch(jobs, n, target, c->stream));
+    if (n_jobs) CUDA_CHECK(cuda_stats_launch(jobs, n_jobs, target, c->stream));
 }
 
 void cuda_pending_flush(cuda_ctx *c) {
@@ -186,53 +204,148 @@ void cuda_pending_flush(cuda_ctx *c) {
     CUDA_CHECK(cuda_stats_launch(&job, 1, c->pending.target, c->stream));
 }
 
-// A table member that launches the pending statistics first: every one that touches device
-// memory in use (not alloc and the host-memory members), but the ops that may take them
-// (cuda_fuse_take_input), which launch them themselves on their other paths.
+// ---------------------------------------------------------------------------------------------
+// Held statistics (cuda_ctx.held, sorted by buffer: buffers do not overlap, so their ends are in
+// order too, and a guard is a binary search)
+
+static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job, amp_dtype target) {
+    const char *base = (const char *)t->buf->data;
+    int i = c->n_held++;
+    for (; i > 0 && c->held[i - 1].base > base; i--)
+        c->held[i] = c->held[i - 1];
+    c->held[i] = {base, base + t->buf->nbytes, job.data, job.numel, job.slot, job.dtype, target};
+}
+
+// The first held entry whose buffer ends after p.
+static int held_after(const cuda_ctx *c, const char *p) {
+    int lo = 0, hi = c->n_held;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (c->held[mid].end > p)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+void cuda_held_flush(cuda_ctx *c) {
+    while (c->n_held) { // one launch per autocast dtype (a batch has one)
+        const amp_dtype target = c->held[0].target;
+        cuda_stats_job jobs[CUDA_HELD_MAX];
+        int n_jobs = 0, kept = 0;
+        for (int k = 0; k < c->n_held; k++) {
+            const cuda_held &h = c->held[k];
+            if (h.target == target)
+                jobs[n_jobs++] = {h.data, h.numel, h.slot, h.dtype};
+            else
+                c->held[kept++] = h;
+        }
+        c->n_held = kept;
+        CUDA_CHECK(cuda_stats_launch(jobs, n_jobs, target, c->stream));
+    }
+}
+
+void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes) {
+    if (!c->n_held || !lo) return;
+    const int i = held_after(c, (const char *)lo);
+    if (i < c->n_held && c->held[i].base < (const char *)lo + bytes) cuda_held_flush(c);
+}
+
+void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t) {
+    if (t) cuda_held_guard(c, t->buf->data, t->buf->nbytes);
+}
+
+bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dtype *target) {
+    if (!c->n_held) return false;
+    const void *data = amp_tensor_ptr(t);
+    const int64_t numel = cuda_numel(t);
+    for (int k = held_after(c, (const char *)t->buf->data);
+         k < c->n_held && c->held[k].base == (const char *)t->buf->data; k++) {
+        const cuda_held &h = c->held[k];
+        if (h.data != data || h.numel != numel || h.dtype != t->dtype) continue;
+        *slot = h.slot;
+        *target = h.target;
+        c->n_held--;
+        for (; k < c->n_held; k++)
+            c->held[k] = c->held[k + 1];
+        return true;
+    }
+    return false;
+}
+
+static void flush_all(cuda_ctx *c) {
+    cuda_pending_flush(c);
+    cuda_held_flush(c);
+}
+
+// The table's wrappers. FLUSHING: a member that reads or copies device memory wholesale (the
+// step's statistics among it) launches everything pending and held first. WRITES: a member
+// launches the pending statistics (unless it may take them: cuda_fuse_take_input, TAKES) and
+// guards the buffers of its tensor arguments at the positions OUT (after bctx), which it writes.
 template <auto F> struct flushing;
 template <typename R, typename... A, R (*F)(void *, A...)> struct flushing<F> {
     static R call(void *bctx, A... a) {
-        cuda_pending_flush(cuda_of(bctx));
+        flush_all(cuda_of(bctx));
         return F(bctx, a...);
     }
 };
 #define FLUSHING(f) flushing<f>::call
 
+template <bool PENDING, int... OUT> struct outs {
+    template <typename... A> static void guard(cuda_ctx *c, const A &...a) {
+        if (PENDING) cuda_pending_flush(c);
+        if (c->n_held) {
+            const std::tuple<const A &...> args(a...);
+            (cuda_held_guard_tensor(c, std::get<OUT>(args)), ...);
+        }
+    }
+};
+template <auto F, typename O> struct writes;
+template <typename O, typename R, typename... A, R (*F)(void *, A...)> struct writes<F, O> {
+    static R call(void *bctx, A... a) {
+        O::guard(cuda_of(bctx), a...);
+        return F(bctx, a...);
+    }
+};
+#define WRITES(f, ...) writes<f, outs<true, __VA_ARGS__>>::call
+#define TAKES(f, ...) writes<f, outs<false, __VA_ARGS__>>::call
+
 static const amp_backend_i cuda_backend = {
     .name = "cuda",
     .alloc = be_alloc,
-    .free = FLUSHING(be_free),
-    .upload = FLUSHING(be_upload),
+    .free = be_free,
+    .upload = be_upload,
     .download = FLUSHING(be_download),
     .host_alloc = be_host_alloc,
     .host_free = be_host_free,
     .download_async = FLUSHING(be_download_async),
     .download_wait = be_download_wait,
-    .copy = cuda_copy,
-    .fill = FLUSHING(cuda_fill),
-    .unary = cuda_unary,
-    .unary_backward = cuda_unary_backward,
-    .binary = cuda_binary,
-    .reduce_sum = FLUSHING(cuda_reduce_sum),
-    .gemm = FLUSHING(cuda_gemm),
-    .gemm_bgrad = FLUSHING(cuda_gemm_bgrad),
-    .softmax = FLUSHING(cuda_softmax),
-    .softmax_backward = FLUSHING(cuda_softmax_backward),
-    .layer_norm = FLUSHING(cuda_layer_norm),
-    .layer_norm_backward = FLUSHING(cuda_layer_norm_backward),
-    .embedding = FLUSHING(cuda_embedding),
-    .embedding_backward = FLUSHING(cuda_embedding_backward),
-    .im2col = FLUSHING(cuda_im2col),
-    .col2im = FLUSHING(cuda_col2im),
-    .max_pool2d = FLUSHING(cuda_max_pool2d),
-    .max_pool2d_backward = FLUSHING(cuda_max_pool2d_backward),
-    .nll_loss = FLUSHING(cuda_nll_loss),
-    .nll_loss_backward = FLUSHING(cuda_nll_loss_backward),
-    .masked_fill = FLUSHING(cuda_masked_fill),
-    .dropout_mask = FLUSHING(cuda_dropout_mask),
-    .unscale = FLUSHING(cuda_unscale),
-    .scale_update = FLUSHING(cuda_scale_update),
-    .optim_step = FLUSHING(cuda_optim_step),
+    .copy = TAKES(cuda_copy, 0),
+    .fill = WRITES(cuda_fill, 0),
+    .unary = TAKES(cuda_unary, 2),
+    .unary_backward = TAKES(cuda_unary_backward, 2),
+    .binary = TAKES(cuda_binary, 1),
+    .reduce_sum = WRITES(cuda_reduce_sum, 0),
+    .gemm = WRITES(cuda_gemm, 1),
+    .gemm_bgrad = WRITES(cuda_gemm_bgrad, 1, 4),
+    .softmax = WRITES(cuda_softmax, 1),
+    .softmax_backward = WRITES(cuda_softmax_backward, 1),
+    .layer_norm = WRITES(cuda_layer_norm, 0, 1, 2),
+    .layer_norm_backward = WRITES(cuda_layer_norm_backward, 0, 1, 2),
+    .embedding = WRITES(cuda_embedding, 0),
+    .embedding_backward = WRITES(cuda_embedding_backward, 0),
+    .im2col = WRITES(cuda_im2col, 1),
+    .col2im = WRITES(cuda_col2im, 1),
+    .max_pool2d = WRITES(cuda_max_pool2d, 0, 1),
+    .max_pool2d_backward = WRITES(cuda_max_pool2d_backward, 0),
+    .nll_loss = WRITES(cuda_nll_loss, 0),
+    .nll_loss_backward = WRITES(cuda_nll_loss_backward, 0),
+    .masked_fill = WRITES(cuda_masked_fill, 0),
+    .dropout_mask = WRITES(cuda_dropout_mask, 0),
+    .unscale = WRITES(cuda_unscale, 3), // takes or guards the gradients itself
+    .scale_update = WRITES(cuda_scale_update, 0, 1, 2, 7),
+    .optim_step = WRITES(cuda_optim_step, 6), // the same for the parameters and their state
     .stats_into = cuda_stats_into,
     .synchronize = FLUSHING(be_synchronize),
     .release = FLUSHING(be_release),

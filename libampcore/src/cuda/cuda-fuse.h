@@ -264,7 +264,7 @@ __device__ __forceinline__ thread_acc acc_empty(void) {
 }
 
 // The overflow threshold and smallest normal of an autocast dtype (f32: neither is counted).
-static inline stats_limits stats_limits_of(amp_dtype target) {
+__host__ __device__ static inline stats_limits stats_limits_of(amp_dtype target) {
     if (target == AMP_DTYPE_F16) return {65520.0f, 6.103515625e-05f};
     if (target == AMP_DTYPE_BF16) return {3.3961775292304854e38f, 1.1754943508222875e-38f};
     return {INFINITY, 0.0f};

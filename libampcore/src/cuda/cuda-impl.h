@@ -120,6 +120,16 @@ typedef struct cuda_gemm_plan {
     bool found; // the heuristic had an algorithm (else the plan only remembers that it had none)
 } cuda_gemm_plan;
 
+// One tensor's statistics held (cuda_ctx.held): its memory, its buffer's and its slot.
+typedef struct cuda_held {
+    const char *base, *end; // the tensor's buffer
+    const void *data;
+    int64_t numel;
+    amp_stats *slot;
+    amp_dtype dtype, target;
+} cuda_held;
+#define CUDA_HELD_MAX (4 * AMP_STATS_BATCH)
+
 typedef struct cuda_ctx {
     int device;
     cudaStream_t stream;
@@ -140,7 +150,14 @@ typedef struct cuda_ctx {
         amp_stats *slot;
         amp_dtype dtype, target;
     } pending;
-    bool defer_stats;        // pending used (AMPPROBE_STATS_FUSED=0: not)
+    // A batch's statistics (stats_into with several tensors: the parameters at the start of a
+    // step, their gradients at the end of backward), held until a multi-tensor kernel that reads
+    // those tensors anyway adds them as it goes (the unscale, the optimizer step: cuda_held_take)
+    // or until something is about to write or free one of their buffers (cuda_held_guard).
+    // Sorted by buffer.
+    cuda_held held[CUDA_HELD_MAX];
+    int n_held;
+    bool defer_stats;        // pending and held used (AMPPROBE_STATS_FUSED=0: not)
     cudaEvent_t downloaded;  // recorded after each download_async (NULL before the first)
 } cuda_ctx;
 
@@ -148,6 +165,17 @@ typedef struct cuda_ctx {
 // device memory calls it first (the table in cuda-backend.cu), or takes them
 // (cuda_fuse_take_input), so nothing writes or frees the tensor before they are read.
 void cuda_pending_flush(cuda_ctx *c);
+
+// Launches the held statistics, if any. Every backend member that writes or frees device memory
+// guards what it writes (the table in cuda-backend.cu), or takes them (cuda_held_take).
+void cuda_held_flush(cuda_ctx *c);
+// Launches the held statistics when [lo, lo + bytes) overlaps a held tensor's buffer.
+void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes);
+// The same for t's buffer (t may be NULL).
+void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t);
+// t's held statistics (of its whole memory), taken by the caller's kernel, which must add t's
+// statistics relative to *target into *slot: false when none are held for t.
+bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dtype *target);
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).
 void *cuda_scratch(cuda_ctx *c, size_t nbytes);

@@ -8,13 +8,15 @@
  * the test is on the input value, found_inf is only ever set to 1, inv_scale == 1 writes
  * nothing. The optimizers repeat the CPU reference's f32 arithmetic in torch.optim's order, with
  * the scalars (bias corrections, step size) computed in double from each parameter's update count
- * on the device. A whole chunk of f32 tensors (all but the last of each) moves 16 bytes a load,
+ * on the device. Both add the statistics that the instrumentation holds for the tensors they read
+ * (cuda_held_take: the gradients' at the end of backward, the parameters' of the step) as they
+ * go, in place of a launch of the statistics kernel; a skipped optimizer step still reads them. A whole chunk of f32 tensors (all but the last of each) moves 16 bytes a load,
  * every load of the thread issued before the first value is used: these kernels only stream
  * memory. Everything the host does not know without waiting is read on the device: the inverse
  * scale, found_inf (a skipped step returns at once), the update counts; the scale update is one
  * thread's work.
  */
-#include "cuda-impl.h"
+#include "cuda-fuse.h"
 
 #include <math.h>
 
@@ -29,6 +31,9 @@ typedef struct mt_args {
     int64_t n[MT_MAX];
     int32_t first_block[MT_MAX + 1];
     int8_t dtype[MT_MAX];
+    amp_stats *slot[2][MT_MAX]; // statistics of array 0 / 1 of the tensor (NULL: none)
+    int8_t target[2][MT_MAX];
+    bool stats; // any slot set
     int count;
 } mt_args;
 
@@ -68,9 +73,50 @@ static bool mt_add(mt_args *a, void *p0, void *p1, void *p2, void *p3, int64_t n
     return true;
 }
 
+// Array k of the last tensor added to a: its statistics taken when the instrumentation holds
+// them, else its buffer guarded when the kernel writes it (before any launch that could).
+static void mt_take(cuda_ctx *c, mt_args *a, int k, const amp_tensor_t *t, bool written) {
+    amp_stats *slot;
+    amp_dtype target;
+    if (cuda_held_take(c, t, &slot, &target)) {
+        a->slot[k][a->count - 1] = slot;
+        a->target[k][a->count - 1] = (int8_t)target;
+        a->stats = true;
+    } else if (written) {
+        cuda_held_guard_tensor(c, t);
+    }
+}
+
+// A block's share of the statistics of array k of tensor t (on: a slot for it).
+struct mt_stats {
+    amp_stats *slot;
+    stats_limits lim;
+    thread_acc a;
+
+    __device__ __forceinline__ mt_stats(const mt_args &m, int k, int t, bool S)
+        : slot(S ? m.slot[k][t] : nullptr), lim(stats_limits_of((amp_dtype)m.target[k][t])),
+          a(acc_empty()) {}
+    __device__ __forceinline__ void add(float v) {
+        if (slot) acc_value(a, v, lim);
+    }
+    __device__ __forceinline__ void add(float4 v) {
+        if (slot) {
+            acc_value(a, v.x, lim);
+            acc_value(a, v.y, lim);
+            acc_value(a, v.z, lim);
+            acc_value(a, v.w, lim);
+        }
+    }
+    // Every thread of the block; `slot` is the same for all of them.
+    __device__ __forceinline__ void end(const mt_args &m, int t, int64_t begin) {
+        if (slot) block_add_to_slot(slot, m.n[t], begin == 0, a, lim);
+    }
+};
+
 // ---------------------------------------------------------------------------------------------
 // unscale
 
+template <bool S>
 __global__ void __launch_bounds__(MT_BLOCK)
     unscale_kernel(mt_args a, const float *inv, float *found_inf) {
     const float inv_scale = *inv;
@@ -78,6 +124,7 @@ __global__ void __launch_bounds__(MT_BLOCK)
     const int t = mt_locate(a, &begin, &end);
     void *g = a.p[0][t];
     const amp_dtype dt = (amp_dtype)a.dtype[t];
+    mt_stats st(a, 0, t, S);
     bool bad = false;
     if (dt == AMP_DTYPE_F32 && mt_whole_f32(&a.p[0][t], 1, begin, end)) {
         float4 *g4 = (float4 *)((float *)g + begin);
@@ -87,6 +134,7 @@ __global__ void __launch_bounds__(MT_BLOCK)
             r[k] = g4[threadIdx.x + k * MT_BLOCK];
 #pragma unroll
         for (int k = 0; k < MT_VEC; k++) {
+            if (S) st.add(r[k]);
             bad |= !isfinite(r[k].x) || !isfinite(r[k].y) || !isfinite(r[k].z) || !isfinite(r[k].w);
             if (inv_scale != 1.0f)
                 g4[threadIdx.x + k * MT_BLOCK] = make_float4(
@@ -95,18 +143,22 @@ __global__ void __launch_bounds__(MT_BLOCK)
     } else {
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
             const float v = cuda_load(dt, g, i);
+            if (S) st.add(v);
             bad |= !isfinite(v);
             if (inv_scale != 1.0f) cuda_store(dt, g, i, v * inv_scale);
         }
     }
     if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+    if (S) st.end(a, t, begin);
 }
 
 static void unscale_launch(cuda_ctx *c, const mt_args *a, const float *inv_scale,
                            float *found_inf) {
     if (a->count == 0 || a->first_block[a->count] == 0) return;
-    unscale_kernel<<<(unsigned)a->first_block[a->count], MT_BLOCK, 0, c->stream>>>(*a, inv_scale,
-                                                                                   found_inf);
+    const unsigned grid = (unsigned)a->first_block[a->count];
+    CUDA_STATS_DISPATCH(a->stats, S,
+                        unscale_kernel<S><<<grid, MT_BLOCK, 0, c->stream>>>(*a, inv_scale,
+                                                                            found_inf));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -125,6 +177,7 @@ void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tenso
             a = mt_args{};
             mt_add(&a, amp_tensor_ptr(g), NULL, NULL, NULL, cuda_numel(g), g->dtype);
         }
+        mt_take(c, &a, 0, g, true);
     }
     unscale_launch(c, &a, inv_scale, fp);
 }
@@ -237,23 +290,19 @@ __device__ __forceinline__ void adam_element(const optim_scalars &o, const step_
     v = vi;
 }
 
-__global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalars o) {
-    if (o.found_inf && *o.found_inf != 0.0f) return; // `if (*found_inf)`: NaN counts as found
-    int64_t begin, end;
-    const int t = mt_locate(a, &begin, &end);
-    __shared__ step_scalars ss;
-    if (threadIdx.x == 0) {
-        ss.step = *a.steps[t];
-        amp_adam_step_scalars(o.lr, o.beta1, o.beta2, ss.step, &ss.step_size, &ss.bc2_sqrt);
-    }
-    __syncthreads();
-    const step_scalars s = ss;
-    float *p = (float *)a.p[0][t];
-    const float *g = (const float *)a.p[1][t];
-    float *m = (float *)a.p[2][t], *v = (float *)a.p[3][t];
+// The update of one block's chunk [begin, end) of a parameter, with the statistics of its values
+// before the update (sp) and of its gradient (sg) when S.
+template <bool S>
+__device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_scalars s, float *p,
+                                            const float *g, float *m, float *v, int64_t begin,
+                                            int64_t end, mt_stats &sp, mt_stats &sg) {
     if (o.kind == AMP_OPTIM_SGD) {
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
             float gi = g[i];
+            if (S) {
+                sp.add(p[i]);
+                sg.add(gi);
+            }
             if (o.weight_decay != 0.0f) gi = gi + o.weight_decay * p[i];
             if (o.momentum != 0.0f) {
                 m[i] = s.step == 1 ? gi : m[i] * o.momentum + o.damp1 * gi;
@@ -277,6 +326,10 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
         }
 #pragma unroll
         for (int k = 0; k < MT_VEC; k++) {
+            if (S) {
+                sp.add(P[k]);
+                sg.add(G[k]);
+            }
             adam_element(o, s, decoupled, P[k].x, G[k].x, M[k].x, V[k].x);
             adam_element(o, s, decoupled, P[k].y, G[k].y, M[k].y, V[k].y);
             adam_element(o, s, decoupled, P[k].z, G[k].z, M[k].z, V[k].z);
@@ -286,13 +339,50 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
         }
         return;
     }
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        if (S) {
+            sp.add(p[i]);
+            sg.add(g[i]);
+        }
         adam_element(o, s, decoupled, p[i], g[i], m[i], v[i]);
+    }
+}
+
+template <bool S>
+__global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalars o) {
+    const bool skip = o.found_inf && *o.found_inf != 0.0f; // `if (*found_inf)`: NaN counts
+    if (!S && skip) return;
+    int64_t begin, end;
+    const int t = mt_locate(a, &begin, &end);
+    float *p = (float *)a.p[0][t];
+    const float *g = (const float *)a.p[1][t];
+    float *m = (float *)a.p[2][t], *v = (float *)a.p[3][t];
+    mt_stats sp(a, 0, t, S), sg(a, 1, t, S); // the parameter's before the update, its gradient's
+    if (skip) { // S: the statistics only
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            sp.add(p[i]);
+            sg.add(g[i]);
+        }
+    } else {
+        __shared__ step_scalars ss;
+        if (threadIdx.x == 0) {
+            ss.step = *a.steps[t];
+            amp_adam_step_scalars(o.lr, o.beta1, o.beta2, ss.step, &ss.step_size, &ss.bc2_sqrt);
+        }
+        __syncthreads();
+        optim_chunk<S>(o, ss, p, g, m, v, begin, end, sp, sg);
+    }
+    if (S) {
+        sp.end(a, t, begin);
+        sg.end(a, t, begin);
+    }
 }
 
 static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) {
     if (a->count == 0 || a->first_block[a->count] == 0) return;
-    optim_kernel<<<(unsigned)a->first_block[a->count], MT_BLOCK, 0, c->stream>>>(*a, *o);
+    const unsigned grid = (unsigned)a->first_block[a->count];
+    CUDA_STATS_DISPATCH(a->stats, S,
+                        optim_kernel<S><<<grid, MT_BLOCK, 0, c->stream>>>(*a, *o));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -360,6 +450,10 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
             mt_add(&a, pp, gp, mp, vp, count, AMP_DTYPE_F32);
         }
         a.steps[a.count - 1] = cp + idx[t];
+        mt_take(c, &a, 0, p, true);
+        mt_take(c, &a, 1, g, false);
+        cuda_held_guard_tensor(c, mt);
+        cuda_held_guard_tensor(c, vt);
     }
     optim_launch(c, &a, &o);
 }
