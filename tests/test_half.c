@@ -110,6 +110,42 @@ START_TEST(test_stats_boundaries) {
 }
 END_TEST
 
+// Statistics of views: a permutation of a contiguous tensor (read as its memory, in another
+// order), the same of a piece of it (an offset), and a slice with gaps (read through a copy) all
+// match the statistics of their contiguous copies.
+START_TEST(test_stats_of_views) {
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    int64_t shape[3] = {4, 3, 6}, n = 4 * 3 * 6;
+    float v[72];
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((i * 37) % 71) - 35.0f;
+    v[5] = 7e4f, v[40] = -INFINITY, v[41] = NAN, v[70] = ldexpf(1, -20), v[71] = 0.0f;
+    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 3, shape, v);
+    amp_tensor_t *pieces[4], *cols[3];
+    ck_assert_int_eq(amp_split(ctx, t, 3, 0, pieces, 4), 2);   // (3,3,6) at 0, (1,3,6) at 54
+    ck_assert_int_eq(amp_split(ctx, t, 2, 2, cols, 3), 3);     // (4,3,2) with gaps
+    const int perm[3] = {2, 0, 1};
+    amp_tensor_t *views[] = {amp_permute(ctx, t, perm), amp_transpose(ctx, pieces[1], 0, 2),
+                             amp_permute(ctx, pieces[0], perm), cols[1],
+                             amp_transpose(ctx, cols[2], 1, 2)};
+    for (int k = 0; k < (int)(sizeof views / sizeof *views); k++) {
+        ck_assert(!amp_tensor_is_contiguous(views[k]) || k == 1);
+        amp_stats a, b;
+        amp_tensor_stats(views[k], AMP_DTYPE_F16, &a);
+        amp_tensor_stats(amp_contiguous(ctx, views[k]), AMP_DTYPE_F16, &b);
+        ck_assert_msg(a.numel == b.numel && a.n_nan == b.n_nan && a.n_neginf == b.n_neginf &&
+                          a.n_overflow == b.n_overflow && a.n_underflow == b.n_underflow &&
+                          a.n_zero == b.n_zero && a.min == b.min && a.max == b.max,
+                      "view %d: numel %lld min %g max %g, contiguous copy: %lld %g %g", k,
+                      (long long)a.numel, (double)a.min, (double)a.max, (long long)b.numel,
+                      (double)b.min, (double)b.max);
+        ck_assert_close(a.sumsq, b.sumsq, 0, 1e-12);
+    }
+    amp_ctx_free(ctx);
+}
+END_TEST
+
 Suite *half_suite(void) {
     Suite *s = suite_create("half");
     TCase *tc = tcase_create("convert");
@@ -118,6 +154,7 @@ Suite *half_suite(void) {
     tcase_add_test(tc, test_f16_round_trip_all);
     tcase_add_test(tc, test_bf16_widen);
     tcase_add_test(tc, test_stats_boundaries);
+    tcase_add_test(tc, test_stats_of_views);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -142,8 +142,8 @@ void *cuda_pool_alloc(cuda_pool *p, size_t nbytes) {
     return b.ptr;
 }
 
-void cuda_pool_free(cuda_pool *p, void *ptr) {
-    if (!ptr) return;
+size_t cuda_pool_free(cuda_pool *p, void *ptr) {
+    if (!ptr) return 0;
     cuda_block b = live_take(p, ptr);
     p->in_use_bytes -= b.bytes;
     cuda_bin *bin = bin_find(p, b.bytes, true);
@@ -153,6 +153,7 @@ void cuda_pool_free(cuda_pool *p, void *ptr) {
         AMP_ASSERT(bin->ptrs != NULL);
     }
     bin->ptrs[bin->n++] = b.ptr;
+    return b.bytes;
 }
 
 void cuda_pool_release(cuda_pool *p) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <tuple>
+#include <utility>
 
 // ---------------------------------------------------------------------------------------------
 // Abort: this module's amp_abort / amp_abort_assert forward to the host's.
@@ -95,17 +96,20 @@ static void *be_alloc(void *bctx, size_t nbytes) {
     return cuda_pool_alloc(&cuda_of(bctx)->pool, nbytes); // uninitialised, like the table says
 }
 
+static bool held_buffer(const cuda_ctx *c, const char *base);
+
 static void be_free(void *bctx, void *p) {
     cuda_ctx *c = cuda_of(bctx);
-    cuda_pending_flush(c);
-    cuda_held_guard(c, p, 1); // the buffer that starts at p
-    cuda_pool_free(&c->pool, p);
+    const char *b = (const char *)p, *e = b + cuda_pool_free(&c->pool, p);
+    // a held tensor's buffer, or the slots its statistics go to: launched before anything else
+    // can have the memory (one stream)
+    if (c->n_held && (held_buffer(c, b) || (b < c->slots_hi && c->slots_lo < e)))
+        cuda_held_flush(c);
 }
 
 static void be_upload(void *bctx, void *dst, const void *host, size_t nbytes) {
     cuda_ctx *c = cuda_of(bctx);
     if (!nbytes) return;
-    cuda_pending_flush(c);
     cuda_held_guard(c, dst, nbytes);
     // From pageable memory the copy has returned once the source was staged: host may change.
     CUDA_CHECK(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, c->stream));
@@ -164,31 +168,117 @@ static void be_release(void *bctx) {
 // ---------------------------------------------------------------------------------------------
 // The table
 
-static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job,
-                 amp_dtype target);
+// ---------------------------------------------------------------------------------------------
+// Held statistics (cuda_ctx.held)
+
+#define HELD_MASK (2 * CUDA_HELD_MAX - 1)
+
+static int held_home(const char *base) { // Fibonacci hashing of the buffer's address
+    return (int)(((uintptr_t)base * 0x9E3779B97F4A7C15ull) >> 40) & HELD_MASK;
+}
+
+void cuda_held_flush(cuda_ctx *c) {
+    if (!c->n_held) return;
+    cuda_stats_job jobs[CUDA_HELD_MAX];
+    amp_dtype targets[CUDA_HELD_MAX];
+    int n = 0;
+    for (int i = 0; i <= HELD_MASK; i++) {
+        cuda_held &h = c->held[i];
+        if (!h.base) continue;
+        targets[n] = h.target;
+        jobs[n++] = {h.data, h.numel, h.slot, h.dtype};
+        h.base = NULL;
+    }
+    c->n_held = 0;
+    // one launch per autocast dtype (nearly always one)
+    for (int done = 0; done < n;) {
+        const amp_dtype target = targets[done];
+        int k = done;
+        for (int i = done; i < n; i++)
+            if (targets[i] == target) {
+                std::swap(jobs[i], jobs[k]);
+                std::swap(targets[i], targets[k]);
+                k++;
+            }
+        CUDA_CHECK(cuda_stats_launch(jobs + done, k - done, target, c->stream));
+        done = k;
+    }
+}
+
+static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job, amp_dtype target) {
+    if (c->n_held == CUDA_HELD_MAX) cuda_held_flush(c);
+    const char *base = (const char *)t->buf->data;
+    int i = held_home(base);
+    while (c->held[i].base)
+        i = (i + 1) & HELD_MASK;
+    c->held[i] = {base, base + t->buf->nbytes, job.data, job.numel, job.slot, job.dtype, target};
+    const char *slot = (const char *)job.slot;
+    if (!c->n_held++) c->slots_lo = c->slots_hi = slot;
+    if (slot < c->slots_lo) c->slots_lo = slot;
+    if (slot + sizeof(amp_stats) > c->slots_hi) c->slots_hi = slot + sizeof(amp_stats);
+}
+
+// Whether an entry of the table holds the buffer at base.
+static bool held_buffer(const cuda_ctx *c, const char *base) {
+    for (int i = held_home(base); c->held[i].base; i = (i + 1) & HELD_MASK)
+        if (c->held[i].base == base) return true;
+    return false;
+}
+
+void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes) {
+    if (!c->n_held || !lo) return;
+    const char *p = (const char *)lo;
+    for (int i = 0; i <= HELD_MASK; i++) // (an upload: rare)
+        if (c->held[i].base && c->held[i].base < p + bytes && p < c->held[i].end) {
+            cuda_held_flush(c);
+            return;
+        }
+}
+
+void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t) {
+    if (t && c->n_held && held_buffer(c, (const char *)t->buf->data)) cuda_held_flush(c);
+}
+
+bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dtype *target) {
+    if (!c->n_held) return false;
+    const char *base = (const char *)t->buf->data;
+    const void *data = amp_tensor_ptr(t);
+    const int64_t numel = cuda_numel(t);
+    int i = held_home(base);
+    for (; c->held[i].base; i = (i + 1) & HELD_MASK) {
+        const cuda_held &h = c->held[i];
+        if (h.base == base && h.data == data && h.numel == numel && h.dtype == t->dtype) break;
+    }
+    if (!c->held[i].base) return false;
+    *slot = c->held[i].slot;
+    *target = c->held[i].target;
+    // removed by shifting back the entries after it that probed past it
+    for (int j = (i + 1) & HELD_MASK; c->held[j].base; j = (j + 1) & HELD_MASK) {
+        const int home = held_home(c->held[j].base);
+        if (((j - home) & HELD_MASK) >= ((j - i) & HELD_MASK)) { // home at or before i
+            c->held[i] = c->held[j];
+            i = j;
+        }
+    }
+    c->held[i].base = NULL;
+    c->n_held--;
+    return true;
+}
 
 // stats_into: the fused statistics kernel (cuda-stats.cu) on the context's stream, many tensors
-// per launch. A lone floating tensor (an op's output that its kernel could not add) waits for the
-// next backend call: when that call's kernel reads it whole (the GELU after a linear, the cast of
-// the logits, the residual add), it adds them as it reads instead of a launch of their own. A
-// batch's floating tensors wait in cuda_ctx.held for the unscale or the optimizer step.
+// per launch, once the statistics of floating tensors have waited in cuda_ctx.held for a kernel
+// that reads the tensor anyway to add them.
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot) {
     AMP_ASSERT(n >= 0 && n <= AMP_STATS_BATCH, "(%d tensors)", n);
     cuda_ctx *c = cuda_of(bctx);
-    cuda_pending_flush(c);
     cuda_stats_job jobs[AMP_STATS_BATCH];
     int n_jobs = 0;
     for (int k = 0; k < n; k++) {
         CUDA_ASSERT_CONTIGUOUS(x[k]);
         const cuda_stats_job job = {amp_tensor_ptr(x[k]), cuda_numel(x[k]), slots + slot[k],
                                     x[k]->dtype};
-        const bool defer = c->defer_stats && amp_dtype_is_float(job.dtype) && job.numel > 0;
-        if (defer && n == 1) {
-            c->pending = {job.data, job.numel, job.slot, job.dtype, target};
-            return;
-        }
-        if (defer && c->n_held < CUDA_HELD_MAX)
+        if (c->defer_stats && amp_dtype_is_float(job.dtype) && job.numel > 0)
             hold(c, x[k], job, target);
         else
             jobs[n_jobs++] = job;
@@ -196,105 +286,20 @@ void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype 
     if (n_jobs) CUDA_CHECK(cuda_stats_launch(jobs, n_jobs, target, c->stream));
 }
 
-void cuda_pending_flush(cuda_ctx *c) {
-    if (!c->pending.slot) return;
-    const cuda_stats_job job = {c->pending.data, c->pending.numel, c->pending.slot,
-                                c->pending.dtype};
-    c->pending.slot = NULL;
-    CUDA_CHECK(cuda_stats_launch(&job, 1, c->pending.target, c->stream));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Held statistics (cuda_ctx.held, sorted by buffer: buffers do not overlap, so their ends are in
-// order too, and a guard is a binary search)
-
-static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job, amp_dtype target) {
-    const char *base = (const char *)t->buf->data;
-    int i = c->n_held++;
-    for (; i > 0 && c->held[i - 1].base > base; i--)
-        c->held[i] = c->held[i - 1];
-    c->held[i] = {base, base + t->buf->nbytes, job.data, job.numel, job.slot, job.dtype, target};
-}
-
-// The first held entry whose buffer ends after p.
-static int held_after(const cuda_ctx *c, const char *p) {
-    int lo = 0, hi = c->n_held;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (c->held[mid].end > p)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
-void cuda_held_flush(cuda_ctx *c) {
-    while (c->n_held) { // one launch per autocast dtype (a batch has one)
-        const amp_dtype target = c->held[0].target;
-        cuda_stats_job jobs[CUDA_HELD_MAX];
-        int n_jobs = 0, kept = 0;
-        for (int k = 0; k < c->n_held; k++) {
-            const cuda_held &h = c->held[k];
-            if (h.target == target)
-                jobs[n_jobs++] = {h.data, h.numel, h.slot, h.dtype};
-            else
-                c->held[kept++] = h;
-        }
-        c->n_held = kept;
-        CUDA_CHECK(cuda_stats_launch(jobs, n_jobs, target, c->stream));
-    }
-}
-
-void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes) {
-    if (!c->n_held || !lo) return;
-    const int i = held_after(c, (const char *)lo);
-    if (i < c->n_held && c->held[i].base < (const char *)lo + bytes) cuda_held_flush(c);
-}
-
-void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t) {
-    if (t) cuda_held_guard(c, t->buf->data, t->buf->nbytes);
-}
-
-bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dtype *target) {
-    if (!c->n_held) return false;
-    const void *data = amp_tensor_ptr(t);
-    const int64_t numel = cuda_numel(t);
-    for (int k = held_after(c, (const char *)t->buf->data);
-         k < c->n_held && c->held[k].base == (const char *)t->buf->data; k++) {
-        const cuda_held &h = c->held[k];
-        if (h.data != data || h.numel != numel || h.dtype != t->dtype) continue;
-        *slot = h.slot;
-        *target = h.target;
-        c->n_held--;
-        for (; k < c->n_held; k++)
-            c->held[k] = c->held[k + 1];
-        return true;
-    }
-    return false;
-}
-
-static void flush_all(cuda_ctx *c) {
-    cuda_pending_flush(c);
-    cuda_held_flush(c);
-}
-
-// The table's wrappers. FLUSHING: a member that reads or copies device memory wholesale (the
-// step's statistics among it) launches everything pending and held first. WRITES: a member
-// launches the pending statistics (unless it may take them: cuda_fuse_take_input, TAKES) and
-// guards the buffers of its tensor arguments at the positions OUT (after bctx), which it writes.
+// The table's wrappers. FLUSHING: a member that reads device memory wholesale (the step's
+// statistics among it) launches the held statistics first. WRITES: a member guards the buffers
+// of its tensor arguments at the positions OUT (after bctx), which it writes.
 template <auto F> struct flushing;
 template <typename R, typename... A, R (*F)(void *, A...)> struct flushing<F> {
     static R call(void *bctx, A... a) {
-        flush_all(cuda_of(bctx));
+        cuda_held_flush(cuda_of(bctx));
         return F(bctx, a...);
     }
 };
 #define FLUSHING(f) flushing<f>::call
 
-template <bool PENDING, int... OUT> struct outs {
+template <int... OUT> struct outs {
     template <typename... A> static void guard(cuda_ctx *c, const A &...a) {
-        if (PENDING) cuda_pending_flush(c);
         if (c->n_held) {
             const std::tuple<const A &...> args(a...);
             (cuda_held_guard_tensor(c, std::get<OUT>(args)), ...);
@@ -308,8 +313,7 @@ template <typename O, typename R, typename... A, R (*F)(void *, A...)> struct wr
         return F(bctx, a...);
     }
 };
-#define WRITES(f, ...) writes<f, outs<true, __VA_ARGS__>>::call
-#define TAKES(f, ...) writes<f, outs<false, __VA_ARGS__>>::call
+#define WRITES(f, ...) writes<f, outs<__VA_ARGS__>>::call
 
 static const amp_backend_i cuda_backend = {
     .name = "cuda",
@@ -321,11 +325,11 @@ static const amp_backend_i cuda_backend = {
     .host_free = be_host_free,
     .download_async = FLUSHING(be_download_async),
     .download_wait = be_download_wait,
-    .copy = TAKES(cuda_copy, 0),
+    .copy = WRITES(cuda_copy, 0),
     .fill = WRITES(cuda_fill, 0),
-    .unary = TAKES(cuda_unary, 2),
-    .unary_backward = TAKES(cuda_unary_backward, 2),
-    .binary = TAKES(cuda_binary, 1),
+    .unary = WRITES(cuda_unary, 2),
+    .unary_backward = WRITES(cuda_unary_backward, 2),
+    .binary = WRITES(cuda_binary, 1),
     .reduce_sum = WRITES(cuda_reduce_sum, 0),
     .gemm = WRITES(cuda_gemm, 1),
     .gemm_bgrad = WRITES(cuda_gemm_bgrad, 1, 4),

@@ -162,6 +162,22 @@ static bool iter_in_vectors(cuda_iter *it, int64_t V) {
     return true;
 }
 
+// The held statistics of an operand that the vectorised and the generic kernels read whole and in
+// order (contiguous, y too): the residual add of a linear's output. *of: 1 for a, 2 for b.
+static cuda_fuse take_operand(cuda_ctx *c, const amp_tensor_t *y, const amp_tensor_t *a,
+                              const amp_tensor_t *b, int *of) {
+    if (!cuda_is_contiguous(y)) return cuda_fuse{};
+    for (const amp_tensor_t *o : {a, b}) {
+        if (!cuda_is_contiguous(o)) continue;
+        const cuda_fuse f = cuda_fuse_take_input(c, o);
+        if (f.slot) {
+            *of = o == a ? 1 : 2;
+            return f;
+        }
+    }
+    return cuda_fuse{};
+}
+
 void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
                  const amp_tensor_t *b) {
     cuda_ctx *c = cuda_of(bctx);
@@ -174,19 +190,11 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     void *yp = amp_tensor_ptr(y);
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
     const cuda_fuse f = cuda_fuse_take(y);
-    // the operand that the vectorised and the generic kernels read whole and in order (contiguous,
-    // y too), when it has statistics pending (the residual add of a linear's output)
-    const amp_tensor_t *whole = NULL;
-    for (const amp_tensor_t *o : {b, a})
-        if (cuda_is_contiguous(y) && cuda_is_contiguous(o) && c->pending.slot &&
-            c->pending.data == amp_tensor_ptr(o))
-            whole = o;
-    const int fi_of = whole == a ? 1 : 2;
+    int fi_of = 0;
     if (cuda_is_contiguous(y) && cuda_is_contiguous(a) && cuda_is_contiguous(b) &&
         a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         aligned16(bp)) {
-        const cuda_fuse fi = whole ? cuda_fuse_take_input(c, whole) : cuda_fuse{};
-        cuda_pending_flush(c); // (none when taken)
+        const cuda_fuse fi = take_operand(c, y, a, b, &fi_of);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
             CUDA_STATS_DISPATCH(
@@ -206,7 +214,6 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         iter_channel(&it, V, &inner, &C, &sb)) {
         const int64_t nv = n / V;
-        cuda_pending_flush(c);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(nv, 256);
             CUDA_FUSE_DISPATCH(
@@ -222,7 +229,6 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     if (a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         aligned16(bp) && iter_in_vectors(&it, V)) {
         const int64_t nv = n / V;
-        cuda_pending_flush(c);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(nv, 256);
             CUDA_FUSE_DISPATCH(
@@ -234,8 +240,7 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
         CUDA_LAUNCH_CHECK();
         return;
     }
-    const cuda_fuse fi = whole ? cuda_fuse_take_input(c, whole) : cuda_fuse{};
-    cuda_pending_flush(c); // (none when taken)
+    const cuda_fuse fi = take_operand(c, y, a, b, &fi_of);
     const unsigned grid = cuda_grid(n, 256, 4);
     CUDA_STATS_DISPATCH(
         f.slot || fi.slot, S,

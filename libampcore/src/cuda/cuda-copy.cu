@@ -206,7 +206,6 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
                        ((uintptr_t)amp_tensor_ptr(dst) & 31) == 0;
     const cuda_fuse f = typed ? cuda_fuse_take(dst) : cuda_fuse{};
     if (cuda_is_contiguous(src) && src->dtype == dst->dtype && !f.slot) {
-        cuda_pending_flush(c);
         CUDA_CHECK(cudaMemcpyAsync(amp_tensor_ptr(dst), amp_tensor_ptr(src),
                                    (size_t)n * amp_dtype_size(dst->dtype), cudaMemcpyDeviceToDevice,
                                    c->stream));
@@ -227,7 +226,6 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         CUDA_LAUNCH_CHECK();
         return;
     }
-    cuda_pending_flush(c);
     int64_t dstride[AMP_MAX_DIMS];
     cuda_contiguous_strides(dst->ndim, dst->shape, dstride);
     cuda_iter it;

@@ -286,19 +286,14 @@ static inline cuda_fuse cuda_fuse_take(const amp_tensor_t *y) {
     return cuda_fuse{s->slot, cuda_numel(y), stats_limits_of(s->target)};
 }
 
-// The pending statistics (cuda_ctx.pending) when they are x's, taken by the caller's kernel, which
-// reads x whole (the same memory: x contiguous, floating); otherwise they are launched now and
-// the result is empty. Call it only on the path whose kernel adds what it takes.
+// x's held statistics (cuda_ctx.held), taken by the caller's kernel, which reads x whole (its
+// memory: x contiguous); otherwise empty. Call it only on the path whose kernel adds what it takes.
 static inline cuda_fuse cuda_fuse_take_input(cuda_ctx *c, const amp_tensor_t *x) {
-    if (c->pending.slot && c->pending.data == amp_tensor_ptr(x) &&
-        c->pending.numel == cuda_numel(x) && c->pending.dtype == x->dtype &&
-        amp_dtype_is_float(x->dtype)) {
-        const cuda_fuse f{c->pending.slot, c->pending.numel, stats_limits_of(c->pending.target)};
-        c->pending.slot = NULL;
-        return f;
-    }
-    cuda_pending_flush(c);
-    return cuda_fuse{NULL, 0, {}};
+    amp_stats *slot;
+    amp_dtype target;
+    if (!amp_dtype_is_float(x->dtype) || !cuda_held_take(c, x, &slot, &target))
+        return cuda_fuse{NULL, 0, {}};
+    return cuda_fuse{slot, cuda_numel(x), stats_limits_of(target)};
 }
 
 // Blocks of `kernel` with `block` threads each that the device holds at once (asked once per

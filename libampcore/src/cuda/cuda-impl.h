@@ -97,7 +97,7 @@ typedef struct cuda_pool {
 } cuda_pool;
 
 void *cuda_pool_alloc(cuda_pool *p, size_t nbytes);
-void cuda_pool_free(cuda_pool *p, void *ptr);
+size_t cuda_pool_free(cuda_pool *p, void *ptr); // returns the block's (rounded) bytes
 void cuda_pool_release(cuda_pool *p); // cudaFree()s everything cached
 
 // ---------------------------------------------------------------------------------------------
@@ -120,9 +120,9 @@ typedef struct cuda_gemm_plan {
     bool found; // the heuristic had an algorithm (else the plan only remembers that it had none)
 } cuda_gemm_plan;
 
-// One tensor's statistics held (cuda_ctx.held): its memory, its buffer's and its slot.
+// One tensor's statistics held (cuda_ctx.held): its buffer, its memory and its slot.
 typedef struct cuda_held {
-    const char *base, *end; // the tensor's buffer
+    const char *base, *end; // the tensor's buffer (base NULL: an empty entry of the table)
     const void *data;
     int64_t numel;
     amp_stats *slot;
@@ -141,37 +141,26 @@ typedef struct cuda_ctx {
     int n_plans;
     void *scratch; // grow-only device scratch for ops (f32 accumulators, partial sums)
     size_t scratch_bytes;
-    // A lone tensor's statistics (stats_into with one tensor), launched by the next backend call
-    // unless that call's kernel reads the tensor whole and adds them as it goes (cuda-fuse.h:
-    // cuda_fuse_take_input): slot NULL when none.
-    struct {
-        const void *data;
-        int64_t numel;
-        amp_stats *slot;
-        amp_dtype dtype, target;
-    } pending;
-    // A batch's statistics (stats_into with several tensors: the parameters at the start of a
-    // step, their gradients at the end of backward), held until a multi-tensor kernel that reads
-    // those tensors anyway adds them as it goes (the unscale, the optimizer step: cuda_held_take)
-    // or until something is about to write or free one of their buffers (cuda_held_guard).
-    // Sorted by buffer.
-    cuda_held held[CUDA_HELD_MAX];
+    // Statistics queued but not launched (stats_into): each waits until a kernel that reads its
+    // tensor whole anyway adds them as it goes (a GELU after the linear that wrote the tensor,
+    // the cast of the logits, the unscale of the gradients, the optimizer step over the
+    // parameters: cuda_held_take), or until anything is about to write or free the tensor's
+    // buffer (cuda_held_guard), or the step's figures are read; then all go together, in few
+    // launches. An open-addressing table by buffer (linear probing), at most CUDA_HELD_MAX.
+    cuda_held held[2 * CUDA_HELD_MAX];
     int n_held;
-    bool defer_stats;        // pending and held used (AMPPROBE_STATS_FUSED=0: not)
+    const char *slots_lo, *slots_hi; // the slots of the held statistics lie in [lo, hi)
+    bool defer_stats;        // held used (AMPPROBE_STATS_FUSED=0: every tensor read at once)
     cudaEvent_t downloaded;  // recorded after each download_async (NULL before the first)
 } cuda_ctx;
 
-// Launches the pending statistics (cuda_ctx.pending), if any. Every backend member that touches
-// device memory calls it first (the table in cuda-backend.cu), or takes them
-// (cuda_fuse_take_input), so nothing writes or frees the tensor before they are read.
-void cuda_pending_flush(cuda_ctx *c);
-
 // Launches the held statistics, if any. Every backend member that writes or frees device memory
-// guards what it writes (the table in cuda-backend.cu), or takes them (cuda_held_take).
+// guards what it writes first (the table in cuda-backend.cu), and one that reads it wholesale
+// (a download, a synchronize) launches them.
 void cuda_held_flush(cuda_ctx *c);
 // Launches the held statistics when [lo, lo + bytes) overlaps a held tensor's buffer.
 void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes);
-// The same for t's buffer (t may be NULL).
+// The same for t's buffer (t may be NULL): found by the buffer's address.
 void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t);
 // t's held statistics (of its whole memory), taken by the caller's kernel, which must add t's
 // statistics relative to *target into *slot: false when none are held for t.

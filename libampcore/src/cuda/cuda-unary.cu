@@ -201,7 +201,6 @@ void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const
             });
         });
     } else {
-        cuda_pending_flush(c);
         const unsigned grid = cuda_grid(n, 256, 4);
         CUDA_FUSE_DISPATCH(f, S,
                            unary_kernel<S>
@@ -323,7 +322,6 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
             });
         });
     } else {
-        cuda_pending_flush(c);
         const unsigned grid = cuda_grid(n, 256, 4);
         const amp_dtype xt = xn ? xn->dtype : AMP_DTYPE_F32, yt = yn ? yn->dtype : AMP_DTYPE_F32;
         CUDA_FUSE_DISPATCH(
