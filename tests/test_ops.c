@@ -134,6 +134,26 @@ GRAD_TEST(reshape_transpose, 1,
 GRAD_TEST(permute_contiguous, 1, amp_contiguous(c, amp_permute(c, x[0], (int[]){2, 0, 1})),
           param(3, S(2, 3, 4), 1))
 
+// An add hands its incoming gradient to both operands, which share it: a contribution to one of
+// them by a node that runs before the other's (the mul's two, the split pieces' slices) must not
+// write into the other's. (In this order: the add and the tanh are recorded around the mul.)
+static amp_tensor_t *shared_grad_add_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    amp_tensor_t *h = amp_tanh(c, x[0]);
+    amp_tensor_t *t = amp_tanh(c, h);
+    amp_tensor_t *u = amp_mul(c, h, h);
+    amp_tensor_t *v = amp_add(c, h, t);
+    return amp_mul(c, v, u);
+}
+
+static amp_tensor_t *shared_grad_split_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    amp_tensor_t *h = amp_tanh(c, x[0]), *p[3];
+    amp_tensor_t *t = amp_tanh(c, h);
+    ck_assert_int_eq(amp_split(c, h, 2, -1, p, 3), 3);
+    amp_tensor_t *s = amp_sum(c, amp_mul(c, p[0], p[1]));
+    amp_tensor_t *v = amp_add(c, h, t);
+    return amp_mul(c, v, s);
+}
+
 static amp_tensor_t *split_fn(amp_ctx_t *c, amp_tensor_t **x) {
     amp_tensor_t *p[3];
     ck_assert_int_eq(amp_split(c, x[0], 2, -1, p, 3), 3);
@@ -147,6 +167,18 @@ static amp_tensor_t *split_narrow_fn(amp_ctx_t *c, amp_tensor_t **x) {
     ck_assert_int_eq(amp_split(c, amp_add(c, amp_mul(c, p[0], p[1]), p[2]), 1, 0, q, 2), 2);
     return amp_sub(c, amp_mul_scalar(c, q[0], 2.0), q[1]);
 }
+
+START_TEST(test_grad_shared_grad_add) {
+    amp_tensor_t *xs[1] = {param(2, S(3, 4), 1)};
+    gradcheck("shared_grad_add", shared_grad_add_fn, xs, 1, 1e-2f, 3e-2);
+}
+END_TEST
+
+START_TEST(test_grad_shared_grad_split) {
+    amp_tensor_t *xs[1] = {param(2, S(2, 6), 1)};
+    gradcheck("shared_grad_split", shared_grad_split_fn, xs, 1, 1e-2f, 3e-2);
+}
+END_TEST
 
 START_TEST(test_grad_split) {
     amp_tensor_t *xs[1] = {param(3, S(2, 3, 6), 1)};
@@ -476,6 +508,8 @@ Suite *ops_suite(void) {
     tcase_add_test(g, test_grad_reshape_transpose);
     tcase_add_test(g, test_grad_permute_contiguous);
     tcase_add_test(g, test_grad_split);
+    tcase_add_test(g, test_grad_shared_grad_add);
+    tcase_add_test(g, test_grad_shared_grad_split);
     tcase_add_test(g, test_grad_losses);
     suite_add_tcase(s, g);
     TCase *f = tcase_create("forward");

@@ -346,7 +346,9 @@ typedef struct amp_backend_i {
                        const amp_tensor_t *found_inf);
     // Statistics of each x[k] (contiguous; n <= AMP_STATS_BATCH) relative to target added into
     // slots[slot[k]], an amp_stats in memory from alloc that holds amp_stats_empty(), by fused
-    // device reductions queued on the stream (many tensors per launch): no wait. The frontend applies
+    // device reductions queued on the stream (many tensors per launch): no wait. The backend may
+    // hold them back until a later kernel reads x[k] anyway, but never past a write to or a free
+    // of x[k]'s buffer or the slots', nor past a download or synchronize. The frontend applies
     // amp_stats_finish() after downloading (optional: without it the frontend computes them on
     // the host). A backend with stats_into may also compute an output's statistics in the
     // kernel that writes it, when the instrumentation has armed the context's sink for that

@@ -439,6 +439,29 @@ void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, 
     if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t);
 }
 
+// g, a gradient that autograd still holds for another use (an add hands its incoming gradient to
+// both operands), can become t's first gradient by sharing g's storage: whatever writes into a
+// shared gradient later writes a buffer of its own instead (own_grad).
+static bool shareable(const amp_tensor_t *t, const amp_tensor_t *g) {
+    return !t->persistent && g->is_grad && !g->persistent && g->buf && g->dtype == t->dtype &&
+           amp_tensor_is_contiguous(g);
+}
+
+// Whether gradient g's storage is shared (a shared gradient, a view of one, or an incoming
+// gradient taken over while the node that passed it still runs): no write into it.
+static bool grad_shared(const amp_tensor_t *g) {
+    return !g->persistent && g->buf->refcount > 1;
+}
+
+// Gives t a gradient buffer of its own, holding its gradient so far, when its storage is shared.
+static void own_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
+    amp_tensor_t *old = t->grad;
+    if (!grad_shared(old)) return;
+    t->grad = grad_buffer(ctx, t);
+    ctx->be->copy(ctx->bctx, t->grad, old);
+    amp_tensor_release_storage(old); // (the struct stays in the scratch list until the reset)
+}
+
 void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, int dim,
                                int64_t start) {
     if (!t->requires_grad) return;
@@ -449,6 +472,8 @@ void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g,
     if (!t->grad) {
         t->grad = grad_buffer(ctx, t);
         ctx->be->fill(ctx->bctx, t->grad, 0.0f);
+    } else {
+        own_grad(ctx, t);
     }
     amp_tensor_t *slice = amp_view_new(ctx, t->grad, g->ndim, g->shape, t->grad->stride,
                                        t->grad->offset + start * t->grad->stride[dim]);
@@ -469,6 +494,11 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
         g->is_grad = true; // the backward's own output becomes the gradient: no copy
         g->buf->droppable = false;
         t->grad = g;
+    } else if (!t->grad && shareable(t, g)) { // no copy: written into by no one (own_grad)
+        int64_t stride[AMP_MAX_DIMS];
+        amp_contiguous_strides(t->ndim, t->shape, stride);
+        t->grad = amp_view_new(ctx, g, t->ndim, t->shape, stride, g->offset);
+        t->grad->is_grad = true;
     } else if (!t->grad) {
         amp_tensor_t *c = grad_buffer(ctx, t);
         if (arm) amp_instr_arm(ctx, c);
@@ -476,8 +506,17 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
         t->grad = c;
     } else {
         amp_tensor_t *gc = contiguous_as(g, t->dtype);
-        if (arm) amp_instr_arm(ctx, t->grad);
-        ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, t->grad, t->grad, gc);
+        amp_tensor_t *old = t->grad;
+        if (!grad_shared(old)) { // in place
+            if (arm) amp_instr_arm(ctx, old);
+            ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, old, old, gc);
+        } else { // shared: the sum into a buffer of its own
+            amp_tensor_t *c = grad_buffer(ctx, t);
+            if (arm) amp_instr_arm(ctx, c);
+            ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, c, old, gc);
+            t->grad = c;
+            amp_tensor_release_storage(old);
+        }
         release_temp(g, gc);
     }
     if (instr) amp_instr_grad(ctx, t);
