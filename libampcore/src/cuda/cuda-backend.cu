@@ -166,9 +166,6 @@ static void be_release(void *bctx) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The table
-
-// ---------------------------------------------------------------------------------------------
 // Held statistics (cuda_ctx.held)
 
 #define HELD_MASK (2 * CUDA_HELD_MAX - 1)
@@ -264,6 +261,9 @@ bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dt
     c->n_held--;
     return true;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The table
 
 // stats_into: the fused statistics kernel (cuda-stats.cu) on the context's stream, many tensors
 // per launch, once the statistics of floating tensors have waited in cuda_ctx.held for a kernel

@@ -10,11 +10,12 @@
  * the scalars (bias corrections, step size) computed in double from each parameter's update count
  * on the device. Both add the statistics that the instrumentation holds for the tensors they read
  * (cuda_held_take: the gradients' at the end of backward, the parameters' of the step) as they
- * go, in place of a launch of the statistics kernel; a skipped optimizer step still reads them. A whole chunk of f32 tensors (all but the last of each) moves 16 bytes a load,
- * every load of the thread issued before the first value is used: these kernels only stream
- * memory. Everything the host does not know without waiting is read on the device: the inverse
- * scale, found_inf (a skipped step returns at once), the update counts; the scale update is one
- * thread's work.
+ * go, in place of a launch of the statistics kernel; a skipped optimizer step still reads them.
+ * A whole chunk of f32 tensors (all but the last of each) moves 16 bytes a load, every load of
+ * the thread issued before the first value is used: these kernels only stream memory.
+ * Everything the host does not know without waiting is read on the device: the inverse scale,
+ * found_inf (a skipped step returns at once, its statistics aside), the update counts; the
+ * scale update is one thread's work.
  */
 #include "cuda-fuse.h"
 
