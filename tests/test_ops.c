@@ -347,14 +347,16 @@ START_TEST(test_half_storage_rounds) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
-// amp_tensor_drop: what no backward reads goes at once, the gradients stay the same
+// amp_tensor_drop: what no backward reads goes at once, what a backward reads once the last such
+// backward has run; the gradients stay the same
 
 // An attention-like step under fp16 autocast: scores = x @ w, scaled, causally masked, softmax,
 // then loss = sum(att * r); with `drop`, the scores, the scaled and the masked scores are dropped
 // as soon as the next op has run (no backward reads them) and so is the softmax's output (its
-// backward reads it: kept). Writes x's and w's gradients to gx, gw and reports which storage was
-// freed in freed[0..3].
-static void attention_step(bool drop, float *gx, float *gw, bool freed[4]) {
+// backward and the mul's read it: kept until they have run). Writes x's and w's gradients to gx,
+// gw and reports which storage was freed before the backward in freed[0..3], after it in
+// freed[4..7].
+static void attention_step(bool drop, float *gx, float *gw, bool freed[8]) {
     amp_ctx_t *c;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 11, &c), AMP_OK);
     amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 8));
@@ -381,8 +383,10 @@ static void attention_step(bool drop, float *gx, float *gw, bool freed[4]) {
         amp_tensor_drop(t[3]);
     }
     amp_autocast_end(c);
-    amp_backward(c, amp_sum(c, amp_mul(c, t[3], r)));
+    amp_tensor_t *loss = amp_sum(c, amp_mul(c, t[3], r)); // a reader recorded after the drop
     for (int i = 0; i < 4; i++) freed[i] = t[i]->buf->data == NULL;
+    amp_backward(c, loss);
+    for (int i = 0; i < 4; i++) freed[4 + i] = t[i]->buf->data == NULL;
     amp_tensor_read_f32(amp_tensor_grad(x), gx);
     amp_tensor_read_f32(amp_tensor_grad(w), gw);
     amp_ctx_free(c);
@@ -390,13 +394,14 @@ static void attention_step(bool drop, float *gx, float *gw, bool freed[4]) {
 
 START_TEST(test_drop_frees_what_no_backward_reads) {
     float gx[48], gw[48], hx[48], hw[48];
-    bool freed[4], kept[4];
+    bool freed[8], kept[8]; // before the backward, after it
     attention_step(false, gx, gw, kept);
     attention_step(true, hx, hw, freed);
-    for (int i = 0; i < 4; i++) ck_assert_msg(!kept[i], "tensor %d freed without a drop", i);
+    for (int i = 0; i < 8; i++) ck_assert_msg(!kept[i], "tensor %d freed without a drop", i % 4);
     ck_assert_msg(freed[0] && freed[1] && freed[2], "scores, scaled, masked: %d %d %d", freed[0],
                   freed[1], freed[2]);
     ck_assert_msg(!freed[3], "the softmax's output was freed, its backward reads it");
+    ck_assert_msg(freed[7], "the softmax's output was kept after the backward that read it");
     ck_assert_mem_eq(gx, hx, sizeof gx);
     ck_assert_mem_eq(gw, hw, sizeof gw);
 }
@@ -425,8 +430,9 @@ END_TEST
 
 // conv2d -> relu -> max_pool2d: the convolution's output goes once ReLU has run (ReLU's backward
 // reads its output, max_pool2d's its argmax), the pooled map that the next convolution reads
-// stays (it makes its columns again from it); the gradients are the same as without drops.
-static void conv_step(bool drop, float *gw, bool *y_freed, bool *p_freed) {
+// stays until that convolution's backward has run (it makes its columns again from it); the
+// gradients are the same as without drops.
+static void conv_step(bool drop, float *gw, bool *y_freed, bool p_freed[2]) {
     amp_ctx_t *c;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 5, &c), AMP_OK);
     amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(2, 3, 8, 8));
@@ -443,21 +449,23 @@ static void conv_step(bool drop, float *gw, bool *y_freed, bool *p_freed) {
     amp_tensor_t *p = amp_max_pool2d(c, r, 2, 2);
     amp_tensor_t *z = amp_conv2d(c, p, w2, NULL, 1, 1);
     if (drop) amp_tensor_drop(p);
-    amp_backward(c, amp_sum(c, amp_mul(c, z, z)));
     *y_freed = y->buf->data == NULL;
-    *p_freed = p->buf->data == NULL;
+    p_freed[0] = p->buf->data == NULL;
+    amp_backward(c, amp_sum(c, amp_mul(c, z, z)));
+    p_freed[1] = p->buf->data == NULL;
     amp_tensor_read_f32(amp_tensor_grad(w1), gw);
     amp_ctx_free(c);
 }
 
 START_TEST(test_drop_conv_relu_pool) {
     float gw[108], hw[108];
-    bool y_freed, p_freed;
-    conv_step(false, gw, &y_freed, &p_freed);
-    ck_assert(!y_freed && !p_freed);
-    conv_step(true, hw, &y_freed, &p_freed);
+    bool y_freed, p_freed[2]; // before the backward, after it
+    conv_step(false, gw, &y_freed, p_freed);
+    ck_assert(!y_freed && !p_freed[0] && !p_freed[1]);
+    conv_step(true, hw, &y_freed, p_freed);
     ck_assert_msg(y_freed, "the convolution's output was kept");
-    ck_assert_msg(!p_freed, "the next convolution's input was freed");
+    ck_assert_msg(!p_freed[0], "the next convolution's input was freed before its backward");
+    ck_assert_msg(p_freed[1], "the next convolution's input was kept after its backward");
     ck_assert_mem_eq(gw, hw, sizeof gw);
 }
 END_TEST
@@ -467,6 +475,19 @@ START_TEST(test_reading_a_dropped_tensor_aborts) {
     amp_tensor_t *y = amp_mul_scalar(ctx, x, 2.0);
     amp_tensor_drop(y);
     amp_relu(ctx, y);
+}
+END_TEST
+
+// A dropped tensor that went after its backward readers ran: a second backward through one of
+// them aborts (PyTorch: "Trying to backward through the graph a second time").
+START_TEST(test_second_backward_through_a_dropped_tensor_aborts) {
+    amp_tensor_t *x = param(2, S(4, 5), 1);
+    amp_tensor_t *h = amp_tanh(ctx, x); // tanh's backward reads its output
+    amp_tensor_t *twice = amp_mul_scalar(ctx, h, 2.0);
+    amp_tensor_drop(h);
+    amp_backward(ctx, amp_sum(ctx, h));
+    ck_assert_ptr_null(h->buf->data);
+    amp_backward(ctx, amp_sum(ctx, twice));
 }
 END_TEST
 
@@ -528,6 +549,7 @@ Suite *ops_suite(void) {
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
     tcase_add_test(d, test_drop_conv_relu_pool);
     tcase_add_test_raise_signal(d, test_reading_a_dropped_tensor_aborts, SIGABRT);
+    tcase_add_test_raise_signal(d, test_second_backward_through_a_dropped_tensor_aborts, SIGABRT);
     suite_add_tcase(s, d);
     return s;
 }

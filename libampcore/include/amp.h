@@ -135,12 +135,14 @@ void amp_tensor_uniform(amp_tensor_t *t, float bound);
 // Frees a persistent tensor (and its gradient). NULL is a no-op; scratch tensors are ignored.
 void amp_tensor_free(amp_tensor_t *t);
 // Says the caller will not read the storage of t (an op's output, or a view of one) again: it is
-// freed now unless a backward of the tape reads it (then at amp_ctx_reset, as without the call).
-// PyTorch frees a forward intermediate that no reference and no backward keeps; a C program says
-// which ones it is done with (an attention's scores once the softmax has run: the softmax's
-// backward reads only its output). Views of the storage go with it; reading it afterwards aborts
-// where an op checks its inputs. Persistent tensors, gradients, NULL and a second call are left
-// alone.
+// freed now unless a backward of the tape reads it, and then as soon as the last backward node
+// that reads it has run (or at amp_ctx_reset, when one of them never runs). PyTorch frees a
+// forward intermediate once no reference and no backward keeps it; a C program says which ones
+// it is done with (an attention's scores once the softmax has run: the softmax's backward reads
+// only its output; a linear's output once the GELU has read it: gone after the GELU's backward).
+// Views of the storage go with it; reading it afterwards aborts where an op checks its inputs,
+// and so does a second backward through a node that read it. Persistent tensors, gradients,
+// NULL and a second call are left alone.
 void amp_tensor_drop(amp_tensor_t *t);
 
 amp_dtype amp_tensor_dtype(const amp_tensor_t *t);

@@ -72,6 +72,10 @@ typedef struct amp_buffer {
     void *data; // backend memory (host for the CPU backend); NULL once dropped (amp_tensor_drop)
     size_t nbytes;
     bool droppable; // an op's output, not a gradient nor persistent, not dropped yet
+    // dropped while backward nodes of the tape read it; how many of them have yet to run, counted
+    // when a backward starts (amp_backward_count_dropped)
+    bool drop_pending;
+    int32_t readers_left;
 } amp_buffer;
 
 struct amp_node;
@@ -126,6 +130,14 @@ amp_tensor_t *amp_scratch_zeros(amp_ctx_t *ctx, amp_dtype dt, int ndim, const in
 void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark);
 // Frees t's storage now (t stays a valid, empty struct until amp_ctx_reset).
 void amp_tensor_release_storage(amp_tensor_t *t);
+// Storage dropped with amp_tensor_drop while backward nodes read it goes after the last of them
+// has run: when a backward starts, its readers on the tape are counted; before node n's
+// backward, whether all it reads is still there (a second backward
+// through such a node aborts, like PyTorch's backward through the graph a second time); after it,
+// the dropped storage it was the last to read is freed.
+void amp_backward_count_dropped(amp_ctx_t *ctx);
+void amp_node_check_reads(const struct amp_node *n);
+void amp_node_release_dropped(amp_ctx_t *ctx, const struct amp_node *n);
 // Scratch view sharing x's storage with the given shape/strides/offset.
 amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);

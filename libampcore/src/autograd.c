@@ -52,6 +52,7 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
     ctx->be->fill(ctx->bctx, seed, 1.0f);
     if (ctx->nvtx) amp_nvtx_pop();
     amp_grad_accumulate(ctx, loss, seed);
+    amp_backward_count_dropped(ctx);
 
     bool grad_enabled = ctx->grad_enabled, ac_enabled = ctx->ac.enabled;
     int depth = ctx->layer_depth;
@@ -73,8 +74,10 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
                      n->op);
             amp_nvtx_push(name);
         }
+        amp_node_check_reads(n);
         n->backward(ctx, n, dy);
         if (ctx->nvtx) amp_nvtx_pop();
+        amp_node_release_dropped(ctx, n); // what the program dropped and no later node reads
         // Consumed: a later backward must not propagate it again, and its memory and the node's
         // temporaries go now rather than at amp_ctx_reset (peak memory).
         n->out->grad = NULL;

@@ -178,7 +178,10 @@ amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *tar
 }
 
 amp_tensor_t *amp_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *logits, amp_tensor_t *target) {
-    return amp_nll_loss(ctx, amp_log_softmax(ctx, logits, 1), target);
+    amp_tensor_t *logp = amp_log_softmax(ctx, logits, 1);
+    amp_tensor_t *loss = amp_nll_loss(ctx, logp, target);
+    amp_tensor_drop(logp); // internal: it goes once log_softmax's backward has read it
+    return loss;
 }
 
 amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *target) {

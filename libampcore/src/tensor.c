@@ -166,14 +166,28 @@ void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark) {
     ctx->n_scratch = kept;
 }
 
-// Whether node n's backward reads storage b (n->reads).
-static bool node_reads(const amp_node *n, const amp_buffer *b) {
+// The storage that node n's backward reads (n->reads), each once, into b[]; returns how many.
+static int node_reads(const amp_node *n, amp_buffer **b) {
+    const amp_tensor_t *t[2 * AMP_NODE_MAX_IN + 1];
+    int nt = 0, nb = 0;
     for (int i = 0; i < n->n_in; i++)
-        if ((n->reads & AMP_READS_IN(i)) && n->in[i] && n->in[i]->buf == b) return true;
-    if ((n->reads & AMP_READS_OUT) && n->out->buf == b) return true;
+        if (n->reads & AMP_READS_IN(i)) t[nt++] = n->in[i];
+    if (n->reads & AMP_READS_OUT) t[nt++] = n->out;
     for (int i = 0; i < AMP_NODE_MAX_IN; i++)
-        if ((n->reads & AMP_READS_SAVED(i)) && n->saved[i] && n->saved[i]->buf == b) return true;
-    return false;
+        if (n->reads & AMP_READS_SAVED(i)) t[nt++] = n->saved[i];
+    for (int i = 0; i < nt; i++) {
+        if (!t[i] || !t[i]->buf) continue;
+        bool seen = false;
+        for (int k = 0; k < nb && !seen; k++)
+            seen = b[k] == t[i]->buf;
+        if (!seen) b[nb++] = t[i]->buf;
+    }
+    return nb;
+}
+
+static void buffer_free_data(amp_ctx_t *ctx, amp_buffer *b) {
+    ctx->be->free(ctx->bctx, b->data);
+    b->data = NULL;
 }
 
 void amp_tensor_drop(amp_tensor_t *t) {
@@ -181,10 +195,43 @@ void amp_tensor_drop(amp_tensor_t *t) {
     amp_ctx_t *ctx = t->ctx;
     amp_buffer *b = t->buf;
     b->droppable = false;
-    for (size_t i = 0; i < ctx->n_tape; i++)
-        if (node_reads(ctx->tape[i], b)) return; // a backward needs it: it goes at amp_ctx_reset
-    ctx->be->free(ctx->bctx, b->data);
-    b->data = NULL;
+    for (size_t i = 0; i < ctx->n_tape; i++) {
+        amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+        int n = node_reads(ctx->tape[i], read);
+        for (int k = 0; k < n; k++)
+            if (read[k] == b) { // a backward reads it: it goes after the last one that does
+                b->drop_pending = true;
+                return;
+            }
+    }
+    buffer_free_data(ctx, b);
+}
+
+void amp_backward_count_dropped(amp_ctx_t *ctx) {
+    for (int pass = 0; pass < 2; pass++) // zero the counts, then count (nodes recorded after the
+        for (size_t i = 0; i < ctx->n_tape; i++) { // drop that read the storage too)
+            amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+            int n = node_reads(ctx->tape[i], read);
+            for (int k = 0; k < n; k++)
+                if (read[k]->drop_pending) read[k]->readers_left = pass ? read[k]->readers_left + 1 : 0;
+        }
+}
+
+void amp_node_check_reads(const amp_node *n) {
+    amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+    int nb = node_reads(n, read);
+    for (int k = 0; k < nb; k++)
+        AMP_ASSERT(read[k]->data, "(the backward of %s reads a tensor dropped with amp_tensor_drop "
+                   "whose storage went after an earlier backward: a backward through the graph a "
+                   "second time)", n->op);
+}
+
+void amp_node_release_dropped(amp_ctx_t *ctx, const amp_node *n) {
+    amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+    int nb = node_reads(n, read);
+    for (int k = 0; k < nb; k++)
+        if (read[k]->drop_pending && --read[k]->readers_left == 0 && read[k]->data)
+            buffer_free_data(ctx, read[k]);
 }
 
 void amp_tensor_release_storage(amp_tensor_t *t) {

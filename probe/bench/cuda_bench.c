@@ -89,10 +89,19 @@ static void mlp_init(model *m) {
     linear_param(m, 4096, 1000, &b);
 }
 
+// Each op output is dropped once its last forward reader has run: it goes as soon as the last
+// backward that reads it has run (the GELU's, the next linear's), as PyTorch frees it. (The
+// batch, persistent, is left alone.)
 static amp_tensor_t *mlp_forward(model *m, amp_tensor_t *x) {
-    for (int i = 0; i < 4; i++)
-        x = amp_gelu(m->ctx, amp_linear(m->ctx, x, m->params[2 * i], m->params[2 * i + 1]), false);
-    return amp_linear(m->ctx, x, m->params[8], m->params[9]);
+    for (int i = 0; i < 4; i++) {
+        amp_tensor_t *y = amp_linear(m->ctx, x, m->params[2 * i], m->params[2 * i + 1]);
+        amp_tensor_drop(x);
+        x = amp_gelu(m->ctx, y, false);
+        amp_tensor_drop(y);
+    }
+    amp_tensor_t *out = amp_linear(m->ctx, x, m->params[8], m->params[9]);
+    amp_tensor_drop(x);
+    return out;
 }
 
 #define GPT_V 8192
@@ -139,10 +148,10 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
     amp_ctx_t *c = m->ctx;
     amp_tensor_t **p = m->params;
     const int64_t B = amp_tensor_dim(idx, 0), T = GPT_T, C = GPT_C, H = GPT_H, D = C / H;
-    // Op outputs that no backward reads go once their last reader has run, as PyTorch frees them:
-    // the embedding and the residual branches (an add reads neither operand), the attention's
-    // scores before the softmax, the qkv projection (the matmuls keep copies of q, k, v in their
-    // layout), the attention's output (the projection keeps its reshaped copy).
+    // Each op output is dropped once its last forward reader has run, as PyTorch frees them: one
+    // that no backward reads goes at once (the embedding, the residual branches: an add reads
+    // neither operand; the attention's scores before the softmax; the qkv projection, whose
+    // pieces the matmuls copy), the others once the last backward that reads them has run.
     amp_tensor_t *e = amp_embedding(c, idx, p[0]);
     amp_tensor_t *x = amp_add(c, e, p[1]);
     amp_tensor_drop(e);
@@ -150,6 +159,7 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
         amp_tensor_t **q = p + 2 + l * GPT_BLOCK_PARAMS;
         amp_tensor_t *h = amp_layer_norm(c, x, q[0], q[1], 1e-5f);
         amp_tensor_t *qkv = amp_linear(c, h, q[2], q[3]), *s[3];
+        amp_tensor_drop(h);
         amp_split(c, qkv, C, -1, s, 3);
         for (int i = 0; i < 3; i++)
             s[i] = amp_transpose(c, amp_reshape(c, s[i], 4, (int64_t[]){B, T, H, D}), 1, 2);
@@ -161,20 +171,31 @@ static amp_tensor_t *gpt_forward(model *m, amp_tensor_t *idx) {
         amp_tensor_t *att = amp_softmax(c, masked, -1);
         amp_tensor_drop(masked);
         amp_tensor_t *y = amp_matmul(c, att, s[2]);
+        amp_tensor_drop(att);
         amp_tensor_drop(qkv);
-        amp_tensor_t *proj =
-            amp_linear(c, amp_reshape(c, amp_transpose(c, y, 1, 2), 3, (int64_t[]){B, T, C}), q[4],
-                       q[5]);
+        amp_tensor_t *yc = amp_reshape(c, amp_transpose(c, y, 1, 2), 3, (int64_t[]){B, T, C});
         amp_tensor_drop(y);
-        x = amp_add(c, x, proj);
+        amp_tensor_t *proj = amp_linear(c, yc, q[4], q[5]);
+        amp_tensor_drop(yc);
+        amp_tensor_t *x1 = amp_add(c, x, proj);
         amp_tensor_drop(proj);
-        h = amp_gelu(c, amp_linear(c, amp_layer_norm(c, x, q[6], q[7], 1e-5f), q[8], q[9]), false);
-        amp_tensor_t *fc2 = amp_linear(c, h, q[10], q[11]);
-        x = amp_add(c, x, fc2);
+        amp_tensor_drop(x);
+        h = amp_layer_norm(c, x1, q[6], q[7], 1e-5f);
+        amp_tensor_t *f1 = amp_linear(c, h, q[8], q[9]);
+        amp_tensor_drop(h);
+        amp_tensor_t *g = amp_gelu(c, f1, false);
+        amp_tensor_drop(f1);
+        amp_tensor_t *fc2 = amp_linear(c, g, q[10], q[11]);
+        amp_tensor_drop(g);
+        x = amp_add(c, x1, fc2);
         amp_tensor_drop(fc2);
+        amp_tensor_drop(x1);
     }
     amp_tensor_t **f = p + 2 + GPT_L * GPT_BLOCK_PARAMS;
-    x = amp_linear(c, amp_layer_norm(c, x, f[0], f[1], 1e-5f), f[2], f[3]);
+    amp_tensor_t *h = amp_layer_norm(c, x, f[0], f[1], 1e-5f);
+    amp_tensor_drop(x);
+    x = amp_linear(c, h, f[2], f[3]);
+    amp_tensor_drop(h);
     return amp_reshape(c, x, 2, (int64_t[]){B * T, GPT_V});
 }
 
