@@ -207,13 +207,15 @@ void amp_tensor_drop(amp_tensor_t *t) {
     buffer_free_data(ctx, b);
 }
 
+// (Counted over the whole tape: nodes recorded after the drop may read the storage too.)
 void amp_backward_count_dropped(amp_ctx_t *ctx) {
-    for (int pass = 0; pass < 2; pass++) // zero the counts, then count (nodes recorded after the
-        for (size_t i = 0; i < ctx->n_tape; i++) { // drop that read the storage too)
+    for (int pass = 0; pass < 2; pass++) // zero the counts, then count
+        for (size_t i = 0; i < ctx->n_tape; i++) {
             amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
             int n = node_reads(ctx->tape[i], read);
             for (int k = 0; k < n; k++)
-                if (read[k]->drop_pending) read[k]->readers_left = pass ? read[k]->readers_left + 1 : 0;
+                if (read[k]->drop_pending)
+                    read[k]->readers_left = pass ? read[k]->readers_left + 1 : 0;
         }
 }
 
