@@ -2,8 +2,10 @@
  * cuda_bench.c — the ../shared/bench workloads (simplecnn, mlp, gpt) trained with libampcore on
  * the CUDA backend, timed like torch_baseline.py: same shapes, batch, Adam lr 1e-4, cross-entropy
  * on f32 logits, autocast + GradScaler for fp16, autocast alone for bf16; 10 warm-up steps, then
- * the median step time and the peak of device memory held by tensors (the pool's counterpart of
- * torch.cuda.max_memory_allocated). Prints one JSON line per run, like the baseline.
+ * the median step time and the peak of device memory held by tensors: peak_mib in the sizes the
+ * tensors asked for (512-byte steps, the counterpart of torch.cuda.max_memory_allocated), and
+ * peak_block_mib in the pool's blocks (sizes rounded up to 2 MiB steps above 1 MiB). Prints one
+ * JSON line per run, like the baseline.
  *
  * Step time is host wall time between stream synchronisations at step ends (each step gets an
  * explicit sync: the GradScaler decides on the device and never waits); host_ms is the part of
@@ -258,6 +260,10 @@ static void make_batches(model *m, const workload *w, amp_tensor_t **xs, amp_ten
 }
 
 typedef size_t (*peak_fn)(int reset);
+// the module's two peak queries (amp_cuda_peak_bytes, amp_cuda_peak_requested_bytes)
+typedef struct peaks {
+    peak_fn blocks, requested;
+} peaks;
 
 // AMPPROBE_STATS_FUSED=0: the instrumentation reads every tensor with a kernel of its own.
 static bool separate_stats(void) {
@@ -266,7 +272,7 @@ static bool separate_stats(void) {
 }
 
 static int run(const workload *w, const char *mode, int warmup, int steps, bool stats,
-               peak_fn peak) {
+               peaks peak) {
     model m = {.name = w->name};
     if (amp_ctx_new(AMP_DEVICE_CUDA, 0, &m.ctx) != AMP_OK) {
         fprintf(stderr, "cuda_bench: %s\n", amp_last_error());
@@ -295,7 +301,8 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
     for (int i = 0; i < warmup + 2 * steps; i++) {
         if (i == warmup) {
             m.ctx->be->synchronize(m.ctx->bctx);
-            if (peak) peak(1);
+            if (peak.blocks) peak.blocks(1);
+            if (peak.requested) peak.requested(1);
         }
         const bool timed = i < warmup + steps; // then the back-to-back steps
         if (i == warmup + steps) {
@@ -333,16 +340,18 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
     double median = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
     double host_median =
         steps % 2 ? host[steps / 2] : 0.5 * (host[steps / 2 - 1] + host[steps / 2]);
-    double peak_mib = peak ? (double)peak(0) / (1024.0 * 1024.0) : NAN;
+    double peak_mib = peak.requested ? (double)peak.requested(0) / (1024.0 * 1024.0) : NAN;
+    double block_mib = peak.blocks ? (double)peak.blocks(0) / (1024.0 * 1024.0) : NAN;
     printf(
         "{\"workload\": \"%s\", \"mode\": \"%s\", \"extra\": \"%s\", \"steps\": %d, "
         "\"step_ms_median\": %.4f, \"host_ms_median\": %.4f, \"pipelined_ms\": %.4f, "
-        "\"peak_mib\": %.1f, \"loss\": %.4f, \"impl\": \"libampcore\"}\n",
+        "\"peak_mib\": %.1f, \"peak_block_mib\": %.1f, \"loss\": %.4f, "
+        "\"impl\": \"libampcore\"}\n",
         w->name, mode,
         !stats             ? "-"
         : separate_stats() ? "stats-separate"
                            : "stats",
-        steps, median, host_median, pipelined, peak_mib, loss_v);
+        steps, median, host_median, pipelined, peak_mib, block_mib, loss_v);
     fflush(stdout);
     free(ms);
     free(host);
@@ -352,22 +361,24 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
     return 0;
 }
 
-// The module's peak-memory query: the loader opens libampcore_cuda.so privately, so find the
+// The module's peak-memory queries: the loader opens libampcore_cuda.so privately, so find the
 // same file (AMPPROBE_CUDA_MODULE, else beside the build folder) and ask for the loaded copy.
-static peak_fn find_peak(const char *argv0) {
+static peaks find_peaks(const char *argv0) {
     char path[4096];
     const char *env = getenv("AMPPROBE_CUDA_MODULE");
     if (env && *env) {
         snprintf(path, sizeof path, "%s", env);
     } else {
         char exe[4000];
-        if (!amp_exe_dir(exe, sizeof exe)) return NULL;
+        if (!amp_exe_dir(exe, sizeof exe)) return (peaks){NULL, NULL};
         snprintf(path, sizeof path, "%s/../libampcore_cuda.so", exe);
     }
     (void)argv0;
     setenv("AMPPROBE_CUDA_MODULE", path, 1);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    return h ? (peak_fn)(uintptr_t)dlsym(h, "amp_cuda_peak_bytes") : NULL;
+    if (!h) return (peaks){NULL, NULL};
+    return (peaks){(peak_fn)(uintptr_t)dlsym(h, "amp_cuda_peak_bytes"),
+                   (peak_fn)(uintptr_t)dlsym(h, "amp_cuda_peak_requested_bytes")};
 }
 
 int main(int argc, char **argv) {
@@ -398,7 +409,7 @@ int main(int argc, char **argv) {
                         "(or a run under `ampprobe run`)\n");
         return 2;
     }
-    peak_fn peak = find_peak(argv[0]);
+    peaks peak = find_peaks(argv[0]);
     static const char *all_modes[3] = {"fp32", "fp16", "bf16"};
     int rc = 0;
     for (size_t k = 0; k < sizeof workloads / sizeof workloads[0]; k++) {

@@ -1,7 +1,9 @@
 #!/bin/sh
 # cuda_bench.sh — the benchmark against PyTorch, in one run on the GPU machine: libampcore's
 # cuda_bench and torch_baseline.py on the same workloads, then ours/torch ratios of the median
-# step time and of the peak device memory, and the cost of full per-layer statistics.
+# step time and of the peak device memory held by tensors (ours in the sizes the tensors asked
+# for, as torch.cuda.max_memory_allocated counts; blocks_MiB: in our pool's rounded blocks), and
+# the cost of full per-layer statistics.
 #
 #   probe/bench/cuda_bench.sh BUILD_DIR [OUT_DIR]
 set -u
@@ -24,15 +26,15 @@ ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 torch = {(r["workload"], r["mode"]): r for r in map(json.loads, open(sys.argv[2]))}
 plain = {(r["workload"], r["mode"]): r for r in ours if r["extra"] == "-"}
 # ours_ms: a sync after every step; pipe_ms: steps back to back, one sync (per step)
-print("%-10s %-5s %10s %10s %10s %7s %7s %10s %10s %7s" % ("workload", "mode", "ours_ms", "pipe_ms", "torch_ms",
-      "ratio", "pipe", "ours_MiB", "torch_MiB", "ratio"))
+print("%-10s %-5s %10s %10s %10s %7s %7s %10s %10s %7s %10s" % ("workload", "mode", "ours_ms", "pipe_ms",
+      "torch_ms", "ratio", "pipe", "ours_MiB", "torch_MiB", "ratio", "blocks_MiB"))
 for (w, m), r in plain.items():
     t = torch.get((w, m))
     if not t: continue
     tm = t["step_ms_median"]
-    print("%-10s %-5s %10.3f %10.3f %10.3f %7.3f %7.3f %10.1f %10.1f %7.3f" % (w, m, r["step_ms_median"],
+    print("%-10s %-5s %10.3f %10.3f %10.3f %7.3f %7.3f %10.1f %10.1f %7.3f %10.1f" % (w, m, r["step_ms_median"],
           r["pipelined_ms"], tm, r["step_ms_median"] / tm, r["pipelined_ms"] / tm, r["peak_mib"], t["peak_mib"],
-          r["peak_mib"] / t["peak_mib"]))
+          r["peak_mib"] / t["peak_mib"], r.get("peak_block_mib", float("nan"))))
 for r in ours:
     if not r["extra"].startswith("stats"): continue
     base = plain.get((r["workload"], r["mode"]))

@@ -118,7 +118,7 @@ static void free_cache(cuda_pool *p) {
 
 void *cuda_pool_alloc(cuda_pool *p, size_t nbytes) {
     const size_t bytes = round_size(nbytes);
-    cuda_block b = {NULL, bytes};
+    cuda_block b = {NULL, bytes, (nbytes + 511) & ~(size_t)511};
     cuda_bin *bin = bin_find(p, bytes, false);
     if (bin && bin->n > 0) b.ptr = bin->ptrs[--bin->n];
     if (!b.ptr) {
@@ -139,6 +139,8 @@ void *cuda_pool_alloc(cuda_pool *p, size_t nbytes) {
     live_insert(p, b);
     p->in_use_bytes += bytes;
     if (p->in_use_bytes > p->peak_bytes) p->peak_bytes = p->in_use_bytes;
+    p->in_use_requested += b.requested;
+    if (p->in_use_requested > p->peak_requested) p->peak_requested = p->in_use_requested;
     return b.ptr;
 }
 
@@ -146,6 +148,7 @@ size_t cuda_pool_free(cuda_pool *p, void *ptr) {
     if (!ptr) return 0;
     cuda_block b = live_take(p, ptr);
     p->in_use_bytes -= b.bytes;
+    p->in_use_requested -= b.requested;
     cuda_bin *bin = bin_find(p, b.bytes, true);
     if (bin->n == bin->cap) {
         bin->cap = bin->cap ? 2 * bin->cap : 8;

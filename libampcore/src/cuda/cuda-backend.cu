@@ -356,13 +356,23 @@ static const amp_backend_i cuda_backend = {
 };
 
 
-// The peak of device bytes held by live tensors and scratch (the benchmark's counterpart of
-// torch.cuda.max_memory_allocated); reset restarts it from the bytes held now. Exported for
-// probe/bench/cuda_bench.c, which finds it with dlsym.
+// The peak of device bytes held by live tensors and scratch: in the pool's blocks (sizes rounded
+// up to 2 MiB steps above 1 MiB), and in the sizes asked for (512-byte steps: the benchmark's
+// counterpart of torch.cuda.max_memory_allocated, which counts those); reset restarts both from
+// the bytes held now. Exported for probe/bench/cuda_bench.c, which finds them with dlsym.
 extern "C" __attribute__((visibility("default"))) size_t amp_cuda_peak_bytes(int reset) {
     if (!last_ctx) return 0;
-    size_t peak = last_ctx->pool.peak_bytes;
-    if (reset) last_ctx->pool.peak_bytes = last_ctx->pool.in_use_bytes;
+    cuda_pool *p = &last_ctx->pool;
+    size_t peak = p->peak_bytes;
+    if (reset) p->peak_bytes = p->in_use_bytes;
+    return peak;
+}
+
+extern "C" __attribute__((visibility("default"))) size_t amp_cuda_peak_requested_bytes(int reset) {
+    if (!last_ctx) return 0;
+    cuda_pool *p = &last_ctx->pool;
+    size_t peak = p->peak_requested;
+    if (reset) p->peak_requested = p->in_use_requested;
     return peak;
 }
 

@@ -78,7 +78,8 @@ static inline void cuda_contiguous_strides(int ndim, const int64_t *shape, int64
 
 typedef struct cuda_block {
     void *ptr;
-    size_t bytes; // rounded size
+    size_t bytes;     // rounded size (the block's)
+    size_t requested; // the size asked for, in 512-byte steps (what a tensor holds)
 } cuda_block;
 
 // The cached free blocks of one rounded size (a stack: the last freed is reused first).
@@ -94,6 +95,8 @@ typedef struct cuda_pool {
     cuda_block *live; // open-addressing table keyed by ptr (ptr == NULL: empty)
     size_t cap_live, n_live;
     size_t in_use_bytes, peak_bytes, reserved_bytes;
+    // the same in the sizes asked for (PyTorch's torch.cuda.memory_allocated counts these)
+    size_t in_use_requested, peak_requested;
 } cuda_pool;
 
 void *cuda_pool_alloc(cuda_pool *p, size_t nbytes);
