@@ -77,6 +77,20 @@ typedef struct pending_scale {
     bool skipped;
 } pending_scale;
 
+// A batch's queue: what ops described, in order, and the scale updates. A step's queue can be set
+// aside while its numbers come back (amp_instr.lag), so it is one struct.
+typedef struct step_queue {
+    entry *entries;
+    amp_stats *host; // the entries' statistics, downloaded
+    int32_t n_entries, cap_entries;
+    int32_t *order;    // the entries in the order ops described them (a reserved entry is
+    int32_t n_order;   // described later than its index says): the order they are processed in
+    int32_t slot_base; // entry index of slots[0]
+    int32_t backwards; // backward passes in this batch
+    pending_scale scales[8];
+    int n_scales;
+} step_queue;
+
 typedef struct amp_instr {
     int stats_every;
     bool fuse;       // let producing kernels compute outputs' statistics (amp_stats_sink)
@@ -87,37 +101,23 @@ typedef struct amp_instr {
     unsigned autocast_dtypes; // bit per dtype already written to META
     uint32_t epoch;           // changes whenever the queue is processed
 
-    entry *entries;
-    amp_stats *host; // the entries' statistics, downloaded
-    int32_t n_entries, cap_entries;
-    int32_t *order;   // the entries in the order ops described them (a reserved entry is
-    int32_t n_order;  // described later than its index says): the order they are processed in
+    step_queue q;
     amp_stats *slots; // backend memory: SLOTS statistics
     amp_stats *empty; // SLOTS empty statistics to upload (device backends)
-    int32_t slot_base; // entry index of slots[0]
 
     int32_t armed;     // entry reserved for ctx->sink's output (-1: none)
     uint32_t params_epoch; // the batch whose parameters are queued
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
-    int32_t backwards; // backward passes in this batch
 
-    pending_scale scales[8];
-    amp_tensor_t *scale_recs[8]; // i32 [AMP_SCALE_REC] each: their records, on the backend
-    int n_scales;
+    amp_tensor_t *scale_recs[8]; // i32 [AMP_SCALE_REC] each: q.scales' records, on the backend
     bool fwd_nonfinite; // the last processed batch had an unexpected non-finite forward value
 
     // The last step's queue, handed off at its end (hand_off) while its numbers come back, read
-    // at the next one's (finish_lagged). Its arrays and counts are swapped with the ones above
-    // (swap_queue) to be read by the same code. staged: NULL when the backend cannot copy back
-    // without waiting (then each step is read at its end).
+    // at the next one's (finish_lagged) by the code that reads q, once swapped into it. staged:
+    // NULL when the backend cannot copy back without waiting (then each step is read at its end).
     struct lagged {
         bool active;
-        entry *entries;
-        amp_stats *host;
-        int32_t *order;
-        int32_t n_entries, cap_entries, n_order, slot_base, backwards;
-        pending_scale scales[8];
-        int n_scales;
+        step_queue q;
         amp_stats *staged;                // pinned host memory: SLOTS statistics, then
         int32_t (*recs)[AMP_SCALE_REC];   // the scale records
         int32_t n_staged;                 // slots copied into staged
@@ -184,8 +184,8 @@ void amp_instr_init(amp_ctx_t *ctx) {
     const amp_backend_i *be = ctx->be;
     if (be->stats_into && be->host_alloc && be->host_free && be->download_async &&
         be->download_wait) {
-        const size_t bytes = SLOTS * sizeof(amp_stats) + sizeof in->scales / sizeof in->scales[0] *
-                                                              AMP_SCALE_REC * sizeof(int32_t);
+        const size_t n_recs = sizeof in->q.scales / sizeof in->q.scales[0];
+        const size_t bytes = SLOTS * sizeof(amp_stats) + n_recs * AMP_SCALE_REC * sizeof(int32_t);
         in->lag.staged = be->host_alloc(ctx->bctx, bytes);
         if (in->lag.staged && !lagging_add(ctx)) {
             be->host_free(ctx->bctx, in->lag.staged);
@@ -207,15 +207,15 @@ void amp_instr_free(amp_ctx_t *ctx) {
         lagging_remove(ctx);
         ctx->be->host_free(ctx->bctx, in->lag.staged);
     }
-    free(in->lag.entries);
-    free(in->lag.order);
-    free(in->lag.host);
+    free(in->lag.q.entries);
+    free(in->lag.q.order);
+    free(in->lag.q.host);
     ctx->be->free(ctx->bctx, in->slots);
     for (size_t k = 0; k < sizeof in->scale_recs / sizeof in->scale_recs[0]; k++)
         amp_tensor_free(in->scale_recs[k]);
-    free(in->entries);
-    free(in->order);
-    free(in->host);
+    free(in->q.entries);
+    free(in->q.order);
+    free(in->q.host);
     free(in->empty);
     free(in);
     ctx->instr = NULL;
@@ -306,16 +306,16 @@ static void clear_slots(amp_ctx_t *ctx, int32_t n) {
 // The statistics of the entries from slot_base on are in host[]: finished, and no longer on the
 // device.
 static void slots_arrived(amp_instr *in) {
-    for (int32_t i = in->slot_base; i < in->n_entries; i++) amp_stats_finish(&in->host[i]);
-    in->slot_base = in->n_entries;
+    for (int32_t i = in->q.slot_base; i < in->q.n_entries; i++) amp_stats_finish(&in->q.host[i]);
+    in->q.slot_base = in->q.n_entries;
 }
 
 // Downloads the statistics of the entries whose slots are on the device.
 static void download(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
-    int32_t n = in->n_entries - in->slot_base;
+    int32_t n = in->q.n_entries - in->q.slot_base;
     if (n <= 0) return;
-    ctx->be->download(ctx->bctx, in->host + in->slot_base, in->slots, (size_t)n * sizeof(amp_stats));
+    ctx->be->download(ctx->bctx, in->q.host + in->q.slot_base, in->slots, (size_t)n * sizeof(amp_stats));
     slots_arrived(in);
     clear_slots(ctx, n);
 }
@@ -323,15 +323,15 @@ static void download(amp_ctx_t *ctx) {
 // A new entry (kind E_NONE) whose slot is on the device and empty.
 static int32_t new_entry(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
-    if (in->n_entries - in->slot_base == SLOTS) download(ctx);
-    if (in->n_entries == in->cap_entries) {
-        in->cap_entries = in->cap_entries ? in->cap_entries * 2 : 1024;
-        in->entries = amp_xrealloc(in->entries, (size_t)in->cap_entries * sizeof *in->entries);
-        in->host = amp_xrealloc(in->host, (size_t)in->cap_entries * sizeof *in->host);
-        in->order = amp_xrealloc(in->order, (size_t)in->cap_entries * sizeof *in->order);
+    if (in->q.n_entries - in->q.slot_base == SLOTS) download(ctx);
+    if (in->q.n_entries == in->q.cap_entries) {
+        in->q.cap_entries = in->q.cap_entries ? in->q.cap_entries * 2 : 1024;
+        in->q.entries = amp_xrealloc(in->q.entries, (size_t)in->q.cap_entries * sizeof *in->q.entries);
+        in->q.host = amp_xrealloc(in->q.host, (size_t)in->q.cap_entries * sizeof *in->q.host);
+        in->q.order = amp_xrealloc(in->q.order, (size_t)in->q.cap_entries * sizeof *in->q.order);
     }
-    int32_t i = in->n_entries++;
-    in->entries[i] = (entry){.kind = E_NONE};
+    int32_t i = in->q.n_entries++;
+    in->q.entries[i] = (entry){.kind = E_NONE};
     return i;
 }
 
@@ -339,13 +339,13 @@ static int32_t new_entry(amp_ctx_t *ctx) {
 static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_kind kind,
                       const char *op, int32_t layer) {
     amp_instr *in = ctx->instr;
-    entry *e = &in->entries[i];
+    entry *e = &in->q.entries[i];
     *e = (entry){.kind = (uint8_t)kind, .inf_fill = t->inf_fill, .record = in->stats_step,
                  .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
                  .target = target_of(ctx), .ndim = (int8_t)t->ndim};
     memcpy(e->shape, t->shape, sizeof e->shape);
-    AMP_ASSERT(in->n_order < in->n_entries, "(entry %d: more descriptions than entries)", (int)i);
-    in->order[in->n_order++] = i;
+    AMP_ASSERT(in->q.n_order < in->q.n_entries, "(entry %d: more descriptions than entries)", (int)i);
+    in->q.order[in->q.n_order++] = i;
 }
 
 // Tensors whose statistics go out together, in few launches (the statistics kernel takes many
@@ -361,7 +361,7 @@ typedef struct batch {
 static void launch_many(amp_ctx_t *ctx, const amp_tensor_t *const *t, const int32_t *entry, int n) {
     amp_instr *in = ctx->instr;
     int64_t slot[AMP_STATS_BATCH];
-    for (int k = 0; k < n; k++) slot[k] = entry[k] - in->slot_base;
+    for (int k = 0; k < n; k++) slot[k] = entry[k] - in->q.slot_base;
     if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
     amp_tensors_stats_into(t, n, target_of(ctx), in->slots, slot);
     if (ctx->nvtx) amp_nvtx_pop();
@@ -387,7 +387,7 @@ static int32_t batch_queue(amp_ctx_t *ctx, batch *b, const amp_tensor_t *t, entr
                            const char *op, int32_t layer) {
     amp_instr *in = ctx->instr;
     // room for the whole batch: no download may take its first slots off the device before it goes
-    if (b->n == 0 && in->n_entries - in->slot_base > SLOTS - AMP_STATS_BATCH) download(ctx);
+    if (b->n == 0 && in->q.n_entries - in->q.slot_base > SLOTS - AMP_STATS_BATCH) download(ctx);
     int32_t i = new_entry(ctx);
     set_entry(ctx, i, t, kind, op, layer);
     b->t[b->n] = t;
@@ -417,7 +417,7 @@ static int32_t claim_armed(amp_ctx_t *ctx, const amp_tensor_t *t) {
     amp_instr *in = ctx->instr;
     int32_t i = in->armed;
     // (a download since the arm took the slot off the device: the numbers are queued anew)
-    bool mine = i >= in->slot_base && ctx->sink.out == t, taken = ctx->sink.taken;
+    bool mine = i >= in->q.slot_base && ctx->sink.out == t, taken = ctx->sink.taken;
     in->armed = -1;
     ctx->sink = (amp_stats_sink){0};
     if (!mine) return -1;
@@ -428,9 +428,9 @@ static int32_t claim_armed(amp_ctx_t *ctx, const amp_tensor_t *t) {
 void amp_instr_arm_slow(amp_ctx_t *ctx, const amp_tensor_t *out) {
     amp_instr *in = ctx->instr;
     if (!in->fuse) return; // the CPU computes statistics at once: nothing to fuse
-    if (in->n_entries >= ENTRIES_MAX) process(ctx);
+    if (in->q.n_entries >= ENTRIES_MAX) process(ctx);
     in->armed = new_entry(ctx);
-    ctx->sink = (amp_stats_sink){.out = out, .slot = in->slots + (in->armed - in->slot_base),
+    ctx->sink = (amp_stats_sink){.out = out, .slot = in->slots + (in->armed - in->q.slot_base),
                                  .target = target_of(ctx)};
 }
 
@@ -439,7 +439,7 @@ static int32_t entry_of(amp_ctx_t *ctx, amp_tensor_t *t) {
     amp_instr *in = ctx->instr;
     if (t->stat_epoch == in->epoch) return t->stat_entry;
     int32_t i = queue(ctx, t, E_LEAF, NULL, -1);
-    in->entries[i].data = t->persistent && !t->requires_grad;
+    in->q.entries[i].data = t->persistent && !t->requires_grad;
     t->stat_epoch = in->epoch;
     t->stat_entry = i;
     return i;
@@ -451,7 +451,7 @@ static int32_t entry_of(amp_ctx_t *ctx, amp_tensor_t *t) {
 // A program that never ends a step gets its queue processed now and then (before an op queues
 // anything, so that no entry it refers to goes away).
 static void bound_queue(amp_ctx_t *ctx) {
-    if (ctx->instr->n_entries >= ENTRIES_MAX) process(ctx);
+    if (ctx->instr->q.n_entries >= ENTRIES_MAX) process(ctx);
 }
 
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
@@ -487,7 +487,7 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     for (int k = 0; k < nr; k++) refs[k] = entry_of(ctx, inputs[k]);
     if (i < 0) i = queue(ctx, out, E_OUT, op, layer);
     else set_entry(ctx, i, out, E_OUT, op, layer);
-    entry *e = &in->entries[i];
+    entry *e = &in->q.entries[i];
     e->in_autocast = ctx->ac.enabled;
     e->n_ref = (int8_t)nr;
     memcpy(e->ref, refs, (size_t)nr * sizeof *refs);
@@ -498,7 +498,7 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
 // The entry whose slot holds t's gradient as it is now (written in this backward pass of this
 // batch by the write that amp_instr_grad claimed), or -1; used once.
 static int32_t grad_entry(amp_instr *in, amp_tensor_t *t) {
-    if (t->grad_epoch != in->epoch || t->grad_entry < 0 || t->grad_backward != in->backwards)
+    if (t->grad_epoch != in->epoch || t->grad_entry < 0 || t->grad_backward != in->q.backwards)
         return -1;
     int32_t i = t->grad_entry;
     t->grad_entry = -1;
@@ -514,7 +514,7 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         bound_queue(ctx);
         i = queue(ctx, dy, E_DY, n->op, n->layer);
     }
-    entry *e = &in->entries[i];
+    entry *e = &in->q.entries[i];
     e->inf_fill = 0;
     e->ref[e->n_ref++] = n->out->stat_epoch == in->epoch ? n->out->stat_entry : -1;
     for (int k = 0; k < n->n_in && e->n_ref < REFS; k++)
@@ -530,9 +530,9 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
     amp_instr *in = ctx->instr;
     t->grad_entry = claim_armed(ctx, t->grad);
     t->grad_epoch = in->epoch;
-    t->grad_backward = in->backwards;
+    t->grad_backward = in->q.backwards;
     if (in->cur_dy < 0) return; // the seed of backward
-    if (t->persistent && t->layer < 0) t->layer = in->entries[in->cur_dy].layer; // first use
+    if (t->persistent && t->layer < 0) t->layer = in->q.entries[in->cur_dy].layer; // first use
     if (t->contrib_epoch != in->epoch) {
         t->contrib_epoch = in->epoch;
         t->n_contrib = 0;
@@ -545,15 +545,15 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
 void amp_instr_backward_end(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     in->cur_dy = -1;
-    in->backwards++;
+    in->q.backwards++;
     batch b = {.n = 0};
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->grad || !p->requires_grad) continue;
         int32_t i = batch_queue(ctx, &b, p->grad, E_WGRAD,
                                 amp_xstrdup(p->name ? p->name : "param"), p->layer);
-        entry *e = &in->entries[i];
-        e->backward = in->backwards;
+        entry *e = &in->q.entries[i];
+        e->backward = in->q.backwards;
         if (p->contrib_epoch == in->epoch) {
             e->n_contrib = (int8_t)p->n_contrib;
             memcpy(e->contrib, p->contrib, sizeof e->contrib);
@@ -588,20 +588,20 @@ void amp_instr_scaler_settings(amp_ctx_t *ctx, float init_scale, double growth_f
 // numerics, which its events also wait for (was the forward finite?).
 void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec) {
     amp_instr *in = ctx->instr;
-    enum { N = sizeof in->scales / sizeof in->scales[0] };
-    if (in->n_scales == N) process(ctx);
-    amp_tensor_t **slot = &in->scale_recs[in->n_scales];
+    enum { N = sizeof in->q.scales / sizeof in->q.scales[0] };
+    if (in->q.n_scales == N) process(ctx);
+    amp_tensor_t **slot = &in->scale_recs[in->q.n_scales];
     if (!*slot) *slot = amp_tensor_new(ctx, AMP_DTYPE_I32, 1, (int64_t[]){AMP_SCALE_REC});
     ctx->be->copy(ctx->bctx, *slot, rec);
-    in->scales[in->n_scales++] = (pending_scale){.step = ctx->step};
+    in->q.scales[in->q.n_scales++] = (pending_scale){.step = ctx->step};
 }
 
 // Reads the pending updates' records (from staged, copied back already, or from the backend)
 // and records them.
 static void read_scales(amp_ctx_t *ctx, int32_t (*staged)[AMP_SCALE_REC]) {
     amp_instr *in = ctx->instr;
-    for (int k = 0; k < in->n_scales; k++) {
-        pending_scale *p = &in->scales[k];
+    for (int k = 0; k < in->q.n_scales; k++) {
+        pending_scale *p = &in->q.scales[k];
         int32_t rec[AMP_SCALE_REC];
         if (staged) memcpy(rec, staged[k], sizeof rec);
         else amp_tensor_read(in->scale_recs[k], rec);
@@ -648,8 +648,8 @@ static void process_out(amp_instr *in, const entry *e, const amp_stats *s) {
     size_t k = 0;
     bool inputs_finite = true, from_data = false;
     for (int r = 0; r < e->n_ref; r++) {
-        const entry *ie = &in->entries[e->ref[r]];
-        const amp_stats *is = &in->host[e->ref[r]];
+        const entry *ie = &in->q.entries[e->ref[r]];
+        const amp_stats *is = &in->q.host[e->ref[r]];
         if (unexpected(ie->inf_fill, is)) {
             inputs_finite = false;
             from_data |= ie->kind == E_LEAF && ie->data;
@@ -672,21 +672,21 @@ static void process_out(amp_instr *in, const entry *e, const amp_stats *s) {
 // A non-finite gradient (into a node, or a parameter's): the node that made it from a finite
 // gradient and a finite forward output is the backward producer.
 static void blame_contributors(amp_instr *in, int32_t i) {
-    const entry *e = &in->entries[i];
-    const amp_stats *s = &in->host[i];
+    const entry *e = &in->q.entries[i];
+    const amp_stats *s = &in->q.host[i];
     for (int c = 0; c < e->n_contrib; c++) {
-        entry *ce = &in->entries[e->contrib[c]];
-        const amp_stats *cs = &in->host[e->contrib[c]];
+        entry *ce = &in->q.entries[e->contrib[c]];
+        const amp_stats *cs = &in->q.host[e->contrib[c]];
         if (ce->blamed || nonfinite(cs)) continue; // it only passed on what it received
         int32_t out = ce->ref[0];
-        if (out >= 0 && unexpected(in->entries[out].inf_fill, &in->host[out])) continue;
+        if (out >= 0 && unexpected(in->q.entries[out].inf_fill, &in->q.host[out])) continue;
         ce->blamed = true;
         char detail[DETAIL_MAX];
         size_t k = describe(detail, sizeof detail, 0, "incoming gradient", ce, cs);
         for (int r = 1; r < ce->n_ref; r++) {
             char what[32];
             snprintf(what, sizeof what, "forward input %d", r - 1);
-            k = describe(detail, sizeof detail, k, what, &in->entries[ce->ref[r]], &in->host[ce->ref[r]]);
+            k = describe(detail, sizeof detail, k, what, &in->q.entries[ce->ref[r]], &in->q.host[ce->ref[r]]);
         }
         describe(detail, sizeof detail, k, "gradient", e, s);
         amp_record_event(&(amp_rec_event){
@@ -727,14 +727,14 @@ static void emit_scale_events(const pending_scale *p, bool fwd_nonfinite) {
 static double process_queue(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     sync_layers(ctx);
-    const double scale = in->n_scales > 0 ? in->scales[in->n_scales - 1].before : 1.0;
+    const double scale = in->q.n_scales > 0 ? in->q.scales[in->q.n_scales - 1].before : 1.0;
     in->fwd_nonfinite = false;
     double sumsq = 0;
     bool any_wgrad = false;
-    for (int32_t k = 0; k < in->n_order; k++) {
-        const int32_t i = in->order[k];
-        entry *e = &in->entries[i];
-        const amp_stats *s = &in->host[i];
+    for (int32_t k = 0; k < in->q.n_order; k++) {
+        const int32_t i = in->q.order[k];
+        entry *e = &in->q.entries[i];
+        const amp_stats *s = &in->q.host[i];
         switch ((entry_kind)e->kind) {
         case E_NONE:
             break;
@@ -750,7 +750,7 @@ static double process_queue(amp_ctx_t *ctx) {
         case E_WGRAD:
             if (e->record) emit_stats(e, AMP_STATS_WEIGHT_GRAD, s);
             if (nonfinite(s)) blame_contributors(in, i);
-            if (e->backward == in->backwards) {
+            if (e->backward == in->q.backwards) {
                 sumsq += nonfinite(s) ? INFINITY : s->sumsq;
                 any_wgrad = true;
             }
@@ -758,10 +758,10 @@ static double process_queue(amp_ctx_t *ctx) {
             break;
         }
     }
-    for (int k = 0; k < in->n_scales; k++) emit_scale_events(&in->scales[k], in->fwd_nonfinite);
-    in->n_scales = 0;
-    in->n_entries = in->slot_base = in->n_order = 0;
-    in->backwards = 0;
+    for (int k = 0; k < in->q.n_scales; k++) emit_scale_events(&in->q.scales[k], in->fwd_nonfinite);
+    in->q.n_scales = 0;
+    in->q.n_entries = in->q.slot_base = in->q.n_order = 0;
+    in->q.backwards = 0;
     return any_wgrad ? sqrt(sumsq) / scale : NAN;
 }
 
@@ -795,29 +795,11 @@ static void emit_step(amp_ctx_t *ctx, int64_t step, int64_t start, int64_t end, 
                                                 : "the loss itself became non-finite"});
 }
 
-#define SWAP(a, b)                                                                                 \
-    do {                                                                                           \
-        __typeof__(a) t_ = (a);                                                                    \
-        (a) = (b);                                                                                 \
-        (b) = t_;                                                                                  \
-    } while (0)
-
-// The queue's arrays and counts and the lagged step's change places.
+// The queue and the lagged step's change places.
 static void swap_queue(amp_instr *in) {
-    struct lagged *l = &in->lag;
-    SWAP(in->entries, l->entries);
-    SWAP(in->host, l->host);
-    SWAP(in->order, l->order);
-    SWAP(in->n_entries, l->n_entries);
-    SWAP(in->cap_entries, l->cap_entries);
-    SWAP(in->n_order, l->n_order);
-    SWAP(in->slot_base, l->slot_base);
-    SWAP(in->backwards, l->backwards);
-    SWAP(in->n_scales, l->n_scales);
-    pending_scale scales[sizeof in->scales / sizeof in->scales[0]];
-    memcpy(scales, in->scales, sizeof scales);
-    memcpy(in->scales, l->scales, sizeof scales);
-    memcpy(l->scales, scales, sizeof scales);
+    const step_queue q = in->q;
+    in->q = in->lag.q;
+    in->lag.q = q;
 }
 
 // The step that ends: its slots and scale records are queued to come back behind its work, its
@@ -825,9 +807,9 @@ static void swap_queue(amp_instr *in) {
 static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, float loss, bool stats_step) {
     amp_instr *in = ctx->instr;
     struct lagged *l = &in->lag;
-    const int32_t n = in->n_entries - in->slot_base;
+    const int32_t n = in->q.n_entries - in->q.slot_base;
     ctx->be->download_async(ctx->bctx, l->staged, in->slots, (size_t)n * sizeof(amp_stats));
-    for (int k = 0; k < in->n_scales; k++)
+    for (int k = 0; k < in->q.n_scales; k++)
         ctx->be->download_async(ctx->bctx, l->recs[k], amp_tensor_ptr(in->scale_recs[k]),
                                 sizeof l->recs[k]);
     swap_queue(in);
@@ -847,7 +829,7 @@ static void finish_lagged(amp_ctx_t *ctx) {
     l->active = false;
     ctx->be->download_wait(ctx->bctx);
     swap_queue(in);
-    memcpy(in->host + in->slot_base, l->staged, (size_t)l->n_staged * sizeof(amp_stats));
+    memcpy(in->q.host + in->q.slot_base, l->staged, (size_t)l->n_staged * sizeof(amp_stats));
     slots_arrived(in);
     read_scales(ctx, l->recs);
     const double norm = process_queue(ctx);
