@@ -57,16 +57,6 @@ static sqlite3 *open_db(const char *path) {
     return db;
 }
 
-static int64_t q_int(sqlite3 *db, const char *sql) {
-    sqlite3_stmt *st;
-    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
-                  sqlite3_errmsg(db));
-    ck_assert_msg(sqlite3_step(st) == SQLITE_ROW, "no row: %s", sql);
-    int64_t v = sqlite3_column_type(st, 0) == SQLITE_NULL ? INT64_MIN : sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 static const char *q_text(sqlite3 *db, const char *sql) {
     static char buf[4][512];
     static int next;
@@ -93,25 +83,31 @@ START_TEST(test_nvtx_ranges) {
     sqlite3 *db = open_db(db_path);
 #define PARENT "(SELECT globalTid >> 24 FROM NVTX_EVENTS WHERE text = 'step')"
     // push/pop: every range ended after it started; nesting shows in the times
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
-                               "globalTid >> 24 = " PARENT),
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "globalTid >> 24 = " PARENT),
                      5);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) "
-                               "AND (end IS NULL OR end < start OR start <= 0)"),
+    ck_assert_int_eq(test_query_int(db,
+                                    "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) "
+                                    "AND (end IS NULL OR end < start OR start <= 0)"),
                      0);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS o, NVTX_EVENTS i WHERE "
-                               "o.text = 'step' AND i.text = 'layer/op' AND i.start >= o.start "
-                               "AND i.end <= o.end AND i.rangeId > o.rangeId"),
-                     1);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS o, NVTX_EVENTS i WHERE "
+                           "o.text = 'step' AND i.text = 'layer/op' AND i.start >= o.start "
+                           "AND i.end <= o.end AND i.rangeId > o.rangeId"),
+        1);
     // attributes
-    ck_assert_int_eq(q_int(db, "SELECT category FROM NVTX_EVENTS WHERE text = 'layer/op'"), 7);
-    ck_assert_int_eq(q_int(db, "SELECT color FROM NVTX_EVENTS WHERE text = 'layer/op'"),
+    ck_assert_int_eq(test_query_int(db, "SELECT category FROM NVTX_EVENTS WHERE text = 'layer/op'"),
+                     7);
+    ck_assert_int_eq(test_query_int(db, "SELECT color FROM NVTX_EVENTS WHERE text = 'layer/op'"),
                      0xFF00FF00);
-    ck_assert_int_eq(q_int(db, "SELECT int64Value FROM NVTX_EVENTS WHERE text = 'layer/op'"), -5);
-    ck_assert_int_eq(q_int(db, "SELECT category IS NULL AND color IS NULL FROM NVTX_EVENTS WHERE "
-                               "text = 'step'"),
-                     1);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'wide-\xc3\xbc'"), 1);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT int64Value FROM NVTX_EVENTS WHERE text = 'layer/op'"), -5);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT category IS NULL AND color IS NULL FROM NVTX_EVENTS WHERE "
+                           "text = 'step'"),
+        1);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'wide-\xc3\xbc'"), 1);
     // a domain and a registered string
     ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
                                 "n.textId WHERE n.eventType = 59 AND n.text IS NULL"),
@@ -119,28 +115,32 @@ START_TEST(test_nvtx_ranges) {
     ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
                                 "n.domainId WHERE n.textId IS NOT NULL"),
                      "ampcore");
-    ck_assert_close((double)q_int(db, "SELECT doubleValue * 10 FROM NVTX_EVENTS WHERE textId IS "
-                                      "NOT NULL"),
-                    25, 0, 0);
+    ck_assert_close(
+        (double)test_query_int(db, "SELECT doubleValue * 10 FROM NVTX_EVENTS WHERE textId IS "
+                                   "NOT NULL"),
+        25, 0, 0);
     // marks
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND end IS "
-                               "NULL AND text IN ('mark-a', 'dmark')"),
-                     2);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND end IS "
+                           "NULL AND text IN ('mark-a', 'dmark')"),
+        2);
     ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
                                 "n.domainId WHERE n.text = 'dmark'"),
                      "ampcore");
     // start/end, ended on the worker thread
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60 AND text = "
-                               "'async' AND endGlobalTid IS NOT NULL AND endGlobalTid != "
-                               "globalTid AND endGlobalTid >> 24 = globalTid >> 24"),
-                     1);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60 AND text = "
+                           "'async' AND endGlobalTid IS NOT NULL AND endGlobalTid != "
+                           "globalTid AND endGlobalTid >> 24 = globalTid >> 24"),
+        1);
     // the forked child recorded its own range, and none of the parent's again
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'child' AND "
-                               "globalTid >> 24 != " PARENT " AND globalTid >> 24 = globalTid & "
-                               "0xFFFFFF"),
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'child' AND "
+                                        "globalTid >> 24 != " PARENT
+                                        " AND globalTid >> 24 = globalTid & "
+                                        "0xFFFFFF"),
                      1);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'step'"), 1);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 9);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'step'"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 9);
 #undef PARENT
     sqlite3_close(db);
 }
@@ -165,7 +165,7 @@ START_TEST(test_trace_sets_injection) {
                                           "--", NVTX_PROG, NULL}),
                      0);
     sqlite3 *db = open_db(test_in_dir("c.sqlite"));
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 0);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 0);
     sqlite3_close(db);
 }
 END_TEST
@@ -184,7 +184,7 @@ START_TEST(test_no_driver) {
     sqlite3 *db = open_db(db_path);
     ck_assert_ptr_nonnull(
         strstr(q_text(db, "SELECT value FROM META WHERE key = 'cuda_capture'"), "failed"));
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 8);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 8);
     sqlite3_close(db);
 }
 END_TEST
@@ -444,7 +444,7 @@ START_TEST(test_emit_merge_attribution) {
     amp_collector_free(c);
 
     sqlite3 *db = open_db(db_path);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), 1);
     ck_assert_str_eq(q_text(db, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds "
                                 "s ON s.id = k.demangledName"),
                      "kernel(float*)");
@@ -454,15 +454,16 @@ START_TEST(test_emit_merge_attribution) {
     ck_assert_str_eq(q_text(db, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds "
                                 "s ON s.id = r.nameId"),
                      "cuLaunchKernel");
-    ck_assert_int_eq(q_int(db, "SELECT eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME"), 1);
     ck_assert_str_eq(q_text(db, "SELECT name FROM TARGET_INFO_GPU"), "NVIDIA H200");
-    ck_assert_int_eq(q_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
+    ck_assert_int_eq(test_query_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
     ck_assert_str_eq(q_text(db, "SELECT n.text FROM (" AMP_CAPTURE_KERNEL_RANGES_SQL ") a "
                                 "JOIN NVTX_EVENTS n ON n.rowid = a.range"),
                      "blocks.0/linear");
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM (" AMP_CAPTURE_KERNEL_RANGES_SQL ") a JOIN "
-                               "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.rowid = a.api AND "
-                               "r.correlationId = 42"),
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM (" AMP_CAPTURE_KERNEL_RANGES_SQL
+                                        ") a JOIN "
+                                        "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.rowid = a.api AND "
+                                        "r.correlationId = 42"),
                      1);
     sqlite3_close(db);
 }

@@ -71,18 +71,6 @@ static sqlite3 *open_ro(const char *path) {
     return db;
 }
 
-// The first column of the first row of sql as an integer (-999 for NULL or no row).
-static int64_t q_int(sqlite3 *db, const char *sql) {
-    sqlite3_stmt *st;
-    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
-                  sqlite3_errmsg(db));
-    int64_t v = -999;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 static double q_real(sqlite3 *db, const char *sql) {
     sqlite3_stmt *st;
     ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
@@ -400,33 +388,34 @@ START_TEST(test_every_record_type) {
                      "complete");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'clock'", buf, 256),
                      "CLOCK_REALTIME");
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
-    ck_assert_int_eq(q_int(db, "SELECT parent_id FROM AMP_LAYERS WHERE id = 0"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT parent_id FROM AMP_LAYERS WHERE id = 0"), -999);
     ck_assert_str_eq(q_text(db, "SELECT name FROM AMP_LAYERS WHERE id = 1", buf, 256),
                      "blocks.0.attn");
     // steps meet their scale updates, whichever came first
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 2);
     ck_assert_double_eq(q_real(db, "SELECT loss FROM AMP_STEPS WHERE step = 0"), 2.5);
-    ck_assert_int_eq(q_int(db, "SELECT grad_norm FROM AMP_STEPS WHERE step = 0"), -999);
-    ck_assert_int_eq(q_int(db, "SELECT skipped FROM AMP_STEPS WHERE step = 0"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT grad_norm FROM AMP_STEPS WHERE step = 0"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT skipped FROM AMP_STEPS WHERE step = 0"), 1);
     ck_assert_double_eq(q_real(db, "SELECT scale_after FROM AMP_STEPS WHERE step = 0"), 32768);
-    ck_assert_int_eq(q_int(db, "SELECT loss FROM AMP_STEPS WHERE step = 1"), -999); // NaN loss
-    ck_assert_int_eq(q_int(db, "SELECT loss_finite FROM AMP_STEPS WHERE step = 1"), 0);
-    ck_assert_int_eq(q_int(db, "SELECT start_ns FROM AMP_STEPS WHERE step = 1"), 400);
-    ck_assert_int_eq(q_int(db, "SELECT growth_tracker FROM AMP_SCALE WHERE step = 1"), 1);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_SCALE"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT loss FROM AMP_STEPS WHERE step = 1"),
+                     -999); // NaN loss
+    ck_assert_int_eq(test_query_int(db, "SELECT loss_finite FROM AMP_STEPS WHERE step = 1"), 0);
+    ck_assert_int_eq(test_query_int(db, "SELECT start_ns FROM AMP_STEPS WHERE step = 1"), 400);
+    ck_assert_int_eq(test_query_int(db, "SELECT growth_tracker FROM AMP_SCALE WHERE step = 1"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_SCALE"), 2);
     // optional values are NULL, never 0
     ck_assert_str_eq(q_text(db, "SELECT kind FROM AMP_TENSOR_STATS", buf, 256), "activation_grad");
     ck_assert_str_eq(q_text(db, "SELECT target_dtype FROM AMP_TENSOR_STATS", buf, 256), "<null>");
-    ck_assert_int_eq(q_int(db, "SELECT n_overflow FROM AMP_TENSOR_STATS"), -999);
-    ck_assert_int_eq(q_int(db, "SELECT max FROM AMP_TENSOR_STATS"), -999);
-    ck_assert_int_eq(q_int(db, "SELECT n_nan FROM AMP_TENSOR_STATS"), 2);
-    ck_assert_int_eq(q_int(db, "SELECT n_zero FROM AMP_TENSOR_STATS"), 0);
+    ck_assert_int_eq(test_query_int(db, "SELECT n_overflow FROM AMP_TENSOR_STATS"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT max FROM AMP_TENSOR_STATS"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT n_nan FROM AMP_TENSOR_STATS"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT n_zero FROM AMP_TENSOR_STATS"), 0);
     ck_assert_str_eq(q_text(db, "SELECT phase FROM AMP_OPS", buf, 256), "<null>");
     ck_assert_str_eq(q_text(db, "SELECT policy FROM AMP_OPS", buf, 256), "<null>");
-    ck_assert_int_eq(q_int(db, "SELECT layer_id FROM AMP_OPS"), -999);
-    ck_assert_int_eq(q_int(db, "SELECT flops FROM AMP_OPS"), -999);
-    ck_assert_int_eq(q_int(db, "SELECT bytes FROM AMP_OPS"), 64);
+    ck_assert_int_eq(test_query_int(db, "SELECT layer_id FROM AMP_OPS"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT flops FROM AMP_OPS"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT bytes FROM AMP_OPS"), 64);
     ck_assert_str_eq(
         q_text(db, "SELECT phase || ' ' || kind || ' ' || severity FROM AMP_EVENTS", buf, 256),
         "bwd overflow warning");
@@ -442,8 +431,9 @@ START_TEST(test_every_record_type) {
         "_ZN2at6native18elementwise_kernelILi128ELi2EEEviT1_");
     snprintf(sql, sizeof sql, "SELECT globalPid = %lld FROM CUPTI_ACTIVITY_KIND_KERNEL",
              (long long)(pid << 24));
-    ck_assert_int_eq(q_int(db, sql), 1);
-    ck_assert_int_eq(q_int(db, "SELECT greenContextId FROM CUPTI_ACTIVITY_KIND_KERNEL"), -999);
+    ck_assert_int_eq(test_query_int(db, sql), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT greenContextId FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+                     -999);
     ck_assert_str_eq(q_text(db,
                             "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
                             "CUPTI_ACTIVITY_KIND_KERNEL k USING (correlationId) JOIN StringIds s "
@@ -452,41 +442,44 @@ START_TEST(test_every_record_type) {
                      "cudaLaunchKernel_v7000");
     snprintf(sql, sizeof sql, "SELECT globalTid = %lld FROM CUPTI_ACTIVITY_KIND_RUNTIME",
              (long long)((pid << 24) | 99));
-    ck_assert_int_eq(q_int(db, sql), 1);
+    ck_assert_int_eq(test_query_int(db, sql), 1);
     ck_assert_str_eq(
         q_text(db,
                "SELECT label FROM CUPTI_ACTIVITY_KIND_MEMCPY JOIN ENUM_CUDA_MEMCPY_OPER "
                "ON id = copyKind",
                buf, 256),
         "Host-to-Device");
-    ck_assert_int_eq(q_int(db, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMSET"), 512);
-    ck_assert_int_eq(q_int(db, "SELECT syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"), 3);
+    ck_assert_int_eq(test_query_int(db, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMSET"), 512);
+    ck_assert_int_eq(test_query_int(db, "SELECT syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
+                     3);
     ck_assert_str_eq(
         q_text(db,
                "SELECT t.value || '|' || d.value || '|' || int32Value FROM NVTX_EVENTS "
                "JOIN StringIds t ON t.id = textId JOIN StringIds d ON d.id = domainId",
                buf, 256),
         "registered message|my-domain|-4");
-    ck_assert_int_eq(q_int(db, "SELECT end FROM NVTX_EVENTS WHERE eventType = 34"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT end FROM NVTX_EVENTS WHERE eventType = 34"), -999);
     ck_assert_str_eq(q_text(db, "SELECT text FROM NVTX_EVENTS WHERE eventType = 34", buf, 256),
                      "mark");
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM TARGET_INFO_GPU"), 1);
-    ck_assert_int_eq(q_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM TARGET_INFO_GPU_METRICS"), 2);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM GPU_METRICS"), 6);
-    ck_assert_int_eq(q_int(db, "SELECT sum(value) FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS "
-                               "n USING (typeId, metricId) WHERE n.metricName = "
-                               "'dram__bytes_write.sum' AND g.end - g.timestamp = 100"),
-                     6000003);
-    ck_assert_int_eq(q_int(db, "SELECT l2CacheSize FROM TARGET_INFO_GPU"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM TARGET_INFO_GPU"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT smCount FROM TARGET_INFO_GPU"), 132);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM TARGET_INFO_GPU_METRICS"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM GPU_METRICS"), 6);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT sum(value) FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS "
+                           "n USING (typeId, metricId) WHERE n.metricName = "
+                           "'dram__bytes_write.sum' AND g.end - g.timestamp = 100"),
+        6000003);
+    ck_assert_int_eq(test_query_int(db, "SELECT l2CacheSize FROM TARGET_INFO_GPU"), -999);
     // the process, and the indexes built at the end
     snprintf(sql, sizeof sql, "SELECT status FROM AMP_PROCESSES WHERE pid = %lld", (long long)pid);
     ck_assert_str_eq(q_text(db, sql, buf, 256), "complete");
-    ck_assert_int_eq(q_int(db, "SELECT records FROM AMP_PROCESSES"), 27);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM PROCESSES"), 1);
-    ck_assert_int_ge(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name "
-                               "= 'AMP_TENSOR_STATS_step'"),
-                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT records FROM AMP_PROCESSES"), 27);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM PROCESSES"), 1);
+    ck_assert_int_ge(
+        test_query_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name "
+                           "= 'AMP_TENSOR_STATS_step'"),
+        1);
     ck_assert_str_eq(q_text(db, "PRAGMA integrity_check", buf, 256), "ok");
     ck_assert_str_eq(q_text(db, "PRAGMA journal_mode", buf, 256), "delete"); // one plain file
     sqlite3_close(db);
@@ -526,11 +519,12 @@ START_TEST(test_event_storm_is_bounded) {
     amp_record_stop();
     finish(c, 0);
     sqlite3 *db = open_ro(f.db);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_EVENTS"), 3 * 11 + 1);
-    ck_assert_int_eq(q_int(db, "SELECT sum(occurrences) FROM AMP_EVENTS"), 301);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE aggregate = 0 AND layer_id "
-                               "= 2 AND kind = 'nonfinite_propagated'"),
-                     10);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_EVENTS"), 3 * 11 + 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT sum(occurrences) FROM AMP_EVENTS"), 301);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE aggregate = 0 AND layer_id "
+                           "= 2 AND kind = 'nonfinite_propagated'"),
+        10);
     // the aggregate row of layer 2: steps 10..99 folded in
     const char *agg = "FROM AMP_EVENTS WHERE aggregate = 1 AND layer_id = 2";
     char sql[256];
@@ -540,7 +534,8 @@ START_TEST(test_event_storm_is_bounded) {
              agg);
     char buf[128];
     ck_assert_str_eq(q_text(db, sql, buf, sizeof buf), "10 99 90 180 99.0");
-    ck_assert_int_eq(q_int(db, "SELECT count FROM AMP_EVENTS WHERE kind = 'overflow'"), -999);
+    ck_assert_int_eq(test_query_int(db, "SELECT count FROM AMP_EVENTS WHERE kind = 'overflow'"),
+                     -999);
     sqlite3_close(db);
     fixture_free(&f);
 }
@@ -587,17 +582,17 @@ START_TEST(test_many_processes) {
     collect_until_done(c, copy, PROCS);
     finish(c, 0);
     sqlite3 *db = open_ro(f.db);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), PROCS * OPS);
-    ck_assert_int_eq(q_int(db, "SELECT count(DISTINCT pid) FROM AMP_OPS"), PROCS);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), PROCS * OPS);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(DISTINCT pid) FROM AMP_OPS"), PROCS);
     for (int p = 0; p < PROCS; p++) {
         char sql[200];
         snprintf(sql, sizeof sql,
                  "SELECT count(*) = %d AND count(DISTINCT step) = %d FROM AMP_OPS WHERE pid = %d",
                  OPS, OPS, (int)pids[p]);
-        ck_assert_int_eq(q_int(db, sql), 1);
+        ck_assert_int_eq(test_query_int(db, sql), 1);
     }
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_PROCESSES WHERE status = 'complete'"),
-                     PROCS);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES WHERE status = 'complete'"), PROCS);
     sqlite3_close(db);
     fixture_free(&f);
 }
@@ -639,7 +634,7 @@ START_TEST(test_killed_writer_still_ingested) {
     finish(c, 137);
     sqlite3 *db = open_ro(f.db);
     char buf[64];
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), 1000);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), 1000);
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "complete");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'exit_status'", buf, 64),
                      "137");
@@ -665,7 +660,7 @@ START_TEST(test_truncated_spool) {
     finish(c, 0);
     sqlite3 *db = open_ro(f.db);
     char buf[64];
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 4242"), 5);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 4242"), 5);
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "truncated");
     sqlite3_close(db);
     fixture_free(&f);
@@ -715,15 +710,15 @@ START_TEST(test_corrupt_record_skips_rest) {
     finish(c, 0);
     sqlite3 *db = open_ro(f.db);
     char buf[64];
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 10"), 3);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 11"), 2);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 12"), 2);
-    ck_assert_int_eq(q_int(db, "SELECT max(step) FROM AMP_STEPS WHERE pid = 12"), 77);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 10"), 3);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 11"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 12"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT max(step) FROM AMP_STEPS WHERE pid = 12"), 77);
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES WHERE pid = 10", buf, 64),
                      "corrupt");
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES WHERE pid = 12", buf, 64),
                      "complete");
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 3);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 3);
     sqlite3_close(db);
     fixture_free(&f);
 }
@@ -740,7 +735,7 @@ START_TEST(test_rows_visible_while_running) {
     ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
     sqlite3 *db = open_ro(f.db);
     char buf[64];
-    ck_assert_int_eq(q_int(db, "SELECT step FROM AMP_STEPS"), 3);
+    ck_assert_int_eq(test_query_int(db, "SELECT step FROM AMP_STEPS"), 3);
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 64), "running");
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "running");
     sqlite3_close(db);
@@ -762,7 +757,7 @@ START_TEST(test_unfinished_writer_at_finish) {
     amp_record_stop();
     sqlite3 *db = open_ro(f.db);
     char buf[64];
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 1);
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "unfinished");
     sqlite3_close(db);
     fixture_free(&f);
@@ -882,8 +877,8 @@ START_TEST(test_ampprobe_out_in_process) {
     ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
     sqlite3 *db = open_ro(f.db);
     char buf[128];
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 30);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_OPS"), 30);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 30);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), 30);
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 128),
                      "complete");
     ck_assert_ptr_nonnull(

@@ -51,17 +51,6 @@ static sqlite3 *open_db(const char *name) {
     return db;
 }
 
-static int64_t q_int(sqlite3 *db, const char *sql) {
-    sqlite3_stmt *st;
-    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s",
-                  sqlite3_errmsg(db));
-    int64_t v = -999;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 static const char *q_text(sqlite3 *db, const char *sql) {
     static char buf[512];
     sqlite3_stmt *st;
@@ -79,7 +68,7 @@ static const char *q_text(sqlite3 *db, const char *sql) {
 // The run's exit_status from META.
 static int64_t meta_exit_status(const char *name) {
     sqlite3 *db = open_db(name);
-    int64_t v = q_int(db, "SELECT value FROM META WHERE key = 'exit_status' AND pid = 0");
+    int64_t v = test_query_int(db, "SELECT value FROM META WHERE key = 'exit_status' AND pid = 0");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status' AND pid = 0"),
                      "complete");
     sqlite3_close(db);
@@ -228,9 +217,9 @@ START_TEST(test_records_through_the_spool) {
                      0);
     ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "20 steps (0 skipped), 1 events"));
     sqlite3 *db = open_db("r.sqlite");
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), 20);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 20);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 20);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 20);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_LAYERS"), 2);
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid != 0"),
                      "5");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'stats_every' AND pid = 0"),
@@ -258,8 +247,8 @@ static pid_t start_waiting_run(const char *name) {
         sqlite3 *db;
         char err[AMP_STORE_ERR_MAX];
         if (amp_store_open_readonly(test_in_dir(name), &db, err) == AMP_OK) {
-            int64_t n =
-                q_int(db, "SELECT count(*) FROM META WHERE key = 'mode' AND value = 'wait'");
+            int64_t n = test_query_int(
+                db, "SELECT count(*) FROM META WHERE key = 'mode' AND value = 'wait'");
             sqlite3_close(db);
             if (n == 1) break;
         }
@@ -280,7 +269,8 @@ START_TEST(test_signals_are_forwarded) {
     ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGINT);
     sqlite3 *db = open_db("int.sqlite");
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'mode'"), "wait");
-    ck_assert_int_eq(q_int(db, "SELECT value FROM META WHERE key = 'exit_status'"), 128 + SIGINT);
+    ck_assert_int_eq(test_query_int(db, "SELECT value FROM META WHERE key = 'exit_status'"),
+                     128 + SIGINT);
     sqlite3_close(db);
 }
 END_TEST
@@ -292,10 +282,11 @@ START_TEST(test_kill9_mid_run) {
         128 + SIGKILL);
     sqlite3 *db = open_db("c.sqlite");
     ck_assert_str_eq(q_text(db, "PRAGMA integrity_check"), "ok");
-    int64_t last = q_int(db, "SELECT max(step) FROM AMP_STEPS");
+    int64_t last = test_query_int(db, "SELECT max(step) FROM AMP_STEPS");
     ck_assert_msg(last >= 49 - 20, "last step %lld", (long long)last);
-    ck_assert_int_eq(q_int(db, "SELECT count(*) FROM AMP_STEPS"), last + 1);
-    ck_assert_int_eq(q_int(db, "SELECT value FROM META WHERE key = 'exit_status'"), 128 + SIGKILL);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), last + 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT value FROM META WHERE key = 'exit_status'"),
+                     128 + SIGKILL);
     const char *status = q_text(db, "SELECT status FROM AMP_PROCESSES");
     ck_assert_msg(strcmp(status, "complete") == 0 || strcmp(status, "truncated") == 0, "%s",
                   status);

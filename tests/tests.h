@@ -7,6 +7,8 @@
 
 #include "amp-impl.h" // amp_make_temp_dir() and the library's internals some suites test
 
+#include <sqlite3.h>
+
 #define AMP_SUITE(name) Suite *name##_suite(void);
 #include "suites.def"
 #undef AMP_SUITE
@@ -41,6 +43,9 @@ char *test_read_file(const char *path, size_t *n);
 // stderr into out.txt and err.txt there; waits for it and returns its exit code.
 pid_t test_spawn_ampprobe(const char *const *args);
 int test_wait_ampprobe(pid_t pid);
+// The first column of the first row of sql as an integer (-999 for NULL or no row); asserts that
+// sql prepares.
+int64_t test_query_int(sqlite3 *db, const char *sql);
 // Runs tests/helpers/exit_prog.c (four steps, then exit() without amp_ctx_free) on device "cpu"
 // or "cuda" under `ampprobe run` in test_dir and checks that every step is in the database.
 void test_exit_without_free(const char *device);

@@ -83,16 +83,14 @@ int test_wait_ampprobe(pid_t pid) {
     return WEXITSTATUS(status);
 }
 
-// The first column of the first row of sql in the database at path, as an integer (-1: no row).
-static long long db_int(const char *path, const char *sql) {
-    sqlite3 *db;
-    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+int64_t test_query_int(sqlite3 *db, const char *sql) {
     sqlite3_stmt *st;
     ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
                   sqlite3_errmsg(db));
-    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    int64_t v = -999;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    sqlite3_close(db);
     return v;
 }
 
@@ -101,9 +99,13 @@ void test_exit_without_free(const char *device) {
     const char *args[] = {"run", "-o", "run.sqlite", "--", AMP_BINARY_DIR "/tests/amp_exit_prog",
                           device, "4", NULL};
     ck_assert_int_eq(test_wait_ampprobe(test_spawn_ampprobe(args)), 0);
-    const char *db = test_in_dir("run.sqlite");
-    ck_assert_int_eq(db_int(db, "SELECT count(*) FROM AMP_STEPS"), STEPS);
-    ck_assert_int_eq(db_int(db, "SELECT count(grad_norm) FROM AMP_STEPS"), STEPS);
-    ck_assert_int_eq(db_int(db, "SELECT count(DISTINCT step) FROM AMP_TENSOR_STATS"), STEPS);
-    ck_assert_int_eq(db_int(db, "SELECT max(step) FROM AMP_TENSOR_STATS"), STEPS - 1);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(test_in_dir("run.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), STEPS);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(grad_norm) FROM AMP_STEPS"), STEPS);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(DISTINCT step) FROM AMP_TENSOR_STATS"),
+                     STEPS);
+    ck_assert_int_eq(test_query_int(db, "SELECT max(step) FROM AMP_TENSOR_STATS"), STEPS - 1);
+    sqlite3_close(db);
 }
