@@ -876,7 +876,7 @@ START_TEST(test_deferred_stats_gpu) {
             case 8:
                 gpu->be->softmax_backward(gpu->bctx, true, dl, gl, yl);
                 break;
-            case 9: // row broadcast over gs's rows: not read whole, so launched first
+            case 9: // row broadcast over gs's rows: not read whole, so left waiting
                 gpu->be->binary(
                     gpu->bctx, AMP_BINARY_MUL, ds, gs,
                     amp_expand(gpu, amp_reshape(gpu, row, 2, (int64_t[]){1, wide[1]}), 2, wide));

@@ -65,7 +65,8 @@ void amp_optim_step(amp_optim_t *opt);
 void amp_optim_zero_grad(amp_optim_t *opt); // set_to_none
 int amp_optim_num_params(const amp_optim_t *opt);
 amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i);
-int64_t amp_optim_steps(const amp_optim_t *opt); // completed (not skipped) steps; waits for the device
+// Completed (not skipped) steps; waits for the device.
+int64_t amp_optim_steps(const amp_optim_t *opt);
 const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt);
 // param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new; the kind
 // cannot change, nor can SGD gain momentum it was created without (it has no buffers).

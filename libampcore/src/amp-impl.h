@@ -132,9 +132,9 @@ void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark);
 void amp_tensor_release_storage(amp_tensor_t *t);
 // Storage dropped with amp_tensor_drop while backward nodes read it goes after the last of them
 // has run: when a backward starts, its readers on the tape are counted; before node n's
-// backward, whether all it reads is still there (a second backward
-// through such a node aborts, like PyTorch's backward through the graph a second time); after it,
-// the dropped storage it was the last to read is freed.
+// backward, whether all it reads is still there (a second backward through such a node aborts,
+// like PyTorch's backward through the graph a second time); after it, the dropped storage it was
+// the last to read is freed.
 void amp_backward_count_dropped(amp_ctx_t *ctx);
 void amp_node_check_reads(const struct amp_node *n);
 void amp_node_release_dropped(amp_ctx_t *ctx, const struct amp_node *n);
@@ -155,8 +155,9 @@ typedef struct amp_node amp_node;
 typedef void (*amp_backward_fn)(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
 
 #define AMP_NODE_MAX_IN 4
-// What a node's backward reads of the tensors it was recorded with (amp_node.reads): amp_tensor_drop
-// keeps storage that a backward of the tape reads. Nodes read everything unless their op says less.
+// What a node's backward reads of the tensors it was recorded with (amp_node.reads):
+// amp_tensor_drop keeps storage that a backward of the tape reads until that backward has run.
+// Nodes read everything unless their op says less.
 #define AMP_READS_IN(i) (1u << (i))
 #define AMP_READS_OUT (1u << 4)
 #define AMP_READS_SAVED(i) (1u << (8 + (i)))

@@ -136,7 +136,8 @@ static void be_host_free(void *bctx, void *p) {
 static void be_download_async(void *bctx, void *host, const void *src, size_t nbytes) {
     cuda_ctx *c = cuda_of(bctx);
     if (!nbytes) return;
-    if (!c->downloaded) CUDA_CHECK(cudaEventCreateWithFlags(&c->downloaded, cudaEventDisableTiming));
+    if (!c->downloaded)
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->downloaded, cudaEventDisableTiming));
     CUDA_CHECK(cudaMemcpyAsync(host, src, nbytes, cudaMemcpyDeviceToHost, c->stream));
     CUDA_CHECK(cudaEventRecord(c->downloaded, c->stream));
 }

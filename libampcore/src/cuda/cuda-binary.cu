@@ -4,10 +4,11 @@
  * Operands arrive as views already expanded to the output's shape (stride 0 on broadcast dims);
  * the strided iterator merges what it can, and the all-contiguous one-dtype case (residual adds,
  * gradient accumulation) runs a 16-bytes-per-thread typed kernel, as does a tensor plus a value
- * per channel (a convolution's bias: one value for each run of a vector or more). The dropout mask draws from
- * the same counter-based RNG as the CPU backend (splitmix64 of seed and element index), so both
- * backends produce the same mask. Binary ops and masked_fill add the statistics of what they
- * store when the instrumentation asks (cuda-fuse.h).
+ * per channel (a convolution's bias: one value for each run of a vector or more). The dropout
+ * mask draws from the same counter-based RNG as the CPU backend (splitmix64 of seed and element
+ * index), so both backends produce the same mask. Binary ops and masked_fill add the statistics
+ * of what they store when the instrumentation asks (cuda-fuse.h), and an add those of an operand
+ * whose statistics wait (cuda_ctx.held).
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
