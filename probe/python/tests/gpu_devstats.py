@@ -8,8 +8,9 @@ Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many b
 not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
 tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
 bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
-their launch (`modified`), and close() giving back its events and mapped memory; prints PASS/FAIL lines and exits 1 on a failure. --bench prints the
-kernel's read bandwidth on large tensors next to torch's own amax over the same memory.
+their launch (`modified`), and close() giving back its events and mapped memory; prints PASS/FAIL
+lines and exits 1 on a failure. --bench prints the kernel's read bandwidth on large tensors next to
+torch's own amax over the same memory.
 """
 import math
 import sys
