@@ -470,6 +470,65 @@ START_TEST(test_drop_conv_relu_pool) {
 }
 END_TEST
 
+// A transformer's input side under fp16 autocast: e = embedding(idx), x = e + pos, h =
+// layer_norm(x), y = linear(h) (f16), d = dropout(y). With `drop`, e, h and y are dropped as soon
+// as the next op has run: the add, layer_norm's backward (it reads its input and its row
+// statistics, not its output), the linear (it keeps its own f16 copy of h) and dropout's backward
+// (its mask only) read none of them, so they go at once; x, which layer_norm's backward reads,
+// stays until that backward has run. Writes the embedding's and the linear weight's gradients.
+static void embed_norm_step(bool drop, float *gemb, float *gw, bool freed[4]) {
+    amp_ctx_t *c;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 3, &c), AMP_OK);
+    amp_tensor_t *emb = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(10, 8));
+    amp_tensor_t *pos = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(4, 8));
+    amp_tensor_t *w = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 8));
+    amp_tensor_t *r = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(4, 6));
+    amp_tensor_t *p[] = {emb, pos, w, r};
+    for (int i = 0; i < 4; i++)
+        amp_tensor_randn(p[i], 1.0f);
+    for (int i = 0; i < 3; i++)
+        amp_tensor_set_requires_grad(p[i], true);
+    amp_tensor_t *idx = amp_tensor_from(c, AMP_DTYPE_I64, 1, S(4), (int64_t[]){3, 1, 4, 1});
+    amp_autocast_begin(c, true, AMP_DTYPE_F16, true);
+    amp_tensor_t *e = amp_embedding(c, idx, emb);
+    amp_tensor_t *x = amp_add(c, e, pos);
+    if (drop) amp_tensor_drop(e);
+    amp_tensor_t *h = amp_layer_norm(c, x, NULL, NULL, 1e-5f);
+    amp_tensor_t *y = amp_linear(c, h, w, NULL);
+    if (drop) {
+        amp_tensor_drop(x);
+        amp_tensor_drop(h);
+    }
+    amp_tensor_t *d = amp_dropout(c, y, 0.5f, true);
+    if (drop) amp_tensor_drop(y);
+    amp_autocast_end(c);
+    amp_tensor_t *t[] = {e, h, y, x};
+    for (int i = 0; i < 3; i++)
+        freed[i] = t[i]->buf->data == NULL;
+    freed[3] = x->buf->data == NULL;
+    amp_backward(c, amp_sum(c, amp_mul(c, d, r)));
+    ck_assert_msg(!drop || x->buf->data == NULL, "layer_norm's input was kept after its backward");
+    amp_tensor_read_f32(amp_tensor_grad(emb), gemb);
+    amp_tensor_read_f32(amp_tensor_grad(w), gw);
+    amp_ctx_free(c);
+}
+
+START_TEST(test_drop_embedding_layer_norm_dropout) {
+    float ge[80], gw[48], he[80], hw[48];
+    bool freed[4];
+    embed_norm_step(false, ge, gw, freed);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(!freed[i], "tensor %d freed without a drop", i);
+    embed_norm_step(true, he, hw, freed);
+    ck_assert_msg(freed[0], "the embedding's output was kept (nothing reads it)");
+    ck_assert_msg(freed[1], "layer_norm's output was kept (its backward reads its input)");
+    ck_assert_msg(freed[2], "dropout's input was kept (its backward reads the mask)");
+    ck_assert_msg(!freed[3], "layer_norm's input was freed before its backward");
+    ck_assert_mem_eq(ge, he, sizeof ge);
+    ck_assert_mem_eq(gw, hw, sizeof gw);
+}
+END_TEST
+
 START_TEST(test_reading_a_dropped_tensor_aborts) {
     amp_tensor_t *x = param(2, S(4, 5), 1);
     amp_tensor_t *y = amp_mul_scalar(ctx, x, 2.0);
@@ -548,6 +607,7 @@ Suite *ops_suite(void) {
     tcase_add_test(d, test_drop_frees_what_no_backward_reads);
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
     tcase_add_test(d, test_drop_conv_relu_pool);
+    tcase_add_test(d, test_drop_embedding_layer_norm_dropout);
     tcase_add_test_raise_signal(d, test_reading_a_dropped_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(d, test_second_backward_through_a_dropped_tensor_aborts, SIGABRT);
     suite_add_tcase(s, d);

@@ -85,6 +85,9 @@ amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, a
         n->saved[1] = mean;
         n->saved[2] = rstd;
         n->saved[3] = wd;
+        // the dense input, weight and row statistics: not the output, which the next op casts
+        n->reads =
+            AMP_READS_SAVED(0) | AMP_READS_SAVED(1) | AMP_READS_SAVED(2) | AMP_READS_SAVED(3);
     }
     amp_instr_op(ctx, "layer_norm", AMP_POLICY_FP32, y, in, 1 + (w != NULL) + (b != NULL));
     return y;
@@ -113,7 +116,10 @@ amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w) 
     amp_tensor_t *id = amp_dense(ctx, idx);
     ctx->be->embedding(ctx->bctx, y, id, amp_dense(ctx, w));
     amp_node *n = amp_node_record(ctx, "embedding", embedding_backward, y, &w, 1);
-    if (n) n->saved[0] = id;
+    if (n) {
+        n->saved[0] = id;
+        n->reads = AMP_READS_SAVED(0); // the indices only
+    }
     amp_instr_op(ctx, "embedding", AMP_POLICY_NATIVE, y, &w, 1);
     return y;
 }

@@ -246,7 +246,10 @@ amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool trainin
     amp_instr_arm(ctx, y);
     ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, y, amp_dense(ctx, x), mask);
     amp_node *n = amp_node_record(ctx, "dropout", dropout_backward, y, &x, 1);
-    if (n) n->saved[0] = mask;
+    if (n) {
+        n->saved[0] = mask;
+        n->reads = AMP_READS_SAVED(0); // the mask only
+    }
     amp_instr_op(ctx, "dropout", AMP_POLICY_NATIVE, y, &x, 1);
     return y;
 }
