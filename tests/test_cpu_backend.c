@@ -797,7 +797,7 @@ START_TEST(test_max_pool2d) {
     for (int i = 0; i < 6; i++)
         tset(dy, i, (float)(i + 1));
     be->fill(bctx, dx, 7.0f); // overwritten
-    be->max_pool2d_backward(bctx, dx, dy, am);
+    be->max_pool2d_backward(bctx, dx, dy, am, 3, 1);
     for (int i = 0; i < 20; i++)
         ck_assert_float_eq(tget(dx, i), i == 6 ? 1 + 4 : i == 13 ? 2 + 3 + 5 + 6 : 0);
 }

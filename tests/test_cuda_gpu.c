@@ -480,6 +480,14 @@ static amp_tensor_t *op_conv_pool(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_max_pool2d(c, amp_relu(c, amp_conv2d(c, x[0], x[1], x[2], 1, 1)), 2, 2);
 }
+static amp_tensor_t *op_pool_overlap(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_max_pool2d(c, x[0], 3, 2); // windows share a row and a column: summed in f32
+}
+static amp_tensor_t *op_pool_ragged(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_max_pool2d(c, x[0], 2, 3); // gaps between windows and a ragged edge
+}
 static amp_tensor_t *op_conv_stride(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_conv2d(c, x[0], x[1], x[2], 2, 0);
@@ -498,6 +506,9 @@ START_TEST(test_embedding_conv_gpu) {
                         pair_new(dt, 1, (int64_t[]){8}, 0.1f, 0, true)};
         check_op("conv2d+relu+max_pool2d", op_conv_pool, conv, 3, eps);
         check_op("conv2d stride 2", op_conv_stride, conv, 3, eps);
+        pair planes = pair_new(dt, 4, (int64_t[]){2, 3, 13, 11}, 1, 0, true);
+        check_op("max_pool2d kernel 3 stride 2", op_pool_overlap, &planes, 1, eps);
+        check_op("max_pool2d kernel 2 stride 3", op_pool_ragged, &planes, 1, eps);
     }
     close_pair();
 }

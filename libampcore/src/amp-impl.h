@@ -317,9 +317,10 @@ typedef struct amp_backend_i {
     // y (N, C, oh, ow) = max over kernel windows; argmax (i32, same shape as y) = flat h*W+w.
     void (*max_pool2d)(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const amp_tensor_t *x,
                        int kernel, int stride);
-    // dx overwritten: zeros, plus dy scattered to the argmax positions.
+    // dx overwritten: zeros, plus dy scattered to the argmax positions (kernel and stride those of
+    // the forward: with stride >= kernel no two windows share an element).
     void (*max_pool2d_backward)(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
-                                const amp_tensor_t *argmax);
+                                const amp_tensor_t *argmax, int kernel, int stride);
     // loss (f32, one element) = -mean over rows of logp[row, target[row]] (target i32/i64).
     void (*nll_loss)(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
                      const amp_tensor_t *target);

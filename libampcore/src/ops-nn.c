@@ -130,7 +130,8 @@ amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w) 
 static void max_pool2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0];
     amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
-    ctx->be->max_pool2d_backward(ctx->bctx, dx, amp_dense(ctx, dy), n->saved[0]);
+    ctx->be->max_pool2d_backward(ctx->bctx, dx, amp_dense(ctx, dy), n->saved[0], (int)n->i[0],
+                                 (int)n->i[1]);
     amp_grad_accumulate(ctx, x, dx);
 }
 
@@ -147,6 +148,8 @@ amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int st
     amp_node *n = amp_node_record(ctx, "max_pool2d", max_pool2d_backward, y, &x, 1);
     if (n) {
         n->saved[0] = argmax;
+        n->i[0] = kernel;
+        n->i[1] = stride;
         n->reads = AMP_READS_SAVED(0); // the input's shape only
     }
     amp_instr_op(ctx, "max_pool2d", AMP_POLICY_NATIVE, y, &x, 1);

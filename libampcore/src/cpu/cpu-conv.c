@@ -138,7 +138,8 @@ void amp_cpu_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const
 }
 
 void amp_cpu_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
-                                 const amp_tensor_t *argmax) {
+                                 const amp_tensor_t *argmax, int kernel, int stride) {
+    (void)kernel, (void)stride; // the argmax positions say it all
     CPU_ASSERT_CONTIGUOUS(dx);
     CPU_ASSERT_CONTIGUOUS(dy);
     CPU_ASSERT_CONTIGUOUS(argmax);

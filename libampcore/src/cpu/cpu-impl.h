@@ -195,7 +195,7 @@ void amp_cpu_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx, const 
 void amp_cpu_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const amp_tensor_t *x,
                         int kernel, int stride);
 void amp_cpu_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
-                                 const amp_tensor_t *argmax);
+                                 const amp_tensor_t *argmax, int kernel, int stride);
 
 void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
                      amp_tensor_t *found_inf);

@@ -387,7 +387,7 @@ void cuda_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx, const amp
 void cuda_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const amp_tensor_t *x,
                      int kernel, int stride);
 void cuda_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
-                              const amp_tensor_t *argmax);
+                              const amp_tensor_t *argmax, int kernel, int stride);
 void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
                   amp_tensor_t *found_inf);
 void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
