@@ -170,6 +170,35 @@ START_TEST(test_healthy_runs_are_clean) {
 }
 END_TEST
 
+// A gradient that a reshape, permute or contiguous passed on unchanged keeps the numbers of the
+// node that passed it instead of being read again. tiny_gpt's attention (2 blocks) per step:
+// q's gradient passes a permute, a reshape and a split (2 reuse the permute's numbers), k's a
+// further permute (3), v's as q's (2), the attention output's a reshape, a permute and its matmul
+// (2), and the logits' a reshape before the head (1): 19 a step. The reused rows carry the same
+// figures as the rows they came from.
+START_TEST(test_view_gradients_read_once) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"), "--precision fp16 --steps 3", out, sizeof out),
+                     0);
+    sqlite3 *db = open_db();
+    ck_assert_int_eq(
+        query_int(db, "SELECT value FROM META WHERE key = 'stats_reused' AND pid != 0"), 3 * 19);
+    ck_assert_int_gt(
+        query_int(db, "SELECT value FROM META WHERE key = 'stats_tensors' AND pid != 0"), 3 * 19);
+    // each split's gradient row has the figures of a reshape's row of its layer and step
+    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE op = 'split'"),
+                     3 * 6);
+    ck_assert_int_eq(
+        query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS s WHERE s.op = 'split' AND NOT "
+                      "EXISTS (SELECT 1 FROM AMP_TENSOR_STATS r WHERE r.op = 'reshape' AND "
+                      "r.kind = s.kind AND r.step = s.step AND r.layer_id IS s.layer_id AND "
+                      "r.numel = s.numel AND r.min = s.min AND r.max = s.max AND r.n_zero = "
+                      "s.n_zero AND r.n_underflow = s.n_underflow)"),
+        0);
+    sqlite3_close(db);
+}
+END_TEST
+
 // kill -9 of the training process: the launcher exits 137, the database is whole.
 START_TEST(test_kill_9_survives) {
     pid_t launcher = fork();
@@ -217,6 +246,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_grad_underflow_zeroes_weight_grads);
     tcase_add_test(tc, test_scale_thrash_sawtooth);
     tcase_add_test(tc, test_healthy_runs_are_clean);
+    tcase_add_test(tc, test_view_gradients_read_once);
     tcase_add_test(tc, test_kill_9_survives);
     tcase_add_test(tc, test_exit_without_free_cpu);
     suite_add_tcase(s, tc);

@@ -68,6 +68,10 @@ typedef struct entry {
     int64_t shape[AMP_MAX_DIMS];
     int32_t ref[REFS];     // E_OUT: inputs; E_DY: forward output, then forward inputs (-1: none)
     int32_t contrib[REFS]; // E_DY/E_WGRAD: the E_DY entries of the nodes that made this gradient
+    // E_DY: an earlier entry of the queue whose tensor held the same values (the gradient a
+    // reshape, permute or contiguous passed on unchanged), whose statistics this one takes
+    // instead of reading the tensor again; -1: none
+    int32_t values_of;
 } entry;
 
 typedef struct pending_scale {
@@ -108,6 +112,7 @@ typedef struct amp_instr {
     int32_t armed;     // entry reserved for ctx->sink's output (-1: none)
     uint32_t params_epoch; // the batch whose parameters are queued
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
+    int64_t n_described, n_reused; // entries over the run; of them, taken from an earlier one
 
     amp_tensor_t *scale_recs[8]; // i32 [AMP_SCALE_REC] each: q.scales' records, on the backend
     bool fwd_nonfinite; // the last processed batch had an unexpected non-finite forward value
@@ -203,6 +208,11 @@ void amp_instr_free(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     if (!in) return;
     process(ctx); // the last step, and what the unfinished one after it queued
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)in->n_described);
+    amp_record_meta(&(amp_rec_meta){"stats_tensors", buf});
+    snprintf(buf, sizeof buf, "%lld", (long long)in->n_reused);
+    amp_record_meta(&(amp_rec_meta){"stats_reused", buf});
     if (in->lag.staged) {
         lagging_remove(ctx);
         ctx->be->host_free(ctx->bctx, in->lag.staged);
@@ -306,7 +316,13 @@ static void clear_slots(amp_ctx_t *ctx, int32_t n) {
 // The statistics of the entries from slot_base on are in host[]: finished, and no longer on the
 // device.
 static void slots_arrived(amp_instr *in) {
-    for (int32_t i = in->q.slot_base; i < in->q.n_entries; i++) amp_stats_finish(&in->q.host[i]);
+    for (int32_t i = in->q.slot_base; i < in->q.n_entries; i++) {
+        const int32_t same = in->q.entries[i].values_of; // earlier: arrived already
+        if (same >= 0)
+            in->q.host[i] = in->q.host[same];
+        else
+            amp_stats_finish(&in->q.host[i]);
+    }
     in->q.slot_base = in->q.n_entries;
 }
 
@@ -331,7 +347,7 @@ static int32_t new_entry(amp_ctx_t *ctx) {
         in->q.order = amp_xrealloc(in->q.order, (size_t)in->q.cap_entries * sizeof *in->q.order);
     }
     int32_t i = in->q.n_entries++;
-    in->q.entries[i] = (entry){.kind = E_NONE};
+    in->q.entries[i] = (entry){.kind = E_NONE, .values_of = -1};
     return i;
 }
 
@@ -340,11 +356,19 @@ static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_ki
                       const char *op, int32_t layer) {
     amp_instr *in = ctx->instr;
     entry *e = &in->q.entries[i];
-    *e = (entry){.kind = (uint8_t)kind, .inf_fill = t->inf_fill, .record = in->stats_step,
-                 .layer = layer, .step = ctx->step, .op = op, .dtype = t->dtype,
-                 .target = target_of(ctx), .ndim = (int8_t)t->ndim};
+    *e = (entry){.kind = (uint8_t)kind,
+                 .inf_fill = t->inf_fill,
+                 .record = in->stats_step,
+                 .layer = layer,
+                 .step = ctx->step,
+                 .op = op,
+                 .dtype = t->dtype,
+                 .target = target_of(ctx),
+                 .ndim = (int8_t)t->ndim,
+                 .values_of = -1};
     memcpy(e->shape, t->shape, sizeof e->shape);
     AMP_ASSERT(in->q.n_order < in->q.n_entries, "(entry %d: more descriptions than entries)", (int)i);
+    in->n_described++;
     in->q.order[in->q.n_order++] = i;
 }
 
@@ -505,14 +529,36 @@ static int32_t grad_entry(amp_instr *in, amp_tensor_t *t) {
     return i;
 }
 
+// Ops whose backward hands its incoming gradient on to its input with the same values.
+static bool passes_gradient_on(const char *op) {
+    return !strcmp(op, "reshape") || !strcmp(op, "permute") || !strcmp(op, "contiguous");
+}
+
+// The entry whose statistics are those of t's gradient: the E_DY entry of the one node that made
+// it when that node passed its own incoming gradient on unchanged; else -1.
+static int32_t passed_on_entry(const amp_instr *in, const amp_tensor_t *t) {
+    if (t->contrib_epoch != in->epoch || t->n_contrib != 1) return -1;
+    const int32_t c = t->contrib[0];
+    if (c < 0 || !passes_gradient_on(in->q.entries[c].op)) return -1;
+    return in->q.entries[c].values_of >= 0 ? in->q.entries[c].values_of : c;
+}
+
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_instr *in = ctx->instr;
     int32_t i = dy == n->out->grad ? grad_entry(in, n->out) : -1;
     if (i >= 0) {
         set_entry(ctx, i, dy, E_DY, n->op, n->layer);
     } else {
-        bound_queue(ctx);
-        i = queue(ctx, dy, E_DY, n->op, n->layer);
+        bound_queue(ctx); // (a new batch forgets the entries of the last)
+        const int32_t same = dy == n->out->grad ? passed_on_entry(in, n->out) : -1;
+        if (same >= 0) { // a view's gradient passed on: its numbers, not a second reading
+            i = new_entry(ctx);
+            set_entry(ctx, i, dy, E_DY, n->op, n->layer);
+            in->q.entries[i].values_of = same;
+            in->n_reused++;
+        } else {
+            i = queue(ctx, dy, E_DY, n->op, n->layer);
+        }
     }
     entry *e = &in->q.entries[i];
     e->inf_fill = 0;
