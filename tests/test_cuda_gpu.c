@@ -484,6 +484,10 @@ static amp_tensor_t *op_pool_overlap(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_max_pool2d(c, x[0], 3, 2); // windows share a row and a column: summed in f32
 }
+static amp_tensor_t *op_pool_edge(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_max_pool2d(c, x[0], 2, 2); // on 13 x 11: the last row and column in no window
+}
 static amp_tensor_t *op_pool_ragged(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_max_pool2d(c, x[0], 2, 3); // gaps between windows and a ragged edge
@@ -509,6 +513,7 @@ START_TEST(test_embedding_conv_gpu) {
         pair planes = pair_new(dt, 4, (int64_t[]){2, 3, 13, 11}, 1, 0, true);
         check_op("max_pool2d kernel 3 stride 2", op_pool_overlap, &planes, 1, eps);
         check_op("max_pool2d kernel 2 stride 3", op_pool_ragged, &planes, 1, eps);
+        check_op("max_pool2d kernel 2 stride 2, ragged edge", op_pool_edge, &planes, 1, eps);
     }
     close_pair();
 }
