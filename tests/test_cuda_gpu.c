@@ -514,6 +514,12 @@ START_TEST(test_embedding_conv_gpu) {
         check_op("max_pool2d kernel 3 stride 2", op_pool_overlap, &planes, 1, eps);
         check_op("max_pool2d kernel 2 stride 3", op_pool_ragged, &planes, 1, eps);
         check_op("max_pool2d kernel 2 stride 2, ragged edge", op_pool_edge, &planes, 1, eps);
+        // the columns a slice of the batch at a time (one image's here), on both backends
+        const int64_t cols_max = amp_conv_cols_max;
+        amp_conv_cols_max = 1;
+        check_op("conv2d+relu+max_pool2d, columns by image", op_conv_pool, conv, 3, eps);
+        check_op("conv2d stride 2, columns by image", op_conv_stride, conv, 3, eps);
+        amp_conv_cols_max = cols_max;
     }
     close_pair();
 }

@@ -2,6 +2,7 @@
  * test_ops.c — every op of the runtime, forward values against direct computations and backward
  * against central finite differences (f32, loss = sum(op(x) * r) for a fixed random r).
  */
+#include "amp-impl.h" // amp_conv_cols_max
 #include "amp.h"
 #include "tests.h"
 
@@ -528,6 +529,79 @@ START_TEST(test_drop_embedding_layer_norm_dropout) {
 }
 END_TEST
 
+// conv2d with its columns made for a slice of the batch at a time (amp_conv_cols_max lowered to
+// two images' f32 columns: the output and the input gradient in slices of 2, 2 and 1 images in
+// f32, 3 and 2 in f16; the f32 weight gradient, whose slices hold the permuted dy too, image by
+// image) against the whole batch at once: the output and the input gradient are the same bits, the
+// f32 weight gradient (summed over the slices) the same within f32 rounding, a 16-bit weight
+// gradient (not sliced) the same bits. Fills y (5x4x8x8), dx (5x3x8x8) and dw (4x3x3x3); counts the
+// backend's im2col and col2im calls (the slices).
+static const amp_backend_i *cpu_be;
+static int n_im2col, n_col2im;
+static void counted_im2col(void *bctx, const amp_conv_desc *d, amp_tensor_t *cols,
+                           const amp_tensor_t *x) {
+    n_im2col++;
+    cpu_be->im2col(bctx, d, cols, x);
+}
+static void counted_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx,
+                           const amp_tensor_t *cols) {
+    n_col2im++;
+    cpu_be->col2im(bctx, d, dx, cols);
+}
+
+static void conv_slices_step(bool sliced, bool fp16, float *y, float *dx, float *dw) {
+    const int64_t saved = amp_conv_cols_max;
+    if (sliced) amp_conv_cols_max = 2 * 27 * 64 * 4;
+    amp_ctx_t *c;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 9, &c), AMP_OK);
+    static amp_backend_i counting;
+    cpu_be = c->be;
+    counting = *c->be;
+    counting.im2col = counted_im2col;
+    counting.col2im = counted_col2im;
+    c->be = &counting;
+    n_im2col = n_col2im = 0;
+    amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(5, 3, 8, 8));
+    amp_tensor_t *w = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(4, 3, 3, 3));
+    amp_tensor_t *b = amp_tensor_new(c, AMP_DTYPE_F32, 1, S(4));
+    amp_tensor_t *r = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(5, 4, 8, 8));
+    amp_tensor_t *p[] = {x, w, b, r};
+    for (int i = 0; i < 4; i++)
+        amp_tensor_randn(p[i], 1.0f);
+    for (int i = 0; i < 3; i++)
+        amp_tensor_set_requires_grad(p[i], true);
+    if (fp16) amp_autocast_begin(c, true, AMP_DTYPE_F16, true);
+    amp_tensor_t *out = amp_conv2d(c, x, w, b, 1, 1);
+    if (fp16) amp_autocast_end(c);
+    amp_backward(c, amp_sum(c, amp_mul(c, out, r)));
+    amp_tensor_read_f32(out, y);
+    amp_tensor_read_f32(amp_tensor_grad(x), dx);
+    amp_tensor_read_f32(amp_tensor_grad(w), dw);
+    c->be = cpu_be;
+    amp_ctx_free(c);
+    amp_conv_cols_max = saved;
+}
+
+START_TEST(test_conv_columns_in_slices) {
+    static float y[2][1280], dx[2][960], dw[2][108];
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        conv_slices_step(false, fp16, y[0], dx[0], dw[0]);
+        ck_assert_int_eq(n_im2col, 2); // the output's columns, the weight gradient's
+        ck_assert_int_eq(n_col2im, 1);
+        conv_slices_step(true, fp16, y[1], dx[1], dw[1]);
+        ck_assert_int_eq(n_im2col, fp16 ? 2 + 1 : 3 + 5); // f16: the weight gradient's unsliced
+        ck_assert_int_eq(n_col2im, fp16 ? 2 : 3);
+        ck_assert_mem_eq(y[0], y[1], sizeof y[0]);
+        ck_assert_mem_eq(dx[0], dx[1], sizeof dx[0]);
+        if (fp16)
+            ck_assert_mem_eq(dw[0], dw[1], sizeof dw[0]);
+        else // summed over the slices in another order
+            for (int i = 0; i < 108; i++)
+                ck_assert_float_eq_tol(dw[1][i], dw[0][i], 1e-5f * (1.0f + fabsf(dw[0][i])));
+    }
+}
+END_TEST
+
 START_TEST(test_reading_a_dropped_tensor_aborts) {
     amp_tensor_t *x = param(2, S(4, 5), 1);
     amp_tensor_t *y = amp_mul_scalar(ctx, x, 2.0);
@@ -607,6 +681,7 @@ Suite *ops_suite(void) {
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
     tcase_add_test(d, test_drop_conv_relu_pool);
     tcase_add_test(d, test_drop_embedding_layer_norm_dropout);
+    tcase_add_test(d, test_conv_columns_in_slices);
     tcase_add_test_raise_signal(d, test_reading_a_dropped_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(d, test_second_backward_through_a_dropped_tensor_aborts, SIGABRT);
     suite_add_tcase(s, d);

@@ -233,6 +233,10 @@ typedef struct amp_gemm_desc {
     float alpha, beta;                    // C = alpha * op(A) op(B) + bias + beta * C
 } amp_gemm_desc;
 
+// conv2d makes the im2col columns of at most this many bytes at a time (a slice of the batch);
+// 48 MiB, lowered by tests to reach the slicing with small tensors (ops-linalg.c).
+extern int64_t amp_conv_cols_max;
+
 typedef struct amp_conv_desc {
     int64_t n, c, h, w;  // input (N, C, H, W)
     int64_t kh, kw;      // kernel

@@ -169,7 +169,37 @@ amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp
 // conv2d: cols (N, C*kh*kw, L) = im2col(x); y (N, O, L) = W (O, C*kh*kw) @ cols; + bias (O)
 // added like PyTorch does after the convolution (a separate rounding). cols live only while a
 // product needs them: the backward makes them again from x (an im2col is a fraction of a GEMM's
-// time, and the columns are C*kh*kw times x's size), as cuDNN never keeps them.
+// time, and the columns are C*kh*kw times x's size), as cuDNN never keeps them. Columns that
+// would exceed amp_conv_cols_max bytes (48 MiB) are made for a slice of the batch at a time: the
+// output and the input gradient image by image as before (the same values), an f32 weight gradient
+// summed over the slices in f32 (beta = 1). A 16-bit weight gradient is not sliced: summing the
+// slices' products in its own dtype would round each partial sum.
+int64_t amp_conv_cols_max = (int64_t)48 << 20;
+
+// Images per slice whose scratch (`per_image` bytes an image: the columns, and for the weight
+// gradient the permuted dy too) fits amp_conv_cols_max, the slices as even as they can be (64
+// images of 1.1 MiB: two of 32, not 42 and 22).
+static int64_t conv_slice_images(int64_t n, int64_t per_image) {
+    int64_t k = per_image > 0 ? amp_conv_cols_max / per_image : n;
+    k = k < 1 ? 1 : k > n ? n : k;
+    const int64_t slices = (n + k - 1) / k;
+    return (n + slices - 1) / slices;
+}
+
+// Images [n0, n0 + k) of t (contiguous, images along dim 0): t itself when that is all of it,
+// else a view, which images_done() lets go of (a view would keep t's gradient from being handed
+// over without a copy).
+static amp_tensor_t *images(amp_ctx_t *ctx, amp_tensor_t *t, int64_t n0, int64_t k) {
+    if (n0 == 0 && k == t->shape[0]) return t;
+    int64_t shape[AMP_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = k;
+    return amp_view_new(ctx, t, t->ndim, shape, t->stride, t->offset + n0 * t->stride[0]);
+}
+
+static void images_done(amp_tensor_t *v, const amp_tensor_t *t) {
+    if (v != t) amp_tensor_release_storage(v);
+}
 
 static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int stride, int padding) {
     amp_conv_desc d = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
@@ -189,28 +219,58 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_conv_desc d = conv_desc(x, w, (int)n->i[0], (int)n->i[1]);
     int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
     amp_tensor_t *dyd = amp_dense(ctx, dy); // (N, O, oh, ow)
-    if (w->requires_grad) { // dW (O, CK) = dy' (O, N*L) @ cols'^T, cols' (CK, N*L): one GEMM
-        int64_t ps[3] = {O, d.n, L}, pst[3] = {L, O * L, 1};
-        amp_tensor_t *dyp = amp_dense(ctx, amp_view_new(ctx, dyd, 3, ps, pst, dyd->offset));
-        amp_conv_desc dr = d;
-        dr.by_row = true;
-        amp_tensor_t *colsp = amp_scratch_new(ctx, x->dtype, 2, (int64_t[]){CK, d.n * L});
-        ctx->be->im2col(ctx->bctx, &dr, colsp, xd);
+    const int64_t esize = (int64_t)amp_dtype_size(x->dtype);
+    const int64_t per = conv_slice_images(d.n, CK * L * esize);
+    if (w->requires_grad) { // dW (O, CK) = dy' (O, N*L) @ cols'^T, cols' (CK, N*L): a GEMM a slice
+        const int64_t k =
+            w->dtype == AMP_DTYPE_F32 ? conv_slice_images(d.n, (CK + O) * L * esize) : d.n;
         amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
-        amp_gemm_desc g = {.batch = 1, .m = O, .n = CK, .k = d.n * L, .trans_b = true, .alpha = 1.0f};
-        ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
-        amp_tensor_drop(colsp);
-        drop_copy(dyp, dyd);
+        for (int64_t n0 = 0; n0 < d.n; n0 += k) {
+            amp_conv_desc dr = d;
+            dr.by_row = true;
+            dr.n = d.n - n0 < k ? d.n - n0 : k;
+            int64_t ps[3] = {O, dr.n, L}, pst[3] = {L, O * L, 1};
+            amp_tensor_t *dyp = amp_dense(
+                ctx, amp_view_new(ctx, dyd, 3, ps, pst, dyd->offset + n0 * dyd->stride[0]));
+            amp_tensor_t *colsp = amp_scratch_new(ctx, x->dtype, 2, (int64_t[]){CK, dr.n * L});
+            amp_tensor_t *xs = images(ctx, xd, n0, dr.n);
+            ctx->be->im2col(ctx->bctx, &dr, colsp, xs);
+            images_done(xs, xd);
+            amp_gemm_desc g = {.batch = 1,
+                               .m = O,
+                               .n = CK,
+                               .k = dr.n * L,
+                               .trans_b = true,
+                               .alpha = 1.0f,
+                               .beta = n0 > 0 ? 1.0f : 0.0f};
+            ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
+            amp_tensor_drop(colsp);
+            drop_copy(dyp, dyd);
+        }
         amp_grad_accumulate(ctx, w, dw);
     }
-    if (x->requires_grad) { // dcols[n] = W^T @ dy[n]; dx = col2im(dcols)
-        amp_tensor_t *dcols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){d.n, CK, L});
-        amp_gemm_desc g = {.batch = d.n, .m = CK, .n = L, .k = O, .trans_a = true, .stride_a = 0,
-                           .stride_b = O * L, .stride_c = CK * L, .alpha = 1.0f};
-        ctx->be->gemm(ctx->bctx, &g, dcols, wd, dyd, NULL);
+    if (x->requires_grad) { // dcols[n] = W^T @ dy[n]; dx = col2im(dcols), a slice at a time
         amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
-        ctx->be->col2im(ctx->bctx, &d, dx, dcols);
-        amp_tensor_drop(dcols);
+        for (int64_t n0 = 0; n0 < d.n; n0 += per) {
+            amp_conv_desc ds = d;
+            ds.n = d.n - n0 < per ? d.n - n0 : per;
+            amp_tensor_t *dcols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){ds.n, CK, L});
+            amp_gemm_desc g = {.batch = ds.n,
+                               .m = CK,
+                               .n = L,
+                               .k = O,
+                               .trans_a = true,
+                               .stride_a = 0,
+                               .stride_b = O * L,
+                               .stride_c = CK * L,
+                               .alpha = 1.0f};
+            amp_tensor_t *dys = images(ctx, dyd, n0, ds.n), *dxs = images(ctx, dx, n0, ds.n);
+            ctx->be->gemm(ctx->bctx, &g, dcols, wd, dys, NULL);
+            ctx->be->col2im(ctx->bctx, &ds, dxs, dcols);
+            amp_tensor_drop(dcols);
+            images_done(dys, dyd);
+            images_done(dxs, dx);
+        }
         amp_grad_accumulate(ctx, x, dx);
     }
     if (b && b->requires_grad) {
@@ -237,13 +297,27 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     AMP_ASSERT(d.oh > 0 && d.ow > 0, "(conv2d kernel larger than the padded input)");
     int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
     amp_tensor_t *xd = amp_dense(ctx, x), *wd = amp_dense(ctx, w);
-    amp_tensor_t *cols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){d.n, CK, L});
-    ctx->be->im2col(ctx->bctx, &d, cols, xd);
     amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, 4, (int64_t[]){d.n, O, d.oh, d.ow});
-    amp_gemm_desc g = {.batch = d.n, .m = O, .n = L, .k = CK, .stride_a = 0, .stride_b = CK * L,
-                       .stride_c = O * L, .alpha = 1.0f};
-    ctx->be->gemm(ctx->bctx, &g, y, wd, cols, NULL);
-    amp_tensor_drop(cols);
+    const int64_t per = conv_slice_images(d.n, CK * L * (int64_t)amp_dtype_size(x->dtype));
+    for (int64_t n0 = 0; n0 < d.n; n0 += per) {
+        amp_conv_desc ds = d;
+        ds.n = d.n - n0 < per ? d.n - n0 : per;
+        amp_tensor_t *cols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){ds.n, CK, L});
+        amp_tensor_t *xs = images(ctx, xd, n0, ds.n), *ys = images(ctx, y, n0, ds.n);
+        ctx->be->im2col(ctx->bctx, &ds, cols, xs);
+        amp_gemm_desc g = {.batch = ds.n,
+                           .m = O,
+                           .n = L,
+                           .k = CK,
+                           .stride_a = 0,
+                           .stride_b = CK * L,
+                           .stride_c = O * L,
+                           .alpha = 1.0f};
+        ctx->be->gemm(ctx->bctx, &g, ys, wd, cols, NULL);
+        amp_tensor_drop(cols);
+        images_done(xs, xd);
+        images_done(ys, y);
+    }
     if (b) {
         amp_tensor_t *bv = amp_view_new(ctx, b, 4, (int64_t[]){d.n, O, d.oh, d.ow},
                                         (int64_t[]){0, b->stride[0], 0, 0}, b->offset);
