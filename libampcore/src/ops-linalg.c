@@ -201,6 +201,24 @@ static void images_done(amp_tensor_t *v, const amp_tensor_t *t) {
     if (v != t) amp_tensor_release_storage(v);
 }
 
+// d for images [n0, n0 + per) of its batch (fewer at the end).
+static amp_conv_desc conv_slice(amp_conv_desc d, int64_t n0, int64_t per) {
+    d.n = d.n - n0 < per ? d.n - n0 : per;
+    return d;
+}
+
+// C[i] (m, n) = op(A) (m, k) @ B[i] (k, n) for each of `images` images, A shared.
+static amp_gemm_desc per_image_gemm(int64_t images, int64_t m, int64_t n, int64_t k, bool trans_a) {
+    return (amp_gemm_desc){.batch = images,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .trans_a = trans_a,
+                           .stride_b = k * n,
+                           .stride_c = m * n,
+                           .alpha = 1.0f};
+}
+
 static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int stride, int padding) {
     amp_conv_desc d = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
                        .kh = w->shape[2], .kw = w->shape[3], .stride = stride, .padding = padding};
@@ -226,9 +244,8 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
             w->dtype == AMP_DTYPE_F32 ? conv_slice_images(d.n, (CK + O) * L * esize) : d.n;
         amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
         for (int64_t n0 = 0; n0 < d.n; n0 += k) {
-            amp_conv_desc dr = d;
+            amp_conv_desc dr = conv_slice(d, n0, k);
             dr.by_row = true;
-            dr.n = d.n - n0 < k ? d.n - n0 : k;
             int64_t ps[3] = {O, dr.n, L}, pst[3] = {L, O * L, 1};
             amp_tensor_t *dyp = amp_dense(
                 ctx, amp_view_new(ctx, dyd, 3, ps, pst, dyd->offset + n0 * dyd->stride[0]));
@@ -236,13 +253,9 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
             amp_tensor_t *xs = images(ctx, xd, n0, dr.n);
             ctx->be->im2col(ctx->bctx, &dr, colsp, xs);
             images_done(xs, xd);
-            amp_gemm_desc g = {.batch = 1,
-                               .m = O,
-                               .n = CK,
-                               .k = dr.n * L,
-                               .trans_b = true,
-                               .alpha = 1.0f,
-                               .beta = n0 > 0 ? 1.0f : 0.0f};
+            amp_gemm_desc g = {.batch = 1, .m = O, .n = CK, .k = dr.n * L, .trans_b = true};
+            g.alpha = 1.0f;
+            g.beta = n0 > 0 ? 1.0f : 0.0f; // the slices after the first add to dW
             ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
             amp_tensor_drop(colsp);
             drop_copy(dyp, dyd);
@@ -252,18 +265,9 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     if (x->requires_grad) { // dcols[n] = W^T @ dy[n]; dx = col2im(dcols), a slice at a time
         amp_tensor_t *dx = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
         for (int64_t n0 = 0; n0 < d.n; n0 += per) {
-            amp_conv_desc ds = d;
-            ds.n = d.n - n0 < per ? d.n - n0 : per;
+            const amp_conv_desc ds = conv_slice(d, n0, per);
             amp_tensor_t *dcols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){ds.n, CK, L});
-            amp_gemm_desc g = {.batch = ds.n,
-                               .m = CK,
-                               .n = L,
-                               .k = O,
-                               .trans_a = true,
-                               .stride_a = 0,
-                               .stride_b = O * L,
-                               .stride_c = CK * L,
-                               .alpha = 1.0f};
+            const amp_gemm_desc g = per_image_gemm(ds.n, CK, L, O, true);
             amp_tensor_t *dys = images(ctx, dyd, n0, ds.n), *dxs = images(ctx, dx, n0, ds.n);
             ctx->be->gemm(ctx->bctx, &g, dcols, wd, dys, NULL);
             ctx->be->col2im(ctx->bctx, &ds, dxs, dcols);
@@ -300,19 +304,11 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, 4, (int64_t[]){d.n, O, d.oh, d.ow});
     const int64_t per = conv_slice_images(d.n, CK * L * (int64_t)amp_dtype_size(x->dtype));
     for (int64_t n0 = 0; n0 < d.n; n0 += per) {
-        amp_conv_desc ds = d;
-        ds.n = d.n - n0 < per ? d.n - n0 : per;
+        const amp_conv_desc ds = conv_slice(d, n0, per);
         amp_tensor_t *cols = amp_scratch_new(ctx, x->dtype, 3, (int64_t[]){ds.n, CK, L});
         amp_tensor_t *xs = images(ctx, xd, n0, ds.n), *ys = images(ctx, y, n0, ds.n);
         ctx->be->im2col(ctx->bctx, &ds, cols, xs);
-        amp_gemm_desc g = {.batch = ds.n,
-                           .m = O,
-                           .n = L,
-                           .k = CK,
-                           .stride_a = 0,
-                           .stride_b = CK * L,
-                           .stride_c = O * L,
-                           .alpha = 1.0f};
+        const amp_gemm_desc g = per_image_gemm(ds.n, O, L, CK, false);
         ctx->be->gemm(ctx->bctx, &g, ys, wd, cols, NULL);
         amp_tensor_drop(cols);
         images_done(xs, xd);
