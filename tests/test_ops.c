@@ -18,11 +18,16 @@ static amp_ctx_t *ctx;
 static void setup(void) { ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 7, &ctx), AMP_OK); }
 static void teardown(void) { amp_ctx_free(ctx); }
 
-static amp_tensor_t *param(int ndim, const int64_t *shape, float std) {
-    amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_F32, ndim, shape);
+// An f32 tensor of c with N(0, std) values, requiring grad when `grad`.
+static amp_tensor_t *randn_in(amp_ctx_t *c, int ndim, const int64_t *shape, float std, bool grad) {
+    amp_tensor_t *t = amp_tensor_new(c, AMP_DTYPE_F32, ndim, shape);
     amp_tensor_randn(t, std);
-    amp_tensor_set_requires_grad(t, true);
+    amp_tensor_set_requires_grad(t, grad);
     return t;
+}
+
+static amp_tensor_t *param(int ndim, const int64_t *shape, float std) {
+    return randn_in(ctx, ndim, shape, std, true);
 }
 
 static double loss_of(op_fn f, amp_tensor_t **xs, amp_tensor_t *r) {
@@ -360,14 +365,9 @@ END_TEST
 static void attention_step(bool drop, float *gx, float *gw, bool freed[8]) {
     amp_ctx_t *c;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 11, &c), AMP_OK);
-    amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 8));
-    amp_tensor_t *w = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(8, 6));
-    amp_tensor_t *r = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 6));
-    amp_tensor_randn(x, 1.0f);
-    amp_tensor_randn(w, 1.0f);
-    amp_tensor_randn(r, 1.0f);
-    amp_tensor_set_requires_grad(x, true);
-    amp_tensor_set_requires_grad(w, true);
+    amp_tensor_t *x = randn_in(c, 2, S(6, 8), 1.0f, true);
+    amp_tensor_t *w = randn_in(c, 2, S(8, 6), 1.0f, true);
+    amp_tensor_t *r = randn_in(c, 2, S(6, 6), 1.0f, false);
     int32_t mask[36];
     for (int i = 0; i < 36; i++) mask[i] = i % 6 > i / 6;
     amp_tensor_t *m = amp_tensor_from(c, AMP_DTYPE_I32, 2, S(6, 6), mask);
@@ -436,14 +436,9 @@ END_TEST
 static void conv_step(bool drop, float *gw, bool *y_freed, bool p_freed[2]) {
     amp_ctx_t *c;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 5, &c), AMP_OK);
-    amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(2, 3, 8, 8));
-    amp_tensor_t *w1 = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(4, 3, 3, 3));
-    amp_tensor_t *w2 = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(2, 4, 3, 3));
-    amp_tensor_randn(x, 1.0f);
-    amp_tensor_randn(w1, 0.5f);
-    amp_tensor_randn(w2, 0.5f);
-    amp_tensor_set_requires_grad(w1, true);
-    amp_tensor_set_requires_grad(w2, true);
+    amp_tensor_t *x = randn_in(c, 4, S(2, 3, 8, 8), 1.0f, false);
+    amp_tensor_t *w1 = randn_in(c, 4, S(4, 3, 3, 3), 0.5f, true);
+    amp_tensor_t *w2 = randn_in(c, 4, S(2, 4, 3, 3), 0.5f, true);
     amp_tensor_t *y = amp_conv2d(c, x, w1, NULL, 1, 1);
     amp_tensor_t *r = amp_relu(c, y);
     if (drop) amp_tensor_drop(y);
@@ -480,15 +475,10 @@ END_TEST
 static void embed_norm_step(bool drop, float *gemb, float *gw, bool freed[4]) {
     amp_ctx_t *c;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 3, &c), AMP_OK);
-    amp_tensor_t *emb = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(10, 8));
-    amp_tensor_t *pos = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(4, 8));
-    amp_tensor_t *w = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(6, 8));
-    amp_tensor_t *r = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(4, 6));
-    amp_tensor_t *p[] = {emb, pos, w, r};
-    for (int i = 0; i < 4; i++)
-        amp_tensor_randn(p[i], 1.0f);
-    for (int i = 0; i < 3; i++)
-        amp_tensor_set_requires_grad(p[i], true);
+    amp_tensor_t *emb = randn_in(c, 2, S(10, 8), 1.0f, true);
+    amp_tensor_t *pos = randn_in(c, 2, S(4, 8), 1.0f, true);
+    amp_tensor_t *w = randn_in(c, 2, S(6, 8), 1.0f, true);
+    amp_tensor_t *r = randn_in(c, 2, S(4, 6), 1.0f, false);
     amp_tensor_t *idx = amp_tensor_from(c, AMP_DTYPE_I64, 1, S(4), (int64_t[]){3, 1, 4, 1});
     amp_autocast_begin(c, true, AMP_DTYPE_F16, true);
     amp_tensor_t *e = amp_embedding(c, idx, emb);
@@ -561,15 +551,10 @@ static void conv_slices_step(bool sliced, bool fp16, float *y, float *dx, float 
     counting.col2im = counted_col2im;
     c->be = &counting;
     n_im2col = n_col2im = 0;
-    amp_tensor_t *x = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(5, 3, 8, 8));
-    amp_tensor_t *w = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(4, 3, 3, 3));
-    amp_tensor_t *b = amp_tensor_new(c, AMP_DTYPE_F32, 1, S(4));
-    amp_tensor_t *r = amp_tensor_new(c, AMP_DTYPE_F32, 4, S(5, 4, 8, 8));
-    amp_tensor_t *p[] = {x, w, b, r};
-    for (int i = 0; i < 4; i++)
-        amp_tensor_randn(p[i], 1.0f);
-    for (int i = 0; i < 3; i++)
-        amp_tensor_set_requires_grad(p[i], true);
+    amp_tensor_t *x = randn_in(c, 4, S(5, 3, 8, 8), 1.0f, true);
+    amp_tensor_t *w = randn_in(c, 4, S(4, 3, 3, 3), 1.0f, true);
+    amp_tensor_t *b = randn_in(c, 1, S(4), 1.0f, true);
+    amp_tensor_t *r = randn_in(c, 4, S(5, 4, 8, 8), 1.0f, false);
     if (fp16) amp_autocast_begin(c, true, AMP_DTYPE_F16, true);
     amp_tensor_t *out = amp_conv2d(c, x, w, b, 1, 1);
     if (fp16) amp_autocast_end(c);
