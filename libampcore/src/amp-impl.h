@@ -428,6 +428,7 @@ struct amp_ctx {
     size_t n_tape, cap_tape;
     bool grad_enabled;
     bool in_backward;
+    bool drops_pending; // amp_tensor_drop kept storage that a backward reads (until the reset)
 
     // named layers: registry of qualified names (id = index) and the stack of open ones
     char **layer_names;

@@ -75,6 +75,7 @@ void amp_ctx_reset(amp_ctx_t *ctx) {
     for (size_t i = 0; i < ctx->n_tape; i++) free(ctx->tape[i]);
     ctx->n_tape = 0;
     ctx->n_cast_cache = 0;
+    ctx->drops_pending = false;
 }
 
 void amp_ctx_free(amp_ctx_t *ctx) {
@@ -200,15 +201,17 @@ void amp_tensor_drop(amp_tensor_t *t) {
         int n = node_reads(ctx->tape[i], read);
         for (int k = 0; k < n; k++)
             if (read[k] == b) { // a backward reads it: it goes after the last one that does
-                b->drop_pending = true;
+                b->drop_pending = ctx->drops_pending = true;
                 return;
             }
     }
     buffer_free_data(ctx, b);
 }
 
-// (Counted over the whole tape: nodes recorded after the drop may read the storage too.)
+// (Counted over the whole tape: nodes recorded after the drop may read the storage too.) Without
+// a pending drop there is nothing to count, check or free: these return at once.
 void amp_backward_count_dropped(amp_ctx_t *ctx) {
+    if (!ctx->drops_pending) return;
     for (int pass = 0; pass < 2; pass++) // zero the counts, then count
         for (size_t i = 0; i < ctx->n_tape; i++) {
             amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
@@ -220,6 +223,7 @@ void amp_backward_count_dropped(amp_ctx_t *ctx) {
 }
 
 void amp_node_check_reads(const amp_node *n) {
+    if (!n->out->ctx->drops_pending) return;
     amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
     int nb = node_reads(n, read);
     for (int k = 0; k < nb; k++)
@@ -229,6 +233,7 @@ void amp_node_check_reads(const amp_node *n) {
 }
 
 void amp_node_release_dropped(amp_ctx_t *ctx, const amp_node *n) {
+    if (!ctx->drops_pending) return;
     amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
     int nb = node_reads(n, read);
     for (int k = 0; k < nb; k++)
