@@ -361,20 +361,20 @@ static const amp_backend_i cuda_backend = {
 // up to 2 MiB steps above 1 MiB), and in the sizes asked for (512-byte steps: the benchmark's
 // counterpart of torch.cuda.max_memory_allocated, which counts those); reset restarts both from
 // the bytes held now. Exported for probe/bench/cuda_bench.c, which finds them with dlsym.
+static size_t peak_of(size_t *peak, size_t in_use, int reset) {
+    const size_t was = *peak;
+    if (reset) *peak = in_use;
+    return was;
+}
+
 extern "C" __attribute__((visibility("default"))) size_t amp_cuda_peak_bytes(int reset) {
-    if (!last_ctx) return 0;
-    cuda_pool *p = &last_ctx->pool;
-    size_t peak = p->peak_bytes;
-    if (reset) p->peak_bytes = p->in_use_bytes;
-    return peak;
+    cuda_pool *p = last_ctx ? &last_ctx->pool : NULL;
+    return p ? peak_of(&p->peak_bytes, p->in_use_bytes, reset) : 0;
 }
 
 extern "C" __attribute__((visibility("default"))) size_t amp_cuda_peak_requested_bytes(int reset) {
-    if (!last_ctx) return 0;
-    cuda_pool *p = &last_ctx->pool;
-    size_t peak = p->peak_requested;
-    if (reset) p->peak_requested = p->in_use_requested;
-    return peak;
+    cuda_pool *p = last_ctx ? &last_ctx->pool : NULL;
+    return p ? peak_of(&p->peak_requested, p->in_use_requested, reset) : 0;
 }
 
 extern "C" __attribute__((visibility("default"))) const amp_backend_i *

@@ -52,31 +52,31 @@ __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *
                                   int64_t n, cuda_fuse f, cuda_fuse fi, int fi_of) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
-    thread_acc acc = acc_empty();
+    stored_stats<S, T> st(f);
     stored_stats<S, T, true> sti(fi); // operand fi_of's (1: a, 2: b)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 ar = ((const uint4 *)a)[i], br = ((const uint4 *)b)[i];
         T *av = (T *)&ar, *bv = (T *)&br;
         sti.values(fi_of == 1 ? av : bv, fi.lim);
-        sti.step();
 #pragma unroll
-        for (int j = 0; j < V; j++) {
+        for (int j = 0; j < V; j++)
             av[j] =
                 cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), cuda_io<T>::load(bv[j])));
-            if (S && f.slot) acc_stored(acc, cuda_io<T>::load(av[j]), f.lim);
-        }
         ((uint4 *)y)[i] = ar;
+        st.values(av, f.lim);
+        st.step();
+        sti.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const T ai = a[i], bi = b[i], v = cuda_io<T>::store(
                                           binary_f(op, cuda_io<T>::load(ai), cuda_io<T>::load(bi)));
         y[i] = v;
-        if (S && f.slot) acc_stored(acc, cuda_io<T>::load(v), f.lim);
+        st.value(v, f.lim);
         sti.value(fi_of == 1 ? ai : bi, fi.lim);
     }
-    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
+    st.end(f);
     sti.end(fi);
 }
 
