@@ -123,10 +123,10 @@ typedef struct amp_instr {
     struct lagged {
         bool active;
         step_queue q;
-        amp_stats *staged;                // pinned host memory: SLOTS statistics, then
-        int32_t (*recs)[AMP_SCALE_REC];   // the scale records
-        int32_t n_staged;                 // slots copied into staged
-        int64_t step, start_ns, end_ns;   // the step's own record
+        amp_stats *staged;              // pinned host memory: SLOTS statistics, then
+        int32_t (*recs)[AMP_SCALE_REC]; // the scale records
+        int32_t n_staged;               // slots copied into staged
+        int64_t step, start_ns, end_ns; // the step's own record
         float loss;
         bool stats_step;
     } lag;
@@ -331,7 +331,8 @@ static void download(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     int32_t n = in->q.n_entries - in->q.slot_base;
     if (n <= 0) return;
-    ctx->be->download(ctx->bctx, in->q.host + in->q.slot_base, in->slots, (size_t)n * sizeof(amp_stats));
+    ctx->be->download(ctx->bctx, in->q.host + in->q.slot_base, in->slots,
+                      (size_t)n * sizeof(amp_stats));
     slots_arrived(in);
     clear_slots(ctx, n);
 }
@@ -342,7 +343,8 @@ static int32_t new_entry(amp_ctx_t *ctx) {
     if (in->q.n_entries - in->q.slot_base == SLOTS) download(ctx);
     if (in->q.n_entries == in->q.cap_entries) {
         in->q.cap_entries = in->q.cap_entries ? in->q.cap_entries * 2 : 1024;
-        in->q.entries = amp_xrealloc(in->q.entries, (size_t)in->q.cap_entries * sizeof *in->q.entries);
+        in->q.entries =
+            amp_xrealloc(in->q.entries, (size_t)in->q.cap_entries * sizeof *in->q.entries);
         in->q.host = amp_xrealloc(in->q.host, (size_t)in->q.cap_entries * sizeof *in->q.host);
         in->q.order = amp_xrealloc(in->q.order, (size_t)in->q.cap_entries * sizeof *in->q.order);
     }
@@ -367,7 +369,8 @@ static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_ki
                  .ndim = (int8_t)t->ndim,
                  .values_of = -1};
     memcpy(e->shape, t->shape, sizeof e->shape);
-    AMP_ASSERT(in->q.n_order < in->q.n_entries, "(entry %d: more descriptions than entries)", (int)i);
+    AMP_ASSERT(in->q.n_order < in->q.n_entries, "(entry %d: more descriptions than entries)",
+               (int)i);
     in->n_described++;
     in->q.order[in->q.n_order++] = i;
 }
@@ -385,7 +388,8 @@ typedef struct batch {
 static void launch_many(amp_ctx_t *ctx, const amp_tensor_t *const *t, const int32_t *entry, int n) {
     amp_instr *in = ctx->instr;
     int64_t slot[AMP_STATS_BATCH];
-    for (int k = 0; k < n; k++) slot[k] = entry[k] - in->q.slot_base;
+    for (int k = 0; k < n; k++)
+        slot[k] = entry[k] - in->q.slot_base;
     if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
     amp_tensors_stats_into(t, n, target_of(ctx), in->slots, slot);
     if (ctx->nvtx) amp_nvtx_pop();
@@ -454,8 +458,8 @@ void amp_instr_arm_slow(amp_ctx_t *ctx, const amp_tensor_t *out) {
     if (!in->fuse) return; // the CPU computes statistics at once: nothing to fuse
     if (in->q.n_entries >= ENTRIES_MAX) process(ctx);
     in->armed = new_entry(ctx);
-    ctx->sink = (amp_stats_sink){.out = out, .slot = in->slots + (in->armed - in->q.slot_base),
-                                 .target = target_of(ctx)};
+    ctx->sink = (amp_stats_sink){
+        .out = out, .slot = in->slots + (in->armed - in->q.slot_base), .target = target_of(ctx)};
 }
 
 // The entry holding t's statistics, queueing them when no op of this batch made t.
@@ -649,8 +653,10 @@ static void read_scales(amp_ctx_t *ctx, int32_t (*staged)[AMP_SCALE_REC]) {
     for (int k = 0; k < in->q.n_scales; k++) {
         pending_scale *p = &in->q.scales[k];
         int32_t rec[AMP_SCALE_REC];
-        if (staged) memcpy(rec, staged[k], sizeof rec);
-        else amp_tensor_read(in->scale_recs[k], rec);
+        if (staged)
+            memcpy(rec, staged[k], sizeof rec);
+        else
+            amp_tensor_read(in->scale_recs[k], rec);
         memcpy(&p->before, &rec[AMP_REC_BEFORE], 4);
         memcpy(&p->after, &rec[AMP_REC_AFTER], 4);
         memcpy(&p->found_inf, &rec[AMP_REC_FOUND_INF], 4);
@@ -732,7 +738,8 @@ static void blame_contributors(amp_instr *in, int32_t i) {
         for (int r = 1; r < ce->n_ref; r++) {
             char what[32];
             snprintf(what, sizeof what, "forward input %d", r - 1);
-            k = describe(detail, sizeof detail, k, what, &in->q.entries[ce->ref[r]], &in->q.host[ce->ref[r]]);
+            k = describe(detail, sizeof detail, k, what, &in->q.entries[ce->ref[r]],
+                         &in->q.host[ce->ref[r]]);
         }
         describe(detail, sizeof detail, k, "gradient", e, s);
         amp_record_event(&(amp_rec_event){
@@ -804,7 +811,8 @@ static double process_queue(amp_ctx_t *ctx) {
             break;
         }
     }
-    for (int k = 0; k < in->q.n_scales; k++) emit_scale_events(&in->q.scales[k], in->fwd_nonfinite);
+    for (int k = 0; k < in->q.n_scales; k++)
+        emit_scale_events(&in->q.scales[k], in->fwd_nonfinite);
     in->q.n_scales = 0;
     in->q.n_entries = in->q.slot_base = in->q.n_order = 0;
     in->q.backwards = 0;
@@ -831,12 +839,19 @@ static double process(amp_ctx_t *ctx) {
 
 static void emit_step(amp_ctx_t *ctx, int64_t step, int64_t start, int64_t end, float loss,
                       bool stats_step, double norm) {
-    amp_record_step(&(amp_rec_step){.step = step, .start_ns = start, .end_ns = end, .loss = loss,
+    amp_record_step(&(amp_rec_step){.step = step,
+                                    .start_ns = start,
+                                    .end_ns = end,
+                                    .loss = loss,
                                     .grad_norm = stats_step ? norm : NAN});
     if (!isfinite(loss))
         amp_record_event(&(amp_rec_event){
-            .step = step, .layer_id = -1, .kind = AMP_EVENT_LOSS_NONFINITE,
-            .severity = AMP_SEVERITY_ERROR, .count = 1, .value = loss,
+            .step = step,
+            .layer_id = -1,
+            .kind = AMP_EVENT_LOSS_NONFINITE,
+            .severity = AMP_SEVERITY_ERROR,
+            .count = 1,
+            .value = loss,
             .detail = ctx->instr->fwd_nonfinite ? "the forward pass produced non-finite values"
                                                 : "the loss itself became non-finite"});
 }
