@@ -370,9 +370,10 @@ typedef struct amp_backend_i {
     // amp_stats_finish() after downloading (optional: without it the frontend computes them on
     // the host). A backend with stats_into may also compute an output's statistics in the
     // kernel that writes it, when the instrumentation has armed the context's sink for that
-    // output (amp_stats_sink below).
+    // output (amp_stats_sink below). sumsq false: the sum of squares is not wanted (only
+    // parameters' gradients need it), and a kernel that adds the rest may leave it out.
     void (*stats_into)(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
-                       amp_stats *slots, const int64_t *slot);
+                       amp_stats *slots, const int64_t *slot, bool sumsq);
     void (*synchronize)(void *bctx); // optional
     void (*release)(void *bctx);     // frees the backend context
 } amp_backend_i;
@@ -458,9 +459,10 @@ struct amp_ctx {
 // on a device) without waiting for the device; the caller downloads the slots when it needs the
 // numbers and applies amp_stats_finish() to each.
 void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot);
-// The same for n tensors of one context at once (slots[slot[k]] for t[k]).
+// The same for n tensors of one context at once (slots[slot[k]] for t[k]); sumsq false lets a
+// device backend leave the sum of squares out (stats_into).
 void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype target, amp_stats *slots,
-                            const int64_t *slot);
+                            const int64_t *slot, bool sumsq);
 // A slot before any value: min +inf, max -inf, zero counts.
 amp_stats amp_stats_empty(void);
 // Derives amax, and the NaN range of a tensor without finite values, from min and max.

@@ -388,10 +388,13 @@ typedef struct batch {
 static void launch_many(amp_ctx_t *ctx, const amp_tensor_t *const *t, const int32_t *entry, int n) {
     amp_instr *in = ctx->instr;
     int64_t slot[AMP_STATS_BATCH];
-    for (int k = 0; k < n; k++)
+    bool sumsq = false; // wanted for parameters' gradients only (the gradient norm)
+    for (int k = 0; k < n; k++) {
         slot[k] = entry[k] - in->q.slot_base;
+        sumsq |= in->q.entries[entry[k]].kind == E_WGRAD;
+    }
     if (ctx->nvtx) amp_nvtx_push("ampprobe.stats"); // the instrumentation's own kernels
-    amp_tensors_stats_into(t, n, target_of(ctx), in->slots, slot);
+    amp_tensors_stats_into(t, n, target_of(ctx), in->slots, slot, sumsq);
     if (ctx->nvtx) amp_nvtx_pop();
 }
 

@@ -206,7 +206,7 @@ static void stats_on_host(const amp_tensor_t *x, amp_dtype target, amp_stats *ou
 }
 
 void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype target, amp_stats *slots,
-                            const int64_t *slot) {
+                            const int64_t *slot, bool sumsq) {
     if (n <= 0) return;
     amp_ctx_t *ctx = t[0]->ctx;
     if (ctx->be->stats_into) {
@@ -214,7 +214,7 @@ void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype targe
         for (int done = 0; done < n; done += AMP_STATS_BATCH) {
             int m = n - done < AMP_STATS_BATCH ? n - done : AMP_STATS_BATCH;
             for (int k = 0; k < m; k++) x[k] = dense_of(t[done + k]);
-            ctx->be->stats_into(ctx->bctx, x, m, target, slots, slot + done);
+            ctx->be->stats_into(ctx->bctx, x, m, target, slots, slot + done, sumsq);
         }
         return;
     }
@@ -231,7 +231,7 @@ void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype targe
 }
 
 void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot) {
-    amp_tensors_stats_into(&t, 1, target, slots, &slot);
+    amp_tensors_stats_into(&t, 1, target, slots, &slot, true);
 }
 
 amp_stats amp_stats_empty(void) { return (amp_stats){.min = INFINITY, .max = -INFINITY}; }

@@ -203,13 +203,15 @@ void cuda_held_flush(cuda_ctx *c) {
     }
 }
 
-static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job, amp_dtype target) {
+static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job, amp_dtype target,
+                 bool sumsq) {
     if (c->n_held == CUDA_HELD_MAX) cuda_held_flush(c);
     const char *base = (const char *)t->buf->data;
     int i = held_home(base);
     while (c->held[i].base)
         i = (i + 1) & HELD_MASK;
-    c->held[i] = {base, base + t->buf->nbytes, job.data, job.numel, job.slot, job.dtype, target};
+    c->held[i] = {base, base + t->buf->nbytes, job.data, job.numel, job.slot, job.dtype, target,
+                  sumsq};
     const char *slot = (const char *)job.slot;
     if (!c->n_held++) c->slots_lo = c->slots_hi = slot;
     if (slot < c->slots_lo) c->slots_lo = slot;
@@ -237,7 +239,8 @@ void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t) {
     if (t && c->n_held && held_buffer(c, (const char *)t->buf->data)) cuda_held_flush(c);
 }
 
-bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dtype *target) {
+bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, bool with_sumsq, amp_stats **slot,
+                    amp_dtype *target) {
     if (!c->n_held) return false;
     const char *base = (const char *)t->buf->data;
     const void *data = amp_tensor_ptr(t);
@@ -247,7 +250,7 @@ bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dt
         const cuda_held &h = c->held[i];
         if (h.base == base && h.data == data && h.numel == numel && h.dtype == t->dtype) break;
     }
-    if (!c->held[i].base) return false;
+    if (!c->held[i].base || (c->held[i].sumsq && !with_sumsq)) return false;
     *slot = c->held[i].slot;
     *target = c->held[i].target;
     // removed by shifting back the entries after it that probed past it
@@ -270,7 +273,7 @@ bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dt
 // per launch, once the statistics of floating tensors have waited in cuda_ctx.held for a kernel
 // that reads the tensor anyway to add them.
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
-                     amp_stats *slots, const int64_t *slot) {
+                     amp_stats *slots, const int64_t *slot, bool sumsq) {
     AMP_ASSERT(n >= 0 && n <= AMP_STATS_BATCH, "(%d tensors)", n);
     cuda_ctx *c = cuda_of(bctx);
     cuda_stats_job jobs[AMP_STATS_BATCH];
@@ -280,7 +283,7 @@ void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype 
         const cuda_stats_job job = {amp_tensor_ptr(x[k]), cuda_numel(x[k]), slots + slot[k],
                                     x[k]->dtype};
         if (c->defer_stats && amp_dtype_is_float(job.dtype) && job.numel > 0)
-            hold(c, x[k], job, target);
+            hold(c, x[k], job, target, sumsq);
         else
             jobs[n_jobs++] = job;
     }

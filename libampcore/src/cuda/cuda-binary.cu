@@ -41,7 +41,26 @@ __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const voi
         const float v = binary_f(op, av, bv);
         cuda_store(yt, y, y_linear ? i : cuda_iter_offset(it, 0, i), v);
         if (S && f.slot) acc_stored(acc, cuda_rounded(yt, v), f.lim);
-        if (S && fi.slot) acc_value<true>(acci, fi_of == 1 ? av : bv, fi.lim);
+        if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av : bv, fi.lim);
+    }
+    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
+    if (S && fi.slot) block_add_to_slot(fi.slot, fi.numel, blockIdx.x == 0, acci, fi.lim);
+}
+
+// y (f32) = a op b, all contiguous, a and b of any floating dtypes (the residual add of an f32
+// stream and a 16-bit branch under autocast): the generic kernel's arithmetic, indexed directly
+// and loaded by type. a or b may be y.
+template <bool S, typename TA, typename TB>
+__global__ void binary_f32_kernel(amp_binary_op op, float *y, const TA *a, const TB *b, int64_t n,
+                                  cuda_fuse f, cuda_fuse fi, int fi_of) {
+    thread_acc acc = acc_empty(), acci = acc_empty();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float av = cuda_io<TA>::load(a[i]), bv = cuda_io<TB>::load(b[i]);
+        const float v = binary_f(op, av, bv);
+        y[i] = v;
+        if (S && f.slot) acc_stored(acc, v, f.lim);
+        if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av : bv, fi.lim);
     }
     if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
     if (S && fi.slot) block_add_to_slot(fi.slot, fi.numel, blockIdx.x == 0, acci, fi.lim);
@@ -53,7 +72,7 @@ __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
     stored_stats<S, T> st(f);
-    stored_stats<S, T, true> sti(fi); // operand fi_of's (1: a, 2: b)
+    stored_stats<S, T> sti(fi); // operand fi_of's (1: a, 2: b)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nv;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 ar = ((const uint4 *)a)[i], br = ((const uint4 *)b)[i];
@@ -243,6 +262,20 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     }
     const cuda_fuse fi = take_operand(c, y, a, b, &fi_of);
     const unsigned grid = cuda_grid(n, 256, 4);
+    if (y->dtype == AMP_DTYPE_F32 && amp_dtype_is_float(a->dtype) && amp_dtype_is_float(b->dtype) &&
+        cuda_is_contiguous(y) && cuda_is_contiguous(a) && cuda_is_contiguous(b)) {
+        CUDA_DISPATCH_FLOAT(
+            a->dtype, TA, CUDA_DISPATCH_FLOAT(b->dtype, TB, {
+                auto kernel = binary_f32_kernel<true, TA, TB>;
+                CUDA_STATS_DISPATCH(
+                    f.slot || fi.slot, S,
+                    binary_f32_kernel<S, TA, TB>
+                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                        op, (float *)yp, (const TA *)ap, (const TB *)bp, n, f, fi, fi_of));
+            }));
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     CUDA_STATS_DISPATCH(
         f.slot || fi.slot, S,
         binary_kernel<S><<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, binary_kernel<true>), 256, 0,

@@ -29,7 +29,7 @@ __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, i
                                cuda_fuse f, cuda_fuse fi) {
     const int64_t n8 = n / 8;
     stored_stats<ST, D> st(f);
-    stored_stats<ST, S, true> sti(fi);
+    stored_stats<ST, S> sti(fi);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
         const vec8<S> a = ((const vec8<S> *)src)[i];

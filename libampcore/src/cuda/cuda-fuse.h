@@ -26,7 +26,7 @@
 #include "cuda-impl.h"
 
 struct stats_limits {
-    float overflow, min_normal; // min_normal 0: no underflow counted (an f32 target)
+    float overflow, min_normal; // overflow inf, min_normal 0: neither counted (an f32 target)
 };
 
 // One thread's running numbers (32-bit counts: a thread sees far fewer than 2^32 values). `small`
@@ -38,30 +38,39 @@ struct thread_acc {
     unsigned nan, pinf, ninf, over, small, zero;
 };
 
-// A finite value (the common case: no test for NaN or inf). OVER and SMALL drop the comparisons
-// that cannot count anything: a finite value of the target's own 16-bit type never overflows it,
-// and an f32 target counts neither.
-template <bool OVER, bool SMALL, bool SUMSQ = true>
+// A finite value within the target's range (the common case: no test for NaN, inf or overflow).
+// SMALL drops the comparison that cannot count anything: an f32 target counts no underflow.
+template <bool SMALL, bool SUMSQ = true>
 __device__ __forceinline__ void acc_finite(thread_acc &a, float v, stats_limits lim) {
     const float m = fabsf(v);
     a.mn = fminf(a.mn, v);
     a.mx = fmaxf(a.mx, v);
     if (SUMSQ) a.ss = fmaf(v, v, a.ss);
     a.zero += m == 0.0f;
-    if (OVER) a.over += m >= lim.overflow;
     if (SMALL) a.small += m < lim.min_normal;
 }
 
-// Any value: NaN and ±inf counted, a finite one as above.
+// A value that is NaN, ±inf or beyond the target's range (a finite one is in min and max too).
+template <bool SUMSQ> __device__ __forceinline__ void acc_rare(thread_acc &a, float v) {
+    if (isnan(v)) {
+        a.nan++;
+    } else if (isinf(v)) {
+        a.pinf += v > 0.0f;
+        a.ninf += v < 0.0f;
+    } else {
+        a.over++;
+        a.mn = fminf(a.mn, v);
+        a.mx = fmaxf(a.mx, v);
+        if (SUMSQ) a.ss = fmaf(v, v, a.ss);
+    }
+}
+
+// Any value. One comparison tells the common case from the rare ones (NaN fails it too), on a
+// branch that the warp almost never diverges on.
 template <bool SUMSQ = true>
 __device__ __forceinline__ void acc_value(thread_acc &a, float v, stats_limits lim) {
-    if (!(fabsf(v) <= FLT_MAX)) { // rare: a branch that the warp almost never diverges on
-        a.nan += isnan(v);
-        a.pinf += v == INFINITY;
-        a.ninf += v == -INFINITY;
-        return;
-    }
-    acc_finite<true, true, SUMSQ>(a, v, lim);
+    if (!(fabsf(v) < lim.overflow)) return acc_rare<SUMSQ>(a, v);
+    acc_finite<true, SUMSQ>(a, v, lim);
 }
 
 // A value a fusing kernel stores: no sum of squares (only parameter gradients need one, and the
@@ -287,11 +296,12 @@ static inline cuda_fuse cuda_fuse_take(const amp_tensor_t *y) {
 }
 
 // x's held statistics (cuda_ctx.held), taken by the caller's kernel, which reads x whole (its
-// memory: x contiguous); otherwise empty. Call it only on the path whose kernel adds what it takes.
+// memory: x contiguous) and adds them without the sum of squares (those that want it stay held);
+// otherwise empty. Call it only on the path whose kernel adds what it takes.
 static inline cuda_fuse cuda_fuse_take_input(cuda_ctx *c, const amp_tensor_t *x) {
     amp_stats *slot;
     amp_dtype target;
-    if (!amp_dtype_is_float(x->dtype) || !cuda_held_take(c, x, &slot, &target))
+    if (!amp_dtype_is_float(x->dtype) || !cuda_held_take(c, x, false, &slot, &target))
         return cuda_fuse{NULL, 0, {}};
     return cuda_fuse{slot, cuda_numel(x), stats_limits_of(target)};
 }
@@ -319,9 +329,8 @@ __device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_a
 // each step of its loop: step()) and of single values (value(), its tail), in pairs where they
 // can go (above). S false compiles them out; f without a slot turns them off (a kernel that may
 // add two tensors' statistics, its input's and its output's, is compiled with S when either is
-// on). SUMSQ: the sum of squares too (an input's statistics, which stand for a launch of the
-// statistics kernel).
-template <bool S, typename T, bool SUMSQ = false> struct stored_stats {
+// on). No sum of squares: outputs and held inputs that do not want it (cuda_fuse_take_input).
+template <bool S, typename T> struct stored_stats {
     static constexpr bool TWO = sizeof(T) == 2;
     thread_acc a;
     std::conditional_t<TWO, acc_pairs<T>, char> p;
@@ -338,14 +347,14 @@ template <bool S, typename T, bool SUMSQ = false> struct stored_stats {
         if constexpr (S) {
             if (!on) return;
             if constexpr (TWO)
-                if (pairs) return acc_pairs_vector<T, SUMSQ>(p, a, v, lim);
+                if (pairs) return acc_pairs_vector<T, false>(p, a, v, lim);
 #pragma unroll
             for (int j = 0; j < 16 / (int)sizeof(T); j++)
-                acc_value<SUMSQ>(a, cuda_io<T>::load(v[j]), lim);
+                acc_value<false>(a, cuda_io<T>::load(v[j]), lim);
         }
     }
     __device__ __forceinline__ void value(T v, stats_limits lim) {
-        if (S && on) acc_value<SUMSQ>(a, cuda_io<T>::load(v), lim);
+        if (S && on) acc_value<false>(a, cuda_io<T>::load(v), lim);
     }
     __device__ __forceinline__ void step(void) { // at most 64 vectors apart
         if constexpr (TWO)

@@ -130,6 +130,7 @@ typedef struct cuda_held {
     int64_t numel;
     amp_stats *slot;
     amp_dtype dtype, target;
+    bool sumsq; // the sum of squares is wanted (stats_into)
 } cuda_held;
 #define CUDA_HELD_MAX (4 * AMP_STATS_BATCH)
 
@@ -166,8 +167,11 @@ void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes);
 // The same for t's buffer (t may be NULL): found by the buffer's address.
 void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t);
 // t's held statistics (of its whole memory), taken by the caller's kernel, which must add t's
-// statistics relative to *target into *slot: false when none are held for t.
-bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, amp_stats **slot, amp_dtype *target);
+// statistics relative to *target into *slot, and their sum of squares unless it was not wanted
+// (with_sumsq false: a kernel that leaves it out takes only those): false when none are held for
+// t, or only some that want the sum of squares and with_sumsq is false.
+bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, bool with_sumsq, amp_stats **slot,
+                    amp_dtype *target);
 
 // Device scratch of at least nbytes, valid for the current op (stream-ordered reuse).
 void *cuda_scratch(cuda_ctx *c, size_t nbytes);

@@ -3,7 +3,11 @@
  *
  * Forward and dx: a block per row (striding over the rows when the output's statistics are
  * added as it is stored, cuda-fuse.h). Forward: the two-pass mean and biased variance of the CPU
- * reference, mean and rstd (f32) written for backward. Backward: one block per row for dx with
+ * reference, mean and rstd (f32) written for backward. A row of one dtype throughout (x, y, w, b;
+ * dx, dy, x, w: the f32 residual stream of a transformer under autocast) of at most ROW_K values a
+ * thread is read once into registers by kernels compiled for that dtype; others go through the
+ * generic kernels, which load every value by its dtype, as often as they use it. Both do the same
+ * arithmetic in the same order: the same bits. Backward: one block per row for dx with
  * PyTorch's formula rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)); dw and db
  * are column sums over the rows, split into f32 partials and finished by a second small kernel.
  */
@@ -47,6 +51,61 @@ static int norm_block(int64_t C) {
     return C <= 256 ? 64 : C <= 1024 ? 256 : 512;
 }
 
+#define ROW_K 4 // values a thread holds of a row in the typed kernels (C <= ROW_K * block)
+
+// The forward for one dtype, the row in registers.
+template <bool S, typename T>
+__global__ void layer_norm_row_kernel(T *__restrict__ y, float *mean, float *rstd,
+                                      const T *__restrict__ x, const T *w, const T *b, float eps,
+                                      int64_t rows, int C, cuda_fuse f) {
+    thread_acc acc = acc_empty();
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T *xr = x + r * C;
+        T *yr = y + r * C;
+        float v[ROW_K], s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ROW_K; k++) {
+            const int j = threadIdx.x + k * blockDim.x;
+            v[k] = j < C ? cuda_io<T>::load(xr[j]) : 0.0f;
+            if (j < C) s += v[k];
+        }
+        const float mu = cuda_block_sum(s) / (float)C;
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ROW_K; k++) {
+            const float d = v[k] - mu;
+            if (threadIdx.x + k * blockDim.x < C) q += d * d;
+        }
+        const float var = cuda_block_sum(q) / (float)C;
+        const float rs = 1.0f / sqrtf(var + eps);
+#pragma unroll
+        for (int k = 0; k < ROW_K; k++) {
+            const int j = threadIdx.x + k * blockDim.x;
+            if (j >= C) break;
+            float o = (v[k] - mu) * rs;
+            if (w) o = o * cuda_io<T>::load(w[j]);
+            if (b) o = o + cuda_io<T>::load(b[j]);
+            const T t = cuda_io<T>::store(o);
+            yr[j] = t;
+            if (S) acc_stored(acc, cuda_io<T>::load(t), f.lim);
+        }
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+    cuda_fuse_end<S>(f, acc);
+}
+
+// Whether a row's tensors share one floating dtype (NULL ones aside) and a row fits ROW_K values
+// a thread: the typed kernels.
+static bool row_typed(int64_t C, amp_dtype dt, std::initializer_list<const amp_tensor_t *> ts) {
+    if (!amp_dtype_is_float(dt) || C > ROW_K * norm_block(C)) return false;
+    for (const amp_tensor_t *t : ts)
+        if (t && t->dtype != dt) return false;
+    return true;
+}
+
 void cuda_layer_norm(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_tensor_t *rstd,
                      const amp_tensor_t *x, const amp_tensor_t *w, const amp_tensor_t *b,
                      float eps) {
@@ -65,6 +124,21 @@ void cuda_layer_norm(void *bctx, amp_tensor_t *y, amp_tensor_t *mean, amp_tensor
     AMP_ASSERT(rows <= INT32_MAX);
     const cuda_fuse f = cuda_fuse_take(y);
     const unsigned grid = (unsigned)rows;
+    if (row_typed(C, y->dtype, {x, w, b})) {
+        CUDA_DISPATCH_FLOAT(y->dtype, T, {
+            auto kernel = layer_norm_row_kernel<true, T>;
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                layer_norm_row_kernel<S, T>
+                <<<cuda_fuse_grid(f, grid, norm_block(C), kernel), norm_block(C), 0, c->stream>>>(
+                    (T *)amp_tensor_ptr(y), (float *)amp_tensor_ptr(mean),
+                    (float *)amp_tensor_ptr(rstd), (const T *)amp_tensor_ptr(x),
+                    w ? (const T *)amp_tensor_ptr(w) : NULL,
+                    b ? (const T *)amp_tensor_ptr(b) : NULL, eps, rows, (int)C, f));
+        });
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     CUDA_FUSE_DISPATCH(
         f, S,
         layer_norm_kernel<S><<<cuda_fuse_grid(f, grid, norm_block(C), layer_norm_kernel<S>),
@@ -103,6 +177,47 @@ __global__ void layer_norm_dx_kernel(void *dx, amp_dtype dxt, const void *dy, am
             f -= s1;
             cuda_store(dxt, dx, base + j, f * term);
             if (S) acc_stored(acc, cuda_rounded(dxt, f * term), fs.lim);
+        }
+    }
+    cuda_fuse_end<S>(fs, acc);
+}
+
+// dx for one dtype, dy's and x's row in registers.
+template <bool S, typename T>
+__global__ void layer_norm_dx_row_kernel(T *__restrict__ dx, const T *__restrict__ dy,
+                                         const T *__restrict__ x, const float *mean,
+                                         const float *rstd, const T *w, int64_t rows, int C,
+                                         cuda_fuse fs) {
+    thread_acc acc = acc_empty();
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * C;
+        const float mu = mean[r], rs = rstd[r];
+        float gy[ROW_K], xh[ROW_K], s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ROW_K; k++) {
+            const int j = threadIdx.x + k * blockDim.x;
+            gy[k] = xh[k] = 0.0f;
+            if (j >= C) continue;
+            gy[k] = cuda_io<T>::load(dy[base + j]);
+            xh[k] = (cuda_io<T>::load(x[base + j]) - mu) * rs;
+            const float g = gy[k] * (w ? cuda_io<T>::load(w[j]) : 1.0f);
+            s1 += g;
+            s2 += g * xh[k];
+        }
+        s1 = cuda_block_sum(s1);
+        s2 = cuda_block_sum(s2);
+        const float fC = (float)C, term = (1.0f / fC) * rs;
+#pragma unroll
+        for (int k = 0; k < ROW_K; k++) {
+            const int j = threadIdx.x + k * blockDim.x;
+            if (j >= C) break;
+            const float wv = w ? cuda_io<T>::load(w[j]) : 1.0f;
+            float f = fC * wv * gy[k];
+            f -= xh[k] * s2;
+            f -= s1;
+            const T t = cuda_io<T>::store(f * term);
+            dx[base + j] = t;
+            if (S) acc_stored(acc, cuda_io<T>::load(t), fs.lim);
         }
     }
     cuda_fuse_end<S>(fs, acc);
@@ -163,13 +278,27 @@ void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, am
         AMP_ASSERT(rows <= INT32_MAX);
         const cuda_fuse f = cuda_fuse_take(dx);
         const unsigned grid = (unsigned)rows;
-        CUDA_FUSE_DISPATCH(
-            f, S,
-            layer_norm_dx_kernel<S>
-            <<<cuda_fuse_grid(f, grid, norm_block(C), layer_norm_dx_kernel<S>), norm_block(C), 0,
-               c->stream>>>(amp_tensor_ptr(dx), dx->dtype, amp_tensor_ptr(dy), dy->dtype,
-                            amp_tensor_ptr(x), x->dtype, mp, rp, w ? amp_tensor_ptr(w) : NULL,
-                            w ? w->dtype : AMP_DTYPE_F32, rows, C, f));
+        if (row_typed(C, dx->dtype, {dy, x, w})) {
+            CUDA_DISPATCH_FLOAT(dx->dtype, T, {
+                auto kernel = layer_norm_dx_row_kernel<true, T>;
+                CUDA_FUSE_DISPATCH(
+                    f, S,
+                    layer_norm_dx_row_kernel<S, T>
+                    <<<cuda_fuse_grid(f, grid, norm_block(C), kernel), norm_block(C), 0,
+                       c->stream>>>((T *)amp_tensor_ptr(dx), (const T *)amp_tensor_ptr(dy),
+                                    (const T *)amp_tensor_ptr(x), mp, rp,
+                                    w ? (const T *)amp_tensor_ptr(w) : NULL, rows, (int)C, f));
+            });
+        } else {
+            CUDA_FUSE_DISPATCH(
+                f, S,
+                layer_norm_dx_kernel<S>
+                <<<cuda_fuse_grid(f, grid, norm_block(C), layer_norm_dx_kernel<S>), norm_block(C),
+                   0, c->stream>>>(amp_tensor_ptr(dx), dx->dtype, amp_tensor_ptr(dy), dy->dtype,
+                                   amp_tensor_ptr(x), x->dtype, mp, rp,
+                                   w ? amp_tensor_ptr(w) : NULL, w ? w->dtype : AMP_DTYPE_F32, rows,
+                                   C, f));
+        }
     }
     CUDA_LAUNCH_CHECK();
     if (!dw && !db) return;

@@ -79,7 +79,7 @@ static bool mt_add(mt_args *a, void *p0, void *p1, void *p2, void *p3, int64_t n
 static void mt_take(cuda_ctx *c, mt_args *a, int k, const amp_tensor_t *t, bool written) {
     amp_stats *slot;
     amp_dtype target;
-    if (cuda_held_take(c, t, &slot, &target)) {
+    if (cuda_held_take(c, t, true, &slot, &target)) {
         a->slot[k][a->count - 1] = slot;
         a->target[k][a->count - 1] = (int8_t)target;
         a->stats = true;

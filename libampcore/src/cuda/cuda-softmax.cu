@@ -3,7 +3,8 @@
  * (mean reduction) with its backward: the pieces of cross-entropy.
  *
  * A warp per row for rows of up to 1024 elements (attention's rows: each element read once into
- * registers, warp shuffles for the max and the sum, several rows per block), a block per row
+ * registers, where softmax keeps its exp from the sum to the store; warp shuffles for the max and
+ * the sum, several rows per block), a block per row
  * for longer ones; both stride over the rows when the instrumentation caps the grid to add the
  * output's statistics as it is stored (cuda-fuse.h): max, then the f32 sum of exp(x - max),
  * then the store (log_softmax is x - (max + log(sum)), as the CPU and PyTorch compute it). A masked
@@ -63,14 +64,18 @@ __global__ void softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__res
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            if (threadIdx.x + (int64_t)k * blockDim.x < C) s += expf(v[k] - mx);
+            if (threadIdx.x + (int64_t)k * blockDim.x < C) {
+                const float e = expf(v[k] - mx);
+                s += e;
+                if (!log) v[k] = e; // softmax divides it by the sum: computed once
+            }
         s = cuda_block_sum(s);
         const float logsum = mx + logf(s);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
             if (j < C) {
-                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : expf(v[k] - mx) / s);
+                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : v[k] / s);
                 yr[j] = o;
                 if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
             }
@@ -109,14 +114,18 @@ __global__ void softmax_warp_kernel(bool log, TY *__restrict__ y, const TX *__re
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < E; k++)
-            if (lane + 32 * k < C) s += expf(v[k] - mx);
+            if (lane + 32 * k < C) {
+                const float e = expf(v[k] - mx);
+                s += e;
+                if (!log) v[k] = e; // softmax divides it by the sum: computed once
+            }
         s = cuda_warp_sum(s);
         const float logsum = mx + logf(s);
 #pragma unroll
         for (int k = 0; k < E; k++) {
             const int64_t j = lane + 32 * k;
             if (j < C) {
-                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : expf(v[k] - mx) / s);
+                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : v[k] / s);
                 yr[j] = o;
                 if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
             }

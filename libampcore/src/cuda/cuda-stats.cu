@@ -29,20 +29,22 @@ struct stats_launch_params {
     cuda_stats_job job[JOBS];
 };
 
-// One 16-byte vector: the plain path when all its values are finite, else value by value.
-template <typename T, bool OVER, bool SMALL>
+// One 16-byte vector: the plain path when all its values are finite and within the target's
+// range, else value by value.
+template <typename T, bool SMALL>
 __device__ __forceinline__ void acc_vector(thread_acc &a, const T *v, stats_limits lim) {
     constexpr int N = 16 / sizeof(T);
     float f[N];
-    bool finite = true;
+    bool plain = true;
 #pragma unroll
     for (int k = 0; k < N; k++) {
         f[k] = cuda_io<T>::load(v[k]);
-        finite &= fabsf(f[k]) <= FLT_MAX;
+        plain &= fabsf(f[k]) < lim.overflow;
     }
-    if (finite) {
+    if (plain) {
 #pragma unroll
-        for (int k = 0; k < N; k++) acc_finite<OVER, SMALL>(a, f[k], lim);
+        for (int k = 0; k < N; k++)
+            acc_finite<SMALL>(a, f[k], lim);
     } else {
 #pragma unroll
         for (int k = 0; k < N; k++) acc_value(a, f[k], lim);
@@ -91,8 +93,8 @@ __device__ __forceinline__ void acc_typed(thread_acc &a, const cuda_stats_job &j
             return;
         }
     }
-    auto counted = [&](const T *v) { acc_vector<T, true, true>(a, v, lim); };
-    auto uncounted = [&](const T *v) { acc_vector<T, false, false>(a, v, lim); };
+    auto counted = [&](const T *v) { acc_vector<T, true>(a, v, lim); };
+    auto uncounted = [&](const T *v) { acc_vector<T, false>(a, v, lim); };
     if (lim.min_normal > 0.0f) for_share(x, n, block, blocks, counted, none, value);
     else for_share(x, n, block, blocks, uncounted, none, value);
 }

@@ -139,7 +139,7 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<S, T> st(f);
-    stored_stats<S, T, true> sti(fi);
+    stored_stats<S, T> sti(fi);
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 raw[UNARY_U];
@@ -236,7 +236,7 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<S, T> st(f);
-    stored_stats<S, T, true> sti(fi); // dx's, and dy's (a linear's input gradient)
+    stored_stats<S, T> sti(fi); // dx's, and dy's (a linear's input gradient)
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 graw[UNARY_U], xraw[UNARY_U], yraw[UNARY_U];
