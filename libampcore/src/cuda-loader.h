@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define AMP_CUDA_MODULE_ABI 4
+#define AMP_CUDA_MODULE_ABI 5
 #define AMP_CUDA_ENTRY_NAME "amp_cuda_backend_open"
 #define AMP_CUDA_MODULE_FILE "libampcore_cuda.so"
 

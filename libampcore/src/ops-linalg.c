@@ -253,9 +253,13 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
             amp_tensor_t *xs = images(ctx, xd, n0, dr.n);
             ctx->be->im2col(ctx->bctx, &dr, colsp, xs);
             images_done(xs, xd);
-            amp_gemm_desc g = {.batch = 1, .m = O, .n = CK, .k = dr.n * L, .trans_b = true};
-            g.alpha = 1.0f;
-            g.beta = n0 > 0 ? 1.0f : 0.0f; // the slices after the first add to dW
+            const amp_gemm_desc g = {.batch = 1,
+                                     .m = O,
+                                     .n = CK,
+                                     .k = dr.n * L,
+                                     .trans_b = true,
+                                     .alpha = 1.0f,
+                                     .beta = n0 > 0 ? 1.0f : 0.0f}; // later slices add to dW
             ctx->be->gemm(ctx->bctx, &g, dw, dyp, colsp, NULL);
             amp_tensor_drop(colsp);
             drop_copy(dyp, dyd);

@@ -363,7 +363,7 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
 
 // The module's peak-memory queries: the loader opens libampcore_cuda.so privately, so find the
 // same file (AMPPROBE_CUDA_MODULE, else beside the build folder) and ask for the loaded copy.
-static peaks find_peaks(const char *argv0) {
+static peaks find_peaks(void) {
     char path[4096];
     const char *env = getenv("AMPPROBE_CUDA_MODULE");
     if (env && *env) {
@@ -373,7 +373,6 @@ static peaks find_peaks(const char *argv0) {
         if (!amp_exe_dir(exe, sizeof exe)) return (peaks){NULL, NULL};
         snprintf(path, sizeof path, "%s/../libampcore_cuda.so", exe);
     }
-    (void)argv0;
     setenv("AMPPROBE_CUDA_MODULE", path, 1);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) return (peaks){NULL, NULL};
@@ -409,7 +408,7 @@ int main(int argc, char **argv) {
                         "(or a run under `ampprobe run`)\n");
         return 2;
     }
-    peaks peak = find_peaks(argv[0]);
+    peaks peak = find_peaks();
     static const char *all_modes[3] = {"fp32", "fp16", "bf16"};
     int rc = 0;
     for (size_t k = 0; k < sizeof workloads / sizeof workloads[0]; k++) {

@@ -43,8 +43,8 @@ __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const voi
         if (S && f.slot) acc_stored(acc, cuda_rounded(yt, v), f.lim);
         if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av : bv, fi.lim);
     }
-    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
-    if (S && fi.slot) block_add_to_slot(fi.slot, fi.numel, blockIdx.x == 0, acci, fi.lim);
+    cuda_fuse_end<S>(f, acc);
+    cuda_fuse_end<S>(fi, acci);
 }
 
 // y (f32) = a op b, all contiguous, a and b of any floating dtypes (the residual add of an f32
@@ -62,8 +62,8 @@ __global__ void binary_f32_kernel(amp_binary_op op, float *y, const TA *a, const
         if (S && f.slot) acc_stored(acc, v, f.lim);
         if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av : bv, fi.lim);
     }
-    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, acc, f.lim);
-    if (S && fi.slot) block_add_to_slot(fi.slot, fi.numel, blockIdx.x == 0, acci, fi.lim);
+    cuda_fuse_end<S>(f, acc);
+    cuda_fuse_end<S>(fi, acci);
 }
 
 template <bool S, typename T>
@@ -217,10 +217,10 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
         const cuda_fuse fi = take_operand(c, y, a, b, &fi_of);
         CUDA_DISPATCH_FLOAT(y->dtype, T, {
             const unsigned grid = cuda_grid(n, 256, 16 / (int)sizeof(T));
-            CUDA_STATS_DISPATCH(
-                f.slot || fi.slot, S,
+            CUDA_FUSE_DISPATCH2(
+                f, fi, S,
                 binary_vec_kernel<S, T>
-                <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, binary_vec_kernel<true, T>), 256, 0,
+                <<<cuda_fuse_grid(f, fi, grid, 256, binary_vec_kernel<true, T>), 256, 0,
                    c->stream>>>(op, (T *)yp, (const T *)ap, (const T *)bp, n, f, fi, fi_of));
         });
         CUDA_LAUNCH_CHECK();
@@ -267,20 +267,21 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
         CUDA_DISPATCH_FLOAT(
             a->dtype, TA, CUDA_DISPATCH_FLOAT(b->dtype, TB, {
                 auto kernel = binary_f32_kernel<true, TA, TB>;
-                CUDA_STATS_DISPATCH(
-                    f.slot || fi.slot, S,
+                CUDA_FUSE_DISPATCH2(
+                    f, fi, S,
                     binary_f32_kernel<S, TA, TB>
-                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel), 256, 0, c->stream>>>(
                         op, (float *)yp, (const TA *)ap, (const TB *)bp, n, f, fi, fi_of));
             }));
         CUDA_LAUNCH_CHECK();
         return;
     }
-    CUDA_STATS_DISPATCH(
-        f.slot || fi.slot, S,
-        binary_kernel<S><<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, binary_kernel<true>), 256, 0,
-                           c->stream>>>(op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n,
-                                        cuda_is_contiguous(y), f, fi, fi_of));
+    CUDA_FUSE_DISPATCH2(
+        f, fi, S,
+        binary_kernel<S>
+        <<<cuda_fuse_grid(f, fi, grid, 256, binary_kernel<true>), 256, 0, c->stream>>>(
+            op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, cuda_is_contiguous(y), f, fi,
+            fi_of));
     CUDA_LAUNCH_CHECK();
 }
 

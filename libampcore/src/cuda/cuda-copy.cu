@@ -217,10 +217,10 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         CUDA_DISPATCH_FLOAT(
             src->dtype, S, CUDA_DISPATCH_FLOAT(dst->dtype, D, {
                 auto kernel = convert_kernel<true, S, D>;
-                CUDA_STATS_DISPATCH(
-                    f.slot || fi.slot, ST,
+                CUDA_FUSE_DISPATCH2(
+                    f, fi, ST,
                     convert_kernel<ST, S, D>
-                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel), 256, 0, c->stream>>>(
                         (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n, f, fi));
             }));
         CUDA_LAUNCH_CHECK();

@@ -319,10 +319,18 @@ static inline unsigned cuda_fuse_grid(const cuda_fuse &f, unsigned grid, int blo
     return grid < wave ? grid : wave;
 }
 
-// A fusing kernel's last step: the block's numbers into the slot.
+// The same for a kernel that may add two tensors' statistics (its output's f, an input's fi).
+template <typename K>
+static inline unsigned cuda_fuse_grid(const cuda_fuse &f, const cuda_fuse &fi, unsigned grid,
+                                      int block, K kernel) {
+    return cuda_fuse_grid(f.slot ? f : fi, grid, block, kernel);
+}
+
+// A fusing kernel's last step: the block's numbers into the slot (f without one: nothing; the
+// same in every block).
 template <bool S>
 __device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_acc &a) {
-    if (S) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
+    if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
 }
 
 // A fusing kernel's statistics of the 16-byte vectors of T it stores or reads (values(), after
@@ -363,13 +371,17 @@ template <bool S, typename T> struct stored_stats {
     __device__ __forceinline__ void end(const cuda_fuse &f) { // `on` is the same in every block
         if constexpr (TWO)
             if (S && pairs) acc_pairs_end(p, a);
-        if (S && on) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
+        cuda_fuse_end<S>(f, a);
     }
 };
 
 // Runs the statement(s) with `constexpr bool S` saying whether f is on: kernels templated on S
 // compile the statistics out of the launches that do not add them.
 #define CUDA_FUSE_DISPATCH(f, S, ...) CUDA_STATS_DISPATCH((f).slot != NULL, S, __VA_ARGS__)
+
+// The same for a kernel that may add two tensors' statistics: S when either is on.
+#define CUDA_FUSE_DISPATCH2(f, fi, S, ...)                                                         \
+    CUDA_STATS_DISPATCH((f).slot != NULL || (fi).slot != NULL, S, __VA_ARGS__)
 
 // The same on a condition: any of a kernel's statistics on.
 #define CUDA_STATS_DISPATCH(on, S, ...)                                                            \

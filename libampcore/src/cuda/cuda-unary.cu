@@ -193,10 +193,10 @@ void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
                 auto kernel = unary_vec_kernel<true, T, OP>;
-                CUDA_STATS_DISPATCH(
-                    f.slot || fi.slot, S,
+                CUDA_FUSE_DISPATCH2(
+                    f, fi, S,
                     unary_vec_kernel<S, T, OP>
-                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel), 256, 0, c->stream>>>(
                         op, alpha, (T *)yp, (const T *)xp, n, f, fi));
             });
         });
@@ -313,10 +313,10 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
                 auto kernel = unary_backward_vec_kernel<true, T, OP>;
-                CUDA_STATS_DISPATCH(
-                    f.slot || fi.slot, S,
+                CUDA_FUSE_DISPATCH2(
+                    f, fi, S,
                     unary_backward_vec_kernel<S, T, OP>
-                    <<<cuda_fuse_grid(f.slot ? f : fi, grid, 256, kernel), 256, 0, c->stream>>>(
+                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel), 256, 0, c->stream>>>(
                         op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp, (const T *)yp, n, f,
                         fi));
             });
