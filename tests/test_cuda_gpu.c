@@ -767,6 +767,50 @@ START_TEST(test_fused_stats_gpu) {
         expect_fused("copy f32 -> f32 (a gradient's first write)", y32, target);
     }
 
+    // a widening cast whose output's numbers are wanted and which takes the numbers held for its
+    // source (a gradient cast back to f32): both slots get the same numbers
+    for (int k = 0; k < 3; k++) {
+        const amp_dtype dt = float_dtypes[k];
+        if (dt == F32) continue;
+        amp_tensor_t *src = gpu_special(dt, 1, &n, 3.0f), *d32 = amp_scratch_new(gpu, F32, 1, &n);
+        amp_stats *held = gpu->be->alloc(gpu->bctx, sizeof(amp_stats)), h, want;
+        const amp_stats empty = amp_stats_empty();
+        gpu->be->upload(gpu->bctx, held, &empty, sizeof empty);
+        gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *[]){src}, 1, dt, held, (int64_t[]){0},
+                            false);
+        arm(d32, dt);
+        gpu->be->copy(gpu->bctx, d32, src);
+        char what[64];
+        snprintf(what, sizeof what, "copy %s -> f32 taking its source's numbers",
+                 amp_dtype_name(dt));
+        expect_fused(what, d32, dt);
+        gpu->be->download(gpu->bctx, &h, held, sizeof h);
+        amp_stats_finish(&h);
+        amp_tensor_stats(src, dt, &want);
+        expect_same_stats(what, &h, &want);
+        gpu->be->free(gpu->bctx, held);
+    }
+
+    // a gradient permuted back: the strided copies (16-byte runs, single elements, tiles)
+    const struct {
+        const char *what;
+        int64_t shape[3];
+        int perm[3];
+    } copies[] = {{"copy of a permuted view (16-byte runs)", {12, 40, 72}, {1, 0, 2}},
+                  {"copy of a permuted view (single elements)", {12, 40, 37}, {1, 0, 2}},
+                  {"copy of a transposed view (tiles)", {12, 40, 72}, {0, 2, 1}}};
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 3; c++) {
+            amp_tensor_t *src = gpu_special(float_dtypes[k], 3, copies[c].shape, 3.0f);
+            amp_tensor_t *v = amp_permute(gpu, src, copies[c].perm);
+            amp_tensor_t *d = amp_scratch_new(gpu, float_dtypes[k], 3, v->shape);
+            arm(d, F16);
+            gpu->be->copy(gpu->bctx, d, v);
+            char what[96];
+            snprintf(what, sizeof what, "%s, %s", copies[c].what, amp_dtype_name(float_dtypes[k]));
+            expect_fused(what, d, F16);
+        }
+
     // masked_fill with a causal -inf mask: broadcast rows (vectorised), an odd width (typed),
     // an i64 mask (generic)
     const int64_t widths[3] = {64, 37, 40};
@@ -838,14 +882,15 @@ START_TEST(test_fused_stats_gpu) {
 }
 END_TEST
 
-// A lone tensor's statistics (stats_into with one tensor) wait: a GELU, a GELU backward, a cast or
-// an add that reads the tensor whole adds them as it goes, without the sum of squares; other calls
-// (a softmax backward, which would be slower with them; a row broadcast) leave them waiting, and a
-// write to the tensor launches them first. Statistics that want the sum of squares (a parameter's
-// gradient) are left waiting by all of them and come with it.
+// A lone tensor's statistics (stats_into with one tensor) wait: a GELU, a GELU backward, a cast,
+// an add or a copy of a permuted view that reads the tensor whole adds them as it goes, without
+// the sum of squares; other calls (a softmax backward, which would be slower with them; a row
+// broadcast; a copy of a view that starts where the tensor does but skips values) leave them
+// waiting, and a write to the tensor launches them first. Statistics that want the sum of squares
+// (a parameter's gradient) are left waiting by all of them and come with it.
 START_TEST(test_deferred_stats_gpu) {
     NEED_GPU();
-    enum { CASES = 10 };
+    enum { CASES = 13 };
     amp_stats *slots = gpu->be->alloc(gpu->bctx, CASES * sizeof(amp_stats)), got[CASES];
     int64_t idx[CASES];
     for (int k = 0; k < CASES; k++)
@@ -864,12 +909,15 @@ START_TEST(test_deferred_stats_gpu) {
                                       "mixed add",
                                       "softmax backward",
                                       "long-row softmax backward",
-                                      "mul by a broadcast row"};
+                                      "mul by a broadcast row",
+                                      "copy of a permuted view",
+                                      "copy of a transposed view",
+                                      "copy of a view with gaps"};
     // taken by the call after stats_into (1: without the sum of squares), left waiting (0), or
     // either (-1)
     // (cases 4 to 6 read x, whose statistics wait three times over: which one a kernel takes is
     // the table's business)
-    static const int taken[CASES] = {1, 1, 1, 0, -1, -1, -1, 0, 0, 0};
+    static const int taken[CASES] = {1, 1, 1, 0, -1, -1, -1, 0, 0, 0, 1, 1, 0};
     for (int r = 0; r < 2 * (int)(sizeof runs / sizeof *runs); r++) {
         const amp_dtype dt = runs[r / 2].dt, target = runs[r / 2].target;
         const bool sumsq = r % 2;
@@ -886,6 +934,17 @@ START_TEST(test_deferred_stats_gpu) {
                      *yl = gpu_special(F32, 2, long_rows, 0.1f),
                      *dl = amp_scratch_new(gpu, dt, 2, long_rows);
         amp_tensor_t *row = gpu_special(dt, 1, &wide[1], 1.0f);
+        // a gradient permuted back; and every other value of a buffer, a view that starts where
+        // the buffer's first half does and has as many values, but does not read it
+        const int64_t p3[3] = {8, 40, 72}, half = n / 2;
+        amp_tensor_t *pm = gpu_special(dt, 3, p3, 2.0f), *pt = gpu_special(dt, 3, p3, 2.0f),
+                     *pmv = amp_permute(gpu, pm, (int[]){1, 0, 2}),
+                     *ptv = amp_transpose(gpu, pt, 1, 2),
+                     *pmd = amp_scratch_new(gpu, dt, 3, pmv->shape),
+                     *ptd = amp_scratch_new(gpu, dt, 3, ptv->shape);
+        amp_tensor_t *first = amp_view_new(gpu, x, 1, &half, (const int64_t[]){1}, 0),
+                     *gaps = amp_view_new(gpu, x, 1, &half, (const int64_t[]){2}, 0),
+                     *gd = amp_scratch_new(gpu, dt, 1, &half);
         amp_stats want[CASES];
         amp_tensor_stats(x, target, &want[0]);
         amp_tensor_stats(g, target, &want[1]);
@@ -893,8 +952,11 @@ START_TEST(test_deferred_stats_gpu) {
         amp_tensor_stats(gs, target, &want[7]);
         amp_tensor_stats(gl, target, &want[8]);
         amp_tensor_stats(row, target, &want[9]);
+        amp_tensor_stats(pm, target, &want[10]);
+        amp_tensor_stats(pt, target, &want[11]);
+        amp_tensor_stats(first, target, &want[12]);
         want[2] = want[4] = want[5] = want[6] = want[0];
-        const amp_tensor_t *pend[CASES] = {x, g, x, z, x, x, x, gs, gl, row};
+        const amp_tensor_t *pend[CASES] = {x, g, x, z, x, x, x, gs, gl, row, pm, pt, first};
         for (int k = 0; k < CASES; k++) {
             gpu->be->stats_into(gpu->bctx, &pend[k], 1, target, slots, &idx[k], sumsq);
             switch (k) {
@@ -929,6 +991,15 @@ START_TEST(test_deferred_stats_gpu) {
                 gpu->be->binary(
                     gpu->bctx, AMP_BINARY_MUL, ds, gs,
                     amp_expand(gpu, amp_reshape(gpu, row, 2, (int64_t[]){1, wide[1]}), 2, wide));
+                break;
+            case 10:
+                gpu->be->copy(gpu->bctx, pmd, pmv);
+                break;
+            case 11:
+                gpu->be->copy(gpu->bctx, ptd, ptv);
+                break;
+            case 12:
+                gpu->be->copy(gpu->bctx, gd, gaps);
                 break;
             }
         }

@@ -137,6 +137,18 @@ GRAD_TEST(reshape_transpose, 1,
           amp_mul(c, amp_transpose(c, amp_reshape(c, x[0], 3, S(2, 3, -1)), 0, 2),
                   amp_transpose(c, amp_reshape(c, x[0], 3, S(2, 3, -1)), 0, 2)),
           param(2, S(6, 4), 1))
+// The attention's path: split pieces reshaped into heads (views of the split input), transposed
+// and multiplied, and the heads merged back by a reshape that must copy.
+static amp_tensor_t *attention_heads(amp_ctx_t *c, amp_tensor_t **x) {
+    amp_tensor_t *p[3];
+    ck_assert_int_eq(amp_split(c, x[0], 4, -1, p, 3), 3);
+    for (int i = 0; i < 3; i++)
+        p[i] = amp_transpose(c, amp_reshape(c, p[i], 4, S(2, 3, 2, 2)), 1, 2); // (2, 2, 3, 2)
+    amp_tensor_t *s = amp_matmul(c, p[0], amp_transpose(c, p[1], -2, -1));
+    amp_tensor_t *y = amp_matmul(c, amp_tanh(c, s), p[2]);
+    return amp_reshape(c, amp_transpose(c, y, 1, 2), 3, S(2, 3, 4));
+}
+GRAD_TEST(heads, 1, attention_heads(c, x), param(3, S(2, 3, 12), 1))
 GRAD_TEST(permute_contiguous, 1, amp_contiguous(c, amp_permute(c, x[0], (int[]){2, 0, 1})),
           param(3, S(2, 3, 4), 1))
 
@@ -408,6 +420,40 @@ START_TEST(test_drop_frees_what_no_backward_reads) {
 }
 END_TEST
 
+// reshape gives a view wherever PyTorch's does (its computeStride) and a copy elsewhere.
+static void expect_reshape(amp_tensor_t *x, int ndim, const int64_t *shape, bool view,
+                           const int64_t *stride) {
+    amp_tensor_t *y = amp_reshape(ctx, x, ndim, shape);
+    ck_assert_int_eq(y->buf == x->buf, view);
+    for (int i = 0; view && i < ndim; i++)
+        ck_assert_msg(y->stride[i] == stride[i], "dim %d: stride %lld, PyTorch's %lld", i,
+                      (long long)y->stride[i], (long long)stride[i]);
+    int64_t n = amp_tensor_numel(x);
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+    amp_tensor_read_f32(x, a); // both in row-major order
+    amp_tensor_read_f32(y, b);
+    ck_assert_mem_eq(a, b, (size_t)n * 4);
+    free(a);
+    free(b);
+}
+
+START_TEST(test_reshape_views_where_pytorch_does) {
+    amp_tensor_t *x = param(3, S(2, 3, 12), 1), *p[3];
+    amp_split(ctx, x, 4, -1, p, 3); // p[1]: (2, 3, 4), strides (36, 12, 1), offset 4
+    expect_reshape(p[1], 4, S(2, 3, 2, 2), true, S(36, 12, 2, 1));
+    expect_reshape(p[1], 2, S(6, 4), true, S(12, 1));
+    expect_reshape(p[1], 5, S(1, 2, 3, 1, 4), true, S(72, 36, 12, 4, 1));
+    expect_reshape(p[1], 2, S(2, 12), false, NULL); // rows 12 apart, not 4
+    amp_tensor_t *t = amp_transpose(ctx, amp_reshape(ctx, p[1], 4, S(2, 3, 2, 2)), 1, 2);
+    expect_reshape(t, 3, S(2, 2, 6), false, NULL);
+    expect_reshape(t, 4, S(2, 2, 3, 2), true, S(36, 2, 12, 1));
+    amp_tensor_t *w = amp_transpose(ctx, param(2, S(4, 5), 1), 0, 1); // (5, 4), strides (1, 5)
+    expect_reshape(w, 3, S(5, 2, 2), true, S(1, 10, 5));
+    expect_reshape(w, 1, S(20), false, NULL);
+    amp_ctx_reset(ctx);
+}
+END_TEST
+
 START_TEST(test_drop_keeps_what_a_backward_reads) {
     amp_tensor_t *x = param(2, S(4, 5), 1), *w = param(2, S(5, 3), 1);
     amp_tensor_t *h = amp_matmul(ctx, x, w);
@@ -644,6 +690,7 @@ Suite *ops_suite(void) {
     tcase_add_test(g, test_grad_mean);
     tcase_add_test(g, test_grad_mse_loss);
     tcase_add_test(g, test_grad_reshape_transpose);
+    tcase_add_test(g, test_grad_heads);
     tcase_add_test(g, test_grad_permute_contiguous);
     tcase_add_test(g, test_grad_split);
     tcase_add_test(g, test_grad_shared_grad_add);
@@ -663,6 +710,7 @@ Suite *ops_suite(void) {
     TCase *d = tcase_create("drop");
     tcase_add_checked_fixture(d, setup, teardown);
     tcase_add_test(d, test_drop_frees_what_no_backward_reads);
+    tcase_add_test(d, test_reshape_views_where_pytorch_does);
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
     tcase_add_test(d, test_drop_conv_relu_pool);
     tcase_add_test(d, test_drop_embedding_layer_norm_dropout);

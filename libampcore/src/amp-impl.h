@@ -121,6 +121,32 @@ static inline void *amp_tensor_ptr(const amp_tensor_t *t) {
     return (char *)t->buf->data + t->offset * (int64_t)amp_dtype_size(t->dtype);
 }
 
+// Whether t's elements fill a run of memory exactly once in some order (a transpose or permute of
+// a contiguous tensor), the run starting at t's first element: statistics, which do not depend on
+// the order, can read the run (and a copy of t can add the run's held ones). Inline for the
+// backends.
+static inline bool amp_tensor_fills_run(const amp_tensor_t *t) {
+    int64_t stride[AMP_MAX_DIMS], shape[AMP_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < t->ndim; d++) { // by stride, the size-1 dims left out (insertion sort)
+        if (t->shape[d] == 1) continue;
+        if (t->stride[d] <= 0) return false; // broadcast
+        int k = n++;
+        for (; k > 0 && stride[k - 1] > t->stride[d]; k--) {
+            stride[k] = stride[k - 1];
+            shape[k] = shape[k - 1];
+        }
+        stride[k] = t->stride[d];
+        shape[k] = t->shape[d];
+    }
+    int64_t expect = 1;
+    for (int k = 0; k < n; k++) {
+        if (stride[k] != expect) return false;
+        expect *= shape[k];
+    }
+    return true;
+}
+
 // Scratch tensor with fresh contiguous, uninitialised storage (freed by amp_ctx_reset), and one
 // filled with zeros.
 amp_tensor_t *amp_scratch_new(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape);
@@ -525,6 +551,10 @@ void amp_instr_free(amp_ctx_t *ctx);
 void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t);
 void amp_instr_backward_end(amp_ctx_t *ctx);
+// Whether the gradient about to be written into t is its first, from a node that passes its own
+// incoming gradient on unchanged (a reshape's or permute's, copied into a buffer of t's own): the
+// node's numbers serve for it, so the write need not be armed.
+bool amp_instr_grad_passed_on(const amp_ctx_t *ctx, const amp_tensor_t *t);
 // An enabled autocast region of dtype t begins (META autocast_dtype, once per dtype).
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t);
 // The GradScaler's settings, once, when its scale is created (META scaler.*).

@@ -579,6 +579,12 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     in->cur_dy = i;
 }
 
+bool amp_instr_grad_passed_on(const amp_ctx_t *ctx, const amp_tensor_t *t) {
+    const amp_instr *in = ctx->instr;
+    return in->cur_dy >= 0 && (t->contrib_epoch != in->epoch || t->n_contrib == 0) &&
+           passes_gradient_on(in->q.entries[in->cur_dy].op);
+}
+
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
     amp_instr *in = ctx->instr;
     t->grad_entry = claim_armed(ctx, t->grad);

@@ -16,6 +16,9 @@ amp_tensor_t *amp_dense(amp_ctx_t *ctx, amp_tensor_t *x) {
     if (amp_tensor_is_contiguous(x)) return x;
     amp_tensor_t *c = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
     ctx->be->copy(ctx->bctx, c, x);
+    c->inf_fill = x->inf_fill; // the same values: the instrumentation's numbers are x's
+    c->stat_epoch = x->stat_epoch;
+    c->stat_entry = x->stat_entry;
     return c;
 }
 
@@ -79,6 +82,35 @@ static void reshape_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_grad_accumulate_last(ctx, x, amp_view_new(ctx, d, x->ndim, x->shape, stride, d->offset), dy);
 }
 
+// The strides that show x's elements in shape (ndim dims, as many elements) without a copy, as
+// PyTorch's computeStride finds them: x's dims fall into chunks that are contiguous among
+// themselves (each dim's stride is the next one's times its size), and shape must split each
+// chunk into dims of its own. False when it cannot (a transposed x made flat), or x is empty.
+static bool view_strides(const amp_tensor_t *x, int ndim, const int64_t *shape, int64_t *stride) {
+    if (amp_tensor_is_contiguous(x)) {
+        amp_contiguous_strides(ndim, shape, stride);
+        return true;
+    }
+    if (x->ndim == 0 || amp_tensor_numel(x) == 0) return false;
+    int view_d = ndim - 1;
+    int64_t chunk_stride = x->stride[x->ndim - 1], chunk_numel = 1, view_numel = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        chunk_numel *= x->shape[d];
+        if (d > 0 && (x->shape[d - 1] == 1 || x->stride[d - 1] == chunk_numel * chunk_stride))
+            continue; // the chunk goes on into dim d - 1
+        while (view_d >= 0 && (view_numel < chunk_numel || shape[view_d] == 1)) {
+            stride[view_d] = view_numel * chunk_stride;
+            view_numel *= shape[view_d--];
+        }
+        if (view_numel != chunk_numel) return false;
+        if (d > 0) {
+            chunk_stride = x->stride[d - 1];
+            chunk_numel = view_numel = 1;
+        }
+    }
+    return view_d == -1;
+}
+
 amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape) {
     AMP_ASSERT(ndim >= 0 && ndim <= AMP_MAX_DIMS);
     int64_t s[AMP_MAX_DIMS], known = 1;
@@ -99,10 +131,15 @@ amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64
         known *= s[infer];
     }
     AMP_ASSERT(known == numel, "(shape does not match %lld elements)", (long long)numel);
-    amp_tensor_t *d = amp_dense(ctx, x);
     int64_t stride[AMP_MAX_DIMS];
-    amp_contiguous_strides(ndim, s, stride);
-    amp_tensor_t *y = view_of(ctx, d, ndim, s, stride, d->offset);
+    amp_tensor_t *y;
+    if (view_strides(x, ndim, s, stride)) { // a view, as PyTorch's reshape gives where it can
+        y = view_of(ctx, x, ndim, s, stride, x->offset);
+    } else {
+        amp_tensor_t *d = amp_dense(ctx, x);
+        amp_contiguous_strides(ndim, s, stride);
+        y = view_of(ctx, d, ndim, s, stride, d->offset);
+    }
     amp_node *n = amp_node_record(ctx, "reshape", reshape_backward, y, &x, 1);
     if (n) n->reads = 0;
     return y;

@@ -153,37 +153,12 @@ static void stats_host(const void *p, amp_dtype dt, int64_t n, amp_dtype target,
                      .sumsq = a.sumsq};
 }
 
-// Whether t's elements fill a run of memory exactly once in some order (a transpose or permute of
-// a contiguous tensor), the run starting at t's first element: the statistics, which do not
-// depend on the order, can read the run instead of a copy.
-static bool dense_permutation(const amp_tensor_t *t) {
-    int64_t stride[AMP_MAX_DIMS], shape[AMP_MAX_DIMS];
-    int n = 0;
-    for (int d = 0; d < t->ndim; d++) { // by stride, the size-1 dims left out (insertion sort)
-        if (t->shape[d] == 1) continue;
-        if (t->stride[d] <= 0) return false; // broadcast
-        int k = n++;
-        for (; k > 0 && stride[k - 1] > t->stride[d]; k--) {
-            stride[k] = stride[k - 1];
-            shape[k] = shape[k - 1];
-        }
-        stride[k] = t->stride[d];
-        shape[k] = t->shape[d];
-    }
-    int64_t expect = 1;
-    for (int k = 0; k < n; k++) {
-        if (stride[k] != expect) return false;
-        expect *= shape[k];
-    }
-    return true;
-}
-
-// x itself when contiguous, else its memory as one contiguous run when it fills it (above), else
-// a contiguous scratch copy.
+// x itself when contiguous, else its memory as one contiguous run when it fills it
+// (amp_tensor_fills_run), else a contiguous scratch copy.
 static const amp_tensor_t *dense_of(const amp_tensor_t *t) {
     if (amp_tensor_is_contiguous(t)) return t;
     const int64_t numel = amp_tensor_numel(t);
-    if (dense_permutation(t))
+    if (amp_tensor_fills_run(t))
         return amp_view_new(t->ctx, (amp_tensor_t *)t, 1, &numel, (const int64_t[]){1}, t->offset);
     amp_tensor_t *x = amp_scratch_new(t->ctx, t->dtype, t->ndim, t->shape);
     t->ctx->be->copy(t->ctx->bctx, x, t);

@@ -543,7 +543,8 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     AMP_ASSERT(amp_same_shape(t, g), "(gradient %s for a tensor of shape %s)",
                amp_shape_str(g, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));
     // the instrumentation follows gradients (a parameter's is read at the end of backward)
-    const bool instr = ctx->instr && ctx->in_backward, arm = instr && !t->persistent;
+    const bool instr = ctx->instr && ctx->in_backward,
+               arm = instr && !t->persistent && !amp_instr_grad_passed_on(ctx, t);
     if (!t->grad && stealable(t, g)) {
         g->is_grad = true; // the backward's own output becomes the gradient: no copy
         g->buf->droppable = false;

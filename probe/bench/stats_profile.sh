@@ -3,7 +3,9 @@
 # per-layer statistics off, on (added by the producing kernels) and on but read separately
 # (AMPPROBE_STATS_FUSED=0): each run captured under `ampprobe run --trace amp,cuda`, then the
 # kernel time per step by kernel name (top 12), the total, the device-to-device copies, the
-# GPU's idle time in a step with its largest gaps, and the statistics kernel's launches by grid.
+# GPU's idle time in a step with its largest gaps, and the statistics kernel's launches by grid;
+# then what the fused run added, kernel by kernel, and launch by launch for the kernels that grew
+# most (a kernel's launches in the two runs paired by their order: both launch it as often).
 set -u
 build=${1:?usage: stats_profile.sh BUILD_DIR [WORKLOAD]}
 w=${2:-gpt}
@@ -77,3 +79,35 @@ for name, (n, ns) in sorted(classes.items(), key=lambda c: -c[1][1]):
           f"{ns / steps / 1e3:.1f} us ({ns / n / 1e3:.1f} us each)")
 PY
 done
+python3 - /tmp/stats_profile_plain.sqlite /tmp/stats_profile_fused.sqlite $((2 * steps + 3)) <<'PY'
+import sqlite3, sys
+steps = int(sys.argv[3])
+def launches(path):  # kernel name -> [(ns, template, grid)] in launch order
+    out = {}
+    for ns, name, full, gx, gy, gz in sqlite3.connect(path).execute(
+            """SELECT k.end - k.start, s.value, d.value, k.gridX, k.gridY, k.gridZ
+               FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+               JOIN StringIds d ON d.id = k.demangledName ORDER BY k.start"""):
+        out.setdefault(name, []).append((ns, full, (gx, gy, gz)))
+    return out
+plain, fused = launches(sys.argv[1]), launches(sys.argv[2])
+def total(runs, name): return sum(ns for ns, _, _ in runs.get(name, [])) / steps
+grew = sorted(set(plain) | set(fused), key=lambda n: total(plain, n) - total(fused, n))
+print("== what the statistics added a step, by kernel (us: plain -> fused)")
+for name in grew[:12]:
+    print(f"  {(total(fused, name) - total(plain, name)) / 1e3:+8.1f}  {total(plain, name) / 1e3:8.1f}"
+          f" -> {total(fused, name) / 1e3:8.1f}  {name[:60]}")
+for name in grew[:4]:
+    a, b = plain.get(name, []), fused.get(name, [])
+    if not a or len(a) != len(b) or len(a) % steps:
+        continue
+    per = len(a) // steps  # launches a step; position i of every step, averaged
+    rows = []
+    for i in range(per):
+        pa = sum(a[s * per + i][0] for s in range(steps)) / steps
+        pb = sum(b[s * per + i][0] for s in range(steps)) / steps
+        rows.append((pb - pa, pa, pb, a[i], b[i]))
+    print(f"== {name[:60]}: the launches that grew most (us, plain -> fused, grid)")
+    for d, pa, pb, x, y in sorted(rows, key=lambda r: -r[0])[:4]:
+        print(f"  {pa / 1e3:7.1f} -> {pb / 1e3:7.1f}  {y[1][:70]} {x[2]} -> {y[2]}")
+PY

@@ -84,8 +84,6 @@ __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *
                 cuda_io<T>::store(binary_f(op, cuda_io<T>::load(av[j]), cuda_io<T>::load(bv[j])));
         ((uint4 *)y)[i] = ar;
         st.values(av, f.lim);
-        st.step();
-        sti.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {

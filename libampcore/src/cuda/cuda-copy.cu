@@ -9,7 +9,9 @@
  * else goes through the generic strided iterator. Same-dtype copies move bits (NaN payloads
  * survive), integer-to-integer copies never pass through float. When the instrumentation wants
  * the statistics of dst (a cast's output, a gradient buffer's first write), a contiguous
- * floating copy runs the typed kernel, which adds them as it stores (cuda-fuse.h).
+ * floating copy runs the typed kernel, which adds them as it stores (cuda-fuse.h), and a strided
+ * same-dtype copy adds them in its gather or tile kernel; both also add the statistics held for
+ * the source when they read a whole tensor (a cast of the logits, a gradient permuted back).
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
@@ -22,30 +24,39 @@ template <typename T> struct convert<T, T> {
     static __device__ __forceinline__ T one(T v) { return v; }
 };
 
-// dst = src converted, 8 elements per thread and step (dst and src aligned to 8 elements); the
-// statistics of dst (f) and of src (fi: the logits cast to f32) as they go by.
+// dst = src converted, 8 elements a vector (dst and src aligned to 8 elements), 64 bytes of src
+// loaded per thread and step before any is converted (a fusing launch is a wave or a few, whose
+// threads loop: more bytes in flight); the statistics of dst (f) and of src (fi: the logits cast to
+// f32) as they go by, src's also into `also` (dst's slot, when they are the same numbers).
 template <bool ST, typename S, typename D>
 __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, int64_t n,
-                               cuda_fuse f, cuda_fuse fi) {
-    const int64_t n8 = n / 8;
+                               cuda_fuse f, cuda_fuse fi, cuda_fuse also) {
+    constexpr int U = 64 / sizeof(vec8<S>);
+    const int64_t n8 = n / 8, stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<ST, D> st(f);
     stored_stats<ST, S> sti(fi);
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const vec8<S> a = ((const vec8<S> *)src)[i];
+    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < n8; i0 += U * stride) {
+        vec8<S> a[U];
 #pragma unroll
-        for (int j = 0; j < 8; j += 16 / (int)sizeof(S)) sti.values(a.v + j, fi.lim);
-        vec8<D> b;
+        for (int u = 0; u < U; u++)
+            if (i0 + u * stride < n8) a[u] = ((const vec8<S> *)src)[i0 + u * stride];
 #pragma unroll
-        for (int j = 0; j < 8; j++) b.v[j] = convert<S, D>::one(a.v[j]);
-        ((vec8<D> *)dst)[i] = b;
+        for (int u = 0; u < U; u++) {
+            if (i0 + u * stride >= n8) break;
+            vec8<D> b;
 #pragma unroll
-        for (int j = 0; j < 8; j += 16 / (int)sizeof(D)) st.values(b.v + j, f.lim);
-        st.step();
-        sti.step();
+            for (int j = 0; j < 8; j++)
+                b.v[j] = convert<S, D>::one(a[u].v[j]);
+            ((vec8<D> *)dst)[i0 + u * stride] = b; // stored before any statistics
+#pragma unroll
+            for (int j = 0; j < 8; j += 16 / (int)sizeof(S))
+                sti.values(a[u].v + j, fi.lim);
+#pragma unroll
+            for (int j = 0; j < 8; j += 16 / (int)sizeof(D))
+                st.values(b.v + j, f.lim);
+        }
     }
-    for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = n8 * 8 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
         const S u = src[i];
         const D v = convert<S, D>::one(u);
         dst[i] = v;
@@ -54,15 +65,54 @@ __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, i
     }
     st.end(f);
     sti.end(fi);
+    cuda_fuse_end<ST>(also, sti.a);
 }
 
-// dst[i] = src[offset of i]: one element (or one 16-byte run) of E per index.
-template <typename E>
+// The statistics a same-dtype strided copy adds (S) of the values of T it moves: dst's (f, a
+// gradient buffer's first write) and the source's (fi: held for the tensor it reads whole), the
+// same numbers, gathered once.
+struct copy_stats {
+    cuda_fuse f, fi;
+    __host__ __device__ const cuda_fuse &first(void) const { return f.slot ? f : fi; }
+};
+
+template <typename T, typename E> __device__ __forceinline__ T bits_as(E e) {
+    static_assert(sizeof(T) == sizeof(E), "a unit of one value");
+    T v;
+    __builtin_memcpy(&v, &e, sizeof v);
+    return v;
+}
+
+template <bool S, typename T>
+__device__ __forceinline__ void copy_stats_end(stored_stats<S, T> &st, const copy_stats &cs) {
+    st.end(cs.first());
+    if (cs.f.slot) cuda_fuse_end<S>(cs.fi, st.a);
+}
+
+// dst[i] = src[offset of i]: one element (or one 16-byte run) of E per index, four of them
+// loaded per thread and step before any is stored (more bytes in flight).
+template <bool S, typename T, typename E>
 __global__ void gather_kernel(E *__restrict__ dst, const E *__restrict__ src, cuda_iter it,
-                              int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = src[cuda_iter_offset(it, 1, i)];
+                              int64_t n, copy_stats cs) {
+    constexpr int U = 4;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    stored_stats<S, T> st(cs.first());
+    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < n; i0 += U * stride) {
+        E v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u * stride < n) v[u] = src[cuda_iter_offset(it, 1, i0 + u * stride)];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i0 + u * stride >= n) break;
+            dst[i0 + u * stride] = v[u];
+            if constexpr (S && sizeof(E) == 16)
+                st.values(reinterpret_cast<const T *>(&v[u]), cs.first().lim);
+            else if constexpr (S)
+                st.value(bits_as<T>(v[u]), cs.first().lim);
+        }
+    }
+    copy_stats_end(st, cs);
 }
 
 // A transposing copy: dim a of the source is its contiguous one, the output's is the last dim;
@@ -76,9 +126,11 @@ typedef struct transpose_desc {
     int64_t batches;
 } transpose_desc;
 
-template <typename E>
-__global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src, transpose_desc t) {
+template <bool S, typename T, typename E>
+__global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src, transpose_desc t,
+                                 copy_stats cs) {
     __shared__ E tile[32][33];
+    stored_stats<S, T> st(cs.first());
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t a0 = blockIdx.y * 32, l0 = blockIdx.x * 32;
     for (int64_t b = blockIdx.z; b < t.batches; b += gridDim.z) {
@@ -90,7 +142,11 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
         }
         for (int k = ty; k < 32; k += 8) {
             const int64_t a = a0 + tx, l = l0 + k;
-            if (a < t.na && l < t.nl) tile[k][tx] = src[so + a + l * t.src_l];
+            if (a < t.na && l < t.nl) {
+                const E v = src[so + a + l * t.src_l];
+                tile[k][tx] = v;
+                if constexpr (S) st.value(bits_as<T>(v), cs.first().lim);
+            }
         }
         __syncthreads();
         for (int k = ty; k < 32; k += 8) {
@@ -99,10 +155,35 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
         }
         __syncthreads();
     }
+    copy_stats_end(st, cs);
 }
 
 // Runs the tiled transpose when some dim other than the last is the source's contiguous one.
-static bool transpose(cuda_ctx *c, void *dst, const void *src, const cuda_iter &it, size_t esize) {
+template <typename E>
+static void transpose_launch(cuda_ctx *c, void *dst, const void *src, const transpose_desc &t,
+                             dim3 grid, amp_dtype dt, const copy_stats &cs) {
+    if (!cs.first().slot) {
+        transpose_kernel<false, float, E>
+            <<<grid, dim3(32, 8), 0, c->stream>>>((E *)dst, (const E *)src, t, cs);
+        return;
+    }
+    CUDA_DISPATCH_FLOAT(dt, T, {
+        if constexpr (sizeof(T) == sizeof(E)) {
+            auto kernel = transpose_kernel<true, T, E>;
+            // about one wave: each block ends in atomics on the slots
+            const unsigned wave = (unsigned)cuda_resident_blocks((const void *)kernel, 256),
+                           tiles = grid.x * grid.y;
+            if (tiles < wave && grid.z > wave / tiles) grid.z = wave / tiles;
+            kernel<<<grid, dim3(32, 8), 0, c->stream>>>((E *)dst, (const E *)src, t, cs);
+        } else {
+            AMP_ASSERT(false, "(%s in units of %d bytes)", amp_dtype_name(dt), (int)sizeof(E));
+        }
+    });
+}
+
+static bool transpose(cuda_ctx *c, void *dst, const void *src, const cuda_iter &it, amp_dtype dt,
+                      const copy_stats &cs) {
+    const size_t esize = amp_dtype_size(dt);
     const int last = it.ndim - 1;
     int a = -1;
     for (int d = 0; d < last; d++)
@@ -126,18 +207,38 @@ static bool transpose(cuda_ctx *c, void *dst, const void *src, const cuda_iter &
                     (unsigned)(t.batches < 65535 ? t.batches : 65535));
     if (grid.y > 65535) return false;
     if (esize == 2)
-        transpose_kernel<uint16_t>
-            <<<grid, dim3(32, 8), 0, c->stream>>>((uint16_t *)dst, (const uint16_t *)src, t);
+        transpose_launch<uint16_t>(c, dst, src, t, grid, dt, cs);
     else
-        transpose_kernel<uint32_t>
-            <<<grid, dim3(32, 8), 0, c->stream>>>((uint32_t *)dst, (const uint32_t *)src, t);
+        transpose_launch<uint32_t>(c, dst, src, t, grid, dt, cs);
     CUDA_LAUNCH_CHECK();
     return true;
 }
 
+template <typename E>
+static void gather_launch(cuda_ctx *c, void *dst, const void *src, const cuda_iter &it, int64_t n,
+                          int per_thread, amp_dtype dt, const copy_stats &cs) {
+    const unsigned grid = cuda_grid(n, 256, per_thread);
+    if (!cs.first().slot) {
+        gather_kernel<false, float, E>
+            <<<grid, 256, 0, c->stream>>>((E *)dst, (const E *)src, it, n, cs);
+        return;
+    }
+    CUDA_DISPATCH_FLOAT(dt, T, {
+        if constexpr (sizeof(E) == 16 || sizeof(E) == sizeof(T)) {
+            auto kernel = gather_kernel<true, T, E>;
+            kernel<<<cuda_fuse_grid(cs.first(), grid, 256, kernel), 256, 0, c->stream>>>(
+                (E *)dst, (const E *)src, it, n, cs);
+        } else {
+            AMP_ASSERT(false, "(%s in units of %d bytes)", amp_dtype_name(dt), (int)sizeof(E));
+        }
+    });
+}
+
 // Same-dtype strided copy in units of E (2, 4, 8 or 16 bytes): it's strides in elements of
 // esize bytes are rescaled to units of E when the innermost run allows (else E = esize).
-static void gather(cuda_ctx *c, void *dst, const void *src, cuda_iter it, int64_t n, size_t esize) {
+static void gather(cuda_ctx *c, void *dst, const void *src, cuda_iter it, int64_t n, amp_dtype dt,
+                   const copy_stats &cs) {
+    const size_t esize = amp_dtype_size(dt);
     const int last = it.ndim - 1;
     const int64_t per = 16 / (int64_t)esize;
     bool vec = it.stride[1][last] == 1 && it.shape[last] % per == 0 && ((uintptr_t)dst & 15) == 0 &&
@@ -149,17 +250,13 @@ static void gather(cuda_ctx *c, void *dst, const void *src, cuda_iter it, int64_
         for (int d = 0; d < last; d++)
             it.stride[1][d] /= per;
         n /= per;
-        gather_kernel<uint4>
-            <<<cuda_grid(n, 256, 2), 256, 0, c->stream>>>((uint4 *)dst, (const uint4 *)src, it, n);
+        gather_launch<uint4>(c, dst, src, it, n, 2, dt, cs);
     } else if (esize == 2) {
-        gather_kernel<uint16_t><<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
-            (uint16_t *)dst, (const uint16_t *)src, it, n);
+        gather_launch<uint16_t>(c, dst, src, it, n, 4, dt, cs);
     } else if (esize == 4) {
-        gather_kernel<uint32_t><<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
-            (uint32_t *)dst, (const uint32_t *)src, it, n);
+        gather_launch<uint32_t>(c, dst, src, it, n, 4, dt, cs);
     } else {
-        gather_kernel<uint64_t><<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(
-            (uint64_t *)dst, (const uint64_t *)src, it, n);
+        gather_launch<uint64_t>(c, dst, src, it, n, 4, dt, cs);
     }
     CUDA_LAUNCH_CHECK();
 }
@@ -213,15 +310,24 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
     }
     if (typed) {
         const cuda_fuse fi = cuda_fuse_take_input(c, src);
+        const bool widening = amp_dtype_size(dst->dtype) > amp_dtype_size(src->dtype);
+        // a widening cast keeps every value: when both are wanted under one target, dst's
+        // numbers are src's, gathered once (the 16-bit ones go in pairs)
+        const bool same = widening && f.slot && fi.slot && cuda_fuse_same_target(f, fi);
+        const cuda_fuse fd = same ? cuda_fuse{} : f, also = same ? f : cuda_fuse{};
         const unsigned grid = cuda_grid(n, 256, 8);
+        // a large widening cast (it writes twice what it reads) runs faster on four waves of
+        // blocks than on one, a smaller one slower (gpt's casts to f32 on an H200: 50M and 67M
+        // values 117 -> 98 and 154 -> 129 us, 6M values 17 -> 21 us)
+        const unsigned waves = widening && n >= ((int64_t)1 << 25) ? 4 : 1;
         CUDA_DISPATCH_FLOAT(
             src->dtype, S, CUDA_DISPATCH_FLOAT(dst->dtype, D, {
                 auto kernel = convert_kernel<true, S, D>;
                 CUDA_FUSE_DISPATCH2(
                     f, fi, ST,
                     convert_kernel<ST, S, D>
-                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel), 256, 0, c->stream>>>(
-                        (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n, f, fi));
+                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel, waves), 256, 0, c->stream>>>(
+                        (D *)amp_tensor_ptr(dst), (const S *)amp_tensor_ptr(src), n, fd, fi, also));
             }));
         CUDA_LAUNCH_CHECK();
         return;
@@ -232,9 +338,16 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
     const int64_t *strides[2] = {dstride, src->stride};
     cuda_iter_init(&it, dst->ndim, dst->shape, 2, strides);
     if (src->dtype == dst->dtype && it.small) {
-        if (transpose(c, amp_tensor_ptr(dst), amp_tensor_ptr(src), it, amp_dtype_size(dst->dtype)))
-            return;
-        gather(c, amp_tensor_ptr(dst), amp_tensor_ptr(src), it, n, amp_dtype_size(dst->dtype));
+        // the numbers of what moves: dst's when wanted, and src's when held for the tensor it
+        // reads whole (a gradient permuted back), under the same target
+        copy_stats cs = {cuda_fuse_take(dst), {}};
+        if (amp_tensor_fills_run(src)) {
+            cs.fi = cuda_fuse_take_input(c, src);
+            AMP_ASSERT(!cs.f.slot || !cs.fi.slot || cuda_fuse_same_target(cs.f, cs.fi),
+                       "(a copy's statistics under two targets)");
+        }
+        if (transpose(c, amp_tensor_ptr(dst), amp_tensor_ptr(src), it, dst->dtype, cs)) return;
+        gather(c, amp_tensor_ptr(dst), amp_tensor_ptr(src), it, n, dst->dtype, cs);
         return;
     }
     strided_copy_kernel<<<cuda_grid(n, 256, 4), 256, 0, c->stream>>>(

@@ -10,9 +10,9 @@
  *     cuda_fuse_end<S>(f, a);
  * or, storing 16-byte vectors of T (the 16-bit ones then go two values an instruction):
  *     stored_stats<S, T> st(f);
- *     for (...) { ... store the vector v; st.values(v, f.lim); ...; st.step(); }
+ *     for (...) { ... store the vector v; st.values(v, f.lim); ... }
  *     st.end(f);
- * launched through CUDA_FUSE_DISPATCH with cuda_fuse_grid() blocks: at most one wave, since
+ * launched through CUDA_FUSE_DISPATCH with cuda_fuse_grid() blocks: one wave as a rule, since
  * every block ends in a few atomics on the one slot.
  */
 #ifndef AMP_CUDA_FUSE_H
@@ -80,13 +80,13 @@ __device__ __forceinline__ void acc_stored(thread_acc &a, float v, stats_limits 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Two values per instruction: the finite values of a 16-byte vector of the target's own 16-bit
-// type (fp16 outputs under fp16 autocast, the common case) go through the half2 / bfloat162
-// instructions, whose min, max and comparisons take a pair of values each, instead of being
-// widened to f32 one by one (about ten instructions a value). A finite value of that type never
-// overflows it, so only zeros and values below the smallest normal are counted; the counts stay
-// in 16-bit lanes (exact up to 256, bf16's largest run of integers) until acc_pairs_counts() adds
-// them to the thread's numbers, which the caller does at least every 64 vectors.
+// Two values per instruction: a 16-byte vector of the target's own 16-bit type (fp16 outputs
+// under fp16 autocast, the common case) goes through the half2 / bfloat162 instructions, whose
+// min, max and comparisons take a pair of values each, instead of being widened to f32 one by one
+// (about ten instructions a value). A finite value of that type never overflows it, so a vector of
+// finite values whose magnitudes are all at least the smallest normal (nearly every vector) costs
+// a min and a max a pair and a test for the whole vector; one with a zero or a smaller value also
+// counts those, a pair at a time, and one with an inf or a NaN goes value by value.
 
 template <typename T> struct pair_of;
 template <> struct pair_of<__half> {
@@ -100,7 +100,7 @@ template <> struct pair_of<__nv_bfloat16> {
     static constexpr float min_normal = 1.1754943508222875e-38f;
 };
 
-template <typename T> struct acc_pairs { typename pair_of<T>::T2 mn, mx, zero, small; };
+template <typename T> struct acc_pairs { typename pair_of<T>::T2 mn, mx; };
 
 // Both halves of a pair set to the 16-bit pattern `bits`.
 template <typename T> __device__ __forceinline__ typename pair_of<T>::T2 pair_splat(unsigned bits) {
@@ -112,8 +112,7 @@ template <typename T> __device__ __forceinline__ typename pair_of<T>::T2 pair_sp
 
 template <typename T> __device__ __forceinline__ acc_pairs<T> acc_pairs_empty(void) {
     constexpr unsigned inf = pair_of<T>::inf_bits;
-    return acc_pairs<T>{pair_splat<T>(inf), pair_splat<T>(inf | 0x8000u), pair_splat<T>(0),
-                        pair_splat<T>(0)};
+    return acc_pairs<T>{pair_splat<T>(inf), pair_splat<T>(inf | 0x8000u)};
 }
 
 // Whether T's values can go in pairs under these limits: T is 16-bit and the target's own type.
@@ -124,32 +123,40 @@ template <typename T> __device__ __forceinline__ bool pairs_apply(stats_limits l
         return false;
 }
 
-// One 16-byte vector: in pairs when all its values are finite, else value by value.
+// One 16-byte vector (above).
 template <typename T, bool SUMSQ>
 __device__ __forceinline__ void acc_pairs_vector(acc_pairs<T> &p, thread_acc &a, const T *v,
                                                  stats_limits lim) {
     using T2 = typename pair_of<T>::T2;
     const T2 *h = reinterpret_cast<const T2 *>(v);
-    const T2 big = pair_splat<T>(pair_of<T>::max_bits);
-    bool finite = true;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        finite &= __hble2(__habs2(h[k]), big); // false on NaN
-    if (!finite) {
+    const T2 m[4] = {__habs2(h[0]), __habs2(h[1]), __habs2(h[2]), __habs2(h[3])};
+    // the largest magnitude (NaN if any is) and the smallest
+    const T2 hi = __hmax2_nan(__hmax2_nan(m[0], m[1]), __hmax2_nan(m[2], m[3]));
+    const T2 lo = __hmin2(__hmin2(m[0], m[1]), __hmin2(m[2], m[3]));
+    if (!__hble2(hi, pair_splat<T>(pair_of<T>::max_bits))) { // an inf or a NaN among them
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc_value<SUMSQ>(a, cuda_io<T>::load(v[k]), lim);
         return;
     }
-    const T2 nil = pair_splat<T>(0), tiny = pair_splat<T>(pair_of<T>::min_normal_bits);
+    p.mn = __hmin2(p.mn, __hmin2(__hmin2(h[0], h[1]), __hmin2(h[2], h[3])));
+    p.mx = __hmax2(p.mx, __hmax2(__hmax2(h[0], h[1]), __hmax2(h[2], h[3])));
+    const T2 tiny = pair_splat<T>(pair_of<T>::min_normal_bits);
+    if (!__hbge2(lo, tiny)) { // a zero or a value below the smallest normal among them
+        // counted in the pair's lanes (1 or 0 a comparison: at most 4, exact), then added up
+        const T2 nil = pair_splat<T>(0);
+        T2 zero = __heq2(m[0], nil), small = __hlt2(m[0], tiny);
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const T2 m = __habs2(h[k]);
-        p.mn = __hmin2(p.mn, h[k]);
-        p.mx = __hmax2(p.mx, h[k]);
-        p.zero = __hadd2(p.zero, __heq2(m, nil)); // 1 or 0 a lane
-        p.small = __hadd2(p.small, __hlt2(m, tiny));
-        if (SUMSQ) {
+        for (int k = 1; k < 4; k++) {
+            zero = __hadd2(zero, __heq2(m[k], nil));
+            small = __hadd2(small, __hlt2(m[k], tiny));
+        }
+        a.zero += (unsigned)(__low2float(zero) + __high2float(zero));
+        a.small += (unsigned)(__low2float(small) + __high2float(small));
+    }
+    if (SUMSQ) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
             const float lo = __low2float(h[k]), hi = __high2float(h[k]);
             a.ss = fmaf(lo, lo, a.ss);
             a.ss = fmaf(hi, hi, a.ss);
@@ -157,18 +164,9 @@ __device__ __forceinline__ void acc_pairs_vector(acc_pairs<T> &p, thread_acc &a,
     }
 }
 
-// The counts of the pairs into the thread's numbers.
+// The pairs' min and max into the thread's numbers (at the end).
 template <typename T>
-__device__ __forceinline__ void acc_pairs_counts(acc_pairs<T> &p, thread_acc &a) {
-    a.zero += (unsigned)(__low2float(p.zero) + __high2float(p.zero));
-    a.small += (unsigned)(__low2float(p.small) + __high2float(p.small));
-    p.zero = p.small = pair_splat<T>(0);
-}
-
-// Everything of the pairs into the thread's numbers (at the end).
-template <typename T>
-__device__ __forceinline__ void acc_pairs_end(acc_pairs<T> &p, thread_acc &a) {
-    acc_pairs_counts(p, a);
+__device__ __forceinline__ void acc_pairs_end(const acc_pairs<T> &p, thread_acc &a) {
     a.mn = fminf(a.mn, fminf(__low2float(p.mn), __high2float(p.mn)));
     a.mx = fmaxf(a.mx, fmaxf(__low2float(p.mx), __high2float(p.mx)));
 }
@@ -207,17 +205,25 @@ __device__ __forceinline__ block_total shfl_down(const block_total &r, int d) {
     return o;
 }
 
-// The block's total in thread 0 (blockDim.x a multiple of 32, at most 1024).
+// A thread's index in its block, and the block's size (blocks of 1, 2 or 3 dims).
+__device__ __forceinline__ unsigned block_thread(void) {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+__device__ __forceinline__ unsigned block_size(void) {
+    return blockDim.x * blockDim.y * blockDim.z;
+}
+
+// The block's total in its thread 0 (block_size() a multiple of 32, at most 1024).
 __device__ __forceinline__ block_total block_reduce(block_total r) {
     __shared__ block_total warps[32];
     for (int d = 16; d > 0; d /= 2)
         total_combine(r, shfl_down(r, d));
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const unsigned warp = block_thread() / 32, lane = block_thread() % 32;
     __syncthreads(); // a kernel adding two tensors' numbers reduces twice: warp 0 has read warps
     if (lane == 0) warps[warp] = r;
     __syncthreads();
     if (warp == 0) {
-        const int n = blockDim.x / 32;
+        const unsigned n = block_size() / 32;
         r = lane < n ? warps[lane] : block_total{INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0.0};
         for (int d = 16; d > 0; d /= 2)
             total_combine(r, shfl_down(r, d));
@@ -240,14 +246,14 @@ __device__ __forceinline__ void atomic_max_float(float *a, float v) {
         atomicMin((unsigned *)a, __float_as_uint(v));
 }
 
-// Thread 0 adds the block's total into the slot; the tensor's first block also sets numel.
+// Thread 0 adds the block's total into the slot; the tensor's first blocks also set numel.
 // Every thread of the block calls it.
 __device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel, bool first,
                                                   const thread_acc &a, stats_limits lim) {
     const unsigned under = lim.min_normal > 0.0f ? a.small - a.zero : 0u;
     block_total r = {a.mn, a.mx, a.nan, a.pinf, a.ninf, a.over, under, a.zero, (double)a.ss};
     r = block_reduce(r);
-    if (threadIdx.x != 0) return;
+    if (block_thread() != 0) return;
     if (first) slot->numel = numel;
     // Up to a thousand blocks end together on one slot: atomics only where they change something.
     // The slot's min only falls and its max only rises, so a stale read can only be less tight.
@@ -286,6 +292,11 @@ struct cuda_fuse {
     stats_limits lim;
 };
 
+// Whether a and b count under the same target (one set of numbers can serve both).
+static inline bool cuda_fuse_same_target(const cuda_fuse &a, const cuda_fuse &b) {
+    return a.lim.overflow == b.lim.overflow && a.lim.min_normal == b.lim.min_normal;
+}
+
 // The sink armed for y, taken (the caller's kernel will add y's statistics), or an empty one.
 // Only floating outputs: the statistics kernel's integer path stays separate.
 static inline cuda_fuse cuda_fuse_take(const amp_tensor_t *y) {
@@ -310,20 +321,21 @@ static inline cuda_fuse cuda_fuse_take_input(cuda_ctx *c, const amp_tensor_t *x)
 // kernel and block size; the backend's ops run on one thread).
 int cuda_resident_blocks(const void *kernel, int block);
 
-// The grid of a launch of `kernel` that may fuse: `grid` as planned, capped at one wave of that
-// kernel when it does (more blocks would only add atomics and a tail).
+// The grid of a launch of `kernel` that may fuse: `grid` as planned, capped at `waves` waves of
+// that kernel when it does (one as a rule: more blocks would only add atomics and a tail).
 template <typename K>
-static inline unsigned cuda_fuse_grid(const cuda_fuse &f, unsigned grid, int block, K kernel) {
+static inline unsigned cuda_fuse_grid(const cuda_fuse &f, unsigned grid, int block, K kernel,
+                                      unsigned waves = 1) {
     if (!f.slot) return grid;
-    const unsigned wave = (unsigned)cuda_resident_blocks((const void *)kernel, block);
-    return grid < wave ? grid : wave;
+    const unsigned cap = waves * (unsigned)cuda_resident_blocks((const void *)kernel, block);
+    return grid < cap ? grid : cap;
 }
 
 // The same for a kernel that may add two tensors' statistics (its output's f, an input's fi).
 template <typename K>
 static inline unsigned cuda_fuse_grid(const cuda_fuse &f, const cuda_fuse &fi, unsigned grid,
-                                      int block, K kernel) {
-    return cuda_fuse_grid(f.slot ? f : fi, grid, block, kernel);
+                                      int block, K kernel, unsigned waves = 1) {
+    return cuda_fuse_grid(f.slot ? f : fi, grid, block, kernel, waves);
 }
 
 // A fusing kernel's last step: the block's numbers into the slot (f without one: nothing; the
@@ -333,11 +345,11 @@ __device__ __forceinline__ void cuda_fuse_end(const cuda_fuse &f, const thread_a
     if (S && f.slot) block_add_to_slot(f.slot, f.numel, blockIdx.x == 0, a, f.lim);
 }
 
-// A fusing kernel's statistics of the 16-byte vectors of T it stores or reads (values(), after
-// each step of its loop: step()) and of single values (value(), its tail), in pairs where they
-// can go (above). S false compiles them out; f without a slot turns them off (a kernel that may
-// add two tensors' statistics, its input's and its output's, is compiled with S when either is
-// on). No sum of squares: outputs and held inputs that do not want it (cuda_fuse_take_input).
+// A fusing kernel's statistics of the 16-byte vectors of T it stores or reads (values()) and of
+// single values (value(), its tail), in pairs where they can go (above). S false compiles them out;
+// f without a slot turns them off (a kernel that may add two tensors' statistics, its input's and
+// its output's, is compiled with S when either is on). No sum of squares: outputs and held inputs
+// that do not want it (cuda_fuse_take_input).
 template <bool S, typename T> struct stored_stats {
     static constexpr bool TWO = sizeof(T) == 2;
     thread_acc a;
@@ -363,10 +375,6 @@ template <bool S, typename T> struct stored_stats {
     }
     __device__ __forceinline__ void value(T v, stats_limits lim) {
         if (S && on) acc_value<false>(a, cuda_io<T>::load(v), lim);
-    }
-    __device__ __forceinline__ void step(void) { // at most 64 vectors apart
-        if constexpr (TWO)
-            if (S && pairs) acc_pairs_counts(p, a);
     }
     __device__ __forceinline__ void end(const cuda_fuse &f) { // `on` is the same in every block
         if constexpr (TWO)

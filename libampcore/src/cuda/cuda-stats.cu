@@ -52,11 +52,11 @@ __device__ __forceinline__ void acc_vector(thread_acc &a, const T *v, stats_limi
 }
 
 // This thread's share of a floating tensor: vector(v) for each 16-byte vector (v its values)
-// when the memory is aligned, two in flight per thread, then step(); then value(f) for the tail
-// one element at a time. `block` of `blocks` is this block's place among the job's blocks.
-template <typename T, typename Vector, typename Step, typename Value>
+// when the memory is aligned, two in flight per thread; then value(f) for the tail one element at
+// a time. `block` of `blocks` is this block's place among the job's blocks.
+template <typename T, typename Vector, typename Value>
 __device__ __forceinline__ void for_share(const T *x, int64_t n, int block, int blocks,
-                                          Vector vector, Step step, Value value) {
+                                          Vector vector, Value value) {
     constexpr int N = 16 / sizeof(T);
     const int64_t first = block * (int64_t)blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)blocks * blockDim.x;
@@ -69,7 +69,6 @@ __device__ __forceinline__ void for_share(const T *x, int64_t n, int block, int 
         if (two) r1 = __ldg(xv + i + stride);
         vector(reinterpret_cast<const T *>(&r0));
         if (two) vector(reinterpret_cast<const T *>(&r1));
-        step();
     }
     for (int64_t i = nvec * N + first; i < n; i += stride) value(cuda_io<T>::load(x[i]));
 }
@@ -82,21 +81,21 @@ __device__ __forceinline__ void acc_typed(thread_acc &a, const cuda_stats_job &j
     const T *x = (const T *)job.data;
     const int64_t n = job.numel;
     auto value = [&](float v) { acc_value(a, v, lim); };
-    auto none = [] {};
     if constexpr (sizeof(T) == 2) {
         if (pairs_apply<T>(lim)) {
             acc_pairs<T> p = acc_pairs_empty<T>();
             auto pairs = [&](const T *v) { acc_pairs_vector<T, true>(p, a, v, lim); };
-            auto counts = [&] { acc_pairs_counts(p, a); };
-            for_share(x, n, block, blocks, pairs, counts, value);
+            for_share(x, n, block, blocks, pairs, value);
             acc_pairs_end(p, a);
             return;
         }
     }
     auto counted = [&](const T *v) { acc_vector<T, true>(a, v, lim); };
     auto uncounted = [&](const T *v) { acc_vector<T, false>(a, v, lim); };
-    if (lim.min_normal > 0.0f) for_share(x, n, block, blocks, counted, none, value);
-    else for_share(x, n, block, blocks, uncounted, none, value);
+    if (lim.min_normal > 0.0f)
+        for_share(x, n, block, blocks, counted, value);
+    else
+        for_share(x, n, block, blocks, uncounted, value);
 }
 
 // This block's share of one job, added into the job's slot.

@@ -157,8 +157,6 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
             ((uint4 *)y)[i0 + u * stride] = raw[u];
             st.values(v, f.lim);
         }
-        st.step();
-        sti.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -262,8 +260,6 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
             ((uint4 *)dx)[i0 + u * stride] = graw[u];
             st.values(g, f.lim);
         }
-        st.step();
-        sti.step();
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
