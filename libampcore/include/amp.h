@@ -262,8 +262,9 @@ amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *ta
 amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
                                     amp_tensor_t **out);
 
-// Views share storage with their input (gradients flow through them).
-amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape); // one -1 allowed
+// Views share storage with their input (gradients flow through them). reshape gives a view where
+// PyTorch's does (x's strides allow the new shape), else a copy; one -1 allowed in shape.
+amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape);
 amp_tensor_t *amp_transpose(amp_ctx_t *ctx, amp_tensor_t *x, int d0, int d1);
 amp_tensor_t *amp_permute(amp_ctx_t *ctx, amp_tensor_t *x, const int *perm);
 // torch.split(x, size, dim): writes up to max views into out, returns how many.
