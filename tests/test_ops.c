@@ -454,6 +454,69 @@ START_TEST(test_reshape_views_where_pytorch_does) {
 }
 END_TEST
 
+// Random permuted and sliced tensors reshaped into random shapes of as many elements: the
+// result, view or copy, holds x's elements in x's row-major order.
+START_TEST(test_reshape_random_layouts) {
+    uint64_t r = 12345;
+    int views = 0, copies = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        int nd = 2 + (int)(((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 62) % 3);
+        int64_t shape[4], n = 1;
+        for (int d = 0; d < nd; d++) {
+            shape[d] = 1 + (int64_t)((r = r * 6364136223846793005ull + 1) >> 62); // 1..4
+            n *= shape[d];
+        }
+        float *v = malloc((size_t)n * sizeof *v);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (float)i;
+        amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, nd, shape, v);
+        free(v);
+        int perm[4] = {0, 1, 2, 3};
+        for (int d = nd - 1; d > 0; d--) { // a random permutation
+            int k = (int)(((r = r * 6364136223846793005ull + 1) >> 33) % (uint64_t)(d + 1)),
+                t = perm[d];
+            perm[d] = perm[k];
+            perm[k] = t;
+        }
+        x = amp_permute(ctx, x, perm);
+        int sd = (int)(((r = r * 6364136223846793005ull + 1) >> 33) % (uint64_t)nd);
+        amp_tensor_t *piece[4];
+        if (x->shape[sd] > 1 && amp_split(ctx, x, x->shape[sd] - 1, sd, piece, 4) == 2)
+            x = piece[trial % 2]; // a slice of it, either piece
+        int64_t m = amp_tensor_numel(x), to[4];
+        int tn = 0; // a random shape of m elements: its prime factors (and ones) in random dims
+        int64_t rest = m;
+        for (int64_t f = 2; rest > 1 && tn < 3; f++)
+            while (rest % f == 0 && tn < 3) {
+                to[tn++] = f;
+                rest /= f;
+            }
+        if (tn < 4) to[tn++] = rest;
+        for (int k = 0; k < tn; k++) { // merge neighbours now and then, shuffle
+            int j = (int)(((r = r * 6364136223846793005ull + 1) >> 33) % (uint64_t)tn);
+            int64_t t = to[k];
+            to[k] = to[j];
+            to[j] = t;
+        }
+        float *a = malloc((size_t)m * sizeof *a), *b = malloc((size_t)m * sizeof *b);
+        amp_tensor_read_f32(x, a);
+        amp_tensor_t *y = amp_reshape(ctx, x, tn, to);
+        amp_tensor_read_f32(y, b);
+        ck_assert_msg(memcmp(a, b, (size_t)m * sizeof *a) == 0, "trial %d: values out of order",
+                      trial);
+        if (y->buf == x->buf)
+            views++;
+        else
+            copies++;
+        free(a);
+        free(b);
+        amp_ctx_reset(ctx);
+    }
+    ck_assert_msg(views > 50 && copies > 50, "views %d, copies %d: both paths exercised", views,
+                  copies);
+}
+END_TEST
+
 START_TEST(test_drop_keeps_what_a_backward_reads) {
     amp_tensor_t *x = param(2, S(4, 5), 1), *w = param(2, S(5, 3), 1);
     amp_tensor_t *h = amp_matmul(ctx, x, w);
@@ -711,6 +774,7 @@ Suite *ops_suite(void) {
     tcase_add_checked_fixture(d, setup, teardown);
     tcase_add_test(d, test_drop_frees_what_no_backward_reads);
     tcase_add_test(d, test_reshape_views_where_pytorch_does);
+    tcase_add_test(d, test_reshape_random_layouts);
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);
     tcase_add_test(d, test_drop_conv_relu_pool);
     tcase_add_test(d, test_drop_embedding_layer_norm_dropout);
