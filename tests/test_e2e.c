@@ -65,11 +65,6 @@ static const char *query_text(sqlite3 *db, const char *sql) {
     return text_buf;
 }
 
-static long long query_int(sqlite3 *db, const char *sql) {
-    const char *t = query_text(db, sql);
-    return *t ? atoll(t) : -1;
-}
-
 #define FIRST_EVENT(kind_sql)                                                                      \
     "SELECT e.step || ' ' || COALESCE(l.name, '-') || ' ' || COALESCE(e.op, '-') || ' ' || "       \
     "COALESCE(e.phase, '-') FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l ON l.pid = e.pid AND "         \
@@ -81,8 +76,10 @@ START_TEST(test_attn_overflow_names_the_attention_logits) {
                                sizeof out), 0);
     sqlite3 *db = open_db();
     ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")), "3 blocks.1.attn mul fwd");
-    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer' "
-                                   "AND step < 3"), 0);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer' "
+                           "AND step < 3"),
+        0);
     // the scale history is the one the sample printed
     int step;
     double scale;
@@ -93,7 +90,7 @@ START_TEST(test_attn_overflow_names_the_attention_logits) {
         snprintf(sql, sizeof sql, "SELECT scale_before FROM AMP_SCALE WHERE step = %d", step);
         ck_assert_close(atof(query_text(db, sql)), scale, 0, 0);
     }
-    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE skipped"), 3);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE skipped"), 3);
     sqlite3_close(db);
 }
 END_TEST
@@ -105,7 +102,8 @@ START_TEST(test_nan_input_is_data) {
     ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind LIKE 'nonfinite%'")), "5 fc1 to fwd");
     ck_assert_str_eq(query_text(db, "SELECT kind FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
                                     "ORDER BY rowid LIMIT 1"), "nonfinite_input");
-    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer'"), 0);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer'"), 0);
     sqlite3_close(db);
 }
 END_TEST
@@ -116,7 +114,8 @@ START_TEST(test_log_zero_outside_any_layer) {
                                sizeof out), 0);
     sqlite3 *db = open_db();
     ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")), "5 - log fwd");
-    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'loss_nonfinite'"), 1);
+    ck_assert_int_ge(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'loss_nonfinite'"), 1);
     sqlite3_close(db);
 }
 END_TEST
@@ -129,7 +128,8 @@ START_TEST(test_grad_underflow_zeroes_weight_grads) {
     double zero_share = atof(query_text(db, "SELECT 1.0 * sum(n_zero) / sum(numel) FROM AMP_TENSOR_STATS "
                                             "WHERE kind = 'weight_grad'"));
     ck_assert_msg(zero_share > 0.99, "weight gradients zero share %.3f", zero_share);
-    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%'"), 0);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%'"), 0);
     sqlite3_close(db);
 }
 END_TEST
@@ -139,12 +139,17 @@ START_TEST(test_scale_thrash_sawtooth) {
     ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault scale-thrash --steps 16", out,
                                sizeof out), 0);
     sqlite3 *db = open_db();
-    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after < scale_before"), 2);
-    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after > scale_before"), 4);
-    ck_assert_int_ge(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'grad_overflow'"), 1);
+    ck_assert_int_ge(
+        test_query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after < scale_before"), 2);
+    ck_assert_int_ge(
+        test_query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after > scale_before"), 4);
+    ck_assert_int_ge(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'grad_overflow'"), 1);
     // gradients overflowing at a high scale are not a forward problem
-    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
-                                   "AND phase = 'fwd'"), 0);
+    ck_assert_int_eq(test_query_int(db,
+                                    "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
+                                    "AND phase = 'fwd'"),
+                     0);
     sqlite3_close(db);
 }
 END_TEST
@@ -159,12 +164,13 @@ START_TEST(test_healthy_runs_are_clean) {
             unlink(db_path);
             ck_assert_int_eq(probe_run(samples[i], args, out, sizeof out), 0);
             sqlite3 *db = open_db();
-            ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_STEPS"), 4);
-            ck_assert_msg(query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
-                                        "OR kind IN ('loss_nonfinite', 'step_skipped')") == 0,
-                          "%s %s has non-finite events", samples[i], precisions[p]);
-            ck_assert_int_gt(query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 0);
-            ck_assert_int_gt(query_int(db, "SELECT count(*) FROM AMP_OPS"), 0);
+            ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 4);
+            ck_assert_msg(
+                test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
+                                   "OR kind IN ('loss_nonfinite', 'step_skipped')") == 0,
+                "%s %s has non-finite events", samples[i], precisions[p]);
+            ck_assert_int_gt(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), 0);
+            ck_assert_int_gt(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), 0);
             sqlite3_close(db);
         }
 }
@@ -182,18 +188,20 @@ START_TEST(test_view_gradients_read_once) {
                      0);
     sqlite3 *db = open_db();
     ck_assert_int_eq(
-        query_int(db, "SELECT value FROM META WHERE key = 'stats_reused' AND pid != 0"), 3 * 19);
+        test_query_int(db, "SELECT value FROM META WHERE key = 'stats_reused' AND pid != 0"),
+        3 * 19);
     ck_assert_int_gt(
-        query_int(db, "SELECT value FROM META WHERE key = 'stats_tensors' AND pid != 0"), 3 * 19);
+        test_query_int(db, "SELECT value FROM META WHERE key = 'stats_tensors' AND pid != 0"),
+        3 * 19);
     // each split's gradient row has the figures of a reshape's row of its layer and step
-    ck_assert_int_eq(query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE op = 'split'"),
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE op = 'split'"),
                      3 * 6);
     ck_assert_int_eq(
-        query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS s WHERE s.op = 'split' AND NOT "
-                      "EXISTS (SELECT 1 FROM AMP_TENSOR_STATS r WHERE r.op = 'reshape' AND "
-                      "r.kind = s.kind AND r.step = s.step AND r.layer_id IS s.layer_id AND "
-                      "r.numel = s.numel AND r.min = s.min AND r.max = s.max AND r.n_zero = "
-                      "s.n_zero AND r.n_underflow = s.n_underflow)"),
+        test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS s WHERE s.op = 'split' AND NOT "
+                           "EXISTS (SELECT 1 FROM AMP_TENSOR_STATS r WHERE r.op = 'reshape' AND "
+                           "r.kind = s.kind AND r.step = s.step AND r.layer_id IS s.layer_id AND "
+                           "r.numel = s.numel AND r.min = s.min AND r.max = s.max AND r.n_zero = "
+                           "s.n_zero AND r.n_underflow = s.n_underflow)"),
         0);
     sqlite3_close(db);
 }
@@ -222,7 +230,7 @@ START_TEST(test_kill_9_survives) {
     ck_assert_int_eq(WEXITSTATUS(st), 128 + SIGKILL);
     sqlite3 *db = open_db();
     ck_assert_str_eq(query_text(db, "PRAGMA integrity_check"), "ok");
-    ck_assert_int_gt(query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
+    ck_assert_int_gt(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
     sqlite3_close(db);
 }
 END_TEST

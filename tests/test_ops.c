@@ -420,6 +420,18 @@ START_TEST(test_drop_frees_what_no_backward_reads) {
 }
 END_TEST
 
+// y holds x's elements in x's row-major order (both read as such).
+static void expect_same_order(const amp_tensor_t *x, const amp_tensor_t *y, const char *what) {
+    const int64_t n = amp_tensor_numel(x);
+    ck_assert_int_eq(amp_tensor_numel(y), n);
+    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    amp_tensor_read_f32(x, a);
+    amp_tensor_read_f32(y, b);
+    ck_assert_msg(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s: values out of order", what);
+    free(a);
+    free(b);
+}
+
 // reshape gives a view wherever PyTorch's does (its computeStride) and a copy elsewhere.
 static void expect_reshape(amp_tensor_t *x, int ndim, const int64_t *shape, bool view,
                            const int64_t *stride) {
@@ -428,13 +440,7 @@ static void expect_reshape(amp_tensor_t *x, int ndim, const int64_t *shape, bool
     for (int i = 0; view && i < ndim; i++)
         ck_assert_msg(y->stride[i] == stride[i], "dim %d: stride %lld, PyTorch's %lld", i,
                       (long long)y->stride[i], (long long)stride[i]);
-    int64_t n = amp_tensor_numel(x);
-    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
-    amp_tensor_read_f32(x, a); // both in row-major order
-    amp_tensor_read_f32(y, b);
-    ck_assert_mem_eq(a, b, (size_t)n * 4);
-    free(a);
-    free(b);
+    expect_same_order(x, y, "reshape");
 }
 
 START_TEST(test_reshape_views_where_pytorch_does) {
@@ -454,18 +460,22 @@ START_TEST(test_reshape_views_where_pytorch_does) {
 }
 END_TEST
 
+// A number in [0, n) from the generator state *r (a 64-bit LCG, its high bits).
+static int below(uint64_t *r, int n) {
+    *r = *r * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((*r >> 33) % (uint64_t)n);
+}
+
 // Random permuted and sliced tensors reshaped into random shapes of as many elements: the
 // result, view or copy, holds x's elements in x's row-major order.
 START_TEST(test_reshape_random_layouts) {
     uint64_t r = 12345;
     int views = 0, copies = 0;
     for (int trial = 0; trial < 400; trial++) {
-        int nd = 2 + (int)(((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 62) % 3);
+        const int nd = 2 + below(&r, 3);
         int64_t shape[4], n = 1;
-        for (int d = 0; d < nd; d++) {
-            shape[d] = 1 + (int64_t)((r = r * 6364136223846793005ull + 1) >> 62); // 1..4
-            n *= shape[d];
-        }
+        for (int d = 0; d < nd; d++)
+            n *= shape[d] = 1 + below(&r, 4);
         float *v = malloc((size_t)n * sizeof *v);
         for (int64_t i = 0; i < n; i++)
             v[i] = (float)i;
@@ -473,43 +483,38 @@ START_TEST(test_reshape_random_layouts) {
         free(v);
         int perm[4] = {0, 1, 2, 3};
         for (int d = nd - 1; d > 0; d--) { // a random permutation
-            int k = (int)(((r = r * 6364136223846793005ull + 1) >> 33) % (uint64_t)(d + 1)),
-                t = perm[d];
+            const int k = below(&r, d + 1), t = perm[d];
             perm[d] = perm[k];
             perm[k] = t;
         }
         x = amp_permute(ctx, x, perm);
-        int sd = (int)(((r = r * 6364136223846793005ull + 1) >> 33) % (uint64_t)nd);
-        amp_tensor_t *piece[4];
-        if (x->shape[sd] > 1 && amp_split(ctx, x, x->shape[sd] - 1, sd, piece, 4) == 2)
+        const int sd = below(&r, nd);
+        amp_tensor_t *piece[2];
+        if (x->shape[sd] > 1 && amp_split(ctx, x, x->shape[sd] - 1, sd, piece, 2) == 2)
             x = piece[trial % 2]; // a slice of it, either piece
-        int64_t m = amp_tensor_numel(x), to[4];
-        int tn = 0; // a random shape of m elements: its prime factors (and ones) in random dims
-        int64_t rest = m;
+        // a random shape of as many elements: up to three prime factors, the rest, shuffled
+        int64_t to[4], rest = amp_tensor_numel(x);
+        int tn = 0;
         for (int64_t f = 2; rest > 1 && tn < 3; f++)
             while (rest % f == 0 && tn < 3) {
                 to[tn++] = f;
                 rest /= f;
             }
-        if (tn < 4) to[tn++] = rest;
-        for (int k = 0; k < tn; k++) { // merge neighbours now and then, shuffle
-            int j = (int)(((r = r * 6364136223846793005ull + 1) >> 33) % (uint64_t)tn);
-            int64_t t = to[k];
+        to[tn++] = rest;
+        for (int k = 0; k < tn; k++) {
+            const int j = below(&r, tn);
+            const int64_t t = to[k];
             to[k] = to[j];
             to[j] = t;
         }
-        float *a = malloc((size_t)m * sizeof *a), *b = malloc((size_t)m * sizeof *b);
-        amp_tensor_read_f32(x, a);
         amp_tensor_t *y = amp_reshape(ctx, x, tn, to);
-        amp_tensor_read_f32(y, b);
-        ck_assert_msg(memcmp(a, b, (size_t)m * sizeof *a) == 0, "trial %d: values out of order",
-                      trial);
+        char what[32];
+        snprintf(what, sizeof what, "trial %d", trial);
+        expect_same_order(x, y, what);
         if (y->buf == x->buf)
             views++;
         else
             copies++;
-        free(a);
-        free(b);
         amp_ctx_reset(ctx);
     }
     ck_assert_msg(views > 50 && copies > 50, "views %d, copies %d: both paths exercised", views,

@@ -167,9 +167,11 @@ void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark) {
     ctx->n_scratch = kept;
 }
 
-// The storage that node n's backward reads (n->reads), each once, into b[]; returns how many.
+// The storage that node n's backward reads (n->reads), each once, into b[] (NODE_READS_MAX);
+// returns how many.
+#define NODE_READS_MAX (2 * AMP_NODE_MAX_IN + 1) // its inputs, its output, its saved tensors
 static int node_reads(const amp_node *n, amp_buffer **b) {
-    const amp_tensor_t *t[2 * AMP_NODE_MAX_IN + 1];
+    const amp_tensor_t *t[NODE_READS_MAX];
     int nt = 0, nb = 0;
     for (int i = 0; i < n->n_in; i++)
         if (n->reads & AMP_READS_IN(i)) t[nt++] = n->in[i];
@@ -197,7 +199,7 @@ void amp_tensor_drop(amp_tensor_t *t) {
     amp_buffer *b = t->buf;
     b->droppable = false;
     for (size_t i = 0; i < ctx->n_tape; i++) {
-        amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+        amp_buffer *read[NODE_READS_MAX];
         int n = node_reads(ctx->tape[i], read);
         for (int k = 0; k < n; k++)
             if (read[k] == b) { // a backward reads it: it goes after the last one that does
@@ -214,7 +216,7 @@ void amp_backward_count_dropped(amp_ctx_t *ctx) {
     if (!ctx->drops_pending) return;
     for (int pass = 0; pass < 2; pass++) // zero the counts, then count
         for (size_t i = 0; i < ctx->n_tape; i++) {
-            amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+            amp_buffer *read[NODE_READS_MAX];
             int n = node_reads(ctx->tape[i], read);
             for (int k = 0; k < n; k++)
                 if (read[k]->drop_pending)
@@ -224,7 +226,7 @@ void amp_backward_count_dropped(amp_ctx_t *ctx) {
 
 void amp_node_check_reads(const amp_node *n) {
     if (!n->out->ctx->drops_pending) return;
-    amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+    amp_buffer *read[NODE_READS_MAX];
     int nb = node_reads(n, read);
     for (int k = 0; k < nb; k++)
         AMP_ASSERT(read[k]->data, "(the backward of %s reads a tensor dropped with amp_tensor_drop "
@@ -234,7 +236,7 @@ void amp_node_check_reads(const amp_node *n) {
 
 void amp_node_release_dropped(amp_ctx_t *ctx, const amp_node *n) {
     if (!ctx->drops_pending) return;
-    amp_buffer *read[2 * AMP_NODE_MAX_IN + 1];
+    amp_buffer *read[NODE_READS_MAX];
     int nb = node_reads(n, read);
     for (int k = 0; k < nb; k++)
         if (read[k]->drop_pending && --read[k]->readers_left == 0 && read[k]->data)

@@ -18,7 +18,6 @@
 #ifndef AMP_CUDA_FUSE_H
 #define AMP_CUDA_FUSE_H
 
-#include <float.h>
 #include <math.h>
 
 #include <type_traits>
@@ -157,9 +156,9 @@ __device__ __forceinline__ void acc_pairs_vector(acc_pairs<T> &p, thread_acc &a,
     if (SUMSQ) {
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const float lo = __low2float(h[k]), hi = __high2float(h[k]);
-            a.ss = fmaf(lo, lo, a.ss);
-            a.ss = fmaf(hi, hi, a.ss);
+            const float v0 = __low2float(h[k]), v1 = __high2float(h[k]);
+            a.ss = fmaf(v0, v0, a.ss);
+            a.ss = fmaf(v1, v1, a.ss);
         }
     }
 }
