@@ -176,12 +176,15 @@ START_TEST(test_healthy_runs_are_clean) {
 }
 END_TEST
 
-// A gradient that a reshape, permute or contiguous passed on unchanged keeps the numbers of the
-// node that passed it instead of being read again. tiny_gpt's attention (2 blocks) per step:
-// q's gradient passes a permute, a reshape and a split (2 reuse the permute's numbers), k's a
-// further permute (3), v's as q's (2), the attention output's a reshape, a permute and its matmul
-// (2), and the logits' a reshape before the head (1): 19 a step. The reused rows carry the same
-// figures as the rows they came from.
+// A gradient that a reshape, permute, contiguous or widening cast passed on unchanged keeps the
+// numbers of the node that passed it instead of being read again. tiny_gpt's attention (2 blocks)
+// per step: q's gradient passes a permute, a reshape and a split (2 reuse the permute's numbers),
+// k's a further permute (3), v's as q's (2), the attention output's a reshape, a permute and its
+// matmul (2), and the logits' a reshape before the head (1): 19; widened by the backward of an
+// autocast cast to f16: the gradients of the softmax's f32 output (2, handed on as f16: the
+// softmax reads it so) and of the three layer_norms per block and the last one, whose f32
+// outputs the linears after them read cast (5): 26 a step. The reused rows carry the same figures
+// as the rows they came from, and the dtype of the tensor whose gradient they are.
 START_TEST(test_view_gradients_read_once) {
     char out[8192];
     ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"), "--precision fp16 --steps 3", out, sizeof out),
@@ -189,10 +192,22 @@ START_TEST(test_view_gradients_read_once) {
     sqlite3 *db = open_db();
     ck_assert_int_eq(
         test_query_int(db, "SELECT value FROM META WHERE key = 'stats_reused' AND pid != 0"),
-        3 * 19);
+        3 * 26);
     ck_assert_int_gt(
         test_query_int(db, "SELECT value FROM META WHERE key = 'stats_tensors' AND pid != 0"),
-        3 * 19);
+        3 * 26);
+    // the softmax's gradient row (f32) has the figures of its attention's f16 cast row
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE op = "
+                                        "'softmax' AND kind = 'activation_grad' AND dtype = 'f32'"),
+                     3 * 2);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS s WHERE s.op = 'softmax' AND "
+                           "s.kind = 'activation_grad' AND NOT EXISTS (SELECT 1 FROM "
+                           "AMP_TENSOR_STATS r WHERE r.op = 'to' AND r.dtype = 'f16' AND r.kind = "
+                           "s.kind AND r.step = s.step AND r.layer_id IS s.layer_id AND r.numel = "
+                           "s.numel AND r.min = s.min AND r.max = s.max AND r.n_zero = s.n_zero "
+                           "AND r.n_underflow = s.n_underflow)"),
+        0);
     // each split's gradient row has the figures of a reshape's row of its layer and step
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE op = 'split'"),
                      3 * 6);

@@ -176,8 +176,9 @@ const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n);
 // Autograd nodes
 
 typedef struct amp_node amp_node;
-// Receives the gradient of node->out (dy, contiguous, dtype of out) and accumulates the input
-// gradients with amp_grad_accumulate(). Runs with grad recording and autocast disabled.
+// Receives the gradient of node->out (dy, contiguous, dtype of out, or a narrower floating dtype
+// holding the same values where the node says it reads one: amp_node.narrow_dy) and accumulates
+// the input gradients with amp_grad_accumulate(). Runs with grad recording and autocast disabled.
 typedef void (*amp_backward_fn)(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
 
 #define AMP_NODE_MAX_IN 4
@@ -199,6 +200,10 @@ struct amp_node {
     int64_t i[4];
     int32_t layer;
     uint16_t reads; // AMP_READS_* bits: what the backward reads of in, out and saved
+    // The backward reads dy in any floating dtype: a widening cast's backward (an f32 softmax
+    // output cast to f16 for a matmul) hands its incoming gradient on as out's first gradient
+    // instead of widening it into a copy (the same values: widening is exact).
+    bool narrow_dy;
 };
 
 // Records out as produced by op (when grad is enabled and an input requires grad) and returns

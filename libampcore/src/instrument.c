@@ -536,9 +536,12 @@ static int32_t grad_entry(amp_instr *in, amp_tensor_t *t) {
     return i;
 }
 
-// Ops whose backward hands its incoming gradient on to its input with the same values.
-static bool passes_gradient_on(const char *op) {
-    return !strcmp(op, "reshape") || !strcmp(op, "permute") || !strcmp(op, "contiguous");
+// Whether the node of E_DY entry e hands its incoming gradient on to an input of dtype `to` with
+// the same values: a reshape, permute or contiguous, or a cast to a wider dtype (widening is
+// exact; the gradient is narrowed when the cast's input is the narrower one).
+static bool passes_gradient_on(const entry *e, amp_dtype to) {
+    if (!strcmp(e->op, "to")) return amp_dtype_size(e->dtype) < amp_dtype_size(to);
+    return !strcmp(e->op, "reshape") || !strcmp(e->op, "permute") || !strcmp(e->op, "contiguous");
 }
 
 // The entry whose statistics are those of t's gradient: the E_DY entry of the one node that made
@@ -546,7 +549,7 @@ static bool passes_gradient_on(const char *op) {
 static int32_t passed_on_entry(const amp_instr *in, const amp_tensor_t *t) {
     if (t->contrib_epoch != in->epoch || t->n_contrib != 1) return -1;
     const int32_t c = t->contrib[0];
-    if (c < 0 || !passes_gradient_on(in->q.entries[c].op)) return -1;
+    if (c < 0 || !passes_gradient_on(&in->q.entries[c], t->dtype)) return -1;
     return in->q.entries[c].values_of >= 0 ? in->q.entries[c].values_of : c;
 }
 
@@ -569,6 +572,7 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     }
     entry *e = &in->q.entries[i];
     e->inf_fill = 0;
+    e->dtype = n->out->dtype; // (a narrower dy holds the values of out's dtype: narrow_dy)
     e->ref[e->n_ref++] = n->out->stat_epoch == in->epoch ? n->out->stat_entry : -1;
     for (int k = 0; k < n->n_in && e->n_ref < REFS; k++)
         if (n->in[k] && n->in[k]->stat_epoch == in->epoch) e->ref[e->n_ref++] = n->in[k]->stat_entry;
@@ -582,7 +586,7 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 bool amp_instr_grad_passed_on(const amp_ctx_t *ctx, const amp_tensor_t *t) {
     const amp_instr *in = ctx->instr;
     return in->cur_dy >= 0 && (t->contrib_epoch != in->epoch || t->n_contrib == 0) &&
-           passes_gradient_on(in->q.entries[in->cur_dy].op);
+           passes_gradient_on(&in->q.entries[in->cur_dy], t->dtype);
 }
 
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {

@@ -33,6 +33,7 @@ static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     if (n) {
         n->i[0] = log;
         n->reads = AMP_READS_OUT; // not its input
+        n->narrow_dy = true;      // (every backend loads dy by its dtype)
     }
     amp_instr_op(ctx, op, AMP_POLICY_FP32_SET_OPT_DTYPE, y, &x, 1);
     return y;

@@ -464,12 +464,20 @@ static bool stealable(const amp_tensor_t *t, const amp_tensor_t *g) {
            amp_tensor_is_contiguous(g);
 }
 
+// Whether g's dtype can be t's gradient's: t's own, or a narrower floating one (whose values
+// widen exactly) when the node that made t reads a gradient of any dtype (amp_node.narrow_dy).
+static bool grad_dtype_ok(const amp_tensor_t *t, const amp_tensor_t *g) {
+    if (g->dtype == t->dtype) return true;
+    return t->node && t->node->narrow_dy && t->node->out == t && amp_dtype_is_float(g->dtype) &&
+           amp_dtype_is_float(t->dtype) && amp_dtype_size(g->dtype) < amp_dtype_size(t->dtype);
+}
+
 // g, dy itself or a view of its storage alone, can become t's first gradient by taking dy's
 // storage over: dy is a gradient that autograd releases after the node now running, which leaves
 // the storage to t.grad.
 static bool takeable(const amp_tensor_t *t, const amp_tensor_t *g, const amp_tensor_t *dy) {
     return !t->grad && !t->persistent && dy->is_grad && !dy->persistent && dy->buf &&
-           g->buf == dy->buf && dy->buf->refcount == (g == dy ? 1 : 2) && g->dtype == t->dtype &&
+           g->buf == dy->buf && dy->buf->refcount == (g == dy ? 1 : 2) && grad_dtype_ok(t, g) &&
            amp_tensor_is_contiguous(g);
 }
 
@@ -509,10 +517,17 @@ static bool grad_shared(const amp_tensor_t *g) {
     return !g->persistent && g->buf->refcount > 1;
 }
 
-// Gives t a gradient buffer of its own, holding its gradient so far, when its storage is shared.
+// Whether t's gradient can be summed into where it is: not shared, and in t's dtype (a narrower
+// first gradient, takeable() above, is widened before anything is added to it).
+static bool grad_writable(const amp_tensor_t *t) {
+    return !grad_shared(t->grad) && t->grad->dtype == t->dtype;
+}
+
+// Gives t a gradient buffer of its own, in its dtype, holding its gradient so far, when its
+// gradient is not writable.
 static void own_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
     amp_tensor_t *old = t->grad;
-    if (!grad_shared(old)) return;
+    if (grad_writable(t)) return;
     t->grad = grad_buffer(ctx, t);
     ctx->be->copy(ctx->bctx, t->grad, old);
     amp_tensor_release_storage(old); // (the struct stays in the scratch list until the reset)
@@ -564,10 +579,10 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
     } else {
         amp_tensor_t *gc = contiguous_as(g, t->dtype);
         amp_tensor_t *old = t->grad;
-        if (!grad_shared(old)) { // in place
+        if (grad_writable(t)) { // in place
             if (arm) amp_instr_arm(ctx, old);
             ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, old, old, gc);
-        } else { // shared: the sum into a buffer of its own
+        } else { // shared or narrower: the sum into a buffer of its own
             amp_tensor_t *c = grad_buffer(ctx, t);
             if (arm) amp_instr_arm(ctx, c);
             ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, c, old, gc);
