@@ -418,6 +418,16 @@ static amp_tensor_t *op_layer_norm(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_layer_norm(c, x[0], x[1], x[2], 1e-5f);
 }
+// The f32 output cast to f16 and scaled by an f16 tensor: the backward hands the op an f16
+// gradient for its f32 output (amp_node.narrow_dy).
+static amp_tensor_t *op_softmax_cast(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_mul(c, amp_to(c, amp_softmax(c, x[0], -1), F16), x[1]);
+}
+static amp_tensor_t *op_layer_norm_cast(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_mul(c, amp_to(c, amp_layer_norm(c, x[0], x[1], x[2], 1e-5f), F16), x[3]);
+}
 static amp_tensor_t *op_cross_entropy(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_cross_entropy(c, x[0], x[1]);
@@ -447,6 +457,18 @@ START_TEST(test_softmax_norm_loss_gpu) {
                           pair_new(dt, 1, &ln_lens[k], 0.2f, 1.0f, true),
                           pair_new(dt, 1, &ln_lens[k], 0.2f, 0.0f, true)};
             check_op("layer_norm", op_layer_norm, ln, 3, dt == F32 ? eps * 10 : eps * 2);
+        }
+        // f32 softmax and layer_norm outputs whose gradient comes back in f16 (rows in
+        // registers and rows too long for that)
+        for (int k = 0; dt == F32 && k < 2; k++) {
+            const int64_t len = k ? 3000 : 768;
+            pair x = pair_new(F32, 2, (int64_t[]){19, len}, 2.0f, 0.0f, true),
+                 s16 = pair_new(F16, 2, (int64_t[]){19, len}, 1.0f, 0.0f, false);
+            check_op("softmax, f16 gradient", op_softmax_cast, (pair[]){x, s16}, 2, eps_of(F16));
+            pair ln[4] = {pair_new(F32, 2, (int64_t[]){19, len}, 1.5f, 0.5f, true),
+                          pair_new(F32, 1, &len, 0.2f, 1.0f, true),
+                          pair_new(F32, 1, &len, 0.2f, 0.0f, true), s16};
+            check_op("layer_norm, f16 gradient", op_layer_norm_cast, ln, 4, eps_of(F16) * 2);
         }
         pair ce[2] = {pair_new(F32, 2, (int64_t[]){50, 1000}, 3.0f, 0, true),
                       pair_index(AMP_DTYPE_I64, 1, (int64_t[]){50}, 1000)};

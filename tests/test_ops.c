@@ -348,53 +348,57 @@ START_TEST(test_grad_accumulates_and_zero_grad) {
 }
 END_TEST
 
-// A softmax's f32 output cast to f16 for an f16 op (the attention's probabilities before their
-// matmul): the cast's backward hands its f16 gradient on as the output's first gradient and the
-// softmax reads it as it is; a second contribution from an f32 consumer, before or after, is
-// added in f32. dx = y * (g - sum(g * y)) per row, with g the sum of what each consumer hands
-// back (w, exact in f16; and v).
-START_TEST(test_softmax_reads_a_narrower_gradient) {
-    const int R = 3, C = 6;
-    float wv[18], vv[18], xv[18];
-    for (int i = 0; i < R * C; i++) {
+// An f32 softmax or layer_norm output cast to f16 for an f16 op (the attention's probabilities
+// before their matmul, a layer_norm's output before a linear): the cast's backward hands its f16
+// gradient on as the output's first gradient, which the op's backward reads as it is; a second
+// contribution from an f32 consumer, recorded before or after, is added in f32. The input's
+// gradient must be the bits of the same graph without the cast (the f16 factor w as f32).
+static amp_tensor_t *narrow_op(int op, amp_tensor_t *x) {
+    return op == 0 ? amp_softmax(ctx, x, -1) : amp_layer_norm(ctx, x, NULL, NULL, 1e-5f);
+}
+
+START_TEST(test_ops_read_a_narrower_gradient) {
+    enum { R = 3, C = 8, N = R * C };
+    float wv[N], vv[N], xv[N];
+    for (int i = 0; i < N; i++) {
         wv[i] = (float)(i % 7) * 0.25f - 0.75f; // exact in f16
         vv[i] = 0.1f * (float)(i % 5) - 0.2f;
     }
-    for (int order = 0; order < 3; order++) { // the f32 consumer none, first, last
-        amp_tensor_t *x = param(2, S(R, C), 1);
-        amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F16, 2, S(R, C));
-        amp_tensor_t *v = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, S(R, C));
-        amp_tensor_write_f32(w, wv);
-        amp_tensor_write_f32(v, vv);
-        amp_tensor_t *y = amp_softmax(ctx, x, -1);
-        ck_assert_int_eq(amp_tensor_dtype(y), AMP_DTYPE_F32);
-        amp_tensor_t *loss = NULL;
-        if (order == 1) loss = amp_sum(ctx, amp_mul(ctx, y, v));
-        amp_tensor_t *l16 = amp_sum(
-            ctx, amp_to(ctx, amp_mul(ctx, amp_to(ctx, y, AMP_DTYPE_F16), w), AMP_DTYPE_F32));
-        loss = loss ? amp_add(ctx, loss, l16) : l16;
-        if (order == 2) loss = amp_add(ctx, loss, amp_sum(ctx, amp_mul(ctx, y, v)));
-        float yv[18], gx[18];
-        amp_tensor_read_f32(y, yv);
-        amp_backward(ctx, loss);
-        amp_ctx_reset(ctx);
-        amp_tensor_read_f32(amp_tensor_grad(x), gx);
-        amp_tensor_read_f32(x, xv);
-        for (int r = 0; r < R; r++) {
-            double s = 0;
-            for (int j = 0; j < C; j++)
-                s += (double)(wv[r * C + j] + (order ? vv[r * C + j] : 0.0f)) * yv[r * C + j];
-            for (int j = 0; j < C; j++) {
-                const int i = r * C + j;
-                const double g = wv[i] + (order ? vv[i] : 0.0f), want = yv[i] * (g - s);
-                ck_assert_msg(fabs(gx[i] - want) <= 1e-6 + 1e-5 * fabs(want),
-                              "order %d: dx[%d] = %.9g, want %.9g", order, i, gx[i], want);
+    amp_tensor_t *x = param(2, S(R, C), 1);
+    amp_tensor_read_f32(x, xv);
+    amp_tensor_t *w16 = amp_tensor_new(ctx, AMP_DTYPE_F16, 2, S(R, C));
+    amp_tensor_t *w32 = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, S(R, C));
+    amp_tensor_t *v = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, S(R, C));
+    amp_tensor_write_f32(w16, wv);
+    amp_tensor_write_f32(w32, wv);
+    amp_tensor_write_f32(v, vv);
+    for (int op = 0; op < 2; op++)
+        for (int order = 0; order < 3; order++) { // the f32 consumer: none, recorded first, last
+            float got[2][N];
+            for (int cast = 0; cast < 2; cast++) {
+                amp_tensor_zero_grad(x);
+                amp_tensor_t *y = narrow_op(op, x), *loss = NULL;
+                ck_assert_int_eq(amp_tensor_dtype(y), AMP_DTYPE_F32);
+                if (order == 1) loss = amp_sum(ctx, amp_mul(ctx, y, v));
+                amp_tensor_t *l =
+                    cast
+                        ? amp_sum(ctx, amp_to(ctx, amp_mul(ctx, amp_to(ctx, y, AMP_DTYPE_F16), w16),
+                                              AMP_DTYPE_F32))
+                        : amp_sum(ctx, amp_mul(ctx, y, w32));
+                loss = loss ? amp_add(ctx, loss, l) : l;
+                if (order == 2) loss = amp_add(ctx, loss, amp_sum(ctx, amp_mul(ctx, y, v)));
+                amp_backward(ctx, loss);
+                amp_ctx_reset(ctx);
+                amp_tensor_read_f32(amp_tensor_grad(x), got[cast]);
             }
+            for (int i = 0; i < N; i++)
+                ck_assert_msg(got[1][i] == got[0][i], "%s, order %d: dx[%d] = %.9g, want %.9g",
+                              op ? "layer_norm" : "softmax", order, i, got[1][i], got[0][i]);
         }
-        amp_tensor_free(x);
-        amp_tensor_free(w);
-        amp_tensor_free(v);
-    }
+    amp_tensor_free(x);
+    amp_tensor_free(w16);
+    amp_tensor_free(w32);
+    amp_tensor_free(v);
 }
 END_TEST
 
@@ -823,7 +827,7 @@ Suite *ops_suite(void) {
     tcase_add_test(f, test_masked_softmax_rows);
     tcase_add_test(f, test_dropout_seeded);
     tcase_add_test(f, test_grad_accumulates_and_zero_grad);
-    tcase_add_test(f, test_softmax_reads_a_narrower_gradient);
+    tcase_add_test(f, test_ops_read_a_narrower_gradient);
     tcase_add_test(f, test_half_storage_rounds);
     suite_add_tcase(s, f);
     TCase *d = tcase_create("drop");

@@ -89,6 +89,7 @@ amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, a
         // the dense input, weight and row statistics: not the output, which the next op casts
         n->reads =
             AMP_READS_SAVED(0) | AMP_READS_SAVED(1) | AMP_READS_SAVED(2) | AMP_READS_SAVED(3);
+        n->narrow_dy = true; // (every backend loads dy by its dtype)
     }
     amp_instr_op(ctx, "layer_norm", AMP_POLICY_FP32, y, in, 1 + (w != NULL) + (b != NULL));
     return y;

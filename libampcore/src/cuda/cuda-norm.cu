@@ -182,9 +182,10 @@ __global__ void layer_norm_dx_kernel(void *dx, amp_dtype dxt, const void *dy, am
     cuda_fuse_end<S>(fs, acc);
 }
 
-// dx for one dtype, dy's and x's row in registers.
-template <bool S, typename T>
-__global__ void layer_norm_dx_row_kernel(T *__restrict__ dx, const T *__restrict__ dy,
+// dx for one dtype (dy's G: T's, or a narrower one that a widening cast handed on), dy's and x's
+// row in registers.
+template <bool S, typename T, typename G>
+__global__ void layer_norm_dx_row_kernel(T *__restrict__ dx, const G *__restrict__ dy,
                                          const T *__restrict__ x, const float *mean,
                                          const float *rstd, const T *w, int64_t rows, int C,
                                          cuda_fuse fs) {
@@ -198,7 +199,7 @@ __global__ void layer_norm_dx_row_kernel(T *__restrict__ dx, const T *__restrict
             const int j = threadIdx.x + k * blockDim.x;
             gy[k] = xh[k] = 0.0f;
             if (j >= C) continue;
-            gy[k] = cuda_io<T>::load(dy[base + j]);
+            gy[k] = cuda_io<G>::load(dy[base + j]);
             xh[k] = (cuda_io<T>::load(x[base + j]) - mu) * rs;
             const float g = gy[k] * (w ? cuda_io<T>::load(w[j]) : 1.0f);
             s1 += g;
@@ -223,18 +224,36 @@ __global__ void layer_norm_dx_row_kernel(T *__restrict__ dx, const T *__restrict
     cuda_fuse_end<S>(fs, acc);
 }
 
-// partial[chunk][0 or 1][col]: sums of dy * x_hat and dy over the chunk's rows.
-__global__ void layer_norm_dwdb_kernel(float *partial, const void *dy, amp_dtype dyt, const void *x,
-                                       amp_dtype xt, const float *mean, const float *rstd,
-                                       int64_t rows, int64_t C, int64_t rows_per_chunk) {
+// partial[chunk][0 or 1][col]: sums of dy * x_hat and dy over the chunk's rows, in row order,
+// with the loads of four rows in flight together (a thread per column walks down its rows).
+template <typename G, typename X>
+__global__ void layer_norm_dwdb_kernel(float *partial, const G *__restrict__ dy,
+                                       const X *__restrict__ x, const float *mean,
+                                       const float *rstd, int64_t rows, int64_t C,
+                                       int64_t rows_per_chunk) {
+    constexpr int U = 4;
     const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (col >= C) return;
     const int64_t r0 = blockIdx.y * rows_per_chunk;
     const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
     float sw = 0.0f, sb = 0.0f;
-    for (int64_t r = r0; r < r1; r++) {
-        const float g = cuda_load(dyt, dy, r * C + col);
-        sw += g * ((cuda_load(xt, x, r * C + col) - mean[r]) * rstd[r]);
+    int64_t r = r0;
+    for (; r + U <= r1; r += U) {
+        float g[U], xv[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            g[k] = cuda_io<G>::load(dy[(r + k) * C + col]);
+            xv[k] = cuda_io<X>::load(x[(r + k) * C + col]);
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            sw += g[k] * ((xv[k] - mean[r + k]) * rstd[r + k]);
+            sb += g[k];
+        }
+    }
+    for (; r < r1; r++) {
+        const float g = cuda_io<G>::load(dy[r * C + col]);
+        sw += g * ((cuda_io<X>::load(x[r * C + col]) - mean[r]) * rstd[r]);
         sb += g;
     }
     partial[(blockIdx.y * 2) * C + col] = sw;
@@ -278,17 +297,21 @@ void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, am
         AMP_ASSERT(rows <= INT32_MAX);
         const cuda_fuse f = cuda_fuse_take(dx);
         const unsigned grid = (unsigned)rows;
-        if (row_typed(C, dx->dtype, {dy, x, w})) {
-            CUDA_DISPATCH_FLOAT(dx->dtype, T, {
-                auto kernel = layer_norm_dx_row_kernel<true, T>;
-                CUDA_FUSE_DISPATCH(
-                    f, S,
-                    layer_norm_dx_row_kernel<S, T>
-                    <<<cuda_fuse_grid(f, grid, norm_block(C), kernel), norm_block(C), 0,
-                       c->stream>>>((T *)amp_tensor_ptr(dx), (const T *)amp_tensor_ptr(dy),
-                                    (const T *)amp_tensor_ptr(x), mp, rp,
-                                    w ? (const T *)amp_tensor_ptr(w) : NULL, rows, (int)C, f));
-            });
+        if (row_typed(C, dx->dtype, {x, w}) && amp_dtype_is_float(dy->dtype) &&
+            amp_dtype_size(dy->dtype) <= amp_dtype_size(dx->dtype)) {
+            CUDA_DISPATCH_FLOAT(
+                dx->dtype, T, CUDA_DISPATCH_FLOAT(dy->dtype, D, {
+                    // (dy is never wider here: only the instances with a dy no wider are compiled)
+                    using G = std::conditional_t<sizeof(D) <= sizeof(T), D, T>;
+                    auto kernel = layer_norm_dx_row_kernel<true, T, G>;
+                    CUDA_FUSE_DISPATCH(
+                        f, S,
+                        layer_norm_dx_row_kernel<S, T, G>
+                        <<<cuda_fuse_grid(f, grid, norm_block(C), kernel), norm_block(C), 0,
+                           c->stream>>>((T *)amp_tensor_ptr(dx), (const G *)amp_tensor_ptr(dy),
+                                        (const T *)amp_tensor_ptr(x), mp, rp,
+                                        w ? (const T *)amp_tensor_ptr(w) : NULL, rows, (int)C, f));
+                }));
         } else {
             CUDA_FUSE_DISPATCH(
                 f, S,
@@ -309,8 +332,13 @@ void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, am
     const int64_t per = rows > 0 ? (rows + chunks - 1) / chunks : 1;
     chunks = rows > 0 ? (int)((rows + per - 1) / per) : 1;
     float *partial = (float *)cuda_scratch(c, (size_t)chunks * 2 * (size_t)C * sizeof(float));
-    layer_norm_dwdb_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
-        partial, amp_tensor_ptr(dy), dy->dtype, amp_tensor_ptr(x), x->dtype, mp, rp, rows, C, per);
+    CUDA_DISPATCH_FLOAT(
+        dy->dtype, G, CUDA_DISPATCH_FLOAT(x->dtype, X, {
+            layer_norm_dwdb_kernel<G, X>
+                <<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
+                    partial, (const G *)amp_tensor_ptr(dy), (const X *)amp_tensor_ptr(x), mp, rp,
+                    rows, C, per);
+        }));
     CUDA_LAUNCH_CHECK();
     layer_norm_dwdb_finish_kernel<<<(unsigned)col_blocks, 256, 0, c->stream>>>(
         dw ? amp_tensor_ptr(dw) : NULL, dw ? dw->dtype : AMP_DTYPE_F32,
