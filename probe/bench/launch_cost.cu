@@ -68,29 +68,17 @@ static void burst_end(cudaStream_t stream) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-// Host ns per launch call over `launches` launches in bursts of `burst`; the syncs are not timed.
-static double measure_issue(cudaStream_t stream, long long launches, long long burst) {
+// Ns per launch over `launches` launches in bursts of `burst`: host ns per launch call with each
+// burst's sync untimed (issue), or wall ns per kernel with it (back to back).
+static double measure(cudaStream_t stream, long long launches, long long burst, bool with_sync) {
     long long total_ns = 0;
     for (long long done = 0; done < launches;) {
         long long n = launches - done < burst ? launches - done : burst;
         long long t0 = now_ns();
         launch_burst(stream, n);
+        if (with_sync) burst_end(stream);
         total_ns += now_ns() - t0;
-        burst_end(stream);
-        done += n;
-    }
-    return (double)total_ns / (double)launches;
-}
-
-// Wall ns per kernel over `launches` launches in bursts of `burst`, each burst's sync included.
-static double measure_back_to_back(cudaStream_t stream, long long launches, long long burst) {
-    long long total_ns = 0;
-    for (long long done = 0; done < launches;) {
-        long long n = launches - done < burst ? launches - done : burst;
-        long long t0 = now_ns();
-        launch_burst(stream, n);
-        burst_end(stream);
-        total_ns += now_ns() - t0;
+        if (!with_sync) burst_end(stream);
         done += n;
     }
     return (double)total_ns / (double)launches;
@@ -183,8 +171,8 @@ int main(int argc, char **argv) {
 
     static double issue_ns[MAX_REPS], b2b_ns[MAX_REPS];
     for (int r = 0; r < reps; r++) {
-        issue_ns[r] = measure_issue(stream, launches, burst);
-        b2b_ns[r] = measure_back_to_back(stream, launches, burst);
+        issue_ns[r] = measure(stream, launches, burst, false);
+        b2b_ns[r] = measure(stream, launches, burst, true);
     }
     summary issue = summarise(issue_ns, reps), b2b = summarise(b2b_ns, reps);
 
