@@ -557,8 +557,9 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy);
 void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t);
 void amp_instr_backward_end(amp_ctx_t *ctx);
 // Whether the gradient about to be written into t is its first, from a node that passes its own
-// incoming gradient on unchanged (a reshape's or permute's, copied into a buffer of t's own): the
-// node's numbers serve for it, so the write need not be armed.
+// incoming gradient on unchanged (a reshape's or permute's, copied into a buffer of t's own, or a
+// widening cast's, widened into one): the node's numbers serve for it, so the write need not be
+// armed.
 bool amp_instr_grad_passed_on(const amp_ctx_t *ctx, const amp_tensor_t *t);
 // An enabled autocast region of dtype t begins (META autocast_dtype, once per dtype).
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t);

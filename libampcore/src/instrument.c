@@ -69,8 +69,8 @@ typedef struct entry {
     int32_t ref[REFS];     // E_OUT: inputs; E_DY: forward output, then forward inputs (-1: none)
     int32_t contrib[REFS]; // E_DY/E_WGRAD: the E_DY entries of the nodes that made this gradient
     // E_DY: an earlier entry of the queue whose tensor held the same values (the gradient a
-    // reshape, permute or contiguous passed on unchanged), whose statistics this one takes
-    // instead of reading the tensor again; -1: none
+    // reshape, permute, contiguous or widening cast passed on unchanged: passes_gradient_on),
+    // whose statistics this one takes instead of reading the tensor again; -1: none
     int32_t values_of;
 } entry;
 
@@ -561,7 +561,7 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     } else {
         bound_queue(ctx); // (a new batch forgets the entries of the last)
         const int32_t same = dy == n->out->grad ? passed_on_entry(in, n->out) : -1;
-        if (same >= 0) { // a view's gradient passed on: its numbers, not a second reading
+        if (same >= 0) { // a gradient passed on unchanged: its numbers, not a second reading
             i = new_entry(ctx);
             set_entry(ctx, i, dy, E_DY, n->op, n->layer);
             in->q.entries[i].values_of = same;

@@ -131,15 +131,14 @@ amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64
         known *= s[infer];
     }
     AMP_ASSERT(known == numel, "(shape does not match %lld elements)", (long long)numel);
+    // a view of x, as PyTorch's reshape gives where it can, else of a dense copy
     int64_t stride[AMP_MAX_DIMS];
-    amp_tensor_t *y;
-    if (view_strides(x, ndim, s, stride)) { // a view, as PyTorch's reshape gives where it can
-        y = view_of(ctx, x, ndim, s, stride, x->offset);
-    } else {
-        amp_tensor_t *d = amp_dense(ctx, x);
+    amp_tensor_t *d = x;
+    if (!view_strides(x, ndim, s, stride)) {
+        d = amp_dense(ctx, x);
         amp_contiguous_strides(ndim, s, stride);
-        y = view_of(ctx, d, ndim, s, stride, d->offset);
     }
+    amp_tensor_t *y = view_of(ctx, d, ndim, s, stride, d->offset);
     amp_node *n = amp_node_record(ctx, "reshape", reshape_backward, y, &x, 1);
     if (n) n->reads = 0;
     return y;

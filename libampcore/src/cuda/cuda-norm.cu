@@ -4,12 +4,13 @@
  * Forward and dx: a block per row (striding over the rows when the output's statistics are
  * added as it is stored, cuda-fuse.h). Forward: the two-pass mean and biased variance of the CPU
  * reference, mean and rstd (f32) written for backward. A row of one dtype throughout (x, y, w, b;
- * dx, dy, x, w: the f32 residual stream of a transformer under autocast) of at most ROW_K values a
- * thread is read once into registers by kernels compiled for that dtype; others go through the
- * generic kernels, which load every value by its dtype, as often as they use it. Both do the same
- * arithmetic in the same order: the same bits. Backward: one block per row for dx with
- * PyTorch's formula rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)); dw and db
- * are column sums over the rows, split into f32 partials and finished by a second small kernel.
+ * dx, x, w: the f32 residual stream of a transformer under autocast, with dy of that dtype or a
+ * narrower one, amp_node.narrow_dy) of at most ROW_K values a thread is read once into registers
+ * by kernels compiled for those dtypes; others go through the generic kernels, which load every
+ * value by its dtype, as often as they use it. Both do the same arithmetic in the same order: the
+ * same bits. Backward: one block per row for dx with PyTorch's formula
+ * rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)); dw and db are column sums
+ * over the rows, split into f32 partials and finished by a second small kernel.
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
