@@ -56,7 +56,7 @@ static void run_unscale(void *arg) {
         amp_tensor_from(ctx, c->dtype, 1, (int64_t[]){c->n}, wide ? (const void *)c->in : half);
     amp_tensor_t *found_inf = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
     amp_tensor_t *inv = amp_tensor_from(ctx, AMP_DTYPE_F32, 0, NULL, &j->inv_scale);
-    ctx->be->unscale(ctx->bctx, &grad, 1, inv, found_inf);
+    ctx->be->unscale(ctx->bctx, &grad, NULL, 1, inv, found_inf);
     amp_tensor_read(grad, wide ? (void *)j->got : half);
     for (int64_t i = 0; !wide && i < c->n; i++)
         j->got[i] = half[i];

@@ -1106,7 +1106,7 @@ START_TEST(test_held_stats_gpu) {
         reset_slots(slots, 2 * N);
         gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, target, slots,
                             idx, true);
-        gpu->be->unscale(gpu->bctx, g, N, inv_scale, found);
+        gpu->be->unscale(gpu->bctx, g, NULL, N, inv_scale, found);
         const amp_optim_params op = amp_optim_defaults(kinds[r % 2]);
         gpu->be->optim_step(gpu->bctx, &op, p, g, op.kind == AMP_OPTIM_SGD ? NULL : m,
                             op.kind == AMP_OPTIM_SGD ? NULL : v, N, counts, count_idx, found);
@@ -1226,9 +1226,10 @@ START_TEST(test_exit_without_free_gpu) {
 }
 END_TEST
 
-// Three optimizer steps over a few parameters with random gradients; parameters and state
-// compared after each.
-static void check_optim(amp_optim_params p) {
+// Three optimizer steps over a few parameters with random gradients of dtype gt; parameters and
+// state compared after each. A 16-bit gradient comes the way autocast's does, through a cast's
+// backward (loss = sum(gt(p) * c)), and is kept narrow for the optimizer to read.
+static void check_optim(amp_optim_params p, amp_dtype gt) {
     int64_t shapes[3][2] = {{33, 70}, {1, 5000}, {1, 1}};
     pair params[3], grads[3];
     amp_tensor_t *pc[3], *pg[3];
@@ -1242,12 +1243,21 @@ static void check_optim(amp_optim_params p) {
     ck_assert_int_eq(amp_optim_new(gpu, &p, pg, 3, &og), AMP_OK);
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < 3; i++) {
-            grads[i] = pair_new(F32, 2, shapes[i], 0.1f, 0, false);
-            amp_grad_accumulate(cpu, pc[i], grads[i].c);
-            amp_grad_accumulate(gpu, pg[i], grads[i].g);
+            grads[i] = pair_new(gt, 2, shapes[i], 0.1f, 0, false);
+            if (gt == F32) {
+                amp_grad_accumulate(cpu, pc[i], grads[i].c);
+                amp_grad_accumulate(gpu, pg[i], grads[i].g);
+                continue;
+            }
+            amp_backward(cpu, amp_sum(cpu, amp_mul(cpu, amp_to(cpu, pc[i], gt), grads[i].c)));
+            amp_backward(gpu, amp_sum(gpu, amp_mul(gpu, amp_to(gpu, pg[i], gt), grads[i].g)));
+            ck_assert_int_eq(pc[i]->grad->dtype, gt);
+            ck_assert_int_eq(pg[i]->grad->dtype, gt);
         }
         amp_optim_step(oc);
         amp_optim_step(og);
+        amp_ctx_reset(cpu);
+        amp_ctx_reset(gpu);
         for (int i = 0; i < 3; i++) {
             expect_close(amp_optim_kind_name(p.kind), pc[i], pg[i], 1e-5);
             if (amp_optim_state(oc, i, 0))
@@ -1271,13 +1281,17 @@ START_TEST(test_optim_gpu) {
     sgd.lr = 0.1f;
     sgd.momentum = 0.9f;
     sgd.weight_decay = 0.01f;
-    check_optim(sgd);
-    sgd.nesterov = true;
-    check_optim(sgd);
     amp_optim_params adam = amp_optim_defaults(AMP_OPTIM_ADAM);
     adam.weight_decay = 0.1f;
-    check_optim(adam);
-    check_optim(amp_optim_defaults(AMP_OPTIM_ADAMW));
+    const amp_dtype gts[3] = {F32, F16, BF16};
+    for (int k = 0; k < 3; k++) {
+        sgd.nesterov = false;
+        check_optim(sgd, gts[k]);
+        sgd.nesterov = true;
+        check_optim(sgd, gts[k]);
+        check_optim(adam, gts[k]);
+        check_optim(amp_optim_defaults(AMP_OPTIM_ADAMW), gts[k]);
+    }
     close_pair();
 }
 END_TEST
@@ -1296,8 +1310,8 @@ START_TEST(test_unscale_gpu) {
     amp_tensor_t *fc = amp_tensor_new(cpu, F32, 1, (int64_t[]){1}),
                  *fg = amp_tensor_new(gpu, F32, 1, (int64_t[]){1});
     const float inv = 1.0f / 1024, one = 1.0f;
-    cpu->be->unscale(cpu->bctx, gc, N, amp_tensor_from(cpu, F32, 0, NULL, &inv), fc);
-    gpu->be->unscale(gpu->bctx, gg, N, amp_tensor_from(gpu, F32, 0, NULL, &inv), fg);
+    cpu->be->unscale(cpu->bctx, gc, NULL, N, amp_tensor_from(cpu, F32, 0, NULL, &inv), fc);
+    gpu->be->unscale(gpu->bctx, gg, NULL, N, amp_tensor_from(gpu, F32, 0, NULL, &inv), fg);
     ck_assert_float_eq(amp_tensor_item(fg), 0.0f);
     for (int i = 0; i < N; i++)
         expect_close("unscaled gradient", gc[i], gg[i], 0);
@@ -1307,13 +1321,43 @@ START_TEST(test_unscale_gpu) {
     amp_tensor_read_f32(gg[N - 1], v);
     v[last / 2] = INFINITY;
     amp_tensor_write_f32(gg[N - 1], v);
-    gpu->be->unscale(gpu->bctx, gg, N, amp_tensor_from(gpu, F32, 0, NULL, &one), fg);
+    gpu->be->unscale(gpu->bctx, gg, NULL, N, amp_tensor_from(gpu, F32, 0, NULL, &one), fg);
     ck_assert_float_eq(amp_tensor_item(fg), 1.0f);
     float *w = malloc((size_t)last * 4);
     amp_tensor_read_f32(gg[N - 1], w);
     ck_assert(memcmp(v, w, (size_t)last * 4) == 0);
     free(v);
     free(w);
+    // narrower gradients read and their unscaled values written into f32 ones, inv_scale 1 too
+    amp_tensor_t *oc[N], *og[N];
+    const amp_tensor_t *nc[N], *ng[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = pair_new(i % 2 ? BF16 : F16, 1, (int64_t[]){1 + 397 * i}, 1000, 0, false);
+        nc[i] = g[i].c;
+        ng[i] = g[i].g;
+        oc[i] = amp_tensor_new(cpu, F32, 1, g[i].c->shape);
+        og[i] = amp_tensor_new(gpu, F32, 1, g[i].g->shape);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const float *f = pass ? &one : &inv;
+        cpu->be->fill(cpu->bctx, fc, 0.0f);
+        gpu->be->fill(gpu->bctx, fg, 0.0f);
+        cpu->be->unscale(cpu->bctx, oc, nc, N, amp_tensor_from(cpu, F32, 0, NULL, f), fc);
+        gpu->be->unscale(gpu->bctx, og, ng, N, amp_tensor_from(gpu, F32, 0, NULL, f), fg);
+        ck_assert_float_eq(amp_tensor_item(fg), amp_tensor_item(fc));
+        ck_assert_float_eq(amp_tensor_item(fg), pass ? 1.0f : 0.0f);
+        for (int i = 0; i < N; i++)
+            expect_close("unscaled narrow gradient", oc[i], og[i], 0);
+        if (pass == 0) { // an inf in a 16-bit gradient of a whole chunk
+            int64_t n = amp_tensor_numel(g[N - 2].g);
+            float *x = malloc((size_t)n * 4);
+            amp_tensor_read_f32(g[N - 2].g, x);
+            x[n / 2] = -INFINITY;
+            amp_tensor_write_f32(g[N - 2].g, x);
+            amp_tensor_write_f32(g[N - 2].c, x);
+            free(x);
+        }
+    }
     close_pair();
 }
 END_TEST

@@ -303,16 +303,16 @@ START_TEST(test_u6_fp16_grads) {
     amp_optim_t *opt = sgd(ctx, p, 0.1f);
     amp_scaler_t *sc = scaler(65536, 2, 0.5, 2000);
     create_scale(sc, ctx);
-    // Optimizers hold f32 parameters only, so an f16 gradient can only be planted by hand.
-    amp_tensor_t *g16 = amp_scratch_new(ctx, AMP_DTYPE_F16, 1, (int64_t[]){2});
-    p->grad = g16;
+    // PyTorch refuses the gradients of f16 parameters. Optimizers take f32 parameters only, so
+    // one is planted by relabelling p (nothing reads its storage before the error).
+    test_set_grad_f32(ctx, p, (float[]){65536, 65536});
+    p->dtype = AMP_DTYPE_F16;
     ck_assert_error(amp_scaler_unscale(sc, opt), AMP_ERR_SCALER_FP16_GRADS,
                     "Attempting to unscale FP16 gradients.");
     ck_assert_error(amp_scaler_step(sc, opt, NULL), AMP_ERR_SCALER_FP16_GRADS,
                     "Attempting to unscale FP16 gradients.");
-    p->grad = NULL;
+    p->dtype = AMP_DTYPE_F32;
     // The stage stayed READY: with a real gradient the step goes through.
-    test_set_grad_f32(ctx, p, (float[]){65536, 65536});
     ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
     float w[2];
     read(p, w);
@@ -323,6 +323,41 @@ START_TEST(test_u6_fp16_grads) {
 }
 END_TEST
 
+// A parameter that reaches the graph only through a cast to f16 keeps its gradient in f16 (the
+// cast's backward hands it on; widening is exact): unscale_ reads it there and writes the
+// unscaled f32 gradient, the same bits as unscaling the widened gradient. bits[] are f16
+// gradients at scale 2^16: normal, subnormal once unscaled, the f16 max, and inf (found_inf).
+START_TEST(test_u6_narrow_grads) {
+    const float g16[3][2] = {{0.5f, 3.0f}, {65504.0f, 1.0f}, {INFINITY, 2.0f}};
+    for (int k = 0; k < 3; k++) {
+        amp_ctx_t *ctx = test_cpu_ctx();
+        amp_tensor_t *p = test_param_f32(ctx, 2, (float[]){1, 2});
+        amp_optim_t *opt = sgd(ctx, p, 0.1f);
+        amp_scaler_t *sc = scaler(65536, 2, 0.5, 2000);
+        create_scale(sc, ctx);
+        // loss = sum(f16(p) * c), so p's gradient is c's values, made in f16
+        amp_tensor_t *c = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, (int64_t[]){2}, g16[k]);
+        amp_backward(ctx, amp_sum(ctx, amp_mul(ctx, amp_to(ctx, p, AMP_DTYPE_F16), c)));
+        ck_assert_int_eq(p->grad->dtype, AMP_DTYPE_F16); // kept narrow, in storage of p's own
+        ck_assert(p->grad->persistent);
+        amp_ctx_reset(ctx); // the step's scratch goes; the gradient stays
+        ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK);
+        ck_assert_int_eq(p->grad->dtype, AMP_DTYPE_F32);
+        float g[2];
+        read(amp_tensor_grad(p), g);
+        for (int i = 0; i < 2; i++) { // float32(1 / 65536) is exact
+            ck_assert_uint_eq(bits(g[i]), bits(g16[k][i] * (1.0f / 65536)));
+        }
+        ck_assert_int_eq(amp_scaler_step(sc, opt, NULL), AMP_OK);
+        ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
+        ck_assert_float_eq(amp_scaler_last_found_inf(sc), k == 2 ? 1 : 0);
+        amp_scaler_free(sc);
+        amp_optim_free(opt);
+        amp_ctx_free(ctx);
+    }
+}
+END_TEST
+
 // The fused kernel's pure check path (inv_scale == 1) on f16: golden unscale.txt F16check.
 START_TEST(test_u6_kernel_f16_check_path) {
     amp_ctx_t *ctx = test_cpu_ctx();
@@ -330,7 +365,8 @@ START_TEST(test_u6_kernel_f16_check_path) {
     amp_tensor_t *g = amp_tensor_from(ctx, AMP_DTYPE_F16, 1, (int64_t[]){4}, in);
     amp_tensor_t *fi = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
     const float one = 1.0f;
-    ctx->be->unscale(ctx->bctx, &g, 1, amp_tensor_from(ctx, AMP_DTYPE_F32, 0, NULL, &one), fi);
+    ctx->be->unscale(ctx->bctx, &g, NULL, 1, amp_tensor_from(ctx, AMP_DTYPE_F32, 0, NULL, &one),
+                     fi);
     uint16_t out[4];
     amp_tensor_read(g, out);
     for (int i = 0; i < 4; i++)
@@ -756,6 +792,7 @@ Suite *scaler_suite(void) {
     tcase_add_test(tc, test_u4_multiply_not_divide);
     tcase_add_test(tc, test_u5_tiny_scale_steps_with_nan);
     tcase_add_test(tc, test_u6_fp16_grads);
+    tcase_add_test(tc, test_u6_narrow_grads);
     tcase_add_test(tc, test_u6_kernel_f16_check_path);
     tcase_add_test(tc, test_u7_two_optimizers);
     tcase_add_test(tc, test_unscaled_only_counts_in_update);

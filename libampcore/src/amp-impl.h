@@ -92,7 +92,10 @@ struct amp_tensor {
     bool requires_grad;
     bool is_view;
     bool is_grad;                 // a gradient buffer (survives the backward node that made it)
-    amp_tensor_t *grad;           // accumulated gradient (same dtype/shape, contiguous)
+    // accumulated gradient (same shape, contiguous), in t's dtype or, for a leaf or a tensor
+    // whose node reads any dtype (amp_node.narrow_dy), a narrower float one holding the values
+    // exactly (a widening cast's backward hands its gradient on): amp_tensor_grad() widens it
+    amp_tensor_t *grad;
     struct amp_node *node;        // the op that produced it; NULL for leaves
     int32_t layer;                // layer id of the producing op (-1: none)
     char *name;
@@ -217,6 +220,11 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g);
 // The same for the last use of dy, the gradient the running backward node received, by that node
 // (g is dy or a view of it): a first gradient takes dy's storage over instead of a copy.
 void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, amp_tensor_t *dy);
+// A fresh gradient buffer for t (uninitialised, t's dtype and shape): t's own when t is
+// persistent (in no list: t frees it), else scratch.
+amp_tensor_t *amp_grad_new(amp_ctx_t *ctx, const amp_tensor_t *t);
+// t.grad = g (t's own gradient struct, a persistent tensor's when t is one), freeing the old one.
+void amp_grad_replace(amp_tensor_t *t, amp_tensor_t *g);
 // A backward's buffer for x's gradient (scratch shaped like x), armed for the instrumentation
 // (amp_instr_arm) when x takes a gradient: call it right before the backend call that writes it,
 // and hand the buffer to amp_grad_accumulate.
@@ -373,9 +381,11 @@ typedef struct amp_backend_i {
     // step never has to wait for the device (AMP-SEMANTICS.md §4):
     // _amp_foreach_non_finite_check_and_unscale_: for each grad, found_inf (f32, one element) = 1
     // if any input value is not finite; then grad = grad * inv_scale (f32, one element) in f32
-    // unless inv_scale == 1 (pure check).
-    void (*unscale)(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
-                    amp_tensor_t *found_inf);
+    // unless inv_scale == 1 (pure check). from[k] (from may be NULL), when set, is grads[k]'s
+    // input instead: a narrower gradient of the same shape, read, and grads[k] written (f32)
+    // even when inv_scale == 1.
+    void (*unscale)(void *bctx, amp_tensor_t *const *grads, const amp_tensor_t *const *from, int n,
+                    const amp_tensor_t *inv_scale, amp_tensor_t *found_inf);
     // GradScaler.update(): found_inf = the sum of found_infs[0..n) (f32, one element each), then
     // _amp_update_scale_ on scale (f32) and tracker (i32) in place, and inv_scale =
     // float32(1 / double(scale)). rec (i32[AMP_SCALE_REC]) gets what the update did.
@@ -383,7 +393,8 @@ typedef struct amp_backend_i {
                          amp_tensor_t *tracker, amp_tensor_t *const *found_infs,
                          const bool *stepped, int n, const amp_scaler_params *p,
                          amp_tensor_t *rec);
-    // One optimizer step over n parameters (f32); m and v (may be NULL for SGD without
+    // One optimizer step over n parameters (f32) and their gradients (f32, or a narrower float
+    // dtype whose values are the gradient's); m and v (may be NULL for SGD without
     // momentum) are optimizer state of the same shape. counts (i64) holds the update counts:
     // counts[idx[k]] is parameter k's, counts[idx[n]] the optimizer's own; all n + 1 are
     // incremented first and parameter k's bias corrections use its new count. When found_inf

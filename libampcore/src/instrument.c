@@ -617,6 +617,7 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
                                 amp_xstrdup(p->name ? p->name : "param"), p->layer);
         entry *e = &in->q.entries[i];
         e->backward = in->q.backwards;
+        e->dtype = p->dtype; // (a narrower gradient holds the values of p's dtype)
         if (p->contrib_epoch == in->epoch) {
             e->n_contrib = (int8_t)p->n_contrib;
             memcpy(e->contrib, p->contrib, sizeof e->contrib);

@@ -163,8 +163,8 @@ void amp_optim_step_unless(amp_optim_t *opt, const amp_tensor_t *found_inf) {
     for (int i = 0; i < opt->n; i++) {
         amp_tensor_t *g = opt->params[i]->grad;
         if (!g) continue;
-        AMP_ASSERT(g->dtype == AMP_DTYPE_F32, "(grad of an f32 parameter is %s)",
-                   amp_dtype_name(g->dtype));
+        AMP_ASSERT(amp_dtype_is_float(g->dtype), "(grad of an f32 parameter is %s)",
+                   amp_dtype_name(g->dtype)); // (or a narrower float one: amp_tensor_grad)
         opt->batch[0][nb] = opt->params[i];
         opt->batch[1][nb] = g;
         opt->batch[2][nb] = opt->n_state > 0 ? opt->state[0][i] : NULL;

@@ -184,19 +184,28 @@ static opt_state *state_of(amp_scaler_t *sc, const amp_optim_t *opt) {
 }
 
 // _unscale_grads_ and the stage change: every gradient in one fused call (they are all f32, on
-// one device); found_inf is recorded only when there was a gradient, as PyTorch's per-device
-// dict stays empty otherwise.
+// one device; a gradient kept narrower than its f32 parameter, amp_tensor_grad, is read as it is
+// and written unscaled into an f32 one of its own); found_inf is recorded only when there was a
+// gradient, as PyTorch's per-device dict stays empty otherwise.
 static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s) {
-    int n = amp_optim_num_params(opt);
-    amp_tensor_t **grads = amp_xmalloc((size_t)n * sizeof *grads);
+    const int n = amp_optim_num_params(opt);
+    amp_tensor_t **grads = amp_xmalloc(2 * (size_t)n * sizeof *grads);
+    const amp_tensor_t **from = (const amp_tensor_t **)(grads + n);
     int ng = 0;
+    bool narrow = false;
     for (int i = 0; i < n; i++) {
-        amp_tensor_t *g = amp_tensor_grad(amp_optim_param(opt, i));
+        amp_tensor_t *p = amp_optim_param(opt, i), *g = p->grad;
         if (!g) continue;
-        if (g->dtype == AMP_DTYPE_F16) {
+        if (p->dtype == AMP_DTYPE_F16) {
             free(grads);
             return amp_set_error(AMP_ERR_SCALER_FP16_GRADS,
                                  "Attempting to unscale FP16 gradients.");
+        }
+        from[ng] = NULL;
+        if (g->dtype != p->dtype) {
+            from[ng] = g;
+            g = amp_grad_new(p->ctx, p);
+            narrow = true;
         }
         grads[ng++] = g;
     }
@@ -208,8 +217,14 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
         if (!s->found_inf) s->found_inf = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
         if (ctx->nvtx) amp_nvtx_push("unscale_"); // the kernels' op
         ctx->be->fill(ctx->bctx, s->found_inf, 0.0f);
-        ctx->be->unscale(ctx->bctx, grads, ng, sc->inv_scale, s->found_inf);
+        ctx->be->unscale(ctx->bctx, grads, narrow ? from : NULL, ng, sc->inv_scale, s->found_inf);
         if (ctx->nvtx) amp_nvtx_pop();
+    }
+    for (int i = 0, k = 0; narrow && i < n; i++) { // the unscaled gradients take over
+        amp_tensor_t *p = amp_optim_param(opt, i);
+        if (!p->grad) continue;
+        if (from[k]) amp_grad_replace(p, grads[k]);
+        k++;
     }
     free(grads);
     s->stage = STAGE_UNSCALED;

@@ -435,19 +435,44 @@ void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad) {
     t->requires_grad = requires_grad;
 }
 
-bool amp_tensor_requires_grad(const amp_tensor_t *t) { return t->requires_grad; }
-amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t) { return t->grad; }
+bool amp_tensor_requires_grad(const amp_tensor_t *t) {
+    return t->requires_grad;
+}
+
+// Frees t's gradient (its storage; the struct too when t owns it: a persistent tensor's gradient
+// is in no list).
+static void grad_free(amp_tensor_t *t) {
+    if (!t->grad) return;
+    if (t->persistent)
+        tensor_destroy(t->grad);
+    else
+        amp_tensor_release_storage(t->grad); // (the struct stays in the scratch list)
+    t->grad = NULL;
+}
+
+amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t) {
+    if (t->grad && t->grad->dtype != t->dtype) { // narrower: widened once, where it is kept
+        amp_tensor_t *w = (amp_tensor_t *)t;     // (the gradient's dtype is t's own business)
+        amp_tensor_t *g = amp_grad_new(w->ctx, w);
+        w->ctx->be->copy(w->ctx->bctx, g, w->grad);
+        amp_grad_replace(w, g);
+    }
+    return t->grad;
+}
+
+void amp_grad_replace(amp_tensor_t *t, amp_tensor_t *g) {
+    grad_free(t);
+    t->grad = g;
+}
 
 void amp_tensor_zero_grad(amp_tensor_t *t) {
-    if (t->grad && t->persistent) tensor_destroy(t->grad);
-    t->grad = NULL;
+    grad_free(t);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Gradient accumulation
 
-// A fresh gradient buffer for t (uninitialised): t's own when t is persistent, else scratch.
-static amp_tensor_t *grad_buffer(amp_ctx_t *ctx, const amp_tensor_t *t) {
+amp_tensor_t *amp_grad_new(amp_ctx_t *ctx, const amp_tensor_t *t) {
     amp_tensor_t *c = tensor_alloc(ctx, t->dtype, t->ndim, t->shape);
     c->persistent = t->persistent; // a persistent tensor owns its gradient
     c->is_grad = true;
@@ -465,20 +490,42 @@ static bool stealable(const amp_tensor_t *t, const amp_tensor_t *g) {
 }
 
 // Whether g's dtype can be t's gradient's: t's own, or a narrower floating one (whose values
-// widen exactly) when the node that made t reads a gradient of any dtype (amp_node.narrow_dy).
+// widen exactly) when t is a leaf (whatever reads a leaf's gradient widens it or reads it by
+// dtype: amp_tensor_grad, the GradScaler's unscale, the optimizers, the statistics) or the node
+// that made t reads a gradient of any dtype (amp_node.narrow_dy).
 static bool grad_dtype_ok(const amp_tensor_t *t, const amp_tensor_t *g) {
     if (g->dtype == t->dtype) return true;
-    return t->node && t->node->narrow_dy && t->node->out == t && amp_dtype_is_float(g->dtype) &&
-           amp_dtype_is_float(t->dtype) && amp_dtype_size(g->dtype) < amp_dtype_size(t->dtype);
+    return (!t->node || (t->node->narrow_dy && t->node->out == t)) &&
+           amp_dtype_is_float(g->dtype) && amp_dtype_is_float(t->dtype) &&
+           amp_dtype_size(g->dtype) < amp_dtype_size(t->dtype);
 }
 
 // g, dy itself or a view of its storage alone, can become t's first gradient by taking dy's
 // storage over: dy is a gradient that autograd releases after the node now running, which leaves
-// the storage to t.grad.
+// the storage to t.grad. A persistent t takes it only in a narrower dtype (a copy of its own in
+// t's dtype would cost what the widening does) and whole (its gradient outlives the step).
 static bool takeable(const amp_tensor_t *t, const amp_tensor_t *g, const amp_tensor_t *dy) {
-    return !t->grad && !t->persistent && dy->is_grad && !dy->persistent && dy->buf &&
-           g->buf == dy->buf && dy->buf->refcount == (g == dy ? 1 : 2) && grad_dtype_ok(t, g) &&
-           amp_tensor_is_contiguous(g);
+    return !t->grad && dy->is_grad && !dy->persistent && dy->buf && g->buf == dy->buf &&
+           dy->buf->refcount == (g == dy ? 1 : 2) && grad_dtype_ok(t, g) &&
+           amp_tensor_is_contiguous(g) &&
+           (!t->persistent || (g->dtype != t->dtype && g->offset == 0 &&
+                               (size_t)amp_numel(g) * amp_dtype_size(g->dtype) == g->buf->nbytes));
+}
+
+// A persistent tensor's gradient struct (in no list, like grad_buffer's) over g's storage.
+static amp_tensor_t *grad_adopt(const amp_tensor_t *g) {
+    amp_tensor_t *c = amp_xcalloc(1, sizeof *c);
+    c->ctx = g->ctx;
+    c->dtype = g->dtype;
+    c->ndim = g->ndim;
+    memcpy(c->shape, g->shape, sizeof c->shape);
+    amp_contiguous_strides(c->ndim, c->shape, c->stride);
+    c->buf = g->buf;
+    c->buf->refcount++;
+    c->buf->droppable = false;
+    c->persistent = c->is_grad = true;
+    c->layer = -1;
+    return c;
 }
 
 amp_tensor_t *amp_grad_scratch(amp_ctx_t *ctx, const amp_tensor_t *x) {
@@ -496,10 +543,14 @@ void amp_grad_accumulate_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, 
     char s1[64], s2[64];
     AMP_ASSERT(amp_same_shape(t, g), "(gradient %s for a tensor of shape %s)",
                amp_shape_str(g, s1, sizeof s1), amp_shape_str(t, s2, sizeof s2));
-    int64_t stride[AMP_MAX_DIMS];
-    amp_contiguous_strides(t->ndim, t->shape, stride);
-    t->grad = g != dy ? g : amp_view_new(ctx, dy, t->ndim, t->shape, stride, dy->offset);
-    t->grad->is_grad = true; // kept past the node, which releases dy's hold on the storage
+    if (t->persistent) {
+        t->grad = grad_adopt(g);
+    } else {
+        int64_t stride[AMP_MAX_DIMS];
+        amp_contiguous_strides(t->ndim, t->shape, stride);
+        t->grad = g != dy ? g : amp_view_new(ctx, dy, t->ndim, t->shape, stride, dy->offset);
+        t->grad->is_grad = true; // kept past the node, which releases dy's hold on the storage
+    }
     if (ctx->instr && ctx->in_backward) amp_instr_grad(ctx, t);
 }
 
@@ -526,11 +577,10 @@ static bool grad_writable(const amp_tensor_t *t) {
 // Gives t a gradient buffer of its own, in its dtype, holding its gradient so far, when its
 // gradient is not writable.
 static void own_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
-    amp_tensor_t *old = t->grad;
     if (grad_writable(t)) return;
-    t->grad = grad_buffer(ctx, t);
-    ctx->be->copy(ctx->bctx, t->grad, old);
-    amp_tensor_release_storage(old); // (the struct stays in the scratch list until the reset)
+    amp_tensor_t *c = amp_grad_new(ctx, t);
+    ctx->be->copy(ctx->bctx, c, t->grad);
+    amp_grad_replace(t, c);
 }
 
 void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, int dim,
@@ -541,7 +591,7 @@ void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g,
     for (int d = 0; d < t->ndim; d++)
         AMP_ASSERT(d == dim || g->shape[d] == t->shape[d], "(slice gradient, dim %d)", d);
     if (!t->grad) {
-        t->grad = grad_buffer(ctx, t);
+        t->grad = amp_grad_new(ctx, t);
         ctx->be->fill(ctx->bctx, t->grad, 0.0f);
     } else {
         own_grad(ctx, t);
@@ -572,7 +622,7 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
         t->grad = amp_view_new(ctx, g, t->ndim, t->shape, stride, g->offset);
         t->grad->is_grad = true;
     } else if (!t->grad) {
-        amp_tensor_t *c = grad_buffer(ctx, t);
+        amp_tensor_t *c = amp_grad_new(ctx, t);
         if (arm) amp_instr_arm(ctx, c);
         ctx->be->copy(ctx->bctx, c, g);
         t->grad = c;
@@ -583,11 +633,10 @@ void amp_grad_accumulate(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g) {
             if (arm) amp_instr_arm(ctx, old);
             ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, old, old, gc);
         } else { // shared or narrower: the sum into a buffer of its own
-            amp_tensor_t *c = grad_buffer(ctx, t);
+            amp_tensor_t *c = amp_grad_new(ctx, t);
             if (arm) amp_instr_arm(ctx, c);
             ctx->be->binary(ctx->bctx, AMP_BINARY_ADD, c, old, gc);
-            t->grad = c;
-            amp_tensor_release_storage(old);
+            amp_grad_replace(t, c);
         }
         release_temp(g, gc);
     }

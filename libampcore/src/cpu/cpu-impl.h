@@ -197,8 +197,8 @@ void amp_cpu_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const
 void amp_cpu_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
                                  const amp_tensor_t *argmax, int kernel, int stride);
 
-void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
-                     amp_tensor_t *found_inf);
+void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, const amp_tensor_t *const *from, int n,
+                     const amp_tensor_t *inv_scale, amp_tensor_t *found_inf);
 void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
                           amp_tensor_t *tracker, amp_tensor_t *const *found_infs,
                           const bool *stepped, int n, const amp_scaler_params *p,

@@ -14,22 +14,27 @@
 
 #include <math.h>
 
-void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
-                     amp_tensor_t *found_inf) {
+void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, const amp_tensor_t *const *from, int n,
+                     const amp_tensor_t *inv, amp_tensor_t *found_inf) {
     (void)bctx;
     const float inv_scale = *amp_f32_scalar(inv);
     float *fp = amp_f32_scalar(found_inf);
     bool found = false;
     for (int t = 0; t < n; t++) {
         amp_tensor_t *g = grads[t];
+        const amp_tensor_t *src = from && from[t] ? from[t] : g;
         CPU_ASSERT_CONTIGUOUS(g);
-        CPU_ASSERT_FLOAT(g);
+        CPU_ASSERT_CONTIGUOUS(src);
+        CPU_ASSERT_FLOAT(src);
+        AMP_ASSERT(src == g || (g->dtype == AMP_DTYPE_F32 && cpu_numel(src) == cpu_numel(g)));
+        const void *sp = amp_tensor_ptr(src);
         void *gp = amp_tensor_ptr(g);
         const int64_t count = cpu_numel(g);
+        const bool write = inv_scale != 1.0f || src != g;
         for (int64_t i = 0; i < count; i++) {
-            const float v = cpu_load(g->dtype, gp, i);
+            const float v = cpu_load(src->dtype, sp, i);
             if (!isfinite(v)) found = true;
-            if (inv_scale != 1.0f) cpu_store(g->dtype, gp, i, v * inv_scale);
+            if (write) cpu_store(g->dtype, gp, i, v * inv_scale);
         }
     }
     if (found) *fp = 1.0f;
@@ -117,7 +122,7 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
         amp_tensor_t *p = params[t];
         const amp_tensor_t *g = grads[t];
         const int64_t count = cpu_numel(p);
-        AMP_ASSERT(p->dtype == AMP_DTYPE_F32 && g->dtype == AMP_DTYPE_F32, "(param %d)", t);
+        AMP_ASSERT(p->dtype == AMP_DTYPE_F32 && amp_dtype_is_float(g->dtype), "(param %d)", t);
         AMP_ASSERT(cpu_numel(g) == count);
         CPU_ASSERT_CONTIGUOUS(p);
         CPU_ASSERT_CONTIGUOUS(g);
@@ -131,11 +136,19 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
             AMP_ASSERT(vt && vt->dtype == AMP_DTYPE_F32 && cpu_numel(vt) == count,
                        "(param %d needs an f32 second-moment buffer)", t);
             CPU_ASSERT_CONTIGUOUS(vt);
-            adam_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g), amp_tensor_ptr(mt),
-                      amp_tensor_ptr(vt), count);
-        } else {
-            sgd_step(o, step[idx[t]], amp_tensor_ptr(p), amp_tensor_ptr(g),
-                     mt ? amp_tensor_ptr(mt) : NULL, count);
         }
+        float *wide = NULL; // a narrower gradient, widened (exactly) for the f32 arithmetic
+        if (g->dtype != AMP_DTYPE_F32) {
+            wide = amp_xmalloc((size_t)count * sizeof *wide);
+            for (int64_t i = 0; i < count; i++)
+                wide[i] = cpu_load(g->dtype, amp_tensor_ptr(g), i);
+        }
+        const float *gp = wide ? wide : amp_tensor_ptr(g);
+        if (adam)
+            adam_step(o, step[idx[t]], amp_tensor_ptr(p), gp, amp_tensor_ptr(mt),
+                      amp_tensor_ptr(vt), count);
+        else
+            sgd_step(o, step[idx[t]], amp_tensor_ptr(p), gp, mt ? amp_tensor_ptr(mt) : NULL, count);
+        free(wide);
     }
 }

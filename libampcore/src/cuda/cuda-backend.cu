@@ -351,14 +351,13 @@ static const amp_backend_i cuda_backend = {
     .nll_loss_backward = WRITES(cuda_nll_loss_backward, 0),
     .masked_fill = WRITES(cuda_masked_fill, 0),
     .dropout_mask = WRITES(cuda_dropout_mask, 0),
-    .unscale = WRITES(cuda_unscale, 3), // takes or guards the gradients itself
+    .unscale = WRITES(cuda_unscale, 4), // takes or guards the gradients itself
     .scale_update = WRITES(cuda_scale_update, 0, 1, 2, 7),
     .optim_step = WRITES(cuda_optim_step, 6), // the same for the parameters and their state
     .stats_into = cuda_stats_into,
     .synchronize = FLUSHING(be_synchronize),
     .release = FLUSHING(be_release),
 };
-
 
 // The peak of device bytes held by live tensors and scratch: in the pool's blocks (sizes rounded
 // up to 2 MiB steps above 1 MiB), and in the sizes asked for (512-byte steps: the benchmark's

@@ -392,8 +392,8 @@ void cuda_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const am
                      int kernel, int stride);
 void cuda_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
                               const amp_tensor_t *argmax, int kernel, int stride);
-void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv_scale,
-                  amp_tensor_t *found_inf);
+void cuda_unscale(void *bctx, amp_tensor_t *const *grads, const amp_tensor_t *const *from, int n,
+                  const amp_tensor_t *inv_scale, amp_tensor_t *found_inf);
 void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
                        amp_tensor_t *tracker, amp_tensor_t *const *found_infs, const bool *stepped,
                        int n, const amp_scaler_params *p, amp_tensor_t *rec);

@@ -58,6 +58,41 @@ __device__ __forceinline__ bool mt_whole_f32(const void *const *ps, int n, int64
     return ok;
 }
 
+// Whether the block's chunk [begin, end) is whole and array p of elements of `size` bytes can
+// move 4 elements a load (aligned to 4 of them).
+__device__ __forceinline__ bool mt_whole4(const void *p, unsigned size, int64_t begin,
+                                          int64_t end) {
+    return end - begin == MT_CHUNK && ((uintptr_t)p & (4 * size - 1)) == 0;
+}
+
+// Elements 4i..4i+3 of array p as f32, in one load.
+__device__ __forceinline__ float4 load4(const float *p, int64_t i) {
+    return ((const float4 *)p)[i];
+}
+__device__ __forceinline__ float4 load4(const __half *p, int64_t i) {
+    const uint2 u = ((const uint2 *)p)[i];
+    const float2 lo = __half22float2(*(const __half2 *)&u.x),
+                 hi = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p, int64_t i) {
+    const uint2 u = ((const uint2 *)p)[i];
+    const float2 lo = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x),
+                 hi = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// f(G *) with p as an array of floating dtype dt: the type-specific code chosen once per block.
+template <typename F>
+__device__ __forceinline__ void with_float_type(amp_dtype dt, const void *p, F f) {
+    if (dt == AMP_DTYPE_F16)
+        f((const __half *)p);
+    else if (dt == AMP_DTYPE_BF16)
+        f((const __nv_bfloat16 *)p);
+    else
+        f((const float *)p);
+}
+
 // Adds tensor t's chunks to a; returns false when a is full.
 static bool mt_add(mt_args *a, void *p0, void *p1, void *p2, void *p3, int64_t n, amp_dtype dt) {
     if (a->count == MT_MAX) return false;
@@ -117,38 +152,57 @@ struct mt_stats {
 // ---------------------------------------------------------------------------------------------
 // unscale
 
+// One block's chunk [begin, end) of gradient g: checked, and unscaled into out (g itself, or an
+// f32 gradient when g is narrower) when `write`.
+template <bool S, typename G>
+__device__ __forceinline__ bool unscale_chunk(const G *g, float *out, bool write, float inv_scale,
+                                              int64_t begin, int64_t end, mt_stats &st) {
+    bool bad = false;
+    if ((sizeof(G) == 4 || (void *)out != (void *)g) && mt_whole4(g, sizeof(G), begin, end) &&
+        mt_whole4(out, 4, begin, end)) {
+        float4 *o4 = (float4 *)(out + begin);
+        float4 r[MT_VEC];
+#pragma unroll
+        for (int k = 0; k < MT_VEC; k++)
+            r[k] = load4(g + begin, threadIdx.x + k * MT_BLOCK);
+#pragma unroll
+        for (int k = 0; k < MT_VEC; k++) {
+            if (S) st.add(r[k]);
+            bad |= !isfinite(r[k].x) || !isfinite(r[k].y) || !isfinite(r[k].z) || !isfinite(r[k].w);
+            if (write)
+                o4[threadIdx.x + k * MT_BLOCK] = make_float4(
+                    r[k].x * inv_scale, r[k].y * inv_scale, r[k].z * inv_scale, r[k].w * inv_scale);
+        }
+        return bad;
+    }
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const float v = cuda_io<G>::load(g[i]);
+        if (S) st.add(v);
+        bad |= !isfinite(v);
+        if (!write) continue;
+        if ((void *)out != (void *)g)
+            out[i] = v * inv_scale;
+        else
+            ((G *)g)[i] = cuda_io<G>::store(v * inv_scale);
+    }
+    return bad;
+}
+
 template <bool S>
 __global__ void __launch_bounds__(MT_BLOCK)
     unscale_kernel(mt_args a, const float *inv, float *found_inf) {
     const float inv_scale = *inv;
     int64_t begin, end;
     const int t = mt_locate(a, &begin, &end);
-    void *g = a.p[0][t];
-    const amp_dtype dt = (amp_dtype)a.dtype[t];
+    const void *g = a.p[0][t];
+    float *out = (float *)a.p[1][t]; // f32, when g is a narrower gradient; else g in place
+    const bool write = out || inv_scale != 1.0f;
+    if (!out) out = (float *)g;
     mt_stats st(a, 0, t, S);
     bool bad = false;
-    if (dt == AMP_DTYPE_F32 && mt_whole_f32(&a.p[0][t], 1, begin, end)) {
-        float4 *g4 = (float4 *)((float *)g + begin);
-        float4 r[MT_VEC];
-#pragma unroll
-        for (int k = 0; k < MT_VEC; k++)
-            r[k] = g4[threadIdx.x + k * MT_BLOCK];
-#pragma unroll
-        for (int k = 0; k < MT_VEC; k++) {
-            if (S) st.add(r[k]);
-            bad |= !isfinite(r[k].x) || !isfinite(r[k].y) || !isfinite(r[k].z) || !isfinite(r[k].w);
-            if (inv_scale != 1.0f)
-                g4[threadIdx.x + k * MT_BLOCK] = make_float4(
-                    r[k].x * inv_scale, r[k].y * inv_scale, r[k].z * inv_scale, r[k].w * inv_scale);
-        }
-    } else {
-        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-            const float v = cuda_load(dt, g, i);
-            if (S) st.add(v);
-            bad |= !isfinite(v);
-            if (inv_scale != 1.0f) cuda_store(dt, g, i, v * inv_scale);
-        }
-    }
+    with_float_type((amp_dtype)a.dtype[t], g, [&](auto *gt) {
+        bad = unscale_chunk<S>(gt, out, write, inv_scale, begin, end, st);
+    });
     if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
     if (S) st.end(a, t, begin);
 }
@@ -163,22 +217,27 @@ static void unscale_launch(cuda_ctx *c, const mt_args *a, const float *inv_scale
     CUDA_LAUNCH_CHECK();
 }
 
-void cuda_unscale(void *bctx, amp_tensor_t *const *grads, int n, const amp_tensor_t *inv,
-                  amp_tensor_t *found_inf) {
+void cuda_unscale(void *bctx, amp_tensor_t *const *grads, const amp_tensor_t *const *from, int n,
+                  const amp_tensor_t *inv, amp_tensor_t *found_inf) {
     cuda_ctx *c = cuda_of(bctx);
     float *fp = amp_f32_scalar(found_inf);
     const float *inv_scale = amp_f32_scalar(inv);
     mt_args a = {};
     for (int t = 0; t < n; t++) {
         amp_tensor_t *g = grads[t];
+        const amp_tensor_t *src = from && from[t] ? from[t] : g;
         CUDA_ASSERT_CONTIGUOUS(g);
-        CUDA_ASSERT_FLOAT(g);
-        if (!mt_add(&a, amp_tensor_ptr(g), NULL, NULL, NULL, cuda_numel(g), g->dtype)) {
+        CUDA_ASSERT_CONTIGUOUS(src);
+        CUDA_ASSERT_FLOAT(src);
+        AMP_ASSERT(src == g || (g->dtype == AMP_DTYPE_F32 && cuda_numel(src) == cuda_numel(g)));
+        void *sp = amp_tensor_ptr(src), *op = src == g ? NULL : amp_tensor_ptr(g);
+        if (!mt_add(&a, sp, op, NULL, NULL, cuda_numel(g), src->dtype)) {
             unscale_launch(c, &a, inv_scale, fp);
             a = mt_args{};
-            mt_add(&a, amp_tensor_ptr(g), NULL, NULL, NULL, cuda_numel(g), g->dtype);
+            mt_add(&a, sp, op, NULL, NULL, cuda_numel(g), src->dtype);
         }
-        mt_take(c, &a, 0, g, true);
+        mt_take(c, &a, 0, src, src == g);
+        if (src != g) cuda_held_guard_tensor(c, g);
     }
     unscale_launch(c, &a, inv_scale, fp);
 }
@@ -293,13 +352,13 @@ __device__ __forceinline__ void adam_element(const optim_scalars &o, const step_
 
 // The update of one block's chunk [begin, end) of a parameter, with the statistics of its values
 // before the update (sp) and of its gradient (sg) when S.
-template <bool S>
+template <bool S, typename G>
 __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_scalars s, float *p,
-                                            const float *g, float *m, float *v, int64_t begin,
+                                            const G *g, float *m, float *v, int64_t begin,
                                             int64_t end, mt_stats &sp, mt_stats &sg) {
     if (o.kind == AMP_OPTIM_SGD) {
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-            float gi = g[i];
+            float gi = cuda_io<G>::load(g[i]);
             if (S) {
                 sp.add(p[i]);
                 sg.add(gi);
@@ -314,38 +373,38 @@ __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_s
         return;
     }
     const bool decoupled = o.kind == AMP_OPTIM_ADAMW;
-    const void *arrays[4] = {p, g, m, v};
-    if (mt_whole_f32(arrays, 4, begin, end)) {
+    const void *arrays[3] = {p, m, v};
+    if (mt_whole_f32(arrays, 3, begin, end) && mt_whole4(g, sizeof(G), begin, end)) {
         float4 *p4 = (float4 *)(p + begin), *m4 = (float4 *)(m + begin),
                *v4 = (float4 *)(v + begin);
-        const float4 *g4 = (const float4 *)(g + begin);
-        float4 P[MT_VEC], G[MT_VEC], M[MT_VEC], V[MT_VEC];
+        float4 P[MT_VEC], G4[MT_VEC], M[MT_VEC], V[MT_VEC];
 #pragma unroll
         for (int k = 0; k < MT_VEC; k++) {
             const int i = threadIdx.x + k * MT_BLOCK;
-            P[k] = p4[i], G[k] = g4[i], M[k] = m4[i], V[k] = v4[i];
+            P[k] = p4[i], G4[k] = load4(g + begin, i), M[k] = m4[i], V[k] = v4[i];
         }
 #pragma unroll
         for (int k = 0; k < MT_VEC; k++) {
             if (S) {
                 sp.add(P[k]);
-                sg.add(G[k]);
+                sg.add(G4[k]);
             }
-            adam_element(o, s, decoupled, P[k].x, G[k].x, M[k].x, V[k].x);
-            adam_element(o, s, decoupled, P[k].y, G[k].y, M[k].y, V[k].y);
-            adam_element(o, s, decoupled, P[k].z, G[k].z, M[k].z, V[k].z);
-            adam_element(o, s, decoupled, P[k].w, G[k].w, M[k].w, V[k].w);
+            adam_element(o, s, decoupled, P[k].x, G4[k].x, M[k].x, V[k].x);
+            adam_element(o, s, decoupled, P[k].y, G4[k].y, M[k].y, V[k].y);
+            adam_element(o, s, decoupled, P[k].z, G4[k].z, M[k].z, V[k].z);
+            adam_element(o, s, decoupled, P[k].w, G4[k].w, M[k].w, V[k].w);
             const int i = threadIdx.x + k * MT_BLOCK;
             p4[i] = P[k], m4[i] = M[k], v4[i] = V[k];
         }
         return;
     }
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const float gi = cuda_io<G>::load(g[i]);
         if (S) {
             sp.add(p[i]);
-            sg.add(g[i]);
+            sg.add(gi);
         }
-        adam_element(o, s, decoupled, p[i], g[i], m[i], v[i]);
+        adam_element(o, s, decoupled, p[i], gi, m[i], v[i]);
     }
 }
 
@@ -356,13 +415,14 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
     int64_t begin, end;
     const int t = mt_locate(a, &begin, &end);
     float *p = (float *)a.p[0][t];
-    const float *g = (const float *)a.p[1][t];
+    const void *g = a.p[1][t];
+    const amp_dtype gt = (amp_dtype)a.dtype[t]; // the gradient's: f32 or narrower
     float *m = (float *)a.p[2][t], *v = (float *)a.p[3][t];
     mt_stats sp(a, 0, t, S), sg(a, 1, t, S); // the parameter's before the update, its gradient's
     if (skip) { // S: the statistics only
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
             sp.add(p[i]);
-            sg.add(g[i]);
+            sg.add(cuda_load(gt, g, i));
         }
     } else {
         __shared__ step_scalars ss;
@@ -371,7 +431,9 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
             amp_adam_step_scalars(o.lr, o.beta1, o.beta2, ss.step, &ss.step_size, &ss.bc2_sqrt);
         }
         __syncthreads();
-        optim_chunk<S>(o, ss, p, g, m, v, begin, end, sp, sg);
+        with_float_type(gt, g, [&](auto *gtyped) {
+            optim_chunk<S>(o, ss, p, gtyped, m, v, begin, end, sp, sg);
+        });
     }
     if (S) {
         sp.end(a, t, begin);
@@ -428,7 +490,8 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
         amp_tensor_t *p = params[t];
         const amp_tensor_t *g = grads[t];
         const int64_t count = cuda_numel(p);
-        AMP_ASSERT(p->dtype == AMP_DTYPE_F32 && g->dtype == AMP_DTYPE_F32, "(param %d)", t);
+        AMP_ASSERT(p->dtype == AMP_DTYPE_F32, "(param %d)", t);
+        CUDA_ASSERT_FLOAT(g);
         AMP_ASSERT(cuda_numel(g) == count);
         CUDA_ASSERT_CONTIGUOUS(p);
         CUDA_ASSERT_CONTIGUOUS(g);
@@ -445,10 +508,10 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
         }
         void *pp = amp_tensor_ptr(p), *gp = amp_tensor_ptr(g);
         void *mp = mt ? amp_tensor_ptr(mt) : NULL, *vp = vt ? amp_tensor_ptr(vt) : NULL;
-        if (!mt_add(&a, pp, gp, mp, vp, count, AMP_DTYPE_F32)) {
+        if (!mt_add(&a, pp, gp, mp, vp, count, g->dtype)) {
             optim_launch(c, &a, &o);
             a = mt_args{};
-            mt_add(&a, pp, gp, mp, vp, count, AMP_DTYPE_F32);
+            mt_add(&a, pp, gp, mp, vp, count, g->dtype);
         }
         a.steps[a.count - 1] = cp + idx[t];
         mt_take(c, &a, 0, p, true);
