@@ -247,12 +247,9 @@ __device__ __forceinline__ void atomic_max_float(float *a, float v) {
 
 // Thread 0 adds the block's total into the slot; the tensor's first blocks also set numel.
 // Every thread of the block calls it.
-__device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel, bool first,
-                                                  const thread_acc &a, stats_limits lim) {
-    const unsigned under = lim.min_normal > 0.0f ? a.small - a.zero : 0u;
-    block_total r = {a.mn, a.mx, a.nan, a.pinf, a.ninf, a.over, under, a.zero, (double)a.ss};
-    r = block_reduce(r);
-    if (block_thread() != 0) return;
+// One block's reduced numbers r into slot (thread 0).
+__device__ __forceinline__ void slot_add(amp_stats *slot, const block_total &r, int64_t numel,
+                                         bool first) {
     if (first) slot->numel = numel;
     // Up to a thousand blocks end together on one slot: atomics only where they change something.
     // The slot's min only falls and its max only rises, so a stale read can only be less tight.
@@ -271,6 +268,19 @@ __device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel
                   {r.under, &slot->n_underflow}, {r.zero, &slot->n_zero}};
     for (const auto &c : counts)
         if (c.n) atomicAdd((unsigned long long *)c.to, c.n);
+}
+
+// The block's numbers into slot, and into slot2 too when it is set (a second entry for the same
+// tensor). Every thread of the block.
+__device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel, bool first,
+                                                  const thread_acc &a, stats_limits lim,
+                                                  amp_stats *slot2 = nullptr) {
+    const unsigned under = lim.min_normal > 0.0f ? a.small - a.zero : 0u;
+    block_total r = {a.mn, a.mx, a.nan, a.pinf, a.ninf, a.over, under, a.zero, (double)a.ss};
+    r = block_reduce(r);
+    if (block_thread() != 0) return;
+    slot_add(slot, r, numel, first);
+    if (slot2) slot_add(slot2, r, numel, first);
 }
 
 __device__ __forceinline__ thread_acc acc_empty(void) {

@@ -18,6 +18,7 @@
  * scale update is one thread's work.
  */
 #include "cuda-fuse.h"
+#include "cuda-stats.h"
 
 #include <math.h>
 
@@ -33,6 +34,8 @@ typedef struct mt_args {
     int32_t first_block[MT_MAX + 1];
     int8_t dtype[MT_MAX];
     amp_stats *slot[2][MT_MAX]; // statistics of array 0 / 1 of the tensor (NULL: none)
+    amp_stats *slot2[2][MT_MAX]; // a second entry's for the same array (a parameter's gradient
+                                 // that is the one a widening cast handed on, read for both)
     int8_t target[2][MT_MAX];
     bool stats; // any slot set
     int count;
@@ -118,6 +121,16 @@ static void mt_take(cuda_ctx *c, mt_args *a, int k, const amp_tensor_t *t, bool 
         a->slot[k][a->count - 1] = slot;
         a->target[k][a->count - 1] = (int8_t)target;
         a->stats = true;
+        amp_stats *slot2;
+        amp_dtype target2;
+        if (cuda_held_take(c, t, true, &slot2, &target2)) { // the same numbers, held twice
+            if (target2 == target) {
+                a->slot2[k][a->count - 1] = slot2;
+            } else { // (another autocast dtype: counted against its own limits, now)
+                const cuda_stats_job job = {amp_tensor_ptr(t), cuda_numel(t), slot2, t->dtype};
+                CUDA_CHECK(cuda_stats_launch(&job, 1, target2, c->stream));
+            }
+        }
     } else if (written) {
         cuda_held_guard_tensor(c, t);
     }
@@ -125,13 +138,13 @@ static void mt_take(cuda_ctx *c, mt_args *a, int k, const amp_tensor_t *t, bool 
 
 // A block's share of the statistics of array k of tensor t (on: a slot for it).
 struct mt_stats {
-    amp_stats *slot;
+    amp_stats *slot, *slot2;
     stats_limits lim;
     thread_acc a;
 
     __device__ __forceinline__ mt_stats(const mt_args &m, int k, int t, bool S)
-        : slot(S ? m.slot[k][t] : nullptr), lim(stats_limits_of((amp_dtype)m.target[k][t])),
-          a(acc_empty()) {}
+        : slot(S ? m.slot[k][t] : nullptr), slot2(S ? m.slot2[k][t] : nullptr),
+          lim(stats_limits_of((amp_dtype)m.target[k][t])), a(acc_empty()) {}
     __device__ __forceinline__ void add(float v) {
         if (slot) acc_value(a, v, lim);
     }
@@ -145,7 +158,7 @@ struct mt_stats {
     }
     // Every thread of the block; `slot` is the same for all of them.
     __device__ __forceinline__ void end(const mt_args &m, int t, int64_t begin) {
-        if (slot) block_add_to_slot(slot, m.n[t], begin == 0, a, lim);
+        if (slot) block_add_to_slot(slot, m.n[t], begin == 0, a, lim, slot2);
     }
 };
 
