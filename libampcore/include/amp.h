@@ -162,7 +162,8 @@ void amp_tensor_set_name(amp_tensor_t *t, const char *name);
 const char *amp_tensor_name(const amp_tensor_t *t);
 void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad);
 bool amp_tensor_requires_grad(const amp_tensor_t *t);
-// The accumulated gradient (same dtype and shape), or NULL when there is none.
+// The accumulated gradient (same dtype and shape), or NULL when there is none. (A gradient kept
+// in a narrower dtype inside, such as a parameter's from autocast's cast, is widened here.)
 amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t);
 // Drops the gradient (torch's zero_grad(set_to_none=True)).
 void amp_tensor_zero_grad(amp_tensor_t *t);

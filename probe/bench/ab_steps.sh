@@ -1,0 +1,34 @@
+#!/bin/sh
+# ab_steps.sh ROUNDS "NAME:BENCH:MODULE ..." "WORKLOAD:MODE ..." [--stats] — cuda_bench's median
+# step time for builds side by side, alternating (one run of each build in turn, ROUNDS times a
+# case), so that the machine's minute-to-minute swings weigh on all alike. BENCH is a cuda_bench
+# binary and MODULE the libampcore_cuda.so it loads (AMPPROBE_CUDA_MODULE); --stats turns the full
+# per-layer statistics on. One line per round: the case, then each build's milliseconds.
+#
+#   sh probe/bench/ab_steps.sh 3 "old:old/bench/cuda_bench:old/libampcore_cuda.so \
+#       new:build/cuda/bench/cuda_bench:build/cuda/libampcore_cuda.so" "mlp:fp16 gpt:fp16"
+set -eu
+rounds=${1:?usage: ab_steps.sh ROUNDS "NAME:BENCH:MODULE ..." "WORKLOAD:MODE ..." [--stats]}
+variants=${2:?missing the builds (NAME:BENCH:MODULE ...)}
+cases=${3:?missing the cases (WORKLOAD:MODE ...)}
+stats=${4:-}
+[ -z "$stats" ] || [ "$stats" = --stats ] || { echo "ab_steps.sh: unknown option '$stats'" >&2; exit 2; }
+median() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['step_ms_median'])"; }
+for c in $cases; do
+    w=${c%%:*}; m=${c#*:}
+    for r in $(seq "$rounds"); do
+        line="$w $m${stats:+ stats}"
+        for v in $variants; do
+            name=${v%%:*}; rest=${v#*:}; bench=${rest%%:*}; mod=${rest#*:}
+            if [ -n "$stats" ]; then
+                db=$(mktemp -u /tmp/ab_steps.XXXXXX).sqlite
+                t=$(AMPPROBE_CUDA_MODULE=$mod AMPPROBE_OUT=$db "$bench" --workload "$w" --mode "$m" --stats | median)
+                rm -f "$db"*
+            else
+                t=$(AMPPROBE_CUDA_MODULE=$mod "$bench" --workload "$w" --mode "$m" | median)
+            fi
+            line="$line  $name $t"
+        done
+        echo "$line"
+    done
+done
