@@ -512,7 +512,7 @@ static bool takeable(const amp_tensor_t *t, const amp_tensor_t *g, const amp_ten
                                (size_t)amp_numel(g) * amp_dtype_size(g->dtype) == g->buf->nbytes));
 }
 
-// A persistent tensor's gradient struct (in no list, like grad_buffer's) over g's storage.
+// A persistent tensor's gradient struct (in no list, like amp_grad_new's) over g's storage.
 static amp_tensor_t *grad_adopt(const amp_tensor_t *g) {
     amp_tensor_t *c = amp_xcalloc(1, sizeof *c);
     c->ctx = g->ctx;
