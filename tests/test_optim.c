@@ -104,6 +104,61 @@ static void constant_grad_steps(const amp_optim_params *o, float w0, float g, fl
     amp_ctx_free(ctx);
 }
 
+// A parameter that reaches the graph through a cast keeps the cast's 16-bit gradient (dt): the
+// step reads it as it is and moves the parameter and its state bit for bit as the widened f32
+// gradient would, in every optimizer.
+static void check_narrow_gradient(const amp_optim_params *o, amp_dtype dt) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *pn = test_param_f32(ctx, N, p0), *pw = test_param_f32(ctx, N, p0);
+    amp_optim_t *on, *ow;
+    ck_assert_int_eq(amp_optim_new(ctx, o, &pn, 1, &on), AMP_OK);
+    ck_assert_int_eq(amp_optim_new(ctx, o, &pw, 1, &ow), AMP_OK);
+    for (int s = 0; s < STEPS; s++) {
+        amp_tensor_t *c = amp_tensor_from_f32(ctx, dt, 1, (int64_t[]){N}, grads[s]);
+        amp_backward(ctx, amp_sum(ctx, amp_mul(ctx, amp_to(ctx, pn, dt), c))); // pn.grad = c
+        ck_assert_int_eq(pn->grad->dtype, dt);
+        float g[N];
+        amp_tensor_read_f32(c, g);
+        test_set_grad_f32(ctx, pw, g);
+        amp_optim_step(on);
+        amp_optim_step(ow);
+        for (int k = -1; k < 2; k++) { // the parameters, then their state
+            const amp_tensor_t *a = k < 0 ? pn : amp_optim_state(on, 0, k),
+                               *b = k < 0 ? pw : amp_optim_state(ow, 0, k);
+            if (!a) continue;
+            float x[N], y[N];
+            amp_tensor_read_f32(a, x);
+            amp_tensor_read_f32(b, y);
+            ck_assert_mem_eq(x, y, sizeof x);
+        }
+        amp_optim_zero_grad(on);
+        amp_optim_zero_grad(ow);
+        amp_tensor_free(c);
+        amp_ctx_reset(ctx);
+    }
+    amp_optim_free(on);
+    amp_optim_free(ow);
+    amp_ctx_free(ctx);
+}
+
+START_TEST(test_narrow_gradients) {
+    amp_optim_params sgd = amp_optim_defaults(AMP_OPTIM_SGD);
+    sgd.lr = 0.1f;
+    sgd.momentum = 0.9f;
+    sgd.nesterov = true;
+    sgd.weight_decay = 0.01f;
+    amp_optim_params adam = amp_optim_defaults(AMP_OPTIM_ADAM);
+    adam.weight_decay = 0.1f;
+    const amp_optim_params adamw = amp_optim_defaults(AMP_OPTIM_ADAMW);
+    const amp_dtype dts[2] = {AMP_DTYPE_F16, AMP_DTYPE_BF16};
+    for (int d = 0; d < 2; d++) {
+        check_narrow_gradient(&sgd, dts[d]);
+        check_narrow_gradient(&adam, dts[d]);
+        check_narrow_gradient(&adamw, dts[d]);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Defaults, names, checks
 
@@ -403,6 +458,7 @@ Suite *optim_suite(void) {
     tcase_add_test(tc, test_adam_hand_values);
     tcase_add_test(tc, test_adam_reference);
     tcase_add_test(tc, test_adamw_reference);
+    tcase_add_test(tc, test_narrow_gradients);
     suite_add_tcase(s, tc);
     tc = tcase_create("state");
     tcase_add_test(tc, test_per_param_steps);
