@@ -1,8 +1,9 @@
 /*
  * test_optim.c — the `optim` suite: SGD (momentum, dampening, nesterov, weight decay), Adam (L2)
  * and AdamW (decoupled) against hand-computed values and a double-precision transcription of
- * torch.optim's single-tensor formulas, over 3 steps with changing gradients; per-parameter
- * step counts and state tensors; torch.optim's argument checks and messages.
+ * torch.optim's single-tensor formulas, over 3 steps with changing gradients; gradients kept in
+ * 16 bits; per-parameter step counts and state tensors; torch.optim's argument checks and
+ * messages.
  */
 #include "tests.h"
 
