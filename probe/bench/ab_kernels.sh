@@ -12,12 +12,13 @@ stats=${4:-}
 [ -z "$stats" ] || [ "$stats" = --stats ] || { echo "ab_kernels.sh: unknown option '$stats'" >&2; exit 2; }
 trace=cuda; [ -z "$stats" ] || trace=amp,cuda
 steps=10 # cuda_bench runs 3 warm-up steps, the timed steps and as many again back to back
+tmp=$(mktemp -d /tmp/ab_kernels.XXXXXX) # the captures, removed at exit
+trap 'rm -rf "$tmp"' EXIT
 for c in $cases; do
     w=${c%%:*}; m=${c#*:}; dbs=""
     for v in $variants; do
         name=${v%%:*}; rest=${v#*:}; bench=${rest%%:*}; mod=${rest#*:}
-        db=/tmp/ab_kernels_${name}_${w}_$m.sqlite
-        rm -f "$db"*
+        db=$tmp/${name}_${w}_$m.sqlite
         AMPPROBE_CUDA_MODULE=$mod "$ampprobe" run --trace $trace -o "$db" -- "$bench" --workload "$w" \
             --mode "$m" --warmup 3 --steps $steps $stats >/dev/null
         dbs="$dbs $name=$db"

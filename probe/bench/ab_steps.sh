@@ -13,21 +13,26 @@ variants=${2:?missing the builds (NAME:BENCH:MODULE ...)}
 cases=${3:?missing the cases (WORKLOAD:MODE ...)}
 stats=${4:-}
 [ -z "$stats" ] || [ "$stats" = --stats ] || { echo "ab_steps.sh: unknown option '$stats'" >&2; exit 2; }
+tmp=$(mktemp -d /tmp/ab_steps.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
 median() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['step_ms_median'])"; }
+# step_ms BENCH MODULE WORKLOAD MODE: one run's median step (with --stats, its database is
+# $tmp/run.sqlite, removed before the next run)
+step_ms() {
+    if [ -n "$stats" ]; then
+        rm -f "$tmp"/run.sqlite*
+        AMPPROBE_CUDA_MODULE=$2 AMPPROBE_OUT=$tmp/run.sqlite "$1" --workload "$3" --mode "$4" --stats
+    else
+        AMPPROBE_CUDA_MODULE=$2 "$1" --workload "$3" --mode "$4"
+    fi | median
+}
 for c in $cases; do
     w=${c%%:*}; m=${c#*:}
     for r in $(seq "$rounds"); do
         line="$w $m${stats:+ stats}"
         for v in $variants; do
-            name=${v%%:*}; rest=${v#*:}; bench=${rest%%:*}; mod=${rest#*:}
-            if [ -n "$stats" ]; then
-                db=$(mktemp -u /tmp/ab_steps.XXXXXX).sqlite
-                t=$(AMPPROBE_CUDA_MODULE=$mod AMPPROBE_OUT=$db "$bench" --workload "$w" --mode "$m" --stats | median)
-                rm -f "$db"*
-            else
-                t=$(AMPPROBE_CUDA_MODULE=$mod "$bench" --workload "$w" --mode "$m" | median)
-            fi
-            line="$line  $name $t"
+            name=${v%%:*}; rest=${v#*:}
+            line="$line  $name $(step_ms "${rest%%:*}" "${rest#*:}" "$w" "$m")"
         done
         echo "$line"
     done
