@@ -189,7 +189,8 @@ static opt_state *state_of(amp_scaler_t *sc, const amp_optim_t *opt) {
 // gradient, as PyTorch's per-device dict stays empty otherwise.
 static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s) {
     const int n = amp_optim_num_params(opt);
-    amp_tensor_t **grads = amp_xmalloc(2 * (size_t)n * sizeof *grads);
+    // per gradient: the tensor unscaled into, its narrower input (or NULL: in place), its owner
+    amp_tensor_t **grads = amp_xmalloc(3 * (size_t)n * sizeof *grads), **owner = grads + 2 * n;
     const amp_tensor_t **from = (const amp_tensor_t **)(grads + n);
     int ng = 0;
     bool narrow = false;
@@ -201,13 +202,10 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
             return amp_set_error(AMP_ERR_SCALER_FP16_GRADS,
                                  "Attempting to unscale FP16 gradients.");
         }
-        from[ng] = NULL;
-        if (g->dtype != p->dtype) {
-            from[ng] = g;
-            g = amp_grad_new(p->ctx, p);
-            narrow = true;
-        }
-        grads[ng++] = g;
+        from[ng] = g->dtype != p->dtype ? g : NULL; // kept narrower (amp_tensor_grad)
+        narrow |= from[ng] != NULL;
+        grads[ng] = from[ng] ? amp_grad_new(p->ctx, p) : g;
+        owner[ng++] = p;
     }
     s->has_found_inf = ng > 0;
     if (ng > 0) {
@@ -220,12 +218,8 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
         ctx->be->unscale(ctx->bctx, grads, narrow ? from : NULL, ng, sc->inv_scale, s->found_inf);
         if (ctx->nvtx) amp_nvtx_pop();
     }
-    for (int i = 0, k = 0; narrow && i < n; i++) { // the unscaled gradients take over
-        amp_tensor_t *p = amp_optim_param(opt, i);
-        if (!p->grad) continue;
-        if (from[k]) amp_grad_replace(p, grads[k]);
-        k++;
-    }
+    for (int k = 0; k < ng; k++) // the unscaled gradients take over from the narrower ones
+        if (from[k]) amp_grad_replace(owner[k], grads[k]);
     free(grads);
     s->stage = STAGE_UNSCALED;
     return AMP_OK;

@@ -450,13 +450,16 @@ static void grad_free(amp_tensor_t *t) {
     t->grad = NULL;
 }
 
+// t's gradient replaced by a copy in a fresh buffer of t's own, in t's dtype.
+static void grad_copy_to_own(amp_tensor_t *t) {
+    amp_tensor_t *c = amp_grad_new(t->ctx, t);
+    t->ctx->be->copy(t->ctx->bctx, c, t->grad);
+    amp_grad_replace(t, c);
+}
+
 amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t) {
-    if (t->grad && t->grad->dtype != t->dtype) { // narrower: widened once, where it is kept
-        amp_tensor_t *w = (amp_tensor_t *)t;     // (the gradient's dtype is t's own business)
-        amp_tensor_t *g = amp_grad_new(w->ctx, w);
-        w->ctx->be->copy(w->ctx->bctx, g, w->grad);
-        amp_grad_replace(w, g);
-    }
+    // a narrower gradient is widened once, where it is kept (its dtype is t's own business)
+    if (t->grad && t->grad->dtype != t->dtype) grad_copy_to_own((amp_tensor_t *)t);
     return t->grad;
 }
 
@@ -576,11 +579,8 @@ static bool grad_writable(const amp_tensor_t *t) {
 
 // Gives t a gradient buffer of its own, in its dtype, holding its gradient so far, when its
 // gradient is not writable.
-static void own_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
-    if (grad_writable(t)) return;
-    amp_tensor_t *c = amp_grad_new(ctx, t);
-    ctx->be->copy(ctx->bctx, c, t->grad);
-    amp_grad_replace(t, c);
+static void own_grad(amp_tensor_t *t) {
+    if (!grad_writable(t)) grad_copy_to_own(t);
 }
 
 void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g, int dim,
@@ -594,7 +594,7 @@ void amp_grad_accumulate_slice(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g,
         t->grad = amp_grad_new(ctx, t);
         ctx->be->fill(ctx->bctx, t->grad, 0.0f);
     } else {
-        own_grad(ctx, t);
+        own_grad(t);
     }
     amp_tensor_t *slice = amp_view_new(ctx, t->grad, g->ndim, g->shape, t->grad->stride,
                                        t->grad->offset + start * t->grad->stride[dim]);

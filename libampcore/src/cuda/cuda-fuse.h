@@ -245,9 +245,7 @@ __device__ __forceinline__ void atomic_max_float(float *a, float v) {
         atomicMin((unsigned *)a, __float_as_uint(v));
 }
 
-// Thread 0 adds the block's total into the slot; the tensor's first blocks also set numel.
-// Every thread of the block calls it.
-// One block's reduced numbers r into slot (thread 0).
+// A block's total r into slot (by one thread); the tensor's first blocks also set numel.
 __device__ __forceinline__ void slot_add(amp_stats *slot, const block_total &r, int64_t numel,
                                          bool first) {
     if (first) slot->numel = numel;
@@ -271,7 +269,7 @@ __device__ __forceinline__ void slot_add(amp_stats *slot, const block_total &r, 
 }
 
 // The block's numbers into slot, and into slot2 too when it is set (a second entry for the same
-// tensor). Every thread of the block.
+// tensor): reduced over the block, added by its thread 0. Every thread of the block calls it.
 __device__ __forceinline__ void block_add_to_slot(amp_stats *slot, int64_t numel, bool first,
                                                   const thread_acc &a, stats_limits lim,
                                                   amp_stats *slot2 = nullptr) {
