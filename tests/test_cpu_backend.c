@@ -1000,8 +1000,8 @@ static void optim_at(const amp_optim_params *o, int64_t step, amp_tensor_t *p, a
     int64_t *c = amp_tensor_ptr(counts);
     c[0] = step - 1;
     c[1] = 7;
-    be->optim_step(bctx, o, &p, &g, m ? &m : NULL, v ? &v : NULL, 1, counts, (int32_t[]){0, 1},
-                   found_inf);
+    be->optim_step(bctx, o, &p, &g, m ? &m : NULL, v ? &v : NULL, NULL, 1, counts,
+                   (int32_t[]){0, 1}, found_inf);
     const bool skipped = found_inf && *(const float *)amp_tensor_ptr(found_inf) != 0.0f;
     ck_assert_int_eq(c[0], skipped ? step - 1 : step);
     ck_assert_int_eq(c[1], skipped ? 7 : 8);

@@ -1109,7 +1109,7 @@ START_TEST(test_held_stats_gpu) {
         gpu->be->unscale(gpu->bctx, g, NULL, N, inv_scale, found);
         const amp_optim_params op = amp_optim_defaults(kinds[r % 2]);
         gpu->be->optim_step(gpu->bctx, &op, p, g, op.kind == AMP_OPTIM_SGD ? NULL : m,
-                            op.kind == AMP_OPTIM_SGD ? NULL : v, N, counts, count_idx, found);
+                            op.kind == AMP_OPTIM_SGD ? NULL : v, NULL, N, counts, count_idx, found);
         ck_assert_float_eq(amp_tensor_item(found), skipped ? 1.0f : 0.0f);
         char what[96];
         snprintf(what, sizeof what, "unscale + %s%s under %s", amp_optim_kind_name(op.kind),
@@ -1123,7 +1123,7 @@ START_TEST(test_held_stats_gpu) {
         gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)batch, 2 * N, target, slots,
                             idx, true);
         gpu->be->optim_step(gpu->bctx, &op, p, g, op.kind == AMP_OPTIM_SGD ? NULL : m,
-                            op.kind == AMP_OPTIM_SGD ? NULL : v, N, counts, count_idx, NULL);
+                            op.kind == AMP_OPTIM_SGD ? NULL : v, NULL, N, counts, count_idx, NULL);
         snprintf(what, sizeof what, "%s alone under %s", amp_optim_kind_name(op.kind),
                  amp_dtype_name(target));
         expect_slots(what, slots, want, 2 * N);
@@ -1226,9 +1226,34 @@ START_TEST(test_exit_without_free_gpu) {
 }
 END_TEST
 
+// The next autocast region's copy of GPU parameter p, written by the optimizer step: p's values
+// rounded to its dtype, bit for bit (as the cast kernel rounds them).
+static void expect_precast(const char *what, amp_tensor_t *p) {
+    ck_assert_ptr_nonnull(p->precast);
+    ck_assert_uint_eq(p->precast_version, p->buf->version);
+    amp_tensor_t *want = amp_to(gpu, p, p->precast_dtype), copy = *want;
+    copy.buf = p->precast;
+    const int64_t n = amp_tensor_numel(p);
+    uint16_t *a = malloc((size_t)n * 2), *b = malloc((size_t)n * 2);
+    amp_tensor_read(want, a);
+    amp_tensor_read(&copy, b);
+    int64_t bad = 0;
+    while (bad < n && a[bad] == b[bad])
+        bad++;
+    ck_assert_msg(bad == n, "%s: %s copy of %lld values differs at %lld (%04x, cast %04x)", what,
+                  amp_dtype_name(p->precast_dtype), (long long)n, (long long)bad,
+                  bad < n ? b[bad] : 0, bad < n ? a[bad] : 0);
+    free(a);
+    free(b);
+    amp_ctx_reset(gpu);
+}
+
 // Three optimizer steps over a few parameters with random gradients of dtype gt; parameters and
-// state compared after each. A 16-bit gradient comes the way autocast's does, through a cast's
-// backward (loss = sum(gt(p) * c)), and is kept narrow for the optimizer to read.
+// state compared after each, and the autocast copies the GPU's steps write (f16 or bf16, from
+// step to step). A 16-bit gradient comes the way autocast's does, through a cast's backward
+// (loss = sum(gt(p) * c)), and is kept narrow for the optimizer to read. Then a step skipped on
+// the device (found_inf), which writes the copies of the unchanged parameters (into new storage:
+// the old copies are held as an autocast region's casts).
 static void check_optim(amp_optim_params p, amp_dtype gt) {
     int64_t shapes[3][2] = {{33, 70}, {1, 5000}, {1, 1}};
     pair params[3], grads[3];
@@ -1254,6 +1279,8 @@ static void check_optim(amp_optim_params p, amp_dtype gt) {
             ck_assert_int_eq(pc[i]->grad->dtype, gt);
             ck_assert_int_eq(pg[i]->grad->dtype, gt);
         }
+        for (int i = 0; i < 3; i++)
+            amp_precast_want(pg[i], (i + step) % 2 ? F16 : BF16);
         amp_optim_step(oc);
         amp_optim_step(og);
         amp_ctx_reset(cpu);
@@ -1263,6 +1290,7 @@ static void check_optim(amp_optim_params p, amp_dtype gt) {
             if (amp_optim_state(oc, i, 0))
                 expect_close("optimizer state", amp_optim_state(oc, i, 0),
                              amp_optim_state(og, i, 0), 1e-5);
+            expect_precast(amp_optim_kind_name(p.kind), pg[i]);
         }
         amp_optim_zero_grad(oc);
         amp_optim_zero_grad(og);
@@ -1271,6 +1299,24 @@ static void check_optim(amp_optim_params p, amp_dtype gt) {
             amp_tensor_free(grads[i].g);
         }
     }
+    const float one = 1.0f;
+    amp_tensor_t *found = amp_tensor_from_f32(gpu, F32, 0, NULL, &one);
+    amp_buffer *held[3];
+    for (int i = 0; i < 3; i++) {
+        grads[i] = pair_new(F32, 2, shapes[i], 0.1f, 0, false);
+        amp_grad_accumulate(gpu, pg[i], grads[i].g);
+        held[i] = amp_precast_take(gpu, pg[i], pg[i]->precast_dtype)->buf;
+    }
+    amp_optim_step_unless(og, found);
+    for (int i = 0; i < 3; i++)
+        ck_assert_ptr_ne(pg[i]->precast, held[i]);
+    for (int i = 0; i < 3; i++) {
+        expect_close("a skipped step", pc[i], pg[i], 1e-5);
+        expect_precast("a skipped step", pg[i]);
+        amp_tensor_free(grads[i].c);
+        amp_tensor_free(grads[i].g);
+    }
+    amp_tensor_free(found);
     amp_optim_free(oc);
     amp_optim_free(og);
 }

@@ -3,7 +3,7 @@
  * and AdamW (decoupled) against hand-computed values and a double-precision transcription of
  * torch.optim's single-tensor formulas, over 3 steps with changing gradients; gradients kept in
  * 16 bits; per-parameter step counts and state tensors; torch.optim's argument checks and
- * messages.
+ * messages; the next autocast region's copies of the parameters, written by the step.
  */
 #include "tests.h"
 
@@ -157,6 +157,174 @@ START_TEST(test_narrow_gradients) {
         check_narrow_gradient(&adam, dts[d]);
         check_narrow_gradient(&adamw, dts[d]);
     }
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// The next autocast region's copy of a parameter, written by the optimizer step
+
+// One parameter trained in autocast regions, through a GradScaler: `cache` false turns the
+// region's cast cache off, so that nothing is made ahead (the reference).
+typedef struct cast_run {
+    amp_ctx_t *ctx;
+    amp_tensor_t *w, *x;
+    amp_optim_t *opt;
+    amp_scaler_t *sc;
+    bool cache;
+} cast_run;
+
+static const float w0[6] = {0.1f, -1.0f / 3.0f, 2.0f / 7.0f, 1.2345678f, -0.7f, 3.3333333f};
+static const float x0[6] = {1.0f, 0.5f, -0.25f, 2.0f, 1.0f / 3.0f, -1.5f};
+
+static cast_run cast_run_new(amp_optim_kind kind, bool cache) {
+    cast_run r = {.ctx = test_cpu_ctx(), .cache = cache};
+    r.w = amp_tensor_from_f32(r.ctx, AMP_DTYPE_F32, 2, (int64_t[]){3, 2}, w0);
+    amp_tensor_set_requires_grad(r.w, true);
+    r.x = amp_tensor_from_f32(r.ctx, AMP_DTYPE_F32, 2, (int64_t[]){3, 2}, x0);
+    amp_optim_params o = amp_optim_defaults(kind);
+    o.lr = 0.01f;
+    ck_assert_int_eq(amp_optim_new(r.ctx, &o, &r.w, 1, &r.opt), AMP_OK);
+    amp_scaler_params sp = amp_scaler_defaults();
+    sp.init_scale = 1024.0f;
+    ck_assert_int_eq(amp_scaler_new(&sp, &r.sc), AMP_OK);
+    return r;
+}
+
+static void cast_run_free(cast_run *r) {
+    amp_scaler_free(r->sc);
+    amp_optim_free(r->opt);
+    amp_ctx_free(r->ctx);
+}
+
+// Forward (a linear in a region of dtype dt) and backward; returns the region's cast of w (a
+// scratch tensor, valid until amp_ctx_reset) and says whether it was the copy made ahead.
+static amp_tensor_t *cast_forward_backward(cast_run *r, amp_dtype dt, bool *made) {
+    amp_optim_zero_grad(r->opt);
+    amp_autocast_begin(r->ctx, true, dt, r->cache);
+    amp_tensor_t *y = amp_linear(r->ctx, r->x, r->w, NULL);
+    amp_tensor_t *c = r->cache ? r->ctx->cast_cache[0].cast : NULL;
+    *made = c && c->buf == r->w->precast;
+    amp_autocast_end(r->ctx);
+    amp_tensor_t *loss = amp_mean(r->ctx, amp_mul(r->ctx, y, y));
+    amp_backward(r->ctx, amp_scaler_scale(r->sc, r->ctx, loss));
+    return c;
+}
+
+static void cast_step(cast_run *r) {
+    ck_assert_int_eq(amp_scaler_step(r->sc, r->opt, NULL), AMP_OK);
+    ck_assert_int_eq(amp_scaler_update(r->sc), AMP_OK);
+    amp_ctx_reset(r->ctx);
+}
+
+static void expect_same_weights(const cast_run *a, const cast_run *b, int step) {
+    float wa[6], wb[6];
+    amp_tensor_read_f32(a->w, wa);
+    amp_tensor_read_f32(b->w, wb);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(memcmp(&wa[i], &wb[i], 4) == 0, "step %d: w[%d] %.9g, reference %.9g", step,
+                      i, (double)wa[i], (double)wb[i]);
+}
+
+// The copy holds w rounded to its dtype, bit for bit.
+static void expect_copy_of(const cast_run *r, amp_dtype dt) {
+    ck_assert_ptr_nonnull(r->w->precast);
+    ck_assert_int_eq(r->w->precast_dtype, dt);
+    amp_tensor_t *want = amp_to(r->ctx, r->w, dt), copy = *want;
+    copy.buf = r->w->precast;
+    copy.offset = 0;
+    uint16_t a[6], b[6];
+    amp_tensor_read(want, a);
+    amp_tensor_read(&copy, b);
+    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    amp_ctx_reset(r->ctx);
+}
+
+START_TEST(test_copies_made_ahead) {
+    const amp_optim_kind kinds[3] = {AMP_OPTIM_SGD, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW};
+    // the regions' dtypes step by step: the copy follows a change of dtype one step late
+    const amp_dtype dts[5] = {AMP_DTYPE_F16, AMP_DTYPE_F16, AMP_DTYPE_BF16, AMP_DTYPE_BF16,
+                              AMP_DTYPE_F16};
+    const bool made_want[5] = {false, true, false, true, false};
+    for (int k = 0; k < 3; k++) {
+        cast_run a = cast_run_new(kinds[k], true), b = cast_run_new(kinds[k], false);
+        for (int s = 0; s < 5; s++) {
+            bool made, unused;
+            cast_forward_backward(&a, dts[s], &made);
+            cast_forward_backward(&b, dts[s], &unused);
+            ck_assert_msg(made == made_want[s], "%s step %d: copy made ahead %d",
+                          amp_optim_kind_name(kinds[k]), s, made);
+            cast_step(&a);
+            cast_step(&b);
+            expect_same_weights(&a, &b, s);
+            expect_copy_of(&a, dts[s]);
+            ck_assert_ptr_null(b.w->precast);
+        }
+        cast_run_free(&a);
+        cast_run_free(&b);
+    }
+}
+END_TEST
+
+// A step the GradScaler skips leaves the copy holding the unchanged weights.
+START_TEST(test_copy_on_a_skipped_step) {
+    cast_run a = cast_run_new(AMP_OPTIM_ADAM, true), b = cast_run_new(AMP_OPTIM_ADAM, false);
+    const float big[6] = {6e4f, 6e4f, 6e4f, 6e4f, 6e4f, 6e4f}; // y * y overflows f16's range
+    for (int s = 0; s < 4; s++) {
+        if (s == 1) {
+            amp_tensor_write_f32(a.x, big);
+            amp_tensor_write_f32(b.x, big);
+        } else if (s == 2) {
+            amp_tensor_write_f32(a.x, x0);
+            amp_tensor_write_f32(b.x, x0);
+        }
+        bool made, unused, skipped;
+        cast_forward_backward(&a, AMP_DTYPE_F16, &made);
+        cast_forward_backward(&b, AMP_DTYPE_F16, &unused);
+        ck_assert_int_eq(made, s > 0);
+        ck_assert_int_eq(amp_scaler_step(a.sc, a.opt, &skipped), AMP_OK);
+        ck_assert_msg(skipped == (s == 1), "step %d skipped %d", s, skipped);
+        ck_assert_int_eq(amp_scaler_step(b.sc, b.opt, NULL), AMP_OK);
+        ck_assert_int_eq(amp_scaler_update(a.sc), AMP_OK);
+        ck_assert_int_eq(amp_scaler_update(b.sc), AMP_OK);
+        amp_ctx_reset(a.ctx);
+        amp_ctx_reset(b.ctx);
+        expect_same_weights(&a, &b, s);
+        expect_copy_of(&a, AMP_DTYPE_F16);
+    }
+    cast_run_free(&a);
+    cast_run_free(&b);
+}
+END_TEST
+
+// A parameter written from the host after the step is cast anew; the copy that the tape still
+// reads stays as it was when the step writes the next one.
+START_TEST(test_copy_invalidated_and_kept) {
+    cast_run a = cast_run_new(AMP_OPTIM_SGD, true);
+    bool made;
+    cast_forward_backward(&a, AMP_DTYPE_BF16, &made);
+    cast_step(&a);
+    const float w1[6] = {0.5f, 0.25f, -0.125f, 1.0f / 3.0f, 7.0f, -2.0f};
+    amp_tensor_write_f32(a.w, w1);
+    amp_tensor_t *c = cast_forward_backward(&a, AMP_DTYPE_BF16, &made);
+    ck_assert(!made); // written since the step: cast again, from w1
+    float got[6];
+    amp_tensor_read_f32(c, got);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(got[i], amp_bf16_to_f32(amp_f32_to_bf16(w1[i])));
+    cast_step(&a);
+
+    c = cast_forward_backward(&a, AMP_DTYPE_BF16, &made);
+    ck_assert(made);
+    float before[6], after[6];
+    amp_tensor_read_f32(c, before);
+    ck_assert_int_eq(amp_scaler_step(a.sc, a.opt, NULL), AMP_OK); // the tape is kept
+    ck_assert_ptr_ne(a.w->precast, c->buf);
+    amp_tensor_read_f32(c, after);
+    ck_assert_int_eq(memcmp(before, after, sizeof before), 0);
+    ck_assert_int_eq(amp_scaler_update(a.sc), AMP_OK);
+    amp_ctx_reset(a.ctx);
+    expect_copy_of(&a, AMP_DTYPE_BF16);
+    cast_run_free(&a);
 }
 END_TEST
 
@@ -464,6 +632,11 @@ Suite *optim_suite(void) {
     tc = tcase_create("state");
     tcase_add_test(tc, test_per_param_steps);
     tcase_add_test(tc, test_accessors_and_set_params);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("autocast copies");
+    tcase_add_test(tc, test_copies_made_ahead);
+    tcase_add_test(tc, test_copy_on_a_skipped_step);
+    tcase_add_test(tc, test_copy_invalidated_and_kept);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -76,6 +76,9 @@ typedef struct amp_buffer {
     // when a backward starts (amp_backward_count_dropped)
     bool drop_pending;
     int32_t readers_left;
+    // bumped by every write that is not an op's (host writes, optimizer steps): which values an
+    // autocast copy made ahead was made from (amp_tensor.precast)
+    uint32_t version;
 } amp_buffer;
 
 struct amp_node;
@@ -100,6 +103,16 @@ struct amp_tensor {
     int32_t layer;                // layer id of the producing op (-1: none)
     char *name;
     int8_t inf_fill;              // -1/+1: holds -inf/+inf on purpose (an attention mask)
+    // An f32 parameter that autocast's cached cast lowered (precast_want: the dtype of the last
+    // region's cast): the optimizer step that updates it also writes its value in that dtype into
+    // precast, the next region's cast made ahead (amp_precast_take), valid while precast_version
+    // is buf->version. Bit for bit the cast (one rounding of the same f32 value), without reading
+    // the f32 weights again.
+    bool precast_wanted;
+    amp_dtype precast_want;
+    amp_buffer *precast; // the copy, in precast_dtype
+    amp_dtype precast_dtype;
+    uint32_t precast_version;
     // instrumentation bookkeeping (instrument.c): the statistics entry of this tensor and the
     // backward entries that contributed to its gradient, valid while *_epoch is current
     // and the entry holding the statistics of its gradient as last written (grad_entry, valid
@@ -167,6 +180,17 @@ void amp_tensor_release_storage(amp_tensor_t *t);
 void amp_backward_count_dropped(amp_ctx_t *ctx);
 void amp_node_check_reads(const struct amp_node *n);
 void amp_node_release_dropped(amp_ctx_t *ctx, const struct amp_node *n);
+// The autocast copy of an f32 parameter made ahead by the optimizer (amp_tensor.precast):
+// amp_precast_want notes that the region cast p to t (at the region's end); amp_precast_target
+// gives the tensor the optimizer step writes p's new value into (a struct of the caller's, p's
+// shape, on storage that no tensor of the tape shares: a fresh buffer when the old one is still
+// read), or NULL when p wants none; amp_precast_written marks p updated (and the copy, when
+// `written`, made from its new value); amp_precast_take gives a scratch tensor on the copy when
+// it holds p's values in dtype t, else NULL.
+void amp_precast_want(amp_tensor_t *p, amp_dtype t);
+amp_tensor_t *amp_precast_target(amp_tensor_t *p, amp_tensor_t *out);
+void amp_precast_written(amp_tensor_t *p, bool written);
+amp_tensor_t *amp_precast_take(amp_ctx_t *ctx, amp_tensor_t *p, amp_dtype t);
 // Scratch view sharing x's storage with the given shape/strides/offset.
 amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
@@ -400,10 +424,13 @@ typedef struct amp_backend_i {
     // incremented first and parameter k's bias corrections use its new count. When found_inf
     // (f32, one element; may be NULL) is not zero, nothing changes: the GradScaler's skipped
     // step, decided where the gradients are.
+    // lowered (may be NULL; so may its entries): a 16-bit tensor of params[k]'s shape that gets
+    // params[k]'s value after the step rounded to its dtype (its value as it is, on a skipped
+    // step): the next autocast region's cast of the parameter, made ahead.
     void (*optim_step)(void *bctx, const amp_optim_params *p, amp_tensor_t *const *params,
                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
-                       int n, amp_tensor_t *counts, const int32_t *idx,
-                       const amp_tensor_t *found_inf);
+                       amp_tensor_t *const *lowered, int n, amp_tensor_t *counts,
+                       const int32_t *idx, const amp_tensor_t *found_inf);
     // Statistics of each x[k] (contiguous; n <= AMP_STATS_BATCH) relative to target added into
     // slots[slot[k]], an amp_stats in memory from alloc that holds amp_stats_empty(), by fused
     // device reductions queued on the stream (many tensors per launch): no wait. The backend may
@@ -541,8 +568,10 @@ void amp_autocast_clear_cache(amp_ctx_t *ctx);
 // Native type promotion of two floating dtypes (f16+bf16 -> f32).
 amp_dtype amp_promote_types(amp_dtype a, amp_dtype b);
 
-// x cast to dtype t (x itself when equal), recorded for autograd.
+// x cast to dtype t (x itself when equal), recorded for autograd; amp_cast_made records the cast
+// of x into y (x's shape, another dtype), which holds the values already.
 amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);
+amp_tensor_t *amp_cast_made(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *y);
 
 // ---------------------------------------------------------------------------------------------
 // Helpers for ops (ops-view.c); none of them records on the tape.

@@ -177,7 +177,11 @@ void amp_autocast_begin(amp_ctx_t *ctx, bool enabled, amp_dtype dtype, bool cach
 void amp_autocast_end(amp_ctx_t *ctx) {
     AMP_ASSERT(ctx->ac_depth > 0, "(amp_autocast_end without amp_autocast_begin)");
     ctx->ac = ctx->ac_saved[--ctx->ac_depth];
-    if (ctx->ac_depth == 0) amp_autocast_clear_cache(ctx);
+    if (ctx->ac_depth > 0) return;
+    for (size_t i = 0; i < ctx->n_cast_cache; i++) // the optimizer may make the next region's
+        if (ctx->cast_cache[i].src->persistent)    // copies ahead
+            amp_precast_want(ctx->cast_cache[i].src, ctx->cast_cache[i].cast->dtype);
+    amp_autocast_clear_cache(ctx);
 }
 
 bool amp_autocast_is_enabled(const amp_ctx_t *ctx) { return ctx->ac.enabled; }
@@ -190,7 +194,8 @@ void amp_autocast_clear_cache(amp_ctx_t *ctx) { ctx->n_cast_cache = 0; }
 
 // cached_cast: only f32 leaves that require grad, not views, cast to the autocast dtype, with the
 // cache enabled, share one copy per region. The copy is built with grad recording on, so a first
-// use under no_grad does not cut later gradients (PyTorch #112583, fixed upstream).
+// use under no_grad does not cut later gradients (PyTorch #112583, fixed upstream). A parameter
+// that an optimizer step updated since an earlier region cast it has the copy made already.
 static amp_tensor_t *cached_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
     bool cacheable = ctx->ac.cache_enabled && t == ctx->ac.dtype && x->dtype == AMP_DTYPE_F32 &&
                      x->requires_grad && !x->node && !x->is_view;
@@ -199,7 +204,8 @@ static amp_tensor_t *cached_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
         if (ctx->cast_cache[i].src == x && ctx->cast_cache[i].cast->dtype == t) // an f16 one
             return ctx->cast_cache[i].cast;
     bool grad = amp_set_grad_enabled(ctx, true);
-    amp_tensor_t *c = amp_cast(ctx, x, t);
+    amp_tensor_t *made = amp_precast_take(ctx, x, t); // by the optimizer step that updated x
+    amp_tensor_t *c = made ? amp_cast_made(ctx, x, made) : amp_cast(ctx, x, t);
     amp_set_grad_enabled(ctx, grad);
     AMP_GROW(ctx->cast_cache, ctx->n_cast_cache, ctx->cap_cast_cache);
     ctx->cast_cache[ctx->n_cast_cache++] = (amp_cast_cache_entry){x, c};

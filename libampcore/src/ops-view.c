@@ -233,15 +233,25 @@ amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x) {
     return y;
 }
 
-amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
-    if (x->dtype == t) return x;
-    amp_tensor_t *y = amp_scratch_new(ctx, t, x->ndim, x->shape);
+// The cast of x into y: copied unless y holds the values already (no kernel then, and the
+// statistics of y, when wanted, come from a launch of their own).
+static amp_tensor_t *cast_into(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *y, bool copy) {
     amp_instr_arm(ctx, y);
-    ctx->be->copy(ctx->bctx, y, x);
+    if (copy) ctx->be->copy(ctx->bctx, y, x);
     amp_node *n = amp_node_record(ctx, "to", identity_backward, y, &x, 1);
     if (n) n->reads = 0;
     amp_instr_op(ctx, "to", AMP_POLICY_NATIVE, y, &x, 1);
     return y;
+}
+
+amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
+    if (x->dtype == t) return x;
+    return cast_into(ctx, x, amp_scratch_new(ctx, t, x->ndim, x->shape), true);
+}
+
+amp_tensor_t *amp_cast_made(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *y) {
+    AMP_ASSERT(y->dtype != x->dtype && amp_same_shape(x, y));
+    return cast_into(ctx, x, y, false);
 }
 
 amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) { return amp_cast(ctx, x, t); }

@@ -7,6 +7,8 @@
  * in a tensor of the backend (as the fused torch.optim keeps state["step"] on the device), so a
  * step the GradScaler skips on the device (amp_optim_step_unless) leaves them alone without the
  * host having to know: reading them (amp_optim_steps, amp_optim_param_steps) waits for the device.
+ * A parameter that the last autocast region cast gets the next region's copy written by the same
+ * call, from its new value (amp_precast_target in tensor.c says where).
  */
 #include "amp-impl.h"
 
@@ -19,7 +21,8 @@ struct amp_optim {
     int n_state;           // state tensors per parameter: 0 (plain SGD), 1 (momentum SGD), 2 (Adam)
     amp_tensor_t **params;   // [n]
     amp_tensor_t **state[2]; // [n] each: momentum_buffer / exp_avg, exp_avg_sq
-    amp_tensor_t **batch[4]; // one backend call: params, grads, m, v
+    amp_tensor_t **batch[5]; // one backend call: params, grads, m, v, autocast copies to write
+    amp_tensor_t *lowered;   // [n] the structs of batch[4]'s copies (amp_precast_target)
     amp_tensor_t *counts;    // i64 [n + 1]: updates each parameter received, then the steps taken
     int32_t *idx;            // [n + 1] one backend call: the counts it increments
 };
@@ -127,16 +130,18 @@ amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t
     opt->p = *p;
     opt->n = n;
     opt->n_state = p->kind != AMP_OPTIM_SGD ? 2 : p->momentum != 0.0f ? 1 : 0;
-    // One block: 7 pointer arrays, then the count indices.
-    const size_t np = 7;
-    char *mem = amp_xcalloc((size_t)n + 1, np * sizeof(amp_tensor_t *) + sizeof(int32_t));
+    // One block: 8 pointer arrays, the copies' structs, then the count indices.
+    const size_t np = 8;
+    char *mem = amp_xcalloc((size_t)n + 1,
+                            np * sizeof(amp_tensor_t *) + sizeof(amp_tensor_t) + sizeof(int32_t));
     amp_tensor_t **ptrs = (amp_tensor_t **)mem;
     opt->params = ptrs;
     opt->state[0] = ptrs + n;
     opt->state[1] = ptrs + 2 * n;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         opt->batch[k] = ptrs + (3 + k) * n;
-    opt->idx = (int32_t *)(ptrs + np * (n + 1));
+    opt->lowered = (amp_tensor_t *)(ptrs + np * (n + 1));
+    opt->idx = (int32_t *)(opt->lowered + n + 1);
     opt->counts = amp_tensor_new(ctx, AMP_DTYPE_I64, 1, (int64_t[]){(int64_t)n + 1});
 
     memcpy(opt->params, params, (size_t)n * sizeof *params);
@@ -169,15 +174,18 @@ void amp_optim_step_unless(amp_optim_t *opt, const amp_tensor_t *found_inf) {
         opt->batch[1][nb] = g;
         opt->batch[2][nb] = opt->n_state > 0 ? opt->state[0][i] : NULL;
         opt->batch[3][nb] = opt->n_state > 1 ? opt->state[1][i] : NULL;
+        opt->batch[4][nb] = amp_precast_target(opt->params[i], &opt->lowered[nb]);
         opt->idx[nb++] = i;
     }
     opt->idx[nb] = opt->n; // the step itself counts even when nothing had a gradient
     if (opt->ctx->nvtx) amp_nvtx_push(amp_optim_kind_name(opt->p.kind)); // the kernels' op
     opt->ctx->be->optim_step(opt->ctx->bctx, &opt->p, opt->batch[0], opt->batch[1],
                              opt->n_state > 0 ? opt->batch[2] : NULL,
-                             opt->n_state > 1 ? opt->batch[3] : NULL, nb, opt->counts, opt->idx,
-                             found_inf);
+                             opt->n_state > 1 ? opt->batch[3] : NULL, opt->batch[4], nb,
+                             opt->counts, opt->idx, found_inf);
     if (opt->ctx->nvtx) amp_nvtx_pop();
+    for (int k = 0; k < nb; k++)
+        amp_precast_written(opt->batch[0][k], opt->batch[4][k] != NULL);
 }
 
 void amp_optim_step(amp_optim_t *opt) {

@@ -64,6 +64,7 @@ static void buffer_release(amp_ctx_t *ctx, amp_buffer *b) {
 // Frees t's own resources (not its list entry).
 static void tensor_destroy(amp_tensor_t *t) {
     if (t->grad && t->persistent) tensor_destroy(t->grad);
+    buffer_release(t->ctx, t->precast);
     buffer_release(t->ctx, t->buf);
     free(t->name);
     free(t);
@@ -111,7 +112,19 @@ static int64_t shape_numel(int ndim, const int64_t *shape) {
     return n;
 }
 
-// A tensor struct with fresh zeroed storage, in no list.
+// Fresh storage of nbytes (uninitialised), one reference.
+static amp_buffer *buffer_new(amp_ctx_t *ctx, size_t nbytes) {
+    amp_buffer *b = amp_xcalloc(1, sizeof *b);
+    b->refcount = 1;
+    b->nbytes = nbytes;
+    b->data = ctx->be->alloc(ctx->bctx, nbytes ? nbytes : 1);
+    if (!b->data)
+        amp_abort(__FILE__, __LINE__, "%s backend: out of memory allocating %zu bytes",
+                  ctx->be->name, nbytes);
+    return b;
+}
+
+// A tensor struct with fresh storage, in no list.
 static amp_tensor_t *tensor_alloc(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
     AMP_ASSERT(ndim >= 0 && ndim <= AMP_MAX_DIMS, "(ndim %d)", ndim);
     AMP_ASSERT((unsigned)dt < AMP_DTYPE_COUNT);
@@ -125,14 +138,7 @@ static amp_tensor_t *tensor_alloc(amp_ctx_t *ctx, amp_dtype dt, int ndim, const 
     }
     amp_contiguous_strides(ndim, t->shape, t->stride);
     t->layer = -1;
-    size_t nbytes = (size_t)shape_numel(ndim, shape) * amp_dtype_size(dt);
-    t->buf = amp_xcalloc(1, sizeof *t->buf);
-    t->buf->refcount = 1;
-    t->buf->nbytes = nbytes;
-    t->buf->data = ctx->be->alloc(ctx->bctx, nbytes ? nbytes : 1);
-    if (!t->buf->data)
-        amp_abort(__FILE__, __LINE__, "%s backend: out of memory allocating %zu bytes", ctx->be->name,
-                  nbytes);
+    t->buf = buffer_new(ctx, (size_t)shape_numel(ndim, shape) * amp_dtype_size(dt));
     return t;
 }
 
@@ -270,6 +276,55 @@ amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int6
     return t;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Autocast's copies of parameters, made ahead by the optimizer
+
+void amp_precast_want(amp_tensor_t *p, amp_dtype t) {
+    p->precast_wanted = true;
+    p->precast_want = t;
+}
+
+amp_tensor_t *amp_precast_target(amp_tensor_t *p, amp_tensor_t *out) {
+    if (!p->precast_wanted) return NULL;
+    const size_t nbytes = (size_t)amp_tensor_numel(p) * amp_dtype_size(p->precast_want);
+    // a copy that a tensor of the tape still reads (the last region's cast) stays as it is
+    if (p->precast && (p->precast->refcount > 1 || p->precast->nbytes != nbytes)) {
+        buffer_release(p->ctx, p->precast);
+        p->precast = NULL;
+    }
+    if (!p->precast) p->precast = buffer_new(p->ctx, nbytes);
+    p->precast_dtype = p->precast_want;
+    memset(out, 0, sizeof *out);
+    out->ctx = p->ctx;
+    out->dtype = p->precast_dtype;
+    out->ndim = p->ndim;
+    memcpy(out->shape, p->shape, sizeof out->shape);
+    amp_contiguous_strides(out->ndim, out->shape, out->stride);
+    out->buf = p->precast;
+    out->layer = -1;
+    return out;
+}
+
+void amp_precast_written(amp_tensor_t *p, bool written) {
+    p->buf->version++;
+    if (written) p->precast_version = p->buf->version;
+}
+
+amp_tensor_t *amp_precast_take(amp_ctx_t *ctx, amp_tensor_t *p, amp_dtype t) {
+    if (!p->precast || p->precast_dtype != t || p->precast_version != p->buf->version) return NULL;
+    amp_tensor_t *y = amp_xcalloc(1, sizeof *y);
+    y->ctx = ctx;
+    y->dtype = t;
+    y->ndim = p->ndim;
+    memcpy(y->shape, p->shape, sizeof y->shape);
+    amp_contiguous_strides(y->ndim, y->shape, y->stride);
+    y->buf = p->precast;
+    y->buf->refcount++;
+    y->layer = -1;
+    list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, y);
+    return y;
+}
+
 amp_tensor_t *amp_tensor_new(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape) {
     amp_tensor_t *x = tensor_alloc(ctx, t, ndim, shape);
     ctx->be->fill(ctx->bctx, x, 0.0f);
@@ -295,6 +350,11 @@ amp_tensor_t *amp_tensor_from_f32(amp_ctx_t *ctx, amp_dtype t, int ndim, const i
 void amp_tensor_free(amp_tensor_t *t) {
     if (!t || !t->persistent) return;
     amp_ctx_t *ctx = t->ctx;
+    for (size_t i = 0; i < ctx->n_cast_cache;) // freed inside an autocast region that cast it
+        if (ctx->cast_cache[i].src == t)
+            ctx->cast_cache[i] = ctx->cast_cache[--ctx->n_cast_cache];
+        else
+            i++;
     for (size_t i = 0; i < ctx->n_persist; i++) {
         if (ctx->persist[i] == t) {
             ctx->persist[i] = ctx->persist[--ctx->n_persist];
@@ -398,6 +458,7 @@ void amp_tensor_write(amp_tensor_t *t, const void *in) {
     AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write needs a contiguous tensor)");
     t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(t), in,
                        (size_t)amp_tensor_numel(t) * amp_dtype_size(t->dtype));
+    t->buf->version++;
 }
 
 void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
@@ -411,6 +472,7 @@ void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
     amp_tensor_t *tmp = tensor_alloc(t->ctx, AMP_DTYPE_F32, t->ndim, t->shape);
     t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(tmp), in, (size_t)amp_tensor_numel(t) * 4);
     t->ctx->be->copy(t->ctx->bctx, t, tmp);
+    t->buf->version++;
     tensor_destroy(tmp);
 }
 

@@ -204,8 +204,8 @@ void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_sca
                           const bool *stepped, int n, const amp_scaler_params *p,
                           amp_tensor_t *rec);
 void amp_cpu_optim_step(void *bctx, const amp_optim_params *p, amp_tensor_t *const *params,
-                        amp_tensor_t *const *grads, amp_tensor_t *const *m,
-                        amp_tensor_t *const *v, int n, amp_tensor_t *counts, const int32_t *idx,
-                        const amp_tensor_t *found_inf);
+                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
+                        amp_tensor_t *const *lowered, int n, amp_tensor_t *counts,
+                        const int32_t *idx, const amp_tensor_t *found_inf);
 
 #endif // AMP_CPU_IMPL_H

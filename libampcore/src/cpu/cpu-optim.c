@@ -103,15 +103,29 @@ static void adam_step(const amp_optim_params *o, int64_t step, float *p, const f
     }
 }
 
+// The autocast copy of each parameter that wants one: its value rounded to the copy's dtype.
+static void write_lowered(amp_tensor_t *const *params, amp_tensor_t *const *lowered, int n) {
+    for (int t = 0; lowered && t < n; t++) {
+        if (!lowered[t]) continue;
+        AMP_ASSERT(cpu_numel(lowered[t]) == cpu_numel(params[t]), "(copy of param %d)", t);
+        CPU_ASSERT_CONTIGUOUS(lowered[t]);
+        amp_cpu_store_f32(lowered[t]->dtype, amp_tensor_ptr(lowered[t]), cpu_numel(params[t]),
+                          amp_tensor_ptr(params[t]));
+    }
+}
+
 void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *const *params,
-                        amp_tensor_t *const *grads, amp_tensor_t *const *m,
-                        amp_tensor_t *const *v, int n, amp_tensor_t *counts, const int32_t *idx,
-                        const amp_tensor_t *found_inf) {
+                        amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
+                        amp_tensor_t *const *lowered, int n, amp_tensor_t *counts,
+                        const int32_t *idx, const amp_tensor_t *found_inf) {
     (void)bctx;
     const bool adam = o->kind == AMP_OPTIM_ADAM || o->kind == AMP_OPTIM_ADAMW;
     AMP_ASSERT(adam || o->kind == AMP_OPTIM_SGD, "(optimizer kind %d)", (int)o->kind);
     AMP_ASSERT(counts->dtype == AMP_DTYPE_I64);
-    if (found_inf && *amp_f32_scalar(found_inf) != 0.0f) return; // `if (*found_inf)`: NaN counts
+    if (found_inf && *amp_f32_scalar(found_inf) != 0.0f) { // `if (*found_inf)`: NaN counts
+        write_lowered(params, lowered, n);
+        return;
+    }
     int64_t *step = amp_tensor_ptr(counts);
     for (int k = 0; k <= n; k++) {
         AMP_ASSERT(idx[k] >= 0 && idx[k] < cpu_numel(counts), "(count %d of %lld)", idx[k],
@@ -151,4 +165,5 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
             sgd_step(o, step[idx[t]], amp_tensor_ptr(p), gp, mt ? amp_tensor_ptr(mt) : NULL, count);
         free(wide);
     }
+    write_lowered(params, lowered, n);
 }

@@ -399,7 +399,7 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
                        int n, const amp_scaler_params *p, amp_tensor_t *rec);
 void cuda_optim_step(void *bctx, const amp_optim_params *p, amp_tensor_t *const *params,
                      amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
-                     int n, amp_tensor_t *counts, const int32_t *idx,
+                     amp_tensor_t *const *lowered, int n, amp_tensor_t *counts, const int32_t *idx,
                      const amp_tensor_t *found_inf);
 void cuda_stats_into(void *bctx, const amp_tensor_t *const *x, int n, amp_dtype target,
                      amp_stats *slots, const int64_t *slot);

@@ -8,14 +8,16 @@
  * the test is on the input value, found_inf is only ever set to 1, inv_scale == 1 writes
  * nothing. The optimizers repeat the CPU reference's f32 arithmetic in torch.optim's order, with
  * the scalars (bias corrections, step size) computed in double from each parameter's update count
- * on the device. Both add the statistics that the instrumentation holds for the tensors they read
- * (cuda_held_take: the gradients' at the end of backward, the parameters' of the step) as they
- * go, in place of a launch of the statistics kernel; a skipped optimizer step still reads them.
+ * on the device, and write a parameter's new value rounded into the next autocast region's copy
+ * where the frontend asks for one. Both add the statistics that the instrumentation holds for the
+ * tensors they read (cuda_held_take: the gradients' at the end of backward, the parameters' of
+ * the step) as they go, in place of a launch of the statistics kernel; a skipped optimizer step
+ * still reads them, and writes the copies of the unchanged parameters.
  * A whole chunk of f32 tensors (all but the last of each) moves 16 bytes a load, every load of
  * the thread issued before the first value is used: these kernels only stream memory.
  * Everything the host does not know without waiting is read on the device: the inverse scale,
- * found_inf (a skipped step returns at once, its statistics aside), the update counts; the
- * scale update is one thread's work.
+ * found_inf (a skipped step returns at once, its statistics and copies aside), the update counts;
+ * the scale update is one thread's work.
  */
 #include "cuda-fuse.h"
 #include "cuda-stats.h"
@@ -28,11 +30,12 @@
 #define MT_VEC (MT_CHUNK / (4 * MT_BLOCK)) // float4 per thread in a whole chunk
 
 typedef struct mt_args {
-    void *p[4][MT_MAX]; // per slot: params/grads, grads, m, v (unscale uses slot 0)
+    void *p[5][MT_MAX]; // per slot: params/grads, grads, m, v, autocast copies (unscale: 0, 1)
     const int64_t *steps[MT_MAX]; // optimizers: the parameter's update count
     int64_t n[MT_MAX];
     int32_t first_block[MT_MAX + 1];
-    int8_t dtype[MT_MAX];
+    int8_t dtype[MT_MAX];       // array 1's (the gradient's)
+    int8_t ldtype[MT_MAX];      // array 4's (a 16-bit copy; F32: none)
     amp_stats *slot[2][MT_MAX]; // statistics of array 0 / 1 of the tensor (NULL: none)
     amp_stats *slot2[2][MT_MAX]; // a second entry's for the same array (a parameter's gradient
                                  // that is the one a widening cast handed on, read for both)
@@ -85,6 +88,14 @@ __device__ __forceinline__ float4 load4(const __nv_bfloat16 *p, int64_t i) {
     return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
+// Stores f32 values 4i..4i+3 rounded to p's 16-bit type, in one store.
+template <typename L> __device__ __forceinline__ void store4(L *p, int64_t i, float4 v) {
+    uint2 u;
+    *(L *)&u.x = cuda_io<L>::store(v.x), ((L *)&u.x)[1] = cuda_io<L>::store(v.y);
+    *(L *)&u.y = cuda_io<L>::store(v.z), ((L *)&u.y)[1] = cuda_io<L>::store(v.w);
+    ((uint2 *)p)[i] = u;
+}
+
 // f(G *) with p as an array of floating dtype dt: the type-specific code chosen once per block.
 template <typename F>
 __device__ __forceinline__ void with_float_type(amp_dtype dt, const void *p, F f) {
@@ -94,6 +105,16 @@ __device__ __forceinline__ void with_float_type(amp_dtype dt, const void *p, F f
         f((const __nv_bfloat16 *)p);
     else
         f((const float *)p);
+}
+
+// f(L *) with p as a 16-bit array of dtype dt, or f((float *)nullptr) when dt is F32 (none).
+template <typename F> __device__ __forceinline__ void with_copy_type(amp_dtype dt, void *p, F f) {
+    if (dt == AMP_DTYPE_F16)
+        f((__half *)p);
+    else if (dt == AMP_DTYPE_BF16)
+        f((__nv_bfloat16 *)p);
+    else
+        f((float *)nullptr);
 }
 
 // Adds tensor t's chunks to a; returns false when a is full.
@@ -364,11 +385,13 @@ __device__ __forceinline__ void adam_element(const optim_scalars &o, const step_
 }
 
 // The update of one block's chunk [begin, end) of a parameter, with the statistics of its values
-// before the update (sp) and of its gradient (sg) when S.
-template <bool S, typename G>
+// before the update (sp) and of its gradient (sg) when S, and its new values rounded into lw (the
+// next autocast region's copy) unless L is float (none).
+template <bool S, typename G, typename L>
 __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_scalars s, float *p,
-                                            const G *g, float *m, float *v, int64_t begin,
+                                            const G *g, float *m, float *v, L *lw, int64_t begin,
                                             int64_t end, mt_stats &sp, mt_stats &sg) {
+    constexpr bool copy = sizeof(L) == 2;
     if (o.kind == AMP_OPTIM_SGD) {
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
             float gi = cuda_io<G>::load(g[i]);
@@ -382,12 +405,14 @@ __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_s
                 gi = o.nesterov ? gi + o.momentum * m[i] : m[i];
             }
             p[i] = p[i] + -o.lr * gi;
+            if constexpr (copy) lw[i] = cuda_io<L>::store(p[i]);
         }
         return;
     }
     const bool decoupled = o.kind == AMP_OPTIM_ADAMW;
     const void *arrays[3] = {p, m, v};
-    if (mt_whole_f32(arrays, 3, begin, end) && mt_whole4(g, sizeof(G), begin, end)) {
+    if (mt_whole_f32(arrays, 3, begin, end) && mt_whole4(g, sizeof(G), begin, end) &&
+        (!copy || mt_whole4(lw, sizeof(L), begin, end))) {
         float4 *p4 = (float4 *)(p + begin), *m4 = (float4 *)(m + begin),
                *v4 = (float4 *)(v + begin);
         float4 P[MT_VEC], G4[MT_VEC], M[MT_VEC], V[MT_VEC];
@@ -408,6 +433,7 @@ __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_s
             adam_element(o, s, decoupled, P[k].w, G4[k].w, M[k].w, V[k].w);
             const int i = threadIdx.x + k * MT_BLOCK;
             p4[i] = P[k], m4[i] = M[k], v4[i] = V[k];
+            if constexpr (copy) store4(lw + begin, i, P[k]);
         }
         return;
     }
@@ -418,24 +444,30 @@ __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_s
             sg.add(gi);
         }
         adam_element(o, s, decoupled, p[i], gi, m[i], v[i]);
+        if constexpr (copy) lw[i] = cuda_io<L>::store(p[i]);
     }
 }
 
 template <bool S>
 __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalars o) {
     const bool skip = o.found_inf && *o.found_inf != 0.0f; // `if (*found_inf)`: NaN counts
-    if (!S && skip) return;
     int64_t begin, end;
     const int t = mt_locate(a, &begin, &end);
+    void *lw = a.p[4][t];
+    const amp_dtype lt = (amp_dtype)a.ldtype[t];
+    if (!S && skip && !lw) return;
     float *p = (float *)a.p[0][t];
     const void *g = a.p[1][t];
     const amp_dtype gt = (amp_dtype)a.dtype[t]; // the gradient's: f32 or narrower
     float *m = (float *)a.p[2][t], *v = (float *)a.p[3][t];
     mt_stats sp(a, 0, t, S), sg(a, 1, t, S); // the parameter's before the update, its gradient's
-    if (skip) { // S: the statistics only
+    if (skip) { // the statistics, and the copy of the values as they are
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-            sp.add(p[i]);
-            sg.add(cuda_load(gt, g, i));
+            if (S) {
+                sp.add(p[i]);
+                sg.add(cuda_load(gt, g, i));
+            }
+            if (lw) cuda_store(lt, lw, i, p[i]);
         }
     } else {
         __shared__ step_scalars ss;
@@ -445,7 +477,9 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
         }
         __syncthreads();
         with_float_type(gt, g, [&](auto *gtyped) {
-            optim_chunk<S>(o, ss, p, gtyped, m, v, begin, end, sp, sg);
+            with_copy_type(lt, lw, [&](auto *ltyped) {
+                optim_chunk<S>(o, ss, p, gtyped, m, v, ltyped, begin, end, sp, sg);
+            });
         });
     }
     if (S) {
@@ -464,7 +498,7 @@ static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) 
 
 void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const *params,
                      amp_tensor_t *const *grads, amp_tensor_t *const *m, amp_tensor_t *const *v,
-                     int n, amp_tensor_t *counts, const int32_t *idx,
+                     amp_tensor_t *const *lowered, int n, amp_tensor_t *counts, const int32_t *idx,
                      const amp_tensor_t *found_inf) {
     cuda_ctx *c = cuda_of(bctx);
     const bool adam = op->kind == AMP_OPTIM_ADAM || op->kind == AMP_OPTIM_ADAMW;
@@ -527,6 +561,16 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
             mt_add(&a, pp, gp, mp, vp, count, g->dtype);
         }
         a.steps[a.count - 1] = cp + idx[t];
+        if (lowered && lowered[t]) {
+            const amp_tensor_t *l = lowered[t];
+            AMP_ASSERT((l->dtype == AMP_DTYPE_F16 || l->dtype == AMP_DTYPE_BF16) &&
+                           cuda_numel(l) == count,
+                       "(param %d's copy)", t);
+            CUDA_ASSERT_CONTIGUOUS(l);
+            a.p[4][a.count - 1] = amp_tensor_ptr(l);
+            a.ldtype[a.count - 1] = (int8_t)l->dtype;
+            cuda_held_guard_tensor(c, l);
+        }
         mt_take(c, &a, 0, p, true);
         mt_take(c, &a, 1, g, false);
         cuda_held_guard_tensor(c, mt);
