@@ -199,7 +199,7 @@ START_TEST(test_gemm_gpu) {
                        pair_new(dt, 1, (int64_t[]){72}, 0.5f, 0, true)};
         check_op("linear+bias", op_linear, lin, 3, eps);
         check_op("linear", op_linear, lin, 2, eps);
-        // the bias gradient in the weight-gradient GEMM (many rows, odd sizes), and beside it
+        // the bias gradient beside the weight-gradient GEMM (many rows, odd sizes), and on its own
         // when the weight takes no gradient
         pair big[3] = {pair_new(dt, 2, (int64_t[]){2050, 64}, 1, 0, true),
                        pair_new(dt, 2, (int64_t[]){40, 64}, 0.1f, 0, true),
@@ -211,8 +211,7 @@ START_TEST(test_gemm_gpu) {
         check_op("linear+bias, odd sizes", op_linear, odd, 3, eps);
         pair frozen[3] = {lin[0], pair_new(dt, 2, (int64_t[]){72, 96}, 0.1f, 0, false), lin[2]};
         check_op("linear+bias, frozen weight", op_linear, frozen, 3, eps);
-        // no input features: an empty weight-gradient GEMM, the bias gradient by the column sum
-        // that stands in when the epilogue cannot run
+        // no input features: an empty weight-gradient GEMM beside the bias gradient
         pair none[3] = {pair_new(dt, 2, (int64_t[]){6, 0}, 1, 0, true),
                         pair_new(dt, 2, (int64_t[]){5, 0}, 0.1f, 0, true),
                         pair_new(dt, 1, (int64_t[]){5}, 0.5f, 0, true)};
@@ -224,6 +223,62 @@ START_TEST(test_gemm_gpu) {
                       pair_new(dt, 2, (int64_t[]){8, 12}, 1, 0, true),
                       pair_new(dt, 2, (int64_t[]){16, 12}, 1, 0, true)};
         check_op("addmm (full bias)", op_addmm, am, 3, eps);
+    }
+    close_pair();
+}
+END_TEST
+
+// A linear's bias gradient summed by the activation's backward that writes the linear's output
+// gradient (cuda_ctx.colsum), where the features are a whole number of 16-byte vectors (every
+// dtype for 72 and 40; f32 alone for 100: the others take it in the GEMM), and not when a second
+// gradient joins the first (the residual), which the sums would miss.
+static amp_tensor_t *op_linear_gelu(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_gelu(c, amp_linear(c, x[0], x[1], x[2]), false);
+}
+static amp_tensor_t *op_linear_relu(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_relu(c, amp_linear(c, x[0], x[1], x[2]));
+}
+static amp_tensor_t *op_linear_gelu_residual(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    amp_tensor_t *h = amp_linear(c, x[0], x[1], x[2]);
+    return amp_add(c, amp_gelu(c, h, false), h);
+}
+
+START_TEST(test_bias_grad_colsums_gpu) {
+    NEED_GPU();
+    const int64_t sizes[3][3] = {{132, 96, 72}, {2050, 64, 40}, {30, 16, 100}}; // rows, in, out
+    for (int t = 0; t < 3; t++) {
+        const amp_dtype dt = float_dtypes[t];
+        const double eps = eps_of(dt) * (dt == F32 ? 10 : 1);
+        for (int k = 0; k < 3; k++) {
+            pair in[3] = {pair_new(dt, 2, (int64_t[]){sizes[k][0], sizes[k][1]}, 1, 0, true),
+                          pair_new(dt, 2, (int64_t[]){sizes[k][2], sizes[k][1]}, 0.1f, 0, true),
+                          pair_new(dt, 1, (int64_t[]){sizes[k][2]}, 0.5f, 0, true)};
+            char what[64];
+            snprintf(what, sizeof what, "linear+gelu %lldx%lld", (long long)sizes[k][0],
+                     (long long)sizes[k][2]);
+            check_op(what, op_linear_gelu, in, 3, eps);
+            for (int i = 0; i < 3; i++) {
+                amp_tensor_zero_grad(in[i].c);
+                amp_tensor_zero_grad(in[i].g);
+            }
+            snprintf(what, sizeof what, "linear+relu %lldx%lld", (long long)sizes[k][0],
+                     (long long)sizes[k][2]);
+            check_op(what, op_linear_relu, in, 3, eps);
+            for (int i = 0; i < 3; i++) {
+                amp_tensor_zero_grad(in[i].c);
+                amp_tensor_zero_grad(in[i].g);
+            }
+            snprintf(what, sizeof what, "linear+gelu+residual %lldx%lld", (long long)sizes[k][0],
+                     (long long)sizes[k][2]);
+            check_op(what, op_linear_gelu_residual, in, 3, eps);
+            for (int i = 0; i < 3; i++) {
+                amp_tensor_free(in[i].c);
+                amp_tensor_free(in[i].g);
+            }
+        }
     }
     close_pair();
 }
@@ -878,7 +933,7 @@ START_TEST(test_fused_stats_gpu) {
     // the backward kernels whose dx becomes a gradient as it is
     amp_tensor_t *g16 = gpu_special(F16, 1, &n, 2.0f), *dx = amp_scratch_new(gpu, F16, 1, &n);
     arm(dx, F16);
-    gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, dx, g16, x16, NULL);
+    gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, dx, g16, x16, NULL, 0);
     expect_fused("gelu backward f16", dx, F16);
     amp_tensor_t *dxa = amp_scratch_new(gpu, F16, 2, s1), *ga = gpu_special(F32, 2, s1, 1.0f);
     arm(dxa, F16);
@@ -986,7 +1041,7 @@ START_TEST(test_deferred_stats_gpu) {
                 gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, y, x);
                 break;
             case 1:
-                gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, y, g, x, NULL);
+                gpu->be->unary_backward(gpu->bctx, AMP_UNARY_GELU, 0, y, g, x, NULL, 0);
                 break;
             case 2: // a cast (f32: a plain copy)
                 gpu->be->copy(gpu->bctx, y32, x);
@@ -1562,6 +1617,7 @@ Suite *cuda_gpu_suite(void) {
     TCase *t = tcase_create("ops");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_gemm_gpu);
+    tcase_add_test(t, test_bias_grad_colsums_gpu);
     tcase_add_test(t, test_unary_gpu);
     tcase_add_test(t, test_binary_reduce_copy_gpu);
     tcase_add_test(t, test_softmax_norm_loss_gpu);

@@ -337,9 +337,12 @@ typedef struct amp_backend_i {
 
     // y = f(x) elementwise (x, y contiguous; dtypes may differ).
     void (*unary)(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const amp_tensor_t *x);
-    // dx = dy * f'(x); y = f(x) is passed too (sigmoid/tanh/exp use it).
+    // dx = dy * f'(x); y = f(x) is passed too (sigmoid/tanh/exp use it). bias_cols > 0: dx is
+    // the gradient of a linear's output with that many features, whose bias gradient the linear's
+    // gemm_bgrad takes next, and the backend may sum dx's columns as it writes dx to give it then.
     void (*unary_backward)(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
-                           const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y);
+                           const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y,
+                           int64_t bias_cols);
     // y = a op b, where a and b are views already expanded to y's shape (strides may be 0) and
     // y is contiguous or a view whose elements do not overlap (a slice of a gradient; a may be
     // that same view); dtypes may differ, math in f32.
@@ -568,6 +571,10 @@ void amp_autocast_clear_cache(amp_ctx_t *ctx);
 // Native type promotion of two floating dtypes (f16+bf16 -> f32).
 amp_dtype amp_promote_types(amp_dtype a, amp_dtype b);
 
+// The features of the linear that made y when its backward takes the bias gradient through the
+// backend's gemm_bgrad (a backward that writes y's gradient may sum its columns on the way:
+// amp_backend_i.unary_backward), else 0.
+int64_t amp_linear_bias_cols(const amp_ctx_t *ctx, const amp_tensor_t *y);
 // x cast to dtype t (x itself when equal), recorded for autograd; amp_cast_made records the cast
 // of x into y (x's shape, another dtype), which holds the values already.
 amp_tensor_t *amp_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);

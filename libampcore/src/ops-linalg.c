@@ -48,16 +48,20 @@ static gemm_shape gemm_shape_of(const amp_tensor_t *a, const amp_tensor_t *b, bo
     return g;
 }
 
+// Whether node n's backward takes a linear's bias gradient (the sum of dy's rows) in its
+// weight-gradient GEMM, as the backend can (one pass over dy less).
+static bool bias_in_gemm(const amp_ctx_t *ctx, const amp_node *n, const gemm_shape *g) {
+    const amp_tensor_t *bias = n->in[2];
+    return ctx->be->gemm_bgrad && bias && bias->requires_grad && n->in[1]->requires_grad &&
+           n->i[0] && g->shared_b && bias->ndim == 1 && bias->shape[0] == g->n;
+}
+
 static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *a = n->in[0], *b = n->in[1], *bias = n->in[2];
     amp_tensor_t *ad = n->saved[0], *bd = n->saved[1];
     bool bt = n->i[0];
     gemm_shape g = gemm_shape_of(a, b, bt);
     amp_tensor_t *dyd = amp_dense(ctx, dy), *dbias = NULL;
-    // a linear's bias gradient (the sum of dy's rows) in its weight-gradient GEMM where the
-    // backend can (one pass over dy less)
-    const bool bias_in_gemm = ctx->be->gemm_bgrad && bias && bias->requires_grad && bt &&
-                              g.shared_b && bias->ndim == 1 && bias->shape[0] == g.n;
     if (a->requires_grad) { // da = dy @ op(b)^T
         amp_tensor_t *da = amp_scratch_new(ctx, a->dtype, a->ndim, a->shape);
         amp_gemm_desc d = {.batch = g.batch, .m = g.m, .n = g.k, .k = g.n, .trans_b = !bt,
@@ -78,7 +82,7 @@ static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         } else { // db (n, k) = dy^T @ a
             d.m = g.n, d.n = g.k;
             d.stride_a = g.m * g.n, d.stride_b = g.m * g.k, d.stride_c = g.k * g.n;
-            if (bias_in_gemm) {
+            if (bias_in_gemm(ctx, n, &g)) {
                 dbias = amp_scratch_new(ctx, bias->dtype, 1, bias->shape);
                 ctx->be->gemm_bgrad(ctx->bctx, &d, db, dyd, ad, dbias);
             } else {
@@ -127,6 +131,13 @@ static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
     }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, bias ? 3 : 2);
     return y;
+}
+
+int64_t amp_linear_bias_cols(const amp_ctx_t *ctx, const amp_tensor_t *y) {
+    const amp_node *n = y->node;
+    if (!n || n->backward != gemm_backward || n->out != y) return 0;
+    const gemm_shape g = gemm_shape_of(n->in[0], n->in[1], n->i[0]);
+    return bias_in_gemm(ctx, n, &g) ? g.n : 0;
 }
 
 amp_tensor_t *amp_linear(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b) {

@@ -15,7 +15,7 @@ static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *x = n->in[0], *xd = n->saved[0];
     amp_tensor_t *dx = amp_grad_scratch(ctx, x);
     ctx->be->unary_backward(ctx->bctx, (amp_unary_op)n->i[0], n->f[0], dx, amp_dense(ctx, dy), xd,
-                            n->out);
+                            n->out, amp_linear_bias_cols(ctx, x));
     amp_grad_accumulate(ctx, x, dx);
 }
 

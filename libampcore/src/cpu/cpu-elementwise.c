@@ -179,8 +179,10 @@ static void load_chunk(const amp_tensor_t *t, int64_t i, int64_t c, float *buf) 
 }
 
 void amp_cpu_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
-                            const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y) {
+                            const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y,
+                            int64_t bias_cols) {
     (void)bctx;
+    (void)bias_cols; // the bias gradient is summed where it is asked for
     const int64_t n = cpu_numel(dx);
     CPU_ASSERT_CONTIGUOUS(dx);
     CPU_ASSERT_CONTIGUOUS(dy);

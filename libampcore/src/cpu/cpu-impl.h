@@ -161,7 +161,8 @@ void amp_cpu_fill(void *bctx, amp_tensor_t *dst, float v);
 void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y,
                    const amp_tensor_t *x);
 void amp_cpu_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
-                            const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y);
+                            const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y,
+                            int64_t bias_cols);
 void amp_cpu_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
                     const amp_tensor_t *b);
 void amp_cpu_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha);

@@ -101,6 +101,7 @@ static bool held_buffer(const cuda_ctx *c, const char *base);
 static void be_free(void *bctx, void *p) {
     cuda_ctx *c = cuda_of(bctx);
     const char *b = (const char *)p, *e = b + cuda_pool_free(&c->pool, p);
+    cuda_colsum_guard(c, b, (size_t)(e - b));
     // a held tensor's buffer, or the slots its statistics go to: launched before anything else
     // can have the memory (one stream)
     if (c->n_held && (held_buffer(c, b) || (b < c->slots_hi && c->slots_lo < e)))
@@ -111,6 +112,7 @@ static void be_upload(void *bctx, void *dst, const void *host, size_t nbytes) {
     cuda_ctx *c = cuda_of(bctx);
     if (!nbytes) return;
     cuda_held_guard(c, dst, nbytes);
+    cuda_colsum_guard(c, dst, nbytes);
     // From pageable memory the copy has returned once the source was staged: host may change.
     CUDA_CHECK(cudaMemcpyAsync(dst, host, nbytes, cudaMemcpyHostToDevice, c->stream));
 }
@@ -158,6 +160,7 @@ static void be_release(void *bctx) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     cuda_gemm_release(c);
     if (c->scratch) cuda_pool_free(&c->pool, c->scratch);
+    if (c->colsum.partial) cuda_pool_free(&c->pool, c->colsum.partial);
     if (c->gemm_ws) cuda_pool_free(&c->pool, c->gemm_ws);
     cuda_pool_release(&c->pool);
     CUBLAS_CHECK(cublasLtDestroy(c->lt));
@@ -304,10 +307,14 @@ template <typename R, typename... A, R (*F)(void *, A...)> struct flushing<F> {
 
 template <int... OUT> struct outs {
     template <typename... A> static void guard(cuda_ctx *c, const A &...a) {
-        if (c->n_held) {
+        if (c->n_held || c->colsum.data) {
             const std::tuple<const A &...> args(a...);
-            (cuda_held_guard_tensor(c, std::get<OUT>(args)), ...);
+            (guard_one(c, std::get<OUT>(args)), ...);
         }
+    }
+    static void guard_one(cuda_ctx *c, const amp_tensor_t *t) {
+        cuda_held_guard_tensor(c, t);
+        if (t && t->buf) cuda_colsum_guard(c, t->buf->data, t->buf->nbytes);
     }
 };
 template <auto F, typename O> struct writes;

@@ -2,8 +2,8 @@
  * cuda-gemm.cu — every GEMM through cuBLASLt: fp16/bf16 storage with f32 accumulation and f32
  * scaling, f32 as true fp32 (PyTorch's default allow_tf32 = False for matmul), the 1-D bias in
  * the BIAS epilogue (added in f32 before the single rounding to C's dtype, as the CPU does), and
- * a linear's bias gradient in its weight-gradient GEMM through the BGRADB epilogue (the column
- * sums of dy, taken while the GEMM reads dy anyway: one pass over dy less).
+ * a linear's weight gradient with its bias gradient (the column sums of dy) beside it, taken by
+ * the activation backward that wrote dy where there is one.
  *
  * Row-major C (m, n) = op(A) op(B) is computed as column-major C^T (n, m) = op(B)^T op(A)^T, so
  * our B is cuBLASLt's first operand. A plan (descriptors and the heuristic's algorithm) is
@@ -85,7 +85,7 @@ static cuda_gemm_plan *plan_get(cuda_ctx *c, const cuda_gemm_key *key, const int
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (key->epilogue != CUBLASLT_EPILOGUE_DEFAULT) { // BIAS or BGRADB: a vector of C's dtype
+    if (key->epilogue != CUBLASLT_EPILOGUE_DEFAULT) { // BIAS: a vector of C's dtype
         cublasLtEpilogue_t ep = (cublasLtEpilogue_t)key->epilogue;
         CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
@@ -136,10 +136,9 @@ __global__ void gemm_empty_kernel(void *c, amp_dtype ct, const void *bias, float
     }
 }
 
-// C = alpha * op(A) op(B) + beta * C through cuBLASLt with the given epilogue, whose vector
-// (the bias, or the bias gradient written) is vec. False when cuBLASLt has no algorithm for it
-// (only asked of epilogues that have a fallback).
-static bool gemm_lt(cuda_ctx *cx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
+// C = alpha * op(A) op(B) + beta * C through cuBLASLt with the given epilogue (DEFAULT, or BIAS
+// with the bias vec).
+static void gemm_lt(cuda_ctx *cx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
                     const amp_tensor_t *b, cublasLtEpilogue_t epilogue, const void *vec) {
     void *cp = amp_tensor_ptr(c);
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
@@ -162,20 +161,15 @@ static bool gemm_lt(cuda_ctx *cx, const amp_gemm_desc *d, amp_tensor_t *c, const
                               alignment_of(cp)};
     key.align = align[0] | align[1] << 9 | align[2] << 18;
     cuda_gemm_plan *p = plan_get(cx, &key, align);
-    if (!p->found) {
-        AMP_ASSERT(epilogue == CUBLASLT_EPILOGUE_BGRADB,
-                   "(cuBLASLt has no algorithm for %s gemm m=%lld n=%lld k=%lld batch=%lld)",
-                   amp_dtype_name(c->dtype), (long long)d->m, (long long)d->n, (long long)d->k,
-                   (long long)d->batch);
-        return false;
-    }
+    AMP_ASSERT(p->found, "(cuBLASLt has no algorithm for %s gemm m=%lld n=%lld k=%lld batch=%lld)",
+               amp_dtype_name(c->dtype), (long long)d->m, (long long)d->n, (long long)d->k,
+               (long long)d->batch);
     if (vec)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
                                                     sizeof vec));
     const float alpha = d->alpha, beta = d->beta;
     CUBLAS_CHECK(cublasLtMatmul(cx->lt, p->op, &alpha, bp, p->la, ap, p->lb, &beta, cp, p->lc, cp,
                                 p->lc, &p->algo, cx->gemm_ws, p->workspace_bytes, cx->stream));
-    return true;
 }
 
 static void gemm_check(const amp_gemm_desc *d, const amp_tensor_t *c, const amp_tensor_t *a,
@@ -218,8 +212,11 @@ void cuda_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_te
     gemm_lt(cx, d, c, a, b, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, biasp);
 }
 
-// C (m, n) = A^T B with A stored (k, m), and bgrad (m) = A's column sums: the BGRADB epilogue
-// (cuBLASLt's B is our A), else the GEMM and a separate column sum.
+// C (m, n) = A^T B with A stored (k, m), and bgrad (m) = A's column sums: from the partial sums
+// the backward that wrote A took as it went (cuda_ctx.colsum), else by one pass of the column-sum
+// kernel over A. (Not the BGRADB epilogue: on the H200 with cuBLASLt 13.0 it ran bf16 as the
+// GEMM and a kernel of its own, and chose fp16 kernels slower than the plain GEMM's, by up to 60%
+// on gpt's shapes.)
 void cuda_gemm_bgrad(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
                      const amp_tensor_t *b, amp_tensor_t *bgrad) {
     cuda_ctx *cx = cuda_of(bctx);
@@ -230,9 +227,13 @@ void cuda_gemm_bgrad(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const 
     AMP_ASSERT(cuda_numel(bgrad) == d->m && bgrad->dtype == c->dtype,
                "(bgrad must have m elements of C's dtype)");
     if (d->m == 0) return;
-    if (d->n > 0 && d->k > 0 &&
-        gemm_lt(cx, d, c, a, b, CUBLASLT_EPILOGUE_BGRADB, amp_tensor_ptr(bgrad)))
+    if (cx->colsum.data && cx->colsum.data == (const char *)amp_tensor_ptr(a) &&
+        cx->colsum.dtype == a->dtype && cx->colsum.rows == d->k && cx->colsum.cols == d->m) {
+        cx->colsum.data = NULL; // summed by the backward that wrote A: the parts added up
+        cuda_gemm(bctx, d, c, a, b, NULL);
+        cuda_sum_partials(cx, bgrad, cx->colsum.partial, cx->colsum.parts, d->m);
         return;
+    }
     cuda_gemm(bctx, d, c, a, b, NULL);
     amp_tensor_t rows = *a, sums = *bgrad; // A as (k, m) and bgrad as (1, m)
     rows.ndim = sums.ndim = 2;

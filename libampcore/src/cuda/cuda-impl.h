@@ -156,12 +156,31 @@ typedef struct cuda_ctx {
     const char *slots_lo, *slots_hi; // the slots of the held statistics lie in [lo, hi)
     bool defer_stats;        // held used (AMPPROBE_STATS_FUSED=0: every tensor read at once)
     cudaEvent_t downloaded;  // recorded after each download_async (NULL before the first)
+    // The column sums of the last gradient that an activation's backward wrote for a linear with
+    // a bias (cuda_unary_backward_colsums): f32 partial sums [colsum.parts][colsum.cols] of the
+    // tensor at colsum.data, valid until anything writes or frees its buffer (cuda_colsum_guard);
+    // cuda_gemm_bgrad adds them up into the bias gradient instead of taking it in the GEMM.
+    struct {
+        const char *data; // the gradient's buffer, the start of the tensor (NULL: none)
+        size_t bytes;
+        int64_t rows, cols;
+        int parts;
+        amp_dtype dtype;
+        float *partial; // device memory of the pool, grow-only
+        size_t partial_bytes;
+    } colsum;
 } cuda_ctx;
 
 // Launches the held statistics, if any. Every backend member that writes or frees device memory
 // guards what it writes first (the table in cuda-backend.cu), and one that reads it wholesale
 // (a download, a synchronize) launches them.
 void cuda_held_flush(cuda_ctx *c);
+// Forgets the held column sums (cuda_ctx.colsum) when [lo, lo + bytes) overlaps their tensor.
+static inline void cuda_colsum_guard(cuda_ctx *c, const void *lo, size_t bytes) {
+    const char *p = (const char *)lo;
+    if (c->colsum.data && p < c->colsum.data + c->colsum.bytes && c->colsum.data < p + bytes)
+        c->colsum.data = NULL;
+}
 // Launches the held statistics when [lo, lo + bytes) overlaps a held tensor's buffer.
 void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes);
 // The same for t's buffer (t may be NULL): found by the buffer's address.
@@ -357,13 +376,16 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src);
 void cuda_fill(void *bctx, amp_tensor_t *dst, float v);
 void cuda_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y, const amp_tensor_t *x);
 void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
-                         const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y);
+                         const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y,
+                         int64_t bias_cols);
 void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor_t *a,
                  const amp_tensor_t *b);
 void cuda_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, const amp_tensor_t *mask,
                       float value);
 void cuda_dropout_mask(void *bctx, amp_tensor_t *mask, float p, uint64_t seed, uint64_t offset);
 void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha);
+// y (cols elements) = the sums of the columns of partial (parts, cols) in f32, rounded once.
+void cuda_sum_partials(cuda_ctx *c, amp_tensor_t *y, const float *partial, int parts, int64_t cols);
 void cuda_gemm(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,
                const amp_tensor_t *b, const amp_tensor_t *bias);
 void cuda_gemm_bgrad(void *bctx, const amp_gemm_desc *d, amp_tensor_t *c, const amp_tensor_t *a,

@@ -51,6 +51,46 @@ __global__ void reduce_general_kernel(float *partial, const void *x, amp_dtype x
     if (threadIdx.x == 0) partial[blockIdx.y * kept.count + o] = s;
 }
 
+// Column sums of x (rows, cols) in 16-byte vectors of T (cols a whole number of them, x 16-byte
+// aligned): a block is 32 vectors of columns by 8 lanes of rows, rows split into gridDim.y chunks,
+// the lanes' sums added in shared memory: partial[chunk][col].
+template <typename T>
+__global__ void __launch_bounds__(256)
+    reduce_cols_vec_kernel(float *partial, const T *x, int64_t rows, int64_t cols,
+                           int64_t rows_per_chunk) {
+    constexpr int V = 16 / sizeof(T);
+    const int64_t cv = blockIdx.x * 32 + threadIdx.x, vcols = cols / V;
+    const int64_t r0 = blockIdx.y * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float s[V] = {};
+    if (cv < vcols) {
+#pragma unroll 4
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+            const uint4 raw = ((const uint4 *)(x + r * cols))[cv];
+            const T *v = (const T *)&raw;
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                s[j] += cuda_io<T>::load(v[j]);
+        }
+    }
+    __shared__ float lanes[8][32 * V];
+#pragma unroll
+    for (int j = 0; j < V; j++)
+        lanes[threadIdx.y][threadIdx.x * V + j] = s[j];
+    __syncthreads();
+    // thread (x, y) adds up columns x + 32 * j of the block's 32 * V, over the 8 lanes
+    for (int j = threadIdx.y; j < V; j += 8) {
+        const int k = threadIdx.x + 32 * j;
+        const int64_t col = blockIdx.x * 32 * (int64_t)V + k;
+        if (col >= cols) continue;
+        float t = 0.0f;
+#pragma unroll
+        for (int l = 0; l < 8; l++)
+            t += lanes[l][k];
+        partial[blockIdx.y * cols + col] = t;
+    }
+}
+
 // Column sums of x (rows, cols), rows split into gridDim.y chunks: partial[chunk][col].
 __global__ void reduce_cols_kernel(float *partial, const void *x, amp_dtype xt, int64_t rows,
                                    int64_t cols, int64_t rows_per_chunk) {
@@ -79,14 +119,42 @@ __global__ void reduce_channels_kernel(float *partial, const void *x, amp_dtype 
     if (threadIdx.x == 0) partial[blockIdx.y * K + k] = s;
 }
 
-__global__ void reduce_partials_kernel(void *y, amp_dtype yt, const float *partial, int chunks,
-                                       int64_t cols, float alpha) {
-    const int64_t col = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+// y[col] = alpha * the sum of partial[k][col] over k < chunks: a block is 32 columns by 32
+// lanes of k, the lanes' sums added in shared memory (in a fixed order: the same bits every run).
+__global__ void __launch_bounds__(1024)
+    reduce_partials_kernel(void *y, amp_dtype yt, const float *partial, int chunks, int64_t cols,
+                           float alpha) {
+    const int64_t col = blockIdx.x * 32 + threadIdx.x;
     float s = 0.0f;
-    for (int k = 0; k < chunks; k++)
-        s += partial[k * cols + col];
-    cuda_store(yt, y, col, s * alpha);
+    if (col < cols) {
+#pragma unroll 4
+        for (int k = threadIdx.y; k < chunks; k += 32)
+            s += partial[k * cols + col];
+    }
+    __shared__ float lanes[32][33];
+    lanes[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= cols) return;
+    float t = 0.0f;
+#pragma unroll
+    for (int l = 0; l < 32; l++)
+        t += lanes[l][threadIdx.x];
+    cuda_store(yt, y, col, t * alpha);
+}
+
+static void sum_partials(cuda_ctx *c, void *y, amp_dtype yt, const float *partial, int chunks,
+                         int64_t cols, float alpha) {
+    reduce_partials_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, 32), 0, c->stream>>>(
+        y, yt, partial, chunks, cols, alpha);
+    CUDA_LAUNCH_CHECK();
+}
+
+void cuda_sum_partials(cuda_ctx *c, amp_tensor_t *y, const float *partial, int parts,
+                       int64_t cols) {
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_FLOAT(y);
+    AMP_ASSERT(cuda_numel(y) == cols && parts > 0);
+    sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, parts, cols, 1.0f);
 }
 
 void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha) {
@@ -128,6 +196,26 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
     if (red.ndim == 0) red = {1, {1}, {0}, 1};
     const void *xp = amp_tensor_ptr(x);
     void *yp = amp_tensor_ptr(y);
+    const int V = 16 / (int)amp_dtype_size(x->dtype);
+    if (nd == 2 && kind[0] == 1 && kind[1] == 0 && amp_dtype_is_float(x->dtype) &&
+        kept.count % V == 0 && ((uintptr_t)xp & 15) == 0) { // (R, K) in 16-byte vectors
+        const int64_t rows = red.count, cols = kept.count;
+        const unsigned col_blocks = (unsigned)((cols / V + 31) / 32);
+        // about two waves of 256-thread blocks, at least 8 rows a lane
+        int64_t chunks = (2 * 8 * 132 + col_blocks - 1) / col_blocks, most = (rows + 63) / 64;
+        chunks = chunks > most ? most : chunks < 1 ? 1 : chunks > 65535 ? 65535 : chunks;
+        const int64_t per = (rows + chunks - 1) / chunks;
+        chunks = (rows + per - 1) / per;
+        float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
+        CUDA_DISPATCH_FLOAT(x->dtype, T, {
+            reduce_cols_vec_kernel<T>
+                <<<dim3(col_blocks, (unsigned)chunks), dim3(32, 8), 0, c->stream>>>(
+                    partial, (const T *)xp, rows, cols, per);
+        });
+        CUDA_LAUNCH_CHECK();
+        sum_partials(c, yp, y->dtype, partial, (int)chunks, cols, alpha);
+        return;
+    }
     if (nd == 2 && kind[0] == 1 && kind[1] == 0 && kept.count >= 64) { // (R, K): column sums
         const int64_t rows = red.count, cols = kept.count;
         const int64_t col_blocks = (cols + 255) / 256;
@@ -140,9 +228,7 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
         reduce_cols_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
             partial, xp, x->dtype, rows, cols, per);
         CUDA_LAUNCH_CHECK();
-        reduce_partials_kernel<<<(unsigned)col_blocks, 256, 0, c->stream>>>(yp, y->dtype, partial,
-                                                                            chunks, cols, alpha);
-        CUDA_LAUNCH_CHECK();
+        sum_partials(c, yp, y->dtype, partial, chunks, cols, alpha);
         return;
     }
     if (nd == 3 && kind[0] == 1 && kind[1] == 0 && kind[2] == 1) {
@@ -155,9 +241,7 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
         reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0,
                                  c->stream>>>(partial, xp, x->dtype, A, K, L, per);
         CUDA_LAUNCH_CHECK();
-        reduce_partials_kernel<<<cuda_grid(K, 256), 256, 0, c->stream>>>(yp, y->dtype, partial,
-                                                                          (int)slices, K, alpha);
-        CUDA_LAUNCH_CHECK();
+        sum_partials(c, yp, y->dtype, partial, (int)slices, K, alpha);
         return;
     }
     AMP_ASSERT(kept.count == ny && ny <= INT32_MAX);
@@ -172,7 +256,5 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
     reduce_general_kernel<<<dim3((unsigned)ny, (unsigned)splits), REDUCE_BLOCK, 0, c->stream>>>(
         partial, xp, x->dtype, kept, red, per, cuda_numel(x) <= INT32_MAX);
     CUDA_LAUNCH_CHECK();
-    reduce_partials_kernel<<<cuda_grid(ny, 256), 256, 0, c->stream>>>(yp, y->dtype, partial,
-                                                                      (int)splits, ny, alpha);
-    CUDA_LAUNCH_CHECK();
+    sum_partials(c, yp, y->dtype, partial, (int)splits, ny, alpha);
 }

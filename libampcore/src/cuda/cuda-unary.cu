@@ -224,17 +224,21 @@ __global__ void unary_backward_kernel(amp_unary_op op, float alpha, void *dx, am
     cuda_fuse_end<S>(f, a);
 }
 
-// The same for one dtype everywhere, 16 bytes per operand per step.
-template <bool S, typename T, int OP>
+// The same for one dtype everywhere, 16 bytes per operand per step. C: also the column sums of
+// dx as a (rows, cols) matrix whose row the grid's stride covers a whole number of times (so a
+// thread's V columns stay the same): thread t's sums of the values it stored go to
+// colsum[t * V, + V), which the grid's threads fill as (stride * V / cols, cols) partial sums.
+template <bool S, bool C, typename T, int OP>
 __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ dx,
                                           const T *__restrict__ dy, const T *__restrict__ x,
                                           const T *__restrict__ y, int64_t n, cuda_fuse f,
-                                          cuda_fuse fi) {
+                                          cuda_fuse fi, float *__restrict__ colsum) {
     const amp_unary_op op = UNARY_OP(OP, op_);
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V, stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<S, T> st(f);
     stored_stats<S, T> sti(fi); // dx's, and dy's (a linear's input gradient)
+    float cs[C ? V : 1] = {};
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < nv;
          i0 += UNARY_U * stride) {
         uint4 graw[UNARY_U], xraw[UNARY_U], yraw[UNARY_U];
@@ -259,7 +263,17 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
                                                cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
             ((uint4 *)dx)[i0 + u * stride] = graw[u];
             st.values(g, f.lim);
+            if constexpr (C)
+#pragma unroll
+                for (int j = 0; j < V; j++)
+                    cs[j] += cuda_io<T>::load(g[j]);
         }
+    }
+    if constexpr (C) { // (no tail: n is a whole number of rows of whole vectors)
+        float4 *out = (float4 *)(colsum + (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V);
+#pragma unroll
+        for (int j = 0; j < V / 4; j++)
+            out[j] = make_float4(cs[4 * j], cs[4 * j + 1], cs[4 * j + 2], cs[4 * j + 3]);
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -273,8 +287,39 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
     sti.end(fi);
 }
 
+// Blocks of 256 threads for the column sums of n values in rows of cols, V a thread a step: a
+// multiple of the blocks whose threads cover a whole number of rows, near `want` and at most
+// `most` (one wave); 0 when there is none (cols not a whole number of vectors, or more blocks
+// to a row than a wave).
+static unsigned colsum_grid(int64_t n, int64_t cols, int V, unsigned want, unsigned most) {
+    if (cols <= 0 || cols % V != 0 || n % cols != 0) return 0;
+    int64_t a = cols, b = 256 * (int64_t)V; // blocks to a whole number of rows: cols / gcd
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    const int64_t m = cols / a;
+    if (m > most) return 0;
+    const int64_t g = (want < most ? want : most) / m * m;
+    return (unsigned)(g > m ? g : m);
+}
+
+// The device memory for `floats` partial sums (cuda_ctx.colsum.partial, grow-only).
+static float *colsum_partials(cuda_ctx *c, size_t floats) {
+    const size_t bytes = floats * sizeof(float);
+    if (bytes > c->colsum.partial_bytes) {
+        if (c->colsum.partial) cuda_pool_free(&c->pool, c->colsum.partial);
+        c->colsum.partial = (float *)cuda_pool_alloc(&c->pool, bytes);
+        AMP_ASSERT(c->colsum.partial, "(out of device memory for %zu bytes of column sums)", bytes);
+        c->colsum.partial_bytes = bytes;
+    }
+    return c->colsum.partial;
+}
+
 void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *dx,
-                         const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y) {
+                         const amp_tensor_t *dy, const amp_tensor_t *x, const amp_tensor_t *y,
+                         int64_t bias_cols) {
     cuda_ctx *c = cuda_of(bctx);
     CUDA_ASSERT_CONTIGUOUS(dx);
     CUDA_ASSERT_CONTIGUOUS(dy);
@@ -305,16 +350,36 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
     if (same && al) {
         const cuda_fuse fi = cuda_fuse_take_input(c, dy);
         CUDA_DISPATCH_FLOAT(dx->dtype, T, {
-            const unsigned grid = cuda_grid(n, 256, UNARY_U * 16 / (int)sizeof(T));
+            constexpr int V = 16 / (int)sizeof(T);
+            const unsigned grid = cuda_grid(n, 256, UNARY_U * V);
             unary_op_dispatch(op, [&](auto k) {
                 constexpr int OP = decltype(k)::value;
-                auto kernel = unary_backward_vec_kernel<true, T, OP>;
-                CUDA_FUSE_DISPATCH2(
-                    f, fi, S,
-                    unary_backward_vec_kernel<S, T, OP>
-                    <<<cuda_fuse_grid(f, fi, grid, 256, kernel), 256, 0, c->stream>>>(
-                        op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp, (const T *)yp, n, f,
-                        fi));
+                CUDA_FUSE_DISPATCH2(f, fi, S, {
+                    auto plain = unary_backward_vec_kernel<S, false, T, OP>;
+                    auto summing = unary_backward_vec_kernel<S, true, T, OP>;
+                    const unsigned cgrid =
+                        bias_cols > 0
+                            ? colsum_grid(n, bias_cols, V, grid,
+                                          cuda_resident_blocks((const void *)summing, 256))
+                            : 0;
+                    if (cgrid == 0) {
+                        plain<<<cuda_fuse_grid(f, fi, grid, 256, plain), 256, 0, c->stream>>>(
+                            op, alpha, (T *)dxp, (const T *)dyp, (const T *)xp, (const T *)yp, n, f,
+                            fi, nullptr);
+                    } else {
+                        const int64_t threads = (int64_t)cgrid * 256;
+                        float *partial = colsum_partials(c, (size_t)(threads * V));
+                        summing<<<cgrid, 256, 0, c->stream>>>(op, alpha, (T *)dxp, (const T *)dyp,
+                                                              (const T *)xp, (const T *)yp, n, f,
+                                                              fi, partial);
+                        c->colsum.data = (const char *)dxp;
+                        c->colsum.bytes = (size_t)n * sizeof(T);
+                        c->colsum.rows = n / bias_cols;
+                        c->colsum.cols = bias_cols;
+                        c->colsum.parts = (int)(threads * V / bias_cols);
+                        c->colsum.dtype = dx->dtype;
+                    }
+                });
             });
         });
     } else {
