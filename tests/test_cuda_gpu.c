@@ -256,24 +256,22 @@ START_TEST(test_bias_grad_colsums_gpu) {
             pair in[3] = {pair_new(dt, 2, (int64_t[]){sizes[k][0], sizes[k][1]}, 1, 0, true),
                           pair_new(dt, 2, (int64_t[]){sizes[k][2], sizes[k][1]}, 0.1f, 0, true),
                           pair_new(dt, 1, (int64_t[]){sizes[k][2]}, 0.5f, 0, true)};
-            char what[64];
-            snprintf(what, sizeof what, "linear+gelu %lldx%lld", (long long)sizes[k][0],
-                     (long long)sizes[k][2]);
-            check_op(what, op_linear_gelu, in, 3, eps);
-            for (int i = 0; i < 3; i++) {
-                amp_tensor_zero_grad(in[i].c);
-                amp_tensor_zero_grad(in[i].g);
+            const struct {
+                const char *name;
+                op_fn f;
+            } ops[3] = {{"linear+gelu", op_linear_gelu},
+                        {"linear+relu", op_linear_relu},
+                        {"linear+gelu+residual", op_linear_gelu_residual}};
+            for (int o = 0; o < 3; o++) {
+                char what[64];
+                snprintf(what, sizeof what, "%s %lldx%lld", ops[o].name, (long long)sizes[k][0],
+                         (long long)sizes[k][2]);
+                check_op(what, ops[o].f, in, 3, eps);
+                for (int i = 0; i < 3; i++) {
+                    amp_tensor_zero_grad(in[i].c);
+                    amp_tensor_zero_grad(in[i].g);
+                }
             }
-            snprintf(what, sizeof what, "linear+relu %lldx%lld", (long long)sizes[k][0],
-                     (long long)sizes[k][2]);
-            check_op(what, op_linear_relu, in, 3, eps);
-            for (int i = 0; i < 3; i++) {
-                amp_tensor_zero_grad(in[i].c);
-                amp_tensor_zero_grad(in[i].g);
-            }
-            snprintf(what, sizeof what, "linear+gelu+residual %lldx%lld", (long long)sizes[k][0],
-                     (long long)sizes[k][2]);
-            check_op(what, op_linear_gelu_residual, in, 3, eps);
             for (int i = 0; i < 3; i++) {
                 amp_tensor_free(in[i].c);
                 amp_tensor_free(in[i].g);

@@ -276,6 +276,20 @@ amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int6
     return t;
 }
 
+// t (zeroed first) as a contiguous tensor of dtype dt with like's shape over storage b, in no list
+// (no reference taken).
+static void tensor_over(amp_tensor_t *t, amp_ctx_t *ctx, amp_dtype dt, const amp_tensor_t *like,
+                        amp_buffer *b) {
+    memset(t, 0, sizeof *t);
+    t->ctx = ctx;
+    t->dtype = dt;
+    t->ndim = like->ndim;
+    memcpy(t->shape, like->shape, sizeof t->shape);
+    amp_contiguous_strides(t->ndim, t->shape, t->stride);
+    t->buf = b;
+    t->layer = -1;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Autocast's copies of parameters, made ahead by the optimizer
 
@@ -294,14 +308,7 @@ amp_tensor_t *amp_precast_target(amp_tensor_t *p, amp_tensor_t *out) {
     }
     if (!p->precast) p->precast = buffer_new(p->ctx, nbytes);
     p->precast_dtype = p->precast_want;
-    memset(out, 0, sizeof *out);
-    out->ctx = p->ctx;
-    out->dtype = p->precast_dtype;
-    out->ndim = p->ndim;
-    memcpy(out->shape, p->shape, sizeof out->shape);
-    amp_contiguous_strides(out->ndim, out->shape, out->stride);
-    out->buf = p->precast;
-    out->layer = -1;
+    tensor_over(out, p->ctx, p->precast_dtype, p, p->precast);
     return out;
 }
 
@@ -313,14 +320,8 @@ void amp_precast_written(amp_tensor_t *p, bool written) {
 amp_tensor_t *amp_precast_take(amp_ctx_t *ctx, amp_tensor_t *p, amp_dtype t) {
     if (!p->precast || p->precast_dtype != t || p->precast_version != p->buf->version) return NULL;
     amp_tensor_t *y = amp_xcalloc(1, sizeof *y);
-    y->ctx = ctx;
-    y->dtype = t;
-    y->ndim = p->ndim;
-    memcpy(y->shape, p->shape, sizeof y->shape);
-    amp_contiguous_strides(y->ndim, y->shape, y->stride);
-    y->buf = p->precast;
+    tensor_over(y, ctx, t, p, p->precast);
     y->buf->refcount++;
-    y->layer = -1;
     list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, y);
     return y;
 }
@@ -580,16 +581,10 @@ static bool takeable(const amp_tensor_t *t, const amp_tensor_t *g, const amp_ten
 // A persistent tensor's gradient struct (in no list, like amp_grad_new's) over g's storage.
 static amp_tensor_t *grad_adopt(const amp_tensor_t *g) {
     amp_tensor_t *c = amp_xcalloc(1, sizeof *c);
-    c->ctx = g->ctx;
-    c->dtype = g->dtype;
-    c->ndim = g->ndim;
-    memcpy(c->shape, g->shape, sizeof c->shape);
-    amp_contiguous_strides(c->ndim, c->shape, c->stride);
-    c->buf = g->buf;
+    tensor_over(c, g->ctx, g->dtype, g, g->buf);
     c->buf->refcount++;
     c->buf->droppable = false;
     c->persistent = c->is_grad = true;
-    c->layer = -1;
     return c;
 }
 
