@@ -1359,6 +1359,7 @@ static void check_optim(amp_optim_params p, amp_dtype gt) {
         grads[i] = pair_new(F32, 2, shapes[i], 0.1f, 0, false);
         amp_grad_accumulate(gpu, pg[i], grads[i].g);
         held[i] = amp_precast_take(gpu, pg[i], pg[i]->precast_dtype)->buf;
+        amp_precast_want(pg[i], pg[i]->precast_dtype); // (as a region's end would)
     }
     amp_optim_step_unless(og, found);
     for (int i = 0; i < 3; i++)

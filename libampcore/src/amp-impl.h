@@ -107,7 +107,8 @@ struct amp_tensor {
     // region's cast): the optimizer step that updates it also writes its value in that dtype into
     // precast, the next region's cast made ahead (amp_precast_take), valid while precast_version
     // is buf->version. Bit for bit the cast (one rounding of the same f32 value), without reading
-    // the f32 weights again.
+    // the f32 weights again. precast_wanted: a region cast it since the last copy was written (a
+    // parameter no region casts between two steps gets no copy, and gives its storage back).
     bool precast_wanted;
     amp_dtype precast_want;
     amp_buffer *precast; // the copy, in precast_dtype
@@ -184,9 +185,10 @@ void amp_node_release_dropped(amp_ctx_t *ctx, const struct amp_node *n);
 // amp_precast_want notes that the region cast p to t (at the region's end); amp_precast_target
 // gives the tensor the optimizer step writes p's new value into (a struct of the caller's, p's
 // shape, on storage that no tensor of the tape shares: a fresh buffer when the old one is still
-// read), or NULL when p wants none; amp_precast_written marks p updated (and the copy, when
-// `written`, made from its new value); amp_precast_take gives a scratch tensor on the copy when
-// it holds p's values in dtype t, else NULL.
+// read), or NULL (giving back the old copy's storage) when no region cast p since the last copy;
+// amp_precast_written marks p updated (and the copy, when `written`, made from its new value);
+// amp_precast_take gives a scratch tensor on the copy when it holds p's values in dtype t, else
+// NULL.
 void amp_precast_want(amp_tensor_t *p, amp_dtype t);
 amp_tensor_t *amp_precast_target(amp_tensor_t *p, amp_tensor_t *out);
 void amp_precast_written(amp_tensor_t *p, bool written);

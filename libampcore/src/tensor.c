@@ -299,7 +299,11 @@ void amp_precast_want(amp_tensor_t *p, amp_dtype t) {
 }
 
 amp_tensor_t *amp_precast_target(amp_tensor_t *p, amp_tensor_t *out) {
-    if (!p->precast_wanted) return NULL;
+    if (!p->precast_wanted) { // no region cast it since the last copy
+        buffer_release(p->ctx, p->precast);
+        p->precast = NULL;
+        return NULL;
+    }
     const size_t nbytes = (size_t)amp_tensor_numel(p) * amp_dtype_size(p->precast_want);
     // a copy that a tensor of the tape still reads (the last region's cast) stays as it is
     if (p->precast && (p->precast->refcount > 1 || p->precast->nbytes != nbytes)) {
@@ -314,7 +318,9 @@ amp_tensor_t *amp_precast_target(amp_tensor_t *p, amp_tensor_t *out) {
 
 void amp_precast_written(amp_tensor_t *p, bool written) {
     p->buf->version++;
-    if (written) p->precast_version = p->buf->version;
+    if (!written) return;
+    p->precast_version = p->buf->version;
+    p->precast_wanted = false; // until a region casts it again
 }
 
 amp_tensor_t *amp_precast_take(amp_ctx_t *ctx, amp_tensor_t *p, amp_dtype t) {
