@@ -48,8 +48,9 @@ static gemm_shape gemm_shape_of(const amp_tensor_t *a, const amp_tensor_t *b, bo
     return g;
 }
 
-// Whether node n's backward takes a linear's bias gradient (the sum of dy's rows) in its
-// weight-gradient GEMM, as the backend can (one pass over dy less).
+// Whether node n's backward takes a linear's bias gradient (the sum of dy's rows) through the
+// backend's gemm_bgrad, beside its weight-gradient GEMM (from column sums that the backward which
+// wrote dy may have taken: no pass over dy of its own).
 static bool bias_in_gemm(const amp_ctx_t *ctx, const amp_node *n, const gemm_shape *g) {
     const amp_tensor_t *bias = n->in[2];
     return ctx->be->gemm_bgrad && bias && bias->requires_grad && n->in[1]->requires_grad &&

@@ -157,7 +157,7 @@ typedef struct cuda_ctx {
     bool defer_stats;        // held used (AMPPROBE_STATS_FUSED=0: every tensor read at once)
     cudaEvent_t downloaded;  // recorded after each download_async (NULL before the first)
     // The column sums of the last gradient that an activation's backward wrote for a linear with
-    // a bias (cuda_unary_backward_colsums): f32 partial sums [colsum.parts][colsum.cols] of the
+    // a bias (cuda_unary_backward's bias_cols): f32 partial sums [colsum.parts][colsum.cols] of the
     // tensor at colsum.data, valid until anything writes or frees its buffer (cuda_colsum_guard);
     // cuda_gemm_bgrad adds them up into the bias gradient instead of taking it in the GEMM.
     struct {
