@@ -5,21 +5,18 @@
 # per step by kernel name, the builds in columns, and the totals. BENCH and MODULE as in
 # ab_steps.sh.
 set -eu
-ampprobe=${1:?usage: ab_kernels.sh AMPPROBE "NAME:BENCH:MODULE ..." "WORKLOAD:MODE ..." [--stats]}
-variants=${2:?missing the builds (NAME:BENCH:MODULE ...)}
-cases=${3:?missing the cases (WORKLOAD:MODE ...)}
-stats=${4:-}
-[ -z "$stats" ] || [ "$stats" = --stats ] || { echo "ab_kernels.sh: unknown option '$stats'" >&2; exit 2; }
+script=ab_kernels.sh
+usage='ab_kernels.sh AMPPROBE "NAME:BENCH:MODULE ..." "WORKLOAD:MODE ..." [--stats]'
+ampprobe=${1:?usage: $usage}
+. "$(dirname "$0")/ab-common.sh"
 trace=cuda; [ -z "$stats" ] || trace=amp,cuda
 steps=10 # cuda_bench runs 3 warm-up steps, the timed steps and as many again back to back
-tmp=$(mktemp -d /tmp/ab_kernels.XXXXXX) # the captures, removed at exit
-trap 'rm -rf "$tmp"' EXIT
 for c in $cases; do
     w=${c%%:*}; m=${c#*:}; dbs=""
     for v in $variants; do
-        name=${v%%:*}; rest=${v#*:}; bench=${rest%%:*}; mod=${rest#*:}
+        ab_build "$v"
         db=$tmp/${name}_${w}_$m.sqlite
-        AMPPROBE_CUDA_MODULE=$mod "$ampprobe" run --trace $trace -o "$db" -- "$bench" --workload "$w" \
+        AMPPROBE_CUDA_MODULE=$module "$ampprobe" run --trace $trace -o "$db" -- "$bench" --workload "$w" \
             --mode "$m" --warmup 3 --steps $steps $stats >/dev/null
         dbs="$dbs $name=$db"
     done

@@ -8,13 +8,10 @@
 #   sh probe/bench/ab_steps.sh 3 "old:old/bench/cuda_bench:old/libampcore_cuda.so \
 #       new:build/cuda/bench/cuda_bench:build/cuda/libampcore_cuda.so" "mlp:fp16 gpt:fp16"
 set -eu
-rounds=${1:?usage: ab_steps.sh ROUNDS "NAME:BENCH:MODULE ..." "WORKLOAD:MODE ..." [--stats]}
-variants=${2:?missing the builds (NAME:BENCH:MODULE ...)}
-cases=${3:?missing the cases (WORKLOAD:MODE ...)}
-stats=${4:-}
-[ -z "$stats" ] || [ "$stats" = --stats ] || { echo "ab_steps.sh: unknown option '$stats'" >&2; exit 2; }
-tmp=$(mktemp -d /tmp/ab_steps.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+script=ab_steps.sh
+usage='ab_steps.sh ROUNDS "NAME:BENCH:MODULE ..." "WORKLOAD:MODE ..." [--stats]'
+rounds=${1:?usage: $usage}
+. "$(dirname "$0")/ab-common.sh"
 median() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['step_ms_median'])"; }
 # step_ms BENCH MODULE WORKLOAD MODE: one run's median step (with --stats, its database is
 # $tmp/run.sqlite, removed before the next run)
@@ -31,8 +28,8 @@ for c in $cases; do
     for r in $(seq "$rounds"); do
         line="$w $m${stats:+ stats}"
         for v in $variants; do
-            name=${v%%:*}; rest=${v#*:}
-            line="$line  $name $(step_ms "${rest%%:*}" "${rest#*:}" "$w" "$m")"
+            ab_build "$v"
+            line="$line  $name $(step_ms "$bench" "$module" "$w" "$m")"
         done
         echo "$line"
     done

@@ -61,8 +61,7 @@ static cublasLtMatrixLayout_t make_layout(cudaDataType_t t, uint64_t rows, uint6
     return l;
 }
 
-// The plan for key, built on first use; plan->found is false when the heuristic had no
-// algorithm (remembered, so that the question is asked once).
+// The plan for key, built on first use (a shape for which the heuristic has no algorithm aborts).
 static cuda_gemm_plan *plan_get(cuda_ctx *c, const cuda_gemm_key *key, const int64_t align[4]) {
     for (int i = 0; i < c->n_plans; i++)
         if (memcmp(&c->plans[i].key, key, sizeof *key) == 0) return &c->plans[i];
@@ -116,11 +115,11 @@ static cuda_gemm_plan *plan_get(cuda_ctx *c, const cuda_gemm_key *key, const int
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
                                                 &res, &found));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    p->found = found > 0;
-    if (p->found) {
-        p->algo = res.algo;
-        p->workspace_bytes = res.workspaceSize;
-    }
+    AMP_ASSERT(found > 0, "(cuBLASLt has no algorithm for %s gemm m=%lld n=%lld k=%lld batch=%lld)",
+               amp_dtype_name((amp_dtype)key->dtype), (long long)key->m, (long long)key->n,
+               (long long)key->k, (long long)key->batch);
+    p->algo = res.algo;
+    p->workspace_bytes = res.workspaceSize;
     return p;
 }
 
@@ -161,9 +160,6 @@ static void gemm_lt(cuda_ctx *cx, const amp_gemm_desc *d, amp_tensor_t *c, const
                               alignment_of(cp)};
     key.align = align[0] | align[1] << 9 | align[2] << 18;
     cuda_gemm_plan *p = plan_get(cx, &key, align);
-    AMP_ASSERT(p->found, "(cuBLASLt has no algorithm for %s gemm m=%lld n=%lld k=%lld batch=%lld)",
-               amp_dtype_name(c->dtype), (long long)d->m, (long long)d->n, (long long)d->k,
-               (long long)d->batch);
     if (vec)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
                                                     sizeof vec));

@@ -120,7 +120,6 @@ typedef struct cuda_gemm_plan {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     size_t workspace_bytes;
-    bool found; // the heuristic had an algorithm (else the plan only remembers that it had none)
 } cuda_gemm_plan;
 
 // One tensor's statistics held (cuda_ctx.held): its buffer, its memory and its slot.
@@ -161,8 +160,7 @@ typedef struct cuda_ctx {
     // tensor at colsum.data, valid until anything writes or frees its buffer (cuda_colsum_guard);
     // cuda_gemm_bgrad adds them up into the bias gradient instead of taking it in the GEMM.
     struct {
-        const char *data; // the gradient's buffer, the start of the tensor (NULL: none)
-        size_t bytes;
+        const char *data; // the start of the gradient (NULL: none)
         int64_t rows, cols;
         int parts;
         amp_dtype dtype;
@@ -177,8 +175,9 @@ typedef struct cuda_ctx {
 void cuda_held_flush(cuda_ctx *c);
 // Forgets the held column sums (cuda_ctx.colsum) when [lo, lo + bytes) overlaps their tensor.
 static inline void cuda_colsum_guard(cuda_ctx *c, const void *lo, size_t bytes) {
-    const char *p = (const char *)lo;
-    if (c->colsum.data && p < c->colsum.data + c->colsum.bytes && c->colsum.data < p + bytes)
+    const char *p = (const char *)lo, *d = c->colsum.data;
+    if (d && p < d + c->colsum.rows * c->colsum.cols * amp_dtype_size(c->colsum.dtype) &&
+        d < p + bytes)
         c->colsum.data = NULL;
 }
 // Launches the held statistics when [lo, lo + bytes) overlaps a held tensor's buffer.

@@ -373,7 +373,6 @@ void cuda_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor_t 
                                                               (const T *)xp, (const T *)yp, n, f,
                                                               fi, partial);
                         c->colsum.data = (const char *)dxp;
-                        c->colsum.bytes = (size_t)n * sizeof(T);
                         c->colsum.rows = n / bias_cols;
                         c->colsum.cols = bias_cols;
                         c->colsum.parts = (int)(threads * V / bias_cols);
