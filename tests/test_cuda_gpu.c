@@ -958,14 +958,15 @@ START_TEST(test_fused_stats_gpu) {
 END_TEST
 
 // A lone tensor's statistics (stats_into with one tensor) wait: a GELU, a GELU backward, a cast,
-// an add or a copy of a permuted view that reads the tensor whole adds them as it goes, without
-// the sum of squares; other calls (a softmax backward, which would be slower with them; a row
-// broadcast; a copy of a view that starts where the tensor does but skips values) leave them
-// waiting, and a write to the tensor launches them first. Statistics that want the sum of squares
-// (a parameter's gradient) are left waiting by all of them and come with it.
+// an add, a copy of a permuted view or column sums that read the tensor whole add them as they go,
+// without the sum of squares; other calls (a softmax or layer_norm backward, which run slower with
+// them than the statistics kernel takes to read the tensor; a row broadcast; a copy of a view that
+// starts where the tensor does but skips values) leave them waiting, and a write to the tensor
+// launches them first. Statistics that want the sum of squares (a parameter's gradient) are left
+// waiting by all of them and come with it.
 START_TEST(test_deferred_stats_gpu) {
     NEED_GPU();
-    enum { CASES = 13 };
+    enum { CASES = 15 };
     amp_stats *slots = gpu->be->alloc(gpu->bctx, CASES * sizeof(amp_stats)), got[CASES];
     int64_t idx[CASES];
     for (int k = 0; k < CASES; k++)
@@ -987,12 +988,14 @@ START_TEST(test_deferred_stats_gpu) {
                                       "mul by a broadcast row",
                                       "copy of a permuted view",
                                       "copy of a transposed view",
-                                      "copy of a view with gaps"};
+                                      "copy of a view with gaps",
+                                      "layer_norm backward",
+                                      "column sums"};
     // taken by the call after stats_into (1: without the sum of squares), left waiting (0), or
     // either (-1)
     // (cases 4 to 6 read x, whose statistics wait three times over: which one a kernel takes is
     // the table's business)
-    static const int taken[CASES] = {1, 1, 1, 0, -1, -1, -1, 0, 0, 0, 1, 1, 0};
+    static const int taken[CASES] = {1, 1, 1, 0, -1, -1, -1, 0, 0, 0, 1, 1, 0, 0, 1};
     for (int r = 0; r < 2 * (int)(sizeof runs / sizeof *runs); r++) {
         const amp_dtype dt = runs[r / 2].dt, target = runs[r / 2].target;
         const bool sumsq = r % 2;
@@ -1009,6 +1012,15 @@ START_TEST(test_deferred_stats_gpu) {
                      *yl = gpu_special(F32, 2, long_rows, 0.1f),
                      *dl = amp_scratch_new(gpu, dt, 2, long_rows);
         amp_tensor_t *row = gpu_special(dt, 1, &wide[1], 1.0f);
+        // a layer_norm's output gradient (its statistics, mean and rstd from a forward of ys)
+        // and a linear's, whose column sums make the bias gradient
+        amp_tensor_t *gn = gpu_special(dt, 2, wide, 2.0f), *dn = amp_scratch_new(gpu, dt, 2, wide),
+                     *yn = amp_scratch_new(gpu, F32, 2, wide),
+                     *mean = amp_scratch_new(gpu, F32, 1, wide),
+                     *rstd = amp_scratch_new(gpu, F32, 1, wide);
+        gpu->be->layer_norm(gpu->bctx, yn, mean, rstd, ys, NULL, NULL, 1e-5f);
+        amp_tensor_t *gc = gpu_special(dt, 2, wide, 2.0f),
+                     *bias = amp_scratch_new(gpu, dt, 2, (const int64_t[]){1, wide[1]});
         // a gradient permuted back; and every other value of a buffer, a view that starts where
         // the buffer's first half does and has as many values, but does not read it
         const int64_t p3[3] = {8, 40, 72}, half = n / 2;
@@ -1030,8 +1042,10 @@ START_TEST(test_deferred_stats_gpu) {
         amp_tensor_stats(pm, target, &want[10]);
         amp_tensor_stats(pt, target, &want[11]);
         amp_tensor_stats(first, target, &want[12]);
+        amp_tensor_stats(gn, target, &want[13]);
+        amp_tensor_stats(gc, target, &want[14]);
         want[2] = want[4] = want[5] = want[6] = want[0];
-        const amp_tensor_t *pend[CASES] = {x, g, x, z, x, x, x, gs, gl, row, pm, pt, first};
+        const amp_tensor_t *pend[CASES] = {x, g, x, z, x, x, x, gs, gl, row, pm, pt, first, gn, gc};
         for (int k = 0; k < CASES; k++) {
             gpu->be->stats_into(gpu->bctx, &pend[k], 1, target, slots, &idx[k], sumsq);
             switch (k) {
@@ -1076,6 +1090,12 @@ START_TEST(test_deferred_stats_gpu) {
             case 12:
                 gpu->be->copy(gpu->bctx, gd, gaps);
                 break;
+            case 13:
+                gpu->be->layer_norm_backward(gpu->bctx, dn, NULL, NULL, gn, ys, mean, rstd, NULL);
+                break;
+            case 14:
+                gpu->be->reduce_sum(gpu->bctx, bias, gc, 1.0f);
+                break;
             }
         }
         gpu->be->download(gpu->bctx, got, slots, sizeof got);
@@ -1085,10 +1105,12 @@ START_TEST(test_deferred_stats_gpu) {
                      amp_dtype_name(target), sumsq ? ", sum of squares wanted" : "");
             amp_stats_finish(&got[k]);
             expect_same_stats(m, &got[k], &want[k]);
-            // (an f32 "cast" is a plain copy, which takes nothing)
-            const bool left = sumsq || taken[k] == 0 || (k == 2 && dt == F32);
+            // (an f32 "cast" is a plain copy, which takes nothing: x's numbers wait for one of the
+            // kernels after it that read x)
+            const int took = k == 2 && dt == F32 ? -1 : taken[k];
+            const bool left = sumsq || took == 0;
             const double want_sumsq = left ? want[k].sumsq : 0.0;
-            if (left || taken[k] == 1)
+            if (left || took == 1)
                 ck_assert_msg(fabs(got[k].sumsq - want_sumsq) <= 1e-5 * want_sumsq,
                               "%s: sumsq %.9g, expected %.9g", m, got[k].sumsq, want_sumsq);
         }
@@ -1101,7 +1123,7 @@ END_TEST
 // Statistics held for a batch (stats_into with several tensors: the parameters at the start of a
 // step, their gradients at the end of backward) wait until the unscale or the optimizer step reads
 // the tensors and adds them as it goes (a skipped step too); a write to or a free of one of their
-// buffers by anything else launches them all first.
+// buffers by anything else launches that tensor's first.
 static void expect_slots(const char *what, amp_stats *slots, const amp_stats *want, int n) {
     amp_stats got[16];
     gpu->be->download(gpu->bctx, got, slots, (size_t)n * sizeof *got);
@@ -1121,6 +1143,44 @@ static void reset_slots(amp_stats *slots, int n) {
         empty[k] = amp_stats_empty();
     gpu->be->upload(gpu->bctx, slots, empty, (size_t)n * sizeof *empty);
 }
+
+// A free of or a write to one held tensor launches its statistics alone: the others keep waiting
+// for a kernel that reads them anyway (a GELU here, which leaves out the sum of squares and so
+// tells an entry it took from one the statistics kernel read).
+START_TEST(test_held_release_gpu) {
+    NEED_GPU();
+    const int64_t n = (1 << 16) + 3, idx[3] = {0, 1, 2};
+    amp_stats *slots = gpu->be->alloc(gpu->bctx, 3 * sizeof(amp_stats)), got[3], want[3];
+    reset_slots(slots, 3);
+    amp_tensor_t *x[3], *y = amp_tensor_new(gpu, F16, 1, &n);
+    for (int k = 0; k < 3; k++) {
+        x[k] = gpu_special(F16, 1, &n, 2.0f);
+        amp_tensor_stats(x[k], F16, &want[k]);
+        gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)&x[k], 1, F16, slots, &idx[k],
+                            false);
+    }
+    amp_tensor_free(x[0]); // its memory handed out again and overwritten
+    amp_tensor_t *again = amp_tensor_new(gpu, F16, 1, &n);
+    gpu->be->fill(gpu->bctx, again, 7.0f);
+    gpu->be->fill(gpu->bctx, x[1], 7.0f);
+    gpu->be->unary(gpu->bctx, AMP_UNARY_GELU, 0, y, x[2]);
+    gpu->be->download(gpu->bctx, got, slots, sizeof got);
+    static const char *what[3] = {"held, then freed", "held, then filled",
+                                  "held while others were launched, then taken by a GELU"};
+    for (int k = 0; k < 3; k++) {
+        amp_stats_finish(&got[k]);
+        expect_same_stats(what[k], &got[k], &want[k]);
+        const double want_sumsq = k < 2 ? want[k].sumsq : 0.0;
+        ck_assert_msg(fabs(got[k].sumsq - want_sumsq) <= 1e-5 * want_sumsq,
+                      "%s: sumsq %.9g, expected %.9g", what[k], got[k].sumsq, want_sumsq);
+    }
+    amp_tensor_free(again);
+    amp_tensor_free(y);
+    amp_tensor_free(x[1]);
+    amp_tensor_free(x[2]);
+    gpu->be->free(gpu->bctx, slots);
+}
+END_TEST
 
 START_TEST(test_held_stats_gpu) {
     NEED_GPU();
@@ -1627,6 +1687,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_fused_stats_gpu);
     tcase_add_test(t, test_deferred_stats_gpu);
     tcase_add_test(t, test_held_stats_gpu);
+    tcase_add_test(t, test_held_release_gpu);
     tcase_add_test(t, test_exit_without_free_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);

@@ -557,6 +557,14 @@ static inline void amp_instr_arm(amp_ctx_t *ctx, const amp_tensor_t *out) {
     if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_arm_slow(ctx, out);
 }
 
+void amp_instr_input_slow(amp_ctx_t *ctx, amp_tensor_t *x);
+// Right before the backend call of an op whose kernel reads x whole (a cast): queues x's
+// statistics now when x is data that no op of this batch has read (the input batch), so that the
+// kernel adds them as it reads x (cuda_fuse_take_input) instead of a launch of their own after it.
+static inline void amp_instr_input(amp_ctx_t *ctx, amp_tensor_t *x) {
+    if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_input_slow(ctx, x);
+}
+
 static inline int32_t amp_ctx_current_layer(const amp_ctx_t *ctx) {
     return ctx->layer_depth > 0 ? ctx->layer_stack[ctx->layer_depth - 1] : -1;
 }

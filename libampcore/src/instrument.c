@@ -485,6 +485,13 @@ static void bound_queue(amp_ctx_t *ctx) {
     if (ctx->instr->q.n_entries >= ENTRIES_MAX) process(ctx);
 }
 
+void amp_instr_input_slow(amp_ctx_t *ctx, amp_tensor_t *x) {
+    amp_instr *in = ctx->instr;
+    if (!in->fuse || x->requires_grad || x->stat_epoch == in->epoch) return;
+    bound_queue(ctx);
+    entry_of(ctx, x);
+}
+
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
                        amp_tensor_t *const *inputs, int n) {
     amp_instr *in = ctx->instr;

@@ -236,6 +236,7 @@ amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x) {
 // The cast of x into y: copied unless y holds the values already (no kernel then, and the
 // statistics of y, when wanted, come from a launch of their own).
 static amp_tensor_t *cast_into(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *y, bool copy) {
+    if (copy) amp_instr_input(ctx, x);
     amp_instr_arm(ctx, y);
     if (copy) ctx->be->copy(ctx->bctx, y, x);
     amp_node *n = amp_node_record(ctx, "to", identity_backward, y, &x, 1);

@@ -97,15 +97,19 @@ static void *be_alloc(void *bctx, size_t nbytes) {
 }
 
 static bool held_buffer(const cuda_ctx *c, const char *base);
+static void held_release(cuda_ctx *c, const void *base);
 
 static void be_free(void *bctx, void *p) {
     cuda_ctx *c = cuda_of(bctx);
     const char *b = (const char *)p, *e = b + cuda_pool_free(&c->pool, p);
     cuda_colsum_guard(c, b, (size_t)(e - b));
-    // a held tensor's buffer, or the slots its statistics go to: launched before anything else
-    // can have the memory (one stream)
-    if (c->n_held && (held_buffer(c, b) || (b < c->slots_hi && c->slots_lo < e)))
+    // the slots the statistics go to: all launched; a held tensor's buffer: its own launched
+    // (before anything else can have the memory: one stream)
+    if (!c->n_held) return;
+    if (b < c->slots_hi && c->slots_lo < e)
         cuda_held_flush(c);
+    else if (held_buffer(c, b))
+        held_release(c, b);
 }
 
 static void be_upload(void *bctx, void *dst, const void *host, size_t nbytes) {
@@ -178,20 +182,36 @@ static int held_home(const char *base) { // Fibonacci hashing of the buffer's ad
     return (int)(((uintptr_t)base * 0x9E3779B97F4A7C15ull) >> 40) & HELD_MASK;
 }
 
-void cuda_held_flush(cuda_ctx *c) {
-    if (!c->n_held) return;
+// Removes entry i, shifting back the entries after it that probed past it (a later entry may
+// move into i).
+static void held_remove(cuda_ctx *c, int i) {
+    for (int j = (i + 1) & HELD_MASK; c->held[j].base; j = (j + 1) & HELD_MASK) {
+        const int home = held_home(c->held[j].base);
+        if (((j - home) & HELD_MASK) >= ((j - i) & HELD_MASK)) { // home at or before i
+            c->held[i] = c->held[j];
+            i = j;
+        }
+    }
+    c->held[i].base = NULL;
+    c->n_held--;
+}
+
+// Launches the statistics of the held entries `which` picks and removes them from the table:
+// one launch per autocast dtype among them (nearly always one).
+template <typename P> static void held_launch(cuda_ctx *c, P which) {
     cuda_stats_job jobs[CUDA_HELD_MAX];
     amp_dtype targets[CUDA_HELD_MAX];
     int n = 0;
-    for (int i = 0; i <= HELD_MASK; i++) {
-        cuda_held &h = c->held[i];
-        if (!h.base) continue;
+    for (int i = 0; i <= HELD_MASK;) {
+        const cuda_held &h = c->held[i];
+        if (!h.base || !which(h)) {
+            i++;
+            continue;
+        }
         targets[n] = h.target;
         jobs[n++] = {h.data, h.numel, h.slot, h.dtype};
-        h.base = NULL;
+        held_remove(c, i); // an entry may have moved into i: looked at again
     }
-    c->n_held = 0;
-    // one launch per autocast dtype (nearly always one)
     for (int done = 0; done < n;) {
         const amp_dtype target = targets[done];
         int k = done;
@@ -204,6 +224,16 @@ void cuda_held_flush(cuda_ctx *c) {
         CUDA_CHECK(cuda_stats_launch(jobs + done, k - done, target, c->stream));
         done = k;
     }
+}
+
+void cuda_held_flush(cuda_ctx *c) {
+    if (c->n_held) held_launch(c, [](const cuda_held &) { return true; });
+}
+
+// Launches the held statistics of the buffer at base alone: the others keep waiting for a kernel
+// that reads their tensors anyway.
+static void held_release(cuda_ctx *c, const void *base) {
+    held_launch(c, [base](const cuda_held &h) { return h.base == base; });
 }
 
 static void hold(cuda_ctx *c, const amp_tensor_t *t, const cuda_stats_job &job, amp_dtype target,
@@ -231,15 +261,28 @@ static bool held_buffer(const cuda_ctx *c, const char *base) {
 void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes) {
     if (!c->n_held || !lo) return;
     const char *p = (const char *)lo;
-    for (int i = 0; i <= HELD_MASK; i++) // (an upload: rare)
-        if (c->held[i].base && c->held[i].base < p + bytes && p < c->held[i].end) {
-            cuda_held_flush(c);
-            return;
-        }
+    held_launch(c, [p, bytes](const cuda_held &h) { return h.base < p + bytes && p < h.end; });
 }
 
 void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t) {
-    if (t && c->n_held && held_buffer(c, (const char *)t->buf->data)) cuda_held_flush(c);
+    if (t && c->n_held && held_buffer(c, (const char *)t->buf->data)) held_release(c, t->buf->data);
+}
+
+void cuda_held_guard_tensors(cuda_ctx *c, const amp_tensor_t *const *t, int n) {
+    if (!c->n_held) return;
+    const char **held = (const char **)malloc((size_t)n * sizeof *held);
+    AMP_ASSERT(held != NULL || n == 0, "(out of host memory)");
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i] && held_buffer(c, (const char *)t[i]->buf->data))
+            held[k++] = (const char *)t[i]->buf->data;
+    if (k)
+        held_launch(c, [held, k](const cuda_held &h) {
+            for (int i = 0; i < k; i++)
+                if (h.base == held[i]) return true;
+            return false;
+        });
+    free(held);
 }
 
 bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, bool with_sumsq, amp_stats **slot,
@@ -256,16 +299,7 @@ bool cuda_held_take(cuda_ctx *c, const amp_tensor_t *t, bool with_sumsq, amp_sta
     if (!c->held[i].base || (c->held[i].sumsq && !with_sumsq)) return false;
     *slot = c->held[i].slot;
     *target = c->held[i].target;
-    // removed by shifting back the entries after it that probed past it
-    for (int j = (i + 1) & HELD_MASK; c->held[j].base; j = (j + 1) & HELD_MASK) {
-        const int home = held_home(c->held[j].base);
-        if (((j - home) & HELD_MASK) >= ((j - i) & HELD_MASK)) { // home at or before i
-            c->held[i] = c->held[j];
-            i = j;
-        }
-    }
-    c->held[i].base = NULL;
-    c->n_held--;
+    held_remove(c, i);
     return true;
 }
 

@@ -146,10 +146,11 @@ typedef struct cuda_ctx {
     size_t scratch_bytes;
     // Statistics queued but not launched (stats_into): each waits until a kernel that reads its
     // tensor whole anyway adds them as it goes (a GELU after the linear that wrote the tensor,
-    // the cast of the logits, the unscale of the gradients, the optimizer step over the
-    // parameters: cuda_held_take), or until anything is about to write or free the tensor's
-    // buffer (cuda_held_guard), or the step's figures are read; then all go together, in few
-    // launches. An open-addressing table by buffer (linear probing), at most CUDA_HELD_MAX.
+    // the cast of the logits, the column sums of a bias gradient, the unscale of the gradients,
+    // the optimizer step over the parameters: cuda_held_take), or until anything is about to
+    // write or free the tensor's buffer (cuda_held_guard: that buffer's go, the others keep
+    // waiting), or the step's figures are read (all go together, in few launches). An
+    // open-addressing table by buffer (linear probing), at most CUDA_HELD_MAX.
     cuda_held held[2 * CUDA_HELD_MAX];
     int n_held;
     const char *slots_lo, *slots_hi; // the slots of the held statistics lie in [lo, hi)
@@ -170,8 +171,8 @@ typedef struct cuda_ctx {
 } cuda_ctx;
 
 // Launches the held statistics, if any. Every backend member that writes or frees device memory
-// guards what it writes first (the table in cuda-backend.cu), and one that reads it wholesale
-// (a download, a synchronize) launches them.
+// guards what it writes first (the table in cuda-backend.cu: the held statistics of those buffers
+// launched), and one that reads it wholesale (a download, a synchronize) launches them all.
 void cuda_held_flush(cuda_ctx *c);
 // Forgets the held column sums (cuda_ctx.colsum) when [lo, lo + bytes) overlaps their tensor.
 static inline void cuda_colsum_guard(cuda_ctx *c, const void *lo, size_t bytes) {
@@ -180,10 +181,13 @@ static inline void cuda_colsum_guard(cuda_ctx *c, const void *lo, size_t bytes) 
         d < p + bytes)
         c->colsum.data = NULL;
 }
-// Launches the held statistics when [lo, lo + bytes) overlaps a held tensor's buffer.
+// Launches the held statistics of the tensors whose buffers overlap [lo, lo + bytes) (the others
+// stay held).
 void cuda_held_guard(cuda_ctx *c, const void *lo, size_t bytes);
 // The same for t's buffer (t may be NULL): found by the buffer's address.
 void cuda_held_guard_tensor(cuda_ctx *c, const amp_tensor_t *t);
+// The same for the buffers of t[0..n) (NULLs skipped), in one launch.
+void cuda_held_guard_tensors(cuda_ctx *c, const amp_tensor_t *const *t, int n);
 // t's held statistics (of its whole memory), taken by the caller's kernel, which must add t's
 // statistics relative to *target into *slot, and their sum of squares unless it was not wanted
 // (with_sumsq false: a kernel that leaves it out takes only those): false when none are held for

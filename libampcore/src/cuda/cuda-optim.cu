@@ -532,6 +532,19 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
         o.w1 = (float)(1.0 - (double)op->beta1);
         o.w2 = (float)(1.0 - (double)op->beta2);
     }
+    // what the step writes besides the parameters (copies, moments): their held statistics, if
+    // any, in one launch
+    if (c->n_held) {
+        const amp_tensor_t **w = (const amp_tensor_t **)malloc(3 * (size_t)n * sizeof *w);
+        AMP_ASSERT(w != NULL || n == 0, "(out of host memory)");
+        for (int t = 0; t < n; t++) {
+            w[3 * t] = lowered ? lowered[t] : NULL;
+            w[3 * t + 1] = m ? m[t] : NULL;
+            w[3 * t + 2] = v ? v[t] : NULL;
+        }
+        cuda_held_guard_tensors(c, w, 3 * n);
+        free(w);
+    }
     mt_args a = {};
     for (int t = 0; t < n; t++) {
         amp_tensor_t *p = params[t];
@@ -569,12 +582,9 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
             CUDA_ASSERT_CONTIGUOUS(l);
             a.p[4][a.count - 1] = amp_tensor_ptr(l);
             a.ldtype[a.count - 1] = (int8_t)l->dtype;
-            cuda_held_guard_tensor(c, l);
         }
         mt_take(c, &a, 0, p, true);
         mt_take(c, &a, 1, g, false);
-        cuda_held_guard_tensor(c, mt);
-        cuda_held_guard_tensor(c, vt);
     }
     optim_launch(c, &a, &o);
 }

@@ -10,7 +10,7 @@
  * (enough to fill the GPU) whose threads stride over a slice of its reduced elements, with the
  * blocks' partial sums added by the same second pass.
  */
-#include "cuda-impl.h"
+#include "cuda-fuse.h"
 
 // Shape and x-strides of one class of dims (kept or reduced), outermost first.
 typedef struct reduce_dims {
@@ -53,16 +53,18 @@ __global__ void reduce_general_kernel(float *partial, const void *x, amp_dtype x
 
 // Column sums of x (rows, cols) in 16-byte vectors of T (cols a whole number of them, x 16-byte
 // aligned): a block is 32 vectors of columns by 8 lanes of rows, rows split into gridDim.y chunks,
-// the lanes' sums added in shared memory: partial[chunk][col].
-template <typename T>
+// the lanes' sums added in shared memory: partial[chunk][col]. x's held statistics (fi) are
+// added as it is read (a linear's output gradient that no activation's backward wrote).
+template <bool S, typename T>
 __global__ void __launch_bounds__(256)
     reduce_cols_vec_kernel(float *partial, const T *x, int64_t rows, int64_t cols,
-                           int64_t rows_per_chunk) {
+                           int64_t rows_per_chunk, cuda_fuse fi) {
     constexpr int V = 16 / sizeof(T);
     const int64_t cv = blockIdx.x * 32 + threadIdx.x, vcols = cols / V;
     const int64_t r0 = blockIdx.y * rows_per_chunk;
     const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
     float s[V] = {};
+    stored_stats<S, T> st(fi);
     if (cv < vcols) {
 #pragma unroll 4
         for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
@@ -71,8 +73,10 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int j = 0; j < V; j++)
                 s[j] += cuda_io<T>::load(v[j]);
+            st.values(v, fi.lim);
         }
     }
+    st.end(fi);
     __shared__ float lanes[8][32 * V];
 #pragma unroll
     for (int j = 0; j < V; j++)
@@ -207,10 +211,12 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
         const int64_t per = (rows + chunks - 1) / chunks;
         chunks = (rows + per - 1) / per;
         float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
+        const cuda_fuse fi = cuda_fuse_take_input(c, x);
         CUDA_DISPATCH_FLOAT(x->dtype, T, {
-            reduce_cols_vec_kernel<T>
-                <<<dim3(col_blocks, (unsigned)chunks), dim3(32, 8), 0, c->stream>>>(
-                    partial, (const T *)xp, rows, cols, per);
+            CUDA_FUSE_DISPATCH(fi, S,
+                               reduce_cols_vec_kernel<S, T>
+                               <<<dim3(col_blocks, (unsigned)chunks), dim3(32, 8), 0, c->stream>>>(
+                                   partial, (const T *)xp, rows, cols, per, fi));
         });
         CUDA_LAUNCH_CHECK();
         sum_partials(c, yp, y->dtype, partial, (int)chunks, cols, alpha);
