@@ -701,11 +701,13 @@ START_TEST(test_stats_gpu) {
     // 16-bit tensors (read two values an instruction when of the target's own type) against the
     // CPU: what sits at the edges of both 16-bit types planted among random values, then runs of
     // zeros and subnormals long enough to fill the pairs' 16-bit counts many times over
-    // (0x1p-14f: f16's smallest normal; 0x1p-126f: bf16's)
+    // (0x1p-14f: f16's smallest normal; 0x1p-126f: bf16's), then whole 16-byte vectors of +inf
+    // and of -inf (a mask's fill), of both mixed, and of one with a NaN or a finite value
     const float edges[] = {NAN,        INFINITY, -INFINITY, 65504.0f, -65504.0f,
                            7e4f,       0x1p-14f, 6e-5f,     -3e-6f,   1e-39f,
                            -0x1p-126f, 0.0f,     -0.0f,     3.0e38f,  -1e-45f};
-    for (int kind = 0; kind < 2; kind++) {
+    static const char *kinds[3] = {"with the edges", "zeros and subnormals", "infinite vectors"};
+    for (int kind = 0; kind < 3; kind++) {
         int64_t m = kind == 0 ? 4099 : (1 << 20) + 5; // a tail after the 16-byte vectors
         float *w = malloc((size_t)m * sizeof *w);
         fill_random(w, m, 2.0f, 0.0f);
@@ -713,9 +715,18 @@ START_TEST(test_stats_gpu) {
             for (int r = 0; r < 4; r++)
                 for (int k = 0; k < (int)(sizeof edges / sizeof *edges); k++)
                     w[(int64_t)(urand() * (double)m)] = edges[k];
-        else
+        else if (kind == 1)
             for (int64_t i = 0; i < m; i++)
                 w[i] = i % 3 == 0 ? (i % 2 ? -0.0f : 0.0f) : i % 3 == 1 ? 2e-6f * w[i] : w[i];
+        else
+            for (int64_t i = 0; i < m; i++) { // by vector of 8: +inf, -inf, mixed, a NaN, a value
+                const int64_t vec = i / 8 % 7;
+                w[i] = vec == 0 || vec == 4   ? INFINITY
+                       : vec == 1 || vec == 5 ? -INFINITY
+                       : vec == 2             ? (i % 2 ? INFINITY : -INFINITY)
+                       : vec == 3             ? (i % 8 == 5 ? NAN : INFINITY)
+                                              : (i % 8 == 2 ? w[i] : -INFINITY);
+            }
         for (int d = 1; d < 3; d++) {
             amp_dtype dt = float_dtypes[d];
             amp_tensor_t *hc = amp_tensor_from_f32(cpu, dt, 1, &m, w),
@@ -726,8 +737,7 @@ START_TEST(test_stats_gpu) {
                 amp_tensor_stats(hg, float_dtypes[k], &b);
                 char what[96];
                 snprintf(what, sizeof what, "%s %s (%lld values) under %s", amp_dtype_name(dt),
-                         kind ? "zeros and subnormals" : "with the edges", (long long)m,
-                         amp_dtype_name(float_dtypes[k]));
+                         kinds[kind], (long long)m, amp_dtype_name(float_dtypes[k]));
                 expect_same_stats(what, &b, &a);
                 // (a thread's squares add up in f32 on the device: past FLT_MAX, inf)
                 ck_assert_msg(a.sumsq > FLT_MAX ? isinf(b.sumsq)
@@ -886,25 +896,26 @@ START_TEST(test_fused_stats_gpu) {
             expect_fused(what, d, F16);
         }
 
-    // masked_fill with a causal -inf mask: broadcast rows (vectorised), an odd width (typed),
-    // an i64 mask (generic)
-    const int64_t widths[3] = {64, 37, 40};
-    for (int k = 0; k < 3; k++) {
+    // masked_fill with a causal -inf mask: broadcast rows (vectorised: whole vectors of the fill
+    // among them), an odd width (typed), an i64 mask (generic); +inf, and bf16 under bf16
+    const int64_t widths[5] = {64, 37, 40, 64, 64};
+    for (int k = 0; k < 5; k++) {
         const int64_t T = widths[k], shape[3] = {24, T, T};
         amp_dtype mt = k == 2 ? AMP_DTYPE_I64 : AMP_DTYPE_I32;
+        const amp_dtype dt = k == 4 ? BF16 : F16;
+        const float fill = k == 3 ? INFINITY : -INFINITY;
         float *m = malloc((size_t)(T * T) * sizeof *m);
         for (int64_t i = 0; i < T * T; i++)
             m[i] = i % T > i / T;
         amp_tensor_t *mask = amp_tensor_from_f32(gpu, mt, 2, (int64_t[]){T, T}, m);
         free(m);
-        amp_tensor_t *x = gpu_special(F16, 3, shape, 4.0f),
-                     *y = amp_scratch_new(gpu, F16, 3, shape);
-        arm(y, F16);
-        gpu->be->masked_fill(gpu->bctx, y, x, amp_expand(gpu, mask, 3, shape), -INFINITY);
+        amp_tensor_t *x = gpu_special(dt, 3, shape, 4.0f), *y = amp_scratch_new(gpu, dt, 3, shape);
+        arm(y, dt);
+        gpu->be->masked_fill(gpu->bctx, y, x, amp_expand(gpu, mask, 3, shape), fill);
         char what[64];
-        snprintf(what, sizeof what, "masked_fill width %lld mask %s", (long long)T,
-                 amp_dtype_name(mt));
-        expect_fused(what, y, F16);
+        snprintf(what, sizeof what, "masked_fill %s width %lld mask %s fill %g", amp_dtype_name(dt),
+                 (long long)T, amp_dtype_name(mt), fill);
+        expect_fused(what, y, dt);
     }
 
     // softmax f16 -> f32 (rows in registers), log_softmax of long f32 rows, layer_norm with w, b

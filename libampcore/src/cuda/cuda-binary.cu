@@ -331,20 +331,21 @@ __global__ void masked_fill_rows_kernel(T *__restrict__ y, const T *__restrict__
                                         const int32_t *__restrict__ mask, float value,
                                         uint32_t inner8, int64_t n8, cuda_fuse f) {
     const T fill = cuda_io<T>::store(value);
-    thread_acc acc = acc_empty();
+    stored_stats<S, T> st(f); // 16-bit values in pairs, a vector of the fill at once
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
         const vec8<T> a = ((const vec8<T> *)x)[i];
         const vec8<int32_t> m = ((const vec8<int32_t> *)mask)[(uint32_t)i % inner8];
         vec8<T> o;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < 8; j++)
             o.v[j] = m.v[j] != 0 ? fill : a.v[j];
-            if (S) acc_stored(acc, cuda_io<T>::load(o.v[j]), f.lim);
-        }
         ((vec8<T> *)y)[i] = o;
+#pragma unroll
+        for (int j = 0; j < 8; j += 16 / (int)sizeof(T))
+            st.values(o.v + j, f.lim);
     }
-    cuda_fuse_end<S>(f, acc);
+    st.end(f);
 }
 
 static bool aligned_to(const void *p, size_t a) {

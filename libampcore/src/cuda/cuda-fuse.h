@@ -133,6 +133,14 @@ __device__ __forceinline__ void acc_pairs_vector(acc_pairs<T> &p, thread_acc &a,
     const T2 hi = __hmax2_nan(__hmax2_nan(m[0], m[1]), __hmax2_nan(m[2], m[3]));
     const T2 lo = __hmin2(__hmin2(m[0], m[1]), __hmin2(m[2], m[3]));
     if (!__hble2(hi, pair_splat<T>(pair_of<T>::max_bits))) { // an inf or a NaN among them
+        // one infinity throughout (a mask's fill, half of a causal attention's scores): at once
+        unsigned w[4];
+        __builtin_memcpy(w, v, sizeof w);
+        const unsigned inf = pair_of<T>::inf_bits, pos = inf | inf << 16, neg = pos | 0x80008000u;
+        if ((w[0] == pos || w[0] == neg) && w[1] == w[0] && w[2] == w[0] && w[3] == w[0]) {
+            (w[0] == pos ? a.pinf : a.ninf) += 8;
+            return;
+        }
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc_value<SUMSQ>(a, cuda_io<T>::load(v[k]), lim);
