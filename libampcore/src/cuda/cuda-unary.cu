@@ -112,8 +112,9 @@ __global__ void unary_kernel(amp_unary_op op, float alpha, void *y, amp_dtype yt
 }
 
 // The vectorised kernels take the op as a template argument OP too: >= 0 fixes it at compile
-// time (the GELUs, whose erf/tanh leave little to spare against the card's bandwidth: no switch
-// per element), -1 reads it from `op`.
+// time (the GELUs, whose erf/tanh leave little to spare against the card's bandwidth, and the
+// scaling of attention scores, 50M values a launch on gpt: no switch per element), -1 reads it
+// from `op`.
 #define UNARY_OP(OP, op) ((OP) >= 0 ? (amp_unary_op)(OP) : (op))
 
 // Runs `launch` (a generic lambda taking the op as a compile-time constant) for op.
@@ -122,6 +123,8 @@ template <typename F> static void unary_op_dispatch(amp_unary_op op, F launch) {
         launch(std::integral_constant<int, AMP_UNARY_GELU>());
     else if (op == AMP_UNARY_GELU_TANH)
         launch(std::integral_constant<int, AMP_UNARY_GELU_TANH>());
+    else if (op == AMP_UNARY_SCALE)
+        launch(std::integral_constant<int, AMP_UNARY_SCALE>());
     else
         launch(std::integral_constant<int, -1>());
 }
