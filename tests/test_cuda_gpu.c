@@ -1170,7 +1170,7 @@ START_TEST(test_held_release_gpu) {
         gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *const *)&x[k], 1, F16, slots, &idx[k],
                             false);
     }
-    amp_tensor_free(x[0]); // its memory handed out again and overwritten
+    amp_tensor_free(x[0]); // the pool may hand its memory out again: overwritten then
     amp_tensor_t *again = amp_tensor_new(gpu, F16, 1, &n);
     gpu->be->fill(gpu->bctx, again, 7.0f);
     gpu->be->fill(gpu->bctx, x[1], 7.0f);
