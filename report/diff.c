@@ -2,7 +2,7 @@
  * diff.c — `ampprobe diff A B`: two runs side by side (typically fp32 vs AMP) and a verdict.
  *
  * From each run's model and findings: precision (META, else the autocast dtype of its ops),
- * median step time and throughput, peak memory (not recorded yet: "not known"), skipped steps,
+ * median step time and throughput, peak memory (AMP_STEPS.mem_peak_bytes), skipped steps,
  * the final loss (mean of the last 10% of steps), the loss curves compared step by step, the
  * findings present in one run and not the other (by rule, severity, layer and op), and one
  * sentence that answers "did AMP pay off, and is the loss the same?". When exactly one run uses
@@ -17,6 +17,7 @@
 
 #define SAME_SPEED 0.05 // within 5%: "as fast"
 #define SAME_LOSS 0.02  // final losses within 2%: "same loss"
+#define SAME_MEMORY 0.05 // peak memory within 5%: not worth a word in the verdict
 #define DIVERGE 0.10    // per-step relative loss difference that counts as divergence
 
 static int cmp_double(const void *pa, const void *pb) {
@@ -41,8 +42,10 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
                               .device = m->device,
                               .step_ms = NAN,
                               .throughput = NAN,
-                              .final_loss = NAN,
-                              .peak_mem = NAN};
+                              .final_loss = NAN};
+    report_summary summary;
+    report_summarize(m, &summary);
+    r->peak_mem = summary.peak_mem;
     for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
         r->autocast = m->ops[i].policy[0] != 0;
     double *d = malloc((m->n_steps + 1) * sizeof *d);
@@ -193,6 +196,13 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
                 PUT(": launch-bound (its kernels are too short for Tensor Cores to matter)");
         }
     }
+    if (base->peak_mem > 0 && cand->peak_mem > 0) {
+        double m = cand->peak_mem / base->peak_mem;
+        if (m <= 1 - SAME_MEMORY)
+            PUT(", holds %.0f%% less memory", 100 * (1 - m));
+        else if (m >= 1 + SAME_MEMORY)
+            PUT(", holds %.0f%% more memory", 100 * (m - 1));
+    }
     if (isnan(cand->final_loss) || isnan(base->final_loss))
         PUT("; %s final loss is not finite", isnan(cand->final_loss) ? "its" : "the baseline's");
     else {
@@ -256,8 +266,10 @@ void report_diff_text(FILE *out, const report_model *a, const report_findings *f
         num(y, sizeof y, rb.step_ms, "not recorded"), rel);
     row(out, "throughput (steps/s)", num(x, sizeof x, ra.throughput, "not recorded"),
         num(y, sizeof y, rb.throughput, "not recorded"), "");
+    snprintf(rel, sizeof rel, ra.peak_mem > 0 && rb.peak_mem > 0 ? "x%.2f" : "",
+             rb.peak_mem / ra.peak_mem);
     row(out, "peak memory (MiB)", num(x, sizeof x, ra.peak_mem / 1048576, "not recorded"),
-        num(y, sizeof y, rb.peak_mem / 1048576, "not recorded"), "");
+        num(y, sizeof y, rb.peak_mem / 1048576, "not recorded"), rel);
     snprintf(x, sizeof x, "%lld", (long long)ra.skipped);
     snprintf(y, sizeof y, "%lld", (long long)rb.skipped);
     row(out, "skipped steps", x, y, "");

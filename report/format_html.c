@@ -458,6 +458,9 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         double step_ns = report_mean_step_ns(m);
         if (!isnan(step_ns))
             fprintf(out, "<tr><td>mean step time</td><td>%.3f ms</td></tr>", step_ns / 1e6);
+        if (!isnan(s.peak_mem))
+            fprintf(out, "<tr><td>peak memory</td><td>%.1f MiB held by tensors</td></tr>",
+                    s.peak_mem / 1048576);
         if (!isnan(s.scale_min))
             fprintf(out, "<tr><td>loss scale</td><td>%.9g .. %.9g</td></tr>", s.scale_min,
                     s.scale_max);

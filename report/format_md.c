@@ -131,6 +131,8 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
             (long long)s.steps, (long long)s.first_step, (long long)s.last_step,
             (long long)s.skipped, (long long)s.nonfinite_losses);
     fprintf(out, "| final loss | %.6g |\n", s.final_loss);
+    if (!isnan(s.peak_mem))
+        fprintf(out, "| peak memory | %.1f MiB held by tensors |\n", s.peak_mem / 1048576);
     double step_ns = report_mean_step_ns(m);
     if (!isnan(step_ns)) fprintf(out, "| mean step time | %.3f ms |\n", step_ns / 1e6);
     if (isnan(s.scale_min))

@@ -110,6 +110,8 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
             (long long)s.steps, (long long)s.first_step, (long long)s.last_step,
             (long long)s.skipped, (long long)s.nonfinite_losses);
     fprintf(out, "  final loss: %.6g\n", s.final_loss);
+    if (!isnan(s.peak_mem))
+        fprintf(out, "  peak memory: %.1f MiB held by tensors\n", s.peak_mem / 1048576);
     if (isnan(s.scale_min))
         fprintf(out, "  loss scale: no GradScaler records\n");
     else

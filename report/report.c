@@ -115,14 +115,28 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// Whether table has the column (one a database of an older schema lacks).
+static bool has_column(sqlite3 *db, const char *table, const char *column) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &q,
+                           NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, column, -1, SQLITE_STATIC);
+    bool yes = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return yes;
+}
+
 static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    if (!prepare(db, m->path,
-                 "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
-                 "skipped, start_ns, end_ns FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 "
-                 "ORDER BY pid, step",
-                 m, &q, err))
-        return false;
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
+             "skipped, start_ns, end_ns, %s FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 "
+             "ORDER BY pid, step",
+             has_column(db, "AMP_STEPS", "mem_peak_bytes") ? "mem_peak_bytes" : "NULL");
+    if (!prepare(db, m->path, sql, m, &q, err)) return false;
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -139,7 +153,8 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .skipped = col_i64(q, 7, 0) != 0,
                            .grad_amax = NAN,
                            .start_ns = col_i64(q, 8, -1),
-                           .end_ns = col_i64(q, 9, -1)};
+                           .end_ns = col_i64(q, 9, -1),
+                           .mem_peak = col_i64(q, 10, -1)};
         if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
     }
     if (!finish(db, m->path, q, rc, err)) return false;
@@ -448,8 +463,12 @@ double report_unscaled_grad_amax(const report_model *m) {
 // Summary and verdict
 
 void report_summarize(const report_model *m, report_summary *s) {
-    *s = (report_summary){.first_step = -1, .last_step = -1, .final_loss = NAN,
-                          .scale_min = NAN, .scale_max = NAN};
+    *s = (report_summary){.first_step = -1,
+                          .last_step = -1,
+                          .final_loss = NAN,
+                          .scale_min = NAN,
+                          .scale_max = NAN,
+                          .peak_mem = NAN};
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *st = &m->steps[i];
         s->steps++;
@@ -460,6 +479,8 @@ void report_summarize(const report_model *m, report_summary *s) {
         }
         s->skipped += st->skipped;
         s->nonfinite_losses += !st->loss_finite && (isnan(st->loss) || isinf(st->loss));
+        if (st->mem_peak > 0 && (isnan(s->peak_mem) || st->mem_peak > s->peak_mem))
+            s->peak_mem = (double)st->mem_peak;
         double sc[2] = {st->scale_before, st->scale_after};
         for (int k = 0; k < 2; k++) {
             if (!st->has_scale || isnan(sc[k])) continue;

@@ -55,6 +55,7 @@ typedef struct report_step {
     bool found_inf, skipped;
     double grad_amax; // largest finite gradient amax of the step (numel > 1, as scaled); NaN: none
     int64_t start_ns, end_ns; // -1: not recorded
+    int64_t mem_peak;         // tensor bytes held at most, to the step's end; -1: none
     // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of
     // the GEMM-class ones and of the dtype casts
     int64_t op_ns, gemm_ns, cast_ns;
@@ -289,6 +290,7 @@ typedef struct report_summary {
     int64_t skipped, nonfinite_losses;
     double final_loss;           // NaN: none
     double scale_min, scale_max; // over scale_after (and the first scale_before); NaN: no scaler
+    double peak_mem;             // bytes held by tensors at most (AMP_STEPS); NaN: not recorded
 } report_summary;
 
 void report_summarize(const report_model *m, report_summary *s);
@@ -318,7 +320,7 @@ typedef struct report_run_figures {
     double step_ms;       // median step time; NaN: no times
     double throughput;    // steps per second (1000 / step_ms)
     double final_loss;    // mean loss of the last 10% of the steps (at least 1); NaN: none
-    double peak_mem;      // bytes; NaN: not known (no memory records yet)
+    double peak_mem;      // tensor bytes held at most (AMP_STEPS); NaN: not known
     size_t errors, warnings;
 } report_run_figures;
 

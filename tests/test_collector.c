@@ -216,7 +216,8 @@ START_TEST(test_every_record_type) {
                                     .start_ns = 400,
                                     .end_ns = 500,
                                     .loss = NAN,
-                                    .grad_norm = 3.0}); // after its scale update
+                                    .grad_norm = 3.0,
+                                    .mem_peak_bytes = 123456789}); // after its scale update
     amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = 0,
                                                     .layer_id = 1,
                                                     .op = "linear",
@@ -402,6 +403,10 @@ START_TEST(test_every_record_type) {
                      -999); // NaN loss
     ck_assert_int_eq(test_query_int(db, "SELECT loss_finite FROM AMP_STEPS WHERE step = 1"), 0);
     ck_assert_int_eq(test_query_int(db, "SELECT start_ns FROM AMP_STEPS WHERE step = 1"), 400);
+    ck_assert_int_eq(test_query_int(db, "SELECT mem_peak_bytes FROM AMP_STEPS WHERE step = 1"),
+                     123456789);
+    ck_assert_int_eq(test_query_int(db, "SELECT mem_peak_bytes FROM AMP_STEPS WHERE step = 0"),
+                     -999); // not known: NULL
     ck_assert_int_eq(test_query_int(db, "SELECT growth_tracker FROM AMP_SCALE WHERE step = 1"), 1);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_SCALE"), 2);
     // optional values are NULL, never 0

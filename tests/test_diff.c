@@ -51,22 +51,23 @@ static void sql(const char *path, const char *text) {
     sqlite3_close(db);
 }
 
-// n steps of step_ms each with losses 3 - 0.02 i times loss_factor; one GEMM op per step, under
-// autocast (f16) or not (f32).
-static void run(const char *path, int n, double step_ms, double loss_factor, bool amp,
-                const char *device) {
-    char buf[2048];
+// n steps of step_ms each with losses 3 - 0.02 i times loss_factor and a memory peak of
+// peak_mib (0: not recorded); one GEMM op per step, under autocast (f16) or not (f32).
+static void run(const char *path, int n, double step_ms, double loss_factor, double peak_mib,
+                bool amp, const char *device) {
+    char buf[2048], peak[32] = "NULL";
+    if (peak_mib > 0) snprintf(peak, sizeof peak, "%.0f", peak_mib * 1048576);
     snprintf(buf, sizeof buf,
              "INSERT INTO AMP_LAYERS VALUES (1, 0, NULL, 'fc');"
              "INSERT OR REPLACE INTO META VALUES ('device', '%s', 1);"
              "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
              "INSERT INTO AMP_STEPS SELECT 1, i, CAST(i * %f AS INTEGER), "
-             "CAST((i + 1) * %f AS INTEGER) - 1, (3.0 - i * 0.02) * %.17g, 1, 0.9, %s, %s, 0, 0 "
-             "FROM s;"
+             "CAST((i + 1) * %f AS INTEGER) - 1, (3.0 - i * 0.02) * %.17g, 1, 0.9, %s, %s, 0, 0, "
+             "%s FROM s;"
              "INSERT INTO AMP_OPS SELECT 1, step, 0, 'linear', 'fwd', '%s', '%s', %s, '(8, 64)', "
              "4194304, 98304, start_ns, start_ns + 1000 FROM AMP_STEPS;",
              device, n - 1, step_ms * 1e6, step_ms * 1e6, loss_factor, amp ? "65536" : "NULL",
-             amp ? "65536" : "NULL", amp ? "f16,f16" : "f32,f32", amp ? "f16" : "f32",
+             amp ? "65536" : "NULL", peak, amp ? "f16,f16" : "f32,f32", amp ? "f16" : "f32",
              amp ? "'lower_precision_fp'" : "NULL");
     sql(path, buf);
 }
@@ -93,13 +94,14 @@ static int cmd(const char **args) {
     ck_assert_msg(strstr((text), (needle)) != NULL, "no '%s' in:\n%s", (needle), (text))
 
 START_TEST(amp_faster_same_loss_either_order) {
-    run(a_path, 20, 10.0, 1.0, false, "cuda");
-    run(b_path, 20, 4.0, 1.003, true, "cuda");
+    run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
+    run(b_path, 20, 4.0, 1.003, 600, true, "cuda");
     ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
-    HAS(t, "AMP run (B, fp16) is 2.5x faster than the fp32 run, same loss within 0.3%.");
+    HAS(t, "AMP run (B, fp16) is 2.5x faster than the fp32 run, holds 40% less memory, same loss "
+           "within 0.3%.");
     HAS(t, "median step (ms)       10                 4                  x0.40");
-    HAS(t, "peak memory (MiB)      not recorded");
+    HAS(t, "peak memory (MiB)      1000               600                x0.60");
     HAS(t, "Loss curves: 20 common steps");
     free(t);
     ck_assert_int_eq(CMD(b_path, a_path, "-o", out_path), 0); // the AMP run first
@@ -110,8 +112,8 @@ START_TEST(amp_faster_same_loss_either_order) {
 END_TEST
 
 START_TEST(amp_slower_launch_bound_and_loss_gap) {
-    run(a_path, 8, 10.0, 1.0, false, "cuda");
-    run(b_path, 8, 12.6, 1.2, true, "cuda");
+    run(a_path, 8, 10.0, 1.0, 0, false, "cuda");
+    run(b_path, 8, 12.6, 1.2, 0, true, "cuda");
     // B's kernels: 300 per step of 2 us
     sql(b_path,
         "INSERT INTO StringIds VALUES (1, 'elementwise_kernel');"
@@ -125,6 +127,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
     HAS(t, "AMP run (B, fp16) is 26% slower than the fp32 run: launch-bound");
+    HAS(t, "peak memory (MiB)      not recorded       not recorded");
     HAS(t, "final loss 3.");
     HAS(t, "(+20.0%)");
     HAS(t, "they diverge by 10% or more from step 0");
@@ -136,6 +139,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     HAS(t, "{\"verdict\": \"AMP run (B, fp16) is 26% slower");
     HAS(t, "\"a\": {\"file\": ");
     HAS(t, "\"precision\": \"fp32\", \"device\": \"cuda\", \"autocast\": false, \"steps\": 8");
+    HAS(t, "\"peak_memory\": null");
     HAS(t, "{\"rule\": \"amp-payoff\", \"severity\": \"warning\"");
     HAS(t, "\"speedup\": 0.79");
     HAS(t, "\"diverge_step\": 0}");
@@ -176,6 +180,8 @@ START_TEST(mlp_fp32_vs_fp16_on_the_cpu) {
         HAS(t, "slower than the fp32 run: the CPU backend has no Tensor Cores");
     HAS(t, "same loss within");
     HAS(t, "precision              fp32               fp16");
+    ck_assert_msg(!strstr(t, "not recorded"), "a libampcore run records its memory peak:\n%s", t);
+    HAS(t, "peak memory (MiB)      0.");
     free(t);
 }
 END_TEST

@@ -474,6 +474,44 @@ START_TEST(test_drop_frees_what_no_backward_reads) {
 }
 END_TEST
 
+// amp_ctx_memory: tensor storage held now and at most, each counted rounded up to 512 bytes,
+// down again when a persistent tensor is freed, a scratch one dropped or the context reset.
+START_TEST(test_ctx_memory_counts_storage) {
+    amp_ctx_t *c;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &c), AMP_OK);
+    size_t now = 1, peak = 1;
+    amp_ctx_memory(c, &now, &peak);
+    ck_assert_uint_eq(now, 0);
+    ck_assert_uint_eq(peak, 0);
+    amp_tensor_t *a = amp_tensor_new(c, AMP_DTYPE_F32, 2, S(10, 10)); // 400 bytes: 512
+    amp_tensor_t *b = amp_tensor_new(c, AMP_DTYPE_F16, 1, S(1000));   // 2000: 2048
+    amp_tensor_t *s = amp_add(c, a, a);                               // scratch, 512
+    amp_tensor_t *t = amp_mul_scalar(c, s, 2.0);                      // scratch, 512
+    amp_ctx_memory(c, &now, &peak);
+    ck_assert_uint_eq(now, 3584);
+    ck_assert_uint_eq(peak, 3584);
+    amp_tensor_drop(s); // no backward reads it: gone at once
+    amp_tensor_free(b);
+    amp_ctx_memory(c, &now, NULL);
+    ck_assert_uint_eq(now, 1024);
+    (void)t;
+    amp_ctx_reset(c);
+    amp_ctx_memory(c, &now, &peak);
+    ck_assert_uint_eq(now, 512);
+    ck_assert_uint_eq(peak, 3584);
+    amp_tensor_t *big = amp_tensor_new(c, AMP_DTYPE_BF16, 2, S(64, 64)); // 8192
+    amp_ctx_memory(c, &now, &peak);
+    ck_assert_uint_eq(now, 8704);
+    ck_assert_uint_eq(peak, 8704);
+    amp_tensor_free(big);
+    amp_tensor_free(a);
+    amp_ctx_memory(c, &now, &peak);
+    ck_assert_uint_eq(now, 0);
+    ck_assert_uint_eq(peak, 8704);
+    amp_ctx_free(c);
+}
+END_TEST
+
 // y holds x's elements in x's row-major order (both read as such).
 static void expect_same_order(const amp_tensor_t *x, const amp_tensor_t *y, const char *what) {
     const int64_t n = amp_tensor_numel(x);
@@ -833,6 +871,7 @@ Suite *ops_suite(void) {
     TCase *d = tcase_create("drop");
     tcase_add_checked_fixture(d, setup, teardown);
     tcase_add_test(d, test_drop_frees_what_no_backward_reads);
+    tcase_add_test(d, test_ctx_memory_counts_storage);
     tcase_add_test(d, test_reshape_views_where_pytorch_does);
     tcase_add_test(d, test_reshape_random_layouts);
     tcase_add_test(d, test_drop_keeps_what_a_backward_reads);

@@ -107,9 +107,9 @@ START_TEST(test_records_through_ctypes) {
                "65536.0 32768.0 1 0 1");
     ASSERT_ROW(db,
                "SELECT group_concat(step || ':' || ifnull(loss, 'NULL') || ':' || loss_finite || "
-               "':' || (end_ns - start_ns) || ':' || ifnull(skipped, 'NULL'), ' ') FROM (SELECT * "
-               "FROM AMP_STEPS ORDER BY step)",
-               "0:2.5:1:1000000:NULL 1:NULL:0:2000000:1");
+               "':' || (end_ns - start_ns) || ':' || ifnull(skipped, 'NULL') || ':' || "
+               "ifnull(mem_peak_bytes, 'NULL'), ' ') FROM (SELECT * FROM AMP_STEPS ORDER BY step)",
+               "0:2.5:1:1000000:NULL:NULL 1:NULL:0:2000000:1:3221225472");
     ASSERT_ROW(db, // amp_record_op: NULL policy when autocast was off, interval kept
                "SELECT group_concat(step || ' ' || ifnull(layer_id, 'NULL') || ' ' || op || ' ' || "
                "phase || ' ' || in_dtypes || ' ' || out_dtype || ' ' || ifnull(policy, 'NULL') || "

@@ -41,7 +41,7 @@ static amp_rec_any roundtrip(amp_rec_type t, const void *r, uint8_t **buf) {
     const uint8_t *payload;
     ck_assert_int_eq(amp_rec_scan(*buf, n, &h, &payload), AMP_SCAN_RECORD);
     ck_assert_int_eq(h.type, t);
-    ck_assert_int_eq(h.version, 1);
+    ck_assert_int_eq(h.version, t == AMP_REC_STEP ? 2 : 1); // the step added mem_peak_bytes
     ck_assert_uint_eq(h.length + AMP_REC_HEADER_BYTES, n);
     amp_rec_any out;
     memset(&out, 0xAB, sizeof out);
@@ -130,9 +130,11 @@ START_TEST(test_roundtrip_amp_records) {
                          .start_ns = -5,
                          .end_ns = INT64_MAX,
                          .loss = INFINITY,
-                         .grad_norm = NAN};
+                         .grad_norm = NAN,
+                         .mem_peak_bytes = 3400000000};
     r = roundtrip(AMP_REC_STEP, &step, &buf);
     ck_assert_int_eq(r.step.step, 1234567890123);
+    ck_assert_int_eq(r.step.mem_peak_bytes, 3400000000);
     ck_assert_int_eq(r.step.start_ns, -5);
     ck_assert_int_eq(r.step.end_ns, INT64_MAX);
     ck_assert(isinf(r.step.loss) && r.step.loss > 0);
@@ -468,7 +470,7 @@ START_TEST(test_newer_version_extra_fields) {
     uint8_t *buf = encode(AMP_REC_STEP, &step, &n);
     uint8_t *longer = calloc(1, n + 16);
     memcpy(longer, buf, n);
-    uint16_t v = 2;
+    uint16_t v = 3;
     uint32_t len;
     memcpy(&len, longer + 4, 4);
     len += 16;
@@ -482,6 +484,37 @@ START_TEST(test_newer_version_extra_fields) {
     ck_assert_int_eq(r.step.step, 5);
     free(buf);
     free(longer);
+}
+END_TEST
+
+START_TEST(test_older_version_reads_as_zero) {
+    // A step record of version 1 (written before mem_peak_bytes) decodes, the field zeroed ("not
+    // known"); a payload cut anywhere else still does not.
+    amp_rec_step step = step_rec(9);
+    step.mem_peak_bytes = 77;
+    size_t n;
+    uint8_t *buf = encode(AMP_REC_STEP, &step, &n);
+    amp_rec_header h;
+    const uint8_t *payload;
+    ck_assert_int_eq(amp_rec_scan(buf, n, &h, &payload), AMP_SCAN_RECORD);
+    ck_assert_int_eq(h.version, 2);
+    const uint32_t v1_bytes = 5 * 8; // step, start_ns, end_ns, loss, grad_norm
+    ck_assert_uint_eq(h.length, v1_bytes + 8);
+    for (uint32_t len = 0; len < h.length; len++) {
+        uint8_t *copy = malloc(len ? len : 1); // exact size: ASan sees any overread
+        memcpy(copy, payload, len);
+        amp_rec_any r;
+        memset(&r, 0xAB, sizeof r);
+        bool ok = amp_rec_decode(h.type, copy, len, &r);
+        ck_assert_msg(ok == (len == v1_bytes), "%u bytes: decoded %d", len, ok);
+        if (ok) {
+            ck_assert_int_eq(r.step.step, 9);
+            ck_assert_double_eq(r.step.loss, 1.5);
+            ck_assert_int_eq(r.step.mem_peak_bytes, 0);
+        }
+        free(copy);
+    }
+    free(buf);
 }
 END_TEST
 
@@ -669,6 +702,7 @@ Suite *record_suite(void) {
     tcase_add_test(c, test_corruption_refused);
     tcase_add_test(c, test_random_bytes_never_crash);
     tcase_add_test(c, test_newer_version_extra_fields);
+    tcase_add_test(c, test_older_version_reads_as_zero);
     tcase_add_test(c, test_spool_header);
     tcase_set_timeout(c, 60);
     suite_add_tcase(s, c);

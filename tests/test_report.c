@@ -72,7 +72,7 @@ static void steps(int n, double scale) {
     snprintf(buf, sizeof buf,
              "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
              "INSERT INTO AMP_STEPS SELECT 1, i, i * 1000, i * 1000 + 900, 4.0 - i * 0.01, 1, 0.9, "
-             "%.17g, %.17g, 0, 0 FROM s;",
+             "%.17g, %.17g, 0, 0, NULL FROM s;",
              n - 1, scale, scale);
     sql(buf);
 }
@@ -324,7 +324,7 @@ START_TEST(scale_sawtooth_is_a_warning) {
     sql("WITH RECURSIVE s(i, sc) AS (SELECT 0, 65536.0 UNION ALL SELECT i + 1, "
         "CASE WHEN (i + 1) % 3 = 2 THEN sc * 4 / 8 ELSE sc * 4 END FROM s WHERE i < 14) "
         "INSERT INTO AMP_STEPS SELECT 1, i, 0, 0, 3.0, 1, 0.9, sc, "
-        "CASE WHEN i % 3 = 2 THEN sc / 8 ELSE sc * 4 END, i % 3 = 2, i % 3 = 2 FROM s;");
+        "CASE WHEN i % 3 = 2 THEN sc / 8 ELSE sc * 4 END, i % 3 = 2, i % 3 = 2, NULL FROM s;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count("loss-scale", AMP_SEVERITY_WARNING), 1);
     const report_finding *f = first_of("loss-scale");
@@ -508,26 +508,27 @@ END_TEST
 static void gpu_run(int n, int k, long long kernel_ns, long long gap_ns, double flops, double bytes) {
     layers();
     char buf[4096];
-    snprintf(buf, sizeof buf,
-             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
-             "INSERT INTO AMP_STEPS SELECT 1, i, i * %lld, (i + 1) * %lld - 1, 3.0 - i * 0.01, 1, "
-             "0.9, 65536, 65536, 0, 0 FROM s;"
-             "INSERT INTO AMP_OPS SELECT 1, step, 2, 'linear', 'fwd', 'f16,f16', 'f16', "
-             "'lower_precision_fp', '(8, 64)', %.17g, %.17g, start_ns, start_ns + 1000 FROM AMP_STEPS;"
-             "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_gemm'), (2, 'cudaLaunchKernel');"
-             "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
-             "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start_ns + 10 + x, start_ns + 20 + x, "
-             "0, " GPID " + 7, step * %d + x, 2, 0, NULL FROM AMP_STEPS, j;"
-             "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
-             "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-             "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
-             "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
-             "localMemoryPerThread, localMemoryTotal, gridId) "
-             "SELECT start_ns + 2000 + x * %lld, start_ns + 2000 + x * %lld + %lld, 0, 1, 7, "
-             "step * %d + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, x "
-             "FROM AMP_STEPS, j;",
-             n - 1, STEP_NS, STEP_NS, flops, bytes, k, k, k, kernel_ns + gap_ns, kernel_ns + gap_ns,
-             kernel_ns, k);
+    snprintf(
+        buf, sizeof buf,
+        "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
+        "INSERT INTO AMP_STEPS SELECT 1, i, i * %lld, (i + 1) * %lld - 1, 3.0 - i * 0.01, 1, "
+        "0.9, 65536, 65536, 0, 0, NULL FROM s;"
+        "INSERT INTO AMP_OPS SELECT 1, step, 2, 'linear', 'fwd', 'f16,f16', 'f16', "
+        "'lower_precision_fp', '(8, 64)', %.17g, %.17g, start_ns, start_ns + 1000 FROM AMP_STEPS;"
+        "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_gemm'), (2, 'cudaLaunchKernel');"
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start_ns + 10 + x, start_ns + 20 + x, "
+        "0, " GPID " + 7, step * %d + x, 2, 0, NULL FROM AMP_STEPS, j;"
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
+        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
+        "localMemoryPerThread, localMemoryTotal, gridId) "
+        "SELECT start_ns + 2000 + x * %lld, start_ns + 2000 + x * %lld + %lld, 0, 1, 7, "
+        "step * %d + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, x "
+        "FROM AMP_STEPS, j;",
+        n - 1, STEP_NS, STEP_NS, flops, bytes, k, k, k, kernel_ns + gap_ns, kernel_ns + gap_ns,
+        kernel_ns, k);
     sql(buf);
     sql("INSERT INTO TARGET_INFO_GPU (vmId, id, name) VALUES (0, 0, 'NVIDIA H200');");
 }

@@ -140,10 +140,10 @@ static void fixture(void) {
         "'blocks.1.attn'),"
         " (7, 2, NULL, 'head');"
         "INSERT INTO AMP_STEPS VALUES"
-        " (7, 0, 0, 10000000, 4.2, 1, NULL, 65536, 65536, 0, 0),"
-        " (7, 1, 10000000, 21000000, 4.1, 1, NULL, 65536, 65536, 0, 0),"
-        " (7, 2, 21000000, 30000000, 4.0, 1, NULL, 65536, 65536, 0, 0),"
-        " (7, 3, 30000000, 41000000, NULL, 0, NULL, 65536, 32768, 1, 1);"
+        " (7, 0, 0, 10000000, 4.2, 1, NULL, 65536, 65536, 0, 0, NULL),"
+        " (7, 1, 10000000, 21000000, 4.1, 1, NULL, 65536, 65536, 0, 0, NULL),"
+        " (7, 2, 21000000, 30000000, 4.0, 1, NULL, 65536, 65536, 0, 0, NULL),"
+        " (7, 3, 30000000, 41000000, NULL, 0, NULL, 65536, 32768, 1, 1, NULL);"
         // activations of steps 2 and 3: layer 0 healthy (a mask's -inf), layer 1 overflows at 3
         "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
         " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
@@ -232,7 +232,7 @@ START_TEST(model_live_incremental) {
     // more statistics of the shown step, kernels.
     tui_model_show_step(&m, 3);
     sql("INSERT INTO AMP_STEPS VALUES (7, 4, 41000000, 52000000, NULL, 0, NULL, 32768, 16384, 1, "
-        "1);"
+        "1, NULL);"
         "UPDATE AMP_STEPS SET loss = 9.5, loss_finite = 1 WHERE step = 3;"
         "UPDATE AMP_EVENTS SET occurrences = 9, last_step = 4 WHERE aggregate = 1;"
         "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"

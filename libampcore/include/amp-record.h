@@ -25,9 +25,9 @@
  *
  * Conventions: times are ns on CLOCK_REALTIME (amp_record_now_ns(); the clock CUPTI stamps
  * with), recorded in the database's META. Optional fields say "not known" as the comment on the
- * field says — NULL string, NaN, or -1 — and become SQL NULL, never 0. Strings are copied into
- * the record (at most AMP_REC_STR_MAX bytes each; longer ones are cut). Every function is
- * thread-safe. Columns, units and tables: probe/SCHEMA.md.
+ * field says — NULL string, NaN, -1, or for a byte count 0 — and become SQL NULL, never 0. Strings
+ * are copied into the record (at most AMP_REC_STR_MAX bytes each; longer ones are cut). Every
+ * function is thread-safe. Columns, units and tables: probe/SCHEMA.md.
  */
 #ifndef AMP_RECORD_H
 #define AMP_RECORD_H
@@ -125,6 +125,11 @@ typedef struct amp_rec_step {
     int64_t start_ns, end_ns;
     double loss;      // the unscaled loss, non-finite included (NaN is stored as NULL + flag)
     double grad_norm; // NaN: not computed
+    // The most bytes held by tensors on the training device at once up to the end of this step,
+    // as amp_ctx_memory() (since the context was made) and torch.cuda.max_memory_allocated()
+    // (since the process started or the peak was last reset) count them; 0 or less: not known.
+    // (Added in the record's version 2: a version-1 record reads as 0.)
+    int64_t mem_peak_bytes;
 } amp_rec_step;
 void amp_record_step(const amp_rec_step *r);
 

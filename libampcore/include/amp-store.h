@@ -42,7 +42,7 @@ typedef struct sqlite3 sqlite3;
 // Schema version, stored in META as schema_version = "MAJOR.MINOR". A minor version only adds
 // tables or columns; readers refuse a database of a newer major version.
 #define AMP_SCHEMA_MAJOR 1
-#define AMP_SCHEMA_MINOR 1
+#define AMP_SCHEMA_MINOR 2
 
 #define AMP_STORE_ERR_MAX 512
 

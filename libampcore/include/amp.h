@@ -116,6 +116,11 @@ void amp_ctx_reset(amp_ctx_t *ctx);
 // instrumentation's step records (time, loss). Call once per optimizer step.
 void amp_ctx_step_end(amp_ctx_t *ctx, float loss);
 int64_t amp_ctx_step_index(const amp_ctx_t *ctx);
+// Bytes of tensor storage the context holds now and the most it held at once since it was made
+// (either may be NULL), each storage counted rounded up to 512 bytes, as PyTorch's caching
+// allocator counts torch.cuda.memory_allocated(); a backend's own scratch (cuBLASLt's workspace)
+// is not counted. The instrumentation records the peak with every step (AMP_STEPS).
+void amp_ctx_memory(const amp_ctx_t *ctx, size_t *in_use, size_t *peak);
 
 // ---------------------------------------------------------------------------------------------
 // Tensors

@@ -498,6 +498,7 @@ struct amp_ctx {
     size_t n_scratch, cap_scratch;
     amp_tensor_t **persist;
     size_t n_persist, cap_persist;
+    size_t mem_in_use, mem_peak; // bytes of tensor storage (amp_ctx_memory)
 
     amp_node **tape;
     size_t n_tape, cap_tape;

@@ -127,6 +127,7 @@ typedef struct amp_instr {
         int32_t (*recs)[AMP_SCALE_REC]; // the scale records
         int32_t n_staged;               // slots copied into staged
         int64_t step, start_ns, end_ns; // the step's own record
+        int64_t mem_peak;               // amp_ctx_memory's peak at its end
         float loss;
         bool stats_step;
     } lag;
@@ -858,13 +859,14 @@ static double process(amp_ctx_t *ctx) {
     return norm;
 }
 
-static void emit_step(amp_ctx_t *ctx, int64_t step, int64_t start, int64_t end, float loss,
-                      bool stats_step, double norm) {
+static void emit_step(amp_ctx_t *ctx, int64_t step, int64_t start, int64_t end, int64_t mem_peak,
+                      float loss, bool stats_step, double norm) {
     amp_record_step(&(amp_rec_step){.step = step,
                                     .start_ns = start,
                                     .end_ns = end,
                                     .loss = loss,
-                                    .grad_norm = stats_step ? norm : NAN});
+                                    .grad_norm = stats_step ? norm : NAN,
+                                    .mem_peak_bytes = mem_peak});
     if (!isfinite(loss))
         amp_record_event(&(amp_rec_event){
             .step = step,
@@ -886,7 +888,8 @@ static void swap_queue(amp_instr *in) {
 
 // The step that ends: its slots and scale records are queued to come back behind its work, its
 // queue is set aside, and the next step starts on empty slots (cleared behind the copy).
-static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, float loss, bool stats_step) {
+static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, int64_t mem_peak, float loss,
+                     bool stats_step) {
     amp_instr *in = ctx->instr;
     struct lagged *l = &in->lag;
     const int32_t n = in->q.n_entries - in->q.slot_base;
@@ -897,7 +900,8 @@ static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, float loss, boo
     swap_queue(in);
     l->active = true;
     l->n_staged = n;
-    l->step = ctx->step, l->start_ns = start, l->end_ns = end, l->loss = loss;
+    l->step = ctx->step, l->start_ns = start, l->end_ns = end, l->mem_peak = mem_peak;
+    l->loss = loss;
     l->stats_step = stats_step;
     next_batch(ctx);
     clear_slots(ctx, n);
@@ -915,7 +919,7 @@ static void finish_lagged(amp_ctx_t *ctx) {
     slots_arrived(in);
     read_scales(ctx, l->recs);
     const double norm = process_queue(ctx);
-    emit_step(ctx, l->step, l->start_ns, l->end_ns, l->loss, l->stats_step, norm);
+    emit_step(ctx, l->step, l->start_ns, l->end_ns, l->mem_peak, l->loss, l->stats_step, norm);
     swap_queue(in);
 }
 
@@ -923,12 +927,13 @@ void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
     amp_instr *in = ctx->instr;
     if (in) {
         int64_t start = in->step_start_ns, end = amp_record_now_ns();
+        const int64_t mem_peak = (int64_t)ctx->mem_peak;
         bool stats_step = in->stats_step;
         if (in->lag.staged) {
             finish_lagged(ctx);
-            hand_off(ctx, start, end, loss, stats_step);
+            hand_off(ctx, start, end, mem_peak, loss, stats_step);
         } else {
-            emit_step(ctx, ctx->step, start, end, loss, stats_step, process(ctx));
+            emit_step(ctx, ctx->step, start, end, mem_peak, loss, stats_step, process(ctx));
         }
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();
         in->stats_step = (ctx->step + 1) % in->stats_every == 0;

@@ -5,7 +5,8 @@
  * Each record type is described once, as the list of its struct's fields (width and offset);
  * encoding (with its size computation) and decoding walk that list, so the writer and the collector
  * cannot disagree about a layout. Appending a field to a struct (and to its list here) is a new
- * version of that record; older readers skip the extra bytes.
+ * version of that record: older readers skip the extra bytes, and this reader decodes an older
+ * version's record with the fields it lacks zeroed (rec_desc.n_v1: the fields of version 1).
  */
 #include "record-codec.h"
 
@@ -33,6 +34,7 @@ typedef struct rec_desc {
     uint16_t version;
     uint16_t n_fields;
     const field *fields;
+    uint16_t n_v1; // fields of the record's version 1; those after it may be absent (zeroed)
 } rec_desc;
 
 // clang-format off
@@ -47,9 +49,10 @@ static const field meta_fields[] = {STR(amp_rec_meta, key), STR(amp_rec_meta, va
 static const field layer_fields[] = {I4(amp_rec_layer, id), I4(amp_rec_layer, parent_id),
                                      STR(amp_rec_layer, name)};
 
-static const field step_fields[] = {I8(amp_rec_step, step), I8(amp_rec_step, start_ns),
-                                    I8(amp_rec_step, end_ns), I8(amp_rec_step, loss),
-                                    I8(amp_rec_step, grad_norm)};
+static const field step_fields[] = {
+    I8(amp_rec_step, step),      I8(amp_rec_step, start_ns),
+    I8(amp_rec_step, end_ns),    I8(amp_rec_step, loss),
+    I8(amp_rec_step, grad_norm), I8(amp_rec_step, mem_peak_bytes)}; // version 2
 
 static const field scale_fields[] = {
     I8(amp_rec_scale, step),      I8(amp_rec_scale, scale_before),   I8(amp_rec_scale, scale_after),
@@ -174,12 +177,13 @@ static const field gpu_metric_fields[] = {I4(GM, device_id), I8(GM, start_ns), I
                                           STR(GM, metric), I8(GM, value)};
 #undef GM
 
+#define N_OF(list) (uint16_t)(sizeof list / sizeof list[0])
 #define DESC(list)                                                                                 \
-    { 1, sizeof list / sizeof list[0], list }
+    { 1, N_OF(list), list, N_OF(list) }
 
 static const rec_desc *desc_of(uint16_t type) {
     static const rec_desc meta = DESC(meta_fields), layer = DESC(layer_fields),
-                          step = DESC(step_fields), scale = DESC(scale_fields),
+                          step = {2, N_OF(step_fields), step_fields, 5}, scale = DESC(scale_fields),
                           stats = DESC(tensor_stats_fields), op = DESC(op_fields),
                           event = DESC(event_fields), string = DESC(string_fields),
                           kernel = DESC(kernel_fields), memcpy_ = DESC(memcpy_fields),
@@ -299,6 +303,12 @@ bool amp_rec_decode(uint16_t type, const uint8_t *payload, uint32_t length, amp_
     const uint8_t *p = payload, *end = payload + length;
     for (int i = 0; i < d->n_fields; i++) {
         const field *f = &d->fields[i];
+        if (p == end && i >= d->n_v1) { // an older version's record: the rest is not there
+            static const size_t width[] = {[F1] = 1, [F4] = 4, [F8] = 8, [FSTR] = sizeof(char *)};
+            for (; i < d->n_fields; i++)
+                memset(base + d->fields[i].offset, 0, width[d->fields[i].kind]);
+            break;
+        }
         switch ((field_kind)f->kind) {
         case F1:
             if (end - p < 1) return false;

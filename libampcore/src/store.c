@@ -113,7 +113,7 @@ static const char schema_sql[] =
     "CREATE TABLE AMP_STEPS (\n"
     "  pid INTEGER NOT NULL, step INTEGER NOT NULL, start_ns INTEGER, end_ns INTEGER,\n"
     "  loss REAL, loss_finite INTEGER, grad_norm REAL, scale_before REAL, scale_after REAL,\n"
-    "  found_inf INTEGER, skipped INTEGER, PRIMARY KEY (pid, step));\n"
+    "  found_inf INTEGER, skipped INTEGER, mem_peak_bytes INTEGER, PRIMARY KEY (pid, step));\n"
     "CREATE TABLE AMP_SCALE (\n"
     "  pid INTEGER NOT NULL, step INTEGER NOT NULL, scale_before REAL, scale_after REAL,\n"
     "  found_inf INTEGER, growth_tracker INTEGER, skipped INTEGER NOT NULL);\n"
@@ -292,9 +292,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PROC_UPDATE] = "UPDATE AMP_PROCESSES SET end_ns = ?, records = ?, bytes = ?, status = ? "
                        "WHERE rowid = ?",
     [ST_LAYER] = "INSERT OR REPLACE INTO AMP_LAYERS (pid, id, parent_id, name) VALUES (?, ?, ?, ?)",
-    [ST_STEP] = "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite, grad_norm) "
-                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (pid, step) DO UPDATE SET "
-                "start_ns = ?3, end_ns = ?4, loss = ?5, loss_finite = ?6, grad_norm = ?7",
+    [ST_STEP] = "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
+                "mem_peak_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (pid, step) "
+                "DO UPDATE SET start_ns = ?3, end_ns = ?4, loss = ?5, loss_finite = ?6, "
+                "grad_norm = ?7, mem_peak_bytes = ?8",
     [ST_SCALE] = "INSERT INTO AMP_SCALE (pid, step, scale_before, scale_after, found_inf, "
                  "growth_tracker, skipped) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [ST_STEP_SCALE] = "INSERT INTO AMP_STEPS (pid, step, scale_before, scale_after, found_inf, "
@@ -640,6 +641,7 @@ amp_status amp_store_step(amp_store *s, int32_t pid, const amp_rec_step *r) {
     bind_f64(st, 5, r->loss);
     bind_i64(st, 6, isfinite(r->loss));
     bind_f64(st, 7, r->grad_norm);
+    bind_opt(st, 8, r->mem_peak_bytes > 0 ? r->mem_peak_bytes : -1);
     return run(s, ST_STEP);
 }
 

@@ -55,9 +55,26 @@ bool amp_device_parse(const char *s, amp_device *out) {
 
 amp_device amp_ctx_device(const amp_ctx_t *ctx) { return ctx->device; }
 
+void amp_ctx_memory(const amp_ctx_t *ctx, size_t *in_use, size_t *peak) {
+    if (in_use) *in_use = ctx->mem_in_use;
+    if (peak) *peak = ctx->mem_peak;
+}
+
+// What a storage of nbytes counts for in amp_ctx_memory: PyTorch's caching allocator rounds
+// each block up to 512 bytes.
+static size_t counted_bytes(size_t nbytes) {
+    return (nbytes + 511) / 512 * 512;
+}
+
+static void buffer_free_data(amp_ctx_t *ctx, amp_buffer *b) {
+    ctx->be->free(ctx->bctx, b->data);
+    b->data = NULL;
+    ctx->mem_in_use -= counted_bytes(b->nbytes);
+}
+
 static void buffer_release(amp_ctx_t *ctx, amp_buffer *b) {
     if (!b || --b->refcount > 0) return;
-    if (b->data) ctx->be->free(ctx->bctx, b->data); // NULL: dropped already
+    if (b->data) buffer_free_data(ctx, b); // NULL: dropped already
     free(b);
 }
 
@@ -121,6 +138,8 @@ static amp_buffer *buffer_new(amp_ctx_t *ctx, size_t nbytes) {
     if (!b->data)
         amp_abort(__FILE__, __LINE__, "%s backend: out of memory allocating %zu bytes",
                   ctx->be->name, nbytes);
+    ctx->mem_in_use += counted_bytes(nbytes);
+    if (ctx->mem_in_use > ctx->mem_peak) ctx->mem_peak = ctx->mem_in_use;
     return b;
 }
 
@@ -192,11 +211,6 @@ static int node_reads(const amp_node *n, amp_buffer **b) {
         if (!seen) b[nb++] = t[i]->buf;
     }
     return nb;
-}
-
-static void buffer_free_data(amp_ctx_t *ctx, amp_buffer *b) {
-    ctx->be->free(ctx->bctx, b->data);
-    b->data = NULL;
 }
 
 void amp_tensor_drop(amp_tensor_t *t) {

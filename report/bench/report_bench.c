@@ -72,7 +72,7 @@ static void build(const char *path, int64_t steps, int kernels_per_step) {
                        NULL, NULL, NULL),
           db, "setup");
     sqlite3_stmt *st = prep(db, "INSERT INTO AMP_STEPS VALUES (1, ?1, ?2, ?3, ?4, 1, 0.9, 65536, "
-                                "65536, 0, 0)");
+                                "65536, 0, 0, NULL)");
     sqlite3_stmt *sc = prep(db, "INSERT INTO AMP_SCALE VALUES (1, ?1, 65536, 65536, 0, 0, 0)");
     sqlite3_stmt *ts =
         prep(db, "INSERT INTO AMP_TENSOR_STATS VALUES (1, ?1, ?2, 'linear', "

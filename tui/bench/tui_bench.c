@@ -72,7 +72,7 @@ static void append_steps(sqlite3 *db, int64_t from, int64_t to, int64_t kernels_
         "WITH RECURSIVE s(i) AS (SELECT %lld UNION ALL SELECT i + 1 FROM s WHERE i < %lld) "
         "INSERT INTO AMP_STEPS SELECT 1, i, i * 20000000, i * 20000000 + 15000000 + (i %% 7) * "
         "100000, 4.0 / (1 + i * 0.001), 1, 0.9, 65536.0 / (1 << (i %% 5)), "
-        "65536.0 / (1 << ((i + 1) %% 5)), (i %% 5 = 4), (i %% 5 = 4) FROM s;",
+        "65536.0 / (1 << ((i + 1) %% 5)), (i %% 5 = 4), (i %% 5 = 4), NULL FROM s;",
         (long long)from, (long long)to - 1);
     exec_sql(db, sql);
     snprintf(sql, sizeof sql,

@@ -36,7 +36,8 @@ class _Layer(ctypes.Structure):
 
 class _Step(ctypes.Structure):
     _fields_ = [("step", ctypes.c_int64), ("start_ns", ctypes.c_int64), ("end_ns", ctypes.c_int64),
-                ("loss", ctypes.c_double), ("grad_norm", ctypes.c_double)]
+                ("loss", ctypes.c_double), ("grad_norm", ctypes.c_double),
+                ("mem_peak_bytes", ctypes.c_int64)]
 
 
 class _Scale(ctypes.Structure):
@@ -160,9 +161,11 @@ class Recorder:
     def layer(self, id, parent_id, name):
         self._lib.amp_record_layer(ctypes.byref(_Layer(id, parent_id, _b(name))))
 
-    def step(self, step, start_ns, end_ns, loss, grad_norm=None):
+    def step(self, step, start_ns, end_ns, loss, grad_norm=None, mem_peak_bytes=0):
+        """mem_peak_bytes: the peak of memory held by tensors up to the step's end (0: not
+        known)."""
         self._lib.amp_record_step(ctypes.byref(_Step(step, start_ns, end_ns, _f(loss),
-                                                     _f(grad_norm))))
+                                                     _f(grad_norm), int(mem_peak_bytes))))
 
     def scale(self, step, before, after, found_inf, growth_tracker, skipped):
         self._lib.amp_record_scale(ctypes.byref(_Scale(step, before, after, int(found_inf),

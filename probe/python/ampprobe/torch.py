@@ -78,6 +78,7 @@ __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
+_MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
 # A step's scalars: the loss, and with an enabled GradScaler the loss scale before update() and
 # found_inf per device, are marked as soon as they are computed (Watcher._mark_ready: what tells at
@@ -692,7 +693,7 @@ class Watcher:
         back."""
         if not self.on:
             return
-        self.flush()
+        self.flush(last=True)
         self._end_loss_region()
         for h in self._handles:
             h.remove()
@@ -749,6 +750,8 @@ class Watcher:
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, self.fwd, self.tape.tape, self.fwd_out, self.loss_id)
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0
+        if self.step % _MEM_EVERY == 0 or broken:
+            done.mem_peak = self._mem_peak()
         self.flush()
         if broken:
             self._record(done)
@@ -763,11 +766,22 @@ class Watcher:
         self.wgrads_queued = False
         self.tape.tape = []
 
-    def flush(self):
-        """Records the step whose figures are on their way, if any."""
+    def flush(self, last=False):
+        """Records the step whose figures are on their way, if any (last: the run's last step,
+        which gets the memory peak whatever its number)."""
         d, self.waiting = self.waiting, None
         if d is not None:
+            if last and not d.mem_peak:
+                d.mem_peak = self._mem_peak()
             self._record(d)
+
+    def _mem_peak(self):
+        """torch's peak of memory held by tensors on the model's GPU (0: a CPU model). Read
+        every _MEM_EVERY steps: building torch's allocator statistics costs tens of µs."""
+        dev = self._plist[0].device if self._plist else None
+        if dev is None or dev.type != "cuda":
+            return 0
+        return torch.cuda.max_memory_allocated(dev)
 
     def _marked(self, found):
         """The step's marked scalars (waiting for them only): the loss (None: none), the scale
@@ -798,7 +812,7 @@ class Watcher:
                 norm = _INF if summary.nonfinite[WEIGHT_GRAD] else \
                     math.sqrt(summary.weight_grad_sumsq) / (scale[0] if scale else 1.0)
         self._emit(d, copy, summary, loss, scale)
-        self.rec.step(d.step, d.start_ns, d.end_ns, loss, norm)
+        self.rec.step(d.step, d.start_ns, d.end_ns, loss, norm, d.mem_peak)
         copy.release()
 
     def _emit(self, d, copy, summary, loss, scale):
@@ -944,20 +958,21 @@ class Watcher:
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
-                 "fwd", "tape", "fwd_out", "loss_id")
+                 "fwd", "tape", "fwd_out", "loss_id", "mem_peak")
 
     def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, fwd, tape,
                  fwd_out, loss_id):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
         self.fwd, self.tape, self.fwd_out, self.loss_id = fwd, tape, fwd_out, loss_id
+        self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
 
 
 def _flush_all():
     """At exit: the last step of every watcher is recorded (autoattach never calls close())."""
     for w in list(_watchers):
         try:
-            w.flush()
+            w.flush(last=True)
         except Exception as e:  # a dying CUDA context must not turn the exit into a traceback
             print("ampprobe: the last step was not recorded: %s" % e, file=sys.stderr)
 

@@ -5,6 +5,7 @@
   check_report.py --bwd RUN.sqlite
   check_report.py --ops RUN.sqlite
   check_report.py --same RUN.sqlite OTHER.sqlite
+  check_report.py --mem RUN.sqlite
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
@@ -13,7 +14,9 @@ layer, a forward op and the autograd node it ran in. With --ops, a TinyGPT run's
 must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
 (lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy
 at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script
-(on different GPUs) must have recorded the same statistics rows, step by step. Prints one
+(on different GPUs) must have recorded the same statistics rows, step by step. With --mem, the
+run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its last (and
+only there), never falling. Prints one
 PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -103,7 +106,23 @@ def check_same(a, b):
     return 0 if ok else 1
 
 
+def check_mem(path):
+    rows = sqlite3.connect(path).execute(
+        "SELECT step, mem_peak_bytes FROM AMP_STEPS ORDER BY step").fetchall()
+    last = rows[-1][0] if rows else None
+    want = [(s, p) for s, p in rows if s % 100 == 0 or s == last]
+    have = [(s, p) for s, p in rows if p is not None]
+    ok = (bool(rows) and [s for s, _ in have] == [s for s, _ in want]
+          and all(p > 0 for _, p in have) and all(a[1] <= b[1] for a, b in zip(have, have[1:])))
+    print("%s memory peak at steps %s of %d: %s MiB" % (
+        "PASS" if ok else "FAIL", [s for s, _ in have], len(rows),
+        ", ".join("%.1f" % (p / 1048576) for _, p in have)), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--mem":
+        return check_mem(sys.argv[2])
     if sys.argv[1] == "--same":
         return check_same(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--bwd":

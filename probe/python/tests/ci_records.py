@@ -93,5 +93,5 @@ rec.op(1, 5, "linear", _records.PHASE_FWD, "f16,f16,f16", "f16", "lower_precisio
 rec.op(1, -1, "cross_entropy", _records.PHASE_FWD, "f32,i64", "f32", None, "(8, 10),(8,)", 8,
        420, t0 + 3000, t0 + 3500)
 rec.step(0, t0, t0 + 1000000, 2.5)
-rec.step(1, t0 + 1000000, t0 + 3000000, float("nan"))
+rec.step(1, t0 + 1000000, t0 + 3000000, float("nan"), mem_peak_bytes=3 << 30)
 sys.exit(0)

@@ -8,7 +8,7 @@
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0); the sawtooth run's gradient
 # overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
-# with autocast's decisions; gpu_inplace.py checks that module outputs written to in place are
+# with autocast's decisions, and its steps carry torch's memory peak where they should; gpu_inplace.py checks that module outputs written to in place are
 # read before the write; gpu_devstats.py checks the device statistics against eager torch
 # and measures their bandwidth; then torch_overhead.py measures the step-time cost (not with
 # --quick). Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check failed.
@@ -56,6 +56,7 @@ done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
+python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 if [ "$gpus" -ge 2 ]; then
     python3 "$HERE/check_report.py" "$WORK/attn-gpu1.json" attn || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/residual-healthy.sqlite" \
