@@ -142,7 +142,7 @@ static void fixture(void) {
         "INSERT INTO AMP_STEPS VALUES"
         " (7, 0, 0, 10000000, 4.2, 1, NULL, 65536, 65536, 0, 0, NULL),"
         " (7, 1, 10000000, 21000000, 4.1, 1, NULL, 65536, 65536, 0, 0, NULL),"
-        " (7, 2, 21000000, 30000000, 4.0, 1, NULL, 65536, 65536, 0, 0, NULL),"
+        " (7, 2, 21000000, 30000000, 4.0, 1, NULL, 65536, 65536, 0, 0, 3145728),"
         " (7, 3, 30000000, 41000000, NULL, 0, NULL, 65536, 32768, 1, 1, NULL);"
         // activations of steps 2 and 3: layer 0 healthy (a mask's -inf), layer 1 overflows at 3
         "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
@@ -192,6 +192,8 @@ START_TEST(model_live_incremental) {
     ck_assert(isnan(m.steps[3].loss));
     ck_assert_close(m.steps[3].scale, 32768, 0, 0);
     ck_assert(m.steps[3].skipped);
+    ck_assert(isnan(m.steps[1].mem_mib));
+    ck_assert_close(m.steps[2].mem_mib, 3.0, 0, 0); // the memory peak, where recorded
     ck_assert_int_eq(m.stats_step, 3);
     ck_assert_uint_eq(m.n_events, 3);
     ck_assert_uint_eq(m.n_counts, 3);
@@ -452,6 +454,7 @@ START_TEST(e2e_run_tui_tmux) {
     ck_assert_msg(now < 65536, "the scale did not fall: %s", scale);
     ck_assert_ptr_nonnull(strstr(s, "(from 65536"));
     ck_assert_ptr_nonnull(strstr(s, "output: live.sqlite.log"));
+    ck_assert_ptr_nonnull(strstr(s, "memory peak ")); // libampcore records it every step
     free(s);
     // The layers view: the attention layer in red (SGR 31), danger first.
     tmux("send-keys -t amp %s", "2");

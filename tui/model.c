@@ -72,8 +72,9 @@ static const char sql_version[] = "PRAGMA data_version";
 static const char sql_meta[] =
     "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'start_ns', "
     "'end_ns', 'command', 'device', 'precision')";
+// %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
-    "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped FROM AMP_STEPS "
+    "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s FROM AMP_STEPS "
     "WHERE rowid >= ?1 ORDER BY rowid";
 static const char sql_events[] =
     "SELECT id, pid, step, last_step, layer_id, op, phase, kind, severity, count, aggregate, "
@@ -186,7 +187,7 @@ static bool same_double(double a, double b) {
 static bool same_step(const tui_step *a, const tui_step *b) {
     return a->rowid == b->rowid && same_double(a->time_ms, b->time_ms) &&
            same_double(a->loss, b->loss) && same_double(a->scale, b->scale) &&
-           a->skipped == b->skipped;
+           a->skipped == b->skipped && same_double(a->mem_mib, b->mem_mib);
 }
 
 static bool poll_steps(tui_model *m) {
@@ -209,7 +210,8 @@ static bool poll_steps(tui_model *m) {
                       .time_ms = col_f64(q, 3) / 1e6,
                       .loss = col_f64(q, 4),
                       .scale = col_f64(q, 5),
-                      .skipped = col_i64(q, 6, 0) != 0};
+                      .skipped = col_i64(q, 6, 0) != 0,
+                      .mem_mib = col_f64(q, 7) / 1048576};
         ptrdiff_t i = tui_model_step_index(m, s.step);
         if (i >= 0 && m->steps[i].step == s.step) {
             if (same_step(&m->steps[i], &s)) continue;
@@ -587,8 +589,15 @@ amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR
         goto fail;
     m->stats_indexed = sqlite3_step(idx) == SQLITE_ROW;
     sqlite3_finalize(idx);
+    if (!prepare(m, "SELECT 1 FROM pragma_table_info('AMP_STEPS') WHERE name = 'mem_peak_bytes'",
+                 &idx, err))
+        goto fail;
+    char steps_sql[sizeof sql_steps + 16];
+    snprintf(steps_sql, sizeof steps_sql, sql_steps,
+             sqlite3_step(idx) == SQLITE_ROW ? "mem_peak_bytes" : "NULL");
+    sqlite3_finalize(idx);
     if (!prepare(m, sql_version, &m->q_version, err) || !prepare(m, sql_meta, &m->q_meta, err) ||
-        !prepare(m, sql_steps, &m->q_steps, err) || !prepare(m, sql_events, &m->q_events, err) ||
+        !prepare(m, steps_sql, &m->q_steps, err) || !prepare(m, sql_events, &m->q_events, err) ||
         !prepare(m, sql_event_by_id, &m->q_event_by_id, err) ||
         !prepare(m, sql_layers, &m->q_layers, err) ||
         !prepare(m, sql_stats_feed, &m->q_stats_feed, err) ||

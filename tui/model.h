@@ -37,6 +37,7 @@ typedef struct tui_step {
     double loss;    // NaN: NaN, or not recorded
     double scale;   // scale after the step's update; NaN: no GradScaler
     bool skipped;   // the optimizer step was skipped
+    double mem_mib; // most memory held by tensors up to the step's end (MiB); NaN: not recorded
 } tui_step;
 
 typedef struct tui_event {

@@ -1,8 +1,8 @@
 /*
  * view_overview.c — the overview: the run (command, state, device, precision, steps, the log
- * of `run --tui`), sparklines of step time, loss and loss scale (log scale, skipped steps
- * marked below it) over the steps up to the shown one, the event counts by kind, the first
- * non-finite event and the report's top finding.
+ * of `run --tui`), sparklines of step time (with the memory peak so far), loss and loss scale
+ * (log scale, skipped steps marked below it) over the steps up to the shown one, the event
+ * counts by kind, the first non-finite event and the report's top finding.
  */
 #include "widgets.h"
 
@@ -72,6 +72,12 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
         v[i] = s[i].time_ms * 1e6;
     tui_fmt_ns(a, sizeof a, last ? last->time_ms * 1e6 : NAN);
     tui_print(l->ov_time.y, 0, l->cols, A_BOLD, "step time  %s", a);
+    double mem = NAN; // the peak is recorded as of a step's end, not every step by every producer
+    for (size_t i = first + n; i-- > 0 && isnan(mem);)
+        mem = m->steps[i].mem_mib;
+    if (!isnan(mem))
+        tui_print(l->ov_time.y, 24, l->cols - 24, A_NORMAL, "memory peak %.*f MiB",
+                  mem < 10 ? 1 : 0, mem);
     tui_sparkline(app, (tui_rect){0, l->ov_time.y + 1, l->cols, l->ov_time.h - 1}, v, n, false,
                   tui_attr(app, TUI_PAIR_ACCENT));
 
