@@ -27,7 +27,10 @@ static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
-    amp_instr_arm(ctx, y);
+    // A softmax that autocast widens (f16 scores, f32 probabilities) is followed by the cast back
+    // that the next GEMM makes, which reads y whole anyway: its statistics wait for that cast
+    // (or, failing that, for the statistics kernel) rather than slow the row kernel down.
+    if (amp_dtype_size(dt) <= amp_dtype_size(x->dtype)) amp_instr_arm(ctx, y);
     ctx->be->softmax(ctx->bctx, log, y, amp_dense(ctx, x));
     amp_node *n = amp_node_record(ctx, op, softmax_backward, y, &x, 1);
     if (n) {
