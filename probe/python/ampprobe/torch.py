@@ -777,7 +777,7 @@ class Watcher:
 
     def _mem_peak(self):
         """torch's peak of memory held by tensors on the model's GPU (0: a CPU model). Read
-        every _MEM_EVERY steps: building torch's allocator statistics costs tens of µs."""
+        every _MEM_EVERY steps, not every step: it builds all of the allocator's statistics."""
         dev = self._plist[0].device if self._plist else None
         if dev is None or dev.type != "cuda":
             return 0
