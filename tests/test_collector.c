@@ -546,6 +546,74 @@ START_TEST(test_event_storm_is_bounded) {
 }
 END_TEST
 
+// The store binds a statement's parameter again only when its value changed (store.c, binder):
+// rows whose columns repeat, turn NULL, come back, and texts that grow past the kept copy's first
+// allocation and shrink again must all land as emitted.
+START_TEST(test_repeated_values_land_as_emitted) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    char long_shapes[200];
+    memset(long_shapes, 'x', sizeof long_shapes - 1);
+    long_shapes[sizeof long_shapes - 1] = 0;
+    const char *shapes[6] = {"(2, 3)", "(2, 3)", NULL, long_shapes, "(2, 3)", "(2,"}; // a prefix
+    const char *policy[6] = {"fp32", "fp32", "fp32", NULL, NULL, "fp32"};
+    const int32_t layer[6] = {3, 3, -1, -1, 3, 4};
+    const double nan_or[6] = {0.5, 0.5, NAN, NAN, 0.5, -0.0};
+    for (int i = 0; i < 6; i++)
+        amp_record_op(&(amp_rec_op){.step = 1,
+                                    .layer_id = layer[i],
+                                    .op = "add",
+                                    .phase = AMP_PHASE_FWD,
+                                    .in_dtypes = "f32",
+                                    .out_dtype = "f32",
+                                    .policy = policy[i],
+                                    .shapes = shapes[i],
+                                    .flops = i == 2 ? -1 : 7,
+                                    .bytes = 8,
+                                    .start_ns = 100 + i,
+                                    .end_ns = 200});
+    for (int i = 0; i < 6; i++)
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = 1,
+                                                        .layer_id = layer[i],
+                                                        .op = "add",
+                                                        .kind = AMP_STATS_ACTIVATION,
+                                                        .dtype = "f32",
+                                                        .target_dtype = policy[i],
+                                                        .numel = 4,
+                                                        .min = nan_or[i],
+                                                        .max = nan_or[i],
+                                                        .amax = 1,
+                                                        .n_nan = i % 2 ? -1 : 0,
+                                                        .n_posinf = 0,
+                                                        .n_neginf = 0,
+                                                        .n_overflow = 0,
+                                                        .n_underflow = 0,
+                                                        .n_zero = 0});
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[1024];
+    ck_assert_str_eq(
+        q_text(db,
+               "SELECT group_concat(ifnull(layer_id, 'N') || ':' || ifnull(policy, 'N') || ':' || "
+               "ifnull(CASE WHEN length(shapes) > 20 THEN 'x' || length(shapes) ELSE shapes END, "
+               "'N') || ':' || ifnull(flops, 'N'), ' ') FROM (SELECT * FROM AMP_OPS ORDER BY "
+               "start_ns)",
+               buf, sizeof buf),
+        "3:fp32:(2, 3):7 3:fp32:(2, 3):7 N:fp32:N:N N:N:x199:7 3:N:(2, 3):7 4:fp32:(2,:7");
+    ck_assert_str_eq(q_text(db,
+                            "SELECT group_concat(ifnull(target_dtype, 'N') || ':' || ifnull(min, "
+                            "'N') || ':' || ifnull(n_nan, 'N'), ' ') FROM (SELECT * FROM "
+                            "AMP_TENSOR_STATS ORDER BY rowid)",
+                            buf, sizeof buf),
+                     "fp32:0.5:0 fp32:0.5:N fp32:N:0 N:N:N N:0.5:0 fp32:0.0:N");
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_kernel_short_names) {
     char buf[256];
     ck_assert_str_eq(amp_kernel_short_name("void at::native::(anonymous namespace)::"
@@ -939,6 +1007,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_every_record_type);
     tcase_add_test(t, test_event_storm_is_bounded);
     tcase_add_test(t, test_kernel_short_names);
+    tcase_add_test(t, test_repeated_values_land_as_emitted);
     tcase_set_timeout(t, 60);
     suite_add_tcase(s, t);
     TCase *w = tcase_create("writers");

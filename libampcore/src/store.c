@@ -335,10 +335,27 @@ typedef struct kernel_name_ids {
     int64_t demangled, short_name, mangled; // StringIds ids; mangled -1: none
 } kernel_name_ids;
 
+// A prepared statement and the values last bound to its parameters. sqlite3_reset keeps the
+// bindings, so a parameter given the value it already holds is not bound again: most columns of
+// a kernel row (device, stream, grid, block, registers, ...) and many of an op row (its phase,
+// dtypes, policy) repeat from one row to the next, and each bind costs SQLite as much work as a
+// few columns of the row itself (a text one several times that).
+typedef struct binder {
+    sqlite3_stmt *st;
+    int n; // parameters + 1
+    uint8_t
+        *kind; // per parameter (1-based): B_NONE (not known: bind), B_INT, B_REAL, B_NULL, B_TEXT
+    int64_t *bits; // the integer, the double's bits, or the text's length
+    char **text;   // B_TEXT: our copy of the text, which the statement is bound to
+    size_t *cap;   // bytes allocated for it
+} binder;
+enum { B_NONE, B_INT, B_REAL, B_NULL, B_TEXT };
+
 struct amp_store {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *st[ST_COUNT];
+    binder b[ST_COUNT];
     amp_strmap strings; // StringIds value -> id
     int64_t n_strings;
     amp_strmap kernel_keys; // a kernel record's three names -> index into kernel_ids
@@ -371,27 +388,53 @@ static amp_status run(amp_store *s, stmt_id id) {
     return status;
 }
 
-static void bind_i64(sqlite3_stmt *st, int i, int64_t v) {
-    sqlite3_bind_int64(st, i, v);
+static void bind_i64(binder *b, int i, int64_t v) {
+    if (b->kind[i] == B_INT && b->bits[i] == v) return;
+    b->kind[i] = B_INT, b->bits[i] = v;
+    sqlite3_bind_int64(b->st, i, v);
+}
+static void bind_null(binder *b, int i) {
+    if (b->kind[i] == B_NULL) return;
+    b->kind[i] = B_NULL;
+    sqlite3_bind_null(b->st, i);
 }
 // Optional non-negative integers: -1 (any negative) is "not known".
-static void bind_opt(sqlite3_stmt *st, int i, int64_t v) {
+static void bind_opt(binder *b, int i, int64_t v) {
     if (v < 0)
-        sqlite3_bind_null(st, i);
+        bind_null(b, i);
     else
-        sqlite3_bind_int64(st, i, v);
+        bind_i64(b, i, v);
 }
-static void bind_f64(sqlite3_stmt *st, int i, double v) {
-    if (isnan(v))
-        sqlite3_bind_null(st, i);
-    else
-        sqlite3_bind_double(st, i, v);
+static void bind_f64(binder *b, int i, double v) {
+    if (isnan(v)) {
+        bind_null(b, i);
+        return;
+    }
+    int64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    if (b->kind[i] == B_REAL && b->bits[i] == bits) return;
+    b->kind[i] = B_REAL, b->bits[i] = bits;
+    sqlite3_bind_double(b->st, i, v);
 }
-static void bind_str(sqlite3_stmt *st, int i, const char *v) {
+// The statement is bound to a copy of the text that the binder keeps (the caller's buffer holds
+// it only until the row is inserted), so that the same text next time needs no bind.
+static void bind_text(binder *b, int i, const char *v, int len) {
+    const size_t n = len < 0 ? strlen(v) : (size_t)len;
+    if (b->kind[i] == B_TEXT && (size_t)b->bits[i] == n && memcmp(b->text[i], v, n) == 0) return;
+    if (n + 1 > b->cap[i]) {
+        b->cap[i] = n + 1 > 64 ? n + 1 : 64;
+        b->text[i] = amp_xrealloc(b->text[i], b->cap[i]);
+    }
+    memcpy(b->text[i], v, n);
+    b->text[i][n] = 0;
+    b->kind[i] = B_TEXT, b->bits[i] = (int64_t)n;
+    sqlite3_bind_text(b->st, i, b->text[i], (int)n, SQLITE_STATIC);
+}
+static void bind_str(binder *b, int i, const char *v) {
     if (v)
-        sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+        bind_text(b, i, v, -1);
     else
-        sqlite3_bind_null(st, i);
+        bind_null(b, i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -518,6 +561,13 @@ amp_status amp_store_create(const char *path, amp_store **out) {
         if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
                                NULL) != SQLITE_OK)
             AMP_ASSERT(false, "statement %d: %s", i, sqlite3_errmsg(s->db));
+        const int n = sqlite3_bind_parameter_count(s->st[i]) + 1;
+        s->b[i] = (binder){.st = s->st[i],
+                           .n = n,
+                           .kind = amp_xcalloc((size_t)n, 1),
+                           .bits = amp_xcalloc((size_t)n, sizeof(int64_t)),
+                           .text = amp_xcalloc((size_t)n, sizeof(char *)),
+                           .cap = amp_xcalloc((size_t)n, sizeof(size_t))};
     }
     sqlite3_wal_hook(s->db, wal_hook, s);
     st = checkpointer_start(s);
@@ -532,8 +582,16 @@ fail:
 void amp_store_close(amp_store *s) {
     if (!s) return;
     checkpointer_stop(s);
-    for (int i = 0; i < ST_COUNT; i++)
+    for (int i = 0; i < ST_COUNT; i++) {
         sqlite3_finalize(s->st[i]);
+        binder *b = &s->b[i];
+        for (int k = 0; k < b->n; k++)
+            free(b->text[k]);
+        free(b->kind);
+        free(b->bits);
+        free(b->text);
+        free(b->cap);
+    }
     sqlite3_close(s->db);
     amp_strmap_free(&s->strings);
     amp_strmap_free(&s->kernel_keys);
@@ -584,15 +642,15 @@ int64_t amp_store_string_id(amp_store *s, const char *str) {
     int64_t *id = amp_strmap_get_or_put(&s->strings, str, len, s->n_strings + 1, &found);
     if (found) return *id;
     s->n_strings++;
-    sqlite3_stmt *st = s->st[ST_STRING];
+    binder *st = &s->b[ST_STRING];
     bind_i64(st, 1, *id);
-    sqlite3_bind_text(st, 2, str, (int)len, SQLITE_STATIC);
+    bind_text(st, 2, str, (int)len);
     run(s, ST_STRING); // the id is unique by construction: this cannot conflict
     return *id;
 }
 
 amp_status amp_store_meta(amp_store *s, int32_t pid, const char *key, const char *value) {
-    sqlite3_stmt *st = s->st[ST_META];
+    binder *st = &s->b[ST_META];
     bind_str(st, 1, key);
     bind_str(st, 2, value);
     bind_i64(st, 3, pid);
@@ -601,7 +659,7 @@ amp_status amp_store_meta(amp_store *s, int32_t pid, const char *key, const char
 
 amp_status amp_store_process_add(amp_store *s, int32_t pid, int32_t ppid, const char *name,
                                  int64_t start_ns, int64_t *rowid) {
-    sqlite3_stmt *st = s->st[ST_PROC_ADD];
+    binder *st = &s->b[ST_PROC_ADD];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, ppid);
     bind_i64(st, 3, amp_global_pid(pid));
@@ -614,7 +672,7 @@ amp_status amp_store_process_add(amp_store *s, int32_t pid, int32_t ppid, const 
 
 amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t end_ns, int64_t records,
                                     int64_t bytes, const char *status) {
-    sqlite3_stmt *st = s->st[ST_PROC_UPDATE];
+    binder *st = &s->b[ST_PROC_UPDATE];
     bind_opt(st, 1, end_ns);
     bind_i64(st, 2, records);
     bind_i64(st, 3, bytes);
@@ -624,7 +682,7 @@ amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t end_ns,
 }
 
 amp_status amp_store_layer(amp_store *s, int32_t pid, const amp_rec_layer *r) {
-    sqlite3_stmt *st = s->st[ST_LAYER];
+    binder *st = &s->b[ST_LAYER];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->id);
     bind_opt(st, 3, r->parent_id);
@@ -633,7 +691,7 @@ amp_status amp_store_layer(amp_store *s, int32_t pid, const amp_rec_layer *r) {
 }
 
 amp_status amp_store_step(amp_store *s, int32_t pid, const amp_rec_step *r) {
-    sqlite3_stmt *st = s->st[ST_STEP];
+    binder *st = &s->b[ST_STEP];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->step);
     bind_i64(st, 3, r->start_ns);
@@ -646,7 +704,7 @@ amp_status amp_store_step(amp_store *s, int32_t pid, const amp_rec_step *r) {
 }
 
 amp_status amp_store_scale(amp_store *s, int32_t pid, const amp_rec_scale *r) {
-    sqlite3_stmt *st = s->st[ST_SCALE];
+    binder *st = &s->b[ST_SCALE];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->step);
     bind_f64(st, 3, r->scale_before);
@@ -656,7 +714,7 @@ amp_status amp_store_scale(amp_store *s, int32_t pid, const amp_rec_scale *r) {
     bind_i64(st, 7, r->skipped);
     amp_status status = run(s, ST_SCALE);
     if (status != AMP_OK) return status;
-    st = s->st[ST_STEP_SCALE];
+    st = &s->b[ST_STEP_SCALE];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->step);
     bind_f64(st, 3, r->scale_before);
@@ -667,7 +725,7 @@ amp_status amp_store_scale(amp_store *s, int32_t pid, const amp_rec_scale *r) {
 }
 
 amp_status amp_store_tensor_stats(amp_store *s, int32_t pid, const amp_rec_tensor_stats *r) {
-    sqlite3_stmt *st = s->st[ST_STATS];
+    binder *st = &s->b[ST_STATS];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->step);
     bind_opt(st, 3, r->layer_id);
@@ -689,7 +747,7 @@ amp_status amp_store_tensor_stats(amp_store *s, int32_t pid, const amp_rec_tenso
 }
 
 amp_status amp_store_op(amp_store *s, int32_t pid, const amp_rec_op *r) {
-    sqlite3_stmt *st = s->st[ST_OP];
+    binder *st = &s->b[ST_OP];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->step);
     bind_opt(st, 3, r->layer_id);
@@ -708,7 +766,7 @@ amp_status amp_store_op(amp_store *s, int32_t pid, const amp_rec_op *r) {
 
 amp_status amp_store_event_insert(amp_store *s, int32_t pid, const amp_rec_event *r, bool aggregate,
                                   int64_t *rowid) {
-    sqlite3_stmt *st = s->st[ST_EVENT];
+    binder *st = &s->b[ST_EVENT];
     bind_i64(st, 1, pid);
     bind_i64(st, 2, r->step);
     bind_opt(st, 3, r->layer_id);
@@ -727,7 +785,7 @@ amp_status amp_store_event_insert(amp_store *s, int32_t pid, const amp_rec_event
 
 amp_status amp_store_event_fold(amp_store *s, int64_t rowid, int64_t occurrences, int64_t last_step,
                                 int64_t count, double value) {
-    sqlite3_stmt *st = s->st[ST_EVENT_FOLD];
+    binder *st = &s->b[ST_EVENT_FOLD];
     bind_i64(st, 1, rowid);
     bind_i64(st, 2, occurrences);
     bind_i64(st, 3, last_step);
@@ -829,7 +887,7 @@ static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r
 
 amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) {
     const kernel_name_ids *names = kernel_names(s, r);
-    sqlite3_stmt *st = s->st[ST_KERNEL];
+    binder *st = &s->b[ST_KERNEL];
     BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, names->demangled);
     bind_i64(st, 10, names->short_name);
@@ -855,7 +913,7 @@ amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) 
 }
 
 amp_status amp_store_memcpy(amp_store *s, int32_t pid, const amp_rec_memcpy *r) {
-    sqlite3_stmt *st = s->st[ST_MEMCPY];
+    binder *st = &s->b[ST_MEMCPY];
     BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, r->bytes);
     bind_i64(st, 10, r->copy_kind);
@@ -872,7 +930,7 @@ amp_status amp_store_memcpy(amp_store *s, int32_t pid, const amp_rec_memcpy *r) 
 }
 
 amp_status amp_store_memset(amp_store *s, int32_t pid, const amp_rec_memset *r) {
-    sqlite3_stmt *st = s->st[ST_MEMSET];
+    binder *st = &s->b[ST_MEMSET];
     BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, r->value);
     bind_i64(st, 10, r->bytes);
@@ -883,7 +941,7 @@ amp_status amp_store_memset(amp_store *s, int32_t pid, const amp_rec_memset *r) 
 
 amp_status amp_store_runtime(amp_store *s, int32_t pid, const amp_rec_runtime *r) {
     int64_t name_id = amp_store_string_id(s, r->name ? r->name : "");
-    sqlite3_stmt *st = s->st[ST_RUNTIME];
+    binder *st = &s->b[ST_RUNTIME];
     bind_i64(st, 1, r->start_ns);
     bind_i64(st, 2, r->end_ns);
     bind_i64(st, 3, r->driver ? 1 : 0);
@@ -895,7 +953,7 @@ amp_status amp_store_runtime(amp_store *s, int32_t pid, const amp_rec_runtime *r
 }
 
 amp_status amp_store_sync(amp_store *s, int32_t pid, const amp_rec_sync *r) {
-    sqlite3_stmt *st = s->st[ST_SYNC];
+    binder *st = &s->b[ST_SYNC];
     BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, r->sync_type);
     bind_i64(st, 10, r->event_id);
@@ -904,7 +962,7 @@ amp_status amp_store_sync(amp_store *s, int32_t pid, const amp_rec_sync *r) {
 
 amp_status amp_store_nvtx(amp_store *s, int32_t pid, const amp_rec_nvtx *r, int64_t text_id,
                           int64_t domain_id) {
-    sqlite3_stmt *st = s->st[ST_NVTX];
+    binder *st = &s->b[ST_NVTX];
     bind_i64(st, 1, r->start_ns);
     bind_opt(st, 2, r->type == AMP_NVTX_MARK ? -1 : r->end_ns);
     bind_i64(st, 3, r->type);
@@ -916,11 +974,11 @@ amp_status amp_store_nvtx(amp_store *s, int32_t pid, const amp_rec_nvtx *r, int6
     if (r->end_tid >= 0)
         bind_i64(st, 9, amp_global_tid(pid, r->end_tid));
     else
-        sqlite3_bind_null(st, 9);
+        bind_null(st, 9);
     bind_opt(st, 10, text_id > 0 ? text_id : -1);
     bind_opt(st, 11, domain_id > 0 ? domain_id : -1);
     for (int i = 12; i <= 17; i++)
-        sqlite3_bind_null(st, i);
+        bind_null(st, i);
     switch (r->payload_type) { // columns 12..17: uint64, int64, double, uint32, int32, float
     case AMP_NVTX_PAYLOAD_NONE:
         break;
@@ -953,7 +1011,7 @@ amp_status amp_store_gpu_info(amp_store *s, const amp_rec_gpu_info *r) {
     amp_strmap_get_or_put(&s->gpus, key, (size_t)n < sizeof key ? (size_t)n : sizeof key - 1, 0,
                           &found);
     if (found) return AMP_OK;
-    sqlite3_stmt *st = s->st[ST_GPU];
+    binder *st = &s->b[ST_GPU];
     const int64_t ints[] = {r->is_discrete,
                             r->l2_cache_size,
                             r->total_memory,
@@ -994,14 +1052,14 @@ amp_status amp_store_gpu_metric(amp_store *s, const amp_rec_gpu_metric *r) {
     int64_t metric_id = *id; // before any other insert into the map
     if (!found) {
         s->n_metrics++;
-        sqlite3_stmt *st = s->st[ST_METRIC_NAME];
+        binder *st = &s->b[ST_METRIC_NAME];
         bind_i64(st, 1, r->device_id);
         bind_i64(st, 2, metric_id);
         bind_str(st, 3, name);
         amp_status e = run(s, ST_METRIC_NAME);
         if (e != AMP_OK) return e;
     }
-    sqlite3_stmt *st = s->st[ST_METRIC];
+    binder *st = &s->b[ST_METRIC];
     bind_i64(st, 1, r->start_ns);
     bind_i64(st, 2, r->end_ns);
     bind_i64(st, 3, r->device_id);

@@ -4,8 +4,9 @@
  * For each workload it writes N records through amp-record.h into a spool directory (emit cost
  * per record), then lets a collector ingest them into a fresh database (records/s, the number
  * to hold against the >= 1M records/s budget) and finish it (indexes). Workloads: AMP
- * instrumentation (ops, tensor stats and events with the per-step records), CUPTI kernels with
- * their names, and a mix with runtime API records.
+ * instrumentation (ops of a transformer block in turn, tensor stats and events with the per-step
+ * records), CUPTI kernels of four names and launch configurations in turn, and a mix with
+ * runtime API records.
  *
  *     collector_bench [N] [DIR]     N records per workload (default 2000000), DIR for the files
  */
@@ -43,6 +44,18 @@ static const char *const kernel_names[] = {
     "_ZN2at6native43_GLOBAL__N__softmax_forward_kernelIfEEvPT_PKS2_i",
 };
 
+typedef struct op_kind {
+    const char *op, *in_dtypes, *out_dtype, *policy, *shapes;
+} op_kind;
+static const op_kind ops[] = {
+    {"layer_norm", "f32,f32,f32", "f32", "fp32", "(64, 512),(512,),(512,)"},
+    {"linear", "f16,f16,f16", "f16", "lower_precision_fp", "(64, 512),(1536, 512),(1536,)"},
+    {"matmul", "f16,f16", "f16", "lower_precision_fp", "(8, 64, 64),(8, 64, 64)"},
+    {"softmax", "f16", "f32", "fp32_set_opt_dtype", "(8, 64, 64)"},
+    {"add", "f32,f16", "f32", "promote", "(64, 512),(64, 512)"},
+    {"gelu", "f16", "f16", NULL, "(64, 2048)"},
+};
+
 static void emit_amp(int64_t i) {
     int64_t t = amp_record_now_ns();
     switch (i % 8) {
@@ -75,24 +88,35 @@ static void emit_amp(int64_t i) {
                                           .value = 1e-8,
                                           .detail = "input range [-3.5, 4.25]"});
         break;
-    default:
+    default: { // a transformer block's forward ops in turn
+        const op_kind *o = &ops[i % (sizeof ops / sizeof *ops)];
         amp_record_op(&(amp_rec_op){.step = i / 8,
                                     .layer_id = (int32_t)(i % 64),
-                                    .op = "linear",
+                                    .op = o->op,
                                     .phase = AMP_PHASE_FWD,
-                                    .in_dtypes = "f16,f16",
-                                    .out_dtype = "f16",
-                                    .policy = "lower_precision_fp",
-                                    .shapes = "(64, 512),(512, 512)",
+                                    .in_dtypes = o->in_dtypes,
+                                    .out_dtype = o->out_dtype,
+                                    .policy = o->policy,
+                                    .shapes = o->shapes,
                                     .flops = 33554432,
                                     .bytes = 655360,
                                     .start_ns = t,
                                     .end_ns = t + 5000});
     }
+    }
 }
+
+// Launch configurations of kernel_names, in turn.
+static const struct {
+    int regs, grid_x, grid_y, block_x, dyn_smem;
+} launches[] = {{16, 2048, 1, 128, 0},
+                {128, 64, 12, 128, 16384},
+                {168, 132, 1, 384, 213188},
+                {32, 8192, 1, 256, 0}};
 
 static void emit_kernel(int64_t i) {
     int64_t t = amp_record_now_ns();
+    const int k = (int)(i % 4);
     amp_record_kernel(&(amp_rec_kernel){.start_ns = t,
                                         .end_ns = t + 7000,
                                         .device_id = 0,
@@ -100,18 +124,18 @@ static void emit_kernel(int64_t i) {
                                         .stream_id = 7,
                                         .green_context_id = -1,
                                         .correlation_id = i,
-                                        .name = kernel_names[i % 4],
+                                        .name = kernel_names[k],
                                         .launch_type = 0,
                                         .cache_config = 0,
-                                        .registers_per_thread = 168,
-                                        .grid_x = 132,
-                                        .grid_y = 1,
+                                        .registers_per_thread = launches[k].regs,
+                                        .grid_x = launches[k].grid_x,
+                                        .grid_y = launches[k].grid_y,
                                         .grid_z = 1,
-                                        .block_x = 384,
+                                        .block_x = launches[k].block_x,
                                         .block_y = 1,
                                         .block_z = 1,
                                         .static_shared_memory = 0,
-                                        .dynamic_shared_memory = 213188,
+                                        .dynamic_shared_memory = launches[k].dyn_smem,
                                         .local_memory_per_thread = 0,
                                         .local_memory_total = 0,
                                         .grid_id = i,
