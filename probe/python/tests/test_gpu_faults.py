@@ -1,0 +1,58 @@
+"""test_gpu_faults.py — the bridge's failure scripts as pytest cases, on the GPU machine:
+
+    AMPPROBE_DIST=build/cuda python3 -m pytest probe/python/tests/test_gpu_faults.py
+
+Each gpu_faults.py case (attention-logit overflow, residual blow-up, NaN batch, log(0) in an fp16
+loss, gradient underflow at scale 1, scale sawtooth, an fp32 island) trains under `ampprobe run
+--torch --trace amp`, faulty and healthy: the faulty run's report must lead with the case's cause,
+layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twin's report must
+hold no error and no warning. Skipped without torch, without a GPU, or without AMPPROBE_DIST (the
+build folder that holds ampprobe and python/). run_gpu.sh runs the same cases in parallel and the
+GPU checks beyond them.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import check_report  # noqa: E402  (the expectations, shared with run_gpu.sh)
+
+torch = pytest.importorskip("torch")
+DIST = os.environ.get("AMPPROBE_DIST")
+pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
+                                reason="needs a GPU and AMPPROBE_DIST (a CUDA build of ampprobe)")
+CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
+
+
+def report_of(tmp_path, case, healthy):
+    """Runs the case under ampprobe run --torch; returns its report as json."""
+    ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
+    db = str(tmp_path / ("%s%s.sqlite" % (case, "-healthy" if healthy else "")))
+    run = subprocess.run([ampprobe, "run", "--torch", "--trace", "amp", "-f", "-o", db, "--",
+                          sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
+                         + (["--healthy"] if healthy else []),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, "the script failed:\n" + run.stdout[-2000:] + run.stderr[-2000:]
+    rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
+                         text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    return json.loads(rep.stdout)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_first_finding_names_the_fault(tmp_path, case):
+    r = report_of(tmp_path, case, healthy=False)
+    assert r["findings"], "no findings"
+    top = r["findings"][0]
+    assert check_report.expect(case, top) is None, top
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_healthy_twin_is_clean(tmp_path, case):
+    r = report_of(tmp_path, case, healthy=True)
+    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+    assert not bad, bad[:2]
