@@ -120,7 +120,11 @@ typedef struct report_kernel {
     const char *name;
     int64_t launches, total_ns;
     int64_t short_launches;  // shorter than REPORT_LAUNCH_BOUND_NS
-    double flops, bytes;     // analytic, from the ops that launched it (shared by duration); 0: none
+    // analytic, from the ops that launched it (shared by duration), over all its launches: when
+    // only some steps recorded their ops (the PyTorch bridge's op steps), what those launches did
+    // scaled by total_ns / attributed_ns; 0: none
+    double flops, bytes;
+    int64_t attributed_ns; // of its launches tied to an op row
     // hardware counters (GPU_METRICS, `ampprobe run --counters`): the DRAM bytes and tensor-pipe
     // busy time of the samples its launches overlap, shared by overlap time; covered_ns is the
     // part of total_ns that samples covered (0: no counters)
@@ -146,9 +150,14 @@ typedef struct report_perf {
     report_kernel *kernels; // by total_ns, largest first
     size_t n_kernels;
     int64_t launches, kernel_ns;   // kernels and their summed durations
+    // The timeline after the warm-up: kernels that start before the end of their process's step
+    // 0 (one-time set-up, library initialisation, the first step's lazy work) are left out of
+    // these when step 0 is recorded
     int64_t busy_ns, span_ns;      // union of kernel intervals; first start to last end
     int64_t gaps, gap_ns;          // idle stretches >= REPORT_GAP_NS inside the span
     int64_t largest_gap_ns, largest_gap_start_ns;
+    int64_t warmup_kernels, warmup_ns; // left out: kernels, first start to the end of step 0
+    int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise
     int64_t short_launches;        // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns;        // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION

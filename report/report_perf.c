@@ -253,11 +253,19 @@ static report_step *clock_step(step_clock *c, int64_t t) {
     return c->at < c->n && c->by_start[c->at]->start_ns <= t ? c->by_start[c->at] : NULL;
 }
 
+// When process pid's step 0 ended; -1: step 0 is not in the model.
+static int64_t step0_end(const report_model *m, int32_t pid) {
+    const report_step *s = report_step_find(m, pid, 0);
+    return s && s->end_ns >= 0 ? s->end_ns : -1;
+}
+
+// Copies per step, and host-to-device ones after the warm-up (step 0: the model's weights
+// going up once are not the loop's copies).
 static bool load_copies(loader *l) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
     if (!prep(l,
-              "SELECT start, end - start, bytes, copyKind, IFNULL(srcKind, 7) "
+              "SELECT start, end - start, bytes, copyKind, IFNULL(srcKind, 7), globalPid >> 24 "
               "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE start BETWEEN ?1 AND ?2 ORDER BY start",
               &q))
         return false;
@@ -265,10 +273,14 @@ static bool load_copies(loader *l) {
     clock_init(&c, l->m);
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        int64_t dur = i64(q, 1), bytes = i64(q, 2);
-        report_step *st = clock_step(&c, i64(q, 0));
+        int64_t start = i64(q, 0), dur = i64(q, 1), bytes = i64(q, 2);
+        report_step *st = clock_step(&c, start);
         if (st) st->copy_ns += dur;
         if (i64(q, 3) != 1) continue; // CUDA_MEMCPY_KIND_HTOD
+        if (start < step0_end(l->m, (int32_t)i64(q, 5))) {
+            p->warmup_copies++;
+            continue;
+        }
         p->htod_copies++;
         p->htod_bytes += bytes;
         p->htod_ns += dur;
@@ -301,7 +313,8 @@ typedef struct op_row {
     int32_t group; // index into m->ops
     int64_t start, end;
     double flops, bytes;
-    int64_t kernel_ns;
+    int64_t kernel_ns; // of the kernels launched in its interval
+    int64_t gemm_ns;   // of those that are GEMMs by name (report_kernel_is_gemm)
 } op_row;
 
 typedef struct launch {
@@ -381,17 +394,33 @@ static bool load_kernels(loader *l, id_table *names, launch **v, size_t *n) {
     return done(l, q, rc);
 }
 
-// The timeline in start order: busy time (union of kernel intervals), idle gaps, per-step
-// busy time.
+// The timeline in start order: per-step busy time, and after the warm-up (report_perf) busy
+// time (union of kernel intervals) and idle gaps.
 static void timeline(report_model *m, launch *v, size_t n) {
     report_perf *p = &m->perf;
     qsort(v, n, sizeof *v, cmp_start);
     step_clock c;
     clock_init(&c, m);
-    int64_t cur_end = v[0].start;
+    int64_t cur_end = INT64_MIN, first = 0, warm_from = INT64_MAX, warm_to = INT64_MIN;
+    int64_t all_end = INT64_MIN; // of every kernel so far, warm-up included: per-step busy time
+    int32_t pid = INT32_MIN;
+    int64_t warm_end = -1; // pid's step 0 end
     for (size_t i = 0; i < n; i++) {
         int64_t s = v[i].start, e = v[i].end;
         report_step *st = clock_step(&c, s);
+        const int64_t busy_from = s > all_end ? s : all_end;
+        if (e > busy_from) {
+            if (st) st->gpu_busy_ns += e - busy_from;
+            all_end = e;
+        }
+        if (v[i].pid != pid) pid = v[i].pid, warm_end = step0_end(m, pid);
+        if (s < warm_end) { // the warm-up
+            p->warmup_kernels++;
+            if (s < warm_from) warm_from = s;
+            if (warm_end > warm_to) warm_to = warm_end;
+            continue;
+        }
+        if (cur_end == INT64_MIN) cur_end = first = s;
         if (s > cur_end) {
             int64_t gap = s - cur_end;
             if (gap >= REPORT_GAP_NS) {
@@ -406,11 +435,11 @@ static void timeline(report_model *m, launch *v, size_t n) {
         int64_t from = s > cur_end ? s : cur_end;
         if (e > from) {
             p->busy_ns += e - from;
-            if (st) st->gpu_busy_ns += e - from;
             cur_end = e;
         }
     }
-    p->span_ns = cur_end - v[0].start;
+    p->span_ns = cur_end == INT64_MIN ? 0 : cur_end - first;
+    if (p->warmup_kernels) p->warmup_ns = warm_to - warm_from;
     free(c.by_start);
 }
 
@@ -674,7 +703,10 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     return true;
 }
 
-// Ties each kernel to the op row whose host interval holds its launch call.
+// Ties each kernel to the op row whose host interval holds its launch call, and shares the op's
+// FLOPs and bytes among its kernels by their time; a GEMM-class op's FLOPs go to its GEMM kernels
+// alone, when it has any (PyTorch's linear under autocast launches the casts of its operands in
+// the same call: they move bytes, the GEMM does the math).
 static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_rows) {
     report_perf *p = &l->m->perf;
     bool ok = launch_times(l, v, n);
@@ -691,6 +723,8 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
             if (j == n_rows || rows[j].pid != x->pid || rows[j].start > x->at) continue;
             x->row = (int64_t)j;
             rows[j].kernel_ns += x->end - x->start;
+            if (report_kernel_is_gemm(p->kernels[x->kernel].name))
+                rows[j].gemm_ns += x->end - x->start;
         }
         for (size_t i = 0; i < n; i++) {
             const launch *x = &v[i];
@@ -702,9 +736,22 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
             g->kernel_ns += dur;
             p->attributed_ns += dur;
             if (r->kernel_ns <= 0) continue;
-            double share = (double)dur / (double)r->kernel_ns;
-            p->kernels[x->kernel].flops += r->flops * share;
+            const double share = (double)dur / (double)r->kernel_ns;
+            double flops_share = share;
+            if (r->gemm_ns > 0 && report_op_is_gemm(g->op))
+                flops_share = report_kernel_is_gemm(p->kernels[x->kernel].name)
+                                  ? (double)dur / (double)r->gemm_ns
+                                  : 0;
+            p->kernels[x->kernel].flops += r->flops * flops_share;
             p->kernels[x->kernel].bytes += r->bytes * share;
+            p->kernels[x->kernel].attributed_ns += dur;
+        }
+        for (size_t k = 0; k < p->n_kernels; k++) { // the launches of steps without op rows too
+            report_kernel *kr = &p->kernels[k];
+            if (kr->attributed_ns <= 0 || kr->attributed_ns >= kr->total_ns) continue;
+            const double all = (double)kr->total_ns / (double)kr->attributed_ns;
+            kr->flops *= all;
+            kr->bytes *= all;
         }
     }
     return ok;

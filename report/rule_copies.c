@@ -30,13 +30,17 @@ void rule_copies_run(const report_model *m, report_findings *out) {
         snprintf(f->title, sizeof f->title,
                  "%lld of %lld host-to-device copies come from pageable memory",
                  (long long)p->pageable_copies, (long long)p->htod_copies);
+    char warmup[96] = "";
+    if (p->warmup_copies)
+        snprintf(warmup, sizeof warmup, " (and %lld in step 0, the warm-up, left out)",
+                 (long long)p->warmup_copies);
     snprintf(f->detail, sizeof f->detail,
-             "%lld host-to-device copies, %.3g MB in %.6g ms; %lld of them (%.3g MB) from "
+             "%lld host-to-device copies%s, %.3g MB in %.6g ms; %lld of them (%.3g MB) from "
              "pageable memory, which the driver copies synchronously through a staging buffer. "
              "Kernels were busy %.6g ms.",
-             (long long)p->htod_copies, (double)p->htod_bytes / 1e6, (double)p->htod_ns / 1e6,
-             (long long)p->pageable_copies, (double)p->pageable_bytes / 1e6,
-             (double)p->busy_ns / 1e6);
+             (long long)p->htod_copies, warmup, (double)p->htod_bytes / 1e6,
+             (double)p->htod_ns / 1e6, (long long)p->pageable_copies,
+             (double)p->pageable_bytes / 1e6, (double)p->busy_ns / 1e6);
     snprintf(f->advice, sizeof f->advice,
              "Pin the host buffers (DataLoader(pin_memory=True), cudaHostAlloc) and copy with "
              "non_blocking=True on a side stream a step ahead, so copies overlap compute; move "

@@ -1,9 +1,9 @@
 /*
  * rule_gpu_idle.c — rule `gpu-idle`: stretches of >= 10 us between kernels while the run was on
- * the GPU (from the first kernel to the last), when the device waited for the host: data
- * loading, Python, a host synchronisation, pageable copies. Shorter spacing between back-to-back
- * launches is launch overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps,
- * info from 10%.
+ * the GPU (from the first kernel to the last, step 0 left out when it is recorded: its one-time
+ * set-up is not the loop), when the device waited for the host: data loading, Python, a host
+ * synchronisation, pageable copies. Shorter spacing between back-to-back launches is launch
+ * overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps, info from 10%.
  */
 #include "report.h"
 
@@ -36,12 +36,19 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
         "the GPU sat idle %.0f%% of the time in %lld gaps of 10 us or more (largest %.6g ms%s)",
         100 * share, (long long)p->gaps, (double)p->largest_gap_ns / 1e6,
         st ? ", in the step named below" : "");
+    char warmup[160] = "";
+    if (p->warmup_kernels)
+        snprintf(warmup, sizeof warmup,
+                 " (step 0, the warm-up, left out: %lld kernels over %.6g ms)",
+                 (long long)p->warmup_kernels, (double)p->warmup_ns / 1e6);
     snprintf(f->detail, sizeof f->detail,
-             "Kernels kept the GPU busy %.6g of %.6g ms from the first kernel to the last; %.6g ms "
-             "fell in gaps. Meanwhile: %lld host synchronisations (%.6g ms), %lld host-to-device "
-             "copies (%lld from pageable memory).",
-             (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6, (double)p->gap_ns / 1e6,
+             "Kernels kept the GPU busy %.6g of %.6g ms from the first kernel%s to the last%s; "
+             "%.6g ms fell in gaps. Meanwhile: %lld host synchronisations in the whole run "
+             "(%.6g ms), %lld host-to-device copies%s (%lld from pageable memory).",
+             (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6,
+             p->warmup_kernels ? " after step 0" : "", warmup, (double)p->gap_ns / 1e6,
              (long long)p->syncs, (double)p->sync_ns / 1e6, (long long)p->htod_copies,
+             p->warmup_kernels || p->warmup_copies ? " after step 0" : "",
              (long long)p->pageable_copies);
     snprintf(f->advice, sizeof f->advice,
              "Keep the GPU fed: load and augment data in worker processes (DataLoader "
@@ -54,4 +61,5 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "largest_gap_ms", (double)p->largest_gap_ns / 1e6);
     report_finding_evidence(f, "busy_ms", (double)p->busy_ns / 1e6);
     report_finding_evidence(f, "span_ms", (double)p->span_ns / 1e6);
+    report_finding_evidence(f, "warmup_kernels", (double)p->warmup_kernels);
 }

@@ -589,6 +589,33 @@ START_TEST(roofline_efficient_kernels_are_a_note) {
 }
 END_TEST
 
+// An op's FLOPs go to its GEMM kernels, not to the casts launched in the same call (PyTorch's
+// linear under autocast), its bytes to both by their time; a kernel's figures from the one step
+// that recorded its ops stand for all its launches.
+START_TEST(roofline_op_flops_go_to_gemm_kernels) {
+    gpu_run(4, 2, 100000, 10000, 1e9, 1e6); // each step: two 0.1 ms kernels in one linear
+    sql("INSERT INTO StringIds VALUES (3, 'vectorized_elementwise_kernel');"
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 3, shortName = 3 WHERE gridId = 0;"
+        "DELETE FROM AMP_OPS WHERE step <> 1;");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    const report_kernel *gemm = NULL, *cast = NULL;
+    for (size_t i = 0; i < model.perf.n_kernels; i++) {
+        const report_kernel *k = &model.perf.kernels[i];
+        if (strcmp(k->name, "nvjet_sm90_tst_gemm") == 0) gemm = k;
+        if (strcmp(k->name, "vectorized_elementwise_kernel") == 0) cast = k;
+    }
+    ck_assert_ptr_nonnull(gemm);
+    ck_assert_ptr_nonnull(cast);
+    ck_assert_int_eq(gemm->launches, 4);
+    ck_assert_int_eq(gemm->attributed_ns, 100000); // step 1's launch
+    ck_assert_close(gemm->flops, 4e9, 0, 1e-9);    // all of the op's FLOPs, times 4 launches
+    ck_assert_close(cast->flops, 0, 0, 0);
+    ck_assert_close(gemm->bytes, 2e6, 0, 1e-9); // half the op's bytes each, times 4
+    ck_assert_close(cast->bytes, 2e6, 0, 1e-9);
+    release();
+}
+END_TEST
+
 START_TEST(roofline_places_kernels_by_hardware_counters) {
     // kernels no op claims (no analytic figures), named like a GEMM: compute-bound by name
     gpu_run(5, 1, 1000000, 0, 0, 0);
@@ -655,6 +682,33 @@ START_TEST(gpu_idle_back_to_back_kernels_are_quiet) {
 }
 END_TEST
 
+// Step 0's one-time set-up (a kernel half a second before it, the model's weights copied up) is
+// not the loop: the loop's steps are full, so no gpu-idle finding, and no copies finding either.
+START_TEST(gpu_idle_leaves_the_warm_up_out) {
+    gpu_run(4, 98, 100000, 1000, 1e9, 1e7);
+    sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
+        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
+        "localMemoryPerThread, localMemoryTotal, gridId) VALUES (-500000000, -499990000, 0, 1, 7, "
+        "999999, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0);"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
+        "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (1000, 900000000, 0, 1, 7, " GPID
+        ", 1073741824, 1, 0, 2);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    for (size_t i = 0; i < findings.n; i++)
+        ck_assert_msg(strcmp(findings.v[i].rule, "gpu-idle") != 0 &&
+                          strcmp(findings.v[i].rule, "h2d-copies") != 0,
+                      "%s: %s", findings.v[i].rule, findings.v[i].title);
+    ck_assert_int_eq(model.perf.warmup_kernels, 99); // step 0's 98 and the one before it
+    ck_assert_int_eq(model.perf.htod_copies, 0);
+    release();
+    // without step 0 in the model (a focus on later steps) nothing is left out
+    analyse("gpu-idle", 1, INT64_MAX);
+    ck_assert_int_eq(model.perf.warmup_kernels, 0);
+    release();
+}
+END_TEST
+
 static void copies(const char *src_kind, long long ns) {
     char buf[512];
     snprintf(buf, sizeof buf,
@@ -672,7 +726,7 @@ START_TEST(h2d_pageable_copies_are_a_warning) {
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     const report_finding *f = &findings.v[0];
     ck_assert_close(evidence(f, "htod_share"), 0.8, 1e-9, 0);
-    ck_assert_close(evidence(f, "pageable_copies"), 4, 0, 0);
+    ck_assert_close(evidence(f, "pageable_copies"), 3, 0, 0); // step 0's is the warm-up
     ck_assert_ptr_nonnull(strstr(f->advice, "pin_memory=True"));
     release();
 }
@@ -1028,9 +1082,11 @@ Suite *report_suite(void) {
     tcase_add_test(tc, roofline_slow_compute_layer_is_a_warning);
     tcase_add_test(tc, roofline_uses_the_calibrated_ceilings);
     tcase_add_test(tc, roofline_efficient_kernels_are_a_note);
+    tcase_add_test(tc, roofline_op_flops_go_to_gemm_kernels);
     tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
+    tcase_add_test(tc, gpu_idle_leaves_the_warm_up_out);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
     tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
     tcase_add_test(tc, host_sync_every_few_ops_is_a_warning);

@@ -107,5 +107,12 @@ void test_exit_without_free(const char *device) {
     ck_assert_int_eq(test_query_int(db, "SELECT count(DISTINCT step) FROM AMP_TENSOR_STATS"),
                      STEPS);
     ck_assert_int_eq(test_query_int(db, "SELECT max(step) FROM AMP_TENSOR_STATS"), STEPS - 1);
+    // every step's loss as the program read it, whether it gave the value or the tensor (f32 at
+    // step 1, f16 at step 2)
+    ck_assert_int_eq(test_query_int(db,
+                                    "SELECT count(*) FROM AMP_STEPS s JOIN META m ON m.key = "
+                                    "'exit_prog_loss_' || s.step WHERE s.loss_finite = 1 AND "
+                                    "abs(s.loss - CAST(m.value AS REAL)) <= 1e-7 * abs(s.loss)"),
+                     STEPS);
     sqlite3_close(db);
 }

@@ -113,8 +113,13 @@ bool amp_device_parse(const char *s, amp_device *out); // "cpu", "cuda"
 // gradients stay. Call once per training step, after the optimizer step.
 void amp_ctx_reset(amp_ctx_t *ctx);
 // Ends the current training step (steps count from 0) with its loss value, for the
-// instrumentation's step records (time, loss). Call once per optimizer step.
+// instrumentation's step records (time, loss). Call once per optimizer step. A NaN loss is a
+// NaN loss (the report says the training broke).
 void amp_ctx_step_end(amp_ctx_t *ctx, float loss);
+// The same for a loop that does not read its loss on the host: `loss` (one element, floating)
+// is read by the instrumentation, which on the GPU copies it back with the step's statistics,
+// behind the step's work, instead of waiting for it. Nothing is read when recording is off.
+void amp_ctx_step_end_loss(amp_ctx_t *ctx, const amp_tensor_t *loss);
 int64_t amp_ctx_step_index(const amp_ctx_t *ctx);
 // Bytes of tensor storage the context holds now and the most it held at once since it was made
 // (either may be NULL), each storage counted rounded up to 512 bytes, as PyTorch's caching

@@ -129,6 +129,8 @@ typedef struct amp_instr {
         int64_t step, start_ns, end_ns; // the step's own record
         int64_t mem_peak;               // amp_ctx_memory's peak at its end
         float loss;
+        uint8_t *loss_raw;    // pinned: the loss tensor's element, copied with the slots, or
+        amp_dtype loss_dtype; // AMP_DTYPE_COUNT when the loss came as a value
         bool stats_step;
     } lag;
 } amp_instr;
@@ -191,13 +193,17 @@ void amp_instr_init(amp_ctx_t *ctx) {
     if (be->stats_into && be->host_alloc && be->host_free && be->download_async &&
         be->download_wait) {
         const size_t n_recs = sizeof in->q.scales / sizeof in->q.scales[0];
-        const size_t bytes = SLOTS * sizeof(amp_stats) + n_recs * AMP_SCALE_REC * sizeof(int32_t);
+        const size_t recs_bytes = n_recs * AMP_SCALE_REC * sizeof(int32_t);
+        const size_t bytes = SLOTS * sizeof(amp_stats) + recs_bytes + sizeof(double);
         in->lag.staged = be->host_alloc(ctx->bctx, bytes);
         if (in->lag.staged && !lagging_add(ctx)) {
             be->host_free(ctx->bctx, in->lag.staged);
             in->lag.staged = NULL;
         }
-        if (in->lag.staged) in->lag.recs = (int32_t(*)[AMP_SCALE_REC])(in->lag.staged + SLOTS);
+        if (in->lag.staged) {
+            in->lag.recs = (int32_t(*)[AMP_SCALE_REC])(in->lag.staged + SLOTS);
+            in->lag.loss_raw = (uint8_t *)in->lag.recs + recs_bytes;
+        }
     }
     amp_record_meta(&(amp_rec_meta){"device", ctx->device == AMP_DEVICE_CPU ? "cpu" : "cuda"});
     char buf[32];
@@ -886,10 +892,27 @@ static void swap_queue(amp_instr *in) {
     in->lag.q = q;
 }
 
+// The loss from its element's bytes in its dtype.
+static float loss_value(const uint8_t *raw, amp_dtype dt) {
+    uint16_t h;
+    float f;
+    switch (dt) {
+    case AMP_DTYPE_F16:
+        memcpy(&h, raw, 2);
+        return amp_f16_to_f32(h);
+    case AMP_DTYPE_BF16:
+        memcpy(&h, raw, 2);
+        return amp_bf16_to_f32(h);
+    default:
+        memcpy(&f, raw, 4);
+        return f;
+    }
+}
+
 // The step that ends: its slots and scale records are queued to come back behind its work, its
 // queue is set aside, and the next step starts on empty slots (cleared behind the copy).
 static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, int64_t mem_peak, float loss,
-                     bool stats_step) {
+                     const amp_tensor_t *loss_t, bool stats_step) {
     amp_instr *in = ctx->instr;
     struct lagged *l = &in->lag;
     const int32_t n = in->q.n_entries - in->q.slot_base;
@@ -897,6 +920,10 @@ static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, int64_t mem_pea
     for (int k = 0; k < in->q.n_scales; k++)
         ctx->be->download_async(ctx->bctx, l->recs[k], amp_tensor_ptr(in->scale_recs[k]),
                                 sizeof l->recs[k]);
+    l->loss_dtype = loss_t ? loss_t->dtype : AMP_DTYPE_COUNT;
+    if (loss_t)
+        ctx->be->download_async(ctx->bctx, l->loss_raw, amp_tensor_ptr(loss_t),
+                                amp_dtype_size(loss_t->dtype));
     swap_queue(in);
     l->active = true;
     l->n_staged = n;
@@ -916,6 +943,7 @@ static void finish_lagged(amp_ctx_t *ctx) {
     ctx->be->download_wait(ctx->bctx);
     swap_queue(in);
     memcpy(in->q.host + in->q.slot_base, l->staged, (size_t)l->n_staged * sizeof(amp_stats));
+    if (l->loss_dtype != AMP_DTYPE_COUNT) l->loss = loss_value(l->loss_raw, l->loss_dtype);
     slots_arrived(in);
     read_scales(ctx, l->recs);
     const double norm = process_queue(ctx);
@@ -923,7 +951,9 @@ static void finish_lagged(amp_ctx_t *ctx) {
     swap_queue(in);
 }
 
-void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
+// Ends the step with its loss: the value, or (loss_t non-NULL) the tensor's, read behind the
+// step's work when the backend can copy back without waiting.
+static void step_end(amp_ctx_t *ctx, float loss, const amp_tensor_t *loss_t) {
     amp_instr *in = ctx->instr;
     if (in) {
         int64_t start = in->step_start_ns, end = amp_record_now_ns();
@@ -931,12 +961,23 @@ void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
         bool stats_step = in->stats_step;
         if (in->lag.staged) {
             finish_lagged(ctx);
-            hand_off(ctx, start, end, mem_peak, loss, stats_step);
+            hand_off(ctx, start, end, mem_peak, loss, loss_t, stats_step);
         } else {
+            if (loss_t) loss = amp_tensor_item(loss_t);
             emit_step(ctx, ctx->step, start, end, mem_peak, loss, stats_step, process(ctx));
         }
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();
         in->stats_step = (ctx->step + 1) % in->stats_every == 0;
     }
     ctx->step++;
+}
+
+void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
+    step_end(ctx, loss, NULL);
+}
+
+void amp_ctx_step_end_loss(amp_ctx_t *ctx, const amp_tensor_t *loss) {
+    AMP_ASSERT(amp_tensor_numel(loss) == 1 && amp_dtype_is_float(loss->dtype),
+               "(the loss of amp_ctx_step_end_loss: one floating element)");
+    step_end(ctx, NAN, loss);
 }

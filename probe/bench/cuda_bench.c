@@ -323,7 +323,7 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
         amp_scaler_step(sc, opt, NULL);
         amp_scaler_update(sc);
         if (i == warmup + steps - 1) loss_v = amp_tensor_item(loss);
-        amp_ctx_step_end(m.ctx, NAN);
+        amp_ctx_step_end_loss(m.ctx, loss); // read behind the step's work, not waited for
         amp_ctx_reset(m.ctx);
         if (!timed) continue;
         const double t1 = now_ms();

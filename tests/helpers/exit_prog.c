@@ -2,7 +2,10 @@
  * exit_prog.c — a few training steps under the instrumentation, then exit() without
  * amp_ctx_free: every step must still reach the database (on a device the last step's statistics
  * come back one step late and are read at exit). tests/test_e2e.c and tests/test_cuda_gpu.c run
- * it under `ampprobe run`.
+ * it under `ampprobe run`. Steps 1, 4, ... end with the loss as an f32 tensor and steps 2, 5, ...
+ * as an f16 one (amp_ctx_step_end_loss: read by the instrumentation, on a device behind the
+ * step's work), the others with its value; META "exit_prog_loss_N" holds what the program read
+ * of step N's loss, for the test to compare with AMP_STEPS.
  *
  *   amp_exit_prog cpu|cuda STEPS
  */
@@ -10,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp.h"
+#include "amp-record.h"
 
 // The context is never freed, on purpose: no leak report in the sanitizer build.
 __attribute__((used)) const char *__asan_default_options(void) { return "detect_leaks=0"; }
@@ -35,7 +38,15 @@ int main(int argc, char **argv) {
     for (int s = 0, steps = atoi(argv[2]); s < steps; s++) {
         amp_tensor_t *loss = amp_mean(ctx, amp_gelu(ctx, amp_linear(ctx, x, w, NULL), false));
         amp_backward(ctx, loss);
-        amp_ctx_step_end(ctx, amp_tensor_item(loss));
+        const amp_tensor_t *given = s % 3 == 2 ? amp_to(ctx, loss, AMP_DTYPE_F16) : loss;
+        char key[32], value[32];
+        snprintf(key, sizeof key, "exit_prog_loss_%d", s);
+        snprintf(value, sizeof value, "%.9g", amp_tensor_item(given));
+        amp_record_meta(&(amp_rec_meta){key, value});
+        if (s % 3 == 0)
+            amp_ctx_step_end(ctx, amp_tensor_item(loss));
+        else
+            amp_ctx_step_end_loss(ctx, given);
         amp_ctx_reset(ctx);
     }
     exit(0); // no amp_ctx_free
