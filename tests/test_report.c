@@ -765,6 +765,18 @@ START_TEST(host_sync_every_few_ops_is_a_warning) {
 }
 END_TEST
 
+START_TEST(host_sync_with_the_gpu_busy_is_a_note) {
+    gpu_run(4, 98, 100000, 1000, 1e9, 1e7); // kernels fill the steps: a GPU-bound loop
+    syncs(5, 1000000);
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "the GPU stayed busy"));
+    ck_assert_double_ge(evidence(&findings.v[0], "gpu_busy_share"), 0.9);
+    release();
+}
+END_TEST
+
 START_TEST(host_sync_once_per_step_is_quiet) {
     gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
     syncs(1, 10000); // the GradScaler's found_inf read
@@ -1091,6 +1103,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
     tcase_add_test(tc, host_sync_every_few_ops_is_a_warning);
     tcase_add_test(tc, host_sync_once_per_step_is_quiet);
+    tcase_add_test(tc, host_sync_with_the_gpu_busy_is_a_note);
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
     tcase_add_test(tc, amp_payoff_busy_gemm_amp_run_is_quiet);
     tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
