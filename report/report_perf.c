@@ -711,6 +711,9 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
     report_perf *p = &l->m->perf;
     bool ok = launch_times(l, v, n);
     if (ok && n_rows && n) {
+        bool *gemm = amp_xmalloc(p->n_kernels * sizeof *gemm); // by name, once a kernel
+        for (size_t k = 0; k < p->n_kernels; k++)
+            gemm[k] = report_kernel_is_gemm(p->kernels[k].name);
         qsort(rows, n_rows, sizeof *rows, cmp_row);
         qsort(v, n, sizeof *v, cmp_launch);
         size_t j = 0;
@@ -723,8 +726,7 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
             if (j == n_rows || rows[j].pid != x->pid || rows[j].start > x->at) continue;
             x->row = (int64_t)j;
             rows[j].kernel_ns += x->end - x->start;
-            if (report_kernel_is_gemm(p->kernels[x->kernel].name))
-                rows[j].gemm_ns += x->end - x->start;
+            if (gemm[x->kernel]) rows[j].gemm_ns += x->end - x->start;
         }
         for (size_t i = 0; i < n; i++) {
             const launch *x = &v[i];
@@ -739,9 +741,7 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
             const double share = (double)dur / (double)r->kernel_ns;
             double flops_share = share;
             if (r->gemm_ns > 0 && report_op_is_gemm(g->op))
-                flops_share = report_kernel_is_gemm(p->kernels[x->kernel].name)
-                                  ? (double)dur / (double)r->gemm_ns
-                                  : 0;
+                flops_share = gemm[x->kernel] ? (double)dur / (double)r->gemm_ns : 0;
             p->kernels[x->kernel].flops += r->flops * flops_share;
             p->kernels[x->kernel].bytes += r->bytes * share;
             p->kernels[x->kernel].attributed_ns += dur;
@@ -753,6 +753,7 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
             kr->flops *= all;
             kr->bytes *= all;
         }
+        free(gemm);
     }
     return ok;
 }
