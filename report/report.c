@@ -414,9 +414,12 @@ static bool in_list(const char *op, const char *const *list) {
 bool report_op_is_gemm(const char *op) { return in_list(op, gemm_ops); }
 bool report_op_is_cast(const char *op) { return in_list(op, cast_ops); }
 
+// Matrix-multiply, convolution and fused-attention kernels by their names' marks (cuBLAS's
+// nvjet/sm90_xmma/gemm kernels, CUTLASS, cuDNN's convolutions, flash attention), not a bare "mma",
+// which names like GammaBetaBackward hold too.
 bool report_kernel_is_gemm(const char *name) {
-    static const char *const marks[] = {"gemm", "nvjet", "xmma", "cutlass", "matmul",
-                                        "conv", "wgmma", "hmma"};
+    static const char *const marks[] = {"gemm",  "nvjet", "xmma", "cutlass", "matmul", "conv",
+                                        "wgmma", "hmma",  "wmma", "cublas",  "flash"};
     for (size_t i = 0; name && i < sizeof marks / sizeof marks[0]; i++)
         if (strstr(name, marks[i])) return true;
     return false;

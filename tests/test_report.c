@@ -589,6 +589,32 @@ START_TEST(roofline_efficient_kernels_are_a_note) {
 }
 END_TEST
 
+// The names that the roofline rule (and the TUI's kernels view) take for matrix-multiply kernels
+// when it has no figures for them: real kernel names of cuBLAS, CUTLASS, cuDNN, flash attention
+// and PyTorch.
+START_TEST(kernel_names_that_are_gemms) {
+    static const char *const gemm[] = {
+        "nvjet_sm90_hsh_192x128_64x5_1x2_h_bz_coopB_NNT",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64",
+        "cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2",
+        "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn",
+        "implicit_convolve_sgemm",
+        "flash_fwd_kernel",
+        "Kernel2<cutlass_80_wmma_tensorop_f16>"};
+    static const char *const other[] = {"GammaBetaBackwardCUDAKernelTemplate",
+                                        "vectorized_elementwise_kernel",
+                                        "softmax_warp_forward",
+                                        "multi_tensor_apply_kernel",
+                                        "stats_kernel",
+                                        ""};
+    for (size_t i = 0; i < sizeof gemm / sizeof *gemm; i++)
+        ck_assert_msg(report_kernel_is_gemm(gemm[i]), "%s", gemm[i]);
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+        ck_assert_msg(!report_kernel_is_gemm(other[i]), "%s", other[i]);
+    ck_assert(!report_kernel_is_gemm(NULL));
+}
+END_TEST
+
 // An op's FLOPs go to its GEMM kernels, not to the casts launched in the same call (PyTorch's
 // linear under autocast), its bytes to both by their time; a kernel's figures from the one step
 // that recorded its ops stand for all its launches.
@@ -1095,6 +1121,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, roofline_uses_the_calibrated_ceilings);
     tcase_add_test(tc, roofline_efficient_kernels_are_a_note);
     tcase_add_test(tc, roofline_op_flops_go_to_gemm_kernels);
+    tcase_add_test(tc, kernel_names_that_are_gemms);
     tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);

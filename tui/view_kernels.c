@@ -1,29 +1,21 @@
 /*
  * view_kernels.c — the kernels view: CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL) by short name,
  * with total time, share of all kernel time, launches, mean duration and a bound class. The
- * class comes from the name (matrix-multiply and convolution kernels: compute; the rest:
+ * class comes from the name, as the report's roofline rule guesses it for kernels without figures
+ * (report_kernel_is_gemm: matrix-multiply, convolution and attention kernels: compute; the rest:
  * memory), since per-kernel counters are an opt-in pass. A run without capture data says so.
  */
-#define _GNU_SOURCE
 #include "widgets.h"
 
 #include "amp-impl.h"
+#include "report.h"
 
 #include <curses.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 enum { SORT_TIME, SORT_COUNT, SORT_MEAN, SORT_NAME };
 static const char *const columns[] = {"time", "count", "mean", "name", NULL};
-
-static const char *bound_class(const char *name) {
-    static const char *const compute[] = {"gemm", "matmul", "conv",  "xmma",     "cutlass",
-                                          "mma",  "cublas", "flash", "attention"};
-    for (size_t i = 0; i < sizeof compute / sizeof compute[0]; i++)
-        if (strcasestr(name, compute[i])) return "compute";
-    return "memory";
-}
 
 static int sort_key; // qsort has no context argument; update sets it just before sorting
 
@@ -90,7 +82,8 @@ static void draw(const tui_app *app, const tui_layout *l) {
         double share = m->kernel_ns ? 100.0 * (double)k->total_ns / (double)m->kernel_ns : 0;
         int attr = t->top + i == t->selected ? A_REVERSE : A_NORMAL;
         tui_print(b.y + 1 + i, 0, b.w, attr, "%-*.*s %10s %5.1f%% %9s %10s %-8s   ", name_w, name_w,
-                  k->name, total, share, cnt, mean, bound_class(k->name));
+                  k->name, total, share, cnt, mean,
+                  report_kernel_is_gemm(k->name) ? "compute" : "memory");
     }
 }
 
