@@ -20,11 +20,6 @@
 #define SAME_MEMORY 0.05 // peak memory within 5%: not worth a word in the verdict
 #define DIVERGE 0.10    // per-step relative loss difference that counts as divergence
 
-static int cmp_double(const void *pa, const void *pb) {
-    double a = *(const double *)pa, b = *(const double *)pb;
-    return a < b ? -1 : a > b;
-}
-
 static const char *precision_of(const report_model *m) {
     if (m->precision) return m->precision;
     for (size_t i = 0; i < m->n_ops; i++)
@@ -48,21 +43,12 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
     r->peak_mem = summary.peak_mem;
     for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
         r->autocast = m->ops[i].policy[0] != 0;
-    double *d = malloc((m->n_steps + 1) * sizeof *d);
-    size_t n = 0;
     for (size_t i = 0; i < m->n_steps; i++) {
-        const report_step *s = &m->steps[i];
         r->steps++;
-        r->skipped += s->skipped;
-        if (s->start_ns >= 0 && s->end_ns >= s->start_ns)
-            d[n++] = (double)(s->end_ns - s->start_ns);
+        r->skipped += m->steps[i].skipped;
     }
-    if (n) {
-        qsort(d, n, sizeof *d, cmp_double);
-        r->step_ms = (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2) / 1e6;
-        r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
-    }
-    free(d);
+    r->step_ms = report_median_step_ns(m) / 1e6;
+    r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
     size_t tail = m->n_steps / 10 ? m->n_steps / 10 : 1;
     double sum = 0;
     size_t k = 0;

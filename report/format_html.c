@@ -16,7 +16,7 @@
 
 #define PLOT_W 760
 #define PLOT_H 230
-#define PAD_L 64
+#define PAD_L 76
 #define PAD_R 150 // room for the legend
 #define PAD_T 12
 #define PAD_B 34
@@ -100,7 +100,7 @@ static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabe
     bool whole = p->x1 - p->x0 >= 8; // steps: whole numbers
     for (int i = 0; i <= 4; i++) {   // x ticks
         double v = p->x0 + i * (p->x1 - p->x0) / 4;
-        if (whole) v = fmin(fmax(round(v), ceil(p->x0)), floor(p->x1)); // inside the frame
+        if (whole) v = fmin(fmax(round(v), ceil(p->x0)), floor(p->x1)) + 0.0; // inside; no -0
         fprintf(out, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.4g</text>",
                 px(p, v), y0 + 14, v);
     }
@@ -108,8 +108,8 @@ static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabe
             PLOT_H - 4);
     esc(out, xlabel);
     fprintf(out,
-            "</text><text x=\"12\" y=\"%d\" class=\"label\" text-anchor=\"middle\" "
-            "transform=\"rotate(-90 12 %d)\">",
+            "</text><text x=\"10\" y=\"%d\" class=\"label\" text-anchor=\"middle\" "
+            "transform=\"rotate(-90 10 %d)\">",
             (y0 + y1) / 2, (y0 + y1) / 2);
     esc(out, ylabel);
     fputs("</text>", out);
@@ -264,6 +264,8 @@ static void plot_amax(FILE *out, const report_model *m) {
     svg_close(out);
 }
 
+#define CLIP_MEDIANS 3.0
+
 static void plot_breakdown(FILE *out, const report_model *m) {
     size_t n = first_pid_steps(m);
     bool gpu = m->perf.launches > 0;
@@ -274,6 +276,11 @@ static void plot_breakdown(FILE *out, const report_model *m) {
         if (m->steps[i].start_ns >= 0)
             top = fmax(top, (double)(m->steps[i].end_ns - m->steps[i].start_ns));
     if (!(top > 0)) return;
+    // a step far longer than the others (the first one's set-up) would flatten them: the axis
+    // stops at CLIP_MEDIANS times the median, and a longer bar is drawn to it, its time written
+    // above it
+    const double clip = CLIP_MEDIANS * report_median_step_ns(m);
+    if (top > clip) top = clip;
     plot p = {.x0 = (double)m->steps[0].step - 0.5,
               .x1 = (double)m->steps[n - 1].step + 0.5,
               .y0 = 0,
@@ -288,6 +295,7 @@ static void plot_breakdown(FILE *out, const report_model *m) {
         const report_step *s = &m->steps[i];
         if (s->start_ns < 0) continue;
         double dur = (double)(s->end_ns - s->start_ns);
+        const double fit = dur > top ? top / dur : 1; // a clipped bar keeps its proportions
         double part[4];
         if (gpu) {
             part[0] = (double)s->gpu_busy_ns;
@@ -302,12 +310,18 @@ static void plot_breakdown(FILE *out, const report_model *m) {
         }
         double acc = 0;
         for (int k = 0; k < 4; k++) {
+            part[k] *= fit;
             if (part[k] <= 0) continue;
             double y_hi = py(&p, (acc + part[k]) / 1e6), y_lo = py(&p, acc / 1e6);
             fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
                     px(&p, (double)s->step) - w / 2, y_hi, w, y_lo - y_hi, colors[k]);
             acc += part[k];
         }
+        if (fit < 1)
+            fprintf(out,
+                    "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"start\">%.4g "
+                    "ms</text>",
+                    px(&p, (double)s->step) + w / 2 + 2, py(&p, top / 1e6) + 10, dur / 1e6);
     }
     for (int k = 0; k < 4 && names[k]; k++)
         legend(out, k, colors[k], names[k]);
@@ -455,9 +469,9 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
                 "non-finite loss</td></tr><tr><td>final loss</td><td>%.6g</td></tr>",
                 (long long)s.steps, (long long)s.first_step, (long long)s.last_step,
                 (long long)s.skipped, (long long)s.nonfinite_losses, s.final_loss);
-        double step_ns = report_mean_step_ns(m);
+        double step_ns = report_median_step_ns(m);
         if (!isnan(step_ns))
-            fprintf(out, "<tr><td>mean step time</td><td>%.3f ms</td></tr>", step_ns / 1e6);
+            fprintf(out, "<tr><td>median step time</td><td>%.3f ms</td></tr>", step_ns / 1e6);
         if (!isnan(s.peak_mem))
             fprintf(out, "<tr><td>peak memory</td><td>%.1f MiB held by tensors</td></tr>",
                     s.peak_mem / 1048576);

@@ -133,8 +133,8 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
     fprintf(out, "| final loss | %.6g |\n", s.final_loss);
     if (!isnan(s.peak_mem))
         fprintf(out, "| peak memory | %.1f MiB held by tensors |\n", s.peak_mem / 1048576);
-    double step_ns = report_mean_step_ns(m);
-    if (!isnan(step_ns)) fprintf(out, "| mean step time | %.3f ms |\n", step_ns / 1e6);
+    double step_ns = report_median_step_ns(m);
+    if (!isnan(step_ns)) fprintf(out, "| median step time | %.3f ms |\n", step_ns / 1e6);
     if (isnan(s.scale_min))
         fputs("| loss scale | no GradScaler records |\n", out);
     else

@@ -431,16 +431,26 @@ bool report_pid_autocast(const report_model *m, int32_t pid) {
     return false;
 }
 
-double report_mean_step_ns(const report_model *m) {
-    double sum = 0;
-    int64_t n = 0;
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return a < b ? -1 : a > b;
+}
+
+double report_median_step_ns(const report_model *m) {
+    double *d = amp_xmalloc((m->n_steps + 1) * sizeof *d);
+    size_t n = 0;
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *s = &m->steps[i];
-        if (s->start_ns < 0 || s->end_ns < s->start_ns) continue;
-        sum += (double)(s->end_ns - s->start_ns);
-        n++;
+        if (s->start_ns >= 0 && s->end_ns >= s->start_ns)
+            d[n++] = (double)(s->end_ns - s->start_ns);
     }
-    return n ? sum / (double)n : NAN;
+    double median = NAN;
+    if (n) {
+        qsort(d, n, sizeof *d, cmp_double);
+        median = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+    }
+    free(d);
+    return median;
 }
 
 double report_scale_for_amax(double u) {

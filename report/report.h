@@ -221,8 +221,9 @@ bool report_op_is_cast(const char *op);
 bool report_kernel_is_gemm(const char *name);
 // True when pid ran any op under autocast (a policy was recorded).
 bool report_pid_autocast(const report_model *m, int32_t pid);
-// Summed per-step figures of the focused steps: mean step time (ns, NaN without times).
-double report_mean_step_ns(const report_model *m);
+// The focused steps' median step time in ns (a first step's set-up or a stall does not move
+// it); NaN: no step times.
+double report_median_step_ns(const report_model *m);
 
 // ---------------------------------------------------------------------------------------------
 // Findings

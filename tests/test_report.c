@@ -909,6 +909,16 @@ START_TEST(html_is_self_contained_with_plots_and_escaped) {
     t = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(t, "Roofline"));
     ck_assert_ptr_nonnull(strstr(t, "GPU kernels"));
+    ck_assert_ptr_nonnull(strstr(t, "median step time</td><td>10.000 ms"));
+    ck_assert_ptr_null(strstr(t, " ms</text>")); // no bar clipped
+    free(t);
+    // a first step 50 times the others: the bars stop at three medians, its time written by it
+    sql("UPDATE AMP_STEPS SET start_ns = start_ns + 490000000 WHERE step > 0;"
+        "UPDATE AMP_STEPS SET end_ns = end_ns + 490000000;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_ptr_nonnull(strstr(t, "median step time</td><td>10.000 ms"));
+    ck_assert_ptr_nonnull(strstr(t, ">500 ms</text>"));
     free(t);
 }
 END_TEST
