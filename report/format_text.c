@@ -100,20 +100,22 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
     report_summary s;
     report_summarize(m, &s);
     fprintf(out, "%sRun%s\n", p->bold, p->off);
-    if (m->command) fprintf(out, "  command:    %s\n", m->command);
-    if (m->device) fprintf(out, "  device:     %s\n", m->device);
+    if (m->command) fprintf(out, "  command:     %s\n", m->command);
+    if (m->device) fprintf(out, "  device:      %s\n", m->device);
     if (s.steps == 0) {
-        fprintf(out, "  steps:      none recorded\n");
+        fprintf(out, "  steps:       none recorded\n");
         return;
     }
-    fprintf(out, "  steps:      %lld (%lld-%lld), %lld skipped, %lld with a non-finite loss\n",
+    fprintf(out, "  steps:       %lld (%lld-%lld), %lld skipped, %lld with a non-finite loss\n",
             (long long)s.steps, (long long)s.first_step, (long long)s.last_step,
             (long long)s.skipped, (long long)s.nonfinite_losses);
-    fprintf(out, "  final loss: %.6g\n", s.final_loss);
+    fprintf(out, "  final loss:  %.6g\n", s.final_loss);
+    const double step_ns = report_median_step_ns(m);
+    if (!isnan(step_ns)) fprintf(out, "  median step: %.3f ms\n", step_ns / 1e6);
     if (!isnan(s.peak_mem))
         fprintf(out, "  peak memory: %.1f MiB held by tensors\n", s.peak_mem / 1048576);
     if (isnan(s.scale_min))
-        fprintf(out, "  loss scale: no GradScaler records\n");
+        fprintf(out, "  loss scale:  no GradScaler records\n");
     else
-        fprintf(out, "  loss scale: %.9g .. %.9g\n", s.scale_min, s.scale_max);
+        fprintf(out, "  loss scale:  %.9g .. %.9g\n", s.scale_min, s.scale_max);
 }

@@ -211,7 +211,7 @@ START_TEST(empty_database_degrades_gracefully) {
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
     char *text = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(text, "No training step was recorded"));
-    ck_assert_ptr_nonnull(strstr(text, "steps:      none recorded"));
+    ck_assert_ptr_nonnull(strstr(text, "steps:       none recorded"));
     free(text);
 }
 END_TEST
