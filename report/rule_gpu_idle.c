@@ -3,7 +3,10 @@
  * the GPU (from the first kernel to the last, step 0 left out when it is recorded: its one-time
  * set-up is not the loop), when the device waited for the host: data loading, Python, a host
  * synchronisation, pageable copies. Shorter spacing between back-to-back launches is launch
- * overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps, info from 10%.
+ * overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps, info from 10%. The
+ * advice follows what the gaps hold: host-to-device copies (data), host synchronisations, or
+ * neither, when the host simply launches work slower than the GPU runs it (per-op Python and
+ * framework time: an eager loop of small ops).
  */
 #include "report.h"
 
@@ -36,6 +39,31 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
         "the GPU sat idle %.0f%% of the time in %lld gaps of 10 us or more (largest %.6g ms%s)",
         100 * share, (long long)p->gaps, (double)p->largest_gap_ns / 1e6,
         st ? ", in the step named below" : "");
+    // what the gaps hold: copies or synchronisations that fill a quarter of them, else the host
+    const double gap = (double)p->gap_ns;
+    const char *cause;
+    if (p->pageable_copies > 0 || (double)p->htod_ns >= 0.25 * gap) {
+        cause = "waiting for data";
+        snprintf(f->advice, sizeof f->advice,
+                 "Keep the GPU fed: load and augment data in worker processes (DataLoader "
+                 "num_workers, pin_memory=True, non_blocking copies prefetched a step ahead), and "
+                 "take host synchronisations out of the loop.");
+    } else if ((double)p->sync_ns >= 0.25 * gap) {
+        cause = "host synchronisations";
+        snprintf(f->advice, sizeof f->advice,
+                 "Take host synchronisations out of the loop: no .item(), .cpu(), printing of "
+                 "tensors or torch.cuda.synchronize() in the step (accumulate metrics on the GPU, "
+                 "read them every N steps).");
+    } else {
+        cause = "the host launching work slower than the GPU runs it";
+        snprintf(f->advice, sizeof f->advice,
+                 "Give the GPU fewer, larger pieces of work (torch.compile, whose "
+                 "mode=\"reduce-overhead\" also captures CUDA graphs; CUDA graphs of the step; "
+                 "fused ops; a larger batch): the loop is host-bound, each op costing more host "
+                 "time (Python, the framework's dispatch, the launch) than GPU time. Check too "
+                 "what else the host does in the step (logging, hooks, data loading in the main "
+                 "process).");
+    }
     char warmup[160] = "";
     if (p->warmup_kernels)
         snprintf(warmup, sizeof warmup,
@@ -44,17 +72,13 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
     snprintf(f->detail, sizeof f->detail,
              "Kernels kept the GPU busy %.6g of %.6g ms from the first kernel%s to the last%s; "
              "%.6g ms fell in gaps. Meanwhile: %lld host synchronisations in the whole run "
-             "(%.6g ms), %lld host-to-device copies%s (%lld from pageable memory).",
+             "(%.6g ms), %lld host-to-device copies%s (%lld from pageable memory). Most likely "
+             "cause: %s.",
              (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6,
              p->warmup_kernels ? " after step 0" : "", warmup, (double)p->gap_ns / 1e6,
              (long long)p->syncs, (double)p->sync_ns / 1e6, (long long)p->htod_copies,
              p->warmup_kernels || p->warmup_copies ? " after step 0" : "",
-             (long long)p->pageable_copies);
-    snprintf(f->advice, sizeof f->advice,
-             "Keep the GPU fed: load and augment data in worker processes (DataLoader "
-             "num_workers, pin_memory=True, non_blocking copies prefetched a step ahead), take "
-             "host synchronisations out of the loop (.item(), .cpu(), printing tensors, "
-             "torch.cuda.synchronize), and capture launch-heavy steps in a CUDA graph.");
+             (long long)p->pageable_copies, cause);
     report_finding_evidence(f, "idle_share", share);
     report_finding_evidence(f, "gaps", (double)p->gaps);
     report_finding_evidence(f, "gap_ms", (double)p->gap_ns / 1e6);
