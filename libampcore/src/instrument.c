@@ -977,7 +977,7 @@ void amp_ctx_step_end(amp_ctx_t *ctx, float loss) {
 }
 
 void amp_ctx_step_end_loss(amp_ctx_t *ctx, const amp_tensor_t *loss) {
-    AMP_ASSERT(amp_tensor_numel(loss) == 1 && amp_dtype_is_float(loss->dtype),
-               "(the loss of amp_ctx_step_end_loss: one floating element)");
+    AMP_ASSERT(loss->ctx == ctx && amp_tensor_numel(loss) == 1 && amp_dtype_is_float(loss->dtype),
+               "(the loss of amp_ctx_step_end_loss: one floating element of this context)");
     step_end(ctx, NAN, loss);
 }
