@@ -33,21 +33,17 @@ static const char *precision_of(const report_model *m) {
 }
 
 void report_figures(const report_model *m, const report_findings *f, report_run_figures *r) {
-    *r = (report_run_figures){.precision = precision_of(m),
-                              .device = m->device,
-                              .step_ms = NAN,
-                              .throughput = NAN,
-                              .final_loss = NAN};
     report_summary summary;
     report_summarize(m, &summary);
-    r->peak_mem = summary.peak_mem;
+    *r = (report_run_figures){.precision = precision_of(m),
+                              .device = m->device,
+                              .steps = summary.steps,
+                              .skipped = summary.skipped,
+                              .step_ms = report_median_step_ns(m) / 1e6,
+                              .final_loss = NAN,
+                              .peak_mem = summary.peak_mem};
     for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
         r->autocast = m->ops[i].policy[0] != 0;
-    for (size_t i = 0; i < m->n_steps; i++) {
-        r->steps++;
-        r->skipped += m->steps[i].skipped;
-    }
-    r->step_ms = report_median_step_ns(m) / 1e6;
     r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
     size_t tail = m->n_steps / 10 ? m->n_steps / 10 : 1;
     double sum = 0;

@@ -5,7 +5,7 @@
  *   {"file": "...", "verdict": "...",
  *    "summary": {"steps": 12, "first_step": 0, "last_step": 11, "skipped": 9,
  *                "nonfinite_losses": 9, "final_loss": null, "scale_min": 128, "scale_max": 65536,
- *                "peak_memory": 1048576},
+ *                "peak_memory": 1896960},
  *    "counts": {"error": 1, "warning": 2, "info": 0},
  *    "findings": [{"rule": "nonfinite-root-cause", "severity": "error",
  *                  "steps": {"first": 3, "last": 11}, "layer": "blocks.1.attn", "op": "mul",

@@ -64,6 +64,25 @@ char *amp_exe_dir(char *buf, size_t n);
 extern float amp_f16_table[65536];
 static inline float amp_f16_to_f32_fast(uint16_t h) { return amp_f16_table[h]; }
 
+// Element i of host memory p holding dtype t, as f32 (integers converted).
+static inline float amp_load_f32(amp_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case AMP_DTYPE_F32:
+        return ((const float *)p)[i];
+    case AMP_DTYPE_F16:
+        return amp_f16_to_f32_fast(((const uint16_t *)p)[i]);
+    case AMP_DTYPE_BF16:
+        return amp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case AMP_DTYPE_I32:
+        return (float)((const int32_t *)p)[i];
+    case AMP_DTYPE_I64:
+        return (float)((const int64_t *)p)[i];
+    default:
+        break;
+    }
+    amp_abort(__FILE__, __LINE__, "bad dtype %d", (int)t);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Storage and tensors
 

@@ -892,23 +892,6 @@ static void swap_queue(amp_instr *in) {
     in->lag.q = q;
 }
 
-// The loss from its element's bytes in its dtype.
-static float loss_value(const uint8_t *raw, amp_dtype dt) {
-    uint16_t h;
-    float f;
-    switch (dt) {
-    case AMP_DTYPE_F16:
-        memcpy(&h, raw, 2);
-        return amp_f16_to_f32(h);
-    case AMP_DTYPE_BF16:
-        memcpy(&h, raw, 2);
-        return amp_bf16_to_f32(h);
-    default:
-        memcpy(&f, raw, 4);
-        return f;
-    }
-}
-
 // The step that ends: its slots and scale records are queued to come back behind its work, its
 // queue is set aside, and the next step starts on empty slots (cleared behind the copy).
 static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, int64_t mem_peak, float loss,
@@ -943,7 +926,7 @@ static void finish_lagged(amp_ctx_t *ctx) {
     ctx->be->download_wait(ctx->bctx);
     swap_queue(in);
     memcpy(in->q.host + in->q.slot_base, l->staged, (size_t)l->n_staged * sizeof(amp_stats));
-    if (l->loss_dtype != AMP_DTYPE_COUNT) l->loss = loss_value(l->loss_raw, l->loss_dtype);
+    if (l->loss_dtype != AMP_DTYPE_COUNT) l->loss = amp_load_f32(l->loss_dtype, l->loss_raw, 0);
     slots_arrived(in);
     read_scales(ctx, l->recs);
     const double norm = process_queue(ctx);

@@ -340,21 +340,22 @@ typedef struct kernel_name_ids {
 // a kernel row (device, stream, grid, block, registers, ...) and many of an op row (its phase,
 // dtypes, policy) repeat from one row to the next, and each bind costs SQLite as much work as a
 // few columns of the row itself (a text one several times that).
+enum { B_NONE, B_INT, B_REAL, B_NULL, B_TEXT };
+typedef struct bound {
+    uint8_t kind; // B_NONE (not known: bind), B_INT, B_REAL, B_NULL, B_TEXT
+    int64_t bits; // the integer, the double's bits, or the text's length
+    char *text;   // B_TEXT: our copy of the text, which the statement is bound to
+    size_t cap;   // bytes allocated for it
+} bound;
 typedef struct binder {
     sqlite3_stmt *st;
-    int n; // parameters + 1
-    uint8_t
-        *kind; // per parameter (1-based): B_NONE (not known: bind), B_INT, B_REAL, B_NULL, B_TEXT
-    int64_t *bits; // the integer, the double's bits, or the text's length
-    char **text;   // B_TEXT: our copy of the text, which the statement is bound to
-    size_t *cap;   // bytes allocated for it
+    int n;    // parameters + 1
+    bound *p; // by parameter number (1-based)
 } binder;
-enum { B_NONE, B_INT, B_REAL, B_NULL, B_TEXT };
 
 struct amp_store {
     sqlite3 *db;
     char *path;
-    sqlite3_stmt *st[ST_COUNT];
     binder b[ST_COUNT];
     amp_strmap strings; // StringIds value -> id
     int64_t n_strings;
@@ -381,7 +382,7 @@ static amp_status db_error(const amp_store *s, const char *what) {
 
 // Steps a bound statement once and resets it.
 static amp_status run(amp_store *s, stmt_id id) {
-    sqlite3_stmt *st = s->st[id];
+    sqlite3_stmt *st = s->b[id].st;
     int rc = sqlite3_step(st);
     amp_status status = rc == SQLITE_DONE ? AMP_OK : db_error(s, "insert");
     sqlite3_reset(st);
@@ -389,13 +390,14 @@ static amp_status run(amp_store *s, stmt_id id) {
 }
 
 static void bind_i64(binder *b, int i, int64_t v) {
-    if (b->kind[i] == B_INT && b->bits[i] == v) return;
-    b->kind[i] = B_INT, b->bits[i] = v;
+    bound *x = &b->p[i];
+    if (x->kind == B_INT && x->bits == v) return;
+    x->kind = B_INT, x->bits = v;
     sqlite3_bind_int64(b->st, i, v);
 }
 static void bind_null(binder *b, int i) {
-    if (b->kind[i] == B_NULL) return;
-    b->kind[i] = B_NULL;
+    if (b->p[i].kind == B_NULL) return;
+    b->p[i].kind = B_NULL;
     sqlite3_bind_null(b->st, i);
 }
 // Optional non-negative integers: -1 (any negative) is "not known".
@@ -412,23 +414,25 @@ static void bind_f64(binder *b, int i, double v) {
     }
     int64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    if (b->kind[i] == B_REAL && b->bits[i] == bits) return;
-    b->kind[i] = B_REAL, b->bits[i] = bits;
+    bound *x = &b->p[i];
+    if (x->kind == B_REAL && x->bits == bits) return;
+    x->kind = B_REAL, x->bits = bits;
     sqlite3_bind_double(b->st, i, v);
 }
 // The statement is bound to a copy of the text that the binder keeps (the caller's buffer holds
 // it only until the row is inserted), so that the same text next time needs no bind.
 static void bind_text(binder *b, int i, const char *v, int len) {
     const size_t n = len < 0 ? strlen(v) : (size_t)len;
-    if (b->kind[i] == B_TEXT && (size_t)b->bits[i] == n && memcmp(b->text[i], v, n) == 0) return;
-    if (n + 1 > b->cap[i]) {
-        b->cap[i] = n + 1 > 64 ? n + 1 : 64;
-        b->text[i] = amp_xrealloc(b->text[i], b->cap[i]);
+    bound *x = &b->p[i];
+    if (x->kind == B_TEXT && (size_t)x->bits == n && memcmp(x->text, v, n) == 0) return;
+    if (n + 1 > x->cap) {
+        x->cap = n + 1 > 64 ? n + 1 : 64;
+        x->text = amp_xrealloc(x->text, x->cap);
     }
-    memcpy(b->text[i], v, n);
-    b->text[i][n] = 0;
-    b->kind[i] = B_TEXT, b->bits[i] = (int64_t)n;
-    sqlite3_bind_text(b->st, i, b->text[i], (int)n, SQLITE_STATIC);
+    memcpy(x->text, v, n);
+    x->text[n] = 0;
+    x->kind = B_TEXT, x->bits = (int64_t)n;
+    sqlite3_bind_text(b->st, i, x->text, (int)n, SQLITE_STATIC);
 }
 static void bind_str(binder *b, int i, const char *v) {
     if (v)
@@ -558,16 +562,12 @@ amp_status amp_store_create(const char *path, amp_store **out) {
         goto fail;
     }
     for (int i = 0; i < ST_COUNT; i++) {
-        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i],
-                               NULL) != SQLITE_OK)
+        binder *b = &s->b[i];
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &b->st, NULL) !=
+            SQLITE_OK)
             AMP_ASSERT(false, "statement %d: %s", i, sqlite3_errmsg(s->db));
-        const int n = sqlite3_bind_parameter_count(s->st[i]) + 1;
-        s->b[i] = (binder){.st = s->st[i],
-                           .n = n,
-                           .kind = amp_xcalloc((size_t)n, 1),
-                           .bits = amp_xcalloc((size_t)n, sizeof(int64_t)),
-                           .text = amp_xcalloc((size_t)n, sizeof(char *)),
-                           .cap = amp_xcalloc((size_t)n, sizeof(size_t))};
+        b->n = sqlite3_bind_parameter_count(b->st) + 1;
+        b->p = amp_xcalloc((size_t)b->n, sizeof *b->p);
     }
     sqlite3_wal_hook(s->db, wal_hook, s);
     st = checkpointer_start(s);
@@ -583,14 +583,11 @@ void amp_store_close(amp_store *s) {
     if (!s) return;
     checkpointer_stop(s);
     for (int i = 0; i < ST_COUNT; i++) {
-        sqlite3_finalize(s->st[i]);
         binder *b = &s->b[i];
+        sqlite3_finalize(b->st);
         for (int k = 0; k < b->n; k++)
-            free(b->text[k]);
-        free(b->kind);
-        free(b->bits);
-        free(b->text);
-        free(b->cap);
+            free(b->p[k].text);
+        free(b->p);
     }
     sqlite3_close(s->db);
     amp_strmap_free(&s->strings);
@@ -604,14 +601,14 @@ void amp_store_close(amp_store *s) {
 }
 
 amp_status amp_store_begin(amp_store *s) {
-    int rc = sqlite3_step(s->st[ST_BEGIN]);
-    sqlite3_reset(s->st[ST_BEGIN]);
+    int rc = sqlite3_step(s->b[ST_BEGIN].st);
+    sqlite3_reset(s->b[ST_BEGIN].st);
     return rc == SQLITE_DONE ? AMP_OK : db_error(s, "begin");
 }
 
 amp_status amp_store_commit(amp_store *s) {
-    int rc = sqlite3_step(s->st[ST_COMMIT]);
-    sqlite3_reset(s->st[ST_COMMIT]);
+    int rc = sqlite3_step(s->b[ST_COMMIT].st);
+    sqlite3_reset(s->b[ST_COMMIT].st);
     if (rc != SQLITE_DONE) return db_error(s, "commit");
     // The WAL starts over only when the writer finds it fully checkpointed; the checkpointer is
     // always a commit behind, so now and then the writer copies that last bit itself.

@@ -2,15 +2,18 @@
  * cupti_floor.c — libcupti_floor.so: CUPTI and nothing else, the floor any CUPTI-based launch
  * tracer pays. A CUDA injection library (CUDA_INJECTION64_PATH=build/bench/libcupti_floor.so):
  * it enables CUPTI's kernel activity records, plus the kinds named in CUPTI_FLOOR_KINDS (a comma
- * list of runtime, driver, memcpy, memset, sync, api, callbacks), counts the kernel records, and at exit prints
- * "cupti_floor: N kernel records (kinds: ...)" to stderr. Compared with launch_cost.cu plain and
- * under `ampprobe run --trace cuda` (see there). Two more tokens tie kernels to the calls that
- * launched them, over the runtime and driver calls that launch, copy, set or wait (the calls
- * probe/inject/inject.c keeps): `api` enables CUPTI's activity records of those calls alone,
- * `callbacks` subscribes to CUPTI's callbacks for them instead and keeps, per call, what an API
- * record holds (correlation id, call id, thread, enter and exit times) in a per-thread array.
+ * list of runtime, driver, memcpy, memset, sync, api, callbacks), counts the kernel records, and
+ * at exit prints "cupti_floor: N kernel records (kinds: ...)" to stderr. Compared with
+ * launch_cost.cu plain and under `ampprobe run --trace cuda` (see there). Two more tokens tie
+ * kernels to the calls that launched them, over the calls the capture keeps
+ * (probe/inject/kept-calls.h: those that launch, copy, set or wait): `api` enables CUPTI's
+ * activity records of those calls alone, `callbacks` subscribes to CUPTI's callbacks for them
+ * instead and keeps, per call, what an API record holds (correlation id, call id, thread, enter
+ * and exit times) in a per-thread array.
  */
 #define _GNU_SOURCE
+#include "../inject/kept-calls.h"
+
 #include <cupti.h>
 #include <unistd.h>
 
@@ -59,22 +62,6 @@ static void at_exit(void) {
             kinds_enabled);
 }
 
-// The calls that launch work, copy, set or wait (probe/inject/inject.c's lists).
-static const char *const kept[] = {"cudaLaunch", "cudaGraphLaunch", "cudaMemcpy", "cudaMemset",
-                                   "cudaDeviceSynchronize", "cudaStreamSynchronize",
-                                   "cudaEventSynchronize", "cudaStreamWaitEvent", "cuLaunch",
-                                   "cuGraphLaunch", "cuMemcpy", "cuMemset", "cuCtxSynchronize",
-                                   "cuStreamSynchronize", "cuEventSynchronize", "cuStreamWaitEvent",
-                                   NULL};
-
-static int is_kept(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-    const char *name = NULL;
-    if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) return 0;
-    for (const char *const *k = kept; *k; k++)
-        if (strncmp(name, *k, strlen(*k)) == 0) return 1;
-    return 0;
-}
-
 // What an API record holds, kept by the callbacks.
 typedef struct {
     uint64_t start, end;
@@ -115,7 +102,7 @@ static int enable_calls(int callbacks) {
     int n = 0;
     for (int a = 0; a < 2; a++)
         for (uint32_t cbid = 1; cbid < apis[a].size; cbid++) {
-            if (!is_kept(apis[a].domain, cbid)) continue;
+            if (!amp_call_kept(apis[a].domain, cbid, NULL)) continue;
             CUptiResult r =
                 callbacks ? cuptiEnableCallback(1, subscriber, apis[a].domain, cbid)
                 : apis[a].domain == CUPTI_CB_DOMAIN_RUNTIME_API ? cuptiActivityEnableRuntimeApi(cbid, 1)

@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include "capture.h"
 #include "cupti-decode.h"
+#include "kept-calls.h"
 
 #include <cupti.h>
 #include <pthread.h>
@@ -115,32 +116,13 @@ static bool describe_device(uint32_t ordinal) {
 static const amp_capture_names names = {
     .api_name = api_name, .demangle = amp_capture_demangle, .describe_device = describe_device};
 
-static bool starts_with_any(const char *s, const char *const *prefixes) {
-    for (; *prefixes; prefixes++)
-        if (strncmp(s, *prefixes, strlen(*prefixes)) == 0) return true;
-    return false;
-}
-
-// The calls that launch work, copy, set or wait: what kernels and copies correlate with.
-static const char *const runtime_kept[] = {
-    "cudaLaunch",           "cudaGraphLaunch",       "cudaMemcpy",
-    "cudaMemset",           "cudaDeviceSynchronize", "cudaStreamSynchronize",
-    "cudaEventSynchronize", "cudaStreamWaitEvent",   NULL};
-static const char *const driver_kept[] = {
-    "cuLaunch",           "cuGraphLaunch",     "cuMemcpy",
-    "cuMemset",           "cuCtxSynchronize",  "cuStreamSynchronize",
-    "cuEventSynchronize", "cuStreamWaitEvent", NULL};
-
-// Enables activity records for the kept calls of one API (the kind itself stays off). Returns
-// how many calls are recorded; one this CUPTI refuses is left out.
-static int enable_api(CUpti_CallbackDomain domain, const char **table, uint32_t size,
-                      const char *const *kept) {
+// Enables activity records for the kept calls of one API (kept-calls.h; the kind itself stays
+// off). Returns how many calls are recorded; one this CUPTI refuses is left out.
+static int enable_api(CUpti_CallbackDomain domain, const char **table, uint32_t size) {
     int n = 0;
     for (uint32_t cbid = 1; cbid < size; cbid++) {
         const char *name = NULL;
-        if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name ||
-            !starts_with_any(name, kept))
-            continue;
+        if (!amp_call_kept(domain, cbid, &name)) continue;
         CUptiResult r = domain == CUPTI_CB_DOMAIN_RUNTIME_API
                             ? cuptiActivityEnableRuntimeApi(cbid, 1)
                             : cuptiActivityEnableDriverApi(cbid, 1);
@@ -376,9 +358,9 @@ static void tracing_start(void) {
             CUPTI_OK(cuptiActivityEnable(kinds[i])); // says which one is missing
     int apis = skipped("api") ? 0
                               : enable_api(CUPTI_CB_DOMAIN_RUNTIME_API, g.runtime_names,
-                                           CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime_kept) +
+                                           CUPTI_RUNTIME_TRACE_CBID_SIZE) +
                                     enable_api(CUPTI_CB_DOMAIN_DRIVER_API, g.driver_names,
-                                               CUPTI_DRIVER_TRACE_CBID_SIZE, driver_kept);
+                                               CUPTI_DRIVER_TRACE_CBID_SIZE);
     g.no_periodic_flush = skipped("flush");
     if (apis == 0 && !skipped("api"))
         fprintf(stderr, "ampprobe: CUPTI: no API call can be recorded: kernels are not joined to "

@@ -81,7 +81,7 @@ void amp_cpu_load_f32(amp_dtype t, const void *p, int64_t stride, int64_t n, flo
     }
     default:
         for (int64_t i = 0; i < n; i++)
-            out[i] = cpu_load(t, p, i * stride);
+            out[i] = amp_load_f32(t, p, i * stride);
         return;
     }
 }

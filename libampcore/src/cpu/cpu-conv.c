@@ -80,7 +80,8 @@ void amp_cpu_col2im(void *bctx, const amp_conv_desc *d, amp_tensor_t *dx,
                         for (int64_t ox = ox0; ox < ox1; ox++) {
                             const int64_t i = hy - oy * s, j = wx - ox * s;
                             const int64_t row = (c * d->kh + i) * d->kw + j;
-                            v += cpu_load(cols->dtype, cp, (n * CK + row) * L + oy * d->ow + ox);
+                            v +=
+                                amp_load_f32(cols->dtype, cp, (n * CK + row) * L + oy * d->ow + ox);
                         }
                     }
                     acc[x] = v;
@@ -122,7 +123,7 @@ void amp_cpu_max_pool2d(void *bctx, amp_tensor_t *y, amp_tensor_t *argmax, const
                 int64_t at = h0 * W + w0;
                 for (int64_t h = h0; h < h0 + kernel; h++) {
                     for (int64_t w = w0; w < w0 + kernel; w++) {
-                        const float v = cpu_load(x->dtype, xp, p * H * W + h * W + w);
+                        const float v = amp_load_f32(x->dtype, xp, p * H * W + h * W + w);
                         if (v > max || isnan(v)) {
                             at = h * W + w;
                             max = v;
@@ -159,7 +160,7 @@ void amp_cpu_max_pool2d_backward(void *bctx, amp_tensor_t *dx, const amp_tensor_
         for (int64_t o = 0; o < L; o++) { // output order = PyTorch's per-pixel summation order
             const int32_t at = ap[p * L + o];
             AMP_ASSERT(at >= 0 && at < HW, "(argmax %d out of range)", (int)at);
-            acc[at] += cpu_load(dy->dtype, gp, p * L + o);
+            acc[at] += amp_load_f32(dy->dtype, gp, p * L + o);
         }
         amp_cpu_store_f32(dx->dtype, dp + p * HW * es, HW, acc);
     }

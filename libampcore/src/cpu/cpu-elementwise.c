@@ -367,7 +367,7 @@ void amp_cpu_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x,
             else if (same)
                 cpu_copy_elem(dst, xp + xi * (int64_t)xsz, ysz);
             else
-                cpu_store(y->dtype, dst, 0, cpu_load(x->dtype, xp, xi));
+                cpu_store(y->dtype, dst, 0, amp_load_f32(x->dtype, xp, xi));
         }
     }
 }

@@ -129,8 +129,8 @@ static void gemm_epilogue(const amp_gemm_desc *d, amp_tensor_t *c, char *cp, con
             const int64_t at = (i0 + i) * d->n + j0 + j; // element index in C
             for (int64_t q = 0; q < cols; q++) {
                 float v = d->alpha * tile[(i % GEMM_MR) * GEMM_NR + q];
-                if (d->beta != 0.0f) v += d->beta * cpu_load(c->dtype, cp, at + q);
-                if (biasp) v += cpu_load(bias_t, biasp, j0 + j + q);
+                if (d->beta != 0.0f) v += d->beta * amp_load_f32(c->dtype, cp, at + q);
+                if (biasp) v += amp_load_f32(bias_t, biasp, j0 + j + q);
                 row[q] = v;
             }
             amp_cpu_store_f32(c->dtype, cp + at * (int64_t)amp_dtype_size(c->dtype), cols, row);

@@ -30,24 +30,6 @@ float *amp_cpu_workspace(void *bctx, size_t n);
 // ---------------------------------------------------------------------------------------------
 // Element access
 
-static inline float cpu_load(amp_dtype t, const void *p, int64_t i) {
-    switch (t) {
-    case AMP_DTYPE_F32:
-        return ((const float *)p)[i];
-    case AMP_DTYPE_F16:
-        return amp_f16_to_f32_fast(((const uint16_t *)p)[i]);
-    case AMP_DTYPE_BF16:
-        return amp_bf16_to_f32(((const uint16_t *)p)[i]);
-    case AMP_DTYPE_I32:
-        return (float)((const int32_t *)p)[i];
-    case AMP_DTYPE_I64:
-        return (float)((const int64_t *)p)[i];
-    default:
-        break;
-    }
-    amp_abort(__FILE__, __LINE__, "bad dtype %d", (int)t);
-}
-
 static inline void cpu_store(amp_dtype t, void *p, int64_t i, float v) {
     switch (t) {
     case AMP_DTYPE_F32:

@@ -259,7 +259,7 @@ void amp_cpu_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
         const int64_t t = cpu_load_index(target->dtype, tp, r);
         AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t,
                    (long long)C);
-        nl[r] = -cpu_load(logp->dtype, lp, r * C + t);
+        nl[r] = -amp_load_f32(logp->dtype, lp, r * C + t);
     }
     // The summed negative log-likelihood divided by the total weight N (NaN for N = 0).
     cpu_store(loss->dtype, amp_tensor_ptr(loss), 0, amp_cpu_sum_f32(nl, N) / (float)N);
@@ -273,7 +273,7 @@ void amp_cpu_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor
     AMP_ASSERT(dlogp->ndim == 2 && cpu_numel(target) == dlogp->shape[0] && cpu_numel(dloss) == 1);
     const int64_t N = dlogp->shape[0], C = dlogp->shape[1];
     amp_cpu_fill(bctx, dlogp, 0.0f);
-    const float g = -(cpu_load(dloss->dtype, amp_tensor_ptr(dloss), 0) / (float)N);
+    const float g = -(amp_load_f32(dloss->dtype, amp_tensor_ptr(dloss), 0) / (float)N);
     void *dp = amp_tensor_ptr(dlogp);
     const void *tp = amp_tensor_ptr(target);
     for (int64_t r = 0; r < N; r++) {

@@ -32,7 +32,7 @@ void amp_cpu_unscale(void *bctx, amp_tensor_t *const *grads, const amp_tensor_t 
         const int64_t count = cpu_numel(g);
         const bool write = inv_scale != 1.0f || src != g;
         for (int64_t i = 0; i < count; i++) {
-            const float v = cpu_load(src->dtype, sp, i);
+            const float v = amp_load_f32(src->dtype, sp, i);
             if (!isfinite(v)) found = true;
             if (write) cpu_store(g->dtype, gp, i, v * inv_scale);
         }
@@ -155,7 +155,7 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
         if (g->dtype != AMP_DTYPE_F32) {
             wide = amp_xmalloc((size_t)count * sizeof *wide);
             for (int64_t i = 0; i < count; i++)
-                wide[i] = cpu_load(g->dtype, amp_tensor_ptr(g), i);
+                wide[i] = amp_load_f32(g->dtype, amp_tensor_ptr(g), i);
         }
         const float *gp = wide ? wide : amp_tensor_ptr(g);
         if (adam)
