@@ -39,10 +39,13 @@ inputs and outputs: the first op whose inputs were finite and output was not is 
 (nonfinite_producer, with its input ranges); a non-finite model input is data arriving broken
 (nonfinite_input). An attention mask's -inf (masked_fill/where with -inf) and what it flows into
 are not faults. If the forward stays finite, the loss computation between the model's output
-and backward()/scaler.scale() is searched: its ops are taped (references only) by a torch
-function mode on every step, so a hand-written loss's log(0) is named at the step it happened,
-outside any module. If the loss is finite too, found_inf means the gradients overflowed while
-the forward stayed finite: a loss-scale overflow (grad_overflow, info). Then the re-run forward
+and backward()/scaler.scale() is searched: a torch function mode tapes its calls on every step
+(the functions and their arguments; of tensors it holds only those taken from elsewhere, such
+as the labels, not those it made: a language model's f32 logits would otherwise live to the end
+of the step) and replays them on the re-run forward's output, judging each, so a hand-written
+loss's log(0) is named at the step it happened, outside any module. If the loss is finite
+too, found_inf means the gradients overflowed while the forward stayed finite: a loss-scale
+overflow (grad_overflow, info). Then the re-run forward
 keeps its autograd graph (each node tagged with its module and function), the taped loss
 computation is replayed on its output, scaled as the GradScaler did, and differentiated
 (autograd.grad: the parameters' .grad are left alone) under a dispatch mode that stops at the
@@ -53,6 +56,11 @@ only the statistics saw), the module whose backward first handed on a non-finite
 named from the statistics instead. Re-runs assume the forward is deterministic (dropout draws
 again; the random state and the module buffers are restored afterwards) and are done for the
 first 10 broken steps and then once per new streak of them.
+
+Gradient accumulation (several forwards and backward()s a step): each forward's inputs and loss
+computation are kept until the step ends, and a broken step's forwards are searched in turn;
+its statistics hold a row per forward and layer; its loss is the sum of what backward() (or
+scaler.scale()) took, the mean loss when each micro-batch's loss is divided by their number.
 """
 import atexit
 import contextlib
@@ -183,22 +191,78 @@ class _OpTracer(TorchDispatchMode):
         return out
 
 
+def _tensors(x):
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+class _Slot:
+    """In a taped call's arguments, a tensor of the forward's loss computation: the model's
+    output (its first slots) or what a taped call made. Replayed, it stands for the re-run's."""
+    __slots__ = ("n",)
+
+    def __init__(self, n):
+        self.n = n
+
+
+class _Forward:
+    """One forward of the model in a step (several with gradient accumulation): its inputs and
+    autocast state, held until the step ends (what a broken step is re-run from), and its loss
+    computation as the tape saw it."""
+    __slots__ = ("args", "kwargs", "dev", "ac", "ac_dtype", "tape", "slots", "n_slots",
+                 "loss_slot")
+
+    def __init__(self, args, kwargs, dev, ac, ac_dtype):
+        self.args, self.kwargs, self.dev, self.ac, self.ac_dtype = args, kwargs, dev, ac, ac_dtype
+        self.tape = []  # (func, arguments with _Slots, its first output slot, autocast on)
+        self.slots = {}  # id(tensor) -> (weakref to it, its slot), while it lives
+        self.n_slots = 0
+        self.loss_slot = None  # the slot of the loss backward() was called on
+
+    def slot_all(self, obj):
+        """Gives each tensor of obj the next slot; returns the first."""
+        first = self.n_slots
+        for t in _tensors(obj):
+            self.slots[id(t)] = (weakref.ref(t), self.n_slots)
+            self.n_slots += 1
+        return first
+
+    def slot_of(self, t):
+        """t's slot if the forward's output or a taped call made it, else None (a tensor that
+        came from elsewhere: the labels). An id is only trusted while its tensor lives."""
+        e = self.slots.get(id(t))
+        return e[1] if e is not None and e[0]() is t else None
+
+    def _arg(self, x):
+        if isinstance(x, torch.Tensor):
+            n = self.slot_of(x)
+            if n is not None:
+                return _Slot(n)
+        return x
+
+
 class _LossTape(TorchFunctionMode):
-    """Between the model's output and backward(): what the loss computation called, kept by
-    reference until the step ends (only judged when the step broke)."""
+    """Between the model's output and backward(): what the loss computation called, kept until
+    the step ends (only replayed when the step broke). The tensors it made are not held (the
+    f32 logits of a language model are large): a call's arguments keep them as _Slots; what it
+    took from elsewhere (labels, class weights) is held."""
 
     def __init__(self):
         super().__init__()
-        self.tape = []  # (func, args, kwargs, output, autocast on): sorted out when judged
+        self.fwd = None  # the _Forward whose loss computation is being taped
         self.active = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if isinstance(out, (torch.Tensor, tuple, list)):
-            self.tape.append((func, args, kwargs, out, _autocast_on()))
+        f = self.fwd
+        if f is not None and isinstance(out, (torch.Tensor, tuple, list)):
+            spec = tree_map(f._arg, (args, kwargs or {}))
+            f.tape.append((func, spec, f.slot_all(out), _autocast_on()))
         return out
 
-    def begin(self):
+    def begin(self, fwd, output):
+        """Tapes fwd's loss computation, which starts from the model's output."""
+        fwd.slot_all(output)
+        self.fwd = fwd
         if not self.active:
             self.active = True
             self.__enter__()
@@ -207,6 +271,7 @@ class _LossTape(TorchFunctionMode):
         if self.active:
             self.active = False
             self.__exit__(None, None, None)
+        self.fwd = None
 
 
 class _NodeTagger(TorchFunctionMode):
@@ -301,6 +366,7 @@ class _OpRecorder(TorchFunctionMode):
 
 
 _current_node = getattr(torch._C, "_current_autograd_node", lambda: None)
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)  # -1: not in a backward
 
 
 class _BwdTracer(TorchDispatchMode):
@@ -343,35 +409,43 @@ class _BwdTracer(TorchDispatchMode):
         return out
 
 
-def _replay_loss(d, out):
-    """The loss computation of step d (its tape) run again on the re-run forward's output out:
-    the tensor that stands for the loss backward() was called on, or None (nothing taped, the
-    loss not among the tape's outputs, or an in-place op on something else than the tape's own
-    tensors)."""
-    if not d.tape or d.fwd_out is None or d.loss_id is None:
-        return None
-    orig = d.fwd_out
-    new = {}  # id(tensor of the step) -> its re-run counterpart
+def _replay(f, out, judge=None, graph=False):
+    """The taped loss computation of forward f run again on out, the re-run forward's output:
+    with judge, each call's inputs and outputs are judged (_Judge.judge; returns at the first
+    event); with graph, the autograd nodes it makes are tagged as outside any module. Returns
+    the tensor that stands for the loss backward() was called on (None: not there, or the loss
+    is not a one-element tensor that needs gradients), or None when it cannot be replayed (an
+    in-place call on a tensor from elsewhere, which would write into the user's tensors)."""
+    vals = dict(enumerate(_tensors(out)))
+    missing = []
 
-    def tensors(x):
-        return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+    def arg(x):
+        if isinstance(x, _Slot):
+            if x.n not in vals:
+                missing.append(x.n)
+            return vals.get(x.n)
+        return x
 
-    for o, n in zip(tensors(orig), tensors(out)):
-        new[id(o)] = n
-    for func, args, kwargs, res, ac in d.tape:
+    for func, spec, first, ac in f.tape:
+        a, k = tree_map(arg, spec)
+        if missing:
+            return None
         name = getattr(func, "__name__", "")
-        first = tensors(args)[:1]
-        if name.endswith("_") and not name.startswith("__") and first and \
-                id(first[0]) not in new:
-            return None  # would write into the user's tensors
-        a, k = tree_map(lambda x: new.get(id(x), x) if isinstance(x, torch.Tensor) else x,
-                        (args, kwargs or {}))
-        with torch.autocast(d.fwd[2], dtype=d.fwd[4], enabled=ac):
+        lead = [x for x in tree_flatten(spec[0])[0] if isinstance(x, (torch.Tensor, _Slot))][:1]
+        if name.endswith("_") and not name.startswith("__") and lead and \
+                isinstance(lead[0], torch.Tensor):
+            return None  # in place on a tensor from elsewhere
+        with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):
             r = func(*a, **k)
-        _tag_nodes(r, -1, func)  # outside any module
-        for o, n in zip(tensors(res), tensors(r)):
-            new[id(o)] = n
-    loss = new.get(d.loss_id)
+        if graph:
+            _tag_nodes(r, -1, func)  # outside any module
+        for n, t in enumerate(_tensors(r)):
+            vals[first + n] = t
+        outs = _float_tensors(r)
+        if judge is not None and outs and judge.judge(_vocab.op_name(func), -1,
+                                                      _float_tensors((a, k)), outs):
+            return None
+    loss = vals.get(f.loss_slot) if f.loss_slot is not None else None
     return loss if loss is not None and loss.requires_grad and loss.numel() == 1 else None
 
 
@@ -445,10 +519,8 @@ class Watcher:
         self.stats = _devstats.StepStats(lib)
         self.target = None  # autocast dtype name, once seen
         self._against = ("f16", _vocab.DTYPES["f16"])  # what overflow counts against (+bounds)
-        self.fwd = None  # the last forward's (args, kwargs, autocast state)
-        self.fwd_out = None  # and its output
-        self.loss_id = None  # id() of the loss tensor backward() was called on
-        self.loss = None
+        self.forwards = []  # the step's forwards (_Forward: more than one when accumulating)
+        self.loss = None  # the step's loss: what backward() was called on, summed over forwards
         self.waiting = None  # the last step, its figures on their way (_Done)
         self.scaler = None
         self.optimizer = None
@@ -458,6 +530,7 @@ class Watcher:
         self.wgrads_queued = False
         self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
         self._at_once = set()  # layers whose outputs are read at once (_queue)
+        self._seen = {}  # id(module) -> the forward (_forwards) that last recorded its output
         self.broken_steps = 0
         self.prev_broken = False
         self._forwards = 0
@@ -489,9 +562,9 @@ class Watcher:
         orig_scale, orig_unscale, orig_update = scaler.scale, scaler.unscale_, scaler.update
 
         def scale(outputs):
-            self._end_loss_region()  # before numel(): the tape would take it for the loss's
-            if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
-                self._on_backward(outputs)
+            fwd = self._end_loss_region()
+            if isinstance(outputs, torch.Tensor) and not self.rerunning:
+                self._take_loss(outputs, fwd)
             return orig_scale(outputs)
 
         def unscale_(optimizer):  # the gradients as backward left them (scaled), as libampcore
@@ -542,7 +615,7 @@ class Watcher:
             self.target = _vocab.dtype_name(ac_dtype)
             self._against = (self.target, _vocab.DTYPES[self.target])
             self.rec.meta("autocast_dtype", self.target)
-        self.fwd = (args, kwargs, dev, ac, ac_dtype)
+        self.forwards.append(_Forward(args, kwargs, dev, ac, ac_dtype))
         self._forwards += 1
         if self.ops_every and self.step >= 1 and (self.step - 1) % self.ops_every == 0:
             self.ops = _OpRecorder(self, self.step, dev)
@@ -551,28 +624,38 @@ class Watcher:
 
     def _on_root_post(self, module, args, output):
         if not self.rerunning and torch.is_grad_enabled() and module.training:
-            self.fwd_out = output  # where the tape starts
             if self.sampled:
                 self._check_outputs()
-            self.tape.begin()
+            if self.forwards:
+                self.tape.begin(self.forwards[-1], output)
 
     def _end_loss_region(self):
         """The loss computation is over (or the step): the tape and an op step stop recording
-        (in the reverse order they began)."""
+        (in the reverse order they began). Returns the _Forward whose loss computation was
+        being taped, if any."""
+        fwd = self.tape.fwd
         self.tape.end()
         if self.ops is not None:
             self.ops.stop()
             self.ops = None
+        return fwd
 
     def _on_backward(self, loss):
-        if self.rerunning:
+        if not self.rerunning:
+            self._take_loss(loss, self._end_loss_region())
+
+    def _take_loss(self, loss, fwd):
+        """backward() is called on loss (or scaler.scale() is), which ends the loss computation
+        of forward fwd (None: none was being taped). The step's loss is the sum of these, one
+        per forward (gradient accumulation); backward() on what scale() returned is not counted
+        again."""
+        if loss.numel() != 1 or (fwd is None and self.loss is not None):
             return
-        self._end_loss_region()
-        if self.loss is None and loss.numel() == 1:
-            self.loss = loss.detach()
-            self.loss_id = id(loss)  # the tape's own output (it holds the tensor)
-            if self.scaler is None:  # else found_inf decides too: marked after unscale_
-                self._mark_ready()
+        if fwd is not None and fwd.loss_slot is None:
+            fwd.loss_slot = fwd.slot_of(loss)
+        self.loss = loss.detach() if self.loss is None else self.loss + loss.detach()
+        if self.scaler is None:  # else found_inf decides too: marked after unscale_
+            self._mark_ready()
 
     def _step_scalars(self, found):
         """What is marked of a step: the loss (when backward() was seen on one), and with a
@@ -664,9 +747,19 @@ class Watcher:
 
     def _on_output(self, module, args, output):
         """A module's forward hook: its output's statistics, and a hook for its gradient (on
-        the autograd node that made it: cheaper than a tensor hook, the same gradient)."""
+        the autograd node that made it: cheaper than a tensor hook, the same gradient). Under
+        activation checkpointing a module runs again in the backward: that run is left out
+        when the forward recorded the module (torch.utils.checkpoint's default, whose backward
+        uses the forward's graph), and recorded when it did not (the reentrant kind, whose
+        forward runs without gradients and whose recomputed graph is the one differentiated)."""
         if not self.sampled or self.rerunning or not module.training or not _grad_enabled():
             return None
+        key = id(module)
+        if _graph_task() != -1:  # in a backward
+            if self._seen.get(key) == self._forwards:
+                return None
+        else:
+            self._seen[key] = self._forwards
         if isinstance(output, torch.Tensor):
             t = output
         else:
@@ -674,7 +767,7 @@ class Watcher:
             if not outs:
                 return None
             t = outs[0]
-        layer, op, hook = self._module_info[id(module)]
+        layer, op, hook = self._module_info[key]
         self._queue(ACTIVATION, layer, op, t)
         if t.requires_grad:
             node = t.grad_fn
@@ -748,7 +841,7 @@ class Watcher:
             self._note_modified()
         loss, before, found_sum = self._marked(found)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
-                     before, found_sum, self.fwd, self.tape.tape, self.fwd_out, self.loss_id)
+                     before, found_sum, self.forwards)
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0
         if self.step % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
@@ -756,15 +849,14 @@ class Watcher:
         if broken:
             self._record(done)
         else:
-            done.tape = done.fwd_out = None  # only a broken step is searched, caught above
+            done.forwards = None  # only a broken step is searched, caught above
             self.waiting = done
         self.step += 1
         self.step_start = self.rec.now_ns()
         self.sampled = self.step % self.stats_every == 0
         self.entries, self.loss = [], None
-        self.fwd_out = self.loss_id = None
+        self.forwards = []
         self.wgrads_queued = False
-        self.tape.tape = []
 
     def flush(self, last=False):
         """Records the step whose figures are on their way, if any (last: the run's last step,
@@ -828,12 +920,11 @@ class Watcher:
         loss_bad = loss is not None and not (abs(loss) < _INF)
         found_inf = scale is not None and scale[1] > 0
         broken = fwd_bad or loss_bad or found_inf
-        fwd_event, loss_event, out = None, None, None
+        fwd_event, loss_event, bwd_found = None, None, False
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
-            fwd_event, out = self._rerun(d, with_graph=found_inf)
-            if fwd_event is None:
-                loss_event = self._judge_tape(d)
+            fwd_event, loss_event, bwd_found = self._search(
+                d, found_inf and not loss_bad, scale[0] if scale else 1.0)
         self.prev_broken = broken
         if loss_bad:
             self.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
@@ -841,9 +932,8 @@ class Watcher:
                            "the loss computation outside the model produced non-finite values"
                            if loss_event else "the loss itself became non-finite")
         if found_inf and not fwd_event and not loss_event and not loss_bad:
-            if out is None or not self._rerun_backward(d, out, scale[0]):
+            if not bwd_found:
                 self._backward_producer(d, copy.result()[0])
-            out = None
             self.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
                            "gradients overflowed at loss scale %g while the forward pass stayed "
                            "finite: a loss-scale overflow, the step was skipped and the scale "
@@ -886,28 +976,52 @@ class Watcher:
                            f.nonfinite, amax, detail)
             return
 
-    def _rerun(self, d, with_graph=False):
-        """Runs step d's forward again under the op tracer (with the parameters as they are
+    def _search(self, d, backward, scale):
+        """Step d's forwards (one, or one per micro-batch when gradients accumulate) searched in
+        turn until one names where the step broke: the forward re-run op by op (_rerun), then
+        its loss computation replayed on the re-run's output and judged op by op (outside any
+        module) and, with backward, differentiated op by op (_rerun_backward). Returns the
+        forward's event, the loss computation's event and whether the backward named one."""
+        for f in d.forwards or ():
+            fwd_event, out = self._rerun(d, f, with_graph=backward)
+            if fwd_event is not None:
+                return fwd_event, None, False
+            if out is None:
+                continue
+            judge = _Judge(self, d.step, [])
+            try:
+                with torch.set_grad_enabled(backward):
+                    loss = _replay(f, out, judge, graph=backward)
+            except Exception as e:  # a call that does not take the re-run's tensors
+                print("ampprobe: step %d: the loss computation's replay failed (%s: %s)"
+                      % (d.step, type(e).__name__, e), file=sys.stderr)
+                continue
+            if judge.event is not None:
+                return None, judge.event, False
+            if backward and loss is not None and self._rerun_backward(d, loss, scale):
+                return None, None, True
+        return None, None, False
+
+    def _rerun(self, d, f, with_graph=False):
+        """Runs forward f of step d again under the op tracer (with the parameters as they are
         now: those of step d, unless d's break was only seen a step later). Returns the event
-        kind it emitted and, with_graph and when the forward stayed finite, its output with the
-        autograd graph (its nodes tagged with layer and op) for _rerun_backward. The module
+        kind it emitted and, when the forward stayed finite, its output (with with_graph, its
+        autograd graph, the nodes tagged with layer and op, for _rerun_backward). The module
         buffers (batch-norm statistics) and the random state are as before afterwards."""
-        if d.fwd is None:
-            return None, None
-        args, kwargs, dev, ac, ac_dtype = d.fwd
-        judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
+        judge = _Judge(self, d.step, _float_tensors((f.args, f.kwargs)))
         stack = [self.layer_of[id(self.model)]]
         hooks = _layer_stack_hooks(self.layer_of, stack)
         buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
         out = None
         self.rerunning = True
         try:
-            with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda"
-                                       else []), \
+            with torch.random.fork_rng(devices=[torch.cuda.current_device()]
+                                       if f.dev == "cuda" else []), \
                     torch.set_grad_enabled(with_graph), \
-                    torch.autocast(dev, dtype=ac_dtype, enabled=ac), _OpTracer(judge, stack), \
+                    torch.autocast(f.dev, dtype=f.ac_dtype, enabled=f.ac), \
+                    _OpTracer(judge, stack), \
                     (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
-                out = self.model(*args, **kwargs)
+                out = self.model(*f.args, **f.kwargs)
         except _Found:
             out = None
         finally:
@@ -917,20 +1031,19 @@ class Watcher:
             with torch.no_grad():
                 for b, saved in buffers:
                     b.copy_(saved)
-        return judge.event, (out if with_graph and judge.event is None else None)
+        return judge.event, (out if judge.event is None else None)
 
-    def _rerun_backward(self, d, out, scale):
-        """Step d's backward, op by op, on the re-run forward's output: the loss computation
-        replayed from the tape on it, scaled as the GradScaler did, differentiated with
-        autograd.grad (the parameters' .grad stay as they are) under a dispatch mode that stops
-        at the first op whose output is non-finite. Emits nonfinite_producer (bwd) with the layer
-        and forward op of the autograd node it ran in; False when it could not be done."""
+    def _rerun_backward(self, d, loss, scale):
+        """Step d's backward, op by op, from loss, the replayed loss computation on a re-run
+        forward: scaled as the GradScaler did, differentiated with autograd.grad (the
+        parameters' .grad stay as they are) under a dispatch mode that stops at the first op
+        whose output is non-finite. Emits nonfinite_producer (bwd) with the layer and forward op
+        of the autograd node it ran in; False when it found none or could not be done."""
         params = [p for p in self._plist if p.requires_grad]
+        if not params:
+            return False
         tracer = _BwdTracer(self, d.step)
         try:
-            loss = _replay_loss(d, out)
-            if loss is None or not params:
-                return False
             with tracer:
                 torch.autograd.grad(loss.float() * scale, params, allow_unused=True)
         except _Found:
@@ -942,29 +1055,16 @@ class Watcher:
                 return False
         return tracer.event is not None
 
-    def _judge_tape(self, d):
-        """The loss computation's first producer (outside any module), from the tape."""
-        if not d.tape:
-            return None
-        judge = _Judge(self, d.step, [])
-        for func, args, kwargs, out, _ in d.tape:
-            outs = _float_tensors(out)
-            if outs and judge.judge(_vocab.op_name(func), -1, _float_tensors((args, kwargs)),
-                                    outs):
-                return judge.event
-        return None
-
 
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
-                 "fwd", "tape", "fwd_out", "loss_id", "mem_peak")
+                 "forwards", "mem_peak")
 
-    def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, fwd, tape,
-                 fwd_out, loss_id):
+    def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, forwards):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
-        self.fwd, self.tape, self.fwd_out, self.loss_id = fwd, tape, fwd_out, loss_id
+        self.forwards = forwards  # its _Forwards (None once it is known not broken)
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
 
 

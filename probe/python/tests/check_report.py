@@ -6,6 +6,7 @@
   check_report.py --ops RUN.sqlite
   check_report.py --same RUN.sqlite OTHER.sqlite
   check_report.py --mem RUN.sqlite
+  check_report.py --loss RUN.sqlite RUN.log
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
@@ -16,7 +17,9 @@ must be in AMP_OPS with autocast's decisions: the attention's linear layers in f
 at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script
 (on different GPUs) must have recorded the same statistics rows, step by step. With --mem, the
 run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its last (and
-only there), never falling. Prints one
+only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one the script
+printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of what
+backward() took). Prints one
 PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -120,7 +123,25 @@ def check_mem(path):
     return 0 if ok else 1
 
 
+def check_loss(path, log):
+    got = dict(sqlite3.connect(path).execute("SELECT step, loss FROM AMP_STEPS").fetchall())
+    want = {}
+    for line in open(log):
+        w = line.split()
+        if len(w) >= 4 and w[0] == "step" and w[2] == "loss":
+            want[int(w[1])] = float(w[3])
+    bad = [(s, got.get(s), v) for s, v in want.items()
+           if got.get(s) is None or abs(got[s] - v) > 1e-5 * max(1.0, abs(v))]
+    ok = bool(want) and not bad
+    print("%s losses of %d steps as the script printed them%s" % (
+        "PASS" if ok else "FAIL", len(want), "; first differing (step, recorded, printed): %s"
+        % (bad[0],) if bad else ""), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--loss":
+        return check_loss(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--mem":
         return check_mem(sys.argv[2])
     if sys.argv[1] == "--same":

@@ -21,7 +21,10 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
              a third of the GEMM FLOPs miss the Tensor Cores (seen on the op step, step 1)
 
 --device N trains on GPU N while the current device stays GPU 0 (a model moved with .to()
-alone); the script fails if the current device changes under it.
+alone); the script fails if the current device changes under it. --accum N accumulates the
+gradients of N micro-batches a step (the fault in the first: the NaN batch, the weights' blow-up
+and the gain are there from it on); --checkpoint reentrant|nonreentrant recomputes each block
+(TinyGPT, the residual net) in the backward (torch.utils.checkpoint).
 """
 import argparse
 import sys
@@ -29,6 +32,9 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+CHECKPOINT = None  # None, or use_reentrant for torch.utils.checkpoint of each block
 
 FAULT_STEP = 3
 
@@ -67,6 +73,13 @@ class Block(nn.Module):
         return x + s.mlp(s.ln2(x))
 
 
+def _block(b, x):
+    """A block's forward, recomputed in the backward under --checkpoint."""
+    if CHECKPOINT is None or not torch.is_grad_enabled():
+        return b(x)
+    return checkpoint(b, x, use_reentrant=CHECKPOINT)
+
+
 class TinyGPT(nn.Module):
     def __init__(s, vocab=128, d=64, h=4, L=2, T=32):
         super().__init__()
@@ -77,7 +90,7 @@ class TinyGPT(nn.Module):
     def forward(s, idx):
         x = s.emb(idx) + s.pos[:, : idx.shape[1]]
         for b in s.blocks:
-            x = b(x)
+            x = _block(b, x)
         return s.head(s.ln(x)).flatten(0, 1)
 
 
@@ -100,7 +113,7 @@ class ResNet(nn.Module):
     def forward(s, x):
         x = s.inp(x)
         for b in s.blocks:
-            x = b(x)
+            x = _block(b, x)
         return s.head(x)
 
 
@@ -132,7 +145,14 @@ def main():
     ap.add_argument("--steps", type=int)
     ap.add_argument("--device", type=int, metavar="N",
                     help="train on GPU N, the current device left as it is (GPU 0)")
+    ap.add_argument("--accum", type=int, default=1, metavar="N",
+                    help="micro-batches a step, their gradients accumulated")
+    ap.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
+                    help="recompute each block in the backward (torch.utils.checkpoint)")
     a = ap.parse_args()
+    global CHECKPOINT
+    if a.checkpoint:
+        CHECKPOINT = a.checkpoint == "reentrant"
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
     torch.manual_seed(0)
     dev = "cuda" if a.device is None else "cuda:%d" % a.device
@@ -158,7 +178,6 @@ def main():
     scaler = torch.amp.GradScaler("cuda", **kw)
     for step in range(steps):
         fault = not a.healthy and step >= FAULT_STEP
-        x, y = xs[step % 4], ys[step % 4]
         if a.case == "attn" and fault:
             model.blocks[1].attn.gain = 1e6
         if a.case == "residual" and step == FAULT_STEP and not a.healthy:
@@ -166,24 +185,30 @@ def main():
                 for b in model.blocks:
                     b.mlp.fc1.weight.mul_(4)
                     b.mlp.fc2.weight.mul_(4)
-        if a.case == "nan" and step == FAULT_STEP and not a.healthy:
-            x = x.clone()
-            x[1, 5] = float("nan")
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16):
-            out = model(x)
-        if a.case == "log0":  # the hand-written fp16 loss
-            t = 1e-3 if fault else 1.0
-            p = torch.softmax(out.half() / t, -1)
-            loss = -torch.log(p.gather(1, y[:, None])).float().mean()
-        else:
-            loss = F.cross_entropy(out.float(), y)
-            if a.case == "underflow":
-                loss = loss * 1e-3
-        scaler.scale(loss).backward()
+        total = 0.0  # the step's loss: the mean over its micro-batches
+        for micro in range(a.accum):
+            x, y = xs[(step + micro) % 4], ys[(step + micro) % 4]
+            if a.case == "nan" and step == FAULT_STEP and micro == 0 and not a.healthy:
+                x = x.clone()
+                x[1, 5] = float("nan")
+            with torch.autocast("cuda", dtype=torch.float16):
+                out = model(x)
+            if a.case == "log0":  # the hand-written fp16 loss
+                t = 1e-3 if fault else 1.0
+                p = torch.softmax(out.half() / t, -1)
+                loss = -torch.log(p.gather(1, y[:, None])).float().mean()
+            else:
+                loss = F.cross_entropy(out.float(), y)
+                if a.case == "underflow":
+                    loss = loss * 1e-3
+            if a.accum > 1:
+                loss = loss / a.accum
+            total += loss.item()
+            scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-        print("step %d loss %.4f scale %g" % (step, loss.item(), scaler.get_scale()), flush=True)
+        print("step %d loss %.8g scale %g" % (step, total, scaler.get_scale()), flush=True)
         if torch.cuda.current_device() != current:
             sys.exit("gpu_faults.py: the current device moved from %d to %d during step %d" % (
                 current, torch.cuda.current_device(), step))

@@ -4,7 +4,9 @@
 # DIST holds ampprobe, libamprecord.so and python/ as the build leaves them (built elsewhere and
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
-# one faulty case also runs with the eager (module-less) statistics; with two GPUs or more, one
+# one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
+# activation checkpointing (both kinds) are checked the same way, and against the plain runs (the
+# step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0); the sawtooth run's gradient
 # overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
@@ -35,6 +37,15 @@ for c in $cases; do
     one "$c-healthy" "" --case "$c" --healthy &
 done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
+wait
+# training patterns: gradient accumulation, activation checkpointing of both kinds
+one attn-accum "" --case attn --accum 4 &
+one nan-accum "" --case nan --accum 4 &
+one attn-healthy-accum "" --case attn --healthy --accum 4 &
+one attn-ckpt "" --case attn --checkpoint nonreentrant &
+one residual-ckptr "" --case residual --checkpoint reentrant &
+one attn-healthy-ckpt "" --case attn --healthy --checkpoint nonreentrant &
+one attn-healthy-ckptr "" --case attn --healthy --checkpoint reentrant &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
@@ -57,6 +68,17 @@ python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
+for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual; do
+    python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
+done
+python3 "$HERE/check_report.py" "$WORK/attn-healthy-accum.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" --loss "$WORK/attn-healthy-accum.sqlite" \
+    "$WORK/attn-healthy-accum.log" || fail=1
+for k in ckpt ckptr; do
+    python3 "$HERE/check_report.py" "$WORK/attn-healthy-$k.json" attn --healthy || fail=1
+    python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \
+        "$WORK/attn-healthy-$k.sqlite" || fail=1
+done
 if [ "$gpus" -ge 2 ]; then
     python3 "$HERE/check_report.py" "$WORK/attn-gpu1.json" attn || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/residual-healthy.sqlite" \

@@ -6,7 +6,9 @@ Each gpu_faults.py case (attention-logit overflow, residual blow-up, NaN batch, 
 loss, gradient underflow at scale 1, scale sawtooth, an fp32 island) trains under `ampprobe run
 --torch --trace amp`, faulty and healthy: the faulty run's report must lead with the case's cause,
 layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twin's report must
-hold no error and no warning. Skipped without torch, without a GPU, or without AMPPROBE_DIST (the
+hold no error and no warning. The same with the gradients of 4 micro-batches accumulated a step
+(the step's loss recorded as the script computed it) and with activation checkpointing of both
+kinds (the same statistics rows as without it). Skipped without torch, without a GPU, or without AMPPROBE_DIST (the
 build folder that holds ampprobe and python/). run_gpu.sh runs the same cases in parallel and the
 GPU checks beyond them.
 """
@@ -28,15 +30,23 @@ pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
 CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 
 
-def report_of(tmp_path, case, healthy):
-    """Runs the case under ampprobe run --torch; returns its report as json."""
+def record(tmp_path, case, healthy, extra=()):
+    """Runs the case under ampprobe run --torch; returns the database and the script's output."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
-    db = str(tmp_path / ("%s%s.sqlite" % (case, "-healthy" if healthy else "")))
+    db = str(tmp_path / ("%s%s%s.sqlite" % (case, "-healthy" if healthy else "",
+                                            "".join(extra).replace("-", ""))))
     run = subprocess.run([ampprobe, "run", "--torch", "--trace", "amp", "-f", "-o", db, "--",
                           sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
-                         + (["--healthy"] if healthy else []),
+                         + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, "the script failed:\n" + run.stdout[-2000:] + run.stderr[-2000:]
+    return db, run.stdout
+
+
+def report_of(tmp_path, case, healthy, extra=()):
+    """Runs the case under ampprobe run --torch; returns its report as json."""
+    db, _ = record(tmp_path, case, healthy, extra)
+    ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
                          text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
@@ -56,3 +66,37 @@ def test_healthy_twin_is_clean(tmp_path, case):
     r = report_of(tmp_path, case, healthy=True)
     bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
     assert not bad, bad[:2]
+
+
+# training patterns: the fault found through them, their healthy twins clean
+PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
+            ("attn", ("--checkpoint", "nonreentrant")), ("attn", ("--checkpoint", "reentrant")),
+            ("residual", ("--checkpoint", "nonreentrant"))]
+
+
+@pytest.mark.parametrize("case,extra", PATTERNS)
+def test_patterns_first_finding(tmp_path, case, extra):
+    r = report_of(tmp_path, case, healthy=False, extra=extra)
+    assert r["findings"], "no findings"
+    assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+
+
+@pytest.mark.parametrize("case,extra", PATTERNS)
+def test_patterns_healthy_twin_is_clean(tmp_path, case, extra):
+    r = report_of(tmp_path, case, healthy=True, extra=extra)
+    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+    assert not bad, bad[:2]
+
+
+def test_accumulated_loss_is_the_sum(tmp_path):
+    db, out = record(tmp_path, "attn", True, ("--accum", "4"))
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_loss(db, str(log)) == 0
+
+
+@pytest.mark.parametrize("kind", ["nonreentrant", "reentrant"])
+def test_checkpointing_records_the_same_rows(tmp_path, kind):
+    plain, _ = record(tmp_path, "attn", True)
+    ck, _ = record(tmp_path, "attn", True, ("--checkpoint", kind))
+    assert check_report.check_same(plain, ck) == 0
