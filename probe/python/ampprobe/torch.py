@@ -76,7 +76,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from . import _devstats, _records, _vocab
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
@@ -192,7 +192,20 @@ class _OpTracer(TorchDispatchMode):
 
 
 def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
     return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+def _map_args(fn, x):
+    """fn applied to each leaf of a call's arguments: through tuples, lists and dicts (cheaper
+    than pytree's tree_map, on every taped call)."""
+    kind = type(x)
+    if kind is tuple or kind is list:
+        return kind(_map_args(fn, y) for y in x)
+    if kind is dict:
+        return {k: _map_args(fn, v) for k, v in x.items()}
+    return fn(x)
 
 
 class _Slot:
@@ -255,7 +268,7 @@ class _LossTape(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         f = self.fwd
         if f is not None and isinstance(out, (torch.Tensor, tuple, list)):
-            spec = tree_map(f._arg, (args, kwargs or {}))
+            spec = _map_args(f._arg, (args, kwargs or {}))
             f.tape.append((func, spec, f.slot_all(out), _autocast_on()))
         return out
 
@@ -427,11 +440,13 @@ def _replay(f, out, judge=None, graph=False):
         return x
 
     for func, spec, first, ac in f.tape:
-        a, k = tree_map(arg, spec)
+        a, k = _map_args(arg, spec)
         if missing:
             return None
         name = getattr(func, "__name__", "")
-        lead = [x for x in tree_flatten(spec[0])[0] if isinstance(x, (torch.Tensor, _Slot))][:1]
+        lead = []
+        _map_args(lambda x: lead.append(x) if isinstance(x, (torch.Tensor, _Slot)) else None,
+                  spec[0])
         if name.endswith("_") and not name.startswith("__") and lead and \
                 isinstance(lead[0], torch.Tensor):
             return None  # in place on a tensor from elsewhere

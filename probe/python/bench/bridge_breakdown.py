@@ -131,7 +131,7 @@ def profile(name, mode, variant):
 
 # the bridge's entry points: (class, method) and, for the grad pre-hooks, the factory
 _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "_on_root_post"),
-            ("Watcher", "_on_backward"), ("Watcher", "_queue_weight_grads"),
+            ("Watcher", "_on_backward"), ("Watcher", "_take_loss"), ("Watcher", "_queue_weight_grads"),
             ("Watcher", "_mark_ready"), ("Watcher", "_found_infs"),
             ("Watcher", "_ensure_marked"), ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"),
             ("_LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
@@ -170,7 +170,8 @@ def self_time(name, mode):
     saved = []
     for cls, meth in _ENTRIES:
         c = getattr(ap, cls, None) or getattr(ap._devstats, cls)
-        saved.append((c, meth, c.__dict__[meth]))
+        if meth in c.__dict__:  # (an older bridge may lack one)
+            saved.append((c, meth, c.__dict__[meth]))
     factory = ap.Watcher._grad_hook  # the pre-hooks are made per module: time what it makes
     try:
         for c, meth, fn in saved:
