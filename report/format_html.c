@@ -464,10 +464,12 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         fputs("</td></tr>", out);
     }
     if (s.steps) {
+        char steps[64];
+        report_steps_phrase(&s, false, steps, sizeof steps);
         fprintf(out,
-                "<tr><td>steps</td><td>%lld (%lld-%lld), %lld skipped, %lld with a "
+                "<tr><td>steps</td><td>%s (%lld-%lld), %lld skipped, %lld with a "
                 "non-finite loss</td></tr><tr><td>final loss</td><td>%.6g</td></tr>",
-                (long long)s.steps, (long long)s.first_step, (long long)s.last_step,
+                steps, (long long)s.first_step, (long long)s.last_step,
                 (long long)s.skipped, (long long)s.nonfinite_losses, s.final_loss);
         double step_ns = report_median_step_ns(m);
         if (!isnan(step_ns))

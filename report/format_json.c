@@ -66,7 +66,8 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     str(out, m->path);
     fputs(", \"verdict\": ", out);
     str(out, verdict);
-    fprintf(out, ",\n \"summary\": {\"steps\": %lld, \"first_step\": ", (long long)s.steps);
+    fprintf(out, ",\n \"summary\": {\"steps\": %lld, \"processes\": %d, \"first_step\": ",
+            (long long)s.steps, s.processes);
     report_json_step(out, s.first_step);
     fputs(", \"last_step\": ", out);
     report_json_step(out, s.last_step);

@@ -485,6 +485,7 @@ void report_summarize(const report_model *m, report_summary *s) {
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *st = &m->steps[i];
         s->steps++;
+        s->processes += i == 0 || st->pid != m->steps[i - 1].pid; // ordered by pid, step
         if (s->first_step < 0 || st->step < s->first_step) s->first_step = st->step;
         if (st->step >= s->last_step) {
             s->last_step = st->step;
@@ -503,6 +504,14 @@ void report_summarize(const report_model *m, report_summary *s) {
     }
 }
 
+void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n) {
+    snprintf(buf, n, "%lld%s", (long long)s->steps, !noun ? "" : s->steps == 1 ? " step" : " steps");
+    if (s->processes > 1) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, n - k, " of %d processes", s->processes);
+    }
+}
+
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
     size_t errors = 0, warnings = 0;
     for (size_t i = 0; i < f->n; i++) {
@@ -517,13 +526,16 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
                              "diagnose yet: did the program run with the launcher (ampprobe run) "
                              "and reach its first step?",
                      m->path, m->step_lo > INT64_MIN || m->step_hi < INT64_MAX ? " (in the focused steps)" : "");
-        else
-            snprintf(buf, n, "Healthy: no error or warning in %lld steps%s. The forward pass stayed "
+        else {
+            char steps[64];
+            report_steps_phrase(&s, true, steps, sizeof steps);
+            snprintf(buf, n, "Healthy: no error or warning in %s%s. The forward pass stayed "
                              "finite, no op came near the autocast dtype's range and no layer lost "
                              "a worrying share of its gradients to underflow.%s",
-                     (long long)s.steps,
+                     steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)" : "",
                      f->n ? " The notes below are for information." : "");
+        }
         return;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest

@@ -296,7 +296,8 @@ double report_unscaled_grad_amax(const report_model *m);
 // The run in numbers, and the verdict
 
 typedef struct report_summary {
-    int64_t steps, first_step, last_step; // steps recorded; -1 when none
+    int64_t steps, first_step, last_step; // steps recorded (of all processes); -1 when none
+    int processes;                        // processes that recorded steps (ranks of a DDP run)
     int64_t skipped, nonfinite_losses;
     double final_loss;           // NaN: none
     double scale_min, scale_max; // over scale_after (and the first scale_before); NaN: no scaler
@@ -304,6 +305,9 @@ typedef struct report_summary {
 } report_summary;
 
 void report_summarize(const report_model *m, report_summary *s);
+// "12 steps", or "24 steps of 2 processes" (a data-parallel run records each rank's steps);
+// without the noun "12", "24 of 2 processes".
+void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n);
 // One paragraph: the answer first (the top finding in words, or that the run is healthy).
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n);
 

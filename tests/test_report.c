@@ -204,6 +204,28 @@ START_TEST(healthy_run_has_no_error_or_warning) {
 }
 END_TEST
 
+// A data-parallel run: each rank a process with its own steps, counted as such.
+START_TEST(ranks_are_counted_as_processes) {
+    healthy(12);
+    sql("INSERT INTO AMP_STEPS SELECT 2, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
+        "scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS WHERE pid = 1;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "Healthy: no error or warning in 24 steps of 2 processes."),
+                  "verdict: %s", verdict);
+    release();
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    char *j = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(j, "\"summary\": {\"steps\": 24, \"processes\": 2,"), "%s", j);
+    free(j);
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "steps:       24 of 2 processes (0-11)"), "%s", t);
+    free(t);
+}
+END_TEST
+
 START_TEST(empty_database_degrades_gracefully) {
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 0);
@@ -1131,6 +1153,7 @@ Suite *report_suite(void) {
     TCase *tc = tcase_create("rules");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
+    tcase_add_test(tc, ranks_are_counted_as_processes);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);

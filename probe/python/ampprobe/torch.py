@@ -490,12 +490,24 @@ def _patch_backward():
     torch.Tensor.backward = backward
 
 
+def _unwrap(model):
+    """The model a data-parallel wrapper trains: DistributedDataParallel's, and DataParallel's
+    on one GPU, whose forward calls it as it is (on several, each forward calls copies of it,
+    made anew: the wrapper is watched, and the copies' module outputs are not recorded)."""
+    par = torch.nn.parallel
+    if isinstance(model, par.DistributedDataParallel) or (
+            isinstance(model, par.DataParallel) and len(model.device_ids or ()) <= 1):
+        return model.module
+    return model
+
+
 class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
     def __init__(self, model, scaler=None, optimizer=None, stats_every=None, name=None,
                  recorder=None, ops_every=None):
         self.rec = recorder or _records.Recorder()
+        model = _unwrap(model)
         self.model = model
         self.on = self.rec.enabled
         if not self.on:
@@ -546,6 +558,7 @@ class Watcher:
         self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
         self._at_once = set()  # layers whose outputs are read at once (_queue)
         self._seen = {}  # id(module) -> the forward (_forwards) that last recorded its output
+        self._noted_copies = False  # said that DataParallel's copies are not recorded
         self.broken_steps = 0
         self.prev_broken = False
         self._forwards = 0
@@ -770,6 +783,14 @@ class Watcher:
         if not self.sampled or self.rerunning or not module.training or not _grad_enabled():
             return None
         key = id(module)
+        info = self._module_info.get(key)
+        if info is None:  # a copy DataParallel made of a module for one forward
+            if not self._noted_copies:
+                self._noted_copies = True
+                print("ampprobe: the model runs in copies made for each forward (DataParallel on "
+                      "several GPUs): their module outputs are not recorded; "
+                      "DistributedDataParallel's are", file=sys.stderr, flush=True)
+            return None
         if _graph_task() != -1:  # in a backward
             if self._seen.get(key) == self._forwards:
                 return None
@@ -782,7 +803,7 @@ class Watcher:
             if not outs:
                 return None
             t = outs[0]
-        layer, op, hook = self._module_info[key]
+        layer, op, hook = info
         self._queue(ACTIVATION, layer, op, t)
         if t.requires_grad:
             node = t.grad_fn
@@ -1140,6 +1161,8 @@ def autoattach():
             return None
         if not any(p.requires_grad for p in module.parameters()):
             return None
+        if _unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
+            return None  # whose forward it calls next
         handle.remove()
         w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
         state["watcher"] = w

@@ -24,8 +24,11 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
 alone); the script fails if the current device changes under it. --accum N accumulates the
 gradients of N micro-batches a step (the fault in the first: the NaN batch, the weights' blow-up
 and the gain are there from it on); --checkpoint reentrant|nonreentrant recomputes each block
-(TinyGPT, the residual net) in the backward (torch.utils.checkpoint).
+(TinyGPT, the residual net) in the backward (torch.utils.checkpoint). --wrap ddp|dp trains the
+model through DistributedDataParallel (one process, or one per GPU under torchrun, each rank on
+the GPU of its LOCAL_RANK) or DataParallel (on its one GPU).
 """
+import os
 import argparse
 import sys
 
@@ -147,12 +150,17 @@ def main():
                     help="train on GPU N, the current device left as it is (GPU 0)")
     ap.add_argument("--accum", type=int, default=1, metavar="N",
                     help="micro-batches a step, their gradients accumulated")
+    ap.add_argument("--wrap", choices=["ddp", "dp"],
+                    help="train through DistributedDataParallel (one process) or DataParallel")
     ap.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
                     help="recompute each block in the backward (torch.utils.checkpoint)")
     a = ap.parse_args()
     global CHECKPOINT
     if a.checkpoint:
         CHECKPOINT = a.checkpoint == "reentrant"
+    ranks = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
+    if a.wrap == "ddp" and ranks > 1:
+        a.device = int(os.environ["LOCAL_RANK"])
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
     torch.manual_seed(0)
     dev = "cuda" if a.device is None else "cuda:%d" % a.device
@@ -170,6 +178,18 @@ def main():
     if a.case == "fp32gemm" and not a.healthy:
         model.fp32_layer = 1
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    net = model  # the model itself, where the faults are planted
+    index = torch.device(dev).index or 0
+    if a.wrap == "ddp":
+        import torch.distributed as dist
+        store = "/tmp/gpu_faults-%d.store" % os.getpid()
+        if ranks > 1:
+            dist.init_process_group("nccl")  # torchrun's environment
+        else:
+            dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
+        model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
+    elif a.wrap == "dp":
+        model = nn.DataParallel(net, device_ids=[index])
     kw = {}
     if a.case == "underflow" and not a.healthy:
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
@@ -179,10 +199,10 @@ def main():
     for step in range(steps):
         fault = not a.healthy and step >= FAULT_STEP
         if a.case == "attn" and fault:
-            model.blocks[1].attn.gain = 1e6
+            net.blocks[1].attn.gain = 1e6
         if a.case == "residual" and step == FAULT_STEP and not a.healthy:
             with torch.no_grad():
-                for b in model.blocks:
+                for b in net.blocks:
                     b.mlp.fc1.weight.mul_(4)
                     b.mlp.fc2.weight.mul_(4)
         opt.zero_grad(set_to_none=True)
@@ -212,6 +232,10 @@ def main():
         if torch.cuda.current_device() != current:
             sys.exit("gpu_faults.py: the current device moved from %d to %d during step %d" % (
                 current, torch.cuda.current_device(), step))
+    if a.wrap == "ddp":
+        torch.distributed.destroy_process_group()
+        if os.path.exists(store):
+            os.remove(store)
 
 
 if __name__ == "__main__":

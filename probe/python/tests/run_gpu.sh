@@ -5,7 +5,8 @@
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
-# activation checkpointing (both kinds) are checked the same way, and against the plain runs (the
+# activation checkpointing (both kinds), DistributedDataParallel (one process) and DataParallel
+# (one GPU) are checked the same way, and against the plain runs (the
 # step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0); the sawtooth run's gradient
@@ -46,6 +47,9 @@ one attn-ckpt "" --case attn --checkpoint nonreentrant &
 one residual-ckptr "" --case residual --checkpoint reentrant &
 one attn-healthy-ckpt "" --case attn --healthy --checkpoint nonreentrant &
 one attn-healthy-ckptr "" --case attn --healthy --checkpoint reentrant &
+one attn-ddp "" --case attn --wrap ddp &
+one attn-healthy-ddp "" --case attn --healthy --wrap ddp &
+one nan-dp "" --case nan --wrap dp &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
@@ -68,10 +72,14 @@ python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
-for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual; do
+for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
+    nan-dp:nan; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-accum.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" "$WORK/attn-healthy-ddp.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-ddp.sqlite" \
+    || fail=1
 python3 "$HERE/check_report.py" --loss "$WORK/attn-healthy-accum.sqlite" \
     "$WORK/attn-healthy-accum.log" || fail=1
 for k in ckpt ckptr; do

@@ -8,7 +8,8 @@ loss, gradient underflow at scale 1, scale sawtooth, an fp32 island) trains unde
 layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twin's report must
 hold no error and no warning. The same with the gradients of 4 micro-batches accumulated a step
 (the step's loss recorded as the script computed it) and with activation checkpointing of both
-kinds (the same statistics rows as without it). Skipped without torch, without a GPU, or without AMPPROBE_DIST (the
+kinds (the same statistics rows as without it), through DistributedDataParallel (one process)
+and DataParallel (one GPU). Skipped without torch, without a GPU, or without AMPPROBE_DIST (the
 build folder that holds ampprobe and python/). run_gpu.sh runs the same cases in parallel and the
 GPU checks beyond them.
 """
@@ -71,7 +72,8 @@ def test_healthy_twin_is_clean(tmp_path, case):
 # training patterns: the fault found through them, their healthy twins clean
 PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--checkpoint", "nonreentrant")), ("attn", ("--checkpoint", "reentrant")),
-            ("residual", ("--checkpoint", "nonreentrant"))]
+            ("residual", ("--checkpoint", "nonreentrant")), ("attn", ("--wrap", "ddp")),
+            ("nan", ("--wrap", "dp"))]
 
 
 @pytest.mark.parametrize("case,extra", PATTERNS)
