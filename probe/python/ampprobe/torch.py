@@ -38,7 +38,7 @@ forward is run again on the same inputs under an op-level dispatch mode that che
 inputs and outputs: the first op whose inputs were finite and output was not is the producer
 (nonfinite_producer, with its input ranges); a non-finite model input is data arriving broken
 (nonfinite_input). An attention mask's -inf (masked_fill/where with -inf) and what it flows into
-are not faults. If the forward stays finite, the loss computation between the model's output
+are not faults, nor is whatever memory torch.empty and its kin hand out. If the forward stays finite, the loss computation between the model's output
 and backward()/scaler.scale() is searched: a torch function mode tapes its calls on every step
 (the functions and their arguments; of tensors it holds only those taken from elsewhere, such
 as the labels, not those it made: a language model's f32 logits would otherwise live to the end
@@ -76,7 +76,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _devstats, _records, _vocab
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
@@ -120,6 +120,8 @@ _VIEW_OPS = {"view", "reshape", "unsafe_view", "expand", "t", "transpose", "perm
              "detach", "alias", "to", "float", "half", "bfloat16", "as_strided", "split",
              "split_with_sizes", "chunk", "unbind", "getitem"}
 _MASK_OPS = {"masked_fill", "where", "masked_fill_"}
+# memory handed out as it is (whatever it held, NaN included): no op makes a value there
+_UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _autocast_on = functools.partial(torch.is_autocast_enabled,
                                  "cuda" if torch.cuda.is_available() else "cpu")
 
@@ -140,6 +142,8 @@ class _Judge:
 
     def judge(self, op, layer, inputs, outputs):
         """Emits and returns the event kind when this op is where it started, else None."""
+        if op in _UNINIT_OPS:
+            return None
         detail, in_bad, from_data = "", False, False
         allowed = any(id(t) in self.masked for t in inputs)
         for k, t in enumerate(inputs):
@@ -488,6 +492,12 @@ def _patch_backward():
         return orig(self, *args, **kwargs)
 
     torch.Tensor.backward = backward
+
+
+def _model_device(w):
+    """The GPU index of watcher w's first parameter (0 when none is on a GPU)."""
+    p = w._plist[0] if w._plist else None
+    return p.device.index or 0 if p is not None and p.is_cuda else 0
 
 
 def _unwrap(model):
@@ -1044,7 +1054,14 @@ class Watcher:
         kind it emitted and, when the forward stayed finite, its output (with with_graph, its
         autograd graph, the nodes tagged with layer and op, for _rerun_backward). The module
         buffers (batch-norm statistics) and the random state are as before afterwards."""
-        judge = _Judge(self, d.step, _float_tensors((f.args, f.kwargs)))
+        model, args, kwargs = self.model, f.args, f.kwargs
+        if isinstance(model, torch.nn.DataParallel):  # on several GPUs: its copies run in
+            # threads of their own, where no tracer is; the model itself runs the whole batch
+            model = model.module
+            dev0 = torch.device("cuda", _model_device(self))
+            args, kwargs = tree_map(lambda x: x.to(dev0) if isinstance(x, torch.Tensor) else x,
+                                    (args, kwargs))
+        judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
         stack = [self.layer_of[id(self.model)]]
         hooks = _layer_stack_hooks(self.layer_of, stack)
         buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
@@ -1057,9 +1074,13 @@ class Watcher:
                     torch.autocast(f.dev, dtype=f.ac_dtype, enabled=f.ac), \
                     _OpTracer(judge, stack), \
                     (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
-                out = self.model(*f.args, **f.kwargs)
+                out = model(*args, **kwargs)
         except _Found:
             out = None
+        except Exception as e:  # the model refused to run again: said, the step not searched
+            print("ampprobe: step %d: the forward re-run failed (%s: %s)"
+                  % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)
+            return None, None
         finally:
             self.rerunning = False
             for h in hooks:

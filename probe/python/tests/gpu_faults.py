@@ -26,7 +26,7 @@ gradients of N micro-batches a step (the fault in the first: the NaN batch, the 
 and the gain are there from it on); --checkpoint reentrant|nonreentrant recomputes each block
 (TinyGPT, the residual net) in the backward (torch.utils.checkpoint). --wrap ddp|dp trains the
 model through DistributedDataParallel (one process, or one per GPU under torchrun, each rank on
-the GPU of its LOCAL_RANK) or DataParallel (on its one GPU).
+the GPU of its LOCAL_RANK) or DataParallel (on every GPU; with --device, on that one).
 """
 import os
 import argparse
@@ -189,7 +189,7 @@ def main():
             dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
         model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
     elif a.wrap == "dp":
-        model = nn.DataParallel(net, device_ids=[index])
+        model = nn.DataParallel(net, device_ids=None if a.device is None else [index])
     kw = {}
     if a.case == "underflow" and not a.healthy:
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)

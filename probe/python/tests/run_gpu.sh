@@ -49,7 +49,7 @@ one attn-healthy-ckpt "" --case attn --healthy --checkpoint nonreentrant &
 one attn-healthy-ckptr "" --case attn --healthy --checkpoint reentrant &
 one attn-ddp "" --case attn --wrap ddp &
 one attn-healthy-ddp "" --case attn --healthy --wrap ddp &
-one nan-dp "" --case nan --wrap dp &
+one nan-dp "" --case nan --wrap dp --device 0 &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait

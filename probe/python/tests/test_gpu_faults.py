@@ -73,7 +73,7 @@ def test_healthy_twin_is_clean(tmp_path, case):
 PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--checkpoint", "nonreentrant")), ("attn", ("--checkpoint", "reentrant")),
             ("residual", ("--checkpoint", "nonreentrant")), ("attn", ("--wrap", "ddp")),
-            ("nan", ("--wrap", "dp"))]
+            ("nan", ("--wrap", "dp", "--device", "0"))]
 
 
 @pytest.mark.parametrize("case,extra", PATTERNS)
