@@ -30,32 +30,33 @@ recorded (and re-run, below) right away. A step ends at
 scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
 still those of the forward), else at the model's next forward. Parameter gradients are read
 before the scaler unscales them, as libampcore does; the step's gradient norm is theirs divided
-by the scale. stats_every=N computes statistics on every Nth step only. Without the module (a build without CUDA) or for tensors off
-the GPU the figures come from eager torch reductions, which cost far more.
+by the scale. stats_every=N computes statistics on every Nth step only. Without the module (a
+build without CUDA) or for tensors off the GPU the figures come from eager torch reductions,
+which cost far more.
 
-Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's
-forward is run again on the same inputs under an op-level dispatch mode that checks every op's
-inputs and outputs: the first op whose inputs were finite and output was not is the producer
+Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's forward
+is run again on the same inputs under an op-level dispatch mode that checks every op's inputs and
+outputs: the first op whose inputs were finite and output was not is the producer
 (nonfinite_producer, with its input ranges); a non-finite model input is data arriving broken
 (nonfinite_input). An attention mask's -inf (masked_fill/where with -inf) and what it flows into
-are not faults, nor is whatever memory torch.empty and its kin hand out. If the forward stays finite, the loss computation between the model's output
-and backward()/scaler.scale() is searched: a torch function mode tapes its calls on every step
-(the functions and their arguments; of tensors it holds only those taken from elsewhere, such
-as the labels, not those it made: a language model's f32 logits would otherwise live to the end
-of the step) and replays them on the re-run forward's output, judging each, so a hand-written
-loss's log(0) is named at the step it happened, outside any module. If the loss is finite
-too, found_inf means the gradients overflowed while the forward stayed finite: a loss-scale
-overflow (grad_overflow, info). Then the re-run forward
-keeps its autograd graph (each node tagged with its module and function), the taped loss
-computation is replayed on its output, scaled as the GradScaler did, and differentiated
-(autograd.grad: the parameters' .grad are left alone) under a dispatch mode that stops at the
-first backward op whose output is non-finite: nonfinite_producer (bwd) names its layer and the
-forward function whose backward it was, with the autograd node, the op and their ranges. When
-that cannot be done (nothing taped, an in-place op on the user's tensors in the loss, a break
-only the statistics saw), the module whose backward first handed on a non-finite gradient is
-named from the statistics instead. Re-runs assume the forward is deterministic (dropout draws
-again; the random state and the module buffers are restored afterwards) and are done for the
-first 10 broken steps and then once per new streak of them.
+are not faults, nor is whatever memory torch.empty and its kin hand out. If the forward stays
+finite, the loss computation between the model's output and backward()/scaler.scale() is searched:
+a torch function mode tapes its calls on every step (the functions and their arguments; of tensors
+it holds only those taken from elsewhere, such as the labels, not those it made: a language model's
+f32 logits would otherwise live to the end of the step) and replays them on the re-run forward's
+output, judging each, so a hand-written loss's log(0) is named at the step it happened, outside any
+module. If the loss is finite too, found_inf means the gradients overflowed while the forward
+stayed finite: a loss-scale overflow (grad_overflow, info). Then the re-run forward keeps its
+autograd graph (each node tagged with its module and function), the taped loss computation is
+replayed on its output, scaled as the GradScaler did, and differentiated (autograd.grad: the
+parameters' .grad are left alone) under a dispatch mode that stops at the first backward op whose
+output is non-finite: nonfinite_producer (bwd) names its layer and the forward function whose
+backward it was, with the autograd node, the op and their ranges. When that cannot be done (nothing
+taped, an in-place op on the user's tensors in the loss, a break only the statistics saw), the
+module whose backward first handed on a non-finite gradient is named from the statistics instead.
+Re-runs assume the forward is deterministic (dropout draws again; the random state and the module
+buffers are restored afterwards) and are done for the first 10 broken steps and then once per new
+streak of them.
 
 Gradient accumulation (several forwards and backward()s a step): each forward's inputs and loss
 computation are kept until the step ends, and a broken step's forwards are searched in turn;

@@ -131,9 +131,10 @@ def profile(name, mode, variant):
 
 # the bridge's entry points: (class, method) and, for the grad pre-hooks, the factory
 _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "_on_root_post"),
-            ("Watcher", "_on_backward"), ("Watcher", "_take_loss"), ("Watcher", "_queue_weight_grads"),
-            ("Watcher", "_mark_ready"), ("Watcher", "_found_infs"),
-            ("Watcher", "_ensure_marked"), ("Watcher", "end_step"), ("Watcher", "_queue"), ("Watcher", "_record"),
+            ("Watcher", "_on_backward"), ("Watcher", "_take_loss"),
+            ("Watcher", "_queue_weight_grads"), ("Watcher", "_mark_ready"),
+            ("Watcher", "_found_infs"), ("Watcher", "_ensure_marked"), ("Watcher", "end_step"),
+            ("Watcher", "_queue"), ("Watcher", "_record"),
             ("_LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
             ("StepStats", "finish"), ("StepStats", "put")]
 
