@@ -895,8 +895,7 @@ class Watcher:
         self.flush()
         if broken:
             self._record(done)
-        else:
-            done.forwards = None  # only a broken step is searched, caught above
+        else:  # recorded when the next step ends; its statistics may still show a break
             self.waiting = done
         self.step += 1
         self.step_start = self.rec.now_ns()
@@ -1122,7 +1121,7 @@ class _Done:
     def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, forwards):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
-        self.forwards = forwards  # its _Forwards (None once it is known not broken)
+        self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
 
 
