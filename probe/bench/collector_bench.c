@@ -8,7 +8,8 @@
  * records), CUPTI kernels of four names and launch configurations in turn, and a mix with
  * runtime API records.
  *
- *     collector_bench [N] [DIR]     N records per workload (default 2000000), DIR for the files
+ *     collector_bench [N] [DIR] [WORKLOAD]   N records per workload (default 2000000), DIR for
+ *                                            the files, WORKLOAD amp|kernel|mixed (default all)
  */
 #include "amp-impl.h"
 #include "amp-record.h"
@@ -204,9 +205,21 @@ static void run(const char *name, void (*emit)(int64_t), int64_t n, const char *
 int main(int argc, char **argv) {
     int64_t n = argc > 1 ? atoll(argv[1]) : 2000000;
     const char *base = argc > 2 ? argv[2] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *only = argc > 3 ? argv[3] : NULL;
+    static const struct {
+        const char *name;
+        void (*emit)(int64_t);
+    } workloads[] = {{"amp", emit_amp}, {"kernel", emit_kernel}, {"mixed", emit_mixed}};
     printf("collector_bench: %lld records per workload in %s\n", (long long)n, base);
-    run("amp", emit_amp, n, base);
-    run("kernel", emit_kernel, n, base);
-    run("mixed", emit_mixed, n, base);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
+        if (!only || strcmp(only, workloads[i].name) == 0) {
+            run(workloads[i].name, workloads[i].emit, n, base);
+            ran++;
+        }
+    if (!ran) {
+        fprintf(stderr, "collector_bench: unknown workload '%s' (amp, kernel or mixed)\n", only);
+        return 2;
+    }
     return 0;
 }
