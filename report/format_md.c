@@ -129,9 +129,9 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
     }
     char steps[64];
     report_steps_phrase(&s, false, steps, sizeof steps);
-    fprintf(out, "| steps | %s (%lld-%lld), %lld skipped, %lld with a non-finite loss |\n",
-            steps, (long long)s.first_step, (long long)s.last_step,
-            (long long)s.skipped, (long long)s.nonfinite_losses);
+    fprintf(out, "| steps | %s (%lld-%lld), %lld skipped, %lld with a non-finite loss |\n", steps,
+            (long long)s.first_step, (long long)s.last_step, (long long)s.skipped,
+            (long long)s.nonfinite_losses);
     fprintf(out, "| final loss | %.6g |\n", s.final_loss);
     if (!isnan(s.peak_mem))
         fprintf(out, "| peak memory | %.1f MiB held by tensors |\n", s.peak_mem / 1048576);

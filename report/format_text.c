@@ -109,8 +109,8 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
     char steps[64];
     report_steps_phrase(&s, false, steps, sizeof steps);
     fprintf(out, "  steps:       %s (%lld-%lld), %lld skipped, %lld with a non-finite loss\n",
-            steps, (long long)s.first_step, (long long)s.last_step,
-            (long long)s.skipped, (long long)s.nonfinite_losses);
+            steps, (long long)s.first_step, (long long)s.last_step, (long long)s.skipped,
+            (long long)s.nonfinite_losses);
     fprintf(out, "  final loss:  %.6g\n", s.final_loss);
     const double step_ns = report_median_step_ns(m);
     if (!isnan(step_ns)) fprintf(out, "  median step: %.3f ms\n", step_ns / 1e6);

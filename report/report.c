@@ -505,7 +505,8 @@ void report_summarize(const report_model *m, report_summary *s) {
 }
 
 void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n) {
-    snprintf(buf, n, "%lld%s", (long long)s->steps, !noun ? "" : s->steps == 1 ? " step" : " steps");
+    const char *unit = s->steps == 1 ? " step" : " steps";
+    snprintf(buf, n, "%lld%s", (long long)s->steps, noun ? unit : "");
     if (s->processes > 1) {
         size_t k = strlen(buf);
         snprintf(buf + k, n - k, " of %d processes", s->processes);
@@ -529,11 +530,13 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
         else {
             char steps[64];
             report_steps_phrase(&s, true, steps, sizeof steps);
-            snprintf(buf, n, "Healthy: no error or warning in %s%s. The forward pass stayed "
-                             "finite, no op came near the autocast dtype's range and no layer lost "
-                             "a worrying share of its gradients to underflow.%s",
+            snprintf(buf, n,
+                     "Healthy: no error or warning in %s%s. The forward pass stayed "
+                     "finite, no op came near the autocast dtype's range and no layer lost "
+                     "a worrying share of its gradients to underflow.%s",
                      steps,
-                     s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)" : "",
+                     s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
+                               : "",
                      f->n ? " The notes below are for information." : "");
         }
         return;

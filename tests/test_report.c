@@ -208,7 +208,8 @@ END_TEST
 START_TEST(ranks_are_counted_as_processes) {
     healthy(12);
     sql("INSERT INTO AMP_STEPS SELECT 2, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
-        "scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS WHERE pid = 1;");
+        "scale_before, scale_after, found_inf, skipped, mem_peak_bytes "
+        "FROM AMP_STEPS WHERE pid = 1;");
     analyse(NULL, INT64_MIN, INT64_MAX);
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);

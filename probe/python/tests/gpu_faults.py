@@ -28,8 +28,8 @@ and the gain are there from it on); --checkpoint reentrant|nonreentrant recomput
 model through DistributedDataParallel (one process, or one per GPU under torchrun, each rank on
 the GPU of its LOCAL_RANK) or DataParallel (on every GPU; with --device, on that one).
 """
-import os
 import argparse
+import os
 import sys
 
 import torch
