@@ -9,7 +9,7 @@
  *    "counts": {"error": 1, "warning": 2, "info": 0},
  *    "findings": [{"rule": "nonfinite-root-cause", "severity": "error",
  *                  "steps": {"first": 3, "last": 11}, "layer": "blocks.1.attn", "op": "mul",
- *                  "phase": "fwd", "title": "...", "detail": "...",
+ *                  "phase": "fwd", "processes": 1, "title": "...", "detail": "...",
  *                  "evidence": {"input_amax": 6.26953, ...}, "advice": "..."}]}
  *
  * Absent values (no layer, no step, NaN/inf numbers) are null.
@@ -101,7 +101,7 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
         str(out, x->op);
         fputs(", \"phase\": ", out);
         str(out, x->phase);
-        fputs(",\n   \"title\": ", out);
+        fprintf(out, ", \"processes\": %d,\n   \"title\": ", x->processes);
         str(out, x->title);
         fputs(",\n   \"detail\": ", out);
         str(out, x->detail);

@@ -356,6 +356,7 @@ report_finding *report_finding_add(report_findings *out, const char *rule, amp_s
     f->rule = rule;
     f->severity = severity;
     f->first_step = f->last_step = -1;
+    f->processes = 1;
     return f;
 }
 
@@ -387,9 +388,63 @@ static int cmp_finding(const void *pa, const void *pb) {
     return 0;
 }
 
+static const char *past_number(const char *s) {
+    return s + strspn(s, "0123456789.+-");
+}
+
+// Titles equal but for their numbers (each rank of a data-parallel run has its own figures).
+static bool same_words(const char *a, const char *b) {
+    for (a = past_number(a), b = past_number(b); *a == *b; a = past_number(a), b = past_number(b)) {
+        if (!*a) return true;
+        a++, b++;
+    }
+    return false;
+}
+
+static bool same_problem(const report_finding *a, const report_finding *b) {
+    return strcmp(a->rule, b->rule) == 0 && a->severity == b->severity &&
+           a->first_step == b->first_step && strcmp(a->layer, b->layer) == 0 &&
+           strcmp(a->op, b->op) == 0 && strcmp(a->phase, b->phase) == 0 &&
+           same_words(a->title, b->title);
+}
+
+// Several processes that recorded one run (the ranks of a data-parallel job) show the same
+// problem each: one finding, with the first process's figures and the count, not one per process.
+static void merge_processes(const report_model *m, report_findings *out) {
+    bool several = false;
+    for (size_t i = 1; i < m->n_layers && !several; i++)
+        several = m->layers[i].pid != m->layers[0].pid;
+    for (size_t i = 1; i < m->n_steps && !several; i++)
+        several = m->steps[i].pid != m->steps[0].pid;
+    if (!several) return;
+    size_t kept = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        report_finding *f = &out->v[i], *same = NULL;
+        for (size_t j = 0; j < kept && !same; j++)
+            if (same_problem(&out->v[j], f)) same = &out->v[j];
+        if (!same) {
+            if (kept != i) out->v[kept] = *f;
+            kept++;
+            continue;
+        }
+        same->processes++;
+        if (f->last_step > same->last_step) same->last_step = f->last_step;
+    }
+    out->n = kept;
+    for (size_t i = 0; i < out->n; i++) {
+        report_finding *f = &out->v[i];
+        size_t len = strlen(f->detail);
+        if (f->processes > 1 && len < sizeof f->detail)
+            snprintf(f->detail + len, sizeof f->detail - len,
+                     "%sThe same in %d processes; the figures are the first one's.",
+                     len ? "\n" : "", f->processes);
+    }
+}
+
 void report_run(const report_model *m, const report_rule *only, report_findings *out) {
     for (size_t i = 0; i < report_n_rules; i++)
         if (!only || only == &report_rules[i]) report_rules[i].run(m, out);
+    merge_processes(m, out);
     // qsort is not stable: keep the rules' own order among equals through a stable pass
     for (size_t i = 1; i < out->n; i++) {
         report_finding tmp = out->v[i];

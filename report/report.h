@@ -238,6 +238,7 @@ typedef struct report_finding {
     char title[512];    // what happened, one line
     char detail[1024];  // the evidence in words (input ranges, the worst layers, ...)
     char advice[1024];  // what to change
+    int processes;      // how many processes showed it (data-parallel ranks: one finding)
     int n_evidence;
     struct {
         const char *key; // lower_snake_case, stable (json)

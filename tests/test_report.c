@@ -263,6 +263,40 @@ static void attn_overflow(void) {
         "scale_after = scale_before / 2 WHERE step >= 3;");
 }
 
+// Each rank of a data-parallel run shows the same fault: one finding, the processes counted.
+START_TEST(a_fault_every_rank_shows_is_one_finding) {
+    attn_overflow();
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    const size_t alone = findings.n;
+    release();
+    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS", "AMP_OPS",
+                                         "AMP_SCALE"};
+    char buf[256];
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) { // pid 2: pid 1's rows again
+        snprintf(buf, sizeof buf,
+                 "CREATE TEMP TABLE t AS SELECT * FROM %s WHERE pid = 1; "
+                 "UPDATE t SET pid = 2; INSERT INTO %s SELECT * FROM t; DROP TABLE t;",
+                 tables[i], tables[i]);
+        sql(buf);
+    }
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) SELECT 2, step + 1, layer_id, op, phase, kind, "
+        "severity, count, value * 0.5, detail, aggregate, occurrences, last_step FROM AMP_EVENTS;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    const report_finding *f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->processes, 1); // pid 2's starts a step later: not the same problem
+    release();
+    sql("UPDATE AMP_EVENTS SET step = step - 1 WHERE pid = 2;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, alone);
+    f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->processes, 2);
+    ck_assert_int_eq(f->first_step, 3);
+    ck_assert_msg(strstr(f->detail, "The same in 2 processes"), "%s", f->detail);
+    release();
+}
+END_TEST
+
 START_TEST(nonfinite_attention_overflow_is_the_first_finding) {
     attn_overflow();
     analyse(NULL, INT64_MIN, INT64_MAX);
@@ -1155,6 +1189,7 @@ Suite *report_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
     tcase_add_test(tc, ranks_are_counted_as_processes);
+    tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
