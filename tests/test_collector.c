@@ -822,6 +822,80 @@ START_TEST(test_rows_visible_while_running) {
 }
 END_TEST
 
+// The many-row tables get their rows 64 an INSERT; a commit inserts an unfinished batch's rows
+// one by one: each row lands once, in order, with its own values, and is visible while running.
+START_TEST(test_batched_rows_land_in_order) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    enum { N = 150 }; // two full batches and part of a third
+    for (int i = 0; i < N; i++) {
+        amp_record_kernel(&(amp_rec_kernel){.start_ns = 1000 + i,
+                                            .end_ns = 2000 + i,
+                                            .device_id = 0,
+                                            .stream_id = 7,
+                                            .green_context_id = -1,
+                                            .correlation_id = i,
+                                            .name = i % 3 ? "kernel_a" : "kernel_b",
+                                            .launch_type = -1,
+                                            .cache_config = i % 2 ? 1 : -1,
+                                            .grid_x = i % 5 + 1,
+                                            .grid_y = 1,
+                                            .grid_z = 1,
+                                            .block_x = 128,
+                                            .block_y = 1,
+                                            .block_z = 1,
+                                            .shared_memory_executed = -1,
+                                            .shared_memory_limit_config = -1,
+                                            .graph_node_id = -1});
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = i,
+                                                        .layer_id = i % 4 ? i % 4 : -1,
+                                                        .op = i % 2 ? "add" : NULL,
+                                                        .kind = AMP_STATS_ACTIVATION,
+                                                        .dtype = "f16",
+                                                        .target_dtype = "f16",
+                                                        .numel = i,
+                                                        .min = i % 7 ? -i : NAN,
+                                                        .max = i,
+                                                        .amax = i,
+                                                        .n_nan = 0,
+                                                        .n_posinf = 0,
+                                                        .n_neginf = 0,
+                                                        .n_overflow = 0,
+                                                        .n_underflow = 0,
+                                                        .n_zero = i % 3 ? 0 : -1});
+    }
+    sleep_ms(250); // the background flush, then a poll (its commit) as the launcher does
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), N);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), N);
+    sqlite3_close(db);
+    amp_record_stop();
+    finish(c, 0);
+    db = open_ro(f.db);
+    // every row as emitted, in emission order (rowid), none twice
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                        "JOIN StringIds s ON s.id = k.shortName WHERE "
+                                        "k.rowid = k.correlationId + 1 AND k.start = 1000 + "
+                                        "k.correlationId AND k.gridX = k.correlationId % 5 + 1 "
+                                        "AND (k.cacheConfig IS NULL) = (k.correlationId % 2 = 0) "
+                                        "AND s.value = CASE WHEN k.correlationId % 3 THEN "
+                                        "'kernel_a' ELSE 'kernel_b' END"),
+                     N);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE "
+                                        "rowid = step + 1 AND numel = step AND "
+                                        "(layer_id IS NULL) = (step % 4 = 0) AND "
+                                        "(op IS NULL) = (step % 2 = 0) AND "
+                                        "(min IS NULL) = (step % 7 = 0) AND max = step AND "
+                                        "(n_zero IS NULL) = (step % 3 = 0)"),
+                     N);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_unfinished_writer_at_finish) {
     fixture f;
     fixture_init(&f);
@@ -1017,6 +1091,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_truncated_spool);
     tcase_add_test(w, test_corrupt_record_skips_rest);
     tcase_add_test(w, test_rows_visible_while_running);
+    tcase_add_test(w, test_batched_rows_land_in_order);
     tcase_add_test(w, test_unfinished_writer_at_finish);
     suite_add_tcase(s, w);
     TCase *o = tcase_create("open");
