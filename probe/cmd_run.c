@@ -353,9 +353,11 @@ static void summary(const run_opts *o, const char *path, int wstatus,
                 WTERMSIG(wstatus), strsignal(WTERMSIG(wstatus)));
     else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0)
         fprintf(stderr, "ampprobe: %s exited with status %d\n", o->prog[0], WEXITSTATUS(wstatus));
-    fprintf(stderr, "ampprobe: %lld steps (%lld skipped), %lld events, %lld rows -> %s\n",
-            (long long)s->steps, (long long)s->skipped, (long long)s->events, (long long)s->rows,
-            path);
+    char procs[48] = "";
+    if (s->step_processes > 1) snprintf(procs, sizeof procs, " of %d processes", s->step_processes);
+    fprintf(stderr, "ampprobe: %lld steps%s (%lld skipped), %lld events, %lld rows -> %s\n",
+            (long long)s->steps, procs, (long long)s->skipped, (long long)s->events,
+            (long long)s->rows, path);
 }
 
 static void set_meta(amp_collector_t *c, const char *key, const char *value) {

@@ -650,6 +650,8 @@ START_TEST(test_many_processes) {
                 amp_record_op(&op);
                 if (i % 5000 == 0) sleep_ms(20); // spread over several polls
             }
+            if (p) // the first sends no step (a launcher's parent, as torchrun)
+                amp_record_step(&(amp_rec_step){.step = 0, .end_ns = 1, .grad_norm = NAN});
             exit(0);
         }
     }
@@ -657,6 +659,10 @@ START_TEST(test_many_processes) {
     pid_t copy[PROCS];
     memcpy(copy, pids, sizeof pids);
     collect_until_done(c, copy, PROCS);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.steps, PROCS - 1);
+    ck_assert_int_eq(st.step_processes, PROCS - 1);
     finish(c, 0);
     sqlite3 *db = open_ro(f.db);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), PROCS * OPS);

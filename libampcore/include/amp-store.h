@@ -61,6 +61,7 @@ typedef struct amp_collector_stats {
     int64_t records;     // records ingested
     int64_t rows;        // rows inserted or updated
     int64_t steps;       // step records
+    int step_processes;  // processes that sent them (the ranks of a data-parallel job)
     int64_t last_step;   // -1 before the first step record
     double last_step_ms; // duration of that step; NaN before
     double last_loss;    // NaN before (or when the loss was NaN)

@@ -49,6 +49,7 @@ typedef struct spool_file {
     bool writer_gone;    // its flock could be taken
     bool done;           // nothing more will be read from it
     bool warned_unknown; // about a record type this build does not know
+    bool sent_steps;     // a step record came from it
 } spool_file;
 
 // An event key past its individual rows: its aggregate row, and the occurrences folded in since
@@ -323,6 +324,7 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         return amp_store_layer(s, f->pid, &r->layer);
     case AMP_REC_STEP:
         st->steps++;
+        if (!f->sent_steps) f->sent_steps = true, st->step_processes++;
         st->last_step = r->step.step;
         st->last_step_ms = (double)(r->step.end_ns - r->step.start_ns) / 1e6;
         st->last_loss = r->step.loss;
