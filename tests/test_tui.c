@@ -305,6 +305,22 @@ START_TEST(model_finished_run) {
 }
 END_TEST
 
+// A data-parallel job's second rank: the model follows the first process, and counts both.
+START_TEST(model_follows_the_first_of_several_processes) {
+    fixture();
+    sql("INSERT INTO AMP_STEPS SELECT 9, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
+        "scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS "
+        "WHERE pid = 7 AND step < 2;");
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    ck_assert_int_eq(m.pid, 7);
+    ck_assert_uint_eq(m.n_steps, 4);
+    ck_assert_int_eq(m.n_step_pids, 2);
+    tui_model_free(&m);
+}
+END_TEST
+
 START_TEST(layers_view_danger_and_filter) {
     fixture();
     tui_app app;
@@ -541,6 +557,7 @@ Suite *tui_suite(void) {
     tcase_add_checked_fixture(model, setup, teardown);
     tcase_add_test(model, model_live_incremental);
     tcase_add_test(model, model_finished_run);
+    tcase_add_test(model, model_follows_the_first_of_several_processes);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, bad_files);
     suite_add_tcase(s, model);

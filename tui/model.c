@@ -190,6 +190,15 @@ static bool same_step(const tui_step *a, const tui_step *b) {
            a->skipped == b->skipped && same_double(a->mem_mib, b->mem_mib);
 }
 
+// Counts pid among the processes that recorded steps.
+static void note_step_pid(tui_model *m, int32_t pid) {
+    const int known = m->n_step_pids < TUI_PIDS ? m->n_step_pids : TUI_PIDS;
+    for (int i = 0; i < known; i++)
+        if (m->step_pids[i] == pid) return;
+    if (m->n_step_pids < TUI_PIDS) m->step_pids[m->n_step_pids] = pid;
+    m->n_step_pids++; // past TUI_PIDS an approximation: later ones may count again
+}
+
 static bool poll_steps(tui_model *m) {
     sqlite3_stmt *q = m->q_steps;
     // Re-read the trailing rows too: the collector upserts a step's record and its scale.
@@ -204,6 +213,7 @@ static bool poll_steps(tui_model *m) {
         if (rowid > m->last_step_rowid) m->last_step_rowid = rowid;
         int32_t pid = sqlite3_column_int(q, 1);
         if (!m->pid) m->pid = pid;
+        note_step_pid(m, pid);
         if (pid != m->pid) continue;
         tui_step s = {.rowid = rowid,
                       .step = sqlite3_column_int64(q, 2),
