@@ -1,6 +1,7 @@
 /*
  * store.c — the run database: schema (probe/SCHEMA.md documents it column by column), prepared
- * inserts, StringIds interning, end-of-run indexes, and the checked read-only open for readers.
+ * inserts (the many-row tables' 64 rows a statement), StringIds interning, end-of-run indexes,
+ * and the checked read-only open for readers.
  *
  * The nsys-named tables copy the column names and order of an `nsys export --type sqlite`
  * (schema 3.16) so that queries written for nsys exports run here; the AMP_* tables and META are
