@@ -6,6 +6,7 @@
 #include "report.h"
 
 #include "amp-impl.h"
+#include "amp-store.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -115,19 +116,6 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
-// Whether table has the column (one a database of an older schema lacks).
-static bool has_column(sqlite3 *db, const char *table, const char *column) {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &q,
-                           NULL) != SQLITE_OK)
-        return false;
-    sqlite3_bind_text(q, 1, table, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, column, -1, SQLITE_STATIC);
-    bool yes = sqlite3_step(q) == SQLITE_ROW;
-    sqlite3_finalize(q);
-    return yes;
-}
-
 static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[320];
@@ -135,7 +123,7 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
              "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
              "skipped, start_ns, end_ns, %s FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 "
              "ORDER BY pid, step",
-             has_column(db, "AMP_STEPS", "mem_peak_bytes") ? "mem_peak_bytes" : "NULL");
+             amp_store_has_column(db, "AMP_STEPS", "mem_peak_bytes") ? "mem_peak_bytes" : "NULL");
     if (!prepare(db, m->path, sql, m, &q, err)) return false;
     size_t cap = 0;
     int rc;

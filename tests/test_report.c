@@ -204,6 +204,24 @@ START_TEST(healthy_run_has_no_error_or_warning) {
 }
 END_TEST
 
+// A database of schema 1.1 has no AMP_STEPS.mem_peak_bytes: read as "not recorded".
+START_TEST(a_database_without_memory_peaks_reads) {
+    healthy(4);
+    sql("UPDATE AMP_STEPS SET mem_peak_bytes = 1048576;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_summary s;
+    report_summarize(&model, &s);
+    ck_assert_double_eq(s.peak_mem, 1048576);
+    release();
+    sql("ALTER TABLE AMP_STEPS DROP COLUMN mem_peak_bytes;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_summarize(&model, &s);
+    ck_assert(isnan(s.peak_mem));
+    ck_assert_int_eq(s.steps, 4);
+    release();
+}
+END_TEST
+
 // A data-parallel run: each rank a process with its own steps, counted as such.
 START_TEST(ranks_are_counted_as_processes) {
     healthy(12);
@@ -1188,6 +1206,7 @@ Suite *report_suite(void) {
     TCase *tc = tcase_create("rules");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
+    tcase_add_test(tc, a_database_without_memory_peaks_reads);
     tcase_add_test(tc, ranks_are_counted_as_processes);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);

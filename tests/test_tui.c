@@ -305,6 +305,19 @@ START_TEST(model_finished_run) {
 }
 END_TEST
 
+// A database of schema 1.1 has no AMP_STEPS.mem_peak_bytes: the steps load, their peak unknown.
+START_TEST(model_reads_a_database_without_memory_peaks) {
+    fixture();
+    sql("ALTER TABLE AMP_STEPS DROP COLUMN mem_peak_bytes;");
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    ck_assert_uint_eq(m.n_steps, 4);
+    ck_assert(isnan(m.steps[2].mem_mib));
+    tui_model_free(&m);
+}
+END_TEST
+
 // A data-parallel job's second rank: the model follows the first process, and counts both.
 START_TEST(model_follows_the_first_of_several_processes) {
     fixture();
@@ -558,6 +571,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_live_incremental);
     tcase_add_test(model, model_finished_run);
     tcase_add_test(model, model_follows_the_first_of_several_processes);
+    tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, bad_files);
     suite_add_tcase(s, model);

@@ -599,13 +599,10 @@ amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR
         goto fail;
     m->stats_indexed = sqlite3_step(idx) == SQLITE_ROW;
     sqlite3_finalize(idx);
-    if (!prepare(m, "SELECT 1 FROM pragma_table_info('AMP_STEPS') WHERE name = 'mem_peak_bytes'",
-                 &idx, err))
-        goto fail;
     char steps_sql[sizeof sql_steps + 16];
     snprintf(steps_sql, sizeof steps_sql, sql_steps,
-             sqlite3_step(idx) == SQLITE_ROW ? "mem_peak_bytes" : "NULL");
-    sqlite3_finalize(idx);
+             amp_store_has_column(m->db, "AMP_STEPS", "mem_peak_bytes") ? "mem_peak_bytes"
+                                                                        : "NULL");
     if (!prepare(m, sql_version, &m->q_version, err) || !prepare(m, sql_meta, &m->q_meta, err) ||
         !prepare(m, steps_sql, &m->q_steps, err) || !prepare(m, sql_events, &m->q_events, err) ||
         !prepare(m, sql_event_by_id, &m->q_event_by_id, err) ||

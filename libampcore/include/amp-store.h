@@ -51,6 +51,9 @@ typedef struct sqlite3 sqlite3;
 // database, is truncated or corrupt, or was written by a newer schema. Returns AMP_ERR_IO,
 // AMP_ERR_CORRUPT or AMP_ERR_UNSUPPORTED (newer major version) then. Close with sqlite3_close.
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]);
+// Whether table has column: a reader's question about a column that a minor version added
+// (AMP_STEPS.mem_peak_bytes, 1.2), which an older database lacks.
+bool amp_store_has_column(sqlite3 *db, const char *table, const char *column);
 
 // ---------------------------------------------------------------------------------------------
 // The collector

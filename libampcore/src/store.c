@@ -1224,6 +1224,18 @@ static amp_status precheck(const char *path, char *err) {
     return AMP_OK;
 }
 
+bool amp_store_has_column(sqlite3 *db, const char *table, const char *column) {
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &q,
+                           NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, column, -1, SQLITE_STATIC);
+    const bool yes = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return yes;
+}
+
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
     *db = NULL;
     errbuf[0] = 0;
