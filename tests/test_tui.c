@@ -318,18 +318,22 @@ START_TEST(model_reads_a_database_without_memory_peaks) {
 }
 END_TEST
 
-// A data-parallel job's second rank: the model follows the first process, and counts both.
+// A data-parallel job's other ranks: the model follows the first process, and counts them all.
 START_TEST(model_follows_the_first_of_several_processes) {
     fixture();
     sql("INSERT INTO AMP_STEPS SELECT 9, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
         "scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS "
-        "WHERE pid = 7 AND step < 2;");
+        "WHERE pid = 7 AND step < 2;"
+        // and 100 more ranks of two steps each, their rows interleaved
+        "WITH RECURSIVE r(p) AS (SELECT 100 UNION ALL SELECT p + 1 FROM r WHERE p < 199), "
+        "s(step) AS (VALUES (0), (1)) INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns) "
+        "SELECT p, step, 0, 1 FROM r, s ORDER BY step, p % 7, p;");
     tui_model m;
     char err[AMP_STORE_ERR_MAX];
     ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
     ck_assert_int_eq(m.pid, 7);
     ck_assert_uint_eq(m.n_steps, 4);
-    ck_assert_int_eq(m.n_step_pids, 2);
+    ck_assert_uint_eq(m.n_step_pids, 102);
     tui_model_free(&m);
 }
 END_TEST

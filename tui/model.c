@@ -190,13 +190,21 @@ static bool same_step(const tui_step *a, const tui_step *b) {
            a->skipped == b->skipped && same_double(a->mem_mib, b->mem_mib);
 }
 
-// Counts pid among the processes that recorded steps.
+// Counts pid among the processes that recorded steps (kept sorted: a binary search a row).
 static void note_step_pid(tui_model *m, int32_t pid) {
-    const int known = m->n_step_pids < TUI_PIDS ? m->n_step_pids : TUI_PIDS;
-    for (int i = 0; i < known; i++)
-        if (m->step_pids[i] == pid) return;
-    if (m->n_step_pids < TUI_PIDS) m->step_pids[m->n_step_pids] = pid;
-    m->n_step_pids++; // past TUI_PIDS an approximation: later ones may count again
+    size_t lo = 0, hi = m->n_step_pids;
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (m->step_pids[mid] < pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < m->n_step_pids && m->step_pids[lo] == pid) return;
+    AMP_GROW(m->step_pids, m->n_step_pids, m->cap_step_pids);
+    memmove(m->step_pids + lo + 1, m->step_pids + lo, (m->n_step_pids - lo) * sizeof *m->step_pids);
+    m->step_pids[lo] = pid;
+    m->n_step_pids++;
 }
 
 static bool poll_steps(tui_model *m) {
@@ -656,6 +664,7 @@ void tui_model_free(tui_model *m) {
     free(m->kernels);
     free(m->kernel_slots);
     free(m->steps);
+    free(m->step_pids);
     free(m->events);
     free(m->counts);
     free(m->rows);

@@ -91,11 +91,9 @@ typedef struct tui_model {
     int exit_status;          // -1: unknown or still running
     int64_t start_ns, end_ns; // 0: unknown
     int32_t pid;              // the process whose steps and statistics are shown; 0 before any
-    // Processes that recorded steps (the ranks of a data-parallel job): the first TUI_PIDS of
-    // them, and how many in all.
-#define TUI_PIDS 64
-    int32_t step_pids[TUI_PIDS];
-    int n_step_pids;
+    // Processes that recorded steps (the ranks of a data-parallel job), sorted.
+    int32_t *step_pids;
+    size_t n_step_pids, cap_step_pids;
     // Steps of pid, sorted by step.
     tui_step *steps;
     size_t n_steps, cap_steps;
