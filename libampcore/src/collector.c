@@ -324,7 +324,10 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         return amp_store_layer(s, f->pid, &r->layer);
     case AMP_REC_STEP:
         st->steps++;
-        if (!f->sent_steps) f->sent_steps = true, st->step_processes++;
+        if (!f->sent_steps) {
+            f->sent_steps = true;
+            st->step_processes++;
+        }
         st->last_step = r->step.step;
         st->last_step_ms = (double)(r->step.end_ns - r->step.start_ns) / 1e6;
         st->last_loss = r->step.loss;

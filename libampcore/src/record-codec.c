@@ -53,6 +53,7 @@ static const field step_fields[] = {
     I8(amp_rec_step, step),      I8(amp_rec_step, start_ns),
     I8(amp_rec_step, end_ns),    I8(amp_rec_step, loss),
     I8(amp_rec_step, grad_norm), I8(amp_rec_step, mem_peak_bytes)}; // version 2
+#define STEP_V1_FIELDS 5                                            // version 1 ended at grad_norm
 
 static const field scale_fields[] = {
     I8(amp_rec_scale, step),      I8(amp_rec_scale, scale_before),   I8(amp_rec_scale, scale_after),
@@ -183,13 +184,14 @@ static const field gpu_metric_fields[] = {I4(GM, device_id), I8(GM, start_ns), I
 
 static const rec_desc *desc_of(uint16_t type) {
     static const rec_desc meta = DESC(meta_fields), layer = DESC(layer_fields),
-                          step = {2, N_OF(step_fields), step_fields, 5}, scale = DESC(scale_fields),
-                          stats = DESC(tensor_stats_fields), op = DESC(op_fields),
-                          event = DESC(event_fields), string = DESC(string_fields),
-                          kernel = DESC(kernel_fields), memcpy_ = DESC(memcpy_fields),
-                          memset_ = DESC(memset_fields), runtime = DESC(runtime_fields),
-                          sync = DESC(sync_fields), nvtx = DESC(nvtx_fields),
-                          gpu = DESC(gpu_info_fields), gpu_metric = DESC(gpu_metric_fields);
+                          step = {2, N_OF(step_fields), step_fields, STEP_V1_FIELDS},
+                          scale = DESC(scale_fields), stats = DESC(tensor_stats_fields),
+                          op = DESC(op_fields), event = DESC(event_fields),
+                          string = DESC(string_fields), kernel = DESC(kernel_fields),
+                          memcpy_ = DESC(memcpy_fields), memset_ = DESC(memset_fields),
+                          runtime = DESC(runtime_fields), sync = DESC(sync_fields),
+                          nvtx = DESC(nvtx_fields), gpu = DESC(gpu_info_fields),
+                          gpu_metric = DESC(gpu_metric_fields);
     switch ((amp_rec_type)type) {
     case AMP_REC_META:
         return &meta;
