@@ -404,8 +404,8 @@ static bool have_tmux(void) {
 }
 
 static int tmux(const char *fmt, const char *arg) {
-    char args[1024], cmd[1400];
-    snprintf(args, sizeof args, fmt, arg);
+    char args[1024], cmd[sizeof args + sizeof sock + 32];
+    ck_assert_int_lt(snprintf(args, sizeof args, fmt, arg), (int)sizeof args);
     snprintf(cmd, sizeof cmd, "tmux -L %s -f /dev/null %s", sock, args);
     return system(cmd);
 }

@@ -62,6 +62,12 @@ Gradient accumulation (several forwards and backward()s a step): each forward's 
 computation are kept until the step ends, and a broken step's forwards are searched in turn;
 its statistics hold a row per forward and layer; its loss is the sum of what backward() (or
 scaler.scale()) took, the mean loss when each micro-batch's loss is divided by their number.
+
+torch.compile: nothing that runs in compiled code is hooked (its hooks would be traced), so a model
+compiled as a whole records its output and that output's gradient as the root layer's, its
+parameter gradients, the scale and the steps; compiled parts of an eager model are left out the
+same way. Broken steps and op steps run the forward again eagerly (the op step once more, without
+gradients, under the op recorder). Watch what torch.compile returned, not the module it compiled.
 """
 import atexit
 import contextlib
@@ -71,6 +77,8 @@ import math
 import os
 import sys
 import threading
+import types
+import warnings
 import weakref
 
 import torch
@@ -340,10 +348,11 @@ class _OpRecorder(TorchFunctionMode):
     after autocast's casts, shapes, analytic FLOPs and bytes (_vocab.op_row). Views and
     metadata are left out, and casts that change nothing."""
 
-    def __init__(self, w, step, dev):
+    def __init__(self, w, step, dev, layers=None):
         super().__init__()
         self.w, self.step, self.dev = w, step, dev
-        self.layers = [-1, w.layer_of[id(w.model)]]  # begun in the model's pre-hook: its own
+        # begun in the model's pre-hook: its own layer (after the model: outside any module)
+        self.layers = layers or [-1, w.layer_of[id(w.model)]]
         self.hooks = []
 
     def start(self):
@@ -512,13 +521,86 @@ def _unwrap(model):
     return model
 
 
+# torch.compile. A compiled module's calls run as generated code, in which hooks would be traced
+# (each a graph break, or worse): nothing inside one is hooked, the hooks of a module compiled in
+# place are run around its compiled calls (_Around), and an op step or a broken step runs the
+# forward again eagerly.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+def _optimized(m):
+    """Whether m is what torch.compile(module) returns (its _orig_mod runs compiled)."""
+    ef = sys.modules.get("torch._dynamo.eval_frame")  # not loaded: nothing was compiled
+    return ef is not None and isinstance(m, ef.OptimizedModule)
+
+
+def _compiled(m):
+    """Whether m's calls run compiled: torch.compile(module)'s wrapper, or module.compile()."""
+    return _optimized(m) or getattr(m, "_compiled_call_impl", None) is not None
+
+
+def _inner(model):
+    """The model under torch.compile's and data-parallel wrappers, in any order: what is named
+    and run again (the wrappers are what the loop calls)."""
+    while True:
+        m = model._orig_mod if _optimized(model) else _unwrap(model)
+        if m is model:
+            return m
+        model = m
+
+
+class _Around:
+    """A module compiled in place (module.compile()), its calls with callbacks run eagerly
+    around them: pre(args, kwargs) before, post(args, output) after (its own hooks run inside
+    the compiled code, traced). around(m) puts one in place."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self.pre, self.post = [], []
+
+    def __call__(self, *args, **kwargs):
+        for f in tuple(self.pre):  # (a callback may remove itself)
+            f(args, kwargs)
+        out = self.compiled(*args, **kwargs)
+        for f in tuple(self.post):
+            f(args, out)
+        return out
+
+    @staticmethod
+    def around(m):
+        a = m._compiled_call_impl
+        if not isinstance(a, _Around):
+            a = m._compiled_call_impl = _Around(a)
+        return a
+
+    @staticmethod
+    def hook(callbacks, f):
+        """f added to callbacks (pre or post); returns a handle whose remove() takes it out."""
+        callbacks.append(f)
+        return types.SimpleNamespace(remove=lambda: f in callbacks and callbacks.remove(f))
+
+
+def _eager_stance():
+    """Compiled modules run eagerly inside (torch.compiler.set_stance, torch 2.6 on)."""
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None or "torch._dynamo" not in sys.modules:
+        return contextlib.nullcontext()
+    return stance("force_eager")
+
+
+def _layer_name(n):
+    """A module's layer name: torch.compile's wrapper of a submodule is the module itself."""
+    return n.replace("._orig_mod", "").replace("_orig_mod.", "").replace("_orig_mod", "")
+
+
 class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
     def __init__(self, model, scaler=None, optimizer=None, stats_every=None, name=None,
                  recorder=None, ops_every=None):
         self.rec = recorder or _records.Recorder()
-        model = _unwrap(model)
+        self.outer = _unwrap(model)  # what the loop calls: the model's own hooks are there
+        model = _inner(self.outer)
         self.model = model
         self.on = self.rec.enabled
         if not self.on:
@@ -528,9 +610,21 @@ class Watcher:
         env_ops = os.environ.get("AMPPROBE_OPS_EVERY", "")
         self.ops_every = int(ops_every if ops_every is not None else
                              env_ops if env_ops.isdigit() else _OPS_EVERY)
-        named = list(model.named_modules())
-        ids = _layers.add_model(name or type(model).__name__, [n for n, _ in named])
+        named = [(_layer_name(n), m) for n, m in model.named_modules()]
+        ids = _layers.add_model(name or type(model).__name__,
+                                list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {id(m): ids[n] for n, m in named}
+        self.layer_of[id(self.outer)] = ids[""]
+        # the model runs compiled as a whole (its output is recorded as the root's), or parts
+        # (theirs are recorded from outside: `parts`)
+        self.compiled_root = _compiled(self.outer) or _compiled(model)
+        inside = set()  # ids of the modules that run in compiled code: never hooked
+        parts = []
+        for n, m in named:
+            if id(m) not in inside and (self.compiled_root or _compiled(m)):
+                inside.update(id(s) for s in m.modules())
+                parts.append(m)
+        self.compiled = bool(inside)
         self._lock = threading.Lock()
         # id(module) -> its layer, op and the autograd pre-hook that queues its output's gradient
         self._module_info = {}
@@ -580,10 +674,26 @@ class Watcher:
         self.rec.meta("stats_every", str(self.stats_every))
         self.rec.meta("ops_every", str(self.ops_every))
         for n, m in named:
-            if n:
+            if n and id(m) not in inside:
                 self._handles.append(m.register_forward_hook(self._on_output))
-        self._handles.append(model.register_forward_pre_hook(self.on_root_pre, with_kwargs=True))
-        self._handles.append(model.register_forward_hook(self._on_root_post))
+        for m in parts if not self.compiled_root else ():
+            if _optimized(m):  # torch.compile's wrapper: its own hooks run outside
+                self._handles.append(m.register_forward_hook(self._on_output))
+            else:
+                self._handles.append(_Around.hook(
+                    _Around.around(m).post,
+                    lambda args, out, m=m: self._on_output(m, args, out)))
+        outer = self.outer
+        if getattr(outer, "_compiled_call_impl", None) is not None:  # compiled in place
+            a = _Around.around(outer)
+            self._handles += [
+                _Around.hook(a.pre, lambda args, kwargs: self.on_root_pre(outer, args, kwargs)),
+                _Around.hook(a.post, lambda args, out: self._on_root_post(outer, args, out))]
+        else:
+            self._handles += [outer.register_forward_pre_hook(self.on_root_pre, with_kwargs=True),
+                              outer.register_forward_hook(self._on_root_post)]
+        if self.compiled:
+            self.rec.meta("compiled", "model" if self.compiled_root else "modules")
         if scaler is not None:
             self.attach_scaler(scaler)
         if optimizer is not None:
@@ -640,7 +750,7 @@ class Watcher:
 
     def on_root_pre(self, module, args, kwargs):
         """The model's forward begins (a forward pre-hook; autoattach calls it for the first)."""
-        if self.rerunning or not torch.is_grad_enabled() or not module.training:
+        if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
             return None
         self._end_loss_region()
         if self.scaler is None and self.optimizer is None and self._forwards:
@@ -656,17 +766,28 @@ class Watcher:
             self.rec.meta("autocast_dtype", self.target)
         self.forwards.append(_Forward(args, kwargs, dev, ac, ac_dtype))
         self._forwards += 1
-        if self.ops_every and self.step >= 1 and (self.step - 1) % self.ops_every == 0:
+        if self._op_step() and not self.compiled:
             self.ops = _OpRecorder(self, self.step, dev)
             self.ops.start()
         return None
 
+    def _op_step(self):
+        return self.ops_every and self.step >= 1 and (self.step - 1) % self.ops_every == 0
+
     def _on_root_post(self, module, args, output):
-        if not self.rerunning and torch.is_grad_enabled() and module.training:
-            if self.sampled:
-                self._check_outputs()
-            if self.forwards:
-                self.tape.begin(self.forwards[-1], output)
+        if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
+            return
+        if self.sampled:
+            if self.compiled_root:  # nothing inside it is hooked: its output is the root's
+                self._on_output(self.model, args, output)
+            self._check_outputs()
+        if self.forwards:
+            f = self.forwards[-1]
+            if self.compiled and self._op_step() and self.ops is None:
+                self._ops_eagerly(f)
+                self.ops = _OpRecorder(self, self.step, f.dev, layers=[-1])  # the loss's
+                self.ops.start()
+            self.tape.begin(f, output)
 
     def _end_loss_region(self):
         """The loss computation is over (or the step): the tape and an op step stop recording
@@ -791,7 +912,8 @@ class Watcher:
         when the forward recorded the module (torch.utils.checkpoint's default, whose backward
         uses the forward's graph), and recorded when it did not (the reentrant kind, whose
         forward runs without gradients and whose recomputed graph is the one differentiated)."""
-        if not self.sampled or self.rerunning or not module.training or not _grad_enabled():
+        if _compiling() or not self.sampled or self.rerunning or not module.training or \
+                not _grad_enabled():  # (compiling: watch() came before torch.compile())
             return None
         key = id(module)
         info = self._module_info.get(key)
@@ -878,6 +1000,10 @@ class Watcher:
         recorded at once, while a re-run still sees its parameters."""
         if not self.on:
             return
+        if not self._forwards and self.step == 0:
+            print("ampprobe: step 0 ended without a forward of the watched model (compiled "
+                  "after watch()? watch what torch.compile returned): its inputs and module "
+                  "outputs are not recorded", file=sys.stderr, flush=True)
         self._end_loss_region()
         self._queue_weight_grads()
         if found is None:
@@ -1048,12 +1174,12 @@ class Watcher:
                 return None, None, True
         return None, None, False
 
-    def _rerun(self, d, f, with_graph=False):
-        """Runs forward f of step d again under the op tracer (with the parameters as they are
-        now: those of step d, unless d's break was only seen a step later). Returns the event
-        kind it emitted and, when the forward stayed finite, its output (with with_graph, its
-        autograd graph, the nodes tagged with layer and op, for _rerun_backward). The module
-        buffers (batch-norm statistics) and the random state are as before afterwards."""
+    @contextlib.contextmanager
+    def _again(self, f, grad):
+        """Runs forward f again inside: the model to call and its arguments (DataParallel on
+        several GPUs: the model itself on the whole batch, on the first GPU), with f's autocast
+        state, compiled modules run eagerly, the hooks quiet; the module buffers (batch-norm
+        statistics) and the random state are as before afterwards."""
         model, args, kwargs = self.model, f.args, f.kwargs
         if isinstance(model, torch.nn.DataParallel):  # on several GPUs: its copies run in
             # threads of their own, where no tracer is; the model itself runs the whole batch
@@ -1061,20 +1187,52 @@ class Watcher:
             dev0 = torch.device("cuda", _model_device(self))
             args, kwargs = tree_map(lambda x: x.to(dev0) if isinstance(x, torch.Tensor) else x,
                                     (args, kwargs))
-        judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
-        stack = [self.layer_of[id(self.model)]]
-        hooks = _layer_stack_hooks(self.layer_of, stack)
         buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
-        out = None
         self.rerunning = True
         try:
             with torch.random.fork_rng(devices=[torch.cuda.current_device()]
                                        if f.dev == "cuda" else []), \
-                    torch.set_grad_enabled(with_graph), \
-                    torch.autocast(f.dev, dtype=f.ac_dtype, enabled=f.ac), \
-                    _OpTracer(judge, stack), \
-                    (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
-                out = model(*args, **kwargs)
+                    torch.set_grad_enabled(grad), \
+                    torch.autocast(f.dev, dtype=f.ac_dtype, enabled=f.ac), _eager_stance():
+                yield model, args, kwargs
+        finally:
+            self.rerunning = False
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+
+    def _ops_eagerly(self, f):
+        """An op step of a compiled model: forward f run again eagerly, without gradients,
+        under the op recorder (what compiled code calls is no Python call to record)."""
+        rec = _OpRecorder(self, self.step, f.dev)
+        try:
+            with self._again(f, False) as (model, args, kwargs):
+                rec.start()
+                try:
+                    model(*args, **kwargs)
+                finally:
+                    rec.stop()
+        except Exception as e:  # the model refused to run again: said, the ops not recorded
+            print("ampprobe: step %d: the eager forward that records a compiled model's ops "
+                  "failed (%s: %s)" % (self.step, type(e).__name__, e), file=sys.stderr,
+                  flush=True)
+
+    def _rerun(self, d, f, with_graph=False):
+        """Runs forward f of step d again (_again) under the op tracer (with the parameters as
+        they are now: those of step d, unless d's break was only seen a step later). Returns
+        the event kind it emitted and, when the forward stayed finite, its output (with
+        with_graph, its autograd graph, the nodes tagged with layer and op, for
+        _rerun_backward)."""
+        judge = None
+        stack = [self.layer_of[id(self.model)]]
+        hooks = _layer_stack_hooks(self.layer_of, stack)
+        out = None
+        try:
+            with self._again(f, with_graph) as (model, args, kwargs):
+                judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
+                with _OpTracer(judge, stack), \
+                        (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
+                    out = model(*args, **kwargs)
         except _Found:
             out = None
         except Exception as e:  # the model refused to run again: said, the step not searched
@@ -1082,12 +1240,8 @@ class Watcher:
                   % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)
             return None, None
         finally:
-            self.rerunning = False
             for h in hooks:
                 h.remove()
-            with torch.no_grad():
-                for b, saved in buffers:
-                    b.copy_(saved)
         return judge.event, (out if judge.event is None else None)
 
     def _rerun_backward(self, d, loss, scale):
@@ -1174,23 +1328,46 @@ def autoattach():
 
     torch.amp.GradScaler.__init__ = scaler_init
 
+    hooks = []  # first_forward's: a global pre-hook, and one around each module compiled in place
+
+    def unhook():
+        for h in hooks:
+            h.remove()
+        hooks.clear()
+
     def first_forward(module, args):
-        if state["watcher"] is not None or not module.training or not torch.is_grad_enabled():
+        if _compiling() or state["watcher"] is not None or not module.training or \
+                not torch.is_grad_enabled():  # (compiling: it runs around the compiled call)
             return None
         if any(w.on for w in _watchers):  # the script watches its model itself (watch())
-            handle.remove()
+            unhook()
             return None
         if not any(p.requires_grad for p in module.parameters()):
             return None
         if _unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
             return None  # whose forward it calls next
-        handle.remove()
+        unhook()
         w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
         state["watcher"] = w
         w.on_root_pre(module, args, {})  # its own pre-hook was registered too late for this call
         return None
 
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(first_forward)
+    hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(first_forward))
+    # until the model is found, torch.compile's wrapper would warn of this hook on every run
+    warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
+                            "global hooks")
+    compile_in_place = getattr(torch.nn.Module, "compile", None)
+
+    def compile_then_watch(module, *args, **kwargs):
+        """module.compile(): its calls run compiled from now on, the global hook traced with
+        them; first_forward runs around them instead."""
+        compile_in_place(module, *args, **kwargs)
+        if hooks and getattr(module, "_compiled_call_impl", None) is not None:
+            a = _Around.around(module)
+            hooks.append(_Around.hook(a.pre, lambda args, kwargs: first_forward(module, args)))
+
+    if compile_in_place is not None:
+        torch.nn.Module.compile = compile_then_watch
 
     def optimizer_step(optimizer, args, kwargs):
         if state["watcher"] is not None:

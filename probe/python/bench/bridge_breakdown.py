@@ -18,10 +18,11 @@ variants that each leave one part of the bridge out:
 
 and prints the median CUDA-event step time and the host time of a step (time spent in step(),
 which in fp16 includes GradScaler's own wait for found_inf). With --profile it also prints the
-host functions by own time (cProfile of the hooks and full variants) and the GPU time of the
-statistics kernels per step (torch.profiler). With --self-time it prints the host time the
-bridge's own entry points (hooks, the end of the step) take per step in the full variant, timed
-one by one with perf_counter (not sampled: what the loop waits for when it is host-bound).
+host functions by own time (cProfile of the plain, hooks and full variants) and the GPU time of
+all kernels and of the statistics kernels per step (plain and full; torch.profiler). With
+--self-time it prints the host time the bridge's own entry points (hooks, the end of the step)
+take per step in the full variant, timed one by one with perf_counter (not sampled: what the loop
+waits for when it is host-bound). --compile trains torch.compile(model) in every variant.
 Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
@@ -91,7 +92,7 @@ def measure(name, mode, variant):
 
 
 def profile(name, mode, variant):
-    """cProfile of a variant's host time, then (full) the statistics kernels' GPU time."""
+    """cProfile of a variant's host time, then (full, plain) the kernels' GPU time."""
     step, steps, w = setup(name, mode, variant)
     prof = cProfile.Profile()
     prof.enable()
@@ -105,14 +106,15 @@ def profile(name, mode, variant):
     print("## %s %s %s: host functions by own time over %d steps" % (name, mode, variant,
                                                                       steps))
     print("\n".join(out.getvalue().splitlines()[:40]))
-    if variant != "full":
+    if variant not in ("full", "plain"):
         w.close()
         return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
         for i in range(10):
             step(i)
         torch.cuda.synchronize()
-    w.close()
+    if w is not None:
+        w.close()
     ours, total, n_ours, n_all = 0.0, 0.0, 0, 0
     for e in p.key_averages():
         t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
@@ -124,9 +126,9 @@ def profile(name, mode, variant):
             ours += t
             n_ours += e.count
             print("   %-60s %5d x %8.1f us" % (e.key[:60], e.count // 10, t / e.count))
-    print("## %s %s: GPU per step: statistics kernels %.3f ms in %d launches, all kernels "
-          "%.3f ms in %d" % (name, mode, ours / 10e3, n_ours // 10, total / 10e3, n_all // 10),
-          flush=True)
+    print("## %s %s %s: GPU per step: statistics kernels %.3f ms in %d launches, all kernels "
+          "%.3f ms in %d" % (name, mode, variant, ours / 10e3, n_ours // 10, total / 10e3,
+                             n_all // 10), flush=True)
 
 
 # the bridge's entry points: (class, method) and, for the grad pre-hooks, the factory
@@ -244,8 +246,9 @@ def main():
     p = torch_overhead.arg_parser(__doc__, rounds=3)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--self-time", action="store_true")
-    a = p.parse_args()
-    print("# torch %s %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
+    a = torch_overhead.parse(p)
+    print("# torch %s %s%s" % (torch.__version__, torch.cuda.get_device_name(),
+                               ", compiled" if a.compile else ""), flush=True)
     if a.self_time:
         lib, why = ap._devstats.load_module(ap._records.Recorder().path)
         if lib is not None:
@@ -267,8 +270,8 @@ def main():
                 print("%-10s %-5s %-9s event %8.3f ms (%+6.1f%%)  host %8.3f ms"
                       % (wl, mode, v, e, 100 * (e / base - 1), h), flush=True)
             if a.profile:
-                profile(wl, mode, "hooks")
-                profile(wl, mode, "full")
+                for v in ("plain", "hooks", "full"):
+                    profile(wl, mode, v)
 
 
 if __name__ == "__main__":

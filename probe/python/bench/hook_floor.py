@@ -105,7 +105,7 @@ def interleaved(name, mode, variants, rounds):
 
 
 def main():
-    p = torch_overhead.arg_parser(__doc__, rounds=3)
+    p = torch_overhead.arg_parser(__doc__, rounds=3, compile=False)
     p.add_argument("--variant", action="append", choices=VARIANTS,
                    help="these variants only (plain always runs)")
     p.add_argument("--interleave", action="store_true",

@@ -10,6 +10,9 @@ of its hooks), then the overhead of the medians over the rounds. Run it under `a
 --trace amp` so that the watched runs record (watch() attaches nothing otherwise):
 
   ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
+
+--compile trains each model through torch.compile(model) (compiled once per workload and
+precision, in the first run's warm-up steps), watched and plain alike.
 """
 import argparse
 import json
@@ -27,6 +30,9 @@ import torch_baseline  # noqa: E402  (probe/bench/torch_baseline.py)
 import ampprobe.torch as ap  # noqa: E402
 
 
+COMPILE = False  # --compile: torch.compile(model) is what trains
+
+
 def setup(name, mode, watch=None, prepare=None, model_hook=None):
     """Workload name's model, Adam, loss and GradScaler (torch_baseline.py's), the model watched
     with ap.watch(**watch) (None: plain; the scaler only in fp16, as torch_baseline enables it)
@@ -38,6 +44,8 @@ def setup(name, mode, watch=None, prepare=None, model_hook=None):
     model = cls().cuda()
     if model_hook is not None:
         model_hook(model)
+    if COMPILE:
+        model = torch.compile(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     crit = nn.CrossEntropyLoss()
     dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[mode]
@@ -97,14 +105,24 @@ def timed(step, steps, w):
             statistics.median(host) * 1e3)
 
 
-def arg_parser(doc, rounds):
-    """The benchmarks' shared options: --workload, --mode (fp16, bf16), --rounds."""
+def arg_parser(doc, rounds, compile=True):
+    """The benchmarks' shared options: --workload, --mode (fp16, bf16), --rounds and with
+    compile --compile (parse() sets COMPILE)."""
     p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", action="append", choices=sorted(torch_baseline.WORKLOADS))
     p.add_argument("--mode", action="append", choices=["fp16", "bf16"])
     p.add_argument("--rounds", type=int, default=rounds)
+    if compile:
+        p.add_argument("--compile", action="store_true", help="train torch.compile(model)")
     return p
+
+
+def parse(p):
+    global COMPILE
+    a = p.parse_args()
+    COMPILE = getattr(a, "compile", False)
+    return a
 
 
 def run(name, mode, watched):
@@ -118,10 +136,12 @@ def main():
     ap_.add_argument("--workload", action="append", choices=sorted(torch_baseline.WORKLOADS))
     ap_.add_argument("--mode", action="append", choices=["fp32", "fp16", "bf16"])
     ap_.add_argument("--rounds", type=int, default=5)
-    a = ap_.parse_args()
-    print("# torch %s %s, statistics module %s" % (
+    ap_.add_argument("--compile", action="store_true", help="train torch.compile(model)")
+    a = parse(ap_)
+    print("# torch %s %s, statistics module %s%s" % (
         torch.__version__, torch.cuda.get_device_name(),
-        os.environ.get("AMPPROBE_STATS_MODULE") or "of the build"), flush=True)
+        os.environ.get("AMPPROBE_STATS_MODULE") or "of the build",
+        ", compiled" if a.compile else ""), flush=True)
     rows = []
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:

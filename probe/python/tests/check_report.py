@@ -7,6 +7,7 @@
   check_report.py --same RUN.sqlite OTHER.sqlite
   check_report.py --mem RUN.sqlite
   check_report.py --loss RUN.sqlite RUN.log
+  check_report.py --compiled RUN.sqlite RUN.log [--blocks]
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
@@ -19,8 +20,13 @@ at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of on
 run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its last (and
 only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one the script
 printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of what
-backward() took). Prints one
-PASS/FAIL line; exits 1 on FAIL.
+backward() took). With --compiled, a run of a model compiled as a whole (run with
+TORCH_LOGS=graph_breaks) must say so in META, hold the statistics of its output and that
+output's gradient (the root layer's) and of every parameter's gradient at every step, nothing of
+the modules inside it, and its log no graph break; with --blocks, of a model whose blocks are
+compiled (gpu_faults.py --compile blocks): META says modules, each block's output and its
+gradient are there at every step, nothing of the modules inside the blocks, the others as usual.
+Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
 import sqlite3
@@ -139,7 +145,67 @@ def check_loss(path, log):
     return 0 if ok else 1
 
 
+def check_compiled(path, log, blocks=False):
+    db = sqlite3.connect(path)
+    meta = db.execute("SELECT value FROM META WHERE key = 'compiled'").fetchall()
+    steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
+    breaks = sum("Graph break" in line for line in open(log))
+    if blocks:
+        return check_compiled_blocks(db, path, meta, steps, breaks)
+    rows = db.execute("SELECT l.parent_id IS NULL, s.kind, count(*), count(DISTINCT s.step), "
+                      "count(DISTINCT s.layer_id) FROM AMP_TENSOR_STATS s JOIN AMP_LAYERS l "
+                      "ON l.pid = s.pid AND l.id = s.layer_id GROUP BY 1, 2").fetchall()
+    got = {(bool(root), kind): (n, nsteps, nlayers) for root, kind, n, nsteps, nlayers in rows}
+    bad = []
+    if meta != [("model",)]:
+        bad.append("META compiled %s" % meta)
+    for kind in ("activation", "activation_grad"):
+        if got.get((True, kind), (0, 0, 0))[1:] != (steps, 1):
+            bad.append("root %s rows %s of %d steps" % (kind, got.get((True, kind)), steps))
+        if (False, kind) in got:
+            bad.append("%s rows inside the compiled model %s" % (kind, got[(False, kind)]))
+    if got.get((False, "weight_grad"), (0, 0, 0))[1] != steps:
+        bad.append("weight_grad rows %s of %d steps" % (got.get((False, "weight_grad")), steps))
+    if breaks:
+        bad.append("%d graph breaks in the log" % breaks)
+    print("%s compiled model in %s: %s" % ("FAIL" if bad else "PASS", path, "; ".join(bad) or
+                                          "%d steps, rows %s, no graph break" % (steps, got)),
+          flush=True)
+    return 1 if bad else 0
+
+
+def check_compiled_blocks(db, path, meta, steps, breaks):
+    rows = db.execute("SELECT l.name, count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
+                      "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE s.kind IN "
+                      "('activation', 'activation_grad') GROUP BY 1, s.kind").fetchall()
+    names = {n.split(".")[0] + "." + n.split(".")[1] for n, _ in rows if n.count(".") >= 1}
+    blocks = sorted(n for n in names if n.split(".")[0] in ("blocks", "layers"))
+    bad = []
+    if meta != [("modules",)]:
+        bad.append("META compiled %s" % meta)
+    if not blocks:
+        bad.append("no block recorded")
+    for b in blocks:
+        have = [k for n, k in rows if n == b]
+        if have != [steps, steps]:
+            bad.append("%s: activation and gradient rows at %s of %d steps" % (b, have, steps))
+    inner = sorted({n for n, _ in rows if any(n.startswith(b + ".") for b in blocks)})
+    if inner:
+        bad.append("rows inside the compiled blocks: %s" % inner[:3])
+    others = sorted({n for n, _ in rows} - set(blocks))
+    if not others:
+        bad.append("no module outside the blocks recorded")
+    if breaks:
+        bad.append("%d graph breaks in the log" % breaks)
+    print("%s compiled blocks in %s: %s" % ("FAIL" if bad else "PASS", path, "; ".join(bad) or
+                                           "%d steps, blocks %s, others %s, no graph break"
+                                           % (steps, blocks, others)), flush=True)
+    return 1 if bad else 0
+
+
 def main():
+    if sys.argv[1] == "--compiled":
+        return check_compiled(sys.argv[2], sys.argv[3], "--blocks" in sys.argv[4:])
     if sys.argv[1] == "--loss":
         return check_loss(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--mem":

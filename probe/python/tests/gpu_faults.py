@@ -27,6 +27,8 @@ and the gain are there from it on); --checkpoint reentrant|nonreentrant recomput
 (TinyGPT, the residual net) in the backward (torch.utils.checkpoint). --wrap ddp|dp trains the
 model through DistributedDataParallel (one process, or one per GPU under torchrun, each rank on
 the GPU of its LOCAL_RANK) or DataParallel (on every GPU; with --device, on that one).
+--compile wrap|inplace|blocks trains the model compiled: torch.compile(model), model.compile(),
+or each of its blocks (the MLP's layers) compiled in place.
 """
 import argparse
 import os
@@ -154,6 +156,9 @@ def main():
                     help="train through DistributedDataParallel (one process) or DataParallel")
     ap.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
                     help="recompute each block in the backward (torch.utils.checkpoint)")
+    ap.add_argument("--compile", choices=["wrap", "inplace", "blocks"],
+                    help="train the model compiled: torch.compile(model), model.compile() or "
+                    "block.compile() for each block")
     a = ap.parse_args()
     global CHECKPOINT
     if a.checkpoint:
@@ -190,6 +195,13 @@ def main():
         model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
     elif a.wrap == "dp":
         model = nn.DataParallel(net, device_ids=None if a.device is None else [index])
+    if a.compile == "wrap":
+        model = torch.compile(model)
+    elif a.compile == "inplace":
+        model.compile()
+    elif a.compile == "blocks":
+        for b in getattr(net, "blocks", None) or net.layers:
+            b.compile()
     kw = {}
     if a.case == "underflow" and not a.healthy:
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)

@@ -5,8 +5,9 @@
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
-# activation checkpointing (both kinds), DistributedDataParallel (one process) and DataParallel
-# (one GPU) are checked the same way, and against the plain runs (the
+# activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel
+# (one GPU) and torch.compile (the model wrapped, compiled in place, or its blocks compiled: and
+# no graph break, the statistics a compiled model has) are checked the same way, and against the plain runs (the
 # step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0); the sawtooth run's gradient
@@ -26,7 +27,7 @@ python3 -c 'import torch, sys; print("# python", sys.version.split()[0], "torch"
 one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's)
     local name=$1 module=$2
     shift 2
-    AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" \
+    TORCH_LOGS=graph_breaks AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" \
         -- python3 "$HERE/gpu_faults.py" "$@" >"$WORK/$name.log" 2>&1
     echo $? >"$WORK/$name.rc"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
@@ -53,6 +54,17 @@ one nan-dp "" --case nan --wrap dp --device 0 &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
+# torch.compile: the model wrapped (torch.compile(model)), compiled in place (model.compile()),
+# or each block compiled in place
+one attn-compile "" --case attn --compile wrap &
+one nan-compile-blocks "" --case nan --compile blocks &
+one attn-healthy-compile-blocks "" --case attn --healthy --compile blocks &
+one residual-compile-inplace "" --case residual --compile inplace &
+one fp32gemm-compile "" --case fp32gemm --compile wrap &
+one log0-compile-inplace "" --case log0 --compile inplace &
+one attn-healthy-compile "" --case attn --healthy --compile wrap &
+one attn-healthy-compile-inplace "" --case attn --healthy --compile inplace &
+wait
 gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then # a model on GPU 1, the current device GPU 0
     one attn-gpu1 "" --case attn --device 1 &
@@ -76,6 +88,17 @@ for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual at
     nan-dp:nan; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
+for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \
+    log0-compile-inplace:log0 nan-compile-blocks:nan; do
+    python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
+done
+for c in attn-healthy-compile attn-healthy-compile-inplace; do
+    python3 "$HERE/check_report.py" "$WORK/$c.json" attn --healthy || fail=1
+    python3 "$HERE/check_report.py" --compiled "$WORK/$c.sqlite" "$WORK/$c.log" || fail=1
+done
+python3 "$HERE/check_report.py" "$WORK/attn-healthy-compile-blocks.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" --compiled "$WORK/attn-healthy-compile-blocks.sqlite" \
+    "$WORK/attn-healthy-compile-blocks.log" --blocks || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-accum.json" attn --healthy || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-ddp.json" attn --healthy || fail=1
 python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-ddp.sqlite" \

@@ -9,9 +9,10 @@ layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twi
 hold no error and no warning. The same with the gradients of 4 micro-batches accumulated a step
 (the step's loss recorded as the script computed it) and with activation checkpointing of both
 kinds (the same statistics rows as without it), through DistributedDataParallel (one process)
-and DataParallel (one GPU). Skipped without torch, without a GPU, or without AMPPROBE_DIST (the
-build folder that holds ampprobe and python/). run_gpu.sh runs the same cases in parallel and the
-GPU checks beyond them.
+and DataParallel (one GPU), and compiled (torch.compile(model), model.compile() and each block
+compiled: no graph break, the statistics a compiled model has; `-k compile`). Skipped without
+torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe and
+python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
 import json
 import os
@@ -32,16 +33,18 @@ CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 
 
 def record(tmp_path, case, healthy, extra=()):
-    """Runs the case under ampprobe run --torch; returns the database and the script's output."""
+    """Runs the case under ampprobe run --torch (torch.compile's graph breaks logged); returns
+    the database and the script's output (stdout and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     db = str(tmp_path / ("%s%s%s.sqlite" % (case, "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
     run = subprocess.run([ampprobe, "run", "--torch", "--trace", "amp", "-f", "-o", db, "--",
                           sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
                          + (["--healthy"] if healthy else []) + list(extra),
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TORCH_LOGS="graph_breaks"))
     assert run.returncode == 0, "the script failed:\n" + run.stdout[-2000:] + run.stderr[-2000:]
-    return db, run.stdout
+    return db, run.stdout + run.stderr
 
 
 def report_of(tmp_path, case, healthy, extra=()):
@@ -73,17 +76,22 @@ def test_healthy_twin_is_clean(tmp_path, case):
 PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--checkpoint", "nonreentrant")), ("attn", ("--checkpoint", "reentrant")),
             ("residual", ("--checkpoint", "nonreentrant")), ("attn", ("--wrap", "ddp")),
-            ("nan", ("--wrap", "dp", "--device", "0"))]
+            ("nan", ("--wrap", "dp", "--device", "0")), ("attn", ("--compile", "wrap")),
+            ("residual", ("--compile", "inplace")), ("fp32gemm", ("--compile", "wrap")),
+            ("log0", ("--compile", "inplace")), ("nan", ("--compile", "blocks"))]
 
 
-@pytest.mark.parametrize("case,extra", PATTERNS)
+PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
+
+
+@pytest.mark.parametrize("case,extra", PATTERNS, ids=PATTERN_IDS)
 def test_patterns_first_finding(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=False, extra=extra)
     assert r["findings"], "no findings"
     assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
 
 
-@pytest.mark.parametrize("case,extra", PATTERNS)
+@pytest.mark.parametrize("case,extra", PATTERNS, ids=PATTERN_IDS)
 def test_patterns_healthy_twin_is_clean(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=True, extra=extra)
     bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
@@ -102,3 +110,11 @@ def test_checkpointing_records_the_same_rows(tmp_path, kind):
     plain, _ = record(tmp_path, "attn", True)
     ck, _ = record(tmp_path, "attn", True, ("--checkpoint", kind))
     assert check_report.check_same(plain, ck) == 0
+
+
+@pytest.mark.parametrize("how", ["wrap", "inplace", "blocks"])
+def test_compiled_model_keeps_its_graphs(tmp_path, how):
+    db, out = record(tmp_path, "attn", True, ("--compile", how))
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_compiled(db, str(log), blocks=how == "blocks") == 0
