@@ -37,6 +37,7 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
     report_summarize(m, &summary);
     *r = (report_run_figures){.precision = precision_of(m),
                               .device = m->device,
+                              .compiled = m->compiled,
                               .steps = summary.steps,
                               .skipped = summary.skipped,
                               .step_ms = report_median_step_ns(m) / 1e6,
@@ -239,6 +240,9 @@ void report_diff_text(FILE *out, const report_model *a, const report_findings *f
     row(out, "", "A", "B", "B vs A");
     row(out, "precision", ra.precision ? ra.precision : "?", rb.precision ? rb.precision : "?", "");
     row(out, "device", ra.device ? ra.device : "?", rb.device ? rb.device : "?", "");
+    if (ra.compiled || rb.compiled)
+        row(out, "torch.compile", ra.compiled ? ra.compiled : "no",
+            rb.compiled ? rb.compiled : "no", "");
     snprintf(x, sizeof x, "%lld", (long long)ra.steps);
     snprintf(y, sizeof y, "%lld", (long long)rb.steps);
     row(out, "steps", x, y, "");
@@ -287,6 +291,8 @@ static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
     report_json_str(out, r->precision);
     fputs(", \"device\": ", out);
     report_json_str(out, r->device);
+    fputs(", \"compiled\": ", out);
+    report_json_str(out, r->compiled);
     fprintf(out, ", \"autocast\": %s, \"steps\": %lld, \"skipped\": %lld, \"step_ms\": ",
             r->autocast ? "true" : "false", (long long)r->steps, (long long)r->skipped);
     report_json_num(out, r->step_ms);

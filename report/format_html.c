@@ -463,6 +463,12 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         esc(out, m->device);
         fputs("</td></tr>", out);
     }
+    const char *compiled = report_compiled_phrase(m);
+    if (compiled) {
+        fputs("<tr><td>compiled</td><td>", out);
+        esc(out, compiled);
+        fputs("</td></tr>", out);
+    }
     if (s.steps) {
         char steps[64];
         report_steps_phrase(&s, false, steps, sizeof steps);

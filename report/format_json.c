@@ -80,6 +80,8 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     report_json_num(out, s.scale_max);
     fputs(", \"peak_memory\": ", out);
     report_json_num(out, s.peak_mem);
+    fputs(", \"compiled\": ", out);
+    str(out, m->compiled);
     size_t counts[3] = {0};
     for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
     fprintf(out, "},\n \"counts\": {\"error\": %zu, \"warning\": %zu, \"info\": %zu},\n",

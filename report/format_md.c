@@ -123,6 +123,8 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
         md(out, m->device, true);
         fputs(" |\n", out);
     }
+    const char *compiled = report_compiled_phrase(m);
+    if (compiled) fprintf(out, "| compiled | %s |\n", compiled);
     if (s.steps == 0) {
         fputs("| steps | none recorded |\n", out);
         return;

@@ -102,6 +102,8 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
     fprintf(out, "%sRun%s\n", p->bold, p->off);
     if (m->command) fprintf(out, "  command:     %s\n", m->command);
     if (m->device) fprintf(out, "  device:      %s\n", m->device);
+    const char *compiled = report_compiled_phrase(m);
+    if (compiled) fprintf(out, "  compiled:    %s\n", compiled);
     if (s.steps == 0) {
         fprintf(out, "  steps:       none recorded\n");
         return;

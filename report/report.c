@@ -86,15 +86,16 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-                 "'counters_reason') ORDER BY pid",
+                 "'counters_reason', 'compiled') ORDER BY pid",
                  m, &q, err))
         return false;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
-        const char **dst = strcmp(key, "device") == 0    ? &m->device
-                           : strcmp(key, "command") == 0 ? &m->command
+        const char **dst = strcmp(key, "device") == 0      ? &m->device
+                           : strcmp(key, "command") == 0   ? &m->command
                            : strcmp(key, "precision") == 0 ? &m->precision
+                           : strcmp(key, "compiled") == 0  ? &m->compiled
                                                            : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -303,6 +304,7 @@ void report_model_free(report_model *m) {
     free((char *)m->command);
     free((char *)m->precision);
     free((char *)m->counters_reason);
+    free((char *)m->compiled);
     memset(m, 0, sizeof *m);
 }
 
@@ -556,6 +558,15 @@ void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n
     }
 }
 
+const char *report_compiled_phrase(const report_model *m) {
+    if (!m->compiled) return NULL;
+    return strcmp(m->compiled, "model") == 0
+               ? "the model as a whole (torch.compile): the outputs of the modules inside it "
+                 "are not recorded, its own output and the gradients are"
+               : "parts of the model (torch.compile): the modules inside them are not "
+                 "recorded, the parts' outputs and the rest of the model are";
+}
+
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
     size_t errors = 0, warnings = 0;
     for (size_t i = 0; i < f->n; i++) {
@@ -575,11 +586,17 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
             report_steps_phrase(&s, true, steps, sizeof steps);
             snprintf(buf, n,
                      "Healthy: no error or warning in %s%s. The forward pass stayed "
-                     "finite, no op came near the autocast dtype's range and no layer lost "
+                     "finite, %s came near the autocast dtype's range and no layer lost "
                      "a worrying share of its gradients to underflow.%s",
                      steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
                                : "",
+                     !m->compiled ? "no op"
+                     : strcmp(m->compiled, "model") == 0
+                         ? "neither the model's output nor a gradient (it ran compiled: the "
+                           "outputs inside it are not recorded)"
+                         : "no recorded output (the modules inside its compiled parts are not "
+                           "recorded)",
                      f->n ? " The notes below are for information." : "");
         }
         return;

@@ -183,6 +183,9 @@ typedef struct report_model {
     report_perf perf;
     const char *device, *command, *precision; // META; NULL: not recorded
     const char *counters_reason; // META: why --counters recorded none; NULL: not asked or had them
+    // META of a PyTorch run under torch.compile: "model" (compiled as a whole: only its output
+    // and the gradients are recorded) or "modules" (compiled parts); NULL: eager
+    const char *compiled;
 } report_model; // every string is owned by the model (report_model_free)
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
@@ -309,6 +312,9 @@ void report_summarize(const report_model *m, report_summary *s);
 // "12 steps", or "24 steps of 2 processes" (a data-parallel run records each rank's steps);
 // without the noun "12", "24 of 2 processes".
 void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n);
+// What a torch.compile'd run leaves out, for the Run section ("the model as a whole
+// (torch.compile): the outputs of the modules inside it are not recorded"); NULL: eager.
+const char *report_compiled_phrase(const report_model *m);
 // One paragraph: the answer first (the top finding in words, or that the run is healthy).
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n);
 
@@ -330,6 +336,7 @@ void report_json_step(FILE *out, int64_t s);
 
 typedef struct report_run_figures {
     const char *precision, *device; // META; NULL: not recorded
+    const char *compiled;           // META (torch.compile: "model", "modules"); NULL: eager
     bool autocast;                  // any op ran under autocast
     int64_t steps, skipped;
     double step_ms;       // median step time; NaN: no times

@@ -103,6 +103,17 @@ START_TEST(amp_faster_same_loss_either_order) {
     HAS(t, "median step (ms)       10                 4                  x0.40");
     HAS(t, "peak memory (MiB)      1000               600                x0.60");
     HAS(t, "Loss curves: 20 common steps");
+    ck_assert_msg(!strstr(t, "torch.compile"), "%s", t); // two eager runs
+    free(t);
+    sql(b_path, "INSERT INTO META VALUES ('compiled', 'model', 1);");
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    HAS(t, "torch.compile          no                 model");
+    free(t);
+    ck_assert_int_eq(CMD(a_path, b_path, "--format", "json", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    HAS(t, "\"device\": \"cuda\", \"compiled\": \"model\", \"autocast\": true");
+    HAS(t, "\"device\": \"cuda\", \"compiled\": null, \"autocast\": false");
     free(t);
     ck_assert_int_eq(CMD(b_path, a_path, "-o", out_path), 0); // the AMP run first
     t = test_read_file(out_path, NULL);
@@ -138,7 +149,9 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     t = test_read_file(out_path, NULL);
     HAS(t, "{\"verdict\": \"AMP run (B, fp16) is 26% slower");
     HAS(t, "\"a\": {\"file\": ");
-    HAS(t, "\"precision\": \"fp32\", \"device\": \"cuda\", \"autocast\": false, \"steps\": 8");
+    HAS(t,
+        "\"precision\": \"fp32\", \"device\": \"cuda\", \"compiled\": null, \"autocast\": false, "
+        "\"steps\": 8");
     HAS(t, "\"peak_memory\": null");
     HAS(t, "{\"rule\": \"amp-payoff\", \"severity\": \"warning\"");
     HAS(t, "\"speedup\": 0.79");

@@ -245,6 +245,48 @@ START_TEST(ranks_are_counted_as_processes) {
 }
 END_TEST
 
+// A PyTorch run of a torch.compile'd model records no module output inside it: the report says
+// so (the Run section, json's summary.compiled) and its healthy verdict claims no more than it saw.
+START_TEST(a_compiled_model_says_what_is_not_recorded) {
+    healthy(6);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "no op came near"), "verdict: %s", verdict);
+    release();
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    char *j = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(j, "\"compiled\": null}"), "%s", j);
+    free(j);
+    sql("INSERT INTO META (key, value, pid) VALUES ('compiled', 'model', 1);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "neither the model's output nor a gradient (it ran compiled"),
+                  "verdict: %s", verdict);
+    ck_assert(!strstr(verdict, "no op came near"));
+    release();
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    j = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(j, "\"compiled\": \"model\"}"), "%s", j);
+    free(j);
+    const char *formats[] = {"text", "md", "html"};
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_int_eq(CMD(db_path, "--format", formats[i], "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, "the model as a whole (torch.compile): the outputs of the modules "
+                                "inside it are not recorded"),
+                      "%s: %s", formats[i], t);
+        free(t);
+    }
+    sql("UPDATE META SET value = 'modules' WHERE key = 'compiled';");
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "compiled:    parts of the model (torch.compile)"), "%s", t);
+    ck_assert_msg(strstr(t, "no recorded output (the"), "%s", t);
+    free(t);
+}
+END_TEST
+
 START_TEST(empty_database_degrades_gracefully) {
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 0);
@@ -1208,6 +1250,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
     tcase_add_test(tc, a_database_without_memory_peaks_reads);
     tcase_add_test(tc, ranks_are_counted_as_processes);
+    tcase_add_test(tc, a_compiled_model_says_what_is_not_recorded);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
