@@ -338,6 +338,84 @@ START_TEST(model_follows_the_first_of_several_processes) {
 }
 END_TEST
 
+// A second rank (pid 9): its own layers, steps 0-2 and statistics at step 2; P shows it, at the
+// same step, and then the first again. finished: the run ends before the TUI opens it (the
+// statistics through their index, not the rowid ranges learnt while following).
+static void two_ranks(bool finished) {
+    fixture();
+    sql("INSERT INTO AMP_LAYERS VALUES (9, 0, NULL, 'blocks.0.attn'), (9, 1, NULL, 'head');"
+        "INSERT INTO AMP_STEPS SELECT 9, step, start_ns, end_ns, loss + 1, loss_finite, "
+        "grad_norm, scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS "
+        "WHERE pid = 7 AND step < 3;"
+        "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (9, 2, 1, 'linear', 'activation', 'f16', 'f16', 100, 1000.0, 0, 0, 0, 0, 0, 0),"
+        " (9, 2, 0, 'mul', 'activation', 'f16', 'f16', 100, 3.0, 0, 0, 0, 0, 0, 0);");
+    if (finished) ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_model *m = &app.model;
+    ck_assert(m->stats_indexed == finished);
+    app.view = TUI_VIEW_LAYERS;
+    tui_app_update(&app);
+    ck_assert_int_eq(m->pid, 7);
+    ck_assert_uint_eq(tui_model_process_index(m), 0);
+    tui_layout l;
+    tui_layout_compute(80, 24, &l);
+    tui_app_key(&app, '[', &l); // paused at step 2
+    tui_app_update(&app);
+    ck_assert_int_eq(app.step, 2);
+    ck_assert_uint_eq(app.n_layer_rows, 3);
+    ck_assert_int_eq(tui_app_key(&app, 'P', &l), TUI_REDO_UPDATE);
+    ck_assert_str_eq(app.message, "process 9 (2 of 2)");
+    tui_app_update(&app);
+    ck_assert_int_eq(m->pid, 9);
+    ck_assert_uint_eq(tui_model_process_index(m), 1);
+    ck_assert_uint_eq(m->n_steps, 3);
+    ck_assert_close(m->steps[0].loss, 5.2, 1e-12, 0);
+    ck_assert_int_eq(m->stats_step, 2);
+    ck_assert_int_eq(app.step, 2);
+    ck_assert_uint_eq(app.n_layer_rows, 2);
+    const tui_layer_row *head = find_row(m, "head", TUI_KIND_ACT);
+    ck_assert_ptr_nonnull(head);
+    ck_assert_close(head->amax, 1000.0, 0, 0);
+    if (!finished) { // the run goes on: each rank's new rows go where they belong
+        sql("INSERT INTO AMP_STEPS VALUES (9, 3, 30000000, 41000000, 4.5, 1, NULL, 65536, 65536, "
+            "0, 0, NULL), (7, 4, 41000000, 52000000, 4.4, 1, NULL, 65536, 65536, 0, 0, NULL);"
+            "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype,"
+            " numel, amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+            " (7, 4, 1, 'mul', 'activation', 'f16', 'f16', 100, 9.0, 0, 0, 0, 0, 0, 0),"
+            " (9, 3, 1, 'linear', 'activation', 'f16', 'f16', 100, 7.0, 0, 0, 0, 0, 0, 0);");
+        ck_assert(tui_model_poll(m));
+        ck_assert_uint_eq(m->n_steps, 4);
+        ck_assert_int_eq(m->steps[3].step, 3);
+        ck_assert_int_eq(m->stats_step, 3);
+        tui_model_show_step(m, 3);
+        ck_assert_uint_eq(m->n_rows, 1);
+        ck_assert_close(m->rows[0].amax, 7.0, 0, 0);
+    }
+    tui_app_key(&app, 'P', &l); // back to the first
+    tui_app_update(&app);
+    ck_assert_int_eq(m->pid, 7);
+    ck_assert_uint_eq(m->n_steps, finished ? 4 : 5);
+    ck_assert_int_eq(app.step, 2);
+    ck_assert_uint_eq(app.n_layer_rows, 3);
+    tui_model_show_step(m, 3);
+    ck_assert_ptr_nonnull(find_row(m, "blocks.1.attn", TUI_KIND_ACT));
+    tui_app_free(&app);
+}
+
+START_TEST(p_shows_the_next_process_live) {
+    two_ranks(false);
+}
+END_TEST
+
+START_TEST(p_shows_the_next_process_finished) {
+    two_ranks(true);
+}
+END_TEST
+
 START_TEST(layers_view_danger_and_filter) {
     fixture();
     tui_app app;
@@ -575,6 +653,8 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_live_incremental);
     tcase_add_test(model, model_finished_run);
     tcase_add_test(model, model_follows_the_first_of_several_processes);
+    tcase_add_test(model, p_shows_the_next_process_live);
+    tcase_add_test(model, p_shows_the_next_process_finished);
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, bad_files);

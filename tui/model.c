@@ -207,6 +207,18 @@ static void note_step_pid(tui_model *m, int32_t pid) {
     m->n_step_pids++;
 }
 
+size_t tui_model_process_index(const tui_model *m) {
+    size_t lo = 0, hi = m->n_step_pids;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->step_pids[mid] < m->pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->n_step_pids ? lo : 0;
+}
+
 static bool poll_steps(tui_model *m) {
     sqlite3_stmt *q = m->q_steps;
     // Re-read the trailing rows too: the collector upserts a step's record and its scale.
@@ -629,6 +641,24 @@ fail:
     tui_model_free(m);
     *m = (tui_model){0};
     return AMP_ERR_IO;
+}
+
+void tui_model_show_process(tui_model *m, int32_t pid) {
+    if (pid == m->pid) return;
+    m->pid = pid;
+    m->n_steps = 0;
+    m->last_step_rowid = 0;
+    m->n_rows = 0;
+    m->rows_step = -1;
+    m->stats_step = -1;
+    if (!m->stats_indexed) { // the rowid ranges of pid's steps: learnt again from the start
+        m->n_ranges = 0;
+        m->last_stats_rowid = 0;
+    }
+    m->data_version = -1; // the next poll reads everything again
+    tui_model_poll(m);
+    if (m->stats_indexed && m->n_steps) m->stats_step = m->steps[m->n_steps - 1].step;
+    m->generation++;
 }
 
 bool tui_model_poll(tui_model *m) {

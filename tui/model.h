@@ -151,6 +151,12 @@ bool tui_model_poll(tui_model *m);
 // Loads the statistics of step into rows (no-op when it is loaded already and the run has not
 // moved). A step without statistics leaves rows empty.
 void tui_model_show_step(tui_model *m, int64_t step);
+// Shows the steps and statistics of process pid (one of step_pids: the ranks of a data-parallel
+// run) from now on; reads its steps again, and in a live run AMP_TENSOR_STATS again to learn its
+// steps' rowid ranges (a scan of what is recorded so far). A no-op for the shown one.
+void tui_model_show_process(tui_model *m, int32_t pid);
+// The index of the shown process in step_pids; 0 when there is none.
+size_t tui_model_process_index(const tui_model *m);
 // Index of the step record of step, or of the nearest earlier one; -1 when none.
 ptrdiff_t tui_model_step_index(const tui_model *m, int64_t step);
 // The name of a layer; NULL for -1 or an unknown id.

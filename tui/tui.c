@@ -86,6 +86,19 @@ static void step_move(tui_app *app, int dir) {
              (long long)app->step);
 }
 
+// P: the next process that recorded steps (the ranks of a data-parallel run), at the same step.
+static void next_process(tui_app *app) {
+    tui_model *m = &app->model;
+    if (m->n_step_pids < 2) {
+        snprintf(app->message, sizeof app->message, "one process recorded steps");
+        return;
+    }
+    size_t k = (tui_model_process_index(m) + 1) % m->n_step_pids;
+    tui_model_show_process(m, m->step_pids[k]);
+    snprintf(app->message, sizeof app->message, "process %d (%zu of %zu)", (int)m->pid, k + 1,
+             m->n_step_pids);
+}
+
 static int edit_filter(tui_app *app, int ch) {
     tui_table *t = &app->tables[app->view];
     size_t n = strlen(t->filter);
@@ -181,6 +194,9 @@ int tui_app_key(tui_app *app, int ch, const tui_layout *l) {
                  app->following ? "following the run" : "paused (p follows the run)");
         app->seen_generation[app->view] = 0;
         return TUI_REDO_UPDATE;
+    case 'P':
+        next_process(app);
+        return TUI_REDO_UPDATE;
     case '[':
         step_move(app, -1);
         return TUI_REDO_UPDATE;
@@ -274,6 +290,7 @@ static void draw_help(const tui_layout *l) {
         "/            filter by name (Enter keeps, Esc clears)",
         "p            pause / follow the newest step",
         "[ ]          previous / next step (pauses)",
+        "P            next process (the ranks of a data-parallel run)",
         "?            this help",
         "q            quit",
         "",

@@ -44,9 +44,10 @@ static void draw_run(const tui_app *app, tui_rect r) {
     else
         snprintf(state, sizeof state, "running for %s", took);
     int attr = exit_status > 0 ? tui_attr(app, TUI_PAIR_DANGER) : 0;
-    char of[64] = ""; // a data-parallel job's ranks: the first one's steps are shown
+    char of[64] = ""; // a data-parallel job's ranks: one at a time (P shows the next)
     if (m->n_step_pids > 1)
-        snprintf(of, sizeof of, " of process %d (1 of %zu)", (int)m->pid, m->n_step_pids);
+        snprintf(of, sizeof of, " of process %d (%zu of %zu)", (int)m->pid,
+                 tui_model_process_index(m) + 1, m->n_step_pids);
     tui_print(r.y + 1, 0, r.w, attr, "state %s | device %s%s%s | %zu steps%s, %zu skipped%s%s",
               state, m->device ? m->device : "?", m->precision ? " " : "",
               m->precision ? m->precision : "", m->n_steps, of, skipped,
