@@ -2,7 +2,8 @@
  * test_pybridge.c — the `pybridge` suite: the torch-free parts of the PyTorch bridge
  * (probe/python) with the system python3. `ampprobe run --torch` runs
  * probe/python/tests/ci_records.py, which asserts the name bookkeeping (layer ids and parents, op
- * names, event details, AMP_OPS columns) and writes one record of each AMP type through ctypes
+ * names, event details, AMP_OPS columns), the torch.compile pieces (layer names without
+ * `_orig_mod`, the callbacks around a module compiled in place) and writes one record of each AMP type through ctypes
  * and libamprecord.so (autocast policies asked of libampcore's lists); the rows must arrive in
  * the database with the values and NULLs it wrote.
  * --torch without the library is a usage error. Without python3 the cases say so and pass.

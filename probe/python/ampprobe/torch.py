@@ -65,9 +65,9 @@ scaler.scale()) took, the mean loss when each micro-batch's loss is divided by t
 
 torch.compile: nothing that runs in compiled code is hooked (its hooks would be traced), so a model
 compiled as a whole records its output and that output's gradient as the root layer's, its
-parameter gradients, the scale and the steps; compiled parts of an eager model are left out the
-same way. Broken steps and op steps run the forward again eagerly (the op step once more, without
-gradients, under the op recorder). Watch what torch.compile returned, not the module it compiled.
+parameter gradients, the scale and the steps; a compiled part of an eager model is recorded at
+its output, its insides not. Broken steps and op steps run the forward again eagerly (the op
+step once more, without gradients, under the op recorder). Watch what torch.compile returned.
 """
 import atexit
 import contextlib
@@ -77,7 +77,6 @@ import math
 import os
 import sys
 import threading
-import types
 import warnings
 import weakref
 
@@ -88,6 +87,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _devstats, _records, _vocab
+from ._compiled import Around, layer_name
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
@@ -523,7 +523,7 @@ def _unwrap(model):
 
 # torch.compile. A compiled module's calls run as generated code, in which hooks would be traced
 # (each a graph break, or worse): nothing inside one is hooked, the hooks of a module compiled in
-# place are run around its compiled calls (_Around), and an op step or a broken step runs the
+# place are run around its compiled calls (Around), and an op step or a broken step runs the
 # forward again eagerly.
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
@@ -549,48 +549,12 @@ def _inner(model):
         model = m
 
 
-class _Around:
-    """A module compiled in place (module.compile()), its calls with callbacks run eagerly
-    around them: pre(args, kwargs) before, post(args, output) after (its own hooks run inside
-    the compiled code, traced). around(m) puts one in place."""
-
-    def __init__(self, compiled):
-        self.compiled = compiled
-        self.pre, self.post = [], []
-
-    def __call__(self, *args, **kwargs):
-        for f in tuple(self.pre):  # (a callback may remove itself)
-            f(args, kwargs)
-        out = self.compiled(*args, **kwargs)
-        for f in tuple(self.post):
-            f(args, out)
-        return out
-
-    @staticmethod
-    def around(m):
-        a = m._compiled_call_impl
-        if not isinstance(a, _Around):
-            a = m._compiled_call_impl = _Around(a)
-        return a
-
-    @staticmethod
-    def hook(callbacks, f):
-        """f added to callbacks (pre or post); returns a handle whose remove() takes it out."""
-        callbacks.append(f)
-        return types.SimpleNamespace(remove=lambda: f in callbacks and callbacks.remove(f))
-
-
 def _eager_stance():
     """Compiled modules run eagerly inside (torch.compiler.set_stance, torch 2.6 on)."""
     stance = getattr(torch.compiler, "set_stance", None)
     if stance is None or "torch._dynamo" not in sys.modules:
         return contextlib.nullcontext()
     return stance("force_eager")
-
-
-def _layer_name(n):
-    """A module's layer name: torch.compile's wrapper of a submodule is the module itself."""
-    return n.replace("._orig_mod", "").replace("_orig_mod.", "").replace("_orig_mod", "")
 
 
 class Watcher:
@@ -610,7 +574,7 @@ class Watcher:
         env_ops = os.environ.get("AMPPROBE_OPS_EVERY", "")
         self.ops_every = int(ops_every if ops_every is not None else
                              env_ops if env_ops.isdigit() else _OPS_EVERY)
-        named = [(_layer_name(n), m) for n, m in model.named_modules()]
+        named = [(layer_name(n), m) for n, m in model.named_modules()]
         ids = _layers.add_model(name or type(model).__name__,
                                 list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {id(m): ids[n] for n, m in named}
@@ -680,15 +644,15 @@ class Watcher:
             if _optimized(m):  # torch.compile's wrapper: its own hooks run outside
                 self._handles.append(m.register_forward_hook(self._on_output))
             else:
-                self._handles.append(_Around.hook(
-                    _Around.around(m).post,
+                self._handles.append(Around.hook(
+                    Around.around(m).post,
                     lambda args, out, m=m: self._on_output(m, args, out)))
         outer = self.outer
         if getattr(outer, "_compiled_call_impl", None) is not None:  # compiled in place
-            a = _Around.around(outer)
+            a = Around.around(outer)
             self._handles += [
-                _Around.hook(a.pre, lambda args, kwargs: self.on_root_pre(outer, args, kwargs)),
-                _Around.hook(a.post, lambda args, out: self._on_root_post(outer, args, out))]
+                Around.hook(a.pre, lambda args, kwargs: self.on_root_pre(outer, args, kwargs)),
+                Around.hook(a.post, lambda args, out: self._on_root_post(outer, args, out))]
         else:
             self._handles += [outer.register_forward_pre_hook(self.on_root_pre, with_kwargs=True),
                               outer.register_forward_hook(self._on_root_post)]
@@ -1001,9 +965,10 @@ class Watcher:
         if not self.on:
             return
         if not self._forwards and self.step == 0:
-            print("ampprobe: step 0 ended without a forward of the watched model (compiled "
-                  "after watch()? watch what torch.compile returned): its inputs and module "
-                  "outputs are not recorded", file=sys.stderr, flush=True)
+            print("ampprobe: step 0 ended without an eager forward of the watched model (was it "
+                  "compiled after watch(), or called inside a compiled function? watch what "
+                  "torch.compile returned): its inputs and module outputs are not recorded",
+                  file=sys.stderr, flush=True)
         self._end_loss_region()
         self._queue_weight_grads()
         if found is None:
@@ -1363,8 +1328,8 @@ def autoattach():
         them; first_forward runs around them instead."""
         compile_in_place(module, *args, **kwargs)
         if hooks and getattr(module, "_compiled_call_impl", None) is not None:
-            a = _Around.around(module)
-            hooks.append(_Around.hook(a.pre, lambda args, kwargs: first_forward(module, args)))
+            a = Around.around(module)
+            hooks.append(Around.hook(a.pre, lambda args, kwargs: first_forward(module, args)))
 
     if compile_in_place is not None:
         torch.nn.Module.compile = compile_then_watch

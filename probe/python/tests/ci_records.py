@@ -2,15 +2,16 @@
 """ci_records.py — the torch-free parts of the bridge, for CI (tests/test_pybridge.c runs it with
 the system python3 under `ampprobe run --torch`, then checks the database).
 
-Asserts the name bookkeeping (_vocab.py), then writes one record of each AMP type through
-ctypes (_records.py) with the values test_pybridge.c expects; exits non-zero on a failed assert.
+Asserts the name bookkeeping (_vocab.py) and the torch.compile pieces (_compiled.py), then
+writes one record of each AMP type through ctypes (_records.py) with the values test_pybridge.c
+expects; exits non-zero on a failed assert.
 """
 import ctypes
 import math
 import os
 import sys
 
-from ampprobe import _records, _vocab
+from ampprobe import _compiled, _records, _vocab
 
 # -- names -------------------------------------------------------------------------------------
 t = _vocab.LayerTable()
@@ -56,6 +57,40 @@ assert r[4] == 2 * (2 * 4 * 8 * 8) * 27, r
 r = _vocab.op_row("__matmul__", [("f32", (2, 8, 8), 4), ("f32", (2, 8, 8), 4)],
                   ("f32", (2, 8, 8), 4), None)
 assert r[0] == "matmul" and r[1] == "f32,f32" and r[4] == 2 * 128 * 8, r
+
+# -- torch.compile: layer names and the callbacks around a module compiled in place -----------
+for given, want in (("blocks.0._orig_mod.attn", "blocks.0.attn"),
+                    ("blocks.0._orig_mod", "blocks.0"), ("_orig_mod.head", "head"), ("", ""),
+                    ("my_orig_mod.fc", "my_orig_mod.fc")):
+    assert _compiled.layer_name(given) == want, (given, _compiled.layer_name(given), want)
+
+
+class _Module:  # what Around touches of a module compiled in place
+    def __init__(self):
+        self.calls = []
+        self._compiled_call_impl = lambda *a, **k: self.calls.append((a, k)) or "out"
+
+
+mod, seen = _Module(), []
+around = _compiled.Around.around(mod)
+assert _compiled.Around.around(mod) is around and mod._compiled_call_impl is around
+once = [None]
+
+
+def pre_once(args, kwargs):  # removes itself while the callbacks run (autoattach's first call)
+    seen.append(("once", args))
+    once[0].remove()
+
+
+once[0] = _compiled.Around.hook(around.pre, pre_once)
+pre = _compiled.Around.hook(around.pre, lambda args, kwargs: seen.append(("pre", args, kwargs)))
+post = _compiled.Around.hook(around.post, lambda args, out: seen.append(("post", args, out)))
+assert mod._compiled_call_impl(1, x=2) == "out" and mod.calls == [((1,), {"x": 2})]
+assert seen == [("once", (1,)), ("pre", (1,), {"x": 2}), ("post", (1,), "out")], seen
+seen.clear()
+pre.remove()
+pre.remove()  # twice: nothing
+assert mod._compiled_call_impl(3) == "out" and seen == [("post", (3,), "out")], seen
 
 # -- records through ctypes --------------------------------------------------------------------
 rec = _records.Recorder()
