@@ -190,8 +190,8 @@ static bool same_step(const tui_step *a, const tui_step *b) {
            a->skipped == b->skipped && same_double(a->mem_mib, b->mem_mib);
 }
 
-// Counts pid among the processes that recorded steps (kept sorted: a binary search a row).
-static void note_step_pid(tui_model *m, int32_t pid) {
+// Where pid is, or would go, in the sorted step_pids.
+static size_t step_pid_slot(const tui_model *m, int32_t pid) {
     size_t lo = 0, hi = m->n_step_pids;
     while (lo < hi) {
         const size_t mid = (lo + hi) / 2;
@@ -200,6 +200,12 @@ static void note_step_pid(tui_model *m, int32_t pid) {
         else
             hi = mid;
     }
+    return lo;
+}
+
+// Counts pid among the processes that recorded steps (kept sorted: a binary search a row).
+static void note_step_pid(tui_model *m, int32_t pid) {
+    size_t lo = step_pid_slot(m, pid);
     if (lo < m->n_step_pids && m->step_pids[lo] == pid) return;
     AMP_GROW(m->step_pids, m->n_step_pids, m->cap_step_pids);
     memmove(m->step_pids + lo + 1, m->step_pids + lo, (m->n_step_pids - lo) * sizeof *m->step_pids);
@@ -208,15 +214,8 @@ static void note_step_pid(tui_model *m, int32_t pid) {
 }
 
 size_t tui_model_process_index(const tui_model *m) {
-    size_t lo = 0, hi = m->n_step_pids;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->step_pids[mid] < m->pid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < m->n_step_pids ? lo : 0;
+    size_t k = step_pid_slot(m, m->pid);
+    return k < m->n_step_pids ? k : 0;
 }
 
 static bool poll_steps(tui_model *m) {
