@@ -13,6 +13,9 @@
  *    every 200 ms what a fast training run emits (10 steps with statistics, events, 2k
  *    kernels), while this process runs the TUI's loop (poll every 250 ms, update and draw when
  *    the model moved) for 10 s; prints this process's CPU time over the wall time.
+ * 3. After each: a second rank (pid 2) records the same steps and the statistics of its last ones;
+ *    P (the next process) and back, timed with their frame: in the finished run its steps and
+ *    the step's statistics through the index, in the live one a scan of every statistics row.
  *
  * Prints numbers; it is not a test and has no thresholds.
  */
@@ -256,6 +259,44 @@ static void bench_follow(const char *path) {
     tui_app_free(&app);
 }
 
+// P to pid 2 and back on the database at path (finished or live), with a frame each.
+static void bench_switch(const char *path, const char *what) {
+    sqlite3 *db = open_rw(path);
+    exec_sql(db, "BEGIN");
+    exec_sql(db, "INSERT INTO AMP_LAYERS SELECT 2, id, parent_id, name FROM AMP_LAYERS "
+                 "WHERE pid = 1;"
+                 "INSERT INTO AMP_STEPS SELECT 2, step, start_ns, end_ns, loss, loss_finite, "
+                 "grad_norm, scale_before, scale_after, found_inf, skipped, mem_peak_bytes "
+                 "FROM AMP_STEPS WHERE pid = 1;");
+    char sql[512];
+    snprintf(
+        sql, sizeof sql,
+        "INSERT INTO AMP_TENSOR_STATS SELECT 2, step, layer_id, op, kind, dtype, target_dtype, "
+        "numel, min, max, amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero "
+        "FROM AMP_TENSOR_STATS WHERE pid = 1 AND step >= %d;",
+        STEPS - 10);
+    exec_sql(db, sql);
+    exec_sql(db, "COMMIT");
+    sqlite3_close(db);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    if (tui_app_open(&app, path, NULL, err) != AMP_OK) die(path, err);
+    app.view = TUI_VIEW_LAYERS;
+    tui_layout l;
+    tui_layout_compute(COLS, LINES, &l);
+    frame(&app, &l);
+    double ms[2];
+    for (int i = 0; i < 2; i++) {
+        double t0 = now_ms();
+        tui_app_key(&app, 'P', &l);
+        frame(&app, &l);
+        ms[i] = now_ms() - t0;
+    }
+    printf("%s: P to the second of 2 processes %.0f ms (%zu steps, %zu layer rows), back %.0f ms\n",
+           what, ms[0], app.model.n_steps, app.n_layer_rows, ms[1]);
+    tui_app_free(&app);
+}
+
 int main(int argc, char **argv) {
     char dir[256];
     bool own = argc < 2;
@@ -285,12 +326,14 @@ int main(int argc, char **argv) {
             printf("built %s in %.1f s\n", path, (now_ms() - t0) / 1e3);
             SCREEN *s = offscreen(120, 40);
             bench_frames(path);
+            bench_switch(path, "replay");
             endwin();
             delscreen(s);
         } else {
             printf("built %s (live: WAL, no indexes) in %.1f s\n", path, (now_ms() - t0) / 1e3);
             SCREEN *s = offscreen(120, 40);
             bench_follow(path);
+            bench_switch(path, "follow");
             endwin();
             delscreen(s);
             amp_collector_free(c);
