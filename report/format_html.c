@@ -357,6 +357,14 @@ static void plot_roofline(FILE *out, const report_model *m) {
         fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\" opacity=\"0.8\"><title>",
                 px(&p, fmax(p.x0, fmin(p.x1, ai))), py(&p, perf), color);
         esc(out, x->name);
+        const char *layer = report_layer_name(m, x->layer_pid, x->layer_id);
+        if (layer) { // where most of its time ran
+            fputs(" in ", out);
+            esc(out, layer);
+            if (x->n_layers > 1)
+                fprintf(out, " and %d other layer%s", (int)x->n_layers - 1,
+                        x->n_layers > 2 ? "s" : "");
+        }
         fprintf(out, ": %lld launches, %.3g TFLOP/s</title></circle>", (long long)x->launches,
                 perf / 1e12);
         k++;

@@ -125,6 +125,10 @@ typedef struct report_kernel {
     // scaled by total_ns / attributed_ns; 0: none
     double flops, bytes;
     int64_t attributed_ns; // of its launches tied to an op row
+    // the layer where most of that time went (layer_id -1: none), that time, and how many
+    // layers it ran in
+    int32_t layer_pid, layer_id, n_layers;
+    int64_t layer_ns;
     // hardware counters (GPU_METRICS, `ampprobe run --counters`): the DRAM bytes and tensor-pipe
     // busy time of the samples its launches overlap, shared by overlap time; covered_ns is the
     // part of total_ns that samples covered (0: no counters)

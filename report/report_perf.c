@@ -205,7 +205,7 @@ static int32_t kernel_of(report_perf *p, id_table *t, int64_t id, size_t *cap) {
     if (t->index[slot] >= 0) return t->index[slot];
     AMP_GROW(p->kernels, p->n_kernels, *cap);
     int32_t k = (int32_t)p->n_kernels++;
-    p->kernels[k] = (report_kernel){0};
+    p->kernels[k] = (report_kernel){.layer_id = -1};
     ids_put(t, id, k);
     return k;
 }
@@ -703,6 +703,78 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     return true;
 }
 
+// Kernel time per (kernel, op group), then per (kernel, layer): each kernel's layer is the one
+// its attributed launches spent the most time in (a GEMM kernel many layers share counts them).
+typedef struct kernel_group {
+    int32_t kernel, group, pid, layer;
+    int64_t ns;
+} kernel_group;
+
+static int cmp_kernel_layer(const void *pa, const void *pb) {
+    const kernel_group *a = pa, *b = pb;
+    if (a->kernel != b->kernel) return a->kernel < b->kernel ? -1 : 1;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    return (a->layer > b->layer) - (a->layer < b->layer);
+}
+
+static void kernel_layers(report_model *m, const launch *v, size_t n, const op_row *rows) {
+    report_perf *p = &m->perf;
+    size_t n_slots = 64, used = 0;
+    kernel_group *slots = amp_xcalloc(n_slots, sizeof *slots);
+    for (size_t i = 0; i < n_slots; i++)
+        slots[i].kernel = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].row < 0) continue;
+        if (2 * (used + 1) > n_slots) { // grow: rehash the entries into twice the slots
+            kernel_group *old = slots;
+            size_t n_old = n_slots;
+            n_slots *= 2;
+            slots = amp_xcalloc(n_slots, sizeof *slots);
+            for (size_t k = 0; k < n_slots; k++)
+                slots[k].kernel = -1;
+            for (size_t k = 0; k < n_old; k++) {
+                if (old[k].kernel < 0) continue;
+                size_t j =
+                    mix((uint64_t)old[k].kernel << 32 | (uint32_t)old[k].group) & (n_slots - 1);
+                while (slots[j].kernel >= 0)
+                    j = (j + 1) & (n_slots - 1);
+                slots[j] = old[k];
+            }
+            free(old);
+        }
+        const int32_t kernel = v[i].kernel, group = rows[v[i].row].group;
+        size_t j = mix((uint64_t)kernel << 32 | (uint32_t)group) & (n_slots - 1);
+        while (slots[j].kernel >= 0 && (slots[j].kernel != kernel || slots[j].group != group))
+            j = (j + 1) & (n_slots - 1);
+        if (slots[j].kernel < 0) {
+            const report_op *op = &m->ops[group];
+            slots[j] = (kernel_group){kernel, group, op->pid, op->layer_id, 0};
+            used++;
+        }
+        slots[j].ns += v[i].end - v[i].start;
+    }
+    size_t k = 0; // the entries, packed, then summed per (kernel, layer)
+    for (size_t i = 0; i < n_slots; i++)
+        if (slots[i].kernel >= 0) slots[k++] = slots[i];
+    qsort(slots, k, sizeof *slots, cmp_kernel_layer);
+    for (size_t i = 0; i < k;) {
+        size_t j = i;
+        int64_t ns = 0;
+        for (; j < k && cmp_kernel_layer(&slots[i], &slots[j]) == 0; j++)
+            ns += slots[j].ns;
+        report_kernel *kr = &p->kernels[slots[i].kernel];
+        if (slots[i].layer >= 0) {
+            if (!kr->n_layers++ || ns > kr->layer_ns) {
+                kr->layer_pid = slots[i].pid;
+                kr->layer_id = slots[i].layer;
+                kr->layer_ns = ns;
+            }
+        }
+        i = j;
+    }
+    free(slots);
+}
+
 // Ties each kernel to the op row whose host interval holds its launch call, and shares the op's
 // FLOPs and bytes among its kernels by their time; a GEMM-class op's FLOPs go to its GEMM kernels
 // alone, when it has any (PyTorch's linear under autocast launches the casts of its operands in
@@ -753,6 +825,7 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
             kr->flops *= all;
             kr->bytes *= all;
         }
+        kernel_layers(l->m, v, n, rows);
         free(gemm);
     }
     return ok;

@@ -755,6 +755,52 @@ START_TEST(roofline_op_flops_go_to_gemm_kernels) {
     ck_assert_close(cast->flops, 0, 0, 0);
     ck_assert_close(gemm->bytes, 2e6, 0, 1e-9); // half the op's bytes each, times 4
     ck_assert_close(cast->bytes, 2e6, 0, 1e-9);
+    ck_assert_int_eq(gemm->layer_id, 2); // head, where step 1's op ran
+    ck_assert_int_eq(gemm->n_layers, 1);
+    ck_assert_int_eq(gemm->layer_ns, 100000);
+    release();
+}
+END_TEST
+
+// A kernel several layers launch belongs to the one it spent the most time in, the others
+// counted; a kernel no op launched has none.
+START_TEST(kernels_take_the_layer_of_most_of_their_time) {
+    gpu_run(4, 1, 100000, 10000, 1e9, 1e6);
+    sql("UPDATE AMP_OPS SET layer_id = 0 WHERE step = 3;"
+        "INSERT INTO StringIds VALUES (3, 'orphan_kernel');"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
+        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
+        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
+        "localMemoryPerThread, localMemoryTotal, gridId) SELECT end_ns - 500, end_ns - 100, 0, "
+        "1, 7, 900 + step, " GPID ", 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 9 FROM AMP_STEPS;");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    const report_kernel *gemm = NULL, *orphan = NULL;
+    for (size_t i = 0; i < model.perf.n_kernels; i++) {
+        const report_kernel *k = &model.perf.kernels[i];
+        if (strcmp(k->name, "nvjet_sm90_tst_gemm") == 0) gemm = k;
+        if (strcmp(k->name, "orphan_kernel") == 0) orphan = k;
+    }
+    ck_assert_ptr_nonnull(gemm);
+    ck_assert_ptr_nonnull(orphan);
+    ck_assert_int_eq(gemm->layer_pid, 1);
+    ck_assert_int_eq(gemm->layer_id, 2); // 3 steps in head, 1 in blocks.0.attn
+    ck_assert_int_eq(gemm->layer_ns, 300000);
+    ck_assert_int_eq(gemm->n_layers, 2);
+    ck_assert_int_eq(orphan->layer_id, -1);
+    ck_assert_int_eq(orphan->n_layers, 0);
+    release();
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0); // the roofline's point
+    char *h = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(h, "<title>nvjet_sm90_tst_gemm in head and 1 other layer: 4 launches"),
+                  "%s", h);
+    free(h);
+    sql("UPDATE AMP_OPS SET layer_id = 0 WHERE step <> 3;"); // now blocks.0.attn throughout
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    for (size_t i = 0; i < model.perf.n_kernels; i++)
+        if (strcmp(model.perf.kernels[i].name, "nvjet_sm90_tst_gemm") == 0) {
+            ck_assert_int_eq(model.perf.kernels[i].layer_id, 0);
+            ck_assert_int_eq(model.perf.kernels[i].n_layers, 1);
+        }
     release();
 }
 END_TEST
@@ -1274,6 +1320,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, roofline_uses_the_calibrated_ceilings);
     tcase_add_test(tc, roofline_efficient_kernels_are_a_note);
     tcase_add_test(tc, roofline_op_flops_go_to_gemm_kernels);
+    tcase_add_test(tc, kernels_take_the_layer_of_most_of_their_time);
     tcase_add_test(tc, kernel_names_that_are_gemms);
     tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);

@@ -19,6 +19,7 @@
 #include "model.h"
 #include "tui.h"
 
+#include <curses.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -416,6 +417,69 @@ START_TEST(p_shows_the_next_process_finished) {
 }
 END_TEST
 
+// Kernels the report ties to ops: the kernels view names the layer most of each one's time ran
+// in (the finder's), with the others counted.
+START_TEST(kernels_view_names_each_kernels_layer) {
+    fixture();
+    // steps 2 and 3 of pid 7 (globalPid 7 << 24): a linear in head, then at step 3 one in
+    // blocks.0.attn too, each launching the GEMM; an elementwise kernel no op launched
+    sql("INSERT INTO AMP_OPS VALUES"
+        " (7, 2, 2, 'linear', 'fwd', 'f16,f16', 'f16', 'lower_precision_fp', '(8, 64)', 1e6, 1e4,"
+        " 22000000, 23000000),"
+        " (7, 3, 2, 'linear', 'fwd', 'f16,f16', 'f16', 'lower_precision_fp', '(8, 64)', 1e6, 1e4,"
+        " 31000000, 32000000),"
+        " (7, 3, 0, 'linear', 'fwd', 'f16,f16', 'f16', 'lower_precision_fp', '(8, 64)', 1e6, 1e4,"
+        " 33000000, 34000000);"
+        "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_gemm'), (2, 'cudaLaunchKernel'),"
+        " (3, 'elementwise_add');"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES"
+        " (22000100, 22000200, 0, 117440519, 1, 2, 0, NULL),"
+        " (31000100, 31000200, 0, 117440519, 2, 2, 0, NULL),"
+        " (33000100, 33000200, 0, 117440519, 3, 2, 0, NULL);"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, \"end\", deviceId, contextId, streamId,"
+        " correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY,"
+        " gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory,"
+        " localMemoryPerThread, localMemoryTotal, gridId) VALUES"
+        " (22100000, 22400000, 0, 1, 7, 1, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1),"
+        " (31100000, 31400000, 0, 1, 7, 2, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 2),"
+        " (33100000, 33200000, 0, 1, 7, 3, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 3),"
+        " (35000000, 35001000, 0, 1, 7, 9, 117440512, 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, "
+        "4);");
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    wait_for_finding(&app.model);
+    ck_assert_str_eq(tui_finding_kernel_layer(&app.model.finding, "nvjet_sm90_gemm"), "head +1");
+    ck_assert_ptr_null(tui_finding_kernel_layer(&app.model.finding, "elementwise_add"));
+    ck_assert_ptr_null(tui_finding_kernel_layer(&app.model.finding, "no_such_kernel"));
+    // drawn off-screen, read back from the window
+    FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
+    SCREEN *scr = newterm("xterm", out, in);
+    ck_assert_ptr_nonnull(scr);
+    resizeterm(24, 100);
+    app.view = TUI_VIEW_KERNELS;
+    tui_app_update(&app);
+    tui_layout l;
+    tui_layout_compute(100, 24, &l);
+    tui_app_draw(&app, &l);
+    char line[128], all[24 * 128] = "";
+    for (int y = 0; y < 24; y++) {
+        mvwinnstr(stdscr, y, 0, line, 100);
+        strcat(all, line);
+        strcat(all, "\n");
+    }
+    endwin();
+    delscreen(scr);
+    fclose(out);
+    fclose(in);
+    ck_assert_msg(strstr(all, "LAYER"), "%s", all);
+    char *gemm = strstr(all, "nvjet_sm90_gemm");
+    ck_assert_msg(gemm && strstr(gemm, "head +1") && strstr(gemm, "head +1") < strchr(gemm, '\n'),
+                  "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
 START_TEST(layers_view_danger_and_filter) {
     fixture();
     tui_app app;
@@ -657,6 +721,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, p_shows_the_next_process_finished);
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, layers_view_danger_and_filter);
+    tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, bad_files);
     suite_add_tcase(s, model);
     TCase *e2e = tcase_create("tmux");

@@ -3,6 +3,7 @@
  */
 #include "finder.h"
 
+#include "amp-impl.h"
 #include "amp-store.h"
 #include "report.h"
 
@@ -31,12 +32,58 @@ static double clock_ms(clockid_t clock) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-// The first warning or error of the report (its order: errors first, then the first step).
+static int cmp_kernel_layer(const void *pa, const void *pb) {
+    return strcmp(((const tui_kernel_layer *)pa)->kernel, ((const tui_kernel_layer *)pb)->kernel);
+}
+
+// The layers the report tied rm's kernels to.
+static void kernel_layers(const report_model *rm, tui_finding *out) {
+    const report_perf *p = &rm->perf;
+    for (size_t i = 0; i < p->n_kernels; i++) {
+        const report_kernel *k = &p->kernels[i];
+        const char *name = report_layer_name(rm, k->layer_pid, k->layer_id);
+        if (!name || !k->name) continue;
+        char label[200];
+        if (k->n_layers > 1)
+            snprintf(label, sizeof label, "%s +%d", name, (int)k->n_layers - 1);
+        else
+            snprintf(label, sizeof label, "%s", name);
+        if (!out->kernel_layers)
+            out->kernel_layers = amp_xmalloc(p->n_kernels * sizeof *out->kernel_layers);
+        out->kernel_layers[out->n_kernel_layers++] =
+            (tui_kernel_layer){amp_xstrdup(k->name), amp_xstrdup(label)};
+    }
+    if (out->n_kernel_layers)
+        qsort(out->kernel_layers, out->n_kernel_layers, sizeof *out->kernel_layers,
+              cmp_kernel_layer);
+}
+
+const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel) {
+    tui_kernel_layer key = {.kernel = (char *)kernel};
+    const tui_kernel_layer *hit = f->n_kernel_layers
+                                      ? bsearch(&key, f->kernel_layers, f->n_kernel_layers,
+                                                sizeof *f->kernel_layers, cmp_kernel_layer)
+                                      : NULL;
+    return hit ? hit->layer : NULL;
+}
+
+void tui_finding_free(tui_finding *f) {
+    for (size_t i = 0; i < f->n_kernel_layers; i++) {
+        free(f->kernel_layers[i].kernel);
+        free(f->kernel_layers[i].layer);
+    }
+    free(f->kernel_layers);
+    *f = (tui_finding){.first_step = -1};
+}
+
+// The first warning or error of the report (its order: errors first, then the first step), and
+// the kernels' layers.
 static void compute(sqlite3 *db, const char *path, tui_finding *out) {
     *out = (tui_finding){.first_step = -1};
     report_model rm;
     char err[REPORT_ERR_MAX];
     if (report_model_load(db, path, INT64_MIN, INT64_MAX, &rm, err) != AMP_OK) return;
+    kernel_layers(&rm, out);
     report_findings f = {0};
     report_run(&rm, NULL, &f);
     for (size_t i = 0; i < f.n; i++) {
@@ -85,10 +132,13 @@ static void *run(void *arg) {
         pthread_mutex_lock(&f->mu);
         f->busy = false;
         if (ok && !f->quit) {
+            tui_finding_free(&f->result); // an untaken one: replaced
             f->result = result;
             f->wall_ms = clock_ms(CLOCK_MONOTONIC) - t0;
             f->cpu_ms = clock_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
             f->fresh = true;
+        } else {
+            tui_finding_free(&result);
         }
     }
     pthread_mutex_unlock(&f->mu);
@@ -129,6 +179,7 @@ bool tui_finder_take(tui_finder *f, tui_finding *out, double *wall_ms, double *c
     bool fresh = f->fresh;
     if (fresh) {
         *out = f->result;
+        f->result = (tui_finding){.first_step = -1}; // moved
         *wall_ms = f->wall_ms;
         *cpu_ms = f->cpu_ms;
         f->fresh = false;
@@ -147,6 +198,7 @@ void tui_finder_free(tui_finder *f) {
     pthread_join(f->thread, NULL);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
+    tui_finding_free(&f->result);
     free(f->path);
     free(f);
 }

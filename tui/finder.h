@@ -9,7 +9,13 @@
 #define AMPPROBE_TUI_FINDER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+typedef struct tui_kernel_layer {
+    char *kernel; // shortName
+    char *layer;  // the layer most of its time ran in (report_kernel), "name +N" for N others
+} tui_kernel_layer;
 
 typedef struct tui_finding {
     bool valid;   // false: no warning or error (yet): a healthy run so far
@@ -18,6 +24,10 @@ typedef struct tui_finding {
     int64_t first_step; // -1: none
     char layer[160], op[64];
     char title[512];
+    // The layers of the kernels the report tied to ops, sorted by kernel name; owned
+    // (tui_finding_free)
+    tui_kernel_layer *kernel_layers;
+    size_t n_kernel_layers;
 } tui_finding;
 
 typedef struct tui_finder tui_finder;
@@ -26,9 +36,13 @@ typedef struct tui_finder tui_finder;
 tui_finder *tui_finder_new(const char *path);
 // Asks for a fresh finding; ignored while one is being computed (then false).
 bool tui_finder_request(tui_finder *f);
-// true when a finding computed since the last take is there: copied to out, with its cost in
-// wall time and in the thread's CPU time.
+// true when a finding computed since the last take is there: moved to out (which the caller
+// frees), with its cost in wall time and in the thread's CPU time.
 bool tui_finder_take(tui_finder *f, tui_finding *out, double *wall_ms, double *cpu_ms);
+// The layer label of kernel in f (NULL: not tied to a layer, or not known yet).
+const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel);
+// Frees what f owns and empties it.
+void tui_finding_free(tui_finding *f);
 // Stops the thread (interrupting a running query) and frees. NULL is a no-op.
 void tui_finder_free(tui_finder *f);
 

@@ -555,9 +555,12 @@ static bool poll_kernels(tui_model *m) {
 static bool poll_finding(tui_model *m) {
     if (!m->finder) return false;
     double wall_ms, cpu_ms;
-    bool changed = tui_finder_take(m->finder, &m->finding, &wall_ms, &cpu_ms);
+    tui_finding fresh;
+    bool changed = tui_finder_take(m->finder, &fresh, &wall_ms, &cpu_ms);
     int64_t now = mono_ns();
     if (changed) {
+        tui_finding_free(&m->finding);
+        m->finding = fresh;
         m->finding_ms = wall_ms;
         m->finding_cpu_ms = cpu_ms;
         m->finding_cpu_total_ms += cpu_ms;
@@ -679,6 +682,7 @@ bool tui_model_poll(tui_model *m) {
 void tui_model_free(tui_model *m) {
     if (!m) return;
     tui_finder_free(m->finder);
+    tui_finding_free(&m->finding);
     sqlite3_stmt *qs[] = {m->q_version,     m->q_meta,    m->q_steps,      m->q_events,
                           m->q_event_by_id, m->q_layers,  m->q_stats_feed, m->q_stats_step,
                           m->q_stats_range, m->q_kernels, m->q_string};

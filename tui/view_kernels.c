@@ -3,7 +3,9 @@
  * with total time, share of all kernel time, launches, mean duration and a bound class. The
  * class comes from the name, as the report's roofline rule guesses it for kernels without figures
  * (report_kernel_is_gemm: matrix-multiply, convolution and attention kernels: compute; the rest:
- * memory), since per-kernel counters are an opt-in pass. A run without capture data says so.
+ * memory), since per-kernel counters are an opt-in pass. The layer is the report core's (on the
+ * finder's thread: the one most of the kernel's time ran in, of the launches it tied to an op;
+ * "?" until the first finding is in). A run without capture data says so.
  */
 #include "widgets.h"
 
@@ -65,10 +67,12 @@ static void draw(const tui_app *app, const tui_layout *l) {
                   "CUPTI_ACTIVITY_KIND_KERNEL is empty: CPU runs record numerics only.");
         return;
     }
-    int name_w = b.w - 52;
-    if (name_w < 12) name_w = 12;
-    tui_print(b.y, 0, b.w, A_BOLD | A_UNDERLINE, "%-*.*s %10s %6s %9s %10s %-8s   ", name_w, name_w,
-              "KERNEL", "TIME", "SHARE", "COUNT", "MEAN", "BOUND");
+    int rest = b.w - 52; // what the fixed columns leave for the name and the layer
+    int layer_w = rest * 2 / 5 > 12 ? rest * 2 / 5 : 12;
+    int name_w = rest - layer_w - 1 > 12 ? rest - layer_w - 1 : 12;
+    tui_print(b.y, 0, b.w, A_BOLD | A_UNDERLINE, "%-*.*s %10s %6s %9s %10s %-8s %-*.*s", name_w,
+              name_w, "KERNEL", "TIME", "SHARE", "COUNT", "MEAN", "BOUND", layer_w, layer_w,
+              "LAYER");
     if (!app->n_kernel_rows) {
         tui_print(b.y + 2, 2, b.w - 4, A_NORMAL, "no kernel matches '%s'", t->filter);
         return;
@@ -81,9 +85,13 @@ static void draw(const tui_app *app, const tui_layout *l) {
         tui_fmt_count(cnt, sizeof cnt, (double)k->count);
         double share = m->kernel_ns ? 100.0 * (double)k->total_ns / (double)m->kernel_ns : 0;
         int attr = t->top + i == t->selected ? A_REVERSE : A_NORMAL;
-        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*.*s %10s %5.1f%% %9s %10s %-8s   ", name_w, name_w,
-                  k->name, total, share, cnt, mean,
-                  report_kernel_is_gemm(k->name) ? "compute" : "memory");
+        const char *layer = tui_finding_kernel_layer(&m->finding, k->name);
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*.*s %10s %5.1f%% %9s %10s %-8s %-*.*s", name_w,
+                  name_w, k->name, total, share, cnt, mean,
+                  report_kernel_is_gemm(k->name) ? "compute" : "memory", layer_w, layer_w,
+                  layer               ? layer
+                  : m->finding_ms > 0 ? ""
+                                      : "?");
     }
 }
 
