@@ -146,48 +146,6 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .mem_peak = col_i64(q, 10, -1)};
         if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
     }
-    if (!finish(db, m->path, q, rc, err)) return false;
-
-    if (!prepare(db, m->path,
-                 "SELECT pid, step, max(amax) FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2 "
-                 "AND kind IN ('activation_grad', 'weight_grad') AND numel > 1 GROUP BY pid, step",
-                 m, &q, err))
-        return false;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        report_step *s = (report_step *)report_step_find(m, sqlite3_column_int(q, 0),
-                                                         sqlite3_column_int64(q, 1));
-        if (s) s->grad_amax = col_f64(q, 2);
-    }
-    return finish(db, m->path, q, rc, err);
-}
-
-static bool load_amax(sqlite3 *db, report_model *m, char *err) {
-    if (m->n_steps == 0) return true;
-    int64_t lo = m->steps[0].step, hi = lo;
-    for (size_t i = 0; i < m->n_steps; i++) {
-        if (m->steps[i].step < lo) lo = m->steps[i].step;
-        if (m->steps[i].step > hi) hi = m->steps[i].step;
-    }
-    int64_t bucket = (hi - lo) / REPORT_AMAX_BUCKETS + 1;
-    sqlite3_stmt *q;
-    if (!prepare(db, m->path,
-                 "SELECT pid, layer_id, min(step), max(amax) "
-                 "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2 AND kind = 'activation' "
-                 "AND layer_id IS NOT NULL AND amax IS NOT NULL "
-                 "GROUP BY pid, layer_id, (step - ?3) / ?4 ORDER BY pid, layer_id, 3",
-                 m, &q, err))
-        return false;
-    sqlite3_bind_int64(q, 3, lo);
-    sqlite3_bind_int64(q, 4, bucket);
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        AMP_GROW(m->amax, m->n_amax, cap);
-        m->amax[m->n_amax++] = (report_amax){.pid = sqlite3_column_int(q, 0),
-                                             .layer_id = sqlite3_column_int(q, 1),
-                                             .step = sqlite3_column_int64(q, 2),
-                                             .amax = col_f64(q, 3)};
-    }
     return finish(db, m->path, q, rc, err);
 }
 
@@ -215,19 +173,49 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
-// AMP_TENSOR_STATS per (pid, layer, op, kind, dtype, target), summed here in one pass over the
-// rows: SQL's GROUP BY sorts every row first (4 s of a 1.6M-row run, for a few dozen groups).
-// The groups come out in the order GROUP BY gave them (its keys, BINARY collation).
+// AMP_TENSOR_STATS in one pass over its rows, into three summaries: m->stats per (pid, layer,
+// op, kind, dtype, target); each step's largest gradient amax (numel > 1); each layer's forward
+// amax in REPORT_AMAX_BUCKETS buckets over the steps (m->amax). Summed here: SQL's GROUP BY sorts
+// every row first (4 s of a 1.6M-row run, for a few dozen groups). The groups come out in the
+// order GROUP BY gave them (its keys, BINARY collation).
 
 static const char sql_stats[] =
-    "SELECT pid, IFNULL(layer_id, -1), IFNULL(op, ''), kind, IFNULL(dtype, ''), "
-    "IFNULL(target_dtype, ''), numel, amax, step, n_overflow, n_underflow, n_zero, n_nan, "
-    "n_posinf, n_neginf FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2";
+    "SELECT pid, layer_id, IFNULL(op, ''), kind, IFNULL(dtype, ''), IFNULL(target_dtype, ''), "
+    "numel, amax, step, n_overflow, n_underflow, n_zero, n_nan, n_posinf, n_neginf "
+    "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2";
 
-typedef struct stats_groups {
-    size_t *slots; // open addressing: index + 1 into m->stats; 0: empty
+// Open addressing over indexes + 1 into an array (0: empty), grown at half full.
+typedef struct index_table {
+    size_t *slots;
     size_t n_slots;
-} stats_groups;
+} index_table;
+
+// The slot of the entry hash h for which same(arr, index, key) holds, or the empty one to put it
+// in; rehash(arr, index) gives the hash of an entry present when the table grows.
+static size_t *index_slot(index_table *t, size_t n_entries, uint64_t h, const void *arr,
+                          const void *key, bool (*same)(const void *, size_t, const void *),
+                          uint64_t (*rehash)(const void *, size_t)) {
+    if (2 * (n_entries + 1) > t->n_slots) {
+        free(t->slots);
+        t->n_slots = t->n_slots ? 2 * t->n_slots : 64;
+        t->slots = amp_xcalloc(t->n_slots, sizeof *t->slots);
+        for (size_t k = 0; k < n_entries; k++) {
+            size_t i = rehash(arr, k) & (t->n_slots - 1);
+            while (t->slots[i])
+                i = (i + 1) & (t->n_slots - 1);
+            t->slots[i] = k + 1;
+        }
+    }
+    size_t i = h & (t->n_slots - 1);
+    while (t->slots[i] && !same(arr, t->slots[i] - 1, key))
+        i = (i + 1) & (t->n_slots - 1);
+    return &t->slots[i];
+}
+
+typedef struct group_key {
+    int32_t pid, layer;
+    const char *s[4]; // op, kind, dtype, target
+} group_key;
 
 static uint64_t mix_str(uint64_t h, const char *s) {
     for (; *s; s++)
@@ -235,54 +223,78 @@ static uint64_t mix_str(uint64_t h, const char *s) {
     return (h ^ 0xff) * 0x100000001b3ull;
 }
 
-static uint64_t group_hash(int32_t pid, int32_t layer, const char *const key[4]) {
-    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)(uint32_t)pid << 32 | (uint32_t)layer);
+static uint64_t group_hash(const group_key *k) {
+    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)(uint32_t)k->pid << 32 | (uint32_t)k->layer);
     for (int i = 0; i < 4; i++)
-        h = mix_str(h, key[i]);
+        h = mix_str(h, k->s[i]);
     return h;
 }
 
-static bool same_group(const report_stats *s, int32_t pid, int32_t layer,
-                       const char *const key[4]) {
-    return s->pid == pid && s->layer_id == layer && strcmp(s->op, key[0]) == 0 &&
-           strcmp(s->kind, key[1]) == 0 && strcmp(s->dtype, key[2]) == 0 &&
-           strcmp(s->target, key[3]) == 0;
+static bool same_group(const void *arr, size_t i, const void *key) {
+    const report_stats *s = &((const report_stats *)arr)[i];
+    const group_key *k = key;
+    return s->pid == k->pid && s->layer_id == k->layer && strcmp(s->op, k->s[0]) == 0 &&
+           strcmp(s->kind, k->s[1]) == 0 && strcmp(s->dtype, k->s[2]) == 0 &&
+           strcmp(s->target, k->s[3]) == 0;
 }
 
-// The group of the row's key, made (empty) when new.
-static report_stats *stats_group(report_model *m, stats_groups *g, size_t *cap, int32_t pid,
-                                 int32_t layer, const char *const key[4]) {
-    if (2 * (m->n_stats + 1) > g->n_slots) { // grow and rehash
-        free(g->slots);
-        g->n_slots = g->n_slots ? 2 * g->n_slots : 64;
-        g->slots = amp_xcalloc(g->n_slots, sizeof *g->slots);
-        for (size_t k = 0; k < m->n_stats; k++) {
-            const report_stats *s = &m->stats[k];
-            const char *sk[4] = {s->op, s->kind, s->dtype, s->target};
-            size_t i = group_hash(s->pid, s->layer_id, sk) & (g->n_slots - 1);
-            while (g->slots[i])
-                i = (i + 1) & (g->n_slots - 1);
-            g->slots[i] = k + 1;
-        }
-    }
-    size_t i = group_hash(pid, layer, key) & (g->n_slots - 1);
-    for (; g->slots[i]; i = (i + 1) & (g->n_slots - 1))
-        if (same_group(&m->stats[g->slots[i] - 1], pid, layer, key))
-            return &m->stats[g->slots[i] - 1];
-    AMP_GROW(m->stats, m->n_stats, *cap);
+static uint64_t group_rehash(const void *arr, size_t i) {
+    const report_stats *s = &((const report_stats *)arr)[i];
+    return group_hash(&(group_key){s->pid, s->layer_id, {s->op, s->kind, s->dtype, s->target}});
+}
+
+typedef struct bucket_key {
+    int32_t pid, layer;
+    int64_t bucket;
+} bucket_key;
+
+typedef struct stats_pass {
+    report_model *m;
+    index_table groups, buckets;
+    size_t cap_stats, cap_amax;
+    int64_t *bucket_of; // per m->amax entry, its bucket (the key with pid and layer)
+    int64_t lo, width;  // the buckets: (step - lo) / width; width 0: no steps, no buckets
+    report_step *step;  // the step record of the last gradient row (a cache)
+} stats_pass;
+
+static uint64_t bucket_hash(const bucket_key *k) {
+    uint64_t h = ((uint64_t)(uint32_t)k->pid << 32 | (uint32_t)k->layer) * 0x9E3779B97F4A7C15ull;
+    return (h ^ (uint64_t)k->bucket) * 0xff51afd7ed558ccdull;
+}
+
+static bool same_bucket(const void *arr, size_t i, const void *key) {
+    const stats_pass *p = arr;
+    const report_amax *a = &p->m->amax[i];
+    const bucket_key *k = key;
+    return a->pid == k->pid && a->layer_id == k->layer && p->bucket_of[i] == k->bucket;
+}
+
+static uint64_t bucket_rehash(const void *arr, size_t i) {
+    const stats_pass *p = arr;
+    const report_amax *a = &p->m->amax[i];
+    return bucket_hash(&(bucket_key){a->pid, a->layer_id, p->bucket_of[i]});
+}
+
+// The group of a row's key, made (empty) when new.
+static report_stats *stats_group(stats_pass *p, const group_key *k) {
+    report_model *m = p->m;
+    size_t *slot =
+        index_slot(&p->groups, m->n_stats, group_hash(k), m->stats, k, same_group, group_rehash);
+    if (*slot) return &m->stats[*slot - 1];
+    AMP_GROW(m->stats, m->n_stats, p->cap_stats);
     report_stats *s = &m->stats[m->n_stats];
-    *s = (report_stats){.pid = pid,
-                        .layer_id = layer,
-                        .op = amp_xstrdup(key[0]),
-                        .kind = amp_xstrdup(key[1]),
-                        .dtype = amp_xstrdup(key[2]),
-                        .target = amp_xstrdup(key[3]),
+    *s = (report_stats){.pid = k->pid,
+                        .layer_id = k->layer,
+                        .op = amp_xstrdup(k->s[0]),
+                        .kind = amp_xstrdup(k->s[1]),
+                        .dtype = amp_xstrdup(k->s[2]),
+                        .target = amp_xstrdup(k->s[3]),
                         .amax = NAN,
                         .first_step = INT64_MAX,
                         .last_step = INT64_MIN,
                         .near_first_step = -1,
                         .near_last_step = -1};
-    g->slots[i] = ++m->n_stats;
+    *slot = ++m->n_stats;
     return s;
 }
 
@@ -316,6 +328,35 @@ static void add_stats_row(report_stats *s, sqlite3_stmt *q) {
     }
 }
 
+// A gradient's amax (numel > 1) into its step record's largest.
+static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax) {
+    if (!p->step || p->step->pid != pid || p->step->step != step)
+        p->step = (report_step *)report_step_find(p->m, pid, step);
+    if (p->step && !(amax <= p->step->grad_amax)) p->step->grad_amax = amax;
+}
+
+// An activation's amax into its layer's bucket.
+static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t step, double amax) {
+    report_model *m = p->m;
+    bucket_key k = {pid, layer, (step - p->lo) / p->width}; // (C and SQL truncate alike)
+    size_t *slot =
+        index_slot(&p->buckets, m->n_amax, bucket_hash(&k), p, &k, same_bucket, bucket_rehash);
+    if (!*slot) {
+        if (m->n_amax == p->cap_amax) {
+            p->cap_amax = p->cap_amax ? 2 * p->cap_amax : 64;
+            m->amax = amp_xrealloc(m->amax, p->cap_amax * sizeof *m->amax);
+            p->bucket_of = amp_xrealloc(p->bucket_of, p->cap_amax * sizeof *p->bucket_of);
+        }
+        m->amax[m->n_amax] = (report_amax){pid, layer, step, amax};
+        p->bucket_of[m->n_amax] = k.bucket;
+        *slot = ++m->n_amax;
+        return;
+    }
+    report_amax *a = &m->amax[*slot - 1];
+    if (step < a->step) a->step = step;
+    if (amax > a->amax) a->amax = amax;
+}
+
 static int cmp_stats(const void *a, const void *b) {
     const report_stats *x = a, *y = b;
     if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
@@ -327,27 +368,55 @@ static int cmp_stats(const void *a, const void *b) {
     return c;
 }
 
+static int cmp_amax(const void *a, const void *b) {
+    const report_amax *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    if (x->layer_id != y->layer_id) return x->layer_id < y->layer_id ? -1 : 1;
+    return (x->step > y->step) - (x->step < y->step);
+}
+
 static bool load_stats(sqlite3 *db, report_model *m, char *err) {
+    stats_pass p = {.m = m};
+    if (m->n_steps) { // the buckets span the steps recorded
+        int64_t lo = m->steps[0].step, hi = lo;
+        for (size_t i = 0; i < m->n_steps; i++) {
+            if (m->steps[i].step < lo) lo = m->steps[i].step;
+            if (m->steps[i].step > hi) hi = m->steps[i].step;
+        }
+        p.lo = lo;
+        p.width = (hi - lo) / REPORT_AMAX_BUCKETS + 1;
+    }
     sqlite3_stmt *q;
     if (!prepare(db, m->path, sql_stats, m, &q, err)) return false;
-    stats_groups g = {0};
     report_stats *last = NULL; // rows of one step come layer by layer: often the same group
-    size_t cap = 0;
+    bool act = false, grad = false; // last's kind: activation, or a gradient
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        const int32_t pid = sqlite3_column_int(q, 0), layer = sqlite3_column_int(q, 1);
-        const char *key[4];
+        const bool no_layer = sqlite3_column_type(q, 1) == SQLITE_NULL;
+        group_key k = {.pid = sqlite3_column_int(q, 0),
+                       .layer = no_layer ? -1 : sqlite3_column_int(q, 1)};
         for (int i = 0; i < 4; i++) {
             const unsigned char *t = sqlite3_column_text(q, 2 + i);
-            key[i] = t ? (const char *)t : "";
+            k.s[i] = t ? (const char *)t : "";
         }
-        if (!last || !same_group(last, pid, layer, key)) {
-            last = stats_group(m, &g, &cap, pid, layer, key);
+        if (!last || !same_group(last, 0, &k)) {
+            last = stats_group(&p, &k);
+            act = strcmp(last->kind, "activation") == 0;
+            grad = strcmp(last->kind, "activation_grad") == 0 ||
+                   strcmp(last->kind, "weight_grad") == 0;
         }
         add_stats_row(last, q);
+        if (sqlite3_column_type(q, 7) == SQLITE_NULL) continue;
+        const double amax = sqlite3_column_double(q, 7);
+        const int64_t step = sqlite3_column_int64(q, 8);
+        if (grad && col_i64(q, 6, 0) > 1) add_grad_amax(&p, k.pid, step, amax);
+        if (act && !no_layer && p.width) add_forward_amax(&p, k.pid, k.layer, step, amax);
     }
-    free(g.slots);
+    free(p.groups.slots);
+    free(p.buckets.slots);
+    free(p.bucket_of);
     if (m->n_stats) qsort(m->stats, m->n_stats, sizeof *m->stats, cmp_stats);
+    if (m->n_amax) qsort(m->amax, m->n_amax, sizeof *m->amax, cmp_amax);
     return finish(db, m->path, q, rc, err);
 }
 
@@ -360,8 +429,7 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
     err[0] = 0;
     sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); // one snapshot, also of a run still being written
     bool ok = load_meta(db, m, err) && load_layers(db, m, err) && load_steps(db, m, err) &&
-              load_events(db, m, err) && load_stats(db, m, err) && load_amax(db, m, err) &&
-              report_perf_load(db, m, err);
+              load_events(db, m, err) && load_stats(db, m, err) && report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (ok) return AMP_OK;
     report_model_free(m);
