@@ -184,15 +184,7 @@ static const char sql_stats[] =
     "numel, amax, step, n_overflow, n_underflow, n_zero, n_nan, n_posinf, n_neginf "
     "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2";
 
-// Open addressing over indexes + 1 into an array (0: empty), grown at half full.
-typedef struct index_table {
-    size_t *slots;
-    size_t n_slots;
-} index_table;
-
-// The slot of the entry hash h for which same(arr, index, key) holds, or the empty one to put it
-// in; rehash(arr, index) gives the hash of an entry present when the table grows.
-static size_t *index_slot(index_table *t, size_t n_entries, uint64_t h, const void *arr,
+size_t *report_index_slot(report_index *t, size_t n_entries, uint64_t h, const void *arr,
                           const void *key, bool (*same)(const void *, size_t, const void *),
                           uint64_t (*rehash)(const void *, size_t)) {
     if (2 * (n_entries + 1) > t->n_slots) {
@@ -250,7 +242,7 @@ typedef struct bucket_key {
 
 typedef struct stats_pass {
     report_model *m;
-    index_table groups, buckets;
+    report_index groups, buckets;
     size_t cap_stats, cap_amax;
     int64_t *bucket_of; // per m->amax entry, its bucket (the key with pid and layer)
     int64_t lo, width;  // the buckets: (step - lo) / width; width 0: no steps, no buckets
@@ -278,8 +270,8 @@ static uint64_t bucket_rehash(const void *arr, size_t i) {
 // The group of a row's key, made (empty) when new.
 static report_stats *stats_group(stats_pass *p, const group_key *k) {
     report_model *m = p->m;
-    size_t *slot =
-        index_slot(&p->groups, m->n_stats, group_hash(k), m->stats, k, same_group, group_rehash);
+    size_t *slot = report_index_slot(&p->groups, m->n_stats, group_hash(k), m->stats, k, same_group,
+                                     group_rehash);
     if (*slot) return &m->stats[*slot - 1];
     AMP_GROW(m->stats, m->n_stats, p->cap_stats);
     report_stats *s = &m->stats[m->n_stats];
@@ -339,8 +331,8 @@ static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax)
 static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t step, double amax) {
     report_model *m = p->m;
     bucket_key k = {pid, layer, (step - p->lo) / p->width}; // (C and SQL truncate alike)
-    size_t *slot =
-        index_slot(&p->buckets, m->n_amax, bucket_hash(&k), p, &k, same_bucket, bucket_rehash);
+    size_t *slot = report_index_slot(&p->buckets, m->n_amax, bucket_hash(&k), p, &k, same_bucket,
+                                     bucket_rehash);
     if (!*slot) {
         if (m->n_amax == p->cap_amax) {
             p->cap_amax = p->cap_amax ? 2 * p->cap_amax : 64;

@@ -201,6 +201,19 @@ void report_model_free(report_model *m);
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
+// Open addressing over indexes + 1 into an array of entries (0: empty), grown at half full.
+typedef struct report_index {
+    size_t *slots;
+    size_t n_slots;
+} report_index;
+
+// The slot of the entry of key (hash h) among the n_entries of arr — same(arr, i, key) tells —
+// or the empty one to put index + 1 of a new entry in; rehash(arr, i) is an entry's hash, for
+// when the table grows. Free t->slots when done.
+size_t *report_index_slot(report_index *t, size_t n_entries, uint64_t h, const void *arr,
+                          const void *key, bool (*same)(const void *, size_t, const void *),
+                          uint64_t (*rehash)(const void *, size_t));
+
 // Loads m->ops (AMP_OPS in one pass), the op and kernel columns of m->steps, and m->perf
 // (report_perf.c); called by report_model_load after the steps. false (err filled) when a
 // SELECT fails.

@@ -717,62 +717,53 @@ static int cmp_kernel_layer(const void *pa, const void *pb) {
     return (a->layer > b->layer) - (a->layer < b->layer);
 }
 
+static bool same_kernel_group(const void *arr, size_t i, const void *key) {
+    const kernel_group *e = &((const kernel_group *)arr)[i], *k = key;
+    return e->kernel == k->kernel && e->group == k->group;
+}
+
+static uint64_t kernel_group_hash(const void *arr, size_t i) {
+    const kernel_group *e = &((const kernel_group *)arr)[i];
+    return mix((uint64_t)e->kernel << 32 | (uint32_t)e->group);
+}
+
 static void kernel_layers(report_model *m, const launch *v, size_t n, const op_row *rows) {
     report_perf *p = &m->perf;
-    size_t n_slots = 64, used = 0;
-    kernel_group *slots = amp_xcalloc(n_slots, sizeof *slots);
-    for (size_t i = 0; i < n_slots; i++)
-        slots[i].kernel = -1;
+    kernel_group *e = NULL; // per (kernel, op group): its time
+    size_t n_e = 0, cap = 0;
+    report_index t = {0};
     for (size_t i = 0; i < n; i++) {
         if (v[i].row < 0) continue;
-        if (2 * (used + 1) > n_slots) { // grow: rehash the entries into twice the slots
-            kernel_group *old = slots;
-            size_t n_old = n_slots;
-            n_slots *= 2;
-            slots = amp_xcalloc(n_slots, sizeof *slots);
-            for (size_t k = 0; k < n_slots; k++)
-                slots[k].kernel = -1;
-            for (size_t k = 0; k < n_old; k++) {
-                if (old[k].kernel < 0) continue;
-                size_t j =
-                    mix((uint64_t)old[k].kernel << 32 | (uint32_t)old[k].group) & (n_slots - 1);
-                while (slots[j].kernel >= 0)
-                    j = (j + 1) & (n_slots - 1);
-                slots[j] = old[k];
-            }
-            free(old);
+        kernel_group key = {.kernel = v[i].kernel, .group = rows[v[i].row].group};
+        size_t *slot = report_index_slot(&t, n_e, kernel_group_hash(&key, 0), e, &key,
+                                         same_kernel_group, kernel_group_hash);
+        if (!*slot) {
+            const report_op *op = &m->ops[key.group];
+            AMP_GROW(e, n_e, cap);
+            e[n_e] = (kernel_group){key.kernel, key.group, op->pid, op->layer_id, 0};
+            *slot = ++n_e;
         }
-        const int32_t kernel = v[i].kernel, group = rows[v[i].row].group;
-        size_t j = mix((uint64_t)kernel << 32 | (uint32_t)group) & (n_slots - 1);
-        while (slots[j].kernel >= 0 && (slots[j].kernel != kernel || slots[j].group != group))
-            j = (j + 1) & (n_slots - 1);
-        if (slots[j].kernel < 0) {
-            const report_op *op = &m->ops[group];
-            slots[j] = (kernel_group){kernel, group, op->pid, op->layer_id, 0};
-            used++;
-        }
-        slots[j].ns += v[i].end - v[i].start;
+        e[*slot - 1].ns += v[i].end - v[i].start;
     }
-    size_t k = 0; // the entries, packed, then summed per (kernel, layer)
-    for (size_t i = 0; i < n_slots; i++)
-        if (slots[i].kernel >= 0) slots[k++] = slots[i];
-    qsort(slots, k, sizeof *slots, cmp_kernel_layer);
+    free(t.slots);
+    const size_t k = n_e; // summed per (kernel, layer)
+    if (k) qsort(e, k, sizeof *e, cmp_kernel_layer);
     for (size_t i = 0; i < k;) {
         size_t j = i;
         int64_t ns = 0;
-        for (; j < k && cmp_kernel_layer(&slots[i], &slots[j]) == 0; j++)
-            ns += slots[j].ns;
-        report_kernel *kr = &p->kernels[slots[i].kernel];
-        if (slots[i].layer >= 0) {
+        for (; j < k && cmp_kernel_layer(&e[i], &e[j]) == 0; j++)
+            ns += e[j].ns;
+        report_kernel *kr = &p->kernels[e[i].kernel];
+        if (e[i].layer >= 0) {
             if (!kr->n_layers++ || ns > kr->layer_ns) {
-                kr->layer_pid = slots[i].pid;
-                kr->layer_id = slots[i].layer;
+                kr->layer_pid = e[i].pid;
+                kr->layer_id = e[i].layer;
                 kr->layer_ns = ns;
             }
         }
         i = j;
     }
-    free(slots);
+    free(e);
 }
 
 // Ties each kernel to the op row whose host interval holds its launch call, and shares the op's
