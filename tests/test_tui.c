@@ -443,7 +443,7 @@ START_TEST(kernels_view_names_each_kernels_layer) {
         " (22100000, 22400000, 0, 1, 7, 1, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1),"
         " (31100000, 31400000, 0, 1, 7, 2, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 2),"
         " (33100000, 33200000, 0, 1, 7, 3, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 3),"
-        " (35000000, 35001000, 0, 1, 7, 9, 117440512, 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, "
+        " (35000000, 36000000, 0, 1, 7, 9, 117440512, 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, "
         "4);");
     tui_app app;
     char err[AMP_STORE_ERR_MAX];
@@ -476,6 +476,21 @@ START_TEST(kernels_view_names_each_kernels_layer) {
     char *gemm = strstr(all, "nvjet_sm90_gemm");
     ck_assert_msg(gemm && strstr(gemm, "head +1") && strstr(gemm, "head +1") < strchr(gemm, '\n'),
                   "%s", all);
+    // by time the longer elementwise kernel leads; sorted by layer (those without one last) the
+    // GEMM does; then filtered by the layer
+    ck_assert_str_eq(app.kernel_rows[0]->name, "elementwise_add");
+    tui_table *t = &app.tables[TUI_VIEW_KERNELS];
+    while (strcmp(tui_view_kernels.columns[t->sort], "layer") != 0)
+        tui_app_key(&app, 's', &l);
+    tui_app_update(&app);
+    ck_assert_uint_eq(app.n_kernel_rows, 2);
+    ck_assert_str_eq(app.kernel_rows[0]->name, "nvjet_sm90_gemm");
+    ck_assert_str_eq(app.kernel_rows[1]->name, "elementwise_add");
+    snprintf(t->filter, sizeof t->filter, "head");
+    app.seen_generation[TUI_VIEW_KERNELS] = 0;
+    tui_app_update(&app);
+    ck_assert_uint_eq(app.n_kernel_rows, 1);
+    ck_assert_str_eq(app.kernel_rows[0]->name, "nvjet_sm90_gemm");
     tui_app_free(&app);
 }
 END_TEST

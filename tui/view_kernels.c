@@ -16,13 +16,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SORT_TIME, SORT_COUNT, SORT_MEAN, SORT_NAME };
-static const char *const columns[] = {"time", "count", "mean", "name", NULL};
+enum { SORT_TIME, SORT_COUNT, SORT_MEAN, SORT_NAME, SORT_LAYER };
+static const char *const columns[] = {"time", "count", "mean", "name", "layer", NULL};
 
-static int sort_key; // qsort has no context argument; update sets it just before sorting
+// qsort has no context argument: update sets these just before sorting
+static int sort_key;
+static const tui_finding *sort_finding;
 
 static int cmp_kernels(const void *pa, const void *pb) {
     const tui_kernel *a = *(const tui_kernel *const *)pa, *b = *(const tui_kernel *const *)pb;
+    if (sort_key == SORT_LAYER) { // by layer, those without one last, then by time
+        const char *la = tui_finding_kernel_layer(sort_finding, a->name),
+                   *lb = tui_finding_kernel_layer(sort_finding, b->name);
+        int c = !la || !lb ? (!la) - (!lb) : strcmp(la, lb);
+        if (c) return c;
+        return (b->total_ns > a->total_ns) - (b->total_ns < a->total_ns);
+    }
     double ma = (double)a->total_ns / (double)a->count, mb = (double)b->total_ns / (double)b->count;
     int c = 0;
     switch (sort_key) {
@@ -49,10 +58,13 @@ static void update(tui_app *app) {
         app->kernel_rows = amp_xrealloc(app->kernel_rows, m->n_kernels * sizeof *app->kernel_rows);
     }
     app->n_kernel_rows = 0;
-    for (size_t i = 0; i < m->n_kernels; i++)
-        if (tui_match(m->kernels[i].name, t->filter))
+    for (size_t i = 0; i < m->n_kernels; i++) { // the filter: its name, or its layer's
+        const char *layer = tui_finding_kernel_layer(&m->finding, m->kernels[i].name);
+        if (tui_match(m->kernels[i].name, t->filter) || (layer && tui_match(layer, t->filter)))
             app->kernel_rows[app->n_kernel_rows++] = &m->kernels[i];
+    }
     sort_key = t->sort;
+    sort_finding = &m->finding;
     if (app->n_kernel_rows)
         qsort(app->kernel_rows, app->n_kernel_rows, sizeof *app->kernel_rows, cmp_kernels);
 }
