@@ -209,16 +209,10 @@ typedef struct group_key {
     const char *s[4]; // op, kind, dtype, target
 } group_key;
 
-static uint64_t mix_str(uint64_t h, const char *s) {
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull; // FNV-1a
-    return (h ^ 0xff) * 0x100000001b3ull;
-}
-
 static uint64_t group_hash(const group_key *k) {
-    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)(uint32_t)k->pid << 32 | (uint32_t)k->layer);
+    uint64_t h = report_mix((uint64_t)(uint32_t)k->pid << 32 | (uint32_t)k->layer);
     for (int i = 0; i < 4; i++)
-        h = mix_str(h, k->s[i]);
+        h = report_hash_str(h, k->s[i]);
     return h;
 }
 
@@ -250,8 +244,8 @@ typedef struct stats_pass {
 } stats_pass;
 
 static uint64_t bucket_hash(const bucket_key *k) {
-    uint64_t h = ((uint64_t)(uint32_t)k->pid << 32 | (uint32_t)k->layer) * 0x9E3779B97F4A7C15ull;
-    return (h ^ (uint64_t)k->bucket) * 0xff51afd7ed558ccdull;
+    return report_mix(report_mix((uint64_t)(uint32_t)k->pid << 32 | (uint32_t)k->layer) ^
+                      (uint64_t)k->bucket);
 }
 
 static bool same_bucket(const void *arr, size_t i, const void *key) {

@@ -201,6 +201,19 @@ void report_model_free(report_model *m);
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
+// Hashing for the report's tables: a 64-bit finaliser, and a string folded into a hash (FNV-1a).
+static inline uint64_t report_mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+static inline uint64_t report_hash_str(uint64_t h, const char *s) {
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return (h ^ 0xff) * 0x100000001b3ULL;
+}
+
 // Open addressing over indexes + 1 into an array of entries (0: empty), grown at half full.
 typedef struct report_index {
     size_t *slots;

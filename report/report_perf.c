@@ -150,13 +150,6 @@ typedef struct id_table {
     size_t cap;     // a power of two
 } id_table;
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return x;
-}
-
 static void ids_init(id_table *t) {
     t->cap = 256;
     t->ids = amp_xmalloc(t->cap * sizeof *t->ids);
@@ -172,7 +165,7 @@ static void ids_free(id_table *t) {
 
 // The slot of id (holding it, or the empty one where it goes).
 static size_t ids_slot(const id_table *t, int64_t id) {
-    size_t i = mix((uint64_t)id) & (t->cap - 1);
+    size_t i = report_mix((uint64_t)id) & (t->cap - 1);
     while (t->index[i] >= 0 && t->ids[i] != id)
         i = (i + 1) & (t->cap - 1);
     return i;
@@ -563,39 +556,25 @@ static int cmp_op(const void *pa, const void *pb) {
 }
 
 static uint64_t op_hash(const report_op *o) {
-    uint64_t h = mix(((uint64_t)(uint32_t)o->pid << 32) | (uint32_t)o->layer_id);
+    uint64_t h = report_mix(((uint64_t)(uint32_t)o->pid << 32) | (uint32_t)o->layer_id);
     const char *parts[] = {o->op, o->phase, o->in_dtypes, o->out_dtype, o->policy};
-    for (size_t i = 0; i < 5; i++) {
-        for (const char *c = parts[i]; *c; c++)
-            h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
-        h = (h ^ 0xff) * 0x100000001b3ULL;
-    }
+    for (size_t i = 0; i < 5; i++)
+        h = report_hash_str(h, parts[i]);
     return h;
 }
 
-// Op groups by key while AMP_OPS streams past: slot -> index into m->ops.
-typedef struct op_table {
-    int32_t *slot;
-    size_t cap;
-} op_table;
+static bool same_op(const void *ops, size_t i, const void *key) {
+    return cmp_op(&((const report_op *)ops)[i], key) == 0;
+}
 
-static int32_t op_group(report_model *m, op_table *t, const report_op *key, size_t *cap) {
-    if (2 * m->n_ops + 2 > t->cap) {
-        free(t->slot);
-        t->cap = t->cap ? 2 * t->cap : 256;
-        t->slot = amp_xmalloc(t->cap * sizeof *t->slot);
-        for (size_t i = 0; i < t->cap; i++)
-            t->slot[i] = -1;
-        for (size_t g = 0; g < m->n_ops; g++) {
-            size_t i = op_hash(&m->ops[g]) & (t->cap - 1);
-            while (t->slot[i] >= 0)
-                i = (i + 1) & (t->cap - 1);
-            t->slot[i] = (int32_t)g;
-        }
-    }
-    size_t i = op_hash(key) & (t->cap - 1);
-    for (; t->slot[i] >= 0; i = (i + 1) & (t->cap - 1))
-        if (cmp_op(&m->ops[t->slot[i]], key) == 0) return t->slot[i];
+static uint64_t op_rehash(const void *ops, size_t i) {
+    return op_hash(&((const report_op *)ops)[i]);
+}
+
+// The group of key (an index into m->ops), made when new: t finds them while AMP_OPS streams past.
+static int32_t op_group(report_model *m, report_index *t, const report_op *key, size_t *cap) {
+    size_t *slot = report_index_slot(t, m->n_ops, op_hash(key), m->ops, key, same_op, op_rehash);
+    if (*slot) return (int32_t)(*slot - 1);
     AMP_GROW(m->ops, m->n_ops, *cap);
     report_op *o = &m->ops[m->n_ops];
     *o = (report_op){.pid = key->pid,
@@ -607,8 +586,8 @@ static int32_t op_group(report_model *m, op_table *t, const report_op *key, size
                      .policy = amp_xstrdup(key->policy),
                      .first_step = INT64_MAX,
                      .last_step = INT64_MIN};
-    t->slot[i] = (int32_t)m->n_ops;
-    return (int32_t)m->n_ops++;
+    *slot = ++m->n_ops;
+    return (int32_t)(m->n_ops - 1);
 }
 
 // AMP_OPS in one pass: the groups (m->ops), the per-step op time columns, and (rows != NULL)
@@ -628,7 +607,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     }
     sqlite3_bind_int64(q, 1, m->step_lo);
     sqlite3_bind_int64(q, 2, m->step_hi);
-    op_table t = {0};
+    report_index t = {0};
     bool *gemm = NULL, *cast = NULL; // per group
     size_t cap = 0, row_cap = 0, flag_cap = 0;
     report_step *st = NULL;
@@ -679,7 +658,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
                                         .flops = flops,
                                         .bytes = bytes};
     }
-    free(t.slot);
+    free(t.slots);
     free(gemm);
     free(cast);
     if (!done(l, q, rc)) return false;
@@ -724,7 +703,7 @@ static bool same_kernel_group(const void *arr, size_t i, const void *key) {
 
 static uint64_t kernel_group_hash(const void *arr, size_t i) {
     const kernel_group *e = &((const kernel_group *)arr)[i];
-    return mix((uint64_t)e->kernel << 32 | (uint32_t)e->group);
+    return report_mix((uint64_t)e->kernel << 32 | (uint32_t)e->group);
 }
 
 static void kernel_layers(report_model *m, const launch *v, size_t n, const op_row *rows) {
