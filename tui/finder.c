@@ -39,6 +39,7 @@ static int cmp_kernel_layer(const void *pa, const void *pb) {
 // The layers the report tied rm's kernels to.
 static void kernel_layers(const report_model *rm, tui_finding *out) {
     const report_perf *p = &rm->perf;
+    if (p->n_kernels) out->kernel_layers = amp_xmalloc(p->n_kernels * sizeof *out->kernel_layers);
     for (size_t i = 0; i < p->n_kernels; i++) {
         const report_kernel *k = &p->kernels[i];
         const char *name = report_layer_name(rm, k->layer_pid, k->layer_id);
@@ -48,8 +49,6 @@ static void kernel_layers(const report_model *rm, tui_finding *out) {
             snprintf(label, sizeof label, "%s +%d", name, (int)k->n_layers - 1);
         else
             snprintf(label, sizeof label, "%s", name);
-        if (!out->kernel_layers)
-            out->kernel_layers = amp_xmalloc(p->n_kernels * sizeof *out->kernel_layers);
         out->kernel_layers[out->n_kernel_layers++] =
             (tui_kernel_layer){amp_xstrdup(k->name), amp_xstrdup(label)};
     }

@@ -11,8 +11,8 @@ of its hooks), then the overhead of the medians over the rounds. Run it under `a
 
   ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
 
---compile trains each model through torch.compile(model) (compiled once per workload and
-precision, in the first run's warm-up steps), watched and plain alike.
+--compile trains each model through torch.compile(model) (compiled in the warm-up steps),
+watched and plain alike.
 """
 import argparse
 import json
