@@ -308,11 +308,12 @@ class StepStats:
         devs = [t.get_device() for t in ts]
         if dev is None and devs[0] >= 0 and ts[0].is_cuda:
             dev = devs[0]
+        ptrs = None
         if (lib is not None and dev is not None and devs.count(dev) == len(ts)
                 and None not in tcodes and False not in [t.is_contiguous() for t in ts]):
             # the common case, a C loop each: dense tensors of the step's GPU that the kernel reads
             ptrs, numels, codes, slots = [t.data_ptr() for t in ts], tnumels, tcodes, handles
-        else:
+        if ptrs is None or 0 in ptrs:  # (0: a tensor subclass whose memory is not its values)
             ptrs, numels, codes, slots = [], [], [], []
             for t, d, h, code, numel in zip(ts, devs, handles, tcodes, tnumels):
                 if code is not None and lib is not None:
@@ -322,11 +323,13 @@ class StepStats:
                         if not t.is_contiguous():
                             t = t.contiguous()  # a copy of our own, alive until the launch
                             ts.append(t)
-                        ptrs.append(t.data_ptr())
-                        numels.append(numel)
-                        codes.append(code)
-                        slots.append(h)
-                        continue
+                        ptr = t.data_ptr()
+                        if ptr:
+                            ptrs.append(ptr)
+                            numels.append(numel)
+                            codes.append(code)
+                            slots.append(h)
+                            continue
                 self.order[h] = ~len(self.eager)
                 with torch.no_grad():
                     self.eager.append(eager_stats(t, *self._pending_bounds))

@@ -2,6 +2,7 @@
 
   LayerTable   qualified module names -> layer ids and parent ids (AMP_LAYERS), the root model
                named by its class; each layer is emitted once, before the first record naming it.
+  class_name   a module's class name as the model defines it (FSDP2's FSDPBlock -> Block).
   op_name      a module class or a torch/aten function as the op name the report knows
                (Linear -> linear, LayerNorm -> layer_norm, aten.mm.default -> mm, __mul__ -> mul).
   op_row       the AMP_OPS columns of one torch function call (in/out dtypes after autocast's
@@ -38,6 +39,15 @@ def dtype_name(torch_dtype):
         s = str(torch_dtype).replace("torch.", "")
         name = _dtype_names[torch_dtype] = _TORCH_DTYPE_NAMES.get(s, s)
     return name
+
+
+def class_name(m):
+    """The name of m's class as the model defines it: FSDP2's fully_shard gives a module a class
+    of its own, FSDP<name>, deriving from FSDPModule and the module's class."""
+    bases = type(m).__bases__
+    if len(bases) == 2 and bases[0].__name__ == "FSDPModule":
+        return bases[1].__name__
+    return type(m).__name__
 
 
 def op_name(x):

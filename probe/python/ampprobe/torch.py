@@ -68,6 +68,8 @@ compiled as a whole records its output and that output's gradient as the root la
 parameter gradients, the scale and the steps; a compiled part of an eager model is recorded at
 its output, its insides not. Broken steps and op steps run the forward again eagerly (the op
 step once more, without gradients, under the op recorder). Watch what torch.compile returned.
+
+Sharded parameters (FSDP2's DTensors): each process records its local shard of each gradient.
 """
 import atexit
 import contextlib
@@ -83,7 +85,7 @@ import weakref
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _devstats, _records, _vocab
@@ -114,6 +116,18 @@ def _describe_now(what, t, allowed_neginf=False):
     bad = int(s[2] + s[3] + (0 if allowed_neginf else s[4]))
     return _vocab.describe(what, _vocab.dtype_name(t.dtype), t.shape, mn, mx, amax,
                            int(s[2]), int(s[3]), int(s[4])), bad
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _local(t):
+    """The tensor whose memory holds t's values on this process: t itself, a DTensor's local
+    shard (FSDP2's parameters and their gradients, tensor parallelism's activations), or None
+    for another wrapper subclass, whose address is not that of its values (not recorded)."""
+    while type(t) not in _PLAIN and is_traceable_wrapper_subclass(t):
+        t = getattr(t, "_local_tensor", None)
+    return t
 
 
 def _float_tensors(obj):
@@ -575,7 +589,7 @@ class Watcher:
         self.ops_every = int(ops_every if ops_every is not None else
                              env_ops if env_ops.isdigit() else _OPS_EVERY)
         named = [(layer_name(n), m) for n, m in model.named_modules()]
-        ids = _layers.add_model(name or type(model).__name__,
+        ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {id(m): ids[n] for n, m in named}
         self.layer_of[id(self.outer)] = ids[""]
@@ -593,7 +607,7 @@ class Watcher:
         # id(module) -> its layer, op and the autograd pre-hook that queues its output's gradient
         self._module_info = {}
         for n, m in named:
-            op = _vocab.op_name(type(m).__name__)
+            op = _vocab.op_name(_vocab.class_name(m))
             self._module_info[id(m)] = (ids[n], op, self._grad_hook(ids[n], op, 0))
         self._plist = []  # the floating parameters
         self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
@@ -603,6 +617,8 @@ class Watcher:
                     self._plist.append(p)
                     self._wentries.append((ids[mn], WEIGHT_GRAD, (mn + "." if mn else "") + pn,
                                            _vocab.dtype_name(p.dtype)))
+        self._sharded = any(type(p) not in _PLAIN for p in self._plist)
+        self._unread = set()  # the tensor types _local could not read
         self.step = 0
         self.step_start = self.rec.now_ns()
         self.sampled = True
@@ -813,6 +829,10 @@ class Watcher:
         and watched, and a layer whose output was written to in the forward is read at once
         from then on (_check_outputs). Runs for every module output and gradient of a sampled
         step: kept short (StepStats.defer looks at the tensor when its batch launches)."""
+        if type(t) not in _PLAIN:
+            t = self._local(t)
+            if t is None:
+                return
         dtype = t.dtype
         if not dtype.is_floating_point:
             return
@@ -831,6 +851,16 @@ class Watcher:
                 self.stats.add(t, target, bounds)
             else:
                 self.stats.defer(t, target, bounds, True, dtype, numel)
+
+    def _local(self, t):
+        """_local(t), and a note on stderr the first time a tensor's type cannot be read."""
+        local = _local(t)
+        if local is None and type(t) not in self._unread:
+            self._unread.add(type(t))
+            print("ampprobe: step %d: tensors of type %s are not recorded (a tensor subclass "
+                  "without a local tensor that holds its values)" % (self.step, type(t).__name__),
+                  file=sys.stderr, flush=True)
+        return local
 
     def _check_outputs(self):
         """The forward has ended: its deferred outputs are read now; on the first sampled step,
@@ -940,6 +970,8 @@ class Watcher:
         if not self.sampled:
             return
         grads = [p.grad for p in self._plist]
+        if self._sharded:  # DTensors (FSDP2): each process records its shards
+            grads = [None if g is None else self._local(g) for g in grads]
         with self._lock:
             if any(g is None for g in grads):  # parameters that took no part
                 have = [(g, e) for g, e in zip(grads, self._wentries) if g is not None]

@@ -2,9 +2,9 @@
 """ci_records.py — the torch-free parts of the bridge, for CI (tests/test_pybridge.c runs it with
 the system python3 under `ampprobe run --torch`, then checks the database).
 
-Asserts the name bookkeeping (_vocab.py) and the torch.compile pieces (_compiled.py), then
-writes one record of each AMP type through ctypes (_records.py) with the values test_pybridge.c
-expects; exits non-zero on a failed assert.
+Asserts the name bookkeeping (_vocab.py: layers, ops, FSDP2's module classes) and the
+torch.compile pieces (_compiled.py), then writes one record of each AMP type through ctypes
+(_records.py) with the values test_pybridge.c expects; exits non-zero on a failed assert.
 """
 import ctypes
 import math
@@ -31,6 +31,20 @@ for given, want in (("Linear", "linear"), ("LayerNorm", "layer_norm"), ("Conv2d"
                     ("__truediv__", "div"), ("log", "log"), ("masked_fill_", "masked_fill"),
                     ("cross_entropy", "cross_entropy"), ("GELU", "gelu")):
     assert _vocab.op_name(given) == want, (given, _vocab.op_name(given), want)
+
+
+class Block:  # a model's module class, and the class FSDP2's fully_shard gives an instance
+    pass
+
+
+class FSDPModule:
+    pass
+
+
+FSDPBlock = type("FSDPBlock", (FSDPModule, Block), {})
+assert _vocab.class_name(Block()) == "Block" and _vocab.class_name(FSDPBlock()) == "Block"
+assert _vocab.op_name(_vocab.class_name(FSDPBlock())) == "block"
+assert _vocab.class_name(FSDPModule()) == "FSDPModule"
 assert _vocab.dtype_name("torch.float16") == "f16" and _vocab.dtype_name("torch.bfloat16") == "bf16"
 d = _vocab.describe("input 0", "f16", (16, 2, 16, 16), -6.26953, 6.1, 6.26953)
 assert d == "input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.1 amax 6.26953; ", d

@@ -26,9 +26,12 @@ gradients of N micro-batches a step (the fault in the first: the NaN batch, the 
 and the gain are there from it on); --checkpoint reentrant|nonreentrant recomputes each block
 (TinyGPT, the residual net) in the backward (torch.utils.checkpoint). --wrap ddp|dp trains the
 model through DistributedDataParallel (one process, or one per GPU under torchrun, each rank on
-the GPU of its LOCAL_RANK) or DataParallel (on every GPU; with --device, on that one).
+the GPU of its LOCAL_RANK), DataParallel (on every GPU; with --device, on that one) or FSDP2
+(torch.distributed.fsdp.fully_shard on each block and on the model: parameters and their
+gradients are DTensors, sharded across the ranks).
 --compile wrap|inplace|blocks trains the model compiled: torch.compile(model), model.compile(),
-or each of its blocks (the MLP's layers) compiled in place.
+or each of its blocks (the MLP's layers) compiled in place; --compile-mode MODE passes
+torch.compile's mode (reduce-overhead: CUDA graphs).
 """
 import argparse
 import os
@@ -152,19 +155,22 @@ def main():
                     help="train on GPU N, the current device left as it is (GPU 0)")
     ap.add_argument("--accum", type=int, default=1, metavar="N",
                     help="micro-batches a step, their gradients accumulated")
-    ap.add_argument("--wrap", choices=["ddp", "dp"],
-                    help="train through DistributedDataParallel (one process) or DataParallel")
+    ap.add_argument("--wrap", choices=["ddp", "dp", "fsdp"],
+                    help="train through DistributedDataParallel (one process), DataParallel or "
+                    "FSDP2 (fully_shard)")
     ap.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
                     help="recompute each block in the backward (torch.utils.checkpoint)")
     ap.add_argument("--compile", choices=["wrap", "inplace", "blocks"],
                     help="train the model compiled: torch.compile(model), model.compile() or "
                     "block.compile() for each block")
+    ap.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
+                    default="default", help="torch.compile's mode (default: %(default)s)")
     a = ap.parse_args()
     global CHECKPOINT
     if a.checkpoint:
         CHECKPOINT = a.checkpoint == "reentrant"
     ranks = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
-    if a.wrap == "ddp" and ranks > 1:
+    if a.wrap in ("ddp", "fsdp") and ranks > 1:
         a.device = int(os.environ["LOCAL_RANK"])
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
     torch.manual_seed(0)
@@ -182,26 +188,33 @@ def main():
         ys = [torch.randint(0, 10, (64,), device=dev) for _ in range(4)]
     if a.case == "fp32gemm" and not a.healthy:
         model.fp32_layer = 1
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     net = model  # the model itself, where the faults are planted
     index = torch.device(dev).index or 0
-    if a.wrap == "ddp":
+    if a.wrap in ("ddp", "fsdp"):
         import torch.distributed as dist
         store = "/tmp/gpu_faults-%d.store" % os.getpid()
         if ranks > 1:
             dist.init_process_group("nccl")  # torchrun's environment
         else:
             dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
-        model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
+        if a.wrap == "ddp":
+            model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
+        else:
+            from torch.distributed.fsdp import fully_shard
+            for b in getattr(net, "blocks", None) or net.layers:
+                fully_shard(b)
+            fully_shard(net)
     elif a.wrap == "dp":
         model = nn.DataParallel(net, device_ids=None if a.device is None else [index])
+    mode = dict(mode=a.compile_mode)
     if a.compile == "wrap":
-        model = torch.compile(model)
+        model = torch.compile(model, **mode)
     elif a.compile == "inplace":
-        model.compile()
+        model.compile(**mode)
     elif a.compile == "blocks":
         for b in getattr(net, "blocks", None) or net.layers:
-            b.compile()
+            b.compile(**mode)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)  # after fully_shard made them DTensors
     kw = {}
     if a.case == "underflow" and not a.healthy:
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
@@ -244,7 +257,7 @@ def main():
         if torch.cuda.current_device() != current:
             sys.exit("gpu_faults.py: the current device moved from %d to %d during step %d" % (
                 current, torch.cuda.current_device(), step))
-    if a.wrap == "ddp":
+    if a.wrap in ("ddp", "fsdp"):
         torch.distributed.destroy_process_group()
         if os.path.exists(store):
             os.remove(store)

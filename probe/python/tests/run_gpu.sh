@@ -6,7 +6,8 @@
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
 # activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel
-# (one GPU) and torch.compile (the model wrapped, compiled in place, or its blocks compiled: and
+# (one GPU), FSDP2 (one process) and torch.compile (the model wrapped, compiled in place, or its
+# blocks compiled, also with CUDA graphs: and
 # no graph break, the statistics a compiled model has) are checked the same way, and against the plain runs (the
 # step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
@@ -51,6 +52,9 @@ one attn-healthy-ckptr "" --case attn --healthy --checkpoint reentrant &
 one attn-ddp "" --case attn --wrap ddp &
 one attn-healthy-ddp "" --case attn --healthy --wrap ddp &
 one nan-dp "" --case nan --wrap dp --device 0 &
+one attn-fsdp "" --case attn --wrap fsdp &
+one nan-fsdp "" --case nan --wrap fsdp &
+one attn-healthy-fsdp "" --case attn --healthy --wrap fsdp &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
@@ -64,6 +68,11 @@ one fp32gemm-compile "" --case fp32gemm --compile wrap &
 one log0-compile-inplace "" --case log0 --compile inplace &
 one attn-healthy-compile "" --case attn --healthy --compile wrap &
 one attn-healthy-compile-inplace "" --case attn --healthy --compile inplace &
+wait
+# torch.compile's CUDA graphs (mode="reduce-overhead")
+one attn-compile-graphs "" --case attn --compile wrap --compile-mode reduce-overhead &
+one nan-compile-blocks-graphs "" --case nan --compile blocks --compile-mode reduce-overhead &
+one attn-healthy-compile-graphs "" --case attn --healthy --compile wrap --compile-mode reduce-overhead &
 wait
 gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then # a model on GPU 1, the current device GPU 0
@@ -85,14 +94,14 @@ python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
-    nan-dp:nan; do
+    nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \
     log0-compile-inplace:log0 nan-compile-blocks:nan; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
-for c in attn-healthy-compile attn-healthy-compile-inplace; do
+for c in attn-healthy-compile attn-healthy-compile-inplace attn-healthy-compile-graphs; do
     python3 "$HERE/check_report.py" "$WORK/$c.json" attn --healthy || fail=1
     python3 "$HERE/check_report.py" --compiled "$WORK/$c.sqlite" "$WORK/$c.log" || fail=1
 done
@@ -100,9 +109,11 @@ python3 "$HERE/check_report.py" "$WORK/attn-healthy-compile-blocks.json" attn --
 python3 "$HERE/check_report.py" --compiled "$WORK/attn-healthy-compile-blocks.sqlite" \
     "$WORK/attn-healthy-compile-blocks.log" --blocks || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-accum.json" attn --healthy || fail=1
-python3 "$HERE/check_report.py" "$WORK/attn-healthy-ddp.json" attn --healthy || fail=1
-python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-ddp.sqlite" \
-    || fail=1
+for k in ddp fsdp; do
+    python3 "$HERE/check_report.py" "$WORK/attn-healthy-$k.json" attn --healthy || fail=1
+    python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \
+        "$WORK/attn-healthy-$k.sqlite" || fail=1
+done
 python3 "$HERE/check_report.py" --loss "$WORK/attn-healthy-accum.sqlite" \
     "$WORK/attn-healthy-accum.log" || fail=1
 for k in ckpt ckptr; do

@@ -8,9 +8,10 @@ loss, gradient underflow at scale 1, scale sawtooth, an fp32 island) trains unde
 layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twin's report must
 hold no error and no warning. The same with the gradients of 4 micro-batches accumulated a step
 (the step's loss recorded as the script computed it) and with activation checkpointing of both
-kinds (the same statistics rows as without it), through DistributedDataParallel (one process)
-and DataParallel (one GPU), and compiled (torch.compile(model), model.compile() and each block
-compiled: no graph break, the statistics a compiled model has; `-k compile`). Skipped without
+kinds (the same statistics rows as without it), through DistributedDataParallel and FSDP2 (one
+process; the same rows as without them) and DataParallel (one GPU), and compiled
+(torch.compile(model), model.compile() and each block compiled, also with CUDA graphs: no graph
+break, the statistics a compiled model has; `-k compile`). Skipped without
 torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe and
 python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -78,7 +79,10 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("residual", ("--checkpoint", "nonreentrant")), ("attn", ("--wrap", "ddp")),
             ("nan", ("--wrap", "dp", "--device", "0")), ("attn", ("--compile", "wrap")),
             ("residual", ("--compile", "inplace")), ("fp32gemm", ("--compile", "wrap")),
-            ("log0", ("--compile", "inplace")), ("nan", ("--compile", "blocks"))]
+            ("log0", ("--compile", "inplace")), ("nan", ("--compile", "blocks")),
+            ("attn", ("--wrap", "fsdp")), ("nan", ("--wrap", "fsdp")),
+            ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
+            ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead"))]
 
 
 PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
@@ -105,16 +109,20 @@ def test_accumulated_loss_is_the_sum(tmp_path):
     assert check_report.check_loss(db, str(log)) == 0
 
 
-@pytest.mark.parametrize("kind", ["nonreentrant", "reentrant"])
-def test_checkpointing_records_the_same_rows(tmp_path, kind):
+@pytest.mark.parametrize("extra", [("--checkpoint", "nonreentrant"),
+                                   ("--checkpoint", "reentrant"), ("--wrap", "ddp"),
+                                   ("--wrap", "fsdp")], ids=lambda e: e[1])
+def test_wrapped_or_checkpointed_records_the_same_rows(tmp_path, extra):
     plain, _ = record(tmp_path, "attn", True)
-    ck, _ = record(tmp_path, "attn", True, ("--checkpoint", kind))
-    assert check_report.check_same(plain, ck) == 0
+    other, _ = record(tmp_path, "attn", True, extra)
+    assert check_report.check_same(plain, other) == 0
 
 
-@pytest.mark.parametrize("how", ["wrap", "inplace", "blocks"])
+@pytest.mark.parametrize("how", ["wrap", "inplace", "blocks", "graphs"])
 def test_compiled_model_keeps_its_graphs(tmp_path, how):
-    db, out = record(tmp_path, "attn", True, ("--compile", how))
+    extra = ("--compile", "wrap", "--compile-mode", "reduce-overhead") if how == "graphs" \
+        else ("--compile", how)
+    db, out = record(tmp_path, "attn", True, extra)
     log = tmp_path / "out.log"
     log.write_text(out)
     assert check_report.check_compiled(db, str(log), blocks=how == "blocks") == 0
