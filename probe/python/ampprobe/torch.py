@@ -119,6 +119,7 @@ def _describe_now(what, t, allowed_neginf=False):
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_LOWP = (torch.float16, torch.bfloat16)
 
 
 def _local(t):
@@ -629,7 +630,7 @@ class Watcher:
             print("ampprobe: %s; statistics run as eager torch reductions (much slower)" % why,
                   file=sys.stderr, flush=True)
         self.stats = _devstats.StepStats(lib)
-        self.target = None  # autocast dtype name, once seen
+        self.target = None  # the autocast dtype's name, or the 16-bit dtype the model computes in
         self._against = ("f16", _vocab.DTYPES["f16"])  # what overflow counts against (+bounds)
         self.forwards = []  # the step's forwards (_Forward: more than one when accumulating)
         self.loss = None  # the step's loss: what backward() was called on, summed over forwards
@@ -840,6 +841,8 @@ class Watcher:
         if not numel:
             return
         target, bounds = self._against
+        if self.target is None and kind == ACTIVATION and dtype in _LOWP:
+            target, bounds = self._computing_in(dtype)
         with self._lock:
             self.entries.append((layer, kind, op, _dtype_name(dtype)))
             if kind != ACTIVATION:
@@ -851,6 +854,15 @@ class Watcher:
                 self.stats.add(t, target, bounds)
             else:
                 self.stats.defer(t, target, bounds, True, dtype, numel)
+
+    def _computing_in(self, dtype):
+        """No autocast, and a module's output is 16-bit: the model computes in that dtype (cast
+        to it, or FSDP2's param_dtype), so overflow and underflow count against it from now on
+        (until then, against f16: what an fp32 model would lose in f16)."""
+        self.target = _vocab.dtype_name(dtype)
+        self._against = (self.target, _vocab.DTYPES[self.target])
+        self.rec.meta("compute_dtype", self.target)
+        return self._against
 
     def _local(self, t):
         """_local(t), and a note on stderr the first time a tensor's type cannot be read."""

@@ -31,7 +31,9 @@ the GPU of its LOCAL_RANK), DataParallel (on every GPU; with --device, on that o
 gradients are DTensors, sharded across the ranks).
 --compile wrap|inplace|blocks trains the model compiled: torch.compile(model), model.compile(),
 or each of its blocks (the MLP's layers) compiled in place; --compile-mode MODE passes
-torch.compile's mode (reduce-overhead: CUDA graphs).
+torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 pure|fsdp trains in bf16 without
+autocast and without a GradScaler: the model cast to bf16, or (with --wrap fsdp) FSDP2's
+MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters.
 """
 import argparse
 import os
@@ -165,7 +167,12 @@ def main():
                     "block.compile() for each block")
     ap.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
                     default="default", help="torch.compile's mode (default: %(default)s)")
+    ap.add_argument("--bf16", choices=["pure", "fsdp"],
+                    help="train in bf16 without autocast or GradScaler: the model cast to bf16, "
+                    "or FSDP2's param_dtype (with --wrap fsdp)")
     a = ap.parse_args()
+    if a.bf16 == "fsdp" and a.wrap != "fsdp":
+        ap.error("--bf16 fsdp needs --wrap fsdp")
     global CHECKPOINT
     if a.checkpoint:
         CHECKPOINT = a.checkpoint == "reentrant"
@@ -188,6 +195,9 @@ def main():
         ys = [torch.randint(0, 10, (64,), device=dev) for _ in range(4)]
     if a.case == "fp32gemm" and not a.healthy:
         model.fp32_layer = 1
+    if a.bf16 == "pure":
+        model.to(torch.bfloat16)
+        xs = [x if not x.is_floating_point() else x.bfloat16() for x in xs]
     net = model  # the model itself, where the faults are planted
     index = torch.device(dev).index or 0
     if a.wrap in ("ddp", "fsdp"):
@@ -200,10 +210,11 @@ def main():
         if a.wrap == "ddp":
             model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
         else:
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if a.bf16 else None)
             for b in getattr(net, "blocks", None) or net.layers:
-                fully_shard(b)
-            fully_shard(net)
+                fully_shard(b, mp_policy=mp)
+            fully_shard(net, mp_policy=mp)
     elif a.wrap == "dp":
         model = nn.DataParallel(net, device_ids=None if a.device is None else [index])
     mode = dict(mode=a.compile_mode)
@@ -220,7 +231,7 @@ def main():
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
     if a.case == "sawtooth" and not a.healthy:
         kw = dict(growth_interval=1)
-    scaler = torch.amp.GradScaler("cuda", **kw)
+    scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
     for step in range(steps):
         fault = not a.healthy and step >= FAULT_STEP
         if a.case == "attn" and fault:
@@ -237,7 +248,7 @@ def main():
             if a.case == "nan" and step == FAULT_STEP and micro == 0 and not a.healthy:
                 x = x.clone()
                 x[1, 5] = float("nan")
-            with torch.autocast("cuda", dtype=torch.float16):
+            with torch.autocast("cuda", dtype=torch.float16, enabled=not a.bf16):
                 out = model(x)
             if a.case == "log0":  # the hand-written fp16 loss
                 t = 1e-3 if fault else 1.0

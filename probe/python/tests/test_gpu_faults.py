@@ -11,7 +11,8 @@ hold no error and no warning. The same with the gradients of 4 micro-batches acc
 kinds (the same statistics rows as without it), through DistributedDataParallel and FSDP2 (one
 process; the same rows as without them) and DataParallel (one GPU), and compiled
 (torch.compile(model), model.compile() and each block compiled, also with CUDA graphs: no graph
-break, the statistics a compiled model has; `-k compile`). Skipped without
+break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
+model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean). Skipped without
 torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe and
 python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -82,7 +83,8 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("log0", ("--compile", "inplace")), ("nan", ("--compile", "blocks")),
             ("attn", ("--wrap", "fsdp")), ("nan", ("--wrap", "fsdp")),
             ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
-            ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead"))]
+            ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead")),
+            ("nan", ("--bf16", "pure")), ("nan", ("--wrap", "fsdp", "--bf16", "fsdp"))]
 
 
 PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
@@ -97,6 +99,19 @@ def test_patterns_first_finding(tmp_path, case, extra):
 
 @pytest.mark.parametrize("case,extra", PATTERNS, ids=PATTERN_IDS)
 def test_patterns_healthy_twin_is_clean(tmp_path, case, extra):
+    r = report_of(tmp_path, case, healthy=True, extra=extra)
+    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+    assert not bad, bad[:2]
+
+
+# bf16 without autocast: statistics against bf16, so a healthy run's small gradients are not
+# reported as lost to fp16's underflow
+BF16 = [("attn", ("--bf16", "pure")), ("residual", ("--bf16", "pure")),
+        ("residual", ("--wrap", "fsdp", "--bf16", "fsdp"))]
+
+
+@pytest.mark.parametrize("case,extra", BF16, ids=["-".join((c,) + e) for c, e in BF16])
+def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=True, extra=extra)
     bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
     assert not bad, bad[:2]
