@@ -29,8 +29,8 @@ mapped host memory, and the step's end waits for that kernel only; a step they s
 recorded (and re-run, below) right away. A step ends at
 scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
 still those of the forward), else at the model's next forward. Parameter gradients are read
-before the scaler unscales them, as libampcore does; the step's gradient norm is theirs divided
-by the scale. stats_every=N computes statistics on every Nth step only. Without the module (a
+before the scaler unscales them, as libampcore does (at unscale_, else at scaler.step, whose fused
+optimizer unscales them itself); the step's gradient norm is theirs divided by the scale. stats_every=N computes statistics on every Nth step only. Without the module (a
 build without CUDA) or for tensors off the GPU the figures come from eager torch reductions,
 which cost far more.
 
@@ -690,6 +690,7 @@ class Watcher:
             return
         self.scaler = scaler
         orig_scale, orig_unscale, orig_update = scaler.scale, scaler.unscale_, scaler.update
+        orig_step = scaler.step
 
         def scale(outputs):
             fwd = self._end_loss_region()
@@ -703,13 +704,17 @@ class Watcher:
             self._mark_ready(self._found_infs())
             return r
 
+        def step(optimizer, *args, **kwargs):  # a fused optimizer (Adam(fused=True)) is handed
+            self._queue_weight_grads()  # the scale and unscales the gradients itself, in place
+            return orig_step(optimizer, *args, **kwargs)
+
         def update(new_scale=None):
             found = self._found_infs()
             self._ensure_marked(found)  # the scale as it is before the update
             orig_update(new_scale)
             self.end_step(found)
 
-        scaler.scale, scaler.unscale_, scaler.update = scale, unscale_, update
+        scaler.scale, scaler.unscale_, scaler.step, scaler.update = scale, unscale_, step, update
         for key, attr in (("init_scale", "_init_scale"), ("growth_factor", "_growth_factor"),
                           ("backoff_factor", "_backoff_factor"),
                           ("growth_interval", "_growth_interval")):
@@ -966,7 +971,7 @@ class Watcher:
         for h in self._handles:
             h.remove()
         if self.scaler is not None:
-            del self.scaler.scale, self.scaler.unscale_, self.scaler.update  # ours
+            del self.scaler.scale, self.scaler.unscale_, self.scaler.step, self.scaler.update
         if self in _watchers:
             _watchers.remove(self)
         self.stats.close()

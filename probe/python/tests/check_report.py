@@ -103,14 +103,17 @@ def check_ops(path):
     return 1 if bad else 0
 
 
-def check_same(a, b):
+def check_same(a, b, step=None):
+    """The same statistics rows in both databases (step: that step's only)."""
     q = ("SELECT step, layer_id, op, kind, dtype, target_dtype, numel, min, max, n_nan, "
-         "n_posinf, n_neginf, n_overflow, n_underflow, n_zero FROM AMP_TENSOR_STATS")
+         "n_posinf, n_neginf, n_overflow, n_underflow, n_zero FROM AMP_TENSOR_STATS" +
+         ("" if step is None else " WHERE step = %d" % step))
     ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
     diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
     ok = bool(ra) and ra == rb
-    print("%s the same statistics rows in %s and %s: %d and %d rows%s" % (
-        "PASS" if ok else "FAIL", a, b, len(ra), len(rb),
+    print("%s the same statistics rows%s in %s and %s: %d and %d rows%s" % (
+        "PASS" if ok else "FAIL", "" if step is None else " of step %d" % step, a, b, len(ra),
+        len(rb),
         "; first differing: %s" % diff if diff else ""), flush=True)
     return 0 if ok else 1
 
@@ -211,7 +214,8 @@ def main():
     if sys.argv[1] == "--mem":
         return check_mem(sys.argv[2])
     if sys.argv[1] == "--same":
-        return check_same(sys.argv[2], sys.argv[3])
+        return check_same(sys.argv[2], sys.argv[3],
+                          int(sys.argv[5]) if sys.argv[4:5] == ["--step"] else None)
     if sys.argv[1] == "--bwd":
         return check_bwd(sys.argv[2])
     if sys.argv[1] == "--ops":

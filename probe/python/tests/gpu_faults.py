@@ -33,7 +33,8 @@ gradients are DTensors, sharded across the ranks).
 or each of its blocks (the MLP's layers) compiled in place; --compile-mode MODE passes
 torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 pure|fsdp trains in bf16 without
 autocast and without a GradScaler: the model cast to bf16, or (with --wrap fsdp) FSDP2's
-MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters.
+MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fused trains with
+Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
 """
 import argparse
 import os
@@ -170,6 +171,8 @@ def main():
     ap.add_argument("--bf16", choices=["pure", "fsdp"],
                     help="train in bf16 without autocast or GradScaler: the model cast to bf16, "
                     "or FSDP2's param_dtype (with --wrap fsdp)")
+    ap.add_argument("--fused", action="store_true",
+                    help="Adam(fused=True): the GradScaler hands it the scale, it unscales")
     a = ap.parse_args()
     if a.bf16 == "fsdp" and a.wrap != "fsdp":
         ap.error("--bf16 fsdp needs --wrap fsdp")
@@ -225,7 +228,8 @@ def main():
     elif a.compile == "blocks":
         for b in getattr(net, "blocks", None) or net.layers:
             b.compile(**mode)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)  # after fully_shard made them DTensors
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4,  # after fully_shard made them DTensors
+                           fused=a.fused or None)
     kw = {}
     if a.case == "underflow" and not a.healthy:
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)

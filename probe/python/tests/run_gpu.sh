@@ -6,10 +6,10 @@
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
 # activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel
-# (one GPU), FSDP2 (one process), bf16 without autocast (a model cast to it, FSDP2's param_dtype)
-# and torch.compile (the model wrapped, compiled in place, or its
-# blocks compiled, also with CUDA graphs: and
-# no graph break, the statistics a compiled model has) are checked the same way, and against the plain runs (the
+# (one GPU), FSDP2 (one process), a fused Adam (handed the scale), bf16 without autocast (a
+# model cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in
+# place, or its blocks compiled, also with CUDA graphs: and no graph break, the statistics a
+# compiled model has) are checked the same way, and against the plain runs (the
 # step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0); the sawtooth run's gradient
@@ -56,6 +56,8 @@ one nan-dp "" --case nan --wrap dp --device 0 &
 one attn-fsdp "" --case attn --wrap fsdp &
 one nan-fsdp "" --case nan --wrap fsdp &
 one attn-healthy-fsdp "" --case attn --healthy --wrap fsdp &
+one attn-healthy-fused "" --case attn --healthy --fused &
+one underflow-fused "" --case underflow --fused &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
 one attn-healthy-bf16 "" --case attn --healthy --bf16 pure &
@@ -103,7 +105,7 @@ python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
     nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan \
-    nan-bf16:nan nan-fsdp-bf16:nan; do
+    nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \
@@ -118,7 +120,10 @@ python3 "$HERE/check_report.py" "$WORK/attn-healthy-compile-blocks.json" attn --
 python3 "$HERE/check_report.py" --compiled "$WORK/attn-healthy-compile-blocks.sqlite" \
     "$WORK/attn-healthy-compile-blocks.log" --blocks || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-accum.json" attn --healthy || fail=1
-for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-fsdp-bf16:residual; do
+python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-fused.sqlite" \
+    --step 0 || fail=1  # the gradients as backward left them, before the fused Adam unscales them
+for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-fsdp-bf16:residual \
+    attn-healthy-fused:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" --healthy || fail=1
 done
 for k in ddp fsdp; do

@@ -84,7 +84,8 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--wrap", "fsdp")), ("nan", ("--wrap", "fsdp")),
             ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
             ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead")),
-            ("nan", ("--bf16", "pure")), ("nan", ("--wrap", "fsdp", "--bf16", "fsdp"))]
+            ("nan", ("--bf16", "pure")), ("nan", ("--wrap", "fsdp", "--bf16", "fsdp")),
+            ("underflow", ("--fused",))]
 
 
 PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
@@ -115,6 +116,13 @@ def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=True, extra=extra)
     bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
     assert not bad, bad[:2]
+
+
+def test_fused_optimizer_gradients_as_scaled(tmp_path):
+    """Adam(fused=True) unscales the gradients itself: they are read before it does."""
+    plain, _ = record(tmp_path, "attn", True)
+    fused, _ = record(tmp_path, "attn", True, ("--fused",))
+    assert check_report.check_same(plain, fused, step=0) == 0
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
