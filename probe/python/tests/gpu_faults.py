@@ -35,6 +35,7 @@ torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 pure|fsdp trains in 
 autocast and without a GradScaler: the model cast to bf16, or (with --wrap fsdp) FSDP2's
 MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
+--clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
 """
 import argparse
 import os
@@ -173,6 +174,9 @@ def main():
                     "or FSDP2's param_dtype (with --wrap fsdp)")
     ap.add_argument("--fused", action="store_true",
                     help="Adam(fused=True): the GradScaler hands it the scale, it unscales")
+    ap.add_argument("--clip", type=float, metavar="MAX_NORM",
+                    help="clip the gradients' norm after scaler.unscale_(opt), as PyTorch's AMP "
+                    "recipe does")
     a = ap.parse_args()
     if a.bf16 == "fsdp" and a.wrap != "fsdp":
         ap.error("--bf16 fsdp needs --wrap fsdp")
@@ -266,6 +270,9 @@ def main():
                 loss = loss / a.accum
             total += loss.item()
             scaler.scale(loss).backward()
+        if a.clip is not None:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         scaler.step(opt)
         scaler.update()
         print("step %d loss %.8g scale %g" % (step, total, scaler.get_scale()), flush=True)

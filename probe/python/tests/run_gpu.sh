@@ -6,7 +6,8 @@
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
 # one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
 # activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel
-# (one GPU), FSDP2 (one process), a fused Adam (handed the scale), bf16 without autocast (a
+# (one GPU), FSDP2 (one process), gradient clipping after unscale_, a fused Adam (handed the
+# scale), bf16 without autocast (a
 # model cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in
 # place, or its blocks compiled, also with CUDA graphs: and no graph break, the statistics a
 # compiled model has) are checked the same way, and against the plain runs (the
@@ -58,6 +59,8 @@ one nan-fsdp "" --case nan --wrap fsdp &
 one attn-healthy-fsdp "" --case attn --healthy --wrap fsdp &
 one attn-healthy-fused "" --case attn --healthy --fused &
 one underflow-fused "" --case underflow --fused &
+one attn-clip "" --case attn --clip 1.0 &
+one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
 one attn-healthy-bf16 "" --case attn --healthy --bf16 pure &
@@ -105,7 +108,7 @@ python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
     nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan \
-    nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow; do
+    nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \
@@ -126,7 +129,7 @@ for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-
     attn-healthy-fused:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" --healthy || fail=1
 done
-for k in ddp fsdp; do
+for k in ddp fsdp clip; do
     python3 "$HERE/check_report.py" "$WORK/attn-healthy-$k.json" attn --healthy || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \
         "$WORK/attn-healthy-$k.sqlite" || fail=1

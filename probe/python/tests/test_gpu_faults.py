@@ -85,7 +85,7 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
             ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead")),
             ("nan", ("--bf16", "pure")), ("nan", ("--wrap", "fsdp", "--bf16", "fsdp")),
-            ("underflow", ("--fused",))]
+            ("underflow", ("--fused",)), ("attn", ("--clip", "1.0"))]
 
 
 PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
@@ -134,7 +134,8 @@ def test_accumulated_loss_is_the_sum(tmp_path):
 
 @pytest.mark.parametrize("extra", [("--checkpoint", "nonreentrant"),
                                    ("--checkpoint", "reentrant"), ("--wrap", "ddp"),
-                                   ("--wrap", "fsdp")], ids=lambda e: e[1])
+                                   ("--wrap", "fsdp"), ("--clip", "1e9")],
+                         ids=lambda e: "-".join(e).strip("-"))
 def test_wrapped_or_checkpointed_records_the_same_rows(tmp_path, extra):
     plain, _ = record(tmp_path, "attn", True)
     other, _ = record(tmp_path, "attn", True, extra)
