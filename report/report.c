@@ -624,6 +624,11 @@ bool report_kernel_is_gemm(const char *name) {
     return false;
 }
 
+bool report_event_breaks_forward(const char *kind, const char *phase) {
+    if (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0) return phase && strcmp(phase, "fwd") == 0;
+    return strcmp(kind, "nonfinite_input") == 0 || strcmp(kind, "nonfinite_module") == 0;
+}
+
 bool report_pid_autocast(const report_model *m, int32_t pid) {
     for (size_t i = 0; i < m->n_ops; i++)
         if (m->ops[i].pid == pid && m->ops[i].policy[0]) return true;

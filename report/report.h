@@ -252,6 +252,9 @@ bool report_op_is_gemm(const char *op);
 bool report_op_is_cast(const char *op);
 // A kernel name that looks like a GEMM/convolution (gemm, nvjet, xmma, cutlass, conv, ...).
 bool report_kernel_is_gemm(const char *name);
+// An event that says where a step's forward first went non-finite: a forward producer, NaN/inf
+// in the input data, or the first module output (nonfinite_module: traced per module).
+bool report_event_breaks_forward(const char *kind, const char *phase);
 // True when pid ran any op under autocast (a policy was recorded).
 bool report_pid_autocast(const report_model *m, int32_t pid);
 // The focused steps' median step time in ns (a first step's set-up or a stall does not move

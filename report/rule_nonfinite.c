@@ -7,7 +7,9 @@
  * that only passed it on), `loss_nonfinite`, and `grad_overflow` (gradients overflowed while the
  * forward pass stayed finite: the loss scale was too high). This rule picks the root of each
  * chain, the first forward producer or data input of a step, names it and explains it from the
- * op and the input/output ranges of the event's detail:
+ * op and the input/output ranges of the event's detail (or, for `nonfinite_module`, the first
+ * module whose output went non-finite when the forward could not be traced op by op: the PyTorch
+ * bridge on a model sharded over several processes):
  *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504;
  *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN;
  *   - NaN in the input data;
@@ -79,7 +81,7 @@ static bool same_site(const report_event *a, const report_event *b) {
 
 // A step's forward went non-finite (a forward producer or a data input).
 static bool fwd_root(const report_event *e) {
-    return (is(e, AMP_EVENT_NONFINITE_PRODUCER) && is_fwd(e)) || is(e, "nonfinite_input");
+    return report_event_breaks_forward(e->kind, e->phase);
 }
 
 // Steps (first, last) and occurrences of the events at the same site as e.
@@ -146,6 +148,31 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "the GradScaler skips such a step; without it (fp32/bf16) the NaN reaches the "
                  "weights.",
                  (long long)f->first_step);
+    } else if (is(e, "nonfinite_module")) {
+        // Its input was not recorded: the value went bad in it or in the code of the module
+        // around it, between the last module that returned finite values and it.
+        const char *dot = strrchr(f->layer, '.');
+        char around[sizeof f->layer];
+        snprintf(around, sizeof around, "%.*s", dot ? (int)(dot - f->layer) : 0, f->layer);
+        snprintf(f->title, sizeof f->title,
+                 "%s first in the output of %s %s at step %lld (traced per module: made there or "
+                 "in %s%s code just before it)",
+                 infs && half ? "fp16 +-inf"
+                 : infs       ? "+-inf"
+                              : "NaN",
+                 layer_words(f), f->op, (long long)f->first_step,
+                 around[0] ? around : "the top level", around[0] ? "'s" : "");
+        snprintf(f->advice, sizeof f->advice,
+                 "%s To name the op, run the failing step in one process: the forward of a model "
+                 "sharded over several processes cannot be run again on one of them op by op.",
+                 infs && half
+                     ? "An fp16 overflow: keep that computation in fp32 (autocast disabled around "
+                       "it, .float() inputs) or train in bf16, which has fp32's range; better, "
+                       "keep its input normalised (attention logits scaled by 1/sqrt(d_head), a "
+                       "LayerNorm before a residual stream grows)."
+                     : "Look for a log, division, sqrt or exp of an out-of-range value there, "
+                       "or an fp16 inf turned into NaN (inf - inf, 0 * inf, a softmax over "
+                       "+-inf).");
     } else if (op_in(e->op, zero_ops)) {
         snprintf(f->title, sizeof f->title, "%s of zero in %s at step %lld gives %s", e->op,
                  layer_words(f), (long long)f->first_step,

@@ -110,9 +110,8 @@ static bool forward_broken(const report_model *m, int32_t pid, int64_t first, in
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
         if (e->pid != pid || e->last_step < first || e->step > last) continue;
-        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 || strcmp(e->kind, "nonfinite_input") == 0 ||
-            (strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 && e->phase &&
-             strcmp(e->phase, "fwd") == 0))
+        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 ||
+            report_event_breaks_forward(e->kind, e->phase))
             return true;
     }
     return false;

@@ -404,6 +404,33 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
+// The PyTorch bridge on a model sharded over several processes: the forward searched per module.
+START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
+    healthy(8);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 3, 0, 'attention', 'fwd', 'nonfinite_module', 'error', 512, 65504, 'output f16 (512,)"
+        " min -65504 max 65504 amax 65504 (0 nan, 300 +inf, 212 -inf); ', 0, 1, 3),"
+        "(1, 3, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 0, 1, 3),"
+        "(1, 5, 2, 'linear', 'fwd', 'nonfinite_module', 'error', 9, NULL, 'output f32 (8, 10) min "
+        "nan max nan amax nan (9 nan, 0 +inf, 0 -inf); ', 0, 1, 5);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(findings.v[0].rule, "nonfinite-root-cause");
+    ck_assert_str_eq(findings.v[0].layer, "blocks.0.attn");
+    ck_assert_int_eq(findings.v[0].first_step, 3);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "fp16 +-inf first in the output of "
+                                                      "blocks.0.attn attention at step 3"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "in blocks.0's code just before it"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "fp16 overflow"));
+    ck_assert_ptr_nonnull(strstr(findings.v[1].title, "NaN first in the output of head linear"));
+    ck_assert_ptr_nonnull(strstr(findings.v[1].title, "in the top level code"));
+    ck_assert_ptr_null(strstr(findings.v[1].advice, "fp16 overflow"));
+    // no loss-scale finding for a step whose forward broke: nonfinite-root-cause explains it
+    ck_assert_uint_eq(count("loss-scale", AMP_SEVERITY_WARNING), 0);
+    release();
+}
+END_TEST
+
 START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     healthy(12);
     sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
@@ -1300,6 +1327,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
+    tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);

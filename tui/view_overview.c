@@ -17,7 +17,8 @@
 static const tui_event *first_nonfinite(const tui_model *m) {
     for (size_t i = 0; i < m->n_events; i++) {
         const char *k = m->events[i].kind;
-        if (strcmp(k, "nonfinite_producer") == 0 || strcmp(k, "nonfinite_input") == 0)
+        if (strcmp(k, "nonfinite_producer") == 0 || strcmp(k, "nonfinite_input") == 0 ||
+            strcmp(k, "nonfinite_module") == 0)
             return &m->events[i];
     }
     return NULL;

@@ -119,6 +119,8 @@ def eager_stats(x, fmax, tiny):
     max (+inf/-inf when none is finite), NaN, +inf, -inf, overflow, underflow, zero counts, numel,
     sum of squares. For tensors off the GPU, and when the module is missing."""
     v = x.detach().reshape(-1).float()
+    if not v.numel():  # no value: no finite one either
+        return torch.tensor([_INF, -_INF] + [0.0] * 8, dtype=torch.float64, device=v.device)
     fin = torch.isfinite(v)
     a = v.abs()
     f = torch.where(fin, v, 0.0)

@@ -29,10 +29,11 @@ mapped host memory, and the step's end waits for that kernel only; a step they s
 recorded (and re-run, below) right away. A step ends at
 scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
 still those of the forward), else at the model's next forward. Parameter gradients are read
-before the scaler unscales them, as libampcore does (at unscale_, else at scaler.step, whose fused
-optimizer unscales them itself); the step's gradient norm is theirs divided by the scale. stats_every=N computes statistics on every Nth step only. Without the module (a
-build without CUDA) or for tensors off the GPU the figures come from eager torch reductions,
-which cost far more.
+before the scaler unscales them, as libampcore does (at unscale_, else at scaler.step, whose
+fused optimizer unscales them itself); the step's gradient norm is theirs divided by the scale.
+stats_every=N computes statistics on every Nth step only. Without the module (a build without
+CUDA) or for tensors off the GPU the figures come from eager torch reductions, which cost far
+more.
 
 Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's forward
 is run again on the same inputs under an op-level dispatch mode that checks every op's inputs and
@@ -70,6 +71,8 @@ its output, its insides not. Broken steps and op steps run the forward again eag
 step once more, without gradients, under the op recorder). Watch what torch.compile returned.
 
 Sharded parameters (FSDP2's DTensors): each process records its local shard of each gradient.
+A model sharded over several processes all-gathers its parameters in the forward, which cannot
+run again on one process alone: its broken steps are searched per module, from the statistics.
 """
 import atexit
 import contextlib
@@ -129,6 +132,13 @@ def _local(t):
     while type(t) not in _PLAIN and is_traceable_wrapper_subclass(t):
         t = getattr(t, "_local_tensor", None)
     return t
+
+
+def _spans_processes(p):
+    """Whether parameter p is a DTensor on a mesh of several processes (FSDP2 over several
+    ranks: the forward all-gathers it)."""
+    mesh = getattr(p, "device_mesh", None)
+    return mesh is not None and mesh.size() > 1
 
 
 def _float_tensors(obj):
@@ -619,6 +629,10 @@ class Watcher:
                     self._wentries.append((ids[mn], WEIGHT_GRAD, (mn + "." if mn else "") + pn,
                                            _vocab.dtype_name(p.dtype)))
         self._sharded = any(type(p) not in _PLAIN for p in self._plist)
+        # a forward that gathers parameters from other processes cannot run again on this one
+        # alone (theirs would wait in the collective): a broken step is searched per module
+        self._rerunnable = not any(_spans_processes(p) for p in self._plist
+                                   if type(p) not in _PLAIN)
         self._unread = set()  # the tensor types _local could not read
         self.step = 0
         self.step_start = self.rec.now_ns()
@@ -987,8 +1001,9 @@ class Watcher:
         if not self.sampled:
             return
         grads = [p.grad for p in self._plist]
-        if self._sharded:  # DTensors (FSDP2): each process records its shards
+        if self._sharded:  # DTensors (FSDP2): each process records its shards, if it has any
             grads = [None if g is None else self._local(g) for g in grads]
+            grads = [None if g is None or not g.numel() else g for g in grads]
         with self._lock:
             if any(g is None for g in grads):  # parameters that took no part
                 have = [(g, e) for g, e in zip(grads, self._wentries) if g is not None]
@@ -1109,8 +1124,11 @@ class Watcher:
         fwd_event, loss_event, bwd_found = None, None, False
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
-            fwd_event, loss_event, bwd_found = self._search(
-                d, found_inf and not loss_bad, scale[0] if scale else 1.0)
+            if self._rerunnable:
+                fwd_event, loss_event, bwd_found = self._search(
+                    d, found_inf and not loss_bad, scale[0] if scale else 1.0)
+            elif fwd_bad:
+                fwd_event = self._forward_producer(d, copy.result()[0])
         self.prev_broken = broken
         if loss_bad:
             self.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
@@ -1134,6 +1152,31 @@ class Watcher:
                 self.rec.event(step, -1, None, PHASE_OPTIM,
                                "scale_backoff" if after < before else "scale_growth", INFO, -1,
                                after)
+
+    def _forward_producer(self, d, stats):
+        """Step d's forward searched per module, from its statistics, when it cannot run again:
+        the first module output that went non-finite (a module's output is queued as it returns,
+        inner modules first) as nonfinite_input when the model's input data holds the NaN/inf,
+        else as nonfinite_module (made in that module or in the code of the one around it: no
+        module input is recorded). Returns the event kind."""
+        nan = float("nan")
+        for (layer, kind, op, dtype), f in zip(d.entries, stats):
+            if kind != ACTIVATION or not f.nonfinite:
+                continue
+            event, detail = "nonfinite_module", ""
+            data = _float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
+            for k, t in enumerate(data):
+                seg, bad = _describe_now("input %d" % k, t)
+                if bad:
+                    event, detail = "nonfinite_input", seg
+                    break
+            amax = nan if f.amax is None else f.amax
+            detail += _vocab.describe("output", dtype, (f.numel,), nan if f.min is None else f.min,
+                                      nan if f.max is None else f.max, amax, f.n_nan,
+                                      f.n_posinf, f.n_neginf)
+            self.rec.event(d.step, layer, op, PHASE_FWD, event, ERROR, f.nonfinite, amax, detail)
+            return event
+        return None
 
     def _backward_producer(self, d, stats):
         """The module whose backward first handed on a non-finite gradient (backward order)."""

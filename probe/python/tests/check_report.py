@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
 """check_report.py — checks `ampprobe report --format json` of a gpu_faults.py run (run_gpu.sh).
 
-  check_report.py REPORT.json CASE [--healthy]
+  check_report.py REPORT.json CASE [--healthy | --per-module]
   check_report.py --bwd RUN.sqlite
   check_report.py --ops RUN.sqlite
-  check_report.py --same RUN.sqlite OTHER.sqlite
+  check_report.py --same RUN.sqlite OTHER.sqlite [--step N]
   check_report.py --mem RUN.sqlite
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
-a healthy twin must have no error and no warning. With --bwd, the run's gradient overflows
-must have been traced op by op (the backward re-run): a backward nonfinite_producer event naming a
-layer, a forward op and the autograd node it ran in. With --ops, a TinyGPT run's op step (step 1)
+a healthy twin must have no error and no warning; --per-module: the run's forward was searched
+per module (FSDP2 over several processes), the attention overflow named at a module in
+blocks.1.attn. With --bwd, the run's gradient overflows must have been traced op by op (the
+backward re-run): a backward nonfinite_producer event naming a layer, a forward op and the
+autograd node it ran in. With --ops, a TinyGPT run's op step (step 1)
 must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
 (lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy
 at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script
-(on different GPUs) must have recorded the same statistics rows, step by step. With --mem, the
+(on different GPUs) must have recorded the same statistics rows, step by step (--step: that
+step's). With --mem, the
 run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its last (and
 only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one the script
 printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of what
@@ -35,13 +38,16 @@ import sys
 FAULT_STEP = 3
 
 
-def expect(case, f):
-    """None when finding f is what case should lead with, else what is wrong."""
+def expect(case, f, per_module=False):
+    """None when finding f is what case should lead with, else what is wrong. per_module: the
+    forward was searched per module (a model sharded over several processes), so the attention
+    overflow is named at its module, not at the op inside it."""
     layer, op, first = f.get("layer") or "", f.get("op") or "", (f.get("steps") or {}).get("first")
     checks = {
         "attn": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
-                and layer == "blocks.1.attn" and op == "mul" and first == FAULT_STEP
-                and "fp16 overflow" in f["title"],
+                and first == FAULT_STEP
+                and ((per_module and layer.startswith("blocks.1.attn")) or
+                     (layer == "blocks.1.attn" and op == "mul" and "fp16 overflow" in f["title"])),
         "residual": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                     and layer.startswith("blocks.") and first == FAULT_STEP,
         "nan": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
@@ -232,7 +238,7 @@ def main():
         ok = bad == 0
         why = "" if ok else "%d error/warning findings" % bad
     else:
-        why = expect(case, top) if top else "no findings"
+        why = expect(case, top, "--per-module" in sys.argv[3:]) if top else "no findings"
         ok = why is None
     print("%s %s%s: %s%s" % ("PASS" if ok else "FAIL", case, " (healthy)" if healthy else "",
                              desc, "" if ok else "  <- " + why), flush=True)

@@ -186,6 +186,7 @@ def main():
     ranks = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
     if a.wrap in ("ddp", "fsdp") and ranks > 1:
         a.device = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(a.device)  # (FSDP2's device mesh would pick it otherwise)
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
     torch.manual_seed(0)
     dev = "cuda" if a.device is None else "cuda:%d" % a.device

@@ -13,7 +13,8 @@
 # compiled model has) are checked the same way, and against the plain runs (the
 # step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
-# record the same statistics as on GPU 0); the sawtooth run's gradient
+# record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
+# module); the sawtooth run's gradient
 # overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
 # with autocast's decisions, and its steps carry torch's memory peak where they should; gpu_inplace.py checks that module outputs written to in place are
 # read before the write; gpu_devstats.py checks the device statistics against eager torch
@@ -87,10 +88,25 @@ one attn-compile-graphs "" --case attn --compile wrap --compile-mode reduce-over
 one nan-compile-blocks-graphs "" --case nan --compile blocks --compile-mode reduce-overhead &
 one attn-healthy-compile-graphs "" --case attn --healthy --compile wrap --compile-mode reduce-overhead &
 wait
+two() { # NAME PORT ARGS...: gpu_faults.py in two processes (torchrun), one GPU each
+    local name=$1 port=$2
+    shift 2
+    "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" -- python3 -m \
+        torch.distributed.run --nproc_per_node 2 --master_port "$port" "$HERE/gpu_faults.py" "$@" \
+        >"$WORK/$name.log" 2>&1
+    echo $? >"$WORK/$name.rc"
+    "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
+}
 gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then # a model on GPU 1, the current device GPU 0
     one attn-gpu1 "" --case attn --device 1 &
     one residual-healthy-gpu1 "" --case residual --healthy --device 1 &
+    wait
+    # FSDP2 over two processes: broken steps searched per module (no forward re-run)
+    two attn-fsdp2 29510 --case attn --wrap fsdp &
+    two nan-fsdp2 29511 --case nan --wrap fsdp &
+    two residual-fsdp2 29512 --case residual --wrap fsdp &
+    two attn-healthy-fsdp2 29513 --case attn --healthy --wrap fsdp &
     wait
 fi
 fail=0
@@ -145,8 +161,12 @@ if [ "$gpus" -ge 2 ]; then
     python3 "$HERE/check_report.py" "$WORK/attn-gpu1.json" attn || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/residual-healthy.sqlite" \
         "$WORK/residual-healthy-gpu1.sqlite" || fail=1
+    python3 "$HERE/check_report.py" "$WORK/attn-fsdp2.json" attn --per-module || fail=1
+    python3 "$HERE/check_report.py" "$WORK/nan-fsdp2.json" nan || fail=1
+    python3 "$HERE/check_report.py" "$WORK/residual-fsdp2.json" residual || fail=1
+    python3 "$HERE/check_report.py" "$WORK/attn-healthy-fsdp2.json" attn --healthy || fail=1
 else
-    echo "SKIP a model on GPU 1 with GPU 0 current: one GPU"
+    echo "SKIP a model on GPU 1 with GPU 0 current, FSDP2 over two processes: one GPU"
 fi
 python3 "$HERE/gpu_inplace.py" --check "$WORK/inplace.sqlite" "$WORK/inplace.log" || fail=1
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
