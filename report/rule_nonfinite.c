@@ -9,7 +9,7 @@
  * chain, the first forward producer or data input of a step, names it and explains it from the
  * op and the input/output ranges of the event's detail (or, for `nonfinite_module`, the first
  * module whose output went non-finite when the forward could not be traced op by op: the PyTorch
- * bridge on a model sharded over several processes):
+ * bridge on a model sharded over several processes, or a re-run that did not break again):
  *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504;
  *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN;
  *   - NaN in the input data;
@@ -79,7 +79,7 @@ static bool same_site(const report_event *a, const report_event *b) {
            strcmp(a->phase ? a->phase : "", b->phase ? b->phase : "") == 0;
 }
 
-// A step's forward went non-finite (a forward producer or a data input).
+// A step's forward went non-finite (a forward producer, a data input or a module output).
 static bool fwd_root(const report_event *e) {
     return report_event_breaks_forward(e->kind, e->phase);
 }
@@ -134,6 +134,21 @@ static const char *layer_words(const report_finding *f) {
 // ---------------------------------------------------------------------------------------------
 // The findings
 
+// The module whose code runs around layer ("" for the top level): its parent, past containers
+// (a module with numbered children, a ModuleList or Sequential, runs no code between them).
+static void around_of(const char *layer, char *out, size_t n) {
+    size_t len = strlen(layer);
+    bool numbered = true;
+    while (len && numbered) {
+        size_t dot = len;
+        while (dot && layer[dot - 1] != '.')
+            dot--;
+        numbered = strspn(layer + dot, "0123456789") == len - dot;
+        len = dot ? dot - 1 : 0;
+    }
+    snprintf(out, n, "%.*s", (int)len, layer);
+}
+
 static void explain_forward(report_finding *f, const report_event *e, const ranges *r) {
     bool attention = strstr(f->layer, "attn") != NULL;
     bool half = strcmp(r->out_dtype, "f16") == 0;
@@ -151,9 +166,8 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
     } else if (is(e, "nonfinite_module")) {
         // Its input was not recorded: the value went bad in it or in the code of the module
         // around it, between the last module that returned finite values and it.
-        const char *dot = strrchr(f->layer, '.');
         char around[sizeof f->layer];
-        snprintf(around, sizeof around, "%.*s", dot ? (int)(dot - f->layer) : 0, f->layer);
+        around_of(f->layer, around, sizeof around);
         snprintf(f->title, sizeof f->title,
                  "%s first in the output of %s %s at step %lld (traced per module: made there or "
                  "in %s%s code just before it)",
@@ -163,8 +177,8 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  layer_words(f), f->op, (long long)f->first_step,
                  around[0] ? around : "the top level", around[0] ? "'s" : "");
         snprintf(f->advice, sizeof f->advice,
-                 "%s To name the op, run the failing step in one process: the forward of a model "
-                 "sharded over several processes cannot be run again on one of them op by op.",
+                 "%s The op was not traced (the detail says why): to have it named, reproduce "
+                 "the step in one process with the same inputs.",
                  infs && half
                      ? "An fp16 overflow: keep that computation in fp32 (autocast disabled around "
                        "it, .float() inputs) or train in bf16, which has fp32's range; better, "

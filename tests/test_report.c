@@ -404,16 +404,23 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
-// The PyTorch bridge on a model sharded over several processes: the forward searched per module.
+// The PyTorch bridge on a model sharded over several processes (or whose re-run did not break
+// again): the forward searched per module.
 START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
     healthy(8);
     sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
         "detail, aggregate, occurrences, last_step) VALUES "
         "(1, 3, 0, 'attention', 'fwd', 'nonfinite_module', 'error', 512, 65504, 'output f16 (512,)"
-        " min -65504 max 65504 amax 65504 (0 nan, 300 +inf, 212 -inf); ', 0, 1, 3),"
+        " min -65504 max 65504 amax 65504 (0 nan, 300 +inf, 212 -inf); not traced op by op: a "
+        "model sharded over several processes cannot run its forward again on one', 0, 1, 3),"
         "(1, 3, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 0, 1, 3),"
         "(1, 5, 2, 'linear', 'fwd', 'nonfinite_module', 'error', 9, NULL, 'output f32 (8, 10) min "
-        "nan max nan amax nan (9 nan, 0 +inf, 0 -inf); ', 0, 1, 5);");
+        "nan max nan amax nan (9 nan, 0 +inf, 0 -inf); ', 0, 1, 5),"
+        "(1, 6, 3, 'linear', 'fwd', 'nonfinite_module', 'error', 9, NULL, 'output f32 (8, 10) min "
+        "nan max nan amax nan (9 nan, 0 +inf, 0 -inf); ', 0, 1, 6),"
+        "(1, 7, 4, 'linear', 'fwd', 'nonfinite_module', 'error', 9, NULL, 'output f32 (8, 10) min "
+        "nan max nan amax nan (9 nan, 0 +inf, 0 -inf); ', 0, 1, 7);"
+        "INSERT INTO AMP_LAYERS VALUES (1, 3, NULL, 'layers.0'), (1, 4, NULL, 'net.1.0.fc');");
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_str_eq(findings.v[0].rule, "nonfinite-root-cause");
     ck_assert_str_eq(findings.v[0].layer, "blocks.0.attn");
@@ -422,9 +429,16 @@ START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
                                                       "blocks.0.attn attention at step 3"));
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "in blocks.0's code just before it"));
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "fp16 overflow"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "not traced op by op: a model sharded"));
+    ck_assert_double_eq(evidence(&findings.v[0], "output_amax"), 65504);
+    ck_assert(isnan(evidence(&findings.v[0], "input_amax")));
     ck_assert_ptr_nonnull(strstr(findings.v[1].title, "NaN first in the output of head linear"));
     ck_assert_ptr_nonnull(strstr(findings.v[1].title, "in the top level code"));
     ck_assert_ptr_null(strstr(findings.v[1].advice, "fp16 overflow"));
+    // a numbered layer's parent is a container (ModuleList, Sequential): the code around is above
+    ck_assert_ptr_nonnull(strstr(findings.v[2].title, "layers.0 linear at step 6 (traced per "
+                                                      "module: made there or in the top level"));
+    ck_assert_ptr_nonnull(strstr(findings.v[3].title, "or in net.1.0's code"));
     // no loss-scale finding for a step whose forward broke: nonfinite-root-cause explains it
     ck_assert_uint_eq(count("loss-scale", AMP_SEVERITY_WARNING), 0);
     release();

@@ -72,7 +72,8 @@ step once more, without gradients, under the op recorder). Watch what torch.comp
 
 Sharded parameters (FSDP2's DTensors): each process records its local shard of each gradient.
 A model sharded over several processes all-gathers its parameters in the forward, which cannot
-run again on one process alone: its broken steps are searched per module, from the statistics.
+run again on one process alone: its broken steps are searched per module, from the statistics
+(as is a broken forward whose re-run did not break again).
 """
 import atexit
 import contextlib
@@ -1124,11 +1125,13 @@ class Watcher:
         fwd_event, loss_event, bwd_found = None, None, False
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
+            why = "a model sharded over several processes cannot run its forward again on one"
             if self._rerunnable:
                 fwd_event, loss_event, bwd_found = self._search(
                     d, found_inf and not loss_bad, scale[0] if scale else 1.0)
-            elif fwd_bad:
-                fwd_event = self._forward_producer(d, copy.result()[0])
+                why = "its forward, run again on the step's inputs, did not break or did not run"
+            if fwd_bad and fwd_event is None:  # the statistics saw it: named per module
+                fwd_event = self._forward_producer(d, copy.result()[0], why)
         self.prev_broken = broken
         if loss_bad:
             self.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
@@ -1153,12 +1156,13 @@ class Watcher:
                                "scale_backoff" if after < before else "scale_growth", INFO, -1,
                                after)
 
-    def _forward_producer(self, d, stats):
-        """Step d's forward searched per module, from its statistics, when it cannot run again:
-        the first module output that went non-finite (a module's output is queued as it returns,
-        inner modules first) as nonfinite_input when the model's input data holds the NaN/inf,
-        else as nonfinite_module (made in that module or in the code of the one around it: no
-        module input is recorded). Returns the event kind."""
+    def _forward_producer(self, d, stats, why):
+        """Step d's forward searched per module, from its statistics, when it could not be
+        traced op by op (why: the reason, for the event's detail): the first module output that
+        went non-finite (a module's output is queued as it returns, inner modules first) as
+        nonfinite_input when the model's input data holds the NaN/inf, else as nonfinite_module
+        (made in that module or in the code of the one around it: no module input is
+        recorded). Returns the event kind."""
         nan = float("nan")
         for (layer, kind, op, dtype), f in zip(d.entries, stats):
             if kind != ACTIVATION or not f.nonfinite:
@@ -1174,6 +1178,7 @@ class Watcher:
             detail += _vocab.describe("output", dtype, (f.numel,), nan if f.min is None else f.min,
                                       nan if f.max is None else f.max, amax, f.n_nan,
                                       f.n_posinf, f.n_neginf)
+            detail += "not traced op by op: " + why
             self.rec.event(d.step, layer, op, PHASE_FWD, event, ERROR, f.nonfinite, amax, detail)
             return event
         return None

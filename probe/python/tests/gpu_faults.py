@@ -36,6 +36,8 @@ autocast and without a GradScaler: the model cast to bf16, or (with --wrap fsdp)
 MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
+--scrub cleans the batch in place right after the forward, so that a re-run of a broken step
+stays finite (the bridge then names the module from the statistics).
 """
 import argparse
 import os
@@ -174,6 +176,10 @@ def main():
                     "or FSDP2's param_dtype (with --wrap fsdp)")
     ap.add_argument("--fused", action="store_true",
                     help="Adam(fused=True): the GradScaler hands it the scale, it unscales")
+    ap.add_argument("--scrub", action="store_true",
+                    help="clean the batch in place right after the forward (nan_to_num_), as a "
+                    "loader that reuses its buffers would overwrite it: a re-run of the step "
+                    "stays finite")
     ap.add_argument("--clip", type=float, metavar="MAX_NORM",
                     help="clip the gradients' norm after scaler.unscale_(opt), as PyTorch's AMP "
                     "recipe does")
@@ -259,6 +265,8 @@ def main():
                 x[1, 5] = float("nan")
             with torch.autocast("cuda", dtype=torch.float16, enabled=not a.bf16):
                 out = model(x)
+            if a.scrub and x.is_floating_point():
+                x.nan_to_num_(0.0)
             if a.case == "log0":  # the hand-written fp16 loss
                 t = 1e-3 if fault else 1.0
                 p = torch.softmax(out.half() / t, -1)

@@ -61,6 +61,7 @@ one attn-healthy-fsdp "" --case attn --healthy --wrap fsdp &
 one attn-healthy-fused "" --case attn --healthy --fused &
 one underflow-fused "" --case underflow --fused &
 one attn-clip "" --case attn --clip 1.0 &
+one nan-scrub "" --case nan --scrub &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
@@ -139,6 +140,7 @@ python3 "$HERE/check_report.py" "$WORK/attn-healthy-compile-blocks.json" attn --
 python3 "$HERE/check_report.py" --compiled "$WORK/attn-healthy-compile-blocks.sqlite" \
     "$WORK/attn-healthy-compile-blocks.log" --blocks || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-accum.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" "$WORK/nan-scrub.json" nan --per-module || fail=1
 python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-fused.sqlite" \
     --step 0 || fail=1  # the gradients as backward left them, before the fused Adam unscales them
 for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-fsdp-bf16:residual \
