@@ -125,6 +125,14 @@ def test_fused_optimizer_gradients_as_scaled(tmp_path):
     assert check_report.check_same(plain, fused, step=0) == 0
 
 
+def test_rerun_that_stays_finite_is_named_per_module(tmp_path):
+    """The NaN batch cleaned in place after its forward: the re-run stays finite, the statistics
+    name the first module whose output went non-finite."""
+    r = report_of(tmp_path, "nan", False, ("--scrub",))
+    assert r["findings"], "no findings"
+    assert check_report.expect("nan", r["findings"][0], per_module=True) is None, r["findings"][0]
+
+
 def test_accumulated_loss_is_the_sum(tmp_path):
     db, out = record(tmp_path, "attn", True, ("--accum", "4"))
     log = tmp_path / "out.log"
