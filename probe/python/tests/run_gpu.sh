@@ -7,11 +7,11 @@
 # one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
 # activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel
 # (one GPU), FSDP2 (one process), gradient clipping after unscale_, a fused Adam (handed the
-# scale), bf16 without autocast (a
-# model cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in
-# place, or its blocks compiled, also with CUDA graphs: and no graph break, the statistics a
-# compiled model has) are checked the same way, and against the plain runs (the
-# step's loss as the script computed it; the same statistics rows); with two GPUs or more, one
+# scale), a batch cleaned after its forward (named per module), bf16 without autocast (a model
+# cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or
+# its blocks compiled, also with CUDA graphs: and no graph break, the statistics a compiled
+# model has) are checked the same way, and against the plain runs (the step's loss as the
+# script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
 # module); the sawtooth run's gradient
