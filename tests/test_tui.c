@@ -417,6 +417,51 @@ START_TEST(p_shows_the_next_process_finished) {
 }
 END_TEST
 
+// Draws view of app off-screen at 100x24 (newterm on /dev/null) and reads the window back into
+// all (24 lines of up to 100 characters); l: the layout it drew with.
+static void draw_offscreen(tui_app *app, int view, tui_layout *l, char all[24 * 128]) {
+    FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
+    SCREEN *scr = newterm("xterm", out, in);
+    ck_assert_ptr_nonnull(scr);
+    resizeterm(24, 100);
+    app->view = view;
+    tui_app_update(app);
+    tui_layout_compute(100, 24, l);
+    tui_app_draw(app, l);
+    char line[128];
+    all[0] = 0;
+    for (int y = 0; y < 24; y++) {
+        mvwinnstr(stdscr, y, 0, line, 100);
+        strcat(all, line);
+        strcat(all, "\n");
+    }
+    endwin();
+    delscreen(scr);
+    fclose(out);
+    fclose(in);
+}
+
+// A run whose forward was searched per module (the PyTorch bridge on a sharded model): the
+// overview's first non-finite event is the module's.
+START_TEST(overview_shows_a_module_level_first_nonfinite) {
+    sql("INSERT INTO AMP_LAYERS VALUES (7, 0, NULL, 'blocks.1.attn'), (7, 1, NULL, "
+        "'blocks.1.attn.proj');"
+        "INSERT INTO AMP_STEPS VALUES"
+        " (7, 0, 0, 10000000, 4.2, 1, NULL, 65536, 65536, 0, 0, NULL),"
+        " (7, 1, 10000000, 21000000, NULL, 0, NULL, 65536, 32768, 1, 1, NULL);"
+        "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value,"
+        " detail, aggregate, occurrences, last_step) VALUES"
+        " (7, 1, 1, 'linear', 'fwd', 'nonfinite_module', 'error', 50, NULL, NULL, 0, 1, 1);");
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "first non-finite: step 1 blocks.1.attn.proj linear fwd"), "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
 // Kernels the report ties to ops: the kernels view names the layer most of each one's time ran
 // in (the finder's), with the others counted.
 START_TEST(kernels_view_names_each_kernels_layer) {
@@ -452,26 +497,9 @@ START_TEST(kernels_view_names_each_kernels_layer) {
     ck_assert_str_eq(tui_finding_kernel_layer(&app.model.finding, "nvjet_sm90_gemm"), "head +1");
     ck_assert_ptr_null(tui_finding_kernel_layer(&app.model.finding, "elementwise_add"));
     ck_assert_ptr_null(tui_finding_kernel_layer(&app.model.finding, "no_such_kernel"));
-    // drawn off-screen, read back from the window
-    FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
-    SCREEN *scr = newterm("xterm", out, in);
-    ck_assert_ptr_nonnull(scr);
-    resizeterm(24, 100);
-    app.view = TUI_VIEW_KERNELS;
-    tui_app_update(&app);
+    char all[24 * 128];
     tui_layout l;
-    tui_layout_compute(100, 24, &l);
-    tui_app_draw(&app, &l);
-    char line[128], all[24 * 128] = "";
-    for (int y = 0; y < 24; y++) {
-        mvwinnstr(stdscr, y, 0, line, 100);
-        strcat(all, line);
-        strcat(all, "\n");
-    }
-    endwin();
-    delscreen(scr);
-    fclose(out);
-    fclose(in);
+    draw_offscreen(&app, TUI_VIEW_KERNELS, &l, all);
     ck_assert_msg(strstr(all, "LAYER"), "%s", all);
     char *gemm = strstr(all, "nvjet_sm90_gemm");
     ck_assert_msg(gemm && strstr(gemm, "head +1") && strstr(gemm, "head +1") < strchr(gemm, '\n'),
@@ -737,6 +765,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
+    tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);
     tcase_add_test(model, bad_files);
     suite_add_tcase(s, model);
     TCase *e2e = tcase_create("tmux");
