@@ -284,7 +284,14 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
     return s;
 }
 
-static void add_stats_row(report_stats *s, sqlite3_stmt *q) {
+double report_dtype_max(const char *dtype) {
+    if (strcmp(dtype, "f16") == 0) return REPORT_F16_MAX;
+    if (strcmp(dtype, "bf16") == 0) return REPORT_BF16_MAX;
+    return NAN;
+}
+
+// max: report_dtype_max(s->target), looked up once a group rather than once a row.
+static void add_stats_row(report_stats *s, double max, sqlite3_stmt *q) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);
     const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL;
     const double amax = sqlite3_column_double(q, 7);
@@ -304,9 +311,6 @@ static void add_stats_row(report_stats *s, sqlite3_stmt *q) {
     }
     // within 2x of the target's max with no NaN or +inf (an attention mask's -inf is fine; an
     // output that already overflowed is the business of rule nonfinite-root-cause)
-    const double max = strcmp(s->target, "f16") == 0    ? REPORT_F16_MAX
-                       : strcmp(s->target, "bf16") == 0 ? REPORT_BF16_MAX
-                                                        : NAN;
     if (has_amax && amax >= max / 2 && nan + posinf == 0) {
         s->near_max_tensors++;
         if (s->near_first_step < 0 || step < s->near_first_step) s->near_first_step = step;
@@ -376,6 +380,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path, sql_stats, m, &q, err)) return false;
     report_stats *last = NULL; // rows of one step come layer by layer: often the same group
     bool act = false, grad = false; // last's kind: activation, or a gradient
+    double max = NAN;               // report_dtype_max(last->target)
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const bool no_layer = sqlite3_column_type(q, 1) == SQLITE_NULL;
@@ -390,8 +395,9 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             act = strcmp(last->kind, "activation") == 0;
             grad = strcmp(last->kind, "activation_grad") == 0 ||
                    strcmp(last->kind, "weight_grad") == 0;
+            max = report_dtype_max(last->target);
         }
-        add_stats_row(last, q);
+        add_stats_row(last, max, q);
         if (sqlite3_column_type(q, 7) == SQLITE_NULL) continue;
         const double amax = sqlite3_column_double(q, 7);
         const int64_t step = sqlite3_column_int64(q, 8);

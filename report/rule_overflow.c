@@ -17,13 +17,9 @@
 #define RULE "overflow-headroom"
 #define MAX_FINDINGS 8 // the worst sites; the rest are summed in the last finding's detail
 
-static double dtype_max(const char *dtype) {
-    if (strcmp(dtype, "f16") == 0) return REPORT_F16_MAX;
-    if (strcmp(dtype, "bf16") == 0) return REPORT_BF16_MAX;
-    return NAN;
+static bool lowp(const char *dtype) {
+    return !isnan(report_dtype_max(dtype));
 }
-
-static bool lowp(const char *dtype) { return !isnan(dtype_max(dtype)); }
 
 // True when no activation of the run was computed in a lower precision (an fp32 run).
 static bool fp32_run(const report_model *m) {
@@ -34,7 +30,7 @@ static bool fp32_run(const report_model *m) {
 
 // Whether stats row s is a site to report, and its severity.
 static bool at_risk(const report_stats *s, bool fp32, amp_severity *sev) {
-    if (strcmp(s->kind, "activation") != 0 || isnan(dtype_max(s->target))) return false;
+    if (strcmp(s->kind, "activation") != 0 || isnan(report_dtype_max(s->target))) return false;
     if (strcmp(s->dtype, s->target) == 0) {
         *sev = AMP_SEVERITY_WARNING;
         return s->near_max_tensors > 0;
@@ -60,7 +56,7 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
         if (best == m->n_stats) break;
         done[best] = true;
         const report_stats *s = &m->stats[best];
-        double max = dtype_max(s->target);
+        double max = report_dtype_max(s->target);
         double bits = log2(max / s->amax);
         report_finding *f = report_finding_add(out, RULE, sev);
         report_finding_where(f, report_layer_name(m, s->pid, s->layer_id), s->op, "fwd");

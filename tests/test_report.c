@@ -158,6 +158,14 @@ static size_t count(const char *rule, amp_severity min_severity) {
     return n;
 }
 
+// The analysed model's kernel of that name (the test fails without one).
+static const report_kernel *kernel_named(const char *name) {
+    for (size_t i = 0; i < model.perf.n_kernels; i++)
+        if (strcmp(model.perf.kernels[i].name, name) == 0) return &model.perf.kernels[i];
+    ck_abort_msg("no kernel %s", name);
+    return NULL;
+}
+
 static const report_finding *first_of(const char *rule) {
     for (size_t i = 0; i < findings.n; i++)
         if (strcmp(findings.v[i].rule, rule) == 0) return &findings.v[i];
@@ -782,14 +790,8 @@ START_TEST(roofline_op_flops_go_to_gemm_kernels) {
         "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 3, shortName = 3 WHERE gridId = 0;"
         "DELETE FROM AMP_OPS WHERE step <> 1;");
     analyse("roofline", INT64_MIN, INT64_MAX);
-    const report_kernel *gemm = NULL, *cast = NULL;
-    for (size_t i = 0; i < model.perf.n_kernels; i++) {
-        const report_kernel *k = &model.perf.kernels[i];
-        if (strcmp(k->name, "nvjet_sm90_tst_gemm") == 0) gemm = k;
-        if (strcmp(k->name, "vectorized_elementwise_kernel") == 0) cast = k;
-    }
-    ck_assert_ptr_nonnull(gemm);
-    ck_assert_ptr_nonnull(cast);
+    const report_kernel *gemm = kernel_named("nvjet_sm90_tst_gemm");
+    const report_kernel *cast = kernel_named("vectorized_elementwise_kernel");
     ck_assert_int_eq(gemm->launches, 4);
     ck_assert_int_eq(gemm->attributed_ns, 100000); // step 1's launch
     ck_assert_close(gemm->flops, 4e9, 0, 1e-9);    // all of the op's FLOPs, times 4 launches
@@ -815,14 +817,8 @@ START_TEST(kernels_take_the_layer_of_most_of_their_time) {
         "localMemoryPerThread, localMemoryTotal, gridId) SELECT end_ns - 500, end_ns - 100, 0, "
         "1, 7, 900 + step, " GPID ", 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 9 FROM AMP_STEPS;");
     analyse("roofline", INT64_MIN, INT64_MAX);
-    const report_kernel *gemm = NULL, *orphan = NULL;
-    for (size_t i = 0; i < model.perf.n_kernels; i++) {
-        const report_kernel *k = &model.perf.kernels[i];
-        if (strcmp(k->name, "nvjet_sm90_tst_gemm") == 0) gemm = k;
-        if (strcmp(k->name, "orphan_kernel") == 0) orphan = k;
-    }
-    ck_assert_ptr_nonnull(gemm);
-    ck_assert_ptr_nonnull(orphan);
+    const report_kernel *gemm = kernel_named("nvjet_sm90_tst_gemm");
+    const report_kernel *orphan = kernel_named("orphan_kernel");
     ck_assert_int_eq(gemm->layer_pid, 1);
     ck_assert_int_eq(gemm->layer_id, 2); // 3 steps in head, 1 in blocks.0.attn
     ck_assert_int_eq(gemm->layer_ns, 300000);
@@ -837,11 +833,9 @@ START_TEST(kernels_take_the_layer_of_most_of_their_time) {
     free(h);
     sql("UPDATE AMP_OPS SET layer_id = 0 WHERE step <> 3;"); // now blocks.0.attn throughout
     analyse("roofline", INT64_MIN, INT64_MAX);
-    for (size_t i = 0; i < model.perf.n_kernels; i++)
-        if (strcmp(model.perf.kernels[i].name, "nvjet_sm90_tst_gemm") == 0) {
-            ck_assert_int_eq(model.perf.kernels[i].layer_id, 0);
-            ck_assert_int_eq(model.perf.kernels[i].n_layers, 1);
-        }
+    gemm = kernel_named("nvjet_sm90_tst_gemm");
+    ck_assert_int_eq(gemm->layer_id, 0);
+    ck_assert_int_eq(gemm->n_layers, 1);
     release();
 }
 END_TEST

@@ -142,9 +142,23 @@ def _spans_processes(p):
     return mesh is not None and mesh.size() > 1
 
 
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
 def _float_tensors(obj):
-    return [t for t in tree_flatten(obj)[0]
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0]
+    return [t for t in _tensors(obj) if t.is_floating_point() and t.numel() > 0]
+
+
+def _describe_figures(what, dtype, f):
+    """_vocab.describe of a tensor's finished figures (f: _devstats.Figures; its min, max and
+    amax None when it holds no finite value)."""
+    nan = float("nan")
+    return _vocab.describe(what, dtype, (f.numel,), nan if f.min is None else f.min,
+                           nan if f.max is None else f.max, nan if f.amax is None else f.amax,
+                           f.n_nan, f.n_posinf, f.n_neginf)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,12 +242,6 @@ class _OpTracer(TorchDispatchMode):
                                  self.layers[-1], ins, outs):
             raise _Found()
         return out
-
-
-def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        return [x]
-    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
 
 
 def _map_args(fn, x):
@@ -629,11 +637,11 @@ class Watcher:
                     self._plist.append(p)
                     self._wentries.append((ids[mn], WEIGHT_GRAD, (mn + "." if mn else "") + pn,
                                            _vocab.dtype_name(p.dtype)))
-        self._sharded = any(type(p) not in _PLAIN for p in self._plist)
+        sharded = [p for p in self._plist if type(p) not in _PLAIN]  # DTensors (FSDP2)
+        self._sharded = bool(sharded)
         # a forward that gathers parameters from other processes cannot run again on this one
         # alone (theirs would wait in the collective): a broken step is searched per module
-        self._rerunnable = not any(_spans_processes(p) for p in self._plist
-                                   if type(p) not in _PLAIN)
+        self._rerunnable = not any(_spans_processes(p) for p in sharded)
         self._unread = set()  # the tensor types _local could not read
         self.step = 0
         self.step_start = self.rec.now_ns()
@@ -1174,12 +1182,9 @@ class Watcher:
                 if bad:
                     event, detail = "nonfinite_input", seg
                     break
-            amax = nan if f.amax is None else f.amax
-            detail += _vocab.describe("output", dtype, (f.numel,), nan if f.min is None else f.min,
-                                      nan if f.max is None else f.max, amax, f.n_nan,
-                                      f.n_posinf, f.n_neginf)
-            detail += "not traced op by op: " + why
-            self.rec.event(d.step, layer, op, PHASE_FWD, event, ERROR, f.nonfinite, amax, detail)
+            detail += _describe_figures("output", dtype, f) + "not traced op by op: " + why
+            self.rec.event(d.step, layer, op, PHASE_FWD, event, ERROR, f.nonfinite,
+                           nan if f.amax is None else f.amax, detail)
             return event
         return None
 
@@ -1202,12 +1207,9 @@ class Watcher:
                 layer, op = pl, pop
             elif kind == ACTIVATION_GRAD:
                 layer, op = -1, "loss"
-            amax = nan if f.amax is None else f.amax
-            detail += _vocab.describe("gradient", dtype, (numel,), nan if f.min is None else f.min,
-                                      nan if f.max is None else f.max, amax, f.n_nan,
-                                      f.n_posinf, f.n_neginf)
+            detail += _describe_figures("gradient", dtype, f)
             self.rec.event(d.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING,
-                           f.nonfinite, amax, detail)
+                           f.nonfinite, nan if f.amax is None else f.amax, detail)
             return
 
     def _search(self, d, backward, scale):
