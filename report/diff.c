@@ -270,7 +270,10 @@ void report_diff_text(FILE *out, const report_model *a, const report_findings *f
     row(out, "errors / warnings", x, y, "");
     loss_gap g;
     compare_losses(a, b, &g);
-    if (g.common)
+    if (g.common && g.max_step < 0)
+        fprintf(out, "\nLoss curves: %lld common steps with finite losses, the same in both.\n",
+                (long long)g.common);
+    else if (g.common)
         fprintf(out,
                 "\nLoss curves: %lld common steps with finite losses, mean difference %.2f%%, "
                 "largest %.2f%% at step %lld%s",

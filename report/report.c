@@ -8,10 +8,13 @@
 #include "amp-impl.h"
 #include "amp-store.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
 // The rule registry (also the order of the --help listing)
@@ -19,8 +22,10 @@
 // Among findings of equal severity and first step, the earlier rule leads: the rules that name
 // a layer come before the scaler's view of the same trouble.
 const report_rule report_rules[] = {
-    {"nonfinite-root-cause", "the first op that produced NaN/inf, why, and the fix", rule_nonfinite_run},
-    {"grad-underflow", "gradients lost to zero/subnormal in fp16, per layer, and the scale that keeps them",
+    {"nonfinite-root-cause", "the first op that produced NaN/inf, why, and the fix",
+     rule_nonfinite_run},
+    {"grad-underflow",
+     "gradients lost to zero/subnormal in fp16, per layer, and the scale that keeps them",
      rule_underflow_run},
     {"overflow-headroom", "ops whose fp16/bf16 outputs come within 1 bit of the dtype's max",
      rule_overflow_run},
@@ -30,11 +35,15 @@ const report_rule report_rules[] = {
      rule_precision_run},
     {"amp-payoff", "whether AMP can speed this model up at all (launch-bound models cannot)",
      rule_amp_payoff_run},
-    {"roofline", "kernels and layers: compute-, memory- or launch-bound against the card's roofline",
+    {"roofline",
+     "kernels and layers: compute-, memory- or launch-bound against the card's roofline",
      rule_roofline_run},
-    {"gpu-idle", "GPU idle gaps between kernels and what the host did meanwhile", rule_gpu_idle_run},
+    {"gpu-idle", "GPU idle gaps between kernels and what the host did meanwhile",
+     rule_gpu_idle_run},
     {"h2d-copies", "host-to-device copy share and pageable (unpinned) copies", rule_copies_run},
     {"host-sync", "host synchronisations that stall the launch queue", rule_sync_run},
+    {"run-end", "how the program ended (a crash, a kill, an error exit) and an unfinished capture",
+     rule_run_end_run},
 };
 const size_t report_n_rules = sizeof report_rules / sizeof report_rules[0];
 
@@ -98,6 +107,72 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "compiled") == 0  ? &m->compiled
                                                            : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
+// True when pid runs on this machine (host is META's): the collector of a run still going.
+static bool runs_here(int64_t pid, const char *host) {
+    char here[256] = "";
+    if (pid <= 0 || !host || gethostname(here, sizeof here - 1) != 0 || strcmp(here, host) != 0)
+        return false;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+// How the program and the capture ended (m->end): META's run-wide rows, the processes whose
+// records were cut short, the last step of the whole run.
+static bool load_end(sqlite3 *db, report_model *m, char *err) {
+    report_end *e = &m->end;
+    *e = (report_end){.exit_status = -1, .last_step = -1};
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path,
+                 "SELECT key, value FROM META WHERE pid = 0 AND key IN ('status', 'exit_status', "
+                 "'collector_pid', 'host')",
+                 m, &q, err))
+        return false;
+    int64_t collector = 0;
+    char *host = NULL;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(q, 0);
+        if (strcmp(key, "status") == 0)
+            e->capture = col_str(q, 1);
+        else if (strcmp(key, "exit_status") == 0)
+            e->exit_status = sqlite3_column_int(q, 1);
+        else if (strcmp(key, "collector_pid") == 0)
+            collector = sqlite3_column_int64(q, 1);
+        else
+            host = col_str(q, 1);
+    }
+    if (!finish(db, m->path, q, rc, err)) {
+        free(host);
+        return false;
+    }
+    e->collector_runs =
+        e->capture && strcmp(e->capture, "running") == 0 && runs_here(collector, host);
+    free(host);
+
+    if (!prepare(db, m->path,
+                 "SELECT pid, name, status FROM AMP_PROCESSES WHERE status IN ('truncated', "
+                 "'corrupt', 'unfinished') ORDER BY pid",
+                 m, &q, err))
+        return false;
+    size_t cap = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        AMP_GROW(e->cut, e->n_cut, cap);
+        e->cut[e->n_cut++] = (report_cut){
+            .pid = sqlite3_column_int(q, 0), .name = col_str(q, 1), .status = col_str(q, 2)};
+    }
+    if (!finish(db, m->path, q, rc, err)) return false;
+
+    if (!prepare(db, m->path,
+                 "SELECT step, MIN(loss_finite) FROM AMP_STEPS WHERE step = "
+                 "(SELECT MAX(step) FROM AMP_STEPS)",
+                 m, &q, err))
+        return false;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        e->last_step = col_i64(q, 0, -1);
+        e->last_loss_nonfinite = col_i64(q, 1, 1) == 0;
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -420,8 +495,9 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
     m->step_hi = hi;
     err[0] = 0;
     sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); // one snapshot, also of a run still being written
-    bool ok = load_meta(db, m, err) && load_layers(db, m, err) && load_steps(db, m, err) &&
-              load_events(db, m, err) && load_stats(db, m, err) && report_perf_load(db, m, err);
+    bool ok = load_meta(db, m, err) && load_end(db, m, err) && load_layers(db, m, err) &&
+              load_steps(db, m, err) && load_events(db, m, err) && load_stats(db, m, err) &&
+              report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (ok) return AMP_OK;
     report_model_free(m);
@@ -465,6 +541,12 @@ void report_model_free(report_model *m) {
     free((char *)m->precision);
     free((char *)m->counters_reason);
     free((char *)m->compiled);
+    for (size_t i = 0; i < m->end.n_cut; i++) {
+        free((char *)m->end.cut[i].name);
+        free((char *)m->end.cut[i].status);
+    }
+    free(m->end.cut);
+    free((char *)m->end.capture);
     memset(m, 0, sizeof *m);
 }
 
@@ -750,10 +832,10 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
             char steps[64];
             report_steps_phrase(&s, true, steps, sizeof steps);
             snprintf(buf, n,
-                     "Healthy: no error or warning in %s%s. The forward pass stayed "
+                     "Healthy%s: no error or warning in %s%s. The forward pass stayed "
                      "finite, %s came near the autocast dtype's range and no layer lost "
                      "a worrying share of its gradients to underflow.%s",
-                     steps,
+                     m->end.collector_runs ? " so far (the run is still going)" : "", steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
                                : "",
                      !m->compiled ? "no op"

@@ -169,6 +169,23 @@ typedef struct report_perf {
     int64_t counter_samples;       // GPU_METRICS samples in the window
 } report_perf;
 
+// A process whose records were cut short (AMP_PROCESSES.status truncated, corrupt, unfinished).
+typedef struct report_cut {
+    int32_t pid;
+    const char *name, *status;
+} report_cut;
+
+// How the run ended (META, AMP_PROCESSES), for the rule run-end.
+typedef struct report_end {
+    int exit_status;     // the program's (shell convention: 128+N for signal N); -1: not recorded
+    const char *capture; // META status: "complete", "running"; NULL: not recorded
+    bool collector_runs; // "running", and the collector's process still runs on this host
+    int64_t last_step;   // the last step recorded by any process, focus aside; -1: none
+    bool last_loss_nonfinite; // that step's loss was NaN/inf (in some process)
+    report_cut *cut;
+    size_t n_cut;
+} report_end;
+
 typedef struct report_model {
     const char *path;
     int64_t step_lo, step_hi; // the focus, inclusive
@@ -190,6 +207,7 @@ typedef struct report_model {
     // META of a PyTorch run under torch.compile: "model" (compiled as a whole: only its output
     // and the gradients are recorded) or "modules" (compiled parts); NULL: eager
     const char *compiled;
+    report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
@@ -316,6 +334,7 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out);  // rule_gp
 void rule_copies_run(const report_model *m, report_findings *out);    // rule_copies.c
 void rule_sync_run(const report_model *m, report_findings *out);      // rule_sync.c
 void rule_amp_payoff_run(const report_model *m, report_findings *out); // rule_amp_payoff.c
+void rule_run_end_run(const report_model *m, report_findings *out);    // rule_run_end.c
 
 extern const report_rule report_rules[];
 extern const size_t report_n_rules;

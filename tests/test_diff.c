@@ -160,6 +160,22 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
 }
 END_TEST
 
+// The same training twice, the second killed after its last step: the curves are the same, and
+// how B ended is the finding only B has.
+START_TEST(same_losses_and_a_killed_run) {
+    run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
+    run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
+    sql(b_path, "UPDATE META SET value = '137' WHERE key = 'exit_status';");
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    HAS(t, "Loss curves: 20 common steps with finite losses, the same in both.\n");
+    HAS(t, "Findings only in B:\n  warning [run-end] the program was killed by SIGKILL after "
+           "step 19");
+    ck_assert_msg(!strstr(t, "Findings only in A"), "%s", t);
+    free(t);
+}
+END_TEST
+
 START_TEST(usage_and_bad_files_exit_2) {
     ck_assert_int_eq(CMD(a_path), 2);
     ck_assert_int_eq(CMD(a_path, b_path, a_path), 2);
@@ -206,6 +222,7 @@ Suite *diff_suite(void) {
     tcase_set_timeout(tc, 60); // the mlp case records two runs
     tcase_add_test(tc, amp_faster_same_loss_either_order);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
+    tcase_add_test(tc, same_losses_and_a_killed_run);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
     tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);
     suite_add_tcase(s, tc);

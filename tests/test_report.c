@@ -15,10 +15,12 @@
 #include "report.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -1081,6 +1083,123 @@ START_TEST(amp_payoff_projects_a_cpu_run_as_a_note) {
 END_TEST
 
 // ---------------------------------------------------------------------------------------------
+// run-end
+
+// The run's META as the launcher leaves it: exit status (-1: the key removed) and status.
+static void ended(int exit_status, const char *status) {
+    char buf[256];
+    if (exit_status < 0)
+        snprintf(buf, sizeof buf, "DELETE FROM META WHERE key = 'exit_status';");
+    else
+        snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'exit_status';",
+                 exit_status);
+    sql(buf);
+    snprintf(buf, sizeof buf, "UPDATE META SET value = '%s' WHERE key = 'status' AND pid = 0;",
+             status);
+    sql(buf);
+}
+
+START_TEST(run_end_a_clean_exit_is_quiet) {
+    healthy(10);
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    ck_assert_int_eq(model.end.exit_status, 0);
+    ck_assert_int_eq(model.end.last_step, 9);
+    release();
+    ended(-1, "complete"); // AMPPROBE_OUT: no exit status
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
+    healthy(10);
+    ended(128 + SIGSEGV, "complete");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_ERROR), 1);
+    const report_finding *f = first_of("run-end");
+    ck_assert_str_eq(f->title, "the program crashed with SIGSEGV after step 9");
+    ck_assert_int_eq(f->first_step, 9);
+    ck_assert_double_eq(evidence(f, "signal"), SIGSEGV);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Training broke: the program crashed", 35) == 0, "verdict: %s",
+                  verdict);
+    release();
+    ended(137, "complete");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 1);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_ERROR), 0);
+    ck_assert_ptr_nonnull(strstr(first_of("run-end")->title, "killed by SIGKILL after step 9"));
+    ck_assert_ptr_nonnull(strstr(first_of("run-end")->advice, "dmesg"));
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Healthy", 7) != 0, "verdict: %s", verdict);
+    release();
+}
+END_TEST
+
+START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
+    healthy(10);
+    ended(128 + SIGINT, "complete");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "stopped by SIGINT"));
+    release();
+    // a script that exits 1 on its NaN loss: said, and tied to the root-cause finding
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 9;");
+    ended(1, "complete");
+    analyse("run-end", 2, 5); // the focus does not hide how the run ended
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_WARNING);
+    ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 1 after step 9");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "non-finite loss"));
+    release();
+}
+END_TEST
+
+START_TEST(run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note) {
+    healthy(10);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) _exit(0);
+    ck_assert_int_eq(waitpid(child, NULL, 0), child); // a collector that is gone
+    char host[256] = "", buf[512];
+    ck_assert_int_eq(gethostname(host, sizeof host - 1), 0);
+    snprintf(buf, sizeof buf,
+             "UPDATE META SET value = '%d' WHERE key = 'collector_pid';"
+             "UPDATE META SET value = '%s' WHERE key = 'host';",
+             (int)child, host);
+    sql(buf);
+    ended(-1, "running");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(first_of("run-end")->title, "capture did not finish"));
+    release();
+    snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'collector_pid';",
+             (int)getpid()); // a collector still running: a run in progress
+    sql(buf);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 0);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_INFO), 1);
+    ck_assert_ptr_nonnull(strstr(first_of("run-end")->title, "still being recorded"));
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Healthy so far", 14) == 0, "verdict: %s", verdict);
+    release();
+    ended(0, "complete");
+    sql("INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, start_ns, status) VALUES "
+        "(7, 1, 7 << 24, 'worker', 0, 'truncated'), (8, 1, 8 << 24, 'main', 0, 'complete');");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_str_eq(findings.v[0].title, "1 process recorded less than it wrote");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "worker (pid 7): its last record was cut"));
+    release();
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
 // md and html
 
 static void hostile_names(void) {
@@ -1371,6 +1490,10 @@ Suite *report_suite(void) {
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
     tcase_add_test(tc, amp_payoff_busy_gemm_amp_run_is_quiet);
     tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
+    tcase_add_test(tc, run_end_a_clean_exit_is_quiet);
+    tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
+    tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
+    tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
     tcase_add_test(tc, md_escapes_user_strings);
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     suite_add_tcase(s, tc);

@@ -1,0 +1,197 @@
+/*
+ * rule_run_end.c — rule `run-end`: how the program ended, and whether the capture did. A run's
+ * numbers can look healthy while the program died after its last recorded step; the report must
+ * not call such a run healthy without saying so.
+ *
+ * The program's exit status (META exit_status, 128+N for signal N): a crash signal (SIGSEGV,
+ * SIGBUS, SIGABRT, SIGFPE, SIGILL) is an error; SIGKILL (the kernel's OOM killer, a scheduler's
+ * limit), another signal or a non-zero status a warning; SIGINT, SIGTERM or SIGHUP a note (it
+ * was stopped). The capture: a database whose status is still `running` while its collector is
+ * gone lost what the launcher had not yet written (a warning); one whose collector still runs is
+ * a run in progress (a note); processes whose records were cut short (truncated, corrupt,
+ * unfinished) are a warning.
+ */
+#include "report.h"
+
+#include <signal.h>
+#include <string.h>
+
+#define RULE "run-end"
+
+static const struct {
+    int sig;
+    const char *name;
+} signals[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},
+               {SIGILL, "SIGILL"},   {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
+               {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
+               {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+               {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+               {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}};
+
+static const char *signal_name(int sig) {
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+        if (signals[i].sig == sig) return signals[i].name;
+    return NULL;
+}
+
+// "after step 305" / "before its first step"
+static void when(const report_end *e, char *buf, size_t n) {
+    if (e->last_step >= 0)
+        snprintf(buf, n, "after step %lld", (long long)e->last_step);
+    else
+        snprintf(buf, n, "before its first step");
+}
+
+static void steps_of(report_finding *f, const report_end *e) {
+    f->first_step = f->last_step = e->last_step;
+}
+
+// The program's end, from its exit status.
+static void program_end(const report_model *m, report_findings *out) {
+    const report_end *e = &m->end;
+    const int status = e->exit_status;
+    if (status <= 0) return;
+    char at[64];
+    when(e, at, sizeof at);
+    const char *loss_note =
+        e->last_loss_nonfinite
+            ? " Its last recorded step had a non-finite loss: a script that stops on a NaN/inf "
+              "loss ends this way (the nonfinite-root-cause finding says where it came from)."
+            : "";
+    report_finding *f;
+    if (status > 128 && status < 128 + 65) {
+        const int sig = status - 128;
+        const char *name = signal_name(sig);
+        char label[32];
+        snprintf(label, sizeof label, "%s", name ? name : "");
+        if (!name) snprintf(label, sizeof label, "signal %d", sig);
+        const bool crash =
+            sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL;
+        const bool stopped = sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+        f = report_finding_add(out, RULE,
+                               crash     ? AMP_SEVERITY_ERROR
+                               : stopped ? AMP_SEVERITY_INFO
+                                         : AMP_SEVERITY_WARNING);
+        if (crash) {
+            snprintf(f->title, sizeof f->title, "the program crashed with %s %s", label, at);
+            snprintf(f->detail, sizeof f->detail,
+                     "It ended by signal %d (exit status %d); what it recorded up to then is in "
+                     "the database.%s",
+                     sig, status, loss_note);
+            snprintf(f->advice, sizeof f->advice,
+                     "Find the crash in the program's output (SIGABRT: a failed assertion or an "
+                     "uncaught C++ exception prints its message first), then run it again under "
+                     "a debugger (gdb --args ...) or with core dumps on (ulimit -c unlimited); a "
+                     "CUDA program's illegal memory access shows up under compute-sanitizer.");
+        } else if (stopped) {
+            snprintf(f->title, sizeof f->title, "the program was stopped by %s %s", label, at);
+            const char *who = sig == SIGINT    ? "Ctrl-C in its terminal"
+                              : sig == SIGTERM ? "kill, or a job scheduler ending it"
+                                               : "its terminal went away (an ssh session dropped)";
+            snprintf(f->detail, sizeof f->detail,
+                     "It ended by signal %d (exit status %d): %s. The findings cover the steps it "
+                     "recorded.%s",
+                     sig, status, who, loss_note);
+            snprintf(f->advice, sizeof f->advice,
+                     "Nothing to fix if it was stopped on purpose. A batch scheduler sends SIGTERM "
+                     "at the job's time limit, so save checkpoints before it; run long jobs under "
+                     "tmux, screen or nohup so that a dropped connection does not end them.");
+        } else if (sig == SIGKILL) {
+            snprintf(f->title, sizeof f->title, "the program was killed by SIGKILL %s", at);
+            snprintf(f->detail, sizeof f->detail,
+                     "It ended by signal %d (exit status %d), which nothing can catch: the "
+                     "kernel's out-of-memory killer sends it when the machine runs out of memory, "
+                     "and so does a batch scheduler past the job's memory or time limit.%s",
+                     sig, status, loss_note);
+            snprintf(f->advice, sizeof f->advice,
+                     "Look for the OOM killer in the kernel log (dmesg | grep -i -E 'killed "
+                     "process|out of memory'); if it was that, lower the host memory the program "
+                     "holds (DataLoader workers and prefetch, pinned buffers, datasets loaded "
+                     "whole) or ask the scheduler for more.");
+        } else {
+            snprintf(f->title, sizeof f->title, "the program was ended by %s %s", label, at);
+            snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d).%s", sig,
+                     status, loss_note);
+            snprintf(f->advice, sizeof f->advice,
+                     "Find who sent the signal (SIGPIPE: its output went to a pipe that was "
+                     "closed; SIGXCPU/SIGXFSZ: a resource limit, ulimit -a).");
+        }
+        report_finding_evidence(f, "signal", sig);
+    } else {
+        f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+        snprintf(f->title, sizeof f->title, "the program failed with exit status %d %s", status,
+                 at);
+        snprintf(f->detail, sizeof f->detail,
+                 "A non-zero status is the program's own report of a failure (Python exits with 1 "
+                 "on an uncaught exception, CUDA out-of-memory among them); its output says "
+                 "which. The findings cover the steps it recorded.%s",
+                 loss_note);
+        snprintf(f->advice, sizeof f->advice,
+                 "Read the end of the program's output (with ampprobe run --tui, the log file "
+                 "named on screen) for the error.");
+    }
+    steps_of(f, e);
+    report_finding_evidence(f, "exit_status", status);
+    report_finding_evidence(f, "last_step", (double)e->last_step);
+}
+
+// The capture's end: the database's status and the processes whose records were cut short.
+static void capture_end(const report_model *m, report_findings *out) {
+    const report_end *e = &m->end;
+    const bool running = e->capture && strcmp(e->capture, "running") == 0;
+    char at[64];
+    when(e, at, sizeof at);
+    if (running && e->collector_runs) {
+        report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
+        snprintf(f->title, sizeof f->title, "the run is still being recorded: this report stops %s",
+                 at);
+        snprintf(f->detail, sizeof f->detail,
+                 "The database's status is running and its collector still runs on this "
+                 "machine.");
+        snprintf(f->advice, sizeof f->advice,
+                 "Report again when the run has ended, or follow it live with ampprobe tui FILE.");
+        steps_of(f, e);
+    } else if (running) {
+        report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+        snprintf(f->title, sizeof f->title,
+                 "the capture did not finish: the recording process was killed %s", at);
+        snprintf(f->detail, sizeof f->detail,
+                 "The database's status is still running, but the process that wrote it (ampprobe "
+                 "run, or the program itself with AMPPROBE_OUT) is gone: what it had not yet "
+                 "written (about the last second) is lost, and the program's exit status is "
+                 "unknown. The rows written before are intact.");
+        snprintf(f->advice, sizeof f->advice,
+                 "Stop a recorded run with Ctrl-C or SIGTERM, which ampprobe run passes on to the "
+                 "program before it finishes the database; SIGKILL on the launcher (kill -9, the "
+                 "OOM killer, a scheduler) leaves it like this.");
+        steps_of(f, e);
+    }
+    if (e->n_cut == 0) return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    snprintf(f->title, sizeof f->title, "%zu process%s recorded less than %s wrote", e->n_cut,
+             e->n_cut == 1 ? "" : "es", e->n_cut == 1 ? "it" : "they");
+    size_t k = 0;
+    for (size_t i = 0; i < e->n_cut && k < sizeof f->detail; i++) {
+        const report_cut *c = &e->cut[i];
+        const char *why = strcmp(c->status, "truncated") == 0
+                              ? "its last record was cut off (killed while writing it)"
+                          : strcmp(c->status, "corrupt") == 0
+                              ? "an impossible record: the rest of its records were skipped"
+                              : "still running when the run ended: its later records are lost";
+        int w = snprintf(f->detail + k, sizeof f->detail - k, "%s%s (pid %d): %s", i ? "; " : "",
+                         c->name ? c->name : "?", c->pid, why);
+        if (w > 0) k += (size_t)w;
+    }
+    if (k + 2 < sizeof f->detail) snprintf(f->detail + k, sizeof f->detail - k, ".");
+    snprintf(f->advice, sizeof f->advice,
+             "Let every recording process end before the program does (join worker processes, "
+             "destroy the process group), and stop runs with Ctrl-C or SIGTERM rather than "
+             "SIGKILL.");
+    steps_of(f, e);
+    report_finding_evidence(f, "processes", (double)e->n_cut);
+}
+
+void rule_run_end_run(const report_model *m, report_findings *out) {
+    program_end(m, out);
+    capture_end(m, out);
+}
