@@ -8,13 +8,10 @@
 #include "amp-impl.h"
 #include "amp-store.h"
 
-#include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
 // The rule registry (also the order of the --help listing)
@@ -111,14 +108,6 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
-// True when pid runs on this machine (host is META's): the collector of a run still going.
-static bool runs_here(int64_t pid, const char *host) {
-    char here[256] = "";
-    if (pid <= 0 || !host || gethostname(here, sizeof here - 1) != 0 || strcmp(here, host) != 0)
-        return false;
-    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
-}
-
 // How the program and the capture ended (m->end): META's run-wide rows, the processes whose
 // records were cut short, the last step of the whole run.
 static bool load_end(sqlite3 *db, report_model *m, char *err) {
@@ -126,31 +115,19 @@ static bool load_end(sqlite3 *db, report_model *m, char *err) {
     *e = (report_end){.exit_status = -1, .last_step = -1};
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
-                 "SELECT key, value FROM META WHERE pid = 0 AND key IN ('status', 'exit_status', "
-                 "'collector_pid', 'host')",
+                 "SELECT key, value FROM META WHERE pid = 0 AND key IN ('status', 'exit_status')",
                  m, &q, err))
         return false;
-    int64_t collector = 0;
-    char *host = NULL;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
         if (strcmp(key, "status") == 0)
             e->capture = col_str(q, 1);
-        else if (strcmp(key, "exit_status") == 0)
-            e->exit_status = sqlite3_column_int(q, 1);
-        else if (strcmp(key, "collector_pid") == 0)
-            collector = sqlite3_column_int64(q, 1);
         else
-            host = col_str(q, 1);
+            e->exit_status = sqlite3_column_int(q, 1);
     }
-    if (!finish(db, m->path, q, rc, err)) {
-        free(host);
-        return false;
-    }
-    e->collector_runs =
-        e->capture && strcmp(e->capture, "running") == 0 && runs_here(collector, host);
-    free(host);
+    if (!finish(db, m->path, q, rc, err)) return false;
+    e->recording = amp_store_run_state(db) == AMP_RUN_RECORDING;
 
     if (!prepare(db, m->path,
                  "SELECT pid, name, status FROM AMP_PROCESSES WHERE status IN ('truncated', "
@@ -835,7 +812,7 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
                      "Healthy%s: no error or warning in %s%s. The forward pass stayed "
                      "finite, %s came near the autocast dtype's range and no layer lost "
                      "a worrying share of its gradients to underflow.%s",
-                     m->end.collector_runs ? " so far (the run is still going)" : "", steps,
+                     m->end.recording ? " so far (the run is still going)" : "", steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
                                : "",
                      !m->compiled ? "no op"

@@ -179,7 +179,7 @@ typedef struct report_cut {
 typedef struct report_end {
     int exit_status;     // the program's (shell convention: 128+N for signal N); -1: not recorded
     const char *capture; // META status: "complete", "running"; NULL: not recorded
-    bool collector_runs; // "running", and the collector's process still runs on this host
+    bool recording;      // still being recorded (amp_store_run_state)
     int64_t last_step;   // the last step recorded by any process, focus aside; -1: none
     bool last_loss_nonfinite; // that step's loss was NaN/inf (in some process)
     report_cut *cut;

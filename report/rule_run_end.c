@@ -141,7 +141,7 @@ static void capture_end(const report_model *m, report_findings *out) {
     const bool running = e->capture && strcmp(e->capture, "running") == 0;
     char at[64];
     when(e, at, sizeof at);
-    if (running && e->collector_runs) {
+    if (running && e->recording) {
         report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
         snprintf(f->title, sizeof f->title, "the run is still being recorded: this report stops %s",
                  at);

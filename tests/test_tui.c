@@ -462,6 +462,38 @@ START_TEST(overview_shows_a_module_level_first_nonfinite) {
 }
 END_TEST
 
+// A run whose collector is gone (its launcher killed) stays "running" in META: the model tells
+// it from a live one within about a second, and the overview says so.
+START_TEST(model_tells_a_cut_short_run_from_a_live_one) {
+    fixture();
+    ck_assert_int_eq(amp_collector_poll(collector), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_model *m = &app.model;
+    ck_assert(!m->complete);
+    ck_assert(!m->cut_short); // this process is the collector
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) _exit(0);
+    ck_assert_int_eq(waitpid(child, NULL, 0), child);
+    char buf[128];
+    snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'collector_pid';",
+             (int)child);
+    sql(buf);
+    for (int i = 0; i < 150 && !m->cut_short; i++) {
+        usleep(20000);
+        tui_model_poll(m);
+    }
+    ck_assert(m->cut_short);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "recording cut short") != NULL, "%s", all);
+    ck_assert_msg(strstr(all, "REPLAY") != NULL, "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
 // Kernels the report ties to ops: the kernels view names the layer most of each one's time ran
 // in (the finder's), with the others counted.
 START_TEST(kernels_view_names_each_kernels_layer) {
@@ -763,6 +795,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, p_shows_the_next_process_live);
     tcase_add_test(model, p_shows_the_next_process_finished);
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
+    tcase_add_test(model, model_tells_a_cut_short_run_from_a_live_one);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);

@@ -572,7 +572,8 @@ static bool poll_finding(tui_model *m) {
                         ? (double)m->n_steps / (double)m->asked_steps
                         : 1;
     double budget_ms = FINDING_CPU_SHARE * (double)(now - m->opened_ns) / 1e6;
-    bool final = m->complete && !m->asked_final;
+    const bool ended = m->complete || m->cut_short; // it will not grow: one last finding
+    bool final = ended && !m->asked_final;
     // the first error (a NaN producer, broken data) is worth a finding at once, budget or not
     bool first_error = false;
     for (size_t i = 0; i < m->n_counts && !m->asked_on_error; i++) first_error |= m->counts[i].severity == 2;
@@ -580,7 +581,7 @@ static bool poll_finding(tui_model *m) {
         tui_finder_request(m->finder)) {
         m->finding_stale = false;
         m->asked_on_error |= first_error;
-        m->asked_final = m->complete;
+        m->asked_final = ended;
         m->asked_steps = m->n_steps;
         m->asked_step = m->n_steps ? m->steps[m->n_steps - 1].step : -1;
     }
@@ -674,6 +675,16 @@ bool tui_model_poll(tui_model *m) {
         sqlite3_exec(m->db, "BEGIN", NULL, NULL, NULL);
         read_all(m);
         sqlite3_exec(m->db, "COMMIT", NULL, NULL, NULL);
+    }
+    // A collector that was killed leaves the status running and writes nothing more, so the
+    // data version stays put: asked once a second.
+    if (!m->complete && !m->cut_short && mono_ns() >= m->next_state_ns) {
+        m->next_state_ns = mono_ns() + 1000000000;
+        if (amp_store_run_state(m->db) == AMP_RUN_CUT_SHORT) {
+            m->cut_short = true;
+            m->finding_stale = true; // the report's run-end rule says so
+            m->generation++;
+        }
     }
     if (poll_finding(m)) m->generation++;
     return m->generation != before;

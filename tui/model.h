@@ -88,6 +88,8 @@ typedef struct tui_model {
     // META (run-wide and the program's own rows)
     char *command, *device, *precision;
     bool complete;            // META.status = complete: the run has ended and will not grow
+    bool cut_short;           // not complete, but its collector is gone (the launcher was
+                              // killed): it will not grow either (AMP_RUN_CUT_SHORT)
     int exit_status;          // -1: unknown or still running
     int64_t start_ns, end_ns; // 0: unknown
     int32_t pid;              // the process whose steps and statistics are shown; 0 before any
@@ -135,6 +137,7 @@ typedef struct tui_model {
     size_t n_ranges, cap_ranges;
     bool finding_stale; // the run moved since the finding was asked for
     int64_t next_finding_ns, opened_ns;
+    int64_t next_state_ns; // when to ask again whether the collector still runs
     size_t asked_steps; // steps when the finding in the works (or the latest) was asked for
     int64_t asked_step;
     bool asked_final; // the finding of the ended run was asked for

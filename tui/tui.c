@@ -230,7 +230,8 @@ static const char *base_name(const char *path) {
 
 static void draw_header(const tui_app *app, const tui_layout *l) {
     const tui_model *m = &app->model;
-    bool live = !m->complete && !(app->live && atomic_load(&app->live->exit_status) >= 0);
+    bool live =
+        !m->complete && !m->cut_short && !(app->live && atomic_load(&app->live->exit_status) >= 0);
     attron(A_REVERSE);
     mvhline(l->header.y, 0, ' ', l->header.w);
     attroff(A_REVERSE);

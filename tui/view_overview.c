@@ -42,9 +42,11 @@ static void draw_run(const tui_app *app, tui_rect r) {
     }
     if (m->complete || exit_status >= 0)
         snprintf(state, sizeof state, "ended after %s, exit status %d", took, exit_status);
+    else if (m->cut_short)
+        snprintf(state, sizeof state, "recording cut short (its launcher was killed)");
     else
         snprintf(state, sizeof state, "running for %s", took);
-    int attr = exit_status > 0 ? tui_attr(app, TUI_PAIR_DANGER) : 0;
+    int attr = exit_status > 0 || m->cut_short ? tui_attr(app, TUI_PAIR_DANGER) : 0;
     char of[64] = ""; // a data-parallel job's ranks: one at a time (P shows the next)
     if (m->n_step_pids > 1)
         snprintf(of, sizeof of, " of process %d (%zu of %zu)", (int)m->pid,
@@ -164,9 +166,9 @@ static void draw_finding(const tui_app *app, tui_rect r) {
     const tui_finding *f = &m->finding;
     if (!f->valid) {
         tui_print(y, r.x, r.w, A_BOLD, "top finding: %s",
-                  m->finding_ms == 0 ? "(the report is running)"
-                  : m->complete      ? "none: no warning or error in this run"
-                                     : "no warning or error so far");
+                  m->finding_ms == 0            ? "(the report is running)"
+                  : m->complete || m->cut_short ? "none: no warning or error in this run"
+                                                : "no warning or error so far");
         return;
     }
     static const char *const sev[] = {"info", "warning", "error"};
