@@ -826,7 +826,9 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
         return;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
-    const char *what = errors ? "Training broke" : "Training ran, with problems";
+    const char *what = s.steps == 0 ? "No training step was recorded"
+                       : errors     ? "Training broke"
+                                    : "Training ran, with problems";
     int k = snprintf(buf, n, "%s: %s", what, top->title);
     if (k < 0 || (size_t)k >= n) return;
     // the advice's first sentence is the fix

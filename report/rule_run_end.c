@@ -53,11 +53,14 @@ static void program_end(const report_model *m, report_findings *out) {
     if (status <= 0) return;
     char at[64];
     when(e, at, sizeof at);
+    // what the findings cover, and a non-finite last loss (said after each detail)
     const char *loss_note =
-        e->last_loss_nonfinite
-            ? " Its last recorded step had a non-finite loss: a script that stops on a NaN/inf "
-              "loss ends this way (the nonfinite-root-cause finding says where it came from)."
-            : "";
+        e->last_step < 0 ? ""
+        : e->last_loss_nonfinite
+            ? " The findings cover the steps it recorded. Its last recorded step had a "
+              "non-finite loss: a script that stops on a NaN/inf loss ends this way (the "
+              "nonfinite-root-cause finding says where it came from)."
+            : " The findings cover the steps it recorded.";
     report_finding *f;
     if (status > 128 && status < 128 + 65) {
         const int sig = status - 128;
@@ -74,10 +77,8 @@ static void program_end(const report_model *m, report_findings *out) {
                                          : AMP_SEVERITY_WARNING);
         if (crash) {
             snprintf(f->title, sizeof f->title, "the program crashed with %s %s", label, at);
-            snprintf(f->detail, sizeof f->detail,
-                     "It ended by signal %d (exit status %d); what it recorded up to then is in "
-                     "the database.%s",
-                     sig, status, loss_note);
+            snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d).%s", sig,
+                     status, loss_note);
             snprintf(f->advice, sizeof f->advice,
                      "Find the crash in the program's output (SIGABRT: a failed assertion or an "
                      "uncaught C++ exception prints its message first), then run it again under "
@@ -88,9 +89,7 @@ static void program_end(const report_model *m, report_findings *out) {
             const char *who = sig == SIGINT    ? "Ctrl-C in its terminal"
                               : sig == SIGTERM ? "kill, or a job scheduler ending it"
                                                : "its terminal went away (an ssh session dropped)";
-            snprintf(f->detail, sizeof f->detail,
-                     "It ended by signal %d (exit status %d): %s. The findings cover the steps it "
-                     "recorded.%s",
+            snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d): %s.%s",
                      sig, status, who, loss_note);
             snprintf(f->advice, sizeof f->advice,
                      "Nothing to fix if it was stopped on purpose. A batch scheduler sends SIGTERM "
@@ -124,7 +123,7 @@ static void program_end(const report_model *m, report_findings *out) {
         snprintf(f->detail, sizeof f->detail,
                  "A non-zero status is the program's own report of a failure (Python exits with 1 "
                  "on an uncaught exception, CUDA out-of-memory among them); its output says "
-                 "which. The findings cover the steps it recorded.%s",
+                 "which.%s",
                  loss_note);
         snprintf(f->advice, sizeof f->advice,
                  "Read the end of the program's output (with ampprobe run --tui, the log file "

@@ -1156,6 +1156,17 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 1 after step 9");
     ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "non-finite loss"));
     release();
+    wipe(); // a program that failed before its first step
+    ended(3, "complete");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict,
+                          "No training step was recorded: the program failed with exit status 3 "
+                          "before its first step.",
+                          91) == 0,
+                  "verdict: %s", verdict);
+    release();
 }
 END_TEST
 
