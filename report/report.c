@@ -342,6 +342,10 @@ double report_dtype_max(const char *dtype) {
     return NAN;
 }
 
+bool report_dtype_lowp(const char *dtype) {
+    return !isnan(report_dtype_max(dtype));
+}
+
 // max: report_dtype_max(s->target), looked up once a group rather than once a row.
 static void add_stats_row(report_stats *s, double max, sqlite3_stmt *q) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);

@@ -272,6 +272,8 @@ bool report_op_is_cast(const char *op);
 bool report_kernel_is_gemm(const char *name);
 // The largest finite value of a 16-bit dtype by its name ("f16", "bf16"); NaN for any other.
 double report_dtype_max(const char *dtype);
+// A 16-bit floating dtype by its name: "f16" or "bf16".
+bool report_dtype_lowp(const char *dtype);
 // An event that says where a step's forward first went non-finite: a forward producer, NaN/inf
 // in the input data, or the first module output (nonfinite_module: traced per module).
 bool report_event_breaks_forward(const char *kind, const char *phase);

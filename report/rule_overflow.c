@@ -17,14 +17,11 @@
 #define RULE "overflow-headroom"
 #define MAX_FINDINGS 8 // the worst sites; the rest are summed in the last finding's detail
 
-static bool lowp(const char *dtype) {
-    return !isnan(report_dtype_max(dtype));
-}
-
 // True when no activation of the run was computed in a lower precision (an fp32 run).
 static bool fp32_run(const report_model *m) {
     for (size_t i = 0; i < m->n_stats; i++)
-        if (strcmp(m->stats[i].kind, "activation") == 0 && lowp(m->stats[i].dtype)) return false;
+        if (strcmp(m->stats[i].kind, "activation") == 0 && report_dtype_lowp(m->stats[i].dtype))
+            return false;
     return true;
 }
 

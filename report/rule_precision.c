@@ -26,10 +26,6 @@
 #define CAST_WARN_SHARE 0.40
 #define LIST_MAX 4
 
-static bool lowp(const char *dtype) {
-    return strcmp(dtype, "f16") == 0 || strcmp(dtype, "bf16") == 0;
-}
-
 // True when a dtype of the comma list is f16/bf16.
 static bool any_lowp(const char *list) {
     return strstr(list, "f16") != NULL; // "f16" and "bf16"
@@ -126,7 +122,7 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         if (o->pid != pid) continue;
         total += op_time(m, o);
         if (report_op_is_gemm(o->op)) gemm_flops += o->flops;
-        if (!lowp_dtype && lowp(o->out_dtype)) lowp_dtype = o->out_dtype;
+        if (!lowp_dtype && report_dtype_lowp(o->out_dtype)) lowp_dtype = o->out_dtype;
         if (fp32_gemm(o)) tally_add(&fp32, m, o);
         if (upcast(o)) tally_add(&up, m, o);
         if (report_op_is_cast(o->op)) tally_add(&cast, m, o);

@@ -29,8 +29,6 @@ typedef struct layer_loss {
     int64_t first_step, last_step;
 } layer_loss;
 
-static bool lowp(const char *dtype) { return strcmp(dtype, "f16") == 0 || strcmp(dtype, "bf16") == 0; }
-
 static bool is_grad(const report_stats *s) {
     return strcmp(s->kind, "activation_grad") == 0 || strcmp(s->kind, "weight_grad") == 0;
 }
@@ -58,7 +56,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     bool lowp_grads = false;
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
-        lowp_grads |= is_grad(s) && lowp(s->dtype);
+        lowp_grads |= is_grad(s) && report_dtype_lowp(s->dtype);
         if (!is_grad(s) || s->numel <= 0 || strcmp(s->target, "f32") == 0 || !s->target[0])
             continue;
         size_t k = 0;
