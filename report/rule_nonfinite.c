@@ -32,6 +32,7 @@
 
 typedef struct ranges {
     double in_amax;  // largest amax over the inputs (forward inputs, incoming gradient); NaN: none
+    double in0_min;  // input 0's min (the argument of a log, the base of a pow); NaN: none
     double out_amax; // NaN: none
     char out_dtype[8];
     long long nan, posinf, neginf; // of the output
@@ -39,7 +40,7 @@ typedef struct ranges {
 } ranges;
 
 static void parse_ranges(const char *detail, ranges *r) {
-    *r = (ranges){.in_amax = NAN, .out_amax = NAN};
+    *r = (ranges){.in_amax = NAN, .in0_min = NAN, .out_amax = NAN};
     if (!detail) return;
     for (const char *seg = detail; *seg;) {
         const char *end = strchr(seg, ';');
@@ -60,6 +61,8 @@ static void parse_ranges(const char *detail, ranges *r) {
             if (sp) sscanf(sp + 1, "%7s", r->out_dtype);
         } else {
             if (!isnan(amax) && (isnan(r->in_amax) || amax > r->in_amax)) r->in_amax = amax;
+            const char *mn = strstr(buf, " min ");
+            if (strncmp(buf, "input 0 ", 8) == 0 && mn) r->in0_min = strtod(mn + 5, NULL);
             r->in_nonfinite |= counts && n_nan + n_pos + n_neg > 0;
         }
         if (!end) break;
@@ -122,6 +125,14 @@ static const char *const gemm_ops[] = {"matmul", "linear", "mm", "bmm", "addmm",
                                        "mul", "conv2d", "conv1d", "einsum", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
                                        "rsqrt", "sqrt", "pow", NULL};
+// Ops that are NaN below a bound of their argument (input 0; a pow's base with a fractional
+// exponent).
+static const char *const domain_ops[] = {"log",  "log2",  "log10", "log1p",
+                                         "sqrt", "rsqrt", "pow",   NULL};
+
+static double domain_min(const char *op) {
+    return strcmp(op, "log1p") == 0 ? -1.0 : 0.0;
+}
 
 static void where(report_finding *f, const report_model *m, const report_event *e) {
     report_finding_where(f, report_layer_name(m, e->pid, e->layer_id), e->op, e->phase);
@@ -187,6 +198,17 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                      : "Look for a log, division, sqrt or exp of an out-of-range value there, "
                        "or an fp16 inf turned into NaN (inf - inf, 0 * inf, a softmax over "
                        "+-inf).");
+    } else if (op_in(e->op, domain_ops) && r->nan > 0 && r->in0_min < domain_min(e->op)) {
+        snprintf(f->title, sizeof f->title,
+                 "%s of a negative value in %s at step %lld gives NaN (its input's min %.6g)",
+                 e->op, layer_words(f), (long long)f->first_step, r->in0_min);
+        snprintf(f->advice, sizeof f->advice,
+                 "%s is undefined below %g: make its argument non-negative where it is made "
+                 "(abs, square, softplus or exp instead of a raw difference; a variance as the "
+                 "mean of squared deviations, not E[x^2] - E[x]^2, which rounding drives below "
+                 "0 in fp16), then clamp it (x.clamp_min(eps)) against zero. Precision does not "
+                 "help here: this is NaN in fp32 too.",
+                 e->op, domain_min(e->op));
     } else if (op_in(e->op, zero_ops)) {
         snprintf(f->title, sizeof f->title, "%s of zero in %s at step %lld gives %s", e->op,
                  layer_words(f), (long long)f->first_step,

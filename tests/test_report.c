@@ -414,6 +414,23 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
+// A sqrt of a variance that rounding drove below zero: not "of zero", and the input's min said.
+START_TEST(nonfinite_sqrt_of_a_negative_value_is_explained) {
+    healthy(8);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 4, 1, 'sqrt', 'fwd', 'nonfinite_producer', 'error', 3, 0, 'input 0 f16 (64) min "
+        "-0.000122 max 2.5 amax 2.5; output f16 (64) min 0 max 1.58 amax 1.58 (3 nan, 0 +inf, "
+        "0 -inf); ', 0, 1, 4);");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title, "sqrt of a negative value in blocks.0.mlp at step 4 "
+                                          "gives NaN (its input's min -0.000122)");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "E[x^2] - E[x]^2"));
+    release();
+}
+END_TEST
+
 // The PyTorch bridge on a model sharded over several processes (or whose re-run did not break
 // again): the forward searched per module.
 START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
@@ -1467,6 +1484,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
+    tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
