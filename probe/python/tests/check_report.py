@@ -8,6 +8,7 @@
   check_report.py --mem RUN.sqlite
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
+  check_report.py --died RUN.sqlite REPORT.json STEP raise|kill
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning; --per-module: the run's forward was searched
@@ -29,6 +30,11 @@ output's gradient (the root layer's) and of every parameter's gradient at every 
 the modules inside it, and its log no graph break; with --blocks, of a model whose blocks are
 compiled (gpu_faults.py --compile blocks): META says modules, each block's output and its
 gradient are there at every step, nothing of the modules inside the blocks, the others as usual.
+With --died, of a run that died at the start of STEP (gpu_faults.py --die-at STEP): an
+exception must leave every step before STEP in AMP_STEPS (the bridge writes the last one out as
+Python exits) and a run-end warning, "failed with exit status 1 after step STEP-1"; SIGKILL a
+run-end warning "killed by SIGKILL" after the last step recorded, which may lack the steps that
+were still in the process's buffers.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -214,7 +220,27 @@ def check_compiled_blocks(db, path, meta, steps, breaks):
     return 1 if bad else 0
 
 
+def check_died(path, report, step, how):
+    steps = [s for (s,) in sqlite3.connect(path).execute("SELECT step FROM AMP_STEPS ORDER BY step")]
+    ends = [f for f in json.load(open(report)).get("findings", []) if f["rule"] == "run-end"]
+    title = ends[0]["title"] if ends else None
+    last = steps[-1] if steps else -1
+    if how == "raise":
+        want = "the program failed with exit status 1 after step %d" % (step - 1)
+        ok = steps == list(range(step)) and title == want
+    else:
+        want = "the program was killed by SIGKILL after step %d" % last
+        ok = steps == list(range(last + 1)) and title == want
+    ok = ok and len(ends) == 1 and ends[0]["severity"] == "warning"
+    print("%s a run that died at step %d (%s): steps %s, run-end %s" % (
+        "PASS" if ok else "FAIL", step, how, "0-%d" % last if steps else "none",
+        [(f["severity"], f["title"]) for f in ends]), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--died":
+        return check_died(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     if sys.argv[1] == "--compiled":
         return check_compiled(sys.argv[2], sys.argv[3], "--blocks" in sys.argv[4:])
     if sys.argv[1] == "--loss":

@@ -37,10 +37,13 @@ MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
 --scrub cleans the batch in place right after the forward, so that a re-run of a broken step
-stays finite (the bridge then names the module from the statistics).
+stays finite (the bridge then names the module from the statistics). --die-at STEP ends the
+script at the start of that step: an exception (--die-how raise, exit status 1) or SIGKILL
+(--die-how kill), for what a run that dies leaves in the database.
 """
 import argparse
 import os
+import signal
 import sys
 
 import torch
@@ -183,6 +186,11 @@ def main():
     ap.add_argument("--clip", type=float, metavar="MAX_NORM",
                     help="clip the gradients' norm after scaler.unscale_(opt), as PyTorch's AMP "
                     "recipe does")
+    ap.add_argument("--die-at", type=int, metavar="STEP",
+                    help="die at the start of that step: raise an exception (a script's error, "
+                    "a CUDA out-of-memory) or, with --die-how kill, SIGKILL itself (the OOM "
+                    "killer)")
+    ap.add_argument("--die-how", choices=["raise", "kill"], default="raise")
     a = ap.parse_args()
     if a.bf16 == "fsdp" and a.wrap != "fsdp":
         ap.error("--bf16 fsdp needs --wrap fsdp")
@@ -248,6 +256,10 @@ def main():
         kw = dict(growth_interval=1)
     scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
     for step in range(steps):
+        if step == a.die_at:
+            if a.die_how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("gpu_faults.py: dying at step %d as asked (--die-at)" % step)
         fault = not a.healthy and step >= FAULT_STEP
         if a.case == "attn" and fault:
             net.blocks[1].attn.gain = 1e6

@@ -10,7 +10,8 @@
 # scale), a batch cleaned after its forward (named per module), bf16 without autocast (a model
 # cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or
 # its blocks compiled, also with CUDA graphs: and no graph break, the statistics a compiled
-# model has) are checked the same way, and against the plain runs (the step's loss as the
+# model has) are checked the same way; a script that raises mid-run must leave every step
+# before it and one SIGKILLed the steps it flushed, each with the report's run-end warning; and against the plain runs (the step's loss as the
 # script computed it; the same statistics rows); with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
@@ -62,6 +63,8 @@ one attn-healthy-fused "" --case attn --healthy --fused &
 one underflow-fused "" --case underflow --fused &
 one attn-clip "" --case attn --clip 1.0 &
 one nan-scrub "" --case nan --scrub &
+one attn-died "" --case attn --healthy --die-at 6 &
+one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
@@ -113,8 +116,13 @@ fi
 fail=0
 PYTHONPATH="$DIST/python" python3 "$HERE/gpu_devstats.py" "$DIST/libamprecord.so" --bench || fail=1
 for f in "$WORK"/*.rc; do # a script that died records little: that fails, healthy or not
+    case $(basename "$f") in attn-died.rc | attn-killed.rc) continue ;; esac # (died on purpose)
     [ "$(cat "$f")" = 0 ] || { echo "FAIL $(basename "$f" .rc): exit status $(cat "$f")"; tail -5 "${f%.rc}.log"; fail=1; }
 done
+python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
+python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
+[ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
+[ "$(cat "$WORK/attn-killed.rc")" = 137 ] || { echo "FAIL attn-killed: exit status $(cat "$WORK/attn-killed.rc"), not 137"; fail=1; }
 for c in $cases; do
     python3 "$HERE/check_report.py" "$WORK/$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/$c-healthy.json" "$c" --healthy || fail=1

@@ -12,7 +12,8 @@ kinds (the same statistics rows as without it), through DistributedDataParallel 
 process; the same rows as without them) and DataParallel (one GPU), and compiled
 (torch.compile(model), model.compile() and each block compiled, also with CUDA graphs: no graph
 break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
-model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean). Skipped without
+model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean); a script that
+raises or is SIGKILLed mid-run keeps its steps and the report says how it ended. Skipped without
 torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe and
 python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -34,9 +35,9 @@ pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
 CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 
 
-def record(tmp_path, case, healthy, extra=()):
-    """Runs the case under ampprobe run --torch (torch.compile's graph breaks logged); returns
-    the database and the script's output (stdout and stderr)."""
+def record(tmp_path, case, healthy, extra=(), status=0):
+    """Runs the case under ampprobe run --torch (torch.compile's graph breaks logged), which
+    must exit with status; returns the database and the script's output (stdout and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     db = str(tmp_path / ("%s%s%s.sqlite" % (case, "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
@@ -45,7 +46,8 @@ def record(tmp_path, case, healthy, extra=()):
                          + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, TORCH_LOGS="graph_breaks"))
-    assert run.returncode == 0, "the script failed:\n" + run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.returncode == status, "the script ended with %d:\n" % run.returncode + \
+        run.stdout[-2000:] + run.stderr[-2000:]
     return db, run.stdout + run.stderr
 
 
@@ -131,6 +133,18 @@ def test_rerun_that_stays_finite_is_named_per_module(tmp_path):
     r = report_of(tmp_path, "nan", False, ("--scrub",))
     assert r["findings"], "no findings"
     assert check_report.expect("nan", r["findings"][0], per_module=True) is None, r["findings"][0]
+
+
+@pytest.mark.parametrize("how,status", [("raise", 1), ("kill", 137)])
+def test_a_run_that_dies_keeps_its_steps_and_says_how(tmp_path, how, status):
+    """A script that raises (exit 1) or is SIGKILLed at step 6: its steps are in the database
+    (all of them when Python could exit), the report's run-end finding says how it ended."""
+    db, _ = record(tmp_path, "attn", True, ("--die-at", "6", "--die-how", how), status=status)
+    rep = tmp_path / "report.json"
+    ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
+    subprocess.run([ampprobe, "report", db, "--format", "json", "-o", str(rep)], check=True,
+                   timeout=300)
+    assert check_report.check_died(db, str(rep), 6, how) == 0
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
