@@ -38,13 +38,14 @@ Adam(fused=True), which the GradScaler hands the scale to unscale the gradients 
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
 --scrub cleans the batch in place right after the forward, so that a re-run of a broken step
 stays finite (the bridge then names the module from the statistics). --die-at STEP ends the
-script at the start of that step: an exception (--die-how raise, exit status 1) or SIGKILL
-(--die-how kill), for what a run that dies leaves in the database.
+script at the start of that step: an exception (--die-how raise, exit status 1) or, 0.3 s
+later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
 """
 import argparse
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -257,7 +258,8 @@ def main():
     scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
     for step in range(steps):
         if step == a.die_at:
-            if a.die_how == "kill":
+            if a.die_how == "kill":  # what was recorded 200 ms before must be on disk
+                time.sleep(0.3)
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError("gpu_faults.py: dying at step %d as asked (--die-at)" % step)
         fault = not a.healthy and step >= FAULT_STEP

@@ -10,9 +10,10 @@
 # scale), a batch cleaned after its forward (named per module), bf16 without autocast (a model
 # cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or
 # its blocks compiled, also with CUDA graphs: and no graph break, the statistics a compiled
-# model has) are checked the same way; a script that raises mid-run must leave every step
-# before it and one SIGKILLed the steps it flushed, each with the report's run-end warning; and against the plain runs (the step's loss as the
-# script computed it; the same statistics rows); with two GPUs or more, one
+# model has) are checked the same way, and against the plain runs (the step's loss as the
+# script computed it; the same statistics rows); a script that raises mid-run must leave every
+# step before it, one SIGKILLed every step but the last, each with the report's run-end
+# warning; with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
 # module); the sawtooth run's gradient
