@@ -477,6 +477,11 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         esc(out, compiled);
         fputs("</td></tr>", out);
     }
+    if (m->unwatched) {
+        fputs("<tr><td>not watched</td><td>", out);
+        esc(out, m->unwatched);
+        fputs(" (trained outside the watched model: not recorded)</td></tr>", out);
+    }
     if (s.steps) {
         char steps[64];
         report_steps_phrase(&s, false, steps, sizeof steps);

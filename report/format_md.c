@@ -125,6 +125,11 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
     }
     const char *compiled = report_compiled_phrase(m);
     if (compiled) fprintf(out, "| compiled | %s |\n", compiled);
+    if (m->unwatched) {
+        fputs("| not watched | ", out);
+        md(out, m->unwatched, true);
+        fputs(" (trained outside the watched model: not recorded) |\n", out);
+    }
     if (s.steps == 0) {
         fputs("| steps | none recorded |\n", out);
         return;

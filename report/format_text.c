@@ -104,6 +104,9 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
     if (m->device) fprintf(out, "  device:      %s\n", m->device);
     const char *compiled = report_compiled_phrase(m);
     if (compiled) fprintf(out, "  compiled:    %s\n", compiled);
+    if (m->unwatched)
+        fprintf(out, "  not watched: %s (trained outside the watched model: not recorded)\n",
+                m->unwatched);
     if (s.steps == 0) {
         fprintf(out, "  steps:       none recorded\n");
         return;

@@ -92,7 +92,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-                 "'counters_reason', 'compiled') ORDER BY pid",
+                 "'counters_reason', 'compiled', 'unwatched') ORDER BY pid",
                  m, &q, err))
         return false;
     int rc;
@@ -102,6 +102,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "command") == 0   ? &m->command
                            : strcmp(key, "precision") == 0 ? &m->precision
                            : strcmp(key, "compiled") == 0  ? &m->compiled
+                           : strcmp(key, "unwatched") == 0 ? &m->unwatched
                                                            : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -522,6 +523,7 @@ void report_model_free(report_model *m) {
     free((char *)m->precision);
     free((char *)m->counters_reason);
     free((char *)m->compiled);
+    free((char *)m->unwatched);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);

@@ -207,6 +207,9 @@ typedef struct report_model {
     // META of a PyTorch run under torch.compile: "model" (compiled as a whole: only its output
     // and the gradients are recorded) or "modules" (compiled parts); NULL: eager
     const char *compiled;
+    // META of a PyTorch run: what the optimizer trained outside the watched model ("Decoder
+    // (1.2 M values)"), whose modules are not recorded; NULL: nothing
+    const char *unwatched;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

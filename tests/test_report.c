@@ -266,7 +266,7 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     release();
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *j = test_read_file(out_path, NULL);
-    ck_assert_msg(strstr(j, "\"compiled\": null}"), "%s", j);
+    ck_assert_msg(strstr(j, "\"compiled\": null, \"unwatched\": null}"), "%s", j);
     free(j);
     sql("INSERT INTO META (key, value, pid) VALUES ('compiled', 'model', 1);");
     analyse(NULL, INT64_MIN, INT64_MAX);
@@ -277,7 +277,7 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     release();
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     j = test_read_file(out_path, NULL);
-    ck_assert_msg(strstr(j, "\"compiled\": \"model\"}"), "%s", j);
+    ck_assert_msg(strstr(j, "\"compiled\": \"model\", \"unwatched\": null}"), "%s", j);
     free(j);
     const char *formats[] = {"text", "md", "html"};
     for (size_t i = 0; i < 3; i++) {
@@ -294,6 +294,27 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     ck_assert_msg(strstr(t, "compiled:    parts of the model (torch.compile)"), "%s", t);
     ck_assert_msg(strstr(t, "no recorded output (the"), "%s", t);
     free(t);
+}
+END_TEST
+
+// A PyTorch run whose optimizer also trained a module outside the watched model: each format's
+// Run section names it (escaped), json's summary.unwatched holds it.
+START_TEST(parameters_trained_outside_the_watched_model_are_named) {
+    healthy(4);
+    sql("INSERT INTO META (key, value, pid) VALUES ('unwatched', 'Dec<o>der (1.2 M values)', 1);");
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "\"unwatched\": \"Dec<o>der (1.2 M values)\"}"), "%s", t);
+    free(t);
+    const char *formats[][2] = {{"text", "not watched: Dec<o>der (1.2 M values) (trained"},
+                                {"md", "| not watched | Dec&lt;o&gt;der (1.2 M values) (trained"},
+                                {"html", "<td>not watched</td><td>Dec&lt;o&gt;der (1.2 M values)"}};
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
+        t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
+        free(t);
+    }
 }
 END_TEST
 
@@ -1476,6 +1497,7 @@ Suite *report_suite(void) {
     TCase *tc = tcase_create("rules");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
+    tcase_add_test(tc, parameters_trained_outside_the_watched_model_are_named);
     tcase_add_test(tc, a_database_without_memory_peaks_reads);
     tcase_add_test(tc, ranks_are_counted_as_processes);
     tcase_add_test(tc, a_compiled_model_says_what_is_not_recorded);

@@ -672,6 +672,13 @@ class Watcher:
         self.prev_broken = False
         self._forwards = 0
         self._handles = []
+        # modules outside the model called in training mode during step 0 (a second model the
+        # optimizer trains too: named when an optimizer's parameters are checked), by id; then
+        # (_end_others) their names and parameters
+        self._others = {}
+        self._others_hook = torch.nn.modules.module.register_module_forward_pre_hook(
+            self._note_other)
+        self._checked_optimizers = set()
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
@@ -751,8 +758,67 @@ class Watcher:
         self.optimizer = optimizer
         self._handles.append(optimizer.register_step_pre_hook(self.on_optimizer_step))
 
+    def _note_other(self, module, args):
+        """Step 0's global forward pre-hook: a module outside the model, called to train."""
+        if self.step == 0 and module.training and id(module) not in self.layer_of and \
+                torch.is_grad_enabled() and not self.rerunning and not _compiling():
+            self._others.setdefault(id(module), module)
+
+    def _end_others(self):
+        """Step 0 is over (or an optimizer steps): no module calls looked at any more; the
+        modules seen outside the model are kept as (class name, ids of their trainable
+        parameters) of the outermost ones, not as modules (DataParallel's copies must go)."""
+        if self._others_hook is None:
+            return
+        self._others_hook.remove()
+        self._others_hook = None
+        mine = {id(p) for p in self.model.parameters()}
+        seen, summary = set(), []
+        for m in self._others.values():  # in call order: a model before its modules
+            ids = [id(p) for p in m.parameters() if p.requires_grad and id(p) not in mine]
+            ids = [i for i in ids if i not in seen]
+            if ids:
+                seen.update(ids)
+                summary.append((_vocab.class_name(m), ids))
+        self._others = summary
+
+    def _check_optimizer(self, optimizer):
+        """Once per optimizer: says (stderr, META `unwatched`) which trainable parameters it
+        updates outside the watched model (a second model: an encoder and a decoder called one
+        after the other, a GAN's discriminator), named by the outermost modules of step 0 that
+        hold them. Their modules' outputs and gradients are not recorded."""
+        if id(optimizer) in self._checked_optimizers:
+            return
+        self._checked_optimizers.add(id(optimizer))
+        self._end_others()
+        mine = {id(p) for p in self.model.parameters()}
+        other = {id(p): p for g in optimizer.param_groups for p in g["params"]
+                 if p.requires_grad and id(p) not in mine}
+        if not other:
+            return
+        names, left = [], dict(other)
+        for name, ids in self._others:
+            held = [i for i in ids if i in left]
+            if held:
+                names.append("%s (%s values)" % (name, _count(sum(left[i].numel()
+                                                                  for i in held))))
+                for i in held:
+                    del left[i]
+        if left:
+            names.append("%d tensors of no module called (%s values)" % (
+                len(left), _count(sum(p.numel() for p in left.values()))))
+        what = ", ".join(names)
+        self.rec.meta("unwatched", what)
+        print("ampprobe: the optimizer also trains parameters outside the watched model (%s): "
+              "%s; their modules' outputs and gradients are not recorded, nor a NaN made there "
+              "traced. To record them, call them from one nn.Module's forward, the model that "
+              "trains." % (_vocab.class_name(self.model), what), file=sys.stderr, flush=True)
+
     def on_optimizer_step(self, optimizer, args=(), kwargs=None):
-        """An optimizer is about to step: the end of the step when there is no scaler."""
+        """An optimizer is about to step: the end of the step when there is no scaler; the
+        first step of each also checks what it trains (_check_optimizer)."""
+        if not self.rerunning:
+            self._check_optimizer(optimizer)
         if self.scaler is None and (self.optimizer is None or self.optimizer is optimizer):
             self.optimizer = optimizer
             self.end_step(None)
@@ -993,6 +1059,7 @@ class Watcher:
         self._end_loss_region()
         for h in self._handles:
             h.remove()
+        self._end_others()
         if self.scaler is not None:
             del self.scaler.scale, self.scaler.unscale_, self.scaler.step, self.scaler.update
         if self in _watchers:
@@ -1044,6 +1111,7 @@ class Watcher:
                   file=sys.stderr, flush=True)
         self._end_loss_region()
         self._queue_weight_grads()
+        self._end_others()
         if found is None:
             self._ensure_marked(None)
         with self._lock:
@@ -1341,6 +1409,14 @@ class _Done:
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
         self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
+
+
+def _count(n):
+    """12345678 -> '12.3 M'."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return "%.3g %s" % (n / size, unit)
+    return str(n)
 
 
 def _flush_all():

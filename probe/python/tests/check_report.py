@@ -9,6 +9,7 @@
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
   check_report.py --died RUN.sqlite REPORT.json STEP raise|kill
+  check_report.py --unwatched RUN.sqlite RUN.log VALUES
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning; --per-module: the run's forward was searched
@@ -36,6 +37,9 @@ Python exits) and a run-end warning, "failed with exit status 1 after step STEP-
 (0.3 s after the script's last step: DESIGN.md's crash safety keeps what was recorded 200 ms
 before a death) every step but the last, which the bridge records when the next one ends, and a
 run-end warning "killed by SIGKILL after step STEP-2".
+With --unwatched, of a run that trained a second top-level module (gpu_faults.py --split): META
+`unwatched` must name it, "Linear (VALUES values)", and the script's output hold the bridge's
+note.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -239,7 +243,21 @@ def check_died(path, report, step, how):
     return 0 if ok else 1
 
 
+def check_unwatched(path, log, values):
+    rows = sqlite3.connect(path).execute(
+        "SELECT value FROM META WHERE key = 'unwatched'").fetchall()
+    want = "Linear (%s values)" % values
+    said = "the optimizer also trains parameters outside the watched model" in open(log).read()
+    ok = rows == [(want,)] and said
+    print("%s parameters trained outside the watched model: META %s (want %r), %s" % (
+        "PASS" if ok else "FAIL", rows, want, "noted" if said else "no note in the log"),
+        flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--unwatched":
+        return check_unwatched(sys.argv[2], sys.argv[3], sys.argv[4])
     if sys.argv[1] == "--died":
         return check_died(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     if sys.argv[1] == "--compiled":

@@ -37,7 +37,9 @@ MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
 --scrub cleans the batch in place right after the forward, so that a re-run of a broken step
-stays finite (the bridge then names the module from the statistics). --die-at STEP ends the
+stays finite (the bridge then names the module from the statistics). --split trains a second
+top-level module after the model (a Linear over its output, in the same optimizer), which the
+bridge does not watch and must name. --die-at STEP ends the
 script at the start of that step: an exception (--die-how raise, exit status 1) or, 0.3 s
 later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
 """
@@ -187,6 +189,10 @@ def main():
     ap.add_argument("--clip", type=float, metavar="MAX_NORM",
                     help="clip the gradients' norm after scaler.unscale_(opt), as PyTorch's AMP "
                     "recipe does")
+    ap.add_argument("--split", action="store_true",
+                    help="a second top-level module after the model (a Linear over its output) "
+                    "that the optimizer trains too: the bridge watches the model alone and must "
+                    "say so")
     ap.add_argument("--die-at", type=int, metavar="STEP",
                     help="die at the start of that step: raise an exception (a script's error, "
                     "a CUDA out-of-memory) or, with --die-how kill, SIGKILL itself (the OOM "
@@ -248,7 +254,10 @@ def main():
     elif a.compile == "blocks":
         for b in getattr(net, "blocks", None) or net.layers:
             b.compile(**mode)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4,  # after fully_shard made them DTensors
+    classes = 128 if gpt else 10
+    extra = nn.Linear(classes, classes).to(dev) if a.split else None
+    params = list(model.parameters()) + (list(extra.parameters()) if extra else [])
+    opt = torch.optim.Adam(params, lr=1e-4,  # after fully_shard made them DTensors
                            fused=a.fused or None)
     kw = {}
     if a.case == "underflow" and not a.healthy:
@@ -279,6 +288,8 @@ def main():
                 x[1, 5] = float("nan")
             with torch.autocast("cuda", dtype=torch.float16, enabled=not a.bf16):
                 out = model(x)
+                if extra is not None:
+                    out = extra(out)
             if a.scrub and x.is_floating_point():
                 x.nan_to_num_(0.0)
             if a.case == "log0":  # the hand-written fp16 loss

@@ -13,7 +13,8 @@
 # model has) are checked the same way, and against the plain runs (the step's loss as the
 # script computed it; the same statistics rows); a script that raises mid-run must leave every
 # step before it, one SIGKILLed every step but the last, each with the report's run-end
-# warning; with two GPUs or more, one
+# warning; a second top-level module that the optimizer trains must be named (META unwatched,
+# a note) and leave the findings as they were; with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
 # module); the sawtooth run's gradient
@@ -64,6 +65,8 @@ one attn-healthy-fused "" --case attn --healthy --fused &
 one underflow-fused "" --case underflow --fused &
 one attn-clip "" --case attn --clip 1.0 &
 one nan-scrub "" --case nan --scrub &
+one nan-split "" --case nan --split &
+one attn-healthy-split "" --case attn --healthy --split &
 one attn-died "" --case attn --healthy --die-at 6 &
 one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
@@ -120,6 +123,11 @@ for f in "$WORK"/*.rc; do # a script that died records little: that fails, healt
     case $(basename "$f") in attn-died.rc | attn-killed.rc) continue ;; esac # (died on purpose)
     [ "$(cat "$f")" = 0 ] || { echo "FAIL $(basename "$f" .rc): exit status $(cat "$f")"; tail -5 "${f%.rc}.log"; fail=1; }
 done
+python3 "$HERE/check_report.py" "$WORK/nan-split.json" nan || fail=1
+python3 "$HERE/check_report.py" "$WORK/attn-healthy-split.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" --unwatched "$WORK/nan-split.sqlite" "$WORK/nan-split.log" 110 || fail=1
+python3 "$HERE/check_report.py" --unwatched "$WORK/attn-healthy-split.sqlite" \
+    "$WORK/attn-healthy-split.log" "16.5 k" || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
