@@ -679,6 +679,7 @@ class Watcher:
         self._others_hook = torch.nn.modules.module.register_module_forward_pre_hook(
             self._note_other)
         self._checked_optimizers = set()
+        self._unwatched = []  # what each optimizer trains outside the model (META unwatched)
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
@@ -808,7 +809,8 @@ class Watcher:
             names.append("%d tensors of no module called (%s values)" % (
                 len(left), _count(sum(p.numel() for p in left.values()))))
         what = ", ".join(names)
-        self.rec.meta("unwatched", what)
+        self._unwatched.append(what)  # (several optimizers: all of them, in one row)
+        self.rec.meta("unwatched", "; ".join(self._unwatched))
         print("ampprobe: the optimizer also trains parameters outside the watched model (%s): "
               "%s; their modules' outputs and gradients are not recorded, nor a NaN made there "
               "traced. To record them, call them from one nn.Module's forward, the model that "
