@@ -657,6 +657,7 @@ static void merge_processes(const report_model *m, report_findings *out) {
 }
 
 void report_run(const report_model *m, const report_rule *only, report_findings *out) {
+    out->only = only ? only->id : NULL;
     for (size_t i = 0; i < report_n_rules; i++)
         if (!only || only == &report_rules[i]) report_rules[i].run(m, out);
     merge_processes(m, out);
@@ -805,6 +806,15 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
     }
     report_summary s;
     report_summarize(m, &s);
+    if (errors + warnings == 0 && f->only && s.steps) { // one rule: no verdict on the rest
+        char steps[64];
+        report_steps_phrase(&s, true, steps, sizeof steps);
+        snprintf(buf, n,
+                 "No error or warning from rule %s in %s%s. Only that rule ran: the report "
+                 "without --rule runs them all.",
+                 f->only, steps, f->n ? " (notes below)" : "");
+        return;
+    }
     if (errors + warnings == 0) {
         if (s.steps == 0)
             snprintf(buf, n, "No training step was recorded in %s%s, so there is nothing to "

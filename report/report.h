@@ -310,6 +310,7 @@ typedef struct report_finding {
 typedef struct report_findings {
     report_finding *v;
     size_t n, cap;
+    const char *only; // the one rule that ran (--rule), for the verdict; NULL: all of them
 } report_findings;
 
 // A zeroed finding appended to out (steps -1), for the rule to fill in.

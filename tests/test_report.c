@@ -1448,6 +1448,14 @@ START_TEST(rule_and_steps_narrow_the_report) {
     ck_assert_ptr_null(strstr(j, "\"rule\": \"nonfinite-root-cause\""));
     ck_assert_ptr_nonnull(strstr(j, "\"rule\": \"loss-scale\""));
     free(j);
+    // a rule with nothing to say: its verdict is not "Healthy", the others did not run
+    ck_assert_int_eq(CMD(db_path, "--rule", "grad-underflow", "-o", out_path), 0);
+    j = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(j, "No error or warning from rule grad-underflow in 12 steps. Only that "
+                            "rule ran"),
+                  "%s", j);
+    ck_assert_ptr_null(strstr(j, "Healthy"));
+    free(j);
     analyse(NULL, 0, 2); // before the fault
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
     release();
