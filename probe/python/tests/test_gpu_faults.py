@@ -13,7 +13,8 @@ process; the same rows as without them) and DataParallel (one GPU), and compiled
 (torch.compile(model), model.compile() and each block compiled, also with CUDA graphs: no graph
 break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
 model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean); a script that
-raises or is SIGKILLed mid-run keeps its steps and the report says how it ended. Skipped without
+raises or is SIGKILLed mid-run keeps its steps and the report says how it ended; a second module
+trained beside the model is named as not watched. Skipped without
 torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe and
 python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -145,6 +146,21 @@ def test_a_run_that_dies_keeps_its_steps_and_says_how(tmp_path, how, status):
     subprocess.run([ampprobe, "report", db, "--format", "json", "-o", str(rep)], check=True,
                    timeout=300)
     assert check_report.check_died(db, str(rep), 6, how) == 0
+
+
+def test_a_second_trained_module_is_named(tmp_path):
+    """A Linear after the model, trained by the same optimizer: named as not watched (META
+    unwatched, a note on stderr), the NaN batch still found."""
+    db, out = record(tmp_path, "nan", False, ("--split",))
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_unwatched(db, str(log), "110") == 0
+    ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
+    rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
+                         text=True, timeout=300, check=True)
+    r = json.loads(rep.stdout)
+    assert r["summary"]["unwatched"] == "Linear (110 values)"
+    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
