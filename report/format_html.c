@@ -477,6 +477,11 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         esc(out, compiled);
         fputs("</td></tr>", out);
     }
+    if (m->added_models) {
+        fputs("<tr><td>also watched</td><td>", out);
+        esc(out, m->added_models);
+        fputs(" (trained beside the model)</td></tr>", out);
+    }
     if (m->unwatched) {
         fputs("<tr><td>not watched</td><td>", out);
         esc(out, m->unwatched);

@@ -5,7 +5,8 @@
  *   {"file": "...", "verdict": "...",
  *    "summary": {"steps": 12, "first_step": 0, "last_step": 11, "skipped": 9,
  *                "nonfinite_losses": 9, "final_loss": null, "scale_min": 128, "scale_max": 65536,
- *                "peak_memory": 1896960, "compiled": null, "unwatched": null},
+ *                "peak_memory": 1896960, "compiled": null, "unwatched": null,
+ *                "added_models": null},
  *    "counts": {"error": 1, "warning": 2, "info": 0},
  *    "findings": [{"rule": "nonfinite-root-cause", "severity": "error",
  *                  "steps": {"first": 3, "last": 11}, "layer": "blocks.1.attn", "op": "mul",
@@ -84,6 +85,8 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     str(out, m->compiled);
     fputs(", \"unwatched\": ", out);
     str(out, m->unwatched);
+    fputs(", \"added_models\": ", out);
+    str(out, m->added_models);
     size_t counts[3] = {0};
     for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
     fprintf(out, "},\n \"counts\": {\"error\": %zu, \"warning\": %zu, \"info\": %zu},\n",

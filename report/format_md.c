@@ -125,6 +125,11 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
     }
     const char *compiled = report_compiled_phrase(m);
     if (compiled) fprintf(out, "| compiled | %s |\n", compiled);
+    if (m->added_models) {
+        fputs("| also watched | ", out);
+        md(out, m->added_models, true);
+        fputs(" (trained beside the model) |\n", out);
+    }
     if (m->unwatched) {
         fputs("| not watched | ", out);
         md(out, m->unwatched, true);

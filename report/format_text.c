@@ -104,6 +104,8 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
     if (m->device) fprintf(out, "  device:      %s\n", m->device);
     const char *compiled = report_compiled_phrase(m);
     if (compiled) fprintf(out, "  compiled:    %s\n", compiled);
+    if (m->added_models)
+        fprintf(out, "  also watched: %s (trained beside the model)\n", m->added_models);
     if (m->unwatched)
         fprintf(out, "  not watched: %s (trained outside the watched model: not recorded)\n",
                 m->unwatched);

@@ -92,18 +92,19 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-                 "'counters_reason', 'compiled', 'unwatched') ORDER BY pid",
+                 "'counters_reason', 'compiled', 'unwatched', 'added_models') ORDER BY pid",
                  m, &q, err))
         return false;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
-        const char **dst = strcmp(key, "device") == 0      ? &m->device
-                           : strcmp(key, "command") == 0   ? &m->command
-                           : strcmp(key, "precision") == 0 ? &m->precision
-                           : strcmp(key, "compiled") == 0  ? &m->compiled
-                           : strcmp(key, "unwatched") == 0 ? &m->unwatched
-                                                           : &m->counters_reason;
+        const char **dst = strcmp(key, "device") == 0         ? &m->device
+                           : strcmp(key, "command") == 0      ? &m->command
+                           : strcmp(key, "precision") == 0    ? &m->precision
+                           : strcmp(key, "compiled") == 0     ? &m->compiled
+                           : strcmp(key, "unwatched") == 0    ? &m->unwatched
+                           : strcmp(key, "added_models") == 0 ? &m->added_models
+                                                              : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);
@@ -524,6 +525,7 @@ void report_model_free(report_model *m) {
     free((char *)m->counters_reason);
     free((char *)m->compiled);
     free((char *)m->unwatched);
+    free((char *)m->added_models);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);

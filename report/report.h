@@ -210,6 +210,9 @@ typedef struct report_model {
     // META of a PyTorch run: what the optimizer trained outside the watched model ("Decoder
     // (1.2 M values)"), whose modules are not recorded; NULL: nothing
     const char *unwatched;
+    // META of a PyTorch run under ampprobe run --torch: the second models found that way and
+    // recorded from a later step on ("Linear (110 values) from step 1"); NULL: none
+    const char *added_models;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

@@ -220,6 +220,22 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "the input to 0 (an oversized temperature or logit gain). Precision does not "
                  "help here: this underflows in fp32 too.",
                  e->op);
+    } else if (op_in(e->op, gemm_ops) && half && r->in_amax > REPORT_F16_MAX) {
+        // an f32 input (a weight, an activation) beyond fp16's range: autocast's cast of it
+        // to f16 is inf, and what the op sums from it +-inf or NaN
+        snprintf(f->title, sizeof f->title,
+                 "fp16 overflow in %s %s at step %lld: an input beyond fp16's range (amax %.6g) "
+                 "turned inf in autocast's cast, the output %s",
+                 layer_words(f), f->op, (long long)f->first_step, r->in_amax,
+                 r->nan ? "NaN" : "+-inf");
+        snprintf(f->advice, sizeof f->advice,
+                 "Bring that input back under fp16's 65504: a weight this large has grown "
+                 "unchecked (lower the learning rate, add weight decay or clip the gradients, "
+                 "look for a bad update at the step before), an activation wants a LayerNorm "
+                 "before it. Or keep %s %s in fp32 (torch.autocast(..., enabled=False) with "
+                 ".float() inputs; amp_autocast_begin(ctx, false, ...) here), or train in bf16, "
+                 "which has fp32's range.",
+                 layer_words(f), f->op);
     } else if (op_in(e->op, gemm_ops) && infs && half) {
         snprintf(f->title, sizeof f->title,
                  "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",

@@ -266,7 +266,8 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     release();
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *j = test_read_file(out_path, NULL);
-    ck_assert_msg(strstr(j, "\"compiled\": null, \"unwatched\": null}"), "%s", j);
+    ck_assert_msg(strstr(j, "\"compiled\": null, \"unwatched\": null, \"added_models\": null}"),
+                  "%s", j);
     free(j);
     sql("INSERT INTO META (key, value, pid) VALUES ('compiled', 'model', 1);");
     analyse(NULL, INT64_MIN, INT64_MAX);
@@ -277,7 +278,9 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     release();
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     j = test_read_file(out_path, NULL);
-    ck_assert_msg(strstr(j, "\"compiled\": \"model\", \"unwatched\": null}"), "%s", j);
+    ck_assert_msg(
+        strstr(j, "\"compiled\": \"model\", \"unwatched\": null, \"added_models\": null}"), "%s",
+        j);
     free(j);
     const char *formats[] = {"text", "md", "html"};
     for (size_t i = 0; i < 3; i++) {
@@ -297,19 +300,27 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
 }
 END_TEST
 
-// A PyTorch run whose optimizer also trained a module outside the watched model: each format's
-// Run section names it (escaped), json's summary.unwatched holds it.
+// A PyTorch run whose optimizer also trained modules outside the watched model, one of them
+// recorded from step 1 on: each format's Run section names them (escaped), json's summary holds
+// them (unwatched, added_models).
 START_TEST(parameters_trained_outside_the_watched_model_are_named) {
     healthy(4);
-    sql("INSERT INTO META (key, value, pid) VALUES ('unwatched', 'Dec<o>der (1.2 M values)', 1);");
+    sql("INSERT INTO META (key, value, pid) VALUES ('unwatched', 'Dec<o>der (1.2 M values)', 1),"
+        " ('added_models', 'D<isc> (5 k values) from step 1', 1);");
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
-    ck_assert_msg(strstr(t, "\"unwatched\": \"Dec<o>der (1.2 M values)\"}"), "%s", t);
+    ck_assert_msg(strstr(t, "\"unwatched\": \"Dec<o>der (1.2 M values)\", \"added_models\": "
+                            "\"D<isc> (5 k values) from step 1\"}"),
+                  "%s", t);
     free(t);
-    const char *formats[][2] = {{"text", "not watched: Dec<o>der (1.2 M values) (trained"},
-                                {"md", "| not watched | Dec&lt;o&gt;der (1.2 M values) (trained"},
-                                {"html", "<td>not watched</td><td>Dec&lt;o&gt;der (1.2 M values)"}};
-    for (size_t i = 0; i < 3; i++) {
+    const char *formats[][2] = {
+        {"text", "not watched: Dec<o>der (1.2 M values) (trained"},
+        {"md", "| not watched | Dec&lt;o&gt;der (1.2 M values) (trained"},
+        {"html", "<td>not watched</td><td>Dec&lt;o&gt;der (1.2 M values)"},
+        {"text", "also watched: D<isc> (5 k values) from step 1 (trained beside"},
+        {"md", "| also watched | D&lt;isc&gt; (5 k values) from step 1 (trained"},
+        {"html", "<td>also watched</td><td>D&lt;isc&gt; (5 k values) from step 1"}};
+    for (size_t i = 0; i < 6; i++) {
         ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
         t = test_read_file(out_path, NULL);
         ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
@@ -431,6 +442,25 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
     ck_assert_str_eq(findings.v[1].layer, "head");
     ck_assert_ptr_nonnull(strstr(findings.v[1].title, "log of zero"));
     ck_assert_ptr_nonnull(strstr(findings.v[1].advice, "clamp"));
+    release();
+}
+END_TEST
+
+// A weight grown beyond fp16's range: autocast's cast makes it inf, the GEMM's output NaN.
+START_TEST(nonfinite_input_beyond_f16_range_is_explained) {
+    healthy(8);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 3, 2, 'linear', 'fwd', 'nonfinite_producer', 'error', 32768, 0, 'input 0 f16 "
+        "(256, 128) min -2.04 max 2.09 amax 2.09; input 1 f32 (128, 128) min -88575.2 max "
+        "88623.5 amax 88623.5; output f16 (256, 128) min nan max nan amax nan (32768 nan, "
+        "0 +inf, 0 -inf); ', 0, 1, 3);");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title,
+                     "fp16 overflow in head linear at step 3: an input beyond fp16's range (amax "
+                     "88623.5) turned inf in autocast's cast, the output NaN");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "weight decay"));
     release();
 }
 END_TEST
@@ -1515,6 +1545,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
+    tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);

@@ -273,7 +273,7 @@ class _Forward:
 
     def __init__(self, args, kwargs, dev, ac, ac_dtype):
         self.args, self.kwargs, self.dev, self.ac, self.ac_dtype = args, kwargs, dev, ac, ac_dtype
-        self.tape = []  # (func, arguments with _Slots, its first output slot, autocast on)
+        self.tape = []  # (func, arguments with _Slots, its first output slot, autocast on, layer)
         self.slots = {}  # id(tensor) -> (weakref to it, its slot), while it lives
         self.n_slots = 0
         self.loss_slot = None  # the slot of the loss backward() was called on
@@ -310,17 +310,19 @@ class _LossTape(TorchFunctionMode):
         super().__init__()
         self.fwd = None  # the _Forward whose loss computation is being taped
         self.active = False
+        self.layers = [-1]  # the innermost running module of a model added later (its layer)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         f = self.fwd
         if f is not None and isinstance(out, (torch.Tensor, tuple, list)):
             spec = _map_args(f._arg, (args, kwargs or {}))
-            f.tape.append((func, spec, f.slot_all(out), _autocast_on()))
+            f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
         return out
 
     def begin(self, fwd, output):
         """Tapes fwd's loss computation, which starts from the model's output."""
+        del self.layers[1:]  # (a module that raised never popped its layer)
         fwd.slot_all(output)
         self.fwd = fwd
         if not self.active:
@@ -473,7 +475,8 @@ class _BwdTracer(TorchDispatchMode):
 def _replay(f, out, judge=None, graph=False):
     """The taped loss computation of forward f run again on out, the re-run forward's output:
     with judge, each call's inputs and outputs are judged (_Judge.judge; returns at the first
-    event); with graph, the autograd nodes it makes are tagged as outside any module. Returns
+    event) in the layer they were taped in (-1: outside any module; a module of a model added
+    later: _add_root); with graph, the autograd nodes it makes are tagged so. Returns
     the tensor that stands for the loss backward() was called on (None: not there, or the loss
     is not a one-element tensor that needs gradients), or None when it cannot be replayed (an
     in-place call on a tensor from elsewhere, which would write into the user's tensors)."""
@@ -487,7 +490,7 @@ def _replay(f, out, judge=None, graph=False):
             return vals.get(x.n)
         return x
 
-    for func, spec, first, ac in f.tape:
+    for func, spec, first, ac, layer in f.tape:
         a, k = _map_args(arg, spec)
         if missing:
             return None
@@ -501,11 +504,11 @@ def _replay(f, out, judge=None, graph=False):
         with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):
             r = func(*a, **k)
         if graph:
-            _tag_nodes(r, -1, func)  # outside any module
+            _tag_nodes(r, layer, func)  # outside the model (-1), or in a model added later
         for n, t in enumerate(_tensors(r)):
             vals[first + n] = t
         outs = _float_tensors(r)
-        if judge is not None and outs and judge.judge(_vocab.op_name(func), -1,
+        if judge is not None and outs and judge.judge(_vocab.op_name(func), layer,
                                                       _float_tensors((a, k)), outs):
             return None
     loss = vals.get(f.loss_slot) if f.loss_slot is not None else None
@@ -680,6 +683,9 @@ class Watcher:
             self._note_other)
         self._checked_optimizers = set()
         self._unwatched = []  # what each optimizer trains outside the model (META unwatched)
+        self.add_roots = False  # record those modules too (autoattach sets it)
+        self._added = []  # what was added, from which step (META added_models)
+        self._roots = [model]  # the model, then the modules added (_add_root)
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
@@ -766,9 +772,10 @@ class Watcher:
             self._others.setdefault(id(module), module)
 
     def _end_others(self):
-        """Step 0 is over (or an optimizer steps): no module calls looked at any more; the
-        modules seen outside the model are kept as (class name, ids of their trainable
-        parameters) of the outermost ones, not as modules (DataParallel's copies must go)."""
+        """Step 0 is over (or an optimizer steps): no module calls looked at any more; of the
+        modules seen outside the model, the outermost ones that hold trainable parameters of
+        their own are kept with those parameters' ids (DataParallel's copies hold none: they
+        go)."""
         if self._others_hook is None:
             return
         self._others_hook.remove()
@@ -776,18 +783,19 @@ class Watcher:
         mine = {id(p) for p in self.model.parameters()}
         seen, summary = set(), []
         for m in self._others.values():  # in call order: a model before its modules
-            ids = [id(p) for p in m.parameters() if p.requires_grad and id(p) not in mine]
-            ids = [i for i in ids if i not in seen]
+            ids = [id(p) for p in m.parameters()
+                   if p.requires_grad and p.is_leaf and id(p) not in mine and id(p) not in seen]
             if ids:
                 seen.update(ids)
-                summary.append((_vocab.class_name(m), ids))
+                summary.append((m, ids))
         self._others = summary
 
     def _check_optimizer(self, optimizer):
-        """Once per optimizer: says (stderr, META `unwatched`) which trainable parameters it
-        updates outside the watched model (a second model: an encoder and a decoder called one
-        after the other, a GAN's discriminator), named by the outermost modules of step 0 that
-        hold them. Their modules' outputs and gradients are not recorded."""
+        """Once per optimizer: the trainable parameters it updates outside the watched model (a
+        second model: an encoder and a decoder called one after the other, a GAN's
+        discriminator), found in the outermost modules of step 0 that hold them. Under
+        autoattach (add_roots) those modules are recorded too from the next step on
+        (_add_root); else, or when they cannot be, said on stderr and in META `unwatched`."""
         if id(optimizer) in self._checked_optimizers:
             return
         self._checked_optimizers.add(id(optimizer))
@@ -797,24 +805,81 @@ class Watcher:
                  if p.requires_grad and id(p) not in mine}
         if not other:
             return
-        names, left = [], dict(other)
-        for name, ids in self._others:
+        added, names, left = [], [], dict(other)
+        for m, ids in self._others:
             held = [i for i in ids if i in left]
-            if held:
-                names.append("%s (%s values)" % (name, _count(sum(left[i].numel()
-                                                                  for i in held))))
-                for i in held:
-                    del left[i]
+            if not held:
+                continue
+            what = "%s (%s values)" % (_vocab.class_name(m), _count(sum(left[i].numel()
+                                                                       for i in held)))
+            for i in held:
+                del left[i]
+            if self.add_roots and self._add_root(m):
+                added.append(what)
+            else:
+                names.append(what)
         if left:
             names.append("%d tensors of no module called (%s values)" % (
                 len(left), _count(sum(p.numel() for p in left.values()))))
-        what = ", ".join(names)
-        self._unwatched.append(what)  # (several optimizers: all of them, in one row)
-        self.rec.meta("unwatched", "; ".join(self._unwatched))
-        print("ampprobe: the optimizer also trains parameters outside the watched model (%s): "
-              "%s; their modules' outputs and gradients are not recorded, nor a NaN made there "
-              "traced. To record them, call them from one nn.Module's forward, the model that "
-              "trains." % (_vocab.class_name(self.model), what), file=sys.stderr, flush=True)
+        model = _vocab.class_name(self.model)
+        if added:
+            self._added.append("%s from step %d" % (", ".join(added), self.step + 1))
+            self.rec.meta("added_models", "; ".join(self._added))
+            print("ampprobe: the optimizer also trains %s beside the model first called (%s): "
+                  "recorded too from step %d on" % (", ".join(added), model, self.step + 1),
+                  file=sys.stderr, flush=True)
+        if names:
+            what = ", ".join(names)
+            self._unwatched.append(what)  # (several optimizers: all of them, in one row)
+            self.rec.meta("unwatched", "; ".join(self._unwatched))
+            print("ampprobe: the optimizer also trains parameters outside the watched model "
+                  "(%s): %s; their modules' outputs and gradients are not recorded, nor a NaN "
+                  "made there traced. To record them, call them from one nn.Module's forward, "
+                  "the model that trains%s." % (model, what, "" if self.add_roots else
+                                               ", or let ampprobe run --torch find them"),
+                  file=sys.stderr, flush=True)
+
+    def _add_root(self, root):
+        """Records root from now on as the model is recorded (a second model that the optimizer
+        trains: its modules' outputs and gradients, its parameters' gradients), its layers
+        named after its class ("Decoder", "Decoder.layers.0"); what it computes in the model's
+        loss computation is replayed in its layers when a step breaks. False when it cannot be
+        (it runs compiled)."""
+        if any(_compiled(m) for m in root.modules()):
+            return False
+        root = _inner(root)  # (what DistributedDataParallel wraps: its hooks run in the call)
+        base = _vocab.class_name(root)
+        taken = {r[2] for r in _layers.rows}
+        name, k = base, 2
+        while name in taken:  # two of one class: "MLP", then "MLP#2"
+            name, k = "%s#%d" % (base, k), k + 1
+        named = [(layer_name(n), m) for n, m in root.named_modules()]
+        ids = _layers.add_model(name, list(dict.fromkeys(name + "." + n for n, _ in named if n)))
+        for rid, parent, lname in _layers.pending():
+            self.rec.layer(rid, parent, lname)
+        stack = self.tape.layers
+
+        def pre(m, args):
+            stack.append(self.layer_of.get(id(m), stack[-1]))
+
+        def post(m, args, output):
+            if len(stack) > 1:
+                stack.pop()
+
+        for n, m in named:
+            lid = ids[name + "." + n if n else ""]
+            self.layer_of[id(m)] = lid
+            op = _vocab.op_name(_vocab.class_name(m))
+            self._module_info[id(m)] = (lid, op, self._grad_hook(lid, op, 0))
+            self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post),
+                              m.register_forward_hook(self._on_output)]
+            for pn, p in m.named_parameters(recurse=False):
+                if p.is_floating_point() and p.numel():
+                    self._plist.append(p)
+                    self._wentries.append((lid, WEIGHT_GRAD, "%s.%s" % (
+                        name + "." + n if n else name, pn), _vocab.dtype_name(p.dtype)))
+        self._roots.append(root)
+        return True
 
     def on_optimizer_step(self, optimizer, args=(), kwargs=None):
         """An optimizer is about to step: the end of the step when there is no scaler; the
@@ -1321,7 +1386,7 @@ class Watcher:
             dev0 = torch.device("cuda", _model_device(self))
             args, kwargs = tree_map(lambda x: x.to(dev0) if isinstance(x, torch.Tensor) else x,
                                     (args, kwargs))
-        buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        buffers = [(b, b.detach().clone()) for r in self._roots for b in r.buffers()]
         self.rerunning = True
         try:
             with torch.random.fork_rng(devices=[torch.cuda.current_device()]
@@ -1490,6 +1555,7 @@ def autoattach():
             return None  # whose forward it calls next
         unhook()
         w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
+        w.add_roots = True  # a second model the optimizer trains is recorded too
         state["watcher"] = w
         w.on_root_pre(module, args, {})  # its own pre-hook was registered too late for this call
         return None

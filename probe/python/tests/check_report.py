@@ -9,7 +9,7 @@
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
   check_report.py --died RUN.sqlite REPORT.json STEP raise|kill
-  check_report.py --unwatched RUN.sqlite RUN.log VALUES
+  check_report.py --added RUN.sqlite RUN.log VALUES
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning; --per-module: the run's forward was searched
@@ -37,9 +37,10 @@ Python exits) and a run-end warning, "failed with exit status 1 after step STEP-
 (0.3 s after the script's last step: DESIGN.md's crash safety keeps what was recorded 200 ms
 before a death) every step but the last, which the bridge records when the next one ends, and a
 run-end warning "killed by SIGKILL after step STEP-2".
-With --unwatched, of a run that trained a second top-level module (gpu_faults.py --split): META
-`unwatched` must name it, "Linear (VALUES values)", and the script's output hold the bridge's
-note.
+With --added, of a run that trained a second top-level module (gpu_faults.py --split) under
+`ampprobe run --torch`: META `added_models` must name it, "Linear (VALUES values) from step 1",
+the script's output hold the bridge's note, and the statistics rows of step 1 on hold its output
+(layer "Linear"), that output's gradient and its weight's gradient, none of step 0.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -75,6 +76,10 @@ def expect(case, f, per_module=False):
                     and "sawtooth" in f["title"],
         "fp32gemm": f["rule"] == "precision-placement" and f["severity"] == "warning"
                     and layer == "layers.1" and op == "linear" and first == 1,
+        # gpu_faults.py --split --split-gain: the second module (a Linear) overflows
+        "split": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                 and layer == "Linear" and op == "linear" and first == FAULT_STEP
+                 and "fp16 overflow" in f["title"],
     }
     return None if checks[case] else "unexpected first finding"
 
@@ -243,21 +248,29 @@ def check_died(path, report, step, how):
     return 0 if ok else 1
 
 
-def check_unwatched(path, log, values):
-    rows = sqlite3.connect(path).execute(
-        "SELECT value FROM META WHERE key = 'unwatched'").fetchall()
-    want = "Linear (%s values)" % values
-    said = "the optimizer also trains parameters outside the watched model" in open(log).read()
-    ok = rows == [(want,)] and said
-    print("%s parameters trained outside the watched model: META %s (want %r), %s" % (
-        "PASS" if ok else "FAIL", rows, want, "noted" if said else "no note in the log"),
-        flush=True)
+def check_added(path, log, values):
+    db = sqlite3.connect(path)
+    rows = db.execute("SELECT value FROM META WHERE key = 'added_models'").fetchall()
+    want = "Linear (%s values) from step 1" % values
+    said = "recorded too from step 1 on" in open(log).read()
+    kinds = db.execute(
+        "SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
+        "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE l.name = 'Linear' "
+        "GROUP BY s.kind ORDER BY s.kind").fetchall()
+    steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
+    ok = rows == [(want,)] and said and [k for k, _, _ in kinds] == [
+        "activation", "activation_grad", "weight_grad"] and all(
+        first == 1 and n == steps - 1 for _, first, n in kinds)
+    print("%s a second model recorded from step 1: META %s (want %r), %s, its rows (kind, first "
+          "step, steps) %s of %d steps" % ("PASS" if ok else "FAIL", rows, want,
+                                          "noted" if said else "no note in the log", kinds,
+                                          steps), flush=True)
     return 0 if ok else 1
 
 
 def main():
-    if sys.argv[1] == "--unwatched":
-        return check_unwatched(sys.argv[2], sys.argv[3], sys.argv[4])
+    if sys.argv[1] == "--added":
+        return check_added(sys.argv[2], sys.argv[3], sys.argv[4])
     if sys.argv[1] == "--died":
         return check_died(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     if sys.argv[1] == "--compiled":

@@ -38,8 +38,9 @@ Adam(fused=True), which the GradScaler hands the scale to unscale the gradients 
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
 --scrub cleans the batch in place right after the forward, so that a re-run of a broken step
 stays finite (the bridge then names the module from the statistics). --split trains a second
-top-level module after the model (a Linear over its output, in the same optimizer), which the
-bridge does not watch and must name. --die-at STEP ends the
+top-level module after the model (a Linear over its output, in the same optimizer), which
+`ampprobe run --torch` records from step 1 on; --split-gain G multiplies its weight by G at
+step 3 (G = 1e6: its fp16 output overflows, named in its layer). --die-at STEP ends the
 script at the start of that step: an exception (--die-how raise, exit status 1) or, 0.3 s
 later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
 """
@@ -191,8 +192,10 @@ def main():
                     "recipe does")
     ap.add_argument("--split", action="store_true",
                     help="a second top-level module after the model (a Linear over its output) "
-                    "that the optimizer trains too: the bridge watches the model alone and must "
-                    "say so")
+                    "that the optimizer trains too: recorded from step 1 on")
+    ap.add_argument("--split-gain", type=float, metavar="G",
+                    help="with --split, the Linear's weight times G from the fault's step on "
+                    "(with G large its output overflows fp16)")
     ap.add_argument("--die-at", type=int, metavar="STEP",
                     help="die at the start of that step: raise an exception (a script's error, "
                     "a CUDA out-of-memory) or, with --die-how kill, SIGKILL itself (the OOM "
@@ -274,6 +277,9 @@ def main():
         fault = not a.healthy and step >= FAULT_STEP
         if a.case == "attn" and fault:
             net.blocks[1].attn.gain = 1e6
+        if extra is not None and a.split_gain and step == FAULT_STEP:
+            with torch.no_grad():
+                extra.weight.mul_(a.split_gain)
         if a.case == "residual" and step == FAULT_STEP and not a.healthy:
             with torch.no_grad():
                 for b in net.blocks:

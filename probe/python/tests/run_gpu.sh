@@ -13,8 +13,9 @@
 # model has) are checked the same way, and against the plain runs (the step's loss as the
 # script computed it; the same statistics rows); a script that raises mid-run must leave every
 # step before it, one SIGKILLed every step but the last, each with the report's run-end
-# warning; a second top-level module that the optimizer trains must be named (META unwatched,
-# a note) and leave the findings as they were; with two GPUs or more, one
+# warning; a second top-level module that the optimizer trains must be recorded from step 1
+# (META added_models, a note, its rows), leave the findings as they were, and its own overflow
+# be named in its layer; with two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
 # module); the sawtooth run's gradient
@@ -67,6 +68,7 @@ one attn-clip "" --case attn --clip 1.0 &
 one nan-scrub "" --case nan --scrub &
 one nan-split "" --case nan --split &
 one attn-healthy-split "" --case attn --healthy --split &
+one attn-split-overflow "" --case attn --healthy --split --split-gain 1e6 &
 one attn-died "" --case attn --healthy --die-at 6 &
 one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
@@ -125,8 +127,9 @@ for f in "$WORK"/*.rc; do # a script that died records little: that fails, healt
 done
 python3 "$HERE/check_report.py" "$WORK/nan-split.json" nan || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-split.json" attn --healthy || fail=1
-python3 "$HERE/check_report.py" --unwatched "$WORK/nan-split.sqlite" "$WORK/nan-split.log" 110 || fail=1
-python3 "$HERE/check_report.py" --unwatched "$WORK/attn-healthy-split.sqlite" \
+python3 "$HERE/check_report.py" "$WORK/attn-split-overflow.json" split || fail=1
+python3 "$HERE/check_report.py" --added "$WORK/nan-split.sqlite" "$WORK/nan-split.log" 110 || fail=1
+python3 "$HERE/check_report.py" --added "$WORK/attn-healthy-split.sqlite" \
     "$WORK/attn-healthy-split.log" "16.5 k" || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1

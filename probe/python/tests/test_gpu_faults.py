@@ -14,9 +14,9 @@ process; the same rows as without them) and DataParallel (one GPU), and compiled
 break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
 model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean); a script that
 raises or is SIGKILLed mid-run keeps its steps and the report says how it ended; a second module
-trained beside the model is named as not watched. Skipped without
-torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe and
-python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
+trained beside the model is recorded from step 1 on, and its own overflow named there. Skipped
+without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
+and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
 import json
 import os
@@ -148,19 +148,25 @@ def test_a_run_that_dies_keeps_its_steps_and_says_how(tmp_path, how, status):
     assert check_report.check_died(db, str(rep), 6, how) == 0
 
 
-def test_a_second_trained_module_is_named(tmp_path):
-    """A Linear after the model, trained by the same optimizer: named as not watched (META
-    unwatched, a note on stderr), the NaN batch still found."""
+def test_a_second_trained_module_is_recorded(tmp_path):
+    """A Linear after the model, trained by the same optimizer: recorded from step 1 on (META
+    added_models, a note on stderr, its rows), the NaN batch still found."""
     db, out = record(tmp_path, "nan", False, ("--split",))
     log = tmp_path / "out.log"
     log.write_text(out)
-    assert check_report.check_unwatched(db, str(log), "110") == 0
+    assert check_report.check_added(db, str(log), "110") == 0
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
                          text=True, timeout=300, check=True)
     r = json.loads(rep.stdout)
-    assert r["summary"]["unwatched"] == "Linear (110 values)"
+    assert r["summary"]["added_models"] == "Linear (110 values) from step 1"
     assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+
+
+def test_an_overflow_in_the_second_module_is_named_there(tmp_path):
+    r = report_of(tmp_path, "attn", True, ("--split", "--split-gain", "1e6"))
+    assert r["findings"], "no findings"
+    assert check_report.expect("split", r["findings"][0]) is None, r["findings"][0]
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
