@@ -853,7 +853,9 @@ class Watcher:
         name, k = base, 2
         while name in taken:  # two of one class: "MLP", then "MLP#2"
             name, k = "%s#%d" % (base, k), k + 1
-        named = [(layer_name(n), m) for n, m in root.named_modules()]
+        # (a module it shares with the model, a tied embedding, stays the model's)
+        named = [(layer_name(n), m) for n, m in root.named_modules()
+                 if id(m) not in self.layer_of]
         ids = _layers.add_model(name, list(dict.fromkeys(name + "." + n for n, _ in named if n)))
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
