@@ -287,10 +287,16 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     int64_t losses = count_kind(m, e->pid, AMP_EVENT_LOSS_NONFINITE, f->first_step, f->last_step);
     int64_t skipped = count_kind(m, e->pid, AMP_EVENT_STEP_SKIPPED, f->first_step, f->last_step);
     int dl = detail_len(e);
+    // made outside the model, where modules the PyTorch bridge did not watch may have run
+    const bool elsewhere = !f->layer[0] && m->unwatched && is(e, AMP_EVENT_NONFINITE_PRODUCER);
     snprintf(f->detail, sizeof f->detail,
-             "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.", dl,
+             "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.%s%s%s", dl,
              dl ? e->detail : "", dl ? ".\n" : "", (long long)occ, occ == 1 ? "" : "s",
-             (long long)losses, (long long)skipped);
+             (long long)losses, (long long)skipped,
+             elsewhere ? " The code outside the model runs modules that were not watched, which "
+                         "may be where it was made: "
+                       : "",
+             elsewhere ? m->unwatched : "", elsewhere ? "." : "");
     report_finding_evidence(f, "steps_affected", (double)occ);
     report_finding_evidence(f, "nonfinite_elements", e->count >= 0 ? (double)e->count : NAN);
     report_finding_evidence(f, "input_amax", r.in_amax);

@@ -442,6 +442,17 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
     ck_assert_str_eq(findings.v[1].layer, "head");
     ck_assert_ptr_nonnull(strstr(findings.v[1].title, "log of zero"));
     ck_assert_ptr_nonnull(strstr(findings.v[1].advice, "clamp"));
+    ck_assert_ptr_null(strstr(findings.v[1].detail, "not watched"));
+    release();
+    // made outside the model, in a run with modules the bridge did not watch: they are named
+    sql("UPDATE AMP_EVENTS SET layer_id = NULL WHERE op = 'log';"
+        "INSERT INTO META (key, value, pid) VALUES ('unwatched', 'Decoder (1.2 M values)', 1);");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(findings.v[1].op, "log");
+    ck_assert_ptr_nonnull(strstr(findings.v[1].detail,
+                                 "runs modules that were not watched, which may be where it was "
+                                 "made: Decoder (1.2 M values)."));
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "not watched")); // the data's: in a layer
     release();
 }
 END_TEST
