@@ -836,7 +836,7 @@ class Watcher:
                   "(%s): %s; their modules' outputs and gradients are not recorded, nor a NaN "
                   "made there traced. To record them, call them from one nn.Module's forward, "
                   "the model that trains%s." % (model, what, "" if self.add_roots else
-                                               ", or let ampprobe run --torch find them"),
+                                               ", or leave watch() out and let ampprobe run --torch find them"),
                   file=sys.stderr, flush=True)
 
     def _add_root(self, root):
