@@ -832,12 +832,12 @@ class Watcher:
             what = ", ".join(names)
             self._unwatched.append(what)  # (several optimizers: all of them, in one row)
             self.rec.meta("unwatched", "; ".join(self._unwatched))
+            how = "" if self.add_roots else \
+                ", or leave watch() out and let ampprobe run --torch find them"
             print("ampprobe: the optimizer also trains parameters outside the watched model "
                   "(%s): %s; their modules' outputs and gradients are not recorded, nor a NaN "
                   "made there traced. To record them, call them from one nn.Module's forward, "
-                  "the model that trains%s." % (model, what, "" if self.add_roots else
-                                               ", or leave watch() out and let ampprobe run --torch find them"),
-                  file=sys.stderr, flush=True)
+                  "the model that trains%s." % (model, what, how), file=sys.stderr, flush=True)
 
     def _add_root(self, root):
         """Records root from now on as the model is recorded (a second model that the optimizer
