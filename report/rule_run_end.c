@@ -66,8 +66,10 @@ static void program_end(const report_model *m, report_findings *out) {
         const int sig = status - 128;
         const char *name = signal_name(sig);
         char label[32];
-        snprintf(label, sizeof label, "%s", name ? name : "");
-        if (!name) snprintf(label, sizeof label, "signal %d", sig);
+        if (name)
+            snprintf(label, sizeof label, "%s", name);
+        else
+            snprintf(label, sizeof label, "signal %d", sig);
         const bool crash =
             sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL;
         const bool stopped = sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
