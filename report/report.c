@@ -92,7 +92,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-                 "'counters_reason', 'compiled', 'unwatched', 'added_models') ORDER BY pid",
+                 "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception') "
+                 "ORDER BY pid",
                  m, &q, err))
         return false;
     int rc;
@@ -104,6 +105,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "compiled") == 0     ? &m->compiled
                            : strcmp(key, "unwatched") == 0    ? &m->unwatched
                            : strcmp(key, "added_models") == 0 ? &m->added_models
+                           : strcmp(key, "exception") == 0    ? &m->exception
                                                               : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -526,6 +528,7 @@ void report_model_free(report_model *m) {
     free((char *)m->compiled);
     free((char *)m->unwatched);
     free((char *)m->added_models);
+    free((char *)m->exception);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);

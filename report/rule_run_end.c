@@ -13,6 +13,7 @@
  */
 #include "report.h"
 
+#include <math.h>
 #include <signal.h>
 #include <string.h>
 
@@ -122,18 +123,32 @@ static void program_end(const report_model *m, report_findings *out) {
         f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
         snprintf(f->title, sizeof f->title, "the program failed with exit status %d %s", status,
                  at);
-        snprintf(f->detail, sizeof f->detail,
-                 "A non-zero status is the program's own report of a failure (Python exits with 1 "
-                 "on an uncaught exception, CUDA out-of-memory among them); its output says "
-                 "which.%s",
-                 loss_note);
-        snprintf(f->advice, sizeof f->advice,
-                 "Read the end of the program's output (with ampprobe run --tui, the log file "
-                 "named on screen) for the error.");
+        const char *exc = m->exception;
+        if (exc)
+            snprintf(f->detail, sizeof f->detail, "It raised %.700s%s%s", exc,
+                     exc[0] && exc[strlen(exc) - 1] == '.' ? "" : ".", loss_note);
+        else
+            snprintf(f->detail, sizeof f->detail,
+                     "A non-zero status is the program's own report of a failure (Python exits "
+                     "with 1 on an uncaught exception, CUDA out-of-memory among them); its "
+                     "output says which.%s",
+                     loss_note);
+        if (exc && (strstr(exc, "out of memory") || strstr(exc, "OutOfMemoryError")))
+            snprintf(f->advice, sizeof f->advice,
+                     "The GPU ran out of memory: lower the batch size (accumulate gradients over "
+                     "micro-batches to keep the effective one), recompute activations in the "
+                     "backward (torch.utils.checkpoint), and set "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the message shows much "
+                     "memory reserved but unallocated (fragmentation).");
+        else
+            snprintf(f->advice, sizeof f->advice,
+                     "Read the end of the program's output (with ampprobe run --tui, the log file "
+                     "named on screen) for the error%s.",
+                     exc ? " and where it was raised" : "");
     }
     steps_of(f, e);
     report_finding_evidence(f, "exit_status", status);
-    report_finding_evidence(f, "last_step", (double)e->last_step);
+    report_finding_evidence(f, "last_step", e->last_step >= 0 ? (double)e->last_step : NAN);
 }
 
 // The capture's end: the database's status and the processes whose records were cut short.

@@ -3,9 +3,10 @@
  * (probe/python) with the system python3. `ampprobe run --torch` runs
  * probe/python/tests/ci_records.py, which asserts the name bookkeeping (layer ids and parents, op
  * names, event details, AMP_OPS columns), the torch.compile pieces (layer names without
- * `_orig_mod`, the callbacks around a module compiled in place) and writes one record of each AMP type through ctypes
- * and libamprecord.so (autocast policies asked of libampcore's lists); the rows must arrive in
- * the database with the values and NULLs it wrote.
+ * `_orig_mod`, the callbacks around a module compiled in place) and writes one record of each AMP
+ * type through ctypes and libamprecord.so (autocast policies asked of libampcore's lists); the rows
+ * must arrive in the database with the values and NULLs it wrote. A program that dies of an
+ * uncaught exception under --torch has it recorded (META exception) and named by the report.
  * --torch without the library is a usage error. Without python3 the cases say so and pass.
  */
 #include "tests.h"
@@ -124,6 +125,48 @@ START_TEST(test_records_through_ctypes) {
 }
 END_TEST
 
+// A Python program that dies of an uncaught exception under --torch (no torch needed): the
+// exception is recorded before Python prints it, and the report says what the program raised.
+START_TEST(test_uncaught_exception_is_recorded) {
+    if (!have_python()) return;
+    char dir[64], db_path[96], out_path[128];
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-exc-"));
+    snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
+    snprintf(out_path, sizeof out_path, "%s/report.txt", dir);
+    char cmd[2048];
+#ifdef AMP_SANITIZER_PRELOAD
+    const char *env = "env LD_PRELOAD=" AMP_SANITIZER_PRELOAD " ASAN_OPTIONS=detect_leaks=0 ";
+#else
+    const char *env = "";
+#endif
+    snprintf(cmd, sizeof cmd,
+             "%s%s run --torch --force -o %s -- python3 -c \"raise ValueError('bad batch 3')\" "
+             ">%s/log 2>&1; echo $? >%s/rc",
+             env, AMPPROBE, db_path, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char path[160], buf[256] = "";
+    snprintf(path, sizeof path, "%s/rc", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+    fclose(f);
+    ck_assert_str_eq(buf, "1\n");
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ASSERT_ROW(db, "SELECT value FROM META WHERE key = 'exception'", "ValueError: bad batch 3");
+    sqlite3_close(db);
+    snprintf(cmd, sizeof cmd, "%s report %s -o %s", AMPPROBE, db_path, out_path);
+    ck_assert_int_eq(system(cmd), 0);
+    char *report = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(report, "the program failed with exit status 1 before its first step"),
+                  "%s", report);
+    ck_assert_msg(strstr(report, "It raised ValueError: bad batch 3."), "%s", report);
+    free(report);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_torch_needs_the_build) {
     if (!have_python()) return;
     // a copy of ampprobe without libamprecord.so and python/ beside it refuses --torch
@@ -160,6 +203,7 @@ Suite *pybridge_suite(void) {
     TCase *c = tcase_create("bridge");
     tcase_set_timeout(c, 120);
     tcase_add_test(c, test_records_through_ctypes);
+    tcase_add_test(c, test_uncaught_exception_is_recorded);
     tcase_add_test(c, test_torch_needs_the_build);
     suite_add_tcase(s, c);
     return s;

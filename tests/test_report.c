@@ -1235,6 +1235,20 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 1 after step 9");
     ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "non-finite loss"));
     release();
+    // a Python program's uncaught exception (META exception, under --torch) is said, and a
+    // GPU out-of-memory gets its own advice
+    sql("INSERT INTO META (key, value, pid) VALUES ('exception', 'torch.OutOfMemoryError: CUDA "
+        "out of memory. Tried to allocate 2.00 GiB', 7);");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 1 after step 9");
+    ck_assert_msg(strncmp(findings.v[0].detail,
+                          "It raised torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                          "allocate 2.00 GiB. The findings cover",
+                          100) == 0,
+                  "%s", findings.v[0].detail);
+    ck_assert_ptr_nonnull(
+        strstr(findings.v[0].advice, "The GPU ran out of memory: lower the batch"));
+    release();
     wipe(); // a program that failed before its first step
     ended(3, "complete");
     analyse(NULL, INT64_MIN, INT64_MAX);

@@ -16,7 +16,9 @@ Needs nothing but the standard library (no torch): the CI tests run it with the 
 import ctypes
 import os
 import shutil
+import sys
 import time
+import traceback
 
 _c_str = ctypes.c_char_p
 
@@ -106,6 +108,26 @@ def find_library():
         if c and os.path.isfile(c):
             return c
     return None
+
+
+def record_uncaught():
+    """Makes sys.excepthook also record an uncaught exception in META (`exception`, this
+    process's row: its type and message, as the traceback's last line says them) before Python
+    prints it, when the process records: what a failed run died of, for the report. Nothing is
+    loaded until an exception comes (`ampprobe run --torch` installs it at startup)."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        try:
+            rec = Recorder()
+            if rec.enabled:
+                text = "".join(traceback.format_exception_only(kind, value)).strip()
+                rec.meta("exception", text if len(text) <= 600 else text[:597] + "...")
+        except Exception:  # (no library: the program's own traceback still comes)
+            pass
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _b(s):

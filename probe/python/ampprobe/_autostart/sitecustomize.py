@@ -4,7 +4,8 @@ PYTHONPATH, with the ampprobe package's folder after it).
 Python imports it at startup. When the process records (AMPPROBE_SPOOL_DIR) it waits for the
 program to import torch — an import hook, so a program that never does pays nothing and torch
 is not imported early — and then calls ampprobe.torch.autoattach(), which watches the model that
-trains. The sitecustomize that this one shadows, if any, runs afterwards as before.
+trains; and an uncaught exception is recorded before Python prints it (META `exception`, for the
+report). The sitecustomize that this one shadows, if any, runs afterwards as before.
 """
 import importlib.abc
 import importlib.machinery
@@ -49,4 +50,10 @@ def _run_shadowed():
 
 if os.environ.get("AMPPROBE_SPOOL_DIR") or os.environ.get("AMPPROBE_OUT"):
     sys.meta_path.insert(0, _TorchImported())
+    try:  # an uncaught exception is recorded too (META exception): what a failed run died of
+        from ampprobe._records import record_uncaught
+        record_uncaught()
+    except Exception as e:
+        print("ampprobe: uncaught exceptions will not be recorded: %s: %s"
+              % (type(e).__name__, e), file=sys.stderr, flush=True)
 _run_shadowed()
