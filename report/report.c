@@ -92,8 +92,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-                 "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception') "
-                 "ORDER BY pid",
+                 "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
+                 "'abort') ORDER BY pid",
                  m, &q, err))
         return false;
     int rc;
@@ -105,8 +105,9 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "compiled") == 0     ? &m->compiled
                            : strcmp(key, "unwatched") == 0    ? &m->unwatched
                            : strcmp(key, "added_models") == 0 ? &m->added_models
-                           : strcmp(key, "exception") == 0    ? &m->exception
-                                                              : &m->counters_reason;
+                           : strcmp(key, "exception") == 0 || strcmp(key, "abort") == 0
+                               ? &m->exception
+                               : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);

@@ -213,8 +213,9 @@ typedef struct report_model {
     // META of a PyTorch run under ampprobe run --torch: the second models found that way and
     // recorded from a later step on ("Linear (110 values) from step 1"); NULL: none
     const char *added_models;
-    // META of a Python program under ampprobe run --torch: the uncaught exception it died of
-    // ("RuntimeError: CUDA out of memory. ..."), the first process's; NULL: none
+    // What the program died of in its own words, the first process's: the uncaught exception
+    // of a Python program under ampprobe run --torch (META exception, "RuntimeError: CUDA out
+    // of memory. ...") or libampcore's abort message (META abort); NULL: none
     const char *exception;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)

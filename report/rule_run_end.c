@@ -80,8 +80,10 @@ static void program_end(const report_model *m, report_findings *out) {
                                          : AMP_SEVERITY_WARNING);
         if (crash) {
             snprintf(f->title, sizeof f->title, "the program crashed with %s %s", label, at);
-            snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d).%s", sig,
-                     status, loss_note);
+            const char *why = m->exception; // libampcore's abort message, or an exception's
+            snprintf(f->detail, sizeof f->detail,
+                     "It ended by signal %d (exit status %d)%s%.700s.%s", sig, status,
+                     why ? ": " : "", why ? why : "", loss_note);
             snprintf(f->advice, sizeof f->advice,
                      "Find the crash in the program's output (SIGABRT: a failed assertion or an "
                      "uncaught C++ exception prints its message first), then run it again under "

@@ -112,6 +112,16 @@ START_TEST(test_exit_statuses) {
                      128 + SIGTERM);
     ck_assert_int_eq(meta_exit_status("k.sqlite"), 128 + SIGTERM);
     ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "killed by signal 15"));
+    // libampcore's abort: its message is written out before the abort, with the steps before it
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", "a.sqlite", "--", HELPER, "abort", "3", NULL}),
+        128 + SIGABRT);
+    ck_assert_int_eq(meta_exit_status("a.sqlite"), 128 + SIGABRT);
+    sqlite3 *db = open_db("a.sqlite");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'abort'"),
+                     "libampcore record_helper.c:1: a broken invariant, on purpose");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
+    sqlite3_close(db);
     // no spool directory is left behind
     DIR *d = opendir(test_dir);
     for (struct dirent *e; (e = readdir(d));)

@@ -1199,6 +1199,8 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     ck_assert_uint_eq(count("run-end", AMP_SEVERITY_ERROR), 1);
     const report_finding *f = first_of("run-end");
     ck_assert_str_eq(f->title, "the program crashed with SIGSEGV after step 9");
+    ck_assert_str_eq(f->detail, "It ended by signal 11 (exit status 139). The findings cover the "
+                                "steps it recorded.");
     ck_assert_int_eq(f->first_step, 9);
     ck_assert_double_eq(evidence(f, "signal"), SIGSEGV);
     char verdict[1024];
@@ -1206,6 +1208,16 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     ck_assert_msg(strncmp(verdict, "Training broke: the program crashed", 35) == 0, "verdict: %s",
                   verdict);
     release();
+    // libampcore's abort message (META abort) is said
+    ended(128 + SIGABRT, "complete");
+    sql("INSERT INTO META (key, value, pid) VALUES ('abort', 'libampcore x.c:1: assertion "
+        "failed: n > 0', 1);");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(findings.v[0].detail, "It ended by signal 6 (exit status 134): libampcore "
+                                           "x.c:1: assertion failed: n > 0. The findings cover "
+                                           "the steps it recorded.");
+    release();
+    sql("DELETE FROM META WHERE key = 'abort';");
     ended(137, "complete");
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 1);

@@ -30,6 +30,12 @@ _Noreturn void amp_abort(const char *file, int line, const char *fmt, ...)
 _Noreturn void amp_abort_assert(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+// amp_abort's last words (record.c): when the process records, msg goes in as META `abort` and
+// the buffered records are written out before the abort, so that the report can say why the
+// program died. Nothing is written when this thread already holds the record writer's locks
+// (an abort inside it) or another thread does.
+void amp_record_last_words(const char *msg);
+
 // AMP_ASSERT(cond) or AMP_ASSERT(cond, "(format)", args...)
 #define AMP_ASSERT(cond, ...)                                                                      \
     do {                                                                                           \

@@ -431,6 +431,21 @@ void amp_record_stop(void) {
 // ---------------------------------------------------------------------------------------------
 // Emitting
 
+void amp_record_last_words(const char *msg) {
+    if (!amp_record_enabled()) return;
+    pthread_mutex_t *locks[] = {&g.init_lock, &g.io_lock, &g.lock}; // held: no last words
+    for (int i = 0; i < 3; i++)
+        if (pthread_mutex_trylock(locks[i]) != 0) {
+            while (i--)
+                pthread_mutex_unlock(locks[i]);
+            return;
+        }
+    for (int i = 3; i--;)
+        pthread_mutex_unlock(locks[i]);
+    amp_record_meta(&(amp_rec_meta){.key = "abort", .value = msg});
+    if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == SPOOL_READY) spool_flush();
+}
+
 static void emit(amp_rec_type type, const void *rec) {
     if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) != SPOOL_READY && !spool_open()) return;
     pthread_mutex_lock(&g.lock);

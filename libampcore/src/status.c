@@ -63,6 +63,8 @@ void amp_abort(const char *file, int line, const char *fmt, ...) {
     if (abort_hook) abort_hook(msg);
     fprintf(stderr, "%s\n", msg);
     fflush(stderr);
+    static int aborting; // (an abort while writing the last words writes none)
+    if (!__atomic_exchange_n(&aborting, 1, __ATOMIC_ACQ_REL)) amp_record_last_words(msg);
     abort();
 }
 

@@ -5,12 +5,14 @@
  *
  *   steps N [MS]    N steps (layer, step, scale, tensor stats, op, event), MS ms apart; exit 0
  *   crash N MS      steps MS ms apart, then SIGKILL to itself after step N
+ *   abort N         N steps, then libampcore's abort (a broken invariant: amp_abort)
  *   wait            one META record, "ready" on stdout, then sleep until a signal ends it
  *   exit CODE       one META record, then exit(CODE)
  *   enabled         print amp_record_enabled() (1 or 0)
  *
  * Every mode first records META stats_every = $AMPPROBE_STATS_EVERY when that is set.
  */
+#include "amp-impl.h"
 #include "amp-record.h"
 
 #include <math.h>
@@ -87,7 +89,8 @@ int main(int argc, char **argv) {
         for (;;)
             pause();
     }
-    if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0) && argc > 2) {
+    if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0 || strcmp(mode, "abort") == 0) &&
+        argc > 2) {
         int n = atoi(argv[2]), ms = argc > 3 ? atoi(argv[3]) : 0;
         amp_record_layer(&(amp_rec_layer){.id = 0, .parent_id = -1, .name = "fc"});
         amp_record_layer(&(amp_rec_layer){.id = 1, .parent_id = 0, .name = "fc.linear"});
@@ -105,6 +108,8 @@ int main(int argc, char **argv) {
             if (ms > 0) sleep_ms(ms);
         }
         if (strcmp(mode, "crash") == 0) raise(SIGKILL);
+        if (strcmp(mode, "abort") == 0)
+            amp_abort("record_helper.c", 1, "a broken invariant, on purpose");
         return 0;
     }
     fprintf(stderr, "record_helper: unknown mode '%s'\n", mode);
