@@ -47,21 +47,32 @@ static void query(sqlite3 *db, const char *sql, char *out, size_t n) {
         ck_assert_msg(strcmp(got_, want) == 0, "%s\n  got  '%s'\n  want '%s'", sql, got_, want);   \
     } while (0)
 
+// What runs python3 under the sanitizers: python3 is not built with them, so their runtimes
+// must be loaded before libamprecord.so (built with them) is.
+#ifdef AMP_SANITIZER_PRELOAD
+#define PYTHON_ENV "env LD_PRELOAD=" AMP_SANITIZER_PRELOAD " ASAN_OPTIONS=detect_leaks=0 "
+#else
+#define PYTHON_ENV ""
+#endif
+
+// The first line of dir/name into buf (the test fails without one).
+static void first_line(const char *dir, const char *name, char *buf, int n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: not there", path);
+    ck_assert_msg(fgets(buf, n, f) != NULL, "%s: empty", path);
+    fclose(f);
+}
+
 START_TEST(test_records_through_ctypes) {
     if (!have_python()) return;
     char dir[64], db_path[96];
     ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-"));
     snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
     char cmd[2048];
-#ifdef AMP_SANITIZER_PRELOAD
-    // python3 is not built with the sanitizers: their runtimes must be loaded before
-    // libamprecord.so (built with them) is
-    const char *env = "env LD_PRELOAD=" AMP_SANITIZER_PRELOAD " ASAN_OPTIONS=detect_leaks=0 ";
-#else
-    const char *env = "";
-#endif
-    snprintf(cmd, sizeof cmd, "%s%s run --torch --force -o %s -- python3 %s 2>&1", env, AMPPROBE,
-             db_path, SCRIPT);
+    snprintf(cmd, sizeof cmd, "%s%s run --torch --force -o %s -- python3 %s 2>&1", PYTHON_ENV,
+             AMPPROBE, db_path, SCRIPT);
     ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
 
     sqlite3 *db;
@@ -134,22 +145,13 @@ START_TEST(test_uncaught_exception_is_recorded) {
     snprintf(db_path, sizeof db_path, "%s/run.sqlite", dir);
     snprintf(out_path, sizeof out_path, "%s/report.txt", dir);
     char cmd[2048];
-#ifdef AMP_SANITIZER_PRELOAD
-    const char *env = "env LD_PRELOAD=" AMP_SANITIZER_PRELOAD " ASAN_OPTIONS=detect_leaks=0 ";
-#else
-    const char *env = "";
-#endif
     snprintf(cmd, sizeof cmd,
              "%s%s run --torch --force -o %s -- python3 -c \"raise ValueError('bad batch 3')\" "
              ">%s/log 2>&1; echo $? >%s/rc",
-             env, AMPPROBE, db_path, dir, dir);
+             PYTHON_ENV, AMPPROBE, db_path, dir, dir);
     ck_assert_int_eq(system(cmd), 0);
-    char path[160], buf[256] = "";
-    snprintf(path, sizeof path, "%s/rc", dir);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
-    fclose(f);
+    char buf[256];
+    first_line(dir, "rc", buf, sizeof buf);
     ck_assert_str_eq(buf, "1\n");
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
@@ -178,18 +180,10 @@ START_TEST(test_torch_needs_the_build) {
              "2>%s/err; echo $? >%s/rc",
              AMPPROBE, dir, dir, dir, dir, dir);
     ck_assert_int_eq(system(cmd), 0);
-    char path[512], buf[512] = "";
-    snprintf(path, sizeof path, "%s/rc", dir);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
-    fclose(f);
+    char path[512], buf[512];
+    first_line(dir, "rc", buf, sizeof buf);
     ck_assert_str_eq(buf, "2\n");
-    snprintf(path, sizeof path, "%s/err", dir);
-    f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
-    fclose(f);
+    first_line(dir, "err", buf, sizeof buf);
     ck_assert_msg(strstr(buf, "--torch needs") && strstr(buf, "libamprecord.so"), "%s", buf);
     snprintf(path, sizeof path, "%s/x.sqlite", dir);
     ck_assert_int_ne(access(path, F_OK), 0); // nothing created
