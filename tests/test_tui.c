@@ -494,6 +494,23 @@ START_TEST(model_tells_a_cut_short_run_from_a_live_one) {
 }
 END_TEST
 
+// A program that died of an exception (META exception, as the PyTorch bridge records it): the
+// overview's state line says what it raised, on one line.
+START_TEST(overview_says_what_the_program_died_of) {
+    fixture();
+    sql("INSERT INTO META (key, value, pid) VALUES ('exception', 'ValueError: bad\nbatch', 7);");
+    ck_assert_int_eq(amp_collector_finish(collector, 1), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "exit status 1") && strstr(all, "skipped | ValueError: bad batch"),
+                  "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
 // Kernels the report ties to ops: the kernels view names the layer most of each one's time ran
 // in (the finder's), with the others counted.
 START_TEST(kernels_view_names_each_kernels_layer) {
@@ -796,6 +813,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, p_shows_the_next_process_finished);
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, model_tells_a_cut_short_run_from_a_live_one);
+    tcase_add_test(model, overview_says_what_the_program_died_of);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);

@@ -71,7 +71,7 @@ static int severity_rank(const char *s) {
 static const char sql_version[] = "PRAGMA data_version";
 static const char sql_meta[] =
     "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'start_ns', "
-    "'end_ns', 'command', 'device', 'precision')";
+    "'end_ns', 'command', 'device', 'precision', 'exception', 'abort')";
 // %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
     "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s FROM AMP_STEPS "
@@ -107,10 +107,12 @@ static bool prepare(tui_model *m, const char *sql, sqlite3_stmt **q, char *err) 
 // ---------------------------------------------------------------------------------------------
 // META, layers, steps
 
-// Returns true when the run's state changed (it ended, its exit status came).
+// Returns true when the run's state changed (it ended, its exit status or what the program
+// died of came).
 static bool poll_meta(tui_model *m) {
     bool was_complete = m->complete;
     int was_exit = m->exit_status;
+    const char *was_exception = m->exception;
     sqlite3_stmt *q = m->q_meta;
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
@@ -126,14 +128,19 @@ static bool poll_meta(tui_model *m) {
         } else if (strcmp(key, "end_ns") == 0 && run_wide) {
             m->end_ns = strtoll(value, NULL, 10);
         } else {
-            char **dst = strcmp(key, "command") == 0  ? &m->command
-                         : strcmp(key, "device") == 0 ? &m->device
-                                                      : &m->precision;
+            char **dst = strcmp(key, "command") == 0     ? &m->command
+                         : strcmp(key, "device") == 0    ? &m->device
+                         : strcmp(key, "precision") == 0 ? &m->precision
+                                                         : &m->exception;
             if (!*dst) *dst = amp_xstrdup(value);
         }
     }
     sqlite3_reset(q);
-    return m->complete != was_complete || m->exit_status != was_exit;
+    if (m->exception != was_exception) // one line on screen
+        for (char *c = m->exception; *c; c++)
+            if ((unsigned char)*c < 0x20) *c = ' ';
+    return m->complete != was_complete || m->exit_status != was_exit ||
+           m->exception != was_exception;
 }
 
 static int cmp_layer_name(const void *a, const void *b) {
@@ -717,5 +724,6 @@ void tui_model_free(tui_model *m) {
     free(m->command);
     free(m->device);
     free(m->precision);
+    free(m->exception);
     *m = (tui_model){0};
 }

@@ -87,6 +87,7 @@ typedef struct tui_model {
     char *path;
     // META (run-wide and the program's own rows)
     char *command, *device, *precision;
+    char *exception;          // what the program died of (META exception or abort); NULL: none
     bool complete;            // META.status = complete: the run has ended and will not grow
     bool cut_short;           // not complete, but its collector is gone (the launcher was
                               // killed): it will not grow either (AMP_RUN_CUT_SHORT)

@@ -51,10 +51,11 @@ static void draw_run(const tui_app *app, tui_rect r) {
     if (m->n_step_pids > 1)
         snprintf(of, sizeof of, " of process %d (%zu of %zu)", (int)m->pid,
                  tui_model_process_index(m) + 1, m->n_step_pids);
-    tui_print(r.y + 1, 0, r.w, attr, "state %s | device %s%s%s | %zu steps%s, %zu skipped%s%s",
+    tui_print(r.y + 1, 0, r.w, attr, "state %s | device %s%s%s | %zu steps%s, %zu skipped%s%s%s%s",
               state, m->device ? m->device : "?", m->precision ? " " : "",
               m->precision ? m->precision : "", m->n_steps, of, skipped,
-              app->live ? " | output: " : "", app->live ? app->live->log_path : "");
+              app->live ? " | output: " : "", app->live ? app->live->log_path : "",
+              m->exception ? " | " : "", m->exception ? m->exception : "");
 }
 
 // The values of the steps up to the shown step, the last w of them.
