@@ -868,6 +868,11 @@ class Watcher:
             if len(stack) > 1:
                 stack.pop()
 
+        sharded = [p for p in root.parameters() if type(p) not in _PLAIN]  # DTensors (FSDP2)
+        self._sharded |= bool(sharded)
+        # its part of the loss computation gathers parameters across processes: a broken step
+        # is searched per module, as for a sharded model (_rerunnable)
+        self._rerunnable &= not any(_spans_processes(p) for p in sharded)
         for n, m in named:
             lid = ids[name + "." + n if n else ""]
             self.layer_of[id(m)] = lid
