@@ -471,21 +471,11 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         esc(out, m->device);
         fputs("</td></tr>", out);
     }
-    const char *compiled = report_compiled_phrase(m);
-    if (compiled) {
-        fputs("<tr><td>compiled</td><td>", out);
-        esc(out, compiled);
-        fputs("</td></tr>", out);
-    }
-    if (m->added_models) {
-        fputs("<tr><td>also watched</td><td>", out);
-        esc(out, m->added_models);
-        fputs(" (trained beside the model)</td></tr>", out);
-    }
-    if (m->unwatched) {
-        fputs("<tr><td>not watched</td><td>", out);
-        esc(out, m->unwatched);
-        fputs(" (trained outside the watched model: not recorded)</td></tr>", out);
+    report_coverage cov[3];
+    for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
+        fprintf(out, "<tr><td>%s</td><td>", cov[i].label);
+        esc(out, cov[i].text);
+        fprintf(out, "%s</td></tr>", cov[i].note);
     }
     if (s.steps) {
         char steps[64];

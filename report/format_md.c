@@ -123,17 +123,11 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
         md(out, m->device, true);
         fputs(" |\n", out);
     }
-    const char *compiled = report_compiled_phrase(m);
-    if (compiled) fprintf(out, "| compiled | %s |\n", compiled);
-    if (m->added_models) {
-        fputs("| also watched | ", out);
-        md(out, m->added_models, true);
-        fputs(" (trained beside the model) |\n", out);
-    }
-    if (m->unwatched) {
-        fputs("| not watched | ", out);
-        md(out, m->unwatched, true);
-        fputs(" (trained outside the watched model: not recorded) |\n", out);
+    report_coverage cov[3];
+    for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
+        fprintf(out, "| %s | ", cov[i].label);
+        md(out, cov[i].text, true);
+        fprintf(out, "%s |\n", cov[i].note);
     }
     if (s.steps == 0) {
         fputs("| steps | none recorded |\n", out);

@@ -102,13 +102,12 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
     fprintf(out, "%sRun%s\n", p->bold, p->off);
     if (m->command) fprintf(out, "  command:     %s\n", m->command);
     if (m->device) fprintf(out, "  device:      %s\n", m->device);
-    const char *compiled = report_compiled_phrase(m);
-    if (compiled) fprintf(out, "  compiled:    %s\n", compiled);
-    if (m->added_models)
-        fprintf(out, "  also watched: %s (trained beside the model)\n", m->added_models);
-    if (m->unwatched)
-        fprintf(out, "  not watched: %s (trained outside the watched model: not recorded)\n",
-                m->unwatched);
+    report_coverage cov[3];
+    for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
+        char label[32];
+        snprintf(label, sizeof label, "%s:", cov[i].label);
+        fprintf(out, "  %-12s %s%s\n", label, cov[i].text, cov[i].note);
+    }
     if (s.steps == 0) {
         fprintf(out, "  steps:       none recorded\n");
         return;

@@ -118,21 +118,15 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
 static bool load_end(sqlite3 *db, report_model *m, char *err) {
     report_end *e = &m->end;
     *e = (report_end){.exit_status = -1, .last_step = -1};
+    e->capture = amp_store_run_state(db);
     sqlite3_stmt *q;
-    if (!prepare(db, m->path,
-                 "SELECT key, value FROM META WHERE pid = 0 AND key IN ('status', 'exit_status')",
-                 m, &q, err))
+    if (!prepare(db, m->path, "SELECT value FROM META WHERE pid = 0 AND key = 'exit_status'", m, &q,
+                 err))
         return false;
     int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        const char *key = (const char *)sqlite3_column_text(q, 0);
-        if (strcmp(key, "status") == 0)
-            e->capture = col_str(q, 1);
-        else
-            e->exit_status = sqlite3_column_int(q, 1);
-    }
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+        e->exit_status = sqlite3_column_int(q, 0);
     if (!finish(db, m->path, q, rc, err)) return false;
-    e->recording = amp_store_run_state(db) == AMP_RUN_RECORDING;
 
     if (!prepare(db, m->path,
                  "SELECT pid, name, status FROM AMP_PROCESSES WHERE status IN ('truncated', "
@@ -535,7 +529,6 @@ void report_model_free(report_model *m) {
         free((char *)m->end.cut[i].status);
     }
     free(m->end.cut);
-    free((char *)m->end.capture);
     memset(m, 0, sizeof *m);
 }
 
@@ -795,13 +788,24 @@ void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n
     }
 }
 
-const char *report_compiled_phrase(const report_model *m) {
-    if (!m->compiled) return NULL;
-    return strcmp(m->compiled, "model") == 0
-               ? "the model as a whole (torch.compile): the outputs of the modules inside it "
-                 "are not recorded, its own output and the gradients are"
-               : "parts of the model (torch.compile): the modules inside them are not "
-                 "recorded, the parts' outputs and the rest of the model are";
+int report_coverage_lines(const report_model *m, report_coverage out[3]) {
+    int n = 0;
+    if (m->compiled)
+        out[n++] = (report_coverage){
+            "compiled",
+            strcmp(m->compiled, "model") == 0
+                ? "the model as a whole (torch.compile): the outputs of the modules inside it "
+                  "are not recorded, its own output and the gradients are"
+                : "parts of the model (torch.compile): the modules inside them are not "
+                  "recorded, the parts' outputs and the rest of the model are",
+            ""};
+    if (m->added_models)
+        out[n++] =
+            (report_coverage){"also watched", m->added_models, " (trained beside the model)"};
+    if (m->unwatched)
+        out[n++] = (report_coverage){"not watched", m->unwatched,
+                                     " (trained outside the watched model: not recorded)"};
+    return n;
 }
 
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
@@ -834,7 +838,8 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
                      "Healthy%s: no error or warning in %s%s. The forward pass stayed "
                      "finite, %s came near the autocast dtype's range and no layer lost "
                      "a worrying share of its gradients to underflow.%s",
-                     m->end.recording ? " so far (the run is still going)" : "", steps,
+                     m->end.capture == AMP_RUN_RECORDING ? " so far (the run is still going)" : "",
+                     steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
                                : "",
                      !m->compiled ? "no op"

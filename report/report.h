@@ -27,6 +27,7 @@
 #define AMPPROBE_REPORT_H
 
 #include "amp-record.h"
+#include "amp-store.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -178,8 +179,7 @@ typedef struct report_cut {
 // How the run ended (META, AMP_PROCESSES), for the rule run-end.
 typedef struct report_end {
     int exit_status;     // the program's (shell convention: 128+N for signal N); -1: not recorded
-    const char *capture; // META status: "complete", "running"; NULL: not recorded
-    bool recording;      // still being recorded (amp_store_run_state)
+    amp_run_state capture; // finished, still being recorded, or cut short (amp_store_run_state)
     int64_t last_step;   // the last step recorded by any process, focus aside; -1: none
     bool last_loss_nonfinite; // that step's loss was NaN/inf (in some process)
     report_cut *cut;
@@ -379,9 +379,15 @@ void report_summarize(const report_model *m, report_summary *s);
 // "12 steps", or "24 steps of 2 processes" (a data-parallel run records each rank's steps);
 // without the noun "12", "24 of 2 processes".
 void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n);
-// What a torch.compile'd run leaves out, for the Run section ("the model as a whole
-// (torch.compile): the outputs of the modules inside it are not recorded"); NULL: eager.
-const char *report_compiled_phrase(const report_model *m);
+// What the run recorded of the model, for the Run section of every format: a line each for
+// what torch.compile left out ("compiled", "the model as a whole (torch.compile): the outputs
+// of the modules inside it are not recorded, ..."), models recorded beside it ("also
+// watched") and models trained but not watched ("not watched"); text and note are printed one
+// after the other (the note fixed wording, the text the run's own: escape it). Returns how many.
+typedef struct report_coverage {
+    const char *label, *text, *note;
+} report_coverage;
+int report_coverage_lines(const report_model *m, report_coverage out[3]);
 // One paragraph: the answer first (the top finding in words, or that the run is healthy).
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n);
 

@@ -156,10 +156,9 @@ static void program_end(const report_model *m, report_findings *out) {
 // The capture's end: the database's status and the processes whose records were cut short.
 static void capture_end(const report_model *m, report_findings *out) {
     const report_end *e = &m->end;
-    const bool running = e->capture && strcmp(e->capture, "running") == 0;
     char at[64];
     when(e, at, sizeof at);
-    if (running && e->recording) {
+    if (e->capture == AMP_RUN_RECORDING) {
         report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
         snprintf(f->title, sizeof f->title, "the run is still being recorded: this report stops %s",
                  at);
@@ -169,7 +168,7 @@ static void capture_end(const report_model *m, report_findings *out) {
         snprintf(f->advice, sizeof f->advice,
                  "Report again when the run has ended, or follow it live with ampprobe tui FILE.");
         steps_of(f, e);
-    } else if (running) {
+    } else if (e->capture == AMP_RUN_CUT_SHORT) {
         report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
         snprintf(f->title, sizeof f->title,
                  "the capture did not finish: the recording process was killed %s", at);
