@@ -771,6 +771,11 @@ class Watcher:
                 torch.is_grad_enabled() and not self.rerunning and not _compiling():
             self._others.setdefault(id(module), module)
 
+    def _own_params(self):
+        """The ids of the parameters recorded: the model's and those of the models added (a
+        second optimizer that trains an added model finds nothing new there)."""
+        return {id(p) for r in self._roots for p in r.parameters()}
+
     def _end_others(self):
         """Step 0 is over (or an optimizer steps): no module calls looked at any more; of the
         modules seen outside the model, the outermost ones that hold trainable parameters of
@@ -780,7 +785,7 @@ class Watcher:
             return
         self._others_hook.remove()
         self._others_hook = None
-        mine = {id(p) for p in self.model.parameters()}
+        mine = self._own_params()
         seen, summary = set(), []
         for m in self._others.values():  # in call order: a model before its modules
             ids = [id(p) for p in m.parameters()
@@ -800,7 +805,7 @@ class Watcher:
             return
         self._checked_optimizers.add(id(optimizer))
         self._end_others()
-        mine = {id(p) for p in self.model.parameters()}
+        mine = self._own_params()
         other = {id(p): p for g in optimizer.param_groups for p in g["params"]
                  if p.requires_grad and id(p) not in mine}
         if not other:
