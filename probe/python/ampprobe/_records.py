@@ -16,7 +16,6 @@ Needs nothing but the standard library (no torch): the CI tests run it with the 
 import ctypes
 import os
 import shutil
-import sys
 import time
 import traceback
 
@@ -110,24 +109,15 @@ def find_library():
     return None
 
 
-def record_uncaught():
-    """Makes sys.excepthook also record an uncaught exception in META (`exception`, this
-    process's row: its type and message, as the traceback's last line says them) before Python
-    prints it, when the process records: what a failed run died of, for the report. Nothing is
-    loaded until an exception comes (`ampprobe run --torch` installs it at startup)."""
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        try:
-            rec = Recorder()
-            if rec.enabled:
-                text = "".join(traceback.format_exception_only(kind, value)).strip()
-                rec.meta("exception", text if len(text) <= 600 else text[:597] + "...")
-        except Exception:  # (no library: the program's own traceback still comes)
-            pass
-        previous(kind, value, tb)
-
-    sys.excepthook = hook
+def record_exception(kind, value):
+    """Records an uncaught exception in META (`exception`, this process's row: its type and
+    message, as the traceback's last line says them) when the process records: what a failed
+    run died of, for the report. The startup module of `ampprobe run --torch` calls it from
+    sys.excepthook, before Python prints the traceback."""
+    rec = Recorder()
+    if rec.enabled:
+        text = "".join(traceback.format_exception_only(kind, value)).strip()
+        rec.meta("exception", text if len(text) <= 600 else text[:597] + "...")
 
 
 def _b(s):

@@ -48,12 +48,23 @@ def _run_shadowed():
         spec.loader.exec_module(module)
 
 
+def _record_uncaught():
+    """sys.excepthook records an uncaught exception too (META exception: what a failed run
+    died of) before Python prints it; nothing is imported until one comes."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        try:
+            from ampprobe._records import record_exception
+            record_exception(kind, value)
+        except Exception:  # (no library: the program's own traceback still comes)
+            pass
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 if os.environ.get("AMPPROBE_SPOOL_DIR") or os.environ.get("AMPPROBE_OUT"):
     sys.meta_path.insert(0, _TorchImported())
-    try:  # an uncaught exception is recorded too (META exception): what a failed run died of
-        from ampprobe._records import record_uncaught
-        record_uncaught()
-    except Exception as e:
-        print("ampprobe: uncaught exceptions will not be recorded: %s: %s"
-              % (type(e).__name__, e), file=sys.stderr, flush=True)
+    _record_uncaught()
 _run_shadowed()
