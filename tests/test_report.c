@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -1277,10 +1276,7 @@ END_TEST
 
 START_TEST(run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note) {
     healthy(10);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) _exit(0);
-    ck_assert_int_eq(waitpid(child, NULL, 0), child); // a collector that is gone
+    const pid_t child = test_dead_pid(); // a collector that is gone
     char host[256] = "", buf[512];
     ck_assert_int_eq(gethostname(host, sizeof host - 1), 0);
     snprintf(buf, sizeof buf,

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -473,10 +472,7 @@ START_TEST(model_tells_a_cut_short_run_from_a_live_one) {
     tui_model *m = &app.model;
     ck_assert(!m->complete);
     ck_assert(!m->cut_short); // this process is the collector
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) _exit(0);
-    ck_assert_int_eq(waitpid(child, NULL, 0), child);
+    const pid_t child = test_dead_pid();
     char buf[128];
     snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'collector_pid';",
              (int)child);

@@ -46,6 +46,8 @@ int test_wait_ampprobe(pid_t pid);
 // The first column of the first row of sql as an integer (-999 for NULL or no row); asserts that
 // sql prepares.
 int64_t test_query_int(sqlite3 *db, const char *sql);
+// The pid of a process that has just exited and been reaped (a collector that is gone).
+pid_t test_dead_pid(void);
 // Runs tests/helpers/exit_prog.c (four steps, then exit() without amp_ctx_free) on device "cpu"
 // or "cuda" under `ampprobe run` in test_dir and checks that every step is in the database.
 void test_exit_without_free(const char *device);

@@ -94,6 +94,14 @@ int64_t test_query_int(sqlite3 *db, const char *sql) {
     return v;
 }
 
+pid_t test_dead_pid(void) {
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) _exit(0);
+    ck_assert_int_eq(waitpid(child, NULL, 0), child);
+    return child;
+}
+
 void test_exit_without_free(const char *device) {
     enum { STEPS = 4 };
     const char *args[] = {"run", "-o", "run.sqlite", "--", AMP_BINARY_DIR "/tests/amp_exit_prog",
