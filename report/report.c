@@ -479,9 +479,17 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
               load_steps(db, m, err) && load_events(db, m, err) && load_stats(db, m, err) &&
               report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    if (ok) return AMP_OK;
-    report_model_free(m);
-    return AMP_ERR_IO;
+    if (!ok) {
+        report_model_free(m);
+        return AMP_ERR_IO;
+    }
+    // A snapshot taken in the collector's last moments says running with nobody writing: when
+    // the capture has finished since, the finished one is read
+    if (m->end.capture == AMP_RUN_CUT_SHORT && amp_store_run_state(db) == AMP_RUN_COMPLETE) {
+        report_model_free(m);
+        return report_model_load(db, path, lo, hi, m, err);
+    }
+    return AMP_OK;
 }
 
 void report_model_free(report_model *m) {

@@ -57,7 +57,8 @@ bool amp_store_has_column(sqlite3 *db, const char *table, const char *column);
 // How far a run's recording got, from META: its collector finished it (status complete, or no
 // status: a database older than the key); it is still being recorded (status running, and the
 // collector, META.collector_pid, still runs on this machine); or it was cut short (running,
-// but the collector is gone: its launcher was killed; or it runs on another host).
+// but the collector is gone: its launcher was killed; or it runs on another host). Inside a read
+// transaction a capture that finished since the snapshot reads as cut short: ask again after it.
 typedef enum amp_run_state { AMP_RUN_COMPLETE, AMP_RUN_RECORDING, AMP_RUN_CUT_SHORT } amp_run_state;
 amp_run_state amp_store_run_state(sqlite3 *db);
 

@@ -1236,15 +1236,17 @@ bool amp_store_has_column(sqlite3 *db, const char *table, const char *column) {
     return yes;
 }
 
-amp_run_state amp_store_run_state(sqlite3 *db) {
+// META's status is running (and *pid, *here: the collector's pid, on this host).
+static bool status_running(sqlite3 *db, long long *pid, bool *here) {
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db,
                            "SELECT key, value FROM META WHERE pid = 0 AND key IN ('status', "
                            "'collector_pid', 'host')",
                            -1, &q, NULL) != SQLITE_OK)
-        return AMP_RUN_COMPLETE;
-    bool running = false, here = false;
-    long long pid = 0;
+        return false;
+    bool running = false;
+    *pid = 0;
+    *here = false;
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
         const char *value = (const char *)sqlite3_column_text(q, 1);
@@ -1252,16 +1254,24 @@ amp_run_state amp_store_run_state(sqlite3 *db) {
         if (strcmp(key, "status") == 0) {
             running = strcmp(value, "running") == 0;
         } else if (strcmp(key, "collector_pid") == 0) {
-            pid = strtoll(value, NULL, 10);
+            *pid = strtoll(value, NULL, 10);
         } else {
             char host[256] = "";
-            here = gethostname(host, sizeof host - 1) == 0 && strcmp(host, value) == 0;
+            *here = gethostname(host, sizeof host - 1) == 0 && strcmp(host, value) == 0;
         }
     }
     sqlite3_finalize(q);
-    if (!running) return AMP_RUN_COMPLETE;
-    return here && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM) ? AMP_RUN_RECORDING
-                                                                           : AMP_RUN_CUT_SHORT;
+    return running;
+}
+
+amp_run_state amp_store_run_state(sqlite3 *db) {
+    long long pid;
+    bool here;
+    if (!status_running(db, &pid, &here)) return AMP_RUN_COMPLETE;
+    if (here && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) return AMP_RUN_RECORDING;
+    // The collector may have written its last rows and exited between the read and the kill:
+    // read again (outside a read transaction, that sees what it wrote)
+    return status_running(db, &pid, &here) ? AMP_RUN_CUT_SHORT : AMP_RUN_COMPLETE;
 }
 
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
