@@ -675,6 +675,15 @@ void report_run(const report_model *m, const report_rule *only, report_findings 
         for (; j > 0 && cmp_finding(&out->v[j - 1], &tmp) > 0; j--) out->v[j] = out->v[j - 1];
         out->v[j] = tmp;
     }
+    // advice given in full once (host-sync's and gpu-idle's, when the gaps are the syncs)
+    for (size_t i = 1; i < out->n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (out->v[i].advice[0] && strcmp(out->v[j].advice, out->v[i].advice) == 0 &&
+                strcmp(out->v[j].rule, out->v[i].rule) != 0) {
+                snprintf(out->v[i].advice, sizeof out->v[i].advice, "The same as for %s, above.",
+                         out->v[j].rule);
+                break;
+            }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -326,6 +326,8 @@ report_finding *report_finding_add(report_findings *out, const char *rule, amp_s
 void report_finding_evidence(report_finding *f, const char *key, double value);
 // Sets layer/op/phase from a model's names (NULL: left empty).
 void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase);
+// What to do about host synchronisations (rules host-sync and gpu-idle give the same advice).
+extern const char report_sync_advice[];
 void report_findings_free(report_findings *f);
 
 // ---------------------------------------------------------------------------------------------

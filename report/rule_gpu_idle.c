@@ -50,10 +50,7 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
                  "take host synchronisations out of the loop.");
     } else if ((double)p->sync_ns >= 0.25 * gap) {
         cause = "host synchronisations";
-        snprintf(f->advice, sizeof f->advice,
-                 "Take host synchronisations out of the loop: no .item(), .cpu(), printing of "
-                 "tensors or torch.cuda.synchronize() in the step (accumulate metrics on the GPU, "
-                 "read them every N steps).");
+        snprintf(f->advice, sizeof f->advice, "%s", report_sync_advice);
     } else {
         cause = "the host launching work slower than the GPU runs it";
         snprintf(f->advice, sizeof f->advice,

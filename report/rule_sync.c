@@ -17,6 +17,12 @@
 #define SHARE_NOTE 0.01
 #define GPU_BUSY 0.90 // busy share of the span above which waiting on the GPU costs nothing
 
+const char report_sync_advice[] =
+    "Take synchronisations out of the step: no .item(), .cpu(), .tolist() or printing of GPU "
+    "tensors inside the loop (accumulate metrics on the GPU and read them every N steps), no "
+    "torch.cuda.synchronize() outside timing code, and no data-dependent shapes (nonzero, boolean "
+    "masks) in the hot path.";
+
 void rule_sync_run(const report_model *m, report_findings *out) {
     const report_perf *p = &m->perf;
     if (p->syncs == 0) return;
@@ -55,11 +61,7 @@ void rule_sync_run(const report_model *m, report_findings *out) {
                  "%.6g ms blocked in stream/event/context synchronisation over %lld steps; each "
                  "one drains the launch queue, so the GPU waits for the next launch afterwards.",
                  (double)p->sync_ns / 1e6, (long long)steps);
-    snprintf(f->advice, sizeof f->advice,
-             "Take synchronisations out of the step: no .item(), .cpu(), .tolist() or printing of "
-             "GPU tensors inside the loop (accumulate metrics on the GPU and read them every N "
-             "steps), no torch.cuda.synchronize() outside timing code, and no data-dependent "
-             "shapes (nonzero, boolean masks) in the hot path.");
+    snprintf(f->advice, sizeof f->advice, "%s", report_sync_advice);
     report_finding_evidence(f, "syncs", (double)p->syncs);
     report_finding_evidence(f, "per_step", per_step);
     report_finding_evidence(f, "sync_ms", (double)p->sync_ns / 1e6);

@@ -1079,6 +1079,24 @@ START_TEST(gpu_idle_advice_follows_the_gaps) {
 }
 END_TEST
 
+// Gaps that are the host synchronisations: host-sync and gpu-idle both speak, the advice once.
+START_TEST(sync_advice_is_given_once) {
+    gpu_run(5, 10, 100000, 500000, 1e9, 1e7);
+    syncs(4, 1000000);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("host-sync", AMP_SEVERITY_WARNING), 1);
+    ck_assert_uint_eq(count("gpu-idle", AMP_SEVERITY_WARNING), 1);
+    int full = 0, pointer = 0;
+    for (size_t i = 0; i < findings.n; i++) {
+        full += strstr(findings.v[i].advice, ".item()") != NULL;
+        pointer += strstr(findings.v[i].advice, "The same as for ") != NULL;
+    }
+    ck_assert_int_eq(full, 1);
+    ck_assert_int_eq(pointer, 1);
+    release();
+}
+END_TEST
+
 START_TEST(host_sync_every_few_ops_is_a_warning) {
     gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
     syncs(5, 1000000);
@@ -1607,6 +1625,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
     tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
     tcase_add_test(tc, host_sync_every_few_ops_is_a_warning);
+    tcase_add_test(tc, sync_advice_is_given_once);
     tcase_add_test(tc, gpu_idle_advice_follows_the_gaps);
     tcase_add_test(tc, host_sync_once_per_step_is_quiet);
     tcase_add_test(tc, host_sync_with_the_gpu_busy_is_a_note);
