@@ -88,12 +88,15 @@ static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char 
     return false;
 }
 
+// META's run facts, the first process's; of the processes' exceptions and aborts, the first
+// recorded (a rank's own before the launcher's that reports the rank's death: torchrun).
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort') ORDER BY pid",
+                 "'abort') ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid "
+                 "END",
                  m, &q, err))
         return false;
     int rc;

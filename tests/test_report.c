@@ -1278,6 +1278,15 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     ck_assert_ptr_nonnull(
         strstr(findings.v[0].advice, "The GPU ran out of memory: lower the batch"));
     release();
+    // a launcher (torchrun, a lower pid) that raises when its rank has died: the rank's, first
+    // recorded, is quoted
+    sql("INSERT INTO META (key, value, pid) VALUES ('exception', "
+        "'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED', "
+        "3);");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strncmp(findings.v[0].detail, "It raised torch.OutOfMemoryError", 32) == 0, "%s",
+                  findings.v[0].detail);
+    release();
     wipe(); // a program that failed before its first step
     ended(3, "complete");
     analyse(NULL, INT64_MIN, INT64_MAX);

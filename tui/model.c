@@ -71,7 +71,8 @@ static int severity_rank(const char *s) {
 static const char sql_version[] = "PRAGMA data_version";
 static const char sql_meta[] =
     "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'start_ns', "
-    "'end_ns', 'command', 'device', 'precision', 'exception', 'abort')";
+    "'end_ns', 'command', 'device', 'precision', 'exception', 'abort') "
+    "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END"; // as the report
 // %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
     "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s FROM AMP_STEPS "
