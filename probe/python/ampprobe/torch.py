@@ -614,7 +614,12 @@ class Watcher:
         named = [(layer_name(n), m) for n, m in model.named_modules()]
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
-        self.layer_of = {id(m): ids[n] for n, m in named}
+        self.layer_of = {}
+        self._module_info = {}  # id(module) -> its layer, op and its output's autograd pre-hook
+        self._plist = []  # the floating parameters
+        self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
+        self._sharded, self._rerunnable = False, True
+        self._take_modules(named, lambda n: ids[n], "")
         self.layer_of[id(self.outer)] = ids[""]
         # the model runs compiled as a whole (its output is recorded as the root's), or parts
         # (theirs are recorded from outside: `parts`)
@@ -627,24 +632,6 @@ class Watcher:
                 parts.append(m)
         self.compiled = bool(inside)
         self._lock = threading.Lock()
-        # id(module) -> its layer, op and the autograd pre-hook that queues its output's gradient
-        self._module_info = {}
-        for n, m in named:
-            op = _vocab.op_name(_vocab.class_name(m))
-            self._module_info[id(m)] = (ids[n], op, self._grad_hook(ids[n], op, 0))
-        self._plist = []  # the floating parameters
-        self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
-        for mn, m in named:
-            for pn, p in m.named_parameters(recurse=False):
-                if p.is_floating_point() and p.numel():
-                    self._plist.append(p)
-                    self._wentries.append((ids[mn], WEIGHT_GRAD, (mn + "." if mn else "") + pn,
-                                           _vocab.dtype_name(p.dtype)))
-        sharded = [p for p in self._plist if type(p) not in _PLAIN]  # DTensors (FSDP2)
-        self._sharded = bool(sharded)
-        # a forward that gathers parameters from other processes cannot run again on this one
-        # alone (theirs would wait in the collective): a broken step is searched per module
-        self._rerunnable = not any(_spans_processes(p) for p in sharded)
         self._unread = set()  # the tensor types _local could not read
         self.step = 0
         self.step_start = self.rec.now_ns()
@@ -873,25 +860,34 @@ class Watcher:
             if len(stack) > 1:
                 stack.pop()
 
-        sharded = [p for p in root.parameters() if type(p) not in _PLAIN]  # DTensors (FSDP2)
-        self._sharded |= bool(sharded)
-        # its part of the loss computation gathers parameters across processes: a broken step
-        # is searched per module, as for a sharded model (_rerunnable)
-        self._rerunnable &= not any(_spans_processes(p) for p in sharded)
+        self._take_modules(named, lambda n: ids[name + "." + n if n else ""], name + ".")
         for n, m in named:
-            lid = ids[name + "." + n if n else ""]
+            self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post),
+                              m.register_forward_hook(self._on_output)]
+        self._roots.append(root)
+        return True
+
+    def _take_modules(self, named, layer_id, prefix):
+        """Records the modules named ((qualified name, module): layer_id(name) their layer ids)
+        from now on: their outputs' gradient pre-hooks, and their floating parameters' gradients
+        (named prefix + the parameter's qualified name)."""
+        params = []
+        for n, m in named:
+            lid = layer_id(n)
             self.layer_of[id(m)] = lid
             op = _vocab.op_name(_vocab.class_name(m))
             self._module_info[id(m)] = (lid, op, self._grad_hook(lid, op, 0))
-            self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post),
-                              m.register_forward_hook(self._on_output)]
             for pn, p in m.named_parameters(recurse=False):
                 if p.is_floating_point() and p.numel():
-                    self._plist.append(p)
-                    self._wentries.append((lid, WEIGHT_GRAD, "%s.%s" % (
-                        name + "." + n if n else name, pn), _vocab.dtype_name(p.dtype)))
-        self._roots.append(root)
-        return True
+                    params.append(p)
+                    self._wentries.append((lid, WEIGHT_GRAD, prefix + (n + "." if n else "") + pn,
+                                           _vocab.dtype_name(p.dtype)))
+        self._plist += params
+        sharded = [p for p in params if type(p) not in _PLAIN]  # DTensors (FSDP2)
+        self._sharded |= bool(sharded)
+        # a forward that gathers parameters from other processes cannot run again on this one
+        # alone (theirs would wait in the collective): a broken step is searched per module
+        self._rerunnable &= not any(_spans_processes(p) for p in sharded)
 
     def on_optimizer_step(self, optimizer, args=(), kwargs=None):
         """An optimizer is about to step: the end of the step when there is no scaler; the
