@@ -290,31 +290,23 @@ static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
                  const report_findings *mine, const report_findings *theirs) {
     fputs("{\"file\": ", out);
     report_json_str(out, m->path);
-    fputs(", \"precision\": ", out);
-    report_json_str(out, r->precision);
-    fputs(", \"device\": ", out);
-    report_json_str(out, r->device);
-    fputs(", \"compiled\": ", out);
-    report_json_str(out, r->compiled);
-    fprintf(out, ", \"autocast\": %s, \"steps\": %lld, \"skipped\": %lld, \"step_ms\": ",
+    report_json_key_str(out, "precision", r->precision);
+    report_json_key_str(out, "device", r->device);
+    report_json_key_str(out, "compiled", r->compiled);
+    fprintf(out, ", \"autocast\": %s, \"steps\": %lld, \"skipped\": %lld",
             r->autocast ? "true" : "false", (long long)r->steps, (long long)r->skipped);
-    report_json_num(out, r->step_ms);
-    fputs(", \"throughput\": ", out);
-    report_json_num(out, r->throughput);
-    fputs(", \"peak_memory\": ", out);
-    report_json_num(out, r->peak_mem);
-    fputs(", \"final_loss\": ", out);
-    report_json_num(out, r->final_loss);
+    report_json_key_num(out, "step_ms", r->step_ms);
+    report_json_key_num(out, "throughput", r->throughput);
+    report_json_key_num(out, "peak_memory", r->peak_mem);
+    report_json_key_num(out, "final_loss", r->final_loss);
     fprintf(out, ", \"errors\": %zu, \"warnings\": %zu, \"only_here\": [", r->errors, r->warnings);
     size_t k = 0;
     for (size_t i = 0; i < mine->n; i++) {
         if (has_match(&mine->v[i], theirs)) continue;
         fputs(k++ ? ", {\"rule\": " : "{\"rule\": ", out);
         report_json_str(out, mine->v[i].rule);
-        fputs(", \"severity\": ", out);
-        report_json_str(out, amp_severity_name(mine->v[i].severity));
-        fputs(", \"title\": ", out);
-        report_json_str(out, mine->v[i].title);
+        report_json_key_str(out, "severity", amp_severity_name(mine->v[i].severity));
+        report_json_key_str(out, "title", mine->v[i].title);
         fputs("}", out);
     }
     fputs("]}", out);
@@ -337,10 +329,9 @@ void report_diff_json(FILE *out, const report_model *a, const report_findings *f
     jrun(out, b, &rb, fb, fa);
     fputs(",\n \"speedup\": ", out);
     report_json_num(out, ra.step_ms / rb.step_ms);
-    fprintf(out, ", \"loss\": {\"common_steps\": %lld, \"mean_rel_diff\": ", (long long)g.common);
-    report_json_num(out, g.mean_rel);
-    fputs(", \"max_rel_diff\": ", out);
-    report_json_num(out, g.common ? g.max_rel : NAN);
+    fprintf(out, ", \"loss\": {\"common_steps\": %lld", (long long)g.common);
+    report_json_key_num(out, "mean_rel_diff", g.mean_rel);
+    report_json_key_num(out, "max_rel_diff", g.common ? g.max_rel : NAN);
     fputs(", \"max_step\": ", out);
     report_json_step(out, g.max_step);
     fputs(", \"diverge_step\": ", out);

@@ -58,14 +58,14 @@ void report_json_step(FILE *out, int64_t s) {
 // In the report an empty string is absent too (no layer, no op).
 static void str(FILE *out, const char *s) { report_json_str(out, s && *s ? s : NULL); }
 
-// ", "key": value" of an object being written.
-static void key_num(FILE *out, const char *key, double v) {
+void report_json_key_num(FILE *out, const char *key, double v) {
     fprintf(out, ", \"%s\": ", key);
     report_json_num(out, v);
 }
-static void key_str(FILE *out, const char *key, const char *s) {
+
+void report_json_key_str(FILE *out, const char *key, const char *s) {
     fprintf(out, ", \"%s\": ", key);
-    str(out, s);
+    report_json_str(out, s);
 }
 
 void report_format_json(FILE *out, const report_model *m, const report_findings *f) {
@@ -84,13 +84,13 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     report_json_step(out, s.last_step);
     fprintf(out, ", \"skipped\": %lld, \"nonfinite_losses\": %lld", (long long)s.skipped,
             (long long)s.nonfinite_losses);
-    key_num(out, "final_loss", s.final_loss);
-    key_num(out, "scale_min", s.scale_min);
-    key_num(out, "scale_max", s.scale_max);
-    key_num(out, "peak_memory", s.peak_mem);
-    key_str(out, "compiled", m->compiled);
-    key_str(out, "unwatched", m->unwatched);
-    key_str(out, "added_models", m->added_models);
+    report_json_key_num(out, "final_loss", s.final_loss);
+    report_json_key_num(out, "scale_min", s.scale_min);
+    report_json_key_num(out, "scale_max", s.scale_max);
+    report_json_key_num(out, "peak_memory", s.peak_mem);
+    report_json_key_str(out, "compiled", m->compiled);
+    report_json_key_str(out, "unwatched", m->unwatched);
+    report_json_key_str(out, "added_models", m->added_models);
     size_t counts[3] = {0};
     for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
     fprintf(out, "},\n \"counts\": {\"error\": %zu, \"warning\": %zu, \"info\": %zu},\n",

@@ -405,6 +405,9 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
 void report_json_str(FILE *out, const char *s);
 void report_json_num(FILE *out, double v);
 void report_json_step(FILE *out, int64_t s);
+// ", "key": value" of an object being written, value as above.
+void report_json_key_num(FILE *out, const char *key, double v);
+void report_json_key_str(FILE *out, const char *key, const char *s);
 
 // ---------------------------------------------------------------------------------------------
 // ampprobe diff A B (diff.c): two runs side by side and a verdict
