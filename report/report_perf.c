@@ -142,78 +142,46 @@ static bool load_gpu(loader *l) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Small open-addressing tables: kernel names by shortName id, op groups by their key
+// Kernel names by shortName id: p->kernels[k] is named by StringIds row ids[k]
 
-typedef struct id_table {
+typedef struct kernel_ids {
     int64_t *ids;
-    int32_t *index; // -1: empty slot
-    size_t cap;     // a power of two
-} id_table;
+    size_t cap;
+    report_index index;
+} kernel_ids;
 
-static void ids_init(id_table *t) {
-    t->cap = 256;
-    t->ids = amp_xmalloc(t->cap * sizeof *t->ids);
-    t->index = amp_xmalloc(t->cap * sizeof *t->index);
-    for (size_t i = 0; i < t->cap; i++)
-        t->index[i] = -1;
+static bool same_id(const void *arr, size_t i, const void *key) {
+    return ((const int64_t *)arr)[i] == *(const int64_t *)key;
 }
 
-static void ids_free(id_table *t) {
-    free(t->ids);
-    free(t->index);
-}
-
-// The slot of id (holding it, or the empty one where it goes).
-static size_t ids_slot(const id_table *t, int64_t id) {
-    size_t i = report_mix((uint64_t)id) & (t->cap - 1);
-    while (t->index[i] >= 0 && t->ids[i] != id)
-        i = (i + 1) & (t->cap - 1);
-    return i;
-}
-
-static void ids_put(id_table *t, int64_t id, int32_t index) {
-    if (2 * (size_t)index + 2 > t->cap) { // keep it at most half full
-        id_table big = {.cap = 2 * t->cap};
-        big.ids = amp_xmalloc(big.cap * sizeof *big.ids);
-        big.index = amp_xmalloc(big.cap * sizeof *big.index);
-        for (size_t i = 0; i < big.cap; i++)
-            big.index[i] = -1;
-        for (size_t i = 0; i < t->cap; i++)
-            if (t->index[i] >= 0) {
-                size_t j = ids_slot(&big, t->ids[i]);
-                big.ids[j] = t->ids[i];
-                big.index[j] = t->index[i];
-            }
-        ids_free(t);
-        *t = big;
-    }
-    size_t i = ids_slot(t, id);
-    t->ids[i] = id;
-    t->index[i] = index;
+static uint64_t id_hash(const void *arr, size_t i) {
+    return report_mix((uint64_t)((const int64_t *)arr)[i]);
 }
 
 // The kernel-name index of a shortName id, adding an entry (named later) when new.
-static int32_t kernel_of(report_perf *p, id_table *t, int64_t id, size_t *cap) {
-    size_t slot = ids_slot(t, id);
-    if (t->index[slot] >= 0) return t->index[slot];
+static int32_t kernel_of(report_perf *p, kernel_ids *t, int64_t id, size_t *cap) {
+    size_t *slot = report_index_slot(&t->index, p->n_kernels, report_mix((uint64_t)id), t->ids,
+                                     &id, same_id, id_hash);
+    if (*slot) return (int32_t)(*slot - 1);
     AMP_GROW(p->kernels, p->n_kernels, *cap);
+    AMP_GROW(t->ids, p->n_kernels, t->cap);
     int32_t k = (int32_t)p->n_kernels++;
     p->kernels[k] = (report_kernel){.layer_id = -1};
-    ids_put(t, id, k);
+    t->ids[k] = id;
+    *slot = (size_t)k + 1;
     return k;
 }
 
-// Names the kernels from StringIds (t maps ids to them).
-static bool name_kernels(loader *l, const id_table *t) {
+// Names the kernels from StringIds (t holds their ids).
+static bool name_kernels(loader *l, const kernel_ids *t) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
     if (!prep(l, "SELECT value FROM StringIds WHERE id = ?1", &q)) return false;
-    for (size_t i = 0; i < t->cap; i++) {
-        if (t->index[i] < 0) continue;
-        sqlite3_bind_int64(q, 1, t->ids[i]);
+    for (size_t k = 0; k < p->n_kernels; k++) {
+        sqlite3_bind_int64(q, 1, t->ids[k]);
         int rc = sqlite3_step(q);
         const unsigned char *v = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
-        p->kernels[t->index[i]].name = amp_xstrdup(v ? (const char *)v : "?");
+        p->kernels[k].name = amp_xstrdup(v ? (const char *)v : "?");
         sqlite3_reset(q);
     }
     return done(l, q, SQLITE_DONE);
@@ -346,7 +314,7 @@ static int cmp_corr(const void *pa, const void *pb) {
 // ---------------------------------------------------------------------------------------------
 // Kernels: one table scan (sorting in C beats an index walk over a million rows)
 
-static bool load_kernels(loader *l, id_table *names, launch **v, size_t *n) {
+static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
     // a focus reads its window through the start index; the whole run is one table scan
@@ -809,8 +777,7 @@ static int cmp_kernel_time(const void *pa, const void *pb) {
 bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     loader l = {.db = db, .m = m, .err = err};
     window(&l);
-    id_table names;
-    ids_init(&names);
+    kernel_ids names = {0};
     launch *v = NULL;
     op_row *rows = NULL;
     size_t n = 0, n_rows = 0;
@@ -823,7 +790,8 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     }
     free(v);
     free(rows);
-    ids_free(&names);
+    free(names.ids);
+    free(names.index.slots);
     if (m->perf.n_kernels)
         qsort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);
     return ok;
