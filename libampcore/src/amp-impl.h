@@ -158,6 +158,89 @@ static inline int64_t amp_numel(const amp_tensor_t *t) {
     return n;
 }
 
+// Whether t is laid out row-major with no gaps (size-1 dims' strides free), and the row-major
+// strides of a shape: inline for the backends.
+static inline bool amp_is_contiguous(const amp_tensor_t *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+static inline void amp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= shape[d];
+    }
+}
+
+// The dims of a loop over nops operands of one shape (their strides), fewest: size-1 dims left
+// out, a dim merged into the one outside it where every operand steps over it evenly. Writes the
+// loop's shape and each operand's strides; returns its dims (>= 1: a single element is one dim
+// of 1, an empty shape one dim of 0).
+static inline int amp_coalesce_dims(int ndim, const int64_t *shape, int nops,
+                                    const int64_t *const *strides, int64_t *out_shape,
+                                    int64_t (*out_stride)[AMP_MAX_DIMS]) {
+    int nd = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0) { // nothing to visit
+            out_shape[0] = 0;
+            return 1;
+        }
+        if (shape[d] == 1) continue;
+        bool merge = nd > 0;
+        for (int o = 0; o < nops && merge; o++)
+            merge = strides[o][d] * shape[d] == out_stride[o][nd - 1];
+        if (merge) {
+            out_shape[nd - 1] *= shape[d];
+            for (int o = 0; o < nops; o++)
+                out_stride[o][nd - 1] = strides[o][d];
+            continue;
+        }
+        out_shape[nd] = shape[d];
+        for (int o = 0; o < nops; o++)
+            out_stride[o][nd] = strides[o][d];
+        nd++;
+    }
+    if (nd == 0) { // a single element
+        out_shape[0] = 1;
+        for (int o = 0; o < nops; o++)
+            out_stride[o][0] = 0;
+        return 1;
+    }
+    return nd;
+}
+
+// Host and device code: the CUDA backend's kernels use these too.
+#ifdef __CUDACC__
+#define AMP_HD __host__ __device__
+#else
+#define AMP_HD
+#endif
+
+// PyTorch's GELU constants, computed in double and rounded to float like its
+// `constexpr opmath_t`.
+#define AMP_GELU_SQRT1_2 ((float)M_SQRT1_2)
+#define AMP_GELU_TANH_BETA ((float)(M_SQRT2 * M_2_SQRTPI * 0.5)) // sqrt(2/pi)
+#define AMP_GELU_TANH_KAPPA 0.044715f
+#define AMP_GELU_PDF_BETA ((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5)) // 1/sqrt(2 pi)
+
+// x ** e with the special cases of PyTorch's pow_tensor_scalar kernel (and pow's 0 and 1).
+static inline AMP_HD float amp_pow_scalar(float x, float e) {
+    if (e == 2.0f) return x * x;
+    if (e == 3.0f) return x * x * x;
+    if (e == 0.5f) return sqrtf(x);
+    if (e == -0.5f) return 1.0f / sqrtf(x);
+    if (e == -1.0f) return 1.0f / x;
+    if (e == -2.0f) return 1.0f / (x * x);
+    if (e == 1.0f) return x;
+    if (e == 0.0f) return 1.0f;
+    return powf(x, e);
+}
+
 // Pointer to the first element of t (offset applied).
 static inline void *amp_tensor_ptr(const amp_tensor_t *t) {
     return (char *)t->buf->data + t->offset * (int64_t)amp_dtype_size(t->dtype);
@@ -221,7 +304,6 @@ amp_tensor_t *amp_precast_take(amp_ctx_t *ctx, amp_tensor_t *p, amp_dtype t);
 // Scratch view sharing x's storage with the given shape/strides/offset.
 amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
-void amp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
 bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b);
 // "(8, 64)" into buf.
 const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n);

@@ -115,14 +115,6 @@ void amp_ctx_free(amp_ctx_t *ctx) {
 // ---------------------------------------------------------------------------------------------
 // Creation
 
-void amp_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
-    int64_t s = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        stride[i] = s;
-        s *= shape[i];
-    }
-}
-
 static int64_t shape_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
@@ -433,12 +425,7 @@ int64_t amp_tensor_dim(const amp_tensor_t *t, int i) {
 }
 
 bool amp_tensor_is_contiguous(const amp_tensor_t *t) {
-    int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->stride[i] != s) return false;
-        s *= t->shape[i];
-    }
-    return true;
+    return amp_is_contiguous(t);
 }
 
 bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b) {

@@ -125,47 +125,13 @@ float amp_cpu_sum_f32(const float *x, int64_t n) {
     return amp_cpu_sum_f32(x, half) + amp_cpu_sum_f32(x + half, n - half);
 }
 
-bool amp_cpu_is_contiguous(const amp_tensor_t *t) {
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->stride[d] != expect) return false;
-        expect *= t->shape[d];
-    }
-    return true;
-}
-
 void amp_cpu_iter_init(cpu_iter *it, int ndim, const int64_t *shape, int nops,
                        const int64_t *const *strides) {
     AMP_ASSERT(nops >= 1 && nops <= CPU_ITER_OPS);
     AMP_ASSERT(ndim >= 0 && ndim <= AMP_MAX_DIMS);
     memset(it, 0, sizeof *it);
     it->nops = nops;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 0) { // nothing to visit
-            it->ndim = 1;
-            it->shape[0] = 0;
-            return;
-        }
-        if (shape[d] == 1) continue;
-        int nd = it->ndim;
-        bool merge = nd > 0;
-        for (int o = 0; o < nops && merge; o++)
-            merge = strides[o][d] * shape[d] == it->stride[o][nd - 1];
-        if (merge) { // the previous (outer) dim steps over this one evenly
-            it->shape[nd - 1] *= shape[d];
-            for (int o = 0; o < nops; o++)
-                it->stride[o][nd - 1] = strides[o][d];
-            continue;
-        }
-        it->shape[nd] = shape[d];
-        for (int o = 0; o < nops; o++)
-            it->stride[o][nd] = strides[o][d];
-        it->ndim++;
-    }
-    if (it->ndim == 0) { // a single element
-        it->ndim = 1;
-        it->shape[0] = 1;
-    }
+    it->ndim = amp_coalesce_dims(ndim, shape, nops, strides, it->shape, it->stride);
     it->len = it->shape[it->ndim - 1];
     it->rows = 1;
     for (int d = 0; d < it->ndim - 1; d++)
@@ -216,7 +182,7 @@ void amp_cpu_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         AMP_ASSERT(dst->shape[d] == src->shape[d]);
 
     int64_t dstride[AMP_MAX_DIMS];
-    cpu_contiguous_strides(dst, dstride);
+    amp_contiguous_strides(dst->ndim, dst->shape, dstride);
     cpu_iter it;
     amp_cpu_iter_init(&it, dst->ndim, dst->shape, 2, (const int64_t *[]){dstride, src->stride});
 

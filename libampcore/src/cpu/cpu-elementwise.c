@@ -14,25 +14,6 @@
 // ---------------------------------------------------------------------------------------------
 // Unary forward
 
-// PyTorch's constants, computed in double and rounded to float like its `constexpr opmath_t`.
-#define GELU_SQRT1_2 ((float)M_SQRT1_2)
-#define GELU_TANH_BETA ((float)(M_SQRT2 * M_2_SQRTPI * 0.5)) // sqrt(2/pi)
-#define GELU_TANH_KAPPA 0.044715f
-#define GELU_PDF_BETA ((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5)) // 1/sqrt(2 pi)
-
-// x ** e with the special cases of PyTorch's pow_tensor_scalar kernel (and pow's 0 and 1).
-static inline float cpu_pow(float x, float e) {
-    if (e == 2.0f) return x * x;
-    if (e == 3.0f) return x * x * x;
-    if (e == 0.5f) return sqrtf(x);
-    if (e == -0.5f) return 1.0f / sqrtf(x);
-    if (e == -1.0f) return 1.0f / x;
-    if (e == -2.0f) return 1.0f / (x * x);
-    if (e == 1.0f) return x;
-    if (e == 0.0f) return 1.0f;
-    return powf(x, e);
-}
-
 static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
     switch (op) {
     case AMP_UNARY_RELU: // clamp_min(x, 0): NaN propagates
@@ -41,12 +22,12 @@ static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
         return;
     case AMP_UNARY_GELU:
         for (int64_t i = 0; i < n; i++)
-            v[i] = v[i] * 0.5f * (1.0f + erff(v[i] * GELU_SQRT1_2));
+            v[i] = v[i] * 0.5f * (1.0f + erff(v[i] * AMP_GELU_SQRT1_2));
         return;
     case AMP_UNARY_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {
             float x = v[i], x_cube = x * x * x;
-            float inner = GELU_TANH_BETA * (x + GELU_TANH_KAPPA * x_cube);
+            float inner = AMP_GELU_TANH_BETA * (x + AMP_GELU_TANH_KAPPA * x_cube);
             v[i] = 0.5f * x * (1.0f + tanhf(inner));
         }
         return;
@@ -68,7 +49,7 @@ static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
         return;
     case AMP_UNARY_POW:
         for (int64_t i = 0; i < n; i++)
-            v[i] = cpu_pow(v[i], alpha);
+            v[i] = amp_pow_scalar(v[i], alpha);
         return;
     case AMP_UNARY_SCALE:
         for (int64_t i = 0; i < n; i++)
@@ -119,20 +100,21 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
         return;
     case AMP_UNARY_GELU:
         for (int64_t i = 0; i < n; i++) {
-            float cdf = 0.5f * (1.0f + erff(x[i] * GELU_SQRT1_2));
-            float pdf = expf(-0.5f * x[i] * x[i]) * GELU_PDF_BETA;
+            float cdf = 0.5f * (1.0f + erff(x[i] * AMP_GELU_SQRT1_2));
+            float pdf = expf(-0.5f * x[i] * x[i]) * AMP_GELU_PDF_BETA;
             g[i] = g[i] * (cdf + x[i] * pdf);
         }
         return;
     case AMP_UNARY_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {
             float xv = x[i], x_sq = xv * xv, x_cube = x_sq * xv;
-            float inner = GELU_TANH_BETA * (xv + GELU_TANH_KAPPA * x_cube);
+            float inner = AMP_GELU_TANH_BETA * (xv + AMP_GELU_TANH_KAPPA * x_cube);
             float tanh_inner = tanhf(inner);
             float left = 0.5f * xv, right = 1.0f + tanh_inner;
             float left_derivative = 0.5f * right;
             float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
-            float inner_derivative = GELU_TANH_BETA * (1.0f + 3.0f * GELU_TANH_KAPPA * x_sq);
+            float inner_derivative =
+                AMP_GELU_TANH_BETA * (1.0f + 3.0f * AMP_GELU_TANH_KAPPA * x_sq);
             float right_derivative = left * tanh_derivative * inner_derivative;
             g[i] = g[i] * (left_derivative + right_derivative);
         }
@@ -155,7 +137,7 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
         return;
     case AMP_UNARY_POW: // pow_backward: zeros for exponent 0, else dy * (e * x ** (e - 1))
         for (int64_t i = 0; i < n; i++)
-            g[i] = alpha == 0.0f ? 0.0f : g[i] * (alpha * cpu_pow(x[i], alpha - 1.0f));
+            g[i] = alpha == 0.0f ? 0.0f : g[i] * (alpha * amp_pow_scalar(x[i], alpha - 1.0f));
         return;
     case AMP_UNARY_SCALE:
         for (int64_t i = 0; i < n; i++)
@@ -302,8 +284,8 @@ void amp_cpu_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, floa
     CPU_ASSERT_FLOAT(y);
     AMP_ASSERT(x->ndim == y->ndim);
     int64_t xstride[AMP_MAX_DIMS], ystride[AMP_MAX_DIMS];
-    cpu_contiguous_strides(x, xstride);
-    cpu_contiguous_strides(y, ystride);
+    amp_contiguous_strides(x->ndim, x->shape, xstride);
+    amp_contiguous_strides(y->ndim, y->shape, ystride);
     for (int d = 0; d < x->ndim; d++) {
         AMP_ASSERT(y->shape[d] == x->shape[d] || y->shape[d] == 1, "(dim %d)", d);
         if (y->shape[d] != x->shape[d]) ystride[d] = 0; // summed over
@@ -347,7 +329,7 @@ void amp_cpu_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x,
     for (int d = 0; d < y->ndim; d++)
         AMP_ASSERT(x->shape[d] == y->shape[d] && mask->shape[d] == y->shape[d], "(dim %d)", d);
     int64_t ystride[AMP_MAX_DIMS];
-    cpu_contiguous_strides(y, ystride);
+    amp_contiguous_strides(y->ndim, y->shape, ystride);
     cpu_iter it;
     amp_cpu_iter_init(&it, y->ndim, y->shape, 3,
                       (const int64_t *[]){ystride, x->stride, mask->stride});

@@ -92,18 +92,7 @@ static inline int64_t cpu_row_len(const amp_tensor_t *t) {
     return t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
 }
 
-// Row-major strides of t's shape (what a contiguous t has).
-static inline void cpu_contiguous_strides(const amp_tensor_t *t, int64_t *stride) {
-    int64_t s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        stride[d] = s;
-        s *= t->shape[d];
-    }
-}
-
-bool amp_cpu_is_contiguous(const amp_tensor_t *t);
-
-#define CPU_ASSERT_CONTIGUOUS(t) AMP_ASSERT(amp_cpu_is_contiguous(t), "(%s must be contiguous)", #t)
+#define CPU_ASSERT_CONTIGUOUS(t) AMP_ASSERT(amp_is_contiguous(t), "(%s must be contiguous)", #t)
 #define CPU_ASSERT_FLOAT(t)                                                                        \
     AMP_ASSERT(amp_dtype_is_float((t)->dtype), "(%s is %s)", #t, amp_dtype_name((t)->dtype))
 

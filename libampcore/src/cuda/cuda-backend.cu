@@ -49,27 +49,7 @@ void cuda_iter_init(cuda_iter *it, int ndim, const int64_t *shape, int nops,
                     const int64_t *const *strides) {
     AMP_ASSERT(nops >= 1 && nops <= CUDA_ITER_OPS && ndim >= 0 && ndim <= AMP_MAX_DIMS);
     memset(it, 0, sizeof *it);
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 1) continue;
-        const int nd = it->ndim;
-        bool merge = nd > 0;
-        for (int o = 0; o < nops && merge; o++)
-            merge = strides[o][d] * shape[d] == it->stride[o][nd - 1];
-        if (merge) { // the outer dim steps over this one evenly
-            it->shape[nd - 1] *= shape[d];
-            for (int o = 0; o < nops; o++)
-                it->stride[o][nd - 1] = strides[o][d];
-            continue;
-        }
-        it->shape[nd] = shape[d];
-        for (int o = 0; o < nops; o++)
-            it->stride[o][nd] = strides[o][d];
-        it->ndim++;
-    }
-    if (it->ndim == 0) { // one element
-        it->ndim = 1;
-        it->shape[0] = 1;
-    }
+    it->ndim = amp_coalesce_dims(ndim, shape, nops, strides, it->shape, it->stride);
     int64_t n = 1;
     for (int d = 0; d < it->ndim; d++)
         n *= it->shape[d];

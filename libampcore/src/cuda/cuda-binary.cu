@@ -184,9 +184,9 @@ static bool iter_in_vectors(cuda_iter *it, int64_t V) {
 // order (contiguous, y too): the residual add of a linear's output. *of: 1 for a, 2 for b.
 static cuda_fuse take_operand(cuda_ctx *c, const amp_tensor_t *y, const amp_tensor_t *a,
                               const amp_tensor_t *b, int *of) {
-    if (!cuda_is_contiguous(y)) return cuda_fuse{};
+    if (!amp_is_contiguous(y)) return cuda_fuse{};
     for (const amp_tensor_t *o : {a, b}) {
-        if (!cuda_is_contiguous(o)) continue;
+        if (!amp_is_contiguous(o)) continue;
         const cuda_fuse f = cuda_fuse_take_input(c, o);
         if (f.slot) {
             *of = o == a ? 1 : 2;
@@ -209,7 +209,7 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     const void *ap = amp_tensor_ptr(a), *bp = amp_tensor_ptr(b);
     const cuda_fuse f = cuda_fuse_take(y);
     int fi_of = 0;
-    if (cuda_is_contiguous(y) && cuda_is_contiguous(a) && cuda_is_contiguous(b) &&
+    if (amp_is_contiguous(y) && amp_is_contiguous(a) && amp_is_contiguous(b) &&
         a->dtype == y->dtype && b->dtype == y->dtype && aligned16(yp) && aligned16(ap) &&
         aligned16(bp)) {
         const cuda_fuse fi = take_operand(c, y, a, b, &fi_of);
@@ -261,7 +261,7 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
     const cuda_fuse fi = take_operand(c, y, a, b, &fi_of);
     const unsigned grid = cuda_grid(n, 256, 4);
     if (y->dtype == AMP_DTYPE_F32 && amp_dtype_is_float(a->dtype) && amp_dtype_is_float(b->dtype) &&
-        cuda_is_contiguous(y) && cuda_is_contiguous(a) && cuda_is_contiguous(b)) {
+        amp_is_contiguous(y) && amp_is_contiguous(a) && amp_is_contiguous(b)) {
         CUDA_DISPATCH_FLOAT(
             a->dtype, TA, CUDA_DISPATCH_FLOAT(b->dtype, TB, {
                 auto kernel = binary_f32_kernel<true, TA, TB>;
@@ -278,7 +278,7 @@ void cuda_binary(void *bctx, amp_binary_op op, amp_tensor_t *y, const amp_tensor
         f, fi, S,
         binary_kernel<S>
         <<<cuda_fuse_grid(f, fi, grid, 256, binary_kernel<true>), 256, 0, c->stream>>>(
-            op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, cuda_is_contiguous(y), f, fi,
+            op, yp, y->dtype, ap, a->dtype, bp, b->dtype, it, n, amp_is_contiguous(y), f, fi,
             fi_of));
     CUDA_LAUNCH_CHECK();
 }
@@ -363,12 +363,12 @@ void cuda_masked_fill(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, const 
     const int64_t n = cuda_numel(y);
     if (n == 0) return;
     int64_t ystride[AMP_MAX_DIMS];
-    cuda_contiguous_strides(y->ndim, y->shape, ystride);
+    amp_contiguous_strides(y->ndim, y->shape, ystride);
     const int64_t *strides[3] = {ystride, x->stride, mask->stride};
     cuda_iter it;
     cuda_iter_init(&it, y->ndim, y->shape, 3, strides);
     const cuda_fuse f = cuda_fuse_take(y);
-    if (x->dtype == y->dtype && amp_dtype_is_float(y->dtype) && cuda_is_contiguous(x) &&
+    if (x->dtype == y->dtype && amp_dtype_is_float(y->dtype) && amp_is_contiguous(x) &&
         mask->dtype == AMP_DTYPE_I32 && it.small) {
         const int last = it.ndim - 1;
         const int64_t inner = it.shape[last];

@@ -297,12 +297,12 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         AMP_ASSERT(dst->shape[d] == src->shape[d], "(dim %d)", d);
     const int64_t n = cuda_numel(dst);
     if (n == 0) return;
-    const bool typed = cuda_is_contiguous(src) && amp_dtype_is_float(src->dtype) &&
+    const bool typed = amp_is_contiguous(src) && amp_dtype_is_float(src->dtype) &&
                        amp_dtype_is_float(dst->dtype) &&
                        ((uintptr_t)amp_tensor_ptr(src) & 31) == 0 &&
                        ((uintptr_t)amp_tensor_ptr(dst) & 31) == 0;
     const cuda_fuse f = typed ? cuda_fuse_take(dst) : cuda_fuse{};
-    if (cuda_is_contiguous(src) && src->dtype == dst->dtype && !f.slot) {
+    if (amp_is_contiguous(src) && src->dtype == dst->dtype && !f.slot) {
         CUDA_CHECK(cudaMemcpyAsync(amp_tensor_ptr(dst), amp_tensor_ptr(src),
                                    (size_t)n * amp_dtype_size(dst->dtype), cudaMemcpyDeviceToDevice,
                                    c->stream));
@@ -333,7 +333,7 @@ void cuda_copy(void *bctx, amp_tensor_t *dst, const amp_tensor_t *src) {
         return;
     }
     int64_t dstride[AMP_MAX_DIMS];
-    cuda_contiguous_strides(dst->ndim, dst->shape, dstride);
+    amp_contiguous_strides(dst->ndim, dst->shape, dstride);
     cuda_iter it;
     const int64_t *strides[2] = {dstride, src->stride};
     cuda_iter_init(&it, dst->ndim, dst->shape, 2, strides);

@@ -47,30 +47,13 @@ extern "C" {
 // After every kernel launch.
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-#define CUDA_ASSERT_CONTIGUOUS(t) AMP_ASSERT(cuda_is_contiguous(t), "(%s must be contiguous)", #t)
+#define CUDA_ASSERT_CONTIGUOUS(t) AMP_ASSERT(amp_is_contiguous(t), "(%s must be contiguous)", #t)
 #define CUDA_ASSERT_FLOAT(t)                                                                       \
     AMP_ASSERT(amp_dtype_is_float((t)->dtype), "(%s is %s)", #t, amp_dtype_name((t)->dtype))
 
-// The module links none of libampcore's tensor code: its own numel and contiguity test.
+// The module links none of libampcore's tensor code: amp-impl.h's inline helpers serve it.
 static inline int64_t cuda_numel(const amp_tensor_t *t) {
     return amp_numel(t);
-}
-
-static inline bool cuda_is_contiguous(const amp_tensor_t *t) {
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->stride[d] != expect) return false;
-        expect *= t->shape[d];
-    }
-    return true;
-}
-
-static inline void cuda_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride) {
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        stride[d] = s;
-        s *= shape[d];
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
     const int64_t ny = cuda_numel(y);
     if (ny == 0) return;
     int64_t xstride[AMP_MAX_DIMS];
-    cuda_contiguous_strides(x->ndim, x->shape, xstride);
+    amp_contiguous_strides(x->ndim, x->shape, xstride);
     // Classify and merge: kind[d] = 1 where summed over.
     int nd = 0, kind[AMP_MAX_DIMS];
     int64_t shape[AMP_MAX_DIMS], stride[AMP_MAX_DIMS];

@@ -10,32 +10,14 @@
 
 #include <type_traits>
 
-#define GELU_SQRT1_2 ((float)M_SQRT1_2)
-#define GELU_TANH_BETA ((float)(M_SQRT2 * M_2_SQRTPI * 0.5))
-#define GELU_TANH_KAPPA 0.044715f
-#define GELU_PDF_BETA ((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5))
-
-// x ** e with pow_tensor_scalar's special cases.
-__device__ __forceinline__ float pow_scalar(float x, float e) {
-    if (e == 2.0f) return x * x;
-    if (e == 3.0f) return x * x * x;
-    if (e == 0.5f) return sqrtf(x);
-    if (e == -0.5f) return 1.0f / sqrtf(x);
-    if (e == -1.0f) return 1.0f / x;
-    if (e == -2.0f) return 1.0f / (x * x);
-    if (e == 1.0f) return x;
-    if (e == 0.0f) return 1.0f;
-    return powf(x, e);
-}
-
 __device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) {
     switch (op) {
     case AMP_UNARY_RELU:
         return (v > 0.0f || isnan(v)) ? v : 0.0f;
     case AMP_UNARY_GELU:
-        return v * 0.5f * (1.0f + erff(v * GELU_SQRT1_2));
+        return v * 0.5f * (1.0f + erff(v * AMP_GELU_SQRT1_2));
     case AMP_UNARY_GELU_TANH: {
-        const float cube = v * v * v, inner = GELU_TANH_BETA * (v + GELU_TANH_KAPPA * cube);
+        const float cube = v * v * v, inner = AMP_GELU_TANH_BETA * (v + AMP_GELU_TANH_KAPPA * cube);
         return 0.5f * v * (1.0f + tanhf(inner));
     }
     case AMP_UNARY_TANH:
@@ -47,7 +29,7 @@ __device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) 
     case AMP_UNARY_LOG:
         return logf(v);
     case AMP_UNARY_POW:
-        return pow_scalar(v, alpha);
+        return amp_pow_scalar(v, alpha);
     case AMP_UNARY_SCALE:
         return v * alpha;
     case AMP_UNARY_ADD_SCALAR:
@@ -63,18 +45,19 @@ __device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g,
     case AMP_UNARY_RELU:
         return y <= 0.0f ? 0.0f : g;
     case AMP_UNARY_GELU: {
-        const float cdf = 0.5f * (1.0f + erff(x * GELU_SQRT1_2));
-        const float pdf = expf(-0.5f * x * x) * GELU_PDF_BETA;
+        const float cdf = 0.5f * (1.0f + erff(x * AMP_GELU_SQRT1_2));
+        const float pdf = expf(-0.5f * x * x) * AMP_GELU_PDF_BETA;
         return g * (cdf + x * pdf);
     }
     case AMP_UNARY_GELU_TANH: {
         const float x_sq = x * x, x_cube = x_sq * x;
-        const float inner = GELU_TANH_BETA * (x + GELU_TANH_KAPPA * x_cube);
+        const float inner = AMP_GELU_TANH_BETA * (x + AMP_GELU_TANH_KAPPA * x_cube);
         const float t = tanhf(inner);
         const float left = 0.5f * x, right = 1.0f + t;
         const float left_derivative = 0.5f * right;
         const float tanh_derivative = 1.0f - t * t;
-        const float inner_derivative = GELU_TANH_BETA * (1.0f + 3.0f * GELU_TANH_KAPPA * x_sq);
+        const float inner_derivative =
+            AMP_GELU_TANH_BETA * (1.0f + 3.0f * AMP_GELU_TANH_KAPPA * x_sq);
         return g * (left_derivative + left * tanh_derivative * inner_derivative);
     }
     case AMP_UNARY_TANH:
@@ -86,7 +69,7 @@ __device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g,
     case AMP_UNARY_LOG:
         return g / x;
     case AMP_UNARY_POW:
-        return alpha == 0.0f ? 0.0f : g * (alpha * pow_scalar(x, alpha - 1.0f));
+        return alpha == 0.0f ? 0.0f : g * (alpha * amp_pow_scalar(x, alpha - 1.0f));
     case AMP_UNARY_SCALE:
         return g * alpha;
     case AMP_UNARY_ADD_SCALAR:
