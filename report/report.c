@@ -884,8 +884,15 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
     int w = snprintf(buf + k, n - (size_t)k, ". Fix: %.*s", len, top->advice);
     if (w < 0 || (size_t)(k + w) >= n) return;
     k += w;
-    size_t others = errors + warnings - 1;
-    if (others)
-        snprintf(buf + k, n - (size_t)k, " (%zu more finding%s below, %zu error%s in all.)", others,
-                 others == 1 ? "" : "s", errors, errors == 1 ? "" : "s");
+    // the other errors and warnings: "(1 more error and 2 warnings below.)"
+    const size_t more_errors = errors - (top->severity == AMP_SEVERITY_ERROR);
+    const size_t more_warnings = warnings - (top->severity == AMP_SEVERITY_WARNING);
+    char es[48] = "", ws[48] = "";
+    if (more_errors)
+        snprintf(es, sizeof es, "%zu more error%s", more_errors, more_errors == 1 ? "" : "s");
+    if (more_warnings)
+        snprintf(ws, sizeof ws, "%zu %swarning%s", more_warnings, errors ? "" : "more ",
+                 more_warnings == 1 ? "" : "s");
+    if (*es || *ws)
+        snprintf(buf + k, n - (size_t)k, " (%s%s%s below.)", es, *es && *ws ? " and " : "", ws);
 }
