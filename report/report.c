@@ -846,11 +846,18 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
         return;
     }
     if (errors + warnings == 0) {
-        if (s.steps == 0)
-            snprintf(buf, n, "No training step was recorded in %s%s, so there is nothing to "
-                             "diagnose yet: did the program run with the launcher (ampprobe run) "
-                             "and reach its first step?",
-                     m->path, m->step_lo > INT64_MIN || m->step_hi < INT64_MAX ? " (in the focused steps)" : "");
+        const bool focused = m->step_lo > INT64_MIN || m->step_hi < INT64_MAX;
+        if (s.steps == 0 && focused && m->end.last_step >= 0)
+            snprintf(buf, n,
+                     "No step of %s falls in the focused steps (--steps): its steps run to "
+                     "%lld.",
+                     m->path, (long long)m->end.last_step);
+        else if (s.steps == 0)
+            snprintf(buf, n,
+                     "No training step was recorded in %s, so there is nothing to "
+                     "diagnose yet: did the program run with the launcher (ampprobe run) "
+                     "and reach its first step?",
+                     m->path);
         else {
             char steps[64];
             report_steps_phrase(&s, true, steps, sizeof steps);

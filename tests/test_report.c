@@ -254,6 +254,18 @@ START_TEST(ranks_are_counted_as_processes) {
 }
 END_TEST
 
+// A focus past the run's steps says so, with where its steps end, rather than that nothing ran.
+START_TEST(a_focus_past_the_run_says_where_its_steps_end) {
+    healthy(6);
+    analyse(NULL, 100, 200);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "falls in the focused steps (--steps): its steps run to 5."),
+                  "verdict: %s", verdict);
+    release();
+}
+END_TEST
+
 // A PyTorch run of a torch.compile'd model records no module output inside it: the report says
 // so (the Run section, json's summary.compiled) and its healthy verdict claims no more than it saw.
 START_TEST(a_compiled_model_says_what_is_not_recorded) {
@@ -1602,6 +1614,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, a_database_without_memory_peaks_reads);
     tcase_add_test(tc, ranks_are_counted_as_processes);
     tcase_add_test(tc, a_compiled_model_says_what_is_not_recorded);
+    tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
