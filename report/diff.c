@@ -151,7 +151,13 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         snprintf(buf, n, "Cannot compare: %s recorded no step.", ra.steps == 0 ? "A" : "B");
         return;
     }
-    if (cand->errors && fc->n) {
+    const report_findings *fbase = swap ? fb : fa;
+    if (cand->errors && fc->n && base->errors && fbase->n) {
+        if (same_finding(&fc->v[0], &fbase->v[0]))
+            PUT("Both runs broke the same way: %s", fc->v[0].title);
+        else
+            PUT("Both runs broke: %s: %s; %s: %s", name, fc->v[0].title, other, fbase->v[0].title);
+    } else if (cand->errors && fc->n) {
         PUT("%s broke: %s", name, fc->v[0].title);
     } else if (isnan(base->step_ms) || isnan(cand->step_ms)) {
         PUT("%s: no step times to compare", name);
@@ -186,7 +192,9 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         else if (m >= 1 + SAME_MEMORY)
             PUT(", holds %.0f%% more memory", 100 * (m - 1));
     }
-    if (isnan(cand->final_loss) || isnan(base->final_loss))
+    if (isnan(cand->final_loss) && isnan(base->final_loss))
+        PUT("; neither final loss is finite");
+    else if (isnan(cand->final_loss) || isnan(base->final_loss))
         PUT("; %s final loss is not finite", isnan(cand->final_loss) ? "its" : "the baseline's");
     else {
         double rel =

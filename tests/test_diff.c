@@ -176,6 +176,31 @@ START_TEST(same_losses_and_a_killed_run) {
 }
 END_TEST
 
+// Two runs that both broke: said of both, not of B alone.
+START_TEST(both_broke) {
+    run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
+    run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
+    sql(a_path, "UPDATE META SET value = '139' WHERE key = 'exit_status';");
+    sql(b_path, "UPDATE META SET value = '139' WHERE key = 'exit_status';");
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    HAS(t, "Both runs broke the same way: the program crashed with SIGSEGV after step 19, same "
+           "loss");
+    free(t);
+    sql(b_path,
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 19;"
+        "INSERT INTO AMP_EVENTS (pid, step, last_step, layer_id, op, phase, kind, "
+        "severity, count, aggregate, occurrences, detail) VALUES (1, 19, 19, 1, 'linear', 'fwd', "
+        "'nonfinite_producer', 'error', 8, 0, 1, NULL);");
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    HAS(t, "Both runs broke: B: the top level linear produced non-finite values from finite "
+           "inputs at step 19");
+    HAS(t, "; A: the program crashed with SIGSEGV after step 19; its final loss is not finite.");
+    free(t);
+}
+END_TEST
+
 START_TEST(usage_and_bad_files_exit_2) {
     ck_assert_int_eq(CMD(a_path), 2);
     ck_assert_int_eq(CMD(a_path, b_path, a_path), 2);
@@ -223,6 +248,7 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, amp_faster_same_loss_either_order);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
     tcase_add_test(tc, same_losses_and_a_killed_run);
+    tcase_add_test(tc, both_broke);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
     tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);
     suite_add_tcase(s, tc);
