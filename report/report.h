@@ -264,17 +264,12 @@ void report_perf_free(report_perf *p);
 // gets the H200 row, marked assumed).
 void report_gpu_defaults(const char *name, report_gpu *g);
 // GEMM-class ops (autocast's lower_precision_fp list: Tensor Core work) and dtype casts, as C
-// string lists and as SQL lists.
+// string lists.
 #define REPORT_GEMM_OPS                                                                            \
     "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "conv1d", "conv2d",  \
         "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",     \
         "convolution", "scaled_dot_product_attention"
-#define REPORT_GEMM_OPS_SQL                                                                        \
-    "'linear', 'matmul', 'mm', 'bmm', 'addmm', 'baddbmm', 'addbmm', 'einsum', 'conv1d', "        \
-    "'conv2d', 'conv3d', 'conv_transpose1d', 'conv_transpose2d', 'conv_transpose3d', "            \
-    "'_convolution', 'convolution', 'scaled_dot_product_attention'"
-#define REPORT_CAST_OPS "to", "_to_copy", "type_as"
-#define REPORT_CAST_OPS_SQL "'to', '_to_copy', 'type_as'"
+#define REPORT_CAST_OPS "to", "_to_copy", "to_copy", "type_as"
 
 bool report_op_is_gemm(const char *op);
 bool report_op_is_cast(const char *op);

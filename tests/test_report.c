@@ -487,6 +487,25 @@ START_TEST(nonfinite_input_beyond_f16_range_is_explained) {
 }
 END_TEST
 
+// The PyTorch bridge's op tracer sees autocast's cast as an op: an f32 input batch beyond fp16's
+// range turned inf there.
+START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
+    healthy(8);
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) VALUES "
+        "(1, 3, 2, 'to_copy', 'fwd', 'nonfinite_producer', 'error', 1400, 0, 'input 0 f32 "
+        "(16, 128) min -431244 max 412873 amax 431244; output f16 (16, 128) min -65504 max "
+        "64480 amax 65504 (0 nan, 700 +inf, 700 -inf); ', 0, 1, 3);");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title,
+                     "fp16 overflow in head at step 3: autocast's cast to fp16 of a value beyond "
+                     "its range (amax 431244) gave +-inf");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Bring that value back under"));
+    release();
+}
+END_TEST
+
 // A sqrt of a variance that rounding drove below zero: not "of zero", and the input's min said.
 START_TEST(nonfinite_sqrt_of_a_negative_value_is_explained) {
     healthy(8);
@@ -1622,6 +1641,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
+    tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);

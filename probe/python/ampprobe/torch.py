@@ -269,7 +269,7 @@ class _Forward:
     autocast state, held until the step ends (what a broken step is re-run from), and its loss
     computation as the tape saw it."""
     __slots__ = ("args", "kwargs", "dev", "ac", "ac_dtype", "tape", "slots", "n_slots",
-                 "loss_slot")
+                 "loss_slot", "took_slot")
 
     def __init__(self, args, kwargs, dev, ac, ac_dtype):
         self.args, self.kwargs, self.dev, self.ac, self.ac_dtype = args, kwargs, dev, ac, ac_dtype
@@ -277,6 +277,7 @@ class _Forward:
         self.slots = {}  # id(tensor) -> (weakref to it, its slot), while it lives
         self.n_slots = 0
         self.loss_slot = None  # the slot of the loss backward() was called on
+        self.took_slot = False  # whether the call _arg last looked at took a slot
 
     def slot_all(self, obj):
         """Gives each tensor of obj the next slot; returns the first."""
@@ -296,15 +297,26 @@ class _Forward:
         if isinstance(x, torch.Tensor):
             n = self.slot_of(x)
             if n is not None:
+                self.took_slot = True
                 return _Slot(n)
         return x
+
+
+def _touches_state(func):
+    """Whether func reads or writes what a tensor holds rather than computing a new one: a
+    property getter (Tensor.grad), an in-place method, an item assignment."""
+    name = getattr(func, "__name__", "")
+    return name in ("__get__", "__setitem__") or (name.endswith("_") and not name.startswith("__"))
 
 
 class _LossTape(TorchFunctionMode):
     """Between the model's output and backward(): what the loss computation called, kept until
     the step ends (only replayed when the step broke). The tensors it made are not held (the
     f32 logits of a language model are large): a call's arguments keep them as _Slots; what it
-    took from elsewhere (labels, class weights) is held."""
+    took from elsewhere (labels, class weights) is held. A call on none of what the model's
+    output became that reads or writes state (optimizer.zero_grad() reading each .grad or
+    zeroing it) is not taped: it is not the loss's computation, and replayed after the
+    backward it would read the gradients backward() made."""
 
     def __init__(self):
         super().__init__()
@@ -316,8 +328,10 @@ class _LossTape(TorchFunctionMode):
         out = func(*args, **(kwargs or {}))
         f = self.fwd
         if f is not None and isinstance(out, (torch.Tensor, tuple, list)):
+            f.took_slot = False
             spec = _map_args(f._arg, (args, kwargs or {}))
-            f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
+            if f.took_slot or not _touches_state(func):
+                f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
         return out
 
     def begin(self, fwd, output):

@@ -76,6 +76,20 @@ def expect(case, f, per_module=False):
                     and "sawtooth" in f["title"],
         "fp32gemm": f["rule"] == "precision-placement" and f["severity"] == "warning"
                     and layer == "layers.1" and op == "linear" and first == 1,
+        # gpu_patterns.py: model shapes beyond gpu_faults.py's
+        "rnn": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+               and layer == "cell" and first == FAULT_STEP and "fp16 overflow" in f["title"],
+        "lstm": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                and layer == "lstm" and first == FAULT_STEP
+                and f["title"].startswith("NaN/inf in the input data"),
+        # (its q/k/v projection's weight x1e4: the forward stays finite, the loss jumps and
+        # the gradients overflow at every scale)
+        "mha": f["rule"] == "loss-scale" and f["severity"] == "warning"
+               and "collapse" in f["title"] and first == FAULT_STEP,
+        "dict": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
+        "frozen": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                  and first == FAULT_STEP and f["title"].startswith("NaN/inf in the input data"),
         # gpu_faults.py --split --split-gain: the second module (a Linear) overflows
         "split": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                  and layer == "Linear" and op == "linear" and first == FAULT_STEP

@@ -15,7 +15,9 @@
 # step before it, one SIGKILLed every step but the last, each with the report's run-end
 # warning; a second top-level module that the optimizer trains must be recorded from step 1
 # (META added_models, a note, its rows), leave the findings as they were, and its own overflow
-# be named in its layer; with two GPUs or more, one
+# be named in its layer; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# nn.MultiheadAttention, a dict output, a frozen backbone) are checked faulty and healthy; with
+# two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
 # module); the sawtooth run's gradient
@@ -32,11 +34,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK" && rm -f "$WORK"/*.rc
 python3 -c 'import torch, sys; print("# python", sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name())'
 
-one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's)
+one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gpu_faults.py's)
     local name=$1 module=$2
     shift 2
     TORCH_LOGS=graph_breaks AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" \
-        -- python3 "$HERE/gpu_faults.py" "$@" >"$WORK/$name.log" 2>&1
+        -- python3 "$HERE/${SCRIPT:-gpu_faults.py}" "$@" >"$WORK/$name.log" 2>&1
     echo $? >"$WORK/$name.rc"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" >"$WORK/$name.txt" 2>&1
@@ -48,6 +50,13 @@ for c in $cases; do
 done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 wait
+# model shapes beyond gpu_faults.py's: a cell called in a loop, an LSTM, torch's multi-head
+# attention, a dict output, a frozen backbone
+patterns="rnn lstm mha dict frozen"
+for c in $patterns; do
+    SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
+    SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &
+done
 # training patterns: gradient accumulation, activation checkpointing of both kinds
 one attn-accum "" --case attn --accum 4 &
 one nan-accum "" --case nan --accum 4 &
@@ -138,6 +147,10 @@ python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-ki
 for c in $cases; do
     python3 "$HERE/check_report.py" "$WORK/$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/$c-healthy.json" "$c" --healthy || fail=1
+done
+for c in $patterns; do
+    python3 "$HERE/check_report.py" "$WORK/p-$c.json" "$c" || fail=1
+    python3 "$HERE/check_report.py" "$WORK/p-$c-healthy.json" "$c" --healthy || fail=1
 done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1

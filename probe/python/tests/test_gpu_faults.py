@@ -14,7 +14,9 @@ process; the same rows as without them) and DataParallel (one GPU), and compiled
 break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
 model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean); a script that
 raises or is SIGKILLed mid-run keeps its steps and the report says how it ended; a second module
-trained beside the model is recorded from step 1 on, and its own overflow named there. Skipped
+trained beside the model is recorded from step 1 on, and its own overflow named there; and
+gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
+output, a frozen backbone), faulty and healthy (`-k shapes`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -36,14 +38,15 @@ pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
 CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 
 
-def record(tmp_path, case, healthy, extra=(), status=0):
-    """Runs the case under ampprobe run --torch (torch.compile's graph breaks logged), which
-    must exit with status; returns the database and the script's output (stdout and stderr)."""
+def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py"):
+    """Runs the case of script under ampprobe run --torch (torch.compile's graph breaks
+    logged), which must exit with status; returns the database and the script's output (stdout
+    and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     db = str(tmp_path / ("%s%s%s.sqlite" % (case, "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
     run = subprocess.run([ampprobe, "run", "--torch", "--trace", "amp", "-f", "-o", db, "--",
-                          sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
+                          sys.executable, os.path.join(HERE, script), "--case", case]
                          + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, TORCH_LOGS="graph_breaks"))
@@ -52,9 +55,9 @@ def record(tmp_path, case, healthy, extra=(), status=0):
     return db, run.stdout + run.stderr
 
 
-def report_of(tmp_path, case, healthy, extra=()):
+def report_of(tmp_path, case, healthy, extra=(), script="gpu_faults.py"):
     """Runs the case under ampprobe run --torch; returns its report as json."""
-    db, _ = record(tmp_path, case, healthy, extra)
+    db, _ = record(tmp_path, case, healthy, extra, script=script)
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
                          text=True, timeout=300)
@@ -73,6 +76,21 @@ def test_first_finding_names_the_fault(tmp_path, case):
 @pytest.mark.parametrize("case", CASES)
 def test_healthy_twin_is_clean(tmp_path, case):
     r = report_of(tmp_path, case, healthy=True)
+    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+    assert not bad, bad[:2]
+
+
+# model shapes (gpu_patterns.py): a cell called in a loop, an LSTM, torch's multi-head attention,
+# a dict output, a frozen backbone
+SHAPES = ["rnn", "lstm", "mha", "dict", "frozen"]
+
+
+@pytest.mark.parametrize("case", SHAPES)
+def test_model_shapes(tmp_path, case):
+    r = report_of(tmp_path, case, healthy=False, script="gpu_patterns.py")
+    assert r["findings"], "no findings"
+    assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+    r = report_of(tmp_path, case, healthy=True, script="gpu_patterns.py")
     bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
     assert not bad, bad[:2]
 

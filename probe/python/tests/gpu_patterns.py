@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""gpu_patterns.py — fp16 PyTorch training scripts of model shapes gpu_faults.py does not cover,
+for `ampprobe run --torch` (no ampprobe code in here). run_gpu.sh runs each, faulty and healthy,
+and check_report.py checks the report's first finding.
+
+  python3 gpu_patterns.py --case rnn [--healthy]
+
+Cases (the fault switches on at step 3; --healthy leaves it off):
+  rnn     one cell (a Linear over [x_t, h]) called 12 times a forward, h = relu(cell(...)):
+          the input times 1e5 overflows the cell's fp16 output (linear in cell)
+  lstm    nn.LSTM (cuDNN) and a Linear head: a NaN in the batch (NaN in the input data, lstm)
+  mha     nn.MultiheadAttention (need_weights=False: the fused attention), its in_proj_weight
+          times 1e4 at step 3: the q/k/v projection inside the module overflows (linear in attn)
+  dict    a model that returns a dict {"logits", "aux"}, the loss from both; its logits'
+          Linear gets a gain of 1e6 (fp16 overflow, linear in head)
+  frozen  a frozen backbone (requires_grad False, BatchNorm in eval) under a trained head: a
+          NaN in the batch (NaN in the input data, at the backbone's first layer)
+"""
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FAULT_STEP = 3
+STEPS = 8
+
+
+class Rnn(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.d, s.cell, s.head = d, nn.Linear(2 * d, d), nn.Linear(d, out)
+
+    def forward(s, x):  # (B, T, d)
+        h = x.new_zeros(x.shape[0], s.d)
+        for t in range(x.shape[1]):
+            h = F.relu(s.cell(torch.cat([x[:, t], h], 1)))
+        return s.head(h)
+
+
+class Lstm(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.lstm, s.head = nn.LSTM(d, d, batch_first=True), nn.Linear(d, out)
+
+    def forward(s, x):
+        y, _ = s.lstm(x)
+        return s.head(y[:, -1])
+
+
+class Mha(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.attn, s.head = nn.MultiheadAttention(d, 4, batch_first=True), nn.Linear(d, out)
+
+    def forward(s, x):
+        y, _ = s.attn(x, x, x, need_weights=False)
+        return s.head(y.mean(1))
+
+
+class DictOut(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.body, s.head, s.aux = nn.Linear(d, d), nn.Linear(d, out), nn.Linear(d, 1)
+
+    def forward(s, x):
+        h = F.gelu(s.body(x.mean(1)))
+        return {"logits": s.head(h), "aux": s.aux(h)}
+
+
+class Frozen(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.backbone = nn.Sequential(nn.Linear(d, d), nn.BatchNorm1d(d), nn.ReLU())
+        s.head = nn.Linear(d, out)
+        s.backbone.requires_grad_(False)
+
+    def train(s, mode=True):  # the backbone stays in eval (its BatchNorm's running stats)
+        super().train(mode)
+        s.backbone.eval()
+        return s
+
+    def forward(s, x):
+        return s.head(s.backbone(x.mean(1)))
+
+
+MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", required=True, choices=sorted(MODELS))
+    ap.add_argument("--healthy", action="store_true")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    dev = "cuda"
+    model = MODELS[a.case]().to(dev).train()
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    for step in range(STEPS):
+        fault = not a.healthy and step >= FAULT_STEP
+        x = torch.randn(16, 12, 64, device=dev)
+        y = torch.randint(0, 10, (16,), device=dev)
+        if fault and a.case == "rnn":
+            x = x * 1e5
+        if fault and a.case in ("lstm", "frozen"):
+            x[0, 0, 0] = float("nan")
+        if fault and step == FAULT_STEP and a.case == "mha":
+            with torch.no_grad():
+                model.attn.in_proj_weight.mul_(1e4)
+        if fault and step == FAULT_STEP and a.case == "dict":
+            with torch.no_grad():
+                model.head.weight.mul_(1e6)
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+            if isinstance(out, dict):
+                loss = F.cross_entropy(out["logits"], y) + 0.1 * out["aux"].float().pow(2).mean()
+            else:
+                loss = F.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        print("step %d loss %.6g scale %g" % (step, loss.item(), scaler.get_scale()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
