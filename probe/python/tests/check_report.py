@@ -88,6 +88,13 @@ def expect(case, f, per_module=False):
                and "collapse" in f["title"] and first == FAULT_STEP,
         "dict": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                 and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
+        "zerograd": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                    and op == "log" and layer in ("", "the top level") and first == FAULT_STEP,
+        "innerloss": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                     and op == "log" and layer == "InnerLoss" and first == FAULT_STEP,
+        "cl": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+              and layer == "conv" and first == FAULT_STEP
+              and f["title"].startswith("NaN/inf in the input data"),
         "frozen": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                   and first == FAULT_STEP and f["title"].startswith("NaN/inf in the input data"),
         # gpu_faults.py --split --split-gain: the second module (a Linear) overflows

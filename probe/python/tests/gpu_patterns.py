@@ -15,6 +15,13 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           Linear gets a gain of 1e6 (fp16 overflow, linear in head)
   frozen  a frozen backbone (requires_grad False, BatchNorm in eval) under a trained head: a
           NaN in the batch (NaN in the input data, at the backbone's first layer)
+  zerograd  a hand-written fp16 loss, -log(softmax(logits / T)) with T = 1e-3 from step 3
+          (log of 0 outside any module), and optimizer.zero_grad(set_to_none=False) between the
+          forward and backward(): the loss computation is still replayed and judged
+  innerloss the model computes its loss in its forward (a Hugging Face model given labels),
+          the same hand-written loss: log of 0 in the model's own layer
+  cl      a convolution net in channels_last (module outputs not contiguous): a NaN in the
+          batch (NaN in the input data, conv)
 """
 import argparse
 
@@ -84,7 +91,34 @@ class Frozen(nn.Module):
         return s.head(s.backbone(x.mean(1)))
 
 
-MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen}
+class Mlp(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.fc1, s.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, out)
+
+    def forward(s, x):
+        return s.fc2(F.gelu(s.fc1(x.mean(1))))
+
+
+class InnerLoss(Mlp):
+    temp = 1.0
+
+    def forward(s, x, y):
+        p = F.softmax(super().forward(x) / s.temp, -1, dtype=torch.float16)
+        return -p.gather(1, y[:, None]).log().mean()
+
+
+class Conv(nn.Module):
+    def __init__(s, out=10):
+        super().__init__()
+        s.conv, s.head = nn.Conv2d(3, 16, 3, padding=1), nn.Linear(16, out)
+
+    def forward(s, x):
+        return s.head(F.relu(s.conv(x)).mean((2, 3)))
+
+
+MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
+          "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv}
 
 
 def main():
@@ -96,15 +130,19 @@ def main():
     torch.manual_seed(0)
     dev = "cuda"
     model = MODELS[a.case]().to(dev).train()
+    if a.case == "cl":
+        model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     scaler = torch.amp.GradScaler("cuda")
     for step in range(STEPS):
         fault = not a.healthy and step >= FAULT_STEP
         x = torch.randn(16, 12, 64, device=dev)
+        if a.case == "cl":
+            x = torch.randn(16, 3, 16, 16, device=dev).to(memory_format=torch.channels_last)
         y = torch.randint(0, 10, (16,), device=dev)
         if fault and a.case == "rnn":
             x = x * 1e5
-        if fault and a.case in ("lstm", "frozen"):
+        if fault and a.case in ("lstm", "frozen", "cl"):
             x[0, 0, 0] = float("nan")
         if fault and step == FAULT_STEP and a.case == "mha":
             with torch.no_grad():
@@ -112,13 +150,22 @@ def main():
         if fault and step == FAULT_STEP and a.case == "dict":
             with torch.no_grad():
                 model.head.weight.mul_(1e6)
+        if a.case == "innerloss":
+            model.temp = 1e-3 if fault else 1.0
         with torch.autocast("cuda", dtype=torch.float16):
-            out = model(x)
-            if isinstance(out, dict):
+            out = model(x, y) if a.case == "innerloss" else model(x)
+            if a.case == "innerloss":
+                loss = out
+            elif isinstance(out, dict):
                 loss = F.cross_entropy(out["logits"], y) + 0.1 * out["aux"].float().pow(2).mean()
+            elif a.case == "zerograd":  # the fp16 logits' softmax, its log taken by hand
+                opt.zero_grad(set_to_none=False)  # (after the forward: zeroes each .grad)
+                temp = 1e-3 if fault else 1.0
+                p = F.softmax(out / temp, -1, dtype=torch.float16)
+                loss = -p.gather(1, y[:, None]).log().mean()
             else:
                 loss = F.cross_entropy(out, y)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=a.case != "zerograd")
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()

@@ -52,7 +52,7 @@ one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 wait
 # model shapes beyond gpu_faults.py's: a cell called in a loop, an LSTM, torch's multi-head
 # attention, a dict output, a frozen backbone
-patterns="rnn lstm mha dict frozen"
+patterns="rnn lstm mha dict frozen zerograd innerloss cl"
 for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &

@@ -82,7 +82,7 @@ def test_healthy_twin_is_clean(tmp_path, case):
 
 # model shapes (gpu_patterns.py): a cell called in a loop, an LSTM, torch's multi-head attention,
 # a dict output, a frozen backbone
-SHAPES = ["rnn", "lstm", "mha", "dict", "frozen"]
+SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl"]
 
 
 @pytest.mark.parametrize("case", SHAPES)
