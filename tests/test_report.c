@@ -355,12 +355,16 @@ END_TEST
 // ---------------------------------------------------------------------------------------------
 // nonfinite-root-cause
 
+// AMP_EVENTS rows in the order the fixtures give them.
+#define EVENTS_VALUES                                                                              \
+    "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "       \
+    "detail, aggregate, occurrences, last_step) VALUES "
+
 // The attention-logit overflow of tiny_gpt --fault attn-overflow: the mul after q@k^T overflows
 // fp16 from step 3 on; softmax and the loss propagate it.
 static void attn_overflow(void) {
     healthy(12);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 3, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 7890, 65440, "
         " 'input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.26172 amax 6.26953; output f16 (16, 2, "
         "16, 16) min -65120 max 65440 amax 65440 (0 nan, 3913 +inf, 3977 -inf); ', 0, 1, 3),"
@@ -436,8 +440,7 @@ END_TEST
 
 START_TEST(nonfinite_input_and_log_zero_are_explained) {
     healthy(8);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 5, NULL, 'add', 'fwd', 'nonfinite_input', 'error', 1, 4.5, 'input 1 f32 (16, 32) min "
         "0 max 0 amax 0 (1 nan, 0 +inf, 0 -inf); ', 0, 1, 5),"
         "(1, 5, 0, 'linear', 'fwd', 'nonfinite_propagated', 'info', 96, 2.3, 'x', 0, 1, 5),"
@@ -471,8 +474,7 @@ END_TEST
 // A weight grown beyond fp16's range: autocast's cast makes it inf, the GEMM's output NaN.
 START_TEST(nonfinite_input_beyond_f16_range_is_explained) {
     healthy(8);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 3, 2, 'linear', 'fwd', 'nonfinite_producer', 'error', 32768, 0, 'input 0 f16 "
         "(256, 128) min -2.04 max 2.09 amax 2.09; input 1 f32 (128, 128) min -88575.2 max "
         "88623.5 amax 88623.5; output f16 (256, 128) min nan max nan amax nan (32768 nan, "
@@ -491,8 +493,7 @@ END_TEST
 // range turned inf there.
 START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
     healthy(8);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 3, 2, 'to_copy', 'fwd', 'nonfinite_producer', 'error', 1400, 0, 'input 0 f32 "
         "(16, 128) min -431244 max 412873 amax 431244; output f16 (16, 128) min -65504 max "
         "64480 amax 65504 (0 nan, 700 +inf, 700 -inf); ', 0, 1, 3);");
@@ -509,8 +510,7 @@ END_TEST
 // A sqrt of a variance that rounding drove below zero: not "of zero", and the input's min said.
 START_TEST(nonfinite_sqrt_of_a_negative_value_is_explained) {
     healthy(8);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 4, 1, 'sqrt', 'fwd', 'nonfinite_producer', 'error', 3, 0, 'input 0 f16 (64) min "
         "-0.000122 max 2.5 amax 2.5; output f16 (64) min 0 max 1.58 amax 1.58 (3 nan, 0 +inf, "
         "0 -inf); ', 0, 1, 4);");
@@ -527,8 +527,7 @@ END_TEST
 // again): the forward searched per module.
 START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
     healthy(8);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 3, 0, 'attention', 'fwd', 'nonfinite_module', 'error', 512, 65504, 'output f16 (512,)"
         " min -65504 max 65504 amax 65504 (0 nan, 300 +inf, 212 -inf); not traced op by op: a "
         "model sharded over several processes cannot run its forward again on one', 0, 1, 3),"
@@ -566,12 +565,12 @@ END_TEST
 
 START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     healthy(12);
-    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
-        "detail, aggregate, occurrences, last_step) VALUES "
+    sql(EVENTS_VALUES
         "(1, 2, 2, 'linear', 'bwd', 'nonfinite_producer', 'warning', 33, 65056, 'incoming "
         "gradient f16 (16, 64) min -4080 max 416 amax 4080; gradient f16 (64, 32) min -64320 max "
         "65056 amax 65056 (0 nan, 20 +inf, 13 -inf); ', 0, 1, 2),"
-        "(1, 2, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, 'scale overflow', 0, 1, 2),"
+        "(1, 2, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, 'scale overflow', 0, 1, "
+        "2),"
         "(1, 2, NULL, NULL, 'optim', 'step_skipped', 'warning', 1, 65536, NULL, 0, 1, 2);"
         "UPDATE AMP_STEPS SET skipped = 1, found_inf = 1, scale_after = 32768 WHERE step = 2;"
         "UPDATE AMP_STEPS SET scale_before = 32768, scale_after = 32768 WHERE step > 2;");
