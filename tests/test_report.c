@@ -471,55 +471,52 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
-// A weight grown beyond fp16's range: autocast's cast makes it inf, the GEMM's output NaN.
-START_TEST(nonfinite_input_beyond_f16_range_is_explained) {
+// One producer event (an AMP_EVENTS row's values) over a healthy run: the one error, its title
+// and a part of its advice.
+static void explained(const char *event, const char *title, const char *advice) {
     healthy(8);
-    sql(EVENTS_VALUES
-        "(1, 3, 2, 'linear', 'fwd', 'nonfinite_producer', 'error', 32768, 0, 'input 0 f16 "
-        "(256, 128) min -2.04 max 2.09 amax 2.09; input 1 f32 (128, 128) min -88575.2 max "
-        "88623.5 amax 88623.5; output f16 (256, 128) min nan max nan amax nan (32768 nan, "
-        "0 +inf, 0 -inf); ', 0, 1, 3);");
+    char buf[1024];
+    snprintf(buf, sizeof buf, EVENTS_VALUES "%s;", event);
+    sql(buf);
     analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
-    ck_assert_str_eq(findings.v[0].title,
-                     "fp16 overflow in head linear at step 3: an input beyond fp16's range (amax "
-                     "88623.5) turned inf in autocast's cast, the output NaN");
-    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "weight decay"));
+    ck_assert_str_eq(findings.v[0].title, title);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, advice));
     release();
+}
+
+// A weight grown beyond fp16's range: autocast's cast makes it inf, the GEMM's output NaN.
+START_TEST(nonfinite_input_beyond_f16_range_is_explained) {
+    explained("(1, 3, 2, 'linear', 'fwd', 'nonfinite_producer', 'error', 32768, 0, 'input 0 f16 "
+              "(256, 128) min -2.04 max 2.09 amax 2.09; input 1 f32 (128, 128) min -88575.2 max "
+              "88623.5 amax 88623.5; output f16 (256, 128) min nan max nan amax nan (32768 nan, "
+              "0 +inf, 0 -inf); ', 0, 1, 3)",
+              "fp16 overflow in head linear at step 3: an input beyond fp16's range (amax "
+              "88623.5) turned inf in autocast's cast, the output NaN",
+              "weight decay");
 }
 END_TEST
 
 // The PyTorch bridge's op tracer sees autocast's cast as an op: an f32 input batch beyond fp16's
 // range turned inf there.
 START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
-    healthy(8);
-    sql(EVENTS_VALUES
-        "(1, 3, 2, 'to_copy', 'fwd', 'nonfinite_producer', 'error', 1400, 0, 'input 0 f32 "
-        "(16, 128) min -431244 max 412873 amax 431244; output f16 (16, 128) min -65504 max "
-        "64480 amax 65504 (0 nan, 700 +inf, 700 -inf); ', 0, 1, 3);");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
-    ck_assert_str_eq(findings.v[0].title,
-                     "fp16 overflow in head at step 3: autocast's cast to fp16 of a value beyond "
-                     "its range (amax 431244) gave +-inf");
-    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Bring that value back under"));
-    release();
+    explained("(1, 3, 2, 'to_copy', 'fwd', 'nonfinite_producer', 'error', 1400, 0, 'input 0 f32 "
+              "(16, 128) min -431244 max 412873 amax 431244; output f16 (16, 128) min -65504 max "
+              "64480 amax 65504 (0 nan, 700 +inf, 700 -inf); ', 0, 1, 3)",
+              "fp16 overflow in head at step 3: autocast's cast to fp16 of a value beyond its "
+              "range (amax 431244) gave +-inf",
+              "Bring that value back under");
 }
 END_TEST
 
 // A sqrt of a variance that rounding drove below zero: not "of zero", and the input's min said.
 START_TEST(nonfinite_sqrt_of_a_negative_value_is_explained) {
-    healthy(8);
-    sql(EVENTS_VALUES
-        "(1, 4, 1, 'sqrt', 'fwd', 'nonfinite_producer', 'error', 3, 0, 'input 0 f16 (64) min "
-        "-0.000122 max 2.5 amax 2.5; output f16 (64) min 0 max 1.58 amax 1.58 (3 nan, 0 +inf, "
-        "0 -inf); ', 0, 1, 4);");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
-    ck_assert_str_eq(findings.v[0].title, "sqrt of a negative value in blocks.0.mlp at step 4 "
-                                          "gives NaN (its input's min -0.000122)");
-    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "E[x^2] - E[x]^2"));
-    release();
+    explained("(1, 4, 1, 'sqrt', 'fwd', 'nonfinite_producer', 'error', 3, 0, 'input 0 f16 (64) min "
+              "-0.000122 max 2.5 amax 2.5; output f16 (64) min 0 max 1.58 amax 1.58 (3 nan, 0 "
+              "+inf, 0 -inf); ', 0, 1, 4)",
+              "sqrt of a negative value in blocks.0.mlp at step 4 gives NaN (its input's min "
+              "-0.000122)",
+              "E[x^2] - E[x]^2");
 }
 END_TEST
 
