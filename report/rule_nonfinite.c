@@ -165,8 +165,10 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
     bool half = strcmp(r->out_dtype, "f16") == 0;
     bool infs = r->posinf + r->neginf > 0;
     if (is(e, "nonfinite_input")) {
-        snprintf(f->title, sizeof f->title, "NaN/inf in the input data at step %lld, first seen by %s %s",
-                 (long long)f->first_step, layer_words(f), f->op);
+        snprintf(f->title, sizeof f->title,
+                 "NaN/inf in the input data at step %lld, first seen by %s %s",
+                 (long long)f->first_step, layer_words(f),
+                 report_op_is_cast(f->op) ? "(autocast's cast of its input)" : f->op);
         snprintf(f->advice, sizeof f->advice,
                  "Sanitize the data: find the batch of step %lld and the sample that carries "
                  "NaN/inf (check the loader, the normalisation statistics, divisions by a zero "

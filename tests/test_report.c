@@ -509,6 +509,17 @@ START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
 }
 END_TEST
 
+// A NaN batch whose first op is autocast's cast of it (libampcore's "to" in the layer): said so.
+START_TEST(nonfinite_input_first_seen_by_a_cast_is_explained) {
+    explained("(1, 5, 1, 'to', 'fwd', 'nonfinite_input', 'error', 1, 0, 'input 0 f32 (64, 32) "
+              "min 0 max 1 amax 1 (1 nan, 0 +inf, 0 -inf); output bf16 (64, 32) min 0 max 1 "
+              "amax 1 (1 nan, 0 +inf, 0 -inf); ', 0, 1, 5)",
+              "NaN/inf in the input data at step 5, first seen by blocks.0.mlp (autocast's cast "
+              "of its input)",
+              "Sanitize the data");
+}
+END_TEST
+
 // A sqrt of a variance that rounding drove below zero: not "of zero", and the input's min said.
 START_TEST(nonfinite_sqrt_of_a_negative_value_is_explained) {
     explained("(1, 4, 1, 'sqrt', 'fwd', 'nonfinite_producer', 'error', 3, 0, 'input 0 f16 (64) min "
@@ -1638,6 +1649,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
+    tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
