@@ -1382,8 +1382,10 @@ class Watcher:
             if out is None:
                 continue
             judge = _Judge(self, d.step, [])
-            try:
-                with torch.set_grad_enabled(backward):
+            try:  # (the random state as before afterwards, as for the re-run forward)
+                with torch.random.fork_rng(devices=[torch.cuda.current_device()]
+                                           if f.dev == "cuda" else []), \
+                        torch.set_grad_enabled(backward):
                     loss = _replay(f, out, judge, graph=backward)
             except Exception as e:  # a call that does not take the re-run's tensors
                 print("ampprobe: step %d: the loss computation's replay failed (%s: %s)"

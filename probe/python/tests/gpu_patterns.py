@@ -15,9 +15,11 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           Linear gets a gain of 1e6 (fp16 overflow, linear in head)
   frozen  a frozen backbone (requires_grad False, BatchNorm in eval) under a trained head: a
           NaN in the batch (NaN in the input data, at the backbone's first layer)
-  zerograd  a hand-written fp16 loss, -log(softmax(logits / T)) with T = 1e-3 from step 3
-          (log of 0 outside any module), and optimizer.zero_grad(set_to_none=False) between the
-          forward and backward(): the loss computation is still replayed and judged
+  zerograd  a hand-written fp16 loss, -log(softmax(dropout(logits) / T)) with T = 1e-3 at
+          step 3 only (log of 0 outside any module), and optimizer.zero_grad(set_to_none=False)
+          between the forward and backward(): the loss computation is still replayed and
+          judged, and its replay leaves the random state as it was (the batches after it, and
+          so the losses printed, are those of a run without ampprobe)
   innerloss the model computes its loss in its forward (a Hugging Face model given labels),
           the same hand-written loss: log of 0 in the model's own layer
   cl      a convolution net in channels_last (module outputs not contiguous): a NaN in the
@@ -160,8 +162,8 @@ def main():
                 loss = F.cross_entropy(out["logits"], y) + 0.1 * out["aux"].float().pow(2).mean()
             elif a.case == "zerograd":  # the fp16 logits' softmax, its log taken by hand
                 opt.zero_grad(set_to_none=False)  # (after the forward: zeroes each .grad)
-                temp = 1e-3 if fault else 1.0
-                p = F.softmax(out / temp, -1, dtype=torch.float16)
+                temp = 1e-3 if fault and step == FAULT_STEP else 1.0  # (one broken step)
+                p = F.softmax(F.dropout(out, 0.1) / temp, -1, dtype=torch.float16)
                 loss = -p.gather(1, y[:, None]).log().mean()
             else:
                 loss = F.cross_entropy(out, y)
