@@ -16,7 +16,9 @@
 # warning; a second top-level module that the optimizer trains must be recorded from step 1
 # (META added_models, a note, its rows), leave the findings as they were, and its own overflow
 # be named in its layer; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
-# nn.MultiheadAttention, a dict output, a frozen backbone) are checked faulty and healthy; with
+# nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
+# backward(), a loss computed in the forward, channels_last convolutions) are checked faulty and
+# healthy, and a broken step's replay must leave the random state as it was; with
 # two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
@@ -50,8 +52,7 @@ for c in $cases; do
 done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 wait
-# model shapes beyond gpu_faults.py's: a cell called in a loop, an LSTM, torch's multi-head
-# attention, a dict output, a frozen backbone
+# model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl"
 for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &

@@ -16,7 +16,8 @@ model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean
 raises or is SIGKILLed mid-run keeps its steps and the report says how it ended; a second module
 trained beside the model is recorded from step 1 on, and its own overflow named there; and
 gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
-output, a frozen backbone), faulty and healthy (`-k shapes`). Skipped
+output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
+forward, channels_last convolutions), faulty and healthy (`-k shapes`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -80,8 +81,7 @@ def test_healthy_twin_is_clean(tmp_path, case):
     assert not bad, bad[:2]
 
 
-# model shapes (gpu_patterns.py): a cell called in a loop, an LSTM, torch's multi-head attention,
-# a dict output, a frozen backbone
+# model shapes (gpu_patterns.py's docstring)
 SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl"]
 
 
