@@ -65,6 +65,25 @@ def op_name(x):
     return s.rstrip("_") or "op"
 
 
+_IN_PLACE_DUNDERS = {"__i%s__" % op for op in (
+    "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
+    "lshift", "rshift")}
+
+
+def writes(name):
+    """Whether the torch function of that __name__ writes into its first argument: an in-place
+    method (add_, torch._foreach_zero_), an augmented assignment (__iadd__), an item
+    assignment (__setitem__)."""
+    return (name.endswith("_") and not name.startswith("__")) or name in _IN_PLACE_DUNDERS \
+        or name == "__setitem__"
+
+
+def touches_state(name):
+    """Whether the torch function of that __name__ reads or writes what its first argument
+    holds rather than computing a new tensor: a property getter (Tensor.grad) or writes()."""
+    return name == "__get__" or writes(name)
+
+
 class LayerTable:
     """Layer ids of one process: add() qualified names in module-tree order, pending() the
     records not yet emitted."""

@@ -269,7 +269,7 @@ class _Forward:
     autocast state, held until the step ends (what a broken step is re-run from), and its loss
     computation as the tape saw it."""
     __slots__ = ("args", "kwargs", "dev", "ac", "ac_dtype", "tape", "slots", "n_slots",
-                 "loss_slot", "took_slot")
+                 "loss_slot")
 
     def __init__(self, args, kwargs, dev, ac, ac_dtype):
         self.args, self.kwargs, self.dev, self.ac, self.ac_dtype = args, kwargs, dev, ac, ac_dtype
@@ -277,7 +277,6 @@ class _Forward:
         self.slots = {}  # id(tensor) -> (weakref to it, its slot), while it lives
         self.n_slots = 0
         self.loss_slot = None  # the slot of the loss backward() was called on
-        self.took_slot = False  # whether the call _arg last looked at took a slot
 
     def slot_all(self, obj):
         """Gives each tensor of obj the next slot; returns the first."""
@@ -297,26 +296,28 @@ class _Forward:
         if isinstance(x, torch.Tensor):
             n = self.slot_of(x)
             if n is not None:
-                self.took_slot = True
                 return _Slot(n)
         return x
 
 
-def _touches_state(func):
-    """Whether func reads or writes what a tensor holds rather than computing a new one: a
-    property getter (Tensor.grad), an in-place method, an item assignment."""
-    name = getattr(func, "__name__", "")
-    return name in ("__get__", "__setitem__") or (name.endswith("_") and not name.startswith("__"))
+def _first_tensor(args):
+    """The tensor a call works on: its first argument (self), or the first of a list of them
+    (torch._foreach_*); None when there is none."""
+    x = args[0] if args else None
+    if type(x) in (list, tuple):
+        x = x[0] if x else None
+    return x if isinstance(x, torch.Tensor) else None
 
 
 class _LossTape(TorchFunctionMode):
     """Between the model's output and backward(): what the loss computation called, kept until
     the step ends (only replayed when the step broke). The tensors it made are not held (the
     f32 logits of a language model are large): a call's arguments keep them as _Slots; what it
-    took from elsewhere (labels, class weights) is held. A call on none of what the model's
-    output became that reads or writes state (optimizer.zero_grad() reading each .grad or
-    zeroing it) is not taped: it is not the loss's computation, and replayed after the
-    backward it would read the gradients backward() made."""
+    took from elsewhere (labels, class weights) is held. A call that reads or writes what a
+    tensor from elsewhere holds (optimizer.zero_grad() reading each .grad or zeroing it, a
+    running total `total += loss.detach()`) is not taped: it is not the loss's computation,
+    replayed after the backward it would read the gradients backward() made, and replayed at
+    all it would write into the program's tensors again."""
 
     def __init__(self):
         super().__init__()
@@ -327,11 +328,11 @@ class _LossTape(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         f = self.fwd
-        if f is not None and isinstance(out, (torch.Tensor, tuple, list)):
-            f.took_slot = False
+        if f is not None and isinstance(out, (torch.Tensor, tuple, list)) and \
+                (not _vocab.touches_state(getattr(func, "__name__", "")) or
+                 f.slot_of(_first_tensor(args)) is not None):
             spec = _map_args(f._arg, (args, kwargs or {}))
-            if f.took_slot or not _touches_state(func):
-                f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
+            f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
         return out
 
     def begin(self, fwd, output):
@@ -512,9 +513,8 @@ def _replay(f, out, judge=None, graph=False):
         lead = []
         _map_args(lambda x: lead.append(x) if isinstance(x, (torch.Tensor, _Slot)) else None,
                   spec[0])
-        if name.endswith("_") and not name.startswith("__") and lead and \
-                isinstance(lead[0], torch.Tensor):
-            return None  # in place on a tensor from elsewhere
+        if _vocab.writes(name) and lead and isinstance(lead[0], torch.Tensor):
+            return None  # in place on a tensor from elsewhere (the tape leaves these out)
         with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):
             r = func(*a, **k)
         if graph:

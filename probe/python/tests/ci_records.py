@@ -32,6 +32,16 @@ for given, want in (("Linear", "linear"), ("LayerNorm", "layer_norm"), ("Conv2d"
                     ("cross_entropy", "cross_entropy"), ("GELU", "gelu")):
     assert _vocab.op_name(given) == want, (given, _vocab.op_name(given), want)
 
+# what the loss tape leaves out on a tensor from elsewhere (Tensor.grad's getter, zero_grad's
+# zero_ and _foreach_zero_, a running total's +=, an item assignment), and what it keeps
+for name, writes, touches in (("__get__", False, True), ("zero_", True, True),
+                              ("_foreach_zero_", True, True), ("__iadd__", True, True),
+                              ("__imatmul__", True, True), ("__setitem__", True, True),
+                              ("ones", False, False), ("__mul__", False, False),
+                              ("__radd__", False, False), ("cross_entropy", False, False),
+                              ("", False, False)):
+    assert _vocab.writes(name) == writes and _vocab.touches_state(name) == touches, name
+
 
 class Block:  # a model's module class, and the class FSDP2's fully_shard gives an instance
     pass

@@ -20,6 +20,10 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           between the forward and backward(): the loss computation is still replayed and
           judged, and its replay leaves the random state as it was (the batches after it, and
           so the losses printed, are those of a run without ampprobe)
+  running a running total of the loss (total += loss.detach()) under a GradScaler whose
+          first scale (2**40) overflows the fp16 gradients for several steps (a backward break
+          with a finite loss, whose loss computation the bridge replays): the totals printed
+          are those of a run without ampprobe (healthy: the default scale)
   innerloss the model computes its loss in its forward (a Hugging Face model given labels),
           the same hand-written loss: log of 0 in the model's own layer
   cl      a convolution net in channels_last (module outputs not contiguous): a NaN in the
@@ -120,7 +124,7 @@ class Conv(nn.Module):
 
 
 MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
-          "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv}
+          "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp}
 
 
 def main():
@@ -135,7 +139,9 @@ def main():
     if a.case == "cl":
         model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    scaler = torch.amp.GradScaler("cuda")
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40 if a.case == "running" and
+                                  not a.healthy else 2.0**16)
+    total = torch.zeros((), device=dev)
     for step in range(STEPS):
         fault = not a.healthy and step >= FAULT_STEP
         x = torch.randn(16, 12, 64, device=dev)
@@ -167,11 +173,14 @@ def main():
                 loss = -p.gather(1, y[:, None]).log().mean()
             else:
                 loss = F.cross_entropy(out, y)
+            if a.case == "running":
+                total += loss.detach()
         opt.zero_grad(set_to_none=a.case != "zerograd")
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-        print("step %d loss %.6g scale %g" % (step, loss.item(), scaler.get_scale()), flush=True)
+        print("step %d loss %.6g scale %g total %.6g" % (step, loss.item(), scaler.get_scale(),
+                                                          total.item()), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@
 # be named in its layer; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions) are checked faulty and
-# healthy, and a broken step's replay must leave the random state as it was; with
+# healthy, and a broken step's replay must leave the random state and the program's tensors as
+# they were; with
 # two GPUs or more, one
 # faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
 # record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
@@ -58,6 +59,7 @@ for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &
 done
+SCRIPT=gpu_patterns.py one p-running "" --case running &
 # training patterns: gradient accumulation, activation checkpointing of both kinds
 one attn-accum "" --case attn --accum 4 &
 one nan-accum "" --case nan --accum 4 &
@@ -153,15 +155,18 @@ for c in $patterns; do
     python3 "$HERE/check_report.py" "$WORK/p-$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/p-$c-healthy.json" "$c" --healthy || fail=1
 done
-# the bridge's replay of a broken step's loss computation (a dropout in it) leaves the random
-# state as it was: the same batches and losses as without ampprobe
-python3 "$HERE/gpu_patterns.py" --case zerograd >"$WORK/p-zerograd-plain.log" 2>&1
-if [ -n "$(grep '^step' "$WORK/p-zerograd.log")" ] &&
-    diff <(grep '^step' "$WORK/p-zerograd-plain.log") <(grep '^step' "$WORK/p-zerograd.log") >/dev/null; then
-    echo "PASS zerograd: the losses printed with and without ampprobe are the same"
-else
-    echo "FAIL zerograd: the losses printed with and without ampprobe differ"; fail=1
-fi
+# the bridge's replay of a broken step's loss computation leaves the program's state as it was:
+# the random state (a dropout in the loss: the same batches and losses as without ampprobe) and
+# the program's tensors (a running total of the loss: the same totals)
+for c in zerograd running; do
+    python3 "$HERE/gpu_patterns.py" --case $c >"$WORK/p-$c-plain.log" 2>&1
+    if [ -n "$(grep '^step' "$WORK/p-$c.log")" ] &&
+        diff <(grep '^step' "$WORK/p-$c-plain.log") <(grep '^step' "$WORK/p-$c.log") >/dev/null; then
+        echo "PASS $c: the losses and totals printed with and without ampprobe are the same"
+    else
+        echo "FAIL $c: the losses or totals printed with and without ampprobe differ"; fail=1
+    fi
+done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
