@@ -7,14 +7,15 @@ and check_report.py checks the report's first finding.
 
 Cases (the fault switches on at step 3; --healthy leaves it off):
   rnn     one cell (a Linear over [x_t, h]) called 12 times a forward, h = relu(cell(...)):
-          the input times 1e5 overflows the cell's fp16 output (linear in cell)
+          the input times 1e5 turns inf in autocast's cast to fp16 (in cell)
   lstm    nn.LSTM (cuDNN) and a Linear head: a NaN in the batch (NaN in the input data, lstm)
   mha     nn.MultiheadAttention (need_weights=False: the fused attention), its in_proj_weight
-          times 1e4 at step 3: the q/k/v projection inside the module overflows (linear in attn)
+          times 1e4 at step 3: the forward stays finite, the loss jumps and the gradients
+          overflow at every scale (the scale's collapse)
   dict    a model that returns a dict {"logits", "aux"}, the loss from both; its logits'
-          Linear gets a gain of 1e6 (fp16 overflow, linear in head)
+          Linear's weight times 1e6 turns inf in autocast's cast to fp16 (in head)
   frozen  a frozen backbone (requires_grad False, BatchNorm in eval) under a trained head: a
-          NaN in the batch (NaN in the input data, at the backbone's first layer)
+          NaN in the batch (NaN in the input data, first seen by the model's own mean)
   zerograd  a hand-written fp16 loss, -log(softmax(dropout(logits) / T)) with T = 1e-3 at
           step 3 only (log of 0 outside any module), and optimizer.zero_grad(set_to_none=False)
           between the forward and backward(): the loss computation is still replayed and
