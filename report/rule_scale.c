@@ -15,6 +15,7 @@
 #include "report.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RULE "loss-scale"
@@ -23,6 +24,7 @@
 #define SKIP_RATE_WARN 0.05  // share of steps skipped (after calibration) worth a warning
 #define STUCK_LOW_SCALE 128.0
 #define STUCK_LOW_HEADROOM_BITS 8.0
+#define LOSS_JUMP 10.0 // the loss at a collapse's first step against the steps before it
 
 typedef struct scale_run {
     int32_t pid;
@@ -117,6 +119,31 @@ static bool forward_broken(const report_model *m, int32_t pid, int64_t first, in
     return false;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// How many times the loss at step `at` exceeds the median finite loss of the (up to) 16 steps
+// before it, *before that median; NAN when there are fewer than 2 of them or no loss at `at`.
+static double loss_jump(const report_model *m, int32_t pid, int64_t at, double *before) {
+    double prev[16], now = NAN;
+    int n = 0;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        if (s->pid != pid || s->step > at) continue;
+        if (s->step == at)
+            now = s->loss;
+        else if (s->loss_finite && isfinite(s->loss))
+            prev[n++ % 16] = s->loss;
+    }
+    if (n > 16) n = 16;
+    if (n < 2 || !isfinite(now)) return NAN;
+    qsort(prev, (size_t)n, sizeof prev[0], cmp_double);
+    *before = n % 2 ? prev[n / 2] : 0.5 * (prev[n / 2 - 1] + prev[n / 2]);
+    return *before > 0 ? now / *before : NAN;
+}
+
 static void recommend(report_finding *f, double rec_scale, double u) {
     report_finding_evidence(f, "grad_amax_unscaled", u);
     report_finding_evidence(f, "recommended_init_scale", rec_scale);
@@ -156,11 +183,25 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                      "loss scale collapse: %lld consecutive backoffs from %.9g to %.9g (steps %lld-%lld)",
                      (long long)r.collapse_len, r.collapse_from, r.collapse_to,
                      (long long)r.collapse_first, (long long)r.collapse_last);
-            snprintf(f->detail, sizeof f->detail,
-                     "%lld of %lld steps skipped; every update in that range found inf/NaN "
-                     "gradients.%s",
-                     (long long)r.skipped, (long long)r.n,
-                     broken ? " The forward pass was already non-finite in those steps." : "");
+            int k =
+                snprintf(f->detail, sizeof f->detail,
+                         "%lld of %lld steps skipped; every update in that range found inf/NaN "
+                         "gradients.%s",
+                         (long long)r.skipped, (long long)r.n,
+                         broken ? " The forward pass was already non-finite in those steps." : "");
+            // a finite loss that jumped where the collapse began: the weights or the data
+            // changed there, and the gradients follow the loss
+            double before = NAN,
+                   jump = broken ? NAN : loss_jump(m, r.pid, r.collapse_first, &before);
+            if (jump >= LOSS_JUMP && k > 0 && (size_t)k < sizeof f->detail) {
+                snprintf(
+                    f->detail + k, sizeof f->detail - (size_t)k,
+                    " The loss jumped %.3gx at step %lld, from %.4g (the steps before) to "
+                    "%.4g: the weights or the batch changed there (a bad update at the step "
+                    "before, a corrupt or unnormalised batch), and the gradients grew with it.",
+                    jump, (long long)r.collapse_first, before, jump * before);
+                report_finding_evidence(f, "loss_jump", jump);
+            }
             if (broken)
                 snprintf(f->advice, sizeof f->advice,
                          "Fix the non-finite forward pass first (see the nonfinite-root-cause "

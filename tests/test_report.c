@@ -632,6 +632,15 @@ START_TEST(scale_collapse_and_stuck_low_are_warnings) {
     ck_assert_close(evidence(&findings.v[0], "consecutive_backoffs"), 9, 0, 0);
     // no non-finite forward recorded: the gradients explode
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Clip"));
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "jumped")); // the loss did not
+    release();
+    // the loss jumped where the collapse began: said, with how much
+    sql("UPDATE AMP_STEPS SET loss = loss * 600 WHERE step >= 3;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].detail, "The loss jumped 597x at step 3, from 3.99 (the "
+                                               "steps before) to 2382: "),
+                  "%s", findings.v[0].detail);
+    ck_assert_close(evidence(&findings.v[0], "loss_jump"), 3.97 * 600 / 3.99, 1e-9, 0);
     release();
 
     sql("DELETE FROM AMP_STEPS;");
