@@ -739,13 +739,15 @@ double report_median_step_ns(const report_model *m) {
         if (s->start_ns >= 0 && s->end_ns >= s->start_ns)
             d[n++] = (double)(s->end_ns - s->start_ns);
     }
-    double median = NAN;
-    if (n) {
-        qsort(d, n, sizeof *d, cmp_double);
-        median = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
-    }
+    double median = report_median(d, n);
     free(d);
     return median;
+}
+
+double report_median(double *v, size_t n) {
+    if (!n) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 double report_scale_for_amax(double u) {

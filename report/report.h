@@ -287,6 +287,8 @@ bool report_pid_autocast(const report_model *m, int32_t pid);
 // The focused steps' median step time in ns (a first step's set-up or a stall does not move
 // it); NaN: no step times.
 double report_median_step_ns(const report_model *m);
+// The median of v[0..n) (sorts v); NaN when n is 0.
+double report_median(double *v, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Findings

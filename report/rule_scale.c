@@ -15,7 +15,6 @@
 #include "report.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define RULE "loss-scale"
@@ -119,13 +118,8 @@ static bool forward_broken(const report_model *m, int32_t pid, int64_t first, in
     return false;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 // How many times the loss at step `at` exceeds the median finite loss of the (up to) 16 steps
-// before it, *before that median; NAN when there are fewer than 2 of them or no loss at `at`.
+// before it (*before: that median); NaN when there are fewer than 2 of them or no loss at `at`.
 static double loss_jump(const report_model *m, int32_t pid, int64_t at, double *before) {
     double prev[16], now = NAN;
     int n = 0;
@@ -139,8 +133,7 @@ static double loss_jump(const report_model *m, int32_t pid, int64_t at, double *
     }
     if (n > 16) n = 16;
     if (n < 2 || !isfinite(now)) return NAN;
-    qsort(prev, (size_t)n, sizeof prev[0], cmp_double);
-    *before = n % 2 ? prev[n / 2] : 0.5 * (prev[n / 2 - 1] + prev[n / 2]);
+    *before = report_median(prev, (size_t)n);
     return *before > 0 ? now / *before : NAN;
 }
 
