@@ -93,11 +93,23 @@ static int cmd(const char **args) {
 #define HAS(text, needle)                                                                          \
     ck_assert_msg(strstr((text), (needle)) != NULL, "no '%s' in:\n%s", (needle), (text))
 
+// `ampprobe diff first second --format format` (exit status 0) as it wrote it; free it.
+static char *diff_of(const char *first, const char *second, const char *format) {
+    ck_assert_int_eq(CMD(first, second, "--format", format, "-o", out_path), 0);
+    return test_read_file(out_path, NULL);
+}
+
+// The run at path ended with that exit status (META exit_status).
+static void exited(const char *path, int status) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'exit_status';", status);
+    sql(path, buf);
+}
+
 START_TEST(amp_faster_same_loss_either_order) {
     run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
     run(b_path, 20, 4.0, 1.003, 600, true, "cuda");
-    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    char *t = test_read_file(out_path, NULL);
+    char *t = diff_of(a_path, b_path, "text");
     HAS(t, "AMP run (B, fp16) is 2.5x faster than the fp32 run, holds 40% less memory, same loss "
            "within 0.3%.");
     HAS(t, "median step (ms)       10                 4                  x0.40");
@@ -106,17 +118,14 @@ START_TEST(amp_faster_same_loss_either_order) {
     ck_assert_msg(!strstr(t, "torch.compile"), "%s", t); // two eager runs
     free(t);
     sql(b_path, "INSERT INTO META VALUES ('compiled', 'model', 1);");
-    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    t = test_read_file(out_path, NULL);
+    t = diff_of(a_path, b_path, "text");
     HAS(t, "torch.compile          no                 model");
     free(t);
-    ck_assert_int_eq(CMD(a_path, b_path, "--format", "json", "-o", out_path), 0);
-    t = test_read_file(out_path, NULL);
+    t = diff_of(a_path, b_path, "json");
     HAS(t, "\"device\": \"cuda\", \"compiled\": \"model\", \"autocast\": true");
     HAS(t, "\"device\": \"cuda\", \"compiled\": null, \"autocast\": false");
     free(t);
-    ck_assert_int_eq(CMD(b_path, a_path, "-o", out_path), 0); // the AMP run first
-    t = test_read_file(out_path, NULL);
+    t = diff_of(b_path, a_path, "text"); // the AMP run first
     HAS(t, "AMP run (A, fp16) is 2.5x faster than the fp32 run");
     free(t);
 }
@@ -135,8 +144,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
         "localMemoryPerThread, localMemoryTotal, gridId) SELECT start_ns + x * 30000, "
         "start_ns + x * 30000 + 2000, 0, 1, 7, step * 300 + x, 16777216, 1, 1, 32, 1, 1, 1, 128, "
         "1, 1, 0, 0, 0, 0, x FROM AMP_STEPS, j;");
-    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    char *t = test_read_file(out_path, NULL);
+    char *t = diff_of(a_path, b_path, "text");
     HAS(t, "AMP run (B, fp16) is 26% slower than the fp32 run: launch-bound");
     HAS(t, "peak memory (MiB)      not recorded       not recorded");
     HAS(t, "final loss 3.");
@@ -145,8 +153,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     HAS(t, "Findings only in B:\n");
     HAS(t, "  warning [amp-payoff] launch-bound");
     free(t);
-    ck_assert_int_eq(CMD(a_path, b_path, "--format", "json", "-o", out_path), 0);
-    t = test_read_file(out_path, NULL);
+    t = diff_of(a_path, b_path, "json");
     HAS(t, "{\"verdict\": \"AMP run (B, fp16) is 26% slower");
     HAS(t, "\"a\": {\"file\": ");
     HAS(t,
@@ -165,9 +172,8 @@ END_TEST
 START_TEST(same_losses_and_a_killed_run) {
     run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
     run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
-    sql(b_path, "UPDATE META SET value = '137' WHERE key = 'exit_status';");
-    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    char *t = test_read_file(out_path, NULL);
+    exited(b_path, 137);
+    char *t = diff_of(a_path, b_path, "text");
     HAS(t, "Loss curves: 20 common steps with finite losses, the same in both.\n");
     HAS(t, "Findings only in B:\n  warning [run-end] the program was killed by SIGKILL after "
            "step 19");
@@ -180,10 +186,9 @@ END_TEST
 START_TEST(both_broke) {
     run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
     run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
-    sql(a_path, "UPDATE META SET value = '139' WHERE key = 'exit_status';");
-    sql(b_path, "UPDATE META SET value = '139' WHERE key = 'exit_status';");
-    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    char *t = test_read_file(out_path, NULL);
+    exited(a_path, 139);
+    exited(b_path, 139);
+    char *t = diff_of(a_path, b_path, "text");
     HAS(t, "Both runs broke the same way: the program crashed with SIGSEGV after step 19, same "
            "loss");
     free(t);
@@ -192,8 +197,7 @@ START_TEST(both_broke) {
         "INSERT INTO AMP_EVENTS (pid, step, last_step, layer_id, op, phase, kind, "
         "severity, count, aggregate, occurrences, detail) VALUES (1, 19, 19, 1, 'linear', 'fwd', "
         "'nonfinite_producer', 'error', 8, 0, 1, NULL);");
-    ck_assert_int_eq(CMD(a_path, b_path, "-o", out_path), 0);
-    t = test_read_file(out_path, NULL);
+    t = diff_of(a_path, b_path, "text");
     HAS(t, "Both runs broke: B: the top level linear produced non-finite values from finite "
            "inputs at step 19");
     HAS(t, "; A: the program crashed with SIGSEGV after step 19; its final loss is not finite.");
