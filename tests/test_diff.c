@@ -137,11 +137,8 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     // B's kernels: 300 per step of 2 us
     sql(b_path,
         "INSERT INTO StringIds VALUES (1, 'elementwise_kernel');"
-        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < 299) "
-        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
-        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
-        "localMemoryPerThread, localMemoryTotal, gridId) SELECT start_ns + x * 30000, "
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
+        "299) " TEST_KERNEL_INSERT "SELECT start_ns + x * 30000, "
         "start_ns + x * 30000 + 2000, 0, 1, 7, step * 300 + x, 16777216, 1, 1, 32, 1, 1, 1, 128, "
         "1, 1, 0, 0, 0, 0, x FROM AMP_STEPS, j;");
     char *t = diff_of(a_path, b_path, "text");

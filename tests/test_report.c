@@ -812,11 +812,8 @@ static void gpu_run(int n, int k, long long kernel_ns, long long gap_ns, double 
         "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
         "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start_ns + 10 + x, start_ns + 20 + x, "
         "0, " GPID " + 7, step * %d + x, 2, 0, NULL FROM AMP_STEPS, j;"
-        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - 1) "
-        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
-        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
-        "localMemoryPerThread, localMemoryTotal, gridId) "
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < %d - "
+        "1) " TEST_KERNEL_INSERT
         "SELECT start_ns + 2000 + x * %lld, start_ns + 2000 + x * %lld + %lld, 0, 1, 7, "
         "step * %d + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, x "
         "FROM AMP_STEPS, j;",
@@ -937,11 +934,8 @@ END_TEST
 START_TEST(kernels_take_the_layer_of_most_of_their_time) {
     gpu_run(4, 1, 100000, 10000, 1e9, 1e6);
     sql("UPDATE AMP_OPS SET layer_id = 0 WHERE step = 3;"
-        "INSERT INTO StringIds VALUES (3, 'orphan_kernel');"
-        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
-        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
-        "localMemoryPerThread, localMemoryTotal, gridId) SELECT end_ns - 500, end_ns - 100, 0, "
+        "INSERT INTO StringIds VALUES (3, 'orphan_kernel');" TEST_KERNEL_INSERT
+        "SELECT end_ns - 500, end_ns - 100, 0, "
         "1, 7, 900 + step, " GPID ", 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 9 FROM AMP_STEPS;");
     analyse("roofline", INT64_MIN, INT64_MAX);
     const report_kernel *gemm = kernel_named("nvjet_sm90_tst_gemm");
@@ -1039,10 +1033,8 @@ END_TEST
 // not the loop: the loop's steps are full, so no gpu-idle finding, and no copies finding either.
 START_TEST(gpu_idle_leaves_the_warm_up_out) {
     gpu_run(4, 98, 100000, 1000, 1e9, 1e7);
-    sql("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
-        "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "
-        "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "
-        "localMemoryPerThread, localMemoryTotal, gridId) VALUES (-500000000, -499990000, 0, 1, 7, "
+    sql(TEST_KERNEL_INSERT
+        "VALUES (-500000000, -499990000, 0, 1, 7, "
         "999999, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0);"
         "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
         "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (1000, 900000000, 0, 1, 7, " GPID

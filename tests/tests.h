@@ -22,6 +22,14 @@
                            "%s = %.9g, expected %.9g", #got, g_, w_);                              \
     } while (0)
 
+// The columns a kernel row of the fixtures fills (CUPTI_ACTIVITY_KIND_KERNEL's NOT NULL ones,
+// with the correlation id and process), for "VALUES (...)" or a SELECT after it.
+#define TEST_KERNEL_INSERT                                                                         \
+    "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "          \
+    "correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY, "       \
+    "gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory, "                     \
+    "localMemoryPerThread, localMemoryTotal, gridId) "
+
 // Tensor fixtures (tensors.c): a CPU context (asserting it opens), a 1-d f32 parameter of n
 // values that requires grad, and t's gradient replaced by v (as backward() would leave it).
 amp_ctx_t *test_cpu_ctx(void);
