@@ -70,18 +70,13 @@ _IN_PLACE_DUNDERS = {"__i%s__" % op for op in (
     "lshift", "rshift")}
 
 
-def writes(name):
-    """Whether the torch function of that __name__ writes into its first argument: an in-place
-    method (add_, torch._foreach_zero_), an augmented assignment (__iadd__), an item
-    assignment (__setitem__)."""
-    return (name.endswith("_") and not name.startswith("__")) or name in _IN_PLACE_DUNDERS \
-        or name == "__setitem__"
-
-
 def touches_state(name):
     """Whether the torch function of that __name__ reads or writes what its first argument
-    holds rather than computing a new tensor: a property getter (Tensor.grad) or writes()."""
-    return name == "__get__" or writes(name)
+    holds rather than computing a new tensor: a property getter (Tensor.grad), an in-place
+    method (add_, torch._foreach_zero_), an augmented assignment (__iadd__), an item
+    assignment (__setitem__)."""
+    return name in ("__get__", "__setitem__") or name in _IN_PLACE_DUNDERS or \
+        (name.endswith("_") and not name.startswith("__"))
 
 
 class LayerTable:

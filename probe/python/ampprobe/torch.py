@@ -493,8 +493,9 @@ def _replay(f, out, judge=None, graph=False):
     event) in the layer they were taped in (-1: outside any module; a module of a model added
     later: _add_root); with graph, the autograd nodes it makes are tagged so. Returns
     the tensor that stands for the loss backward() was called on (None: not there, or the loss
-    is not a one-element tensor that needs gradients), or None when it cannot be replayed (an
-    in-place call on a tensor from elsewhere, which would write into the user's tensors)."""
+    is not a one-element tensor that needs gradients), or None when it cannot be replayed (a
+    tensor a call took from the loss computation is gone). Nothing it runs writes into the
+    program's tensors: the tape leaves out writes into tensors from elsewhere (_LossTape)."""
     vals = dict(enumerate(_tensors(out)))
     missing = []
 
@@ -509,12 +510,6 @@ def _replay(f, out, judge=None, graph=False):
         a, k = _map_args(arg, spec)
         if missing:
             return None
-        name = getattr(func, "__name__", "")
-        lead = []
-        _map_args(lambda x: lead.append(x) if isinstance(x, (torch.Tensor, _Slot)) else None,
-                  spec[0])
-        if _vocab.writes(name) and lead and isinstance(lead[0], torch.Tensor):
-            return None  # in place on a tensor from elsewhere (the tape leaves these out)
         with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):
             r = func(*a, **k)
         if graph:
