@@ -11,6 +11,7 @@
  * a run in progress (a note); processes whose records were cut short (truncated, corrupt,
  * unfinished) are a warning.
  */
+#define _GNU_SOURCE // sigabbrev_np
 #include "report.h"
 
 #include <math.h>
@@ -18,22 +19,6 @@
 #include <string.h>
 
 #define RULE "run-end"
-
-static const struct {
-    int sig;
-    const char *name;
-} signals[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},
-               {SIGILL, "SIGILL"},   {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
-               {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
-               {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-               {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
-               {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}};
-
-static const char *signal_name(int sig) {
-    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
-        if (signals[i].sig == sig) return signals[i].name;
-    return NULL;
-}
 
 // "after step 305" / "before its first step"
 static void when(const report_end *e, char *buf, size_t n) {
@@ -65,10 +50,10 @@ static void program_end(const report_model *m, report_findings *out) {
     report_finding *f;
     if (status > 128 && status < 128 + 65) {
         const int sig = status - 128;
-        const char *name = signal_name(sig);
+        const char *abbrev = sigabbrev_np(sig); // "SEGV"
         char label[32];
-        if (name)
-            snprintf(label, sizeof label, "%s", name);
+        if (abbrev)
+            snprintf(label, sizeof label, "SIG%s", abbrev);
         else
             snprintf(label, sizeof label, "signal %d", sig);
         const bool crash =
