@@ -222,37 +222,32 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "the input to 0 (an oversized temperature or logit gain). Precision does not "
                  "help here: this underflows in fp32 too.",
                  e->op);
-    } else if (report_op_is_cast(e->op) && half && infs && r->in_amax > REPORT_F16_MAX) {
-        // autocast's own cast of an f32 value beyond fp16's range (the PyTorch bridge's op
-        // tracer sees it as an op of its own)
-        snprintf(f->title, sizeof f->title,
-                 "fp16 overflow in %s at step %lld: autocast's cast to fp16 of a value beyond its "
-                 "range (amax %.6g) gave +-inf",
-                 layer_words(f), (long long)f->first_step, r->in_amax);
-        snprintf(f->advice, sizeof f->advice,
-                 "Bring that value back under fp16's 65504: a weight this large has grown "
-                 "unchecked (lower the learning rate, add weight decay or clip the gradients, "
-                 "look for a bad update at the step before), an activation or an input batch "
-                 "wants normalising (a LayerNorm, scaled inputs). Or keep %s in fp32 "
-                 "(torch.autocast(..., enabled=False) with .float() inputs), or train in bf16, "
-                 "which has fp32's range.",
-                 layer_words(f));
-    } else if (op_in(e->op, gemm_ops) && half && r->in_amax > REPORT_F16_MAX) {
-        // an f32 input (a weight, an activation) beyond fp16's range: autocast's cast of it
-        // to f16 is inf, and what the op sums from it +-inf or NaN
-        snprintf(f->title, sizeof f->title,
-                 "fp16 overflow in %s %s at step %lld: an input beyond fp16's range (amax %.6g) "
-                 "turned inf in autocast's cast, the output %s",
-                 layer_words(f), f->op, (long long)f->first_step, r->in_amax,
-                 r->nan ? "NaN" : "+-inf");
+    } else if (half && r->in_amax > REPORT_F16_MAX &&
+               ((report_op_is_cast(e->op) && infs) || op_in(e->op, gemm_ops))) {
+        // an f32 input (a weight, an activation, the batch) beyond fp16's range: autocast's cast
+        // of it is inf (the PyTorch bridge's op tracer sees the cast as an op of its own), and
+        // what an op sums from it +-inf or NaN
+        if (report_op_is_cast(e->op))
+            snprintf(f->title, sizeof f->title,
+                     "fp16 overflow in %s at step %lld: autocast's cast to fp16 of a value beyond "
+                     "its range (amax %.6g) gave +-inf",
+                     layer_words(f), (long long)f->first_step, r->in_amax);
+        else
+            snprintf(f->title, sizeof f->title,
+                     "fp16 overflow in %s %s at step %lld: an input beyond fp16's range (amax "
+                     "%.6g) turned inf in autocast's cast, the output %s",
+                     layer_words(f), f->op, (long long)f->first_step, r->in_amax,
+                     r->nan ? "NaN" : "+-inf");
         snprintf(f->advice, sizeof f->advice,
                  "Bring that input back under fp16's 65504: a weight this large has grown "
                  "unchecked (lower the learning rate, add weight decay or clip the gradients, "
-                 "look for a bad update at the step before), an activation wants a LayerNorm "
-                 "before it. Or keep %s %s in fp32 (torch.autocast(..., enabled=False) with "
-                 ".float() inputs; amp_autocast_begin(ctx, false, ...) here), or train in bf16, "
-                 "which has fp32's range.",
-                 layer_words(f), f->op);
+                 "look for a bad update at the step before), an activation or an input batch "
+                 "wants normalising (a LayerNorm, scaled inputs). Or keep %s%s%s in fp32 "
+                 "(torch.autocast(..., enabled=False) with .float() inputs; "
+                 "amp_autocast_begin(ctx, false, ...) here), or train in bf16, which has fp32's "
+                 "range.",
+                 layer_words(f), report_op_is_cast(e->op) ? "" : " ",
+                 report_op_is_cast(e->op) ? "" : f->op);
     } else if (op_in(e->op, gemm_ops) && infs && half) {
         snprintf(f->title, sizeof f->title,
                  "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",

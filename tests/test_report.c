@@ -505,7 +505,7 @@ START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
               "64480 amax 65504 (0 nan, 700 +inf, 700 -inf); ', 0, 1, 3)",
               "fp16 overflow in head at step 3: autocast's cast to fp16 of a value beyond its "
               "range (amax 431244) gave +-inf",
-              "Bring that value back under");
+              "Bring that input back under");
 }
 END_TEST
 
