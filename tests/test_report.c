@@ -167,6 +167,14 @@ static const report_kernel *kernel_named(const char *name) {
     return NULL;
 }
 
+// Kernel k's layer (the one most of its time ran in), how many layers launched it, and the time
+// in its layer (ns < 0: not checked).
+static void kernel_layer_is(const report_kernel *k, int32_t layer, int n_layers, int64_t ns) {
+    ck_assert_int_eq(k->layer_id, layer);
+    ck_assert_int_eq(k->n_layers, n_layers);
+    if (ns >= 0) ck_assert_int_eq(k->layer_ns, ns);
+}
+
 static const report_finding *first_of(const char *rule) {
     for (size_t i = 0; i < findings.n; i++)
         if (strcmp(findings.v[i].rule, rule) == 0) return &findings.v[i];
@@ -922,9 +930,7 @@ START_TEST(roofline_op_flops_go_to_gemm_kernels) {
     ck_assert_close(cast->flops, 0, 0, 0);
     ck_assert_close(gemm->bytes, 2e6, 0, 1e-9); // half the op's bytes each, times 4
     ck_assert_close(cast->bytes, 2e6, 0, 1e-9);
-    ck_assert_int_eq(gemm->layer_id, 2); // head, where step 1's op ran
-    ck_assert_int_eq(gemm->n_layers, 1);
-    ck_assert_int_eq(gemm->layer_ns, 100000);
+    kernel_layer_is(gemm, 2, 1, 100000); // head, where step 1's op ran
     release();
 }
 END_TEST
@@ -941,11 +947,8 @@ START_TEST(kernels_take_the_layer_of_most_of_their_time) {
     const report_kernel *gemm = kernel_named("nvjet_sm90_tst_gemm");
     const report_kernel *orphan = kernel_named("orphan_kernel");
     ck_assert_int_eq(gemm->layer_pid, 1);
-    ck_assert_int_eq(gemm->layer_id, 2); // 3 steps in head, 1 in blocks.0.attn
-    ck_assert_int_eq(gemm->layer_ns, 300000);
-    ck_assert_int_eq(gemm->n_layers, 2);
-    ck_assert_int_eq(orphan->layer_id, -1);
-    ck_assert_int_eq(orphan->n_layers, 0);
+    kernel_layer_is(gemm, 2, 2, 300000); // 3 steps in head, 1 in blocks.0.attn
+    kernel_layer_is(orphan, -1, 0, -1);
     release();
     ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0); // the roofline's point
     char *h = test_read_file(out_path, NULL);
@@ -955,8 +958,7 @@ START_TEST(kernels_take_the_layer_of_most_of_their_time) {
     sql("UPDATE AMP_OPS SET layer_id = 0 WHERE step <> 3;"); // now blocks.0.attn throughout
     analyse("roofline", INT64_MIN, INT64_MAX);
     gemm = kernel_named("nvjet_sm90_tst_gemm");
-    ck_assert_int_eq(gemm->layer_id, 0);
-    ck_assert_int_eq(gemm->n_layers, 1);
+    kernel_layer_is(gemm, 0, 1, -1);
     release();
 }
 END_TEST
