@@ -65,7 +65,8 @@ def op_name(x):
     return s.rstrip("_") or "op"
 
 
-_IN_PLACE_DUNDERS = {"__i%s__" % op for op in (
+# Tensor.grad's getter, an item assignment, the augmented assignments (+= ...)
+_STATE_DUNDERS = {"__get__", "__setitem__"} | {"__i%s__" % op for op in (
     "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor",
     "lshift", "rshift")}
 
@@ -75,8 +76,7 @@ def touches_state(name):
     holds rather than computing a new tensor: a property getter (Tensor.grad), an in-place
     method (add_, torch._foreach_zero_), an augmented assignment (__iadd__), an item
     assignment (__setitem__)."""
-    return name in ("__get__", "__setitem__") or name in _IN_PLACE_DUNDERS or \
-        (name.endswith("_") and not name.startswith("__"))
+    return name in _STATE_DUNDERS or (name.endswith("_") and not name.startswith("__"))
 
 
 class LayerTable:
