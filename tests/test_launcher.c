@@ -122,6 +122,16 @@ START_TEST(test_exit_statuses) {
                      "libampcore record_helper.c:1: a broken invariant, on purpose");
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
     sqlite3_close(db);
+    // also while another thread holds the recorder's locks most of the time (it waits for them)
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(run((const char *[]){"run", "-o", "b.sqlite", "--force", "--", HELPER,
+                                              "abort-busy", "3", NULL}),
+                         128 + SIGABRT);
+        db = open_db("b.sqlite");
+        ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM META WHERE key = 'abort'"), 1);
+        ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
+        sqlite3_close(db);
+    }
     // no spool directory is left behind
     DIR *d = opendir(test_dir);
     for (struct dirent *e; (e = readdir(d));)

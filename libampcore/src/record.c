@@ -70,6 +70,20 @@ static struct {
     .fd = -1,
 };
 
+// How many of the locks above this thread holds: an abort while it holds one writes no last
+// words (they would wait on that lock forever); one in another thread's waits for it.
+static _Thread_local int locks_held;
+
+static void lock(pthread_mutex_t *m) {
+    pthread_mutex_lock(m);
+    locks_held++;
+}
+
+static void unlock(pthread_mutex_t *m) {
+    locks_held--;
+    pthread_mutex_unlock(m);
+}
+
 int64_t amp_record_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -110,11 +124,11 @@ static void thread_start(pthread_t *t, void *(*fn)(void *)) {
     int rc = pthread_create(t, NULL, fn, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     AMP_ASSERT(rc == 0, "pthread_create: %s", strerror(rc));
-    pthread_mutex_lock(&g.timer_lock);
+    lock(&g.timer_lock);
     while (!g.thread_up)
         pthread_cond_wait(&g.wake, &g.timer_lock);
     g.thread_up = false;
-    pthread_mutex_unlock(&g.timer_lock);
+    unlock(&g.timer_lock);
 }
 
 // A started thread's first step, timer_lock held: tells thread_start that it runs.
@@ -124,10 +138,10 @@ static void thread_running(void) {
 }
 
 static void thread_stop(pthread_t t, bool *stop) {
-    pthread_mutex_lock(&g.timer_lock);
+    lock(&g.timer_lock);
     *stop = true;
     pthread_cond_broadcast(&g.wake);
-    pthread_mutex_unlock(&g.timer_lock);
+    unlock(&g.timer_lock);
     pthread_join(t, NULL);
     *stop = false;
 }
@@ -147,33 +161,33 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
 }
 
 static void spool_flush(void) {
-    pthread_mutex_lock(&g.io_lock);
-    pthread_mutex_lock(&g.lock);
+    lock(&g.io_lock);
+    lock(&g.lock);
     uint8_t *full = g.buf;
     size_t n = g.len;
     g.buf = g.spare;
     g.spare = full;
     g.len = 0;
-    pthread_mutex_unlock(&g.lock);
+    unlock(&g.lock);
     if (n > 0 && g.fd >= 0 && !g.write_failed && !write_all(g.fd, full, n)) {
         g.write_failed = true;
         amp_record_trace_mask = 0;
         fprintf(stderr, "ampprobe: writing the spool file in %s: %s; recording stopped\n", g.dir,
                 strerror(errno));
     }
-    pthread_mutex_unlock(&g.io_lock);
+    unlock(&g.io_lock);
 }
 
 static void *flusher_main(void *arg) {
     (void)arg;
-    pthread_mutex_lock(&g.timer_lock);
+    lock(&g.timer_lock);
     thread_running();
     while (nap(FLUSH_EVERY_MS, &g.flusher_stop)) {
-        pthread_mutex_unlock(&g.timer_lock);
+        unlock(&g.timer_lock);
         spool_flush();
-        pthread_mutex_lock(&g.timer_lock);
+        lock(&g.timer_lock);
     }
-    pthread_mutex_unlock(&g.timer_lock);
+    unlock(&g.timer_lock);
     return NULL;
 }
 
@@ -214,10 +228,10 @@ static amp_status spool_create(void) {
     free(tmp);
     free(final);
     if (st != AMP_OK) return st;
-    pthread_mutex_lock(&g.io_lock);
+    lock(&g.io_lock);
     g.fd = fd;
     g.write_failed = false;
-    pthread_mutex_unlock(&g.io_lock);
+    unlock(&g.io_lock);
     return AMP_OK;
 }
 
@@ -227,18 +241,18 @@ static amp_status spool_create(void) {
 static void *collector_main(void *arg) {
     (void)arg;
     bool failed = false;
-    pthread_mutex_lock(&g.timer_lock);
+    lock(&g.timer_lock);
     thread_running();
     while (nap(COLLECT_EVERY_MS, &g.collector_stop)) {
-        pthread_mutex_unlock(&g.timer_lock);
+        unlock(&g.timer_lock);
         if (!failed && amp_collector_poll(g.collector) != AMP_OK) {
             fprintf(stderr, "ampprobe: AMPPROBE_OUT: %s; recording stopped\n", amp_last_error());
             amp_record_trace_mask = 0;
             failed = true;
         }
-        pthread_mutex_lock(&g.timer_lock);
+        lock(&g.timer_lock);
     }
-    pthread_mutex_unlock(&g.timer_lock);
+    unlock(&g.timer_lock);
     return NULL;
 }
 
@@ -313,13 +327,13 @@ static amp_status open_locked(void) {
 
 // The first record of this process (or of a forked child) opens its spool file.
 static bool spool_open(void) {
-    pthread_mutex_lock(&g.init_lock);
+    lock(&g.init_lock);
     if (g.state == SPOOL_CLOSED && amp_record_trace_mask && open_locked() != AMP_OK) {
         fprintf(stderr, "ampprobe: %s; recording off\n", amp_last_error());
         amp_record_trace_mask = 0;
     }
     bool ready = g.state == SPOOL_READY;
-    pthread_mutex_unlock(&g.init_lock);
+    unlock(&g.init_lock);
     return ready;
 }
 
@@ -328,34 +342,34 @@ static void close_locked(void) {
     g.flusher_running = false;
     if (g.state == SPOOL_READY) {
         spool_flush();
-        pthread_mutex_lock(&g.io_lock);
+        lock(&g.io_lock);
         close(g.fd); // releases the flock: the collector now reads this file to its end
         g.fd = -1;
-        pthread_mutex_unlock(&g.io_lock);
+        unlock(&g.io_lock);
     }
     __atomic_store_n(&g.state, SPOOL_CLOSED, __ATOMIC_RELEASE);
     if (g.collector && g.collector_pid == getpid()) collector_stop();
 }
 
 static void atfork_prepare(void) {
-    pthread_mutex_lock(&g.init_lock);
-    pthread_mutex_lock(&g.timer_lock);
-    pthread_mutex_lock(&g.io_lock);
-    pthread_mutex_lock(&g.lock);
+    lock(&g.init_lock);
+    lock(&g.timer_lock);
+    lock(&g.io_lock);
+    lock(&g.lock);
 }
 
 static void atfork_parent(void) {
-    pthread_mutex_unlock(&g.lock);
-    pthread_mutex_unlock(&g.io_lock);
-    pthread_mutex_unlock(&g.timer_lock);
-    pthread_mutex_unlock(&g.init_lock);
+    unlock(&g.lock);
+    unlock(&g.io_lock);
+    unlock(&g.timer_lock);
+    unlock(&g.init_lock);
 }
 
 static void atfork_child(void) {
-    pthread_mutex_unlock(&g.lock);
-    pthread_mutex_unlock(&g.io_lock);
-    pthread_mutex_unlock(&g.timer_lock);
-    pthread_mutex_unlock(&g.init_lock);
+    unlock(&g.lock);
+    unlock(&g.io_lock);
+    unlock(&g.timer_lock);
+    unlock(&g.init_lock);
     cond_init(); // the parent's threads may have waited on it; they do not exist here
     if (g.fd >= 0) close(g.fd); // the parent's file: its lock stays with the parent
     g.fd = -1;
@@ -406,14 +420,14 @@ __attribute__((constructor)) static void record_load(void) {
 amp_status amp_record_start(const char *spool_dir) {
     amp_record_stop();
     pthread_once(&hooks_once, hooks_install);
-    pthread_mutex_lock(&g.init_lock);
+    lock(&g.init_lock);
     free(g.dir);
     free(g.out);
     g.dir = amp_xstrdup(spool_dir);
     g.out = NULL;
     amp_status st = open_locked();
     if (st == AMP_OK) amp_record_trace_mask = AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX;
-    pthread_mutex_unlock(&g.init_lock);
+    unlock(&g.init_lock);
     return st;
 }
 
@@ -422,41 +436,32 @@ void amp_record_flush(void) {
 }
 
 void amp_record_stop(void) {
-    pthread_mutex_lock(&g.init_lock);
+    lock(&g.init_lock);
     amp_record_trace_mask = 0;
     close_locked();
-    pthread_mutex_unlock(&g.init_lock);
+    unlock(&g.init_lock);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Emitting
 
 void amp_record_last_words(const char *msg) {
-    if (!amp_record_enabled()) return;
-    pthread_mutex_t *locks[] = {&g.init_lock, &g.io_lock, &g.lock}; // held: no last words
-    for (int i = 0; i < 3; i++)
-        if (pthread_mutex_trylock(locks[i]) != 0) {
-            while (i--)
-                pthread_mutex_unlock(locks[i]);
-            return;
-        }
-    for (int i = 3; i--;)
-        pthread_mutex_unlock(locks[i]);
+    if (!amp_record_enabled() || locks_held) return;
     amp_record_meta(&(amp_rec_meta){.key = "abort", .value = msg});
     if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == SPOOL_READY) spool_flush();
 }
 
 static void emit(amp_rec_type type, const void *rec) {
     if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) != SPOOL_READY && !spool_open()) return;
-    pthread_mutex_lock(&g.lock);
+    lock(&g.lock);
     size_t n;
     while ((n = amp_rec_encode(type, rec, g.buf + g.len, BUF_BYTES - g.len)) > BUF_BYTES - g.len) {
-        pthread_mutex_unlock(&g.lock); // full: write it out and encode again
+        unlock(&g.lock); // full: write it out and encode again
         spool_flush();
-        pthread_mutex_lock(&g.lock);
+        lock(&g.lock);
     }
     g.len += n;
-    pthread_mutex_unlock(&g.lock);
+    unlock(&g.lock);
 }
 
 #define EMIT_FN(fn, T, TYPE, WANTED)                                                               \

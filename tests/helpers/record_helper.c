@@ -6,6 +6,7 @@
  *   steps N [MS]    N steps (layer, step, scale, tensor stats, op, event), MS ms apart; exit 0
  *   crash N MS      steps MS ms apart, then SIGKILL to itself after step N
  *   abort N         N steps, then libampcore's abort (a broken invariant: amp_abort)
+ *   abort-busy N    the same while a second thread records and flushes without a pause
  *   wait            one META record, "ready" on stdout, then sleep until a signal ends it
  *   exit CODE       one META record, then exit(CODE)
  *   enabled         print amp_record_enabled() (1 or 0)
@@ -16,6 +17,7 @@
 #include "amp-record.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +72,20 @@ static void one_step(int64_t step) {
                                     .grad_norm = NAN});
 }
 
+// Keeps the recorder's locks busy: records and flushes until the process ends.
+static void *busy_recorder(void *arg) {
+    (void)arg;
+    char value[512];
+    memset(value, 'x', sizeof value - 1);
+    value[sizeof value - 1] = 0;
+    for (;;) {
+        for (int i = 0; i < 64; i++)
+            amp_record_meta(&(amp_rec_meta){"busy", value});
+        amp_record_flush();
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     const char *every = getenv("AMPPROBE_STATS_EVERY");
@@ -89,8 +105,8 @@ int main(int argc, char **argv) {
         for (;;)
             pause();
     }
-    if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0 || strcmp(mode, "abort") == 0) &&
-        argc > 2) {
+    bool busy = strcmp(mode, "abort-busy") == 0, abort = busy || strcmp(mode, "abort") == 0;
+    if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0 || abort) && argc > 2) {
         int n = atoi(argv[2]), ms = argc > 3 ? atoi(argv[3]) : 0;
         amp_record_layer(&(amp_rec_layer){.id = 0, .parent_id = -1, .name = "fc"});
         amp_record_layer(&(amp_rec_layer){.id = 1, .parent_id = 0, .name = "fc.linear"});
@@ -103,13 +119,14 @@ int main(int argc, char **argv) {
                                           .count = 1,
                                           .value = NAN,
                                           .detail = "input range [-1, 2]"});
+        pthread_t t;
+        if (busy && pthread_create(&t, NULL, busy_recorder, NULL) != 0) return 3;
         for (int i = 0; i < n; i++) {
             one_step(i);
             if (ms > 0) sleep_ms(ms);
         }
         if (strcmp(mode, "crash") == 0) raise(SIGKILL);
-        if (strcmp(mode, "abort") == 0)
-            amp_abort("record_helper.c", 1, "a broken invariant, on purpose");
+        if (abort) amp_abort("record_helper.c", 1, "a broken invariant, on purpose");
         return 0;
     }
     fprintf(stderr, "record_helper: unknown mode '%s'\n", mode);
