@@ -10,7 +10,8 @@
  * op and the input/output ranges of the event's detail (or, for `nonfinite_module`, the first
  * module whose output went non-finite when the forward could not be traced op by op: the PyTorch
  * bridge on a model sharded over several processes, or a re-run that did not break again):
- *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504;
+ *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504, or
+ *     an add/sub of them (a residual stream grown past fp16's range);
  *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN;
  *   - NaN in the input data;
  *   - exploding gradients: backward producers while the forward stayed finite at a low scale.
@@ -123,6 +124,8 @@ static bool op_in(const char *op, const char *const *list) {
 
 static const char *const gemm_ops[] = {"matmul", "linear", "mm", "bmm", "addmm", "baddbmm",
                                        "mul", "conv2d", "conv1d", "einsum", NULL};
+static const char *const loss_ops[] = {"cross_entropy", "nll_loss", "log_softmax", NULL};
+static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
                                        "rsqrt", "sqrt", "pow", NULL};
 // Ops that are NaN below a bound of their argument (input 0; a pow's base with a fractional
@@ -248,6 +251,31 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "range.",
                  layer_words(f), report_op_is_cast(e->op) ? "" : " ",
                  report_op_is_cast(e->op) ? "" : f->op);
+    } else if (op_in(e->op, loss_ops) && r->in_nonfinite && r->posinf > 0) {
+        // a producer's non-finite inputs are a mask's -inf (the tracers allow no others)
+        snprintf(f->title, sizeof f->title,
+                 "%s of a masked (-inf) logit in %s at step %lld gives +inf: a target falls on "
+                 "a class masked out",
+                 e->op, layer_words(f), (long long)f->first_step);
+        snprintf(f->advice, sizeof f->advice,
+                 "A label of step %lld is a class whose logit is masked to -inf (a padding or "
+                 "forbidden token): give such targets the loss's ignore_index (-100), leave that "
+                 "class unmasked, or mask with a large finite negative (torch.finfo(dtype).min) "
+                 "instead of -inf, which makes its loss large but finite.",
+                 (long long)f->first_step);
+    } else if (op_in(e->op, sum_ops) && infs && half && !r->in_nonfinite) {
+        snprintf(f->title, sizeof f->title,
+                 "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) summed past "
+                 "65504",
+                 layer_words(f), f->op, (long long)f->first_step, r->in_amax);
+        snprintf(f->advice, sizeof f->advice,
+                 "What %s adds has grown to fp16's range (a residual stream, an accumulated "
+                 "sum): normalise before it grows (a LayerNorm at the start of each block, "
+                 "pre-LN; a smaller scale on each residual branch), or make the sum in fp32 "
+                 "(x = x.float() + y under torch.autocast(..., enabled=False); "
+                 "amp_autocast_begin(ctx, false, ...) here), or train in bf16, which has fp32's "
+                 "range.",
+                 layer_words(f));
     } else if (op_in(e->op, gemm_ops) && infs && half) {
         snprintf(f->title, sizeof f->title,
                  "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",
@@ -270,9 +298,10 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                      "smaller weight init.",
                      layer_words(f), f->op);
     } else {
-        snprintf(f->title, sizeof f->title,
-                 "%s %s produced non-finite values from finite inputs at step %lld", layer_words(f),
-                 f->op, (long long)f->first_step);
+        snprintf(f->title, sizeof f->title, "%s %s produced non-finite values from %s at step %lld",
+                 layer_words(f), f->op,
+                 r->in_nonfinite ? "finite inputs and a mask's -inf" : "finite inputs",
+                 (long long)f->first_step);
         snprintf(f->advice, sizeof f->advice,
                  "Look at what %s computes on the inputs below: keep it in fp32 (autocast "
                  "disabled around it) if the output exceeds the %s range, clamp its input if it "

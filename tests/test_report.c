@@ -505,6 +505,28 @@ START_TEST(nonfinite_input_beyond_f16_range_is_explained) {
 }
 END_TEST
 
+// A residual stream added to in place (h += b(m)) past fp16's range.
+START_TEST(nonfinite_sum_overflow_is_explained) {
+    explained("(1, 3, 2, 'add', 'fwd', 'nonfinite_producer', 'error', 1024, 0, 'input 0 f16 "
+              "(16, 64) min 40000 max 40000 amax 40000; input 1 f16 (16, 64) min 40000 max 40000 "
+              "amax 40000; output f16 (16, 64) min nan max nan amax nan (0 nan, 1024 +inf, 0 "
+              "-inf); ', 0, 1, 3)",
+              "fp16 overflow in head add at step 3: finite inputs (amax 40000) summed past 65504",
+              "pre-LN");
+}
+END_TEST
+
+// A hand-written loss over logits masked by item assignment, a label on a masked class.
+START_TEST(nonfinite_loss_of_a_masked_logit_is_explained) {
+    explained("(1, 3, 2, 'cross_entropy', 'fwd', 'nonfinite_producer', 'error', 1, 0, 'input 0 "
+              "f32 (16, 10) min -0.157 max 0.163 amax 0.163 (0 nan, 0 +inf, 16 -inf); output f32 "
+              "() min nan max nan amax nan (0 nan, 1 +inf, 0 -inf); ', 0, 1, 3)",
+              "cross_entropy of a masked (-inf) logit in head at step 3 gives +inf: a target "
+              "falls on a class masked out",
+              "ignore_index");
+}
+END_TEST
+
 // The PyTorch bridge's op tracer sees autocast's cast as an op: an f32 input batch beyond fp16's
 // range turned inf there.
 START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
@@ -1652,6 +1674,8 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
+    tcase_add_test(tc, nonfinite_sum_overflow_is_explained);
+    tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);

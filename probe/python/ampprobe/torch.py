@@ -38,9 +38,11 @@ more.
 Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's forward
 is run again on the same inputs under an op-level dispatch mode that checks every op's inputs and
 outputs: the first op whose inputs were finite and output was not is the producer
-(nonfinite_producer, with its input ranges); a non-finite model input is data arriving broken
-(nonfinite_input). An attention mask's -inf (masked_fill/where with -inf) and what it flows into
-are not faults, nor is whatever memory torch.empty and its kin hand out. If the forward stays
+(nonfinite_producer, with its input ranges; an op that writes into an input, x += y, is judged on
+that input as it was before the write); a non-finite model input is data arriving broken
+(nonfinite_input). An attention mask's -inf (masked_fill/where with -inf, or written by item
+assignment) and what it flows into are not faults, nor is whatever memory torch.empty and its
+kin hand out. If the forward stays
 finite, the loss computation between the model's output and backward()/scaler.scale() is searched:
 a torch function mode tapes its calls on every step (the functions and their arguments; of tensors
 it holds only those taken from elsewhere, such as the labels, not those it made: a language model's
@@ -168,7 +170,11 @@ _VIEW_OPS = {"view", "reshape", "unsafe_view", "expand", "t", "transpose", "perm
              "clone", "contiguous", "flatten", "unsqueeze", "squeeze", "slice", "select",
              "detach", "alias", "to", "float", "half", "bfloat16", "as_strided", "split",
              "split_with_sizes", "chunk", "unbind", "getitem"}
-_MASK_OPS = {"masked_fill", "where", "masked_fill_"}
+_MASK_OPS = {"masked_fill", "where"}
+# a -inf they write is a mask's too (x[:, pad] = -inf: setitem, or the aten ops it becomes)
+_WRITE_MASK_OPS = {"setitem", "index_put", "fill", "lift_fresh", "lift_fresh_copy"}
+# a Python value made a tensor (the -inf of x[i] = -inf): what they take is no op's output
+_LIFT_OPS = {"lift_fresh", "lift_fresh_copy"}
 # memory handed out as it is (whatever it held, NaN included): no op makes a value there
 _UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _autocast_on = functools.partial(torch.is_autocast_enabled,
@@ -189,10 +195,27 @@ class _Judge:
         self.keep = list(data)  # the ids above stay valid while we run
         self.event = None
 
+    def masked_already(self, tensors):
+        """Takes the -inf these tensors hold for a mask's."""
+        self.masked.update(id(t) for t in tensors)
+        self.keep.extend(tensors)
+
+    def before_write(self, t):
+        """A copy of t as it is now, to judge in its place as the input of an op that writes
+        into it (x += y turned inf: its input x was finite)."""
+        c = t.detach().clone()
+        for ids in (self.masked, self.data):
+            if id(t) in ids:
+                ids.add(id(c))
+                self.keep.append(c)
+        return c
+
     def judge(self, op, layer, inputs, outputs):
         """Emits and returns the event kind when this op is where it started, else None."""
         if op in _UNINIT_OPS:
             return None
+        if op in _LIFT_OPS:
+            inputs = ()
         detail, in_bad, from_data = "", False, False
         allowed = any(id(t) in self.masked for t in inputs)
         for k, t in enumerate(inputs):
@@ -202,11 +225,14 @@ class _Judge:
                 in_bad = True
                 from_data |= id(t) in self.data
         out_bad = 0
+        writes_mask = op in _WRITE_MASK_OPS
         for t in outputs:
-            seg, bad = _describe_now("output", t, allowed or op in _MASK_OPS)
-            if op in _MASK_OPS or allowed:
-                self.masked.add(id(t))
-                self.keep.append(t)
+            seg, bad = _describe_now("output", t, allowed or writes_mask or op in _MASK_OPS)
+            if op in _MASK_OPS or allowed or (writes_mask and bool(t.isneginf().any())):
+                for m in (t, t._base):  # (x[:, 0] = -inf writes through a view: x is masked)
+                    if m is not None:
+                        self.masked.add(id(m))
+                        self.keep.append(m)
             out_bad += bad
             detail += seg
         if from_data and op in _VIEW_OPS:  # the data, reshaped or cast: still the data
@@ -235,13 +261,35 @@ class _OpTracer(TorchDispatchMode):
         self.j, self.layers = judge, layers
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        ins = _float_tensors((args, kwargs))
+        kwargs = kwargs or {}
+        before = {id(t): None if overwritten else self.j.before_write(t)
+                  for t, overwritten in _written(func, args, kwargs) if t.is_floating_point()}
+        out = func(*args, **kwargs)
+        ins = [before.get(id(t), t) for t in _float_tensors((args, kwargs))]
+        ins = [t for t in ins if t is not None]  # (an out= tensor is not an input)
         outs = _float_tensors(out)
         if outs and self.j.judge(_vocab.op_name(func.overloadpacket.__name__),
                                  self.layers[-1], ins, outs):
             raise _Found()
         return out
+
+
+# in-place ops that overwrite all of their tensor: what it held is not an input (FSDP's
+# all-gather copies into memory torch.empty handed out)
+_OVERWRITES = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
+               "exponential_"}
+
+
+def _written(func, args, kwargs):
+    """(tensor, is what it held not an input) for each tensor the aten op func writes into, as
+    its schema marks them: add_'s self (an input), copy_'s (not), out= (not)."""
+    found = []
+    for k, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            x = args[k] if k < len(args) else kwargs.get(arg.name)
+            if isinstance(x, torch.Tensor):
+                found.append((x, arg.is_out or func.overloadpacket.__name__ in _OVERWRITES))
+    return found
 
 
 def _map_args(fn, x):
@@ -328,9 +376,10 @@ class _LossTape(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         f = self.fwd
-        if f is not None and isinstance(out, (torch.Tensor, tuple, list)) and \
-                (not _vocab.touches_state(getattr(func, "__name__", "")) or
-                 f.slot_of(_first_tensor(args)) is not None):
+        name = getattr(func, "__name__", "")
+        if f is not None and (isinstance(out, (torch.Tensor, tuple, list)) or
+                              name == "__setitem__") and \
+                (not _vocab.touches_state(name) or f.slot_of(_first_tensor(args)) is not None):
             spec = _map_args(f._arg, (args, kwargs or {}))
             f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
         return out
@@ -510,16 +559,22 @@ def _replay(f, out, judge=None, graph=False):
         a, k = _map_args(arg, spec)
         if missing:
             return None
+        name = getattr(func, "__name__", "")
+        target = _first_tensor(a) if name != "__get__" and _vocab.touches_state(name) else None
+        before = judge.before_write(target) if judge is not None and target is not None and \
+            target.is_floating_point() and name not in _OVERWRITES else None
         with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):
             r = func(*a, **k)
         if graph:
             _tag_nodes(r, layer, func)  # outside the model (-1), or in a model added later
         for n, t in enumerate(_tensors(r)):
             vals[first + n] = t
-        outs = _float_tensors(r)
-        if judge is not None and outs and judge.judge(_vocab.op_name(func), layer,
-                                                      _float_tensors((a, k)), outs):
-            return None
+        outs = _float_tensors(a[:1] if r is None else r)  # (None: __setitem__ wrote into a[0])
+        if judge is not None and outs:
+            ins = [before if t is target else t for t in _float_tensors((a, k))]
+            ins = [t for t in ins if t is not None]  # (what copy_ or fill_ overwrites is none)
+            if judge.judge(_vocab.op_name(func), layer, ins, outs):
+                return None
     loss = vals.get(f.loss_slot) if f.loss_slot is not None else None
     return loss if loss is not None and loss.requires_grad and loss.numel() == 1 else None
 
@@ -1377,6 +1432,8 @@ class Watcher:
             if out is None:
                 continue
             judge = _Judge(self, d.step, [])
+            # (the forward ran again without an event: a -inf in its output is a mask's)
+            judge.masked_already([t for t in _float_tensors(out) if not t.isfinite().all()])
             try:  # (the random state as before afterwards, as for the re-run forward)
                 with torch.random.fork_rng(devices=[torch.cuda.current_device()]
                                            if f.dev == "cuda" else []), \

@@ -93,6 +93,15 @@ def expect(case, f, per_module=False):
         "cl": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
               and layer == "conv" and first == FAULT_STEP
               and f["title"].startswith("NaN/inf in the input data"),
+        "inplace": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                   and op == "add" and layer == "InPlace" and first == FAULT_STEP
+                   and "fp16 overflow" in f["title"],
+        "setmask": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                   and op == "cross_entropy" and layer in ("", "the top level")
+                   and first == FAULT_STEP and "masked" in f["title"],
+        "fwdmask": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                   and op == "cross_entropy" and layer in ("", "the top level")
+                   and first == FAULT_STEP and "masked" in f["title"],
         "frozen": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                   and first == FAULT_STEP and f["title"].startswith("NaN/inf in the input data"),
         # gpu_faults.py --split --split-gain: the second module (a Linear) overflows

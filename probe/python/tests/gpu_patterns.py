@@ -29,6 +29,13 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           the same hand-written loss: log of 0 in the model's own layer
   cl      a convolution net in channels_last (module outputs not contiguous): a NaN in the
           batch (NaN in the input data, conv)
+  inplace a residual added in place in the model's forward (h += b(m)): both terms 4e4 at
+          step 3 on, their fp16 sum inf (fp16 overflow in add, in the model's own layer)
+  setmask a hand-written loss over logits whose class 0 is masked by item assignment
+          (logits[:, 0] = -inf): a batch labelled 0 at step 3 alone makes it inf there
+          (cross_entropy of a masked logit, outside any module)
+  fwdmask the same mask written by the model's forward (through a view of its logits), the
+          loss F.cross_entropy: the same finding, the mask's -inf no fault of the forward
 """
 import argparse
 
@@ -124,8 +131,28 @@ class Conv(nn.Module):
         return s.head(F.relu(s.conv(x)).mean((2, 3)))
 
 
+class InPlace(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.a, s.b, s.head = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, out)
+
+    def forward(s, x):
+        m = x.mean(1)
+        h = s.a(m)
+        h += s.b(m)
+        return s.head(h)
+
+
+class FwdMask(Mlp):
+    def forward(s, x):
+        logits = super().forward(x)
+        logits[:, 0] = float("-inf")  # class 0 is never predicted
+        return logits
+
+
 MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
-          "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp}
+          "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
+          "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask}
 
 
 def main():
@@ -148,7 +175,10 @@ def main():
         x = torch.randn(16, 12, 64, device=dev)
         if a.case == "cl":
             x = torch.randn(16, 3, 16, 16, device=dev).to(memory_format=torch.channels_last)
-        y = torch.randint(0, 10, (16,), device=dev)
+        masked = a.case in ("setmask", "fwdmask")
+        y = torch.randint(1 if masked else 0, 10, (16,), device=dev)
+        if fault and step == FAULT_STEP and masked:
+            y[0] = 0
         if fault and a.case == "rnn":
             x = x * 1e5
         if fault and a.case in ("lstm", "frozen", "cl"):
@@ -156,6 +186,11 @@ def main():
         if fault and step == FAULT_STEP and a.case == "mha":
             with torch.no_grad():
                 model.attn.in_proj_weight.mul_(1e4)
+        if fault and step == FAULT_STEP and a.case == "inplace":
+            with torch.no_grad():  # h = a(m) + b(m) = 4e4 + 4e4 in fp16
+                for lin in (model.a, model.b):
+                    lin.weight.zero_()
+                    lin.bias.fill_(4e4)
         if fault and step == FAULT_STEP and a.case == "dict":
             with torch.no_grad():
                 model.head.weight.mul_(1e6)
@@ -172,6 +207,10 @@ def main():
                 temp = 1e-3 if fault and step == FAULT_STEP else 1.0  # (one broken step)
                 p = F.softmax(F.dropout(out, 0.1) / temp, -1, dtype=torch.float16)
                 loss = -p.gather(1, y[:, None]).log().mean()
+            elif a.case == "setmask":
+                logits = out.float()
+                logits[:, 0] = float("-inf")  # class 0 is never predicted
+                loss = F.cross_entropy(logits, y)
             else:
                 loss = F.cross_entropy(out, y)
             if a.case == "running":

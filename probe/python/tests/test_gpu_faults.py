@@ -17,7 +17,8 @@ raises or is SIGKILLed mid-run keeps its steps and the report says how it ended;
 trained beside the model is recorded from step 1 on, and its own overflow named there; and
 gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
 output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
-forward, channels_last convolutions), faulty and healthy (`-k shapes`). Skipped
+forward, channels_last convolutions, a residual added in place, logits masked by item
+assignment in the loss or in the forward), faulty and healthy (`-k shapes`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -82,7 +83,8 @@ def test_healthy_twin_is_clean(tmp_path, case):
 
 
 # model shapes (gpu_patterns.py's docstring)
-SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl"]
+SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl", "inplace",
+          "setmask", "fwdmask"]
 
 
 @pytest.mark.parametrize("case", SHAPES)
