@@ -13,6 +13,7 @@
  *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504, or
  *     an add/sub of them (a residual stream grown past fp16's range);
  *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN;
+ *   - masks: a softmax over a row masked whole (NaN), a loss whose target's logit is masked;
  *   - NaN in the input data;
  *   - exploding gradients: backward producers while the forward stayed finite at a low scale.
  * A backward overflow at a high loss scale is the GradScaler doing its job: info, not an error
@@ -124,6 +125,16 @@ static bool op_in(const char *op, const char *const *list) {
 
 static const char *const gemm_ops[] = {"matmul", "linear", "mm", "bmm", "addmm", "baddbmm",
                                        "mul", "conv2d", "conv1d", "einsum", NULL};
+// ops that normalise over a row: one whose every position is masked (-inf) gives NaN
+static const char *const softmax_ops[] = {"softmax",
+                                          "log_softmax",
+                                          "scaled_dot_product_attention",
+                                          "scaled_dot_product_efficient_attention",
+                                          "scaled_dot_product_flash_attention",
+                                          "scaled_dot_product_cudnn_attention",
+                                          "efficient_attention_forward",
+                                          "flash_attention_forward",
+                                          NULL};
 static const char *const loss_ops[] = {"cross_entropy", "nll_loss", "log_softmax", NULL};
 static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
@@ -251,6 +262,19 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "range.",
                  layer_words(f), report_op_is_cast(e->op) ? "" : " ",
                  report_op_is_cast(e->op) ? "" : f->op);
+    } else if (op_in(e->op, softmax_ops) && r->nan > 0 &&
+               (r->in_nonfinite || strstr(e->op, "attention"))) {
+        // (a fused attention's boolean mask is no input the tracer describes)
+        snprintf(f->title, sizeof f->title,
+                 "%s over a row with every position masked gives NaN in %s at step %lld", e->op,
+                 layer_words(f), (long long)f->first_step);
+        snprintf(f->advice, sizeof f->advice,
+                 "A row has nothing left to normalise over: a sequence that is all padding, or "
+                 "a causal mask and a padding mask that together leave a query no key. Leave "
+                 "each row one position (let padding attend to itself), mask with a large "
+                 "finite negative (torch.finfo(dtype).min) instead of -inf, or zero the fully "
+                 "masked rows after it (torch.where(mask.all(-1, keepdim=True), 0, p)). "
+                 "Precision does not help here: this is NaN in fp32 too.");
     } else if (op_in(e->op, loss_ops) && r->in_nonfinite && r->posinf > 0) {
         // a producer's non-finite inputs are a mask's -inf (the tracers allow no others)
         snprintf(f->title, sizeof f->title,

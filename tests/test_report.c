@@ -527,6 +527,16 @@ START_TEST(nonfinite_loss_of_a_masked_logit_is_explained) {
 }
 END_TEST
 
+// A padding row masked whole: the attention's softmax over it is NaN.
+START_TEST(nonfinite_softmax_of_a_row_masked_whole_is_explained) {
+    explained("(1, 3, 2, 'softmax', 'fwd', 'nonfinite_producer', 'error', 32, 0, 'input 0 f16 "
+              "(8, 4, 32, 32) min -6.2 max 6.1 amax 6.2 (0 nan, 0 +inf, 4000 -inf); output f16 "
+              "(8, 4, 32, 32) min 0 max 1 amax 1 (32 nan, 0 +inf, 0 -inf); ', 0, 1, 3)",
+              "softmax over a row with every position masked gives NaN in head at step 3",
+              "all padding");
+}
+END_TEST
+
 // The PyTorch bridge's op tracer sees autocast's cast as an op: an f32 input batch beyond fp16's
 // range turned inf there.
 START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
@@ -1676,6 +1686,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_sum_overflow_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
+    tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);

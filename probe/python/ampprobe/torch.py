@@ -40,8 +40,9 @@ is run again on the same inputs under an op-level dispatch mode that checks ever
 outputs: the first op whose inputs were finite and output was not is the producer
 (nonfinite_producer, with its input ranges; an op that writes into an input, x += y, is judged on
 that input as it was before the write); a non-finite model input is data arriving broken
-(nonfinite_input). An attention mask's -inf (masked_fill/where with -inf, or written by item
-assignment) and what it flows into are not faults, nor is whatever memory torch.empty and its
+(nonfinite_input). An attention mask's -inf (masked_fill/where with -inf, written by item
+assignment or torch.full, or a model input or buffer whose only non-finite values are -inf)
+and what it flows into up to a GEMM are not faults, nor is whatever memory torch.empty and its
 kin hand out. If the forward stays
 finite, the loss computation between the model's output and backward()/scaler.scale() is searched:
 a torch function mode tapes its calls on every step (the functions and their arguments; of tensors
@@ -172,9 +173,14 @@ _VIEW_OPS = {"view", "reshape", "unsafe_view", "expand", "t", "transpose", "perm
              "split_with_sizes", "chunk", "unbind", "getitem"}
 _MASK_OPS = {"masked_fill", "where"}
 # a -inf they write is a mask's too (x[:, pad] = -inf: setitem, or the aten ops it becomes)
-_WRITE_MASK_OPS = {"setitem", "index_put", "fill", "lift_fresh", "lift_fresh_copy"}
+# (or torch.full(..., -inf).triu(1), a causal mask made in the forward)
+_WRITE_MASK_OPS = {"setitem", "index_put", "fill", "lift_fresh", "lift_fresh_copy", "full",
+                   "full_like", "new_full", "scalar_tensor"}
 # a Python value made a tensor (the -inf of x[i] = -inf): what they take is no op's output
 _LIFT_OPS = {"lift_fresh", "lift_fresh_copy"}
+# no mask's -inf goes into these (one that does is data arriving broken: log(0) features)
+_GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "einsum",
+             "convolution", "cudnn_convolution", "conv1d", "conv2d", "conv3d"}
 # memory handed out as it is (whatever it held, NaN included): no op makes a value there
 _UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _autocast_on = functools.partial(torch.is_autocast_enabled,
@@ -185,14 +191,23 @@ class _Found(Exception):
     pass
 
 
+def _is_mask(t):
+    """Whether t's non-finite values are -inf alone, and it has some (a broken step: syncs)."""
+    return t.is_floating_point() and t.numel() > 0 and bool(t.isneginf().any()) and \
+        not bool((t.isnan() | t.isposinf()).any())
+
+
 class _Judge:
     """Decides, op by op in execution order, which op first made a non-finite value."""
 
-    def __init__(self, w, step, data):
+    def __init__(self, w, step, data, state=()):
+        """data: the model's inputs; state: its buffers. Those whose only non-finite values are
+        -inf are masks (nn.Transformer.generate_square_subsequent_mask's, passed in or kept)."""
         self.w, self.step = w, step
+        masks = [t for t in list(data) + list(state) if _is_mask(t)]
+        self.masked = {id(t) for t in masks}  # ids of tensors whose -inf is a mask's
         self.data = {id(t) for t in data}  # model inputs (and views of them)
-        self.masked = set()  # ids of tensors whose -inf is a mask's
-        self.keep = list(data)  # the ids above stay valid while we run
+        self.keep = list(data) + masks  # the ids above stay valid while we run
         self.event = None
 
     def masked_already(self, tensors):
@@ -217,9 +232,9 @@ class _Judge:
         if op in _LIFT_OPS:
             inputs = ()
         detail, in_bad, from_data = "", False, False
-        allowed = any(id(t) in self.masked for t in inputs)
+        allowed = op not in _GEMM_OPS and any(id(t) in self.masked for t in inputs)
         for k, t in enumerate(inputs):
-            seg, bad = _describe_now("input %d" % k, t, id(t) in self.masked)
+            seg, bad = _describe_now("input %d" % k, t, allowed and id(t) in self.masked)
             detail += seg
             if bad:
                 in_bad = True
@@ -1504,7 +1519,8 @@ class Watcher:
         out = None
         try:
             with self._again(f, with_graph) as (model, args, kwargs):
-                judge = _Judge(self, d.step, _float_tensors((args, kwargs)))
+                judge = _Judge(self, d.step, _float_tensors((args, kwargs)),
+                               [b for r in self._roots for b in r.buffers()])
                 with _OpTracer(judge, stack), \
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)

@@ -102,6 +102,11 @@ def expect(case, f, per_module=False):
         "fwdmask": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                    and op == "cross_entropy" and layer in ("", "the top level")
                    and first == FAULT_STEP and "masked" in f["title"],
+        "tmask": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                 and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
+        "padrow": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                  and layer in ("", "the top level", "PadRow") and first == FAULT_STEP
+                  and "every position masked" in f["title"],
         "frozen": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                   and first == FAULT_STEP and f["title"].startswith("NaN/inf in the input data"),
         # gpu_faults.py --split --split-gain: the second module (a Linear) overflows

@@ -36,6 +36,13 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           (cross_entropy of a masked logit, outside any module)
   fwdmask the same mask written by the model's forward (through a view of its logits), the
           loss F.cross_entropy: the same finding, the mask's -inf no fault of the forward
+  tmask   nn.TransformerEncoderLayer given nn.Transformer.generate_square_subsequent_mask's
+          float causal mask (-inf above the diagonal) as an input; its head's weight times 1e6
+          at step 3 (fp16 overflow in head: the mask's -inf is no data arriving broken)
+  padrow  attention written by hand, its scores masked_fill'ed with -inf where a padding
+          mask pads the last 4 keys; at step 3 the first sample is padding whole (the softmax
+          over its rows, masked whole: NaN). (nn.MultiheadAttention's key_padding_mask gives
+          no NaN there in torch 2.11.)
 """
 import argparse
 
@@ -150,9 +157,32 @@ class FwdMask(Mlp):
         return logits
 
 
+class TMask(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.enc = nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True)
+        s.head = nn.Linear(d, out)
+
+    def forward(s, x, mask):
+        return s.head(s.enc(x, src_mask=mask).mean(1))
+
+
+class PadRow(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.qkv, s.head = nn.Linear(d, 3 * d), nn.Linear(d, out)
+
+    def forward(s, x, pad):  # pad: (B, T), True where a key is padding
+        q, k, v = s.qkv(x).chunk(3, -1)
+        att = (q @ k.transpose(1, 2)) / q.shape[-1] ** 0.5
+        att = att.masked_fill(pad[:, None, :], float("-inf")).softmax(-1)
+        return s.head((att @ v).mean(1))
+
+
 MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
-          "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask}
+          "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
+          "tmask": TMask, "padrow": PadRow}
 
 
 def main():
@@ -191,13 +221,22 @@ def main():
                 for lin in (model.a, model.b):
                     lin.weight.zero_()
                     lin.bias.fill_(4e4)
-        if fault and step == FAULT_STEP and a.case == "dict":
+        if fault and step == FAULT_STEP and a.case in ("dict", "tmask"):
             with torch.no_grad():
                 model.head.weight.mul_(1e6)
         if a.case == "innerloss":
             model.temp = 1e-3 if fault else 1.0
+        extra = ()
+        if a.case == "tmask":
+            extra = (nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=dev),)
+        if a.case == "padrow":
+            pad = torch.zeros(x.shape[:2], dtype=torch.bool, device=dev)
+            pad[:, -4:] = True
+            if fault and step == FAULT_STEP:
+                pad[0] = True
+            extra = (pad,)
         with torch.autocast("cuda", dtype=torch.float16):
-            out = model(x, y) if a.case == "innerloss" else model(x)
+            out = model(x, y) if a.case == "innerloss" else model(x, *extra)
             if a.case == "innerloss":
                 loss = out
             elif isinstance(out, dict):

@@ -18,7 +18,8 @@ trained beside the model is recorded from step 1 on, and its own overflow named 
 gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
 output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
 forward, channels_last convolutions, a residual added in place, logits masked by item
-assignment in the loss or in the forward), faulty and healthy (`-k shapes`). Skipped
+assignment in the loss or in the forward, a float causal mask passed in, a sample padded
+whole), faulty and healthy (`-k shapes`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -84,7 +85,7 @@ def test_healthy_twin_is_clean(tmp_path, case):
 
 # model shapes (gpu_patterns.py's docstring)
 SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl", "inplace",
-          "setmask", "fwdmask"]
+          "setmask", "fwdmask", "tmask", "padrow"]
 
 
 @pytest.mark.parametrize("case", SHAPES)
