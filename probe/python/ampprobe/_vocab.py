@@ -71,12 +71,14 @@ _STATE_DUNDERS = {"__get__", "__setitem__"} | {"__i%s__" % op for op in (
     "lshift", "rshift")}
 
 
-def touches_state(name):
-    """Whether the torch function of that __name__ reads or writes what its first argument
-    holds rather than computing a new tensor: a property getter (Tensor.grad), an in-place
-    method (add_, torch._foreach_zero_), an augmented assignment (__iadd__), an item
-    assignment (__setitem__)."""
-    return name in _STATE_DUNDERS or (name.endswith("_") and not name.startswith("__"))
+def touches_state(name, kwargs=None):
+    """Whether the torch function of that __name__ (called with those keyword arguments) reads
+    or writes what its first argument holds rather than computing a new tensor: a property
+    getter (Tensor.grad), an in-place method (add_, torch._foreach_zero_), an augmented
+    assignment (__iadd__), an item assignment (__setitem__), a function told inplace=True
+    (F.relu, F.dropout)."""
+    return name in _STATE_DUNDERS or (name.endswith("_") and not name.startswith("__")) or \
+        bool(kwargs and kwargs.get("inplace"))
 
 
 class LayerTable:

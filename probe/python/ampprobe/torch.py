@@ -394,7 +394,8 @@ class _LossTape(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if f is not None and (isinstance(out, (torch.Tensor, tuple, list)) or
                               name == "__setitem__") and \
-                (not _vocab.touches_state(name) or f.slot_of(_first_tensor(args)) is not None):
+                (not _vocab.touches_state(name, kwargs) or
+                 f.slot_of(_first_tensor(args)) is not None):
             spec = _map_args(f._arg, (args, kwargs or {}))
             f.tape.append((func, spec, f.slot_all(out), _autocast_on(), self.layers[-1]))
         return out
@@ -575,7 +576,7 @@ def _replay(f, out, judge=None, graph=False):
         if missing:
             return None
         name = getattr(func, "__name__", "")
-        target = _first_tensor(a) if name != "__get__" and _vocab.touches_state(name) else None
+        target = _first_tensor(a) if name != "__get__" and _vocab.touches_state(name, k) else None
         before = judge.before_write(target) if judge is not None and target is not None and \
             target.is_floating_point() and name not in _OVERWRITES else None
         with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):

@@ -33,12 +33,15 @@ for given, want in (("Linear", "linear"), ("LayerNorm", "layer_norm"), ("Conv2d"
     assert _vocab.op_name(given) == want, (given, _vocab.op_name(given), want)
 
 # what the loss tape leaves out on a tensor from elsewhere (Tensor.grad's getter, zero_grad's
-# zero_ and _foreach_zero_, a running total's +=, an item assignment), and what it keeps
+# zero_ and _foreach_zero_, a running total's +=, an item assignment, inplace=True), and what
+# it keeps
 for name, touches in (("__get__", True), ("zero_", True), ("_foreach_zero_", True),
                       ("__iadd__", True), ("__imatmul__", True), ("__setitem__", True),
                       ("ones", False), ("__mul__", False), ("__radd__", False),
                       ("cross_entropy", False), ("", False)):
     assert _vocab.touches_state(name) == touches, name
+assert _vocab.touches_state("relu", {"inplace": True})  # F.relu(x, inplace=True)
+assert not _vocab.touches_state("dropout", {"inplace": False, "p": 0.1})
 
 
 class Block:  # a model's module class, and the class FSDP2's fully_shard gives an instance
