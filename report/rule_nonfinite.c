@@ -12,7 +12,8 @@
  * bridge on a model sharded over several processes, or a re-run that did not break again):
  *   - fp16 overflow: a matmul/linear/mul/conv whose finite inputs give +-inf near 65504, or
  *     an add/sub of them (a residual stream grown past fp16's range);
- *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN;
+ *   - log/div of zero: log, div, reciprocal, rsqrt, pow ... turning a 0 into -inf/inf/NaN
+ *     (when the input's range takes in 0; otherwise an fp16 overflow of exp, pow, div ...);
  *   - masks: a softmax over a row masked whole (NaN), a loss whose target's logit is masked;
  *   - NaN in the input data;
  *   - exploding gradients: backward producers while the forward stayed finite at a low scale.
@@ -39,6 +40,8 @@ typedef struct ranges {
     char out_dtype[8];
     long long nan, posinf, neginf; // of the output
     bool in_nonfinite;             // an input held non-finite values
+    int n_in;                      // inputs described
+    bool in_zero[2];               // input 0's, input 1's range takes in 0 (min <= 0 <= max)
 } ranges;
 
 static void parse_ranges(const char *detail, ranges *r) {
@@ -63,8 +66,11 @@ static void parse_ranges(const char *detail, ranges *r) {
             if (sp) sscanf(sp + 1, "%7s", r->out_dtype);
         } else {
             if (!isnan(amax) && (isnan(r->in_amax) || amax > r->in_amax)) r->in_amax = amax;
-            const char *mn = strstr(buf, " min ");
+            const char *mn = strstr(buf, " min "), *mx = strstr(buf, " max ");
             if (strncmp(buf, "input 0 ", 8) == 0 && mn) r->in0_min = strtod(mn + 5, NULL);
+            if (r->n_in < 2 && mn && mx)
+                r->in_zero[r->n_in] = strtod(mn + 5, NULL) <= 0 && strtod(mx + 5, NULL) >= 0;
+            r->n_in++;
             r->in_nonfinite |= counts && n_nan + n_pos + n_neg > 0;
         }
         if (!end) break;
@@ -139,6 +145,16 @@ static const char *const loss_ops[] = {"cross_entropy", "nll_loss", "log_softmax
 static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
                                        "rsqrt", "sqrt", "pow", NULL};
+// elementwise ops whose result outgrows their input's: past 65504 from finite fp16 inputs
+static const char *const growth_ops[] = {"exp", "exp2",       "expm1", "pow",  "square",
+                                         "div", "reciprocal", "sinh",  "cosh", NULL};
+
+// Whether the input that a zero makes op non-finite (a division's divisor, else input 0) can be
+// zero by its range (true when the detail does not say).
+static bool zero_reachable(const char *op, const ranges *r) {
+    int k = strcmp(op, "div") == 0 && r->n_in >= 2 ? 1 : 0;
+    return r->n_in <= k || r->in_zero[k];
+}
 // Ops that are NaN below a bound of their argument (input 0; a pow's base with a fractional
 // exponent).
 static const char *const domain_ops[] = {"log",  "log2",  "log10", "log1p",
@@ -225,10 +241,13 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "0 in fp16), then clamp it (x.clamp_min(eps)) against zero. Precision does not "
                  "help here: this is NaN in fp32 too.",
                  e->op, domain_min(e->op));
-    } else if (op_in(e->op, zero_ops)) {
+    } else if (op_in(e->op, zero_ops) && zero_reachable(e->op, r)) {
         snprintf(f->title, sizeof f->title, "%s of zero in %s at step %lld gives %s", e->op,
                  layer_words(f), (long long)f->first_step,
-                 r->neginf ? "-inf" : r->posinf ? "+inf" : "NaN");
+                 r->neginf && r->posinf ? "+-inf"
+                 : r->neginf            ? "-inf"
+                 : r->posinf            ? "+inf"
+                                        : "NaN");
         snprintf(f->advice, sizeof f->advice,
                  "Keep the argument of %s away from zero: clamp it (x.clamp_min(eps)) or add an "
                  "eps to the denominator, and compute log-probabilities with log_softmax / a fused "
@@ -275,6 +294,17 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "finite negative (torch.finfo(dtype).min) instead of -inf, or zero the fully "
                  "masked rows after it (torch.where(mask.all(-1, keepdim=True), 0, p)). "
                  "Precision does not help here: this is NaN in fp32 too.");
+    } else if (op_in(e->op, growth_ops) && infs && half && !r->in_nonfinite) {
+        snprintf(f->title, sizeof f->title,
+                 "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",
+                 layer_words(f), f->op, (long long)f->first_step, r->in_amax);
+        snprintf(f->advice, sizeof f->advice,
+                 "%s's result is beyond fp16's 65504: compute it in fp32 (torch.autocast(..., "
+                 "enabled=False) with .float() inputs; amp_autocast_begin(ctx, false, ...) here) "
+                 "or train in bf16, or bring its input down first: subtract the row max before "
+                 "an exp (log-sum-exp), square a normalised value, divide by y.clamp_min(eps) "
+                 "rather than by a value near 0.",
+                 f->op);
     } else if (op_in(e->op, loss_ops) && r->in_nonfinite && r->posinf > 0) {
         // a producer's non-finite inputs are a mask's -inf (the tracers allow no others)
         snprintf(f->title, sizeof f->title,

@@ -537,6 +537,35 @@ START_TEST(nonfinite_softmax_of_a_row_masked_whole_is_explained) {
 }
 END_TEST
 
+// x ** 2 of values near 300 in fp16: an overflow, not a pow of zero.
+START_TEST(nonfinite_pow_overflow_is_not_a_pow_of_zero) {
+    explained("(1, 3, 2, 'pow', 'fwd', 'nonfinite_producer', 'error', 64, 0, 'input 0 f16 (64) "
+              "min 200 max 300 amax 300; output f16 (64) min 40000 max 65504 amax 65504 (0 nan, 12 "
+              "+inf, 0 -inf); ', 0, 1, 3)",
+              "fp16 overflow in head pow at step 3: finite inputs (amax 300) gave +-inf",
+              "square a normalised value");
+}
+END_TEST
+
+// A division by values near zero but none zero: an overflow.
+START_TEST(nonfinite_div_by_small_values_is_an_overflow) {
+    explained("(1, 3, 2, 'div', 'fwd', 'nonfinite_producer', 'error', 5, 0, 'input 0 f16 (64) min "
+              "-3 max 3 amax 3; input 1 f16 (64) min 1e-05 max 0.001 amax 0.001; output f16 (64) "
+              "min -65504 max 65504 amax 65504 (0 nan, 3 +inf, 2 -inf); ', 0, 1, 3)",
+              "fp16 overflow in head div at step 3: finite inputs (amax 3) gave +-inf",
+              "clamp_min(eps)");
+}
+END_TEST
+
+// A division by a range that takes in 0: of zero.
+START_TEST(nonfinite_div_by_a_range_with_zero_is_of_zero) {
+    explained("(1, 3, 2, 'div', 'fwd', 'nonfinite_producer', 'error', 5, 0, 'input 0 f16 (64) min "
+              "-3 max 3 amax 3; input 1 f16 (64) min 0 max 0.001 amax 0.001; output f16 (64) min "
+              "-65504 max 65504 amax 65504 (0 nan, 3 +inf, 2 -inf); ', 0, 1, 3)",
+              "div of zero in head at step 3 gives +-inf", "eps to the denominator");
+}
+END_TEST
+
 // The PyTorch bridge's op tracer sees autocast's cast as an op: an f32 input batch beyond fp16's
 // range turned inf there.
 START_TEST(nonfinite_cast_beyond_f16_range_is_explained) {
@@ -1687,6 +1716,9 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_sum_overflow_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
+    tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
+    tcase_add_test(tc, nonfinite_div_by_small_values_is_an_overflow);
+    tcase_add_test(tc, nonfinite_div_by_a_range_with_zero_is_of_zero);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
