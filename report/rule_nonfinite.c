@@ -150,8 +150,9 @@ static const char *const growth_ops[] = {"exp", "exp2",       "expm1", "pow",  "
                                          "div", "reciprocal", "sinh",  "cosh", NULL};
 
 // Whether the input that a zero makes op non-finite (a division's divisor, else input 0) can be
-// zero by its range (true when the detail does not say).
+// zero by its range (log1p's -1; true when the detail does not say).
 static bool zero_reachable(const char *op, const ranges *r) {
+    if (strcmp(op, "log1p") == 0) return isnan(r->in0_min) || r->in0_min <= -1;
     int k = strcmp(op, "div") == 0 && r->n_in >= 2 ? 1 : 0;
     return r->n_in <= k || r->in_zero[k];
 }
