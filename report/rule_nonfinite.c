@@ -191,6 +191,13 @@ static void around_of(const char *layer, char *out, size_t n) {
     snprintf(out, n, "%.*s", (int)len, layer);
 }
 
+// "fp16 overflow in L op at step S: finite inputs (amax A) <how>"
+static void overflow_title(report_finding *f, const ranges *r, const char *how) {
+    snprintf(f->title, sizeof f->title,
+             "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) %s", layer_words(f),
+             f->op, (long long)f->first_step, r->in_amax, how);
+}
+
 static void explain_forward(report_finding *f, const report_event *e, const ranges *r) {
     bool attention = strstr(f->layer, "attn") != NULL;
     bool half = strcmp(r->out_dtype, "f16") == 0;
@@ -296,9 +303,7 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "masked rows after it (torch.where(mask.all(-1, keepdim=True), 0, p)). "
                  "Precision does not help here: this is NaN in fp32 too.");
     } else if (op_in(e->op, growth_ops) && infs && half && !r->in_nonfinite) {
-        snprintf(f->title, sizeof f->title,
-                 "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",
-                 layer_words(f), f->op, (long long)f->first_step, r->in_amax);
+        overflow_title(f, r, "gave +-inf");
         snprintf(f->advice, sizeof f->advice,
                  "%s's result is beyond fp16's 65504: compute it in fp32 (torch.autocast(..., "
                  "enabled=False) with .float() inputs; amp_autocast_begin(ctx, false, ...) here) "
@@ -319,10 +324,7 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "instead of -inf, which makes its loss large but finite.",
                  (long long)f->first_step);
     } else if (op_in(e->op, sum_ops) && infs && half && !r->in_nonfinite) {
-        snprintf(f->title, sizeof f->title,
-                 "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) summed past "
-                 "65504",
-                 layer_words(f), f->op, (long long)f->first_step, r->in_amax);
+        overflow_title(f, r, "summed past 65504");
         snprintf(f->advice, sizeof f->advice,
                  "What %s adds has grown to fp16's range (a residual stream, an accumulated "
                  "sum): normalise before it grows (a LayerNorm at the start of each block, "
@@ -332,9 +334,7 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "range.",
                  layer_words(f));
     } else if (op_in(e->op, gemm_ops) && infs && half) {
-        snprintf(f->title, sizeof f->title,
-                 "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +-inf",
-                 layer_words(f), f->op, (long long)f->first_step, r->in_amax);
+        overflow_title(f, r, "gave +-inf");
         if (attention)
             snprintf(f->advice, sizeof f->advice,
                      "Scale the attention logits by 1/sqrt(d_head) (check the temperature/gain "
