@@ -114,7 +114,8 @@ _S_AFTER, _S_TRACKER = 0, 1
 
 
 def _describe_now(what, t, allowed_neginf=False):
-    """describe() of t computed now (the op-level tracer: a broken step, syncs are fine)."""
+    """describe() of t computed now (the op-level tracer: a broken step, syncs are fine), its
+    count of non-finite values (its -inf left out when allowed) and its count of -inf."""
     s = _devstats.eager_stats(t, _INF, 0.0).tolist()
     mn, mx = s[0], s[1]
     amax = max(abs(mn), abs(mx)) if mn <= mx else float("nan")
@@ -122,7 +123,7 @@ def _describe_now(what, t, allowed_neginf=False):
         mn = mx = float("nan")
     bad = int(s[2] + s[3] + (0 if allowed_neginf else s[4]))
     return _vocab.describe(what, _vocab.dtype_name(t.dtype), t.shape, mn, mx, amax,
-                           int(s[2]), int(s[3]), int(s[4])), bad
+                           int(s[2]), int(s[3]), int(s[4])), bad, int(s[4])
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -193,27 +194,25 @@ class _Found(Exception):
 
 def _is_mask(t):
     """Whether t's non-finite values are -inf alone, and it has some (a broken step: syncs)."""
-    return t.is_floating_point() and t.numel() > 0 and bool(t.isneginf().any()) and \
-        not bool((t.isnan() | t.isposinf()).any())
+    if not t.is_floating_point():
+        return False
+    s = _devstats.eager_stats(t, _INF, 0.0).tolist()  # [2:5]: NaN, +inf, -inf
+    return s[4] > 0 and s[2] + s[3] == 0
 
 
 class _Judge:
     """Decides, op by op in execution order, which op first made a non-finite value."""
 
     def __init__(self, w, step, data, state=()):
-        """data: the model's inputs; state: its buffers. Those whose only non-finite values are
-        -inf are masks (nn.Transformer.generate_square_subsequent_mask's, passed in or kept)."""
+        """data: the model's inputs; state: its buffers (or, judging a loss computation, the
+        output of a forward that ran again without an event). Those whose only non-finite
+        values are -inf are masks (nn.Transformer.generate_square_subsequent_mask's)."""
         self.w, self.step = w, step
         masks = [t for t in list(data) + list(state) if _is_mask(t)]
         self.masked = {id(t) for t in masks}  # ids of tensors whose -inf is a mask's
         self.data = {id(t) for t in data}  # model inputs (and views of them)
         self.keep = list(data) + masks  # the ids above stay valid while we run
         self.event = None
-
-    def masked_already(self, tensors):
-        """Takes the -inf these tensors hold for a mask's."""
-        self.masked.update(id(t) for t in tensors)
-        self.keep.extend(tensors)
 
     def before_write(self, t):
         """A copy of t as it is now, to judge in its place as the input of an op that writes
@@ -234,7 +233,7 @@ class _Judge:
         detail, in_bad, from_data = "", False, False
         allowed = op not in _GEMM_OPS and any(id(t) in self.masked for t in inputs)
         for k, t in enumerate(inputs):
-            seg, bad = _describe_now("input %d" % k, t, allowed and id(t) in self.masked)
+            seg, bad, _ = _describe_now("input %d" % k, t, allowed and id(t) in self.masked)
             detail += seg
             if bad:
                 in_bad = True
@@ -242,8 +241,9 @@ class _Judge:
         out_bad = 0
         writes_mask = op in _WRITE_MASK_OPS
         for t in outputs:
-            seg, bad = _describe_now("output", t, allowed or writes_mask or op in _MASK_OPS)
-            if op in _MASK_OPS or allowed or (writes_mask and bool(t.isneginf().any())):
+            seg, bad, neginf = _describe_now("output", t, allowed or writes_mask or
+                                             op in _MASK_OPS)
+            if op in _MASK_OPS or allowed or (writes_mask and neginf):
                 for m in (t, t._base):  # (x[:, 0] = -inf writes through a view: x is masked)
                     if m is not None:
                         self.masked.add(id(m))
@@ -539,7 +539,7 @@ class _BwdTracer(TorchDispatchMode):
                 detail += _describe_now("input %d" % k, t, True)[0]
             bad, amax = 0, float("nan")
             for t in outs:
-                seg, n = _describe_now("gradient", t)
+                seg, n, _ = _describe_now("gradient", t)
                 detail += seg
                 bad += n
                 fin = t[torch.isfinite(t)]
@@ -1401,7 +1401,7 @@ class Watcher:
             event, detail = "nonfinite_module", ""
             data = _float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
             for k, t in enumerate(data):
-                seg, bad = _describe_now("input %d" % k, t)
+                seg, bad, _ = _describe_now("input %d" % k, t)
                 if bad:
                     event, detail = "nonfinite_input", seg
                     break
@@ -1447,9 +1447,8 @@ class Watcher:
                 return fwd_event, None, False
             if out is None:
                 continue
-            judge = _Judge(self, d.step, [])
             # (the forward ran again without an event: a -inf in its output is a mask's)
-            judge.masked_already([t for t in _float_tensors(out) if not t.isfinite().all()])
+            judge = _Judge(self, d.step, [], _float_tensors(out))
             try:  # (the random state as before afterwards, as for the re-run forward)
                 with torch.random.fork_rng(devices=[torch.cuda.current_device()]
                                            if f.dev == "cuda" else []), \
