@@ -16,7 +16,9 @@
  *     (when the input's range takes in 0; otherwise an fp16 overflow of exp, pow, div ...);
  *   - masks: a softmax over a row masked whole (NaN), a loss whose target's logit is masked;
  *   - NaN in the input data;
- *   - exploding gradients: backward producers while the forward stayed finite at a low scale.
+ *   - exploding gradients: backward producers while the forward stayed finite at a low scale;
+ *   - a NaN gradient through a value the forward left out (the bridge's detail "... that where
+ *     left out: ..."): torch.where(p > 0, p.log(), 0), whose backward is 0 * inf.
  * A backward overflow at a high loss scale is the GradScaler doing its job: info, not an error
  * (rule loss-scale judges whether the skips are too frequent).
  */
@@ -412,11 +414,27 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
     const report_step *st = report_step_find(m, e->pid, e->step);
     double scale = st && st->has_scale ? st->scale_before : NAN;
     bool exploding = !(scale >= LOW_SCALE); // no scaler, or a low scale: the gradients are huge
+    // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)
+    bool left = e->detail && strstr(e->detail, " left out: the backward still goes through");
     report_finding *f =
-        report_finding_add(out, RULE, exploding ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
+        report_finding_add(out, RULE, exploding || left ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
     where(f, m, e);
     int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
-    if (exploding) {
+    if (left) {
+        snprintf(f->title, sizeof f->title,
+                 "NaN gradient through a value the forward left out: the backward of %s %s at "
+                 "step %lld",
+                 layer_words(f), f->op, (long long)f->first_step);
+        snprintf(f->advice, sizeof f->advice,
+                 "torch.where (and masked_fill) leave a value out of the forward but not out of "
+                 "the backward: the branch not taken still gets a zero gradient, and its own "
+                 "backward turns that into NaN where its value was inf (0 * inf; log(p) at p = 0 "
+                 "is -inf). Make the left-out branch finite before it is computed: "
+                 "torch.where(p > 0, p, 1).log() instead of torch.where(p > 0, p.log(), 0), or a "
+                 "clamp (p.clamp_min(1e-12).log()). The loss scale "
+                 "cannot fix this: the NaN comes at every scale, so the GradScaler skips each "
+                 "such step and halves the scale.");
+    } else if (exploding) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s %s overflowed at step %lld at loss "
                  "scale %.9g",

@@ -668,6 +668,28 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
 }
 END_TEST
 
+// torch.where(p > 0, p * p.log(), 0): a finite forward, a NaN gradient at any scale.
+START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
+    healthy(12);
+    sql(EVENTS_VALUES
+        "(1, 3, 2, 'mul', 'bwd', 'nonfinite_producer', 'warning', 48, 0.5, 'its forward made "
+        "-inf (log) that where left out: the backward still goes through them; in MulBackward0 "
+        "(mul); input 0 f32 (16, 8) min 0 max 0.01 amax 0.01; input 1 f32 (16, 8) min -inf max "
+        "-0.1 amax 2.3 (0 nan, 0 +inf, 48 -inf); gradient f32 (16, 8) min -0.02 max 0.5 amax 0.5 "
+        "(48 nan, 0 +inf, 0 -inf); ', 0, 1, 3),"
+        "(1, 3, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, 'scale overflow', 0, 1, "
+        "3);"
+        "UPDATE AMP_STEPS SET skipped = 1, found_inf = 1, scale_after = 32768 WHERE step = 3;");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title, "NaN gradient through a value the forward left out: "
+                                          "the backward of head mul at step 3");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.where(p > 0, p, 1).log()"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "MulBackward0"));
+    release();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // loss-scale
 
@@ -1721,6 +1743,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_div_by_a_range_with_zero_is_of_zero);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
+    tcase_add_test(tc, nonfinite_gradient_through_a_left_out_value_is_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);

@@ -37,15 +37,18 @@ more.
 
 Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's forward
 is run again on the same inputs under an op-level dispatch mode that checks every op's inputs and
-outputs: the first op whose inputs were finite and output was not is the producer
-(nonfinite_producer, with its input ranges; an op that writes into an input, x += y, is judged on
-that input as it was before the write); a non-finite model input is data arriving broken
-(nonfinite_input). An attention mask's -inf (masked_fill/where with -inf, written by item
-assignment or torch.full, or a model input or buffer whose only non-finite values are -inf)
-and what it flows into up to a GEMM are not faults, nor is whatever memory torch.empty and its
-kin hand out. If the forward stays
-finite, the loss computation between the model's output and backward()/scaler.scale() is searched:
-a torch function mode tapes its calls on every step (the functions and their arguments; of tensors
+outputs, and follows each non-finite value from the op where it first appeared to the forward's
+output: of those that reach it, the first op whose inputs were finite and output was not is the
+producer (nonfinite_producer, with its input ranges; an op that writes into an input, x += y, is
+judged on that input as it was before the write); a non-finite model input is data arriving
+broken (nonfinite_input). A value that where() or masked_fill() leaves out on the way
+(where(p > 0, log(p), 0)) breaks no forward; if the step broke in the backward there, the
+backward's producer says so (0 * inf: a NaN gradient at every scale). An attention mask's -inf
+(masked_fill/where with -inf, written by item assignment or torch.full, or a model input or
+buffer whose only non-finite values are -inf) and what it flows into up to a GEMM are not
+faults, nor is whatever memory torch.empty and its kin hand out. If the forward stays finite,
+the loss computation between the model's output and backward()/scaler.scale() is searched: a
+torch function mode tapes its calls on every step (the functions and their arguments; of tensors
 it holds only those taken from elsewhere, such as the labels, not those it made: a language model's
 f32 logits would otherwise live to the end of the step) and replays them on the re-run forward's
 output, judging each, so a hand-written loss's log(0) is named at the step it happened, outside any
@@ -200,8 +203,26 @@ def _is_mask(t):
     return s[4] > 0 and s[2] + s[3] == 0
 
 
+class _Made:
+    """Non-finite values first seen at one op: made there from finite inputs
+    (nonfinite_producer), or brought by the model's input data (nonfinite_input) or by earlier
+    state, a parameter or buffer (nonfinite_propagated). They matter once they reach the end of
+    what is judged (the forward's output, the loss); a -inf that where() or masked_fill() leaves
+    out on the way (where(p > 0, log(p), 0)) does not, though its backward may still turn it
+    into a NaN gradient (0 * inf)."""
+    __slots__ = ("layer", "op", "kind", "severity", "count", "detail", "what", "ops",
+                 "left_out_by")
+
+    def __init__(self, layer, op, kind, severity, count, detail, what):
+        self.layer, self.op, self.kind, self.severity = layer, op, kind, severity
+        self.count, self.detail, self.what = count, detail, what
+        self.ops = {op}  # the ops of its layer that carried them on (their backward meets them)
+        self.left_out_by = None  # the first op that had them in an input and not in its output
+
+
 class _Judge:
-    """Decides, op by op in execution order, which op first made a non-finite value."""
+    """Decides, op by op in execution order, where the non-finite values that reached the end
+    first appeared."""
 
     def __init__(self, w, step, data, state=()):
         """data: the model's inputs; state: its buffers (or, judging a loss computation, the
@@ -212,7 +233,13 @@ class _Judge:
         self.masked = {id(t) for t in masks}  # ids of tensors whose -inf is a mask's
         self.data = {id(t) for t in data}  # model inputs (and views of them)
         self.keep = list(data) + masks  # the ids above stay valid while we run
+        self.made = []  # _Made, in order
+        self.carriers = {}  # id(tensor) -> (weakref to it, the _Made whose values it holds)
         self.event = None
+
+    def _carried(self, t):
+        e = self.carriers.get(id(t))
+        return e[1] if e is not None and e[0]() is t else None
 
     def before_write(self, t):
         """A copy of t as it is now, to judge in its place as the input of an op that writes
@@ -222,50 +249,74 @@ class _Judge:
             if id(t) in ids:
                 ids.add(id(c))
                 self.keep.append(c)
+        made = self._carried(t)
+        if made is not None:
+            self.carriers[id(c)] = (weakref.ref(c), made)
         return c
 
     def judge(self, op, layer, inputs, outputs):
-        """Emits and returns the event kind when this op is where it started, else None."""
+        """Judges one op: the first non-finite values it sees become a _Made (kept until
+        finish() tells whether they reached the end), those an earlier op saw first are
+        carried on by its outputs or left out."""
         if op in _UNINIT_OPS:
-            return None
+            return
         if op in _LIFT_OPS:
             inputs = ()
-        detail, in_bad, from_data = "", False, False
+        detail, in_bad, from_data, carried = "", False, False, None
         allowed = op not in _GEMM_OPS and any(id(t) in self.masked for t in inputs)
         for k, t in enumerate(inputs):
             seg, bad, _ = _describe_now("input %d" % k, t, allowed and id(t) in self.masked)
             detail += seg
             if bad:
-                in_bad = True
+                carried = carried or self._carried(t)
+                in_bad |= carried is None
                 from_data |= id(t) in self.data
-        out_bad = 0
+        out_bad, neginf, bad_outs = 0, 0, []
         writes_mask = op in _WRITE_MASK_OPS
         for t in outputs:
-            seg, bad, neginf = _describe_now("output", t, allowed or writes_mask or
-                                             op in _MASK_OPS)
-            if op in _MASK_OPS or allowed or (writes_mask and neginf):
+            seg, bad, n = _describe_now("output", t, allowed or writes_mask or op in _MASK_OPS)
+            if op in _MASK_OPS or allowed or (writes_mask and n):
                 for m in (t, t._base):  # (x[:, 0] = -inf writes through a view: x is masked)
                     if m is not None:
                         self.masked.add(id(m))
                         self.keep.append(m)
             out_bad += bad
+            neginf += n
+            if bad:
+                bad_outs.append(t)
             detail += seg
         if from_data and op in _VIEW_OPS:  # the data, reshaped or cast: still the data
             for t in outputs:
                 self.data.add(id(t))
                 self.keep.append(t)
-            return None
-        if not out_bad and not in_bad:
-            return None
-        if from_data:
-            kind, sev = "nonfinite_input", ERROR
-        elif not in_bad:
-            kind, sev = "nonfinite_producer", ERROR
-        else:  # non-finite parameters or state from an earlier step
-            kind, sev = "nonfinite_propagated", INFO
-        self.w.rec.event(self.step, layer, op, PHASE_FWD, kind, sev, out_bad or -1, None, detail)
-        self.event = kind
-        return kind
+            return
+        if carried is None and (in_bad or out_bad):
+            if from_data:
+                kind, sev = "nonfinite_input", ERROR
+            elif in_bad:  # non-finite parameters or state from an earlier step
+                kind, sev = "nonfinite_propagated", INFO
+            else:
+                kind, sev = "nonfinite_producer", ERROR
+            carried = _Made(layer, op, kind, sev, out_bad or -1, detail,
+                            "-inf" if out_bad and out_bad == neginf else "NaN/inf")
+            self.made.append(carried)
+        elif carried is not None and layer == carried.layer:
+            carried.ops.add(op)
+        if carried is not None and not bad_outs and carried.left_out_by is None:
+            carried.left_out_by = op
+        for t in bad_outs:
+            self.carriers[id(t)] = (weakref.ref(t), carried)
+
+    def finish(self, result):
+        """The end of what was judged (result: the forward's output, the loss): emits the
+        first _Made that reached it and returns its kind, else None."""
+        reached = [m for m in map(self._carried, _float_tensors(result)) if m is not None]
+        if reached and self.event is None:
+            m = min(reached, key=self.made.index)
+            self.w.rec.event(self.step, m.layer, m.op, PHASE_FWD, m.kind, m.severity, m.count,
+                             None, m.detail)
+            self.event = m.kind
+        return self.event
 
 
 class _OpTracer(TorchDispatchMode):
@@ -283,9 +334,9 @@ class _OpTracer(TorchDispatchMode):
         ins = [before.get(id(t), t) for t in _float_tensors((args, kwargs))]
         ins = [t for t in ins if t is not None]  # (an out= tensor is not an input)
         outs = _float_tensors(out)
-        if outs and self.j.judge(_vocab.op_name(func.overloadpacket.__name__),
-                                 self.layers[-1], ins, outs):
-            raise _Found()
+        if outs:
+            self.j.judge(_vocab.op_name(func.overloadpacket.__name__), self.layers[-1], ins,
+                         outs)
         return out
 
 
@@ -516,11 +567,14 @@ class _BwdTracer(TorchDispatchMode):
     """The backward re-run: the first aten op whose output is non-finite made it (its inputs are
     gradients from finite ops and saved forward values of a finite forward, masks' -inf aside).
     Named by the tag of the autograd node it ran in, else of the last tagged node the backward
-    went through (an untagged node is an inner one of the same function or module)."""
+    went through (an untagged node is an inner one of the same function or module). When the
+    forward's values that op carried were non-finite and left out after it (where(p > 0,
+    log(p), 0): log's -inf), the detail says so: its backward multiplies a zero gradient by
+    them (0 * inf = NaN)."""
 
-    def __init__(self, w, step):
+    def __init__(self, w, step, left=()):
         super().__init__()
-        self.w, self.step = w, step
+        self.w, self.step, self.left = w, step, [m for m in left if m.left_out_by]
         self.tag = (-1, None)
         self.event = None
 
@@ -535,6 +589,11 @@ class _BwdTracer(TorchDispatchMode):
             layer, op = self.tag
             aten = _vocab.op_name(func.overloadpacket.__name__)
             detail = "in %s (%s); " % (node.name() if node is not None else "the engine", aten)
+            for m in self.left:
+                if m.layer == layer and op in m.ops:
+                    detail = "its forward made %s (%s) that %s left out: the backward still " \
+                        "goes through them; %s" % (m.what, m.op, m.left_out_by, detail)
+                    break
             for k, t in enumerate(_float_tensors((args, kwargs))):
                 detail += _describe_now("input %d" % k, t, True)[0]
             bad, amax = 0, float("nan")
@@ -554,15 +613,16 @@ class _BwdTracer(TorchDispatchMode):
 
 def _replay(f, out, judge=None, graph=False):
     """The taped loss computation of forward f run again on out, the re-run forward's output:
-    with judge, each call's inputs and outputs are judged (_Judge.judge; returns at the first
-    event) in the layer they were taped in (-1: outside any module; a module of a model added
-    later: _add_root); with graph, the autograd nodes it makes are tagged so. Returns
-    the tensor that stands for the loss backward() was called on (None: not there, or the loss
-    is not a one-element tensor that needs gradients), or None when it cannot be replayed (a
-    tensor a call took from the loss computation is gone). Nothing it runs writes into the
+    with judge, each call's inputs and outputs are judged (_Judge.judge) in the layer they were
+    taped in (-1: outside any module; a module of a model added later: _add_root), up to the
+    loss (else the last call's output: _Judge.finish); with graph, the autograd nodes it makes
+    are tagged so. Returns the tensor that stands for the loss backward() was called on (None:
+    not there, or the loss is not a one-element tensor that needs gradients), or None when it
+    cannot be replayed (a tensor a call took from the loss computation is gone) or the judge
+    named where it broke. Nothing it runs writes into the
     program's tensors: the tape leaves out writes into tensors from elsewhere (_LossTape)."""
     vals = dict(enumerate(_tensors(out)))
-    missing = []
+    missing, outs = [], []
 
     def arg(x):
         if isinstance(x, _Slot):
@@ -589,9 +649,10 @@ def _replay(f, out, judge=None, graph=False):
         if judge is not None and outs:
             ins = [before if t is target else t for t in _float_tensors((a, k))]
             ins = [t for t in ins if t is not None]  # (what copy_ or fill_ overwrites is none)
-            if judge.judge(_vocab.op_name(func), layer, ins, outs):
-                return None
+            judge.judge(_vocab.op_name(func), layer, ins, outs)
     loss = vals.get(f.loss_slot) if f.loss_slot is not None else None
+    if judge is not None and judge.finish(outs if loss is None else loss):
+        return None
     return loss if loss is not None and loss.requires_grad and loss.numel() == 1 else None
 
 
@@ -1442,7 +1503,7 @@ class Watcher:
         module) and, with backward, differentiated op by op (_rerun_backward). Returns the
         forward's event, the loss computation's event and whether the backward named one."""
         for f in d.forwards or ():
-            fwd_event, out = self._rerun(d, f, with_graph=backward)
+            fwd_event, out, left = self._rerun(d, f, with_graph=backward)
             if fwd_event is not None:
                 return fwd_event, None, False
             if out is None:
@@ -1460,7 +1521,8 @@ class Watcher:
                 continue
             if judge.event is not None:
                 return None, judge.event, False
-            if backward and loss is not None and self._rerun_backward(d, loss, scale):
+            if backward and loss is not None and \
+                    self._rerun_backward(d, loss, scale, left + judge.made):
                 return None, None, True
         return None, None, False
 
@@ -1510,13 +1572,11 @@ class Watcher:
     def _rerun(self, d, f, with_graph=False):
         """Runs forward f of step d again (_again) under the op tracer (with the parameters as
         they are now: those of step d, unless d's break was only seen a step later). Returns
-        the event kind it emitted and, when the forward stayed finite, its output (with
+        the event kind it emitted and, when its output stayed finite, that output (with
         with_graph, its autograd graph, the nodes tagged with layer and op, for
-        _rerun_backward)."""
-        judge = None
+        _rerun_backward) and the non-finite values it made and left out (_Made)."""
         stack = [self.layer_of[id(self.model)]]
         hooks = _layer_stack_hooks(self.layer_of, stack)
-        out = None
         try:
             with self._again(f, with_graph) as (model, args, kwargs):
                 judge = _Judge(self, d.step, _float_tensors((args, kwargs)),
@@ -1524,27 +1584,28 @@ class Watcher:
                 with _OpTracer(judge, stack), \
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)
-        except _Found:
-            out = None
         except Exception as e:  # the model refused to run again: said, the step not searched
             print("ampprobe: step %d: the forward re-run failed (%s: %s)"
                   % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)
-            return None, None
+            return None, None, []
         finally:
             for h in hooks:
                 h.remove()
-        return judge.event, (out if judge.event is None else None)
+        if judge.finish(out):
+            return judge.event, None, []
+        return None, out, judge.made
 
-    def _rerun_backward(self, d, loss, scale):
+    def _rerun_backward(self, d, loss, scale, left):
         """Step d's backward, op by op, from loss, the replayed loss computation on a re-run
         forward: scaled as the GradScaler did, differentiated with autograd.grad (the
         parameters' .grad stay as they are) under a dispatch mode that stops at the first op
         whose output is non-finite. Emits nonfinite_producer (bwd) with the layer and forward op
-        of the autograd node it ran in; False when it found none or could not be done."""
+        of the autograd node it ran in (left: the forward's non-finite values that did not reach
+        its end, _Made); False when it found none or could not be done."""
         params = [p for p in self._plist if p.requires_grad]
         if not params:
             return False
-        tracer = _BwdTracer(self, d.step)
+        tracer = _BwdTracer(self, d.step, left)
         try:
             with tracer:
                 torch.autograd.grad(loss.float() * scale, params, allow_unused=True)

@@ -107,6 +107,11 @@ def expect(case, f, per_module=False):
         "padrow": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                   and layer in ("", "the top level", "PadRow") and first == FAULT_STEP
                   and "every position masked" in f["title"],
+        "router": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                  and op == "mul" and layer in ("", "the top level", "Router")
+                  and first == FAULT_STEP and "left out" in f["title"],
+        "prior": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                 and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
         "frozen": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                   and first == FAULT_STEP and f["title"].startswith("NaN/inf in the input data"),
         # gpu_faults.py --split --split-gain: the second module (a Linear) overflows

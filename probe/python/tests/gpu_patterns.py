@@ -21,7 +21,8 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           between the forward and backward(): the loss computation is still replayed and
           judged, and its replay leaves the random state as it was (the batches after it, and
           so the losses printed, are those of a run without ampprobe)
-  running a running total of the loss (total += loss.detach()) under a GradScaler whose
+  running a running total of the loss (total += loss.detach()) and a value halved in place
+          each step (F.leaky_relu(decay, 0.5, inplace=True)) under a GradScaler whose
           first scale (2**40) overflows the fp16 gradients for several steps (a backward break
           with a finite loss, whose loss computation the bridge replays): the totals printed
           are those of a run without ampprobe (healthy: the default scale)
@@ -43,6 +44,14 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
           mask pads the last 4 keys; at step 3 the first sample is padding whole (the softmax
           over its rows, masked whole: NaN). (nn.MultiheadAttention's key_padding_mask gives
           no NaN there in torch 2.11.)
+  router  a router's entropy, where(p > 0, p * log(p), 0), over its top-2 probabilities
+          (the others multiplied by 0) from step 3 on: the forward stays finite (where leaves
+          log's -inf out), its backward is NaN (0 * -inf) at every scale (a NaN gradient
+          through a value the forward left out, in the model's own layer); healthy: the top-2
+          as well, the log taken of where(p > 0, p, 1), the fix the report advises
+  prior   a log-prior added to the logits, where(counts > 0, log(counts), 0) over counts with
+          zeros (a -inf every step, left out, the counts need no gradient); its head's weight
+          times 1e6 at step 3 (fp16 overflow in head, not the log)
 """
 import argparse
 
@@ -179,10 +188,40 @@ class PadRow(nn.Module):
         return s.head((att @ v).mean(1))
 
 
+class Router(nn.Module):
+    def __init__(s, d=64, out=10, experts=8):
+        super().__init__()
+        s.gate, s.head = nn.Linear(d, experts), nn.Linear(d, out)
+        s.top2, s.safe = False, False
+
+    def forward(s, x):
+        h = x.mean(1)
+        p = s.gate(h).float().softmax(-1)
+        if s.top2:  # the other experts' probabilities are 0 (multiplied by a 0/1 mask: a
+            # scatter of the top 2 would take their gradients only, the NaN left behind)
+            keep = torch.zeros_like(p).scatter(-1, p.topk(2, -1).indices, 1.0)
+            p = p * keep / (p * keep).sum(-1, keepdim=True)
+        if s.safe:  # the left-out branch made finite before it is computed
+            ent = p * torch.where(p > 0, p, 1.0).log()
+        else:
+            ent = torch.where(p > 0, p * p.log(), 0.0)
+        return s.head(h), ent.sum(-1).mean()
+
+
+class Prior(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.body, s.head = nn.Linear(d, d), nn.Linear(d, out)
+
+    def forward(s, x, counts):  # counts: (B, out), with zeros
+        prior = torch.where(counts > 0, counts.log(), 0.0)
+        return s.head(F.relu(s.body(x.mean(1)))) + prior
+
+
 MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
-          "tmask": TMask, "padrow": PadRow}
+          "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior}
 
 
 def main():
@@ -199,7 +238,7 @@ def main():
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40 if a.case == "running" and
                                   not a.healthy else 2.0**16)
-    total = torch.zeros((), device=dev)
+    total, decay = torch.zeros((), device=dev), torch.full((), -1.0, device=dev)
     for step in range(STEPS):
         fault = not a.healthy and step >= FAULT_STEP
         x = torch.randn(16, 12, 64, device=dev)
@@ -221,12 +260,16 @@ def main():
                 for lin in (model.a, model.b):
                     lin.weight.zero_()
                     lin.bias.fill_(4e4)
-        if fault and step == FAULT_STEP and a.case in ("dict", "tmask"):
+        if fault and step == FAULT_STEP and a.case in ("dict", "tmask", "prior"):
             with torch.no_grad():
                 model.head.weight.mul_(1e6)
         if a.case == "innerloss":
             model.temp = 1e-3 if fault else 1.0
+        if a.case == "router":
+            model.top2, model.safe = step >= FAULT_STEP, a.healthy
         extra = ()
+        if a.case == "prior":
+            extra = (torch.randint(0, 3, (16, 10), device=dev).float(),)
         if a.case == "tmask":
             extra = (nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=dev),)
         if a.case == "padrow":
@@ -239,6 +282,8 @@ def main():
             out = model(x, y) if a.case == "innerloss" else model(x, *extra)
             if a.case == "innerloss":
                 loss = out
+            elif a.case == "router":
+                loss = F.cross_entropy(out[0], y) + 0.01 * out[1]
             elif isinstance(out, dict):
                 loss = F.cross_entropy(out["logits"], y) + 0.1 * out["aux"].float().pow(2).mean()
             elif a.case == "zerograd":  # the fp16 logits' softmax, its log taken by hand
@@ -254,12 +299,14 @@ def main():
                 loss = F.cross_entropy(out, y)
             if a.case == "running":
                 total += loss.detach()
+                F.leaky_relu(decay, 0.5, inplace=True)  # (halved each step: a function told
+                # inplace=True on a tensor from elsewhere, which a replay must not call again)
         opt.zero_grad(set_to_none=a.case != "zerograd")
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-        print("step %d loss %.6g scale %g total %.6g" % (step, loss.item(), scaler.get_scale(),
-                                                          total.item()), flush=True)
+        print("step %d loss %.6g scale %g total %.6g decay %.6g" % (
+            step, loss.item(), scaler.get_scale(), total.item(), decay.item()), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
-# causal mask passed in, a padding mask that leaves a sample no key) are checked faulty and
+# causal mask passed in, a padding mask that leaves a sample no key, a -inf that where() leaves
+# out, in the backward and in a step broken elsewhere) are checked faulty and
 # healthy, and a broken step's replay must leave the random state and the program's tensors as
 # they were; with
 # two GPUs or more, one
@@ -56,7 +57,8 @@ done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 wait
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
-patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow"
+patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
+router prior"
 for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &

@@ -85,7 +85,7 @@ def test_healthy_twin_is_clean(tmp_path, case):
 
 # model shapes (gpu_patterns.py's docstring)
 SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl", "inplace",
-          "setmask", "fwdmask", "tmask", "padrow"]
+          "setmask", "fwdmask", "tmask", "padrow", "router", "prior"]
 
 
 @pytest.mark.parametrize("case", SHAPES)
