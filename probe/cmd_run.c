@@ -68,6 +68,11 @@ static const char usage_text[] =
     "                       that trains with no code change (the ampprobe Python package's\n"
     "                       startup module goes first on PYTHONPATH; needs libamprecord.so\n"
     "                       and python/ next to ampprobe, as the build leaves them)\n"
+    "      --check-grads    (PyTorch, no GradScaler: bf16, fp32) end each step by reading\n"
+    "                       whether the parameter gradients hold NaN/inf, so that a backward\n"
+    "                       gone non-finite is traced op by op at its step, before the\n"
+    "                       optimizer steps on it (waits for the backward: a few % of step\n"
+    "                       time; without it such a step is named per module, a step late)\n"
     "  -h, --help           this help\n"
     "\n"
     "Exit status: PROG's own (128+N when signal N ended it); 127 when PROG is not found;\n"
@@ -82,6 +87,7 @@ typedef struct run_opts {
     bool tui;
     bool counters; // --counters
     bool torch;    // --torch
+    bool check_grads; // --check-grads
     char **prog; // PROG and its arguments, NULL-terminated
 } run_opts;
 
@@ -161,6 +167,9 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (IS("--tui")) {
             if (eq) return usage_error("%s takes no value", a);
             o->tui = true;
+        } else if (IS("--check-grads")) {
+            if (eq) return usage_error("%s takes no value", a);
+            o->check_grads = true;
         } else if (IS("--torch")) {
             if (eq) return usage_error("%s takes no value", a);
             o->torch = true;
@@ -493,6 +502,7 @@ int amp_cmd_run(int argc, char **argv) {
     if (o.counters) setenv("AMPPROBE_COUNTERS", "1", 1);
     else unsetenv("AMPPROBE_COUNTERS");
     if (o.stats_every) setenv("AMPPROBE_STATS_EVERY", o.stats_every, 1);
+    if (o.check_grads) setenv("AMPPROBE_CHECK_GRADS", "1", 1);
     unsetenv("AMPPROBE_OUT"); // this launcher is the collector
     int log_fd = -1;
     char *log_path = o.tui ? open_log(path, &log_fd) : NULL;

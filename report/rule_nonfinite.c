@@ -16,7 +16,8 @@
  *     (when the input's range takes in 0; otherwise an fp16 overflow of exp, pow, div ...);
  *   - masks: a softmax over a row masked whole (NaN), a loss whose target's logit is masked;
  *   - NaN in the input data;
- *   - exploding gradients: backward producers while the forward stayed finite at a low scale;
+ *   - exploding gradients: backward producers while the forward stayed finite at a low scale,
+ *     or a NaN (not inf) gradient: a derivative of 0 * inf or 0 / 0 (sqrt or a norm at 0);
  *   - a NaN gradient through a value the forward left out (the bridge's detail "... that where
  *     left out: ..."): torch.where(p > 0, p.log(), 0), whose backward is 0 * inf.
  * A backward overflow at a high loss scale is the GradScaler doing its job: info, not an error
@@ -407,6 +408,20 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     report_finding_evidence(f, "skipped_steps", (double)skipped);
 }
 
+// elementwise backward ops that never overflow into NaN: from finite values they give NaN only at
+// a singular point (0 / 0), or from a saved forward -inf (0 * -inf)
+static const char *const singular_ops[] = {"div", "mul", "sqrt",  "rsqrt",       "reciprocal",
+                                           "pow", "log", "where", "masked_fill", NULL};
+
+// The aten op of a backward producer's detail: "... in MulBackward0 (mul); ..." (empty: none).
+static void backward_aten(const char *detail, char *out, size_t n) {
+    out[0] = '\0';
+    const char *in = detail && strncmp(detail, "in ", 3) == 0 ? detail : NULL;
+    if (!in && detail) in = strstr(detail, "; in ");
+    const char *open = in ? strchr(in, '(') : NULL, *close = open ? strchr(open, ')') : NULL;
+    if (close) snprintf(out, n, "%.*s", (int)(close - open - 1), open + 1);
+}
+
 // A backward producer in a step whose forward stayed finite.
 static void add_backward(const report_model *m, const report_event *e, report_findings *out) {
     ranges r;
@@ -416,11 +431,29 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
     bool exploding = !(scale >= LOW_SCALE); // no scaler, or a low scale: the gradients are huge
     // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)
     bool left = e->detail && strstr(e->detail, " left out: the backward still goes through");
-    report_finding *f =
-        report_finding_add(out, RULE, exploding || left ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
+    // the PyTorch bridge without a GradScaler saw it when the step was recorded, a step late
+    bool late = e->detail && strstr(e->detail, "(ampprobe run --check-grads)");
+    char aten[64];
+    backward_aten(e->detail, aten, sizeof aten);
+    bool singular = r.nan > 0 && r.posinf + r.neginf == 0 && op_in(aten, singular_ops);
+    report_finding *f = report_finding_add(
+        out, RULE, exploding || left || singular ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
     where(f, m, e);
     int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
-    if (left) {
+    if (late) {
+        snprintf(f->title, sizeof f->title,
+                 "%s gradients at step %lld, and no GradScaler to skip the step: the optimizer "
+                 "stepped on them (traced per module: after the backward of %s %s)",
+                 r.posinf + r.neginf ? "inf/NaN" : "NaN", (long long)f->first_step, layer_words(f),
+                 f->op);
+        snprintf(f->advice, sizeof f->advice,
+                 "Run it again with `ampprobe run --check-grads` (watch(..., check_grads=True)): "
+                 "the end of each step then waits for the parameter gradients and, when they "
+                 "hold NaN/inf, traces the backward op by op before the optimizer steps, naming "
+                 "the op and why (a few percent of step time). Meanwhile: clip the gradients "
+                 "(clip_grad_norm_), and look for a sqrt, norm, log or division at 0 or a "
+                 "torch.where over a log in the code between the modules named.");
+    } else if (left) {
         snprintf(f->title, sizeof f->title,
                  "NaN gradient through a value the forward left out: the backward of %s %s at "
                  "step %lld",
@@ -434,6 +467,18 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "clamp (p.clamp_min(1e-12).log()). The loss scale "
                  "cannot fix this: the NaN comes at every scale, so the GradScaler skips each "
                  "such step and halves the scale.");
+    } else if (singular) {
+        snprintf(f->title, sizeof f->title,
+                 "NaN gradient in the backward of %s %s at step %lld (forward finite): %s of "
+                 "0 / 0 or 0 * inf",
+                 layer_words(f), f->op, (long long)f->first_step, aten);
+        snprintf(f->advice, sizeof f->advice,
+                 "A derivative gave NaN from finite values: 0 * inf or 0 / 0, where a function "
+                 "is not differentiable (sqrt, a norm or pow(x, a < 1) at 0, acos/asin at +-1, "
+                 "a division by a value that is 0). Keep the input off that point: an eps inside "
+                 "(torch.sqrt(x + eps), x.pow(2).sum(-1).add(eps).sqrt() for a norm), a clamp "
+                 "(x.clamp(-1 + eps, 1 - eps) before acos). The loss scale cannot fix this: the "
+                 "NaN comes at every scale.");
     } else if (exploding) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s %s overflowed at step %lld at loss "
@@ -480,6 +525,19 @@ static void add_loss_only(const report_model *m, const report_event *e, report_f
     report_finding_evidence(f, "loss", e->value);
 }
 
+// A backward producer of pid before e's step, in a step without a loss scale.
+static bool unscaled_backward_before(const report_model *m, const report_event *e) {
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *o = &m->events[i];
+        if (o->pid != e->pid || o->step >= e->step || is_fwd(o) ||
+            !is(o, AMP_EVENT_NONFINITE_PRODUCER))
+            continue;
+        const report_step *st = report_step_find(m, o->pid, o->step);
+        if (!st || !st->has_scale) return true;
+    }
+    return false;
+}
+
 void rule_nonfinite_run(const report_model *m, report_findings *out) {
     // The root of each step: its first forward producer or data input (events are in recording
     // order). One finding per distinct root site; the first step that site was the root leads.
@@ -512,9 +570,11 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
         if (!fwd_broken && !seen) add_backward(m, e, out);
     }
     if (any_root) return;
-    // A non-finite loss that no forward producer explains.
+    // A non-finite loss that no forward producer explains, nor a backward that went non-finite
+    // before it without a GradScaler to skip its step (the optimizer stepped on NaN gradients).
     for (size_t i = 0; i < m->n_events; i++) {
-        if (is(&m->events[i], AMP_EVENT_LOSS_NONFINITE)) {
+        if (is(&m->events[i], AMP_EVENT_LOSS_NONFINITE) &&
+            !unscaled_backward_before(m, &m->events[i])) {
             add_loss_only(m, &m->events[i], out);
             return;
         }

@@ -167,6 +167,7 @@ START_TEST(test_bad_arguments) {
         {{"run", "--trace=amp,", "true"}, "--trace"},
         {{"run", "--counters", "--trace", "amp", "true"}, "--counters needs cuda in --trace"},
         {{"run", "--counters=yes", "true"}, "--counters=yes takes no value"},
+        {{"run", "--check-grads=1", "true"}, "--check-grads=1 takes no value"},
         {{"run", "--tui", "--", "true"}, "--tui needs a terminal"},
         {{"run", "-o"}, "-o"},
         {{"run"}, "no program"},
@@ -186,6 +187,21 @@ START_TEST(test_help) {
     ck_assert_int_eq(run((const char *[]){"run", "--help", NULL}), 0);
     ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "usage: ampprobe run"));
     ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "--stats-every"));
+}
+END_TEST
+
+// --check-grads reaches the PyTorch bridge through the program's environment.
+START_TEST(test_check_grads_is_passed_on) {
+    static const char *const show = "printf '%s' \"$AMPPROBE_CHECK_GRADS\" > env.txt";
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "g.sqlite", "--check-grads", "--", "sh",
+                                          "-c", show, NULL}),
+                     0);
+    ck_assert_str_eq(test_slurp("env.txt"), "1");
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "h.sqlite", "--", "sh", "-c", show, NULL}),
+                     0);
+    ck_assert_str_eq(test_slurp("env.txt"), "");
+    ck_assert_int_eq(run((const char *[]){"run", "--help", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "--check-grads"));
 }
 END_TEST
 
@@ -323,6 +339,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_program_not_found);
     tcase_add_test(c, test_bad_arguments);
     tcase_add_test(c, test_help);
+    tcase_add_test(c, test_check_grads_is_passed_on);
     tcase_add_test(c, test_existing_output_and_force);
     tcase_add_test(c, test_unwritable_output);
     tcase_add_test(c, test_default_output_names);

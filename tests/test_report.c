@@ -665,6 +665,26 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "exploding gradients"));
     release();
+
+    // NaN and no inf: no overflow but a derivative of 0 * inf or 0 / 0, at any scale
+    sql("UPDATE AMP_EVENTS SET detail = 'in SqrtBackward0 (div); input 0 f32 (64) min 0 max 2 "
+        "amax 2; gradient f32 (64) min -1 max 1 amax 1 (3 nan, 0 +inf, 0 -inf); ' "
+        "WHERE kind = 'nonfinite_producer';"
+        "UPDATE AMP_STEPS SET scale_before = 65536 WHERE step = 2;");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title, "NaN gradient in the backward of head linear at step 2 "
+                                          "(forward finite): div of 0 / 0 or 0 * inf");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.sqrt(x + eps)"));
+    release();
+
+    // a GEMM's NaN can be an overflow inside it (+inf + -inf): at this scale, the scaler's
+    sql("UPDATE AMP_EVENTS SET detail = replace(detail, '(div)', '(mm)') "
+        "WHERE kind = 'nonfinite_producer';");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 0);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "gradient overflow in the backward"));
+    release();
 }
 END_TEST
 
@@ -686,6 +706,39 @@ START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
                                           "the backward of head mul at step 3");
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.where(p > 0, p, 1).log()"));
     ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "MulBackward0"));
+    release();
+
+    // without a GradScaler (bf16) the optimizer stepped on the NaN gradients: the next step's
+    // NaN loss comes from the parameters, which that finding explains
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL, skipped = 0, "
+        "found_inf = 0;"
+        "DELETE FROM AMP_EVENTS WHERE kind = 'grad_overflow';"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 4;" EVENTS_VALUES
+        "(1, 4, 0, 'linear', 'fwd', 'nonfinite_propagated', 'info', 64, NULL, 'x', 0, 1, 4),"
+        "(1, 4, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 0, 1, 4);");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "NaN gradient through a value"));
+    release();
+    // with one, the step was skipped: that NaN loss has no traced producer
+    sql("UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536;");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 2);
+    ck_assert_ptr_nonnull(strstr(findings.v[1].title, "with no op traced as the producer"));
+    release();
+    // seen a step late (no --check-grads): per module, and what would trace it
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;"
+        "UPDATE AMP_EVENTS SET detail = 'incoming gradient f16 (64) min -1 max 1 amax 1; "
+        "gradient f32 (8, 64) min -2 max 2 amax 2 (40 nan, 0 +inf, 0 -inf); traced per module "
+        "when the step was recorded, after the optimizer had stepped on these gradients; "
+        "check_grads (ampprobe run --check-grads) traces it op by op at its step' "
+        "WHERE kind = 'nonfinite_producer' AND phase = 'bwd';");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title, "NaN gradients at step 3, and no GradScaler to skip the "
+                                          "step: the optimizer stepped on them (traced per "
+                                          "module: after the backward of head mul)");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "ampprobe run --check-grads"));
     release();
 }
 END_TEST

@@ -352,6 +352,19 @@ class StepStats:
             self._base + first * _SLOT, TARGET_CODE[self._pending_target],
             _raw_stream_fast(self._dev), self._dev))
 
+    def nonfinite_count(self, handles):
+        """A one-element int64 tensor on the step's GPU that will hold how many NaN and +-inf
+        values the tensors of handles (launched, in consecutive slots: add_many's) have, in
+        stream order after their kernel; None when they did not go that way."""
+        slots = [self.order[h] for h in handles]
+        if not slots or slots[0] is None or slots[0] < 0 or \
+                slots != list(range(slots[0], slots[0] + len(slots))):
+            return None
+        at = _HEAD_BYTES + slots[0] * _SLOT
+        rows = self.buf[at:at + len(slots) * _SLOT].view(torch.int64).view(len(slots), -1)
+        first = _Slot.n_nan.offset // 8  # n_nan, n_posinf, n_neginf: three int64 in a row
+        return rows[:, first:first + 3].sum()
+
     def put(self, at, tensors):
         """Places one-element tensors (the loss, the scale, ...) as float64 at scalars at, at+1,
         ... (at + len(tensors) <= HEAD), in stream order: their values as they are now, not

@@ -24,9 +24,10 @@ first sampled step reads outputs at once and watches their version counters, and
 output moved is read at once from then on (one that moves only later is named on stderr). The
 figures go into a device buffer that one asynchronous copy brings back when the step ends; the
 step is recorded (one C call) when the next one ends, its copy long done by then. Only the loss
-and found_inf are read at once: as soon as they are computed a small kernel writes them into
-mapped host memory, and the step's end waits for that kernel only; a step they show broken is
-recorded (and re-run, below) right away. A step ends at
+and found_inf (without a scaler and with check_grads: the count of NaN/inf among the parameter
+gradients, summed from their figures on the GPU) are read at once: as soon as they are computed
+a small kernel writes them into mapped host memory, and the step's end waits for that kernel
+only; a step they show broken is recorded (and re-run, below) right away. A step ends at
 scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
 still those of the forward), else at the model's next forward. Parameter gradients are read
 before the scaler unscales them, as libampcore does (at unscale_, else at scaler.step, whose
@@ -106,6 +107,11 @@ from ._records import INFO, WARNING, ERROR
 __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
+# a backward that went non-finite without a scaler, seen in the statistics when the step is
+# recorded (the next one's end): the event's detail says what would trace it
+_LATE = ("traced per module when the step was recorded, after the optimizer had stepped on "
+         "these gradients; check_grads (ampprobe run --check-grads) traces it op by op at its "
+         "step")
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
@@ -204,25 +210,22 @@ def _is_mask(t):
 
 
 class _Made:
-    """Non-finite values first seen at one op: made there from finite inputs
-    (nonfinite_producer), or brought by the model's input data (nonfinite_input) or by earlier
-    state, a parameter or buffer (nonfinite_propagated). They matter once they reach the end of
-    what is judged (the forward's output, the loss); a -inf that where() or masked_fill() leaves
-    out on the way (where(p > 0, log(p), 0)) does not, though its backward may still turn it
-    into a NaN gradient (0 * inf)."""
-    __slots__ = ("layer", "op", "kind", "severity", "count", "detail", "what", "ops",
-                 "left_out_by")
+    """Non-finite values an op made from finite inputs (nonfinite_producer). They matter once
+    they reach the end of what is judged (the forward's output, the loss); a -inf that where()
+    or masked_fill() leaves out on the way (where(p > 0, log(p), 0)) does not, though its
+    backward may still turn it into a NaN gradient (0 * inf)."""
+    __slots__ = ("layer", "op", "count", "detail", "what", "ops", "left_out_by")
 
-    def __init__(self, layer, op, kind, severity, count, detail, what):
-        self.layer, self.op, self.kind, self.severity = layer, op, kind, severity
-        self.count, self.detail, self.what = count, detail, what
+    def __init__(self, layer, op, count, detail, what):
+        self.layer, self.op, self.count, self.detail, self.what = layer, op, count, detail, what
         self.ops = {op}  # the ops of its layer that carried them on (their backward meets them)
         self.left_out_by = None  # the first op that had them in an input and not in its output
 
 
 class _Judge:
-    """Decides, op by op in execution order, where the non-finite values that reached the end
-    first appeared."""
+    """Decides, op by op in execution order, where non-finite values came from: the model's
+    input data or earlier state (said at once), or the first op that made ones that reached
+    the end."""
 
     def __init__(self, w, step, data, state=()):
         """data: the model's inputs; state: its buffers (or, judging a loss computation, the
@@ -255,9 +258,11 @@ class _Judge:
         return c
 
     def judge(self, op, layer, inputs, outputs):
-        """Judges one op: the first non-finite values it sees become a _Made (kept until
-        finish() tells whether they reached the end), those an earlier op saw first are
-        carried on by its outputs or left out."""
+        """Judges one op. Emits an event and returns its kind when non-finite values came into
+        it from the model's input data or from earlier state (a parameter or buffer: from an
+        earlier step); values it made from finite inputs become a _Made, kept until finish()
+        tells whether they reached the end, and those an earlier op made are carried on by its
+        outputs or left out. Else None."""
         if op in _UNINIT_OPS:
             return
         if op in _LIFT_OPS:
@@ -291,14 +296,15 @@ class _Judge:
                 self.keep.append(t)
             return
         if carried is None and (in_bad or out_bad):
-            if from_data:
-                kind, sev = "nonfinite_input", ERROR
-            elif in_bad:  # non-finite parameters or state from an earlier step
-                kind, sev = "nonfinite_propagated", INFO
-            else:
-                kind, sev = "nonfinite_producer", ERROR
-            carried = _Made(layer, op, kind, sev, out_bad or -1, detail,
-                            "-inf" if out_bad and out_bad == neginf else "NaN/inf")
+            if in_bad:  # from the data, or non-finite parameters or state of an earlier step
+                kind, sev = ("nonfinite_input", ERROR) if from_data else \
+                    ("nonfinite_propagated", INFO)
+                self.w.rec.event(self.step, layer, op, PHASE_FWD, kind, sev, out_bad or -1,
+                                 None, detail)
+                self.event = kind
+                return kind
+            carried = _Made(layer, op, out_bad, detail,
+                            "-inf" if out_bad == neginf else "NaN/inf")
             self.made.append(carried)
         elif carried is not None and layer == carried.layer:
             carried.ops.add(op)
@@ -313,9 +319,9 @@ class _Judge:
         reached = [m for m in map(self._carried, _float_tensors(result)) if m is not None]
         if reached and self.event is None:
             m = min(reached, key=self.made.index)
-            self.w.rec.event(self.step, m.layer, m.op, PHASE_FWD, m.kind, m.severity, m.count,
-                             None, m.detail)
-            self.event = m.kind
+            self.w.rec.event(self.step, m.layer, m.op, PHASE_FWD, "nonfinite_producer", ERROR,
+                             m.count, None, m.detail)
+            self.event = "nonfinite_producer"
         return self.event
 
 
@@ -334,9 +340,9 @@ class _OpTracer(TorchDispatchMode):
         ins = [before.get(id(t), t) for t in _float_tensors((args, kwargs))]
         ins = [t for t in ins if t is not None]  # (an out= tensor is not an input)
         outs = _float_tensors(out)
-        if outs:
-            self.j.judge(_vocab.op_name(func.overloadpacket.__name__), self.layers[-1], ins,
-                         outs)
+        if outs and self.j.judge(_vocab.op_name(func.overloadpacket.__name__),
+                                 self.layers[-1], ins, outs):
+            raise _Found()
         return out
 
 
@@ -649,7 +655,8 @@ def _replay(f, out, judge=None, graph=False):
         if judge is not None and outs:
             ins = [before if t is target else t for t in _float_tensors((a, k))]
             ins = [t for t in ins if t is not None]  # (what copy_ or fill_ overwrites is none)
-            judge.judge(_vocab.op_name(func), layer, ins, outs)
+            if judge.judge(_vocab.op_name(func), layer, ins, outs):
+                return None
     loss = vals.get(f.loss_slot) if f.loss_slot is not None else None
     if judge is not None and judge.finish(outs if loss is None else loss):
         return None
@@ -739,7 +746,7 @@ class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
     def __init__(self, model, scaler=None, optimizer=None, stats_every=None, name=None,
-                 recorder=None, ops_every=None):
+                 recorder=None, ops_every=None, check_grads=None):
         self.rec = recorder or _records.Recorder()
         self.outer = _unwrap(model)  # what the loop calls: the model's own hooks are there
         model = _inner(self.outer)
@@ -752,6 +759,8 @@ class Watcher:
         env_ops = os.environ.get("AMPPROBE_OPS_EVERY", "")
         self.ops_every = int(ops_every if ops_every is not None else
                              env_ops if env_ops.isdigit() else _OPS_EVERY)
+        self.check_grads = bool(check_grads if check_grads is not None else
+                                os.environ.get("AMPPROBE_CHECK_GRADS", "") not in ("", "0"))
         named = [(layer_name(n), m) for n, m in model.named_modules()]
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
@@ -795,6 +804,7 @@ class Watcher:
         self.ops = None  # the _OpRecorder of an op step, while it records
         self.rerunning = False
         self.wgrads_queued = False
+        self.wgrad_handles = range(0)  # the parameter gradients' handles among the statistics
         self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
         self._at_once = set()  # layers whose outputs are read at once (_queue)
         self._seen = {}  # id(module) -> the forward (_forwards) that last recorded its output
@@ -1125,9 +1135,10 @@ class Watcher:
             with self._lock:
                 self.stats.mark(ts)
 
-    def _ensure_marked(self, found):
-        """Marks the step's scalars now unless _mark_ready marked them all."""
-        ts = self._step_scalars(found)
+    def _ensure_marked(self, found, grads_bad=None):
+        """Marks the step's scalars now unless _mark_ready marked them all (grads_bad: without
+        a scaler, the count of non-finite values in the parameter gradients, marked last)."""
+        ts = self._step_scalars(found) + ([grads_bad] if grads_bad is not None else [])
         with self._lock:
             if ts and self.stats.marked_count() != len(ts):
                 self.stats.mark(ts)
@@ -1290,6 +1301,7 @@ class Watcher:
         if self.wgrads_queued:
             return
         self.wgrads_queued = True
+        self.wgrad_handles = range(0)
         if not self.sampled:
             return
         grads = [p.grad for p in self._plist]
@@ -1303,7 +1315,9 @@ class Watcher:
                 self.entries.extend(e for _, e in have)
             else:
                 self.entries.extend(self._wentries)
+            first = len(self.stats.order)
             self.stats.add_many(grads, *self._against)
+            self.wgrad_handles = range(first, first + len(grads))
 
     def _found_infs(self):
         """The scaler's per-device found_inf tensors of this step (as update() will see them)."""
@@ -1316,8 +1330,10 @@ class Watcher:
     def end_step(self, found):
         """Ends the step: starts its figures' copy to the host and records the step before it
         (whose copy is done by now). found: the scaler's found_inf tensors (None: no scaler).
-        A step that broke (its loss or found_inf is non-finite: _marked) is
-        recorded at once, while a re-run still sees its parameters."""
+        A step that broke (its loss or found_inf is non-finite, or without a scaler its
+        parameter gradients: _marked) is recorded at once, while a re-run still sees its
+        parameters (check_grads: without a scaler the step's end then waits for the backward,
+        as a GradScaler's step() does)."""
         if not self.on:
             return
         if not self._forwards and self.step == 0:
@@ -1329,15 +1345,20 @@ class Watcher:
         self._queue_weight_grads()
         self._end_others()
         if found is None:
-            self._ensure_marked(None)
+            bad = None
+            if self.check_grads:
+                with self._lock:
+                    bad = self.stats.nonfinite_count(self.wgrad_handles)
+            self._ensure_marked(None, bad)
         with self._lock:
             copy = self.stats.finish(scalars=[self.scaler._scale, self.scaler._growth_tracker]
                                      if found is not None else None)
             self._note_modified()
-        loss, before, found_sum = self._marked(found)
+        loss, before, found_sum, grads_bad = self._marked(found)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, self.forwards)
-        broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0
+        done.grads_bad = grads_bad
+        broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
         if self.step % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
         self.flush()
@@ -1371,13 +1392,14 @@ class Watcher:
 
     def _marked(self, found):
         """The step's marked scalars (waiting for them only): the loss (None: none), the scale
-        before update() and found_inf summed (None: no scaler; -1: no found_inf)."""
+        before update() and found_inf summed (None: no scaler; -1: no found_inf), and without
+        a scaler whether the parameter gradients hold NaN/inf (False: not known)."""
         with self._lock:
             vals = self.stats.marked() or []
         loss = vals.pop(0) if self.loss is not None else None
         if found is None:
-            return loss, None, None
-        return loss, vals[0], sum(vals[1:]) if found else -1.0
+            return loss, None, None, bool(vals and vals[0] > 0)
+        return loss, vals[0], sum(vals[1:]) if found else -1.0, False
 
     def _record(self, d):
         """Emits a finished step's records (waits for its copy). The statistics go to C in one
@@ -1413,14 +1435,15 @@ class Watcher:
                                    "this output overflows if it runs in f16")
         loss_bad = loss is not None and not (abs(loss) < _INF)
         found_inf = scale is not None and scale[1] > 0
-        broken = fwd_bad or loss_bad or found_inf
+        bwd_bad = found_inf or d.grads_bad
+        broken = fwd_bad or loss_bad or bwd_bad
         fwd_event, loss_event, bwd_found = None, None, False
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
             why = "a model sharded over several processes cannot run its forward again on one"
             if self._rerunnable:
                 fwd_event, loss_event, bwd_found = self._search(
-                    d, found_inf and not loss_bad, scale[0] if scale else 1.0)
+                    d, bwd_bad and not loss_bad, scale[0] if scale else 1.0)
                 why = "its forward, run again on the step's inputs, did not break or did not run"
             if fwd_bad and fwd_event is None:  # the statistics saw it: named per module
                 fwd_event = self._forward_producer(d, copy.result()[0], why)
@@ -1437,6 +1460,13 @@ class Watcher:
                            "gradients overflowed at loss scale %g while the forward pass stayed "
                            "finite: a loss-scale overflow, the step was skipped and the scale "
                            "backed off to %g" % (scale[0], scale[2]))
+        elif d.grads_bad and not fwd_event and not loss_event and not loss_bad and \
+                not bwd_found:  # no scaler: the optimizer steps on them
+            self._backward_producer(d, copy.result()[0])
+        elif scale is None and not d.grads_bad and summary is not None and \
+                summary.nonfinite[WEIGHT_GRAD] and not fwd_bad and not loss_bad:
+            # seen now, a step late (no check_grads): the optimizer has stepped on them
+            self._backward_producer(d, copy.result()[0], _LATE)
         if scale is not None:
             before, found, after, tracker = scale
             self.rec.scale(step, before, after, max(found, 0), tracker, found > 0)
@@ -1472,8 +1502,9 @@ class Watcher:
             return event
         return None
 
-    def _backward_producer(self, d, stats):
-        """The module whose backward first handed on a non-finite gradient (backward order)."""
+    def _backward_producer(self, d, stats, note=""):
+        """The module whose backward first handed on a non-finite gradient (backward order);
+        note ends the event's detail."""
         prev = None
         nan = float("nan")
         for (layer, kind, op, dtype), f in zip(d.entries, stats):
@@ -1491,7 +1522,7 @@ class Watcher:
                 layer, op = pl, pop
             elif kind == ACTIVATION_GRAD:
                 layer, op = -1, "loss"
-            detail += _describe_figures("gradient", dtype, f)
+            detail += _describe_figures("gradient", dtype, f) + note
             self.rec.event(d.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING,
                            f.nonfinite, nan if f.amax is None else f.amax, detail)
             return
@@ -1584,6 +1615,8 @@ class Watcher:
                 with _OpTracer(judge, stack), \
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)
+        except _Found:
+            return judge.event, None, []
         except Exception as e:  # the model refused to run again: said, the step not searched
             print("ampprobe: step %d: the forward re-run failed (%s: %s)"
                   % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)
@@ -1622,13 +1655,14 @@ class Watcher:
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
-                 "forwards", "mem_peak")
+                 "forwards", "mem_peak", "grads_bad")
 
     def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, forwards):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
         self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
+        self.grads_bad = False  # no scaler: its parameter gradients held NaN/inf
 
 
 def _count(n):
@@ -1651,15 +1685,20 @@ def _flush_all():
 atexit.register(_flush_all)
 
 
-def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_every=None):
+def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_every=None,
+          check_grads=None):
     """Records model's training when the process records (ampprobe run); returns the Watcher
     (inactive, with nothing attached, when it does not). scaler: an enabled GradScaler (steps
     end at its update()); optimizer: steps end before its step() when there is no scaler;
     stats_every: statistics every N steps (default AMPPROBE_STATS_EVERY, else 1); name: the
     root layer's name (default the model's class); ops_every: op steps (AMP_OPS) at step 1 and
-    every N steps after it (default AMPPROBE_OPS_EVERY, else 1000; 0: none)."""
+    every N steps after it (default AMPPROBE_OPS_EVERY, else 1000; 0: none); check_grads:
+    without a scaler, the end of each sampled step waits for the parameter gradients and reads
+    whether they hold NaN/inf, so that a backward that went non-finite is traced op by op at its
+    step, before the optimizer steps on it (default AMPPROBE_CHECK_GRADS, else off: a few
+    percent of step time; without it such a step is named per module, a step late)."""
     return Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
-                   ops_every=ops_every)
+                   ops_every=ops_every, check_grads=check_grads)
 
 
 # ---------------------------------------------------------------------------------------------

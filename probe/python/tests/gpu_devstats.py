@@ -8,7 +8,8 @@ Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many b
 not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
 tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
 bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
-their launch (`modified`), and close() giving back its events and mapped memory; prints PASS/FAIL
+their launch (`modified`), nonfinite_count() (NaN and inf of add_many's tensors summed on the GPU)
+and close() giving back its events and mapped memory; prints PASS/FAIL
 lines and exits 1 on a failure. --bench prints the kernel's read bandwidth on large tensors next to
 torch's own amax over the same memory.
 """
@@ -110,8 +111,31 @@ def check(lib):
             fail |= not ok
             queue()
     fail |= check_versions(lib)
+    fail |= check_nonfinite_count(lib, ts)
     fail |= check_close(lib, scalars)
     return fail
+
+
+def check_nonfinite_count(lib, ts):
+    """nonfinite_count() over add_many's slots (parameter gradients without a GradScaler):
+    their NaN and +-inf summed on the GPU; None when some went the eager way."""
+    dense = [t for t in ts if t.is_cuda and t.is_contiguous() and
+             t.dtype in (torch.float32, torch.float16, torch.bfloat16)]
+    st = _devstats.StepStats(lib)
+    st.add(ts[0], "f16", _vocab.DTYPES["f16"])  # (a slot before them)
+    first = len(st.order)
+    st.add_many(dense, "f16", _vocab.DTYPES["f16"])
+    got = st.nonfinite_count(range(first, first + len(dense)))
+    got = None if got is None else int(got)
+    want = sum(int((~torch.isfinite(t)).sum()) for t in dense)
+    first = len(st.order)
+    st.add_many(ts, "f16", _vocab.DTYPES["f16"])  # a float64 and a CPU tensor among them
+    mixed = st.nonfinite_count(range(first, first + len(ts)))
+    st.read()
+    ok = got == want and want > 0 and mixed is None
+    print("%s devstats nonfinite_count: %s of %d tensors (torch: %d), with eager ones: %s" % (
+        "PASS" if ok else "FAIL", got, len(dense), want, mixed))
+    return not ok
 
 
 def check_close(lib, scalars):

@@ -5,7 +5,8 @@ and check_report.py checks the report's first finding.
 
   python3 gpu_patterns.py --case rnn [--healthy]
 
-Cases (the fault switches on at step 3; --healthy leaves it off):
+Cases (the fault switches on at step 3; --healthy leaves it off; --bf16 trains in bf16 without a
+GradScaler):
   rnn     one cell (a Linear over [x_t, h]) called 12 times a forward, h = relu(cell(...)):
           the input times 1e5 turns inf in autocast's cast to fp16 (in cell)
   lstm    nn.LSTM (cuDNN) and a Linear head: a NaN in the batch (NaN in the input data, lstm)
@@ -229,6 +230,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True, choices=sorted(MODELS))
     ap.add_argument("--healthy", action="store_true")
+    ap.add_argument("--bf16", action="store_true",
+                    help="autocast to bf16 and no GradScaler (backward() and step() plainly)")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
@@ -237,7 +240,7 @@ def main():
         model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40 if a.case == "running" and
-                                  not a.healthy else 2.0**16)
+                                  not a.healthy else 2.0**16, enabled=not a.bf16)
     total, decay = torch.zeros((), device=dev), torch.full((), -1.0, device=dev)
     for step in range(STEPS):
         fault = not a.healthy and step >= FAULT_STEP
@@ -278,7 +281,7 @@ def main():
             if fault and step == FAULT_STEP:
                 pad[0] = True
             extra = (pad,)
-        with torch.autocast("cuda", dtype=torch.float16):
+        with torch.autocast("cuda", dtype=torch.bfloat16 if a.bf16 else torch.float16):
             out = model(x, y) if a.case == "innerloss" else model(x, *extra)
             if a.case == "innerloss":
                 loss = out
@@ -302,9 +305,13 @@ def main():
                 F.leaky_relu(decay, 0.5, inplace=True)  # (halved each step: a function told
                 # inplace=True on a tensor from elsewhere, which a replay must not call again)
         opt.zero_grad(set_to_none=a.case != "zerograd")
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        if a.bf16:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         print("step %d loss %.6g scale %g total %.6g decay %.6g" % (
             step, loss.item(), scaler.get_scale(), total.item(), decay.item()), flush=True)
 

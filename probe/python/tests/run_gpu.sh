@@ -20,7 +20,8 @@
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
 # causal mask passed in, a padding mask that leaves a sample no key, a -inf that where() leaves
-# out, in the backward and in a step broken elsewhere) are checked faulty and
+# out, in the backward and in a step broken elsewhere; the first also in bf16 without a
+# GradScaler) are checked faulty and
 # healthy, and a broken step's replay must leave the random state and the program's tensors as
 # they were; with
 # two GPUs or more, one
@@ -40,10 +41,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK" && rm -f "$WORK"/*.rc
 python3 -c 'import torch, sys; print("# python", sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name())'
 
-one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gpu_faults.py's)
+one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gpu_faults.py's;
+    # RUN_OPTS: more options of ampprobe run)
     local name=$1 module=$2
     shift 2
-    TORCH_LOGS=graph_breaks AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/$name.sqlite" \
+    TORCH_LOGS=graph_breaks AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp \
+        ${RUN_OPTS:-} -f -o "$WORK/$name.sqlite" \
         -- python3 "$HERE/${SCRIPT:-gpu_faults.py}" "$@" >"$WORK/$name.log" 2>&1
     echo $? >"$WORK/$name.rc"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
@@ -64,6 +67,10 @@ for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &
 done
 SCRIPT=gpu_patterns.py one p-running "" --case running &
+RUN_OPTS=--check-grads SCRIPT=gpu_patterns.py one p-router-bf16 "" --case router --bf16 &
+RUN_OPTS=--check-grads SCRIPT=gpu_patterns.py one p-router-bf16-healthy "" --case router --bf16 \
+    --healthy &
+SCRIPT=gpu_patterns.py one p-router-bf16-late "" --case router --bf16 &
 # training patterns: gradient accumulation, activation checkpointing of both kinds
 one attn-accum "" --case attn --accum 4 &
 one nan-accum "" --case nan --accum 4 &
@@ -159,6 +166,12 @@ for c in $patterns; do
     python3 "$HERE/check_report.py" "$WORK/p-$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/p-$c-healthy.json" "$c" --healthy || fail=1
 done
+# bf16 without a GradScaler: with --check-grads a NaN gradient is traced at its step (the
+# parameter gradients' NaN/inf read at the step's end); without, per module when the step is
+# recorded, the report saying what would trace it
+python3 "$HERE/check_report.py" "$WORK/p-router-bf16.json" router || fail=1
+python3 "$HERE/check_report.py" "$WORK/p-router-bf16-healthy.json" router --healthy || fail=1
+python3 "$HERE/check_report.py" "$WORK/p-router-bf16-late.json" router-late || fail=1
 # the bridge's replay of a broken step's loss computation leaves the program's state as it was:
 # the random state (a dropout in the loss: the same batches and losses as without ampprobe) and
 # the program's tensors (a running total of the loss: the same totals)
