@@ -464,9 +464,9 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "backward turns that into NaN where its value was inf (0 * inf; log(p) at p = 0 "
                  "is -inf). Make the left-out branch finite before it is computed: "
                  "torch.where(p > 0, p, 1).log() instead of torch.where(p > 0, p.log(), 0), or a "
-                 "clamp (p.clamp_min(1e-12).log()). The loss scale "
-                 "cannot fix this: the NaN comes at every scale, so the GradScaler skips each "
-                 "such step and halves the scale.");
+                 "clamp (p.clamp_min(1e-12).log()). The loss scale cannot fix this: the NaN "
+                 "comes at every scale, so the GradScaler skips each such step and halves the "
+                 "scale.");
     } else if (singular) {
         snprintf(f->title, sizeof f->title,
                  "NaN gradient in the backward of %s %s at step %lld (forward finite): %s of "
