@@ -7,7 +7,8 @@
  * type through ctypes and libamprecord.so (autocast policies asked of libampcore's lists); the rows
  * must arrive in the database with the values and NULLs it wrote. A program that dies of an
  * uncaught exception under --torch has it recorded (META exception) and named by the report.
- * --torch without the library is a usage error. Without python3 the cases say so and pass.
+ * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
+ * judge on small CPU models. Without python3 (or torch, for that one) the cases say so and pass.
  */
 #include "tests.h"
 
@@ -192,6 +193,37 @@ START_TEST(test_torch_needs_the_build) {
 }
 END_TEST
 
+// The forward judge of a broken step's re-run on small CPU models (probe/python/tests/
+// cpu_judge.py): with python3's torch or the system python's, skipped without one (CI installs
+// Debian's).
+START_TEST(test_forward_judge_on_the_cpu) {
+    if (!have_python()) return;
+    char dir[64];
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-judge-"));
+    char cmd[1024];
+    // python3, or the system's (where apt's python3-torch goes) when python3 is another one
+    snprintf(cmd, sizeof cmd,
+             "py=python3; python3 -c 'import torch' 2>/dev/null || ! /usr/bin/python3 -c 'import "
+             "torch' 2>/dev/null || py=/usr/bin/python3; PYTHONPATH=%s/probe/python $py "
+             "%s/probe/python/tests/cpu_judge.py >%s/out 2>&1; echo $? >%s/rc",
+             AMP_SOURCE_DIR, AMP_SOURCE_DIR, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char buf[512], path[512];
+    first_line(dir, "rc", buf, sizeof buf);
+    snprintf(path, sizeof path, "%s/out", dir);
+    char *out = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(out);
+    if (strcmp(buf, "77\n") == 0) {
+        fprintf(stderr, "pybridge: python3 has no torch: the judge's CPU check skipped\n");
+    } else {
+        ck_assert_msg(strcmp(buf, "0\n") == 0 && strstr(out, "cpu_judge: all passed"), "%s", out);
+    }
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 Suite *pybridge_suite(void) {
     Suite *s = suite_create("pybridge");
     TCase *c = tcase_create("bridge");
@@ -199,6 +231,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_records_through_ctypes);
     tcase_add_test(c, test_uncaught_exception_is_recorded);
     tcase_add_test(c, test_torch_needs_the_build);
+    tcase_add_test(c, test_forward_judge_on_the_cpu);
     suite_add_tcase(s, c);
     return s;
 }

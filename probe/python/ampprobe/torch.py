@@ -306,7 +306,7 @@ class _Judge:
             carried = _Made(layer, op, out_bad, detail,
                             "-inf" if out_bad == neginf else "NaN/inf")
             self.made.append(carried)
-        elif carried is not None and layer == carried.layer:
+        elif carried is not None and layer == carried.layer and bad_outs:
             carried.ops.add(op)
         if carried is not None and not bad_outs and carried.left_out_by is None:
             carried.left_out_by = op
