@@ -38,11 +38,12 @@ more.
 
 Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's forward
 is run again on the same inputs under an op-level dispatch mode that checks every op's inputs and
-outputs, and follows each non-finite value from the op where it first appeared to the forward's
-output: of those that reach it, the first op whose inputs were finite and output was not is the
-producer (nonfinite_producer, with its input ranges; an op that writes into an input, x += y, is
-judged on that input as it was before the write); a non-finite model input is data arriving
-broken (nonfinite_input). A value that where() or masked_fill() leaves out on the way
+outputs, and follows each non-finite value an op makes from finite inputs to the forward's
+output: of those that reach it, the first such op is the producer (nonfinite_producer, with its
+input ranges; an op that writes into an input, x += y, is judged on that input as it was before
+the write); a non-finite model input is data arriving broken (nonfinite_input), a non-finite
+parameter or buffer state from an earlier step (nonfinite_propagated), both named where they
+first go in. A value that where() or masked_fill() leaves out on the way
 (where(p > 0, log(p), 0)) breaks no forward; if the step broke in the backward there, the
 backward's producer says so (0 * inf: a NaN gradient at every scale). An attention mask's -inf
 (masked_fill/where with -inf, written by item assignment or torch.full, or a model input or
