@@ -9,9 +9,11 @@ them). Prints a line per case and "cpu_judge: all passed"; exits 1 on a failure,
 
 Cases: a -inf that where() leaves out (a log-prior over counts with zeros) is no forward break,
 and an overflow after it is named; NaN in the data and a NaN parameter are named where they first
-go in, also when where() leaves that parameter's values out; a router's entropy over top-2
-probabilities carries log's -inf through its mul to the where that leaves it out (what the
-backward's producer is told).
+go in, also when where() leaves that parameter's values out; an in-place add is judged on its
+input as it was before the write; masks (masked_fill, a float mask passed in, item assignment)
+are no fault, a softmax over a row masked whole and a loss of a masked logit are; a router's
+entropy over top-2 probabilities carries log's -inf through its mul to the where that leaves it
+out (what the backward's producer is told).
 """
 import sys
 
@@ -89,6 +91,36 @@ class LeftOutParameter(nn.Module):
         return torch.where(torch.tensor([False, True]), self.w * x, torch.zeros(()))
 
 
+class InPlace(nn.Module):  # h += b(x): both terms 3e38, their f32 sum inf
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        with torch.no_grad():
+            for lin in (self.a, self.b):
+                lin.weight.zero_()
+                lin.bias.fill_(3e38)
+
+    def forward(self, x):
+        h = self.a(x)
+        h += self.b(x)
+        return h
+
+
+class Attention(nn.Module):  # scores masked where pad is True, or by a float mask added
+    def forward(self, q, mask):
+        scores = q @ q.transpose(-1, -2)
+        if mask.dtype == torch.bool:
+            return scores.masked_fill(mask[:, None, :], float("-inf")).softmax(-1)
+        return (scores + mask).softmax(-1)
+
+
+class SetMask(nn.Module):  # class 0 masked by item assignment; a loss over it
+    def forward(self, x, y):
+        logits = x.clone()
+        logits[:, 0] = float("-inf")
+        return nn.functional.cross_entropy(logits, y)
+
+
 class Router(nn.Module):
     def forward(self, p):
         keep = torch.zeros_like(p).scatter(-1, p.topk(2, -1).indices, 1.0)
@@ -116,6 +148,24 @@ def cases():
     yield "a NaN parameter", len(ev) == 1 and ev[0][1] == "nonfinite_propagated", ev
     ev, _ = judge(LeftOutParameter(), torch.ones(2))
     yield "a NaN parameter left out by where", ev == [("mul", "nonfinite_propagated")], ev
+    ev, _ = judge(InPlace(), torch.randn(2, 4))
+    yield "an in-place add judged on its input before the write", \
+        ev == [("add", "nonfinite_producer")], ev
+    q = torch.randn(2, 3, 4)
+    pad = torch.zeros(2, 3, dtype=torch.bool)
+    pad[:, -1] = True
+    ev, _ = judge(Attention(), q, pad)
+    yield "a padding mask's -inf", ev == [], ev
+    pad[0] = True
+    ev, _ = judge(Attention(), q, pad)
+    yield "a softmax over a row masked whole", ev == [("softmax", "nonfinite_producer")], ev
+    ev, _ = judge(Attention(), q, torch.triu(torch.full((3, 3), float("-inf")), 1))
+    yield "a float causal mask passed in", ev == [], ev
+    ev, _ = judge(SetMask(), torch.randn(4, 5), torch.tensor([1, 1, 2, 3]))
+    yield "a mask written by item assignment", ev == [], ev
+    ev, _ = judge(SetMask(), torch.randn(4, 5), torch.tensor([0, 1, 2, 3]))
+    yield "a loss of a masked logit", len(ev) == 1 and ev[0][0].startswith("nll_loss") and \
+        ev[0][1] == "nonfinite_producer", ev
     ev, j = judge(Router(), torch.randn(4, 8).softmax(-1))
     made = [(m.op, sorted(m.ops), m.left_out_by, m.what) for m in j.made]
     yield "a router's entropy", ev == [] and made == [("log", ["log", "mul"], "where", "-inf")], \
