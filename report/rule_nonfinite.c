@@ -450,7 +450,7 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "Run it again with `ampprobe run --check-grads` (watch(..., check_grads=True)): "
                  "the end of each step then waits for the parameter gradients and, when they "
                  "hold NaN/inf, traces the backward op by op before the optimizer steps, naming "
-                 "the op and why (2-9% more step time on an H200). Meanwhile: clip the gradients "
+                 "the op and why (2-9%% more step time on an H200). Meanwhile: clip the gradients "
                  "(clip_grad_norm_), and look for a sqrt, norm, log or division at 0 or a "
                  "torch.where over a log in the code between the modules named.");
     } else if (left) {
