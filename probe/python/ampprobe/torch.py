@@ -101,6 +101,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _devstats, _records, _vocab
+from ._judge import (OVERWRITES, VIEW_OPS, Found, Judge, OpTracer, describe_now,
+                     float_tensors, tensors)
 from ._compiled import Around, layer_name
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
@@ -123,19 +125,6 @@ _INF = float("inf")
 _S_AFTER, _S_TRACKER = 0, 1
 
 
-def _describe_now(what, t, allowed_neginf=False):
-    """describe() of t computed now (the op-level tracer: a broken step, syncs are fine), its
-    count of non-finite values (its -inf left out when allowed) and its count of -inf."""
-    s = _devstats.eager_stats(t, _INF, 0.0).tolist()
-    mn, mx = s[0], s[1]
-    amax = max(abs(mn), abs(mx)) if mn <= mx else float("nan")
-    if mn > mx:
-        mn = mx = float("nan")
-    bad = int(s[2] + s[3] + (0 if allowed_neginf else s[4]))
-    return _vocab.describe(what, _vocab.dtype_name(t.dtype), t.shape, mn, mx, amax,
-                           int(s[2]), int(s[3]), int(s[4])), bad, int(s[4])
-
-
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _LOWP = (torch.float16, torch.bfloat16)
 
@@ -156,16 +145,6 @@ def _spans_processes(p):
     return mesh is not None and mesh.size() > 1
 
 
-def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        return [x]
-    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
-
-
-def _float_tensors(obj):
-    return [t for t in _tensors(obj) if t.is_floating_point() and t.numel() > 0]
-
-
 def _describe_figures(what, dtype, f):
     """_vocab.describe of a tensor's finished figures (f: _devstats.Figures; its min, max and
     amax None when it holds no finite value)."""
@@ -176,193 +155,10 @@ def _describe_figures(what, dtype, f):
 
 
 # ---------------------------------------------------------------------------------------------
-# Op-level tracing of a broken step
+# Op-level tracing of a broken step (the judging itself: _judge.py)
 
-_VIEW_OPS = {"view", "reshape", "unsafe_view", "expand", "t", "transpose", "permute", "to_copy",
-             "clone", "contiguous", "flatten", "unsqueeze", "squeeze", "slice", "select",
-             "detach", "alias", "to", "float", "half", "bfloat16", "as_strided", "split",
-             "split_with_sizes", "chunk", "unbind", "getitem"}
-_MASK_OPS = {"masked_fill", "where"}
-# a -inf they write is a mask's too (x[:, pad] = -inf: setitem, or the aten ops it becomes)
-# (or torch.full(..., -inf).triu(1), a causal mask made in the forward)
-_WRITE_MASK_OPS = {"setitem", "index_put", "fill", "lift_fresh", "lift_fresh_copy", "full",
-                   "full_like", "new_full", "scalar_tensor"}
-# a Python value made a tensor (the -inf of x[i] = -inf): what they take is no op's output
-_LIFT_OPS = {"lift_fresh", "lift_fresh_copy"}
-# no mask's -inf goes into these (one that does is data arriving broken: log(0) features)
-_GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "einsum",
-             "convolution", "cudnn_convolution", "conv1d", "conv2d", "conv3d"}
-# memory handed out as it is (whatever it held, NaN included): no op makes a value there
-_UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _autocast_on = functools.partial(torch.is_autocast_enabled,
                                  "cuda" if torch.cuda.is_available() else "cpu")
-
-
-class _Found(Exception):
-    pass
-
-
-def _is_mask(t):
-    """Whether t's non-finite values are -inf alone, and it has some (a broken step: syncs)."""
-    if not t.is_floating_point():
-        return False
-    s = _devstats.eager_stats(t, _INF, 0.0).tolist()  # [2:5]: NaN, +inf, -inf
-    return s[4] > 0 and s[2] + s[3] == 0
-
-
-class _Made:
-    """Non-finite values an op made from finite inputs (nonfinite_producer). They matter once
-    they reach the end of what is judged (the forward's output, the loss); a -inf that where()
-    or masked_fill() leaves out on the way (where(p > 0, log(p), 0)) does not, though its
-    backward may still turn it into a NaN gradient (0 * inf)."""
-    __slots__ = ("layer", "op", "count", "detail", "what", "ops", "left_out_by")
-
-    def __init__(self, layer, op, count, detail, what):
-        self.layer, self.op, self.count, self.detail, self.what = layer, op, count, detail, what
-        self.ops = {op}  # the ops of its layer that carried them on (their backward meets them)
-        self.left_out_by = None  # the first op that had them in an input and not in its output
-
-
-class _Judge:
-    """Decides, op by op in execution order, where non-finite values came from: the model's
-    input data or earlier state (said at once), or the first op that made ones that reached
-    the end."""
-
-    def __init__(self, w, step, data, state=()):
-        """data: the model's inputs; state: its buffers (or, judging a loss computation, the
-        output of a forward that ran again without an event). Those whose only non-finite
-        values are -inf are masks (nn.Transformer.generate_square_subsequent_mask's)."""
-        self.w, self.step = w, step
-        masks = [t for t in list(data) + list(state) if _is_mask(t)]
-        self.masked = {id(t) for t in masks}  # ids of tensors whose -inf is a mask's
-        self.data = {id(t) for t in data}  # model inputs (and views of them)
-        self.keep = list(data) + masks  # the ids above stay valid while we run
-        self.made = []  # _Made, in order
-        self.carriers = {}  # id(tensor) -> (weakref to it, the _Made whose values it holds)
-        self.event = None
-
-    def _carried(self, t):
-        e = self.carriers.get(id(t))
-        return e[1] if e is not None and e[0]() is t else None
-
-    def before_write(self, t):
-        """A copy of t as it is now, to judge in its place as the input of an op that writes
-        into it (x += y turned inf: its input x was finite)."""
-        c = t.detach().clone()
-        for ids in (self.masked, self.data):
-            if id(t) in ids:
-                ids.add(id(c))
-                self.keep.append(c)
-        made = self._carried(t)
-        if made is not None:
-            self.carriers[id(c)] = (weakref.ref(c), made)
-        return c
-
-    def judge(self, op, layer, inputs, outputs):
-        """Judges one op. Emits an event and returns its kind when non-finite values came into
-        it from the model's input data or from earlier state (a parameter or buffer: from an
-        earlier step); values it made from finite inputs become a _Made, kept until finish()
-        tells whether they reached the end, and those an earlier op made are carried on by its
-        outputs or left out. Else None."""
-        if op in _UNINIT_OPS:
-            return
-        if op in _LIFT_OPS:
-            inputs = ()
-        detail, in_bad, from_data, carried = "", False, False, None
-        allowed = op not in _GEMM_OPS and any(id(t) in self.masked for t in inputs)
-        for k, t in enumerate(inputs):
-            seg, bad, _ = _describe_now("input %d" % k, t, allowed and id(t) in self.masked)
-            detail += seg
-            if bad:
-                carried = carried or self._carried(t)
-                in_bad |= carried is None
-                from_data |= id(t) in self.data
-        out_bad, neginf, bad_outs = 0, 0, []
-        writes_mask = op in _WRITE_MASK_OPS
-        for t in outputs:
-            seg, bad, n = _describe_now("output", t, allowed or writes_mask or op in _MASK_OPS)
-            if op in _MASK_OPS or allowed or (writes_mask and n):
-                for m in (t, t._base):  # (x[:, 0] = -inf writes through a view: x is masked)
-                    if m is not None:
-                        self.masked.add(id(m))
-                        self.keep.append(m)
-            out_bad += bad
-            neginf += n
-            if bad:
-                bad_outs.append(t)
-            detail += seg
-        if from_data and op in _VIEW_OPS:  # the data, reshaped or cast: still the data
-            for t in outputs:
-                self.data.add(id(t))
-                self.keep.append(t)
-            return
-        if carried is None and (in_bad or out_bad):
-            if in_bad:  # from the data, or non-finite parameters or state of an earlier step
-                kind, sev = ("nonfinite_input", ERROR) if from_data else \
-                    ("nonfinite_propagated", INFO)
-                self.w.rec.event(self.step, layer, op, PHASE_FWD, kind, sev, out_bad or -1,
-                                 None, detail)
-                self.event = kind
-                return kind
-            carried = _Made(layer, op, out_bad, detail,
-                            "-inf" if out_bad == neginf else "NaN/inf")
-            self.made.append(carried)
-        elif carried is not None and layer == carried.layer and bad_outs:
-            carried.ops.add(op)
-        if carried is not None and not bad_outs and carried.left_out_by is None:
-            carried.left_out_by = op
-        for t in bad_outs:
-            self.carriers[id(t)] = (weakref.ref(t), carried)
-
-    def finish(self, result):
-        """The end of what was judged (result: the forward's output, the loss): emits the
-        first _Made that reached it and returns its kind, else None."""
-        reached = [m for m in map(self._carried, _float_tensors(result)) if m is not None]
-        if reached and self.event is None:
-            m = min(reached, key=self.made.index)
-            self.w.rec.event(self.step, m.layer, m.op, PHASE_FWD, "nonfinite_producer", ERROR,
-                             m.count, None, m.detail)
-            self.event = "nonfinite_producer"
-        return self.event
-
-
-class _OpTracer(TorchDispatchMode):
-    """The forward re-run: every aten op's inputs and outputs, in the innermost module."""
-
-    def __init__(self, judge, layers):
-        super().__init__()
-        self.j, self.layers = judge, layers
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        before = {id(t): None if overwritten else self.j.before_write(t)
-                  for t, overwritten in _written(func, args, kwargs) if t.is_floating_point()}
-        out = func(*args, **kwargs)
-        ins = [before.get(id(t), t) for t in _float_tensors((args, kwargs))]
-        ins = [t for t in ins if t is not None]  # (an out= tensor is not an input)
-        outs = _float_tensors(out)
-        if outs and self.j.judge(_vocab.op_name(func.overloadpacket.__name__),
-                                 self.layers[-1], ins, outs):
-            raise _Found()
-        return out
-
-
-# in-place ops that overwrite all of their tensor: what it held is not an input (FSDP's
-# all-gather copies into memory torch.empty handed out)
-_OVERWRITES = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
-               "exponential_"}
-
-
-def _written(func, args, kwargs):
-    """(tensor, is what it held not an input) for each tensor the aten op func writes into, as
-    its schema marks them: add_'s self (an input), copy_'s (not), out= (not)."""
-    found = []
-    for k, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            x = args[k] if k < len(args) else kwargs.get(arg.name)
-            if isinstance(x, torch.Tensor):
-                found.append((x, arg.is_out or func.overloadpacket.__name__ in _OVERWRITES))
-    return found
 
 
 def _map_args(fn, x):
@@ -402,7 +198,7 @@ class _Forward:
     def slot_all(self, obj):
         """Gives each tensor of obj the next slot; returns the first."""
         first = self.n_slots
-        for t in _tensors(obj):
+        for t in tensors(obj):
             self.slots[id(t)] = (weakref.ref(t), self.n_slots)
             self.n_slots += 1
         return first
@@ -512,7 +308,7 @@ def _layer_stack_hooks(layer_of, stack):
 
 
 _CASTS = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}  # recorded as "to"
-_NOT_OPS = (_VIEW_OPS - _CASTS) | {"size", "dim", "numel", "data_ptr", "is_contiguous",
+_NOT_OPS = (VIEW_OPS - _CASTS) | {"size", "dim", "numel", "data_ptr", "is_contiguous",
                                    "get_device", "requires_grad_", "retain_grad", "item"}
 
 
@@ -547,7 +343,7 @@ class _OpRecorder(TorchFunctionMode):
         op = _vocab.op_name(name)
         if name.startswith("__get") or op in _NOT_OPS:
             return out
-        outs = _float_tensors(out)
+        outs = float_tensors(out)
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         if not outs or not ins:
             return out
@@ -591,7 +387,7 @@ class _BwdTracer(TorchDispatchMode):
         tag = node.metadata.get("ampprobe") if node is not None else None
         if tag is not None:
             self.tag = tag
-        outs = _float_tensors(out)
+        outs = float_tensors(out)
         if self.event is None and outs and not all(bool(torch.isfinite(t).all()) for t in outs):
             layer, op = self.tag
             aten = _vocab.op_name(func.overloadpacket.__name__)
@@ -601,11 +397,11 @@ class _BwdTracer(TorchDispatchMode):
                     detail = "its forward made %s (%s) that %s left out: the backward still " \
                         "goes through them; %s" % (m.what, m.op, m.left_out_by, detail)
                     break
-            for k, t in enumerate(_float_tensors((args, kwargs))):
-                detail += _describe_now("input %d" % k, t, True)[0]
+            for k, t in enumerate(float_tensors((args, kwargs))):
+                detail += describe_now("input %d" % k, t, True)[0]
             bad, amax = 0, float("nan")
             for t in outs:
-                seg, n, _ = _describe_now("gradient", t)
+                seg, n, _ = describe_now("gradient", t)
                 detail += seg
                 bad += n
                 fin = t[torch.isfinite(t)]
@@ -614,21 +410,21 @@ class _BwdTracer(TorchDispatchMode):
             self.w.rec.event(self.step, layer, op or aten, PHASE_BWD, "nonfinite_producer",
                              WARNING, bad, amax, detail)
             self.event = "nonfinite_producer"
-            raise _Found()
+            raise Found()
         return out
 
 
 def _replay(f, out, judge=None, graph=False):
     """The taped loss computation of forward f run again on out, the re-run forward's output:
-    with judge, each call's inputs and outputs are judged (_Judge.judge) in the layer they were
+    with judge, each call's inputs and outputs are judged (Judge.judge) in the layer they were
     taped in (-1: outside any module; a module of a model added later: _add_root), up to the
-    loss (else the last call's output: _Judge.finish); with graph, the autograd nodes it makes
+    loss (else the last call's output: Judge.finish); with graph, the autograd nodes it makes
     are tagged so. Returns the tensor that stands for the loss backward() was called on (None:
     not there, or the loss is not a one-element tensor that needs gradients), or None when it
     cannot be replayed (a tensor a call took from the loss computation is gone) or the judge
     named where it broke. Nothing it runs writes into the
     program's tensors: the tape leaves out writes into tensors from elsewhere (_LossTape)."""
-    vals = dict(enumerate(_tensors(out)))
+    vals = dict(enumerate(tensors(out)))
     missing, outs = [], []
 
     def arg(x):
@@ -645,16 +441,16 @@ def _replay(f, out, judge=None, graph=False):
         name = getattr(func, "__name__", "")
         target = _first_tensor(a) if name != "__get__" and _vocab.touches_state(name, k) else None
         before = judge.before_write(target) if judge is not None and target is not None and \
-            target.is_floating_point() and name not in _OVERWRITES else None
+            target.is_floating_point() and name not in OVERWRITES else None
         with torch.autocast(f.dev, dtype=f.ac_dtype, enabled=ac):
             r = func(*a, **k)
         if graph:
             _tag_nodes(r, layer, func)  # outside the model (-1), or in a model added later
-        for n, t in enumerate(_tensors(r)):
+        for n, t in enumerate(tensors(r)):
             vals[first + n] = t
-        outs = _float_tensors(a[:1] if r is None else r)  # (None: __setitem__ wrote into a[0])
+        outs = float_tensors(a[:1] if r is None else r)  # (None: __setitem__ wrote into a[0])
         if judge is not None and outs:
-            ins = [before if t is target else t for t in _float_tensors((a, k))]
+            ins = [before if t is target else t for t in float_tensors((a, k))]
             ins = [t for t in ins if t is not None]  # (what copy_ or fill_ overwrites is none)
             if judge.judge(_vocab.op_name(func), layer, ins, outs):
                 return None
@@ -1260,7 +1056,7 @@ class Watcher:
         if isinstance(output, torch.Tensor):
             t = output
         else:
-            outs = _float_tensors(output)
+            outs = float_tensors(output)
             if not outs:
                 return None
             t = outs[0]
@@ -1491,9 +1287,9 @@ class Watcher:
             if kind != ACTIVATION or not f.nonfinite:
                 continue
             event, detail = "nonfinite_module", ""
-            data = _float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
+            data = float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
             for k, t in enumerate(data):
-                seg, bad, _ = _describe_now("input %d" % k, t)
+                seg, bad, _ = describe_now("input %d" % k, t)
                 if bad:
                     event, detail = "nonfinite_input", seg
                     break
@@ -1541,7 +1337,7 @@ class Watcher:
             if out is None:
                 continue
             # (the forward ran again without an event: a -inf in its output is a mask's)
-            judge = _Judge(self, d.step, [], _float_tensors(out))
+            judge = Judge(self, d.step, [], float_tensors(out))
             try:  # (the random state as before afterwards, as for the re-run forward)
                 with torch.random.fork_rng(devices=[torch.cuda.current_device()]
                                            if f.dev == "cuda" else []), \
@@ -1606,17 +1402,17 @@ class Watcher:
         they are now: those of step d, unless d's break was only seen a step later). Returns
         the event kind it emitted and, when its output stayed finite, that output (with
         with_graph, its autograd graph, the nodes tagged with layer and op, for
-        _rerun_backward) and the non-finite values it made and left out (_Made)."""
+        _rerun_backward) and the non-finite values it made and left out (Made)."""
         stack = [self.layer_of[id(self.model)]]
         hooks = _layer_stack_hooks(self.layer_of, stack)
         try:
             with self._again(f, with_graph) as (model, args, kwargs):
-                judge = _Judge(self, d.step, _float_tensors((args, kwargs)),
+                judge = Judge(self, d.step, float_tensors((args, kwargs)),
                                [b for r in self._roots for b in r.buffers()])
-                with _OpTracer(judge, stack), \
+                with OpTracer(judge, stack), \
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)
-        except _Found:
+        except Found:
             return judge.event, None, []
         except Exception as e:  # the model refused to run again: said, the step not searched
             print("ampprobe: step %d: the forward re-run failed (%s: %s)"
@@ -1635,7 +1431,7 @@ class Watcher:
         parameters' .grad stay as they are) under a dispatch mode that stops at the first op
         whose output is non-finite. Emits nonfinite_producer (bwd) with the layer and forward op
         of the autograd node it ran in (left: the forward's non-finite values that did not reach
-        its end, _Made); False when it found none or could not be done."""
+        its end, Made); False when it found none or could not be done."""
         params = [p for p in self._plist if p.requires_grad]
         if not params:
             return False
@@ -1643,7 +1439,7 @@ class Watcher:
         try:
             with tracer:
                 torch.autograd.grad(loss.float() * scale, params, allow_unused=True)
-        except _Found:
+        except Found:
             pass
         except Exception as e:  # the engine may wrap what the tracer raised
             if tracer.event is None:

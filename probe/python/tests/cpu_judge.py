@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""cpu_judge.py — the bridge's forward judge (ampprobe.torch's _Judge under its _OpTracer, as a
-broken step's re-run uses them) on small CPU models, with whatever torch is installed: on a
-machine without a GPU that is Debian's python3-torch 1.13, older than the bridge needs, so the
-few names the rest of the bridge imports from newer torch are stubbed first (nothing here calls
-them). Prints a line per case and "cpu_judge: all passed"; exits 1 on a failure, 77 without torch.
+"""cpu_judge.py — the PyTorch bridge's judge (ampprobe/_judge.py: Judge under its OpTracer, as a
+broken step's re-run uses them) on small CPU models, with whatever torch is installed (it needs
+no CUDA and no more of torch than its dispatch modes: Debian's python3-torch 1.13 does on a
+machine without a GPU). Prints a line per case and "cpu_judge: all passed"; exits 1 on a
+failure, 77 without torch.
 
   PYTHONPATH=probe/python python3 probe/python/tests/cpu_judge.py
 
@@ -24,26 +24,7 @@ except ImportError:
     print("cpu_judge: no torch: skipped")
     sys.exit(77)
 
-
-def import_bridge():
-    """ampprobe.torch, with the names it imports from newer torch stubbed where missing."""
-    import torch.optim.optimizer as optimizer
-    for name in ("register_optimizer_step_pre_hook", "register_optimizer_step_post_hook"):
-        if not hasattr(optimizer, name):
-            setattr(optimizer, name, lambda *a, **k: None)
-    for _ in range(10):
-        try:
-            import ampprobe.torch as bridge
-            return bridge
-        except ImportError as e:  # cannot import name 'X' from 'module' (...)
-            parts = str(e).split("'")
-            if len(parts) < 4 or not parts[3].startswith("torch"):
-                raise
-            setattr(sys.modules[parts[3]], parts[1], lambda *a, **k: None)
-    raise ImportError("ampprobe.torch: too many names missing from torch " + torch.__version__)
-
-
-bridge = import_bridge()
+from ampprobe import _judge
 
 
 class Events:
@@ -59,11 +40,11 @@ class Events:
 def judge(model, *args):
     """Runs model(*args) as a broken step's re-run does; returns (events, the judge)."""
     w = Events()
-    j = bridge._Judge(w, 3, bridge._float_tensors(args), list(model.buffers()))
+    j = _judge.Judge(w, 3, _judge.float_tensors(args), list(model.buffers()))
     try:
-        with bridge._OpTracer(j, [0]):
+        with _judge.OpTracer(j, [0]):
             out = model(*args)
-    except bridge._Found:
+    except _judge.Found:
         return w.events, j
     j.finish(out)
     return w.events, j
