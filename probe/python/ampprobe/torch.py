@@ -1153,8 +1153,7 @@ class Watcher:
             self._note_modified()
         loss, before, found_sum, grads_bad = self._marked(found)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
-                     before, found_sum, self.forwards)
-        done.grads_bad = grads_bad
+                     before, found_sum, grads_bad, self.forwards)
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
         if self.step % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
@@ -1454,12 +1453,13 @@ class _Done:
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
                  "forwards", "mem_peak", "grads_bad")
 
-    def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, forwards):
+    def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, grads_bad,
+                 forwards):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
+        self.grads_bad = grads_bad  # no scaler, check_grads: its parameter gradients held NaN/inf
         self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
-        self.grads_bad = False  # no scaler: its parameter gradients held NaN/inf
 
 
 def _count(n):
