@@ -11,7 +11,7 @@ of a step's forward, and its replay of the loss computation, hand every op here)
   Made        values an op made, carried on or left out (where(p > 0, log(p), 0)).
 
 Needs only torch's dispatch modes, no CUDA and none of what the watcher hooks:
-tests/cpu_judge.py runs it on the CPU.
+probe/python/tests/cpu_judge.py runs it on the CPU.
 """
 import weakref
 
