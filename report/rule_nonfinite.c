@@ -440,12 +440,19 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
         out, RULE, exploding || left || singular ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
     where(f, m, e);
     int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    // where: the module, or (the PyTorch bridge, traced per module) the code that reads the
+    // module's output when no one module takes it as an input
+    char site[sizeof f->layer + sizeof f->op + 40];
+    snprintf(site, sizeof site,
+             e->detail && strstr(e->detail, ", made by the code that reads it")
+                 ? "the code that reads %s %s's output"
+                 : "%s %s",
+             layer_words(f), f->op);
     if (late) {
         snprintf(f->title, sizeof f->title,
                  "%s gradients at step %lld, and no GradScaler to skip the step: the optimizer "
-                 "stepped on them (traced per module: after the backward of %s %s)",
-                 r.posinf + r.neginf ? "inf/NaN" : "NaN", (long long)f->first_step, layer_words(f),
-                 f->op);
+                 "stepped on them (traced per module: made by the backward of %s)",
+                 r.posinf + r.neginf ? "inf/NaN" : "NaN", (long long)f->first_step, site);
         snprintf(f->advice, sizeof f->advice,
                  "Run it again with `ampprobe run --check-grads` (watch(..., check_grads=True)): "
                  "the end of each step then waits for the parameter gradients and, when they "
@@ -455,9 +462,9 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "torch.where over a log in the code between the modules named.");
     } else if (left) {
         snprintf(f->title, sizeof f->title,
-                 "NaN gradient through a value the forward left out: the backward of %s %s at "
-                 "step %lld",
-                 layer_words(f), f->op, (long long)f->first_step);
+                 "NaN gradient through a value the forward left out: the backward of %s at step "
+                 "%lld",
+                 site, (long long)f->first_step);
         snprintf(f->advice, sizeof f->advice,
                  "torch.where (and masked_fill) leave a value out of the forward but not out of "
                  "the backward: the branch not taken still gets a zero gradient, and its own "
@@ -469,9 +476,9 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "scale.");
     } else if (singular) {
         snprintf(f->title, sizeof f->title,
-                 "NaN gradient in the backward of %s %s at step %lld (forward finite): %s of "
-                 "0 / 0 or 0 * inf",
-                 layer_words(f), f->op, (long long)f->first_step, aten);
+                 "NaN gradient in the backward of %s at step %lld (forward finite): %s of 0 / 0 "
+                 "or 0 * inf",
+                 site, (long long)f->first_step, aten);
         snprintf(f->advice, sizeof f->advice,
                  "A derivative gave NaN from finite values: 0 * inf or 0 / 0, where a function "
                  "is not differentiable (sqrt, a norm or pow(x, a < 1) at 0, acos/asin at +-1, "
@@ -481,18 +488,18 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  "NaN comes at every scale.");
     } else if (exploding) {
         snprintf(f->title, sizeof f->title,
-                 "exploding gradients: the backward of %s %s overflowed at step %lld at loss "
-                 "scale %.9g",
-                 layer_words(f), f->op, (long long)f->first_step, isnan(scale) ? 1.0 : scale);
+                 "exploding gradients: the backward of %s overflowed at step %lld at loss scale "
+                 "%.9g",
+                 site, (long long)f->first_step, isnan(scale) ? 1.0 : scale);
         snprintf(f->advice, sizeof f->advice,
                  "Clip the gradients (unscale_ the optimizer, then clip_grad_norm_) and lower the "
                  "learning rate or add warm-up; check the layer's initialisation. The loss scale is "
                  "already low, so lowering it further does not help.");
     } else {
         snprintf(f->title, sizeof f->title,
-                 "gradient overflow in the backward of %s %s at loss scale %.9g (forward finite): "
+                 "gradient overflow in the backward of %s at loss scale %.9g (forward finite): "
                  "the GradScaler skipped %s and backed off",
-                 layer_words(f), f->op, scale, occ == 1 ? "the step" : "those steps");
+                 site, scale, occ == 1 ? "the step" : "those steps");
         snprintf(f->advice, sizeof f->advice,
                  "Nothing to fix while it is rare: this is how dynamic loss scaling finds its "
                  "scale. If it repeats, see the loss-scale finding (init_scale, growth_interval).");

@@ -8,7 +8,8 @@
  * must arrive in the database with the values and NULLs it wrote. A program that dies of an
  * uncaught exception under --torch has it recorded (META exception) and named by the report.
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
- * judge on small CPU models. Without python3 (or torch, for that one) the cases say so and pass.
+ * judge and the module links (what reads each module's output) on small CPU models. Without
+ * python3 (or torch, for that one) the cases say so and pass.
  */
 #include "tests.h"
 
@@ -194,9 +195,9 @@ START_TEST(test_torch_needs_the_build) {
 }
 END_TEST
 
-// The forward judge of a broken step's re-run on small CPU models (probe/python/tests/
-// cpu_judge.py): with python3's torch or the system python's, skipped without one (CI installs
-// Debian's).
+// The forward judge of a broken step's re-run, and the module links that name a backward traced
+// per module, on small CPU models (probe/python/tests/cpu_judge.py): with python3's torch or the
+// system python's, skipped without one (CI installs Debian's).
 START_TEST(test_forward_judge_on_the_cpu) {
     if (!have_python()) return;
     // python3, or the system's (where apt's python3-torch goes) when python3 is another one

@@ -737,9 +737,21 @@ START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
     ck_assert_str_eq(findings.v[0].title, "NaN gradients at step 3, and no GradScaler to skip the "
                                           "step: the optimizer stepped on them (traced per "
-                                          "module: after the backward of head mul)");
+                                          "module: made by the backward of head mul)");
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "ampprobe run --check-grads"));
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "(2-9% more step time on an H200)"));
+    release();
+    // no one module takes that module's output as an input: the code that reads it is named
+    sql("UPDATE AMP_EVENTS SET detail = 'gradient f32 (8, 64) min nan max nan amax nan (40 nan, "
+        "0 +inf, 0 -inf); the gradient of head''s output, made by the code that reads it (not "
+        "one module''s input); traced per module when the step was recorded, after the "
+        "optimizer had stepped on these gradients; check_grads (ampprobe run --check-grads) "
+        "traces it op by op at its step' WHERE kind = 'nonfinite_producer' AND phase = 'bwd';");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "(traced per module: made by the backward "
+                                                      "of the code that reads head mul's "
+                                                      "output)"));
     release();
 }
 END_TEST

@@ -104,6 +104,7 @@ from . import _devstats, _records, _vocab
 from ._judge import (OVERWRITES, VIEW_OPS, Found, Judge, OpTracer, describe_now,
                      float_tensors, tensors)
 from ._compiled import Around, layer_name
+from ._links import Links
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
@@ -562,6 +563,7 @@ class Watcher:
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {}
+        self.op_of = {}  # layer id -> its module's op name
         self._module_info = {}  # id(module) -> its layer, op and its output's autograd pre-hook
         self._plist = []  # the floating parameters
         self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
@@ -603,6 +605,7 @@ class Watcher:
         self.wgrads_queued = False
         self.wgrad_handles = range(0)  # the parameter gradients' handles among the statistics
         self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
+        self.links = Links(lambda layer: _layers.rows[layer][1])  # the first forward's
         self._at_once = set()  # layers whose outputs are read at once (_queue)
         self._seen = {}  # id(module) -> the forward (_forwards) that last recorded its output
         self._noted_copies = False  # said that DataParallel's copies are not recorded
@@ -825,6 +828,7 @@ class Watcher:
             self.layer_of[id(m)] = lid
             op = _vocab.op_name(_vocab.class_name(m))
             self._module_info[id(m)] = (lid, op, self._grad_hook(lid, op, 0))
+            self.op_of[lid] = op
             for pn, p in m.named_parameters(recurse=False):
                 if p.is_floating_point() and p.numel():
                     params.append(p)
@@ -1003,6 +1007,7 @@ class Watcher:
                     if t is not None and t._version != version:
                         self._at_once.add(layer)
                 self._watch = None
+                self.links.close()
             self._note_modified()
 
     def _note_modified(self):
@@ -1062,6 +1067,8 @@ class Watcher:
             t = outs[0]
         layer, op, hook = info
         self._queue(ACTIVATION, layer, op, t)
+        if self.links.open:
+            self.links.add(layer, args, t)
         if t.requires_grad:
             node = t.grad_fn
             if node is None:  # a leaf (a parameter returned as it is): hooked once for good
@@ -1299,26 +1306,42 @@ class Watcher:
         return None
 
     def _backward_producer(self, d, stats, note=""):
-        """The module whose backward first handed on a non-finite gradient (backward order);
-        note ends the event's detail."""
+        """Where step d's backward first made a non-finite gradient, from its statistics (in
+        backward order): the first module output whose gradient went non-finite got it from
+        what reads that output (Links.reader: a module, the code around it, or the loss
+        computation; without links, the module whose output gradient came before), a parameter
+        gradient from its own module. note ends the event's detail."""
         prev = None
+        grads = {}  # layer -> its last finite output gradient's (dtype, figures)
         nan = float("nan")
         for (layer, kind, op, dtype), f in zip(d.entries, stats):
-            numel = f.numel
             if kind not in (ACTIVATION_GRAD, WEIGHT_GRAD):
                 continue
             if not f.nonfinite:
                 if kind == ACTIVATION_GRAD:
-                    prev = (layer, op, dtype, numel, f)
+                    prev = layer
+                    grads[layer] = (dtype, f)
                 continue
-            detail = ""
-            if prev is not None:
-                pl, pop, pd, pn, pf = prev
-                detail = _vocab.describe("incoming gradient", pd, (pn,), pf.min, pf.max, pf.amax)
-                layer, op = pl, pop
-            elif kind == ACTIVATION_GRAD:
+            how = self.links.reader(layer) if kind == ACTIVATION_GRAD else ("module", layer)
+            whose = "the gradient of " + (_layers.rows[layer][2] + "'s output"
+                                          if kind == ACTIVATION_GRAD else op)
+            if how is None:  # (a module the first forward did not run)
+                how = ("module", prev) if prev is not None else ("loss", -1)
+            if how[0] == "module":
+                made = "%s, made by %s's backward" % (whose, _layers.rows[how[1]][2])
+                layer, op = how[1], self.op_of.get(how[1], "module")
+            elif how[0] == "code":
+                made = "%s, made by the code that reads it (not one module's input)" % whose
+                op = self.op_of.get(layer, "module")
+            else:
+                made = "%s, made by the loss computation" % whose
                 layer, op = -1, "loss"
-            detail += _describe_figures("gradient", dtype, f) + note
+            detail = ""
+            if how[0] == "module" and layer in grads:
+                gd, gf = grads[layer]
+                detail = _describe_figures("incoming gradient", gd, gf)
+            detail += _describe_figures("gradient", dtype, f) + made
+            detail += "; " + note if note else ""
             self.rec.event(d.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING,
                            f.nonfinite, nan if f.amax is None else f.amax, detail)
             return

@@ -13,7 +13,10 @@ go in, also when where() leaves that parameter's values out; an in-place add is 
 input as it was before the write; masks (masked_fill, a float mask passed in, item assignment)
 are no fault, a softmax over a row masked whole and a loss of a masked logit are; a router's
 entropy over top-2 probabilities carries log's -inf through its mul to the where that leaves it
-out (what the backward's producer is told).
+out (what the backward's producer is told). Then ampprobe/_links.py's Links, what names a backward
+traced per module: what reads each module's output (a module in a chain, the next block of a
+residual stream, the code of a router's gate, the loss for the model's output, code when two
+modules read it; code that reads it beside one module is not seen).
 """
 import sys
 
@@ -25,6 +28,7 @@ except ImportError:
     sys.exit(77)
 
 from ampprobe import _judge
+from ampprobe._links import Links
 
 
 class Events:
@@ -153,9 +157,72 @@ def cases():
         (ev, made)
 
 
+class Block(nn.Module):  # x + lin(ln(x))
+    def __init__(self):
+        super().__init__()
+        self.ln, self.lin = nn.LayerNorm(8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.lin(self.ln(x))
+
+
+class Model(nn.Module):  # a residual stream, a chain, a router's gate, an output read twice
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.chain = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+        self.gate, self.a, self.b = nn.Linear(8, 4), nn.Linear(8, 8), nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        h = self.chain(x)
+        ent = self.gate(h).float().softmax(-1)
+        h = self.a(h)
+        return self.head(self.b(h) + h.relu()), ent.sum()
+
+
+def links_of(model, x):
+    """Links of one forward of model, recorded by forward hooks as Watcher._on_output records
+    them; returns (Links, name -> layer id)."""
+    names = [n for n, _ in model.named_modules()]
+    ids = {n: i for i, n in enumerate(names)}
+    parents = [-1] + [ids[n.rsplit(".", 1)[0]] if "." in n else 0 for n in names[1:]]
+    links = Links(lambda layer: parents[layer])
+    for n, m in model.named_modules():
+        m.register_forward_hook(lambda m, args, out, lid=ids[n]: links.add(
+            lid, args, out if isinstance(out, torch.Tensor) else out[0]))
+    model(x)
+    links.close()
+    return links, ids
+
+
+def link_cases():
+    links, ids = links_of(Model(), torch.randn(2, 8))
+    names = {i: n for n, i in ids.items()}
+
+    def reader(name):
+        how = links.reader(ids[name])
+        return how and (how[0], names.get(how[1], how[1]))
+    expect = {"blocks.0": ("module", "blocks.1"),  # (its ln inside it left out)
+              "blocks.0.ln": ("module", "blocks.0.lin"),
+              "blocks.0.lin": ("code", "blocks.0.lin"),  # the residual add
+              "blocks.1": ("module", "chain"),
+              "chain.0": ("module", "chain.1"),
+              "chain.2": ("code", "chain.2"),  # the chain's output: gate, a (two modules)
+              "gate": ("code", "gate"),  # .float().softmax()
+              "a": ("module", "b"),  # (the relu beside b is code: not seen)
+              "head": ("loss", -1)}  # the model's output (its first)
+    got = {n: reader(n) for n in expect}
+    yield "what reads each module's output", got == expect, got
+    fresh = Links(lambda layer: -1)
+    yield "nothing named before the forward ends", fresh.reader(0) is None, fresh.reader(0)
+
+
 def main():
     failed = 0
-    for name, ok, got in cases():
+    for name, ok, got in list(cases()) + list(link_cases()):
         print("%s %s: %s" % ("PASS" if ok else "FAIL", name, got))
         failed += not ok
     print("cpu_judge: %s (torch %s)" % ("all passed" if not failed else "%d failed" % failed,
