@@ -218,18 +218,22 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "weights.",
                  (long long)f->first_step);
     } else if (is(e, "nonfinite_module")) {
-        // Its input was not recorded: the value went bad in it or in the code of the module
-        // around it, between the last module that returned finite values and it.
-        char around[sizeof f->layer];
+        // Its input has no statistics: the value went bad in it or in the code of the module
+        // around it, between the last module that returned finite values and it; in it when
+        // its inputs were all outputs of modules that came before it finite (the bridge says so)
+        char around[sizeof f->layer], made[sizeof f->layer + 64];
         around_of(f->layer, around, sizeof around);
+        if (e->detail && strstr(e->detail, "made in it: its inputs were finite"))
+            snprintf(made, sizeof made, "made in it, its inputs (other modules' outputs) finite");
+        else
+            snprintf(made, sizeof made, "made there or in %s%s code just before it",
+                     around[0] ? around : "the top level", around[0] ? "'s" : "");
         snprintf(f->title, sizeof f->title,
-                 "%s first in the output of %s %s at step %lld (traced per module: made there or "
-                 "in %s%s code just before it)",
+                 "%s first in the output of %s %s at step %lld (traced per module: %s)",
                  infs && half ? "fp16 +-inf"
                  : infs       ? "+-inf"
                               : "NaN",
-                 layer_words(f), f->op, (long long)f->first_step,
-                 around[0] ? around : "the top level", around[0] ? "'s" : "");
+                 layer_words(f), f->op, (long long)f->first_step, made);
         snprintf(f->advice, sizeof f->advice,
                  "%s The op was not traced (the detail says why): to have it named, reproduce "
                  "the step in one process with the same inputs.",

@@ -601,7 +601,8 @@ START_TEST(nonfinite_sqrt_of_a_negative_value_is_explained) {
 END_TEST
 
 // The PyTorch bridge on a model sharded over several processes (or whose re-run did not break
-// again): the forward searched per module.
+// again): the forward searched per module, the module named, and the code around it unless its
+// inputs were other modules' finite outputs.
 START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
     healthy(8);
     sql(EVENTS_VALUES
@@ -636,6 +637,16 @@ START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
     ck_assert_ptr_nonnull(strstr(findings.v[3].title, "or in net.1.0's code"));
     // no loss-scale finding for a step whose forward broke: nonfinite-root-cause explains it
     ck_assert_uint_eq(count("loss-scale", AMP_SEVERITY_WARNING), 0);
+    release();
+    // its inputs were all outputs of modules that returned finite values: made in it
+    sql("UPDATE AMP_EVENTS SET detail = detail || 'made in it: its inputs were finite (the output "
+        "of net.0); not traced op by op: its forward, run again on the step''s inputs, did not "
+        "break' WHERE step = 6;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(findings.v[2].title, "NaN first in the output of layers.0 linear at step 6 "
+                                          "(traced per module: made in it, its inputs (other "
+                                          "modules' outputs) finite)");
+    ck_assert_ptr_nonnull(strstr(findings.v[2].detail, "(the output of net.0)"));
     release();
 }
 END_TEST

@@ -1,8 +1,9 @@
 """Which module's output goes into which module, recorded on the first sampled step's forward.
-A broken step whose backward is traced per module (from its statistics, when it cannot be traced
-op by op) is named by it: the first module output whose gradient went non-finite got that
-gradient from the backward of what reads the output, which is the module it goes into when one
-module takes it as an input, else the code around it."""
+A broken step traced per module (from its statistics, when it cannot be traced op by op) is
+named by it: the first module output whose gradient went non-finite got that gradient from the
+backward of what reads the output, which is the module it goes into when one module takes it as
+an input, else the code around it; and the first module output that went non-finite in the
+forward was made in that module when all its inputs were finite outputs of other modules."""
 
 from ._judge import float_tensors
 
@@ -16,15 +17,25 @@ class Links:
         self.open = True  # until the forward ends (close)
         self._outputs = {}  # (autograd node, output nr) of an output -> the layers that returned it
         self._readers = {}  # layer -> the layers that took its output as an input
+        self._sources = {}  # layer -> the layers whose outputs were its inputs (None: not all)
         self._returned = set()  # layers whose output their parent returned as its own
         self._seen = set()
 
     def add(self, layer, args, out):
         """A module (layer) was called on args and returned out (a tensor)."""
+        sources = set() if self._sources.get(layer, ()) is not None else None
         for a in float_tensors(args):
-            if a.grad_fn is not None:
-                for src in self._outputs.get((a.grad_fn, a.output_nr), ()):
-                    self._readers.setdefault(src, set()).add(layer)
+            srcs = self._outputs.get((a.grad_fn, a.output_nr), ()) if a.grad_fn is not None \
+                else ()
+            for src in srcs:
+                self._readers.setdefault(src, set()).add(layer)
+            if sources is not None and srcs:
+                sources.add(srcs[0])
+            else:
+                sources = None  # (data, a parameter, or what code made)
+        if sources is not None:
+            sources.update(self._sources.get(layer, ()))
+        self._sources[layer] = sources or None
         if out.grad_fn is not None:
             self._outputs.setdefault((out.grad_fn, out.output_nr), []).append(layer)
         self._seen.add(layer)
@@ -34,6 +45,12 @@ class Links:
         for layers in self._outputs.values():
             self._returned.update(l for l in layers if self.parent(l) in layers)
         self._outputs, self.open = {}, False
+
+    def sources(self, layer):
+        """The layers whose outputs were all of layer's inputs (each call's, when it was called
+        more than once), or None: an input came from elsewhere (the data, a parameter, code), it
+        had none, or its call was not seen."""
+        return None if self.open else self._sources.get(layer)
 
     def _within(self, layer, outer):
         while layer != -1:

@@ -1285,12 +1285,17 @@ class Watcher:
         """Step d's forward searched per module, from its statistics, when it could not be
         traced op by op (why: the reason, for the event's detail): the first module output that
         went non-finite (a module's output is queued as it returns, inner modules first) as
-        nonfinite_input when the model's input data holds the NaN/inf, else as nonfinite_module
-        (made in that module or in the code of the one around it: no module input is
-        recorded). Returns the event kind."""
+        nonfinite_input when the model's input data holds the NaN/inf, else as nonfinite_module:
+        made in that module when all its inputs were module outputs that came before it finite
+        (Links.sources), else there or in the code of the one around it (module inputs have no
+        statistics). Returns the event kind."""
         nan = float("nan")
+        finite = set()  # the layers whose outputs came before, finite
         for (layer, kind, op, dtype), f in zip(d.entries, stats):
-            if kind != ACTIVATION or not f.nonfinite:
+            if kind != ACTIVATION:
+                continue
+            if not f.nonfinite:
+                finite.add(layer)
                 continue
             event, detail = "nonfinite_module", ""
             data = float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
@@ -1299,7 +1304,12 @@ class Watcher:
                 if bad:
                     event, detail = "nonfinite_input", seg
                     break
-            detail += _describe_figures("output", dtype, f) + "not traced op by op: " + why
+            detail += _describe_figures("output", dtype, f)
+            sources = self.links.sources(layer)
+            if event == "nonfinite_module" and sources and sources <= finite:
+                detail += "made in it: its inputs were finite (the output of %s); " % \
+                    ", ".join(sorted(_layers.rows[s][2] for s in sources))
+            detail += "not traced op by op: " + why
             self.rec.event(d.step, layer, op, PHASE_FWD, event, ERROR, f.nonfinite,
                            nan if f.amax is None else f.amax, detail)
             return event

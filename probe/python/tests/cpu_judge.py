@@ -16,7 +16,8 @@ entropy over top-2 probabilities carries log's -inf through its mul to the where
 out (what the backward's producer is told). Then ampprobe/_links.py's Links, what names a backward
 traced per module: what reads each module's output (a module in a chain, the next block of a
 residual stream, the code of a router's gate, the loss for the model's output, code when two
-modules read it; code that reads it beside one module is not seen).
+modules read it; code that reads it beside one module is not seen), and which modules' outputs
+each module's inputs were (what says a forward's first non-finite output was made in it).
 """
 import sys
 
@@ -216,6 +217,20 @@ def link_cases():
               "head": ("loss", -1)}  # the model's output (its first)
     got = {n: reader(n) for n in expect}
     yield "what reads each module's output", got == expect, got
+
+    def sources(name):
+        srcs = links.sources(ids[name])
+        return srcs and sorted(names[s] for s in srcs)
+    expect = {"blocks.0": None,  # the data
+              "blocks.0.ln": None,  # blocks.0's input: the data
+              "blocks.0.lin": ["blocks.0.ln"],
+              "blocks.1.ln": ["blocks.0"],
+              "chain": ["blocks.1"],
+              "chain.2": ["chain.1"],
+              "gate": ["chain.2"],  # (the chain's output is chain.2's: the innermost named)
+              "head": None}  # what code made (b's output + a relu)
+    got = {n: sources(n) for n in expect}
+    yield "which modules' outputs each module's inputs are", got == expect, got
     fresh = Links(lambda layer: -1)
     yield "nothing named before the forward ends", fresh.reader(0) is None, fresh.reader(0)
 

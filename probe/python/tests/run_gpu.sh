@@ -230,7 +230,7 @@ if [ "$gpus" -ge 2 ]; then
         "$WORK/residual-healthy-gpu1.sqlite" || fail=1
     python3 "$HERE/check_report.py" "$WORK/attn-fsdp2.json" attn --per-module || fail=1
     python3 "$HERE/check_report.py" "$WORK/nan-fsdp2.json" nan || fail=1
-    python3 "$HERE/check_report.py" "$WORK/residual-fsdp2.json" residual || fail=1
+    python3 "$HERE/check_report.py" "$WORK/residual-fsdp2.json" residual --per-module || fail=1
     python3 "$HERE/check_report.py" "$WORK/attn-healthy-fsdp2.json" attn --healthy || fail=1
 else
     echo "SKIP a model on GPU 1 with GPU 0 current, FSDP2 over two processes: one GPU"
