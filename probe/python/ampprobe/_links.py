@@ -7,6 +7,10 @@ forward was made in that module when all its inputs were finite outputs of other
 
 from ._judge import float_tensors
 
+# autograd nodes that hand their inputs on unchanged, which wrappers put between a module's output
+# and the next module's input: looked through (FSDP2's post-backward hook on each module input)
+PASS_THROUGH = {"RegisterPostBackwardFunctionBackward"}
+
 
 class Links:
     """The module outputs of one forward and the modules that take them as inputs, by layer id.
@@ -25,8 +29,7 @@ class Links:
         """A module (layer) was called on args and returned out (a tensor)."""
         sources = set() if self._sources.get(layer, ()) is not None else None
         for a in float_tensors(args):
-            srcs = self._outputs.get((a.grad_fn, a.output_nr), ()) if a.grad_fn is not None \
-                else ()
+            srcs = self._returned_by(a.grad_fn, a.output_nr)
             for src in srcs:
                 self._readers.setdefault(src, set()).add(layer)
             if sources is not None and srcs:
@@ -39,6 +42,16 @@ class Links:
         if out.grad_fn is not None:
             self._outputs.setdefault((out.grad_fn, out.output_nr), []).append(layer)
         self._seen.add(layer)
+
+    def _returned_by(self, node, nr):
+        """The layers that returned output nr of autograd node node (looked through
+        PASS_THROUGH nodes, whose output k is their input k)."""
+        while node is not None:
+            srcs = self._outputs.get((node, nr))
+            if srcs is not None or type(node).__name__ not in PASS_THROUGH:
+                return srcs or ()
+            node, nr = node.next_functions[nr]
+        return ()
 
     def close(self):
         """The forward has ended: the autograd nodes (the step's graph) are let go."""

@@ -17,7 +17,8 @@ out (what the backward's producer is told). Then ampprobe/_links.py's Links, wha
 traced per module: what reads each module's output (a module in a chain, the next block of a
 residual stream, the code of a router's gate, the loss for the model's output, code when two
 modules read it; code that reads it beside one module is not seen), and which modules' outputs
-each module's inputs were (what says a forward's first non-finite output was made in it).
+each module's inputs were (what says a forward's first non-finite output was made in it), also
+through the identity function FSDP2 puts on a module's inputs.
 """
 import sys
 
@@ -184,6 +185,16 @@ class Model(nn.Module):  # a residual stream, a chain, a router's gate, an outpu
         return self.head(self.b(h) + h.relu()), ent.sum()
 
 
+class RegisterPostBackwardFunction(torch.autograd.Function):  # FSDP2's, as it works
+    @staticmethod
+    def forward(ctx, module, *inputs):
+        return inputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + grads
+
+
 def links_of(model, x):
     """Links of one forward of model, recorded by forward hooks as Watcher._on_output records
     them; returns (Links, name -> layer id)."""
@@ -231,6 +242,14 @@ def link_cases():
               "head": None}  # what code made (b's output + a relu)
     got = {n: sources(n) for n in expect}
     yield "which modules' outputs each module's inputs are", got == expect, got
+    # a wrapper's identity function on a module's inputs (FSDP2's, by name) is looked through
+    chain = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    chain[1].register_forward_pre_hook(
+        lambda m, args: RegisterPostBackwardFunction.apply(m, *args))
+    links, ids = links_of(chain, torch.randn(2, 8))
+    got = links.reader(ids["0"]), links.sources(ids["1"])
+    yield "through FSDP2's function on a module's inputs", got == (("module", ids["1"]),
+                                                                   {ids["0"]}), got
     fresh = Links(lambda layer: -1)
     yield "nothing named before the forward ends", fresh.reader(0) is None, fresh.reader(0)
 
