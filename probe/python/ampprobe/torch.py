@@ -1335,10 +1335,13 @@ class Watcher:
             how = self.links.reader(layer) if kind == ACTIVATION_GRAD else ("module", layer)
             whose = "the gradient of " + (_layers.rows[layer][2] + "'s output"
                                           if kind == ACTIVATION_GRAD else op)
-            if how is None:  # (a module the first forward did not run)
+            guess = how is None  # (a module the first forward did not run: no links)
+            if guess:
                 how = ("module", prev) if prev is not None else ("loss", -1)
             if how[0] == "module":
-                made = "%s, made by %s's backward" % (whose, _layers.rows[how[1]][2])
+                made = "%s, made by %s's backward%s" % (
+                    whose, _layers.rows[how[1]][2],
+                    " (its output's gradient came just before)" if guess else "")
                 layer, op = how[1], self.op_of.get(how[1], "module")
             elif how[0] == "code":
                 made = "%s, made by the code that reads it (not one module's input)" % whose
