@@ -1146,6 +1146,8 @@ class Watcher:
                   "torch.compile returned): its inputs and module outputs are not recorded",
                   file=sys.stderr, flush=True)
         self._end_loss_region()
+        if self.links.open:  # (the model's forward did not return: what it saw is kept)
+            self.links.close()
         self._queue_weight_grads()
         self._end_others()
         if found is None:
