@@ -38,7 +38,6 @@ def describe_now(what, t, allowed_neginf=False):
                            int(s[2]), int(s[3]), int(s[4])), bad, int(s[4])
 
 
-
 def tensors(x):
     if isinstance(x, torch.Tensor):
         return [x]
@@ -47,7 +46,6 @@ def tensors(x):
 
 def float_tensors(obj):
     return [t for t in tensors(obj) if t.is_floating_point() and t.numel() > 0]
-
 
 
 # ---------------------------------------------------------------------------------------------

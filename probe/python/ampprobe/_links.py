@@ -19,7 +19,7 @@ class Links:
     def __init__(self, parent):
         self.parent = parent
         self.open = True  # until the forward ends (close)
-        self._outputs = {}  # (autograd node, output nr) of an output -> the layers that returned it
+        self._outputs = {}  # (autograd node, output nr) of an output -> layers that returned it
         self._readers = {}  # layer -> the layers that took its output as an input
         self._sources = {}  # layer -> the layers whose outputs were its inputs (None: not all)
         self._returned = set()  # layers whose output their parent returned as its own
@@ -27,18 +27,15 @@ class Links:
 
     def add(self, layer, args, out):
         """A module (layer) was called on args and returned out (a tensor)."""
-        sources = set() if self._sources.get(layer, ()) is not None else None
+        mine = set()  # what each input is the output of (None: data, a parameter, code's)
         for a in float_tensors(args):
             srcs = self._returned_by(a.grad_fn, a.output_nr)
             for src in srcs:
                 self._readers.setdefault(src, set()).add(layer)
-            if sources is not None and srcs:
-                sources.add(srcs[0])
-            else:
-                sources = None  # (data, a parameter, or what code made)
-        if sources is not None:
-            sources.update(self._sources.get(layer, ()))
-        self._sources[layer] = sources or None
+            mine.add(srcs[0] if srcs else None)
+        earlier = self._sources.get(layer, set())  # (its earlier calls')
+        whole = mine and None not in mine and earlier is not None
+        self._sources[layer] = earlier | mine if whole else None
         if out.grad_fn is not None:
             self._outputs.setdefault((out.grad_fn, out.output_nr), []).append(layer)
         self._seen.add(layer)

@@ -563,7 +563,6 @@ class Watcher:
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {}
-        self.op_of = {}  # layer id -> its module's op name
         self._module_info = {}  # id(module) -> its layer, op and its output's autograd pre-hook
         self._plist = []  # the floating parameters
         self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
@@ -828,7 +827,6 @@ class Watcher:
             self.layer_of[id(m)] = lid
             op = _vocab.op_name(_vocab.class_name(m))
             self._module_info[id(m)] = (lid, op, self._grad_hook(lid, op, 0))
-            self.op_of[lid] = op
             for pn, p in m.named_parameters(recurse=False):
                 if p.is_floating_point() and p.numel():
                     params.append(p)
@@ -1258,15 +1256,15 @@ class Watcher:
                            "the forward pass produced non-finite values" if fwd_event else
                            "the loss computation outside the model produced non-finite values"
                            if loss_event else "the loss itself became non-finite")
-        if found_inf and not fwd_event and not loss_event and not loss_bad:
+        fwd_fine = not (fwd_event or loss_event or loss_bad)  # so the backward broke, if it did
+        if found_inf and fwd_fine:
             if not bwd_found:
                 self._backward_producer(d, copy.result()[0])
             self.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
                            "gradients overflowed at loss scale %g while the forward pass stayed "
                            "finite: a loss-scale overflow, the step was skipped and the scale "
                            "backed off to %g" % (scale[0], scale[2]))
-        elif d.grads_bad and not fwd_event and not loss_event and not loss_bad and \
-                not bwd_found:  # no scaler: the optimizer steps on them
+        elif d.grads_bad and fwd_fine and not bwd_found:  # no scaler: the optimizer steps on them
             self._backward_producer(d, copy.result()[0])
         elif scale is None and not d.grads_bad and summary is not None and \
                 summary.nonfinite[WEIGHT_GRAD] and not fwd_bad and not loss_bad:
@@ -1325,6 +1323,7 @@ class Watcher:
         gradient from its own module. note ends the event's detail."""
         prev = None
         grads = {}  # layer -> its last finite output gradient's (dtype, figures)
+        op_of = {lid: op for lid, op, _ in self._module_info.values()}
         nan = float("nan")
         for (layer, kind, op, dtype), f in zip(d.entries, stats):
             if kind not in (ACTIVATION_GRAD, WEIGHT_GRAD):
@@ -1344,10 +1343,10 @@ class Watcher:
                 made = "%s, made by %s's backward%s" % (
                     whose, _layers.rows[how[1]][2],
                     " (its output's gradient came just before)" if guess else "")
-                layer, op = how[1], self.op_of.get(how[1], "module")
+                layer, op = how[1], op_of.get(how[1], "module")
             elif how[0] == "code":
                 made = "%s, made by the code that reads it (not one module's input)" % whose
-                op = self.op_of.get(layer, "module")
+                op = op_of.get(layer, "module")
             else:
                 made = "%s, made by the loss computation" % whose
                 layer, op = -1, "loss"

@@ -250,8 +250,12 @@ def link_cases():
     got = links.reader(ids["0"]), links.sources(ids["1"])
     yield "through FSDP2's function on a module's inputs", got == (("module", ids["1"]),
                                                                    {ids["0"]}), got
-    fresh = Links(lambda layer: -1)
-    yield "nothing named before the forward ends", fresh.reader(0) is None, fresh.reader(0)
+    fresh, lin = Links(lambda layer: -1), nn.Linear(8, 8)
+    fresh.add(0, (), lin(torch.randn(2, 8)))
+    got = fresh.reader(0), fresh.sources(0)
+    fresh.close()
+    got += (fresh.reader(0),)
+    yield "nothing named before the forward ends", got == (None, None, ("loss", -1)), got
 
 
 def main():
