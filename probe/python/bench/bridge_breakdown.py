@@ -62,7 +62,7 @@ def _no_kernels(w):
 
 
 def _no_read(w):
-    w._marked = lambda found: (None, None, None)  # no loss, scale or found_inf recorded
+    w._marked = lambda found: (None, None, None, False)  # no loss, scale or found_inf read
 
 
 def _at_once(w):
