@@ -781,16 +781,16 @@ class Watcher:
                   "made there traced. To record them, call them from one nn.Module's forward, "
                   "the model that trains%s." % (model, what, how), file=sys.stderr, flush=True)
 
-    def _add_root(self, root):
+    def _add_root(self, root, name=None):
         """Records root from now on as the model is recorded (a second model that the optimizer
         trains: its modules' outputs and gradients, its parameters' gradients), its layers
-        named after its class ("Decoder", "Decoder.layers.0"); what it computes in the model's
-        loss computation is replayed in its layers when a step breaks. False when it cannot be
-        (it runs compiled)."""
+        named after name or its class ("Decoder", "Decoder.layers.0"); what it computes in the
+        model's loss computation is replayed in its layers when a step breaks. False when it
+        cannot be (it runs compiled)."""
         if any(_compiled(m) for m in root.modules()):
             return False
         root = _inner(root)  # (what DistributedDataParallel wraps: its hooks run in the call)
-        base = _vocab.class_name(root)
+        base = name or _vocab.class_name(root)
         taken = {r[2] for r in _layers.rows}
         name, k = base, 2
         while name in taken:  # two of one class: "MLP", then "MLP#2"
@@ -816,6 +816,39 @@ class Watcher:
                               m.register_forward_hook(self._on_output)]
         self._roots.append(root)
         return True
+
+    def join(self, model, scaler=None, optimizer=None, name=None):
+        """watch() of a second model while this one records (several models trained in one
+        loop, as in PyTorch's AMP examples): it is recorded beside the first (_add_root), from
+        the step whose forward has not begun yet, in the same steps, which end where this
+        watcher's end (the first watch()'s scaler or optimizer, else scaler and optimizer
+        here); another enabled GradScaler's updates are not recorded (said on stderr). Returns
+        self."""
+        outer = _unwrap(model)
+        if any(id(m) in self.layer_of for m in (outer, _inner(outer))):
+            return self  # watched already (the model, an added one or a module inside)
+        start = self.step + 1 if self.forwards else self.step
+        what = "%s (%s values)" % (name or _vocab.class_name(_inner(outer)), _count(sum(
+            p.numel() for p in outer.parameters() if p.requires_grad)))
+        first = _vocab.class_name(self.model)
+        if not self._add_root(outer, name):
+            print("ampprobe: watch(%s): it runs compiled, which a model watched beside %s cannot; "
+                  "not recorded (watch it alone, or compile its blocks)" % (what, first),
+                  file=sys.stderr, flush=True)
+            return self
+        self._added.append("%s from step %d" % (what, start))
+        self.rec.meta("added_models", "; ".join(self._added))
+        print("ampprobe: watch(%s): recorded beside %s, watched first, from step %d on, in its "
+              "steps" % (what, first, start), file=sys.stderr, flush=True)
+        if scaler is not None and scaler.is_enabled() and self.scaler is None:
+            self.attach_scaler(scaler)
+        elif scaler is not None and scaler.is_enabled() and scaler is not self.scaler:
+            print("ampprobe: watch(%s): its GradScaler is not %s's: steps end at the first "
+                  "one's update(), and this one's updates are not recorded" % (what, first),
+                  file=sys.stderr, flush=True)
+        if optimizer is not None and self.scaler is None:
+            self.attach_optimizer(optimizer)
+        return self
 
     def _take_modules(self, named, layer_id, prefix):
         """Records the modules named ((qualified name, module): layer_id(name) their layer ids)
@@ -1530,7 +1563,12 @@ def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_e
     without a scaler, the end of each sampled step waits for the parameter gradients and reads
     whether they hold NaN/inf, so that a backward that went non-finite is traced op by op at its
     step, before the optimizer steps on it (default AMPPROBE_CHECK_GRADS, else off: 2-9% more
-    step time on an H200; without it such a step is named per module, a step late)."""
+    step time on an H200; without it such a step is named per module, a step late). While a
+    watcher records in this process, watch() of another model records it beside that one, in
+    its steps and with its settings, and returns that watcher (Watcher.join)."""
+    first = next((w for w in _watchers if w.on), None)
+    if first is not None:
+        return first.join(model, scaler=scaler, optimizer=optimizer, name=name)
     return Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
                    ops_every=ops_every, check_grads=check_grads)
 

@@ -41,7 +41,11 @@ run-end warning "killed by SIGKILL after step STEP-2".
 With --added, of a run that trained a second top-level module (gpu_faults.py --split) under
 `ampprobe run --torch`: META `added_models` must name it, "Linear (VALUES values) from step 1",
 the script's output hold the bridge's note, and the statistics rows of step 1 on hold its output
-(layer "Linear"), that output's gradient and its weight's gradient, none of step 0.
+(layer "Linear"), that output's gradient and its weight's gradient, none of step 0; with
+--added ... --watch (gpu_faults.py --split --watch: watch() called on each), the same from
+step 0, with watch()'s note. With --joined, of gpu_join.py's run: its second model, watched
+with its own GradScaler under the name Critic, recorded in the first one's steps from step 0,
+and the note that that GradScaler's updates are not recorded.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -296,11 +300,13 @@ def check_died(path, report, step, how):
     return 0 if ok else 1
 
 
-def check_added(path, log, values):
+def check_added(path, log, values, watched=False):
     db = sqlite3.connect(path)
     rows = db.execute("SELECT value FROM META WHERE key = 'added_models'").fetchall()
-    want = "Linear (%s values) from step 1" % values
-    said = "recorded too from step 1 on" in open(log).read()
+    start = 0 if watched else 1
+    want = "Linear (%s values) from step %d" % (values, start)
+    said = ("recorded beside MLP, watched first, from step 0 on" if watched else
+            "recorded too from step 1 on") in open(log).read()
     kinds = db.execute(
         "SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
         "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE l.name = 'Linear' "
@@ -308,17 +314,40 @@ def check_added(path, log, values):
     steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
     ok = rows == [(want,)] and said and [k for k, _, _ in kinds] == [
         "activation", "activation_grad", "weight_grad"] and all(
-        first == 1 and n == steps - 1 for _, first, n in kinds)
-    print("%s a second model recorded from step 1: META %s (want %r), %s, its rows (kind, first "
-          "step, steps) %s of %d steps" % ("PASS" if ok else "FAIL", rows, want,
-                                          "noted" if said else "no note in the log", kinds,
-                                          steps), flush=True)
+        first == start and n == steps - start for _, first, n in kinds)
+    print("%s a second model recorded from step %d%s: META %s (want %r), %s, its rows (kind, "
+          "first step, steps) %s of %d steps" % (
+              "PASS" if ok else "FAIL", start, " (watch() on each)" if watched else "", rows,
+              want, "noted" if said else "no note in the log", kinds, steps), flush=True)
+    return 0 if ok else 1
+
+
+def check_joined(path, log):
+    """gpu_join.py's run: the second model (watch(..., name="Critic")) recorded in the first
+    one's steps from step 0, and the note that its own GradScaler's updates are not."""
+    db = sqlite3.connect(path)
+    meta = db.execute("SELECT value FROM META WHERE key = 'added_models'").fetchall()
+    kinds = db.execute(
+        "SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
+        "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE l.name = 'Critic' "
+        "GROUP BY s.kind ORDER BY s.kind").fetchall()
+    steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
+    text = open(log).read()
+    noted = "its GradScaler is not Linear's" in text and "PASS watch()" in text
+    ok = meta == [("Critic (9 values) from step 0",)] and noted and kinds == [
+        ("activation", 0, steps), ("activation_grad", 0, steps), ("weight_grad", 0, steps)] \
+        and steps == 4
+    print("%s watch() on two models: META %s, %s, Critic's rows (kind, first step, steps) %s "
+          "of %d steps" % ("PASS" if ok else "FAIL", meta, "noted" if noted else
+                           "no note (or no PASS) in the log", kinds, steps), flush=True)
     return 0 if ok else 1
 
 
 def main():
+    if sys.argv[1] == "--joined":
+        return check_joined(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--added":
-        return check_added(sys.argv[2], sys.argv[3], sys.argv[4])
+        return check_added(sys.argv[2], sys.argv[3], sys.argv[4], "--watch" in sys.argv[5:])
     if sys.argv[1] == "--died":
         return check_died(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     if sys.argv[1] == "--compiled":

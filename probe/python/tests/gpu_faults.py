@@ -40,9 +40,11 @@ Adam(fused=True), which the GradScaler hands the scale to unscale the gradients 
 stays finite (the bridge then names the module from the statistics). --split trains a second
 top-level module after the model (a Linear over its output, in the same optimizer), which
 `ampprobe run --torch` records from step 1 on; --split-gain G multiplies its weight by G at
-step 3 (G = 1e6: its fp16 output overflows, named in its layer). --die-at STEP ends the
-script at the start of that step: an exception (--die-how raise, exit status 1) or, 0.3 s
-later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
+step 3 (G = 1e6: its fp16 output overflows, named in its layer). --watch: the script calls
+ampprobe.torch.watch() itself, on the model and (--split) on the Linear, with the one scaler and
+optimizer (PyTorch's AMP recipe for several models): both recorded from step 0. --die-at STEP
+ends the script at the start of that step: an exception (--die-how raise, exit status 1) or,
+0.3 s later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
 """
 import argparse
 import os
@@ -196,6 +198,9 @@ def main():
     ap.add_argument("--split-gain", type=float, metavar="G",
                     help="with --split, the Linear's weight times G from the fault's step on "
                     "(with G large its output overflows fp16)")
+    ap.add_argument("--watch", action="store_true",
+                    help="call ampprobe.torch.watch() in the script: on the model, and with "
+                    "--split on the Linear too (the same scaler and optimizer)")
     ap.add_argument("--die-at", type=int, metavar="STEP",
                     help="die at the start of that step: raise an exception (a script's error, "
                     "a CUDA out-of-memory) or, with --die-how kill, SIGKILL itself (the OOM "
@@ -268,6 +273,11 @@ def main():
     if a.case == "sawtooth" and not a.healthy:
         kw = dict(growth_interval=1)
     scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
+    if a.watch:
+        import ampprobe.torch as amp_torch
+        amp_torch.watch(model, scaler=scaler, optimizer=opt)
+        if extra is not None:
+            amp_torch.watch(extra, scaler=scaler, optimizer=opt)
     for step in range(steps):
         if step == a.die_at:
             if a.die_how == "kill":  # what was recorded 200 ms before must be on disk

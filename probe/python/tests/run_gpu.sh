@@ -15,7 +15,8 @@
 # step before it, one SIGKILLed every step but the last, each with the report's run-end
 # warning; a second top-level module that the optimizer trains must be recorded from step 1
 # (META added_models, a note, its rows), leave the findings as they were, and its own overflow
-# be named in its layer; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# be named in its layer (and from step 0, in one watcher, when the script calls watch() on
+# each: gpu_join.py with two GradScalers too); gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
@@ -92,6 +93,9 @@ one nan-scrub "" --case nan --scrub &
 one nan-split "" --case nan --split &
 one attn-healthy-split "" --case attn --healthy --split &
 one attn-split-overflow "" --case attn --healthy --split --split-gain 1e6 &
+one nan-watch2 "" --case nan --split --watch &
+SCRIPT=gpu_join.py one join "" &
+one attn-split-overflow-watch2 "" --case attn --healthy --split --split-gain 1e6 --watch &
 one attn-died "" --case attn --healthy --die-at 6 &
 one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
@@ -154,6 +158,12 @@ python3 "$HERE/check_report.py" "$WORK/attn-split-overflow.json" split || fail=1
 python3 "$HERE/check_report.py" --added "$WORK/nan-split.sqlite" "$WORK/nan-split.log" 110 || fail=1
 python3 "$HERE/check_report.py" --added "$WORK/attn-healthy-split.sqlite" \
     "$WORK/attn-healthy-split.log" "16.5 k" || fail=1
+# watch() called on the model and on the second module: both recorded from step 0, one watcher
+python3 "$HERE/check_report.py" "$WORK/nan-watch2.json" nan || fail=1
+python3 "$HERE/check_report.py" "$WORK/attn-split-overflow-watch2.json" split || fail=1
+python3 "$HERE/check_report.py" --added "$WORK/nan-watch2.sqlite" "$WORK/nan-watch2.log" 110 \
+    --watch || fail=1
+python3 "$HERE/check_report.py" --joined "$WORK/join.sqlite" "$WORK/join.log" || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
