@@ -628,8 +628,9 @@ class Watcher:
         self.rec.meta("bridge", "torch " + torch.__version__)
         self.rec.meta("stats_every", str(self.stats_every))
         self.rec.meta("ops_every", str(self.ops_every))
-        for n, m in named:
-            if n and id(m) not in inside:
+        for n, m in named:  # (the model's own output is its last module's, mostly: not read
+            # again, unless it has no modules inside, a single nn.Linear)
+            if (n or len(named) == 1) and id(m) not in inside:
                 self._handles.append(m.register_forward_hook(self._on_output))
         for m in parts if not self.compiled_root else ():
             if _optimized(m):  # torch.compile's wrapper: its own hooks run outside

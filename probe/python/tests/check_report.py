@@ -45,7 +45,8 @@ the script's output hold the bridge's note, and the statistics rows of step 1 on
 --added ... --watch (gpu_faults.py --split --watch: watch() called on each), the same from
 step 0, with watch()'s note. With --joined, of gpu_join.py's run: its second model, watched
 with its own GradScaler under the name Critic, recorded in the first one's steps from step 0,
-and the note that that GradScaler's updates are not recorded.
+and the note that that GradScaler's updates are not recorded; the first model, a single Linear,
+with its own output's rows (a model with no modules inside is read as one).
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -324,22 +325,24 @@ def check_added(path, log, values, watched=False):
 
 def check_joined(path, log):
     """gpu_join.py's run: the second model (watch(..., name="Critic")) recorded in the first
-    one's steps from step 0, and the note that its own GradScaler's updates are not."""
+    one's steps from step 0, and the note that its own GradScaler's updates are not; the first
+    model, a single Linear, with its output's rows too."""
     db = sqlite3.connect(path)
     meta = db.execute("SELECT value FROM META WHERE key = 'added_models'").fetchall()
-    kinds = db.execute(
-        "SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
-        "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE l.name = 'Critic' "
-        "GROUP BY s.kind ORDER BY s.kind").fetchall()
+    kinds = ("SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
+             "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE l.name = ? "
+             "GROUP BY s.kind ORDER BY s.kind")
+    critic, gen = (db.execute(kinds, (name,)).fetchall() for name in ("Critic", "Linear"))
     steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
     text = open(log).read()
     noted = "its GradScaler is not Linear's" in text and "PASS watch()" in text
-    ok = meta == [("Critic (9 values) from step 0",)] and noted and kinds == [
-        ("activation", 0, steps), ("activation_grad", 0, steps), ("weight_grad", 0, steps)] \
-        and steps == 4
-    print("%s watch() on two models: META %s, %s, Critic's rows (kind, first step, steps) %s "
-          "of %d steps" % ("PASS" if ok else "FAIL", meta, "noted" if noted else
-                           "no note (or no PASS) in the log", kinds, steps), flush=True)
+    every = [("activation", 0, steps), ("activation_grad", 0, steps), ("weight_grad", 0, steps)]
+    ok = meta == [("Critic (9 values) from step 0",)] and noted and critic == every and \
+        gen == every and steps == 4
+    print("%s watch() on two models: META %s, %s, rows (kind, first step, steps) of Critic %s "
+          "and Linear %s, of %d steps" % (
+              "PASS" if ok else "FAIL", meta, "noted" if noted else
+              "no note (or no PASS) in the log", critic, gen, steps), flush=True)
     return 0 if ok else 1
 
 
