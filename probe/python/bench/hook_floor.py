@@ -14,10 +14,13 @@ autograd's thread, while the caller waits), and the step's CUDA-event time for:
             Python left out
   wrap+pre  the same without forward hooks: each submodule's forward replaced by a wrapper
   full      ampprobe.torch.watch (needs `ampprobe run --trace amp`)
+  every10   the same with stats_every=10 (the statistics on one step in ten; host times as the
+            mean over steps, not the median, which would be a step without them)
 
 With --interleave the variants' models train side by side, a step of each in turn, which
 weighs the machine's ups and downs on all alike (the separate runs above differ by more than
-what is measured from one minute to the next).
+what is measured from one minute to the next); one process holds one watcher, so full and
+every10 interleave with the others but not with each other (every10 only when asked).
 
   ampprobe run --trace amp -o f.sqlite -- python3 probe/python/bench/hook_floor.py
 """
@@ -30,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_overhead  # noqa: E402
 
-VARIANTS = ("plain", "fwd", "fwd+pre", "wrap+pre", "full")
+VARIANTS = ("plain", "fwd", "fwd+pre", "wrap+pre", "full", "every10")
 
 
 def _sub(model):
@@ -60,8 +63,9 @@ def _wrap(model, sink):
 def make(name, mode, variant):
     """The workload's (step(i), steps, watcher) with variant's hooks."""
     sink = []
-    if variant == "full":
-        step, steps, w = torch_overhead.setup(name, mode, dict(stats_every=1))
+    if variant in ("full", "every10"):
+        step, steps, w = torch_overhead.setup(name, mode, dict(
+            stats_every=10 if variant == "every10" else 1))
     else:
         prep = {"fwd": lambda mdl: _fwd(mdl, sink, False),
                 "fwd+pre": lambda mdl: _fwd(mdl, sink, True),
@@ -99,8 +103,8 @@ def interleaved(name, mode, variants, rounds):
         if w is not None:
             w.close()
         ph = step.phases
-        out[v] = [statistics.median(sum(p) for p in ph) * 1e3] + [
-            statistics.median(p[k] for p in ph) * 1e3 for k in (0, 1)]
+        mid = statistics.fmean if v == "every10" else statistics.median
+        out[v] = [mid(sum(p) for p in ph) * 1e3] + [mid(p[k] for p in ph) * 1e3 for k in (0, 1)]
     return out
 
 
@@ -111,7 +115,11 @@ def main():
     p.add_argument("--interleave", action="store_true",
                    help="all variants in one run, their steps in turn (host times only)")
     a = p.parse_args()
-    variants = ["plain"] + [v for v in VARIANTS if v != "plain" and v in (a.variant or VARIANTS)]
+    asked = a.variant or [v for v in VARIANTS if not (a.interleave and v == "every10")]
+    if a.interleave and "full" in asked and "every10" in asked:
+        p.error("--interleave trains the variants side by side in one process, which holds one "
+                "watcher (a second watch() joins the first): --variant full or every10, not both")
+    variants = ["plain"] + [v for v in VARIANTS if v != "plain" and v in asked]
     print("# torch %s %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
     for wl in a.workload or ["simplecnn", "gpt"]:
         for mode in a.mode or ["fp16"]:
