@@ -21,8 +21,8 @@ which in fp16 includes GradScaler's own wait for found_inf). With --profile it a
 host functions by own time (cProfile of the plain, hooks and full variants) and the GPU time of
 all kernels and of the statistics kernels per step (plain and full; torch.profiler). With
 --self-time it prints the host time the bridge's own entry points (hooks, the end of the step)
-take per step in the full variant, timed one by one with perf_counter (not sampled: what the loop
-waits for when it is host-bound). --compile trains torch.compile(model) in every variant.
+take per step in the full and hooks variants, timed one by one with perf_counter (not sampled:
+what the loop waits for when it is host-bound). --compile trains torch.compile(model) in every variant.
 Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
@@ -138,12 +138,15 @@ _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "
             ("Watcher", "_found_infs"), ("Watcher", "_ensure_marked"), ("Watcher", "end_step"),
             ("Watcher", "_queue"), ("Watcher", "_record"),
             ("_LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
-            ("StepStats", "finish"), ("StepStats", "put")]
+            ("StepStats", "finish"), ("StepStats", "put"), ("StepStats", "mark"),
+            ("Watcher", "_marked"), ("Watcher", "_emit"), ("Watcher", "_end_loss_region"),
+            ("_LossTape", "begin"), ("_LossTape", "end"), ("Copy", "wait")]
 
 
-def self_time(name, mode):
-    """The full variant with the bridge's entry points timed: per entry point, calls and host
-    microseconds per step (nested calls are listed but counted once in the total)."""
+def self_time(name, mode, variant="full"):
+    """A variant (full, or hooks: the steps without statistics) with the bridge's entry points
+    timed: per entry point, calls and host microseconds per step (nested calls are listed but
+    counted once in the total)."""
     spent, calls, depth = {}, {}, [0]
     clock = time.perf_counter
 
@@ -180,7 +183,7 @@ def self_time(name, mode):
         for c, meth, fn in saved:
             setattr(c, meth, timed("%s.%s" % (c.__name__, meth), fn))
         ap.Watcher._grad_hook = lambda self, *a: timed("grad pre-hook", factory(self, *a))
-        step, steps, w = setup(name, mode, "full")
+        step, steps, w = setup(name, mode, variant)
         spent.clear()
         calls.clear()
         gc.callbacks.append(gc_timer)
@@ -197,8 +200,8 @@ def self_time(name, mode):
             setattr(c, meth, fn)
         ap.Watcher._grad_hook = factory
     us = 1e6 / steps
-    print("## %s %s: the bridge's host time per step (wall %.3f ms a step)" % (name, mode,
-                                                                               wall * 1e3))
+    print("## %s %s %s: the bridge's host time per step (wall %.3f ms a step)" % (
+        name, mode, variant, wall * 1e3))
     for key in sorted(spent, key=lambda k: -spent[k]):
         n = calls.get(key, steps)
         print("   %-34s %6.1f calls %8.1f us/call %8.1f us/step" % (
@@ -257,6 +260,7 @@ def main():
         for mode in a.mode or ["fp16", "bf16"]:
             if a.self_time:
                 self_time(wl, mode)
+                self_time(wl, mode, "hooks")
             if not a.rounds:
                 continue
             got = {v: [] for v in VARIANTS}
