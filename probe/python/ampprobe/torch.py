@@ -818,13 +818,14 @@ class Watcher:
         self._roots.append(root)
         return True
 
-    def join(self, model, scaler=None, optimizer=None, name=None):
+    def join(self, model, scaler=None, optimizer=None, name=None, settings=None):
         """watch() of a second model while this one records (several models trained in one
         loop, as in PyTorch's AMP examples): it is recorded beside the first (_add_root), from
         the step whose forward has not begun yet, in the same steps, which end where this
         watcher's end (the first watch()'s scaler or optimizer, else scaler and optimizer
-        here); another enabled GradScaler's updates are not recorded (said on stderr). Returns
-        self."""
+        here), with this watcher's settings; another enabled GradScaler's updates, and
+        settings (watch()'s stats_every, ops_every, check_grads) other than this watcher's,
+        are said on stderr not to apply. Returns self."""
         outer = _unwrap(model)
         if any(id(m) in self.layer_of for m in (outer, _inner(outer))):
             return self  # watched already (the model, an added one or a module inside)
@@ -849,6 +850,14 @@ class Watcher:
                   file=sys.stderr, flush=True)
         if optimizer is not None and self.scaler is None:
             self.attach_optimizer(optimizer)
+        mine = {"stats_every": self.stats_every, "ops_every": self.ops_every,
+                "check_grads": self.check_grads}
+        other = ["%s=%s" % (k, v) for k, v in (settings or {}).items()
+                 if v is not None and v != mine[k]]
+        if other:
+            print("ampprobe: watch(%s): %s not applied: the first watch()'s settings hold for "
+                  "both (%s)" % (what, ", ".join(other), ", ".join(
+                      "%s=%s" % kv for kv in mine.items())), file=sys.stderr, flush=True)
         return self
 
     def _take_modules(self, named, layer_id, prefix):
@@ -1569,7 +1578,8 @@ def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_e
     its steps and with its settings, and returns that watcher (Watcher.join)."""
     first = next((w for w in _watchers if w.on), None)
     if first is not None:
-        return first.join(model, scaler=scaler, optimizer=optimizer, name=name)
+        return first.join(model, scaler=scaler, optimizer=optimizer, name=name, settings=dict(
+            stats_every=stats_every, ops_every=ops_every, check_grads=check_grads))
     return Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
                    ops_every=ops_every, check_grads=check_grads)
 

@@ -325,8 +325,9 @@ def check_added(path, log, values, watched=False):
 
 def check_joined(path, log):
     """gpu_join.py's run: the second model (watch(..., name="Critic")) recorded in the first
-    one's steps from step 0, and the note that its own GradScaler's updates are not; the first
-    model, a single Linear, with its output's rows too."""
+    one's steps from step 0 (every step: its stats_every=5 not applied, as noted), and the note
+    that its own GradScaler's updates are not; the first model, a single Linear, with its
+    output's rows too."""
     db = sqlite3.connect(path)
     meta = db.execute("SELECT value FROM META WHERE key = 'added_models'").fetchall()
     kinds = ("SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
@@ -335,7 +336,8 @@ def check_joined(path, log):
     critic, gen = (db.execute(kinds, (name,)).fetchall() for name in ("Critic", "Linear"))
     steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
     text = open(log).read()
-    noted = "its GradScaler is not Linear's" in text and "PASS watch()" in text
+    noted = "its GradScaler is not Linear's" in text and "PASS watch()" in text and \
+        "stats_every=5 not applied" in text
     every = [("activation", 0, steps), ("activation_grad", 0, steps), ("weight_grad", 0, steps)]
     ok = meta == [("Critic (9 values) from step 0",)] and noted and critic == every and \
         gen == every and steps == 4

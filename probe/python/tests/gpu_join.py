@@ -7,8 +7,9 @@ each with its own GradScaler and optimizer, run under `ampprobe run --torch --tr
 
 Checks here that watch() of a watched model again, and of a second model, returns the first
 watcher; check_report.py --joined checks what was recorded (the second model's rows under the
-name given to watch(), from step 0, and the note that its GradScaler's updates are not
-recorded). Exits 1 when a check here fails."""
+name given to watch(), from step 0, in every step: the first watch()'s stats_every holds, as
+said on stderr; and the note that its GradScaler's updates are not recorded). Exits 1 when a
+check here fails."""
 import sys
 
 import torch
@@ -29,7 +30,7 @@ def main():
     if not w.on:
         sys.exit("gpu_join.py: run it under `ampprobe run --torch`")
     if ap.watch(gen) is not w or ap.watch(critic, scaler=s_critic, optimizer=o_critic,
-                                          name="Critic") is not w:
+                                          name="Critic", stats_every=5) is not w:
         print("FAIL watch() of a watched model, or of a second one, made another watcher")
         return 1
     for _ in range(STEPS):
