@@ -22,7 +22,8 @@ host functions by own time (cProfile of the plain, hooks and full variants) and 
 all kernels and of the statistics kernels per step (plain and full; torch.profiler). With
 --self-time it prints the host time the bridge's own entry points (hooks, the end of the step)
 take per step in the full and hooks variants, timed one by one with perf_counter (not sampled:
-what the loop waits for when it is host-bound). --compile trains torch.compile(model) in every variant.
+what the loop waits for when it is host-bound), and among them the C calls (the statistics
+module's CUDA work, libamprecord's records). --compile trains torch.compile(model) in every variant.
 Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile
@@ -143,6 +144,19 @@ _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "
             ("_LossTape", "begin"), ("_LossTape", "end"), ("Copy", "wait")]
 
 
+class _TimedLib:
+    """A ctypes library whose functions are timed (timed(key, fn) wraps each)."""
+
+    def __init__(self, lib, prefix, timed):
+        self._lib, self._prefix, self._timed, self._fns = lib, prefix, timed, {}
+
+    def __getattr__(self, name):
+        fn = self._fns.get(name)
+        if fn is None:
+            fn = self._fns[name] = self._timed(self._prefix + name, getattr(self._lib, name))
+        return fn
+
+
 def self_time(name, mode, variant="full"):
     """A variant (full, or hooks: the steps without statistics) with the bridge's entry points
     timed: per entry point, calls and host microseconds per step (nested calls are listed but
@@ -184,6 +198,9 @@ def self_time(name, mode, variant="full"):
             setattr(c, meth, timed("%s.%s" % (c.__name__, meth), fn))
         ap.Watcher._grad_hook = lambda self, *a: timed("grad pre-hook", factory(self, *a))
         step, steps, w = setup(name, mode, variant)
+        # the C calls (CUDA work in the statistics module, records in libamprecord) timed too
+        w.stats.lib = _TimedLib(w.stats.lib, "C stats.", timed)
+        w.rec._lib = _TimedLib(w.rec._lib, "C record.", timed)
         spent.clear()
         calls.clear()
         gc.callbacks.append(gc_timer)
@@ -193,6 +210,7 @@ def self_time(name, mode, variant="full"):
         torch.cuda.synchronize()
         wall = (time.perf_counter() - t0) / steps
         w.close()
+        w.rec._lib = w.rec._lib._lib  # (the recorder may be shared with later watchers)
     finally:
         if gc_timer in gc.callbacks:
             gc.callbacks.remove(gc_timer)
