@@ -23,7 +23,8 @@ all kernels and of the statistics kernels per step (plain and full; torch.profil
 --self-time it prints the host time the bridge's own entry points (hooks, the end of the step)
 take per step in the full and hooks variants, timed one by one with perf_counter (not sampled:
 what the loop waits for when it is host-bound), and among them the C calls (the statistics
-module's CUDA work, libamprecord's records). --compile trains torch.compile(model) in every variant.
+module's CUDA work, libamprecord's records). --compile trains torch.compile(model) in every
+variant.
 Run it under `ampprobe run --trace amp`:
 
   ampprobe run --trace amp -o b.sqlite -- python3 probe/python/bench/bridge_breakdown.py --profile

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """gpu_join.py — watch() called on two models of one loop (a generator and its critic, say),
-each with its own GradScaler and optimizer, run under `ampprobe run --torch --trace amp`:
+each with its optimizer, the second also handed a GradScaler of its own (which the loop does not
+use), run under `ampprobe run --torch --trace amp`:
 
   ampprobe run --torch --trace amp -o RUN.sqlite -- python3 gpu_join.py
   check_report.py --joined RUN.sqlite RUN.log

@@ -16,9 +16,9 @@
 # warning; a second top-level module that the optimizer trains must be recorded from step 1
 # (META added_models, a note, its rows), leave the findings as they were, and its own overflow
 # be named in its layer (and from step 0, in one watcher, when the script calls watch() on
-# each: gpu_join.py with two GradScalers too); gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
-# nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
-# backward(), a loss computed in the forward, channels_last convolutions, a residual added in
+# each: gpu_join.py with two GradScalers too); gpu_patterns.py's model shapes (a cell called
+# in a loop, an LSTM, nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad()
+# between the forward and backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
 # causal mask passed in, a padding mask that leaves a sample no key, a -inf that where() leaves
 # out, in the backward and in a step broken elsewhere; the first also in bf16 without a
