@@ -47,6 +47,8 @@ step 0, with watch()'s note. With --joined, of gpu_join.py's run: its second mod
 with its own GradScaler under the name Critic, recorded in the first one's steps from step 0,
 and the note that that GradScaler's updates are not recorded; the first model, a single Linear,
 with its own output's rows (a model with no modules inside is read as one).
+With --one-process, of a run whose batches came from DataLoader workers (gpu_faults.py
+--loader): one process in AMP_PROCESSES and in AMP_STEPS, the training one.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -348,7 +350,22 @@ def check_joined(path, log):
     return 0 if ok else 1
 
 
+def check_one_process(path):
+    """Only the training process recorded (gpu_faults.py --loader: its DataLoader's worker
+    processes, forked or spawned, did not)."""
+    db = sqlite3.connect(path)
+    procs = db.execute("SELECT count(*) FROM AMP_PROCESSES").fetchone()[0]
+    pids = db.execute("SELECT count(DISTINCT pid) FROM AMP_STEPS").fetchone()[0]
+    steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
+    ok = procs == 1 and pids == 1 and steps > 0
+    print("%s one recording process in %s: %d in AMP_PROCESSES, %d in AMP_STEPS (%d steps)" % (
+        "PASS" if ok else "FAIL", path, procs, pids, steps), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--one-process":
+        return check_one_process(sys.argv[2])
     if sys.argv[1] == "--joined":
         return check_joined(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--added":

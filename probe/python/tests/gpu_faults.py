@@ -42,7 +42,9 @@ top-level module after the model (a Linear over its output, in the same optimize
 `ampprobe run --torch` records from step 1 on; --split-gain G multiplies its weight by G at
 step 3 (G = 1e6: its fp16 output overflows, named in its layer). --watch: the script calls
 ampprobe.torch.watch() itself, on the model and (--split) on the Linear, with the one scaler and
-optimizer (PyTorch's AMP recipe for several models): both recorded from step 0. --die-at STEP
+optimizer (PyTorch's AMP recipe for several models): both recorded from step 0. --loader
+fork|spawn: the batches come from a DataLoader with two worker processes started that way (the
+same batches, in the same order): nothing but the training process may record. --die-at STEP
 ends the script at the start of that step: an exception (--die-how raise, exit status 1) or,
 0.3 s later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
 """
@@ -56,6 +58,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from torch.utils.data import DataLoader, TensorDataset
 
 CHECKPOINT = None  # None, or use_reentrant for torch.utils.checkpoint of each block
 
@@ -158,6 +161,17 @@ class MLP(nn.Module):
         return s.head(x)
 
 
+def _loaded(xs, ys, dev, start):
+    """xs and ys, in that order over and over, through a DataLoader whose two workers are
+    started by start (fork, spawn), moved to dev."""
+    ds = TensorDataset(torch.stack([x.cpu() for x in xs]), torch.stack([y.cpu() for y in ys]))
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True,
+                        multiprocessing_context=start)
+    while True:
+        for x, y in loader:
+            yield x.to(dev), y.to(dev)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,6 +215,8 @@ def main():
     ap.add_argument("--watch", action="store_true",
                     help="call ampprobe.torch.watch() in the script: on the model, and with "
                     "--split on the Linear too (the same scaler and optimizer)")
+    ap.add_argument("--loader", choices=["fork", "spawn"],
+                    help="the batches from a DataLoader with two workers started this way")
     ap.add_argument("--die-at", type=int, metavar="STEP",
                     help="die at the start of that step: raise an exception (a script's error, "
                     "a CUDA out-of-memory) or, with --die-how kill, SIGKILL itself (the OOM "
@@ -209,6 +225,8 @@ def main():
     a = ap.parse_args()
     if a.bf16 == "fsdp" and a.wrap != "fsdp":
         ap.error("--bf16 fsdp needs --wrap fsdp")
+    if a.loader and a.accum != 1:
+        ap.error("--loader takes one batch a step: not with --accum")
     global CHECKPOINT
     if a.checkpoint:
         CHECKPOINT = a.checkpoint == "reentrant"
@@ -278,6 +296,7 @@ def main():
         amp_torch.watch(model, scaler=scaler, optimizer=opt)
         if extra is not None:
             amp_torch.watch(extra, scaler=scaler, optimizer=opt)
+    batches = _loaded(xs, ys, dev, a.loader) if a.loader else None
     for step in range(steps):
         if step == a.die_at:
             if a.die_how == "kill":  # what was recorded 200 ms before must be on disk
@@ -298,7 +317,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         total = 0.0  # the step's loss: the mean over its micro-batches
         for micro in range(a.accum):
-            x, y = xs[(step + micro) % 4], ys[(step + micro) % 4]
+            x, y = next(batches) if batches else (xs[(step + micro) % 4], ys[(step + micro) % 4])
             if a.case == "nan" and step == FAULT_STEP and micro == 0 and not a.healthy:
                 x = x.clone()
                 x[1, 5] = float("nan")

@@ -16,7 +16,9 @@
 # warning; a second top-level module that the optimizer trains must be recorded from step 1
 # (META added_models, a note, its rows), leave the findings as they were, and its own overflow
 # be named in its layer (and from step 0, in one watcher, when the script calls watch() on
-# each: gpu_join.py with two GradScalers too); gpu_patterns.py's model shapes (a cell called
+# each: gpu_join.py with two GradScalers too); batches from DataLoader workers (forked,
+# spawned) must leave the finding as it was and one recording process; gpu_patterns.py's
+# model shapes (a cell called
 # in a loop, an LSTM, nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad()
 # between the forward and backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
@@ -95,6 +97,8 @@ one attn-healthy-split "" --case attn --healthy --split &
 one attn-split-overflow "" --case attn --healthy --split --split-gain 1e6 &
 one nan-watch2 "" --case nan --split --watch &
 SCRIPT=gpu_join.py one join "" &
+one nan-fork "" --case nan --loader fork &
+one nan-spawn "" --case nan --loader spawn &
 one attn-split-overflow-watch2 "" --case attn --healthy --split --split-gain 1e6 --watch &
 one attn-died "" --case attn --healthy --die-at 6 &
 one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
@@ -164,6 +168,11 @@ python3 "$HERE/check_report.py" "$WORK/attn-split-overflow-watch2.json" split ||
 python3 "$HERE/check_report.py" --added "$WORK/nan-watch2.sqlite" "$WORK/nan-watch2.log" 110 \
     --watch || fail=1
 python3 "$HERE/check_report.py" --joined "$WORK/join.sqlite" "$WORK/join.log" || fail=1
+# batches from DataLoader workers, forked or spawned: the same finding, one recording process
+for s in fork spawn; do
+    python3 "$HERE/check_report.py" "$WORK/nan-$s.json" nan || fail=1
+    python3 "$HERE/check_report.py" --one-process "$WORK/nan-$s.sqlite" || fail=1
+done
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
