@@ -14,7 +14,9 @@ process; the same rows as without them) and DataParallel (one GPU), and compiled
 break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
 model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean); a script that
 raises or is SIGKILLed mid-run keeps its steps and the report says how it ended; a second module
-trained beside the model is recorded from step 1 on, and its own overflow named there; and
+trained beside the model is recorded from step 1 on, and its own overflow named there (from step
+0 when the script calls watch() on each; gpu_join.py); batches from DataLoader workers change
+nothing and record nothing; and
 gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
 output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
 forward, channels_last convolutions, a residual added in place, logits masked by item
@@ -42,14 +44,15 @@ CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 
 
 def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py"):
-    """Runs the case of script under ampprobe run --torch (torch.compile's graph breaks
-    logged), which must exit with status; returns the database and the script's output (stdout
-    and stderr)."""
+    """Runs the case of script (None: a script without cases) under ampprobe run --torch
+    (torch.compile's graph breaks logged), which must exit with status; returns the database
+    and the script's output (stdout and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
-    db = str(tmp_path / ("%s%s%s.sqlite" % (case, "-healthy" if healthy else "",
+    db = str(tmp_path / ("%s%s%s.sqlite" % (case or script[:-3], "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
     run = subprocess.run([ampprobe, "run", "--torch", "--trace", "amp", "-f", "-o", db, "--",
-                          sys.executable, os.path.join(HERE, script), "--case", case]
+                          sys.executable, os.path.join(HERE, script)]
+                         + (["--case", case] if case else [])
                          + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, TORCH_LOGS="graph_breaks"))
@@ -188,6 +191,32 @@ def test_an_overflow_in_the_second_module_is_named_there(tmp_path):
     r = report_of(tmp_path, "attn", True, ("--split", "--split-gain", "1e6"))
     assert r["findings"], "no findings"
     assert check_report.expect("split", r["findings"][0]) is None, r["findings"][0]
+
+
+def test_watch_called_on_each_model_records_both_from_step_0(tmp_path):
+    """The script calls watch() on the model and on the Linear after it: one watcher, both
+    recorded from step 0; the NaN batch still found; gpu_join.py: two GradScalers, a name."""
+    db, out = record(tmp_path, "nan", False, ("--split", "--watch"))
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_added(db, str(log), "110", watched=True) == 0
+    r = report_of(tmp_path, "nan", False, ("--split", "--watch"))
+    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+    r = report_of(tmp_path, "attn", True, ("--split", "--split-gain", "1e6", "--watch"))
+    assert check_report.expect("split", r["findings"][0]) is None, r["findings"][0]
+    db, out = record(tmp_path, None, False, script="gpu_join.py")
+    log.write_text(out)
+    assert check_report.check_joined(db, str(log)) == 0
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_dataloader_workers_record_nothing(tmp_path, start):
+    """Batches from a DataLoader's two workers: the NaN batch found as without them, and only
+    the training process recorded."""
+    r = report_of(tmp_path, "nan", False, ("--loader", start))
+    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+    db, _ = record(tmp_path, "nan", False, ("--loader", start))
+    assert check_report.check_one_process(db) == 0
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
