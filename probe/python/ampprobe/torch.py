@@ -465,6 +465,7 @@ def _replay(f, out, judge=None, graph=False):
 # The watcher
 
 _watchers = []
+_steps_recorded = [0]  # the steps the watchers of this process have ended (the next one's number)
 _grad_enabled = torch.is_grad_enabled
 _dtype_name = _vocab.dtype_name
 _backward_patched = False
@@ -581,7 +582,9 @@ class Watcher:
         self.compiled = bool(inside)
         self._lock = threading.Lock()
         self._unread = set()  # the tensor types _local could not read
-        self.step = 0
+        # steps go on from those of the watchers closed before in this process (one step
+        # number, one step: a model trained after another does not write over its steps)
+        self.first = self.step = _steps_recorded[0]
         self.step_start = self.rec.now_ns()
         self.sampled = True
         self.entries = []  # (layer, kind, op, dtype) of the step's queued statistics
@@ -612,8 +615,9 @@ class Watcher:
         self.prev_broken = False
         self._forwards = 0
         self._handles = []
-        # modules outside the model called in training mode during step 0 (a second model the
-        # optimizer trains too: named when an optimizer's parameters are checked), by id; then
+        # modules outside the model called in training mode during its first step (a second
+        # model the optimizer trains too: named when an optimizer's parameters are checked), by
+        # id; then
         # (_end_others) their names and parameters
         self._others = {}
         self._others_hook = torch.nn.modules.module.register_module_forward_pre_hook(
@@ -704,8 +708,9 @@ class Watcher:
         self._handles.append(optimizer.register_step_pre_hook(self.on_optimizer_step))
 
     def _note_other(self, module, args):
-        """Step 0's global forward pre-hook: a module outside the model, called to train."""
-        if self.step == 0 and module.training and id(module) not in self.layer_of and \
+        """The first step's global forward pre-hook: a module outside the model, called to
+        train."""
+        if self.step == self.first and module.training and id(module) not in self.layer_of and \
                 torch.is_grad_enabled() and not self.rerunning and not _compiling():
             self._others.setdefault(id(module), module)
 
@@ -915,7 +920,8 @@ class Watcher:
         return None
 
     def _op_step(self):
-        return self.ops_every and self.step >= 1 and (self.step - 1) % self.ops_every == 0
+        n = self.step - self.first  # the watcher's second step, then every ops_every
+        return self.ops_every and n >= 1 and (n - 1) % self.ops_every == 0
 
     def _on_root_post(self, module, args, output):
         if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
@@ -1181,11 +1187,11 @@ class Watcher:
         as a GradScaler's step() does)."""
         if not self.on:
             return
-        if not self._forwards and self.step == 0:
-            print("ampprobe: step 0 ended without an eager forward of the watched model (was it "
+        if not self._forwards and self.step == self.first:
+            print("ampprobe: step %d ended without an eager forward of the watched model (was it "
                   "compiled after watch(), or called inside a compiled function? watch what "
-                  "torch.compile returned): its inputs and module outputs are not recorded",
-                  file=sys.stderr, flush=True)
+                  "torch.compile returned): its inputs and module outputs are not recorded"
+                  % self.step, file=sys.stderr, flush=True)
         self._end_loss_region()
         if self.links.open:  # (the model's forward did not return: what it saw is kept)
             self.links.close()
@@ -1205,7 +1211,7 @@ class Watcher:
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, grads_bad, self.forwards)
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
-        if self.step % _MEM_EVERY == 0 or broken:
+        if (self.step - self.first) % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
         self.flush()
         if broken:
@@ -1214,7 +1220,8 @@ class Watcher:
             self.waiting = done
         self.step += 1
         self.step_start = self.rec.now_ns()
-        self.sampled = self.step % self.stats_every == 0
+        self.sampled = (self.step - self.first) % self.stats_every == 0
+        _steps_recorded[0] = self.step
         self.entries, self.loss = [], None
         self.forwards = []
         self.wgrads_queued = False

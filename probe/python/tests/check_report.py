@@ -46,7 +46,8 @@ the script's output hold the bridge's note, and the statistics rows of step 1 on
 step 0, with watch()'s note. With --joined, of gpu_join.py's run: its second model, watched
 with its own GradScaler under the name Critic, recorded in the first one's steps from step 0,
 and the note that that GradScaler's updates are not recorded; the first model, a single Linear,
-with its own output's rows (a model with no modules inside is read as one).
+with its own output's rows (a model with no modules inside is read as one); a third model
+watched after that watcher closed, in steps 4-6, seven steps and seven scale updates in all.
 With --one-process, of a run whose batches came from DataLoader workers (gpu_faults.py
 --loader): one process in AMP_PROCESSES and in AMP_STEPS, the training one.
 Prints one PASS/FAIL line; exits 1 on FAIL.
@@ -329,24 +330,31 @@ def check_joined(path, log):
     """gpu_join.py's run: the second model (watch(..., name="Critic")) recorded in the first
     one's steps from step 0 (every step: its stats_every=5 not applied, as noted), and the note
     that its own GradScaler's updates are not; the first model, a single Linear, with its
-    output's rows too."""
+    output's rows too; a third, watched after the first watcher closed, in steps 4-6 (the
+    steps and the scale updates numbered on, none written over)."""
     db = sqlite3.connect(path)
     meta = db.execute("SELECT value FROM META WHERE key = 'added_models'").fetchall()
     kinds = ("SELECT s.kind, min(s.step), count(DISTINCT s.step) FROM AMP_TENSOR_STATS s JOIN "
              "AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id WHERE l.name = ? "
              "GROUP BY s.kind ORDER BY s.kind")
-    critic, gen = (db.execute(kinds, (name,)).fetchall() for name in ("Critic", "Linear"))
+    critic, gen, after = (db.execute(kinds, (name,)).fetchall()
+                          for name in ("Critic", "Linear", "After"))
     steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
+    scales = db.execute("SELECT count(*), count(DISTINCT step), min(step), max(step) "
+                        "FROM AMP_SCALE").fetchone()
     text = open(log).read()
     noted = "its GradScaler is not Linear's" in text and "PASS watch()" in text and \
         "stats_every=5 not applied" in text
-    every = [("activation", 0, steps), ("activation_grad", 0, steps), ("weight_grad", 0, steps)]
-    ok = meta == [("Critic (9 values) from step 0",)] and noted and critic == every and \
-        gen == every and steps == 4
+
+    def every(first, n):
+        return [("activation", first, n), ("activation_grad", first, n), ("weight_grad", first, n)]
+    ok = meta == [("Critic (9 values) from step 0",)] and noted and critic == every(0, 4) and \
+        gen == every(0, 4) and after == every(4, 3) and steps == 7 and scales == (7, 7, 0, 6)
     print("%s watch() on two models: META %s, %s, rows (kind, first step, steps) of Critic %s "
-          "and Linear %s, of %d steps" % (
+          "and Linear %s; then a third watched after closing: %s; %d steps, AMP_SCALE (rows, "
+          "steps, first, last) %s" % (
               "PASS" if ok else "FAIL", meta, "noted" if noted else
-              "no note (or no PASS) in the log", critic, gen, steps), flush=True)
+              "no note (or no PASS) in the log", critic, gen, after, steps, scales), flush=True)
     return 0 if ok else 1
 
 

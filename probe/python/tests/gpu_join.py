@@ -9,8 +9,9 @@ use), run under `ampprobe run --torch --trace amp`:
 Checks here that watch() of a watched model again, and of a second model, returns the first
 watcher; check_report.py --joined checks what was recorded (the second model's rows under the
 name given to watch(), from step 0, in every step: the first watch()'s stats_every holds, as
-said on stderr; and the note that its GradScaler's updates are not recorded). Exits 1 when a
-check here fails."""
+said on stderr; and the note that its GradScaler's updates are not recorded). Then that watcher
+is closed and a third model watched and trained alone, for 3 more steps: its steps must go on
+from the first watcher's (4-6), not write over them. Exits 1 when a check here fails."""
 import sys
 
 import torch
@@ -19,6 +20,7 @@ import torch.nn as nn
 import ampprobe.torch as ap
 
 STEPS = 4
+AFTER = 3  # steps of the model watched after the first watcher is closed
 
 
 def main():
@@ -45,6 +47,17 @@ def main():
         s_gen.update()
     print("PASS watch() of a watched model, and of a second one, returned the first watcher "
           "(%d steps)" % w.step)
+    w.close()
+    after = nn.Linear(8, 8).cuda()
+    o_after = torch.optim.Adam(after.parameters())
+    w = ap.watch(after, scaler=s_gen, optimizer=o_after, name="After")
+    for _ in range(AFTER):
+        o_after.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = after(torch.randn(16, 8, device="cuda")).float().mean()
+        s_gen.scale(loss).backward()
+        s_gen.step(o_after)
+        s_gen.update()
     return 0
 
 
