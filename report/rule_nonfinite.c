@@ -452,62 +452,60 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
                  ? "the code that reads %s %s's output"
                  : "%s %s",
              layer_words(f), f->op);
+    const char *advice;
     if (late) {
         snprintf(f->title, sizeof f->title,
                  "%s gradients at step %lld, and no GradScaler to skip the step: the optimizer "
                  "stepped on them (traced per module: made by the backward of %s)",
                  r.posinf + r.neginf ? "inf/NaN" : "NaN", (long long)f->first_step, site);
-        snprintf(f->advice, sizeof f->advice,
-                 "Run it again with `ampprobe run --check-grads` (watch(..., check_grads=True)): "
+        advice = "Run it again with `ampprobe run --check-grads` (watch(..., check_grads=True)): "
                  "the end of each step then waits for the parameter gradients and, when they "
                  "hold NaN/inf, traces the backward op by op before the optimizer steps, naming "
-                 "the op and why (2-9%% more step time on an H200). Meanwhile: clip the gradients "
+                 "the op and why (2-9% more step time on an H200). Meanwhile: clip the gradients "
                  "(clip_grad_norm_), and look for a sqrt, norm, log or division at 0 or a "
-                 "torch.where over a log in the code between the modules named.");
+                 "torch.where over a log in the code between the modules named.";
     } else if (left) {
         snprintf(f->title, sizeof f->title,
                  "NaN gradient through a value the forward left out: the backward of %s at step "
                  "%lld",
                  site, (long long)f->first_step);
-        snprintf(f->advice, sizeof f->advice,
-                 "torch.where (and masked_fill) leave a value out of the forward but not out of "
+        advice = "torch.where (and masked_fill) leave a value out of the forward but not out of "
                  "the backward: the branch not taken still gets a zero gradient, and its own "
                  "backward turns that into NaN where its value was inf (0 * inf; log(p) at p = 0 "
                  "is -inf). Make the left-out branch finite before it is computed: "
                  "torch.where(p > 0, p, 1).log() instead of torch.where(p > 0, p.log(), 0), or a "
                  "clamp (p.clamp_min(1e-12).log()). The loss scale cannot fix this: the NaN "
                  "comes at every scale, so the GradScaler skips each such step and halves the "
-                 "scale.");
+                 "scale.";
     } else if (singular) {
         snprintf(f->title, sizeof f->title,
                  "NaN gradient in the backward of %s at step %lld (forward finite): %s of 0 / 0 "
                  "or 0 * inf",
                  site, (long long)f->first_step, aten);
-        snprintf(f->advice, sizeof f->advice,
-                 "A derivative gave NaN from finite values: 0 * inf or 0 / 0, where a function "
+        advice = "A derivative gave NaN from finite values: 0 * inf or 0 / 0, where a function "
                  "is not differentiable (sqrt, a norm or pow(x, a < 1) at 0, acos/asin at +-1, "
                  "a division by a value that is 0). Keep the input off that point: an eps inside "
                  "(torch.sqrt(x + eps), x.pow(2).sum(-1).add(eps).sqrt() for a norm), a clamp "
                  "(x.clamp(-1 + eps, 1 - eps) before acos). The loss scale cannot fix this: the "
-                 "NaN comes at every scale.");
+                 "NaN comes at every scale.";
     } else if (exploding) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s overflowed at step %lld at loss scale "
                  "%.9g",
                  site, (long long)f->first_step, isnan(scale) ? 1.0 : scale);
-        snprintf(f->advice, sizeof f->advice,
-                 "Clip the gradients (unscale_ the optimizer, then clip_grad_norm_) and lower the "
-                 "learning rate or add warm-up; check the layer's initialisation. The loss scale is "
-                 "already low, so lowering it further does not help.");
+        advice =
+            "Clip the gradients (unscale_ the optimizer, then clip_grad_norm_) and lower the "
+            "learning rate or add warm-up; check the layer's initialisation. The loss scale is "
+            "already low, so lowering it further does not help.";
     } else {
         snprintf(f->title, sizeof f->title,
                  "gradient overflow in the backward of %s at loss scale %.9g (forward finite): "
                  "the GradScaler skipped %s and backed off",
                  site, scale, occ == 1 ? "the step" : "those steps");
-        snprintf(f->advice, sizeof f->advice,
-                 "Nothing to fix while it is rare: this is how dynamic loss scaling finds its "
-                 "scale. If it repeats, see the loss-scale finding (init_scale, growth_interval).");
+        advice = "Nothing to fix while it is rare: this is how dynamic loss scaling finds its "
+                 "scale. If it repeats, see the loss-scale finding (init_scale, growth_interval).";
     }
+    snprintf(f->advice, sizeof f->advice, "%s", advice);
     int dl = detail_len(e);
     snprintf(f->detail, sizeof f->detail, "%.*s%s%lld occurrence%s.", dl, dl ? e->detail : "",
              dl ? ".\n" : "", (long long)occ, occ == 1 ? "" : "s");
