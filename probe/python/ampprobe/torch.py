@@ -771,8 +771,7 @@ class Watcher:
                 len(left), _count(sum(p.numel() for p in left.values()))))
         model = _vocab.class_name(self.model)
         if added:
-            self._added.append("%s from step %d" % (", ".join(added), self.step + 1))
-            self.rec.meta("added_models", "; ".join(self._added))
+            self._note_added(", ".join(added), self.step + 1)
             print("ampprobe: the optimizer also trains %s beside the model first called (%s): "
                   "recorded too from step %d on" % (", ".join(added), model, self.step + 1),
                   file=sys.stderr, flush=True)
@@ -786,6 +785,11 @@ class Watcher:
                   "(%s): %s; their modules' outputs and gradients are not recorded, nor a NaN "
                   "made there traced. To record them, call them from one nn.Module's forward, "
                   "the model that trains%s." % (model, what, how), file=sys.stderr, flush=True)
+
+    def _note_added(self, what, start):
+        """Models recorded beside the model (what) from step start on: META added_models."""
+        self._added.append("%s from step %d" % (what, start))
+        self.rec.meta("added_models", "; ".join(self._added))
 
     def _add_root(self, root, name=None):
         """Records root from now on as the model is recorded (a second model that the optimizer
@@ -843,8 +847,7 @@ class Watcher:
                   "not recorded (watch it alone, or compile its blocks)" % (what, first),
                   file=sys.stderr, flush=True)
             return self
-        self._added.append("%s from step %d" % (what, start))
-        self.rec.meta("added_models", "; ".join(self._added))
+        self._note_added(what, start)
         print("ampprobe: watch(%s): recorded beside %s, watched first, from step %d on, in its "
               "steps" % (what, first, start), file=sys.stderr, flush=True)
         if scaler is not None and scaler.is_enabled() and self.scaler is None:
