@@ -11,9 +11,9 @@ then (a step later) long done, and release() hands the pinned buffer back for a 
 mark() and marked() bring a few scalars (what tells whether a step broke) to the host as soon as
 they are computed, waiting for nothing else.
 
-The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports its size
-and a module that disagrees is not used. Tensors not on a GPU, and every tensor when the module
-cannot be loaded, go through eager torch reductions instead (several kernels per tensor).
+The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports
+its size and a module that disagrees is not used. Tensors not on a GPU, and every tensor when the
+module cannot be loaded, go through eager torch reductions instead (several kernels per tensor).
 """
 import ctypes
 import os

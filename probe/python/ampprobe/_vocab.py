@@ -6,7 +6,8 @@
   op_name      a module class or a torch/aten function as the op name the report knows
                (Linear -> linear, LayerNorm -> layer_norm, aten.mm.default -> mm, __mul__ -> mul).
   op_row       the AMP_OPS columns of one torch function call (in/out dtypes after autocast's
-               casts, shapes, analytic FLOPs and bytes), as libampcore's instrumentation fills them.
+               casts, shapes, analytic FLOPs and bytes), as libampcore's instrumentation fills
+               them.
   describe     "input 0 f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; ", the
                event detail format libampcore writes and report/rule_nonfinite.c parses.
   DTYPES       storage names (f16, bf16, f32) and each dtype's overflow and underflow bounds.

@@ -9,47 +9,48 @@
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
   check_report.py --died RUN.sqlite REPORT.json STEP raise|kill
-  check_report.py --added RUN.sqlite RUN.log VALUES
+  check_report.py --added RUN.sqlite RUN.log VALUES [--watch]
+  check_report.py --joined RUN.sqlite RUN.log
+  check_report.py --one-process RUN.sqlite
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
-a healthy twin must have no error and no warning; --per-module: the run's forward was searched
-per module (FSDP2 over several processes, a re-run that stayed finite), the attention overflow
-named at a module in blocks.1.attn, a NaN batch no longer there at layers.0, the residual
-stream's overflow "made in it" where a module's inputs were other modules' outputs. With --bwd, the run's gradient overflows must have been traced op by op (the
-backward re-run): a backward nonfinite_producer event naming a layer, a forward op and the
-autograd node it ran in. With --ops, a TinyGPT run's op step (step 1)
-must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
-(lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy
-at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script
-(on different GPUs) must have recorded the same statistics rows, step by step (--step: that
-step's). With --mem, the
-run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its last (and
-only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one the script
-printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of what
-backward() took). With --compiled, a run of a model compiled as a whole (run with
-TORCH_LOGS=graph_breaks) must say so in META, hold the statistics of its output and that
-output's gradient (the root layer's) and of every parameter's gradient at every step, nothing of
-the modules inside it, and its log no graph break; with --blocks, of a model whose blocks are
-compiled (gpu_faults.py --compile blocks): META says modules, each block's output and its
-gradient are there at every step, nothing of the modules inside the blocks, the others as usual.
-With --died, of a run that died at the start of STEP (gpu_faults.py --die-at STEP): an
-exception must leave every step before STEP in AMP_STEPS (the bridge writes the last one out as
-Python exits) and a run-end warning, "failed with exit status 1 after step STEP-1"; SIGKILL
-(0.3 s after the script's last step: DESIGN.md's crash safety keeps what was recorded 200 ms
-before a death) every step but the last, which the bridge records when the next one ends, and a
-run-end warning "killed by SIGKILL after step STEP-2".
+a healthy twin must have no error and no warning; --per-module: the run's forward was searched per
+module (FSDP2 over several processes, a re-run that stayed finite), the attention overflow named at
+a module in blocks.1.attn, a NaN batch no longer there at layers.0, the residual stream's overflow
+"made in it" where a module's inputs were other modules' outputs. With --bwd, the run's gradient
+overflows must have been traced op by op (the backward re-run): a backward nonfinite_producer event
+naming a layer, a forward op and the autograd node it ran in. With --ops, a TinyGPT run's op step
+(step 1) must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
+(lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy at
+the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script (on
+different GPUs) must have recorded the same statistics rows, step by step (--step: that step's).
+With --mem, the run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and
+its last (and only there), never falling. With --loss, every step's loss in AMP_STEPS must be the
+one the script printed ("step N loss X": with gradient accumulation, the sum over the micro-batches
+of what backward() took). With --compiled, a run of a model compiled as a whole (run with
+TORCH_LOGS=graph_breaks) must say so in META, hold the statistics of its output and that output's
+gradient (the root layer's) and of every parameter's gradient at every step, nothing of the modules
+inside it, and its log no graph break; with --blocks, of a model whose blocks are compiled
+(gpu_faults.py --compile blocks): META says modules, each block's output and its gradient are there
+at every step, nothing of the modules inside the blocks, the others as usual.
+With --died, of a run that died at the start of STEP (gpu_faults.py --die-at STEP): an exception
+must leave every step before STEP in AMP_STEPS (the bridge writes the last one out as Python exits)
+and a run-end warning, "failed with exit status 1 after step STEP-1"; SIGKILL (0.3 s after the
+script's last step: DESIGN.md's crash safety keeps what was recorded 200 ms before a death) every
+step but the last, which the bridge records when the next one ends, and a run-end warning "killed
+by SIGKILL after step STEP-2".
 With --added, of a run that trained a second top-level module (gpu_faults.py --split) under
-`ampprobe run --torch`: META `added_models` must name it, "Linear (VALUES values) from step 1",
-the script's output hold the bridge's note, and the statistics rows of step 1 on hold its output
-(layer "Linear"), that output's gradient and its weight's gradient, none of step 0; with
---added ... --watch (gpu_faults.py --split --watch: watch() called on each), the same from
-step 0, with watch()'s note. With --joined, of gpu_join.py's run: its second model, watched
-with its own GradScaler under the name Critic, recorded in the first one's steps from step 0,
-and the note that that GradScaler's updates are not recorded; the first model, a single Linear,
-with its own output's rows (a model with no modules inside is read as one); a third model
-watched after that watcher closed, in steps 4-6, seven steps and seven scale updates in all.
-With --one-process, of a run whose batches came from DataLoader workers (gpu_faults.py
---loader): one process in AMP_PROCESSES and in AMP_STEPS, the training one.
+`ampprobe run --torch`: META `added_models` must name it, "Linear (VALUES values) from step 1", the
+script's output hold the bridge's note, and the statistics rows of step 1 on hold its output (layer
+"Linear"), that output's gradient and its weight's gradient, none of step 0; with --added ...
+--watch (gpu_faults.py --split --watch: watch() called on each), the same from step 0, with
+watch()'s note. With --joined, of gpu_join.py's run: its second model, watched with its own
+GradScaler under the name Critic, recorded in the first one's steps from step 0, and the note that
+that GradScaler's updates are not recorded; the first model, a single Linear, with its own output's
+rows (a model with no modules inside is read as one); a third model watched after that watcher
+closed, in steps 4-6, seven steps and seven scale updates in all.
+With --one-process, of a run whose batches came from DataLoader workers (gpu_faults.py --loader):
+one process in AMP_PROCESSES and in AMP_STEPS, the training one.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -287,7 +288,8 @@ def check_compiled_blocks(db, path, meta, steps, breaks):
 
 
 def check_died(path, report, step, how):
-    steps = [s for (s,) in sqlite3.connect(path).execute("SELECT step FROM AMP_STEPS ORDER BY step")]
+    steps = [s for (s,) in
+             sqlite3.connect(path).execute("SELECT step FROM AMP_STEPS ORDER BY step")]
     ends = [f for f in json.load(open(report)).get("findings", []) if f["rule"] == "run-end"]
     title = ends[0]["title"] if ends else None
     last = steps[-1] if steps else -1

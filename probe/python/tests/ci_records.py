@@ -56,7 +56,8 @@ FSDPBlock = type("FSDPBlock", (FSDPModule, Block), {})
 assert _vocab.class_name(Block()) == "Block" and _vocab.class_name(FSDPBlock()) == "Block"
 assert _vocab.op_name(_vocab.class_name(FSDPBlock())) == "block"
 assert _vocab.class_name(FSDPModule()) == "FSDPModule"
-assert _vocab.dtype_name("torch.float16") == "f16" and _vocab.dtype_name("torch.bfloat16") == "bf16"
+assert _vocab.dtype_name("torch.float16") == "f16"
+assert _vocab.dtype_name("torch.bfloat16") == "bf16"
 d = _vocab.describe("input 0", "f16", (16, 2, 16, 16), -6.26953, 6.1, 6.26953)
 assert d == "input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.1 amax 6.26953; ", d
 d = _vocab.describe("output", "f16", (8,), -65440, 65440, 65440, 0, 3913, 3977)

@@ -3,41 +3,38 @@
 #   probe/python/tests/run_gpu.sh DIST [WORK] [--quick]
 # DIST holds ampprobe, libamprecord.so and python/ as the build leaves them (built elsewhere and
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
-# amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines);
-# one faulty case also runs with the eager (module-less) statistics; gradient accumulation and
-# activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel
-# (one GPU), FSDP2 (one process), gradient clipping after unscale_, a fused Adam (handed the
-# scale), a batch cleaned after its forward (named per module), bf16 without autocast (a model
-# cast to it, FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or
-# its blocks compiled, also with CUDA graphs: and no graph break, the statistics a compiled
-# model has) are checked the same way, and against the plain runs (the step's loss as the
-# script computed it; the same statistics rows); a script that raises mid-run must leave every
-# step before it, one SIGKILLed every step but the last, each with the report's run-end
-# warning; a second top-level module that the optimizer trains must be recorded from step 1
-# (META added_models, a note, its rows), leave the findings as they were, and its own overflow
-# be named in its layer (and from step 0, in one watcher, when the script calls watch() on
-# each: gpu_join.py with two GradScalers too); batches from DataLoader workers (forked,
-# spawned) must leave the finding as it was and one recording process; gpu_patterns.py's
-# model shapes (a cell called
-# in a loop, an LSTM, nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad()
-# between the forward and backward(), a loss computed in the forward, channels_last convolutions, a residual added in
+# amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines); one
+# faulty case also runs with the eager (module-less) statistics; gradient accumulation and
+# activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel (one
+# GPU), FSDP2 (one process), gradient clipping after unscale_, a fused Adam (handed the scale), a
+# batch cleaned after its forward (named per module), bf16 without autocast (a model cast to it,
+# FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or its blocks
+# compiled, also with CUDA graphs: and no graph break, the statistics a compiled model has) are
+# checked the same way, and against the plain runs (the step's loss as the script computed it; the
+# same statistics rows); a script that raises mid-run must leave every step before it, one
+# SIGKILLed every step but the last, each with the report's run-end warning; a second top-level
+# module that the optimizer trains must be recorded from step 1 (META added_models, a note, its
+# rows), leave the findings as they were, and its own overflow be named in its layer (and from step
+# 0, in one watcher, when the script calls watch() on each: gpu_join.py with two GradScalers too);
+# batches from DataLoader workers (forked, spawned) must leave the finding as it was and one
+# recording process; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
+# backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
 # causal mask passed in, a padding mask that leaves a sample no key, a -inf that where() leaves
-# out, in the backward and in a step broken elsewhere; the first also in bf16 without a
-# GradScaler) are checked faulty and
-# healthy, and a broken step's replay must leave the random state and the program's tensors as
-# they were; with
-# two GPUs or more, one
-# faulty and one healthy case train on GPU 1 while GPU 0 stays current (the healthy one must
-# record the same statistics as on GPU 0) and FSDP2 trains over two processes (faults found per
-# module); the sawtooth run's gradient
-# overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS
-# with autocast's decisions, and its steps carry torch's memory peak where they should; gpu_inplace.py checks that module outputs written to in place are
-# read before the write; gpu_devstats.py checks the device statistics against eager torch
-# and measures their bandwidth; then torch_overhead.py measures the step-time cost (not with
-# --quick). Everything lands in WORK (default /tmp/ampprobe-gpu); exits 1 if a check failed.
+# out, in the backward and in a step broken elsewhere; the first also in bf16 without a GradScaler)
+# are checked faulty and healthy, and a broken step's replay must leave the random state and the
+# program's tensors as they were; with two GPUs or more, one faulty and one healthy case train on
+# GPU 1 while GPU 0 stays current (the healthy one must record the same statistics as on GPU 0) and
+# FSDP2 trains over two processes (faults found per module); the sawtooth run's gradient overflows
+# must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS with
+# autocast's decisions, and its steps carry torch's memory peak where they should; gpu_inplace.py
+# checks that module outputs written to in place are read before the write; gpu_devstats.py checks
+# the device statistics against eager torch and measures their bandwidth; then torch_overhead.py
+# measures the step-time cost (not with --quick). Everything lands in WORK (default
+# /tmp/ampprobe-gpu); exits 1 if a check failed.
 set -u
-DIST=$(cd "${1:?usage: run_gpu.sh DIST [WORK]}" && pwd)
+DIST=$(cd "${1:?usage: run_gpu.sh DIST [WORK] [--quick]}" && pwd)
 WORK=${2:-/tmp/ampprobe-gpu}
 QUICK=${3:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
