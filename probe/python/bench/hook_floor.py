@@ -5,7 +5,9 @@ The bridge runs Python once per module output (a forward hook) and once per outp
 pre-hook on the autograd node that made the output). This measures, on the bench workloads and
 alternating in one process, the host time of a step (time in step(), median), of its forward
 (where the forward hooks run) and of its loss and backward (where the gradient pre-hooks run, on
-autograd's thread, while the caller waits), and the step's CUDA-event time for:
+autograd's thread, while the caller waits) and of its optimizer and scaler calls (where the host
+waits for the GPU: GradScaler.step reads found_inf, so in fp16 the host time the bridge spends
+before that read is hidden while the GPU still has work), and the step's CUDA-event time for:
 
   plain     no hooks
   fwd       a forward hook that does nothing on every submodule (torch's hooked call path)
@@ -80,17 +82,17 @@ def make(name, mode, variant):
 
 
 def run(name, mode, variant):
-    """One variant's run: CUDA-event, host, forward and loss+backward medians (ms)."""
+    """One variant's run: CUDA-event, host, forward, loss+backward and optimizer medians (ms)."""
     step, steps, w = make(name, mode, variant)
     ev, wall, host = torch_overhead.timed(step, steps, w)
-    fwd, bwd = (statistics.median(p[k] for p in step.phases) * 1e3 for k in (0, 1))
-    return ev, host, fwd, bwd
+    fwd, bwd, opt = (statistics.median(p[k] for p in step.phases) * 1e3 for k in (0, 1, 2))
+    return ev, host, fwd, bwd, opt
 
 
 def interleaved(name, mode, variants, rounds):
     """All variants' models at once, their steps taken in turn (what the machine does that
     minute weighs on each alike): per variant, the medians of the host time of a step, of its
-    forward and of its loss+backward (ms)."""
+    forward, of its loss+backward and of its optimizer and scaler calls (ms)."""
     made = {v: make(name, mode, v) for v in variants}
     steps = made["plain"][1]
     for _ in range(rounds):
@@ -104,7 +106,8 @@ def interleaved(name, mode, variants, rounds):
             w.close()
         ph = step.phases
         mid = statistics.fmean if v == "every10" else statistics.median
-        out[v] = [mid(sum(p) for p in ph) * 1e3] + [mid(p[k] for p in ph) * 1e3 for k in (0, 1)]
+        out[v] = [mid(sum(p) for p in ph) * 1e3] + [mid(p[k] for p in ph) * 1e3
+                                                    for k in (0, 1, 2)]
     return out
 
 
@@ -126,24 +129,25 @@ def main():
             if a.interleave:
                 got = interleaved(wl, mode, variants, a.rounds)
                 for v in variants:
-                    h, f, b = got[v]
+                    h, f, b, o = got[v]
                     base = got["plain"]
                     print("%-10s %-5s %-9s host %8.3f ms (%+7.3f)  forward %7.3f ms (%+7.3f)  "
-                          "loss+backward %7.3f ms (%+7.3f)" % (wl, mode, v, h, h - base[0], f,
-                                                               f - base[1], b, b - base[2]),
-                          flush=True)
+                          "loss+backward %7.3f ms (%+7.3f)  optimizer %7.3f ms (%+7.3f)" % (
+                              wl, mode, v, h, h - base[0], f, f - base[1], b, b - base[2], o,
+                              o - base[3]), flush=True)
                 continue
             got = {v: [] for v in variants}
             for _ in range(a.rounds):
                 for v in variants:
                     got[v].append(run(wl, mode, v))
-            base = [statistics.median(r[k] for r in got["plain"]) for k in range(4)]
+            base = [statistics.median(r[k] for r in got["plain"]) for k in range(5)]
             for v in variants:
-                e, h, f, b = (statistics.median(r[k] for r in got[v]) for k in range(4))
+                e, h, f, b, o = (statistics.median(r[k] for r in got[v]) for k in range(5))
                 print("%-10s %-5s %-9s event %8.3f ms (%+6.1f%%)  host %8.3f ms (%+7.3f)  "
-                      "forward %7.3f ms (%+7.3f)  loss+backward %7.3f ms (%+7.3f)"
+                      "forward %7.3f ms (%+7.3f)  loss+backward %7.3f ms (%+7.3f)  "
+                      "optimizer %7.3f ms (%+7.3f)"
                       % (wl, mode, v, e, 100 * (e / base[0] - 1), h, h - base[1], f,
-                         f - base[2], b, b - base[3]), flush=True)
+                         f - base[2], b, b - base[3], o, o - base[4]), flush=True)
 
 
 if __name__ == "__main__":
