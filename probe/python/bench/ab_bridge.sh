@@ -4,14 +4,16 @@
 # (the watched model and its plain twin side by side, so that each process measures its own
 # difference), under `ampprobe run --trace amp`:
 #
-#   probe/python/bench/ab_bridge.sh DIST A=PYTHONPATH B=PYTHONPATH [ROUNDS] [-- HOOK_FLOOR_ARGS]
+#   probe/python/bench/ab_bridge.sh DIST NAME=FOLDER NAME=FOLDER [ROUNDS] [-- HOOK_FLOOR_ARGS]
 #
-# DIST holds ampprobe and its libraries (build/dist); A and B name each version and the folder
-# that holds its ampprobe package. Prints every run's lines, then per version, workload and mode
-# the median over the runs of the watched step's host ms over plain, in all and in the optimizer
-# and scaler calls. ROUNDS defaults to 3; HOOK_FLOOR_ARGS to --workload gpt --mode fp16.
+# DIST holds ampprobe and its libraries (build/dist); each NAME=FOLDER names a version and the
+# folder that holds its ampprobe package (old=build/dist/python-old). ROUNDS (default 3) pairs of
+# processes run; HOOK_FLOOR_ARGS go to hook_floor.py (default --workload gpt --mode fp16; its
+# --rounds 1 unless given). Prints every run's lines, then per version, workload and mode the
+# median over the runs of the watched step's host ms over plain, in all and in the optimizer and
+# scaler calls.
 set -eu
-usage="ab_bridge.sh DIST A=PYTHONPATH B=PYTHONPATH [ROUNDS] [-- HOOK_FLOOR_ARGS]"
+usage="ab_bridge.sh DIST NAME=FOLDER NAME=FOLDER [ROUNDS] [-- HOOK_FLOOR_ARGS]"
 DIST=$(cd "${1:?usage: $usage}" && pwd)
 A=${2:?usage: $usage}
 B=${3:?usage: $usage}
