@@ -23,7 +23,8 @@ A module output may be written to in place before that (a ReLU(inplace=True) aft
 first sampled step reads outputs at once and watches their version counters, and a layer whose
 output moved is read at once from then on (one that moves only later is named on stderr). The
 figures go into a device buffer that one asynchronous copy brings back when the step ends; the
-step is recorded (one C call) when the next one ends, its copy long done by then. Only the loss
+step is recorded (one C call) a step later, its copy long done by then: in the next
+GradScaler.step(), before its wait for found_inf, else when the next step ends. Only the loss
 and found_inf (without a scaler and with check_grads: the count of NaN/inf among the parameter
 gradients, summed from their figures on the GPU) are read at once: as soon as they are computed
 a small kernel writes them into mapped host memory, and the step's end waits for that kernel
@@ -1248,7 +1249,7 @@ class Watcher:
         self.flush()
         if broken:
             self._record(done)
-        else:  # recorded when the next step ends; its statistics may still show a break
+        else:  # recorded a step later (flush()); its statistics may still show a break
             self.waiting = done
         self.step += 1
         self.step_start = self.rec.now_ns()

@@ -37,7 +37,7 @@ With --died, of a run that died at the start of STEP (gpu_faults.py --die-at STE
 must leave every step before STEP in AMP_STEPS (the bridge writes the last one out as Python exits)
 and a run-end warning, "failed with exit status 1 after step STEP-1"; SIGKILL (0.3 s after the
 script's last step: DESIGN.md's crash safety keeps what was recorded 200 ms before a death) every
-step but the last, which the bridge records when the next one ends, and a run-end warning "killed
+step but the last, which the bridge records a step later, and a run-end warning "killed
 by SIGKILL after step STEP-2".
 With --added, of a run that trained a second top-level module (gpu_faults.py --split) under
 `ampprobe run --torch`: META `added_models` must name it, "Linear (VALUES values) from step 1", the
@@ -296,7 +296,7 @@ def check_died(path, report, step, how):
     if how == "raise":
         want = "the program failed with exit status 1 after step %d" % (step - 1)
         ok = steps == list(range(step)) and title == want
-    else:  # the bridge records a step when the next one ends: the last one died with it
+    else:  # the bridge records a step a step later: the last one died with it
         want = "the program was killed by SIGKILL after step %d" % (step - 2)
         ok = steps == list(range(step - 1)) and title == want
     ok = ok and len(ends) == 1 and ends[0]["severity"] == "warning"
