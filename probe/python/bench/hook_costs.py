@@ -92,8 +92,8 @@ class Block(nn.Module):
 
 
 def watched():
-    """The bridge's forward hook and gradient pre-hook on a watched block's module outputs, as
-    a training step calls them (the statistics queued and launched as they would be)."""
+    """The bridge's forward hook and gradient hooks on a watched block's module outputs, as a
+    training step calls them (the statistics queued and launched as they would be)."""
     model = Block().cuda()
     opt = torch.optim.Adam(model.parameters())
     scaler = torch.amp.GradScaler("cuda")
