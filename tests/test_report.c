@@ -159,6 +159,12 @@ static size_t count(const char *rule, amp_severity min_severity) {
     return n;
 }
 
+// Runs rule nonfinite-root-cause over the fixture and checks that it found `errors` errors.
+static void nonfinite_errors(size_t errors) {
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), errors);
+}
+
 // The analysed model's kernel of that name (the test fails without one).
 static const report_kernel *kernel_named(const char *name) {
     for (size_t i = 0; i < model.perf.n_kernels; i++)
@@ -455,8 +461,7 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
         "(1, 6, 2, 'log', 'fwd', 'nonfinite_producer', 'error', 199, 0, 'input 0 f32 (256, 64) "
         "min 0 max 1 amax 1; output f32 (256, 64) min 0 max 0 amax 0 (0 nan, 0 +inf, 199 -inf); ',"
         " 0, 1, 6);");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 2);
+    nonfinite_errors(2);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "input data"));
     ck_assert_int_eq(findings.v[0].first_step, 5);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Sanitize the data"));
@@ -486,8 +491,7 @@ static void explained(const char *event, const char *title, const char *advice) 
     char buf[1024];
     snprintf(buf, sizeof buf, EVENTS_VALUES "%s;", event);
     sql(buf);
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_str_eq(findings.v[0].title, title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, advice));
     release();
@@ -672,8 +676,7 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
 
     // the same overflow at scale 4 is gradients exploding, not the scaler probing
     sql("UPDATE AMP_STEPS SET scale_before = 4 WHERE step = 2;");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "exploding gradients"));
     release();
 
@@ -682,8 +685,7 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
         "amax 2; gradient f32 (64) min -1 max 1 amax 1 (3 nan, 0 +inf, 0 -inf); ' "
         "WHERE kind = 'nonfinite_producer';"
         "UPDATE AMP_STEPS SET scale_before = 65536 WHERE step = 2;");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_str_eq(findings.v[0].title, "NaN gradient in the backward of head linear at step 2 "
                                           "(forward finite): div of 0 / 0 or 0 * inf");
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.sqrt(x + eps)"));
@@ -692,8 +694,7 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     // a GEMM's NaN can be an overflow inside it (+inf + -inf): at this scale, the scaler's
     sql("UPDATE AMP_EVENTS SET detail = replace(detail, '(div)', '(mm)') "
         "WHERE kind = 'nonfinite_producer';");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 0);
+    nonfinite_errors(0);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "gradient overflow in the backward"));
     release();
 }
@@ -711,8 +712,7 @@ START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
         "(1, 3, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, 'scale overflow', 0, 1, "
         "3);"
         "UPDATE AMP_STEPS SET skipped = 1, found_inf = 1, scale_after = 32768 WHERE step = 3;");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_str_eq(findings.v[0].title, "NaN gradient through a value the forward left out: "
                                           "the backward of head mul at step 3");
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.where(p > 0, p, 1).log()"));
@@ -727,14 +727,12 @@ START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
         "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 4;" EVENTS_VALUES
         "(1, 4, 0, 'linear', 'fwd', 'nonfinite_propagated', 'info', 64, NULL, 'x', 0, 1, 4),"
         "(1, 4, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 0, 1, 4);");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "NaN gradient through a value"));
     release();
     // with one, the step was skipped: that NaN loss has no traced producer
     sql("UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536;");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 2);
+    nonfinite_errors(2);
     ck_assert_ptr_nonnull(strstr(findings.v[1].title, "with no op traced as the producer"));
     release();
     // seen a step late (no --check-grads): per module, and what would trace it
@@ -744,8 +742,7 @@ START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
         "when the step was recorded, after the optimizer had stepped on these gradients; "
         "check_grads (ampprobe run --check-grads) traces it op by op at its step' "
         "WHERE kind = 'nonfinite_producer' AND phase = 'bwd';");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_str_eq(findings.v[0].title, "NaN gradients at step 3, and no GradScaler to skip the "
                                           "step: the optimizer stepped on them (traced per "
                                           "module: made by the backward of head mul)");
@@ -758,8 +755,7 @@ START_TEST(nonfinite_gradient_through_a_left_out_value_is_an_error) {
         "one module''s input); traced per module when the step was recorded, after the "
         "optimizer had stepped on these gradients; check_grads (ampprobe run --check-grads) "
         "traces it op by op at its step' WHERE kind = 'nonfinite_producer' AND phase = 'bwd';");
-    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "(traced per module: made by the backward "
                                                       "of the code that reads head mul's "
                                                       "output)"));
