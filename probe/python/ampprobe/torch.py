@@ -312,7 +312,7 @@ def _layer_stack_hooks(layer_of, stack):
 
 _CASTS = {"to", "float", "half", "bfloat16", "double", "type", "type_as"}  # recorded as "to"
 _NOT_OPS = (VIEW_OPS - _CASTS) | {"size", "dim", "numel", "data_ptr", "is_contiguous",
-                                   "get_device", "requires_grad_", "retain_grad", "item"}
+                                  "get_device", "requires_grad_", "retain_grad", "item"}
 
 
 class _OpRecorder(TorchFunctionMode):
@@ -623,8 +623,7 @@ class Watcher:
         self._handles = []
         # modules outside the model called in training mode during its first step (a second
         # model the optimizer trains too: named when an optimizer's parameters are checked), by
-        # id; then
-        # (_end_others) their names and parameters
+        # id; then (_end_others) their names and parameters
         self._others = {}
         self._others_hook = torch.nn.modules.module.register_module_forward_pre_hook(
             self._note_other)
@@ -1527,7 +1526,7 @@ class Watcher:
         try:
             with self._again(f, with_graph) as (model, args, kwargs):
                 judge = Judge(self, d.step, float_tensors((args, kwargs)),
-                               [b for r in self._roots for b in r.buffers()])
+                              [b for r in self._roots for b in r.buffers()])
                 with OpTracer(judge, stack), \
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)

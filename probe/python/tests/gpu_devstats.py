@@ -9,9 +9,9 @@ not (a view one element in), with NaN, ±inf, values beyond f16's range, subnorm
 tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
 bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
 their launch (`modified`), nonfinite_count() (NaN and inf of add_many's tensors summed on the GPU)
-and close() giving back its events and mapped memory; prints PASS/FAIL
-lines and exits 1 on a failure. --bench prints the kernel's read bandwidth on large tensors next to
-torch's own amax over the same memory.
+and close() giving back its events and mapped memory; prints PASS/FAIL lines and exits 1 on a
+failure. --bench prints the kernel's read bandwidth on large tensors next to torch's own amax over
+the same memory.
 """
 import math
 import sys
