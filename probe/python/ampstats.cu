@@ -6,17 +6,18 @@
  * Addresses, streams and slots are passed as integers (what torch's data_ptr() and cuda_stream
  * give); dtypes and the target are amp_dtype codes; each slot is an amp_stats in device memory.
  * The module links the CUDA runtime statically and works in the primary context of the GPU each
- * call names (device: the one whose stream, memory and events it is given), made current for the
+ * call names (device: the one whose stream and memory it is given), made current for the
  * call and the thread's current one restored after it: a model may live on a GPU other than the
  * current one, and PyTorch's default stream is the same handle on every GPU. Only
- * ampstats_host_alloc and ampstats_event_new allocate (ampstats_host_free and ampstats_event_free
- * give back), and only ampstats_wait waits (for one event).
+ * ampstats_host_alloc allocates (ampstats_host_free gives back), and only ampstats_poll waits.
  */
 #include "cuda-stats.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <sched.h>
 #include <stdio.h>
+#include <string.h>
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -64,39 +65,53 @@ EXPORT int ampstats_reset(uintptr_t slots, int64_t n, uintptr_t stream, int devi
 // Scalars as doubles: a few one-element tensors (the loss, the loss scale, found_inf) read in one
 // launch into a float64 array, so that a step's extras travel with its statistics. dtype codes:
 // amp_dtype's, and AMPSTATS_F64 for double.
-enum { AMPSTATS_F64 = 5, GATHER_MAX = 16 };
+// HEAD: the doubles ahead of the slots in a step buffer, _devstats.py's HEAD.
+enum { AMPSTATS_F64 = 5, GATHER_MAX = 16, HEAD = 16 };
 struct gather_params {
     int n;
     int dtype[GATHER_MAX];
     const void *src[GATHER_MAX];
 };
 
-__global__ void gather_kernel(const __grid_constant__ gather_params p, double *dst) {
-    const int i = threadIdx.x;
-    if (i >= p.n) return;
+__device__ double gathered(const gather_params &p, int i) {
     const void *s = p.src[i];
-    double v;
     switch (p.dtype[i]) {
-    case AMP_DTYPE_F32: v = *(const float *)s; break;
-    case AMP_DTYPE_F16: v = __half2float(*(const __half *)s); break;
-    case AMP_DTYPE_BF16: v = __bfloat162float(*(const __nv_bfloat16 *)s); break;
-    case AMP_DTYPE_I32: v = *(const int32_t *)s; break;
-    case AMP_DTYPE_I64: v = (double)*(const int64_t *)s; break;
-    default: v = *(const double *)s; break;
+    case AMP_DTYPE_F32:
+        return *(const float *)s;
+    case AMP_DTYPE_F16:
+        return __half2float(*(const __half *)s);
+    case AMP_DTYPE_BF16:
+        return __bfloat162float(*(const __nv_bfloat16 *)s);
+    case AMP_DTYPE_I32:
+        return *(const int32_t *)s;
+    case AMP_DTYPE_I64:
+        return (double)*(const int64_t *)s;
+    default:
+        return *(const double *)s;
     }
-    dst[i] = v;
+}
+
+__global__ void gather_kernel(const __grid_constant__ gather_params p, double *dst) {
+    if ((int)threadIdx.x < p.n) dst[threadIdx.x] = gathered(p, threadIdx.x);
+}
+
+// p for n (<= GATHER_MAX) scalars; false when there are more.
+static bool gather_args(int n, const uintptr_t *src, const int32_t *dtype, gather_params *p) {
+    if (n > GATHER_MAX) return false;
+    *p = {};
+    p->n = n;
+    for (int i = 0; i < n; i++) {
+        p->src[i] = (const void *)src[i];
+        p->dtype[i] = dtype[i];
+    }
+    return true;
 }
 
 static cudaError_t gather(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dst,
                           cudaStream_t stream) {
+    gather_params p;
     if (n <= 0) return cudaSuccess;
-    if (n > GATHER_MAX) return cudaErrorInvalidValue;
-    gather_params p = {};
-    p.n = n;
-    for (int i = 0; i < n; i++) {
-        p.src[i] = (const void *)src[i];
-        p.dtype[i] = dtype[i];
-    }
+    if (!gather_args(n, src, dtype, &p)) return cudaErrorInvalidValue;
     gather_kernel<<<1, 32, 0, stream>>>(p, (double *)dst);
     return cudaGetLastError();
 }
@@ -108,44 +123,88 @@ EXPORT int ampstats_gather(int n, const uintptr_t *src, const int32_t *dtype, ui
     return (int)gather(n, src, dtype, dst, (cudaStream_t)stream);
 }
 
+// A step's figures reach the host through mapped pinned memory (ampstats_host_alloc) that the
+// kernels below write themselves, a flag (a uint64 in the same memory) last: the flag's value
+// says which call's values are there, and ampstats_poll waits for it. No event is recorded and
+// no copy queued: one launch per call, and waiting for values that are there costs a read.
+
+// Writes seq into the mapped flag once every thread of the block has written its part.
+__device__ void raise_flag(unsigned long long *flag, unsigned long long seq) {
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) *(volatile unsigned long long *)flag = seq;
+}
+
+__global__ void mark_kernel(const __grid_constant__ gather_params p, double *dst,
+                            unsigned long long *flag, unsigned long long seq) {
+    if ((int)threadIdx.x < p.n) dst[threadIdx.x] = gathered(p, threadIdx.x);
+    raise_flag(flag, seq);
+}
+
 // Marks where a step's loss and found_inf are computed, on the stream that computed them: the n
-// scalars as doubles straight into dev (the device address of n doubles of ampstats_host_alloc's
-// mapped memory), then event recorded behind them. ampstats_wait(event) then says they are on the
-// host; the stream does not wait, and no other stream is involved.
-EXPORT int ampstats_mark(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dev,
-                         uintptr_t event, uintptr_t stream, int device) {
+// scalars as doubles into dst, then seq into flag (device addresses of mapped memory).
+// ampstats_poll(flag, seq) then says they are on the host; the stream does not wait.
+EXPORT int ampstats_mark(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t dst,
+                         uintptr_t flag, uint64_t seq, uintptr_t stream, int device) {
     DeviceGuard on(device);
-    cudaError_t e = gather(n, src, dtype, dev, (cudaStream_t)stream);
-    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
-    return (int)e;
+    gather_params p;
+    if (n < 0 || !gather_args(n, src, dtype, &p)) return (int)cudaErrorInvalidValue;
+    mark_kernel<<<1, 32, 0, (cudaStream_t)stream>>>(p, (double *)dst, (unsigned long long *)flag,
+                                                    seq);
+    return (int)cudaGetLastError();
 }
 
-// The end of a step's statistics, in stream order and waiting for nothing: n scalars gathered
-// into the buffer's head (as ampstats_gather into buf), nbytes of the device buffer buf copied
-// into pinned host memory, event recorded behind the copy, then the n_slots slots from slots on
-// emptied for the next step.
+__global__ void finish_kernel(const __grid_constant__ gather_params p, const double *head,
+                              amp_stats *slots, int64_t n_slots, double *host_head,
+                              amp_stats *host_slots, unsigned long long *flag,
+                              unsigned long long seq) {
+    const int i = threadIdx.x;
+    if (i < HEAD) host_head[i] = i < p.n ? gathered(p, i) : head[i];
+    amp_stats empty = {};
+    empty.min = INFINITY;
+    empty.max = -INFINITY;
+    for (int64_t k = i; k < n_slots; k += blockDim.x) {
+        host_slots[k] = slots[k];
+        slots[k] = empty;
+    }
+    raise_flag(flag, seq);
+}
+
+// The end of a step's statistics, in stream order and waiting for nothing, in one launch: the
+// HEAD doubles at buf (what ampstats_gather placed there) with the first n overwritten by the
+// scalars src (gathered as ampstats_gather does) and the n_slots slots that follow them written
+// into mapped memory at host (device address: HEAD doubles, then the slots), the slots emptied
+// for the next step, then seq into flag.
 EXPORT int ampstats_finish(int n, const uintptr_t *src, const int32_t *dtype, uintptr_t buf,
-                           uintptr_t host, size_t nbytes, uintptr_t slots, int64_t n_slots,
-                           uintptr_t event, uintptr_t stream, int device) {
+                           int64_t n_slots, uintptr_t host, uintptr_t flag, uint64_t seq,
+                           uintptr_t stream, int device) {
     DeviceGuard on(device);
-    cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t e = gather(n, src, dtype, buf, s);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync((void *)host, (const void *)buf, nbytes, cudaMemcpyDeviceToHost, s);
-    if (e == cudaSuccess) e = cudaEventRecord((cudaEvent_t)event, s);
-    if (e == cudaSuccess) e = cuda_stats_reset((amp_stats *)slots, n_slots, s);
-    return (int)e;
+    gather_params p;
+    if (n < 0 || !gather_args(n, src, dtype, &p)) return (int)cudaErrorInvalidValue;
+    double *head = (double *)buf;
+    finish_kernel<<<1, 256, 0, (cudaStream_t)stream>>>(
+        p, head, (amp_stats *)(head + HEAD), n_slots, (double *)host,
+        (amp_stats *)((double *)host + HEAD), (unsigned long long *)flag, seq);
+    return (int)cudaGetLastError();
 }
 
-// Records an event of ampstats_event_new's on stream (both of GPU device).
-EXPORT int ampstats_record(uintptr_t event, uintptr_t stream, int device) {
-    DeviceGuard on(device);
-    return (int)cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
-}
-
-// Waits for an event of ampstats_event_new's (what ampstats_mark recorded).
-EXPORT int ampstats_wait(uintptr_t event) {
-    return (int)cudaEventSynchronize((cudaEvent_t)event);
+// Waits until the mapped flag at flag (host address) holds seq: spins a little, then yields the
+// core between looks and asks the stream for an error now and then (a kernel that failed never
+// raises its flag). cudaErrorUnknown when the stream has drained and the flag is still not seq.
+EXPORT int ampstats_poll(uintptr_t flag, uint64_t seq, uintptr_t stream, int device) {
+    const unsigned long long *f = (const unsigned long long *)flag;
+    for (long look = 0;; look++) {
+        if (__atomic_load_n(f, __ATOMIC_ACQUIRE) == seq) return 0;
+        if (look < 4096) continue;
+        if (look % 64 == 0) {
+            DeviceGuard on(device);
+            cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+            if (e == cudaSuccess && __atomic_load_n(f, __ATOMIC_ACQUIRE) != seq)
+                return (int)cudaErrorUnknown;
+            if (e != cudaSuccess && e != cudaErrorNotReady) return (int)e;
+        }
+        sched_yield();
+    }
 }
 
 // Pinned host memory that the device can write into (mapped): its host address, and its device
@@ -159,26 +218,13 @@ EXPORT uintptr_t ampstats_host_alloc(size_t bytes, uintptr_t *dev) {
         cudaFreeHost(p);
         return 0;
     }
+    memset(p, 0, bytes);
     *dev = (uintptr_t)d;
     return (uintptr_t)p;
 }
 
 EXPORT int ampstats_host_free(uintptr_t host) {
     return (int)cudaFreeHost((void *)host);
-}
-
-// An event of GPU device for ampstats_mark and ampstats_finish (no timing), or 0.
-EXPORT uintptr_t ampstats_event_new(int device) {
-    DeviceGuard on(device);
-    cudaEvent_t e = NULL;
-    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return 0;
-    return (uintptr_t)e;
-}
-
-// Destroys an event of ampstats_event_new's (one still pending is released once it completes).
-EXPORT int ampstats_event_free(uintptr_t event, int device) {
-    DeviceGuard on(device);
-    return (int)cudaEventDestroy((cudaEvent_t)event);
 }
 
 // The name and text of a code the functions above returned.

@@ -5,11 +5,11 @@ libampstats_cuda.so (probe/python/ampstats.cu), runs on a tensor's memory on PyT
 stream, the tensors queued since the last launch (defer()) in one, adding each tensor's figures
 (min, max, NaN, +inf, -inf, overflow, underflow and zero counts, sum of squares) into a slot of a
 device buffer owned here. Nothing waits: finish() gathers a few scalars of the step beside the
-slots (put() does that on its own), starts one copy of the used part of the buffer into pinned
-host memory and empties the slots for the next step, in one call; its result() waits for it, by
-then (a step later) long done, and release() hands the pinned buffer back for a later step.
-mark() and marked() bring a few scalars (what tells whether a step broke) to the host as soon as
-they are computed, waiting for nothing else.
+slots (put() does that on its own), writes the used part of the buffer into mapped pinned host
+memory and empties the slots for the next step, in one launch that raises a flag in that memory
+last; its result() waits for the flag, by then (a step later) long raised, and release() hands
+the host buffer back for a later step. mark() and marked() bring a few scalars (what tells
+whether a step broke) to the host as soon as they are computed, waiting for nothing else.
 
 The slots are amp_stats (libampcore/include/amp.h, mirrored in _records.py); the module reports
 its size and a module that disagrees is not used. Tensors not on a GPU, and every tensor when the
@@ -44,6 +44,9 @@ BATCH_BYTES = 256 << 20
 
 _Slot = _records.AmpStats
 _SLOT = ctypes.sizeof(_Slot)
+# mapped host memory (ampstats_host_alloc): the flag (a uint64 the kernel writing the memory sets
+# last), then from _DATA on what it writes (a cache line further)
+_DATA = 64
 
 
 def load_module(next_to):
@@ -69,22 +72,17 @@ def load_module(next_to):
     lib.ampstats_reset.restype = i
     lib.ampstats_gather.argtypes = [i, u, u, u, u, i]
     lib.ampstats_gather.restype = i
-    lib.ampstats_mark.argtypes = [i, u, u, u, u, u, i]
+    u64 = ctypes.c_uint64
+    lib.ampstats_mark.argtypes = [i, u, u, u, u, u64, u, i]
     lib.ampstats_mark.restype = i
-    lib.ampstats_wait.argtypes = [u]
-    lib.ampstats_wait.restype = i
+    lib.ampstats_finish.argtypes = [i, u, u, u, i64, u, u, u64, u, i]
+    lib.ampstats_finish.restype = i
+    lib.ampstats_poll.argtypes = [u, u64, u, i]
+    lib.ampstats_poll.restype = i
     lib.ampstats_host_alloc.argtypes = [u, ctypes.POINTER(u)]
     lib.ampstats_host_alloc.restype = u
-    lib.ampstats_event_new.argtypes = [i]
-    lib.ampstats_event_new.restype = u
-    lib.ampstats_event_free.argtypes = [u, i]
-    lib.ampstats_event_free.restype = i
     lib.ampstats_host_free.argtypes = [u]
     lib.ampstats_host_free.restype = i
-    lib.ampstats_finish.argtypes = [i, u, u, u, u, u, u, i64, u, u, i]
-    lib.ampstats_finish.restype = i
-    lib.ampstats_record.argtypes = [u, u, i]
-    lib.ampstats_record.restype = i
     lib.ampstats_error.argtypes = [i]
     lib.ampstats_error.restype = ctypes.c_char_p
     return lib, None
@@ -165,9 +163,10 @@ class StepStats:
     Figures in the order they were queued. A tensor on another device than the step's first
     one, or off the GPU, goes the eager way.
 
-    The device buffer holds HEAD float64 scalars, then the slots; its host copies go into pinned
-    buffers that come back to a pool when a Copy is released, so a step costs one statistics
-    kernel per batch of tensors, one gather kernel per put(), one copy and one reset kernel.
+    The device buffer holds HEAD float64 scalars, then the slots; its host copies go into mapped
+    pinned buffers that come back to a pool when a Copy is released, so a step costs one
+    statistics kernel per batch of tensors, one gather kernel per put() and one finishing kernel
+    (a mark() one more).
 
     Queuing a tensor is kept to a few list appends (it runs for every module output and
     gradient, on the host's critical path): its slot, its device and its memory are looked at
@@ -190,11 +189,11 @@ class StepStats:
         self._pending_target, self._pending_bounds = None, None
         self._pending_checks = []  # (index in pending, handle, version) of checked ones
         self.modified = []  # handles of checked deferred tensors written to before their read
-        self._pool = []  # free (pinned host buffer, event, the event's GPU)
+        self._pool = []  # free mapped host buffers: (host address, device address, bytes)
+        self._seq = 0  # the last flag value given to a kernel (each call its own)
         self._marked, self._mark_n = None, -1  # mark()'s tensors and how many the kernel took
-        self._mark_host, self._mark_dev, self._mark_event = 0, 0, 0  # mark()'s mapped doubles
-        # (host and device addresses) and event, and the event's GPU
-        self._mark_event_dev = -1
+        self._mark_buf = None  # mark()'s mapped buffer (as in _pool)
+        self._mark_wait = (0, 0, -1)  # the flag value, stream and GPU marked() waits for
         self.closed = False  # close() gave everything back
 
     def _alloc(self, device, cap):
@@ -403,21 +402,14 @@ class StepStats:
         args = _scalar_args(tensors, dev) if dev >= 0 else None
         if args is None:
             return
-        if not self._mark_host or self._mark_event_dev != dev:
-            if not self._mark_host:
-                dev_addr = ctypes.c_size_t(0)
-                self._mark_host = self.lib.ampstats_host_alloc(HEAD * 8, ctypes.byref(dev_addr))
-                self._mark_dev = dev_addr.value
-            if self._mark_event:  # of another GPU: nothing waits for it any more
-                self._free_event(self._mark_event, self._mark_event_dev)
-            self._mark_event, self._mark_event_dev = self.lib.ampstats_event_new(dev), dev
-            if not self._mark_host or not self._mark_event:
-                raise RuntimeError("ampprobe: cannot allocate mapped host memory or an event "
-                                   "for the step's loss and found_inf")
+        if self._mark_buf is None:
+            self._mark_buf = self._mapped(_DATA + HEAD * 8)
+        _, at, _ = self._mark_buf
+        self._seq += 1
+        stream = _raw_stream_fast(dev)
         self._check(self.lib.ampstats_mark(len(tensors), _addr(args[0]), _addr(args[1]),
-                                           self._mark_dev, self._mark_event,
-                                           _raw_stream_fast(dev), dev))
-        self._mark_n = len(tensors)
+                                           at + _DATA, at, self._seq, stream, dev))
+        self._mark_n, self._mark_wait = len(tensors), (self._seq, stream, dev)
 
     def marked_count(self):
         """How many tensors the last mark() marked that marked() has not read (-1: none)."""
@@ -432,55 +424,43 @@ class StepStats:
         if self._mark_n < 0:
             return torch.stack([t.detach().reshape(()).double().cpu()
                                 for t in ts]).tolist() if ts else []
-        self._check(self.lib.ampstats_wait(self._mark_event))
-        return list((ctypes.c_double * self._mark_n).from_address(self._mark_host))
+        host = self._mark_buf[0]
+        self._check(self.lib.ampstats_poll(host, *self._mark_wait))
+        return list((ctypes.c_double * self._mark_n).from_address(host + _DATA))
 
-    def _pinned(self, nbytes):
-        """A free pinned host buffer of at least nbytes, and its event (the module's, of the
-        buffer's GPU, else torch's)."""
+    def _mapped(self, nbytes):
+        """A free mapped host buffer of at least nbytes (from the pool, else new)."""
         while self._pool:
-            host, event, dev = self._pool.pop()
-            if host.numel() >= nbytes and dev == self._dev:
-                return host, event
-            self._free_event(event, dev)  # outgrown, or of another GPU
-        size = max(nbytes, _HEAD_BYTES + self.cap * _SLOT)
-        event = self.lib.ampstats_event_new(self._dev) if self.lib is not None \
-            else torch.cuda.Event()
-        if not event:
-            raise RuntimeError("ampprobe: cannot create a CUDA event for the statistics' copy")
-        return torch.empty(size, dtype=torch.uint8, pin_memory=True), event
-
-    def _free_event(self, event, dev):
-        if isinstance(event, int) and event and self.lib is not None:
-            self._check(self.lib.ampstats_event_free(event, dev))
+            buf = self._pool.pop()
+            if buf[2] >= nbytes:
+                return buf
+            self._check(self.lib.ampstats_host_free(buf[0]))  # outgrown
+        size = max(nbytes, _DATA + _HEAD_BYTES + self.cap * _SLOT)
+        dev = ctypes.c_size_t(0)
+        host = self.lib.ampstats_host_alloc(size, ctypes.byref(dev))
+        if not host:
+            raise RuntimeError("ampprobe: cannot allocate %d bytes of mapped host memory for "
+                               "the step's statistics" % size)
+        return host, dev.value, size
 
     def close(self):
-        """Gives back the events and the mapped memory (the watcher is done; a Copy released
-        later frees its own event)."""
+        """Gives back the mapped memory (the watcher is done; a Copy released later frees its
+        own)."""
         if self._marked is not None:  # the mark kernel may still write into the mapped memory
             self.marked()
-        for _, event, dev in self._pool:
-            self._free_event(event, dev)
-        self._pool = []
-        if self._mark_event:
-            self._free_event(self._mark_event, self._mark_event_dev)
-        if self._mark_host and self.lib is not None:
-            self._check(self.lib.ampstats_host_free(self._mark_host))
-        self._mark_host = self._mark_dev = self._mark_event = 0
-        self._mark_event_dev = -1
+        bufs, self._pool = self._pool + ([self._mark_buf] if self._mark_buf else []), []
+        self._mark_buf = None
+        for host, _, _ in bufs:
+            self._check(self.lib.ampstats_host_free(host))
         self.closed = True
-
-    def _wait(self, event):
-        if isinstance(event, int):
-            self._check(self.lib.ampstats_wait(event))
-        else:
-            event.synchronize()
 
     def finish(self, n_scalars=0, scalars=None):
         """Starts bringing the queued figures and the first n_scalars scalars (put()) to the
-        host: one copy into pinned memory, not waited for; the slots are emptied for the next
-        step. scalars: one-element tensors placed first (put(0, scalars); n_scalars is then
-        their number). Returns a Copy whose result() waits for it."""
+        host, not waited for; the slots are emptied for the next step. scalars: one-element
+        tensors placed first (put(0, scalars); n_scalars is then their number). Returns a Copy
+        whose result() waits for it. The common case is one launch (ampstats_finish): the
+        statistics module, the step's tensors all read by it, on a GPU; else torch copies into
+        pinned memory behind a torch event."""
         self.flush()
         args = None
         if scalars:
@@ -490,21 +470,23 @@ class StepStats:
                 args = _scalar_args(scalars, self._dev)
             if args is None:
                 self.put(0, scalars)
-        host, event, eager, nbytes, pooled = None, None, None, 0, False
+        host, event, eager, nbytes = None, None, None, 0
         if self.buf is not None and (self.used or self.placed or args):
             nbytes = _HEAD_BYTES + self.used * _SLOT
+            if self.buf.is_cuda and self.lib is not None and not self.eager:
+                mapped = self._mapped(_DATA + nbytes)
+                self._seq += 1
+                stream = _raw_stream_fast(self._dev)
+                self._check(self.lib.ampstats_finish(
+                    n_scalars if args else 0, _addr(args[0]) if args else 0,
+                    _addr(args[1]) if args else 0, self.buf.data_ptr(), self.used,
+                    mapped[1] + _DATA, mapped[1], self._seq, stream, self._dev))
+                return self._finished(Copy(self, None, None, None, self.order, self.used,
+                                           n_scalars, (mapped, self._seq, stream)))
             if self.buf.is_cuda:
-                host, event = self._pinned(nbytes)
-                pooled = True
-                if self.lib is not None and not self.eager:  # the common case: one call
-                    self._check(self.lib.ampstats_finish(
-                        n_scalars if args else 0, _addr(args[0]) if args else 0,
-                        _addr(args[1]) if args else 0, self.buf.data_ptr(), host.data_ptr(),
-                        nbytes, self._base, self.used, event, _raw_stream_fast(self._dev),
-                        self._dev))
-                    return self._finished(Copy(self, host, event, None, self.order, self.used,
-                                               n_scalars, pooled=True))
-                host[:nbytes].copy_(self.buf[:nbytes], non_blocking=True)
+                host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+                host.copy_(self.buf[:nbytes], non_blocking=True)
+                event = torch.cuda.Event()
             else:
                 host = self.buf[:nbytes].clone()
         if self.eager:
@@ -513,17 +495,13 @@ class StepStats:
             if flat.is_cuda:
                 eager = torch.empty(flat.numel(), dtype=torch.float64, pin_memory=True)
                 eager.copy_(flat, non_blocking=True)
-                if event is None:
-                    event = torch.cuda.Event()
+                event = torch.cuda.Event()
             else:
                 eager = flat.clone()
-        if isinstance(event, int):
-            self._check(self.lib.ampstats_record(event, _raw_stream_fast(self._dev), self._dev))
-        elif event is not None:
+        if event is not None:
             event.record(torch.cuda.current_stream(self.buf.device if self.buf is not None
                                                    else self.eager[0].device))
-        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0,
-                    pooled)
+        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0)
         if self.used and self.lib is not None and self.buf.is_cuda:
             self._reset(0, self.used)  # after the copy, in stream order
         return self._finished(copy)
@@ -539,29 +517,37 @@ class StepStats:
 
 
 class Copy:
-    """A step's figures on their way to the host (StepStats.finish)."""
+    """A step's figures on their way to the host (StepStats.finish): in a mapped buffer of the
+    statistics module's that a kernel writes (mapped: (buffer, flag value, stream)), or in a
+    pinned tensor (host) and eager figures that torch copies behind event."""
 
-    def __init__(self, stats, host, event, eager, order, used, n_scalars, pooled=False):
+    def __init__(self, stats, host, event, eager, order, used, n_scalars, mapped=None):
         self.stats, self.host, self.event, self.eager = stats, host, event, eager
         self.order, self.used, self.n_scalars = order, used, n_scalars
-        self.pooled = pooled  # host (with event) came from the pool and goes back to it
-        self.dev = stats._dev  # the event's GPU
+        self.mapped = mapped
+        self.dev = stats._dev
         self.slots, self.extras = None, []
 
     def wait(self):
         """Waits for the copy; then `slots` is a ctypes array of amp_stats in the order the
-        figures were queued and `extras` the scalars as floats. The slots are the pinned
-        buffer itself until release()."""
-        if self.slots is not None or (self.host is None and self.eager is None):
+        figures were queued and `extras` the scalars as floats. The slots are the host buffer
+        itself until release()."""
+        if self.slots is not None or (self.host is None and self.eager is None and
+                                      self.mapped is None):
             return self
-        if self.event is not None:
-            self.stats._wait(self.event)
+        if self.mapped is not None:
+            (host, _, _), seq, stream = self.mapped
+            self.stats._check(self.stats.lib.ampstats_poll(host, seq, stream, self.dev))
+            at = host + _DATA
+        else:
+            if self.event is not None:
+                self.event.synchronize()
+            at = self.host.data_ptr() if self.host is not None else 0
         n = len(self.order)
-        base = self.host.data_ptr() + _HEAD_BYTES if self.host is not None else 0
-        if self.host is not None and self.n_scalars:
-            self.extras = list(memoryview(ctypes.string_at(self.host.data_ptr(),
-                                                           self.n_scalars * 8)).cast("d"))
-        if self.eager is None:  # the pinned copy is the array itself
+        base = at + _HEAD_BYTES if at else 0
+        if at and self.n_scalars:
+            self.extras = list((ctypes.c_double * self.n_scalars).from_address(at))
+        if self.eager is None:  # the host buffer is the array itself
             self.slots = (_Slot * n).from_address(base)
             return self
         dev = (_Slot * max(self.used, 1)).from_address(base) if self.used else None
@@ -585,12 +571,14 @@ class Copy:
                         s.n_underflow, s.n_zero, s.sumsq) for s in self.slots], self.extras
 
     def release(self):
-        """Gives the pinned buffer back for a later step: slots and result() are gone."""
-        if self.pooled and self.host is not None:
+        """Gives the host buffer back for a later step: slots and result() are gone."""
+        if self.mapped is not None:
             self.wait()
+            buf = self.mapped[0]
             if self.stats.closed:
-                self.stats._free_event(self.event, self.dev)
+                self.stats._check(self.stats.lib.ampstats_host_free(buf[0]))
             else:
-                self.stats._pool.append((self.host, self.event, self.dev))
+                self.stats._pool.append(buf)
+            self.mapped = None
         self.host = self.eager = None
         self.slots = None

@@ -7,7 +7,8 @@
 #   probe/python/bench/ab_bridge.sh DIST NAME=FOLDER NAME=FOLDER [ROUNDS] [-- HOOK_FLOOR_ARGS]
 #
 # DIST holds ampprobe and its libraries (build/dist); each NAME=FOLDER names a version and the
-# folder that holds its ampprobe package (old=build/dist/python-old). ROUNDS (default 3) pairs of
+# folder that holds its ampprobe package (old=build/dist/python-old), and its statistics module
+# when the folder has its own libampstats_cuda.so (else DIST's). ROUNDS (default 3) pairs of
 # processes run; HOOK_FLOOR_ARGS go to hook_floor.py (default --workload gpt --mode fp16; its
 # --rounds 1 unless given). Prints every run's lines, then per version, workload and mode the
 # median over the runs of the watched step's host ms over plain, in all and in the optimizer and
@@ -36,7 +37,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for r in $(seq "$ROUNDS"); do
     for v in "$A" "$B"; do
-        PYTHONPATH="${v#*=}" "$DIST/ampprobe" run --trace amp -f -o "$tmp/run.sqlite" -- \
+        module="${v#*=}/libampstats_cuda.so"
+        [ -f "$module" ] || module="$DIST/libampstats_cuda.so"
+        AMPPROBE_STATS_MODULE="$module" PYTHONPATH="${v#*=}" \
+            "$DIST/ampprobe" run --trace amp -f -o "$tmp/run.sqlite" -- \
             python3 "$HERE/hook_floor.py" --interleave --variant full --rounds 1 "$@" \
             >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
         sed "s/^/${v%%=*} round $r  /" "$tmp/out" | grep -v '^[^ ]* round [0-9]*  #'

@@ -4,7 +4,8 @@
 The bridge's host time is spread over its hooks (bridge_breakdown.py --self-time), each a few torch
 attribute reads, checks and list appends; on a slow host these cost more than they look. This times
 each of them alone (best of REPEAT runs of NUMBER calls, microseconds a call) on a module output of
-gpt's size on the GPU, and then a watched MLP block's (LayerNorm, Linear, GELU, Linear) forward
+gpt's size on the GPU, then a loss computation plain, under an empty TorchFunctionMode and under
+the bridge's loss tape, and then a watched MLP block's (LayerNorm, Linear, GELU, Linear) forward
 hook and gradient hooks (as a node's pre-hook, as a tensor hook) as the bridge runs them (needs
 `ampprobe run --trace amp`; without it only the primitives are timed):
 
@@ -15,6 +16,7 @@ import timeit
 
 import torch
 import torch.nn as nn
+from torch.overrides import TorchFunctionMode
 
 import ampprobe.torch as ap
 
@@ -79,6 +81,39 @@ def primitives():
         o.register_hook(f)
     print("%-52s %7.3f us" % ("t.register_hook(f) (fresh tensors)",
                               (timeit.default_timer() - t0) / n * 1e6), flush=True)
+
+
+class _Empty(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def loss_tape():
+    """A loss computation as the bench loops write it (crit(out.float(), y), on simplecnn's
+    logits: small enough that the host's time is what counts) plain, under a TorchFunctionMode
+    that only calls through, and under the bridge's loss tape (begun on the model's output and
+    ended, as each step does)."""
+    crit = nn.CrossEntropyLoss()
+    out = torch.randn(64, 10, device="cuda", dtype=torch.float16, requires_grad=True) * 1
+    y = torch.randint(0, 10, (64,), device="cuda")
+    tape, empty = ap._LossTape(), _Empty()
+
+    def plain():
+        return crit(out.float(), y)
+
+    def under_empty():
+        with empty:
+            return crit(out.float(), y)
+
+    def taped():
+        tape.begin(ap._Forward((), {}, "cuda", False, None), out)
+        loss = crit(out.float(), y)
+        tape.end()
+        return loss
+    env = dict(plain=plain, under_empty=under_empty, taped=taped)
+    got = [cost(f + "()", env) for f in ("plain", "under_empty", "taped")]
+    print("%-52s %7.2f us  an empty mode %7.2f us  the tape %7.2f us" % (
+        "crit(out.float(), y) on (64, 10) logits: plain", *got), flush=True)
 
 
 class Block(nn.Module):
@@ -150,6 +185,7 @@ def watched():
 def main():
     print("# torch %s %s" % (torch.__version__, torch.cuda.get_device_name()), flush=True)
     primitives()
+    loss_tape()
     watched()
 
 

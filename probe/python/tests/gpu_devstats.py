@@ -8,13 +8,14 @@ Checks f32, f16 and bf16 tensors of many lengths (empty tail, one vector, many b
 not (a view one element in), with NaN, ±inf, values beyond f16's range, subnormals and zeros, one
 tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
 bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
-their launch (`modified`), nonfinite_count() (NaN and inf of add_many's tensors summed on the GPU)
-and close() giving back its events and mapped memory; prints PASS/FAIL lines and exits 1 on a
-failure. --bench prints the kernel's read bandwidth on large tensors next to torch's own amax over
-the same memory.
+their launch (`modified`), nonfinite_count() (NaN and inf of add_many's tensors summed on the GPU),
+waits for figures that arrive late (an error, not a hang, for a flag no kernel will raise) and
+close() giving back its mapped memory; prints PASS/FAIL lines and exits 1 on a failure. --bench
+prints the kernel's read bandwidth on large tensors next to torch's own amax over the same memory.
 """
 import math
 import sys
+import time
 
 import torch
 
@@ -83,6 +84,7 @@ def check(lib):
     ok = got == scalar_values and cpu == [7.0, 3.0] and st.marked() is None
     print("%s devstats mark/marked: %s, %s" % ("PASS" if ok else "FAIL", got, cpu))
     fail |= not ok
+    fail |= check_waits(lib, st, scalars, scalar_values)
     for target in ("f16", "bf16", "f32"):
         st = _devstats.StepStats(lib, capacity=4)  # grows while the step runs
         bounds = _vocab.DTYPES[target]
@@ -116,6 +118,32 @@ def check(lib):
     return fail
 
 
+def check_waits(lib, st, scalars, values):
+    """marked() and a Copy wait for a kernel queued behind 50 ms of GPU work (their flag is
+    raised late), and a flag that no kernel will raise is an error, not a hang."""
+    torch.cuda._sleep(100_000_000)  # about 50 ms on an H200
+    st.mark(scalars[:3])
+    late = st.marked()
+    x = torch.ones(4096, device="cuda", dtype=torch.float16)
+    torch.cuda._sleep(100_000_000)
+    st.add(x, "f16", _vocab.DTYPES["f16"])
+    copy = st.finish(scalars=scalars[:1])
+    figs, extras = copy.result()
+    copy.release()
+    buf = st._mapped(4096)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    rc = lib.ampstats_poll(buf[0], st._seq + 1, torch.cuda.current_stream().cuda_stream,
+                           torch.cuda.current_device())
+    lib.ampstats_host_free(buf[0])
+    ok = (late == values[:3] and extras == values[:1] and figs[0].numel == 4096
+          and rc != 0 and time.perf_counter() - t < 1.0)
+    print("%s devstats waits: marked %s, figures of %d values, %s, a flag never raised: %s" % (
+        "PASS" if ok else "FAIL", late, figs[0].numel if figs else 0, extras,
+        lib.ampstats_error(rc).decode()))
+    return not ok
+
+
 def check_nonfinite_count(lib, ts):
     """nonfinite_count() over add_many's slots (parameter gradients without a GradScaler):
     their NaN and +-inf summed on the GPU; None when some went the eager way."""
@@ -139,8 +167,8 @@ def check_nonfinite_count(lib, ts):
 
 
 def check_close(lib, scalars):
-    """close() gives back the events and the mapped memory, a mark still in flight included,
-    and a Copy released after it frees its own event; many watchers' worth do not pile up."""
+    """close() gives back the mapped memory, a mark still in flight included, and a Copy
+    released after it frees its own; many watchers' worth do not pile up."""
     bounds = _vocab.DTYPES["f16"]
     x = torch.ones(4096, device="cuda", dtype=torch.float16)
     ok = True
@@ -154,7 +182,7 @@ def check_close(lib, scalars):
         st.close()
         got, _ = late.result()
         late.release()
-        ok &= (st._pool == [] and st._mark_event == 0 and st._mark_host == 0
+        ok &= (st._pool == [] and st._mark_buf is None
                and got[0].numel == 4096 and got[0].max == 1.0)
     free, total = torch.cuda.mem_get_info()
     print("%s devstats close: 200 StepStats opened and closed (%.0f MiB of %.0f free)" % (
