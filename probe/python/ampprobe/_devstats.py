@@ -183,9 +183,9 @@ class StepStats:
         self.retired = []  # buffers outgrown this step: kept until read() (queued kernels)
         self.eager = []  # figures tensors of the eager path
         self.order = []  # per handle: slot index (>= 0) or ~eager index (None: not launched)
-        self.pending = []  # deferred tensors (held until flush())
-        self._pending_handles, self._pending_bytes = [], 0  # and their handles
-        self._pending_codes, self._pending_numels = [], []  # amp_dtype codes (None: eager), numel
+        self.pending = []  # deferred tensors (held until flush()): (tensor, its handle, its
+        # amp_dtype code (None: eager), its numel)
+        self._pending_bytes = 0  # of the unchecked ones
         self._pending_target, self._pending_bounds = None, None
         self._pending_checks = []  # (index in pending, handle, version) of checked ones
         self.modified = []  # handles of checked deferred tensors written to before their read
@@ -255,15 +255,13 @@ class StepStats:
             dtype, numel = t.dtype, t.numel()
         handle = len(self.order)
         self.order.append(None)
+        pending = self.pending
         if check:
-            self._pending_checks.append((len(self.pending), handle, t._version))
+            self._pending_checks.append((len(pending), handle, t._version))
         else:
             self._pending_bytes += numel * dtype.itemsize
-        self.pending.append(t)
-        self._pending_handles.append(handle)
-        self._pending_codes.append(_AMP_DTYPE.get(dtype))
-        self._pending_numels.append(numel)
-        if len(self.pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
+        pending.append((t, handle, _AMP_DTYPE.get(dtype), numel))
+        if len(pending) >= BATCH or self._pending_bytes >= BATCH_BYTES:
             self.flush()
         return handle
 
@@ -283,23 +281,19 @@ class StepStats:
             self._pending_target, self._pending_bounds = target, bounds
         first = len(self.order)
         self.order += [None] * len(tensors)
-        self.pending += tensors
-        self._pending_handles += range(first, first + len(tensors))
         code_of = _AMP_DTYPE.get
-        self._pending_codes += [code_of(t.dtype) for t in tensors]
-        self._pending_numels += [t.numel() for t in tensors]
+        self.pending += [(t, first + k, code_of(t.dtype), t.numel())
+                         for k, t in enumerate(tensors)]
         self.flush()
 
     def flush(self):
         """Launches the deferred tensors' statistics (as few launches as the kernel's
         parameters allow) on the current stream; those off the step's GPU go the eager way."""
-        ts = self.pending
-        if not ts:
+        if not self.pending:
             return
-        handles, checks = self._pending_handles, self._pending_checks
-        tcodes, tnumels = self._pending_codes, self._pending_numels
-        self.pending, self._pending_handles, self._pending_bytes = [], [], 0
-        self._pending_codes, self._pending_numels = [], []
+        ts, handles, tcodes, tnumels = zip(*self.pending)
+        checks = self._pending_checks
+        self.pending, self._pending_bytes = [], 0
         if checks:
             self._pending_checks = []
             self.modified += [h for k, h, v in checks if ts[k]._version != v]
@@ -315,7 +309,7 @@ class StepStats:
             # the common case, a C loop each: dense tensors of the step's GPU that the kernel reads
             ptrs, numels, codes, slots = [t.data_ptr() for t in ts], tnumels, tcodes, handles
         if ptrs is None or 0 in ptrs:  # (0: a tensor subclass whose memory is not its values)
-            ptrs, numels, codes, slots = [], [], [], []
+            ptrs, numels, codes, slots, copies = [], [], [], [], []
             for t, d, h, code, numel in zip(ts, devs, handles, tcodes, tnumels):
                 if code is not None and lib is not None:
                     if dev is None and d >= 0 and t.is_cuda:
@@ -323,7 +317,7 @@ class StepStats:
                     if d == dev:
                         if not t.is_contiguous():
                             t = t.contiguous()  # a copy of our own, alive until the launch
-                            ts.append(t)
+                            copies.append(t)
                         ptr = t.data_ptr()
                         if ptr:
                             ptrs.append(ptr)
