@@ -38,17 +38,19 @@ struct DeviceGuard {
 // The layout the Python side mirrors: sizeof(amp_stats); it refuses the module on a mismatch.
 EXPORT int ampstats_slot_bytes(void) { return (int)sizeof(amp_stats); }
 
-// n tensors given as parallel arrays, their figures into n consecutive slots from slots on, in
-// as few launches as the kernel's parameters allow.
+// n tensors given as parallel arrays, their figures into the slots from slots on (tensor i into
+// slot slot[i], or slot i when slot is NULL), in as few launches as the kernel's parameters allow.
 EXPORT int ampstats_many(int n, const uintptr_t *data, const int64_t *numel, const int32_t *dtype,
-                         uintptr_t slots, int target, uintptr_t stream, int device) {
+                         const int32_t *slot, uintptr_t slots, int target, uintptr_t stream,
+                         int device) {
     DeviceGuard on(device);
     enum { CHUNK = 256 };
     cuda_stats_job jobs[CHUNK];
     for (int done = 0; done < n; done += CHUNK) {
         const int k = n - done < CHUNK ? n - done : CHUNK;
         for (int i = 0; i < k; i++)
-            jobs[i] = {(const void *)data[done + i], numel[done + i], (amp_stats *)slots + done + i,
+            jobs[i] = {(const void *)data[done + i], numel[done + i],
+                       (amp_stats *)slots + (slot ? slot[done + i] : done + i),
                        (amp_dtype)dtype[done + i]};
         cudaError_t e = cuda_stats_launch(jobs, k, (amp_dtype)target, (cudaStream_t)stream);
         if (e != cudaSuccess) return (int)e;

@@ -66,7 +66,7 @@ def load_module(next_to):
             path, lib.ampstats_slot_bytes(), _SLOT)
     u, i64, i = ctypes.c_size_t, ctypes.c_int64, ctypes.c_int
     # arrays by address (array.array); streams as integers, each call's GPU last
-    lib.ampstats_many.argtypes = [i, u, u, u, u, i, u, i]
+    lib.ampstats_many.argtypes = [i, u, u, u, u, u, i, u, i]
     lib.ampstats_many.restype = i
     lib.ampstats_reset.argtypes = [u, i64, u, i]
     lib.ampstats_reset.restype = i
@@ -189,6 +189,7 @@ class StepStats:
         self._pending_target, self._pending_bounds = None, None
         self._pending_checks = []  # (index in pending, handle, version) of checked ones
         self.modified = []  # handles of checked deferred tensors written to before their read
+        self._twins = []  # (slot, slot it repeats): a tensor read once for both (flush())
         self._pool = []  # free mapped host buffers: (host address, device address, bytes)
         self._seq = 0  # the last flag value given to a kernel (each call its own)
         self._marked, self._mark_n = None, -1  # mark()'s tensors and how many the kernel took
@@ -339,9 +340,22 @@ class StepStats:
             order = self.order
             for k, h in enumerate(slots):
                 order[h] = first + k
+        at = None  # each tensor into its own slot, in order
+        if len(set(ptrs)) < n:  # a tensor queued twice in one batch (a module that returns its
+            # child's output, or a view of it): the same memory, read once; its twin's figures
+            # are copied on the host (_twins)
+            seen, keep = {}, []
+            for k, key in enumerate(zip(ptrs, numels, codes)):
+                j = seen.setdefault(key, k)
+                if j == k:
+                    keep.append(k)
+                else:
+                    self._twins.append((first + k, first + j))
+            ptrs, numels, codes = [[x[k] for k in keep] for x in (ptrs, numels, codes)]
+            at = array("i", keep)
         ptrs, numels, codes = array("Q", ptrs), array("q", numels), array("i", codes)
         self._check(lib.ampstats_many(
-            n, ptrs.buffer_info()[0], numels.buffer_info()[0], codes.buffer_info()[0],
+            len(ptrs), _addr(ptrs), _addr(numels), _addr(codes), _addr(at) if at else 0,
             self._base + first * _SLOT, TARGET_CODE[self._pending_target],
             _raw_stream_fast(self._dev), self._dev))
 
@@ -476,7 +490,7 @@ class StepStats:
                     _addr(args[1]) if args else 0, self.buf.data_ptr(), self.used,
                     mapped[1] + _DATA, mapped[1], self._seq, stream, self._dev))
                 return self._finished(Copy(self, None, None, None, self.order, self.used,
-                                           n_scalars, (mapped, self._seq, stream)))
+                                           n_scalars, (mapped, self._seq, stream), self._twins))
             if self.buf.is_cuda:
                 host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
                 host.copy_(self.buf[:nbytes], non_blocking=True)
@@ -495,7 +509,8 @@ class StepStats:
         if event is not None:
             event.record(torch.cuda.current_stream(self.buf.device if self.buf is not None
                                                    else self.eager[0].device))
-        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0)
+        copy = Copy(self, host, event, eager, self.order, self.used, n_scalars if nbytes else 0,
+                    twins=self._twins)
         if self.used and self.lib is not None and self.buf.is_cuda:
             self._reset(0, self.used)  # after the copy, in stream order
         return self._finished(copy)
@@ -503,6 +518,7 @@ class StepStats:
     def _finished(self, copy):
         """The step's state emptied for the next one; returns copy."""
         self.used, self.placed, self.order, self.eager, self.retired = 0, False, [], [], []
+        self._twins = []
         return copy
 
     def read(self, n_scalars=0):
@@ -515,10 +531,12 @@ class Copy:
     statistics module's that a kernel writes (mapped: (buffer, flag value, stream)), or in a
     pinned tensor (host) and eager figures that torch copies behind event."""
 
-    def __init__(self, stats, host, event, eager, order, used, n_scalars, mapped=None):
+    def __init__(self, stats, host, event, eager, order, used, n_scalars, mapped=None,
+                 twins=()):
         self.stats, self.host, self.event, self.eager = stats, host, event, eager
         self.order, self.used, self.n_scalars = order, used, n_scalars
         self.mapped = mapped
+        self.twins = twins  # (slot, slot it repeats), filled in by wait()
         self.dev = stats._dev
         self.slots, self.extras = None, []
 
@@ -541,10 +559,12 @@ class Copy:
         base = at + _HEAD_BYTES if at else 0
         if at and self.n_scalars:
             self.extras = list((ctypes.c_double * self.n_scalars).from_address(at))
+        dev = (_Slot * self.used).from_address(base) if self.used else None
+        for slot, twin in self.twins:
+            dev[slot] = dev[twin]
         if self.eager is None:  # the host buffer is the array itself
             self.slots = (_Slot * n).from_address(base)
             return self
-        dev = (_Slot * max(self.used, 1)).from_address(base) if self.used else None
         eager = self.eager.tolist()
         self.slots = (_Slot * n)()
         for k, h in enumerate(self.order):

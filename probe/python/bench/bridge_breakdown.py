@@ -256,7 +256,7 @@ def host_costs(lib):
              ("torch add (launch)", lambda: t.detach().add(1)),
              ("32 x defer + flush + finish", batch),
              ("a statistics launch (C)", lambda: lib.ampstats_many(
-                 1, *[a.buffer_info()[0] for a in one], st._base, 1, raw, st._dev))]
+                 1, *[a.buffer_info()[0] for a in one], 0, st._base, 1, raw, st._dev))]
     print("## host costs: " + ", ".join(
         "%s %.2f us" % (k, min(timeit.repeat(fn, number=200, repeat=5)) / 200 * 1e6)
         for k, fn in items), flush=True)

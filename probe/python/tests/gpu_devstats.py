@@ -9,9 +9,10 @@ not (a view one element in), with NaN, ±inf, values beyond f16's range, subnorm
 tensor per launch, many per launch and deferred ones (launched together later), relative to f16,
 bf16 and f32 targets, across a buffer that has to grow, and deferred tensors written to before
 their launch (`modified`), nonfinite_count() (NaN and inf of add_many's tensors summed on the GPU),
-waits for figures that arrive late (an error, not a hang, for a flag no kernel will raise) and
-close() giving back its mapped memory; prints PASS/FAIL lines and exits 1 on a failure. --bench
-prints the kernel's read bandwidth on large tensors next to torch's own amax over the same memory.
+waits for figures that arrive late (an error, not a hang, for a flag no kernel will raise), a
+tensor queued twice in a batch read once, and close() giving back its mapped memory; prints
+PASS/FAIL lines and exits 1 on a failure. --bench prints the kernel's read bandwidth on large
+tensors next to torch's own amax over the same memory.
 """
 import math
 import sys
@@ -113,6 +114,7 @@ def check(lib):
             fail |= not ok
             queue()
     fail |= check_versions(lib)
+    fail |= check_twins(lib)
     fail |= check_nonfinite_count(lib, ts)
     fail |= check_close(lib, scalars)
     return fail
@@ -141,6 +143,27 @@ def check_waits(lib, st, scalars, values):
     print("%s devstats waits: marked %s, figures of %d values, %s, a flag never raised: %s" % (
         "PASS" if ok else "FAIL", late, figs[0].numel if figs else 0, extras,
         lib.ampstats_error(rc).decode()))
+    return not ok
+
+
+def check_twins(lib):
+    """A tensor queued twice in one batch (itself, and a view of all of it) is read once and
+    both get its figures; a view of part of it from the same address is read on its own."""
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(4096, generator=gen, device="cuda").mul_(3e4).half()
+    y = torch.randn(1000, generator=gen, device="cuda")
+    st = _devstats.StepStats(lib)
+    bounds = _vocab.DTYPES["f16"]
+    for t in (x, y, x.view(64, 64), x[:1000], x):
+        st.defer(t, "f16", bounds)
+    st.flush()
+    twins = list(st._twins)
+    got, _ = st.read()
+    want = [expect(t, "f16") for t in (x, y, x, x[:1000], x)]
+    ok = twins == [(2, 0), (4, 0)] and all(same(g, w) for g, w in zip(got, want)) and \
+        len(got) == 5 and st._twins == []
+    print("%s devstats twins: %s read once, %d figures as torch's" % (
+        "PASS" if ok else "FAIL", twins, sum(same(g, w) for g, w in zip(got, want))))
     return not ok
 
 

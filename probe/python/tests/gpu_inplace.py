@@ -12,6 +12,8 @@ and all), not of the ReLU's; fc2's are of its own output at every step but LATE 
 the write first happens, named on stderr: its maximum there is half the step before's) and of
 its own output again after it (read at once from then on: its maximum back to the step before
 LATE's); fc3's output, which nobody writes into, is read late and keeps its negative values.
+fc3 is a Sequential of one Linear, whose output is fc3's own: the same tensor queued twice in
+one batch (and its gradient likewise), read once, and both layers' rows must be the same.
 """
 import sqlite3
 import sys
@@ -27,7 +29,7 @@ def train():
         def __init__(s, d=256):
             super().__init__()
             s.fc1, s.act = torch.nn.Linear(d, d), torch.nn.ReLU(inplace=True)
-            s.fc2, s.fc3 = torch.nn.Linear(d, d), torch.nn.Linear(d, 10)
+            s.fc2, s.fc3 = torch.nn.Linear(d, d), torch.nn.Sequential(torch.nn.Linear(d, 10))
             s.step = 0
 
         def forward(s, x):
@@ -77,6 +79,15 @@ def check(db, log):
     if not (abs(at - 0.5 * before) <= 0.05 * before and abs(after - before) <= 0.05 * before):
         problems.append("fc2's max at steps %d, %d, %d: %g, %g, %g (expected x, x/2, x)"
                         % (LATE - 1, LATE, LATE + 1, before, at, after))
+    twins = {}  # fc3 and fc3.0: one tensor (and one gradient), the same figures
+    for name, step, kind, *f in sqlite3.connect(db).execute(
+            "SELECT l.name, s.step, s.kind, s.numel, s.min, s.max, s.n_zero, s.n_underflow "
+            "FROM AMP_TENSOR_STATS s JOIN AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id "
+            "WHERE l.name IN ('fc3', 'fc3.0') AND s.kind != 'weight_grad'"):
+        twins.setdefault((step, kind), {})[name] = f
+    odd = [k for k, v in sorted(twins.items()) if len(v) != 2 or v["fc3"] != v["fc3.0"]]
+    if len(twins) != 2 * STEPS or odd:
+        problems.append("fc3 and fc3.0 differ at (step, kind) %s of %d" % (odd[:3], len(twins)))
     steps = sqlite3.connect(db).execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
     if steps != STEPS:  # watch() in the script: `ampprobe run --torch` must not watch again
         problems.append("%d steps recorded, expected %d" % (steps, STEPS))
