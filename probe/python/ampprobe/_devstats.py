@@ -503,7 +503,8 @@ class StepStats:
             if flat.is_cuda:
                 eager = torch.empty(flat.numel(), dtype=torch.float64, pin_memory=True)
                 eager.copy_(flat, non_blocking=True)
-                event = torch.cuda.Event()
+                if event is None:  # (one behind both copies)
+                    event = torch.cuda.Event()
             else:
                 eager = flat.clone()
         if event is not None:
