@@ -52,19 +52,19 @@ def float_tensors(obj):
 # The ops
 
 VIEW_OPS = {"view", "reshape", "unsafe_view", "expand", "t", "transpose", "permute", "to_copy",
-             "clone", "contiguous", "flatten", "unsqueeze", "squeeze", "slice", "select",
-             "detach", "alias", "to", "float", "half", "bfloat16", "as_strided", "split",
-             "split_with_sizes", "chunk", "unbind", "getitem"}
+            "clone", "contiguous", "flatten", "unsqueeze", "squeeze", "slice", "select",
+            "detach", "alias", "to", "float", "half", "bfloat16", "as_strided", "split",
+            "split_with_sizes", "chunk", "unbind", "getitem"}
 MASK_OPS = {"masked_fill", "where"}
 # a -inf they write is a mask's too (x[:, pad] = -inf: setitem, or the aten ops it becomes)
 # (or torch.full(..., -inf).triu(1), a causal mask made in the forward)
 WRITE_MASK_OPS = {"setitem", "index_put", "fill", "lift_fresh", "lift_fresh_copy", "full",
-                   "full_like", "new_full", "scalar_tensor"}
+                  "full_like", "new_full", "scalar_tensor"}
 # a Python value made a tensor (the -inf of x[i] = -inf): what they take is no op's output
 LIFT_OPS = {"lift_fresh", "lift_fresh_copy"}
 # no mask's -inf goes into these (one that does is data arriving broken: log(0) features)
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "einsum",
-             "convolution", "cudnn_convolution", "conv1d", "conv2d", "conv3d"}
+            "convolution", "cudnn_convolution", "conv1d", "conv2d", "conv3d"}
 # memory handed out as it is (whatever it held, NaN included): no op makes a value there
 UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 
@@ -176,7 +176,7 @@ class Judge:
                 self.event = kind
                 return kind
             carried = Made(layer, op, out_bad, detail,
-                            "-inf" if out_bad == neginf else "NaN/inf")
+                           "-inf" if out_bad == neginf else "NaN/inf")
             self.made.append(carried)
         elif carried is not None and layer == carried.layer and bad_outs:
             carried.ops.add(op)
@@ -221,7 +221,7 @@ class OpTracer(TorchDispatchMode):
 # in-place ops that overwrite all of their tensor: what it held is not an input (FSDP's
 # all-gather copies into memory torch.empty handed out)
 OVERWRITES = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
-               "exponential_"}
+              "exponential_"}
 
 
 def written(func, args, kwargs):

@@ -22,17 +22,18 @@ are read when its batch launches.
 A module output may be written to in place before that (a ReLU(inplace=True) after it): the
 first sampled step reads outputs at once and watches their version counters, and a layer whose
 output moved is read at once from then on (one that moves only later is named on stderr). The
-figures go into a device buffer that one asynchronous copy brings back when the step ends; the
-step is recorded (one C call) a step later, its copy long done by then: in the next
-GradScaler.step(), before its wait for found_inf, else when the next step ends. Only the loss
-and found_inf (without a scaler and with check_grads: the count of NaN/inf among the parameter
-gradients, summed from their figures on the GPU) are read at once: as soon as they are computed
-a small kernel writes them into mapped host memory, and the step's end waits for that kernel
-only; a step they show broken is recorded (and re-run, below) right away. A step ends at
-scaler.update() (with an enabled GradScaler), else before optimizer.step() (so parameters are
-still those of the forward), else at the model's next forward. Parameter gradients are read
-before the scaler unscales them, as libampcore does (at unscale_, else at scaler.step, whose
-fused optimizer unscales them itself); the step's gradient norm is theirs divided by the scale.
+figures go into a device buffer that one kernel writes into mapped host memory when the step
+ends (a flag there raised last); the step is recorded (one C call) a step later, its flag long
+raised by then: in the next GradScaler.step(), before its wait for found_inf, else when the next
+step ends. Only the loss and found_inf (without a scaler and with check_grads: the count of
+NaN/inf among the parameter gradients, summed from their figures on the GPU) are read at once:
+as soon as they are computed a small kernel writes them into mapped host memory, and the step's
+end waits for that kernel's flag only; a step they show broken is recorded (and re-run, below)
+right away. A step ends at scaler.update() (with an enabled GradScaler), else before
+optimizer.step() (so parameters are still those of the forward), else at the model's next
+forward. Parameter gradients are read before the scaler unscales them, as libampcore does (at
+unscale_, else at scaler.step, whose fused optimizer unscales them itself); the step's gradient
+norm is theirs divided by the scale.
 stats_every=N computes statistics on every Nth step only. Without the module (a build without
 CUDA) or for tensors off the GPU the figures come from eager torch reductions, which cost far
 more.
@@ -1211,12 +1212,12 @@ class Watcher:
         return found
 
     def end_step(self, found):
-        """Ends the step: starts its figures' copy to the host and records the step before it
-        (whose copy is done by now). found: the scaler's found_inf tensors (None: no scaler).
-        A step that broke (its loss or found_inf is non-finite, or without a scaler its
-        parameter gradients: _marked) is recorded at once, while a re-run still sees its
-        parameters (check_grads: without a scaler the step's end then waits for the backward,
-        as a GradScaler's step() does)."""
+        """Ends the step: starts its figures on their way to the host and records the step
+        before it (whose figures are there by now). found: the scaler's found_inf tensors
+        (None: no scaler). A step that broke (its loss or found_inf is non-finite, or without a
+        scaler its parameter gradients: _marked) is recorded at once, while a re-run still sees
+        its parameters (check_grads: without a scaler the step's end then waits for the
+        backward, as a GradScaler's step() does)."""
         if not self.on:
             return
         if not self._forwards and self.step == self.first:
@@ -1287,7 +1288,7 @@ class Watcher:
         return loss, vals[0], sum(vals[1:]) if found else -1.0, False
 
     def _record(self, d):
-        """Emits a finished step's records (waits for its copy). The statistics go to C in one
+        """Emits a finished step's records (waits for its figures). The statistics go to C in one
         call; Python reads single figures only when something is wrong."""
         copy = d.copy.wait()
         vals = copy.extras

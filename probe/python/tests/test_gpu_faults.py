@@ -61,14 +61,18 @@ def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py"):
     return db, run.stdout + run.stderr
 
 
-def report_of(tmp_path, case, healthy, extra=(), script="gpu_faults.py"):
-    """Runs the case under ampprobe run --torch; returns its report as json."""
-    db, _ = record(tmp_path, case, healthy, extra, script=script)
+def report(db):
+    """The report of a recorded run, as json."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
                          text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr
     return json.loads(rep.stdout)
+
+
+def report_of(tmp_path, case, healthy, extra=(), script="gpu_faults.py"):
+    """Runs the case under ampprobe run --torch; returns its report as json."""
+    return report(record(tmp_path, case, healthy, extra, script=script)[0])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -179,10 +183,7 @@ def test_a_second_trained_module_is_recorded(tmp_path):
     log = tmp_path / "out.log"
     log.write_text(out)
     assert check_report.check_added(db, str(log), "110") == 0
-    ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
-    rep = subprocess.run([ampprobe, "report", db, "--format", "json"], capture_output=True,
-                         text=True, timeout=300, check=True)
-    r = json.loads(rep.stdout)
+    r = report(db)
     assert r["summary"]["added_models"] == "Linear (110 values) from step 1"
     assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
 
@@ -200,7 +201,7 @@ def test_watch_called_on_each_model_records_both_from_step_0(tmp_path):
     log = tmp_path / "out.log"
     log.write_text(out)
     assert check_report.check_added(db, str(log), "110", watched=True) == 0
-    r = report_of(tmp_path, "nan", False, ("--split", "--watch"))
+    r = report(db)
     assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
     r = report_of(tmp_path, "attn", True, ("--split", "--split-gain", "1e6", "--watch"))
     assert check_report.expect("split", r["findings"][0]) is None, r["findings"][0]
@@ -213,9 +214,9 @@ def test_watch_called_on_each_model_records_both_from_step_0(tmp_path):
 def test_dataloader_workers_record_nothing(tmp_path, start):
     """Batches from a DataLoader's two workers: the NaN batch found as without them, and only
     the training process recorded."""
-    r = report_of(tmp_path, "nan", False, ("--loader", start))
-    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
     db, _ = record(tmp_path, "nan", False, ("--loader", start))
+    r = report(db)
+    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
     assert check_report.check_one_process(db) == 0
 
 
