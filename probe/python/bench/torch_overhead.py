@@ -6,8 +6,12 @@ plainly and with `ampprobe.torch.watch(model, scaler=..., optimizer=..., stats_e
 alternating in one process (ROUNDS rounds, default 5, each run 10 warm-up steps then the
 workload's steps), and prints per run the median CUDA-event step time and the wall-clock time
 per step (the latter counts the one host copy per step that the bridge adds, and the host time
-of its hooks), then the overhead of the medians over the rounds. Run it under `ampprobe run
---trace amp` so that the watched runs record (watch() attaches nothing otherwise):
+of its hooks), then the overhead of the medians over the rounds. With --interleave the plain and
+the watched model train side by side in each round, a step of each in turn, which weighs the
+machine's ups and downs on both alike (the separate runs differ by more than what is measured
+from one minute to the next); the times are then each model's steps' alone (the wall-clock time
+the host spends in them, its waits for the GPU included). Run it under
+`ampprobe run --trace amp` so that the watched runs record (watch() attaches nothing otherwise):
 
   ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
 
@@ -130,6 +134,31 @@ def run(name, mode, watched):
     return dict(workload=name, mode=mode, watched=watched, event_ms=event, wall_ms=wall)
 
 
+def interleaved(name, mode):
+    """The plain and the watched run side by side, a step of each in turn (what the machine does
+    that minute weighs on both alike): a dict like run()'s per variant, the median of its steps'
+    CUDA-event times and the mean wall-clock time of its steps (the host's time in them, the
+    waits for the GPU included)."""
+    made = [setup(name, mode), setup(name, mode, dict(stats_every=1))]
+    steps = made[0][1]
+    ev, wall = ([], []), [0.0, 0.0]
+    clock = time.perf_counter
+    for i in range(steps):
+        for k, (step, _, _) in enumerate(made):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t = clock()
+            a.record()
+            step(i)
+            b.record()
+            wall[k] += clock() - t
+            ev[k].append((a, b))
+    torch.cuda.synchronize()
+    made[1][2].close()
+    return [dict(workload=name, mode=mode, watched=bool(k), wall_ms=wall[k] * 1e3 / steps,
+                 event_ms=statistics.median(a.elapsed_time(b) for a, b in ev[k]))
+            for k in (0, 1)]
+
+
 def main():
     ap_ = argparse.ArgumentParser(description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -137,6 +166,9 @@ def main():
     ap_.add_argument("--mode", action="append", choices=["fp32", "fp16", "bf16"])
     ap_.add_argument("--rounds", type=int, default=5)
     ap_.add_argument("--compile", action="store_true", help="train torch.compile(model)")
+    ap_.add_argument("--interleave", action="store_true",
+                     help="train the plain and the watched model side by side, a step of each "
+                          "in turn (wall_ms is then the host's time in a model's steps)")
     a = parse(ap_)
     print("# torch %s %s, statistics module %s%s" % (
         torch.__version__, torch.cuda.get_device_name(),
@@ -146,9 +178,10 @@ def main():
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:
             for r in range(a.rounds):
-                for watched in (False, True):
-                    rows.append(run(wl, mode, watched))
-                    print(json.dumps(rows[-1]), flush=True)
+                for row in (interleaved(wl, mode) if a.interleave else
+                            (run(wl, mode, watched) for watched in (False, True))):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     print("%-10s %-5s %12s %12s %9s %12s %12s %9s" % ("workload", "mode", "event_ms", "+ap",
                                                       "overhead", "wall_ms", "+ap", "overhead"))
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
