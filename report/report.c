@@ -484,6 +484,7 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (!ok) {
         report_model_free(m);
+        amp_one_line(err);
         return AMP_ERR_IO;
     }
     // A snapshot taken in the collector's last moments says running with nobody writing: when

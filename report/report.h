@@ -221,7 +221,8 @@ typedef struct report_model {
 } report_model; // every string is owned by the model (report_model_free)
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
-// AMP_ERR_IO with one line naming path in err when a SELECT fails (a foreign schema).
+// AMP_ERR_IO with one line naming path in err (control characters shown as '?') when a SELECT
+// fails (a foreign schema, a damaged file).
 amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
                              char err[REPORT_ERR_MAX]);
 void report_model_free(report_model *m);

@@ -970,6 +970,14 @@ START_TEST(test_open_readonly_refusals) {
     fclose(fp);
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(err, "not an ampprobe database"));
+    // a name with a newline and a terminal's escape sequence in it: still one plain line
+    char odd[160];
+    snprintf(odd, sizeof odd, "%s/two\nlines\033[31m.sqlite", f.dir);
+    ck_assert_int_eq(rename(path, odd), 0);
+    ck_assert_int_eq(amp_store_open_readonly(odd, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "/two?lines?[31m.sqlite: not an ampprobe database"));
+    for (const char *p = err; *p; p++)
+        ck_assert_int_ge((unsigned char)*p, 0x20);
 
     snprintf(path, sizeof path, "%s/empty.sqlite", f.dir);
     fclose(fopen(path, "w"));

@@ -651,6 +651,7 @@ amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR
 fail:
     tui_model_free(m);
     *m = (tui_model){0};
+    amp_one_line(err);
     return AMP_ERR_IO;
 }
 

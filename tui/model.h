@@ -148,7 +148,8 @@ typedef struct tui_model {
 } tui_model;
 
 // Opens path read-only (amp_store_open_readonly: one line in err for a missing, foreign,
-// truncated or newer file) and loads everything recorded so far.
+// truncated or newer file; one line too when a damaged file cannot be read) and loads everything
+// recorded so far.
 amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR_MAX]);
 // Reads what was committed since the last poll. Returns true when the model changed.
 bool tui_model_poll(tui_model *m);

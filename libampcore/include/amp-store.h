@@ -47,8 +47,9 @@ typedef struct sqlite3 sqlite3;
 #define AMP_STORE_ERR_MAX 512
 
 // Opens an ampprobe database read-only (also while its run is still being written). On failure
-// *db is NULL and errbuf holds one line naming the file: it does not exist, is not an ampprobe
-// database, is truncated or corrupt, or was written by a newer schema. Returns AMP_ERR_IO,
+// *db is NULL and errbuf holds one line naming the file (control characters in the name or in
+// SQLite's words shown as '?'): it does not exist, is not an ampprobe database, is truncated or
+// corrupt, or was written by a newer schema. Returns AMP_ERR_IO,
 // AMP_ERR_CORRUPT or AMP_ERR_UNSUPPORTED (newer major version) then. Close with sqlite3_close.
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]);
 // Whether table has column: a reader's question about a column that a minor version added

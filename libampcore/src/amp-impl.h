@@ -58,6 +58,9 @@ void *amp_xrealloc(void *p, size_t n);
         }                                                                                          \
     } while (0)
 char *amp_xstrdup(const char *s);
+// s with each control character (a newline, the escape of a terminal sequence) made '?', in
+// place: a message that quotes a file name or SQLite's words stays one plain line. Returns s.
+char *amp_one_line(char *s);
 // A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
 // NULL with errno set (ENAMETOOLONG when the name does not fit).
 char *amp_make_temp_dir(char *buf, size_t n, const char *prefix);

@@ -100,6 +100,12 @@ char *amp_xstrdup(const char *s) {
     return memcpy(amp_xmalloc(n), s, n);
 }
 
+char *amp_one_line(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+    return s;
+}
+
 // mkdtemp() takes a path that ends in this many 'X' and replaces them with a unique suffix.
 enum { MKDTEMP_SUFFIX = 6 };
 

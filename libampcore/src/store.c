@@ -1278,13 +1278,13 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
     *db = NULL;
     errbuf[0] = 0;
     amp_status st = precheck(path, errbuf);
-    if (st != AMP_OK) return amp_set_error(st, "%s", errbuf);
+    if (st != AMP_OK) return amp_set_error(st, "%s", amp_one_line(errbuf));
     sqlite3 *d = NULL;
     if (sqlite3_open_v2(path, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot open: %s", path,
                  d ? sqlite3_errmsg(d) : "out of memory");
         sqlite3_close(d);
-        return amp_set_error(AMP_ERR_IO, "%s", errbuf);
+        return amp_set_error(AMP_ERR_IO, "%s", amp_one_line(errbuf));
     }
     sqlite3_busy_timeout(d, 2000); // a live run checkpoints now and then
     sqlite3_stmt *q = NULL;
@@ -1328,7 +1328,7 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
     sqlite3_finalize(q);
     if (st != AMP_OK) {
         sqlite3_close(d);
-        return amp_set_error(st, "%s", errbuf);
+        return amp_set_error(st, "%s", amp_one_line(errbuf));
     }
     *db = d;
     return AMP_OK;
