@@ -5,6 +5,8 @@
 #include "commands.h"
 #include "conform.h"
 
+#include "amp-impl.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -67,7 +69,7 @@ static bool list_dir(struct conform_run *r) {
         free_names(r);
         return false;
     }
-    qsort(r->names, (size_t)r->n_names, sizeof *r->names, cmp_str);
+    amp_sort(r->names, (size_t)r->n_names, sizeof *r->names, cmp_str);
     return true;
 }
 

@@ -465,8 +465,8 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     free(p.groups.slots);
     free(p.buckets.slots);
     free(p.bucket_of);
-    if (m->n_stats) qsort(m->stats, m->n_stats, sizeof *m->stats, cmp_stats);
-    if (m->n_amax) qsort(m->amax, m->n_amax, sizeof *m->amax, cmp_amax);
+    amp_sort(m->stats, m->n_stats, sizeof *m->stats, cmp_stats);
+    amp_sort(m->amax, m->n_amax, sizeof *m->amax, cmp_amax);
     return finish(db, m->path, q, rc, err);
 }
 
@@ -747,7 +747,7 @@ double report_median_step_ns(const report_model *m) {
 
 double report_median(double *v, size_t n) {
     if (!n) return NAN;
-    qsort(v, n, sizeof *v, cmp_double);
+    amp_sort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

@@ -204,7 +204,7 @@ static void clock_init(step_clock *c, report_model *m) {
     for (size_t i = 0; i < m->n_steps; i++)
         if (m->steps[i].start_ns >= 0 && m->steps[i].end_ns >= m->steps[i].start_ns)
             c->by_start[c->n++] = &m->steps[i];
-    qsort(c->by_start, c->n, sizeof *c->by_start, cmp_step_start);
+    amp_sort(c->by_start, c->n, sizeof *c->by_start, cmp_step_start);
 }
 
 // The step whose window holds t (t non-decreasing between calls); NULL: none.
@@ -359,7 +359,7 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
 // time (union of kernel intervals) and idle gaps.
 static void timeline(report_model *m, launch *v, size_t n) {
     report_perf *p = &m->perf;
-    qsort(v, n, sizeof *v, cmp_start);
+    amp_sort(v, n, sizeof *v, cmp_start);
     step_clock c;
     clock_init(&c, m);
     int64_t cur_end = INT64_MIN, first = 0, warm_from = INT64_MAX, warm_to = INT64_MIN;
@@ -495,8 +495,8 @@ static bool launch_times(loader *l, launch *v, size_t n) {
     }
     bool ok = done(l, q, rc);
     if (ok && n_rt) {
-        qsort(rt, n_rt, sizeof *rt, cmp_corr);
-        qsort(v, n, sizeof *v, cmp_corr);
+        amp_sort(rt, n_rt, sizeof *rt, cmp_corr);
+        amp_sort(v, n, sizeof *v, cmp_corr);
         for (size_t i = 0, j = 0; i < n; i++) {
             while (j < n_rt && cmp_corr(&rt[j], &v[i]) < 0)
                 j++;
@@ -636,7 +636,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
             *new_of = amp_xmalloc(m->n_ops * sizeof *new_of);
     for (size_t g = 0; g < m->n_ops; g++)
         m->ops[g].kernels = (int64_t)g; // the old index, for a moment
-    qsort(m->ops, m->n_ops, sizeof *m->ops, cmp_op);
+    amp_sort(m->ops, m->n_ops, sizeof *m->ops, cmp_op);
     for (size_t g = 0; g < m->n_ops; g++) {
         old_at[g] = (int32_t)m->ops[g].kernels;
         new_of[old_at[g]] = (int32_t)g;
@@ -694,7 +694,7 @@ static void kernel_layers(report_model *m, const launch *v, size_t n, const op_r
     }
     free(t.slots);
     const size_t k = n_e; // summed per (kernel, layer)
-    if (k) qsort(e, k, sizeof *e, cmp_kernel_layer);
+    amp_sort(e, k, sizeof *e, cmp_kernel_layer);
     for (size_t i = 0; i < k;) {
         size_t j = i;
         int64_t ns = 0;
@@ -724,8 +724,8 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
         bool *gemm = amp_xmalloc(p->n_kernels * sizeof *gemm); // by name, once a kernel
         for (size_t k = 0; k < p->n_kernels; k++)
             gemm[k] = report_kernel_is_gemm(p->kernels[k].name);
-        qsort(rows, n_rows, sizeof *rows, cmp_row);
-        qsort(v, n, sizeof *v, cmp_launch);
+        amp_sort(rows, n_rows, sizeof *rows, cmp_row);
+        amp_sort(v, n, sizeof *v, cmp_launch);
         size_t j = 0;
         for (size_t i = 0; i < n; i++) {
             launch *x = &v[i];
@@ -793,7 +793,7 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     free(names.ids);
     free(names.index.slots);
     if (m->perf.n_kernels)
-        qsort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);
+        amp_sort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);
     return ok;
 }
 

@@ -14,6 +14,8 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +86,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
         free(v);
         return;
     }
-    qsort(v, n, sizeof *v, cmp_share);
+    amp_sort(v, n, sizeof *v, cmp_share);
 
     double u = report_unscaled_grad_amax(m);
     double rec = report_scale_for_amax(u);

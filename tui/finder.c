@@ -52,9 +52,8 @@ static void kernel_layers(const report_model *rm, tui_finding *out) {
         out->kernel_layers[out->n_kernel_layers++] =
             (tui_kernel_layer){amp_xstrdup(k->name), amp_xstrdup(label)};
     }
-    if (out->n_kernel_layers)
-        qsort(out->kernel_layers, out->n_kernel_layers, sizeof *out->kernel_layers,
-              cmp_kernel_layer);
+    amp_sort(out->kernel_layers, out->n_kernel_layers, sizeof *out->kernel_layers,
+             cmp_kernel_layer);
 }
 
 const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel) {

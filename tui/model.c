@@ -162,7 +162,7 @@ static bool poll_layers(tui_model *m) {
     }
     sqlite3_reset(q);
     if (m->n_layers == before) return false;
-    qsort(m->layers, m->n_layers, sizeof *m->layers, cmp_layer_name);
+    amp_sort(m->layers, m->n_layers, sizeof *m->layers, cmp_layer_name);
     return true;
 }
 
@@ -402,7 +402,7 @@ static int cmp_raw(const void *a, const void *b) {
 }
 
 static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
-    qsort(raw, n, sizeof *raw, cmp_raw);
+    amp_sort(raw, n, sizeof *raw, cmp_raw);
     m->n_rows = 0;
     int64_t counted = 0, underflow = 0;
     for (size_t i = 0; i < n; i++) {

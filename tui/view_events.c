@@ -58,8 +58,8 @@ static void update(tui_app *app) {
         if (matches(app, &m->events[i], t->filter))
             app->event_rows[app->n_event_rows++] = &m->events[i];
     sort_key = t->sort;
-    if (t->sort != SORT_ARRIVAL && app->n_event_rows)
-        qsort(app->event_rows, app->n_event_rows, sizeof *app->event_rows, cmp_events);
+    if (t->sort != SORT_ARRIVAL)
+        amp_sort(app->event_rows, app->n_event_rows, sizeof *app->event_rows, cmp_events);
     if (app->following && t->sort == SORT_ARRIVAL) t->selected = (int)app->n_event_rows - 1;
 }
 

@@ -65,8 +65,7 @@ static void update(tui_app *app) {
     }
     sort_key = t->sort;
     sort_finding = &m->finding;
-    if (app->n_kernel_rows)
-        qsort(app->kernel_rows, app->n_kernel_rows, sizeof *app->kernel_rows, cmp_kernels);
+    amp_sort(app->kernel_rows, app->n_kernel_rows, sizeof *app->kernel_rows, cmp_kernels);
 }
 
 static void draw(const tui_app *app, const tui_layout *l) {

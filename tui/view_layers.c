@@ -78,8 +78,7 @@ static void update(tui_app *app) {
         if (tui_match(m->rows[i].name, t->filter))
             app->layer_rows[app->n_layer_rows++] = &m->rows[i];
     sort_key = t->sort;
-    if (app->n_layer_rows)
-        qsort(app->layer_rows, app->n_layer_rows, sizeof *app->layer_rows, cmp_rows);
+    amp_sort(app->layer_rows, app->n_layer_rows, sizeof *app->layer_rows, cmp_rows);
 }
 
 static void draw(const tui_app *app, const tui_layout *l) {

@@ -58,6 +58,11 @@ void *amp_xrealloc(void *p, size_t n);
         }                                                                                          \
     } while (0)
 char *amp_xstrdup(const char *s);
+// qsort(3) of n elements at base, which may be NULL when n is 0 (qsort's may not, even then).
+static inline void amp_sort(void *base, size_t n, size_t size,
+                            int (*cmp)(const void *, const void *)) {
+    if (n > 1) qsort(base, n, size, cmp);
+}
 // s with each control character (a newline, the escape of a terminal sequence) made '?', in
 // place: a message that quotes a file name or SQLite's words stays one plain line. Returns s.
 char *amp_one_line(char *s);
