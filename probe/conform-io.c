@@ -5,6 +5,8 @@
  */
 #include "conform.h"
 
+#include "amp-impl.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -116,7 +118,7 @@ static int cmp_name(const void *key, const void *elem) {
 }
 
 bool conform_has_file(const struct conform_run *r, const char *name) {
-    return bsearch(name, r->names, (size_t)r->n_names, sizeof *r->names, cmp_name) != NULL;
+    return amp_search(name, r->names, (size_t)r->n_names, sizeof *r->names, cmp_name) != NULL;
 }
 
 void *conform_load(struct conform_run *r, const char *name, size_t want_bytes, const char *what,

@@ -206,7 +206,8 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
 static bool load_events(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
-                 "SELECT id, pid, step, IFNULL(last_step, step), layer_id, op, phase, kind, "
+                 "SELECT id, pid, step, IFNULL(last_step, step), layer_id, op, phase, "
+                 "IFNULL(kind, ''), "
                  "severity, count, value, detail, aggregate, occurrences FROM AMP_EVENTS "
                  "WHERE step <= ?2 AND IFNULL(last_step, step) >= ?1 ORDER BY id",
                  m, &q, err))
@@ -234,7 +235,8 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
 // order GROUP BY gave them (its keys, BINARY collation).
 
 static const char sql_stats[] =
-    "SELECT pid, layer_id, IFNULL(op, ''), kind, IFNULL(dtype, ''), IFNULL(target_dtype, ''), "
+    "SELECT pid, layer_id, IFNULL(op, ''), IFNULL(kind, ''), IFNULL(dtype, ''), "
+    "IFNULL(target_dtype, ''), "
     "numel, amax, step, n_overflow, n_underflow, n_zero, n_nan, n_posinf, n_neginf "
     "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2";
 

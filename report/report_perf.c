@@ -600,9 +600,10 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
             gemm[gi] = report_op_is_gemm(g->op);
             cast[gi] = report_op_is_cast(g->op);
         }
-        bool timed =
-            sqlite3_column_type(q, 10) != SQLITE_NULL && sqlite3_column_type(q, 11) != SQLITE_NULL;
-        int64_t start = i64(q, 10), end = i64(q, 11), ns = timed ? end - start : 0;
+        int64_t start = i64(q, 10), end = i64(q, 11);
+        bool timed = sqlite3_column_type(q, 10) == SQLITE_INTEGER &&
+                     sqlite3_column_type(q, 11) == SQLITE_INTEGER && start >= 0 && end >= start;
+        int64_t ns = timed ? end - start : 0;
         double flops = sqlite3_column_double(q, 8), bytes = sqlite3_column_double(q, 9);
         g->launches++;
         g->flops += flops;

@@ -8,10 +8,6 @@
  */
 #include "tests.h"
 
-#include "amp-store.h"
-#include "model.h"
-#include "report.h"
-
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -264,66 +260,22 @@ static size_t below(size_t n) {
     return (size_t)(damage_state % n);
 }
 
-// The line that refused path names it and holds no control character.
-static void refused(const char *path, const char *err) {
-    ck_assert_msg(strstr(err, path) != NULL, "'%s' does not name %s", err, path);
-    for (const char *c = err; *c; c++)
-        ck_assert_int_ge((unsigned char)*c, 0x20);
-}
-
-// Reads path as `ampprobe report` (every rule, every format) and `ampprobe tui` (a poll, a step
-// shown) do, each either reading it or refusing it in one line.
-static void read_or_refuse(const char *path) {
-    char err[AMP_STORE_ERR_MAX > REPORT_ERR_MAX ? AMP_STORE_ERR_MAX : REPORT_ERR_MAX];
-    sqlite3 *db;
-    if (amp_store_open_readonly(path, &db, err) != AMP_OK) {
-        refused(path, err);
-        return;
-    }
-    report_model m;
-    amp_status st = report_model_load(db, path, INT64_MIN, INT64_MAX, &m, err);
-    sqlite3_close(db);
-    if (st == AMP_OK) {
-        report_findings f = {0};
-        report_run(&m, NULL, &f);
-        FILE *out = fopen("/dev/null", "w");
-        report_format_text(out, &m, &f, false);
-        report_format_json(out, &m, &f);
-        report_format_md(out, &m, &f);
-        report_format_html(out, &m, &f);
-        fclose(out);
-        report_findings_free(&f);
-        report_model_free(&m);
-    } else {
-        refused(path, err);
-    }
-    tui_model tm;
-    if (tui_model_open(&tm, path, err) == AMP_OK) {
-        tui_model_poll(&tm);
-        tui_model_show_step(&tm, 3);
-        tui_model_free(&tm);
-    } else {
-        refused(path, err);
-    }
+// Records tiny_gpt's attention overflow into db_path.
+static void record_run(void) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"),
+                               "--precision fp16 --fault attn-overflow --steps 6", out, sizeof out),
+                     0);
 }
 
 // A run's database damaged as disks and copies damage files (cut short, bytes overwritten, a
 // page zeroed or overwritten, the header's bytes) is read or refused in one line, never a crash
 // (the suites run under AddressSanitizer and UBSan in CI).
 START_TEST(test_damaged_database_read_or_refused) {
-    char out[8192];
-    ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"),
-                               "--precision fp16 --fault attn-overflow --steps 6", out, sizeof out),
-                     0);
-    FILE *fp = fopen(db_path, "rb");
-    ck_assert_ptr_nonnull(fp);
-    fseek(fp, 0, SEEK_END);
-    size_t n = (size_t)ftell(fp), page = 4096;
+    record_run();
+    size_t n, page = 4096;
+    unsigned char *good = (unsigned char *)test_read_file(db_path, &n), *bad = amp_xmalloc(n);
     ck_assert_uint_gt(n, 4 * page);
-    unsigned char *good = amp_xmalloc(n), *bad = amp_xmalloc(n);
-    rewind(fp);
-    ck_assert_uint_eq(fread(good, 1, n, fp), n);
-    fclose(fp);
     char path[160];
     snprintf(path, sizeof path, "%s/damaged.sqlite", dir);
     for (int k = 0; k < 40; k++) {
@@ -347,13 +299,21 @@ START_TEST(test_damaged_database_read_or_refused) {
             for (int i = 0; i < 4; i++)
                 bad[below(100)] = (unsigned char)below(256);
         }
-        fp = fopen(path, "wb");
-        ck_assert_uint_eq(fwrite(bad, 1, len, fp), len);
-        fclose(fp);
-        read_or_refuse(path);
+        test_write_file(path, bad, len);
+        test_read_or_refuse(path);
     }
     free(good);
     free(bad);
+}
+END_TEST
+
+// A sound database holding what no ampprobe writes is read or refused in one line, never a
+// crash (test_odd_values).
+START_TEST(test_odd_values_read_or_refused) {
+    record_run();
+    char path[160];
+    snprintf(path, sizeof path, "%s/odd.sqlite", dir);
+    ck_assert_int_gt(test_odd_values(db_path, path), 100);
 }
 END_TEST
 
@@ -379,6 +339,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_view_gradients_read_once);
     tcase_add_test(tc, test_kill_9_survives);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
+    tcase_add_test(tc, test_odd_values_read_or_refused);
     tcase_add_test(tc, test_exit_without_free_cpu);
     suite_add_tcase(s, tc);
     return s;

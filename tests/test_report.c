@@ -987,6 +987,21 @@ static void gpu_run(int n, int k, long long kernel_ns, long long gap_ns, double 
     sql("INSERT INTO TARGET_INFO_GPU (vmId, id, name) VALUES (0, 0, 'NVIDIA H200');");
 }
 
+// A GPU run's database holding what no ampprobe writes (a column NULL, text or -1, one at a
+// time: test_odd_values), its kernels, launches and ops included, is read or refused in one
+// line, never a crash.
+START_TEST(odd_values_in_a_gpu_run_are_read_or_refused) {
+    gpu_run(8, 3, 50000, 2000, 1e9, 1e6);
+    healthy_stats(8);
+    sql(EVENTS_VALUES "(1, 3, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 7890, 65440, 'x', 0, "
+                      "1, 3), (1, 3, NULL, NULL, 'optim', 'step_skipped', 'warning', 1, 65536, "
+                      "NULL, 0, 1, 3);");
+    char path[160];
+    snprintf(path, sizeof path, "%s/odd.sqlite", tmpdir);
+    ck_assert_int_gt(test_odd_values(db_path, path), 100);
+}
+END_TEST
+
 START_TEST(roofline_slow_compute_layer_is_a_warning) {
     // 1 GFLOP over 1 MB (intensity 1000, compute-bound) in 1 ms: 0.13% of 790 TFLOP/s
     gpu_run(5, 1, 1000000, 0, 1e9, 1e6);
@@ -1802,6 +1817,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
+    tcase_add_test(tc, odd_values_in_a_gpu_run_are_read_or_refused);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);

@@ -58,10 +58,8 @@ static void kernel_layers(const report_model *rm, tui_finding *out) {
 
 const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel) {
     tui_kernel_layer key = {.kernel = (char *)kernel};
-    const tui_kernel_layer *hit = f->n_kernel_layers
-                                      ? bsearch(&key, f->kernel_layers, f->n_kernel_layers,
-                                                sizeof *f->kernel_layers, cmp_kernel_layer)
-                                      : NULL;
+    const tui_kernel_layer *hit = amp_search(&key, f->kernel_layers, f->n_kernel_layers,
+                                             sizeof *f->kernel_layers, cmp_kernel_layer);
     return hit ? hit->layer : NULL;
 }
 

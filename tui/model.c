@@ -170,7 +170,7 @@ const char *tui_model_layer_name(const tui_model *m, int32_t pid, int32_t layer_
     if (layer_id < 0) return NULL;
     struct tui_layer_name key = {.pid = pid, .id = layer_id};
     const struct tui_layer_name *l =
-        bsearch(&key, m->layers, m->n_layers, sizeof *m->layers, cmp_layer_name);
+        amp_search(&key, m->layers, m->n_layers, sizeof *m->layers, cmp_layer_name);
     return l ? l->name : NULL;
 }
 

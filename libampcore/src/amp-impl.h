@@ -63,6 +63,11 @@ static inline void amp_sort(void *base, size_t n, size_t size,
                             int (*cmp)(const void *, const void *)) {
     if (n > 1) qsort(base, n, size, cmp);
 }
+// bsearch(3) for key among the n sorted elements at base, which may be NULL when n is 0.
+static inline void *amp_search(const void *key, const void *base, size_t n, size_t size,
+                               int (*cmp)(const void *, const void *)) {
+    return n ? bsearch(key, base, n, size, cmp) : NULL;
+}
 // s with each control character (a newline, the escape of a terminal sequence) made '?', in
 // place: a message that quotes a file name or SQLite's words stays one plain line. Returns s.
 char *amp_one_line(char *s);
