@@ -61,7 +61,8 @@ pid_t test_dead_pid(void);
 void test_exit_without_free(const char *device);
 
 // What the readers must do with any database (readers.c): test_read_or_refuse reads path as
-// `ampprobe report` (every rule, every format) and `ampprobe tui` (a poll, a step shown) do, each
+// `ampprobe report` (every rule, every format) and `ampprobe tui` (every view drawn off-screen,
+// each table sorted by each column, a step back, the next process) do, each
 // either reading it or refusing it in one line that names it and holds no control character.
 // test_odd_values does that for db with a column NULL, text or -1 in every row, one column of
 // one table (that has rows) at a time, in a copy at scratch (removed after); returns how many
