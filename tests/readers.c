@@ -65,6 +65,8 @@ void test_read_or_refuse(const char *path) {
         report_format_json(out, &m, &f);
         report_format_md(out, &m, &f);
         report_format_html(out, &m, &f);
+        report_diff_text(out, &m, &f, &m, &f);
+        report_diff_json(out, &m, &f, &m, &f);
         fclose(out);
         report_findings_free(&f);
         report_model_free(&m);

@@ -61,12 +61,12 @@ pid_t test_dead_pid(void);
 void test_exit_without_free(const char *device);
 
 // What the readers must do with any database (readers.c): test_read_or_refuse reads path as
-// `ampprobe report` (every rule, every format) and `ampprobe tui` (every view drawn off-screen,
-// each table sorted by each column, a step back, the next process) do, each
-// either reading it or refusing it in one line that names it and holds no control character.
-// test_odd_values does that for db with a column NULL, text or -1 in every row, one column of
-// one table (that has rows) at a time, in a copy at scratch (removed after); returns how many
-// such changes the schema let through. test_write_file writes n bytes to path.
+// `ampprobe report` (every rule, every format; `ampprobe diff` of it with itself) and `ampprobe
+// tui` (every view drawn off-screen, each table sorted by each column, a step back, the next
+// process) do, each either reading it or refusing it in one line that names it and holds no
+// control character. test_odd_values does that for db with a column NULL, text or -1 in every
+// row, one column of one table (that has rows) at a time, in a copy at scratch (removed after);
+// returns how many such changes the schema let through. test_write_file writes n bytes to path.
 void test_read_or_refuse(const char *path);
 int test_odd_values(const char *db, const char *scratch);
 void test_write_file(const char *path, const void *bytes, size_t n);
