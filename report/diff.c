@@ -9,7 +9,11 @@
  * autocast it is "the AMP run" and the other the baseline, whatever the argument order; a slower
  * AMP run is explained from its amp-payoff finding (launch-bound, CPU emulation).
  */
+#define _GNU_SOURCE // open_memstream
+
 #include "report.h"
+
+#include "amp-impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -236,7 +240,7 @@ static void list_unmatched(FILE *out, const char *label, const report_findings *
     }
 }
 
-void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,
+static void diff_text(FILE *out, const report_model *a, const report_findings *fa,
                       const report_model *b, const report_findings *fb) {
     report_run_figures ra, rb;
     report_figures(a, fa, &ra);
@@ -292,6 +296,18 @@ void report_diff_text(FILE *out, const report_model *a, const report_findings *f
                 (long long)g.diverge_step);
     list_unmatched(out, "A", fa, fb);
     list_unmatched(out, "B", fb, fa);
+}
+
+void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,
+                      const report_model *b, const report_findings *fb) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *mem = open_memstream(&text, &n);
+    if (!mem) amp_abort(__FILE__, __LINE__, "out of memory for the diff");
+    diff_text(mem, a, fa, b, fb);
+    fclose(mem);
+    report_put_text(out, text, n, false); // (the runs' strings with their control characters)
+    free(text);
 }
 
 static void jrun(FILE *out, const report_model *m, const report_run_figures *r,

@@ -1,20 +1,45 @@
 /*
  * format_text.c — the report for people: the verdict paragraph first (the answer), then each
  * finding with where, the evidence and the advice, then a short run summary. Colour only when
- * the caller says so (a terminal, NO_COLOR unset).
+ * the caller says so (a terminal, NO_COLOR unset). The run's own strings (layer, op and kernel
+ * names, the command, an exception) reach the terminal with their control characters shown as
+ * '?': a database cannot move the cursor or recolour the screen (report_put_text).
  */
+#define _GNU_SOURCE // open_memstream
+
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+// The report is written with one-byte style marks, which report_put_text turns into escape
+// sequences (or nothing) once every other control character has been made '?' (a byte 1-6 in a
+// run's string reads as a mark: at worst a colour).
 typedef struct palette {
     const char *bold, *red, *yellow, *blue, *dim, *off;
 } palette;
 
-static const palette colors = {"\033[1m", "\033[1;31m", "\033[1;33m", "\033[1;34m", "\033[2m",
-                               "\033[0m"};
-static const palette plain = {"", "", "", "", "", ""};
+enum { MARK_FIRST = 1, MARK_LAST = 6 };
+static const palette marks = {"\001", "\002", "\003", "\004", "\005", "\006"};
+static const char *const escapes[MARK_LAST + 1] = {
+    [1] = "\033[1m",    [2] = "\033[1;31m", [3] = "\033[1;33m",
+    [4] = "\033[1;34m", [5] = "\033[2m",    [6] = "\033[0m"};
+
+void report_put_text(FILE *out, const char *text, size_t n, bool color) {
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)text[i];
+        if (c >= MARK_FIRST && c <= MARK_LAST) {
+            if (color) fputs(escapes[c], out);
+        } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+            fputc('?', out);
+        } else {
+            fputc(c, out);
+        }
+    }
+}
 
 // Prints text wrapped at 96 columns, each line prefixed by indent (newlines in text are kept).
 static void wrap(FILE *out, const char *indent, const char *text) {
@@ -79,8 +104,8 @@ static void print_finding(FILE *out, const report_finding *f, size_t index, cons
     fprintf(out, "\n");
 }
 
-void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color) {
-    const palette *p = color ? &colors : &plain;
+static void write_text(FILE *out, const report_model *m, const report_findings *f) {
+    const palette *p = &marks;
     char verdict[2048];
     report_verdict(m, f, verdict, sizeof verdict);
     fprintf(out, "%sampprobe report%s %s\n\n", p->bold, p->off, m->path);
@@ -126,4 +151,15 @@ void report_format_text(FILE *out, const report_model *m, const report_findings 
         fprintf(out, "  loss scale:  no GradScaler records\n");
     else
         fprintf(out, "  loss scale:  %.9g .. %.9g\n", s.scale_min, s.scale_max);
+}
+
+void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *mem = open_memstream(&text, &n);
+    if (!mem) amp_abort(__FILE__, __LINE__, "out of memory for the text report");
+    write_text(mem, m, f);
+    fclose(mem);
+    report_put_text(out, text, n, color);
+    free(text);
 }

@@ -395,6 +395,10 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
 // Formats
 
 void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color);
+// Writes the n bytes at text for a terminal: every control character but newline and tab made
+// '?' (the run's strings may hold any), format_text's style marks (bytes 1-6) turned into
+// escape sequences when color, else left out.
+void report_put_text(FILE *out, const char *text, size_t n, bool color);
 void report_format_json(FILE *out, const report_model *m, const report_findings *f);
 void report_format_md(FILE *out, const report_model *m, const report_findings *f);
 void report_format_html(FILE *out, const report_model *m, const report_findings *f);

@@ -1572,6 +1572,40 @@ START_TEST(md_escapes_user_strings) {
 }
 END_TEST
 
+// Names that would drive a terminal (clear the screen, set its title, return the cursor and
+// recolour): the text report and the diff show their control characters as '?', colour or not.
+START_TEST(text_shows_control_characters_of_user_strings) {
+    attn_overflow();
+    sql("UPDATE AMP_LAYERS SET name = 'evil' || char(27) || '[2J' || char(27) || ']0;pwned' || "
+        "char(7) WHERE id = 0;"
+        "INSERT OR REPLACE INTO META VALUES ('command', './train' || char(13) || char(27) || "
+        "'[31mfake', 0);");
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_ptr_null(strchr(t, 27));
+    ck_assert_ptr_null(strchr(t, 7));
+    ck_assert_ptr_nonnull(strstr(t, "layer evil?[2J?]0;pwned?, op mul"));
+    ck_assert_ptr_nonnull(strstr(t, "command:     ./train??[31mfake"));
+    free(t);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *mem = open_memstream(&buf, &n);
+    report_format_text(mem, &model, &findings, true);
+    report_diff_text(mem, &model, &findings, &model, &findings);
+    fclose(mem);
+    ck_assert_ptr_nonnull(strstr(buf, "\033[1;31merror\033[0m")); // its own colours
+    ck_assert_ptr_null(strstr(buf, "\033[2J"));
+    ck_assert_ptr_null(strstr(buf, "\033]0"));
+    ck_assert_ptr_null(strstr(buf, "\033[31m"));
+    ck_assert_ptr_null(strchr(buf, 7));
+    ck_assert_ptr_null(strchr(buf, 13));
+    ck_assert_ptr_nonnull(strstr(buf, "evil?[2J?]0;pwned?"));
+    free(buf);
+    release();
+}
+END_TEST
+
 START_TEST(html_is_self_contained_with_plots_and_escaped) {
     hostile_names();
     ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
@@ -1872,6 +1906,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
     tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
     tcase_add_test(tc, md_escapes_user_strings);
+    tcase_add_test(tc, text_shows_control_characters_of_user_strings);
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     suite_add_tcase(s, tc);
 
