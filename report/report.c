@@ -95,7 +95,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort') ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid "
+                 "'abort', 'capture_error') ORDER BY CASE WHEN key IN ('exception', 'abort') THEN "
+                 "rowid ELSE pid "
                  "END",
                  m, &q, err))
         return false;
@@ -110,7 +111,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "added_models") == 0 ? &m->added_models
                            : strcmp(key, "exception") == 0 || strcmp(key, "abort") == 0
                                ? &m->exception
-                               : &m->counters_reason;
+                           : strcmp(key, "capture_error") == 0 ? &m->capture_error
+                                                               : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);
@@ -538,6 +540,7 @@ void report_model_free(report_model *m) {
     free((char *)m->unwatched);
     free((char *)m->added_models);
     free((char *)m->exception);
+    free((char *)m->capture_error);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);

@@ -217,6 +217,9 @@ typedef struct report_model {
     // of a Python program under ampprobe run --torch (META exception, "RuntimeError: CUDA out
     // of memory. ...") or libampcore's abort message (META abort); NULL: none
     const char *exception;
+    // Why recording stopped short of the run (META capture_error, the collector's: "the
+    // database could not be written: ... disk is full"); NULL: it did not
+    const char *capture_error;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

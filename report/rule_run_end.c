@@ -9,7 +9,9 @@
  * was stopped). The capture: a database whose status is still `running` while its collector is
  * gone lost what the launcher had not yet written (a warning); one whose collector still runs is
  * a run in progress (a note); processes whose records were cut short (truncated, corrupt,
- * unfinished) are a warning.
+ * unfinished) are a warning, and so is a recording that stopped short of the run (META
+ * capture_error: the database could not be written, a full disk cut a process's spool), which
+ * is then why those processes' records were cut.
  */
 #define _GNU_SOURCE // sigabbrev_np
 #include "report.h"
@@ -168,6 +170,20 @@ static void capture_end(const report_model *m, report_findings *out) {
                  "OOM killer, a scheduler) leaves it like this.");
         steps_of(f, e);
     }
+    if (m->capture_error) {
+        report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+        snprintf(f->title, sizeof f->title, "recording stopped short of the run %s", at);
+        snprintf(f->detail, sizeof f->detail,
+                 "The program went on, but ampprobe could not keep what it recorded: %s. The "
+                 "findings cover what was recorded before.",
+                 m->capture_error);
+        snprintf(f->advice, sizeof f->advice,
+                 "Free space on the disk that holds the database (the spool of records waiting to "
+                 "go into it is beside it), or write it to one with room (ampprobe run -o), and "
+                 "record less if it has to fit: statistics every N steps (--stats-every N), "
+                 "without kernels (--trace amp).");
+        steps_of(f, e);
+    }
     if (e->n_cut == 0) return;
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
     snprintf(f->title, sizeof f->title, "%zu process%s recorded less than %s wrote", e->n_cut,
@@ -175,10 +191,12 @@ static void capture_end(const report_model *m, report_findings *out) {
     size_t k = 0;
     for (size_t i = 0; i < e->n_cut && k < sizeof f->detail; i++) {
         const report_cut *c = &e->cut[i];
-        const char *why = strcmp(c->status, "truncated") == 0
+        const bool corrupt = strcmp(c->status, "corrupt") == 0;
+        const char *why = corrupt ? "an impossible record: the rest of its records were skipped"
+                          : m->capture_error ? "its later records are lost with the recording "
+                                               "that stopped short (above)"
+                          : strcmp(c->status, "truncated") == 0
                               ? "its last record was cut off (killed while writing it)"
-                          : strcmp(c->status, "corrupt") == 0
-                              ? "an impossible record: the rest of its records were skipped"
                               : "still running when the run ended: its later records are lost";
         int w = snprintf(f->detail + k, sizeof f->detail - k, "%s%s (pid %d): %s", i ? "; " : "",
                          c->name ? c->name : "?", c->pid, why);

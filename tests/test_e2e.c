@@ -317,6 +317,35 @@ START_TEST(test_odd_values_read_or_refused) {
 }
 END_TEST
 
+// A disk that fills while a run is recorded (a 2 MiB tmpfs in a mount namespace of the test's
+// own): the program runs to its end and the report says recording stopped short, and why.
+START_TEST(test_full_disk_is_named) {
+    if (system("unshare -rm true 2>/dev/null") != 0) {
+        fprintf(stderr, "e2e: SKIP test_full_disk_is_named: no mount namespace on this machine\n");
+        return;
+    }
+    char cmd[1024], json[160], out[160];
+    snprintf(json, sizeof json, "%s/report.json", dir);
+    snprintf(out, sizeof out, "%s/run.txt", dir);
+    snprintf(cmd, sizeof cmd,
+             "unshare -rm sh -c 'mkdir -p %s/full && mount -t tmpfs -o size=2m tmpfs %s/full && "
+             "%s run -o %s/full/x.sqlite -- %s --steps 150 >%s 2>&1; "
+             "%s report --format json -o %s %s/full/x.sqlite'",
+             dir, dir, AMPPROBE, dir, SAMPLE("tiny_gpt"), out, AMPPROBE, json, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *run = test_read_file(out, NULL);
+    ck_assert_msg(strstr(run, "final loss"), "the program did not run to its end: %s", run);
+    ck_assert_msg(strstr(run, "disk is full") || strstr(run, "No space left"), "%s", run);
+    char *t = test_read_file(json, NULL);
+    // (which step it names depends on what the store kept: see README, "When the disk fills")
+    ck_assert_msg(strstr(t, "\"title\": \"recording stopped short of the run "), "%s", t);
+    ck_assert_msg(strstr(t, "was full") || strstr(t, "disk is full"), "%s", t);
+    ck_assert_ptr_null(strstr(t, "killed"));
+    free(t);
+    free(run);
+}
+END_TEST
+
 // A program that ends with exit() and never frees its context: every step is recorded.
 START_TEST(test_exit_without_free_cpu) {
     test_dir_create("exit");
@@ -340,6 +369,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_kill_9_survives);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
     tcase_add_test(tc, test_odd_values_read_or_refused);
+    tcase_add_test(tc, test_full_disk_is_named);
     tcase_add_test(tc, test_exit_without_free_cpu);
     suite_add_tcase(s, tc);
     return s;

@@ -1550,6 +1550,26 @@ START_TEST(run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note) {
 }
 END_TEST
 
+// Recording that stopped short of the run (the collector's META capture_error: a full disk) is
+// a warning that says why, and the processes it cut short are put down to it, not to a kill.
+START_TEST(run_end_a_recording_stopped_short_says_why) {
+    healthy(10);
+    ended(0, "complete");
+    sql("INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, start_ns, status) VALUES "
+        "(1, 0, 1 << 24, 'train', 0, 'truncated');"
+        "INSERT INTO META VALUES ('capture_error', 'the database could not be written (run.sqlite: "
+        "commit: database or disk is full)', 0);");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 2);
+    ck_assert_str_eq(findings.v[0].title, "recording stopped short of the run after step 9");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "database or disk is full"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Free space on the disk"));
+    ck_assert_ptr_nonnull(strstr(findings.v[1].detail, "lost with the recording that stopped"));
+    ck_assert_ptr_null(strstr(findings.v[1].detail, "killed"));
+    release();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // md and html
 
@@ -1851,7 +1871,6 @@ Suite *report_suite(void) {
     tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
-    tcase_add_test(tc, odd_values_in_a_gpu_run_are_read_or_refused);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
@@ -1905,6 +1924,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
     tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
     tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
+    tcase_add_test(tc, run_end_a_recording_stopped_short_says_why);
     tcase_add_test(tc, md_escapes_user_strings);
     tcase_add_test(tc, text_shows_control_characters_of_user_strings);
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
@@ -1918,5 +1938,11 @@ Suite *report_suite(void) {
     tcase_add_loop_test(e2e, healthy_twins_are_clean, 0,
                         (int)(sizeof healthy_cases / sizeof healthy_cases[0]));
     suite_add_tcase(s, e2e);
+
+    TCase *readers = tcase_create("readers");
+    tcase_add_checked_fixture(readers, setup, teardown);
+    tcase_set_timeout(readers, 300); // every column three ways, each read by every reader
+    tcase_add_test(readers, odd_values_in_a_gpu_run_are_read_or_refused);
+    suite_add_tcase(s, readers);
     return s;
 }

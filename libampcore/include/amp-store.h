@@ -102,6 +102,9 @@ void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out)
 // Ingests the rest, builds the indexes, writes the end time and exit_status (shell convention,
 // 128+signal; < 0: unknown) into META, checkpoints the WAL and removes the spool files and
 // directory. Writers still running at this point lose their later records (a warning says so).
+// When recording stopped short (the database could not be written, or a process's spool was cut
+// off by a full disk), META capture_error says why; records that could not be ingested are
+// lost, the rest is finished all the same, and the ingest's error is returned.
 amp_status amp_collector_finish(amp_collector_t *c, int exit_status);
 // Closes the database (not finished when finish was not called). NULL is a no-op.
 void amp_collector_free(amp_collector_t *c);

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,7 +81,16 @@ struct amp_collector {
     bool own_spool_dir; // created by amp_collector_new
     bool spool_dir_warned;
     bool finished;
+    char *stopped; // why recording stopped short (META capture_error at the end); NULL: it did not
+    char *reserve; // RESERVE_BYTES held in the spool directory until the end; NULL: none
 };
+
+// Below this much free space a spool cut off mid-record was cut by a full disk, not a kill.
+#define FULL_DISK_BYTES (1 << 20)
+// Disk space the collector holds from the start of the run and gives back before it writes the
+// end of the run: room to finish the database (META, the end time, why recording stopped) when
+// the disk has filled meanwhile.
+#define RESERVE_BYTES (256 << 10)
 
 static int64_t now_ns(clockid_t clk) {
     struct timespec ts;
@@ -167,6 +177,26 @@ static amp_status put_time_meta(amp_collector_t *c, const char *prefix) {
 
 // A fresh directory next to the database, ".NAME.spool-" and six random characters (same file
 // system, and a user who finds it after a crash sees what it belongs to).
+// Holds RESERVE_BYTES in a file of the spool directory (nothing when the disk has no room).
+static void hold_reserve(amp_collector_t *c) {
+    char *path = path_join(c->spool_dir, ".reserve");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0 && posix_fallocate(fd, 0, RESERVE_BYTES) == 0) {
+        c->reserve = path;
+    } else {
+        if (fd >= 0) unlink(path);
+        free(path);
+    }
+    if (fd >= 0) close(fd);
+}
+
+static void give_back_reserve(amp_collector_t *c) {
+    if (!c->reserve) return;
+    unlink(c->reserve);
+    free(c->reserve);
+    c->reserve = NULL;
+}
+
 static amp_status make_spool_dir(const char *db_path, char **out) {
     const char *slash = strrchr(db_path, '/');
     int dir_len = slash ? (int)(slash - db_path) + 1 : 0;
@@ -183,6 +213,12 @@ static amp_status make_spool_dir(const char *db_path, char **out) {
     }
     *out = dir;
     return AMP_OK;
+}
+
+// A collector that could not start: freed, with the spool directory it made (still empty).
+static void failed_start(amp_collector_t *c) {
+    if (c->own_spool_dir) rmdir(c->spool_dir);
+    amp_collector_free(c);
 }
 
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out) {
@@ -207,7 +243,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
     c->stats.last_step_ms = c->stats.last_loss = c->stats.scale = NAN;
     amp_status st = amp_store_create(db_path, &c->store);
     if (st != AMP_OK) {
-        amp_collector_free(c);
+        failed_start(c);
         return st;
     }
     char host[256] = "";
@@ -223,9 +259,10 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
     if (st == AMP_OK) st = amp_store_meta(c->store, 0, "status", "running");
     if (st == AMP_OK) st = amp_store_commit(c->store);
     if (st != AMP_OK) {
-        amp_collector_free(c);
+        failed_start(c);
         return st;
     }
+    if (c->own_spool_dir) hold_reserve(c); // (after the start: a disk with little room still runs)
     *out = c;
     return AMP_OK;
 }
@@ -257,7 +294,9 @@ void amp_collector_free(amp_collector_t *c) {
     amp_store_close(c->store);
     if (c->own_spool_dir && !c->finished) rmdir(c->spool_dir); // only when empty: nothing lost
     free(c->buf);
+    give_back_reserve(c);
     free(c->spool_dir);
+    free(c->stopped);
     free(c);
 }
 
@@ -516,6 +555,17 @@ static void remove_done_files(amp_collector_t *c) {
 // ---------------------------------------------------------------------------------------------
 // Polling and the end of the run
 
+// Keeps the first reason recording stopped short, for the report (META capture_error).
+static void note_stopped(amp_collector_t *c, const char *why) {
+    if (!c->stopped) c->stopped = amp_xstrdup(why);
+}
+
+// Whether the filesystem of the spool directory is (nearly) full.
+static bool spool_disk_full(const amp_collector_t *c) {
+    struct statvfs v;
+    return statvfs(c->spool_dir, &v) == 0 && (uint64_t)v.f_bavail * v.f_frsize < FULL_DISK_BYTES;
+}
+
 static amp_status poll_files(amp_collector_t *c) {
     amp_status st = txn_begin(c);
     if (st == AMP_OK) st = scan_dir(c);
@@ -537,6 +587,9 @@ static amp_status poll_files(amp_collector_t *c) {
             warn(c, "%s: the last record is incomplete (%llu bytes); skipped",
                  file_label(f, label, sizeof label),
                  (unsigned long long)((uint64_t)sb.st_size - f->offset));
+            if (spool_disk_full(c))
+                note_stopped(c, "the disk that holds the spool (beside the database) was full: "
+                                "a process could not write its records");
             st = file_finish(c, f, "truncated");
         } else {
             st = file_finish(c, f, "complete");
@@ -560,31 +613,9 @@ amp_status amp_collector_poll(amp_collector_t *c) {
     return poll_files(c);
 }
 
-amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
-    AMP_ASSERT(!c->finished, "finish called twice");
-    amp_status st = poll_files(c);
-    if (st != AMP_OK) return st;
-    c->finished = true;
-    st = txn_begin(c);
-    char label[64];
-    for (int i = 0; i < c->n_files && st == AMP_OK; i++) {
-        spool_file *f = &c->files[i];
-        if (f->done) continue;
-        warn(c, "%s: the process is still running; its later records are not in the database",
-             file_label(f, label, sizeof label));
-        st = file_finish(c, f, "unfinished");
-    }
-    if (st == AMP_OK) st = put_time_meta(c, "end");
-    if (st == AMP_OK && exit_status >= 0) st = put_meta_i64(c, "exit_status", exit_status);
-    if (st == AMP_OK) st = put_meta_i64(c, "records", c->stats.records);
-    if (st == AMP_OK) st = put_meta_i64(c, "warnings", c->stats.warnings);
-    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "status", "complete");
-    if (st == AMP_OK) st = txn_commit(c);
-    if (st == AMP_OK) st = amp_store_finish(c->store);
-    if (st != AMP_OK) return st;
-    remove_done_files(c);
-    // Spool files left (one still being written, a writer's temporary name) go with the
-    // directory: the run is over.
+// Removes the spool files left and the directory (the run is over): one still being written, a
+// writer's temporary name, and those that could not be ingested.
+static void remove_spool(amp_collector_t *c) {
     DIR *d = opendir(c->spool_dir);
     for (struct dirent *e; d && (e = readdir(d));) {
         size_t len = strlen(e->d_name);
@@ -600,5 +631,46 @@ amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
     if (d) closedir(d);
     if (rmdir(c->spool_dir) != 0 && errno != ENOENT)
         warn(c, "spool directory %s not removed: %s", c->spool_dir, strerror(errno));
-    return AMP_OK;
+}
+
+amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
+    AMP_ASSERT(!c->finished, "finish called twice");
+    amp_status lost = poll_files(c);
+    char lost_msg[1024] = "";
+    if (lost != AMP_OK) {
+        // What was not ingested is lost: the spool goes (room, on a full disk, for what was and
+        // for the end of the run), the rows held are committed if they now can be, and META
+        // says why
+        snprintf(lost_msg, sizeof lost_msg, "%s", amp_last_error());
+        char why[1100];
+        snprintf(why, sizeof why, "the database could not be written (%s)", lost_msg);
+        note_stopped(c, why);
+        remove_spool(c);
+        give_back_reserve(c);
+        if (amp_store_commit(c->store) != AMP_OK) amp_store_rollback(c->store);
+    }
+    give_back_reserve(c);
+    c->finished = true;
+    amp_status st = txn_begin(c);
+    char label[64];
+    for (int i = 0; i < c->n_files && st == AMP_OK; i++) {
+        spool_file *f = &c->files[i];
+        if (f->done) continue;
+        if (lost == AMP_OK)
+            warn(c, "%s: the process is still running; its later records are not in the database",
+                 file_label(f, label, sizeof label));
+        st = file_finish(c, f, "unfinished");
+    }
+    if (st == AMP_OK && c->stopped) st = amp_store_meta(c->store, 0, "capture_error", c->stopped);
+    if (st == AMP_OK) st = put_time_meta(c, "end");
+    if (st == AMP_OK && exit_status >= 0) st = put_meta_i64(c, "exit_status", exit_status);
+    if (st == AMP_OK) st = put_meta_i64(c, "records", c->stats.records);
+    if (st == AMP_OK) st = put_meta_i64(c, "warnings", c->stats.warnings);
+    if (st == AMP_OK) st = amp_store_meta(c->store, 0, "status", "complete");
+    if (st == AMP_OK) st = txn_commit(c);
+    if (st == AMP_OK) st = amp_store_finish(c->store);
+    if (st != AMP_OK) return st;
+    remove_done_files(c);
+    remove_spool(c);
+    return lost == AMP_OK ? AMP_OK : amp_set_error(lost, "%s", lost_msg);
 }

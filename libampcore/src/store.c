@@ -721,6 +721,10 @@ amp_status amp_store_commit(amp_store *s) {
     return AMP_OK;
 }
 
+void amp_store_rollback(amp_store *s) {
+    if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
 amp_status amp_store_finish(amp_store *s) {
     amp_status flushed = batch_flush(s); // (the collector commits first: nothing waits then)
     if (flushed != AMP_OK) return flushed;

@@ -41,6 +41,8 @@ void amp_store_close(amp_store *s);
 
 amp_status amp_store_begin(amp_store *s);
 amp_status amp_store_commit(amp_store *s);
+// Ends a transaction that a failed commit left open (a full disk): what it held is dropped.
+void amp_store_rollback(amp_store *s);
 // Indexes, statistics for the planner, WAL checkpoint: when the run has ended.
 amp_status amp_store_finish(amp_store *s);
 
