@@ -645,8 +645,8 @@ amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
         char why[1100];
         snprintf(why, sizeof why, "the database could not be written (%s)", lost_msg);
         note_stopped(c, why);
-        remove_spool(c);
         give_back_reserve(c);
+        remove_spool(c);
         if (amp_store_commit(c->store) != AMP_OK) amp_store_rollback(c->store);
     }
     give_back_reserve(c);
@@ -669,8 +669,8 @@ amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
     if (st == AMP_OK) st = amp_store_meta(c->store, 0, "status", "complete");
     if (st == AMP_OK) st = txn_commit(c);
     if (st == AMP_OK) st = amp_store_finish(c->store);
-    if (st != AMP_OK) return st;
-    remove_done_files(c);
+    remove_done_files(c); // (the run is over: what is not in the database by now never will be)
     remove_spool(c);
+    if (st != AMP_OK) return st;
     return lost == AMP_OK ? AMP_OK : amp_set_error(lost, "%s", lost_msg);
 }
