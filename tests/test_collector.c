@@ -745,6 +745,36 @@ START_TEST(test_truncated_spool) {
     char buf[64];
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS WHERE pid = 4242"), 5);
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "truncated");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM META WHERE key = 'capture_error'"),
+                     0);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+// A collector that makes its own spool directory holds 256 KiB there for the end of the run (room
+// to finish on a full disk) and gives it back with the directory; a run that stopped nothing
+// short has no capture_error. (test_truncated_spool: a spool cut off on a disk with room is not
+// put down to a full one.)
+START_TEST(test_reserve_held_until_the_end) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c;
+    ck_assert_int_eq(amp_collector_new(f.db, NULL, &c), AMP_OK);
+    const char *dir = amp_collector_spool_dir(c);
+    char path[256];
+    snprintf(path, sizeof path, "%s/.reserve", dir);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_ge(sb.st_blocks * 512, 256 << 10);
+    char spool[128];
+    snprintf(spool, sizeof spool, "%s", dir);
+    finish(c, 0);
+    ck_assert_int_ne(stat(path, &sb), 0);
+    ck_assert_int_ne(stat(spool, &sb), 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM META WHERE key = 'capture_error'"),
+                     0);
     sqlite3_close(db);
     fixture_free(&f);
 }
@@ -1103,6 +1133,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_many_processes);
     tcase_add_test(w, test_killed_writer_still_ingested);
     tcase_add_test(w, test_truncated_spool);
+    tcase_add_test(w, test_reserve_held_until_the_end);
     tcase_add_test(w, test_corrupt_record_skips_rest);
     tcase_add_test(w, test_rows_visible_while_running);
     tcase_add_test(w, test_batched_rows_land_in_order);

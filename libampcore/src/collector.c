@@ -175,8 +175,6 @@ static amp_status put_time_meta(amp_collector_t *c, const char *prefix) {
     return st;
 }
 
-// A fresh directory next to the database, ".NAME.spool-" and six random characters (same file
-// system, and a user who finds it after a crash sees what it belongs to).
 // Holds RESERVE_BYTES in a file of the spool directory (nothing when the disk has no room).
 static void hold_reserve(amp_collector_t *c) {
     char *path = path_join(c->spool_dir, ".reserve");
@@ -197,6 +195,8 @@ static void give_back_reserve(amp_collector_t *c) {
     c->reserve = NULL;
 }
 
+// A fresh directory next to the database, ".NAME.spool-" and six random characters (same file
+// system, and a user who finds it after a crash sees what it belongs to).
 static amp_status make_spool_dir(const char *db_path, char **out) {
     const char *slash = strrchr(db_path, '/');
     int dir_len = slash ? (int)(slash - db_path) + 1 : 0;
@@ -292,9 +292,9 @@ void amp_collector_free(amp_collector_t *c) {
     free(c->dirty);
     amp_strmap_free(&c->local_strings);
     amp_store_close(c->store);
+    give_back_reserve(c);
     if (c->own_spool_dir && !c->finished) rmdir(c->spool_dir); // only when empty: nothing lost
     free(c->buf);
-    give_back_reserve(c);
     free(c->spool_dir);
     free(c->stopped);
     free(c);
@@ -636,20 +636,18 @@ static void remove_spool(amp_collector_t *c) {
 amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
     AMP_ASSERT(!c->finished, "finish called twice");
     amp_status lost = poll_files(c);
+    give_back_reserve(c); // room, on a full disk, for the end of the run
     char lost_msg[1024] = "";
     if (lost != AMP_OK) {
-        // What was not ingested is lost: the spool goes (room, on a full disk, for what was and
-        // for the end of the run), the rows held are committed if they now can be, and META
-        // says why
+        // What was not ingested is lost: the spool goes (more room), the rows held are
+        // committed if they now can be, and META says why
         snprintf(lost_msg, sizeof lost_msg, "%s", amp_last_error());
         char why[1100];
         snprintf(why, sizeof why, "the database could not be written (%s)", lost_msg);
         note_stopped(c, why);
-        give_back_reserve(c);
         remove_spool(c);
         if (amp_store_commit(c->store) != AMP_OK) amp_store_rollback(c->store);
     }
-    give_back_reserve(c);
     c->finished = true;
     amp_status st = txn_begin(c);
     char label[64];
