@@ -368,6 +368,8 @@ static void summary(const run_opts *o, const char *path, int wstatus,
     fprintf(stderr, "ampprobe: %lld steps%s (%lld skipped), %lld events, %lld rows -> %s\n",
             (long long)s->steps, procs, (long long)s->skipped, (long long)s->events,
             (long long)s->rows, path);
+    if (s->stopped)
+        fprintf(stderr, "ampprobe: recording stopped short of the run: %s\n", s->stopped);
 }
 
 static void set_meta(amp_collector_t *c, const char *key, const char *value) {

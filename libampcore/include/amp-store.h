@@ -82,6 +82,8 @@ typedef struct amp_collector_stats {
     int files;           // spool files seen
     int live_writers;    // spool files whose writer is still running
     int warnings;        // truncated or corrupt spool files, unreadable headers
+    const char *stopped; // why recording stopped short of the run (META capture_error; valid
+                         // until amp_collector_free); NULL: it did not
 } amp_collector_stats;
 
 // Creates the database db_path and writes the run's first META rows (schema version, clock,

@@ -273,6 +273,7 @@ amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const cha
 
 void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out) {
     *out = c->stats;
+    out->stopped = c->stopped;
 }
 
 const char *amp_collector_spool_dir(const amp_collector_t *c) {
