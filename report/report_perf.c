@@ -793,8 +793,7 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     free(rows);
     free(names.ids);
     free(names.index.slots);
-    if (m->perf.n_kernels)
-        amp_sort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);
+    amp_sort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);
     return ok;
 }
 

@@ -251,13 +251,11 @@ START_TEST(test_kill_9_survives) {
 }
 END_TEST
 
-// The next of a fixed sequence of numbers below n (xorshift64): the same damage every run.
-static uint64_t damage_state = 0x9e3779b97f4a7c15ull;
+// The next of a fixed sequence of numbers below n (libampcore's counter-based hash): the same
+// damage every run.
+static uint64_t damage_draws;
 static size_t below(size_t n) {
-    damage_state ^= damage_state << 13;
-    damage_state ^= damage_state >> 7;
-    damage_state ^= damage_state << 17;
-    return (size_t)(damage_state % n);
+    return (size_t)(amp_rng_hash(0xda3a9e, damage_draws++) % n);
 }
 
 // Records tiny_gpt's attention overflow into db_path.
