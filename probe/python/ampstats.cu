@@ -162,12 +162,9 @@ __global__ void finish_kernel(const __grid_constant__ gather_params p, const dou
                               unsigned long long seq) {
     const int i = threadIdx.x;
     if (i < HEAD) host_head[i] = i < p.n ? gathered(p, i) : head[i];
-    amp_stats empty = {};
-    empty.min = INFINITY;
-    empty.max = -INFINITY;
     for (int64_t k = i; k < n_slots; k += blockDim.x) {
         host_slots[k] = slots[k];
-        slots[k] = empty;
+        slots[k] = cuda_stats_empty();
     }
     raise_flag(flag, seq);
 }

@@ -205,12 +205,8 @@ cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype targe
 
 __global__ void stats_reset_kernel(amp_stats *slots, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        amp_stats e = {};
-        e.min = INFINITY;
-        e.max = -INFINITY;
-        slots[i] = e;
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        slots[i] = cuda_stats_empty();
 }
 
 cudaError_t cuda_stats_reset(amp_stats *slots, int64_t n, cudaStream_t stream) {

@@ -30,4 +30,14 @@ cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype targe
 // Queues amp_stats_empty() into slots[0..n) on stream.
 cudaError_t cuda_stats_reset(amp_stats *slots, int64_t n, cudaStream_t stream);
 
+#ifdef __CUDACC__
+// amp_stats_empty() in device code: what a slot holds before figures are added into it.
+__device__ inline amp_stats cuda_stats_empty(void) {
+    amp_stats e = {};
+    e.min = INFINITY;
+    e.max = -INFINITY;
+    return e;
+}
+#endif
+
 #endif // AMP_CUDA_STATS_H
