@@ -9,11 +9,7 @@
  * autocast it is "the AMP run" and the other the baseline, whatever the argument order; a slower
  * AMP run is explained from its amp-payoff finding (launch-bound, CPU emulation).
  */
-#define _GNU_SOURCE // open_memstream
-
 #include "report.h"
-
-#include "amp-impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -300,14 +296,10 @@ static void diff_text(FILE *out, const report_model *a, const report_findings *f
 
 void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,
                       const report_model *b, const report_findings *fb) {
-    char *text = NULL;
-    size_t n = 0;
-    FILE *mem = open_memstream(&text, &n);
-    if (!mem) amp_abort(__FILE__, __LINE__, "out of memory for the diff");
-    diff_text(mem, a, fa, b, fb);
-    fclose(mem);
-    report_put_text(out, text, n, false); // (the runs' strings with their control characters)
-    free(text);
+    report_text t; // (the runs' strings may hold control characters)
+    report_text_begin(&t);
+    diff_text(t.f, a, fa, b, fb);
+    report_text_end(&t, out, false);
 }
 
 static void jrun(FILE *out, const report_model *m, const report_run_figures *r,

@@ -3,7 +3,7 @@
  * finding with where, the evidence and the advice, then a short run summary. Colour only when
  * the caller says so (a terminal, NO_COLOR unset). The run's own strings (layer, op and kernel
  * names, the command, an exception) reach the terminal with their control characters shown as
- * '?': a database cannot move the cursor or recolour the screen (report_put_text).
+ * '?': a database cannot move the cursor or recolour the screen (report_text_end).
  */
 #define _GNU_SOURCE // open_memstream
 
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The report is written with one-byte style marks, which report_put_text turns into escape
+// The report is written with one-byte style marks, which report_text_end turns into escape
 // sequences (or nothing) once every other control character has been made '?' (a byte 1-6 in a
 // run's string reads as a mark: at worst a colour).
 typedef struct palette {
@@ -28,9 +28,16 @@ static const char *const escapes[MARK_LAST + 1] = {
     [1] = "\033[1m",    [2] = "\033[1;31m", [3] = "\033[1;33m",
     [4] = "\033[1;34m", [5] = "\033[2m",    [6] = "\033[0m"};
 
-void report_put_text(FILE *out, const char *text, size_t n, bool color) {
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)text[i];
+void report_text_begin(report_text *t) {
+    *t = (report_text){0};
+    t->f = open_memstream(&t->buf, &t->n);
+    if (!t->f) amp_abort(__FILE__, __LINE__, "out of memory for a text report");
+}
+
+void report_text_end(report_text *t, FILE *out, bool color) {
+    fclose(t->f);
+    for (size_t i = 0; i < t->n; i++) {
+        const unsigned char c = (unsigned char)t->buf[i];
         if (c >= MARK_FIRST && c <= MARK_LAST) {
             if (color) fputs(escapes[c], out);
         } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
@@ -39,6 +46,7 @@ void report_put_text(FILE *out, const char *text, size_t n, bool color) {
             fputc(c, out);
         }
     }
+    free(t->buf);
 }
 
 // Prints text wrapped at 96 columns, each line prefixed by indent (newlines in text are kept).
@@ -154,12 +162,8 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
 }
 
 void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color) {
-    char *text = NULL;
-    size_t n = 0;
-    FILE *mem = open_memstream(&text, &n);
-    if (!mem) amp_abort(__FILE__, __LINE__, "out of memory for the text report");
-    write_text(mem, m, f);
-    fclose(mem);
-    report_put_text(out, text, n, color);
-    free(text);
+    report_text t;
+    report_text_begin(&t);
+    write_text(t.f, m, f);
+    report_text_end(&t, out, color);
 }

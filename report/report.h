@@ -398,10 +398,17 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
 // Formats
 
 void report_format_text(FILE *out, const report_model *m, const report_findings *f, bool color);
-// Writes the n bytes at text for a terminal: every control character but newline and tab made
-// '?' (the run's strings may hold any), format_text's style marks (bytes 1-6) turned into
-// escape sequences when color, else left out.
-void report_put_text(FILE *out, const char *text, size_t n, bool color);
+// Text for a terminal, written into t.f between report_text_begin and report_text_end, which
+// writes it to out with every control character but newline and tab made '?' (the run's
+// strings may hold any) and format_text's style marks (bytes 1-6) turned into escape sequences
+// when color, else left out.
+typedef struct report_text {
+    FILE *f;
+    char *buf;
+    size_t n;
+} report_text;
+void report_text_begin(report_text *t);
+void report_text_end(report_text *t, FILE *out, bool color);
 void report_format_json(FILE *out, const report_model *m, const report_findings *f);
 void report_format_md(FILE *out, const report_model *m, const report_findings *f);
 void report_format_html(FILE *out, const report_model *m, const report_findings *f);
