@@ -1055,6 +1055,29 @@ START_TEST(test_open_readonly_refusals) {
     ck_assert_ptr_nonnull(strstr(err, "truncated"));
     ck_assert_int_eq(truncate(path, 50), 0);
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+
+    // a whole file whose header was overwritten: a page count beyond the file, a page size
+    // that is no power of two
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/header.sqlite'", f.db, f.dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/header.sqlite", f.dir);
+    FILE *h = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(h);
+    const unsigned char many[4] = {0x7f, 0xff, 0xff, 0xff};
+    ck_assert_int_eq(fseek(h, 28, SEEK_SET), 0);
+    ck_assert_int_eq(fwrite(many, 1, 4, h), 4);
+    ck_assert_int_eq(fclose(h), 0);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_msg(strstr(err, "header damaged") && strstr(err, "header.sqlite"), "%s", err);
+    h = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(h);
+    const unsigned char size768[2] = {0x03, 0x00};
+    ck_assert_int_eq(fseek(h, 16, SEEK_SET), 0);
+    ck_assert_int_eq(fwrite(size768, 1, 2, h), 2);
+    ck_assert_int_eq(fclose(h), 0);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_msg(strstr(err, "page size is 768"), "%s", err);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
     fixture_free(&f);
 }
 END_TEST

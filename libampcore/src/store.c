@@ -1219,9 +1219,16 @@ static amp_status precheck(const char *path, char *err) {
     bool has_wal = stat(wal, &wb) == 0 && wb.st_size > 0;
     uint32_t page_size = (uint32_t)h[16] << 8 | h[17];
     if (page_size == 1) page_size = 65536;
+    if (page_size < 512 || (page_size & (page_size - 1))) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s: corrupt (its header's page size is %u)", path,
+                 (unsigned)page_size);
+        return AMP_ERR_CORRUPT;
+    }
     uint64_t pages = be32(h + 28);
     if (!has_wal && be32(h + 24) == be32(h + 92) && (uint64_t)sb.st_size < pages * page_size) {
-        snprintf(err, AMP_STORE_ERR_MAX, "%s: truncated (%lld of %llu bytes)", path,
+        // a file cut short, or a header whose page count was overwritten: the bytes cannot tell
+        snprintf(err, AMP_STORE_ERR_MAX,
+                 "%s: truncated or its header damaged (%lld bytes, the header counts %llu)", path,
                  (long long)sb.st_size, (unsigned long long)(pages * page_size));
         return AMP_ERR_CORRUPT;
     }
