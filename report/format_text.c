@@ -16,8 +16,8 @@
 #include <string.h>
 
 // The report is written with one-byte style marks, which report_text_end turns into escape
-// sequences (or nothing) once every other control character has been made '?' (a byte 1-6 in a
-// run's string reads as a mark: at worst a colour).
+// sequences (or nothing) once every other control character has been made '?' (the run's
+// strings hold no byte 1-6: report_model_load made them '?').
 typedef struct palette {
     const char *bold, *red, *yellow, *blue, *dim, *off;
 } palette;

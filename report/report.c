@@ -53,9 +53,25 @@ const report_rule *report_rule_find(const char *id) {
 // ---------------------------------------------------------------------------------------------
 // Loading
 
+char *report_strdup(const char *s) {
+    if (!s) return NULL;
+    char *c = amp_xstrdup(s);
+    for (char *p = c; *p; p++)
+        if (*p >= 1 && *p <= 6) *p = '?';
+    return c;
+}
+
+const char *report_clean(const char *s, char **scratch) {
+    for (const char *p = s; *p; p++)
+        if (*p >= 1 && *p <= 6) {
+            free(*scratch);
+            return *scratch = report_strdup(s);
+        }
+    return s;
+}
+
 static char *col_str(sqlite3_stmt *q, int i) {
-    const unsigned char *t = sqlite3_column_text(q, i);
-    return t ? amp_xstrdup((const char *)t) : NULL;
+    return report_strdup((const char *)sqlite3_column_text(q, i));
 }
 
 static double col_f64(sqlite3_stmt *q, int i) {
@@ -443,6 +459,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     report_stats *last = NULL; // rows of one step come layer by layer: often the same group
     bool act = false, grad = false; // last's kind: activation, or a gradient
     double max = NAN;               // report_dtype_max(last->target)
+    char *scratch[4] = {0};         // the key's strings that held style marks (report_clean)
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const bool no_layer = sqlite3_column_type(q, 1) == SQLITE_NULL;
@@ -450,7 +467,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
                        .layer = no_layer ? -1 : sqlite3_column_int(q, 1)};
         for (int i = 0; i < 4; i++) {
             const unsigned char *t = sqlite3_column_text(q, 2 + i);
-            k.s[i] = t ? (const char *)t : "";
+            k.s[i] = t ? report_clean((const char *)t, &scratch[i]) : "";
         }
         if (!last || !same_group(last, 0, &k)) {
             last = stats_group(&p, &k);
@@ -466,6 +483,8 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
         if (grad && col_i64(q, 6, 0) > 1) add_grad_amax(&p, k.pid, step, amax);
         if (act && !no_layer && p.width) add_forward_amax(&p, k.pid, k.layer, step, amax);
     }
+    for (int i = 0; i < 4; i++)
+        free(scratch[i]);
     free(p.groups.slots);
     free(p.buckets.slots);
     free(p.bucket_of);

@@ -225,10 +225,15 @@ typedef struct report_model {
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
 // AMP_ERR_IO with one line naming path in err (control characters shown as '?') when a SELECT
-// fails (a foreign schema, a damaged file).
+// fails (a foreign schema, a damaged file). The run's strings are copied with bytes 1-6 made '?'
+// (report_strdup): those are the text format's style marks.
 amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
                              char err[REPORT_ERR_MAX]);
 void report_model_free(report_model *m);
+// A copy of a string from the database (NULL: none) with bytes 1-6 made '?'.
+char *report_strdup(const char *s);
+// s itself when it holds no byte 1-6, else such a copy in *scratch (freed by the caller).
+const char *report_clean(const char *s, char **scratch);
 // The layer's qualified name; NULL for layer -1 or an unknown id.
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.

@@ -123,7 +123,7 @@ static bool load_gpu(loader *l) {
     const unsigned char *name = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
     report_gpu_defaults(name ? (const char *)name : NULL, g);
     if (rc == SQLITE_ROW) {
-        g->name = amp_xstrdup(name ? (const char *)name : "GPU");
+        g->name = report_strdup(name ? (const char *)name : "GPU");
         if (sqlite3_column_type(q, 1) != SQLITE_NULL && sqlite3_column_double(q, 1) > 0) {
             g->bandwidth = sqlite3_column_double(q, 1);
             g->bandwidth_assumed = false;
@@ -181,7 +181,7 @@ static bool name_kernels(loader *l, const kernel_ids *t) {
         sqlite3_bind_int64(q, 1, t->ids[k]);
         int rc = sqlite3_step(q);
         const unsigned char *v = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
-        p->kernels[k].name = amp_xstrdup(v ? (const char *)v : "?");
+        p->kernels[k].name = report_strdup(v ? (const char *)v : "?");
         sqlite3_reset(q);
     }
     return done(l, q, SQLITE_DONE);
@@ -507,9 +507,10 @@ static bool launch_times(loader *l, launch *v, size_t n) {
     return ok;
 }
 
-static const char *text(sqlite3_stmt *q, int i) {
+// Column i's text ("" for NULL), without style marks (report_clean, into scratch[i]).
+static const char *text(sqlite3_stmt *q, int i, char **scratch) {
     const unsigned char *t = sqlite3_column_text(q, i);
-    return t ? (const char *)t : "";
+    return t ? report_clean((const char *)t, &scratch[i]) : "";
 }
 
 static int cmp_op(const void *pa, const void *pb) {
@@ -579,15 +580,16 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     bool *gemm = NULL, *cast = NULL; // per group
     size_t cap = 0, row_cap = 0, flag_cap = 0;
     report_step *st = NULL;
+    char *scratch[8] = {0}; // the key's strings that held style marks, by column (text())
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         report_op key = {.pid = sqlite3_column_int(q, 0),
                          .layer_id = sqlite3_column_int(q, 2),
-                         .op = text(q, 3),
-                         .phase = text(q, 4),
-                         .in_dtypes = text(q, 5),
-                         .out_dtype = text(q, 6),
-                         .policy = text(q, 7)};
+                         .op = text(q, 3, scratch),
+                         .phase = text(q, 4, scratch),
+                         .in_dtypes = text(q, 5, scratch),
+                         .out_dtype = text(q, 6, scratch),
+                         .policy = text(q, 7, scratch)};
         int64_t step = sqlite3_column_int64(q, 1);
         int32_t gi = op_group(m, &t, &key, &cap);
         if ((size_t)gi >= flag_cap) {
@@ -627,6 +629,8 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
                                         .flops = flops,
                                         .bytes = bytes};
     }
+    for (int i = 0; i < 8; i++)
+        free(scratch[i]);
     free(t.slots);
     free(gemm);
     free(cast);

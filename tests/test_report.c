@@ -1596,6 +1596,14 @@ END_TEST
 // recolour): the text report and the diff show their control characters as '?', colour or not.
 START_TEST(text_shows_control_characters_of_user_strings) {
     attn_overflow();
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    const size_t n_stats = model.n_stats, n_ops = model.n_ops;
+    ck_assert_uint_gt(n_stats, 0);
+    release();
+    // bytes 1-6 are the text format's style marks: made '?' as the run is loaded, and the rows
+    // whose names held them grouped as before
+    sql("UPDATE AMP_TENSOR_STATS SET op = op || char(2); UPDATE AMP_OPS SET op = op || char(4); "
+        "UPDATE AMP_EVENTS SET op = op || char(2) WHERE op = 'mul';");
     sql("UPDATE AMP_LAYERS SET name = 'evil' || char(27) || '[2J' || char(27) || ']0;pwned' || "
         "char(7) WHERE id = 0;"
         "INSERT OR REPLACE INTO META VALUES ('command', './train' || char(13) || char(27) || "
@@ -1604,10 +1612,16 @@ START_TEST(text_shows_control_characters_of_user_strings) {
     char *t = test_read_file(out_path, NULL);
     ck_assert_ptr_null(strchr(t, 27));
     ck_assert_ptr_null(strchr(t, 7));
-    ck_assert_ptr_nonnull(strstr(t, "layer evil?[2J?]0;pwned?, op mul"));
+    ck_assert_ptr_nonnull(strstr(t, "layer evil?[2J?]0;pwned?, op mul? (fwd)"));
     ck_assert_ptr_nonnull(strstr(t, "command:     ./train??[31mfake"));
     free(t);
     analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(model.n_stats, n_stats);
+    ck_assert_uint_eq(model.n_ops, n_ops);
+    for (size_t i = 0; i < model.n_stats; i++)
+        ck_assert_ptr_nonnull(strchr(model.stats[i].op, '?'));
+    for (size_t i = 0; i < model.n_ops; i++)
+        ck_assert_ptr_nonnull(strchr(model.ops[i].op, '?'));
     char *buf = NULL;
     size_t n = 0;
     FILE *mem = open_memstream(&buf, &n);
@@ -1621,6 +1635,7 @@ START_TEST(text_shows_control_characters_of_user_strings) {
     ck_assert_ptr_null(strchr(buf, 7));
     ck_assert_ptr_null(strchr(buf, 13));
     ck_assert_ptr_nonnull(strstr(buf, "evil?[2J?]0;pwned?"));
+    ck_assert_ptr_nonnull(strstr(buf, "op mul? (fwd)"));
     free(buf);
     release();
 }
