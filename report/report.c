@@ -111,7 +111,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort', 'capture_error') ORDER BY CASE WHEN key IN ('exception', 'abort') THEN "
+                 "'abort', 'capture_error', 'bridge_error') ORDER BY CASE WHEN key IN "
+                 "('exception', 'abort') THEN "
                  "rowid ELSE pid "
                  "END",
                  m, &q, err))
@@ -128,6 +129,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "exception") == 0 || strcmp(key, "abort") == 0
                                ? &m->exception
                            : strcmp(key, "capture_error") == 0 ? &m->capture_error
+                           : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -560,6 +562,7 @@ void report_model_free(report_model *m) {
     free((char *)m->added_models);
     free((char *)m->exception);
     free((char *)m->capture_error);
+    free((char *)m->bridge_error);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);

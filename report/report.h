@@ -220,6 +220,9 @@ typedef struct report_model {
     // Why recording stopped short of the run (META capture_error, the collector's: "the
     // database could not be written: ... disk is full"); NULL: it did not
     const char *capture_error;
+    // Why the PyTorch bridge did not attach under ampprobe run --torch (META bridge_error,
+    // "ImportError: ampprobe.torch needs torch 2.4 or newer; ..."); NULL: it did, or not asked
+    const char *bridge_error;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

@@ -11,7 +11,8 @@
  * a run in progress (a note); processes whose records were cut short (truncated, corrupt,
  * unfinished) are a warning, and so is a recording that stopped short of the run (META
  * capture_error: the database could not be written, a full disk cut a process's spool), which
- * is then why those processes' records were cut.
+ * is then why those processes' records were cut. A PyTorch bridge that could not attach under
+ * `ampprobe run --torch` (META bridge_error) is a warning too: the run has no numerics.
  */
 #define _GNU_SOURCE // sigabbrev_np
 #include "report.h"
@@ -211,7 +212,25 @@ static void capture_end(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "processes", (double)e->n_cut);
 }
 
+// The PyTorch bridge could not attach (META bridge_error): the program ran, its numerics were
+// not recorded.
+static void bridge_end(const report_model *m, report_findings *out) {
+    if (!m->bridge_error) return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    snprintf(f->title, sizeof f->title,
+             "the PyTorch bridge did not attach: the run's numerics were not recorded");
+    snprintf(f->detail, sizeof f->detail,
+             "ampprobe run --torch loads ampprobe.torch when the program imports torch; it "
+             "failed with %s. The program ran without it.",
+             m->bridge_error);
+    snprintf(f->advice, sizeof f->advice,
+             "Use torch 2.4 or newer (the bridge's minimum) or mend what the message names, "
+             "and run again. "
+             "`import ampprobe.torch` in the same Python shows the error with its traceback.");
+}
+
 void rule_run_end_run(const report_model *m, report_findings *out) {
     program_end(m, out);
     capture_end(m, out);
+    bridge_end(m, out);
 }

@@ -6,7 +6,8 @@
  * `_orig_mod`, the callbacks around a module compiled in place) and writes one record of each AMP
  * type through ctypes and libamprecord.so (autocast policies asked of libampcore's lists); the rows
  * must arrive in the database with the values and NULLs it wrote. A program that dies of an
- * uncaught exception under --torch has it recorded (META exception) and named by the report.
+ * uncaught exception under --torch has it recorded (META exception) and named by the report, and
+ * so does a bridge that cannot attach (META bridge_error: a torch older than it needs).
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
  * judge and the module links (what reads each module's output) on small CPU models. Without
  * python3 (or torch, for that one) the cases say so and pass.
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,6 +174,50 @@ START_TEST(test_uncaught_exception_is_recorded) {
 }
 END_TEST
 
+// A torch the bridge cannot work with (a stand-in package that says it is 1.9.0: no real torch
+// needed): the program runs on, the reason is in META bridge_error and the report names it.
+START_TEST(test_bridge_that_cannot_attach_is_named) {
+    if (!have_python()) return;
+    char dir[64], cmd[2048], path[512], buf[512];
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-old-"));
+    snprintf(path, sizeof path, "%s/torch", dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/torch/__init__.py", dir);
+    static const char stand_in[] = "__version__ = '1.9.0'\n";
+    test_write_file(path, stand_in, sizeof stand_in - 1);
+    snprintf(cmd, sizeof cmd,
+             "cd %s && PYTHONPATH=%s %s%s run --torch -o run.sqlite -- python3 -c "
+             "\"import torch; print('trained', torch.__version__)\" >out 2>err; echo $? >rc",
+             dir, dir, PYTHON_ENV, AMPPROBE);
+    ck_assert_int_eq(system(cmd), 0);
+    first_line(dir, "rc", buf, sizeof buf);
+    ck_assert_str_eq(buf, "0\n");
+    first_line(dir, "out", buf, sizeof buf);
+    ck_assert_str_eq(buf, "trained 1.9.0\n");
+    first_line(dir, "err", buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "the PyTorch bridge did not attach: ImportError: ampprobe.torch "
+                              "needs torch 2.4 or newer; this is torch 1.9.0"),
+                  "%s", buf);
+    snprintf(path, sizeof path, "%s/run.sqlite", dir);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ASSERT_ROW(db, "SELECT value FROM META WHERE key = 'bridge_error'",
+               "ImportError: ampprobe.torch needs torch 2.4 or newer; this is torch 1.9.0");
+    sqlite3_close(db);
+    snprintf(cmd, sizeof cmd, "%s report %s/run.sqlite -o %s/report.txt", AMPPROBE, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/report.txt", dir);
+    char *report = test_read_file(path, NULL);
+    ck_assert_msg(strstr(report, "warning [run-end]") &&
+                      strstr(report, "the PyTorch bridge did not attach") &&
+                      strstr(report, "this is torch 1.9.0"),
+                  "%s", report);
+    free(report);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_torch_needs_the_build) {
     if (!have_python()) return;
     // a copy of ampprobe without libamprecord.so and python/ beside it refuses --torch
@@ -235,6 +281,7 @@ Suite *pybridge_suite(void) {
     tcase_set_timeout(c, 120);
     tcase_add_test(c, test_records_through_ctypes);
     tcase_add_test(c, test_uncaught_exception_is_recorded);
+    tcase_add_test(c, test_bridge_that_cannot_attach_is_named);
     tcase_add_test(c, test_torch_needs_the_build);
     tcase_add_test(c, test_forward_judge_on_the_cpu);
     suite_add_tcase(s, c);

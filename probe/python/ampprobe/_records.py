@@ -114,10 +114,14 @@ def record_exception(kind, value):
     message, as the traceback's last line says them) when the process records: what a failed
     run died of, for the report. The startup module of `ampprobe run --torch` calls it from
     sys.excepthook, before Python prints the traceback."""
+    record_meta("exception", "".join(traceback.format_exception_only(kind, value)).strip())
+
+
+def record_meta(key, text):
+    """A META row of this process (text cut to 600 characters) when the process records."""
     rec = Recorder()
     if rec.enabled:
-        text = "".join(traceback.format_exception_only(kind, value)).strip()
-        rec.meta("exception", text if len(text) <= 600 else text[:597] + "...")
+        rec.meta(key, text if len(text) <= 600 else text[:597] + "...")
 
 
 def _b(s):

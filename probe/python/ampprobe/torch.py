@@ -92,13 +92,23 @@ import ctypes
 import functools
 import math
 import os
+import re
 import sys
 import threading
 import warnings
 import weakref
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+# torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device), the autocast state
+# of one device type, came in torch 2.4 (the bridge is tested with 2.11)
+_NEEDS = (2, 4)
+_version = re.match(r"(\d+)\.(\d+)", str(getattr(torch, "__version__", "")))
+if not _version or (int(_version[1]), int(_version[2])) < _NEEDS:
+    raise ImportError("ampprobe.torch needs torch %d.%d or newer; this is torch %s"
+                      % (_NEEDS + (getattr(torch, "__version__", "of no version"),)))
+
+from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map

@@ -4,7 +4,8 @@ PYTHONPATH, with the ampprobe package's folder after it).
 Python imports it at startup. When the process records (AMPPROBE_SPOOL_DIR) it waits for the
 program to import torch — an import hook, so a program that never does pays nothing and torch
 is not imported early — and then calls ampprobe.torch.autoattach(), which watches the model that
-trains; and an uncaught exception is recorded before Python prints it (META `exception`, for the
+trains (when it cannot, the reason goes to stderr and to META `bridge_error`, for the report);
+and an uncaught exception is recorded before Python prints it (META `exception`, for the
 report). The sitecustomize that this one shadows, if any, runs afterwards as before.
 """
 import importlib.abc
@@ -32,8 +33,14 @@ class _TorchImported(importlib.abc.MetaPathFinder):
                 from ampprobe.torch import autoattach
                 autoattach()
             except Exception as e:  # the program runs on, unrecorded by the bridge
-                print("ampprobe: the PyTorch bridge did not attach: %s: %s"
-                      % (type(e).__name__, e), file=sys.stderr, flush=True)
+                why = "%s: %s" % (type(e).__name__, e)
+                print("ampprobe: the PyTorch bridge did not attach: " + why, file=sys.stderr,
+                      flush=True)
+                try:  # (META bridge_error: the report says why there are no numerics)
+                    from ampprobe._records import record_meta
+                    record_meta("bridge_error", why)
+                except Exception:
+                    pass
 
         spec.loader.exec_module = exec_then_attach
         return spec
