@@ -271,8 +271,9 @@ static void diff_text(FILE *out, const report_model *a, const report_findings *f
     if (isfinite(ra.final_loss) && isfinite(rb.final_loss) && ra.final_loss != 0)
         snprintf(rel, sizeof rel, "%+.2f%%",
                  100 * (rb.final_loss - ra.final_loss) / fabs(ra.final_loss));
-    row(out, "final loss", num(x, sizeof x, ra.final_loss, "not finite"),
-        num(y, sizeof y, rb.final_loss, "not finite"), rel);
+    row(out, "final loss",
+        num(x, sizeof x, ra.final_loss, ra.steps ? "not finite" : "not recorded"),
+        num(y, sizeof y, rb.final_loss, rb.steps ? "not finite" : "not recorded"), rel);
     snprintf(x, sizeof x, "%zu / %zu", ra.errors, ra.warnings);
     snprintf(y, sizeof y, "%zu / %zu", rb.errors, rb.warnings);
     row(out, "errors / warnings", x, y, "");

@@ -179,6 +179,18 @@ START_TEST(same_losses_and_a_killed_run) {
 }
 END_TEST
 
+// A run that recorded no step (a bridge that did not attach, a program that died first): its
+// figures are "not recorded", not a loss gone non-finite.
+START_TEST(a_run_without_steps) {
+    run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "Cannot compare: B recorded no step.");
+    HAS(t, "not recorded");
+    ck_assert_msg(!strstr(t, "not finite"), "%s", t);
+    free(t);
+}
+END_TEST
+
 // Two runs that both broke: said of both, not of B alone.
 START_TEST(both_broke) {
     run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
@@ -249,6 +261,7 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, amp_faster_same_loss_either_order);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
     tcase_add_test(tc, same_losses_and_a_killed_run);
+    tcase_add_test(tc, a_run_without_steps);
     tcase_add_test(tc, both_broke);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
     tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);
