@@ -507,6 +507,25 @@ START_TEST(overview_says_what_the_program_died_of) {
 }
 END_TEST
 
+// A run that recorded no step because the PyTorch bridge did not attach: no loss shown (not
+// "NaN"), and the report's warning is the overview's top finding.
+START_TEST(overview_of_a_run_without_steps) {
+    sql("INSERT INTO META (key, value, pid) VALUES ('bridge_error', 'ImportError: ampprobe.torch "
+        "needs torch 2.4 or newer; this is torch 1.9.0', 7);");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    wait_for_finding(&app.model);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "loss       -") && !strstr(all, "NaN"), "%s", all);
+    ck_assert_msg(strstr(all, "[warning] run-end") && strstr(all, "PyTorch bridge did not attach"),
+                  "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
 // Kernels the report ties to ops: the kernels view names the layer most of each one's time ran
 // in (the finder's), with the others counted.
 START_TEST(kernels_view_names_each_kernels_layer) {
@@ -806,6 +825,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, model_tells_a_cut_short_run_from_a_live_one);
     tcase_add_test(model, overview_says_what_the_program_died_of);
+    tcase_add_test(model, overview_of_a_run_without_steps);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);

@@ -94,7 +94,7 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
         v[i] = s[i].loss;
         nan_losses += isnan(s[i].loss);
     }
-    snprintf(a, sizeof a, last && !isnan(last->loss) ? "%.4g" : "NaN", last ? last->loss : 0);
+    snprintf(a, sizeof a, !last ? "-" : !isnan(last->loss) ? "%.4g" : "NaN", last ? last->loss : 0);
     tui_print(l->ov_loss.y, 0, l->cols, A_BOLD, "loss       %s", a);
     if (nan_losses)
         tui_print(l->ov_loss.y, 24, l->cols - 24, tui_attr(app, TUI_PAIR_DANGER),
