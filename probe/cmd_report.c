@@ -1,8 +1,9 @@
 /*
  * cmd_report.c — `ampprobe report FILE`: opens a run database read-only, runs the report rules
  * (report/report.h) and writes the findings as text, md, html (one self-contained page with SVG
- * plots) or json. Exit 0 when the report was written,
- * findings or not; 2 for a usage error or a file that is missing, foreign, newer or corrupt.
+ * plots) or json. Exit 0 when the report was written, findings or not (with --fail-on S: 1 when
+ * a finding of severity S or worse is among them, a gate for CI); 2 for a usage error or a file
+ * that is missing, foreign, newer or corrupt.
  */
 #include "commands.h"
 #include "report.h"
@@ -20,26 +21,33 @@ typedef struct report_opts {
     const char *file, *out_path, *format;
     const report_rule *rule;
     int64_t lo, hi;
+    int fail_on; // --fail-on: the least severity (amp_severity) that makes the exit status 1; -1:
+                 // none
 } report_opts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ampprobe report FILE [--format text|md|html|json] [-o OUT] [--rule ID] [--steps A:B]\n\n"
-               "Diagnoses a run recorded by 'ampprobe run': which layer, op and step went wrong,\n"
-               "why, and what to change. Findings come with a rule id, a severity (error, warning,\n"
-               "info), the steps, the layer and op, the evidence and the advice.\n\n"
-               "options:\n"
-               "  --format FMT        text for people (default; colour on a terminal unless\n"
-               "                      NO_COLOR is set), md (Markdown), html (one self-contained\n"
-               "                      page with plots), json for CI (keys: report/README.md)\n"
-               "  -o OUT              write the report to OUT instead of stdout\n"
-               "  --rule ID           run only that rule\n"
-               "  --steps A:B         look at steps A..B only (A: or :B leave a side open)\n"
-               "  --help              this text\n\n"
-               "rules:\n");
+    fprintf(f,
+            "usage: ampprobe report FILE [--format text|md|html|json] [-o OUT] [--rule ID] "
+            "[--steps A:B]\n"
+            "                       [--fail-on error|warning|info]\n\n"
+            "Diagnoses a run recorded by 'ampprobe run': which layer, op and step went wrong,\n"
+            "why, and what to change. Findings come with a rule id, a severity (error, warning,\n"
+            "info), the steps, the layer and op, the evidence and the advice.\n\n"
+            "options:\n"
+            "  --format FMT        text for people (default; colour on a terminal unless\n"
+            "                      NO_COLOR is set), md (Markdown), html (one self-contained\n"
+            "                      page with plots), json for CI (keys: report/README.md)\n"
+            "  -o OUT              write the report to OUT instead of stdout\n"
+            "  --rule ID           run only that rule\n"
+            "  --steps A:B         look at steps A..B only (A: or :B leave a side open)\n"
+            "  --fail-on SEV       exit with status 1 when a finding of severity SEV or worse\n"
+            "                      is reported (error, warning or info): a gate for CI\n"
+            "  --help              this text\n\n"
+            "rules:\n");
     for (size_t i = 0; i < report_n_rules; i++)
         fprintf(f, "  %-22s %s\n", report_rules[i].id, report_rules[i].summary);
-    fprintf(f, "\nexit status: 0 report written (with or without findings), 2 usage error or an\n"
-               "unreadable/foreign database.\n");
+    fprintf(f, "\nexit status: 0 report written (with or without findings), 1 report written and\n"
+               "--fail-on's severity reached, 2 usage error or an unreadable/foreign database.\n");
 }
 
 static int bad(const char *fmt, const char *a) {
@@ -77,7 +85,7 @@ static bool parse_steps(const char *s, int64_t *lo, int64_t *hi) {
 
 // 0: parsed; 1: --help printed; 2: usage error printed.
 static int parse(int argc, char **argv, report_opts *o) {
-    *o = (report_opts){.format = "text", .lo = INT64_MIN, .hi = INT64_MAX};
+    *o = (report_opts){.format = "text", .lo = INT64_MIN, .hi = INT64_MAX, .fail_on = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_value = i + 1 < argc;
@@ -85,7 +93,7 @@ static int parse(int argc, char **argv, report_opts *o) {
             usage(stdout);
             return 1;
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--rule") == 0 ||
-                   strcmp(a, "--steps") == 0) {
+                   strcmp(a, "--steps") == 0 || strcmp(a, "--fail-on") == 0) {
             if (!has_value) return bad("%s needs a value", a);
             const char *v = argv[++i];
             if (strcmp(a, "--format") == 0) {
@@ -98,6 +106,11 @@ static int parse(int argc, char **argv, report_opts *o) {
             } else if (strcmp(a, "--rule") == 0) {
                 o->rule = report_rule_find(v);
                 if (!o->rule) return bad("--rule: no rule named '%s'", v);
+            } else if (strcmp(a, "--fail-on") == 0) {
+                for (int s = AMP_SEVERITY_INFO; s <= AMP_SEVERITY_ERROR; s++)
+                    if (strcmp(v, amp_severity_name((amp_severity)s)) == 0) o->fail_on = s;
+                if (o->fail_on < 0)
+                    return bad("--fail-on: '%s' is not one of error, warning, info", v);
             } else if (!parse_steps(v, &o->lo, &o->hi)) {
                 return bad("--steps: '%s' is not A:B with 0 <= A <= B", v);
             }
@@ -153,6 +166,8 @@ int amp_cmd_report(int argc, char **argv) {
     else
         report_format_text(out, &m, &f, want_color(out));
     rc = 0;
+    for (size_t i = 0; i < f.n && o.fail_on >= 0; i++)
+        if ((int)f.v[i].severity >= o.fail_on) rc = 1;
     if (out != stdout) {
         if (fclose(out) != 0) {
             fprintf(stderr, "ampprobe report: %s: %s\n", o.out_path, strerror(errno));

@@ -1871,6 +1871,26 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     ck_assert_int_eq(CMD(db_path, "--steps", "9:3"), 2);
     ck_assert_int_eq(CMD(db_path, "--format", "pdf"), 2);
     ck_assert_int_eq(CMD(db_path, "--bogus"), 2);
+    ck_assert_int_eq(CMD(db_path, "--fail-on", "fatal"), 2);
+    e = test_read_file(err_path, NULL);
+    ck_assert_ptr_nonnull(strstr(e, "--fail-on: 'fatal'"));
+    free(e);
+    ck_assert_int_eq(CMD(db_path, "--fail-on"), 2);
+}
+END_TEST
+
+// --fail-on SEV, a gate for CI: exit status 1 when a finding of that severity or worse is
+// reported (within --rule and --steps), the report written all the same.
+START_TEST(fail_on_gates_by_severity) {
+    attn_overflow(); // healthy steps 0-2, errors from step 3 on
+    ck_assert_int_eq(CMD(db_path, "--fail-on", "error", "-o", out_path), 1);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_ptr_nonnull(strstr(t, "error [nonfinite-root-cause]"));
+    free(t);
+    ck_assert_int_eq(CMD(db_path, "--fail-on", "warning", "--format", "json", "-o", out_path), 1);
+    ck_assert_int_eq(CMD(db_path, "--fail-on", "warning", "--steps", "0:2", "-o", out_path), 0);
+    ck_assert_int_eq(CMD(db_path, "--fail-on", "error", "--rule", "grad-underflow", "-o", out_path),
+                     0);
 }
 END_TEST
 
@@ -1942,6 +1962,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, run_end_a_recording_stopped_short_says_why);
     tcase_add_test(tc, md_escapes_user_strings);
     tcase_add_test(tc, text_shows_control_characters_of_user_strings);
+    tcase_add_test(tc, fail_on_gates_by_severity);
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     suite_add_tcase(s, tc);
 
