@@ -3,7 +3,8 @@
  * copyKind HtoD) and their share of the GPU's time (kernel busy time plus copy time), and copies
  * from pageable host memory (srcKind pageable), which the driver stages through a pinned bounce
  * buffer synchronously: they cannot overlap compute. Warning from a 10% share; pageable copies
- * below that are a note.
+ * below that are a note. Copies that took under a millisecond in all are left alone whatever
+ * their share (a script that only moved a model up has a share of nearly no GPU time).
  */
 #include "report.h"
 
@@ -11,10 +12,11 @@
 
 #define RULE "h2d-copies"
 #define SHARE_WARN 0.10
+#define MIN_NS 1000000 // the copies' time below which they cannot matter to a run
 
 void rule_copies_run(const report_model *m, report_findings *out) {
     const report_perf *p = &m->perf;
-    if (p->htod_copies == 0) return;
+    if (p->htod_copies == 0 || p->htod_ns < MIN_NS) return;
     double share =
         (double)p->htod_ns / (double)(p->busy_ns + p->htod_ns > 0 ? p->busy_ns + p->htod_ns : 1);
     if (share < SHARE_WARN && p->pageable_copies == 0) return;

@@ -1250,6 +1250,21 @@ START_TEST(h2d_pageable_copies_are_a_warning) {
 }
 END_TEST
 
+// A script that only moved a model to the GPU (no step, no kernel, two tiny pageable copies):
+// copies that took microseconds in all are no finding, whatever their share of nothing.
+START_TEST(h2d_copies_of_no_weight_are_quiet) {
+    sql("INSERT INTO TARGET_INFO_GPU (vmId, id, name) VALUES (0, 0, 'NVIDIA H200');"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
+        "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (1000, 2000, 0, 1, 7, " GPID
+        ", 128, 1, 0, 2), (5000, 5800, 0, 1, 7, " GPID ", 16, 1, 0, 2);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(model.perf.htod_copies, 2);
+    for (size_t i = 0; i < findings.n; i++)
+        ck_assert_msg(strcmp(findings.v[i].rule, "h2d-copies") != 0, "%s", findings.v[i].title);
+    release();
+}
+END_TEST
+
 START_TEST(h2d_small_pinned_copies_are_quiet) {
     gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
     copies("1", 20000);
@@ -1947,6 +1962,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, gpu_idle_leaves_the_warm_up_out);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
     tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
+    tcase_add_test(tc, h2d_copies_of_no_weight_are_quiet);
     tcase_add_test(tc, host_sync_every_few_ops_is_a_warning);
     tcase_add_test(tc, sync_advice_is_given_once);
     tcase_add_test(tc, gpu_idle_advice_follows_the_gaps);
