@@ -932,6 +932,60 @@ START_TEST(test_batched_rows_land_in_order) {
 }
 END_TEST
 
+// What a live writer's spool holds below the committed offset goes back to the disk (a hole):
+// the file keeps its size, its blocks shrink; every row lands once, and the process's end time
+// is its last write's, not the time of the collector's last hole.
+START_TEST(test_committed_spool_bytes_go_back_to_the_disk) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    enum { N = 40000 }; // about 4 MB of records
+    int64_t written = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N / 2; i++)
+            amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = round * N / 2 + i,
+                                                            .layer_id = i % 8,
+                                                            .op = "linear",
+                                                            .kind = AMP_STATS_ACTIVATION,
+                                                            .dtype = "f16",
+                                                            .target_dtype = "f16",
+                                                            .numel = 4096,
+                                                            .min = -1,
+                                                            .max = 1,
+                                                            .amax = 1});
+        amp_record_flush();
+        written = amp_record_now_ns(); // (after the round's last write: flush waited for it)
+        if (round) sleep_ms(50); // the hole punched next moves the file's mtime past the write
+        ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    }
+    DIR *d = opendir(f.spool);
+    ck_assert_ptr_nonnull(d);
+    struct stat sb = {0};
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strstr(e->d_name, ".spool")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", f.spool, e->d_name);
+        ck_assert_int_eq(stat(path, &sb), 0);
+    }
+    closedir(d);
+    ck_assert_int_gt(sb.st_size, 3 << 20);
+    ck_assert_msg(sb.st_blocks * 512 < sb.st_size - (2 << 20), "%lld bytes in %lld blocks",
+                  (long long)sb.st_size, (long long)sb.st_blocks);
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), N);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(DISTINCT step) FROM AMP_TENSOR_STATS"), N);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT end_ns <= %lld + 20000000 FROM AMP_PROCESSES",
+             (long long)written);
+    ck_assert_int_eq(test_query_int(db, sql), 1);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_unfinished_writer_at_finish) {
     fixture f;
     fixture_init(&f);
@@ -1160,6 +1214,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_corrupt_record_skips_rest);
     tcase_add_test(w, test_rows_visible_while_running);
     tcase_add_test(w, test_batched_rows_land_in_order);
+    tcase_add_test(w, test_committed_spool_bytes_go_back_to_the_disk);
     tcase_add_test(w, test_unfinished_writer_at_finish);
     suite_add_tcase(s, w);
     TCase *o = tcase_create("open");

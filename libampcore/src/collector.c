@@ -7,12 +7,16 @@
  * collector can take means the writer is gone (exit, crash or kill -9 alike): the file is read to
  * its end, a half-written last record is reported and skipped, and the file is deleted once its
  * rows are committed. A record that cannot be one (bad header, malformed payload) makes the rest
- * of that file unreadable: one warning, and the rows before it stay.
+ * of that file unreadable: one warning, and the rows before it stay. What a live writer's file
+ * holds below the committed offset is given back to the disk as it goes (a hole punched in it):
+ * a long run's spool would otherwise hold a second copy of everything in the database.
  *
  * Events are aggregated here so that a NaN storm cannot grow the database without bound: the
  * first AMP_EVENTS_KEEP occurrences of each (pid, kind, layer, op, phase) become rows of their
  * own, later ones are folded into one aggregate row per key (SCHEMA.md).
  */
+#define _GNU_SOURCE // fallocate
+
 #include "amp-store.h"
 
 #include "amp-impl.h"
@@ -35,6 +39,8 @@
 #define AMP_EVENTS_KEEP 10        // individual AMP_EVENTS rows per key
 #define COMMIT_EVERY_NS 200000000 // a long poll commits this often, so readers keep up
 #define READ_CHUNK (4u << 20)     // bytes read at once; more than a record's maximum
+#define PUNCH_MIN (1u << 20)      // committed spool bytes given back to the disk at once
+#define PAGE_BYTES 4096u          // holes are punched in whole pages of this size
 
 _Static_assert(READ_CHUNK > AMP_REC_MAX_BYTES + AMP_REC_HEADER_BYTES, "a record fits a chunk");
 
@@ -45,6 +51,10 @@ typedef struct spool_file {
     char comm[17];
     int64_t start_ns;
     uint64_t offset; // first byte not yet ingested
+    uint64_t punched;   // bytes from the first page after the header up to here are a hole
+    bool can_punch;     // opened for writing, and the file system punches holes
+    int64_t written_ns; // the file's mtime before the last hole (the writer's last write)
+    int64_t punch_ns;   // its mtime right after that hole (the hole's, not the writer's)
     int64_t records;
     int64_t proc_rowid;  // its AMP_PROCESSES row
     bool writer_gone;    // its flock could be taken
@@ -422,6 +432,29 @@ static const char *file_label(const spool_file *f, char *buf, size_t n) {
     return buf;
 }
 
+static int64_t mtime_ns(const struct stat *sb) {
+    return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+// Gives the disk back what f holds below its committed offset, PUNCH_MIN or more at a time, as
+// a hole (the file keeps its size; the writer appends as before). The hole moves the file's
+// mtime, which file_finish reads as the writer's last write: the mtime before it is kept.
+static void give_back_ingested(spool_file *f) {
+    const uint64_t end = f->offset / PAGE_BYTES * PAGE_BYTES;
+    if (!f->can_punch || f->fd < 0 || end < f->punched + PUNCH_MIN) return;
+    struct stat before, after;
+    if (fstat(f->fd, &before) != 0) return;
+    if (fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->punched,
+                  (off_t)(end - f->punched)) != 0) {
+        f->can_punch = false; // (a file system without holes: the file stays whole)
+        return;
+    }
+    f->punched = end;
+    const int64_t m = mtime_ns(&before);
+    if (!(f->punch_ns && m == f->punch_ns)) f->written_ns = m; // else no write since our hole
+    if (fstat(f->fd, &after) == 0) f->punch_ns = mtime_ns(&after);
+}
+
 static void file_close(spool_file *f) {
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
@@ -431,8 +464,8 @@ static void file_close(spool_file *f) {
 static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
     struct stat sb;
     int64_t end_ns = -1;
-    if (fstat(f->fd, &sb) == 0)
-        end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    if (fstat(f->fd, &sb) == 0) // (the last write's time, not our last hole's)
+        end_ns = f->punch_ns && mtime_ns(&sb) == f->punch_ns ? f->written_ns : mtime_ns(&sb);
     f->done = true;
     return amp_store_process_update(c->store, f->proc_rowid, end_ns, f->records, (int64_t)f->offset,
                                     status);
@@ -498,7 +531,9 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     memset(f, 0, sizeof *f);
     f->name = amp_xstrdup(name);
     char *path = path_join(c->spool_dir, name);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = open(path, O_RDWR | O_CLOEXEC); // (for writing: to punch holes in it)
+    f->can_punch = f->fd >= 0;
+    if (f->fd < 0) f->fd = open(path, O_RDONLY | O_CLOEXEC);
     free(path);
     c->stats.files++;
     amp_spool_header h;
@@ -518,6 +553,7 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     memcpy(f->comm, h.comm, sizeof h.comm);
     f->comm[16] = 0;
     f->offset = h.header_bytes;
+    f->punched = (h.header_bytes + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
     return amp_store_process_add(c->store, f->pid, f->ppid, f->comm, f->start_ns, &f->proc_rowid);
 }
 
@@ -600,6 +636,8 @@ static amp_status poll_files(amp_collector_t *c) {
     if (st == AMP_OK) {
         st = txn_commit(c);
         if (st == AMP_OK) remove_done_files(c);
+        for (int i = 0; i < c->n_files && st == AMP_OK; i++)
+            if (!c->files[i].done) give_back_ingested(&c->files[i]);
     } else if (c->in_txn) { // keep what was written before the failure, and its message
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", amp_last_error());
