@@ -8,10 +8,12 @@
 #include "amp-impl.h"
 #include "amp-store.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // ---------------------------------------------------------------------------------------------
 // The rule registry (also the order of the --help listing)
@@ -136,12 +138,42 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// The spool directory of the database at path, if one is beside it (collector.c names it
+// ".NAME.spool-" and six characters), into e->spool, with the bytes its files hold.
+static void find_spool(report_end *e, const char *path) {
+    char *dir = amp_xstrdup(path), *slash = strrchr(dir, '/');
+    const char *name = slash ? path + (slash - dir) + 1 : path;
+    if (slash) slash[slash == dir] = 0; // "/x.sqlite" -> "/", "a/x.sqlite" -> "a"
+    const char *where = slash ? dir : ".";
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, ".%s.spool-", name);
+    DIR *d = opendir(where);
+    for (struct dirent *ent; d && !e->spool && (ent = readdir(d));) {
+        if (strncmp(ent->d_name, prefix, strlen(prefix)) != 0) continue;
+        size_t n = strlen(where) + strlen(ent->d_name) + 2;
+        e->spool = amp_xmalloc(n);
+        snprintf(e->spool, n, "%s/%s", where, ent->d_name);
+    }
+    if (d) closedir(d);
+    free(dir);
+    if (!e->spool || !(d = opendir(e->spool))) return;
+    for (struct dirent *ent; (ent = readdir(d));) {
+        struct stat sb;
+        char file[4096];
+        snprintf(file, sizeof file, "%s/%s", e->spool, ent->d_name);
+        if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode))
+            e->spool_bytes += (int64_t)sb.st_blocks * 512;
+    }
+    closedir(d);
+}
+
 // How the program and the capture ended (m->end): META's run-wide rows, the processes whose
 // records were cut short, the last step of the whole run.
 static bool load_end(sqlite3 *db, report_model *m, char *err) {
     report_end *e = &m->end;
     *e = (report_end){.exit_status = -1, .last_step = -1};
     e->capture = amp_store_run_state(db);
+    if (e->capture == AMP_RUN_CUT_SHORT) find_spool(e, m->path);
     sqlite3_stmt *q;
     if (!prepare(db, m->path, "SELECT value FROM META WHERE pid = 0 AND key = 'exit_status'", m, &q,
                  err))
@@ -568,6 +600,7 @@ void report_model_free(report_model *m) {
         free((char *)m->end.cut[i].status);
     }
     free(m->end.cut);
+    free(m->end.spool);
     memset(m, 0, sizeof *m);
 }
 

@@ -160,15 +160,23 @@ static void capture_end(const report_model *m, report_findings *out) {
         report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
         snprintf(f->title, sizeof f->title,
                  "the capture did not finish: the recording process was killed %s", at);
+        char spool[600] = "";
+        if (e->spool)
+            snprintf(spool, sizeof spool,
+                     " Its spool directory %s (%.1f MB on disk) holds the records that never "
+                     "reached the database; nothing reads it any more.",
+                     e->spool, (double)e->spool_bytes / 1e6);
         snprintf(f->detail, sizeof f->detail,
                  "The database's status is still running, but the process that wrote it (ampprobe "
                  "run, or the program itself with AMPPROBE_OUT) is gone: what it had not yet "
-                 "written (about the last second) is lost, and the program's exit status is "
-                 "unknown. The rows written before are intact.");
+                 "written is lost (a program that ran on stopped recording a second later), and "
+                 "its exit status is unknown. The rows written before are intact.%s",
+                 spool);
         snprintf(f->advice, sizeof f->advice,
                  "Stop a recorded run with Ctrl-C or SIGTERM, which ampprobe run passes on to the "
                  "program before it finishes the database; SIGKILL on the launcher (kill -9, the "
-                 "OOM killer, a scheduler) leaves it like this.");
+                 "OOM killer, a scheduler) leaves it like this.%s",
+                 e->spool ? " Delete the spool directory named above." : "");
         steps_of(f, e);
     }
     if (m->capture_error) {

@@ -3,8 +3,9 @@
  * database whose AMP_EVENTS name the right producer (layer, op, step) or show the underflow or
  * thrash pattern; healthy runs have no non-finite events; the scale history in AMP_SCALE is what
  * the sample printed; a kill -9 of the training process leaves a database that opens, passes
- * integrity_check and holds the steps before the kill; a damaged database is read or refused in
- * one plain line, never a crash.
+ * integrity_check and holds the steps before the kill, and one of the launcher leaves a program
+ * that trains on unrecorded, its spool named by the report; a damaged database is read or
+ * refused in one plain line, never a crash.
  */
 #include "tests.h"
 
@@ -251,6 +252,69 @@ START_TEST(test_kill_9_survives) {
 }
 END_TEST
 
+// The spool directory's disk use (blocks of its files), by `du`.
+static long spool_kib(void) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "du -sk %s/.run.sqlite.spool-* 2>/dev/null | cut -f1", dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    long kib = -1;
+    if (fscanf(p, "%ld", &kib) != 1) kib = -1;
+    pclose(p);
+    return kib;
+}
+
+// A kill -9 of the launcher while the program trains on: the program keeps running, stops
+// recording within about a second (saying so on stderr) instead of filling the disk with records
+// nothing reads, and the report names the spool directory left beside the database.
+START_TEST(test_orphaned_program_stops_recording) {
+    char err_path[160];
+    snprintf(err_path, sizeof err_path, "%s/program.err", dir);
+    pid_t launcher = fork();
+    ck_assert_int_ge(launcher, 0);
+    if (launcher == 0) {
+        int devnull = open("/dev/null", O_WRONLY), err = open(err_path, O_WRONLY | O_CREAT, 0644);
+        dup2(devnull, 1);
+        dup2(err, 2);
+        execl(AMPPROBE, "ampprobe", "run", "-o", db_path, "--", SAMPLE("tiny_gpt"), "--steps",
+              "100000", (char *)NULL);
+        _exit(127);
+    }
+    sleep(2);
+    char cmd[1024], buf[64] = "";
+    snprintf(cmd, sizeof cmd, "pgrep -P %d", (int)launcher);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, p));
+    pclose(p);
+    const pid_t program = (pid_t)atoi(buf);
+    ck_assert_int_gt(program, 0);
+    ck_assert_int_eq(kill(launcher, SIGKILL), 0);
+    int st;
+    ck_assert_int_eq(waitpid(launcher, &st, 0), launcher);
+    sleep(2); // the writer looks about once a second
+    const long before = spool_kib();
+    sleep(1);
+    const long after = spool_kib();
+    ck_assert_int_eq(kill(program, 0), 0); // still training
+    kill(program, SIGKILL);
+    ck_assert_int_gt(before, 0);
+    ck_assert_msg(after == before, "the spool grew from %ld to %ld KiB", before, after);
+    char *err = test_read_file(err_path, NULL);
+    ck_assert_msg(strstr(err, "the recording of this run has ended"), "%s", err);
+    free(err);
+    char out[160];
+    snprintf(out, sizeof out, "%s/report.txt", dir);
+    snprintf(cmd, sizeof cmd, "%s report -o %s %s", AMPPROBE, out, db_path);
+    ck_assert_int_eq(system(cmd), 0);
+    char *t = test_read_file(out, NULL);
+    ck_assert_msg(strstr(t, "the capture did not finish") && strstr(t, "/.run.sqlite.spool-") &&
+                      strstr(t, "Delete the spool directory"),
+                  "%s", t);
+    free(t);
+}
+END_TEST
+
 // The next of a fixed sequence of numbers below n (libampcore's counter-based hash): the same
 // damage every run.
 static uint64_t damage_draws;
@@ -366,6 +430,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_healthy_runs_are_clean);
     tcase_add_test(tc, test_view_gradients_read_once);
     tcase_add_test(tc, test_kill_9_survives);
+    tcase_add_test(tc, test_orphaned_program_stops_recording);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
     tcase_add_test(tc, test_odd_values_read_or_refused);
     tcase_add_test(tc, test_full_disk_is_named);

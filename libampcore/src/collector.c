@@ -93,6 +93,7 @@ struct amp_collector {
     bool finished;
     char *stopped; // why recording stopped short (META capture_error at the end); NULL: it did not
     char *reserve; // RESERVE_BYTES held in the spool directory until the end; NULL: none
+    int live_fd;   // AMP_SPOOL_LIVE_LOCK, flocked while the collector reads (-1: none)
 };
 
 // Below this much free space a spool cut off mid-record was cut by a full disk, not a kill.
@@ -198,6 +199,27 @@ static void hold_reserve(amp_collector_t *c) {
     if (fd >= 0) close(fd);
 }
 
+// Holds the spool directory's AMP_SPOOL_LIVE_LOCK until the last read: writers that can take it
+// stop recording (a killed launcher reads nothing more: record.c).
+static void hold_live_lock(amp_collector_t *c) {
+    char *path = path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
+    c->live_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (c->live_fd >= 0 && flock(c->live_fd, LOCK_EX | LOCK_NB) != 0) {
+        close(c->live_fd); // (another collector on this directory: it is the one they watch)
+        c->live_fd = -1;
+    }
+    free(path);
+}
+
+static void drop_live_lock(amp_collector_t *c) {
+    if (c->live_fd < 0) return;
+    char *path = path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
+    unlink(path);
+    free(path);
+    close(c->live_fd);
+    c->live_fd = -1;
+}
+
 static void give_back_reserve(amp_collector_t *c) {
     if (!c->reserve) return;
     unlink(c->reserve);
@@ -246,6 +268,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
         if (st != AMP_OK) return st;
     }
     amp_collector_t *c = amp_xcalloc(1, sizeof *c);
+    c->live_fd = -1;
     c->spool_dir = dir;
     c->own_spool_dir = !spool_dir;
     c->buf = amp_xmalloc(READ_CHUNK);
@@ -273,6 +296,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
         return st;
     }
     if (c->own_spool_dir) hold_reserve(c); // (after the start: a disk with little room still runs)
+    hold_live_lock(c);
     *out = c;
     return AMP_OK;
 }
@@ -304,6 +328,7 @@ void amp_collector_free(amp_collector_t *c) {
     amp_strmap_free(&c->local_strings);
     amp_store_close(c->store);
     give_back_reserve(c);
+    drop_live_lock(c);
     if (c->own_spool_dir && !c->finished) rmdir(c->spool_dir); // only when empty: nothing lost
     free(c->buf);
     free(c->spool_dir);
@@ -655,6 +680,7 @@ amp_status amp_collector_poll(amp_collector_t *c) {
 // Removes the spool files left and the directory (the run is over): one still being written, a
 // writer's temporary name, and those that could not be ingested.
 static void remove_spool(amp_collector_t *c) {
+    drop_live_lock(c); // (nothing more is read: writers still running stop recording)
     DIR *d = opendir(c->spool_dir);
     for (struct dirent *e; d && (e = readdir(d));) {
         size_t len = strlen(e->d_name);

@@ -23,6 +23,9 @@
 #define AMP_SPOOL_VERSION 1
 #define AMP_SPOOL_BYTE_ORDER 0x01020304u
 #define AMP_SPOOL_SUFFIX ".spool"
+// In the spool directory: a file the collector holds an exclusive flock on while it lives. A
+// writer that can take that lock knows nothing will read its records any more.
+#define AMP_SPOOL_LIVE_LOCK ".collector"
 
 typedef struct amp_spool_header { // 64 bytes at offset 0 of every spool file
     char magic[8];                // AMP_SPOOL_MAGIC, no NUL

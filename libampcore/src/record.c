@@ -9,6 +9,11 @@
  * gone), given its header, and only then renamed to its final name, so the collector never sees
  * an unlocked or headerless spool file.
  *
+ * The collector holds a lock on AMP_SPOOL_LIVE_LOCK in the spool directory while it lives; about
+ * once a second the flusher tries to take it, and when it can (the launcher was killed, or it
+ * finished while this process runs on) recording stops with a line on stderr, so that an orphaned
+ * program does not fill the disk with records nothing will read.
+ *
  * fork: the pthread_atfork handlers hold every lock across fork(); the child drops the records it
  * inherited (the parent flushes them), closes the parent's spool file and creates its own on its
  * first record. It never touches an AMPPROBE_OUT collector, which belongs to the process that
@@ -33,6 +38,7 @@
 #define BUF_BYTES (4u << 20) // each of the two buffers
 #define FLUSH_EVERY_MS 100
 #define COLLECT_EVERY_MS 200
+#define LIVE_CHECK_EVERY 10 // flushes between looks at the collector's lock (about a second)
 
 _Static_assert(BUF_BYTES >= AMP_REC_MAX_BYTES, "any record fits an empty buffer");
 
@@ -51,6 +57,7 @@ static struct {
     char *dir; // spool directory
     char *out; // AMPPROBE_OUT
     int fd;
+    int live_fd;          // the spool directory's AMP_SPOOL_LIVE_LOCK (-1: none; the flusher's)
     uint8_t *buf, *spare; // BUF_BYTES each
     size_t len;
     bool flusher_running, flusher_stop;
@@ -68,6 +75,7 @@ static struct {
     .io_lock = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .fd = -1,
+    .live_fd = -1,
 };
 
 // How many of the locks above this thread holds: an abort while it holds one writes no last
@@ -178,13 +186,25 @@ static void spool_flush(void) {
     unlock(&g.io_lock);
 }
 
+// Whether the collector that reads this spool directory is gone: its lock can be taken.
+static bool collector_gone(void) {
+    if (g.live_fd < 0 || flock(g.live_fd, LOCK_SH | LOCK_NB) != 0) return false;
+    flock(g.live_fd, LOCK_UN);
+    return true;
+}
+
 static void *flusher_main(void *arg) {
     (void)arg;
     lock(&g.timer_lock);
     thread_running();
-    while (nap(FLUSH_EVERY_MS, &g.flusher_stop)) {
+    for (unsigned n = 1; nap(FLUSH_EVERY_MS, &g.flusher_stop); n++) {
         unlock(&g.timer_lock);
         spool_flush();
+        if (n % LIVE_CHECK_EVERY == 0 && amp_record_trace_mask && collector_gone()) {
+            amp_record_trace_mask = 0;
+            fprintf(stderr, "ampprobe: the recording of this run has ended (ampprobe run finished "
+                            "or was killed): this process's records stop here, it runs on\n");
+        }
         lock(&g.timer_lock);
     }
     unlock(&g.timer_lock);
@@ -232,6 +252,11 @@ static amp_status spool_create(void) {
     g.fd = fd;
     g.write_failed = false;
     unlock(&g.io_lock);
+    n = strlen(g.dir) + sizeof AMP_SPOOL_LIVE_LOCK + 1;
+    char *live = amp_xmalloc(n);
+    snprintf(live, n, "%s/%s", g.dir, AMP_SPOOL_LIVE_LOCK);
+    if (g.live_fd < 0) g.live_fd = open(live, O_RDONLY | O_CLOEXEC); // (none: not checked)
+    free(live);
     return AMP_OK;
 }
 
@@ -347,6 +372,8 @@ static void close_locked(void) {
         g.fd = -1;
         unlock(&g.io_lock);
     }
+    if (g.live_fd >= 0) close(g.live_fd); // (the flusher, its only user, has stopped)
+    g.live_fd = -1;
     __atomic_store_n(&g.state, SPOOL_CLOSED, __ATOMIC_RELEASE);
     if (g.collector && g.collector_pid == getpid()) collector_stop();
 }
@@ -373,6 +400,8 @@ static void atfork_child(void) {
     cond_init(); // the parent's threads may have waited on it; they do not exist here
     if (g.fd >= 0) close(g.fd); // the parent's file: its lock stays with the parent
     g.fd = -1;
+    if (g.live_fd >= 0) close(g.live_fd); // (opened again with this process's spool file)
+    g.live_fd = -1;
     g.len = 0; // the parent flushes these
     g.flusher_running = false;
     g.state = SPOOL_CLOSED;
