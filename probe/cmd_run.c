@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -468,6 +469,22 @@ static int collect_with_tui(run_state *r, pid_t pid, const char *path, const cha
     return t.wstatus;
 }
 
+// Says once, before the run, when the disk that will hold the database (and the spool beside
+// it) has little room: a run that fills it is recorded only in part.
+#define LOW_DISK_BYTES (100ull << 20)
+static void warn_low_disk(const char *db_path) {
+    char *dir = amp_xstrdup(db_path), *slash = strrchr(dir, '/');
+    if (slash) slash[slash == dir] = 0;
+    struct statvfs v;
+    if (statvfs(slash ? dir : ".", &v) == 0 &&
+        (unsigned long long)v.f_bavail * v.f_frsize < LOW_DISK_BYTES)
+        fprintf(stderr,
+                "ampprobe: only %.1f MiB free on the disk of %s: the recording will stop "
+                "short if the run fills it (-o puts it elsewhere)\n",
+                (double)v.f_bavail * (double)v.f_frsize / 1048576.0, db_path);
+    free(dir);
+}
+
 int amp_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
@@ -492,6 +509,7 @@ int amp_cmd_run(int argc, char **argv) {
         free(path);
         return 2;
     }
+    warn_low_disk(path);
     char *command = join_command(o.prog);
     set_meta(r.collector, "command", command);
     set_meta(r.collector, "output", path);
