@@ -11,10 +11,15 @@
 #include "cuda-stats.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <tuple>
 #include <utility>
+
+#ifdef AMP_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Abort: this module's amp_abort / amp_abort_assert forward to the host's.
@@ -176,6 +181,31 @@ static void held_remove(cuda_ctx *c, int i) {
     c->n_held--;
 }
 
+// An NVTX range "ampprobe.stats" in libampcore's domain (nvtx.c) around held statistics' launches,
+// as around those the core launches itself: a capture then attributes these kernels too, whatever
+// free, fill or flush launched them. Only when an NVTX tool is injected.
+static void stats_range(bool push) {
+#ifdef AMP_HAVE_NVTX
+    static const bool wanted = getenv("NVTX_INJECTION64_PATH") != nullptr;
+    if (!wanted) return;
+    static thread_local nvtxDomainHandle_t d; // (the same domain as the core's: one per name)
+    if (!d) d = nvtxDomainCreateA("ampcore");
+    if (!push) {
+        nvtxDomainRangePop(d);
+        return;
+    }
+    nvtxEventAttributes_t a;
+    memset(&a, 0, sizeof a);
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "ampprobe.stats";
+    nvtxDomainRangePushEx(d, &a);
+#else
+    (void)push;
+#endif
+}
+
 // Launches the statistics of the held entries `which` picks and removes them from the table:
 // one launch per autocast dtype among them (nearly always one).
 template <typename P> static void held_launch(cuda_ctx *c, P which) {
@@ -192,6 +222,7 @@ template <typename P> static void held_launch(cuda_ctx *c, P which) {
         jobs[n++] = {h.data, h.numel, h.slot, h.dtype};
         held_remove(c, i); // an entry may have moved into i: looked at again
     }
+    if (n) stats_range(true);
     for (int done = 0; done < n;) {
         const amp_dtype target = targets[done];
         int k = done;
@@ -204,6 +235,7 @@ template <typename P> static void held_launch(cuda_ctx *c, P which) {
         CUDA_CHECK(cuda_stats_launch(jobs + done, k - done, target, c->stream));
         done = k;
     }
+    if (n) stats_range(false);
 }
 
 void cuda_held_flush(cuda_ctx *c) {
