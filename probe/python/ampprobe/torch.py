@@ -1227,8 +1227,13 @@ class Watcher:
         (None: no scaler). A step that broke (its loss or found_inf is non-finite, or without a
         scaler its parameter gradients: _marked) is recorded at once, while a re-run still sees
         its parameters (check_grads: without a scaler the step's end then waits for the
-        backward, as a GradScaler's step() does)."""
+        backward, as a GradScaler's step() does). When recording has ended under the program
+        (its launcher was killed, the disk filled: libamprecord said so on stderr), the watcher
+        detaches (close()): nothing would read what it computes."""
         if not self.on:
+            return
+        if not self.rec.enabled:
+            self.close()
             return
         if not self._forwards and self.step == self.first:
             print("ampprobe: step %d ended without an eager forward of the watched model (was it "
