@@ -1350,6 +1350,41 @@ START_TEST(test_exit_without_free_gpu) {
 }
 END_TEST
 
+// Under ampprobe run (CUDA capture on), every kernel of a libampcore sample is attributed: to the
+// innermost libampcore NVTX range around its launch call, or to the AMP_OPS op whose host
+// interval holds the call (the query of tests/helpers/kernel_attribution.py). A kernel launched
+// outside both (statistics a free launched, once) would be a kernel no layer or op owns.
+START_TEST(test_every_kernel_attributed_gpu) {
+    NEED_GPU();
+    close_pair();
+    test_dir_create("attribution-gpu");
+    const char *args[] = {
+        "run",      "-o",   "run.sqlite",  "--",   AMP_BINARY_DIR "/samples/tiny_gpt",
+        "--device", "cuda", "--precision", "fp16", "--steps",
+        "3",        NULL};
+    ck_assert_int_eq(test_wait_ampprobe(test_spawn_ampprobe(args)), 0);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(test_in_dir("run.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),
+                     SQLITE_OK);
+    const int64_t kernels = test_query_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL");
+    ck_assert_msg(kernels > 100, "%lld kernels captured (is CUPTI held by another profiler?)",
+                  (long long)kernels);
+    const int64_t lost = test_query_int(
+        db, "WITH launch AS (SELECT (SELECT r.rowid FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE "
+            "r.correlationId = k.correlationId AND r.globalTid >> 24 = k.globalPid >> 24 ORDER BY "
+            "r.eventClass LIMIT 1) AS api FROM CUPTI_ACTIVITY_KIND_KERNEL k) "
+            "SELECT count(*) FROM launch l WHERE NOT EXISTS (SELECT 1 FROM "
+            "CUPTI_ACTIVITY_KIND_RUNTIME r, NVTX_EVENTS n WHERE r.rowid = l.api AND n.globalTid = "
+            "r.globalTid AND n.eventType IN (59, 60) AND n.start <= r.start AND n.end >= r.end) "
+            "AND NOT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r, AMP_OPS o WHERE "
+            "r.rowid = l.api AND o.start_ns <= r.start AND o.end_ns >= r.end)");
+    ck_assert_msg(lost == 0, "%lld of %lld kernels attributed to no layer or op", (long long)lost,
+                  (long long)kernels);
+    sqlite3_close(db);
+    test_dir_remove();
+}
+END_TEST
+
 // The next autocast region's copy of GPU parameter p, written by the optimizer step: p's values
 // rounded to its dtype, bit for bit (as the cast kernel rounds them).
 static void expect_precast(const char *what, amp_tensor_t *p) {
@@ -1700,6 +1735,7 @@ Suite *cuda_gpu_suite(void) {
     tcase_add_test(t, test_held_stats_gpu);
     tcase_add_test(t, test_held_release_gpu);
     tcase_add_test(t, test_exit_without_free_gpu);
+    tcase_add_test(t, test_every_kernel_attributed_gpu);
     tcase_add_test(t, test_optim_gpu);
     tcase_add_test(t, test_unscale_gpu);
     tcase_add_test(t, test_scaler_device_state_gpu);
