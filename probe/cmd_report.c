@@ -21,8 +21,7 @@ typedef struct report_opts {
     const char *file, *out_path, *format;
     const report_rule *rule;
     int64_t lo, hi;
-    int fail_on; // --fail-on: the least severity (amp_severity) that makes the exit status 1; -1:
-                 // none
+    int fail_on; // --fail-on: the least amp_severity that makes the exit status 1; -1: none
 } report_opts;
 
 static void usage(FILE *f) {

@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -473,16 +474,15 @@ static int collect_with_tui(run_state *r, pid_t pid, const char *path, const cha
 // it) has little room: a run that fills it is recorded only in part.
 #define LOW_DISK_BYTES (100ull << 20)
 static void warn_low_disk(const char *db_path) {
-    char *dir = amp_xstrdup(db_path), *slash = strrchr(dir, '/');
-    if (slash) slash[slash == dir] = 0;
+    char *copy = amp_xstrdup(db_path);
     struct statvfs v;
-    if (statvfs(slash ? dir : ".", &v) == 0 &&
+    if (statvfs(dirname(copy), &v) == 0 &&
         (unsigned long long)v.f_bavail * v.f_frsize < LOW_DISK_BYTES)
         fprintf(stderr,
                 "ampprobe: only %.1f MiB free on the disk of %s: the recording will stop "
                 "short if the run fills it (-o puts it elsewhere)\n",
                 (double)v.f_bavail * (double)v.f_frsize / 1048576.0, db_path);
-    free(dir);
+    free(copy);
 }
 
 int amp_cmd_run(int argc, char **argv) {

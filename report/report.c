@@ -9,6 +9,7 @@
 #include "amp-store.h"
 
 #include <dirent.h>
+#include <libgen.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -113,10 +114,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort', 'capture_error', 'bridge_error') ORDER BY CASE WHEN key IN "
-                 "('exception', 'abort') THEN "
-                 "rowid ELSE pid "
-                 "END",
+                 "'abort', 'capture_error', 'bridge_error') "
+                 "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
                  m, &q, err))
         return false;
     int rc;
@@ -141,10 +140,9 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
 // The spool directory of the database at path, if one is beside it (collector.c names it
 // ".NAME.spool-" and six characters), into e->spool, with the bytes its files hold.
 static void find_spool(report_end *e, const char *path) {
-    char *dir = amp_xstrdup(path), *slash = strrchr(dir, '/');
-    const char *name = slash ? path + (slash - dir) + 1 : path;
-    if (slash) slash[slash == dir] = 0; // "/x.sqlite" -> "/", "a/x.sqlite" -> "a"
-    const char *where = slash ? dir : ".";
+    char *copy = amp_xstrdup(path);
+    const char *where = dirname(copy), *slash = strrchr(path, '/'),
+               *name = slash ? slash + 1 : path;
     char prefix[512];
     snprintf(prefix, sizeof prefix, ".%s.spool-", name);
     DIR *d = opendir(where);
@@ -155,7 +153,7 @@ static void find_spool(report_end *e, const char *path) {
         snprintf(e->spool, n, "%s/%s", where, ent->d_name);
     }
     if (d) closedir(d);
-    free(dir);
+    free(copy);
     if (!e->spool || !(d = opendir(e->spool))) return;
     for (struct dirent *ent; (ent = readdir(d));) {
         struct stat sb;
