@@ -108,7 +108,7 @@ if not _version or (int(_version[1]), int(_version[2])) < _NEEDS:
     raise ImportError("ampprobe.torch needs torch %d.%d or newer; this is torch %s"
                       % (_NEEDS + (getattr(torch, "__version__", "of no version"),)))
 
-from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
