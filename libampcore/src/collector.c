@@ -205,7 +205,10 @@ static void hold_live_lock(amp_collector_t *c) {
     char *path = path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
     c->live_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->live_fd >= 0 && flock(c->live_fd, LOCK_EX | LOCK_NB) != 0) {
-        close(c->live_fd); // (another collector on this directory: it is the one they watch)
+        // another collector on this directory holds it (it is the one writers watch), or the
+        // file system has no locks: then the file goes, so the directory can be removed
+        if (errno != EWOULDBLOCK) unlink(path);
+        close(c->live_fd);
         c->live_fd = -1;
     }
     free(path);
