@@ -184,9 +184,9 @@ typedef struct report_end {
     bool last_loss_nonfinite; // that step's loss was NaN/inf (in some process)
     report_cut *cut;
     size_t n_cut;
-    // A run cut short whose spool directory is still beside the database (".NAME.spool-XXXXXX":
-    // records that never reached it, which nothing reads any more): its path and the bytes its
-    // files hold on disk; NULL: none there
+    // A run cut short whose spool directory is still beside the database (".NAME.spool-" and six
+    // random characters, as collector.c names it: records that never reached the database, which
+    // nothing reads any more): its path and the bytes its files hold on disk; NULL: none there
     char *spool;
     int64_t spool_bytes;
 } report_end;

@@ -101,7 +101,11 @@ amp_status amp_cuda_backend_load(const amp_backend_i **be, void **bctx) {
     amp_cuda_open_fn fn = open_fn;
     pthread_mutex_unlock(&load_lock);
     if (!fn) return amp_set_error(AMP_ERR_NO_DEVICE, "%s", load_error);
-    static const amp_cuda_host host = {.abi = AMP_CUDA_MODULE_ABI, .abort = amp_abort};
+    const bool nvtx = amp_nvtx_wanted();
+    const amp_cuda_host host = {.abi = AMP_CUDA_MODULE_ABI,
+                                .abort = amp_abort,
+                                .nvtx_push = nvtx ? amp_nvtx_push : NULL,
+                                .nvtx_pop = nvtx ? amp_nvtx_pop : NULL};
     char err[512] = "";
     const amp_backend_i *t = fn(&host, bctx, err, sizeof err);
     if (!t) return amp_set_error(AMP_ERR_NO_DEVICE, "--device cuda: %s", err);

@@ -11,20 +11,18 @@
 #include "cuda-stats.h"
 
 #include <stdarg.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <tuple>
 #include <utility>
 
-#ifdef AMP_HAVE_NVTX
-#include <nvtx3/nvToolsExt.h>
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // Abort: this module's amp_abort / amp_abort_assert forward to the host's.
 
 static void (*host_abort)(const char *file, int line, const char *fmt, ...);
+// The host's NVTX ranges (NULL: no NVTX tool injected)
+static void (*host_nvtx_push)(const char *name);
+static void (*host_nvtx_pop)(void);
 
 extern "C" void amp_abort(const char *file, int line, const char *fmt, ...) {
     char msg[900];
@@ -181,31 +179,6 @@ static void held_remove(cuda_ctx *c, int i) {
     c->n_held--;
 }
 
-// An NVTX range "ampprobe.stats" in libampcore's domain (nvtx.c) around held statistics' launches,
-// as around those the core launches itself: a capture then attributes these kernels too, whatever
-// free, fill or flush launched them. Only when an NVTX tool is injected.
-static void stats_range(bool push) {
-#ifdef AMP_HAVE_NVTX
-    static const bool wanted = getenv("NVTX_INJECTION64_PATH") != nullptr;
-    if (!wanted) return;
-    static thread_local nvtxDomainHandle_t d; // (the same domain as the core's: one per name)
-    if (!d) d = nvtxDomainCreateA("ampcore");
-    if (!push) {
-        nvtxDomainRangePop(d);
-        return;
-    }
-    nvtxEventAttributes_t a;
-    memset(&a, 0, sizeof a);
-    a.version = NVTX_VERSION;
-    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-    a.message.ascii = "ampprobe.stats";
-    nvtxDomainRangePushEx(d, &a);
-#else
-    (void)push;
-#endif
-}
-
 // Launches the statistics of the held entries `which` picks and removes them from the table:
 // one launch per autocast dtype among them (nearly always one).
 template <typename P> static void held_launch(cuda_ctx *c, P which) {
@@ -222,7 +195,9 @@ template <typename P> static void held_launch(cuda_ctx *c, P which) {
         jobs[n++] = {h.data, h.numel, h.slot, h.dtype};
         held_remove(c, i); // an entry may have moved into i: looked at again
     }
-    if (n) stats_range(true);
+    // in the host's "ampprobe.stats" range, as its own statistics launches are: a capture then
+    // attributes these kernels too, whatever free, fill or flush launched them
+    if (n && host_nvtx_push) host_nvtx_push("ampprobe.stats");
     for (int done = 0; done < n;) {
         const amp_dtype target = targets[done];
         int k = done;
@@ -235,7 +210,7 @@ template <typename P> static void held_launch(cuda_ctx *c, P which) {
         CUDA_CHECK(cuda_stats_launch(jobs + done, k - done, target, c->stream));
         done = k;
     }
-    if (n) stats_range(false);
+    if (n && host_nvtx_pop) host_nvtx_pop();
 }
 
 void cuda_held_flush(cuda_ctx *c) {
@@ -441,6 +416,8 @@ amp_cuda_backend_open(const amp_cuda_host *host, void **bctx, char *err, size_t 
         return NULL;
     }
     host_abort = host->abort;
+    host_nvtx_push = host->nvtx_push;
+    host_nvtx_pop = host->nvtx_pop;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
