@@ -51,10 +51,8 @@ typedef struct spool_file {
     char comm[17];
     int64_t start_ns;
     uint64_t offset; // first byte not yet ingested
-    uint64_t punched;   // bytes from the first page after the header up to here are a hole
-    bool can_punch;     // opened for writing, and the file system punches holes
-    int64_t written_ns; // the file's mtime before the last hole (the writer's last write)
-    int64_t punch_ns;   // its mtime right after that hole (the hole's, not the writer's)
+    uint64_t punched; // bytes from the first page after the header up to here are a hole
+    bool can_punch;   // opened for writing, and the file system punches holes
     int64_t records;
     int64_t proc_rowid;  // its AMP_PROCESSES row
     bool writer_gone;    // its flock could be taken
@@ -460,27 +458,21 @@ static const char *file_label(const spool_file *f, char *buf, size_t n) {
     return buf;
 }
 
-static int64_t mtime_ns(const struct stat *sb) {
-    return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
-}
-
 // Gives the disk back what f holds below its committed offset, PUNCH_MIN or more at a time, as
-// a hole (the file keeps its size; the writer appends as before). The hole moves the file's
-// mtime, which file_finish reads as the writer's last write: the mtime before it is kept.
+// a hole (the file keeps its size; the writer appends as before). The hole would move the
+// file's mtime, which file_finish reads as the writer's last write: it is set back.
 static void give_back_ingested(spool_file *f) {
     const uint64_t end = f->offset / PAGE_BYTES * PAGE_BYTES;
     if (!f->can_punch || f->fd < 0 || end < f->punched + PUNCH_MIN) return;
-    struct stat before, after;
-    if (fstat(f->fd, &before) != 0) return;
+    struct stat sb;
+    if (fstat(f->fd, &sb) != 0) return;
     if (fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->punched,
                   (off_t)(end - f->punched)) != 0) {
         f->can_punch = false; // (a file system without holes: the file stays whole)
         return;
     }
     f->punched = end;
-    const int64_t m = mtime_ns(&before);
-    if (!(f->punch_ns && m == f->punch_ns)) f->written_ns = m; // else no write since our hole
-    if (fstat(f->fd, &after) == 0) f->punch_ns = mtime_ns(&after);
+    futimens(f->fd, (const struct timespec[2]){{.tv_nsec = UTIME_OMIT}, sb.st_mtim});
 }
 
 static void file_close(spool_file *f) {
@@ -492,8 +484,8 @@ static void file_close(spool_file *f) {
 static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
     struct stat sb;
     int64_t end_ns = -1;
-    if (fstat(f->fd, &sb) == 0) // (the last write's time, not our last hole's)
-        end_ns = f->punch_ns && mtime_ns(&sb) == f->punch_ns ? f->written_ns : mtime_ns(&sb);
+    if (fstat(f->fd, &sb) == 0)
+        end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     f->done = true;
     return amp_store_process_update(c->store, f->proc_rowid, end_ns, f->records, (int64_t)f->offset,
                                     status);
