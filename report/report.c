@@ -137,22 +137,21 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
-// The spool directory of the database at path, if one is beside it (collector.c names it
-// ".NAME.spool-" and six characters), into e->spool, with the bytes its files hold.
+// The spool directory of the database at path, if one is beside it (amp_spool_dir_prefix and
+// six characters), into e->spool, with the bytes its files hold.
 static void find_spool(report_end *e, const char *path) {
-    char *copy = amp_xstrdup(path);
-    const char *where = dirname(copy), *slash = strrchr(path, '/'),
-               *name = slash ? slash + 1 : path;
-    char prefix[512];
-    snprintf(prefix, sizeof prefix, ".%s.spool-", name);
+    char *copy = amp_xstrdup(path), *prefix = amp_spool_dir_prefix(path);
+    const char *where = dirname(copy), *slash = strrchr(prefix, '/'),
+               *name = slash ? slash + 1 : prefix;
     DIR *d = opendir(where);
     for (struct dirent *ent; d && !e->spool && (ent = readdir(d));) {
-        if (strncmp(ent->d_name, prefix, strlen(prefix)) != 0) continue;
+        if (strncmp(ent->d_name, name, strlen(name)) != 0) continue;
         size_t n = strlen(where) + strlen(ent->d_name) + 2;
         e->spool = amp_xmalloc(n);
         snprintf(e->spool, n, "%s/%s", where, ent->d_name);
     }
     if (d) closedir(d);
+    free(prefix);
     free(copy);
     if (!e->spool || !(d = opendir(e->spool))) return;
     for (struct dirent *ent; (ent = readdir(d));) {

@@ -233,8 +233,8 @@ static void bridge_end(const report_model *m, report_findings *out) {
              m->bridge_error);
     snprintf(f->advice, sizeof f->advice,
              "Use torch 2.4 or newer (the bridge's minimum) or mend what the message names, "
-             "and run again. "
-             "`import ampprobe.torch` in the same Python shows the error with its traceback.");
+             "and run again. `import ampprobe.torch` in the same Python shows the error with "
+             "its traceback.");
 }
 
 void rule_run_end_run(const report_model *m, report_findings *out) {

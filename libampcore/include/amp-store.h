@@ -93,6 +93,9 @@ typedef struct amp_collector_stats {
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out);
 // The spool directory: what producers get as AMPPROBE_SPOOL_DIR.
 const char *amp_collector_spool_dir(const amp_collector_t *c);
+// What the spool directory a collector makes for db_path is named: this prefix (".NAME.spool-"
+// beside the database) and six random characters. Freed by the caller.
+char *amp_spool_dir_prefix(const char *db_path);
 // Sets a run-wide META row (pid 0): the command line, options, ...
 amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const char *value);
 // Ingests every record that reached the spool files since the last call, in one transaction (or

@@ -230,12 +230,19 @@ static void give_back_reserve(amp_collector_t *c) {
 
 // A fresh directory next to the database, ".NAME.spool-" and six random characters (same file
 // system, and a user who finds it after a crash sees what it belongs to).
-static amp_status make_spool_dir(const char *db_path, char **out) {
+char *amp_spool_dir_prefix(const char *db_path) {
     const char *slash = strrchr(db_path, '/');
     int dir_len = slash ? (int)(slash - db_path) + 1 : 0;
-    size_t n = strlen(db_path) + 32;
-    char *prefix = amp_xmalloc(n), *dir = amp_xmalloc(n);
+    size_t n = strlen(db_path) + 16;
+    char *prefix = amp_xmalloc(n);
     snprintf(prefix, n, "%.*s.%s.spool-", dir_len, db_path, db_path + dir_len);
+    return prefix;
+}
+
+static amp_status make_spool_dir(const char *db_path, char **out) {
+    char *prefix = amp_spool_dir_prefix(db_path);
+    size_t n = strlen(prefix) + 16;
+    char *dir = amp_xmalloc(n);
     bool made = amp_make_temp_dir(dir, n, prefix) != NULL;
     free(prefix);
     if (!made) {
