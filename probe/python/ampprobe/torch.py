@@ -103,10 +103,9 @@ import torch
 # torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device), the autocast state
 # of one device type, came in torch 2.4 (the bridge is tested with 2.11)
 _NEEDS = (2, 4)
-_version = re.match(r"(\d+)\.(\d+)", str(getattr(torch, "__version__", "")))
-if not _version or (int(_version[1]), int(_version[2])) < _NEEDS:
+if tuple(int(x) for x in re.findall(r"\d+", str(torch.__version__))[:2]) < _NEEDS:
     raise ImportError("ampprobe.torch needs torch %d.%d or newer; this is torch %s"
-                      % (_NEEDS + (getattr(torch, "__version__", "of no version"),)))
+                      % (_NEEDS + (torch.__version__,)))
 
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
