@@ -264,24 +264,20 @@ static long spool_kib(void) {
     return kib;
 }
 
-// A kill -9 of the launcher while the program trains on: the program keeps running, stops
-// recording within about a second (saying so on stderr) instead of filling the disk with records
-// nothing reads, and the report names the spool directory left beside the database.
-START_TEST(test_orphaned_program_stops_recording) {
-    char err_path[160];
-    snprintf(err_path, sizeof err_path, "%s/program.err", dir);
+// Starts `ampprobe run -o db_path -- ARGV...` (its program's stderr into err_path), SIGKILLs
+// the launcher 2 s later and returns the program's pid, left running.
+static pid_t orphan(const char *err_path, char *const argv[]) {
     pid_t launcher = fork();
     ck_assert_int_ge(launcher, 0);
     if (launcher == 0) {
         int devnull = open("/dev/null", O_WRONLY), err = open(err_path, O_WRONLY | O_CREAT, 0644);
         dup2(devnull, 1);
         dup2(err, 2);
-        execl(AMPPROBE, "ampprobe", "run", "-o", db_path, "--", SAMPLE("tiny_gpt"), "--steps",
-              "100000", (char *)NULL);
+        execv(AMPPROBE, argv);
         _exit(127);
     }
     sleep(2);
-    char cmd[1024], buf[64] = "";
+    char cmd[64], buf[64] = "";
     snprintf(cmd, sizeof cmd, "pgrep -P %d", (int)launcher);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
@@ -292,7 +288,14 @@ START_TEST(test_orphaned_program_stops_recording) {
     ck_assert_int_eq(kill(launcher, SIGKILL), 0);
     int st;
     ck_assert_int_eq(waitpid(launcher, &st, 0), launcher);
-    sleep(2); // the writer looks about once a second
+    return program;
+}
+
+// Whether the orphaned program's recording stopped: its spool stays the size it is 2 s after the
+// launcher's death (the writers look about once a second) for another second, while the program
+// still runs (then killed).
+static void assert_spool_stopped(pid_t program) {
+    sleep(2);
     const long before = spool_kib();
     sleep(1);
     const long after = spool_kib();
@@ -300,10 +303,22 @@ START_TEST(test_orphaned_program_stops_recording) {
     kill(program, SIGKILL);
     ck_assert_int_gt(before, 0);
     ck_assert_msg(after == before, "the spool grew from %ld to %ld KiB", before, after);
+}
+
+// A kill -9 of the launcher while the program trains on: the program keeps running, stops
+// recording within about a second (saying so on stderr) instead of filling the disk with records
+// nothing reads, and the report names the spool directory left beside the database.
+START_TEST(test_orphaned_program_stops_recording) {
+    char err_path[160];
+    snprintf(err_path, sizeof err_path, "%s/program.err", dir);
+    const pid_t program =
+        orphan(err_path, (char *[]){"ampprobe", "run", "-o", db_path, "--", SAMPLE("tiny_gpt"),
+                                    "--steps", "100000", NULL});
+    assert_spool_stopped(program);
     char *err = test_read_file(err_path, NULL);
     ck_assert_msg(strstr(err, "the recording of this run has ended"), "%s", err);
     free(err);
-    char out[160];
+    char cmd[1024], out[160];
     snprintf(out, sizeof out, "%s/report.txt", dir);
     snprintf(cmd, sizeof cmd, "%s report -o %s %s", AMPPROBE, out, db_path);
     ck_assert_int_eq(system(cmd), 0);
@@ -312,6 +327,25 @@ START_TEST(test_orphaned_program_stops_recording) {
                       strstr(t, "Delete the spool directory"),
                   "%s", t);
     free(t);
+}
+END_TEST
+
+// Two copies of the recorder in one orphaned process (libampcore in the program and
+// libamprecord.so, as in a PyTorch program that the bridge and the capture library both record):
+// both stop, and the process says so once.
+START_TEST(test_orphaned_recorders_say_it_once) {
+    char err_path[160];
+    snprintf(err_path, sizeof err_path, "%s/program.err", dir);
+    const pid_t program =
+        orphan(err_path, (char *[]){"ampprobe", "run", "-o", db_path, "--",
+                                    AMP_BINARY_DIR "/tests/amp_record_helper", "two",
+                                    AMP_BINARY_DIR "/libamprecord.so", "100000", "20", NULL});
+    assert_spool_stopped(program);
+    char *err = test_read_file(err_path, NULL);
+    const char *said = "the recording of this run has ended";
+    const char *first = strstr(err, said);
+    ck_assert_msg(first && !strstr(first + 1, said), "not said once: %s", err);
+    free(err);
 }
 END_TEST
 
@@ -433,6 +467,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_view_gradients_read_once);
     tcase_add_test(tc, test_kill_9_survives);
     tcase_add_test(tc, test_orphaned_program_stops_recording);
+    tcase_add_test(tc, test_orphaned_recorders_say_it_once);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
     tcase_add_test(tc, test_odd_values_read_or_refused);
     tcase_add_test(tc, test_full_disk_is_named);

@@ -12,7 +12,9 @@
  * The collector holds a lock on AMP_SPOOL_LIVE_LOCK in the spool directory while it lives; about
  * once a second the flusher tries to take it, and when it can (the launcher was killed, or it
  * finished while this process runs on) recording stops with a line on stderr, so that an orphaned
- * program does not fill the disk with records nothing will read.
+ * program does not fill the disk with records nothing will read. A process may hold several
+ * copies of this file's state (libampcore linked into the program, libamprecord.so for the
+ * PyTorch bridge, the capture library), each stopping on its own; the line is said once.
  *
  * fork: the pthread_atfork handlers hold every lock across fork(); the child drops the records it
  * inherited (the parent flushes them), closes the parent's spool file and creates its own on its
@@ -29,9 +31,13 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,6 +199,28 @@ static bool collector_gone(void) {
     return true;
 }
 
+// Whether this copy of the recorder is the first in its process to say that recording ended:
+// the copies share no memory, so the first claims a name in the abstract socket namespace (this
+// process's pid and the random bytes the kernel gave it at exec: no other process has both; the
+// name goes with the process). True as well when the name cannot be tried.
+static bool first_to_say_ended(void) {
+    const uint8_t *r = (const uint8_t *)getauxval(AT_RANDOM);
+    uint64_t id = 0;
+    if (r) memcpy(&id, r, sizeof id);
+    struct sockaddr_un a = {.sun_family = AF_UNIX}; // sun_path[0] = 0: the abstract namespace
+    const int len = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ampprobe-ended-%d-%016llx",
+                             (int)getpid(), (unsigned long long)id);
+    const int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return true;
+    if (bind(s, (struct sockaddr *)&a,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) != 0) {
+        const bool taken = errno == EADDRINUSE;
+        close(s);
+        return !taken;
+    }
+    return true; // the socket stays open: the name is held until the process ends
+}
+
 static void *flusher_main(void *arg) {
     (void)arg;
     lock(&g.timer_lock);
@@ -202,8 +230,10 @@ static void *flusher_main(void *arg) {
         spool_flush();
         if (n % LIVE_CHECK_EVERY == 0 && amp_record_trace_mask && collector_gone()) {
             amp_record_trace_mask = 0;
-            fprintf(stderr, "ampprobe: the recording of this run has ended (ampprobe run finished "
-                            "or was killed): this process's records stop here, it runs on\n");
+            if (first_to_say_ended())
+                fprintf(stderr, "ampprobe: the recording of this run has ended (ampprobe run "
+                                "finished or was killed): this process's records stop here, it "
+                                "runs on\n");
         }
         lock(&g.timer_lock);
     }

@@ -10,12 +10,15 @@
  *   wait            one META record, "ready" on stdout, then sleep until a signal ends it
  *   exit CODE       one META record, then exit(CODE)
  *   enabled         print amp_record_enabled() (1 or 0)
+ *   two LIB N MS    N steps MS ms apart, each recorded also through LIB (libamprecord.so, a
+ *                   second copy of the recorder in this process, as the PyTorch bridge's)
  *
  * Every mode first records META stats_every = $AMPPROBE_STATS_EVERY when that is set.
  */
 #include "amp-impl.h"
 #include "amp-record.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -104,6 +107,21 @@ int main(int argc, char **argv) {
         fflush(stdout);
         for (;;)
             pause();
+    }
+    if (strcmp(mode, "two") == 0 && argc > 4) {
+        void *lib = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+        void (*step_there)(const amp_rec_step *) =
+            lib ? (void (*)(const amp_rec_step *))dlsym(lib, "amp_record_step") : NULL;
+        if (!step_there) {
+            fprintf(stderr, "record_helper: %s: %s\n", argv[2], dlerror());
+            return 3;
+        }
+        for (int i = 0, n = atoi(argv[3]); i < n; i++) {
+            one_step(i);
+            step_there(&(amp_rec_step){.step = i, .loss = 1.0, .grad_norm = NAN});
+            sleep_ms(atoi(argv[4]));
+        }
+        return 0;
     }
     bool busy = strcmp(mode, "abort-busy") == 0, abort = busy || strcmp(mode, "abort") == 0;
     if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0 || abort) && argc > 2) {
