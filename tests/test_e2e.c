@@ -292,8 +292,8 @@ static pid_t orphan(const char *err_path, char *const argv[]) {
 }
 
 // Whether the orphaned program's recording stopped: its spool stays the size it is 2 s after the
-// launcher's death (the writers look about once a second) for another second, while the program
-// still runs (then killed).
+// launcher's death (the writers look at each flush, every 100 ms) for another second, while the
+// program still runs (then killed).
 static void assert_spool_stopped(pid_t program) {
     sleep(2);
     const long before = spool_kib();
@@ -306,8 +306,8 @@ static void assert_spool_stopped(pid_t program) {
 }
 
 // A kill -9 of the launcher while the program trains on: the program keeps running, stops
-// recording within about a second (saying so on stderr) instead of filling the disk with records
-// nothing reads, and the report names the spool directory left beside the database.
+// recording within a tenth of a second (saying so on stderr) instead of filling the disk with
+// records nothing reads, and the report names the spool directory left beside the database.
 START_TEST(test_orphaned_program_stops_recording) {
     char err_path[160];
     snprintf(err_path, sizeof err_path, "%s/program.err", dir);

@@ -9,8 +9,8 @@
  * gone), given its header, and only then renamed to its final name, so the collector never sees
  * an unlocked or headerless spool file.
  *
- * The collector holds a lock on AMP_SPOOL_LIVE_LOCK in the spool directory while it lives; about
- * once a second the flusher tries to take it, and when it can (the launcher was killed, or it
+ * The collector holds a lock on AMP_SPOOL_LIVE_LOCK in the spool directory while it lives; at
+ * each flush the flusher tries to take it, and when it can (the launcher was killed, or it
  * finished while this process runs on) recording stops with a line on stderr, so that an orphaned
  * program does not fill the disk with records nothing will read. A process may hold several
  * copies of this file's state (libampcore linked into the program, libamprecord.so for the
@@ -44,7 +44,6 @@
 #define BUF_BYTES (4u << 20) // each of the two buffers
 #define FLUSH_EVERY_MS 100
 #define COLLECT_EVERY_MS 200
-#define LIVE_CHECK_EVERY 10 // flushes between looks at the collector's lock (about a second)
 
 _Static_assert(BUF_BYTES >= AMP_REC_MAX_BYTES, "any record fits an empty buffer");
 
@@ -225,10 +224,10 @@ static void *flusher_main(void *arg) {
     (void)arg;
     lock(&g.timer_lock);
     thread_running();
-    for (unsigned n = 1; nap(FLUSH_EVERY_MS, &g.flusher_stop); n++) {
+    while (nap(FLUSH_EVERY_MS, &g.flusher_stop)) {
         unlock(&g.timer_lock);
         spool_flush();
-        if (n % LIVE_CHECK_EVERY == 0 && amp_record_trace_mask && collector_gone()) {
+        if (amp_record_trace_mask && collector_gone()) { // (two system calls a flush)
             amp_record_trace_mask = 0;
             if (first_to_say_ended())
                 fprintf(stderr, "ampprobe: the recording of this run has ended (ampprobe run "
