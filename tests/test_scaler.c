@@ -236,6 +236,7 @@ START_TEST(test_u1_finite) {
         65536, 4, (float[]){from_bits(0x48000000), from_bits(0xc0400000), 0, from_bits(0x0da24260)},
         out);
     const uint32_t want[4] = {0x40000000, 0xb8400000, 0, 0x05a24260};
+    ck_assert_float_eq(fi, 0);
     for (int i = 0; i < 4; i++)
         ck_assert_uint_eq(bits(out[i]), want[i]);
 }

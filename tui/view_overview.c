@@ -183,7 +183,7 @@ static void draw_finding(const tui_app *app, tui_rect r) {
         snprintf(as_of, sizeof as_of, "(as of step %lld)", (long long)m->finding_step);
     if (y < end && (f->layer[0] || as_of[0]))
         tui_print(y++, r.x, r.w, A_NORMAL, "%s %s %s", f->layer, f->op, as_of);
-    if (y < end) y += wrap(y, r.x, r.w, end - y, A_NORMAL, f->title);
+    if (y < end) wrap(y, r.x, r.w, end - y, A_NORMAL, f->title);
 }
 
 static void draw(const tui_app *app, const tui_layout *l) {

@@ -45,9 +45,9 @@ void amp_record_last_words(const char *msg);
 // Sets the thread's last-error message and returns s.
 amp_status amp_set_error(amp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-void *amp_xmalloc(size_t n);          // aborts on failure
-void *amp_xcalloc(size_t n, size_t m);
-void *amp_xrealloc(void *p, size_t n);
+void *amp_xmalloc(size_t n) __attribute__((returns_nonnull)); // aborts on failure
+void *amp_xcalloc(size_t n, size_t m) __attribute__((returns_nonnull));
+void *amp_xrealloc(void *p, size_t n) __attribute__((returns_nonnull));
 // Makes room for one more element in a growable array arr of n used and cap allocated elements
 // (doubling, 64 at first).
 #define AMP_GROW(arr, n, cap)                                                                      \
@@ -57,7 +57,7 @@ void *amp_xrealloc(void *p, size_t n);
             (arr) = amp_xrealloc((arr), (cap) * sizeof *(arr));                                    \
         }                                                                                          \
     } while (0)
-char *amp_xstrdup(const char *s);
+char *amp_xstrdup(const char *s) __attribute__((returns_nonnull));
 // qsort(3) of n elements at base, which may be NULL when n is 0 (qsort's may not, even then).
 static inline void amp_sort(void *base, size_t n, size_t size,
                             int (*cmp)(const void *, const void *)) {

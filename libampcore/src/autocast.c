@@ -221,7 +221,7 @@ amp_dtype amp_autocast_apply(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
         dts[i] = in[i] ? in[i]->dtype : AMP_DTYPE_I64; // an absent optional is not eligible
     }
     AMP_ASSERT(first >= 0);
-    amp_dtype out;
+    amp_dtype out = AMP_DTYPE_F32; // (set by amp_autocast_decide when it succeeds)
     if (!ctx->ac.enabled) {
         amp_status s = amp_autocast_decide("", n - first, dts + first, AMP_DTYPE_F16, &out);
         AMP_ASSERT(s == AMP_OK);

@@ -416,7 +416,7 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         st->last_loss = r->step.loss;
         return amp_store_step(s, f->pid, &r->step);
     case AMP_REC_SCALE:
-        st->rows++;
+        st->rows++; // two rows: AMP_SCALE's and the scale columns of the step's AMP_STEPS row
         st->scale = r->scale.scale_after;
         st->skipped += r->scale.skipped;
         return amp_store_scale(s, f->pid, &r->scale);

@@ -132,7 +132,12 @@ int main(int argc, char **argv) {
     size_t n = (size_t)GEMM_N * GEMM_N;
     float *hf = malloc(n * sizeof(float));
     uint16_t *hh = malloc(n * sizeof(uint16_t));
-    if (!hf || !hh) return 1;
+    if (!hf || !hh) {
+        fprintf(stderr, "ampprobe-calibrate: out of host memory\n");
+        free(hf);
+        free(hh);
+        return 1;
+    }
     srand(1);
     for (size_t i = 0; i < n; i++)
         hf[i] = (float)rand() / (float)RAND_MAX - 0.5f;
