@@ -3,10 +3,12 @@
  * NULL strings and NaN included; every truncation and malformed string is refused; random bytes
  * never crash the decoder; newer versions with extra fields still decode), the spool header, and
  * the writer (off unless started; a started process writes one spool file whose records decode in
- * order; the background flush; a forked child writes only its own records).
+ * order; the background flush; a forked child writes only its own records; a context's
+ * instrumentation ends with the recording).
  */
 #include "tests.h"
 
+#include "amp-impl.h" // amp_ctx_t's instrumentation
 #include "amp-record.h"
 #include "record-codec.h"
 
@@ -610,6 +612,35 @@ START_TEST(test_background_flush) {
 }
 END_TEST
 
+// A context made while the process records is instrumented until the end of the step in which
+// recording ended (its launcher killed, the disk full, amp_record_stop), then trains on as one
+// made without it.
+START_TEST(test_instrumentation_ends_with_the_recording) {
+    char *dir = make_temp_dir();
+    ck_assert_int_eq(amp_record_start(dir), AMP_OK);
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){4, 4});
+    amp_tensor_set_requires_grad(w, true);
+    for (int step = 0; step < 3; step++) {
+        ck_assert_msg((ctx->instr != NULL) == (step <= 1), "step %d: instrumented? %d", step,
+                      ctx->instr != NULL);
+        amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, w, w));
+        amp_backward(ctx, loss);
+        if (step == 1) amp_record_stop(); // recording ends within this step
+        amp_ctx_step_end_loss(ctx, loss);
+        amp_ctx_reset(ctx);
+        amp_tensor_zero_grad(w);
+    }
+    ck_assert_ptr_null(ctx->instr);
+    ck_assert_int_eq(amp_ctx_step_index(ctx), 3);
+    amp_tensor_free(w);
+    amp_ctx_free(ctx);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_fork_child_writes_its_own) {
     char *dir = make_temp_dir();
     ck_assert_int_eq(amp_record_start(dir), AMP_OK);
@@ -711,6 +742,7 @@ Suite *record_suite(void) {
     tcase_add_test(w, test_start_bad_dir);
     tcase_add_test(w, test_writer_spool_file);
     tcase_add_test(w, test_background_flush);
+    tcase_add_test(w, test_instrumentation_ends_with_the_recording);
     tcase_add_test(w, test_fork_child_writes_its_own);
     tcase_add_test(w, test_threads_emit_concurrently);
     tcase_set_timeout(w, 60);

@@ -1,7 +1,9 @@
 /*
  * instrument.c — libampcore's numerics instrumentation, emitting the record stream (amp-record.h).
  *
- * On when the process records (AMPPROBE_SPOOL_DIR from `ampprobe run`, or AMPPROBE_OUT). Every
+ * On when the process records (AMPPROBE_SPOOL_DIR from `ampprobe run`, or AMPPROBE_OUT) as the
+ * context is made, and off from the end of the step in which recording ended (the launcher was
+ * killed, the disk filled, amp_record_stop): nothing would read the numbers. Every
  * forward op's output (and each leaf or view it reads), every gradient flowing into a backward
  * node and every parameter gradient gets its statistics queued: the backend computes them into a
  * slot of a buffer on the device (the CPU backend at once, into host memory) and nothing waits.
@@ -951,6 +953,7 @@ static void step_end(amp_ctx_t *ctx, float loss, const amp_tensor_t *loss_t) {
         }
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();
         in->stats_step = (ctx->step + 1) % in->stats_every == 0;
+        if (!amp_record_enabled()) amp_instr_free(ctx); // the rest of the run as uninstrumented
     }
     ctx->step++;
 }

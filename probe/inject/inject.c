@@ -16,6 +16,12 @@
  * overhead) into META. A forked child inherits that handler and CUPTI's buffers but not the
  * thread: the pid check keeps it from flushing (and duplicating) the parent's records.
  *
+ * When recording ends under the program (its launcher was killed, the disk filled: the record
+ * writer stops and says so), nothing would read what CUPTI records, so CUPTI leaves the process:
+ * the flush thread asks for the API callbacks and stops, and the next CUDA call's exit callback
+ * flushes and calls cuptiFinalize (where CUPTI's own attach/detach sample calls it); the program
+ * then launches as it would untraced.
+ *
  * AMPPROBE_CUPTI_SKIP (for measuring what each part costs, not for users): a comma-separated
  * list of what to leave out: api (the API call records), sync, memcpy, memset, overhead, device
  * (those activity kinds; device records are TARGET_INFO_GPU's second source), flush (the
@@ -58,6 +64,7 @@ static struct {
     const char *driver_names[CUPTI_DRIVER_TRACE_CBID_SIZE];
     amp_capture_stats stats;
     int64_t dropped; // atomic
+    int detach;      // atomic: 1 when recording has ended, 2 once CUPTI is leaving the process
 } g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .timer_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -184,13 +191,26 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 // ---------------------------------------------------------------------------------------------
 // The flush thread and the exit handler
 
+// Recording has ended under the program: asks the next CUDA call's exit callback to take CUPTI
+// out of the process (on_callback); true once asked (this thread then makes no more CUPTI calls:
+// one after cuptiFinalize would start CUPTI again).
+static bool detach_requested(void) {
+    if (__atomic_load_n(&g.detach, __ATOMIC_ACQUIRE)) return true;
+    if (amp_record_tracing(AMP_TRACE_CUDA)) return false;
+    if (g.counters) amp_counters_stop();
+    __atomic_store_n(&g.detach, 1, __ATOMIC_RELEASE);
+    cuptiEnableDomain(1, g.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
+    cuptiEnableDomain(1, g.subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
+    return true;
+}
+
 // Every FLUSH_EVERY_MS: CUPTI's buffers, then the counter samples. With --counters it also looks
 // every TICK_MS for a device that got its first context, so that sampling starts soon after.
 #define TICK_MS 10
 static void *flusher_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g.timer_lock);
-    for (int tick = 1; !g.stop; tick++) {
+    for (int tick = 1; !g.stop && !detach_requested(); tick++) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += (g.counters ? TICK_MS : FLUSH_EVERY_MS) * 1000000L;
@@ -230,6 +250,7 @@ static bool flusher_start(void) {
 
 static void at_exit(void) {
     if (getpid() != g.pid) return; // a forked child: the buffers are the parent's
+    if (__atomic_load_n(&g.detach, __ATOMIC_ACQUIRE)) return; // nothing is recorded any more
     if (g.flusher_running) {
         pthread_mutex_lock(&g.timer_lock);
         g.stop = true;
@@ -258,11 +279,20 @@ static void at_exit(void) {
 // ---------------------------------------------------------------------------------------------
 // Setting up
 
-// Fatal CUPTI errors; device facts when a context is created; a flush before one goes away.
+// Fatal CUPTI errors; device facts when a context is created; a flush before one goes away; and
+// once recording has ended, the exit of a CUDA call takes CUPTI out of the process.
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *data) {
     (void)userdata;
-    if (domain == CUPTI_CB_DOMAIN_STATE && cbid == CUPTI_CBID_STATE_FATAL_ERROR) {
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+        int asked = 1;
+        if (((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_EXIT &&
+            __atomic_compare_exchange_n(&g.detach, &asked, 2, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); // (the writer drops them)
+            CUPTI_OK(cuptiFinalize());
+        }
+    } else if (domain == CUPTI_CB_DOMAIN_STATE && cbid == CUPTI_CBID_STATE_FATAL_ERROR) {
         const CUpti_StateData *s = data;
         fprintf(stderr, "ampprobe: CUPTI fatal error %d: %s\n", (int)s->notification.result,
                 s->notification.message ? s->notification.message : "");
