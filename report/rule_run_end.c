@@ -169,7 +169,8 @@ static void capture_end(const report_model *m, report_findings *out) {
         snprintf(f->detail, sizeof f->detail,
                  "The database's status is still running, but the process that wrote it (ampprobe "
                  "run, or the program itself with AMPPROBE_OUT) is gone: what it had not yet "
-                 "written is lost (a program that ran on stopped recording a second later), and "
+                 "written is lost (a program that ran on stopped recording within a tenth of a "
+                 "second), and "
                  "its exit status is unknown. The rows written before are intact.%s",
                  spool);
         snprintf(f->advice, sizeof f->advice,
