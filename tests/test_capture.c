@@ -146,6 +146,57 @@ START_TEST(test_nvtx_ranges) {
 }
 END_TEST
 
+// The other forms of the calls: wide strings (UTF-8 in the database, NULL as no text), start/end
+// and marks in each form, every payload type in its column, a wide domain and registered string.
+START_TEST(test_nvtx_forms) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--forms", NULL}),
+                     0);
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "text = '\xe6\x97\xa5\xe6\x9c\xac-\xf0\x9f\x98\x80'"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "text = 'a\xef\xbf\xbd"
+                                        "b'"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text IS NULL AND "
+                                        "textId IS NULL AND eventType IN (34, 59)"),
+                     3); // the two NULL pushes, the NULL mark
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND "
+                                        "text = 'mark-w' AND end IS NULL"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60 AND "
+                                        "text = 'start-w' AND end >= start"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT uint64Value FROM NVTX_EVENTS WHERE eventType = 60 "
+                                        "AND text = 'u64'"),
+                     1ll << 40);
+    ck_assert_int_eq(test_query_int(db, "SELECT uint32Value FROM NVTX_EVENTS WHERE eventType = 34 "
+                                        "AND text = 'u32'"),
+                     4000000000ll);
+    ck_assert_int_eq(test_query_int(db, "SELECT int32Value FROM NVTX_EVENTS WHERE eventType = 34 "
+                                        "AND text = 'i32-\xc3\xa9'"),
+                     -7);
+    ck_assert_int_eq(test_query_int(db, "SELECT floatValue * 10 FROM NVTX_EVENTS WHERE eventType "
+                                        "= 59 AND text = 'f32'"),
+                     15);
+    // each payload in its own column only
+    ck_assert_int_eq(test_query_int(db,
+                                    "SELECT count(*) FROM NVTX_EVENTS WHERE (uint64Value IS NOT "
+                                    "NULL) + (int64Value IS NOT NULL) + (doubleValue IS NOT "
+                                    "NULL) + (uint32Value IS NOT NULL) + (int32Value IS NOT "
+                                    "NULL) + (floatValue IS NOT NULL) > 1"),
+                     0);
+    ck_assert_str_eq(q_text(db, "SELECT s.value || ' in ' || d.value FROM NVTX_EVENTS n JOIN "
+                                "StringIds s ON s.id = n.textId JOIN StringIds d ON d.id = "
+                                "n.domainId WHERE n.eventType = 60"),
+                     "reg-w in dom-\xc3\xa9");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 12);
+    sqlite3_close(db);
+}
+END_TEST
+
 // --trace decides which injection variables the program sees.
 START_TEST(test_trace_sets_injection) {
     ck_assert_int_eq(run((const char *[]){"run", "-o", test_in_dir("a.sqlite"), "--", "env", NULL}),
@@ -222,6 +273,26 @@ static CUpti_ActivityKernel10 sample_kernel(void) {
     k.cacheConfig.config.requested = 1;
     return k;
 }
+
+// Kernel names: demangled once each (the same string back for the same name), left alone when
+// not mangled or not valid, and kept as the table grows.
+START_TEST(test_kernel_names) {
+    const char *add = amp_capture_demangle("_Z10add_kernelPfS_i");
+    ck_assert_str_eq(add, "add_kernel(float*, float*, int)");
+    ck_assert_ptr_eq(amp_capture_demangle("_Z10add_kernelPfS_i"), add);
+    ck_assert_ptr_null(amp_capture_demangle("add_kernel"));
+    ck_assert_ptr_null(amp_capture_demangle("_Z99broken"));
+    char name[32], want[32];
+    for (int i = 0; i < 1000; i++) { // several times the table's first size
+        snprintf(name, sizeof name, "_Z5k%04dv", i);
+        snprintf(want, sizeof want, "k%04d()", i);
+        const char *got = amp_capture_demangle(name);
+        ck_assert_msg(got && strcmp(got, want) == 0, "%s: %s", name, got ? got : "(null)");
+    }
+    ck_assert_ptr_eq(amp_capture_demangle("_Z10add_kernelPfS_i"), add);
+    ck_assert_str_eq(amp_capture_demangle("_Z5k0007v"), "k0007()");
+}
+END_TEST
 
 START_TEST(test_decode_kernel) {
     CUpti_ActivityKernel10 k = sample_kernel();
@@ -522,12 +593,14 @@ Suite *capture_suite(void) {
     tcase_set_timeout(tc, 60);
 #ifdef AMP_HAVE_NVTX_CAPTURE
     tcase_add_test(tc, test_nvtx_ranges);
+    tcase_add_test(tc, test_nvtx_forms);
     tcase_add_test(tc, test_trace_sets_injection);
 #endif
 #if defined(AMP_HAVE_NVTX_CAPTURE) && defined(AMP_HAVE_CUPTI_CAPTURE)
     tcase_add_test(tc, test_no_driver);
 #endif
 #ifdef AMP_HAVE_CUPTI_CAPTURE
+    tcase_add_test(tc, test_kernel_names);
     tcase_add_test(tc, test_decode_kernel);
     tcase_add_test(tc, test_decode_copies_and_api);
     tcase_add_test(tc, test_decode_device);

@@ -63,8 +63,10 @@ static uint64_t new_string(const char *value) {
 // ---------------------------------------------------------------------------------------------
 // Messages and attributes
 
-// wchar_t (UTF-32 on Linux) to a malloc'd UTF-8 string.
+// wchar_t (UTF-32 on Linux) to a malloc'd UTF-8 string; NULL for NULL (a message-less call,
+// which NVTX itself lets through).
 static char *utf8_from_wide(const wchar_t *w) {
+    if (!w) return NULL;
     size_t n = wcslen(w);
     char *out = malloc(4 * n + 1), *p = out;
     if (!out) return NULL;

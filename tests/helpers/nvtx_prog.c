@@ -8,6 +8,9 @@
  *   --fork        then forks a child that pushes and pops "child" and exits through exit()
  *   --cuda-init   first calls InitializeInjection from CUDA_INJECTION64_PATH, as the CUDA driver
  *                 would (on a machine without a driver: CUPTI must fail softly)
+ *   --forms       instead, the other forms of the calls: wide strings beyond ASCII (and NULL),
+ *                 start/end and marks in every form, each payload type, a wide domain name and
+ *                 registered string
  */
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -29,6 +32,53 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static nvtxEventAttributes_t attrs(void) {
+    return (nvtxEventAttributes_t){.version = NVTX_VERSION, .size = NVTX_EVENT_ATTRIB_STRUCT_SIZE};
+}
+
+// The forms main() leaves out; the `capture` suite checks each row they leave.
+static void forms(void) {
+    nvtxRangePushW(L"\u65e5\u672c-\U0001F600");               // 3- and 4-byte UTF-8
+    nvtxRangePushW((const wchar_t[]){L'a', 0xD800, L'b', 0}); // a lone surrogate: U+FFFD
+    nvtxRangePushW(NULL);
+    nvtxRangePushA(NULL);
+    for (int i = 0; i < 4; i++)
+        nvtxRangePop();
+    nvtxMarkW(L"mark-w");
+    nvtxMarkA(NULL);
+    nvtxRangeEnd(nvtxRangeStartW(L"start-w"));
+    nvtxRangeEnd(12345); // no such range
+
+    nvtxEventAttributes_t a = attrs();
+    a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+    a.payload.ullValue = 1ull << 40;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "u64";
+    nvtxRangeEnd(nvtxRangeStartEx(&a));
+    a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT32;
+    a.payload.uiValue = 4000000000u;
+    a.message.ascii = "u32";
+    nvtxMarkEx(&a);
+    a.payloadType = NVTX_PAYLOAD_TYPE_INT32;
+    a.payload.iValue = -7;
+    a.messageType = NVTX_MESSAGE_TYPE_UNICODE;
+    a.message.unicode = L"i32-\u00e9";
+    nvtxMarkEx(&a);
+    a.payloadType = NVTX_PAYLOAD_TYPE_FLOAT;
+    a.payload.fValue = 1.5f;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "f32";
+    nvtxRangePushEx(&a);
+    nvtxRangePop();
+
+    nvtxDomainHandle_t dom = nvtxDomainCreateW(L"dom-\u00e9");
+    nvtxEventAttributes_t r = attrs();
+    r.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    r.message.registered = nvtxDomainRegisterStringW(dom, L"reg-w");
+    nvtxDomainRangeEnd(dom, nvtxDomainRangeStartEx(dom, &r));
+    nvtxDomainDestroy(dom);
+}
+
 static int cuda_init(void) {
     const char *path = getenv("CUDA_INJECTION64_PATH");
     void *lib = path ? dlopen(path, RTLD_NOW) : NULL;
@@ -48,10 +98,13 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--fork") == 0) {
             do_fork = true;
+        } else if (strcmp(argv[i], "--forms") == 0) {
+            forms();
+            return 0;
         } else if (strcmp(argv[i], "--cuda-init") == 0) {
             printf("InitializeInjection %d\n", cuda_init());
         } else {
-            fprintf(stderr, "usage: nvtx_prog [--fork] [--cuda-init]\n");
+            fprintf(stderr, "usage: nvtx_prog [--fork] [--cuda-init] [--forms]\n");
             return 2;
         }
     }
