@@ -168,7 +168,7 @@ static void find_spool(report_end *e, const char *path) {
 // records were cut short, the last step of the whole run.
 static bool load_end(sqlite3 *db, report_model *m, char *err) {
     report_end *e = &m->end;
-    *e = (report_end){.exit_status = -1, .last_step = -1};
+    *e = (report_end){.exit_status = -1, .last_step = -1, .first_error_before = -1};
     e->capture = amp_store_run_state(db);
     if (e->capture == AMP_RUN_CUT_SHORT) find_spool(e, m->path);
     sqlite3_stmt *q;
@@ -202,6 +202,17 @@ static bool load_end(sqlite3 *db, report_model *m, char *err) {
         e->last_step = col_i64(q, 0, -1);
         e->last_loss_nonfinite = col_i64(q, 1, 1) == 0;
     }
+    if (!finish(db, m->path, q, rc, err)) return false;
+    if (m->step_lo == INT64_MIN) return true;
+
+    // (?2: the focus's end, bound by prepare with ?1 and unused)
+    if (!prepare(db, m->path,
+                 "SELECT MIN(step) FROM AMP_EVENTS WHERE severity = 'error' AND step < ?1 AND "
+                 "?2 IS NOT NULL",
+                 m, &q, err))
+        return false;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+        e->first_error_before = col_i64(q, 0, -1);
     return finish(db, m->path, q, rc, err);
 }
 
@@ -888,7 +899,20 @@ int report_coverage_lines(const report_model *m, report_coverage out[3]) {
     return n;
 }
 
+static void verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n);
+
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
+    verdict_of_focus(m, f, buf, n);
+    const size_t k = strlen(buf);
+    if (m->end.first_error_before >= 0 && k + 1 < n)
+        snprintf(buf + k, n - k,
+                 " The run had broken before the focused steps (--steps): its first error is at "
+                 "step %lld.",
+                 (long long)m->end.first_error_before);
+}
+
+// The verdict on the focused steps alone.
+static void verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n) {
     size_t errors = 0, warnings = 0;
     for (size_t i = 0; i < f->n; i++) {
         errors += f->v[i].severity == AMP_SEVERITY_ERROR;

@@ -181,6 +181,8 @@ typedef struct report_end {
     int exit_status;     // the program's (shell convention: 128+N for signal N); -1: not recorded
     amp_run_state capture; // finished, still being recorded, or cut short (amp_store_run_state)
     int64_t last_step;   // the last step recorded by any process, focus aside; -1: none
+    int64_t first_error_before; // the first step before the focus (--steps A:B) with an error
+                                // event (a non-finite loss, its producer); -1: none, or no focus
     bool last_loss_nonfinite; // that step's loss was NaN/inf (in some process)
     report_cut *cut;
     size_t n_cut;

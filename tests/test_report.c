@@ -394,6 +394,28 @@ static void attn_overflow(void) {
         "scale_after = scale_before / 2 WHERE step >= 3;");
 }
 
+// A focus after the run first broke says where it did: the focused steps' first error is not the
+// run's.
+START_TEST(a_focus_after_the_first_error_says_where_it_was) {
+    attn_overflow(); // errors from step 3 on, steps 4-11 as one aggregated row
+    static const struct {
+        int64_t lo, hi;
+        bool said;
+    } cases[] = {
+        {6, 11, true}, {4, 4, true}, {3, 11, false}, {0, 2, false}, {INT64_MIN, INT64_MAX, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        analyse(NULL, cases[i].lo, cases[i].hi);
+        char verdict[2048];
+        report_verdict(&model, &findings, verdict, sizeof verdict);
+        const bool said = strstr(verdict, "The run had broken before the focused steps (--steps): "
+                                          "its first error is at step 3.") != NULL;
+        ck_assert_msg(said == cases[i].said, "steps %lld:%lld: %s", (long long)cases[i].lo,
+                      (long long)cases[i].hi, verdict);
+        release();
+    }
+}
+END_TEST
+
 // Each rank of a data-parallel run shows the same fault: one finding, the processes counted.
 START_TEST(a_fault_every_rank_shows_is_one_finding) {
     attn_overflow();
@@ -1919,6 +1941,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, ranks_are_counted_as_processes);
     tcase_add_test(tc, a_compiled_model_says_what_is_not_recorded);
     tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
+    tcase_add_test(tc, a_focus_after_the_first_error_says_where_it_was);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
