@@ -711,6 +711,21 @@ static char *line_with(char *screen, const char *needle) {
     return p;
 }
 
+// The screen row (0 the top) of the table's one row in reverse video (SGR 7), or -1 when no row
+// or more than one below the view's header is.
+static int selected_row(void) {
+    char *s = capture(true);
+    int row = -1, n = 0, y = 0;
+    for (char *line = s; line; y++) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        if (y >= 3 && (strstr(line, "\033[7m") || strstr(line, ";7m"))) row = y, n++;
+        line = end ? end + 1 : NULL;
+    }
+    free(s);
+    return n == 1 ? row : -1;
+}
+
 START_TEST(e2e_run_tui_tmux) {
     if (!have_tmux()) {
         fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
@@ -792,6 +807,40 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
     char *s = capture(true);
     ck_assert_msg(!strstr(s, "[31m") && !strstr(s, ";31m"), "colour despite NO_COLOR:\n%s", s);
     free(s);
+    // The selection is the one row in reverse video, danger rows or not: j moves it down.
+    int sel = selected_row();
+    ck_assert_int_ge(sel, 0);
+    tmux("send-keys -t amp %s", "j");
+    for (int waited = 0; selected_row() == sel && waited < 5000; waited += 100)
+        usleep(100000);
+    ck_assert_int_eq(selected_row(), sel + 1);
+    tmux("send-keys -t amp %s", "k");
+    for (int waited = 0; selected_row() != sel && waited < 5000; waited += 100)
+        usleep(100000);
+    ck_assert_int_eq(selected_row(), sel);
+    tmux("send-keys -t amp %s", "s");
+    assert_screen(10000, (const char *const[]){"sort: layer", NULL});
+    // A filter typed and then abandoned with Esc shows every row again.
+    tmux("send-keys -t amp %s", "/ head");
+    assert_screen(10000, (const char *const[]){"filter: head", NULL});
+    tmux("send-keys -t amp %s", "Escape");
+    char *shown = wait_screen(10000, (const char *const[]){"blocks.0.attn", NULL});
+    ck_assert_msg(strstr(shown, "blocks.0.attn") && !strstr(shown, "filter:"), "%s", shown);
+    free(shown);
+    // Too small a terminal says so; grown back, the view returns.
+    tmux("resize-window -t amp -x 30 -y 10%s", "");
+    assert_screen(10000, (const char *const[]){"terminal too small", NULL});
+    tmux("resize-window -t amp -x 80 -y 24%s", "");
+    assert_screen(10000, (const char *const[]){"blocks.1.attn", "sort: layer", NULL});
+    // [ and ] step through the run, p follows it again.
+    tmux("send-keys -t amp %s", "[");
+    assert_screen(10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
+    tmux("send-keys -t amp %s", "]");
+    assert_screen(10000, (const char *const[]){"step 3 of 3", "PAUSED", NULL});
+    tmux("send-keys -t amp %s", "[");
+    assert_screen(10000, (const char *const[]){"step 2 of 3", NULL});
+    tmux("send-keys -t amp %s", "p");
+    assert_screen(10000, (const char *const[]){"step 3 of 3", "following", NULL});
     tmux("send-keys -t amp %s", "[");
     assert_screen(10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
     // SIGTERM: the terminal restored, a normal exit.

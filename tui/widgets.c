@@ -24,9 +24,9 @@ void tui_print(int y, int x, int w, int attr, const char *fmt, ...) {
 
 int tui_attr(const tui_app *app, int pair) {
     if (app->color) return (int)COLOR_PAIR(pair) | (pair == TUI_PAIR_DANGER ? A_BOLD : 0);
-    switch (pair) { // NO_COLOR: the danger still shows
+    switch (pair) { // NO_COLOR: the danger still shows (not in reverse: that is the selection)
     case TUI_PAIR_DANGER:
-        return A_BOLD | A_REVERSE;
+        return A_BOLD | A_UNDERLINE;
     case TUI_PAIR_WARN:
         return A_BOLD;
     case TUI_PAIR_ACCENT:
