@@ -826,8 +826,10 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
     for (int waited = 0; selected_row() != sel && waited < 5000; waited += 100)
         usleep(100000);
     ck_assert_int_eq(selected_row(), sel);
-    tmux("send-keys -t amp %s", "Tab"); // the next view: kernels
+    tmux("send-keys -t amp %s", "3");
     assert_screen(10000, (const char *const[]){"no kernel data in this run", NULL});
+    tmux("send-keys -t amp %s", "Tab"); // the next view: events
+    assert_screen(10000, (const char *const[]){"STEP SEV", "nonfinite_producer", NULL});
     tmux("send-keys -t amp %s", "2");
     assert_screen(10000, (const char *const[]){"blocks.1.attn", NULL});
     tmux("send-keys -t amp %s", "s");
