@@ -291,7 +291,7 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     release();
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *j = test_read_file(out_path, NULL);
-    ck_assert_msg(strstr(j, "\"compiled\": null, \"unwatched\": null, \"added_models\": null}"),
+    ck_assert_msg(strstr(j, "\"compiled\": null, \"unwatched\": null, \"added_models\": null, "),
                   "%s", j);
     free(j);
     sql("INSERT INTO META (key, value, pid) VALUES ('compiled', 'model', 1);");
@@ -304,7 +304,7 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     j = test_read_file(out_path, NULL);
     ck_assert_msg(
-        strstr(j, "\"compiled\": \"model\", \"unwatched\": null, \"added_models\": null}"), "%s",
+        strstr(j, "\"compiled\": \"model\", \"unwatched\": null, \"added_models\": null, "), "%s",
         j);
     free(j);
     const char *formats[] = {"text", "md", "html"};
@@ -335,7 +335,7 @@ START_TEST(parameters_trained_outside_the_watched_model_are_named) {
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
     ck_assert_msg(strstr(t, "\"unwatched\": \"Dec<o>der (1.2 M values)\", \"added_models\": "
-                            "\"D<isc> (5 k values) from step 1\"}"),
+                            "\"D<isc> (5 k values) from step 1\", "),
                   "%s", t);
     free(t);
     const char *formats[][2] = {
@@ -413,6 +413,14 @@ START_TEST(a_focus_after_the_first_error_says_where_it_was) {
                       (long long)cases[i].hi, verdict);
         release();
     }
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "--steps", "6:11", "-o", out_path), 0);
+    char *j = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(j, "\"first_error_before_focus\": 3}"), "%s", j);
+    free(j);
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    j = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(j, "\"first_error_before_focus\": null}"), "%s", j);
+    free(j);
 }
 END_TEST
 
