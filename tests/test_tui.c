@@ -20,12 +20,14 @@
 #include "tui.h"
 
 #include <curses.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -691,13 +693,34 @@ static void assert_screen(int timeout_ms, const char *const *needles) {
     free(s);
 }
 
+static pid_t watchdog = -1;
+
+// A failed assertion ends the test's process at once (no teardown runs), which would leave the
+// tmux server and the TUI in it running: a watchdog process ends them ten minutes on, unless
+// tmux_stop() ends it first.
 static void tmux_start(const char *command) {
     snprintf(sock, sizeof sock, "amptui%d", (int)getpid());
     ck_assert_int_eq(tmux("new-session -d -s amp -x 80 -y 24 '%s'", command), 0);
+    watchdog = fork();
+    ck_assert_int_ge(watchdog, 0);
+    if (watchdog == 0) {
+        setsid();
+        int null = open("/dev/null", O_RDWR);
+        for (int fd = 0; fd < 3; fd++)
+            dup2(null, fd); // (nothing holds the test runner's pipes open)
+        sleep(600);
+        execlp("tmux", "tmux", "-L", sock, "kill-server", (char *)NULL);
+        _exit(127);
+    }
 }
 
 static void tmux_stop(void) {
     tmux("kill-server%s", "");
+    if (watchdog > 0) {
+        kill(watchdog, SIGKILL);
+        waitpid(watchdog, NULL, 0);
+        watchdog = -1;
+    }
 }
 
 // The line of the screen (with escapes) that holds needle, or NULL.
