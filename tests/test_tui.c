@@ -833,22 +833,18 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
     // The selection is the one row in reverse video, danger rows or not: j moves it down.
     int sel = selected_row();
     ck_assert_int_ge(sel, 0);
-    tmux("send-keys -t amp %s", "j");
-    for (int waited = 0; selected_row() == sel && waited < 5000; waited += 100)
-        usleep(100000);
-    ck_assert_int_eq(selected_row(), sel + 1);
-    tmux("send-keys -t amp %s", "k");
-    for (int waited = 0; selected_row() != sel && waited < 5000; waited += 100)
-        usleep(100000);
-    ck_assert_int_eq(selected_row(), sel);
-    tmux("send-keys -t amp %s", "Down");
-    for (int waited = 0; selected_row() == sel && waited < 5000; waited += 100)
-        usleep(100000);
-    ck_assert_int_eq(selected_row(), sel + 1);
-    tmux("send-keys -t amp %s", "Up");
-    for (int waited = 0; selected_row() != sel && waited < 5000; waited += 100)
-        usleep(100000);
-    ck_assert_int_eq(selected_row(), sel);
+    static const struct {
+        const char *key;
+        int moves; // rows down from sel
+    } moves[] = {{"j", 1}, {"k", 0}, {"Down", 1}, {"Up", 0}};
+    for (size_t i = 0; i < sizeof moves / sizeof *moves; i++) {
+        tmux("send-keys -t amp %s", moves[i].key);
+        const int want = sel + moves[i].moves;
+        for (int waited = 0; selected_row() != want && waited < 5000; waited += 100)
+            usleep(100000);
+        ck_assert_msg(selected_row() == want, "after %s: row %d selected, not %d", moves[i].key,
+                      selected_row(), want);
+    }
     tmux("send-keys -t amp %s", "3");
     assert_screen(10000, (const char *const[]){"no kernel data in this run", NULL});
     tmux("send-keys -t amp %s", "Tab"); // the next view: events
