@@ -698,6 +698,12 @@ static pid_t watchdog = -1;
 // A failed assertion ends the test's process at once (no teardown runs), which would leave the
 // tmux server and the TUI in it running: a watchdog process ends them ten minutes on, unless
 // tmux_stop() ends it first.
+// Presses key (tmux's send-keys names) and waits for the needles (assert_screen).
+static void press(const char *key, int timeout_ms, const char *const *needles) {
+    tmux("send-keys -t amp %s", key);
+    assert_screen(timeout_ms, needles);
+}
+
 static void tmux_start(const char *command) {
     snprintf(sock, sizeof sock, "amptui%d", (int)getpid());
     ck_assert_int_eq(tmux("new-session -d -s amp -x 80 -y 24 '%s'", command), 0);
@@ -773,8 +779,7 @@ START_TEST(e2e_run_tui_tmux) {
     ck_assert_ptr_nonnull(strstr(s, "memory peak ")); // libampcore records it every step
     free(s);
     // The layers view: the attention layer in red (SGR 31), danger first.
-    tmux("send-keys -t amp %s", "2");
-    assert_screen(10000, (const char *const[]){"LAYER", "blocks.1.attn ", NULL});
+    press("2", 10000, (const char *const[]){"LAYER", "blocks.1.attn ", NULL});
     s = capture(true);
     char *line = line_with(s, "blocks.1.attn ");
     ck_assert_ptr_nonnull(line);
@@ -782,18 +787,13 @@ START_TEST(e2e_run_tui_tmux) {
     free(s);
     // The events view, filtered, lists the producer; ? shows the help; the program's end shows its
     // status.
-    tmux("send-keys -t amp %s", "4");
-    assert_screen(10000, (const char *const[]){"nonfinite_propagated", NULL});
-    tmux("send-keys -t amp %s", "/ producer Enter");
-    assert_screen(10000, (const char *const[]){"filter: producer", "nonfinite_producer",
-                                              "blocks.1.attn", NULL});
-    tmux("send-keys -t amp %s", "?");
-    assert_screen(10000, (const char *const[]){"any key closes this help", NULL});
-    tmux("send-keys -t amp %s", "1");
-    assert_screen(180000, (const char *const[]){"tiny_gpt exited with status 0", "REPLAY", NULL});
+    press("4", 10000, (const char *const[]){"nonfinite_propagated", NULL});
+    press("/ producer Enter", 10000,
+          (const char *const[]){"filter: producer", "nonfinite_producer", "blocks.1.attn", NULL});
+    press("?", 10000, (const char *const[]){"any key closes this help", NULL});
+    press("1", 180000, (const char *const[]){"tiny_gpt exited with status 0", "REPLAY", NULL});
     // q: a clean terminal (no alternate screen, cursor back), the summary, PROG's status.
-    tmux("send-keys -t amp %s", "q");
-    assert_screen(10000, (const char *const[]){"AMPPROBE-EXIT=0", "ampprobe: 250 steps", NULL});
+    press("q", 10000, (const char *const[]){"AMPPROBE-EXIT=0", "ampprobe: 250 steps", NULL});
     FILE *p;
     char cmd[256], flags[64] = "";
     snprintf(cmd, sizeof cmd,
@@ -825,8 +825,7 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
              tmpdir, AMPPROBE, db_path);
     tmux_start(command);
     assert_screen(10000, (const char *const[]){"REPLAY", "step 3 of 3", NULL});
-    tmux("send-keys -t amp %s", "2");
-    assert_screen(10000, (const char *const[]){"blocks.1.attn", "!!", NULL});
+    press("2", 10000, (const char *const[]){"blocks.1.attn", "!!", NULL});
     char *s = capture(true);
     ck_assert_msg(!strstr(s, "[31m") && !strstr(s, ";31m"), "colour despite NO_COLOR:\n%s", s);
     free(s);
@@ -845,17 +844,13 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
         ck_assert_msg(selected_row() == want, "after %s: row %d selected, not %d", moves[i].key,
                       selected_row(), want);
     }
-    tmux("send-keys -t amp %s", "3");
-    assert_screen(10000, (const char *const[]){"no kernel data in this run", NULL});
+    press("3", 10000, (const char *const[]){"no kernel data in this run", NULL});
     tmux("send-keys -t amp %s", "Tab"); // the next view: events
     assert_screen(10000, (const char *const[]){"STEP SEV", "nonfinite_producer", NULL});
-    tmux("send-keys -t amp %s", "2");
-    assert_screen(10000, (const char *const[]){"blocks.1.attn", NULL});
-    tmux("send-keys -t amp %s", "s");
-    assert_screen(10000, (const char *const[]){"sort: layer", NULL});
+    press("2", 10000, (const char *const[]){"blocks.1.attn", NULL});
+    press("s", 10000, (const char *const[]){"sort: layer", NULL});
     // A filter typed and then abandoned with Esc shows every row again.
-    tmux("send-keys -t amp %s", "/ head");
-    assert_screen(10000, (const char *const[]){"filter: head", NULL});
+    press("/ head", 10000, (const char *const[]){"filter: head", NULL});
     tmux("send-keys -t amp %s", "Escape");
     char *shown = wait_screen(10000, (const char *const[]){"blocks.0.attn", NULL});
     ck_assert_msg(strstr(shown, "blocks.0.attn") && !strstr(shown, "filter:"), "%s", shown);
@@ -866,16 +861,11 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
     tmux("resize-window -t amp -x 80 -y 24%s", "");
     assert_screen(10000, (const char *const[]){"blocks.1.attn", "sort: layer", NULL});
     // [ and ] step through the run, p follows it again.
-    tmux("send-keys -t amp %s", "[");
-    assert_screen(10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
-    tmux("send-keys -t amp %s", "]");
-    assert_screen(10000, (const char *const[]){"step 3 of 3", "PAUSED", NULL});
-    tmux("send-keys -t amp %s", "[");
-    assert_screen(10000, (const char *const[]){"step 2 of 3", NULL});
-    tmux("send-keys -t amp %s", "p");
-    assert_screen(10000, (const char *const[]){"step 3 of 3", "following", NULL});
-    tmux("send-keys -t amp %s", "[");
-    assert_screen(10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
+    press("[", 10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
+    press("]", 10000, (const char *const[]){"step 3 of 3", "PAUSED", NULL});
+    press("[", 10000, (const char *const[]){"step 2 of 3", NULL});
+    press("p", 10000, (const char *const[]){"step 3 of 3", "following", NULL});
+    press("[", 10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
     // SIGTERM: the terminal restored, a normal exit.
     char pidfile[128];
     snprintf(pidfile, sizeof pidfile, "%s/pid", tmpdir);
