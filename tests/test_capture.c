@@ -587,6 +587,15 @@ START_TEST(test_ceilings_cache) {
     ck_assert(isnan(c.gemm_flops_f32)); // not a number: absent
     ck_assert_int_eq(run((const char *[]){"calibrate", "--bogus", NULL}), 2);
     ck_assert_int_eq(run((const char *[]){"calibrate", "--help", NULL}), 0);
+    struct stat sb;
+    if (stat("/dev/nvidiactl", &sb) != 0) { // no GPU here: one line that says so, exit status 1
+        ck_assert_int_eq(run((const char *[]){"calibrate", NULL}), 1);
+        const char *err = test_slurp("err.txt");
+        ck_assert_msg(strstr(err, "ampprobe calibrate: no GPU to measure (") ||
+                          strstr(err, "ampprobe calibrate: ampprobe-calibrate is not installed"),
+                      "%s", err);
+        ck_assert_ptr_null(strchr(strchr(err, '\n') + 1, '\n')); // one line
+    }
     unsetenv("XDG_CACHE_HOME");
 }
 END_TEST

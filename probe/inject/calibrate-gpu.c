@@ -99,8 +99,15 @@ static void run_gemm(void *arg) {
 
 int main(int argc, char **argv) {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        fprintf(stderr, "ampprobe-calibrate: no CUDA device\n");
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        fprintf(stderr,
+                "ampprobe calibrate: no GPU to measure (%s); without measured ceilings the "
+                "report uses the card's published figures\n",
+                e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older than the "
+                                                   "CUDA runtime"
+                : e != cudaSuccess               ? cudaGetErrorString(e)
+                                                 : "the driver lists none");
         return 1;
     }
     struct cudaDeviceProp p;
