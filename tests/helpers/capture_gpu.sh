@@ -3,7 +3,8 @@
 # has no GPU): a plain CUDA C program (tests/helpers/cuda_prog.c) and an unmodified PyTorch
 # script (tests/helpers/torch_capture.py) each run under `ampprobe run`; per database it prints
 # kernels, copies, memsets, API calls, NVTX ranges, incomplete and dropped records, unmatched
-# pushes, and the kernels attributed to an NVTX range; a sample under --counters (PM samples
+# pushes, and the kernels attributed to an NVTX range; a PyTorch script that runs torch.profiler
+# (tests/helpers/torch_profiler_inside.py) under `ampprobe run --torch`; a sample under --counters (PM samples
 # recorded, on the kernels' clock, used by the report). Then the capture overhead on the
 # benchmark workloads (probe/bench/torch_baseline.py, fp16, with and without `ampprobe run`,
 # alternating, and once with NVTX capture only), and `ampprobe calibrate`. Exits non-zero when
@@ -77,6 +78,26 @@ check "$OUT/cuda.sqlite" cuda_prog
 echo "== unmodified PyTorch script"
 timeout -k 5 150 "$B/ampprobe" run -o "$OUT/torch.sqlite" -- python3 tests/helpers/torch_capture.py || fail=1
 check "$OUT/torch.sqlite" torch
+
+echo "== a PyTorch script that runs torch.profiler, a second CUPTI client, under ampprobe run --torch"
+# the script runs to its end, ampprobe's capture keeps its kernels, the bridge its steps, and the
+# bridge says once why the profiler has no CUDA events
+timeout -k 5 150 "$B/ampprobe" run --torch -o "$OUT/profiler.sqlite" -- \
+  python3 tests/helpers/torch_profiler_inside.py >"$OUT/profiler.txt" 2>&1 || fail=1
+grep -E "^profiler:|^steps|^ampprobe: torch.profiler" "$OUT/profiler.txt"
+python3 - "$OUT/profiler.sqlite" "$OUT/profiler.txt" <<'EOF' || fail=1
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); q = lambda s: db.execute(s).fetchone()[0]
+out = open(sys.argv[2]).read()
+kernels, steps = q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), q("SELECT count(*) FROM AMP_STEPS")
+dropped = q("SELECT value FROM META WHERE key = 'cupti_dropped'")
+notes = out.count("ampprobe: torch.profiler records no CUDA activity in this run")
+print("profiler: kernels", kernels, "steps", steps, "dropped", dropped, "notes", notes)
+bad = [k for k, ok in (("ran", "steps 13," in out), ("kernels", kernels > 0), ("steps", steps == 13),
+                       ("dropped", dropped == "0"), ("note", notes == 1)) if not ok]
+print("profiler", "FAILED: " + ", ".join(bad) if bad else "PASS")
+sys.exit(1 if bad else 0)
+EOF
 
 echo "== --counters: PM samples next to the kernels of a libampcore sample"
 timeout -k 5 150 "$B/ampprobe" run --counters -o "$OUT/counters.sqlite" -- "$B/samples/tiny_gpt" \

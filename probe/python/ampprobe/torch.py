@@ -1634,8 +1634,44 @@ def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_e
     if first is not None:
         return first.join(model, scaler=scaler, optimizer=optimizer, name=name, settings=dict(
             stats_every=stats_every, ops_every=ops_every, check_grads=check_grads))
-    return Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
-                   ops_every=ops_every, check_grads=check_grads)
+    w = Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
+                ops_every=ops_every, check_grads=check_grads)
+    if w.on:
+        _note_profiler()
+    return w
+
+
+_profiler_noted = [False]
+
+
+def _note_profiler():
+    """torch.profiler gets its CUDA activity from CUPTI, which serves one client a process: under
+    `ampprobe run` tracing CUDA that is ampprobe's capture library, and the profiler's CUDA
+    events are missing (Kineto says only that its CUPTI initialization failed). When a profiler
+    that wants them starts, says why, once, on stderr."""
+    if _profiler_noted[0] or "cuda" not in os.environ.get("AMPPROBE_TRACE", "").split(","):
+        return
+    _profiler_noted[0] = True
+    try:
+        from torch.autograd import profiler as autograd_profiler
+        profile = autograd_profiler.profile
+        prepare = profile._prepare_trace
+        cuda = torch._C._profiler.ProfilerActivity.CUDA
+    except (ImportError, AttributeError):  # another torch's profiler: nothing said
+        return
+    said = []
+
+    def prepare_trace(self, *args, **kwargs):
+        if not said and cuda in (getattr(self, "kineto_activities", None) or ()):
+            said.append(True)
+            print("ampprobe: torch.profiler records no CUDA activity in this run: `ampprobe run` "
+                  "traces CUDA through CUPTI, which serves one client a process (hence Kineto's "
+                  "\"CUPTI initialization failed\"); its CPU events are recorded as usual. To "
+                  "profile with it under ampprobe, run with --trace amp,nvtx.",
+                  file=sys.stderr, flush=True)
+        return prepare(self, *args, **kwargs)
+
+    profile._prepare_trace = prepare_trace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1652,6 +1688,7 @@ def autoattach():
     `ampprobe run --torch` puts on PYTHONPATH, right after `import torch`."""
     if not _records.Recorder().enabled:
         return
+    _note_profiler()
     state = {"watcher": None}
     orig_init = torch.amp.GradScaler.__init__
 
