@@ -12,6 +12,7 @@
   check_report.py --added RUN.sqlite RUN.log VALUES [--watch]
   check_report.py --joined RUN.sqlite RUN.log
   check_report.py --one-process RUN.sqlite
+  check_report.py --captured RUN.sqlite
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning; --per-module: the run's forward was searched per
@@ -51,6 +52,9 @@ rows (a model with no modules inside is read as one); a third model watched afte
 closed, in steps 4-6, seven steps and seven scale updates in all.
 With --one-process, of a run whose batches came from DataLoader workers (gpu_faults.py --loader):
 one process in AMP_PROCESSES and in AMP_STEPS, the training one.
+With --captured, of a run with CUDA traced beside the bridge (gpu_faults.py --legacy): kernels in
+every step (cudaProfilerStart/Stop do not stop ampprobe's capture), none dropped, a scale update
+recorded at every step (the GradScaler made as torch.cuda.amp.GradScaler).
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -373,7 +377,28 @@ def check_one_process(path):
     return 0 if ok else 1
 
 
+def check_captured(path):
+    """CUDA traced beside the bridge (gpu_faults.py --legacy: cudaProfilerStart/Stop around the
+    fault's steps): kernels in every step, none dropped, and the scale updates of the older
+    GradScaler's spelling recorded at every step."""
+    db = sqlite3.connect(path)
+    q = lambda sql: db.execute(sql).fetchone()[0]  # noqa: E731
+    steps = q("SELECT count(*) FROM AMP_STEPS")
+    without = q("SELECT count(*) FROM AMP_STEPS s WHERE NOT EXISTS (SELECT 1 FROM "
+                "CUPTI_ACTIVITY_KIND_KERNEL k WHERE k.start >= s.start_ns AND k.start < s.end_ns)")
+    kernels = q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    dropped = q("SELECT value FROM META WHERE key = 'cupti_dropped'")
+    scales = q("SELECT count(*) FROM AMP_SCALE")
+    ok = steps > 0 and without == 0 and kernels > 0 and dropped == "0" and scales == steps
+    print("%s CUDA traced with the bridge in %s: %d steps, %d without a kernel, %d kernels, "
+          "dropped %s, %d scale updates" % ("PASS" if ok else "FAIL", path, steps, without,
+                                            kernels, dropped, scales), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--captured":
+        return check_captured(sys.argv[2])
     if sys.argv[1] == "--one-process":
         return check_one_process(sys.argv[2])
     if sys.argv[1] == "--joined":

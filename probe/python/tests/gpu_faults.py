@@ -44,15 +44,20 @@ step 3 (G = 1e6: its fp16 output overflows, named in its layer). --watch: the sc
 ampprobe.torch.watch() itself, on the model and (--split) on the Linear, with the one scaler and
 optimizer (PyTorch's AMP recipe for several models): both recorded from step 0. --loader
 fork|spawn: the batches come from a DataLoader with two worker processes started that way (the
-same batches, in the same order): nothing but the training process may record. --die-at STEP
-ends the script at the start of that step: an exception (--die-how raise, exit status 1) or,
-0.3 s later, SIGKILL (--die-how kill), for what a run that dies leaves in the database.
+same batches, in the same order): nothing but the training process may record. --legacy
+trains with the AMP API's older spellings, torch.cuda.amp.GradScaler and torch.cuda.amp.autocast
+(deprecated since torch 2.4, still in many scripts), and brackets the steps around the fault's
+with torch.cuda.profiler.start()/stop() (cudaProfilerStart/Stop, nsys's capture range).
+--die-at STEP ends the script at the start of that step: an exception (--die-how raise, exit
+status 1) or, 0.3 s later, SIGKILL (--die-how kill), for what a run that dies leaves in the
+database.
 """
 import argparse
 import os
 import signal
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -222,6 +227,9 @@ def main():
                     "a CUDA out-of-memory) or, with --die-how kill, SIGKILL itself (the OOM "
                     "killer)")
     ap.add_argument("--die-how", choices=["raise", "kill"], default="raise")
+    ap.add_argument("--legacy", action="store_true",
+                    help="torch.cuda.amp.GradScaler and torch.cuda.amp.autocast, and "
+                    "torch.cuda.profiler.start()/stop() around the fault's steps")
     a = ap.parse_args()
     if a.bf16 == "fsdp" and a.wrap != "fsdp":
         ap.error("--bf16 fsdp needs --wrap fsdp")
@@ -290,7 +298,11 @@ def main():
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
     if a.case == "sawtooth" and not a.healthy:
         kw = dict(growth_interval=1)
-    scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
+    if a.legacy:
+        warnings.filterwarnings("ignore", category=FutureWarning)  # (their deprecation)
+        scaler = torch.cuda.amp.GradScaler(enabled=not a.bf16, **kw)
+    else:
+        scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
     if a.watch:
         import ampprobe.torch as amp_torch
         amp_torch.watch(model, scaler=scaler, optimizer=opt)
@@ -304,6 +316,10 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError("gpu_faults.py: dying at step %d as asked (--die-at)" % step)
         fault = not a.healthy and step >= FAULT_STEP
+        if a.legacy and step == FAULT_STEP - 1:
+            torch.cuda.profiler.start()
+        if a.legacy and step == FAULT_STEP + 2:
+            torch.cuda.profiler.stop()
         if a.case == "attn" and fault:
             net.blocks[1].attn.gain = 1e6
         if extra is not None and a.split_gain and step == FAULT_STEP:
@@ -321,7 +337,8 @@ def main():
             if a.case == "nan" and step == FAULT_STEP and micro == 0 and not a.healthy:
                 x = x.clone()
                 x[1, 5] = float("nan")
-            with torch.autocast("cuda", dtype=torch.float16, enabled=not a.bf16):
+            with (torch.cuda.amp.autocast(enabled=not a.bf16) if a.legacy else
+                  torch.autocast("cuda", dtype=torch.float16, enabled=not a.bf16)):
                 out = model(x)
                 if extra is not None:
                     out = extra(out)

@@ -17,7 +17,9 @@
 # rows), leave the findings as they were, and its own overflow be named in its layer (and from step
 # 0, in one watcher, when the script calls watch() on each: gpu_join.py with two GradScalers too);
 # batches from DataLoader workers (forked, spawned) must leave the finding as it was and one
-# recording process; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# recording process; the AMP API's older spellings (torch.cuda.amp.GradScaler, .autocast) with
+# cudaProfilerStart/Stop around the fault, CUDA traced too, must give the same findings and every
+# step's kernels; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
@@ -100,6 +102,10 @@ one attn-split-overflow-watch2 "" --case attn --healthy --split --split-gain 1e6
 one attn-died "" --case attn --healthy --die-at 6 &
 one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
+# the older spellings (torch.cuda.amp.*) and cudaProfilerStart/Stop, with CUDA traced too (not
+# in the healthy twin: its tiny model's idle GPU is a warning of the report's)
+RUN_OPTS="--trace amp,cuda,nvtx" one attn-legacy "" --case attn --legacy &
+one attn-healthy-legacy "" --case attn --healthy --legacy &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
 one attn-healthy-bf16 "" --case attn --healthy --bf16 pure &
@@ -170,6 +176,9 @@ for s in fork spawn; do
     python3 "$HERE/check_report.py" "$WORK/nan-$s.json" nan || fail=1
     python3 "$HERE/check_report.py" --one-process "$WORK/nan-$s.sqlite" || fail=1
 done
+python3 "$HERE/check_report.py" "$WORK/attn-legacy.json" attn || fail=1
+python3 "$HERE/check_report.py" "$WORK/attn-healthy-legacy.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" --captured "$WORK/attn-legacy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
