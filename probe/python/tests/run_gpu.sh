@@ -19,7 +19,8 @@
 # batches from DataLoader workers (forked, spawned) must leave the finding as it was and one
 # recording process; the AMP API's older spellings (torch.cuda.amp.GradScaler, .autocast) with
 # cudaProfilerStart/Stop around the fault, CUDA traced too, must give the same findings and every
-# step's kernels; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# step's kernels; an MLP trained on the CPU with no GPU visible (cpu_faults.py, bf16 and fp16)
+# must have its NaN batch found; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
@@ -106,6 +107,11 @@ one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
 # in the healthy twin: its tiny model's idle GPU is a warning of the report's)
 RUN_OPTS="--trace amp,cuda,nvtx" one attn-legacy "" --case attn --legacy &
 one attn-healthy-legacy "" --case attn --healthy --legacy &
+# no GPU in sight (a laptop's view): CPU autocast, bf16 alone and fp16 with GradScaler("cpu")
+for d in bf16 fp16; do
+    CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one "cpu-$d" "" --dtype "$d" &
+    CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one "cpu-$d-healthy" "" --dtype "$d" --healthy &
+done
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
 one attn-healthy-bf16 "" --case attn --healthy --bf16 pure &
@@ -179,6 +185,10 @@ done
 python3 "$HERE/check_report.py" "$WORK/attn-legacy.json" attn || fail=1
 python3 "$HERE/check_report.py" "$WORK/attn-healthy-legacy.json" attn --healthy || fail=1
 python3 "$HERE/check_report.py" --captured "$WORK/attn-legacy.sqlite" || fail=1
+for d in bf16 fp16; do
+    python3 "$HERE/check_report.py" "$WORK/cpu-$d.json" nan || fail=1
+    python3 "$HERE/check_report.py" "$WORK/cpu-$d-healthy.json" nan --healthy || fail=1
+done
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
