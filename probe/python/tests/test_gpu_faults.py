@@ -16,7 +16,8 @@ model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean
 raises or is SIGKILLed mid-run keeps its steps and the report says how it ended; a second module
 trained beside the model is recorded from step 1 on, and its own overflow named there (from step
 0 when the script calls watch() on each; gpu_join.py); batches from DataLoader workers change
-nothing and record nothing; and
+nothing and record nothing; the AMP API's older spellings with CUDA traced find the same and
+lose no kernel; a model trained on the CPU with no GPU visible has its NaN batch found; and
 gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
 output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
 forward, channels_last convolutions, a residual added in place, logits masked by item
@@ -43,19 +44,20 @@ pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
 CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 
 
-def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py"):
+def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", trace="amp",
+           env=None):
     """Runs the case of script (None: a script without cases) under ampprobe run --torch
-    (torch.compile's graph breaks logged), which must exit with status; returns the database
-    and the script's output (stdout and stderr)."""
+    --trace trace (torch.compile's graph breaks logged; env: more environment), which must exit
+    with status; returns the database and the script's output (stdout and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     db = str(tmp_path / ("%s%s%s.sqlite" % (case or script[:-3], "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
-    run = subprocess.run([ampprobe, "run", "--torch", "--trace", "amp", "-f", "-o", db, "--",
+    run = subprocess.run([ampprobe, "run", "--torch", "--trace", trace, "-f", "-o", db, "--",
                           sys.executable, os.path.join(HERE, script)]
                          + (["--case", case] if case else [])
                          + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, TORCH_LOGS="graph_breaks"))
+                         env=dict(os.environ, TORCH_LOGS="graph_breaks", **(env or {})))
     assert run.returncode == status, "the script ended with %d:\n" % run.returncode + \
         run.stdout[-2000:] + run.stderr[-2000:]
     return db, run.stdout + run.stderr
@@ -218,6 +220,30 @@ def test_dataloader_workers_record_nothing(tmp_path, start):
     r = report(db)
     assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
     assert check_report.check_one_process(db) == 0
+
+
+def test_older_amp_spellings_with_cuda_traced(tmp_path):
+    """torch.cuda.amp.GradScaler and torch.cuda.amp.autocast, cudaProfilerStart/Stop around the
+    fault, CUDA traced too: the same first finding, kernels in every step, none dropped."""
+    db, _ = record(tmp_path, "attn", False, ("--legacy",), trace="amp,cuda,nvtx")
+    r = report(db)
+    assert check_report.expect("attn", r["findings"][0]) is None, r["findings"][0]
+    assert check_report.check_captured(db) == 0
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("healthy", [False, True])
+def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
+    """cpu_faults.py with no GPU visible: CPU autocast (fp16 with GradScaler("cpu")), its NaN
+    batch named at layers.0, step 3; the healthy twin clean."""
+    db, _ = record(tmp_path, None, healthy, ("--dtype", dtype), script="cpu_faults.py",
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    r = report(db)
+    if healthy:
+        bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+        assert not bad, bad[:2]
+    else:
+        assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
