@@ -5,7 +5,8 @@
  * median step time and throughput, peak memory (AMP_STEPS.mem_peak_bytes), skipped steps,
  * the final loss (mean of the last 10% of steps), the loss curves compared step by step, the
  * findings present in one run and not the other (by rule, severity, layer and op), and one
- * sentence that answers "did AMP pay off, and is the loss the same?". When exactly one run uses
+ * sentence that answers "did AMP pay off, and is the loss the same?" (and says so when the two
+ * runs ran different programs). When exactly one run uses
  * autocast it is "the AMP run" and the other the baseline, whatever the argument order; a slower
  * AMP run is explained from its amp-payoff finding (launch-bound, CPU emulation).
  */
@@ -32,6 +33,53 @@ static const char *precision_of(const report_model *m) {
     return m->n_ops ? "fp32" : NULL;
 }
 
+// The next word of a command line as the launcher quoted it ('...' and '\'' for a quote) into
+// out; returns where the word ends, NULL when there is none.
+static const char *next_word(const char *s, char *out, size_t n) {
+    while (*s == ' ')
+        s++;
+    if (!*s) return NULL;
+    size_t k = 0;
+    for (bool quoted = false; *s && (quoted || *s != ' '); s++) {
+        if (*s == '\'') {
+            quoted = !quoted;
+            continue;
+        }
+        if (*s == '\\' && !quoted && s[1]) s++;
+        if (k + 1 < n) out[k++] = *s;
+    }
+    out[k] = 0;
+    return s;
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+void report_program_of(const char *command, char *out, size_t n) {
+    char word[256];
+    out[0] = 0;
+    const char *s = command ? next_word(command, word, sizeof word) : NULL;
+    if (!s) return;
+    snprintf(out, n, "%s", base_name(word));
+    if (strncmp(out, "python", 6) != 0) return;
+    while ((s = next_word(s, word, sizeof word)) != NULL) { // the interpreter's options
+        if (strcmp(word, "-c") == 0) {
+            snprintf(out, n, "python -c");
+            return;
+        }
+        if (strcmp(word, "-m") == 0) {
+            if (next_word(s, word, sizeof word)) snprintf(out, n, "%s", word);
+            return;
+        }
+        if (word[0] != '-') {
+            snprintf(out, n, "%s", base_name(word));
+            return;
+        }
+    }
+}
+
 void report_figures(const report_model *m, const report_findings *f, report_run_figures *r) {
     report_summary summary;
     report_summarize(m, &summary);
@@ -43,6 +91,7 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
                               .step_ms = report_median_step_ns(m) / 1e6,
                               .final_loss = NAN,
                               .peak_mem = summary.peak_mem};
+    report_program_of(m->command, r->program, sizeof r->program);
     for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
         r->autocast = m->ops[i].policy[0] != 0;
     r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
@@ -206,6 +255,8 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
                 100 * (cand->final_loss - base->final_loss) / fmax(fabs(base->final_loss), 1e-12));
     }
     PUT(".");
+    if (ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0)
+        PUT(" A and B ran different programs (%s, %s).", ra.program, rb.program);
 #undef PUT
 }
 
@@ -247,6 +298,7 @@ static void diff_text(FILE *out, const report_model *a, const report_findings *f
     char x[48], y[48], rel[48];
     row(out, "", "A", "B", "B vs A");
     row(out, "precision", ra.precision ? ra.precision : "?", rb.precision ? rb.precision : "?", "");
+    row(out, "program", ra.program[0] ? ra.program : "?", rb.program[0] ? rb.program : "?", "");
     row(out, "device", ra.device ? ra.device : "?", rb.device ? rb.device : "?", "");
     if (ra.compiled || rb.compiled)
         row(out, "torch.compile", ra.compiled ? ra.compiled : "no",
@@ -307,6 +359,7 @@ static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
                  const report_findings *mine, const report_findings *theirs) {
     fputs("{\"file\": ", out);
     report_json_str(out, m->path);
+    report_json_key_str(out, "program", r->program[0] ? r->program : NULL);
     report_json_key_str(out, "precision", r->precision);
     report_json_key_str(out, "device", r->device);
     report_json_key_str(out, "compiled", r->compiled);

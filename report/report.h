@@ -442,6 +442,7 @@ void report_json_key_str(FILE *out, const char *key, const char *s);
 typedef struct report_run_figures {
     const char *precision, *device; // META; NULL: not recorded
     const char *compiled;           // META (torch.compile: "model", "modules"); NULL: eager
+    char program[64];               // what ran (report_program_of META command); "": unknown
     bool autocast;                  // any op ran under autocast
     int64_t steps, skipped;
     double step_ms;       // median step time; NaN: no times
@@ -452,6 +453,10 @@ typedef struct report_run_figures {
 } report_run_figures;
 
 void report_figures(const report_model *m, const report_findings *f, report_run_figures *r);
+// The program a command line ran, for telling two runs' programs apart: the executable's base
+// name, or for a Python interpreter the script's ("train.py"), the module of -m, or "python -c";
+// the command as join_command quoted it (single quotes). "" when command is NULL or empty.
+void report_program_of(const char *command, char *out, size_t n);
 // The diff of a and b (text or json) with the verdict; b is the candidate (usually the AMP run).
 void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,
                       const report_model *b, const report_findings *fb);

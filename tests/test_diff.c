@@ -131,6 +131,49 @@ START_TEST(amp_faster_same_loss_either_order) {
 }
 END_TEST
 
+// Which program a command line ran, and a verdict that says when the two runs ran different ones.
+START_TEST(different_programs_are_named) {
+    static const char *const cases[][2] = {
+        {"/work/build/samples/tiny_gpt --device cpu --precision fp16", "tiny_gpt"},
+        {"python3 train.py --lr 1e-3", "train.py"},
+        {"/usr/bin/python3.12 -u 'my dir/train it.py' --bs 8", "train it.py"},
+        {"python3 -m torch.distributed.run --nproc_per_node 2 train.py", "torch.distributed.run"},
+        {"python -c 'import torch'", "python -c"},
+        {"'it'\\''s' x", "it's"},
+        {"", ""},
+        {"python3", "python3"},
+    };
+    char got[64];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        report_program_of(cases[i][0], got, sizeof got);
+        ck_assert_msg(strcmp(got, cases[i][1]) == 0, "%s: '%s', not '%s'", cases[i][0], got,
+                      cases[i][1]);
+    }
+    report_program_of(NULL, got, sizeof got);
+    ck_assert_str_eq(got, "");
+
+    run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
+    run(b_path, 20, 4.0, 1.003, 600, true, "cuda");
+    char *t = diff_of(a_path, b_path, "text");
+    ck_assert_msg(!strstr(t, "different programs"), "%s", t); // no command recorded: not known
+    HAS(t, "program                ?                  ?");
+    free(t);
+    sql(a_path, "INSERT INTO META VALUES ('command', 'python3 train.py --fp32', 0);");
+    sql(b_path, "INSERT INTO META VALUES ('command', 'python3 train.py --amp', 0);");
+    t = diff_of(a_path, b_path, "text");
+    ck_assert_msg(!strstr(t, "different programs"), "%s", t);
+    HAS(t, "program                train.py           train.py");
+    free(t);
+    sql(b_path, "UPDATE META SET value = 'python3 train_v2.py --amp' WHERE key = 'command';");
+    t = diff_of(a_path, b_path, "text");
+    HAS(t, "same loss within 0.3%. A and B ran different programs (train.py, train_v2.py).");
+    free(t);
+    t = diff_of(a_path, b_path, "json");
+    HAS(t, "\"program\": \"train_v2.py\", \"precision\": \"fp16\", \"device\": \"cuda\"");
+    free(t);
+}
+END_TEST
+
 START_TEST(amp_slower_launch_bound_and_loss_gap) {
     run(a_path, 8, 10.0, 1.0, 0, false, "cuda");
     run(b_path, 8, 12.6, 1.2, 0, true, "cuda");
@@ -259,6 +302,7 @@ Suite *diff_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60); // the mlp case records two runs
     tcase_add_test(tc, amp_faster_same_loss_either_order);
+    tcase_add_test(tc, different_programs_are_named);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
     tcase_add_test(tc, same_losses_and_a_killed_run);
     tcase_add_test(tc, a_run_without_steps);
