@@ -322,6 +322,31 @@ START_TEST(test_checkpoint_resume) {
 }
 END_TEST
 
+// The README's libampcore example is samples/example.c as it is, and it learns.
+START_TEST(test_readme_example) {
+    size_t n;
+    char *readme = test_read_file(AMP_SRC("README.md"), &n);
+    char *file = test_read_file(AMP_SRC("samples/example.c"), &n);
+    const char *section = strstr(readme, "\n## libampcore\n");
+    ck_assert_ptr_nonnull(section);
+    const char *code = strstr(section, "```c\n");
+    ck_assert_ptr_nonnull(code);
+    code += 5;
+    const char *end = strstr(code, "```\n");
+    ck_assert_ptr_nonnull(end);
+    ck_assert_msg((size_t)(end - code) == strlen(file) && !memcmp(code, file, strlen(file)),
+                  "the README's libampcore example is not samples/example.c");
+    free(readme);
+    free(file);
+    static run_result r;
+    RUN(&r, "example");
+    ck_assert_msg(r.exit_code == 0, "exit %d: %s%s", r.exit_code, r.out, r.err);
+    double first, last;
+    ck_assert_int_eq(sscanf(r.out, "loss %lf -> %lf", &first, &last), 2);
+    ck_assert_msg(last < 0.5 * first, "%s", r.out);
+}
+END_TEST
+
 Suite *samples_suite(void) {
     Suite *s = suite_create("samples");
     TCase *tc = tcase_create("train");
@@ -334,6 +359,7 @@ Suite *samples_suite(void) {
     tcase_add_loop_test(tc, test_help, 0, 3);
     tcase_add_test(tc, test_cuda_device);
     tcase_add_test(tc, test_checkpoint_resume);
+    tcase_add_test(tc, test_readme_example);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, 120);
