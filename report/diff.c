@@ -57,24 +57,37 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path;
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
 void report_program_of(const char *command, char *out, size_t n) {
     char word[256];
     out[0] = 0;
     const char *s = command ? next_word(command, word, sizeof word) : NULL;
     if (!s) return;
     snprintf(out, n, "%s", base_name(word));
-    if (strncmp(out, "python", 6) != 0) return;
-    while ((s = next_word(s, word, sizeof word)) != NULL) { // the interpreter's options
-        if (strcmp(word, "-c") == 0) {
+    if (strcmp(out, "env") == 0) { // env [OPTION] [NAME=value]... PROG: PROG
+        const char *t = s;
+        while ((t = next_word(t, word, sizeof word)) != NULL && (strchr(word, '=') || *word == '-'))
+            ;
+        if (t) s = t, snprintf(out, n, "%s", base_name(word));
+    }
+    // an interpreter or a launcher (python3, bash, torchrun, deepspeed, accelerate launch, ...)
+    // runs a script: the first word that names one; a Python interpreter's -m module or -c
+    const bool python = strncmp(out, "python", 6) == 0;
+    while ((s = next_word(s, word, sizeof word)) != NULL) {
+        if (ends_with(word, ".py") || ends_with(word, ".sh")) {
+            snprintf(out, n, "%s", base_name(word));
+            return;
+        }
+        if (python && strcmp(word, "-c") == 0) {
             snprintf(out, n, "python -c");
             return;
         }
-        if (strcmp(word, "-m") == 0) {
+        if (python && strcmp(word, "-m") == 0) {
             if (next_word(s, word, sizeof word)) snprintf(out, n, "%s", word);
-            return;
-        }
-        if (word[0] != '-') {
-            snprintf(out, n, "%s", base_name(word));
             return;
         }
     }

@@ -142,6 +142,11 @@ START_TEST(different_programs_are_named) {
         {"'it'\\''s' x", "it's"},
         {"", ""},
         {"python3", "python3"},
+        {"torchrun --nproc_per_node 2 /src/train.py --lr 1", "train.py"},
+        {"env CUDA_VISIBLE_DEVICES=0 FOO=1 python3 -u train.py", "train.py"},
+        {"bash scripts/run.sh fp16", "run.sh"},
+        {"accelerate launch --mixed_precision fp16 train.py", "train.py"},
+        {"/usr/bin/env", "env"},
     };
     char got[64];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
