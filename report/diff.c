@@ -75,20 +75,23 @@ void report_program_of(const char *command, char *out, size_t n) {
         if (t) s = t, snprintf(out, n, "%s", base_name(word));
     }
     // an interpreter or a launcher (python3, bash, torchrun, deepspeed, accelerate launch, ...)
-    // runs a script: the first word that names one; a Python interpreter's -m module or -c
+    // runs a script: the first word that names one; else a Python interpreter's -m module (a
+    // launcher module's script, `python3 -m torch.distributed.run ... train.py`, wins) or -c
     const bool python = strncmp(out, "python", 6) == 0;
+    bool module = false;
     while ((s = next_word(s, word, sizeof word)) != NULL) {
         if (ends_with(word, ".py") || ends_with(word, ".sh")) {
             snprintf(out, n, "%s", base_name(word));
             return;
         }
-        if (python && strcmp(word, "-c") == 0) {
+        if (python && !module && strcmp(word, "-c") == 0) {
             snprintf(out, n, "python -c");
             return;
         }
-        if (python && strcmp(word, "-m") == 0) {
-            if (next_word(s, word, sizeof word)) snprintf(out, n, "%s", word);
-            return;
+        if (python && !module && strcmp(word, "-m") == 0 && next_word(s, word, sizeof word)) {
+            s = next_word(s, word, sizeof word);
+            snprintf(out, n, "%s", word);
+            module = true;
         }
     }
 }
