@@ -88,8 +88,8 @@ void report_program_of(const char *command, char *out, size_t n) {
             snprintf(out, n, "python -c");
             return;
         }
-        if (python && !module && strcmp(word, "-m") == 0 && next_word(s, word, sizeof word)) {
-            s = next_word(s, word, sizeof word);
+        if (python && !module && strcmp(word, "-m") == 0) {
+            if (!(s = next_word(s, word, sizeof word))) return;
             snprintf(out, n, "%s", word);
             module = true;
         }
