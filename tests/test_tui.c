@@ -693,17 +693,17 @@ static void assert_screen(int timeout_ms, const char *const *needles) {
     free(s);
 }
 
-static pid_t watchdog = -1;
-
-// A failed assertion ends the test's process at once (no teardown runs), which would leave the
-// tmux server and the TUI in it running: a watchdog process ends them ten minutes on, unless
-// tmux_stop() ends it first.
 // Presses key (tmux's send-keys names) and waits for the needles (assert_screen).
 static void press(const char *key, int timeout_ms, const char *const *needles) {
     tmux("send-keys -t amp %s", key);
     assert_screen(timeout_ms, needles);
 }
 
+static pid_t watchdog = -1;
+
+// A failed assertion ends the test's process at once (no teardown runs), which would leave the
+// tmux server and the TUI in it running: a watchdog process ends them ten minutes on, unless
+// tmux_stop() ends it first.
 static void tmux_start(const char *command) {
     snprintf(sock, sizeof sock, "amptui%d", (int)getpid());
     ck_assert_int_eq(tmux("new-session -d -s amp -x 80 -y 24 '%s'", command), 0);
