@@ -844,8 +844,9 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
         ck_assert_msg(selected_row() == want, "after %s: row %d selected, not %d", moves[i].key,
                       selected_row(), want);
     }
+    // 3 for the kernels view, Tab for the one after it (events), 2 back to the layers
     press("3", 10000, (const char *const[]){"no kernel data in this run", NULL});
-    press("Tab", 10000, (const char *const[]){"STEP SEV", "nonfinite_producer", NULL}); // next
+    press("Tab", 10000, (const char *const[]){"STEP SEV", "nonfinite_producer", NULL});
     press("2", 10000, (const char *const[]){"blocks.1.attn", NULL});
     press("s", 10000, (const char *const[]){"sort: layer", NULL});
     // A filter typed and then abandoned with Esc shows every row again.
