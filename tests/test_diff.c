@@ -99,6 +99,13 @@ static char *diff_of(const char *first, const char *second, const char *format) 
     return test_read_file(out_path, NULL);
 }
 
+// `ampprobe diff A B --format format` holds needle.
+static void diff_has(const char *format, const char *needle) {
+    char *t = diff_of(a_path, b_path, format);
+    HAS(t, needle);
+    free(t);
+}
+
 // The run at path ended with that exit status (META exit_status).
 static void exited(const char *path, int status) {
     char buf[128];
@@ -118,13 +125,9 @@ START_TEST(amp_faster_same_loss_either_order) {
     ck_assert_msg(!strstr(t, "torch.compile"), "%s", t); // two eager runs
     free(t);
     sql(b_path, "INSERT INTO META VALUES ('compiled', 'model', 1);");
-    t = diff_of(a_path, b_path, "text");
-    HAS(t, "torch.compile          no                 model");
-    free(t);
-    t = diff_of(a_path, b_path, "json");
-    HAS(t, "\"device\": \"cuda\", \"compiled\": \"model\", \"autocast\": true");
-    HAS(t, "\"device\": \"cuda\", \"compiled\": null, \"autocast\": false");
-    free(t);
+    diff_has("text", "torch.compile          no                 model");
+    diff_has("json", "\"device\": \"cuda\", \"compiled\": \"model\", \"autocast\": true");
+    diff_has("json", "\"device\": \"cuda\", \"compiled\": null, \"autocast\": false");
     t = diff_of(b_path, a_path, "text"); // the AMP run first
     HAS(t, "AMP run (A, fp16) is 2.5x faster than the fp32 run");
     free(t);
@@ -171,12 +174,9 @@ START_TEST(different_programs_are_named) {
     HAS(t, "program                train.py           train.py");
     free(t);
     sql(b_path, "UPDATE META SET value = 'python3 train_v2.py --amp' WHERE key = 'command';");
-    t = diff_of(a_path, b_path, "text");
-    HAS(t, "same loss within 0.3%. A and B ran different programs (train.py, train_v2.py).");
-    free(t);
-    t = diff_of(a_path, b_path, "json");
-    HAS(t, "\"program\": \"train_v2.py\", \"precision\": \"fp16\", \"device\": \"cuda\"");
-    free(t);
+    diff_has("text",
+             "same loss within 0.3%. A and B ran different programs (train.py, train_v2.py).");
+    diff_has("json", "\"program\": \"train_v2.py\", \"precision\": \"fp16\", \"device\": \"cuda\"");
 }
 END_TEST
 
