@@ -85,17 +85,17 @@ static int64_t col_i64(sqlite3_stmt *q, int i, int64_t none) {
     return sqlite3_column_type(q, i) == SQLITE_NULL ? none : sqlite3_column_int64(q, i);
 }
 
-// Prepares sql with the focus bound to ?1, ?2. false (err filled) on failure.
+// Prepares sql with the focus bound to ?1 (its first step) and ?2 (its last), those of them the
+// query has. false (err filled) on failure.
 static bool prepare(sqlite3 *db, const char *path, const char *sql, const report_model *m,
                     sqlite3_stmt **q, char *err) {
     if (sqlite3_prepare_v2(db, sql, -1, q, NULL) != SQLITE_OK) {
         snprintf(err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", path, sqlite3_errmsg(db));
         return false;
     }
-    if (sqlite3_bind_parameter_count(*q) >= 2) {
-        sqlite3_bind_int64(*q, 1, m->step_lo);
-        sqlite3_bind_int64(*q, 2, m->step_hi);
-    }
+    const int n = sqlite3_bind_parameter_count(*q);
+    if (n >= 1) sqlite3_bind_int64(*q, 1, m->step_lo);
+    if (n >= 2) sqlite3_bind_int64(*q, 2, m->step_hi);
     return true;
 }
 
@@ -205,11 +205,9 @@ static bool load_end(sqlite3 *db, report_model *m, char *err) {
     if (!finish(db, m->path, q, rc, err)) return false;
     if (m->step_lo == INT64_MIN) return true;
 
-    // (?2: the focus's end, bound by prepare with ?1 and unused)
     if (!prepare(db, m->path,
-                 "SELECT MIN(step) FROM AMP_EVENTS WHERE severity = 'error' AND step < ?1 AND "
-                 "?2 IS NOT NULL",
-                 m, &q, err))
+                 "SELECT MIN(step) FROM AMP_EVENTS WHERE severity = 'error' AND step < ?1", m, &q,
+                 err))
         return false;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW)
         e->first_error_before = col_i64(q, 0, -1);
