@@ -1659,11 +1659,12 @@ def _note_profiler():
         cuda = torch._C._profiler.ProfilerActivity.CUDA
     except (ImportError, AttributeError):  # another torch's profiler: nothing said
         return
-    said = []
+    said = False
 
     def prepare_trace(self, *args, **kwargs):
+        nonlocal said
         if not said and cuda in (getattr(self, "kineto_activities", None) or ()):
-            said.append(True)
+            said = True
             print("ampprobe: torch.profiler records no CUDA activity in this run: `ampprobe run` "
                   "traces CUDA through CUPTI, which serves one client a process (hence Kineto's "
                   "\"CUPTI initialization failed\"); its CPU events are recorded as usual. To "
