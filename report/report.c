@@ -145,10 +145,8 @@ static void find_spool(report_end *e, const char *path) {
                *name = slash ? slash + 1 : prefix;
     DIR *d = opendir(where);
     for (struct dirent *ent; d && !e->spool && (ent = readdir(d));) {
-        if (strncmp(ent->d_name, name, strlen(name)) != 0) continue;
-        size_t n = strlen(where) + strlen(ent->d_name) + 2;
-        e->spool = amp_xmalloc(n);
-        snprintf(e->spool, n, "%s/%s", where, ent->d_name);
+        if (strncmp(ent->d_name, name, strlen(name)) == 0)
+            e->spool = amp_path_join(where, ent->d_name);
     }
     if (d) closedir(d);
     free(prefix);

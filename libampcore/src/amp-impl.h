@@ -74,6 +74,8 @@ char *amp_one_line(char *s);
 // A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
 // NULL with errno set (ENAMETOOLONG when the name does not fit).
 char *amp_make_temp_dir(char *buf, size_t n, const char *prefix);
+// "dir/name", malloc'd (aborts on failure).
+char *amp_path_join(const char *dir, const char *name) __attribute__((returns_nonnull));
 // The folder of the running binary (/proc/self/exe without its last component) in buf (n
 // bytes), or NULL when it cannot be read or does not fit.
 char *amp_exe_dir(char *buf, size_t n);

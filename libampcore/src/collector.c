@@ -118,13 +118,6 @@ static void warn(amp_collector_t *c, const char *fmt, ...) {
     c->stats.warnings++;
 }
 
-static char *path_join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = amp_xmalloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Transactions: one per poll, cut every COMMIT_EVERY_NS while far behind
 
@@ -186,7 +179,7 @@ static amp_status put_time_meta(amp_collector_t *c, const char *prefix) {
 
 // Holds RESERVE_BYTES in a file of the spool directory (nothing when the disk has no room).
 static void hold_reserve(amp_collector_t *c) {
-    char *path = path_join(c->spool_dir, ".reserve");
+    char *path = amp_path_join(c->spool_dir, ".reserve");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0 && posix_fallocate(fd, 0, RESERVE_BYTES) == 0) {
         c->reserve = path;
@@ -200,7 +193,7 @@ static void hold_reserve(amp_collector_t *c) {
 // Holds the spool directory's AMP_SPOOL_LIVE_LOCK until the last read: writers that can take it
 // stop recording (a killed launcher reads nothing more: record.c).
 static void hold_live_lock(amp_collector_t *c) {
-    char *path = path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
+    char *path = amp_path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
     c->live_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->live_fd >= 0 && flock(c->live_fd, LOCK_EX | LOCK_NB) != 0) {
         // another collector on this directory holds it (it is the one writers watch), or the
@@ -214,7 +207,7 @@ static void hold_live_lock(amp_collector_t *c) {
 
 static void drop_live_lock(amp_collector_t *c) {
     if (c->live_fd < 0) return;
-    char *path = path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
+    char *path = amp_path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
     unlink(path);
     free(path);
     close(c->live_fd);
@@ -557,7 +550,7 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     spool_file *f = &c->files[c->n_files++];
     memset(f, 0, sizeof *f);
     f->name = amp_xstrdup(name);
-    char *path = path_join(c->spool_dir, name);
+    char *path = amp_path_join(c->spool_dir, name);
     f->fd = open(path, O_RDWR | O_CLOEXEC); // (for writing: to punch holes in it)
     f->can_punch = f->fd >= 0;
     if (f->fd < 0) f->fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -609,7 +602,7 @@ static void remove_done_files(amp_collector_t *c) {
     for (int i = 0; i < c->n_files; i++) {
         spool_file *f = &c->files[i];
         if (!f->done || f->fd < 0) continue;
-        char *path = path_join(c->spool_dir, f->name);
+        char *path = amp_path_join(c->spool_dir, f->name);
         unlink(path);
         free(path);
         file_close(f);
@@ -691,7 +684,7 @@ static void remove_spool(amp_collector_t *c) {
               strcmp(e->d_name + len - strlen(AMP_SPOOL_SUFFIX), AMP_SPOOL_SUFFIX) == 0) &&
             !(len > strlen(tmp) && strcmp(e->d_name + len - strlen(tmp), tmp) == 0))
             continue;
-        char *path = path_join(c->spool_dir, e->d_name);
+        char *path = amp_path_join(c->spool_dir, e->d_name);
         unlink(path);
         free(path);
     }

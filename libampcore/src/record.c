@@ -281,11 +281,11 @@ static amp_status spool_create(void) {
     g.fd = fd;
     g.write_failed = false;
     unlock(&g.io_lock);
-    n = strlen(g.dir) + sizeof AMP_SPOOL_LIVE_LOCK + 1;
-    char *live = amp_xmalloc(n);
-    snprintf(live, n, "%s/%s", g.dir, AMP_SPOOL_LIVE_LOCK);
-    if (g.live_fd < 0) g.live_fd = open(live, O_RDONLY | O_CLOEXEC); // (none: not checked)
-    free(live);
+    if (g.live_fd < 0) {
+        char *live = amp_path_join(g.dir, AMP_SPOOL_LIVE_LOCK);
+        g.live_fd = open(live, O_RDONLY | O_CLOEXEC); // (none: not checked)
+        free(live);
+    }
     return AMP_OK;
 }
 

@@ -121,6 +121,13 @@ char *amp_make_temp_dir(char *buf, size_t n, const char *prefix) {
     return mkdtemp(buf);
 }
 
+char *amp_path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = amp_xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
 char *amp_exe_dir(char *buf, size_t n) {
     ssize_t len = n > 1 ? readlink("/proc/self/exe", buf, n - 1) : -1;
     if (len <= 0) return NULL;
