@@ -12,6 +12,8 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +54,6 @@ static const char *next_word(const char *s, char *out, size_t n) {
     return s;
 }
 
-static const char *base_name(const char *path) {
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 static bool ends_with(const char *s, const char *suffix) {
     const size_t n = strlen(s), k = strlen(suffix);
     return n > k && strcmp(s + n - k, suffix) == 0;
@@ -67,12 +64,12 @@ void report_program_of(const char *command, char *out, size_t n) {
     out[0] = 0;
     const char *s = command ? next_word(command, word, sizeof word) : NULL;
     if (!s) return;
-    snprintf(out, n, "%s", base_name(word));
+    snprintf(out, n, "%s", amp_base_name(word));
     if (strcmp(out, "env") == 0) { // env [OPTION] [NAME=value]... PROG: PROG
         const char *t = s;
         while ((t = next_word(t, word, sizeof word)) != NULL && (strchr(word, '=') || *word == '-'))
             ;
-        if (t) s = t, snprintf(out, n, "%s", base_name(word));
+        if (t) s = t, snprintf(out, n, "%s", amp_base_name(word));
     }
     // an interpreter or a launcher (python3, bash, torchrun, deepspeed, accelerate launch, ...)
     // runs a script: the first word that names one; else a Python interpreter's -m module (a
@@ -81,7 +78,7 @@ void report_program_of(const char *command, char *out, size_t n) {
     bool module = false;
     while ((s = next_word(s, word, sizeof word)) != NULL) {
         if (ends_with(word, ".py") || ends_with(word, ".sh")) {
-            snprintf(out, n, "%s", base_name(word));
+            snprintf(out, n, "%s", amp_base_name(word));
             return;
         }
         if (python && !module && strcmp(word, "-c") == 0) {

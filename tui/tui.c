@@ -223,11 +223,6 @@ int tui_app_key(tui_app *app, int ch, const tui_layout *l) {
 // ---------------------------------------------------------------------------------------------
 // Drawing around the views
 
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 static void draw_header(const tui_app *app, const tui_layout *l) {
     const tui_model *m = &app->model;
     bool live =
@@ -239,8 +234,9 @@ static void draw_header(const tui_app *app, const tui_layout *l) {
     if (app->step >= 0)
         snprintf(step, sizeof step, "step %lld of %lld", (long long)app->step,
                  (long long)newest_step(m));
-    tui_print(0, 0, l->cols, A_REVERSE | A_BOLD, " ampprobe  %s  %s  %s  %s", base_name(m->path),
-              live ? "LIVE" : "REPLAY", app->following ? "following" : "PAUSED", step);
+    tui_print(0, 0, l->cols, A_REVERSE | A_BOLD, " ampprobe  %s  %s  %s  %s",
+              amp_base_name(m->path), live ? "LIVE" : "REPLAY",
+              app->following ? "following" : "PAUSED", step);
     if (l->cols > 60) tui_print(0, l->cols - 8, 8, A_REVERSE, "? help ");
 }
 
@@ -270,8 +266,8 @@ static void draw_footer(const tui_app *app, const tui_layout *l) {
         tui_print(y, 0, l->cols, A_BOLD, "%s", app->message);
     } else if (exit_status >= 0) {
         tui_print(y, 0, l->cols, tui_attr(app, exit_status ? TUI_PAIR_DANGER : TUI_PAIR_GOOD),
-                  "%s exited with status %d | output: %s | q quits", base_name(app->live->program),
-                  exit_status, app->live->log_path);
+                  "%s exited with status %d | output: %s | q quits",
+                  amp_base_name(app->live->program), exit_status, app->live->log_path);
     } else if (app->live) {
         tui_print(y, 0, l->cols, A_NORMAL, "output: %s | ? help  q quit", app->live->log_path);
     } else {

@@ -74,6 +74,11 @@ char *amp_one_line(char *s);
 // A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
 // NULL with errno set (ENAMETOOLONG when the name does not fit).
 char *amp_make_temp_dir(char *buf, size_t n, const char *prefix);
+// The last component of path (path itself when it has no '/').
+static inline const char *amp_base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
 // "dir/name", malloc'd (aborts on failure).
 char *amp_path_join(const char *dir, const char *name) __attribute__((returns_nonnull));
 // The folder of the running binary (/proc/self/exe without its last component) in buf (n
