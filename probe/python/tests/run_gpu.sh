@@ -48,7 +48,8 @@ one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gp
     # RUN_OPTS: more options of ampprobe run)
     local name=$1 module=$2
     shift 2
-    TORCH_LOGS=graph_breaks AMPPROBE_STATS_MODULE=$module "$DIST/ampprobe" run --torch --trace amp \
+    TORCH_LOGS=graph_breaks PYTHONFAULTHANDLER=1 AMPPROBE_STATS_MODULE=$module \
+        "$DIST/ampprobe" run --torch --trace amp \
         ${RUN_OPTS:-} -f -o "$WORK/$name.sqlite" \
         -- python3 "$HERE/${SCRIPT:-gpu_faults.py}" "$@" >"$WORK/$name.log" 2>&1
     echo $? >"$WORK/$name.rc"

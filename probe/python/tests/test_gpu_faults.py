@@ -47,8 +47,9 @@ CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
 def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", trace="amp",
            env=None):
     """Runs the case of script (None: a script without cases) under ampprobe run --torch
-    --trace trace (torch.compile's graph breaks logged; env: more environment), which must exit
-    with status; returns the database and the script's output (stdout and stderr)."""
+    --trace trace (torch.compile's graph breaks logged; Python's tracebacks of every thread on a
+    fatal signal, for a rare abort at exit; env: more environment), which must exit with status;
+    returns the database and the script's output (stdout and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     db = str(tmp_path / ("%s%s%s.sqlite" % (case or script[:-3], "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
@@ -57,7 +58,8 @@ def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", 
                          + (["--case", case] if case else [])
                          + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, TORCH_LOGS="graph_breaks", **(env or {})))
+                         env=dict(os.environ, TORCH_LOGS="graph_breaks", PYTHONFAULTHANDLER="1",
+                                  **(env or {})))
     assert run.returncode == status, "the script ended with %d:\n" % run.returncode + \
         run.stdout[-2000:] + run.stderr[-2000:]
     return db, run.stdout + run.stderr
