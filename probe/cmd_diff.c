@@ -92,20 +92,15 @@ int amp_cmd_diff(int argc, char **argv) {
         return 2;
     }
     int rc = 0;
-    FILE *out = stdout;
-    if (out_path && !(out = fopen(out_path, "w"))) {
-        fprintf(stderr, "ampprobe diff: %s: %s\n", out_path, strerror(errno));
+    FILE *out = amp_cmd_open_output("diff", out_path, files, 2);
+    if (!out) {
         rc = 2;
     } else {
         if (strcmp(format, "json") == 0)
             report_diff_json(out, &ma, &fa, &mb, &fb);
         else
             report_diff_text(out, &ma, &fa, &mb, &fb);
-        if ((out != stdout ? fclose(out) : fflush(out)) != 0) {
-            fprintf(stderr, "ampprobe diff: %s: %s\n", out_path ? out_path : "stdout",
-                    strerror(errno));
-            rc = 2;
-        }
+        rc = amp_cmd_close_output("diff", out_path, out);
     }
     report_findings_free(&fa);
     report_findings_free(&fb);

@@ -148,9 +148,9 @@ int amp_cmd_report(int argc, char **argv) {
         fprintf(stderr, "ampprobe report: %s\n", err);
         return 2;
     }
-    FILE *out = stdout;
-    if (o.out_path && !(out = fopen(o.out_path, "w"))) {
-        fprintf(stderr, "ampprobe report: %s: %s\n", o.out_path, strerror(errno));
+    const char *inputs[] = {o.file};
+    FILE *out = amp_cmd_open_output("report", o.out_path, inputs, 1);
+    if (!out) {
         report_model_free(&m);
         return 2;
     }
@@ -167,14 +167,7 @@ int amp_cmd_report(int argc, char **argv) {
     rc = 0;
     for (size_t i = 0; i < f.n && o.fail_on >= 0; i++)
         if ((int)f.v[i].severity >= o.fail_on) rc = 1;
-    if (out != stdout) {
-        if (fclose(out) != 0) {
-            fprintf(stderr, "ampprobe report: %s: %s\n", o.out_path, strerror(errno));
-            rc = 2;
-        }
-    } else if (fflush(out) != 0) {
-        rc = 2;
-    }
+    if (amp_cmd_close_output("report", o.out_path, out) != 0) rc = 2;
     report_findings_free(&f);
     report_model_free(&m);
     return rc;

@@ -13,4 +13,14 @@ int amp_cmd_calibrate(int argc, char **argv);
 int amp_cmd_diff(int argc, char **argv);
 int amp_cmd_tui(int argc, char **argv);
 
+#include <stdio.h>
+
+// The output of report and diff (output.c): stdout when path is NULL, else the file path, which
+// must not be one of the n databases in inputs (or their SQLite side files). NULL after saying
+// why on stderr ("ampprobe CMD: ...").
+FILE *amp_cmd_open_output(const char *cmd, const char *path, const char *const *inputs, int n);
+// Flushes out (and closes it unless it is stdout); 0, or 2 after saying on stderr that the output
+// could not be written (a full disk), naming path or stdout.
+int amp_cmd_close_output(const char *cmd, const char *path, FILE *out);
+
 #endif

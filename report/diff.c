@@ -14,6 +14,7 @@
 
 #include "amp-impl.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,13 +215,18 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         return;
     }
     const report_findings *fbase = swap ? fb : fa;
+    bool about_cand = true; // the sentence so far is about the candidate alone ("its", "holds")
     if (cand->errors && fc->n && base->errors && fbase->n) {
+        about_cand = false;
         if (same_finding(&fc->v[0], &fbase->v[0]))
             PUT("Both runs broke the same way: %s", fc->v[0].title);
         else
             PUT("Both runs broke: %s: %s; %s: %s", name, fc->v[0].title, other, fbase->v[0].title);
     } else if (cand->errors && fc->n) {
         PUT("%s broke: %s", name, fc->v[0].title);
+    } else if (base->errors && fbase->n) {
+        about_cand = false;
+        PUT("%c%s broke: %s", toupper((unsigned char)other[0]), other + 1, fbase->v[0].title);
     } else if (isnan(base->step_ms) || isnan(cand->step_ms)) {
         PUT("%s: no step times to compare", name);
     } else {
@@ -235,7 +241,7 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
             PUT("%s is %.0f%% slower than %s", name, 100 * (1 / r - 1), other);
         else
             PUT("%s is as fast as %s (within %.0f%%)", name, other, 100 * SAME_SPEED);
-        if (r <= 1 - SAME_SPEED && cand->autocast) {
+        if (r <= 1 - SAME_SPEED && cand->autocast && !base->autocast) {
             const report_finding *p = payoff(fc);
             bool cpu = mc->device && strcmp(mc->device, "cpu") == 0;
             bool launch = p && strstr(p->title, "launch-bound");
@@ -249,15 +255,17 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     }
     if (base->peak_mem > 0 && cand->peak_mem > 0) {
         double m = cand->peak_mem / base->peak_mem;
-        if (m <= 1 - SAME_MEMORY)
-            PUT(", holds %.0f%% less memory", 100 * (1 - m));
-        else if (m >= 1 + SAME_MEMORY)
-            PUT(", holds %.0f%% more memory", 100 * (m - 1));
+        if (m <= 1 - SAME_MEMORY || m >= 1 + SAME_MEMORY)
+            PUT(", %s%sholds %.0f%% %s memory%s%s", about_cand ? "" : name, about_cand ? "" : " ",
+                100 * fabs(1 - m), m < 1 ? "less" : "more", about_cand ? "" : " than ",
+                about_cand ? "" : other);
     }
     if (isnan(cand->final_loss) && isnan(base->final_loss))
         PUT("; neither final loss is finite");
+    else if (isnan(cand->final_loss) && about_cand)
+        PUT("; its final loss is not finite");
     else if (isnan(cand->final_loss) || isnan(base->final_loss))
-        PUT("; %s final loss is not finite", isnan(cand->final_loss) ? "its" : "the baseline's");
+        PUT("; the final loss of %s is not finite", isnan(cand->final_loss) ? name : other);
     else {
         double rel =
             fabs(cand->final_loss - base->final_loss) / fmax(fabs(base->final_loss), 1e-12);

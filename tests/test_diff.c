@@ -258,8 +258,73 @@ START_TEST(both_broke) {
     t = diff_of(a_path, b_path, "text");
     HAS(t, "Both runs broke: B: the top level linear produced non-finite values from finite "
            "inputs at step 19");
-    HAS(t, "; A: the program crashed with SIGSEGV after step 19; its final loss is not finite.");
+    HAS(t, "; A: the program crashed with SIGSEGV after step 19; the final loss of B is not "
+           "finite.");
     free(t);
+    sql(b_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes / 2;");
+    diff_has("text", "after step 19, B holds 50% less memory than A; the final loss of B");
+}
+END_TEST
+
+// A baseline that broke is named as the one that broke, whichever argument it is.
+START_TEST(the_baseline_broke) {
+    run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
+    run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
+    sql(a_path,
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 12;"
+        "INSERT INTO AMP_EVENTS (pid, step, last_step, layer_id, op, phase, kind, "
+        "severity, count, aggregate, occurrences, detail) VALUES (1, 12, 19, 1, 'linear', 'fwd', "
+        "'nonfinite_input', 'error', 8, 0, 1, NULL);");
+    const char *want = "The fp32 run broke: NaN/inf in the input data at step 12";
+    diff_has("text", want);
+    char *t = diff_of(b_path, a_path, "text");
+    HAS(t, want);
+    HAS(t, ", AMP run (A, fp16) holds 40% less memory than the fp32 run; the final loss of the "
+           "fp32 run is not finite.");
+    free(t);
+}
+END_TEST
+
+// Two AMP runs on the CPU: the slower one is not explained by fp16's emulation there.
+START_TEST(two_amp_runs_are_not_explained_by_emulation) {
+    run(a_path, 20, 4.0, 1.0, 0, true, "cpu");
+    run(b_path, 20, 10.0, 1.0, 0, true, "cpu");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "B is 2.5x slower than A, same loss");
+    ck_assert_msg(!strstr(t, "Tensor Cores"), "%s", t);
+    free(t);
+}
+END_TEST
+
+// -o naming a database the command reads is refused (it would destroy the run); a full disk
+// behind stdout is an error that says so.
+START_TEST(output_over_an_input_or_to_a_full_disk_is_refused) {
+    run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
+    run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
+    char alias[160];
+    snprintf(alias, sizeof alias, "%s/../%s/b.sqlite", dir, strrchr(dir, '/') + 1);
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", alias), 2);
+    char *e = test_read_file(err_path, NULL);
+    HAS(e, "which this command reads; name another file");
+    free(e);
+    ck_assert_int_eq(CMD(a_path, b_path, "-o", ""), 2);
+    e = test_read_file(err_path, NULL);
+    HAS(e, "ampprobe diff: -o needs a file name\n");
+    free(e);
+    ck_assert_int_eq(CMD(a_path, b_path), 0); // b.sqlite still a database
+    if (access("/dev/full", W_OK) != 0) return;
+    fflush(stdout);
+    int saved = dup(1), full = open("/dev/full", O_WRONLY);
+    dup2(full, 1);
+    close(full);
+    int rc = CMD(a_path, b_path);
+    clearerr(stdout);
+    dup2(saved, 1);
+    close(saved);
+    ck_assert_int_eq(rc, 2);
+    e = test_read_file(err_path, NULL);
+    HAS(e, "ampprobe diff: stdout: No space left on device");
+    free(e);
 }
 END_TEST
 
@@ -313,6 +378,9 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, same_losses_and_a_killed_run);
     tcase_add_test(tc, a_run_without_steps);
     tcase_add_test(tc, both_broke);
+    tcase_add_test(tc, the_baseline_broke);
+    tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);
+    tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
     tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);
     suite_add_tcase(s, tc);

@@ -1921,6 +1921,11 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     ck_assert_ptr_nonnull(strstr(e, "--fail-on: 'fatal'"));
     free(e);
     ck_assert_int_eq(CMD(db_path, "--fail-on"), 2);
+    ck_assert_int_eq(CMD(db_path, "-o", db_path), 2); // over the database it reads
+    e = test_read_file(err_path, NULL);
+    ck_assert_ptr_nonnull(strstr(e, "which this command reads; name another file"));
+    free(e);
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0); // the database still one
 }
 END_TEST
 
