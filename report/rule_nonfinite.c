@@ -380,6 +380,25 @@ static int detail_len(const report_event *e) {
     return n;
 }
 
+// The steps of pid right after last whose loss is non-finite with no forward root of their own,
+// up to *until: what an optimizer that stepped on NaN/inf gradients leaves (weights non-finite).
+static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, int64_t *until) {
+    int64_t next_root = INT64_MAX;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *o = &m->events[i];
+        if (o->pid == pid && fwd_root(o) && o->step > last && o->step < next_root)
+            next_root = o->step;
+    }
+    int64_t n = 0;
+    for (int64_t s = last + 1; s < next_root; s++) {
+        const report_step *st = report_step_find(m, pid, s);
+        if (!st || st->loss_finite) break;
+        n++;
+        *until = s;
+    }
+    return n;
+}
+
 static void add_forward_root(const report_model *m, const report_event *e, report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
@@ -389,13 +408,27 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     explain_forward(f, e, &r);
     int64_t losses = count_kind(m, e->pid, AMP_EVENT_LOSS_NONFINITE, f->first_step, f->last_step);
     int64_t skipped = count_kind(m, e->pid, AMP_EVENT_STEP_SKIPPED, f->first_step, f->last_step);
+    int64_t until = 0, after = poisoned_after(m, e->pid, f->last_step, &until);
+    char then[384] = "", span[64];
+    if (after == 1)
+        snprintf(span, sizeof span, "step %lld", (long long)until);
+    else
+        snprintf(span, sizeof span, "steps %lld-%lld", (long long)f->last_step + 1,
+                 (long long)until);
+    if (after > 0)
+        snprintf(then, sizeof then,
+                 " Then %lld more step%s with a non-finite loss and no producer of %s own (%s): "
+                 "the optimizer stepped on the non-finite gradients of step %lld, with no "
+                 "GradScaler to skip it, and the weights are non-finite since.",
+                 (long long)after, after == 1 ? "" : "s", after == 1 ? "its" : "their", span,
+                 (long long)f->last_step);
     int dl = detail_len(e);
     // made outside the model, where modules the PyTorch bridge did not watch may have run
     const bool elsewhere = !f->layer[0] && m->unwatched && is(e, AMP_EVENT_NONFINITE_PRODUCER);
     snprintf(f->detail, sizeof f->detail,
-             "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.%s%s%s", dl,
+             "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.%s%s%s%s", dl,
              dl ? e->detail : "", dl ? ".\n" : "", (long long)occ, occ == 1 ? "" : "s",
-             (long long)losses, (long long)skipped,
+             (long long)losses, (long long)skipped, then,
              elsewhere ? " The code outside the model runs modules that were not watched, which "
                          "may be where it was made: "
                        : "",
@@ -410,6 +443,7 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     if (strcmp(r.out_dtype, "f16") == 0) report_finding_evidence(f, "dtype_max", REPORT_F16_MAX);
     report_finding_evidence(f, "nonfinite_losses", (double)losses);
     report_finding_evidence(f, "skipped_steps", (double)skipped);
+    report_finding_evidence(f, "nonfinite_losses_after", (double)after);
 }
 
 // elementwise backward ops that never overflow into NaN: from finite values they give NaN only at

@@ -514,6 +514,35 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
+// Without a GradScaler the optimizer steps on the NaN gradients of the step the data brought a
+// NaN to: the steps after it are non-finite from the weights, with no producer of their own,
+// counted with the data's finding; a loss that turns finite again ends that count.
+START_TEST(nonfinite_steps_after_an_unskipped_step_are_counted) {
+    layers();
+    steps(8, 1);
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 5;" EVENTS_VALUES
+        "(1, 5, 0, 'linear', 'fwd', 'nonfinite_input', 'error', 64, 0, 'input 0 f32 (16, 32) "
+        "min 0 max 1 amax 1 (1 nan, 0 +inf, 0 -inf); ', 0, 1, 5),"
+        "(1, 5, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, 0, NULL, 0, 1, 5),"
+        "(1, 6, 0, 'linear', 'fwd', 'nonfinite_propagated', 'info', 4096, 0, 'x', 0, 2, 7),"
+        "(1, 6, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, 0, NULL, 0, 2, 7);");
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail,
+                                 "1 step affected; non-finite loss in 1, 0 skipped. Then 2 more "
+                                 "steps with a non-finite loss and no producer of their own "
+                                 "(steps 6-7): the optimizer stepped on the non-finite gradients "
+                                 "of step 5"));
+    ck_assert_double_eq(evidence(&findings.v[0], "nonfinite_losses_after"), 2);
+    release();
+    sql("UPDATE AMP_STEPS SET loss = 3, loss_finite = 1 WHERE step = 7;");
+    analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "Then 1 more step with a non-finite loss "
+                                                       "and no producer of its own (step 6)"));
+    release();
+}
+END_TEST
+
 // One producer event (an AMP_EVENTS row's values) over a healthy run: the one error, its title
 // and a part of its advice.
 static void explained(const char *event, const char *title, const char *advice) {
@@ -1960,6 +1989,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
+    tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
