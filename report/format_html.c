@@ -188,7 +188,9 @@ static void plot_scale(FILE *out, const report_model *m) {
     }
     if (!isfinite(p.y0)) return; // no GradScaler
     p.y0 /= 2, p.y1 *= 2;
-    svg_open(out, "Loss scale", "GradScaler scale per step on a log axis; skipped steps marked");
+    svg_open(out, "Loss scale",
+             "GradScaler scale per step on a log axis; skipped steps marked (at a scale of 0: "
+             "grey, on the bottom edge)");
     axes(out, &p, "step", "loss scale");
     size_t stride = n / PLOT_POINTS + 1;
     fputs("<polyline class=\"line\" stroke=\"#2ca02c\" points=\"", out);
@@ -197,14 +199,18 @@ static void plot_scale(FILE *out, const report_model *m) {
             fprintf(out, "%.1f,%.1f ", px(&p, (double)m->steps[i].step),
                     py(&p, m->steps[i].scale_before));
     fputs("\"/>", out);
+    bool at_zero = false;            // skipped at a scale of 0 (a collapse past the smallest float)
     for (size_t i = 0; i < n; i++) { // every skipped step, also between plotted points
         const report_step *s = &m->steps[i];
-        if (s->skipped && s->scale_before > 0)
-            fprintf(out, "<path d=\"M%.1f %.1fl-4 -7h8z\" fill=\"#d62728\"/>",
-                    px(&p, (double)s->step), py(&p, s->scale_before) - 2);
+        if (!s->skipped || !(s->scale_before >= 0)) continue;
+        at_zero |= s->scale_before == 0;
+        fprintf(out, "<path d=\"M%.1f %.1fl-4 -7h8z\" fill=\"%s\"/>", px(&p, (double)s->step),
+                py(&p, s->scale_before > 0 ? s->scale_before : p.y0) - 2,
+                s->scale_before > 0 ? "#d62728" : "#7f7f7f");
     }
     legend(out, 0, "#2ca02c", "scale");
     legend(out, 1, "#d62728", "skipped step");
+    if (at_zero) legend(out, 2, "#7f7f7f", "skipped at scale 0");
     svg_close(out);
 }
 

@@ -406,21 +406,24 @@ bool report_dtype_lowp(const char *dtype) {
     return !isnan(report_dtype_max(dtype));
 }
 
-// max: report_dtype_max(s->target), looked up once a group rather than once a row.
-static void add_stats_row(report_stats *s, double max, sqlite3_stmt *q) {
+// max: report_dtype_max(s->target), looked up once a group rather than once a row; thrown: a
+// gradient of a step whose update the GradScaler skipped, whose values never reached the weights
+// (its elements, underflow and zeros are left out: at a scale driven to 0 they are all zero).
+static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt *q) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);
     const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL;
     const double amax = sqlite3_column_double(q, 7);
     const int64_t nan = col_i64(q, 12, 0), posinf = col_i64(q, 13, 0), neginf = col_i64(q, 14, 0);
     s->tensors++;
-    s->numel += numel;
     if (has_amax && !(amax <= s->amax)) s->amax = amax; // (NaN: the first one)
     if (step < s->first_step) s->first_step = step;
     if (step > s->last_step) s->last_step = step;
     s->n_overflow += col_i64(q, 9, 0);
+    s->n_nonfinite += nan + posinf + neginf;
+    if (thrown) return;
+    s->numel += numel;
     s->n_underflow += col_i64(q, 10, 0);
     s->n_zero += col_i64(q, 11, 0);
-    s->n_nonfinite += nan + posinf + neginf;
     if (has_amax && amax == 0 && numel > 1 && nan + posinf + neginf == 0) {
         s->zero_tensors++;
         s->zero_numel += numel;
@@ -434,11 +437,17 @@ static void add_stats_row(report_stats *s, double max, sqlite3_stmt *q) {
     }
 }
 
-// A gradient's amax (numel > 1) into its step record's largest.
-static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax) {
+// The step record of a gradient row (NULL: none), through a cache of the last one.
+static report_step *grad_step(stats_pass *p, int32_t pid, int64_t step) {
     if (!p->step || p->step->pid != pid || p->step->step != step)
         p->step = (report_step *)report_step_find(p->m, pid, step);
-    if (p->step && !(amax <= p->step->grad_amax)) p->step->grad_amax = amax;
+    return p->step;
+}
+
+// A gradient's amax (numel > 1) into its step record's largest.
+static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax) {
+    report_step *st = grad_step(p, pid, step);
+    if (st && !(amax <= st->grad_amax)) st->grad_amax = amax;
 }
 
 // An activation's amax into its layer's bucket.
@@ -514,7 +523,8 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
                    strcmp(last->kind, "weight_grad") == 0;
             max = report_dtype_max(last->target);
         }
-        add_stats_row(last, max, q);
+        const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
+        add_stats_row(last, max, st && st->has_scale && st->skipped, q);
         if (sqlite3_column_type(q, 7) == SQLITE_NULL) continue;
         const double amax = sqlite3_column_double(q, 7);
         const int64_t step = sqlite3_column_int64(q, 8);

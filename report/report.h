@@ -82,6 +82,8 @@ typedef struct report_stats {
     int32_t pid;
     int32_t layer_id;                          // -1: none
     const char *op, *kind, *dtype, *target;    // "" when not recorded
+    // numel, n_underflow, n_zero and zero_*: of gradients, those of the steps whose update was
+    // applied (a step the GradScaler skipped threw its gradients away)
     int64_t tensors, numel;                    // rows, and their elements summed
     double amax;                               // largest amax; NaN: no finite value
     int64_t first_step, last_step;

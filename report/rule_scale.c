@@ -30,22 +30,25 @@ typedef struct scale_run {
     int64_t n, skipped, calib_skipped, backoffs, growths, cycles;
     int64_t first_step, last_step;
     double scale_min, scale_max, scale_last;
-    // the longest run of consecutive backoffs
-    int64_t collapse_len, collapse_first, collapse_last;
+    // the longest run of consecutive backoffs, and the overflowing updates at a scale of 0 that
+    // followed it (a scale halved past the smallest float stays 0, and every step is skipped)
+    int64_t collapse_len, collapse_first, collapse_last, collapse_zeros, collapse_zero_last;
     double collapse_from, collapse_to;
     int64_t min_growth_interval; // fewest clean updates before a growth; -1: no growth
     int64_t last_half_backoffs;
     int64_t first_skip, last_skip;
 } scale_run;
 
-// The scale updates of one process, from index *i on; *i ends past them.
+// The scale updates of one process, from index *i on; *i ends past them. Skips count as the
+// initial calibration until the first applied update, when the focus begins at the run's start
+// (with --steps from a later step, the updates before it are not read: none is calibration).
 static void scan(const report_model *m, size_t *i, scale_run *r) {
     *r = (scale_run){.pid = m->steps[*i].pid, .first_step = -1, .scale_min = NAN,
                      .scale_max = NAN, .scale_last = NAN, .min_growth_interval = -1,
                      .first_skip = -1, .last_skip = -1};
-    int64_t run = 0, run_first = -1, clean = 0;
+    int64_t run = 0, run_first = -1, run_zeros = 0, clean = 0;
     double run_from = NAN;
-    bool grew_since_backoff = false, calibrating = true;
+    bool grew_since_backoff = false, calibrating = m->step_lo <= 0;
     size_t start = *i;
     size_t end = start;
     while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
@@ -75,12 +78,19 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             calibrating = false;
         }
         bool backoff = s->scale_after < s->scale_before, growth = s->scale_after > s->scale_before;
-        if (backoff) {
+        if (run > 0 && s->found_inf && s->scale_before == 0 && s->scale_after == 0) {
+            run_zeros++; // the collapse goes on at 0
+            if (r->collapse_first == run_first) {
+                r->collapse_zeros = run_zeros;
+                r->collapse_zero_last = s->step;
+            }
+            clean = 0;
+        } else if (backoff) {
             r->backoffs++;
             if (seen * 2 > n_scaled) r->last_half_backoffs++;
             if (grew_since_backoff) r->cycles++;
             grew_since_backoff = false;
-            if (run == 0) run_first = s->step, run_from = s->scale_before;
+            if (run == 0) run_first = s->step, run_from = s->scale_before, run_zeros = 0;
             run++;
             if (run > r->collapse_len) {
                 r->collapse_len = run;
@@ -88,10 +98,12 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
                 r->collapse_last = s->step;
                 r->collapse_from = run_from;
                 r->collapse_to = s->scale_after;
+                r->collapse_zeros = 0;
             }
             clean = 0;
         } else {
             run = 0;
+            run_zeros = 0;
             if (!s->found_inf) clean++;
             if (growth) {
                 r->growths++;
@@ -153,6 +165,10 @@ static void init_scale_words(char *buf, size_t n, double rec_scale, double u) {
                  rec_scale, u, rec_scale);
 }
 
+static const char broken_forward_advice[] =
+    "Fix the non-finite forward pass first (see the nonfinite-root-cause finding): no loss scale "
+    "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
+
 void rule_scale_run(const report_model *m, report_findings *out) {
     double u = report_unscaled_grad_amax(m);
     double rec = report_scale_for_amax(u);
@@ -171,11 +187,18 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
             f->first_step = r.collapse_first;
-            f->last_step = r.collapse_last;
+            f->last_step = r.collapse_zeros ? r.collapse_zero_last : r.collapse_last;
+            char zeros[128] = "";
+            if (r.collapse_zeros)
+                snprintf(zeros, sizeof zeros,
+                         ", then %lld more overflowing step%s at 0 (to step %lld)",
+                         (long long)r.collapse_zeros, r.collapse_zeros == 1 ? "" : "s",
+                         (long long)r.collapse_zero_last);
             snprintf(f->title, sizeof f->title,
-                     "loss scale collapse: %lld consecutive backoffs from %.9g to %.9g (steps %lld-%lld)",
+                     "loss scale collapse: %lld consecutive backoffs from %.9g to %.9g (steps "
+                     "%lld-%lld)%s",
                      (long long)r.collapse_len, r.collapse_from, r.collapse_to,
-                     (long long)r.collapse_first, (long long)r.collapse_last);
+                     (long long)r.collapse_first, (long long)r.collapse_last, zeros);
             int k =
                 snprintf(f->detail, sizeof f->detail,
                          "%lld of %lld steps skipped; every update in that range found inf/NaN "
@@ -196,10 +219,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                 report_finding_evidence(f, "loss_jump", jump);
             }
             if (broken)
-                snprintf(f->advice, sizeof f->advice,
-                         "Fix the non-finite forward pass first (see the nonfinite-root-cause "
-                         "finding): no loss scale can make a NaN forward finite, so the scaler "
-                         "halves the scale toward 0 and skips every step.");
+                snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
             else
                 snprintf(f->advice, sizeof f->advice,
                          "The gradients overflow at every scale: they explode. Clip them "
@@ -209,6 +229,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             report_finding_evidence(f, "consecutive_backoffs", (double)r.collapse_len);
             report_finding_evidence(f, "scale_from", r.collapse_from);
             report_finding_evidence(f, "scale_to", r.collapse_to);
+            report_finding_evidence(f, "steps_at_zero", (double)r.collapse_zeros);
             report_finding_evidence(f, "skipped_steps", (double)r.skipped);
             report_finding_evidence(f, "steps", (double)r.n);
             reported = true;
@@ -251,14 +272,29 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                      "%.0f%% of the steps were skipped (%lld of %lld after calibration)",
                      100 * rate, (long long)(r.skipped - r.calib_skipped),
                      (long long)(r.n - r.calib_skipped));
-            snprintf(f->detail, sizeof f->detail,
-                     "The gradients keep overflowing at scales between %.9g and %.9g; each overflow "
-                     "throws a step away.",
-                     r.scale_min, r.scale_max);
-            snprintf(f->advice, sizeof f->advice,
-                     "Start lower and grow slower: %s, growth_interval=2000. If the overflows "
-                     "come from a few outlier batches, clip the gradients.",
-                     init_words);
+            bool broken = forward_broken(m, r.pid, r.first_skip, r.last_skip);
+            snprintf(
+                f->detail, sizeof f->detail,
+                "The gradients keep overflowing at scales between %.9g and %.9g; each overflow "
+                "throws a step away.%s",
+                r.scale_min, r.scale_max,
+                broken ? " The forward pass was non-finite in those steps." : "");
+            if (broken)
+                snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
+            else if (rec >= r.scale_max)
+                // the steps kept fit a scale above any that overflowed: outliers, not the scale
+                snprintf(f->advice, sizeof f->advice,
+                         "The gradients of the steps kept fit %s, above the scales that "
+                         "overflowed: the overflows come from outlier batches or a spike, not "
+                         "from the scale. Clip the gradients (unscale_, then clip_grad_norm_), "
+                         "look at the batches of the skipped steps, and let the scale grow "
+                         "slower (growth_interval=2000).",
+                         init_words);
+            else
+                snprintf(f->advice, sizeof f->advice,
+                         "Start lower and grow slower: %s, growth_interval=2000. If the overflows "
+                         "come from a few outlier batches, clip the gradients.",
+                         init_words);
             report_finding_evidence(f, "skip_rate", rate);
             report_finding_evidence(f, "skipped_steps", (double)r.skipped);
             report_finding_evidence(f, "calibration_skips", (double)r.calib_skipped);

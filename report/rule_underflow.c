@@ -10,7 +10,9 @@
  * their smallest gradients to subnormals; layers losing 5% or more are named (info), and 20% in
  * a layer is a warning, with the loss scale that would keep them (from the observed gradient
  * amax: the largest power of two that keeps it under 65504/2). A run that computed no gradient
- * in fp16/bf16 (fp32) gets info at most: what fp16 without loss scaling would lose.
+ * in fp16/bf16 (fp32) gets info at most: what fp16 without loss scaling would lose. Steps the
+ * GradScaler skipped are left out (their gradients never reached the weights; after a collapse
+ * to a scale of 0 they are all zero).
  */
 #include "report.h"
 
@@ -44,10 +46,11 @@ static int cmp_share(const void *pa, const void *pb) {
     return a->layer_id < b->layer_id ? -1 : a->layer_id > b->layer_id;
 }
 
-// The scale the run used last (scale_before of the last step with a scaler record); NaN: none.
+// The scale of the run's last applied update (scale_before of the last step the GradScaler did
+// not skip: the gradients counted here are of such steps); NaN: none.
 static double last_scale(const report_model *m) {
     for (size_t i = m->n_steps; i-- > 0;)
-        if (m->steps[i].has_scale) return m->steps[i].scale_before;
+        if (m->steps[i].has_scale && !m->steps[i].skipped) return m->steps[i].scale_before;
     return NAN;
 }
 

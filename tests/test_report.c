@@ -865,6 +865,18 @@ START_TEST(scale_collapse_and_stuck_low_are_warnings) {
                   "%s", findings.v[0].detail);
     ck_assert_close(evidence(&findings.v[0], "loss_jump"), 3.97 * 600 / 3.99, 1e-9, 0);
     release();
+    // halved past the smallest float the scale is 0, and stays there: the steps at 0 belong to
+    // the collapse
+    sql("UPDATE AMP_STEPS SET scale_after = 0 WHERE step = 8;"
+        "UPDATE AMP_STEPS SET scale_before = 0, scale_after = 0 WHERE step > 8;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(findings.v[0].title, "loss scale collapse: 6 consecutive backoffs from 65536 "
+                                          "to 0 (steps 3-8), then 3 more overflowing steps at 0 "
+                                          "(to step 11)");
+    ck_assert_int_eq(findings.v[0].last_step, 11);
+    ck_assert_close(evidence(&findings.v[0], "steps_at_zero"), 3, 0, 0);
+    release();
 
     sql("DELETE FROM AMP_STEPS;");
     steps(12, 1);
@@ -878,6 +890,40 @@ START_TEST(scale_collapse_and_stuck_low_are_warnings) {
 }
 END_TEST
 
+// Skips now and then after the calibration: a warning whose advice follows the cause (the
+// scale, outlier steps, a forward that went non-finite).
+START_TEST(scale_skip_rate_advice_follows_the_cause) {
+    healthy(20);
+    sql("UPDATE AMP_STEPS SET scale_after = scale_before / 2, skipped = 1, found_inf = 1 WHERE "
+        "step IN (5, 9, 13);"
+        "UPDATE AMP_STEPS SET scale_before = 32768, scale_after = 32768 WHERE step > 5;"
+        "UPDATE AMP_STEPS SET scale_after = 16384 WHERE step = 9;"
+        "UPDATE AMP_STEPS SET scale_before = 16384, scale_after = 16384 WHERE step > 9;"
+        "UPDATE AMP_STEPS SET scale_after = 8192 WHERE step = 13;"
+        "UPDATE AMP_STEPS SET scale_before = 8192, scale_after = 8192 WHERE step > 13;"
+        "UPDATE AMP_TENSOR_STATS SET amax = amax / 8 WHERE kind != 'activation';");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "15% of the steps were skipped"));
+    // the kept steps' gradients (amax 835 at 8192) fit 262144, above every scale that
+    // overflowed: not "start lower"
+    ck_assert_msg(strstr(findings.v[0].advice, "the overflows come from outlier batches"), "%s",
+                  findings.v[0].advice);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET amax = amax * 64, max = max * 64, min = min * 64;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].advice, "Start lower and grow slower: init_scale="), "%s",
+                  findings.v[0].advice);
+    release();
+    sql(EVENTS_VALUES "(1, 9, 0, 'matmul', 'fwd', 'nonfinite_producer', 'error', 8, 0, NULL, 0, "
+                      "1, 9);");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Fix the non-finite forward pass first"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "The forward pass was non-finite"));
+    release();
+}
+END_TEST
+
 START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
     healthy(20);
     // the usual start: three skipped steps while the scale backs off to where gradients fit
@@ -887,6 +933,13 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
+    release();
+    // skips in the middle of a run are no calibration when a focus (--steps) begins at them
+    sql("UPDATE AMP_STEPS SET scale_after = scale_before / 2, skipped = 1, found_inf = 1 WHERE "
+        "step BETWEEN 10 AND 13;");
+    analyse("loss-scale", 10, 13);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_close(evidence(&findings.v[0], "calibration_skips"), 0, 0, 0);
     release();
 }
 END_TEST
@@ -959,6 +1012,18 @@ START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].layer, "head");
+    release();
+    // ... unless the GradScaler skipped those steps (a scale collapsed to 0 zeroes every
+    // gradient): their gradients never reached the weights
+    sql("UPDATE AMP_STEPS SET found_inf = 1, skipped = 1, scale_before = 0, scale_after = 0 "
+        "WHERE step >= 2;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1); // steps 0 and 1
+    ck_assert_close(evidence(&findings.v[0], "loss_scale"), 65536, 0, 0);
+    release();
+    sql("UPDATE AMP_STEPS SET found_inf = 1, skipped = 1, scale_before = 0, scale_after = 0;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
     release();
 }
 END_TEST
@@ -2005,6 +2070,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
+    tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
