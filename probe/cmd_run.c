@@ -78,8 +78,13 @@ static const char usage_text[] =
     "                       step late)\n"
     "  -h, --help           this help\n"
     "\n"
-    "Exit status: PROG's own (128+N when signal N ended it); 127 when PROG is not found;\n"
-    "2 for a usage error or an output file that exists or cannot be created.\n";
+    "Exit status: PROG's own (128+N when signal N ended it); 127 when PROG (or the\n"
+    "interpreter its #! line names) is not found; 126 when it is not executable or a directory;\n"
+    "2 for a usage error or an output file that exists or cannot be created.\n"
+    "\n"
+    "Signals sent to ampprobe alone (kill, a batch system's SIGTERM) go on to PROG and to the\n"
+    "recording processes below it. AMPPROBE_STATS_EVERY in the environment stands in for\n"
+    "--stats-every.\n";
 
 typedef struct run_opts {
     const char *output; // NULL: ampprobe-N.sqlite
@@ -101,11 +106,15 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static bool valid_count(const char *s) {
-    char *end;
+// A number of steps: digits only (no sign, no spaces), 1 to INT_MAX. NULL when valid, else why
+// not.
+static const char *count_problem(const char *s) {
+    if (!*s || strspn(s, "0123456789") != strlen(s)) return "expected a positive number of steps";
     errno = 0;
-    long v = strtol(s, &end, 10);
-    return *s && !*end && errno == 0 && v > 0 && v <= INT_MAX;
+    long v = strtol(s, NULL, 10);
+    if (v == 0) return "expected a positive number of steps";
+    if (errno == ERANGE || v > INT_MAX) return "too large (at most 2147483647)";
+    return NULL;
 }
 
 static bool valid_trace(const char *s) {
@@ -154,9 +163,11 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (IS("--stats-every")) {
             o->stats_every = option_value(argc, argv, &i, eq);
             if (!o->stats_every) return usage_error("%s needs a number of steps", a);
-            if (!valid_count(o->stats_every))
-                return usage_error("--stats-every: expected a positive number of steps, got '%s'",
-                                   o->stats_every);
+            const char *why = count_problem(o->stats_every);
+            if (why) {
+                fprintf(stderr, "ampprobe run: --stats-every: '%s': %s\n", o->stats_every, why);
+                return 2;
+            }
         } else if (IS("--trace")) {
             o->trace = option_value(argc, argv, &i, eq);
             if (!o->trace) return usage_error("%s needs a list (amp,cuda,nvtx)", a);
@@ -182,6 +193,17 @@ static int parse_args(int argc, char **argv, run_opts *o) {
 #undef IS
     }
     if (i >= argc) return usage_error("%s", "no program to run: ampprobe run [options] -- PROG");
+    // AMPPROBE_STATS_EVERY from the environment stands in for --stats-every (and is recorded)
+    const char *env_every = getenv("AMPPROBE_STATS_EVERY");
+    if (!o->stats_every && env_every && *env_every) {
+        const char *why = count_problem(env_every);
+        if (why) {
+            fprintf(stderr, "ampprobe run: AMPPROBE_STATS_EVERY in the environment: '%s': %s\n",
+                    env_every, why);
+            return 2;
+        }
+        o->stats_every = env_every;
+    }
     if (o->counters && !strstr(o->trace, "cuda"))
         return usage_error("--counters needs cuda in --trace (it is '%s')", o->trace);
     o->prog = argv + i;
@@ -191,13 +213,16 @@ static int parse_args(int argc, char **argv, run_opts *o) {
 // ---------------------------------------------------------------------------------------------
 // The output file
 
-static void remove_db_files(const char *path) {
-    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+// Removes the database and its side files; false (errno set) when the database itself could not
+// be removed.
+static bool remove_db_files(const char *path) {
+    static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
     char buf[PATH_MAX + 16];
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
         snprintf(buf, sizeof buf, "%s%s", path, suffixes[i]);
         unlink(buf);
     }
+    return unlink(path) == 0 || errno == ENOENT;
 }
 
 // Creates the (empty) output file exclusively, so that no other run takes the name. Returns
@@ -215,7 +240,17 @@ static char *claim_output(const run_opts *o) {
             fprintf(stderr, "ampprobe: %s exists (use --force to overwrite it)\n", path);
             return NULL;
         }
-        remove_db_files(path);
+        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+            fprintf(stderr,
+                    "ampprobe: %s is not a file (a device, pipe or socket); --force "
+                    "replaces only a file\n",
+                    path);
+            return NULL;
+        }
+        if (!remove_db_files(path)) {
+            fprintf(stderr, "ampprobe: cannot remove %s (--force): %s\n", path, strerror(errno));
+            return NULL;
+        }
     }
     for (int n = 1;; n++) {
         if (!o->output) {
@@ -383,7 +418,8 @@ static void set_meta(amp_collector_t *c, const char *key, const char *value) {
 static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
     int wstatus = 0;
     for (;;) {
-        amp_launcher_forward(pid);
+        int32_t writers[64];
+        amp_launcher_forward(pid, writers, amp_collector_live_pids(r->collector, writers, 64));
         pid_t w = waitpid(pid, &wstatus, WNOHANG);
         if (w == pid || (w < 0 && errno != EINTR)) break;
         tick(r);
@@ -426,15 +462,17 @@ static bool signalled(void) {
     return amp_launcher_signals_received() > 0;
 }
 
-// The program's output file: FILE.log (malloc'd path, *fd open) or NULL after saying why.
-static char *open_log(const char *db_path, int *fd) {
+// The program's output file: FILE.log (malloc'd path, *fd open) or NULL after saying why; one
+// that exists is overwritten only with force.
+static char *open_log(const char *db_path, bool force, int *fd) {
     size_t n = strlen(db_path) + 5;
     char *log_path = malloc(n);
     if (!log_path) return NULL;
     snprintf(log_path, n, "%s.log", db_path);
-    *fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    *fd = open(log_path, O_WRONLY | O_CREAT | (force ? O_TRUNC : O_EXCL) | O_CLOEXEC, 0644);
     if (*fd < 0) {
-        fprintf(stderr, "ampprobe: cannot create %s: %s\n", log_path, strerror(errno));
+        fprintf(stderr, "ampprobe: cannot create %s: %s\n", log_path,
+                errno == EEXIST ? "it exists (use --force to overwrite it)" : strerror(errno));
         free(log_path);
         return NULL;
     }
@@ -490,7 +528,7 @@ int amp_cmd_run(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc != 0) return rc < 0 ? 0 : rc;
     int found = amp_launcher_find(o.prog[0]);
-    if (found != 0) {
+    if (found != 0) { // (EISDIR, EACCES: 126, as a shell says)
         fprintf(stderr, "ampprobe: %s: %s\n", o.prog[0],
                 found == ENOENT ? "command not found" : strerror(found));
         return found == ENOENT ? 127 : 126;
@@ -503,7 +541,11 @@ int amp_cmd_run(int argc, char **argv) {
     char *path = claim_output(&o);
     if (!path) return 2;
     run_state r = {.tty = isatty(STDERR_FILENO) && !o.tui};
-    if (amp_collector_new(path, NULL, &r.collector) != AMP_OK) {
+    // the spool directory beside it by an absolute name: PROG may change directory
+    char *abs_path = realpath(path, NULL);
+    amp_status opened = amp_collector_new(abs_path ? abs_path : path, NULL, &r.collector);
+    free(abs_path);
+    if (opened != AMP_OK) {
         fprintf(stderr, "ampprobe: %s\n", amp_last_error());
         remove_db_files(path);
         free(path);
@@ -526,7 +568,7 @@ int amp_cmd_run(int argc, char **argv) {
     if (o.check_grads) setenv("AMPPROBE_CHECK_GRADS", "1", 1);
     unsetenv("AMPPROBE_OUT"); // this launcher is the collector
     int log_fd = -1;
-    char *log_path = o.tui ? open_log(path, &log_fd) : NULL;
+    char *log_path = o.tui ? open_log(path, o.force, &log_fd) : NULL;
     if (o.tui && !log_path) {
         amp_collector_free(r.collector);
         remove_db_files(path);
@@ -542,8 +584,10 @@ int amp_cmd_run(int argc, char **argv) {
             unlink(log_path);
         }
         free(log_path);
+        // found above, so ENOENT is the interpreter of its #! line
         fprintf(stderr, "ampprobe: %s: %s\n", o.prog[0],
-                err == ENOENT ? "command not found" : strerror(err));
+                err == ENOENT ? "cannot run it: the interpreter its #! line names is not found"
+                              : strerror(err));
         amp_collector_free(r.collector);
         remove_db_files(path);
         free(path);

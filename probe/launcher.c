@@ -3,8 +3,9 @@
  *
  * The child stays in ampprobe's process group, so terminal job control (Ctrl-Z, fg) acts on
  * both as one job and Ctrl-C reaches the program directly. Signals sent to ampprobe alone
- * (kill PID, a batch system's SIGTERM) are passed on to the child, and ampprobe keeps collecting
- * until the child is gone.
+ * (kill PID, a batch system's SIGTERM) are passed on to the child and to the recording processes
+ * below it (a training script started by a shell script, which a shell would not pass them on
+ * to), and ampprobe keeps collecting until the child is gone.
  */
 #define _GNU_SOURCE
 #include "launcher.h"
@@ -28,6 +29,7 @@
 static int check_file(const char *path) {
     struct stat sb;
     if (stat(path, &sb) != 0) return ENOENT;
+    if (S_ISDIR(sb.st_mode)) return EISDIR;
     if (!S_ISREG(sb.st_mode) || access(path, X_OK) != 0) return EACCES;
     return 0;
 }
@@ -51,7 +53,7 @@ int amp_launcher_find(const char *prog) {
         int r = check_file(cand);
         free(cand);
         if (r == 0) return 0;
-        if (r == EACCES) result = EACCES;
+        if (r != ENOENT && result == ENOENT) result = r;
         if (!*end) break;
         p = end;
     }
@@ -142,13 +144,42 @@ void amp_launcher_catch_signals(void) {
     dispositions_saved = true;
 }
 
-int amp_launcher_forward(pid_t pid) {
+// Whether pid is a descendant of ancestor (its parent, or its parent's, ... from /proc).
+static bool descends_from(pid_t pid, pid_t ancestor) {
+    for (int depth = 0; depth < 64 && pid > 1; depth++) {
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return false;
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n <= 0) return false;
+        buf[n] = 0;
+        const char *after_comm = strrchr(buf, ')'); // the name may hold spaces and parentheses
+        int ppid;
+        if (!after_comm || sscanf(after_comm + 1, " %*c %d", &ppid) != 1) return false;
+        if (ppid == ancestor) return true;
+        pid = ppid;
+    }
+    return false;
+}
+
+int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below) {
+    bool pending = false;
+    for (int i = 0; i < N_CAUGHT; i++)
+        pending |= forwarded[i] != received[i];
+    if (!pending) return 0;
+    // the processes below, found before the child is signalled (a child that dies at once
+    // leaves them to init, and no longer below this process)
+    pid_t to[65] = {pid};
+    int n_to = 1;
+    for (int k = 0; k < n_below && n_to < 65; k++)
+        if (below[k] != pid && descends_from(below[k], getpid())) to[n_to++] = below[k];
     int sent = 0;
     for (int i = 0; i < N_CAUGHT; i++) {
-        for (sig_atomic_t r = received[i]; forwarded[i] != r; forwarded[i]++) {
-            kill(pid, caught[i]);
-            sent++;
-        }
+        for (sig_atomic_t r = received[i]; forwarded[i] != r; forwarded[i]++)
+            for (int k = 0; k < n_to; k++, sent++)
+                kill(to[k], caught[i]);
     }
     return sent;
 }

@@ -7,10 +7,12 @@
 #define AMPPROBE_LAUNCHER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 // Looks prog up as execvp would (PATH unless it contains a '/'). 0 when an executable regular
-// file was found, else ENOENT (nothing there) or EACCES (found, but not executable).
+// file was found, else ENOENT (nothing there), EISDIR (a directory) or EACCES (found, but not
+// executable).
 int amp_launcher_find(const char *prog);
 
 // Starts argv[0] with argv in the environment of this process (set what the child needs with
@@ -26,8 +28,10 @@ int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid);
 // not queued: the child (in that group) got it already. A child spawned afterwards starts with
 // the dispositions this process had before.
 void amp_launcher_catch_signals(void);
-// Sends the queued signals to pid. Returns the number sent.
-int amp_launcher_forward(pid_t pid);
+// Sends the queued signals to pid, and to those of the n_below processes (the run's recording
+// processes) that descend from this one: a shell script between ampprobe and the trainer does
+// not pass a SIGTERM on while it waits. Returns the number sent.
+int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below);
 // How many signals were queued so far (sent to ampprobe alone, not by the terminal): the TUI of
 // `run --tui` closes when one comes.
 int amp_launcher_signals_received(void);

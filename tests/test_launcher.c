@@ -151,6 +151,14 @@ START_TEST(test_program_not_found) {
     fclose(f);
     ck_assert_int_eq(run((const char *[]){"run", "./data.txt", NULL}), 126);
     assert_one_line_error("data.txt");
+    ck_assert_int_eq(run((const char *[]){"run", "/tmp", NULL}), 126);
+    assert_one_line_error("/tmp: Is a directory");
+    f = fopen(test_in_dir("bad.sh"), "w"); // there, executable, its interpreter missing
+    fputs("#!/nonexistent-amp/interp\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(test_in_dir("bad.sh"), 0755), 0);
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "b.sqlite", "./bad.sh", NULL}), 127);
+    assert_one_line_error("the interpreter its #! line names is not found");
 }
 END_TEST
 
@@ -162,6 +170,8 @@ START_TEST(test_bad_arguments) {
         {{"run", "--bogus", "--", "true"}, "'--bogus'"},
         {{"run", "--stats-every", "0", "true"}, "--stats-every"},
         {{"run", "--stats-every=x", "true"}, "--stats-every"},
+        {{"run", "--stats-every", " 5", "true"}, "--stats-every: ' 5'"},
+        {{"run", "--stats-every", "2147483648", "true"}, "too large (at most 2147483647)"},
         {{"run", "--stats-every"}, "--stats-every"},
         {{"run", "--trace", "cuda,gpu", "true"}, "--trace"},
         {{"run", "--trace=amp,", "true"}, "--trace"},
@@ -180,6 +190,11 @@ START_TEST(test_bad_arguments) {
     }
     ck_assert(!exists("y.sqlite"));
     ck_assert(!exists("ampprobe-1.sqlite"));
+    setenv("AMPPROBE_STATS_EVERY", "abc", 1); // standing in for --stats-every: checked the same
+    int rc = run((const char *[]){"run", "true", NULL});
+    unsetenv("AMPPROBE_STATS_EVERY");
+    ck_assert_int_eq(rc, 2);
+    assert_one_line_error("AMPPROBE_STATS_EVERY in the environment: 'abc'");
 }
 END_TEST
 
@@ -217,6 +232,13 @@ START_TEST(test_existing_output_and_force) {
     ck_assert_str_eq(test_slurp("out.sqlite"), "hello");
     ck_assert_int_eq(run((const char *[]){"run", "--force", "-o", "out.sqlite", "true", NULL}), 0);
     ck_assert_int_eq(meta_exit_status("out.sqlite"), 0);
+    // --force replaces a file, never a pipe or a device (-f -o /dev/null as root would delete it)
+    ck_assert_int_eq(mkfifo(test_in_dir("pipe"), 0644), 0);
+    ck_assert_int_eq(run((const char *[]){"run", "-f", "-o", "pipe", "true", NULL}), 2);
+    assert_one_line_error("pipe is not a file");
+    struct stat sb;
+    ck_assert_int_eq(stat(test_in_dir("pipe"), &sb), 0);
+    ck_assert(S_ISFIFO(sb.st_mode));
 }
 END_TEST
 
@@ -232,6 +254,19 @@ START_TEST(test_unwritable_output) {
         ck_assert_int_eq(run((const char *[]){"run", "-o", "ro/x.sqlite", "true", NULL}), 2);
         assert_one_line_error("ro/x.sqlite");
     }
+}
+END_TEST
+
+// A relative -o (and the default name) reach a program that changes directory: the spool
+// directory beside the database is passed on by its absolute name.
+START_TEST(test_relative_output_and_a_program_that_changes_directory) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "rel.sqlite", "--", "sh", "-c",
+                                          "mkdir -p sub && cd sub && " HELPER " steps 3", NULL}),
+                     0);
+    sqlite3 *db = open_db("rel.sqlite");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'output'"), "rel.sqlite");
+    sqlite3_close(db);
 }
 END_TEST
 
@@ -268,11 +303,13 @@ START_TEST(test_records_through_the_spool) {
 }
 END_TEST
 
-// Starts `ampprobe run -o NAME -- helper wait`, waits until the helper is ready and its first
-// record is in the database, and returns ampprobe's pid.
-static pid_t start_waiting_run(const char *name) {
-    pid_t pid =
-        test_spawn_ampprobe((const char *[]){"run", "-o", name, "--", HELPER, "wait", NULL});
+// Starts `ampprobe run -o NAME -- helper wait` (through a shell script when wrapped), waits until
+// the helper is ready and its first record is in the database, and returns ampprobe's pid.
+static pid_t start_waiting(const char *name, bool wrapped) {
+    pid_t pid = test_spawn_ampprobe(
+        wrapped ? (const char *[]){"run", "-o", name, "--", "sh", "-c", HELPER " wait; echo after",
+                                   NULL}
+                : (const char *[]){"run", "-o", name, "--", HELPER, "wait", NULL});
     int64_t t0 = mono_ms();
     while (strstr(test_slurp("out.txt"), "ready") == NULL) {
         ck_assert_msg(mono_ms() - t0 < 10000, "the helper did not start");
@@ -296,11 +333,11 @@ static pid_t start_waiting_run(const char *name) {
 }
 
 START_TEST(test_signals_are_forwarded) {
-    pid_t pid = start_waiting_run("term.sqlite");
+    pid_t pid = start_waiting("term.sqlite", false);
     kill(pid, SIGTERM);
     ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGTERM);
     ck_assert_int_eq(meta_exit_status("term.sqlite"), 128 + SIGTERM);
-    pid = start_waiting_run("int.sqlite");
+    pid = start_waiting("int.sqlite", false);
     kill(pid, SIGINT);
     ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGINT);
     sqlite3 *db = open_db("int.sqlite");
@@ -308,6 +345,15 @@ START_TEST(test_signals_are_forwarded) {
     ck_assert_int_eq(test_query_int(db, "SELECT value FROM META WHERE key = 'exit_status'"),
                      128 + SIGINT);
     sqlite3_close(db);
+    // a shell script between ampprobe and the trainer does not pass a SIGTERM on while it
+    // waits: ampprobe sends it to the recording process below it too, which ends (not orphaned)
+    pid = start_waiting("wrapped.sqlite", true);
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGTERM);
+    db = open_db("wrapped.sqlite");
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES"), "complete");
+    sqlite3_close(db);
+    ck_assert_ptr_null(strstr(test_slurp("out.txt"), "after"));
 }
 END_TEST
 
@@ -343,6 +389,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_existing_output_and_force);
     tcase_add_test(c, test_unwritable_output);
     tcase_add_test(c, test_default_output_names);
+    tcase_add_test(c, test_relative_output_and_a_program_that_changes_directory);
     tcase_add_test(c, test_records_through_the_spool);
     tcase_add_test(c, test_signals_are_forwarded);
     tcase_add_test(c, test_kill9_mid_run);

@@ -104,6 +104,9 @@ amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const cha
 // cannot be written.
 amp_status amp_collector_poll(amp_collector_t *c);
 void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out);
+// The process ids of up to max writers still running (as of the last poll) into out; returns
+// how many. The launcher passes its signals on to them.
+int amp_collector_live_pids(const amp_collector_t *c, int32_t *out, int max);
 // Ingests the rest, builds the indexes, writes the end time and exit_status (shell convention,
 // 128+signal; < 0: unknown) into META, checkpoints the WAL and removes the spool files and
 // directory. Writers still running at this point lose their later records (a warning says so).

@@ -609,6 +609,14 @@ static void remove_done_files(amp_collector_t *c) {
     }
 }
 
+int amp_collector_live_pids(const amp_collector_t *c, int32_t *out, int max) {
+    int n = 0;
+    for (int i = 0; i < c->n_files && n < max; i++)
+        if (!c->files[i].done && !c->files[i].writer_gone && c->files[i].pid > 0)
+            out[n++] = c->files[i].pid;
+    return n;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Polling and the end of the run
 
