@@ -1076,6 +1076,15 @@ START_TEST(test_open_readonly_refusals) {
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(err, "not an ampprobe database"));
 
+    // marked as ampprobe's but with no tables: a live (or killed) run's main file copied
+    // without its -wal, where its tables still are
+    snprintf(path, sizeof path, "%s/nowal.sqlite", f.dir);
+    ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(w, "PRAGMA application_id = 1095585872", 0, 0, 0), SQLITE_OK);
+    sqlite3_close(w);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_msg(strstr(err, "whose tables are still in its write-ahead log"), "%s", err);
+
     // a real run, then the same file from a newer schema, and truncated
     amp_collector_t *c = collector(&f);
     ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);

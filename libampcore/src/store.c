@@ -12,6 +12,7 @@
 
 #include "amp-impl.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -1285,11 +1286,54 @@ amp_run_state amp_store_run_state(sqlite3 *db) {
     return status_running(db, &pid, &here) ? AMP_RUN_CUT_SHORT : AMP_RUN_COMPLETE;
 }
 
+// The schema version in META (*major -1: none there); an SQLite result code (*code: the
+// connection's primary error code then).
+static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code) {
+    sqlite3_stmt *q = NULL;
+    *major = -1, *minor = 0;
+    int rc = sqlite3_prepare_v2(
+        d, "SELECT value FROM META WHERE key = 'schema_version' AND pid = 0", -1, &q, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW) {
+            const char *v = (const char *)sqlite3_column_text(q, 0);
+            if (!v || sscanf(v, "%d.%d", major, minor) < 1) *major = -1;
+            rc = SQLITE_OK;
+        } else if (rc == SQLITE_DONE) {
+            rc = SQLITE_OK;
+        }
+    }
+    *code = sqlite3_errcode(d) & 0xff;
+    sqlite3_finalize(q);
+    return rc;
+}
+
+// Opens path read-only as immutable (nothing else writes it, no -shm needed), through a URI.
+static int open_immutable(const char *path, sqlite3 **d) {
+    size_t n = strlen(path);
+    char *uri = amp_xmalloc(3 * n + 32), *u = uri;
+    u += sprintf(u, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        if (isalnum(*p) || strchr("/._-~", *p))
+            *u++ = (char)*p;
+        else
+            u += sprintf(u, "%%%02X", *p);
+    strcpy(u, "?immutable=1");
+    int rc = sqlite3_open_v2(uri, d, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    free(uri);
+    return rc;
+}
+
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
     *db = NULL;
     errbuf[0] = 0;
     amp_status st = precheck(path, errbuf);
     if (st != AMP_OK) return amp_set_error(st, "%s", amp_one_line(errbuf));
+    // looked at before opening: a read-only connection makes an empty -wal where it can
+    char wal[4096];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    struct stat wb;
+    const bool has_wal = stat(wal, &wb) == 0 && wb.st_size > 0;
     sqlite3 *d = NULL;
     if (sqlite3_open_v2(path, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot open: %s", path,
@@ -1298,30 +1342,41 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
         return amp_set_error(AMP_ERR_IO, "%s", amp_one_line(errbuf));
     }
     sqlite3_busy_timeout(d, 2000); // a live run checkpoints now and then
-    sqlite3_stmt *q = NULL;
-    int rc = sqlite3_prepare_v2(
-        d, "SELECT value FROM META WHERE key = 'schema_version' AND pid = 0", -1, &q, NULL);
-    int major = -1, minor = 0;
-    if (rc == SQLITE_OK) {
-        rc = sqlite3_step(q);
-        if (rc == SQLITE_ROW) {
-            const char *v = (const char *)sqlite3_column_text(q, 0);
-            if (!v || sscanf(v, "%d.%d", &major, &minor) < 1) major = -1;
-            rc = SQLITE_OK;
-        } else if (rc == SQLITE_DONE) {
-            rc = SQLITE_OK;
-        }
+    int major, minor, code;
+    int rc = read_schema_version(d, &major, &minor, &code);
+    if (rc != SQLITE_OK && (code == SQLITE_CANTOPEN || code == SQLITE_READONLY) && !has_wal) {
+        // a WAL database in a directory where SQLite cannot make its -shm: with no -wal beside
+        // it the file holds everything, and nothing writes it
+        sqlite3_close(d);
+        d = NULL;
+        if (open_immutable(path, &d) == SQLITE_OK)
+            rc = read_schema_version(d, &major, &minor, &code);
+        else
+            code = sqlite3_errcode(d) & 0xff;
     }
     if (rc != SQLITE_OK) {
-        int code = sqlite3_errcode(d) & 0xff;
         if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB || code == SQLITE_IOERR) {
             snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: truncated or corrupt (%s)", path,
                      sqlite3_errmsg(d));
+            st = AMP_ERR_CORRUPT;
+        } else if (rc == SQLITE_ERROR && !has_wal) {
+            // marked as ours (precheck), its tables not written out of the write-ahead log yet
+            snprintf(errbuf, AMP_STORE_ERR_MAX,
+                     "%s: an ampprobe database whose tables are still in its write-ahead log "
+                     "%s-wal, which is not beside it (copy it along, or let the run finish)",
+                     path, path);
             st = AMP_ERR_CORRUPT;
         } else if (rc == SQLITE_ERROR) {
             snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no META table)",
                      path);
             st = AMP_ERR_CORRUPT;
+        } else if ((code == SQLITE_CANTOPEN || code == SQLITE_READONLY) && has_wal) {
+            snprintf(errbuf, AMP_STORE_ERR_MAX,
+                     "%s: cannot read: its write-ahead log %s-wal needs a %s-shm beside it, "
+                     "which cannot be made here (a read-only directory?): copy the files to a "
+                     "writable one",
+                     path, path, path);
+            st = AMP_ERR_IO;
         } else {
             snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot read: %s", path, sqlite3_errmsg(d));
             st = AMP_ERR_IO;
@@ -1336,7 +1391,6 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
                  major, minor, AMP_SCHEMA_MAJOR);
         st = AMP_ERR_UNSUPPORTED;
     }
-    sqlite3_finalize(q);
     if (st != AMP_OK) {
         sqlite3_close(d);
         return amp_set_error(st, "%s", amp_one_line(errbuf));
