@@ -315,34 +315,6 @@ static void sleep_ns(int64_t ns) {
     nanosleep(&ts, NULL); // a signal cuts it short, which is what we want
 }
 
-// argv as one shell-quotable line, for META.
-static char *join_command(char *const *argv) {
-    size_t cap = 1;
-    for (char *const *a = argv; *a; a++)
-        cap += 4 * strlen(*a) + 3;
-    char *out = malloc(cap), *p = out;
-    if (!out) return NULL;
-    for (char *const *a = argv; *a; a++) {
-        if (a != argv) *p++ = ' ';
-        bool plain = **a && strspn(*a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                       "0123456789-_./=:,+@%") == strlen(*a);
-        if (plain) {
-            p = stpcpy(p, *a);
-            continue;
-        }
-        *p++ = '\'';
-        for (const char *c = *a; *c; c++) {
-            if (*c == '\'')
-                p = stpcpy(p, "'\\''");
-            else
-                *p++ = *c;
-        }
-        *p++ = '\'';
-    }
-    *p = 0;
-    return out;
-}
-
 static void status_line(const amp_collector_stats *s) {
     if (s->last_step < 0) {
         fprintf(stderr, "\r\033[K[ampprobe] %lld records", (long long)s->records);
@@ -552,7 +524,7 @@ int amp_cmd_run(int argc, char **argv) {
         return 2;
     }
     warn_low_disk(path);
-    char *command = join_command(o.prog);
+    char *command = amp_shell_join(o.prog);
     set_meta(r.collector, "command", command);
     set_meta(r.collector, "output", path);
     set_meta(r.collector, "trace", o.trace);

@@ -459,7 +459,7 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
 // name (past `env` and NAME=value), or the script an interpreter or launcher runs (the first
 // word ending in .py or .sh: "train.py" of python3, torchrun, bash, python3 -m
 // torch.distributed.run ...), else a Python interpreter's -m module or "python -c"; the command
-// as join_command quoted it (single quotes). "" when command is NULL or empty.
+// as amp_shell_join quoted it (single quotes). "" when command is NULL or empty.
 void report_program_of(const char *command, char *out, size_t n);
 // The diff of a and b (text or json) with the verdict; b is the candidate (usually the AMP run).
 void report_diff_text(FILE *out, const report_model *a, const report_findings *fa,

@@ -373,6 +373,15 @@ START_TEST(test_long_string_is_cut) {
 }
 END_TEST
 
+// META command: the words as a shell reads them back (the launcher's and AMPPROBE_OUT's alike).
+START_TEST(test_shell_join) {
+    char *argv[] = {"prog", "--save", "a b.bin", "it's", "", "x=1,2", NULL};
+    char *line = amp_shell_join(argv);
+    ck_assert_str_eq(line, "prog --save 'a b.bin' 'it'\\''s' '' x=1,2");
+    free(line);
+}
+END_TEST
+
 START_TEST(test_truncation_refused) {
     amp_rec_event ev = {.step = 4,
                         .layer_id = 2,
@@ -729,6 +738,7 @@ Suite *record_suite(void) {
     tcase_add_test(c, test_roundtrip_amp_records);
     tcase_add_test(c, test_roundtrip_cupti_records);
     tcase_add_test(c, test_long_string_is_cut);
+    tcase_add_test(c, test_shell_join);
     tcase_add_test(c, test_truncation_refused);
     tcase_add_test(c, test_corruption_refused);
     tcase_add_test(c, test_random_bytes_never_crash);

@@ -81,6 +81,9 @@ static inline const char *amp_base_name(const char *path) {
 }
 // "dir/name", malloc'd (aborts on failure).
 char *amp_path_join(const char *dir, const char *name) __attribute__((returns_nonnull));
+// argv as a shell would read it back: words joined by spaces, each one with characters beyond
+// [A-Za-z0-9-_./=:,+@%] (or empty) in single quotes ('\'' for a quote); malloc'd.
+char *amp_shell_join(char *const *argv) __attribute__((returns_nonnull));
 // The folder of the running binary (/proc/self/exe without its last component) in buf (n
 // bytes), or NULL when it cannot be read or does not fit.
 char *amp_exe_dir(char *buf, size_t n);

@@ -29,10 +29,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/file.h>
@@ -310,16 +312,30 @@ static void *collector_main(void *arg) {
     return NULL;
 }
 
-// The command line from /proc/self/cmdline, arguments separated by spaces.
-static void read_cmdline(char *out, size_t n) {
-    out[0] = 0;
+// The command line from /proc/self/cmdline, shell-quoted as the launcher writes it (malloc'd;
+// NULL when it cannot be read).
+static char *read_cmdline(void) {
+    char buf[8192];
     FILE *f = fopen("/proc/self/cmdline", "rb");
-    if (!f) return;
-    size_t got = fread(out, 1, n - 1, f);
+    if (!f) return NULL;
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
-    for (size_t i = 0; i + 1 < got; i++)
-        if (out[i] == 0) out[i] = ' ';
-    out[got] = 0;
+    buf[got] = 0;
+    char *argv[256];
+    int argc = 0;
+    for (size_t i = 0; i < got && argc < 255; i += strlen(buf + i) + 1)
+        argv[argc++] = buf + i;
+    argv[argc] = NULL;
+    return amp_shell_join(argv);
+}
+
+// The names of a trace mask, as --trace spells them ("amp,cuda,nvtx").
+static void trace_names(unsigned mask, char *out, size_t n) {
+    snprintf(out, n, "%s%s%s%s%s", mask & AMP_TRACE_AMP ? "amp" : "",
+             mask & AMP_TRACE_AMP && mask & (AMP_TRACE_CUDA | AMP_TRACE_NVTX) ? "," : "",
+             mask & AMP_TRACE_CUDA ? "cuda" : "",
+             mask & AMP_TRACE_CUDA && mask & AMP_TRACE_NVTX ? "," : "",
+             mask & AMP_TRACE_NVTX ? "nvtx" : "");
 }
 
 // Creates the database g.out (which must not exist) and its collector thread (init_lock held).
@@ -335,10 +351,12 @@ static amp_status collector_start(void) {
         unlink(g.out);
         return st;
     }
-    char cmd[4096];
-    read_cmdline(cmd, sizeof cmd);
-    amp_collector_set_meta(g.collector, "command", cmd);
+    char *cmd = read_cmdline(), trace[16];
+    if (cmd) amp_collector_set_meta(g.collector, "command", cmd);
+    free(cmd);
     amp_collector_set_meta(g.collector, "output", g.out);
+    trace_names(amp_record_trace_mask, trace, sizeof trace);
+    amp_collector_set_meta(g.collector, "trace", trace);
     free(g.dir);
     g.dir = amp_xstrdup(amp_collector_spool_dir(g.collector));
     g.collector_pid = getpid();
@@ -465,12 +483,16 @@ static unsigned parse_trace(const char *s) {
 // also makes it run after every exit handler the program registers (they may still record).
 __attribute__((constructor)) static void record_load(void) {
     const char *dir = getenv("AMPPROBE_SPOOL_DIR"), *out = getenv("AMPPROBE_OUT");
-    if (dir && *dir)
+    if (dir && *dir) {
         g.dir = amp_xstrdup(dir);
-    else if (out && *out)
-        g.out = amp_xstrdup(out);
-    else
+    } else if (out && *out) {
+        // relative to the directory the program starts in, whatever it changes to later
+        char cwd[PATH_MAX];
+        g.out = out[0] != '/' && getcwd(cwd, sizeof cwd) ? amp_path_join(cwd, out)
+                                                         : amp_xstrdup(out);
+    } else {
         return;
+    }
     pthread_once(&hooks_once, hooks_install);
     amp_record_trace_mask = parse_trace(getenv("AMPPROBE_TRACE"));
 }

@@ -128,6 +128,32 @@ char *amp_path_join(const char *dir, const char *name) {
     return p;
 }
 
+char *amp_shell_join(char *const *argv) {
+    size_t cap = 1;
+    for (char *const *a = argv; *a; a++)
+        cap += 4 * strlen(*a) + 3;
+    char *out = amp_xmalloc(cap), *p = out;
+    for (char *const *a = argv; *a; a++) {
+        if (a != argv) *p++ = ' ';
+        bool plain = **a && strspn(*a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                       "0123456789-_./=:,+@%") == strlen(*a);
+        if (plain) {
+            p = stpcpy(p, *a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = *a; *c; c++) {
+            if (*c == '\'')
+                p = stpcpy(p, "'\\''");
+            else
+                *p++ = *c;
+        }
+        *p++ = '\'';
+    }
+    *p = 0;
+    return out;
+}
+
 char *amp_exe_dir(char *buf, size_t n) {
     ssize_t len = n > 1 ? readlink("/proc/self/exe", buf, n - 1) : -1;
     if (len <= 0) return NULL;
