@@ -35,9 +35,14 @@
 #include "amp-impl.h"
 #include "amp-record.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DETAIL_MAX 1024
@@ -176,11 +181,27 @@ static void lagging_remove(amp_ctx_t *ctx) {
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
 
+// AMPPROBE_STATS_EVERY: a number of steps from 1 to INT_MAX; anything else (said once on
+// stderr: the launcher checks it, a program run with AMPPROBE_OUT does not) is 1.
+static int stats_every_of(const char *s) {
+    if (!s || !*s) return 1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s >= '0' && *s <= '9' && !*end && errno == 0 && v > 0 && v <= INT_MAX) return (int)v;
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&said))
+        fprintf(stderr,
+                "ampprobe: AMPPROBE_STATS_EVERY='%s' is not a number of steps from 1 to "
+                "2147483647; statistics every step\n",
+                s);
+    return 1;
+}
+
 void amp_instr_init(amp_ctx_t *ctx) {
     if (!amp_record_enabled()) return;
     amp_instr *in = amp_xcalloc(1, sizeof *in);
-    const char *every = getenv("AMPPROBE_STATS_EVERY");
-    in->stats_every = every && atoi(every) > 0 ? atoi(every) : 1;
+    in->stats_every = stats_every_of(getenv("AMPPROBE_STATS_EVERY"));
     in->stats_step = true;
     const char *fused = getenv("AMPPROBE_STATS_FUSED"); // "0": a separate reading of every tensor
     in->fuse = ctx->be->stats_into && !(fused && !strcmp(fused, "0"));
