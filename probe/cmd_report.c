@@ -58,7 +58,7 @@ static int bad(const char *fmt, const char *a) {
 
 static bool parse_step(const char *s, size_t len, int64_t *v) {
     char buf[32];
-    if (len == 0 || len >= sizeof buf) return false;
+    if (len == 0 || len >= sizeof buf || strspn(s, "0123456789") != len) return false; // digits
     memcpy(buf, s, len);
     buf[len] = 0;
     char *end;

@@ -2008,6 +2008,8 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     ck_assert_ptr_nonnull(strstr(e, "no-such-rule"));
     free(e);
     ck_assert_int_eq(CMD(db_path, "--steps", "9:3"), 2);
+    ck_assert_int_eq(CMD(db_path, "--steps", " 3:5"), 2);
+    ck_assert_int_eq(CMD(db_path, "--steps", "+3:5"), 2);
     ck_assert_int_eq(CMD(db_path, "--format", "pdf"), 2);
     ck_assert_int_eq(CMD(db_path, "--bogus"), 2);
     ck_assert_int_eq(CMD(db_path, "--fail-on", "fatal"), 2);
