@@ -243,5 +243,7 @@ void conform_autocast_file(struct conform_run *r, const char *name) {
         }
         check_op(r, name, t.tok[0], cols, ncols, want);
     }
+    // only a file without any record: a malformed one was reported above
+    conform_text_had_records(r, &t, "'op' and its results");
     conform_text_close(&t);
 }

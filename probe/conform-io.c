@@ -9,24 +9,59 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void join_path(char *buf, size_t n, const struct conform_run *r, const char *name) {
     snprintf(buf, n, "%s/%s", r->dir, name);
 }
 
-bool conform_text_open(struct conform_text *t, struct conform_run *r, const char *name) {
-    *t = (struct conform_text){.name = name};
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "of an unknown kind";
+}
+
+// Opens r->dir/name for reading; NULL (error reported) when it cannot be opened or is not a
+// regular file. A FIFO named like a reference file would block a plain fopen() forever, and a
+// directory reads as an empty file: so the open does not wait, and fstat() refuses what it
+// opened (not the name, which could be swapped in between).
+static FILE *open_regular(struct conform_run *r, const char *name) {
     char path[4096];
     join_path(path, sizeof path, r, name);
-    t->f = fopen(path, "r");
-    if (!t->f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         conform_error(r, name, 0, "cannot open: %s", strerror(errno));
-        return false;
+        return NULL;
     }
-    return true;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        conform_error(r, name, 0, "cannot stat: %s", strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        conform_error(r, name, 0, "not a regular file (%s)", file_kind(st.st_mode));
+    } else {
+        // blocking again, as reads of a regular file are anyway
+        int flags = fcntl(fd, F_GETFL);
+        FILE *f = NULL;
+        if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) f = fdopen(fd, "rb");
+        if (f) return f;
+        conform_error(r, name, 0, "cannot open: %s", strerror(errno));
+    }
+    close(fd);
+    return NULL;
+}
+
+bool conform_text_open(struct conform_text *t, struct conform_run *r, const char *name) {
+    *t = (struct conform_text){.name = name};
+    t->f = open_regular(r, name);
+    return t->f != NULL;
 }
 
 static void push_token(struct conform_text *t, char *s) {
@@ -66,13 +101,28 @@ bool conform_text_next(struct conform_text *t) {
             if (*p) *p++ = '\0';
             push_token(t, start);
         }
-        if (t->ntok > 0 || t->is_comment) return true;
+        if (t->ntok > 0 || t->is_comment) {
+            t->records += !t->is_comment;
+            return true;
+        }
     }
 }
 
 bool conform_text_next_record(struct conform_text *t) {
     while (conform_text_next(t))
         if (!t->is_comment) return true;
+    return false;
+}
+
+bool conform_text_had_records(struct conform_run *r, const struct conform_text *t,
+                              const char *expected) {
+    if (t->records > 0) return true;
+    if (t->lineno == 0)
+        conform_error(r, t->name, 0, "empty file, expected %s", expected);
+    else
+        conform_error(r, t->name, 0,
+                      "no records in %d line%s (only comments and blank lines), expected %s",
+                      t->lineno, t->lineno == 1 ? "" : "s", expected);
     return false;
 }
 
@@ -123,13 +173,8 @@ bool conform_has_file(const struct conform_run *r, const char *name) {
 
 void *conform_load(struct conform_run *r, const char *name, size_t want_bytes, const char *what,
                    size_t *nbytes) {
-    char path[4096];
-    join_path(path, sizeof path, r, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        conform_error(r, name, 0, "cannot open: %s", strerror(errno));
-        return NULL;
-    }
+    FILE *f = open_regular(r, name);
+    if (!f) return NULL;
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -142,7 +187,12 @@ void *conform_load(struct conform_run *r, const char *name, size_t want_bytes, c
         fclose(f);
         return NULL;
     }
-    void *data = malloc(size > 0 ? (size_t)size : 1);
+    if (size == 0) { // every tensor of a reference set has values: an empty one checks nothing
+        conform_error(r, name, 0, "empty file");
+        fclose(f);
+        return NULL;
+    }
+    void *data = malloc((size_t)size);
     if (!data || fread(data, 1, (size_t)size, f) != (size_t)size) {
         conform_error(r, name, 0, "cannot read %ld bytes", size);
         free(data);

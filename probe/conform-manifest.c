@@ -54,6 +54,7 @@ static bool read_pairs(struct conform_run *r, const char *name, struct kv *kv, i
             kv[(*n)++].line = t.lineno;
         }
     }
+    if (ok) ok = conform_text_had_records(r, &t, "key=value lines");
     conform_text_close(&t);
     return ok;
 }

@@ -100,7 +100,12 @@ void conform_scaler_file(struct conform_run *r, const char *name) {
             goto out;
         }
     }
-    if (open) conform_error(r, name, c.line, "case %s has no 'end'", c.name);
+    if (open)
+        conform_error(r, name, c.line, "case %s has no 'end'", c.name);
+    else
+        conform_text_had_records(r, &t,
+                                 "'case NAME init_scale growth_factor backoff_factor "
+                                 "growth_interval'");
 out:
     conform_text_close(&t);
 }

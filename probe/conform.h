@@ -11,7 +11,9 @@
  * Every case ends as exactly one of: passed, failed (a mismatch with PyTorch), unsupported (a
  * case this build cannot run, e.g. an op or a manifest setting it does not know: reported, never
  * counted as a pass). A malformed or unreadable file is an error naming file and line; its
- * remaining cases are skipped. Exit status: 2 on any error, else 1 on any failure, else 0.
+ * remaining cases are skipped. A file without records (empty, or only comments) is malformed,
+ * as is anything named like a reference file that is not a regular file (a FIFO would block).
+ * Exit status: 2 on any error, else 1 on any failure, else 0.
  */
 #ifndef AMPPROBE_CONFORM_H
 #define AMPPROBE_CONFORM_H
@@ -75,17 +77,23 @@ struct conform_text {
     bool is_comment;  // the current record is a whole-line comment (tok holds its words)
     char **tok;       // the current record's fields
     int ntok;
+    int records; // records read so far, whole-line comments not counted
     char *line;
     size_t line_cap;
     int tok_cap;
 };
 
-// Opens r->dir/name; false (error reported) when it cannot be read.
+// Opens r->dir/name; false (error reported) when it cannot be read or is not a regular file.
 bool conform_text_open(struct conform_text *t, struct conform_run *r, const char *name);
 // The next record, whole-line comments included; false at the end of the file.
 bool conform_text_next(struct conform_text *t);
 // The next record that is not a comment; false at the end of the file.
 bool conform_text_next_record(struct conform_text *t);
+// At the end of the file: false (error reported) when it held no record, being empty or only
+// comments and blank lines; such a file would otherwise pass while checking nothing. expected
+// says what its first record should have been, for the message.
+bool conform_text_had_records(struct conform_run *r, const struct conform_text *t,
+                              const char *expected);
 void conform_text_close(struct conform_text *t);
 
 // Whole-token parsers; false when s is not entirely a number of that kind.
@@ -96,7 +104,8 @@ bool conform_parse_hex(const char *s, uint32_t max, uint32_t *out); // hex digit
 // Whether r->dir holds an entry named name.
 bool conform_has_file(const struct conform_run *r, const char *name);
 // Reads r->dir/name whole. With want_bytes > 0 the size must be exactly that (what says what the
-// size stands for, for the message). NULL (error reported) on failure; free() the result.
+// size stands for, for the message); an empty file is malformed either way. NULL (error
+// reported) on failure or for a file that is not regular; free() the result.
 void *conform_load(struct conform_run *r, const char *name, size_t want_bytes, const char *what,
                    size_t *nbytes);
 

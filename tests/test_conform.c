@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define GOLDEN AMP_SRC("tests/data/golden")
@@ -35,7 +36,7 @@ static void teardown(void) {
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
-        unlink(path);
+        remove(path); // a file, a FIFO or an empty directory
     }
     closedir(d);
     rmdir(tmpdir);
@@ -477,6 +478,83 @@ START_TEST(test_malformed_convert) {
 }
 END_TEST
 
+// An empty or record-less file would pass while checking nothing.
+START_TEST(test_malformed_empty_text) {
+    const char *const names[] = {"scaler_updates.txt", "unscale.txt", "autocast_dtypes.txt",
+                                 "e2e_x.manifest"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        expect_malformed(names[i], "", names[i], "empty file, expected ");
+        expect_malformed(names[i], "# only a comment\n\n  \t\n# and another\n", names[i],
+                         "no records in 4 lines (only comments and blank lines), expected ");
+    }
+    // the golden table cut to its first line, a comment
+    size_t n;
+    char *table = read_all(GOLDEN, "autocast_dtypes.txt", &n);
+    *(strchr(table, '\n') + 1) = '\0';
+    expect_malformed("autocast_dtypes.txt", table, "autocast_dtypes.txt",
+                     "no records in 1 line (only comments and blank lines), expected 'op' and "
+                     "its results\n");
+    free(table);
+}
+END_TEST
+
+START_TEST(test_malformed_empty_alone) {
+    write_text("scaler_updates.txt", ""); // the directory's only file: not "no reference files"
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    char expect[600];
+    snprintf(expect, sizeof expect,
+             "ampprobe conform: %s/scaler_updates.txt: empty file, expected 'case NAME "
+             "init_scale growth_factor backoff_factor growth_interval'\n",
+             tmpdir);
+    ck_assert_str_eq(c.err, expect);
+    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    captured_free(&c);
+}
+END_TEST
+
+START_TEST(test_malformed_empty_binary) {
+    copy_golden("conv_golden_f16_cuda.bin");
+    copy_golden("conv_golden_bf16_cuda.bin");
+    write_text("conv_golden_in_f32.bin", ""); // its outputs still hold 200036 values
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/conv_golden_in_f32.bin: empty file\n");
+    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    captured_free(&c);
+
+    write_text("conv_golden_f16_cuda.bin", ""); // empty on both sides: no "0 values" pass
+    write_text("conv_golden_bf16_cuda.bin", "");
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/conv_golden_in_f32.bin: empty file\n");
+    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    captured_free(&c);
+}
+END_TEST
+
+// A FIFO named like a reference file would block the run forever (Check's timeout ends this test
+// if it does); a directory would read as empty. Both are refused, the other files still run.
+START_TEST(test_not_regular_files) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/scaler_updates.txt", tmpdir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    write_file("conv_f_in_f32.bin", &(float){1.0f}, 4);
+    snprintf(path, sizeof path, "%s/conv_f_f16_cuda.bin", tmpdir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof path, "%s/autocast_dtypes_dir.txt", tmpdir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    copy_golden("unscale.txt");
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/scaler_updates.txt: not a regular file (a FIFO)\n");
+    ck_assert_has(c.err, "/conv_f_f16_cuda.bin: not a regular file (a FIFO)\n");
+    ck_assert_has(c.err, "/autocast_dtypes_dir.txt: not a regular file (a directory)\n");
+    ck_assert_str_eq(c.out, "8 passed, 0 failed\n"); // the unscale cases
+    captured_free(&c);
+}
+END_TEST
+
 START_TEST(test_malformed_file_spares_the_others) {
     copy_golden("unscale.txt");
     write_text("autocast_dtypes.txt", "mm f16 f16 bf16 bf16\nmm\n");
@@ -701,6 +779,10 @@ Suite *conform_suite(void) {
     tcase_add_test(malformed, test_malformed_e2e);
     tcase_add_test(malformed, test_malformed_e2e_data);
     tcase_add_test(malformed, test_malformed_convert);
+    tcase_add_test(malformed, test_malformed_empty_text);
+    tcase_add_test(malformed, test_malformed_empty_alone);
+    tcase_add_test(malformed, test_malformed_empty_binary);
+    tcase_add_test(malformed, test_not_regular_files);
     tcase_add_test(malformed, test_malformed_file_spares_the_others);
     tcase_add_test(malformed, test_unreadable_and_empty_dir);
     suite_add_tcase(s, malformed);
