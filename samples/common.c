@@ -5,16 +5,21 @@
  * optimizer and checkpoints.
  *
  * Messages go to stderr prefixed with the program name: a bad flag is one line naming the flag
- * (exit 2), a failed library call prints amp_last_error() (exit 1). Step lines go to stdout.
+ * (exit 2), a failed library call prints amp_last_error() (exit 1), memory that the flags ask
+ * for and the machine cannot give is one line naming what needs it (exit 1). Step lines go to
+ * stdout.
  */
 #include "common.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -85,6 +90,10 @@ static const fault_info *fault_of(sample_fault f) {
 // ---------------------------------------------------------------------------------------------
 // Command line
 
+// The program's name, set by sample_parse_args, for the messages of helpers that get no
+// sample_opts (sample_calloc).
+static const char *prog_name = "sample";
+
 static const struct {
     const char *name;
     amp_dtype dtype;
@@ -122,14 +131,21 @@ static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
     return true;
 }
 
+// A positive number that stays positive and finite as a float, the type the flags are kept in:
+// strtod takes 1e-50, which as a float is 0 (an lr of 0 trains nothing, an --init-scale of 0
+// reads as "not given"), and 1e39, beyond FLT_MAX (converting it is undefined).
 static bool parse_positive_float(const char *s, float *out) {
     if (!s || !*s) return false;
     char *end;
     double v = strtod(s, &end);
-    if (*end || !(v > 0.0) || !isfinite((float)v)) return false;
-    *out = (float)v;
+    if (*end || !(v > 0.0) || v > FLT_MAX) return false;
+    float f = (float)v;
+    if (!(f > 0.0f)) return false; // under half of FLT_TRUE_MIN: rounded to 0
+    *out = f;
     return true;
 }
+
+#define FLOAT_RANGE "a positive number within float range (1.4e-45 to 3.4e+38)"
 
 static void print_help(const sample_spec *spec) {
     printf("usage: %s [flags]\n%s\n\n", spec->name, spec->summary);
@@ -163,7 +179,8 @@ static void print_help(const sample_spec *spec) {
     printf("\nOutput: one line per step, \"step 3 loss 2.3012 scale 65536 skipped 0\" (scale: the\n"
            "GradScaler's scale that step, 1 when disabled; skipped: steps skipped so far), then\n"
            "\"final loss L (from L0), skipped N of M steps\". Exit status 0, 1 when the library\n"
-           "reports an error, 2 for a bad flag.\n");
+           "reports an error or the sizes the flags ask for do not fit in memory (one line says\n"
+           "what), 2 for a bad flag.\n");
     printf("\nfaults (--fault NAME; they are meant for --precision fp16 and run in every "
            "precision;\n--init-scale and --growth-interval override the GradScaler settings a "
            "fault makes):\n");
@@ -202,12 +219,13 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         if (!parse_int(value, 0, INT64_MAX, &n)) return bad_value(o, flag, "a non-negative integer", value);
         o->seed = (uint64_t)n;
     } else if (strcmp(flag, "--lr") == 0) {
-        if (!parse_positive_float(value, &o->lr)) return bad_value(o, flag, "a positive number", value);
+        if (!parse_positive_float(value, &o->lr)) return bad_value(o, flag, FLOAT_RANGE, value);
     } else if (strcmp(flag, "--optimizer") == 0) {
         if (!value || !amp_optim_kind_parse(value, &o->optimizer))
             return bad_value(o, flag, "sgd, adam or adamw", value);
     } else if (strcmp(flag, "--init-scale") == 0) {
-        if (!parse_positive_float(value, &o->init_scale)) return bad_value(o, flag, "a positive number", value);
+        if (!parse_positive_float(value, &o->init_scale))
+            return bad_value(o, flag, FLOAT_RANGE, value);
     } else if (strcmp(flag, "--growth-interval") == 0) {
         if (!parse_int(value, 1, INT32_MAX, &n)) return bad_value(o, flag, "a positive integer", value);
         o->growth_interval = (int)n;
@@ -241,6 +259,7 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
 }
 
 int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opts *o) {
+    prog_name = spec->name;
     *o = (sample_opts){.device = AMP_DEVICE_CPU,
                        .precision = AMP_DTYPE_F16,
                        .steps = spec->steps,
@@ -291,6 +310,80 @@ amp_ctx_t *sample_ctx_new(const sample_opts *o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Memory
+
+// What a tensor costs beyond its elements, at least: the library's records of it (amp_tensor,
+// its buffer, their allocator headers) take more than this.
+#define TENSOR_OVERHEAD 256
+
+int64_t sample_mul(int64_t a, int64_t b) {
+    if (a != 0 && b > INT64_MAX / a) return INT64_MAX;
+    return a * b;
+}
+
+int64_t sample_add(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }
+
+int64_t sample_param_bytes(int64_t floats, int64_t tensors) {
+    int64_t one = sample_add(sample_mul(floats, (int64_t)sizeof(float)),
+                             sample_mul(tensors, TENSOR_OVERHEAD));
+    return sample_mul(one, 2); // the weights and, after the first backward, their gradients
+}
+
+// A host allocation of `bytes` succeeds now. It is unmapped untouched: under Linux's default
+// overcommit the kernel refuses at once a private writable mapping it could never back (more
+// than memory and swap), and one it grants costs nothing. mmap rather than malloc: under
+// AddressSanitizer a malloc that large aborts instead of returning NULL.
+static bool host_can_allocate(int64_t bytes) {
+    if (bytes >= PTRDIFF_MAX) return false; // more than any mapping
+    size_t n = bytes > 0 ? (size_t)bytes : 1;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, n);
+    return true;
+}
+
+// "512 bytes", "25.6 GB", or "over 9.22 EB" for a saturated size.
+static const char *human_bytes(int64_t bytes, char *buf, size_t n) {
+    static const char *const units[] = {"bytes", "kB", "MB", "GB", "TB", "PB", "EB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1000 && u < 6) v /= 1000, u++;
+    snprintf(buf, n, "%s%.3g %s", bytes == INT64_MAX ? "over " : "", v, units[u]);
+    return buf;
+}
+
+// One line naming what could not be allocated, then exit status 1 (see sample_calloc).
+static _Noreturn void out_of_memory(const char *what, int64_t bytes) {
+    char buf[32];
+    fprintf(stderr, "%s: out of memory allocating %s (%s)\n", prog_name, what,
+            human_bytes(bytes, buf, sizeof buf));
+    exit(1);
+}
+
+bool sample_memory_fits(const sample_opts *o, const sample_mem_part *parts, int n) {
+    int64_t total = 0;
+    int largest = 0;
+    for (int i = 0; i < n; i++) {
+        total = sample_add(total, parts[i].bytes);
+        if (parts[i].bytes > parts[largest].bytes) largest = i;
+    }
+    bool fits = total < INT64_MAX && (o->device != AMP_DEVICE_CPU || host_can_allocate(total));
+    if (fits) return true;
+    char all[32], part[32];
+    fprintf(stderr, "%s: out of memory: the run needs %s%s, %s of it for %s\n", o->prog,
+            total < INT64_MAX ? "at least " : "", human_bytes(total, all, sizeof all),
+            human_bytes(parts[largest].bytes, part, sizeof part), parts[largest].what);
+    return false;
+}
+
+void *sample_calloc(const char *what, int64_t count, size_t size) {
+    int64_t bytes = sample_mul(count, (int64_t)size);
+    void *p = bytes < PTRDIFF_MAX ? calloc((size_t)count ? (size_t)count : 1, size) : NULL;
+    if (!p) out_of_memory(what, bytes);
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host RNG (splitmix64)
 
 sample_rng sample_rng_new(uint64_t seed, uint64_t stream) {
@@ -332,12 +425,12 @@ amp_tensor_t *sample_param(sample_params *ps, amp_ctx_t *ctx, const char *name, 
     amp_tensor_set_name(t, name);
     amp_tensor_set_requires_grad(t, true);
     if (ps->n == ps->cap) {
-        ps->cap = ps->cap ? 2 * ps->cap : 16;
-        ps->t = realloc(ps->t, (size_t)ps->cap * sizeof *ps->t);
-        if (!ps->t) {
-            fprintf(stderr, "out of memory\n");
-            abort();
-        }
+        int64_t cap = ps->cap ? 2 * (int64_t)ps->cap : 16, bytes = cap * (int64_t)sizeof *ps->t;
+        // the list is int-indexed: more parameters than INT_MAX are out of memory too
+        amp_tensor_t **t = cap <= INT_MAX ? realloc(ps->t, (size_t)bytes) : NULL;
+        if (!t) out_of_memory("the parameter list", bytes);
+        ps->t = t;
+        ps->cap = (int)cap;
     }
     ps->t[ps->n++] = t;
     return t;
@@ -400,13 +493,8 @@ static amp_tensor_t *step_temp(sample_step *s, int ndim, const int64_t *shape, c
     return t;
 }
 
-static float *host_floats(int64_t n) {
-    float *p = calloc((size_t)n, sizeof *p);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        abort();
-    }
-    return p;
+static float *host_floats(const char *what, int64_t n) {
+    return sample_calloc(what, n, sizeof(float));
 }
 
 amp_tensor_t *sample_input(sample_step *s, amp_tensor_t *x) {
@@ -414,7 +502,7 @@ amp_tensor_t *sample_input(sample_step *s, amp_tensor_t *x) {
     int64_t shape[AMP_MAX_DIMS];
     int ndim = amp_tensor_ndim(x);
     for (int i = 0; i < ndim; i++) shape[i] = amp_tensor_dim(x, i);
-    float *h = host_floats(amp_tensor_numel(x));
+    float *h = host_floats("the NaN input batch", amp_tensor_numel(x));
     amp_tensor_read_f32(x, h);
     h[0] = NAN;
     amp_tensor_t *t = step_temp(s, ndim, shape, h);
@@ -425,8 +513,8 @@ amp_tensor_t *sample_input(sample_step *s, amp_tensor_t *x) {
 amp_tensor_t *sample_nan_input(sample_step *s, int ndim, const int64_t *shape) {
     if (!sample_fault_now(s, SAMPLE_FAULT_NAN_INPUT)) return NULL;
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *h = host_floats(n);
+    for (int i = 0; i < ndim; i++) n = sample_mul(n, shape[i]);
+    float *h = host_floats("the NaN input", n);
     h[0] = NAN;
     amp_tensor_t *t = step_temp(s, ndim, shape, h);
     free(h);
@@ -436,9 +524,8 @@ amp_tensor_t *sample_nan_input(sample_step *s, int ndim, const int64_t *shape) {
 // (N, C) with 1 at each row's target class.
 static amp_tensor_t *one_hot(sample_step *s, amp_tensor_t *target, int64_t classes) {
     int64_t n = amp_tensor_numel(target);
-    int32_t *idx = malloc((size_t)n * sizeof *idx);
-    float *h = host_floats(n * classes);
-    if (!idx) abort();
+    int32_t *idx = sample_calloc("the targets", n, sizeof *idx);
+    float *h = host_floats("the one-hot targets", sample_mul(n, classes));
     amp_tensor_read(target, idx);
     for (int64_t i = 0; i < n; i++) h[i * classes + idx[i]] = 1.0f;
     amp_tensor_t *t = step_temp(s, 2, (int64_t[]){n, classes}, h);

@@ -9,6 +9,7 @@
  *     sample_opts o;
  *     int rc = sample_parse_args(&spec, argc, argv, &o);  // --help, or a bad flag: exit code
  *     if (rc != SAMPLE_CONTINUE) return rc;
+ *     if (!model_memory_fits(&o)) return 1;                // sample_memory_fits: message printed
  *     amp_ctx_t *ctx = sample_ctx_new(&o);                 // NULL: message printed
  *     if (!ctx) return 1;
  *     model m; model_init(&m, ctx, &o);                     // parameters and data
@@ -96,6 +97,36 @@ int sample_usage_error(const sample_opts *o, const char *flag, const char *fmt, 
 
 // The context on o->device, seeded with o->seed; NULL after printing amp_last_error().
 amp_ctx_t *sample_ctx_new(const sample_opts *o);
+
+// ---------------------------------------------------------------------------------------------
+// Memory: sizes that come from flags, checked before anything is allocated
+
+// a * b and a + b for sizes (a, b >= 0), saturating at INT64_MAX instead of overflowing: a
+// saturated size is more than any allocation can give, and is reported as such.
+int64_t sample_mul(int64_t a, int64_t b);
+int64_t sample_add(int64_t a, int64_t b);
+
+// Bytes of a model's parameters (`floats` in all, in `tensors` tensors) and of their gradients,
+// with the library's records of each tensor (so that --depth 1000000000 of width 1 counts too).
+int64_t sample_param_bytes(int64_t floats, int64_t tensors);
+
+// Some memory a run holds at once (a lower bound), what it is and the flags that size it.
+typedef struct sample_mem_part {
+    const char *what;  // "the data (4 batches of --batch x --width floats)"
+    int64_t bytes;     // INT64_MAX: more than a 64-bit size holds
+} sample_mem_part;
+
+// Whether the parts fit together; false after printing one line, "prog: out of memory: ...",
+// that names the largest part. The library aborts when a tensor's storage cannot be allocated,
+// so a sample adds up what its flags ask for before it makes a tensor: on the CPU it maps the
+// total once, untouched (the kernel refuses at once what it could never back); on CUDA, whose
+// memory the host cannot probe, only a total that overflows 64 bits is caught.
+bool sample_memory_fits(const sample_opts *o, const sample_mem_part *parts, int n);
+
+// calloc(count, size) for host buffers: on failure, or when count x size overflows, prints
+// "prog: out of memory allocating WHAT (N bytes)" and exits with status 1, the status of an
+// error the library reports (never abort(), which says nothing and dumps core).
+void *sample_calloc(const char *what, int64_t count, size_t size);
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic host random numbers for the synthetic data (splitmix64)

@@ -41,28 +41,44 @@ static const sample_spec spec = {
 typedef struct mlp {
     sample_params params;
     sample_linear *fc; // [depth + 1]: fc1 .. fc<depth+1>
-    int n_fc;
+    int64_t n_fc;
     sample_batch data[SAMPLE_DATA_BATCHES];
 } mlp;
 
+// What the flags ask for at once, lower bounds, checked before the first tensor is made (the
+// library aborts when it cannot allocate one). Activations are 16-bit under autocast.
+static bool mlp_memory_fits(const sample_opts *o) {
+    int64_t W = shape.width, D = shape.depth, K = shape.classes, B = o->batch;
+    int64_t act = (int64_t)amp_dtype_size(o->precision);
+    int64_t floats = sample_add(sample_mul(D, sample_mul(W, W) + W), sample_mul(W, K) + K);
+    const sample_mem_part parts[] = {
+        {"the data (4 batches of --batch x --width floats)",
+         sample_mul(SAMPLE_DATA_BATCHES, sample_mul(B, 4 * W + 4))},
+        {"the parameters (--width, --depth, --classes)", sample_param_bytes(floats, 2 * (D + 1))},
+        {"the activations (--batch x (2 x --depth x --width + --classes))", // Linear, GELU, logits
+         sample_mul(sample_mul(B, sample_add(sample_mul(2 * D, W), K)), act)},
+    };
+    return sample_memory_fits(o, parts, (int)(sizeof parts / sizeof parts[0]));
+}
+
 static void mlp_init(mlp *m, amp_ctx_t *ctx, const sample_opts *o) {
-    *m = (mlp){.n_fc = (int)shape.depth + 1};
-    m->fc = calloc((size_t)m->n_fc, sizeof *m->fc);
-    if (!m->fc) abort();
-    for (int i = 0; i < m->n_fc; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "fc%d", i + 1);
+    *m = (mlp){.n_fc = shape.depth + 1};
+    m->fc = sample_calloc("the layer list (--depth)", m->n_fc, sizeof *m->fc);
+    for (int64_t i = 0; i < m->n_fc; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "fc%lld", (long long)i + 1);
         int64_t out = i + 1 < m->n_fc ? shape.width : shape.classes;
         sample_linear_init(&m->fc[i], &m->params, ctx, "", name, shape.width, out, true);
     }
 
     sample_rng rng = sample_rng_new(o->seed, 1);
-    int64_t W = shape.width, B = o->batch;
-    float *centres = malloc((size_t)(shape.classes * W) * sizeof *centres);
-    float *x = malloc((size_t)(B * W) * sizeof *x);
-    int32_t *y = malloc((size_t)B * sizeof *y);
-    if (!centres || !x || !y) abort();
-    for (int64_t i = 0; i < shape.classes * W; i++) centres[i] = CENTRE_STD * sample_rng_normal(&rng);
+    int64_t W = shape.width, B = o->batch, K = shape.classes;
+    float *centres = sample_calloc("the class centres (--classes x --width floats)",
+                                   sample_mul(K, W), sizeof *centres);
+    float *x = sample_calloc("an input batch (--batch x --width floats)", sample_mul(B, W),
+                             sizeof *x);
+    int32_t *y = sample_calloc("the targets of a batch (--batch)", B, sizeof *y);
+    for (int64_t i = 0; i < K * W; i++) centres[i] = CENTRE_STD * sample_rng_normal(&rng);
     for (int k = 0; k < SAMPLE_DATA_BATCHES; k++) {
         for (int64_t b = 0; b < B; b++) {
             y[b] = sample_rng_below(&rng, (int32_t)shape.classes);
@@ -86,7 +102,8 @@ static amp_tensor_t *mlp_loss(void *model, sample_step *s) {
     mlp *m = model;
     const sample_batch *batch = sample_step_batch(s, m->data);
     amp_tensor_t *h = sample_input(s, batch->x); // (B, W)
-    for (int i = 0; i + 1 < m->n_fc; i++) h = sample_linear_forward(s->ctx, &m->fc[i], h, SAMPLE_ACT_GELU);
+    for (int64_t i = 0; i + 1 < m->n_fc; i++)
+        h = sample_linear_forward(s->ctx, &m->fc[i], h, SAMPLE_ACT_GELU);
     amp_tensor_t *logits = sample_linear_forward(s->ctx, &m->fc[m->n_fc - 1], h, SAMPLE_ACT_NONE); // (B, classes)
     return sample_loss(s, logits, batch->y);
 }
@@ -95,6 +112,7 @@ int main(int argc, char **argv) {
     sample_opts o;
     int rc = sample_parse_args(&spec, argc, argv, &o);
     if (rc != SAMPLE_CONTINUE) return rc;
+    if (!mlp_memory_fits(&o)) return 1;
     amp_ctx_t *ctx = sample_ctx_new(&o);
     if (!ctx) return 1;
     mlp m;

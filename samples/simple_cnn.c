@@ -87,9 +87,9 @@ static void make_data(simple_cnn *m, amp_ctx_t *ctx, const sample_opts *o) {
         for (int ch = 0; ch < 3; ch++)
             for (int i = 0; i < GRID; i++)
                 for (int j = 0; j < GRID; j++) pattern[k][ch][i][j] = PATTERN_STD * sample_rng_normal(&rng);
-    float *x = malloc((size_t)(B * 3 * plane) * sizeof *x);
-    int32_t *y = malloc((size_t)B * sizeof *y);
-    if (!x || !y) abort();
+    float *x = sample_calloc("an input batch (--batch x 3 x --image^2 floats)",
+                             sample_mul(B, sample_mul(3, plane)), sizeof *x);
+    int32_t *y = sample_calloc("the targets of a batch (--batch)", B, sizeof *y);
     for (int d = 0; d < SAMPLE_DATA_BATCHES; d++) {
         for (int64_t b = 0; b < B; b++) {
             y[b] = sample_rng_below(&rng, CLASSES);
@@ -105,11 +105,32 @@ static void make_data(simple_cnn *m, amp_ctx_t *ctx, const sample_opts *o) {
     free(y);
 }
 
+// fc's input features: 64 channels of (H/4) x (H/4).
+static int64_t fc_in(void) { return sample_mul(64, sample_mul(image / 4, image / 4)); }
+
+// What the flags ask for at once, lower bounds, checked before the first tensor is made (the
+// library aborts when it cannot allocate one). The ReLU outputs that backward keeps, conv1's
+// (B, 32, H, H) and conv2's (B, 64, H/2, H/2), are 16-bit under autocast.
+static bool simple_cnn_memory_fits(const sample_opts *o) {
+    int64_t B = o->batch, plane = sample_mul(image, image);
+    int64_t act = (int64_t)amp_dtype_size(o->precision);
+    int64_t convs = 32 * 3 * 9 + 32 + 64 * 32 * 9 + 64;
+    int64_t floats = sample_add(convs, sample_add(sample_mul(fc_in(), CLASSES), CLASSES));
+    const sample_mem_part parts[] = {
+        {"the data (4 batches of --batch x 3 x --image^2 floats)",
+         sample_mul(SAMPLE_DATA_BATCHES, sample_mul(B, sample_add(sample_mul(12, plane), 4)))},
+        {"the parameters (--image)", sample_param_bytes(floats, 6)},
+        {"the activations (--batch x 48 x --image^2)",
+         sample_mul(sample_mul(B, 48), sample_mul(plane, act))},
+    };
+    return sample_memory_fits(o, parts, (int)(sizeof parts / sizeof parts[0]));
+}
+
 static void simple_cnn_init(simple_cnn *m, amp_ctx_t *ctx, const sample_opts *o) {
     *m = (simple_cnn){0};
     m->conv1 = conv_init(&m->params, ctx, "conv1", 3, 32);
     m->conv2 = conv_init(&m->params, ctx, "conv2", 32, 64);
-    sample_linear_init(&m->fc, &m->params, ctx, "", "fc", 64 * (image / 4) * (image / 4), CLASSES, true);
+    sample_linear_init(&m->fc, &m->params, ctx, "", "fc", fc_in(), CLASSES, true);
     make_data(m, ctx, o);
 }
 
@@ -133,6 +154,7 @@ int main(int argc, char **argv) {
     sample_opts o;
     int rc = sample_parse_args(&spec, argc, argv, &o);
     if (rc != SAMPLE_CONTINUE) return rc;
+    if (!simple_cnn_memory_fits(&o)) return 1;
     amp_ctx_t *ctx = sample_ctx_new(&o);
     if (!ctx) return 1;
     simple_cnn m;

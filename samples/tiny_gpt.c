@@ -81,8 +81,7 @@ static layer_norm layer_norm_init(sample_params *ps, amp_ctx_t *ctx, const char 
                                   const char *layer, int64_t C) {
     char name[96];
     layer_norm ln = {.layer = layer};
-    float *ones = malloc((size_t)C * sizeof *ones);
-    if (!ones) abort();
+    float *ones = sample_calloc("a layer norm's weights (--d-model floats)", C, sizeof *ones);
     for (int64_t i = 0; i < C; i++) ones[i] = 1.0f;
     snprintf(name, sizeof name, "%s%s%s.weight", prefix, *prefix ? "." : "", layer);
     ln.w = sample_param(ps, ctx, name, 1, &C);
@@ -113,11 +112,12 @@ static void make_data(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     sample_rng rng = sample_rng_new(o->seed, 3);
     int64_t B = o->batch, T = shape.seq;
     int32_t V = (int32_t)shape.vocab;
-    int32_t *successor = malloc((size_t)V * sizeof *successor);
-    int32_t *seq = malloc((size_t)(T + 1) * sizeof *seq);
-    int32_t *x = malloc((size_t)(B * T) * sizeof *x), *y = malloc((size_t)(B * T) * sizeof *y);
-    int32_t *mask = malloc((size_t)(T * T) * sizeof *mask);
-    if (!successor || !seq || !x || !y || !mask) abort();
+    int32_t *successor = sample_calloc("the bigram table (--vocab)", V, sizeof *successor);
+    int32_t *seq = sample_calloc("a sequence (--seq)", T + 1, sizeof *seq);
+    int32_t *x = sample_calloc("a token batch (--batch x --seq)", sample_mul(B, T), sizeof *x);
+    int32_t *y = sample_calloc("a target batch (--batch x --seq)", sample_mul(B, T), sizeof *y);
+    int32_t *mask = sample_calloc("the causal mask (--seq x --seq)", sample_mul(T, T),
+                                  sizeof *mask);
     for (int32_t v = 0; v < V; v++) successor[v] = sample_rng_below(&rng, V);
     for (int d = 0; d < SAMPLE_DATA_BATCHES; d++) {
         for (int64_t b = 0; b < B; b++) {
@@ -146,6 +146,30 @@ static void make_data(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     free(mask);
 }
 
+// What the flags ask for at once, lower bounds, checked before the first tensor is made (the
+// library aborts when it cannot allocate one). Backward keeps every block's attention
+// probabilities (B, heads, T, T), f32 as softmax runs under autocast, and the logits (B, T, V),
+// 16-bit under autocast.
+static bool tiny_gpt_memory_fits(const sample_opts *o) {
+    int64_t B = o->batch, T = shape.seq, V = shape.vocab, C = shape.d_model, L = shape.layers;
+    int64_t act = (int64_t)amp_dtype_size(o->precision);
+    int64_t per_block = sample_add(sample_mul(12, sample_mul(C, C)), 13 * C); // in 12 tensors
+    int64_t embeddings = sample_mul(2 * V + T, C); // wte, wpe and the head
+    int64_t floats = sample_add(embeddings, sample_add(sample_mul(L, per_block), 2 * C));
+    int64_t tokens = sample_mul(B, T);
+    const sample_mem_part parts[] = {
+        {"the data (4 batches of 2 x --batch x --seq tokens)",
+         sample_mul(SAMPLE_DATA_BATCHES * 2 * 4, tokens)},
+        {"the causal mask (--seq x --seq)", sample_mul(sample_mul(T, T), 4)},
+        {"the parameters (--vocab, --seq, --d-model, --layers)",
+         sample_param_bytes(floats, sample_add(sample_mul(12, L), 5))},
+        {"the attention probabilities (--layers x --batch x --heads x --seq^2 floats)",
+         sample_mul(sample_mul(sample_mul(L, tokens), sample_mul(shape.heads, T)), 4)},
+        {"the logits (--batch x --seq x --vocab)", sample_mul(sample_mul(tokens, V), act)},
+    };
+    return sample_memory_fits(o, parts, (int)(sizeof parts / sizeof parts[0]));
+}
+
 static void tiny_gpt_init(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     int64_t C = shape.d_model;
     *m = (tiny_gpt){.overflow_block = shape.layers > 1 ? 1 : 0};
@@ -153,8 +177,7 @@ static void tiny_gpt_init(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     m->wpe = sample_param(&m->params, ctx, "wpe.weight", 2, (int64_t[]){shape.seq, C});
     amp_tensor_randn(m->wte, 1.0f); // nn.Embedding's N(0, 1)
     amp_tensor_randn(m->wpe, 1.0f);
-    m->blocks = calloc((size_t)shape.layers, sizeof *m->blocks);
-    if (!m->blocks) abort();
+    m->blocks = sample_calloc("the block list (--layers)", shape.layers, sizeof *m->blocks);
     for (int i = 0; i < shape.layers; i++) block_init(&m->blocks[i], &m->params, ctx, i);
     m->ln_f = layer_norm_init(&m->params, ctx, "", "ln_f", C);
     sample_linear_init(&m->head, &m->params, ctx, "", "head", C, shape.vocab, false);
@@ -255,6 +278,7 @@ int main(int argc, char **argv) {
     if (shape.d_model % shape.heads != 0)
         return sample_usage_error(&o, "--heads", "must divide --d-model (%lld), got %lld",
                                   (long long)shape.d_model, (long long)shape.heads);
+    if (!tiny_gpt_memory_fits(&o)) return 1;
     amp_ctx_t *ctx = sample_ctx_new(&o);
     if (!ctx) return 1;
     tiny_gpt m;

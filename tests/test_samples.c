@@ -2,8 +2,9 @@
  * test_samples.c — suite `samples`: the sample programs as end-to-end tests. Each test runs a
  * built sample (build/samples/<name>) as a child process for a few steps and parses what it
  * prints ("step 3 loss 2.3012 scale 65536 skipped 0" per step): the loss falls in fp32, fp16 and
- * bf16; a bad flag exits 2 with one line naming the flag; every --fault visibly does what its
- * --help says, at the documented step; a checkpoint resumes training.
+ * bf16; a bad flag exits 2 with one line naming the flag; sizes beyond memory exit 1 with one
+ * line naming what needs them; every --fault visibly does what its --help says, at the
+ * documented step; a checkpoint resumes training.
  *
  * Sizes are small (--steps, --image 16) so the suite stays well under a minute on 2 cores, also
  * under AddressSanitizer.
@@ -138,6 +139,10 @@ START_TEST(test_bad_flag) {
         {{"simple_cnn", "--device", "tpu"}, "--device"},
         {{"mlp", "--optimizer", "rmsprop"}, "--optimizer"},
         {{"mlp", "--lr", "-1"}, "--lr"},
+        {{"mlp", "--lr", "1e-50"}, "--lr"},               // positive, but 0 as a float
+        {{"tiny_gpt", "--lr", "1e39"}, "--lr"},           // inf as a float
+        {{"mlp", "--init-scale", "1e-50"}, "--init-scale"}, // 0 would read as "not given"
+        {{"simple_cnn", "--init-scale", "3.5e38"}, "--init-scale"},
         {{"tiny_gpt", "--seed", "1.5"}, "--seed"},
         {{"mlp", "--init-scale", "0"}, "--init-scale"},
         {{"mlp", "--growth-interval", "-3"}, "--growth-interval"},
@@ -162,6 +167,50 @@ START_TEST(test_bad_flag) {
     }
     RUN(&r, "mlp", "--steps", "x");
     ck_assert_str_eq(r.err, "mlp: --steps: expected a positive integer, got 'x'\n");
+    RUN(&r, "mlp", "--lr", "1e-50", "--precision", "fp32", "--steps", "9");
+    ck_assert_msg(r.exit_code == 2 && strstr(r.err, "got '1e-50'"), "exit %d: %s", r.exit_code,
+                  r.err);
+}
+END_TEST
+
+// A float flag takes what a float holds: 1e-45 rounds to the smallest subnormal, not to 0.
+START_TEST(test_float_flag_range) {
+    static run_result r;
+    RUN(&r, "mlp", "--lr", "1e-45", "--init-scale", "3.4e38", "--steps", "1");
+    assert_ran(&r, 1);
+    ck_assert_msg(strstr(r.out, "GradScaler(init 3.4e+38,") && strstr(r.out, "adam lr 1.4013e-45,"),
+                  "%s", r.out);
+}
+END_TEST
+
+// Sizes from flags that no machine can hold: exit 1 with one line naming what needs the memory
+// and the flag, before anything is allocated (no abort, no core, no step). Every size is beyond
+// the 128 TiB a process can map, so the runs fail at once whatever the machine and overcommit.
+START_TEST(test_out_of_memory) {
+    static const struct {
+        const char *argv[10];
+        const char *flag; // named in the message
+    } cases[] = {
+        {{"mlp", "--batch", "2147483647", "--width", "1000000", "--steps", "1"}, "--batch"},
+        {{"mlp", "--depth", "2147483647", "--width", "4096", "--steps", "1"}, "--depth"},
+        {{"mlp", "--width", "2147483647", "--steps", "1"}, "--width"}, // overflows 64 bits
+        {{"simple_cnn", "--image", "2147483644", "--steps", "1"}, "--image"},
+        {{"tiny_gpt", "--seq", "1000000", "--steps", "1"}, "--seq"},
+        {{"tiny_gpt", "--vocab", "2147483647", "--d-model", "65536", "--heads", "1"}, "--vocab"},
+        {{"tiny_gpt", "--batch", "2147483647", "--seq", "2147483647", "--device", "cuda"}, "--seq"},
+    };
+    static run_result r;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_sample(&r, cases[i].argv);
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%s: out of memory: ", cases[i].argv[0]);
+        ck_assert_msg(r.exit_code == 1, "case %zu: exit %d, stderr: %s", i, r.exit_code, r.err);
+        ck_assert_msg(strncmp(r.err, prefix, strlen(prefix)) == 0 && count_lines(r.err) == 1 &&
+                          strstr(r.err, cases[i].flag),
+                      "case %zu: stderr '%s' is not one line '%s...%s...'", i, r.err, prefix,
+                      cases[i].flag);
+        ck_assert_msg(r.out[0] == '\0', "case %zu printed: %s", i, r.out);
+    }
 }
 END_TEST
 
@@ -356,6 +405,8 @@ Suite *samples_suite(void) {
     tc = tcase_create("cli");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_bad_flag);
+    tcase_add_test(tc, test_float_flag_range);
+    tcase_add_test(tc, test_out_of_memory);
     tcase_add_loop_test(tc, test_help, 0, 3);
     tcase_add_test(tc, test_cuda_device);
     tcase_add_test(tc, test_checkpoint_resume);
