@@ -20,7 +20,9 @@ static const char usage_text[] =
     "      [ ] previous/next step, ? help, q quit. NO_COLOR=1 turns colour off.\n"
     "\n"
     "'ampprobe run --tui -- PROG' records a program and shows it here as it runs.\n"
-    "The TUI only reads the database. Exit status: 0; 2 for a usage error or an unreadable FILE.\n";
+    "The TUI only reads the database. Exit status: 0; 2 for a usage error, an unreadable FILE\n"
+    "(also one found damaged while shown: the message follows the restored screen), or a\n"
+    "terminal that cannot move the cursor (TERM=dumb).\n";
 
 int amp_cmd_tui(int argc, char **argv) {
     const char *file = NULL;

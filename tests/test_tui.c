@@ -5,11 +5,15 @@
  * fixture database built with the store API and SQL, while "live" (WAL, no indexes: followed
  * by rowid, rows updated in place re-read, nothing re-read when nothing was committed) and
  * after the run finished (indexes); the layers view's danger ordering and filter; one-line
- * errors for missing and foreign files. With one: an end-to-end run of
- * `ampprobe run --tui -- tiny_gpt --fault attn-overflow` in tmux (send-keys, capture-pane):
- * the first non-finite event and the falling scale appear while the run is live, the
+ * errors for missing and foreign files, and for damaged ones (a b-tree page overwritten: the
+ * model's error, the report's, the command's exit status 2), a locked one read again; the
+ * overview's titles on more steps than columns (of the run, not of the sparkline's window) and
+ * without overlap; TERM=dumb refused (terminfo, and the command on a pseudo-terminal). With one: an
+ * end-to-end run of `ampprobe run --tui -- tiny_gpt --fault attn-overflow` in tmux (send-keys,
+ * capture-pane): the first non-finite event and the falling scale appear while the run is live, the
  * attention layer is red, the exit status shows, q restores the terminal; NO_COLOR; SIGTERM.
  */
+#define _GNU_SOURCE // posix_openpt, grantpt, unlockpt, ptsname
 #include "tests.h"
 
 #include "amp-record.h"
@@ -418,21 +422,21 @@ START_TEST(p_shows_the_next_process_finished) {
 }
 END_TEST
 
-// Draws view of app off-screen at 100x24 (newterm on /dev/null) and reads the window back into
-// all (24 lines of up to 100 characters); l: the layout it drew with.
-static void draw_offscreen(tui_app *app, int view, tui_layout *l, char all[24 * 128]) {
+// Draws view of app off-screen at colsx24 (newterm on /dev/null) and reads the window back into
+// all (24 lines of up to cols <= 100 characters); l: the layout it drew with.
+static void draw_offscreen_at(tui_app *app, int view, int cols, tui_layout *l, char all[24 * 128]) {
     FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
     SCREEN *scr = newterm("xterm", out, in);
     ck_assert_ptr_nonnull(scr);
-    resizeterm(24, 100);
+    resizeterm(24, cols);
     app->view = view;
     tui_app_update(app);
-    tui_layout_compute(100, 24, l);
+    tui_layout_compute(cols, 24, l);
     tui_app_draw(app, l);
     char line[128];
     all[0] = 0;
     for (int y = 0; y < 24; y++) {
-        mvwinnstr(stdscr, y, 0, line, 100);
+        mvwinnstr(stdscr, y, 0, line, cols);
         strcat(all, line);
         strcat(all, "\n");
     }
@@ -440,6 +444,10 @@ static void draw_offscreen(tui_app *app, int view, tui_layout *l, char all[24 * 
     delscreen(scr);
     fclose(out);
     fclose(in);
+}
+
+static void draw_offscreen(tui_app *app, int view, tui_layout *l, char all[24 * 128]) {
+    draw_offscreen_at(app, view, 100, l, all);
 }
 
 // A run whose forward was searched per module (the PyTorch bridge on a sharded model): the
@@ -621,6 +629,287 @@ START_TEST(layers_view_danger_and_filter) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// The overview's graph titles: of the whole run up to the shown step, with no text over another
+
+// The screen line of all that holds needle (copied into line, trailing blanks cut), or "".
+static const char *screen_line(const char *all, const char *needle, char line[128]) {
+    const char *p = strstr(all, needle);
+    line[0] = 0;
+    if (!p) return line;
+    while (p > all && p[-1] != '\n')
+        p--;
+    size_t n = strcspn(p, "\n");
+    snprintf(line, 128, "%.*s", (int)(n < 127 ? n : 127), p);
+    for (size_t k = strlen(line); k > 0 && line[k - 1] == ' ';)
+        line[--k] = 0;
+    return line;
+}
+
+// 150 steps of pid 7, more than an 80-column sparkline shows: the scale starts at 65536 and
+// halves at the skipped steps 3 (its loss NaN) and 140.
+START_TEST(overview_titles_are_of_the_run_not_the_window) {
+    sql("WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 149) "
+        "INSERT INTO AMP_STEPS SELECT 7, n, n * 10000000, n * 10000000 + 9000000, "
+        "CASE n WHEN 3 THEN NULL ELSE 4.0 - n / 100.0 END, n != 3, NULL, "
+        "CASE WHEN n <= 3 THEN 65536 WHEN n <= 140 THEN 32768 ELSE 16384 END, "
+        "CASE WHEN n < 3 THEN 65536 WHEN n < 140 THEN 32768 ELSE 16384 END, "
+        "n IN (3, 140), n IN (3, 140), NULL FROM s;");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all); // the newest step: 149
+    ck_assert_int_eq(app.step, 149);
+    ck_assert_msg(strstr(screen_line(all, "step time", line), "graphs: steps 70-149"), "%s", all);
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 16384 (from 65536, log2 axis)  x: 2 skipped steps");
+    ck_assert_msg(strstr(screen_line(all, "loss  ", line), "1 non-finite losses"), "%s", all);
+    // back at step 79: the graphs show steps 0-79, the figures are of those steps
+    app.following = false;
+    app.step = 79;
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_msg(strstr(screen_line(all, "step time", line), "graphs: steps 0-79"), "%s", all);
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 32768 (from 65536, log2 axis)  x: 1 skipped steps");
+    ck_assert_msg(strstr(screen_line(all, "loss  ", line), "1 non-finite losses"), "%s", all);
+    // at step 2 nothing was skipped yet
+    app.step = 2;
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 65536 (from 65536, log2 axis)");
+    ck_assert_msg(!strstr(all, "non-finite"), "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
+// A scale too long for a fixed column (mlp --fault scale-thrash --init-scale 4294967296): the
+// skip label goes after the title, shortened or left out where it does not fit.
+START_TEST(overview_skip_label_never_covers_the_scale) {
+    sql("WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 11) "
+        "INSERT INTO AMP_STEPS SELECT 7, n, n * 1000000, n * 1000000 + 900000, 2.0, 1, NULL, "
+        "536870912.0 / (1 << min(n, 8)), 536870912.0 / (1 << min(n + 1, 8)), n < 7, n < 7, NULL "
+        "FROM s;");
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 2.09715e+06 (from 2.68435e+08, log2 axis)  x: 7 skipped steps");
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 60, &l, all);
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 2.09715e+06 (from 2.68435e+08, log2 axis)  x: 7");
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 50, &l, all); // the axis' name gives way
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 2.09715e+06 (from 2.68435e+08)  x: 7");
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 40, &l, all); // no room for the count
+    ck_assert_str_eq(screen_line(all, "loss scale", line),
+                     "loss scale 2.09715e+06 (from 2.68435e+08");
+    tui_app_free(&app);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// A damaged database is said so, not shown as an empty run
+
+// A copy of the finished fixture (SQLite's backup, page for page) at path, with junk written over
+// the start of table's root page.
+static void damaged_copy(const char *table, char *path, size_t n) {
+    snprintf(path, n, "%s/damaged-%s.sqlite", tmpdir, table);
+    sqlite3 *src, *dst;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &src, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_open(path, &dst), SQLITE_OK);
+    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(sqlite3_backup_step(b, -1), SQLITE_DONE);
+    ck_assert_int_eq(sqlite3_backup_finish(b), SQLITE_OK);
+    sqlite3_close(src);
+    sqlite3_stmt *q;
+    ck_assert_int_eq(sqlite3_prepare_v2(dst,
+                                        "SELECT rootpage, (SELECT page_size FROM pragma_page_size) "
+                                        "FROM sqlite_master WHERE name = ?1",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_text(q, 1, table, -1, SQLITE_STATIC);
+    ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
+    const long root = (long)sqlite3_column_int64(q, 0), page = (long)sqlite3_column_int64(q, 1);
+    sqlite3_finalize(q);
+    sqlite3_close(dst);
+    ck_assert_int_gt(root, 1);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, (root - 1) * page, SEEK_SET), 0);
+    for (int i = 0; i < 64; i++)
+        fputs("\xde\xad\xbe\xef", f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+// `ampprobe tui path` without a terminal: its exit status, its stderr into out.
+static int tui_command(const char *path, char *out, size_t n) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s tui '%s' 2>&1 </dev/null", AMPPROBE, path);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = 0;
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(model_says_a_damaged_file_is_damaged) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    char steps[160], stats[160], want[256], out[1024];
+    damaged_copy("AMP_STEPS", steps, sizeof steps);
+    damaged_copy("AMP_TENSOR_STATS", stats, sizeof stats);
+    // AMP_STEPS is read on open: it fails, in one line
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, steps, err), AMP_ERR_CORRUPT);
+    snprintf(want, sizeof want, "%s: database disk image is malformed", steps);
+    ck_assert_str_eq(err, want);
+    // the statistics of a finished run are read when a step is shown: the model's error then,
+    // and nothing is read any more
+    ck_assert_int_eq(tui_model_open(&m, stats, err), AMP_OK);
+    ck_assert_str_eq(m.error, "");
+    ck_assert_uint_eq(m.n_steps, 4);
+    tui_model_show_step(&m, 3);
+    snprintf(want, sizeof want, "%s: database disk image is malformed", stats);
+    ck_assert_str_eq(m.error, want);
+    ck_assert_int_eq(m.error_code, SQLITE_CORRUPT);
+    ck_assert_uint_eq(m.n_rows, 0);
+    ck_assert(!tui_model_poll(&m));
+    tui_model_free(&m);
+    // the report (the finder's thread) reads them too: an ended run it cannot read is an error
+    ck_assert_int_eq(tui_model_open(&m, stats, err), AMP_OK);
+    for (int i = 0; i < 750 && !m.error[0]; i++) {
+        usleep(20000);
+        tui_model_poll(&m);
+    }
+    ck_assert_msg(strstr(m.error, stats) &&
+                      strstr(m.error, "cannot read the run (database disk image is malformed)"),
+                  "%s", m.error);
+    ck_assert(!m.finding.valid); // not "none: no warning or error in this run"
+    tui_model_free(&m);
+    // the command: one line, exit status 2, before it would ask for a terminal
+    snprintf(want, sizeof want, "ampprobe tui: %s: database disk image is malformed\n", steps);
+    ck_assert_int_eq(tui_command(steps, out, sizeof out), 2);
+    ck_assert_str_eq(out, want);
+    snprintf(want, sizeof want, "ampprobe tui: %s: database disk image is malformed\n", stats);
+    ck_assert_int_eq(tui_command(stats, out, sizeof out), 2);
+    ck_assert_str_eq(out, want);
+}
+END_TEST
+
+// A database locked by another connection (SQLITE_BUSY once the busy timeout has passed) is not
+// an error: it is read again once free.
+START_TEST(model_reads_a_busy_database_again) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK); // a rollback journal: lockable
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    ck_assert_uint_eq(m.n_steps, 4);
+    sqlite3 *lock;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &lock, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(lock,
+                                  "BEGIN EXCLUSIVE; INSERT INTO AMP_STEPS VALUES (7, 4, 41000000,"
+                                  " 52000000, 3.9, 1, NULL, 32768, 32768, 0, 0, NULL);",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    tui_model_poll(&m); // waits out the busy timeout
+    ck_assert_str_eq(m.error, "");
+    tui_model_show_step(&m, 2);
+    ck_assert_str_eq(m.error, "");
+    ck_assert_int_eq(m.rows_step, -1); // not taken for a step without statistics
+    ck_assert_int_eq(sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(lock);
+    ck_assert(tui_model_poll(&m));
+    ck_assert_str_eq(m.error, "");
+    ck_assert_uint_eq(m.n_steps, 5);
+    tui_model_show_step(&m, 2);
+    ck_assert_uint_eq(m.n_rows, 3);
+    tui_model_free(&m);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------------------------
+// A terminal that cannot move the cursor
+
+// TERM while f runs.
+static bool usable_with_term(const char *term) {
+    const char *was = getenv("TERM");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("TERM", term, 1);
+    int fd = open("/dev/null", O_WRONLY);
+    bool usable = tui_terminal_usable(fd);
+    close(fd);
+    if (saved)
+        setenv("TERM", saved, 1);
+    else
+        unsetenv("TERM");
+    free(saved);
+    return usable;
+}
+
+START_TEST(terminal_without_cursor_addressing) {
+    ck_assert(usable_with_term("xterm"));
+    ck_assert(usable_with_term("screen"));
+    ck_assert(!usable_with_term("dumb"));               // no cup
+    ck_assert(!usable_with_term("no-such-terminal-x")); // not in terminfo
+    // the command on a pseudo-terminal with TERM=dumb: refused, as an unknown TERM is
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(master, 0);
+    ck_assert_int_eq(grantpt(master), 0);
+    ck_assert_int_eq(unlockpt(master), 0);
+    const char *slave = ptsname(master);
+    ck_assert_ptr_nonnull(slave);
+    int errpipe[2];
+    ck_assert_int_eq(pipe(errpipe), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setsid();
+        int fd = open(slave, O_RDWR);
+        if (fd < 0) _exit(127);
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(errpipe[1], 2);
+        close(errpipe[0]);
+        setenv("TERM", "dumb", 1);
+        execl(AMPPROBE, "ampprobe", "tui", db_path, (char *)NULL);
+        _exit(127);
+    }
+    close(errpipe[1]);
+    int status = 0;
+    pid_t done = 0;
+    for (int waited = 0; (done = waitpid(pid, &status, WNOHANG)) == 0 && waited < 10000;
+         waited += 50) {
+        char junk[256]; // what it writes to the terminal: drained
+        fcntl(master, F_SETFL, O_NONBLOCK);
+        while (read(master, junk, sizeof junk) > 0) {
+        }
+        usleep(50000);
+    }
+    if (done == 0) { // still drawing: q ends it
+        ck_assert_int_eq(write(master, "q", 1), 1);
+        waitpid(pid, &status, 0);
+    }
+    char out[512];
+    ssize_t got = read(errpipe[0], out, sizeof out - 1);
+    out[got > 0 ? got : 0] = 0;
+    close(errpipe[0]);
+    close(master);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 2);
+    ck_assert_str_eq(out, "ampprobe tui: cannot start the terminal (TERM=dumb)\n");
+}
+END_TEST
+
 START_TEST(bad_files) {
     tui_model m;
     char err[AMP_STORE_ERR_MAX];
@@ -790,7 +1079,8 @@ START_TEST(e2e_run_tui_tmux) {
     press("4", 10000, (const char *const[]){"nonfinite_propagated", NULL});
     press("/ producer Enter", 10000,
           (const char *const[]){"filter: producer", "nonfinite_producer", "blocks.1.attn", NULL});
-    press("?", 10000, (const char *const[]){"any key closes this help", NULL});
+    // (quoted: the shell would make a bare ? of a one-letter file name in the working directory)
+    press("'?'", 10000, (const char *const[]){"any key closes this help", NULL});
     press("1", 180000, (const char *const[]){"tiny_gpt exited with status 0", "REPLAY", NULL});
     // q: a clean terminal (no alternate screen, cursor back), the summary, PROG's status.
     press("q", 10000, (const char *const[]){"AMPPROBE-EXIT=0", "ampprobe: 250 steps", NULL});
@@ -902,6 +1192,11 @@ Suite *tui_suite(void) {
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);
     tcase_add_test(model, bad_files);
+    tcase_add_test(model, overview_titles_are_of_the_run_not_the_window);
+    tcase_add_test(model, overview_skip_label_never_covers_the_scale);
+    tcase_add_test(model, model_says_a_damaged_file_is_damaged);
+    tcase_add_test(model, model_reads_a_busy_database_again);
+    tcase_add_test(model, terminal_without_cursor_addressing);
     suite_add_tcase(s, model);
     TCase *e2e = tcase_create("tmux");
     tcase_add_checked_fixture(e2e, setup, teardown);

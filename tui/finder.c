@@ -73,12 +73,15 @@ void tui_finding_free(tui_finding *f) {
 }
 
 // The first warning or error of the report (its order: errors first, then the first step), and
-// the kernels' layers.
+// the kernels' layers; or why the report could not read the run.
 static void compute(sqlite3 *db, const char *path, tui_finding *out) {
     *out = (tui_finding){.first_step = -1};
     report_model rm;
     char err[REPORT_ERR_MAX];
-    if (report_model_load(db, path, INT64_MIN, INT64_MAX, &rm, err) != AMP_OK) return;
+    if (report_model_load(db, path, INT64_MIN, INT64_MAX, &rm, err) != AMP_OK) {
+        snprintf(out->error, sizeof out->error, "%s", err);
+        return;
+    }
     kernel_layers(&rm, out);
     report_findings f = {0};
     report_run(&rm, NULL, &f);
@@ -96,6 +99,11 @@ static void compute(sqlite3 *db, const char *path, tui_finding *out) {
     }
     report_findings_free(&f);
     report_model_free(&rm);
+}
+
+// The report's and the store's messages end in SQLite's: a busy or locked database says so.
+static bool busy_message(const char *err) {
+    return strstr(err, sqlite3_errstr(SQLITE_BUSY)) || strstr(err, sqlite3_errstr(SQLITE_LOCKED));
 }
 
 // SQLite calls this every few thousand VM steps: a non-zero return interrupts the query.
@@ -118,16 +126,18 @@ static void *run(void *arg) {
         sqlite3 *db = NULL;
         char err[AMP_STORE_ERR_MAX];
         tui_finding result = {.first_step = -1};
-        bool ok = amp_store_open_readonly(f->path, &db, err) == AMP_OK;
-        if (ok) {
+        if (amp_store_open_readonly(f->path, &db, err) == AMP_OK) {
             sqlite3_progress_handler(db, 10000, stop_requested, f);
             compute(db, f->path, &result);
+        } else {
+            snprintf(result.error, sizeof result.error, "%s", err);
         }
         sqlite3_close(db);
+        result.busy = result.error[0] && busy_message(result.error);
 
         pthread_mutex_lock(&f->mu);
         f->busy = false;
-        if (ok && !f->quit) {
+        if (!f->quit) {
             tui_finding_free(&f->result); // an untaken one: replaced
             f->result = result;
             f->wall_ms = clock_ms(CLOCK_MONOTONIC) - t0;

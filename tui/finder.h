@@ -24,6 +24,9 @@ typedef struct tui_finding {
     int64_t first_step; // -1: none
     char layer[160], op[64];
     char title[512];
+    char error[512]; // the report could not read the run: why, in one line ("FILE: ..."); "": it
+                     // could (valid or not)
+    bool busy;       // error is a busy or locked database: asking again may go through
     // The layers of the kernels the report tied to ops, sorted by kernel name; owned
     // (tui_finding_free)
     tui_kernel_layer *kernel_layers;

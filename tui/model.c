@@ -98,6 +98,31 @@ static const char sql_kernels[] =
     "ORDER BY rowid";
 static const char sql_string[] = "SELECT value FROM StringIds WHERE id = ?1";
 
+// A query failed with rc. A busy or locked database (a live run's writer) is asked again on the
+// next poll; anything else (a damaged file, an I/O error) is the model's error, kept: the first.
+static void query_failed(tui_model *m, int rc) {
+    int code = rc & 0xff;
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+        m->retry = true;
+        return;
+    }
+    if (m->error[0]) return;
+    snprintf(m->error, sizeof m->error, "%s: %s", m->path, sqlite3_errmsg(m->db));
+    amp_one_line(m->error);
+    m->error_code = code;
+}
+
+// sqlite3_step of a SELECT: true on a row; false at its end, or on an error (query_failed).
+// After a failed one none is run until the next poll (a busy database would make each of them
+// wait out the busy timeout).
+static bool next_row(tui_model *m, sqlite3_stmt *q) {
+    if (m->retry || m->error[0]) return false;
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) query_failed(m, rc);
+    return false;
+}
+
 static bool prepare(tui_model *m, const char *sql, sqlite3_stmt **q, char *err) {
     if (sqlite3_prepare_v2(m->db, sql, -1, q, NULL) == SQLITE_OK) return true;
     snprintf(err, AMP_STORE_ERR_MAX, "%s: cannot read the run (%s)", m->path,
@@ -115,7 +140,7 @@ static bool poll_meta(tui_model *m) {
     int was_exit = m->exit_status;
     const char *was_exception = m->exception;
     sqlite3_stmt *q = m->q_meta;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
         const char *value = (const char *)sqlite3_column_text(q, 1);
         bool run_wide = sqlite3_column_int(q, 2) == 0;
@@ -154,7 +179,7 @@ static bool poll_layers(tui_model *m) {
     sqlite3_stmt *q = m->q_layers;
     sqlite3_bind_int64(q, 1, m->last_layer_rowid);
     size_t before = m->n_layers;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         m->last_layer_rowid = sqlite3_column_int64(q, 0);
         AMP_GROW(m->layers, m->n_layers, m->cap_layers);
         m->layers[m->n_layers++] = (struct tui_layer_name){
@@ -235,7 +260,7 @@ static bool poll_steps(tui_model *m) {
     if (from > m->last_step_rowid + 1) from = m->last_step_rowid + 1;
     sqlite3_bind_int64(q, 1, from);
     bool changed = false;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         int64_t rowid = sqlite3_column_int64(q, 0);
         if (rowid > m->last_step_rowid) m->last_step_rowid = rowid;
         int32_t pid = sqlite3_column_int(q, 1);
@@ -313,7 +338,7 @@ static bool poll_events(tui_model *m, bool reread_aggregates) {
         for (size_t i = 0; i < m->n_events; i++) {
             if (!m->events[i].aggregate) continue;
             sqlite3_bind_int64(q, 1, m->events[i].id);
-            if (sqlite3_step(q) == SQLITE_ROW) {
+            if (next_row(m, q)) {
                 tui_event e;
                 read_event(q, &e);
                 const tui_event *o = &m->events[i];
@@ -328,7 +353,7 @@ static bool poll_events(tui_model *m, bool reread_aggregates) {
     }
     sqlite3_stmt *q = m->q_events;
     sqlite3_bind_int64(q, 1, m->last_event_id);
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         AMP_GROW(m->events, m->n_events, m->cap_events);
         tui_event *e = &m->events[m->n_events++];
         read_event(q, e);
@@ -349,7 +374,7 @@ static bool poll_stats_feed(tui_model *m) {
     sqlite3_stmt *q = m->q_stats_feed;
     sqlite3_bind_int64(q, 1, m->last_stats_rowid);
     bool changed = false;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         int64_t rowid = sqlite3_column_int64(q, 0);
         int32_t pid = sqlite3_column_int(q, 1);
         int64_t step = sqlite3_column_int64(q, 2);
@@ -468,7 +493,7 @@ static void load_step(tui_model *m, int64_t step) {
     sqlite3_bind_int64(q, 2, step);
     raw_stat *raw = NULL;
     size_t n = 0, cap = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         AMP_GROW(raw, n, cap);
         raw_stat *s = &raw[n++];
         const char *kind = (const char *)sqlite3_column_text(q, 1);
@@ -487,11 +512,11 @@ static void load_step(tui_model *m, int64_t step) {
     sqlite3_reset(q);
     fold_rows(m, raw, n);
     free(raw);
-    m->rows_step = step;
+    m->rows_step = m->retry ? -1 : step; // a busy database: read again on the next show
 }
 
 void tui_model_show_step(tui_model *m, int64_t step) {
-    if (step == m->rows_step) return;
+    if (step == m->rows_step || m->error[0]) return;
     load_step(m, step);
     m->generation++;
 }
@@ -523,7 +548,7 @@ static tui_kernel *kernel_entry(tui_model *m, int64_t name_id) {
     tui_kernel *k = &m->kernels[m->n_kernels++];
     *k = (tui_kernel){.name_id = name_id};
     sqlite3_bind_int64(m->q_string, 1, name_id);
-    k->name = sqlite3_step(m->q_string) == SQLITE_ROW ? col_dup(m->q_string, 0) : NULL;
+    k->name = next_row(m, m->q_string) ? col_dup(m->q_string, 0) : NULL;
     sqlite3_reset(m->q_string);
     if (!k->name) {
         char buf[32];
@@ -538,7 +563,7 @@ static bool poll_kernels(tui_model *m) {
     sqlite3_stmt *q = m->q_kernels;
     sqlite3_bind_int64(q, 1, m->last_kernel_rowid);
     bool changed = false;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while (next_row(m, q)) {
         m->last_kernel_rowid = sqlite3_column_int64(q, 0);
         tui_kernel *k = kernel_entry(m, sqlite3_column_int64(q, 1));
         int64_t ns = sqlite3_column_int64(q, 2);
@@ -566,7 +591,22 @@ static bool poll_finding(tui_model *m) {
     tui_finding fresh;
     bool changed = tui_finder_take(m->finder, &fresh, &wall_ms, &cpu_ms);
     int64_t now = mono_ns();
+    if (changed && fresh.busy) {
+        // another connection holds the database: the last finding stays, asked again a second on
+        tui_finding_free(&fresh);
+        m->finding_stale = true;
+        m->asked_final = false; // (the ended run's did not go through)
+        m->next_finding_ns = now + FINDING_MIN_NS;
+        return false;
+    }
+    if (changed && fresh.error[0] && m->asked_final) {
+        // the report could not read the ended run: nothing will write it again to mend that
+        snprintf(m->error, sizeof m->error, "%s", fresh.error);
+        tui_finding_free(&fresh);
+        return true;
+    }
     if (changed) {
+        if (fresh.error[0]) m->finding_stale = true; // a live run: asked again, shown meanwhile
         tui_finding_free(&m->finding);
         m->finding = fresh;
         m->finding_ms = wall_ms;
@@ -584,9 +624,10 @@ static bool poll_finding(tui_model *m) {
     bool final = ended && !m->asked_final;
     // the first error (a NaN producer, broken data) is worth a finding at once, budget or not
     bool first_error = false;
-    for (size_t i = 0; i < m->n_counts && !m->asked_on_error; i++) first_error |= m->counts[i].severity == 2;
-    if ((final || first_error || m->finding_cpu_total_ms + m->finding_cpu_ms * growth <= budget_ms) &&
-        tui_finder_request(m->finder)) {
+    for (size_t i = 0; i < m->n_counts && !m->asked_on_error; i++)
+        first_error |= m->counts[i].severity == 2;
+    const bool in_budget = m->finding_cpu_total_ms + m->finding_cpu_ms * growth <= budget_ms;
+    if ((final || first_error || in_budget) && tui_finder_request(m->finder)) {
         m->finding_stale = false;
         m->asked_on_error |= first_error;
         m->asked_final = ended;
@@ -628,7 +669,7 @@ amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR
                  "tbl_name = 'AMP_TENSOR_STATS'",
                  &idx, err))
         goto fail;
-    m->stats_indexed = sqlite3_step(idx) == SQLITE_ROW;
+    m->stats_indexed = next_row(m, idx);
     sqlite3_finalize(idx);
     char steps_sql[sizeof sql_steps + 16];
     snprintf(steps_sql, sizeof steps_sql, sql_steps,
@@ -646,13 +687,18 @@ amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR
     m->finder = tui_finder_new(path);
     m->opened_ns = mono_ns();
     tui_model_poll(m);
+    if (m->error[0]) {
+        snprintf(err, AMP_STORE_ERR_MAX, "%s", m->error);
+        if (m->error_code == SQLITE_CORRUPT || m->error_code == SQLITE_NOTADB) st = AMP_ERR_CORRUPT;
+        goto fail;
+    }
     if (m->stats_indexed && m->n_steps) m->stats_step = m->steps[m->n_steps - 1].step;
     return AMP_OK;
 fail:
     tui_model_free(m);
     *m = (tui_model){0};
     amp_one_line(err);
-    return AMP_ERR_IO;
+    return st != AMP_OK ? st : AMP_ERR_IO;
 }
 
 void tui_model_show_process(tui_model *m, int32_t pid) {
@@ -674,16 +720,25 @@ void tui_model_show_process(tui_model *m, int32_t pid) {
 }
 
 bool tui_model_poll(tui_model *m) {
-    int64_t version = -1;
-    if (sqlite3_step(m->q_version) == SQLITE_ROW) version = sqlite3_column_int64(m->q_version, 0);
-    sqlite3_reset(m->q_version);
+    if (m->error[0]) return false; // nothing more is read: the TUI ends with the error
     uint64_t before = m->generation;
-    if (version != m->data_version) {
+    const bool reread = m->retry; // the last poll met a busy database: everything is read again
+    if (reread) {
+        m->retry = false;
+        m->data_version = -1;
+    }
+    int64_t version = -1;
+    if (next_row(m, m->q_version)) version = sqlite3_column_int64(m->q_version, 0);
+    sqlite3_reset(m->q_version);
+    if (m->error[0]) return true;
+    if (version != m->data_version && !m->retry) {
         m->data_version = version;
         // One read transaction, so that the tables agree with each other.
         sqlite3_exec(m->db, "BEGIN", NULL, NULL, NULL);
         read_all(m);
         sqlite3_exec(m->db, "COMMIT", NULL, NULL, NULL);
+        if (m->error[0]) return true;
+        if (reread && !m->retry) m->generation++; // and the shown step's statistics reloaded
     }
     // A collector that was killed leaves the status running and writes nothing more, so the
     // data version stays put: asked once a second.

@@ -7,7 +7,8 @@
  * primary key, and `PRAGMA data_version` skips the whole poll when nothing was committed.
  * The per-layer statistics of one step (the shown step) are loaded on demand: through the
  * (pid, step) index in a finished run, through the step's rowid range (learnt while following)
- * in a live one. The model never writes to the database.
+ * in a live one. The model never writes to the database. A query that fails is not taken for
+ * "no rows": a damaged file (or an I/O error) sets m.error; a busy database is read again.
  *
  *     tui_model m;
  *     char err[AMP_STORE_ERR_MAX];
@@ -15,6 +16,7 @@
  *     for (;;) {
  *         if (tui_model_poll(&m)) ...               // something new: update the views
  *         tui_model_show_step(&m, step);            // the layers view's step
+ *         if (m.error[0]) fail(m.error);            // "run.sqlite: database disk image is ..."
  *     }
  *     tui_model_free(&m);
  */
@@ -143,15 +145,23 @@ typedef struct tui_model {
     int64_t asked_step;
     bool asked_final; // the finding of the ended run was asked for
     bool asked_on_error; // a finding was asked for after the first error-severity event
+    // The first failed read that asking again will not mend (a damaged file: SQLITE_CORRUPT,
+    // SQLITE_NOTADB; an I/O error; the report's, for an ended run), as "FILE: message"; ""
+    // while none. Once set the model reads nothing more, and the TUI ends with it. A busy or
+    // locked database (SQLITE_BUSY, SQLITE_LOCKED) is not one: the next poll reads again.
+    char error[AMP_STORE_ERR_MAX];
+    int error_code; // SQLite's primary result code of error; 0 for the report's
+    bool retry;     // a read met a busy or locked database: the next poll reads everything
     sqlite3_stmt *q_version, *q_meta, *q_steps, *q_events, *q_event_by_id, *q_layers, *q_stats_feed,
         *q_stats_step, *q_stats_range, *q_kernels, *q_string;
 } tui_model;
 
 // Opens path read-only (amp_store_open_readonly: one line in err for a missing, foreign,
 // truncated or newer file; one line too when a damaged file cannot be read) and loads everything
-// recorded so far.
+// recorded so far (a read of it that fails: m->error's line in err).
 amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR_MAX]);
-// Reads what was committed since the last poll. Returns true when the model changed.
+// Reads what was committed since the last poll. Returns true when the model changed. A read
+// that fails for good sets m->error (see there); the model is not read again then.
 bool tui_model_poll(tui_model *m);
 // Loads the statistics of step into rows (no-op when it is loaded already and the run has not
 // moved). A step without statistics leaves rows empty.

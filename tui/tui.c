@@ -382,6 +382,7 @@ static bool want_color(void) {
     return has_colors() && !(no && *no);
 }
 
+// Until q, a signal, or a read of the database that failed for good (app->model.error).
 static void loop(tui_app *app) {
     tui_layout l;
     bool dirty = true;
@@ -399,6 +400,7 @@ static void loop(tui_app *app) {
         last_exit = exit_status;
         if (dirty) {
             tui_app_update(app);
+            if (app->model.error[0]) break; // a damaged file: tui_run says so, the screen gone
             tui_layout_compute(COLS, LINES, &l);
             const tui_view_i *v = views[app->view];
             if (v->count) tui_table_clamp(&app->tables[app->view], v->count(app), table_rows(&l));
@@ -424,6 +426,13 @@ int tui_run(const char *path, tui_live *live) {
         free(app);
         return 2;
     }
+    tui_app_update(app); // the first frame's reads, before the terminal is taken
+    if (app->model.error[0]) {
+        fprintf(stderr, "ampprobe tui: %s\n", app->model.error);
+        tui_app_free(app);
+        free(app);
+        return 2;
+    }
     if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
         fprintf(stderr,
                 "ampprobe tui: needs a terminal (stdin and stdout); for a file or a pipe "
@@ -441,7 +450,8 @@ int tui_run(const char *path, tui_live *live) {
     static bool registered;
     if (!registered) atexit(restore_at_exit);
     registered = true;
-    SCREEN *screen = newterm(NULL, stdout, stdin);
+    // an unknown TERM, or one that cannot move the cursor (dumb): refused alike
+    SCREEN *screen = tui_terminal_usable(STDOUT_FILENO) ? newterm(NULL, stdout, stdin) : NULL;
     if (!screen) {
         signals_restore(&saved);
         fprintf(stderr, "ampprobe tui: cannot start the terminal (TERM=%s)\n",
@@ -466,7 +476,12 @@ int tui_run(const char *path, tui_live *live) {
     curses_active = 0;
     delscreen(screen);
     signals_restore(&saved);
+    int rc = 0;
+    if (app->model.error[0]) { // the terminal is back: the error stays readable there
+        fprintf(stderr, "ampprobe tui: %s\n", app->model.error);
+        rc = 2;
+    }
     tui_app_free(app);
     free(app);
-    return 0;
+    return rc;
 }

@@ -78,8 +78,13 @@ typedef struct tui_view_i {
 extern const tui_view_i tui_view_overview, tui_view_layers, tui_view_kernels, tui_view_events;
 
 // Runs the TUI on the database at path until q (or a signal). live: NULL for a plain file.
-// 0 on a normal exit; 2 with one line on stderr when the file cannot be read.
+// 0 on a normal exit; 2 with one line on stderr when the file cannot be read (also when a read
+// fails for good while it runs: the terminal restored first) or the terminal cannot be used.
 int tui_run(const char *path, tui_live *live);
+
+// Whether the terminal TERM names (on fd) can show the TUI: terminfo knows it and it can move
+// the cursor to a row and column (cup). TERM=dumb cannot: it would get a blank screen.
+bool tui_terminal_usable(int fd);
 
 // Opens the model (one line in err on failure) and sets the app to follow the newest step.
 amp_status tui_app_open(tui_app *app, const char *path, tui_live *live,

@@ -68,56 +68,112 @@ static size_t window(const tui_app *app, int w, size_t *first) {
     return shown;
 }
 
+#define LABEL_COL 24 // the labels after the graphs' titles line up here (when the titles are short)
+
+// Puts the first of labels (NULL-terminated, longest first) that fits in cols on row y, two
+// columns after column x and at LABEL_COL at least. Returns the column after it; x when none fits.
+static int put_label(int y, int x, int cols, int attr, const char *const *labels) {
+    int at = x + 2 > LABEL_COL ? x + 2 : LABEL_COL;
+    for (; *labels; labels++) {
+        int len = (int)strlen(*labels);
+        if (at + len <= cols) {
+            tui_print(y, at, len, attr, "%s", *labels);
+            return at + len;
+        }
+    }
+    return x;
+}
+
+// Prints text at the start of row y (clipped to cols); returns the column after it.
+static int put_title(int y, int cols, const char *text) {
+    tui_print(y, 0, cols, A_BOLD, "%s", text);
+    int len = (int)strlen(text);
+    return len < cols ? len : cols;
+}
+
+// The three sparklines show the last steps that fit in the width, up to the shown step: the
+// step time's row says which ("graphs: steps 70-149"). The figures in their titles are of the
+// whole run up to the shown step: the latest value, the scale it started from, how many losses
+// were non-finite and steps skipped. A label that does not fit after its title is shortened, then
+// left out.
 static void draw_graphs(const tui_app *app, const tui_layout *l) {
     const tui_model *m = &app->model;
     size_t first, n = window(app, l->cols, &first);
     double *v = amp_xmalloc((n ? n : 1) * sizeof *v);
     const tui_step *s = m->steps + first;
     const tui_step *last = n ? &s[n - 1] : NULL;
-    char a[32], b[32];
+    const size_t upto = first + n; // the run up to the shown step: m->steps[0, upto)
+    size_t nan_losses = 0, skipped = 0;
+    for (size_t i = 0; i < upto; i++) {
+        nan_losses += isnan(m->steps[i].loss);
+        skipped += m->steps[i].skipped;
+    }
+    const int cols = l->cols, danger = tui_attr(app, TUI_PAIR_DANGER);
+    char a[32], b[32], title[96], label[3][64];
 
     for (size_t i = 0; i < n; i++)
         v[i] = s[i].time_ms * 1e6;
     tui_fmt_ns(a, sizeof a, last ? last->time_ms * 1e6 : NAN);
-    tui_print(l->ov_time.y, 0, l->cols, A_BOLD, "step time  %s", a);
+    snprintf(title, sizeof title, "step time  %s", a);
+    int x = put_title(l->ov_time.y, cols, title);
     double mem = NAN; // the peak is recorded as of a step's end, not every step by every producer
-    for (size_t i = first + n; i-- > 0 && isnan(mem);)
+    for (size_t i = upto; i-- > 0 && isnan(mem);)
         mem = m->steps[i].mem_mib;
-    if (!isnan(mem))
-        tui_print(l->ov_time.y, 24, l->cols - 24, A_NORMAL, "memory peak %.*f MiB",
-                  mem < 10 ? 1 : 0, mem);
-    tui_sparkline(app, (tui_rect){0, l->ov_time.y + 1, l->cols, l->ov_time.h - 1}, v, n, false,
+    if (!isnan(mem)) {
+        snprintf(label[0], sizeof label[0], "memory peak %.*f MiB", mem < 10 ? 1 : 0, mem);
+        x = put_label(l->ov_time.y, x, cols, A_NORMAL, (const char *const[]){label[0], NULL});
+    }
+    if (last) { // which steps the graphs show, at the right edge
+        snprintf(label[0], sizeof label[0], "graphs: steps %lld-%lld", (long long)s[0].step,
+                 (long long)last->step);
+        snprintf(label[1], sizeof label[1], "steps %lld-%lld", (long long)s[0].step,
+                 (long long)last->step);
+        for (int k = 0; k < 2; k++) {
+            int len = (int)strlen(label[k]);
+            if (x + 2 + len > cols) continue;
+            tui_print(l->ov_time.y, cols - len, len, A_NORMAL, "%s", label[k]);
+            break;
+        }
+    }
+    tui_sparkline(app, (tui_rect){0, l->ov_time.y + 1, cols, l->ov_time.h - 1}, v, n, false,
                   tui_attr(app, TUI_PAIR_ACCENT));
 
-    size_t nan_losses = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         v[i] = s[i].loss;
-        nan_losses += isnan(s[i].loss);
-    }
     snprintf(a, sizeof a, !last ? "-" : !isnan(last->loss) ? "%.4g" : "NaN", last ? last->loss : 0);
-    tui_print(l->ov_loss.y, 0, l->cols, A_BOLD, "loss       %s", a);
-    if (nan_losses)
-        tui_print(l->ov_loss.y, 24, l->cols - 24, tui_attr(app, TUI_PAIR_DANGER),
-                  "%zu non-finite losses (gaps)", nan_losses);
-    tui_sparkline(app, (tui_rect){0, l->ov_loss.y + 1, l->cols, l->ov_loss.h - 1}, v, n, false,
+    snprintf(title, sizeof title, "loss       %s", a);
+    x = put_title(l->ov_loss.y, cols, title);
+    if (nan_losses) {
+        snprintf(label[0], sizeof label[0], "%zu non-finite losses (gaps)", nan_losses);
+        snprintf(label[1], sizeof label[1], "%zu non-finite", nan_losses);
+        put_label(l->ov_loss.y, x, cols, danger, (const char *const[]){label[0], label[1], NULL});
+    }
+    tui_sparkline(app, (tui_rect){0, l->ov_loss.y + 1, cols, l->ov_loss.h - 1}, v, n, false,
                   tui_attr(app, TUI_PAIR_GOOD));
 
-    size_t skipped = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         v[i] = s[i].scale;
-        skipped += s[i].skipped;
-    }
     snprintf(a, sizeof a, last && !isnan(last->scale) ? "%g" : "-", last ? last->scale : 0);
-    snprintf(b, sizeof b, n && !isnan(s[0].scale) ? "%g" : "-", n ? s[0].scale : 0);
-    tui_print(l->ov_scale.y, 0, l->cols, A_BOLD, "loss scale %s (from %s, log2 axis)", a, b);
+    snprintf(b, sizeof b, upto && !isnan(m->steps[0].scale) ? "%g" : "-",
+             upto ? m->steps[0].scale : 0);
+    snprintf(title, sizeof title, "loss scale %s (from %s, log2 axis)", a, b);
+    if (skipped) {
+        snprintf(label[0], sizeof label[0], "x: %zu skipped steps", skipped);
+        snprintf(label[1], sizeof label[1], "x: %zu skipped", skipped);
+        snprintf(label[2], sizeof label[2], "x: %zu", skipped);
+        // the count matters more than naming the axis
+        if ((int)strlen(title) + 2 + (int)strlen(label[2]) > cols)
+            snprintf(title, sizeof title, "loss scale %s (from %s)", a, b);
+    }
+    x = put_title(l->ov_scale.y, cols, title);
     if (skipped)
-        tui_print(l->ov_scale.y, 48, l->cols - 48, tui_attr(app, TUI_PAIR_DANGER),
-                  "x: %zu skipped steps", skipped);
-    tui_sparkline(app, (tui_rect){0, l->ov_scale.y + 1, l->cols, l->ov_scale.h - 1}, v, n, true,
+        put_label(l->ov_scale.y, x, cols, danger,
+                  (const char *const[]){label[0], label[1], label[2], NULL});
+    tui_sparkline(app, (tui_rect){0, l->ov_scale.y + 1, cols, l->ov_scale.h - 1}, v, n, true,
                   tui_attr(app, TUI_PAIR_WARN));
     move(l->ov_skips.y, 0);
     for (size_t i = 0; i < n; i++)
-        if (s[i].skipped) tui_print(l->ov_skips.y, (int)i, 1, tui_attr(app, TUI_PAIR_DANGER), "x");
+        if (s[i].skipped) tui_print(l->ov_skips.y, (int)i, 1, danger, "x");
     free(v);
 }
 
@@ -165,6 +221,12 @@ static void draw_finding(const tui_app *app, tui_rect r) {
     }
     if (y >= end) return;
     const tui_finding *f = &m->finding;
+    if (f->error[0]) { // a live run: asked again (an ended run's ends the TUI: model.c)
+        tui_print(y++, r.x, r.w, tui_attr(app, TUI_PAIR_DANGER),
+                  "top finding unknown: the report failed");
+        if (y < end) wrap(y, r.x, r.w, end - y, A_NORMAL, f->error);
+        return;
+    }
     if (!f->valid) {
         tui_print(y, r.x, r.w, A_BOLD, "top finding: %s",
                   m->finding_ms == 0            ? "(the report is running)"
