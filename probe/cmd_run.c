@@ -471,7 +471,9 @@ static int collect_with_tui(run_state *r, pid_t pid, const char *path, const cha
         dup2(saved_err, STDERR_FILENO);
         close(saved_err);
     }
-    if (rc != 0) fprintf(stderr, "ampprobe: the TUI could not start (see %s)\n", log_path);
+    if (rc != 0) // (its message went to the log: stderr was there while it ran)
+        fprintf(stderr, "ampprobe: the TUI could not start or ended on an error (see %s)\n",
+                log_path);
     if (atomic_load(&t.live.exit_status) < 0)
         fprintf(stderr, "ampprobe: TUI closed; still recording %s until it ends (output: %s)\n",
                 prog, log_path);
