@@ -25,7 +25,7 @@ static void usage(FILE *f) {
            "whether its loss matches.\n\n"
            "options:\n"
            "  --format text|json  text (default) or json (keys: report/README.md)\n"
-           "  -o OUT              write to OUT instead of stdout\n"
+           "  -o OUT              write to OUT instead of stdout (not over A or B)\n"
            "  --help              this text\n\n"
            "exit status: 0 comparison written, 2 usage error or an unreadable/foreign database.\n");
 }

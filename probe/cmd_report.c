@@ -36,7 +36,7 @@ static void usage(FILE *f) {
             "  --format FMT        text for people (default; colour on a terminal unless\n"
             "                      NO_COLOR is set), md (Markdown), html (one self-contained\n"
             "                      page with plots), json for CI (keys: report/README.md)\n"
-            "  -o OUT              write the report to OUT instead of stdout\n"
+            "  -o OUT              write the report to OUT instead of stdout (not over FILE)\n"
             "  --rule ID           run only that rule\n"
             "  --steps A:B         look at steps A..B only (A: or :B leave a side open)\n"
             "  --fail-on SEV       exit with status 1 when a finding of severity SEV or worse\n"
