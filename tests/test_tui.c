@@ -854,6 +854,50 @@ static bool usable_with_term(const char *term) {
     return usable;
 }
 
+// Starts argv on a new pseudo-terminal (its controlling terminal) with TERM=term, stderr into
+// a pipe (*err_fd); returns the pid, the terminal's master side in *master.
+static pid_t spawn_on_pty(char *const argv[], const char *term, int *master, int *err_fd) {
+    *master = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(*master, 0);
+    ck_assert_int_eq(grantpt(*master), 0);
+    ck_assert_int_eq(unlockpt(*master), 0);
+    const char *slave = ptsname(*master);
+    ck_assert_ptr_nonnull(slave);
+    int errpipe[2];
+    ck_assert_int_eq(pipe(errpipe), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(*master); // the terminal's only holder is the test: its close is the hang-up
+        setsid();
+        int fd = open(slave, O_RDWR);
+        if (fd < 0) _exit(127);
+        dup2(fd, 0);
+        dup2(fd, 1);
+        dup2(errpipe[1], 2);
+        close(errpipe[0]);
+        setenv("TERM", term, 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(errpipe[1]);
+    fcntl(*master, F_SETFL, O_NONBLOCK);
+    *err_fd = errpipe[0];
+    return pid;
+}
+
+// Waits up to ms for pid, draining what it writes to the terminal; true when it ended.
+static bool ended_within(pid_t pid, int master, int ms, int *status) {
+    for (int waited = 0; waited < ms; waited += 50) {
+        if (waitpid(pid, status, WNOHANG) == pid) return true;
+        char junk[256];
+        while (read(master, junk, sizeof junk) > 0) {
+        }
+        usleep(50000);
+    }
+    return false;
+}
+
 START_TEST(terminal_without_cursor_addressing) {
     ck_assert(usable_with_term("xterm"));
     ck_assert(usable_with_term("screen"));
@@ -862,51 +906,38 @@ START_TEST(terminal_without_cursor_addressing) {
     // the command on a pseudo-terminal with TERM=dumb: refused, as an unknown TERM is
     fixture();
     ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
-    int master = posix_openpt(O_RDWR | O_NOCTTY);
-    ck_assert_int_ge(master, 0);
-    ck_assert_int_eq(grantpt(master), 0);
-    ck_assert_int_eq(unlockpt(master), 0);
-    const char *slave = ptsname(master);
-    ck_assert_ptr_nonnull(slave);
-    int errpipe[2];
-    ck_assert_int_eq(pipe(errpipe), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        setsid();
-        int fd = open(slave, O_RDWR);
-        if (fd < 0) _exit(127);
-        dup2(fd, 0);
-        dup2(fd, 1);
-        dup2(errpipe[1], 2);
-        close(errpipe[0]);
-        setenv("TERM", "dumb", 1);
-        execl(AMPPROBE, "ampprobe", "tui", db_path, (char *)NULL);
-        _exit(127);
-    }
-    close(errpipe[1]);
-    int status = 0;
-    pid_t done = 0;
-    for (int waited = 0; (done = waitpid(pid, &status, WNOHANG)) == 0 && waited < 10000;
-         waited += 50) {
-        char junk[256]; // what it writes to the terminal: drained
-        fcntl(master, F_SETFL, O_NONBLOCK);
-        while (read(master, junk, sizeof junk) > 0) {
-        }
-        usleep(50000);
-    }
-    if (done == 0) { // still drawing: q ends it
+    int master, err_fd, status = 0;
+    pid_t pid = spawn_on_pty((char *[]){AMPPROBE, "tui", db_path, NULL}, "dumb", &master, &err_fd);
+    if (!ended_within(pid, master, 10000, &status)) { // still drawing: q ends it
         ck_assert_int_eq(write(master, "q", 1), 1);
         waitpid(pid, &status, 0);
     }
     char out[512];
-    ssize_t got = read(errpipe[0], out, sizeof out - 1);
+    ssize_t got = read(err_fd, out, sizeof out - 1);
     out[got > 0 ? got : 0] = 0;
-    close(errpipe[0]);
+    close(err_fd);
     close(master);
     ck_assert(WIFEXITED(status));
     ck_assert_int_eq(WEXITSTATUS(status), 2);
     ck_assert_str_eq(out, "ampprobe tui: cannot start the terminal (TERM=dumb)\n");
+}
+END_TEST
+
+// A terminal that hangs up (a closed window, a killed tmux server) ends the TUI, also under
+// `run --tui` after the program ended, where the TUI stays until q and the launcher leaves the
+// terminal's SIGHUP to the program: it read end-of-file in a loop, at a third of a core.
+START_TEST(a_terminal_that_hangs_up_ends_the_tui) {
+    char out_db[300];
+    snprintf(out_db, sizeof out_db, "%s.run.sqlite", db_path);
+    int master, err_fd, status = 0;
+    pid_t pid = spawn_on_pty((char *[]){AMPPROBE, "run", "--tui", "-o", out_db, "--", "true", NULL},
+                             "xterm", &master, &err_fd);
+    ck_assert_msg(!ended_within(pid, master, 1500, &status), "the TUI did not stay after PROG");
+    close(master); // the hang-up
+    bool ended = ended_within(pid, -1, 5000, &status);
+    if (!ended) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    close(err_fd);
+    ck_assert_msg(ended, "the TUI went on after its terminal hung up");
 }
 END_TEST
 
@@ -1179,6 +1210,7 @@ Suite *tui_suite(void) {
     suite_add_tcase(s, layout);
     TCase *model = tcase_create("model");
     tcase_add_checked_fixture(model, setup, teardown);
+    tcase_set_timeout(model, 60); // the pseudo-terminal cases start ampprobe (sanitizers: slow)
     tcase_add_test(model, model_live_incremental);
     tcase_add_test(model, model_finished_run);
     tcase_add_test(model, model_follows_the_first_of_several_processes);
@@ -1197,6 +1229,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_says_a_damaged_file_is_damaged);
     tcase_add_test(model, model_reads_a_busy_database_again);
     tcase_add_test(model, terminal_without_cursor_addressing);
+    tcase_add_test(model, a_terminal_that_hangs_up_ends_the_tui);
     suite_add_tcase(s, model);
     TCase *e2e = tcase_create("tmux");
     tcase_add_checked_fixture(e2e, setup, teardown);

@@ -20,6 +20,7 @@
 #include <curses.h>
 #include <langinfo.h>
 #include <locale.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,7 +383,17 @@ static bool want_color(void) {
     return has_colors() && !(no && *no);
 }
 
-// Until q, a signal, or a read of the database that failed for good (app->model.error).
+// The terminal hung up (its window closed, its ssh session or tmux server gone): stdin then
+// reads end-of-file at once, so getch() never waits again. A SIGHUP need not come with it:
+// under `run --tui` the launcher leaves the terminal's own signals to the program, which may
+// have ended.
+static bool terminal_gone(void) {
+    struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+// Until q, a signal, a read of the database that failed for good (app->model.error), or the
+// terminal gone.
 static void loop(tui_app *app) {
     tui_layout l;
     bool dirty = true;
@@ -411,6 +422,7 @@ static void loop(tui_app *app) {
         int wait = (int)(next_poll - mono_ms());
         timeout(wait > 0 ? wait : 0);
         int ch = getch();
+        if (ch == ERR && terminal_gone()) break;
         if (ch == ERR) continue;
         int redo = tui_app_key(app, ch, &l);
         if (redo & TUI_REDO_QUIT) break;
