@@ -86,6 +86,10 @@ void conform_scaler_file(struct conform_run *r, const char *name) {
                 conform_error(r, name, t.lineno, "'end' outside a case");
                 goto out;
             }
+            if (c.updates == 0) { // a case that checks nothing is no pass
+                conform_error(r, name, t.lineno, "case %s has no update lines", c.name);
+                goto out;
+            }
             if (c.mismatch[0])
                 conform_fail(r, name, c.name, "%s", c.mismatch);
             else

@@ -495,6 +495,9 @@ START_TEST(test_malformed_empty_text) {
                      "no records in 1 line (only comments and blank lines), expected 'op' and "
                      "its results\n");
     free(table);
+    // a case without an update checks nothing either
+    expect_malformed("scaler_updates.txt", "case c 65536 2 0.5 2000\nend\n", "scaler_updates.txt:2",
+                     "case c has no update lines\n");
 }
 END_TEST
 
