@@ -106,17 +106,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-// A number of steps: digits only (no sign, no spaces), 1 to INT_MAX. NULL when valid, else why
-// not.
-static const char *count_problem(const char *s) {
-    if (!*s || strspn(s, "0123456789") != strlen(s)) return "expected a positive number of steps";
-    errno = 0;
-    long v = strtol(s, NULL, 10);
-    if (v == 0) return "expected a positive number of steps";
-    if (errno == ERANGE || v > INT_MAX) return "too large (at most 2147483647)";
-    return NULL;
-}
-
 static bool valid_trace(const char *s) {
     if (!*s) return false;
     for (const char *p = s; *p;) {
@@ -163,7 +152,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (IS("--stats-every")) {
             o->stats_every = option_value(argc, argv, &i, eq);
             if (!o->stats_every) return usage_error("%s needs a number of steps", a);
-            const char *why = count_problem(o->stats_every);
+            int n;
+            const char *why = amp_parse_count(o->stats_every, &n);
             if (why) {
                 fprintf(stderr, "ampprobe run: --stats-every: '%s': %s\n", o->stats_every, why);
                 return 2;
@@ -196,7 +186,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     // AMPPROBE_STATS_EVERY from the environment stands in for --stats-every (and is recorded)
     const char *env_every = getenv("AMPPROBE_STATS_EVERY");
     if (!o->stats_every && env_every && *env_every) {
-        const char *why = count_problem(env_every);
+        int n;
+        const char *why = amp_parse_count(env_every, &n);
         if (why) {
             fprintf(stderr, "ampprobe run: AMPPROBE_STATS_EVERY in the environment: '%s': %s\n",
                     env_every, why);
@@ -213,15 +204,19 @@ static int parse_args(int argc, char **argv, run_opts *o) {
 // ---------------------------------------------------------------------------------------------
 // The output file
 
+// Removes the files SQLite keeps beside the database at path.
+static void remove_side_files(const char *path) {
+    char buf[PATH_MAX + 16];
+    for (int i = 0; i < AMP_CMD_N_SIDE_FILES; i++) {
+        snprintf(buf, sizeof buf, "%s%s", path, amp_cmd_side_files[i]);
+        unlink(buf);
+    }
+}
+
 // Removes the database and its side files; false (errno set) when the database itself could not
 // be removed.
 static bool remove_db_files(const char *path) {
-    static const char *const suffixes[] = {"-wal", "-shm", "-journal"};
-    char buf[PATH_MAX + 16];
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        snprintf(buf, sizeof buf, "%s%s", path, suffixes[i]);
-        unlink(buf);
-    }
+    remove_side_files(path);
     return unlink(path) == 0 || errno == ENOENT;
 }
 
@@ -267,12 +262,9 @@ static char *claim_output(const run_opts *o) {
                 errno == EEXIST ? "it was created meanwhile" : strerror(errno));
         return NULL;
     }
-    // The name is ours now; a -wal left by an earlier crashed run must not be replayed into it.
-    char side[PATH_MAX + 16];
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
+    // The name is ours now; a -wal (or journal) left by an earlier crashed run must not be
+    // replayed into it.
+    remove_side_files(path);
     return strdup(path);
 }
 

@@ -15,6 +15,10 @@ int amp_cmd_tui(int argc, char **argv);
 
 #include <stdio.h>
 
+// The files SQLite keeps beside a database (suffixes of its name), output.c's.
+#define AMP_CMD_N_SIDE_FILES 3
+extern const char *const amp_cmd_side_files[AMP_CMD_N_SIDE_FILES];
+
 // The output of report and diff (output.c): stdout when path is NULL, else the file path, which
 // must not be one of the n databases in inputs (or their SQLite side files). NULL after saying
 // why on stderr ("ampprobe CMD: ...").

@@ -6,15 +6,17 @@
 #include "commands.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-// Whether path and other name the same existing file.
-static int same_file(const char *path, const char *other) {
-    struct stat a, b;
-    return stat(path, &a) == 0 && stat(other, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
+const char *const amp_cmd_side_files[AMP_CMD_N_SIDE_FILES] = {"-wal", "-shm", "-journal"};
+
+// Whether name is the existing file out (stat'ed already).
+static bool is_file(const char *name, const struct stat *out) {
+    struct stat sb;
+    return stat(name, &sb) == 0 && sb.st_dev == out->st_dev && sb.st_ino == out->st_ino;
 }
 
 FILE *amp_cmd_open_output(const char *cmd, const char *path, const char *const *inputs, int n) {
@@ -23,22 +25,24 @@ FILE *amp_cmd_open_output(const char *cmd, const char *path, const char *const *
         fprintf(stderr, "ampprobe %s: -o needs a file name\n", cmd);
         return NULL;
     }
-    static const char *const sidecars[] = {"", "-wal", "-shm", "-journal"};
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < sizeof sidecars / sizeof *sidecars; k++) {
+    struct stat out;
+    const bool exists = stat(path, &out) == 0; // (a new file is none of them)
+    for (int i = 0; i < n && exists; i++)
+        for (int k = -1; k < AMP_CMD_N_SIDE_FILES; k++) {
             char name[4096];
-            if (snprintf(name, sizeof name, "%s%s", inputs[i], sidecars[k]) >= (int)sizeof name)
+            if (snprintf(name, sizeof name, "%s%s", inputs[i],
+                         k < 0 ? "" : amp_cmd_side_files[k]) >= (int)sizeof name)
                 continue;
-            if (same_file(path, name)) {
+            if (is_file(name, &out)) {
                 fprintf(stderr,
                         "ampprobe %s: -o %s is %s%s, which this command reads; name another file\n",
-                        cmd, path, k ? "the SQLite side file of " : "", inputs[i]);
+                        cmd, path, k < 0 ? "" : "the SQLite side file of ", inputs[i]);
                 return NULL;
             }
         }
-    FILE *out = fopen(path, "w");
-    if (!out) fprintf(stderr, "ampprobe %s: %s: %s\n", cmd, path, strerror(errno));
-    return out;
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "ampprobe %s: %s: %s\n", cmd, path, strerror(errno));
+    return f;
 }
 
 int amp_cmd_close_output(const char *cmd, const char *path, FILE *out) {

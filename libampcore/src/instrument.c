@@ -35,8 +35,6 @@
 #include "amp-impl.h"
 #include "amp-record.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -181,14 +179,11 @@ static void lagging_remove(amp_ctx_t *ctx) {
 // ---------------------------------------------------------------------------------------------
 // Lifecycle
 
-// AMPPROBE_STATS_EVERY: a number of steps from 1 to INT_MAX; anything else (said once on
-// stderr: the launcher checks it, a program run with AMPPROBE_OUT does not) is 1.
+// AMPPROBE_STATS_EVERY (amp_parse_count); anything else (said once on stderr: the launcher
+// checks it, a program run with AMPPROBE_OUT does not) is 1.
 static int stats_every_of(const char *s) {
-    if (!s || !*s) return 1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*s >= '0' && *s <= '9' && !*end && errno == 0 && v > 0 && v <= INT_MAX) return (int)v;
+    int every = 1;
+    if (!s || !*s || !amp_parse_count(s, &every)) return every;
     static atomic_flag said = ATOMIC_FLAG_INIT;
     if (!atomic_flag_test_and_set(&said))
         fprintf(stderr,

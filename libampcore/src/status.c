@@ -6,6 +6,7 @@
 #include "amp-impl.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,17 @@ char *amp_make_temp_dir(char *buf, size_t n, const char *prefix) {
     memset(buf + len, 'X', MKDTEMP_SUFFIX);
     buf[len + MKDTEMP_SUFFIX] = '\0';
     return mkdtemp(buf);
+}
+
+const char *amp_parse_count(const char *s, int *out) {
+    if (!s || !*s || strspn(s, "0123456789") != strlen(s))
+        return "expected a positive number of steps";
+    errno = 0;
+    long v = strtol(s, NULL, 10);
+    if (v == 0) return "expected a positive number of steps";
+    if (errno == ERANGE || v > INT_MAX) return "too large (at most 2147483647)";
+    *out = (int)v;
+    return NULL;
 }
 
 char *amp_path_join(const char *dir, const char *name) {

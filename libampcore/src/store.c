@@ -1184,7 +1184,10 @@ static uint32_t be32(const unsigned char *p) {
 }
 
 // Checks the file before SQLite sees it: exists, is SQLite, is as long as its header says.
-static amp_status precheck(const char *path, char *err) {
+// *has_wal: a non-empty -wal lies beside it (looked at before SQLite opens the file: a
+// read-only connection makes an empty one where it can).
+static amp_status precheck(const char *path, char *err, bool *has_wal) {
+    *has_wal = false;
     struct stat sb;
     if (stat(path, &sb) != 0) {
         snprintf(err, AMP_STORE_ERR_MAX, "%s: %s", path, strerror(errno));
@@ -1217,7 +1220,7 @@ static amp_status precheck(const char *path, char *err) {
     char wal[4096];
     snprintf(wal, sizeof wal, "%s-wal", path);
     struct stat wb;
-    bool has_wal = stat(wal, &wb) == 0 && wb.st_size > 0;
+    *has_wal = stat(wal, &wb) == 0 && wb.st_size > 0;
     uint32_t page_size = (uint32_t)h[16] << 8 | h[17];
     if (page_size == 1) page_size = 65536;
     if (page_size < 512 || (page_size & (page_size - 1))) {
@@ -1226,7 +1229,7 @@ static amp_status precheck(const char *path, char *err) {
         return AMP_ERR_CORRUPT;
     }
     uint64_t pages = be32(h + 28);
-    if (!has_wal && be32(h + 24) == be32(h + 92) && (uint64_t)sb.st_size < pages * page_size) {
+    if (!*has_wal && be32(h + 24) == be32(h + 92) && (uint64_t)sb.st_size < pages * page_size) {
         // a file cut short, or a header whose page count was overwritten: the bytes cannot tell
         snprintf(err, AMP_STORE_ERR_MAX,
                  "%s: truncated or its header damaged (%lld bytes, the header counts %llu)", path,
@@ -1327,13 +1330,9 @@ static int open_immutable(const char *path, sqlite3 **d) {
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
     *db = NULL;
     errbuf[0] = 0;
-    amp_status st = precheck(path, errbuf);
+    bool has_wal;
+    amp_status st = precheck(path, errbuf, &has_wal);
     if (st != AMP_OK) return amp_set_error(st, "%s", amp_one_line(errbuf));
-    // looked at before opening: a read-only connection makes an empty -wal where it can
-    char wal[4096];
-    snprintf(wal, sizeof wal, "%s-wal", path);
-    struct stat wb;
-    const bool has_wal = stat(wal, &wb) == 0 && wb.st_size > 0;
     sqlite3 *d = NULL;
     if (sqlite3_open_v2(path, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot open: %s", path,
