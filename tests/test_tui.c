@@ -814,6 +814,7 @@ START_TEST(model_reads_a_busy_database_again) {
     ck_assert_uint_eq(m.n_steps, 4);
     sqlite3 *lock;
     ck_assert_int_eq(sqlite3_open_v2(db_path, &lock, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(lock, 10000); // the model's finding thread may be reading: wait for it
     ck_assert_int_eq(sqlite3_exec(lock,
                                   "BEGIN EXCLUSIVE; INSERT INTO AMP_STEPS VALUES (7, 4, 41000000,"
                                   " 52000000, 3.9, 1, NULL, 32768, 32768, 0, 0, NULL);",
