@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -307,33 +308,59 @@ static void sleep_ns(int64_t ns) {
     nanosleep(&ts, NULL); // a signal cuts it short, which is what we want
 }
 
-static void status_line(const amp_collector_stats *s) {
-    if (s->last_step < 0) {
-        fprintf(stderr, "\r\033[K[ampprobe] %lld records", (long long)s->records);
-    } else {
-        char scale[32] = "-";
-        if (!isnan(s->scale)) snprintf(scale, sizeof scale, "%g", s->scale);
-        fprintf(stderr,
-                "\r\033[K[ampprobe] step %lld  %.1f ms  loss %.4g  scale %s  skipped %lld  "
-                "events %lld",
-                (long long)s->last_step, s->last_step_ms, s->last_loss, scale,
-                (long long)s->skipped, (long long)s->events);
-    }
-    fflush(stderr);
-}
-
 typedef struct run_state {
     amp_collector_t *collector;
-    bool tty;    // stderr is a terminal: show the status line
-    bool shown;  // a status line is on the screen
+    bool tty;    // stderr is a terminal that takes cursor movements: show the status line
+    int rows;    // the terminal's rows while the status line holds the last of them, else 0
     bool failed; // the database could not be written: stop polling
     int64_t next_poll, next_status;
 } run_state;
 
+static void terminal_size(int *rows, int *cols) {
+    struct winsize ws;
+    bool known = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0;
+    *rows = known ? ws.ws_row : 0;
+    *cols = known ? ws.ws_col : 0;
+}
+
+// The status line keeps the terminal's last row to itself: the rows above it become the
+// scrolling region (as apt's progress bar does), so what PROG writes scrolls there and never runs
+// into the status line. Each draw saves the cursor, writes the last row and restores the cursor.
+static void status_line(run_state *r, const amp_collector_stats *s) {
+    int rows, cols;
+    terminal_size(&rows, &cols);
+    if (rows < 3 || cols < 20) return; // too small to share
+    if (rows != r->rows) {             // the first draw, or the terminal was resized
+        // down a line and back up (IND, CUU: the column kept), which scrolls the screen when the
+        // cursor is on the last row; then the scrolling region above the last row
+        fprintf(stderr, "\033D\033[1A\0337\033[1;%dr\0338", rows - 1);
+        r->rows = rows;
+    }
+    char text[256];
+    if (s->last_step < 0) {
+        snprintf(text, sizeof text, "[ampprobe] %lld records", (long long)s->records);
+    } else {
+        char scale[32] = "-";
+        if (!isnan(s->scale)) snprintf(scale, sizeof scale, "%g", s->scale);
+        snprintf(text, sizeof text,
+                 "[ampprobe] step %lld  %.1f ms  loss %.4g  scale %s  skipped %lld  events %lld",
+                 (long long)s->last_step, s->last_step_ms, s->last_loss, scale,
+                 (long long)s->skipped, (long long)s->events);
+    }
+    // one column short of the width: a character in the last column would wrap the line
+    fprintf(stderr, "\0337\033[%d;1H\033[K%.*s\0338", rows, cols - 1, text);
+    fflush(stderr);
+}
+
+// Gives the last row back: the status line cleared, the whole screen scrolling again.
 static void clear_status(run_state *r) {
-    if (!r->shown) return;
-    fprintf(stderr, "\r\033[K");
-    r->shown = false;
+    if (!r->rows) return;
+    int rows, cols;
+    terminal_size(&rows, &cols);
+    if (rows < 1) rows = r->rows;
+    fprintf(stderr, "\0337\033[%d;1H\033[K\033[r\0338", rows);
+    fflush(stderr);
+    r->rows = 0;
 }
 
 // One tick of the main loop: poll and redraw when due.
@@ -352,8 +379,7 @@ static void tick(run_state *r) {
         r->next_status = now + STATUS_EVERY_NS;
         amp_collector_stats s;
         amp_collector_get_stats(r->collector, &s);
-        status_line(&s);
-        r->shown = true;
+        status_line(r, &s);
     }
 }
 
@@ -506,7 +532,7 @@ int amp_cmd_run(int argc, char **argv) {
     }
     char *path = claim_output(&o);
     if (!path) return 2;
-    run_state r = {.tty = isatty(STDERR_FILENO) && !o.tui};
+    run_state r = {.tty = !o.tui && isatty(STDERR_FILENO) && tui_terminal_usable(STDERR_FILENO)};
     // the spool directory beside it by an absolute name: PROG may change directory
     char *abs_path = realpath(path, NULL);
     amp_status opened = amp_collector_new(abs_path ? abs_path : path, NULL, &r.collector);

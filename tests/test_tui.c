@@ -1202,6 +1202,55 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
 }
 END_TEST
 
+// The screen's rows (capture-pane's lines), split in place; how many.
+static int screen_rows(char *screen, char *rows[], int max) {
+    int n = 0;
+    for (char *line = screen; line && *line && n < max;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        rows[n++] = line;
+        line = end ? end + 1 : NULL;
+    }
+    return n;
+}
+
+// `ampprobe run`'s status line (the tmux cases are all here, in the TUI's suite): it keeps the
+// terminal's last row while the program's output scrolls above it, and gives the row back at the
+// end.
+START_TEST(run_status_line_keeps_the_last_row) {
+    if (!have_tmux()) {
+        fprintf(stderr, "tui: tmux not installed: the status line's test is skipped\n");
+        return;
+    }
+    char command[512];
+    snprintf(command, sizeof command,
+             "cd %s && TERM=screen %s run -o status.sqlite -- sh -c \"for i in \\$(seq 60); do "
+             "echo line \\$i; sleep 0.05; done; sleep 1\"; seq 100 120; printf END-OF-TEST; "
+             "sleep 30",
+             tmpdir, AMPPROBE);
+    tmux_start(command);
+    char *s = wait_screen(15000, (const char *const[]){"line 40", "[ampprobe] ", NULL});
+    char *rows[32];
+    ck_assert_int_eq(screen_rows(s, rows, 32), 24);
+    ck_assert_msg(strncmp(rows[23], "[ampprobe] ", 11) == 0, "last row: '%s'", rows[23]);
+    for (int y = 0; y < 23; y++) {
+        ck_assert_msg(!strstr(rows[y], "[ampprobe]"), "row %d: '%s'", y, rows[y]);
+        char *line = strstr(rows[y], "line ");
+        ck_assert_msg(!line || line == rows[y], "row %d: '%s'", y, rows[y]); // never glued
+    }
+    free(s);
+    // The end: the status line gone, the whole screen scrolling again (the shell's last words on
+    // the last row).
+    s = wait_screen(15000, (const char *const[]){"END-OF-TEST", NULL});
+    ck_assert_ptr_null(strstr(s, "[ampprobe] "));
+    ck_assert_ptr_nonnull(strstr(s, "ampprobe: 0 steps"));
+    ck_assert_int_eq(screen_rows(s, rows, 32), 24);
+    ck_assert_str_eq(rows[23], "END-OF-TEST");
+    free(s);
+    tmux_stop();
+}
+END_TEST
+
 Suite *tui_suite(void) {
     Suite *s = suite_create("tui");
     TCase *layout = tcase_create("layout");
@@ -1237,6 +1286,7 @@ Suite *tui_suite(void) {
     tcase_set_timeout(e2e, 300); // generous for sanitizer builds
     tcase_add_test(e2e, e2e_run_tui_tmux);
     tcase_add_test(e2e, e2e_replay_no_color_and_sigterm);
+    tcase_add_test(e2e, run_status_line_keeps_the_last_row);
     suite_add_tcase(s, e2e);
     return s;
 }

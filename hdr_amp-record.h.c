@@ -1,0 +1,1 @@
+#include "amp-record.h"
