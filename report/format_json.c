@@ -32,10 +32,19 @@ void report_json_str(FILE *out, const char *s) {
         case '\n': fputs("\\n", out); break;
         case '\t': fputs("\\t", out); break;
         default:
-            if (*p < 0x20)
+            if (*p < 0x20) {
                 fprintf(out, "\\u%04x", *p);
-            else
-                fputc(*p, out);
+            } else {
+                // valid UTF-8 as it is; a byte that begins no character (a name cut by a fixed
+                // buffer) as U+FFFD, so that the output stays JSON
+                const size_t n = report_utf8_seq((const char *)p);
+                if (n) {
+                    fwrite(p, 1, n, out);
+                    p += n - 1;
+                } else {
+                    fputs("\\ufffd", out);
+                }
+            }
         }
     }
     fputc('"', out);

@@ -56,21 +56,64 @@ const report_rule *report_rule_find(const char *id) {
 // ---------------------------------------------------------------------------------------------
 // Loading
 
-char *report_strdup(const char *s) {
-    if (!s) return NULL;
+size_t report_utf8_seq(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    if (p[0] < 0x80) return 1;
+    // the lead byte: how many continuation bytes, and the least code point (no overlong forms)
+    const int n = p[0] >= 0xc2 && p[0] <= 0xdf   ? 1
+                  : p[0] >= 0xe0 && p[0] <= 0xef ? 2
+                  : p[0] >= 0xf0 && p[0] <= 0xf4 ? 3
+                                                 : 0;
+    if (!n) return 0;
+    uint32_t c = p[0] & (0x3f >> n);
+    for (int i = 1; i <= n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0; // (a NUL ends it too)
+        c = c << 6 | (p[i] & 0x3f);
+    }
+    static const uint32_t least[] = {0, 0x80, 0x800, 0x10000};
+    if (c < least[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+    return (size_t)n + 1;
+}
+
+// How many bytes of s's character at p the report keeps; 0: it becomes '?' (a style mark, a
+// byte that is not UTF-8, and in a name any control character).
+static size_t kept(const char *p, bool name) {
+    const unsigned char c = (unsigned char)*p;
+    if ((c >= 1 && c <= 6) || (name && (c < 0x20 || c == 0x7f))) return 0;
+    return report_utf8_seq(p);
+}
+
+static bool clean(const char *s, bool name) {
+    for (size_t n; *s; s += n)
+        if (!(n = kept(s, name))) return false;
+    return true;
+}
+
+static char *cleaned_copy(const char *s, bool name) {
     char *c = amp_xstrdup(s);
-    for (char *p = c; *p; p++)
-        if (*p >= 1 && *p <= 6) *p = '?';
+    for (char *p = c; *p;) {
+        const size_t n = kept(p, name);
+        if (n) {
+            p += n;
+        } else {
+            *p++ = '?';
+        }
+    }
     return c;
 }
 
+char *report_strdup(const char *s) {
+    return s ? cleaned_copy(s, false) : NULL;
+}
+
+char *report_strdup_name(const char *s) {
+    return s ? cleaned_copy(s, true) : NULL;
+}
+
 const char *report_clean(const char *s, char **scratch) {
-    for (const char *p = s; *p; p++)
-        if (*p >= 1 && *p <= 6) {
-            free(*scratch);
-            return *scratch = report_strdup(s);
-        }
-    return s;
+    if (clean(s, true)) return s;
+    free(*scratch);
+    return *scratch = cleaned_copy(s, true);
 }
 
 static char *col_str(sqlite3_stmt *q, int i) {
@@ -220,9 +263,10 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         AMP_GROW(m->layers, m->n_layers, cap);
-        m->layers[m->n_layers++] = (report_layer){.pid = sqlite3_column_int(q, 0),
-                                                  .id = sqlite3_column_int(q, 1),
-                                                  .name = col_str(q, 2)};
+        m->layers[m->n_layers++] =
+            (report_layer){.pid = sqlite3_column_int(q, 0),
+                           .id = sqlite3_column_int(q, 1),
+                           .name = report_strdup_name((const char *)sqlite3_column_text(q, 2))};
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -272,14 +316,21 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         AMP_GROW(m->events, m->n_events, cap);
-        m->events[m->n_events++] = (report_event){
-            .id = sqlite3_column_int64(q, 0), .pid = sqlite3_column_int(q, 1),
-            .step = col_i64(q, 2, -1), .last_step = col_i64(q, 3, -1),
-            .layer_id = (int32_t)col_i64(q, 4, -1), .op = col_str(q, 5), .phase = col_str(q, 6),
-            .kind = col_str(q, 7), .severity = col_str(q, 8), .count = col_i64(q, 9, -1),
-            .value = col_f64(q, 10), .detail = col_str(q, 11),
-            .aggregate = sqlite3_column_int(q, 12) != 0,
-            .occurrences = col_i64(q, 13, 1)};
+        m->events[m->n_events++] =
+            (report_event){.id = sqlite3_column_int64(q, 0),
+                           .pid = sqlite3_column_int(q, 1),
+                           .step = col_i64(q, 2, -1),
+                           .last_step = col_i64(q, 3, -1),
+                           .layer_id = (int32_t)col_i64(q, 4, -1),
+                           .op = report_strdup_name((const char *)sqlite3_column_text(q, 5)),
+                           .phase = col_str(q, 6),
+                           .kind = col_str(q, 7),
+                           .severity = col_str(q, 8),
+                           .count = col_i64(q, 9, -1),
+                           .value = col_f64(q, 10),
+                           .detail = col_str(q, 11),
+                           .aggregate = sqlite3_column_int(q, 12) != 0,
+                           .occurrences = col_i64(q, 13, 1)};
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -668,10 +719,26 @@ void report_finding_evidence(report_finding *f, const char *key, double value) {
     f->n_evidence++;
 }
 
+// s into dst[n]; a longer s cut on a character's boundary and ended with "…", so that the cut
+// shows.
+static void copy_name(char *dst, size_t n, const char *s) {
+    static const char more[] = "\u2026";
+    size_t len = strlen(s ? s : "");
+    if (len < n) {
+        memcpy(dst, s ? s : "", len + 1);
+        return;
+    }
+    len = n - sizeof more;
+    while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80) // in a character: back to its start
+        len--;
+    memcpy(dst, s, len);
+    memcpy(dst + len, more, sizeof more);
+}
+
 void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase) {
-    snprintf(f->layer, sizeof f->layer, "%s", layer ? layer : "");
-    snprintf(f->op, sizeof f->op, "%s", op ? op : "");
-    snprintf(f->phase, sizeof f->phase, "%s", phase ? phase : "");
+    copy_name(f->layer, sizeof f->layer, layer);
+    copy_name(f->op, sizeof f->op, op);
+    copy_name(f->phase, sizeof f->phase, phase);
 }
 
 void report_findings_free(report_findings *f) {

@@ -237,14 +237,23 @@ typedef struct report_model {
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
 // AMP_ERR_IO with one line naming path in err (control characters shown as '?') when a SELECT
-// fails (a foreign schema, a damaged file). The run's strings are copied with bytes 1-6 made '?'
-// (report_strdup): those are the text format's style marks.
+// fails (a foreign schema, a damaged file). The run's strings are copied with bytes 1-6 (the text
+// format's style marks) and bytes that are not UTF-8 made '?' (report_strdup), names with every
+// control character made '?' (report_strdup_name).
 amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
                              char err[REPORT_ERR_MAX]);
 void report_model_free(report_model *m);
-// A copy of a string from the database (NULL: none) with bytes 1-6 made '?'.
+// The length (1-4) of the valid UTF-8 character s starts with; 0 when s starts with a byte that
+// begins none (a stray continuation, an overlong form, a surrogate, a cut-off sequence).
+size_t report_utf8_seq(const char *s);
+// A copy of a string from the database (NULL: none) with bytes 1-6 and bytes that are not UTF-8
+// made '?'.
 char *report_strdup(const char *s);
-// s itself when it holds no byte 1-6, else such a copy in *scratch (freed by the caller).
+// The same for a name (a layer, op or kernel), which shows no control character at all: a
+// newline in a name would forge a line of the report.
+char *report_strdup_name(const char *s);
+// s itself when it is a clean name, else report_strdup_name's copy in *scratch (freed by the
+// caller).
 const char *report_clean(const char *s, char **scratch);
 // The layer's qualified name; NULL for layer -1 or an unknown id.
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
@@ -320,7 +329,7 @@ typedef struct report_finding {
     const char *rule;
     amp_severity severity;
     int64_t first_step, last_step; // -1: not tied to steps
-    char layer[160], op[64], phase[16]; // "" when none
+    char layer[160], op[160], phase[16]; // "" when none; a longer name cut, ending in "…"
     char title[512];    // what happened, one line
     char detail[1024];  // the evidence in words (input ranges, the worst layers, ...)
     char advice[1024];  // what to change

@@ -123,7 +123,7 @@ static bool load_gpu(loader *l) {
     const unsigned char *name = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
     report_gpu_defaults(name ? (const char *)name : NULL, g);
     if (rc == SQLITE_ROW) {
-        g->name = report_strdup(name ? (const char *)name : "GPU");
+        g->name = report_strdup_name(name ? (const char *)name : "GPU");
         if (sqlite3_column_type(q, 1) != SQLITE_NULL && sqlite3_column_double(q, 1) > 0) {
             g->bandwidth = sqlite3_column_double(q, 1);
             g->bandwidth_assumed = false;
@@ -181,7 +181,7 @@ static bool name_kernels(loader *l, const kernel_ids *t) {
         sqlite3_bind_int64(q, 1, t->ids[k]);
         int rc = sqlite3_step(q);
         const unsigned char *v = rc == SQLITE_ROW ? sqlite3_column_text(q, 0) : NULL;
-        p->kernels[k].name = report_strdup(v ? (const char *)v : "?");
+        p->kernels[k].name = report_strdup_name(v ? (const char *)v : "?");
         sqlite3_reset(q);
     }
     return done(l, q, SQLITE_DONE);

@@ -1934,6 +1934,31 @@ START_TEST(json_carries_the_stable_keys) {
 }
 END_TEST
 
+// Names as a program may record them: longer than a finding keeps (cut between two characters
+// and marked), with bytes that are not UTF-8, with a newline. The json stays UTF-8 (iconv, which
+// knows nothing of ampprobe, reads it whole); no name breaks a line of the text.
+START_TEST(names_that_are_long_broken_or_multiline_stay_in_place) {
+    attn_overflow();
+    // 'é' (2 bytes) 200 times: a cut at an even byte count would end inside one
+    sql("UPDATE AMP_LAYERS SET name = 'x' || replace(printf('%.200c', '.'), '.', 'é') WHERE id = 0;"
+        "UPDATE AMP_EVENTS SET op = 'mul' || CAST(X'FFC3' AS TEXT) || char(10) || 'forged' "
+        "WHERE op = 'mul';");
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    char check[256];
+    snprintf(check, sizeof check, "iconv -f UTF-8 -t UTF-8 %s >/dev/null", out_path);
+    ck_assert_int_eq(system(check), 0);
+    char *j = test_read_file(out_path, NULL);
+    ck_assert_ptr_nonnull(strstr(j, "\"layer\": \"xéé"));
+    ck_assert_ptr_nonnull(strstr(j, "éé…\", \"op\": \"mul???forged\""));
+    free(j);
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_ptr_null(strstr(t, "\nforged"));
+    ck_assert_ptr_nonnull(strstr(t, "op mul???forged (fwd)"));
+    free(t);
+}
+END_TEST
+
 START_TEST(text_puts_the_verdict_first_without_colour_in_a_file) {
     attn_overflow();
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
@@ -2021,6 +2046,19 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     e = test_read_file(err_path, NULL);
     ck_assert_ptr_nonnull(strstr(e, "which this command reads; name another file"));
     free(e);
+    // its side files, also those SQLite has yet to make, by any spelling of their name
+    char side[160];
+    struct stat sb;
+    snprintf(side, sizeof side, "%s-journal", db_path);
+    ck_assert_int_eq(CMD(db_path, "-o", side), 2);
+    ck_assert_int_ne(stat(side, &sb), 0);
+    snprintf(side, sizeof side, "%s/./run.sqlite-wal", tmpdir);
+    unlink(side);
+    ck_assert_int_eq(CMD(db_path, "-o", side), 2);
+    ck_assert_int_ne(stat(side, &sb), 0);
+    e = test_read_file(err_path, NULL);
+    ck_assert_ptr_nonnull(strstr(e, "is the SQLite side file of"));
+    free(e);
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0); // the database still one
 }
 END_TEST
@@ -2078,6 +2116,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_counts_vanished_gradients_not_structural_zeros);
     tcase_add_test(tc, json_carries_the_stable_keys);
+    tcase_add_test(tc, names_that_are_long_broken_or_multiline_stay_in_place);
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
     tcase_add_test(tc, rule_and_steps_narrow_the_report);
     tcase_add_test(tc, bad_files_and_usage_exit_2_with_one_line);

@@ -22,7 +22,7 @@ typedef struct tui_finding {
     int severity; // amp_severity
     char rule[32];
     int64_t first_step; // -1: none
-    char layer[160], op[64];
+    char layer[160], op[160];
     char title[512];
     char error[512]; // the report could not read the run: why, in one line ("FILE: ..."); "": it
                      // could (valid or not)
