@@ -126,6 +126,24 @@ static int64_t count_kind(const report_model *m, int32_t pid, const char *kind, 
     return n;
 }
 
+// pid's steps first..last with a non-finite loss, and those skipped, as its step records say;
+// from its loss_nonfinite and step_skipped events where it recorded no step in the range.
+static void count_bad_steps(const report_model *m, int32_t pid, int64_t first, int64_t last,
+                            int64_t *losses, int64_t *skipped) {
+    *losses = *skipped = 0;
+    bool recorded = false;
+    for (int64_t s = first; s <= last; s++) {
+        const report_step *st = report_step_find(m, pid, s);
+        if (!st) continue;
+        recorded = true;
+        *losses += !st->loss_finite;
+        *skipped += st->skipped;
+    }
+    if (recorded) return;
+    *losses = count_kind(m, pid, AMP_EVENT_LOSS_NONFINITE, first, last);
+    *skipped = count_kind(m, pid, AMP_EVENT_STEP_SKIPPED, first, last);
+}
+
 static bool op_in(const char *op, const char *const *list) {
     for (; op && *list; list++)
         if (strcmp(op, *list) == 0) return true;
@@ -382,7 +400,10 @@ static int detail_len(const report_event *e) {
 
 // The steps of pid right after last whose loss is non-finite with no forward root of their own,
 // up to *until: what an optimizer that stepped on NaN/inf gradients leaves (weights non-finite).
+// None when step last was skipped: its gradients never reached the weights.
 static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, int64_t *until) {
+    const report_step *at = report_step_find(m, pid, last);
+    if (at && at->skipped) return 0;
     int64_t next_root = INT64_MAX;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *o = &m->events[i];
@@ -406,8 +427,8 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     where(f, m, e);
     int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
     explain_forward(f, e, &r);
-    int64_t losses = count_kind(m, e->pid, AMP_EVENT_LOSS_NONFINITE, f->first_step, f->last_step);
-    int64_t skipped = count_kind(m, e->pid, AMP_EVENT_STEP_SKIPPED, f->first_step, f->last_step);
+    int64_t losses, skipped;
+    count_bad_steps(m, e->pid, f->first_step, f->last_step, &losses, &skipped);
     int64_t until = 0, after = poisoned_after(m, e->pid, f->last_step, &until);
     char then[384] = "", span[64];
     if (after == 1)

@@ -543,6 +543,26 @@ START_TEST(nonfinite_steps_after_an_unskipped_step_are_counted) {
 }
 END_TEST
 
+// A program that records its steps and the scaler but no loss_nonfinite or step_skipped events
+// (the record API allows it): the counts come from the step records, and steps a GradScaler
+// skipped are not blamed on an optimizer that stepped.
+START_TEST(nonfinite_counts_come_from_the_step_records) {
+    layers();
+    steps(6, 65536);
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, skipped = 1, found_inf = 1 "
+        "WHERE step >= 3;" EVENTS_VALUES
+        "(1, 3, 0, 'linear', 'fwd', 'nonfinite_producer', 'error', 5, 65504, 'input 0 f16 (2, 2) "
+        "min -1 max 1 amax 1; output f16 (2, 2) min 1 max 1 amax 1 (0 nan, 5 +inf, 0 -inf); ', "
+        "0, 1, 3);");
+    nonfinite_errors(1);
+    ck_assert_msg(strstr(findings.v[0].detail, "1 step affected; non-finite loss in 1, 1 skipped."),
+                  "%s", findings.v[0].detail);
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "Then"));
+    ck_assert_double_eq(evidence(&findings.v[0], "skipped_steps"), 1);
+    release();
+}
+END_TEST
+
 // One producer event (an AMP_EVENTS row's values) over a healthy run: the one error, its title
 // and a part of its advice.
 static void explained(const char *event, const char *title, const char *advice) {
@@ -2095,6 +2115,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
+    tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
