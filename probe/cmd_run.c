@@ -107,19 +107,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static bool valid_trace(const char *s) {
-    if (!*s) return false;
-    for (const char *p = s; *p;) {
-        size_t n = strcspn(p, ",");
-        if (!((n == 3 && strncmp(p, "amp", 3) == 0) || (n == 4 && strncmp(p, "cuda", 4) == 0) ||
-              (n == 4 && strncmp(p, "nvtx", 4) == 0)))
-            return false;
-        p += n;
-        if (*p == ',' && !*++p) return false; // a trailing comma
-    }
-    return true;
-}
-
 // The value of option argv[*i] ("--opt VALUE" or "--opt=VALUE"), or NULL when it has none.
 static const char *option_value(int argc, char **argv, int *i, const char *eq) {
     if (eq) return eq + 1;
@@ -162,7 +149,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         } else if (IS("--trace")) {
             o->trace = option_value(argc, argv, &i, eq);
             if (!o->trace) return usage_error("%s needs a list (amp,cuda,nvtx)", a);
-            if (!valid_trace(o->trace))
+            unsigned mask;
+            if (!amp_parse_trace(o->trace, &mask))
                 return usage_error("--trace: '%s' is not a comma list of amp, cuda, nvtx",
                                    o->trace);
             o->trace_given = true;

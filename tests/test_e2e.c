@@ -446,19 +446,23 @@ START_TEST(test_full_disk_is_named) {
 END_TEST
 
 // A program that ends with exit() and never frees its context: every step is recorded.
-// Without the launcher nothing checks AMPPROBE_STATS_EVERY before the program reads it: a value
-// that is no number of steps is said once, and statistics come every step.
-START_TEST(test_odd_stats_every_without_the_launcher) {
+// Without the launcher nothing checks AMPPROBE_STATS_EVERY and AMPPROBE_TRACE before the program
+// reads them: a value that is no number of steps, a list that is not of amp, cuda and nvtx, each
+// said once; statistics come every step, and everything is recorded.
+START_TEST(test_odd_environment_without_the_launcher) {
     char cmd[512], err_path[160];
     snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
     snprintf(cmd, sizeof cmd,
-             "AMPPROBE_OUT=%s AMPPROBE_STATS_EVERY=3x %s/samples/mlp --quiet --steps 4 "
-             ">/dev/null 2>%s",
+             "AMPPROBE_OUT=%s AMPPROBE_STATS_EVERY=3x AMPPROBE_TRACE=amp,bogus %s/samples/mlp "
+             "--quiet --steps 4 >/dev/null 2>%s",
              db_path, AMP_BINARY_DIR, err_path);
     ck_assert_int_eq(system(cmd), 0);
     char *err = test_read_file(err_path, NULL);
-    ck_assert_msg(strstr(err, "AMPPROBE_STATS_EVERY='3x' is not a number of steps") &&
-                      strchr(err, '\n') == err + strlen(err) - 1,
+    const char *stats = strstr(err, "AMPPROBE_STATS_EVERY='3x' is not a number of steps"),
+               *trace = strstr(err, "AMPPROBE_TRACE='amp,bogus' is not a comma list of amp, "
+                                    "cuda, nvtx; recording all of them\n");
+    ck_assert_msg(stats && trace && strchr(err, '\n') < strrchr(err, '\n') &&
+                      strchr(strchr(err, '\n') + 1, '\n') == err + strlen(err) - 1,
                   "%s", err);
     free(err);
     sqlite3 *db = open_db();
@@ -489,7 +493,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_kill_9_survives);
     tcase_add_test(tc, test_orphaned_program_stops_recording);
     tcase_add_test(tc, test_orphaned_recorders_say_it_once);
-    tcase_add_test(tc, test_odd_stats_every_without_the_launcher);
+    tcase_add_test(tc, test_odd_environment_without_the_launcher);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
     tcase_add_test(tc, test_odd_values_read_or_refused);
     tcase_add_test(tc, test_full_disk_is_named);

@@ -11,7 +11,8 @@
  *   AMPPROBE_SPOOL_DIR=dir  set by `ampprobe run`: spool into dir, the launcher collects;
  *   AMPPROBE_OUT=file       no launcher: this process writes file itself (the same collector code
  *                           on a thread of this process; file must not exist yet);
- *   AMPPROBE_TRACE=list     which categories to record (amp,cuda,nvtx; default all of them).
+ *   AMPPROBE_TRACE=list     which categories to record (amp,cuda,nvtx; default all of them; a
+ *                           list of anything else records all, said once on stderr).
  * Otherwise every emit function returns at once, and instrumentation that tests
  * amp_record_enabled() first pays one predictable branch. Nothing needs initialising: the spool
  * file is created on the first record, flushed by an atexit handler. A forked child drops the

@@ -82,6 +82,9 @@ static inline const char *amp_base_name(const char *path) {
 // s as a number of steps (AMPPROBE_STATS_EVERY, --stats-every): digits only, 1 to INT_MAX, into
 // *out. NULL when it is one, else why not ("expected a positive number of steps", "too large").
 const char *amp_parse_count(const char *s, int *out);
+// s as AMPPROBE_TRACE and --trace take it: a comma list of amp, cuda and nvtx, into *mask
+// (AMP_TRACE_* of amp-record.h). False for anything else (an empty list, another word).
+bool amp_parse_trace(const char *s, unsigned *mask);
 // "dir/name", malloc'd (aborts on failure).
 char *amp_path_join(const char *dir, const char *name) __attribute__((returns_nonnull));
 // argv as a shell would read it back: words joined by spaces, each one with characters beyond

@@ -466,16 +466,16 @@ static void hooks_install(void) {
 
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
-static unsigned parse_trace(const char *s) {
-    if (!s || !*s) return AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX;
-    unsigned mask = 0;
-    for (const char *p = s; *p;) {
-        size_t n = strcspn(p, ",");
-        if (n == 3 && strncmp(p, "amp", 3) == 0) mask |= AMP_TRACE_AMP;
-        if (n == 4 && strncmp(p, "cuda", 4) == 0) mask |= AMP_TRACE_CUDA;
-        if (n == 4 && strncmp(p, "nvtx", 4) == 0) mask |= AMP_TRACE_NVTX;
-        p += n + (p[n] == ',');
-    }
+// AMPPROBE_TRACE (amp_parse_trace); unset or empty: all; anything else all, said on stderr (the
+// launcher checks it, a program run with AMPPROBE_OUT does not).
+static unsigned trace_of(const char *s) {
+    const unsigned all = AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX;
+    unsigned mask = all;
+    if (s && *s && !amp_parse_trace(s, &mask))
+        fprintf(stderr,
+                "ampprobe: AMPPROBE_TRACE='%s' is not a comma list of amp, cuda, nvtx; "
+                "recording all of them\n",
+                s);
     return mask;
 }
 
@@ -494,7 +494,7 @@ __attribute__((constructor)) static void record_load(void) {
         return;
     }
     pthread_once(&hooks_once, hooks_install);
-    amp_record_trace_mask = parse_trace(getenv("AMPPROBE_TRACE"));
+    amp_record_trace_mask = trace_of(getenv("AMPPROBE_TRACE"));
 }
 
 amp_status amp_record_start(const char *spool_dir) {

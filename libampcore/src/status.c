@@ -4,6 +4,7 @@
  * place that makes temporary directories.
  */
 #include "amp-impl.h"
+#include "amp-record.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -131,6 +132,25 @@ const char *amp_parse_count(const char *s, int *out) {
     if (errno == ERANGE || v > INT_MAX) return "too large (at most 2147483647)";
     *out = (int)v;
     return NULL;
+}
+
+bool amp_parse_trace(const char *s, unsigned *mask) {
+    unsigned m = 0;
+    for (const char *p = s ? s : ""; *p || !m;) {
+        const size_t n = strcspn(p, ",");
+        if (n == 3 && strncmp(p, "amp", 3) == 0)
+            m |= AMP_TRACE_AMP;
+        else if (n == 4 && strncmp(p, "cuda", 4) == 0)
+            m |= AMP_TRACE_CUDA;
+        else if (n == 4 && strncmp(p, "nvtx", 4) == 0)
+            m |= AMP_TRACE_NVTX;
+        else
+            return false; // another word, or none (an empty list, a comma at an end, two commas)
+        p += n;
+        if (*p && !*++p) return false; // a comma at the end
+    }
+    *mask = m;
+    return true;
 }
 
 char *amp_path_join(const char *dir, const char *name) {
