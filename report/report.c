@@ -157,7 +157,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort', 'capture_error', 'bridge_error') "
+                 "'abort', 'capture_error', 'bridge_error', 'no_model') "
                  "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
                  m, &q, err))
         return false;
@@ -174,6 +174,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                                ? &m->exception
                            : strcmp(key, "capture_error") == 0 ? &m->capture_error
                            : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
+                           : strcmp(key, "no_model") == 0      ? &m->no_model
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -660,6 +661,7 @@ void report_model_free(report_model *m) {
     free((char *)m->exception);
     free((char *)m->capture_error);
     free((char *)m->bridge_error);
+    free((char *)m->no_model);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);

@@ -232,6 +232,10 @@ typedef struct report_model {
     // Why the PyTorch bridge did not attach under ampprobe run --torch (META bridge_error,
     // "ImportError: ampprobe.torch needs torch 2.4 or newer; ..."); NULL: it did, or not asked
     const char *bridge_error;
+    // Why the bridge found no model to watch under ampprobe run --torch (META no_model, of any
+    // process: "no module called in training mode had trainable parameters"); said only of a
+    // run without steps. NULL: none
+    const char *no_model;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

@@ -12,7 +12,8 @@
  * unfinished) are a warning, and so is a recording that stopped short of the run (META
  * capture_error: the database could not be written, a full disk cut a process's spool), which
  * is then why those processes' records were cut. A PyTorch bridge that could not attach under
- * `ampprobe run --torch` (META bridge_error) is a warning too: the run has no numerics.
+ * `ampprobe run --torch` (META bridge_error) is a warning too: the run has no numerics; so is one
+ * that found no model to watch (META no_model) in a run where no process recorded a step.
  */
 #define _GNU_SOURCE // sigabbrev_np
 #include "report.h"
@@ -23,10 +24,15 @@
 
 #define RULE "run-end"
 
-// "after step 305" / "before its first step"
-static void when(const report_end *e, char *buf, size_t n) {
-    if (e->last_step >= 0)
-        snprintf(buf, n, "after step %lld", (long long)e->last_step);
+// "after step 305" / "before its first step" / "with no step recorded (...)": a PyTorch program
+// the bridge did not attach to may have trained for a while.
+static void when(const report_model *m, char *buf, size_t n) {
+    if (m->end.last_step >= 0)
+        snprintf(buf, n, "after step %lld", (long long)m->end.last_step);
+    else if (m->bridge_error)
+        snprintf(buf, n, "with no step recorded (the PyTorch bridge did not attach)");
+    else if (m->no_model)
+        snprintf(buf, n, "with no step recorded (the PyTorch bridge found no model to watch)");
     else
         snprintf(buf, n, "before its first step");
 }
@@ -40,8 +46,8 @@ static void program_end(const report_model *m, report_findings *out) {
     const report_end *e = &m->end;
     const int status = e->exit_status;
     if (status <= 0) return;
-    char at[64];
-    when(e, at, sizeof at);
+    char at[96];
+    when(m, at, sizeof at);
     // what the findings cover, and a non-finite last loss (said after each detail)
     const char *loss_note =
         e->last_step < 0 ? ""
@@ -144,8 +150,8 @@ static void program_end(const report_model *m, report_findings *out) {
 // The capture's end: the database's status and the processes whose records were cut short.
 static void capture_end(const report_model *m, report_findings *out) {
     const report_end *e = &m->end;
-    char at[64];
-    when(e, at, sizeof at);
+    char at[96];
+    when(m, at, sizeof at);
     if (e->capture == AMP_RUN_RECORDING) {
         report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
         snprintf(f->title, sizeof f->title, "the run is still being recorded: this report stops %s",
@@ -238,8 +244,25 @@ static void bridge_end(const report_model *m, report_findings *out) {
              "its traceback.");
 }
 
+// The PyTorch bridge attached but found no model that trains (META no_model), and no process
+// recorded a step.
+static void no_model_end(const report_model *m, report_findings *out) {
+    if (!m->no_model || m->bridge_error || m->end.last_step >= 0) return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    snprintf(f->title, sizeof f->title,
+             "the PyTorch bridge found no model to watch: the run's numerics were not recorded");
+    snprintf(f->detail, sizeof f->detail,
+             "ampprobe run --torch watches the first module called in training mode, with "
+             "gradients enabled, that has trainable parameters; in this run %s.",
+             m->no_model);
+    snprintf(f->advice, sizeof f->advice,
+             "Train the model in training mode (model.train()) with gradients enabled, or call "
+             "ampprobe.torch.watch(model, scaler=scaler, optimizer=optimizer) in the script.");
+}
+
 void rule_run_end_run(const report_model *m, report_findings *out) {
     program_end(m, out);
     capture_end(m, out);
     bridge_end(m, out);
+    no_model_end(m, out);
 }

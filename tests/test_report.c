@@ -1669,6 +1669,32 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
                           91) == 0,
                   "verdict: %s", verdict);
     release();
+    // the same under --torch with a bridge that did not attach: the program may have trained
+    sql("INSERT INTO META (key, value, pid) VALUES ('bridge_error', 'RuntimeError: torch 1.13', "
+        "7);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "the program failed with exit status 3 with no step recorded "
+                                  "(the PyTorch bridge did not attach)"),
+                  "verdict: %s", verdict);
+    release();
+    // a bridge that attached and found no model that trains (a data worker's or a launcher's
+    // no_model is no news when another process recorded steps)
+    sql("DELETE FROM META WHERE key = 'bridge_error';"
+        "INSERT INTO META (key, value, pid) VALUES ('no_model', 'no module called in training "
+        "mode had trainable parameters (requires_grad)', 7);");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 2);
+    ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 3 with no step "
+                                          "recorded (the PyTorch bridge found no model to watch)");
+    ck_assert_ptr_nonnull(strstr(findings.v[1].detail, "in this run no module called in training "
+                                                       "mode had trainable parameters"));
+    release();
+    steps(3, 65536);
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 3 after step 2");
+    release();
 }
 END_TEST
 

@@ -112,10 +112,22 @@ def _addr(a):
     return a.buffer_info()[0]
 
 
+def _quiet():
+    """A block of the bridge's own torch calls, hidden from every TorchFunctionMode (the op
+    step's recorder, the loss tape): they are not the program's ops. For the paths that compute
+    with torch (no statistics module, tensors off the GPU), not the GPU path's C calls."""
+    return torch._C.DisableTorchFunction()
+
+
 def eager_stats(x, fmax, tiny):
     """The same ten figures as one float64 tensor on x's device, by eager torch reductions: min,
     max (+inf/-inf when none is finite), NaN, +inf, -inf, overflow, underflow, zero counts, numel,
     sum of squares. For tensors off the GPU, and when the module is missing."""
+    with _quiet():
+        return _eager_stats(x, fmax, tiny)
+
+
+def _eager_stats(x, fmax, tiny):
     v = x.detach().reshape(-1).float()
     if not v.numel():  # no value: no finite one either
         return torch.tensor([_INF, -_INF] + [0.0] * 8, dtype=torch.float64, device=v.device)
@@ -394,8 +406,9 @@ class StepStats:
                 len(tensors), _addr(args[0]), _addr(args[1]), self.scal.data_ptr() + at * 8,
                 _raw_stream_fast(self._dev), self._dev))
             return
-        for k, t in enumerate(tensors):  # another device, dtype or no module: torch's copies
-            self.scal[at + k].copy_(t.detach().reshape(()))
+        with _quiet():  # another device, dtype or no module: torch's copies
+            for k, t in enumerate(tensors):
+                self.scal[at + k].copy_(t.detach().reshape(()))
 
     def mark(self, tensors):
         """Marks the values of one-element tensors (the step's loss and found_inf) as they are
@@ -404,11 +417,12 @@ class StepStats:
         the rest of the step; no other stream is involved. Tensors that cannot go that way (off
         the GPU, another dtype, no module) are kept and read by marked() with torch."""
         self._marked, self._mark_n = list(tensors), -1  # alive until marked()
-        if self.lib is None or not tensors or len(tensors) > HEAD:
-            return
-        dev = tensors[0].get_device()
-        args = _scalar_args(tensors, dev) if dev >= 0 else None
-        if args is None:
+        dev = tensors[0].get_device() if tensors else -1
+        args = _scalar_args(tensors, dev) if (self.lib is not None and dev >= 0
+                                              and len(tensors) <= HEAD) else None
+        if args is None:  # copies, in stream order: the values as they are now (the scaler's
+            with _quiet():  # update() changes its scale in place before marked() reads it)
+                self._marked = [t.detach().reshape(()).clone() for t in tensors]
             return
         if self._mark_buf is None:
             self._mark_buf = self._mapped(_DATA + HEAD * 8)
@@ -430,8 +444,8 @@ class StepStats:
         if ts is None:
             return None
         if self._mark_n < 0:
-            return torch.stack([t.detach().reshape(()).double().cpu()
-                                for t in ts]).tolist() if ts else []
+            with _quiet():
+                return torch.stack([t.double().cpu() for t in ts]).tolist() if ts else []
         host = self._mark_buf[0]
         self._check(self.lib.ampstats_poll(host, *self._mark_wait))
         return list((ctypes.c_double * self._mark_n).from_address(host + _DATA))
@@ -478,7 +492,7 @@ class StepStats:
                 args = _scalar_args(scalars, self._dev)
             if args is None:
                 self.put(0, scalars)
-        host, event, eager, nbytes = None, None, None, 0
+        host, event, nbytes = None, None, 0
         if self.buf is not None and (self.used or self.placed or args):
             nbytes = _HEAD_BYTES + self.used * _SLOT
             if self.buf.is_cuda and self.lib is not None and not self.eager:
@@ -491,6 +505,13 @@ class StepStats:
                     mapped[1] + _DATA, mapped[1], self._seq, stream, self._dev))
                 return self._finished(Copy(self, None, None, None, self.order, self.used,
                                            n_scalars, (mapped, self._seq, stream), self._twins))
+        with _quiet():
+            return self._finish_with_torch(host, event, nbytes, n_scalars)
+
+    def _finish_with_torch(self, host, event, nbytes, n_scalars):
+        """finish() with torch's copies (the eager figures, or no statistics module)."""
+        eager = None
+        if nbytes:
             if self.buf.is_cuda:
                 host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
                 host.copy_(self.buf[:nbytes], non_blocking=True)

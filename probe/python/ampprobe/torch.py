@@ -480,6 +480,7 @@ def _replay(f, out, judge=None, graph=False):
 # The watcher
 
 _watchers = []
+_ever_watched = [False]  # a watcher recorded in this process (watch() or autoattach)
 _steps_recorded = [0]  # the steps the watchers of this process have ended (the next one's number)
 _grad_enabled = torch.is_grad_enabled
 _dtype_name = _vocab.dtype_name
@@ -556,6 +557,70 @@ def _eager_stance():
     return stance("force_eager")
 
 
+_env_said = set()  # the environment variables whose bad values were said
+
+
+def _env_bad(var, value, what, instead):
+    if var not in _env_said:
+        _env_said.add(var)
+        print("ampprobe: %s='%s' is not %s; %s" % (var, value, what, instead), file=sys.stderr,
+              flush=True)
+
+
+def _env_steps(var, least, default):
+    """An environment variable that counts steps (digits, least to 2147483647); unset or empty:
+    default, and so is anything else, said once on stderr."""
+    v = os.environ.get(var, "")
+    if v and v.isascii() and v.isdigit() and least <= int(v) <= 2**31 - 1:
+        return int(v)
+    if v:
+        _env_bad(var, v, "a number of steps from %d to 2147483647" % least,
+                 "using %d" % default)
+    return default
+
+
+def _env_flag(var):
+    """An environment variable that turns something on: 1, true, yes, on (any case); unset,
+    empty, 0, false, no, off: off, and so is anything else, said once on stderr."""
+    v = os.environ.get(var, "")
+    if v.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.strip().lower() not in ("", "0", "false", "no", "off"):
+        _env_bad(var, v, "1 or 0 (true/false, yes/no, on/off)", "off")
+    return False
+
+
+def _check_watch_args(model, scaler, optimizer, stats_every, name, ops_every, check_grads):
+    """watch()'s arguments, before anything is hooked: a TypeError or ValueError that names the
+    one that is wrong."""
+    def whole(x):
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("ampprobe.torch.watch: model must be a torch.nn.Module, not %s"
+                        % type(model).__name__)
+    if scaler is not None and not all(callable(getattr(scaler, a, None)) for a in (
+            "scale", "unscale_", "step", "update", "is_enabled")):
+        raise TypeError("ampprobe.torch.watch: scaler must be a torch.amp.GradScaler, not %s"
+                        % type(scaler).__name__)
+    if optimizer is not None and not (callable(getattr(optimizer, "register_step_pre_hook", None))
+                                      and hasattr(optimizer, "param_groups")):
+        raise TypeError("ampprobe.torch.watch: optimizer must be a torch.optim.Optimizer, not %s"
+                        % type(optimizer).__name__)
+    if stats_every is not None and not (whole(stats_every) and stats_every >= 1):
+        raise ValueError("ampprobe.torch.watch: stats_every must be a whole number of steps, 1 "
+                         "or more (got %r)" % (stats_every,))
+    if ops_every is not None and not (whole(ops_every) and ops_every >= 0):
+        raise ValueError("ampprobe.torch.watch: ops_every must be a whole number of steps, 0 "
+                         "(no op steps) or more (got %r)" % (ops_every,))
+    if name is not None and not (isinstance(name, str) and name):
+        raise ValueError("ampprobe.torch.watch: name must be a non-empty string (got %r)"
+                         % (name,))
+    if check_grads is not None and not isinstance(check_grads, bool):
+        raise TypeError("ampprobe.torch.watch: check_grads must be True or False (got %r)"
+                        % (check_grads,))
+
+
 class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
@@ -568,13 +633,11 @@ class Watcher:
         self.on = self.rec.enabled
         if not self.on:
             return
-        env_every = os.environ.get("AMPPROBE_STATS_EVERY", "")
-        self.stats_every = int(stats_every or (env_every if env_every.isdigit() else 0) or 1)
-        env_ops = os.environ.get("AMPPROBE_OPS_EVERY", "")
-        self.ops_every = int(ops_every if ops_every is not None else
-                             env_ops if env_ops.isdigit() else _OPS_EVERY)
-        self.check_grads = bool(check_grads if check_grads is not None else
-                                os.environ.get("AMPPROBE_CHECK_GRADS", "") not in ("", "0"))
+        self.stats_every = stats_every or _env_steps("AMPPROBE_STATS_EVERY", 1, 1)
+        self.ops_every = ops_every if ops_every is not None else \
+            _env_steps("AMPPROBE_OPS_EVERY", 0, _OPS_EVERY)
+        self.check_grads = check_grads if check_grads is not None else \
+            _env_flag("AMPPROBE_CHECK_GRADS")
         named = [(layer_name(n), m) for n, m in model.named_modules()]
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
@@ -675,6 +738,7 @@ class Watcher:
             self.attach_optimizer(optimizer)
         _patch_backward()
         _watchers.append(self)
+        _ever_watched[0] = True
 
     # -- what the loop hands us --------------------------------------------------------------
 
@@ -1630,6 +1694,7 @@ def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_e
     step time on an H200; without it such a step is named per module, a step late). While a
     watcher records in this process, watch() of another model records it beside that one, in
     its steps and with its settings, and returns that watcher (Watcher.join)."""
+    _check_watch_args(model, scaler, optimizer, stats_every, name, ops_every, check_grads)
     first = next((w for w in _watchers if w.on), None)
     if first is not None:
         return first.join(model, scaler=scaler, optimizer=optimizer, name=name, settings=dict(
@@ -1690,7 +1755,7 @@ def autoattach():
     if not _records.Recorder().enabled:
         return
     _note_profiler()
-    state = {"watcher": None}
+    state = {"watcher": None, "training": False}  # training: a module ran in training mode
     orig_init = torch.amp.GradScaler.__init__
 
     def scaler_init(self, *args, **kwargs):
@@ -1716,6 +1781,7 @@ def autoattach():
         if any(w.on for w in _watchers):  # the script watches its model itself (watch())
             unhook()
             return None
+        state["training"] = True
         if not any(p.requires_grad for p in module.parameters()):
             return None
         if _unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
@@ -1728,6 +1794,17 @@ def autoattach():
         return None
 
     hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(first_forward))
+
+    def nothing_watched():
+        """At exit, when no model was found (and the script watched none itself): why, in META
+        no_model. The report says it when no process of the run recorded a step (a launcher or a
+        data worker that imports torch finds no model either, and that is no news)."""
+        if not _ever_watched[0]:
+            _records.record_meta("no_model", "no module called in training mode had trainable "
+                                 "parameters (requires_grad)" if state["training"] else
+                                 "no module was called in training mode with gradients enabled")
+
+    atexit.register(nothing_watched)
     # until the model is found, torch.compile's wrapper would warn of this hook on every run
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
                             "global hooks")

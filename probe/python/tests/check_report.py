@@ -13,6 +13,9 @@
   check_report.py --joined RUN.sqlite RUN.log
   check_report.py --one-process RUN.sqlite
   check_report.py --captured RUN.sqlite
+  check_report.py --cpu-scale RUN.sqlite REPORT.json
+  check_report.py --no-model REPORT.json
+  check_report.py --own-ops RUN.sqlite
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning; --per-module: the run's forward was searched per
@@ -55,6 +58,12 @@ one process in AMP_PROCESSES and in AMP_STEPS, the training one.
 With --captured, of a run with CUDA traced beside the bridge (gpu_faults.py --legacy): kernels in
 every step (cudaProfilerStart/Stop do not stop ampprobe's capture), none dropped, a scale update
 recorded at every step (the GradScaler made as torch.cuda.amp.GradScaler).
+With --cpu-scale, of cpu_faults.py --dtype fp16 --fault scale (no statistics module: torch reads
+the marked values): every skipped step's scale update halves the scale (scale_before twice
+scale_after), and the report warns of the scale's collapse. With --no-model, of cpu_faults.py
+--fault noparams: the run-end warning that the bridge found no model to watch. With --own-ops, of
+a CPU run's op step: the bridge's own reductions (no statistics module: torch's) are not among
+the program's ops.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -396,7 +405,53 @@ def check_captured(path):
     return 0 if ok else 1
 
 
+def check_cpu_scale(path, report):
+    db = sqlite3.connect(path)
+    rows = db.execute("SELECT step, scale_before, scale_after, skipped FROM AMP_SCALE "
+                      "ORDER BY step").fetchall()
+    skipped = [r for r in rows if r[3]]
+    halved = [r for r in skipped if r[1] == 2 * r[2]]
+    r = json.load(open(report))
+    rules = [(f["rule"], f["severity"], f["title"]) for f in r.get("findings", [])]
+    collapse = [t for t in rules if t[0] == "loss-scale" and "collapse" in t[2]]
+    ok = len(skipped) >= 3 and len(halved) == len(skipped) and bool(collapse)
+    print("%s the GradScaler's updates on the CPU in %s: %d skipped, %d halving the scale "
+          "(first %s); the report: %s" % ("PASS" if ok else "FAIL", path, len(skipped),
+                                          len(halved), skipped[:1], collapse or rules[:3]),
+          flush=True)
+    return 0 if ok else 1
+
+
+def check_no_model(report):
+    r = json.load(open(report))
+    fs = r.get("findings", [])
+    said = [f for f in fs if f["rule"] == "run-end" and f["severity"] == "warning"
+            and "found no model to watch" in f["title"]]
+    ok = bool(said) and r["verdict"].startswith("No training step was recorded")
+    print("%s a run with no model to watch: %s" % ("PASS" if ok else "FAIL", r["verdict"]),
+          flush=True)
+    return 0 if ok else 1
+
+
+def check_own_ops(path):
+    db = sqlite3.connect(path)
+    ops = db.execute("SELECT count(*) FROM AMP_OPS").fetchone()[0]
+    own = db.execute("SELECT op, in_dtypes, out_dtype, count(*) FROM AMP_OPS WHERE op IN "
+                     "('where', 'amax', 'amin', 'isnan', 'isfinite', 'stack', 'abs') OR "
+                     "out_dtype = 'f64' GROUP BY 1, 2, 3").fetchall()
+    ok = ops > 0 and not own
+    print("%s the op step of %s: %d ops, of the bridge's own %s" % (
+        "PASS" if ok else "FAIL", path, ops, own or "none"), flush=True)
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "--cpu-scale":
+        return check_cpu_scale(sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "--no-model":
+        return check_no_model(sys.argv[2])
+    if sys.argv[1] == "--own-ops":
+        return check_own_ops(sys.argv[2])
     if sys.argv[1] == "--captured":
         return check_captured(sys.argv[2])
     if sys.argv[1] == "--one-process":

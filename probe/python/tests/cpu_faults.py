@@ -3,13 +3,18 @@
 CPU autocast, whose batch of step 3 carries a NaN (--healthy: it does not), for
 `ampprobe run --torch` (run_gpu.sh runs it with CUDA_VISIBLE_DEVICES="", a laptop's view).
 
-  python3 cpu_faults.py [--dtype bf16|fp16] [--healthy]
+  python3 cpu_faults.py [--dtype bf16|fp16] [--healthy] [--fault nan|scale|noparams|api]
 
 bf16 (CPU autocast's default) trains without a GradScaler; fp16 with torch.amp.GradScaler("cpu").
 The report's first finding must be the NaN in the input data at layers.0, step 3
-(check_report.py CASE nan), the healthy twin's none.
+(check_report.py CASE nan), the healthy twin's none. --fault scale (fp16): the loss is multiplied
+by 1e30 from step 3 on, every step overflows and the GradScaler halves its scale each time
+(check_report.py --cpu-scale: the scale's updates as they were). --fault noparams: the "model"
+has no trainable parameter (check_report.py --no-model). --fault api: watch() with each kind of
+bad argument must raise naming it (checked here: exit status 1 when one does not).
 """
 import argparse
+import sys
 
 import torch
 import torch.nn as nn
@@ -36,28 +41,81 @@ def main():
     ap.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--fault", choices=["nan", "scale", "noparams", "api"], default="nan")
     a = ap.parse_args()
+    if a.fault == "api":
+        return check_api()
     torch.manual_seed(0)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     model = MLP()
+    if a.fault == "noparams":
+        model = Halves()
+        for step in range(a.steps):
+            with torch.autocast("cpu", dtype=dtype):
+                out = model(torch.randn(32, 64))
+            print("step %d loss %.6g" % (step, float(out.float().square().mean())), flush=True)
+        return 0
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", enabled=a.dtype == "fp16")
     xs = [torch.randn(32, 64) for _ in range(4)]
     ys = [torch.randint(0, 10, (32,)) for _ in range(4)]
     for step in range(a.steps):
         x, y = xs[step % 4], ys[step % 4]
-        if step == FAULT_STEP and not a.healthy:
+        if step == FAULT_STEP and not a.healthy and a.fault == "nan":
             x = x.clone()
             x[1, 5] = float("nan")
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype):
             out = model(x)
         loss = F.cross_entropy(out.float(), y)
+        if step >= FAULT_STEP and not a.healthy and a.fault == "scale":
+            loss = loss * 1e30  # overflows every scaled gradient: each step skipped, scale halved
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
         print("step %d loss %.6g" % (step, loss.item()), flush=True)
+    return 0
+
+
+class Halves(nn.Module):
+    """A module with no parameter: nothing to train."""
+
+    def forward(s, x):
+        return x[:, :4] * 2
+
+
+def check_api():
+    """watch() with bad arguments: each must raise, naming the argument."""
+    import ampprobe.torch as ap
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cases = [({"model": "model"}, TypeError, "model must be a torch.nn.Module"),
+             ({"scaler": model}, TypeError, "scaler must be a torch.amp.GradScaler"),
+             ({"optimizer": 3}, TypeError, "optimizer must be a torch.optim.Optimizer"),
+             ({"stats_every": 0}, ValueError, "stats_every must be a whole number"),
+             ({"stats_every": 2.5}, ValueError, "stats_every must be a whole number"),
+             ({"stats_every": -1}, ValueError, "stats_every must be a whole number"),
+             ({"ops_every": "x"}, ValueError, "ops_every must be a whole number"),
+             ({"name": 5}, ValueError, "name must be a non-empty string"),
+             ({"check_grads": "no"}, TypeError, "check_grads must be True or False")]
+    bad = 0
+    for kwargs, kind, words in cases:
+        args = dict(model=model, optimizer=opt, **kwargs) if "model" not in kwargs else \
+            dict(optimizer=opt, **kwargs)
+        try:
+            ap.watch(**args)
+            got = "no error"
+        except Exception as e:  # the kind and the words must be right
+            got = "%s: %s" % (type(e).__name__, e)
+            if isinstance(e, kind) and words in str(e):
+                continue
+        print("FAIL watch(%s): %s" % (kwargs, got), flush=True)
+        bad += 1
+    w = ap.watch(model, optimizer=opt, stats_every=2)
+    print("%s watch() refused %d bad arguments of %d, took good ones (%s)" % (
+        "FAIL" if bad else "PASS", len(cases) - bad, len(cases), type(w).__name__), flush=True)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,7 +20,9 @@
 # recording process; the AMP API's older spellings (torch.cuda.amp.GradScaler, .autocast) with
 # cudaProfilerStart/Stop around the fault, CUDA traced too, must give the same findings and every
 # step's kernels; an MLP trained on the CPU with no GPU visible (cpu_faults.py, bf16 and fp16)
-# must have its NaN batch found; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# must have its NaN batch found, no op of the bridge's own in its op step, its fp16 scale's
+# collapse recorded as it was and reported, a "model" with no parameter said to be none, and
+# watch()'s bad arguments refused by name; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
@@ -113,6 +115,10 @@ for d in bf16 fp16; do
     CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one "cpu-$d" "" --dtype "$d" &
     CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one "cpu-$d-healthy" "" --dtype "$d" --healthy &
 done
+# ... the GradScaler's scale collapsing, a "model" with nothing to train, watch()'s arguments
+CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-scale "" --dtype fp16 --fault scale --steps 12 &
+CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-noparams "" --fault noparams &
+CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-api "" --fault api &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
 one attn-healthy-bf16 "" --case attn --healthy --bf16 pure &
@@ -189,7 +195,11 @@ python3 "$HERE/check_report.py" --captured "$WORK/attn-legacy.sqlite" || fail=1
 for d in bf16 fp16; do
     python3 "$HERE/check_report.py" "$WORK/cpu-$d.json" nan || fail=1
     python3 "$HERE/check_report.py" "$WORK/cpu-$d-healthy.json" nan --healthy || fail=1
+    python3 "$HERE/check_report.py" --own-ops "$WORK/cpu-$d-healthy.sqlite" || fail=1
 done
+python3 "$HERE/check_report.py" --cpu-scale "$WORK/cpu-scale.sqlite" "$WORK/cpu-scale.json" || fail=1
+python3 "$HERE/check_report.py" --no-model "$WORK/cpu-noparams.json" || fail=1
+grep -h "watch() refused" "$WORK/cpu-api.log"
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }
