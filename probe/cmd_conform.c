@@ -147,7 +147,8 @@ int amp_cmd_conform(int argc, char **argv) {
         }
     }
     if (!dir) {
-        usage(stderr);
+        fprintf(stderr, "ampprobe conform: which directory? (the reference data: "
+                        "tests/data/golden; see 'ampprobe conform --help')\n");
         return 2;
     }
     amp_ctx_t *probe;

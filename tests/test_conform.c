@@ -727,8 +727,11 @@ static int cli_stderr(int argc, char **argv, char *err, size_t n) {
 START_TEST(test_cli) {
     char *help[] = {"conform", "--help", NULL};
     ck_assert_int_eq(cli_quiet(2, help), 0);
-    char *none[] = {"conform", NULL};
-    ck_assert_int_eq(cli_quiet(1, none), 2);
+    char *none[] = {"conform", NULL}; // one line, not the help
+    char err[1024];
+    ck_assert_int_eq(cli_stderr(1, none, err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "which directory?") && strchr(err, '\n') == err + strlen(err) - 1,
+                  "%s", err);
     char *bad[] = {"conform", "--frob", "x", NULL};
     ck_assert_int_eq(cli_quiet(3, bad), 2);
     char *two[] = {"conform", "a", "b", NULL};
@@ -739,7 +742,6 @@ START_TEST(test_cli) {
     ck_assert_int_eq(cli_quiet(2, golden), 0);
     // without a usable CUDA backend: one line naming --device cuda once (with a GPU: it runs)
     char *cuda[] = {"conform", "--device", "cuda", GOLDEN, NULL};
-    char err[1024];
     if (cli_stderr(4, cuda, err, sizeof err) != 0) {
         const char *first = strstr(err, "--device cuda");
         ck_assert_msg(first && !strstr(first + 1, "--device cuda"), "%s", err);
