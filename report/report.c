@@ -978,12 +978,19 @@ static void verdict_of_focus(const report_model *m, const report_findings *f, ch
 
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
     verdict_of_focus(m, f, buf, n);
-    const size_t k = strlen(buf);
+    size_t k = strlen(buf);
     if (m->end.first_error_before >= 0 && k + 1 < n)
         snprintf(buf + k, n - k,
                  " The run had broken before the focused steps (--steps): its first error is at "
                  "step %lld.",
                  (long long)m->end.first_error_before);
+    k = strlen(buf);
+    // (a verdict without errors or warnings says it itself)
+    if (f->only && !strstr(buf, "Only that rule ran") && k + 1 < n)
+        snprintf(buf + k, n - k,
+                 " Only rule %s ran (--rule): the findings it names of other rules are not "
+                 "shown; the report without --rule runs them all.",
+                 f->only);
 }
 
 // The verdict on the focused steps alone.

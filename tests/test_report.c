@@ -2031,6 +2031,7 @@ START_TEST(rule_and_steps_narrow_the_report) {
     char *j = test_read_file(out_path, NULL);
     ck_assert_ptr_null(strstr(j, "\"rule\": \"nonfinite-root-cause\""));
     ck_assert_ptr_nonnull(strstr(j, "\"rule\": \"loss-scale\""));
+    ck_assert_ptr_nonnull(strstr(j, "Only rule loss-scale ran (--rule)"));
     free(j);
     // a rule with nothing to say: its verdict is not "Healthy", the others did not run
     ck_assert_int_eq(CMD(db_path, "--rule", "grad-underflow", "-o", out_path), 0);
