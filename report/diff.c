@@ -22,6 +22,7 @@
 #define SAME_SPEED 0.05 // within 5%: "as fast"
 #define SAME_LOSS 0.02  // final losses within 2%: "same loss"
 #define SAME_MEMORY 0.05 // peak memory within 5%: not worth a word in the verdict
+#define SAME_LENGTH 0.1  // step counts within 10%: the final losses are of about the same point
 #define DIVERGE 0.10    // per-step relative loss difference that counts as divergence
 
 static const char *precision_of(const report_model *m) {
@@ -278,6 +279,12 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     PUT(".");
     if (ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0)
         PUT(" A and B ran different programs (%s, %s).", ra.program, rb.program);
+    const int64_t fewer = ra.steps < rb.steps ? ra.steps : rb.steps,
+                  more = ra.steps < rb.steps ? rb.steps : ra.steps;
+    if ((double)more >= (1 + SAME_LENGTH) * (double)fewer)
+        PUT(" A ran %lld steps and B %lld: the final losses are of different points of training "
+            "(the loss curves compare the steps both ran).",
+            (long long)ra.steps, (long long)rb.steps);
 #undef PUT
 }
 

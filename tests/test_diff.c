@@ -130,7 +130,17 @@ START_TEST(amp_faster_same_loss_either_order) {
     diff_has("json", "\"device\": \"cuda\", \"compiled\": null, \"autocast\": false");
     t = diff_of(b_path, a_path, "text"); // the AMP run first
     HAS(t, "AMP run (A, fp16) is 2.5x faster than the fp32 run");
+    ck_assert_msg(!strstr(t, "steps and"), "%s", t); // the same length
     free(t);
+}
+END_TEST
+
+// Runs of different lengths: the verdict says that their final losses are of different steps.
+START_TEST(runs_of_different_lengths_are_said_to_be) {
+    run(a_path, 40, 10.0, 1.0, 1000, false, "cuda");
+    run(b_path, 12, 4.0, 1.0, 600, true, "cuda");
+    diff_has("text", "A ran 40 steps and B 12: the final losses are of different points of "
+                     "training (the loss curves compare the steps both ran).");
 }
 END_TEST
 
@@ -373,6 +383,7 @@ Suite *diff_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60); // the mlp case records two runs
     tcase_add_test(tc, amp_faster_same_loss_either_order);
+    tcase_add_test(tc, runs_of_different_lengths_are_said_to_be);
     tcase_add_test(tc, different_programs_are_named);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
     tcase_add_test(tc, same_losses_and_a_killed_run);
