@@ -349,6 +349,44 @@ START_TEST(test_orphaned_recorders_say_it_once) {
 }
 END_TEST
 
+// The README's link lines for a program outside CMake: the example against the static library,
+// and a producer of records against libamprecord.so, which records under `ampprobe run`.
+START_TEST(test_the_readme_link_lines_build) {
+#ifdef AMP_SANITIZER_PRELOAD
+    const char *cflags = "-fsanitize=address,undefined"; // (the libraries are instrumented)
+#else
+    const char *cflags = "";
+#endif
+    char src[160], cmd[2048];
+    snprintf(src, sizeof src, "%s/producer.c", dir);
+    FILE *f = fopen(src, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#include \"amp-record.h\"\n"
+          "#include <stdio.h>\n"
+          "int main(void) {\n"
+          "    amp_rec_layer l = {0, -1, \"model\"};\n"
+          "    amp_record_layer(&l);\n"
+          "    amp_rec_step st = {.step = 0, .start_ns = amp_record_now_ns(), .loss = 1.5};\n"
+          "    st.end_ns = st.start_ns + 1000;\n"
+          "    amp_record_step(&st);\n"
+          "    return puts(amp_phase_name(AMP_PHASE_FWD)) < 0;\n"
+          "}\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "cd %s && cc %s -I %s/libampcore/include %s/samples/example.c %s/libampcore.a "
+             "-lsqlite3 -lm -lpthread -ldl -o example && ./example >/dev/null && "
+             "cc %s -I %s/libampcore/include producer.c -L %s -lamprecord -Wl,-rpath,%s "
+             "-o producer && %s/ampprobe run -o %s -- ./producer >/dev/null 2>&1",
+             dir, cflags, AMP_SOURCE_DIR, AMP_SOURCE_DIR, AMP_BINARY_DIR, cflags, AMP_SOURCE_DIR,
+             AMP_BINARY_DIR, AMP_BINARY_DIR, AMP_BINARY_DIR, db_path);
+    ck_assert_int_eq(system(cmd), 0);
+    sqlite3 *db = open_db();
+    ck_assert_str_eq(query_text(db, "SELECT loss FROM AMP_STEPS"), "1.5");
+    sqlite3_close(db);
+}
+END_TEST
+
 // The next of a fixed sequence of numbers below n (libampcore's counter-based hash): the same
 // damage every run.
 static uint64_t damage_draws;
@@ -493,6 +531,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_kill_9_survives);
     tcase_add_test(tc, test_orphaned_program_stops_recording);
     tcase_add_test(tc, test_orphaned_recorders_say_it_once);
+    tcase_add_test(tc, test_the_readme_link_lines_build);
     tcase_add_test(tc, test_odd_environment_without_the_launcher);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
     tcase_add_test(tc, test_odd_values_read_or_refused);
