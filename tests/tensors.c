@@ -1,8 +1,12 @@
 /*
  * tensors.c — small tensor fixtures shared by the suites that drive the optimizers and the
- * GradScaler on the CPU: declared in tests.h.
+ * GradScaler on the CPU, and the check of an abort's message: declared in tests.h.
  */
 #include "tests.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 amp_ctx_t *test_cpu_ctx(void) {
     amp_ctx_t *ctx;
@@ -21,4 +25,18 @@ void test_set_grad_f32(amp_ctx_t *ctx, amp_tensor_t *t, const float *v) {
     amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
     amp_tensor_write_f32(g, v);
     amp_grad_accumulate(ctx, t, g);
+}
+
+static const char *expected_abort;
+
+// The hook: a message without the expected words ends the process another way than SIGABRT.
+static void check_abort_message(const char *msg) {
+    if (strstr(msg, expected_abort)) return;
+    fprintf(stderr, "the abort does not say \"%s\": %s\n", expected_abort, msg);
+    _exit(3);
+}
+
+void test_expect_abort(const char *words) {
+    expected_abort = words;
+    amp_set_abort_hook(check_abort_message);
 }

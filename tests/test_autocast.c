@@ -6,6 +6,7 @@
 #include "amp.h"
 #include "tests.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define F32 AMP_DTYPE_F32
@@ -52,6 +53,53 @@ START_TEST(test_decisions) {
     ck_assert_int_eq(amp_autocast_decide("binary_cross_entropy", 2, (amp_dtype[]){F32, F32}, F16, &out),
                      AMP_ERR_AUTOCAST_BANNED);
     ck_assert(strstr(amp_last_error(), "binary_cross_entropy_with_logits") != NULL);
+}
+END_TEST
+
+// Integer tensors as PyTorch promotes them: unary float ops and true division give f32, the
+// sums i64, i32 with i64 is i64, a promote op without a floating argument runs natively; ops
+// without an integer kernel raise.
+START_TEST(test_decisions_with_integers) {
+    const amp_dtype I32 = AMP_DTYPE_I32;
+    ck_assert_int_eq(decide("exp", 1, (amp_dtype[]){I64}, F16), F32);
+    ck_assert_int_eq(decide("log", 1, (amp_dtype[]){I32}, BF16), F32);
+    ck_assert_int_eq(decide("tanh", 1, (amp_dtype[]){I64}, F16), F32);
+    ck_assert_int_eq(decide("sigmoid", 1, (amp_dtype[]){I32}, F16), F32);
+    ck_assert_int_eq(decide("div", 2, (amp_dtype[]){I32, I32}, F16), F32);
+    ck_assert_int_eq(decide("add", 2, (amp_dtype[]){I32, F16}, F16), F16);
+    ck_assert_int_eq(decide("mul", 2, (amp_dtype[]){BF16, I64}, F16), BF16);
+    ck_assert_int_eq(decide("add", 2, (amp_dtype[]){I32, I64}, F16), I64);
+    ck_assert_int_eq(decide("sum", 1, (amp_dtype[]){I32}, F16), I64);
+    ck_assert_int_eq(decide("relu", 1, (amp_dtype[]){I32}, F16), I32);
+    ck_assert_int_eq(decide("addcdiv", 3, (amp_dtype[]){I64, I64, I64}, F16), I64);
+    ck_assert_int_eq(decide("mse_loss", 2, (amp_dtype[]){I64, F16}, F16), F32);
+    ck_assert_int_eq(decide("nll_loss", 2, (amp_dtype[]){F16, I64}, F16), F32);
+    const char *float_only[] = {"gelu", "softmax", "log_softmax", "layer_norm", "mean"};
+    for (int i = 0; i < 5; i++) {
+        amp_dtype out;
+        ck_assert_int_eq(amp_autocast_decide(float_only[i], 1, (amp_dtype[]){I64}, F16, &out),
+                         AMP_ERR_INVALID_ARGUMENT);
+        char want[64];
+        snprintf(want, sizeof want, "\"%s\" not implemented for 'Long'", float_only[i]);
+        ck_assert_str_eq(amp_last_error(), want);
+    }
+}
+END_TEST
+
+START_TEST(test_null_and_bad_arguments) {
+    ck_assert_int_eq(amp_autocast_policy(NULL), AMP_POLICY_NATIVE);
+    amp_dtype out;
+    ck_assert_int_eq(amp_autocast_decide("mm", 2, (amp_dtype[]){F32, F32}, F16, NULL),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_autocast_decide: out is NULL");
+    ck_assert_int_eq(amp_autocast_decide(NULL, 1, (amp_dtype[]){F32}, F16, &out),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(amp_autocast_decide("mm", 2, NULL, F16, &out), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(amp_autocast_decide("add", 2, (amp_dtype[]){F32, AMP_DTYPE_COUNT}, F16, &out),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "add: argument 1 has no dtype (5)");
+    ck_assert_int_eq(amp_autocast_decide("add", 1, (amp_dtype[]){F32}, AMP_DTYPE_COUNT, &out),
+                     AMP_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -123,6 +171,8 @@ Suite *autocast_suite(void) {
     TCase *tc = tcase_create("policy");
     tcase_add_test(tc, test_policy_table);
     tcase_add_test(tc, test_decisions);
+    tcase_add_test(tc, test_decisions_with_integers);
+    tcase_add_test(tc, test_null_and_bad_arguments);
     tcase_add_test(tc, test_regions_and_cache);
     tcase_add_test(tc, test_bce_banned_under_autocast);
     suite_add_tcase(s, tc);

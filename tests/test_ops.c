@@ -813,6 +813,101 @@ START_TEST(test_second_backward_through_a_dropped_tensor_aborts) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// Integer inputs: PyTorch's type promotion
+
+static amp_tensor_t *ints(amp_dtype t, int n, const int64_t *v) {
+    amp_tensor_t *x = amp_tensor_new(ctx, t, 1, S(n));
+    if (t == AMP_DTYPE_I64) {
+        amp_tensor_write(x, v);
+    } else {
+        int32_t w[8];
+        for (int i = 0; i < n; i++)
+            w[i] = (int32_t)v[i];
+        amp_tensor_write(x, w);
+    }
+    return x;
+}
+
+static void expect_values(amp_tensor_t *t, amp_dtype dt, int n, const float *want) {
+    ck_assert_int_eq(amp_tensor_dtype(t), dt);
+    float got[8];
+    amp_tensor_read_f32(t, got);
+    for (int i = 0; i < n; i++)
+        ck_assert_close(got[i], want[i], 0, 1e-6);
+}
+
+// An integer tensor with a floating one takes its dtype (cast first: 2049 is 2048 in f16, so
+// 2049 + 0.5 is 2048.5, which rounds to 2048); true division of integers is f32; the gradient
+// flows to the floating side only.
+START_TEST(test_binary_int_with_float) {
+    amp_tensor_t *i = ints(AMP_DTYPE_I32, 3, S(1, 2049, -3));
+    amp_tensor_t *h = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(3), (float[]){.5f, .5f, .5f});
+    expect_values(amp_add(ctx, i, h), AMP_DTYPE_F16, 3, (float[]){1.5f, 2048, -2.5f});
+    expect_values(amp_sub(ctx, h, i), AMP_DTYPE_F16, 3, (float[]){-.5f, -2048, 3.5f}); // a tie
+    amp_tensor_t *h0 = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 0, NULL, (float[]){2});
+    expect_values(amp_mul(ctx, i, h0), AMP_DTYPE_F16, 3, (float[]){2, 4096, -6}); // 0-dim float
+    amp_tensor_t *j = ints(AMP_DTYPE_I64, 3, S(2, 2, 2));
+    expect_values(amp_div(ctx, i, j), AMP_DTYPE_F32, 3, (float[]){.5f, 1024.5f, -1.5f});
+    expect_values(amp_div(ctx, i, i), AMP_DTYPE_F32, 3, (float[]){1, 1, 1});
+
+    amp_tensor_t *x = param(1, S(3), 1);
+    amp_backward(ctx, amp_sum(ctx, amp_div(ctx, amp_mul(ctx, x, i), j)));
+    expect_values(amp_tensor_grad(x), AMP_DTYPE_F32, 3, (float[]){.5f, 1024.5f, -1.5f});
+    ck_assert_ptr_null(amp_tensor_grad(i));
+}
+END_TEST
+
+// Unary float ops and the scalar ops (a float scalar) compute an integer tensor in f32.
+START_TEST(test_unary_int_input) {
+    amp_tensor_t *i = ints(AMP_DTYPE_I64, 3, S(0, 1, -2));
+    expect_values(amp_exp(ctx, i), AMP_DTYPE_F32, 3, (float[]){1, expf(1), expf(-2)});
+    expect_values(amp_tanh(ctx, i), AMP_DTYPE_F32, 3, (float[]){0, tanhf(1), tanhf(-2)});
+    expect_values(amp_sigmoid(ctx, i), AMP_DTYPE_F32, 3,
+                  (float[]){.5f, 1 / (1 + expf(-1)), 1 / (1 + expf(2))});
+    expect_values(amp_mul_scalar(ctx, i, 0.5), AMP_DTYPE_F32, 3, (float[]){0, .5f, -1});
+    expect_values(amp_add_scalar(ctx, i, 0.5), AMP_DTYPE_F32, 3, (float[]){.5f, 1.5f, -1.5f});
+    amp_autocast_begin(ctx, true, AMP_DTYPE_F16, true); // exp is fp32 there: the same
+    expect_values(amp_exp(ctx, i), AMP_DTYPE_F32, 3, (float[]){1, expf(1), expf(-2)});
+    amp_autocast_end(ctx);
+}
+END_TEST
+
+START_TEST(test_add_of_two_integer_tensors_aborts) {
+    test_expect_abort("add of two integer tensors (i32, i64) is an integer tensor in PyTorch");
+    amp_add(ctx, ints(AMP_DTYPE_I32, 2, S(1, 2)), ints(AMP_DTYPE_I64, 2, S(3, 4)));
+}
+END_TEST
+
+START_TEST(test_gelu_of_an_integer_tensor_aborts) {
+    test_expect_abort("\"gelu\" not implemented for 'Long'");
+    amp_gelu(ctx, ints(AMP_DTYPE_I64, 2, S(1, 2)), false);
+}
+END_TEST
+
+START_TEST(test_softmax_of_an_integer_tensor_aborts) {
+    test_expect_abort("\"softmax\" not implemented for 'Int'");
+    amp_softmax(ctx, ints(AMP_DTYPE_I32, 2, S(1, 2)), 0);
+}
+END_TEST
+
+// PyTorch: "all elements of input should be between 0 and 1" (NaN is outside too).
+START_TEST(test_bce_input_outside_0_1) {
+    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(2), (float[]){0, 1});
+    const float bad[][2] = {{.5f, 1.5f}, {-0.25f, .5f}, {NAN, .5f}, {INFINITY, .5f}};
+    for (int k = 0; k < 4; k++) {
+        amp_tensor_t *p = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(2), bad[k]), *out = p;
+        ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, &out), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "all elements of input should be between 0 and 1");
+        ck_assert_ptr_null(out);
+    }
+    amp_tensor_t *p = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(2), (float[]){0, 1}), *out;
+    amp_tensor_write_f32(t, (float[]){1, 0});
+    ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, &out), AMP_OK);
+    ck_assert_float_eq(amp_tensor_item(out), 100.0f); // both logs clamped at -100
+}
+END_TEST
+
 Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *g = tcase_create("gradcheck");
@@ -880,5 +975,14 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(d, test_reading_a_dropped_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(d, test_second_backward_through_a_dropped_tensor_aborts, SIGABRT);
     suite_add_tcase(s, d);
+    TCase *p = tcase_create("promotion");
+    tcase_add_checked_fixture(p, setup, teardown);
+    tcase_add_test(p, test_binary_int_with_float);
+    tcase_add_test(p, test_unary_int_input);
+    tcase_add_test_raise_signal(p, test_add_of_two_integer_tensors_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_gelu_of_an_integer_tensor_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_softmax_of_an_integer_tensor_aborts, SIGABRT);
+    tcase_add_test(p, test_bce_input_outside_0_1);
+    suite_add_tcase(s, p);
     return s;
 }

@@ -35,6 +35,9 @@
 amp_ctx_t *test_cpu_ctx(void);
 amp_tensor_t *test_param_f32(amp_ctx_t *ctx, int n, const float *v);
 void test_set_grad_f32(amp_ctx_t *ctx, amp_tensor_t *t, const float *v);
+// For a test that expects SIGABRT (tcase_add_test_raise_signal): an abort of the library whose
+// message lacks `words` ends the test's process with exit code 3 instead, failing the test.
+void test_expect_abort(const char *words);
 
 // A fresh working directory per test (workdir.c): /tmp/amp-test-NAME-..., removed by
 // test_dir_remove(); paths in it (rotating static buffers), a file's contents (static buffer).

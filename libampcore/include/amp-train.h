@@ -140,7 +140,8 @@ float amp_inv_scale(float scale);
 // ---------------------------------------------------------------------------------------------
 // Checkpoints: parameters (matched by name, then shape), optimizer state and scaler state in one
 // file (format in libampcore/src/checkpoint.c). opt and sc may be NULL. Loading a truncated,
-// corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing.
+// corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing; a
+// NULL path, or NULL params with n > 0, AMP_ERR_INVALID_ARGUMENT.
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc);

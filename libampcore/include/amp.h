@@ -133,7 +133,8 @@ void amp_ctx_memory(const amp_ctx_t *ctx, size_t *in_use, size_t *peak);
 #define AMP_MAX_DIMS 6
 
 // Persistent tensors, zero-filled / from host data in the dtype's own storage format / from f32
-// values rounded to the dtype.
+// values rounded to the dtype. A negative dim, or a shape whose size in bytes overflows int64,
+// aborts naming the shape.
 amp_tensor_t *amp_tensor_new(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape);
 amp_tensor_t *amp_tensor_from(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape,
                               const void *host);
@@ -143,6 +144,10 @@ amp_tensor_t *amp_tensor_from_f32(amp_ctx_t *ctx, amp_dtype t, int ndim, const i
 void amp_tensor_randn(amp_tensor_t *t, float std);
 void amp_tensor_uniform(amp_tensor_t *t, float bound);
 // Frees a persistent tensor (and its gradient). NULL is a no-op; scratch tensors are ignored.
+// The caller must not use t afterwards. When the autograd tape was recorded with t (or its
+// gradient), as PyTorch's graph keeps what it saved alive, t's memory stays until amp_ctx_reset:
+// a backward of the tape still reads t and accumulates its gradient. A parameter (or the state)
+// of an optimizer cannot be freed before the optimizer: that aborts.
 void amp_tensor_free(amp_tensor_t *t);
 // Says the caller will not read the storage of t (an op's output, or a view of one) again: it is
 // freed now unless a backward of the tape reads it, and then as soon as the last backward node
@@ -160,10 +165,12 @@ int amp_tensor_ndim(const amp_tensor_t *t);
 int64_t amp_tensor_dim(const amp_tensor_t *t, int i); // i < 0 counts from the end
 int64_t amp_tensor_numel(const amp_tensor_t *t);
 bool amp_tensor_is_contiguous(const amp_tensor_t *t);
-// Copies to / from host memory as f32 (rounding on write); works on views.
+// Copies to / from host memory as f32 (rounding on write), in t's row-major order; work on views
+// (of a floating tensor, for amp_tensor_write_f32: an integer t must be contiguous).
 void amp_tensor_read_f32(const amp_tensor_t *t, float *out);
 void amp_tensor_write_f32(amp_tensor_t *t, const float *in);
-// Raw storage-format copies (i32 labels, f16 bits); t must be contiguous.
+// Raw storage-format copies (i32 labels, f16 bits) in t's row-major order: amp_tensor_read works
+// on views, amp_tensor_write needs a contiguous t.
 void amp_tensor_read(const amp_tensor_t *t, void *out);
 void amp_tensor_write(amp_tensor_t *t, const void *in);
 float amp_tensor_item(const amp_tensor_t *t); // numel must be 1
@@ -209,12 +216,16 @@ void amp_autocast_end(amp_ctx_t *ctx);
 bool amp_autocast_is_enabled(const amp_ctx_t *ctx);
 amp_dtype amp_autocast_dtype(const amp_ctx_t *ctx);
 
-// The policy of a PyTorch op name ("mm", "softmax", "binary_cross_entropy", ...).
+// The policy of a PyTorch op name ("mm", "softmax", "binary_cross_entropy", ...); unlisted names
+// (and NULL) are AMP_POLICY_NATIVE.
 amp_cast_policy amp_autocast_policy(const char *op);
 const char *amp_cast_policy_name(amp_cast_policy p);
 // The dtype an op returns under autocast, given the dtypes of its tensor arguments in call
-// order (integer tensors allowed). AMP_ERR_AUTOCAST_BANNED for banned ops and
-// AMP_ERR_AUTOCAST_DTYPE for a promote over f16 and bf16, with PyTorch's message.
+// order (integer tensors allowed: PyTorch's promotion, such as f32 for exp or div of integers
+// and i64 for sum of i32). AMP_ERR_AUTOCAST_BANNED for banned ops and AMP_ERR_AUTOCAST_DTYPE for
+// a promote over f16 and bf16, with PyTorch's message; AMP_ERR_INVALID_ARGUMENT for an op
+// without an integer kernel given only integer tensors ("\"gelu\" not implemented for 'Long'"),
+// for a NULL op, in or out, and for a value that is no dtype.
 amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_dtype autocast_dtype,
                                amp_dtype *out);
 
@@ -233,6 +244,10 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
                          int stride, int padding);
 amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int stride);
 
+// Integer x: tanh, sigmoid, exp and log compute in f32 (PyTorch's default dtype), as do pow and
+// clamp_min (their scalar is a float); relu (an integer result in PyTorch) and gelu (no integer
+// kernel in PyTorch: "\"gelu\" not implemented for 'Long'") abort, as do softmax, log_softmax,
+// layer_norm, sum and mean.
 amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x);
 amp_tensor_t *amp_gelu(amp_ctx_t *ctx, amp_tensor_t *x, bool tanh_approx);
 amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x);
@@ -250,7 +265,11 @@ amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, a
 // idx (...) i32/i64, w (V, C) -> (..., C)
 amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w);
 
-// Elementwise with broadcasting (numpy rules) and PyTorch type promotion.
+// Elementwise with broadcasting (numpy rules) and PyTorch type promotion: an integer tensor with
+// a floating one is cast to the floating dtype (no gradient flows to it); div of two integer
+// tensors is true division in f32 (PyTorch's default dtype). add, sub and mul of two integer
+// tensors (an integer tensor in PyTorch) are not computed: they abort. The scalar ops take their
+// scalar as a float: an integer x gives f32, as in PyTorch.
 amp_tensor_t *amp_add(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
 amp_tensor_t *amp_sub(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
 amp_tensor_t *amp_mul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
@@ -270,6 +289,9 @@ amp_tensor_t *amp_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *logits, amp_tensor
 amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *target);
 amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *target);
 // Banned under autocast exactly as in PyTorch (AMP_ERR_AUTOCAST_BANNED); else *out = BCE (mean).
+// On the CPU, p outside [0, 1] (NaN included) is AMP_ERR_INVALID_ARGUMENT ("all elements of input
+// should be between 0 and 1"); on CUDA it is not checked (it would wait for the device: PyTorch
+// checks it in the kernel), and the loss is NaN.
 amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
                                     amp_tensor_t **out);
 
@@ -305,7 +327,10 @@ void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out);
 // Autograd
 
 // Backpropagates from a scalar (numel 1) tensor, seeding its gradient with 1. Gradients
-// accumulate into persistent tensors that require grad.
+// accumulate into persistent tensors that require grad. A tensor that a backward reads (an input
+// of mul, the output of exp) and that was written since the op ran (amp_tensor_write*, an
+// optimizer step, through any view of its storage) aborts with PyTorch's message "one of the
+// variables needed for gradient computation has been modified by an inplace operation".
 void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss);
 // torch.no_grad(): ops record no tape while disabled. Returns the previous setting.
 bool amp_set_grad_enabled(amp_ctx_t *ctx, bool enabled);

@@ -146,6 +146,7 @@ struct amp_tensor {
     int64_t offset;               // elements from buf->data
     amp_buffer *buf;
     bool persistent;              // made by amp_tensor_new*(), freed by amp_tensor_free()
+    int32_t optim_refs;           // optimizers holding it (a parameter or their state): not freed
     bool requires_grad;
     bool is_view;
     bool is_grad;                 // a gradient buffer (survives the backward node that made it)
@@ -334,8 +335,14 @@ amp_tensor_t *amp_precast_take(amp_ctx_t *ctx, amp_tensor_t *p, amp_dtype t);
 amp_tensor_t *amp_view_new(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape,
                            const int64_t *stride, int64_t offset);
 bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b);
-// "(8, 64)" into buf.
+// "(8, 64)" into buf: t's shape, or the dims of a shape; AMP_SHAPE_STR_MAX bytes hold any.
+#define AMP_SHAPE_STR_MAX 160
 const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n);
+const char *amp_dims_str(int ndim, const int64_t *shape, char *buf, size_t n);
+// Aborts, naming the shape, unless a tensor of dtype dt can have it: no dim negative, and the
+// product of the dims (a zero counted as one, so that no partial product overflows either: numel,
+// strides, byte offsets) times the dtype's size fits in int64.
+void amp_check_shape(amp_dtype dt, int ndim, const int64_t *shape);
 
 // ---------------------------------------------------------------------------------------------
 // Autograd nodes
@@ -365,6 +372,10 @@ struct amp_node {
     int64_t i[4];
     int32_t layer;
     uint16_t reads; // AMP_READS_* bits: what the backward reads of in, out and saved
+    // The versions of their storage (amp_buffer.version) when the node was recorded with in,
+    // out and saved: the backward aborts when one that it reads has been written since (PyTorch's
+    // "modified by an inplace operation").
+    uint32_t in_version[AMP_NODE_MAX_IN], out_version, saved_version[AMP_NODE_MAX_IN];
     // The backward reads dy in any floating dtype: a widening cast's backward (an f32 softmax
     // output cast to f16 for a matmul) hands its incoming gradient on as out's first gradient
     // instead of widening it into a copy (the same values: widening is exact).
@@ -375,6 +386,11 @@ struct amp_node {
 // the node, or NULL when nothing is recorded.
 amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, amp_tensor_t *out,
                           amp_tensor_t *const *in, int n_in);
+// n->saved[k] = t (may be NULL), a tensor its backward reads, at the version its storage has now.
+static inline void amp_node_save(amp_node *n, int k, amp_tensor_t *t) {
+    n->saved[k] = t;
+    n->saved_version[k] = t && t->buf ? t->buf->version : 0;
+}
 // t.grad += g (allocating t.grad as needed; g's shape must equal t's, dtype is cast). A first
 // gradient that is a backward's own scratch output becomes t.grad itself, without a copy (g must
 // not be written to afterwards).
@@ -715,8 +731,14 @@ static inline int32_t amp_ctx_current_layer(const amp_ctx_t *ctx) {
 amp_dtype amp_autocast_apply(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, int n);
 // Clears the weight-cast cache (outermost region ended).
 void amp_autocast_clear_cache(amp_ctx_t *ctx);
-// Native type promotion of two floating dtypes (f16+bf16 -> f32).
+// Native type promotion of two dtypes: floating over integer, f16+bf16 -> f32, i32+i64 -> i64.
 amp_dtype amp_promote_types(amp_dtype a, amp_dtype b);
+// PyTorch's error for an op without an integer kernel (gelu, softmax, layer_norm) given an integer
+// tensor of dtype t ("\"gelu\" not implemented for 'Long'", as amp_autocast_decide returns it):
+// sets the last error and returns AMP_ERR_INVALID_ARGUMENT. amp_require_float aborts with it when
+// x is an integer tensor.
+amp_status amp_int_input_error(const char *op, amp_dtype t);
+void amp_require_float(const char *op, const amp_tensor_t *x);
 
 // The features of the linear that made y when its backward takes the bias gradient through the
 // backend's gemm_bgrad (a backward that writes y's gradient may sum its columns on the way:

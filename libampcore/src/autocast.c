@@ -53,6 +53,20 @@ static const char *const promote_ops[] = {
 
 static const char *const banned_ops[] = {"binary_cross_entropy", NULL};
 
+// What PyTorch does with integer tensors, for the ops it does not compute in their own dtype:
+// the unary float ops and true division compute them in the default dtype, f32; the integer sums
+// widen to i64; and some ops have no integer kernel at all (they raise).
+static const char *const int_to_float_ops[] = {
+    "exp",   "exp2",       "expm1",  "log",     "log10", "log1p", "log2",        "sqrt",
+    "rsqrt", "reciprocal", "sin",    "cos",     "tan",   "asin",  "acos",        "atan",
+    "sinh",  "cosh",       "tanh",   "asinh",   "acosh", "atanh", "sigmoid",     "erf",
+    "erfc",  "erfinv",     "lgamma", "digamma", "atan2", "div",   "true_divide", NULL};
+static const char *const int_to_long_ops[] = {"sum", "prod", "cumsum", "cumprod", NULL};
+static const char *const float_only_ops[] = {
+    "gelu",          "softmax", "log_softmax",        "softmin", "layer_norm", "native_layer_norm",
+    "group_norm",    "norm",    "linalg_vector_norm", "mean",    "mse_loss",   "nll_loss",
+    "cross_entropy", NULL};
+
 // Names that are not ops of their own but decompose into listed ones (amp.rst), or the Python
 // spellings of listed ops.
 static const struct {
@@ -76,6 +90,7 @@ static bool in_list(const char *const *list, const char *op) {
 }
 
 amp_cast_policy amp_autocast_policy(const char *op) {
+    if (!op) return AMP_POLICY_NATIVE; // (no op of PyTorch's lists)
     if (in_list(lower_precision_ops, op)) return AMP_POLICY_LOWER_PRECISION_FP;
     if (in_list(fp32_ops, op)) return AMP_POLICY_FP32;
     if (in_list(fp32_set_opt_dtype_ops, op)) return AMP_POLICY_FP32_SET_OPT_DTYPE;
@@ -106,55 +121,93 @@ static const char banned_message[] =
 
 amp_dtype amp_promote_types(amp_dtype a, amp_dtype b) {
     if (a == b) return a;
-    AMP_ASSERT(amp_dtype_is_float(a) || amp_dtype_is_float(b));
+    if (!amp_dtype_is_float(a) && !amp_dtype_is_float(b)) return AMP_DTYPE_I64; // i32 with i64
     if (!amp_dtype_is_float(a)) return b;
     if (!amp_dtype_is_float(b)) return a;
     return AMP_DTYPE_F32; // f32 with anything, and f16 with bf16
 }
 
-// at::autocast::prioritize folded over the eligible inputs.
+// Native type promotion over the dtypes of an op's tensors (what an op outside the lists, or one
+// whose inputs autocast left alone, computes in).
+static amp_dtype promote_all(int n, const amp_dtype *in) {
+    amp_dtype r = in[0];
+    for (int i = 1; i < n; i++)
+        r = amp_promote_types(r, in[i]);
+    return r;
+}
+
+// at::autocast::prioritize folded over the eligible inputs; without any, the op runs natively.
 static amp_status promote_fold(int n, const amp_dtype *in, amp_dtype lpfp, amp_dtype *out) {
     amp_dtype cur = lpfp;
+    bool any = false;
     for (int i = 0; i < n; i++) {
         if (!amp_dtype_is_float(in[i])) continue;
+        any = true;
         if (cur == AMP_DTYPE_F32 || in[i] == AMP_DTYPE_F32) cur = AMP_DTYPE_F32;
         else if (cur == lpfp && in[i] == lpfp) cur = lpfp;
         else
             return amp_set_error(AMP_ERR_AUTOCAST_DTYPE,
                                  "Unexpected floating ScalarType in at::autocast::prioritize");
     }
-    *out = cur;
+    *out = any ? cur : promote_all(n, in);
     return AMP_OK;
+}
+
+amp_status amp_int_input_error(const char *op, amp_dtype t) {
+    return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "\"%s\" not implemented for '%s'", op,
+                         t == AMP_DTYPE_I32 ? "Int" : "Long");
+}
+
+void amp_require_float(const char *op, const amp_tensor_t *x) {
+    if (amp_dtype_is_float(x->dtype)) return;
+    amp_int_input_error(op, x->dtype);
+    amp_abort(__FILE__, __LINE__, "%s", amp_last_error());
 }
 
 amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_dtype autocast_dtype,
                                amp_dtype *out) {
+    const char *null = !op ? "op" : !out ? "out" : n > 0 && !in ? "in" : NULL;
+    if (null)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_autocast_decide: %s is NULL", null);
     if (autocast_dtype != AMP_DTYPE_F16 && autocast_dtype != AMP_DTYPE_BF16)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
                              "autocast dtype must be f16 or bf16, not %s", amp_dtype_name(autocast_dtype));
     if (n < 1) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "%s: no tensor arguments", op);
-    bool first_float = amp_dtype_is_float(in[0]);
-    switch (amp_autocast_policy(op)) {
-    case AMP_POLICY_BANNED:
+    for (int i = 0; i < n; i++)
+        if ((unsigned)in[i] >= AMP_DTYPE_COUNT)
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "%s: argument %d has no dtype (%d)", op,
+                                 i, (int)in[i]);
+    const amp_cast_policy policy = amp_autocast_policy(op);
+    if (policy == AMP_POLICY_BANNED)
         return amp_set_error(AMP_ERR_AUTOCAST_BANNED, "%s", banned_message);
+    bool first_float = amp_dtype_is_float(in[0]), any_float = false;
+    for (int i = 0; i < n; i++)
+        any_float |= amp_dtype_is_float(in[i]);
+    if (!any_float && in_list(float_only_ops, op)) return amp_int_input_error(op, in[0]);
+    amp_dtype r = AMP_DTYPE_F32;
+    switch (policy) {
     case AMP_POLICY_LOWER_PRECISION_FP:
-        *out = first_float ? autocast_dtype : in[0];
-        return AMP_OK;
-    case AMP_POLICY_FP32:
-        *out = first_float ? AMP_DTYPE_F32 : in[0];
-        return AMP_OK;
+        r = first_float ? autocast_dtype : in[0];
+        break;
+    case AMP_POLICY_FP32: // every floating input cast to f32, then the op's own promotion
+        r = any_float ? AMP_DTYPE_F32 : promote_all(n, in);
+        break;
     case AMP_POLICY_FP32_SET_OPT_DTYPE:
     case AMP_POLICY_FP32_APPEND_DTYPE:
-        *out = first_float ? AMP_DTYPE_F32 : in[0];
-        return AMP_OK;
-    case AMP_POLICY_PROMOTE:
-        return promote_fold(n, in, autocast_dtype, out);
-    case AMP_POLICY_NATIVE:
+        r = first_float ? AMP_DTYPE_F32 : in[0];
+        break;
+    case AMP_POLICY_PROMOTE: {
+        amp_status s = promote_fold(n, in, autocast_dtype, &r);
+        if (s != AMP_OK) return s;
         break;
     }
-    amp_dtype r = in[0];
-    for (int i = 1; i < n; i++)
-        if (amp_dtype_is_float(in[i]) || amp_dtype_is_float(r)) r = amp_promote_types(r, in[i]);
+    case AMP_POLICY_NATIVE:
+    case AMP_POLICY_BANNED:
+        r = promote_all(n, in);
+        break;
+    }
+    if (!amp_dtype_is_float(r) && in_list(int_to_float_ops, op)) r = AMP_DTYPE_F32;
+    if (!amp_dtype_is_float(r) && in_list(int_to_long_ops, op)) r = AMP_DTYPE_I64;
     *out = r;
     return AMP_OK;
 }

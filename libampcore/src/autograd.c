@@ -22,8 +22,12 @@ amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, am
     n->backward = bw;
     n->reads = AMP_READS_ALL;
     n->out = out;
+    n->out_version = out->buf->version;
     n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    for (int i = 0; i < n_in; i++) {
+        n->in[i] = in[i];
+        n->in_version[i] = in[i] && in[i]->buf ? in[i]->buf->version : 0;
+    }
     n->layer = out->layer;
     out->node = n;
     out->requires_grad = true;
@@ -33,6 +37,29 @@ amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, am
     }
     ctx->tape[ctx->n_tape++] = n;
     return n;
+}
+
+// PyTorch's check of a saved variable: t, which the backward of n reads, must hold what it held
+// when n was recorded (version: its storage's version then).
+static void check_version(const amp_node *n, const amp_tensor_t *t, uint32_t version) {
+    if (!t || !t->buf || t->buf->version == version) return;
+    char s[AMP_SHAPE_STR_MAX];
+    amp_abort(__FILE__, __LINE__,
+              "one of the variables needed for gradient computation has been modified by an "
+              "inplace operation: [%s %s] is at version %u; expected version %u instead (the "
+              "backward of %s reads it)",
+              amp_dtype_name(t->dtype), amp_shape_str(t, s, sizeof s), (unsigned)t->buf->version,
+              (unsigned)version, n->op);
+}
+
+// Only what the backward reads is checked, as PyTorch checks only what a node saved: an add's
+// operands may change once it has run.
+static void check_versions(const amp_node *n) {
+    for (int i = 0; i < n->n_in; i++)
+        if (n->reads & AMP_READS_IN(i)) check_version(n, n->in[i], n->in_version[i]);
+    if (n->reads & AMP_READS_OUT) check_version(n, n->out, n->out_version);
+    for (int i = 0; i < AMP_NODE_MAX_IN; i++)
+        if (n->reads & AMP_READS_SAVED(i)) check_version(n, n->saved[i], n->saved_version[i]);
 }
 
 bool amp_set_grad_enabled(amp_ctx_t *ctx, bool enabled) {
@@ -75,6 +102,7 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
             amp_nvtx_push(name);
         }
         amp_node_check_reads(n);
+        check_versions(n);
         n->backward(ctx, n, dy);
         if (ctx->nvtx) amp_nvtx_pop();
         amp_node_release_dropped(ctx, n); // what the program dropped and no later node reads

@@ -96,9 +96,13 @@ static amp_status check_names(const char *what, amp_tensor_t *const *ts, int n) 
     return AMP_OK;
 }
 
-// Both parameter lists must name their tensors uniquely (records are matched by name).
-static amp_status check_args(amp_tensor_t *const *params, int n, const amp_optim_t *opt) {
+// A path, and both parameter lists naming their tensors uniquely (records are matched by name).
+static amp_status check_args(const char *path, amp_tensor_t *const *params, int n,
+                             const amp_optim_t *opt) {
+    if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
     if (n < 0) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: n = %d parameters", n);
+    if (n > 0 && !params)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: params is NULL (n = %d)", n);
     amp_status st = check_names("params", params, n);
     if (st != AMP_OK || !opt) return st;
     int np = amp_optim_num_params(opt);
@@ -245,7 +249,7 @@ static void sync_parent_dir(const char *path) {
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc) {
-    amp_status st = check_args(params, n, opt);
+    amp_status st = check_args(path, params, n, opt);
     if (st != AMP_OK) return st;
 
     writer w = {0};
@@ -670,7 +674,7 @@ static amp_status refused(const char *path) {
 
 amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
                                amp_optim_t *opt, amp_scaler_t *sc) {
-    amp_status st = check_args(params, n, opt);
+    amp_status st = check_args(path, params, n, opt);
     if (st != AMP_OK) return st;
     ck_file f;
     st = ck_file_read(path, &f);

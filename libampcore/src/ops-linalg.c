@@ -126,8 +126,8 @@ static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
     amp_node *n = amp_node_record(ctx, op, gemm_backward, y, in, 3);
     if (n) {
         n->i[0] = bt;
-        n->saved[0] = ad;
-        n->saved[1] = bd;
+        amp_node_save(n, 0, ad);
+        amp_node_save(n, 1, bd);
         n->reads = AMP_READS_SAVED(0) | AMP_READS_SAVED(1); // the operands, not the output
     }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, bias ? 3 : 2);
@@ -339,8 +339,8 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     if (n) {
         n->i[0] = stride;
         n->i[1] = padding;
-        n->saved[0] = xd;
-        n->saved[1] = wd;
+        amp_node_save(n, 0, xd);
+        amp_node_save(n, 1, wd);
         n->reads = AMP_READS_SAVED(0) | AMP_READS_SAVED(1);
     }
     amp_instr_op(ctx, "conv2d", AMP_POLICY_LOWER_PRECISION_FP, y, in, b ? 3 : 2);

@@ -17,7 +17,8 @@ static void softmax_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 }
 
 static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, int dim, bool log) {
-    AMP_ASSERT(amp_dtype_is_float(x->dtype) && x->ndim >= 1, "(%s needs a floating tensor)", op);
+    amp_require_float(op, x);
+    AMP_ASSERT(x->ndim >= 1, "(%s of a 0-dim tensor)", op);
     if (dim < 0) dim += x->ndim;
     AMP_ASSERT(dim >= 0 && dim < x->ndim, "(%s dim out of range)", op);
     if (dim != x->ndim - 1) { // move dim last, normalise, move it back
@@ -67,7 +68,8 @@ static void layer_norm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
                              float eps) {
-    AMP_ASSERT(x->ndim >= 1 && amp_dtype_is_float(x->dtype));
+    amp_require_float("layer_norm", x);
+    AMP_ASSERT(x->ndim >= 1);
     int64_t C = x->shape[x->ndim - 1];
     AMP_ASSERT((!w || (w->ndim == 1 && w->shape[0] == C)) && (!b || (b->ndim == 1 && b->shape[0] == C)),
                "(layer_norm weight and bias must have %lld elements)", (long long)C);
@@ -85,10 +87,10 @@ amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, a
     ctx->be->layer_norm(ctx->bctx, y, mean, rstd, xd, wd, b ? amp_dense(ctx, b) : NULL, eps);
     amp_node *n = amp_node_record(ctx, "layer_norm", layer_norm_backward, y, in, 3);
     if (n) {
-        n->saved[0] = xd;
-        n->saved[1] = mean;
-        n->saved[2] = rstd;
-        n->saved[3] = wd;
+        amp_node_save(n, 0, xd);
+        amp_node_save(n, 1, mean);
+        amp_node_save(n, 2, rstd);
+        amp_node_save(n, 3, wd);
         // the dense input, weight and row statistics: not the output, which the next op casts
         n->reads =
             AMP_READS_SAVED(0) | AMP_READS_SAVED(1) | AMP_READS_SAVED(2) | AMP_READS_SAVED(3);
@@ -122,7 +124,7 @@ amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w) 
     ctx->be->embedding(ctx->bctx, y, id, amp_dense(ctx, w));
     amp_node *n = amp_node_record(ctx, "embedding", embedding_backward, y, &w, 1);
     if (n) {
-        n->saved[0] = id;
+        amp_node_save(n, 0, id);
         n->reads = AMP_READS_SAVED(0); // the indices only
     }
     amp_instr_op(ctx, "embedding", AMP_POLICY_NATIVE, y, &w, 1);
@@ -152,7 +154,7 @@ amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int st
     ctx->be->max_pool2d(ctx->bctx, y, argmax, amp_dense(ctx, x), kernel, stride);
     amp_node *n = amp_node_record(ctx, "max_pool2d", max_pool2d_backward, y, &x, 1);
     if (n) {
-        n->saved[0] = argmax;
+        amp_node_save(n, 0, argmax);
         n->i[0] = kernel;
         n->i[1] = stride;
         n->reads = AMP_READS_SAVED(0); // the input's shape only
@@ -184,7 +186,7 @@ amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *tar
     ctx->be->nll_loss(ctx->bctx, y, amp_dense(ctx, logp), t);
     amp_node *n = amp_node_record(ctx, "nll_loss", nll_loss_backward, y, &logp, 1);
     if (n) {
-        n->saved[0] = t;
+        amp_node_save(n, 0, t);
         n->reads = AMP_READS_SAVED(0); // the targets, not the log-probabilities
     }
     amp_instr_op(ctx, "nll_loss", AMP_POLICY_FP32, y, &logp, 1);
@@ -205,6 +207,14 @@ amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *ta
     return amp_mean(ctx, amp_mul(ctx, d, d));
 }
 
+// Whether every element of p is in [0, 1] (none NaN).
+static bool all_probabilities(const amp_tensor_t *p) {
+    amp_stats s;
+    amp_tensor_stats(p, AMP_DTYPE_F32, &s);
+    return s.numel == 0 ||
+           (s.n_nan == 0 && s.n_posinf == 0 && s.n_neginf == 0 && s.min >= 0.0f && s.max <= 1.0f);
+}
+
 amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
                                     amp_tensor_t **out) {
     *out = NULL;
@@ -213,6 +223,11 @@ amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_
         amp_status s = amp_autocast_decide("binary_cross_entropy", 2, dts, ctx->ac.dtype, &dt);
         if (s != AMP_OK) return s;
     }
+    // PyTorch's CPU check; on a device it would wait for the device (PyTorch checks it in the
+    // kernel, where an error is fatal), so there it is left out
+    if (ctx->device == AMP_DEVICE_CPU && !all_probabilities(p))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                             "all elements of input should be between 0 and 1");
     // -(t * log(p) + (1 - t) * log(1 - p)), each log clamped at -100 like PyTorch
     amp_tensor_t *logp = amp_clamp_min(ctx, amp_log(ctx, p), -100.0f);
     amp_tensor_t *log1mp = amp_clamp_min(ctx, amp_log(ctx, amp_add_scalar(ctx, amp_mul_scalar(ctx, p, -1.0), 1.0)), -100.0f);

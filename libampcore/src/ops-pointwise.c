@@ -8,6 +8,15 @@
 
 #include <math.h>
 
+// x in floating dtype dt when it is an integer tensor, as PyTorch's TensorIterator casts an
+// integer operand to the op's floating type; not recorded (an integer tensor has no gradient).
+static amp_tensor_t *as_float(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype dt) {
+    if (amp_dtype_is_float(x->dtype)) return x;
+    amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
+    ctx->be->copy(ctx->bctx, y, x);
+    return y;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unary ops
 
@@ -19,10 +28,27 @@ static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_grad_accumulate(ctx, x, dx);
 }
 
+// An integer x as a unary op takes it: in f32, PyTorch's default dtype, for the ops that compute
+// integers in it (exp, tanh: amp_autocast_decide says which) and for the scalar ops, whose scalar
+// is a float (an integer tensor times 0.5 is f32 in PyTorch). gelu has no integer kernel in
+// PyTorch, and relu's integer result libampcore does not compute: both abort.
+static amp_tensor_t *unary_int_input(amp_ctx_t *ctx, const char *op, amp_unary_op kind,
+                                     amp_tensor_t *x) {
+    amp_dtype dt;
+    if (amp_autocast_decide(op, 1, &x->dtype, AMP_DTYPE_F16, &dt) != AMP_OK)
+        amp_abort(__FILE__, __LINE__, "%s", amp_last_error());
+    const bool scalar = kind == AMP_UNARY_POW || kind == AMP_UNARY_SCALE ||
+                        kind == AMP_UNARY_ADD_SCALAR || kind == AMP_UNARY_CLAMP_MIN;
+    AMP_ASSERT(scalar || amp_dtype_is_float(dt),
+               "(%s of an %s tensor is %s in PyTorch; libampcore computes in floating point only: "
+               "cast it with amp_to)",
+               op, amp_dtype_name(x->dtype), amp_dtype_name(dt));
+    return as_float(ctx, x, AMP_DTYPE_F32);
+}
+
 static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, float alpha,
                            amp_tensor_t *x) {
-    AMP_ASSERT(amp_dtype_is_float(x->dtype), "(%s needs a floating tensor, got %s)", op,
-               amp_dtype_name(x->dtype));
+    if (!amp_dtype_is_float(x->dtype)) x = unary_int_input(ctx, op, kind, x);
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
     x = in[0];
@@ -34,7 +60,7 @@ static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, fl
     if (n) {
         n->i[0] = kind;
         n->f[0] = alpha;
-        n->saved[0] = xd;
+        amp_node_save(n, 0, xd);
         n->reads = (amp_unary_backward_needs_x(kind) ? AMP_READS_SAVED(0) : 0) | // x, dense
                    (amp_unary_backward_needs_y(kind) ? AMP_READS_OUT : 0);
     }
@@ -76,8 +102,22 @@ amp_tensor_t *amp_add_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s) {
 // ---------------------------------------------------------------------------------------------
 // Binary ops with broadcasting
 
-// PyTorch's result type for two floating tensors: dimensioned tensors outrank 0-dim ones.
-static amp_dtype binary_result_type(const amp_tensor_t *a, const amp_tensor_t *b) {
+// PyTorch's result type: a floating tensor's dtype beside an integer one (which is cast to it),
+// of two floating tensors a dimensioned one's beside a 0-dim one, and f32, the default dtype, for
+// the true division of two integer tensors. The integer result of add, sub or mul of two integer
+// tensors libampcore does not compute: they abort.
+static amp_dtype binary_result_type(const char *op, amp_binary_op kind, const amp_tensor_t *a,
+                                    const amp_tensor_t *b) {
+    const bool fa = amp_dtype_is_float(a->dtype), fb = amp_dtype_is_float(b->dtype);
+    if (!fa && !fb) {
+        AMP_ASSERT(kind == AMP_BINARY_DIV,
+                   "(%s of two integer tensors (%s, %s) is an integer tensor in PyTorch; "
+                   "libampcore computes in floating point only: cast one with amp_to)",
+                   op, amp_dtype_name(a->dtype), amp_dtype_name(b->dtype));
+        return AMP_DTYPE_F32;
+    }
+    if (!fa) return b->dtype;
+    if (!fb) return a->dtype;
     if (a->ndim == 0 && b->ndim > 0) return b->dtype;
     if (b->ndim == 0 && a->ndim > 0) return a->dtype;
     return amp_promote_types(a->dtype, b->dtype);
@@ -142,12 +182,12 @@ static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, amp_tensor_t *a,
                             amp_tensor_t *b) {
-    AMP_ASSERT(amp_dtype_is_float(a->dtype) && amp_dtype_is_float(b->dtype),
-               "(%s needs floating tensors, got %s and %s)", op, amp_dtype_name(a->dtype),
-               amp_dtype_name(b->dtype));
+    const amp_dtype dt = binary_result_type(op, kind, a, b);
+    a = as_float(ctx, a, dt);
+    b = as_float(ctx, b, dt);
     amp_tensor_t *in[2] = {a, b};
     amp_autocast_apply(ctx, op, in, 2); // native: no casts
-    amp_tensor_t *y = compute_binary(ctx, kind, binary_result_type(a, b), a, b, true);
+    amp_tensor_t *y = compute_binary(ctx, kind, dt, a, b, true);
     amp_node *n = amp_node_record(ctx, op, binary_backward, y, in, 2);
     if (n) {
         n->i[0] = kind;
@@ -178,7 +218,11 @@ static void reduce_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 }
 
 static amp_tensor_t *reduce_all(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, bool mean) {
-    AMP_ASSERT(amp_dtype_is_float(x->dtype), "(%s needs a floating tensor)", op);
+    if (mean) amp_require_float(op, x);
+    AMP_ASSERT(amp_dtype_is_float(x->dtype),
+               "(sum of an %s tensor is i64 in PyTorch; libampcore sums floating tensors only: "
+               "cast it with amp_to)",
+               amp_dtype_name(x->dtype));
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
     int64_t ones[AMP_MAX_DIMS];
@@ -222,7 +266,7 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
     y->inf_fill = isinf(value) ? (value < 0 ? -1 : 1) : x->inf_fill;
     amp_node *n = amp_node_record(ctx, "masked_fill", masked_fill_backward, y, &x, 1);
     if (n) {
-        n->saved[0] = m;
+        amp_node_save(n, 0, m);
         n->reads = AMP_READS_SAVED(0); // the mask only
     }
     amp_instr_op(ctx, "masked_fill", AMP_POLICY_NATIVE, y, &x, 1);
@@ -247,7 +291,7 @@ amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool trainin
     ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, y, amp_dense(ctx, x), mask);
     amp_node *n = amp_node_record(ctx, "dropout", dropout_backward, y, &x, 1);
     if (n) {
-        n->saved[0] = mask;
+        amp_node_save(n, 0, mask);
         n->reads = AMP_READS_SAVED(0); // the mask only
     }
     amp_instr_op(ctx, "dropout", AMP_POLICY_NATIVE, y, &x, 1);

@@ -113,17 +113,19 @@ static bool view_strides(const amp_tensor_t *x, int ndim, const int64_t *shape, 
 
 amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape) {
     AMP_ASSERT(ndim >= 0 && ndim <= AMP_MAX_DIMS);
-    int64_t s[AMP_MAX_DIMS], known = 1;
+    int64_t s[AMP_MAX_DIMS] = {0}, known = 1;
     int infer = -1;
     for (int i = 0; i < ndim; i++) {
         s[i] = shape[i];
         if (s[i] == -1) {
             AMP_ASSERT(infer < 0, "(only one dimension can be inferred)");
             infer = i;
-        } else {
-            known *= s[i];
+            s[i] = 1; // until inferred
         }
     }
+    amp_check_shape(x->dtype, ndim, s); // (so the product below does not overflow)
+    for (int i = 0; i < ndim; i++)
+        known *= s[i];
     int64_t numel = amp_tensor_numel(x);
     if (infer >= 0) {
         AMP_ASSERT(known > 0 && numel % known == 0, "(cannot reshape %lld elements)", (long long)numel);

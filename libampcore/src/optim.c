@@ -118,6 +118,17 @@ static amp_status validate_tensors(amp_ctx_t *ctx, amp_tensor_t *const *params, 
     return AMP_OK;
 }
 
+// Adds d to the hold count (amp_tensor.optim_refs) of the tensors the optimizer keeps pointers to:
+// its parameters and its own state.
+static void hold_all(amp_optim_t *opt, int d) {
+    for (int i = 0; i < opt->n; i++) {
+        opt->params[i]->optim_refs += d;
+        for (int k = 0; k < opt->n_state; k++)
+            opt->state[k][i]->optim_refs += d;
+    }
+    opt->counts->optim_refs += d;
+}
+
 amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t *const *params,
                          int n, amp_optim_t **out) {
     *out = NULL;
@@ -149,12 +160,14 @@ amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t
         for (int i = 0; i < n; i++)
             opt->state[k][i] =
                 amp_tensor_new(ctx, AMP_DTYPE_F32, params[i]->ndim, params[i]->shape);
+    hold_all(opt, 1); // amp_tensor_free of any of them aborts until the optimizer goes
     *out = opt;
     return AMP_OK;
 }
 
 void amp_optim_free(amp_optim_t *opt) {
     if (!opt) return;
+    hold_all(opt, -1);
     for (int k = 0; k < opt->n_state; k++)
         for (int i = 0; i < opt->n; i++)
             amp_tensor_free(opt->state[k][i]);

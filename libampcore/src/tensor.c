@@ -1,7 +1,8 @@
 /*
  * tensor.c — the context and its tensors: creation, storage, host copies, views and their
- * gradients. Persistent tensors live until amp_tensor_free(); op outputs (scratch) until
- * amp_ctx_reset(). Storage is refcounted so views can outlive nothing but share freely.
+ * gradients. Persistent tensors live until amp_tensor_free() (or, when the tape holds them, until
+ * amp_ctx_reset()); op outputs (scratch) until amp_ctx_reset(). Storage is refcounted so views can
+ * outlive nothing but share freely.
  */
 #include "amp-impl.h"
 #include "cuda-loader.h"
@@ -135,18 +136,31 @@ static amp_buffer *buffer_new(amp_ctx_t *ctx, size_t nbytes) {
     return b;
 }
 
+void amp_check_shape(amp_dtype dt, int ndim, const int64_t *shape) {
+    char s[AMP_SHAPE_STR_MAX];
+    int64_t bytes = (int64_t)amp_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            amp_abort(__FILE__, __LINE__, "invalid shape %s: dimension %d is %lld",
+                      amp_dims_str(ndim, shape, s, sizeof s), i, (long long)shape[i]);
+        if (__builtin_mul_overflow(bytes, shape[i] ? shape[i] : 1, &bytes))
+            amp_abort(__FILE__, __LINE__,
+                      "shape %s of %s is too large: its size in bytes overflows int64",
+                      amp_dims_str(ndim, shape, s, sizeof s), amp_dtype_name(dt));
+    }
+}
+
 // A tensor struct with fresh storage, in no list.
 static amp_tensor_t *tensor_alloc(amp_ctx_t *ctx, amp_dtype dt, int ndim, const int64_t *shape) {
     AMP_ASSERT(ndim >= 0 && ndim <= AMP_MAX_DIMS, "(ndim %d)", ndim);
     AMP_ASSERT((unsigned)dt < AMP_DTYPE_COUNT);
+    amp_check_shape(dt, ndim, shape);
     amp_tensor_t *t = amp_xcalloc(1, sizeof *t);
     t->ctx = ctx;
     t->dtype = dt;
     t->ndim = ndim;
-    for (int i = 0; i < ndim; i++) {
-        AMP_ASSERT(shape[i] >= 0, "(dim %d is %lld)", i, (long long)shape[i]);
+    for (int i = 0; i < ndim; i++)
         t->shape[i] = shape[i];
-    }
     amp_contiguous_strides(ndim, t->shape, t->stride);
     t->layer = -1;
     t->buf = buffer_new(ctx, (size_t)shape_numel(ndim, shape) * amp_dtype_size(dt));
@@ -360,8 +374,33 @@ amp_tensor_t *amp_tensor_from_f32(amp_ctx_t *ctx, amp_dtype t, int ndim, const i
     return x;
 }
 
+// Whether a node of the tape was recorded with t or t's gradient (as an input, its output or a
+// tensor saved for its backward).
+static bool tape_refers_to(const amp_ctx_t *ctx, const amp_tensor_t *t) {
+    for (size_t i = 0; i < ctx->n_tape; i++) {
+        const amp_node *n = ctx->tape[i];
+        const amp_tensor_t *refs[2 * AMP_NODE_MAX_IN + 1];
+        int nr = 0;
+        for (int k = 0; k < n->n_in; k++)
+            refs[nr++] = n->in[k];
+        for (int k = 0; k < AMP_NODE_MAX_IN; k++)
+            refs[nr++] = n->saved[k];
+        refs[nr++] = n->out;
+        for (int k = 0; k < nr; k++)
+            if (refs[k] && (refs[k] == t || refs[k] == t->grad)) return true;
+    }
+    return false;
+}
+
 void amp_tensor_free(amp_tensor_t *t) {
     if (!t || !t->persistent) return;
+    if (t->optim_refs > 0) {
+        char s[AMP_SHAPE_STR_MAX];
+        amp_abort(__FILE__, __LINE__,
+                  "amp_tensor_free of tensor '%s' (%s %s), which an optimizer holds (a parameter "
+                  "or its state): free the optimizer first",
+                  amp_tensor_name(t), amp_dtype_name(t->dtype), amp_shape_str(t, s, sizeof s));
+    }
     amp_ctx_t *ctx = t->ctx;
     for (size_t i = 0; i < ctx->n_cast_cache;) // freed inside an autocast region that cast it
         if (ctx->cast_cache[i].src == t)
@@ -374,7 +413,12 @@ void amp_tensor_free(amp_tensor_t *t) {
             break;
         }
     }
-    tensor_destroy(t);
+    // What the tape was recorded with stays until the tape goes, as PyTorch's graph keeps what it
+    // saved alive: a backward may still read t or accumulate its gradient.
+    if (tape_refers_to(ctx, t))
+        list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
+    else
+        tensor_destroy(t);
 }
 
 // xorshift64* on the context's host RNG.
@@ -435,12 +479,16 @@ bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b) {
     return true;
 }
 
-const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n) {
+const char *amp_dims_str(int ndim, const int64_t *shape, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "(");
-    for (int i = 0; i < t->ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)t->shape[i]);
-    if (k < n) snprintf(buf + k, n - k, t->ndim == 1 ? ",)" : ")");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, ndim == 1 ? ",)" : ")");
     return buf;
+}
+
+const char *amp_shape_str(const amp_tensor_t *t, char *buf, size_t n) {
+    return amp_dims_str(t->ndim, t->shape, buf, n);
 }
 
 // A contiguous tensor with t's contents in dtype dt (t itself when already so).
@@ -476,10 +524,25 @@ void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
 }
 
 void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
-    AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write_f32 needs a contiguous tensor)");
-    amp_tensor_t *tmp = tensor_alloc(t->ctx, AMP_DTYPE_F32, t->ndim, t->shape);
-    t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(tmp), in, (size_t)amp_tensor_numel(t) * 4);
-    t->ctx->be->copy(t->ctx->bctx, t, tmp);
+    amp_ctx_t *ctx = t->ctx;
+    AMP_ASSERT(amp_dtype_is_float(t->dtype) || amp_tensor_is_contiguous(t),
+               "(amp_tensor_write_f32 writes an integer tensor only when it is contiguous, got a "
+               "%s view)",
+               amp_dtype_name(t->dtype));
+    amp_tensor_t *tmp = tensor_alloc(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
+    ctx->be->upload(ctx->bctx, amp_tensor_ptr(tmp), in, (size_t)amp_tensor_numel(t) * 4);
+    if (amp_tensor_is_contiguous(t)) {
+        ctx->be->copy(ctx->bctx, t, tmp);
+    } else { // copy writes contiguous tensors, binary also a view (exactly: t = tmp * 1)
+        amp_tensor_t *one = tensor_alloc(ctx, AMP_DTYPE_F32, 0, NULL);
+        ctx->be->fill(ctx->bctx, one, 1.0f);
+        amp_tensor_t ones = *one; // broadcast to t's shape
+        ones.ndim = t->ndim;
+        memcpy(ones.shape, t->shape, sizeof ones.shape);
+        memset(ones.stride, 0, sizeof ones.stride);
+        ctx->be->binary(ctx->bctx, AMP_BINARY_MUL, t, tmp, &ones);
+        tensor_destroy(one);
+    }
     t->buf->version++;
     tensor_destroy(tmp);
 }
