@@ -1796,13 +1796,13 @@ def autoattach():
     hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(first_forward))
 
     def nothing_watched():
-        """At exit, when no model was found (and the script watched none itself): why, in META
-        no_model. The report says it when no process of the run recorded a step (a launcher or a
-        data worker that imports torch finds no model either, and that is no news)."""
-        if not _ever_watched[0]:
+        """At exit, when modules ran in training mode but none had a trainable parameter (and
+        the script watched no model itself): META no_model, for the report of a run without
+        steps. Not of a process that trained no module at all (a launcher, a data worker): a
+        record would make it a recording process."""
+        if state["training"] and not _ever_watched[0]:
             _records.record_meta("no_model", "no module called in training mode had trainable "
-                                 "parameters (requires_grad)" if state["training"] else
-                                 "no module was called in training mode with gradients enabled")
+                                 "parameters (requires_grad)")
 
     atexit.register(nothing_watched)
     # until the model is found, torch.compile's wrapper would warn of this hook on every run

@@ -100,8 +100,8 @@ def check_api():
              ({"check_grads": "no"}, TypeError, "check_grads must be True or False")]
     bad = 0
     for kwargs, kind, words in cases:
-        args = dict(model=model, optimizer=opt, **kwargs) if "model" not in kwargs else \
-            dict(optimizer=opt, **kwargs)
+        args = {"model": model, "optimizer": opt}
+        args.update(kwargs)
         try:
             ap.watch(**args)
             got = "no error"
