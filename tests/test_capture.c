@@ -147,6 +147,31 @@ START_TEST(test_nvtx_ranges) {
 }
 END_TEST
 
+// Two domains' ranges that overlap without nesting: each pop ends its own domain's innermost
+// range (NVTX keeps a stack per domain), and the levels are per domain; ranges open at exit are
+// rows with no end.
+START_TEST(test_nvtx_domains_and_ranges_open_at_exit) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--domains", NULL}), 0);
+    ck_assert_str_eq(test_slurp("out.txt"), "levels 0 0 0 0 -1\n");
+    sqlite3 *db = open_db(db_path);
+    // d-outer ended by the domain's pop, 20 ms in; x-inner by the default pop, 40 ms later
+    ck_assert_int_eq(test_query_int(db, "SELECT (SELECT end FROM NVTX_EVENTS WHERE text = "
+                                        "'d-outer') < (SELECT end FROM NVTX_EVENTS WHERE text = "
+                                        "'x-inner') - 20000000"),
+                     1);
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
+                                "n.domainId WHERE n.text = 'd-outer'"),
+                     "other");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE end IS NULL AND "
+                                        "((text = 'open-at-exit' AND eventType = 59) OR "
+                                        "(text = 'started-at-exit' AND eventType = 60))"),
+                     2);
+    sqlite3_close(db);
+}
+END_TEST
+
 // The other forms of the calls: wide strings (UTF-8 in the database, NULL as no text), start/end
 // and marks in each form, every payload type in its column, a wide domain and registered string.
 START_TEST(test_nvtx_forms) {
@@ -608,6 +633,7 @@ Suite *capture_suite(void) {
 #ifdef AMP_HAVE_NVTX_CAPTURE
     tcase_add_test(tc, test_nvtx_ranges);
     tcase_add_test(tc, test_nvtx_forms);
+    tcase_add_test(tc, test_nvtx_domains_and_ranges_open_at_exit);
     tcase_add_test(tc, test_trace_sets_injection);
 #endif
 #if defined(AMP_HAVE_NVTX_CAPTURE) && defined(AMP_HAVE_CUPTI_CAPTURE)

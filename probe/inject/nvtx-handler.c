@@ -10,8 +10,11 @@
  * CUPTI's API records carry them (THREAD_ID_TYPE_SYSTEM), so a kernel's launch call can be
  * placed inside the innermost range of its thread (capture.h: AMP_CAPTURE_KERNEL_RANGES_SQL).
  *
- * Push/pop ranges live on a per-thread stack (freed whenever it empties, so threads that end
- * leak nothing); start/end ranges, which may end on another thread, in one table under a mutex.
+ * Push/pop ranges live on a per-thread stack, one per domain as NVTX keeps them (a pop ends the
+ * innermost range of its own domain), in one array per thread (freed whenever it empties, so
+ * threads that end leak nothing); start/end ranges, which may end on another thread, in one
+ * table under a mutex. At exit the ranges still open (the exiting thread's and every start/end
+ * one) become rows with no end: a program that exits inside a range shows which.
  * Unset slots (NameOsThread, NameCategory, resources) become no-ops in NVTX.
  */
 #define _GNU_SOURCE
@@ -48,10 +51,6 @@ static int32_t this_tid(void) {
 // A forked child's only thread is a copy of the forking one, cached tid included.
 static void forget_tid(void) {
     cached_tid = 0;
-}
-
-static void register_fork_handler(void) {
-    pthread_atfork(NULL, NULL, forget_tid);
 }
 
 static uint64_t new_string(const char *value) {
@@ -161,39 +160,62 @@ static void pending_emit(pending *p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Push/pop: a stack per thread
+// Push/pop: a stack per thread and domain
 
+typedef struct pushed {
+    pending p;
+    const nvtxDomainRegistration *domain; // NULL: the default domain
+} pushed;
+
+// The thread's open push/pop ranges of every domain, in the order they were pushed.
 static __thread struct {
-    pending *v;
+    pushed *v;
     int n, cap;
 } stack;
+
+// How many of the thread's open ranges belong to domain d.
+static int depth_of(const nvtxDomainRegistration *d) {
+    int depth = 0;
+    for (int i = 0; i < stack.n; i++)
+        depth += stack.v[i].domain == d;
+    return depth;
+}
 
 static int range_push(const nvtxDomainRegistration *d, const nvtxEventAttributes_t *a,
                       const char *ascii) {
     if (stack.n == stack.cap) {
         int cap = stack.cap ? 2 * stack.cap : 16;
-        pending *v = realloc(stack.v, (size_t)cap * sizeof *v);
+        pushed *v = realloc(stack.v, (size_t)cap * sizeof *v);
         if (!v) return -1;
         stack.v = v;
         stack.cap = cap;
     }
-    pending *p = &stack.v[stack.n];
-    pending_init(p, AMP_NVTX_PUSH_POP, d, a, ascii);
-    p->rec.range_id = (int64_t)__atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
-    return stack.n++;
+    const int depth = depth_of(d); // (NVTX's level of the new range: 0 for a domain's first)
+    pushed *e = &stack.v[stack.n++];
+    e->domain = d;
+    pending_init(&e->p, AMP_NVTX_PUSH_POP, d, a, ascii);
+    e->p.rec.range_id = (int64_t)__atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
+    return depth;
 }
 
-static int range_pop(void) {
-    if (stack.n == 0) return -1; // a pop without a push: nothing to end
-    pending *p = &stack.v[--stack.n];
-    p->rec.end_ns = amp_record_now_ns();
-    pending_emit(p);
+// Ends domain d's innermost open range of this thread; its level, or -1 when none is open.
+static int range_pop(const nvtxDomainRegistration *d) {
+    int i = stack.n;
+    while (i-- > 0 && stack.v[i].domain != d) {
+    }
+    if (i < 0) return -1; // a pop without a push: nothing to end
+    pending p = stack.v[i].p;
+    memmove(&stack.v[i], &stack.v[i + 1], (size_t)(stack.n - i - 1) * sizeof *stack.v);
+    stack.n--;
+    p.rec.end_ns = amp_record_now_ns();
+    p.rec.text = p.text; // (the struct moved)
+    pending_emit(&p);
     if (stack.n == 0) {
         free(stack.v);
         stack.v = NULL;
         stack.cap = 0;
     }
-    return stack.n;
+    return depth_of(d);
 }
 
 static int NVTX_API push_a(const char *message) {
@@ -212,11 +234,10 @@ static int NVTX_API domain_push_ex(nvtxDomainHandle_t d, const nvtxEventAttribut
     return range_push(d, a, NULL);
 }
 static int NVTX_API pop(void) {
-    return range_pop();
+    return range_pop(NULL);
 }
 static int NVTX_API domain_pop(nvtxDomainHandle_t d) {
-    (void)d; // NVTX pops a domain's innermost range; the stack is per thread across domains
-    return range_pop();
+    return range_pop(d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,13 +420,40 @@ static bool install(const NvtxExportTableCallbacks *cb, NvtxCallbackModule modul
     return true;
 }
 
+// At exit: the ranges still open (the exiting thread's and every start/end one) as rows with no
+// end. Registered after the record stream's own exit handler, so it runs before the stream ends.
+static void open_at_exit(void) {
+    while (stack.n > 0) { // innermost first
+        pending *p = &stack.v[--stack.n].p;
+        p->rec.text = p->text;
+        pending_emit(p); // (end_ns still -1: NULL)
+    }
+    free(stack.v);
+    stack.v = NULL;
+    stack.cap = 0;
+    pthread_mutex_lock(&open_ranges.lock);
+    for (size_t i = 0; i < open_ranges.n; i++) {
+        open_ranges.v[i].rec.text = open_ranges.v[i].text;
+        pending_emit(&open_ranges.v[i]);
+    }
+    free(open_ranges.v);
+    open_ranges.v = NULL;
+    open_ranges.n = open_ranges.cap = 0;
+    pthread_mutex_unlock(&open_ranges.lock);
+}
+
+static void first_call(void) {
+    pthread_atfork(NULL, NULL, forget_tid);
+    atexit(open_at_exit);
+}
+
 // Called once per module that uses NVTX (libtorch and the program each have their own tables),
 // possibly from several threads: it only writes into the calling module's tables. Returns 1
 // even when NVTX is not traced: the slots stay unset, and NVTX turns them into no-ops.
 AMP_CAPTURE_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
     if (!amp_capture_wanted(AMP_TRACE_NVTX)) return 1;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, register_fork_handler);
+    pthread_once(&once, first_call);
     const NvtxExportTableCallbacks *cb = get_export_table(NVTX_ETID_CALLBACKS);
     if (!cb || cb->struct_size < sizeof *cb) return 0;
     if (!install(cb, NVTX_CB_MODULE_CORE, core_slots, sizeof core_slots / sizeof *core_slots))

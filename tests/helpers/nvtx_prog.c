@@ -11,6 +11,10 @@
  *   --forms       instead, the other forms of the calls: wide strings beyond ASCII (and NULL),
  *                 start/end and marks in every form, each payload type, a wide domain name and
  *                 registered string
+ *   --domains     instead, ranges of two domains that do not nest (a domain's push, a default
+ *                 push, the domain's pop, the default pop: each pop ends its own domain's range),
+ *                 printing the levels the calls returned; then exits with a push/pop range and a
+ *                 start/end range still open
  */
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -34,6 +38,26 @@ static void *worker(void *arg) {
 
 static nvtxEventAttributes_t attrs(void) {
     return (nvtxEventAttributes_t){.version = NVTX_VERSION, .size = NVTX_EVENT_ATTRIB_STRUCT_SIZE};
+}
+
+// Two domains' push/pop ranges that overlap without nesting, then ranges left open at exit.
+static void domains(void) {
+    nvtxDomainHandle_t dom = nvtxDomainCreateA("other");
+    nvtxEventAttributes_t a = attrs();
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = "d-outer";
+    int d[5];
+    d[0] = nvtxDomainRangePushEx(dom, &a); // 0: the domain's first
+    d[1] = nvtxRangePushA("x-inner");      // 0: the default domain's first
+    usleep(20000);
+    d[2] = nvtxDomainRangePop(dom); // ends d-outer (level 0), not x-inner
+    usleep(40000);
+    d[3] = nvtxRangePop();          // ends x-inner
+    d[4] = nvtxDomainRangePop(dom); // nothing open in the domain: -1
+    printf("levels %d %d %d %d %d\n", d[0], d[1], d[2], d[3], d[4]);
+    fflush(stdout);
+    nvtxRangePushA("open-at-exit");
+    nvtxRangeStartA("started-at-exit");
 }
 
 // The forms main() leaves out; the `capture` suite checks each row they leave.
@@ -101,10 +125,13 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--forms") == 0) {
             forms();
             return 0;
+        } else if (strcmp(argv[i], "--domains") == 0) {
+            domains();
+            return 0;
         } else if (strcmp(argv[i], "--cuda-init") == 0) {
             printf("InitializeInjection %d\n", cuda_init());
         } else {
-            fprintf(stderr, "usage: nvtx_prog [--fork] [--cuda-init] [--forms]\n");
+            fprintf(stderr, "usage: nvtx_prog [--fork] [--cuda-init] [--forms] [--domains]\n");
             return 2;
         }
     }
