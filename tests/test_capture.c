@@ -86,7 +86,7 @@ START_TEST(test_nvtx_ranges) {
     // push/pop: every range ended after it started; nesting shows in the times
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
                                         "globalTid >> 24 = " PARENT),
-                     5);
+                     6);
     ck_assert_int_eq(test_query_int(db,
                                     "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) "
                                     "AND (end IS NULL OR end < start OR start <= 0)"),
@@ -141,7 +141,12 @@ START_TEST(test_nvtx_ranges) {
                                         "0xFFFFFF"),
                      1);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'step'"), 1);
-    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 9);
+    // the range open around the fork: the parent's, once, with its end
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = "
+                           "'around-fork' AND end IS NOT NULL AND globalTid >> 24 = " PARENT),
+        1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 10);
 #undef PARENT
     sqlite3_close(db);
 }

@@ -48,11 +48,6 @@ static int32_t this_tid(void) {
     return cached_tid;
 }
 
-// A forked child's only thread is a copy of the forking one, cached tid included.
-static void forget_tid(void) {
-    cached_tid = 0;
-}
-
 static uint64_t new_string(const char *value) {
     uint64_t id = __atomic_fetch_add(&next_string_id, 1, __ATOMIC_RELAXED);
     amp_record_string(&(amp_rec_string){.id = id, .value = value});
@@ -442,8 +437,25 @@ static void open_at_exit(void) {
     pthread_mutex_unlock(&open_ranges.lock);
 }
 
+// A forked child's only thread is a copy of the forking one, cached tid included; the ranges it
+// inherited open are the parent's to end and record, not the child's (at its exit).
+static void in_child(void) {
+    cached_tid = 0;
+    for (int i = 0; i < stack.n; i++)
+        free(stack.v[i].p.text);
+    free(stack.v);
+    stack.v = NULL;
+    stack.n = stack.cap = 0;
+    pthread_mutex_init(&open_ranges.lock, NULL); // (another thread may have held it at the fork)
+    for (size_t i = 0; i < open_ranges.n; i++)
+        free(open_ranges.v[i].text);
+    free(open_ranges.v);
+    open_ranges.v = NULL;
+    open_ranges.n = open_ranges.cap = 0;
+}
+
 static void first_call(void) {
-    pthread_atfork(NULL, NULL, forget_tid);
+    pthread_atfork(NULL, NULL, in_child);
     atexit(open_at_exit);
 }
 

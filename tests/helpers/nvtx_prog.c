@@ -5,7 +5,8 @@
  * domain pushes (ASCII, with attributes, wide), a mark, a domain with a registered string, a
  * domain mark, a start/end range ended on another thread, a nested push on that thread, and a
  * pop without a push. It prints the depths the push/pop calls returned. Options:
- *   --fork        then forks a child that pushes and pops "child" and exits through exit()
+ *   --fork        then forks, inside a range "around-fork", a child that pushes and pops "child"
+ *                 and exits through exit()
  *   --cuda-init   first calls InitializeInjection from CUDA_INJECTION64_PATH, as the CUDA driver
  *                 would (on a machine without a driver: CUPTI must fail softly)
  *   --forms       instead, the other forms of the calls: wide strings beyond ASCII (and NULL),
@@ -180,6 +181,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     if (do_fork) {
+        nvtxRangePushA("around-fork"); // open in the parent as it forks: the parent's to record
         pid_t pid = fork();
         if (pid == 0) {
             nvtxRangePushA("child");
@@ -188,6 +190,7 @@ int main(int argc, char **argv) {
         }
         int status;
         if (pid < 0 || waitpid(pid, &status, 0) != pid || status != 0) return 1;
+        nvtxRangePop();
     }
     return 0;
 }
