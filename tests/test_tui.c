@@ -311,6 +311,33 @@ START_TEST(model_finished_run) {
 }
 END_TEST
 
+// An f32 tensor among f16 ones (the scaled loss, 65536, under fp16 autocast) is judged against
+// f32's max, not the autocast dtype's: no danger where nothing can overflow.
+START_TEST(headroom_is_against_each_tensors_own_dtype) {
+    fixture();
+    sql("INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (7, 2, NULL, 'nll_loss', 'activation_grad', 'f32', 'f16', 1, 65536.0, 0, 0, 0, 1, 0, 0),"
+        " (7, 2, 2, 'linear', 'activation_grad', 'f32', 'f16', 100, 60000.0, 0, 0, 0, 0, 0, 0);");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    tui_model_show_step(&m, 2);
+    const tui_layer_row *loss = find_row(&m, "(no layer)", TUI_KIND_AGRAD);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_str_eq(loss->dtype, "f32");
+    ck_assert_double_gt(loss->headroom_bits, 100);
+    // head's gradients: an f16 tensor with amax 0.001 and an f32 one near f16's max: the f16
+    // one, 26 bits from its max, is the nearest
+    const tui_layer_row *head = find_row(&m, "head", TUI_KIND_AGRAD);
+    ck_assert_ptr_nonnull(head);
+    ck_assert_str_eq(head->dtype, "f16");
+    ck_assert_double_eq_tol(head->headroom_bits, log2(65504 / 0.001), 1e-9);
+    tui_model_free(&m);
+}
+END_TEST
+
 // A database of schema 1.1 has no AMP_STEPS.mem_peak_bytes: the steps load, their peak unknown.
 START_TEST(model_reads_a_database_without_memory_peaks) {
     fixture();
@@ -654,7 +681,9 @@ START_TEST(overview_titles_are_of_the_run_not_the_window) {
         "CASE n WHEN 3 THEN NULL ELSE 4.0 - n / 100.0 END, n != 3, NULL, "
         "CASE WHEN n <= 3 THEN 65536 WHEN n <= 140 THEN 32768 ELSE 16384 END, "
         "CASE WHEN n < 3 THEN 65536 WHEN n < 140 THEN 32768 ELSE 16384 END, "
-        "n IN (3, 140), n IN (3, 140), NULL FROM s;");
+        "n IN (3, 140), n IN (3, 140), NULL FROM s;"
+        // step 0's update grew the scale: "from" is what the run started with, not that
+        "UPDATE AMP_STEPS SET scale_after = 131072 WHERE step = 0;");
     ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
     tui_app app;
     char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
@@ -662,6 +691,10 @@ START_TEST(overview_titles_are_of_the_run_not_the_window) {
     tui_layout l;
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all); // the newest step: 149
     ck_assert_int_eq(app.step, 149);
+    // the header keeps the step whole beside "? help" (the file's name is what gives way)
+    ck_assert_msg(strstr(screen_line(all, "ampprobe", line), "step 149 of 149") &&
+                      strstr(line, "? help"),
+                  "%s", line);
     ck_assert_msg(strstr(screen_line(all, "step time", line), "graphs: steps 70-149"), "%s", all);
     ck_assert_str_eq(screen_line(all, "loss scale", line),
                      "loss scale 16384 (from 65536, log2 axis)  x: 2 skipped steps");
@@ -697,16 +730,16 @@ START_TEST(overview_skip_label_never_covers_the_scale) {
     tui_layout l;
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
     ck_assert_str_eq(screen_line(all, "loss scale", line),
-                     "loss scale 2.09715e+06 (from 2.68435e+08, log2 axis)  x: 7 skipped steps");
+                     "loss scale 2.09715e+06 (from 5.36871e+08, log2 axis)  x: 7 skipped steps");
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 60, &l, all);
     ck_assert_str_eq(screen_line(all, "loss scale", line),
-                     "loss scale 2.09715e+06 (from 2.68435e+08, log2 axis)  x: 7");
+                     "loss scale 2.09715e+06 (from 5.36871e+08, log2 axis)  x: 7");
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 50, &l, all); // the axis' name gives way
     ck_assert_str_eq(screen_line(all, "loss scale", line),
-                     "loss scale 2.09715e+06 (from 2.68435e+08)  x: 7");
+                     "loss scale 2.09715e+06 (from 5.36871e+08)  x: 7");
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 40, &l, all); // no room for the count
     ck_assert_str_eq(screen_line(all, "loss scale", line),
-                     "loss scale 2.09715e+06 (from 2.68435e+08");
+                     "loss scale 2.09715e+06 (from 5.36871e+08");
     tui_app_free(&app);
 }
 END_TEST
@@ -1271,6 +1304,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, overview_says_what_the_program_died_of);
     tcase_add_test(model, overview_of_a_run_without_steps);
     tcase_add_test(model, layers_view_danger_and_filter);
+    tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);
     tcase_add_test(model, bad_files);

@@ -75,7 +75,8 @@ static const char sql_meta[] =
     "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END"; // as the report
 // %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
-    "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s FROM AMP_STEPS "
+    "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s, scale_before "
+    "FROM AMP_STEPS "
     "WHERE rowid >= ?1 ORDER BY rowid";
 static const char sql_events[] =
     "SELECT id, pid, step, last_step, layer_id, op, phase, kind, severity, count, aggregate, "
@@ -220,7 +221,8 @@ static bool same_double(double a, double b) {
 static bool same_step(const tui_step *a, const tui_step *b) {
     return a->rowid == b->rowid && same_double(a->time_ms, b->time_ms) &&
            same_double(a->loss, b->loss) && same_double(a->scale, b->scale) &&
-           a->skipped == b->skipped && same_double(a->mem_mib, b->mem_mib);
+           same_double(a->scale_before, b->scale_before) && a->skipped == b->skipped &&
+           same_double(a->mem_mib, b->mem_mib);
 }
 
 // Where pid is, or would go, in the sorted step_pids.
@@ -273,7 +275,8 @@ static bool poll_steps(tui_model *m) {
                       .loss = col_f64(q, 4),
                       .scale = col_f64(q, 5),
                       .skipped = col_i64(q, 6, 0) != 0,
-                      .mem_mib = col_f64(q, 7) / 1048576};
+                      .mem_mib = col_f64(q, 7) / 1048576,
+                      .scale_before = col_f64(q, 8)};
         ptrdiff_t i = tui_model_step_index(m, s.step);
         if (i >= 0 && m->steps[i].step == s.step) {
             if (same_step(&m->steps[i], &s)) continue;
@@ -441,6 +444,7 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
                                  .name = name ? name : "(no layer)",
                                  .kind = s->kind,
                                  .amax = NAN,
+                                 .headroom_bits = NAN,
                                  .underflow_pct = NAN};
             snprintf(r->dtype, sizeof r->dtype, "%s", s->dtype);
             counted = underflow = 0;
@@ -451,17 +455,23 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
         r->n_posinf += s->n_posinf;
         r->n_neginf += s->n_neginf;
         if (!isnan(s->amax) && (isnan(r->amax) || s->amax > r->amax)) r->amax = s->amax;
-        if (dtype_rank(s->dtype) < dtype_rank(r->dtype))
+        // the headroom of the tensor nearest its own dtype's max (an f32 tensor beside f16 ones,
+        // the scaled loss say, is far from f32's), and that tensor's dtype
+        const double max = dtype_max(s->dtype);
+        const double h = isnan(s->amax) || isnan(max) ? NAN
+                         : s->amax <= 0               ? INFINITY
+                                                      : log2(max / s->amax);
+        if (!isnan(h) && (isnan(r->headroom_bits) || h < r->headroom_bits)) {
+            r->headroom_bits = h;
             snprintf(r->dtype, sizeof r->dtype, "%s", s->dtype);
+        } else if (isnan(r->headroom_bits) && dtype_rank(s->dtype) < dtype_rank(r->dtype)) {
+            snprintf(r->dtype, sizeof r->dtype, "%s", s->dtype);
+        }
         if (s->n_underflow >= 0) {
             counted += s->numel;
             underflow += s->n_underflow;
             r->underflow_pct = counted ? 100.0 * (double)underflow / (double)counted : 0;
         }
-        double max = dtype_max(r->dtype);
-        r->headroom_bits = isnan(r->amax) || isnan(max) ? NAN
-                           : r->amax <= 0               ? INFINITY
-                                                        : log2(max / r->amax);
     }
 }
 
@@ -507,7 +517,7 @@ static void load_step(tui_model *m, int64_t step) {
                         .n_posinf = col_i64(q, 7, 0),
                         .n_neginf = col_i64(q, 8, 0),
                         .n_underflow = col_i64(q, 9, -1)};
-        snprintf(s->dtype, sizeof s->dtype, "%s", target ? target : dtype ? dtype : "?");
+        snprintf(s->dtype, sizeof s->dtype, "%s", dtype ? dtype : target ? target : "?");
     }
     sqlite3_reset(q);
     fold_rows(m, raw, n);

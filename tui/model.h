@@ -38,6 +38,7 @@ typedef struct tui_step {
     double time_ms; // end - start; NaN: not recorded yet
     double loss;    // NaN: NaN, or not recorded
     double scale;   // scale after the step's update; NaN: no GradScaler
+    double scale_before; // the scale the step ran with (before its update); NaN: none
     bool skipped;   // the optimizer step was skipped
     double mem_mib; // most memory held by tensors up to the step's end (MiB); NaN: not recorded
 } tui_step;
@@ -70,10 +71,10 @@ typedef struct tui_layer_row {
     int32_t layer_id; // -1: outside any layer
     const char *name; // owned by the model
     tui_stat_kind kind;
-    char dtype[8]; // the dtype the headroom refers to (autocast target, else storage)
+    char dtype[8]; // the dtype the headroom refers to: its least-headroom tensor's storage dtype
     int64_t tensors, numel;
     double amax;          // largest finite |x|; NaN: no finite value
-    double headroom_bits; // log2(dtype max / amax); NaN: unknown (no finite value)
+    double headroom_bits; // least over its tensors of log2(dtype max / amax); NaN: no finite value
     double underflow_pct; // values lost to 0/subnormal in dtype, %; NaN: not counted
     int64_t n_nan, n_posinf, n_neginf;
 } tui_layer_row;

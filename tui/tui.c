@@ -235,10 +235,12 @@ static void draw_header(const tui_app *app, const tui_layout *l) {
     if (app->step >= 0)
         snprintf(step, sizeof step, "step %lld of %lld", (long long)app->step,
                  (long long)newest_step(m));
-    tui_print(0, 0, l->cols, A_REVERSE | A_BOLD, " ampprobe  %s  %s  %s  %s",
-              amp_base_name(m->path), live ? "LIVE" : "REPLAY",
-              app->following ? "following" : "PAUSED", step);
-    if (l->cols > 60) tui_print(0, l->cols - 8, 8, A_REVERSE, "? help ");
+    // the file's name last, the first thing a narrow terminal cuts; never under "? help"
+    const bool help = l->cols > 60;
+    tui_print(0, 0, help ? l->cols - 9 : l->cols, A_REVERSE | A_BOLD, " ampprobe  %s  %s  %s  %s",
+              live ? "LIVE" : "REPLAY", app->following ? "following" : "PAUSED", step,
+              amp_base_name(m->path));
+    if (help) tui_print(0, l->cols - 8, 8, A_REVERSE, "? help ");
 }
 
 static void draw_tabs(const tui_app *app, const tui_layout *l) {

@@ -154,8 +154,9 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
     for (size_t i = 0; i < n; i++)
         v[i] = s[i].scale;
     snprintf(a, sizeof a, last && !isnan(last->scale) ? "%g" : "-", last ? last->scale : 0);
-    snprintf(b, sizeof b, upto && !isnan(m->steps[0].scale) ? "%g" : "-",
-             upto ? m->steps[0].scale : 0);
+    // from the scale the run started with (its first step's before the update)
+    snprintf(b, sizeof b, upto && !isnan(m->steps[0].scale_before) ? "%g" : "-",
+             upto ? m->steps[0].scale_before : 0);
     snprintf(title, sizeof title, "loss scale %s (from %s, log2 axis)", a, b);
     if (skipped) {
         snprintf(label[0], sizeof label[0], "x: %zu skipped steps", skipped);
