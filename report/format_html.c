@@ -3,15 +3,21 @@
  * the verdict, the findings, and inline SVG plots drawn from the model:
  *   - loss curve (non-finite losses marked at the top edge);
  *   - loss-scale history on a log2 axis, skipped steps marked;
- *   - per-layer forward amax over steps on a log axis against the fp16 max (65504);
+ *   - per-layer forward amax over steps on a log axis against the fp16 max (65504), the steps
+ *     where a layer's forward output held NaN/inf marked at the top edge;
  *   - step-time breakdown: GPU busy / copies / idle per step with kernels, else the host time of
  *     GEMM ops / casts / other recorded ops / the rest of the step;
  *   - roofline scatter of the kernels with analytic FLOPs (only when kernels were recorded).
- * Long runs are drawn in at most PLOT_POINTS buckets. Every user string goes through esc().
+ * A run longer than PLOT_POINTS steps is drawn in PLOT_POINTS buckets of consecutive steps, each
+ * drawn from all of its steps: the loss as the bucket's mean within its min-max band, the scale
+ * from the value the bucket began with to the one it left within its min-max band, the step time
+ * as the bucket's mean breakdown with its longest step marked; every non-finite loss and every
+ * skipped step is marked whatever the bucket. Every user string goes through esc().
  */
 #include "report.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define PLOT_W 760
@@ -22,8 +28,11 @@
 #define PAD_B 34
 #define PLOT_POINTS 400
 #define AMAX_LAYERS 8
+#define TICK_CHAR_W 6.5 // px: a generous width of a character of a tick label (11px font)
+#define BAR_MAX_W 48    // px: a run of a few steps gets bars, not slabs
 
-static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+// no red: red marks what went wrong (NaN/inf, skipped steps, the fp16 max)
+static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#bcbd22",
                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
 static void esc(FILE *out, const char *s) {
@@ -56,6 +65,7 @@ static void esc(FILE *out, const char *s) {
 typedef struct plot {
     double x0, x1, y0, y1;
     bool logy;
+    bool xsteps; // x counts steps: whole-number ticks
 } plot;
 
 static double px(const plot *p, double x) {
@@ -73,9 +83,24 @@ static double py(const plot *p, double y) {
     return PLOT_H - PAD_B - t * (PLOT_H - PAD_T - PAD_B);
 }
 
-static void svg_open(FILE *out, const char *title, const char *label) {
+// The x range of steps first..last, widened by pad on each side; a single step stands in the
+// middle.
+static void plot_steps(plot *p, int64_t first, int64_t last, double pad) {
+    p->x0 = (double)first - pad;
+    p->x1 = (double)last + pad;
+    if (p->x1 - p->x0 < 1) p->x0 -= 0.5, p->x1 += 0.5;
+    p->xsteps = true;
+}
+
+// note (NULL: none) follows the title: what a point or a bar is when it stands for several steps.
+static void svg_open(FILE *out, const char *title, const char *note, const char *label) {
     fputs("<figure><figcaption>", out);
     esc(out, title);
+    if (note) {
+        fputs(" <span class=\"note\">(", out);
+        esc(out, note);
+        fputs(")</span>", out);
+    }
     fprintf(out,
             "</figcaption><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "viewBox=\"0 0 %d %d\" role=\"img\" aria-label=\"",
@@ -84,25 +109,52 @@ static void svg_open(FILE *out, const char *title, const char *label) {
     fputs("\">", out);
 }
 
+// The distance between step ticks: 1, 2 or 5 times a power of ten, at most 6 of them.
+static double step_tick(double span) {
+    static const double nice[] = {1, 2, 5};
+    for (double t = 1;; t *= 10)
+        for (int k = 0; k < 3; k++)
+            if (span / (nice[k] * t) <= 6) return nice[k] * t;
+}
+
 static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabel) {
     int x0 = PAD_L, x1 = PLOT_W - PAD_R, y0 = PLOT_H - PAD_B, y1 = PAD_T;
     fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"frame\"/>", x0, y1,
             x1 - x0, y0 - y1);
-    for (int i = 0; i <= 4; i++) { // y ticks
-        double v = p->logy ? pow(10, log10(p->y0) + i * (log10(p->y1) - log10(p->y0)) / 4)
-                           : p->y0 + i * (p->y1 - p->y0) / 4;
-        double y = py(p, v);
+    double v[5];
+    char label[5][24];
+    for (int i = 0; i <= 4; i++) // y ticks
+        v[i] = p->logy ? pow(10, log10(p->y0) + i * (log10(p->y1) - log10(p->y0)) / 4)
+                       : p->y0 + i * (p->y1 - p->y0) / 4;
+    // as many digits as it takes to tell the ticks apart (a loss that barely moves)
+    for (int digits = 3; digits <= 10; digits++) {
+        bool distinct = true;
+        for (int i = 0; i <= 4; i++) {
+            snprintf(label[i], sizeof label[i], "%.*g", digits, v[i]);
+            distinct &= i == 0 || strcmp(label[i], label[i - 1]) != 0;
+        }
+        if (distinct) break;
+    }
+    for (int i = 0; i <= 4; i++) {
+        double y = py(p, v[i]);
         fprintf(out,
                 "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"grid\"/>"
-                "<text x=\"%d\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%.3g</text>",
-                x0, y, x1, y, x0 - 4, y + 4, v);
+                "<text x=\"%d\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>",
+                x0, y, x1, y, x0 - 4, y + 4, label[i]);
     }
-    bool whole = p->x1 - p->x0 >= 8; // steps: whole numbers
-    for (int i = 0; i <= 4; i++) {   // x ticks
-        double v = p->x0 + i * (p->x1 - p->x0) / 4;
-        if (whole) v = fmin(fmax(round(v), ceil(p->x0)), floor(p->x1)) + 0.0; // inside; no -0
-        fprintf(out, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.4g</text>",
-                px(p, v), y0 + 14, v);
+    if (p->xsteps) { // steps are whole numbers: each tick one, a round distance apart
+        double d = step_tick(p->x1 - p->x0);
+        for (double t = ceil(p->x0 / d) * d + 0.0; t <= p->x1; t += d) // (+ 0.0: no "-0")
+            fprintf(out,
+                    "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.0f</text>",
+                    px(p, t), y0 + 14, t);
+    } else {
+        for (int i = 0; i <= 4; i++) {
+            double t = p->x0 + i * (p->x1 - p->x0) / 4;
+            fprintf(out,
+                    "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.4g</text>",
+                    px(p, t), y0 + 14, t);
+        }
     }
     fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"label\" text-anchor=\"middle\">", (x0 + x1) / 2,
             PLOT_H - 4);
@@ -131,10 +183,21 @@ static void svg_close(FILE *out) {
     fputs("</svg></figure>\n", out);
 }
 
-// ---------------------------------------------------------------------------------------------
-// The plots
+// A line of one point draws nothing: a dot shows it.
+static void lone_point(FILE *out, size_t points, double x, double y, const char *color) {
+    if (points == 1)
+        fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>", x, y, color);
+}
 
-// The steps of the first process (the one a single-process run has), bucketed.
+// A mark on the top edge at x: a value that is not a number (NaN/inf) has no place on the axis.
+static void top_mark(FILE *out, double x, const char *color) {
+    fprintf(out, "<circle cx=\"%.1f\" cy=\"%d\" r=\"3\" fill=\"%s\">", x, PAD_T + 4, color);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buckets: the steps of the first process (the one a single-process run has) in at most
+// PLOT_POINTS runs of consecutive steps, each drawn from all of its steps
+
 static size_t first_pid_steps(const report_model *m) {
     size_t n = 0;
     while (n < m->n_steps && m->steps[n].pid == m->steps[0].pid)
@@ -142,45 +205,180 @@ static size_t first_pid_steps(const report_model *m) {
     return n;
 }
 
-static void plot_loss(FILE *out, const report_model *m) {
+typedef struct bucketing {
+    size_t n, nb; // steps, buckets
+} bucketing;
+
+static bucketing bucketing_of(const report_model *m) {
     size_t n = first_pid_steps(m);
-    plot p = {.x0 = (double)m->steps[0].step,
-              .x1 = (double)m->steps[n - 1].step,
-              .y0 = INFINITY,
-              .y1 = -INFINITY};
-    for (size_t i = 0; i < n; i++) {
+    return (bucketing){n, n < PLOT_POINTS ? n : PLOT_POINTS};
+}
+
+// The steps of bucket b: m->steps[*lo .. *hi).
+static void bucket_steps(const bucketing *k, size_t b, size_t *lo, size_t *hi) {
+    *lo = b * k->n / k->nb;
+    *hi = (b + 1) * k->n / k->nb;
+}
+
+// What a bucket is, for a plot's caption: NULL when each holds one step.
+static const char *bucket_note(const bucketing *k, const char *what, char *buf, size_t size) {
+    if (k->nb == k->n) return NULL;
+    const size_t least = k->n / k->nb, most = (k->n + k->nb - 1) / k->nb;
+    char sizes[48];
+    if (most > least)
+        snprintf(sizes, sizeof sizes, "%zu-%zu", least, most);
+    else
+        snprintf(sizes, sizeof sizes, "%zu", least);
+    snprintf(buf, size, "%zu steps in %zu buckets of %s steps: %s", k->n, k->nb, sizes, what);
+    return buf;
+}
+
+// "step S" or "steps A-B".
+static void steps_phrase(char *buf, size_t size, int64_t a, int64_t b) {
+    if (a == b)
+        snprintf(buf, size, "step %lld", (long long)a);
+    else
+        snprintf(buf, size, "steps %lld-%lld", (long long)a, (long long)b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plots
+
+typedef struct loss_bucket {
+    double x;                   // the middle of its steps
+    double min, max, mean;      // of its finite losses (finite 0: NaN)
+    size_t finite, nonfinite;   // losses of each kind
+    size_t first_bad, last_bad; // indices of its first and last non-finite loss
+} loss_bucket;
+
+static loss_bucket loss_bucket_of(const report_model *m, const bucketing *k, size_t b) {
+    size_t lo, hi;
+    bucket_steps(k, b, &lo, &hi);
+    loss_bucket r = {.x = ((double)m->steps[lo].step + (double)m->steps[hi - 1].step) / 2,
+                     .min = INFINITY,
+                     .max = -INFINITY};
+    double sum = 0;
+    for (size_t i = lo; i < hi; i++) {
+        const report_step *s = &m->steps[i];
+        if (!s->loss_finite) { // as the summary counts them
+            if (!r.nonfinite++) r.first_bad = i;
+            r.last_bad = i;
+        } else if (isfinite(s->loss)) {
+            r.finite++;
+            sum += s->loss;
+            r.min = fmin(r.min, s->loss);
+            r.max = fmax(r.max, s->loss);
+        }
+    }
+    r.mean = r.finite ? sum / (double)r.finite : NAN;
+    return r;
+}
+
+static void plot_loss(FILE *out, const report_model *m) {
+    const bucketing k = bucketing_of(m);
+    plot p = {.y0 = INFINITY, .y1 = -INFINITY};
+    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0);
+    for (size_t i = 0; i < k.n; i++) {
         double l = m->steps[i].loss;
-        if (!isfinite(l)) continue;
+        if (!m->steps[i].loss_finite || !isfinite(l)) continue;
         p.y0 = fmin(p.y0, l);
         p.y1 = fmax(p.y1, l);
     }
-    svg_open(out, "Loss", "loss per step; non-finite losses marked in red at the top");
+    char note[256];
+    svg_open(out, "Loss",
+             bucket_note(&k,
+                         "the line is each bucket's mean loss, the band its smallest and largest",
+                         note, sizeof note),
+             "loss per step; non-finite losses marked in red at the top");
     if (!isfinite(p.y0)) p.y0 = 0, p.y1 = 1;
-    if (p.y1 == p.y0) p.y1 = p.y0 + 1;
+    if (p.y1 == p.y0) p.y0 -= 0.5, p.y1 += 0.5; // one value: in the middle
     axes(out, &p, "step", "loss");
-    size_t stride = n / PLOT_POINTS + 1;
+    if (k.nb < k.n) { // the band: each bucket's largest loss left to right, its smallest back
+        fputs("<polygon fill=\"#aec7e8\" points=\"", out);
+        for (size_t b = 0; b < 2 * k.nb; b++) {
+            loss_bucket r = loss_bucket_of(m, &k, b < k.nb ? b : 2 * k.nb - 1 - b);
+            if (r.finite) fprintf(out, "%.1f,%.1f ", px(&p, r.x), py(&p, b < k.nb ? r.max : r.min));
+        }
+        fputs("\"/>", out);
+    }
+    size_t points = 0;
+    double x = 0, y = 0;
     fputs("<polyline class=\"line\" stroke=\"#1f77b4\" points=\"", out);
-    for (size_t i = 0; i < n; i += stride)
-        if (isfinite(m->steps[i].loss))
-            fprintf(out, "%.1f,%.1f ", px(&p, (double)m->steps[i].step), py(&p, m->steps[i].loss));
+    for (size_t b = 0; b < k.nb; b++) {
+        loss_bucket r = loss_bucket_of(m, &k, b);
+        if (!r.finite) continue;
+        x = px(&p, r.x), y = py(&p, r.mean), points++;
+        fprintf(out, "%.1f,%.1f ", x, y);
+    }
     fputs("\"/>", out);
-    for (size_t i = 0; i < n; i += stride)
-        if (!m->steps[i].loss_finite)
-            fprintf(out, "<circle cx=\"%.1f\" cy=\"%d\" r=\"3\" fill=\"#d62728\"/>",
-                    px(&p, (double)m->steps[i].step), PAD_T + 4);
-    legend(out, 0, "#1f77b4", "loss");
+    lone_point(out, points, x, y, "#1f77b4");
+    for (size_t b = 0; b < k.nb; b++) { // every non-finite loss: a mark for each bucket with one
+        loss_bucket r = loss_bucket_of(m, &k, b);
+        if (!r.nonfinite) continue;
+        char where[64];
+        steps_phrase(where, sizeof where, m->steps[r.first_bad].step, m->steps[r.last_bad].step);
+        top_mark(out, px(&p, (double)m->steps[r.first_bad].step), "#d62728");
+        fprintf(out, "<title>%s: %zu non-finite loss%s</title></circle>", where, r.nonfinite,
+                r.nonfinite == 1 ? "" : "es");
+    }
+    legend(out, 0, "#1f77b4", k.nb < k.n ? "loss, bucket mean" : "loss");
     legend(out, 1, "#d62728", "non-finite loss");
+    if (k.nb < k.n) legend(out, 2, "#aec7e8", "bucket min-max");
     svg_close(out);
 }
 
+typedef struct scale_bucket {
+    // its first step with a scale_before > 0 and its last with a scale_after > 0 (indices; n:
+    // none), and the smallest and largest of those scales (min INFINITY: none)
+    size_t first, last;
+    double min, max;
+    // its skipped steps at a scale > 0 and at a scale of 0: how many, their first and last
+    size_t skipped, first_skip, last_skip;
+    size_t at_zero, first_zero, last_zero;
+} scale_bucket;
+
+static scale_bucket scale_bucket_of(const report_model *m, const bucketing *k, size_t b) {
+    size_t lo, hi;
+    bucket_steps(k, b, &lo, &hi);
+    scale_bucket r = {.first = k->n, .last = k->n, .min = INFINITY, .max = -INFINITY};
+    for (size_t i = lo; i < hi; i++) {
+        const report_step *s = &m->steps[i];
+        if (s->skipped && s->scale_before > 0) {
+            if (!r.skipped++) r.first_skip = i;
+            r.last_skip = i;
+        } else if (s->skipped && s->scale_before == 0) { // a collapse past the smallest float
+            if (!r.at_zero++) r.first_zero = i;
+            r.last_zero = i;
+        }
+        if (!s->has_scale) continue;
+        if (s->scale_before > 0) {
+            if (r.first == k->n) r.first = i;
+            r.min = fmin(r.min, s->scale_before);
+            r.max = fmax(r.max, s->scale_before);
+        }
+        if (s->scale_after > 0) {
+            r.last = i;
+            r.min = fmin(r.min, s->scale_after);
+            r.max = fmax(r.max, s->scale_after);
+        }
+    }
+    return r;
+}
+
+// A skipped-step mark: a triangle pointing down at (x, y).
+static void skip_mark(FILE *out, double x, double y, const char *color, const char *where,
+                      size_t n) {
+    fprintf(
+        out,
+        "<path d=\"M%.1f %.1fl-4 -7h8z\" fill=\"%s\"><title>%s: %zu skipped step%s</title></path>",
+        x, y - 2, color, where, n, n == 1 ? "" : "s");
+}
+
 static void plot_scale(FILE *out, const report_model *m) {
-    size_t n = first_pid_steps(m);
-    plot p = {.x0 = (double)m->steps[0].step,
-              .x1 = (double)m->steps[n - 1].step,
-              .y0 = INFINITY,
-              .y1 = -INFINITY,
-              .logy = true};
-    for (size_t i = 0; i < n; i++) {
+    const bucketing k = bucketing_of(m);
+    plot p = {.y0 = INFINITY, .y1 = -INFINITY, .logy = true};
+    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0);
+    for (size_t i = 0; i < k.n; i++) {
         const report_step *s = &m->steps[i];
         if (!s->has_scale || !(s->scale_before > 0)) continue;
         p.y0 = fmin(p.y0, fmin(s->scale_before, s->scale_after > 0 ? s->scale_after : INFINITY));
@@ -188,30 +386,144 @@ static void plot_scale(FILE *out, const report_model *m) {
     }
     if (!isfinite(p.y0)) return; // no GradScaler
     p.y0 /= 2, p.y1 *= 2;
+    char note[256];
     svg_open(out, "Loss scale",
-             "GradScaler scale per step on a log axis; skipped steps marked (at a scale of 0: "
-             "grey, on the bottom edge)");
+             bucket_note(&k,
+                         "the line runs from the scale each bucket began with to the one it left, "
+                         "the band spans its smallest and largest; a mark for each bucket with a "
+                         "skipped step",
+                         note, sizeof note),
+             "GradScaler scale per step on a log axis, before and after each step's update; "
+             "skipped steps marked (at a scale of 0: grey, on the bottom edge)");
     axes(out, &p, "step", "loss scale");
-    size_t stride = n / PLOT_POINTS + 1;
+    if (k.nb < k.n) { // the band: each bucket's largest scale left to right, its smallest back
+        fputs("<polygon fill=\"#98df8a\" points=\"", out);
+        for (size_t b = 0; b < 2 * k.nb; b++) {
+            const size_t at = b < k.nb ? b : 2 * k.nb - 1 - b;
+            scale_bucket r = scale_bucket_of(m, &k, at);
+            if (!isfinite(r.min)) continue;
+            size_t lo, hi;
+            bucket_steps(&k, at, &lo, &hi);
+            double x = ((double)m->steps[lo].step + (double)m->steps[hi - 1].step) / 2;
+            fprintf(out, "%.1f,%.1f ", px(&p, x), py(&p, b < k.nb ? r.max : r.min));
+        }
+        fputs("\"/>", out);
+    }
+    // each bucket (each step) from the scale it began with to the one its last update left: a
+    // backoff drops at the step that overflowed, a growth at the last step shows
+    size_t points = 0;
+    double x = 0, y = 0;
     fputs("<polyline class=\"line\" stroke=\"#2ca02c\" points=\"", out);
-    for (size_t i = 0; i < n; i += stride)
-        if (m->steps[i].has_scale && m->steps[i].scale_before > 0)
-            fprintf(out, "%.1f,%.1f ", px(&p, (double)m->steps[i].step),
-                    py(&p, m->steps[i].scale_before));
+    for (size_t b = 0; b < k.nb; b++) {
+        scale_bucket r = scale_bucket_of(m, &k, b);
+        if (r.first < k.n) {
+            x = px(&p, (double)m->steps[r.first].step), y = py(&p, m->steps[r.first].scale_before);
+            fprintf(out, "%.1f,%.1f ", x, y);
+            points++;
+        }
+        if (r.last < k.n) {
+            x = px(&p, (double)m->steps[r.last].step), y = py(&p, m->steps[r.last].scale_after);
+            fprintf(out, "%.1f,%.1f ", x, y);
+            points++;
+        }
+    }
     fputs("\"/>", out);
-    bool at_zero = false;            // skipped at a scale of 0 (a collapse past the smallest float)
-    for (size_t i = 0; i < n; i++) { // every skipped step, also between plotted points
-        const report_step *s = &m->steps[i];
-        if (!s->skipped || !(s->scale_before >= 0)) continue;
-        at_zero |= s->scale_before == 0;
-        fprintf(out, "<path d=\"M%.1f %.1fl-4 -7h8z\" fill=\"%s\"/>", px(&p, (double)s->step),
-                py(&p, s->scale_before > 0 ? s->scale_before : p.y0) - 2,
-                s->scale_before > 0 ? "#d62728" : "#7f7f7f");
+    if (points) // where the scale ended (also the one point of a one-step run)
+        fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#2ca02c\"/>", x, y);
+    bool at_zero = false;
+    for (size_t b = 0; b < k.nb; b++) { // every skipped step: a mark for each bucket with one
+        scale_bucket r = scale_bucket_of(m, &k, b);
+        char where[64];
+        if (r.skipped) {
+            const report_step *s = &m->steps[r.first_skip];
+            steps_phrase(where, sizeof where, s->step, m->steps[r.last_skip].step);
+            skip_mark(out, px(&p, (double)s->step), py(&p, s->scale_before), "#d62728", where,
+                      r.skipped);
+        }
+        if (r.at_zero) {
+            at_zero = true;
+            const report_step *s = &m->steps[r.first_zero];
+            steps_phrase(where, sizeof where, s->step, m->steps[r.last_zero].step);
+            skip_mark(out, px(&p, (double)s->step), py(&p, p.y0), "#7f7f7f", where, r.at_zero);
+        }
     }
     legend(out, 0, "#2ca02c", "scale");
     legend(out, 1, "#d62728", "skipped step");
-    if (at_zero) legend(out, 2, "#7f7f7f", "skipped at scale 0");
+    int row = 2;
+    if (at_zero) legend(out, row++, "#7f7f7f", "skipped at scale 0");
+    if (k.nb < k.n) legend(out, row, "#98df8a", "bucket min-max");
     svg_close(out);
+}
+
+// The steps a point of the amax plot stands for: report.c's load_stats buckets the forward amax
+// by (step - first) / width over the steps of every process.
+static int64_t amax_width(const report_model *m, int64_t *first) {
+    int64_t lo = m->steps[0].step, hi = lo;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        lo = m->steps[i].step < lo ? m->steps[i].step : lo;
+        hi = m->steps[i].step > hi ? m->steps[i].step : hi;
+    }
+    *first = lo;
+    return (hi - lo) / REPORT_AMAX_BUCKETS + 1;
+}
+
+// An event saying that the forward output of the layer of amax row a held NaN/inf.
+static bool forward_nonfinite(const report_event *e, const report_amax *a) {
+    return e->pid == a->pid && e->layer_id == a->layer_id && e->phase &&
+           strcmp(e->phase, "fwd") == 0 && strncmp(e->kind, "nonfinite_", 10) == 0;
+}
+
+// The NaN/inf in the forward of the layer of amax row `at` (its pid and layer), marked at the
+// top edge: each step an event says its output held them (an aggregate row: its first and last),
+// and the steps after its last finite amax that were still recorded (every statistics row of its
+// outputs had no finite value: the line stops there).
+static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, size_t at,
+                           const char *name, int64_t first, int64_t width) {
+    bool marked = false;
+    const report_amax *a = &m->amax[at];
+    const report_amax *end = a;
+    while (end + 1 < m->amax + m->n_amax && end[1].pid == a->pid && end[1].layer_id == a->layer_id)
+        end++;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (!forward_nonfinite(e, a)) continue;
+        for (int j = 0; j < 2; j++) {
+            const int64_t t = j ? e->last_step : e->step;
+            bool seen = j && t == e->step; // marked already (by this event or an earlier one)
+            for (size_t h = 0; h < i && !seen; h++)
+                seen = forward_nonfinite(&m->events[h], a) &&
+                       (m->events[h].step == t || m->events[h].last_step == t);
+            if (seen || t < p->x0 || t > p->x1) continue; // (outside the focus, --steps)
+            marked = true;
+            top_mark(out, px(p, (double)t), "#d62728");
+            fputs("<title>", out);
+            esc(out, name);
+            fprintf(out, ": NaN/inf in its forward output at step %lld</title></circle>",
+                    (long long)t);
+        }
+    }
+    int64_t recorded = -1; // the last step with statistics of its outputs
+    for (size_t i = 0; i < m->n_stats; i++) {
+        const report_stats *s = &m->stats[i];
+        if (s->pid == a->pid && s->layer_id == a->layer_id && strcmp(s->kind, "activation") == 0 &&
+            s->last_step > recorded)
+            recorded = s->last_step;
+    }
+    const int64_t from = first + ((end->step - first) / width + 1) * width; // the next bucket
+    if (recorded > p->x1) recorded = (int64_t)p->x1;
+    if (from > recorded) return marked;
+    double x0 = px(p, (double)from), x1 = px(p, (double)recorded);
+    char where[64];
+    steps_phrase(where, sizeof where, from, recorded);
+    fputs("<g><title>", out);
+    esc(out, name);
+    fprintf(out,
+            ": NaN/inf only (no finite amax) in %s</title><line x1=\"%.1f\" y1=\"%d\" "
+            "x2=\"%.1f\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"3\"/>",
+            where, x0, PAD_T + 4, x1, PAD_T + 4);
+    top_mark(out, x0, "#d62728");
+    fputs("</circle></g>", out);
+    return true;
 }
 
 static void plot_amax(FILE *out, const report_model *m) {
@@ -220,11 +532,9 @@ static void plot_amax(FILE *out, const report_model *m) {
     size_t pick[AMAX_LAYERS];
     double best[AMAX_LAYERS];
     size_t n_pick = 0;
-    plot p = {.x0 = (double)m->amax[0].step,
-              .x1 = (double)m->amax[0].step,
-              .y0 = INFINITY,
-              .y1 = REPORT_F16_MAX * 4,
-              .logy = true};
+    const bucketing k = bucketing_of(m);
+    plot p = {.y0 = INFINITY, .y1 = REPORT_F16_MAX * 4, .logy = true};
+    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0); // as the other plots
     for (size_t i = 0; i < m->n_amax;) {
         size_t j = i;
         double top = 0;
@@ -232,7 +542,7 @@ static void plot_amax(FILE *out, const report_model *m) {
                m->amax[j].layer_id == m->amax[i].layer_id;
              j++) {
             top = fmax(top, m->amax[j].amax);
-            p.x0 = fmin(p.x0, (double)m->amax[j].step);
+            p.x0 = fmin(p.x0, (double)m->amax[j].step); // another process's steps
             p.x1 = fmax(p.x1, (double)m->amax[j].step);
             if (m->amax[j].amax > 0) p.y0 = fmin(p.y0, m->amax[j].amax);
             if (isfinite(m->amax[j].amax)) p.y1 = fmax(p.y1, m->amax[j].amax * 2);
@@ -245,8 +555,14 @@ static void plot_amax(FILE *out, const report_model *m) {
     }
     if (!isfinite(p.y0)) p.y0 = 1e-3;
     p.y0 = fmin(p.y0 / 2, 1e-2);
-    svg_open(out, "Forward amax per layer against the fp16 range",
-             "largest absolute forward activation per layer and step, log axis, fp16 max 65504");
+    int64_t first;
+    const int64_t width = amax_width(m, &first);
+    char note[96];
+    if (width > 1)
+        snprintf(note, sizeof note, "a point is the largest amax of %lld steps", (long long)width);
+    svg_open(out, "Forward amax per layer against the fp16 range", width > 1 ? note : NULL,
+             "largest absolute forward activation per layer and step, log axis, fp16 max 65504; "
+             "NaN/inf in a layer's output marked in red at the top");
     axes(out, &p, "step", "amax (log)");
     double top = py(&p, REPORT_F16_MAX);
     fprintf(out,
@@ -255,30 +571,71 @@ static void plot_amax(FILE *out, const report_model *m) {
             "stroke=\"#d62728\" stroke-dasharray=\"4 3\"/>"
             "<text x=\"%d\" y=\"%.1f\" class=\"tick\" fill=\"#d62728\">fp16 max 65504</text>",
             PAD_L, PAD_T, PLOT_W - PAD_R - PAD_L, top - PAD_T, PAD_L, top, PLOT_W - PAD_R, top,
-            PAD_L + 4, top - 3);
-    for (size_t k = 0; k < n_pick; k++) {
-        size_t i = pick[k];
-        fprintf(out, "<polyline class=\"line\" stroke=\"%s\" points=\"", palette[k]);
-        for (size_t j = i; j < m->n_amax && m->amax[j].pid == m->amax[i].pid &&
-                           m->amax[j].layer_id == m->amax[i].layer_id;
-             j++)
-            fprintf(out, "%.1f,%.1f ", px(&p, (double)m->amax[j].step), py(&p, m->amax[j].amax));
+            PAD_L + 4, top + 12); // below the line: the top edge holds the NaN/inf marks
+    bool nonfinite = false;
+    for (size_t l = 0; l < n_pick; l++) {
+        const report_amax *a = &m->amax[pick[l]];
+        size_t points = 0;
+        double x = 0, y = 0;
+        fprintf(out, "<polyline class=\"line\" stroke=\"%s\" points=\"", palette[l]);
+        for (const report_amax *r = a;
+             r < m->amax + m->n_amax && r->pid == a->pid && r->layer_id == a->layer_id; r++) {
+            x = px(&p, (double)r->step), y = py(&p, r->amax), points++;
+            fprintf(out, "%.1f,%.1f ", x, y);
+        }
         fputs("\"/>", out);
-        const char *name = report_layer_name(m, m->amax[i].pid, m->amax[i].layer_id);
-        legend(out, (int)k, palette[k], name ? name : "?");
+        lone_point(out, points, x, y, palette[l]);
+        const char *name = report_layer_name(m, a->pid, a->layer_id);
+        nonfinite |= amax_nonfinite(out, m, &p, pick[l], name ? name : "?", first, width);
+        legend(out, (int)l, palette[l], name ? name : "?");
     }
+    if (nonfinite) legend(out, (int)n_pick, "#d62728", "NaN/inf output");
     svg_close(out);
 }
 
 #define CLIP_MEDIANS 3.0
 
+typedef struct time_bucket {
+    double part[4];   // mean ns of each part over its timed steps
+    double mean, max; // ns: mean and longest step
+    size_t timed;     // steps with a time
+} time_bucket;
+
+static time_bucket time_bucket_of(const report_model *m, const bucketing *k, size_t b, bool gpu) {
+    size_t lo, hi;
+    bucket_steps(k, b, &lo, &hi);
+    time_bucket r = {0};
+    for (size_t i = lo; i < hi; i++) {
+        const report_step *s = &m->steps[i];
+        if (s->start_ns < 0 || s->end_ns < s->start_ns) continue;
+        const double dur = (double)(s->end_ns - s->start_ns);
+        if (gpu) {
+            r.part[0] += (double)s->gpu_busy_ns;
+            r.part[1] += (double)s->copy_ns;
+            r.part[2] += fmax(0, dur - (double)s->gpu_busy_ns - (double)s->copy_ns);
+        } else {
+            r.part[0] += (double)s->gemm_ns;
+            r.part[1] += (double)s->cast_ns;
+            r.part[2] += fmax(0, (double)(s->op_ns - s->gemm_ns - s->cast_ns));
+            r.part[3] += fmax(0, dur - (double)s->op_ns);
+        }
+        r.mean += dur;
+        r.max = fmax(r.max, dur);
+        r.timed++;
+    }
+    for (int j = 0; j < 4 && r.timed; j++)
+        r.part[j] /= (double)r.timed;
+    if (r.timed) r.mean /= (double)r.timed;
+    return r;
+}
+
 static void plot_breakdown(FILE *out, const report_model *m) {
-    size_t n = first_pid_steps(m);
+    const bucketing k = bucketing_of(m);
     bool gpu = m->perf.launches > 0;
     const char *names[4] = {"GEMM ops", "casts", "other ops", "rest of step"};
     if (gpu) names[0] = "GPU kernels", names[1] = "copies", names[2] = "GPU idle", names[3] = NULL;
     double top = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < k.n; i++)
         if (m->steps[i].start_ns >= 0)
             top = fmax(top, (double)(m->steps[i].end_ns - m->steps[i].start_ns));
     if (!(top > 0)) return;
@@ -287,50 +644,66 @@ static void plot_breakdown(FILE *out, const report_model *m) {
     // above it
     const double clip = CLIP_MEDIANS * report_median_step_ns(m);
     if (top > clip) top = clip;
-    plot p = {.x0 = (double)m->steps[0].step - 0.5,
-              .x1 = (double)m->steps[n - 1].step + 0.5,
-              .y0 = 0,
-              .y1 = top / 1e6 * 1.05};
+    plot p = {.y0 = 0, .y1 = top / 1e6 * 1.05};
+    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0.5);
+    char note[256];
     svg_open(out, gpu ? "Step time: GPU busy, copies, idle" : "Step time: where the host time went",
+             bucket_note(&k, "a bar is the bucket's mean step, the black tick its longest step",
+                         note, sizeof note),
              "stacked bars of each step's time in milliseconds");
     axes(out, &p, "step", "ms");
-    size_t stride = n / PLOT_POINTS + 1;
-    double w = fmax(1.0, (PLOT_W - PAD_L - PAD_R) / (double)(n / stride + 1) - 1);
     const char *colors[4] = {"#1f77b4", "#ff7f0e", "#9467bd", "#c7c7c7"};
-    for (size_t i = 0; i < n; i += stride) {
-        const report_step *s = &m->steps[i];
-        if (s->start_ns < 0) continue;
-        double dur = (double)(s->end_ns - s->start_ns);
-        const double fit = dur > top ? top / dur : 1; // a clipped bar keeps its proportions
-        double part[4];
-        if (gpu) {
-            part[0] = (double)s->gpu_busy_ns;
-            part[1] = (double)s->copy_ns;
-            part[2] = fmax(0, dur - part[0] - part[1]);
-            part[3] = 0;
-        } else {
-            part[0] = (double)s->gemm_ns;
-            part[1] = (double)s->cast_ns;
-            part[2] = fmax(0, (double)(s->op_ns - s->gemm_ns - s->cast_ns));
-            part[3] = fmax(0, dur - (double)s->op_ns);
-        }
+    double label_end = -INFINITY; // the right end of the last time written: none overlap
+    for (size_t b = 0; b < k.nb; b++) {
+        time_bucket r = time_bucket_of(m, &k, b, gpu);
+        if (!r.timed) continue;
+        size_t lo, hi;
+        bucket_steps(&k, b, &lo, &hi);
+        const int64_t a = m->steps[lo].step, z = m->steps[hi - 1].step;
+        const double left = px(&p, (double)a - 0.5), right = px(&p, (double)z + 0.5);
+        // a gap between bars wide enough to have one; narrow ones overlap a little (no seams)
+        const double unit = right - left;
+        const double w = fmin(BAR_MAX_W, unit >= 4 ? unit - 1 : fmax(1.0, unit + 0.5));
+        const double x = (left + right - w) / 2;
+        char where[64];
+        steps_phrase(where, sizeof where, a, z);
+        fprintf(out, "<g shape-rendering=\"crispEdges\"><title>%s: ", where);
+        if (r.timed > 1)
+            fprintf(out, "mean %.4g ms, longest %.4g ms</title>", r.mean / 1e6, r.max / 1e6);
+        else
+            fprintf(out, "%.4g ms</title>", r.max / 1e6);
+        const double fit = r.mean > top ? top / r.mean : 1; // a clipped bar keeps its proportions
         double acc = 0;
-        for (int k = 0; k < 4; k++) {
-            part[k] *= fit;
-            if (part[k] <= 0) continue;
-            double y_hi = py(&p, (acc + part[k]) / 1e6), y_lo = py(&p, acc / 1e6);
+        for (int j = 0; j < 4; j++) {
+            const double part = r.part[j] * fit;
+            if (part <= 0) continue;
+            double y_hi = py(&p, (acc + part) / 1e6), y_lo = py(&p, acc / 1e6);
             fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
-                    px(&p, (double)s->step) - w / 2, y_hi, w, y_lo - y_hi, colors[k]);
-            acc += part[k];
+                    x, y_hi, w, y_lo - y_hi, colors[j]);
+            acc += part;
         }
-        if (fit < 1)
+        if (r.timed > 1) // the longest step of the bucket
             fprintf(out,
-                    "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"start\">%.4g "
-                    "ms</text>",
-                    px(&p, (double)s->step) + w / 2 + 2, py(&p, top / 1e6) + 10, dur / 1e6);
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+                    "stroke-width=\"1.5\"/>",
+                    x, py(&p, fmin(r.max, top) / 1e6), x + w, py(&p, fmin(r.max, top) / 1e6));
+        fputs("</g>", out);
+        if (!(r.max > top)) continue;
+        // a longer step's time above its bar, to the right (to the left at the right edge),
+        // unless it would run into the time written before it
+        char text[32];
+        snprintf(text, sizeof text, "%.4g ms", r.max / 1e6);
+        const double tw = (double)strlen(text) * TICK_CHAR_W;
+        double tx = x + w + 2;
+        if (tx + tw > PLOT_W - PAD_R) tx = x - 2 - tw;
+        if (tx < label_end + 4) continue;
+        fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"start\">%s</text>",
+                tx, py(&p, top / 1e6) + 10, text);
+        label_end = tx + tw;
     }
-    for (int k = 0; k < 4 && names[k]; k++)
-        legend(out, k, colors[k], names[k]);
+    for (int j = 0; j < 4 && names[j]; j++)
+        legend(out, j, colors[j], names[j]);
+    if (k.nb < k.n) legend(out, gpu ? 3 : 4, "#000", "longest step");
     svg_close(out);
 }
 
@@ -343,7 +716,7 @@ static void plot_roofline(FILE *out, const report_model *m) {
     for (size_t i = 0; i < pf->n_kernels; i++)
         points +=
             pf->kernels[i].flops > 0 && pf->kernels[i].bytes > 0 && pf->kernels[i].total_ns > 0;
-    svg_open(out, "Roofline: kernels with analytic FLOPs",
+    svg_open(out, "Roofline: kernels with analytic FLOPs", NULL,
              "achieved FLOP/s against arithmetic intensity, log-log, with the card's roofs");
     axes(out, &p, "arithmetic intensity, log10 FLOP/byte", "FLOP/s (log)");
     // the roof: min(peak, AI * bandwidth)
@@ -401,7 +774,8 @@ static const char style[] =
     "font-size:13px}.detail{white-space:pre-wrap}figure{margin:12px 0}figcaption{font-weight:600}"
     ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.tick{font-size:11px;fill:#555}"
     ".label{font-size:12px;fill:#333}.line{fill:none;stroke-width:1.6}.note{color:#555;"
-    "font-size:13px}table{border-collapse:collapse}td{padding:2px 10px 2px 0;vertical-align:top}";
+    "font-size:13px;font-weight:400}table{border-collapse:collapse}"
+    "td{padding:2px 10px 2px 0;vertical-align:top}";
 
 static void finding(FILE *out, const report_finding *f, size_t i) {
     const char *sev = amp_severity_name(f->severity);

@@ -157,7 +157,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort', 'capture_error', 'bridge_error', 'no_model') "
+                 "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace') "
                  "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
                  m, &q, err))
         return false;
@@ -175,6 +175,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "capture_error") == 0 ? &m->capture_error
                            : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
                            : strcmp(key, "no_model") == 0      ? &m->no_model
+                           : strcmp(key, "trace") == 0         ? &m->trace
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -662,6 +663,7 @@ void report_model_free(report_model *m) {
     free((char *)m->capture_error);
     free((char *)m->bridge_error);
     free((char *)m->no_model);
+    free((char *)m->trace);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);
@@ -1018,6 +1020,11 @@ static void verdict_of_focus(const report_model *m, const report_findings *f, ch
                      "No step of %s falls in the focused steps (--steps): its steps run to "
                      "%lld.",
                      m->path, (long long)m->end.last_step);
+        else if (s.steps == 0 && m->trace && !strstr(m->trace, "amp"))
+            snprintf(buf, n,
+                     "No training step was recorded in %s: the run traced %s (--trace), not "
+                     "amp, which records the steps and numerics.",
+                     m->path, m->trace);
         else if (s.steps == 0)
             snprintf(buf, n,
                      "No training step was recorded in %s, so there is nothing to "

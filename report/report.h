@@ -212,6 +212,7 @@ typedef struct report_model {
     size_t n_amax;
     report_perf perf;
     const char *device, *command, *precision; // META; NULL: not recorded
+    const char *trace; // META: what ampprobe run traced ("amp,cuda,nvtx"); NULL: not recorded
     const char *counters_reason; // META: why --counters recorded none; NULL: not asked or had them
     // META of a PyTorch run under torch.compile: "model" (compiled as a whole: only its output
     // and the gradients are recorded) or "modules" (compiled parts); NULL: eager

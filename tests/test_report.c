@@ -363,6 +363,13 @@ START_TEST(empty_database_degrades_gracefully) {
     ck_assert_ptr_nonnull(strstr(text, "No training step was recorded"));
     ck_assert_ptr_nonnull(strstr(text, "steps:       none recorded"));
     free(text);
+    // a run that traced no amp (ampprobe run --trace nvtx) says why it has no steps
+    sql("INSERT INTO META (key, value, pid) VALUES ('trace', 'nvtx', 0);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "the run traced nvtx (--trace), not amp"), "%s", verdict);
+    release();
 }
 END_TEST
 
@@ -1867,6 +1874,184 @@ START_TEST(html_is_self_contained_with_plots_and_escaped) {
 }
 END_TEST
 
+// The figure of the html page t whose caption starts with caption (the test fails without one),
+// as a string of its own (free it).
+static char *html_figure(const char *t, const char *caption) {
+    char key[128];
+    snprintf(key, sizeof key, "<figure><figcaption>%s", caption);
+    const char *a = strstr(t, key);
+    ck_assert_msg(a != NULL, "no figure %s", caption);
+    const char *z = strstr(a, "</figure>");
+    ck_assert_ptr_nonnull(z);
+    return strndup(a, (size_t)(z - a));
+}
+
+static size_t occurrences(const char *t, const char *s) {
+    size_t n = 0;
+    for (const char *p = t; (p = strstr(p, s)); p += strlen(s))
+        n++;
+    return n;
+}
+
+// The x tick labels of a figure, space-separated ("0 10 20 30").
+static void x_ticks(const char *fig, char *buf, size_t size) {
+    static const char tick[] = "class=\"tick\" text-anchor=\"middle\">";
+    buf[0] = 0;
+    for (const char *p = fig; (p = strstr(p, tick)); p += strlen(tick)) {
+        const char *v = p + strlen(tick);
+        size_t k = strlen(buf);
+        snprintf(buf + k, size - k, "%s%.*s", k ? " " : "", (int)strcspn(v, "<"), v);
+    }
+}
+
+// The points of the first polyline of stroke colour in fig: x[i], y[i]; returns how many.
+static size_t polyline(const char *fig, const char *colour, double *x, double *y, size_t max) {
+    char key[96];
+    snprintf(key, sizeof key, "stroke=\"%s\" points=\"", colour);
+    const char *p = strstr(fig, key);
+    ck_assert_msg(p != NULL, "no polyline %s", colour);
+    p += strlen(key);
+    size_t n = 0;
+    for (char *end; n < max && *p != '"'; p = end) {
+        x[n] = strtod(p, &end);
+        ck_assert(*end == ',');
+        y[n++] = strtod(end + 1, &end);
+        while (*end == ' ')
+            end++;
+    }
+    return n;
+}
+
+// Runs longer than the plots' 400 points are drawn in buckets, each from all of its steps: a
+// non-finite loss, the longest step and a growth of the scale at the last step show wherever
+// they fall.
+START_TEST(html_long_runs_draw_every_step_of_a_bucket) {
+    steps(450, 65536); // buckets of 1-2 steps: steps 16 and 17 share one
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 5;"
+        "UPDATE AMP_STEPS SET end_ns = start_ns + 2000 WHERE step = 17;"
+        "UPDATE AMP_STEPS SET scale_after = 131072 WHERE step = 449;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *loss = html_figure(t, "Loss"), *scale = html_figure(t, "Loss scale");
+    char *time = html_figure(t, "Step time");
+    // the non-finite loss of step 5, step 17's time (0.002 ms, the others 0.0009) and the
+    // growth at the last step, each said and drawn
+    const bool marked = occurrences(loss, "fill=\"#d62728\"><title>") == 1 &&
+                        strstr(loss, "<title>step 5: 1 non-finite loss</title>");
+    const bool longest =
+        strstr(time, "<title>steps 16-17: mean 0.00145 ms, longest 0.002 ms</title>") != NULL;
+    double x[1000], y[1000];
+    size_t n = polyline(scale, "#2ca02c", x, y, 1000);
+    bool grown = n > 2 && fabs(x[n - 1] - 610) < 0.05 && y[n - 1] < y[0] - 1; // at the right edge
+    for (size_t i = 0; i + 1 < n; i++)
+        grown &= fabs(y[i] - y[0]) < 0.05;
+    ck_assert_msg(marked && longest && grown,
+                  "non-finite loss marked: %d, longest step said: %d, last growth drawn: %d",
+                  marked, longest, grown);
+    // and the captions say what a point and a bar are
+    ck_assert_ptr_nonnull(strstr(loss, "450 steps in 400 buckets of 1-2 steps: the line is"));
+    ck_assert_ptr_nonnull(strstr(time, "a bar is the bucket&#39;s mean step"));
+    free(scale);
+    free(time);
+    free(loss);
+    free(t);
+}
+END_TEST
+
+// The amax plot spans the steps the other plots span (a layer whose outputs turned NaN has no
+// finite amax: its line stops), and marks where a layer's forward went NaN/inf.
+START_TEST(html_amax_spans_the_steps_and_marks_nonfinite_outputs) {
+    healthy(40);
+    sql("UPDATE AMP_TENSOR_STATS SET min = NULL, max = NULL, amax = NULL, n_nan = numel "
+        "WHERE kind = 'activation' AND step >= 5;"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 5;" EVENTS_VALUES
+        "(1, 5, 2, 'linear', 'fwd', 'nonfinite_propagated', 'info', 16384, NULL, 'x', 0, 1, 5);");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *loss = html_figure(t, "Loss");
+    char *amax = html_figure(t, "Forward amax");
+    char loss_ticks[128], amax_ticks[128];
+    x_ticks(loss, loss_ticks, sizeof loss_ticks);
+    x_ticks(amax, amax_ticks, sizeof amax_ticks);
+    const bool marked =
+        strstr(amax, "<title>head: NaN/inf in its forward output at step 5") &&
+        strstr(amax, "<title>head: NaN/inf only (no finite amax) in steps 5-39") &&
+        strstr(amax, "<title>blocks.0.attn: NaN/inf only (no finite amax) in steps 5-39") &&
+        strstr(amax, ">NaN/inf output</text>");
+    ck_assert_msg(strcmp(amax_ticks, loss_ticks) == 0 && marked,
+                  "amax ticks %s, loss ticks %s; NaN/inf marked: %d", amax_ticks, loss_ticks,
+                  marked);
+    ck_assert_str_eq(loss_ticks, "0 10 20 30");
+    free(amax);
+    free(loss);
+    free(t);
+    // a healthy run has no mark and no legend for them
+    wipe();
+    healthy(40);
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_ptr_null(strstr(t, "NaN/inf output"));
+    free(t);
+}
+END_TEST
+
+// Steps are whole numbers: a run of one or three steps gets each step as a tick once, and a
+// single point is drawn (a line of one point is not).
+START_TEST(html_short_runs_have_whole_step_ticks_and_visible_points) {
+    static const char *const ticks[] = {"0", "0 1 2"};
+    for (int run = 0; run < 2; run++) {
+        wipe();
+        healthy(run ? 3 : 1);
+        ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        const char *captions[] = {"Loss", "Loss scale", "Forward amax", "Step time"};
+        for (size_t i = 0; i < 4; i++) {
+            char *fig = html_figure(t, captions[i]);
+            char got[128];
+            x_ticks(fig, got, sizeof got);
+            ck_assert_msg(strcmp(got, ticks[run]) == 0, "%s, %d steps: ticks %s", captions[i],
+                          run ? 3 : 1, got);
+            if (run == 0 && i < 3)
+                ck_assert_msg(strstr(fig, "<circle"), "%s: no point", captions[i]);
+            free(fig);
+        }
+        free(t);
+    }
+}
+END_TEST
+
+// The times written above cut-off step-time bars never overlap: one that would is left out (its
+// bar's tooltip still says it), and none runs out of the plot.
+START_TEST(html_cut_off_bar_labels_do_not_overlap) {
+    steps(20, 65536);
+    sql("UPDATE AMP_STEPS SET end_ns = start_ns + 100000 WHERE step BETWEEN 8 AND 12 OR "
+        "step = 19;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *fig = html_figure(t, "Step time");
+    static const char start[] = "<text x=\"", anchor[] = "text-anchor=\"start\">";
+    double last_end = -1e9;
+    size_t labels = 0;
+    for (const char *p = fig; (p = strstr(p, start)); p++) {
+        char *end;
+        const double x = strtod(p + strlen(start), &end);
+        const char *text = strchr(end, '>') + 1;
+        const size_t len = strcspn(text, "<");
+        if (len < 3 || strncmp(text + len - 3, " ms", 3) != 0) continue; // not a time
+        ck_assert_msg(strncmp(text - strlen(anchor), anchor, strlen(anchor)) == 0, "%.80s", p);
+        ck_assert_msg(x >= last_end, "label at %.1f overlaps the one before (to %.1f)", x,
+                      last_end);
+        last_end = x + 6.0 * (double)len; // 6 px a character at least (11px font)
+        ck_assert_double_le(last_end, 610);
+        labels++;
+    }
+    ck_assert_uint_ge(labels, 2); // the first of the run of long steps, and the last step
+    ck_assert_uint_le(labels, 4);
+    ck_assert_uint_eq(occurrences(fig, "<title>step 10: 0.1 ms</title>"), 1);
+    free(fig);
+    free(t);
+}
+END_TEST
 
 // ---------------------------------------------------------------------------------------------
 // End to end: the samples' --fault runs and their healthy twins
@@ -2201,6 +2386,10 @@ Suite *report_suite(void) {
     tcase_add_test(tc, text_shows_control_characters_of_user_strings);
     tcase_add_test(tc, fail_on_gates_by_severity);
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
+    tcase_add_test(tc, html_long_runs_draw_every_step_of_a_bucket);
+    tcase_add_test(tc, html_amax_spans_the_steps_and_marks_nonfinite_outputs);
+    tcase_add_test(tc, html_short_runs_have_whole_step_ticks_and_visible_points);
+    tcase_add_test(tc, html_cut_off_bar_labels_do_not_overlap);
     suite_add_tcase(s, tc);
 
     TCase *e2e = tcase_create("samples");

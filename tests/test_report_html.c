@@ -3,7 +3,8 @@
  * --fault attn-overflow, recorded with ampprobe run) rendered by headless Chromium (Debian's
  * `chromium`, installed by .ci/setup.sh): the DOM comes back with the verdict and the SVG plots,
  * Chromium logs no console message (an SVG attribute it cannot parse is one), and a screenshot
- * is written (kept as build/report_html.png for a person to look at).
+ * is written (kept as build/report_html.png for a person to look at); a run longer than the
+ * plots' 400 points, drawn in buckets, renders as cleanly.
  */
 #include "tests.h"
 
@@ -73,12 +74,41 @@ START_TEST(html_report_renders_in_chromium_without_console_messages) {
 }
 END_TEST
 
+// A run longer than the plots' 400 points (mlp --fault nan-input: NaN in the data at step 5) is
+// drawn in buckets (bands, bars of a bucket's mean with its longest step, every non-finite loss
+// marked) that Chromium parses without a console message.
+START_TEST(html_report_of_a_long_run_renders_in_chromium) {
+    ck_assert_msg(system("command -v chromium >/dev/null") == 0,
+                  "chromium is not installed (apt-get install chromium; .ci/setup.sh does)");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%2$s/ampprobe run -o %1$s/run.sqlite -- %2$s/samples/mlp --quiet --steps 450 "
+             "--precision fp16 --fault nan-input >/dev/null 2>&1 && "
+             "%2$s/ampprobe report %1$s/run.sqlite --format html -o %1$s/report.html && " CHROMIUM
+             "--dump-dom file://%1$s/report.html >%1$s/dom.html 2>%1$s/dom.err",
+             dir, AMP_BINARY_DIR);
+    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
+    char path[160];
+    snprintf(path, sizeof path, "%s/dom.html", dir);
+    char *dom = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(strstr(dom, "450 steps in 400 buckets of 1-2 steps"));
+    ck_assert_ptr_nonnull(strstr(dom, "<title>step 5: 1 non-finite loss</title>"));
+    ck_assert_ptr_nonnull(strstr(dom, "<polygon fill=\"#aec7e8\" points=\""));
+    free(dom);
+    snprintf(path, sizeof path, "%s/dom.err", dir);
+    char *err = test_read_file(path, NULL);
+    ck_assert_msg(strstr(err, "CONSOLE") == NULL, "console message: %s", strstr(err, "CONSOLE"));
+    free(err);
+}
+END_TEST
+
 Suite *report_html_suite(void) {
     Suite *s = suite_create("report_html");
     TCase *tc = tcase_create("chromium");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, html_report_renders_in_chromium_without_console_messages);
+    tcase_add_test(tc, html_report_of_a_long_run_renders_in_chromium);
     suite_add_tcase(s, tc);
     return s;
 }
