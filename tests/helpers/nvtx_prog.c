@@ -55,6 +55,7 @@ static void domains(void) {
     usleep(40000);
     d[3] = nvtxRangePop();          // ends x-inner
     d[4] = nvtxDomainRangePop(dom); // nothing open in the domain: -1
+    nvtxDomainDestroy(dom);
     printf("levels %d %d %d %d %d\n", d[0], d[1], d[2], d[3], d[4]);
     fflush(stdout);
     nvtxRangePushA("open-at-exit");
