@@ -560,6 +560,17 @@ START_TEST(overview_of_a_run_without_steps) {
     ck_assert_msg(strstr(all, "[warning] run-end") && strstr(all, "PyTorch bridge did not attach"),
                   "%s", all);
     tui_app_free(&app);
+    // nothing recorded at all: nothing to diagnose, not a healthy run
+    sql("DELETE FROM META WHERE key = 'bridge_error';");
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    for (int i = 0; i < 750 && app.model.finding_ms == 0; i++) {
+        usleep(20000);
+        tui_model_poll(&app.model);
+    }
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "top finding: none: no step was recorded, nothing to diagnose"), "%s",
+                  all);
+    tui_app_free(&app);
 }
 END_TEST
 

@@ -229,10 +229,13 @@ static void draw_finding(const tui_app *app, tui_rect r) {
         return;
     }
     if (!f->valid) {
+        const bool ended = m->complete || m->cut_short;
         tui_print(y, r.x, r.w, A_BOLD, "top finding: %s",
-                  m->finding_ms == 0            ? "(the report is running)"
-                  : m->complete || m->cut_short ? "none: no warning or error in this run"
-                                                : "no warning or error so far");
+                  m->finding_ms == 0 ? "(the report is running)"
+                  : m->n_steps == 0  ? ended ? "none: no step was recorded, nothing to diagnose"
+                                             : "none: no step recorded yet"
+                  : ended            ? "none: no warning or error in this run"
+                                     : "no warning or error so far");
         return;
     }
     static const char *const sev[] = {"info", "warning", "error"};
