@@ -455,18 +455,6 @@ static void plot_scale(FILE *out, const report_model *m) {
     svg_close(out);
 }
 
-// The steps a point of the amax plot stands for: report.c's load_stats buckets the forward amax
-// by (step - first) / width over the steps of every process.
-static int64_t amax_width(const report_model *m, int64_t *first) {
-    int64_t lo = m->steps[0].step, hi = lo;
-    for (size_t i = 0; i < m->n_steps; i++) {
-        lo = m->steps[i].step < lo ? m->steps[i].step : lo;
-        hi = m->steps[i].step > hi ? m->steps[i].step : hi;
-    }
-    *first = lo;
-    return (hi - lo) / REPORT_AMAX_BUCKETS + 1;
-}
-
 // An event saying that the forward output of the layer of amax row a held NaN/inf.
 static bool forward_nonfinite(const report_event *e, const report_amax *a) {
     return e->pid == a->pid && e->layer_id == a->layer_id && e->phase &&
@@ -555,8 +543,7 @@ static void plot_amax(FILE *out, const report_model *m) {
     }
     if (!isfinite(p.y0)) p.y0 = 1e-3;
     p.y0 = fmin(p.y0 / 2, 1e-2);
-    int64_t first;
-    const int64_t width = amax_width(m, &first);
+    const int64_t first = m->amax_first, width = m->amax_width;
     char note[96];
     if (width > 1)
         snprintf(note, sizeof note, "a point is the largest amax of %lld steps", (long long)width);

@@ -551,8 +551,8 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             if (m->steps[i].step < lo) lo = m->steps[i].step;
             if (m->steps[i].step > hi) hi = m->steps[i].step;
         }
-        p.lo = lo;
-        p.width = (hi - lo) / REPORT_AMAX_BUCKETS + 1;
+        p.lo = m->amax_first = lo;
+        p.width = m->amax_width = (hi - lo) / REPORT_AMAX_BUCKETS + 1;
     }
     sqlite3_stmt *q;
     if (!prepare(db, m->path, sql_stats, m, &q, err)) return false;

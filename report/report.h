@@ -210,6 +210,7 @@ typedef struct report_model {
     size_t n_ops;
     report_amax *amax; // forward amax per layer over step buckets, sorted by pid, layer, step
     size_t n_amax;
+    int64_t amax_first, amax_width; // the buckets: (step - amax_first) / amax_width; 0: none
     report_perf perf;
     const char *device, *command, *precision; // META; NULL: not recorded
     const char *trace; // META: what ampprobe run traced ("amp,cuda,nvtx"); NULL: not recorded
