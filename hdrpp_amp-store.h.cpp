@@ -1,1 +1,0 @@
-#include "amp-store.h"
