@@ -224,7 +224,8 @@ const char *amp_cast_policy_name(amp_cast_policy p);
 // order (integer tensors allowed: PyTorch's promotion, such as f32 for exp or div of integers
 // and i64 for sum of i32). AMP_ERR_AUTOCAST_BANNED for banned ops and AMP_ERR_AUTOCAST_DTYPE for
 // a promote over f16 and bf16, with PyTorch's message; AMP_ERR_INVALID_ARGUMENT for an op
-// without an integer kernel given only integer tensors ("\"gelu\" not implemented for 'Long'"),
+// without an integer kernel in PyTorch given only integer tensors ("gelu takes floating tensors
+// only"),
 // for a NULL op, in or out, and for a value that is no dtype.
 amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_dtype autocast_dtype,
                                amp_dtype *out);
@@ -246,7 +247,7 @@ amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int st
 
 // Integer x: tanh, sigmoid, exp and log compute in f32 (PyTorch's default dtype), as do pow and
 // clamp_min (their scalar is a float); relu (an integer result in PyTorch) and gelu (no integer
-// kernel in PyTorch: "\"gelu\" not implemented for 'Long'") abort, as do softmax, log_softmax,
+// kernel in PyTorch: "gelu takes floating tensors only") abort, as do softmax, log_softmax,
 // layer_norm, sum and mean.
 amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x);
 amp_tensor_t *amp_gelu(amp_ctx_t *ctx, amp_tensor_t *x, bool tanh_approx);

@@ -733,8 +733,8 @@ amp_dtype amp_autocast_apply(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
 void amp_autocast_clear_cache(amp_ctx_t *ctx);
 // Native type promotion of two dtypes: floating over integer, f16+bf16 -> f32, i32+i64 -> i64.
 amp_dtype amp_promote_types(amp_dtype a, amp_dtype b);
-// PyTorch's error for an op without an integer kernel (gelu, softmax, layer_norm) given an integer
-// tensor of dtype t ("\"gelu\" not implemented for 'Long'", as amp_autocast_decide returns it):
+// The error for an op without an integer kernel in PyTorch (gelu, softmax, layer_norm) given an
+// integer tensor of dtype t ("gelu takes floating tensors only ...", as amp_autocast_decide says):
 // sets the last error and returns AMP_ERR_INVALID_ARGUMENT. amp_require_float aborts with it when
 // x is an integer tensor.
 amp_status amp_int_input_error(const char *op, amp_dtype t);

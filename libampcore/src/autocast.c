@@ -154,8 +154,10 @@ static amp_status promote_fold(int n, const amp_dtype *in, amp_dtype lpfp, amp_d
 }
 
 amp_status amp_int_input_error(const char *op, amp_dtype t) {
-    return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "\"%s\" not implemented for '%s'", op,
-                         t == AMP_DTYPE_I32 ? "Int" : "Long");
+    return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                         "%s takes floating tensors only (PyTorch has no integer kernel for it), "
+                         "got %s: cast it with amp_to",
+                         op, amp_dtype_name(t));
 }
 
 void amp_require_float(const char *op, const amp_tensor_t *x) {
