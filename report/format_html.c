@@ -293,11 +293,15 @@ static void plot_loss(FILE *out, const report_model *m) {
     if (!isfinite(p.y0)) p.y0 = 0, p.y1 = 1;
     if (p.y1 == p.y0) p.y0 -= 0.5, p.y1 += 0.5; // one value: in the middle
     axes(out, &p, "step", "loss");
+    loss_bucket buckets[PLOT_POINTS];
+    for (size_t b = 0; b < k.nb; b++)
+        buckets[b] = loss_bucket_of(m, &k, b);
     if (k.nb < k.n) { // the band: each bucket's largest loss left to right, its smallest back
         fputs("<polygon fill=\"#aec7e8\" points=\"", out);
         for (size_t b = 0; b < 2 * k.nb; b++) {
-            loss_bucket r = loss_bucket_of(m, &k, b < k.nb ? b : 2 * k.nb - 1 - b);
-            if (r.finite) fprintf(out, "%.1f,%.1f ", px(&p, r.x), py(&p, b < k.nb ? r.max : r.min));
+            const loss_bucket *r = &buckets[b < k.nb ? b : 2 * k.nb - 1 - b];
+            if (r->finite)
+                fprintf(out, "%.1f,%.1f ", px(&p, r->x), py(&p, b < k.nb ? r->max : r->min));
         }
         fputs("\"/>", out);
     }
@@ -305,15 +309,14 @@ static void plot_loss(FILE *out, const report_model *m) {
     double x = 0, y = 0;
     fputs("<polyline class=\"line\" stroke=\"#1f77b4\" points=\"", out);
     for (size_t b = 0; b < k.nb; b++) {
-        loss_bucket r = loss_bucket_of(m, &k, b);
-        if (!r.finite) continue;
-        x = px(&p, r.x), y = py(&p, r.mean), points++;
+        if (!buckets[b].finite) continue;
+        x = px(&p, buckets[b].x), y = py(&p, buckets[b].mean), points++;
         fprintf(out, "%.1f,%.1f ", x, y);
     }
     fputs("\"/>", out);
     lone_point(out, points, x, y, "#1f77b4");
     for (size_t b = 0; b < k.nb; b++) { // every non-finite loss: a mark for each bucket with one
-        loss_bucket r = loss_bucket_of(m, &k, b);
+        const loss_bucket r = buckets[b];
         if (!r.nonfinite) continue;
         char where[64];
         steps_phrase(where, sizeof where, m->steps[r.first_bad].step, m->steps[r.last_bad].step);
@@ -328,6 +331,7 @@ static void plot_loss(FILE *out, const report_model *m) {
 }
 
 typedef struct scale_bucket {
+    double x; // the middle of its steps
     // its first step with a scale_before > 0 and its last with a scale_after > 0 (indices; n:
     // none), and the smallest and largest of those scales (min INFINITY: none)
     size_t first, last;
@@ -340,7 +344,11 @@ typedef struct scale_bucket {
 static scale_bucket scale_bucket_of(const report_model *m, const bucketing *k, size_t b) {
     size_t lo, hi;
     bucket_steps(k, b, &lo, &hi);
-    scale_bucket r = {.first = k->n, .last = k->n, .min = INFINITY, .max = -INFINITY};
+    scale_bucket r = {.x = ((double)m->steps[lo].step + (double)m->steps[hi - 1].step) / 2,
+                      .first = k->n,
+                      .last = k->n,
+                      .min = INFINITY,
+                      .max = -INFINITY};
     for (size_t i = lo; i < hi; i++) {
         const report_step *s = &m->steps[i];
         if (s->skipped && s->scale_before > 0) {
@@ -396,16 +404,15 @@ static void plot_scale(FILE *out, const report_model *m) {
              "GradScaler scale per step on a log axis, before and after each step's update; "
              "skipped steps marked (at a scale of 0: grey, on the bottom edge)");
     axes(out, &p, "step", "loss scale");
+    scale_bucket buckets[PLOT_POINTS];
+    for (size_t b = 0; b < k.nb; b++)
+        buckets[b] = scale_bucket_of(m, &k, b);
     if (k.nb < k.n) { // the band: each bucket's largest scale left to right, its smallest back
         fputs("<polygon fill=\"#98df8a\" points=\"", out);
         for (size_t b = 0; b < 2 * k.nb; b++) {
-            const size_t at = b < k.nb ? b : 2 * k.nb - 1 - b;
-            scale_bucket r = scale_bucket_of(m, &k, at);
-            if (!isfinite(r.min)) continue;
-            size_t lo, hi;
-            bucket_steps(&k, at, &lo, &hi);
-            double x = ((double)m->steps[lo].step + (double)m->steps[hi - 1].step) / 2;
-            fprintf(out, "%.1f,%.1f ", px(&p, x), py(&p, b < k.nb ? r.max : r.min));
+            const scale_bucket *r = &buckets[b < k.nb ? b : 2 * k.nb - 1 - b];
+            if (isfinite(r->min))
+                fprintf(out, "%.1f,%.1f ", px(&p, r->x), py(&p, b < k.nb ? r->max : r->min));
         }
         fputs("\"/>", out);
     }
@@ -415,7 +422,7 @@ static void plot_scale(FILE *out, const report_model *m) {
     double x = 0, y = 0;
     fputs("<polyline class=\"line\" stroke=\"#2ca02c\" points=\"", out);
     for (size_t b = 0; b < k.nb; b++) {
-        scale_bucket r = scale_bucket_of(m, &k, b);
+        const scale_bucket r = buckets[b];
         if (r.first < k.n) {
             x = px(&p, (double)m->steps[r.first].step), y = py(&p, m->steps[r.first].scale_before);
             fprintf(out, "%.1f,%.1f ", x, y);
@@ -432,7 +439,7 @@ static void plot_scale(FILE *out, const report_model *m) {
         fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#2ca02c\"/>", x, y);
     bool at_zero = false;
     for (size_t b = 0; b < k.nb; b++) { // every skipped step: a mark for each bucket with one
-        scale_bucket r = scale_bucket_of(m, &k, b);
+        const scale_bucket r = buckets[b];
         char where[64];
         if (r.skipped) {
             const report_step *s = &m->steps[r.first_skip];
