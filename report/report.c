@@ -120,6 +120,10 @@ static char *col_str(sqlite3_stmt *q, int i) {
     return report_strdup((const char *)sqlite3_column_text(q, i));
 }
 
+static char *col_name(sqlite3_stmt *q, int i) {
+    return report_strdup_name((const char *)sqlite3_column_text(q, i));
+}
+
 static double col_f64(sqlite3_stmt *q, int i) {
     return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
 }
@@ -265,10 +269,9 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         AMP_GROW(m->layers, m->n_layers, cap);
-        m->layers[m->n_layers++] =
-            (report_layer){.pid = sqlite3_column_int(q, 0),
-                           .id = sqlite3_column_int(q, 1),
-                           .name = report_strdup_name((const char *)sqlite3_column_text(q, 2))};
+        m->layers[m->n_layers++] = (report_layer){.pid = sqlite3_column_int(q, 0),
+                                                  .id = sqlite3_column_int(q, 1),
+                                                  .name = col_name(q, 2)};
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -318,21 +321,20 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         AMP_GROW(m->events, m->n_events, cap);
-        m->events[m->n_events++] =
-            (report_event){.id = sqlite3_column_int64(q, 0),
-                           .pid = sqlite3_column_int(q, 1),
-                           .step = col_i64(q, 2, -1),
-                           .last_step = col_i64(q, 3, -1),
-                           .layer_id = (int32_t)col_i64(q, 4, -1),
-                           .op = report_strdup_name((const char *)sqlite3_column_text(q, 5)),
-                           .phase = col_str(q, 6),
-                           .kind = col_str(q, 7),
-                           .severity = col_str(q, 8),
-                           .count = col_i64(q, 9, -1),
-                           .value = col_f64(q, 10),
-                           .detail = col_str(q, 11),
-                           .aggregate = sqlite3_column_int(q, 12) != 0,
-                           .occurrences = col_i64(q, 13, 1)};
+        m->events[m->n_events++] = (report_event){.id = sqlite3_column_int64(q, 0),
+                                                  .pid = sqlite3_column_int(q, 1),
+                                                  .step = col_i64(q, 2, -1),
+                                                  .last_step = col_i64(q, 3, -1),
+                                                  .layer_id = (int32_t)col_i64(q, 4, -1),
+                                                  .op = col_name(q, 5),
+                                                  .phase = col_str(q, 6),
+                                                  .kind = col_str(q, 7),
+                                                  .severity = col_str(q, 8),
+                                                  .count = col_i64(q, 9, -1),
+                                                  .value = col_f64(q, 10),
+                                                  .detail = col_str(q, 11),
+                                                  .aggregate = sqlite3_column_int(q, 12) != 0,
+                                                  .occurrences = col_i64(q, 13, 1)};
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -976,10 +978,10 @@ int report_coverage_lines(const report_model *m, report_coverage out[3]) {
     return n;
 }
 
-static void verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n);
+static bool verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n);
 
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
-    verdict_of_focus(m, f, buf, n);
+    const bool said_only = verdict_of_focus(m, f, buf, n);
     size_t k = strlen(buf);
     if (m->end.first_error_before >= 0 && k + 1 < n)
         snprintf(buf + k, n - k,
@@ -987,16 +989,15 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
                  "step %lld.",
                  (long long)m->end.first_error_before);
     k = strlen(buf);
-    // (a verdict without errors or warnings says it itself)
-    if (f->only && !strstr(buf, "Only that rule ran") && k + 1 < n)
+    if (f->only && !said_only && k + 1 < n)
         snprintf(buf + k, n - k,
                  " Only rule %s ran (--rule): the findings it names of other rules are not "
                  "shown; the report without --rule runs them all.",
                  f->only);
 }
 
-// The verdict on the focused steps alone.
-static void verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n) {
+// The verdict on the focused steps alone; true when it said that only the --rule rule ran.
+static bool verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n) {
     size_t errors = 0, warnings = 0;
     for (size_t i = 0; i < f->n; i++) {
         errors += f->v[i].severity == AMP_SEVERITY_ERROR;
@@ -1011,7 +1012,7 @@ static void verdict_of_focus(const report_model *m, const report_findings *f, ch
                  "No error or warning from rule %s in %s%s. Only that rule ran: the report "
                  "without --rule runs them all.",
                  f->only, steps, f->n ? " (notes below)" : "");
-        return;
+        return true;
     }
     if (errors + warnings == 0) {
         const bool focused = m->step_lo > INT64_MIN || m->step_hi < INT64_MAX;
@@ -1050,19 +1051,19 @@ static void verdict_of_focus(const report_model *m, const report_findings *f, ch
                            "recorded)",
                      f->n ? " The notes below are for information." : "");
         }
-        return;
+        return false;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
     const char *what = s.steps == 0 ? "No training step was recorded"
                        : errors     ? "Training broke"
                                     : "Training ran, with problems";
     int k = snprintf(buf, n, "%s: %s", what, top->title);
-    if (k < 0 || (size_t)k >= n) return;
+    if (k < 0 || (size_t)k >= n) return false;
     // the advice's first sentence is the fix
     const char *end = strstr(top->advice, ". ");
     int len = end ? (int)(end - top->advice) + 1 : (int)strlen(top->advice);
     int w = snprintf(buf + k, n - (size_t)k, ". Fix: %.*s", len, top->advice);
-    if (w < 0 || (size_t)(k + w) >= n) return;
+    if (w < 0 || (size_t)(k + w) >= n) return false;
     k += w;
     // the other errors and warnings: "(1 more error and 2 warnings below.)"
     const size_t more_errors = errors - (top->severity == AMP_SEVERITY_ERROR);
@@ -1075,4 +1076,5 @@ static void verdict_of_focus(const report_model *m, const report_findings *f, ch
                  more_warnings == 1 ? "" : "s");
     if (*es || *ws)
         snprintf(buf + k, n - (size_t)k, " (%s%s%s below.)", es, *es && *ws ? " and " : "", ws);
+    return false;
 }
