@@ -227,42 +227,38 @@ static void capture_end(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "processes", (double)e->n_cut);
 }
 
-// The PyTorch bridge could not attach (META bridge_error): the program ran, its numerics were
-// not recorded.
-static void bridge_end(const report_model *m, report_findings *out) {
-    if (!m->bridge_error) return;
+// A warning that the run's numerics were not recorded, and why (detail: one %s, for why).
+static void unrecorded(report_findings *out, const char *title, const char *detail, const char *why,
+                       const char *advice) {
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-    snprintf(f->title, sizeof f->title,
-             "the PyTorch bridge did not attach: the run's numerics were not recorded");
-    snprintf(f->detail, sizeof f->detail,
-             "ampprobe run --torch loads ampprobe.torch when the program imports torch; it "
-             "failed with %s. The program ran without it.",
-             m->bridge_error);
-    snprintf(f->advice, sizeof f->advice,
-             "Use torch 2.4 or newer (the bridge's minimum) or mend what the message names, "
-             "and run again. `import ampprobe.torch` in the same Python shows the error with "
-             "its traceback.");
+    snprintf(f->title, sizeof f->title, "%s: the run's numerics were not recorded", title);
+    snprintf(f->detail, sizeof f->detail, detail, why);
+    snprintf(f->advice, sizeof f->advice, "%s", advice);
 }
 
-// The PyTorch bridge attached but found no model that trains (META no_model), and no process
-// recorded a step.
-static void no_model_end(const report_model *m, report_findings *out) {
-    if (!m->no_model || m->bridge_error || m->end.last_step >= 0) return;
-    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-    snprintf(f->title, sizeof f->title,
-             "the PyTorch bridge found no model to watch: the run's numerics were not recorded");
-    snprintf(f->detail, sizeof f->detail,
-             "ampprobe run --torch watches the first module called in training mode, with "
-             "gradients enabled, that has trainable parameters; in this run %s.",
-             m->no_model);
-    snprintf(f->advice, sizeof f->advice,
-             "Train the model in training mode (model.train()) with gradients enabled, or call "
-             "ampprobe.torch.watch(model, scaler=scaler, optimizer=optimizer) in the script.");
+// The PyTorch bridge could not attach (META bridge_error), or attached and found no model that
+// trains (META no_model) while no process recorded a step.
+static void bridge_end(const report_model *m, report_findings *out) {
+    if (m->bridge_error)
+        unrecorded(out, "the PyTorch bridge did not attach",
+                   "ampprobe run --torch loads ampprobe.torch when the program imports torch; it "
+                   "failed with %s. The program ran without it.",
+                   m->bridge_error,
+                   "Use torch 2.4 or newer (the bridge's minimum) or mend what the message names, "
+                   "and run again. `import ampprobe.torch` in the same Python shows the error with "
+                   "its traceback.");
+    else if (m->no_model && m->end.last_step < 0)
+        unrecorded(out, "the PyTorch bridge found no model to watch",
+                   "ampprobe run --torch watches the first module called in training mode, with "
+                   "gradients enabled, that has trainable parameters; in this run %s.",
+                   m->no_model,
+                   "Train the model in training mode (model.train()) with gradients enabled, or "
+                   "call ampprobe.torch.watch(model, scaler=scaler, optimizer=optimizer) in the "
+                   "script.");
 }
 
 void rule_run_end_run(const report_model *m, report_findings *out) {
     program_end(m, out);
     capture_end(m, out);
     bridge_end(m, out);
-    no_model_end(m, out);
 }
