@@ -415,21 +415,30 @@ static bool install(const NvtxExportTableCallbacks *cb, NvtxCallbackModule modul
     return true;
 }
 
-// At exit: the ranges still open (the exiting thread's and every start/end one) as rows with no
-// end. Registered after the record stream's own exit handler, so it runs before the stream ends.
-static void open_at_exit(void) {
-    while (stack.n > 0) { // innermost first
-        pending *p = &stack.v[--stack.n].p;
-        p->rec.text = p->text;
-        pending_emit(p); // (end_ns still -1: NULL)
+// The ranges still open, this thread's and every start/end one: recorded with no end (emit) or
+// dropped; the tables emptied.
+static void end_open(bool emit) {
+    for (int i = stack.n; i-- > 0;) { // innermost first
+        pending *p = &stack.v[i].p;
+        p->rec.text = p->text; // (the struct moved)
+        if (emit) {
+            pending_emit(p); // (end_ns still -1: NULL)
+        } else {
+            free(p->text);
+        }
     }
     free(stack.v);
     stack.v = NULL;
-    stack.cap = 0;
+    stack.n = stack.cap = 0;
     pthread_mutex_lock(&open_ranges.lock);
     for (size_t i = 0; i < open_ranges.n; i++) {
-        open_ranges.v[i].rec.text = open_ranges.v[i].text;
-        pending_emit(&open_ranges.v[i]);
+        pending *p = &open_ranges.v[i];
+        p->rec.text = p->text;
+        if (emit) {
+            pending_emit(p);
+        } else {
+            free(p->text);
+        }
     }
     free(open_ranges.v);
     open_ranges.v = NULL;
@@ -437,21 +446,18 @@ static void open_at_exit(void) {
     pthread_mutex_unlock(&open_ranges.lock);
 }
 
+// At exit the ranges still open are rows with no end. Registered after the record stream's own
+// exit handler, so it runs before the stream ends.
+static void open_at_exit(void) {
+    end_open(true);
+}
+
 // A forked child's only thread is a copy of the forking one, cached tid included; the ranges it
 // inherited open are the parent's to end and record, not the child's (at its exit).
 static void in_child(void) {
     cached_tid = 0;
-    for (int i = 0; i < stack.n; i++)
-        free(stack.v[i].p.text);
-    free(stack.v);
-    stack.v = NULL;
-    stack.n = stack.cap = 0;
     pthread_mutex_init(&open_ranges.lock, NULL); // (another thread may have held it at the fork)
-    for (size_t i = 0; i < open_ranges.n; i++)
-        free(open_ranges.v[i].text);
-    free(open_ranges.v);
-    open_ranges.v = NULL;
-    open_ranges.n = open_ranges.cap = 0;
+    end_open(false);
 }
 
 static void first_call(void) {
