@@ -93,6 +93,12 @@ START_TEST(test_attn_overflow_names_the_attention_logits) {
         ck_assert_close(atof(query_text(db, sql)), scale, 0, 0);
     }
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE skipped"), 3);
+    // a tensor with no finite value has no range (its counts say what it holds)
+    ck_assert_int_gt(test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE detail LIKE "
+                                        "'%no finite value (% nan, % +inf, % -inf)%'"),
+                     0);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE detail LIKE '%min nan%'"), 0);
     sqlite3_close(db);
 }
 END_TEST

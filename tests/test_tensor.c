@@ -100,6 +100,28 @@ START_TEST(test_free_before_backward) {
 }
 END_TEST
 
+// p's gradient read by an op (mul saves it for q's gradient), then dropped by zero_grad before
+// the backward that reads it: it stays until the reset, and q's gradient is p's old one.
+START_TEST(test_zero_grad_of_a_gradient_the_tape_holds) {
+    amp_tensor_t *p = param(1, S(2), (float[]){1, 2}), *q = param(1, S(2), (float[]){5, 6});
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, F32, 1, S(2), (float[]){3, 4});
+    amp_backward(ctx, amp_sum(ctx, amp_mul(ctx, p, x)));
+    amp_ctx_reset(ctx);
+    amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, q, amp_tensor_grad(p)));
+    const size_t before = in_use();
+    amp_tensor_zero_grad(p);
+    ck_assert_uint_eq(in_use(), before);
+    ck_assert_ptr_null(amp_tensor_grad(p));
+    amp_backward(ctx, loss);
+    float g[2];
+    amp_tensor_read_f32(amp_tensor_grad(q), g);
+    ck_assert_float_eq(g[0], 3.0f);
+    ck_assert_float_eq(g[1], 4.0f);
+    amp_ctx_reset(ctx);
+    ck_assert_uint_lt(in_use(), before);
+}
+END_TEST
+
 START_TEST(test_free_after_the_optimizer) {
     amp_tensor_t *w = param(1, S(2), (float[]){1, 2});
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
@@ -278,6 +300,7 @@ Suite *tensor_suite(void) {
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_free_targets_between_micro_batches);
     tcase_add_test(f, test_free_before_backward);
+    tcase_add_test(f, test_zero_grad_of_a_gradient_the_tape_holds);
     tcase_add_test(f, test_free_after_the_optimizer);
     tcase_add_test_raise_signal(f, test_free_of_an_optimizer_parameter_aborts, SIGABRT);
     suite_add_tcase(s, f);

@@ -300,13 +300,17 @@ static size_t shape_of(char *buf, size_t n, size_t k, const entry *e) {
     return appendf(buf, n, k, e->ndim == 1 ? ",)" : ")");
 }
 
-// "what f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; "
+// "what f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; " (the range over the finite
+// values: "no finite value" in its place when there is none)
 static size_t describe(char *buf, size_t n, size_t k, const char *what, const entry *e,
                        const amp_stats *s) {
     k = appendf(buf, n, k, "%s %s ", what, amp_dtype_name(e->dtype));
     k = shape_of(buf, n, k, e);
-    k = appendf(buf, n, k, " min %.6g max %.6g amax %.6g", (double)s->min, (double)s->max,
-                (double)s->amax);
+    if (isnan(s->amax))
+        k = appendf(buf, n, k, " no finite value");
+    else
+        k = appendf(buf, n, k, " min %.6g max %.6g amax %.6g", (double)s->min, (double)s->max,
+                    (double)s->amax);
     if (nonfinite(s))
         k = appendf(buf, n, k, " (%lld nan, %lld +inf, %lld -inf)", (long long)s->n_nan,
                     (long long)s->n_posinf, (long long)s->n_neginf);

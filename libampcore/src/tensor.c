@@ -575,12 +575,16 @@ bool amp_tensor_requires_grad(const amp_tensor_t *t) {
 // Frees t's gradient (its storage; the struct too when t owns it: a persistent tensor's gradient
 // is in no list).
 static void grad_free(amp_tensor_t *t) {
-    if (!t->grad) return;
-    if (t->persistent)
-        tensor_destroy(t->grad);
-    else
-        amp_tensor_release_storage(t->grad); // (the struct stays in the scratch list)
+    amp_tensor_t *g = t->grad;
+    if (!g) return;
     t->grad = NULL;
+    if (tape_refers_to(t->ctx, g)) { // an op since has read it: it stays until the tape goes
+        if (t->persistent) list_push(&t->ctx->scratch, &t->ctx->n_scratch, &t->ctx->cap_scratch, g);
+    } else if (t->persistent) {
+        tensor_destroy(g);
+    } else {
+        amp_tensor_release_storage(g); // (the struct stays in the scratch list)
+    }
 }
 
 // t's gradient replaced by a copy in a fresh buffer of t's own, in t's dtype.

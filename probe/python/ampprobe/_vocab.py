@@ -169,8 +169,10 @@ def op_row(name, ins, out, policy):
 
 
 def describe(what, dtype, shape, mn, mx, amax, n_nan=0, n_posinf=0, n_neginf=0):
-    """One segment of an event's detail, as libampcore's describe() writes it."""
-    s = "%s %s %s min %.6g max %.6g amax %.6g" % (what, dtype, _shape(shape), mn, mx, amax)
+    """One segment of an event's detail, as libampcore's describe() writes it (the range over the
+    finite values; amax NaN: there is none)."""
+    s = "%s %s %s " % (what, dtype, _shape(shape))
+    s += "no finite value" if amax != amax else "min %.6g max %.6g amax %.6g" % (mn, mx, amax)
     if n_nan or n_posinf or n_neginf:
         s += " (%d nan, %d +inf, %d -inf)" % (n_nan, n_posinf, n_neginf)
     return s + "; "

@@ -62,6 +62,8 @@ d = _vocab.describe("input 0", "f16", (16, 2, 16, 16), -6.26953, 6.1, 6.26953)
 assert d == "input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.1 amax 6.26953; ", d
 d = _vocab.describe("output", "f16", (8,), -65440, 65440, 65440, 0, 3913, 3977)
 assert d == "output f16 (8,) min -65440 max 65440 amax 65440 (0 nan, 3913 +inf, 3977 -inf); ", d
+none = _vocab.describe("output", "f16", (8,), float("nan"), float("nan"), float("nan"), 8, 0, 0)
+assert none == "output f16 (8,) no finite value (8 nan, 0 +inf, 0 -inf); ", none
 fmax, tiny = _vocab.DTYPES["f16"]
 assert fmax == 65520.0 and tiny == 2.0 ** -14
 # AMP_OPS columns: dtypes after autocast's casts, shapes, analytic FLOPs and bytes
