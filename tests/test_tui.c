@@ -1157,6 +1157,10 @@ START_TEST(e2e_run_tui_tmux) {
           (const char *const[]){"filter: producer", "nonfinite_producer", "blocks.1.attn", NULL});
     // (quoted: the shell would make a bare ? of a one-letter file name in the working directory)
     press("'?'", 10000, (const char *const[]){"any key closes this help", NULL});
+    s = capture(false);
+    ck_assert_msg(!strstr(s, "nonfinite_producer") && !strstr(s, "filter: producer"),
+                  "the view shows beside the help:\n%s", s);
+    free(s);
     press("1", 180000, (const char *const[]){"tiny_gpt exited with status 0", "REPLAY", NULL});
     // q: a clean terminal (no alternate screen, cursor back), the summary, PROG's status.
     press("q", 10000, (const char *const[]){"AMPPROBE-EXIT=0", "ampprobe: 250 steps", NULL});

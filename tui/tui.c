@@ -280,10 +280,10 @@ static void draw_footer(const tui_app *app, const tui_layout *l) {
     }
 }
 
+// The keys, on a page of their own in place of the tabs and the view (the header and the footer
+// stay: a live program's end still shows); the title first, so that a short terminal keeps it.
 static void draw_help(const tui_layout *l) {
     static const char *const lines[] = {
-        "ampprobe tui: keys",
-        "",
         "Tab, 1-4     overview, layers, kernels, events",
         "j/k, arrows  move the selection (PgUp/PgDn, g/G)",
         "s            sort by the next column",
@@ -296,15 +296,11 @@ static void draw_help(const tui_layout *l) {
         "",
         "layers: red = NaN/+Inf or < 1 bit of headroom to the dtype's max,",
         "yellow = < 3 bits, or >= 5% of values lost to underflow",
-        "",
-        "any key closes this help",
     };
-    int n = (int)(sizeof lines / sizeof lines[0]), w = 66;
-    if (w > l->cols - 2) w = l->cols - 2;
-    int h = n + 2 < l->rows - 2 ? n + 2 : l->rows - 2;
-    int y0 = (l->rows - h) / 2, x0 = (l->cols - w) / 2;
-    for (int i = 0; i < h; i++)
-        tui_print(y0 + i, x0, w, A_REVERSE, "%-*s", w, i > 0 && i - 1 < n ? lines[i - 1] : "");
+    const int n = (int)(sizeof lines / sizeof lines[0]), y0 = l->tabs.y, w = l->cols - 2;
+    tui_print(y0, 2, w, A_BOLD, "ampprobe tui: keys (any key closes this help)");
+    for (int i = 0; i < n && y0 + 2 + i < l->footer.y; i++)
+        tui_print(y0 + 2 + i, 2, w, A_NORMAL, "%s", lines[i]);
 }
 
 void tui_app_draw(const tui_app *app, const tui_layout *l) {
@@ -317,10 +313,13 @@ void tui_app_draw(const tui_app *app, const tui_layout *l) {
         return;
     }
     draw_header(app, l);
-    draw_tabs(app, l);
-    views[app->view]->draw(app, l);
+    if (app->help) {
+        draw_help(l);
+    } else {
+        draw_tabs(app, l);
+        views[app->view]->draw(app, l);
+    }
     draw_footer(app, l);
-    if (app->help) draw_help(l);
 }
 
 // ---------------------------------------------------------------------------------------------
