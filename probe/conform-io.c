@@ -154,7 +154,8 @@ bool conform_parse_long(const char *s, long *out) {
 
 bool conform_parse_hex(const char *s, uint32_t max, uint32_t *out) {
     if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s += 2;
-    if (!isxdigit((unsigned char)s[0])) return false;
+    // hex digits only from here: strtoull would also take a second "0x", a sign or blanks
+    if (!s[0] || s[strspn(s, "0123456789abcdefABCDEF")]) return false;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 16);

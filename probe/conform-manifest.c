@@ -26,11 +26,16 @@ static bool read_pairs(struct conform_run *r, const char *name, struct kv *kv, i
     *n = 0;
     while (ok && conform_text_next_record(&t)) {
         char joined[192] = "";
-        for (int i = 0; i < t.ntok; i++)
+        bool split = false; // a blank not next to '=' ("in = 1 2" is no "in=12")
+        for (int i = 0; i < t.ntok; i++) {
+            const char *prev = i > 0 ? t.tok[i - 1] : "=";
+            split |= prev[strlen(prev) - 1] != '=' && t.tok[i][0] != '=';
             strncat(joined, t.tok[i], sizeof joined - strlen(joined) - 1);
+        }
         char *eq = strchr(joined, '=');
-        if (!eq || eq == joined || !eq[1]) {
-            conform_error(r, name, t.lineno, "expected key=value");
+        if (!eq || eq == joined || !eq[1] || split) {
+            conform_error(r, name, t.lineno, "expected key=value%s",
+                          split && eq ? " (blanks only around '=')" : "");
             ok = false;
             break;
         }
@@ -184,6 +189,14 @@ bool conform_manifest_parse(struct conform_run *r, const char *name, struct conf
             conform_error(r, name, 0, "missing key '%s'", required[i]);
             return false;
         }
+    }
+    // X holds steps x batch x in floats: a count whose bytes overflow is no file (and the
+    // product of three shapes up to 2^30 overflows int64 where the case computes it)
+    int64_t values;
+    if (__builtin_mul_overflow(m->steps * m->batch, m->in, &values) || values > INT64_MAX / 4) {
+        conform_error(r, name, 0, "steps x batch x in = %lld x %lld x %lld: too many values",
+                      (long long)m->steps, (long long)m->batch, (long long)m->in);
+        return false;
     }
     return true;
 }

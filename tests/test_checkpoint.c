@@ -2,8 +2,10 @@
  * test_checkpoint.c — the `checkpoint` suite: save/load round trips (parameters, Adam and SGD
  * state, GradScaler state) that resume bit-identically; every truncation and every flipped byte
  * of a small checkpoint is refused with nothing changed; mismatched names, shapes, dtypes,
- * optimizer kinds and scaler states; I/O errors; and hand-built files (the documented format,
- * with a valid CRC) that lie about their lengths.
+ * optimizer kinds and scaler states; I/O errors; hand-built files (the documented format,
+ * with a valid CRC) that lie about their lengths, hold step counts that cannot grow or hide a
+ * duplicate among 200k records; and a huge foreign file, refused by its header without being
+ * read.
  */
 #define _GNU_SOURCE // memmem
 #include "tests.h"
@@ -407,6 +409,36 @@ START_TEST(test_bad_scaler_factors_undo) {
 }
 END_TEST
 
+// Step counts the next step could not increment (the optimizer's counter overflowed), the
+// optimizer's and a parameter's own.
+START_TEST(test_uncountable_steps) {
+    make_dir();
+    target t;
+    target_init(&t);
+    for (int k = 0; k < 2; k++) {
+        size_t n;
+        uint8_t *b = small_checkpoint(&n);
+        uint8_t *opt_name = NULL;
+        for (size_t i = 0; !opt_name && i + 9 <= n; i++)
+            if (memcmp(b + i, "optimizer", 9) == 0) opt_name = b + i;
+        ck_assert_ptr_nonnull(opt_name);
+        // steps: after name, body_len and nine 4-byte fields; or in the state record of "w" that
+        // follows the 52-byte body (after its type, name_len, name, body_len)
+        put_le(opt_name + 9 + 8 + (k == 0 ? 36 : 52 + 4 + 4 + 1 + 8), INT64_MAX, 8);
+        fix_crc(b, n);
+        spit(path("steps.ckpt"), b, n);
+        free(b);
+        ck_assert_int_eq(amp_checkpoint_load(path("steps.ckpt"), &t.w, 1, t.opt, t.sc),
+                         AMP_ERR_CORRUPT);
+        ck_assert_ptr_nonnull(strstr(amp_last_error(), k == 0 ? "'optimizer': bad optimizer header"
+                                                              : "'w': bad optimizer state header"));
+        target_unchanged(&t);
+    }
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Mismatches
 
@@ -690,6 +722,58 @@ START_TEST(test_hand_built_files) {
 }
 END_TEST
 
+// A hostile file of many small records whose last repeats the first one's name: the duplicate is
+// found by sorting (comparing every pair took minutes for a few MB of records).
+START_TEST(test_many_records_one_duplicate) {
+    make_dir();
+    enum { HEADER = 24, N = 200000, REC = 4 + 4 + 10 + 8 + 10 }; // REC: type, name, body
+    const size_t n = HEADER + (size_t)N * REC + 4;
+    uint8_t *b = calloc(n, 1), *p = b + HEADER;
+    memcpy(b, "AMPCKPT1", 8);
+    put_le(b + 8, 1, 4);
+    put_le(b + 12, N, 4);
+    put_le(b + 16, (uint64_t)N * REC, 8);
+    for (int i = 0; i < N; i++, p += REC) {
+        char name[16];
+        snprintf(name, sizeof name, "p%09d", i == N - 1 ? 0 : i);
+        put_le(p, 1, 4); // PARAM
+        put_le(p + 4, 10, 4);
+        memcpy(p + 8, name, 10);
+        put_le(p + 18, 10, 8);
+        put_le(p + 26, AMP_DTYPE_F16, 4); // ndim 0: one element, zero
+    }
+    fix_crc(b, n);
+    spit(path("many.ckpt"), b, n);
+    free(b);
+    target t;
+    target_init(&t);
+    ck_assert_int_eq(amp_checkpoint_load(path("many.ckpt"), &t.w, 1, t.opt, t.sc), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "record 'p000000000': duplicate name"));
+    target_unchanged(&t);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
+// A large file that is no checkpoint (sparse, 1 TiB) is refused by its header before it would be
+// read into memory (an allocation that failed: an abort inside the caller's process).
+START_TEST(test_large_foreign_file) {
+    make_dir();
+    FILE *f = fopen(path("big.bin"), "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs("not a checkpoint", f);
+    ck_assert_int_eq(ftruncate(fileno(f), (off_t)1 << 40), 0);
+    fclose(f);
+    target t;
+    target_init(&t);
+    ck_assert_int_eq(amp_checkpoint_load(path("big.bin"), &t.w, 1, t.opt, t.sc), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "big.bin': bad magic"));
+    target_unchanged(&t);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
 Suite *checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("round_trip");
@@ -702,7 +786,10 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_truncated_at_every_length);
     tcase_add_test(tc, test_every_flipped_byte);
     tcase_add_test(tc, test_bad_scaler_factors_undo);
+    tcase_add_test(tc, test_uncountable_steps);
     tcase_add_test(tc, test_hand_built_files);
+    tcase_add_test(tc, test_many_records_one_duplicate);
+    tcase_add_test(tc, test_large_foreign_file);
     suite_add_tcase(s, tc);
     tc = tcase_create("mismatch");
     tcase_add_test(tc, test_wrong_shape);

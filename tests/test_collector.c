@@ -3,12 +3,13 @@
  *
  * Every record type lands in its table with NULL for what was not known; steps and scale updates
  * meet in AMP_STEPS; kernels get nsys's StringIds names; an event storm is folded into a bounded
- * number of rows. Several processes write at once and all of their records arrive; a writer killed
- * with SIGKILL still has everything it flushed ingested; a truncated file, a corrupt record, an
- * unknown record type and a foreign file are warned about and skipped without losing the rest;
- * rows are visible to a reader while the writer still runs. The read-only open refuses missing,
- * foreign, truncated and newer-schema files with one line. AMPPROBE_OUT gives a program its own
- * database, and without the environment a program records nothing.
+ * number of rows (made-up counts saturate). Several processes write at once and all of their
+ * records arrive; a writer killed with SIGKILL still has everything it flushed ingested; a
+ * truncated file, a corrupt record, an unknown record type, a foreign file and a header naming no
+ * process are warned about and skipped without losing the rest; rows are visible to a reader
+ * while the writer still runs. The read-only open refuses missing, foreign, truncated and
+ * newer-schema files with one line. AMPPROBE_OUT gives a program its own database, and without
+ * the environment a program records nothing.
  */
 #include "tests.h"
 
@@ -546,6 +547,33 @@ START_TEST(test_event_storm_is_bounded) {
 }
 END_TEST
 
+// Counts that a broken writer makes up must not overflow the aggregate's sum (undefined in C; in
+// practice it wrapped negative and the sum was dropped): it saturates.
+START_TEST(test_event_count_saturates) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    for (int i = 0; i < 13; i++) // 10 rows of their own, the aggregate, two folded into it
+        amp_record_event(&(amp_rec_event){.step = i,
+                                          .layer_id = 1,
+                                          .op = "mul",
+                                          .phase = AMP_PHASE_FWD,
+                                          .kind = AMP_EVENT_OVERFLOW,
+                                          .severity = AMP_SEVERITY_WARNING,
+                                          .count = i < 11 ? 1 : INT64_MAX / 2 + 1,
+                                          .value = NAN});
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT occurrences FROM AMP_EVENTS WHERE aggregate = 1"),
+                     3);
+    ck_assert_double_ge(q_real(db, "SELECT count FROM AMP_EVENTS WHERE aggregate = 1"), 9e18);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 // The store binds a statement's parameter again only when its value changed (store.c, binder):
 // rows whose columns repeat, turn NULL, come back, and texts that grow past the kept copy's first
 // allocation and shrink again must all land as emitted.
@@ -832,6 +860,52 @@ START_TEST(test_corrupt_record_skips_rest) {
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES WHERE pid = 12", buf, 64),
                      "complete");
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 3);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+// The live step time of made-up step times: the subtraction overflowed (undefined in C; in
+// practice it wrapped, and a step that ends after it starts took -2 ns).
+START_TEST(test_step_time_does_not_overflow) {
+    fixture f;
+    fixture_init(&f);
+    amp_rec_step s = {.step = 1, .start_ns = INT64_MIN + 1, .end_ns = INT64_MAX, .loss = 1};
+    uint8_t rec[256];
+    size_t len = amp_rec_encode(AMP_REC_STEP, &s, rec, sizeof rec);
+    write_spool(&f, "1-1.spool", 4242, 0, rec, len);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.records, 1);
+    ck_assert_double_ge(st.last_step_ms, 1.8e13);
+    finish(c, 0);
+    fixture_free(&f);
+}
+END_TEST
+
+// A spool header whose pid is no process is refused like a foreign file: pid 0 would put the
+// file's META records among the run's own (here a schema version that makes the database
+// unreadable), and a negative one has no nsys globalPid.
+START_TEST(test_header_pid_not_a_process) {
+    fixture f;
+    fixture_init(&f);
+    amp_rec_meta meta = {"schema_version", "99.0"};
+    uint8_t rec[128];
+    size_t len = amp_rec_encode(AMP_REC_META, &meta, rec, sizeof rec);
+    write_spool(&f, "1-1.spool", 0, 2, rec, len);
+    write_spool(&f, "2-1.spool", -5, 2, NULL, 0);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.warnings, 2);
+    ck_assert_int_eq(st.records, 0);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 0);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 0);
     sqlite3_close(db);
     fixture_free(&f);
 }
@@ -1213,6 +1287,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_event_storm_is_bounded);
     tcase_add_test(t, test_kernel_short_names);
     tcase_add_test(t, test_repeated_values_land_as_emitted);
+    tcase_add_test(t, test_event_count_saturates);
     tcase_set_timeout(t, 60);
     suite_add_tcase(s, t);
     TCase *w = tcase_create("writers");
@@ -1222,6 +1297,8 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_truncated_spool);
     tcase_add_test(w, test_reserve_held_until_the_end);
     tcase_add_test(w, test_corrupt_record_skips_rest);
+    tcase_add_test(w, test_header_pid_not_a_process);
+    tcase_add_test(w, test_step_time_does_not_overflow);
     tcase_add_test(w, test_rows_visible_while_running);
     tcase_add_test(w, test_batched_rows_land_in_order);
     tcase_add_test(w, test_committed_spool_bytes_go_back_to_the_disk);

@@ -440,6 +440,17 @@ START_TEST(test_malformed_e2e) {
     ck_assert_int_eq(c.status, 2);
     ck_assert_has(c.err, "/e2e_mlp_sgd.manifest: missing key 'batch'\n");
     captured_free(&c);
+
+    // blanks go around '=' only: "1 28" is no 128
+    expect_malformed("e2e_s.manifest", "in=4\nhidden = 1 28\n", "e2e_s.manifest:2",
+                     "expected key=value (blanks only around '=')\n");
+    // shapes each in range whose product is not (it overflowed where the case computes it)
+    expect_malformed(
+        "e2e_t.manifest",
+        "in=1073741824\nhidden=1\nout=1\nbatch=1073741824\nsteps=1073741824\n"
+        "act=relu\noptimizer=sgd\n",
+        "e2e_t.manifest",
+        "steps x batch x in = 1073741824 x 1073741824 x 1073741824: too many values\n");
 }
 END_TEST
 
@@ -637,6 +648,8 @@ START_TEST(test_number_parsers) {
     ck_assert(conform_parse_hex("0x3C00", 0xFFFF, &u) && u == 0x3c00u);
     ck_assert(!conform_parse_hex("13c00", 0xFFFF, &u));
     ck_assert(!conform_parse_hex("-1", UINT32_MAX, &u));
+    ck_assert(!conform_parse_hex("0x0x5", UINT32_MAX, &u)); // strtoull takes the second 0x
+    ck_assert(!conform_parse_hex("0X", UINT32_MAX, &u));
     ck_assert(!conform_parse_hex("", UINT32_MAX, &u));
 }
 END_TEST

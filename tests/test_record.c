@@ -546,6 +546,12 @@ START_TEST(test_spool_header) {
     bad = h;
     bad.byte_order = 0x04030201;
     ck_assert_int_eq(amp_spool_header_check(&bad), AMP_ERR_UNSUPPORTED);
+    bad = h;
+    bad.pid = 0; // the database's pid of the run's own rows
+    ck_assert_int_eq(amp_spool_header_check(&bad), AMP_ERR_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "pid 0"));
+    bad.pid = -5;
+    ck_assert_int_eq(amp_spool_header_check(&bad), AMP_ERR_CORRUPT);
 }
 END_TEST
 

@@ -26,10 +26,10 @@
  *                             disabled GradScaler, the rest is 0)
  *
  * At most one OPTIM and one SCALER record; one OPTIM_STATE per optimizer parameter. Saving
- * writes path.tmp, fsyncs it and renames it over path. Loading reads the whole file, checks the
- * header, the size, the CRC and every length against the bytes that are there, decodes every
- * record, matches it against the caller's parameters, optimizer and scaler, and only then
- * changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash.
+ * writes path.tmp, fsyncs it and renames it over path. Loading checks the header against the
+ * file's size, reads the whole file, checks the CRC and every length against the bytes that are
+ * there, decodes every record, matches it against the caller's parameters, optimizer and scaler,
+ * and only then changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash or a hang.
  */
 // clang-format on
 #include "amp-impl.h"
@@ -371,7 +371,48 @@ static void ck_file_free(ck_file *f) {
     free(f->recs);
 }
 
-static amp_status read_file(const char *path, uint8_t **out, size_t *size) {
+static amp_status corrupt(const ck_file *f, const char *what, const ck_record *rec) {
+    if (rec)
+        return amp_set_error(AMP_ERR_CORRUPT, "checkpoint '%s': record '%.*s': %s", f->path,
+                             (int)rec->name_len, rec->name, what);
+    return amp_set_error(AMP_ERR_CORRUPT, "checkpoint '%s': %s", f->path, what);
+}
+
+// The header (head: its first bytes, all of them when the file holds them) of a file of size
+// bytes: magic, version, and a payload length that the size matches.
+static amp_status check_header(const ck_file *f, const uint8_t *head, size_t size,
+                               uint32_t *n_records, uint64_t *payload) {
+    char msg[160];
+    size_t magic_n = size < 8 ? size : 8;
+    if (memcmp(head, CK_MAGIC, magic_n) != 0)
+        return corrupt(f, "bad magic (not an ampprobe checkpoint)", NULL);
+    if (size < CK_HEADER_BYTES + 4) {
+        snprintf(msg, sizeof msg, "truncated: %zu bytes, shorter than the header and trailer",
+                 size);
+        return corrupt(f, msg, NULL);
+    }
+    reader r = {.p = head + 8, .left = CK_HEADER_BYTES - 8, .ok = true};
+    uint32_t version = get_u32(&r);
+    *n_records = get_u32(&r);
+    *payload = get_u64(&r);
+    if (version != CK_VERSION) {
+        snprintf(msg, sizeof msg, "unsupported version %u (this build reads %u)", version,
+                 CK_VERSION);
+        return corrupt(f, msg, NULL);
+    }
+    if (*payload != size - CK_HEADER_BYTES - 4) {
+        snprintf(msg, sizeof msg, "%s: the header says %llu payload bytes, the file holds %zu",
+                 *payload > size - CK_HEADER_BYTES - 4 ? "truncated" : "trailing bytes",
+                 (unsigned long long)*payload, size - CK_HEADER_BYTES - 4);
+        return corrupt(f, msg, NULL);
+    }
+    return AMP_OK;
+}
+
+// Reads f->path whole into f->bytes (*size bytes). The header is checked first, so that a large
+// file that is no checkpoint is not read into memory.
+static amp_status read_file(ck_file *f, size_t *size, uint32_t *n_records, uint64_t *payload) {
+    const char *path = f->path;
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return amp_set_error(AMP_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
@@ -385,26 +426,31 @@ static amp_status read_file(const char *path, uint8_t **out, size_t *size) {
         fclose(fp);
         return amp_set_error(AMP_ERR_IO, "cannot read checkpoint '%s': not a regular file", path);
     }
-    size_t n = (size_t)sb.st_size;
-    uint8_t *buf = amp_xmalloc(n);
-    size_t got = fread(buf, 1, n, fp);
+    size_t n = (size_t)sb.st_size, head_n = n < CK_HEADER_BYTES ? n : CK_HEADER_BYTES;
+    uint8_t head[CK_HEADER_BYTES], *buf = NULL;
+    amp_status st = AMP_OK;
+    size_t got = fread(head, 1, head_n, fp);
+    if (got == head_n) {
+        st = check_header(f, head, n, n_records, payload);
+        if (st == AMP_OK && !(buf = malloc(n)))
+            st = amp_set_error(AMP_ERR_IO, "cannot read checkpoint '%s': no memory for %zu bytes",
+                               path, n);
+        if (st == AMP_OK) {
+            memcpy(buf, head, head_n);
+            got += fread(buf + head_n, 1, n - head_n, fp);
+        }
+    }
     int err = ferror(fp) ? errno : 0;
     fclose(fp);
+    if (st != AMP_OK) return st;
     if (got != n) {
         free(buf);
         return amp_set_error(AMP_ERR_IO, "cannot read checkpoint '%s': %s", path,
                              err ? strerror(err) : "file shrank while reading");
     }
-    *out = buf;
+    f->bytes = buf;
     *size = n;
     return AMP_OK;
-}
-
-static amp_status corrupt(const ck_file *f, const char *what, const ck_record *rec) {
-    if (rec)
-        return amp_set_error(AMP_ERR_CORRUPT, "checkpoint '%s': record '%.*s': %s", f->path,
-                             (int)rec->name_len, rec->name, what);
-    return amp_set_error(AMP_ERR_CORRUPT, "checkpoint '%s': %s", f->path, what);
 }
 
 static bool get_tensor(reader *r, ck_tensor *t) {
@@ -424,6 +470,11 @@ static bool get_tensor(reader *r, ck_tensor *t) {
     if (numel > r->left / esize) return false;
     t->data = take(r, (size_t)numel * esize);
     return r->ok;
+}
+
+// A saved step count: not negative, and one the next step can still increment.
+static bool countable(int64_t steps) {
+    return steps >= 0 && steps < INT64_MAX;
 }
 
 // Decodes one record's body (exactly body_len bytes) into rec / f.
@@ -451,7 +502,7 @@ static amp_status decode_body(ck_file *f, ck_record *rec, reader body) {
         f->optim_steps = (int64_t)get_u64(&body);
         f->optim_n_params = get_u32(&body);
         f->optim_n_state = get_u32(&body);
-        if (!body.ok || kind > AMP_OPTIM_ADAMW || nesterov > 1 || f->optim_steps < 0 ||
+        if (!body.ok || kind > AMP_OPTIM_ADAMW || nesterov > 1 || !countable(f->optim_steps) ||
             f->optim_n_state > 2)
             return corrupt(f, "bad optimizer header", rec);
         break;
@@ -459,7 +510,7 @@ static amp_status decode_body(ck_file *f, ck_record *rec, reader body) {
     case REC_OPTIM_STATE:
         rec->steps = (int64_t)get_u64(&body);
         rec->n_state = get_u32(&body);
-        if (!body.ok || rec->steps < 0 || rec->n_state > 2)
+        if (!body.ok || !countable(rec->steps) || rec->n_state > 2)
             return corrupt(f, "bad optimizer state header", rec);
         for (uint32_t k = 0; k < rec->n_state; k++)
             if (!get_tensor(&body, &rec->tensor[k]))
@@ -486,41 +537,39 @@ static amp_status decode_body(ck_file *f, ck_record *rec, reader body) {
     return AMP_OK;
 }
 
-static bool same_name(const ck_record *a, const ck_record *b) {
-    return a->type == b->type && a->name_len == b->name_len &&
-           memcmp(a->name, b->name, a->name_len) == 0;
+// Orders records by type, then name (qsort of pointers to them).
+static int cmp_record(const void *x, const void *y) {
+    const ck_record *a = *(const ck_record *const *)x, *b = *(const ck_record *const *)y;
+    if (a->type != b->type) return a->type < b->type ? -1 : 1;
+    int c = memcmp(a->name, b->name, a->name_len < b->name_len ? a->name_len : b->name_len);
+    if (c != 0) return c;
+    return a->name_len < b->name_len ? -1 : a->name_len > b->name_len;
+}
+
+// A record whose type and name an earlier one has: found by sorting, as comparing every pair
+// would take minutes for a hostile file of a few MB holding 100k small records.
+static const ck_record *find_duplicate(const ck_file *f) {
+    const ck_record **sorted = amp_xmalloc((size_t)f->n_recs * sizeof *sorted);
+    for (uint32_t i = 0; i < f->n_recs; i++)
+        sorted[i] = &f->recs[i];
+    amp_sort(sorted, f->n_recs, sizeof *sorted, cmp_record);
+    const ck_record *dup = NULL;
+    for (uint32_t i = 1; i < f->n_recs && !dup; i++)
+        if (cmp_record(&sorted[i - 1], &sorted[i]) == 0) dup = sorted[i];
+    free(sorted);
+    return dup;
 }
 
 // Reads and checks the whole file: header, size, CRC, every record.
 static amp_status ck_file_read(const char *path, ck_file *f) {
     *f = (ck_file){.path = path};
     size_t size = 0;
-    amp_status st = read_file(path, &f->bytes, &size);
+    uint32_t n_records = 0;
+    uint64_t payload = 0;
+    amp_status st = read_file(f, &size, &n_records, &payload);
     if (st != AMP_OK) return st;
     char msg[160];
 
-    size_t magic_n = size < 8 ? size : 8;
-    if (memcmp(f->bytes, CK_MAGIC, magic_n) != 0)
-        return corrupt(f, "bad magic (not an ampprobe checkpoint)", NULL);
-    if (size < CK_HEADER_BYTES + 4) {
-        snprintf(msg, sizeof msg, "truncated: %zu bytes, shorter than the header and trailer",
-                 size);
-        return corrupt(f, msg, NULL);
-    }
-    reader r = {.p = f->bytes + 8, .left = CK_HEADER_BYTES - 8, .ok = true};
-    uint32_t version = get_u32(&r), n_records = get_u32(&r);
-    uint64_t payload = get_u64(&r);
-    if (version != CK_VERSION) {
-        snprintf(msg, sizeof msg, "unsupported version %u (this build reads %u)", version,
-                 CK_VERSION);
-        return corrupt(f, msg, NULL);
-    }
-    if (payload != size - CK_HEADER_BYTES - 4) {
-        snprintf(msg, sizeof msg, "%s: the header says %llu payload bytes, the file holds %zu",
-                 payload > size - CK_HEADER_BYTES - 4 ? "truncated" : "trailing bytes",
-                 (unsigned long long)payload, size - CK_HEADER_BYTES - 4);
-        return corrupt(f, msg, NULL);
-    }
     uint32_t table[256];
     crc32_table(table);
     uint32_t crc = crc32_update(table, 0, f->bytes, size - 4);
@@ -534,7 +583,7 @@ static amp_status ck_file_read(const char *path, ck_file *f) {
         return corrupt(f, "record count larger than the payload can hold", NULL);
 
     f->recs = amp_xcalloc(n_records ? n_records : 1, sizeof *f->recs);
-    r = (reader){.p = f->bytes + CK_HEADER_BYTES, .left = (size_t)payload, .ok = true};
+    reader r = {.p = f->bytes + CK_HEADER_BYTES, .left = (size_t)payload, .ok = true};
     for (uint32_t i = 0; i < n_records; i++) {
         ck_record *rec = &f->recs[i];
         rec->type = get_u32(&r);
@@ -547,10 +596,10 @@ static amp_status ck_file_read(const char *path, ck_file *f) {
         }
         reader body = {.p = take(&r, (size_t)body_len), .left = (size_t)body_len, .ok = true};
         if ((st = decode_body(f, rec, body)) != AMP_OK) return st;
-        for (uint32_t j = 0; j < i; j++)
-            if (same_name(&f->recs[j], rec)) return corrupt(f, "duplicate name", rec);
         f->n_recs++;
     }
+    const ck_record *dup = find_duplicate(f);
+    if (dup) return corrupt(f, "duplicate name", dup);
     if (r.left != 0) {
         snprintf(msg, sizeof msg, "%zu bytes after the last of %u records", r.left, n_records);
         return corrupt(f, msg, NULL);

@@ -372,7 +372,10 @@ static amp_status ingest_event(amp_collector_t *c, spool_file *f, const amp_rec_
     }
     a->pending++;
     a->last_step = r->step;
-    if (r->count >= 0) a->count = (a->count < 0 ? 0 : a->count) + r->count;
+    if (r->count >= 0) { // (a garbage count must not overflow the sum: it saturates)
+        const int64_t sum = a->count < 0 ? 0 : a->count;
+        a->count = r->count > INT64_MAX - sum ? INT64_MAX : sum + r->count;
+    }
     if (!isnan(r->value)) a->value = r->value;
     return AMP_OK;
 }
@@ -405,7 +408,8 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
             st->step_processes++;
         }
         st->last_step = r->step.step;
-        st->last_step_ms = (double)(r->step.end_ns - r->step.start_ns) / 1e6;
+        // (subtracted as doubles: made-up times must not overflow)
+        st->last_step_ms = ((double)r->step.end_ns - (double)r->step.start_ns) / 1e6;
         st->last_loss = r->step.loss;
         return amp_store_step(s, f->pid, &r->step);
     case AMP_REC_SCALE:

@@ -414,5 +414,9 @@ amp_status amp_spool_header_check(const amp_spool_header *h) {
     if (h->header_bytes < sizeof *h)
         return amp_set_error(AMP_ERR_CORRUPT, "spool header of %u bytes is too short",
                              (unsigned)h->header_bytes);
+    // (pid 0 would be the run's own rows in the database: META's run-wide keys)
+    if (h->pid <= 0)
+        return amp_set_error(AMP_ERR_CORRUPT, "spool header names pid %d, not a process",
+                             (int)h->pid);
     return AMP_OK;
 }
