@@ -17,6 +17,7 @@
  * scale of 1.0, so a first scale_before of 1.0 with another init_scale means none. Without a
  * trace, fp16 uses one and bf16 only when the manifest gives a scaler key.
  */
+#include "amp-impl.h" // amp_xcalloc
 #include "conform.h"
 
 #include <inttypes.h>
@@ -237,7 +238,7 @@ static void compare(struct conform_run *r, const struct e2e_case *c, const struc
 static bool load_trace(struct conform_run *r, struct e2e_case *c, const char *name) {
     struct conform_text t;
     if (!conform_text_open(&t, r, name)) return false;
-    c->trace = calloc((size_t)c->m.steps, sizeof *c->trace);
+    c->trace = amp_xcalloc((size_t)c->m.steps, sizeof *c->trace);
     int64_t rows = 0;
     long first_step = 0;
     bool good = true;
@@ -375,11 +376,11 @@ static void run_case(struct conform_run *r, struct e2e_case *c) {
 
     size_t steps = (size_t)m->steps;
     struct e2e_job j = {.c = c, .device = r->device};
-    float *buf = calloc(4 * steps, sizeof *buf);
+    float *buf = amp_xcalloc(4 * steps, sizeof *buf);
     j.loss = buf, j.scale_before = buf + steps, j.found_inf = buf + 2 * steps;
     j.scale_after = buf + 3 * steps;
     for (int i = 0; i < NPARAM; i++)
-        j.final[i] = calloc((size_t)param_numel(m, i), sizeof(float));
+        j.final[i] = amp_xcalloc((size_t)param_numel(m, i), sizeof(float));
     char msg[1024];
     if (!conform_guarded(run_e2e, &j, msg, sizeof msg))
         conform_fail(r, c->file, c->label, "libampcore aborted: %s", msg);
