@@ -780,6 +780,34 @@ START_TEST(test_truncated_spool) {
 }
 END_TEST
 
+// A spool file shorter than the header it holds says (cut off within the header) is truncated,
+// not complete.
+START_TEST(test_spool_shorter_than_its_header) {
+    fixture f;
+    fixture_init(&f);
+    char path[256];
+    snprintf(path, sizeof path, "%s/1-1.spool", f.spool);
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    amp_spool_header h;
+    amp_spool_header_init(&h, 4242, 1, 1000, "handmade");
+    h.header_bytes = sizeof h + 100;
+    fwrite(&h, sizeof h, 1, fp);
+    fclose(fp);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.warnings, 1);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[64];
+    ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "truncated");
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 // A collector that makes its own spool directory holds 256 KiB there for the end of the run (room
 // to finish on a full disk) and gives it back with the directory; a run that stopped nothing
 // short has no capture_error. (test_truncated_spool: a spool cut off on a disk with room is not
@@ -1295,6 +1323,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_many_processes);
     tcase_add_test(w, test_killed_writer_still_ingested);
     tcase_add_test(w, test_truncated_spool);
+    tcase_add_test(w, test_spool_shorter_than_its_header);
     tcase_add_test(w, test_reserve_held_until_the_end);
     tcase_add_test(w, test_corrupt_record_skips_rest);
     tcase_add_test(w, test_header_pid_not_a_process);

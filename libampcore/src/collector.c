@@ -652,10 +652,15 @@ static amp_status poll_files(amp_collector_t *c) {
             continue;
         }
         struct stat sb;
-        if (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size > f->offset) {
-            warn(c, "%s: the last record is incomplete (%llu bytes); skipped",
-                 file_label(f, label, sizeof label),
-                 (unsigned long long)((uint64_t)sb.st_size - f->offset));
+        if (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size != f->offset) {
+            if ((uint64_t)sb.st_size > f->offset)
+                warn(c, "%s: the last record is incomplete (%llu bytes); skipped",
+                     file_label(f, label, sizeof label),
+                     (unsigned long long)((uint64_t)sb.st_size - f->offset));
+            else // (its header says it is longer than the file)
+                warn(c, "%s: %llu bytes, shorter than its header's %llu",
+                     file_label(f, label, sizeof label), (unsigned long long)sb.st_size,
+                     (unsigned long long)f->offset);
             if (spool_disk_full(c))
                 note_stopped(c, "the disk that holds the spool (beside the database) was full: "
                                 "a process could not write its records");
