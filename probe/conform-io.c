@@ -79,9 +79,18 @@ static void push_token(struct conform_text *t, char *s) {
 
 bool conform_text_next(struct conform_text *t) {
     for (;;) {
+        errno = 0;
         ssize_t len = getline(&t->line, &t->line_cap, t->f);
+        if (len < 0 && ferror(t->f)) { // (not the end: a check would pass on what was read)
+            fprintf(stderr, "ampprobe conform: cannot read %s after line %d: %s\n", t->name,
+                    t->lineno, strerror(errno ? errno : EIO));
+            exit(2);
+        }
         if (len < 0) return false;
         t->lineno++;
+        // a NUL byte would end the line early and drop the fields after it: it spoils its field
+        for (char *z; (z = memchr(t->line, '\0', (size_t)len));)
+            *z = '\x7f';
         t->ntok = 0;
         t->is_comment = false;
         char *p = t->line;
@@ -134,6 +143,7 @@ void conform_text_close(struct conform_text *t) {
 }
 
 bool conform_parse_double(const char *s, double *out) {
+    if (strpbrk(s, "xX")) return false; // decimal: strtod would also read hex floats
     char *end;
     errno = 0;
     double v = strtod(s, &end);

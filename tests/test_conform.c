@@ -642,6 +642,7 @@ START_TEST(test_number_parsers) {
     ck_assert(!conform_parse_double("1.0x", &d));
     ck_assert(!conform_parse_double("", &d));
     ck_assert(!conform_parse_double("1e999", &d));
+    ck_assert(!conform_parse_double("0x1p3", &d)); // a hex float is no decimal
     ck_assert(conform_parse_long("-3", &l) && l == -3);
     ck_assert(!conform_parse_long("3.0", &l));
     ck_assert(conform_parse_hex("7fc00000", UINT32_MAX, &u) && u == 0x7fc00000u);
@@ -669,6 +670,14 @@ START_TEST(test_text_records) {
     ck_assert(conform_text_next_record(&t));
     ck_assert_str_eq(t.tok[0], "end");
     ck_assert(!conform_text_next_record(&t));
+    conform_text_close(&t);
+    // a NUL byte spoils its field (it does not end the line, dropping the fields after it)
+    write_file("z.txt", "0 2.0\0 7\n", 10);
+    ck_assert(conform_text_open(&t, &r, "z.txt"));
+    ck_assert(conform_text_next_record(&t));
+    ck_assert_int_eq(t.ntok, 3);
+    double d;
+    ck_assert(!conform_parse_double(t.tok[1], &d));
     conform_text_close(&t);
 }
 END_TEST
