@@ -910,6 +910,82 @@ START_TEST(test_bce_input_outside_0_1) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// Edge values against PyTorch (torch 1.13, CPU, f32; expected bits in the comments' calls)
+
+// Bits of an f32 tensor (n <= 8).
+static void read_bits32(amp_tensor_t *t, int n, uint32_t *out) {
+    ck_assert_int_eq(amp_tensor_dtype(t), AMP_DTYPE_F32);
+    ck_assert_int_eq(amp_tensor_numel(t), n);
+    amp_tensor_read(t, out);
+}
+
+// log_softmax is x - max - log(sum): max + log(sum) first rounds away log(4) beside 1e4 and
+// log(2) beside 3e38. torch.log_softmax(torch.tensor([[1e4] * 4, [3e38, 3e38, -3e38, 0.]]), -1).
+START_TEST(test_log_softmax_large_max) {
+    const float v[8] = {1e4f, 1e4f, 1e4f, 1e4f, 3e38f, 3e38f, -3e38f, 0};
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, S(2, 4), v);
+    const uint32_t want[8] = {0xbfb17218, 0xbfb17218, 0xbfb17218, 0xbfb17218,  // -1.3862944
+                              0xbf317218, 0xbf317218, 0xff800000, 0xff61b1e6}; // -0.6931472, -inf
+    uint32_t got[8];
+    read_bits32(amp_log_softmax(ctx, x, -1), 8, got);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(got[i] == want[i], "log_softmax[%d] = %08x, want %08x", i, got[i], want[i]);
+}
+END_TEST
+
+// The divisor's gradient is -dy * ((a / b) / b), PyTorch's order: -dy * a / (b * b) overflows b * b
+// to inf (and gives -0). a = torch.tensor([3., 1.]), b = torch.tensor([1e20, 300.]) (f32, then
+// f16 with b = [1e4, 300.]), (a / b).sum().backward(), b.grad.
+START_TEST(test_div_grad_of_large_divisor) {
+    amp_tensor_t *a = param(1, S(2), 1), *b = param(1, S(2), 1);
+    amp_tensor_write_f32(a, (float[]){3, 1});
+    amp_tensor_write_f32(b, (float[]){1e20f, 300});
+    amp_backward(ctx, amp_sum(ctx, amp_div(ctx, a, b)));
+    uint32_t got[2];
+    read_bits32(amp_tensor_grad(b), 2, got);
+    ck_assert_uint_eq(got[0], 0x80034447); // -2.999998e-40
+    ck_assert_uint_eq(got[1], 0xb73a69dc); // -1.1111111e-05
+
+    amp_tensor_t *ah = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(2), (float[]){3, 1});
+    amp_tensor_t *bh = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(2), (float[]){1e4f, 300});
+    amp_tensor_set_requires_grad(bh, true);
+    amp_backward(ctx, amp_sum(ctx, amp_div(ctx, ah, bh)));
+    uint16_t h[2];
+    amp_tensor_read(amp_tensor_grad(bh), h);
+    ck_assert_uint_eq(h[0], 0x8001); // -5.96e-08
+    ck_assert_uint_eq(h[1], 0x80ba); // -1.1086e-05
+}
+END_TEST
+
+// binary_cross_entropy's gradients are PyTorch's formulas, finite at p = 0 and 1 where the
+// clamped logs' own backward is 0 / 0: dp = dy * (p - t) / max((1 - p) * p, 1e-12) / N,
+// dt = -logit(p) * dy / N. p = torch.tensor([0., 1.]), t = torch.tensor([1., 0.]) and then
+// [0., 1.], both requiring grad: F.binary_cross_entropy(p, t).backward().
+START_TEST(test_bce_grad_at_0_and_1) {
+    const float targets[2][2] = {{1, 0}, {0, 1}};
+    const uint32_t want_dp[2][2] = {{0xd2e8d4a5, 0x52e8d4a5}, {0, 0}}; // -+499999997952, 0
+    const float want_loss[2] = {100, 0};
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_t *p = param(1, S(2), 1), *t = param(1, S(2), 1), *loss;
+        amp_tensor_write_f32(p, (float[]){0, 1});
+        amp_tensor_write_f32(t, targets[k]);
+        ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, &loss), AMP_OK);
+        ck_assert_float_eq(fabsf(amp_tensor_item(loss)), want_loss[k]);
+        amp_backward(ctx, loss);
+        uint32_t dp[2];
+        float dt[2];
+        read_bits32(amp_tensor_grad(p), 2, dp);
+        amp_tensor_read_f32(amp_tensor_grad(t), dt);
+        ck_assert_msg(dp[0] == want_dp[k][0] && dp[1] == want_dp[k][1], "case %d: dp = %08x %08x",
+                      k, dp[0], dp[1]);
+        ck_assert_msg(dt[0] == INFINITY && dt[1] == -INFINITY, "case %d: dt = %g %g", k,
+                      (double)dt[0], (double)dt[1]);
+        amp_ctx_reset(ctx);
+    }
+}
+END_TEST
+
 Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *g = tcase_create("gradcheck");
@@ -963,6 +1039,8 @@ Suite *ops_suite(void) {
     tcase_add_test(f, test_grad_accumulates_and_zero_grad);
     tcase_add_test(f, test_ops_read_a_narrower_gradient);
     tcase_add_test(f, test_half_storage_rounds);
+    tcase_add_test(f, test_log_softmax_large_max);
+    tcase_add_test(f, test_div_grad_of_large_divisor);
     suite_add_tcase(s, f);
     TCase *d = tcase_create("drop");
     tcase_add_checked_fixture(d, setup, teardown);
@@ -985,6 +1063,7 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(p, test_gelu_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_softmax_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test(p, test_bce_input_outside_0_1);
+    tcase_add_test(p, test_bce_grad_at_0_and_1);
     suite_add_tcase(s, p);
     return s;
 }

@@ -5,6 +5,8 @@
  */
 #include "amp-impl.h"
 
+#include <string.h>
+
 // ---------------------------------------------------------------------------------------------
 // softmax / log_softmax (fp32_set_opt_dtype: under autocast an f16 input gives an f32 output
 // without being cast first)
@@ -215,6 +217,42 @@ static bool all_probabilities(const amp_tensor_t *p) {
            (s.n_nan == 0 && s.n_posinf == 0 && s.n_neginf == 0 && s.min >= 0.0f && s.max <= 1.0f);
 }
 
+// a op b (broadcast) into a new tensor of like's dtype and shape; not recorded.
+static amp_tensor_t *bce_binary(amp_ctx_t *ctx, amp_binary_op op, amp_tensor_t *a, amp_tensor_t *b,
+                                const amp_tensor_t *like) {
+    amp_tensor_t *y = amp_scratch_new(ctx, like->dtype, like->ndim, like->shape);
+    ctx->be->binary(ctx->bctx, op, y, amp_expand(ctx, a, like->ndim, like->shape),
+                    amp_expand(ctx, b, like->ndim, like->shape));
+    return y;
+}
+
+// PyTorch's own derivatives of binary_cross_entropy (mean), not those of the logs it clamps (whose
+// log(p) backward is 0 / 0 = NaN at p = 0 or 1): dp = dy * (p - t) / max((1 - p) * p, 1e-12) / N,
+// dt = -logit(p) * dy / N, each step rounded to p's (or t's) dtype like PyTorch's kernels.
+static void bce_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_tensor_t *p = amp_dense(ctx, n->in[0]), *t = n->in[1];
+    amp_tensor_t *omp = amp_scratch_new(ctx, p->dtype, p->ndim, p->shape); // 1 - p
+    ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, omp, p);
+    ctx->be->unary(ctx->bctx, AMP_UNARY_ADD_SCALAR, 1.0f, omp, omp);
+    amp_tensor_t *numel = amp_scratch_new(ctx, p->dtype, 0, NULL); // div_(input.numel())
+    ctx->be->fill(ctx->bctx, numel, (float)amp_tensor_numel(p));
+    if (n->in[0]->requires_grad) {
+        amp_tensor_t *den = bce_binary(ctx, AMP_BINARY_MUL, omp, p, p);
+        ctx->be->unary(ctx->bctx, AMP_UNARY_CLAMP_MIN, 1e-12f, den, den); // EPSILON
+        amp_tensor_t *dp = bce_binary(ctx, AMP_BINARY_SUB, p, t, p);
+        dp = bce_binary(ctx, AMP_BINARY_MUL, dy, dp, p);
+        dp = bce_binary(ctx, AMP_BINARY_DIV, dp, den, p);
+        amp_grad_accumulate(ctx, n->in[0], bce_binary(ctx, AMP_BINARY_DIV, dp, numel, p));
+    }
+    if (t->requires_grad) {
+        amp_tensor_t *lg = bce_binary(ctx, AMP_BINARY_DIV, p, omp, p); // logit(p), negated
+        ctx->be->unary(ctx->bctx, AMP_UNARY_LOG, 0.0f, lg, lg);
+        ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, lg, lg);
+        lg = bce_binary(ctx, AMP_BINARY_MUL, lg, dy, t);
+        amp_grad_accumulate(ctx, t, bce_binary(ctx, AMP_BINARY_DIV, lg, numel, t));
+    }
+}
+
 amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
                                     amp_tensor_t **out) {
     *out = NULL;
@@ -223,16 +261,29 @@ amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_
         amp_status s = amp_autocast_decide("binary_cross_entropy", 2, dts, ctx->ac.dtype, &dt);
         if (s != AMP_OK) return s;
     }
+    amp_require_float("binary_cross_entropy", p);
+    amp_require_float("binary_cross_entropy", target);
+    char s1[64], s2[64];
+    AMP_ASSERT(p->ndim == target->ndim &&
+                   !memcmp(p->shape, target->shape, (size_t)p->ndim * sizeof p->shape[0]),
+               "(binary_cross_entropy: target size %s differs from input size %s)",
+               amp_shape_str(target, s1, sizeof s1), amp_shape_str(p, s2, sizeof s2));
     // PyTorch's CPU check; on a device it would wait for the device (PyTorch checks it in the
     // kernel, where an error is fatal), so there it is left out
     if (ctx->device == AMP_DEVICE_CPU && !all_probabilities(p))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
                              "all elements of input should be between 0 and 1");
-    // -(t * log(p) + (1 - t) * log(1 - p)), each log clamped at -100 like PyTorch
+    // -(t * log(p) + (1 - t) * log(1 - p)), each log clamped at -100 like PyTorch; one node for
+    // the whole loss, whose backward is PyTorch's
+    const bool grad = amp_set_grad_enabled(ctx, false);
     amp_tensor_t *logp = amp_clamp_min(ctx, amp_log(ctx, p), -100.0f);
     amp_tensor_t *log1mp = amp_clamp_min(ctx, amp_log(ctx, amp_add_scalar(ctx, amp_mul_scalar(ctx, p, -1.0), 1.0)), -100.0f);
     amp_tensor_t *omt = amp_add_scalar(ctx, amp_mul_scalar(ctx, target, -1.0), 1.0);
     amp_tensor_t *sum = amp_add(ctx, amp_mul(ctx, target, logp), amp_mul(ctx, omt, log1mp));
     *out = amp_mul_scalar(ctx, amp_mean(ctx, sum), -1.0);
+    amp_set_grad_enabled(ctx, grad);
+    amp_tensor_t *in[2] = {p, target};
+    amp_node *n = amp_node_record(ctx, "binary_cross_entropy", bce_backward, *out, in, 2);
+    if (n) n->reads = AMP_READS_IN(0) | AMP_READS_IN(1);
     return AMP_OK;
 }

@@ -169,10 +169,10 @@ static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         break;
     case AMP_BINARY_DIV:
         if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_DIV, dt, dy, b, false));
-        if (b->requires_grad) { // -dy * a / (b * b)
-            amp_tensor_t *t = compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a, false);
-            amp_tensor_t *bb = compute_binary(ctx, AMP_BINARY_MUL, dt, b, b, false);
-            t = compute_binary(ctx, AMP_BINARY_DIV, dt, t, bb, false);
+        if (b->requires_grad) { // -dy * ((a / b) / b), PyTorch's order: b * b would overflow
+            amp_tensor_t *t = compute_binary(ctx, AMP_BINARY_DIV, dt, a, b, false);
+            t = compute_binary(ctx, AMP_BINARY_DIV, dt, t, b, false);
+            t = compute_binary(ctx, AMP_BINARY_MUL, dt, dy, t, false);
             ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, t, t);
             accumulate_reduced(ctx, b, t);
         }

@@ -4,7 +4,7 @@
  *
  * Rows are widened into f32 buffers from the backend workspace; reductions over a row use the
  * pairwise f32 sum. Formulas and operation order follow PyTorch's CUDA kernels (the reference
- * the CUDA backend is held to): log_softmax is x - (max + log(sum)), the layer_norm input
+ * the CUDA backend is held to): log_softmax is x - max - log(sum), the layer_norm input
  * gradient is rstd / C * (C * w * dy - x_hat * sum(w * dy * x_hat) - sum(w * dy)).
  */
 #include "cpu-impl.h"
@@ -43,10 +43,10 @@ void amp_cpu_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *
         for (int64_t j = 0; j < C; j++)
             e[j] = expf(v[j] - max);
         const float sum = amp_cpu_sum_f32(e, C);
-        if (log) {
-            const float logsum = max + logf(sum);
+        if (log) { // x - max - log(sum), as PyTorch: max + log(sum) would round at |max| >> 1
+            const float logsum = logf(sum);
             for (int64_t j = 0; j < C; j++)
-                e[j] = v[j] - logsum;
+                e[j] = v[j] - max - logsum;
         } else {
             for (int64_t j = 0; j < C; j++)
                 e[j] = e[j] / sum;

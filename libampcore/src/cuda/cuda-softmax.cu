@@ -7,7 +7,7 @@
  * the sum, several rows per block), a block per row
  * for longer ones; both stride over the rows when the instrumentation caps the grid to add the
  * output's statistics as it is stored (cuda-fuse.h): max, then the f32 sum of exp(x - max),
- * then the store (log_softmax is x - (max + log(sum)), as the CPU and PyTorch compute it). A masked
+ * then the store (log_softmax is x - max - log(sum), as the CPU and PyTorch compute it). A masked
  * (-inf) entry gives exactly 0; an all -inf row gives NaN, like PyTorch. nll_loss never leaves the
  * device: the loss and its gradient read dloss there, so there is no host sync in the loss.
  */
@@ -33,10 +33,10 @@ __global__ void softmax_kernel(bool log, TY *__restrict__ y, const TX *__restric
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
             s += expf(cuda_io<TX>::load(xr[j]) - mx);
         s = cuda_block_sum(s);
-        const float logsum = mx + logf(s);
+        const float logsum = logf(s);
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             const float v = cuda_io<TX>::load(xr[j]);
-            const TY o = cuda_io<TY>::store(log ? v - logsum : expf(v - mx) / s);
+            const TY o = cuda_io<TY>::store(log ? v - mx - logsum : expf(v - mx) / s);
             yr[j] = o;
             if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
         }
@@ -70,12 +70,12 @@ __global__ void softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__res
                 if (!log) v[k] = e; // softmax divides it by the sum: computed once
             }
         s = cuda_block_sum(s);
-        const float logsum = mx + logf(s);
+        const float logsum = logf(s);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
             if (j < C) {
-                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : v[k] / s);
+                const TY o = cuda_io<TY>::store(log ? v[k] - mx - logsum : v[k] / s);
                 yr[j] = o;
                 if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
             }
@@ -120,12 +120,12 @@ __global__ void softmax_warp_kernel(bool log, TY *__restrict__ y, const TX *__re
                 if (!log) v[k] = e; // softmax divides it by the sum: computed once
             }
         s = cuda_warp_sum(s);
-        const float logsum = mx + logf(s);
+        const float logsum = logf(s);
 #pragma unroll
         for (int k = 0; k < E; k++) {
             const int64_t j = lane + 32 * k;
             if (j < C) {
-                const TY o = cuda_io<TY>::store(log ? v[k] - logsum : v[k] / s);
+                const TY o = cuda_io<TY>::store(log ? v[k] - mx - logsum : v[k] / s);
                 yr[j] = o;
                 if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
             }
