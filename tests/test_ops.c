@@ -893,6 +893,21 @@ START_TEST(test_softmax_of_an_integer_tensor_aborts) {
 }
 END_TEST
 
+// x.half().masked_fill(mask, -1e9) raises in PyTorch; -inf and values in range go through.
+START_TEST(test_masked_fill_beyond_the_range_aborts) {
+    amp_tensor_t *m = ints(AMP_DTYPE_I32, 2, S(1, 0));
+    amp_tensor_t *h = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(2), (float[]){1, 2});
+    float v[2];
+    amp_tensor_read_f32(amp_masked_fill(ctx, h, m, -INFINITY), v);
+    ck_assert(v[0] == -INFINITY && v[1] == 2);
+    expect_values(amp_masked_fill(ctx, h, m, -65504), AMP_DTYPE_F16, 2, (float[]){-65504, 2});
+    amp_tensor_t *b = amp_tensor_from_f32(ctx, AMP_DTYPE_BF16, 1, S(2), (float[]){1, 2});
+    expect_values(amp_masked_fill(ctx, b, m, -1e9f), AMP_DTYPE_BF16, 2, (float[]){-998244352, 2});
+    test_expect_abort("value cannot be converted to type at::Half without overflow");
+    amp_masked_fill(ctx, h, m, -1e9f);
+}
+END_TEST
+
 // PyTorch: "all elements of input should be between 0 and 1" (NaN is outside too).
 START_TEST(test_bce_input_outside_0_1) {
     amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(2), (float[]){0, 1});
@@ -1062,6 +1077,7 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(p, test_add_of_two_integer_tensors_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_gelu_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_softmax_of_an_integer_tensor_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_masked_fill_beyond_the_range_aborts, SIGABRT);
     tcase_add_test(p, test_bce_input_outside_0_1);
     tcase_add_test(p, test_bce_grad_at_0_and_1);
     suite_add_tcase(s, p);

@@ -280,7 +280,8 @@ amp_tensor_t *amp_mul_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s);
 
 amp_tensor_t *amp_sum(amp_ctx_t *ctx, amp_tensor_t *x);  // all elements -> 0-dim
 amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x); // all elements -> 0-dim
-// Where mask (i32, broadcastable to x) is non-zero, value (e.g. -INFINITY for a causal mask).
+// Where mask (i32, broadcastable to x) is non-zero, value (e.g. -INFINITY for a causal mask). A
+// finite value beyond an f16/bf16 result's range (-1e9 in f16) aborts with PyTorch's message.
 amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mask, float value);
 // Zeroes elements with probability p and scales the rest by 1/(1-p); identity when !training.
 amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool training);

@@ -254,11 +254,25 @@ static void masked_fill_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) 
     amp_grad_accumulate(ctx, x, dx);
 }
 
+// PyTorch's check of a fill value: a finite one beyond the dtype's largest finite value raises
+// (the classic -1e9 mask in fp16); inf and NaN go through.
+static void check_fill_value(amp_dtype dt, float value) {
+    const float max = dt == AMP_DTYPE_F16    ? 65504.0f
+                      : dt == AMP_DTYPE_BF16 ? 0x1.fep127f
+                                             : INFINITY;
+    if (isfinite(value) && fabsf(value) > max)
+        amp_abort(__FILE__, __LINE__,
+                  "value cannot be converted to type at::%s without overflow (masked_fill of %g "
+                  "into a %s tensor: use -inf for a mask, or a value within its range)",
+                  dt == AMP_DTYPE_F16 ? "Half" : "BFloat16", (double)value, amp_dtype_name(dt));
+}
+
 amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mask, float value) {
     AMP_ASSERT(mask->dtype == AMP_DTYPE_I32, "(masked_fill mask must be i32, got %s)",
                amp_dtype_name(mask->dtype));
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, "masked_fill", in, 1);
+    check_fill_value(dt, value);
     amp_tensor_t *m = amp_expand(ctx, mask, x->ndim, x->shape);
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
     amp_instr_arm(ctx, y);
