@@ -115,6 +115,7 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
     size_t k = 0;
     bool broken = false;
     for (size_t i = m->n_steps > tail ? m->n_steps - tail : 0; i < m->n_steps; i++) {
+        if (!m->steps[i].has_loss) continue; // (only its scale update came: killed mid-step)
         if (!m->steps[i].loss_finite)
             broken = true;
         else
@@ -228,7 +229,7 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     } else if (base->errors && fbase->n) {
         about_cand = false;
         PUT("%c%s broke: %s", toupper((unsigned char)other[0]), other + 1, fbase->v[0].title);
-    } else if (isnan(base->step_ms) || isnan(cand->step_ms)) {
+    } else if (!(base->step_ms > 0) || !(cand->step_ms > 0)) { // none, or steps of no duration
         PUT("%s: no step times to compare", name);
     } else {
         double r = base->step_ms / cand->step_ms; // > 1: the candidate is faster
@@ -426,7 +427,7 @@ void report_diff_json(FILE *out, const report_model *a, const report_findings *f
     fputs(",\n \"b\": ", out);
     jrun(out, b, &rb, fb, fa);
     fputs(",\n \"speedup\": ", out);
-    report_json_num(out, ra.step_ms / rb.step_ms);
+    report_json_num(out, ra.step_ms > 0 && rb.step_ms > 0 ? ra.step_ms / rb.step_ms : NAN);
     fprintf(out, ", \"loss\": {\"common_steps\": %lld", (long long)g.common);
     report_json_key_num(out, "mean_rel_diff", g.mean_rel);
     report_json_key_num(out, "max_rel_diff", g.common ? g.max_rel : NAN);

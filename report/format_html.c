@@ -110,6 +110,8 @@ static void svg_open(FILE *out, const char *title, const char *note, const char 
 }
 
 // The distance between step ticks: 1, 2 or 5 times a power of ten, at most 6 of them.
+#define MAX_TICKS 7 // step_tick's distance: at most 6 of them in the span, so 7 ticks
+
 static double step_tick(double span) {
     static const double nice[] = {1, 2, 5};
     for (double t = 1;; t *= 10)
@@ -143,11 +145,13 @@ static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabe
                 x0, y, x1, y, x0 - 4, y + 4, label[i]);
     }
     if (p->xsteps) { // steps are whole numbers: each tick one, a round distance apart
-        double d = step_tick(p->x1 - p->x0);
-        for (double t = ceil(p->x0 / d) * d + 0.0; t <= p->x1; t += d) // (+ 0.0: no "-0")
+        const double d = step_tick(p->x1 - p->x0), first = ceil(p->x0 / d) * d + 0.0; // (no -0)
+        // counted, not summed: t += d stands still where d is below a double's spacing (steps
+        // numbered in the 1e17s)
+        for (int i = 0; i < MAX_TICKS && first + i * d <= p->x1; i++)
             fprintf(out,
                     "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%.0f</text>",
-                    px(p, t), y0 + 14, t);
+                    px(p, first + i * d), y0 + 14, first + i * d);
     } else {
         for (int i = 0; i <= 4; i++) {
             double t = p->x0 + i * (p->x1 - p->x0) / 4;
@@ -260,7 +264,8 @@ static loss_bucket loss_bucket_of(const report_model *m, const bucketing *k, siz
     double sum = 0;
     for (size_t i = lo; i < hi; i++) {
         const report_step *s = &m->steps[i];
-        if (!s->loss_finite) { // as the summary counts them
+        if (s->has_loss && !s->loss_finite) { // as the summary counts them (no step record:
+            // only the GradScaler's update came, no loss)
             if (!r.nonfinite++) r.first_bad = i;
             r.last_bad = i;
         } else if (isfinite(s->loss)) {
@@ -468,33 +473,43 @@ static bool forward_nonfinite(const report_event *e, const report_amax *a) {
            strcmp(e->phase, "fwd") == 0 && strncmp(e->kind, "nonfinite_", 10) == 0;
 }
 
-// The NaN/inf in the forward of the layer of amax row `at` (its pid and layer), marked at the
-// top edge: each step an event says its output held them (an aggregate row: its first and last),
-// and the steps after its last finite amax that were still recorded (every statistics row of its
-// outputs had no finite value: the line stops there).
-static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, size_t at,
-                           const char *name, int64_t first, int64_t width) {
+static void nonfinite_mark(FILE *out, const plot *p, const char *name, int64_t step) {
+    top_mark(out, px(p, (double)step), "#d62728");
+    fputs("<title>", out);
+    esc(out, name);
+    fprintf(out, ": NaN/inf in its forward output at step %lld</title></circle>", (long long)step);
+}
+
+// The NaN/inf in the forward of the layer whose amax rows are a..end (one pid and layer), marked
+// at the top edge: the first step of each bucket whose statistics saw NaN or +inf; each step an
+// event names (an aggregate row: its first and last) in a bucket they did not see it in (steps
+// without statistics, --stats-every); and the steps after its last finite amax that were still
+// recorded (its outputs had no finite value: the line stops there).
+static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, const report_amax *a,
+                           const report_amax *end, const char *name, int64_t first, int64_t width) {
     bool marked = false;
-    const report_amax *a = &m->amax[at];
-    const report_amax *end = a;
-    while (end + 1 < m->amax + m->n_amax && end[1].pid == a->pid && end[1].layer_id == a->layer_id)
-        end++;
+    const report_amax *last_finite = NULL;
+    for (const report_amax *r = a; r <= end; r++)
+        if (!isnan(r->amax)) last_finite = r;
+    for (const report_amax *r = a; last_finite && r <= last_finite; r++) {
+        if (r->bad_step < 0 || r->bad_step < p->x0 || r->bad_step > p->x1) continue;
+        nonfinite_mark(out, p, name, r->bad_step);
+        marked = true;
+    }
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
         if (!forward_nonfinite(e, a)) continue;
         for (int j = 0; j < 2; j++) {
-            const int64_t t = j ? e->last_step : e->step;
+            const int64_t t = j ? e->last_step : e->step, bucket = (t - first) / width;
             bool seen = j && t == e->step; // marked already (by this event or an earlier one)
             for (size_t h = 0; h < i && !seen; h++)
                 seen = forward_nonfinite(&m->events[h], a) &&
                        (m->events[h].step == t || m->events[h].last_step == t);
+            for (const report_amax *r = a; r <= end && !seen; r++)
+                seen = r->bad_step >= 0 && (r->step - first) / width == bucket;
             if (seen || t < p->x0 || t > p->x1) continue; // (outside the focus, --steps)
+            nonfinite_mark(out, p, name, t);
             marked = true;
-            top_mark(out, px(p, (double)t), "#d62728");
-            fputs("<title>", out);
-            esc(out, name);
-            fprintf(out, ": NaN/inf in its forward output at step %lld</title></circle>",
-                    (long long)t);
         }
     }
     int64_t recorded = -1; // the last step with statistics of its outputs
@@ -504,7 +519,8 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, size
             s->last_step > recorded)
             recorded = s->last_step;
     }
-    const int64_t from = first + ((end->step - first) / width + 1) * width; // the next bucket
+    const int64_t from = last_finite ? first + ((last_finite->step - first) / width + 1) * width
+                                     : a->step; // the bucket after the last finite one
     if (recorded > p->x1) recorded = (int64_t)p->x1;
     if (from > recorded) return marked;
     double x0 = px(p, (double)from), x1 = px(p, (double)recorded);
@@ -568,19 +584,22 @@ static void plot_amax(FILE *out, const report_model *m) {
             PAD_L + 4, top + 12); // below the line: the top edge holds the NaN/inf marks
     bool nonfinite = false;
     for (size_t l = 0; l < n_pick; l++) {
-        const report_amax *a = &m->amax[pick[l]];
+        const report_amax *a = &m->amax[pick[l]], *end = a;
+        while (end + 1 < m->amax + m->n_amax && end[1].pid == a->pid &&
+               end[1].layer_id == a->layer_id)
+            end++;
         size_t points = 0;
         double x = 0, y = 0;
         fprintf(out, "<polyline class=\"line\" stroke=\"%s\" points=\"", palette[l]);
-        for (const report_amax *r = a;
-             r < m->amax + m->n_amax && r->pid == a->pid && r->layer_id == a->layer_id; r++) {
+        for (const report_amax *r = a; r <= end; r++) {
+            if (isnan(r->amax)) continue; // (no finite value: marked at the top)
             x = px(&p, (double)r->step), y = py(&p, r->amax), points++;
             fprintf(out, "%.1f,%.1f ", x, y);
         }
         fputs("\"/>", out);
         lone_point(out, points, x, y, palette[l]);
         const char *name = report_layer_name(m, a->pid, a->layer_id);
-        nonfinite |= amax_nonfinite(out, m, &p, pick[l], name ? name : "?", first, width);
+        nonfinite |= amax_nonfinite(out, m, &p, a, end, name ? name : "?", first, width);
         legend(out, (int)l, palette[l], name ? name : "?");
     }
     if (nonfinite) legend(out, (int)n_pick, "#d62728", "NaN/inf output");

@@ -294,6 +294,7 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .step = sqlite3_column_int64(q, 1),
                            .loss = col_f64(q, 2),
                            .loss_finite = col_i64(q, 3, 0) != 0,
+                           .has_loss = sqlite3_column_type(q, 3) != SQLITE_NULL,
                            .has_scale = sqlite3_column_type(q, 5) != SQLITE_NULL,
                            .scale_before = col_f64(q, 4),
                            .scale_after = col_f64(q, 5),
@@ -505,8 +506,9 @@ static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax)
     if (st && !(amax <= st->grad_amax)) st->grad_amax = amax;
 }
 
-// An activation's amax into its layer's bucket.
-static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t step, double amax) {
+// An activation's amax (NaN: no finite value) into its layer's bucket; bad: it held NaN or +inf.
+static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t step, double amax,
+                             bool bad) {
     report_model *m = p->m;
     bucket_key k = {pid, layer, (step - p->lo) / p->width}; // (C and SQL truncate alike)
     size_t *slot = report_index_slot(&p->buckets, m->n_amax, bucket_hash(&k), p, &k, same_bucket,
@@ -517,14 +519,15 @@ static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t 
             m->amax = amp_xrealloc(m->amax, p->cap_amax * sizeof *m->amax);
             p->bucket_of = amp_xrealloc(p->bucket_of, p->cap_amax * sizeof *p->bucket_of);
         }
-        m->amax[m->n_amax] = (report_amax){pid, layer, step, amax};
+        m->amax[m->n_amax] = (report_amax){pid, layer, step, amax, bad ? step : -1};
         p->bucket_of[m->n_amax] = k.bucket;
         *slot = ++m->n_amax;
         return;
     }
     report_amax *a = &m->amax[*slot - 1];
     if (step < a->step) a->step = step;
-    if (amax > a->amax) a->amax = amax;
+    if (isnan(a->amax) || amax > a->amax) a->amax = amax; // (a NaN amax replaces only NaN)
+    if (bad && (a->bad_step < 0 || step < a->bad_step)) a->bad_step = step;
 }
 
 static int cmp_stats(const void *a, const void *b) {
@@ -580,11 +583,13 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
         }
         const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
         add_stats_row(last, max, st && st->has_scale && st->skipped, q);
-        if (sqlite3_column_type(q, 7) == SQLITE_NULL) continue;
-        const double amax = sqlite3_column_double(q, 7);
+        const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL; // (SQLite's NaN)
+        const double amax = has_amax ? sqlite3_column_double(q, 7) : NAN;
         const int64_t step = sqlite3_column_int64(q, 8);
-        if (grad && col_i64(q, 6, 0) > 1) add_grad_amax(&p, k.pid, step, amax);
-        if (act && !no_layer && p.width) add_forward_amax(&p, k.pid, k.layer, step, amax);
+        if (grad && has_amax && col_i64(q, 6, 0) > 1) add_grad_amax(&p, k.pid, step, amax);
+        if (act && !no_layer && p.width)
+            add_forward_amax(&p, k.pid, k.layer, step, amax,
+                             col_i64(q, 12, 0) > 0 || col_i64(q, 13, 0) > 0);
     }
     for (int i = 0; i < 4; i++)
         free(scratch[i]);
@@ -927,17 +932,19 @@ void report_summarize(const report_model *m, report_summary *s) {
                           .scale_min = NAN,
                           .scale_max = NAN,
                           .peak_mem = NAN};
+    int64_t loss_step = INT64_MIN; // the last step that recorded a loss
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *st = &m->steps[i];
         s->steps++;
         s->processes += i == 0 || st->pid != m->steps[i - 1].pid; // ordered by pid, step
         if (s->first_step < 0 || st->step < s->first_step) s->first_step = st->step;
-        if (st->step >= s->last_step) {
-            s->last_step = st->step;
+        if (st->step >= s->last_step) s->last_step = st->step;
+        if (st->has_loss && st->step >= loss_step) {
+            loss_step = st->step;
             s->final_loss = st->loss;
         }
         s->skipped += st->skipped;
-        s->nonfinite_losses += !st->loss_finite && (isnan(st->loss) || isinf(st->loss));
+        s->nonfinite_losses += st->has_loss && !st->loss_finite;
         if (st->mem_peak > 0 && (isnan(s->peak_mem) || st->mem_peak > s->peak_mem))
             s->peak_mem = (double)st->mem_peak;
         double sc[2] = {st->scale_before, st->scale_after};

@@ -51,6 +51,7 @@ typedef struct report_step {
     int64_t step;
     double loss;      // NaN: not recorded or NaN; +-inf as recorded
     bool loss_finite; // false also when not recorded
+    bool has_loss;    // a step record came (its row holds more than the GradScaler's update)
     bool has_scale;   // a GradScaler update was recorded
     double scale_before, scale_after;
     bool found_inf, skipped;
@@ -103,9 +104,10 @@ typedef struct report_layer {
 #define REPORT_AMAX_BUCKETS 200
 typedef struct report_amax {
     int32_t pid, layer_id;
-    int64_t step; // first step of the bucket
-    double amax;
-} report_amax;
+    int64_t step;     // first step of the bucket with statistics of the layer's outputs
+    double amax;      // NaN: none of them had a finite value
+    int64_t bad_step; // the bucket's first step where an output held NaN or +inf; -1: none
+} report_amax;        // (-inf is left out: an attention mask's is no fault)
 
 // AMP_OPS of one (pid, layer, op, phase, in/out dtypes, policy) over the focused steps.
 typedef struct report_op {
@@ -405,7 +407,7 @@ typedef struct report_summary {
     int64_t steps, first_step, last_step; // steps recorded (of all processes); -1 when none
     int processes;                        // processes that recorded steps (ranks of a DDP run)
     int64_t skipped, nonfinite_losses;
-    double final_loss;           // NaN: none
+    double final_loss;           // of the last step that recorded a loss; NaN: none, or NaN
     double scale_min, scale_max; // over scale_after (and the first scale_before); NaN: no scaler
     double peak_mem;             // bytes held by tensors at most (AMP_STEPS); NaN: not recorded
 } report_summary;

@@ -53,11 +53,22 @@ static void measured(const report_model *m, report_findings *out) {
 
     report_finding *f = report_finding_add(
         out, RULE, launch_bound && amp ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    // no busy share when every kernel ran in the warm-up (a run, or a focus, of step 0 alone),
+    // no GEMM share when the kernels took no time
+    char busy_words[64] = "", busy_ms[64] = "", gemm_words[64] = "";
+    if (!isnan(busy)) {
+        snprintf(busy_words, sizeof busy_words, " and the GPU is busy %.0f%% of the time",
+                 100 * busy);
+        snprintf(busy_ms, sizeof busy_ms, "; busy %.6g of %.6g ms", (double)p->busy_ns / 1e6,
+                 (double)p->span_ns / 1e6);
+    }
+    if (!isnan(gemm_share))
+        snprintf(gemm_words, sizeof gemm_words, "; GEMM share of GPU time %.0f%%",
+                 100 * gemm_share);
     if (launch_bound)
         snprintf(f->title, sizeof f->title,
-                 "launch-bound: %.0f%% of the kernels run under 5 us and the GPU is busy %.0f%% "
-                 "of the time, so %s",
-                 100 * short_share, 100 * busy,
+                 "launch-bound: %.0f%% of the kernels run under 5 us%s, so %s", 100 * short_share,
+                 busy_words,
                  amp ? "AMP cannot pay off (its casts add launches; expect it slower than fp32)"
                      : "AMP would not make this model faster");
     else
@@ -66,10 +77,8 @@ static void measured(const report_model *m, report_findings *out) {
                  "Cores run ~%.0fx faster than fp32",
                  100 * gemm_share, p->gpu.peak_flops / p->gpu.peak_flops_fp32);
     snprintf(f->detail, sizeof f->detail,
-             "%lld kernels, %.2f us on average; %.0f%% shorter than 5 us; busy %.6g of %.6g ms; "
-             "GEMM share of GPU time %.0f%%.",
-             (long long)p->launches, mean_ns / 1e3, 100 * short_share, (double)p->busy_ns / 1e6,
-             (double)p->span_ns / 1e6, 100 * gemm_share);
+             "%lld kernels, %.2f us on average; %.0f%% shorter than 5 us%s%s.",
+             (long long)p->launches, mean_ns / 1e3, 100 * short_share, busy_ms, gemm_words);
     if (launch_bound)
         snprintf(f->advice, sizeof f->advice,
                  "Make the kernels bigger or fewer before reaching for AMP: a larger batch (or "

@@ -114,6 +114,31 @@ static int64_t site_span(const report_model *m, const report_event *e, int64_t *
     return occ;
 }
 
+// The steps the events at e's site cover: their occurrences, but a step counted once however
+// often the op went non-finite in it (several forwards a step: gradient accumulation, a module
+// called twice). An aggregate row covers at most the steps in its range.
+static int64_t site_steps(const report_model *m, const report_event *e) {
+    int64_t n = 0;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *o = &m->events[i];
+        if (!same_site(o, e)) continue;
+        if (o->aggregate) {
+            const uint64_t range = (uint64_t)o->last_step - (uint64_t)o->step + 1;
+            n += (uint64_t)o->occurrences < range ? o->occurrences : (int64_t)range;
+            continue;
+        }
+        bool counted = false; // by an aggregate row's range, or by a row of its step before it
+        for (size_t j = 0; j < m->n_events && !counted; j++) {
+            const report_event *p = &m->events[j];
+            if (j != i && same_site(p, e))
+                counted = p->aggregate ? p->step <= o->step && o->step <= p->last_step
+                                       : j < i && p->step == o->step;
+        }
+        n += !counted;
+    }
+    return n;
+}
+
 // Events of kind in steps first..last of pid, counted with their occurrences.
 static int64_t count_kind(const report_model *m, int32_t pid, const char *kind, int64_t first,
                           int64_t last) {
@@ -132,11 +157,13 @@ static void count_bad_steps(const report_model *m, int32_t pid, int64_t first, i
                             int64_t *losses, int64_t *skipped) {
     *losses = *skipped = 0;
     bool recorded = false;
-    for (int64_t s = first; s <= last; s++) {
-        const report_step *st = report_step_find(m, pid, s);
-        if (!st) continue;
+    // the recorded steps, not every number between first and last: a program may number its
+    // steps sparsely (by samples or tokens seen), billions apart
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *st = &m->steps[i];
+        if (st->pid != pid || st->step < first || st->step > last) continue;
         recorded = true;
-        *losses += !st->loss_finite;
+        *losses += st->has_loss && !st->loss_finite;
         *skipped += st->skipped;
     }
     if (recorded) return;
@@ -413,7 +440,7 @@ static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, 
     int64_t n = 0;
     for (int64_t s = last + 1; s < next_root; s++) {
         const report_step *st = report_step_find(m, pid, s);
-        if (!st || st->loss_finite) break;
+        if (!st || !st->has_loss || st->loss_finite) break;
         n++;
         *until = s;
     }
@@ -425,7 +452,8 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     parse_ranges(e->detail, &r);
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     where(f, m, e);
-    int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    site_span(m, e, &f->first_step, &f->last_step);
+    const int64_t affected = site_steps(m, e);
     explain_forward(f, e, &r);
     int64_t losses, skipped;
     count_bad_steps(m, e->pid, f->first_step, f->last_step, &losses, &skipped);
@@ -448,13 +476,13 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     const bool elsewhere = !f->layer[0] && m->unwatched && is(e, AMP_EVENT_NONFINITE_PRODUCER);
     snprintf(f->detail, sizeof f->detail,
              "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.%s%s%s%s", dl,
-             dl ? e->detail : "", dl ? ".\n" : "", (long long)occ, occ == 1 ? "" : "s",
+             dl ? e->detail : "", dl ? ".\n" : "", (long long)affected, affected == 1 ? "" : "s",
              (long long)losses, (long long)skipped, then,
              elsewhere ? " The code outside the model runs modules that were not watched, which "
                          "may be where it was made: "
                        : "",
              elsewhere ? m->unwatched : "", elsewhere ? "." : "");
-    report_finding_evidence(f, "steps_affected", (double)occ);
+    report_finding_evidence(f, "steps_affected", (double)affected);
     report_finding_evidence(f, "nonfinite_elements", e->count >= 0 ? (double)e->count : NAN);
     report_finding_evidence(f, "input_amax", r.in_amax);
     report_finding_evidence(f, "output_amax", r.out_amax);
@@ -481,11 +509,25 @@ static void backward_aten(const char *detail, char *out, size_t n) {
     if (close) snprintf(out, n, "%.*s", (int)(close - open - 1), open + 1);
 }
 
+// The step record that tells backward event e's loss scale: its step's; for an aggregate row
+// that began before the focus (--steps), whose first step is not loaded, the first step of its
+// range that the GradScaler skipped (one of its occurrences); NULL: none.
+static const report_step *overflow_step(const report_model *m, const report_event *e) {
+    const report_step *st = report_step_find(m, e->pid, e->step);
+    for (size_t i = 0; !st && i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        if (s->pid == e->pid && s->step > e->step && s->step <= e->last_step && s->has_scale &&
+            s->skipped)
+            st = s;
+    }
+    return st;
+}
+
 // A backward producer in a step whose forward stayed finite.
 static void add_backward(const report_model *m, const report_event *e, report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
-    const report_step *st = report_step_find(m, e->pid, e->step);
+    const report_step *st = overflow_step(m, e);
     double scale = st && st->has_scale ? st->scale_before : NAN;
     bool exploding = !(scale >= LOW_SCALE); // no scaler, or a low scale: the gradients are huge
     // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)

@@ -250,6 +250,33 @@ START_TEST(a_run_without_steps) {
 }
 END_TEST
 
+// B was killed between its last GradScaler update and that step's record: that step has no loss
+// (loss_finite NULL), which is no non-finite final loss.
+START_TEST(a_last_step_without_its_step_record_is_not_a_nonfinite_loss) {
+    run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
+    run(b_path, 20, 4.0, 1.0, 600, true, "cuda");
+    sql(b_path, "UPDATE AMP_STEPS SET loss = NULL, loss_finite = NULL WHERE step = 19;");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "B is as fast as A (within 5%), same loss within 0.4%."); // (step 18's)
+    ck_assert_msg(!strstr(t, "not finite"), "%s", t);
+    free(t);
+}
+END_TEST
+
+// A run whose steps were recorded with no duration (start = end): no speed is claimed of it.
+START_TEST(steps_of_no_duration_are_not_compared) {
+    run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
+    run(b_path, 20, 4.0, 1.0, 1000, true, "cuda");
+    sql(b_path, "UPDATE AMP_STEPS SET end_ns = start_ns;");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "AMP run (B, fp16): no step times to compare, same loss within 0.1%.");
+    free(t);
+    t = diff_of(b_path, a_path, "json");
+    HAS(t, "\"speedup\": null,");
+    free(t);
+}
+END_TEST
+
 // Two runs that both broke: said of both, not of B alone.
 START_TEST(both_broke) {
     run(a_path, 20, 4.0, 1.0, 600, true, "cuda");
@@ -388,6 +415,8 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
     tcase_add_test(tc, same_losses_and_a_killed_run);
     tcase_add_test(tc, a_run_without_steps);
+    tcase_add_test(tc, steps_of_no_duration_are_not_compared);
+    tcase_add_test(tc, a_last_step_without_its_step_record_is_not_a_nonfinite_loss);
     tcase_add_test(tc, both_broke);
     tcase_add_test(tc, the_baseline_broke);
     tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);

@@ -570,6 +570,77 @@ START_TEST(nonfinite_counts_come_from_the_step_records) {
 }
 END_TEST
 
+// A program killed between its GradScaler update and its step record (or one that records only
+// the scaler): the row of that step has no loss (loss_finite NULL), which is no non-finite loss.
+START_TEST(a_step_without_its_step_record_has_no_nonfinite_loss) {
+    healthy(6);
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = NULL, start_ns = NULL, end_ns = NULL "
+        "WHERE step = 5;"
+        "UPDATE META SET value = '137' WHERE key = 'exit_status';");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_summary s;
+    report_summarize(&model, &s);
+    ck_assert_int_eq(s.nonfinite_losses, 0);
+    ck_assert_double_eq_tol(s.final_loss, 3.96, 1e-12); // step 4's
+    ck_assert_int_eq(s.last_step, 5);
+    release();
+    // nor is it one of the steps after a NaN input that the optimizer stepped on
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 4;" EVENTS_VALUES
+        "(1, 4, 0, 'linear', 'fwd', 'nonfinite_input', 'error', 1, 0, 'input 0 f32 (16, 32) "
+        "min 0 max 1 amax 1 (1 nan, 0 +inf, 0 -inf); ', 0, 1, 4);");
+    nonfinite_errors(1);
+    ck_assert_msg(strstr(findings.v[0].detail, "1 step affected; non-finite loss in 1, 0 skipped."),
+                  "%s", findings.v[0].detail);
+    ck_assert_msg(!strstr(findings.v[0].detail, "Then"), "%s", findings.v[0].detail);
+    release();
+}
+END_TEST
+
+// A program that numbers its steps by the tokens seen (10^12 apart): the steps a finding covers
+// are counted from the recorded ones, not from every number between its first and last.
+START_TEST(nonfinite_counts_sparse_step_numbers) {
+    layers();
+    sql("WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < 3) "
+        "INSERT INTO AMP_STEPS SELECT 1, i * 1000000000000, i * 1000, i * 1000 + 900, "
+        "CASE WHEN i >= 2 THEN NULL ELSE 4.0 END, i < 2, NULL, 65536, "
+        "CASE WHEN i >= 2 THEN 32768 ELSE 65536 END, i >= 2, i >= 2, NULL FROM s;" EVENTS_VALUES
+        "(1, 2000000000000, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 5, 65504, "
+        "'input 0 f16 (2, 2) min -1 max 1 amax 1; output f16 (2, 2) min 1 max 1 amax 1 "
+        "(0 nan, 5 +inf, 0 -inf); ', 0, 1, 2000000000000),"
+        "(1, 3000000000000, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 5, 65504, 'x', 1, 1, "
+        "3000000000000);");
+    nonfinite_errors(1);
+    ck_assert_msg(
+        strstr(findings.v[0].detail, "2 steps affected; non-finite loss in 2, 2 skipped."), "%s",
+        findings.v[0].detail);
+    release();
+}
+END_TEST
+
+// Gradient accumulation: two forwards a step, each overflowing in the same op from step 3 on (10
+// single rows for steps 3-7, then an aggregate row of 8-9): 7 steps are affected, not 14.
+START_TEST(nonfinite_steps_affected_count_each_step_once) {
+    layers();
+    steps(10, 65536);
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, skipped = 1, found_inf = 1 "
+        "WHERE step >= 3;"
+        "WITH RECURSIVE s(i) AS (SELECT 6 UNION ALL SELECT i + 1 FROM s WHERE i < 15) "
+        "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) "
+        "SELECT 1, i / 2, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 5, 65504, "
+        "'input 0 f16 (2, 2) min -1 max 1 amax 1; output f16 (2, 2) min 1 max 1 amax 1 "
+        "(0 nan, 5 +inf, 0 -inf); ', 0, 1, i / 2 FROM s;" EVENTS_VALUES
+        "(1, 8, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 20, 65504, NULL, 1, 4, 9);");
+    nonfinite_errors(1);
+    ck_assert_msg(
+        strstr(findings.v[0].detail, "7 steps affected; non-finite loss in 7, 7 skipped."), "%s",
+        findings.v[0].detail);
+    ck_assert_double_eq(evidence(&findings.v[0], "steps_affected"), 7);
+    release();
+}
+END_TEST
+
 // One producer event (an AMP_EVENTS row's values) over a healthy run: the one error, its title
 // and a part of its advice.
 static void explained(const char *event, const char *title, const char *advice) {
@@ -737,6 +808,26 @@ START_TEST(nonfinite_module_names_the_module_and_the_one_around_it) {
                                           "(traced per module: made in it, its inputs (other "
                                           "modules' outputs) finite)");
     ck_assert_ptr_nonnull(strstr(findings.v[2].detail, "(the output of net.0)"));
+    release();
+}
+END_TEST
+
+// The GradScaler's overflows folded into an aggregate row from step 2 to 8; the focus (--steps
+// 5:9) leaves its first step out: its scale is that of an overflow in the focus, not "no
+// GradScaler" (exploding gradients at loss scale 1).
+START_TEST(nonfinite_grad_overflow_begun_before_the_focus_is_not_an_error) {
+    healthy(10);
+    sql(EVENTS_VALUES
+        "(1, 2, 2, 'linear', 'bwd', 'nonfinite_producer', 'warning', 99, 65056, 'incoming "
+        "gradient f16 (16, 64) min -4080 max 416 amax 4080; gradient f16 (64, 32) min -64320 max "
+        "65056 amax 65056 (0 nan, 20 +inf, 13 -inf); ', 1, 4, 8);"
+        "UPDATE AMP_STEPS SET skipped = 1, found_inf = 1, scale_after = 32768 "
+        "WHERE step IN (2, 4, 6, 8);");
+    analyse("nonfinite-root-cause", 5, 9);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    const report_finding *f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_INFO);
+    ck_assert_close(evidence(f, "loss_scale"), 65536, 0, 0);
     release();
 }
 END_TEST
@@ -1529,6 +1620,28 @@ START_TEST(amp_payoff_launch_bound_amp_run_is_a_warning) {
 }
 END_TEST
 
+// A GPU run of step 0 alone (a program that died in step 1; --steps 0:0): every kernel is the
+// warm-up's, so no busy share is claimed ("busy nan%"); kernels of no duration, no GEMM share.
+START_TEST(amp_payoff_of_the_warm_up_alone_claims_no_busy_share) {
+    gpu_run(1, 500, 2000, 3000, 1e6, 1e6);
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(findings.v[0].title,
+                     "launch-bound: 100% of the kernels run under 5 us, so AMP cannot pay off (its "
+                     "casts add launches; expect it slower than fp32)");
+    ck_assert_msg(!strstr(findings.v[0].detail, "busy"), "%s", findings.v[0].detail);
+    release();
+    // kernels recorded with no duration (start = end): no GEMM share of no time ("nan%")
+    wipe();
+    gpu_run(4, 500, 0, 3000, 1e6, 1e6);
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(!strstr(findings.v[0].detail, "nan") && !strstr(findings.v[0].detail, "GEMM"),
+                  "%s", findings.v[0].detail);
+    release();
+}
+END_TEST
+
 START_TEST(amp_payoff_busy_gemm_amp_run_is_quiet) {
     gpu_run(3, 98, 100000, 1000, 1e9, 1e7);
     analyse("amp-payoff", INT64_MIN, INT64_MAX);
@@ -1974,7 +2087,6 @@ START_TEST(html_amax_spans_the_steps_and_marks_nonfinite_outputs) {
     x_ticks(loss, loss_ticks, sizeof loss_ticks);
     x_ticks(amax, amax_ticks, sizeof amax_ticks);
     const bool marked =
-        strstr(amax, "<title>head: NaN/inf in its forward output at step 5") &&
         strstr(amax, "<title>head: NaN/inf only (no finite amax) in steps 5-39") &&
         strstr(amax, "<title>blocks.0.attn: NaN/inf only (no finite amax) in steps 5-39") &&
         strstr(amax, ">NaN/inf output</text>");
@@ -1991,6 +2103,56 @@ START_TEST(html_amax_spans_the_steps_and_marks_nonfinite_outputs) {
     ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
     t = test_read_file(out_path, NULL);
     ck_assert_ptr_null(strstr(t, "NaN/inf output"));
+    free(t);
+}
+END_TEST
+
+// A layer whose output held a few NaN at steps 12, 20 and 27 (its amax finite; one aggregated
+// event row for them, first and last) is marked at each of those steps and nowhere else; an
+// attention mask's -inf is no mark.
+START_TEST(html_amax_marks_each_step_whose_statistics_saw_nan) {
+    healthy(40);
+    sql("UPDATE AMP_TENSOR_STATS SET n_nan = 3 WHERE kind = 'activation' AND layer_id = 2 "
+        "AND step IN (12, 20, 27);" EVENTS_VALUES
+        "(1, 12, 2, 'linear', 'fwd', 'nonfinite_propagated', 'info', 3, NULL, 'x', 1, 3, 27);");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *amax = html_figure(t, "Forward amax");
+    ck_assert_uint_eq(occurrences(amax, ": NaN/inf in its forward output at step "), 3);
+    ck_assert_ptr_nonnull(strstr(amax, "<title>head: NaN/inf in its forward output at step 12<"));
+    ck_assert_ptr_nonnull(strstr(amax, "<title>head: NaN/inf in its forward output at step 20<"));
+    ck_assert_ptr_nonnull(strstr(amax, "<title>head: NaN/inf in its forward output at step 27<"));
+    ck_assert_ptr_null(strstr(amax, "no finite amax"));
+    free(amax);
+    free(t);
+}
+END_TEST
+
+// A step whose step record never came (killed after the GradScaler's update) has no loss: no
+// non-finite mark. Steps numbered in the 1e17s (by tokens seen) still get their ticks, and the
+// page ends (the tick loop stood still where a step is below a double's spacing).
+START_TEST(html_steps_without_a_loss_or_numbered_in_the_1e17s) {
+    healthy(6);
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = NULL, start_ns = NULL, end_ns = NULL "
+        "WHERE step = 5;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *loss = html_figure(t, "Loss");
+    ck_assert_ptr_null(strstr(loss, "non-finite loss</title>"));
+    free(loss);
+    free(t);
+    wipe();
+    steps(6, 65536);
+    sql("UPDATE AMP_STEPS SET step = step * 2 + 100000000000000000;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    size_t n;
+    t = test_read_file(out_path, &n);
+    ck_assert_uint_lt(n, 1 << 20);
+    loss = html_figure(t, "Loss");
+    char ticks[256];
+    x_ticks(loss, ticks, sizeof ticks);
+    ck_assert_msg(strstr(ticks, "100000000000000000") != NULL, "ticks: %s", ticks);
+    free(loss);
     free(t);
 }
 END_TEST
@@ -2317,6 +2479,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
     tcase_add_test(tc, parameters_trained_outside_the_watched_model_are_named);
     tcase_add_test(tc, a_database_without_memory_peaks_reads);
+    tcase_add_test(tc, a_step_without_its_step_record_has_no_nonfinite_loss);
     tcase_add_test(tc, ranks_are_counted_as_processes);
     tcase_add_test(tc, a_compiled_model_says_what_is_not_recorded);
     tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
@@ -2328,6 +2491,8 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
+    tcase_add_test(tc, nonfinite_counts_sparse_step_numbers);
+    tcase_add_test(tc, nonfinite_steps_affected_count_each_step_once);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
@@ -2339,6 +2504,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_div_by_a_range_with_zero_is_of_zero);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
+    tcase_add_test(tc, nonfinite_grad_overflow_begun_before_the_focus_is_not_an_error);
     tcase_add_test(tc, nonfinite_gradient_through_a_left_out_value_is_an_error);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
@@ -2375,6 +2541,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, host_sync_once_per_step_is_quiet);
     tcase_add_test(tc, host_sync_with_the_gpu_busy_is_a_note);
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
+    tcase_add_test(tc, amp_payoff_of_the_warm_up_alone_claims_no_busy_share);
     tcase_add_test(tc, amp_payoff_busy_gemm_amp_run_is_quiet);
     tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
     tcase_add_test(tc, run_end_a_clean_exit_is_quiet);
@@ -2388,6 +2555,8 @@ Suite *report_suite(void) {
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     tcase_add_test(tc, html_long_runs_draw_every_step_of_a_bucket);
     tcase_add_test(tc, html_amax_spans_the_steps_and_marks_nonfinite_outputs);
+    tcase_add_test(tc, html_amax_marks_each_step_whose_statistics_saw_nan);
+    tcase_add_test(tc, html_steps_without_a_loss_or_numbered_in_the_1e17s);
     tcase_add_test(tc, html_short_runs_have_whole_step_ticks_and_visible_points);
     tcase_add_test(tc, html_cut_off_bar_labels_do_not_overlap);
     suite_add_tcase(s, tc);

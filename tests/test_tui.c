@@ -544,6 +544,28 @@ START_TEST(overview_says_what_the_program_died_of) {
 }
 END_TEST
 
+// A program's own META rows named like the run's (amp_record_meta("status", ...)): not the run's
+// state, and not what the program died of.
+START_TEST(a_programs_own_status_rows_are_not_the_runs) {
+    fixture();
+    sql("INSERT INTO META (key, value, pid) VALUES ('status', 'converged', 7), "
+        "('exit_status', '3', 7), ('start_ns', '5', 7), ('end_ns', '9', 7);");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    const tui_model *m = &app.model;
+    ck_assert(m->complete);
+    ck_assert_int_eq(m->exit_status, 0);
+    ck_assert_ptr_null(m->exception);
+    ck_assert_int_ne(m->start_ns, 5);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(!strstr(all, "converged"), "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
 // A run that recorded no step because the PyTorch bridge did not attach: no loss shown (not
 // "NaN"), and the report's warning is the overview's top finding.
 START_TEST(overview_of_a_run_without_steps) {
@@ -631,6 +653,25 @@ START_TEST(kernels_view_names_each_kernels_layer) {
 }
 END_TEST
 
+// A kernel row that ends before it starts (an incomplete record: end 0) adds no negative time to
+// the kernels view; the report leaves it out too.
+START_TEST(kernels_of_incomplete_records_are_left_out) {
+    fixture();
+    sql("INSERT INTO StringIds VALUES (1, 'nvjet_sm90_gemm');" TEST_KERNEL_INSERT "VALUES"
+        " (22100000, 22400000, 0, 1, 7, 1, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1),"
+        " (31100000, 0, 0, 1, 7, 2, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 2);");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    ck_assert_uint_eq(m.n_kernels, 1);
+    ck_assert_int_eq(m.kernels[0].total_ns, 300000);
+    ck_assert_int_eq(m.kernels[0].count, 1);
+    ck_assert_int_eq(m.kernel_ns, 300000);
+    tui_model_free(&m);
+}
+END_TEST
+
 START_TEST(layers_view_danger_and_filter) {
     fixture();
     tui_app app;
@@ -694,7 +735,9 @@ START_TEST(overview_titles_are_of_the_run_not_the_window) {
         "CASE WHEN n < 3 THEN 65536 WHEN n < 140 THEN 32768 ELSE 16384 END, "
         "n IN (3, 140), n IN (3, 140), NULL FROM s;"
         // step 0's update grew the scale: "from" is what the run started with, not that
-        "UPDATE AMP_STEPS SET scale_after = 131072 WHERE step = 0;");
+        "UPDATE AMP_STEPS SET scale_after = 131072 WHERE step = 0;"
+        // step 140's step record never came (only its scale update): no loss, not a NaN one
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = NULL WHERE step = 140;");
     ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
     tui_app app;
     char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
@@ -1317,10 +1360,12 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, model_tells_a_cut_short_run_from_a_live_one);
     tcase_add_test(model, overview_says_what_the_program_died_of);
+    tcase_add_test(model, a_programs_own_status_rows_are_not_the_runs);
     tcase_add_test(model, overview_of_a_run_without_steps);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
+    tcase_add_test(model, kernels_of_incomplete_records_are_left_out);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);
     tcase_add_test(model, bad_files);
     tcase_add_test(model, overview_titles_are_of_the_run_not_the_window);

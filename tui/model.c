@@ -75,8 +75,8 @@ static const char sql_meta[] =
     "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END"; // as the report
 // %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
-    "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s, scale_before "
-    "FROM AMP_STEPS "
+    "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s, scale_before, "
+    "loss_finite = 0 FROM AMP_STEPS "
     "WHERE rowid >= ?1 ORDER BY rowid";
 static const char sql_events[] =
     "SELECT id, pid, step, last_step, layer_id, op, phase, kind, severity, count, aggregate, "
@@ -94,9 +94,10 @@ static const char sql_stats_feed[] =
 static const char sql_stats_step[] = "SELECT " STATS_COLS "WHERE pid = ?1 AND step = ?2";
 static const char sql_stats_range[] =
     "SELECT " STATS_COLS "WHERE rowid BETWEEN ?3 AND ?4 AND pid = ?1 AND step = ?2";
+// (a row that ends before it starts is an incomplete record: left out, as the report does)
 static const char sql_kernels[] =
     "SELECT rowid, shortName, \"end\" - start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid > ?1 "
-    "ORDER BY rowid";
+    "AND \"end\" >= start ORDER BY rowid";
 static const char sql_string[] = "SELECT value FROM StringIds WHERE id = ?1";
 
 // A query failed with rc. A busy or locked database (a live run's writer) is asked again on the
@@ -146,13 +147,16 @@ static bool poll_meta(tui_model *m) {
         const char *value = (const char *)sqlite3_column_text(q, 1);
         bool run_wide = sqlite3_column_int(q, 2) == 0;
         if (!key || !value) continue;
-        if (strcmp(key, "status") == 0 && run_wide) {
+        const bool run_key = strcmp(key, "status") == 0 || strcmp(key, "exit_status") == 0 ||
+                             strcmp(key, "start_ns") == 0 || strcmp(key, "end_ns") == 0;
+        if (run_key && !run_wide) continue; // a program's own row of that name, not the run's
+        if (strcmp(key, "status") == 0) {
             m->complete = strcmp(value, "complete") == 0;
-        } else if (strcmp(key, "exit_status") == 0 && run_wide) {
+        } else if (strcmp(key, "exit_status") == 0) {
             m->exit_status = atoi(value);
-        } else if (strcmp(key, "start_ns") == 0 && run_wide) {
+        } else if (strcmp(key, "start_ns") == 0) {
             m->start_ns = strtoll(value, NULL, 10);
-        } else if (strcmp(key, "end_ns") == 0 && run_wide) {
+        } else if (strcmp(key, "end_ns") == 0) {
             m->end_ns = strtoll(value, NULL, 10);
         } else {
             char **dst = strcmp(key, "command") == 0     ? &m->command
@@ -222,7 +226,7 @@ static bool same_step(const tui_step *a, const tui_step *b) {
     return a->rowid == b->rowid && same_double(a->time_ms, b->time_ms) &&
            same_double(a->loss, b->loss) && same_double(a->scale, b->scale) &&
            same_double(a->scale_before, b->scale_before) && a->skipped == b->skipped &&
-           same_double(a->mem_mib, b->mem_mib);
+           a->loss_nonfinite == b->loss_nonfinite && same_double(a->mem_mib, b->mem_mib);
 }
 
 // Where pid is, or would go, in the sorted step_pids.
@@ -276,7 +280,8 @@ static bool poll_steps(tui_model *m) {
                       .scale = col_f64(q, 5),
                       .skipped = col_i64(q, 6, 0) != 0,
                       .mem_mib = col_f64(q, 7) / 1048576,
-                      .scale_before = col_f64(q, 8)};
+                      .scale_before = col_f64(q, 8),
+                      .loss_nonfinite = col_i64(q, 9, 0) != 0};
         ptrdiff_t i = tui_model_step_index(m, s.step);
         if (i >= 0 && m->steps[i].step == s.step) {
             if (same_step(&m->steps[i], &s)) continue;

@@ -37,6 +37,7 @@ typedef struct tui_step {
     int64_t step;
     double time_ms; // end - start; NaN: not recorded yet
     double loss;    // NaN: NaN, or not recorded
+    bool loss_nonfinite; // the step recorded a NaN/inf loss (not: no step record came)
     double scale;   // scale after the step's update; NaN: no GradScaler
     double scale_before; // the scale the step ran with (before its update); NaN: none
     bool skipped;   // the optimizer step was skipped

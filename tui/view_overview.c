@@ -105,7 +105,7 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
     const size_t upto = first + n; // the run up to the shown step: m->steps[0, upto)
     size_t nan_losses = 0, skipped = 0;
     for (size_t i = 0; i < upto; i++) {
-        nan_losses += isnan(m->steps[i].loss);
+        nan_losses += m->steps[i].loss_nonfinite;
         skipped += m->steps[i].skipped;
     }
     const int cols = l->cols, danger = tui_attr(app, TUI_PAIR_DANGER);
@@ -140,7 +140,12 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
 
     for (size_t i = 0; i < n; i++)
         v[i] = s[i].loss;
-    snprintf(a, sizeof a, !last ? "-" : !isnan(last->loss) ? "%.4g" : "NaN", last ? last->loss : 0);
+    snprintf(a, sizeof a,
+             !last                  ? "-"
+             : !isnan(last->loss)   ? "%.4g"
+             : last->loss_nonfinite ? "NaN"
+                                    : "-", // (no step record came)
+             last ? last->loss : 0);
     snprintf(title, sizeof title, "loss       %s", a);
     x = put_title(l->ov_loss.y, cols, title);
     if (nan_losses) {
