@@ -227,7 +227,8 @@ static bool load_copies(loader *l) {
     sqlite3_stmt *q;
     if (!prep(l,
               "SELECT start, end - start, bytes, copyKind, IFNULL(srcKind, 7), globalPid >> 24 "
-              "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE start BETWEEN ?1 AND ?2 ORDER BY start",
+              "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE start BETWEEN ?1 AND ?2 AND end >= start "
+              "ORDER BY start", // (one that ends before it starts: an incomplete record)
               &q))
         return false;
     step_clock c;
@@ -255,7 +256,7 @@ static bool load_copies(loader *l) {
 
     if (!prep(l,
               "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
-              "WHERE start BETWEEN ?1 AND ?2",
+              "WHERE start BETWEEN ?1 AND ?2 AND end >= start",
               &q))
         return false;
     if ((rc = sqlite3_step(q)) == SQLITE_ROW) {

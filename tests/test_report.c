@@ -1578,6 +1578,21 @@ START_TEST(host_sync_every_few_ops_is_a_warning) {
 }
 END_TEST
 
+// A synchronisation row that ends before it starts (an incomplete record, end 0) is left out,
+// as a kernel's is: no negative time, no count.
+START_TEST(host_sync_leaves_out_incomplete_records) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    syncs(5, 1000000);
+    sql("UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET end = 0 WHERE rowid = 1;");
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_close(evidence(&findings.v[0], "per_step"), 19.0 / 4, 1e-12, 0);
+    ck_assert_close(evidence(&findings.v[0], "sync_share"), 19.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9,
+                    0);
+    release();
+}
+END_TEST
+
 START_TEST(host_sync_with_the_gpu_busy_is_a_note) {
     gpu_run(4, 98, 100000, 1000, 1e9, 1e7); // kernels fill the steps: a GPU-bound loop
     syncs(5, 1000000);
@@ -2539,6 +2554,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, sync_advice_is_given_once);
     tcase_add_test(tc, gpu_idle_advice_follows_the_gaps);
     tcase_add_test(tc, host_sync_once_per_step_is_quiet);
+    tcase_add_test(tc, host_sync_leaves_out_incomplete_records);
     tcase_add_test(tc, host_sync_with_the_gpu_busy_is_a_note);
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
     tcase_add_test(tc, amp_payoff_of_the_warm_up_alone_claims_no_busy_share);
