@@ -109,9 +109,9 @@ static void svg_open(FILE *out, const char *title, const char *note, const char 
     fputs("\">", out);
 }
 
-// The distance between step ticks: 1, 2 or 5 times a power of ten, at most 6 of them.
 #define MAX_TICKS 7 // step_tick's distance: at most 6 of them in the span, so 7 ticks
 
+// The distance between step ticks: 1, 2 or 5 times a power of ten, at most 6 of them.
 static double step_tick(double span) {
     static const double nice[] = {1, 2, 5};
     for (double t = 1;; t *= 10)
@@ -245,6 +245,22 @@ static void steps_phrase(char *buf, size_t size, int64_t a, int64_t b) {
         snprintf(buf, size, "steps %lld-%lld", (long long)a, (long long)b);
 }
 
+// A bucket's range of values; min > max: it has none.
+typedef struct band_point {
+    double x, min, max;
+} band_point;
+
+// The band of a bucketed line: each bucket's largest value left to right, its smallest back.
+static void draw_band(FILE *out, const plot *p, const char *color, const band_point *v, size_t n) {
+    fprintf(out, "<polygon fill=\"%s\" points=\"", color);
+    for (size_t b = 0; b < 2 * n; b++) {
+        const band_point *r = &v[b < n ? b : 2 * n - 1 - b];
+        if (r->min <= r->max)
+            fprintf(out, "%.1f,%.1f ", px(p, r->x), py(p, b < n ? r->max : r->min));
+    }
+    fputs("\"/>", out);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The plots
 
@@ -301,14 +317,11 @@ static void plot_loss(FILE *out, const report_model *m) {
     loss_bucket buckets[PLOT_POINTS];
     for (size_t b = 0; b < k.nb; b++)
         buckets[b] = loss_bucket_of(m, &k, b);
-    if (k.nb < k.n) { // the band: each bucket's largest loss left to right, its smallest back
-        fputs("<polygon fill=\"#aec7e8\" points=\"", out);
-        for (size_t b = 0; b < 2 * k.nb; b++) {
-            const loss_bucket *r = &buckets[b < k.nb ? b : 2 * k.nb - 1 - b];
-            if (r->finite)
-                fprintf(out, "%.1f,%.1f ", px(&p, r->x), py(&p, b < k.nb ? r->max : r->min));
-        }
-        fputs("\"/>", out);
+    if (k.nb < k.n) {
+        band_point band[PLOT_POINTS];
+        for (size_t b = 0; b < k.nb; b++) // (no finite loss: min INFINITY)
+            band[b] = (band_point){buckets[b].x, buckets[b].min, buckets[b].max};
+        draw_band(out, &p, "#aec7e8", band, k.nb);
     }
     size_t points = 0;
     double x = 0, y = 0;
@@ -412,14 +425,11 @@ static void plot_scale(FILE *out, const report_model *m) {
     scale_bucket buckets[PLOT_POINTS];
     for (size_t b = 0; b < k.nb; b++)
         buckets[b] = scale_bucket_of(m, &k, b);
-    if (k.nb < k.n) { // the band: each bucket's largest scale left to right, its smallest back
-        fputs("<polygon fill=\"#98df8a\" points=\"", out);
-        for (size_t b = 0; b < 2 * k.nb; b++) {
-            const scale_bucket *r = &buckets[b < k.nb ? b : 2 * k.nb - 1 - b];
-            if (isfinite(r->min))
-                fprintf(out, "%.1f,%.1f ", px(&p, r->x), py(&p, b < k.nb ? r->max : r->min));
-        }
-        fputs("\"/>", out);
+    if (k.nb < k.n) {
+        band_point band[PLOT_POINTS];
+        for (size_t b = 0; b < k.nb; b++) // (no scale: min INFINITY)
+            band[b] = (band_point){buckets[b].x, buckets[b].min, buckets[b].max};
+        draw_band(out, &p, "#98df8a", band, k.nb);
     }
     // each bucket (each step) from the scale it began with to the one its last update left: a
     // backoff drops at the step that overflowed, a growth at the last step shows

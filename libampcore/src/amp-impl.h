@@ -758,6 +758,10 @@ amp_tensor_t *amp_dense(amp_ctx_t *ctx, amp_tensor_t *x);
 amp_tensor_t *amp_expand(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape);
 // The broadcast shape of a and b; false when they do not broadcast.
 bool amp_broadcast_shape(const amp_tensor_t *a, const amp_tensor_t *b, int *ndim, int64_t *shape);
+// a op b broadcast, computed into a new scratch tensor of dtype dt (not recorded; `output`: it is
+// an op's output, for the instrumentation; ops-pointwise.c).
+amp_tensor_t *amp_compute_binary(amp_ctx_t *ctx, amp_binary_op op, amp_dtype dt, amp_tensor_t *a,
+                                 amp_tensor_t *b, bool output);
 // g summed down to shape (the backward of a broadcast); g itself when already that shape.
 amp_tensor_t *amp_sum_to(amp_ctx_t *ctx, amp_tensor_t *g, int ndim, const int64_t *shape);
 

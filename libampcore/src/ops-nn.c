@@ -5,8 +5,6 @@
  */
 #include "amp-impl.h"
 
-#include <string.h>
-
 // ---------------------------------------------------------------------------------------------
 // softmax / log_softmax (fp32_set_opt_dtype: under autocast an f16 input gives an f32 output
 // without being cast first)
@@ -217,39 +215,33 @@ static bool all_probabilities(const amp_tensor_t *p) {
            (s.n_nan == 0 && s.n_posinf == 0 && s.n_neginf == 0 && s.min >= 0.0f && s.max <= 1.0f);
 }
 
-// a op b (broadcast) into a new tensor of like's dtype and shape; not recorded.
-static amp_tensor_t *bce_binary(amp_ctx_t *ctx, amp_binary_op op, amp_tensor_t *a, amp_tensor_t *b,
-                                const amp_tensor_t *like) {
-    amp_tensor_t *y = amp_scratch_new(ctx, like->dtype, like->ndim, like->shape);
-    ctx->be->binary(ctx->bctx, op, y, amp_expand(ctx, a, like->ndim, like->shape),
-                    amp_expand(ctx, b, like->ndim, like->shape));
-    return y;
-}
-
 // PyTorch's own derivatives of binary_cross_entropy (mean), not those of the logs it clamps (whose
 // log(p) backward is 0 / 0 = NaN at p = 0 or 1): dp = dy * (p - t) / max((1 - p) * p, 1e-12) / N,
 // dt = -logit(p) * dy / N, each step rounded to p's (or t's) dtype like PyTorch's kernels.
 static void bce_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *p = amp_dense(ctx, n->in[0]), *t = n->in[1];
+    const amp_dtype pt = p->dtype, tt = t->dtype;
     amp_tensor_t *omp = amp_scratch_new(ctx, p->dtype, p->ndim, p->shape); // 1 - p
     ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, omp, p);
     ctx->be->unary(ctx->bctx, AMP_UNARY_ADD_SCALAR, 1.0f, omp, omp);
     amp_tensor_t *numel = amp_scratch_new(ctx, p->dtype, 0, NULL); // div_(input.numel())
     ctx->be->fill(ctx->bctx, numel, (float)amp_tensor_numel(p));
     if (n->in[0]->requires_grad) {
-        amp_tensor_t *den = bce_binary(ctx, AMP_BINARY_MUL, omp, p, p);
+        amp_tensor_t *den = amp_compute_binary(ctx, AMP_BINARY_MUL, pt, omp, p, false);
         ctx->be->unary(ctx->bctx, AMP_UNARY_CLAMP_MIN, 1e-12f, den, den); // EPSILON
-        amp_tensor_t *dp = bce_binary(ctx, AMP_BINARY_SUB, p, t, p);
-        dp = bce_binary(ctx, AMP_BINARY_MUL, dy, dp, p);
-        dp = bce_binary(ctx, AMP_BINARY_DIV, dp, den, p);
-        amp_grad_accumulate(ctx, n->in[0], bce_binary(ctx, AMP_BINARY_DIV, dp, numel, p));
+        amp_tensor_t *dp = amp_compute_binary(ctx, AMP_BINARY_SUB, pt, p, t, false);
+        dp = amp_compute_binary(ctx, AMP_BINARY_MUL, pt, dy, dp, false);
+        dp = amp_compute_binary(ctx, AMP_BINARY_DIV, pt, dp, den, false);
+        amp_grad_accumulate(ctx, n->in[0],
+                            amp_compute_binary(ctx, AMP_BINARY_DIV, pt, dp, numel, false));
     }
     if (t->requires_grad) {
-        amp_tensor_t *lg = bce_binary(ctx, AMP_BINARY_DIV, p, omp, p); // logit(p), negated
+        amp_tensor_t *lg =
+            amp_compute_binary(ctx, AMP_BINARY_DIV, pt, p, omp, false); // logit(p), negated
         ctx->be->unary(ctx->bctx, AMP_UNARY_LOG, 0.0f, lg, lg);
         ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, lg, lg);
-        lg = bce_binary(ctx, AMP_BINARY_MUL, lg, dy, t);
-        amp_grad_accumulate(ctx, t, bce_binary(ctx, AMP_BINARY_DIV, lg, numel, t));
+        lg = amp_compute_binary(ctx, AMP_BINARY_MUL, tt, lg, dy, false);
+        amp_grad_accumulate(ctx, t, amp_compute_binary(ctx, AMP_BINARY_DIV, tt, lg, numel, false));
     }
 }
 
@@ -264,8 +256,7 @@ amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_
     amp_require_float("binary_cross_entropy", p);
     amp_require_float("binary_cross_entropy", target);
     char s1[64], s2[64];
-    AMP_ASSERT(p->ndim == target->ndim &&
-                   !memcmp(p->shape, target->shape, (size_t)p->ndim * sizeof p->shape[0]),
+    AMP_ASSERT(amp_same_shape(p, target),
                "(binary_cross_entropy: target size %s differs from input size %s)",
                amp_shape_str(target, s1, sizeof s1), amp_shape_str(p, s2, sizeof s2));
     // PyTorch's CPU check; on a device it would wait for the device (PyTorch checks it in the

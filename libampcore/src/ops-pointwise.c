@@ -123,10 +123,8 @@ static amp_dtype binary_result_type(const char *op, amp_binary_op kind, const am
     return amp_promote_types(a->dtype, b->dtype);
 }
 
-// a op b broadcast, computed into a new tensor of dtype dt (not recorded; `output`: it is an op's
-// output, for the instrumentation).
-static amp_tensor_t *compute_binary(amp_ctx_t *ctx, amp_binary_op op, amp_dtype dt, amp_tensor_t *a,
-                                    amp_tensor_t *b, bool output) {
+amp_tensor_t *amp_compute_binary(amp_ctx_t *ctx, amp_binary_op op, amp_dtype dt, amp_tensor_t *a,
+                                 amp_tensor_t *b, bool output) {
     int ndim;
     int64_t shape[AMP_MAX_DIMS];
     char s1[64], s2[64];
@@ -164,15 +162,18 @@ static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         }
         break;
     case AMP_BINARY_MUL:
-        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, b, false));
-        if (b->requires_grad) accumulate_reduced(ctx, b, compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a, false));
+        if (a->requires_grad)
+            accumulate_reduced(ctx, a, amp_compute_binary(ctx, AMP_BINARY_MUL, dt, dy, b, false));
+        if (b->requires_grad)
+            accumulate_reduced(ctx, b, amp_compute_binary(ctx, AMP_BINARY_MUL, dt, dy, a, false));
         break;
     case AMP_BINARY_DIV:
-        if (a->requires_grad) accumulate_reduced(ctx, a, compute_binary(ctx, AMP_BINARY_DIV, dt, dy, b, false));
+        if (a->requires_grad)
+            accumulate_reduced(ctx, a, amp_compute_binary(ctx, AMP_BINARY_DIV, dt, dy, b, false));
         if (b->requires_grad) { // -dy * ((a / b) / b), PyTorch's order: b * b would overflow
-            amp_tensor_t *t = compute_binary(ctx, AMP_BINARY_DIV, dt, a, b, false);
-            t = compute_binary(ctx, AMP_BINARY_DIV, dt, t, b, false);
-            t = compute_binary(ctx, AMP_BINARY_MUL, dt, dy, t, false);
+            amp_tensor_t *t = amp_compute_binary(ctx, AMP_BINARY_DIV, dt, a, b, false);
+            t = amp_compute_binary(ctx, AMP_BINARY_DIV, dt, t, b, false);
+            t = amp_compute_binary(ctx, AMP_BINARY_MUL, dt, dy, t, false);
             ctx->be->unary(ctx->bctx, AMP_UNARY_SCALE, -1.0f, t, t);
             accumulate_reduced(ctx, b, t);
         }
@@ -187,7 +188,7 @@ static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, 
     b = as_float(ctx, b, dt);
     amp_tensor_t *in[2] = {a, b};
     amp_autocast_apply(ctx, op, in, 2); // native: no casts
-    amp_tensor_t *y = compute_binary(ctx, kind, dt, a, b, true);
+    amp_tensor_t *y = amp_compute_binary(ctx, kind, dt, a, b, true);
     amp_node *n = amp_node_record(ctx, op, binary_backward, y, in, 2);
     if (n) {
         n->i[0] = kind;

@@ -392,6 +392,16 @@ static bool tape_refers_to(const amp_ctx_t *ctx, const amp_tensor_t *t) {
     return false;
 }
 
+// A persistent tensor let go of: destroyed, or kept until amp_ctx_reset when the tape was recorded
+// with it (or its gradient), as PyTorch's graph keeps what it saved alive: a backward may still
+// read it or accumulate its gradient.
+static void destroy_untaped(amp_ctx_t *ctx, amp_tensor_t *t) {
+    if (tape_refers_to(ctx, t))
+        list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
+    else
+        tensor_destroy(t);
+}
+
 void amp_tensor_free(amp_tensor_t *t) {
     if (!t || !t->persistent) return;
     if (t->optim_refs > 0) {
@@ -413,12 +423,7 @@ void amp_tensor_free(amp_tensor_t *t) {
             break;
         }
     }
-    // What the tape was recorded with stays until the tape goes, as PyTorch's graph keeps what it
-    // saved alive: a backward may still read t or accumulate its gradient.
-    if (tape_refers_to(ctx, t))
-        list_push(&ctx->scratch, &ctx->n_scratch, &ctx->cap_scratch, t);
-    else
-        tensor_destroy(t);
+    destroy_untaped(ctx, t);
 }
 
 // xorshift64* on the context's host RNG.
@@ -578,13 +583,10 @@ static void grad_free(amp_tensor_t *t) {
     amp_tensor_t *g = t->grad;
     if (!g) return;
     t->grad = NULL;
-    if (tape_refers_to(t->ctx, g)) { // an op since has read it: it stays until the tape goes
-        if (t->persistent) list_push(&t->ctx->scratch, &t->ctx->n_scratch, &t->ctx->cap_scratch, g);
-    } else if (t->persistent) {
-        tensor_destroy(g);
-    } else {
-        amp_tensor_release_storage(g); // (the struct stays in the scratch list)
-    }
+    if (t->persistent)
+        destroy_untaped(t->ctx, g);
+    else if (!tape_refers_to(t->ctx, g)) // (else an op read it since: whole until the reset)
+        amp_tensor_release_storage(g);   // (the struct stays in the scratch list)
 }
 
 // t's gradient replaced by a copy in a fresh buffer of t's own, in t's dtype.

@@ -87,10 +87,11 @@ static char *utf8_from_wide(const wchar_t *w) {
     return out;
 }
 
-// An event not yet emitted: the record and the copy of its text it points to.
+// An event not yet emitted: the record and the copy of its text (rec.text is pointed at it when
+// the record is emitted: the tables move their structs).
 typedef struct pending {
     amp_rec_nvtx rec;
-    char *text; // owned; rec.text points here
+    char *text; // owned
 } pending;
 
 // Fills p from the event attributes of domain d (NULL: the default domain) and an ASCII message
@@ -146,12 +147,20 @@ static void pending_init(pending *p, amp_nvtx_type type, const nvtxDomainRegistr
         else if (a->messageType == NVTX_MESSAGE_TYPE_REGISTERED && a->message.registered)
             p->rec.text_id = a->message.registered->id;
     }
-    p->rec.text = p->text;
 }
 
 static void pending_emit(pending *p) {
+    p->rec.text = p->text;
     amp_record_nvtx(&p->rec);
     free(p->text);
+}
+
+// A range still open at exit: a row with no end (emit; its end_ns still -1: NULL), or dropped.
+static void pending_close(pending *p, bool emit) {
+    if (emit)
+        pending_emit(p);
+    else
+        free(p->text);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,7 +212,6 @@ static int range_pop(const nvtxDomainRegistration *d) {
     memmove(&stack.v[i], &stack.v[i + 1], (size_t)(stack.n - i - 1) * sizeof *stack.v);
     stack.n--;
     p.rec.end_ns = amp_record_now_ns();
-    p.rec.text = p.text; // (the struct moved)
     pending_emit(&p);
     if (stack.n == 0) {
         free(stack.v);
@@ -284,7 +292,6 @@ static void NVTX_API range_end(nvtxRangeId_t id) {
     pthread_mutex_unlock(&open_ranges.lock);
     if (p.rec.range_id < 0) return; // unknown id
     p.rec.end_ns = amp_record_now_ns();
-    p.rec.text = p.text; // the table moved the struct
     if (this_tid() != p.rec.tid) p.rec.end_tid = this_tid();
     pending_emit(&p);
 }
@@ -418,28 +425,14 @@ static bool install(const NvtxExportTableCallbacks *cb, NvtxCallbackModule modul
 // The ranges still open, this thread's and every start/end one: recorded with no end (emit) or
 // dropped; the tables emptied.
 static void end_open(bool emit) {
-    for (int i = stack.n; i-- > 0;) { // innermost first
-        pending *p = &stack.v[i].p;
-        p->rec.text = p->text; // (the struct moved)
-        if (emit) {
-            pending_emit(p); // (end_ns still -1: NULL)
-        } else {
-            free(p->text);
-        }
-    }
+    for (int i = stack.n; i-- > 0;) // innermost first
+        pending_close(&stack.v[i].p, emit);
     free(stack.v);
     stack.v = NULL;
     stack.n = stack.cap = 0;
     pthread_mutex_lock(&open_ranges.lock);
-    for (size_t i = 0; i < open_ranges.n; i++) {
-        pending *p = &open_ranges.v[i];
-        p->rec.text = p->text;
-        if (emit) {
-            pending_emit(p);
-        } else {
-            free(p->text);
-        }
-    }
+    for (size_t i = 0; i < open_ranges.n; i++)
+        pending_close(&open_ranges.v[i], emit);
     free(open_ranges.v);
     open_ranges.v = NULL;
     open_ranges.n = open_ranges.cap = 0;
