@@ -110,6 +110,18 @@ static pair pair_index(amp_dtype dt, int ndim, const int64_t *shape, int64_t cla
     return p;
 }
 
+// Class indices as pair_index gives them, but every `every`-th row (from row 0) is -100, PyTorch's
+// ignore_index (every = 1: all rows are).
+static pair pair_index_padded(int64_t n, int64_t classes, int64_t every) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = i % every == 0 ? -100.0f : (float)(int64_t)(urand() * (double)classes);
+    pair p = {amp_tensor_from_f32(cpu, AMP_DTYPE_I64, 1, &n, v),
+              amp_tensor_from_f32(gpu, AMP_DTYPE_I64, 1, &n, v)};
+    free(v);
+    return p;
+}
+
 static double eps_of(amp_dtype dt) {
     return dt == F16 ? 1e-2 : dt == BF16 ? 2e-2 : 1e-4;
 }
@@ -530,6 +542,19 @@ START_TEST(test_softmax_norm_loss_gpu) {
         pair ce[2] = {pair_new(F32, 2, (int64_t[]){50, 1000}, 3.0f, 0, true),
                       pair_index(AMP_DTYPE_I64, 1, (int64_t[]){50}, 1000)};
         check_op("cross_entropy", op_cross_entropy, ce, 2, eps_of(F32) * 10);
+        // targets of -100 (padding) skipped, on fresh logits (a leaf's gradient accumulates): a
+        // third of the rows; more rows than the one block's threads; every row (a NaN loss and
+        // gradients of exact zeros on both)
+        pair pad[2] = {pair_new(F32, 2, (int64_t[]){50, 1000}, 3.0f, 0, true),
+                       pair_index_padded(50, 1000, 3)};
+        check_op("cross_entropy, ignore_index", op_cross_entropy, pad, 2, eps_of(F32) * 10);
+        pair many[2] = {pair_new(F32, 2, (int64_t[]){3000, 7}, 3.0f, 0, true),
+                        pair_index_padded(3000, 7, 5)};
+        check_op("cross_entropy, ignore_index, 3000 rows", op_cross_entropy, many, 2,
+                 eps_of(F32) * 10);
+        pair none[2] = {pair_new(F32, 2, (int64_t[]){50, 1000}, 3.0f, 0, true),
+                        pair_index_padded(50, 1000, 1)};
+        check_op("cross_entropy, every target ignored", op_cross_entropy, none, 2, eps_of(F32));
         // causal masks (-inf above the diagonal) through masked_fill and softmax: T = 32 takes
         // the 8-wide path, T = 33 the element path
         for (int64_t T = 32; T <= 33; T++) {

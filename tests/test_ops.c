@@ -242,6 +242,10 @@ START_TEST(test_grad_losses) {
     gradcheck("nll_loss", nll_fn, xs, 1, 1e-2f, 2e-2);
     amp_tensor_t *e[1] = {param(2, S(6, 3), 1)};
     gradcheck("embedding", embedding_fn, e, 1, 1e-2f, 2e-2);
+    int32_t padded[4] = {2, -100, 4, 1}; // PyTorch's ignore_index: row 1 counts for nothing
+    labels = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, S(4), padded);
+    gradcheck("cross_entropy, a row ignored", cross_entropy_fn, xs, 1, 1e-2f, 2e-2);
+    gradcheck("nll_loss, a row ignored", nll_fn, xs, 1, 1e-2f, 2e-2);
     amp_tensor_t *m[1] = {param(3, S(2, 4, 4), 1)};
     gradcheck("masked_softmax", masked_fn, m, 1, 1e-2f, 2e-2);
     float t[6] = {0, 1, 1, 0, 0.5f, 1};
@@ -1001,6 +1005,116 @@ START_TEST(test_bce_grad_at_0_and_1) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// nll_loss / cross_entropy with PyTorch's defaults (reduction='mean', ignore_index=-100), against
+// torch 1.13 CPU
+
+// F.nll_loss(logp, torch.tensor([2, -100, 0, -100, 3])) with logp the (5, 4) values below, then
+// .backward(): (2.0625 + 0.375 + 0.3125) / 3 and -1/3 at the three targets. The values are
+// dyadic, so the sum is exact in any order and only the division by the count (3, not 5) rounds.
+START_TEST(test_nll_loss_ignore_index) {
+    const float v[20] = {-1.25f,  -0.5f,   -2.0625f, -3.0f,   -0.75f,  -1.5f,   -2.5f,
+                         -0.125f, -0.375f, -4.0f,    -1.0f,   -2.25f,  -3.5f,   -0.25f,
+                         -1.75f,  -0.625f, -2.75f,   -1.125f, -0.875f, -0.3125f};
+    const int64_t y[5] = {2, -100, 0, -100, 3};
+    amp_tensor_t *logp = param(2, S(5, 4), 1);
+    amp_tensor_write_f32(logp, v);
+    amp_tensor_t *t = amp_tensor_from(ctx, AMP_DTYPE_I64, 1, S(5), y);
+    amp_tensor_t *loss = amp_nll_loss(ctx, logp, t);
+    uint32_t got;
+    read_bits32(loss, 1, &got);
+    ck_assert_msg(got == 0x3f6aaaab, "loss = %08x, want 3f6aaaab (0.9166667)", got);
+    amp_backward(ctx, loss);
+    uint32_t g[20];
+    amp_tensor_read(amp_tensor_grad(logp), g);
+    for (int r = 0; r < 5; r++)
+        for (int j = 0; j < 4; j++) {
+            const uint32_t want = y[r] == j ? 0xbeaaaaab : 0; // -0.33333334, else +0
+            ck_assert_msg(g[r * 4 + j] == want, "dlogp[%d, %d] = %08x, want %08x", r, j,
+                          g[r * 4 + j], want);
+        }
+}
+END_TEST
+
+// f16 logits under autocast: cross_entropy is fp32 there, so the loss is PyTorch's of the logits
+// cast to f32 and the gradient comes back in f16. x16 = the (4, 5) values below as
+// torch.float16, requiring grad; F.cross_entropy(x16.float(), torch.tensor([4, -100, 1, 0]))
+// .backward(), then the loss's and x16.grad's bits.
+START_TEST(test_cross_entropy_f16_ignore_index) {
+    const float v[20] = {1.5f,  -0.25f, 2.0f, 0.75f, -1.0f, 0.5f,  3.0f,   -2.0f,  1.25f, 0.0f,
+                         -0.5f, 0.25f,  1.0f, -1.5f, 2.5f,  2.25f, -0.75f, 0.125f, 1.75f, -0.375f};
+    const uint16_t want[20] = {0x2e51, 0x2464, 0x3135, 0x29f8, 0xb534, 0,      0,
+                               0,      0,      0,      0x2215, 0xb4ee, 0x2ad1, 0x1c7a,
+                               0x33a3, 0xb0e5, 0x2099, 0x2584, 0x2f00, 0x22b0};
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 2, S(4, 5), v);
+    amp_tensor_set_requires_grad(x, true);
+    amp_tensor_t *t = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, S(4), (int32_t[]){4, -100, 1, 0});
+    amp_autocast_begin(ctx, true, AMP_DTYPE_F16, true);
+    amp_tensor_t *loss = amp_cross_entropy(ctx, x, t);
+    amp_autocast_end(ctx);
+    uint32_t got;
+    read_bits32(loss, 1, &got);
+    ck_assert_msg(got == 0x40138672, "loss = %08x, want 40138672 (2.3050809)", got);
+    amp_backward(ctx, loss);
+    ck_assert_int_eq(amp_tensor_dtype(amp_tensor_grad(x)), AMP_DTYPE_F16);
+    uint16_t g[20];
+    amp_tensor_read(amp_tensor_grad(x), g);
+    for (int i = 0; i < 20; i++)
+        ck_assert_msg(g[i] == want[i], "dx[%d] = %04x, want %04x", i, g[i], want[i]);
+}
+END_TEST
+
+// Every target ignored: 0 / 0, a NaN loss, and a gradient of zeros (written at no position);
+// an empty batch is NaN too. F.nll_loss(logp, torch.tensor([-100, -100, -100])).backward() and
+// F.nll_loss(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long)).
+START_TEST(test_nll_loss_all_ignored) {
+    amp_tensor_t *logp = param(2, S(3, 2), 1);
+    amp_tensor_write_f32(logp, (float[]){-0.5f, -1, -2, -0.25f, -1.5f, -0.75f});
+    amp_tensor_t *t = amp_tensor_from(ctx, AMP_DTYPE_I64, 1, S(3), (int64_t[]){-100, -100, -100});
+    amp_tensor_t *loss = amp_nll_loss(ctx, logp, t);
+    ck_assert(isnan(amp_tensor_item(loss)));
+    amp_backward(ctx, loss);
+    uint32_t g[6];
+    read_bits32(amp_tensor_grad(logp), 6, g);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(g[i] == 0, "dlogp[%d] = %08x, want +0", i, g[i]);
+
+    amp_tensor_t *x = param(2, S(2, 2), 1);
+    amp_tensor_t *t2 = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, S(2), (int32_t[]){-100, -100});
+    loss = amp_cross_entropy(ctx, x, t2);
+    ck_assert(isnan(amp_tensor_item(loss)));
+    amp_backward(ctx, loss);
+    float gx[4];
+    amp_tensor_read_f32(amp_tensor_grad(x), gx);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(gx[i], 0.0f);
+
+    amp_tensor_t *empty = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, S(0, 4));
+    amp_tensor_t *none = amp_tensor_new(ctx, AMP_DTYPE_I64, 1, S(0));
+    ck_assert(isnan(amp_tensor_item(amp_nll_loss(ctx, empty, none))));
+}
+END_TEST
+
+// Only -100 is ignored: -101 is out of range like 4. F.nll_loss(logp, torch.tensor([0, -101]))
+// raises IndexError("Target -101 is out of bounds.").
+START_TEST(test_nll_loss_other_negative_target_aborts) {
+    amp_tensor_t *logp = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, S(2, 4));
+    amp_tensor_write_f32(logp, (float[]){-1, -2, -3, -4, -1, -2, -3, -4});
+    amp_tensor_t *t = amp_tensor_from(ctx, AMP_DTYPE_I64, 1, S(2), (int64_t[]){0, -101});
+    test_expect_abort("Target -101 is out of bounds.");
+    amp_nll_loss(ctx, logp, t);
+}
+END_TEST
+
+START_TEST(test_nll_loss_target_past_the_classes_aborts) {
+    amp_tensor_t *logp = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, S(2, 4));
+    amp_tensor_write_f32(logp, (float[]){-1, -2, -3, -4, -1, -2, -3, -4});
+    amp_tensor_t *t = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, S(2), (int32_t[]){-100, 4});
+    test_expect_abort("Target 4 is out of bounds.");
+    amp_nll_loss(ctx, logp, t);
+}
+END_TEST
+
 Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *g = tcase_create("gradcheck");
@@ -1081,5 +1195,14 @@ Suite *ops_suite(void) {
     tcase_add_test(p, test_bce_input_outside_0_1);
     tcase_add_test(p, test_bce_grad_at_0_and_1);
     suite_add_tcase(s, p);
+
+    TCase *l = tcase_create("ignore_index");
+    tcase_add_checked_fixture(l, setup, teardown);
+    tcase_add_test(l, test_nll_loss_ignore_index);
+    tcase_add_test(l, test_cross_entropy_f16_ignore_index);
+    tcase_add_test(l, test_nll_loss_all_ignored);
+    tcase_add_test_raise_signal(l, test_nll_loss_other_negative_target_aborts, SIGABRT);
+    tcase_add_test_raise_signal(l, test_nll_loss_target_past_the_classes_aborts, SIGABRT);
+    suite_add_tcase(s, l);
     return s;
 }

@@ -286,7 +286,10 @@ amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mas
 // Zeroes elements with probability p and scales the rest by 1/(1-p); identity when !training.
 amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool training);
 
-// Losses (mean reduction). logits (N, C), target (N) i32/i64 class indices.
+// Losses (mean reduction). logits (N, C), target (N) i32/i64 class indices. cross_entropy and
+// nll_loss have PyTorch's defaults: a target of -100 (ignore_index: padding) is skipped, the loss
+// is the mean over the other rows, NaN when every row is skipped (or N = 0), and such a row gets a
+// zero gradient. Any other target outside [0, C) aborts on the CPU and gives a NaN loss on CUDA.
 amp_tensor_t *amp_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *logits, amp_tensor_t *target);
 amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *target);
 amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *target);

@@ -258,6 +258,9 @@ static inline int amp_coalesce_dims(int ndim, const int64_t *shape, int nops,
 #define AMP_GELU_TANH_KAPPA 0.044715f
 #define AMP_GELU_PDF_BETA ((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5)) // 1/sqrt(2 pi)
 
+// The target that nll_loss and cross_entropy skip: PyTorch's default ignore_index (padding).
+#define AMP_NLL_IGNORE_INDEX (-100)
+
 // x ** e with the special cases of PyTorch's pow_tensor_scalar kernel (and pow's 0 and 1).
 static inline AMP_HD float amp_pow_scalar(float x, float e) {
     if (e == 2.0f) return x * x;
@@ -545,10 +548,13 @@ typedef struct amp_backend_i {
     // the forward: with stride >= kernel no two windows share an element).
     void (*max_pool2d_backward)(void *bctx, amp_tensor_t *dx, const amp_tensor_t *dy,
                                 const amp_tensor_t *argmax, int kernel, int stride);
-    // loss (f32, one element) = -mean over rows of logp[row, target[row]] (target i32/i64).
+    // loss (f32, one element) = -mean of logp[row, target[row]] over the rows whose target (i32/
+    // i64) is not AMP_NLL_IGNORE_INDEX: divided by their count, the total weight (NaN for none).
     void (*nll_loss)(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
                      const amp_tensor_t *target);
-    // dlogp overwritten: -dloss / N at the target positions, zeros elsewhere.
+    // dlogp overwritten: -dloss / total weight at the target positions of the rows not ignored,
+    // zeros elsewhere (all of dlogp when every row is). The backend counts the total weight again
+    // from target, on its device, in the same pass: no host sync, nothing saved by the forward.
     void (*nll_loss_backward)(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t *dloss,
                               const amp_tensor_t *target);
     // y = x where mask == 0, else value; mask (i32) is a view expanded to x's shape.

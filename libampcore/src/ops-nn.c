@@ -1,7 +1,9 @@
 /*
  * ops-nn.c — the neural-network ops: softmax and log_softmax, layer_norm, embedding, max_pool2d
  * and the losses (nll_loss, cross_entropy as log_softmax + nll_loss like PyTorch's decomposition,
- * mse_loss, binary_cross_entropy), forward and backward.
+ * mse_loss, binary_cross_entropy), forward and backward. nll_loss skips the rows whose target is
+ * -100 (PyTorch's default ignore_index); the backends count the rest, forward and backward, on
+ * their device, so the node saves only the targets.
  */
 #include "amp-impl.h"
 

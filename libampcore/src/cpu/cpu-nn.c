@@ -1,6 +1,7 @@
 /*
  * cpu-nn.c — the CPU backend's row-wise neural-network ops: softmax and log_softmax over the
- * last dim, layer_norm, embedding and nll_loss, each with its backward.
+ * last dim, layer_norm, embedding and nll_loss, each with its backward. nll_loss is PyTorch's with
+ * its defaults: the mean over the rows whose target is not -100 (ignore_index), NaN when all are.
  *
  * Rows are widened into f32 buffers from the backend workspace; reductions over a row use the
  * pairwise f32 sum. Formulas and operation order follow PyTorch's CUDA kernels (the reference
@@ -245,7 +246,16 @@ void amp_cpu_embedding_backward(void *bctx, amp_tensor_t *dw, const amp_tensor_t
 }
 
 // ---------------------------------------------------------------------------------------------
-// nll_loss (mean reduction, no class weights)
+// nll_loss (mean reduction, no class weights, PyTorch's ignore_index of -100)
+
+// The target of row r, or AMP_NLL_IGNORE_INDEX; any other value outside [0, C) aborts with
+// PyTorch's message.
+static int64_t nll_target(const amp_tensor_t *target, int64_t r, int64_t C) {
+    const int64_t t = cpu_load_index(target->dtype, amp_tensor_ptr(target), r);
+    AMP_ASSERT(t == AMP_NLL_IGNORE_INDEX || (t >= 0 && t < C), "(Target %lld is out of bounds.)",
+               (long long)t);
+    return t;
+}
 
 void amp_cpu_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
                       const amp_tensor_t *target) {
@@ -254,15 +264,18 @@ void amp_cpu_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
     AMP_ASSERT(logp->ndim == 2 && cpu_numel(target) == logp->shape[0] && cpu_numel(loss) == 1);
     const int64_t N = logp->shape[0], C = logp->shape[1];
     float *nl = amp_cpu_workspace(bctx, (size_t)(N + 1));
-    const void *lp = amp_tensor_ptr(logp), *tp = amp_tensor_ptr(target);
+    const void *lp = amp_tensor_ptr(logp);
+    int64_t kept = 0;
     for (int64_t r = 0; r < N; r++) {
-        const int64_t t = cpu_load_index(target->dtype, tp, r);
-        AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t,
-                   (long long)C);
-        nl[r] = -amp_load_f32(logp->dtype, lp, r * C + t);
+        const int64_t t = nll_target(target, r, C);
+        // An ignored row adds +0, which changes no partial sum (none is ever -0: each starts at
+        // +0), so the loss is the same pairwise sum over the kept rows in their places.
+        nl[r] = t == AMP_NLL_IGNORE_INDEX ? 0.0f : -amp_load_f32(logp->dtype, lp, r * C + t);
+        kept += t != AMP_NLL_IGNORE_INDEX;
     }
-    // The summed negative log-likelihood divided by the total weight N (NaN for N = 0).
-    cpu_store(loss->dtype, amp_tensor_ptr(loss), 0, amp_cpu_sum_f32(nl, N) / (float)N);
+    // The summed negative log-likelihood divided by the total weight, the kept rows' count (NaN
+    // when there is none, 0 / 0, as in PyTorch).
+    cpu_store(loss->dtype, amp_tensor_ptr(loss), 0, amp_cpu_sum_f32(nl, N) / (float)kept);
 }
 
 void amp_cpu_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t *dloss,
@@ -273,13 +286,14 @@ void amp_cpu_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor
     AMP_ASSERT(dlogp->ndim == 2 && cpu_numel(target) == dlogp->shape[0] && cpu_numel(dloss) == 1);
     const int64_t N = dlogp->shape[0], C = dlogp->shape[1];
     amp_cpu_fill(bctx, dlogp, 0.0f);
-    const float g = -(amp_load_f32(dloss->dtype, amp_tensor_ptr(dloss), 0) / (float)N);
+    int64_t kept = 0;
+    for (int64_t r = 0; r < N; r++)
+        kept += nll_target(target, r, C) != AMP_NLL_IGNORE_INDEX;
+    // PyTorch's -(dloss / total_weight); with every row ignored it is written nowhere.
+    const float g = -(amp_load_f32(dloss->dtype, amp_tensor_ptr(dloss), 0) / (float)kept);
     void *dp = amp_tensor_ptr(dlogp);
-    const void *tp = amp_tensor_ptr(target);
     for (int64_t r = 0; r < N; r++) {
-        const int64_t t = cpu_load_index(target->dtype, tp, r);
-        AMP_ASSERT(t >= 0 && t < C, "(target %lld out of range [0, %lld))", (long long)t,
-                   (long long)C);
-        cpu_store(dlogp->dtype, dp, r * C + t, g);
+        const int64_t t = nll_target(target, r, C);
+        if (t != AMP_NLL_IGNORE_INDEX) cpu_store(dlogp->dtype, dp, r * C + t, g);
     }
 }

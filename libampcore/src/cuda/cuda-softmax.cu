@@ -9,7 +9,9 @@
  * output's statistics as it is stored (cuda-fuse.h): max, then the f32 sum of exp(x - max),
  * then the store (log_softmax is x - max - log(sum), as the CPU and PyTorch compute it). A masked
  * (-inf) entry gives exactly 0; an all -inf row gives NaN, like PyTorch. nll_loss never leaves the
- * device: the loss and its gradient read dloss there, so there is no host sync in the loss.
+ * device: the loss and its gradient read dloss there, so there is no host sync in the loss. It has
+ * PyTorch's defaults: the mean over the rows whose target is not -100 (ignore_index), NaN when all
+ * are; the backward counts those rows again in its one launch.
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
@@ -307,18 +309,24 @@ void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_ten
 }
 
 // ---------------------------------------------------------------------------------------------
-// nll_loss: one block sums -logp[r, target[r]]; an out-of-range target gives a NaN loss (the
-// device cannot abort the host; the CPU backend asserts).
+// nll_loss: one block sums -logp[r, target[r]] and counts the rows (the total weight) over the
+// targets that are not AMP_NLL_IGNORE_INDEX; the backward is one block too, counting again before
+// it writes (PyTorch's reduced backward is one block as well). Any other target outside [0, C)
+// gives a NaN loss, the device cannot abort the host (the CPU backend asserts), and no gradient
+// at its row.
 
 __global__ void nll_loss_kernel(void *loss, amp_dtype lt, const void *logp, amp_dtype pt,
                                 const void *target, amp_dtype tt, int64_t N, int64_t C) {
-    float s = 0.0f;
+    float s = 0.0f, kept = 0.0f; // counts in f32 like PyTorch's total_weight: exact to 2^24 rows
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
         const int64_t t = cuda_load_index(tt, target, r);
+        if (t == AMP_NLL_IGNORE_INDEX) continue;
         s += (t >= 0 && t < C) ? -cuda_load(pt, logp, r * C + t) : NAN;
+        kept += 1.0f;
     }
     s = cuda_block_sum(s);
-    if (threadIdx.x == 0) cuda_store(lt, loss, 0, s / (float)N);
+    kept = cuda_block_sum(kept);
+    if (threadIdx.x == 0) cuda_store(lt, loss, 0, s / kept); // 0 / 0: NaN when all are ignored
 }
 
 void cuda_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
@@ -336,9 +344,12 @@ void cuda_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
 
 __global__ void nll_loss_backward_kernel(void *dlogp, amp_dtype dt, const void *dloss, amp_dtype lt,
                                          const void *target, amp_dtype tt, int64_t N, int64_t C) {
-    const float g = -(cuda_load(lt, dloss, 0) / (float)N);
-    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < N;
-         r += (int64_t)gridDim.x * blockDim.x) {
+    float kept = 0.0f;
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x)
+        kept += cuda_load_index(tt, target, r) != AMP_NLL_IGNORE_INDEX ? 1.0f : 0.0f;
+    kept = cuda_block_sum(kept);
+    const float g = -(cuda_load(lt, dloss, 0) / kept);
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
         const int64_t t = cuda_load_index(tt, target, r);
         if (t >= 0 && t < C) cuda_store(dt, dlogp, r * C + t, g);
     }
@@ -354,7 +365,7 @@ void cuda_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t 
     const int64_t N = dlogp->shape[0], C = dlogp->shape[1];
     cuda_fill(bctx, dlogp, 0.0f);
     if (N == 0) return;
-    nll_loss_backward_kernel<<<cuda_grid(N, 256), 256, 0, c->stream>>>(
+    nll_loss_backward_kernel<<<1, 1024, 0, c->stream>>>(
         amp_tensor_ptr(dlogp), dlogp->dtype, amp_tensor_ptr(dloss), dloss->dtype,
         amp_tensor_ptr(target), target->dtype, N, C);
     CUDA_LAUNCH_CHECK();
