@@ -898,7 +898,7 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
             fprintf(out, "<tr><td>loss scale</td><td>%.9g .. %.9g</td></tr>", s.scale_min,
                     s.scale_max);
     } else {
-        fputs("<tr><td>steps</td><td>none recorded</td></tr>", out);
+        fprintf(out, "<tr><td>steps</td><td>%s</td></tr>", report_no_steps_phrase(m));
     }
     fputs("</table>\n", out);
 

@@ -130,7 +130,7 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
         fprintf(out, "%s |\n", cov[i].note);
     }
     if (s.steps == 0) {
-        fputs("| steps | none recorded |\n", out);
+        fprintf(out, "| steps | %s |\n", report_no_steps_phrase(m));
         return;
     }
     char steps[64];

@@ -142,7 +142,7 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
         fprintf(out, "  %-12s %s%s\n", label, cov[i].text, cov[i].note);
     }
     if (s.steps == 0) {
-        fprintf(out, "  steps:       none recorded\n");
+        fprintf(out, "  steps:       %s\n", report_no_steps_phrase(m));
         return;
     }
     char steps[64];

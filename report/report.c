@@ -873,6 +873,15 @@ bool report_event_breaks_forward(const char *kind, const char *phase) {
     return strcmp(kind, "nonfinite_input") == 0 || strcmp(kind, "nonfinite_module") == 0;
 }
 
+bool report_focused(const report_model *m) {
+    return m->step_lo > INT64_MIN || m->step_hi < INT64_MAX;
+}
+
+const char *report_no_steps_phrase(const report_model *m) {
+    return report_focused(m) && m->end.last_step >= 0 ? "none in the focused steps (--steps)"
+                                                      : "none recorded";
+}
+
 bool report_pid_autocast(const report_model *m, int32_t pid) {
     for (size_t i = 0; i < m->n_ops; i++)
         if (m->ops[i].pid == pid && m->ops[i].policy[0]) return true;
@@ -1022,8 +1031,7 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return true;
     }
     if (errors + warnings == 0) {
-        const bool focused = m->step_lo > INT64_MIN || m->step_hi < INT64_MAX;
-        if (s.steps == 0 && focused && m->end.last_step >= 0)
+        if (s.steps == 0 && report_focused(m) && m->end.last_step >= 0)
             snprintf(buf, n,
                      "No step of %s falls in the focused steps (--steps): its steps run to "
                      "%lld.",

@@ -320,6 +320,10 @@ bool report_dtype_lowp(const char *dtype);
 // An event that says where a step's forward first went non-finite: a forward producer, NaN/inf
 // in the input data, or the first module output (nonfinite_module: traced per module).
 bool report_event_breaks_forward(const char *kind, const char *phase);
+// True when --steps narrowed the report to some steps.
+bool report_focused(const report_model *m);
+// What the Run section says when no step is in the report: "none recorded", or none in the focus.
+const char *report_no_steps_phrase(const report_model *m);
 // True when pid ran any op under autocast (a policy was recorded).
 bool report_pid_autocast(const report_model *m, int32_t pid);
 // The focused steps' median step time in ns (a first step's set-up or a stall does not move

@@ -277,6 +277,17 @@ START_TEST(a_focus_past_the_run_says_where_its_steps_end) {
     ck_assert_msg(strstr(verdict, "falls in the focused steps (--steps): its steps run to 5."),
                   "verdict: %s", verdict);
     release();
+    // and the Run section does not claim that no step was recorded
+    const char *formats[][2] = {{"text", "steps:       none in the focused steps (--steps)"},
+                                {"md", "| steps | none in the focused steps (--steps) |"},
+                                {"html", "<td>steps</td><td>none in the focused steps (--steps)"}};
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_int_eq(
+            CMD(db_path, "--format", formats[i][0], "--steps", "100:200", "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
+        free(t);
+    }
 }
 END_TEST
 
