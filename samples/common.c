@@ -607,7 +607,7 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
     amp_scaler_params sp = scaler_params(o);
     amp_optim_params op = amp_optim_defaults(o->optimizer);
     op.lr = o->lr;
-    if (o->optimizer == AMP_OPTIM_SGD) op.momentum = 0.9f;
+    if (o->optimizer == AMP_OPTIM_SGD) op.momentum = 0.9;
     amp_dtype autocast_dtype = o->precision == AMP_DTYPE_BF16 ? AMP_DTYPE_BF16 : AMP_DTYPE_F16;
     amp_scaler_t *sc = NULL;
     amp_optim_t *opt = NULL;

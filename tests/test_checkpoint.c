@@ -360,10 +360,10 @@ START_TEST(test_every_flipped_byte) {
     amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "CRC mismatch"));
     b[40] ^= 1;
-    b[8] = 2; // version
+    b[8] = 3; // version
     spit(path("flip.ckpt"), b, n);
     amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
-    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 2"));
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 3"));
     target_free(&t);
     free(b);
     remove_dir();
@@ -397,7 +397,7 @@ START_TEST(test_bad_scaler_factors_undo) {
     for (size_t i = 0; !opt_name && i + 9 <= n; i++)
         if (memcmp(b + i, "optimizer", 9) == 0) opt_name = b + i;
     ck_assert_ptr_nonnull(opt_name);
-    put_le(opt_name + 9 + 8 + 4, 0xBF800000u, 4); // after name, body_len, kind: lr = -1
+    put_le(opt_name + 9 + 8 + 4, 0xBFF0000000000000u, 8); // after name, body_len, kind: lr = -1
     fix_crc(b, n);
     spit(path("bad.ckpt"), b, n);
     ck_assert_int_eq(amp_checkpoint_load(path("bad.ckpt"), &t.w, 1, t.opt, t.sc), AMP_ERR_CORRUPT);
@@ -422,9 +422,10 @@ START_TEST(test_uncountable_steps) {
         for (size_t i = 0; !opt_name && i + 9 <= n; i++)
             if (memcmp(b + i, "optimizer", 9) == 0) opt_name = b + i;
         ck_assert_ptr_nonnull(opt_name);
-        // steps: after name, body_len and nine 4-byte fields; or in the state record of "w" that
-        // follows the 52-byte body (after its type, name_len, name, body_len)
-        put_le(opt_name + 9 + 8 + (k == 0 ? 36 : 52 + 4 + 4 + 1 + 8), INT64_MAX, 8);
+        // steps: after name, body_len, kind, lr, momentum, dampening, nesterov and four more
+        // doubles; or in the state record of "w" that follows the 80-byte body (after its type,
+        // name_len, name, body_len)
+        put_le(opt_name + 9 + 8 + (k == 0 ? 64 : 80 + 4 + 4 + 1 + 8), INT64_MAX, 8);
         fix_crc(b, n);
         spit(path("steps.ckpt"), b, n);
         free(b);
@@ -722,6 +723,67 @@ START_TEST(test_hand_built_files) {
 }
 END_TEST
 
+// A version 1 file (the optimizer's hyperparameters in f32) still loads, widened to doubles; a
+// version 2 file keeps a double such as lr = 0.1 exactly (as a Python float), not as 0.1f.
+START_TEST(test_version_1_and_double_hyperparameters) {
+    make_dir();
+    target t;
+    target_init(&t);
+    buf r = {0}, f;
+    const uint64_t two[1] = {2};
+    b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0);
+    b_put(&r, 2, 4); // OPTIM
+    b_put(&r, 9, 4);
+    b_str(&r, "optimizer");
+    b_put(&r, 52, 8);
+    b_put(&r, AMP_OPTIM_SGD, 4);
+    b_put(&r, 0x3F000000u, 4); // lr 0.5f
+    b_put(&r, 0x3E800000u, 4); // momentum 0.25f
+    b_put(&r, 0, 4);           // dampening
+    b_put(&r, 0, 4);           // nesterov
+    for (int i = 0; i < 4; i++)
+        b_put(&r, 0, 4); // weight_decay, beta1, beta2, eps
+    b_put(&r, 3, 8);     // steps
+    b_put(&r, 1, 4);     // n_params
+    b_put(&r, 1, 4);     // n_state
+    b_put(&r, 3, 4);     // OPTIM_STATE of w: steps, one state tensor of two 1.5s
+    b_put(&r, 1, 4);
+    b_str(&r, "w");
+    b_put(&r, 8 + 4 + 8 + 8 + 8, 8);
+    b_put(&r, 3, 8);
+    b_put(&r, 1, 4);
+    b_put(&r, AMP_DTYPE_F32, 4);
+    b_put(&r, 1, 4);
+    b_put(&r, 2, 8);
+    b_put(&r, 0x3FC00000u, 4);
+    b_put(&r, 0x3FC00000u, 4);
+    b_file(&f, 3, &r);
+    spit(path("v1.ckpt"), f.b, f.n);
+    ck_assert_msg(amp_checkpoint_load(path("v1.ckpt"), &t.w, 1, t.opt, NULL) == AMP_OK, "%s",
+                  amp_last_error());
+    ck_assert(amp_optim_get_params(t.opt)->lr == 0.5 &&
+              amp_optim_get_params(t.opt)->momentum == 0.25);
+    ck_assert_int_eq(amp_optim_steps(t.opt), 3);
+    float buf_v[2];
+    amp_tensor_read_f32(amp_optim_state(t.opt, 0, 0), buf_v);
+    ck_assert(buf_v[0] == 1.5f && buf_v[1] == 1.5f);
+
+    amp_optim_params p = *amp_optim_get_params(t.opt);
+    p.lr = 0.1;
+    p.momentum = 0.9;
+    ck_assert_int_eq(amp_optim_set_params(t.opt, &p), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_save(path("v2.ckpt"), &t.w, 1, t.opt, NULL), AMP_OK);
+    p.lr = 0.3;
+    p.momentum = 0.5;
+    ck_assert_int_eq(amp_optim_set_params(t.opt, &p), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_load(path("v2.ckpt"), &t.w, 1, t.opt, NULL), AMP_OK);
+    ck_assert(amp_optim_get_params(t.opt)->lr == 0.1 &&
+              amp_optim_get_params(t.opt)->momentum == 0.9);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
 // A hostile file of many small records whose last repeats the first one's name: the duplicate is
 // found by sorting (comparing every pair took minutes for a few MB of records).
 START_TEST(test_many_records_one_duplicate) {
@@ -788,6 +850,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_bad_scaler_factors_undo);
     tcase_add_test(tc, test_uncountable_steps);
     tcase_add_test(tc, test_hand_built_files);
+    tcase_add_test(tc, test_version_1_and_double_hyperparameters);
     tcase_add_test(tc, test_many_records_one_duplicate);
     tcase_add_test(tc, test_large_foreign_file);
     suite_add_tcase(s, tc);

@@ -344,7 +344,7 @@ START_TEST(test_defaults_and_names) {
     ck_assert(s.momentum == 0 && s.dampening == 0 && !s.nesterov && s.weight_decay == 0);
     amp_optim_params a = amp_optim_defaults(AMP_OPTIM_ADAM);
     ck_assert_int_eq(a.kind, AMP_OPTIM_ADAM);
-    ck_assert(a.lr == 1e-3f && a.beta1 == 0.9f && a.beta2 == 0.999f && a.eps == 1e-8f);
+    ck_assert(a.lr == 1e-3 && a.beta1 == 0.9 && a.beta2 == 0.999 && a.eps == 1e-8); // doubles
     ck_assert_float_eq(a.weight_decay, 0);
     ck_assert_float_eq(amp_optim_defaults(AMP_OPTIM_ADAMW).weight_decay, 1e-2f);
 
@@ -530,6 +530,40 @@ START_TEST(test_adam_reference) {
 }
 END_TEST
 
+// The bits of torch.optim.Adam with its defaults (betas (0.9, 0.999) as Python floats), two
+// steps without zero_grad between them: torch 2.x's single-tensor algorithm on Debian's torch 1.13
+// CPU ops, without fused multiply-adds, with CUDA's addcdiv order p + v * (m / d). Adam holding its
+// betas as f32 gave exp_avg 0x3d4cccd0 for 0x3d4ccccd: 1 - 0.9f is not 1 - 0.9 rounded.
+START_TEST(test_adam_torch_bits) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 3, (float[]){1, -2, 3});
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, &p, 1, &opt), AMP_OK);
+    static const uint32_t want[2][3][3] = {{{0x3f7fbe77, 0xbfffdf3b, 0x403fef9e},  // param
+                                            {0x3d4ccccd, 0xbdcccccd, 0x3ccccccd},  // exp_avg
+                                            {0x3983126f, 0x3a83126f, 0x3883126f}}, // exp_avg_sq
+                                           {{0x3f7f7f36, 0xbfffbf9a, 0x403fdfce},
+                                            {0x3e147ae1, 0xbe947ae1, 0x3d947ae1},
+                                            {0x3aa3cea7, 0x3ba3cea7, 0x39a3cea7}}};
+    for (int s = 0; s < 2; s++) { // the gradient (0.5, -1, 0.25), accumulated twice for step 2
+        const float k = (float)(s + 1);
+        test_set_grad_f32(ctx, p, (float[]){0.5f * k, -1 * k, 0.25f * k});
+        amp_optim_step(opt);
+        const amp_tensor_t *t[3] = {p, amp_optim_state(opt, 0, 0), amp_optim_state(opt, 0, 1)};
+        for (int k = 0; k < 3; k++) {
+            uint32_t got[3];
+            amp_tensor_read_f32(t[k], (float *)got);
+            for (int i = 0; i < 3; i++)
+                ck_assert_msg(got[i] == want[s][k][i], "step %d tensor %d [%d]: %08x, want %08x",
+                              s + 1, k, i, got[i], want[s][k][i]);
+        }
+    }
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(test_adamw_reference) {
     amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAMW);
     o.lr = 0.01f;
@@ -563,11 +597,9 @@ START_TEST(test_per_param_steps) {
     ck_assert_int_eq(amp_optim_param_steps(opt, 1), 1);
     ck_assert_int_eq(amp_optim_steps(opt), 2);
     // exp_avg / exp_avg_sq of the second after its one step: (1 - b1) g, (1 - b2) g^2, with
-    // the betas as the f32 values amp_optim_params holds (1 - 0.999f = 0.000999987).
-    ck_assert_close(amp_tensor_item(amp_optim_state(opt, 1, 0)), (1 - (double)0.9f) * 3, 1e-8,
-                    1e-6);
-    ck_assert_close(amp_tensor_item(amp_optim_state(opt, 1, 1)), (1 - (double)0.999f) * 9, 1e-10,
-                    1e-6);
+    // 1 - beta taken in double as Python does (1 - 0.999 = 0.001, where 1 - 0.999f = 0.000999987)
+    ck_assert_close(amp_tensor_item(amp_optim_state(opt, 1, 0)), 0.1 * 3, 1e-7, 1e-7);
+    ck_assert_close(amp_tensor_item(amp_optim_state(opt, 1, 1)), 0.001 * 9, 1e-7, 1e-7);
     amp_optim_zero_grad(opt);
     ck_assert_ptr_null(amp_tensor_grad(ps[0]));
     ck_assert_ptr_null(amp_tensor_grad(ps[1]));
@@ -633,6 +665,7 @@ Suite *optim_suite(void) {
     tcase_add_test(tc, test_sgd_reference);
     tcase_add_test(tc, test_adam_hand_values);
     tcase_add_test(tc, test_adam_reference);
+    tcase_add_test(tc, test_adam_torch_bits);
     tcase_add_test(tc, test_adamw_reference);
     tcase_add_test(tc, test_narrow_gradients);
     suite_add_tcase(s, tc);

@@ -40,15 +40,18 @@ extern "C" {
 
 typedef enum amp_optim_kind { AMP_OPTIM_SGD, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW } amp_optim_kind;
 
+// Doubles, as torch.optim's Python floats are: the scalars the update derives from them (1 - beta,
+// the bias corrections, the step size) are computed in double and rounded to f32 once, as a
+// Python float reaches PyTorch's f32 kernels (1 - 0.9 rounds to 0.1f, 1 - 0.9f does not).
 typedef struct amp_optim_params {
     amp_optim_kind kind;
-    float lr;           // SGD 1e-3, Adam 1e-3, AdamW 1e-3
-    float momentum;     // SGD only, default 0
-    float dampening;    // SGD only, default 0
-    bool nesterov;      // SGD only
-    float weight_decay; // SGD/Adam 0 (L2 added to the gradient), AdamW 1e-2 (decoupled)
-    float beta1, beta2; // Adam/AdamW 0.9, 0.999
-    float eps;          // Adam/AdamW 1e-8
+    double lr;           // SGD 1e-3, Adam 1e-3, AdamW 1e-3
+    double momentum;     // SGD only, default 0
+    double dampening;    // SGD only, default 0
+    bool nesterov;       // SGD only
+    double weight_decay; // SGD/Adam 0 (L2 added to the gradient), AdamW 1e-2 (decoupled)
+    double beta1, beta2; // Adam/AdamW 0.9, 0.999
+    double eps;          // Adam/AdamW 1e-8
 } amp_optim_params;
 
 typedef struct amp_optim amp_optim_t;

@@ -876,12 +876,12 @@ AMP_HOST_DEVICE static inline void amp_scale_update_record(float *scale, float *
 
 // Adam's scalars for a parameter's step-th update, in double as torch.optim computes them in
 // Python, passed on as floats: the step size -lr / (1 - beta1^step) and sqrt(1 - beta2^step).
-AMP_HOST_DEVICE static inline void amp_adam_step_scalars(float lr, float beta1, float beta2,
+AMP_HOST_DEVICE static inline void amp_adam_step_scalars(double lr, double beta1, double beta2,
                                                          int64_t step, float *step_size,
                                                          float *bc2_sqrt) {
-    const double bc1 = 1.0 - pow((double)beta1, (double)step);
-    const double bc2 = 1.0 - pow((double)beta2, (double)step);
-    *step_size = (float)-((double)lr / bc1);
+    const double bc1 = 1.0 - pow(beta1, (double)step);
+    const double bc2 = 1.0 - pow(beta2, (double)step);
+    *step_size = (float)-(lr / bc1);
     *bc2_sqrt = (float)sqrt(bc2);
 }
 

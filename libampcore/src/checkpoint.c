@@ -2,11 +2,11 @@
 /*
  * checkpoint.c — parameters, optimizer state and GradScaler state in one binary file.
  *
- * File format, version 1. Integers are little-endian, floats are their IEEE bit patterns
+ * File format, version 2. Integers are little-endian, floats are their IEEE bit patterns
  * (f32/f64), tensor data is the dtype's storage format (f16/bf16 bits, little-endian):
  *
  *   header   char magic[8] = "AMPCKPT1"
- *            u32  version = 1
+ *            u32  version = 2 (version 1 files, with f32 optimizer hyperparameters, still load)
  *            u32  n_records
  *            u64  payload_bytes               bytes of the records that follow
  *   payload  n_records records, each
@@ -16,8 +16,8 @@
  *   type 1 PARAM        name: the parameter's name, or "param.<i>" (its index) when unnamed
  *                       body: tensor = u32 dtype (amp_dtype) | u32 ndim | i64 shape[ndim] | data
  *   type 2 OPTIM        name: "optimizer"
- *                       body: u32 kind | f32 lr, momentum, dampening | u32 nesterov |
- *                             f32 weight_decay, beta1, beta2, eps | i64 steps |
+ *                       body: u32 kind | f64 lr, momentum, dampening | u32 nesterov |
+ *                             f64 weight_decay, beta1, beta2, eps | i64 steps |
  *                             u32 n_params | u32 n_state (state tensors per parameter)
  *   type 3 OPTIM_STATE  name: the optimizer's parameter, named as for PARAM (index in the
  * optimizer) body: i64 steps | u32 n_state | n_state tensors (momentum_buffer or exp_avg,
@@ -45,7 +45,7 @@
 #endif
 
 #define CK_MAGIC "AMPCKPT1"
-#define CK_VERSION 1u
+#define CK_VERSION 2u // version 1: the optimizer's hyperparameters in f32
 #define CK_HEADER_BYTES 24u
 #define CK_RECORD_MIN_BYTES 16u // type, name_len, body_len
 
@@ -195,16 +195,16 @@ static void put_records(writer *w, amp_tensor_t *const *params, int n, const amp
         const amp_optim_params *p = amp_optim_get_params(opt);
         int np = amp_optim_num_params(opt);
         uint32_t n_state = amp_optim_state(opt, 0, 1) ? 2 : amp_optim_state(opt, 0, 0) ? 1 : 0;
-        put_record_head(w, REC_OPTIM, "optimizer", 9 * 4 + 8 + 4 + 4);
+        put_record_head(w, REC_OPTIM, "optimizer", 2 * 4 + 7 * 8 + 8 + 4 + 4);
         put_u32(w, (uint32_t)p->kind);
-        put_f32(w, p->lr);
-        put_f32(w, p->momentum);
-        put_f32(w, p->dampening);
+        put_f64(w, p->lr);
+        put_f64(w, p->momentum);
+        put_f64(w, p->dampening);
         put_u32(w, p->nesterov);
-        put_f32(w, p->weight_decay);
-        put_f32(w, p->beta1);
-        put_f32(w, p->beta2);
-        put_f32(w, p->eps);
+        put_f64(w, p->weight_decay);
+        put_f64(w, p->beta1);
+        put_f64(w, p->beta2);
+        put_f64(w, p->eps);
         put_u64(w, (uint64_t)amp_optim_steps(opt));
         put_u32(w, (uint32_t)np);
         put_u32(w, n_state);
@@ -337,6 +337,10 @@ static double get_f64(reader *r) {
     return x;
 }
 
+static double get_f32_wide(reader *r) {
+    return get_f32(r);
+} // a version 1 hyperparameter
+
 typedef struct ck_tensor {
     amp_dtype dtype;
     int ndim;
@@ -358,6 +362,7 @@ typedef struct ck_file {
     uint8_t *bytes;
     ck_record *recs;
     uint32_t n_recs, n_params, n_optim_states;
+    uint32_t version;
     bool has_optim, has_scaler;
     amp_optim_params optim;
     int64_t optim_steps;
@@ -380,8 +385,8 @@ static amp_status corrupt(const ck_file *f, const char *what, const ck_record *r
 
 // The header (head: its first bytes, all of them when the file holds them) of a file of size
 // bytes: magic, version, and a payload length that the size matches.
-static amp_status check_header(const ck_file *f, const uint8_t *head, size_t size,
-                               uint32_t *n_records, uint64_t *payload) {
+static amp_status check_header(ck_file *f, const uint8_t *head, size_t size, uint32_t *n_records,
+                               uint64_t *payload) {
     char msg[160];
     size_t magic_n = size < 8 ? size : 8;
     if (memcmp(head, CK_MAGIC, magic_n) != 0)
@@ -395,11 +400,12 @@ static amp_status check_header(const ck_file *f, const uint8_t *head, size_t siz
     uint32_t version = get_u32(&r);
     *n_records = get_u32(&r);
     *payload = get_u64(&r);
-    if (version != CK_VERSION) {
-        snprintf(msg, sizeof msg, "unsupported version %u (this build reads %u)", version,
+    if (version < 1 || version > CK_VERSION) {
+        snprintf(msg, sizeof msg, "unsupported version %u (this build reads 1 to %u)", version,
                  CK_VERSION);
         return corrupt(f, msg, NULL);
     }
+    f->version = version;
     if (*payload != size - CK_HEADER_BYTES - 4) {
         snprintf(msg, sizeof msg, "%s: the header says %llu payload bytes, the file holds %zu",
                  *payload > size - CK_HEADER_BYTES - 4 ? "truncated" : "trailing bytes",
@@ -488,17 +494,18 @@ static amp_status decode_body(ck_file *f, ck_record *rec, reader body) {
         if (f->has_optim) return corrupt(f, "a second optimizer record", rec);
         f->has_optim = true;
         amp_optim_params *p = &f->optim;
+        double (*get_real)(reader *) = f->version == 1 ? get_f32_wide : get_f64;
         uint32_t kind = get_u32(&body);
         p->kind = (amp_optim_kind)kind;
-        p->lr = get_f32(&body);
-        p->momentum = get_f32(&body);
-        p->dampening = get_f32(&body);
+        p->lr = get_real(&body);
+        p->momentum = get_real(&body);
+        p->dampening = get_real(&body);
         uint32_t nesterov = get_u32(&body);
         p->nesterov = nesterov != 0;
-        p->weight_decay = get_f32(&body);
-        p->beta1 = get_f32(&body);
-        p->beta2 = get_f32(&body);
-        p->eps = get_f32(&body);
+        p->weight_decay = get_real(&body);
+        p->beta1 = get_real(&body);
+        p->beta2 = get_real(&body);
+        p->eps = get_real(&body);
         f->optim_steps = (int64_t)get_u64(&body);
         f->optim_n_params = get_u32(&body);
         f->optim_n_state = get_u32(&body);

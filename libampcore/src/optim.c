@@ -47,39 +47,39 @@ bool amp_optim_kind_parse(const char *s, amp_optim_kind *out) {
 amp_optim_params amp_optim_defaults(amp_optim_kind kind) {
     // torch.optim defaults; SGD's lr has none in torch (it is required), 1e-3 here.
     return (amp_optim_params){.kind = kind,
-                              .lr = 1e-3f,
-                              .weight_decay = kind == AMP_OPTIM_ADAMW ? 1e-2f : 0.0f,
-                              .beta1 = 0.9f,
-                              .beta2 = 0.999f,
-                              .eps = 1e-8f};
+                              .lr = 1e-3,
+                              .weight_decay = kind == AMP_OPTIM_ADAMW ? 1e-2 : 0.0,
+                              .beta1 = 0.9,
+                              .beta2 = 0.999,
+                              .eps = 1e-8};
 }
 
 // torch.optim's constructor checks, with its messages. `!(x >= 0)` also rejects NaN.
 static amp_status validate_params(const amp_optim_params *p) {
     if ((unsigned)p->kind > AMP_OPTIM_ADAMW)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)p->kind);
-    if (!(p->lr >= 0.0f))
+    if (!(p->lr >= 0.0))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid learning rate: %g", p->lr);
-    if (!(p->weight_decay >= 0.0f))
+    if (!(p->weight_decay >= 0.0))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid weight_decay value: %g",
                              p->weight_decay);
     if (p->kind == AMP_OPTIM_SGD) {
-        if (!(p->momentum >= 0.0f))
+        if (!(p->momentum >= 0.0))
             return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid momentum value: %g",
                                  p->momentum);
-        if (p->nesterov && (p->momentum <= 0.0f || p->dampening != 0.0f))
+        if (p->nesterov && (p->momentum <= 0.0 || p->dampening != 0.0))
             return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
                                  "Nesterov momentum requires a momentum and zero dampening "
                                  "(momentum=%g, dampening=%g)",
                                  p->momentum, p->dampening);
         return AMP_OK;
     }
-    if (!(p->eps >= 0.0f))
+    if (!(p->eps >= 0.0))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid epsilon value: %g", p->eps);
-    if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f))
+    if (!(p->beta1 >= 0.0 && p->beta1 < 1.0))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 0: %g",
                              p->beta1);
-    if (!(p->beta2 >= 0.0f && p->beta2 < 1.0f))
+    if (!(p->beta2 >= 0.0 && p->beta2 < 1.0))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 1: %g",
                              p->beta2);
     return AMP_OK;
@@ -140,7 +140,7 @@ amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t
     opt->ctx = ctx;
     opt->p = *p;
     opt->n = n;
-    opt->n_state = p->kind != AMP_OPTIM_SGD ? 2 : p->momentum != 0.0f ? 1 : 0;
+    opt->n_state = p->kind != AMP_OPTIM_SGD ? 2 : p->momentum != 0.0 ? 1 : 0;
     // One block: 8 pointer arrays, the copies' structs, then the count indices.
     const size_t np = 8;
     char *mem = amp_xcalloc((size_t)n + 1,
@@ -241,7 +241,7 @@ amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p) {
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
                              "optimizer kind cannot change (this optimizer is %s, got %s)",
                              amp_optim_kind_name(opt->p.kind), amp_optim_kind_name(p->kind));
-    if (p->kind == AMP_OPTIM_SGD && p->momentum != 0.0f && opt->n_state == 0)
+    if (p->kind == AMP_OPTIM_SGD && p->momentum != 0.0 && opt->n_state == 0)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
                              "momentum=%g: this SGD optimizer was created without momentum and "
                              "has no momentum buffers",

@@ -284,7 +284,7 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
     make_batches(&m, w, xs, ys);
     const bool fp16 = strcmp(mode, "fp16") == 0, bf16 = strcmp(mode, "bf16") == 0;
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
-    op.lr = 1e-4f;
+    op.lr = 1e-4;
     amp_optim_t *opt;
     amp_scaler_t *sc;
     amp_scaler_params sp = amp_scaler_defaults();

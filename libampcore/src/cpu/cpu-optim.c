@@ -4,9 +4,12 @@
  * unscale is PyTorch's _amp_foreach_non_finite_check_and_unscale_ (AMP-SEMANTICS.md §4.1): the
  * finiteness test is on the input value, found_inf is only ever set to 1, and inv_scale == 1 is
  * a pure check that leaves every bit alone. optim_step follows torch.optim's single-tensor SGD,
- * Adam and AdamW: per-element f32 arithmetic in the order of their tensor ops, with the
- * Python-side scalars (1 - beta, bias corrections, step size) computed in double and passed to
- * the f32 kernels as floats, as a Python float Scalar is. scale_update is _amp_update_scale_ over
+ * Adam and AdamW: per-element f32 arithmetic in the order of their tensor ops (addcdiv as
+ * PyTorch's CUDA kernel orders it, p + v * (m / d)), with the Python-side scalars (1 - beta, bias
+ * corrections, step size) computed in double from the double hyperparameters and passed to the
+ * f32 kernels as floats, as a Python float Scalar is. No multiply-add is fused here (PyTorch's
+ * CPU and CUDA kernels, and ours on CUDA, fuse some), so the CUDA backend's steps agree with
+ * these to rounding, not bit for bit. scale_update is _amp_update_scale_ over
  * the summed found_infs (amp_scale_update_record, as the CUDA kernel). State lives in tensors, as
  * on a device.
  */
@@ -65,15 +68,17 @@ void amp_cpu_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_sca
 // gradient on the first step), nesterov or not, then p -= lr * g.
 static void sgd_step(const amp_optim_params *o, int64_t step, float *p, const float *g, float *buf,
                      int64_t n) {
-    const float damp1 = (float)(1.0 - (double)o->dampening);
+    // Python's `if weight_decay != 0` and `if momentum != 0` test the doubles
+    const float lr = (float)o->lr, weight_decay = (float)o->weight_decay;
+    const float momentum = (float)o->momentum, damp1 = (float)(1.0 - o->dampening);
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
-        if (o->weight_decay != 0.0f) gi = gi + o->weight_decay * p[i];
-        if (o->momentum != 0.0f) {
-            buf[i] = step == 1 ? gi : buf[i] * o->momentum + damp1 * gi;
-            gi = o->nesterov ? gi + o->momentum * buf[i] : buf[i];
+        if (o->weight_decay != 0.0) gi = gi + weight_decay * p[i];
+        if (o->momentum != 0.0) {
+            buf[i] = step == 1 ? gi : buf[i] * momentum + damp1 * gi;
+            gi = o->nesterov ? gi + momentum * buf[i] : buf[i];
         }
-        p[i] = p[i] + -o->lr * gi;
+        p[i] = p[i] + -lr * gi;
     }
 }
 
@@ -82,23 +87,24 @@ static void sgd_step(const amp_optim_params *o, int64_t step, float *p, const fl
 static void adam_step(const amp_optim_params *o, int64_t step, float *p, const float *g, float *m,
                       float *v, int64_t n) {
     const bool decoupled = o->kind == AMP_OPTIM_ADAMW;
-    const float decay = (float)(1.0 - (double)o->lr * (double)o->weight_decay);
-    const float w1 = (float)(1.0 - (double)o->beta1); // lerp weight
-    const float w2 = (float)(1.0 - (double)o->beta2);
+    const float weight_decay = (float)o->weight_decay, beta2 = (float)o->beta2, eps = (float)o->eps;
+    const float decay = (float)(1.0 - o->lr * o->weight_decay);
+    const float w1 = (float)(1.0 - o->beta1); // lerp weight
+    const float w2 = (float)(1.0 - o->beta2);
     float step_size, bc2_sqrt;
     amp_adam_step_scalars(o->lr, o->beta1, o->beta2, step, &step_size, &bc2_sqrt);
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
-        if (o->weight_decay != 0.0f) {
+        if (o->weight_decay != 0.0) {
             if (decoupled)
                 p[i] = p[i] * decay;
             else
-                gi = gi + o->weight_decay * p[i];
+                gi = gi + weight_decay * p[i];
         }
         // torch.lerp switches form at weight 0.5 to stay exact at weight 1.
         m[i] = fabsf(w1) < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
-        v[i] = v[i] * o->beta2 + w2 * gi * gi;
-        const float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
+        v[i] = v[i] * beta2 + w2 * gi * gi;
+        const float denom = sqrtf(v[i]) / bc2_sqrt + eps;
         p[i] = p[i] + step_size * (m[i] / denom);
     }
 }
@@ -141,7 +147,7 @@ void amp_cpu_optim_step(void *bctx, const amp_optim_params *o, amp_tensor_t *con
         CPU_ASSERT_CONTIGUOUS(p);
         CPU_ASSERT_CONTIGUOUS(g);
         amp_tensor_t *mt = m ? m[t] : NULL, *vt = v ? v[t] : NULL;
-        if (adam || o->momentum != 0.0f) {
+        if (adam || o->momentum != 0.0) {
             AMP_ASSERT(mt && mt->dtype == AMP_DTYPE_F32 && cpu_numel(mt) == count,
                        "(param %d needs an f32 first-moment / momentum buffer)", t);
             CPU_ASSERT_CONTIGUOUS(mt);

@@ -339,9 +339,10 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
 typedef struct optim_scalars {
     int kind; // amp_optim_kind
     const float *found_inf; // non-zero: the step is skipped (NULL: never)
-    float lr, weight_decay, momentum, damp1, beta1, beta2, eps;
-    bool nesterov;
-    float decay, w1, w2; // Adam / AdamW
+    float lr, weight_decay, momentum, damp1, beta2, eps; // rounded once from the doubles
+    bool nesterov, with_weight_decay, with_momentum;     // the doubles != 0, as Python tests them
+    float decay, w1, w2;                                 // Adam / AdamW
+    double lr64, beta1_64, beta2_64; // the bias corrections' inputs (amp_adam_step_scalars)
 } optim_scalars;
 
 // What depends on the parameter's update count (amp_adam_step_scalars).
@@ -369,7 +370,7 @@ __device__ __forceinline__ void adam_element(const optim_scalars &o, const step_
                                              bool decoupled, float &p, float g, float &m,
                                              float &v) {
     float gi = g, pi = p;
-    if (o.weight_decay != 0.0f) {
+    if (o.with_weight_decay) {
         if (decoupled)
             pi = pi * o.decay;
         else
@@ -399,8 +400,8 @@ __device__ __forceinline__ void optim_chunk(const optim_scalars &o, const step_s
                 sp.add(p[i]);
                 sg.add(gi);
             }
-            if (o.weight_decay != 0.0f) gi = gi + o.weight_decay * p[i];
-            if (o.momentum != 0.0f) {
+            if (o.with_weight_decay) gi = gi + o.weight_decay * p[i];
+            if (o.with_momentum) {
                 m[i] = s.step == 1 ? gi : m[i] * o.momentum + o.damp1 * gi;
                 gi = o.nesterov ? gi + o.momentum * m[i] : m[i];
             }
@@ -473,7 +474,8 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
         __shared__ step_scalars ss;
         if (threadIdx.x == 0) {
             ss.step = *a.steps[t];
-            amp_adam_step_scalars(o.lr, o.beta1, o.beta2, ss.step, &ss.step_size, &ss.bc2_sqrt);
+            amp_adam_step_scalars(o.lr64, o.beta1_64, o.beta2_64, ss.step, &ss.step_size,
+                                  &ss.bc2_sqrt);
         }
         __syncthreads();
         with_float_type(gt, g, [&](auto *gtyped) {
@@ -519,18 +521,20 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
     optim_scalars o = {};
     o.kind = op->kind;
     o.found_inf = fp;
-    o.lr = op->lr;
-    o.weight_decay = op->weight_decay;
-    o.momentum = op->momentum;
-    o.damp1 = (float)(1.0 - (double)op->dampening);
+    o.lr = (float)op->lr;
+    o.weight_decay = (float)op->weight_decay;
+    o.momentum = (float)op->momentum;
+    o.damp1 = (float)(1.0 - op->dampening);
     o.nesterov = op->nesterov;
-    o.beta1 = op->beta1;
-    o.beta2 = op->beta2;
-    o.eps = op->eps;
+    o.with_weight_decay = op->weight_decay != 0.0;
+    o.with_momentum = op->momentum != 0.0;
+    o.beta2 = (float)op->beta2;
+    o.eps = (float)op->eps;
     if (adam) {
-        o.decay = (float)(1.0 - (double)op->lr * (double)op->weight_decay);
-        o.w1 = (float)(1.0 - (double)op->beta1);
-        o.w2 = (float)(1.0 - (double)op->beta2);
+        o.decay = (float)(1.0 - op->lr * op->weight_decay);
+        o.w1 = (float)(1.0 - op->beta1);
+        o.w2 = (float)(1.0 - op->beta2);
+        o.lr64 = op->lr, o.beta1_64 = op->beta1, o.beta2_64 = op->beta2;
     }
     // what the step writes besides the parameters (copies, moments): their held statistics, if
     // any, in one launch
@@ -556,7 +560,7 @@ void cuda_optim_step(void *bctx, const amp_optim_params *op, amp_tensor_t *const
         CUDA_ASSERT_CONTIGUOUS(p);
         CUDA_ASSERT_CONTIGUOUS(g);
         amp_tensor_t *mt = m ? m[t] : NULL, *vt = v ? v[t] : NULL;
-        if (adam || op->momentum != 0.0f) {
+        if (adam || op->momentum != 0.0) {
             AMP_ASSERT(mt && mt->dtype == AMP_DTYPE_F32 && cuda_numel(mt) == count,
                        "(param %d needs an f32 first-moment / momentum buffer)", t);
             CUDA_ASSERT_CONTIGUOUS(mt);
