@@ -34,11 +34,13 @@ static void usage(FILE *f) {
             "info), the steps, the layer and op, the evidence and the advice.\n\n"
             "options:\n"
             "  --format FMT        text for people (default; colour on a terminal unless\n"
-            "                      NO_COLOR is set), md (Markdown), html (one self-contained\n"
+            "                      NO_COLOR is set or TERM=dumb), md (Markdown), html (one "
+            "self-contained\n"
             "                      page with plots), json for CI (keys: report/README.md)\n"
             "  -o OUT              write the report to OUT instead of stdout (not over FILE)\n"
             "  --rule ID           run only that rule\n"
-            "  --steps A:B         look at steps A..B only (A: or :B leave a side open)\n"
+            "  --steps A:B         look at steps A..B only (A: or :B leave a side open; N alone:\n"
+            "                      step N)\n"
             "  --fail-on SEV       exit with status 1 when a finding of severity SEV or worse\n"
             "                      is reported (error, warning or info): a gate for CI\n"
             "  --help              this text\n\n"
@@ -125,9 +127,11 @@ static int parse(int argc, char **argv, report_opts *o) {
     return 0;
 }
 
+// Colour on a terminal, unless NO_COLOR is set or the terminal is dumb (as the launcher's status
+// line and the TUI judge it).
 static bool want_color(FILE *out) {
-    const char *no = getenv("NO_COLOR");
-    return isatty(fileno(out)) && !(no && *no);
+    const char *no = getenv("NO_COLOR"), *term = getenv("TERM");
+    return isatty(fileno(out)) && !(no && *no) && !(term && strcmp(term, "dumb") == 0);
 }
 
 int amp_cmd_report(int argc, char **argv) {

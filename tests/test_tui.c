@@ -1224,6 +1224,34 @@ START_TEST(e2e_run_tui_tmux) {
 }
 END_TEST
 
+// The report's text is coloured on a terminal that can show it, and plain under TERM=dumb (as the
+// launcher's status line and the TUI judge a terminal) or NO_COLOR.
+START_TEST(e2e_report_colour_only_where_the_terminal_shows_it) {
+    if (!have_tmux()) {
+        fprintf(stderr, "tui: tmux not installed: the end-to-end report colour test is skipped\n");
+        return;
+    }
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    static const struct {
+        const char *env;
+        bool colour;
+    } cases[] = {{"TERM=screen", true}, {"TERM=dumb", false}, {"TERM=screen NO_COLOR=1", false}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char command[512];
+        snprintf(command, sizeof command, "%s %s report %s; echo REPORT-EXIT=$?; sleep 30",
+                 cases[i].env, AMPPROBE, db_path);
+        tmux_start(command);
+        assert_screen(10000, (const char *const[]){"REPORT-EXIT=0", NULL});
+        char *s = capture(true);
+        ck_assert_msg((strstr(s, "\033[") != NULL) == cases[i].colour, "%s: colour %s:\n%s",
+                      cases[i].env, cases[i].colour ? "missing" : "shown", s);
+        free(s);
+        tmux_stop();
+    }
+}
+END_TEST
+
 START_TEST(e2e_replay_no_color_and_sigterm) {
     if (!have_tmux()) {
         fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
@@ -1380,6 +1408,7 @@ Suite *tui_suite(void) {
     tcase_set_timeout(e2e, 300); // generous for sanitizer builds
     tcase_add_test(e2e, e2e_run_tui_tmux);
     tcase_add_test(e2e, e2e_replay_no_color_and_sigterm);
+    tcase_add_test(e2e, e2e_report_colour_only_where_the_terminal_shows_it);
     tcase_add_test(e2e, run_status_line_keeps_the_last_row);
     suite_add_tcase(s, e2e);
     return s;

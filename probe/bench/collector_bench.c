@@ -203,7 +203,16 @@ static void run(const char *name, void (*emit)(int64_t), int64_t n, const char *
 }
 
 int main(int argc, char **argv) {
-    int64_t n = argc > 1 ? atoll(argv[1]) : 2000000;
+    char *end = NULL;
+    int64_t n = argc > 1 ? strtoll(argv[1], &end, 10) : 2000000;
+    if (argc > 4 || (end && (*end || end == argv[1] || n < 1))) {
+        const bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        fprintf(help ? stdout : stderr,
+                "usage: collector_bench [N] [DIR] [WORKLOAD]\n"
+                "  N records per workload (default 2000000, at least 1), DIR for the files\n"
+                "  (default $TMPDIR or /tmp), WORKLOAD amp, kernel or mixed (default all three)\n");
+        return help ? 0 : 2;
+    }
     const char *base = argc > 2 ? argv[2] : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     const char *only = argc > 3 ? argv[3] : NULL;
     static const struct {

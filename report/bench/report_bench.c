@@ -139,17 +139,34 @@ static void build(const char *path, int64_t steps, int kernels_per_step) {
     sqlite3_close(db);
 }
 
+// Says what went wrong with flag (nothing for --help) and how to call; the exit status.
+static int usage(const char *flag) {
+    const bool help = strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0;
+    if (!help) fprintf(stderr, "report_bench: bad or incomplete argument '%s'\n", flag);
+    fprintf(help ? stdout : stderr,
+            "usage: report_bench [--steps N] [--kernels-per-step K] [--keep PATH]\n"
+            "  builds a synthetic run of N steps (default 100000) with K kernels and ops a step\n"
+            "  (default 10) and times the report on it; --keep leaves the database at PATH\n");
+    return help ? 0 : 2;
+}
+
 int main(int argc, char **argv) {
     int64_t steps = 100000;
     int per_step = 10;
     const char *keep = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--steps") == 0)
-            steps = atoll(argv[i + 1]);
-        else if (strcmp(argv[i], "--kernels-per-step") == 0)
-            per_step = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--keep") == 0)
-            keep = argv[i + 1];
+    for (int i = 1; i < argc; i += 2) {
+        const char *flag = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (v && strcmp(flag, "--steps") == 0)
+            steps = strtoll(v, &end, 10);
+        else if (v && strcmp(flag, "--kernels-per-step") == 0)
+            per_step = (int)strtol(v, &end, 10);
+        else if (v && strcmp(flag, "--keep") == 0)
+            keep = v;
+        else
+            return usage(flag);
+        if (end && (*end || end == v || steps < 1 || per_step < 1 || per_step > 1000000))
+            return usage(flag);
     }
     char path[256];
     if (keep)
