@@ -273,6 +273,8 @@ static double unary_ref(amp_unary_op op, double a, double x) {
         return exp(x);
     case AMP_UNARY_LOG:
         return log(x);
+    case AMP_UNARY_LOG1P:
+        return log1p(x);
     case AMP_UNARY_POW:
         return pow(x, a);
     case AMP_UNARY_SCALE:
@@ -304,6 +306,8 @@ static double unary_grad_ref(amp_unary_op op, double a, double x) {
         return exp(x);
     case AMP_UNARY_LOG:
         return 1 / x;
+    case AMP_UNARY_LOG1P:
+        return 1 / (1 + x);
     case AMP_UNARY_POW:
         return a * pow(x, a - 1);
     case AMP_UNARY_SCALE:
@@ -323,11 +327,11 @@ static const struct {
     {AMP_UNARY_RELU, 0, -3, 3},          {AMP_UNARY_GELU, 0, -5, 5},
     {AMP_UNARY_GELU_TANH, 0, -5, 5},     {AMP_UNARY_TANH, 0, -4, 4},
     {AMP_UNARY_SIGMOID, 0, -8, 8},       {AMP_UNARY_EXP, 0, -5, 5},
-    {AMP_UNARY_LOG, 0, 0.01f, 50},       {AMP_UNARY_POW, 2, -3, 3},
-    {AMP_UNARY_POW, 3, -3, 3},           {AMP_UNARY_POW, 0.5f, 0.01f, 9},
-    {AMP_UNARY_POW, -1, 0.1f, 4},        {AMP_UNARY_POW, 1.7f, 0.1f, 4},
-    {AMP_UNARY_SCALE, -0.3f, -9, 9},     {AMP_UNARY_ADD_SCALAR, 2.5f, -9, 9},
-    {AMP_UNARY_CLAMP_MIN, 0.25f, -2, 2},
+    {AMP_UNARY_LOG, 0, 0.01f, 50},       {AMP_UNARY_LOG1P, 0, -0.99f, 50},
+    {AMP_UNARY_POW, 2, -3, 3},           {AMP_UNARY_POW, 3, -3, 3},
+    {AMP_UNARY_POW, 0.5f, 0.01f, 9},     {AMP_UNARY_POW, -1, 0.1f, 4},
+    {AMP_UNARY_POW, 1.7f, 0.1f, 4},      {AMP_UNARY_SCALE, -0.3f, -9, 9},
+    {AMP_UNARY_ADD_SCALAR, 2.5f, -9, 9}, {AMP_UNARY_CLAMP_MIN, 0.25f, -2, 2},
 };
 
 // Forward and backward of every op on f32, against double formulas; f16 storage rounds once.

@@ -338,6 +338,10 @@ static amp_tensor_t *op_log(amp_ctx_t *c, amp_tensor_t **x, int n) {
     (void)n;
     return amp_log(c, x[0]);
 }
+static amp_tensor_t *op_log1p(amp_ctx_t *c, amp_tensor_t **x, int n) {
+    (void)n;
+    return amp_log1p(c, x[0]);
+}
 
 START_TEST(test_unary_gpu) {
     NEED_GPU();
@@ -355,6 +359,8 @@ START_TEST(test_unary_gpu) {
         }
         pair pos = pair_new(dt, 1, (int64_t[]){1000}, 0.2f, 2.0f, true); // log of positive values
         check_op("log", op_log, &pos, 1, eps_of(dt));
+        pair small = pair_new(dt, 1, (int64_t[]){1000}, 0.1f, 0.0f, true); // log1p near 0
+        check_op("log1p", op_log1p, &small, 1, eps_of(dt));
     }
     close_pair();
 }

@@ -117,6 +117,7 @@ GRAD_TEST(tanh, 1, amp_tanh(c, x[0]), param(2, S(4, 5), 1))
 GRAD_TEST(sigmoid, 1, amp_sigmoid(c, x[0]), param(2, S(4, 5), 1))
 GRAD_TEST(exp, 1, amp_exp(c, x[0]), param(2, S(4, 5), 1))
 GRAD_TEST(log, 1, amp_log(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5)), param(2, S(4, 5), 1))
+GRAD_TEST(log1p, 1, amp_log1p(c, amp_mul(c, x[0], x[0])), param(2, S(4, 5), 1))
 GRAD_TEST(pow, 1, amp_pow(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5), 1.5f), param(2, S(4, 5), 1))
 GRAD_TEST_EPS(clamp_min, 1e-3f, 1, amp_clamp_min(c, x[0], 0.1f), param(2, S(4, 5), 1))
 GRAD_TEST(softmax, 1, amp_softmax(c, x[0], -1), param(2, S(3, 6), 1))
@@ -1005,6 +1006,26 @@ START_TEST(test_bce_grad_at_0_and_1) {
 }
 END_TEST
 
+// binary_cross_entropy's forward takes log1p(-p), as PyTorch's CUDA kernel does, not log(1 - p),
+// which rounds 1 - p first: a small p with target 0 costs p, not -log of the rounded 1 - p.
+// -(t * log(p) + (1 - t) * log1p(-p)) of one element each, in torch: for p = 1e-7 0x33d6bf96
+// (log(1 - p) gives 0x34000000), for 3e-5 0x37fba979 (0x37fb80f7).
+START_TEST(test_bce_small_p_log1p) {
+    const float ps[2] = {1e-7f, 3e-5f};
+    const uint32_t want[2] = {0x33d6bf96, 0x37fba979};
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_t *p = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(1), &ps[k]);
+        amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(1), (float[]){0});
+        amp_tensor_t *loss;
+        ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, &loss), AMP_OK);
+        uint32_t got;
+        read_bits32(loss, 1, &got);
+        ck_assert_msg(got == want[k], "p = %g: loss %08x, want %08x", (double)ps[k], got, want[k]);
+        amp_ctx_reset(ctx);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // nll_loss / cross_entropy with PyTorch's defaults (reduction='mean', ignore_index=-100), against
 // torch 1.13 CPU
@@ -1136,6 +1157,7 @@ Suite *ops_suite(void) {
     tcase_add_test(g, test_grad_sigmoid);
     tcase_add_test(g, test_grad_exp);
     tcase_add_test(g, test_grad_log);
+    tcase_add_test(g, test_grad_log1p);
     tcase_add_test(g, test_grad_pow);
     tcase_add_test(g, test_grad_clamp_min);
     tcase_add_test(g, test_grad_softmax);
@@ -1194,6 +1216,7 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(p, test_masked_fill_beyond_the_range_aborts, SIGABRT);
     tcase_add_test(p, test_bce_input_outside_0_1);
     tcase_add_test(p, test_bce_grad_at_0_and_1);
+    tcase_add_test(p, test_bce_small_p_log1p);
     suite_add_tcase(s, p);
 
     TCase *l = tcase_create("ignore_index");

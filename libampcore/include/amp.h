@@ -255,6 +255,7 @@ amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x);
 amp_tensor_t *amp_sigmoid(amp_ctx_t *ctx, amp_tensor_t *x);
 amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x);
 amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x);
+amp_tensor_t *amp_log1p(amp_ctx_t *ctx, amp_tensor_t *x); // log(1 + x), exact near 0
 amp_tensor_t *amp_pow(amp_ctx_t *ctx, amp_tensor_t *x, float exponent);
 amp_tensor_t *amp_clamp_min(amp_ctx_t *ctx, amp_tensor_t *x, float min);
 

@@ -426,18 +426,19 @@ typedef enum amp_unary_op {
     AMP_UNARY_SIGMOID,
     AMP_UNARY_EXP,
     AMP_UNARY_LOG,
+    AMP_UNARY_LOG1P,      // log(1 + x), exact near 0 (binary_cross_entropy's log1p(-p))
     AMP_UNARY_POW,        // x ** alpha
     AMP_UNARY_SCALE,      // x * alpha
     AMP_UNARY_ADD_SCALAR, // x + alpha
     AMP_UNARY_CLAMP_MIN   // max(x, alpha); NaN stays NaN, gradient passes where x >= alpha
 } amp_unary_op;
 
-// What a unary op's backward reads besides dy: its input x (GELU, log, pow, clamp_min) or its
-// output y (ReLU, tanh, sigmoid, exp); a scaling or an added scalar neither. The backends' unary
-// backward and the autograd node (what amp_tensor_drop keeps) go by these.
+// What a unary op's backward reads besides dy: its input x (GELU, log, log1p, pow, clamp_min) or
+// its output y (ReLU, tanh, sigmoid, exp); a scaling or an added scalar neither. The backends'
+// unary backward and the autograd node (what amp_tensor_drop keeps) go by these.
 static inline bool amp_unary_backward_needs_x(amp_unary_op op) {
     return op == AMP_UNARY_GELU || op == AMP_UNARY_GELU_TANH || op == AMP_UNARY_LOG ||
-           op == AMP_UNARY_POW || op == AMP_UNARY_CLAMP_MIN;
+           op == AMP_UNARY_LOG1P || op == AMP_UNARY_POW || op == AMP_UNARY_CLAMP_MIN;
 }
 static inline bool amp_unary_backward_needs_y(amp_unary_op op) {
     return op == AMP_UNARY_RELU || op == AMP_UNARY_TANH || op == AMP_UNARY_SIGMOID ||

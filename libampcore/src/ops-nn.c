@@ -266,11 +266,13 @@ amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_
     if (ctx->device == AMP_DEVICE_CPU && !all_probabilities(p))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
                              "all elements of input should be between 0 and 1");
-    // -(t * log(p) + (1 - t) * log(1 - p)), each log clamped at -100 like PyTorch; one node for
-    // the whole loss, whose backward is PyTorch's
+    // -(t * log(p) + (1 - t) * log1p(-p)), each log clamped at -100 like PyTorch's kernels
+    // ((t - 1) * log1p(-p) - t * log(p), the same bits); one node for the whole loss, whose
+    // backward is PyTorch's
     const bool grad = amp_set_grad_enabled(ctx, false);
     amp_tensor_t *logp = amp_clamp_min(ctx, amp_log(ctx, p), -100.0f);
-    amp_tensor_t *log1mp = amp_clamp_min(ctx, amp_log(ctx, amp_add_scalar(ctx, amp_mul_scalar(ctx, p, -1.0), 1.0)), -100.0f);
+    amp_tensor_t *log1mp =
+        amp_clamp_min(ctx, amp_log1p(ctx, amp_mul_scalar(ctx, p, -1.0)), -100.0f);
     amp_tensor_t *omt = amp_add_scalar(ctx, amp_mul_scalar(ctx, target, -1.0), 1.0);
     amp_tensor_t *sum = amp_add(ctx, amp_mul(ctx, target, logp), amp_mul(ctx, omt, log1mp));
     *out = amp_mul_scalar(ctx, amp_mean(ctx, sum), -1.0);

@@ -74,6 +74,9 @@ amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x) {
 amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "tanh", AMP_UNARY_TANH, 0, x); }
 amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "exp", AMP_UNARY_EXP, 0, x); }
 amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "log", AMP_UNARY_LOG, 0, x); }
+amp_tensor_t *amp_log1p(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return unary(ctx, "log1p", AMP_UNARY_LOG1P, 0, x);
+}
 
 amp_tensor_t *amp_sigmoid(amp_ctx_t *ctx, amp_tensor_t *x) {
     return unary(ctx, "sigmoid", AMP_UNARY_SIGMOID, 0, x);

@@ -47,6 +47,10 @@ static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
         for (int64_t i = 0; i < n; i++)
             v[i] = logf(v[i]);
         return;
+    case AMP_UNARY_LOG1P:
+        for (int64_t i = 0; i < n; i++)
+            v[i] = log1pf(v[i]);
+        return;
     case AMP_UNARY_POW:
         for (int64_t i = 0; i < n; i++)
             v[i] = amp_pow_scalar(v[i], alpha);
@@ -134,6 +138,10 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
     case AMP_UNARY_LOG:
         for (int64_t i = 0; i < n; i++)
             g[i] = g[i] / x[i];
+        return;
+    case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1)
+        for (int64_t i = 0; i < n; i++)
+            g[i] = g[i] / (x[i] + 1.0f);
         return;
     case AMP_UNARY_POW: // pow_backward: zeros for exponent 0, else dy * (e * x ** (e - 1))
         for (int64_t i = 0; i < n; i++)

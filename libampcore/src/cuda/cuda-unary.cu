@@ -28,6 +28,8 @@ __device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) 
         return expf(v);
     case AMP_UNARY_LOG:
         return logf(v);
+    case AMP_UNARY_LOG1P:
+        return log1pf(v);
     case AMP_UNARY_POW:
         return amp_pow_scalar(v, alpha);
     case AMP_UNARY_SCALE:
@@ -68,6 +70,8 @@ __device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g,
         return g * y;
     case AMP_UNARY_LOG:
         return g / x;
+    case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1)
+        return g / (x + 1.0f);
     case AMP_UNARY_POW:
         return alpha == 0.0f ? 0.0f : g * (alpha * amp_pow_scalar(x, alpha - 1.0f));
     case AMP_UNARY_SCALE:
