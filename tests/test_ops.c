@@ -1024,6 +1024,18 @@ START_TEST(test_bce_small_p_log1p) {
         ck_assert_msg(got == want[k], "p = %g: loss %08x, want %08x", (double)ps[k], got, want[k]);
         amp_ctx_reset(ctx);
     }
+    // and the gradient of the mean over p = (1e-7, 3e-5, 0.25, 0.6), t = (0, 0, 0, 1): torch
+    // 2.11's bits, CPU and CUDA alike
+    amp_tensor_t *p = param(1, S(4), 1), *t = param(1, S(4), 1), *loss;
+    amp_tensor_write_f32(p, (float[]){1e-7f, 3e-5f, 0.25f, 0.6f});
+    amp_tensor_write_f32(t, (float[]){0, 0, 0, 1});
+    ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, &loss), AMP_OK);
+    amp_backward(ctx, loss);
+    const uint32_t want_dp[4] = {0x3e800001, 0x3e8000fb, 0x3eaaaaab, 0xbed55555};
+    uint32_t dp[4];
+    read_bits32(amp_tensor_grad(p), 4, dp);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(dp[i] == want_dp[i], "dp[%d] = %08x, want %08x", i, dp[i], want_dp[i]);
 }
 END_TEST
 
