@@ -138,8 +138,8 @@ class Recorder:
     def __init__(self, path=None):
         path = path or find_library()
         if not path:
-            raise OSError(LIBRARY + " not found: set AMPPROBE_LIB, or put the ampprobe build "
-                          "folder on PATH (ampprobe run --torch does both)")
+            raise OSError(LIBRARY + " not found: set AMPPROBE_LIB to it, or put the ampprobe "
+                          "build folder on PATH (ampprobe run --torch sets AMPPROBE_LIB)")
         self.path = path
         self._lib = lib = ctypes.CDLL(path)
         self._mask = ctypes.c_uint.in_dll(lib, "amp_record_trace_mask")
