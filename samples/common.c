@@ -134,14 +134,20 @@ static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
 // A positive number that stays positive and finite as a float, the type the flags are kept in:
 // strtod takes 1e-50, which as a float is 0 (an lr of 0 trains nothing, an --init-scale of 0
 // reads as "not given"), and 1e39, beyond FLT_MAX (converting it is undefined).
-static bool parse_positive_float(const char *s, float *out) {
+static bool parse_positive_double(const char *s, double *out) {
     if (!s || !*s) return false;
     char *end;
     double v = strtod(s, &end);
     if (*end || !(v > 0.0) || v > FLT_MAX) return false;
-    float f = (float)v;
-    if (!(f > 0.0f)) return false; // under half of FLT_TRUE_MIN: rounded to 0
-    *out = f;
+    if (!((float)v > 0.0f)) return false; // under half of FLT_TRUE_MIN: rounded to 0
+    *out = v;
+    return true;
+}
+
+static bool parse_positive_float(const char *s, float *out) {
+    double v;
+    if (!parse_positive_double(s, &v)) return false;
+    *out = (float)v;
     return true;
 }
 
@@ -158,7 +164,7 @@ static void print_help(const sample_spec *spec) {
     printf("  --batch N                examples per batch (default %lld)\n", (long long)spec->batch);
     printf("  --seed N                 seeds the synthetic data and the initialisation (default 1)\n");
     printf("  --lr X                   learning rate (default %g for adam/adamw, %g for sgd)\n",
-           (double)spec->lr_adam, (double)spec->lr_sgd);
+           spec->lr_adam, spec->lr_sgd);
     printf("  --optimizer sgd|adam|adamw\n"
            "                           default adam (torch defaults; sgd with momentum 0.9)\n"
            "  --init-scale X           GradScaler initial scale, fp16 only (default 65536)\n"
@@ -219,7 +225,7 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         if (!parse_int(value, 0, INT64_MAX, &n)) return bad_value(o, flag, "a non-negative integer", value);
         o->seed = (uint64_t)n;
     } else if (strcmp(flag, "--lr") == 0) {
-        if (!parse_positive_float(value, &o->lr)) return bad_value(o, flag, FLOAT_RANGE, value);
+        if (!parse_positive_double(value, &o->lr)) return bad_value(o, flag, FLOAT_RANGE, value);
     } else if (strcmp(flag, "--optimizer") == 0) {
         if (!value || !amp_optim_kind_parse(value, &o->optimizer))
             return bad_value(o, flag, "sgd, adam or adamw", value);
@@ -596,7 +602,7 @@ static void print_header(const sample_opts *o, const sample_params *ps, const am
     if (sp->enabled)
         printf(" + GradScaler(init %g, growth x%g every %d, backoff x%g)", (double)sp->init_scale,
                sp->growth_factor, sp->growth_interval, sp->backoff_factor);
-    printf(", %s lr %g, batch %lld, %lld steps", amp_optim_kind_name(o->optimizer), (double)o->lr,
+    printf(", %s lr %g, batch %lld, %lld steps", amp_optim_kind_name(o->optimizer), o->lr,
            (long long)o->batch, (long long)o->steps);
     if (o->fault != SAMPLE_FAULT_NONE) printf(", fault %s", fault_of(o->fault)->name);
     printf("\n");

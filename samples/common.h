@@ -54,7 +54,7 @@ typedef struct sample_opts {
     amp_dtype precision;       // F32 (no autocast), F16 (autocast + GradScaler), BF16 (autocast)
     int64_t steps, batch;
     uint64_t seed;
-    float lr;
+    double lr; // a double, as torch.optim's
     amp_optim_kind optimizer;
     float init_scale;          // 0: not given (65536, or what the fault sets)
     int growth_interval;       // 0: not given (2000, or what the fault sets)
@@ -78,8 +78,8 @@ typedef struct sample_spec {
     const char *name;    // program name, "mlp"
     const char *summary; // one line for --help
     int64_t steps, batch; // defaults
-    float lr_adam;       // default --lr for adam and adamw
-    float lr_sgd;        // default --lr for sgd (momentum 0.9)
+    double lr_adam;       // default --lr for adam and adamw
+    double lr_sgd;        // default --lr for sgd (momentum 0.9)
     bool has_attention;  // accepts --fault attn-overflow
     const sample_int_flag *shape_flags;
     int n_shape_flags;

@@ -32,8 +32,8 @@ static const sample_spec spec = {
     .summary = "Trains an MLP classifier (Linear+GELU layers, cross-entropy) on Gaussian clusters.",
     .steps = 60,
     .batch = 64,
-    .lr_adam = 3e-3f,
-    .lr_sgd = 0.05f,
+    .lr_adam = 3e-3,
+    .lr_sgd = 0.05,
     .shape_flags = shape_flags,
     .n_shape_flags = sizeof shape_flags / sizeof shape_flags[0],
 };

@@ -36,8 +36,8 @@ static const sample_spec spec = {
                "10-class images.",
     .steps = 20,
     .batch = 16,
-    .lr_adam = 1e-3f,
-    .lr_sgd = 0.02f,
+    .lr_adam = 1e-3,
+    .lr_sgd = 0.02,
     .shape_flags = shape_flags,
     .n_shape_flags = sizeof shape_flags / sizeof shape_flags[0],
 };

@@ -173,12 +173,17 @@ START_TEST(test_bad_flag) {
 }
 END_TEST
 
-// A float flag takes what a float holds: 1e-45 rounds to the smallest subnormal, not to 0.
+// A float flag takes what a float holds: 1e-45 rounds to the smallest subnormal, not to 0. --lr
+// is kept as the double given (as torch.optim keeps it), but must not round to 0 in the f32 math.
 START_TEST(test_float_flag_range) {
     static run_result r;
-    RUN(&r, "mlp", "--lr", "1e-45", "--init-scale", "3.4e38", "--steps", "1");
+    RUN(&r, "mlp", "--lr", "1e-45", "--init-scale", "1e-45", "--steps", "1");
     assert_ran(&r, 1);
-    ck_assert_msg(strstr(r.out, "GradScaler(init 3.4e+38,") && strstr(r.out, "adam lr 1.4013e-45,"),
+    ck_assert_msg(strstr(r.out, "GradScaler(init 1.4013e-45,") && strstr(r.out, "adam lr 1e-45,"),
+                  "%s", r.out);
+    RUN(&r, "mlp", "--lr", "0.001", "--init-scale", "3.4e38", "--steps", "1");
+    assert_ran(&r, 1);
+    ck_assert_msg(strstr(r.out, "GradScaler(init 3.4e+38,") && strstr(r.out, "adam lr 0.001,"),
                   "%s", r.out);
 }
 END_TEST

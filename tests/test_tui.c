@@ -1113,7 +1113,9 @@ static pid_t watchdog = -1;
 // tmux server and the TUI in it running: a watchdog process ends them ten minutes on, unless
 // tmux_stop() ends it first.
 static void tmux_start(const char *command) {
-    snprintf(sock, sizeof sock, "amptui%d", (int)getpid());
+    // a server of its own each time: one just killed may still hold the previous socket
+    static int started;
+    snprintf(sock, sizeof sock, "amptui%d-%d", (int)getpid(), started++);
     ck_assert_int_eq(tmux("new-session -d -s amp -x 80 -y 24 '%s'", command), 0);
     watchdog = fork();
     ck_assert_int_ge(watchdog, 0);
