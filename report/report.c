@@ -464,7 +464,9 @@ bool report_dtype_lowp(const char *dtype) {
 
 // max: report_dtype_max(s->target), looked up once a group rather than once a row; thrown: a
 // gradient of a step whose update the GradScaler skipped, whose values never reached the weights
-// (its elements, underflow and zeros are left out: at a scale driven to 0 they are all zero).
+// (at a scale driven to 0 they are all zero), or of a step whose loss was not finite (a broken
+// step: a loss with no target to average over has a gradient of zeros); its elements, underflow
+// and zeros are left out.
 static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt *q) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);
     const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL;
@@ -582,7 +584,9 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             max = report_dtype_max(last->target);
         }
         const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
-        add_stats_row(last, max, st && st->has_scale && st->skipped, q);
+        add_stats_row(last, max,
+                      st && ((st->has_scale && st->skipped) || (st->has_loss && !st->loss_finite)),
+                      q);
         const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL; // (SQLite's NaN)
         const double amax = has_amax ? sqlite3_column_double(q, 7) : NAN;
         const int64_t step = sqlite3_column_int64(q, 8);

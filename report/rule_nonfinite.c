@@ -190,6 +190,8 @@ static const char *const softmax_ops[] = {"softmax",
                                           "flash_attention_forward",
                                           NULL};
 static const char *const loss_ops[] = {"cross_entropy", "nll_loss", "log_softmax", NULL};
+// losses that average over their targets: NaN from finite inputs is 0 / 0, no target counted
+static const char *const mean_loss_ops[] = {"cross_entropy", "nll_loss", NULL};
 static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
                                        "rsqrt", "sqrt", "pow", NULL};
@@ -374,6 +376,20 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "forbidden token): give such targets the loss's ignore_index (-100), leave that "
                  "class unmasked, or mask with a large finite negative (torch.finfo(dtype).min) "
                  "instead of -inf, which makes its loss large but finite.",
+                 (long long)f->first_step);
+    } else if (op_in(e->op, mean_loss_ops) && r->nan > 0 && !infs && !r->in_nonfinite) {
+        snprintf(f->title, sizeof f->title,
+                 "%s with no target to average over gives NaN (0 / 0) in %s at step %lld: every "
+                 "target of the batch is ignore_index (-100), or the batch is empty",
+                 e->op, layer_words(f), (long long)f->first_step);
+        snprintf(f->advice, sizeof f->advice,
+                 "The mean of a loss over no target is 0 / 0: skip a batch whose targets are all "
+                 "ignore_index (if (y != -100).any(): ...), keep a real target in every batch "
+                 "(pack sequences rather than batch padding alone), or take reduction='sum' "
+                 "divided by max(count, 1). Class weights that sum to 0 over the batch's targets "
+                 "do the same, and on libampcore's CUDA backend a target outside [0, classes) "
+                 "gives NaN too: check the labels of step %lld. Precision does not help here: "
+                 "this is NaN in fp32 too.",
                  (long long)f->first_step);
     } else if (op_in(e->op, sum_ops) && infs && half && !r->in_nonfinite) {
         overflow_title(f, r, "summed past 65504");

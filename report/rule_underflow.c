@@ -12,7 +12,9 @@
  * amax: the largest power of two that keeps it under 65504/2). A run that computed no gradient
  * in fp16/bf16 (fp32) gets info at most: what fp16 without loss scaling would lose. Steps the
  * GradScaler skipped are left out (their gradients never reached the weights; after a collapse
- * to a scale of 0 they are all zero).
+ * to a scale of 0 they are all zero), and so are steps whose loss was not finite (a broken step's
+ * gradients tell nothing of underflow: a loss over no target, every one ignore_index, has a
+ * gradient of zeros).
  */
 #include "report.h"
 

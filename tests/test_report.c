@@ -699,6 +699,17 @@ START_TEST(nonfinite_loss_of_a_masked_logit_is_explained) {
 }
 END_TEST
 
+// A batch of padding alone: cross_entropy's mean over no target is 0 / 0.
+START_TEST(nonfinite_loss_with_every_target_ignored_is_explained) {
+    explained("(1, 3, NULL, 'nll_loss', 'fwd', 'nonfinite_producer', 'error', 1, 0, 'input 0 f32 "
+              "(32, 10) min -5.32564 max -0.896413 amax 5.32564; output f32 () no finite value "
+              "(1 nan, 0 +inf, 0 -inf); ', 0, 1, 3)",
+              "nll_loss with no target to average over gives NaN (0 / 0) in the top level at step "
+              "3: every target of the batch is ignore_index (-100), or the batch is empty",
+              "(y != -100).any()");
+}
+END_TEST
+
 // A padding row masked whole: the attention's softmax over it is NaN.
 START_TEST(nonfinite_softmax_of_a_row_masked_whole_is_explained) {
     explained("(1, 3, 2, 'softmax', 'fwd', 'nonfinite_producer', 'error', 32, 0, 'input 0 f16 "
@@ -1157,6 +1168,24 @@ START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
 }
 END_TEST
 
+// A step whose loss was NaN (a batch of padding alone: the loss's mean over no target) has
+// gradients of zeros that the GradScaler does not skip (nothing in them is non-finite): they are
+// no underflow.
+START_TEST(grad_underflow_leaves_out_a_broken_step) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 0, min = 0, max = 0, n_zero = numel WHERE step = 3 "
+        "AND kind IN ('activation_grad', 'weight_grad');"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 3;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
+    release();
+    // the same zeros at a step that trained are counted
+    sql("UPDATE AMP_STEPS SET loss = 2.0, loss_finite = 1 WHERE step = 3;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    release();
+}
+END_TEST
 
 // ---------------------------------------------------------------------------------------------
 // precision-placement
@@ -2524,6 +2553,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_sum_overflow_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
+    tcase_add_test(tc, nonfinite_loss_with_every_target_ignored_is_explained);
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
     tcase_add_test(tc, nonfinite_div_by_small_values_is_an_overflow);
@@ -2540,6 +2570,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_counts_vanished_gradients_not_structural_zeros);
+    tcase_add_test(tc, grad_underflow_leaves_out_a_broken_step);
     tcase_add_test(tc, json_carries_the_stable_keys);
     tcase_add_test(tc, names_that_are_long_broken_or_multiline_stay_in_place);
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
