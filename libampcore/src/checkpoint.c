@@ -337,9 +337,10 @@ static double get_f64(reader *r) {
     return x;
 }
 
+// A version 1 file's optimizer hyperparameter (an f32), widened.
 static double get_f32_wide(reader *r) {
     return get_f32(r);
-} // a version 1 hyperparameter
+}
 
 typedef struct ck_tensor {
     amp_dtype dtype;
