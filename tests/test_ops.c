@@ -898,6 +898,24 @@ START_TEST(test_softmax_of_an_integer_tensor_aborts) {
 }
 END_TEST
 
+// A mask with more dims than the input (PyTorch would broadcast the input too) aborts naming
+// masked_fill and both shapes (it aborted in the expand, naming neither).
+START_TEST(test_masked_fill_of_a_wider_mask_aborts) {
+    amp_tensor_t *m =
+        amp_tensor_from(ctx, AMP_DTYPE_I32, 2, S(2, 3), (int32_t[]){1, 0, 0, 0, 1, 0});
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(3), (float[]){1, 2, 3});
+    test_expect_abort("masked_fill: the mask (2, 3) does not broadcast to the input (3,)");
+    amp_masked_fill(ctx, x, m, 0);
+}
+END_TEST
+
+START_TEST(test_max_pool2d_stride_0_aborts) {
+    amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 4, S(1, 1, 4, 4));
+    test_expect_abort("max_pool2d: kernel 2 and stride 0 must be greater than zero");
+    amp_max_pool2d(ctx, x, 2, 0);
+}
+END_TEST
+
 // x.half().masked_fill(mask, -1e9) raises in PyTorch; -inf and values in range go through.
 START_TEST(test_masked_fill_beyond_the_range_aborts) {
     amp_tensor_t *m = ints(AMP_DTYPE_I32, 2, S(1, 0));
@@ -1227,6 +1245,8 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(p, test_gelu_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_softmax_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_masked_fill_beyond_the_range_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_masked_fill_of_a_wider_mask_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_max_pool2d_stride_0_aborts, SIGABRT);
     tcase_add_test(p, test_bce_input_outside_0_1);
     tcase_add_test(p, test_bce_grad_at_0_and_1);
     tcase_add_test(p, test_bce_small_p_log1p);

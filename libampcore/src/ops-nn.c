@@ -145,7 +145,9 @@ static void max_pool2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 }
 
 amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int stride) {
-    AMP_ASSERT(x->ndim == 4 && kernel >= 1 && stride >= 1, "(max_pool2d needs (N, C, H, W))");
+    AMP_ASSERT(x->ndim == 4, "(max_pool2d needs (N, C, H, W))");
+    AMP_ASSERT(kernel >= 1 && stride >= 1,
+               "(max_pool2d: kernel %d and stride %d must be greater than zero)", kernel, stride);
     AMP_ASSERT(x->shape[2] >= kernel && x->shape[3] >= kernel, "(max_pool2d kernel larger than input)");
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, "max_pool2d", in, 1);
