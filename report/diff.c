@@ -116,7 +116,7 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
     bool broken = false;
     for (size_t i = m->n_steps > tail ? m->n_steps - tail : 0; i < m->n_steps; i++) {
         if (!m->steps[i].has_loss) continue; // (only its scale update came: killed mid-step)
-        if (!m->steps[i].loss_finite)
+        if (m->steps[i].loss_nonfinite)
             broken = true;
         else
             sum += m->steps[i].loss, k++;

@@ -280,8 +280,7 @@ static loss_bucket loss_bucket_of(const report_model *m, const bucketing *k, siz
     double sum = 0;
     for (size_t i = lo; i < hi; i++) {
         const report_step *s = &m->steps[i];
-        if (s->has_loss && !s->loss_finite) { // as the summary counts them (no step record:
-            // only the GradScaler's update came, no loss)
+        if (s->loss_nonfinite) { // as the summary counts them
             if (!r.nonfinite++) r.first_bad = i;
             r.last_bad = i;
         } else if (isfinite(s->loss)) {

@@ -305,6 +305,7 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .end_ns = col_i64(q, 9, -1),
                            .mem_peak = col_i64(q, 10, -1)};
         if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
+        s->loss_nonfinite = s->has_loss && !s->loss_finite;
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -584,9 +585,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             max = report_dtype_max(last->target);
         }
         const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
-        add_stats_row(last, max,
-                      st && ((st->has_scale && st->skipped) || (st->has_loss && !st->loss_finite)),
-                      q);
+        add_stats_row(last, max, st && ((st->has_scale && st->skipped) || st->loss_nonfinite), q);
         const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL; // (SQLite's NaN)
         const double amax = has_amax ? sqlite3_column_double(q, 7) : NAN;
         const int64_t step = sqlite3_column_int64(q, 8);
@@ -957,7 +956,7 @@ void report_summarize(const report_model *m, report_summary *s) {
             s->final_loss = st->loss;
         }
         s->skipped += st->skipped;
-        s->nonfinite_losses += st->has_loss && !st->loss_finite;
+        s->nonfinite_losses += st->loss_nonfinite;
         if (st->mem_peak > 0 && (isnan(s->peak_mem) || st->mem_peak > s->peak_mem))
             s->peak_mem = (double)st->mem_peak;
         double sc[2] = {st->scale_before, st->scale_after};

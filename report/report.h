@@ -52,6 +52,7 @@ typedef struct report_step {
     double loss;      // NaN: not recorded or NaN; +-inf as recorded
     bool loss_finite; // false also when not recorded
     bool has_loss;    // a step record came (its row holds more than the GradScaler's update)
+    bool loss_nonfinite; // a step record came with a NaN/inf loss (has_loss, not loss_finite)
     bool has_scale;   // a GradScaler update was recorded
     double scale_before, scale_after;
     bool found_inf, skipped;

@@ -163,7 +163,7 @@ static void count_bad_steps(const report_model *m, int32_t pid, int64_t first, i
         const report_step *st = &m->steps[i];
         if (st->pid != pid || st->step < first || st->step > last) continue;
         recorded = true;
-        *losses += st->has_loss && !st->loss_finite;
+        *losses += st->loss_nonfinite;
         *skipped += st->skipped;
     }
     if (recorded) return;
@@ -456,7 +456,7 @@ static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, 
     int64_t n = 0;
     for (int64_t s = last + 1; s < next_root; s++) {
         const report_step *st = report_step_find(m, pid, s);
-        if (!st || !st->has_loss || st->loss_finite) break;
+        if (!st || !st->loss_nonfinite) break;
         n++;
         *until = s;
     }

@@ -274,11 +274,10 @@ static void check_fill_value(amp_dtype dt, float value) {
 amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mask, float value) {
     AMP_ASSERT(mask->dtype == AMP_DTYPE_I32, "(masked_fill mask must be i32, got %s)",
                amp_dtype_name(mask->dtype));
-    bool fits = mask->ndim <= x->ndim;
-    for (int i = 0; fits && i < mask->ndim; i++) {
-        const int64_t d = mask->shape[mask->ndim - 1 - i];
-        fits = d == 1 || d == x->shape[x->ndim - 1 - i];
-    }
+    int nd;
+    int64_t shape[AMP_MAX_DIMS];
+    const bool fits = amp_broadcast_shape(mask, x, &nd, shape) && nd == x->ndim &&
+                      memcmp(shape, x->shape, (size_t)nd * sizeof *shape) == 0;
     char ms[64], xs[64];
     AMP_ASSERT(fits,
                "(masked_fill: the mask %s does not broadcast to the input %s; the result keeps "
