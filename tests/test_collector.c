@@ -960,6 +960,32 @@ START_TEST(test_rows_visible_while_running) {
 }
 END_TEST
 
+// A string that cannot be inserted into StringIds (here a trigger refuses it, as a full disk
+// would) fails the poll with SQLite's reason, as any other row does, instead of leaving the
+// rows that refer to it pointing at nothing.
+START_TEST(test_failed_string_insert_is_reported) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(f.db, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db,
+                                  "CREATE TRIGGER refuse BEFORE INSERT ON StringIds BEGIN "
+                                  "SELECT RAISE(ABORT, 'no room for strings'); END",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    amp_record_string(&(amp_rec_string){.id = 1, .value = "attention"});
+    amp_record_stop();
+    ck_assert_int_eq(amp_collector_poll(c), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "no room for strings"));
+    amp_collector_finish(c, 0);
+    amp_collector_free(c);
+    fixture_free(&f);
+}
+END_TEST
+
 // The many-row tables get their rows 64 an INSERT; a commit inserts an unfinished batch's rows
 // one by one: each row lands once, in order, with its own values, and is visible while running.
 START_TEST(test_batched_rows_land_in_order) {
@@ -1329,6 +1355,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_header_pid_not_a_process);
     tcase_add_test(w, test_step_time_does_not_overflow);
     tcase_add_test(w, test_rows_visible_while_running);
+    tcase_add_test(w, test_failed_string_insert_is_reported);
     tcase_add_test(w, test_batched_rows_land_in_order);
     tcase_add_test(w, test_committed_spool_bytes_go_back_to_the_disk);
     tcase_add_test(w, test_unfinished_writer_at_finish);

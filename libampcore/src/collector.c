@@ -429,9 +429,9 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         int n = snprintf(key, sizeof key, "%ld:%llu", (long)(f - c->files),
                          (unsigned long long)r->string.id);
         bool found;
-        *amp_strmap_get_or_put(&c->local_strings, key, (size_t)n, 0, &found) =
-            amp_store_string_id(s, r->string.value);
-        return AMP_OK;
+        return amp_store_string_id(
+            s, r->string.value,
+            amp_strmap_get_or_put(&c->local_strings, key, (size_t)n, 0, &found));
     }
     case AMP_REC_KERNEL:
         return amp_store_kernel(s, f->pid, &r->kernel);

@@ -744,17 +744,17 @@ amp_status amp_store_finish(amp_store *s) {
 // ---------------------------------------------------------------------------------------------
 // Inserts
 
-int64_t amp_store_string_id(amp_store *s, const char *str) {
+amp_status amp_store_string_id(amp_store *s, const char *str, int64_t *id) {
     bool found;
     size_t len = strlen(str);
-    int64_t *id = amp_strmap_get_or_put(&s->strings, str, len, s->n_strings + 1, &found);
-    if (found) return *id;
+    int64_t *slot = amp_strmap_get_or_put(&s->strings, str, len, s->n_strings + 1, &found);
+    *id = *slot;
+    if (found) return AMP_OK;
     s->n_strings++;
     binder *st = &s->b[ST_STRING];
     bind_i64(st, 1, *id);
     bind_text(st, 2, str, (int)len);
-    run(s, ST_STRING); // the id is unique by construction: this cannot conflict
-    return *id;
+    return run(s, ST_STRING); // the id is unique by construction: only the disk can fail it
 }
 
 amp_status amp_store_meta(amp_store *s, int32_t pid, const char *key, const char *value) {
@@ -945,7 +945,7 @@ const char *amp_kernel_short_name(const char *demangled, char *out, size_t n) {
 
 // The StringIds ids of a kernel's names, worked out once per distinct set of names (kernels
 // repeat: a training run has a few hundred distinct ones and millions of launches).
-static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r) {
+static amp_status kernel_names(amp_store *s, const amp_rec_kernel *r, const kernel_name_ids **out) {
     const char *parts[3] = {r->name ? r->name : "", r->demangled, r->short_name};
     size_t len = 0;
     for (int i = 0; i < 3; i++)
@@ -961,7 +961,10 @@ static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r
     bool found;
     int64_t *slot = amp_strmap_get_or_put(&s->kernel_keys, s->key_buf, (size_t)(k - s->key_buf),
                                           s->n_kernel_ids, &found);
-    if (found) return &s->kernel_ids[*slot];
+    if (found) {
+        *out = &s->kernel_ids[*slot];
+        return AMP_OK;
+    }
     if (s->n_kernel_ids == s->cap_kernel_ids) {
         s->cap_kernel_ids = s->cap_kernel_ids ? 2 * s->cap_kernel_ids : 64;
         s->kernel_ids =
@@ -973,10 +976,13 @@ static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r
     char buf[4096];
     const char *short_name =
         r->short_name ? r->short_name : amp_kernel_short_name(demangled, buf, sizeof buf);
-    ids->demangled = amp_store_string_id(s, demangled);
-    ids->short_name = amp_store_string_id(s, short_name);
-    ids->mangled = strncmp(name, "_Z", 2) == 0 ? amp_store_string_id(s, name) : -1;
-    return ids;
+    *out = ids;
+    ids->mangled = -1;
+    amp_status st = amp_store_string_id(s, demangled, &ids->demangled);
+    if (st == AMP_OK) st = amp_store_string_id(s, short_name, &ids->short_name);
+    if (st == AMP_OK && strncmp(name, "_Z", 2) == 0)
+        st = amp_store_string_id(s, name, &ids->mangled);
+    return st;
 }
 
 // The eight columns every CUPTI activity table starts with (start, end, deviceId, contextId,
@@ -994,7 +1000,9 @@ static const kernel_name_ids *kernel_names(amp_store *s, const amp_rec_kernel *r
     } while (0)
 
 amp_status amp_store_kernel(amp_store *s, int32_t pid, const amp_rec_kernel *r) {
-    const kernel_name_ids *names = kernel_names(s, r);
+    const kernel_name_ids *names;
+    amp_status status = kernel_names(s, r, &names);
+    if (status != AMP_OK) return status;
     binder *st = row_of(s, ST_KERNEL);
     BIND_ACTIVITY_HEAD(st, r, pid);
     bind_i64(st, 9, names->demangled);
@@ -1048,7 +1056,9 @@ amp_status amp_store_memset(amp_store *s, int32_t pid, const amp_rec_memset *r) 
 }
 
 amp_status amp_store_runtime(amp_store *s, int32_t pid, const amp_rec_runtime *r) {
-    int64_t name_id = amp_store_string_id(s, r->name ? r->name : "");
+    int64_t name_id;
+    amp_status status = amp_store_string_id(s, r->name ? r->name : "", &name_id);
+    if (status != AMP_OK) return status;
     binder *st = row_of(s, ST_RUNTIME);
     bind_i64(st, 1, r->start_ns);
     bind_i64(st, 2, r->end_ns);

@@ -46,8 +46,9 @@ void amp_store_rollback(amp_store *s);
 // Indexes, statistics for the planner, WAL checkpoint: when the run has ended.
 amp_status amp_store_finish(amp_store *s);
 
-// The StringIds id of str (inserting it on first use).
-int64_t amp_store_string_id(amp_store *s, const char *str);
+// The StringIds id of str into *id (inserting it on first use): AMP_ERR_IO when the insert
+// fails.
+amp_status amp_store_string_id(amp_store *s, const char *str, int64_t *id);
 
 // Each returns AMP_OK or AMP_ERR_IO with SQLite's message.
 amp_status amp_store_meta(amp_store *s, int32_t pid, const char *key, const char *value);
