@@ -310,6 +310,19 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// An aggregate row (occurrences folded in over steps step..last_step) that reaches past the
+// focus, cut to it: the steps inside, and its occurrences and elements in proportion to them
+// (exactly, for the usual storm of one occurrence a step).
+static void clip_to_focus(report_event *e, int64_t lo, int64_t hi) {
+    if (!e->aggregate || (e->step >= lo && e->last_step <= hi)) return;
+    const int64_t first = e->step > lo ? e->step : lo, last = e->last_step < hi ? e->last_step : hi;
+    const double share = ((double)last - (double)first + 1) / ((double)e->last_step - e->step + 1);
+    e->occurrences = (int64_t)ceil((double)e->occurrences * share);
+    if (e->count >= 0) e->count = (int64_t)ceil((double)e->count * share);
+    e->step = first;
+    e->last_step = last;
+}
+
 static bool load_events(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path,
@@ -337,6 +350,7 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
                                                   .detail = col_str(q, 11),
                                                   .aggregate = sqlite3_column_int(q, 12) != 0,
                                                   .occurrences = col_i64(q, 13, 1)};
+        clip_to_focus(&m->events[m->n_events - 1], m->step_lo, m->step_hi);
     }
     return finish(db, m->path, q, rc, err);
 }

@@ -442,6 +442,26 @@ START_TEST(a_focus_after_the_first_error_says_where_it_was) {
 }
 END_TEST
 
+// A focus inside an aggregate row (steps 4-11, one occurrence a step) cuts the row to it: the
+// finding is of the focused steps, not of all the steps the row folded together.
+START_TEST(a_focus_cuts_an_aggregate_row_to_its_steps) {
+    attn_overflow();
+    analyse(NULL, 9, 10);
+    const report_finding *f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->first_step, 9);
+    ck_assert_int_eq(f->last_step, 10);
+    ck_assert_close(evidence(f, "steps_affected"), 2, 0, 0);
+    ck_assert_close(evidence(f, "nonfinite_losses"), 2, 0, 0);
+    ck_assert_close(evidence(f, "nonfinite_elements"), 1976, 0, 0); // 7903 over 8 steps, 2 of them
+    release();
+    analyse(NULL, 11, 40); // the row's last step
+    f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->first_step, 11);
+    ck_assert_int_eq(f->last_step, 11);
+    release();
+}
+END_TEST
+
 // Each rank of a data-parallel run shows the same fault: one finding, the processes counted.
 START_TEST(a_fault_every_rank_shows_is_one_finding) {
     attn_overflow();
@@ -2548,6 +2568,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
     tcase_add_test(tc, nonfinite_counts_sparse_step_numbers);
     tcase_add_test(tc, nonfinite_steps_affected_count_each_step_once);
+    tcase_add_test(tc, a_focus_cuts_an_aggregate_row_to_its_steps);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
