@@ -14,7 +14,8 @@
  * GradScaler skipped are left out (their gradients never reached the weights; after a collapse
  * to a scale of 0 they are all zero), and so are steps whose loss was not finite (a broken step's
  * gradients tell nothing of underflow: a loss over no target, every one ignore_index, has a
- * gradient of zeros).
+ * gradient of zeros). In bf16, whose range is fp32's, a gradient of zeros is no underflow (a
+ * saturated softmax, a dead ReLU): only the values below bf16's smallest normal count.
  */
 #include "report.h"
 
@@ -60,7 +61,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     layer_loss *v = NULL;
     size_t n = 0;
     int64_t total = 0, lost = 0;
-    bool lowp_grads = false;
+    bool lowp_grads = false, fp16_target = false;
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
         lowp_grads |= is_grad(s) && report_dtype_lowp(s->dtype);
@@ -75,11 +76,13 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
                                   .first_step = s->first_step, .last_step = s->last_step};
         }
         layer_loss *l = &v[k];
-        int64_t l_lost = s->n_underflow + s->zero_numel;
+        const bool bf16 = strcmp(s->target, "bf16") == 0;
+        fp16_target |= !bf16;
+        int64_t l_lost = s->n_underflow + (bf16 ? 0 : s->zero_numel);
         l->numel += s->numel;
         l->lost += l_lost;
         l->tensors += s->tensors;
-        l->zero_tensors += s->zero_tensors;
+        l->zero_tensors += bf16 ? 0 : s->zero_tensors;
         if (s->first_step < l->first_step) l->first_step = s->first_step;
         if (s->last_step > l->last_step) l->last_step = s->last_step;
         total += s->numel;
@@ -106,8 +109,9 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     snprintf(f->title, sizeof f->title,
              "%s: %zu of %zu layers lose 5%% or more of their gradient values, %.80s the worst "
              "(%.0f%%)",
-             lowp_grads ? "gradients underflow in fp16"
-                        : "fp32 run: in fp16 without loss scaling, gradients would underflow",
+             !lowp_grads   ? "fp32 run: in fp16 without loss scaling, gradients would underflow"
+             : fp16_target ? "gradients underflow in fp16"
+                           : "gradients underflow in bf16",
              affected, n, f->layer[0] ? f->layer : "the top level", 100 * worst_share);
     size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
                                 "Lost to zero/subnormal (of the gradient values sampled):");
@@ -126,7 +130,12 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
         snprintf(f->detail + w, sizeof f->detail - w, ". Overall %.1f%% of %lld values.",
                  100.0 * (double)lost / (double)total, (long long)total);
 
-    if (isnan(rec))
+    if (!fp16_target) // bf16: no loss scale to raise; values below 1.2e-38 are a scaling bug
+        snprintf(f->advice, sizeof f->advice,
+                 "Check the loss normalisation: gradient values below bf16's smallest normal "
+                 "(1.2e-38) are far below anything a well-scaled loss gives (divided twice, a "
+                 "tiny loss weight); keep the affected layers' backward in fp32 until then.");
+    else if (isnan(rec))
         snprintf(f->advice, sizeof f->advice,
                  "Raise the loss scale (init_scale=65536 and let it grow: growth_interval=2000) "
                  "so the scaled gradients sit above fp16's smallest normal 6.1e-05; or train in "

@@ -1188,6 +1188,27 @@ START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
 }
 END_TEST
 
+// In bf16 (fp32's range) a gradient of zeros is a saturated softmax or a dead ReLU, not
+// underflow; values below bf16's smallest normal are, named as bf16's without loss-scale advice.
+START_TEST(grad_underflow_in_bf16_counts_no_zero_gradient) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET dtype = 'bf16', target_dtype = 'bf16';"
+        "UPDATE AMP_TENSOR_STATS SET amax = 0, min = 0, max = 0, n_zero = numel WHERE "
+        "layer_id = 2 AND kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(findings.v[0].layer, "blocks.0.mlp");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "gradients underflow in bf16"));
+    ck_assert_ptr_null(strstr(findings.v[0].advice, "loss scale"));
+    release();
+}
+END_TEST
+
 // A step whose loss was NaN (a batch of padding alone: the loss's mean over no target) has
 // gradients of zeros that the GradScaler does not skip (nothing in them is non-finite): they are
 // no underflow.
@@ -2592,6 +2613,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_counts_vanished_gradients_not_structural_zeros);
     tcase_add_test(tc, grad_underflow_leaves_out_a_broken_step);
+    tcase_add_test(tc, grad_underflow_in_bf16_counts_no_zero_gradient);
     tcase_add_test(tc, json_carries_the_stable_keys);
     tcase_add_test(tc, names_that_are_long_broken_or_multiline_stay_in_place);
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
