@@ -42,6 +42,31 @@ START_TEST(test_bf16_edges) {
 END_TEST
 
 // Every f16 value widens exactly and narrows back to itself (NaNs stay NaN).
+// Our names, the short ones and PyTorch's; nothing else, NULL included.
+START_TEST(test_dtype_and_device_names) {
+    static const struct {
+        const char *s;
+        amp_dtype t;
+    } ok[] = {{"f16", AMP_DTYPE_F16},   {"fp16", AMP_DTYPE_F16},    {"float16", AMP_DTYPE_F16},
+              {"half", AMP_DTYPE_F16},  {"bf16", AMP_DTYPE_BF16},   {"bfloat16", AMP_DTYPE_BF16},
+              {"f32", AMP_DTYPE_F32},   {"float32", AMP_DTYPE_F32}, {"float", AMP_DTYPE_F32},
+              {"int64", AMP_DTYPE_I64}, {"long", AMP_DTYPE_I64},    {"int", AMP_DTYPE_I32}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        amp_dtype t = ok[i].t == AMP_DTYPE_I32 ? AMP_DTYPE_F32 : AMP_DTYPE_I32; // not the answer
+        ck_assert_msg(amp_dtype_parse(ok[i].s, &t) && t == ok[i].t, "%s", ok[i].s);
+    }
+    amp_dtype t;
+    ck_assert(!amp_dtype_parse(NULL, &t));
+    ck_assert(!amp_dtype_parse("", &t));
+    ck_assert(!amp_dtype_parse("F16", &t));
+    ck_assert(!amp_dtype_parse("float8", &t));
+    amp_device d;
+    ck_assert(!amp_device_parse(NULL, &d));
+    ck_assert(!amp_device_parse("gpu", &d));
+    ck_assert(amp_device_parse("cuda", &d) && d == AMP_DEVICE_CUDA);
+}
+END_TEST
+
 START_TEST(test_f16_round_trip_all) {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = amp_f16_to_f32((uint16_t)h);
@@ -150,6 +175,7 @@ Suite *half_suite(void) {
     Suite *s = suite_create("half");
     TCase *tc = tcase_create("convert");
     tcase_add_test(tc, test_f16_edges);
+    tcase_add_test(tc, test_dtype_and_device_names);
     tcase_add_test(tc, test_bf16_edges);
     tcase_add_test(tc, test_f16_round_trip_all);
     tcase_add_test(tc, test_bf16_widen);

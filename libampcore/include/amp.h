@@ -84,7 +84,9 @@ typedef enum amp_dtype {
 } amp_dtype;
 
 const char *amp_dtype_name(amp_dtype t);          // "f32", "f16", "bf16", "i32", "i64"
-bool amp_dtype_parse(const char *s, amp_dtype *out); // accepts the names above and fp32/fp16/...
+// Accepts the names above, fp32/fp16, and PyTorch's float32/float/float16/half/bfloat16/int32/
+// int/int64/long; false for anything else (NULL included).
+bool amp_dtype_parse(const char *s, amp_dtype *out);
 size_t amp_dtype_size(amp_dtype t);               // bytes per element
 bool amp_dtype_is_float(amp_dtype t);
 
@@ -108,7 +110,7 @@ typedef struct amp_tensor amp_tensor_t;
 amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out);
 void amp_ctx_free(amp_ctx_t *ctx);
 amp_device amp_ctx_device(const amp_ctx_t *ctx);
-bool amp_device_parse(const char *s, amp_device *out); // "cpu", "cuda"
+bool amp_device_parse(const char *s, amp_device *out); // "cpu", "cuda"; false otherwise
 // Frees every scratch tensor (op outputs) and the autograd tape; persistent tensors and their
 // gradients stay. Call once per training step, after the optimizer step.
 void amp_ctx_reset(amp_ctx_t *ctx);

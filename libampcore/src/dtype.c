@@ -10,12 +10,14 @@
 #include <string.h>
 
 static const struct {
-    const char *name, *alias;
+    const char *name, *aliases[3]; // ours, then the short and PyTorch's spellings
     size_t size;
 } dtypes[AMP_DTYPE_COUNT] = {
-    [AMP_DTYPE_F32] = {"f32", "fp32", 4}, [AMP_DTYPE_F16] = {"f16", "fp16", 2},
-    [AMP_DTYPE_BF16] = {"bf16", "bfloat16", 2}, [AMP_DTYPE_I32] = {"i32", "int32", 4},
-    [AMP_DTYPE_I64] = {"i64", "int64", 8},
+    [AMP_DTYPE_F32] = {"f32", {"fp32", "float32", "float"}, 4},
+    [AMP_DTYPE_F16] = {"f16", {"fp16", "float16", "half"}, 2},
+    [AMP_DTYPE_BF16] = {"bf16", {"bfloat16"}, 2},
+    [AMP_DTYPE_I32] = {"i32", {"int32", "int"}, 4},
+    [AMP_DTYPE_I64] = {"i64", {"int64", "long"}, 8},
 };
 
 const char *amp_dtype_name(amp_dtype t) { return (unsigned)t < AMP_DTYPE_COUNT ? dtypes[t].name : "?"; }
@@ -25,8 +27,12 @@ bool amp_dtype_is_float(amp_dtype t) {
 }
 
 bool amp_dtype_parse(const char *s, amp_dtype *out) {
+    if (!s) return false;
     for (int i = 0; i < AMP_DTYPE_COUNT; i++) {
-        if (strcmp(s, dtypes[i].name) == 0 || strcmp(s, dtypes[i].alias) == 0) {
+        bool match = strcmp(s, dtypes[i].name) == 0;
+        for (int a = 0; a < 3 && !match && dtypes[i].aliases[a]; a++)
+            match = strcmp(s, dtypes[i].aliases[a]) == 0;
+        if (match) {
             *out = (amp_dtype)i;
             return true;
         }

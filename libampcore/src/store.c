@@ -1321,6 +1321,17 @@ static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code) {
     return rc;
 }
 
+// Whether the database file holds no table at all (what a run's file looks like while its
+// tables are still in the write-ahead log; one whose META was dropped has its other tables).
+static bool schema_empty(sqlite3 *d) {
+    sqlite3_stmt *q = NULL;
+    bool empty =
+        sqlite3_prepare_v2(d, "SELECT 1 FROM sqlite_master LIMIT 1", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_DONE;
+    sqlite3_finalize(q);
+    return empty;
+}
+
 // Opens path read-only as immutable (nothing else writes it, no -shm needed), through a URI.
 static int open_immutable(const char *path, sqlite3 **d) {
     size_t n = strlen(path);
@@ -1368,7 +1379,7 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
             snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: truncated or corrupt (%s)", path,
                      sqlite3_errmsg(d));
             st = AMP_ERR_CORRUPT;
-        } else if (rc == SQLITE_ERROR && !has_wal) {
+        } else if (rc == SQLITE_ERROR && !has_wal && schema_empty(d)) {
             // marked as ours (precheck), its tables not written out of the write-ahead log yet
             snprintf(errbuf, AMP_STORE_ERR_MAX,
                      "%s: an ampprobe database whose tables are still in its write-ahead log "

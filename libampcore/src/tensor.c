@@ -48,6 +48,7 @@ amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
 }
 
 bool amp_device_parse(const char *s, amp_device *out) {
+    if (!s) return false;
     if (strcmp(s, "cpu") == 0) *out = AMP_DEVICE_CPU;
     else if (strcmp(s, "cuda") == 0) *out = AMP_DEVICE_CUDA;
     else return false;
