@@ -338,7 +338,10 @@ void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out);
 // accumulate into persistent tensors that require grad. A tensor that a backward reads (an input
 // of mul, the output of exp) and that was written since the op ran (amp_tensor_write*, an
 // optimizer step, through any view of its storage) aborts with PyTorch's message "one of the
-// variables needed for gradient computation has been modified by an inplace operation".
+// variables needed for gradient computation has been modified by an inplace operation". A
+// second backward that reaches a node whose backward has run and read something (exp, mul, a
+// matmul; not add, sum or a cast) aborts with PyTorch's "Trying to backward through the graph a
+// second time" (there is no retain_graph: run the forward again).
 void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss);
 // torch.no_grad(): ops record no tape while disabled. Returns the previous setting.
 bool amp_set_grad_enabled(amp_ctx_t *ctx, bool enabled);

@@ -246,10 +246,23 @@ static inline int amp_coalesce_dims(int ndim, const int64_t *shape, int nops,
 
 // Host and device code: the CUDA backend's kernels use these too.
 #ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define AMP_HD __host__ __device__
 #else
 #define AMP_HD
 #endif
+
+// v as a floating dtype t holds it (rounded to nearest even for f16 and bf16), back in f32.
+static inline AMP_HD float amp_rounded(amp_dtype t, float v) {
+#ifdef __CUDA_ARCH__
+    if (t == AMP_DTYPE_F16) return __half2float(__float2half_rn(v));
+    if (t == AMP_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    return v;
+#else
+    return amp_round_to(t, v);
+#endif
+}
 
 // PyTorch's GELU constants, computed in double and rounded to float like its
 // `constexpr opmath_t`.
@@ -261,17 +274,35 @@ static inline int amp_coalesce_dims(int ndim, const int64_t *shape, int nops,
 // The target that nll_loss and cross_entropy skip: PyTorch's default ignore_index (padding).
 #define AMP_NLL_IGNORE_INDEX (-100)
 
-// x ** e with the special cases of PyTorch's pow_tensor_scalar kernel (and pow's 0 and 1).
-static inline AMP_HD float amp_pow_scalar(float x, float e) {
-    if (e == 2.0f) return x * x;
-    if (e == 3.0f) return x * x * x;
-    if (e == 0.5f) return sqrtf(x);
-    if (e == -0.5f) return 1.0f / sqrtf(x);
-    if (e == -1.0f) return 1.0f / x;
-    if (e == -2.0f) return 1.0f / (x * x);
-    if (e == 1.0f) return x;
-    if (e == 0.0f) return 1.0f;
-    return powf(x, e);
+// x ** e for an element of a tensor of dtype t as PyTorch's CUDA kernel computes it (before the
+// result is rounded to t). The exponent is a double, as PyTorch's Scalar is: 0 and 1 give 1 and
+// x, 0.5, -0.5 and -1 go to sqrt, rsqrt (CUDA's rsqrtf on the GPU, 1 / sqrt on the CPU as
+// PyTorch's CPU kernel) and the reciprocal; any other exponent is first rounded to t, then 2, 3
+// and -2 are x * x, x * x * x and 1 / (x * x), each product of two values of t rounded to t
+// (at::Half and at::BFloat16 arithmetic), and the rest powf.
+static inline AMP_HD float amp_pow_scalar(float x, double e, amp_dtype t) {
+    if (e == 0.0) return 1.0f;
+    if (e == 1.0) return x;
+    if (e == 0.5) return sqrtf(x);
+#ifdef __CUDA_ARCH__
+    if (e == -0.5) return rsqrtf(x);
+#else
+    if (e == -0.5) return 1.0f / sqrtf(x);
+#endif
+    if (e == -1.0) return 1.0f / x;
+    const float et = amp_rounded(t, (float)e);
+    if (et == 2.0f) return x * x;
+    if (et == 3.0f) return amp_rounded(t, x * x) * x;
+    if (et == -2.0f) return 1.0f / amp_rounded(t, x * x);
+    return powf(x, et);
+}
+
+// PyTorch's pow_backward, dy * (e * x ** (e - 1)) for an element of a tensor of dtype t: three
+// tensor ops, each result rounded to t (the last one by the caller's store); 0 for e == 0.
+static inline AMP_HD float amp_pow_backward_scalar(float dy, float x, float e, amp_dtype t) {
+    if (e == 0.0f) return 0.0f;
+    const float p = amp_rounded(t, amp_pow_scalar(x, (double)e - 1.0, t));
+    return dy * amp_rounded(t, e * p);
 }
 
 // Pointer to the first element of t (offset applied).
@@ -383,6 +414,9 @@ struct amp_node {
     // output cast to f16 for a matmul) hands its incoming gradient on as out's first gradient
     // instead of widening it into a copy (the same values: widening is exact).
     bool narrow_dy;
+    // Its backward has run and it reads something: as PyTorch frees a node's saved tensors after
+    // its backward, a later backward reaching it aborts (gradients would count twice).
+    bool consumed;
 };
 
 // Records out as produced by op (when grad is enabled and an input requires grad) and returns

@@ -101,9 +101,16 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
                      n->op);
             amp_nvtx_push(name);
         }
+        if (n->consumed)
+            amp_abort(__FILE__, __LINE__,
+                      "Trying to backward through the graph a second time: the backward of %s "
+                      "has run and freed what it saved (libampcore has no retain_graph: run the "
+                      "forward again)",
+                      n->op);
         amp_node_check_reads(n);
         check_versions(n);
         n->backward(ctx, n, dy);
+        n->consumed = n->reads != 0;
         if (ctx->nvtx) amp_nvtx_pop();
         amp_node_release_dropped(ctx, n); // what the program dropped and no later node reads
         // Consumed: a later backward must not propagate it again, and its memory and the node's

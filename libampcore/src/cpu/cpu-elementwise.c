@@ -14,7 +14,9 @@
 // ---------------------------------------------------------------------------------------------
 // Unary forward
 
-static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
+// t: the input's dtype, to which pow rounds its exponent and intermediate products as PyTorch
+// does.
+static void unary_chunk(amp_unary_op op, float alpha, amp_dtype t, float *v, int64_t n) {
     switch (op) {
     case AMP_UNARY_RELU: // clamp_min(x, 0): NaN propagates
         for (int64_t i = 0; i < n; i++)
@@ -53,7 +55,7 @@ static void unary_chunk(amp_unary_op op, float alpha, float *v, int64_t n) {
         return;
     case AMP_UNARY_POW:
         for (int64_t i = 0; i < n; i++)
-            v[i] = amp_pow_scalar(v[i], alpha);
+            v[i] = amp_pow_scalar(v[i], alpha, t);
         return;
     case AMP_UNARY_SCALE:
         for (int64_t i = 0; i < n; i++)
@@ -86,7 +88,7 @@ void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y,
     for (int64_t i = 0; i < n; i += CPU_CHUNK) {
         int64_t c = n - i < CPU_CHUNK ? n - i : CPU_CHUNK;
         amp_cpu_load_f32(x->dtype, xp + i * xs, 1, c, buf);
-        unary_chunk(op, alpha, buf, c);
+        unary_chunk(op, alpha, x->dtype, buf, c);
         amp_cpu_store_f32(y->dtype, yp + i * ys, c, buf);
     }
 }
@@ -95,8 +97,8 @@ void amp_cpu_unary(void *bctx, amp_unary_op op, float alpha, amp_tensor_t *y,
 // Unary backward: PyTorch's derivative formulas (threshold_backward, GeluBackward, tanh_backward,
 // sigmoid_backward and the autograd formulas of exp, log, pow), one rounding at the end.
 
-static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const float *x,
-                                 const float *y, int64_t n) {
+static void unary_backward_chunk(amp_unary_op op, float alpha, amp_dtype t, float *g,
+                                 const float *x, const float *y, int64_t n) {
     switch (op) {
     case AMP_UNARY_RELU: // threshold_backward(dy, y, 0): a NaN output passes the gradient
         for (int64_t i = 0; i < n; i++)
@@ -143,9 +145,9 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, float *g, const f
         for (int64_t i = 0; i < n; i++)
             g[i] = g[i] / (x[i] + 1.0f);
         return;
-    case AMP_UNARY_POW: // pow_backward: zeros for exponent 0, else dy * (e * x ** (e - 1))
+    case AMP_UNARY_POW:
         for (int64_t i = 0; i < n; i++)
-            g[i] = alpha == 0.0f ? 0.0f : g[i] * (alpha * amp_pow_scalar(x[i], alpha - 1.0f));
+            g[i] = amp_pow_backward_scalar(g[i], x[i], alpha, t);
         return;
     case AMP_UNARY_SCALE:
         for (int64_t i = 0; i < n; i++)
@@ -196,7 +198,7 @@ void amp_cpu_unary_backward(void *bctx, amp_unary_op op, float alpha, amp_tensor
         load_chunk(dy, i, c, g);
         load_chunk(xn, i, c, xb);
         load_chunk(yn, i, c, yb);
-        unary_backward_chunk(op, alpha, g, xb, yb, c);
+        unary_backward_chunk(op, alpha, xn ? xn->dtype : dx->dtype, g, xb, yb, c);
         amp_cpu_store_f32(dx->dtype, dxp + i * dxs, c, g);
     }
 }

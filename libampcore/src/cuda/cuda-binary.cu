@@ -40,7 +40,7 @@ __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const voi
         const float bv = cuda_load(bt, b, cuda_iter_offset(it, 2, i));
         const float v = binary_f(op, av, bv);
         cuda_store(yt, y, y_linear ? i : cuda_iter_offset(it, 0, i), v);
-        if (S && f.slot) acc_stored(acc, cuda_rounded(yt, v), f.lim);
+        if (S && f.slot) acc_stored(acc, amp_rounded(yt, v), f.lim);
         if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av : bv, fi.lim);
     }
     cuda_fuse_end<S>(f, acc);

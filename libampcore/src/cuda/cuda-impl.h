@@ -219,13 +219,6 @@ __device__ __forceinline__ void cuda_store(amp_dtype t, void *p, int64_t i, floa
     }
 }
 
-// v as a floating dtype t holds it (rounded to nearest even for f16/bf16), back in f32.
-__device__ __forceinline__ float cuda_rounded(amp_dtype t, float v) {
-    if (t == AMP_DTYPE_F16) return __half2float(__float2half_rn(v));
-    if (t == AMP_DTYPE_BF16) return __bfloat162float(__float2bfloat16_rn(v));
-    return v;
-}
-
 __device__ __forceinline__ int64_t cuda_load_index(amp_dtype t, const void *p, int64_t i) {
     return t == AMP_DTYPE_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
 }
@@ -233,14 +226,17 @@ __device__ __forceinline__ int64_t cuda_load_index(amp_dtype t, const void *p, i
 // Typed access for the templated fast paths.
 template <typename T> struct cuda_io;
 template <> struct cuda_io<float> {
+    static constexpr amp_dtype dtype = AMP_DTYPE_F32;
     static __device__ __forceinline__ float load(float v) { return v; }
     static __device__ __forceinline__ float store(float v) { return v; }
 };
 template <> struct cuda_io<__half> {
+    static constexpr amp_dtype dtype = AMP_DTYPE_F16;
     static __device__ __forceinline__ float load(__half v) { return __half2float(v); }
     static __device__ __forceinline__ __half store(float v) { return __float2half_rn(v); }
 };
 template <> struct cuda_io<__nv_bfloat16> {
+    static constexpr amp_dtype dtype = AMP_DTYPE_BF16;
     static __device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
     static __device__ __forceinline__ __nv_bfloat16 store(float v) {
         return __float2bfloat16_rn(v);

@@ -38,7 +38,7 @@ __global__ void layer_norm_kernel(void *y, amp_dtype yt, float *mean, float *rst
             if (w) o = o * cuda_load(wt, w, j);
             if (b) o = o + cuda_load(bt, b, j);
             cuda_store(yt, y, base + j, o);
-            if (S) acc_stored(acc, cuda_rounded(yt, o), f.lim);
+            if (S) acc_stored(acc, amp_rounded(yt, o), f.lim);
         }
         if (threadIdx.x == 0) {
             mean[r] = mu;
@@ -177,7 +177,7 @@ __global__ void layer_norm_dx_kernel(void *dx, amp_dtype dxt, const void *dy, am
             f -= xh * s2;
             f -= s1;
             cuda_store(dxt, dx, base + j, f * term);
-            if (S) acc_stored(acc, cuda_rounded(dxt, f * term), fs.lim);
+            if (S) acc_stored(acc, amp_rounded(dxt, f * term), fs.lim);
         }
     }
     cuda_fuse_end<S>(fs, acc);

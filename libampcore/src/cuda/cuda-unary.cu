@@ -10,7 +10,9 @@
 
 #include <type_traits>
 
-__device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) {
+// t: the input's dtype, to which pow rounds its exponent and intermediate products as PyTorch
+// does.
+__device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, amp_dtype t, float v) {
     switch (op) {
     case AMP_UNARY_RELU:
         return (v > 0.0f || isnan(v)) ? v : 0.0f;
@@ -31,7 +33,7 @@ __device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) 
     case AMP_UNARY_LOG1P:
         return log1pf(v);
     case AMP_UNARY_POW:
-        return amp_pow_scalar(v, alpha);
+        return amp_pow_scalar(v, alpha, t);
     case AMP_UNARY_SCALE:
         return v * alpha;
     case AMP_UNARY_ADD_SCALAR:
@@ -42,7 +44,8 @@ __device__ __forceinline__ float unary_f(amp_unary_op op, float alpha, float v) 
     return v;
 }
 
-__device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g, float x, float y) {
+__device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, amp_dtype t, float g,
+                                          float x, float y) {
     switch (op) {
     case AMP_UNARY_RELU:
         return y <= 0.0f ? 0.0f : g;
@@ -73,7 +76,7 @@ __device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, float g,
     case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1)
         return g / (x + 1.0f);
     case AMP_UNARY_POW:
-        return alpha == 0.0f ? 0.0f : g * (alpha * amp_pow_scalar(x, alpha - 1.0f));
+        return amp_pow_backward_scalar(g, x, alpha, t);
     case AMP_UNARY_SCALE:
         return g * alpha;
     case AMP_UNARY_ADD_SCALAR:
@@ -91,9 +94,9 @@ __global__ void unary_kernel(amp_unary_op op, float alpha, void *y, amp_dtype yt
     thread_acc a = acc_empty();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float v = unary_f(op, alpha, cuda_load(xt, x, i));
+        const float v = unary_f(op, alpha, xt, cuda_load(xt, x, i));
         cuda_store(yt, y, i, v);
-        if (S) acc_stored(a, cuda_rounded(yt, v), f.lim);
+        if (S) acc_stored(a, amp_rounded(yt, v), f.lim);
     }
     cuda_fuse_end<S>(f, a);
 }
@@ -143,14 +146,16 @@ __global__ void unary_vec_kernel(amp_unary_op op_, float alpha, T *__restrict__ 
             sti.values(v, fi.lim);
 #pragma unroll
             for (int j = 0; j < V; j++)
-                v[j] = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(v[j])));
+                v[j] = cuda_io<T>::store(
+                    unary_f(op, alpha, cuda_io<T>::dtype, cuda_io<T>::load(v[j])));
             ((uint4 *)y)[i0 + u * stride] = raw[u];
             st.values(v, f.lim);
         }
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const T xv = x[i], v = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::load(xv)));
+        const T xv = x[i],
+                v = cuda_io<T>::store(unary_f(op, alpha, cuda_io<T>::dtype, cuda_io<T>::load(xv)));
         y[i] = v;
         st.value(v, f.lim);
         sti.value(xv, fi.lim);
@@ -207,9 +212,9 @@ __global__ void unary_backward_kernel(amp_unary_op op, float alpha, void *dx, am
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float xv = x ? cuda_load(xt, x, i) : 0.0f, yv = y ? cuda_load(yt, y, i) : 0.0f;
-        const float v = unary_df(op, alpha, cuda_load(dyt, dy, i), xv, yv);
+        const float v = unary_df(op, alpha, x ? xt : dxt, cuda_load(dyt, dy, i), xv, yv);
         cuda_store(dxt, dx, i, v);
-        if (S) acc_stored(a, cuda_rounded(dxt, v), f.lim);
+        if (S) acc_stored(a, amp_rounded(dxt, v), f.lim);
     }
     cuda_fuse_end<S>(f, a);
 }
@@ -249,7 +254,7 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
 #pragma unroll
             for (int j = 0; j < V; j++)
                 g[j] =
-                    cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g[j]),
+                    cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::dtype, cuda_io<T>::load(g[j]),
                                                cuda_io<T>::load(xv[j]), cuda_io<T>::load(yv[j])));
             ((uint4 *)dx)[i0 + u * stride] = graw[u];
             st.values(g, f.lim);
@@ -268,7 +273,8 @@ __global__ void unary_backward_vec_kernel(amp_unary_op op_, float alpha, T *__re
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float xv = x ? cuda_io<T>::load(x[i]) : 0.0f, yv = y ? cuda_io<T>::load(y[i]) : 0.0f;
-        const T g = dy[i], v = cuda_io<T>::store(unary_df(op, alpha, cuda_io<T>::load(g), xv, yv));
+        const T g = dy[i], v = cuda_io<T>::store(
+                               unary_df(op, alpha, cuda_io<T>::dtype, cuda_io<T>::load(g), xv, yv));
         dx[i] = v;
         st.value(v, f.lim);
         sti.value(g, fi.lim);
