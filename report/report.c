@@ -941,8 +941,9 @@ double report_unscaled_grad_amax(const report_model *m) {
     double best = NAN;
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *s = &m->steps[i];
-        if (s->skipped || !(s->grad_amax > 0) || !(s->scale_before > 0)) continue;
-        double u = s->grad_amax / s->scale_before;
+        const double scale = s->has_scale ? s->scale_before : 1.0; // no GradScaler: unscaled
+        if (s->skipped || !(s->grad_amax > 0) || !(scale > 0)) continue;
+        double u = s->grad_amax / scale;
         if (isnan(best) || u > best) best = u;
     }
     return best;

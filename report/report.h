@@ -401,8 +401,8 @@ void report_run(const report_model *m, const report_rule *only, report_findings 
 // Shared by the rules: the loss scale that keeps a gradient of unscaled amax u below
 // REPORT_SCALE_TARGET, a power of two in [1, 2^24]; NaN when u is not a positive number.
 double report_scale_for_amax(double u);
-// The largest unscaled gradient amax of the focused non-skipped steps (grad_amax / scale);
-// NaN when no step has both.
+// The largest unscaled gradient amax of the focused non-skipped steps (grad_amax / scale, the
+// scale 1 where no GradScaler ran); NaN when no step has one.
 double report_unscaled_grad_amax(const report_model *m);
 
 // ---------------------------------------------------------------------------------------------

@@ -16,6 +16,11 @@
  * gradients tell nothing of underflow: a loss over no target, every one ignore_index, has a
  * gradient of zeros). In bf16, whose range is fp32's, a gradient of zeros is no underflow (a
  * saturated softmax, a dead ReLU): only the values below bf16's smallest normal count.
+ *
+ * Gradients that are all vanishingly small (the largest of the run 2^32 under the scale target,
+ * about 7.6e-6: a loss divided twice, a tiny loss weight) are named even when nothing underflows
+ * (bf16, fp32): they sit under the optimizer's eps (Adam's 1e-8) and the weights barely move; a
+ * warning when the loss did not fall either.
  */
 #include "report.h"
 
@@ -47,6 +52,59 @@ static int cmp_share(const void *pa, const void *pb) {
     // equal shares (every layer lost everything): the first layer of the model leads
     if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
     return a->layer_id < b->layer_id ? -1 : a->layer_id > b->layer_id;
+}
+
+// Whether u, the largest unscaled gradient of the run, is the mark of a mis-normalised loss.
+static bool vanishing(double u) {
+    return u > 0 && REPORT_SCALE_TARGET / u > ldexp(1.0, 32);
+}
+
+// The first and the last finite loss of the focused steps; false when there are fewer than two.
+static bool loss_ends(const report_model *m, const report_step **first, const report_step **last) {
+    *first = *last = NULL;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        if (!s->loss_finite) continue;
+        if (!*first) *first = s;
+        *last = s;
+    }
+    return *first && *last != *first;
+}
+
+// Gradients too small to train with, though none underflowed (see the top of the file).
+static void vanishing_finding(const report_model *m, double u, report_findings *out) {
+    const report_step *a, *b;
+    const bool ends = loss_ends(m, &a, &b);
+    const bool stalled = ends && !(b->loss < a->loss - 0.01 * fabs(a->loss));
+    report_finding *f =
+        report_finding_add(out, RULE, stalled ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    report_finding_where(f, NULL, NULL, "bwd");
+    f->first_step = m->n_steps ? m->steps[0].step : -1;
+    f->last_step = m->n_steps ? m->steps[m->n_steps - 1].step : -1;
+    if (stalled)
+        snprintf(
+            f->title, sizeof f->title,
+            "gradients vanishingly small (the largest %.3g) and the loss did not fall (%.6g at "
+            "step %lld, %.6g at step %lld)",
+            u, a->loss, (long long)a->step, b->loss, (long long)b->step);
+    else
+        snprintf(f->title, sizeof f->title, "gradients vanishingly small: the largest is %.3g", u);
+    snprintf(f->detail, sizeof f->detail,
+             "The largest gradient value of any layer in any step is %.3g (unscaled): a "
+             "well-normalised loss gives gradients of 1e-4 to 10. In fp16 values this small "
+             "underflow without a large loss scale; in any precision they fall under the "
+             "optimizer's eps (Adam's 1e-8 is added to sqrt(v)), so the updates shrink with them.",
+             u);
+    snprintf(f->advice, sizeof f->advice,
+             "Check the loss normalisation: a loss divided twice (a mean of a mean, a sum divided "
+             "by the number of elements and again by the batch), a tiny loss weight, or a loss "
+             "multiplied by a constant before backward. Fix it there rather than with the learning "
+             "rate or eps.");
+    report_finding_evidence(f, "grad_amax_unscaled", u);
+    if (ends) {
+        report_finding_evidence(f, "loss_first", a->loss);
+        report_finding_evidence(f, "loss_last", b->loss);
+    }
 }
 
 // The scale of the run's last applied update (scale_before of the last step the GradScaler did
@@ -90,13 +148,15 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     }
     size_t affected = 0;
     for (size_t k = 0; k < n; k++) affected += (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel && v[k].lost > 0;
+    double u = report_unscaled_grad_amax(m);
+    // (an fp16 or bf16 run that lost gradients gets the finding below, whose advice says it too)
+    if (vanishing(u) && (affected == 0 || !lowp_grads)) vanishing_finding(m, u, out);
     if (affected == 0) {
         free(v);
         return;
     }
     amp_sort(v, n, sizeof *v, cmp_share);
 
-    double u = report_unscaled_grad_amax(m);
     double rec = report_scale_for_amax(u);
     double cur = last_scale(m);
     const layer_loss *worst = &v[0];
@@ -140,7 +200,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
                  "Raise the loss scale (init_scale=65536 and let it grow: growth_interval=2000) "
                  "so the scaled gradients sit above fp16's smallest normal 6.1e-05; or train in "
                  "bf16, whose range is fp32's.");
-    else if (REPORT_SCALE_TARGET / u > ldexp(1.0, 24) * 256)
+    else if (vanishing(u))
         snprintf(f->advice, sizeof f->advice,
                  "Check the loss normalisation first: the largest gradient is only %.3g, the "
                  "mark of a mis-normalised loss (divided twice, a tiny loss weight). Until then, "

@@ -1209,6 +1209,29 @@ START_TEST(grad_underflow_in_bf16_counts_no_zero_gradient) {
 }
 END_TEST
 
+// Gradients all vanishingly small (a loss multiplied by 1e-10) in a bf16 run without a
+// GradScaler: nothing underflows, but the weights barely move; a warning once the loss stalls.
+START_TEST(grad_underflow_names_vanishing_gradients) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET dtype = 'bf16', target_dtype = 'bf16';"
+        "UPDATE AMP_TENSOR_STATS SET min = min * 1e-10, max = max * 1e-10, amax = amax * 1e-10 "
+        "WHERE kind IN ('activation_grad', 'weight_grad');"
+        "UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1); // the loss fell (4.0 to 3.95): information
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    ck_assert_close(evidence(&findings.v[0], "grad_amax_unscaled"), 6680e-10, 1e-6, 0);
+    release();
+    sql("UPDATE AMP_STEPS SET loss = 4.0 + step * 0.001;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(
+        strstr(findings.v[0].title, "the loss did not fall (4 at step 0, 4.005 at step 5)"), "%s",
+        findings.v[0].title);
+    release();
+}
+END_TEST
+
 // A step whose loss was NaN (a batch of padding alone: the loss's mean over no target) has
 // gradients of zeros that the GradScaler does not skip (nothing in them is non-finite): they are
 // no underflow.
@@ -2614,6 +2637,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, grad_underflow_counts_vanished_gradients_not_structural_zeros);
     tcase_add_test(tc, grad_underflow_leaves_out_a_broken_step);
     tcase_add_test(tc, grad_underflow_in_bf16_counts_no_zero_gradient);
+    tcase_add_test(tc, grad_underflow_names_vanishing_gradients);
     tcase_add_test(tc, json_carries_the_stable_keys);
     tcase_add_test(tc, names_that_are_long_broken_or_multiline_stay_in_place);
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
