@@ -57,7 +57,7 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  -o, --output FILE    the database (default: ampprobe-N.sqlite, the first free N)\n"
-    "  -f, --force          overwrite FILE if it exists\n"
+    "  -f, --force          overwrite FILE if it exists (not while a run records it)\n"
     "      --stats-every N  per-layer tensor statistics every N steps (default: every step)\n"
     "      --trace LIST     what to record: a comma list of amp, cuda, nvtx (default: all;\n"
     "                       cuda and nvtx load libampprobe_inject.so into PROG and its children)\n"
@@ -83,9 +83,9 @@ static const char usage_text[] =
     "interpreter its #! line names) is not found; 126 when it is not executable or a directory;\n"
     "2 for a usage error or an output file that exists or cannot be created.\n"
     "\n"
-    "Signals sent to ampprobe alone (kill, a batch system's SIGTERM) go on to PROG and to the\n"
-    "recording processes below it. AMPPROBE_STATS_EVERY in the environment stands in for\n"
-    "--stats-every.\n";
+    "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to ampprobe alone (kill, a\n"
+    "batch system's SIGTERM) go on to PROG and to the recording processes below it.\n"
+    "AMPPROBE_STATS_EVERY in the environment stands in for --stats-every.\n";
 
 typedef struct run_opts {
     const char *output; // NULL: ampprobe-N.sqlite
@@ -133,7 +133,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             return -1;
         } else if (IS("-o") || IS("--output")) {
             o->output = option_value(argc, argv, &i, eq);
-            if (!o->output || !*o->output) return usage_error("%s needs a file name", a);
+            if (!o->output || !*o->output || strcmp(o->output, "--") == 0)
+                return usage_error("%s needs a file name", a);
         } else if (IS("-f") || IS("--force")) {
             if (eq) return usage_error("%s takes no value", a);
             o->force = true;
@@ -220,15 +221,22 @@ static char *claim_output(const run_opts *o) {
             fprintf(stderr, "ampprobe: %s is a directory\n", path);
             return NULL;
         }
-        if (!o->force) {
-            fprintf(stderr, "ampprobe: %s exists (use --force to overwrite it)\n", path);
-            return NULL;
-        }
         if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
             fprintf(stderr,
-                    "ampprobe: %s is not a file (a device, pipe or socket); --force "
-                    "replaces only a file\n",
+                    "ampprobe: %s is not a file (a device, pipe or socket); choose another -o "
+                    "(--force replaces only a file)\n",
                     path);
+            return NULL;
+        }
+        if (S_ISREG(sb.st_mode) && amp_collector_db_busy(path)) {
+            fprintf(stderr,
+                    "ampprobe: %s is being recorded by a running ampprobe; choose another -o "
+                    "(--force does not replace a live run's file)\n",
+                    path);
+            return NULL;
+        }
+        if (!o->force) {
+            fprintf(stderr, "ampprobe: %s exists (use --force to overwrite it)\n", path);
             return NULL;
         }
         if (!remove_db_files(path)) {
@@ -248,7 +256,9 @@ static char *claim_output(const run_opts *o) {
         }
         if (errno == EEXIST && !o->output) continue;
         fprintf(stderr, "ampprobe: cannot create %s: %s\n", path,
-                errno == EEXIST ? "it was created meanwhile" : strerror(errno));
+                errno == EEXIST   ? "it was created meanwhile"
+                : errno == EISDIR ? "it names a directory (-o takes a file name)"
+                                  : strerror(errno));
         return NULL;
     }
     // The name is ours now; a -wal (or journal) left by an earlier crashed run must not be
@@ -412,6 +422,10 @@ static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
         sleep_ns(TICK_NS);
     }
     clear_status(r);
+    char sig[16]; // the report tells a signal from a program that exited with 128+N itself
+    snprintf(sig, sizeof sig, "%d", WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
+    if (amp_collector_set_meta(r->collector, "exit_signal", sig) != AMP_OK)
+        fprintf(stderr, "ampprobe: %s\n", amp_last_error());
     if (amp_collector_finish(r->collector, amp_launcher_exit_code(wstatus)) != AMP_OK)
         fprintf(stderr, "ampprobe: %s\n", amp_last_error());
     amp_collector_get_stats(r->collector, s);

@@ -63,8 +63,11 @@ int amp_launcher_find(const char *prog) {
 // ---------------------------------------------------------------------------------------------
 // Signal state
 
-#define N_CAUGHT 4
-static const int caught[N_CAUGHT] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// The first N_STOP ask the run to end; SIGUSR1 and SIGUSR2 (a batch system's warning that the job's
+// time is nearly up, a checkpoint request) are only passed on.
+#define N_CAUGHT 6
+#define N_STOP 4
+static const int caught[N_CAUGHT] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 // Counts written by the handler only, and by amp_launcher_forward only: no read-modify-write
 // races between them.
 static volatile sig_atomic_t received[N_CAUGHT];
@@ -186,7 +189,7 @@ int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below) {
 
 int amp_launcher_signals_received(void) {
     int n = 0;
-    for (int i = 0; i < N_CAUGHT; i++)
+    for (int i = 0; i < N_STOP; i++)
         n += received[i];
     return n;
 }

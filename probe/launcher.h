@@ -23,17 +23,17 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid);
 // (`ampprobe run --tui`: the terminal belongs to the TUI). out_fd < 0: as amp_launcher_spawn.
 int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid);
 
-// From now on SIGINT, SIGTERM, SIGHUP and SIGQUIT no longer end this process; they are queued for
-// amp_launcher_forward. A signal the terminal sent to the whole foreground process group is
-// not queued: the child (in that group) got it already. A child spawned afterwards starts with
-// the dispositions this process had before.
+// From now on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 no longer end this process;
+// they are queued for amp_launcher_forward. A signal the terminal sent to the whole foreground
+// process group is not queued: the child (in that group) got it already. A child spawned afterwards
+// starts with the dispositions this process had before.
 void amp_launcher_catch_signals(void);
 // Sends the queued signals to pid, and to those of the n_below processes (the run's recording
 // processes) that descend from this one: a shell script between ampprobe and the trainer does
 // not pass a SIGTERM on while it waits. Returns the number sent.
 int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below);
-// How many signals were queued so far (sent to ampprobe alone, not by the terminal): the TUI of
-// `run --tui` closes when one comes.
+// How many of the signals that end a run (not SIGUSR1/2) were queued so far (sent to ampprobe
+// alone, not by the terminal): the TUI of `run --tui` closes when one comes.
 int amp_launcher_signals_received(void);
 
 // The shell's exit status for a wait status: the exit code, or 128 + signal number.

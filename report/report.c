@@ -215,16 +215,21 @@ static void find_spool(report_end *e, const char *path) {
 // records were cut short, the last step of the whole run.
 static bool load_end(sqlite3 *db, report_model *m, char *err) {
     report_end *e = &m->end;
-    *e = (report_end){.exit_status = -1, .last_step = -1, .first_error_before = -1};
+    *e = (report_end){
+        .exit_status = -1, .exit_signal = -1, .last_step = -1, .first_error_before = -1};
     e->capture = amp_store_run_state(db);
     if (e->capture == AMP_RUN_CUT_SHORT) find_spool(e, m->path);
     sqlite3_stmt *q;
-    if (!prepare(db, m->path, "SELECT value FROM META WHERE pid = 0 AND key = 'exit_status'", m, &q,
-                 err))
+    if (!prepare(db, m->path,
+                 "SELECT key, value FROM META WHERE pid = 0 AND key IN ('exit_status', "
+                 "'exit_signal')",
+                 m, &q, err))
         return false;
     int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
-        e->exit_status = sqlite3_column_int(q, 0);
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const bool is_signal = strcmp((const char *)sqlite3_column_text(q, 0), "exit_signal") == 0;
+        *(is_signal ? &e->exit_signal : &e->exit_status) = sqlite3_column_int(q, 1);
+    }
     if (!finish(db, m->path, q, rc, err)) return false;
 
     if (!prepare(db, m->path,

@@ -184,6 +184,7 @@ typedef struct report_cut {
 // How the run ended (META, AMP_PROCESSES), for the rule run-end.
 typedef struct report_end {
     int exit_status;     // the program's (shell convention: 128+N for signal N); -1: not recorded
+    int exit_signal;     // the signal that ended it, 0: it exited; -1: not recorded (older runs)
     amp_run_state capture; // finished, still being recorded, or cut short (amp_store_run_state)
     int64_t last_step;   // the last step recorded by any process, focus aside; -1: none
     int64_t first_error_before; // the first step before the focus (--steps A:B) with an error

@@ -3,13 +3,14 @@
  * numbers can look healthy while the program died after its last recorded step; the report must
  * not call such a run healthy without saying so.
  *
- * The program's exit status (META exit_status, 128+N for signal N): a crash signal (SIGSEGV,
- * SIGBUS, SIGABRT, SIGFPE, SIGILL) is an error; SIGKILL (the kernel's OOM killer, a scheduler's
- * limit), another signal or a non-zero status a warning; SIGINT, SIGTERM or SIGHUP a note (it
- * was stopped). The capture: a database whose status is still `running` while its collector is
- * gone lost what the launcher had not yet written (a warning); one whose collector still runs is
- * a run in progress (a note); processes whose records were cut short (truncated, corrupt,
- * unfinished) are a warning, and so is a recording that stopped short of the run (META
+ * The program's exit status (META exit_status, 128+N for signal N; META exit_signal, written since
+ * 2026-12-02, tells a signal from a program that exited with 128+N itself): a crash signal
+ * (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL) is an error; SIGKILL (the kernel's OOM killer, a
+ * scheduler's limit), another signal or a non-zero status a warning; SIGINT, SIGTERM or SIGHUP a
+ * note (it was stopped). The capture: a database whose status is still `running` while its
+ * collector is gone lost what the launcher had not yet written (a warning); one whose collector
+ * still runs is a run in progress (a note); processes whose records were cut short (truncated,
+ * corrupt, unfinished) are a warning, and so is a recording that stopped short of the run (META
  * capture_error: the database could not be written, a full disk cut a process's spool), which
  * is then why those processes' records were cut. A PyTorch bridge that could not attach under
  * `ampprobe run --torch` (META bridge_error) is a warning too: the run has no numerics; so is one
@@ -57,8 +58,11 @@ static void program_end(const report_model *m, report_findings *out) {
               "nonfinite-root-cause finding says where it came from)."
             : " The findings cover the steps it recorded.";
     report_finding *f;
-    if (status > 128 && status < 128 + 65) {
-        const int sig = status - 128;
+    // older databases have no exit_signal: 128+N was signal N
+    const int sig = e->exit_signal >= 0                 ? e->exit_signal
+                    : status > 128 && status < 128 + 65 ? status - 128
+                                                        : 0;
+    if (sig > 0) {
         const char *abbrev = sigabbrev_np(sig); // "SEGV"
         char label[32];
         if (abbrev)

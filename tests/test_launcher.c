@@ -75,6 +75,13 @@ static int64_t meta_exit_status(const char *name) {
     return v;
 }
 
+static int64_t meta_exit_signal(const char *name) {
+    sqlite3 *db = open_db(name);
+    int64_t v = test_query_int(db, "SELECT value FROM META WHERE key = 'exit_signal' AND pid = 0");
+    sqlite3_close(db);
+    return v;
+}
+
 static int64_t mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -112,6 +119,13 @@ START_TEST(test_exit_statuses) {
                      128 + SIGTERM);
     ck_assert_int_eq(meta_exit_status("k.sqlite"), 128 + SIGTERM);
     ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "killed by signal 15"));
+    ck_assert_int_eq(meta_exit_signal("k.sqlite"), SIGTERM);
+    // an exit with 143 by the program itself is no signal
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", "x.sqlite", "--", "/bin/sh", "-c", "exit 143", NULL}),
+        143);
+    ck_assert_int_eq(meta_exit_status("x.sqlite"), 143);
+    ck_assert_int_eq(meta_exit_signal("x.sqlite"), 0);
     // libampcore's abort: its message is written out before the abort, with the steps before it
     ck_assert_int_eq(
         run((const char *[]){"run", "-o", "a.sqlite", "--", HELPER, "abort", "3", NULL}),
@@ -239,6 +253,20 @@ START_TEST(test_existing_output_and_force) {
     struct stat sb;
     ck_assert_int_eq(stat(test_in_dir("pipe"), &sb), 0);
     ck_assert(S_ISFIFO(sb.st_mode));
+    // nor the file of a run still being recorded (its collector's, here this process's): the
+    // live run would go on writing a deleted file and report success
+    amp_collector_t *c;
+    ck_assert_int_eq(amp_collector_new(test_in_dir("live.sqlite"), NULL, &c), AMP_OK);
+    ck_assert_int_eq(run((const char *[]){"run", "-f", "-o", "live.sqlite", "true", NULL}), 2);
+    assert_one_line_error("live.sqlite is being recorded by a running ampprobe");
+    ck_assert_int_eq(amp_collector_finish(c, 0), AMP_OK);
+    amp_collector_free(c);
+    ck_assert_int_eq(run((const char *[]){"run", "-f", "-o", "live.sqlite", "true", NULL}), 0);
+    // -o with a directory's name or '--'
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "newdir/", "true", NULL}), 2);
+    assert_one_line_error("newdir/: it names a directory");
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "--", "true", NULL}), 2);
+    assert_one_line_error("-o needs a file name");
 }
 END_TEST
 
@@ -354,6 +382,13 @@ START_TEST(test_signals_are_forwarded) {
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES"), "complete");
     sqlite3_close(db);
     ck_assert_ptr_null(strstr(test_slurp("out.txt"), "after"));
+    // SIGUSR1 (a batch system's early warning) goes on to the program, which it ends here (its
+    // default action), and the launcher records that instead of dying of it
+    pid = start_waiting("usr1.sqlite", false);
+    kill(pid, SIGUSR1);
+    ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGUSR1);
+    ck_assert_int_eq(meta_exit_status("usr1.sqlite"), 128 + SIGUSR1);
+    ck_assert_int_eq(meta_exit_signal("usr1.sqlite"), SIGUSR1);
 }
 END_TEST
 

@@ -1857,6 +1857,24 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
 }
 END_TEST
 
+// META exit_signal (the launcher's since 2026-12-02) tells a program that exited with 139 by
+// itself from one SIGSEGV ended; without it (older runs) 128+N reads as signal N.
+START_TEST(run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so) {
+    healthy(10);
+    ended(139, "complete");
+    sql("INSERT INTO META (key, value, pid) VALUES ('exit_signal', '0', 0);");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(first_of("run-end")->title,
+                     "the program failed with exit status 139 after step 9");
+    release();
+    sql("UPDATE META SET value = '11' WHERE key = 'exit_signal';");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(first_of("run-end")->title, "the program crashed with SIGSEGV after step 9");
+    release();
+}
+END_TEST
+
 START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     healthy(10);
     ended(128 + SIGINT, "complete");
@@ -2671,6 +2689,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
     tcase_add_test(tc, run_end_a_clean_exit_is_quiet);
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
+    tcase_add_test(tc, run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so);
     tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
     tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
     tcase_add_test(tc, run_end_a_recording_stopped_short_says_why);

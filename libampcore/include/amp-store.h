@@ -91,6 +91,8 @@ typedef struct amp_collector_stats {
 // the name. spool_dir must exist; NULL creates a fresh one next to the database (removed by
 // finish, or by free when it is still empty). AMP_ERR_IO (naming the path) on failure.
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out);
+// Whether a live collector (of this or another process) is writing the database at db_path.
+bool amp_collector_db_busy(const char *db_path);
 // The spool directory: what producers get as AMPPROBE_SPOOL_DIR.
 const char *amp_collector_spool_dir(const amp_collector_t *c);
 // What the spool directory a collector makes for db_path is named: this prefix (".NAME.spool-"

@@ -92,6 +92,11 @@ struct amp_collector {
     char *stopped; // why recording stopped short (META capture_error at the end); NULL: it did not
     char *reserve; // RESERVE_BYTES held in the spool directory until the end; NULL: none
     int live_fd;   // AMP_SPOOL_LIVE_LOCK, flocked while the collector reads (-1: none)
+    // The database, flocked for the collector's life: `ampprobe run --force` will not replace
+    // a live run's file (amp_collector_db_busy). flock and SQLite's fcntl locks are apart; it
+    // is closed after the store, as closing a descriptor of the file drops the process's fcntl
+    // locks on it.
+    int db_lock_fd;
 };
 
 // Below this much free space a spool cut off mid-record was cut by a full disk, not a kill.
@@ -239,8 +244,12 @@ static amp_status make_spool_dir(const char *db_path, char **out) {
     bool made = amp_make_temp_dir(dir, n, prefix) != NULL;
     free(prefix);
     if (!made) {
-        amp_status st = amp_set_error(AMP_ERR_IO, "cannot create the spool directory %s: %s", dir,
-                                      strerror(errno));
+        const int err = errno;
+        amp_status st = amp_set_error(
+            AMP_ERR_IO, "cannot create the spool directory %s: %s%s", dir, strerror(err),
+            err == ENAMETOOLONG ? " (it is the database's name with 14 more characters: "
+                                  "a shorter database name fits)"
+                                : "");
         free(dir);
         return st;
     }
@@ -269,7 +278,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
         if (st != AMP_OK) return st;
     }
     amp_collector_t *c = amp_xcalloc(1, sizeof *c);
-    c->live_fd = -1;
+    c->live_fd = c->db_lock_fd = -1;
     c->spool_dir = dir;
     c->own_spool_dir = !spool_dir;
     c->buf = amp_xmalloc(READ_CHUNK);
@@ -279,6 +288,11 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
     if (st != AMP_OK) {
         failed_start(c);
         return st;
+    }
+    c->db_lock_fd = open(db_path, O_RDONLY | O_CLOEXEC);
+    if (c->db_lock_fd >= 0 && flock(c->db_lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        close(c->db_lock_fd);
+        c->db_lock_fd = -1;
     }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -306,6 +320,14 @@ amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const cha
     return amp_store_meta(c->store, 0, key, value);
 }
 
+bool amp_collector_db_busy(const char *db_path) {
+    int fd = open(db_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); // (this process has no SQLite connection to the file whose locks it would drop)
+    return busy;
+}
+
 void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out) {
     *out = c->stats;
     out->stopped = c->stopped;
@@ -328,6 +350,7 @@ void amp_collector_free(amp_collector_t *c) {
     free(c->dirty);
     amp_strmap_free(&c->local_strings);
     amp_store_close(c->store);
+    if (c->db_lock_fd >= 0) close(c->db_lock_fd);
     give_back_reserve(c);
     drop_live_lock(c);
     if (c->own_spool_dir && !c->finished) rmdir(c->spool_dir); // only when empty: nothing lost
