@@ -1195,6 +1195,12 @@ START_TEST(test_open_readonly_refusals) {
     fclose(fopen(path, "w"));
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
 
+    // a pipe (mkfifo, or <(cat run.sqlite)) is refused at once instead of blocking the read
+    snprintf(path, sizeof path, "%s/fifo.sqlite", f.dir);
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_IO);
+    ck_assert_msg(strstr(err, "is a pipe, not an ampprobe database"), "%s", err);
+
     snprintf(path, sizeof path, "%s/foreign.sqlite", f.dir);
     sqlite3 *w;
     ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);

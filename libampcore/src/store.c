@@ -1207,6 +1207,14 @@ static amp_status precheck(const char *path, char *err, bool *has_wal) {
         snprintf(err, AMP_STORE_ERR_MAX, "%s: is a directory, not an ampprobe database", path);
         return AMP_ERR_IO;
     }
+    if (!S_ISREG(sb.st_mode)) { // a pipe would block the read below, and SQLite needs to seek
+        snprintf(err, AMP_STORE_ERR_MAX,
+                 "%s: is %s, not an ampprobe database (a database is a file: copy it to one)", path,
+                 S_ISFIFO(sb.st_mode)   ? "a pipe"
+                 : S_ISSOCK(sb.st_mode) ? "a socket"
+                                        : "a device");
+        return AMP_ERR_IO;
+    }
     unsigned char h[100];
     FILE *f = fopen(path, "rb");
     if (!f) {
