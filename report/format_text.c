@@ -49,6 +49,13 @@ void report_text_end(report_text *t, FILE *out, bool color) {
     free(t->buf);
 }
 
+// Prints one of the run's strings on one line: a newline or tab in it (a command's quoted
+// argument) shows as '?', as its other control characters do.
+static void put_one_line(FILE *out, const char *s) {
+    for (; *s; s++)
+        fputc(*s == '\n' || *s == '\t' ? '?' : *s, out);
+}
+
 // Prints text wrapped at 96 columns, each line prefixed by indent (newlines in text are kept).
 static void wrap(FILE *out, const char *indent, const char *text) {
     const int width = 96;
@@ -133,8 +140,16 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
     report_summary s;
     report_summarize(m, &s);
     fprintf(out, "%sRun%s\n", p->bold, p->off);
-    if (m->command) fprintf(out, "  command:     %s\n", m->command);
-    if (m->device) fprintf(out, "  device:      %s\n", m->device);
+    if (m->command) {
+        fputs("  command:     ", out);
+        put_one_line(out, m->command);
+        fputc('\n', out);
+    }
+    if (m->device) {
+        fputs("  device:      ", out);
+        put_one_line(out, m->device);
+        fputc('\n', out);
+    }
     report_coverage cov[3];
     for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
         char label[32];

@@ -2486,6 +2486,14 @@ START_TEST(names_that_are_long_broken_or_multiline_stay_in_place) {
     ck_assert_ptr_null(strstr(t, "\nforged"));
     ck_assert_ptr_nonnull(strstr(t, "op mul???forged (fwd)"));
     free(t);
+    // the command line, whose quoted argument holds a newline
+    sql("DELETE FROM META WHERE key = 'command';"
+        "INSERT INTO META (key, value, pid) VALUES ('command', 'train --tag ''a' || char(10) || "
+        "'forged''', 0);");
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "  command:     train --tag 'a?forged'\n"), "%s", t);
+    free(t);
 }
 END_TEST
 
