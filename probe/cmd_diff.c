@@ -1,7 +1,8 @@
 /*
  * cmd_diff.c — `ampprobe diff A B`: two recorded runs side by side (step time, throughput, peak
- * memory when known, skipped steps, loss curves, findings in one and not the other) and a
- * verdict such as "AMP run (B, fp16) is 2.3x faster than the fp32 run, same loss within 0.4%".
+ * memory when known, skipped steps, the last step's loss and the mean of the last 10% of steps,
+ * loss curves, findings in one and not the other) and a verdict such as "AMP run (B, fp16) is
+ * 2.3x faster than the fp32 run, same loss within 0.4%".
  * Exit 0 when the comparison was written; 2 for a usage error or an unreadable database.
  */
 #include "commands.h"
@@ -19,10 +20,11 @@ static void usage(FILE *f) {
     fprintf(
         f, "usage: ampprobe diff A B [--format text|json] [-o OUT]\n\n"
            "Compares two runs recorded by 'ampprobe run', e.g. fp32 (A) against AMP (B): median\n"
-           "step time, throughput, peak memory (when recorded), skipped steps, the loss curves\n"
-           "step by step, and the report findings present in one run and not the other. The\n"
-           "first line is the verdict: how much faster or slower the AMP run is, why, and\n"
-           "whether its loss matches.\n\n"
+           "step time, throughput, peak memory (when recorded), skipped steps, the final loss\n"
+           "(the loss at the last step, and the mean loss of the last 10%% of steps, which the\n"
+           "verdict compares), the loss curves step by step, and the report findings present\n"
+           "in one run and not the other. The first line is the verdict: how much faster or\n"
+           "slower the AMP run is, why, and whether its loss matches.\n\n"
            "options:\n"
            "  --format text|json  text (default) or json (keys: report/README.md)\n"
            "  -o OUT              write to OUT instead of stdout (not over A or B)\n"

@@ -3,7 +3,8 @@
  *
  * From each run's model and findings: precision (META, else the autocast dtype of its ops),
  * median step time and throughput, peak memory (AMP_STEPS.mem_peak_bytes), skipped steps,
- * the final loss (mean of the last 10% of steps), the loss curves compared step by step, the
+ * the last step's loss (what the program printed) and the mean loss of the last 10% of steps
+ * (steadier: what the verdict compares), the loss curves compared step by step, the
  * findings present in one run and not the other (by rule, severity, layer and op), and one
  * sentence that answers "did AMP pay off, and is the loss the same?" (and says so when the two
  * runs ran different programs). When exactly one run uses
@@ -20,7 +21,7 @@
 #include <string.h>
 
 #define SAME_SPEED 0.05 // within 5%: "as fast"
-#define SAME_LOSS 0.02  // final losses within 2%: "same loss"
+#define SAME_LOSS 0.02  // mean losses of the last 10% within 2%: "same loss"
 #define SAME_MEMORY 0.05 // peak memory within 5%: not worth a word in the verdict
 #define SAME_LENGTH 0.1  // step counts within 10%: the final losses are of about the same point
 #define DIVERGE 0.10    // per-step relative loss difference that counts as divergence
@@ -188,6 +189,36 @@ static const report_finding *payoff(const report_findings *f) {
 // ---------------------------------------------------------------------------------------------
 // The verdict
 
+// One run as the verdict names it: its figures, its name in words ("AMP run (B, fp16)", "the
+// fp32 run", "A") and its argument's letter.
+typedef struct verdict_run {
+    const report_run_figures *r;
+    const char *name, *letter;
+} verdict_run;
+
+// The verdict's last words on the losses (the means of the last 10% of steps, steadier than one
+// step's), first's figure first: first is the run the sentence is about, so that "A broke: ..."
+// goes on with A's loss. Each figure names its run and the difference is first's relative to
+// second's; "the same" is within SAME_LOSS of the baseline's. about_first: the sentence so far
+// is about first alone ("its" is first's).
+static int loss_phrase(char *buf, size_t n, const verdict_run *first, const verdict_run *second,
+                       double base_loss, bool about_first) {
+    const double x = first->r->final_loss, y = second->r->final_loss;
+    if (isnan(x) && isnan(y))
+        return snprintf(buf, n, "; both runs have a non-finite loss in their last 10%% of steps");
+    if (isnan(x) && about_first)
+        return snprintf(buf, n, "; it has a non-finite loss in its last 10%% of steps");
+    if (isnan(x) || isnan(y))
+        return snprintf(buf, n, "; %s has a non-finite loss in its last 10%% of steps",
+                        isnan(x) ? first->name : second->name);
+    const double rel = fabs(x - y) / fmax(fabs(base_loss), 1e-12);
+    if (rel <= SAME_LOSS)
+        return snprintf(buf, n, ", same loss within %.1f%%", fmax(100 * rel, 0.1));
+    return snprintf(buf, n,
+                    ", mean loss of the last 10%% of steps %.4g in %s vs %.4g in %s (%+.1f%%)", x,
+                    first->letter, y, second->letter, 100 * (x - y) / fmax(fabs(y), 1e-12));
+}
+
 void report_diff_verdict(const report_model *a, const report_findings *fa, const report_model *b,
                          const report_findings *fb, char *buf, size_t n) {
     report_run_figures ra, rb;
@@ -206,6 +237,7 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         snprintf(name, sizeof name, "B");
         snprintf(other, sizeof other, "A");
     }
+    const verdict_run vc = {cand, name, swap ? "A" : "B"}, vb = {base, other, swap ? "B" : "A"};
     size_t k = 0;
 #define PUT(...)                                                                                   \
     do {                                                                                           \
@@ -217,9 +249,10 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         return;
     }
     const report_findings *fbase = swap ? fb : fa;
-    bool about_cand = true; // the sentence so far is about the candidate alone ("its", "holds")
+    bool about_cand = true;  // the sentence so far is about the candidate alone ("its", "holds")
+    bool base_first = false; // it is about the baseline, whose figures come first
     if (cand->errors && fc->n && base->errors && fbase->n) {
-        about_cand = false;
+        about_cand = false; // (the candidate's finding is named first, and so is its loss)
         if (same_finding(&fc->v[0], &fbase->v[0]))
             PUT("Both runs broke the same way: %s", fc->v[0].title);
         else
@@ -228,6 +261,7 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         PUT("%s broke: %s", name, fc->v[0].title);
     } else if (base->errors && fbase->n) {
         about_cand = false;
+        base_first = true;
         PUT("%c%s broke: %s", toupper((unsigned char)other[0]), other + 1, fbase->v[0].title);
     } else if (!(base->step_ms > 0) || !(cand->step_ms > 0)) { // none, or steps of no duration
         PUT("%s: no step times to compare", name);
@@ -255,28 +289,18 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
                 PUT(": launch-bound (its kernels are too short for Tensor Cores to matter)");
         }
     }
-    if (base->peak_mem > 0 && cand->peak_mem > 0) {
-        double m = cand->peak_mem / base->peak_mem;
+    // memory and loss are said of the run the sentence is about, then of the other
+    const verdict_run *first = base_first ? &vb : &vc, *second = base_first ? &vc : &vb;
+    if (first->r->peak_mem > 0 && second->r->peak_mem > 0) {
+        double m = first->r->peak_mem / second->r->peak_mem;
+        bool subject = about_cand || base_first; // "holds" needs no name
         if (m <= 1 - SAME_MEMORY || m >= 1 + SAME_MEMORY)
-            PUT(", %s%sholds %.0f%% %s memory%s%s", about_cand ? "" : name, about_cand ? "" : " ",
+            PUT(", %s%sholds %.0f%% %s memory%s%s", subject ? "" : first->name, subject ? "" : " ",
                 100 * fabs(1 - m), m < 1 ? "less" : "more", about_cand ? "" : " than ",
-                about_cand ? "" : other);
+                about_cand ? "" : second->name);
     }
-    if (isnan(cand->final_loss) && isnan(base->final_loss))
-        PUT("; neither final loss is finite");
-    else if (isnan(cand->final_loss) && about_cand)
-        PUT("; its final loss is not finite");
-    else if (isnan(cand->final_loss) || isnan(base->final_loss))
-        PUT("; the final loss of %s is not finite", isnan(cand->final_loss) ? name : other);
-    else {
-        double rel =
-            fabs(cand->final_loss - base->final_loss) / fmax(fabs(base->final_loss), 1e-12);
-        if (rel <= SAME_LOSS)
-            PUT(", same loss within %.1f%%", fmax(100 * rel, 0.1));
-        else
-            PUT(", final loss %.4g vs %.4g (%+.1f%%)", cand->final_loss, base->final_loss,
-                100 * (cand->final_loss - base->final_loss) / fmax(fabs(base->final_loss), 1e-12));
-    }
+    k += (size_t)loss_phrase(buf + k, k < n ? n - k : 0, first, second, base->final_loss,
+                             about_cand);
     PUT(".");
     if (ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0)
         PUT(" A and B ran different programs (%s, %s).", ra.program, rb.program);
@@ -292,6 +316,14 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
 // ---------------------------------------------------------------------------------------------
 // Text and json
 
+// The loss of the last step that recorded one, as the program printed it last and as `ampprobe
+// report` calls the final loss; NaN when there is none or it is not finite.
+static double last_loss(const report_model *m) {
+    report_summary s;
+    report_summarize(m, &s);
+    return isfinite(s.final_loss) ? s.final_loss : NAN;
+}
+
 // One row of the table: label, A, B, B vs A ("" leaves a cell empty).
 static void row(FILE *out, const char *label, const char *a, const char *b, const char *rel) {
     fprintf(out, "%-22s %-18s %-18s %s\n", label, a, b, rel);
@@ -303,6 +335,17 @@ static const char *num(char *buf, size_t n, double v, const char *none) {
     else
         snprintf(buf, n, "%.4g", v);
     return buf;
+}
+
+// A row of losses, B's difference from A's in percent; a run with steps but no finite loss
+// there says "not finite".
+static void loss_row(FILE *out, const char *label, double a, double b, int64_t a_steps,
+                     int64_t b_steps) {
+    char x[48], y[48], rel[48] = "";
+    if (isfinite(a) && isfinite(b) && a != 0)
+        snprintf(rel, sizeof rel, "%+.2f%%", 100 * (b - a) / fabs(a));
+    row(out, label, num(x, sizeof x, a, a_steps ? "not finite" : "not recorded"),
+        num(y, sizeof y, b, b_steps ? "not finite" : "not recorded"), rel);
 }
 
 static void list_unmatched(FILE *out, const char *label, const report_findings *x,
@@ -348,13 +391,8 @@ static void diff_text(FILE *out, const report_model *a, const report_findings *f
     snprintf(x, sizeof x, "%lld", (long long)ra.skipped);
     snprintf(y, sizeof y, "%lld", (long long)rb.skipped);
     row(out, "skipped steps", x, y, "");
-    rel[0] = 0;
-    if (isfinite(ra.final_loss) && isfinite(rb.final_loss) && ra.final_loss != 0)
-        snprintf(rel, sizeof rel, "%+.2f%%",
-                 100 * (rb.final_loss - ra.final_loss) / fabs(ra.final_loss));
-    row(out, "final loss",
-        num(x, sizeof x, ra.final_loss, ra.steps ? "not finite" : "not recorded"),
-        num(y, sizeof y, rb.final_loss, rb.steps ? "not finite" : "not recorded"), rel);
+    loss_row(out, "final loss (last step)", last_loss(a), last_loss(b), ra.steps, rb.steps);
+    loss_row(out, "mean loss (last 10%)", ra.final_loss, rb.final_loss, ra.steps, rb.steps);
     snprintf(x, sizeof x, "%zu / %zu", ra.errors, ra.warnings);
     snprintf(y, sizeof y, "%zu / %zu", rb.errors, rb.warnings);
     row(out, "errors / warnings", x, y, "");
@@ -398,6 +436,7 @@ static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
     report_json_key_num(out, "throughput", r->throughput);
     report_json_key_num(out, "peak_memory", r->peak_mem);
     report_json_key_num(out, "final_loss", r->final_loss);
+    report_json_key_num(out, "last_loss", last_loss(m));
     fprintf(out, ", \"errors\": %zu, \"warnings\": %zu, \"only_here\": [", r->errors, r->warnings);
     size_t k = 0;
     for (size_t i = 0; i < mine->n; i++) {

@@ -1,9 +1,10 @@
 /*
  * test_diff.c — suite `diff`: `ampprobe diff A B` on two small run databases built here (an fp32
  * and an AMP run with chosen step times and losses, and CUPTI rows for a launch-bound GPU run),
- * the verdict's wording both ways round, the side-by-side table, the findings present in one
- * run only, the json keys, usage errors; and the fp32-vs-fp16 verdict on the mlp sample on the
- * CPU, end to end (the wording, not the timing, which depends on the machine).
+ * the verdict's wording both ways round (each run's loss named, the broken run's first), the
+ * side-by-side table (the last step's loss and the mean of the last 10%), the findings present
+ * in one run only, the json keys, usage errors; and the fp32-vs-fp16 verdict on the mlp sample on
+ * the CPU, end to end (the wording, not the timing, which depends on the machine).
  */
 #include "tests.h"
 
@@ -203,8 +204,7 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     char *t = diff_of(a_path, b_path, "text");
     HAS(t, "AMP run (B, fp16) is 26% slower than the fp32 run: launch-bound");
     HAS(t, "peak memory (MiB)      not recorded       not recorded");
-    HAS(t, "final loss 3.");
-    HAS(t, "(+20.0%)");
+    HAS(t, "mean loss of the last 10% of steps 3.432 in B vs 2.86 in A (+20.0%)."); // (step 7's)
     HAS(t, "they diverge by 10% or more from step 0");
     HAS(t, "Findings only in B:\n");
     HAS(t, "  warning [amp-payoff] launch-bound");
@@ -295,11 +295,11 @@ START_TEST(both_broke) {
     t = diff_of(a_path, b_path, "text");
     HAS(t, "Both runs broke: B: the top level linear produced non-finite values from finite "
            "inputs at step 19");
-    HAS(t, "; A: the program crashed with SIGSEGV after step 19; the final loss of B is not "
-           "finite.");
+    HAS(t, "; A: the program crashed with SIGSEGV after step 19; B has a non-finite loss in its "
+           "last 10% of steps.");
     free(t);
     sql(b_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes / 2;");
-    diff_has("text", "after step 19, B holds 50% less memory than A; the final loss of B");
+    diff_has("text", "after step 19, B holds 50% less memory than A; B has a non-finite loss");
 }
 END_TEST
 
@@ -316,8 +316,107 @@ START_TEST(the_baseline_broke) {
     diff_has("text", want);
     char *t = diff_of(b_path, a_path, "text");
     HAS(t, want);
-    HAS(t, ", AMP run (A, fp16) holds 40% less memory than the fp32 run; the final loss of the "
-           "fp32 run is not finite.");
+    HAS(t, ", holds 67% more memory than AMP run (A, fp16); the fp32 run has a non-finite loss in "
+           "its last 10% of steps.");
+    free(t);
+}
+END_TEST
+
+// Empty databases again, for another pair of runs in the same test.
+static void fresh_dbs(void) {
+    teardown();
+    setup();
+}
+
+// The run at path broke at step 5 (NaN in its input) and trained on: its losses stay finite.
+static void broke_at_step_5(const char *path) {
+    sql(path, "INSERT INTO AMP_EVENTS (pid, step, last_step, layer_id, op, phase, kind, "
+              "severity, count, aggregate, occurrences, detail) VALUES (1, 5, 5, 1, 'linear', "
+              "'fwd', 'nonfinite_input', 'error', 8, 0, 1, NULL);");
+}
+
+// Whichever run a verdict is about, its loss comes first, each loss names its run and the
+// difference is the first's: "A broke" goes on with A's loss (2.63, the mean of steps 18 and 19),
+// not the other's (3.156).
+START_TEST(the_losses_are_of_the_run_the_verdict_is_about_first) {
+    static const char *const a_first = "mean loss of the last 10% of steps 2.63 in A vs 3.156 "
+                                       "in B (-16.7%).",
+                             *b_first = "mean loss of the last 10% of steps 3.156 in B vs 2.63 "
+                                        "in A (+20.0%).";
+    // two AMP runs: "A broke", "B broke"
+    run(a_path, 20, 4.0, 1.0, 0, true, "cuda");
+    run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
+    broke_at_step_5(a_path);
+    diff_has("text", "A broke: NaN/inf in the input data at step 5");
+    diff_has("text", a_first);
+    diff_has("json", a_first);
+    fresh_dbs();
+    run(a_path, 20, 4.0, 1.0, 0, true, "cuda");
+    run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
+    broke_at_step_5(b_path);
+    diff_has("text", "B broke: NaN/inf in the input data at step 5");
+    diff_has("text", b_first);
+    broke_at_step_5(a_path); // both, the same way: the candidate (B) first, as named first
+    diff_has("text", "Both runs broke the same way: NaN/inf in the input data at step 5");
+    diff_has("text", b_first);
+
+    // an fp32 run (A) and an AMP run (B): "The fp32 run broke", "AMP run (B, fp16) broke"
+    fresh_dbs();
+    run(a_path, 20, 4.0, 1.0, 0, false, "cuda");
+    run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "AMP run (B, fp16) is as fast as the fp32 run (within 5%), ");
+    HAS(t, b_first);
+    free(t);
+    broke_at_step_5(a_path);
+    diff_has("text", "The fp32 run broke: NaN/inf in the input data at step 5");
+    diff_has("text", a_first);
+    fresh_dbs();
+    run(a_path, 20, 4.0, 1.0, 0, false, "cuda");
+    run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
+    broke_at_step_5(b_path);
+    diff_has("text", "AMP run (B, fp16) broke: NaN/inf in the input data at step 5");
+    diff_has("text", b_first);
+    t = diff_of(b_path, a_path, "text"); // the AMP run first: it is still the one named first
+    HAS(t, "AMP run (A, fp16) broke: NaN/inf in the input data at step 5");
+    HAS(t, "mean loss of the last 10% of steps 3.156 in A vs 2.63 in B (+20.0%).");
+    free(t);
+}
+END_TEST
+
+// The last step's loss (what the program printed last, the report's "final loss") and the mean
+// of the last 10% of steps (the verdict's), each under its own name, in text and json.
+START_TEST(the_last_loss_and_the_mean_are_told_apart) {
+    run(a_path, 20, 10.0, 1.0, 1000, false, "cuda"); // step 19: 2.62; steps 18-19: 2.63
+    run(b_path, 20, 4.0, 1.1, 600, true, "cuda");    // 2.882; 2.893
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "final loss (last step) 2.62               2.882              +10.00%\n");
+    HAS(t, "mean loss (last 10%)   2.63               2.893              +10.00%\n");
+    HAS(t, "mean loss of the last 10% of steps 2.893 in B vs 2.63 in A (+10.0%).");
+    free(t);
+    t = diff_of(a_path, b_path, "json");
+    HAS(t, "\"final_loss\": 2.63, \"last_loss\": 2.62,");
+    HAS(t, "\"final_loss\": 2.893, \"last_loss\": 2.882,");
+    free(t);
+    // a non-finite last loss: not finite in both rows, null in json
+    sql(b_path, "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 19;");
+    t = diff_of(a_path, b_path, "text");
+    HAS(t, "final loss (last step) 2.62               not finite         \n");
+    HAS(t, "mean loss (last 10%)   2.63               not finite         \n");
+    free(t);
+    diff_has("json", "\"final_loss\": null, \"last_loss\": null,");
+    // --help says which is which
+    fflush(stdout);
+    int saved = dup(1), fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    close(fd);
+    int rc = CMD("--help");
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    ck_assert_int_eq(rc, 0);
+    t = test_read_file(out_path, NULL);
+    HAS(t, "the loss at the last step, and the mean loss of the last 10% of steps");
     free(t);
 }
 END_TEST
@@ -419,6 +518,8 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, a_last_step_without_its_step_record_is_not_a_nonfinite_loss);
     tcase_add_test(tc, both_broke);
     tcase_add_test(tc, the_baseline_broke);
+    tcase_add_test(tc, the_losses_are_of_the_run_the_verdict_is_about_first);
+    tcase_add_test(tc, the_last_loss_and_the_mean_are_told_apart);
     tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);
     tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
