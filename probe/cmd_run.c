@@ -446,6 +446,7 @@ typedef struct tui_run_state {
 static void *collect_thread(void *arg) {
     tui_run_state *t = arg;
     t->wstatus = collect(t->r, t->pid, &t->stats);
+    atomic_store(&t->live.term_signal, WIFSIGNALED(t->wstatus) ? WTERMSIG(t->wstatus) : 0);
     atomic_store(&t->live.exit_status, amp_launcher_exit_code(t->wstatus));
     return NULL;
 }
@@ -479,6 +480,7 @@ static int collect_with_tui(run_state *r, pid_t pid, const char *path, const cha
         .pid = pid,
         .live = {.log_path = log_path, .program = prog, .quit_requested = signalled}};
     atomic_init(&t.live.exit_status, -1);
+    atomic_init(&t.live.term_signal, 0);
     pthread_t thread;
     if (pthread_create(&thread, NULL, collect_thread, &t) != 0) {
         fprintf(stderr, "ampprobe: cannot start the collector thread; recording without the TUI\n");

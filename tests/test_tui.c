@@ -8,10 +8,13 @@
  * errors for missing and foreign files, and for damaged ones (a b-tree page overwritten: the
  * model's error, the report's, the command's exit status 2), a locked one read again; the
  * overview's titles on more steps than columns (of the run, not of the sparkline's window) and
- * without overlap; TERM=dumb refused (terminfo, and the command on a pseudo-terminal). With one: an
- * end-to-end run of `ampprobe run --tui -- tiny_gpt --fault attn-overflow` in tmux (send-keys,
- * capture-pane): the first non-finite event and the falling scale appear while the run is live, the
- * attention layer is red, the exit status shows, q restores the terminal; NO_COLOR; SIGTERM.
+ * without overlap; the exit status or the signal that ended the program (META exit_signal,
+ * tui_live.term_signal), none when not recorded; a file replaced by a new run (started over on,
+ * never merged) or removed (kept); TERM=dumb refused (terminfo, and the command on a
+ * pseudo-terminal). With one: an end-to-end run of `ampprobe run --tui -- tiny_gpt --fault
+ * attn-overflow` in tmux (send-keys, capture-pane): the first non-finite event and the falling
+ * scale appear while the run is live, the attention layer is red, the exit status shows, q restores
+ * the terminal; NO_COLOR; SIGTERM.
  */
 #define _GNU_SOURCE // posix_openpt, grantpt, unlockpt, ptsname
 #include "tests.h"
@@ -22,6 +25,7 @@
 #include "layout.h"
 #include "model.h"
 #include "tui.h"
+#include "widgets.h"
 
 #include <curses.h>
 #include <fcntl.h>
@@ -562,6 +566,178 @@ START_TEST(a_programs_own_status_rows_are_not_the_runs) {
     tui_layout l;
     draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
     ck_assert_msg(!strstr(all, "converged"), "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
+// A run recorded without the launcher (AMPPROBE_OUT) has no exit status in META: the state line
+// leaves it out rather than showing "exit status -1".
+START_TEST(overview_leaves_out_an_exit_status_not_recorded) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, -1), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    ck_assert(app.model.complete);
+    ck_assert_int_eq(app.model.exit_status, -1);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "state ended after ") && !strstr(all, "exit status"), "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
+// META exit_signal (the launcher's, pid 0): a program killed by SIGINT is "killed by signal 2
+// (SIGINT)", not "exit status 130"; one that exited with 130 by itself (exit_signal 0) is "exit
+// status 130"; without the key (older databases) the exit status shows as it always did, and a
+// program's own row of that name is not the run's.
+START_TEST(overview_tells_a_signal_from_an_exit_status) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 130), AMP_OK);
+    static const struct {
+        const char *sql;
+        int signal;
+        const char *shown, *not_shown;
+    } cases[] = {
+        {"INSERT INTO META (key, value, pid) VALUES ('exit_signal', '2', 0);", 2,
+         ", killed by signal 2 (SIGINT) |", "exit status"},
+        {"UPDATE META SET value = '0' WHERE key = 'exit_signal';", 0, "exit status 130", "killed"},
+        {"DELETE FROM META WHERE key = 'exit_signal';"
+         "INSERT INTO META (key, value, pid) VALUES ('exit_signal', '9', 7);",
+         -1, "exit status 130", "killed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sql(cases[i].sql);
+        tui_app app;
+        char err[AMP_STORE_ERR_MAX], all[24 * 128];
+        ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+        ck_assert_int_eq(app.model.exit_status, 130);
+        ck_assert_int_eq(app.model.exit_signal, cases[i].signal);
+        tui_layout l;
+        draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+        ck_assert_msg(strstr(all, cases[i].shown) && !strstr(all, cases[i].not_shown),
+                      "case %zu:\n%s", i, all);
+        tui_app_free(&app);
+    }
+}
+END_TEST
+
+// `ampprobe run --tui` after Ctrl-C: the launcher stores the signal that killed the program
+// (tui_live.term_signal) before its status, 130; the footer and the state line say it was killed
+// by SIGINT, not that it exited with 130; a program that exited with 130 by itself did.
+START_TEST(live_footer_says_which_signal_killed_the_program) {
+    char buf[48];
+    tui_fmt_exit(buf, sizeof buf, -1, 0);
+    ck_assert_str_eq(buf, "");
+    tui_fmt_exit(buf, sizeof buf, 130, 0);
+    ck_assert_str_eq(buf, "exit status 130");
+    tui_fmt_exit(buf, sizeof buf, 137, 9);
+    ck_assert_str_eq(buf, "killed by signal 9 (SIGKILL)");
+    tui_fmt_exit(buf, sizeof buf, 139, SIGSEGV);
+    ck_assert_str_eq(buf, "killed by signal 11 (SIGSEGV)");
+    tui_fmt_exit(buf, sizeof buf, 168, 40); // a real-time signal: no name
+    ck_assert_str_eq(buf, "killed by signal 40");
+    fixture();
+    tui_live live = {.log_path = "live.sqlite.log", .program = "/bin/tiny_gpt"};
+    atomic_init(&live.exit_status, 130);
+    atomic_init(&live.term_signal, SIGINT);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, &live, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "tiny_gpt killed by signal 2 (SIGINT) | output: live.sqlite.log") &&
+                      strstr(all, "state ended after") && !strstr(all, "status 130"),
+                  "%s", all);
+    atomic_store(&live.term_signal, 0); // it exited by itself
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "tiny_gpt exited with status 130") &&
+                      strstr(all, "exit status 130") && !strstr(all, "killed"),
+                  "%s", all);
+    tui_app_free(&app);
+}
+END_TEST
+
+// Removes the database at db_path and its side files, as `ampprobe run -f` does.
+static void remove_db(void) {
+    static const char *const side[] = {"-wal", "-shm", "-journal"};
+    char buf[160];
+    for (size_t i = 0; i < sizeof side / sizeof *side; i++) {
+        snprintf(buf, sizeof buf, "%s%s", db_path, side[i]);
+        unlink(buf);
+    }
+    ck_assert_int_eq(unlink(db_path), 0);
+}
+
+// `ampprobe run -f` deletes the file the TUI shows and records a new run at its path: the model
+// starts over on the new file (the new run alone, never merged with the old one, shown from its
+// newest step) and the footer says so; while the new file cannot be read yet (the launcher makes
+// it empty first) and when no file is left at the path, what was shown stays and the footer says
+// what became of the file.
+START_TEST(model_starts_over_on_a_replaced_file) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_model *m = &app.model;
+    tui_layout l;
+    tui_layout_compute(100, 24, &l);
+    tui_app_update(&app);
+    tui_app_key(&app, '[', &l); // paused at step 2
+    tui_app_update(&app);
+    ck_assert_int_eq(app.step, 2);
+    ck_assert_uint_eq(m->n_steps, 4);
+    // deleted; the launcher claims the name with an empty file
+    amp_collector_free(collector);
+    collector = NULL;
+    remove_db();
+    int fd = open(db_path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert(tui_model_poll(m));
+    ck_assert_int_eq(m->file, TUI_FILE_REPLACED);
+    ck_assert_uint_eq(m->n_steps, 4);
+    ck_assert_int_eq(m->pid, 7);
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "run.sqlite was replaced; waiting to read the new one"), "%s", all);
+    // the new run: another program (pid 5), two steps so far, live
+    remove_db();
+    ck_assert_int_eq(amp_collector_new(db_path, NULL, &collector), AMP_OK);
+    sql("INSERT INTO AMP_STEPS VALUES"
+        " (5, 0, 0, 10000000, 2.5, 1, NULL, NULL, NULL, 0, 0, NULL),"
+        " (5, 1, 10000000, 20000000, 2.4, 1, NULL, NULL, NULL, 0, 0, NULL);");
+    ck_assert(tui_model_poll(m));
+    ck_assert_uint_eq(m->restarts, 1);
+    ck_assert_int_eq(m->file, TUI_FILE_SAME);
+    ck_assert_int_eq(m->pid, 5);
+    ck_assert_uint_eq(m->n_step_pids, 1);
+    ck_assert_uint_eq(m->n_steps, 2);
+    ck_assert_uint_eq(m->n_events, 0);
+    ck_assert_uint_eq(m->n_layers, 0);
+    ck_assert(!m->complete);
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_int_eq(app.step, 1);
+    ck_assert(app.following);
+    ck_assert_msg(strstr(all, "run.sqlite was replaced by a new run; showing it") &&
+                      strstr(all, "2 steps, 0 skipped") && !strstr(all, "of process") &&
+                      !strstr(all, "non-finite"),
+                  "%s", all);
+    // it goes on: read as any live run
+    sql("INSERT INTO AMP_STEPS VALUES (5, 2, 20000000, 30000000, 2.3, 1, NULL, NULL, NULL, 0, 0,"
+        " NULL);");
+    ck_assert(tui_model_poll(m));
+    ck_assert_uint_eq(m->n_steps, 3);
+    // removed, and nothing in its place: what was shown stays
+    remove_db();
+    ck_assert(tui_model_poll(m));
+    ck_assert_int_eq(m->file, TUI_FILE_REMOVED);
+    ck_assert_uint_eq(m->n_steps, 3);
+    ck_assert(!tui_model_poll(m));
+    draw_offscreen(&app, TUI_VIEW_OVERVIEW, &l, all);
+    ck_assert_msg(strstr(all, "run.sqlite was removed; showing what it held") &&
+                      strstr(all, "3 steps, 0 skipped") && strstr(all, "REPLAY"),
+                  "%s", all);
     tui_app_free(&app);
 }
 END_TEST
@@ -1392,6 +1568,10 @@ Suite *tui_suite(void) {
     tcase_add_test(model, overview_says_what_the_program_died_of);
     tcase_add_test(model, a_programs_own_status_rows_are_not_the_runs);
     tcase_add_test(model, overview_of_a_run_without_steps);
+    tcase_add_test(model, overview_leaves_out_an_exit_status_not_recorded);
+    tcase_add_test(model, overview_tells_a_signal_from_an_exit_status);
+    tcase_add_test(model, live_footer_says_which_signal_killed_the_program);
+    tcase_add_test(model, model_starts_over_on_a_replaced_file);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);

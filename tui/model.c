@@ -6,6 +6,11 @@
  * poll costs what is new, never a rescan. Two tables change rows in place: AMP_STEPS (the scale
  * record of a step lands on the row the step record made, or before it) and the aggregate rows
  * of AMP_EVENTS; the last few steps and the known aggregate rows are re-read by key.
+ *
+ * Why a poll stats the path first: `ampprobe run -f` deletes the file and records a new run at
+ * the same path, and the open connection, still on the deleted file, then reads rows of the new
+ * one (SQLite finds its -wal and -shm by name): two runs merged. A different file at the path
+ * (device and inode) starts the model over on it; a path with none keeps what was read.
  */
 #define _GNU_SOURCE
 #include "model.h"
@@ -13,10 +18,12 @@
 #include "amp-impl.h"
 #include "report.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define STEPS_REREAD 8            // trailing AMP_STEPS rows a poll reads again (upserts)
@@ -70,8 +77,8 @@ static int severity_rank(const char *s) {
 
 static const char sql_version[] = "PRAGMA data_version";
 static const char sql_meta[] =
-    "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'start_ns', "
-    "'end_ns', 'command', 'device', 'precision', 'exception', 'abort') "
+    "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'exit_signal', "
+    "'start_ns', 'end_ns', 'command', 'device', 'precision', 'exception', 'abort') "
     "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END"; // as the report
 // %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
@@ -139,7 +146,7 @@ static bool prepare(tui_model *m, const char *sql, sqlite3_stmt **q, char *err) 
 // died of came).
 static bool poll_meta(tui_model *m) {
     bool was_complete = m->complete;
-    int was_exit = m->exit_status;
+    int was_exit = m->exit_status, was_signal = m->exit_signal;
     const char *was_exception = m->exception;
     sqlite3_stmt *q = m->q_meta;
     while (next_row(m, q)) {
@@ -148,12 +155,15 @@ static bool poll_meta(tui_model *m) {
         bool run_wide = sqlite3_column_int(q, 2) == 0;
         if (!key || !value) continue;
         const bool run_key = strcmp(key, "status") == 0 || strcmp(key, "exit_status") == 0 ||
-                             strcmp(key, "start_ns") == 0 || strcmp(key, "end_ns") == 0;
+                             strcmp(key, "exit_signal") == 0 || strcmp(key, "start_ns") == 0 ||
+                             strcmp(key, "end_ns") == 0;
         if (run_key && !run_wide) continue; // a program's own row of that name, not the run's
         if (strcmp(key, "status") == 0) {
             m->complete = strcmp(value, "complete") == 0;
         } else if (strcmp(key, "exit_status") == 0) {
             m->exit_status = atoi(value);
+        } else if (strcmp(key, "exit_signal") == 0) {
+            m->exit_signal = atoi(value);
         } else if (strcmp(key, "start_ns") == 0) {
             m->start_ns = strtoll(value, NULL, 10);
         } else if (strcmp(key, "end_ns") == 0) {
@@ -171,7 +181,7 @@ static bool poll_meta(tui_model *m) {
         for (char *c = m->exception; *c; c++)
             if ((unsigned char)*c < 0x20) *c = ' ';
     return m->complete != was_complete || m->exit_status != was_exit ||
-           m->exception != was_exception;
+           m->exit_signal != was_signal || m->exception != was_exception;
 }
 
 static int cmp_layer_name(const void *a, const void *b) {
@@ -593,6 +603,40 @@ static bool poll_kernels(tui_model *m) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The file at the path
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+// Sets m->file from what is at the path now; a new file that can be read starts the model over
+// on it (a fresh model: the new run alone, never merged with what was read).
+static void check_file(tui_model *m) {
+    struct stat sb;
+    const tui_file_state was = m->file;
+    if (stat(m->path, &sb) != 0) {
+        // (EACCES, EIO, ... say nothing of which file is there: it is read as before)
+        if (errno == ENOENT || errno == ENOTDIR) m->file = TUI_FILE_REMOVED;
+    } else if ((uint64_t)sb.st_dev == m->file_dev && (uint64_t)sb.st_ino == m->file_ino) {
+        m->file = TUI_FILE_SAME;
+    } else {
+        tui_model fresh;
+        char err[AMP_STORE_ERR_MAX];
+        if (tui_model_open(&fresh, m->path, err) == AMP_OK) {
+            fresh.generation += m->generation + 1; // past any generation a view was built from
+            fresh.restarts = m->restarts + 1;
+            tui_model_free(m);
+            *m = fresh;
+            return;
+        }
+        // (the launcher creates the file empty, then its tables: tried again at the next poll)
+        m->file = TUI_FILE_REPLACED;
+        snprintf(m->file_error, sizeof m->file_error, "%s", err);
+    }
+    if (m->file != was) m->generation++;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The top finding, from the report core on the finder's thread
 
 // The report reads the whole run, so its cost grows with the run. A request is made only when
@@ -670,13 +714,31 @@ static void read_all(tui_model *m) {
 
 amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR_MAX]) {
     *m = (tui_model){.exit_status = -1,
+                     .exit_signal = -1,
                      .rows_step = -1,
                      .stats_step = -1,
                      .data_version = -1,
                      .finding_step = -1,
                      .asked_step = -1};
-    amp_status st = amp_store_open_readonly(path, &m->db, err);
-    if (st != AMP_OK) return st;
+    // The file opened is the one stat sees both before and after the open (the connection opens
+    // it in between): one replaced meanwhile is opened again.
+    amp_status st;
+    struct stat before, after;
+    for (int tries = 0;; tries++) {
+        const bool seen = stat(path, &before) == 0;
+        st = amp_store_open_readonly(path, &m->db, err);
+        if (st != AMP_OK) return st;
+        if (seen && stat(path, &after) == 0 && same_file(&before, &after)) break;
+        sqlite3_close(m->db);
+        m->db = NULL;
+        if (tries == 2) {
+            snprintf(err, AMP_STORE_ERR_MAX, "%s: replaced by another file while being opened",
+                     path);
+            return AMP_ERR_IO;
+        }
+    }
+    m->file_dev = (uint64_t)before.st_dev;
+    m->file_ino = (uint64_t)before.st_ino;
     m->path = amp_xstrdup(path);
     sqlite3_stmt *idx = NULL;
     if (!prepare(m,
@@ -737,6 +799,10 @@ void tui_model_show_process(tui_model *m, int32_t pid) {
 bool tui_model_poll(tui_model *m) {
     if (m->error[0]) return false; // nothing more is read: the TUI ends with the error
     uint64_t before = m->generation;
+    const unsigned restarts = m->restarts;
+    check_file(m);
+    if (m->restarts != restarts) return true; // a fresh model on the new file at the path
+    if (m->file != TUI_FILE_SAME) return m->generation != before; // nothing more is read
     const bool reread = m->retry; // the last poll met a busy database: everything is read again
     if (reread) {
         m->retry = false;
@@ -745,14 +811,20 @@ bool tui_model_poll(tui_model *m) {
     int64_t version = -1;
     if (next_row(m, m->q_version)) version = sqlite3_column_int64(m->q_version, 0);
     sqlite3_reset(m->q_version);
-    if (m->error[0]) return true;
+    if (m->error[0]) {
+        check_file(m); // a failure of a file that is no longer at the path is not the new one's
+        return true;
+    }
     if (version != m->data_version && !m->retry) {
         m->data_version = version;
         // One read transaction, so that the tables agree with each other.
         sqlite3_exec(m->db, "BEGIN", NULL, NULL, NULL);
         read_all(m);
         sqlite3_exec(m->db, "COMMIT", NULL, NULL, NULL);
+        check_file(m); // a file put at the path meanwhile may have lent this read its rows
+        if (m->restarts != restarts) return true;
         if (m->error[0]) return true;
+        if (m->file != TUI_FILE_SAME) return m->generation != before;
         if (reread && !m->retry) m->generation++; // and the shown step's statistics reloaded
     }
     // A collector that was killed leaves the status running and writes nothing more, so the

@@ -9,6 +9,10 @@
  * (pid, step) index in a finished run, through the step's rowid range (learnt while following)
  * in a live one. The model never writes to the database. A query that fails is not taken for
  * "no rows": a damaged file (or an I/O error) sets m.error; a busy database is read again.
+ * Each poll first asks whether the file at the path is still the one opened (its device and
+ * inode): `ampprobe run -f` deletes it and records a new run there, and the open connection would
+ * then read the new run's rows beside the old one's. A new file starts the model over on it (a
+ * fresh model, m.restarts counts them); none keeps what was read (m.file says which).
  *
  *     tui_model m;
  *     char err[AMP_STORE_ERR_MAX];
@@ -86,16 +90,30 @@ typedef struct tui_kernel {
     int64_t total_ns, count;
 } tui_kernel;
 
+// The file at the model's path, as the latest poll found it.
+typedef enum tui_file_state {
+    TUI_FILE_SAME,     // the file opened
+    TUI_FILE_REMOVED,  // none: what was read stays, nothing more is read
+    TUI_FILE_REPLACED, // another one, not readable yet (a new run being created; file_error
+                       // says why): what was read stays, the new one is tried at each poll
+} tui_file_state;
+
 typedef struct tui_model {
     sqlite3 *db;
     char *path;
+    uint64_t file_dev, file_ino; // the file opened (stat of path around the open)
+    tui_file_state file;
+    char file_error[AMP_STORE_ERR_MAX]; // TUI_FILE_REPLACED: why the new file cannot be read
+    unsigned restarts; // times the model started over on a new file at path (a new run)
     // META (run-wide and the program's own rows)
     char *command, *device, *precision;
     char *exception;          // what the program died of (META exception or abort); NULL: none
     bool complete;            // META.status = complete: the run has ended and will not grow
     bool cut_short;           // not complete, but its collector is gone (the launcher was
                               // killed): it will not grow either (AMP_RUN_CUT_SHORT)
-    int exit_status;          // -1: unknown or still running
+    int exit_status;          // -1: unknown (not recorded) or still running
+    int exit_signal;          // the signal that killed the program (META exit_signal); 0: it
+                              // exited by itself; -1: not recorded (older launchers, no launcher)
     int64_t start_ns, end_ns; // 0: unknown
     int32_t pid;              // the process whose steps and statistics are shown; 0 before any
     // Processes that recorded steps (the ranks of a data-parallel job), sorted.
@@ -163,7 +181,9 @@ typedef struct tui_model {
 // recorded so far (a read of it that fails: m->error's line in err).
 amp_status tui_model_open(tui_model *m, const char *path, char err[AMP_STORE_ERR_MAX]);
 // Reads what was committed since the last poll. Returns true when the model changed. A read
-// that fails for good sets m->error (see there); the model is not read again then.
+// that fails for good sets m->error (see there); the model is not read again then. When another
+// file is at the path, the model is freed and opened again on it (m->restarts + 1; pointers
+// into the old model's arrays are stale); when none is, it is kept as it was (m->file).
 bool tui_model_poll(tui_model *m);
 // Loads the statistics of step into rows (no-op when it is loaded already and the run has not
 // moved). A step without statistics leaves rows empty.

@@ -57,6 +57,18 @@ static int64_t newest_step(const tui_model *m) {
 
 void tui_app_update(tui_app *app) {
     tui_model *m = &app->model;
+    if (m->restarts != app->restarts) { // a new run at the path (the model started over on it)
+        app->restarts = m->restarts;
+        app->following = true;
+        app->step = -1;
+        for (int v = 0; v < TUI_N_VIEWS; v++)
+            app->tables[v].selected = app->tables[v].top = 0;
+        snprintf(app->message, sizeof app->message, "%s was replaced by a new run; showing it",
+                 amp_base_name(m->path));
+    } else if (m->file != app->file) {
+        app->message[0] = 0; // the footer's next words are what became of the file
+    }
+    app->file = m->file;
     if (app->following) app->step = newest_step(m);
     if (app->step >= 0) tui_model_show_step(m, app->step);
     const tui_view_i *v = views[app->view];
@@ -226,8 +238,8 @@ int tui_app_key(tui_app *app, int ch, const tui_layout *l) {
 
 static void draw_header(const tui_app *app, const tui_layout *l) {
     const tui_model *m = &app->model;
-    bool live =
-        !m->complete && !m->cut_short && !(app->live && atomic_load(&app->live->exit_status) >= 0);
+    bool live = !m->complete && !m->cut_short && m->file == TUI_FILE_SAME &&
+                !(app->live && atomic_load(&app->live->exit_status) >= 0);
     attron(A_REVERSE);
     mvhline(l->header.y, 0, ' ', l->header.w);
     attroff(A_REVERSE);
@@ -260,6 +272,7 @@ static void draw_tabs(const tui_app *app, const tui_layout *l) {
 }
 
 static void draw_footer(const tui_app *app, const tui_layout *l) {
+    const tui_model *m = &app->model;
     int y = l->footer.y;
     int exit_status = app->live ? atomic_load(&app->live->exit_status) : -1;
     if (app->editing) {
@@ -267,10 +280,24 @@ static void draw_footer(const tui_app *app, const tui_layout *l) {
                   app->tables[app->view].filter);
     } else if (app->message[0]) {
         tui_print(y, 0, l->cols, A_BOLD, "%s", app->message);
+    } else if (m->file == TUI_FILE_REMOVED) {
+        tui_print(y, 0, l->cols, tui_attr(app, TUI_PAIR_WARN),
+                  "%s was removed; showing what it held | q quits", amp_base_name(m->path));
+    } else if (m->file == TUI_FILE_REPLACED) {
+        tui_print(y, 0, l->cols, tui_attr(app, TUI_PAIR_WARN),
+                  "%s was replaced; waiting to read the new one (%s)", amp_base_name(m->path),
+                  m->file_error);
     } else if (exit_status >= 0) {
+        // the launcher stores the signal before the status
+        const int term_signal = atomic_load(&app->live->term_signal);
+        char how[48];
+        if (term_signal > 0) // not "exited with status 130": it did not exit by itself
+            tui_fmt_exit(how, sizeof how, exit_status, term_signal);
+        else
+            snprintf(how, sizeof how, "exited with status %d", exit_status);
         tui_print(y, 0, l->cols, tui_attr(app, exit_status ? TUI_PAIR_DANGER : TUI_PAIR_GOOD),
-                  "%s exited with status %d | output: %s | q quits",
-                  amp_base_name(app->live->program), exit_status, app->live->log_path);
+                  "%s %s | output: %s | q quits", amp_base_name(app->live->program), how,
+                  app->live->log_path);
     } else if (app->live) {
         tui_print(y, 0, l->cols, A_NORMAL, "output: %s | ? help  q quit", app->live->log_path);
     } else {

@@ -40,6 +40,8 @@ typedef struct tui_live {
     const char *log_path;         // where the program's output goes
     const char *program;          // its name, for the screen
     atomic_int exit_status;       // -1 while it runs; then the shell convention, 128+N
+    atomic_int term_signal;       // the signal that killed the program, 0: it exited (valid once
+                                  // exit_status >= 0)
     bool (*quit_requested)(void); // a signal asked the launcher to stop; NULL: never
 } tui_live;
 
@@ -52,7 +54,9 @@ typedef struct tui_app {
     bool help;      // the help overlay is up
     bool editing;   // the filter is being typed in the footer
     bool color, utf8;
-    char message[128]; // a one-off footer message
+    char message[128];   // a one-off footer message
+    unsigned restarts;   // model.restarts the app last saw (a new run at the path: shown afresh)
+    tui_file_state file; // model.file the app last saw (the footer says what became of it)
     tui_table tables[TUI_N_VIEWS];
     uint64_t seen_generation[TUI_N_VIEWS]; // model generation each view's rows were built from
     // Display rows built by the views' update.

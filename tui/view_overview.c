@@ -32,7 +32,11 @@ static void draw_run(const tui_app *app, tui_rect r) {
     for (size_t i = 0; i < m->n_steps; i++)
         skipped += m->steps[i].skipped;
     char state[96];
-    int exit_status = app->live ? atomic_load(&app->live->exit_status) : m->exit_status;
+    int exit_status = m->exit_status, term_signal = m->exit_signal; // (-1: not recorded)
+    if (app->live) { // the launcher stores the signal before the status
+        exit_status = atomic_load(&app->live->exit_status);
+        term_signal = exit_status >= 0 ? atomic_load(&app->live->term_signal) : 0;
+    }
     char took[32] = "?";
     if (m->start_ns > 0) { // the run's clock is CLOCK_REALTIME (probe/SCHEMA.md)
         struct timespec now;
@@ -40,13 +44,16 @@ static void draw_run(const tui_app *app, tui_rect r) {
         int64_t end = m->end_ns > 0 ? m->end_ns : (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
         tui_fmt_ns(took, sizeof took, (double)(end - m->start_ns));
     }
+    char how[48]; // "killed by signal 2 (SIGINT)", "exit status 1"; "": not recorded
+    tui_fmt_exit(how, sizeof how, exit_status, term_signal);
     if (m->complete || exit_status >= 0)
-        snprintf(state, sizeof state, "ended after %s, exit status %d", took, exit_status);
+        snprintf(state, sizeof state, "ended after %s%s%s", took, how[0] ? ", " : "", how);
     else if (m->cut_short)
         snprintf(state, sizeof state, "recording cut short (its launcher was killed)");
     else
         snprintf(state, sizeof state, "running for %s", took);
-    int attr = exit_status > 0 || m->cut_short ? tui_attr(app, TUI_PAIR_DANGER) : 0;
+    int attr =
+        exit_status > 0 || term_signal > 0 || m->cut_short ? tui_attr(app, TUI_PAIR_DANGER) : 0;
     char of[64] = ""; // a data-parallel job's ranks: one at a time (P shows the next)
     if (m->n_step_pids > 1)
         snprintf(of, sizeof of, " of process %d (%zu of %zu)", (int)m->pid,

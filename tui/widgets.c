@@ -6,6 +6,7 @@
 
 #include <curses.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -112,6 +113,48 @@ void tui_fmt_ns(char *buf, size_t n, double ns) {
         snprintf(buf, n, "%.2f ms", ns / 1e6);
     else
         snprintf(buf, n, "%.1f us", ns / 1e3);
+}
+
+// The usual name of sig; NULL for the rest (real-time signals, ...).
+static const char *signal_name(int sig) {
+#define SIGNAL_NAME(s)                                                                             \
+    case s:                                                                                        \
+        return #s;
+    switch (sig) {
+        SIGNAL_NAME(SIGHUP)
+        SIGNAL_NAME(SIGINT)
+        SIGNAL_NAME(SIGQUIT)
+        SIGNAL_NAME(SIGILL)
+        SIGNAL_NAME(SIGTRAP)
+        SIGNAL_NAME(SIGABRT)
+        SIGNAL_NAME(SIGBUS)
+        SIGNAL_NAME(SIGFPE)
+        SIGNAL_NAME(SIGKILL)
+        SIGNAL_NAME(SIGUSR1)
+        SIGNAL_NAME(SIGSEGV)
+        SIGNAL_NAME(SIGUSR2)
+        SIGNAL_NAME(SIGPIPE)
+        SIGNAL_NAME(SIGALRM)
+        SIGNAL_NAME(SIGTERM)
+        SIGNAL_NAME(SIGXCPU)
+        SIGNAL_NAME(SIGXFSZ)
+        SIGNAL_NAME(SIGSYS)
+    default:
+        return NULL;
+    }
+#undef SIGNAL_NAME
+}
+
+void tui_fmt_exit(char *buf, size_t n, int exit_status, int term_signal) {
+    const char *name = term_signal > 0 ? signal_name(term_signal) : NULL;
+    if (name)
+        snprintf(buf, n, "killed by signal %d (%s)", term_signal, name);
+    else if (term_signal > 0)
+        snprintf(buf, n, "killed by signal %d", term_signal);
+    else if (exit_status >= 0)
+        snprintf(buf, n, "exit status %d", exit_status);
+    else
+        snprintf(buf, n, "%s", "");
 }
 
 void tui_table_clamp(tui_table *t, int count, int visible) {

@@ -24,6 +24,10 @@ size_t tui_sparkline(const tui_app *app, tui_rect r, const double *v, size_t n, 
 void tui_fmt_count(char *buf, size_t n, double v);
 // A duration in ns as "812 us", "3.2 ms", "1.4 s".
 void tui_fmt_ns(char *buf, size_t n, double ns);
+// How a program ended: "killed by signal 2 (SIGINT)" when term_signal > 0 (its exit status,
+// 128+N by the shell's convention, is not what it exited with), else "exit status 130" when
+// exit_status >= 0; "" when neither is known.
+void tui_fmt_exit(char *buf, size_t n, int exit_status, int term_signal);
 
 // Keeps a table's selection inside [0, count) and visible in `visible` rows.
 void tui_table_clamp(tui_table *t, int count, int visible);
