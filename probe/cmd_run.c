@@ -312,6 +312,7 @@ typedef struct run_state {
     int rows;    // the terminal's rows while the status line holds the last of them, else 0
     bool failed; // the database could not be written: stop polling
     int64_t next_poll, next_status;
+    const char *program, *db_path; // for what is said of processes PROG left running
 } run_state;
 
 static void terminal_size(int *rows, int *cols) {
@@ -408,8 +409,13 @@ static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
     for (;;) {
         int32_t writers[64];
         amp_launcher_forward(pid, writers, amp_collector_live_pids(r->collector, writers, 64));
-        pid_t w = waitpid(pid, &wstatus, WNOHANG);
-        if (w == pid || (w < 0 && errno != EINTR)) break;
+        // PROG, and what this process adopted (amp_launcher_adopt_orphans) and has ended: no
+        // zombies pile up under a program that leaves short-lived processes behind
+        bool done = false;
+        pid_t w;
+        for (int ws; (w = waitpid(-1, &ws, WNOHANG)) > 0;)
+            if (w == pid) wstatus = ws, done = true;
+        if (done || (w < 0 && errno != EINTR)) break;
         tick(r);
         sleep_ns(TICK_NS);
     }
@@ -422,6 +428,19 @@ static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
         sleep_ns(TICK_NS);
     }
     clear_status(r);
+    // What PROG started and left running (`train.py &` as a script's last line) records on
+    // into a spool nobody reads: said here and in META (the report's run-end warning).
+    char orphans[512];
+    const int n_orphans = amp_launcher_orphans(orphans, sizeof orphans);
+    if (n_orphans > 0) {
+        fprintf(stderr,
+                "ampprobe: %s exited and left %d process%s running (%s): what %s records from "
+                "now on is not in %s\n",
+                amp_base_name(r->program), n_orphans, n_orphans == 1 ? "" : "es", orphans,
+                n_orphans == 1 ? "it" : "they", r->db_path);
+        if (amp_collector_set_meta(r->collector, "orphans", orphans) != AMP_OK)
+            fprintf(stderr, "ampprobe: %s\n", amp_last_error());
+    }
     char sig[16]; // the report tells a signal from a program that exited with 128+N itself
     snprintf(sig, sizeof sig, "%d", WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
     if (amp_collector_set_meta(r->collector, "exit_signal", sig) != AMP_OK)
@@ -536,7 +555,8 @@ int amp_cmd_run(int argc, char **argv) {
     }
     char *path = claim_output(&o);
     if (!path) return 2;
-    run_state r = {.tty = !o.tui && isatty(STDERR_FILENO) && tui_terminal_usable(STDERR_FILENO)};
+    run_state r = {.tty = !o.tui && isatty(STDERR_FILENO) && tui_terminal_usable(STDERR_FILENO),
+                   .program = o.prog[0]};
     // the spool directory beside it by an absolute name: PROG may change directory
     char *abs_path = realpath(path, NULL);
     amp_status opened = amp_collector_new(abs_path ? abs_path : path, NULL, &r.collector);
@@ -551,6 +571,7 @@ int amp_cmd_run(int argc, char **argv) {
     char *command = amp_shell_join(o.prog);
     set_meta(r.collector, "command", command);
     set_meta(r.collector, "output", path);
+    r.db_path = path;
     set_meta(r.collector, "trace", o.trace);
     set_meta(r.collector, "stats_every", o.stats_every);
     free(command);
@@ -572,6 +593,7 @@ int amp_cmd_run(int argc, char **argv) {
         return 2;
     }
     amp_launcher_catch_signals();
+    amp_launcher_adopt_orphans();
     pid_t pid;
     int err = amp_launcher_spawn_io(o.prog, log_fd, &pid);
     if (err != 0) {

@@ -12,6 +12,7 @@
 
 #include "amp-impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,24 +149,61 @@ void amp_launcher_catch_signals(void) {
     dispositions_saved = true;
 }
 
+// pid's parent and name (comm, up to 15 bytes) from /proc; false when it is gone.
+static bool proc_parent(pid_t pid, pid_t *ppid, char name[16]) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char *open_paren = strchr(buf, '('), *after_comm = strrchr(buf, ')'); // a name may
+    int parent; // hold spaces and parentheses
+    if (!open_paren || !after_comm || sscanf(after_comm + 1, " %*c %d", &parent) != 1) return false;
+    if (name) snprintf(name, 16, "%.*s", (int)(after_comm - open_paren - 1), open_paren + 1);
+    *ppid = parent;
+    return true;
+}
+
 // Whether pid is a descendant of ancestor (its parent, or its parent's, ... from /proc).
 static bool descends_from(pid_t pid, pid_t ancestor) {
     for (int depth = 0; depth < 64 && pid > 1; depth++) {
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return false;
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (n <= 0) return false;
-        buf[n] = 0;
-        const char *after_comm = strrchr(buf, ')'); // the name may hold spaces and parentheses
-        int ppid;
-        if (!after_comm || sscanf(after_comm + 1, " %*c %d", &ppid) != 1) return false;
+        pid_t ppid;
+        if (!proc_parent(pid, &ppid, NULL)) return false;
         if (ppid == ancestor) return true;
         pid = ppid;
     }
     return false;
+}
+
+void amp_launcher_adopt_orphans(void) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+int amp_launcher_orphans(char *buf, size_t n) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) { // those that ended: no zombies left
+    }
+    buf[0] = 0;
+    int count = 0;
+    size_t used = 0;
+    DIR *d = opendir("/proc");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char *end;
+        const long pid = strtol(e->d_name, &end, 10);
+        pid_t ppid;
+        char name[16];
+        if (*end || pid <= 0 || !proc_parent((pid_t)pid, &ppid, name) || ppid != getpid()) continue;
+        count++;
+        int w = snprintf(buf + used, n - used, "%s%s (pid %ld)", used ? ", " : "", name, pid);
+        if (w > 0 && (size_t)w < n - used)
+            used += (size_t)w;
+        else
+            buf[used] = 0; // (one that does not fit is counted, not named)
+    }
+    if (d) closedir(d);
+    return count;
 }
 
 int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below) {

@@ -36,6 +36,15 @@ int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below);
 // alone, not by the terminal): the TUI of `run --tui` closes when one comes.
 int amp_launcher_signals_received(void);
 
+// Makes this process the reaper of the processes its descendants leave behind
+// (PR_SET_CHILD_SUBREAPER): one the program started and left running when it exited becomes
+// this process's child, which amp_launcher_orphans then finds. Call before spawning.
+void amp_launcher_adopt_orphans(void);
+// Reaps the adopted processes that have ended, and writes those still running ("NAME (pid PID)",
+// comma-separated, as many as fit in n bytes) into buf; returns how many run. Call once the
+// program itself has been reaped.
+int amp_launcher_orphans(char *buf, size_t n);
+
 // The shell's exit status for a wait status: the exit code, or 128 + signal number.
 int amp_launcher_exit_code(int wstatus);
 

@@ -161,7 +161,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path,
                  "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
                  "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace') "
+                 "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans') "
                  "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
                  m, &q, err))
         return false;
@@ -180,6 +180,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
                            : strcmp(key, "no_model") == 0      ? &m->no_model
                            : strcmp(key, "trace") == 0         ? &m->trace
+                           : strcmp(key, "orphans") == 0       ? &m->orphans
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -691,6 +692,7 @@ void report_model_free(report_model *m) {
     free((char *)m->exception);
     free((char *)m->capture_error);
     free((char *)m->bridge_error);
+    free((char *)m->orphans);
     free((char *)m->no_model);
     free((char *)m->trace);
     for (size_t i = 0; i < m->end.n_cut; i++) {

@@ -242,6 +242,9 @@ typedef struct report_model {
     // process: "no module called in training mode had trainable parameters"); said only of a
     // run without steps. NULL: none
     const char *no_model;
+    // Processes the program left running when it exited (META orphans, the launcher's:
+    // "tiny_gpt (pid 6454), ..."); NULL: none
+    const char *orphans;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

@@ -14,7 +14,9 @@
  * capture_error: the database could not be written, a full disk cut a process's spool), which
  * is then why those processes' records were cut. A PyTorch bridge that could not attach under
  * `ampprobe run --torch` (META bridge_error) is a warning too: the run has no numerics; so is one
- * that found no model to watch (META no_model) in a run where no process recorded a step.
+ * that found no model to watch (META no_model) in a run where no process recorded a step. So
+ * are processes the program started and left running when it exited (META orphans: `train &`
+ * as a script's last line): what they record after it is not in the database.
  */
 #define _GNU_SOURCE // sigabbrev_np
 #include "report.h"
@@ -261,8 +263,27 @@ static void bridge_end(const report_model *m, report_findings *out) {
                    "script.");
 }
 
+// Processes the program left running when it exited (META orphans).
+static void orphans_end(const report_model *m, report_findings *out) {
+    if (!m->orphans) return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    snprintf(f->title, sizeof f->title, "the program exited and left processes running: %.200s",
+             m->orphans);
+    snprintf(f->detail, sizeof f->detail,
+             "ampprobe run records until the program it started has exited (and its recording "
+             "processes a moment longer); %.600s still ran then, and what they recorded afterwards "
+             "is not in the database%s.",
+             m->orphans, m->end.last_step < 0 ? " (here: every step)" : "");
+    snprintf(f->advice, sizeof f->advice,
+             "Keep the program in the foreground until the training ends: a script that starts "
+             "the trainer in the background (train.py &) must wait for it (wait as its last "
+             "line), or exec the trainer.");
+    steps_of(f, &m->end);
+}
+
 void rule_run_end_run(const report_model *m, report_findings *out) {
     program_end(m, out);
+    orphans_end(m, out);
     capture_end(m, out);
     bridge_end(m, out);
 }

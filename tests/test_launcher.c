@@ -126,6 +126,17 @@ START_TEST(test_exit_statuses) {
         143);
     ck_assert_int_eq(meta_exit_status("x.sqlite"), 143);
     ck_assert_int_eq(meta_exit_signal("x.sqlite"), 0);
+    // a process the program leaves running is named, on stderr and in META (then ended here)
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "o.sqlite", "--", "/bin/sh", "-c",
+                                          "sleep 30 & exit 0", NULL}),
+                     0);
+    ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "sh exited and left 1 process running"));
+    sqlite3 *odb = open_db("o.sqlite");
+    const char *orphans = q_text(odb, "SELECT value FROM META WHERE key = 'orphans' AND pid = 0");
+    long orphan = 0;
+    ck_assert_msg(sscanf(orphans, "sleep (pid %ld)", &orphan) == 1, "%s", orphans);
+    sqlite3_close(odb);
+    ck_assert_int_eq(kill((pid_t)orphan, SIGKILL), 0);
     // libampcore's abort: its message is written out before the abort, with the steps before it
     ck_assert_int_eq(
         run((const char *[]){"run", "-o", "a.sqlite", "--", HELPER, "abort", "3", NULL}),

@@ -1875,6 +1875,24 @@ START_TEST(run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so) {
 }
 END_TEST
 
+// A process the program left running (`train.py &` as a script's last line) is a warning: what
+// it recorded after the program exited is not there (here, every step: the report's verdict says
+// so instead of asking whether the program ran under the launcher).
+START_TEST(run_end_names_the_processes_left_running) {
+    healthy(10);
+    sql("DELETE FROM AMP_STEPS; DELETE FROM AMP_TENSOR_STATS; DELETE FROM AMP_OPS;"
+        "INSERT INTO META (key, value, pid) VALUES ('orphans', 'tiny_gpt (pid 6454)', 0);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(first_of("run-end")->title,
+                     "the program exited and left processes running: tiny_gpt (pid 6454)");
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_ptr_null(strstr(verdict, "did the program run with the launcher"));
+    release();
+}
+END_TEST
+
 START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     healthy(10);
     ended(128 + SIGINT, "complete");
@@ -2698,6 +2716,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, run_end_a_clean_exit_is_quiet);
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
     tcase_add_test(tc, run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so);
+    tcase_add_test(tc, run_end_names_the_processes_left_running);
     tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
     tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
     tcase_add_test(tc, run_end_a_recording_stopped_short_says_why);
