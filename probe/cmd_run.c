@@ -46,6 +46,7 @@
 #define STATUS_EVERY_NS 250000000 // live status line
 #define TICK_NS 20000000          // main loop
 #define DRAIN_NS 2000000000       // how long writers that outlive PROG may take to finish
+#define ORPHAN_GRACE_NS 1000000000 // how long processes PROG left may take to end before named
 #define DEFAULT_TRACE "amp,cuda,nvtx"
 
 static const char usage_text[] =
@@ -431,7 +432,10 @@ static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
     // What PROG started and left running (`train.py &` as a script's last line) records on
     // into a spool nobody reads: said here and in META (the report's run-end warning).
     char orphans[512];
-    const int n_orphans = amp_launcher_orphans(orphans, sizeof orphans);
+    int n_orphans;
+    for (int64_t end = mono_ns() + ORPHAN_GRACE_NS;
+         (n_orphans = amp_launcher_orphans(orphans, sizeof orphans)) > 0 && mono_ns() < end;)
+        sleep_ns(TICK_NS); // (a worker pool shutting down with PROG is not left running)
     if (n_orphans > 0) {
         fprintf(stderr,
                 "ampprobe: %s exited and left %d process%s running (%s): what %s records from "
