@@ -37,10 +37,13 @@ static bool parse_output_name(const char *name, char *base, size_t base_size, am
     return true;
 }
 
-static void check_output(struct conform_run *r, const char *name, amp_dtype dt, const uint32_t *in,
-                         size_t n) {
-    char what[96];
-    snprintf(what, sizeof what, "2 bytes for each of the %zu inputs", n);
+static void check_output(struct conform_run *r, const char *name, amp_dtype dt, const char *in_name,
+                         const uint32_t *in, size_t n) {
+    char what[640]; // (either file may be the one cut short)
+    snprintf(what, sizeof what,
+             "2 bytes for each of the %zu fp32 values of %s: one of the two files is cut short, or "
+             "they do not belong together",
+             n, in_name);
     uint16_t *want = conform_load(r, name, n * 2, what, NULL);
     if (!want) return;
     size_t differ = 0, first = 0, nans = 0;
@@ -90,7 +93,7 @@ void conform_convert_file(struct conform_run *r, const char *name) {
     for (int i = 0; i < r->n_names; i++) {
         char other[512];
         if (parse_output_name(r->names[i], other, sizeof other, &dt) && strcmp(other, base) == 0) {
-            check_output(r, r->names[i], dt, in, nbytes / 4);
+            check_output(r, r->names[i], dt, name, in, nbytes / 4);
             outputs++;
         }
     }

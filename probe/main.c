@@ -25,7 +25,9 @@ static void usage(FILE *f) {
                "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n'ampprobe <command> --help' describes a command.\n");
+    fprintf(f,
+            "\n'ampprobe <command> --help' describes a command; 'ampprobe --version' prints the\n"
+            "version.\n");
 }
 
 int main(int argc, char **argv) {
@@ -37,7 +39,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "--version") == 0) {
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
         printf("ampprobe 0.1.0\n");
         return 0;
     }

@@ -1066,6 +1066,14 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                      "No training step was recorded in %s: the run traced %s (--trace), not "
                      "amp, which records the steps and numerics.",
                      m->path, m->trace);
+        else if (s.steps == 0 && m->end.exit_status >= 0) // the launcher saw it end
+            snprintf(buf, n,
+                     "No training step was recorded in %s: the program ran under ampprobe run "
+                     "and exited (status %d) without recording one. A libampcore program "
+                     "records its steps itself (amp_ctx_step_end); a PyTorch one needs "
+                     "ampprobe run --torch or ampprobe.torch.watch(model); otherwise it ended "
+                     "before its first step.",
+                     m->path, m->end.exit_status);
         else if (s.steps == 0)
             snprintf(buf, n,
                      "No training step was recorded in %s, so there is nothing to "

@@ -1893,6 +1893,26 @@ START_TEST(run_end_names_the_processes_left_running) {
 }
 END_TEST
 
+// A run the launcher saw end without a step (`ampprobe run -- true`, a PyTorch script without
+// --torch): the verdict says so, instead of asking whether the launcher was used.
+START_TEST(a_run_without_steps_under_the_launcher_says_what_records_them) {
+    healthy(10);
+    sql("DELETE FROM AMP_STEPS; DELETE FROM AMP_TENSOR_STATS; DELETE FROM AMP_OPS;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "the program ran under ampprobe run and exited (status 0) "
+                                  "without recording one"),
+                  "%s", verdict);
+    release();
+    ended(-1, "complete"); // AMPPROBE_OUT: no launcher, no exit status
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "did the program run with the launcher"), "%s", verdict);
+    release();
+}
+END_TEST
+
 START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     healthy(10);
     ended(128 + SIGINT, "complete");
@@ -2717,6 +2737,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
     tcase_add_test(tc, run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so);
     tcase_add_test(tc, run_end_names_the_processes_left_running);
+    tcase_add_test(tc, a_run_without_steps_under_the_launcher_says_what_records_them);
     tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
     tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
     tcase_add_test(tc, run_end_a_recording_stopped_short_says_why);
