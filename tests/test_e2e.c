@@ -369,13 +369,18 @@ START_TEST(test_the_readme_link_lines_build) {
     ck_assert_ptr_nonnull(f);
     fputs("#include \"amp-record.h\"\n"
           "#include <stdio.h>\n"
+          "#include <string.h>\n"
           "int main(void) {\n"
           "    amp_rec_layer l = {0, -1, \"model\"};\n"
           "    amp_record_layer(&l);\n"
           "    amp_rec_step st = {.step = 0, .start_ns = amp_record_now_ns(), .loss = 1.5};\n"
           "    st.end_ns = st.start_ns + 1000;\n"
           "    amp_record_step(&st);\n"
-          "    return puts(amp_phase_name(AMP_PHASE_FWD)) < 0;\n"
+          "    amp_record_flush();\n"
+          "    if (puts(amp_phase_name(AMP_PHASE_FWD)) < 0) return 1;\n"
+          "    /* a failed start says why through amp_last_error, which the library exports */\n"
+          "    if (amp_record_start(\"/nonexistent-amp-dir\") == AMP_OK) return 1;\n"
+          "    return !strstr(amp_last_error(), \"/nonexistent-amp-dir\");\n"
           "}\n",
           f);
     fclose(f);

@@ -403,6 +403,20 @@ START_TEST(test_signals_are_forwarded) {
 }
 END_TEST
 
+// A crash (SIGSEGV, SIGABRT) loses nothing the program recorded: the recorder's handler writes
+// its buffer out before the process dies (50 steps in well under the 100 ms between flushes).
+START_TEST(test_crash_keeps_every_record) {
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", "s.sqlite", "--", HELPER, "segv", "50", NULL}),
+        128 + SIGSEGV);
+    sqlite3 *db = open_db("s.sqlite");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 50);
+    ck_assert_int_eq(test_query_int(db, "SELECT value FROM META WHERE key = 'exit_signal'"),
+                     SIGSEGV);
+    sqlite3_close(db);
+}
+END_TEST
+
 START_TEST(test_kill9_mid_run) {
     // 50 steps 10 ms apart, then SIGKILL: what was emitted up to ~200 ms before is there.
     ck_assert_int_eq(
@@ -439,6 +453,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_records_through_the_spool);
     tcase_add_test(c, test_signals_are_forwarded);
     tcase_add_test(c, test_kill9_mid_run);
+    tcase_add_test(c, test_crash_keeps_every_record);
     suite_add_tcase(s, c);
     return s;
 }

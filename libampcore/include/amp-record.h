@@ -68,8 +68,9 @@ static inline bool amp_record_tracing(amp_trace t) {
 int64_t amp_record_now_ns(void);
 
 // Starts recording into spool_dir (all categories), whatever the environment said: for tests and
-// for producers that manage their own collector. AMP_ERR_IO (naming the directory) when the
-// spool file cannot be created there.
+// for producers that manage their own collector. It stops any recording first; AMP_ERR_IO
+// (amp_last_error names the directory; libamprecord.so exports it) when the spool file cannot
+// be created there, and recording then stays off.
 amp_status amp_record_start(const char *spool_dir);
 // Writes out the buffered records now (the background thread does this every 100 ms anyway).
 void amp_record_flush(void);
@@ -152,7 +153,10 @@ typedef enum amp_stats_kind {
 } amp_stats_kind;
 const char *amp_stats_kind_name(amp_stats_kind k); // "activation", "activation_grad", ...
 
-// Statistics of one tensor. Counts are -1 and values NaN when not computed.
+// Statistics of one tensor. Counts are -1 and values NaN when not computed. Gradients
+// (activation_grad, weight_grad) are recorded as the backward made them: multiplied by the
+// GradScaler's scale of their step (the report divides by the scale of AMP_SCALE / the step),
+// not after unscale_.
 typedef struct amp_rec_tensor_stats {
     int64_t step;
     int32_t layer_id; // -1: none

@@ -458,10 +458,36 @@ static void at_exit(void) {
     amp_record_stop();
 }
 
+// A fatal signal (SIGSEGV, SIGABRT from an assert, ...): what the buffer holds goes to the spool
+// file before the process dies of it, so a crash loses none of what it recorded (else up to the
+// last 100 ms). SA_RESETHAND has put the default back; raising the signal again ends the process
+// as it would have ended. Skipped in a thread that holds the recorder's locks (it crashed in
+// here: nothing is safe to write).
+static void on_fatal_signal(int sig) {
+    if (!locks_held && __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == SPOOL_READY) spool_flush();
+    raise(sig);
+}
+
+// Only where the program left the default: its own handlers (Python's faulthandler, a
+// debugger's, a runtime's) are not taken over.
+static void catch_fatal_signals(void) {
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) {
+        struct sigaction old;
+        if (sigaction(fatal[i], NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+            old.sa_handler != SIG_DFL)
+            continue;
+        struct sigaction sa = {.sa_handler = on_fatal_signal, .sa_flags = SA_RESETHAND};
+        sigemptyset(&sa.sa_mask);
+        sigaction(fatal[i], &sa, NULL);
+    }
+}
+
 static void hooks_install(void) {
     cond_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(at_exit);
+    catch_fatal_signals();
 }
 
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
