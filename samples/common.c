@@ -12,6 +12,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -20,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -121,14 +124,34 @@ static int bad_value(const sample_opts *o, const char *flag, const char *what, c
     return sample_usage_error(o, flag, "expected %s, got '%s'", what, value);
 }
 
-static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
-    if (!s || !*s) return false;
+typedef enum int_parse { INT_OK, INT_BAD, INT_TOO_LARGE } int_parse;
+
+// s as an integer in [min, max]. A number above max (also one beyond 64 bits) is told apart, so
+// that the message can give the maximum instead of asking for "a positive integer".
+static int_parse parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
+    if (!s || !*s) return INT_BAD;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*end || errno == ERANGE || v < min || v > max) return false;
+    if (*end) return INT_BAD;
+    if (errno == ERANGE ? v == LLONG_MAX : v > max) return INT_TOO_LARGE;
+    if (errno == ERANGE || v < min) return INT_BAD;
     *out = v;
-    return true;
+    return INT_OK;
+}
+
+// An integer flag's value in [min, max] (what: "a positive integer") into *out. Returns
+// SAMPLE_CONTINUE, or 2 after one line saying what was wrong.
+static int int_flag(const sample_opts *o, const char *flag, const char *value, int64_t min,
+                    int64_t max, const char *what, int64_t *out) {
+    switch (parse_int(value, min, max, out)) {
+    case INT_OK:
+        return SAMPLE_CONTINUE;
+    case INT_TOO_LARGE:
+        return sample_usage_error(o, flag, "%s is too large (at most %lld)", value, (long long)max);
+    default:
+        return bad_value(o, flag, what, value);
+    }
 }
 
 // A positive number that stays positive and finite as a float, the type the flags are kept in:
@@ -171,9 +194,15 @@ static void print_help(const sample_spec *spec) {
            "  --growth-interval N      GradScaler growth interval, fp16 only (default 2000)\n"
            "  --fault NAME             reproduce an AMP failure on purpose (see below)\n"
            "  --save PATH              after training, write parameters, optimizer and GradScaler\n"
-           "                           state to PATH\n"
+           "                           state to PATH (whether it can be written is checked first)\n"
            "  --load PATH              before training, restore them from a --save file of the\n"
-           "                           same model, optimizer and precision\n"
+           "                           same model and optimizer, and of fp16 when this run is\n"
+           "                           fp16 and of fp32 or bf16 when not (the file cannot tell\n"
+           "                           those two apart). Its GradScaler state and lr win over\n"
+           "                           --init-scale, --growth-interval, a fault's GradScaler\n"
+           "                           settings and --lr (stderr says which it replaced), and\n"
+           "                           the steps are numbered on from its count of optimizer\n"
+           "                           steps (steps the GradScaler skipped are not in it)\n"
            "  --quiet                  print only the final line\n"
            "  --help                   this text\n");
     if (spec->n_shape_flags) printf("\nmodel shape:\n");
@@ -185,11 +214,15 @@ static void print_help(const sample_spec *spec) {
     printf("\nOutput: one line per step, \"step 3 loss 2.3012 scale 65536 skipped 0\" (scale: the\n"
            "GradScaler's scale that step, 1 when disabled; skipped: steps skipped so far), then\n"
            "\"final loss L (from L0), skipped N of M steps\". Exit status 0, 1 when the library\n"
-           "reports an error or the sizes the flags ask for do not fit in memory (one line says\n"
-           "what), 2 for a bad flag.\n");
+           "reports an error, the sizes the flags ask for do not fit in memory, --save's path\n"
+           "cannot be written or --load's file does not fit the run (one line says what), 2\n"
+           "for a bad flag.\n");
     printf("\nfaults (--fault NAME; they are meant for --precision fp16 and run in every "
            "precision;\n--init-scale and --growth-interval override the GradScaler settings a "
-           "fault makes):\n");
+           "fault makes, and\n--load's checkpoint overrides these). A fault's step is the "
+           "step number as printed:\nafter --load the steps go on from the checkpoint's, so a "
+           "fault of step 5 acts only when the\nresumed run reaches step 5, and one from step 5 "
+           "on acts from the first step if that is past 5.\n");
     for (int i = 0; i < N_FAULTS; i++) {
         printf("  %s\n", faults[i].name);
         for (const char *line = faults[i].help; *line;) { // indented by 4
@@ -218,14 +251,16 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         if (i == np) return bad_value(o, flag, "fp32, fp16 or bf16", value);
         o->precision = precisions[i].dtype;
     } else if (strcmp(flag, "--steps") == 0) {
-        if (!parse_int(value, 1, INT32_MAX, &o->steps)) return bad_value(o, flag, "a positive integer", value);
+        return int_flag(o, flag, value, 1, INT32_MAX, "a positive integer", &o->steps);
     } else if (strcmp(flag, "--batch") == 0) {
-        if (!parse_int(value, 1, INT32_MAX, &o->batch)) return bad_value(o, flag, "a positive integer", value);
+        return int_flag(o, flag, value, 1, INT32_MAX, "a positive integer", &o->batch);
     } else if (strcmp(flag, "--seed") == 0) {
-        if (!parse_int(value, 0, INT64_MAX, &n)) return bad_value(o, flag, "a non-negative integer", value);
+        int rc = int_flag(o, flag, value, 0, INT64_MAX, "a non-negative integer", &n);
+        if (rc != SAMPLE_CONTINUE) return rc;
         o->seed = (uint64_t)n;
     } else if (strcmp(flag, "--lr") == 0) {
         if (!parse_positive_double(value, &o->lr)) return bad_value(o, flag, FLOAT_RANGE, value);
+        o->lr_given = true;
     } else if (strcmp(flag, "--optimizer") == 0) {
         if (!value || !amp_optim_kind_parse(value, &o->optimizer))
             return bad_value(o, flag, "sgd, adam or adamw", value);
@@ -233,7 +268,8 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         if (!parse_positive_float(value, &o->init_scale))
             return bad_value(o, flag, FLOAT_RANGE, value);
     } else if (strcmp(flag, "--growth-interval") == 0) {
-        if (!parse_int(value, 1, INT32_MAX, &n)) return bad_value(o, flag, "a positive integer", value);
+        int rc = int_flag(o, flag, value, 1, INT32_MAX, "a positive integer", &n);
+        if (rc != SAMPLE_CONTINUE) return rc;
         o->growth_interval = (int)n;
     } else if (strcmp(flag, "--fault") == 0) {
         int i = 0;
@@ -251,17 +287,41 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         o->load_path = value;
     } else if (shape_flag(spec, flag)) {
         const sample_int_flag *f = shape_flag(spec, flag);
-        if (!parse_int(value, 1, INT32_MAX, &n) || n % f->multiple_of != 0) {
-            if (f->multiple_of == 1) return bad_value(o, flag, "a positive integer", value);
-            char what[64];
+        char what[64] = "a positive integer";
+        if (f->multiple_of > 1)
             snprintf(what, sizeof what, "a positive multiple of %lld", (long long)f->multiple_of);
-            return bad_value(o, flag, what, value);
-        }
+        int rc = int_flag(o, flag, value, 1, INT32_MAX - INT32_MAX % f->multiple_of, what, &n);
+        if (rc != SAMPLE_CONTINUE) return rc;
+        if (n % f->multiple_of != 0) return bad_value(o, flag, what, value);
         *f->value = n;
     } else {
         return sample_usage_error(o, flag, "unknown flag (try --help)");
     }
     return SAMPLE_CONTINUE;
+}
+
+// Whether --save's path can be written, found out before training rather than after it:
+// amp_checkpoint_save writes PATH.tmp and renames it over PATH, so that file is created here and
+// removed (or, left over from an interrupted save, opened for writing), and PATH must not be a
+// directory. false after one line naming the path.
+static bool save_path_writable(const sample_opts *o) {
+    const char *path = o->save_path;
+    struct stat st;
+    int err = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? EISDIR : 0;
+    size_t len = strlen(path);
+    char *tmp = sample_calloc("the --save path", (int64_t)len + 5, 1);
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".tmp", 5);
+    int fd = err ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd >= 0)
+        unlink(tmp);
+    else if (!err && errno == EEXIST)
+        fd = open(tmp, O_WRONLY);
+    if (fd < 0 && !err) err = errno;
+    if (fd >= 0) close(fd);
+    free(tmp);
+    if (err) fprintf(stderr, "%s: --save: cannot write '%s': %s\n", o->prog, path, strerror(err));
+    return !err;
 }
 
 int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opts *o) {
@@ -273,7 +333,6 @@ int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opt
                        .seed = 1,
                        .optimizer = AMP_OPTIM_ADAM,
                        .prog = spec->name};
-    bool lr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -299,9 +358,9 @@ int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opt
             return sample_usage_error(o, flag, "takes no value");
         int rc = parse_flag(spec, flag, value, o);
         if (rc != SAMPLE_CONTINUE) return rc;
-        lr_given |= strcmp(flag, "--lr") == 0;
     }
-    if (!lr_given) o->lr = o->optimizer == AMP_OPTIM_SGD ? spec->lr_sgd : spec->lr_adam;
+    if (!o->lr_given) o->lr = o->optimizer == AMP_OPTIM_SGD ? spec->lr_sgd : spec->lr_adam;
+    if (o->save_path && !save_path_writable(o)) return 1;
     return SAMPLE_CONTINUE;
 }
 
@@ -329,10 +388,19 @@ int64_t sample_mul(int64_t a, int64_t b) {
 
 int64_t sample_add(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }
 
-int64_t sample_param_bytes(int64_t floats, int64_t tensors) {
+// State tensors per parameter that the optimizer makes with it: Adam's and AdamW's exp_avg and
+// exp_avg_sq, SGD's momentum buffer (the samples always use momentum 0.9).
+static int64_t optim_states(amp_optim_kind kind) {
+    return kind == AMP_OPTIM_SGD ? 1 : 2;
+}
+
+int64_t sample_param_bytes(const sample_opts *o, int64_t floats, int64_t tensors,
+                           int64_t cast_floats) {
     int64_t one = sample_add(sample_mul(floats, (int64_t)sizeof(float)),
                              sample_mul(tensors, TENSOR_OVERHEAD));
-    return sample_mul(one, 2); // the weights and, after the first backward, their gradients
+    int64_t bytes = sample_mul(one, 2 + optim_states(o->optimizer)); // weights, gradients, state
+    if (o->precision == AMP_DTYPE_F32) return bytes;
+    return sample_add(bytes, sample_mul(cast_floats, (int64_t)amp_dtype_size(o->precision)));
 }
 
 // A host allocation of `bytes` succeeds now. It is unmapped untouched: under Linux's default
@@ -585,6 +653,14 @@ static amp_scaler_params scaler_params(const sample_opts *o) {
     return p;
 }
 
+// The optimizer the flags ask for.
+static amp_optim_params optim_params(const sample_opts *o) {
+    amp_optim_params p = amp_optim_defaults(o->optimizer);
+    p.lr = o->lr;
+    if (o->optimizer == AMP_OPTIM_SGD) p.momentum = 0.9;
+    return p;
+}
+
 // The loss as printed: a NaN prints as "nan" whatever its sign bit.
 static double loss_value(float v) { return isnan(v) ? NAN : (double)v; }
 
@@ -593,17 +669,115 @@ static void step_free(sample_step *s) {
     s->n_temps = 0;
 }
 
-static void print_header(const sample_opts *o, const sample_params *ps, const amp_scaler_params *sp) {
+// ---------------------------------------------------------------------------------------------
+// --load
+
+// "prog: --load: the checkpoint was saved by <saved_by>, this run is bf16"; false.
+static bool precision_mismatch(const sample_opts *o, const char *saved_by) {
+    fprintf(stderr, "%s: --load: the checkpoint was saved by %s, this run is %s\n", o->prog,
+            saved_by, precision_name(o->precision));
+    return false;
+}
+
+// Whether the checkpoint, loaded already into this run's disabled GradScaler, holds an enabled
+// GradScaler's state, which only an fp16 run saves: loading it into an enabled GradScaler
+// succeeds only then (the parameters and optimizer matched, so the scaler is all that can fail;
+// they are loaded again, unchanged). The cost is reading the file twice.
+static bool saved_by_fp16(const sample_opts *o, const sample_params *ps, amp_optim_t *opt) {
+    amp_scaler_params p = amp_scaler_defaults(); // enabled
+    amp_scaler_t *probe;
+    if (amp_scaler_new(&p, &probe) != AMP_OK) return false;
+    bool fp16 = amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, probe) == AMP_OK;
+    amp_scaler_free(probe);
+    return fp16;
+}
+
+// Restores the parameters, optimizer and GradScaler state from --load's checkpoint, which must
+// come from a run of this precision as far as the file tells: fp16 runs save an enabled
+// GradScaler's state, fp32 and bf16 runs a disabled one's (so those two cannot be told apart).
+// false after one line on stderr.
+static bool load_checkpoint(const sample_opts *o, const sample_params *ps, amp_optim_t *opt,
+                            amp_scaler_t *sc) {
+    bool fp16 = amp_scaler_is_enabled(sc);
+    amp_status st = amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, sc);
+    if (st == AMP_OK)
+        return fp16 || !saved_by_fp16(o, ps, opt) || precision_mismatch(o, "an fp16 run");
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", *amp_last_error() ? amp_last_error() : amp_status_str(st));
+    // The GradScaler's state is checked last: when the file loads without it, it was the cause
+    // (PyTorch's message about a disabled GradScaler would not say what to do).
+    if (fp16 && st == AMP_ERR_MISMATCH &&
+        amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, NULL) == AMP_OK)
+        return precision_mismatch(o, "an fp32 or bf16 run (it holds no GradScaler state)");
+    fprintf(stderr, "%s: --load: %s\n", o->prog, msg);
+    return false;
+}
+
+// The GradScaler flags given whose setting the checkpoint's state (got) replaced, into flags[];
+// returns how many. A setting is put down to the flag that made it (asked): --init-scale or
+// --growth-interval when given, else the fault that sets it.
+static int replaced_scaler_flags(const sample_opts *o, const amp_scaler_params *asked,
+                                 const amp_scaler_state *got, const char *flags[3]) {
+    bool thrash = o->fault == SAMPLE_FAULT_SCALE_THRASH;
+    bool underflow = o->fault == SAMPLE_FAULT_GRAD_UNDERFLOW;
+    bool scale = asked->init_scale != got->scale;
+    bool interval = asked->growth_interval != got->growth_interval;
+    bool factors =
+        asked->growth_factor != got->growth_factor || asked->backoff_factor != got->backoff_factor;
+    int n = 0;
+    if ((thrash && (factors || (interval && !o->growth_interval))) ||
+        (underflow && ((scale && !o->init_scale) || (interval && !o->growth_interval))))
+        flags[n++] = thrash ? "--fault scale-thrash's settings" // all of it, GradScaler settings
+                            : "--fault grad-underflow's GradScaler settings"; // not its loss factor
+    if (scale && o->init_scale > 0) flags[n++] = "--init-scale";
+    if (interval && o->growth_interval > 0) flags[n++] = "--growth-interval";
+    return n;
+}
+
+// After --load: one line on stderr naming the flags given whose settings the checkpoint replaced
+// (its GradScaler state and optimizer hyperparameters win, as with PyTorch's load_state_dict);
+// nothing when there are none. asked: the GradScaler settings the flags made.
+static void say_replaced(const sample_opts *o, const amp_scaler_params *asked,
+                         const amp_scaler_t *sc, const amp_optim_t *opt) {
+    const char *flags[4];
+    amp_scaler_state got;
+    int n_scaler = 0;
+    if (amp_scaler_is_enabled(sc) && amp_scaler_state_dict(sc, &got) == AMP_OK)
+        n_scaler = replaced_scaler_flags(o, asked, &got, flags);
+    double lr = amp_optim_get_params(opt)->lr;
+    int n = n_scaler;
+    if (o->lr_given && lr != o->lr) flags[n++] = "--lr";
+    if (n == 0) return;
+    fprintf(stderr, "%s: --load: the checkpoint's ", o->prog);
+    if (n_scaler)
+        fprintf(stderr, "GradScaler state (scale %g, growth x%g every %d, backoff x%g)",
+                (double)got.scale, got.growth_factor, got.growth_interval, got.backoff_factor);
+    if (n_scaler && n > n_scaler) fprintf(stderr, " and ");
+    if (n > n_scaler) fprintf(stderr, "optimizer hyperparameters (lr %g)", lr);
+    fprintf(stderr, " %s ", n == n_scaler ? "replaces" : "replace");
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "%s%s", i == 0 ? "" : i + 1 < n ? ", " : " and ", flags[i]);
+    fputc('\n', stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop
+
+// The run as it is set up, after --load: the GradScaler and optimizer settings in effect.
+static void print_header(const sample_opts *o, const sample_params *ps, const amp_scaler_t *sc,
+                         const amp_optim_t *opt, int64_t first_step) {
     int64_t n = 0;
     for (int i = 0; i < ps->n; i++) n += amp_tensor_numel(ps->t[i]);
     printf("%s on %s: %lld parameters, %s", o->prog, o->device == AMP_DEVICE_CUDA ? "cuda" : "cpu",
            (long long)n, precision_name(o->precision));
     if (o->precision != AMP_DTYPE_F32) printf(" autocast");
-    if (sp->enabled)
-        printf(" + GradScaler(init %g, growth x%g every %d, backoff x%g)", (double)sp->init_scale,
-               sp->growth_factor, sp->growth_interval, sp->backoff_factor);
-    printf(", %s lr %g, batch %lld, %lld steps", amp_optim_kind_name(o->optimizer), o->lr,
-           (long long)o->batch, (long long)o->steps);
+    amp_scaler_state st;
+    if (amp_scaler_is_enabled(sc) && amp_scaler_state_dict(sc, &st) == AMP_OK)
+        printf(" + GradScaler(init %g, growth x%g every %d, backoff x%g)", (double)st.scale,
+               st.growth_factor, st.growth_interval, st.backoff_factor);
+    printf(", %s lr %g, batch %lld, %lld steps", amp_optim_kind_name(o->optimizer),
+           amp_optim_get_params(opt)->lr, (long long)o->batch, (long long)o->steps);
+    if (first_step > 0) printf(" from step %lld", (long long)first_step);
     if (o->fault != SAMPLE_FAULT_NONE) printf(", fault %s", fault_of(o->fault)->name);
     printf("\n");
 }
@@ -611,9 +785,7 @@ static void print_header(const sample_opts *o, const sample_params *ps, const am
 int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
                  sample_loss_fn loss_fn, void *model) {
     amp_scaler_params sp = scaler_params(o);
-    amp_optim_params op = amp_optim_defaults(o->optimizer);
-    op.lr = o->lr;
-    if (o->optimizer == AMP_OPTIM_SGD) op.momentum = 0.9;
+    amp_optim_params op = optim_params(o);
     amp_dtype autocast_dtype = o->precision == AMP_DTYPE_BF16 ? AMP_DTYPE_BF16 : AMP_DTYPE_F16;
     amp_scaler_t *sc = NULL;
     amp_optim_t *opt = NULL;
@@ -621,14 +793,19 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
     if (!check(o, "GradScaler", amp_scaler_new(&sp, &sc)) ||
         !check(o, "optimizer", amp_optim_new(ctx, &op, ps->t, ps->n, &opt)))
         goto out;
-    if (o->load_path && !check(o, "--load", amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, sc)))
-        goto out;
-    if (!o->quiet) print_header(o, ps, &sp);
+    int64_t first_step = 0; // after --load the checkpoint's count of (not skipped) optimizer steps
+    if (o->load_path) {
+        if (!load_checkpoint(o, ps, opt, sc)) goto out;
+        say_replaced(o, &sp, sc, opt);
+        first_step = amp_optim_steps(opt);
+        amp_ctx_set_step_index(ctx, first_step);
+    }
+    if (!o->quiet) print_header(o, ps, sc, opt, first_step);
 
     float first = NAN, last = NAN;
     int64_t skipped = 0;
     for (int64_t i = 0; i < o->steps; i++) {
-        sample_step s = {.ctx = ctx, .opts = o, .index = i};
+        sample_step s = {.ctx = ctx, .opts = o, .index = first_step + i};
         amp_optim_zero_grad(opt);
         amp_autocast_begin(ctx, o->precision != AMP_DTYPE_F32, autocast_dtype, true);
         amp_tensor_t *loss = loss_fn(model, &s); // f32 scalar
@@ -649,8 +826,8 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
         if (i == 0) first = value;
         last = value;
         if (!o->quiet) {
-            printf("step %lld loss %.4f scale %g skipped %lld\n", (long long)i, loss_value(value),
-                   (double)scale, (long long)skipped);
+            printf("step %lld loss %.4f scale %g skipped %lld\n", (long long)s.index,
+                   loss_value(value), (double)scale, (long long)skipped);
             fflush(stdout);
         }
     }

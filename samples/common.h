@@ -55,6 +55,7 @@ typedef struct sample_opts {
     int64_t steps, batch;
     uint64_t seed;
     double lr; // a double, as torch.optim's
+    bool lr_given; // --lr given (else the spec's default for the optimizer)
     amp_optim_kind optimizer;
     float init_scale;          // 0: not given (65536, or what the fault sets)
     int growth_interval;       // 0: not given (2000, or what the fault sets)
@@ -87,8 +88,9 @@ typedef struct sample_spec {
 
 #define SAMPLE_CONTINUE (-1) // sample_parse_args: go on and train
 
-// Parses argv into *o (defaults from spec). Returns SAMPLE_CONTINUE, 0 after --help, or 2 after
-// printing one line "name: --flag: what was wrong" on stderr.
+// Parses argv into *o (defaults from spec). Returns SAMPLE_CONTINUE, 0 after --help, 2 after
+// printing one line "name: --flag: what was wrong" on stderr, or 1 after printing that --save's
+// path cannot be written (checked now, so that no run trains for a checkpoint it cannot save).
 int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opts *o);
 // A constraint between flags that a model checks after parsing: prints "name: flag: message" on
 // stderr and returns 2 (the exit code).
@@ -106,9 +108,15 @@ amp_ctx_t *sample_ctx_new(const sample_opts *o);
 int64_t sample_mul(int64_t a, int64_t b);
 int64_t sample_add(int64_t a, int64_t b);
 
-// Bytes of a model's parameters (`floats` in all, in `tensors` tensors) and of their gradients,
-// with the library's records of each tensor (so that --depth 1000000000 of width 1 counts too).
-int64_t sample_param_bytes(int64_t floats, int64_t tensors);
+// Bytes a model's parameters cost while it trains, at least: `floats` in all, in `tensors`
+// tensors, each with the library's records of it (so that --depth 1000000000 of width 1 counts
+// too), its gradient and the optimizer's state (o->optimizer: Adam's exp_avg and exp_avg_sq, SGD's
+// momentum buffer), and under autocast (fp16, bf16) the 16-bit copies of the `cast_floats` of them
+// that lower-precision ops (linear, conv2d) read. All of these are held at once at the optimizer
+// step: the copies from the forward are freed only after it, and the optimizer writes the next
+// step's from the updated weights.
+int64_t sample_param_bytes(const sample_opts *o, int64_t floats, int64_t tensors,
+                           int64_t cast_floats);
 
 // Some memory a run holds at once (a lower bound), what it is and the flags that size it.
 typedef struct sample_mem_part {
@@ -190,7 +198,7 @@ amp_tensor_t *sample_linear_forward(amp_ctx_t *ctx, const sample_linear *l, amp_
 typedef struct sample_step {
     amp_ctx_t *ctx;
     const sample_opts *opts;
-    int64_t index; // from 0
+    int64_t index; // the step's number: from 0, after --load from the checkpoint's step count
     amp_tensor_t *temps[SAMPLE_STEP_MAX_TEMPS]; // persistent tensors freed when the step ends
     int n_temps;
 } sample_step;
@@ -215,6 +223,8 @@ typedef amp_tensor_t *(*sample_loss_fn)(void *model, sample_step *s);
 
 // The training loop: --load, o->steps steps (zero_grad, forward + loss under autocast, scaled
 // backward, scaler step and update, step end, reset), one line per step, the summary, --save.
+// After --load the steps are numbered on from the checkpoint's count of optimizer steps (printed,
+// recorded, and what the faults' steps and the data batches go by).
 // Returns the exit code: 0, or 1 after printing amp_last_error() when a call failed.
 int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
                  sample_loss_fn loss, void *model);

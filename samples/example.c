@@ -3,8 +3,21 @@
 #include "amp-train.h" // includes amp.h
 
 #include <stdio.h>
+#include <string.h>
 
-int main(void) {
+// It takes no flags: --help says so, anything else is refused (exit 2) rather than ignored.
+static int usage(const char *arg) {
+    if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+        printf("usage: example\nTrains a linear classifier for 100 steps on the CPU in fp16 "
+               "(autocast, GradScaler, Adam)\nand prints its first and last loss. No flags.\n");
+        return 0;
+    }
+    fprintf(stderr, "example: %s: unexpected argument (try --help)\n", arg);
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) return usage(argv[1]);
     amp_ctx_t *ctx;
     if (amp_ctx_new(AMP_DEVICE_CPU, /*seed*/ 1, &ctx) != AMP_OK) return 1;
     amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){32, 64}); // a batch

@@ -46,7 +46,8 @@ typedef struct mlp {
 } mlp;
 
 // What the flags ask for at once, lower bounds, checked before the first tensor is made (the
-// library aborts when it cannot allocate one). Activations are 16-bit under autocast.
+// library aborts when it cannot allocate one). Every parameter is a Linear's, read by autocast as
+// a 16-bit copy; activations are 16-bit under autocast.
 static bool mlp_memory_fits(const sample_opts *o) {
     int64_t W = shape.width, D = shape.depth, K = shape.classes, B = o->batch;
     int64_t act = (int64_t)amp_dtype_size(o->precision);
@@ -54,7 +55,9 @@ static bool mlp_memory_fits(const sample_opts *o) {
     const sample_mem_part parts[] = {
         {"the data (4 batches of --batch x --width floats)",
          sample_mul(SAMPLE_DATA_BATCHES, sample_mul(B, 4 * W + 4))},
-        {"the parameters (--width, --depth, --classes)", sample_param_bytes(floats, 2 * (D + 1))},
+        {"the parameters with their gradients, optimizer state and 16-bit copies (--width, "
+         "--depth, --classes)",
+         sample_param_bytes(o, floats, 2 * (D + 1), floats)},
         {"the activations (--batch x (2 x --depth x --width + --classes))", // Linear, GELU, logits
          sample_mul(sample_mul(B, sample_add(sample_mul(2 * D, W), K)), act)},
     };

@@ -109,8 +109,9 @@ static void make_data(simple_cnn *m, amp_ctx_t *ctx, const sample_opts *o) {
 static int64_t fc_in(void) { return sample_mul(64, sample_mul(image / 4, image / 4)); }
 
 // What the flags ask for at once, lower bounds, checked before the first tensor is made (the
-// library aborts when it cannot allocate one). The ReLU outputs that backward keeps, conv1's
-// (B, 32, H, H) and conv2's (B, 64, H/2, H/2), are 16-bit under autocast.
+// library aborts when it cannot allocate one). Every parameter is a conv's or the Linear's, read by
+// autocast as a 16-bit copy. The ReLU outputs that backward keeps, conv1's (B, 32, H, H) and
+// conv2's (B, 64, H/2, H/2), are 16-bit under autocast.
 static bool simple_cnn_memory_fits(const sample_opts *o) {
     int64_t B = o->batch, plane = sample_mul(image, image);
     int64_t act = (int64_t)amp_dtype_size(o->precision);
@@ -119,7 +120,8 @@ static bool simple_cnn_memory_fits(const sample_opts *o) {
     const sample_mem_part parts[] = {
         {"the data (4 batches of --batch x 3 x --image^2 floats)",
          sample_mul(SAMPLE_DATA_BATCHES, sample_mul(B, sample_add(sample_mul(12, plane), 4)))},
-        {"the parameters (--image)", sample_param_bytes(floats, 6)},
+        {"the parameters with their gradients, optimizer state and 16-bit copies (--image)",
+         sample_param_bytes(o, floats, 6, floats)},
         {"the activations (--batch x 48 x --image^2)",
          sample_mul(sample_mul(B, 48), sample_mul(plane, act))},
     };

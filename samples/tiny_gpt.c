@@ -149,20 +149,24 @@ static void make_data(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
 // What the flags ask for at once, lower bounds, checked before the first tensor is made (the
 // library aborts when it cannot allocate one). Backward keeps every block's attention
 // probabilities (B, heads, T, T), f32 as softmax runs under autocast, and the logits (B, T, V),
-// 16-bit under autocast.
+// 16-bit under autocast. Autocast reads the Linears' parameters (not the embeddings' or layer
+// norms') as 16-bit copies.
 static bool tiny_gpt_memory_fits(const sample_opts *o) {
     int64_t B = o->batch, T = shape.seq, V = shape.vocab, C = shape.d_model, L = shape.layers;
     int64_t act = (int64_t)amp_dtype_size(o->precision);
     int64_t per_block = sample_add(sample_mul(12, sample_mul(C, C)), 13 * C); // in 12 tensors
     int64_t embeddings = sample_mul(2 * V + T, C); // wte, wpe and the head
     int64_t floats = sample_add(embeddings, sample_add(sample_mul(L, per_block), 2 * C));
+    int64_t linears = sample_add(sample_mul(L, sample_add(sample_mul(12, sample_mul(C, C)), 9 * C)),
+                                 sample_mul(V, C)); // the blocks' four, and the head
     int64_t tokens = sample_mul(B, T);
     const sample_mem_part parts[] = {
         {"the data (4 batches of 2 x --batch x --seq tokens)",
          sample_mul(SAMPLE_DATA_BATCHES * 2 * 4, tokens)},
         {"the causal mask (--seq x --seq)", sample_mul(sample_mul(T, T), 4)},
-        {"the parameters (--vocab, --seq, --d-model, --layers)",
-         sample_param_bytes(floats, sample_add(sample_mul(12, L), 5))},
+        {"the parameters with their gradients, optimizer state and 16-bit copies (--vocab, "
+         "--seq, --d-model, --layers)",
+         sample_param_bytes(o, floats, sample_add(sample_mul(12, L), 5), linears)},
         {"the attention probabilities (--layers x --batch x --heads x --seq^2 floats)",
          sample_mul(sample_mul(sample_mul(L, tokens), sample_mul(shape.heads, T)), 4)},
         {"the logits (--batch x --seq x --vocab)", sample_mul(sample_mul(tokens, V), act)},

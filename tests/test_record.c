@@ -78,8 +78,10 @@ static int list_spools(const char *dir, char paths[][512]) {
     return n;
 }
 
-// Decodes the step records of a spool file: their steps into steps[], returns the count.
-static int spool_steps(const char *path, int64_t *steps, int max, amp_spool_header *hdr) {
+// Decodes the records of one type (AMP_REC_STEP or AMP_REC_TENSOR_STATS) of a spool file: their
+// steps into steps[], returns the count.
+static int spool_steps_of(const char *path, amp_rec_type type, int64_t *steps, int max,
+                          amp_spool_header *hdr) {
     size_t n;
     uint8_t *buf = (uint8_t *)test_read_file(path, &n);
     ck_assert_uint_ge(n, sizeof *hdr);
@@ -92,11 +94,17 @@ static int spool_steps(const char *path, int64_t *steps, int max, amp_spool_head
         ck_assert_int_eq(amp_rec_scan(buf + pos, n - pos, &h, &payload), AMP_SCAN_RECORD);
         amp_rec_any r;
         ck_assert(amp_rec_decode(h.type, payload, h.length, &r));
-        if (h.type == AMP_REC_STEP && count < max) steps[count++] = r.step.step;
+        if (h.type == type && count < max)
+            steps[count++] = type == AMP_REC_STEP ? r.step.step : r.tensor_stats.step;
         pos += AMP_REC_HEADER_BYTES + h.length;
     }
     free(buf);
     return count;
+}
+
+// Decodes the step records of a spool file: their steps into steps[], returns the count.
+static int spool_steps(const char *path, int64_t *steps, int max, amp_spool_header *hdr) {
+    return spool_steps_of(path, AMP_REC_STEP, steps, max, hdr);
 }
 
 static void rm_rf(const char *dir) {
@@ -656,6 +664,47 @@ START_TEST(test_instrumentation_ends_with_the_recording) {
 }
 END_TEST
 
+// A run resumed from a checkpoint numbers its steps on from the checkpoint's count
+// (amp_ctx_set_step_index): the step records carry those numbers, and AMPPROBE_STATS_EVERY samples
+// the steps that are its multiples, as if the run had counted up to there.
+START_TEST(test_step_index_set) {
+    setenv("AMPPROBE_STATS_EVERY", "3", 1);
+    char *dir = make_temp_dir();
+    ck_assert_int_eq(amp_record_start(dir), AMP_OK);
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){4, 4});
+    amp_tensor_set_requires_grad(w, true);
+    amp_ctx_set_step_index(ctx, 7);
+    ck_assert_int_eq(amp_ctx_step_index(ctx), 7);
+    for (int step = 0; step < 3; step++) {
+        amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, w, w));
+        amp_backward(ctx, loss);
+        amp_ctx_step_end_loss(ctx, loss);
+        amp_ctx_reset(ctx);
+        amp_tensor_zero_grad(w);
+    }
+    ck_assert_int_eq(amp_ctx_step_index(ctx), 10);
+    amp_tensor_free(w);
+    amp_ctx_free(ctx);
+    amp_record_stop();
+    char paths[8][512];
+    ck_assert_int_eq(list_spools(dir, paths), 1);
+    int64_t steps[64];
+    amp_spool_header h;
+    ck_assert_int_eq(spool_steps(paths[0], steps, 64, &h), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(steps[i], 7 + i);
+    int n = spool_steps_of(paths[0], AMP_REC_TENSOR_STATS, steps, 64, &h);
+    ck_assert_int_gt(n, 0);
+    for (int i = 0; i < n; i++) // of 7, 8 and 9, only 9 is a multiple of 3
+        ck_assert_int_eq(steps[i], 9);
+    unsetenv("AMPPROBE_STATS_EVERY");
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_fork_child_writes_its_own) {
     char *dir = make_temp_dir();
     ck_assert_int_eq(amp_record_start(dir), AMP_OK);
@@ -759,6 +808,7 @@ Suite *record_suite(void) {
     tcase_add_test(w, test_writer_spool_file);
     tcase_add_test(w, test_background_flush);
     tcase_add_test(w, test_instrumentation_ends_with_the_recording);
+    tcase_add_test(w, test_step_index_set);
     tcase_add_test(w, test_fork_child_writes_its_own);
     tcase_add_test(w, test_threads_emit_concurrently);
     tcase_set_timeout(w, 60);

@@ -4,7 +4,7 @@
  * prints ("step 3 loss 2.3012 scale 65536 skipped 0" per step): the loss falls in fp32, fp16 and
  * bf16; a bad flag exits 2 with one line naming the flag; sizes beyond memory exit 1 with one
  * line naming what needs them; every --fault visibly does what its --help says, at the
- * documented step; a checkpoint resumes training.
+ * documented step; a checkpoint resumes training where it stopped, step numbers included.
  *
  * Sizes are small (--steps, --image 16) so the suite stays well under a minute on 2 cores, also
  * under AddressSanitizer.
@@ -23,8 +23,9 @@
 typedef struct run_result {
     int exit_code; // 128 + signal when killed
     char out[16384], err[4096];
-    int n_steps;   // step lines parsed, numbered 0 .. n_steps-1
-    double loss[MAX_STEPS], scale[MAX_STEPS];
+    int n_steps;    // step lines parsed, numbered first_step .. first_step + n_steps - 1
+    int first_step; // 0, or after --load the checkpoint's step count
+    double loss[MAX_STEPS], scale[MAX_STEPS]; // [i]: step first_step + i
     long skipped[MAX_STEPS];
 } run_result;
 
@@ -57,7 +58,7 @@ static void run_sample(run_result *r, const char *const *argv) {
     read_all(out, r->out, sizeof r->out);
     read_all(err, r->err, sizeof r->err);
 
-    r->n_steps = 0;
+    r->n_steps = r->first_step = 0;
     for (const char *line = r->out; *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] == '\n')) {
         int step;
         char loss[32];
@@ -66,10 +67,12 @@ static void run_sample(run_result *r, const char *const *argv) {
         if (strncmp(line, "step ", 5) != 0) continue;
         ck_assert_msg(sscanf(line, "step %d loss %31s scale %lf skipped %ld", &step, loss, &scale, &skipped) == 4,
                       "unparsable line: %.80s", line);
-        ck_assert_msg(step == r->n_steps && step < MAX_STEPS, "step %d out of order", step);
-        r->loss[step] = strtod(loss, NULL);
-        r->scale[step] = scale;
-        r->skipped[step] = skipped;
+        if (r->n_steps == 0) r->first_step = step;
+        ck_assert_msg(step == r->first_step + r->n_steps && r->n_steps < MAX_STEPS,
+                      "step %d out of order", step);
+        r->loss[r->n_steps] = strtod(loss, NULL);
+        r->scale[r->n_steps] = scale;
+        r->skipped[r->n_steps] = skipped;
         r->n_steps++;
     }
 }
@@ -139,8 +142,8 @@ START_TEST(test_bad_flag) {
         {{"simple_cnn", "--device", "tpu"}, "--device"},
         {{"mlp", "--optimizer", "rmsprop"}, "--optimizer"},
         {{"mlp", "--lr", "-1"}, "--lr"},
-        {{"mlp", "--lr", "1e-50"}, "--lr"},               // positive, but 0 as a float
-        {{"tiny_gpt", "--lr", "1e39"}, "--lr"},           // inf as a float
+        {{"mlp", "--lr", "1e-50"}, "--lr"},                 // positive, but 0 as a float
+        {{"tiny_gpt", "--lr", "1e39"}, "--lr"},             // inf as a float
         {{"mlp", "--init-scale", "1e-50"}, "--init-scale"}, // 0 would read as "not given"
         {{"simple_cnn", "--init-scale", "3.5e38"}, "--init-scale"},
         {{"tiny_gpt", "--seed", "1.5"}, "--seed"},
@@ -154,6 +157,11 @@ START_TEST(test_bad_flag) {
         {{"mlp", "--frobnicate"}, "--frobnicate"},
         {{"mlp", "--quiet=yes"}, "--quiet"},
         {{"tiny_gpt", "stray"}, "stray"},
+        {{"mlp", "--steps", "2147483648"}, "--steps"},
+        {{"mlp", "--batch", "100000000000"}, "--batch"},
+        {{"mlp", "--growth-interval", "2147483648"}, "--growth-interval"},
+        {{"simple_cnn", "--image", "2147483647"}, "--image"},
+        {{"mlp", "--seed", "99999999999999999999"}, "--seed"},
     };
     static run_result r;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -170,6 +178,19 @@ START_TEST(test_bad_flag) {
     RUN(&r, "mlp", "--lr", "1e-50", "--precision", "fp32", "--steps", "9");
     ck_assert_msg(r.exit_code == 2 && strstr(r.err, "got '1e-50'"), "exit %d: %s", r.exit_code,
                   r.err);
+    // A number beyond the flag's range is too large (with the maximum), not "not a number".
+    RUN(&r, "mlp", "--steps", "2147483648");
+    ck_assert_str_eq(r.err, "mlp: --steps: 2147483648 is too large (at most 2147483647)\n");
+    RUN(&r, "mlp", "--batch", "100000000000");
+    ck_assert_str_eq(r.err, "mlp: --batch: 100000000000 is too large (at most 2147483647)\n");
+    RUN(&r, "simple_cnn", "--image", "2147483647"); // the largest multiple of 4
+    ck_assert_str_eq(r.err, "simple_cnn: --image: 2147483647 is too large (at most 2147483644)\n");
+    RUN(&r, "mlp", "--seed", "99999999999999999999"); // beyond 64 bits
+    ck_assert_str_eq(r.err, "mlp: --seed: 99999999999999999999 is too large (at most "
+                            "9223372036854775807)\n");
+    RUN(&r, "mlp", "--steps", "-99999999999999999999");
+    ck_assert_str_eq(r.err,
+                     "mlp: --steps: expected a positive integer, got '-99999999999999999999'\n");
 }
 END_TEST
 
@@ -215,6 +236,51 @@ START_TEST(test_out_of_memory) {
                       "case %zu: stderr '%s' is not one line '%s...%s...'", i, r.err, prefix,
                       cases[i].flag);
         ck_assert_msg(r.out[0] == '\0', "case %zu printed: %s", i, r.out);
+    }
+}
+END_TEST
+
+// What a run needs is what training holds at the optimizer step, not the weights alone: per
+// parameter the f32 weight, its gradient and the optimizer's state (Adam 2 tensors, SGD with
+// momentum 1), and under autocast the 16-bit copy that linear reads. (A run whose estimate
+// counted only weights and gradients, mlp --width 30000 on a 23 GiB machine, got past the check
+// and was killed.) Shapes beyond any machine whose parameters dominate: the total said is their
+// count times those bytes.
+START_TEST(test_out_of_memory_counts_training_state) {
+    static const struct {
+        const char *sample, *precision, *optimizer;
+        double params, bytes_per_param;
+    } cases[] = {
+        {"mlp", "fp16", "adam", 1.6e13, 4 + 4 + 8 + 2},
+        {"mlp", "bf16", "adamw", 1.6e13, 4 + 4 + 8 + 2},
+        {"mlp", "fp32", "adam", 1.6e13, 4 + 4 + 8},
+        {"mlp", "fp16", "sgd", 1.6e13, 4 + 4 + 4 + 2},
+        {"mlp", "fp32", "sgd", 1.6e13, 4 + 4 + 4},
+        {"tiny_gpt", "fp16", "adam", 4.8e13, 4 + 4 + 8 + 2}, // 12 C^2, all in Linears
+    };
+    static run_result r;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (i < 5) // 4e6^2 weights of fc1; fc2 is 4e6 x 1
+            RUN(&r, "mlp", "--width", "4000000", "--depth", "1", "--classes", "1", "--batch", "1",
+                "--precision", cases[i].precision, "--optimizer", cases[i].optimizer);
+        else
+            RUN(&r, "tiny_gpt", "--d-model", "2000000", "--heads", "1", "--vocab", "1", "--seq",
+                "1", "--layers", "1", "--batch", "1", "--precision", cases[i].precision,
+                "--optimizer", cases[i].optimizer);
+        double total;
+        char unit[4] = "";
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%s: out of memory: the run needs at least %%lf %%2s",
+                 cases[i].sample);
+        ck_assert_msg(r.exit_code == 1 && sscanf(r.err, prefix, &total, unit) == 2,
+                      "case %zu: exit %d, stderr: %s", i, r.exit_code, r.err);
+        total *= strcmp(unit, "PB") == 0 ? 1e15 : strcmp(unit, "TB") == 0 ? 1e12 : 0;
+        double want = cases[i].params * cases[i].bytes_per_param;
+        ck_assert_msg(fabs(total - want) < 0.01 * want, "case %zu: %s, expected %.3g bytes", i,
+                      r.err, want);
+        ck_assert_msg(strstr(r.err, "for the parameters with their gradients, optimizer state and "
+                                    "16-bit copies"),
+                      "case %zu: %s", i, r.err);
     }
 }
 END_TEST
@@ -360,6 +426,9 @@ START_TEST(test_checkpoint_resume) {
     static run_result trained, resumed, fresh;
     RUN(&trained, "mlp", "--steps", "30", "--save", path);
     assert_ran(&trained, 30);
+    char tmp[128]; // checking that --save's path can be written leaves nothing behind
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    ck_assert_int_ne(access(tmp, F_OK), 0);
     RUN(&resumed, "mlp", "--steps", "2", "--load", path);
     assert_ran(&resumed, 2);
     RUN(&fresh, "mlp", "--steps", "2");
@@ -367,12 +436,169 @@ START_TEST(test_checkpoint_resume) {
     ck_assert_msg(resumed.loss[0] < 0.6 * fresh.loss[0], "resumed at %.4f, fresh %.4f",
                   resumed.loss[0], fresh.loss[0]);
     ck_assert(resumed.scale[0] == trained.scale[29]);
+    ck_assert_int_eq(resumed.first_step, 30);
+    ck_assert_str_eq(resumed.err, "");
     // A checkpoint of another model is refused with a message.
     RUN(&resumed, "tiny_gpt", "--steps", "2", "--load", path);
     ck_assert_int_eq(resumed.exit_code, 1);
     ck_assert_msg(strncmp(resumed.err, "tiny_gpt: --load: ", 18) == 0, "stderr: %s", resumed.err);
     unlink(path);
     ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+// Tells the steps of a resumed run from those of a run that never stopped: the same numbers, the
+// same losses (the data batches go by the step number too), a fault at the step it names.
+START_TEST(test_checkpoint_step_numbers) {
+    char dir[64], path[96];
+    ck_assert(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-samples-"));
+    snprintf(path, sizeof path, "%s/mlp.ckpt", dir);
+    static run_result whole, resumed;
+    RUN(&whole, "mlp", "--steps", "10");
+    assert_ran(&whole, 10);
+    RUN(&resumed, "mlp", "--steps", "4", "--save", path, "--quiet");
+    ck_assert_int_eq(resumed.exit_code, 0);
+    RUN(&resumed, "mlp", "--steps", "6", "--load", path);
+    assert_ran(&resumed, 6);
+    ck_assert_int_eq(resumed.first_step, 4);
+    ck_assert_msg(strstr(resumed.out, ", 6 steps from step 4\n"), "%s", resumed.out);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(resumed.loss[i] == whole.loss[4 + i], "step %d: %.4f resumed, %.4f whole",
+                      4 + i, resumed.loss[i], whole.loss[4 + i]);
+    // --fault nan-input acts at step 5 of the run, the second step of the resumed one.
+    RUN(&resumed, "mlp", "--steps", "3", "--load", path, "--fault", "nan-input");
+    assert_ran(&resumed, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(isnan(resumed.loss[i]) == (4 + i == NAN_STEP), "step %d loss %g", 4 + i,
+                      resumed.loss[i]);
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+// After --load the checkpoint's GradScaler state and optimizer hyperparameters are in effect (they
+// win, as with PyTorch's load_state_dict): the header shows them, and one line on stderr names the
+// flags given whose settings they replaced.
+START_TEST(test_checkpoint_replaces_flags) {
+    char dir[64], path[96];
+    ck_assert(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-samples-"));
+    snprintf(path, sizeof path, "%s/mlp.ckpt", dir);
+    static run_result r;
+    RUN(&r, "mlp", "--steps", "4", "--save", path, "--quiet");
+    ck_assert_int_eq(r.exit_code, 0);
+    static const char in_effect[] =
+        "GradScaler(init 65536, growth x2 every 2000, backoff x0.5), adam lr 0.003,";
+    static const char state[] = "mlp: --load: the checkpoint's GradScaler state (scale 65536, "
+                                "growth x2 every 2000, backoff x0.5)";
+    RUN(&r, "mlp", "--steps", "4", "--load", path, "--fault", "scale-thrash", "--lr", "0.5");
+    assert_ran(&r, 4);
+    ck_assert_msg(strstr(r.out, in_effect), "%s", r.out);
+    ck_assert_int_eq(r.skipped[3], 0); // the thrashing settings are not in effect
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s and optimizer hyperparameters (lr 0.003) replace --fault "
+             "scale-thrash's settings and --lr\n",
+             state);
+    ck_assert_str_eq(r.err, want);
+    RUN(&r, "mlp", "--steps", "1", "--load", path, "--init-scale", "8", "--growth-interval", "3");
+    assert_ran(&r, 1);
+    ck_assert_msg(strstr(r.out, in_effect), "%s", r.out);
+    snprintf(want, sizeof want, "%s replaces --init-scale and --growth-interval\n", state);
+    ck_assert_str_eq(r.err, want);
+    RUN(&r, "mlp", "--steps", "1", "--load", path, "--fault", "grad-underflow");
+    snprintf(want, sizeof want, "%s replaces --fault grad-underflow's GradScaler settings\n",
+             state);
+    ck_assert_str_eq(r.err, want);
+    RUN(&r, "mlp", "--steps", "1", "--load", path, "--lr", "0.5", "--precision", "fp16");
+    ck_assert_str_eq(r.err, "mlp: --load: the checkpoint's optimizer hyperparameters (lr 0.003) "
+                            "replace --lr\n");
+    RUN(&r, "mlp", "--steps", "1", "--load", path, "--lr", "0.003"); // what the checkpoint holds
+    assert_ran(&r, 1);
+    ck_assert_str_eq(r.err, "");
+    unlink(path);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+// --load refuses a checkpoint of another precision as far as the file tells: fp16 runs save an
+// enabled GradScaler's state, fp32 and bf16 runs a disabled one's (those two look alike).
+START_TEST(test_checkpoint_precision) {
+    char dir[64], fp16[96], bf16[96];
+    ck_assert(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-samples-"));
+    snprintf(fp16, sizeof fp16, "%s/fp16.ckpt", dir);
+    snprintf(bf16, sizeof bf16, "%s/bf16.ckpt", dir);
+    static run_result r;
+    RUN(&r, "mlp", "--steps", "2", "--save", fp16, "--quiet");
+    ck_assert_int_eq(r.exit_code, 0);
+    RUN(&r, "mlp", "--steps", "2", "--save", bf16, "--quiet", "--precision", "bf16");
+    ck_assert_int_eq(r.exit_code, 0);
+    RUN(&r, "mlp", "--steps", "2", "--load", fp16, "--precision", "bf16");
+    ck_assert_int_eq(r.exit_code, 1);
+    ck_assert_str_eq(r.err,
+                     "mlp: --load: the checkpoint was saved by an fp16 run, this run is bf16\n");
+    ck_assert_int_eq(r.n_steps, 0);
+    RUN(&r, "mlp", "--steps", "2", "--load", fp16, "--precision", "fp32");
+    ck_assert_str_eq(r.err,
+                     "mlp: --load: the checkpoint was saved by an fp16 run, this run is fp32\n");
+    RUN(&r, "mlp", "--steps", "2", "--load", bf16, "--precision", "fp16");
+    ck_assert_int_eq(r.exit_code, 1);
+    ck_assert_str_eq(r.err, "mlp: --load: the checkpoint was saved by an fp32 or bf16 run (it "
+                            "holds no GradScaler state), this run is fp16\n");
+    RUN(&r, "mlp", "--steps", "2", "--load", bf16, "--precision", "fp32"); // cannot be told
+    assert_ran(&r, 2);
+    // Another model's checkpoint is still refused for what it is, in fp16 as in bf16.
+    static const char other[] = "simple_cnn: --load: checkpoint '";
+    RUN(&r, "simple_cnn", "--steps", "2", "--load", fp16);
+    ck_assert_msg(r.exit_code == 1 && strstr(r.err, other), "%s", r.err);
+    RUN(&r, "simple_cnn", "--steps", "2", "--load", bf16, "--precision", "fp16");
+    ck_assert_msg(r.exit_code == 1 && strstr(r.err, other), "%s", r.err);
+    unlink(fp16);
+    unlink(bf16);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+// --save's path is checked before training, not after it: one line naming the path given, exit
+// 1, no step trained, nothing left behind.
+START_TEST(test_save_path_checked_first) {
+    static run_result r;
+    RUN(&r, "mlp", "--steps", "2", "--save", "/nonexistent/dir/x.bin");
+    ck_assert_int_eq(r.exit_code, 1);
+    ck_assert_str_eq(r.err, "mlp: --save: cannot write '/nonexistent/dir/x.bin': No such file or "
+                            "directory\n");
+    ck_assert_str_eq(r.out, "");
+    char dir[64], path[96];
+    ck_assert(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-samples-"));
+    RUN(&r, "tiny_gpt", "--steps", "2", "--save", dir);
+    ck_assert_int_eq(r.exit_code, 1);
+    char want[160];
+    snprintf(want, sizeof want, "tiny_gpt: --save: cannot write '%s': Is a directory\n", dir);
+    ck_assert_str_eq(r.err, want);
+    ck_assert_str_eq(r.out, "");
+    // a run that fails after the check (here its --load) leaves no file at a good path either
+    snprintf(path, sizeof path, "%s/x.bin", dir);
+    RUN(&r, "mlp", "--steps", "2", "--save", path, "--load", "/nonexistent/ck.bin");
+    ck_assert_int_eq(r.exit_code, 1);
+    ck_assert_int_eq(rmdir(dir), 0); // empty
+}
+END_TEST
+
+// The README's libampcore example takes no flags: --help says so, anything else is refused.
+START_TEST(test_example_arguments) {
+    static run_result r;
+    RUN(&r, "example", "--help");
+    ck_assert_int_eq(r.exit_code, 0);
+    ck_assert_msg(strncmp(r.out, "usage: example\n", 15) == 0, "%s", r.out);
+    ck_assert_str_eq(r.err, "");
+    static const char *const refused[] = {"--device", "--bogus", "stray"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        RUN(&r, "example", refused[i], "cuda");
+        char want[96];
+        snprintf(want, sizeof want, "example: %s: unexpected argument (try --help)\n", refused[i]);
+        ck_assert_int_eq(r.exit_code, 2);
+        ck_assert_str_eq(r.err, want);
+        ck_assert_str_eq(r.out, ""); // it did not train
+    }
 }
 END_TEST
 
@@ -412,9 +638,15 @@ Suite *samples_suite(void) {
     tcase_add_test(tc, test_bad_flag);
     tcase_add_test(tc, test_float_flag_range);
     tcase_add_test(tc, test_out_of_memory);
+    tcase_add_test(tc, test_out_of_memory_counts_training_state);
     tcase_add_loop_test(tc, test_help, 0, 3);
     tcase_add_test(tc, test_cuda_device);
     tcase_add_test(tc, test_checkpoint_resume);
+    tcase_add_test(tc, test_checkpoint_step_numbers);
+    tcase_add_test(tc, test_checkpoint_replaces_flags);
+    tcase_add_test(tc, test_checkpoint_precision);
+    tcase_add_test(tc, test_save_path_checked_first);
+    tcase_add_test(tc, test_example_arguments);
     tcase_add_test(tc, test_readme_example);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");

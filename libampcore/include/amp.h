@@ -122,7 +122,13 @@ void amp_ctx_step_end(amp_ctx_t *ctx, float loss);
 // is read by the instrumentation, which on the GPU copies it back with the step's statistics,
 // behind the step's work, instead of waiting for it. Nothing is read when recording is off.
 void amp_ctx_step_end_loss(amp_ctx_t *ctx, const amp_tensor_t *loss);
+// The number the current step has (the next step, between steps): amp_ctx_step_end's count.
 int64_t amp_ctx_step_index(const amp_ctx_t *ctx);
+// Sets the number the next step gets (step >= 0), for a run resumed from a checkpoint: its steps,
+// their records (AMP_STEPS, statistics, ops, events) and AMPPROBE_STATS_EVERY's sampling (steps
+// that are multiples of it) go on from the checkpoint's count instead of restarting at 0. Call it
+// between steps, before the first op of the step it numbers.
+void amp_ctx_set_step_index(amp_ctx_t *ctx, int64_t step);
 // Bytes of tensor storage the context holds now and the most it held at once since it was made
 // (either may be NULL), each storage counted rounded up to 512 bytes, as PyTorch's caching
 // allocator counts torch.cuda.memory_allocated(); a backend's own scratch (cuBLASLt's workspace)

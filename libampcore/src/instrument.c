@@ -258,6 +258,13 @@ void amp_instr_free(amp_ctx_t *ctx) {
 
 int64_t amp_ctx_step_index(const amp_ctx_t *ctx) { return ctx->step; }
 
+void amp_ctx_set_step_index(amp_ctx_t *ctx, int64_t step) {
+    AMP_ASSERT(step >= 0, "(amp_ctx_set_step_index: a step number from 0)");
+    ctx->step = step;
+    // the step is sampled as if the run had counted up to it (see step_end)
+    if (ctx->instr) ctx->instr->stats_step = step % ctx->instr->stats_every == 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
