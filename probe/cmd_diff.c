@@ -2,7 +2,8 @@
  * cmd_diff.c — `ampprobe diff A B`: two recorded runs side by side (step time, throughput, peak
  * memory when known, skipped steps, the last step's loss and the mean of the last 10% of steps,
  * loss curves, findings in one and not the other) and a verdict such as "AMP run (B, fp16) is
- * 2.3x faster than the fp32 run, same loss within 0.4%".
+ * 2.3x faster than the fp32 run, same loss within 0.4%". Runs of several processes have their
+ * processes matched by program and order (report/diff.c).
  * Exit 0 when the comparison was written; 2 for a usage error or an unreadable database.
  */
 #include "commands.h"
@@ -24,7 +25,9 @@ static void usage(FILE *f) {
            "(the loss at the last step, and the mean loss of the last 10%% of steps, which the\n"
            "verdict compares), the loss curves step by step, and the report findings present\n"
            "in one run and not the other. The first line is the verdict: how much faster or\n"
-           "slower the AMP run is, why, and whether its loss matches.\n\n"
+           "slower the AMP run is, why, and whether its loss matches. A run of several\n"
+           "processes (two trainings, data-parallel ranks) has each process's losses compared\n"
+           "with those of the same program and order in the other run, the processes named.\n\n"
            "options:\n"
            "  --format text|json  text (default) or json (keys: report/README.md)\n"
            "  -o OUT              write to OUT instead of stdout (not over A or B)\n"

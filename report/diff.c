@@ -10,6 +10,13 @@
  * runs ran different programs). When exactly one run uses
  * autocast it is "the AMP run" and the other the baseline, whatever the argument order; a slower
  * AMP run is explained from its amp-payoff finding (launch-bound, CPU emulation).
+ *
+ * A run of several processes (a script's trainings, the ranks of a data-parallel job) has a loss
+ * curve each: the processes of A and B are matched by program (AMP_PROCESSES.name) and order (the
+ * n-th tiny_gpt of A with the n-th of B, by pid), each pair's curves compared; the losses of the
+ * table and the verdict are of one pair, named: the process of the top error of the run that
+ * broke (with its match in the other run, else that run's first process of the same program,
+ * else its first), else the first matched pair.
  */
 #include "report.h"
 
@@ -96,7 +103,43 @@ void report_program_of(const char *command, char *out, size_t n) {
     }
 }
 
-void report_figures(const report_model *m, const report_findings *f, report_run_figures *r) {
+static const report_process *first_proc(const report_model *m) {
+    for (size_t i = 0; i < m->n_procs; i++)
+        if (m->procs[i].n_steps) return &m->procs[i];
+    return NULL;
+}
+
+// "tiny_gpt pid 12" ("pid 12" when its name was not recorded): short enough for a table cell.
+static void proc_words(const report_process *p, char *buf, size_t n) {
+    if (p && p->name && p->name[0])
+        snprintf(buf, n, "%s pid %d", p->name, (int)p->pid);
+    else
+        snprintf(buf, n, "pid %d", p ? (int)p->pid : 0);
+}
+
+// The mean loss of the last 10% of steps s[0..n) (at least 1) and the last step's loss.
+static void tail_losses(const report_step *s, size_t n, double *mean, double *last) {
+    size_t tail = n / 10 ? n / 10 : 1, k = 0;
+    double sum = 0;
+    bool broken = false;
+    for (size_t i = n > tail ? n - tail : 0; i < n; i++) {
+        if (!s[i].has_loss) continue; // (only its scale update came: killed mid-step)
+        if (s[i].loss_nonfinite)
+            broken = true;
+        else
+            sum += s[i].loss, k++;
+    }
+    *mean = broken ? NAN : k ? sum / (double)k : NAN;
+    *last = NAN;
+    for (size_t i = n; i-- > 0;)
+        if (s[i].has_loss) {
+            *last = isfinite(s[i].loss) ? s[i].loss : NAN;
+            break;
+        }
+}
+
+void report_figures(const report_model *m, const report_findings *f, const report_process *p,
+                    report_run_figures *r) {
     report_summary summary;
     report_summarize(m, &summary);
     *r = (report_run_figures){.precision = precision_of(m),
@@ -105,28 +148,99 @@ void report_figures(const report_model *m, const report_findings *f, report_run_
                               .steps = summary.steps,
                               .skipped = summary.skipped,
                               .step_ms = report_median_step_ns(m) / 1e6,
+                              .peak_mem = summary.peak_mem,
+                              .processes = report_processes_with_steps(m),
                               .final_loss = NAN,
-                              .peak_mem = summary.peak_mem};
+                              .last_loss = NAN};
     report_program_of(m->command, r->program, sizeof r->program);
     for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
         r->autocast = m->ops[i].policy[0] != 0;
     r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
-    size_t tail = m->n_steps / 10 ? m->n_steps / 10 : 1;
-    double sum = 0;
-    size_t k = 0;
-    bool broken = false;
-    for (size_t i = m->n_steps > tail ? m->n_steps - tail : 0; i < m->n_steps; i++) {
-        if (!m->steps[i].has_loss) continue; // (only its scale update came: killed mid-step)
-        if (m->steps[i].loss_nonfinite)
-            broken = true;
-        else
-            sum += m->steps[i].loss, k++;
+    if (!p) p = first_proc(m);
+    if (p) {
+        r->loss_pid = p->pid;
+        proc_words(p, r->loss_process, sizeof r->loss_process);
+        r->loss_steps = (int64_t)p->n_steps;
+        tail_losses(m->steps + p->step0, p->n_steps, &r->final_loss, &r->last_loss);
     }
-    r->final_loss = broken ? NAN : k ? sum / (double)k : NAN;
     for (size_t i = 0; i < f->n; i++) {
         r->errors += f->v[i].severity == AMP_SEVERITY_ERROR;
         r->warnings += f->v[i].severity == AMP_SEVERITY_WARNING;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matching the processes of two runs
+
+typedef struct proc_pair {
+    const report_process *a, *b; // NULL: none
+} proc_pair;
+
+static bool same_name(const report_process *x, const report_process *y) {
+    return strcmp(x->name ? x->name : "", y->name ? y->name : "") == 0;
+}
+
+// p's number among m's processes with steps of its program (pid order).
+static size_t rank_of(const report_model *m, const report_process *p) {
+    size_t n = 0;
+    for (const report_process *q = m->procs; q < p; q++)
+        n += q->n_steps && same_name(q, p);
+    return n;
+}
+
+// The process of `to` with steps of p's program and p's rank in `from`; NULL: none.
+static const report_process *match_of(const report_model *from, const report_process *p,
+                                      const report_model *to) {
+    size_t rank = rank_of(from, p);
+    for (size_t i = 0; i < to->n_procs; i++) {
+        const report_process *q = &to->procs[i];
+        if (q->n_steps && same_name(q, p) && rank-- == 0) return q;
+    }
+    return NULL;
+}
+
+// The first process of `to` with steps of p's program; NULL: none.
+static const report_process *named_like(const report_model *to, const report_process *p) {
+    for (size_t i = 0; i < to->n_procs; i++)
+        if (to->procs[i].n_steps && same_name(&to->procs[i], p)) return &to->procs[i];
+    return NULL;
+}
+
+static bool any_autocast(const report_model *m) {
+    for (size_t i = 0; i < m->n_ops; i++)
+        if (m->ops[i].policy[0]) return true;
+    return false;
+}
+
+static bool has_error(const report_findings *f) {
+    return f->n && f->v[0].severity == AMP_SEVERITY_ERROR; // (sorted: errors first)
+}
+
+// The pair of processes whose losses the table and the verdict give (see the top of the file).
+static proc_pair figure_pair(const report_model *a, const report_findings *fa,
+                             const report_model *b, const report_findings *fb) {
+    // the run that broke, the candidate (the AMP run when exactly one is, else B) first, as
+    // the verdict names them
+    const bool swap = any_autocast(a) && !any_autocast(b);
+    const report_model *cand = swap ? a : b, *base = swap ? b : a;
+    const report_findings *fc = swap ? fa : fb, *fbase = swap ? fb : fa;
+    const report_model *lead = has_error(fc) ? cand : has_error(fbase) ? base : NULL;
+    if (lead) {
+        const report_model *other = lead == a ? b : a;
+        const report_process *p =
+            report_process_find(lead, report_lead_pid(lead, lead == cand ? fc : fbase));
+        if (p && p->n_steps) {
+            const report_process *q = match_of(lead, p, other);
+            if (!q) q = named_like(other, p);
+            if (!q) q = first_proc(other);
+            return lead == a ? (proc_pair){p, q} : (proc_pair){q, p};
+        }
+    }
+    for (size_t i = 0; i < a->n_procs; i++) {
+        const report_process *p = &a->procs[i], *q = p->n_steps ? match_of(a, p, b) : NULL;
+        if (q) return (proc_pair){p, q};
+    }
+    return (proc_pair){first_proc(a), first_proc(b)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -139,16 +253,16 @@ typedef struct loss_gap {
     int64_t diverge_step; // first step with a difference >= DIVERGE; -1: none
 } loss_gap;
 
-static void compare_losses(const report_model *a, const report_model *b, loss_gap *g) {
+// The loss curves of process pa of a and pb of b (NULL: none) compared step by step.
+static void compare_losses(const report_model *a, const report_process *pa, const report_model *b,
+                           const report_process *pb, loss_gap *g) {
     *g = (loss_gap){.max_step = -1, .diverge_step = -1};
-    size_t na = 0, nb = 0;
-    while (na < a->n_steps && a->steps[na].pid == a->steps[0].pid)
-        na++;
-    while (nb < b->n_steps && b->steps[nb].pid == b->steps[0].pid)
-        nb++;
+    const report_step *sa = pa ? a->steps + pa->step0 : NULL,
+                      *sb = pb ? b->steps + pb->step0 : NULL;
+    const size_t na = pa ? pa->n_steps : 0, nb = pb ? pb->n_steps : 0;
     double sum = 0;
     for (size_t i = 0, j = 0; i < na && j < nb;) {
-        const report_step *x = &a->steps[i], *y = &b->steps[j];
+        const report_step *x = &sa[i], *y = &sb[j];
         if (x->step < y->step) {
             i++;
             continue;
@@ -219,11 +333,19 @@ static int loss_phrase(char *buf, size_t n, const verdict_run *first, const verd
                     first->letter, y, second->letter, 100 * (x - y) / fmax(fabs(y), 1e-12));
 }
 
+// Both runs' figures, their losses of the pair of processes that figure_pair picks.
+static void figures_of(const report_model *a, const report_findings *fa, const report_model *b,
+                       const report_findings *fb, report_run_figures *ra, report_run_figures *rb) {
+    const proc_pair pp = figure_pair(a, fa, b, fb);
+    report_figures(a, fa, pp.a, ra);
+    report_figures(b, fb, pp.b, rb);
+}
+
 void report_diff_verdict(const report_model *a, const report_findings *fa, const report_model *b,
                          const report_findings *fb, char *buf, size_t n) {
     report_run_figures ra, rb;
-    report_figures(a, fa, &ra);
-    report_figures(b, fb, &rb);
+    figures_of(a, fa, b, fb, &ra, &rb);
+    const bool several = ra.processes > 1 || rb.processes > 1; // a loss curve each: name them
     // the candidate: the AMP run when exactly one is, else B
     bool swap = ra.autocast && !rb.autocast;
     const report_run_figures *base = swap ? &rb : &ra, *cand = swap ? &ra : &rb;
@@ -301,28 +423,26 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     }
     k += (size_t)loss_phrase(buf + k, k < n ? n - k : 0, first, second, base->final_loss,
                              about_cand);
+    if (several) PUT(" (the losses of %s in A and %s in B)", ra.loss_process, rb.loss_process);
     PUT(".");
     if (ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0)
         PUT(" A and B ran different programs (%s, %s).", ra.program, rb.program);
-    const int64_t fewer = ra.steps < rb.steps ? ra.steps : rb.steps,
-                  more = ra.steps < rb.steps ? rb.steps : ra.steps;
-    if ((double)more >= (1 + SAME_LENGTH) * (double)fewer)
+    // the lengths of the processes whose final losses are compared
+    const int64_t fewer = ra.loss_steps < rb.loss_steps ? ra.loss_steps : rb.loss_steps,
+                  more = ra.loss_steps < rb.loss_steps ? rb.loss_steps : ra.loss_steps;
+    if ((double)more >= (1 + SAME_LENGTH) * (double)fewer && several)
+        PUT(" A's %s ran %lld steps and B's %s %lld: the final losses are of different points "
+            "of training (the loss curves compare the steps both ran).",
+            ra.loss_process, (long long)ra.loss_steps, rb.loss_process, (long long)rb.loss_steps);
+    else if ((double)more >= (1 + SAME_LENGTH) * (double)fewer)
         PUT(" A ran %lld steps and B %lld: the final losses are of different points of training "
             "(the loss curves compare the steps both ran).",
-            (long long)ra.steps, (long long)rb.steps);
+            (long long)ra.loss_steps, (long long)rb.loss_steps);
 #undef PUT
 }
 
 // ---------------------------------------------------------------------------------------------
 // Text and json
-
-// The loss of the last step that recorded one, as the program printed it last and as `ampprobe
-// report` calls the final loss; NaN when there is none or it is not finite.
-static double last_loss(const report_model *m) {
-    report_summary s;
-    report_summarize(m, &s);
-    return isfinite(s.final_loss) ? s.final_loss : NAN;
-}
 
 // One row of the table: label, A, B, B vs A ("" leaves a cell empty).
 static void row(FILE *out, const char *label, const char *a, const char *b, const char *rel) {
@@ -359,11 +479,73 @@ static void list_unmatched(FILE *out, const char *label, const report_findings *
     }
 }
 
+// The loss curves of process pa of a and pb of b compared, on one line after lead ("" when they
+// have no finite loss at a common step).
+static void curves(FILE *out, const report_model *a, const report_process *pa,
+                   const report_model *b, const report_process *pb, const char *lead) {
+    loss_gap g;
+    compare_losses(a, pa, b, pb, &g);
+    if (!g.common) return;
+    if (g.max_step < 0) {
+        fprintf(out, "%s%lld common steps with finite losses, the same in both.\n", lead,
+                (long long)g.common);
+        return;
+    }
+    fprintf(out,
+            "%s%lld common steps with finite losses, mean difference %.2f%%, largest %.2f%% at "
+            "step %lld",
+            lead, (long long)g.common, 100 * g.mean_rel, 100 * g.max_rel, (long long)g.max_step);
+    if (g.diverge_step >= 0)
+        fprintf(out, "; they diverge by %.0f%% or more from step %lld", 100 * DIVERGE,
+                (long long)g.diverge_step);
+    fputs(".\n", out);
+}
+
+// One pair's line: "  tiny_gpt pid 12 in A, tiny_gpt pid 40 in B: ..." (or that it has no
+// counterpart).
+static void pair_line(FILE *out, const report_model *a, const report_model *b, proc_pair pp) {
+    char x[160], y[160], lead[400];
+    proc_words(pp.a, x, sizeof x);
+    proc_words(pp.b, y, sizeof y);
+    if (!pp.a || !pp.b) {
+        fprintf(out, "  %s in %s: no process of %s of that program to compare with.\n",
+                pp.a ? x : y, pp.a ? "A" : "B", pp.a ? "B" : "A");
+        return;
+    }
+    snprintf(lead, sizeof lead, "  %s in A, %s in B: ", x, y);
+    loss_gap g;
+    compare_losses(a, pp.a, b, pp.b, &g);
+    if (g.common)
+        curves(out, a, pp.a, b, pp.b, lead);
+    else
+        fprintf(out, "%sno common step with finite losses.\n", lead);
+}
+
+// Each process's curve against its match (by program and order), the table's pair first; then
+// the processes that have none.
+static void curves_by_process(FILE *out, const report_model *a, const report_findings *fa,
+                              const report_model *b, const report_findings *fb) {
+    const proc_pair fig = figure_pair(a, fa, b, fb);
+    fputs("\nLoss curves, process by process (matched by program and order; the table's losses "
+          "are the first line's):\n",
+          out);
+    pair_line(out, a, b, fig);
+    for (size_t i = 0; i < a->n_procs; i++) {
+        const proc_pair pp = {&a->procs[i], match_of(a, &a->procs[i], b)};
+        if (!pp.a->n_steps || (pp.a == fig.a && pp.b == fig.b)) continue;
+        if (pp.b || pp.a != fig.a) pair_line(out, a, b, pp); // (an unmatched one: said once)
+    }
+    for (size_t i = 0; i < b->n_procs; i++) {
+        const report_process *q = &b->procs[i];
+        if (q->n_steps && q != fig.b && !match_of(b, q, a))
+            pair_line(out, a, b, (proc_pair){NULL, q});
+    }
+}
+
 static void diff_text(FILE *out, const report_model *a, const report_findings *fa,
                       const report_model *b, const report_findings *fb) {
     report_run_figures ra, rb;
-    report_figures(a, fa, &ra);
-    report_figures(b, fb, &rb);
+    figures_of(a, fa, b, fb, &ra, &rb);
     char verdict[1024];
     report_diff_verdict(a, fa, b, fb, verdict, sizeof verdict);
     fprintf(out, "ampprobe diff\n  A: %s\n  B: %s\n\n%s\n\n", a->path, b->path, verdict);
@@ -391,25 +573,22 @@ static void diff_text(FILE *out, const report_model *a, const report_findings *f
     snprintf(x, sizeof x, "%lld", (long long)ra.skipped);
     snprintf(y, sizeof y, "%lld", (long long)rb.skipped);
     row(out, "skipped steps", x, y, "");
-    loss_row(out, "final loss (last step)", last_loss(a), last_loss(b), ra.steps, rb.steps);
+    if (ra.processes > 1 || rb.processes > 1) { // a loss curve each: whose losses these are
+        snprintf(x, sizeof x, "%zu", ra.processes);
+        snprintf(y, sizeof y, "%zu", rb.processes);
+        row(out, "processes", x, y, "");
+        row(out, "losses of", ra.loss_pid ? ra.loss_process : "-",
+            rb.loss_pid ? rb.loss_process : "-", "");
+    }
+    loss_row(out, "final loss (last step)", ra.last_loss, rb.last_loss, ra.steps, rb.steps);
     loss_row(out, "mean loss (last 10%)", ra.final_loss, rb.final_loss, ra.steps, rb.steps);
     snprintf(x, sizeof x, "%zu / %zu", ra.errors, ra.warnings);
     snprintf(y, sizeof y, "%zu / %zu", rb.errors, rb.warnings);
     row(out, "errors / warnings", x, y, "");
-    loss_gap g;
-    compare_losses(a, b, &g);
-    if (g.common && g.max_step < 0)
-        fprintf(out, "\nLoss curves: %lld common steps with finite losses, the same in both.\n",
-                (long long)g.common);
-    else if (g.common)
-        fprintf(out,
-                "\nLoss curves: %lld common steps with finite losses, mean difference %.2f%%, "
-                "largest %.2f%% at step %lld%s",
-                (long long)g.common, 100 * g.mean_rel, 100 * g.max_rel, (long long)g.max_step,
-                g.diverge_step >= 0 ? "" : ".\n");
-    if (g.common && g.diverge_step >= 0)
-        fprintf(out, "; they diverge by %.0f%% or more from step %lld.\n", 100 * DIVERGE,
-                (long long)g.diverge_step);
+    if (ra.processes > 1 || rb.processes > 1)
+        curves_by_process(out, a, fa, b, fb);
+    else
+        curves(out, a, first_proc(a), b, first_proc(b), "\nLoss curves: ");
     list_unmatched(out, "A", fa, fb);
     list_unmatched(out, "B", fb, fa);
 }
@@ -436,7 +615,14 @@ static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
     report_json_key_num(out, "throughput", r->throughput);
     report_json_key_num(out, "peak_memory", r->peak_mem);
     report_json_key_num(out, "final_loss", r->final_loss);
-    report_json_key_num(out, "last_loss", last_loss(m));
+    report_json_key_num(out, "last_loss", r->last_loss);
+    fprintf(out, ", \"processes\": %zu, \"loss_pid\": ", r->processes);
+    if (r->loss_pid)
+        fprintf(out, "%d", (int)r->loss_pid);
+    else
+        fputs("null", out);
+    const report_process *p = report_process_find(m, r->loss_pid);
+    report_json_key_str(out, "loss_process", p ? p->name : NULL);
     fprintf(out, ", \"errors\": %zu, \"warnings\": %zu, \"only_here\": [", r->errors, r->warnings);
     size_t k = 0;
     for (size_t i = 0; i < mine->n; i++) {
@@ -450,15 +636,62 @@ static void jrun(FILE *out, const report_model *m, const report_run_figures *r,
     fputs("]}", out);
 }
 
+// ", "key": {"common_steps": ..., "diverge_step": ...}" of the curves of pa and pb.
+static void jgap(FILE *out, const report_model *a, const report_process *pa, const report_model *b,
+                 const report_process *pb) {
+    loss_gap g;
+    compare_losses(a, pa, b, pb, &g);
+    fprintf(out, "\"common_steps\": %lld", (long long)g.common);
+    report_json_key_num(out, "mean_rel_diff", g.mean_rel);
+    report_json_key_num(out, "max_rel_diff", g.common ? g.max_rel : NAN);
+    fputs(", \"max_step\": ", out);
+    report_json_step(out, g.max_step);
+    fputs(", \"diverge_step\": ", out);
+    report_json_step(out, g.diverge_step);
+}
+
+// One element of loss_by_process: a pair of matched processes (either NULL: none to match).
+static void jpair(FILE *out, const report_model *a, const report_model *b, proc_pair pp) {
+    fputs("{\"a_pid\": ", out);
+    if (pp.a)
+        fprintf(out, "%d", (int)pp.a->pid);
+    else
+        fputs("null", out);
+    fputs(", \"b_pid\": ", out);
+    if (pp.b)
+        fprintf(out, "%d", (int)pp.b->pid);
+    else
+        fputs("null", out);
+    report_json_key_str(out, "process", (pp.a ? pp.a : pp.b)->name);
+    fputs(", ", out);
+    jgap(out, a, pp.a, b, pp.b);
+    fputs("}", out);
+}
+
+// Every process with steps of A with its match in B, then B's unmatched ones.
+static void jpairs(FILE *out, const report_model *a, const report_model *b) {
+    size_t k = 0;
+    fputs(", \"loss_by_process\": [", out);
+    for (size_t i = 0; i < a->n_procs; i++) {
+        if (!a->procs[i].n_steps) continue;
+        fputs(k++ ? ", " : "", out);
+        jpair(out, a, b, (proc_pair){&a->procs[i], match_of(a, &a->procs[i], b)});
+    }
+    for (size_t i = 0; i < b->n_procs; i++) {
+        if (!b->procs[i].n_steps || match_of(b, &b->procs[i], a)) continue;
+        fputs(k++ ? ", " : "", out);
+        jpair(out, a, b, (proc_pair){NULL, &b->procs[i]});
+    }
+    fputs("]", out);
+}
+
 void report_diff_json(FILE *out, const report_model *a, const report_findings *fa,
                       const report_model *b, const report_findings *fb) {
     report_run_figures ra, rb;
-    report_figures(a, fa, &ra);
-    report_figures(b, fb, &rb);
+    figures_of(a, fa, b, fb, &ra, &rb);
     char verdict[1024];
     report_diff_verdict(a, fa, b, fb, verdict, sizeof verdict);
-    loss_gap g;
-    compare_losses(a, b, &g);
+    const proc_pair fig = figure_pair(a, fa, b, fb);
     fputs("{\"verdict\": ", out);
     report_json_str(out, verdict);
     fputs(",\n \"a\": ", out);
@@ -467,12 +700,9 @@ void report_diff_json(FILE *out, const report_model *a, const report_findings *f
     jrun(out, b, &rb, fb, fa);
     fputs(",\n \"speedup\": ", out);
     report_json_num(out, ra.step_ms > 0 && rb.step_ms > 0 ? ra.step_ms / rb.step_ms : NAN);
-    fprintf(out, ", \"loss\": {\"common_steps\": %lld", (long long)g.common);
-    report_json_key_num(out, "mean_rel_diff", g.mean_rel);
-    report_json_key_num(out, "max_rel_diff", g.common ? g.max_rel : NAN);
-    fputs(", \"max_step\": ", out);
-    report_json_step(out, g.max_step);
-    fputs(", \"diverge_step\": ", out);
-    report_json_step(out, g.diverge_step);
-    fputs("}}\n", out);
+    fputs(", \"loss\": {", out);
+    jgap(out, a, fig.a, b, fig.b);
+    fputs("}", out);
+    jpairs(out, a, b);
+    fputs("}\n", out);
 }

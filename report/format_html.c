@@ -171,14 +171,25 @@ static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabe
     fputs("</text>", out);
 }
 
+#define LEGEND_BYTES 23 // what fits beside a plot
+
+// The text cut between two characters to leave room for suffix, into buf[LEGEND_BYTES + 1].
+static void legend_text(char *buf, const char *text, const char *suffix) {
+    const size_t room = LEGEND_BYTES - strlen(suffix);
+    size_t k = 0;
+    for (size_t n; text[k] && (n = report_utf8_seq(text + k)) && k + n <= room;)
+        k += n;
+    snprintf(buf, LEGEND_BYTES + 1, "%.*s%s", (int)k, text, suffix);
+}
+
 static void legend(FILE *out, int i, const char *color, const char *text) {
     int x = PLOT_W - PAD_R + 10, y = PAD_T + 12 + 16 * i;
     fprintf(out,
             "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
             "<text x=\"%d\" y=\"%d\" class=\"tick\">",
             x, y - 9, color, x + 14, y);
-    char buf[24]; // keep the legend inside the figure
-    snprintf(buf, sizeof buf, "%s", text);
+    char buf[LEGEND_BYTES + 1]; // keep the legend inside the figure
+    legend_text(buf, text, "");
     esc(out, buf);
     fputs("</text>", out);
 }
@@ -199,26 +210,53 @@ static void top_mark(FILE *out, double x, const char *color) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Buckets: the steps of the first process (the one a single-process run has) in at most
-// PLOT_POINTS runs of consecutive steps, each drawn from all of its steps
-
-static size_t first_pid_steps(const report_model *m) {
-    size_t n = 0;
-    while (n < m->n_steps && m->steps[n].pid == m->steps[0].pid)
-        n++;
-    return n;
-}
+// Buckets: the steps of one process in at most PLOT_POINTS runs of consecutive steps, each drawn
+// from all of its steps. In a run of several processes (a script's trainings, the ranks of a
+// data-parallel job) the loss, scale and step-time plots are of the one a reader needs: the one
+// the top error or warning is about (report_lead_pid), else the first; their captions name it.
 
 typedef struct bucketing {
-    size_t n, nb; // steps, buckets
+    const report_step *s; // the process's steps
+    size_t n, nb;         // steps, buckets
+    char who[192];        // "tiny_gpt (pid 12), 1 of 2 processes" in a run of several; else ""
 } bucketing;
 
-static bucketing bucketing_of(const report_model *m) {
-    size_t n = first_pid_steps(m);
-    return (bucketing){n, n < PLOT_POINTS ? n : PLOT_POINTS};
+static void bucketing_of(const report_model *m, const report_findings *f, bucketing *k) {
+    const report_process *p = report_process_find(m, report_lead_pid(m, f));
+    *k = (bucketing){.s = p ? m->steps + p->step0 : m->steps, .n = p ? p->n_steps : m->n_steps};
+    k->nb = k->n < PLOT_POINTS ? k->n : PLOT_POINTS;
+    const size_t procs = report_processes_with_steps(m);
+    if (p && procs > 1) {
+        char name[128];
+        report_process_phrase(m, p->pid, name, sizeof name);
+        snprintf(k->who, sizeof k->who, "%s, 1 of %zu processes", name, procs);
+    }
 }
 
-// The steps of bucket b: m->steps[*lo .. *hi).
+// A plot's title, "Loss -- tiny_gpt (pid 12), 1 of 2 processes" in a run of several.
+static const char *plot_title(const bucketing *k, const char *what, char *buf, size_t size) {
+    snprintf(buf, size, "%s%s%s", what, k->who[0] ? " \u2014 " : "", k->who);
+    return buf;
+}
+
+// In a run of several processes, which one the plots of one process follow, and why.
+static void plots_note(FILE *out, const report_model *m, const report_findings *f,
+                       const bucketing *k) {
+    if (!k->who[0]) return;
+    const int32_t pid = k->s[0].pid;
+    const bool top = f->n && f->v[0].severity >= AMP_SEVERITY_WARNING && f->v[0].pid == pid;
+    char proc[128];
+    report_process_phrase(m, pid, proc, sizeof proc);
+    fprintf(out,
+            "<p class=\"note\">The run has %zu processes with steps: the loss, loss-scale "
+            "and step-time plots are of ",
+            report_processes_with_steps(m));
+    esc(out, proc);
+    fprintf(out, ", %s; the amax plot has the layers of all of them.</p>\n",
+            top ? "the one the top finding is about" : "the first");
+}
+
+// The steps of bucket b: k->s[*lo .. *hi).
 static void bucket_steps(const bucketing *k, size_t b, size_t *lo, size_t *hi) {
     *lo = b * k->n / k->nb;
     *hi = (b + 1) * k->n / k->nb;
@@ -271,15 +309,15 @@ typedef struct loss_bucket {
     size_t first_bad, last_bad; // indices of its first and last non-finite loss
 } loss_bucket;
 
-static loss_bucket loss_bucket_of(const report_model *m, const bucketing *k, size_t b) {
+static loss_bucket loss_bucket_of(const bucketing *k, size_t b) {
     size_t lo, hi;
     bucket_steps(k, b, &lo, &hi);
-    loss_bucket r = {.x = ((double)m->steps[lo].step + (double)m->steps[hi - 1].step) / 2,
+    loss_bucket r = {.x = ((double)k->s[lo].step + (double)k->s[hi - 1].step) / 2,
                      .min = INFINITY,
                      .max = -INFINITY};
     double sum = 0;
     for (size_t i = lo; i < hi; i++) {
-        const report_step *s = &m->steps[i];
+        const report_step *s = &k->s[i];
         if (s->loss_nonfinite) { // as the summary counts them
             if (!r.nonfinite++) r.first_bad = i;
             r.last_bad = i;
@@ -294,19 +332,18 @@ static loss_bucket loss_bucket_of(const report_model *m, const bucketing *k, siz
     return r;
 }
 
-static void plot_loss(FILE *out, const report_model *m) {
-    const bucketing k = bucketing_of(m);
+static void plot_loss(FILE *out, const bucketing *k) {
     plot p = {.y0 = INFINITY, .y1 = -INFINITY};
-    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0);
-    for (size_t i = 0; i < k.n; i++) {
-        double l = m->steps[i].loss;
-        if (!m->steps[i].loss_finite || !isfinite(l)) continue;
+    plot_steps(&p, k->s[0].step, k->s[k->n - 1].step, 0);
+    for (size_t i = 0; i < k->n; i++) {
+        double l = k->s[i].loss;
+        if (!k->s[i].loss_finite || !isfinite(l)) continue;
         p.y0 = fmin(p.y0, l);
         p.y1 = fmax(p.y1, l);
     }
-    char note[256];
-    svg_open(out, "Loss",
-             bucket_note(&k,
+    char note[256], title[256];
+    svg_open(out, plot_title(k, "Loss", title, sizeof title),
+             bucket_note(k,
                          "the line is each bucket's mean loss, the band its smallest and largest",
                          note, sizeof note),
              "loss per step; non-finite losses marked in red at the top");
@@ -314,36 +351,36 @@ static void plot_loss(FILE *out, const report_model *m) {
     if (p.y1 == p.y0) p.y0 -= 0.5, p.y1 += 0.5; // one value: in the middle
     axes(out, &p, "step", "loss");
     loss_bucket buckets[PLOT_POINTS];
-    for (size_t b = 0; b < k.nb; b++)
-        buckets[b] = loss_bucket_of(m, &k, b);
-    if (k.nb < k.n) {
+    for (size_t b = 0; b < k->nb; b++)
+        buckets[b] = loss_bucket_of(k, b);
+    if (k->nb < k->n) {
         band_point band[PLOT_POINTS];
-        for (size_t b = 0; b < k.nb; b++) // (no finite loss: min INFINITY)
+        for (size_t b = 0; b < k->nb; b++) // (no finite loss: min INFINITY)
             band[b] = (band_point){buckets[b].x, buckets[b].min, buckets[b].max};
-        draw_band(out, &p, "#aec7e8", band, k.nb);
+        draw_band(out, &p, "#aec7e8", band, k->nb);
     }
     size_t points = 0;
     double x = 0, y = 0;
     fputs("<polyline class=\"line\" stroke=\"#1f77b4\" points=\"", out);
-    for (size_t b = 0; b < k.nb; b++) {
+    for (size_t b = 0; b < k->nb; b++) {
         if (!buckets[b].finite) continue;
         x = px(&p, buckets[b].x), y = py(&p, buckets[b].mean), points++;
         fprintf(out, "%.1f,%.1f ", x, y);
     }
     fputs("\"/>", out);
     lone_point(out, points, x, y, "#1f77b4");
-    for (size_t b = 0; b < k.nb; b++) { // every non-finite loss: a mark for each bucket with one
+    for (size_t b = 0; b < k->nb; b++) { // every non-finite loss: a mark for each bucket with one
         const loss_bucket r = buckets[b];
         if (!r.nonfinite) continue;
         char where[64];
-        steps_phrase(where, sizeof where, m->steps[r.first_bad].step, m->steps[r.last_bad].step);
-        top_mark(out, px(&p, (double)m->steps[r.first_bad].step), "#d62728");
+        steps_phrase(where, sizeof where, k->s[r.first_bad].step, k->s[r.last_bad].step);
+        top_mark(out, px(&p, (double)k->s[r.first_bad].step), "#d62728");
         fprintf(out, "<title>%s: %zu non-finite loss%s</title></circle>", where, r.nonfinite,
                 r.nonfinite == 1 ? "" : "es");
     }
-    legend(out, 0, "#1f77b4", k.nb < k.n ? "loss, bucket mean" : "loss");
+    legend(out, 0, "#1f77b4", k->nb < k->n ? "loss, bucket mean" : "loss");
     legend(out, 1, "#d62728", "non-finite loss");
-    if (k.nb < k.n) legend(out, 2, "#aec7e8", "bucket min-max");
+    if (k->nb < k->n) legend(out, 2, "#aec7e8", "bucket min-max");
     svg_close(out);
 }
 
@@ -358,16 +395,16 @@ typedef struct scale_bucket {
     size_t at_zero, first_zero, last_zero;
 } scale_bucket;
 
-static scale_bucket scale_bucket_of(const report_model *m, const bucketing *k, size_t b) {
+static scale_bucket scale_bucket_of(const bucketing *k, size_t b) {
     size_t lo, hi;
     bucket_steps(k, b, &lo, &hi);
-    scale_bucket r = {.x = ((double)m->steps[lo].step + (double)m->steps[hi - 1].step) / 2,
+    scale_bucket r = {.x = ((double)k->s[lo].step + (double)k->s[hi - 1].step) / 2,
                       .first = k->n,
                       .last = k->n,
                       .min = INFINITY,
                       .max = -INFINITY};
     for (size_t i = lo; i < hi; i++) {
-        const report_step *s = &m->steps[i];
+        const report_step *s = &k->s[i];
         if (s->skipped && s->scale_before > 0) {
             if (!r.skipped++) r.first_skip = i;
             r.last_skip = i;
@@ -399,21 +436,20 @@ static void skip_mark(FILE *out, double x, double y, const char *color, const ch
         x, y - 2, color, where, n, n == 1 ? "" : "s");
 }
 
-static void plot_scale(FILE *out, const report_model *m) {
-    const bucketing k = bucketing_of(m);
+static void plot_scale(FILE *out, const bucketing *k) {
     plot p = {.y0 = INFINITY, .y1 = -INFINITY, .logy = true};
-    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0);
-    for (size_t i = 0; i < k.n; i++) {
-        const report_step *s = &m->steps[i];
+    plot_steps(&p, k->s[0].step, k->s[k->n - 1].step, 0);
+    for (size_t i = 0; i < k->n; i++) {
+        const report_step *s = &k->s[i];
         if (!s->has_scale || !(s->scale_before > 0)) continue;
         p.y0 = fmin(p.y0, fmin(s->scale_before, s->scale_after > 0 ? s->scale_after : INFINITY));
         p.y1 = fmax(p.y1, fmax(s->scale_before, s->scale_after));
     }
     if (!isfinite(p.y0)) return; // no GradScaler
     p.y0 /= 2, p.y1 *= 2;
-    char note[256];
-    svg_open(out, "Loss scale",
-             bucket_note(&k,
+    char note[256], title[256];
+    svg_open(out, plot_title(k, "Loss scale", title, sizeof title),
+             bucket_note(k,
                          "the line runs from the scale each bucket began with to the one it left, "
                          "the band spans its smallest and largest; a mark for each bucket with a "
                          "skipped step",
@@ -422,28 +458,28 @@ static void plot_scale(FILE *out, const report_model *m) {
              "skipped steps marked (at a scale of 0: grey, on the bottom edge)");
     axes(out, &p, "step", "loss scale");
     scale_bucket buckets[PLOT_POINTS];
-    for (size_t b = 0; b < k.nb; b++)
-        buckets[b] = scale_bucket_of(m, &k, b);
-    if (k.nb < k.n) {
+    for (size_t b = 0; b < k->nb; b++)
+        buckets[b] = scale_bucket_of(k, b);
+    if (k->nb < k->n) {
         band_point band[PLOT_POINTS];
-        for (size_t b = 0; b < k.nb; b++) // (no scale: min INFINITY)
+        for (size_t b = 0; b < k->nb; b++) // (no scale: min INFINITY)
             band[b] = (band_point){buckets[b].x, buckets[b].min, buckets[b].max};
-        draw_band(out, &p, "#98df8a", band, k.nb);
+        draw_band(out, &p, "#98df8a", band, k->nb);
     }
     // each bucket (each step) from the scale it began with to the one its last update left: a
     // backoff drops at the step that overflowed, a growth at the last step shows
     size_t points = 0;
     double x = 0, y = 0;
     fputs("<polyline class=\"line\" stroke=\"#2ca02c\" points=\"", out);
-    for (size_t b = 0; b < k.nb; b++) {
+    for (size_t b = 0; b < k->nb; b++) {
         const scale_bucket r = buckets[b];
-        if (r.first < k.n) {
-            x = px(&p, (double)m->steps[r.first].step), y = py(&p, m->steps[r.first].scale_before);
+        if (r.first < k->n) {
+            x = px(&p, (double)k->s[r.first].step), y = py(&p, k->s[r.first].scale_before);
             fprintf(out, "%.1f,%.1f ", x, y);
             points++;
         }
-        if (r.last < k.n) {
-            x = px(&p, (double)m->steps[r.last].step), y = py(&p, m->steps[r.last].scale_after);
+        if (r.last < k->n) {
+            x = px(&p, (double)k->s[r.last].step), y = py(&p, k->s[r.last].scale_after);
             fprintf(out, "%.1f,%.1f ", x, y);
             points++;
         }
@@ -452,19 +488,19 @@ static void plot_scale(FILE *out, const report_model *m) {
     if (points) // where the scale ended (also the one point of a one-step run)
         fprintf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#2ca02c\"/>", x, y);
     bool at_zero = false;
-    for (size_t b = 0; b < k.nb; b++) { // every skipped step: a mark for each bucket with one
+    for (size_t b = 0; b < k->nb; b++) { // every skipped step: a mark for each bucket with one
         const scale_bucket r = buckets[b];
         char where[64];
         if (r.skipped) {
-            const report_step *s = &m->steps[r.first_skip];
-            steps_phrase(where, sizeof where, s->step, m->steps[r.last_skip].step);
+            const report_step *s = &k->s[r.first_skip];
+            steps_phrase(where, sizeof where, s->step, k->s[r.last_skip].step);
             skip_mark(out, px(&p, (double)s->step), py(&p, s->scale_before), "#d62728", where,
                       r.skipped);
         }
         if (r.at_zero) {
             at_zero = true;
-            const report_step *s = &m->steps[r.first_zero];
-            steps_phrase(where, sizeof where, s->step, m->steps[r.last_zero].step);
+            const report_step *s = &k->s[r.first_zero];
+            steps_phrase(where, sizeof where, s->step, k->s[r.last_zero].step);
             skip_mark(out, px(&p, (double)s->step), py(&p, p.y0), "#7f7f7f", where, r.at_zero);
         }
     }
@@ -472,8 +508,25 @@ static void plot_scale(FILE *out, const report_model *m) {
     legend(out, 1, "#d62728", "skipped step");
     int row = 2;
     if (at_zero) legend(out, row++, "#7f7f7f", "skipped at scale 0");
-    if (k.nb < k.n) legend(out, row, "#98df8a", "bucket min-max");
+    if (k->nb < k->n) legend(out, row, "#98df8a", "bucket min-max");
     svg_close(out);
+}
+
+// The first step of the amax bucket after step's; false when none can be (past INT64_MAX). In
+// unsigned and by the distance to it: steps may be numbered anywhere in int64_t.
+static bool next_bucket(const report_model *m, int64_t step, int64_t *next) {
+    const uint64_t w = (uint64_t)m->amax_width,
+                   into = ((uint64_t)step - (uint64_t)m->amax_first) % w;
+    const int64_t ahead = (int64_t)(w - into); // 1..w
+    if (step > INT64_MAX - ahead) return false;
+    *next = step + ahead;
+    return true;
+}
+
+// The largest step at most x (a plot's edge, a double that may be 2^63).
+static int64_t step_at_most(double x) {
+    if (x >= 0x1p63) return INT64_MAX;
+    return x < -0x1p63 ? INT64_MIN : (int64_t)floor(x);
 }
 
 // An event saying that the forward output of the layer of amax row a held NaN/inf.
@@ -495,7 +548,7 @@ static void nonfinite_mark(FILE *out, const plot *p, const char *name, int64_t s
 // without statistics, --stats-every); and the steps after its last finite amax that were still
 // recorded (its outputs had no finite value: the line stops there).
 static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, const report_amax *a,
-                           const report_amax *end, const char *name, int64_t first, int64_t width) {
+                           const report_amax *end, const char *name) {
     bool marked = false;
     const report_amax *last_finite = NULL;
     for (const report_amax *r = a; r <= end; r++)
@@ -509,13 +562,13 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, cons
         const report_event *e = &m->events[i];
         if (!forward_nonfinite(e, a)) continue;
         for (int j = 0; j < 2; j++) {
-            const int64_t t = j ? e->last_step : e->step, bucket = (t - first) / width;
+            const int64_t t = j ? e->last_step : e->step, bucket = report_amax_bucket(m, t);
             bool seen = j && t == e->step; // marked already (by this event or an earlier one)
             for (size_t h = 0; h < i && !seen; h++)
                 seen = forward_nonfinite(&m->events[h], a) &&
                        (m->events[h].step == t || m->events[h].last_step == t);
             for (const report_amax *r = a; r <= end && !seen; r++)
-                seen = r->bad_step >= 0 && (r->step - first) / width == bucket;
+                seen = r->bad_step >= 0 && report_amax_bucket(m, r->step) == bucket;
             if (seen || t < p->x0 || t > p->x1) continue; // (outside the focus, --steps)
             nonfinite_mark(out, p, name, t);
             marked = true;
@@ -528,9 +581,9 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, cons
             s->last_step > recorded)
             recorded = s->last_step;
     }
-    const int64_t from = last_finite ? first + ((last_finite->step - first) / width + 1) * width
-                                     : a->step; // the bucket after the last finite one
-    if (recorded > p->x1) recorded = (int64_t)p->x1;
+    int64_t from = a->step; // the bucket after the last finite one
+    if (last_finite && !next_bucket(m, last_finite->step, &from)) return marked;
+    if ((double)recorded > p->x1) recorded = step_at_most(p->x1);
     if (from > recorded) return marked;
     double x0 = px(p, (double)from), x1 = px(p, (double)recorded);
     char where[64];
@@ -546,15 +599,42 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, cons
     return true;
 }
 
-static void plot_amax(FILE *out, const report_model *m) {
+// A process's number in the amax legend, P1 the lowest pid.
+static size_t proc_index(const report_model *m, int32_t pid) {
+    const report_process *p = report_process_find(m, pid);
+    return p ? (size_t)(p - m->procs) + 1 : 0;
+}
+
+// When the layers drawn are of several processes, what their legend's [Pn] stands for, added
+// to note ("P1 is tiny_gpt (pid 12), P2 is tiny_gpt (pid 13)"): the layers' names repeat from
+// one process to the next. false when they are all one process's.
+static bool amax_processes_note(const report_model *m, const size_t *pick, size_t n_pick,
+                                char *note, size_t size) {
+    bool several = false;
+    for (size_t l = 1; l < n_pick; l++)
+        several |= m->amax[pick[l]].pid != m->amax[pick[0]].pid;
+    if (!several) return false;
+    for (size_t i = 0; i < m->n_procs; i++) {
+        bool drawn = false;
+        for (size_t l = 0; l < n_pick; l++)
+            drawn |= m->amax[pick[l]].pid == m->procs[i].pid;
+        if (!drawn) continue;
+        char proc[128];
+        report_process_phrase(m, m->procs[i].pid, proc, sizeof proc);
+        const size_t k = strlen(note);
+        snprintf(note + k, size - k, "%sP%zu is %s", k ? "; " : "", i + 1, proc);
+    }
+    return true;
+}
+
+static void plot_amax(FILE *out, const report_model *m, const bucketing *k) {
     if (m->n_amax == 0) return;
     // the AMAX_LAYERS layers with the largest amax, largest first (pick: their first row)
     size_t pick[AMAX_LAYERS];
     double best[AMAX_LAYERS];
     size_t n_pick = 0;
-    const bucketing k = bucketing_of(m);
     plot p = {.y0 = INFINITY, .y1 = REPORT_F16_MAX * 4, .logy = true};
-    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0); // as the other plots
+    plot_steps(&p, k->s[0].step, k->s[k->n - 1].step, 0); // as the other plots
     for (size_t i = 0; i < m->n_amax;) {
         size_t j = i;
         double top = 0;
@@ -575,11 +655,12 @@ static void plot_amax(FILE *out, const report_model *m) {
     }
     if (!isfinite(p.y0)) p.y0 = 1e-3;
     p.y0 = fmin(p.y0 / 2, 1e-2);
-    const int64_t first = m->amax_first, width = m->amax_width;
-    char note[96];
-    if (width > 1)
-        snprintf(note, sizeof note, "a point is the largest amax of %lld steps", (long long)width);
-    svg_open(out, "Forward amax per layer against the fp16 range", width > 1 ? note : NULL,
+    char note[512] = "";
+    if (m->amax_width > 1)
+        snprintf(note, sizeof note, "a point is the largest amax of %lld steps",
+                 (long long)m->amax_width);
+    const bool several = amax_processes_note(m, pick, n_pick, note, sizeof note);
+    svg_open(out, "Forward amax per layer against the fp16 range", note[0] ? note : NULL,
              "largest absolute forward activation per layer and step, log axis, fp16 max 65504; "
              "NaN/inf in a layer's output marked in red at the top");
     axes(out, &p, "step", "amax (log)");
@@ -608,8 +689,14 @@ static void plot_amax(FILE *out, const report_model *m) {
         fputs("\"/>", out);
         lone_point(out, points, x, y, palette[l]);
         const char *name = report_layer_name(m, a->pid, a->layer_id);
-        nonfinite |= amax_nonfinite(out, m, &p, a, end, name ? name : "?", first, width);
-        legend(out, (int)l, palette[l], name ? name : "?");
+        char label[LEGEND_BYTES + 1], tip[320], proc[128], suffix[24] = "";
+        report_process_phrase(m, a->pid, proc, sizeof proc);
+        snprintf(tip, sizeof tip, "%s%s%s", name ? name : "?", several ? " of " : "",
+                 several ? proc : "");
+        nonfinite |= amax_nonfinite(out, m, &p, a, end, tip);
+        if (several) snprintf(suffix, sizeof suffix, " [P%zu]", proc_index(m, a->pid));
+        legend_text(label, name ? name : "?", suffix);
+        legend(out, (int)l, palette[l], label);
     }
     if (nonfinite) legend(out, (int)n_pick, "#d62728", "NaN/inf output");
     svg_close(out);
@@ -623,12 +710,12 @@ typedef struct time_bucket {
     size_t timed;     // steps with a time
 } time_bucket;
 
-static time_bucket time_bucket_of(const report_model *m, const bucketing *k, size_t b, bool gpu) {
+static time_bucket time_bucket_of(const bucketing *k, size_t b, bool gpu) {
     size_t lo, hi;
     bucket_steps(k, b, &lo, &hi);
     time_bucket r = {0};
     for (size_t i = lo; i < hi; i++) {
-        const report_step *s = &m->steps[i];
+        const report_step *s = &k->s[i];
         if (s->start_ns < 0 || s->end_ns < s->start_ns) continue;
         const double dur = (double)(s->end_ns - s->start_ns);
         if (gpu) {
@@ -638,7 +725,7 @@ static time_bucket time_bucket_of(const report_model *m, const bucketing *k, siz
         } else {
             r.part[0] += (double)s->gemm_ns;
             r.part[1] += (double)s->cast_ns;
-            r.part[2] += fmax(0, (double)(s->op_ns - s->gemm_ns - s->cast_ns));
+            r.part[2] += fmax(0, (double)s->op_ns - (double)s->gemm_ns - (double)s->cast_ns);
             r.part[3] += fmax(0, dur - (double)s->op_ns);
         }
         r.mean += dur;
@@ -651,37 +738,40 @@ static time_bucket time_bucket_of(const report_model *m, const bucketing *k, siz
     return r;
 }
 
-static void plot_breakdown(FILE *out, const report_model *m) {
-    const bucketing k = bucketing_of(m);
+static void plot_breakdown(FILE *out, const report_model *m, const bucketing *k) {
     bool gpu = m->perf.launches > 0;
     const char *names[4] = {"GEMM ops", "casts", "other ops", "rest of step"};
     if (gpu) names[0] = "GPU kernels", names[1] = "copies", names[2] = "GPU idle", names[3] = NULL;
     double top = 0;
-    for (size_t i = 0; i < k.n; i++)
-        if (m->steps[i].start_ns >= 0)
-            top = fmax(top, (double)(m->steps[i].end_ns - m->steps[i].start_ns));
+    for (size_t i = 0; i < k->n; i++)
+        if (k->s[i].start_ns >= 0 && k->s[i].end_ns >= k->s[i].start_ns) // (no overflow)
+            top = fmax(top, (double)(k->s[i].end_ns - k->s[i].start_ns));
     if (!(top > 0)) return;
     // a step far longer than the others (the first one's set-up) would flatten them: the axis
     // stops at CLIP_MEDIANS times the median, and a longer bar is drawn to it, its time written
     // above it
-    const double clip = CLIP_MEDIANS * report_median_step_ns(m);
+    const double clip = CLIP_MEDIANS * report_steps_median_ns(k->s, k->n);
     if (top > clip) top = clip;
     plot p = {.y0 = 0, .y1 = top / 1e6 * 1.05};
-    plot_steps(&p, m->steps[0].step, m->steps[k.n - 1].step, 0.5);
-    char note[256];
-    svg_open(out, gpu ? "Step time: GPU busy, copies, idle" : "Step time: where the host time went",
-             bucket_note(&k, "a bar is the bucket's mean step, the black tick its longest step",
+    plot_steps(&p, k->s[0].step, k->s[k->n - 1].step, 0.5);
+    char note[256], title[256];
+    svg_open(out,
+             plot_title(k,
+                        gpu ? "Step time: GPU busy, copies, idle"
+                            : "Step time: where the host time went",
+                        title, sizeof title),
+             bucket_note(k, "a bar is the bucket's mean step, the black tick its longest step",
                          note, sizeof note),
              "stacked bars of each step's time in milliseconds");
     axes(out, &p, "step", "ms");
     const char *colors[4] = {"#1f77b4", "#ff7f0e", "#9467bd", "#c7c7c7"};
     double label_end = -INFINITY; // the right end of the last time written: none overlap
-    for (size_t b = 0; b < k.nb; b++) {
-        time_bucket r = time_bucket_of(m, &k, b, gpu);
+    for (size_t b = 0; b < k->nb; b++) {
+        time_bucket r = time_bucket_of(k, b, gpu);
         if (!r.timed) continue;
         size_t lo, hi;
-        bucket_steps(&k, b, &lo, &hi);
-        const int64_t a = m->steps[lo].step, z = m->steps[hi - 1].step;
+        bucket_steps(k, b, &lo, &hi);
+        const int64_t a = k->s[lo].step, z = k->s[hi - 1].step;
         const double left = px(&p, (double)a - 0.5), right = px(&p, (double)z + 0.5);
         // a gap between bars wide enough to have one; narrow ones overlap a little (no seams)
         const double unit = right - left;
@@ -725,7 +815,7 @@ static void plot_breakdown(FILE *out, const report_model *m) {
     }
     for (int j = 0; j < 4 && names[j]; j++)
         legend(out, j, colors[j], names[j]);
-    if (k.nb < k.n) legend(out, gpu ? 3 : 4, "#000", "longest step");
+    if (k->nb < k->n) legend(out, gpu ? 3 : 4, "#000", "longest step");
     svg_close(out);
 }
 
@@ -799,7 +889,7 @@ static const char style[] =
     "font-size:13px;font-weight:400}table{border-collapse:collapse}"
     "td{padding:2px 10px 2px 0;vertical-align:top}";
 
-static void finding(FILE *out, const report_finding *f, size_t i) {
+static void finding(FILE *out, const report_model *m, const report_finding *f, size_t i) {
     const char *sev = amp_severity_name(f->severity);
     fprintf(out,
             "<div class=\"finding %s\"><span class=\"sev\">%zu. %s</span> "
@@ -822,6 +912,11 @@ static void finding(FILE *out, const report_finding *f, size_t i) {
         esc(out, f->op);
     }
     if (f->phase[0]) fprintf(out, " (%s)", f->phase);
+    char proc[160]; // which process, when the run has several
+    if (report_finding_process(m, f, proc, sizeof proc)) {
+        fputs(f->first_step >= 0 || f->layer[0] || f->op[0] ? ", " : "", out);
+        esc(out, proc);
+    }
     fputs("</div>", out);
     if (f->detail[0]) {
         fputs("<div class=\"detail\">", out);
@@ -906,15 +1001,18 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
             counts[AMP_SEVERITY_WARNING], counts[AMP_SEVERITY_WARNING] == 1 ? "" : "s",
             counts[AMP_SEVERITY_INFO]);
     for (size_t i = 0; i < f->n; i++)
-        finding(out, &f->v[i], i);
+        finding(out, m, &f->v[i], i);
     if (f->n == 0) fputs("<p>None.</p>\n", out);
 
     fputs("<h2>Plots</h2>\n", out);
     if (s.steps) {
-        plot_loss(out, m);
-        plot_scale(out, m);
-        plot_amax(out, m);
-        plot_breakdown(out, m);
+        bucketing k;
+        bucketing_of(m, f, &k);
+        plots_note(out, m, f, &k);
+        plot_loss(out, &k);
+        plot_scale(out, &k);
+        plot_amax(out, m, &k);
+        plot_breakdown(out, m, &k);
     }
     plot_roofline(out, m);
     if (s.steps == 0 && m->perf.launches == 0) fputs("<p>Nothing recorded to plot.</p>\n", out);

@@ -10,7 +10,8 @@
  *    "counts": {"error": 1, "warning": 2, "info": 0},
  *    "findings": [{"rule": "nonfinite-root-cause", "severity": "error",
  *                  "steps": {"first": 3, "last": 11}, "layer": "blocks.1.attn", "op": "mul",
- *                  "phase": "fwd", "processes": 1, "title": "...", "detail": "...",
+ *                  "phase": "fwd", "processes": 1, "pid": 1234, "program": "tiny_gpt",
+ *                  "title": "...", "detail": "...",
  *                  "evidence": {"input_amax": 6.26953, ...}, "advice": "..."}]}
  *
  * Absent values (no layer, no step, NaN/inf numbers) are null.
@@ -123,7 +124,17 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
         str(out, x->op);
         fputs(", \"phase\": ", out);
         str(out, x->phase);
-        fprintf(out, ", \"processes\": %d,\n   \"title\": ", x->processes);
+        fprintf(out, ", \"processes\": %d", x->processes);
+        // the process it is of; null when run-wide or merged across processes
+        const report_process *p = x->processes == 1 ? report_process_find(m, x->pid) : NULL;
+        fputs(", \"pid\": ", out);
+        if (p)
+            fprintf(out, "%d", (int)p->pid);
+        else
+            fputs("null", out);
+        fputs(", \"program\": ", out);
+        str(out, p ? p->name : NULL);
+        fputs(",\n   \"title\": ", out);
         str(out, x->title);
         fputs(",\n   \"detail\": ", out);
         str(out, x->detail);

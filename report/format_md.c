@@ -90,6 +90,13 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
                 md(out, x->op, true);
                 if (x->phase[0]) fprintf(out, " (%s)", x->phase);
             }
+            char proc[160]; // which process, when the run has several
+            if (report_finding_process(m, x, proc, sizeof proc) && x->processes > 1) {
+                fprintf(out, "\n- processes: %d", x->processes);
+            } else if (proc[0]) {
+                fputs("\n- process: ", out);
+                md(out, proc + 3, true); // (past "in ")
+            }
             fputs("\n\n", out);
             if (x->detail[0]) {
                 md(out, x->detail, false);

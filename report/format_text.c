@@ -86,7 +86,8 @@ static void print_steps(FILE *out, const report_finding *f) {
         fprintf(out, "step %lld", (long long)f->first_step);
 }
 
-static void print_finding(FILE *out, const report_finding *f, size_t index, const palette *p) {
+static void print_finding(FILE *out, const report_model *m, const report_finding *f, size_t index,
+                          const palette *p) {
     const char *sev_color = f->severity == AMP_SEVERITY_ERROR     ? p->red
                             : f->severity == AMP_SEVERITY_WARNING ? p->yellow
                                                                   : p->blue;
@@ -95,12 +96,16 @@ static void print_finding(FILE *out, const report_finding *f, size_t index, cons
     char title[sizeof f->title + 32]; // the title between two escape sequences
     snprintf(title, sizeof title, "%s%s%s", p->bold, f->title, p->off);
     wrap(out, "   ", title);
-    if (f->first_step >= 0 || f->layer[0] || f->op[0]) { // a run-wide finding has no where
+    char proc[160]; // which process, when the run has several
+    const bool several = report_finding_process(m, f, proc, sizeof proc);
+    if (f->first_step >= 0 || f->layer[0] || f->op[0] || several) { // run-wide: no where
         fprintf(out, "   where: ");
         print_steps(out, f);
         if (f->layer[0]) fprintf(out, "%slayer %s", f->first_step >= 0 ? ", " : "", f->layer);
         if (f->op[0]) fprintf(out, "%sop %s", f->first_step >= 0 || f->layer[0] ? ", " : "", f->op);
         if (f->phase[0]) fprintf(out, " (%s)", f->phase);
+        if (several)
+            fprintf(out, "%s%s", f->first_step >= 0 || f->layer[0] || f->op[0] ? ", " : "", proc);
         fprintf(out, "\n");
     }
     if (f->detail[0]) wrap(out, "   ", f->detail);
@@ -134,7 +139,8 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
                 counts[AMP_SEVERITY_ERROR], counts[AMP_SEVERITY_ERROR] == 1 ? "" : "s",
                 counts[AMP_SEVERITY_WARNING], counts[AMP_SEVERITY_WARNING] == 1 ? "" : "s",
                 counts[AMP_SEVERITY_INFO]);
-        for (size_t i = 0; i < f->n; i++) print_finding(out, &f->v[i], i + 1, p);
+        for (size_t i = 0; i < f->n; i++)
+            print_finding(out, m, &f->v[i], i + 1, p);
     }
 
     report_summary s;

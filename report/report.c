@@ -361,6 +361,38 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// The processes that recorded anything (focus aside: a run of several processes says which one a
+// finding is of whatever the focus), their names, and their focused steps' rows in m->steps.
+static bool load_procs(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    char sql[400];
+    snprintf(sql, sizeof sql,
+             "SELECT u.pid, %s FROM (SELECT pid FROM AMP_STEPS UNION SELECT pid FROM AMP_LAYERS "
+             "UNION SELECT pid FROM AMP_EVENTS) u ORDER BY u.pid",
+             amp_store_has_column(db, "AMP_PROCESSES", "name")
+                 ? "(SELECT name FROM AMP_PROCESSES p WHERE p.pid = u.pid ORDER BY p.rowid LIMIT 1)"
+                 : "NULL");
+    if (!prepare(db, m->path, sql, m, &q, err)) return false;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        AMP_GROW(m->procs, m->n_procs, cap);
+        m->procs[m->n_procs++] =
+            (report_process){.pid = sqlite3_column_int(q, 0), .name = col_name(q, 1)};
+    }
+    // the steps are sorted by pid: each process's are one run of them
+    for (size_t i = 0, k = 0; i < m->n_procs; i++) {
+        report_process *p = &m->procs[i];
+        while (k < m->n_steps && m->steps[k].pid < p->pid)
+            k++;
+        p->step0 = k;
+        while (k < m->n_steps && m->steps[k].pid == p->pid)
+            k++;
+        p->n_steps = k - p->step0;
+    }
+    return finish(db, m->path, q, rc, err);
+}
+
 // AMP_TENSOR_STATS in one pass over its rows, into three summaries: m->stats per (pid, layer,
 // op, kind, dtype, target); each step's largest gradient amax (numel > 1); each layer's forward
 // amax in REPORT_AMAX_BUCKETS buckets over the steps (m->amax). Summed here: SQL's GROUP BY sorts
@@ -428,7 +460,7 @@ typedef struct stats_pass {
     report_index groups, buckets;
     size_t cap_stats, cap_amax;
     int64_t *bucket_of; // per m->amax entry, its bucket (the key with pid and layer)
-    int64_t lo, width;  // the buckets: (step - lo) / width; width 0: no steps, no buckets
+    int64_t width;      // m->amax_width (report_amax_bucket); 0: no steps, no buckets
     report_step *step;  // the step record of the last gradient row (a cache)
 } stats_pass;
 
@@ -533,7 +565,7 @@ static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax)
 static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t step, double amax,
                              bool bad) {
     report_model *m = p->m;
-    bucket_key k = {pid, layer, (step - p->lo) / p->width}; // (C and SQL truncate alike)
+    bucket_key k = {pid, layer, report_amax_bucket(p->m, step)};
     size_t *slot = report_index_slot(&p->buckets, m->n_amax, bucket_hash(&k), p, &k, same_bucket,
                                      bucket_rehash);
     if (!*slot) {
@@ -579,8 +611,10 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             if (m->steps[i].step < lo) lo = m->steps[i].step;
             if (m->steps[i].step > hi) hi = m->steps[i].step;
         }
-        p.lo = m->amax_first = lo;
-        p.width = m->amax_width = (hi - lo) / REPORT_AMAX_BUCKETS + 1;
+        // in unsigned: steps numbered from -5 to INT64_MAX span more than an int64_t holds
+        m->amax_first = lo;
+        p.width = m->amax_width =
+            (int64_t)(((uint64_t)hi - (uint64_t)lo) / REPORT_AMAX_BUCKETS + 1);
     }
     sqlite3_stmt *q;
     if (!prepare(db, m->path, sql_stats, m, &q, err)) return false;
@@ -633,8 +667,8 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
     err[0] = 0;
     sqlite3_exec(db, "BEGIN", NULL, NULL, NULL); // one snapshot, also of a run still being written
     bool ok = load_meta(db, m, err) && load_end(db, m, err) && load_layers(db, m, err) &&
-              load_steps(db, m, err) && load_events(db, m, err) && load_stats(db, m, err) &&
-              report_perf_load(db, m, err);
+              load_steps(db, m, err) && load_events(db, m, err) && load_procs(db, m, err) &&
+              load_stats(db, m, err) && report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (!ok) {
         report_model_free(m);
@@ -652,6 +686,9 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
 
 void report_model_free(report_model *m) {
     for (size_t i = 0; i < m->n_layers; i++) free((char *)m->layers[i].name);
+    for (size_t i = 0; i < m->n_procs; i++)
+        free((char *)m->procs[i].name);
+    free(m->procs);
     for (size_t i = 0; i < m->n_events; i++) {
         report_event *e = &m->events[i];
         free((char *)e->op);
@@ -732,6 +769,33 @@ const report_step *report_step_find(const report_model *m, int32_t pid, int64_t 
     return NULL;
 }
 
+const report_process *report_process_find(const report_model *m, int32_t pid) {
+    for (size_t i = 0; i < m->n_procs; i++) // (a few processes: ranks, a script's trainings)
+        if (m->procs[i].pid == pid) return &m->procs[i];
+    return NULL;
+}
+
+void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {
+    const report_process *p = report_process_find(m, pid);
+    if (p && p->name && p->name[0])
+        snprintf(buf, n, "%s (pid %d)", p->name, (int)pid);
+    else
+        snprintf(buf, n, "pid %d", (int)pid);
+}
+
+size_t report_processes_with_steps(const report_model *m) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_procs; i++)
+        n += m->procs[i].n_steps > 0;
+    return n;
+}
+
+int64_t report_amax_bucket(const report_model *m, int64_t step) {
+    const uint64_t w = (uint64_t)(m->amax_width > 0 ? m->amax_width : 1);
+    if (step >= m->amax_first) return (int64_t)(((uint64_t)step - (uint64_t)m->amax_first) / w);
+    return -1 - (int64_t)(((uint64_t)m->amax_first - (uint64_t)step - 1) / w);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Findings
 
@@ -776,6 +840,27 @@ void report_finding_where(report_finding *f, const char *layer, const char *op, 
     copy_name(f->phase, sizeof f->phase, phase);
 }
 
+bool report_finding_process(const report_model *m, const report_finding *f, char *buf, size_t n) {
+    buf[0] = 0;
+    if (m->n_procs < 2 || (f->processes <= 1 && f->pid == 0)) return false;
+    if (f->processes > 1) {
+        snprintf(buf, n, "in %d processes", f->processes);
+        return true;
+    }
+    char who[128];
+    report_process_phrase(m, f->pid, who, sizeof who);
+    snprintf(buf, n, "in %s", who);
+    return true;
+}
+
+int32_t report_lead_pid(const report_model *m, const report_findings *f) {
+    if (f->n && f->v[0].severity >= AMP_SEVERITY_WARNING && f->v[0].pid) {
+        const report_process *p = report_process_find(m, f->v[0].pid);
+        if (p && p->n_steps) return p->pid;
+    }
+    return m->n_steps ? m->steps[0].pid : 0;
+}
+
 void report_findings_free(report_findings *f) {
     free(f->v);
     memset(f, 0, sizeof *f);
@@ -813,12 +898,7 @@ static bool same_problem(const report_finding *a, const report_finding *b) {
 // Several processes that recorded one run (the ranks of a data-parallel job) show the same
 // problem each: one finding, with the first process's figures and the count, not one per process.
 static void merge_processes(const report_model *m, report_findings *out) {
-    bool several = false;
-    for (size_t i = 1; i < m->n_layers && !several; i++)
-        several = m->layers[i].pid != m->layers[0].pid;
-    for (size_t i = 1; i < m->n_steps && !several; i++)
-        several = m->steps[i].pid != m->steps[0].pid;
-    if (!several) return;
+    if (m->n_procs < 2) return;
     size_t kept = 0;
     for (size_t i = 0; i < out->n; i++) {
         report_finding *f = &out->v[i], *same = NULL;
@@ -892,9 +972,33 @@ bool report_kernel_is_gemm(const char *name) {
     return false;
 }
 
-bool report_event_breaks_forward(const char *kind, const char *phase) {
-    if (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0) return phase && strcmp(phase, "fwd") == 0;
-    return strcmp(kind, "nonfinite_input") == 0 || strcmp(kind, "nonfinite_module") == 0;
+// A non-finite loss in e's steps of its process: a step record's, or a loss_nonfinite event's.
+static bool loss_broken_at(const report_model *m, const report_event *e) {
+    const report_process *p = report_process_find(m, e->pid);
+    const report_step *s = p ? m->steps + p->step0 : NULL;
+    size_t lo = 0, hi = p ? p->n_steps : 0; // its steps are sorted: the first one >= e->step
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (s[mid].step < e->step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; p && i < p->n_steps && s[i].step <= e->last_step; i++)
+        if (s[i].loss_nonfinite) return true;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *o = &m->events[i];
+        if (o->pid == e->pid && strcmp(o->kind, AMP_EVENT_LOSS_NONFINITE) == 0 &&
+            o->step <= e->last_step && o->last_step >= e->step)
+            return true;
+    }
+    return false;
+}
+
+bool report_event_breaks_forward(const report_model *m, const report_event *e) {
+    if (strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0)
+        return e->phase ? strcmp(e->phase, "fwd") == 0 : loss_broken_at(m, e);
+    return strcmp(e->kind, "nonfinite_input") == 0 || strcmp(e->kind, "nonfinite_module") == 0;
 }
 
 bool report_focused(const report_model *m) {
@@ -918,13 +1022,15 @@ static int cmp_double(const void *pa, const void *pb) {
 }
 
 double report_median_step_ns(const report_model *m) {
-    double *d = amp_xmalloc((m->n_steps + 1) * sizeof *d);
+    return report_steps_median_ns(m->steps, m->n_steps);
+}
+
+double report_steps_median_ns(const report_step *s, size_t n_steps) {
+    double *d = amp_xmalloc((n_steps + 1) * sizeof *d);
     size_t n = 0;
-    for (size_t i = 0; i < m->n_steps; i++) {
-        const report_step *s = &m->steps[i];
-        if (s->start_ns >= 0 && s->end_ns >= s->start_ns)
-            d[n++] = (double)(s->end_ns - s->start_ns);
-    }
+    for (size_t i = 0; i < n_steps; i++)
+        if (s[i].start_ns >= 0 && s[i].end_ns >= s[i].start_ns)
+            d[n++] = (double)(s[i].end_ns - s[i].start_ns);
     double median = report_median(d, n);
     free(d);
     return median;
@@ -1105,7 +1211,14 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
     const char *what = s.steps == 0 ? "No training step was recorded"
                        : errors     ? "Training broke"
                                     : "Training ran, with problems";
-    int k = snprintf(buf, n, "%s: %s", what, top->title);
+    // in a run of several processes, which one (a rank each that shows it: the finding says so)
+    char where[160] = "";
+    if (top->processes == 1 && top->pid && m->n_procs > 1) {
+        char who[128];
+        report_process_phrase(m, top->pid, who, sizeof who);
+        snprintf(where, sizeof where, " in %s, 1 of %zu processes", who, m->n_procs);
+    }
+    int k = snprintf(buf, n, "%s%s: %s", what, s.steps ? where : "", top->title);
     if (k < 0 || (size_t)k >= n) return false;
     // the advice's first sentence is the fix
     const char *end = strstr(top->advice, ". ");

@@ -100,6 +100,14 @@ typedef struct report_layer {
     const char *name;
 } report_layer;
 
+// A process that recorded the run: a pid of AMP_STEPS, AMP_LAYERS or AMP_EVENTS (whatever the
+// focus), with its name from AMP_PROCESSES (/proc/PID/comm, "tiny_gpt"; NULL: not recorded).
+typedef struct report_process {
+    int32_t pid;
+    const char *name;
+    size_t step0, n_steps; // its focused steps: m->steps[step0 .. step0 + n_steps)
+} report_process;
+
 // The largest forward-activation amax of a layer over a bucket of steps (at most
 // REPORT_AMAX_BUCKETS buckets over the focus), for the html plot.
 #define REPORT_AMAX_BUCKETS 200
@@ -210,6 +218,8 @@ typedef struct report_model {
     size_t n_stats;
     report_layer *layers; // sorted by pid, id
     size_t n_layers;
+    report_process *procs; // sorted by pid
+    size_t n_procs;
     report_op *ops; // sorted by pid, layer, op, phase, in/out dtypes, policy (strcmp order)
     size_t n_ops;
     report_amax *amax; // forward amax per layer over step buckets, sorted by pid, layer, step
@@ -272,6 +282,15 @@ const char *report_clean(const char *s, char **scratch);
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
+// The process of pid; NULL when none recorded anything.
+const report_process *report_process_find(const report_model *m, int32_t pid);
+// "tiny_gpt (pid 1234)", or "pid 1234" when its name was not recorded.
+void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n);
+// How many processes have steps in the focus.
+size_t report_processes_with_steps(const report_model *m);
+// The forward-amax bucket of a step (m->amax_first, m->amax_width), floored, without overflow
+// whatever the steps' numbers (a step past the buckets' first counts from it in unsigned).
+int64_t report_amax_bucket(const report_model *m, int64_t step);
 // Hashing for the report's tables: a 64-bit finaliser, and a string folded into a hash (FNV-1a).
 static inline uint64_t report_mix(uint64_t x) {
     x ^= x >> 33;
@@ -323,8 +342,11 @@ double report_dtype_max(const char *dtype);
 // A 16-bit floating dtype by its name: "f16" or "bf16".
 bool report_dtype_lowp(const char *dtype);
 // An event that says where a step's forward first went non-finite: a forward producer, NaN/inf
-// in the input data, or the first module output (nonfinite_module: traced per module).
-bool report_event_breaks_forward(const char *kind, const char *phase);
+// in the input data, or the first module output (nonfinite_module: traced per module). A
+// producer recorded without a phase (AMP_PHASE_NONE: a framework outside libampcore, through
+// libamprecord) is judged by its steps: a forward break when one of them has a non-finite loss
+// (its step record, or a loss_nonfinite event of its process).
+bool report_event_breaks_forward(const report_model *m, const report_event *e);
 // True when --steps narrowed the report to some steps.
 bool report_focused(const report_model *m);
 // What the Run section says when no step is in the report: "none recorded", or none in the focus.
@@ -334,6 +356,8 @@ bool report_pid_autocast(const report_model *m, int32_t pid);
 // The focused steps' median step time in ns (a first step's set-up or a stall does not move
 // it); NaN: no step times.
 double report_median_step_ns(const report_model *m);
+// The same of steps s[0..n) (one process's).
+double report_steps_median_ns(const report_step *s, size_t n);
 // The median of v[0..n) (sorts v); NaN when n is 0.
 double report_median(double *v, size_t n);
 
@@ -351,6 +375,7 @@ typedef struct report_finding {
     char detail[1024];  // the evidence in words (input ranges, the worst layers, ...)
     char advice[1024];  // what to change
     int processes;      // how many processes showed it (data-parallel ranks: one finding)
+    int32_t pid;        // the process it is of (the first one's when merged); 0: run-wide
     int n_evidence;
     struct {
         const char *key; // lower_snake_case, stable (json)
@@ -370,6 +395,13 @@ report_finding *report_finding_add(report_findings *out, const char *rule, amp_s
 void report_finding_evidence(report_finding *f, const char *key, double value);
 // Sets layer/op/phase from a model's names (NULL: left empty).
 void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase);
+// Where a finding is in a run of several processes: "in tiny_gpt (pid 1234)", or "in 2
+// processes" for one merged across ranks; false (buf "") when the run has one process or the
+// finding is run-wide.
+bool report_finding_process(const report_model *m, const report_finding *f, char *buf, size_t n);
+// The process the plots and the verdict follow: that of the top error or warning when it is one
+// process's with steps, else the first process with steps; 0: no steps.
+int32_t report_lead_pid(const report_model *m, const report_findings *f);
 // What to do about host synchronisations (rules host-sync and gpu-idle give the same advice).
 extern const char report_sync_advice[];
 void report_findings_free(report_findings *f);
@@ -472,15 +504,25 @@ typedef struct report_run_figures {
     const char *compiled;           // META (torch.compile: "model", "modules"); NULL: eager
     char program[64];               // what ran (report_program_of META command); "": unknown
     bool autocast;                  // any op ran under autocast
-    int64_t steps, skipped;
+    int64_t steps, skipped;         // of all its processes
     double step_ms;       // median step time; NaN: no times
     double throughput;    // steps per second (1000 / step_ms)
-    double final_loss;    // mean loss of the last 10% of the steps (at least 1); NaN: none
     double peak_mem;      // tensor bytes held at most (AMP_STEPS); NaN: not known
     size_t errors, warnings;
+    size_t processes; // processes with steps
+    // The losses, of one process (a run of several trains as many models): its pid (0: no
+    // steps), "tiny_gpt pid 12" ("pid 12" without a name), its steps, the mean loss of its last
+    // 10% of steps (at least 1; NaN: none, or one of them non-finite) and its last step's loss
+    // (NaN: none, or not finite)
+    int32_t loss_pid;
+    char loss_process[160];
+    int64_t loss_steps;
+    double final_loss, last_loss;
 } report_run_figures;
 
-void report_figures(const report_model *m, const report_findings *f, report_run_figures *r);
+// The figures of m, the losses of process p (NULL: its first process with steps).
+void report_figures(const report_model *m, const report_findings *f, const report_process *p,
+                    report_run_figures *r);
 // The program a command line ran, for telling two runs' programs apart: the executable's base
 // name (past `env` and NAME=value), or the script an interpreter or launcher runs (the first
 // word ending in .py or .sh: "train.py" of python3, torchrun, bash, python3 -m

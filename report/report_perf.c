@@ -315,6 +315,11 @@ static int cmp_corr(const void *pa, const void *pb) {
 // ---------------------------------------------------------------------------------------------
 // Kernels: one table scan (sorting in C beats an index walk over a million rows)
 
+// A timestamp the timeline can subtract from another without overflow (inside +-2^62 ns).
+static bool sane_ns(int64_t t) {
+    return t > -(INT64_C(1) << 62) && t < INT64_C(1) << 62;
+}
+
 static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
@@ -334,7 +339,9 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
-        if (e < s) continue; // an incomplete record (start = end = 0 is kept as empty)
+        // an incomplete record (start = end = 0 is kept as empty), or a damaged one: a time
+        // past +-2^62 ns (146 years from the epoch) would overflow the durations and gaps
+        if (e < s || !sane_ns(s) || !sane_ns(e)) continue;
         int32_t ki = kernel_of(p, names, sqlite3_column_int64(q, 2), &names_cap);
         report_kernel *k = &p->kernels[ki];
         k->launches++;
@@ -401,7 +408,10 @@ static void timeline(report_model *m, launch *v, size_t n) {
         }
     }
     p->span_ns = cur_end == INT64_MIN ? 0 : cur_end - first;
-    if (p->warmup_kernels) p->warmup_ns = warm_to - warm_from;
+    // (step 0's end is the run's own number, any int64_t: saturated rather than overflowed)
+    if (p->warmup_kernels)
+        p->warmup_ns =
+            (uint64_t)warm_to - (uint64_t)warm_from > INT64_MAX ? INT64_MAX : warm_to - warm_from;
     free(c.by_start);
 }
 
@@ -447,7 +457,7 @@ static bool load_counters(loader *l, launch *v, size_t n) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t a = sqlite3_column_int64(q, 0), b = sqlite3_column_int64(q, 1);
-        if (b <= a) continue;
+        if (b <= a || !sane_ns(a) || !sane_ns(b)) continue; // (as the kernels' times)
         AMP_GROW(s, ns, cap);
         s[ns++] = (pm_sample){a, b, sqlite3_column_int(q, 2), sqlite3_column_double(q, 3),
                               sqlite3_column_double(q, 4) / 100.0};

@@ -25,6 +25,8 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,9 +95,14 @@ static bool same_site(const report_event *a, const report_event *b) {
            strcmp(a->phase ? a->phase : "", b->phase ? b->phase : "") == 0;
 }
 
-// A step's forward went non-finite (a forward producer, a data input or a module output).
-static bool fwd_root(const report_event *e) {
-    return report_event_breaks_forward(e->kind, e->phase);
+// Which events say that a step's forward went non-finite (a forward producer, a data input or a
+// module output; a producer without a phase by its step's loss), judged once: a phase-less one
+// is judged from the steps and events around it. Free it.
+static bool *fwd_roots(const report_model *m) {
+    bool *root = amp_xcalloc(m->n_events + 1, sizeof *root);
+    for (size_t i = 0; i < m->n_events; i++)
+        root[i] = report_event_breaks_forward(m, &m->events[i]);
+    return root;
 }
 
 // Steps (first, last) and occurrences of the events at the same site as e.
@@ -217,6 +224,7 @@ static double domain_min(const char *op) {
 
 static void where(report_finding *f, const report_model *m, const report_event *e) {
     report_finding_where(f, report_layer_name(m, e->pid, e->layer_id), e->op, e->phase);
+    f->pid = e->pid;
 }
 
 static const char *layer_words(const report_finding *f) {
@@ -444,14 +452,14 @@ static int detail_len(const report_event *e) {
 // The steps of pid right after last whose loss is non-finite with no forward root of their own,
 // up to *until: what an optimizer that stepped on NaN/inf gradients leaves (weights non-finite).
 // None when step last was skipped: its gradients never reached the weights.
-static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, int64_t *until) {
+static int64_t poisoned_after(const report_model *m, const bool *root, int32_t pid, int64_t last,
+                              int64_t *until) {
     const report_step *at = report_step_find(m, pid, last);
-    if (at && at->skipped) return 0;
+    if ((at && at->skipped) || last == INT64_MAX) return 0; // (no step after INT64_MAX)
     int64_t next_root = INT64_MAX;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *o = &m->events[i];
-        if (o->pid == pid && fwd_root(o) && o->step > last && o->step < next_root)
-            next_root = o->step;
+        if (o->pid == pid && root[i] && o->step > last && o->step < next_root) next_root = o->step;
     }
     int64_t n = 0;
     for (int64_t s = last + 1; s < next_root; s++) {
@@ -463,7 +471,8 @@ static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, 
     return n;
 }
 
-static void add_forward_root(const report_model *m, const report_event *e, report_findings *out) {
+static void add_forward_root(const report_model *m, const bool *root, const report_event *e,
+                             report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
@@ -473,11 +482,11 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
     explain_forward(f, e, &r);
     int64_t losses, skipped;
     count_bad_steps(m, e->pid, f->first_step, f->last_step, &losses, &skipped);
-    int64_t until = 0, after = poisoned_after(m, e->pid, f->last_step, &until);
+    int64_t until = 0, after = poisoned_after(m, root, e->pid, f->last_step, &until);
     char then[384] = "", span[64];
     if (after == 1)
         snprintf(span, sizeof span, "step %lld", (long long)until);
-    else
+    else if (after > 1) // (then a step follows the last one: no step INT64_MAX + 1)
         snprintf(span, sizeof span, "steps %lld-%lld", (long long)f->last_step + 1,
                  (long long)until);
     if (after > 0)
@@ -498,6 +507,10 @@ static void add_forward_root(const report_model *m, const report_event *e, repor
                          "may be where it was made: "
                        : "",
              elsewhere ? m->unwatched : "", elsewhere ? "." : "");
+    size_t len = strlen(f->detail);
+    if (!e->phase && is(e, AMP_EVENT_NONFINITE_PRODUCER)) // (an outside framework's record)
+        snprintf(f->detail + len, sizeof f->detail - len,
+                 " Recorded without a phase: a forward break by its step's non-finite loss.");
     report_finding_evidence(f, "steps_affected", (double)affected);
     report_finding_evidence(f, "nonfinite_elements", e->count >= 0 ? (double)e->count : NAN);
     report_finding_evidence(f, "input_amax", r.in_amax);
@@ -634,6 +647,7 @@ static void add_loss_only(const report_model *m, const report_event *e, report_f
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
     report_finding_where(f, NULL, NULL, NULL);
+    f->pid = e->pid;
     snprintf(f->title, sizeof f->title,
              "the loss became %s at step %lld with no op traced as the producer",
              isinf(e->value) ? "inf" : "NaN", (long long)f->first_step);
@@ -663,34 +677,36 @@ static bool unscaled_backward_before(const report_model *m, const report_event *
 void rule_nonfinite_run(const report_model *m, report_findings *out) {
     // The root of each step: its first forward producer or data input (events are in recording
     // order). One finding per distinct root site; the first step that site was the root leads.
-    bool any_root = false;
+    bool any_root = false, *root = fwd_roots(m);
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        if (!fwd_root(e)) continue;
+        if (!root[i]) continue;
         bool root_of_step = true, seen = false;
         for (size_t j = 0; j < i && root_of_step; j++) {
             const report_event *o = &m->events[j];
-            if (fwd_root(o) && o->pid == e->pid && o->step == e->step) root_of_step = false;
+            if (root[j] && o->pid == e->pid && o->step == e->step) root_of_step = false;
             if (same_site(o, e)) seen = true;
         }
         if (!root_of_step || seen) continue;
-        add_forward_root(m, e, out);
+        add_forward_root(m, root, e, out);
         any_root = true;
     }
-    // Backward producers of steps whose forward stayed finite: one finding per site.
+    // Backward producers of steps whose forward stayed finite: one finding per site (a producer
+    // without a phase whose step's loss stayed finite is judged a backward one).
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        if (!is(e, AMP_EVENT_NONFINITE_PRODUCER) || is_fwd(e)) continue;
+        if (!is(e, AMP_EVENT_NONFINITE_PRODUCER) || root[i]) continue;
         bool fwd_broken = false, seen = false;
         for (size_t j = 0; j < m->n_events; j++) {
             const report_event *o = &m->events[j];
             if (o->pid == e->pid && o->step <= e->step && o->last_step >= e->step &&
-                (fwd_root(o) || is(o, AMP_EVENT_LOSS_NONFINITE)))
+                (root[j] || is(o, AMP_EVENT_LOSS_NONFINITE)))
                 fwd_broken = true;
             if (j < i && same_site(o, e)) seen = true;
         }
         if (!fwd_broken && !seen) add_backward(m, e, out);
     }
+    free(root);
     if (any_root) return;
     // A non-finite loss that no forward producer explains, nor a backward that went non-finite
     // before it without a GradScaler to skip its step (the optimizer stepped on NaN gradients).

@@ -57,6 +57,7 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
         double bits = log2(max / s->amax);
         report_finding *f = report_finding_add(out, RULE, sev);
         report_finding_where(f, report_layer_name(m, s->pid, s->layer_id), s->op, "fwd");
+        f->pid = s->pid;
         f->first_step = s->near_first_step >= 0 ? s->near_first_step : s->first_step;
         f->last_step = s->near_last_step >= 0 ? s->near_last_step : s->last_step;
         const char *layer = f->layer[0] ? f->layer : "(top level)";

@@ -200,6 +200,7 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
             continue;
         report_finding *x = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
         report_finding_where(x, report_layer_name(m, l->pid, l->layer_id), NULL, NULL);
+        x->pid = l->pid;
         snprintf(x->title, sizeof x->title,
                  "%.80s takes %.0f%% of the GPU time at %.1f%% of its %s roof",
                  x->layer[0] ? x->layer : "the top level", 100 * layer_share, 100 * pl.efficiency,

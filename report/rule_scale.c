@@ -123,8 +123,7 @@ static bool forward_broken(const report_model *m, int32_t pid, int64_t first, in
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
         if (e->pid != pid || e->last_step < first || e->step > last) continue;
-        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 ||
-            report_event_breaks_forward(e->kind, e->phase))
+        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 || report_event_breaks_forward(m, e))
             return true;
     }
     return false;
@@ -186,6 +185,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
+            f->pid = r.pid;
             f->first_step = r.collapse_first;
             f->last_step = r.collapse_zeros ? r.collapse_zero_last : r.collapse_last;
             char zeros[128] = "";
@@ -237,6 +237,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         if (r.cycles >= THRASH_CYCLES) {
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
+            f->pid = r.pid;
             f->first_step = r.first_skip;
             f->last_step = r.last_skip;
             snprintf(f->title, sizeof f->title,
@@ -266,6 +267,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         if (!reported && r.skipped - r.calib_skipped >= 2 && rate > SKIP_RATE_WARN) {
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
+            f->pid = r.pid;
             f->first_step = r.first_skip;
             f->last_step = r.last_skip;
             snprintf(f->title, sizeof f->title,
@@ -308,6 +310,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             r.growths == 0 && room) {
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
+            f->pid = r.pid;
             f->first_step = r.first_step;
             f->last_step = r.last_step;
             snprintf(f->title, sizeof f->title,
@@ -334,6 +337,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         if (!reported && r.skipped > 0) {
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
             report_finding_where(f, NULL, NULL, "optim");
+            f->pid = r.pid;
             f->first_step = r.first_skip;
             f->last_step = r.last_skip;
             snprintf(f->title, sizeof f->title, "%lld of %lld steps skipped by the GradScaler",

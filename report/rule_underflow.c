@@ -164,6 +164,11 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     bool warn = lowp_grads && worst_share >= LOST_SHARE_WARN;
     report_finding *f = report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     report_finding_where(f, report_layer_name(m, worst->pid, worst->layer_id), NULL, "bwd");
+    f->pid = worst->pid; // one process's, unless a layer of another one is affected too
+    for (size_t k = 0; k < n; k++)
+        if (v[k].pid != worst->pid && (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel &&
+            v[k].lost > 0)
+            f->pid = 0;
     f->first_step = worst->first_step;
     f->last_step = worst->last_step;
     snprintf(f->title, sizeof f->title,

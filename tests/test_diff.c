@@ -114,6 +114,76 @@ static void exited(const char *path, int status) {
     sql(path, buf);
 }
 
+// A second process in the run at path: pid 1's steps again as pid, its losses times factor;
+// each process named (AMP_PROCESSES: the program's /proc comm).
+static void second_process(const char *path, int pid, double factor, const char *name1,
+                           const char *name2) {
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "CREATE TEMP TABLE t AS SELECT * FROM AMP_STEPS WHERE pid = 1; UPDATE t SET pid = %d, "
+             "loss = loss * %.17g; INSERT INTO AMP_STEPS SELECT * FROM t; DROP TABLE t;"
+             "INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, status) VALUES "
+             "(1, 0, 16777216, '%s', 'complete'), (%d, 0, %lld, '%s', 'complete');",
+             pid, factor, name1, pid, (long long)pid << 24, name2);
+    sql(path, buf);
+}
+
+// Runs of several processes (a script that trains two models): each process's loss curve is
+// compared with that of the process of the same program and order in the other run, not the
+// first with the first; the table says whose losses it gives.
+START_TEST(processes_are_matched_by_program_and_order) {
+    run(a_path, 20, 4.0, 1.0, 0, true, "cpu");
+    second_process(a_path, 2, 2.0, "mlp", "tiny_gpt"); // mlp 3.0 - 0.02 i, tiny_gpt twice that
+    run(b_path, 20, 4.0, 2.0, 0, true, "cpu");
+    second_process(b_path, 9, 0.5, "tiny_gpt", "mlp"); // the same, the other way round
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "processes              2                  2");
+    HAS(t, "losses of              mlp pid 1          mlp pid 9");
+    HAS(t, "mean loss (last 10%)   2.63               2.63               +0.00%");
+    HAS(t, "same loss within 0.1% (the losses of mlp pid 1 in A and mlp pid 9 in B).");
+    HAS(t, "Loss curves, process by process (matched by program and order; the table's losses "
+           "are the first line's):\n"
+           "  mlp pid 1 in A, mlp pid 9 in B: 20 common steps with finite losses, the same in "
+           "both.\n"
+           "  tiny_gpt pid 2 in A, tiny_gpt pid 1 in B: 20 common steps with finite losses, the "
+           "same in both.\n");
+    ck_assert_msg(!strstr(t, "diverge"), "%s", t);
+    free(t);
+    t = diff_of(a_path, b_path, "json");
+    HAS(t, "\"processes\": 2, \"loss_pid\": 1, \"loss_process\": \"mlp\",");
+    HAS(t, "\"processes\": 2, \"loss_pid\": 9, \"loss_process\": \"mlp\",");
+    HAS(t, "\"loss_by_process\": [{\"a_pid\": 1, \"b_pid\": 9, \"process\": \"mlp\", "
+           "\"common_steps\": 20, \"mean_rel_diff\": 0,");
+    HAS(t, "{\"a_pid\": 2, \"b_pid\": 1, \"process\": \"tiny_gpt\", \"common_steps\": 20");
+    free(t);
+}
+END_TEST
+
+// A run of two trainings where the second broke (NaN from step 12), against a run of one: the
+// losses compared are the broken one's, against the process of its program in the other run;
+// the healthy one is compared with its own match.
+START_TEST(the_losses_compared_are_of_the_process_that_broke) {
+    run(a_path, 20, 4.0, 1.0, 0, true, "cpu");
+    second_process(a_path, 2, 1.0, "tiny_gpt", "tiny_gpt");
+    sql(a_path,
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE pid = 2 AND step >= 12;"
+        "INSERT INTO AMP_EVENTS (pid, step, last_step, layer_id, op, phase, kind, severity, "
+        "count, aggregate, occurrences, detail) VALUES (2, 12, 19, 0, 'linear', 'fwd', "
+        "'nonfinite_input', 'error', 8, 0, 1, NULL);");
+    run(b_path, 20, 4.0, 1.0, 0, true, "cpu");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "A broke: NaN/inf in the input data at step 12");
+    HAS(t, "A has a non-finite loss in its last 10% of steps (the losses of tiny_gpt pid 2 in A "
+           "and pid 1 in B).");
+    HAS(t, "losses of              tiny_gpt pid 2     pid 1");
+    HAS(t, "mean loss (last 10%)   not finite         2.63");
+    HAS(t, "  tiny_gpt pid 2 in A, pid 1 in B: 12 common steps with finite losses, the same in "
+           "both.\n"
+           "  tiny_gpt pid 1 in A: no process of B of that program to compare with.\n");
+    free(t);
+}
+END_TEST
+
 START_TEST(amp_faster_same_loss_either_order) {
     run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
     run(b_path, 20, 4.0, 1.003, 600, true, "cuda");
@@ -521,6 +591,8 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, the_losses_are_of_the_run_the_verdict_is_about_first);
     tcase_add_test(tc, the_last_loss_and_the_mean_are_told_apart);
     tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);
+    tcase_add_test(tc, processes_are_matched_by_program_and_order);
+    tcase_add_test(tc, the_losses_compared_are_of_the_process_that_broke);
     tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
     tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);

@@ -125,9 +125,11 @@ static void healthy(int n) {
 
 // Empties the tables the fixtures fill, for a second fixture in one test.
 static void wipe(void) {
-    sql("DELETE FROM AMP_LAYERS; DELETE FROM AMP_STEPS; DELETE FROM AMP_OPS; DELETE FROM AMP_EVENTS;"
+    sql("DELETE FROM AMP_LAYERS; DELETE FROM AMP_STEPS; DELETE FROM AMP_OPS; DELETE FROM "
+        "AMP_EVENTS;"
         "DELETE FROM AMP_TENSOR_STATS; DELETE FROM StringIds; DELETE FROM TARGET_INFO_GPU;"
-        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME;");
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME;"
+        "DELETE FROM AMP_PROCESSES;");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -493,6 +495,79 @@ START_TEST(a_fault_every_rank_shows_is_one_finding) {
     ck_assert_int_eq(f->first_step, 3);
     ck_assert_msg(strstr(f->detail, "The same in 2 processes"), "%s", f->detail);
     release();
+}
+END_TEST
+
+// Two trainings in one run (a script that starts both): tiny_gpt pid 1 healthy, tiny_gpt pid 7
+// broken as attn_overflow() breaks it, each named in AMP_PROCESSES.
+static void two_trainings(void) {
+    attn_overflow();
+    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS", "AMP_OPS",
+                                         "AMP_EVENTS"};
+    char buf[128];
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+        snprintf(buf, sizeof buf, "UPDATE %s SET pid = 7 WHERE pid = 1;", tables[i]);
+        sql(buf);
+    }
+    healthy(12); // pid 1 again, healthy
+    sql("INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, status) VALUES "
+        "(1, 0, 16777216, 'tiny_gpt', 'complete'), (7, 0, 117440512, 'tiny_gpt', 'complete');");
+}
+
+// In a run of several processes each finding says which one it is of (text, md, html, json);
+// one that every process shows says how many, and names none.
+START_TEST(a_finding_of_one_of_several_processes_names_it) {
+    two_trainings();
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[2048];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "Training broke in tiny_gpt (pid 7), 1 of 2 processes: fp16 "
+                                  "overflow in blocks.0.attn mul at step 3"),
+                  "%s", verdict);
+    ck_assert_int_eq(first_of("nonfinite-root-cause")->pid, 7);
+    ck_assert_int_eq(first_of("loss-scale")->pid, 7);
+    release();
+    const char *formats[][2] = {
+        {"text", "where: steps 3-11, layer blocks.0.attn, op mul (fwd), in tiny_gpt (pid 7)\n"},
+        {"md", "- op: mul (fwd)\n- process: tiny\\_gpt (pid 7)\n"},
+        {"html", "steps 3-11, layer blocks.0.attn, op mul (fwd), in tiny_gpt (pid 7)</div>"},
+        {"json", "\"phase\": \"fwd\", \"processes\": 1, \"pid\": 7, \"program\": \"tiny_gpt\",\n"}};
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
+        free(t);
+    }
+    // both break alike: one finding of 2 processes, which names neither
+    sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences, last_step) SELECT 1, step, layer_id, op, phase, kind, "
+        "severity, count, value, detail, aggregate, occurrences, last_step FROM AMP_EVENTS;"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, skipped = 1, found_inf = 1, "
+        "scale_after = scale_before / 2 WHERE step >= 3;");
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "Training broke: fp16 overflow"), "%s", t);
+    ck_assert_msg(strstr(t, "op mul (fwd), in 2 processes\n"), "%s", t);
+    free(t);
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "\"processes\": 2, \"pid\": null, \"program\": null,"), "%s", t);
+    free(t);
+    ck_assert_int_eq(CMD(db_path, "--format", "md", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "- op: mul (fwd)\n- processes: 2\n"), "%s", t);
+    free(t);
+    // a run of one process names none in text, its pid in json
+    wipe();
+    attn_overflow();
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_msg(!strstr(t, "(pid") && strstr(t, "op mul (fwd)\n"), "%s", t);
+    free(t);
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "\"processes\": 1, \"pid\": 1, \"program\": null,"), "%s", t);
+    free(t);
 }
 END_TEST
 
@@ -913,6 +988,41 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     // a GEMM's NaN can be an overflow inside it (+inf + -inf): at this scale, the scaler's
     sql("UPDATE AMP_EVENTS SET detail = replace(detail, '(div)', '(mm)') "
         "WHERE kind = 'nonfinite_producer';");
+    nonfinite_errors(0);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "gradient overflow in the backward"));
+    release();
+}
+END_TEST
+
+// A producer recorded without a phase (an outside framework through libamprecord: AMP_PHASE_NONE)
+// is judged by its step: a non-finite loss there (the step record's, or a loss_nonfinite event's)
+// makes it the forward's break, an error, never a healthy run with a benign backward overflow.
+START_TEST(nonfinite_producer_without_a_phase_is_judged_by_its_step) {
+    healthy(12);
+    sql(EVENTS_VALUES
+        "(1, 3, 0, 'mul', NULL, 'nonfinite_producer', 'error', 7890, 65440, "
+        " 'input 0 f16 (16, 2, 16, 16) min -6.26953 max 6.26172 amax 6.26953; output f16 (16, 2, "
+        "16, 16) min -65120 max 65440 amax 65440 (0 nan, 3913 +inf, 3977 -inf); ', 0, 1, 3);"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, skipped = 1, found_inf = 1 "
+        "WHERE step = 3;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    const report_finding *f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
+    ck_assert_msg(strstr(f->title, "fp16 overflow in blocks.0.attn mul at step 3"), "%s", f->title);
+    ck_assert_msg(strstr(f->detail, "Recorded without a phase"), "%s", f->detail);
+    char verdict[2048];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Training broke: fp16 overflow", 29) == 0, "%s", verdict);
+    release();
+    // no step record of its loss, a loss_nonfinite event: the same
+    sql("UPDATE AMP_STEPS SET loss_finite = NULL WHERE step = 3;" EVENTS_VALUES
+        "(1, 3, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 0, 1, 3);");
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "fp16 overflow"));
+    release();
+    // a finite loss at its step: the GradScaler's overflow of a backward, a note
+    sql("DELETE FROM AMP_EVENTS WHERE kind = 'loss_nonfinite';"
+        "UPDATE AMP_STEPS SET loss = 3.97, loss_finite = 1 WHERE step = 3;");
     nonfinite_errors(0);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "gradient overflow in the backward"));
     release();
@@ -2332,6 +2442,91 @@ START_TEST(html_steps_without_a_loss_or_numbered_in_the_1e17s) {
 }
 END_TEST
 
+// Steps numbered from -5 to INT64_MAX (a program's own numbering, a damaged file): the amax
+// buckets span them without overflow (UBSan: signed integer overflow), in every format and diff.
+START_TEST(steps_at_the_ends_of_int64_are_bucketed_without_overflow) {
+    layers();
+    sql("INSERT INTO AMP_STEPS VALUES (1, -5, 0, 900, 4.0, 1, 0.9, 65536, 65536, 0, 0, NULL), "
+        "(1, 0, 1000, 1900, 3.9, 1, 0.9, 65536, 65536, 0, 0, NULL), "
+        "(1, 9223372036854775807, 2000, 2900, NULL, 0, 0.9, NULL, NULL, 0, 0, NULL);"
+        "INSERT INTO AMP_TENSOR_STATS SELECT 1, step, 0, 'mul', 'activation', 'f16', 'f16', 64, "
+        "-6, 6, 6, 0, 0, 0, 0, 0, 0 FROM AMP_STEPS;"
+        "UPDATE AMP_TENSOR_STATS SET amax = NULL, n_posinf = 64 WHERE step > 0;" EVENTS_VALUES
+        "(1, 9223372036854775807, 0, 'mul', 'fwd', 'nonfinite_producer', 'error', 64, 65440, "
+        "NULL, 0, 1, 9223372036854775807),"
+        "(1, 0, 0, 'mul', 'fwd', 'nonfinite_propagated', 'info', 64, NULL, NULL, 1, 2, "
+        "9223372036854775807);");
+    // kernels timed at the ends too (a damaged file): no duration or gap of them overflows
+    sql("INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_gemm');" TEST_KERNEL_INSERT
+        "VALUES (-5, 9223372036854775807, 0, 1, 7, 1, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, "
+        "0, 0, 0, 0, 0), (-9223372036854775807, 10, 0, 1, 7, 2, " GPID ", 1, 1, 32, 1, 1, 1, "
+        "128, 1, 1, 0, 0, 0, 0, 1), (9223372036854775806, 9223372036854775807, 0, 1, 7, 3, " GPID
+        ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 2), (-4611686018427387903, "
+        "-4611686018427387903, 0, 1, 7, 4, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, "
+        "3), (4611686018427387903, 4611686018427387903, 0, 1, 7, 5, " GPID ", 1, 1, 32, 1, 1, "
+        "1, 128, 1, 1, 0, 0, 0, 0, 4);"
+        "UPDATE AMP_STEPS SET end_ns = 9223372036854775807 WHERE step = 0;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    // (INT64_MAX + 5) / 200 + 1: steps -5 and 0 in the first bucket, INT64_MAX in the last
+    ck_assert_int_eq(model.amax_width, 46116860184273880LL);
+    ck_assert_uint_eq(model.n_amax, 2);
+    ck_assert_int_eq(report_amax_bucket(&model, INT64_MAX), 199);
+    ck_assert_int_eq(report_amax_bucket(&model, -5), 0);
+    ck_assert_int_eq(report_amax_bucket(&model, INT64_MIN), -200); // (floored)
+    ck_assert_int_eq(first_of("nonfinite-root-cause")->first_step, INT64_MAX);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *mem = open_memstream(&buf, &n);
+    report_diff_text(mem, &model, &findings, &model, &findings);
+    report_diff_json(mem, &model, &findings, &model, &findings);
+    fclose(mem);
+    ck_assert_ptr_nonnull(strstr(buf, "Both runs broke the same way"));
+    free(buf);
+    release();
+    const char *formats[] = {"text", "json", "md", "html"};
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(CMD(db_path, "--format", formats[i], "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, "9223372036854775807"), "%s: %s", formats[i], t);
+        free(t);
+    }
+}
+END_TEST
+
+// Several processes: the loss, scale and step-time plots are of the one the top finding is about
+// (here the second, whose losses went NaN), their captions name it; the amax legend tells the
+// processes' layers apart.
+START_TEST(html_plots_of_several_processes_follow_the_one_that_broke) {
+    two_trainings();
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *loss = html_figure(t, "Loss \u2014 tiny_gpt (pid 7), 1 of 2 processes</figcaption>");
+    ck_assert_ptr_nonnull(strstr(loss, "<title>step 3: 1 non-finite loss</title>"));
+    free(loss);
+    free(html_figure(t, "Loss scale \u2014 tiny_gpt (pid 7), 1 of 2 processes"));
+    free(html_figure(t, "Step time: where the host time went \u2014 tiny_gpt (pid 7), 1 of 2"));
+    ck_assert_ptr_nonnull(strstr(t, "plots are of tiny_gpt (pid 7), the one the top finding is "
+                                    "about; the amax plot has the layers of all of them."));
+    char *amax = html_figure(t, "Forward amax");
+    ck_assert_ptr_nonnull(strstr(amax, "(P1 is tiny_gpt (pid 1); P2 is tiny_gpt (pid 7))"));
+    ck_assert_ptr_nonnull(strstr(amax, "class=\"tick\">head [P1]</text>"));
+    ck_assert_ptr_nonnull(strstr(amax, "class=\"tick\">head [P2]</text>"));
+    ck_assert_ptr_nonnull(strstr(amax, "<title>blocks.0.attn of tiny_gpt (pid 7): NaN/inf in"));
+    free(amax);
+    free(t);
+    // a healthy run of two processes: the first one's, named
+    wipe();
+    healthy(6);
+    sql("CREATE TEMP TABLE t AS SELECT * FROM AMP_STEPS; UPDATE t SET pid = 2;"
+        "INSERT INTO AMP_STEPS SELECT * FROM t; DROP TABLE t;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    free(html_figure(t, "Loss \u2014 pid 1, 1 of 2 processes</figcaption>"));
+    ck_assert_ptr_nonnull(strstr(t, "plots are of pid 1, the first;"));
+    free(t);
+}
+END_TEST
+
 // Steps are whole numbers: a run of one or three steps gets each step as a tick once, and a
 // single point is drawn (a line of one point is not).
 START_TEST(html_short_runs_have_whole_step_ticks_and_visible_points) {
@@ -2668,6 +2863,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
     tcase_add_test(tc, a_focus_after_the_first_error_says_where_it_was);
     tcase_add_test(tc, a_fault_every_rank_shows_is_one_finding);
+    tcase_add_test(tc, a_finding_of_one_of_several_processes_names_it);
     tcase_add_test(tc, empty_database_degrades_gracefully);
     tcase_add_test(tc, nonfinite_attention_overflow_is_the_first_finding);
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
@@ -2691,6 +2887,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
     tcase_add_test(tc, nonfinite_grad_overflow_begun_before_the_focus_is_not_an_error);
     tcase_add_test(tc, nonfinite_gradient_through_a_left_out_value_is_an_error);
+    tcase_add_test(tc, nonfinite_producer_without_a_phase_is_judged_by_its_step);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
@@ -2749,6 +2946,8 @@ Suite *report_suite(void) {
     tcase_add_test(tc, html_amax_spans_the_steps_and_marks_nonfinite_outputs);
     tcase_add_test(tc, html_amax_marks_each_step_whose_statistics_saw_nan);
     tcase_add_test(tc, html_steps_without_a_loss_or_numbered_in_the_1e17s);
+    tcase_add_test(tc, steps_at_the_ends_of_int64_are_bucketed_without_overflow);
+    tcase_add_test(tc, html_plots_of_several_processes_follow_the_one_that_broke);
     tcase_add_test(tc, html_short_runs_have_whole_step_ticks_and_visible_points);
     tcase_add_test(tc, html_cut_off_bar_labels_do_not_overlap);
     suite_add_tcase(s, tc);

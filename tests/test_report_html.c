@@ -4,7 +4,7 @@
  * `chromium`, installed by .ci/setup.sh): the DOM comes back with the verdict and the SVG plots,
  * Chromium logs no console message (an SVG attribute it cannot parse is one), and a screenshot
  * is written (kept as build/report_html.png for a person to look at); a run longer than the
- * plots' 400 points, drawn in buckets, renders as cleanly.
+ * plots' 400 points, drawn in buckets, renders as cleanly, and so does a run of two processes.
  */
 #include "tests.h"
 
@@ -39,21 +39,28 @@ static void no_console_message(const char *name) {
     free(err);
 }
 
-// Records sample ARGS into dir/run.sqlite, reports it as html and has Chromium parse it: the DOM
-// it gives back (malloc'd), with no console message in Chromium's log.
-static char *rendered_dom(const char *sample_args) {
+// Records `ampprobe run -- PROGRAM` into dir/run.sqlite, reports it as html and has Chromium
+// parse it: the DOM it gives back (malloc'd), with no console message in Chromium's log.
+static char *rendered_dom_of(const char *program) {
     ck_assert_msg(system("command -v chromium >/dev/null") == 0,
                   "chromium is not installed (apt-get install chromium; .ci/setup.sh does)");
     char cmd[2048], path[160];
     snprintf(cmd, sizeof cmd,
-             "%2$s/ampprobe run -o %1$s/run.sqlite -- %2$s/samples/%3$s >/dev/null 2>&1 && "
+             "%2$s/ampprobe run -o %1$s/run.sqlite -- %3$s >/dev/null 2>&1 && "
              "%2$s/ampprobe report %1$s/run.sqlite --format html -o %1$s/report.html && " CHROMIUM
              "--dump-dom file://%1$s/report.html >%1$s/dom.html 2>%1$s/dom.err",
-             dir, AMP_BINARY_DIR, sample_args);
+             dir, AMP_BINARY_DIR, program);
     ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
     no_console_message("dom.err");
     snprintf(path, sizeof path, "%s/dom.html", dir);
     return test_read_file(path, NULL);
+}
+
+// The same of the sample ARGS ("tiny_gpt --quiet ...").
+static char *rendered_dom(const char *sample_args) {
+    char program[1024];
+    snprintf(program, sizeof program, "%s/samples/%s", AMP_BINARY_DIR, sample_args);
+    return rendered_dom_of(program);
 }
 
 START_TEST(html_report_renders_in_chromium_without_console_messages) {
@@ -92,6 +99,24 @@ START_TEST(html_report_of_a_long_run_renders_in_chromium) {
 }
 END_TEST
 
+// A script that runs two trainings, the second of which breaks: the plots follow the broken one,
+// named in their captions, and the amax legend tells the two processes' layers apart.
+START_TEST(html_report_of_two_processes_renders_in_chromium) {
+    char program[1024];
+    snprintf(program, sizeof program,
+             "sh -c '%1$s/samples/tiny_gpt --quiet --steps 8 & %1$s/samples/tiny_gpt --quiet "
+             "--steps 12 --precision fp16 --fault attn-overflow; wait'",
+             AMP_BINARY_DIR);
+    char *dom = rendered_dom_of(program);
+    ck_assert_ptr_nonnull(strstr(dom, "Training broke in tiny_gpt (pid "));
+    const char *loss = strstr(dom, "<figcaption>Loss \u2014 tiny_gpt (pid ");
+    ck_assert_msg(loss && strstr(loss, "), 1 of 2 processes</figcaption>"), "%s", dom);
+    ck_assert_ptr_nonnull(strstr(dom, "blocks.1.attn [P1]</text>"));
+    ck_assert_ptr_nonnull(strstr(dom, "blocks.1.attn [P2]</text>"));
+    free(dom);
+}
+END_TEST
+
 Suite *report_html_suite(void) {
     Suite *s = suite_create("report_html");
     TCase *tc = tcase_create("chromium");
@@ -99,6 +124,7 @@ Suite *report_html_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, html_report_renders_in_chromium_without_console_messages);
     tcase_add_test(tc, html_report_of_a_long_run_renders_in_chromium);
+    tcase_add_test(tc, html_report_of_two_processes_renders_in_chromium);
     suite_add_tcase(s, tc);
     return s;
 }
