@@ -44,6 +44,8 @@ const report_rule report_rules[] = {
     {"host-sync", "host synchronisations that stall the launch queue", rule_sync_run},
     {"run-end", "how the program ended (a crash, a kill, an error exit) and an unfinished capture",
      rule_run_end_run},
+    {"recorded-events", "warnings and errors a producer recorded as events of its own kinds",
+     rule_events_run},
 };
 const size_t report_n_rules = sizeof report_rules / sizeof report_rules[0];
 

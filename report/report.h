@@ -426,6 +426,7 @@ void rule_copies_run(const report_model *m, report_findings *out);    // rule_co
 void rule_sync_run(const report_model *m, report_findings *out);      // rule_sync.c
 void rule_amp_payoff_run(const report_model *m, report_findings *out); // rule_amp_payoff.c
 void rule_run_end_run(const report_model *m, report_findings *out);    // rule_run_end.c
+void rule_events_run(const report_model *m, report_findings *out);     // rule_events.c
 
 extern const report_rule report_rules[];
 extern const size_t report_n_rules;

@@ -2023,6 +2023,30 @@ START_TEST(a_run_without_steps_under_the_launcher_says_what_records_them) {
 }
 END_TEST
 
+// An outside producer's own event kinds (the record API stores any kind as given): its warnings
+// and errors are findings of their own, one per place with its occurrences; its notes, and the
+// kinds the other rules read, are not.
+START_TEST(recorded_events_of_a_producers_own_kinds_are_findings) {
+    healthy(10);
+    sql(EVENTS_VALUES
+        "(1, 4, 1, 'linear', 'fwd', 'my_nan_guard', 'error', 3, NULL, 'batch 17 skipped', 0, 1, "
+        "4),"
+        "(1, 6, 1, 'linear', 'fwd', 'my_nan_guard', 'warning', 2, NULL, 'y', 1, 3, 8),"
+        "(1, 2, NULL, NULL, NULL, 'my_progress', 'info', NULL, NULL, 'z', 0, 1, 2),"
+        "(1, 5, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, NULL, 0, 1, 5);");
+    analyse("recorded-events", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
+    ck_assert_str_eq(f->title, "my_nan_guard recorded by the program in blocks.0.mlp linear");
+    ck_assert_int_eq(f->first_step, 4);
+    ck_assert_int_eq(f->last_step, 8);
+    ck_assert_close(evidence(f, "occurrences"), 4, 0, 0);
+    ck_assert_ptr_nonnull(strstr(f->detail, ": batch 17 skipped."));
+    release();
+}
+END_TEST
+
 START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     healthy(10);
     ended(128 + SIGINT, "complete");
@@ -2934,6 +2958,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
     tcase_add_test(tc, run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so);
     tcase_add_test(tc, run_end_names_the_processes_left_running);
+    tcase_add_test(tc, recorded_events_of_a_producers_own_kinds_are_findings);
     tcase_add_test(tc, a_run_without_steps_under_the_launcher_says_what_records_them);
     tcase_add_test(tc, run_end_a_stop_is_a_note_and_an_error_exit_a_warning);
     tcase_add_test(tc, run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note);
