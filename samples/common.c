@@ -679,38 +679,26 @@ static bool precision_mismatch(const sample_opts *o, const char *saved_by) {
     return false;
 }
 
-// Whether the checkpoint, loaded already into this run's disabled GradScaler, holds an enabled
-// GradScaler's state, which only an fp16 run saves: loading it into an enabled GradScaler
-// succeeds only then (the parameters and optimizer matched, so the scaler is all that can fail;
-// they are loaded again, unchanged). The cost is reading the file twice.
-static bool saved_by_fp16(const sample_opts *o, const sample_params *ps, amp_optim_t *opt) {
-    amp_scaler_params p = amp_scaler_defaults(); // enabled
-    amp_scaler_t *probe;
-    if (amp_scaler_new(&p, &probe) != AMP_OK) return false;
-    bool fp16 = amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, probe) == AMP_OK;
-    amp_scaler_free(probe);
-    return fp16;
-}
-
 // Restores the parameters, optimizer and GradScaler state from --load's checkpoint, which must
 // come from a run of this precision as far as the file tells: fp16 runs save an enabled
 // GradScaler's state, fp32 and bf16 runs a disabled one's (so those two cannot be told apart).
 // false after one line on stderr.
 static bool load_checkpoint(const sample_opts *o, const sample_params *ps, amp_optim_t *opt,
                             amp_scaler_t *sc) {
-    bool fp16 = amp_scaler_is_enabled(sc);
-    amp_status st = amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, sc);
+    const bool fp16 = amp_scaler_is_enabled(sc);
+    bool saved_fp16;
+    amp_status st = amp_checkpoint_scaler_enabled(o->load_path, &saved_fp16);
+    // another model's or optimizer's file is refused for that first, whatever its precision
     if (st == AMP_OK)
-        return fp16 || !saved_by_fp16(o, ps, opt) || precision_mismatch(o, "an fp16 run");
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", *amp_last_error() ? amp_last_error() : amp_status_str(st));
-    // The GradScaler's state is checked last: when the file loads without it, it was the cause
-    // (PyTorch's message about a disabled GradScaler would not say what to do).
-    if (fp16 && st == AMP_ERR_MISMATCH &&
-        amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, NULL) == AMP_OK)
-        return precision_mismatch(o, "an fp32 or bf16 run (it holds no GradScaler state)");
-    fprintf(stderr, "%s: --load: %s\n", o->prog, msg);
-    return false;
+        st = amp_checkpoint_load(o->load_path, ps->t, ps->n, opt, saved_fp16 == fp16 ? sc : NULL);
+    if (st != AMP_OK) {
+        fprintf(stderr, "%s: --load: %s\n", o->prog,
+                *amp_last_error() ? amp_last_error() : amp_status_str(st));
+        return false;
+    }
+    return saved_fp16 == fp16 ||
+           precision_mismatch(o, saved_fp16 ? "an fp16 run"
+                                            : "an fp32 or bf16 run (it holds no GradScaler state)");
 }
 
 // The GradScaler flags given whose setting the checkpoint's state (got) replaced, into flags[];

@@ -524,6 +524,16 @@ START_TEST(test_scaler_mismatch) {
     ck_assert_int_eq(amp_checkpoint_load(path("on.ckpt"), off.p, 3, off.opt, off.sc), AMP_OK);
     ck_assert_int_eq(amp_checkpoint_load(path("nosc.ckpt"), off.p, 3, off.opt, off.sc), AMP_OK);
     ck_assert_float_eq(amp_scaler_get_scale(off.sc), 1);
+    // which of them holds an enabled GradScaler's state (an fp16 run's), loading nothing
+    bool enabled = false;
+    ck_assert_int_eq(amp_checkpoint_scaler_enabled(path("on.ckpt"), &enabled), AMP_OK);
+    ck_assert(enabled);
+    ck_assert_int_eq(amp_checkpoint_scaler_enabled(path("off.ckpt"), &enabled), AMP_OK);
+    ck_assert(!enabled);
+    enabled = true;
+    ck_assert_int_eq(amp_checkpoint_scaler_enabled(path("nosc.ckpt"), &enabled), AMP_OK);
+    ck_assert(!enabled);
+    ck_assert_int_eq(amp_checkpoint_scaler_enabled(path("none.ckpt"), &enabled), AMP_ERR_IO);
     model_free(&off);
     model_free(&on);
     remove_dir();

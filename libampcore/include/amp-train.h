@@ -150,6 +150,11 @@ amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, in
                                const amp_optim_t *opt, const amp_scaler_t *sc);
 amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
                                amp_optim_t *opt, amp_scaler_t *sc);
+// Whether the checkpoint at path holds an enabled GradScaler's state (*enabled; an fp16 run's:
+// PyTorch's practice leaves the scaler disabled in fp32 and bf16), without loading anything; a
+// disabled GradScaler's load ignores that state, as PyTorch's does. AMP_ERR_CORRUPT as
+// amp_checkpoint_load; a file without a scaler record gives false.
+amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled);
 
 #ifdef __cplusplus
 }

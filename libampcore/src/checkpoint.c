@@ -729,6 +729,16 @@ static amp_status refused(const char *path) {
     return amp_set_error(AMP_ERR_CORRUPT, "checkpoint '%s': %s", path, msg);
 }
 
+amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled) {
+    *enabled = false;
+    if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
+    ck_file f;
+    amp_status st = ck_file_read(path, &f);
+    if (st == AMP_OK) *enabled = f.has_scaler && f.scaler_enabled;
+    ck_file_free(&f);
+    return st;
+}
+
 amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
                                amp_optim_t *opt, amp_scaler_t *sc) {
     amp_status st = check_args(path, params, n, opt);
