@@ -346,12 +346,10 @@ void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark);
 // Frees t's storage now (t stays a valid, empty struct until amp_ctx_reset).
 void amp_tensor_release_storage(amp_tensor_t *t);
 // Storage dropped with amp_tensor_drop while backward nodes read it goes after the last of them
-// has run: when a backward starts, its readers on the tape are counted; before node n's
-// backward, whether all it reads is still there (a second backward through such a node aborts,
-// like PyTorch's backward through the graph a second time); after it, the dropped storage it was
-// the last to read is freed.
+// has run: when a backward starts, its readers on the tape are counted; after node n's backward,
+// the dropped storage it was the last to read is freed (a node that ran is consumed: a second
+// backward through it aborts before it could read what went).
 void amp_backward_count_dropped(amp_ctx_t *ctx);
-void amp_node_check_reads(const struct amp_node *n);
 void amp_node_release_dropped(amp_ctx_t *ctx, const struct amp_node *n);
 // The autocast copy of an f32 parameter made ahead by the optimizer (amp_tensor.precast):
 // amp_precast_want notes that the region cast p to t (at the region's end); amp_precast_target

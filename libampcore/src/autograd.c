@@ -107,7 +107,6 @@ void amp_backward(amp_ctx_t *ctx, amp_tensor_t *loss) {
                       "has run and freed what it saved (libampcore has no retain_graph: run the "
                       "forward again)",
                       n->op);
-        amp_node_check_reads(n);
         check_versions(n);
         n->backward(ctx, n, dy);
         n->consumed = n->reads != 0;

@@ -251,16 +251,6 @@ void amp_backward_count_dropped(amp_ctx_t *ctx) {
         }
 }
 
-void amp_node_check_reads(const amp_node *n) {
-    if (!n->out->ctx->drops_pending) return;
-    amp_buffer *read[NODE_READS_MAX];
-    int nb = node_reads(n, read);
-    for (int k = 0; k < nb; k++)
-        AMP_ASSERT(read[k]->data, "(the backward of %s reads a tensor dropped with amp_tensor_drop "
-                   "whose storage went after an earlier backward: a backward through the graph a "
-                   "second time)", n->op);
-}
-
 void amp_node_release_dropped(amp_ctx_t *ctx, const amp_node *n) {
     if (!ctx->drops_pending) return;
     amp_buffer *read[NODE_READS_MAX];
