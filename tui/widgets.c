@@ -115,40 +115,10 @@ void tui_fmt_ns(char *buf, size_t n, double ns) {
         snprintf(buf, n, "%.1f us", ns / 1e3);
 }
 
-// The usual name of sig; NULL for the rest (real-time signals, ...).
-static const char *signal_name(int sig) {
-#define SIGNAL_NAME(s)                                                                             \
-    case s:                                                                                        \
-        return #s;
-    switch (sig) {
-        SIGNAL_NAME(SIGHUP)
-        SIGNAL_NAME(SIGINT)
-        SIGNAL_NAME(SIGQUIT)
-        SIGNAL_NAME(SIGILL)
-        SIGNAL_NAME(SIGTRAP)
-        SIGNAL_NAME(SIGABRT)
-        SIGNAL_NAME(SIGBUS)
-        SIGNAL_NAME(SIGFPE)
-        SIGNAL_NAME(SIGKILL)
-        SIGNAL_NAME(SIGUSR1)
-        SIGNAL_NAME(SIGSEGV)
-        SIGNAL_NAME(SIGUSR2)
-        SIGNAL_NAME(SIGPIPE)
-        SIGNAL_NAME(SIGALRM)
-        SIGNAL_NAME(SIGTERM)
-        SIGNAL_NAME(SIGXCPU)
-        SIGNAL_NAME(SIGXFSZ)
-        SIGNAL_NAME(SIGSYS)
-    default:
-        return NULL;
-    }
-#undef SIGNAL_NAME
-}
-
 void tui_fmt_exit(char *buf, size_t n, int exit_status, int term_signal) {
-    const char *name = term_signal > 0 ? signal_name(term_signal) : NULL;
-    if (name)
-        snprintf(buf, n, "killed by signal %d (%s)", term_signal, name);
+    const char *abbrev = term_signal > 0 ? sigabbrev_np(term_signal) : NULL; // as the report
+    if (abbrev)
+        snprintf(buf, n, "killed by signal %d (SIG%s)", term_signal, abbrev);
     else if (term_signal > 0)
         snprintf(buf, n, "killed by signal %d", term_signal);
     else if (exit_status >= 0)
