@@ -85,8 +85,15 @@ void report_program_of(const char *command, char *out, size_t n) {
     // runs a script: the first word that names one; else a Python interpreter's -m module (a
     // launcher module's script, `python3 -m torch.distributed.run ... train.py`, wins) or -c
     const bool python = strncmp(out, "python", 6) == 0;
+    const bool shell = strcmp(out, "sh") == 0 || strcmp(out, "bash") == 0 ||
+                       strcmp(out, "dash") == 0 || strcmp(out, "zsh") == 0 ||
+                       strcmp(out, "ksh") == 0;
     bool module = false;
     while ((s = next_word(s, word, sizeof word)) != NULL) {
+        if (shell && strcmp(word, "-c") == 0) { // sh -c 'CMD ...': what CMD runs
+            if (next_word(s, word, sizeof word)) report_program_of(word, out, n);
+            return;
+        }
         if (ends_with(word, ".py") || ends_with(word, ".sh")) {
             snprintf(out, n, "%s", amp_base_name(word));
             return;

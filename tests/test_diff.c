@@ -232,6 +232,9 @@ START_TEST(different_programs_are_named) {
         {"bash scripts/run.sh fp16", "run.sh"},
         {"accelerate launch --mixed_precision fp16 train.py", "train.py"},
         {"/usr/bin/env", "env"},
+        {"sh -c 'build/samples/tiny_gpt --steps 5 > log'", "tiny_gpt"},
+        {"bash -e -c 'python3 -u train.py' x", "train.py"},
+        {"sh -c", "sh"},
     };
     char got[64];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
