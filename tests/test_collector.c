@@ -709,6 +709,55 @@ START_TEST(test_many_processes) {
 }
 END_TEST
 
+// A process that stops recording and starts it again writes a second spool file: one process in
+// AMP_PROCESSES all the same, running while the second file is open, then with both files'
+// records.
+START_TEST(test_recording_started_again_is_one_process) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char byte;
+        for (int round = 0; round < 2; round++) {
+            if (amp_record_start(f.spool) != AMP_OK) _exit(1);
+            for (int i = 0; i < 3; i++) {
+                amp_rec_op op = op_rec(3 * round + i);
+                amp_record_op(&op);
+            }
+            amp_record_stop();
+            if (round == 0 && read(go[0], &byte, 1) != 1) _exit(1); // the test looks in between
+        }
+        _exit(0);
+    }
+    for (const double give_up = now_s() + 60; now_s() < give_up;) { // the first file ended
+        ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+        amp_collector_stats s;
+        amp_collector_get_stats(c, &s);
+        if (s.records == 3 && s.live_writers == 0) break;
+        sleep_ms(10);
+    }
+    ck_assert_int_eq(write(go[1], "x", 1), 1);
+    pid_t pids[1] = {pid};
+    collect_until_done(c, pids, 1);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), 6);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 1);
+    ck_assert_int_eq(test_query_int(db, "SELECT records FROM AMP_PROCESSES"), 6);
+    ck_assert_int_eq(test_query_int(db, "SELECT status = 'complete' AND end_ns >= start_ns AND "
+                                        "bytes > 128 FROM AMP_PROCESSES"),
+                     1);
+    sqlite3_close(db);
+    close(go[0]);
+    close(go[1]);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_killed_writer_still_ingested) {
     fixture f;
     fixture_init(&f);
@@ -1359,6 +1408,7 @@ Suite *collector_suite(void) {
     TCase *w = tcase_create("writers");
     tcase_set_timeout(w, 320); // collect_until_done gives up first, after 300 s
     tcase_add_test(w, test_many_processes);
+    tcase_add_test(w, test_recording_started_again_is_one_process);
     tcase_add_test(w, test_killed_writer_still_ingested);
     tcase_add_test(w, test_truncated_spool);
     tcase_add_test(w, test_spool_shorter_than_its_header);

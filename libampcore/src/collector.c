@@ -50,7 +50,8 @@ typedef struct spool_file {
     int32_t pid, ppid;
     char comm[17];
     int64_t start_ns;
-    uint64_t offset; // first byte not yet ingested
+    uint64_t exec_id; // the header's: files of one pid and exec_id are one process
+    uint64_t offset;  // first byte not yet ingested
     uint64_t punched; // bytes from the first page after the header up to here are a hole
     bool can_punch;   // opened for writing, and the file system punches holes
     int64_t records;
@@ -507,6 +508,24 @@ static void file_close(spool_file *f) {
     f->fd = -1;
 }
 
+// f's process's AMP_PROCESSES row from all the spool files it wrote (one per start of
+// recording): their records and bytes, and while one of them is open, running; else ended at
+// end_ns with status, how f (the last to end) ended.
+static amp_status process_update(amp_collector_t *c, const spool_file *f, int64_t end_ns,
+                                 const char *status) {
+    int64_t records = 0, bytes = 0;
+    bool running = false;
+    for (int i = 0; i < c->n_files; i++) {
+        const spool_file *g = &c->files[i];
+        if (g->proc_rowid != f->proc_rowid) continue;
+        records += g->records;
+        bytes += (int64_t)g->offset;
+        running |= !g->done;
+    }
+    return amp_store_process_update(c->store, f->proc_rowid, running ? -1 : end_ns, records, bytes,
+                                    running ? "running" : status);
+}
+
 // The writer is gone and everything readable was read: record how the file ended.
 static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
     struct stat sb;
@@ -514,8 +533,7 @@ static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *sta
     if (fstat(f->fd, &sb) == 0)
         end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     f->done = true;
-    return amp_store_process_update(c->store, f->proc_rowid, end_ns, f->records, (int64_t)f->offset,
-                                    status);
+    return process_update(c, f, end_ns, status);
 }
 
 // Reads what the writer appended since the last poll.
@@ -597,10 +615,18 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     f->pid = h.pid;
     f->ppid = h.ppid;
     f->start_ns = h.start_ns;
+    f->exec_id = h.exec_id;
     memcpy(f->comm, h.comm, sizeof h.comm);
     f->comm[16] = 0;
     f->offset = h.header_bytes;
     f->punched = (h.header_bytes + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
+    for (int i = 0; i < c->n_files - 1 && f->exec_id; i++) { // recording started again
+        const spool_file *g = &c->files[i];
+        if (g->pid == f->pid && g->exec_id == f->exec_id && g->proc_rowid) {
+            f->proc_rowid = g->proc_rowid;
+            return process_update(c, f, -1, "running");
+        }
+    }
     return amp_store_process_add(c->store, f->pid, f->ppid, f->comm, f->start_ns, &f->proc_rowid);
 }
 

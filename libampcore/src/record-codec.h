@@ -35,7 +35,11 @@ typedef struct amp_spool_header { // 64 bytes at offset 0 of every spool file
     int32_t pid, ppid;
     int64_t start_ns; // when the writer opened the file
     char comm[16];    // process name, NUL-padded
-    uint8_t reserved[16];
+    // The same in every spool file one process image writes (a process that stops and starts
+    // recording again writes a file each time; the collector makes them one process), from the
+    // kernel's random bytes at exec; 0: unknown (a writer before this field, or a test).
+    uint64_t exec_id;
+    uint8_t reserved[8];
 } amp_spool_header;
 
 _Static_assert(sizeof(amp_spool_header) == 64, "spool header layout");

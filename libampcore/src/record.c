@@ -200,14 +200,21 @@ static bool collector_gone(void) {
     return true;
 }
 
-// Whether this copy of the recorder is the first in its process to say that recording ended:
-// the copies share no memory, so the first claims a name in the abstract socket namespace (this
-// process's pid and the random bytes the kernel gave it at exec: no other process has both; the
-// name goes with the process). True as well when the name cannot be tried.
-static bool first_to_say_ended(void) {
+// Eight of the random bytes the kernel gave this process image at exec (0: none): with the pid,
+// no other process has both.
+static uint64_t exec_id(void) {
     const uint8_t *r = (const uint8_t *)getauxval(AT_RANDOM);
     uint64_t id = 0;
     if (r) memcpy(&id, r, sizeof id);
+    return id;
+}
+
+// Whether this copy of the recorder is the first in its process to say that recording ended:
+// the copies share no memory, so the first claims a name in the abstract socket namespace (this
+// process's pid and exec_id; the name goes with the process). True as well when the name cannot
+// be tried.
+static bool first_to_say_ended(void) {
+    const uint64_t id = exec_id();
     struct sockaddr_un a = {.sun_family = AF_UNIX}; // sun_path[0] = 0: the abstract namespace
     const int len = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ampprobe-ended-%d-%016llx",
                              (int)getpid(), (unsigned long long)id);
@@ -268,6 +275,7 @@ static amp_status spool_create(void) {
         read_comm(comm, sizeof comm);
         amp_spool_header h;
         amp_spool_header_init(&h, pid, (int32_t)getppid(), t, comm);
+        h.exec_id = exec_id();
         if (flock(fd, LOCK_EX) != 0 || !write_all(fd, (const uint8_t *)&h, sizeof h) ||
             rename(tmp, final) != 0) {
             st = amp_set_error(AMP_ERR_IO, "cannot create a spool file in %s: %s", g.dir,
