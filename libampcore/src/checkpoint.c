@@ -1,4 +1,5 @@
-// clang-format off (the format table below is laid out by hand)
+// The format table below is laid out by hand.
+// clang-format off
 /*
  * checkpoint.c — parameters, optimizer state and GradScaler state in one binary file.
  *
@@ -20,9 +21,12 @@
  *                             f64 weight_decay, beta1, beta2, eps | i64 steps |
  *                             u32 n_params | u32 n_state (state tensors per parameter)
  *   type 3 OPTIM_STATE  name: the optimizer's parameter, named as for PARAM (index in the
- * optimizer) body: i64 steps | u32 n_state | n_state tensors (momentum_buffer or exp_avg,
- * exp_avg_sq) type 4 SCALER       name: "scaler" body: u32 enabled | f32 scale | f64 growth_factor
- * | f64 backoff_factor | i32 growth_interval | i32 growth_tracker  (enabled 0: saved from a
+ *                             optimizer)
+ *                       body: i64 steps | u32 n_state | n_state tensors (momentum_buffer or
+ *                             exp_avg, exp_avg_sq)
+ *   type 4 SCALER       name: "scaler"
+ *                       body: u32 enabled | f32 scale | f64 growth_factor | f64 backoff_factor |
+ *                             i32 growth_interval | i32 growth_tracker  (enabled 0: saved from a
  *                             disabled GradScaler, the rest is 0)
  *
  * At most one OPTIM and one SCALER record; one OPTIM_STATE per optimizer parameter. Saving
