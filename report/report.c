@@ -820,26 +820,25 @@ void report_finding_evidence(report_finding *f, const char *key, double value) {
     f->n_evidence++;
 }
 
-// s into dst[n]; a longer s cut on a character's boundary and ended with "…", so that the cut
-// shows.
-static void copy_name(char *dst, size_t n, const char *s) {
+const char *report_cut_name(char *dst, size_t n, const char *s) {
     static const char more[] = "\u2026";
     size_t len = strlen(s ? s : "");
     if (len < n) {
         memcpy(dst, s ? s : "", len + 1);
-        return;
+        return dst;
     }
     len = n - sizeof more;
     while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80) // in a character: back to its start
         len--;
     memcpy(dst, s, len);
     memcpy(dst + len, more, sizeof more);
+    return dst;
 }
 
 void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase) {
-    copy_name(f->layer, sizeof f->layer, layer);
-    copy_name(f->op, sizeof f->op, op);
-    copy_name(f->phase, sizeof f->phase, phase);
+    report_cut_name(f->layer, sizeof f->layer, layer);
+    report_cut_name(f->op, sizeof f->op, op);
+    report_cut_name(f->phase, sizeof f->phase, phase);
 }
 
 bool report_finding_process(const report_model *m, const report_finding *f, char *buf, size_t n) {
@@ -925,10 +924,22 @@ static void merge_processes(const report_model *m, report_findings *out) {
     }
 }
 
+// A finding's sentence as UTF-8 whatever a rule's snprintf cut (a name or a message cut at a
+// byte count, a sentence cut at the buffer's end): each byte that starts no character becomes '?'.
+static void utf8_repair(char *s) {
+    for (size_t n; *s; s += n)
+        if (!(n = report_utf8_seq(s))) *s = '?', n = 1;
+}
+
 void report_run(const report_model *m, const report_rule *only, report_findings *out) {
     out->only = only ? only->id : NULL;
     for (size_t i = 0; i < report_n_rules; i++)
         if (!only || only == &report_rules[i]) report_rules[i].run(m, out);
+    for (size_t i = 0; i < out->n; i++) {
+        utf8_repair(out->v[i].title);
+        utf8_repair(out->v[i].detail);
+        utf8_repair(out->v[i].advice);
+    }
     merge_processes(m, out);
     // qsort is not stable: keep the rules' own order among equals through a stable pass
     for (size_t i = 1; i < out->n; i++) {

@@ -269,6 +269,9 @@ void report_model_free(report_model *m);
 // The length (1-4) of the valid UTF-8 character s starts with; 0 when s starts with a byte that
 // begins none (a stray continuation, an overlong form, a surrogate, a cut-off sequence).
 size_t report_utf8_seq(const char *s);
+// s (NULL: "") into dst[n]; a longer s cut on a character's boundary and ended with "…", so
+// that the cut shows. Returns dst: names in a finding's sentences go through it, never "%.80s".
+const char *report_cut_name(char *dst, size_t n, const char *s);
 // A copy of a string from the database (NULL: none) with bytes 1-6 and bytes that are not UTF-8
 // made '?'.
 char *report_strdup(const char *s);

@@ -129,7 +129,7 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         if (report_op_is_cast(o->op)) tally_add(&cast, m, o);
     }
     const char *dt = lowp_dtype && strcmp(lowp_dtype, "bf16") == 0 ? "bf16" : "fp16";
-    char list[600];
+    char list[600], cut[84]; // cut: a layer's name in a title
 
     if (fp32.worst && fp32.flops > 0) {
         double share = gemm_flops > 0 ? fp32.flops / gemm_flops : 0;
@@ -137,9 +137,10 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
             out, RULE, share >= FP32_GEMM_WARN_SHARE ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
         where_of(f, m, &fp32);
         snprintf(f->title, sizeof f->title,
-                 "GEMMs in fp32 under autocast: %.80s %s and others hold %.0f%% of the GEMM FLOPs "
+                 "GEMMs in fp32 under autocast: %s %s and others hold %.0f%% of the GEMM FLOPs "
                  "and run without Tensor Cores",
-                 f->layer[0] ? f->layer : "the top level", f->op, 100 * share);
+                 report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"), f->op,
+                 100 * share);
         list_members(m, pid, fp32_gemm, total, list, sizeof list);
         snprintf(f->detail, sizeof f->detail,
                  "fp32 GEMMs (%s): %s. They are %.3g of %.3g GEMM FLOPs and %.0f%% of the %s.",
@@ -166,9 +167,10 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         report_finding *f = report_finding_add(out, RULE, by_share(m, up_share, UPCAST_WARN_SHARE));
         where_of(f, m, &up);
         snprintf(f->title, sizeof f->title,
-                 "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%.80s %s the "
+                 "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%s %s the "
                  "largest)",
-                 100 * up_share, basis, f->layer[0] ? f->layer : "the top level", f->op);
+                 100 * up_share, basis,
+                 report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"), f->op);
         list_members(m, pid, upcast, total, list, sizeof list);
         snprintf(f->detail, sizeof f->detail,
                  "%s inputs, fp32 outputs (policy fp32/fp32_set_opt_dtype/promote): %s.", dt, list);
@@ -188,9 +190,9 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         report_finding *f = report_finding_add(out, RULE, by_share(m, cast_share, CAST_WARN_SHARE));
         where_of(f, m, &cast);
         snprintf(f->title, sizeof f->title,
-                 "dtype casts take %.0f%% of the %s (%lld casts; %.80s the largest)",
-                 100 * cast_share, basis, (long long)cast.launches,
-                 f->layer[0] ? f->layer : "the top level");
+                 "dtype casts take %.0f%% of the %s (%lld casts; %s the largest)", 100 * cast_share,
+                 basis, (long long)cast.launches,
+                 report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"));
         list_members(m, pid, cast_op, total, list, sizeof list);
         snprintf(f->detail, sizeof f->detail, "Largest casts: %s.", list);
         snprintf(f->advice, sizeof f->advice,

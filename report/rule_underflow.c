@@ -7,9 +7,14 @@
  * (n_underflow). Values that already underflowed in an fp16 backward arrive as zeros, which
  * cannot be told from structural zeros (a causal mask, a ReLU) one by one; a gradient tensor
  * that is entirely zero can: it counts as lost whole. Healthy fp16 runs lose a few percent of
- * their smallest gradients to subnormals; layers losing 5% or more are named (info), and 20% in
- * a layer is a warning, with the loss scale that would keep them (from the observed gradient
- * amax: the largest power of two that keeps it under 65504/2). A run that computed no gradient
+ * their smallest gradients to subnormals; layers losing 5% or more are named (info). What
+ * decides whether training suffers is what reaches the optimizer: a layer whose weight gradients
+ * lose 20% is a warning, with the loss scale that would keep them (from the observed gradient
+ * amax: the largest power of two that keeps it under 65504/2). Activation gradients alone
+ * decide only in a run that recorded no weight gradient: as a model fits its data, the
+ * gradients of the examples it already fits shrink toward zero and underflow by the million
+ * (the loss's gradient, the casts before it) while the weight gradients, summed over the
+ * batch, keep their values. A run that computed no gradient
  * in fp16/bf16 (fp32) gets info at most: what fp16 without loss scaling would lose. Steps the
  * GradScaler skipped are left out (their gradients never reached the weights; after a collapse
  * to a scale of 0 they are all zero), and so are steps whose loss was not finite (a broken step's
@@ -19,8 +24,8 @@
  *
  * Gradients that are all vanishingly small (the largest of the run 2^32 under the scale target,
  * about 7.6e-6: a loss divided twice, a tiny loss weight) are named even when nothing underflows
- * (bf16, fp32): they sit under the optimizer's eps (Adam's 1e-8) and the weights barely move; a
- * warning when the loss did not fall either.
+ * (bf16, fp32): they sit near the optimizer's eps (Adam's 1e-8) and the weights barely move; a
+ * warning when the loss did not fall either, or when even the largest is under 1e-8.
  */
 #include "report.h"
 
@@ -32,12 +37,14 @@
 
 #define RULE "grad-underflow"
 #define LOST_SHARE_NOTE 0.05 // a layer losing this share is named (info)
-#define LOST_SHARE_WARN 0.20 // the worst layer losing this share makes it a warning
+#define LOST_SHARE_WARN 0.20 // a layer's weight gradients losing this share make it a warning
+#define ADAM_EPS 1e-8        // torch.optim.Adam's default eps: gradients below it do not train
 #define LIST_MAX 6 // layers named in the detail
 
 typedef struct layer_loss {
     int32_t pid, layer_id;
     int64_t numel, lost, tensors, zero_tensors;
+    int64_t weight_numel, weight_lost; // of its weight gradients
     int64_t first_step, last_step;
 } layer_loss;
 
@@ -76,8 +83,8 @@ static void vanishing_finding(const report_model *m, double u, report_findings *
     const report_step *a, *b;
     const bool ends = loss_ends(m, &a, &b);
     const bool stalled = ends && !(b->loss < a->loss - 0.01 * fabs(a->loss));
-    report_finding *f =
-        report_finding_add(out, RULE, stalled ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    report_finding *f = report_finding_add(
+        out, RULE, stalled || u < ADAM_EPS ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     report_finding_where(f, NULL, NULL, "bwd");
     f->first_step = m->n_steps ? m->steps[0].step : -1;
     f->last_step = m->n_steps ? m->steps[m->n_steps - 1].step : -1;
@@ -87,6 +94,9 @@ static void vanishing_finding(const report_model *m, double u, report_findings *
             "gradients vanishingly small (the largest %.3g) and the loss did not fall (%.6g at "
             "step %lld, %.6g at step %lld)",
             u, a->loss, (long long)a->step, b->loss, (long long)b->step);
+    else if (u < ADAM_EPS)
+        snprintf(f->title, sizeof f->title,
+                 "gradients vanishingly small: the largest is %.3g, under Adam's eps (1e-8)", u);
     else
         snprintf(f->title, sizeof f->title, "gradients vanishingly small: the largest is %.3g", u);
     snprintf(f->detail, sizeof f->detail,
@@ -105,6 +115,13 @@ static void vanishing_finding(const report_model *m, double u, report_findings *
         report_finding_evidence(f, "loss_first", a->loss);
         report_finding_evidence(f, "loss_last", b->loss);
     }
+}
+
+// Whether a GradScaler updated the scale in any focused step.
+static bool has_scaler(const report_model *m) {
+    for (size_t i = 0; i < m->n_steps; i++)
+        if (m->steps[i].has_scale) return true;
+    return false;
 }
 
 // The scale of the run's last applied update (scale_before of the last step the GradScaler did
@@ -139,6 +156,10 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
         int64_t l_lost = s->n_underflow + (bf16 ? 0 : s->zero_numel);
         l->numel += s->numel;
         l->lost += l_lost;
+        if (strcmp(s->kind, "weight_grad") == 0) {
+            l->weight_numel += s->numel;
+            l->weight_lost += l_lost;
+        }
         l->tensors += s->tensors;
         l->zero_tensors += bf16 ? 0 : s->zero_tensors;
         if (s->first_step < l->first_step) l->first_step = s->first_step;
@@ -161,9 +182,21 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     double cur = last_scale(m);
     const layer_loss *worst = &v[0];
     double worst_share = (double)worst->lost / (double)worst->numel;
-    bool warn = lowp_grads && worst_share >= LOST_SHARE_WARN;
+    // what reaches the optimizer decides, where the run recorded it (see the top of the file)
+    const layer_loss *worst_weights = NULL;
+    for (size_t k = 0; k < n; k++)
+        if (v[k].weight_numel > 0 &&
+            (!worst_weights ||
+             (double)v[k].weight_lost / (double)v[k].weight_numel >
+                 (double)worst_weights->weight_lost / (double)worst_weights->weight_numel))
+            worst_weights = &v[k];
+    const double weight_share =
+        worst_weights ? (double)worst_weights->weight_lost / (double)worst_weights->weight_numel
+                      : NAN;
+    bool warn = lowp_grads && (worst_weights ? weight_share : worst_share) >= LOST_SHARE_WARN;
     report_finding *f = report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     report_finding_where(f, report_layer_name(m, worst->pid, worst->layer_id), NULL, "bwd");
+    char cut[84];        // a layer's name in the title
     f->pid = worst->pid; // one process's, unless a layer of another one is affected too
     for (size_t k = 0; k < n; k++)
         if (v[k].pid != worst->pid && (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel &&
@@ -172,12 +205,14 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     f->first_step = worst->first_step;
     f->last_step = worst->last_step;
     snprintf(f->title, sizeof f->title,
-             "%s: %zu of %zu layers lose 5%% or more of their gradient values, %.80s the worst "
+             "%s: %zu of %zu layers lose 5%% or more of their gradient values, %s the worst "
              "(%.0f%%)",
              !lowp_grads   ? "fp32 run: in fp16 without loss scaling, gradients would underflow"
              : fp16_target ? "gradients underflow in fp16"
                            : "gradients underflow in bf16",
-             affected, n, f->layer[0] ? f->layer : "the top level", 100 * worst_share);
+             affected, n,
+             report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"),
+             100 * worst_share);
     size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
                                 "Lost to zero/subnormal (of the gradient values sampled):");
     for (size_t k = 0; k < n && k < LIST_MAX && w < sizeof f->detail; k++) {
@@ -191,15 +226,42 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
                          l->zero_tensors ? ", all-zero gradients included" : "");
         if (c > 0) w += (size_t)c;
     }
-    if (w < sizeof f->detail)
-        snprintf(f->detail + w, sizeof f->detail - w, ". Overall %.1f%% of %lld values.",
-                 100.0 * (double)lost / (double)total, (long long)total);
+    if (w < sizeof f->detail) {
+        int c = snprintf(f->detail + w, sizeof f->detail - w, ". Overall %.1f%% of %lld values.",
+                         100.0 * (double)lost / (double)total, (long long)total);
+        if (c > 0) w += (size_t)c;
+    }
+    if (worst_weights && w < sizeof f->detail) {
+        const char *name = report_layer_name(m, worst_weights->pid, worst_weights->layer_id);
+        char cut[84];
+        snprintf(f->detail + w, sizeof f->detail - w,
+                 " The weight gradients, what the optimizer steps with, lose %.2g%% at most (%s)%s",
+                 100 * weight_share, report_cut_name(cut, sizeof cut, name ? name : "top level"),
+                 weight_share < LOST_SHARE_WARN
+                     ? ": the values lost are the smallest of the activation gradients (of "
+                       "examples the model already fits), which the weight gradients' sums over "
+                       "the batch hardly miss."
+                     : ".");
+    }
 
     if (!fp16_target) // bf16: no loss scale to raise; values below 1.2e-38 are a scaling bug
         snprintf(f->advice, sizeof f->advice,
                  "Check the loss normalisation: gradient values below bf16's smallest normal "
                  "(1.2e-38) are far below anything a well-scaled loss gives (divided twice, a "
                  "tiny loss weight); keep the affected layers' backward in fp32 until then.");
+    else if (!lowp_grads)
+        snprintf(f->advice, sizeof f->advice,
+                 "Nothing to change in fp32. When this model trains in fp16, use a GradScaler "
+                 "(init_scale=%.9g, growth_interval=2000): the largest unscaled gradient %.3g then "
+                 "stays under 65504/2 while the small ones stay out of fp16's subnormals; or "
+                 "train in bf16, whose range is fp32's.",
+                 isnan(rec) ? 65536.0 : rec, u);
+    else if (isnan(cur) && !has_scaler(m))
+        snprintf(f->advice, sizeof f->advice,
+                 "Use a GradScaler (torch.amp.GradScaler(\"cuda\", init_scale=%.9g); "
+                 "amp_scaler_new here): fp16 gradients without loss scaling lose these values. Or "
+                 "train in bf16, whose range is fp32's.",
+                 isnan(rec) ? 65536.0 : rec);
     else if (isnan(rec))
         snprintf(f->advice, sizeof f->advice,
                  "Raise the loss scale (init_scale=65536 and let it grow: growth_interval=2000) "
@@ -227,6 +289,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "layers_affected", (double)affected);
     report_finding_evidence(f, "layers", (double)n);
     report_finding_evidence(f, "worst_share", worst_share);
+    report_finding_evidence(f, "worst_weight_share", weight_share);
     report_finding_evidence(f, "lost_values", (double)lost);
     report_finding_evidence(f, "gradient_values", (double)total);
     report_finding_evidence(f, "lost_share", (double)lost / (double)total);

@@ -1253,16 +1253,94 @@ END_TEST
 START_TEST(grad_underflow_names_the_layer_and_a_scale) {
     healthy(6);
     sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind = 'activation_grad';");
+        "kind IN ('activation_grad', 'weight_grad');");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     const report_finding *f = &findings.v[0];
     ck_assert_str_eq(f->layer, "blocks.0.mlp");
     ck_assert_ptr_nonnull(strstr(f->detail, "blocks.0.mlp"));
     ck_assert_close(evidence(f, "layers_affected"), 1, 0, 0);
-    ck_assert_close(evidence(f, "worst_share"), (32768 * 3 / 10 + 1) / (32768.0 + 4096), 1e-9, 0);
+    ck_assert_close(evidence(f, "worst_share"), (32768 * 3 / 10 + 4096 * 3 / 10) / (32768.0 + 4096),
+                    1e-9, 0);
+    ck_assert_close(evidence(f, "worst_weight_share"), (4096 * 3 / 10) / 4096.0, 1e-9, 0);
     // largest gradient 6680 at scale 65536: 0.1019 unscaled, 2^18 keeps it under 32752
     ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
+    ck_assert_msg(strstr(f->advice, "Raise the loss scale to 262144"), "%s", f->advice);
+    release();
+}
+END_TEST
+
+// Activation gradients losing their smallest values while the weight gradients keep theirs (a
+// model that fits most of its examples: their gradients shrink toward zero) is no warning: what
+// the optimizer steps with decides.
+START_TEST(grad_underflow_weighs_what_reaches_the_optimizer) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_INFO);
+    ck_assert_str_eq(f->layer, "blocks.0.mlp");
+    ck_assert_msg(strstr(f->detail, "The weight gradients, what the optimizer steps with, lose "
+                                    "0.024% at most (blocks.0.mlp)"),
+                  "%s", f->detail);
+    release();
+    // a run that recorded no weight gradient: its activation gradients decide
+    sql("DELETE FROM AMP_TENSOR_STATS WHERE kind = 'weight_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "weight gradients"));
+    release();
+}
+END_TEST
+
+// A long layer name in a title is cut on a character's boundary, with "…" to show the cut, and
+// every sentence of a finding is UTF-8.
+START_TEST(finding_titles_cut_names_as_utf8) {
+    healthy(6);
+    sql("UPDATE AMP_LAYERS SET name = "
+        "'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        "aaaaaaaaaaaaaaaaééééé' WHERE id = 1;"
+        "UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    const char *t = findings.v[0].title;
+    ck_assert_msg(strstr(t, "aaaé… the worst"), "%s", t);
+    for (const char *p = t; *p;) {
+        size_t n = report_utf8_seq(p);
+        ck_assert_msg(n > 0, "not UTF-8 at byte %zu of %s", (size_t)(p - t), t);
+        p += n;
+    }
+    release();
+}
+END_TEST
+
+// Advice for runs without a GradScaler: an fp32 run is told what fp16 would need, an fp16 one
+// without a scaler to use one (never "the scale (nan) is already as high as ...").
+START_TEST(grad_underflow_advice_without_a_scaler) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind IN ('activation_grad', 'weight_grad');"
+        "UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;"
+        "UPDATE AMP_TENSOR_STATS SET amax = amax / 65536, min = min / 65536, max = max / 65536 "
+        "WHERE kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(strstr(findings.v[0].advice, "Use a GradScaler") &&
+                      strstr(findings.v[0].advice, "init_scale=262144"),
+                  "%s", findings.v[0].advice);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET dtype = 'f32' WHERE kind IN ('activation_grad', "
+        "'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    ck_assert_msg(strstr(findings.v[0].advice, "Nothing to change in fp32") &&
+                      strstr(findings.v[0].advice, "init_scale=262144"),
+                  "%s", findings.v[0].advice);
+    ck_assert_ptr_null(strstr(findings.v[0].advice, "nan"));
     release();
 }
 END_TEST
@@ -1278,7 +1356,9 @@ START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
     release();
     // ... a gradient that is entirely zero is
     sql("UPDATE AMP_TENSOR_STATS SET amax = 0, min = 0, max = 0, n_zero = numel WHERE "
-        "layer_id = 2 AND kind = 'activation_grad';");
+        "layer_id = 2 AND kind = 'activation_grad';"
+        "INSERT INTO AMP_TENSOR_STATS SELECT pid, step, 2, 'head.weight', 'weight_grad', 'f32', "
+        "'f16', 4096, 0, 0, 0, 0, 0, 0, 0, 0, 4096 FROM AMP_STEPS;");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].layer, "head");
@@ -1309,7 +1389,7 @@ START_TEST(grad_underflow_in_bf16_counts_no_zero_gradient) {
     ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
     release();
     sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind = 'activation_grad';");
+        "kind IN ('activation_grad', 'weight_grad');");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].layer, "blocks.0.mlp");
@@ -1332,6 +1412,15 @@ START_TEST(grad_underflow_names_vanishing_gradients) {
     ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
     ck_assert_close(evidence(&findings.v[0], "grad_amax_unscaled"), 6680e-10, 1e-6, 0);
     release();
+    // under Adam's eps (1e-8) nothing trains, whatever the loss did
+    sql("UPDATE AMP_TENSOR_STATS SET min = min * 1e-3, max = max * 1e-3, amax = amax * 1e-3 "
+        "WHERE kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(strstr(findings.v[0].title, "under Adam's eps"), "%s", findings.v[0].title);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET min = min * 1e3, max = max * 1e3, amax = amax * 1e3 "
+        "WHERE kind IN ('activation_grad', 'weight_grad');");
     sql("UPDATE AMP_STEPS SET loss = 4.0 + step * 0.001;");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
@@ -2919,6 +3008,9 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
+    tcase_add_test(tc, grad_underflow_weighs_what_reaches_the_optimizer);
+    tcase_add_test(tc, grad_underflow_advice_without_a_scaler);
+    tcase_add_test(tc, finding_titles_cut_names_as_utf8);
     tcase_add_test(tc, grad_underflow_counts_vanished_gradients_not_structural_zeros);
     tcase_add_test(tc, grad_underflow_leaves_out_a_broken_step);
     tcase_add_test(tc, grad_underflow_in_bf16_counts_no_zero_gradient);
