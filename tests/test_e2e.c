@@ -527,6 +527,27 @@ START_TEST(test_exit_without_free_cpu) {
 }
 END_TEST
 
+// A program that idles between steps (loading a batch) and ends its workers with _exit(): no
+// op's span holds the idle time (the step's first op starts where the program entered its layer),
+// and freeing the context wrote out every step before _exit.
+START_TEST(test_pause_between_steps_and_exit_after_free) {
+    enum { STEPS = 4, PAUSE_MS = 150 };
+    test_dir_create("pause");
+    const char *args[] = {"run", "-o", "run.sqlite", "--",    AMP_BINARY_DIR "/tests/amp_exit_prog",
+                          "cpu", "4",  "150",        "_exit", NULL};
+    ck_assert_int_eq(test_wait_ampprobe(test_spawn_ampprobe(args)), 0);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(test_in_dir("run.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), STEPS);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(DISTINCT step) FROM AMP_OPS"), STEPS);
+    const int64_t longest = test_query_int(db, "SELECT max(end_ns - start_ns) FROM AMP_OPS");
+    ck_assert_msg(longest < PAUSE_MS * 1000000LL / 2, "an op of %.1f ms", (double)longest / 1e6);
+    sqlite3_close(db);
+    test_dir_remove();
+}
+END_TEST
+
 Suite *e2e_suite(void) {
     Suite *s = suite_create("e2e");
     TCase *tc = tcase_create("faults");
@@ -548,6 +569,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_odd_values_read_or_refused);
     tcase_add_test(tc, test_full_disk_is_named);
     tcase_add_test(tc, test_exit_without_free_cpu);
+    tcase_add_test(tc, test_pause_between_steps_and_exit_after_free);
     suite_add_tcase(s, tc);
     return s;
 }

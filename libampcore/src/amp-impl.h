@@ -741,6 +741,13 @@ static inline void amp_instr_op(amp_ctx_t *ctx, const char *op, amp_cast_policy 
                                 amp_tensor_t *out, amp_tensor_t *const *in, int n) {
     if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_op_slow(ctx, op, policy, out, in, n);
 }
+void amp_instr_work_begins_slow(amp_ctx_t *ctx);
+// A layer or an autocast region begins: before the step's first op, what the program did since
+// the last step ended (loading a batch, logging) is no op's time; the first op's span starts at
+// the last such call instead (an op's span otherwise starts where the previous op's ended).
+static inline void amp_instr_work_begins(amp_ctx_t *ctx) {
+    if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_work_begins_slow(ctx);
+}
 void amp_instr_arm_slow(amp_ctx_t *ctx, const amp_tensor_t *out);
 // Right before the backend call that writes an op's output (or a gradient buffer): lets the
 // backend compute out's statistics in the producing kernel (amp_stats_sink). The op's

@@ -227,6 +227,7 @@ void amp_autocast_begin(amp_ctx_t *ctx, bool enabled, amp_dtype dtype, bool cach
     ctx->ac.cache_enabled = cache_enabled;
     if (enabled && ctx->instr) amp_instr_autocast_dtype(ctx, dtype);
     if (enabled) ctx->run_dtype = dtype;
+    amp_instr_work_begins(ctx);
 }
 
 void amp_autocast_end(amp_ctx_t *ctx) {

@@ -530,8 +530,9 @@ static amp_status process_update(amp_collector_t *c, const spool_file *f, int64_
 static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
     struct stat sb;
     int64_t end_ns = -1;
-    if (fstat(f->fd, &sb) == 0)
+    if (fstat(f->fd, &sb) == 0) // (the file system's coarse clock: up to a tick behind)
         end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    if (end_ns >= 0 && end_ns < f->start_ns) end_ns = f->start_ns;
     f->done = true;
     return process_update(c, f, end_ns, status);
 }

@@ -105,7 +105,8 @@ typedef struct amp_instr {
     bool fuse;       // let producing kernels compute outputs' statistics (amp_stats_sink)
     bool stats_step; // this step's statistics are emitted
     int64_t step_start_ns;
-    int64_t last_op_ns;
+    int64_t last_op_ns; // where the next op's span starts
+    bool step_ops;      // an op of this step was recorded
     int32_t layers_emitted;
     unsigned autocast_dtypes; // bit per dtype already written to META
     uint32_t epoch;           // changes whenever the queue is processed
@@ -254,6 +255,9 @@ void amp_instr_free(amp_ctx_t *ctx) {
     free(in->empty);
     free(in);
     ctx->instr = NULL;
+    // out of the process's buffer now: a program that ends with _exit() (a forked worker, Python's
+    // os._exit) runs no exit handler to write what its last 100 ms recorded
+    amp_record_flush();
 }
 
 int64_t amp_ctx_step_index(const amp_ctx_t *ctx) { return ctx->step; }
@@ -528,6 +532,10 @@ void amp_instr_input_slow(amp_ctx_t *ctx, amp_tensor_t *x) {
     entry_of(ctx, x);
 }
 
+void amp_instr_work_begins_slow(amp_ctx_t *ctx) {
+    if (!ctx->instr->step_ops) ctx->instr->last_op_ns = amp_record_now_ns();
+}
+
 void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, amp_tensor_t *out,
                        amp_tensor_t *const *inputs, int n) {
     amp_instr *in = ctx->instr;
@@ -555,6 +563,7 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
             .end_ns = now});
     }
     in->last_op_ns = now;
+    in->step_ops = true;
     int32_t refs[REFS];
     int nr = n < REFS ? n : REFS;
     if (in->params_epoch != in->epoch) queue_parameters(ctx);
@@ -979,6 +988,7 @@ static void step_end(amp_ctx_t *ctx, float loss, const amp_tensor_t *loss_t) {
             emit_step(ctx, ctx->step, start, end, mem_peak, loss, stats_step, process(ctx));
         }
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();
+        in->step_ops = false;
         in->stats_step = (ctx->step + 1) % in->stats_every == 0;
         if (!amp_record_enabled()) amp_instr_free(ctx); // the rest of the run as uninstrumented
     }

@@ -32,6 +32,7 @@ void amp_layer_begin(amp_ctx_t *ctx, const char *name) {
     else snprintf(buf, sizeof buf, "%s", name);
     ctx->layer_stack[ctx->layer_depth++] = layer_intern(ctx, buf, parent);
     if (ctx->nvtx) amp_nvtx_push(buf);
+    amp_instr_work_begins(ctx);
 }
 
 void amp_layer_beginf(amp_ctx_t *ctx, const char *fmt, ...) {

@@ -7,11 +7,17 @@
  * step's work), the others with its value; META "exit_prog_loss_N" holds what the program read
  * of step N's loss, for the test to compare with AMP_STEPS.
  *
- *   amp_exit_prog cpu|cuda STEPS
+ * PAUSE_MS: the program idles that long between steps (a batch being loaded), then enters its
+ * layer: no op's time may include the pause. `_exit`: it frees the context and ends with _exit()
+ * instead (no exit handler runs): freeing the context writes out what it recorded.
+ *
+ *   amp_exit_prog cpu|cuda STEPS [PAUSE_MS [_exit]]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "amp-record.h"
 
@@ -19,11 +25,12 @@
 __attribute__((used)) const char *__asan_default_options(void) { return "detect_leaks=0"; }
 
 int main(int argc, char **argv) {
-    if (argc != 3 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0) ||
-        atoi(argv[2]) <= 0) {
-        fprintf(stderr, "usage: amp_exit_prog cpu|cuda STEPS\n");
+    if (argc < 3 || argc > 5 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0) ||
+        atoi(argv[2]) <= 0 || (argc == 5 && strcmp(argv[4], "_exit") != 0)) {
+        fprintf(stderr, "usage: amp_exit_prog cpu|cuda STEPS [PAUSE_MS [_exit]]\n");
         return 2;
     }
+    const int pause_ms = argc >= 4 ? atoi(argv[3]) : 0;
     const amp_device dev = strcmp(argv[1], "cuda") == 0 ? AMP_DEVICE_CUDA : AMP_DEVICE_CPU;
     amp_ctx_t *ctx;
     if (amp_ctx_new(dev, 1, &ctx) != AMP_OK) {
@@ -36,7 +43,10 @@ int main(int argc, char **argv) {
     amp_tensor_randn(x, 1.0f);
     amp_tensor_set_requires_grad(w, true);
     for (int s = 0, steps = atoi(argv[2]); s < steps; s++) {
+        if (pause_ms) nanosleep(&(struct timespec){0, pause_ms * 1000000L}, NULL);
+        amp_layer_begin(ctx, "model");
         amp_tensor_t *loss = amp_mean(ctx, amp_gelu(ctx, amp_linear(ctx, x, w, NULL), false));
+        amp_layer_end(ctx);
         amp_backward(ctx, loss);
         const amp_tensor_t *given = s % 3 == 2 ? amp_to(ctx, loss, AMP_DTYPE_F16) : loss;
         char key[32], value[32];
@@ -48,6 +58,10 @@ int main(int argc, char **argv) {
         else
             amp_ctx_step_end_loss(ctx, given);
         amp_ctx_reset(ctx);
+    }
+    if (argc == 5) {
+        amp_ctx_free(ctx);
+        _exit(0);
     }
     exit(0); // no amp_ctx_free
 }
