@@ -123,18 +123,18 @@ int amp_cmd_conform(int argc, char **argv) {
     struct conform_run r = {.out = stdout, .err = stderr, .device = AMP_DEVICE_CPU};
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        const int device = amp_cmd_option_value(argc, argv, &i, "--device", NULL, &v);
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             r.verbose = true;
-        } else if (strcmp(a, "--device") == 0) {
-            if (i + 1 == argc || !amp_device_parse(argv[i + 1], &r.device)) {
+        } else if (device) {
+            if (device < 0 || !amp_device_parse(v, &r.device)) {
                 fprintf(stderr, "ampprobe conform: --device needs cpu or cuda\n");
                 return 2;
             }
-            i++;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr,
                     "ampprobe conform: unknown option '%s' (see 'ampprobe conform --help')\n", a);

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
            "with those of the same program and order in the other run, the processes named.\n\n"
            "options:\n"
            "  --format text|json  text (default) or json (keys: report/README.md)\n"
-           "  -o OUT              write to OUT instead of stdout (not over A or B)\n"
+           "  -o, --output OUT    write to OUT instead of stdout (not over A or B)\n"
            "  --help              this text\n\n"
            "exit status: 0 comparison written, 2 usage error or an unreadable/foreign database.\n");
 }
@@ -64,20 +64,32 @@ static bool load(const char *path, report_model *m, report_findings *f) {
 int amp_cmd_diff(int argc, char **argv) {
     const char *files[2] = {NULL, NULL}, *out_path = NULL, *format = "text";
     int n_files = 0;
+    bool format_given = false, files_only = false; // files_only: after "--"
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        if (files_only) {
+            if (n_files == 2) return bad("two files only ('%s' is a third)", a);
+            files[n_files++] = a;
+            continue;
+        }
+        int output = amp_cmd_option_value(argc, argv, &i, "--output", "-o", &v), fmt = 0;
+        if (!output) fmt = amp_cmd_option_value(argc, argv, &i, "--format", NULL, &v);
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-o") == 0) {
-            if (i + 1 >= argc) return bad("%s needs a value", a);
-            const char *v = argv[++i];
-            if (strcmp(a, "-o") == 0)
-                out_path = v;
-            else if (strcmp(v, "text") == 0 || strcmp(v, "json") == 0)
-                format = v;
-            else
+        } else if (output < 0 || fmt < 0) {
+            return bad("%s needs a value", a);
+        } else if ((output > 0 && out_path) || (fmt > 0 && format_given)) {
+            return bad("%s is given twice", output > 0 ? "-o" : "--format");
+        } else if (output > 0) {
+            out_path = v;
+        } else if (fmt > 0) {
+            if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
                 return bad("--format: '%s' is not one of text, json", v);
+            format = v;
+            format_given = true;
+        } else if (strcmp(a, "--") == 0) {
+            files_only = true; // (a file may start with '-')
         } else if (a[0] == '-' && a[1]) {
             return bad("unknown option '%s'", a);
         } else if (n_files == 2) {

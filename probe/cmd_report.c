@@ -37,13 +37,14 @@ static void usage(FILE *f) {
             "                      NO_COLOR is set or TERM=dumb), md (Markdown), html (one\n"
             "                      self-contained page with plots), json for CI (keys:\n"
             "                      report/README.md)\n"
-            "  -o OUT              write the report to OUT instead of stdout (not over FILE)\n"
+            "  -o, --output OUT    write the report to OUT instead of stdout (not over FILE)\n"
             "  --rule ID           run only that rule\n"
             "  --steps A:B         look at steps A..B only (A: or :B leave a side open; N\n"
             "                      alone: step N)\n"
             "  --fail-on SEV       exit with status 1 when a finding of severity SEV or worse\n"
             "                      is reported (error, warning or info): a gate for CI\n"
-            "  --help              this text\n\n"
+            "  --help              this text\n"
+            "An option's value may also follow an '=' (--format=json); each option once.\n\n"
             "rules:\n");
     for (size_t i = 0; i < report_n_rules; i++)
         fprintf(f, "  %-22s %s\n", report_rules[i].id, report_rules[i].summary);
@@ -87,27 +88,36 @@ static bool parse_steps(const char *s, int64_t *lo, int64_t *hi) {
 // 0: parsed; 1: --help printed; 2: usage error printed.
 static int parse(int argc, char **argv, report_opts *o) {
     *o = (report_opts){.format = "text", .lo = INT64_MIN, .hi = INT64_MAX, .fail_on = -1};
+    static const char *const names[] = {"--format", "-o", "--rule", "--steps", "--fail-on"};
+    bool given[5] = {false};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
+        const char *a = argv[i], *v = NULL;
+        int k = 0, got = 0;
+        for (; k < 5; k++) {
+            got = k == 1 ? amp_cmd_option_value(argc, argv, &i, "--output", "-o", &v)
+                         : amp_cmd_option_value(argc, argv, &i, names[k], NULL, &v);
+            if (got) break;
+        }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 1;
-        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--rule") == 0 ||
-                   strcmp(a, "--steps") == 0 || strcmp(a, "--fail-on") == 0) {
-            if (!has_value) return bad("%s needs a value", a);
-            const char *v = argv[++i];
-            if (strcmp(a, "--format") == 0) {
+        } else if (got < 0) {
+            return bad("%s needs a value", a);
+        } else if (got > 0) {
+            if (given[k]) // (one rule, one range: the last one winning would hide the others)
+                return bad("%s is given twice", names[k]);
+            given[k] = true;
+            if (k == 0) {
                 if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0 && strcmp(v, "md") != 0 &&
                     strcmp(v, "html") != 0)
                     return bad("--format: '%s' is not one of text, md, html, json", v);
                 o->format = v;
-            } else if (strcmp(a, "-o") == 0) {
+            } else if (k == 1) {
                 o->out_path = v;
-            } else if (strcmp(a, "--rule") == 0) {
+            } else if (k == 2) {
                 o->rule = report_rule_find(v);
                 if (!o->rule) return bad("--rule: no rule named '%s'", v);
-            } else if (strcmp(a, "--fail-on") == 0) {
+            } else if (k == 4) {
                 for (int s = AMP_SEVERITY_INFO; s <= AMP_SEVERITY_ERROR; s++)
                     if (strcmp(v, amp_severity_name((amp_severity)s)) == 0) o->fail_on = s;
                 if (o->fail_on < 0)
@@ -115,6 +125,8 @@ static int parse(int argc, char **argv, report_opts *o) {
             } else if (!parse_steps(v, &o->lo, &o->hi)) {
                 return bad("--steps: '%s' is not A:B with 0 <= A <= B", v);
             }
+        } else if (strcmp(a, "--") == 0 && i + 1 == argc - 1 && !o->file) {
+            o->file = argv[++i]; // (a FILE that starts with '-')
         } else if (a[0] == '-' && a[1]) {
             return bad("unknown option '%s'", a);
         } else if (o->file) {

@@ -15,6 +15,12 @@ int amp_cmd_tui(int argc, char **argv);
 
 #include <stdio.h>
 
+// Whether argv[*i] is the option `name` ("--format") or `short_name` ("-o"; NULL: none) with its
+// value: "--format V", "--format=V" or "-o V" (options.c). 1: it is, *value set and *i on the last
+// argument it took; 0: it is another argument; -1: it is, but no value follows.
+int amp_cmd_option_value(int argc, char **argv, int *i, const char *name, const char *short_name,
+                         const char **value);
+
 // The files SQLite keeps beside a database (suffixes of its name), output.c's.
 #define AMP_CMD_N_SIDE_FILES 3
 extern const char *const amp_cmd_side_files[AMP_CMD_N_SIDE_FILES];

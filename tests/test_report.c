@@ -2945,6 +2945,27 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     ck_assert_ptr_nonnull(strstr(e, "is the SQLite side file of"));
     free(e);
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0); // the database still one
+    // each option once (a second --rule would silently win over the first)
+    ck_assert_int_eq(CMD(db_path, "--rule", "loss-scale", "--rule", "run-end"), 2);
+    e = test_read_file(err_path, NULL);
+    ck_assert_ptr_nonnull(strstr(e, "--rule is given twice"));
+    free(e);
+    ck_assert_int_eq(CMD(db_path, "-o", out_path, "--output", out_path), 2);
+}
+END_TEST
+
+// A value after '=' as nsys takes it (--format=json), the long name of -o, and a FILE after "--".
+START_TEST(option_values_after_an_equals_sign) {
+    healthy(4);
+    char arg[300];
+    snprintf(arg, sizeof arg, "--output=%s", out_path);
+    ck_assert_int_eq(CMD("--format=json", "--rule=loss-scale", "--steps=1:2", arg, "--", db_path),
+                     0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "\"verdict\": \"No error or warning from rule loss-scale in 2 steps"),
+                  "%s", t);
+    free(t);
+    ck_assert_int_eq(CMD(db_path, "--format="), 2);
 }
 END_TEST
 
@@ -3020,6 +3041,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
     tcase_add_test(tc, rule_and_steps_narrow_the_report);
     tcase_add_test(tc, bad_files_and_usage_exit_2_with_one_line);
+    tcase_add_test(tc, option_values_after_an_equals_sign);
     tcase_add_test(tc, precision_fp32_gemm_under_autocast_is_a_warning);
     tcase_add_test(tc, precision_healthy_autocast_and_fp32_runs_are_quiet);
     tcase_add_test(tc, precision_upcasts_and_casts_are_notes_on_the_cpu);
