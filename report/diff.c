@@ -335,6 +335,12 @@ static int loss_phrase(char *buf, size_t n, const verdict_run *first, const verd
     const double rel = fabs(x - y) / fmax(fabs(base_loss), 1e-12);
     if (rel <= SAME_LOSS)
         return snprintf(buf, n, ", same loss within %.1f%%", fmax(100 * rel, 0.1));
+    if (x > 0 && y > 0 && (x >= 10 * y || y >= 10 * x)) // "960x", not "+95900.0%"
+        return snprintf(buf, n,
+                        ", mean loss of the last 10%% of steps %.4g in %s vs %.4g in %s "
+                        "(%.3gx %s)",
+                        x, first->letter, y, second->letter, x > y ? x / y : y / x,
+                        x > y ? "higher" : "lower");
     return snprintf(buf, n,
                     ", mean loss of the last 10%% of steps %.4g in %s vs %.4g in %s (%+.1f%%)", x,
                     first->letter, y, second->letter, 100 * (x - y) / fmax(fabs(y), 1e-12));
@@ -367,6 +373,8 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         snprintf(other, sizeof other, "A");
     }
     const verdict_run vc = {cand, name, swap ? "A" : "B"}, vb = {base, other, swap ? "B" : "A"};
+    const bool same_program =
+        !(ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0);
     size_t k = 0;
 #define PUT(...)                                                                                   \
     do {                                                                                           \
@@ -406,7 +414,8 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
             PUT("%s is %.0f%% slower than %s", name, 100 * (1 / r - 1), other);
         else
             PUT("%s is as fast as %s (within %.0f%%)", name, other, 100 * SAME_SPEED);
-        if (r <= 1 - SAME_SPEED && cand->autocast && !base->autocast) {
+        // why an AMP run is slower, when the two ran the same program
+        if (r <= 1 - SAME_SPEED && cand->autocast && !base->autocast && same_program) {
             const report_finding *p = payoff(fc);
             bool cpu = mc->device && strcmp(mc->device, "cpu") == 0;
             bool launch = p && strstr(p->title, "launch-bound");
@@ -432,8 +441,29 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
                              about_cand);
     if (several) PUT(" (the losses of %s in A and %s in B)", ra.loss_process, rb.loss_process);
     PUT(".");
-    if (ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0)
-        PUT(" A and B ran different programs (%s, %s).", ra.program, rb.program);
+    // a run that did not break but has a warning the other has not (a sawtooth that skips steps
+    // makes a run "faster": the speed alone would mislead)
+    for (int w = 0; w < 2; w++) {
+        const verdict_run *v = w ? &vb : &vc, *o = w ? &vc : &vb;
+        const report_findings *fv = w ? fbase : fc, *fo = w ? fc : fbase;
+        if (v->r->errors) continue; // (its error leads the verdict)
+        size_t more = 0;
+        const report_finding *top = NULL;
+        for (size_t i = 0; i < fv->n; i++) {
+            if (fv->v[i].severity != AMP_SEVERITY_WARNING || has_match(&fv->v[i], fo) ||
+                strcmp(fv->v[i].rule, "amp-payoff") == 0) // (the speed's, said above)
+                continue;
+            if (top)
+                more++;
+            else
+                top = &fv->v[i];
+        }
+        if (top)
+            PUT(" %c%s has a warning %s has not: %s%s.", toupper((unsigned char)v->name[0]),
+                v->name + 1, o->name, top->title,
+                more ? " (and more: see the findings below)" : "");
+    }
+    if (!same_program) PUT(" A and B ran different programs (%s, %s).", ra.program, rb.program);
     // the lengths of the processes whose final losses are compared
     const int64_t fewer = ra.loss_steps < rb.loss_steps ? ra.loss_steps : rb.loss_steps,
                   more = ra.loss_steps < rb.loss_steps ? rb.loss_steps : ra.loss_steps;

@@ -281,6 +281,8 @@ START_TEST(amp_slower_launch_bound_and_loss_gap) {
     HAS(t, "they diverge by 10% or more from step 0");
     HAS(t, "Findings only in B:\n");
     HAS(t, "  warning [amp-payoff] launch-bound");
+    // (amp-payoff's launch-bound is the verdict's already; the GPU's idling is not)
+    HAS(t, "(+20.0%). AMP run (B, fp16) has a warning the fp32 run has not: the GPU sat idle");
     free(t);
     t = diff_of(a_path, b_path, "json");
     HAS(t, "{\"verdict\": \"AMP run (B, fp16) is 26% slower");
@@ -306,6 +308,7 @@ START_TEST(same_losses_and_a_killed_run) {
     HAS(t, "Loss curves: 20 common steps with finite losses, the same in both.\n");
     HAS(t, "Findings only in B:\n  warning [run-end] the program was killed by SIGKILL after "
            "step 19");
+    HAS(t, "same loss within 0.1%. B has a warning A has not: the program was killed by SIGKILL");
     ck_assert_msg(!strstr(t, "Findings only in A"), "%s", t);
     free(t);
 }
@@ -505,6 +508,22 @@ START_TEST(two_amp_runs_are_not_explained_by_emulation) {
 }
 END_TEST
 
+// An fp32 and an AMP run of different programs: the AMP run's slowness is not put down to
+// fp16 (the programs differ), and a loss ten times the other's reads as a factor.
+START_TEST(different_programs_are_not_explained_by_precision) {
+    run(a_path, 20, 4.0, 1.0, 0, false, "cpu");
+    run(b_path, 20, 10.0, 20.0, 0, true, "cpu");
+    sql(a_path, "INSERT INTO META VALUES ('command', 'samples/tiny_gpt', 0);");
+    sql(b_path, "INSERT INTO META VALUES ('command', 'samples/simple_cnn', 0);");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "AMP run (B, fp16) is 2.5x slower than the fp32 run, mean loss of the last 10% of "
+           "steps 52.6 in B vs 2.63 in A (20x higher).");
+    HAS(t, "A and B ran different programs (tiny_gpt, simple_cnn).");
+    ck_assert_msg(!strstr(t, "Tensor Cores"), "%s", t);
+    free(t);
+}
+END_TEST
+
 // -o naming a database the command reads is refused (it would destroy the run); a full disk
 // behind stdout is an error that says so.
 START_TEST(output_over_an_input_or_to_a_full_disk_is_refused) {
@@ -594,6 +613,7 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, the_losses_are_of_the_run_the_verdict_is_about_first);
     tcase_add_test(tc, the_last_loss_and_the_mean_are_told_apart);
     tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);
+    tcase_add_test(tc, different_programs_are_not_explained_by_precision);
     tcase_add_test(tc, processes_are_matched_by_program_and_order);
     tcase_add_test(tc, the_losses_compared_are_of_the_process_that_broke);
     tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
