@@ -870,6 +870,7 @@ void report_findings_free(report_findings *f) {
 static int cmp_finding(const void *pa, const void *pb) {
     const report_finding *a = pa, *b = pb;
     if (a->severity != b->severity) return a->severity > b->severity ? -1 : 1;
+    if (a->leads != b->leads) return a->leads ? -1 : 1;
     // findings tied to no step come after those that are
     uint64_t sa = (uint64_t)a->first_step, sb = (uint64_t)b->first_step;
     if (sa != sb) return sa < sb ? -1 : 1;

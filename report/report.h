@@ -378,6 +378,7 @@ typedef struct report_finding {
     char detail[1024];  // the evidence in words (input ranges, the worst layers, ...)
     char advice[1024];  // what to change
     int processes;      // how many processes showed it (data-parallel ranks: one finding)
+    bool leads;         // first among its severity, whatever its step (how a run died)
     int32_t pid;        // the process it is of (the first one's when merged); 0: run-wide
     int n_evidence;
     struct {

@@ -101,6 +101,7 @@ static void program_end(const report_model *m, report_findings *out) {
                      "at the job's time limit, so save checkpoints before it; run long jobs under "
                      "tmux, screen or nohup so that a dropped connection does not end them.");
         } else if (sig == SIGKILL) {
+            f->leads = true; // (the OOM killer: what the user asks first)
             snprintf(f->title, sizeof f->title, "the program was killed by SIGKILL %s", at);
             snprintf(f->detail, sizeof f->detail,
                      "It ended by signal %d (exit status %d), which nothing can catch: the "
@@ -123,6 +124,7 @@ static void program_end(const report_model *m, report_findings *out) {
         report_finding_evidence(f, "signal", sig);
     } else {
         f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+        f->leads = true; // (why it failed: what the user asks first)
         snprintf(f->title, sizeof f->title, "the program failed with exit status %d %s", status,
                  at);
         const char *exc = m->exception;

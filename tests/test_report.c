@@ -2053,6 +2053,17 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     report_verdict(&model, &findings, verdict, sizeof verdict);
     ck_assert_msg(strncmp(verdict, "Healthy", 7) != 0, "verdict: %s", verdict);
     release();
+    // a kill leads the warnings, those of earlier steps too (the OOM killer is the question)
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind IN ('activation_grad', 'weight_grad');");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("grad-underflow", AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(findings.v[0].rule, "run-end");
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(
+        strncmp(verdict, "Training ran, with problems: the program was killed by SIGKILL", 62) == 0,
+        "verdict: %s", verdict);
+    release();
 }
 END_TEST
 
