@@ -1222,7 +1222,15 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return false;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
+    // an error the run went past: the GradScaler skipped a NaN batch's step, every loss after it
+    // finite (nonfinite-root-cause's count)
+    bool went_on = false;
+    for (int i = 0; i < top->n_evidence && errors == 1; i++)
+        went_on |= strcmp(top->evidence[i].key, "nonfinite_losses_after") == 0 &&
+                   top->evidence[i].value == 0 && top->last_step < s.last_step &&
+                   isfinite(s.final_loss);
     const char *what = s.steps == 0 ? "No training step was recorded"
+                       : went_on    ? "Training went on past an error"
                        : errors     ? "Training broke"
                                     : "Training ran, with problems";
     // in a run of several processes, which one (a rank each that shows it: the finding says so)
