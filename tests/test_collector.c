@@ -1292,6 +1292,14 @@ START_TEST(test_open_readonly_refusals) {
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "newer"));
     ck_assert_ptr_nonnull(strstr(err, "2.0"));
+    // a value that is no version: said as it is
+    ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
+    ck_assert_int_eq(
+        sqlite3_exec(w, "UPDATE META SET value = 'abc' WHERE key = 'schema_version'", 0, 0, 0),
+        SQLITE_OK);
+    sqlite3_close(w);
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+    ck_assert_msg(strstr(err, "its schema_version 'abc' is not a version"), "%s", err);
     // the same run with its META dropped: its tables are there, only META is not
     ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(w, "DROP TABLE META", 0, 0, 0), SQLITE_OK);

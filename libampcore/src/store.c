@@ -1309,16 +1309,20 @@ amp_run_state amp_store_run_state(sqlite3 *db) {
 
 // The schema version in META (*major -1: none there); an SQLite result code (*code: the
 // connection's primary error code then).
-static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code) {
+// META's schema_version into *major.*minor: -1 when there is none, -2 when it is no version
+// (the value, cut, in raw[64]).
+static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code, char raw[64]) {
     sqlite3_stmt *q = NULL;
     *major = -1, *minor = 0;
+    raw[0] = 0;
     int rc = sqlite3_prepare_v2(
         d, "SELECT value FROM META WHERE key = 'schema_version' AND pid = 0", -1, &q, NULL);
     if (rc == SQLITE_OK) {
         rc = sqlite3_step(q);
         if (rc == SQLITE_ROW) {
             const char *v = (const char *)sqlite3_column_text(q, 0);
-            if (!v || sscanf(v, "%d.%d", major, minor) < 1) *major = -1;
+            snprintf(raw, 64, "%s", v ? v : "");
+            if (!v || sscanf(v, "%d.%d", major, minor) < 1 || *major < 0) *major = -2;
             rc = SQLITE_OK;
         } else if (rc == SQLITE_DONE) {
             rc = SQLITE_OK;
@@ -1371,14 +1375,15 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
     }
     sqlite3_busy_timeout(d, 2000); // a live run checkpoints now and then
     int major, minor, code;
-    int rc = read_schema_version(d, &major, &minor, &code);
+    char raw[64];
+    int rc = read_schema_version(d, &major, &minor, &code, raw);
     if (rc != SQLITE_OK && (code == SQLITE_CANTOPEN || code == SQLITE_READONLY) && !has_wal) {
         // a WAL database in a directory where SQLite cannot make its -shm: with no -wal beside
         // it the file holds everything, and nothing writes it
         sqlite3_close(d);
         d = NULL;
         if (open_immutable(path, &d) == SQLITE_OK)
-            rc = read_schema_version(d, &major, &minor, &code);
+            rc = read_schema_version(d, &major, &minor, &code, raw);
         else
             code = sqlite3_errcode(d) & 0xff;
     }
@@ -1409,9 +1414,13 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
             snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot read: %s", path, sqlite3_errmsg(d));
             st = AMP_ERR_IO;
         }
-    } else if (major < 0) {
+    } else if (major == -1) {
         snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no schema_version)",
                  path);
+        st = AMP_ERR_CORRUPT;
+    } else if (major < 0) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX,
+                 "%s: damaged: its schema_version '%s' is not a version (MAJOR.MINOR)", path, raw);
         st = AMP_ERR_CORRUPT;
     } else if (major > AMP_SCHEMA_MAJOR) {
         snprintf(errbuf, AMP_STORE_ERR_MAX,
