@@ -92,7 +92,8 @@ typedef struct run_opts {
     const char *output; // NULL: ampprobe-N.sqlite
     bool force;
     const char *stats_every; // validated; NULL: not given
-    const char *trace;       // validated
+    const char *trace;       // validated, each name once ("amp,cuda,nvtx")
+    char trace_buf[16];      // (a --trace list as the names it gave)
     bool trace_given;
     bool tui;
     bool counters; // --counters
@@ -155,6 +156,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             if (!amp_parse_trace(o->trace, &mask))
                 return usage_error("--trace: '%s' is not a comma list of amp, cuda, nvtx",
                                    o->trace);
+            amp_trace_names(mask, o->trace_buf, sizeof o->trace_buf); // ("amp,amp": "amp")
+            o->trace = o->trace_buf;
             o->trace_given = true;
         } else if (IS("--counters")) {
             if (eq) return usage_error("%s takes no value", a);

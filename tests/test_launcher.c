@@ -245,6 +245,19 @@ START_TEST(test_check_grads_is_passed_on) {
 }
 END_TEST
 
+// --trace as the program and META see it: each name once, in order.
+START_TEST(test_trace_list_is_named_once) {
+    static const char *const show = "printf '%s' \"$AMPPROBE_TRACE\" > env.txt";
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "t.sqlite", "--trace=nvtx,amp,amp", "--",
+                                          "sh", "-c", show, NULL}),
+                     0);
+    ck_assert_str_eq(test_slurp("env.txt"), "amp,nvtx");
+    sqlite3 *db = open_db("t.sqlite");
+    ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'trace'"), "amp,nvtx");
+    sqlite3_close(db);
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Output files
 
@@ -447,6 +460,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_bad_arguments);
     tcase_add_test(c, test_help);
     tcase_add_test(c, test_check_grads_is_passed_on);
+    tcase_add_test(c, test_trace_list_is_named_once);
     tcase_add_test(c, test_existing_output_and_force);
     tcase_add_test(c, test_unwritable_output);
     tcase_add_test(c, test_default_output_names);

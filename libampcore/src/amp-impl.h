@@ -85,6 +85,8 @@ const char *amp_parse_count(const char *s, int *out);
 // s as AMPPROBE_TRACE and --trace take it: a comma list of amp, cuda and nvtx, into *mask
 // (AMP_TRACE_* of amp-record.h). False for anything else (an empty list, another word).
 bool amp_parse_trace(const char *s, unsigned *mask);
+// The names of a trace mask as --trace spells them, each once and in order ("amp,cuda,nvtx").
+void amp_trace_names(unsigned mask, char *out, size_t n);
 // "dir/name", malloc'd (aborts on failure).
 char *amp_path_join(const char *dir, const char *name) __attribute__((returns_nonnull));
 // argv as a shell would read it back: words joined by spaces, each one with characters beyond

@@ -337,15 +337,6 @@ static char *read_cmdline(void) {
     return amp_shell_join(argv);
 }
 
-// The names of a trace mask, as --trace spells them ("amp,cuda,nvtx").
-static void trace_names(unsigned mask, char *out, size_t n) {
-    snprintf(out, n, "%s%s%s%s%s", mask & AMP_TRACE_AMP ? "amp" : "",
-             mask & AMP_TRACE_AMP && mask & (AMP_TRACE_CUDA | AMP_TRACE_NVTX) ? "," : "",
-             mask & AMP_TRACE_CUDA ? "cuda" : "",
-             mask & AMP_TRACE_CUDA && mask & AMP_TRACE_NVTX ? "," : "",
-             mask & AMP_TRACE_NVTX ? "nvtx" : "");
-}
-
 // Creates the database g.out (which must not exist) and its collector thread (init_lock held).
 static amp_status collector_start(void) {
     int fd = open(g.out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -363,7 +354,7 @@ static amp_status collector_start(void) {
     if (cmd) amp_collector_set_meta(g.collector, "command", cmd);
     free(cmd);
     amp_collector_set_meta(g.collector, "output", g.out);
-    trace_names(amp_record_trace_mask, trace, sizeof trace);
+    amp_trace_names(amp_record_trace_mask, trace, sizeof trace);
     amp_collector_set_meta(g.collector, "trace", trace);
     free(g.dir);
     g.dir = amp_xstrdup(amp_collector_spool_dir(g.collector));

@@ -153,6 +153,14 @@ bool amp_parse_trace(const char *s, unsigned *mask) {
     return true;
 }
 
+void amp_trace_names(unsigned mask, char *out, size_t n) {
+    snprintf(out, n, "%s%s%s%s%s", mask & AMP_TRACE_AMP ? "amp" : "",
+             mask & AMP_TRACE_AMP && mask & (AMP_TRACE_CUDA | AMP_TRACE_NVTX) ? "," : "",
+             mask & AMP_TRACE_CUDA ? "cuda" : "",
+             mask & AMP_TRACE_CUDA && mask & AMP_TRACE_NVTX ? "," : "",
+             mask & AMP_TRACE_NVTX ? "nvtx" : "");
+}
+
 char *amp_path_join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = amp_xmalloc(n);
