@@ -66,12 +66,13 @@ static bool vanishing(double u) {
     return u > 0 && REPORT_SCALE_TARGET / u > ldexp(1.0, 32);
 }
 
-// The first and the last finite loss of the focused steps; false when there are fewer than two.
+// The first and the last finite loss of the focused steps, of the first process that has one
+// (each process trains on its own); false when there are fewer than two.
 static bool loss_ends(const report_model *m, const report_step **first, const report_step **last) {
     *first = *last = NULL;
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *s = &m->steps[i];
-        if (!s->loss_finite) continue;
+        if (!s->loss_finite || (*first && s->pid != (*first)->pid)) continue;
         if (!*first) *first = s;
         *last = s;
     }

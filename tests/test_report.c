@@ -1429,6 +1429,16 @@ START_TEST(grad_underflow_names_vanishing_gradients) {
         strstr(findings.v[0].title, "the loss did not fall (4 at step 0, 4.005 at step 5)"), "%s",
         findings.v[0].title);
     release();
+    // a second process's lower losses are no fall of the first's
+    sql("INSERT INTO AMP_STEPS SELECT 2, step, start_ns, end_ns, 1.0 - step * 0.01, 1, grad_norm, "
+        "scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS WHERE pid = "
+        "1;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(
+        strstr(findings.v[0].title, "the loss did not fall (4 at step 0, 4.005 at step 5)"), "%s",
+        findings.v[0].title);
+    release();
 }
 END_TEST
 
