@@ -8,7 +8,10 @@
  * errors for missing and foreign files, and for damaged ones (a b-tree page overwritten: the
  * model's error, the report's, the command's exit status 2), a locked one read again; the
  * overview's titles on more steps than columns (of the run, not of the sparkline's window) and
- * without overlap; the exit status or the signal that ended the program (META exit_signal,
+ * without overlap; the header's step among the recorded ones ("step 3 of 0-3", "no steps
+ * recorded" once over); a layer's rows one dtype each; a scale of 0 on the log graph; a flat
+ * series alike at every size; cut texts ending in an ellipsis, the log's name never cut unseen;
+ * the exit status or the signal that ended the program (META exit_signal,
  * tui_live.term_signal), none when not recorded; a file replaced by a new run (started over on,
  * never merged) or removed (kept); TERM=dumb refused (terminfo, and the command on a
  * pseudo-terminal). With one: an end-to-end run of `ampprobe run --tui -- tiny_gpt --fault
@@ -171,10 +174,18 @@ static void fixture(void) {
         " (7, 3, 1, 'softmax', 'fwd', 'nonfinite_propagated', 'info', 100, NULL, NULL, 1, 4, 3);");
 }
 
-static const tui_layer_row *find_row(const tui_model *m, const char *name, tui_stat_kind kind) {
+// The row of (name, kind, dtype) at the shown step; dtype NULL: the first of any dtype.
+static const tui_layer_row *find_dtype_row(const tui_model *m, const char *name, tui_stat_kind kind,
+                                           const char *dtype) {
     for (size_t i = 0; i < m->n_rows; i++)
-        if (strcmp(m->rows[i].name, name) == 0 && m->rows[i].kind == kind) return &m->rows[i];
+        if (strcmp(m->rows[i].name, name) == 0 && m->rows[i].kind == kind &&
+            (!dtype || strcmp(m->rows[i].dtype, dtype) == 0))
+            return &m->rows[i];
     return NULL;
+}
+
+static const tui_layer_row *find_row(const tui_model *m, const char *name, tui_stat_kind kind) {
+    return find_dtype_row(m, name, kind, NULL);
 }
 
 // Polls until the report's top finding, computed on the finder's thread, has arrived (<= 15 s:
@@ -212,19 +223,23 @@ START_TEST(model_live_incremental) {
     ck_assert_ptr_null(tui_model_layer_name(&m, 7, -1));
     ck_assert_uint_eq(m.n_kernels, 0);
 
-    // Statistics of step 3 through its rowid range, folded per (layer, kind).
+    // Statistics of step 3 through its rowid range, folded per (layer, kind, dtype): the
+    // attention's f16 mul and f32 softmax on rows of their own.
     tui_model_show_step(&m, 3);
     ck_assert_int_eq(m.rows_step, 3);
-    ck_assert_uint_eq(m.n_rows, 3);
-    const tui_layer_row *attn = find_row(&m, "blocks.1.attn", TUI_KIND_ACT);
+    ck_assert_uint_eq(m.n_rows, 4);
+    const tui_layer_row *attn = find_dtype_row(&m, "blocks.1.attn", TUI_KIND_ACT, "f16");
     ck_assert_ptr_nonnull(attn);
-    ck_assert_int_eq(attn->tensors, 2);
-    ck_assert_int_eq(attn->n_nan, 100);
+    ck_assert_int_eq(attn->tensors, 1);
+    ck_assert_int_eq(attn->n_nan, 0);
     ck_assert_int_eq(attn->n_posinf, 30);
     ck_assert_int_eq(attn->n_neginf, 20);
-    ck_assert_str_eq(attn->dtype, "f16");
     ck_assert_close(attn->amax, 65000, 0, 0);
     ck_assert_close(attn->headroom_bits, log2(65504.0 / 65000.0), 1e-12, 0);
+    const tui_layer_row *softmax = find_dtype_row(&m, "blocks.1.attn", TUI_KIND_ACT, "f32");
+    ck_assert_ptr_nonnull(softmax);
+    ck_assert_int_eq(softmax->n_nan, 100);
+    ck_assert_close(softmax->amax, 1, 0, 0);
     const tui_layer_row *head = find_row(&m, "head", TUI_KIND_AGRAD);
     ck_assert_ptr_nonnull(head);
     ck_assert_close(head->underflow_pct, 10.0, 1e-12, 0);
@@ -267,7 +282,7 @@ START_TEST(model_live_incremental) {
     ck_assert_int_eq(m.counts[2].n, 9);
     ck_assert_int_eq(m.rows_step, -1); // the shown step grew: reloaded on the next show
     tui_model_show_step(&m, 3);
-    ck_assert_uint_eq(m.n_rows, 4);
+    ck_assert_uint_eq(m.n_rows, 5);
     ck_assert_uint_eq(m.n_kernels, 2);
     ck_assert_int_eq(m.kernel_count, 3);
     ck_assert_int_eq(m.kernel_ns, 9000);
@@ -301,7 +316,7 @@ START_TEST(model_finished_run) {
     ck_assert_int_eq(m.stats_step, 3);
     ck_assert_uint_eq(m.n_ranges, 0);
     tui_model_show_step(&m, 3);
-    ck_assert_uint_eq(m.n_rows, 3);
+    ck_assert_uint_eq(m.n_rows, 4); // blocks.1.attn's activations: an f16 row and an f32 one
     tui_model_show_step(&m, 2);
     ck_assert_uint_eq(m.n_rows, 3);
     wait_for_finding(&m);
@@ -332,13 +347,57 @@ START_TEST(headroom_is_against_each_tensors_own_dtype) {
     ck_assert_ptr_nonnull(loss);
     ck_assert_str_eq(loss->dtype, "f32");
     ck_assert_double_gt(loss->headroom_bits, 100);
-    // head's gradients: an f16 tensor with amax 0.001 and an f32 one near f16's max: the f16
-    // one, 26 bits from its max, is the nearest
+    // head's gradients: an f16 tensor with amax 0.001 and an f32 one near f16's max: each
+    // against its own dtype's max, on rows of their own
     const tui_layer_row *head = find_row(&m, "head", TUI_KIND_AGRAD);
     ck_assert_ptr_nonnull(head);
-    ck_assert_str_eq(head->dtype, "f16");
+    ck_assert_str_eq(head->dtype, "f16"); // the narrower first
     ck_assert_double_eq_tol(head->headroom_bits, log2(65504 / 0.001), 1e-9);
+    const tui_layer_row *head32 = find_dtype_row(&m, "head", TUI_KIND_AGRAD, "f32");
+    ck_assert_ptr_nonnull(head32);
+    ck_assert_double_gt(head32->headroom_bits, 100);
     tui_model_free(&m);
+}
+END_TEST
+
+// The attn-overflow run's step 2 outside any layer: an f32 nll_loss gradient at 65536 beside an
+// f16 reshape's at 255. A row's dtype, amax and headroom are of the same tensors: not "f16,
+// 6.554e+04, 8.0 bits" (an f16 tensor above f16's max with 8 bits to spare), but an f16 row at
+// 255 with its 8 bits and an f32 row at 65536.
+START_TEST(a_layer_row_is_of_one_dtype) {
+    fixture();
+    sql("INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (7, 2, NULL, 'nll_loss', 'activation_grad', 'f32', 'f16', 1, 65536.0, 0, 0, 0, 1, 0, 0),"
+        " (7, 2, NULL, 'to', 'activation_grad', 'f32', 'f16', 16384, 254.98, 0, 0, 0, 0, 0, 0),"
+        " (7, 2, NULL, 'reshape', 'activation_grad', 'f16', 'f16', 16384, 255.0, 2, 0, 0, 0, 0,"
+        " 0);");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_model *m = &app.model;
+    tui_model_show_step(m, 2);
+    const tui_layer_row *f16 = find_dtype_row(m, "(no layer)", TUI_KIND_AGRAD, "f16");
+    ck_assert_ptr_nonnull(f16);
+    ck_assert_close(f16->amax, 255, 0, 0);
+    ck_assert_close(f16->headroom_bits, log2(65504 / 255.0), 1e-12, 0);
+    ck_assert_int_eq(f16->tensors, 1);
+    ck_assert_int_eq(f16->n_nan, 2);
+    const tui_layer_row *f32 = find_dtype_row(m, "(no layer)", TUI_KIND_AGRAD, "f32");
+    ck_assert_ptr_nonnull(f32);
+    ck_assert_int_eq(f32->tensors, 2);
+    ck_assert_close(f32->amax, 65536, 0, 0);
+    ck_assert_close(f32->headroom_bits, log2(3.4028234663852886e38 / 65536), 1e-9, 0);
+    ck_assert_int_eq(f32->n_nan, 0);
+    // every row: the headroom is its amax's, to its dtype's max
+    for (size_t i = 0; i < m->n_rows; i++) {
+        const tui_layer_row *r = &m->rows[i];
+        const double max = strcmp(r->dtype, "f16") == 0 ? 65504 : 3.4028234663852886e38;
+        ck_assert_msg(strcmp(r->dtype, "f16") == 0 || strcmp(r->dtype, "f32") == 0, "%s", r->dtype);
+        ck_assert_close(r->headroom_bits, log2(max / r->amax), 1e-9, 0);
+    }
+    tui_app_free(&app);
 }
 END_TEST
 
@@ -453,20 +512,21 @@ START_TEST(p_shows_the_next_process_finished) {
 }
 END_TEST
 
-// Draws view of app off-screen at colsx24 (newterm on /dev/null) and reads the window back into
-// all (24 lines of up to cols <= 100 characters); l: the layout it drew with.
-static void draw_offscreen_at(tui_app *app, int view, int cols, tui_layout *l, char all[24 * 128]) {
+// Draws view of app off-screen at cols x rows (newterm on /dev/null) and reads the window back
+// into all (rows <= 24 lines of up to cols <= 100 characters); l: the layout it drew with.
+static void draw_offscreen_sized(tui_app *app, int view, int cols, int rows, tui_layout *l,
+                                 char all[24 * 128]) {
     FILE *out = fopen("/dev/null", "w"), *in = fopen("/dev/null", "r");
     SCREEN *scr = newterm("xterm", out, in);
     ck_assert_ptr_nonnull(scr);
-    resizeterm(24, cols);
+    resizeterm(rows, cols);
     app->view = view;
     tui_app_update(app);
-    tui_layout_compute(cols, 24, l);
+    tui_layout_compute(cols, rows, l);
     tui_app_draw(app, l);
     char line[128];
     all[0] = 0;
-    for (int y = 0; y < 24; y++) {
+    for (int y = 0; y < rows; y++) {
         mvwinnstr(stdscr, y, 0, line, cols);
         strcat(all, line);
         strcat(all, "\n");
@@ -475,6 +535,25 @@ static void draw_offscreen_at(tui_app *app, int view, int cols, tui_layout *l, c
     delscreen(scr);
     fclose(out);
     fclose(in);
+}
+
+static void draw_offscreen_at(tui_app *app, int view, int cols, tui_layout *l, char all[24 * 128]) {
+    draw_offscreen_sized(app, view, cols, 24, l, all);
+}
+
+// Row y of the screen all (copied into line, trailing blanks cut).
+static const char *screen_row(const char *all, int y, char line[128]) {
+    for (; y > 0 && all; y--) {
+        all = strchr(all, '\n');
+        if (all) all++;
+    }
+    line[0] = 0;
+    if (!all) return line;
+    size_t n = strcspn(all, "\n");
+    snprintf(line, 128, "%.*s", (int)(n < 127 ? n : 127), all);
+    for (size_t k = strlen(line); k > 0 && line[k - 1] == ' ';)
+        line[--k] = 0;
+    return line;
 }
 
 static void draw_offscreen(tui_app *app, int view, tui_layout *l, char all[24 * 128]) {
@@ -856,7 +935,7 @@ START_TEST(layers_view_danger_and_filter) {
     app.view = TUI_VIEW_LAYERS;
     tui_app_update(&app); // follows: the newest step, 3
     ck_assert_int_eq(app.step, 3);
-    ck_assert_uint_eq(app.n_layer_rows, 3);
+    ck_assert_uint_eq(app.n_layer_rows, 4); // blocks.1.attn's activations: f16 and f32 rows
     ck_assert_str_eq(app.layer_rows[0]->name, "blocks.1.attn"); // danger first
     // s sorts by the next column (layer order), / filters by name
     tui_layout l;
@@ -922,7 +1001,7 @@ START_TEST(overview_titles_are_of_the_run_not_the_window) {
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all); // the newest step: 149
     ck_assert_int_eq(app.step, 149);
     // the header keeps the step whole beside "? help" (the file's name is what gives way)
-    ck_assert_msg(strstr(screen_line(all, "ampprobe", line), "step 149 of 149") &&
+    ck_assert_msg(strstr(screen_line(all, "ampprobe", line), "step 149 of 0-149") &&
                       strstr(line, "? help"),
                   "%s", line);
     ck_assert_msg(strstr(screen_line(all, "step time", line), "graphs: steps 70-149"), "%s", all);
@@ -967,9 +1046,169 @@ START_TEST(overview_skip_label_never_covers_the_scale) {
     draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 50, &l, all); // the axis' name gives way
     ck_assert_str_eq(screen_line(all, "loss scale", line),
                      "loss scale 2.09715e+06 (from 5.36871e+08)  x: 7");
-    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 40, &l, all); // no room for the count
+    // the scale it started from gives way to the count (the title would not fit even alone)
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 40, &l, all);
+    ck_assert_str_eq(screen_line(all, "loss scale", line), "loss scale 2.09715e+06  x: 7 skipped");
+    tui_app_free(&app);
+}
+END_TEST
+
+// The header names the shown step among the recorded ones as the graphs name steps ("steps
+// 0-3"): "step 3 of 3" read as a count, one short of the run's 4 steps. Before any step: "no steps
+// yet" while the run goes on, "no steps recorded" once it is over.
+START_TEST(header_names_the_step_among_the_recorded_ones) {
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
+    tui_layout l;
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK); // live, no step yet
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_msg(strstr(screen_row(all, 0, line), "LIVE  following  no steps yet"), "%s", line);
+    draw_offscreen_at(&app, TUI_VIEW_LAYERS, 80, &l, all);
+    ck_assert_msg(strstr(all, "no tensor statistics recorded yet"), "%s", all);
+    tui_app_free(&app);
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK); // ended without one
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_msg(strstr(screen_row(all, 0, line), "REPLAY  following  no steps recorded") &&
+                      !strstr(line, "yet"),
+                  "%s", line);
+    draw_offscreen_at(&app, TUI_VIEW_LAYERS, 80, &l, all); // the views say so too
+    ck_assert_str_eq(screen_line(all, "no tensor", line), "  no tensor statistics recorded");
+    draw_offscreen_at(&app, TUI_VIEW_EVENTS, 80, &l, all);
+    ck_assert_str_eq(screen_line(all, "no events", line), "  no events recorded");
+    tui_app_free(&app);
+    // under `run --tui`, once the program has ended
+    tui_live live = {.log_path = "run.sqlite.log", .program = "/bin/true"};
+    atomic_init(&live.exit_status, 0);
+    atomic_init(&live.term_signal, 0);
+    ck_assert_int_eq(tui_app_open(&app, db_path, &live, err), AMP_OK);
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_msg(strstr(screen_row(all, 0, line), "no steps recorded"), "%s", line);
+    tui_app_free(&app);
+    fixture(); // steps 0-3
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_msg(strstr(screen_row(all, 0, line), "step 3 of 0-3"), "%s", line);
+    app.following = false;
+    app.step = 1;
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
+    ck_assert_msg(strstr(screen_row(all, 0, line), "PAUSED  step 1 of 0-3"), "%s", line);
+    // at the smallest size the step stays whole (the program's name and the file's give way)
+    draw_offscreen_sized(&app, TUI_VIEW_OVERVIEW, TUI_MIN_COLS, TUI_MIN_ROWS, &l, all);
+    ck_assert_msg(strstr(screen_row(all, 0, line), "step 1 of 0-3"), "%s", line);
+    tui_app_free(&app);
+}
+END_TEST
+
+// A GradScaler that backed off all the way to 0 (fp16 collapse): 0 has no place on a log axis,
+// and the graph was blank there. It shows as 0 along the graph's bottom row.
+START_TEST(log_graph_shows_a_scale_backed_off_to_0) {
+    sql("WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 9) "
+        "INSERT INTO AMP_STEPS SELECT 7, n, n * 1000000, n * 1000000 + 900000, NULL, 0, NULL, "
+        "CASE WHEN n < 5 THEN 65536.0 / (1 << (4 * n)) ELSE 0 END, "
+        "CASE WHEN n < 5 THEN 65536.0 / (1 << (4 * n)) ELSE 0 END, n > 0, n > 0, NULL FROM s;");
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen_at(&app, TUI_VIEW_OVERVIEW, 80, &l, all);
     ck_assert_str_eq(screen_line(all, "loss scale", line),
-                     "loss scale 2.09715e+06 (from 5.36871e+08");
+                     "loss scale 0 (from 65536, log2 axis)  x: 9 skipped steps");
+    const int bottom = l.ov_scale.y + l.ov_scale.h - 1;
+    screen_row(all, bottom, line);
+    ck_assert_int_eq((int)strlen(line), 10);
+    for (int i = 0; i < 10; i++)
+        ck_assert_msg(i < 5 ? line[i] != ' ' && line[i] != '0' : line[i] == '0', "column %d: '%s'",
+                      i, line);
+    for (int y = l.ov_scale.y + 1; y < bottom; y++) // above a 0: nothing
+        ck_assert_msg(strlen(screen_row(all, y, line)) <= 5, "row %d: '%s'", y, line);
+    tui_app_free(&app);
+}
+END_TEST
+
+// A text that does not fit shows that it was cut: an ellipsis ("..." here: the tests run in the C
+// locale; "…" in a UTF-8 one) where it lost its end, middle or start.
+START_TEST(cut_texts_end_in_an_ellipsis) {
+    char buf[64];
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "step_skipped", 12, TUI_CUT_END), "step_skipped");
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "nonfinite_producer", 10, TUI_CUT_END), "nonfini...");
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "blocks.11.attn.proj", 12, TUI_CUT_MIDDLE),
+                     "bloc....proj");
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "blocks.11.attn.proj", 12, TUI_CUT_START),
+                     "...attn.proj");
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "events   ", 7, TUI_CUT_END), "events "); // padding
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "events", 2, TUI_CUT_END), "..");
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "events", 0, TUI_CUT_END), "");
+    ck_assert_str_eq(tui_fit_path(buf, sizeof buf, "/tmp/runs/live1.sqlite.log", 26),
+                     "/tmp/runs/live1.sqlite.log");
+    ck_assert_str_eq(tui_fit_path(buf, sizeof buf, "/tmp/runs/live1.sqlite.log", 20),
+                     ".../live1.sqlite.log"); // the file's name whole
+    ck_assert_str_eq(tui_fit_path(buf, sizeof buf, "/tmp/runs/live1.sqlite.log", 12),
+                     "live...e.log");
+
+    // `run --tui` after the program ended: the log's name is never cut short of ".log" unseen
+    fixture();
+    sql("INSERT INTO META (key, value, pid) VALUES ('device', 'cpu', 0), ('precision', 'fp16', 0),"
+        " ('command', '/build/samples/tiny_gpt --device cpu --precision fp16 --fault "
+        "attn-overflow', 0);"
+        "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 149) "
+        "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value,"
+        " detail, aggregate, occurrences, last_step) SELECT 7, 3, 1, 'mul', 'fwd', "
+        "'nonfinite_propagated', 'info', 1, NULL, NULL, 0, 1, 3 FROM s;");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    static const char log_path[] = "live1.sqlite.log";
+    tui_live live = {.log_path = log_path, .program = "/build/samples/tiny_gpt"};
+    atomic_init(&live.exit_status, 0);
+    atomic_init(&live.term_signal, 0);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, &live, err), AMP_OK);
+    tui_layout l;
+    static const int sizes[][2] = {{100, 24}, {80, 24}, {60, 16}, {40, 14}};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        draw_offscreen_sized(&app, TUI_VIEW_OVERVIEW, sizes[k][0], sizes[k][1], &l, all);
+        int shown = 0;
+        for (const char *p = all; (p = strstr(p, "output: ")); shown++) {
+            p += strlen("output: ");
+            size_t n = strcspn(p, " \n");
+            ck_assert_msg((n == strlen(log_path) && strncmp(p, log_path, n) == 0) ||
+                              (memmem(p, n, "...", 3) && n >= 8),
+                          "%dx%d: the log's name cut unseen:\n%s", sizes[k][0], sizes[k][1], all);
+        }
+        ck_assert_msg(shown >= 1, "%dx%d: no log named:\n%s", sizes[k][0], sizes[k][1], all);
+        if (sizes[k][0] >= 80) // there: whole, on the command's line and in the footer
+            ck_assert_msg(shown == 2 && !strstr(all, "output: live1..."), "%s", all);
+    }
+    // at 40x14: the events' title whole, shortened (not "events (153 row"), every view's tab
+    ck_assert_msg(strncmp(screen_line(all, "events (", line), "events (153) ", 13) == 0, "%s", all);
+    ck_assert_msg(strstr(screen_row(all, 1, line), "4 events"), "%s", line);
+    ck_assert_msg(strstr(all, "nonfinit...   1 "), "%s", all); // its kinds cut, and said so
+    tui_app_free(&app);
+}
+END_TEST
+
+// A flat series (a loss scale that holds at 65536) draws at half the graph's height at every size:
+// it drew as a full row under a sliver (".") at 80x24 and as five ninths at 40x14.
+START_TEST(a_flat_series_draws_alike_at_every_size) {
+    for (int steps = 8; steps <= 6 * 9; steps++)
+        ck_assert_int_eq(2 * tui_spark_steps(65536, 65536, 65536, steps), steps - steps % 2);
+    ck_assert_int_eq(tui_spark_steps(1, 1, 3, 16), 1); // the lowest one step, the highest all
+    ck_assert_int_eq(tui_spark_steps(3, 1, 3, 16), 16);
+    ck_assert_int_eq(tui_spark_steps(NAN, 1, 3, 16), 0);
+    sql("WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < 9) "
+        "INSERT INTO AMP_STEPS SELECT 7, n, n * 1000000, n * 1000000 + 900000, 2.0, 1, NULL, "
+        "65536, 65536, 0, 0, NULL FROM s;");
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128], line[128];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_layout l;
+    draw_offscreen_sized(&app, TUI_VIEW_OVERVIEW, 80, 24, &l, all); // 2 rows: the bottom one full
+    ck_assert_int_eq(l.ov_scale.h, 3);
+    ck_assert_str_eq(screen_row(all, l.ov_scale.y + 1, line), "");
+    ck_assert_str_eq(screen_row(all, l.ov_scale.y + 2, line), "@@@@@@@@@@");
+    draw_offscreen_sized(&app, TUI_VIEW_OVERVIEW, 40, 14, &l, all); // 1 row: half of it
+    ck_assert_int_eq(l.ov_scale.h, 2);
+    ck_assert_str_eq(screen_row(all, l.ov_scale.y + 1, line), "==========");
     tui_app_free(&app);
 }
 END_TEST
@@ -1443,7 +1682,7 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
              "echo TUI-EXIT=$?; sleep 30",
              tmpdir, AMPPROBE, db_path);
     tmux_start(command);
-    assert_screen(10000, (const char *const[]){"REPLAY", "step 3 of 3", NULL});
+    assert_screen(10000, (const char *const[]){"REPLAY", "step 3 of 0-3", NULL});
     press("2", 10000, (const char *const[]){"blocks.1.attn", "!!", NULL});
     char *s = capture(true);
     ck_assert_msg(!strstr(s, "[31m") && !strstr(s, ";31m"), "colour despite NO_COLOR:\n%s", s);
@@ -1480,11 +1719,11 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
     tmux("resize-window -t amp -x 80 -y 24%s", "");
     assert_screen(10000, (const char *const[]){"blocks.1.attn", "sort: layer", NULL});
     // [ and ] step through the run, p follows it again.
-    press("[", 10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
-    press("]", 10000, (const char *const[]){"step 3 of 3", "PAUSED", NULL});
-    press("[", 10000, (const char *const[]){"step 2 of 3", NULL});
-    press("p", 10000, (const char *const[]){"step 3 of 3", "following", NULL});
-    press("[", 10000, (const char *const[]){"step 2 of 3", "PAUSED", NULL});
+    press("[", 10000, (const char *const[]){"step 2 of 0-3", "PAUSED", NULL});
+    press("]", 10000, (const char *const[]){"step 3 of 0-3", "PAUSED", NULL});
+    press("[", 10000, (const char *const[]){"step 2 of 0-3", NULL});
+    press("p", 10000, (const char *const[]){"step 3 of 0-3", "following", NULL});
+    press("[", 10000, (const char *const[]){"step 2 of 0-3", "PAUSED", NULL});
     // SIGTERM: the terminal restored, a normal exit.
     char pidfile[128];
     snprintf(pidfile, sizeof pidfile, "%s/pid", tmpdir);
@@ -1574,12 +1813,17 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_starts_over_on_a_replaced_file);
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
+    tcase_add_test(model, a_layer_row_is_of_one_dtype);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, kernels_of_incomplete_records_are_left_out);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);
     tcase_add_test(model, bad_files);
     tcase_add_test(model, overview_titles_are_of_the_run_not_the_window);
     tcase_add_test(model, overview_skip_label_never_covers_the_scale);
+    tcase_add_test(model, header_names_the_step_among_the_recorded_ones);
+    tcase_add_test(model, log_graph_shows_a_scale_backed_off_to_0);
+    tcase_add_test(model, cut_texts_end_in_an_ellipsis);
+    tcase_add_test(model, a_flat_series_draws_alike_at_every_size);
     tcase_add_test(model, model_says_a_damaged_file_is_damaged);
     tcase_add_test(model, model_reads_a_busy_database_again);
     tcase_add_test(model, terminal_without_cursor_addressing);

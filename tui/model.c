@@ -441,9 +441,14 @@ typedef struct raw_stat {
 static int cmp_raw(const void *a, const void *b) {
     const raw_stat *x = a, *y = b;
     if (x->layer_id != y->layer_id) return x->layer_id < y->layer_id ? -1 : 1;
-    return (int)x->kind - (int)y->kind;
+    if (x->kind != y->kind) return (int)x->kind - (int)y->kind;
+    int c = dtype_rank(x->dtype) - dtype_rank(y->dtype);
+    return c ? c : strcmp(x->dtype, y->dtype);
 }
 
+// One row per (layer, kind, dtype): a layer's f16 tensors and its f32 ones (the scaled loss's
+// gradient beside a reshape's, say) on rows of their own, so that a row's amax, its headroom to
+// its dtype's max and its counts are all of the same tensors.
 static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
     amp_sort(raw, n, sizeof *raw, cmp_raw);
     m->n_rows = 0;
@@ -451,7 +456,8 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const raw_stat *s = &raw[i];
         tui_layer_row *r = m->n_rows ? &m->rows[m->n_rows - 1] : NULL;
-        if (!r || r->layer_id != s->layer_id || r->kind != s->kind) {
+        if (!r || r->layer_id != s->layer_id || r->kind != s->kind ||
+            strcmp(r->dtype, s->dtype) != 0) {
             AMP_GROW(m->rows, m->n_rows, m->cap_rows);
             r = &m->rows[m->n_rows++];
             const char *name = tui_model_layer_name(m, m->pid, s->layer_id);
@@ -469,18 +475,10 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
         r->n_nan += s->n_nan;
         r->n_posinf += s->n_posinf;
         r->n_neginf += s->n_neginf;
-        if (!isnan(s->amax) && (isnan(r->amax) || s->amax > r->amax)) r->amax = s->amax;
-        // the headroom of the tensor nearest its own dtype's max (an f32 tensor beside f16 ones,
-        // the scaled loss say, is far from f32's), and that tensor's dtype
-        const double max = dtype_max(s->dtype);
-        const double h = isnan(s->amax) || isnan(max) ? NAN
-                         : s->amax <= 0               ? INFINITY
-                                                      : log2(max / s->amax);
-        if (!isnan(h) && (isnan(r->headroom_bits) || h < r->headroom_bits)) {
-            r->headroom_bits = h;
-            snprintf(r->dtype, sizeof r->dtype, "%s", s->dtype);
-        } else if (isnan(r->headroom_bits) && dtype_rank(s->dtype) < dtype_rank(r->dtype)) {
-            snprintf(r->dtype, sizeof r->dtype, "%s", s->dtype);
+        if (!isnan(s->amax) && (isnan(r->amax) || s->amax > r->amax)) {
+            r->amax = s->amax;
+            const double max = dtype_max(r->dtype);
+            r->headroom_bits = isnan(max) ? NAN : r->amax <= 0 ? INFINITY : log2(max / r->amax);
         }
         if (s->n_underflow >= 0) {
             counted += s->numel;

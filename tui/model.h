@@ -71,15 +71,18 @@ typedef enum tui_stat_kind {
     TUI_KIND_OTHER
 } tui_stat_kind;
 
-// One (layer, kind) at the shown step: its tensors folded together.
+// One (layer, kind, dtype) at the shown step: its tensors of that storage dtype folded together
+// (a layer's f16 and f32 tensors of one kind are two rows, so that every figure of a row is of
+// the same tensors).
 typedef struct tui_layer_row {
     int32_t layer_id; // -1: outside any layer
     const char *name; // owned by the model
     tui_stat_kind kind;
-    char dtype[8]; // the dtype the headroom refers to: its least-headroom tensor's storage dtype
+    char dtype[8]; // the tensors' storage dtype ("f16", "bf16", "f32", ...)
     int64_t tensors, numel;
     double amax;          // largest finite |x|; NaN: no finite value
-    double headroom_bits; // least over its tensors of log2(dtype max / amax); NaN: no finite value
+    double headroom_bits; // log2(dtype max / amax): of its tensor nearest the dtype's max; NaN: no
+                          // finite value, or a dtype without a known max
     double underflow_pct; // values lost to 0/subnormal in dtype, %; NaN: not counted
     int64_t n_nan, n_posinf, n_neginf;
 } tui_layer_row;
@@ -133,7 +136,8 @@ typedef struct tui_model {
         char *name;
     } * layers;
     size_t n_layers, cap_layers;
-    // Statistics of the shown step, one row per (layer, kind), sorted by layer id then kind.
+    // Statistics of the shown step, one row per (layer, kind, dtype), sorted by layer id, kind,
+    // then dtype (narrowest first).
     tui_layer_row *rows;
     size_t n_rows, cap_rows;
     int64_t rows_step;  // the step rows holds; -1: none loaded

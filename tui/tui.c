@@ -55,6 +55,12 @@ static int64_t newest_step(const tui_model *m) {
     return m->n_steps ? m->steps[m->n_steps - 1].step : m->stats_step;
 }
 
+bool tui_app_live(const tui_app *app) {
+    const tui_model *m = &app->model;
+    return !m->complete && !m->cut_short && m->file == TUI_FILE_SAME &&
+           !(app->live && atomic_load(&app->live->exit_status) >= 0);
+}
+
 void tui_app_update(tui_app *app) {
     tui_model *m = &app->model;
     if (m->restarts != app->restarts) { // a new run at the path (the model started over on it)
@@ -236,39 +242,94 @@ int tui_app_key(tui_app *app, int ch, const tui_layout *l) {
 // ---------------------------------------------------------------------------------------------
 // Drawing around the views
 
+// The shown step and the recorded ones as a range, as the overview names steps ("graphs: steps
+// 70-149"): "step 79 of 0-149" ("of 149" would read as a count, one short of it); a step beyond
+// the newest record (its statistics came first) widens the range. Before any: "no steps yet"
+// while the run goes on, "no steps recorded" once it is over.
+static void fmt_step(char *buf, size_t n, const tui_app *app, bool live) {
+    const tui_model *m = &app->model;
+    if (app->step < 0) {
+        snprintf(buf, n, "%s", live ? "no steps yet" : "no steps recorded");
+        return;
+    }
+    int64_t first = m->n_steps ? m->steps[0].step : app->step;
+    int64_t last = newest_step(m) > app->step ? newest_step(m) : app->step;
+    if (first > app->step) first = app->step;
+    snprintf(buf, n, "step %lld of %lld-%lld", (long long)app->step, (long long)first,
+             (long long)last);
+}
+
 static void draw_header(const tui_app *app, const tui_layout *l) {
     const tui_model *m = &app->model;
-    bool live = !m->complete && !m->cut_short && m->file == TUI_FILE_SAME &&
-                !(app->live && atomic_load(&app->live->exit_status) >= 0);
+    const bool live = tui_app_live(app);
     attron(A_REVERSE);
     mvhline(l->header.y, 0, ' ', l->header.w);
     attroff(A_REVERSE);
-    char step[64] = "no steps yet";
-    if (app->step >= 0)
-        snprintf(step, sizeof step, "step %lld of %lld", (long long)app->step,
-                 (long long)newest_step(m));
-    // the file's name last, the first thing a narrow terminal cuts; never under "? help"
+    char step[64];
+    fmt_step(step, sizeof step, app, live);
+    // the file's name last, the first thing a narrow terminal cuts (to an ellipsis, or left out
+    // where not even a few columns of it fit), then the program's name; never under "? help"
     const bool help = l->cols > 60;
-    tui_print(0, 0, help ? l->cols - 9 : l->cols, A_REVERSE | A_BOLD, " ampprobe  %s  %s  %s  %s",
-              live ? "LIVE" : "REPLAY", app->following ? "following" : "PAUSED", step,
-              amp_base_name(m->path));
+    const int w = help ? l->cols - 9 : l->cols;
+    const char *file = amp_base_name(m->path);
+    const int file_min = (int)strlen(file) < 6 ? (int)strlen(file) : 6;
+    char head[160];
+    snprintf(head, sizeof head, " ampprobe  %s  %s  %s", live ? "LIVE" : "REPLAY",
+             app->following ? "following" : "PAUSED", step);
+    const char *shown = head;
+    if ((int)strlen(head) + 2 + file_min > w) shown += strlen(" ampprobe "); // " LIVE  ..."
+    const int x = (int)strlen(shown) + 2;
+    tui_print(0, 0, w, A_REVERSE | A_BOLD, "%s", shown);
+    if (x + file_min <= w) tui_print(0, x, w - x, A_REVERSE | A_BOLD, "%s", file);
     if (help) tui_print(0, l->cols - 8, 8, A_REVERSE, "? help ");
 }
 
+// " 1 overview   2 layers ..."; on a narrow terminal, where those do not fit, closer together
+// ("1 overview 2 layers ...") so that every view's key still shows.
 static void draw_tabs(const tui_app *app, const tui_layout *l) {
-    int x = 0;
+    int x = 0, wide = 0;
+    for (int i = 0; i < TUI_N_VIEWS; i++)
+        wide += (int)strlen(views[i]->name) + 5; // " N name " and a blank
+    const char *fmt = wide - 1 <= l->cols ? " %d %s " : "%d %s";
     for (int i = 0; i < TUI_N_VIEWS; i++) {
         char tab[32];
-        snprintf(tab, sizeof tab, " %d %s ", i + 1, views[i]->name);
+        snprintf(tab, sizeof tab, fmt, i + 1, views[i]->name);
         tui_print(l->tabs.y, x, l->cols - x, i == app->view ? A_REVERSE | A_BOLD : A_NORMAL, "%s",
                   tab);
         x += (int)strlen(tab) + 1;
     }
     const tui_view_i *v = views[app->view];
     const tui_table *t = &app->tables[app->view];
-    if (v->columns && x < l->cols)
+    if (v->columns && x + (int)strlen(" sort: ") + 4 <= l->cols) // (not a lone ellipsis)
         tui_print(l->tabs.y, x, l->cols - x, A_NORMAL, " sort: %s%s%s", v->columns[t->sort],
                   t->filter[0] ? "  filter: " : "", t->filter);
+}
+
+// The footer under `run --tui`: "[what | ]output: LOG[ | keys]", what the first of whats that
+// fits (longest first; "" for none). The log's name stays whole while the keys, then the longer
+// whats, give way; where it does not fit even so, it is shortened to an ellipsis (tui_fit_path).
+static void draw_output(int y, int cols, int attr, const char *const *whats, const char *log_path,
+                        const char *keys) {
+    static const char sep[] = " | ", out[] = "output: ";
+    const int log_len = (int)strlen(log_path), keys_len = (int)(strlen(sep) + strlen(keys));
+    const char *what = NULL;
+    bool with_keys = false;
+    for (int pass = 0; pass < 2 && !what; pass++) // with the keys, then without
+        for (const char *const *w = whats; *w && !what; w++) {
+            const int what_len = **w ? (int)(strlen(*w) + strlen(sep)) : 0;
+            if (what_len + (int)strlen(out) + log_len + (pass == 0 ? keys_len : 0) <= cols) {
+                what = *w;
+                with_keys = pass == 0;
+            }
+        }
+    if (!what) // none keeps it whole: the shortest what, and the log's name shortened
+        for (const char *const *w = whats; *w; w++)
+            what = *w;
+    const int before = (*what ? (int)(strlen(what) + strlen(sep)) : 0) + (int)strlen(out);
+    char log[256];
+    tui_fit_path(log, sizeof log, log_path, cols - before > 8 ? cols - before : 8);
+    tui_print(y, 0, cols, attr, "%s%s%s%s%s%s", what, *what ? sep : "", out, log,
+              with_keys ? sep : "", with_keys ? keys : "");
 }
 
 static void draw_footer(const tui_app *app, const tui_layout *l) {
@@ -290,20 +351,22 @@ static void draw_footer(const tui_app *app, const tui_layout *l) {
     } else if (exit_status >= 0) {
         // the launcher stores the signal before the status
         const int term_signal = atomic_load(&app->live->term_signal);
-        char how[48];
+        char how[48], prog_how[128];
         if (term_signal > 0) // not "exited with status 130": it did not exit by itself
             tui_fmt_exit(how, sizeof how, exit_status, term_signal);
         else
             snprintf(how, sizeof how, "exited with status %d", exit_status);
-        tui_print(y, 0, l->cols, tui_attr(app, exit_status ? TUI_PAIR_DANGER : TUI_PAIR_GOOD),
-                  "%s %s | output: %s | q quits", amp_base_name(app->live->program), how,
-                  app->live->log_path);
+        snprintf(prog_how, sizeof prog_how, "%s %s", amp_base_name(app->live->program), how);
+        draw_output(y, l->cols, tui_attr(app, exit_status ? TUI_PAIR_DANGER : TUI_PAIR_GOOD),
+                    (const char *const[]){prog_how, how, NULL}, app->live->log_path, "q quits");
     } else if (app->live) {
-        tui_print(y, 0, l->cols, A_NORMAL, "output: %s | ? help  q quit", app->live->log_path);
+        draw_output(y, l->cols, A_NORMAL, (const char *const[]){"", NULL}, app->live->log_path,
+                    "? help  q quit");
     } else {
-        tui_print(y, 0, l->cols, A_NORMAL,
-                  "Tab/1-4 views  j/k move  s sort  / filter  p pause  "
-                  "[ ] step  ? help  q quit");
+        tui_print(y, 0, l->cols, A_NORMAL, "%s",
+                  l->cols >= 78 ? "Tab/1-4 views  j/k move  s sort  / filter  p pause  "
+                                  "[ ] step  ? help  q quit"
+                                : "Tab/1-4 views  ? help  q quit");
     }
 }
 

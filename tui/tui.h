@@ -94,6 +94,9 @@ bool tui_terminal_usable(int fd);
 amp_status tui_app_open(tui_app *app, const char *path, tui_live *live,
                         char err[AMP_STORE_ERR_MAX]);
 void tui_app_free(tui_app *app);
+// Whether the shown run may still grow: not complete, its recording not cut short, the file still
+// the one opened, and under `run --tui` the program still running.
+bool tui_app_live(const tui_app *app);
 // Frame pieces shared with the benchmark: bring the shown step and the current view's rows up
 // to date with the model, then draw the whole screen into stdscr (no refresh).
 void tui_app_update(tui_app *app);

@@ -72,7 +72,9 @@ static void draw(const tui_app *app, const tui_layout *l) {
               "SEV", "KIND", layer_w, layer_w, "LAYER", "OP", "PHASE", "COUNT", "xN");
     if (!app->n_event_rows) {
         tui_print(b.y + 2, 2, b.w - 4, A_NORMAL,
-                  t->filter[0] ? "no event matches the filter" : "no events recorded (yet)");
+                  t->filter[0]        ? "no event matches the filter"
+                  : tui_app_live(app) ? "no events recorded yet"
+                                      : "no events recorded");
         return;
     }
     for (int i = 0; i < l->table_rows && t->top + i < (int)app->n_event_rows; i++) {
@@ -89,13 +91,16 @@ static void draw(const tui_app *app, const tui_layout *l) {
             snprintf(step, sizeof step, "%lld+", (long long)e->step);
         else
             snprintf(step, sizeof step, "%lld", (long long)e->step);
-        tui_print(b.y + 1 + i, 0, b.w, attr, "%6s %-4s %-20.20s %-*.*s %-10.10s %-5s %6s %5lld",
-                  step,
+        char kind[64], layer_s[256], op[64]; // cut to an ellipsis where they do not fit
+        tui_fit(kind, sizeof kind, e->kind, 20, TUI_CUT_END);
+        tui_fit(layer_s, sizeof layer_s, layer ? layer : "-", layer_w, TUI_CUT_MIDDLE);
+        tui_fit(op, sizeof op, e->op[0] ? e->op : "-", 10, TUI_CUT_END);
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%6s %-4s %-20s %-*s %-10s %-5s %6s %5lld", step,
                   sev == 2   ? "err"
                   : sev == 1 ? "warn"
                              : "info",
-                  e->kind, layer_w, layer_w, layer ? layer : "-", e->op[0] ? e->op : "-",
-                  e->phase[0] ? e->phase : "-", cnt, (long long)e->occurrences);
+                  kind, layer_w, layer_s, op, e->phase[0] ? e->phase : "-", cnt,
+                  (long long)e->occurrences);
     }
 }
 

@@ -1,10 +1,10 @@
 /*
- * view_layers.c — the layers view: per layer and tensor kind at the shown step, the dtype, the
- * largest |x|, the headroom in bits to the dtype's max, the share of values lost to underflow
- * and the NaN/Inf counts; red for NaN, +Inf or less than a bit of headroom, yellow for less
- * than 3 bits or >= 5% underflow. -Inf alone is not a danger: attention masks put it there on
- * purpose (an overflow to -Inf comes with +Inf or NaN in the same or the next op). Sortable (danger
- * first by default), filterable by layer name.
+ * view_layers.c — the layers view: per layer, tensor kind and dtype at the shown step (every figure
+ * of a row of the same tensors: model.h), the largest |x|, the headroom in bits to the dtype's max,
+ * the share of values lost to underflow and the NaN/Inf counts; red for NaN, +Inf or less than a
+ * bit of headroom, yellow for less than 3 bits or >= 5% underflow. -Inf alone is not a danger:
+ * attention masks put it there on purpose (an overflow to -Inf comes with +Inf or NaN in the same
+ * or the next op). Sortable (danger first by default), filterable by layer name.
  */
 #include "widgets.h"
 
@@ -93,7 +93,8 @@ static void draw(const tui_app *app, const tui_layout *l) {
         if (t->filter[0])
             tui_print(b.y + 2, 2, b.w - 4, A_NORMAL, "no layer matches '%s'", t->filter);
         else if (app->step < 0 || m->stats_step < 0)
-            tui_print(b.y + 2, 2, b.w - 4, A_NORMAL, "no tensor statistics recorded yet");
+            tui_print(b.y + 2, 2, b.w - 4, A_NORMAL, "no tensor statistics recorded%s",
+                      tui_app_live(app) ? " yet" : "");
         else
             tui_print(b.y + 2, 2, b.w - 4, A_NORMAL,
                       "no tensor statistics at step %lld (sampled steps only: --stats-every)",
@@ -118,9 +119,10 @@ static void draw(const tui_app *app, const tui_layout *l) {
         snprintf(under, sizeof under, isnan(r->underflow_pct) ? "-" : "%.2f", r->underflow_pct);
         tui_fmt_count(nan_s, sizeof nan_s, (double)r->n_nan);
         tui_fmt_count(inf_s, sizeof inf_s, (double)(r->n_posinf + r->n_neginf));
-        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*.*s %-6s %-5s %9s %8s %8s %6s %6s %s", name_w,
-                  name_w, r->name, tui_stat_kind_name(r->kind), r->dtype, amax, head, under, nan_s,
-                  inf_s,
+        char name[256]; // a long name loses its middle to an ellipsis: its root and leaf stay
+        tui_fit(name, sizeof name, r->name, name_w, TUI_CUT_MIDDLE);
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*s %-6s %-5s %9s %8s %8s %6s %6s %s", name_w, name,
+                  tui_stat_kind_name(r->kind), r->dtype, amax, head, under, nan_s, inf_s,
                   d == 2   ? "!!"
                   : d == 1 ? "! "
                            : "  ");

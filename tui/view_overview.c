@@ -1,8 +1,9 @@
 /*
- * view_overview.c — the overview: the run (command, state, device, precision, steps, the log
- * of `run --tui`), sparklines of step time (with the memory peak so far), loss and loss scale
- * (log scale, skipped steps marked below it) over the steps up to the shown one, the event
- * counts by kind, the first non-finite event and the report's top finding.
+ * view_overview.c — the overview: the run (command and the log of `run --tui`, state, device,
+ * precision, steps), sparklines of step time (with the memory peak so far), loss and loss scale
+ * (log scale, a scale of 0 along its bottom, skipped steps marked below it) over the steps up to
+ * the shown one, the event counts by kind, the first non-finite event and the report's top
+ * finding.
  */
 #include "widgets.h"
 
@@ -24,10 +25,32 @@ static const tui_event *first_nonfinite(const tui_model *m) {
     return NULL;
 }
 
+#define LOG_MIN_COLS 16 // the log's name keeps this much of the run line at least
+
+// The command, and under `run --tui` where its output goes: the log's name at the end of the line,
+// whole where it fits (the command gives way, cut to an ellipsis), else shortened (tui_fit_path).
+static void draw_command(const tui_app *app, tui_rect r) {
+    const tui_model *m = &app->model;
+    const char *command = m->command ? m->command : "(command not recorded)";
+    if (!app->live) {
+        tui_print(r.y, 0, r.w, A_NORMAL, "run   %s", command);
+        return;
+    }
+    static const char run[] = "run   ", output[] = "  output: ";
+    const int fixed = (int)(strlen(run) + strlen(output));
+    const int log_len = (int)strlen(app->live->log_path), cmd_len = (int)strlen(command);
+    int log_w = r.w - fixed - (cmd_len < 20 ? cmd_len : 20); // 20: some of the command
+    if (log_w < LOG_MIN_COLS) log_w = LOG_MIN_COLS;
+    if (log_w > log_len) log_w = log_len;
+    char log[256], cmd[512];
+    tui_fit_path(log, sizeof log, app->live->log_path, log_w);
+    tui_fit(cmd, sizeof cmd, command, r.w - fixed - log_w, TUI_CUT_END);
+    tui_print(r.y, 0, r.w, A_NORMAL, "%s%s%s%s", run, cmd, output, log);
+}
+
 static void draw_run(const tui_app *app, tui_rect r) {
     const tui_model *m = &app->model;
-    tui_print(r.y, 0, r.w, A_NORMAL, "run   %s",
-              m->command ? m->command : "(command not recorded)");
+    draw_command(app, r);
     size_t skipped = 0;
     for (size_t i = 0; i < m->n_steps; i++)
         skipped += m->steps[i].skipped;
@@ -58,11 +81,10 @@ static void draw_run(const tui_app *app, tui_rect r) {
     if (m->n_step_pids > 1)
         snprintf(of, sizeof of, " of process %d (%zu of %zu)", (int)m->pid,
                  tui_model_process_index(m) + 1, m->n_step_pids);
-    tui_print(r.y + 1, 0, r.w, attr, "state %s | device %s%s%s | %zu steps%s, %zu skipped%s%s%s%s",
+    tui_print(r.y + 1, 0, r.w, attr, "state %s | device %s%s%s | %zu steps%s, %zu skipped%s%s",
               state, m->device ? m->device : "?", m->precision ? " " : "",
-              m->precision ? m->precision : "", m->n_steps, of, skipped,
-              app->live ? " | output: " : "", app->live ? app->live->log_path : "",
-              m->exception ? " | " : "", m->exception ? m->exception : "");
+              m->precision ? m->precision : "", m->n_steps, of, skipped, m->exception ? " | " : "",
+              m->exception ? m->exception : "");
 }
 
 // The values of the steps up to the shown step, the last w of them.
@@ -169,16 +191,21 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
     // from the scale the run started with (its first step's before the update)
     snprintf(b, sizeof b, upto && !isnan(m->steps[0].scale_before) ? "%g" : "-",
              upto ? m->steps[0].scale_before : 0);
-    snprintf(title, sizeof title, "loss scale %s (from %s, log2 axis)", a, b);
     if (skipped) {
         snprintf(label[0], sizeof label[0], "x: %zu skipped steps", skipped);
         snprintf(label[1], sizeof label[1], "x: %zu skipped", skipped);
         snprintf(label[2], sizeof label[2], "x: %zu", skipped);
-        // the count matters more than naming the axis
-        if ((int)strlen(title) + 2 + (int)strlen(label[2]) > cols)
-            snprintf(title, sizeof title, "loss scale %s (from %s)", a, b);
     }
-    x = put_title(l->ov_scale.y, cols, title);
+    // the count matters more than naming the axis, then than the scale it started from
+    const int need = skipped ? 2 + (int)strlen(label[2]) : 0;
+    char titles[3][96];
+    snprintf(titles[0], sizeof titles[0], "loss scale %s (from %s, log2 axis)", a, b);
+    snprintf(titles[1], sizeof titles[1], "loss scale %s (from %s)", a, b);
+    snprintf(titles[2], sizeof titles[2], "loss scale %s", a);
+    int k = 0;
+    while (k < 2 && (int)strlen(titles[k]) + need > cols)
+        k++;
+    x = put_title(l->ov_scale.y, cols, titles[k]);
     if (skipped)
         put_label(l->ov_scale.y, x, cols, danger,
                   (const char *const[]){label[0], label[1], label[2], NULL});
@@ -192,22 +219,38 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
 
 static void draw_counts(const tui_app *app, tui_rect r) {
     const tui_model *m = &app->model;
-    tui_print(r.y, r.x, r.w, A_BOLD, "events (%zu rows)", m->n_events);
+    char title[64];
+    snprintf(title, sizeof title, "events (%zu rows)", m->n_events);
+    if ((int)strlen(title) > r.w) snprintf(title, sizeof title, "events (%zu)", m->n_events);
+    tui_print(r.y, r.x, r.w, A_BOLD, "%s", title);
+    int count_w = 3; // the counts' column as wide as the widest: the kinds keep the rest
+    for (size_t i = 0; i < m->n_counts; i++) {
+        char n[24];
+        int len = snprintf(n, sizeof n, "%lld", (long long)m->counts[i].n);
+        if (len > count_w) count_w = len;
+    }
     for (int i = 0; i + 1 < r.h && i < (int)m->n_counts; i++) {
         const tui_event_count *c = &m->counts[i];
         int attr = c->severity == 2   ? tui_attr(app, TUI_PAIR_DANGER)
                    : c->severity == 1 ? tui_attr(app, TUI_PAIR_WARN)
                                       : 0;
-        tui_print(r.y + 1 + i, r.x, r.w, attr, "%-*.*s %7lld", r.w - 9, r.w - 9, c->kind,
+        char kind[64];
+        tui_fit(kind, sizeof kind, c->kind, r.w - count_w - 1, TUI_CUT_END);
+        tui_print(r.y + 1 + i, r.x, r.w, attr, "%-*s %*lld", r.w - count_w - 1, kind, count_w,
                   (long long)c->n);
     }
 }
 
 // Prints text word-wrapped into rows y..y+h-1; returns the rows used.
+// The last row, when the text goes on past it, ends in an ellipsis.
 static int wrap(int y, int x, int w, int h, int attr, const char *text) {
     int used = 0;
     while (*text && used < h) {
         size_t n = strlen(text);
+        if (used == h - 1 && n > (size_t)w) { // the last row: cut, and said so (tui_print)
+            tui_print(y + used++, x, w, attr, "%s", text);
+            break;
+        }
         if (n > (size_t)w) {
             n = (size_t)w;
             while (n > 0 && text[n] != ' ')
@@ -242,12 +285,14 @@ static void draw_finding(const tui_app *app, tui_rect r) {
     }
     if (!f->valid) {
         const bool ended = m->complete || m->cut_short;
-        tui_print(y, r.x, r.w, A_BOLD, "top finding: %s",
-                  m->finding_ms == 0 ? "(the report is running)"
-                  : m->n_steps == 0  ? ended ? "none: no step was recorded, nothing to diagnose"
-                                             : "none: no step recorded yet"
-                  : ended            ? "none: no warning or error in this run"
-                                     : "no warning or error so far");
+        char none[96];
+        snprintf(none, sizeof none, "top finding: %s",
+                 m->finding_ms == 0 ? "(the report is running)"
+                 : m->n_steps == 0  ? ended ? "none: no step was recorded, nothing to diagnose"
+                                            : "none: no step recorded yet"
+                 : ended            ? "none: no warning or error in this run"
+                                    : "no warning or error so far");
+        wrap(y, r.x, r.w, end - y, A_BOLD, none);
         return;
     }
     static const char *const sev[] = {"info", "warning", "error"};

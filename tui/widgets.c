@@ -5,21 +5,84 @@
 #include "widgets.h"
 
 #include <curses.h>
+#include <langinfo.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+// "…" where the terminal shows UTF-8 (the locale tui_run sets, as app->utf8 is judged), else
+// "..."; its width in columns.
+static const char *ellipsis(int *cols) {
+    const bool utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0;
+    *cols = utf8 ? 1 : 3;
+    return utf8 ? "\u2026" : "...";
+}
+
+// Columns of text: one a character (a UTF-8 sequence).
+static int columns(const char *text, size_t bytes) {
+    int n = 0;
+    for (size_t i = 0; i < bytes && text[i]; i++)
+        n += ((unsigned char)text[i] & 0xC0) != 0x80;
+    return n;
+}
+
+// The byte offset of column col of text (its length when it has fewer).
+static size_t offset_of(const char *text, int col) {
+    size_t i = 0;
+    for (int c = 0; text[i]; i++) {
+        if (((unsigned char)text[i] & 0xC0) != 0x80 && c++ == col) break;
+    }
+    return i;
+}
+
+char *tui_fit(char *dst, size_t n, const char *text, int w, tui_cut where) {
+    if (!n) return dst;
+    const size_t len = strlen(text);
+    const int cols = columns(text, len);
+    if (w < 0) w = 0;
+    size_t blanks = len; // what a cut of trailing blanks (a padded column) leaves: not a cut
+    while (blanks > 0 && text[blanks - 1] == ' ')
+        blanks--;
+    if (cols <= w || columns(text, blanks) <= w) {
+        snprintf(dst, n, "%.*s", (int)offset_of(text, w), text);
+        return dst;
+    }
+    int ell_cols;
+    const char *ell = ellipsis(&ell_cols);
+    if (w <= ell_cols) { // room for (part of) the ellipsis alone: it still shows the cut
+        snprintf(dst, n, "%.*s", (int)offset_of(ell, w), ell);
+        return dst;
+    }
+    const int keep = w - ell_cols;
+    const int tail = where == TUI_CUT_END ? 0 : where == TUI_CUT_START ? keep : (keep + 1) / 2;
+    const int head = keep - tail;
+    snprintf(dst, n, "%.*s%s%s", (int)offset_of(text, head), text, ell,
+             text + offset_of(text, cols - tail));
+    return dst;
+}
+
+char *tui_fit_path(char *dst, size_t n, const char *path, int w) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash && slash[1] ? slash + 1 : path;
+    int ell_cols;
+    ellipsis(&ell_cols);
+    if (base != path && columns(base, strlen(base)) + ell_cols <= w)
+        return tui_fit(dst, n, path, w, TUI_CUT_START);
+    return tui_fit(dst, n, base, w, TUI_CUT_MIDDLE);
+}
+
 void tui_print(int y, int x, int w, int attr, const char *fmt, ...) {
     if (w <= 0) return;
-    char buf[1024];
+    char buf[1024], fit[sizeof buf + 8];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    tui_fit(fit, sizeof fit, buf, w, TUI_CUT_END);
     attron(attr);
-    mvaddnstr(y, x, buf, w);
+    mvaddstr(y, x, fit);
     attroff(attr);
 }
 
@@ -47,6 +110,13 @@ void tui_colors_init(const tui_app *app) {
     init_pair(TUI_PAIR_ACCENT, COLOR_CYAN, -1);
 }
 
+int tui_spark_steps(double x, double lo, double hi, int steps) {
+    if (!isfinite(x) || steps < 1) return 0;
+    if (!(hi > lo)) return steps / 2; // flat: half the height, at every size
+    double f = (x - lo) / (hi - lo);
+    return 1 + (int)lround(f * (steps - 1));
+}
+
 size_t tui_sparkline(const tui_app *app, tui_rect r, const double *v, size_t n, bool log2v,
                      int attr) {
     static const char *const blocks[] = {" ",      "\u2581", "\u2582", "\u2583", "\u2584",
@@ -66,17 +136,19 @@ size_t tui_sparkline(const tui_app *app, tui_rect r, const double *v, size_t n, 
     attron(attr);
     for (size_t i = 0; i < shown; i++) {
         double x = log2v ? (s[i] > 0 ? log2(s[i]) : NAN) : s[i];
-        // height in eighths (or ascii steps) of the whole graph, at least one for a value
-        int total = 0;
-        if (isfinite(x)) {
-            double f = hi > lo ? (x - lo) / (hi - lo) : 0.5;
-            total = 1 + (int)lround(f * (r.h * levels - 1));
+        int total = tui_spark_steps(x, lo, hi, r.h * levels); // in eighths (or ascii steps)
+        const int x0 = r.x + (int)i;
+        if (log2v && s[i] == 0) { // below any log axis (a scale backed off to 0): 0 at the bottom
+            for (int row = 1; row < r.h; row++)
+                mvaddstr(r.y + r.h - 1 - row, x0, " ");
+            mvaddstr(r.y + r.h - 1, x0, "0");
+            continue;
         }
         for (int row = 0; row < r.h; row++) { // row 0 at the bottom
             int cell = total - row * levels;
             if (cell < 0) cell = 0;
             if (cell > levels) cell = levels;
-            int y = r.y + r.h - 1 - row, x0 = r.x + (int)i;
+            int y = r.y + r.h - 1 - row;
             if (app->utf8) {
                 mvaddstr(y, x0, blocks[cell]);
             } else {
