@@ -843,6 +843,56 @@ START_TEST(test_second_backward_through_what_saved_nothing_accumulates) {
 }
 END_TEST
 
+// Host copies of a dropped tensor, its statistics, and the ops that read an operand without
+// amp_dense (add's broadcast views, a cast) abort naming the reader (they read freed memory).
+static const char *const dropped_readers[] = {"amp_tensor_item reads",
+                                              "amp_tensor_read_f32 reads",
+                                              "amp_tensor_read reads",
+                                              "amp_tensor_write_f32 writes",
+                                              "amp_tensor_write writes",
+                                              "amp_tensor_stats reads",
+                                              "add reads",
+                                              "a cast (amp_to, or autocast's) reads"};
+
+START_TEST(test_host_copy_of_a_dropped_tensor_aborts) {
+    amp_tensor_t *x = param(1, S(1), 1), *y = amp_mul_scalar(ctx, x, 2.0);
+    amp_tensor_drop(y); // (a scaling's backward reads nothing: it goes at once)
+    ck_assert_ptr_null(y->buf->data);
+    char words[160];
+    snprintf(words, sizeof words, "(%s a tensor whose storage was dropped with amp_tensor_drop)",
+             dropped_readers[_i]);
+    test_expect_abort(words);
+    float v = 0;
+    amp_stats st;
+    switch (_i) {
+    case 0:
+        amp_tensor_item(y);
+        break;
+    case 1:
+        amp_tensor_read_f32(y, &v);
+        break;
+    case 2:
+        amp_tensor_read(y, &v);
+        break;
+    case 3:
+        amp_tensor_write_f32(y, &v);
+        break;
+    case 4:
+        amp_tensor_write(y, &v);
+        break;
+    case 5:
+        amp_tensor_stats(y, AMP_DTYPE_F16, &st);
+        break;
+    case 6:
+        amp_add(ctx, y, x);
+        break;
+    case 7:
+        amp_to(ctx, y, AMP_DTYPE_F16);
+        break;
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Integer inputs: PyTorch's type promotion
 
@@ -953,6 +1003,87 @@ START_TEST(test_masked_fill_beyond_the_range_aborts) {
     expect_values(amp_masked_fill(ctx, b, m, -1e9f), AMP_DTYPE_BF16, 2, (float[]){-998244352, 2});
     test_expect_abort("value cannot be converted to type at::Half without overflow");
     amp_masked_fill(ctx, h, m, -1e9f);
+}
+END_TEST
+
+// An integer tensor holds no inf and nothing beyond its range: PyTorch raises ("value cannot be
+// converted to type int32_t without overflow"; -inf gave INT_MIN); values in range go through.
+START_TEST(test_masked_fill_of_minus_inf_into_i32_aborts) {
+    amp_tensor_t *m = ints(AMP_DTYPE_I32, 2, S(1, 0)), *i = ints(AMP_DTYPE_I32, 2, S(5, 6));
+    int32_t v[2];
+    amp_tensor_read(amp_masked_fill(ctx, i, m, -2147483648.0f), v);
+    ck_assert(v[0] == INT32_MIN && v[1] == 6);
+    test_expect_abort("value cannot be converted to type int32_t without overflow (masked_fill of "
+                      "-inf into an i32 tensor");
+    amp_masked_fill(ctx, i, m, -INFINITY);
+}
+END_TEST
+
+START_TEST(test_masked_fill_beyond_i64_aborts) {
+    amp_tensor_t *m = ints(AMP_DTYPE_I32, 2, S(1, 0)), *i = ints(AMP_DTYPE_I64, 2, S(5, 6));
+    int64_t v[2];
+    amp_tensor_read(amp_masked_fill(ctx, i, m, 1e10f), v);
+    ck_assert(v[0] == 10000000000 && v[1] == 6);
+    test_expect_abort("value cannot be converted to type int64_t without overflow");
+    amp_masked_fill(ctx, i, m, 1e19f);
+}
+END_TEST
+
+// conv2d and dropout of integer tensors abort naming the op (they failed inside the backend).
+START_TEST(test_conv2d_of_integer_tensors_aborts) {
+    amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_I32, 4, S(1, 1, 3, 3));
+    amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_I32, 4, S(2, 1, 2, 2));
+    test_expect_abort("conv2d takes floating tensors only (PyTorch has no integer kernel for it), "
+                      "got i32");
+    amp_conv2d(ctx, x, w, NULL, 1, 0);
+}
+END_TEST
+
+START_TEST(test_dropout_of_an_integer_tensor_aborts) {
+    amp_tensor_t *x = ints(AMP_DTYPE_I64, 2, S(1, 2));
+    ck_assert_ptr_eq(amp_dropout(ctx, x, 0.5f, false), x); // the identity, as in PyTorch
+    ck_assert_ptr_eq(amp_dropout(ctx, x, 0.0f, true), x);
+    test_expect_abort("dropout of an i64 tensor is an error in PyTorch");
+    amp_dropout(ctx, x, 0.5f, true);
+}
+END_TEST
+
+// x.to(torch.int32) has no grad_fn in PyTorch: an integer result requires no grad, and no
+// gradient comes back through it (x's gradient here is 2x + r, not 3x + r).
+START_TEST(test_cast_to_an_integer_is_not_differentiable) {
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(3), (float[]){2.7f, -2.7f, 1});
+    amp_tensor_set_requires_grad(x, true);
+    amp_tensor_t *i = amp_to(ctx, x, AMP_DTYPE_I32);
+    ck_assert(!amp_tensor_requires_grad(i));
+    int32_t iv[3];
+    amp_tensor_read(i, iv);
+    ck_assert(iv[0] == 2 && iv[1] == -2 && iv[2] == 1);
+    amp_tensor_t *r = amp_to(ctx, i, AMP_DTYPE_F32);
+    ck_assert(!amp_tensor_requires_grad(r));
+    ck_assert(!amp_tensor_requires_grad(amp_to(ctx, x, AMP_DTYPE_I64)));
+    amp_backward(ctx,
+                 amp_add(ctx, amp_sum(ctx, amp_mul(ctx, x, x)), amp_sum(ctx, amp_mul(ctx, r, x))));
+    expect_values(amp_tensor_grad(x), AMP_DTYPE_F32, 3, (float[]){7.4f, -7.4f, 3});
+}
+END_TEST
+
+START_TEST(test_backward_through_an_integer_cast_aborts) {
+    amp_tensor_t *x = param(1, S(3), 1);
+    amp_tensor_t *r = amp_to(ctx, amp_to(ctx, x, AMP_DTYPE_I64), AMP_DTYPE_F32);
+    test_expect_abort("element 0 of tensors does not require grad and does not have a grad_fn");
+    amp_backward(ctx, amp_sum(ctx, r));
+}
+END_TEST
+
+// A NULL out (or input) is AMP_ERR_INVALID_ARGUMENT naming it; a given out is left NULL.
+START_TEST(test_bce_null_arguments) {
+    amp_tensor_t *p = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(2), (float[]){.25f, .5f});
+    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(2), (float[]){0, 1}), *out = p;
+    ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_binary_cross_entropy: out is NULL");
+    ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, NULL, &out), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_binary_cross_entropy: target is NULL");
+    ck_assert_ptr_null(out);
 }
 END_TEST
 
@@ -1241,6 +1372,48 @@ START_TEST(test_nll_loss_target_past_the_classes_aborts) {
 }
 END_TEST
 
+// ---------------------------------------------------------------------------------------------
+// conv2d's bias and an empty batch
+
+// PyTorch: "Given weight of size [4, 3, 3, 3], expected bias to be 1-dimensional with 4 elements,
+// but got bias of size [2] instead". A short bias was read past its end, a long one in part.
+START_TEST(test_conv2d_short_bias_aborts) {
+    amp_tensor_t *x = param(4, S(1, 3, 4, 4), 1), *w = param(4, S(4, 3, 3, 3), 1);
+    test_expect_abort("conv2d: given weight of size (4, 3, 3, 3), expected bias to be "
+                      "1-dimensional with 4 elements, but got bias of size (2,) instead");
+    amp_conv2d(ctx, x, w, param(1, S(2), 1), 1, 1);
+}
+END_TEST
+
+START_TEST(test_conv2d_long_bias_aborts) {
+    amp_tensor_t *x = param(4, S(1, 3, 4, 4), 1), *w = param(4, S(4, 3, 3, 3), 1);
+    test_expect_abort("expected bias to be 1-dimensional with 4 elements, but got bias of size "
+                      "(5,) instead");
+    amp_conv2d(ctx, x, w, param(1, S(5), 1), 1, 1);
+}
+END_TEST
+
+// N = 0 gives PyTorch's empty (0, C_out, H_out, W_out) output, and a backward of zero weight and
+// bias gradients and an empty input gradient (it divided by zero).
+START_TEST(test_conv2d_empty_batch) {
+    amp_tensor_t *x = param(4, S(0, 3, 8, 8), 1), *w = param(4, S(2, 3, 3, 3), 1);
+    amp_tensor_t *b = param(1, S(2), 1);
+    amp_tensor_t *y = amp_conv2d(ctx, x, w, b, 2, 1);
+    const int64_t want[4] = {0, 2, 4, 4};
+    ck_assert_int_eq(amp_tensor_ndim(y), 4);
+    for (int d = 0; d < 4; d++)
+        ck_assert_int_eq(amp_tensor_dim(y, d), want[d]);
+    amp_backward(ctx, amp_sum(ctx, y));
+    float gw[54], gb[2];
+    amp_tensor_read_f32(amp_tensor_grad(w), gw);
+    amp_tensor_read_f32(amp_tensor_grad(b), gb);
+    for (int i = 0; i < 54; i++)
+        ck_assert_float_eq(gw[i], 0.0f);
+    ck_assert(gb[0] == 0.0f && gb[1] == 0.0f);
+    ck_assert_int_eq(amp_tensor_numel(amp_tensor_grad(x)), 0);
+}
+END_TEST
+
 Suite *ops_suite(void) {
     Suite *s = suite_create("ops");
     TCase *g = tcase_create("gradcheck");
@@ -1312,6 +1485,8 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(d, test_second_backward_through_a_dropped_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(d, test_second_backward_through_the_graph_aborts, SIGABRT);
     tcase_add_test(d, test_second_backward_through_what_saved_nothing_accumulates);
+    tcase_add_loop_test_raise_signal(d, test_host_copy_of_a_dropped_tensor_aborts, SIGABRT, 0,
+                                     (int)(sizeof dropped_readers / sizeof dropped_readers[0]));
     suite_add_tcase(s, d);
     TCase *p = tcase_create("promotion");
     tcase_add_checked_fixture(p, setup, teardown);
@@ -1323,6 +1498,13 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(p, test_masked_fill_beyond_the_range_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_masked_fill_of_a_wider_mask_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_max_pool2d_stride_0_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_masked_fill_of_minus_inf_into_i32_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_masked_fill_beyond_i64_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_conv2d_of_integer_tensors_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_dropout_of_an_integer_tensor_aborts, SIGABRT);
+    tcase_add_test(p, test_cast_to_an_integer_is_not_differentiable);
+    tcase_add_test_raise_signal(p, test_backward_through_an_integer_cast_aborts, SIGABRT);
+    tcase_add_test(p, test_bce_null_arguments);
     tcase_add_test(p, test_bce_input_outside_0_1);
     tcase_add_test(p, test_bce_grad_at_0_and_1);
     tcase_add_test(p, test_bce_small_p_log1p);
@@ -1337,5 +1519,12 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(l, test_nll_loss_other_negative_target_aborts, SIGABRT);
     tcase_add_test_raise_signal(l, test_nll_loss_target_past_the_classes_aborts, SIGABRT);
     suite_add_tcase(s, l);
+
+    TCase *c = tcase_create("conv2d");
+    tcase_add_checked_fixture(c, setup, teardown);
+    tcase_add_test_raise_signal(c, test_conv2d_short_bias_aborts, SIGABRT);
+    tcase_add_test_raise_signal(c, test_conv2d_long_bias_aborts, SIGABRT);
+    tcase_add_test(c, test_conv2d_empty_batch);
+    suite_add_tcase(s, c);
     return s;
 }

@@ -9,6 +9,7 @@
 
 #include "amp-impl.h"
 
+#include <signal.h>
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -446,6 +447,52 @@ START_TEST(test_tensor_checks) {
 }
 END_TEST
 
+// NULL arguments of the functions that return a status: AMP_ERR_INVALID_ARGUMENT naming them.
+START_TEST(test_null_arguments) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
+    amp_optim_t *opt = (amp_optim_t *)1;
+    amp_tensor_t *w = test_param_f32(ctx, 2, (float[]){1, 2});
+    ck_assert_int_eq(amp_optim_new(ctx, &o, NULL, 1, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_optim_new: params is NULL");
+    ck_assert_ptr_null(opt);
+    ck_assert_int_eq(amp_optim_new(ctx, &o, &w, 1, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_optim_new: out is NULL");
+    ck_assert_int_eq(amp_optim_new(ctx, NULL, &w, 1, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_optim_new: p is NULL");
+    ck_assert_int_eq(amp_optim_new(ctx, &o, &w, 1, &opt), AMP_OK);
+    ck_assert_int_eq(amp_optim_set_params(opt, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_optim_set_params: p is NULL");
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
+// A negative count made Adam's bias corrections NaN; amp_ctx_set_step_index(-5) aborts too.
+START_TEST(test_set_steps_negative_aborts) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *w = test_param_f32(ctx, 2, (float[]){1, 2});
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, &w, 1, &opt), AMP_OK);
+    amp_optim_set_steps(opt, 0, (int64_t[]){0}); // from 0: a fresh optimizer's
+    test_expect_abort("amp_optim_set_steps: a step count from 0, got steps = -5");
+    amp_optim_set_steps(opt, -5, (int64_t[]){0});
+}
+END_TEST
+
+START_TEST(test_set_param_steps_negative_aborts) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *w[2] = {test_param_f32(ctx, 2, (float[]){1, 2}),
+                          test_param_f32(ctx, 1, (float[]){3})};
+    amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &o, w, 2, &opt), AMP_OK);
+    test_expect_abort("amp_optim_set_steps: a step count from 0, got param_steps[1] = -1");
+    amp_optim_set_steps(opt, 3, (int64_t[]){3, -1});
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // SGD
 
@@ -659,6 +706,9 @@ Suite *optim_suite(void) {
     tcase_add_test(tc, test_defaults_and_names);
     tcase_add_test(tc, test_hyperparameter_checks);
     tcase_add_test(tc, test_tensor_checks);
+    tcase_add_test(tc, test_null_arguments);
+    tcase_add_test_raise_signal(tc, test_set_steps_negative_aborts, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_set_param_steps_negative_aborts, SIGABRT);
     suite_add_tcase(s, tc);
     tc = tcase_create("math");
     tcase_add_test(tc, test_sgd_hand_values);

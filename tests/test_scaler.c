@@ -770,6 +770,24 @@ START_TEST(test_state_dict_round_trip) {
 }
 END_TEST
 
+// NULL arguments: AMP_ERR_INVALID_ARGUMENT naming them (they crashed).
+START_TEST(test_null_arguments) {
+    amp_scaler_params sp = amp_scaler_defaults();
+    amp_scaler_t *sc = (amp_scaler_t *)1;
+    ck_assert_int_eq(amp_scaler_new(NULL, &sc), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_scaler_new: p is NULL");
+    ck_assert_ptr_null(sc);
+    ck_assert_int_eq(amp_scaler_new(&sp, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_scaler_new: out is NULL");
+    ck_assert_int_eq(amp_scaler_new(&sp, &sc), AMP_OK);
+    ck_assert_int_eq(amp_scaler_state_dict(sc, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_scaler_state_dict: out is NULL");
+    ck_assert_int_eq(amp_scaler_load_state_dict(sc, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_scaler_load_state_dict: st is NULL");
+    amp_scaler_free(sc);
+}
+END_TEST
+
 Suite *scaler_suite(void) {
     Suite *s = suite_create("scaler");
     TCase *tc = tcase_create("update");
@@ -814,6 +832,7 @@ Suite *scaler_suite(void) {
 
     tc = tcase_create("state");
     tcase_add_test(tc, test_constructor_checks);
+    tcase_add_test(tc, test_null_arguments);
     tcase_add_test(tc, test_disabled_passes_through);
     tcase_add_test(tc, test_state_dict_round_trip);
     suite_add_tcase(s, tc);

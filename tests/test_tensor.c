@@ -145,6 +145,18 @@ START_TEST(test_free_of_an_optimizer_parameter_aborts) {
 }
 END_TEST
 
+// A parameter's gradient belongs to the parameter: freeing it left the parameter's gradient
+// pointer dangling. amp_tensor_zero_grad drops it.
+START_TEST(test_free_of_a_gradient_aborts) {
+    amp_tensor_t *w = param(1, S(4), (float[]){1, 2, 3, 4});
+    amp_backward(ctx, amp_sum(ctx, amp_exp(ctx, w)));
+    test_expect_abort("amp_tensor_free of a gradient (f32 (4,)), which the tensor it belongs to "
+                      "owns: drop a gradient with amp_tensor_zero_grad");
+    amp_tensor_free(amp_tensor_grad(w));
+    ck_abort_msg("the gradient was freed"); // (not the SIGABRT of a double free at the teardown)
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Shapes
 
@@ -281,6 +293,22 @@ START_TEST(test_write_f32_into_an_integer_view_aborts) {
 }
 END_TEST
 
+// PyTorch's normal_ and uniform_ have no integer kernel; an integer tensor got rounded values.
+START_TEST(test_randn_of_an_integer_tensor_aborts) {
+    amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_I32, 1, S(4));
+    test_expect_abort("amp_tensor_randn of an i32 tensor: PyTorch's normal_ has no integer kernel");
+    amp_tensor_randn(t, 1.0f);
+}
+END_TEST
+
+START_TEST(test_uniform_of_an_integer_tensor_aborts) {
+    amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_I64, 1, S(4));
+    test_expect_abort("amp_tensor_uniform of an i64 tensor: PyTorch's uniform_ has no integer "
+                      "kernel");
+    amp_tensor_uniform(t, 3.0f);
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Arguments
 
@@ -291,6 +319,18 @@ START_TEST(test_checkpoint_null_arguments) {
     ck_assert_int_eq(amp_checkpoint_load(NULL, &w, 1, NULL, NULL), AMP_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(amp_checkpoint_save("/nonexistent/ck", NULL, 1, NULL, NULL),
                      AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(amp_checkpoint_scaler_enabled("/nonexistent/ck", NULL),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "checkpoint: enabled is NULL");
+}
+END_TEST
+
+// A NULL out is AMP_ERR_INVALID_ARGUMENT (it crashed); zero_grad(NULL) does nothing, as free.
+START_TEST(test_null_arguments) {
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_ctx_new: out is NULL");
+    amp_tensor_zero_grad(NULL);
+    amp_tensor_free(NULL);
 }
 END_TEST
 
@@ -303,6 +343,7 @@ Suite *tensor_suite(void) {
     tcase_add_test(f, test_zero_grad_of_a_gradient_the_tape_holds);
     tcase_add_test(f, test_free_after_the_optimizer);
     tcase_add_test_raise_signal(f, test_free_of_an_optimizer_parameter_aborts, SIGABRT);
+    tcase_add_test_raise_signal(f, test_free_of_a_gradient_aborts, SIGABRT);
     suite_add_tcase(s, f);
     TCase *sh = tcase_create("shape");
     tcase_add_checked_fixture(sh, setup, teardown);
@@ -322,10 +363,13 @@ Suite *tensor_suite(void) {
     tcase_add_test(h, test_write_f32_into_views);
     tcase_add_test(h, test_read_raw_from_a_view);
     tcase_add_test_raise_signal(h, test_write_f32_into_an_integer_view_aborts, SIGABRT);
+    tcase_add_test_raise_signal(h, test_randn_of_an_integer_tensor_aborts, SIGABRT);
+    tcase_add_test_raise_signal(h, test_uniform_of_an_integer_tensor_aborts, SIGABRT);
     suite_add_tcase(s, h);
     TCase *a = tcase_create("args");
     tcase_add_checked_fixture(a, setup, teardown);
     tcase_add_test(a, test_checkpoint_null_arguments);
+    tcase_add_test(a, test_null_arguments);
     suite_add_tcase(s, a);
     return s;
 }

@@ -59,7 +59,8 @@ typedef struct amp_optim amp_optim_t;
 amp_optim_params amp_optim_defaults(amp_optim_kind kind);
 const char *amp_optim_kind_name(amp_optim_kind kind); // "sgd", "adam", "adamw"
 bool amp_optim_kind_parse(const char *s, amp_optim_kind *out);
-// params: persistent f32 tensors that require grad (the optimizer keeps the pointers).
+// params: persistent f32 tensors that require grad (the optimizer keeps the pointers). A NULL ctx,
+// p, params or out is AMP_ERR_INVALID_ARGUMENT.
 amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t *const *params,
                          int n, amp_optim_t **out);
 void amp_optim_free(amp_optim_t *opt);
@@ -71,8 +72,9 @@ amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i);
 // Completed (not skipped) steps; waits for the device.
 int64_t amp_optim_steps(const amp_optim_t *opt);
 const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt);
-// param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new; the kind
-// cannot change, nor can SGD gain momentum it was created without (it has no buffers).
+// param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new (a NULL p
+// is AMP_ERR_INVALID_ARGUMENT); the kind cannot change, nor can SGD gain momentum it was created
+// without (it has no buffers).
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p);
 // Optimizer state (torch's optimizer.state): how many updates parameter i received (Adam's
 // state["step"]; 0 = no state yet; waits for the device) and its state tensors, persistent f32
@@ -81,6 +83,7 @@ amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p);
 int64_t amp_optim_param_steps(const amp_optim_t *opt, int i);
 amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k);
 // Restores the step counters (checkpoints): steps for amp_optim_steps, param_steps[num_params].
+// Counts start at 0: a negative one aborts.
 void amp_optim_set_steps(amp_optim_t *opt, int64_t steps, const int64_t *param_steps);
 
 // ---------------------------------------------------------------------------------------------
@@ -105,7 +108,8 @@ typedef struct amp_scaler_state { // state_dict()
 typedef struct amp_scaler amp_scaler_t;
 
 amp_scaler_params amp_scaler_defaults(void);
-// AMP_ERR_INVALID_ARGUMENT (naming the factor) when enabled and growth <= 1 or backoff >= 1.
+// AMP_ERR_INVALID_ARGUMENT (naming the factor) when enabled and growth <= 1 or backoff >= 1, and
+// (naming it) for a NULL p or out.
 amp_status amp_scaler_new(const amp_scaler_params *p, amp_scaler_t **out);
 void amp_scaler_free(amp_scaler_t *sc);
 bool amp_scaler_is_enabled(const amp_scaler_t *sc);
@@ -129,7 +133,8 @@ int32_t amp_scaler_growth_tracker(const amp_scaler_t *sc);
 // Summed found_inf of the last update() (0 clean, >= 1 overflow); -1 (not valid) before the
 // first update() and after update_to(), which consumes no inf checks.
 float amp_scaler_last_found_inf(const amp_scaler_t *sc);
-// AMP_ERR_UNSUPPORTED when disabled (PyTorch returns {}).
+// AMP_ERR_UNSUPPORTED when disabled (PyTorch returns {}). Both: AMP_ERR_INVALID_ARGUMENT for a
+// NULL sc, out or st.
 amp_status amp_scaler_state_dict(const amp_scaler_t *sc, amp_scaler_state *out);
 amp_status amp_scaler_load_state_dict(amp_scaler_t *sc, const amp_scaler_state *st);
 
@@ -144,7 +149,7 @@ float amp_inv_scale(float scale);
 // Checkpoints: parameters (matched by name, then shape), optimizer state and scaler state in one
 // file (format in libampcore/src/checkpoint.c). opt and sc may be NULL. Loading a truncated,
 // corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing; a
-// NULL path, or NULL params with n > 0, AMP_ERR_INVALID_ARGUMENT.
+// NULL path, NULL params with n > 0, or a NULL enabled, AMP_ERR_INVALID_ARGUMENT.
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc);

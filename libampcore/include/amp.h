@@ -106,7 +106,8 @@ typedef struct amp_ctx amp_ctx_t;
 typedef struct amp_tensor amp_tensor_t;
 
 // Creates a context on a device. seed drives dropout and amp_tensor_randn.
-// AMP_ERR_NO_DEVICE when the device's backend is not available (message says why).
+// AMP_ERR_NO_DEVICE when the device's backend is not available (message says why);
+// AMP_ERR_INVALID_ARGUMENT for a NULL out.
 amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out);
 void amp_ctx_free(amp_ctx_t *ctx);
 amp_device amp_ctx_device(const amp_ctx_t *ctx);
@@ -149,13 +150,15 @@ amp_tensor_t *amp_tensor_from(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64
 amp_tensor_t *amp_tensor_from_f32(amp_ctx_t *ctx, amp_dtype t, int ndim, const int64_t *shape,
                                   const float *host);
 // Fills with N(0, std^2) (or U(-bound, bound) for amp_tensor_uniform) from the context's RNG.
+// A floating t only: an integer one aborts (PyTorch's normal_ and uniform_ have no integer kernel).
 void amp_tensor_randn(amp_tensor_t *t, float std);
 void amp_tensor_uniform(amp_tensor_t *t, float bound);
 // Frees a persistent tensor (and its gradient). NULL is a no-op; scratch tensors are ignored.
 // The caller must not use t afterwards. When the autograd tape was recorded with t (or its
 // gradient), as PyTorch's graph keeps what it saved alive, t's memory stays until amp_ctx_reset:
 // a backward of the tape still reads t and accumulates its gradient. A parameter (or the state)
-// of an optimizer cannot be freed before the optimizer: that aborts.
+// of an optimizer cannot be freed before the optimizer: that aborts. Nor can a gradient
+// (amp_tensor_grad's), which belongs to its tensor: amp_tensor_zero_grad drops it.
 void amp_tensor_free(amp_tensor_t *t);
 // Says the caller will not read the storage of t (an op's output, or a view of one) again: it is
 // freed now unless a backward of the tape reads it, and then as soon as the last backward node
@@ -178,7 +181,8 @@ bool amp_tensor_is_contiguous(const amp_tensor_t *t);
 void amp_tensor_read_f32(const amp_tensor_t *t, float *out);
 void amp_tensor_write_f32(amp_tensor_t *t, const float *in);
 // Raw storage-format copies (i32 labels, f16 bits) in t's row-major order: amp_tensor_read works
-// on views, amp_tensor_write needs a contiguous t.
+// on views, amp_tensor_write needs a contiguous t. Every host copy (amp_tensor_item too) of a
+// tensor whose storage was dropped (amp_tensor_drop) aborts.
 void amp_tensor_read(const amp_tensor_t *t, void *out);
 void amp_tensor_write(amp_tensor_t *t, const void *in);
 float amp_tensor_item(const amp_tensor_t *t); // numel must be 1
@@ -190,7 +194,7 @@ bool amp_tensor_requires_grad(const amp_tensor_t *t);
 // The accumulated gradient (same dtype and shape), or NULL when there is none. (A gradient kept
 // in a narrower dtype inside, such as a parameter's from autocast's cast, is widened here.)
 amp_tensor_t *amp_tensor_grad(const amp_tensor_t *t);
-// Drops the gradient (torch's zero_grad(set_to_none=True)).
+// Drops the gradient (torch's zero_grad(set_to_none=True)). NULL is a no-op.
 void amp_tensor_zero_grad(amp_tensor_t *t);
 
 // ---------------------------------------------------------------------------------------------
@@ -248,7 +252,8 @@ amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b); // (
 amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);     // (M, K) @ (K, N)
 amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);    // (B, M, K) @ (B, K, N)
 amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b);
-// x (N, Cin, H, W), w (Cout, Cin, kh, kw), b (Cout) or NULL
+// x (N, Cin, H, W), w (Cout, Cin, kh, kw), b (Cout) or NULL: floating tensors (an integer one
+// aborts, as a bias of another size does); N = 0 gives an empty (0, Cout, oh, ow) output.
 amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
                          int stride, int padding);
 amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int stride);
@@ -290,9 +295,12 @@ amp_tensor_t *amp_mul_scalar(amp_ctx_t *ctx, amp_tensor_t *x, double s);
 amp_tensor_t *amp_sum(amp_ctx_t *ctx, amp_tensor_t *x);  // all elements -> 0-dim
 amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x); // all elements -> 0-dim
 // Where mask (i32, broadcastable to x) is non-zero, value (e.g. -INFINITY for a causal mask). A
-// finite value beyond an f16/bf16 result's range (-1e9 in f16) aborts with PyTorch's message.
+// finite value beyond an f16/bf16 result's range (-1e9 in f16) aborts with PyTorch's message, as
+// does one that an i32/i64 result cannot hold (inf, NaN, beyond its range).
 amp_tensor_t *amp_masked_fill(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *mask, float value);
 // Zeroes elements with probability p and scales the rest by 1/(1-p); identity when !training.
+// An integer x aborts when training with p > 0 (PyTorch raises: it scales a mask of x's dtype by
+// 1/(1-p) in place).
 amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool training);
 
 // Losses (mean reduction). logits (N, C), target (N) i32/i64 class indices. cross_entropy and
@@ -303,6 +311,7 @@ amp_tensor_t *amp_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *logits, amp_tensor
 amp_tensor_t *amp_nll_loss(amp_ctx_t *ctx, amp_tensor_t *logp, amp_tensor_t *target);
 amp_tensor_t *amp_mse_loss(amp_ctx_t *ctx, amp_tensor_t *input, amp_tensor_t *target);
 // Banned under autocast exactly as in PyTorch (AMP_ERR_AUTOCAST_BANNED); else *out = BCE (mean).
+// A NULL ctx, p, target or out is AMP_ERR_INVALID_ARGUMENT.
 // On the CPU, p outside [0, 1] (NaN included) is AMP_ERR_INVALID_ARGUMENT ("all elements of input
 // should be between 0 and 1"); on CUDA it is not checked (it would wait for the device: PyTorch
 // checks it in the kernel), and the loss is NaN.
@@ -317,7 +326,8 @@ amp_tensor_t *amp_permute(amp_ctx_t *ctx, amp_tensor_t *x, const int *perm);
 // torch.split(x, size, dim): writes up to max views into out, returns how many.
 int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor_t **out, int max);
 amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x);
-// x.to(dtype); differentiable (the gradient is cast back).
+// x.to(dtype); differentiable (the gradient is cast back) to a floating dtype. An integer result
+// is not differentiable, as in PyTorch: it requires no grad and no gradient flows back through it.
 amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);
 
 // ---------------------------------------------------------------------------------------------

@@ -734,6 +734,7 @@ static amp_status refused(const char *path) {
 }
 
 amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled) {
+    if (!enabled) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: enabled is NULL");
     *enabled = false;
     if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
     ck_file f;

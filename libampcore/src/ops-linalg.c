@@ -192,6 +192,7 @@ int64_t amp_conv_cols_max = (int64_t)48 << 20;
 // gradient the permuted dy too) fits amp_conv_cols_max, the slices as even as they can be (64
 // images of 1.1 MiB: two of 32, not 42 and 22).
 static int64_t conv_slice_images(int64_t n, int64_t per_image) {
+    if (n == 0) return 1; // an empty batch: no slice (the loops over it do not run)
     int64_t k = per_image > 0 ? amp_conv_cols_max / per_image : n;
     k = k < 1 ? 1 : k > n ? n : k;
     const int64_t slices = (n + k - 1) / k;
@@ -255,6 +256,7 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         const int64_t k =
             w->dtype == AMP_DTYPE_F32 ? conv_slice_images(d.n, (CK + O) * L * esize) : d.n;
         amp_tensor_t *dw = amp_scratch_new(ctx, w->dtype, w->ndim, w->shape);
+        if (d.n == 0) ctx->be->fill(ctx->bctx, dw, 0.0f); // an empty batch: no slice writes it
         for (int64_t n0 = 0; n0 < d.n; n0 += k) {
             amp_conv_desc dr = conv_slice(d, n0, k);
             dr.by_row = true;
@@ -295,9 +297,13 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     }
     if (b && b->requires_grad) {
         amp_tensor_t *db = amp_scratch_new(ctx, b->dtype, 3, (int64_t[]){1, O, 1});
-        amp_tensor_t *dy3 = amp_view_new(ctx, dyd, 3, (int64_t[]){d.n, O, L},
-                                         (int64_t[]){O * L, L, 1}, dyd->offset);
-        ctx->be->reduce_sum(ctx->bctx, db, dy3, 1.0f);
+        if (d.n == 0) { // an empty batch: nothing to sum (the CUDA reduction wants rows)
+            ctx->be->fill(ctx->bctx, db, 0.0f);
+        } else {
+            amp_tensor_t *dy3 = amp_view_new(ctx, dyd, 3, (int64_t[]){d.n, O, L},
+                                             (int64_t[]){O * L, L, 1}, dyd->offset);
+            ctx->be->reduce_sum(ctx->bctx, db, dy3, 1.0f);
+        }
         amp_grad_accumulate(ctx, b, amp_view_new(ctx, db, 1, &O, (int64_t[]){1}, db->offset));
     }
 }
@@ -307,6 +313,14 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     AMP_ASSERT(x->ndim == 4 && w->ndim == 4 && x->shape[1] == w->shape[1],
                "(conv2d needs x (N, C, H, W) and w (O, C, kh, kw) with matching C)");
     AMP_ASSERT(stride >= 1 && padding >= 0, "(conv2d stride %d padding %d)", stride, padding);
+    char ws[AMP_SHAPE_STR_MAX], bs[AMP_SHAPE_STR_MAX];
+    AMP_ASSERT(!b || (b->ndim == 1 && b->shape[0] == w->shape[0]),
+               "(conv2d: given weight of size %s, expected bias to be 1-dimensional with %lld "
+               "elements, but got bias of size %s instead)",
+               amp_shape_str(w, ws, sizeof ws), (long long)w->shape[0],
+               amp_shape_str(b, bs, sizeof bs));
+    amp_require_float("conv2d", x);
+    amp_require_float("conv2d", w);
     amp_tensor_t *in[3] = {x, w, b};
     amp_autocast_apply(ctx, "conv2d", in, 3);
     x = in[0], w = in[1], b = in[2];

@@ -251,7 +251,11 @@ static void bce_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
                                     amp_tensor_t **out) {
-    *out = NULL;
+    if (out) *out = NULL;
+    const char *null = !out ? "out" : !ctx ? "ctx" : !p ? "p" : !target ? "target" : NULL;
+    if (null)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_binary_cross_entropy: %s is NULL",
+                             null);
     amp_dtype dts[2] = {p->dtype, target->dtype}, dt;
     if (ctx->ac.enabled) {
         amp_status s = amp_autocast_decide("binary_cross_entropy", 2, dts, ctx->ac.dtype, &dt);

@@ -186,6 +186,9 @@ static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, amp_tensor_t *a,
                             amp_tensor_t *b) {
+    // (the backend reads a and b through broadcast views, not amp_dense, which would check this)
+    AMP_ASSERT((!a->buf || a->buf->data) && (!b->buf || b->buf->data),
+               "(%s reads a tensor whose storage was dropped with amp_tensor_drop)", op);
     const amp_dtype dt = binary_result_type(op, kind, a, b);
     a = as_float(ctx, a, dt);
     b = as_float(ctx, b, dt);
@@ -259,8 +262,19 @@ static void masked_fill_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) 
 }
 
 // PyTorch's check of a fill value: a finite one beyond the dtype's largest finite value raises
-// (the classic -1e9 mask in fp16); inf and NaN go through.
+// (the classic -1e9 mask in fp16); inf and NaN go through, except into an integer tensor, which
+// holds neither (PyTorch's c10::overflows: a value outside its range, inf and NaN included).
 static void check_fill_value(amp_dtype dt, float value) {
+    if (!amp_dtype_is_float(dt)) {
+        const bool i32 = dt == AMP_DTYPE_I32;
+        const double lim = i32 ? 0x1p31 : 0x1p63; // it holds [-lim, lim); NaN is outside too
+        if (!((double)value >= -lim && (double)value < lim))
+            amp_abort(__FILE__, __LINE__,
+                      "value cannot be converted to type %s without overflow (masked_fill of %g "
+                      "into an %s tensor: use a value within its range)",
+                      i32 ? "int32_t" : "int64_t", (double)value, amp_dtype_name(dt));
+        return;
+    }
     const float max = dt == AMP_DTYPE_F16    ? 65504.0f
                       : dt == AMP_DTYPE_BF16 ? 0x1.fep127f
                                              : INFINITY;
@@ -310,6 +324,13 @@ static void dropout_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 amp_tensor_t *amp_dropout(amp_ctx_t *ctx, amp_tensor_t *x, float p, bool training) {
     AMP_ASSERT(p >= 0.0f && p <= 1.0f, "(dropout probability %g)", (double)p);
     if (!training || p == 0.0f) return x;
+    // PyTorch divides its mask, of x's dtype, by 1 - p in place, which raises for an integer x
+    // ("result type Float can't be cast to the desired output type Int")
+    AMP_ASSERT(amp_dtype_is_float(x->dtype),
+               "(dropout of an %s tensor is an error in PyTorch (its mask, of the input's dtype, "
+               "cannot be scaled by 1/(1-p) in place); libampcore computes in floating point "
+               "only: cast it with amp_to)",
+               amp_dtype_name(x->dtype));
     amp_tensor_t *mask = amp_scratch_new(ctx, AMP_DTYPE_F32, x->ndim, x->shape); // 0 or 1/(1-p)
     ctx->be->dropout_mask(ctx->bctx, mask, p, ctx->seed, ctx->dropout_offset);
     ctx->dropout_offset += (uint64_t)amp_tensor_numel(x);

@@ -238,6 +238,8 @@ amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x) {
 // The cast of x into y: copied unless y holds the values already (no kernel then, and the
 // statistics of y, when wanted, come from a launch of their own).
 static amp_tensor_t *cast_into(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *y, bool copy) {
+    AMP_ASSERT(!x->buf || x->buf->data, "(a cast (amp_to, or autocast's) reads a tensor whose "
+                                        "storage was dropped with amp_tensor_drop)");
     if (copy) amp_instr_input(ctx, x);
     amp_instr_arm(ctx, y);
     if (copy) ctx->be->copy(ctx->bctx, y, x);
@@ -257,4 +259,12 @@ amp_tensor_t *amp_cast_made(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *y) {
     return cast_into(ctx, x, y, false);
 }
 
-amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) { return amp_cast(ctx, x, t); }
+amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
+    if (amp_dtype_is_float(t)) return amp_cast(ctx, x, t);
+    // An integer result is not differentiable (PyTorch's x.to(torch.int32) has no grad_fn): it
+    // goes on no tape and requires no grad, and no gradient flows back through it.
+    const bool grad = amp_set_grad_enabled(ctx, false);
+    amp_tensor_t *y = amp_cast(ctx, x, t);
+    amp_set_grad_enabled(ctx, grad);
+    return y;
+}

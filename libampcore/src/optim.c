@@ -131,7 +131,9 @@ static void hold_all(amp_optim_t *opt, int d) {
 
 amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t *const *params,
                          int n, amp_optim_t **out) {
-    *out = NULL;
+    if (out) *out = NULL;
+    const char *null = !out ? "out" : !ctx ? "ctx" : !p ? "p" : !params ? "params" : NULL;
+    if (null) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_optim_new: %s is NULL", null);
     amp_status st = validate_params(p);
     if (st == AMP_OK) st = validate_tensors(ctx, params, n);
     if (st != AMP_OK) return st;
@@ -235,6 +237,7 @@ const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt) {
 }
 
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p) {
+    if (!p) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_optim_set_params: p is NULL");
     amp_status st = validate_params(p);
     if (st != AMP_OK) return st;
     if (p->kind != opt->p.kind)
@@ -262,6 +265,13 @@ amp_tensor_t *amp_optim_state(const amp_optim_t *opt, int i, int k) {
 }
 
 void amp_optim_set_steps(amp_optim_t *opt, int64_t steps, const int64_t *param_steps) {
+    // a negative count would make Adam's bias corrections 1 - beta^step negative or 0 (NaN weights)
+    AMP_ASSERT(steps >= 0, "(amp_optim_set_steps: a step count from 0, got steps = %lld)",
+               (long long)steps);
+    for (int i = 0; i < opt->n; i++)
+        AMP_ASSERT(param_steps[i] >= 0,
+                   "(amp_optim_set_steps: a step count from 0, got param_steps[%d] = %lld)", i,
+                   (long long)param_steps[i]);
     int64_t *all = amp_xmalloc(((size_t)opt->n + 1) * sizeof *all);
     memcpy(all, param_steps, (size_t)opt->n * sizeof *param_steps);
     all[opt->n] = steps;

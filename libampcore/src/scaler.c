@@ -84,7 +84,9 @@ static amp_status validate_factors(double growth_factor, double backoff_factor) 
 }
 
 amp_status amp_scaler_new(const amp_scaler_params *p, amp_scaler_t **out) {
-    *out = NULL;
+    if (out) *out = NULL;
+    const char *null = !out ? "out" : !p ? "p" : NULL;
+    if (null) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_scaler_new: %s is NULL", null);
     if (p->enabled) {
         amp_status st = validate_factors(p->growth_factor, p->backoff_factor);
         if (st != AMP_OK) return st;
@@ -314,6 +316,9 @@ amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale) {
 // state_dict / load_state_dict
 
 amp_status amp_scaler_state_dict(const amp_scaler_t *sc, amp_scaler_state *out) {
+    const char *null = !sc ? "sc" : !out ? "out" : NULL;
+    if (null)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_scaler_state_dict: %s is NULL", null);
     if (!sc->p.enabled)
         return amp_set_error(AMP_ERR_UNSUPPORTED,
                              "GradScaler is disabled: its state_dict() is empty ({} in PyTorch)");
@@ -326,6 +331,10 @@ amp_status amp_scaler_state_dict(const amp_scaler_t *sc, amp_scaler_state *out) 
 }
 
 amp_status amp_scaler_load_state_dict(amp_scaler_t *sc, const amp_scaler_state *st) {
+    const char *null = !sc ? "sc" : !st ? "st" : NULL;
+    if (null)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_scaler_load_state_dict: %s is NULL",
+                             null);
     if (!sc->p.enabled) return AMP_OK;
     amp_status s = validate_factors(st->growth_factor, st->backoff_factor);
     if (s != AMP_OK) return s;

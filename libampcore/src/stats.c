@@ -220,6 +220,8 @@ void amp_stats_finish(amp_stats *s) {
 }
 
 void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out) {
+    AMP_ASSERT(t->buf && t->buf->data,
+               "(amp_tensor_stats reads a tensor whose storage was dropped with amp_tensor_drop)");
     amp_ctx_t *ctx = t->ctx;
     if (!ctx->be->stats_into) {
         stats_on_host(dense_of(t), target, out);

@@ -15,6 +15,7 @@
 // Context
 
 amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
+    if (!out) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_ctx_new: out is NULL");
     *out = NULL;
     const amp_backend_i *be = NULL;
     void *bctx = NULL;
@@ -402,6 +403,14 @@ void amp_tensor_free(amp_tensor_t *t) {
                   "or its state): free the optimizer first",
                   amp_tensor_name(t), amp_dtype_name(t->dtype), amp_shape_str(t, s, sizeof s));
     }
+    if (t->is_grad) { // its tensor's grad pointer would dangle
+        char s[AMP_SHAPE_STR_MAX];
+        amp_abort(__FILE__, __LINE__,
+                  "amp_tensor_free of a gradient (%s %s), which the tensor it belongs to owns: "
+                  "drop a gradient with amp_tensor_zero_grad of its tensor (amp_optim_zero_grad "
+                  "for an optimizer's parameters)",
+                  amp_dtype_name(t->dtype), amp_shape_str(t, s, sizeof s));
+    }
     amp_ctx_t *ctx = t->ctx;
     for (size_t i = 0; i < ctx->n_cast_cache;) // freed inside an autocast region that cast it
         if (ctx->cast_cache[i].src == t)
@@ -431,7 +440,17 @@ static double rng_uniform(amp_ctx_t *ctx) { // (0, 1)
     return ((double)(rng_next(ctx) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+// PyTorch's normal_ and uniform_ have no integer kernel ("normal_kernel_cpu" not implemented for
+// 'Int'): rounded random values in an integer tensor would be nobody's intent.
+static void require_float_fill(const char *fn, const char *torch_fn, const amp_tensor_t *t) {
+    AMP_ASSERT(amp_dtype_is_float(t->dtype),
+               "(%s of an %s tensor: PyTorch's %s has no integer kernel; fill a floating tensor "
+               "and cast it with amp_to)",
+               fn, amp_dtype_name(t->dtype), torch_fn);
+}
+
 void amp_tensor_randn(amp_tensor_t *t, float std) {
+    require_float_fill("amp_tensor_randn", "normal_", t);
     int64_t n = amp_tensor_numel(t);
     float *v = amp_xmalloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i += 2) { // Box-Muller, two values per draw
@@ -444,6 +463,7 @@ void amp_tensor_randn(amp_tensor_t *t, float std) {
 }
 
 void amp_tensor_uniform(amp_tensor_t *t, float bound) {
+    require_float_fill("amp_tensor_uniform", "uniform_", t);
     int64_t n = amp_tensor_numel(t);
     float *v = amp_xmalloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++) v[i] = (float)((2.0 * rng_uniform(t->ctx) - 1.0) * bound);
@@ -499,7 +519,15 @@ static void release_temp(const amp_tensor_t *t, amp_tensor_t *c) {
     if (c != t) tensor_destroy(c);
 }
 
+// A host copy of a tensor whose storage was dropped (amp_tensor_drop) would touch freed memory:
+// it aborts as an op that reads one does (`what`: "amp_tensor_read reads").
+static void require_storage(const amp_tensor_t *t, const char *what) {
+    AMP_ASSERT(t->buf && t->buf->data,
+               "(%s a tensor whose storage was dropped with amp_tensor_drop)", what);
+}
+
 void amp_tensor_read(const amp_tensor_t *t, void *out) {
+    require_storage(t, "amp_tensor_read reads");
     amp_tensor_t *c = contiguous_as(t, t->dtype);
     c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c),
                          (size_t)amp_tensor_numel(c) * amp_dtype_size(c->dtype));
@@ -507,6 +535,7 @@ void amp_tensor_read(const amp_tensor_t *t, void *out) {
 }
 
 void amp_tensor_write(amp_tensor_t *t, const void *in) {
+    require_storage(t, "amp_tensor_write writes");
     AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write needs a contiguous tensor)");
     t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(t), in,
                        (size_t)amp_tensor_numel(t) * amp_dtype_size(t->dtype));
@@ -514,12 +543,14 @@ void amp_tensor_write(amp_tensor_t *t, const void *in) {
 }
 
 void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
+    require_storage(t, "amp_tensor_read_f32 reads");
     amp_tensor_t *c = contiguous_as(t, AMP_DTYPE_F32);
     c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c), (size_t)amp_tensor_numel(c) * 4);
     release_temp(t, c);
 }
 
 void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
+    require_storage(t, "amp_tensor_write_f32 writes");
     amp_ctx_t *ctx = t->ctx;
     AMP_ASSERT(amp_dtype_is_float(t->dtype) || amp_tensor_is_contiguous(t),
                "(amp_tensor_write_f32 writes an integer tensor only when it is contiguous, got a "
@@ -546,6 +577,7 @@ void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
 float amp_tensor_item(const amp_tensor_t *t) {
     AMP_ASSERT(amp_tensor_numel(t) == 1, "(item() of a tensor with %lld elements)",
                (long long)amp_tensor_numel(t));
+    require_storage(t, "amp_tensor_item reads");
     float v;
     amp_tensor_read_f32(t, &v);
     return v;
@@ -599,7 +631,7 @@ void amp_grad_replace(amp_tensor_t *t, amp_tensor_t *g) {
 }
 
 void amp_tensor_zero_grad(amp_tensor_t *t) {
-    grad_free(t);
+    if (t) grad_free(t);
 }
 
 // ---------------------------------------------------------------------------------------------
