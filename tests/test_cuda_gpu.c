@@ -448,6 +448,9 @@ START_TEST(test_binary_reduce_copy_gpu) {
         pair row[2] = {pair_new(dt, 3, (int64_t[]){4, 16, 70}, 1, 0, true),
                        pair_new(dt, 1, (int64_t[]){70}, 1, 0, true)};
         check_op("add (row broadcast)", op_add, row, 2, eps);
+        pair none[2] = {pair_new(dt, 2, (int64_t[]){0, 70}, 1, 0, true), row[1]};
+        check_op("add (row broadcast over an empty batch: the row's gradient 0)", op_add, none, 2,
+                 eps);
         check_op("sub (row broadcast)", op_sub, row, 2, eps);
         pair col[2] = {pair_new(dt, 3, (int64_t[]){4, 16, 70}, 1, 0, true),
                        pair_new(dt, 3, (int64_t[]){1, 16, 1}, 0.3f, 2.0f, true)};
@@ -632,6 +635,8 @@ START_TEST(test_embedding_conv_gpu) {
                         pair_new(dt, 1, (int64_t[]){8}, 0.1f, 0, true)};
         check_op("conv2d+relu+max_pool2d", op_conv_pool, conv, 3, eps);
         check_op("conv2d stride 2", op_conv_stride, conv, 3, eps);
+        pair empty[3] = {pair_new(dt, 4, (int64_t[]){0, 3, 12, 12}, 1, 0, true), conv[1], conv[2]};
+        check_op("conv2d of an empty batch", op_conv_stride, empty, 3, eps);
         pair planes = pair_new(dt, 4, (int64_t[]){2, 3, 13, 11}, 1, 0, true);
         check_op("max_pool2d kernel 3 stride 2", op_pool_overlap, &planes, 1, eps);
         check_op("max_pool2d kernel 2 stride 3", op_pool_ragged, &planes, 1, eps);

@@ -169,6 +169,10 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
     AMP_ASSERT(x->ndim == y->ndim);
     const int64_t ny = cuda_numel(y);
     if (ny == 0) return;
+    if (cuda_numel(x) == 0) { // a sum over nothing (a bias's gradient over an empty batch): 0
+        cuda_fill(bctx, y, 0.0f);
+        return;
+    }
     int64_t xstride[AMP_MAX_DIMS];
     amp_contiguous_strides(x->ndim, x->shape, xstride);
     // Classify and merge: kind[d] = 1 where summed over.
