@@ -297,13 +297,9 @@ static void conv2d_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     }
     if (b && b->requires_grad) {
         amp_tensor_t *db = amp_scratch_new(ctx, b->dtype, 3, (int64_t[]){1, O, 1});
-        if (d.n == 0) { // an empty batch: nothing to sum (the CUDA reduction wants rows)
-            ctx->be->fill(ctx->bctx, db, 0.0f);
-        } else {
-            amp_tensor_t *dy3 = amp_view_new(ctx, dyd, 3, (int64_t[]){d.n, O, L},
-                                             (int64_t[]){O * L, L, 1}, dyd->offset);
-            ctx->be->reduce_sum(ctx->bctx, db, dy3, 1.0f);
-        }
+        amp_tensor_t *dy3 = amp_view_new(ctx, dyd, 3, (int64_t[]){d.n, O, L},
+                                         (int64_t[]){O * L, L, 1}, dyd->offset);
+        ctx->be->reduce_sum(ctx->bctx, db, dy3, 1.0f); // (an empty batch's: zeros)
         amp_grad_accumulate(ctx, b, amp_view_new(ctx, db, 1, &O, (int64_t[]){1}, db->offset));
     }
 }
