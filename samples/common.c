@@ -300,28 +300,12 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
     return SAMPLE_CONTINUE;
 }
 
-// Whether --save's path can be written, found out before training rather than after it:
-// amp_checkpoint_save writes PATH.tmp and renames it over PATH, so that file is created here and
-// removed (or, left over from an interrupted save, opened for writing), and PATH must not be a
-// directory. false after one line naming the path.
+// Whether --save's path can be written, found out before training rather than after it; false
+// after one line naming the path.
 static bool save_path_writable(const sample_opts *o) {
-    const char *path = o->save_path;
-    struct stat st;
-    int err = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? EISDIR : 0;
-    size_t len = strlen(path);
-    char *tmp = sample_calloc("the --save path", (int64_t)len + 5, 1);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    int fd = err ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd >= 0)
-        unlink(tmp);
-    else if (!err && errno == EEXIST)
-        fd = open(tmp, O_WRONLY);
-    if (fd < 0 && !err) err = errno;
-    if (fd >= 0) close(fd);
-    free(tmp);
-    if (err) fprintf(stderr, "%s: --save: cannot write '%s': %s\n", o->prog, path, strerror(err));
-    return !err;
+    if (amp_checkpoint_writable(o->save_path) == AMP_OK) return true;
+    fprintf(stderr, "%s: --save: %s\n", o->prog, amp_last_error());
+    return false;
 }
 
 int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opts *o) {

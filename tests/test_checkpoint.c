@@ -14,6 +14,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -157,7 +158,9 @@ static void check_round_trip(amp_optim_kind kind, float momentum) {
     model_step(&a, INFINITY); // a skipped step: scale backs off, state stays
     model_step(&a, -2);
     ck_assert_int_eq(amp_checkpoint_save(path("m.ckpt"), a.p, 3, a.opt, a.sc), AMP_OK);
-    ck_assert_int_eq(access(path("m.ckpt.tmp"), F_OK), -1); // renamed away
+    char ls[160]; // the temporary file renamed away
+    snprintf(ls, sizeof ls, "test \"$(ls '%s')\" = m.ckpt", dir);
+    ck_assert_int_eq(system(ls), 0);
 
     model_init(&b, kind, momentum, 3, true);
     ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), b.p, 3, b.opt, b.sc), AMP_OK);
@@ -574,13 +577,53 @@ START_TEST(test_io_errors) {
                      AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "no/such/dir.ckpt"));
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "No such file or directory"));
-    // Over a directory: the rename fails, the temporary file is gone, the directory stays.
+    // Over a directory, a pipe or a device: refused before anything is written, the file stays
     ck_assert_int_eq(amp_checkpoint_save(dir, &t.w, 1, NULL, NULL), AMP_ERR_IO);
-    char tmp[96];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    ck_assert_int_eq(access(tmp, F_OK), -1);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file (a directory)"));
     ck_assert_int_eq(access(dir, F_OK), 0);
+    ck_assert_int_eq(mkfifo(path("pipe"), 0600), 0);
+    ck_assert_int_eq(amp_checkpoint_save(path("pipe"), &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_int_eq(amp_checkpoint_writable(path("pipe")), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file (a device, a pipe"));
+    struct stat sb;
+    ck_assert(stat(path("pipe"), &sb) == 0 && S_ISFIFO(sb.st_mode));
+    ck_assert_int_eq(amp_checkpoint_save("/dev/null", &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    // loading from a pipe no writer opens is refused, not waited on
+    ck_assert_int_eq(amp_checkpoint_load(path("pipe"), &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file"));
+    unlink(path("pipe"));
     target_unchanged(&t);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
+// A save through a symbolic link replaces the file it names (the link stays a link); one to
+// nothing is refused; a file of the user's named like a temporary file (PATH.tmp) is left alone.
+START_TEST(test_save_through_a_link_and_beside_other_files) {
+    make_dir();
+    target t;
+    target_init(&t);
+    ck_assert_int_eq(symlink(path("real.ckpt"), path("link.ckpt")), 0);
+    ck_assert_int_eq(amp_checkpoint_save(path("link.ckpt"), &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "a symbolic link to nothing"));
+    FILE *f = fopen(path("real.ckpt"), "w");
+    fputs("old", f);
+    fclose(f);
+    f = fopen(path("link.ckpt.tmp"), "w");
+    fputs("notes", f);
+    fclose(f);
+    ck_assert_int_eq(amp_checkpoint_writable(path("link.ckpt")), AMP_OK);
+    ck_assert_int_eq(amp_checkpoint_save(path("link.ckpt"), &t.w, 1, NULL, NULL), AMP_OK);
+    struct stat sb;
+    ck_assert(lstat(path("link.ckpt"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    ck_assert(stat(path("real.ckpt"), &sb) == 0 && sb.st_size > 24); // (not "old")
+    ck_assert(stat(path("link.ckpt.tmp"), &sb) == 0 && sb.st_size == 5);
+    ck_assert_int_eq(amp_checkpoint_load(path("link.ckpt"), &t.w, 1, NULL, NULL), AMP_OK);
+    unlink(path("link.ckpt"));
+    unlink(path("link.ckpt.tmp"));
+    unlink(path("real.ckpt"));
     target_free(&t);
     remove_dir();
 }
@@ -870,6 +913,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_scaler_mismatch);
     tcase_add_test(tc, test_duplicate_names_refused);
     tcase_add_test(tc, test_io_errors);
+    tcase_add_test(tc, test_save_through_a_link_and_beside_other_files);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -155,6 +155,11 @@ amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, in
                                const amp_optim_t *opt, const amp_scaler_t *sc);
 amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
                                amp_optim_t *opt, amp_scaler_t *sc);
+// Whether amp_checkpoint_save could write path, found out before the training it would save: a
+// file is made and removed beside it (a save writes there first and renames it over path, or over
+// the file a symbolic link at path names). AMP_ERR_IO (amp_last_error names path and why) for a
+// directory, a device, a pipe, a link to nothing, an unwritable file or directory.
+amp_status amp_checkpoint_writable(const char *path);
 // Whether the checkpoint at path holds an enabled GradScaler's state (*enabled; an fp16 run's:
 // PyTorch's practice leaves the scaler disabled in fp32 and bf16), without loading anything; a
 // disabled GradScaler's load ignores that state, as PyTorch's does. AMP_ERR_CORRUPT as

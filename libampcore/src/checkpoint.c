@@ -30,7 +30,8 @@
  *                             disabled GradScaler, the rest is 0)
  *
  * At most one OPTIM and one SCALER record; one OPTIM_STATE per optimizer parameter. Saving
- * writes path.tmp, fsyncs it and renames it over path. Loading checks the header against the
+ * writes a temporary file of its own beside path (path.PID.N.tmp), fsyncs it and renames it over
+ * path (over the file a symbolic link names; never over a device, a pipe or a directory). Loading checks the header against the
  * file's size, reads the whole file, checks the CRC and every length against the bytes that are
  * there, decodes every record, matches it against the caller's parameters, optimizer and scaler,
  * and only then changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash or a hang.
@@ -251,6 +252,62 @@ static void sync_parent_dir(const char *path) {
     free(dir);
 }
 
+// Where a save of path goes (*dest, malloc'd: path, or the file a symbolic link at path names)
+// and a new empty temporary file beside it (*tmp, malloc'd; its descriptor returned). -1 after
+// amp_set_error: path is a directory, a device or a pipe (a rename would put a regular file in
+// its place), a link to nothing, or nothing can be created beside it.
+static int open_temp_beside(const char *path, char **dest, char **tmp) {
+    *dest = *tmp = NULL;
+    struct stat sb;
+    const bool link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+    if (link && !(*dest = realpath(path, NULL))) {
+        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': a symbolic link to nothing (%s)",
+                      path, strerror(errno));
+        return -1;
+    }
+    if (!link) *dest = amp_xstrdup(path);
+    if (stat(*dest, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': not a regular file (%s)", path,
+                      S_ISDIR(sb.st_mode) ? "a directory" : "a device, a pipe or a socket");
+        free(*dest);
+        *dest = NULL;
+        return -1;
+    }
+    static unsigned counter; // (several saves of one process, from several threads)
+    const size_t n = strlen(*dest) + 48;
+    *tmp = amp_xmalloc(n);
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        snprintf(*tmp, n, "%s.%d.%u.tmp", *dest, (int)getpid(),
+                 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+        fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+        free(*dest);
+        free(*tmp);
+        *dest = *tmp = NULL;
+    }
+    return fd;
+}
+
+amp_status amp_checkpoint_writable(const char *path) {
+    if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
+    char *dest, *tmp;
+    int fd = open_temp_beside(path, &dest, &tmp);
+    if (fd < 0) return AMP_ERR_IO;
+    close(fd);
+    unlink(tmp);
+    // a read-only file is refused as torch.save's open would (a rename would replace it)
+    amp_status st = AMP_OK;
+    if (access(dest, F_OK) == 0 && access(dest, W_OK) != 0)
+        st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+    free(dest);
+    free(tmp);
+    return st;
+}
+
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc) {
     amp_status st = check_args(path, params, n, opt);
@@ -261,14 +318,16 @@ amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, in
     uint64_t payload = w.bytes;
     uint32_t n_records = w.records;
 
-    size_t len = strlen(path);
-    char *tmp = amp_xmalloc(len + 5);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    w = (writer){.f = fopen(tmp, "wb")};
+    char *dest, *tmp;
+    int fd = open_temp_beside(path, &dest, &tmp);
+    if (fd < 0) return AMP_ERR_IO;
+    w = (writer){.f = fdopen(fd, "wb")};
     if (!w.f) {
-        st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", tmp, strerror(errno));
+        st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+        close(fd);
+        unlink(tmp);
         free(tmp);
+        free(dest);
         return st;
     }
     crc32_table(w.crc_table);
@@ -285,14 +344,15 @@ amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, in
     int err = 0;
     if (w.failed || fflush(w.f) != 0 || fsync(fileno(w.f)) != 0) err = errno ? errno : EIO;
     if (fclose(w.f) != 0 && !err) err = errno;
-    if (!err && rename(tmp, path) != 0) err = errno;
+    if (!err && rename(tmp, dest) != 0) err = errno;
     if (err) {
         unlink(tmp);
         st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(err));
     } else {
-        sync_parent_dir(path);
+        sync_parent_dir(dest);
     }
     free(tmp);
+    free(dest);
     return st;
 }
 
@@ -424,9 +484,14 @@ static amp_status check_header(ck_file *f, const uint8_t *head, size_t size, uin
 // file that is no checkpoint is not read into memory.
 static amp_status read_file(ck_file *f, size_t *size, uint32_t *n_records, uint64_t *payload) {
     const char *path = f->path;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return amp_set_error(AMP_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    // O_NONBLOCK: a pipe at path is refused below instead of waited on for a writer
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!fp) {
+        const int err = errno;
+        if (fd >= 0) close(fd);
+        return amp_set_error(AMP_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(err));
+    }
     struct stat sb;
     if (fstat(fileno(fp), &sb) != 0) {
         int err = errno;
