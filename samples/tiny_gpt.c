@@ -280,7 +280,9 @@ int main(int argc, char **argv) {
     int rc = sample_parse_args(&spec, argc, argv, &o);
     if (rc != SAMPLE_CONTINUE) return rc;
     if (shape.d_model % shape.heads != 0)
-        return sample_usage_error(&o, "--heads", "must divide --d-model (%lld), got %lld",
+        return sample_usage_error(&o, "--d-model and --heads",
+                                  "the model width %lld is not a multiple of the heads %lld (each "
+                                  "head takes an equal share of it)",
                                   (long long)shape.d_model, (long long)shape.heads);
     if (!tiny_gpt_memory_fits(&o)) return 1;
     amp_ctx_t *ctx = sample_ctx_new(&o);
