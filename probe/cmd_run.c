@@ -581,6 +581,7 @@ int amp_cmd_run(int argc, char **argv) {
     r.db_path = path;
     set_meta(r.collector, "trace", o.trace);
     set_meta(r.collector, "stats_every", o.stats_every);
+    if (o.torch) set_meta(r.collector, "torch", "1");
     free(command);
     amp_launcher_capture(o.trace, o.trace_given);
 

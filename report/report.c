@@ -160,12 +160,13 @@ static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char 
 // recorded (a rank's own before the launcher's that reports the rank's death: torchrun).
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    if (!prepare(db, m->path,
-                 "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-                 "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-                 "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans') "
-                 "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
-                 m, &q, err))
+    if (!prepare(
+            db, m->path,
+            "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
+            "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
+            "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch') "
+            "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
+            m, &q, err))
         return false;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -183,6 +184,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "no_model") == 0      ? &m->no_model
                            : strcmp(key, "trace") == 0         ? &m->trace
                            : strcmp(key, "orphans") == 0       ? &m->orphans
+                           : strcmp(key, "torch") == 0         ? &m->torch
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -1186,6 +1188,14 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                      "No training step was recorded in %s: the run traced %s (--trace), not "
                      "amp, which records the steps and numerics.",
                      m->path, m->trace);
+        else if (s.steps == 0 && m->end.exit_status >= 0 && m->torch)
+            snprintf(buf, n,
+                     "No training step was recorded in %s: the program ran under ampprobe run "
+                     "--torch and exited (status %d) without training a model the bridge could "
+                     "see: it never imported torch, or no module with trainable parameters ran "
+                     "forward in training mode with gradients on (a script that only evaluates, "
+                     "or one that ended first).",
+                     m->path, m->end.exit_status);
         else if (s.steps == 0 && m->end.exit_status >= 0) // the launcher saw it end
             snprintf(buf, n,
                      "No training step was recorded in %s: the program ran under ampprobe run "

@@ -228,6 +228,7 @@ typedef struct report_model {
     report_perf perf;
     const char *device, *command, *precision; // META; NULL: not recorded
     const char *trace; // META: what ampprobe run traced ("amp,cuda,nvtx"); NULL: not recorded
+    const char *torch; // META: "1" when ampprobe run --torch started it; NULL: not
     const char *counters_reason; // META: why --counters recorded none; NULL: not asked or had them
     // META of a PyTorch run under torch.compile: "model" (compiled as a whole: only its output
     // and the gradients are recorded) or "modules" (compiled parts); NULL: eager

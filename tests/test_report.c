@@ -2126,6 +2126,15 @@ START_TEST(a_run_without_steps_under_the_launcher_says_what_records_them) {
                                   "without recording one"),
                   "%s", verdict);
     release();
+    // under --torch it does not advise --torch
+    sql("INSERT INTO META (key, value, pid) VALUES ('torch', '1', 0);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "ran under ampprobe run --torch and exited (status 0) without "
+                                  "training a model the bridge could see: it never imported torch"),
+                  "%s", verdict);
+    release();
+    sql("DELETE FROM META WHERE key = 'torch';");
     ended(-1, "complete"); // AMPPROBE_OUT: no launcher, no exit status
     analyse(NULL, INT64_MIN, INT64_MAX);
     report_verdict(&model, &findings, verdict, sizeof verdict);
