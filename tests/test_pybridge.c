@@ -241,6 +241,29 @@ START_TEST(test_torch_needs_the_build) {
 }
 END_TEST
 
+// ampprobe.torch in a python without torch (here: its import made to fail) says what it needs
+// and which python lacks it, rather than a bare ModuleNotFoundError.
+START_TEST(test_bridge_without_torch_says_so) {
+    if (!have_python()) return;
+    char dir[64];
+    ck_assert_ptr_nonnull(amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-pybridge-notorch-"));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "PYTHONPATH=%s/python python3 -c 'import sys; sys.modules[\"torch\"] = None; "
+             "import ampprobe.torch' 2>&1 | tail -n 1 >%s/err",
+             AMP_BINARY_DIR, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char buf[512];
+    first_line(dir, "err", buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "ImportError: ampprobe.torch needs PyTorch (2.4 or newer), and this "
+                              "python (") &&
+                      strstr(buf, ") has none"),
+                  "%s", buf);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 // The forward judge of a broken step's re-run, and the module links that name a backward traced
 // per module, on small CPU models (probe/python/tests/cpu_judge.py): with python3's torch or the
 // system python's, skipped without one (CI installs Debian's).
@@ -283,6 +306,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_uncaught_exception_is_recorded);
     tcase_add_test(c, test_bridge_that_cannot_attach_is_named);
     tcase_add_test(c, test_torch_needs_the_build);
+    tcase_add_test(c, test_bridge_without_torch_says_so);
     tcase_add_test(c, test_forward_judge_on_the_cpu);
     suite_add_tcase(s, c);
     return s;

@@ -98,7 +98,13 @@ import threading
 import warnings
 import weakref
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        raise
+    raise ImportError("ampprobe.torch needs PyTorch (2.4 or newer), and this python (%s) has "
+                      "none: install torch, or run the python that has it" % sys.executable) from e
 
 # torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device), the autocast state
 # of one device type, came in torch 2.4 (the bridge is tested with 2.11)
