@@ -30,22 +30,39 @@ static void usage(FILE *f) {
             "version.\n");
 }
 
+static const struct command *find(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(name, commands[i].name) == 0) return &commands[i];
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-        usage(stdout);
-        return 0;
+        if (argc == 2) {
+            usage(stdout);
+            return 0;
+        }
+        const struct command *c = argc == 3 ? find(argv[2]) : NULL; // `ampprobe help run`
+        if (c) return c->run(2, (char *[]){argv[2], "--help", NULL});
+        fprintf(stderr, "ampprobe: %s: no command '%s' (see 'ampprobe --help')\n", argv[1],
+                argv[2]);
+        return 2;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        if (argc > 2) {
+            fprintf(stderr, "ampprobe: %s takes no argument ('%s')\n", argv[1], argv[2]);
+            return 2;
+        }
         printf("ampprobe 0.1.0\n");
         return 0;
     }
     if (strcmp(argv[1], "--") == 0) return amp_cmd_run(argc, argv); // ampprobe -- PROG [ARGS]
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    const struct command *c = find(argv[1]);
+    if (c) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "ampprobe: unknown command '%s' (see 'ampprobe --help')\n", argv[1]);
     return 2;
 }

@@ -15,6 +15,7 @@
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,15 @@ static void run_gemm(void *arg) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "--name") != 0)) {
+        const bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        fprintf(help ? stdout : stderr,
+                "usage: ampprobe-calibrate [--name]\n\n"
+                "The measuring half of 'ampprobe calibrate' (run that: it caches the figures):\n"
+                "prints the GPU's facts and its measured GEMM FLOP/s and DRAM bandwidth as\n"
+                "'key value' lines; --name prints only the GPU's name.\n");
+        return help ? 0 : 2;
+    }
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
