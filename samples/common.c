@@ -344,6 +344,12 @@ int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opt
         if (rc != SAMPLE_CONTINUE) return rc;
     }
     if (!o->lr_given) o->lr = o->optimizer == AMP_OPTIM_SGD ? spec->lr_sgd : spec->lr_adam;
+    if ((o->init_scale || o->growth_interval) && o->precision != AMP_DTYPE_F16)
+        fprintf(stderr,
+                "%s: %s: a GradScaler's setting, and only fp16 runs one (here %s): "
+                "ignored\n",
+                o->prog, o->init_scale ? "--init-scale" : "--growth-interval",
+                o->precision == AMP_DTYPE_BF16 ? "bf16" : "fp32");
     if (o->save_path && !save_path_writable(o)) return 1;
     return SAMPLE_CONTINUE;
 }

@@ -176,6 +176,11 @@ START_TEST(test_bad_flag) {
     }
     RUN(&r, "mlp", "--steps", "x");
     ck_assert_str_eq(r.err, "mlp: --steps: expected a positive integer, got 'x'\n");
+    // a GradScaler's setting in a run without one is said to be ignored, not silently dropped
+    RUN(&r, "mlp", "--precision", "bf16", "--init-scale", "8", "--steps", "1", "--quiet");
+    ck_assert_int_eq(r.exit_code, 0);
+    ck_assert_str_eq(r.err, "mlp: --init-scale: a GradScaler's setting, and only fp16 runs one "
+                            "(here bf16): ignored\n");
     RUN(&r, "mlp", "--lr", "1e-50", "--precision", "fp32", "--steps", "9");
     ck_assert_msg(r.exit_code == 2 && strstr(r.err, "got '1e-50'"), "exit %d: %s", r.exit_code,
                   r.err);

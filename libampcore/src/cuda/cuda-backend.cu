@@ -421,8 +421,13 @@ amp_cuda_backend_open(const amp_cuda_host *host, void **bctx, char *err, size_t 
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        snprintf(err, errlen, "no CUDA driver/GPU available (cudaGetDeviceCount: %s)",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        // (the runtime says "driver version is insufficient" when there is no driver at all)
+        snprintf(err, errlen, "no GPU available: %s",
+                 e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older than the CUDA "
+                                                    "runtime this build uses"
+                 : e == cudaErrorNoDevice         ? "the driver sees no CUDA device"
+                 : e != cudaSuccess               ? cudaGetErrorString(e)
+                                                  : "the driver lists none");
         return NULL;
     }
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
