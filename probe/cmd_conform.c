@@ -14,7 +14,10 @@
 #include <string.h>
 
 // The kinds of reference file, by name (../shared/golden's names; tests/data/golden/README.md
-// describes the formats), in the order they run.
+// describes the formats), in the order they run; LOOKED_FOR names them for messages (conv_*.bin
+// by its inputs, which run the cases).
+#define LOOKED_FOR                                                                                 \
+    "scaler_updates*.txt, unscale*.txt, autocast_dtypes*.txt, conv_*_in_f32.bin or *.manifest"
 static const struct {
     const char *pattern;
     void (*check)(struct conform_run *r, const char *name);
@@ -76,21 +79,28 @@ static bool list_dir(struct conform_run *r) {
 int conform_dir(struct conform_run *r, const char *dir) {
     r->dir = dir;
     if (!list_dir(r)) return 2;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-        for (int i = 0; i < r->n_names; i++)
-            if (fnmatch(kinds[k].pattern, r->names[i], 0) == 0) kinds[k].check(r, r->names[i]);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (int i = 0; i < r->n_names; i++) {
+            if (fnmatch(kinds[k].pattern, r->names[i], 0) != 0) continue;
+            r->checking = r->names[i];
+            r->verdicts_before = r->passed + r->failed + r->unsupported;
+            kinds[k].check(r, r->names[i]);
+        }
+    }
+    r->checking = NULL;
     if (r->passed + r->failed + r->unsupported + r->errors == 0) {
         r->errors++;
-        fprintf(r->err,
-                "ampprobe conform: %s: no reference files (scaler_updates*.txt, unscale*.txt, "
-                "autocast_dtypes*.txt, conv_*_in_f32.bin, *.manifest)\n",
-                dir);
+        fprintf(r->err, "ampprobe conform: %s: no reference files (no " LOOKED_FOR ")\n", dir);
+        conform_not_checked(r, "nothing to check: %s holds no " LOOKED_FOR, dir);
     }
     free_names(r);
     fprintf(r->out, "%d passed, %d failed", r->passed, r->failed);
     if (r->unsupported > 0) fprintf(r->out, ", %d unsupported", r->unsupported);
-    fputc('\n', r->out);
+    fprintf(r->out, "%s\n", r->unchecked ? r->unchecked : "");
     fflush(r->out);
+    free(r->unchecked);
+    r->unchecked = NULL;
+    r->unchecked_len = r->unchecked_cap = 0;
     return r->errors > 0 ? 2 : r->failed > 0 ? 1 : 0;
 }
 
@@ -110,13 +120,16 @@ static void usage(FILE *f) {
         "  *.manifest            end-to-end MLP training: found_inf and scale per step exactly,\n"
         "                        loss within 1e-3 and final weights within 1e-2 relative\n\n"
         "Prints every failure with its case and first mismatch, then `N passed, M failed`\n"
-        "(and `, K unsupported` for cases this build cannot run; they are not passes).\n\n"
+        "(and `, K unsupported` for cases this build cannot run; they are not passes), then\n"
+        "each file not checked and why (`; unscale.txt not checked: line 3: ...`). A missing\n"
+        "reference output (conv_<n>_bf16_<tag>.bin beside conv_<n>_f16_<tag>.bin) fails.\n\n"
         "options:\n"
         "  -v, --verbose         print every case, passing ones too\n"
         "  --device cpu|cuda     backend for the unscale and end-to-end cases (default cpu)\n"
         "  -h, --help            this text\n\n"
-        "exit status: 0 all passed, 1 some case failed, 2 usage error, unreadable directory\n"
-        "or malformed file (the message names file and line).\n");
+        "exit status: 0 all passed, 1 some case failed, 2 usage error, unreadable directory,\n"
+        "nothing to check, or a malformed file (the message names file and line), such as a\n"
+        "manifest key the format does not have or a value libampcore refuses.\n");
 }
 
 int amp_cmd_conform(int argc, char **argv) {

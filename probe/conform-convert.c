@@ -3,7 +3,9 @@
  * conv_<name>_bf16_<tag>.bin (tag: where PyTorch converted, e.g. cuda): raw little-endian fp32
  * inputs and the fp16 / bf16 bit patterns PyTorch produced, element for element.
  * amp_f32_to_f16 / amp_f32_to_bf16 must match bit for bit; for a NaN input only the output's
- * NaN-ness is compared (payload and sign differ between CPU and CUDA). One case per output file.
+ * NaN-ness is compared (payload and sign differ between CPU and CUDA). One case per output file,
+ * and each tag has both: an f16 output without its bf16 sibling (or the reverse) fails as the
+ * missing one.
  */
 #include "conform.h"
 
@@ -11,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Splits conv_<base>_<f16|bf16>_<tag>.bin (tag without '_'). false for other names.
-static bool parse_output_name(const char *name, char *base, size_t base_size, amp_dtype *dt) {
+// Splits conv_<base>_<f16|bf16>_<tag>.bin (tag without '_'); tag may be NULL. false for other
+// names.
+static bool parse_output_name(const char *name, char *base, size_t base_size, amp_dtype *dt,
+                              char *tag_out, size_t tag_size) {
     size_t len = strlen(name);
     if (strncmp(name, "conv_", 5) != 0 || len < 9 || strcmp(name + len - 4, ".bin") != 0)
         return false;
@@ -34,6 +38,7 @@ static bool parse_output_name(const char *name, char *base, size_t base_size, am
         return false;
     if (!stem[5]) return false;
     snprintf(base, base_size, "%s", stem + 5);
+    if (tag_out) snprintf(tag_out, tag_size, "%s", tag + 1);
     return true;
 }
 
@@ -72,7 +77,7 @@ static void check_output(struct conform_run *r, const char *name, amp_dtype dt, 
 void conform_convert_file(struct conform_run *r, const char *name) {
     char base[512], in_name[600];
     amp_dtype dt;
-    if (parse_output_name(name, base, sizeof base, &dt)) {
+    if (parse_output_name(name, base, sizeof base, &dt, NULL, 0)) {
         snprintf(in_name, sizeof in_name, "conv_%s_in_f32.bin", base);
         if (!conform_has_file(r, in_name)) conform_fail(r, name, NULL, "no %s beside it", in_name);
         return; // else checked with its input
@@ -91,11 +96,20 @@ void conform_convert_file(struct conform_run *r, const char *name) {
     }
     int outputs = 0;
     for (int i = 0; i < r->n_names; i++) {
-        char other[512];
-        if (parse_output_name(r->names[i], other, sizeof other, &dt) && strcmp(other, base) == 0) {
-            check_output(r, r->names[i], dt, name, in, nbytes / 4);
-            outputs++;
-        }
+        char other[512], tag[512], sibling[1200];
+        if (!parse_output_name(r->names[i], other, sizeof other, &dt, tag, sizeof tag) ||
+            strcmp(other, base) != 0)
+            continue;
+        check_output(r, r->names[i], dt, name, in, nbytes / 4);
+        outputs++;
+        // PyTorch converted the inputs to both types where it converted them at all: without
+        // this, a lost output file would leave its half of the cases unchecked, unsaid
+        const char *other_type = dt == AMP_DTYPE_F16 ? "bf16" : "f16";
+        snprintf(sibling, sizeof sibling, "conv_%s_%s_%s.bin", base, other_type, tag);
+        if (!conform_has_file(r, sibling))
+            conform_fail(r, sibling, NULL,
+                         "missing beside %s and %s: the %s conversions are not checked", name,
+                         r->names[i], other_type);
     }
     if (outputs == 0)
         conform_fail(r, name, NULL, "no conv_%s_f16_<tag>.bin or conv_%s_bf16_<tag>.bin beside it",

@@ -1,7 +1,8 @@
 /*
  * conform-io.c — reading the reference files of `ampprobe conform`: text files record by record
- * with line numbers, whole-token number parsing (a half-parsed number is a malformed file, not a
- * zero), and binary files with their size checked against what the case says they hold.
+ * with line numbers (a leading UTF-8 byte order mark skipped), whole-token number parsing (a
+ * half-parsed number is a malformed file, not a zero), and binary files with their size checked
+ * against what the case says they hold.
  */
 #include "conform.h"
 
@@ -94,6 +95,8 @@ bool conform_text_next(struct conform_text *t) {
         t->ntok = 0;
         t->is_comment = false;
         char *p = t->line;
+        // a UTF-8 byte order mark, as some editors write one, is no part of the first record
+        if (t->lineno == 1 && strncmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
         while (isspace((unsigned char)*p))
             p++;
         if (*p == '#') {

@@ -9,6 +9,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <string.h>
 
 static void verdict(struct conform_run *r, const char *tag, const char *file, const char *cas,
                     const char *fmt, va_list ap) {
@@ -51,18 +52,51 @@ void conform_note(struct conform_run *r, const char *file, const char *cas, cons
     va_end(ap);
 }
 
-void conform_error(struct conform_run *r, const char *file, int line, const char *fmt, ...) {
-    r->errors++;
-    fflush(r->out); // keep verdicts and errors in order on a terminal
-    if (line > 0)
-        fprintf(r->err, "ampprobe conform: %s/%s:%d: ", r->dir, file, line);
-    else
-        fprintf(r->err, "ampprobe conform: %s/%s: ", r->dir, file);
+void conform_not_checked(struct conform_run *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(r->err, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    fputc('\n', r->err);
+    if (n < 0) return;
+    size_t need = r->unchecked_len + 2 + (size_t)n + 1;
+    if (need > r->unchecked_cap) {
+        r->unchecked_cap = need > 2 * r->unchecked_cap ? need : 2 * r->unchecked_cap;
+        r->unchecked = amp_xrealloc(r->unchecked, r->unchecked_cap);
+    }
+    memcpy(r->unchecked + r->unchecked_len, "; ", 2);
+    va_start(ap, fmt);
+    vsnprintf(r->unchecked + r->unchecked_len + 2, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    r->unchecked_len += 2 + (size_t)n;
+}
+
+void conform_error(struct conform_run *r, const char *file, int line, const char *fmt, ...) {
+    r->errors++;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fflush(r->out); // keep verdicts and errors in order on a terminal
+    if (line > 0)
+        fprintf(r->err, "ampprobe conform: %s/%s:%d: %s\n", r->dir, file, line, msg);
+    else
+        fprintf(r->err, "ampprobe conform: %s/%s: %s\n", r->dir, file, msg);
+
+    // The summary names the reference file whose cases were skipped, which is not always the
+    // file at fault (an e2e case's X.f32, a conversion's output), and says whether some of its
+    // cases ran before the error.
+    const char *checking = r->checking ? r->checking : file;
+    bool partly = r->passed + r->failed + r->unsupported > r->verdicts_before;
+    char where[600] = "";
+    if (strcmp(file, checking) != 0 && line > 0)
+        snprintf(where, sizeof where, "%s:%d: ", file, line);
+    else if (strcmp(file, checking) != 0)
+        snprintf(where, sizeof where, "%s: ", file);
+    else if (line > 0)
+        snprintf(where, sizeof where, "line %d: ", line);
+    conform_not_checked(r, "%s %s: %s%s", checking, partly ? "only partly checked" : "not checked",
+                        where, msg);
 }
 
 // ---------------------------------------------------------------------------------------------

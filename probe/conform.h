@@ -8,12 +8,15 @@
  * conform-e2e.c (*.manifest, parsed by conform-manifest.c). conform-io.c reads the files and
  * conform-run.c keeps the tally, prints the verdicts and shields a run from libampcore aborts.
  *
- * Every case ends as exactly one of: passed, failed (a mismatch with PyTorch), unsupported (a
- * case this build cannot run, e.g. an op or a manifest setting it does not know: reported, never
- * counted as a pass). A malformed or unreadable file is an error naming file and line; its
- * remaining cases are skipped. A file without records (empty, or only comments) is malformed,
- * as is anything named like a reference file that is not a regular file (a FIFO would block).
- * Exit status: 2 on any error, else 1 on any failure, else 0.
+ * Every case ends as exactly one of: passed, failed (a mismatch with PyTorch, or a reference
+ * output the set should hold and does not), unsupported (a case this build cannot run: an op
+ * whose call it cannot know, a manifest value naming a feature it lacks such as
+ * optimizer=rmsprop; reported, never counted as a pass). A malformed or unreadable file is an
+ * error naming file and line; its remaining cases are skipped, and the summary line names it
+ * ("; scaler_updates.txt not checked: line 7: ..."). Malformed is also: a file without records
+ * (empty, or only comments), anything named like a reference file that is not a regular file (a
+ * FIFO would block), a manifest key the format does not have, and a manifest value libampcore's
+ * API refuses (growth_factor=0.5). Exit status: 2 on any error, else 1 on any failure, else 0.
  */
 #ifndef AMPPROBE_CONFORM_H
 #define AMPPROBE_CONFORM_H
@@ -39,10 +42,19 @@ struct conform_run {
     int n_names;
 
     int passed, failed, unsupported, errors;
+
+    // What the summary says was not checked, as "; FILE not checked: WHY" clauses (malloc'd, NULL
+    // while everything was): each error adds one, naming the reference file being checked
+    // (checking) or, outside a run over a directory, the file of the error.
+    const char *checking;
+    int verdicts_before; // passed + failed + unsupported when checking began
+    char *unchecked;
+    size_t unchecked_len, unchecked_cap;
 };
 
 // Checks every reference file in dir, prints the verdicts and `N passed, M failed` (plus
-// `, K unsupported` when K > 0) and returns the exit status (0, 1 or 2, see above).
+// `, K unsupported` when K > 0, then what was not checked and why) and returns the exit status
+// (0, 1 or 2, see above).
 int conform_dir(struct conform_run *r, const char *dir);
 
 // Verdicts: "ok FILE:CASE DETAIL" (verbose only), "FAIL FILE:CASE DETAIL",
@@ -56,9 +68,12 @@ void conform_unsupported(struct conform_run *r, const char *file, const char *ca
 // A remark that is not a verdict (e.g. what a case without a trace could not check).
 void conform_note(struct conform_run *r, const char *file, const char *cas, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-// A malformed or unreadable file; line 0 names the file only.
+// A malformed or unreadable file; line 0 names the file only. Also adds the summary's clause.
 void conform_error(struct conform_run *r, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+// Adds "; " and the text to the end of the summary line: what was not checked.
+void conform_not_checked(struct conform_run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 // Runs fn(arg) so that a broken invariant inside libampcore (AMP_ASSERT) ends this case instead
 // of the whole run: returns false with libampcore's message when it aborted. Whatever the case
@@ -69,7 +84,8 @@ bool conform_guarded(void (*fn)(void *arg), void *arg, char *msg, size_t msg_siz
 // Reading reference files (conform-io.c)
 
 // A text reference file read record by record: blank lines are skipped, `#` starts a comment
-// (a whole line or the rest of one), fields are separated by blanks.
+// (a whole line or the rest of one), fields are separated by blanks; a UTF-8 byte order mark at
+// the start of the file is skipped.
 struct conform_text {
     FILE *f;
     const char *name; // the file's name in the directory, for messages
@@ -122,7 +138,8 @@ void conform_scaler_file(struct conform_run *r, const char *name);   // scaler_u
 void conform_unscale_file(struct conform_run *r, const char *name);  // unscale*.txt
 void conform_autocast_file(struct conform_run *r, const char *name); // autocast_dtypes*.txt
 // conv_<name>_in_f32.bin runs against its conv_<name>_{f16,bf16}_<tag>.bin siblings; a sibling
-// without its input file fails.
+// without its input file fails, and so does a missing sibling (an f16 output without the bf16
+// one of its tag, or the reverse, or no output at all).
 void conform_convert_file(struct conform_run *r, const char *name);
 void conform_e2e_file(struct conform_run *r, const char *name); // *.manifest
 
@@ -140,14 +157,15 @@ struct conform_manifest {
     amp_dtype precision;      // autocast dtype: f16 (default, torch's CUDA default) or bf16
     amp_scaler_params scaler; // torch.amp.GradScaler defaults for absent keys
     bool scaler_keys;         // some GradScaler key was given
-    // A key or value this build cannot reproduce (e.g. optimizer=rmsprop): the case is
-    // unsupported, not malformed. "" when everything is understood.
+    // A value of a known key that names a feature this build lacks (e.g. optimizer=rmsprop): the
+    // case is unsupported, not malformed. "" when everything is understood.
     char unsupported[256];
 };
 
 // Parses r->dir/name. false (error naming file and line reported) when it is malformed:
-// not key=value, a repeated key, a number that does not parse or is out of range, or a missing
-// shape key (in, hidden, out, batch, steps), act or optimizer.
+// not key=value, a key the format does not have, a repeated key, a number that does not parse
+// or is out of range, a value amp_optim_new or amp_scaler_new refuses, or a missing shape key
+// (in, hidden, out, batch, steps), act or optimizer.
 bool conform_manifest_parse(struct conform_run *r, const char *name, struct conform_manifest *m);
 
 #endif // AMPPROBE_CONFORM_H

@@ -1,8 +1,10 @@
 /*
  * test_conform.c — suite `conform`: `ampprobe conform` on the golden PyTorch data
  * (tests/data/golden) passes; a doctored copy of each kind of reference file fails with the case
- * and the first mismatch; malformed files are errors naming file and line (exit 2); cases this
- * build cannot run are reported as unsupported, never as passes.
+ * and the first mismatch, and so does a missing reference output; malformed files (a manifest
+ * key the format lacks, a value libampcore refuses included) are errors naming file and line
+ * (exit 2), and the summary line names what was not checked; cases this build cannot run are
+ * reported as unsupported, never as passes.
  */
 #include "tests.h"
 
@@ -224,18 +226,20 @@ END_TEST
 START_TEST(test_convert_doctored) {
     copy_golden("conv_golden_in_f32.bin");
     copy_golden("conv_golden_f16_cuda.bin");
+    copy_golden("conv_golden_bf16_cuda.bin");
     poke16("conv_golden_f16_cuda.bin", 0, 0x7BFF);  // input 0x7922e4ff overflows fp16 to inf
     poke16("conv_golden_f16_cuda.bin", 44, 0xFE01); // a NaN input: any NaN will do
     struct captured c = run_conform(tmpdir);
     ck_assert_int_eq(c.status, 1);
     ck_assert_str_eq(c.out, "FAIL conv_golden_f16_cuda.bin input 0 (0x7922e4ff): 0x7c00, "
-                            "expected 0x7bff (1 of 200036 differ)\n0 passed, 1 failed\n");
+                            "expected 0x7bff (1 of 200036 differ)\n1 passed, 1 failed\n");
     captured_free(&c);
 }
 END_TEST
 
 START_TEST(test_convert_orphans) {
     copy_golden("conv_golden_bf16_cuda.bin");
+    copy_golden("conv_golden_f16_cuda.bin");
     copy_golden("conv_golden_in_f32.bin");
     size_t n;
     char *data = read_all(GOLDEN, "conv_golden_in_f32.bin", &n);
@@ -247,7 +251,33 @@ START_TEST(test_convert_orphans) {
     ck_assert_has(c.out, "FAIL conv_lonely_in_f32.bin no conv_lonely_f16_<tag>.bin or "
                          "conv_lonely_bf16_<tag>.bin beside it\n");
     ck_assert_has(c.out, "FAIL conv_stray_f16_cpu.bin no conv_stray_in_f32.bin beside it\n");
-    ck_assert_has(c.out, "1 passed, 2 failed\n");
+    ck_assert_has(c.out, "2 passed, 2 failed\n");
+    captured_free(&c);
+}
+END_TEST
+
+// One output of a pair lost: its half of the cases would otherwise go unchecked, unsaid.
+START_TEST(test_convert_missing_output) {
+    copy_golden("conv_golden_in_f32.bin");
+    copy_golden("conv_golden_f16_cuda.bin");
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 1);
+    ck_assert_str_eq(c.out, "FAIL conv_golden_bf16_cuda.bin missing beside conv_golden_in_f32.bin "
+                            "and conv_golden_f16_cuda.bin: the bf16 conversions are not checked\n"
+                            "1 passed, 1 failed\n");
+    captured_free(&c);
+
+    // tag by tag: a complete cuda pair and a cpu output without its sibling
+    copy_golden("conv_golden_bf16_cuda.bin");
+    size_t n;
+    char *data = read_all(GOLDEN, "conv_golden_bf16_cuda.bin", &n);
+    write_file("conv_golden_bf16_cpu.bin", data, n);
+    free(data);
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 1);
+    ck_assert_str_eq(c.out, "FAIL conv_golden_f16_cpu.bin missing beside conv_golden_in_f32.bin "
+                            "and conv_golden_bf16_cpu.bin: the f16 conversions are not checked\n"
+                            "3 passed, 1 failed\n");
     captured_free(&c);
 }
 END_TEST
@@ -347,6 +377,7 @@ START_TEST(test_e2e_unsupported) {
 }
 END_TEST
 
+// The reference outputs missing is no feature this build lacks: it fails, it is not unsupported.
 START_TEST(test_e2e_nothing_to_compare) {
     copy_golden("e2e_mlp_sgd.manifest");
     const char *inputs[] = {"W1", "b1", "W2", "b2", "X"};
@@ -357,9 +388,9 @@ START_TEST(test_e2e_nothing_to_compare) {
     }
     copy_golden("e2e_mlp_sgd_Y.i32");
     struct captured c = run_conform(tmpdir);
-    ck_assert_int_eq(c.status, 0);
-    ck_assert_has(c.out, "UNSUPPORTED e2e_mlp_sgd.manifest:mlp_sgd no e2e_mlp_sgd_trace.txt and "
-                         "no e2e_mlp_sgd_final_*.f32: nothing to compare\n");
+    ck_assert_int_eq(c.status, 1);
+    ck_assert_str_eq(c.out, "FAIL e2e_mlp_sgd.manifest:mlp_sgd no e2e_mlp_sgd_trace.txt and "
+                            "no e2e_mlp_sgd_final_*.f32: nothing to compare\n0 passed, 1 failed\n");
     captured_free(&c);
 }
 END_TEST
@@ -454,6 +485,108 @@ START_TEST(test_malformed_e2e) {
 }
 END_TEST
 
+// A key the format does not have is a typo, not a feature this build lacks (optimizer=rmsprop,
+// test_e2e_unsupported): the manifest is malformed.
+START_TEST(test_malformed_e2e_unknown_key) {
+    copy_e2e();
+    doctor("e2e_mlp_sgd.manifest", "name=mlp_sgd", "bogus_key=1");
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/e2e_mlp_sgd.manifest:2: unknown key 'bogus_key' (the keys: name "
+                         "optimizer act precision in hidden out batch steps lr momentum "
+                         "weight_decay beta1 beta2 eps init_scale growth_factor backoff_factor "
+                         "growth_interval)\n");
+    ck_assert_has(c.out, "0 passed, 0 failed; e2e_mlp_sgd.manifest not checked: line 2: unknown "
+                         "key 'bogus_key' (");
+    ck_assert_msg(!strstr(c.out, "UNSUPPORTED"), "%s", c.out);
+    captured_free(&c);
+}
+END_TEST
+
+// Integers beyond what a key may hold say so, as amp_parse_count does; not "expected an integer".
+START_TEST(test_malformed_e2e_range) {
+    const char *rest = "hidden=8\nout=3\nbatch=2\nsteps=5\nact=relu\noptimizer=sgd\n";
+    char text[512];
+    snprintf(text, sizeof text, "in=99999999999999\n%s", rest);
+    expect_malformed("e2e_r.manifest", text, "e2e_r.manifest:1",
+                     "in=99999999999999: too large (at most 1073741824)\n");
+    snprintf(text, sizeof text, "in=99999999999999999999999\n%s", rest); // beyond a long
+    expect_malformed("e2e_r.manifest", text, "e2e_r.manifest:1",
+                     "in=99999999999999999999999: too large (at most 1073741824)\n");
+    snprintf(text, sizeof text, "in=0\n%s", rest);
+    expect_malformed("e2e_r.manifest", text, "e2e_r.manifest:1",
+                     "in=0: expected a positive integer\n");
+    snprintf(text, sizeof text, "in=-99999999999999999999999\n%s", rest);
+    expect_malformed("e2e_r.manifest", text, "e2e_r.manifest:1",
+                     "in=-99999999999999999999999: expected a positive integer\n");
+    snprintf(text, sizeof text, "in=4\n%sgrowth_interval=-99999999999\n", rest);
+    expect_malformed("e2e_r.manifest", text, "e2e_r.manifest:8",
+                     "growth_interval=-99999999999: too small (at least -1073741824)\n");
+    snprintf(text, sizeof text, "in=4\n%sgrowth_interval=2e3\n", rest);
+    expect_malformed("e2e_r.manifest", text, "e2e_r.manifest:8",
+                     "growth_interval=2e3: expected an integer\n");
+}
+END_TEST
+
+// A value torch's constructors refuse (and libampcore's with them) is a malformed manifest, not
+// a conformance failure: exit 2, naming the line, the key and the value.
+START_TEST(test_malformed_e2e_refused) {
+    copy_e2e();
+    doctor("e2e_mlp_sgd.manifest", "growth_factor=2", "growth_factor=0.5");
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/e2e_mlp_sgd.manifest:15: growth_factor=0.5: amp_scaler_new refuses "
+                         "it: The growth factor must be > 1.0. (growth_factor=0.5)\n");
+    ck_assert_str_eq(c.out, "0 passed, 0 failed; e2e_mlp_sgd.manifest not checked: line 15: "
+                            "growth_factor=0.5: amp_scaler_new refuses it: The growth factor "
+                            "must be > 1.0. (growth_factor=0.5)\n");
+    captured_free(&c);
+
+    doctor("e2e_mlp_sgd.manifest", "growth_factor=0.5", "growth_factor=2");
+    doctor("e2e_mlp_sgd.manifest", "lr=0.05", "lr=-0.05");
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/e2e_mlp_sgd.manifest:10: lr=-0.05: amp_optim_new refuses it: Invalid "
+                         "learning rate: -0.05\n");
+    captured_free(&c);
+
+    // the key that makes the settings invalid is named, whatever the optimizer's kind
+    doctor("e2e_mlp_sgd.manifest", "lr=-0.05", "lr=0.05");
+    doctor("e2e_mlp_sgd.manifest", "optimizer=sgd", "optimizer=adam\nbeta2=1");
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/e2e_mlp_sgd.manifest:10: beta2=1: amp_optim_new refuses it: Invalid "
+                         "beta parameter at index 1: 1\n");
+    captured_free(&c);
+}
+END_TEST
+
+// Some editors start a UTF-8 file with a byte order mark: it is no part of the first record.
+START_TEST(test_byte_order_mark) {
+    copy_e2e();
+    size_t n;
+    char *manifest = read_all(tmpdir, "e2e_mlp_sgd.manifest", &n);
+    ck_assert_int_eq(manifest[0], '#');
+    char *marked = malloc(n + 3);
+    memcpy(marked, "\xEF\xBB\xBF", 3);
+    memcpy(marked + 3, manifest, n);
+    write_file("e2e_mlp_sgd.manifest", marked, n + 3);
+    free(marked);
+    free(manifest);
+    struct captured c = run_conform(tmpdir);
+    ck_assert_msg(c.status == 0, "status %d:\n%s%s", c.status, c.out, c.err);
+    ck_assert_str_eq(c.out, "1 passed, 0 failed\n");
+    captured_free(&c);
+
+    // before a record, in another kind of file
+    write_text("autocast_dtypes.txt", "\xEF\xBB\xBFmm f16 f16 bf16 bf16\n");
+    c = run_conform(tmpdir);
+    ck_assert_msg(c.status == 0, "status %d:\n%s%s", c.status, c.out, c.err);
+    ck_assert_str_eq(c.out, "2 passed, 0 failed\n");
+    captured_free(&c);
+}
+END_TEST
+
 START_TEST(test_malformed_e2e_data) {
     copy_e2e();
     size_t n;
@@ -524,7 +657,9 @@ START_TEST(test_malformed_empty_alone) {
              "init_scale growth_factor backoff_factor growth_interval'\n",
              tmpdir);
     ck_assert_str_eq(c.err, expect);
-    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    ck_assert_str_eq(c.out, "0 passed, 0 failed; scaler_updates.txt not checked: empty file, "
+                            "expected 'case NAME init_scale growth_factor backoff_factor "
+                            "growth_interval'\n");
     captured_free(&c);
 }
 END_TEST
@@ -536,7 +671,7 @@ START_TEST(test_malformed_empty_binary) {
     struct captured c = run_conform(tmpdir);
     ck_assert_int_eq(c.status, 2);
     ck_assert_has(c.err, "/conv_golden_in_f32.bin: empty file\n");
-    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    ck_assert_str_eq(c.out, "0 passed, 0 failed; conv_golden_in_f32.bin not checked: empty file\n");
     captured_free(&c);
 
     write_text("conv_golden_f16_cuda.bin", ""); // empty on both sides: no "0 values" pass
@@ -544,7 +679,7 @@ START_TEST(test_malformed_empty_binary) {
     c = run_conform(tmpdir);
     ck_assert_int_eq(c.status, 2);
     ck_assert_has(c.err, "/conv_golden_in_f32.bin: empty file\n");
-    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    ck_assert_str_eq(c.out, "0 passed, 0 failed; conv_golden_in_f32.bin not checked: empty file\n");
     captured_free(&c);
 }
 END_TEST
@@ -556,6 +691,7 @@ START_TEST(test_not_regular_files) {
     snprintf(path, sizeof path, "%s/scaler_updates.txt", tmpdir);
     ck_assert_int_eq(mkfifo(path, 0600), 0);
     write_file("conv_f_in_f32.bin", &(float){1.0f}, 4);
+    write_file("conv_f_bf16_cuda.bin", &(uint16_t){0x3F80}, 2); // bf16 1.0: passes
     snprintf(path, sizeof path, "%s/conv_f_f16_cuda.bin", tmpdir);
     ck_assert_int_eq(mkfifo(path, 0600), 0);
     snprintf(path, sizeof path, "%s/autocast_dtypes_dir.txt", tmpdir);
@@ -566,7 +702,11 @@ START_TEST(test_not_regular_files) {
     ck_assert_has(c.err, "/scaler_updates.txt: not a regular file (a FIFO)\n");
     ck_assert_has(c.err, "/conv_f_f16_cuda.bin: not a regular file (a FIFO)\n");
     ck_assert_has(c.err, "/autocast_dtypes_dir.txt: not a regular file (a directory)\n");
-    ck_assert_str_eq(c.out, "8 passed, 0 failed\n"); // the unscale cases
+    // the unscale cases and conv_f_bf16_cuda.bin; then each file not checked, and why
+    ck_assert_str_eq(c.out, "9 passed, 0 failed; scaler_updates.txt not checked: not a regular "
+                            "file (a FIFO); autocast_dtypes_dir.txt not checked: not a regular "
+                            "file (a directory); conv_f_in_f32.bin only partly checked: "
+                            "conv_f_f16_cuda.bin: not a regular file (a FIFO)\n");
     captured_free(&c);
 }
 END_TEST
@@ -577,7 +717,8 @@ START_TEST(test_malformed_file_spares_the_others) {
     struct captured c = run_conform(tmpdir);
     ck_assert_int_eq(c.status, 2);
     ck_assert_has(c.err, "/autocast_dtypes.txt:2: expected 'op' and 4 results, got 1 fields\n");
-    ck_assert_str_eq(c.out, "9 passed, 0 failed\n"); // 8 unscale cases and the first mm line
+    ck_assert_str_eq(c.out, "9 passed, 0 failed; autocast_dtypes.txt only partly checked: line 2: "
+                            "expected 'op' and 4 results, got 1 fields\n"); // 8 unscale, 1 mm
     captured_free(&c);
 }
 END_TEST
@@ -594,7 +735,48 @@ START_TEST(test_unreadable_and_empty_dir) {
     c = run_conform(tmpdir);
     ck_assert_int_eq(c.status, 2);
     ck_assert_has(c.err, ": no reference files (");
-    ck_assert_str_eq(c.out, "0 passed, 0 failed\n");
+    char expect[600]; // not a bare "0 passed, 0 failed": it says why, and what it looks for
+    snprintf(expect, sizeof expect,
+             "0 passed, 0 failed; nothing to check: %s holds no scaler_updates*.txt, "
+             "unscale*.txt, autocast_dtypes*.txt, conv_*_in_f32.bin or *.manifest\n",
+             tmpdir);
+    ck_assert_str_eq(c.out, expect);
+    captured_free(&c);
+}
+END_TEST
+
+// A malformed file is named in the summary too, not only on stderr: its cases are not counted.
+START_TEST(test_summary_names_unchecked) {
+    copy_golden("scaler_updates.txt");
+    copy_golden("unscale.txt");
+    doctor("scaler_updates.txt", "\n1 65536.0 47800000 0\n", "\n1 65536.0 4780000g 0\n"); // S1
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/scaler_updates.txt:6: expected 'found_inf scale scale_bits_hex ");
+    ck_assert_str_eq(c.out, "8 passed, 0 failed; scaler_updates.txt not checked: line 6: expected "
+                            "'found_inf scale scale_bits_hex growth_tracker' or 'end'\n");
+    captured_free(&c);
+
+    // a later case: the ones before it ran
+    copy_golden("scaler_updates.txt");
+    doctor("scaler_updates.txt", "\n1 0.0 00000000 0\n", "\n1 0.0 0000000 0 0\n"); // S6
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.out, "; scaler_updates.txt only partly checked: line 203: expected ");
+
+    // an e2e case: the file at fault is not the manifest, which is what went unchecked
+    copy_golden("scaler_updates.txt");
+    copy_e2e();
+    size_t n;
+    char *x = read_all(tmpdir, "e2e_mlp_sgd_X.f32", &n);
+    write_file("e2e_mlp_sgd_X.f32", x, n - 4);
+    free(x);
+    captured_free(&c);
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_str_eq(c.out, "18 passed, 0 failed; e2e_mlp_sgd.manifest not checked: "
+                            "e2e_mlp_sgd_X.f32: 491516 bytes, expected 491520 (steps x batch x "
+                            "in: 122880 values of 4 bytes)\n");
     captured_free(&c);
 }
 END_TEST
@@ -623,14 +805,14 @@ START_TEST(test_manifest_defaults) {
     ck_assert(!m.scaler_keys);
     ck_assert_str_eq(m.unsupported, "");
 
-    write_text("e2e_e.manifest", "in=4\nhidden=8\nout=3\nbatch=2\nsteps=5\nact=relu\n"
-                                 "optimizer = sgd\nprecision=bf16\ngrowth_interval=7\nseed=3\n");
+    write_text("e2e_e.manifest", "in=4\nhidden=8\nout=3\nbatch=2\nsteps=5\nact=silu\n"
+                                 "optimizer = sgd\nprecision=bf16\ngrowth_interval=7\n");
     ck_assert(conform_manifest_parse(&r, "e2e_e.manifest", &m));
     ck_assert_int_eq(m.optim.kind, AMP_OPTIM_SGD);
     ck_assert_int_eq(m.precision, AMP_DTYPE_BF16);
     ck_assert_int_eq(m.scaler.growth_interval, 7);
     ck_assert(m.scaler_keys);
-    ck_assert_str_eq(m.unsupported, "unknown manifest key seed=3 (line 10)");
+    ck_assert_str_eq(m.unsupported, "unsupported act=silu (line 6)"); // a value: a feature
 }
 END_TEST
 
@@ -790,6 +972,7 @@ Suite *conform_suite(void) {
     tcase_add_test(doctored, test_autocast_columns_and_unsupported);
     tcase_add_test(doctored, test_convert_doctored);
     tcase_add_test(doctored, test_convert_orphans);
+    tcase_add_test(doctored, test_convert_missing_output);
     tcase_add_test(doctored, test_e2e_doctored_trace);
     tcase_add_test(doctored, test_e2e_doctored_loss);
     tcase_add_test(doctored, test_e2e_finals_without_trace);
@@ -806,6 +989,10 @@ Suite *conform_suite(void) {
     tcase_add_test(malformed, test_malformed_unscale);
     tcase_add_test(malformed, test_malformed_autocast);
     tcase_add_test(malformed, test_malformed_e2e);
+    tcase_add_test(malformed, test_malformed_e2e_unknown_key);
+    tcase_add_test(malformed, test_malformed_e2e_range);
+    tcase_add_test(malformed, test_malformed_e2e_refused);
+    tcase_add_test(malformed, test_byte_order_mark);
     tcase_add_test(malformed, test_malformed_e2e_data);
     tcase_add_test(malformed, test_malformed_convert);
     tcase_add_test(malformed, test_malformed_empty_text);
@@ -814,6 +1001,7 @@ Suite *conform_suite(void) {
     tcase_add_test(malformed, test_not_regular_files);
     tcase_add_test(malformed, test_malformed_file_spares_the_others);
     tcase_add_test(malformed, test_unreadable_and_empty_dir);
+    tcase_add_test(malformed, test_summary_names_unchecked);
     suite_add_tcase(s, malformed);
 
     TCase *parts = tcase_create("parts");
