@@ -292,7 +292,8 @@ static void compare_losses(const report_model *a, const report_process *pa, cons
 
 static bool same_finding(const report_finding *x, const report_finding *y) {
     return strcmp(x->rule, y->rule) == 0 && x->severity == y->severity &&
-           strcmp(x->layer, y->layer) == 0 && strcmp(x->op, y->op) == 0;
+           strcmp(x->layer, y->layer) == 0 && strcmp(x->op, y->op) == 0 &&
+           report_same_title(x->title, y->title); // (a sawtooth is no scale stuck low)
 }
 
 static bool has_match(const report_finding *x, const report_findings *other) {
@@ -391,15 +392,21 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     if (cand->errors && fc->n && base->errors && fbase->n) {
         about_cand = false; // (the candidate's finding is named first, and so is its loss)
         if (same_finding(&fc->v[0], &fbase->v[0]))
-            PUT("Both runs broke the same way: %s", fc->v[0].title);
+            PUT(report_went_past_error(mc, fc) && report_went_past_error(swap ? b : a, fbase)
+                    ? "Both runs went on past the same error: %s"
+                    : "Both runs broke the same way: %s",
+                fc->v[0].title);
         else
             PUT("Both runs broke: %s: %s; %s: %s", name, fc->v[0].title, other, fbase->v[0].title);
     } else if (cand->errors && fc->n) {
-        PUT("%s broke: %s", name, fc->v[0].title);
+        PUT("%s %s: %s", name, report_went_past_error(mc, fc) ? "went on past an error" : "broke",
+            fc->v[0].title);
     } else if (base->errors && fbase->n) {
         about_cand = false;
         base_first = true;
-        PUT("%c%s broke: %s", toupper((unsigned char)other[0]), other + 1, fbase->v[0].title);
+        PUT("%c%s %s: %s", toupper((unsigned char)other[0]), other + 1,
+            report_went_past_error(swap ? b : a, fbase) ? "went on past an error" : "broke",
+            fbase->v[0].title);
     } else if (!(base->step_ms > 0) || !(cand->step_ms > 0)) { // none, or steps of no duration
         PUT("%s: no step times to compare", name);
     } else {

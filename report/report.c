@@ -883,8 +883,7 @@ static const char *past_number(const char *s) {
     return s + strspn(s, "0123456789.+-");
 }
 
-// Titles equal but for their numbers (each rank of a data-parallel run has its own figures).
-static bool same_words(const char *a, const char *b) {
+bool report_same_title(const char *a, const char *b) {
     for (a = past_number(a), b = past_number(b); *a == *b; a = past_number(a), b = past_number(b)) {
         if (!*a) return true;
         a++, b++;
@@ -896,7 +895,7 @@ static bool same_problem(const report_finding *a, const report_finding *b) {
     return strcmp(a->rule, b->rule) == 0 && a->severity == b->severity &&
            a->first_step == b->first_step && strcmp(a->layer, b->layer) == 0 &&
            strcmp(a->op, b->op) == 0 && strcmp(a->phase, b->phase) == 0 &&
-           same_words(a->title, b->title);
+           report_same_title(a->title, b->title);
 }
 
 // Several processes that recorded one run (the ranks of a data-parallel job) show the same
@@ -1143,6 +1142,21 @@ int report_coverage_lines(const report_model *m, report_coverage out[3]) {
 
 static bool verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n);
 
+bool report_went_past_error(const report_model *m, const report_findings *f) {
+    size_t errors = 0;
+    for (size_t i = 0; i < f->n; i++)
+        errors += f->v[i].severity == AMP_SEVERITY_ERROR;
+    if (errors != 1 || f->v[0].severity != AMP_SEVERITY_ERROR) return false;
+    report_summary s;
+    report_summarize(m, &s);
+    const report_finding *top = &f->v[0];
+    for (int i = 0; i < top->n_evidence; i++)
+        if (strcmp(top->evidence[i].key, "nonfinite_losses_after") == 0)
+            return top->evidence[i].value == 0 && top->last_step < s.last_step &&
+                   isfinite(s.final_loss);
+    return false;
+}
+
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
     const bool said_only = verdict_of_focus(m, f, buf, n);
     size_t k = strlen(buf);
@@ -1232,17 +1246,10 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return false;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
-    // an error the run went past: the GradScaler skipped a NaN batch's step, every loss after it
-    // finite (nonfinite-root-cause's count)
-    bool went_on = false;
-    for (int i = 0; i < top->n_evidence && errors == 1; i++)
-        went_on |= strcmp(top->evidence[i].key, "nonfinite_losses_after") == 0 &&
-                   top->evidence[i].value == 0 && top->last_step < s.last_step &&
-                   isfinite(s.final_loss);
-    const char *what = s.steps == 0 ? "No training step was recorded"
-                       : went_on    ? "Training went on past an error"
-                       : errors     ? "Training broke"
-                                    : "Training ran, with problems";
+    const char *what = s.steps == 0                   ? "No training step was recorded"
+                       : report_went_past_error(m, f) ? "Training went on past an error"
+                       : errors                       ? "Training broke"
+                                                      : "Training ran, with problems";
     // in a run of several processes, which one (a rank each that shows it: the finding says so)
     char where[160] = "";
     if (top->processes == 1 && top->pid && m->n_procs > 1) {

@@ -474,6 +474,11 @@ typedef struct report_coverage {
 int report_coverage_lines(const report_model *m, report_coverage out[3]);
 // One paragraph: the answer first (the top finding in words, or that the run is healthy).
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n);
+// Whether the run's one error is one it went past (sorted findings): the GradScaler skipped a NaN
+// batch's step and every later loss is finite ("Training went on past an error", not "broke").
+bool report_went_past_error(const report_model *m, const report_findings *f);
+// Two findings' titles say the same but for their numbers (a rank's own figures, a run's own).
+bool report_same_title(const char *a, const char *b);
 
 // ---------------------------------------------------------------------------------------------
 // Formats

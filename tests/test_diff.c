@@ -412,8 +412,8 @@ static void broke_at_step_5(const char *path) {
 }
 
 // Whichever run a verdict is about, its loss comes first, each loss names its run and the
-// difference is the first's: "A broke" goes on with A's loss (2.63, the mean of steps 18 and 19),
-// not the other's (3.156).
+// difference is the first's: "A went on past an error" (or "A broke") goes on with A's loss (2.63,
+// the mean of steps 18 and 19), not the other's (3.156).
 START_TEST(the_losses_are_of_the_run_the_verdict_is_about_first) {
     static const char *const a_first = "mean loss of the last 10% of steps 2.63 in A vs 3.156 "
                                        "in B (-16.7%).",
@@ -423,17 +423,17 @@ START_TEST(the_losses_are_of_the_run_the_verdict_is_about_first) {
     run(a_path, 20, 4.0, 1.0, 0, true, "cuda");
     run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
     broke_at_step_5(a_path);
-    diff_has("text", "A broke: NaN/inf in the input data at step 5");
+    diff_has("text", "A went on past an error: NaN/inf in the input data at step 5");
     diff_has("text", a_first);
     diff_has("json", a_first);
     fresh_dbs();
     run(a_path, 20, 4.0, 1.0, 0, true, "cuda");
     run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
     broke_at_step_5(b_path);
-    diff_has("text", "B broke: NaN/inf in the input data at step 5");
+    diff_has("text", "B went on past an error: NaN/inf in the input data at step 5");
     diff_has("text", b_first);
     broke_at_step_5(a_path); // both, the same way: the candidate (B) first, as named first
-    diff_has("text", "Both runs broke the same way: NaN/inf in the input data at step 5");
+    diff_has("text", "Both runs went on past the same error: NaN/inf in the input data at step 5");
     diff_has("text", b_first);
 
     // an fp32 run (A) and an AMP run (B): "The fp32 run broke", "AMP run (B, fp16) broke"
@@ -445,16 +445,17 @@ START_TEST(the_losses_are_of_the_run_the_verdict_is_about_first) {
     HAS(t, b_first);
     free(t);
     broke_at_step_5(a_path);
-    diff_has("text", "The fp32 run broke: NaN/inf in the input data at step 5");
+    diff_has("text", "The fp32 run went on past an error: NaN/inf in the input data at step 5");
     diff_has("text", a_first);
     fresh_dbs();
     run(a_path, 20, 4.0, 1.0, 0, false, "cuda");
     run(b_path, 20, 4.0, 1.2, 0, true, "cuda");
     broke_at_step_5(b_path);
-    diff_has("text", "AMP run (B, fp16) broke: NaN/inf in the input data at step 5");
+    diff_has("text",
+             "AMP run (B, fp16) went on past an error: NaN/inf in the input data at step 5");
     diff_has("text", b_first);
     t = diff_of(b_path, a_path, "text"); // the AMP run first: it is still the one named first
-    HAS(t, "AMP run (A, fp16) broke: NaN/inf in the input data at step 5");
+    HAS(t, "AMP run (A, fp16) went on past an error: NaN/inf in the input data at step 5");
     HAS(t, "mean loss of the last 10% of steps 3.156 in A vs 2.63 in B (+20.0%).");
     free(t);
 }
@@ -521,6 +522,18 @@ START_TEST(different_programs_are_not_explained_by_precision) {
     HAS(t, "A and B ran different programs (tiny_gpt, simple_cnn).");
     ck_assert_msg(!strstr(t, "Tensor Cores"), "%s", t);
     free(t);
+}
+END_TEST
+
+// Findings of one rule are the same in two runs when their titles say the same but for their
+// numbers: a sawtooth in one and a scale stuck low in the other are each run's own.
+START_TEST(findings_match_by_their_words) {
+    ck_assert(report_same_title("loss scale sawtooth: 23 grow-then-overflow cycles between 65536 "
+                                "and 4194304, 23 of 60 steps skipped",
+                                "loss scale sawtooth: 5 grow-then-overflow cycles between 1024 and "
+                                "8192, 5 of 40 steps skipped"));
+    ck_assert(!report_same_title("loss scale sawtooth: 23 grow-then-overflow cycles",
+                                 "loss scale stuck low at 1 for 50 steps"));
 }
 END_TEST
 
@@ -614,6 +627,7 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, the_last_loss_and_the_mean_are_told_apart);
     tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);
     tcase_add_test(tc, different_programs_are_not_explained_by_precision);
+    tcase_add_test(tc, findings_match_by_their_words);
     tcase_add_test(tc, processes_are_matched_by_program_and_order);
     tcase_add_test(tc, the_losses_compared_are_of_the_process_that_broke);
     tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
