@@ -235,8 +235,9 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     if (worst_weights && w < sizeof f->detail) {
         const char *name = report_layer_name(m, worst_weights->pid, worst_weights->layer_id);
         snprintf(f->detail + w, sizeof f->detail - w,
-                 " The weight gradients, what the optimizer steps with, lose %.2g%% at most (%s)%s",
-                 100 * weight_share, report_cut_name(cut, sizeof cut, name ? name : "top level"),
+                 " The weight gradients, what the optimizer steps with, lose %.*f%% at most (%s)%s",
+                 weight_share >= 0.01 ? 0 : 3, 100 * weight_share,
+                 report_cut_name(cut, sizeof cut, name ? name : "top level"),
                  weight_share < LOST_SHARE_WARN
                      ? ": the values lost are the smallest of the activation gradients, which "
                        "the weight gradients' sums over the batch hardly miss."

@@ -1264,6 +1264,7 @@ START_TEST(grad_underflow_names_the_layer_and_a_scale) {
     ck_assert_close(evidence(f, "worst_share"), (32768 * 3 / 10 + 4096 * 3 / 10) / (32768.0 + 4096),
                     1e-9, 0);
     ck_assert_close(evidence(f, "worst_weight_share"), (4096 * 3 / 10) / 4096.0, 1e-9, 0);
+    ck_assert_msg(strstr(f->detail, "lose 30% at most (blocks.0.mlp)."), "%s", f->detail);
     // largest gradient 6680 at scale 65536: 0.1019 unscaled, 2^18 keeps it under 32752
     ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
     ck_assert_msg(strstr(f->advice, "Raise the loss scale to 262144"), "%s", f->advice);
@@ -1363,6 +1364,8 @@ START_TEST(grad_underflow_counts_vanished_gradients_not_structural_zeros) {
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].layer, "head");
+    ck_assert_msg(strstr(findings.v[0].detail, "lose 100% at most (head)."), "%s",
+                  findings.v[0].detail);
     release();
     // ... unless the GradScaler skipped those steps (a scale collapsed to 0 zeroes every
     // gradient): their gradients never reached the weights
