@@ -69,6 +69,37 @@ static bool ends_with(const char *s, const char *suffix) {
     return n > k && strcmp(s + n - k, suffix) == 0;
 }
 
+static bool one_of(const char *word, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(word, *list) == 0) return true;
+    return false;
+}
+
+// What a shell's command string runs: its first simple command that is not a builtin that only
+// sets things up (cd, export, set, source), past variable assignments and exec/nohup/time
+// ("cd /tmp && OMP_NUM_THREADS=1 exec ./tiny_gpt ..." runs tiny_gpt). Into out; "" when none.
+static void shell_program(const char *script, char *out, size_t n) {
+    static const char *const prefixes[] = {"exec", "nohup", "time", NULL};
+    static const char *const setup[] = {"cd", "export", "set", "source", ".", NULL};
+    out[0] = 0;
+    for (const char *seg = script; *seg;) {
+        const size_t len = strcspn(seg, ";&|\n");
+        char cmd[256], word[256];
+        snprintf(cmd, sizeof cmd, "%.*s", (int)(len < sizeof cmd ? len : sizeof cmd - 1), seg);
+        const char *s = cmd, *start;
+        do {
+            start = s + strspn(s, " "); // where the next word begins
+            s = next_word(s, word, sizeof word);
+        } while (s && (strchr(word, '=') || one_of(word, prefixes)));
+        if (s && !one_of(word, setup)) {
+            report_program_of(start, out, n);
+            return;
+        }
+        seg += len;
+        seg += strspn(seg, ";&|\n");
+    }
+}
+
 void report_program_of(const char *command, char *out, size_t n) {
     char word[256];
     out[0] = 0;
@@ -90,8 +121,8 @@ void report_program_of(const char *command, char *out, size_t n) {
                        strcmp(out, "ksh") == 0;
     bool module = false;
     while ((s = next_word(s, word, sizeof word)) != NULL) {
-        if (shell && strcmp(word, "-c") == 0) { // sh -c 'CMD ...': what CMD runs
-            if (next_word(s, word, sizeof word)) report_program_of(word, out, n);
+        if (shell && word[0] == '-' && word[1] != '-' && strchr(word, 'c')) { // sh -c, sh -ec
+            if (next_word(s, word, sizeof word)) shell_program(word, out, n);
             return;
         }
         if (ends_with(word, ".py") || ends_with(word, ".sh")) {

@@ -235,6 +235,10 @@ START_TEST(different_programs_are_named) {
         {"sh -c 'build/samples/tiny_gpt --steps 5 > log'", "tiny_gpt"},
         {"bash -e -c 'python3 -u train.py' x", "train.py"},
         {"sh -c", "sh"},
+        {"sh -c 'exec build/samples/tiny_gpt --steps 5'", "tiny_gpt"},
+        {"sh -c 'cd /tmp && OMP_NUM_THREADS=1 /w/build/samples/tiny_gpt'", "tiny_gpt"},
+        {"sh -ec 'set -x; python3 train.py'", "train.py"},
+        {"bash -c 'cd /tmp'", ""},
     };
     char got[64];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
