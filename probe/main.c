@@ -46,10 +46,14 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        const struct command *c = argc == 3 ? find(argv[2]) : NULL; // `ampprobe help run`
-        if (c) return c->run(2, (char *[]){argv[2], "--help", NULL});
-        fprintf(stderr, "ampprobe: %s: no command '%s' (see 'ampprobe --help')\n", argv[1],
-                argv[2]);
+        const struct command *c = find(argv[2]); // `ampprobe help run`
+        if (c && argc == 3) return c->run(2, (char *[]){argv[2], "--help", NULL});
+        if (c)
+            fprintf(stderr, "ampprobe: %s takes one command ('%s' after '%s')\n", argv[1], argv[3],
+                    argv[2]);
+        else
+            fprintf(stderr, "ampprobe: %s: no command '%s' (see 'ampprobe --help')\n", argv[1],
+                    argv[2]);
         return 2;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {

@@ -944,6 +944,10 @@ START_TEST(test_cli) {
     ck_assert_int_eq(cli_quiet(3, two), 2);
     char *dev[] = {"conform", "--device", "tpu", "x", NULL};
     ck_assert_int_eq(cli_quiet(4, dev), 2);
+    char *twice[] = {"conform", "--device", "cpu", "--device=cpu", GOLDEN, NULL};
+    ck_assert_int_eq(cli_quiet(5, twice), 2);
+    char *eq[] = {"conform", "--device=cpu", GOLDEN, NULL};
+    ck_assert_int_eq(cli_quiet(3, eq), 0);
     char *golden[] = {"conform", GOLDEN, NULL};
     ck_assert_int_eq(cli_quiet(2, golden), 0);
     // without a usable CUDA backend: one line naming --device cuda once (with a GPU: it runs)

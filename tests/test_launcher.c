@@ -232,6 +232,9 @@ START_TEST(test_help) {
     ck_assert_ptr_nonnull(strstr(test_slurp("out.txt"), "usage: ampprobe report"));
     ck_assert_int_eq(run((const char *[]){"help", "bogus", NULL}), 2);
     ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "no command 'bogus'"));
+    ck_assert_int_eq(run((const char *[]){"help", "diff", "x", NULL}), 2);
+    ck_assert_ptr_nonnull(
+        strstr(test_slurp("err.txt"), "help takes one command ('x' after 'diff')"));
     ck_assert_int_eq(run((const char *[]){"--version", NULL}), 0);
     ck_assert_str_eq(test_slurp("out.txt"), "ampprobe 0.1.0\n");
     ck_assert_int_eq(run((const char *[]){"--version", "x", NULL}), 2);

@@ -321,8 +321,9 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
     amp_autocast_apply(ctx, "conv2d", in, 3);
     x = in[0], w = in[1], b = in[2];
     AMP_ASSERT(x->dtype == w->dtype && (!b || b->dtype == x->dtype),
-               "(conv2d: input and weight dtypes differ: %s and %s)", amp_dtype_name(x->dtype),
-               amp_dtype_name(w->dtype));
+               "(conv2d: input, weight and bias dtypes differ: %s, %s and %s)",
+               amp_dtype_name(x->dtype), amp_dtype_name(w->dtype),
+               b ? amp_dtype_name(b->dtype) : "no bias");
     amp_conv_desc d = conv_desc(x, w, stride, padding);
     AMP_ASSERT(d.oh > 0 && d.ow > 0, "(conv2d kernel larger than the padded input)");
     int64_t O = w->shape[0], CK = d.c * d.kh * d.kw, L = d.oh * d.ow;
