@@ -89,9 +89,14 @@ static bool parse_steps(const char *s, int64_t *lo, int64_t *hi) {
 static int parse(int argc, char **argv, report_opts *o) {
     *o = (report_opts){.format = "text", .lo = INT64_MIN, .hi = INT64_MAX, .fail_on = -1};
     static const char *const names[] = {"--format", "-o", "--rule", "--steps", "--fail-on"};
-    bool given[5] = {false};
+    bool given[5] = {false}, files_only = false; // files_only: after "--"
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        if (files_only) {
+            if (o->file) return bad("one FILE only ('%s' is a second)", a);
+            o->file = a;
+            continue;
+        }
         int k = 0, got = 0;
         for (; k < 5; k++) {
             got = k == 1 ? amp_cmd_option_value(argc, argv, &i, "--output", "-o", &v)
@@ -125,8 +130,8 @@ static int parse(int argc, char **argv, report_opts *o) {
             } else if (!parse_steps(v, &o->lo, &o->hi)) {
                 return bad("--steps: '%s' is not A:B with 0 <= A <= B", v);
             }
-        } else if (strcmp(a, "--") == 0 && i + 1 == argc - 1 && !o->file) {
-            o->file = argv[++i]; // (a FILE that starts with '-')
+        } else if (strcmp(a, "--") == 0) {
+            files_only = true; // (a FILE may start with '-')
         } else if (a[0] == '-' && a[1]) {
             return bad("unknown option '%s'", a);
         } else if (o->file) {
