@@ -63,13 +63,16 @@ static void wrap(FILE *out, const char *indent, const char *text) {
         const char *nl = strchr(line, '\n');
         const char *end = nl ? nl : line + strlen(line);
         while (line < end) {
-            int avail = width - (int)strlen(indent);
-            const char *cut = end;
-            if (end - line > avail) {
-                cut = line + avail;
-                while (cut > line && *cut != ' ') cut--;
-                if (cut == line) cut = line + avail;
+            const int avail = width - (int)strlen(indent);
+            // the first avail characters (not bytes: a UTF-8 character is never split), cut at
+            // the last space among them, else after them
+            const char *p = line, *space = NULL;
+            for (int cols = 0; p < end && cols < avail; cols++) {
+                size_t k = report_utf8_seq(p);
+                p += k ? k : 1;
+                if (p < end && *p == ' ') space = p;
             }
+            const char *cut = p >= end ? end : space ? space : p;
             fprintf(out, "%s%.*s\n", indent, (int)(cut - line), line);
             line = cut;
             while (line < end && *line == ' ') line++;

@@ -1316,6 +1316,17 @@ START_TEST(finding_titles_cut_names_as_utf8) {
         p += n;
     }
     release();
+    // the text format's lines are wrapped between characters, not inside one
+    sql("UPDATE AMP_LAYERS SET name = 'блок.внимание.очень_длинное_имя_слоя_которое_не_помещается_"
+        "в_одну_строку' WHERE id = 1;");
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *text = test_read_file(out_path, NULL);
+    for (const char *p = text; *p;) {
+        size_t n = report_utf8_seq(p);
+        ck_assert_msg(n > 0, "not UTF-8 at byte %zu of %s", (size_t)(p - text), text);
+        p += n;
+    }
+    free(text);
 }
 END_TEST
 
