@@ -31,7 +31,8 @@
  *
  * At most one OPTIM and one SCALER record; one OPTIM_STATE per optimizer parameter. Saving
  * writes a temporary file of its own beside path (path.PID.N.tmp), fsyncs it and renames it over
- * path (over the file a symbolic link names; never over a device, a pipe or a directory). Loading checks the header against the
+ * path (over the file a symbolic link names, made if it is not there yet; never over a device, a
+ * pipe or a directory). Loading checks the header against the
  * file's size, reads the whole file, checks the CRC and every length against the bytes that are
  * there, decodes every record, matches it against the caller's parameters, optimizer and scaler,
  * and only then changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash or a hang.
@@ -41,6 +42,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -260,10 +262,21 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
     *dest = *tmp = NULL;
     struct stat sb;
     const bool link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
-    if (link && !(*dest = realpath(path, NULL))) {
-        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': a symbolic link to nothing (%s)",
-                      path, strerror(errno));
-        return -1;
+    if (link && !(*dest = realpath(path, NULL))) { // a link to nothing yet: the file it names
+        char target[PATH_MAX];
+        const ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0) {
+            amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+            return -1;
+        }
+        target[n] = 0;
+        const char *slash = strrchr(path, '/'); // (a relative target is relative to the link)
+        if (target[0] == '/' || !slash) {
+            *dest = amp_xstrdup(target);
+        } else {
+            *dest = amp_xmalloc((size_t)(slash - path) + 2 + (size_t)n);
+            sprintf(*dest, "%.*s/%s", (int)(slash - path), path, target);
+        }
     }
     if (!link) *dest = amp_xstrdup(path);
     if (stat(*dest, &sb) == 0 && !S_ISREG(sb.st_mode)) {
