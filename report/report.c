@@ -736,6 +736,7 @@ void report_model_free(report_model *m) {
     free((char *)m->orphans);
     free((char *)m->no_model);
     free((char *)m->trace);
+    free((char *)m->torch);
     for (size_t i = 0; i < m->end.n_cut; i++) {
         free((char *)m->end.cut[i].name);
         free((char *)m->end.cut[i].status);
