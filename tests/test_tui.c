@@ -32,6 +32,7 @@
 
 #include <curses.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1145,6 +1146,20 @@ START_TEST(cut_texts_end_in_an_ellipsis) {
                      ".../live1.sqlite.log"); // the file's name whole
     ck_assert_str_eq(tui_fit_path(buf, sizeof buf, "/tmp/runs/live1.sqlite.log", 12),
                      "live...e.log");
+    // in a UTF-8 terminal a CJK character takes two columns: cuts count columns, not characters
+    if (setlocale(LC_CTYPE, "C.UTF-8")) {
+        ck_assert_str_eq(tui_fit(buf, sizeof buf, "層層層層層層", 12, TUI_CUT_END), "層層層層層層");
+        ck_assert_str_eq(tui_fit(buf, sizeof buf, "層層層層層層", 11, TUI_CUT_END),
+                         "層層層層層\u2026");
+        ck_assert_str_eq(tui_fit(buf, sizeof buf, "層層層層層層", 6, TUI_CUT_END), "層層\u2026");
+        ck_assert_str_eq(tui_fit(buf, sizeof buf, "a層層層層b", 6, TUI_CUT_MIDDLE), "a\u2026層b");
+        ck_assert_str_eq(tui_fit(buf, sizeof buf, "blocks.層.proj", 8, TUI_CUT_START),
+                         "\u2026層.proj");
+        ck_assert_str_eq(tui_fit(buf, sizeof buf, "blocks.層.proj", 6, TUI_CUT_START),
+                         "\u2026.proj"); // (層 would straddle the edge)
+        ck_assert_str_eq(tui_cell(buf, sizeof buf, "層b", 6, TUI_CUT_END), "層b   "); // padded
+        setlocale(LC_CTYPE, "C");
+    }
 
     // `run --tui` after the program ended: the log's name is never cut short of ".log" unseen
     fixture();

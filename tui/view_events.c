@@ -92,15 +92,14 @@ static void draw(const tui_app *app, const tui_layout *l) {
         else
             snprintf(step, sizeof step, "%lld", (long long)e->step);
         char kind[64], layer_s[256], op[64]; // cut to an ellipsis where they do not fit
-        tui_fit(kind, sizeof kind, e->kind, 20, TUI_CUT_END);
-        tui_fit(layer_s, sizeof layer_s, layer ? layer : "-", layer_w, TUI_CUT_MIDDLE);
-        tui_fit(op, sizeof op, e->op[0] ? e->op : "-", 10, TUI_CUT_END);
-        tui_print(b.y + 1 + i, 0, b.w, attr, "%6s %-4s %-20s %-*s %-10s %-5s %6s %5lld", step,
+        tui_cell(kind, sizeof kind, e->kind, 20, TUI_CUT_END);
+        tui_cell(layer_s, sizeof layer_s, layer ? layer : "-", layer_w, TUI_CUT_MIDDLE);
+        tui_cell(op, sizeof op, e->op[0] ? e->op : "-", 10, TUI_CUT_END);
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%6s %-4s %s %s %s %-5s %6s %5lld", step,
                   sev == 2   ? "err"
                   : sev == 1 ? "warn"
                              : "info",
-                  kind, layer_w, layer_s, op, e->phase[0] ? e->phase : "-", cnt,
-                  (long long)e->occurrences);
+                  kind, layer_s, op, e->phase[0] ? e->phase : "-", cnt, (long long)e->occurrences);
     }
 }
 

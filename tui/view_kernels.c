@@ -98,15 +98,14 @@ static void draw(const tui_app *app, const tui_layout *l) {
         int attr = t->top + i == t->selected ? A_REVERSE : A_NORMAL;
         const char *layer = tui_finding_kernel_layer(&m->finding, k->name);
         char name[256], layer_s[256]; // cut to an ellipsis where they do not fit
-        tui_fit(name, sizeof name, k->name, name_w, TUI_CUT_END);
-        tui_fit(layer_s, sizeof layer_s,
-                layer               ? layer
-                : m->finding_ms > 0 ? ""
-                                    : "?",
-                layer_w, TUI_CUT_MIDDLE);
-        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*s %10s %5.1f%% %9s %10s %-8s %-*s", name_w, name,
-                  total, share, cnt, mean, report_kernel_is_gemm(k->name) ? "compute" : "memory",
-                  layer_w, layer_s);
+        tui_cell(name, sizeof name, k->name, name_w, TUI_CUT_END);
+        tui_cell(layer_s, sizeof layer_s,
+                 layer               ? layer
+                 : m->finding_ms > 0 ? ""
+                                     : "?",
+                 layer_w, TUI_CUT_MIDDLE);
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%s %10s %5.1f%% %9s %10s %-8s %s", name, total, share,
+                  cnt, mean, report_kernel_is_gemm(k->name) ? "compute" : "memory", layer_s);
     }
 }
 

@@ -120,8 +120,8 @@ static void draw(const tui_app *app, const tui_layout *l) {
         tui_fmt_count(nan_s, sizeof nan_s, (double)r->n_nan);
         tui_fmt_count(inf_s, sizeof inf_s, (double)(r->n_posinf + r->n_neginf));
         char name[256]; // a long name loses its middle to an ellipsis: its root and leaf stay
-        tui_fit(name, sizeof name, r->name, name_w, TUI_CUT_MIDDLE);
-        tui_print(b.y + 1 + i, 0, b.w, attr, "%-*s %-6s %-5s %9s %8s %8s %6s %6s %s", name_w, name,
+        tui_cell(name, sizeof name, r->name, name_w, TUI_CUT_MIDDLE);
+        tui_print(b.y + 1 + i, 0, b.w, attr, "%s %-6s %-5s %9s %8s %8s %6s %6s %s", name,
                   tui_stat_kind_name(r->kind), r->dtype, amax, head, under, nan_s, inf_s,
                   d == 2   ? "!!"
                   : d == 1 ? "! "

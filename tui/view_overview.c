@@ -234,10 +234,9 @@ static void draw_counts(const tui_app *app, tui_rect r) {
         int attr = c->severity == 2   ? tui_attr(app, TUI_PAIR_DANGER)
                    : c->severity == 1 ? tui_attr(app, TUI_PAIR_WARN)
                                       : 0;
-        char kind[64];
-        tui_fit(kind, sizeof kind, c->kind, r.w - count_w - 1, TUI_CUT_END);
-        tui_print(r.y + 1 + i, r.x, r.w, attr, "%-*s %*lld", r.w - count_w - 1, kind, count_w,
-                  (long long)c->n);
+        char kind[512];
+        tui_cell(kind, sizeof kind, c->kind, r.w - count_w - 1, TUI_CUT_END);
+        tui_print(r.y + 1 + i, r.x, r.w, attr, "%s %*lld", kind, count_w, (long long)c->n);
     }
 }
 

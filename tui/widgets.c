@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <wchar.h>
 
 // "…" where the terminal shows UTF-8 (the locale tui_run sets, as app->utf8 is judged), else
 // "..."; its width in columns.
@@ -20,20 +21,50 @@ static const char *ellipsis(int *cols) {
     return utf8 ? "\u2026" : "...";
 }
 
-// Columns of text: one a character (a UTF-8 sequence).
+// The character at p: its bytes (*bytes, 1 for a byte that starts no UTF-8 sequence) and the
+// columns the terminal gives it (wcwidth: 2 for CJK, 0 for a combining mark; 1 where the locale
+// cannot tell).
+static int char_cols(const char *p, size_t *bytes) {
+    const unsigned char c = (unsigned char)*p;
+    const size_t k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    size_t got = 1;
+    while (got < k && ((unsigned char)p[got] & 0xC0) == 0x80)
+        got++;
+    *bytes = got;
+    if (k == 1 || got != k) return 1;
+    wchar_t wc = c & (0x7F >> k);
+    for (size_t i = 1; i < k; i++)
+        wc = (wchar_t)((wc << 6) | ((unsigned char)p[i] & 0x3F));
+    const int w = wcwidth(wc);
+    return w < 0 ? 1 : w;
+}
+
+// Columns of text's first `bytes` bytes.
 static int columns(const char *text, size_t bytes) {
     int n = 0;
-    for (size_t i = 0; i < bytes && text[i]; i++)
-        n += ((unsigned char)text[i] & 0xC0) != 0x80;
+    for (size_t i = 0, k; i < bytes && text[i]; i += k)
+        n += char_cols(text + i, &k);
     return n;
 }
 
-// The byte offset of column col of text (its length when it has fewer).
+// The bytes of text's longest start that fits in col columns (a double-width character that
+// would straddle the edge is left out).
 static size_t offset_of(const char *text, int col) {
-    size_t i = 0;
-    for (int c = 0; text[i]; i++) {
-        if (((unsigned char)text[i] & 0xC0) != 0x80 && c++ == col) break;
+    size_t i = 0, k;
+    for (int c = 0; text[i]; i += k) {
+        const int w = char_cols(text + i, &k);
+        if (c + w > col) break;
+        c += w;
     }
+    return i;
+}
+
+// Where text's end of at most col columns starts (its last characters that fit).
+static size_t tail_of(const char *text, int col) {
+    const size_t len = strlen(text);
+    size_t i = 0, k;
+    for (int rest = columns(text, len); text[i] && rest > col; i += k)
+        rest -= char_cols(text + i, &k);
     return i;
 }
 
@@ -58,8 +89,16 @@ char *tui_fit(char *dst, size_t n, const char *text, int w, tui_cut where) {
     const int keep = w - ell_cols;
     const int tail = where == TUI_CUT_END ? 0 : where == TUI_CUT_START ? keep : (keep + 1) / 2;
     const int head = keep - tail;
-    snprintf(dst, n, "%.*s%s%s", (int)offset_of(text, head), text, ell,
-             text + offset_of(text, cols - tail));
+    snprintf(dst, n, "%.*s%s%s", (int)offset_of(text, head), text, ell, text + tail_of(text, tail));
+    return dst;
+}
+
+char *tui_cell(char *dst, size_t n, const char *text, int w, tui_cut where) {
+    tui_fit(dst, n, text, w, where);
+    size_t len = strlen(dst);
+    for (int cols = columns(dst, len); cols < w && len + 1 < n; cols++)
+        dst[len++] = ' ';
+    dst[len] = 0;
     return dst;
 }
 

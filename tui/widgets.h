@@ -12,10 +12,13 @@
 
 // Where tui_fit shortens a text: its end, its middle, its start (a path: its file name stays).
 typedef enum tui_cut { TUI_CUT_END, TUI_CUT_MIDDLE, TUI_CUT_START } tui_cut;
-// Copies text into dst (n bytes) in at most w columns (a character a column): a longer one loses
+// Copies text into dst (n bytes) in at most w columns (as the terminal counts them: two for a CJK
+// character): a longer one loses
 // its end, middle or start to an ellipsis ("…" in a UTF-8 locale, else "..."), so that the cut
 // shows; blanks at its end are cut freely. Returns dst.
 char *tui_fit(char *dst, size_t n, const char *text, int w, tui_cut where);
+// tui_fit, then blanks to w columns: a table's cell (printf's "%-*s" pads bytes, not columns).
+char *tui_cell(char *dst, size_t n, const char *text, int w, tui_cut where);
 // A path in at most w columns: whole; else its start cut (".../runs/live.sqlite.log"), its file
 // name kept whole; else that name's middle cut.
 char *tui_fit_path(char *dst, size_t n, const char *path, int w);
