@@ -705,6 +705,57 @@ START_TEST(test_step_index_set) {
 }
 END_TEST
 
+// A context made after another one was freed numbers its steps on from the first one's (a row
+// per process and step: the same numbers would replace the first one's rows), unless the program
+// numbers them itself; a new recording starts from 0.
+START_TEST(test_second_context_numbers_on) {
+    char *dir = make_temp_dir();
+    ck_assert_int_eq(amp_record_start(dir), AMP_OK);
+    const int64_t set[3] = {-1, -1, 40}; // the third numbers its own steps
+    for (int c = 0; c < 3; c++) {
+        amp_ctx_t *ctx;
+        ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+        if (set[c] >= 0) amp_ctx_set_step_index(ctx, set[c]);
+        amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){4});
+        amp_tensor_set_requires_grad(w, true);
+        for (int step = 0; step < 2 + c; step++) {
+            amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, w, w));
+            amp_backward(ctx, loss);
+            amp_ctx_step_end_loss(ctx, loss);
+            amp_ctx_reset(ctx);
+            amp_tensor_zero_grad(w);
+        }
+        ck_assert_int_eq(amp_ctx_step_index(ctx), (set[c] >= 0 ? set[c] : 0) + 2 + c);
+        amp_tensor_free(w);
+        amp_ctx_free(ctx);
+    }
+    amp_record_stop();
+    char paths[8][512];
+    ck_assert_int_eq(list_spools(dir, paths), 1);
+    int64_t steps[64];
+    amp_spool_header h;
+    ck_assert_int_eq(spool_steps(paths[0], steps, 64, &h), 2 + 3 + 4);
+    static const int64_t want[] = {0, 1, 2, 3, 4, 40, 41, 42, 43};
+    for (int i = 0; i < 9; i++)
+        ck_assert_int_eq(steps[i], want[i]);
+    rm_rf(dir);
+    free(dir);
+    // a recording of its own: from 0
+    dir = make_temp_dir();
+    ck_assert_int_eq(amp_record_start(dir), AMP_OK);
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_ctx_step_end(ctx, 1.0f);
+    amp_ctx_free(ctx);
+    amp_record_stop();
+    ck_assert_int_eq(list_spools(dir, paths), 1);
+    ck_assert_int_eq(spool_steps(paths[0], steps, 64, &h), 1);
+    ck_assert_int_eq(steps[0], 0);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_fork_child_writes_its_own) {
     char *dir = make_temp_dir();
     ck_assert_int_eq(amp_record_start(dir), AMP_OK);
@@ -809,6 +860,7 @@ Suite *record_suite(void) {
     tcase_add_test(w, test_background_flush);
     tcase_add_test(w, test_instrumentation_ends_with_the_recording);
     tcase_add_test(w, test_step_index_set);
+    tcase_add_test(w, test_second_context_numbers_on);
     tcase_add_test(w, test_fork_child_writes_its_own);
     tcase_add_test(w, test_threads_emit_concurrently);
     tcase_set_timeout(w, 60);

@@ -818,6 +818,8 @@ amp_tensor_t *amp_sum_to(amp_ctx_t *ctx, amp_tensor_t *g, int ndim, const int64_
 // costs one predictable branch when instrumentation is off.
 // (amp_instr_op() is defined after struct amp_ctx above.)
 void amp_instr_init(amp_ctx_t *ctx); // turns instrumentation on when the process records
+// Which recording the process is in (record.c): another number after amp_record_stop or start.
+uint64_t amp_record_session(void);
 void amp_instr_free(amp_ctx_t *ctx);
 // Backward: before node n runs with the gradient dy of its output; after each gradient is
 // accumulated into t->grad (the write armed by amp_instr_arm); once the tape is done.

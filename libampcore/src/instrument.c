@@ -104,6 +104,7 @@ typedef struct amp_instr {
     int stats_every;
     bool fuse;       // let producing kernels compute outputs' statistics (amp_stats_sink)
     bool stats_step; // this step's statistics are emitted
+    int64_t step_base; // recorded step = ctx->step + step_base (see amp_instr_init)
     int64_t step_start_ns;
     int64_t last_op_ns; // where the next op's span starts
     bool step_ops;      // an op of this step was recorded
@@ -194,9 +195,26 @@ static int stats_every_of(const char *s) {
     return 1;
 }
 
+// The step numbers this process has recorded in its current recording: a context made after
+// another one (the first freed) numbers on from them, so that its steps do not replace the first
+// one's rows (one per process and step) — unless the program numbers them itself
+// (amp_ctx_set_step_index). Contexts are made and stepped on one thread at a time.
+static struct {
+    uint64_t session; // amp_record_session() they are of
+    int64_t next;     // the first number not recorded yet
+} numbered;
+
+// The step number ctx's records carry now.
+static int64_t rec_step(const amp_ctx_t *ctx) {
+    return ctx->step + ctx->instr->step_base;
+}
+
 void amp_instr_init(amp_ctx_t *ctx) {
     if (!amp_record_enabled()) return;
     amp_instr *in = amp_xcalloc(1, sizeof *in);
+    if (numbered.session != amp_record_session())
+        numbered.session = amp_record_session(), numbered.next = 0;
+    in->step_base = numbered.next;
     in->stats_every = stats_every_of(getenv("AMPPROBE_STATS_EVERY"));
     in->stats_step = true;
     const char *fused = getenv("AMPPROBE_STATS_FUSED"); // "0": a separate reading of every tensor
@@ -265,8 +283,11 @@ int64_t amp_ctx_step_index(const amp_ctx_t *ctx) { return ctx->step; }
 void amp_ctx_set_step_index(amp_ctx_t *ctx, int64_t step) {
     AMP_ASSERT(step >= 0, "(amp_ctx_set_step_index: a step number from 0)");
     ctx->step = step;
-    // the step is sampled as if the run had counted up to it (see step_end)
-    if (ctx->instr) ctx->instr->stats_step = step % ctx->instr->stats_every == 0;
+    if (ctx->instr) {
+        ctx->instr->step_base = 0; // the program numbers its steps itself
+        // the step is sampled as if the run had counted up to it (see step_end)
+        ctx->instr->stats_step = step % ctx->instr->stats_every == 0;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -402,7 +423,7 @@ static void set_entry(amp_ctx_t *ctx, int32_t i, const amp_tensor_t *t, entry_ki
                  .inf_fill = t->inf_fill,
                  .record = in->stats_step,
                  .layer = layer,
-                 .step = ctx->step,
+                 .step = rec_step(ctx),
                  .op = op,
                  .dtype = t->dtype,
                  .target = target_of(ctx),
@@ -555,12 +576,18 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
                          amp_shape_str(inputs[i], sh, sizeof sh));
             bytes += amp_tensor_numel(inputs[i]) * (int64_t)amp_dtype_size(inputs[i]->dtype);
         }
-        amp_record_op(&(amp_rec_op){
-            .step = ctx->step, .layer_id = layer, .op = op, .phase = AMP_PHASE_FWD,
-            .in_dtypes = dts, .out_dtype = amp_dtype_name(out->dtype),
-            .policy = ctx->ac.enabled ? amp_cast_policy_name(policy) : NULL, .shapes = shapes,
-            .flops = op_flops(op, out, inputs, n), .bytes = bytes, .start_ns = in->last_op_ns,
-            .end_ns = now});
+        amp_record_op(&(amp_rec_op){.step = rec_step(ctx),
+                                    .layer_id = layer,
+                                    .op = op,
+                                    .phase = AMP_PHASE_FWD,
+                                    .in_dtypes = dts,
+                                    .out_dtype = amp_dtype_name(out->dtype),
+                                    .policy = ctx->ac.enabled ? amp_cast_policy_name(policy) : NULL,
+                                    .shapes = shapes,
+                                    .flops = op_flops(op, out, inputs, n),
+                                    .bytes = bytes,
+                                    .start_ns = in->last_op_ns,
+                                    .end_ns = now});
     }
     in->last_op_ns = now;
     in->step_ops = true;
@@ -709,7 +736,7 @@ void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec) {
     amp_tensor_t **slot = &in->scale_recs[in->q.n_scales];
     if (!*slot) *slot = amp_tensor_new(ctx, AMP_DTYPE_I32, 1, (int64_t[]){AMP_SCALE_REC});
     ctx->be->copy(ctx->bctx, *slot, rec);
-    in->q.scales[in->q.n_scales++] = (pending_scale){.step = ctx->step};
+    in->q.scales[in->q.n_scales++] = (pending_scale){.step = rec_step(ctx)};
 }
 
 // Reads the pending updates' records (from staged, copied back already, or from the backend)
@@ -948,7 +975,7 @@ static void hand_off(amp_ctx_t *ctx, int64_t start, int64_t end, int64_t mem_pea
     swap_queue(in);
     l->active = true;
     l->n_staged = n;
-    l->step = ctx->step, l->start_ns = start, l->end_ns = end, l->mem_peak = mem_peak;
+    l->step = rec_step(ctx), l->start_ns = start, l->end_ns = end, l->mem_peak = mem_peak;
     l->loss = loss;
     l->stats_step = stats_step;
     next_batch(ctx);
@@ -985,8 +1012,10 @@ static void step_end(amp_ctx_t *ctx, float loss, const amp_tensor_t *loss_t) {
             hand_off(ctx, start, end, mem_peak, loss, loss_t, stats_step);
         } else {
             if (loss_t) loss = amp_tensor_item(loss_t);
-            emit_step(ctx, ctx->step, start, end, mem_peak, loss, stats_step, process(ctx));
+            emit_step(ctx, rec_step(ctx), start, end, mem_peak, loss, stats_step, process(ctx));
         }
+        if (numbered.session == amp_record_session() && rec_step(ctx) + 1 > numbered.next)
+            numbered.next = rec_step(ctx) + 1;
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();
         in->step_ops = false;
         in->stats_step = (ctx->step + 1) % in->stats_every == 0;

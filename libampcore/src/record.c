@@ -522,6 +522,13 @@ __attribute__((constructor)) static void record_load(void) {
     amp_record_trace_mask = trace_of(getenv("AMPPROBE_TRACE"));
 }
 
+// Which recording this process is in: changes when recording stops (and so when it starts again).
+static uint64_t recording = 1;
+
+uint64_t amp_record_session(void) {
+    return __atomic_load_n(&recording, __ATOMIC_RELAXED);
+}
+
 amp_status amp_record_start(const char *spool_dir) {
     amp_record_stop();
     pthread_once(&hooks_once, hooks_install);
@@ -542,6 +549,7 @@ void amp_record_flush(void) {
 
 void amp_record_stop(void) {
     lock(&g.init_lock);
+    __atomic_fetch_add(&recording, 1, __ATOMIC_RELAXED);
     amp_record_trace_mask = 0;
     close_locked();
     unlock(&g.init_lock);
