@@ -440,8 +440,8 @@ static double rng_uniform(amp_ctx_t *ctx) { // (0, 1)
     return ((double)(rng_next(ctx) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-// PyTorch's normal_ and uniform_ have no integer kernel ("normal_kernel_cpu" not implemented for
-// 'Int'): rounded random values in an integer tensor would be nobody's intent.
+// PyTorch's normal_ and uniform_ refuse an integer tensor (they raise for 'Int' and 'Long'):
+// rounded random values in an integer tensor would be nobody's intent, so these abort too.
 static void require_float_fill(const char *fn, const char *torch_fn, const amp_tensor_t *t) {
     AMP_ASSERT(amp_dtype_is_float(t->dtype),
                "(%s of an %s tensor: PyTorch's %s has no integer kernel; fill a floating tensor "
