@@ -107,6 +107,25 @@ static int spool_steps(const char *path, int64_t *steps, int max, amp_spool_head
     return spool_steps_of(path, AMP_REC_STEP, steps, max, hdr);
 }
 
+// The step records of the one spool file in dir: their steps into steps[], returns the count.
+static int recorded_steps(const char *dir, int64_t *steps, int max) {
+    char paths[8][512];
+    ck_assert_int_eq(list_spools(dir, paths), 1);
+    amp_spool_header h;
+    return spool_steps(paths[0], steps, max, &h);
+}
+
+// n training steps of sum(w * w) in ctx, each ended with its loss tensor.
+static void train_steps(amp_ctx_t *ctx, amp_tensor_t *w, int n) {
+    for (int step = 0; step < n; step++) {
+        amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, w, w));
+        amp_backward(ctx, loss);
+        amp_ctx_step_end_loss(ctx, loss);
+        amp_ctx_reset(ctx);
+        amp_tensor_zero_grad(w);
+    }
+}
+
 static void rm_rf(const char *dir) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -677,13 +696,7 @@ START_TEST(test_step_index_set) {
     amp_tensor_set_requires_grad(w, true);
     amp_ctx_set_step_index(ctx, 7);
     ck_assert_int_eq(amp_ctx_step_index(ctx), 7);
-    for (int step = 0; step < 3; step++) {
-        amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, w, w));
-        amp_backward(ctx, loss);
-        amp_ctx_step_end_loss(ctx, loss);
-        amp_ctx_reset(ctx);
-        amp_tensor_zero_grad(w);
-    }
+    train_steps(ctx, w, 3);
     ck_assert_int_eq(amp_ctx_step_index(ctx), 10);
     amp_tensor_free(w);
     amp_ctx_free(ctx);
@@ -718,23 +731,14 @@ START_TEST(test_second_context_numbers_on) {
         if (set[c] >= 0) amp_ctx_set_step_index(ctx, set[c]);
         amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){4});
         amp_tensor_set_requires_grad(w, true);
-        for (int step = 0; step < 2 + c; step++) {
-            amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, w, w));
-            amp_backward(ctx, loss);
-            amp_ctx_step_end_loss(ctx, loss);
-            amp_ctx_reset(ctx);
-            amp_tensor_zero_grad(w);
-        }
+        train_steps(ctx, w, 2 + c);
         ck_assert_int_eq(amp_ctx_step_index(ctx), (set[c] >= 0 ? set[c] : 0) + 2 + c);
         amp_tensor_free(w);
         amp_ctx_free(ctx);
     }
     amp_record_stop();
-    char paths[8][512];
-    ck_assert_int_eq(list_spools(dir, paths), 1);
     int64_t steps[64];
-    amp_spool_header h;
-    ck_assert_int_eq(spool_steps(paths[0], steps, 64, &h), 2 + 3 + 4);
+    ck_assert_int_eq(recorded_steps(dir, steps, 64), 2 + 3 + 4);
     static const int64_t want[] = {0, 1, 2, 3, 4, 40, 41, 42, 43};
     for (int i = 0; i < 9; i++)
         ck_assert_int_eq(steps[i], want[i]);
@@ -748,8 +752,7 @@ START_TEST(test_second_context_numbers_on) {
     amp_ctx_step_end(ctx, 1.0f);
     amp_ctx_free(ctx);
     amp_record_stop();
-    ck_assert_int_eq(list_spools(dir, paths), 1);
-    ck_assert_int_eq(spool_steps(paths[0], steps, 64, &h), 1);
+    ck_assert_int_eq(recorded_steps(dir, steps, 64), 1);
     ck_assert_int_eq(steps[0], 0);
     rm_rf(dir);
     free(dir);
