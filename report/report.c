@@ -838,6 +838,10 @@ const char *report_cut_name(char *dst, size_t n, const char *s) {
     return dst;
 }
 
+const char *report_layer_words(char *dst, size_t n, const char *layer) {
+    return report_cut_name(dst, n, layer && layer[0] ? layer : "the top level");
+}
+
 void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase) {
     report_cut_name(f->layer, sizeof f->layer, layer);
     report_cut_name(f->op, sizeof f->op, op);
@@ -1143,19 +1147,24 @@ int report_coverage_lines(const report_model *m, report_coverage out[3]) {
 
 static bool verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n);
 
-bool report_went_past_error(const report_model *m, const report_findings *f) {
+// report_went_past_error of a run summarised as s.
+static bool went_past_error(const report_summary *s, const report_findings *f) {
     size_t errors = 0;
     for (size_t i = 0; i < f->n; i++)
         errors += f->v[i].severity == AMP_SEVERITY_ERROR;
     if (errors != 1 || f->v[0].severity != AMP_SEVERITY_ERROR) return false;
-    report_summary s;
-    report_summarize(m, &s);
     const report_finding *top = &f->v[0];
     for (int i = 0; i < top->n_evidence; i++)
         if (strcmp(top->evidence[i].key, "nonfinite_losses_after") == 0)
-            return top->evidence[i].value == 0 && top->last_step < s.last_step &&
-                   isfinite(s.final_loss);
+            return top->evidence[i].value == 0 && top->last_step < s->last_step &&
+                   isfinite(s->final_loss);
     return false;
+}
+
+bool report_went_past_error(const report_model *m, const report_findings *f) {
+    report_summary s;
+    report_summarize(m, &s);
+    return went_past_error(&s, f);
 }
 
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
@@ -1247,10 +1256,10 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return false;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
-    const char *what = s.steps == 0                   ? "No training step was recorded"
-                       : report_went_past_error(m, f) ? "Training went on past an error"
-                       : errors                       ? "Training broke"
-                                                      : "Training ran, with problems";
+    const char *what = s.steps == 0             ? "No training step was recorded"
+                       : went_past_error(&s, f) ? "Training went on past an error"
+                       : errors                 ? "Training broke"
+                                                : "Training ran, with problems";
     // in a run of several processes, which one (a rank each that shows it: the finding says so)
     char where[160] = "";
     if (top->processes == 1 && top->pid && m->n_procs > 1) {

@@ -273,6 +273,9 @@ size_t report_utf8_seq(const char *s);
 // s (NULL: "") into dst[n]; a longer s cut on a character's boundary and ended with "…", so
 // that the cut shows. Returns dst: names in a finding's sentences go through it, never "%.80s".
 const char *report_cut_name(char *dst, size_t n, const char *s);
+// A layer's name in a finding's sentence, cut as report_cut_name cuts it: "the top level" for
+// none (NULL or "": ops outside every layer).
+const char *report_layer_words(char *dst, size_t n, const char *layer);
 // A copy of a string from the database (NULL: none) with bytes 1-6 and bytes that are not UTF-8
 // made '?'.
 char *report_strdup(const char *s);

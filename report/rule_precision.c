@@ -139,8 +139,7 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         snprintf(f->title, sizeof f->title,
                  "GEMMs in fp32 under autocast: %s %s and others hold %.0f%% of the GEMM FLOPs "
                  "and run without Tensor Cores",
-                 report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"), f->op,
-                 100 * share);
+                 report_layer_words(cut, sizeof cut, f->layer), f->op, 100 * share);
         list_members(m, pid, fp32_gemm, total, list, sizeof list);
         snprintf(f->detail, sizeof f->detail,
                  "fp32 GEMMs (%s): %s. They are %.3g of %.3g GEMM FLOPs and %.0f%% of the %s.",
@@ -169,8 +168,7 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         snprintf(f->title, sizeof f->title,
                  "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%s %s the "
                  "largest)",
-                 100 * up_share, basis,
-                 report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"), f->op);
+                 100 * up_share, basis, report_layer_words(cut, sizeof cut, f->layer), f->op);
         list_members(m, pid, upcast, total, list, sizeof list);
         snprintf(f->detail, sizeof f->detail,
                  "%s inputs, fp32 outputs (policy fp32/fp32_set_opt_dtype/promote): %s.", dt, list);
@@ -191,8 +189,7 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
         where_of(f, m, &cast);
         snprintf(f->title, sizeof f->title,
                  "dtype casts take %.0f%% of the %s (%lld casts; %s the largest)", 100 * cast_share,
-                 basis, (long long)cast.launches,
-                 report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"));
+                 basis, (long long)cast.launches, report_layer_words(cut, sizeof cut, f->layer));
         list_members(m, pid, cast_op, total, list, sizeof list);
         snprintf(f->detail, sizeof f->detail, "Largest casts: %s.", list);
         snprintf(f->advice, sizeof f->advice,

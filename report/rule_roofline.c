@@ -202,10 +202,10 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
         char cut[84]; // the layer's name in the title
         report_finding_where(x, report_layer_name(m, l->pid, l->layer_id), NULL, NULL);
         x->pid = l->pid;
-        snprintf(
-            x->title, sizeof x->title, "%s takes %.0f%% of the GPU time at %.1f%% of its %s roof",
-            report_cut_name(cut, sizeof cut, x->layer[0] ? x->layer : "the top level"),
-            100 * layer_share, 100 * pl.efficiency, pl.b == BOUND_COMPUTE ? "compute" : "memory");
+        snprintf(x->title, sizeof x->title,
+                 "%s takes %.0f%% of the GPU time at %.1f%% of its %s roof",
+                 report_layer_words(cut, sizeof cut, x->layer), 100 * layer_share,
+                 100 * pl.efficiency, pl.b == BOUND_COMPUTE ? "compute" : "memory");
         snprintf(x->detail, sizeof x->detail,
                  "%lld kernels, %.6g ms; analytic %.3g FLOP and %.3g B (intensity %.3g FLOP/B, "
                  "ridge %.0f): %.3g TFLOP/s achieved against a roof of %.3g TFLOP/s.",

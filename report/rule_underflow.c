@@ -211,9 +211,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
              !lowp_grads   ? "fp32 run: in fp16 without loss scaling, gradients would underflow"
              : fp16_target ? "gradients underflow in fp16"
                            : "gradients underflow in bf16",
-             affected, n,
-             report_cut_name(cut, sizeof cut, f->layer[0] ? f->layer : "the top level"),
-             100 * worst_share);
+             affected, n, report_layer_words(cut, sizeof cut, f->layer), 100 * worst_share);
     size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
                                 "Lost to zero/subnormal (of the gradient values sampled):");
     for (size_t k = 0; k < n && k < LIST_MAX && w < sizeof f->detail; k++) {
@@ -237,7 +235,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
         snprintf(f->detail + w, sizeof f->detail - w,
                  " The weight gradients, what the optimizer steps with, lose %.*f%% at most (%s)%s",
                  weight_share >= 0.01 ? 0 : 3, 100 * weight_share,
-                 report_cut_name(cut, sizeof cut, name ? name : "top level"),
+                 report_layer_words(cut, sizeof cut, name),
                  weight_share < LOST_SHARE_WARN
                      ? ": the values lost are the smallest of the activation gradients, which "
                        "the weight gradients' sums over the batch hardly miss."
