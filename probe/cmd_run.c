@@ -109,13 +109,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-// The value of option argv[*i] ("--opt VALUE" or "--opt=VALUE"), or NULL when it has none.
-static const char *option_value(int argc, char **argv, int *i, const char *eq) {
-    if (eq) return eq + 1;
-    if (*i + 1 >= argc) return NULL;
-    return argv[++*i];
-}
-
 // 0: run; -1: --help was printed; 2: a usage error was printed.
 static int parse_args(int argc, char **argv, run_opts *o) {
     *o = (run_opts){.trace = DEFAULT_TRACE};
@@ -134,14 +127,14 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             fputs(usage_text, stdout);
             return -1;
         } else if (IS("-o") || IS("--output")) {
-            o->output = option_value(argc, argv, &i, eq);
+            amp_cmd_option_value(argc, argv, &i, "--output", "-o", &o->output);
             if (!o->output || !*o->output || strcmp(o->output, "--") == 0)
                 return usage_error("%s needs a file name", a);
         } else if (IS("-f") || IS("--force")) {
             if (eq) return usage_error("%s takes no value", a);
             o->force = true;
         } else if (IS("--stats-every")) {
-            o->stats_every = option_value(argc, argv, &i, eq);
+            amp_cmd_option_value(argc, argv, &i, "--stats-every", NULL, &o->stats_every);
             if (!o->stats_every) return usage_error("%s needs a number of steps", a);
             int n;
             const char *why = amp_parse_count(o->stats_every, &n);
@@ -150,7 +143,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                 return 2;
             }
         } else if (IS("--trace")) {
-            o->trace = option_value(argc, argv, &i, eq);
+            o->trace = NULL;
+            amp_cmd_option_value(argc, argv, &i, "--trace", NULL, &o->trace);
             if (!o->trace) return usage_error("%s needs a list (amp,cuda,nvtx)", a);
             unsigned mask;
             if (!amp_parse_trace(o->trace, &mask))
