@@ -12,7 +12,6 @@
 #include "common.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -21,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define STR_(x) #x
