@@ -4,8 +4,9 @@
  * training settings take torch's defaults (amp_optim_defaults, amp_scaler_defaults, fp16
  * autocast). A value of a known key that names a feature this build lacks (optimizer=rmsprop,
  * act=silu) makes the case unsupported rather than malformed, so that a newer reference set is
- * reported, not rejected; a key the format does not have, or a number libampcore's constructors
- * refuse (growth_factor=0.5), makes the manifest malformed.
+ * reported, not rejected; a key the format does not have, a word that names nothing torch has
+ * (optimizer=sdg), or a number libampcore's constructors refuse (growth_factor=0.5), makes the
+ * manifest malformed.
  */
 #include "conform.h"
 
@@ -128,10 +129,84 @@ static bool is_word_key(const char *key) {
     return false;
 }
 
+// The words a word key takes: those this build runs, then those torch has and this build
+// lacks (a newer reference set may use them: unsupported). Any other word is a typo.
+static const struct word_values {
+    const char *key, *runs, *torch_has;
+} word_values[] = {
+    {"optimizer", "sgd adam adamw",
+     "adadelta adafactor adagrad adamax asgd lbfgs nadam radam rmsprop rprop sparseadam"},
+    {"act", "relu gelu gelu_tanh",
+     "relu6 leaky_relu elu selu celu silu mish glu prelu rrelu tanh sigmoid hardtanh hardswish "
+     "hardsigmoid hardshrink softshrink tanhshrink softplus softsign logsigmoid threshold"},
+    {"precision", "fp16 bf16",
+     "f16 float16 half bfloat16 f32 fp32 float32 float tf32 fp64 float64 double fp8 fp8_e4m3 "
+     "fp8_e5m2 float8_e4m3fn float8_e5m2"},
+};
+
+// Whether word is one of the blank-separated words of list.
+static bool word_in(const char *word, const char *list) {
+    size_t n = strlen(word);
+    for (const char *w = list; *w; w += strcspn(w, " "), w += *w == ' ') {
+        size_t len = strcspn(w, " ");
+        if (len == n && strncmp(w, word, n) == 0) return true;
+    }
+    return false;
+}
+
+// The edit distance between a and b (insertions, deletions, substitutions and swaps of two
+// neighbours), at most 3: enough to tell a typo from another word.
+static int edit_distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 31 || nb > 31) return 3;
+    int d[32][32];
+    for (size_t i = 0; i <= na; i++)
+        for (size_t j = 0; j <= nb; j++) {
+            if (i == 0 || j == 0) {
+                d[i][j] = (int)(i + j);
+                continue;
+            }
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[na][nb] < 3 ? d[na][nb] : 3;
+}
+
+// A word value that names nothing torch has is a malformed manifest (optimizer=sdg would
+// otherwise be an unsupported case, and conform would pass with the case unrun).
+static bool check_word(struct conform_run *r, const char *name, const struct kv *p) {
+    for (size_t i = 0; i < sizeof word_values / sizeof word_values[0]; i++) {
+        const struct word_values *v = &word_values[i];
+        if (strcmp(p->key, v->key) != 0) continue;
+        if (word_in(p->value, v->runs) || word_in(p->value, v->torch_has)) return true;
+        char near[64] = "";
+        int best = 3;
+        for (const char *w = v->runs; *w; w += strcspn(w, " "), w += *w == ' ') {
+            char word[32];
+            snprintf(word, sizeof word, "%.*s", (int)strcspn(w, " "), w);
+            int d = edit_distance(p->value, word);
+            if (d < best && d <= 2) {
+                best = d;
+                snprintf(near, sizeof near, "; did you mean %s?", word);
+            }
+        }
+        conform_error(r, name, p->line, "%s=%s: no such %s in torch (%s: %s%s)", p->key, p->value,
+                      p->key, "this build runs", v->runs, near);
+        return false;
+    }
+    return true;
+}
+
 // A key the format does not have is a malformed manifest, not an unsupported case: a typo
 // (bogus_key=1 where name=mlp_sgd was) would otherwise pass unnoticed as "unsupported".
 static bool check_key(struct conform_run *r, const char *name, const struct kv *p) {
-    if (is_word_key(p->key) || find_number_key(p->key)) return true;
+    if (is_word_key(p->key)) return check_word(r, name, p);
+    if (find_number_key(p->key)) return true;
     char keys[512] = "";
     for (size_t i = 0; i < sizeof word_keys / sizeof word_keys[0]; i++)
         snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%s", i ? " " : "",

@@ -503,6 +503,43 @@ START_TEST(test_malformed_e2e_unknown_key) {
 }
 END_TEST
 
+// A word that names nothing torch has is a typo as well (optimizer=sdg would be "unsupported",
+// exit 0, the case unrun), named with the nearest word this build runs; a word torch has and
+// this build lacks (act=silu, precision=fp8) stays unsupported.
+START_TEST(test_malformed_e2e_unknown_word) {
+    copy_e2e();
+    doctor("e2e_mlp_sgd.manifest", "optimizer=sgd", "optimizer=sdg");
+    struct captured c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/e2e_mlp_sgd.manifest:9: optimizer=sdg: no such optimizer in torch "
+                         "(this build runs: sgd adam adamw; did you mean sgd?)\n");
+    ck_assert_msg(!strstr(c.out, "UNSUPPORTED"), "%s", c.out);
+    captured_free(&c);
+
+    doctor("e2e_mlp_sgd.manifest", "optimizer=sdg", "optimizer=sgd");
+    doctor("e2e_mlp_sgd.manifest", "act=relu", "act=swish");
+    c = run_conform(tmpdir);
+    ck_assert_int_eq(c.status, 2);
+    ck_assert_has(c.err, "/e2e_mlp_sgd.manifest:6: act=swish: no such act in torch (this build "
+                         "runs: relu gelu gelu_tanh)\n");
+    captured_free(&c);
+
+    doctor("e2e_mlp_sgd.manifest", "act=swish", "act=relu");
+    static const char *const lacked[][2] = {{"act=relu", "act=silu"},
+                                            {"precision=fp16", "precision=fp8_e4m3"},
+                                            {"precision=fp16", "precision=fp32"}};
+    for (size_t i = 0; i < sizeof lacked / sizeof lacked[0]; i++) {
+        doctor("e2e_mlp_sgd.manifest", lacked[i][0], lacked[i][1]);
+        c = run_conform(tmpdir);
+        ck_assert_int_eq(c.status, 0);
+        ck_assert_has(c.out, lacked[i][1]);
+        ck_assert_has(c.out, "0 passed, 0 failed, 1 unsupported\n");
+        captured_free(&c);
+        doctor("e2e_mlp_sgd.manifest", lacked[i][1], lacked[i][0]);
+    }
+}
+END_TEST
+
 // Integers beyond what a key may hold say so, as amp_parse_count does; not "expected an integer".
 START_TEST(test_malformed_e2e_range) {
     const char *rest = "hidden=8\nout=3\nbatch=2\nsteps=5\nact=relu\noptimizer=sgd\n";
@@ -994,6 +1031,7 @@ Suite *conform_suite(void) {
     tcase_add_test(malformed, test_malformed_autocast);
     tcase_add_test(malformed, test_malformed_e2e);
     tcase_add_test(malformed, test_malformed_e2e_unknown_key);
+    tcase_add_test(malformed, test_malformed_e2e_unknown_word);
     tcase_add_test(malformed, test_malformed_e2e_range);
     tcase_add_test(malformed, test_malformed_e2e_refused);
     tcase_add_test(malformed, test_byte_order_mark);
