@@ -199,8 +199,9 @@ static void print_help(const sample_spec *spec) {
            "                           those two apart). Its GradScaler state and lr win over\n"
            "                           --init-scale, --growth-interval, a fault's GradScaler\n"
            "                           settings and --lr (stderr says which it replaced), and\n"
-           "                           the steps are numbered on from its count of optimizer\n"
-           "                           steps (steps the GradScaler skipped are not in it)\n"
+           "                           the steps are numbered on from the saved run's (a file\n"
+           "                           of an older build: from its count of optimizer steps,\n"
+           "                           which leaves out the steps the GradScaler skipped)\n"
            "  --quiet                  print only the final line\n"
            "  --help                   this text\n");
     if (spec->n_shape_flags) printf("\nmodel shape:\n");
@@ -769,11 +770,13 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
     if (!check(o, "GradScaler", amp_scaler_new(&sp, &sc)) ||
         !check(o, "optimizer", amp_optim_new(ctx, &op, ps->t, ps->n, &opt)))
         goto out;
-    int64_t first_step = 0; // after --load the checkpoint's count of (not skipped) optimizer steps
+    int64_t first_step = 0; // after --load the number the saved run's next step had
     if (o->load_path) {
         if (!load_checkpoint(o, ps, opt, sc)) goto out;
         say_replaced(o, &sp, sc, opt);
-        first_step = amp_optim_steps(opt);
+        // (a file of an older build has only the optimizer's count, skipped steps left out)
+        if (amp_checkpoint_next_step(o->load_path, &first_step) != AMP_OK || first_step < 0)
+            first_step = amp_optim_steps(opt);
         amp_ctx_set_step_index(ctx, first_step);
     }
     if (!o->quiet) print_header(o, ps, sc, opt, first_step);

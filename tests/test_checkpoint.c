@@ -143,6 +143,7 @@ static void model_step(model *m, float g0) {
     set_grad(m->ctx, m->p[1], 0.5f * s);
     ck_assert_int_eq(amp_scaler_step(m->sc, m->opt, NULL), AMP_OK);
     ck_assert_int_eq(amp_scaler_update(m->sc), AMP_OK);
+    amp_ctx_step_end(m->ctx, 1);
     amp_tensor_free(loss);
     amp_ctx_reset(m->ctx);
 }
@@ -189,6 +190,10 @@ static void check_round_trip(amp_optim_kind kind, float momentum) {
               sa.growth_tracker == sb.growth_tracker);
     ck_assert_float_eq(sb.scale, 512);
     ck_assert_int_eq(sb.growth_tracker, 1);
+    // the number the next step has: three steps run, the skipped one counted
+    int64_t next = 0;
+    ck_assert_int_eq(amp_checkpoint_next_step(path("m.ckpt"), &next), AMP_OK);
+    ck_assert_int_eq(next, 3);
 
     // Resuming: the same next step gives bit-identical results.
     model_step(&a, 0.75f);
@@ -225,6 +230,9 @@ START_TEST(test_round_trip_params_only) {
     ck_assert_int_eq(amp_checkpoint_save(path("p.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
     ck_assert_int_eq(amp_checkpoint_load(path("p.ckpt"), b.p, 3, NULL, NULL), AMP_OK);
     ck_assert(same_bytes(a.p[0], b.p[0]));
+    int64_t next = 0; // no optimizer saved, no step number
+    ck_assert_int_eq(amp_checkpoint_next_step(path("p.ckpt"), &next), AMP_OK);
+    ck_assert_int_eq(next, -1);
     model_free(&a);
     model_free(&b);
     remove_dir();
@@ -363,10 +371,10 @@ START_TEST(test_every_flipped_byte) {
     amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "CRC mismatch"));
     b[40] ^= 1;
-    b[8] = 3; // version
+    b[8] = 4; // version
     spit(path("flip.ckpt"), b, n);
     amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
-    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 3"));
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 4"));
     target_free(&t);
     free(b);
     remove_dir();
@@ -772,6 +780,22 @@ START_TEST(test_hand_built_files) {
     b_put(&r, 0, 4);     // n_state
     b_file(&f, 2, &r);
     ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+    // two STEP records; one whose count cannot grow
+    for (int twice = 0; twice < 2; twice++) {
+        r.n = 0;
+        b_param(&r, "w", AMP_DTYPE_F32, 1, two, 2, 0);
+        for (int k = 0; k <= twice; k++) {
+            b_put(&r, 5, 4);
+            b_put(&r, 4, 4);
+            b_str(&r, "step");
+            b_put(&r, 8, 8);
+            b_put(&r, twice ? 7 : INT64_MAX, 8);
+        }
+        b_file(&f, 2 + (uint32_t)twice, &r);
+        ck_assert_int_eq(load_built(&f, &t), AMP_ERR_CORRUPT);
+        ck_assert_ptr_nonnull(
+            strstr(amp_last_error(), twice ? "a second step record" : "bad step record"));
+    }
     target_free(&t);
     remove_dir();
 }
@@ -818,6 +842,9 @@ START_TEST(test_version_1_and_double_hyperparameters) {
     ck_assert(amp_optim_get_params(t.opt)->lr == 0.5 &&
               amp_optim_get_params(t.opt)->momentum == 0.25);
     ck_assert_int_eq(amp_optim_steps(t.opt), 3);
+    int64_t next = 0; // no STEP record before version 3
+    ck_assert_int_eq(amp_checkpoint_next_step(path("v1.ckpt"), &next), AMP_OK);
+    ck_assert_int_eq(next, -1);
     float buf_v[2];
     amp_tensor_read_f32(amp_optim_state(t.opt, 0, 0), buf_v);
     ck_assert(buf_v[0] == 1.5f && buf_v[1] == 1.5f);

@@ -477,6 +477,15 @@ START_TEST(test_checkpoint_step_numbers) {
     for (int i = 0; i < 3; i++)
         ck_assert_msg(isnan(resumed.loss[i]) == (4 + i == NAN_STEP), "step %d loss %g", 4 + i,
                       resumed.loss[i]);
+    // A step the GradScaler skipped still has its number: 8 steps with one skipped go on at 8
+    // (the optimizer's count, 7, would number two steps twice).
+    RUN(&resumed, "mlp", "--steps", "8", "--precision", "fp16", "--fault", "nan-input", "--save",
+        path);
+    assert_ran(&resumed, 8);
+    ck_assert_msg(strstr(resumed.out, "skipped 1 of 8 steps"), "%s", resumed.out);
+    RUN(&resumed, "mlp", "--steps", "2", "--precision", "fp16", "--load", path);
+    assert_ran(&resumed, 2);
+    ck_assert_int_eq(resumed.first_step, 8);
     unlink(path);
     ck_assert_int_eq(rmdir(dir), 0);
 }

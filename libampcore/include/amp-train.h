@@ -165,6 +165,11 @@ amp_status amp_checkpoint_writable(const char *path);
 // disabled GradScaler's load ignores that state, as PyTorch's does. AMP_ERR_CORRUPT as
 // amp_checkpoint_load; a file without a scaler record gives false.
 amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled);
+// The number the saved run's next step had (*step; amp_ctx_step_index of the optimizer's context
+// at the save, the steps the GradScaler skipped counted, which amp_optim_steps leaves out), for
+// amp_ctx_set_step_index after amp_checkpoint_load; -1 for a file saved without an optimizer or
+// by a build older than this field. AMP_ERR_CORRUPT as amp_checkpoint_load.
+amp_status amp_checkpoint_next_step(const char *path, int64_t *step);
 
 #ifdef __cplusplus
 }

@@ -843,6 +843,8 @@ void amp_instr_scale(amp_ctx_t *ctx, const amp_tensor_t *rec);
 // The optimizer step, skipped on the device when found_inf (f32 [1], may be NULL) is not zero:
 // GradScaler.step() without a wait (optim.c).
 void amp_optim_step_unless(amp_optim_t *opt, const amp_tensor_t *found_inf);
+// The context the optimizer was made in.
+amp_ctx_t *amp_optim_ctx(const amp_optim_t *opt);
 
 // ---------------------------------------------------------------------------------------------
 // NVTX ranges for CUDA captures (nvtx.c): pushed only when ctx->nvtx is set.

@@ -3,11 +3,12 @@
 /*
  * checkpoint.c — parameters, optimizer state and GradScaler state in one binary file.
  *
- * File format, version 2. Integers are little-endian, floats are their IEEE bit patterns
+ * File format, version 3. Integers are little-endian, floats are their IEEE bit patterns
  * (f32/f64), tensor data is the dtype's storage format (f16/bf16 bits, little-endian):
  *
  *   header   char magic[8] = "AMPCKPT1"
- *            u32  version = 2 (version 1 files, with f32 optimizer hyperparameters, still load)
+ *            u32  version = 3 (version 1 files, with f32 optimizer hyperparameters, and version 2
+ *                             files, without a STEP record, still load)
  *            u32  n_records
  *            u64  payload_bytes               bytes of the records that follow
  *   payload  n_records records, each
@@ -28,8 +29,11 @@
  *                       body: u32 enabled | f32 scale | f64 growth_factor | f64 backoff_factor |
  *                             i32 growth_interval | i32 growth_tracker  (enabled 0: saved from a
  *                             disabled GradScaler, the rest is 0)
+ *   type 5 STEP         name: "step"
+ *                       body: i64 next_step    the number the optimizer's context gives its next
+ *                             step (amp_ctx_step_index), skipped steps counted, unlike OPTIM's
  *
- * At most one OPTIM and one SCALER record; one OPTIM_STATE per optimizer parameter. Saving
+ * At most one OPTIM, one SCALER and one STEP record (STEP written with OPTIM); one OPTIM_STATE per optimizer parameter. Saving
  * writes a temporary file of its own beside path (path.PID.N.tmp), fsyncs it and renames it over
  * path (over the file a symbolic link names, made if it is not there yet; never over a device, a
  * pipe or a directory). Loading checks the header against the
@@ -52,11 +56,11 @@
 #endif
 
 #define CK_MAGIC "AMPCKPT1"
-#define CK_VERSION 2u // version 1: the optimizer's hyperparameters in f32
+#define CK_VERSION 3u // version 1: the optimizer's hyperparameters in f32; 2: no STEP record
 #define CK_HEADER_BYTES 24u
 #define CK_RECORD_MIN_BYTES 16u // type, name_len, body_len
 
-enum { REC_PARAM = 1, REC_OPTIM = 2, REC_OPTIM_STATE = 3, REC_SCALER = 4 };
+enum { REC_PARAM = 1, REC_OPTIM = 2, REC_OPTIM_STATE = 3, REC_SCALER = 4, REC_STEP = 5 };
 
 // ---------------------------------------------------------------------------------------------
 // CRC-32 (reflected polynomial 0xEDB88320); the table is built per call, it costs nothing.
@@ -225,6 +229,8 @@ static void put_records(writer *w, amp_tensor_t *const *params, int n, const amp
             for (uint32_t k = 0; k < n_state; k++)
                 put_tensor(w, amp_optim_state(opt, i, k));
         }
+        put_record_head(w, REC_STEP, "step", 8);
+        put_u64(w, (uint64_t)amp_ctx_step_index(amp_optim_ctx(opt)));
     }
     if (sc) {
         amp_scaler_state st = {0};
@@ -442,6 +448,7 @@ typedef struct ck_file {
     uint32_t n_recs, n_params, n_optim_states;
     uint32_t version;
     bool has_optim, has_scaler;
+    int64_t next_step; // the STEP record's; -1 without one
     amp_optim_params optim;
     int64_t optim_steps;
     uint32_t optim_n_params, optim_n_state;
@@ -620,6 +627,11 @@ static amp_status decode_body(ck_file *f, ck_record *rec, reader body) {
         if (!body.ok || enabled > 1) return corrupt(f, "bad scaler state", rec);
         break;
     }
+    case REC_STEP:
+        if (f->next_step >= 0) return corrupt(f, "a second step record", rec);
+        f->next_step = (int64_t)get_u64(&body);
+        if (!body.ok || !countable(f->next_step)) return corrupt(f, "bad step record", rec);
+        break;
     default:
         return corrupt(f, "unknown record type", rec);
     }
@@ -652,7 +664,7 @@ static const ck_record *find_duplicate(const ck_file *f) {
 
 // Reads and checks the whole file: header, size, CRC, every record.
 static amp_status ck_file_read(const char *path, ck_file *f) {
-    *f = (ck_file){.path = path};
+    *f = (ck_file){.path = path, .next_step = -1};
     size_t size = 0;
     uint32_t n_records = 0;
     uint64_t payload = 0;
@@ -818,6 +830,17 @@ amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled) {
     ck_file f;
     amp_status st = ck_file_read(path, &f);
     if (st == AMP_OK) *enabled = f.has_scaler && f.scaler_enabled;
+    ck_file_free(&f);
+    return st;
+}
+
+amp_status amp_checkpoint_next_step(const char *path, int64_t *step) {
+    if (!step) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: step is NULL");
+    *step = -1;
+    if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
+    ck_file f;
+    amp_status st = ck_file_read(path, &f);
+    if (st == AMP_OK) *step = f.next_step;
     ck_file_free(&f);
     return st;
 }

@@ -229,6 +229,10 @@ static int64_t count_of(const amp_optim_t *opt, int i) {
     return v;
 }
 
+amp_ctx_t *amp_optim_ctx(const amp_optim_t *opt) {
+    return opt->ctx;
+}
+
 int64_t amp_optim_steps(const amp_optim_t *opt) {
     return count_of(opt, opt->n);
 }
