@@ -782,6 +782,7 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
     if (!o->quiet) print_header(o, ps, sc, opt, first_step);
 
     float first = NAN, last = NAN;
+    float scale = amp_scaler_get_scale(sc); // the step's, read again after each update
     int64_t skipped = 0;
     for (int64_t i = 0; i < o->steps; i++) {
         sample_step s = {.ctx = ctx, .opts = o, .index = first_step + i};
@@ -789,14 +790,17 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
         amp_autocast_begin(ctx, o->precision != AMP_DTYPE_F32, autocast_dtype, true);
         amp_tensor_t *loss = loss_fn(model, &s); // f32 scalar
         amp_autocast_end(ctx);
-        float value = amp_tensor_item(loss);
+        amp_tensor_t *scaled = loss;
         if (o->fault == SAMPLE_FAULT_GRAD_UNDERFLOW) // a mis-normalised loss
-            loss = amp_mul_scalar(ctx, loss, SAMPLE_UNDERFLOW_FACTOR);
-        amp_backward(ctx, amp_scaler_scale(sc, ctx, loss));
-        float scale = amp_scaler_get_scale(sc);
-        bool was_skipped = false;
-        amp_status st = amp_scaler_step(sc, opt, &was_skipped);
+            scaled = amp_mul_scalar(ctx, loss, SAMPLE_UNDERFLOW_FACTOR);
+        amp_backward(ctx, amp_scaler_scale(sc, ctx, scaled));
+        amp_status st = amp_scaler_step(sc, opt, NULL); // skipped or not on the device
         if (st == AMP_OK) st = amp_scaler_update(sc);
+        // The step's numbers are read once all of it is queued: on a GPU the one wait of the
+        // step comes at its end (a read of the loss before the backward left the GPU idle
+        // while the backward's first kernels were launched).
+        float value = amp_tensor_item(loss);
+        bool was_skipped = st == AMP_OK && amp_scaler_last_found_inf(sc) > 0;
         amp_ctx_step_end(ctx, value);
         amp_ctx_reset(ctx);
         step_free(&s);
@@ -809,6 +813,7 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
                    loss_value(value), (double)scale, (long long)skipped);
             fflush(stdout);
         }
+        scale = amp_scaler_get_scale(sc);
     }
     printf("final loss %.4f (from %.4f), skipped %lld of %lld steps\n", loss_value(last), loss_value(first),
            (long long)skipped, (long long)o->steps);
