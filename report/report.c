@@ -317,6 +317,21 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
         if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
         s->loss_nonfinite = s->has_loss && !s->loss_finite;
     }
+    if (!finish(db, m->path, q, rc, err)) return false;
+
+    // each process's first finite loss, whatever the focus: the mark a fitted batch is judged by
+    if (!prepare(db, m->path,
+                 "SELECT pid, loss, MIN(step) FROM AMP_STEPS WHERE loss_finite = 1 GROUP BY pid", m,
+                 &q, err))
+        return false;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const int32_t pid = sqlite3_column_int(q, 0);
+        const double first = fabs(col_f64(q, 1));
+        for (size_t i = 0; i < m->n_steps; i++) {
+            report_step *s = &m->steps[i];
+            if (s->pid == pid && s->loss_finite) s->fitted = fabs(s->loss) <= 1e-6 * first;
+        }
+    }
     return finish(db, m->path, q, rc, err);
 }
 
@@ -521,9 +536,11 @@ bool report_dtype_lowp(const char *dtype) {
 
 // max: report_dtype_max(s->target), looked up once a group rather than once a row; thrown: a
 // gradient of a step whose update the GradScaler skipped, whose values never reached the weights
-// (at a scale driven to 0 they are all zero), or of a step whose loss was not finite (a broken
-// step: a loss with no target to average over has a gradient of zeros); its elements, underflow
-// and zeros are left out.
+// (at a scale driven to 0 they are all zero), of a step whose loss was not finite (a broken
+// step: a loss with no target to average over has a gradient of zeros), or of a step whose loss
+// was 0 or a millionth of the first (a model that fits its batch: the usual losses, never
+// negative, have a gradient of zeros or next to nothing there, nothing left to learn); its
+// elements, underflow and zeros are left out.
 static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt *q) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);
     const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL;
@@ -643,7 +660,9 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             max = report_dtype_max(last->target);
         }
         const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
-        add_stats_row(last, max, st && ((st->has_scale && st->skipped) || st->loss_nonfinite), q);
+        const bool thrown =
+            st && ((st->has_scale && st->skipped) || st->loss_nonfinite || st->fitted);
+        add_stats_row(last, max, thrown, q);
         const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL; // (SQLite's NaN)
         const double amax = has_amax ? sqlite3_column_double(q, 7) : NAN;
         const int64_t step = sqlite3_column_int64(q, 8);

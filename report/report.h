@@ -53,6 +53,7 @@ typedef struct report_step {
     bool loss_finite; // false also when not recorded
     bool has_loss;    // a step record came (its row holds more than the GradScaler's update)
     bool loss_nonfinite; // a step record came with a NaN/inf loss (has_loss, not loss_finite)
+    bool fitted; // the loss is 0 or within a millionth of its process's first: the batch is fitted
     bool has_scale;   // a GradScaler update was recorded
     double scale_before, scale_after;
     bool found_inf, skipped;
@@ -179,6 +180,7 @@ typedef struct report_perf {
     int64_t short_launches;        // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns;        // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+    int64_t sync_gap_ns;           // of gap_ns: gaps a host synchronisation ended in
     int64_t attributed_ns;         // kernel time attributed to an AMP_OPS op
     int64_t counter_samples;       // GPU_METRICS samples in the window
 } report_perf;

@@ -72,6 +72,8 @@ typedef struct loader {
     report_model *m;
     char *err;
     int64_t lo_ns, hi_ns;
+    int64_t *sync_ends; // the host synchronisations' ends, in order
+    size_t n_sync_ends;
 } loader;
 
 static bool prep(loader *l, const char *sql, sqlite3_stmt **q) {
@@ -264,7 +266,32 @@ static bool load_copies(loader *l) {
         p->sync_ns = i64(q, 1);
         rc = sqlite3_step(q);
     }
+    if (!done(l, q, rc)) return false;
+
+    if (!prep(l,
+              "SELECT end FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE start BETWEEN ?1 AND ?2 "
+              "AND end >= start ORDER BY end",
+              &q))
+        return false;
+    size_t cap = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        AMP_GROW(l->sync_ends, l->n_sync_ends, cap);
+        l->sync_ends[l->n_sync_ends++] = sqlite3_column_int64(q, 0);
+    }
     return done(l, q, rc);
+}
+
+// Whether a host synchronisation ended in [from, to] (ends: in order).
+static bool sync_ended_in(const int64_t *ends, size_t n, int64_t from, int64_t to) {
+    size_t lo = 0, hi = n; // the first end >= from
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ends[mid] < from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ends[lo] <= to;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -364,8 +391,11 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
 }
 
 // The timeline in start order: per-step busy time, and after the warm-up (report_perf) busy
-// time (union of kernel intervals) and idle gaps.
-static void timeline(report_model *m, launch *v, size_t n) {
+// time (union of kernel intervals) and idle gaps, those a host synchronisation ended in apart
+// (the GPU ran out of work while the host waited for it, and idled on until the host launched
+// again: with no wait the host would have queued that work ahead).
+static void timeline(const loader *l, launch *v, size_t n) {
+    report_model *m = l->m;
     report_perf *p = &m->perf;
     amp_sort(v, n, sizeof *v, cmp_start);
     step_clock c;
@@ -395,6 +425,7 @@ static void timeline(report_model *m, launch *v, size_t n) {
             if (gap >= REPORT_GAP_NS) {
                 p->gaps++;
                 p->gap_ns += gap;
+                if (sync_ended_in(l->sync_ends, l->n_sync_ends, cur_end, s)) p->sync_gap_ns += gap;
                 if (gap > p->largest_gap_ns) {
                     p->largest_gap_ns = gap;
                     p->largest_gap_start_ns = cur_end;
@@ -800,12 +831,13 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     bool ok = load_gpu(&l) && load_kernels(&l, &names, &v, &n) && load_copies(&l) &&
               load_ops(&l, n ? &rows : NULL, &n_rows);
     if (ok && n) {
-        timeline(m, v, n); // sorts v by start, as load_counters wants it
+        timeline(&l, v, n); // sorts v by start, as load_counters wants it
         ok = load_counters(&l, v, n) && name_kernels(&l, &names) &&
              (n_rows == 0 || attribute(&l, v, n, rows, n_rows));
     }
     free(v);
     free(rows);
+    free(l.sync_ends);
     free(names.ids);
     free(names.index.slots);
     amp_sort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);

@@ -48,7 +48,7 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
                  "Keep the GPU fed: load and augment data in worker processes (DataLoader "
                  "num_workers, pin_memory=True, non_blocking copies prefetched a step ahead), and "
                  "take host synchronisations out of the loop.");
-    } else if ((double)p->sync_ns >= 0.25 * gap) {
+    } else if ((double)p->sync_ns >= 0.25 * gap || (double)p->sync_gap_ns >= 0.25 * gap) {
         cause = "host synchronisations";
         snprintf(f->advice, sizeof f->advice, "%s", report_sync_advice);
     } else {
@@ -69,17 +69,20 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
     snprintf(f->detail, sizeof f->detail,
              "Kernels kept the GPU busy %.6g of %.6g ms from the first kernel%s to the last%s; "
              "%.6g ms fell in gaps. Meanwhile: %lld host synchronisations in the whole run "
-             "(%.6g ms), %lld host-to-device copies%s (%lld from pageable memory). Most likely "
-             "cause: %s.",
+             "(%.6g ms; %.6g ms of the gaps are where one ended, the GPU out of work until the "
+             "host launched again), %lld host-to-device copies%s (%lld from pageable memory). "
+             "Most likely cause: %s.",
              (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6,
              p->warmup_kernels ? " after step 0" : "", warmup, (double)p->gap_ns / 1e6,
-             (long long)p->syncs, (double)p->sync_ns / 1e6, (long long)p->htod_copies,
+             (long long)p->syncs, (double)p->sync_ns / 1e6, (double)p->sync_gap_ns / 1e6,
+             (long long)p->htod_copies,
              p->warmup_kernels || p->warmup_copies ? " after step 0" : "",
              (long long)p->pageable_copies, cause);
     report_finding_evidence(f, "idle_share", share);
     report_finding_evidence(f, "gaps", (double)p->gaps);
     report_finding_evidence(f, "gap_ms", (double)p->gap_ns / 1e6);
     report_finding_evidence(f, "largest_gap_ms", (double)p->largest_gap_ns / 1e6);
+    report_finding_evidence(f, "sync_gap_ms", (double)p->sync_gap_ns / 1e6);
     report_finding_evidence(f, "busy_ms", (double)p->busy_ns / 1e6);
     report_finding_evidence(f, "span_ms", (double)p->span_ns / 1e6);
     report_finding_evidence(f, "warmup_kernels", (double)p->warmup_kernels);

@@ -19,8 +19,10 @@
  * GradScaler skipped are left out (their gradients never reached the weights; after a collapse
  * to a scale of 0 they are all zero), and so are steps whose loss was not finite (a broken step's
  * gradients tell nothing of underflow: a loss over no target, every one ignore_index, has a
- * gradient of zeros). In bf16, whose range is fp32's, a gradient of zeros is no underflow (a
- * saturated softmax, a dead ReLU): only the values below bf16's smallest normal count.
+ * gradient of zeros) or fitted (a loss of 0 or a millionth of the first, as a large model soon
+ * reaches on a small synthetic task: its gradients are zeros or next to nothing, and there is
+ * nothing left for them to teach). In bf16, whose range is fp32's, a gradient of zeros is no
+ * underflow (a saturated softmax, a dead ReLU): only the values below bf16's smallest normal count.
  *
  * Gradients that are all vanishingly small (the largest of the run 2^32 under the scale target,
  * about 7.6e-6: a loss divided twice, a tiny loss weight) are named even when nothing underflows

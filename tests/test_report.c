@@ -1472,6 +1472,25 @@ START_TEST(grad_underflow_leaves_out_a_broken_step) {
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 1);
     release();
+    // and left out where the batch is fitted, the loss 0 or a millionth of the first: a large
+    // mlp on the samples' data got there within three steps on an H200, its gradients all zero
+    // or underflowing at a loss of 1.4e-9
+    for (int i = 0; i < 2; i++) {
+        sql(i ? "UPDATE AMP_STEPS SET loss = 0 WHERE step = 3;"
+              : "UPDATE AMP_STEPS SET loss = 1.4e-9 * (SELECT loss FROM AMP_STEPS WHERE step = 0) "
+                "WHERE step = 3;");
+        analyse("grad-underflow", INT64_MIN, INT64_MAX);
+        ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
+        release();
+        analyse("grad-underflow", 3, 3); // whatever the focus
+        ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
+        release();
+    }
+    sql("UPDATE AMP_STEPS SET loss = 1e-5 * (SELECT loss FROM AMP_STEPS WHERE step = 0) "
+        "WHERE step = 3;"); // a small loss that still trains
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    release();
 }
 END_TEST
 
@@ -1864,6 +1883,18 @@ START_TEST(gpu_idle_advice_follows_the_gaps) {
     ck_assert_uint_eq(findings.n, 1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "Most likely cause: host synchronisations"));
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, ".item()"));
+    release();
+    wipe();
+    // synchronisations that block the host next to nothing (1 us, the GPU done already) but end
+    // in the gaps: the GPU idles after each until the host launches again (a sample that read
+    // its loss before the backward, on an H200)
+    gpu_run(5, 10, 100000, 500000, 1e9, 1e7);
+    syncs(5, 1000);
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "Most likely cause: host synchronisations"));
+    // after step 0 (the warm-up): three 0.5 ms gaps a step and three 4.5 ms gaps between steps
+    ck_assert_close(evidence(&findings.v[0], "sync_gap_ms"), 4 * 1.5 + 3 * 4.5, 1e-6, 0);
     release();
     wipe();
     gpu_run(5, 10, 100000, 500000, 1e9, 1e7);
