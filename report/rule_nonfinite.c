@@ -661,6 +661,40 @@ static void add_loss_only(const report_model *m, const report_event *e, report_f
     report_finding_evidence(f, "loss", e->value);
 }
 
+// A non-finite loss in AMP_STEPS that no loss_nonfinite event came with: a producer of its own
+// through the record API that records steps alone (libampcore and the PyTorch bridge send the
+// event). The first such step leads.
+static void add_step_loss_only(const report_model *m, report_findings *out) {
+    const report_step *first = NULL;
+    int64_t n = 0;
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *st = &m->steps[i];
+        if (!st->loss_nonfinite) continue;
+        n++;
+        if (!first || st->step < first->step) first = st;
+    }
+    if (!first) return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
+    f->first_step = f->last_step = first->step;
+    report_finding_where(f, NULL, NULL, NULL);
+    f->pid = first->pid;
+    snprintf(f->title, sizeof f->title,
+             "the loss became %s at step %lld with no op traced as the producer",
+             isinf(first->loss) ? "inf" : "NaN", (long long)first->step);
+    snprintf(f->detail, sizeof f->detail,
+             "%lld step%s recorded a non-finite loss (AMP_STEPS), and no event names the op "
+             "that made it: the program's records hold no loss_nonfinite or nonfinite_producer "
+             "event.",
+             (long long)n, n == 1 ? "" : "s");
+    snprintf(f->advice, sizeof f->advice,
+             "Check the loss computation: compute it in fp32 from fp32 logits with a fused "
+             "cross_entropy/log_softmax, guard logs and divisions with an eps; then record "
+             "per-layer statistics (libampcore or the PyTorch bridge under ampprobe run) to trace "
+             "the producing op.");
+    report_finding_evidence(f, "steps_affected", (double)n);
+    report_finding_evidence(f, "loss", first->loss);
+}
+
 // A backward producer of pid before e's step, in a step without a loss scale.
 static bool unscaled_backward_before(const report_model *m, const report_event *e) {
     for (size_t i = 0; i < m->n_events; i++) {
@@ -710,11 +744,18 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
     if (any_root) return;
     // A non-finite loss that no forward producer explains, nor a backward that went non-finite
     // before it without a GradScaler to skip its step (the optimizer stepped on NaN gradients).
+    bool loss_events = false;
     for (size_t i = 0; i < m->n_events; i++) {
-        if (is(&m->events[i], AMP_EVENT_LOSS_NONFINITE) &&
-            !unscaled_backward_before(m, &m->events[i])) {
+        if (!is(&m->events[i], AMP_EVENT_LOSS_NONFINITE)) continue;
+        loss_events = true;
+        if (!unscaled_backward_before(m, &m->events[i])) {
             add_loss_only(m, &m->events[i], out);
             return;
         }
     }
+    // (and one whose steps alone say so: no event at all, no producer in any event)
+    bool producers = false;
+    for (size_t i = 0; i < m->n_events && !producers; i++)
+        producers = is(&m->events[i], AMP_EVENT_NONFINITE_PRODUCER);
+    if (!loss_events && !producers) add_step_loss_only(m, out);
 }

@@ -805,6 +805,23 @@ START_TEST(nonfinite_loss_with_every_target_ignored_is_explained) {
 }
 END_TEST
 
+// A producer of its own that records steps with a NaN loss and no event at all: an error all the
+// same, from the steps (the verdict read "Healthy ... stayed finite" over 12 NaN losses).
+START_TEST(nonfinite_loss_of_the_steps_alone_is_an_error) {
+    healthy(6);
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 2;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("nonfinite-root-cause", AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].title,
+                     "the loss became NaN at step 2 with no op traced as the producer");
+    ck_assert_close(evidence(&findings.v[0], "steps_affected"), 4, 0, 0);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Training broke", 14) == 0, "verdict: %s", verdict);
+    release();
+}
+END_TEST
+
 // A padding row masked whole: the attention's softmax over it is NaN.
 START_TEST(nonfinite_softmax_of_a_row_masked_whole_is_explained) {
     explained("(1, 3, 2, 'softmax', 'fwd', 'nonfinite_producer', 'error', 32, 0, 'input 0 f16 "
@@ -3089,6 +3106,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_sum_overflow_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_loss_with_every_target_ignored_is_explained);
+    tcase_add_test(tc, nonfinite_loss_of_the_steps_alone_is_an_error);
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
     tcase_add_test(tc, nonfinite_div_by_small_values_is_an_overflow);
