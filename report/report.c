@@ -1275,7 +1275,9 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return false;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
-    const char *what = s.steps == 0             ? "No training step was recorded"
+    const char *what = s.steps == 0 && report_focused(m) && m->end.last_step >= 0
+                           ? "No step in the focused steps (--steps)"
+                       : s.steps == 0           ? "No training step was recorded"
                        : went_past_error(&s, f) ? "Training went on past an error"
                        : errors                 ? "Training broke"
                                                 : "Training ran, with problems";

@@ -16,7 +16,8 @@
  * `ampprobe run --torch` (META bridge_error) is a warning too: the run has no numerics; so is one
  * that found no model to watch (META no_model) in a run where no process recorded a step. So
  * are processes the program started and left running when it exited (META orphans: `train &`
- * as a script's last line): what they record after it is not in the database.
+ * as a script's last line): what they record after it is not in the database. A focus (--steps)
+ * that ends before the last recorded step makes the program's end a note: its steps ran on.
  */
 #define _GNU_SOURCE // sigabbrev_np
 #include "report.h"
@@ -151,6 +152,16 @@ static void program_end(const report_model *m, report_findings *out) {
                      exc ? " and where it was raised" : "");
     }
     steps_of(f, e);
+    // a focus (--steps) that ends before the program's last step judges steps that ran on
+    if (report_focused(m) && e->last_step > m->step_hi) {
+        f->severity = AMP_SEVERITY_INFO;
+        f->leads = false;
+        size_t k = strlen(f->detail);
+        snprintf(f->detail + k, sizeof f->detail - k,
+                 " That was after the focused steps (--steps, to step %lld), which ran on past "
+                 "them: a note here, judged by the report of the whole run.",
+                 (long long)m->step_hi);
+    }
     report_finding_evidence(f, "exit_status", status);
     report_finding_evidence(f, "last_step", e->last_step >= 0 ? (double)e->last_step : NAN);
 }

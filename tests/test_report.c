@@ -2140,6 +2140,32 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
 }
 END_TEST
 
+// A focus (--steps) that ends before the crash judges steps that ran on past it: the crash is a
+// note there (it was an error, exit 1 under --fail-on error, for a gate on steps 0-3); a focus
+// past the last step names no step and says it was not "recorded".
+START_TEST(run_end_after_the_focus_is_a_note) {
+    healthy(10);
+    ended(128 + SIGSEGV, "complete");
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = 0;");
+    analyse(NULL, 0, 3);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_INFO), 1);
+    ck_assert_ptr_nonnull(strstr(first_of("run-end")->detail, "after the focused steps"));
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Healthy", 7) == 0, "verdict: %s", verdict);
+    release();
+    analyse(NULL, 5, 9); // the crash after step 9, the focus's last
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_ERROR), 1);
+    release();
+    analyse(NULL, 100, 200);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(
+        strncmp(verdict, "No step in the focused steps (--steps): the program crashed", 59) == 0,
+        "verdict: %s", verdict);
+    release();
+}
+END_TEST
+
 // META exit_signal (the launcher's since 2026-12-02) tells a program that exited with 139 by
 // itself from one SIGSEGV ended; without it (older runs) 128+N reads as signal N.
 START_TEST(run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so) {
@@ -2240,7 +2266,11 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     // a script that exits 1 on its NaN loss: said, and tied to the root-cause finding
     sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step = 9;");
     ended(1, "complete");
-    analyse("run-end", 2, 5); // the focus does not hide how the run ended
+    analyse("run-end", 2, 5); // the focus does not hide how the run ended (a note after it)
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    release();
+    analyse("run-end", 2, 9);
     ck_assert_uint_eq(findings.n, 1);
     ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_WARNING);
     ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 1 after step 9");
@@ -3164,6 +3194,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
     tcase_add_test(tc, run_end_a_clean_exit_is_quiet);
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
+    tcase_add_test(tc, run_end_after_the_focus_is_a_note);
     tcase_add_test(tc, run_end_an_exit_above_128_is_no_signal_when_the_launcher_says_so);
     tcase_add_test(tc, run_end_names_the_processes_left_running);
     tcase_add_test(tc, recorded_events_of_a_producers_own_kinds_are_findings);
