@@ -191,6 +191,9 @@ void report_figures(const report_model *m, const report_findings *f, const repor
                               .final_loss = NAN,
                               .last_loss = NAN};
     report_program_of(m->command, r->program, sizeof r->program);
+    char *shown = report_strdup_name(r->program); // (a newline in it would forge a line)
+    snprintf(r->program, sizeof r->program, "%s", shown);
+    free(shown);
     for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
         r->autocast = m->ops[i].policy[0] != 0;
     r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;

@@ -272,6 +272,9 @@ void report_model_free(report_model *m);
 // The length (1-4) of the valid UTF-8 character s starts with; 0 when s starts with a byte that
 // begins none (a stray continuation, an overlong form, a surrogate, a cut-off sequence).
 size_t report_utf8_seq(const char *s);
+// Whether s starts with a C1 control character (U+0080..U+009F, two bytes in UTF-8): the text
+// outputs show it as '?', as they show the C0 controls.
+bool report_c1_control(const char *s);
 // s (NULL: "") into dst[n]; a longer s cut on a character's boundary and ended with "…", so
 // that the cut shows. Returns dst: names in a finding's sentences go through it, never "%.80s".
 const char *report_cut_name(char *dst, size_t n, const char *s);

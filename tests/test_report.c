@@ -2430,16 +2430,19 @@ START_TEST(text_shows_control_characters_of_user_strings) {
     // whose names held them grouped as before
     sql("UPDATE AMP_TENSOR_STATS SET op = op || char(2); UPDATE AMP_OPS SET op = op || char(4); "
         "UPDATE AMP_EVENTS SET op = op || char(2) WHERE op = 'mul';");
+    // (char(155) is U+009B, CSI, a C1 control; char(133) U+0085, NEL, a line break)
     sql("UPDATE AMP_LAYERS SET name = 'evil' || char(27) || '[2J' || char(27) || ']0;pwned' || "
-        "char(7) WHERE id = 0;"
+        "char(7) || char(155) || '1m' WHERE id = 0;"
         "INSERT OR REPLACE INTO META VALUES ('command', './train' || char(13) || char(27) || "
-        "'[31mfake', 0);");
+        "'[31mfake' || char(10) || 'forged' || char(133), 0);");
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
     ck_assert_ptr_null(strchr(t, 27));
     ck_assert_ptr_null(strchr(t, 7));
-    ck_assert_ptr_nonnull(strstr(t, "layer evil?[2J?]0;pwned?, op mul? (fwd)"));
-    ck_assert_ptr_nonnull(strstr(t, "command:     ./train??[31mfake"));
+    ck_assert_ptr_nonnull(strstr(t, "layer evil?[2J?]0;pwned??1m, op mul? (fwd)"));
+    ck_assert_ptr_nonnull(strstr(t, "command:     ./train??[31mfake?forged?"));
+    ck_assert_ptr_null(strstr(t, "\xc2\x9b"));
+    ck_assert_ptr_null(strstr(t, "\xc2\x85"));
     free(t);
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(model.n_stats, n_stats);
@@ -2460,7 +2463,10 @@ START_TEST(text_shows_control_characters_of_user_strings) {
     ck_assert_ptr_null(strstr(buf, "\033[31m"));
     ck_assert_ptr_null(strchr(buf, 7));
     ck_assert_ptr_null(strchr(buf, 13));
-    ck_assert_ptr_nonnull(strstr(buf, "evil?[2J?]0;pwned?"));
+    ck_assert_ptr_null(strstr(buf, "\xc2\x9b"));
+    ck_assert_ptr_null(strstr(buf, "\xc2\x85"));
+    ck_assert_ptr_null(strstr(buf, "\nforged")); // the diff's program on one line
+    ck_assert_ptr_nonnull(strstr(buf, "evil?[2J?]0;pwned??1m"));
     ck_assert_ptr_nonnull(strstr(buf, "op mul? (fwd)"));
     free(buf);
     release();
