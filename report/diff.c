@@ -45,6 +45,16 @@ static const char *precision_of(const report_model *m) {
     return m->n_ops ? "fp32" : NULL;
 }
 
+// Whether m ran under autocast: an op an autocast policy decided, or, in a run that recorded no
+// op (a producer of its own through the record API), META's precision.
+static bool any_autocast(const report_model *m) {
+    for (size_t i = 0; i < m->n_ops; i++)
+        if (m->ops[i].policy[0]) return true;
+    if (m->n_ops || !m->precision) return false;
+    amp_dtype t;
+    return amp_dtype_parse(m->precision, &t) && (t == AMP_DTYPE_F16 || t == AMP_DTYPE_BF16);
+}
+
 // The next word of a command line as the launcher quoted it ('...' and '\'' for a quote) into
 // out; returns where the word ends, NULL when there is none.
 static const char *next_word(const char *s, char *out, size_t n) {
@@ -194,8 +204,7 @@ void report_figures(const report_model *m, const report_findings *f, const repor
     char *shown = report_strdup_name(r->program); // (a newline in it would forge a line)
     snprintf(r->program, sizeof r->program, "%s", shown);
     free(shown);
-    for (size_t i = 0; i < m->n_ops && !r->autocast; i++)
-        r->autocast = m->ops[i].policy[0] != 0;
+    r->autocast = any_autocast(m);
     r->throughput = r->step_ms > 0 ? 1000 / r->step_ms : NAN;
     if (!p) p = first_proc(m);
     if (p) {
@@ -245,12 +254,6 @@ static const report_process *named_like(const report_model *to, const report_pro
     for (size_t i = 0; i < to->n_procs; i++)
         if (to->procs[i].n_steps && same_name(&to->procs[i], p)) return &to->procs[i];
     return NULL;
-}
-
-static bool any_autocast(const report_model *m) {
-    for (size_t i = 0; i < m->n_ops; i++)
-        if (m->ops[i].policy[0]) return true;
-    return false;
 }
 
 static bool has_error(const report_findings *f) {

@@ -206,6 +206,24 @@ START_TEST(amp_faster_same_loss_either_order) {
 }
 END_TEST
 
+// Two fp16 runs by a producer that records steps and META's precision but no op (the record API
+// alone): neither is "the AMP run" against "the fp16 run".
+START_TEST(amp_runs_without_ops_by_their_precision) {
+    run(a_path, 20, 10.0, 1.0, 0, true, "cuda");
+    run(b_path, 20, 4.0, 1.0, 0, true, "cuda");
+    for (int i = 0; i < 2; i++)
+        sql(i ? b_path : a_path, "DELETE FROM AMP_OPS;"
+                                 "INSERT OR REPLACE INTO META VALUES ('precision', 'fp16', 1);");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "B is 2.5x faster than A");
+    ck_assert_msg(!strstr(t, "AMP run"), "%s", t);
+    free(t);
+    diff_has("json", "\"autocast\": true");
+    sql(a_path, "UPDATE META SET value = 'fp32' WHERE key = 'precision';");
+    diff_has("text", "AMP run (B, fp16) is 2.5x faster than the fp32 run");
+}
+END_TEST
+
 // Runs of different lengths: the verdict says that their final losses are of different steps.
 START_TEST(runs_of_different_lengths_are_said_to_be) {
     run(a_path, 40, 10.0, 1.0, 1000, false, "cuda");
@@ -618,6 +636,7 @@ Suite *diff_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60); // the mlp case records two runs
     tcase_add_test(tc, amp_faster_same_loss_either_order);
+    tcase_add_test(tc, amp_runs_without_ops_by_their_precision);
     tcase_add_test(tc, runs_of_different_lengths_are_said_to_be);
     tcase_add_test(tc, different_programs_are_named);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);
