@@ -852,6 +852,26 @@ START_TEST(overview_of_a_run_without_steps) {
 }
 END_TEST
 
+// A run recorded without CUDA in --trace has no kernels for that reason, not for being a CPU run.
+START_TEST(kernels_view_says_cuda_was_not_traced) {
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX], all[24 * 128];
+    tui_layout l;
+    for (int traced = 0; traced < 2; traced++) {
+        if (traced) sql("INSERT INTO META (key, value, pid) VALUES ('trace', 'amp,nvtx', 0);");
+        ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+        draw_offscreen(&app, TUI_VIEW_KERNELS, &l, all);
+        ck_assert_msg(strstr(all, "no kernel data in this run"), "%s", all);
+        const bool said_trace = strstr(all, "CUDA was not traced (--trace amp,nvtx)") != NULL;
+        const bool said_cpu = strstr(all, "CPU runs record numerics only") != NULL;
+        ck_assert_msg(said_trace == (traced == 1) && said_cpu == (traced == 0), "%s", all);
+        tui_app_free(&app);
+    }
+}
+END_TEST
+
 // Kernels the report ties to ops: the kernels view names the layer most of each one's time ran
 // in (the finder's), with the others counted.
 START_TEST(kernels_view_names_each_kernels_layer) {
@@ -1829,6 +1849,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
     tcase_add_test(model, a_layer_row_is_of_one_dtype);
+    tcase_add_test(model, kernels_view_says_cuda_was_not_traced);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);
     tcase_add_test(model, kernels_of_incomplete_records_are_left_out);
     tcase_add_test(model, overview_shows_a_module_level_first_nonfinite);

@@ -78,7 +78,7 @@ static int severity_rank(const char *s) {
 static const char sql_version[] = "PRAGMA data_version";
 static const char sql_meta[] =
     "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'exit_signal', "
-    "'start_ns', 'end_ns', 'command', 'device', 'precision', 'exception', 'abort') "
+    "'start_ns', 'end_ns', 'command', 'device', 'precision', 'trace', 'exception', 'abort') "
     "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END"; // as the report
 // %s: mem_peak_bytes, or NULL in a database of a schema before 1.2
 static const char sql_steps[] =
@@ -172,6 +172,7 @@ static bool poll_meta(tui_model *m) {
             char **dst = strcmp(key, "command") == 0     ? &m->command
                          : strcmp(key, "device") == 0    ? &m->device
                          : strcmp(key, "precision") == 0 ? &m->precision
+                         : strcmp(key, "trace") == 0     ? &m->trace
                                                          : &m->exception;
             if (!*dst) *dst = amp_xstrdup(value);
         }
@@ -865,6 +866,7 @@ void tui_model_free(tui_model *m) {
     free(m->path);
     free(m->command);
     free(m->device);
+    free(m->trace);
     free(m->precision);
     free(m->exception);
     *m = (tui_model){0};

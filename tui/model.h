@@ -110,6 +110,7 @@ typedef struct tui_model {
     unsigned restarts; // times the model started over on a new file at path (a new run)
     // META (run-wide and the program's own rows)
     char *command, *device, *precision;
+    char *trace; // what ampprobe run recorded (--trace: "amp,cuda,nvtx"); NULL: not said
     char *exception;          // what the program died of (META exception or abort); NULL: none
     bool complete;            // META.status = complete: the run has ended and will not grow
     bool cut_short;           // not complete, but its collector is gone (the launcher was

@@ -74,8 +74,12 @@ static void draw(const tui_app *app, const tui_layout *l) {
     tui_rect b = l->body;
     if (!m->n_kernels) {
         tui_print(b.y + 1, 2, b.w - 4, A_BOLD, "no kernel data in this run");
-        tui_print(b.y + 3, 2, b.w - 4, A_NORMAL,
-                  "CUPTI_ACTIVITY_KIND_KERNEL is empty: CPU runs record numerics only.");
+        if (m->trace && !strstr(m->trace, "cuda"))
+            tui_print(b.y + 3, 2, b.w - 4, A_NORMAL,
+                      "CUDA was not traced (--trace %s): kernels need cuda in --trace.", m->trace);
+        else
+            tui_print(b.y + 3, 2, b.w - 4, A_NORMAL,
+                      "CUPTI_ACTIVITY_KIND_KERNEL is empty: CPU runs record numerics only.");
         return;
     }
     int rest = b.w - 52; // what the fixed columns leave for the name and the layer
