@@ -23,6 +23,7 @@
 #include "amp-impl.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,16 +169,16 @@ static void proc_words(const report_process *p, char *buf, size_t n) {
 // The mean loss of the last 10% of steps s[0..n) (at least 1) and the last step's loss.
 static void tail_losses(const report_step *s, size_t n, double *mean, double *last) {
     size_t tail = n / 10 ? n / 10 : 1, k = 0;
-    double sum = 0;
+    double avg = 0; // a running mean: a sum of losses near DBL_MAX would overflow
     bool broken = false;
     for (size_t i = n > tail ? n - tail : 0; i < n; i++) {
         if (!s[i].has_loss) continue; // (only its scale update came: killed mid-step)
         if (s[i].loss_nonfinite)
             broken = true;
         else
-            sum += s[i].loss, k++;
+            k++, avg += (s[i].loss - avg) / (double)k;
     }
-    *mean = broken ? NAN : k ? sum / (double)k : NAN;
+    *mean = broken ? NAN : k ? avg : NAN;
     *last = NAN;
     for (size_t i = n; i-- > 0;)
         if (s[i].has_loss) {
@@ -304,7 +305,7 @@ static void compare_losses(const report_model *a, const report_process *pa, cons
     const report_step *sa = pa ? a->steps + pa->step0 : NULL,
                       *sb = pb ? b->steps + pb->step0 : NULL;
     const size_t na = pa ? pa->n_steps : 0, nb = pb ? pb->n_steps : 0;
-    double sum = 0;
+    double avg = 0; // running mean of the relative differences
     for (size_t i = 0, j = 0; i < na && j < nb;) {
         const report_step *x = &sa[i], *y = &sb[j];
         if (x->step < y->step) {
@@ -316,15 +317,15 @@ static void compare_losses(const report_model *a, const report_process *pa, cons
             continue;
         }
         if (x->loss_finite && y->loss_finite) {
-            double rel = fabs(y->loss - x->loss) / fmax(fabs(x->loss), 1e-12);
+            double rel = fmin(fabs(y->loss - x->loss) / fmax(fabs(x->loss), 1e-12), DBL_MAX);
             g->common++;
-            sum += rel;
+            avg += (rel - avg) / (double)g->common;
             if (rel > g->max_rel) g->max_rel = rel, g->max_step = x->step;
             if (rel >= DIVERGE && g->diverge_step < 0) g->diverge_step = x->step;
         }
         i++, j++;
     }
-    g->mean_rel = g->common ? sum / (double)g->common : NAN;
+    g->mean_rel = g->common ? avg : NAN;
 }
 
 static bool same_finding(const report_finding *x, const report_finding *y) {
@@ -373,12 +374,14 @@ static int loss_phrase(char *buf, size_t n, const verdict_run *first, const verd
     const double rel = fabs(x - y) / fmax(fabs(base_loss), 1e-12);
     if (rel <= SAME_LOSS)
         return snprintf(buf, n, ", same loss within %.1f%%", fmax(100 * rel, 0.1));
-    if (x > 0 && y > 0 && (x >= 10 * y || y >= 10 * x)) // "960x", not "+95900.0%"
+    if (x > 0 && y > 0 && (x >= 10 * y || y >= 10 * x)) { // "960x", not "+95900.0%"
+        char times[32] = "far";                           // (a ratio beyond a double's range)
+        if (isfinite(x > y ? x / y : y / x))
+            snprintf(times, sizeof times, "%.3gx", x > y ? x / y : y / x);
         return snprintf(buf, n,
-                        ", mean loss of the last 10%% of steps %.4g in %s vs %.4g in %s "
-                        "(%.3gx %s)",
-                        x, first->letter, y, second->letter, x > y ? x / y : y / x,
-                        x > y ? "higher" : "lower");
+                        ", mean loss of the last 10%% of steps %.4g in %s vs %.4g in %s (%s %s)", x,
+                        first->letter, y, second->letter, times, x > y ? "higher" : "lower");
+    }
     return snprintf(buf, n,
                     ", mean loss of the last 10%% of steps %.4g in %s vs %.4g in %s (%+.1f%%)", x,
                     first->letter, y, second->letter, 100 * (x - y) / fmax(fabs(y), 1e-12));
@@ -512,13 +515,14 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     const int64_t fewer = ra.loss_steps < rb.loss_steps ? ra.loss_steps : rb.loss_steps,
                   more = ra.loss_steps < rb.loss_steps ? rb.loss_steps : ra.loss_steps;
     if ((double)more >= (1 + SAME_LENGTH) * (double)fewer && several)
-        PUT(" A's %s ran %lld steps and B's %s %lld: the final losses are of different points "
+        PUT(" A's %s ran %lld step%s and B's %s %lld: the final losses are of different points "
             "of training (the loss curves compare the steps both ran).",
-            ra.loss_process, (long long)ra.loss_steps, rb.loss_process, (long long)rb.loss_steps);
+            ra.loss_process, (long long)ra.loss_steps, ra.loss_steps == 1 ? "" : "s",
+            rb.loss_process, (long long)rb.loss_steps);
     else if ((double)more >= (1 + SAME_LENGTH) * (double)fewer)
-        PUT(" A ran %lld steps and B %lld: the final losses are of different points of training "
+        PUT(" A ran %lld step%s and B %lld: the final losses are of different points of training "
             "(the loss curves compare the steps both ran).",
-            (long long)ra.loss_steps, (long long)rb.loss_steps);
+            (long long)ra.loss_steps, ra.loss_steps == 1 ? "" : "s", (long long)rb.loss_steps);
 #undef PUT
 }
 
@@ -543,8 +547,11 @@ static const char *num(char *buf, size_t n, double v, const char *none) {
 static void loss_row(FILE *out, const char *label, double a, double b, int64_t a_steps,
                      int64_t b_steps) {
     char x[48], y[48], rel[48] = "";
-    if (isfinite(a) && isfinite(b) && a != 0)
-        snprintf(rel, sizeof rel, "%+.2f%%", 100 * (b - a) / fabs(a));
+    const double change = (b - a) / fabs(a);
+    if (isfinite(a) && isfinite(b) && a != 0 && fabs(change) < 10)
+        snprintf(rel, sizeof rel, "%+.2f%%", 100 * change);
+    else if (isfinite(a) && isfinite(b) && a != 0) // (in percent it could overflow a double)
+        snprintf(rel, sizeof rel, "x%.3g", b / a);
     row(out, label, num(x, sizeof x, a, a_steps ? "not finite" : "not recorded"),
         num(y, sizeof y, b, b_steps ? "not finite" : "not recorded"), rel);
 }
@@ -562,8 +569,19 @@ static void list_unmatched(FILE *out, const char *label, const report_findings *
 
 // The loss curves of process pa of a and pb of b compared, on one line after lead ("" when they
 // have no finite loss at a common step).
+// A relative difference in words: "0.42%", or for ten times and more "1.5e+04x" (as a
+// percentage it could overflow a double).
+static const char *rel_words(char buf[32], double rel) {
+    if (rel < 10)
+        snprintf(buf, 32, "%.2f%%", 100 * rel);
+    else
+        snprintf(buf, 32, "%.3gx", rel);
+    return buf;
+}
+
 static void curves(FILE *out, const report_model *a, const report_process *pa,
                    const report_model *b, const report_process *pb, const char *lead) {
+    char mean[32], max[32];
     loss_gap g;
     compare_losses(a, pa, b, pb, &g);
     if (!g.common) return;
@@ -573,9 +591,9 @@ static void curves(FILE *out, const report_model *a, const report_process *pa,
         return;
     }
     fprintf(out,
-            "%s%lld common steps with finite losses, mean difference %.2f%%, largest %.2f%% at "
-            "step %lld",
-            lead, (long long)g.common, 100 * g.mean_rel, 100 * g.max_rel, (long long)g.max_step);
+            "%s%lld common steps with finite losses, mean difference %s, largest %s at step %lld",
+            lead, (long long)g.common, rel_words(mean, g.mean_rel), rel_words(max, g.max_rel),
+            (long long)g.max_step);
     if (g.diverge_step >= 0)
         fprintf(out, "; they diverge by %.0f%% or more from step %lld", 100 * DIVERGE,
                 (long long)g.diverge_step);

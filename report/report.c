@@ -549,6 +549,15 @@ bool report_dtype_lowp(const char *dtype) {
 // was 0 or a millionth of the first (a model that fits its batch: the usual losses, never
 // negative, have a gradient of zeros or next to nothing there, nothing left to learn); its
 // elements, underflow and zeros are left out.
+// *sum += n, held within +-2^52 (4.5e15 values, no run's count; a database may hold anything),
+// so that the rules' sums over a few thousand groups cannot overflow either.
+static void add_count(int64_t *sum, int64_t n) {
+    const int64_t cap = (int64_t)1 << 52;
+    n = n > cap ? cap : n < -cap ? -cap : n;
+    *sum += n;
+    *sum = *sum > cap ? cap : *sum < -cap ? -cap : *sum;
+}
+
 static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt *q) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);
     const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL;
@@ -558,19 +567,21 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
     if (has_amax && !(amax <= s->amax)) s->amax = amax; // (NaN: the first one)
     if (step < s->first_step) s->first_step = step;
     if (step > s->last_step) s->last_step = step;
-    s->n_overflow += col_i64(q, 9, 0);
-    s->n_nonfinite += nan + posinf + neginf;
+    add_count(&s->n_overflow, col_i64(q, 9, 0));
+    add_count(&s->n_nonfinite, nan);
+    add_count(&s->n_nonfinite, posinf);
+    add_count(&s->n_nonfinite, neginf);
     if (thrown) return;
-    s->numel += numel;
-    s->n_underflow += col_i64(q, 10, 0);
-    s->n_zero += col_i64(q, 11, 0);
-    if (has_amax && amax == 0 && numel > 1 && nan + posinf + neginf == 0) {
+    add_count(&s->numel, numel);
+    add_count(&s->n_underflow, col_i64(q, 10, 0));
+    add_count(&s->n_zero, col_i64(q, 11, 0));
+    if (has_amax && amax == 0 && numel > 1 && nan == 0 && posinf == 0 && neginf == 0) {
         s->zero_tensors++;
         s->zero_numel += numel;
     }
     // within 2x of the target's max with no NaN or +inf (an attention mask's -inf is fine; an
     // output that already overflowed is the business of rule nonfinite-root-cause)
-    if (has_amax && amax >= max / 2 && nan + posinf == 0) {
+    if (has_amax && amax >= max / 2 && nan == 0 && posinf == 0) {
         s->near_max_tensors++;
         if (s->near_first_step < 0 || step < s->near_first_step) s->near_first_step = step;
         if (step > s->near_last_step) s->near_last_step = step;

@@ -224,6 +224,17 @@ START_TEST(amp_runs_without_ops_by_their_precision) {
 }
 END_TEST
 
+// Losses near a double's largest: their means are not summed into inf ("infx lower", "inf%").
+START_TEST(huge_losses_have_finite_figures) {
+    run(a_path, 20, 10.0, 1.0, 0, false, "cuda");
+    run(b_path, 20, 10.0, 5e307, 0, false, "cuda");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "x higher)");
+    ck_assert_msg(!strstr(t, "inf"), "%s", t);
+    free(t);
+}
+END_TEST
+
 // Runs of different lengths: the verdict says that their final losses are of different steps.
 START_TEST(runs_of_different_lengths_are_said_to_be) {
     run(a_path, 40, 10.0, 1.0, 1000, false, "cuda");
@@ -637,6 +648,7 @@ Suite *diff_suite(void) {
     tcase_set_timeout(tc, 60); // the mlp case records two runs
     tcase_add_test(tc, amp_faster_same_loss_either_order);
     tcase_add_test(tc, amp_runs_without_ops_by_their_precision);
+    tcase_add_test(tc, huge_losses_have_finite_figures);
     tcase_add_test(tc, runs_of_different_lengths_are_said_to_be);
     tcase_add_test(tc, different_programs_are_named);
     tcase_add_test(tc, amp_slower_launch_bound_and_loss_gap);

@@ -805,6 +805,22 @@ START_TEST(nonfinite_loss_with_every_target_ignored_is_explained) {
 }
 END_TEST
 
+// Counts near INT64_MAX (a database may hold anything) are held at 2^52, not overflowed in the
+// loading or in the rules' sums (UBSan in the sanitizer build stops at a signed overflow).
+START_TEST(huge_counts_do_not_overflow) {
+    healthy(4);
+    sql("UPDATE AMP_TENSOR_STATS SET numel = 9223372036854775000, n_nan = 9223372036854775000, "
+        "n_posinf = 9223372036854775000, n_overflow = 9223372036854775000, "
+        "n_underflow = 9223372036854775000, n_zero = 9223372036854775000;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    for (size_t i = 0; i < model.n_stats; i++) {
+        ck_assert(model.stats[i].numel == (int64_t)1 << 52);
+        ck_assert(model.stats[i].n_nonfinite == (int64_t)1 << 52);
+    }
+    release();
+}
+END_TEST
+
 // A producer of its own that records steps with a NaN loss and no event at all: an error all the
 // same, from the steps (the verdict read "Healthy ... stayed finite" over 12 NaN losses).
 START_TEST(nonfinite_loss_of_the_steps_alone_is_an_error) {
@@ -3143,6 +3159,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_loss_with_every_target_ignored_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_the_steps_alone_is_an_error);
+    tcase_add_test(tc, huge_counts_do_not_overflow);
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
     tcase_add_test(tc, nonfinite_div_by_small_values_is_an_overflow);
