@@ -829,6 +829,39 @@ START_TEST(test_truncated_spool) {
 }
 END_TEST
 
+// A poll far behind stops when its time is up (the launcher passes signals on between polls: a
+// backlog of 70 writers held a SIGTERM for over 80 s) and the next goes on where it stopped: a
+// file read in part is not finished as cut short, the files after it wait their turn.
+START_TEST(test_poll_stops_when_its_time_is_up) {
+    fixture f;
+    fixture_init(&f);
+    enum { BIG = 300000 }; // step records, more than two 4 MiB reads
+    write_spool(&f, "1-1.spool", 4242, BIG, NULL, 0);
+    write_spool(&f, "2-1.spool", 4343, 3, NULL, 0);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_poll_for(c, 1), AMP_OK);
+    amp_collector_stats st;
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_gt(st.records, 0);
+    ck_assert_int_lt(st.records, BIG);
+    int polls = 1;
+    for (; st.records < BIG + 3 && polls < 100; polls++) {
+        ck_assert_int_eq(amp_collector_poll_for(c, 1), AMP_OK);
+        amp_collector_get_stats(c, &st);
+    }
+    ck_assert_int_ge(polls, 3);
+    ck_assert_int_eq(st.records, BIG + 3);
+    ck_assert_int_eq(st.warnings, 0);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), BIG + 3);
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES WHERE status = 'complete'"), 2);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 // A spool file shorter than the header it holds says (cut off within the header) is truncated,
 // not complete.
 START_TEST(test_spool_shorter_than_its_header) {
@@ -1419,6 +1452,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_recording_started_again_is_one_process);
     tcase_add_test(w, test_killed_writer_still_ingested);
     tcase_add_test(w, test_truncated_spool);
+    tcase_add_test(w, test_poll_stops_when_its_time_is_up);
     tcase_add_test(w, test_spool_shorter_than_its_header);
     tcase_add_test(w, test_reserve_held_until_the_end);
     tcase_add_test(w, test_corrupt_record_skips_rest);

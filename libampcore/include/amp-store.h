@@ -100,11 +100,15 @@ const char *amp_collector_spool_dir(const amp_collector_t *c);
 char *amp_spool_dir_prefix(const char *db_path);
 // Sets a run-wide META row (pid 0): the command line, options, ...
 amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const char *value);
-// Ingests every record that reached the spool files since the last call, in one transaction (or
-// one per ~200 ms when far behind). Truncated or corrupt spool files are warned about on stderr
+// Ingests the records that reached the spool files since the last call, in one transaction (or
+// one per ~200 ms when far behind), for about 200 ms at most: a collector far behind (writers
+// outpacing it) goes on at the next call, so that its caller stays responsive (the launcher
+// passes signals on between polls). Truncated or corrupt spool files are warned about on stderr
 // once and skipped from the bad spot on; they never fail the poll. AMP_ERR_IO if the database
 // cannot be written.
 amp_status amp_collector_poll(amp_collector_t *c);
+// The same with a time budget of budget_ns (> 0): it stops after the 4 MiB read that passes it.
+amp_status amp_collector_poll_for(amp_collector_t *c, int64_t budget_ns);
 void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out);
 // The process ids of up to max writers still running (as of the last poll) into out; returns
 // how many. The launcher passes its signals on to them.

@@ -38,6 +38,7 @@
 
 #define AMP_EVENTS_KEEP 10        // individual AMP_EVENTS rows per key
 #define COMMIT_EVERY_NS 200000000 // a long poll commits this often, so readers keep up
+#define POLL_BUDGET_NS 200000000  // a poll far behind returns after this, its caller responsive
 #define READ_CHUNK (4u << 20)     // bytes read at once; more than a record's maximum
 #define PUNCH_MIN (1u << 20)      // committed spool bytes given back to the disk at once
 #define PAGE_BYTES 4096u          // holes are punched in whole pages of this size
@@ -86,6 +87,7 @@ struct amp_collector {
     amp_strmap local_strings; // "file index:id" -> StringIds id
     amp_collector_stats stats;
     int64_t txn_start_ns;
+    int64_t poll_until_ns; // CLOCK_MONOTONIC time a poll stops reading at; 0: it reads all
     bool in_txn;
     bool own_spool_dir; // created by amp_collector_new
     bool spool_dir_warned;
@@ -538,8 +540,15 @@ static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *sta
 }
 
 // Reads what the writer appended since the last poll.
-static amp_status file_ingest(amp_collector_t *c, spool_file *f) {
+// Whether the poll's time is up (amp_collector_poll_for): what is left waits for the next one.
+static bool poll_time_up(const amp_collector_t *c) {
+    return c->poll_until_ns && now_ns(CLOCK_MONOTONIC) >= c->poll_until_ns;
+}
+
+// Reads f from where it was left to its end, or until the poll's time is up (*behind).
+static amp_status file_ingest(amp_collector_t *c, spool_file *f, bool *behind) {
     char label[64];
+    *behind = false;
     for (;;) {
         ssize_t n = pread(f->fd, c->buf, READ_CHUNK, (off_t)f->offset);
         if (n < 0) {
@@ -578,6 +587,10 @@ static amp_status file_ingest(amp_collector_t *c, spool_file *f) {
         if ((size_t)n < READ_CHUNK) return AMP_OK; // reached the end for now
         amp_status st = txn_maybe_cut(c);
         if (st != AMP_OK) return st;
+        if (poll_time_up(c)) {
+            *behind = true;
+            return AMP_OK;
+        }
     }
 }
 
@@ -689,16 +702,19 @@ static amp_status poll_files(amp_collector_t *c) {
     amp_status st = txn_begin(c);
     if (st == AMP_OK) st = scan_dir(c);
     int live = 0;
+    bool read_any = false;
     char label[64];
     for (int i = 0; i < c->n_files && st == AMP_OK; i++) {
         spool_file *f = &c->files[i];
         if (f->done) continue;
+        // (the files after the time is up wait their turn; each poll reads one at least)
+        bool behind = read_any && poll_time_up(c);
         // Take the lock before reading: once it is ours, every byte the writer wrote is there.
-        if (!f->writer_gone) f->writer_gone = flock(f->fd, LOCK_EX | LOCK_NB) == 0;
-        st = file_ingest(c, f);
+        if (!f->writer_gone && !behind) f->writer_gone = flock(f->fd, LOCK_EX | LOCK_NB) == 0;
+        if (!behind) st = file_ingest(c, f, &behind), read_any = true;
         if (st != AMP_OK || f->done) continue;
-        if (!f->writer_gone) {
-            live++;
+        if (!f->writer_gone || behind) { // (a file left behind is not finished: more to read)
+            live += !f->writer_gone;
             continue;
         }
         struct stat sb;
@@ -734,9 +750,17 @@ static amp_status poll_files(amp_collector_t *c) {
     return st;
 }
 
-amp_status amp_collector_poll(amp_collector_t *c) {
+amp_status amp_collector_poll_for(amp_collector_t *c, int64_t budget_ns) {
     AMP_ASSERT(!c->finished, "poll after finish");
-    return poll_files(c);
+    AMP_ASSERT(budget_ns > 0, "(amp_collector_poll_for: a budget of at least 1 ns)");
+    c->poll_until_ns = now_ns(CLOCK_MONOTONIC) + budget_ns;
+    amp_status st = poll_files(c);
+    c->poll_until_ns = 0; // (amp_collector_finish reads everything)
+    return st;
+}
+
+amp_status amp_collector_poll(amp_collector_t *c) {
+    return amp_collector_poll_for(c, POLL_BUDGET_NS);
 }
 
 // Removes the spool files left and the directory (the run is over): one still being written, a
