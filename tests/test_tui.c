@@ -1160,6 +1160,11 @@ START_TEST(cut_texts_end_in_an_ellipsis) {
     ck_assert_str_eq(tui_fit(buf, sizeof buf, "events   ", 7, TUI_CUT_END), "events "); // padding
     ck_assert_str_eq(tui_fit(buf, sizeof buf, "events", 2, TUI_CUT_END), "..");
     ck_assert_str_eq(tui_fit(buf, sizeof buf, "events", 0, TUI_CUT_END), "");
+    // a recorded name's control characters (a newline broke a row, ESC drew as two columns
+    // counted as one) show as '?', a C1 one (CSI, U+009B) as one '?' too
+    ck_assert_str_eq(tui_fit(buf, sizeof buf, "enc\nFAKE\033[31m\t\xc2\x9bz", 20, TUI_CUT_END),
+                     "enc?FAKE?[31m??z");
+    ck_assert_str_eq(tui_cell(buf, sizeof buf, "a\nb", 5, TUI_CUT_END), "a?b  ");
     ck_assert_str_eq(tui_fit_path(buf, sizeof buf, "/tmp/runs/live1.sqlite.log", 26),
                      "/tmp/runs/live1.sqlite.log");
     ck_assert_str_eq(tui_fit_path(buf, sizeof buf, "/tmp/runs/live1.sqlite.log", 20),

@@ -4,12 +4,15 @@
 #define _GNU_SOURCE
 #include "widgets.h"
 
+#include "amp-impl.h"
+
 #include <curses.h>
 #include <langinfo.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <wchar.h>
 
@@ -68,7 +71,39 @@ static size_t tail_of(const char *text, int col) {
     return i;
 }
 
+// Whether text holds a control character (C0, DEL, C1 as UTF-8): the terminal would act on it
+// (a newline breaks the layout, ESC starts a sequence) or show it in more columns than counted.
+static bool has_control(const char *text) {
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) return true;
+    return false;
+}
+
+// text with each control character made '?' (a C1 one's two bytes into one); free it.
+static char *without_controls(const char *text) {
+    char *out = amp_xstrdup(text), *o = out;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+            *o++ = '?', p++;
+        else
+            *o++ = *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
+    }
+    *o = 0;
+    return out;
+}
+
+static char *fit(char *dst, size_t n, const char *text, int w, tui_cut where);
+
+// (recorded names come from any program: one with control characters is shown with '?')
 char *tui_fit(char *dst, size_t n, const char *text, int w, tui_cut where) {
+    if (!has_control(text)) return fit(dst, n, text, w, where);
+    char *clean = without_controls(text);
+    fit(dst, n, clean, w, where);
+    free(clean);
+    return dst;
+}
+
+static char *fit(char *dst, size_t n, const char *text, int w, tui_cut where) {
     if (!n) return dst;
     const size_t len = strlen(text);
     const int cols = columns(text, len);
