@@ -975,13 +975,13 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         fprintf(out, "%s</td></tr>", cov[i].note);
     }
     if (s.steps) {
-        char steps[64];
+        char steps[64], loss[32];
         report_steps_phrase(&s, false, steps, sizeof steps);
         fprintf(out,
                 "<tr><td>steps</td><td>%s (%lld-%lld), %lld skipped, %lld with a "
-                "non-finite loss</td></tr><tr><td>final loss</td><td>%.6g</td></tr>",
+                "non-finite loss</td></tr><tr><td>final loss</td><td>%s</td></tr>",
                 steps, (long long)s.first_step, (long long)s.last_step, (long long)s.skipped,
-                (long long)s.nonfinite_losses, s.final_loss);
+                (long long)s.nonfinite_losses, report_final_loss_words(&s, loss));
         double step_ns = report_median_step_ns(m);
         if (!isnan(step_ns))
             fprintf(out, "<tr><td>median step time</td><td>%.3f ms</td></tr>", step_ns / 1e6);

@@ -145,7 +145,8 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
     fprintf(out, "| steps | %s (%lld-%lld), %lld skipped, %lld with a non-finite loss |\n", steps,
             (long long)s.first_step, (long long)s.last_step, (long long)s.skipped,
             (long long)s.nonfinite_losses);
-    fprintf(out, "| final loss | %.6g |\n", s.final_loss);
+    char loss[32];
+    fprintf(out, "| final loss | %s |\n", report_final_loss_words(&s, loss));
     if (!isnan(s.peak_mem))
         fprintf(out, "| peak memory | %.1f MiB held by tensors |\n", s.peak_mem / 1048576);
     double step_ns = report_median_step_ns(m);

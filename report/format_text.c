@@ -177,7 +177,8 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
     fprintf(out, "  steps:       %s (%lld-%lld), %lld skipped, %lld with a non-finite loss\n",
             steps, (long long)s.first_step, (long long)s.last_step, (long long)s.skipped,
             (long long)s.nonfinite_losses);
-    fprintf(out, "  final loss:  %.6g\n", s.final_loss);
+    char loss[32];
+    fprintf(out, "  final loss:  %s\n", report_final_loss_words(&s, loss));
     const double step_ns = report_median_step_ns(m);
     if (!isnan(step_ns)) fprintf(out, "  median step: %.3f ms\n", step_ns / 1e6);
     if (!isnan(s.peak_mem))

@@ -1123,6 +1123,14 @@ double report_unscaled_grad_amax(const report_model *m) {
 // ---------------------------------------------------------------------------------------------
 // Summary and verdict
 
+const char *report_final_loss_words(const report_summary *s, char buf[32]) {
+    if (s->loss_recorded)
+        snprintf(buf, 32, "%.6g", s->final_loss);
+    else
+        snprintf(buf, 32, "not recorded");
+    return buf;
+}
+
 void report_summarize(const report_model *m, report_summary *s) {
     *s = (report_summary){.first_step = -1,
                           .last_step = -1,
@@ -1140,6 +1148,7 @@ void report_summarize(const report_model *m, report_summary *s) {
         if (st->has_loss && st->step >= loss_step) {
             loss_step = st->step;
             s->final_loss = st->loss;
+            s->loss_recorded = true;
         }
         s->skipped += st->skipped;
         s->nonfinite_losses += st->loss_nonfinite;

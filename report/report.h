@@ -463,11 +463,15 @@ typedef struct report_summary {
     int processes;                        // processes that recorded steps (ranks of a DDP run)
     int64_t skipped, nonfinite_losses;
     double final_loss;           // of the last step that recorded a loss; NaN: none, or NaN
+    bool loss_recorded;          // a step recorded a loss (final_loss is one)
     double scale_min, scale_max; // over scale_after (and the first scale_before); NaN: no scaler
     double peak_mem;             // bytes held by tensors at most (AMP_STEPS); NaN: not recorded
 } report_summary;
 
 void report_summarize(const report_model *m, report_summary *s);
+// The final loss in words: "2.3012", "nan", or "not recorded" (no step record came with a loss:
+// a run whose records were cut short keeps only the GradScaler's update of a step).
+const char *report_final_loss_words(const report_summary *s, char buf[32]);
 // "12 steps", or "24 steps of 2 processes" (a data-parallel run records each rank's steps);
 // without the noun "12", "24 of 2 processes".
 void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n);

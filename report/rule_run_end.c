@@ -210,8 +210,18 @@ static void capture_end(const report_model *m, report_findings *out) {
         snprintf(f->title, sizeof f->title, "recording stopped short of the run %s", at);
         snprintf(f->detail, sizeof f->detail,
                  "The program went on, but ampprobe could not keep what it recorded: %s. The "
-                 "findings cover what was recorded before.",
+                 "findings cover what was recorded.",
                  m->capture_error);
+        // a write that failed lost its records, earlier steps' among them
+        report_summary s;
+        report_summarize(m, &s);
+        const int64_t span = s.last_step - s.first_step + 1;
+        size_t k = strlen(f->detail);
+        if (s.processes == 1 && s.steps < span)
+            snprintf(f->detail + k, sizeof f->detail - k,
+                     " Only %lld of steps %lld-%lld are in the database: the records of a write "
+                     "that failed were lost with it.",
+                     (long long)s.steps, (long long)s.first_step, (long long)s.last_step);
         snprintf(f->advice, sizeof f->advice,
                  "Free space on the disk that holds the database (the spool of records waiting to "
                  "go into it is beside it), or write it to one with room (ampprobe run -o), and "

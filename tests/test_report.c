@@ -2408,6 +2408,21 @@ START_TEST(run_end_a_recording_stopped_short_says_why) {
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Free space on the disk"));
     ck_assert_ptr_nonnull(strstr(findings.v[1].detail, "lost with the recording that stopped"));
     ck_assert_ptr_null(strstr(findings.v[1].detail, "killed"));
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "Only"));
+    release();
+    // a write that failed took steps 2-8 with it, and the rest kept only their GradScaler's
+    // updates (step rows without a loss): said, and the final loss is "not recorded", not "nan"
+    sql("DELETE FROM AMP_STEPS WHERE step BETWEEN 2 AND 8;"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = NULL;");
+    analyse("run-end", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].detail,
+                         "Only 3 of steps 0-9 are in the database: the records of a write that "
+                         "failed were lost with it."),
+                  "%s", findings.v[0].detail);
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "final loss:  not recorded\n"), "%s", t);
+    free(t);
     release();
 }
 END_TEST

@@ -747,6 +747,11 @@ static amp_status poll_files(amp_collector_t *c) {
         txn_commit(c);
         amp_set_error(st, "%s", msg);
     }
+    if (st != AMP_OK) { // (META capture_error at the end says the first failure)
+        char why[1100];
+        snprintf(why, sizeof why, "the database could not be written (%s)", amp_last_error());
+        note_stopped(c, why);
+    }
     return st;
 }
 
