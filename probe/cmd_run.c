@@ -579,6 +579,13 @@ int amp_cmd_run(int argc, char **argv) {
     free(command);
     amp_launcher_capture(o.trace, o.trace_given);
 
+    // under another ampprobe run: PROG's records come here, and the outer run gets none of them
+    const char *outer = getenv("AMPPROBE_SPOOL_DIR");
+    if (outer && *outer)
+        fprintf(stderr,
+                "ampprobe: this run is inside another ampprobe run (its spool %s): %s's "
+                "records go into %s alone\n",
+                outer, o.prog[0], path);
     setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(r.collector), 1);
     setenv("AMPPROBE_TRACE", o.trace, 1);
     if (o.counters) setenv("AMPPROBE_COUNTERS", "1", 1);

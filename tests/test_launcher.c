@@ -258,6 +258,21 @@ START_TEST(test_check_grads_is_passed_on) {
 }
 END_TEST
 
+// ampprobe run inside ampprobe run: the inner run takes the records, and says so (the outer
+// database got no step and nothing said why).
+START_TEST(test_a_run_inside_a_run_says_so) {
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "outer.sqlite", "--", AMPPROBE, "run", "-o",
+                                          "inner.sqlite", "--", "true", NULL}),
+                     0);
+    const char *err = test_slurp("err.txt");
+    ck_assert_msg(strstr(err, "this run is inside another ampprobe run") &&
+                      strstr(err, "true's records go into inner.sqlite alone"),
+                  "%s", err);
+    ck_assert_int_eq(run((const char *[]){"run", "-o", "alone.sqlite", "--", "true", NULL}), 0);
+    ck_assert_ptr_null(strstr(test_slurp("err.txt"), "inside another"));
+}
+END_TEST
+
 // --trace as the program and META see it: each name once, in order.
 START_TEST(test_trace_list_is_named_once) {
     static const char *const show = "printf '%s' \"$AMPPROBE_TRACE\" > env.txt";
@@ -473,6 +488,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_bad_arguments);
     tcase_add_test(c, test_help);
     tcase_add_test(c, test_check_grads_is_passed_on);
+    tcase_add_test(c, test_a_run_inside_a_run_says_so);
     tcase_add_test(c, test_trace_list_is_named_once);
     tcase_add_test(c, test_existing_output_and_force);
     tcase_add_test(c, test_unwritable_output);
