@@ -4,7 +4,10 @@
  * - The NVTX handler of libampprobe_inject.so under `ampprobe run`, with tests/helpers/
  *   nvtx_prog.c: push/pop (ASCII, attributes, wide), marks, a domain with a registered string,
  *   a start/end range ended on another thread, a pop without a push, a forked child; --trace
- *   decides which injection variables the program gets.
+ *   decides which injection variables the program gets. The ends: ranges left open by threads
+ *   that end, by exit handlers registered before the first NVTX call, by SIGSEGV and abort();
+ *   200k ranges open at once; a domain name created twice; a message cut inside a UTF-8
+ *   character (and the codec's cut itself), a u64 payload above 2^63, a domain with no name.
  * - With no CUDA driver, InitializeInjection (called as the driver would) returns 1, says that
  *   tracing is disabled and why, and the program finishes with its NVTX ranges recorded.
  * - The CUPTI decoders on hand-filled CUDA 13.0 records, and their records merged into SQLite
@@ -17,9 +20,11 @@
 #include "amp-record.h"
 #include "amp-store.h"
 #include "ceilings.h"
+#include "record-codec.h"
 
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,6 +233,138 @@ START_TEST(test_nvtx_forms) {
 }
 END_TEST
 
+// Threads that end with ranges open (one of them also in a domain): each range a row with no end,
+// and nothing of theirs left on the heap (2000 threads leaving a 4 KiB message each: 12 MB when
+// their stacks leaked; under AddressSanitizer a leak also fails the program's exit).
+START_TEST(test_nvtx_thread_exit) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--thread-exit", NULL}), 0);
+    long long grew_kib = -1;
+    ck_assert_int_eq(sscanf(test_slurp("out.txt"), "grew %lld KiB", &grew_kib), 1);
+    ck_assert_int_lt(grew_kib, 1024);
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "end IS NULL AND length(text) = 4095 AND domainId IS NULL"),
+                     2000);
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
+                                "n.domainId WHERE n.text = 'thread-open-in-domain' AND n.end IS "
+                                "NULL"),
+                     "threads");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = 'warm-up' "
+                                        "AND end IS NOT NULL"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 2002);
+    sqlite3_close(db);
+}
+END_TEST
+
+// An exit handler the program registered before its first NVTX call (before the handler was
+// loaded) still records: it runs before the recording ends, and ends the range main left open.
+START_TEST(test_nvtx_in_exit_handler) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--at-exit", NULL}), 0);
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "text = 'whole-run' AND end >= start"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND "
+                                        "text = 'shutdown' AND start >= (SELECT end FROM "
+                                        "NVTX_EVENTS WHERE text = 'whole-run')"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 2);
+    sqlite3_close(db);
+}
+END_TEST
+
+// A program that dies of SIGSEGV or abort() inside ranges: they are rows with no end, the
+// push/pop ones and the start/end one, as at an exit.
+START_TEST(test_nvtx_crash) {
+    static const char *const how[] = {"segv", "abort"};
+    static const int sig[] = {SIGSEGV, SIGABRT};
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s.sqlite", how[i]);
+        const char *db_path = test_in_dir(name);
+        ck_assert_int_eq(
+            run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--crash", how[i], NULL}),
+            128 + sig[i]);
+        sqlite3 *db = open_db(db_path);
+        ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE end IS NULL "
+                                            "AND ((eventType = 59 AND text IN ('outer', "
+                                            "'crashing')) OR (eventType = 60 AND text = "
+                                            "'started'))"),
+                         3);
+        ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 3);
+        sqlite3_close(db);
+    }
+}
+END_TEST
+
+// 200k start/end ranges open at once, ended oldest first on 8 threads, and push/pop ranges
+// nested 200k deep: each call costs the same at any count (scanning the open ranges made this
+// take over a minute), and every range is a row with its end.
+START_TEST(test_nvtx_many_ranges) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--many", "200000", NULL}), 0);
+    ck_assert_str_eq(test_slurp("out.txt"), "deepest 199999 last 0\n");
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60 AND "
+                                        "end >= start AND endGlobalTid IS NULL"),
+                     200000);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "end >= start"),
+                     200000);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(DISTINCT rangeId) FROM NVTX_EVENTS"), 400000);
+    sqlite3_close(db);
+}
+END_TEST
+
+// A domain is named by a unique string: creating "shared" again (or as a wide string) gives the
+// same handle, so a pop through one ends the range pushed through the other, and destroying one
+// handle leaves the others working.
+START_TEST(test_nvtx_domain_by_name) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--shared-domain", NULL}), 0);
+    ck_assert_str_eq(test_slurp("out.txt"), "same 1 1 levels 0 1 0\n");
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS n JOIN StringIds s ON "
+                                        "s.id = n.domainId WHERE s.value = 'shared' AND "
+                                        "n.eventType = 59 AND n.end >= n.start"),
+                     2);
+    ck_assert_int_eq(test_query_int(db, "SELECT (SELECT end FROM NVTX_EVENTS WHERE text = "
+                                        "'pushed-in-w') <= (SELECT end FROM NVTX_EVENTS WHERE "
+                                        "text = 'pushed-in-a')"),
+                     1);
+    ck_assert_str_eq(q_text(db, "SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = "
+                                "n.domainId WHERE n.text = 'after-destroy'"),
+                     "shared");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS"), 3);
+    sqlite3_close(db);
+}
+END_TEST
+
+// A u64 payload of 2^63 or more is stored with its bits, as SQLite's signed integer (SCHEMA.md):
+// it reads back right as a uint64_t. A domain created with no name is the default domain.
+START_TEST(test_nvtx_edge_values) {
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--edge-values", NULL}), 0);
+    sqlite3 *db = open_db(db_path);
+    ck_assert_uint_eq((uint64_t)test_query_int(db, "SELECT uint64Value FROM NVTX_EVENTS WHERE "
+                                                   "text = 'u64-high'"),
+                      (1ull << 63) + 5);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE text = "
+                                        "'in-unnamed' AND domainId IS NULL"),
+                     1);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM StringIds WHERE value = ''"), 0);
+    sqlite3_close(db);
+}
+END_TEST
+
 // --trace decides which injection variables the program sees.
 START_TEST(test_trace_sets_injection) {
     ck_assert_int_eq(run((const char *[]){"run", "-o", test_in_dir("a.sqlite"), "--", "env", NULL}),
@@ -256,6 +393,50 @@ START_TEST(test_trace_sets_injection) {
 }
 END_TEST
 #endif
+
+// A string longer than a record keeps is cut before the UTF-8 character that does not fit
+// whole: in the codec (a 2-, 3- and 4-byte character across the limit), and an NVTX message.
+START_TEST(test_long_text_cut_whole_characters) {
+    static const char *const tail[] = {"\xc3\xa9", "\xe6\x97\xa5", "\xf0\x9f\x98\x80"};
+    static char str[AMP_REC_STR_MAX + 8];
+    static uint8_t buf[AMP_REC_STR_MAX + 64];
+    for (int t = 0; t < 3; t++) {
+        for (size_t keep = AMP_REC_STR_MAX - strlen(tail[t]) + 1; keep < AMP_REC_STR_MAX; keep++) {
+            memset(str, 'a', keep); // the character starts at keep: cut at its first byte
+            strcpy(str + keep, tail[t]);
+            size_t n = amp_rec_encode(AMP_REC_META, &(amp_rec_meta){.key = "k", .value = str}, buf,
+                                      sizeof buf);
+            amp_rec_header h;
+            const uint8_t *payload;
+            ck_assert_int_eq(amp_rec_scan(buf, n, &h, &payload), AMP_SCAN_RECORD);
+            amp_rec_any r;
+            ck_assert(amp_rec_decode(h.type, payload, h.length, &r));
+            ck_assert_uint_eq(strlen(r.meta.value), keep);
+        }
+    }
+    memset(str, 'a', AMP_REC_STR_MAX); // exactly the limit: kept whole
+    str[AMP_REC_STR_MAX] = 0;
+    size_t n =
+        amp_rec_encode(AMP_REC_META, &(amp_rec_meta){.key = "k", .value = str}, buf, sizeof buf);
+    amp_rec_header h;
+    const uint8_t *payload;
+    amp_rec_any r;
+    ck_assert_int_eq(amp_rec_scan(buf, n, &h, &payload), AMP_SCAN_RECORD);
+    ck_assert(amp_rec_decode(h.type, payload, h.length, &r));
+    ck_assert_uint_eq(strlen(r.meta.value), AMP_REC_STR_MAX);
+#ifdef AMP_HAVE_NVTX_CAPTURE
+    const char *db_path = test_in_dir("run.sqlite");
+    ck_assert_int_eq(
+        run((const char *[]){"run", "-o", db_path, "--", NVTX_PROG, "--edge-values", NULL}), 0);
+    sqlite3 *db = open_db(db_path);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND "
+                                        "CAST(text AS BLOB) = CAST(printf('%.65534c', 'a') AS "
+                                        "BLOB)"),
+                     1);
+    sqlite3_close(db);
+#endif
+}
+END_TEST
 
 #if defined(AMP_HAVE_NVTX_CAPTURE) && defined(AMP_HAVE_CUPTI_CAPTURE)
 // As the CUDA driver would: on this machine there is none, so CUPTI cannot subscribe.
@@ -572,6 +753,18 @@ START_TEST(test_emit_merge_attribution) {
                                         "r.correlationId = 42"),
                      1);
     sqlite3_close(db);
+    // a range the program never ended (end NULL) still holds the launches inside it
+    ck_assert_int_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db,
+                                  "UPDATE NVTX_EVENTS SET end = NULL WHERE start = "
+                                  "1700000000000000100",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_changes(db), 1);
+    ck_assert_str_eq(q_text(db, "SELECT n.text FROM (" AMP_CAPTURE_KERNEL_RANGES_SQL ") a "
+                                "JOIN NVTX_EVENTS n ON n.rowid = a.range"),
+                     "blocks.0/linear");
+    sqlite3_close(db);
 }
 END_TEST
 
@@ -640,7 +833,14 @@ Suite *capture_suite(void) {
     tcase_add_test(tc, test_nvtx_forms);
     tcase_add_test(tc, test_nvtx_domains_and_ranges_open_at_exit);
     tcase_add_test(tc, test_trace_sets_injection);
+    tcase_add_test(tc, test_nvtx_thread_exit);
+    tcase_add_test(tc, test_nvtx_in_exit_handler);
+    tcase_add_test(tc, test_nvtx_crash);
+    tcase_add_test(tc, test_nvtx_many_ranges);
+    tcase_add_test(tc, test_nvtx_domain_by_name);
+    tcase_add_test(tc, test_nvtx_edge_values);
 #endif
+    tcase_add_test(tc, test_long_text_cut_whole_characters);
 #if defined(AMP_HAVE_NVTX_CAPTURE) && defined(AMP_HAVE_CUPTI_CAPTURE)
     tcase_add_test(tc, test_no_driver);
 #endif

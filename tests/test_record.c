@@ -773,7 +773,7 @@ START_TEST(test_fork_child_writes_its_own) {
             amp_rec_step s = step_rec(i);
             amp_record_step(&s);
         }
-        exit(0); // the atexit handler flushes the child's own spool
+        exit(0); // exit flushes the child's own spool (record.c: record_unload)
     }
     int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);

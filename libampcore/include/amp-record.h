@@ -15,8 +15,9 @@
  *                           list of anything else records all, said once on stderr).
  * Otherwise every emit function returns at once, and instrumentation that tests
  * amp_record_enabled() first pays one predictable branch. Nothing needs initialising: the spool
- * file is created on the first record, flushed by an atexit handler. A forked child drops the
- * records it inherited unflushed and opens its own spool file on its first record.
+ * file is created on the first record, flushed at exit (after the program's exit handlers). A
+ * forked child drops the records it inherited unflushed and opens its own spool file on its
+ * first record.
  *
  *     if (amp_record_enabled()) {                     // costs nothing when recording is off
  *         amp_rec_step r = {.step = step, .start_ns = t0, .end_ns = amp_record_now_ns(),

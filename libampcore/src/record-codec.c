@@ -236,6 +236,18 @@ bool amp_rec_type_known(uint16_t t) {
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
+// How many bytes of str a record keeps: all of them, or at most AMP_REC_STR_MAX, cut before the
+// UTF-8 character that would not fit whole (a lead byte and its 0x80..0xBF continuation bytes,
+// four bytes at most), so that a cut string is still valid UTF-8 when it was.
+static uint32_t str_cut(const char *str) {
+    uint32_t len = (uint32_t)strnlen(str, AMP_REC_STR_MAX);
+    // str[len] is the first byte left out (the terminator when nothing is); a continuation byte
+    // there means the last character kept is cut
+    for (int back = 0; back < 3 && len > 0 && ((unsigned char)str[len] & 0xC0) == 0x80; back++)
+        len--;
+    return len;
+}
+
 size_t amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out, size_t cap) {
     const rec_desc *d = desc_of(type);
     AMP_ASSERT(d, "record type %d", (int)type);
@@ -259,7 +271,7 @@ size_t amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out, size_t c
             break;
         case FSTR: {
             const char *str = *(const char *const *)src;
-            uint32_t len = str ? (uint32_t)strnlen(str, AMP_REC_STR_MAX) : UINT32_MAX;
+            uint32_t len = str ? str_cut(str) : UINT32_MAX;
             size_t size = 4 + (str ? (size_t)len + 1 : 0);
             if (n + size <= cap) {
                 memcpy(out + n, &len, 4);

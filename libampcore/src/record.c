@@ -20,6 +20,12 @@
  * inherited (the parent flushes them), closes the parent's spool file and creates its own on its
  * first record. It never touches an AMPPROBE_OUT collector, which belongs to the process that
  * started it.
+ *
+ * The end: the library's destructor writes out the rest and closes the spool file (record_unload:
+ * after every exit handler of the program, which may still record); a fatal signal writes out
+ * the buffer before the process dies of it (on_fatal_signal). A producer that holds records until
+ * something ends (the capture library's NVTX handler: ranges still open) hands them over first,
+ * through its finish hook.
  */
 #include "amp-record.h"
 
@@ -453,17 +459,40 @@ static void atfork_child(void) {
     g.state = SPOOL_CLOSED;
 }
 
-static void at_exit(void) {
-    amp_record_stop();
+// ---------------------------------------------------------------------------------------------
+// The end: exit and fatal signals
+
+// The finish hook (amp_record_set_finish_hook): records a producer still holds, emitted before
+// the last flush. Set once, before the producer has anything to hand over.
+static void (*finish_hook)(bool crashed);
+
+// For the capture library's NVTX handler, its one user (declared in probe/inject/capture.h, the
+// capture library's header). hook runs at exit, after every exit handler of the program and before
+// the spool file is closed (crashed false), and on a fatal signal, in the crashing thread, before
+// the buffer is written out (crashed true: it may only emit, neither allocate nor wait on a lock).
+// The spool file is opened now, when recording is on: a crash before the producer's first record
+// (inside the first range) must find one to write to, as it can open none then.
+void amp_record_set_finish_hook(void (*hook)(bool crashed));
+void amp_record_set_finish_hook(void (*hook)(bool crashed)) {
+    finish_hook = hook;
+    if (amp_record_trace_mask && __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) != SPOOL_READY)
+        spool_open();
 }
 
 // A fatal signal (SIGSEGV, SIGABRT from an assert, ...): what the buffer holds goes to the spool
 // file before the process dies of it, so a crash loses none of what it recorded (else up to the
-// last 100 ms). SA_RESETHAND has put the default back; raising the signal again ends the process
-// as it would have ended. Skipped in a thread that holds the recorder's locks (it crashed in
-// here: nothing is safe to write).
+// last 100 ms), the finish hook's records first. SA_RESETHAND has put the default back; raising
+// the signal again ends the process as it would have ended. Skipped in a thread that holds the
+// recorder's locks (it crashed in here: nothing is safe to write). The locks it takes (and the
+// hook's emits) are not async-signal-safe by POSIX's list; what makes them reasonable is that
+// the process dies anyway, and that the two locks it takes are held by another thread only
+// across encoding a record or a write(), never across a malloc(): a crash inside the allocator
+// does not leave them held for good.
 static void on_fatal_signal(int sig) {
-    if (!locks_held && __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == SPOOL_READY) spool_flush();
+    if (!locks_held && __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == SPOOL_READY) {
+        if (finish_hook) finish_hook(true);
+        spool_flush();
+    }
     raise(sig);
 }
 
@@ -482,10 +511,12 @@ static void catch_fatal_signals(void) {
     }
 }
 
+static bool hooks_installed; // (else nothing was recorded: nothing to finish)
+
 static void hooks_install(void) {
+    hooks_installed = true;
     cond_init();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-    atexit(at_exit);
     catch_fatal_signals();
 }
 
@@ -504,8 +535,12 @@ static unsigned trace_of(const char *s) {
     return mask;
 }
 
-// Reads the environment when the library is loaded; registering the exit handler this early
-// also makes it run after every exit handler the program registers (they may still record).
+// Reads the environment when the library is loaded: before main() where the writer is part of
+// the program (libampcore linked in), but only when it is dlopen()ed for libamprecord.so (Python
+// imports the bridge) and the capture library (NVTX loads it at the program's first NVTX call,
+// the CUDA driver at cuInit). That is why the writer finishes in record_unload, not in an exit
+// handler registered here: registered that late, it would run before the program's earlier
+// handlers, and what they record would be lost.
 __attribute__((constructor)) static void record_load(void) {
     const char *dir = getenv("AMPPROBE_SPOOL_DIR"), *out = getenv("AMPPROBE_OUT");
     if (dir && *dir) {
@@ -520,6 +555,17 @@ __attribute__((constructor)) static void record_load(void) {
     }
     pthread_once(&hooks_once, hooks_install);
     amp_record_trace_mask = trace_of(getenv("AMPPROBE_TRACE"));
+}
+
+// At exit, the finish hook's records, then the rest written out and the spool closed (and an
+// AMPPROBE_OUT database finished). From the destructor: exit() runs it once every exit handler
+// has run (_dl_fini, the dynamic linker's own exit handler, registered before any other; it also
+// runs at dlclose), whenever the library was loaded; nothing of the program runs after it but
+// other libraries' destructors. Not run by _exit(), by exec() or by a fatal signal.
+__attribute__((destructor)) static void record_unload(void) {
+    if (!hooks_installed) return;
+    if (finish_hook) finish_hook(false);
+    amp_record_stop();
 }
 
 // Which recording this process is in: changes when recording stops (and so when it starts again).

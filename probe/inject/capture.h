@@ -23,6 +23,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// The record writer's (record.c, linked into this library; its one user is the NVTX handler):
+// hook runs before its last flush, at exit (crashed false) and on a fatal signal (crashed true:
+// it may only emit, neither allocate nor wait on a lock).
+void amp_record_set_finish_hook(void (*hook)(bool crashed));
+
 // The entry points NVTX and the CUDA driver look up; everything else in the library is hidden.
 #define AMP_CAPTURE_EXPORT __attribute__((visibility("default")))
 
@@ -42,7 +47,8 @@ static inline bool amp_capture_wanted(amp_trace t) {
     "  FROM CUPTI_ACTIVITY_KIND_KERNEL k) "                                                        \
     "SELECT l.kernel, l.api, (SELECT n.rowid FROM CUPTI_ACTIVITY_KIND_RUNTIME r, NVTX_EVENTS n "   \
     "  WHERE r.rowid = l.api AND n.globalTid = r.globalTid AND n.eventType IN (59, 60) "           \
-    "  AND n.start <= r.start AND n.end >= r.end ORDER BY n.start DESC, n.rangeId DESC LIMIT 1) "  \
+    "  AND n.start <= r.start AND IFNULL(n.end >= r.end, 1) "                                      \
+    "  ORDER BY n.start DESC, n.rangeId DESC LIMIT 1) "                                            \
     "  AS range FROM launch l"
 
 // Emits TARGET_INFO_GPU for CUDA device ordinal, read from the driver of this process. False

@@ -397,7 +397,7 @@ static void tracing_start(void) {
                         "their launch calls\n");
     meta_i64("cupti_api_functions", apis);
     g.flusher_running = flusher_start();
-    atexit(at_exit); // runs before the record writer's own exit handler (registered earlier)
+    atexit(at_exit); // runs before the record writer finishes (record.c: in its destructor)
     meta("cuda_capture", "cupti");
 }
 

@@ -10,12 +10,20 @@
  * CUPTI's API records carry them (THREAD_ID_TYPE_SYSTEM), so a kernel's launch call can be
  * placed inside the innermost range of its thread (capture.h: AMP_CAPTURE_KERNEL_RANGES_SQL).
  *
- * Push/pop ranges live on a per-thread stack, one per domain as NVTX keeps them (a pop ends the
- * innermost range of its own domain), in one array per thread (freed whenever it empties, so
- * threads that end leak nothing); start/end ranges, which may end on another thread, in one
- * table under a mutex. At exit the ranges still open (the exiting thread's and every start/end
- * one) become rows with no end: a program that exits inside a range shows which.
- * Unset slots (NameOsThread, NameCategory, resources) become no-ops in NVTX.
+ * Push/pop ranges live on per-thread stacks, one per domain as NVTX keeps them (a pop ends the
+ * innermost range of its own domain), so a push or a pop costs the same at any depth. A thread's
+ * stacks are kept while it lives and freed when it ends (a pthread key's destructor), its ranges
+ * still open then becoming rows with no end: threads that end leak nothing. Start/end ranges,
+ * which may end on another thread, live in one hash table by id under a mutex. Domains are
+ * interned by name, as NVTX names a domain by a unique string: every module that creates
+ * "shared" gets the one handle, its one stack per thread and its one name.
+ *
+ * When the process ends, the record writer (record.c) calls finish() before its last flush: the
+ * ranges still open (the ending thread's and every start/end one) become rows with no end, so a
+ * program that exits inside a range shows which. It does so after every exit handler of the
+ * program (which may still pop and mark), and also on a fatal signal (SIGSEGV, abort), so that a
+ * crash shows the ranges it happened in. Unset slots (NameOsThread, NameCategory, resources)
+ * become no-ops in NVTX.
  */
 #define _GNU_SOURCE
 #define NVTX_NO_IMPL
@@ -27,11 +35,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <wchar.h>
 
+// A domain, for as long as the process lives: handles are shared by every module that creates
+// the name, so none is ever freed (nvtxDomainDestroy keeps it).
 struct nvtxDomainRegistration_st {
     uint64_t name_id; // amp_rec_string id of the domain's name
+    int index;        // of its push/pop stack in each thread's stacks (0: the default domain)
+    char *name;       // UTF-8
+    struct nvtxDomainRegistration_st *next;
 };
 struct nvtxStringRegistration_st {
     uint64_t id; // amp_rec_string id
@@ -149,13 +163,18 @@ static void pending_init(pending *p, amp_nvtx_type type, const nvtxDomainRegistr
     }
 }
 
-static void pending_emit(pending *p) {
+// Records the event (its text stays p's).
+static void pending_record(pending *p) {
     p->rec.text = p->text;
     amp_record_nvtx(&p->rec);
+}
+
+static void pending_emit(pending *p) {
+    pending_record(p);
     free(p->text);
 }
 
-// A range still open at exit: a row with no end (emit; its end_ns still -1: NULL), or dropped.
+// A range still open at the end: a row with no end (emit; its end_ns still -1: NULL), or dropped.
 static void pending_close(pending *p, bool emit) {
     if (emit)
         pending_emit(p);
@@ -166,59 +185,87 @@ static void pending_close(pending *p, bool emit) {
 // ---------------------------------------------------------------------------------------------
 // Push/pop: a stack per thread and domain
 
-typedef struct pushed {
-    pending p;
-    const nvtxDomainRegistration *domain; // NULL: the default domain
-} pushed;
-
-// The thread's open push/pop ranges of every domain, in the order they were pushed.
-static __thread struct {
-    pushed *v;
+// One domain's open push/pop ranges on one thread, innermost last. An entry is counted in n only
+// once it is whole, so that the fatal-signal path may read the stack whenever it comes.
+typedef struct range_stack {
+    pending *v;
     int n, cap;
-} stack;
+} range_stack;
 
-// How many of the thread's open ranges belong to domain d.
-static int depth_of(const nvtxDomainRegistration *d) {
-    int depth = 0;
-    for (int i = 0; i < stack.n; i++)
-        depth += stack.v[i].domain == d;
-    return depth;
+// The thread's push/pop stacks by domain index: kept while the thread lives (a push after the
+// stack emptied allocates nothing), freed by thread_end when it ends.
+static __thread struct {
+    range_stack *v;
+    int n; // domains this thread has a stack for: indexes below n
+} stacks;
+
+static pthread_key_t thread_key; // its value: the thread's stacks once it has any
+static bool thread_key_made;     // (false: no key was left; threads that end leak their stacks)
+
+// Domain index i's stack of this thread, created as needed; NULL when out of memory.
+static range_stack *stack_of(const nvtxDomainRegistration *d) {
+    const int i = d ? d->index : 0;
+    if (i >= stacks.n) {
+        int n = i + 1 > 2 * stacks.n ? i + 1 : 2 * stacks.n;
+        range_stack *v = realloc(stacks.v, (size_t)n * sizeof *v);
+        if (!v) return NULL;
+        memset(v + stacks.n, 0, (size_t)(n - stacks.n) * sizeof *v);
+        if (!stacks.v && thread_key_made) pthread_setspecific(thread_key, &stacks); // thread_end
+        stacks.v = v;
+        stacks.n = n;
+    }
+    return &stacks.v[i];
 }
 
 static int range_push(const nvtxDomainRegistration *d, const nvtxEventAttributes_t *a,
                       const char *ascii) {
-    if (stack.n == stack.cap) {
-        int cap = stack.cap ? 2 * stack.cap : 16;
-        pushed *v = realloc(stack.v, (size_t)cap * sizeof *v);
+    range_stack *s = stack_of(d);
+    if (!s) return -1;
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        pending *v = realloc(s->v, (size_t)cap * sizeof *v);
         if (!v) return -1;
-        stack.v = v;
-        stack.cap = cap;
+        s->v = v;
+        s->cap = cap;
     }
-    const int depth = depth_of(d); // (NVTX's level of the new range: 0 for a domain's first)
-    pushed *e = &stack.v[stack.n++];
-    e->domain = d;
-    pending_init(&e->p, AMP_NVTX_PUSH_POP, d, a, ascii);
-    e->p.rec.range_id = (int64_t)__atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
-    return depth;
+    pending *p = &s->v[s->n];
+    pending_init(p, AMP_NVTX_PUSH_POP, d, a, ascii);
+    p->rec.range_id = (int64_t)__atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_RELEASE); // (p whole before n counts it: finish on a crash)
+    return s->n++; // NVTX's level of the new range: 0 for a domain's first
 }
 
 // Ends domain d's innermost open range of this thread; its level, or -1 when none is open.
 static int range_pop(const nvtxDomainRegistration *d) {
-    int i = stack.n;
-    while (i-- > 0 && stack.v[i].domain != d) {
-    }
-    if (i < 0) return -1; // a pop without a push: nothing to end
-    pending p = stack.v[i].p;
-    memmove(&stack.v[i], &stack.v[i + 1], (size_t)(stack.n - i - 1) * sizeof *stack.v);
-    stack.n--;
+    const int i = d ? d->index : 0;
+    if (i >= stacks.n || stacks.v[i].n == 0) return -1; // a pop without a push: nothing to end
+    range_stack *s = &stacks.v[i];
+    pending p = s->v[--s->n];
     p.rec.end_ns = amp_record_now_ns();
     pending_emit(&p);
-    if (stack.n == 0) {
-        free(stack.v);
-        stack.v = NULL;
-        stack.cap = 0;
+    return s->n;
+}
+
+// This thread's open push/pop ranges, innermost first: rows with no end (emit) or dropped; its
+// stacks freed. (Each entry uncounted before it goes: a crash in here finds none twice.)
+static void stacks_end(bool emit) {
+    for (int i = 0; i < stacks.n; i++) {
+        range_stack *s = &stacks.v[i];
+        while (s->n > 0)
+            pending_close(&s->v[--s->n], emit);
+        free(s->v);
     }
-    return depth_of(d);
+    range_stack *v = stacks.v;
+    stacks.v = NULL;
+    stacks.n = 0;
+    free(v);
+}
+
+// A thread ends (thread_key's destructor, in that thread): the ranges it leaves open are rows
+// with no end, as the exiting thread's are at exit.
+static void thread_end(void *arg) {
+    (void)arg;
+    stacks_end(true);
 }
 
 static int NVTX_API push_a(const char *message) {
@@ -246,54 +293,115 @@ static int NVTX_API domain_pop(nvtxDomainHandle_t d) {
 // ---------------------------------------------------------------------------------------------
 // Start/end: one table, as a range may end on another thread
 
+// The open start/end ranges in a hash table by id (open addressing, linear probing), so that
+// ending one costs the same however many are open; freed whenever it empties.
 static struct {
     pthread_mutex_t lock;
-    pending *v;
-    size_t n, cap;
+    pending **slots; // NULL: an empty slot
+    size_t n, cap;   // cap: 0 or a power of two, at least twice n
 } open_ranges = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+// Where the probe for id starts (MurmurHash3's finaliser: ids are consecutive numbers).
+static size_t home_slot(uint64_t id, size_t cap) {
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdull;
+    id ^= id >> 33;
+    return (size_t)id & (cap - 1);
+}
+
+// Puts p into slots (cap of them, with a free one) at the first free slot from its home.
+static void slot_put(pending **slots, size_t cap, pending *p) {
+    size_t i = home_slot((uint64_t)p->rec.range_id, cap);
+    while (slots[i])
+        i = (i + 1) & (cap - 1);
+    slots[i] = p;
+}
+
+// Adds p to the table (lock held), doubling it when it would be more than half full; false when
+// out of memory.
+static bool table_add(pending *p) {
+    if (2 * (open_ranges.n + 1) > open_ranges.cap) {
+        size_t cap = open_ranges.cap ? 2 * open_ranges.cap : 16;
+        pending **slots = calloc(cap, sizeof *slots);
+        if (!slots) return false;
+        for (size_t i = 0; i < open_ranges.cap; i++)
+            if (open_ranges.slots[i]) slot_put(slots, cap, open_ranges.slots[i]);
+        free(open_ranges.slots);
+        open_ranges.slots = slots;
+        open_ranges.cap = cap;
+    }
+    slot_put(open_ranges.slots, open_ranges.cap, p);
+    open_ranges.n++;
+    return true;
+}
+
+// Takes range id out of the table (lock held): the range, or NULL when it is not open. The
+// entries after it in its run move back to keep every probe unbroken (no tombstones).
+static pending *table_take(uint64_t id) {
+    if (open_ranges.n == 0) return NULL;
+    const size_t mask = open_ranges.cap - 1;
+    pending **slots = open_ranges.slots;
+    size_t i = home_slot(id, open_ranges.cap);
+    while (slots[i] && (uint64_t)slots[i]->rec.range_id != id)
+        i = (i + 1) & mask;
+    pending *p = slots[i];
+    if (!p) return NULL;
+    for (size_t j = (i + 1) & mask; slots[j]; j = (j + 1) & mask) {
+        // slots[j] may fill the hole at i when its home is not between i (excluded) and j
+        size_t home = home_slot((uint64_t)slots[j]->rec.range_id, open_ranges.cap);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            slots[i] = slots[j];
+            i = j;
+        }
+    }
+    slots[i] = NULL;
+    if (--open_ranges.n == 0) {
+        free(open_ranges.slots);
+        open_ranges.slots = NULL;
+        open_ranges.cap = 0;
+    }
+    return p;
+}
 
 static nvtxRangeId_t range_start(const nvtxDomainRegistration *d, const nvtxEventAttributes_t *a,
                                  const char *ascii) {
-    pending p;
-    pending_init(&p, AMP_NVTX_START_END, d, a, ascii);
+    pending *p = malloc(sizeof *p);
+    if (!p) return 0;
+    pending_init(p, AMP_NVTX_START_END, d, a, ascii);
     uint64_t id = __atomic_fetch_add(&next_range_id, 1, __ATOMIC_RELAXED);
-    p.rec.range_id = (int64_t)id;
+    p->rec.range_id = (int64_t)id;
     pthread_mutex_lock(&open_ranges.lock);
-    if (open_ranges.n == open_ranges.cap) {
-        size_t cap = open_ranges.cap ? 2 * open_ranges.cap : 16;
-        pending *v = realloc(open_ranges.v, cap * sizeof *v);
-        if (!v) {
-            pthread_mutex_unlock(&open_ranges.lock);
-            free(p.text);
-            return 0;
-        }
-        open_ranges.v = v;
-        open_ranges.cap = cap;
-    }
-    open_ranges.v[open_ranges.n++] = p;
+    bool added = table_add(p);
     pthread_mutex_unlock(&open_ranges.lock);
-    return id;
+    if (added) return id;
+    free(p->text);
+    free(p);
+    return 0;
 }
 
 static void NVTX_API range_end(nvtxRangeId_t id) {
-    pending p = {.rec.range_id = -1};
     pthread_mutex_lock(&open_ranges.lock);
-    for (size_t i = open_ranges.n; i-- > 0;) {
-        if ((uint64_t)open_ranges.v[i].rec.range_id != id) continue;
-        p = open_ranges.v[i];
-        open_ranges.v[i] = open_ranges.v[--open_ranges.n];
-        break;
-    }
-    if (open_ranges.n == 0) {
-        free(open_ranges.v);
-        open_ranges.v = NULL;
-        open_ranges.cap = 0;
-    }
+    pending *p = table_take(id);
     pthread_mutex_unlock(&open_ranges.lock);
-    if (p.rec.range_id < 0) return; // unknown id
-    p.rec.end_ns = amp_record_now_ns();
-    if (this_tid() != p.rec.tid) p.rec.end_tid = this_tid();
-    pending_emit(&p);
+    if (!p) return; // unknown id
+    p->rec.end_ns = amp_record_now_ns();
+    if (this_tid() != p->rec.tid) p->rec.end_tid = this_tid();
+    pending_emit(p);
+    free(p);
+}
+
+// Every open start/end range: rows with no end (emit) or dropped; the table emptied.
+static void table_end(bool emit) {
+    pthread_mutex_lock(&open_ranges.lock);
+    for (size_t i = 0; i < open_ranges.cap; i++) {
+        if (!open_ranges.slots[i]) continue;
+        pending_close(open_ranges.slots[i], emit);
+        free(open_ranges.slots[i]);
+    }
+    free(open_ranges.slots);
+    open_ranges.slots = NULL;
+    open_ranges.n = open_ranges.cap = 0;
+    pthread_mutex_unlock(&open_ranges.lock);
 }
 
 static nvtxRangeId_t NVTX_API start_a(const char *message) {
@@ -341,9 +449,39 @@ static void NVTX_API domain_mark_ex(nvtxDomainHandle_t d, const nvtxEventAttribu
     mark(d, a, NULL);
 }
 
-static nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
+// Every domain created, by name (a list: a process has a handful).
+static struct {
+    pthread_mutex_t lock;
+    nvtxDomainRegistration *list;
+    int n;
+} domains = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+// A new domain named name, added to the list (lock held); NULL when out of memory.
+static nvtxDomainRegistration *domain_new(const char *name) {
     nvtxDomainRegistration *d = malloc(sizeof *d);
-    if (d) d->name_id = new_string(name ? name : "");
+    char *copy = strdup(name);
+    if (!d || !copy) {
+        free(d);
+        free(copy);
+        return NULL;
+    }
+    *d = (nvtxDomainRegistration){
+        .name_id = new_string(name), .index = ++domains.n, .name = copy, .next = domains.list};
+    domains.list = d;
+    return d;
+}
+
+// The domain named name, created on its first call. No name (NULL) is the default domain, the
+// one NVTX scopes NULL handles to: its rows have no domainId. NULL as well when out of memory
+// (the events then go to the default domain).
+static nvtxDomainHandle_t NVTX_API domain_create_a(const char *name) {
+    if (!name) return NULL;
+    pthread_mutex_lock(&domains.lock);
+    nvtxDomainRegistration *d = domains.list;
+    while (d && strcmp(d->name, name) != 0)
+        d = d->next;
+    if (!d) d = domain_new(name);
+    pthread_mutex_unlock(&domains.lock);
     return d;
 }
 static nvtxDomainHandle_t NVTX_API domain_create_w(const wchar_t *name) {
@@ -352,8 +490,10 @@ static nvtxDomainHandle_t NVTX_API domain_create_w(const wchar_t *name) {
     free(s);
     return d;
 }
+// The handle stays valid: other modules may hold the same one (records of its ranges refer to its
+// name's id, not to the handle).
 static void NVTX_API domain_destroy(nvtxDomainHandle_t d) {
-    free(d); // records of its ranges refer to its name's id, not to the handle
+    (void)d;
 }
 
 // Registered strings live as long as the process (NVTX has no call to release one): a list
@@ -422,40 +562,50 @@ static bool install(const NvtxExportTableCallbacks *cb, NvtxCallbackModule modul
     return true;
 }
 
-// The ranges still open, this thread's and every start/end one: recorded with no end (emit) or
-// dropped; the tables emptied.
-static void end_open(bool emit) {
-    for (int i = stack.n; i-- > 0;) // innermost first
-        pending_close(&stack.v[i].p, emit);
-    free(stack.v);
-    stack.v = NULL;
-    stack.n = stack.cap = 0;
-    pthread_mutex_lock(&open_ranges.lock);
-    for (size_t i = 0; i < open_ranges.n; i++)
-        pending_close(&open_ranges.v[i], emit);
-    free(open_ranges.v);
-    open_ranges.v = NULL;
-    open_ranges.n = open_ranges.cap = 0;
+// The process ends (record.c calls this before its last flush): the ranges still open, the
+// ending thread's and every start/end one, become rows with no end.
+//
+// At exit (crashed false) this runs after every exit handler of the program and frees the
+// tables. On a fatal signal (crashed true), in the crashing thread, it only emits: it frees
+// nothing and waits on no lock for long (the heap, or a lock, may be what broke). It relies on
+// what the signal handler that calls it relies on (record.c: on_fatal_signal skips the whole
+// path when the crash is inside the record writer), on a stack entry being counted only once it
+// is whole (range_push), and on the table's lock: tried for up to 100 ms (its holder, another
+// thread, lets go within microseconds; this thread, crashed inside range_start or range_end,
+// never does), then the start/end ranges are left out.
+static void finish(bool crashed) {
+    if (!crashed) {
+        stacks_end(true);
+        table_end(true);
+        return;
+    }
+    for (int i = 0; i < stacks.n; i++)
+        for (int j = stacks.v[i].n; j-- > 0;)
+            pending_record(&stacks.v[i].v[j]);
+    for (int tries = 0; pthread_mutex_trylock(&open_ranges.lock) != 0; tries++) {
+        if (tries == 1000) return;
+        nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+    }
+    for (size_t i = 0; i < open_ranges.cap; i++)
+        if (open_ranges.slots[i]) pending_record(open_ranges.slots[i]);
     pthread_mutex_unlock(&open_ranges.lock);
-}
-
-// At exit the ranges still open are rows with no end. Registered after the record stream's own
-// exit handler, so it runs before the stream ends.
-static void open_at_exit(void) {
-    end_open(true);
 }
 
 // A forked child's only thread is a copy of the forking one, cached tid included; the ranges it
 // inherited open are the parent's to end and record, not the child's (at its exit).
 static void in_child(void) {
     cached_tid = 0;
-    pthread_mutex_init(&open_ranges.lock, NULL); // (another thread may have held it at the fork)
-    end_open(false);
+    // (another thread may have held them at the fork)
+    pthread_mutex_init(&open_ranges.lock, NULL);
+    pthread_mutex_init(&domains.lock, NULL);
+    stacks_end(false);
+    table_end(false);
 }
 
 static void first_call(void) {
+    thread_key_made = pthread_key_create(&thread_key, thread_end) == 0;
     pthread_atfork(NULL, NULL, in_child);
-    atexit(open_at_exit);
+    amp_record_set_finish_hook(finish);
 }
 
 // Called once per module that uses NVTX (libtorch and the program each have their own tables),
