@@ -5,6 +5,7 @@
 #include "widgets.h"
 
 #include "amp-impl.h"
+#include "report.h"
 
 #include <curses.h>
 #include <langinfo.h>
@@ -74,19 +75,19 @@ static size_t tail_of(const char *text, int col) {
 // Whether text holds a control character (C0, DEL, C1 as UTF-8): the terminal would act on it
 // (a newline breaks the layout, ESC starts a sequence) or show it in more columns than counted.
 static bool has_control(const char *text) {
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
-        if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) return true;
+    for (const char *p = text; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || report_c1_control(p)) return true;
     return false;
 }
 
 // text with each control character made '?' (a C1 one's two bytes into one); free it.
 static char *without_controls(const char *text) {
     char *out = amp_xstrdup(text), *o = out;
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+    for (const char *p = text; *p; p++) {
+        if (report_c1_control(p))
             *o++ = '?', p++;
         else
-            *o++ = *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
+            *o++ = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
     }
     *o = 0;
     return out;
