@@ -539,13 +539,13 @@ static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *sta
     return process_update(c, f, end_ns, status);
 }
 
-// Reads what the writer appended since the last poll.
 // Whether the poll's time is up (amp_collector_poll_for): what is left waits for the next one.
 static bool poll_time_up(const amp_collector_t *c) {
     return c->poll_until_ns && now_ns(CLOCK_MONOTONIC) >= c->poll_until_ns;
 }
 
-// Reads f from where it was left to its end, or until the poll's time is up (*behind).
+// Reads what f's writer appended since the last poll: to its end, or until the poll's time is
+// up (*behind).
 static amp_status file_ingest(amp_collector_t *c, spool_file *f, bool *behind) {
     char label[64];
     *behind = false;
