@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include "widgets.h"
 
-#include "amp-impl.h"
 #include "report.h"
 
 #include <curses.h>
@@ -72,35 +71,14 @@ static size_t tail_of(const char *text, int col) {
     return i;
 }
 
-// Whether text holds a control character (C0, DEL, C1 as UTF-8): the terminal would act on it
-// (a newline breaks the layout, ESC starts a sequence) or show it in more columns than counted.
-static bool has_control(const char *text) {
-    for (const char *p = text; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f || report_c1_control(p)) return true;
-    return false;
-}
-
-// text with each control character made '?' (a C1 one's two bytes into one); free it.
-static char *without_controls(const char *text) {
-    char *out = amp_xstrdup(text), *o = out;
-    for (const char *p = text; *p; p++) {
-        if (report_c1_control(p))
-            *o++ = '?', p++;
-        else
-            *o++ = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
-    }
-    *o = 0;
-    return out;
-}
-
 static char *fit(char *dst, size_t n, const char *text, int w, tui_cut where);
 
-// (recorded names come from any program: one with control characters is shown with '?')
+// (recorded names come from any program: control characters, which the terminal would act on or
+// show in more columns than counted, are shown as '?', as the report shows them)
 char *tui_fit(char *dst, size_t n, const char *text, int w, tui_cut where) {
-    if (!has_control(text)) return fit(dst, n, text, w, where);
-    char *clean = without_controls(text);
-    fit(dst, n, clean, w, where);
-    free(clean);
+    char *scratch = NULL;
+    fit(dst, n, report_clean(text, &scratch), w, where);
+    free(scratch);
     return dst;
 }
 
