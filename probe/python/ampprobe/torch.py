@@ -395,7 +395,9 @@ class _BwdTracer(TorchDispatchMode):
     went through (an untagged node is an inner one of the same function or module). When the
     forward's values that op carried were non-finite and left out after it (where(p > 0,
     log(p), 0): log's -inf), the detail says so: its backward multiplies a zero gradient by
-    them (0 * inf = NaN)."""
+    them (0 * inf = NaN). After that op the backward runs on untraced: raising would end the
+    backward while autograd's worker thread still unwinds Python frames and lets go of nodes (see
+    _worker_idle)."""
 
     def __init__(self, w, step, left=()):
         super().__init__()
@@ -405,12 +407,14 @@ class _BwdTracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.event is not None:
+            return out
         node = _current_node()
         tag = node.metadata.get("ampprobe") if node is not None else None
         if tag is not None:
             self.tag = tag
         outs = float_tensors(out)
-        if self.event is None and outs and not all(bool(torch.isfinite(t).all()) for t in outs):
+        if outs and not all(bool(torch.isfinite(t).all()) for t in outs):
             layer, op = self.tag
             aten = _vocab.op_name(func.overloadpacket.__name__)
             detail = "in %s (%s); " % (node.name() if node is not None else "the engine", aten)
@@ -432,8 +436,25 @@ class _BwdTracer(TorchDispatchMode):
             self.w.rec.event(self.step, layer, op or aten, PHASE_BWD, "nonfinite_producer",
                              WARNING, bad, amax, detail)
             self.event = "nonfinite_producer"
-            raise Found()
         return out
+
+
+def _worker_idle(devices):
+    """Returns once autograd's worker thread of each CUDA device in devices is done with the
+    backward it ran last. backward() and autograd.grad() return as soon as the last node ran,
+    while the worker goes on letting go of that backward (its graph task, with the dispatch mode
+    it ran under; nodes whose metadata or hooks are Python objects), which takes the GIL: at
+    exit, with the interpreter finalizing, that kills the process ("terminate called without an
+    active exception", SIGABRT). The worker takes a new backward only once it let go of the
+    last, so a tiny one run to its end on each device waits for that: a backward into a leaf no
+    Python code sees (not Tensor.backward: the watchers take that for a loss; autograd.grad
+    would leave its result, a Python tensor, in the graph task the worker lets go of last)."""
+    for dev in devices:
+        if dev.type == "cuda":
+            try:
+                torch.autograd.backward(torch.zeros((), device=dev, requires_grad=True) * 2.0)
+            except RuntimeError:  # a CUDA context that failed: its worker runs nothing more
+                return
 
 
 def _replay(f, out, judge=None, graph=False):
@@ -1642,13 +1663,13 @@ class Watcher:
         try:
             with tracer:
                 torch.autograd.grad(loss.float() * scale, params, allow_unused=True)
-        except Found:
-            pass
-        except Exception as e:  # the engine may wrap what the tracer raised
+        except Exception as e:
             if tracer.event is None:
                 print("ampprobe: step %d: the backward re-run failed (%s: %s); the producer is "
                       "named per module" % (d.step, type(e).__name__, e), file=sys.stderr)
                 return False
+        finally:  # (the re-run's graph, held by the caller, let go of on this thread)
+            _worker_idle({p.device for p in params})
         return tracer.event is not None
 
 
