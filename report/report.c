@@ -294,6 +294,12 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// A process's first finite loss (load_steps).
+typedef struct first_loss {
+    int32_t pid;
+    double loss;
+} first_loss;
+
 static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[320];
@@ -329,17 +335,24 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
 
     // each process's first finite loss, whatever the focus: the mark a fitted batch is judged by
     if (!prepare(db, m->path,
-                 "SELECT pid, loss, MIN(step) FROM AMP_STEPS WHERE loss_finite = 1 GROUP BY pid", m,
-                 &q, err))
+                 "SELECT pid, loss, MIN(step) FROM AMP_STEPS WHERE loss_finite = 1 GROUP BY pid "
+                 "ORDER BY pid",
+                 m, &q, err))
         return false;
+    first_loss *firsts = NULL;
+    size_t n_firsts = 0, n_cap = 0;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        const int32_t pid = sqlite3_column_int(q, 0);
-        const double first = fabs(col_f64(q, 1));
-        for (size_t i = 0; i < m->n_steps; i++) {
-            report_step *s = &m->steps[i];
-            if (s->pid == pid && s->loss_finite) s->fitted = fabs(s->loss) <= 1e-6 * first;
-        }
+        AMP_GROW(firsts, n_firsts, n_cap);
+        firsts[n_firsts++] = (first_loss){sqlite3_column_int(q, 0), fabs(col_f64(q, 1))};
     }
+    for (size_t i = 0, j = 0; i < m->n_steps; i++) { // (both in the order of pid)
+        report_step *s = &m->steps[i];
+        while (j < n_firsts && firsts[j].pid < s->pid)
+            j++;
+        if (j < n_firsts && firsts[j].pid == s->pid && s->loss_finite)
+            s->fitted = fabs(s->loss) <= 1e-6 * firsts[j].loss;
+    }
+    free(firsts);
     return finish(db, m->path, q, rc, err);
 }
 
@@ -1063,9 +1076,13 @@ bool report_focused(const report_model *m) {
     return m->step_lo > INT64_MIN || m->step_hi < INT64_MAX;
 }
 
+// Whether the run recorded steps that the focus (--steps) leaves out (when none is in it).
+static bool steps_outside_focus(const report_model *m) {
+    return report_focused(m) && m->end.last_step >= 0;
+}
+
 const char *report_no_steps_phrase(const report_model *m) {
-    return report_focused(m) && m->end.last_step >= 0 ? "none in the focused steps (--steps)"
-                                                      : "none recorded";
+    return steps_outside_focus(m) ? "none in the focused steps (--steps)" : "none recorded";
 }
 
 bool report_pid_autocast(const report_model *m, int32_t pid) {
@@ -1249,7 +1266,7 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return true;
     }
     if (errors + warnings == 0) {
-        if (s.steps == 0 && report_focused(m) && m->end.last_step >= 0)
+        if (s.steps == 0 && steps_outside_focus(m))
             snprintf(buf, n,
                      "No step of %s falls in the focused steps (--steps): its steps run to "
                      "%lld.",
@@ -1303,7 +1320,7 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return false;
     }
     const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
-    const char *what = s.steps == 0 && report_focused(m) && m->end.last_step >= 0
+    const char *what = s.steps == 0 && steps_outside_focus(m)
                            ? "No step in the focused steps (--steps)"
                        : s.steps == 0           ? "No training step was recorded"
                        : went_past_error(&s, f) ? "Training went on past an error"

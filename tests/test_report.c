@@ -1507,11 +1507,15 @@ START_TEST(grad_underflow_leaves_out_a_broken_step) {
     release();
     // and left out where the batch is fitted, the loss 0 or a millionth of the first: a large
     // mlp on the samples' data got there within three steps on an H200, its gradients all zero
-    // or underflowing at a loss of 1.4e-9
+    // or underflowing at a loss of 1.4e-9; each process by its own first loss (two more here,
+    // with no statistics, whose first losses would make step 3 fitted or not)
+    sql("CREATE TEMP TABLE other AS SELECT * FROM AMP_STEPS;"
+        "UPDATE other SET pid = 0, loss = loss * 1e-12; INSERT INTO AMP_STEPS SELECT * FROM other;"
+        "UPDATE other SET pid = 2, loss = loss * 1e24; INSERT INTO AMP_STEPS SELECT * FROM other;");
     for (int i = 0; i < 2; i++) {
-        sql(i ? "UPDATE AMP_STEPS SET loss = 0 WHERE step = 3;"
-              : "UPDATE AMP_STEPS SET loss = 1.4e-9 * (SELECT loss FROM AMP_STEPS WHERE step = 0) "
-                "WHERE step = 3;");
+        sql(i ? "UPDATE AMP_STEPS SET loss = 0 WHERE pid = 1 AND step = 3;"
+              : "UPDATE AMP_STEPS SET loss = 1.4e-9 * (SELECT loss FROM AMP_STEPS WHERE pid = 1 "
+                "AND step = 0) WHERE pid = 1 AND step = 3;");
         analyse("grad-underflow", INT64_MIN, INT64_MAX);
         ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
         release();
@@ -1519,8 +1523,8 @@ START_TEST(grad_underflow_leaves_out_a_broken_step) {
         ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
         release();
     }
-    sql("UPDATE AMP_STEPS SET loss = 1e-5 * (SELECT loss FROM AMP_STEPS WHERE step = 0) "
-        "WHERE step = 3;"); // a small loss that still trains
+    sql("UPDATE AMP_STEPS SET loss = 1e-5 * (SELECT loss FROM AMP_STEPS WHERE pid = 1 AND step = "
+        "0) WHERE pid = 1 AND step = 3;"); // a small loss that still trains
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 1);
     release();
