@@ -715,7 +715,6 @@ END_TEST
 START_TEST(test_recording_started_again_is_one_process) {
     fixture f;
     fixture_init(&f);
-    amp_collector_t *c = collector(&f);
     int go[2];
     ck_assert_int_eq(pipe(go), 0);
     pid_t pid = fork();
@@ -733,6 +732,7 @@ START_TEST(test_recording_started_again_is_one_process) {
         }
         _exit(0);
     }
+    amp_collector_t *c = collector(&f);                             // (after the fork: see above)
     for (const double give_up = now_s() + 60; now_s() < give_up;) { // the first file ended
         ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
         amp_collector_stats s;
