@@ -401,6 +401,38 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// Whether the layers a[0..n) and b[0..n) have the same names in the same order.
+static bool same_layers(const report_layer *a, const report_layer *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i].id != b[i].id || strcmp(a[i].name ? a[i].name : "", b[i].name ? b[i].name : ""))
+            return false;
+    return true;
+}
+
+// Sets each process's model (report_process.model) from the layers (sorted by pid, id).
+static void group_models(report_model *m) {
+    size_t *first = amp_xcalloc(m->n_procs + 1, sizeof *first);
+    size_t *n_layers = amp_xcalloc(m->n_procs + 1, sizeof *n_layers);
+    for (size_t i = 0, k = 0; i < m->n_procs; i++) { // each process's layers: one run of them
+        report_process *p = &m->procs[i];
+        while (k < m->n_layers && m->layers[k].pid < p->pid)
+            k++;
+        first[i] = k;
+        while (k < m->n_layers && m->layers[k].pid == p->pid)
+            k++;
+        n_layers[i] = k - first[i];
+        p->model = p->pid;
+        for (size_t j = 0; j < i && n_layers[i]; j++)
+            if (m->procs[j].model == m->procs[j].pid && n_layers[j] == n_layers[i] &&
+                same_layers(&m->layers[first[j]], &m->layers[first[i]], n_layers[i])) {
+                p->model = m->procs[j].pid;
+                break;
+            }
+    }
+    free(first);
+    free(n_layers);
+}
+
 // The processes that recorded anything (focus aside: a run of several processes says which one a
 // finding is of whatever the focus), their names, and their focused steps' rows in m->steps.
 static bool load_procs(sqlite3 *db, report_model *m, char *err) {
@@ -430,6 +462,7 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
             k++;
         p->n_steps = k - p->step0;
     }
+    group_models(m);
     return finish(db, m->path, q, rc, err);
 }
 
@@ -839,6 +872,11 @@ void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t
         snprintf(buf, n, "pid %d", (int)pid);
 }
 
+int32_t report_process_model(const report_model *m, int32_t pid) {
+    const report_process *p = report_process_find(m, pid);
+    return p ? p->model : pid;
+}
+
 size_t report_processes_with_steps(const report_model *m) {
     size_t n = 0;
     for (size_t i = 0; i < m->n_procs; i++)
@@ -1125,9 +1163,10 @@ double report_scale_for_amax(double u) {
     return ldexp(1.0, (int)k);
 }
 
-double report_unscaled_grad_amax(const report_model *m) {
+double report_unscaled_grad_amax(const report_model *m, int32_t pid) {
     double best = NAN;
-    for (size_t i = 0; i < m->n_steps; i++) {
+    const report_process *p = report_process_find(m, pid);
+    for (size_t i = p ? p->step0 : 0; p && i < p->step0 + p->n_steps; i++) {
         const report_step *s = &m->steps[i];
         const double scale = s->has_scale ? s->scale_before : 1.0; // no GradScaler: unscaled
         if (s->skipped || !(s->grad_amax > 0) || !(scale > 0)) continue;

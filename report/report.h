@@ -107,6 +107,10 @@ typedef struct report_process {
     int32_t pid;
     const char *name;
     size_t step0, n_steps; // its focused steps: m->steps[step0 .. step0 + n_steps)
+    // the pid of the first process that trains the same model (the same layer names in the same
+    // order: the ranks of a data-parallel run, one script's runs of one sample); its own when
+    // none does, or when it recorded no layer
+    int32_t model;
 } report_process;
 
 // The largest forward-activation amax of a layer over a bucket of steps (at most
@@ -300,6 +304,8 @@ const report_process *report_process_find(const report_model *m, int32_t pid);
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n);
 // How many processes have steps in the focus.
 size_t report_processes_with_steps(const report_model *m);
+// The model process pid trains (report_process.model); pid itself for a process not recorded.
+int32_t report_process_model(const report_model *m, int32_t pid);
 // The forward-amax bucket of a step (m->amax_first, m->amax_width), floored, without overflow
 // whatever the steps' numbers (a step past the buckets' first counts from it in unsigned).
 int64_t report_amax_bucket(const report_model *m, int64_t step);
@@ -451,9 +457,9 @@ void report_run(const report_model *m, const report_rule *only, report_findings 
 // Shared by the rules: the loss scale that keeps a gradient of unscaled amax u below
 // REPORT_SCALE_TARGET, a power of two in [1, 2^24]; NaN when u is not a positive number.
 double report_scale_for_amax(double u);
-// The largest unscaled gradient amax of the focused non-skipped steps (grad_amax / scale, the
-// scale 1 where no GradScaler ran); NaN when no step has one.
-double report_unscaled_grad_amax(const report_model *m);
+// The largest unscaled gradient amax of process pid's focused non-skipped steps (grad_amax /
+// scale, the scale 1 where no GradScaler ran); NaN when no step has one.
+double report_unscaled_grad_amax(const report_model *m, int32_t pid);
 
 // ---------------------------------------------------------------------------------------------
 // The run in numbers, and the verdict

@@ -169,14 +169,13 @@ static const char broken_forward_advice[] =
     "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
 
 void rule_scale_run(const report_model *m, report_findings *out) {
-    double u = report_unscaled_grad_amax(m);
-    double rec = report_scale_for_amax(u);
-    char init_words[256];
-    init_scale_words(init_words, sizeof init_words, rec, u);
     for (size_t i = 0; i < m->n_steps;) {
         scale_run r;
         scan(m, &i, &r);
         if (r.n == 0) continue;
+        const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
+        char init_words[256];
+        init_scale_words(init_words, sizeof init_words, rec, u);
         double rate = (double)(r.skipped - r.calib_skipped) /
                       (double)(r.n - r.calib_skipped > 0 ? r.n - r.calib_skipped : 1);
         bool reported = false;

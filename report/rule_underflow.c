@@ -68,13 +68,20 @@ static bool vanishing(double u) {
     return u > 0 && REPORT_SCALE_TARGET / u > ldexp(1.0, 32);
 }
 
-// The first and the last finite loss of the focused steps, of the first process that has one
-// (each process trains on its own); false when there are fewer than two.
-static bool loss_ends(const report_model *m, const report_step **first, const report_step **last) {
+// Whether process pid trains model (report_process.model): the findings are of one model each.
+static bool of_model(const report_model *m, int32_t pid, int32_t model) {
+    return report_process_model(m, pid) == model;
+}
+
+// The first and the last finite loss of the focused steps, of the first process of model that
+// has one (each process trains on its own); false when there are fewer than two.
+static bool loss_ends(const report_model *m, int32_t model, const report_step **first,
+                      const report_step **last) {
     *first = *last = NULL;
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *s = &m->steps[i];
-        if (!s->loss_finite || (*first && s->pid != (*first)->pid)) continue;
+        if (!s->loss_finite || !of_model(m, s->pid, model) || (*first && s->pid != (*first)->pid))
+            continue;
         if (!*first) *first = s;
         *last = s;
     }
@@ -82,15 +89,24 @@ static bool loss_ends(const report_model *m, const report_step **first, const re
 }
 
 // Gradients too small to train with, though none underflowed (see the top of the file).
-static void vanishing_finding(const report_model *m, double u, report_findings *out) {
+static void vanishing_finding(const report_model *m, int32_t model, double u,
+                              report_findings *out) {
     const report_step *a, *b;
-    const bool ends = loss_ends(m, &a, &b);
+    const bool ends = loss_ends(m, model, &a, &b);
     const bool stalled = ends && !(b->loss < a->loss - 0.01 * fabs(a->loss));
     report_finding *f = report_finding_add(
         out, RULE, stalled || u < ADAM_EPS ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     report_finding_where(f, NULL, NULL, "bwd");
-    f->first_step = m->n_steps ? m->steps[0].step : -1;
-    f->last_step = m->n_steps ? m->steps[m->n_steps - 1].step : -1;
+    f->first_step = f->last_step = -1;
+    size_t procs = 0;
+    for (size_t i = 0; i < m->n_procs; i++) {
+        const report_process *p = &m->procs[i];
+        if (p->model != model || !p->n_steps) continue;
+        procs++, f->pid = procs == 1 ? p->pid : 0;
+        const int64_t lo = m->steps[p->step0].step, hi = m->steps[p->step0 + p->n_steps - 1].step;
+        if (f->first_step < 0 || lo < f->first_step) f->first_step = lo;
+        if (hi > f->last_step) f->last_step = hi;
+    }
     if (stalled)
         snprintf(
             f->title, sizeof f->title,
@@ -120,28 +136,42 @@ static void vanishing_finding(const report_model *m, double u, report_findings *
     }
 }
 
-// Whether a GradScaler updated the scale in any focused step.
-static bool has_scaler(const report_model *m) {
+// Whether a GradScaler updated the scale in any focused step of model.
+static bool has_scaler(const report_model *m, int32_t model) {
     for (size_t i = 0; i < m->n_steps; i++)
-        if (m->steps[i].has_scale) return true;
+        if (m->steps[i].has_scale && of_model(m, m->steps[i].pid, model)) return true;
     return false;
 }
 
-// The scale of the run's last applied update (scale_before of the last step the GradScaler did
+// The scale of model's last applied update (scale_before of the last step the GradScaler did
 // not skip: the gradients counted here are of such steps); NaN: none.
-static double last_scale(const report_model *m) {
+static double last_scale(const report_model *m, int32_t model) {
     for (size_t i = m->n_steps; i-- > 0;)
-        if (m->steps[i].has_scale && !m->steps[i].skipped) return m->steps[i].scale_before;
+        if (m->steps[i].has_scale && !m->steps[i].skipped && of_model(m, m->steps[i].pid, model))
+            return m->steps[i].scale_before;
     return NAN;
 }
 
-void rule_underflow_run(const report_model *m, report_findings *out) {
+// The largest unscaled gradient of model's processes (report_unscaled_grad_amax).
+static double model_grad_amax(const report_model *m, int32_t model) {
+    double u = NAN;
+    for (size_t i = 0; i < m->n_procs; i++) {
+        const double p =
+            m->procs[i].model == model ? report_unscaled_grad_amax(m, m->procs[i].pid) : NAN;
+        if (isnan(u) || p > u) u = p;
+    }
+    return u;
+}
+
+// The findings of the processes that train model.
+static void run_model(const report_model *m, int32_t model, report_findings *out) {
     layer_loss *v = NULL;
     size_t n = 0;
     int64_t total = 0, lost = 0;
     bool lowp_grads = false, fp16_target = false;
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
+        if (!of_model(m, s->pid, model)) continue;
         lowp_grads |= is_grad(s) && report_dtype_lowp(s->dtype);
         if (!is_grad(s) || s->numel <= 0 || strcmp(s->target, "f32") == 0 || !s->target[0])
             continue;
@@ -172,9 +202,9 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     }
     size_t affected = 0;
     for (size_t k = 0; k < n; k++) affected += (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel && v[k].lost > 0;
-    double u = report_unscaled_grad_amax(m);
+    double u = model_grad_amax(m, model);
     // (an fp16 or bf16 run that lost gradients gets the finding below, whose advice says it too)
-    if (vanishing(u) && (affected == 0 || !lowp_grads)) vanishing_finding(m, u, out);
+    if (vanishing(u) && (affected == 0 || !lowp_grads)) vanishing_finding(m, model, u, out);
     if (affected == 0) {
         free(v);
         return;
@@ -182,7 +212,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     amp_sort(v, n, sizeof *v, cmp_share);
 
     double rec = report_scale_for_amax(u);
-    double cur = last_scale(m);
+    double cur = last_scale(m, model);
     const layer_loss *worst = &v[0];
     double worst_share = (double)worst->lost / (double)worst->numel;
     // what reaches the optimizer decides, where the run recorded it (see the top of the file)
@@ -256,7 +286,7 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
                  "stays under 65504/2 while the small ones stay out of fp16's subnormals; or "
                  "train in bf16, whose range is fp32's.",
                  isnan(rec) ? 65536.0 : rec, u);
-    else if (isnan(cur) && !has_scaler(m))
+    else if (isnan(cur) && !has_scaler(m, model))
         snprintf(f->advice, sizeof f->advice,
                  "Use a GradScaler (torch.amp.GradScaler(\"cuda\", init_scale=%.9g); "
                  "amp_scaler_new here): fp16 gradients without loss scaling lose these values. Or "
@@ -297,4 +327,20 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "grad_amax_unscaled", u);
     report_finding_evidence(f, "recommended_scale", rec);
     free(v);
+}
+
+void rule_underflow_run(const report_model *m, report_findings *out) {
+    int32_t *done = NULL; // the models whose findings are made
+    size_t n_done = 0, cap = 0;
+    for (size_t i = 0; i < m->n_stats; i++) {
+        const int32_t model = report_process_model(m, m->stats[i].pid);
+        size_t k = 0;
+        while (k < n_done && done[k] != model)
+            k++;
+        if (k < n_done) continue;
+        AMP_GROW(done, n_done, cap);
+        done[n_done++] = model;
+        run_model(m, model, out);
+    }
+    free(done);
 }

@@ -1305,6 +1305,64 @@ START_TEST(grad_underflow_names_the_layer_and_a_scale) {
 }
 END_TEST
 
+// A run of two programs (a script that trains one after the other): each model's gradients are
+// judged by themselves, and the loss scale recommended from its own largest gradient; the ranks
+// of one model (the same layers) stay one finding.
+START_TEST(grad_underflow_and_scale_are_of_each_model) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+        "kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    const double values = evidence(&findings.v[0], "gradient_values"),
+                 layers = evidence(&findings.v[0], "layers");
+    release();
+    // pid 7: an mlp whose loss scale is stuck at 1 and whose gradients (4e-11) all underflow
+    sql("INSERT INTO AMP_LAYERS VALUES (7, 0, NULL, 'fc1'), (7, 1, NULL, 'fc2');"
+        "CREATE TEMP TABLE t AS SELECT * FROM AMP_STEPS; UPDATE t SET pid = 7, scale_before = 1, "
+        "scale_after = 1; INSERT INTO AMP_STEPS SELECT * FROM t; DROP TABLE t;"
+        "INSERT INTO AMP_TENSOR_STATS SELECT 7, step, 1, 'linear', 'weight_grad', 'f16', 'f16', "
+        "1000, -4e-11, 4e-11, 4e-11, 0, 0, 0, 0, 1000, 0 FROM AMP_STEPS WHERE pid = 7;"
+        "INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, status) VALUES "
+        "(1, 0, 16777216, 'tiny_gpt', 'complete'), (7, 0, 117440512, 'mlp', 'complete');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        const report_finding *f = &findings.v[i];
+        if (f->pid == 1) {
+            ck_assert_close(evidence(f, "gradient_values"), values, 0, 0);
+            ck_assert_close(evidence(f, "layers"), layers, 0, 0);
+            ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
+        } else {
+            ck_assert_int_eq(f->pid, 7);
+            ck_assert_str_eq(f->layer, "fc2");
+            ck_assert_close(evidence(f, "gradient_values"), 6000, 0, 0);
+            ck_assert_close(evidence(f, "grad_amax_unscaled"), 4e-11, 1e-9, 0);
+        }
+    }
+    release();
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    const report_finding *f = first_of("loss-scale");
+    ck_assert_int_eq(f->pid, 7);
+    ck_assert_ptr_nonnull(strstr(f->title, "stuck low"));
+    ck_assert_close(evidence(f, "grad_amax_unscaled"), 4e-11, 1e-9, 0);
+    release();
+    // pid 8: a second rank of pid 1's model, the same gradients: still one finding of that model
+    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS"};
+    char buf[256];
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+        snprintf(buf, sizeof buf,
+                 "CREATE TEMP TABLE t AS SELECT * FROM %s WHERE pid = 1; "
+                 "UPDATE t SET pid = 8; INSERT INTO %s SELECT * FROM t; DROP TABLE t;",
+                 tables[i], tables[i]);
+        sql(buf);
+    }
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 2);
+    release();
+}
+END_TEST
+
 // Activation gradients losing their smallest values while the weight gradients keep theirs (a
 // model that fits most of its examples: their gradients shrink toward zero) is no warning: what
 // the optimizer steps with decides.
@@ -3195,6 +3253,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
+    tcase_add_test(tc, grad_underflow_and_scale_are_of_each_model);
     tcase_add_test(tc, grad_underflow_weighs_what_reaches_the_optimizer);
     tcase_add_test(tc, grad_underflow_advice_without_a_scaler);
     tcase_add_test(tc, finding_titles_cut_names_as_utf8);
