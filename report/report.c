@@ -1305,6 +1305,16 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         return true;
     }
     if (errors + warnings == 0) {
+        // how the program ended where no step was recorded: "exited (status 1)", "was stopped by
+        // SIGTERM (status 143)"
+        char ended[96], sig_name[32];
+        const int sig = report_end_signal(&m->end);
+        const char *by = report_signal_stops(sig) ? "was stopped by" : "was ended by";
+        if (sig > 0)
+            snprintf(ended, sizeof ended, "%s %s (status %d)", by,
+                     report_signal_name(sig, sig_name, sizeof sig_name), m->end.exit_status);
+        else
+            snprintf(ended, sizeof ended, "exited (status %d)", m->end.exit_status);
         if (s.steps == 0 && steps_outside_focus(m))
             snprintf(buf, n,
                      "No step of %s falls in the focused steps (--steps): its steps run to "
@@ -1318,19 +1328,18 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
         else if (s.steps == 0 && m->end.exit_status >= 0 && m->torch)
             snprintf(buf, n,
                      "No training step was recorded in %s: the program ran under ampprobe run "
-                     "--torch and exited (status %d) without training a model the bridge could "
-                     "see: it never imported torch, or no module with trainable parameters ran "
-                     "forward in training mode with gradients on (a script that only evaluates, "
-                     "or one that ended first).",
-                     m->path, m->end.exit_status);
+                     "--torch and %s without training a model the bridge could see: it never "
+                     "imported torch, or no module with trainable parameters ran forward in "
+                     "training mode with gradients on (a script that only evaluates, or one that "
+                     "ended first).",
+                     m->path, ended);
         else if (s.steps == 0 && m->end.exit_status >= 0) // the launcher saw it end
             snprintf(buf, n,
                      "No training step was recorded in %s: the program ran under ampprobe run "
-                     "and exited (status %d) without recording one. A libampcore program "
-                     "records its steps itself (amp_ctx_step_end); a PyTorch one needs "
-                     "ampprobe run --torch or ampprobe.torch.watch(model); otherwise it ended "
-                     "before its first step.",
-                     m->path, m->end.exit_status);
+                     "and %s without recording one. A libampcore program records its steps "
+                     "itself (amp_ctx_step_end); a PyTorch one needs ampprobe run --torch or "
+                     "ampprobe.torch.watch(model); otherwise it ended before its first step.",
+                     m->path, ended);
         else if (s.steps == 0)
             snprintf(buf, n,
                      "No training step was recorded in %s, so there is nothing to "
@@ -1338,14 +1347,17 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                      "and reach its first step?",
                      m->path);
         else {
-            char steps[64];
+            char steps[64], until[96] = "";
             report_steps_phrase(&s, true, steps, sizeof steps);
+            if (m->end.capture == AMP_RUN_RECORDING)
+                snprintf(until, sizeof until, " so far (the run is still going)");
+            else if (sig > 0) // (a stop, run-end's note, or an end a focus left out)
+                snprintf(until, sizeof until, " until the program %s %s", by, sig_name);
             snprintf(buf, n,
                      "Healthy%s: no error or warning in %s%s. The forward pass stayed "
                      "finite, %s came near the autocast dtype's range and no layer lost "
                      "a worrying share of its gradients to underflow.%s",
-                     m->end.capture == AMP_RUN_RECORDING ? " so far (the run is still going)" : "",
-                     steps,
+                     until, steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
                                : "",
                      !m->compiled ? "no op"

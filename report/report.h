@@ -213,6 +213,14 @@ typedef struct report_end {
     int64_t spool_bytes;
 } report_end;
 
+// The signal that ended the program: META exit_signal, or in older databases (none) 128+N of
+// the exit status; 0: it exited, or its end is not recorded. (rule_run_end.c)
+int report_end_signal(const report_end *e);
+// Whether that signal stopped it (SIGINT, SIGTERM, SIGHUP: a note, not a failure).
+bool report_signal_stops(int sig);
+// "SIGTERM" ("signal 42" for a number without a name) into buf[n]; returns buf.
+const char *report_signal_name(int sig, char *buf, size_t n);
+
 typedef struct report_model {
     const char *path;
     int64_t step_lo, step_hi; // the focus, inclusive

@@ -28,6 +28,25 @@
 
 #define RULE "run-end"
 
+int report_end_signal(const report_end *e) {
+    if (e->exit_status <= 0) return 0;
+    if (e->exit_signal >= 0) return e->exit_signal;
+    return e->exit_status > 128 && e->exit_status < 128 + 65 ? e->exit_status - 128 : 0;
+}
+
+bool report_signal_stops(int sig) {
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+}
+
+const char *report_signal_name(int sig, char *buf, size_t n) {
+    const char *abbrev = sigabbrev_np(sig); // "SEGV"
+    if (abbrev)
+        snprintf(buf, n, "SIG%s", abbrev);
+    else
+        snprintf(buf, n, "signal %d", sig);
+    return buf;
+}
+
 // "after step 305" / "before its first step" / "with no step recorded (...)": a PyTorch program
 // the bridge did not attach to may have trained for a while.
 static void when(const report_model *m, char *buf, size_t n) {
@@ -61,20 +80,13 @@ static void program_end(const report_model *m, report_findings *out) {
               "nonfinite-root-cause finding says where it came from)."
             : " The findings cover the steps it recorded.";
     report_finding *f;
-    // older databases have no exit_signal: 128+N was signal N
-    const int sig = e->exit_signal >= 0                 ? e->exit_signal
-                    : status > 128 && status < 128 + 65 ? status - 128
-                                                        : 0;
+    const int sig = report_end_signal(e);
     if (sig > 0) {
-        const char *abbrev = sigabbrev_np(sig); // "SEGV"
         char label[32];
-        if (abbrev)
-            snprintf(label, sizeof label, "SIG%s", abbrev);
-        else
-            snprintf(label, sizeof label, "signal %d", sig);
+        report_signal_name(sig, label, sizeof label);
         const bool crash =
             sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL;
-        const bool stopped = sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+        const bool stopped = report_signal_stops(sig);
         f = report_finding_add(out, RULE,
                                crash     ? AMP_SEVERITY_ERROR
                                : stopped ? AMP_SEVERITY_INFO

@@ -2301,6 +2301,34 @@ START_TEST(a_run_without_steps_under_the_launcher_says_what_records_them) {
                   "%s", verdict);
     release();
     sql("DELETE FROM META WHERE key = 'torch';");
+    // a signal that stopped it is no exit (META exit_signal; 128+N in older databases)
+    ended(143, "complete");
+    for (int old = 0; old < 2; old++) {
+        sql(old ? "DELETE FROM META WHERE key = 'exit_signal';"
+                : "INSERT INTO META (key, value, pid) VALUES ('exit_signal', '15', 0);");
+        analyse(NULL, INT64_MIN, INT64_MAX);
+        report_verdict(&model, &findings, verdict, sizeof verdict);
+        ck_assert_msg(strstr(verdict, "the program ran under ampprobe run and was stopped by "
+                                      "SIGTERM (status 143) without recording one"),
+                      "%s", verdict);
+        release();
+    }
+    // a healthy run stopped by a hang-up: healthy until then, not simply healthy
+    steps(10, 65536);
+    healthy_stats(10);
+    healthy_ops(10);
+    ended(129, "complete");
+    sql("INSERT INTO META (key, value, pid) VALUES ('exit_signal', '1', 0);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict,
+                          "Healthy until the program was stopped by SIGHUP: no error or "
+                          "warning in 10 steps",
+                          80) == 0,
+                  "%s", verdict);
+    release();
+    sql("DELETE FROM AMP_STEPS; DELETE FROM AMP_TENSOR_STATS; DELETE FROM AMP_OPS;"
+        "DELETE FROM META WHERE key = 'exit_signal';");
     ended(-1, "complete"); // AMPPROBE_OUT: no launcher, no exit status
     analyse(NULL, INT64_MIN, INT64_MAX);
     report_verdict(&model, &findings, verdict, sizeof verdict);
