@@ -395,7 +395,8 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
                                                   .value = col_f64(q, 10),
                                                   .detail = col_str(q, 11),
                                                   .aggregate = sqlite3_column_int(q, 12) != 0,
-                                                  .occurrences = col_i64(q, 13, 1)};
+                                                  .occurrences = col_i64(q, 13, 1),
+                                                  .detail_step = col_i64(q, 2, -1)};
         clip_to_focus(&m->events[m->n_events - 1], m->step_lo, m->step_hi);
     }
     return finish(db, m->path, q, rc, err);

@@ -78,6 +78,9 @@ typedef struct report_event {
     double value;                                      // NaN: none
     bool aggregate;
     int64_t occurrences;
+    // the step detail and value are of: step, unless the focus (--steps) cut an aggregate row
+    // that began before it (its detail is of the first step folded into it)
+    int64_t detail_step;
 } report_event;
 
 // AMP_TENSOR_STATS of one (pid, layer, op, kind, dtype, target dtype) over the focused steps.

@@ -708,6 +708,23 @@ static bool unscaled_backward_before(const report_model *m, const report_event *
     return false;
 }
 
+// The finding just made from e, when the focus (--steps) cut e's aggregate row: its figures are
+// of the row's first step, before the focus, which the title and the detail say.
+static void note_figures_step(const report_event *e, report_findings *out) {
+    if (e->detail_step >= e->step || !out->n) return;
+    report_finding *f = &out->v[out->n - 1];
+    size_t len = strlen(f->title);
+    snprintf(f->title + len, sizeof f->title - len, " (figures of step %lld)",
+             (long long)e->detail_step);
+    len = strlen(f->detail);
+    snprintf(f->detail + len, sizeof f->detail - len,
+             " The inputs and outputs quoted are of step %lld, before the focused steps: the "
+             "database keeps the occurrences after a site's first ten as one row (from step %lld "
+             "on), with the figures of the first of them.",
+             (long long)e->detail_step, (long long)e->detail_step);
+    report_finding_evidence(f, "figures_step", (double)e->detail_step);
+}
+
 void rule_nonfinite_run(const report_model *m, report_findings *out) {
     // The root of each step: its first forward producer or data input (events are in recording
     // order). One finding per distinct root site; the first step that site was the root leads.
@@ -723,6 +740,7 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
         }
         if (!root_of_step || seen) continue;
         add_forward_root(m, root, e, out);
+        note_figures_step(e, out);
         any_root = true;
     }
     // Backward producers of steps whose forward stayed finite: one finding per site (a producer
@@ -738,7 +756,10 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
                 fwd_broken = true;
             if (j < i && same_site(o, e)) seen = true;
         }
-        if (!fwd_broken && !seen) add_backward(m, e, out);
+        if (!fwd_broken && !seen) {
+            add_backward(m, e, out);
+            note_figures_step(e, out);
+        }
     }
     free(root);
     if (any_root) return;

@@ -455,6 +455,17 @@ START_TEST(a_focus_cuts_an_aggregate_row_to_its_steps) {
     ck_assert_close(evidence(f, "steps_affected"), 2, 0, 0);
     ck_assert_close(evidence(f, "nonfinite_losses"), 2, 0, 0);
     ck_assert_close(evidence(f, "nonfinite_elements"), 1976, 0, 0); // 7903 over 8 steps, 2 of them
+    // the inputs and outputs quoted are of the row's first step, which is said
+    ck_assert_close(evidence(f, "figures_step"), 4, 0, 0);
+    ck_assert_msg(strstr(f->title, " (figures of step 4)"), "%s", f->title);
+    ck_assert_msg(strstr(f->detail, "quoted are of step 4, before the focused steps"), "%s",
+                  f->detail);
+    release();
+    analyse(NULL, 4, 10); // (a row that begins in the focus is of its steps: nothing to say)
+    f = first_of("nonfinite-root-cause");
+    ck_assert_ptr_null(strstr(f->title, "figures of"));
+    for (int i = 0; i < f->n_evidence; i++)
+        ck_assert_str_ne(f->evidence[i].key, "figures_step");
     release();
     analyse(NULL, 11, 40); // the row's last step
     f = first_of("nonfinite-root-cause");
