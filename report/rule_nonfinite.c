@@ -639,6 +639,7 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
     report_finding_evidence(f, "loss_scale", scale);
     report_finding_evidence(f, "incoming_amax", r.in_amax);
     report_finding_evidence(f, "gradient_amax", r.out_amax);
+    report_finding_evidence(f, "gradient_nan", (double)r.nan);
     report_finding_evidence(f, "gradient_posinf", (double)r.posinf);
     report_finding_evidence(f, "gradient_neginf", (double)r.neginf);
 }

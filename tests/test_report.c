@@ -1027,6 +1027,8 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     ck_assert_str_eq(findings.v[0].title, "NaN gradient in the backward of head linear at step 2 "
                                           "(forward finite): div of 0 / 0 or 0 * inf");
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.sqrt(x + eps)"));
+    ck_assert_close(evidence(&findings.v[0], "gradient_nan"), 3, 0, 0);
+    ck_assert_close(evidence(&findings.v[0], "gradient_posinf"), 0, 0, 0);
     release();
 
     // a GEMM's NaN can be an overflow inside it (+inf + -inf): at this scale, the scaler's
