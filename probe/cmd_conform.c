@@ -135,7 +135,7 @@ static void usage(FILE *f) {
 int amp_cmd_conform(int argc, char **argv) {
     struct conform_run r = {.out = stdout, .err = stderr, .device = AMP_DEVICE_CPU};
     const char *dir = NULL;
-    bool device_given = false;
+    bool verbose_given = false, device_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         const int device = amp_cmd_option_value(argc, argv, &i, "--device", NULL, &v);
@@ -143,17 +143,14 @@ int amp_cmd_conform(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            if (!amp_cmd_option_once("conform", a, &verbose_given)) return 2;
             r.verbose = true;
         } else if (device) {
             if (device < 0 || !amp_device_parse(v, &r.device)) {
                 fprintf(stderr, "ampprobe conform: --device needs cpu or cuda\n");
                 return 2;
             }
-            if (device_given) {
-                fprintf(stderr, "ampprobe conform: --device is given twice\n");
-                return 2;
-            }
-            device_given = true;
+            if (!amp_cmd_option_once("conform", "--device", &device_given)) return 2;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr,
                     "ampprobe conform: unknown option '%s' (see 'ampprobe conform --help')\n", a);

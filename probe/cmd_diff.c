@@ -64,7 +64,7 @@ static bool load(const char *path, report_model *m, report_findings *f) {
 int amp_cmd_diff(int argc, char **argv) {
     const char *files[2] = {NULL, NULL}, *out_path = NULL, *format = "text";
     int n_files = 0;
-    bool format_given = false, files_only = false; // files_only: after "--"
+    bool output_given = false, format_given = false, files_only = false; // files_only: after "--"
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (files_only) {
@@ -79,15 +79,14 @@ int amp_cmd_diff(int argc, char **argv) {
             return 0;
         } else if (output < 0 || fmt < 0) {
             return bad("%s needs a value", a);
-        } else if ((output > 0 && out_path) || (fmt > 0 && format_given)) {
-            return bad("%s is given twice", output > 0 ? "-o" : "--format");
         } else if (output > 0) {
+            if (!amp_cmd_option_once("diff", "-o", &output_given)) return 2;
             out_path = v;
         } else if (fmt > 0) {
+            if (!amp_cmd_option_once("diff", "--format", &format_given)) return 2;
             if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
                 return bad("--format: '%s' is not one of text, json", v);
             format = v;
-            format_given = true;
         } else if (strcmp(a, "--") == 0) {
             files_only = true; // (a file may start with '-')
         } else if (a[0] == '-' && a[1]) {

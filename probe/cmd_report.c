@@ -109,9 +109,8 @@ static int parse(int argc, char **argv, report_opts *o) {
         } else if (got < 0) {
             return bad("%s needs a value", a);
         } else if (got > 0) {
-            if (given[k]) // (one rule, one range: the last one winning would hide the others)
-                return bad("%s is given twice", names[k]);
-            given[k] = true;
+            // (one rule, one range: the last one winning would hide the others)
+            if (!amp_cmd_option_once("report", names[k], &given[k])) return 2;
             if (k == 0) {
                 if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0 && strcmp(v, "md") != 0 &&
                     strcmp(v, "html") != 0)

@@ -112,6 +112,7 @@ static int usage_error(const char *fmt, const char *arg) {
 // 0: run; -1: --help was printed; 2: a usage error was printed.
 static int parse_args(int argc, char **argv, run_opts *o) {
     *o = (run_opts){.trace = DEFAULT_TRACE};
+    bool output_given = false, stats_every_given = false; // (a flag is given when its field is set)
     int i = 1;
     for (; i < argc; i++) {
         char *a = argv[i];
@@ -127,13 +128,15 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             fputs(usage_text, stdout);
             return -1;
         } else if (IS("-o") || IS("--output")) {
+            if (!amp_cmd_option_once("run", a, &output_given)) return 2;
             amp_cmd_option_value(argc, argv, &i, "--output", "-o", &o->output);
             if (!o->output || !*o->output || strcmp(o->output, "--") == 0)
                 return usage_error("%s needs a file name", a);
         } else if (IS("-f") || IS("--force")) {
             if (eq) return usage_error("%s takes no value", a);
-            o->force = true;
+            if (!amp_cmd_option_once("run", a, &o->force)) return 2;
         } else if (IS("--stats-every")) {
+            if (!amp_cmd_option_once("run", a, &stats_every_given)) return 2;
             amp_cmd_option_value(argc, argv, &i, "--stats-every", NULL, &o->stats_every);
             if (!o->stats_every) return usage_error("%s needs a number of steps", a);
             int n;
@@ -143,6 +146,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                 return 2;
             }
         } else if (IS("--trace")) {
+            if (!amp_cmd_option_once("run", a, &o->trace_given)) return 2;
             o->trace = NULL;
             amp_cmd_option_value(argc, argv, &i, "--trace", NULL, &o->trace);
             if (!o->trace) return usage_error("%s needs a list (amp,cuda,nvtx)", a);
@@ -152,19 +156,18 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                                    o->trace);
             amp_trace_names(mask, o->trace_buf, sizeof o->trace_buf); // ("amp,amp": "amp")
             o->trace = o->trace_buf;
-            o->trace_given = true;
         } else if (IS("--counters")) {
             if (eq) return usage_error("%s takes no value", a);
-            o->counters = true;
+            if (!amp_cmd_option_once("run", a, &o->counters)) return 2;
         } else if (IS("--tui")) {
             if (eq) return usage_error("%s takes no value", a);
-            o->tui = true;
+            if (!amp_cmd_option_once("run", a, &o->tui)) return 2;
         } else if (IS("--check-grads")) {
             if (eq) return usage_error("%s takes no value", a);
-            o->check_grads = true;
+            if (!amp_cmd_option_once("run", a, &o->check_grads)) return 2;
         } else if (IS("--torch")) {
             if (eq) return usage_error("%s takes no value", a);
-            o->torch = true;
+            if (!amp_cmd_option_once("run", a, &o->torch)) return 2;
         } else {
             return usage_error("unknown option '%s'", a);
         }

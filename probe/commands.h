@@ -13,6 +13,7 @@ int amp_cmd_calibrate(int argc, char **argv);
 int amp_cmd_diff(int argc, char **argv);
 int amp_cmd_tui(int argc, char **argv);
 
+#include <stdbool.h>
 #include <stdio.h>
 
 // Whether argv[*i] is the option `name` ("--format") or `short_name` ("-o"; NULL: none) with its
@@ -20,6 +21,10 @@ int amp_cmd_tui(int argc, char **argv);
 // argument it took; 0: it is another argument; -1: it is, but no value follows.
 int amp_cmd_option_value(int argc, char **argv, int *i, const char *name, const char *short_name,
                          const char **value);
+// Marks an option given (*given); false after the usage error "ampprobe CMD: NAME is given twice"
+// when it was already (options.c). name may be the argument itself: what follows an '=' is left
+// out ("--output=a.sqlite": "--output").
+bool amp_cmd_option_once(const char *cmd, const char *name, bool *given);
 
 // The files SQLite keeps beside a database (suffixes of its name), output.c's.
 #define AMP_CMD_N_SIDE_FILES 3

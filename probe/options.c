@@ -1,9 +1,10 @@
 /*
  * options.c — reading an option's value the same way in every subcommand: "--format json",
- * "--format=json" (as nsys takes them), or a short name's "-o FILE".
+ * "--format=json" (as nsys takes them), or a short name's "-o FILE"; and each option once.
  */
 #include "commands.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int amp_cmd_option_value(int argc, char **argv, int *i, const char *name, const char *short_name,
@@ -24,4 +25,16 @@ int amp_cmd_option_value(int argc, char **argv, int *i, const char *name, const 
     if (*i + 1 >= argc) return -1;
     *value = argv[++*i];
     return 1;
+}
+
+// Every subcommand takes each option once (README): the last of two winning would hide the
+// first, which the user meant as much.
+bool amp_cmd_option_once(const char *cmd, const char *name, bool *given) {
+    if (*given) {
+        fprintf(stderr, "ampprobe %s: %.*s is given twice (see 'ampprobe %s --help')\n", cmd,
+                (int)strcspn(name, "="), name, cmd);
+        return false;
+    }
+    *given = true;
+    return true;
 }

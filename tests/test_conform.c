@@ -982,7 +982,13 @@ START_TEST(test_cli) {
     char *dev[] = {"conform", "--device", "tpu", "x", NULL};
     ck_assert_int_eq(cli_quiet(4, dev), 2);
     char *twice[] = {"conform", "--device", "cpu", "--device=cpu", GOLDEN, NULL};
-    ck_assert_int_eq(cli_quiet(5, twice), 2);
+    ck_assert_int_eq(cli_stderr(5, twice, err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "ampprobe conform: --device is given twice"), "%s", err);
+    char *v_twice[] = {"conform", "-v", "--verbose", GOLDEN, NULL};
+    ck_assert_int_eq(cli_stderr(4, v_twice, err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "ampprobe conform: --verbose is given twice") &&
+                      strchr(err, '\n') == err + strlen(err) - 1,
+                  "%s", err);
     char *eq[] = {"conform", "--device=cpu", GOLDEN, NULL};
     ck_assert_int_eq(cli_quiet(3, eq), 0);
     char *golden[] = {"conform", GOLDEN, NULL};

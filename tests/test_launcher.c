@@ -189,7 +189,7 @@ END_TEST
 
 START_TEST(test_bad_arguments) {
     static const struct {
-        const char *args[6];
+        const char *args[8];
         const char *want;
     } cases[] = {
         {{"run", "--bogus", "--", "true"}, "'--bogus'"},
@@ -208,12 +208,22 @@ START_TEST(test_bad_arguments) {
         {{"run"}, "no program"},
         {{"run", "-o", "y.sqlite", "--"}, "no program"},
         {{"--"}, "no program"},
+        // each option once, as report, diff and conform take theirs: the last would win
+        {{"run", "-o", "a1.sqlite", "-o", "a2.sqlite", "--", "true"}, "-o is given twice"},
+        {{"run", "--output", "a4.sqlite", "--output=a5.sqlite", "true"},
+         "--output is given twice (see 'ampprobe run --help')"},
+        {{"run", "--stats-every", "2", "--stats-every", "3", "true"},
+         "--stats-every is given twice"},
+        {{"run", "--trace", "amp", "--trace", "cuda", "true"}, "--trace is given twice"},
+        {{"run", "--force", "-f", "true"}, "-f is given twice"},
+        {{"run", "--counters", "--counters", "true"}, "--counters is given twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ck_assert_msg(run(cases[i].args) == 2, "case %zu", i);
         assert_one_line_error(cases[i].want);
     }
     ck_assert(!exists("y.sqlite"));
+    ck_assert(!exists("a1.sqlite") && !exists("a2.sqlite") && !exists("a5.sqlite"));
     ck_assert(!exists("ampprobe-1.sqlite"));
     setenv("AMPPROBE_STATS_EVERY", "abc", 1); // standing in for --stats-every: checked the same
     int rc = run((const char *[]){"run", "true", NULL});
