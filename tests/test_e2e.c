@@ -520,6 +520,34 @@ START_TEST(test_odd_environment_without_the_launcher) {
 }
 END_TEST
 
+// Without the launcher CUDA and NVTX are not captured: an AMPPROBE_TRACE that names them is said
+// in one line naming both variables; without amp in it recording is off (no database), with amp
+// that is what is recorded.
+START_TEST(test_cuda_trace_without_the_launcher) {
+    static const char *const traces[] = {"cuda", "amp,nvtx"};
+    char cmd[512], err_path[160], want[512];
+    snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "AMPPROBE_OUT=%s AMPPROBE_TRACE=%s %s/samples/mlp --quiet --steps 2 >/dev/null "
+                 "2>%s",
+                 db_path, traces[i], AMP_BINARY_DIR, err_path);
+        ck_assert_int_eq(system(cmd), 0);
+        char *err = test_read_file(err_path, NULL);
+        snprintf(want, sizeof want,
+                 "ampprobe: AMPPROBE_OUT=%s with AMPPROBE_TRACE=%s: a program that writes its own "
+                 "database records only amp (CUDA and NVTX capture need ampprobe run); %s\n",
+                 db_path, traces[i], i == 0 ? "recording off" : "recording amp only");
+        ck_assert_str_eq(err, want);
+        free(err);
+    }
+    sqlite3 *db = open_db(); // (the first wrote none, or this second one could not have)
+    ck_assert_str_eq(query_text(db, "SELECT count(*) FROM AMP_STEPS"), "2");
+    ck_assert_str_eq(query_text(db, "SELECT value FROM META WHERE key = 'trace'"), "amp");
+    sqlite3_close(db);
+}
+END_TEST
+
 START_TEST(test_exit_without_free_cpu) {
     test_dir_create("exit");
     test_exit_without_free("cpu");
@@ -565,6 +593,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_orphaned_recorders_say_it_once);
     tcase_add_test(tc, test_the_readme_link_lines_build);
     tcase_add_test(tc, test_odd_environment_without_the_launcher);
+    tcase_add_test(tc, test_cuda_trace_without_the_launcher);
     tcase_add_test(tc, test_damaged_database_read_or_refused);
     tcase_add_test(tc, test_odd_values_read_or_refused);
     tcase_add_test(tc, test_full_disk_is_named);

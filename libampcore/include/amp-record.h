@@ -12,7 +12,8 @@
  *   AMPPROBE_OUT=file       no launcher: this process writes file itself (the same collector code
  *                           on a thread of this process; file must not exist yet);
  *   AMPPROBE_TRACE=list     which categories to record (amp,cuda,nvtx; default all of them; a
- *                           list of anything else records all, said once on stderr).
+ *                           list of anything else records all, said once on stderr); with
+ *                           AMPPROBE_OUT only amp (a list naming cuda or nvtx said so once).
  * Otherwise every emit function returns at once, and instrumentation that tests
  * amp_record_enabled() first pays one predictable branch. Nothing needs initialising: the spool
  * file is created on the first record, flushed at exit (after the program's exit handlers). A

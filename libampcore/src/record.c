@@ -535,6 +535,21 @@ static unsigned trace_of(const char *s) {
     return mask;
 }
 
+// The categories a program that writes its own database (AMPPROBE_OUT=out) records of mask, read
+// from AMPPROBE_TRACE=trace: amp alone, as CUDA and NVTX capture is the injection library's,
+// which only `ampprobe run` loads (probe/inject/capture.h). A list that names cuda or nvtx is said
+// once on stderr: with amp in it, amp is recorded; without, nothing (no database either).
+static unsigned out_trace_of(const char *out, const char *trace, unsigned mask) {
+    unsigned asked;
+    if (!trace || !*trace || !amp_parse_trace(trace, &asked) || !(asked & ~(unsigned)AMP_TRACE_AMP))
+        return mask; // (unset, or not a list: trace_of's default)
+    fprintf(stderr,
+            "ampprobe: AMPPROBE_OUT=%s with AMPPROBE_TRACE=%s: a program that writes its own "
+            "database records only amp (CUDA and NVTX capture need ampprobe run); recording %s\n",
+            out, trace, asked & AMP_TRACE_AMP ? "amp only" : "off");
+    return asked & AMP_TRACE_AMP;
+}
+
 // Reads the environment when the library is loaded: before main() where the writer is part of
 // the program (libampcore linked in), but only when it is dlopen()ed for libamprecord.so (Python
 // imports the bridge) and the capture library (NVTX loads it at the program's first NVTX call,
@@ -554,7 +569,9 @@ __attribute__((constructor)) static void record_load(void) {
         return;
     }
     pthread_once(&hooks_once, hooks_install);
-    amp_record_trace_mask = trace_of(getenv("AMPPROBE_TRACE"));
+    const char *trace = getenv("AMPPROBE_TRACE");
+    amp_record_trace_mask = trace_of(trace);
+    if (g.out) amp_record_trace_mask = out_trace_of(out, trace, amp_record_trace_mask);
 }
 
 // At exit, the finish hook's records, then the rest written out and the spool closed (and an
