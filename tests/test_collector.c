@@ -1386,6 +1386,54 @@ START_TEST(test_open_readonly_refusals) {
 }
 END_TEST
 
+// A process's AMP_PROCESSES row spans its records. The spool file's mtime comes from the file
+// system's coarse clock (set here 3 ms before the last step's end, as a 4 ms tick leaves it), and
+// a step begins before its first record creates the spool; an mtime later than every record (a
+// writer that went on writing what has no time) is kept.
+START_TEST(test_process_row_spans_its_records) {
+    static const int64_t mtime_after_last_end_ns[] = {-3000000, 5000000000};
+    for (int k = 0; k < 2; k++) {
+        fixture f;
+        fixture_init(&f);
+        amp_collector_t *c = collector(&f);
+        const int64_t first_start = amp_record_now_ns() - 1000000; // (before the spool)
+        ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+        int64_t last_end = first_start;
+        for (int i = 0; i < 3; i++) {
+            amp_rec_step st = {.step = i,
+                               .start_ns = last_end,
+                               .end_ns = amp_record_now_ns(),
+                               .loss = 1,
+                               .grad_norm = NAN};
+            amp_record_step(&st);
+            last_end = st.end_ns;
+        }
+        amp_record_stop();
+        const int64_t mtime = last_end + mtime_after_last_end_ns[k];
+        const struct timespec times[2] = {{.tv_nsec = UTIME_OMIT},
+                                          {mtime / 1000000000, mtime % 1000000000}};
+        DIR *d = opendir(f.spool);
+        ck_assert_ptr_nonnull(d);
+        int spools = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (!strstr(e->d_name, ".spool")) continue;
+            ck_assert_int_eq(utimensat(dirfd(d), e->d_name, times, 0), 0);
+            spools++;
+        }
+        closedir(d);
+        ck_assert_int_eq(spools, 1);
+        finish(c, 0);
+        sqlite3 *db = open_ro(f.db);
+        ck_assert_int_eq(test_query_int(db, "SELECT max(end_ns) FROM AMP_STEPS"), last_end);
+        ck_assert_int_eq(test_query_int(db, "SELECT end_ns FROM AMP_PROCESSES"),
+                         (k == 0 ? last_end : mtime));
+        ck_assert_int_eq(test_query_int(db, "SELECT start_ns FROM AMP_PROCESSES"), first_start);
+        sqlite3_close(db);
+        fixture_free(&f);
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // A program on its own: AMPPROBE_OUT, or nothing
 
@@ -1475,6 +1523,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_batched_rows_land_in_order);
     tcase_add_test(w, test_committed_spool_bytes_go_back_to_the_disk);
     tcase_add_test(w, test_unfinished_writer_at_finish);
+    tcase_add_test(w, test_process_row_spans_its_records);
     suite_add_tcase(s, w);
     TCase *o = tcase_create("open");
     tcase_set_timeout(o, 60);

@@ -51,6 +51,8 @@ typedef struct spool_file {
     int32_t pid, ppid;
     char comm[17];
     int64_t start_ns;
+    // the earliest and latest time its records carry (0: none yet)
+    int64_t first_ns, last_ns;
     uint64_t exec_id; // the header's: files of one pid and exec_id are one process
     uint64_t offset;  // first byte not yet ingested
     uint64_t punched; // bytes from the first page after the header up to here are a hole
@@ -505,6 +507,41 @@ static void give_back_ingested(spool_file *f) {
     futimens(f->fd, (const struct timespec[2]){{.tv_nsec = UTIME_OMIT}, sb.st_mtim});
 }
 
+// The span [start_ns, end_ns] a record of type carries; false for one without times.
+static bool record_span(uint16_t type, const amp_rec_any *r, int64_t *start_ns, int64_t *end_ns) {
+    switch ((amp_rec_type)type) {
+#define SPAN(TYPE, field)                                                                          \
+    case TYPE:                                                                                     \
+        *start_ns = r->field.start_ns;                                                             \
+        *end_ns = r->field.end_ns;                                                                 \
+        return true;
+        SPAN(AMP_REC_STEP, step)
+        SPAN(AMP_REC_OP, op)
+        SPAN(AMP_REC_KERNEL, kernel)
+        SPAN(AMP_REC_MEMCPY, memcpy)
+        SPAN(AMP_REC_MEMSET, memset)
+        SPAN(AMP_REC_RUNTIME, runtime)
+        SPAN(AMP_REC_SYNC, sync)
+        SPAN(AMP_REC_NVTX, nvtx)
+        SPAN(AMP_REC_GPU_METRIC, gpu_metric)
+#undef SPAN
+    default:
+        return false;
+    }
+}
+
+// Widens f's [first_ns, last_ns] by the times record r carries (0 and -1: not known, as an NVTX
+// mark's end), which its process's row spans (process_update).
+static void file_note_times(spool_file *f, uint16_t type, const amp_rec_any *r) {
+    int64_t t[2];
+    if (!record_span(type, r, &t[0], &t[1])) return;
+    for (int i = 0; i < 2; i++) {
+        if (t[i] <= 0) continue;
+        if (!f->first_ns || t[i] < f->first_ns) f->first_ns = t[i];
+        if (t[i] > f->last_ns) f->last_ns = t[i];
+    }
+}
+
 static void file_close(spool_file *f) {
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
@@ -512,10 +549,12 @@ static void file_close(spool_file *f) {
 
 // f's process's AMP_PROCESSES row from all the spool files it wrote (one per start of
 // recording): their records and bytes, and while one of them is open, running; else ended at
-// end_ns with status, how f (the last to end) ended.
+// end_ns with status, how f (the last to end) ended. The row spans the times its records carry:
+// a step begun before its first record created the spool starts it, and a last record stamped
+// after the file system's coarse clock last moved ends it.
 static amp_status process_update(amp_collector_t *c, const spool_file *f, int64_t end_ns,
                                  const char *status) {
-    int64_t records = 0, bytes = 0;
+    int64_t records = 0, bytes = 0, start_ns = f->start_ns, last_ns = 0;
     bool running = false;
     for (int i = 0; i < c->n_files; i++) {
         const spool_file *g = &c->files[i];
@@ -523,16 +562,22 @@ static amp_status process_update(amp_collector_t *c, const spool_file *f, int64_
         records += g->records;
         bytes += (int64_t)g->offset;
         running |= !g->done;
+        if (g->start_ns < start_ns) start_ns = g->start_ns;
+        if (g->first_ns && g->first_ns < start_ns) start_ns = g->first_ns;
+        if (g->last_ns > last_ns) last_ns = g->last_ns;
     }
-    return amp_store_process_update(c->store, f->proc_rowid, running ? -1 : end_ns, records, bytes,
-                                    running ? "running" : status);
+    if (last_ns > end_ns) end_ns = last_ns;
+    return amp_store_process_update(c->store, f->proc_rowid, start_ns, running ? -1 : end_ns,
+                                    records, bytes, running ? "running" : status);
 }
 
 // The writer is gone and everything readable was read: record how the file ended.
 static amp_status file_finish(amp_collector_t *c, spool_file *f, const char *status) {
     struct stat sb;
     int64_t end_ns = -1;
-    if (fstat(f->fd, &sb) == 0) // (the file system's coarse clock: up to a tick behind)
+    // the file system's coarse clock, up to a tick behind: the records' own times move it on
+    // (process_update)
+    if (fstat(f->fd, &sb) == 0)
         end_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     if (end_ns >= 0 && end_ns < f->start_ns) end_ns = f->start_ns;
     f->done = true;
@@ -580,6 +625,7 @@ static amp_status file_ingest(amp_collector_t *c, spool_file *f, bool *behind) {
             }
             amp_status st = ingest_record(c, f, h.type, &rec);
             if (st != AMP_OK) return st;
+            file_note_times(f, h.type, &rec);
             f->records++;
             c->stats.records++;
         }

@@ -291,8 +291,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_STRING] = "INSERT INTO StringIds (id, value) VALUES (?, ?)",
     [ST_PROC_ADD] = "INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, start_ns, status) "
                     "VALUES (?, ?, ?, ?, ?, 'running')",
-    [ST_PROC_UPDATE] = "UPDATE AMP_PROCESSES SET end_ns = ?, records = ?, bytes = ?, status = ? "
-                       "WHERE rowid = ?",
+    [ST_PROC_UPDATE] = "UPDATE AMP_PROCESSES SET start_ns = ?, end_ns = ?, records = ?, bytes = ?, "
+                       "status = ? WHERE rowid = ?",
     [ST_LAYER] = "INSERT OR REPLACE INTO AMP_LAYERS (pid, id, parent_id, name) VALUES (?, ?, ?, ?)",
     [ST_STEP] = "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
                 "mem_peak_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (pid, step) "
@@ -778,14 +778,15 @@ amp_status amp_store_process_add(amp_store *s, int32_t pid, int32_t ppid, const 
     return status;
 }
 
-amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t end_ns, int64_t records,
-                                    int64_t bytes, const char *status) {
+amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t start_ns, int64_t end_ns,
+                                    int64_t records, int64_t bytes, const char *status) {
     binder *st = &s->b[ST_PROC_UPDATE];
-    bind_opt(st, 1, end_ns);
-    bind_i64(st, 2, records);
-    bind_i64(st, 3, bytes);
-    bind_str(st, 4, status);
-    bind_i64(st, 5, rowid);
+    bind_i64(st, 1, start_ns);
+    bind_opt(st, 2, end_ns);
+    bind_i64(st, 3, records);
+    bind_i64(st, 4, bytes);
+    bind_str(st, 5, status);
+    bind_i64(st, 6, rowid);
     return run(s, ST_PROC_UPDATE);
 }
 

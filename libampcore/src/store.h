@@ -54,8 +54,8 @@ amp_status amp_store_string_id(amp_store *s, const char *str, int64_t *id);
 amp_status amp_store_meta(amp_store *s, int32_t pid, const char *key, const char *value);
 amp_status amp_store_process_add(amp_store *s, int32_t pid, int32_t ppid, const char *name,
                                  int64_t start_ns, int64_t *rowid);
-amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t end_ns, int64_t records,
-                                    int64_t bytes, const char *status);
+amp_status amp_store_process_update(amp_store *s, int64_t rowid, int64_t start_ns, int64_t end_ns,
+                                    int64_t records, int64_t bytes, const char *status);
 amp_status amp_store_layer(amp_store *s, int32_t pid, const amp_rec_layer *r);
 amp_status amp_store_step(amp_store *s, int32_t pid, const amp_rec_step *r);
 amp_status amp_store_scale(amp_store *s, int32_t pid, const amp_rec_scale *r); // + AMP_STEPS
