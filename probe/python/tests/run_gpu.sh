@@ -47,11 +47,11 @@ mkdir -p "$WORK" && rm -f "$WORK"/*.rc
 python3 -c 'import torch, sys; print("# python", sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name())'
 
 one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gpu_faults.py's;
-    # RUN_OPTS: more options of ampprobe run)
+    # TRACE: ampprobe run's --trace, amp unless set; RUN_OPTS: more options of ampprobe run)
     local name=$1 module=$2
     shift 2
     TORCH_LOGS=graph_breaks PYTHONFAULTHANDLER=1 AMPPROBE_STATS_MODULE=$module \
-        "$DIST/ampprobe" run --torch --trace amp \
+        "$DIST/ampprobe" run --torch --trace "${TRACE:-amp}" \
         ${RUN_OPTS:-} -f -o "$WORK/$name.sqlite" \
         -- python3 "$HERE/${SCRIPT:-gpu_faults.py}" "$@" >"$WORK/$name.log" 2>&1
     echo $? >"$WORK/$name.rc"
@@ -108,7 +108,7 @@ one attn-killed "" --case attn --healthy --die-at 6 --die-how kill &
 one attn-healthy-clip "" --case attn --healthy --clip 1e9 &
 # the older spellings (torch.cuda.amp.*) and cudaProfilerStart/Stop, with CUDA traced too (not
 # in the healthy twin: its tiny model's idle GPU is a warning of the report's)
-RUN_OPTS="--trace amp,cuda,nvtx" one attn-legacy "" --case attn --legacy &
+TRACE=amp,cuda,nvtx one attn-legacy "" --case attn --legacy &
 one attn-healthy-legacy "" --case attn --healthy --legacy &
 # no GPU in sight (a laptop's view): CPU autocast, bf16 alone and fp16 with GradScaler("cpu")
 for d in bf16 fp16; do
