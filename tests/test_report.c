@@ -475,22 +475,27 @@ START_TEST(a_focus_cuts_an_aggregate_row_to_its_steps) {
 }
 END_TEST
 
+// Copies process from's rows of each table (NULL-terminated) as process to's.
+static void copy_rows(const char *const *tables, int from, int to) {
+    char buf[256];
+    for (size_t i = 0; tables[i]; i++) {
+        snprintf(buf, sizeof buf,
+                 "CREATE TEMP TABLE t AS SELECT * FROM %s WHERE pid = %d; "
+                 "UPDATE t SET pid = %d; INSERT INTO %s SELECT * FROM t; DROP TABLE t;",
+                 tables[i], from, to, tables[i]);
+        sql(buf);
+    }
+}
+
 // Each rank of a data-parallel run shows the same fault: one finding, the processes counted.
 START_TEST(a_fault_every_rank_shows_is_one_finding) {
     attn_overflow();
     analyse(NULL, INT64_MIN, INT64_MAX);
     const size_t alone = findings.n;
     release();
-    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS", "AMP_OPS",
-                                         "AMP_SCALE"};
-    char buf[256];
-    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) { // pid 2: pid 1's rows again
-        snprintf(buf, sizeof buf,
-                 "CREATE TEMP TABLE t AS SELECT * FROM %s WHERE pid = 1; "
-                 "UPDATE t SET pid = 2; INSERT INTO %s SELECT * FROM t; DROP TABLE t;",
-                 tables[i], tables[i]);
-        sql(buf);
-    }
+    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS",
+                                         "AMP_OPS",    "AMP_SCALE", NULL};
+    copy_rows(tables, 1, 2); // pid 2: pid 1's rows again
     sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
         "detail, aggregate, occurrences, last_step) SELECT 2, step + 1, layer_id, op, phase, kind, "
         "severity, count, value * 0.5, detail, aggregate, occurrences, last_step FROM AMP_EVENTS;");
@@ -1361,15 +1366,8 @@ START_TEST(grad_underflow_and_scale_are_of_each_model) {
     ck_assert_close(evidence(f, "grad_amax_unscaled"), 4e-11, 1e-9, 0);
     release();
     // pid 8: a second rank of pid 1's model, the same gradients: still one finding of that model
-    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS"};
-    char buf[256];
-    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
-        snprintf(buf, sizeof buf,
-                 "CREATE TEMP TABLE t AS SELECT * FROM %s WHERE pid = 1; "
-                 "UPDATE t SET pid = 8; INSERT INTO %s SELECT * FROM t; DROP TABLE t;",
-                 tables[i], tables[i]);
-        sql(buf);
-    }
+    static const char *const tables[] = {"AMP_LAYERS", "AMP_STEPS", "AMP_TENSOR_STATS", NULL};
+    copy_rows(tables, 1, 8);
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 2);
     release();
