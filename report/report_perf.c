@@ -678,6 +678,14 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     free(cast);
     if (!done(l, q, rc)) return false;
     if (m->n_ops == 0) return true;
+    // ops of a step its process began but never recorded (killed mid-step) are no step of the
+    // findings: the groups' ranges end at the process's last recorded step
+    for (size_t g = 0; g < m->n_ops; g++) {
+        report_op *o = &m->ops[g];
+        const report_process *p = report_process_find(m, o->pid);
+        const int64_t last = p && p->n_steps ? m->steps[p->step0 + p->n_steps - 1].step : -1;
+        if (last >= 0 && o->last_step > last && o->first_step <= last) o->last_step = last;
+    }
     // the groups in key order; rows follow their group through the permutation
     int32_t *old_at = amp_xmalloc(m->n_ops * sizeof *old_at),
             *new_of = amp_xmalloc(m->n_ops * sizeof *new_of);

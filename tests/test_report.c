@@ -1618,6 +1618,13 @@ START_TEST(precision_fp32_gemm_under_autocast_is_a_warning) {
     ck_assert_ptr_nonnull(strstr(f->title, "fp32 under autocast"));
     ck_assert_close(evidence(f, "flops_share"), 33554432.0 / (33554432 + 4194304 + 8388608), 1e-9, 0);
     ck_assert_ptr_nonnull(strstr(f->advice, "bf16"));
+    ck_assert_int_eq(f->last_step, 5);
+    release();
+    // a step begun and never recorded (the program killed in it): its ops name no step
+    sql("INSERT INTO AMP_OPS SELECT pid, 6, layer_id, op, phase, in_dtypes, out_dtype, policy, "
+        "shapes, flops, bytes, start_ns + 1000000, end_ns + 1000000 FROM AMP_OPS WHERE step = 5;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(first_of("precision-placement")->last_step, 5);
     release();
 }
 END_TEST
