@@ -860,9 +860,15 @@ const report_step *report_step_find(const report_model *m, int32_t pid, int64_t 
 }
 
 const report_process *report_process_find(const report_model *m, int32_t pid) {
-    for (size_t i = 0; i < m->n_procs; i++) // (a few processes: ranks, a script's trainings)
-        if (m->procs[i].pid == pid) return &m->procs[i];
-    return NULL;
+    size_t lo = 0, hi = m->n_procs; // (sorted by pid; rules ask once per row of a table)
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (m->procs[mid].pid < pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->n_procs && m->procs[lo].pid == pid ? &m->procs[lo] : NULL;
 }
 
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {
@@ -1124,9 +1130,24 @@ const char *report_no_steps_phrase(const report_model *m) {
     return steps_outside_focus(m) ? "none in the focused steps (--steps)" : "none recorded";
 }
 
+size_t report_ops_of(const report_model *m, int32_t pid, size_t *end) {
+    size_t lo = 0, hi = m->n_ops;
+    while (lo < hi) { // the first op of pid or after it
+        const size_t mid = lo + (hi - lo) / 2;
+        if (m->ops[mid].pid < pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (*end = lo; *end < m->n_ops && m->ops[*end].pid == pid;)
+        ++*end;
+    return lo;
+}
+
 bool report_pid_autocast(const report_model *m, int32_t pid) {
-    for (size_t i = 0; i < m->n_ops; i++)
-        if (m->ops[i].pid == pid && m->ops[i].policy[0]) return true;
+    size_t end;
+    for (size_t i = report_ops_of(m, pid, &end); i < end; i++)
+        if (m->ops[i].policy[0]) return true;
     return false;
 }
 

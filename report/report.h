@@ -382,6 +382,8 @@ bool report_focused(const report_model *m);
 const char *report_no_steps_phrase(const report_model *m);
 // True when pid ran any op under autocast (a policy was recorded).
 bool report_pid_autocast(const report_model *m, int32_t pid);
+// The ops of process pid: m->ops[returned .. *end) (they are sorted by pid first).
+size_t report_ops_of(const report_model *m, int32_t pid, size_t *end);
 // The focused steps' median step time in ns (a first step's set-up or a stall does not move
 // it); NaN: no step times.
 double report_median_step_ns(const report_model *m);

@@ -76,17 +76,19 @@ static void tally_add(tally *t, const report_model *m, const report_op *o) {
 // Lists the largest members (by time) of the class pick() selects, "layer op (x ms)".
 static void list_members(const report_model *m, int32_t pid, bool (*pick)(const report_op *),
                          double total, char *buf, size_t n) {
+    size_t end;
+    const size_t begin = report_ops_of(m, pid, &end);
     const report_op *used[LIST_MAX] = {0};
     size_t k = 0;
     buf[0] = 0;
     for (int round = 0; round < LIST_MAX; round++) {
         const report_op *best = NULL;
-        for (size_t i = 0; i < m->n_ops; i++) {
+        for (size_t i = begin; i < end; i++) {
             const report_op *o = &m->ops[i];
             bool taken = false;
             for (int r = 0; r < round; r++)
                 taken |= used[r] == o;
-            if (o->pid != pid || taken || !pick(o)) continue;
+            if (taken || !pick(o)) continue;
             if (!best || op_time(m, o) > op_time(m, best)) best = o;
         }
         if (!best) break;
@@ -118,9 +120,9 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
     double total = 0, gemm_flops = 0;
     tally fp32 = {.first_step = -1, .last_step = -1}, up = fp32, cast = fp32;
     const char *lowp_dtype = NULL;
-    for (size_t i = 0; i < m->n_ops; i++) {
+    size_t end;
+    for (size_t i = report_ops_of(m, pid, &end); i < end; i++) {
         const report_op *o = &m->ops[i];
-        if (o->pid != pid) continue;
         total += op_time(m, o);
         if (report_op_is_gemm(o->op)) gemm_flops += o->flops;
         if (!lowp_dtype && report_dtype_lowp(o->out_dtype)) lowp_dtype = o->out_dtype;

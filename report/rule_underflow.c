@@ -166,7 +166,7 @@ static double model_grad_amax(const report_model *m, int32_t model) {
 // The findings of the processes that train model.
 static void run_model(const report_model *m, int32_t model, report_findings *out) {
     layer_loss *v = NULL;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
     int64_t total = 0, lost = 0;
     bool lowp_grads = false, fp16_target = false;
     for (size_t i = 0; i < m->n_stats; i++) {
@@ -175,15 +175,13 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         lowp_grads |= is_grad(s) && report_dtype_lowp(s->dtype);
         if (!is_grad(s) || s->numel <= 0 || strcmp(s->target, "f32") == 0 || !s->target[0])
             continue;
-        size_t k = 0;
-        while (k < n && !(v[k].pid == s->pid && v[k].layer_id == s->layer_id)) k++;
-        if (k == n) {
-            v = realloc(v, (n + 1) * sizeof *v);
-            if (!v) abort();
+        // (the stats are sorted by pid and layer: a layer's rows follow each other)
+        if (!n || v[n - 1].pid != s->pid || v[n - 1].layer_id != s->layer_id) {
+            AMP_GROW(v, n, cap);
             v[n++] = (layer_loss){.pid = s->pid, .layer_id = s->layer_id,
                                   .first_step = s->first_step, .last_step = s->last_step};
         }
-        layer_loss *l = &v[k];
+        layer_loss *l = &v[n - 1];
         const bool bf16 = strcmp(s->target, "bf16") == 0;
         fp16_target |= !bf16;
         int64_t l_lost = s->n_underflow + (bf16 ? 0 : s->zero_numel);
@@ -334,10 +332,10 @@ void rule_underflow_run(const report_model *m, report_findings *out) {
     size_t n_done = 0, cap = 0;
     for (size_t i = 0; i < m->n_stats; i++) {
         const int32_t model = report_process_model(m, m->stats[i].pid);
-        size_t k = 0;
-        while (k < n_done && done[k] != model)
-            k++;
-        if (k < n_done) continue;
+        size_t k = n_done; // (the processes of a model mostly follow each other: the last first)
+        while (k > 0 && done[k - 1] != model)
+            k--;
+        if (k > 0) continue;
         AMP_GROW(done, n_done, cap);
         done[n_done++] = model;
         run_model(m, model, out);
