@@ -294,12 +294,6 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
-// A process's first finite loss (load_steps).
-typedef struct first_loss {
-    int32_t pid;
-    double loss;
-} first_loss;
-
 static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[320];
@@ -339,20 +333,15 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                  "ORDER BY pid",
                  m, &q, err))
         return false;
-    first_loss *firsts = NULL;
-    size_t n_firsts = 0, n_cap = 0;
+    size_t i = 0; // (the rows and the steps both in the order of pid: one merge)
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        AMP_GROW(firsts, n_firsts, n_cap);
-        firsts[n_firsts++] = (first_loss){sqlite3_column_int(q, 0), fabs(col_f64(q, 1))};
+        const int32_t pid = sqlite3_column_int(q, 0);
+        const double first = fabs(col_f64(q, 1));
+        for (; i < m->n_steps && m->steps[i].pid <= pid; i++) {
+            report_step *s = &m->steps[i];
+            if (s->pid == pid && s->loss_finite) s->fitted = fabs(s->loss) <= 1e-6 * first;
+        }
     }
-    for (size_t i = 0, j = 0; i < m->n_steps; i++) { // (both in the order of pid)
-        report_step *s = &m->steps[i];
-        while (j < n_firsts && firsts[j].pid < s->pid)
-            j++;
-        if (j < n_firsts && firsts[j].pid == s->pid && s->loss_finite)
-            s->fitted = fabs(s->loss) <= 1e-6 * firsts[j].loss;
-    }
-    free(firsts);
     return finish(db, m->path, q, rc, err);
 }
 
