@@ -1302,10 +1302,19 @@ END_TEST
 // ---------------------------------------------------------------------------------------------
 // grad-underflow
 
+// 30% of blocks.0.mlp's gradient values of the kinds given (an SQL list) underflow.
+static void mlp_underflows(const char *kinds) {
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
+             "kind IN (%s);",
+             kinds);
+    sql(buf);
+}
+
 START_TEST(grad_underflow_names_the_layer_and_a_scale) {
     healthy(6);
-    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind IN ('activation_grad', 'weight_grad');");
+    mlp_underflows("'activation_grad', 'weight_grad'");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     const report_finding *f = &findings.v[0];
@@ -1328,8 +1337,7 @@ END_TEST
 // of one model (the same layers) stay one finding.
 START_TEST(grad_underflow_and_scale_are_of_each_model) {
     healthy(6);
-    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind IN ('activation_grad', 'weight_grad');");
+    mlp_underflows("'activation_grad', 'weight_grad'");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 1);
     const double values = evidence(&findings.v[0], "gradient_values"),
@@ -1379,8 +1387,7 @@ END_TEST
 // the optimizer steps with decides.
 START_TEST(grad_underflow_weighs_what_reaches_the_optimizer) {
     healthy(6);
-    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind = 'activation_grad';");
+    mlp_underflows("'activation_grad'");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 1);
     const report_finding *f = &findings.v[0];
@@ -1505,8 +1512,7 @@ START_TEST(grad_underflow_in_bf16_counts_no_zero_gradient) {
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
     release();
-    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind IN ('activation_grad', 'weight_grad');");
+    mlp_underflows("'activation_grad', 'weight_grad'");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].layer, "blocks.0.mlp");
@@ -2223,8 +2229,7 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     ck_assert_msg(strncmp(verdict, "Healthy", 7) != 0, "verdict: %s", verdict);
     release();
     // a kill leads the warnings, those of earlier steps too (the OOM killer is the question)
-    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind IN ('activation_grad', 'weight_grad');");
+    mlp_underflows("'activation_grad', 'weight_grad'");
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count("grad-underflow", AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].rule, "run-end");
