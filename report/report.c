@@ -387,7 +387,11 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
                                                   .occurrences = col_i64(q, 13, 1),
                                                   .detail_step = col_i64(q, 2, -1)};
         clip_to_focus(&m->events[m->n_events - 1], m->step_lo, m->step_hi);
+        const report_event *e = &m->events[m->n_events - 1];
+        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0)
+            report_spans_add(&m->loss_events, e->pid, e->step, e->last_step, m->n_events - 1);
     }
+    report_spans_sort(&m->loss_events);
     return finish(db, m->path, q, rc, err);
 }
 
@@ -748,6 +752,12 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
               load_steps(db, m, err) && load_events(db, m, err) && load_procs(db, m, err) &&
               load_stats(db, m, err) && report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    for (size_t i = 0; ok && i < m->n_events; i++) { // (once the steps and processes are in)
+        const report_event *e = &m->events[i];
+        if (report_event_breaks_forward(m, e))
+            report_spans_add(&m->forward_breaks, e->pid, e->step, e->last_step, i);
+    }
+    report_spans_sort(&m->forward_breaks);
     if (!ok) {
         report_model_free(m);
         amp_one_line(err);
@@ -767,6 +777,8 @@ void report_model_free(report_model *m) {
     for (size_t i = 0; i < m->n_procs; i++)
         free((char *)m->procs[i].name);
     free(m->procs);
+    report_spans_free(&m->loss_events);
+    report_spans_free(&m->forward_breaks);
     for (size_t i = 0; i < m->n_events; i++) {
         report_event *e = &m->events[i];
         free((char *)e->op);
@@ -1091,19 +1103,65 @@ static bool loss_broken_at(const report_model *m, const report_event *e) {
     }
     for (size_t i = lo; p && i < p->n_steps && s[i].step <= e->last_step; i++)
         if (s[i].loss_nonfinite) return true;
-    for (size_t i = 0; i < m->n_events; i++) {
-        const report_event *o = &m->events[i];
-        if (o->pid == e->pid && strcmp(o->kind, AMP_EVENT_LOSS_NONFINITE) == 0 &&
-            o->step <= e->last_step && o->last_step >= e->step)
-            return true;
-    }
-    return false;
+    return report_spans_cover(&m->loss_events, e->pid, e->step, e->last_step);
 }
 
 bool report_event_breaks_forward(const report_model *m, const report_event *e) {
     if (strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0)
         return e->phase ? strcmp(e->phase, "fwd") == 0 : loss_broken_at(m, e);
     return strcmp(e->kind, "nonfinite_input") == 0 || strcmp(e->kind, "nonfinite_module") == 0;
+}
+
+void report_spans_add(report_spans *s, int32_t pid, int64_t step, int64_t last_step, size_t event) {
+    AMP_GROW(s->v, s->n, s->cap);
+    s->v[s->n++] = (report_span){.pid = pid, .step = step, .last_step = last_step, .event = event};
+}
+
+static int cmp_span(const void *pa, const void *pb) {
+    const report_span *a = pa, *b = pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    if (a->step != b->step) return a->step < b->step ? -1 : 1;
+    return a->event < b->event ? -1 : a->event > b->event;
+}
+
+void report_spans_sort(report_spans *s) {
+    amp_sort(s->v, s->n, sizeof *s->v, cmp_span);
+    for (size_t i = 0; i < s->n; i++) {
+        report_span *v = &s->v[i];
+        const bool same = i > 0 && v[-1].pid == v->pid;
+        v->reach = same && v[-1].reach > v->last_step ? v[-1].reach : v->last_step;
+    }
+}
+
+// The number of spans before (pid, step), or up to it too when inclusive.
+static size_t spans_bound(const report_spans *s, int32_t pid, int64_t step, bool inclusive) {
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const report_span *v = &s->v[mid];
+        const bool before =
+            v->pid < pid || (v->pid == pid && (v->step < step || (inclusive && v->step == step)));
+        if (before)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+bool report_spans_cover(const report_spans *s, int32_t pid, int64_t first, int64_t last) {
+    const size_t n = spans_bound(s, pid, last, true); // pid's last span starting by last
+    return n > 0 && s->v[n - 1].pid == pid && s->v[n - 1].reach >= first;
+}
+
+int64_t report_spans_next(const report_spans *s, int32_t pid, int64_t step) {
+    const size_t i = spans_bound(s, pid, step, true);
+    return i < s->n && s->v[i].pid == pid ? s->v[i].step : INT64_MAX;
+}
+
+void report_spans_free(report_spans *s) {
+    free(s->v);
+    *s = (report_spans){0};
 }
 
 bool report_focused(const report_model *m) {

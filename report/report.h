@@ -224,6 +224,20 @@ bool report_signal_stops(int sig);
 // "SIGTERM" ("signal 42" for a number without a name) into buf[n]; returns buf.
 const char *report_signal_name(int sig, char *buf, size_t n);
 
+// The steps of a set of events per process, for questions asked of every event (is a step of
+// this process covered by one of them? the next one after a step?) in log time, not in a pass
+// over all events. Add, sort once, then ask.
+typedef struct report_span {
+    int32_t pid;
+    int64_t step, last_step;
+    int64_t reach; // (sorted) the largest last_step of pid's spans up to this one
+    size_t event;  // the event's index in m->events
+} report_span;
+typedef struct report_spans {
+    report_span *v;
+    size_t n, cap;
+} report_spans;
+
 typedef struct report_model {
     const char *path;
     int64_t step_lo, step_hi; // the focus, inclusive
@@ -231,6 +245,8 @@ typedef struct report_model {
     size_t n_steps;
     report_event *events; // in recording order (id)
     size_t n_events;
+    report_spans loss_events;    // the steps of the loss_nonfinite events
+    report_spans forward_breaks; // of those that break their step's forward (below)
     report_stats *stats;
     size_t n_stats;
     report_layer *layers; // sorted by pid, id
@@ -376,6 +392,16 @@ bool report_dtype_lowp(const char *dtype);
 // libamprecord) is judged by its steps: a forward break when one of them has a non-finite loss
 // (its step record, or a loss_nonfinite event of its process).
 bool report_event_breaks_forward(const report_model *m, const report_event *e);
+
+void report_spans_add(report_spans *s, int32_t pid, int64_t step, int64_t last_step, size_t event);
+// Sorts them by pid, step, then event (recording order), and sets reach.
+void report_spans_sort(report_spans *s);
+// Whether a span of pid shares a step with first..last.
+bool report_spans_cover(const report_spans *s, int32_t pid, int64_t first, int64_t last);
+// The first step of pid's spans after step; INT64_MAX: none.
+int64_t report_spans_next(const report_spans *s, int32_t pid, int64_t step);
+void report_spans_free(report_spans *s);
+
 // True when --steps narrowed the report to some steps.
 bool report_focused(const report_model *m);
 // What the Run section says when no step is in the report: "none recorded", or none in the focus.

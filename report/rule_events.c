@@ -8,6 +8,9 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
+#include <stdlib.h>
 #include <string.h>
 
 #define RULE "recorded-events"
@@ -44,22 +47,50 @@ static bool same_place(const report_event *a, const report_event *b) {
            strcmp(a->op ? a->op : "", b->op ? b->op : "") == 0;
 }
 
+// By place, then in recording order (the events are one array).
+static int cmp_place(const void *pa, const void *pb) {
+    const report_event *a = *(const report_event *const *)pa, *b = *(const report_event *const *)pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    if (a->layer_id != b->layer_id) return a->layer_id < b->layer_id ? -1 : 1;
+    int c = strcmp(a->kind, b->kind);
+    if (!c) c = strcmp(a->op ? a->op : "", b->op ? b->op : "");
+    return c ? c : (a > b) - (a < b);
+}
+
+// The events of one place: v[0..n), the first recorded first.
+typedef struct place {
+    const report_event *const *v;
+    size_t n;
+} place;
+
+static int cmp_place_first(const void *pa, const void *pb) {
+    const report_event *a = ((const place *)pa)->v[0], *b = ((const place *)pb)->v[0];
+    return (a > b) - (a < b);
+}
+
 void rule_events_run(const report_model *m, report_findings *out) {
+    // the program's own warnings and errors, grouped by place (sorted, each place is one run)
+    const report_event **v = amp_xmalloc((m->n_events + 1) * sizeof *v);
+    size_t n = 0, n_places = 0;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        const amp_severity sev = severity_of(e->severity);
-        if (known_kind(e->kind) || sev < AMP_SEVERITY_WARNING) continue;
-        bool seen = false; // (its place's finding was made at the first of its events)
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = same_place(&m->events[j], e) && !known_kind(m->events[j].kind) &&
-                   severity_of(m->events[j].severity) >= AMP_SEVERITY_WARNING;
-        if (seen) continue;
+        if (!known_kind(e->kind) && severity_of(e->severity) >= AMP_SEVERITY_WARNING) v[n++] = e;
+    }
+    amp_sort(v, n, sizeof *v, cmp_place);
+    place *places = amp_xmalloc((n + 1) * sizeof *places);
+    for (size_t k = 0; k < n; k++) {
+        if (k == 0 || !same_place(v[k - 1], v[k])) places[n_places++] = (place){.v = &v[k]};
+        places[n_places - 1].n++;
+    }
+    // a finding per place, in the order of their first events
+    amp_sort(places, n_places, sizeof *places, cmp_place_first);
+    for (size_t p = 0; p < n_places; p++) {
+        const report_event *e = places[p].v[0];
         int64_t occurrences = 0, first = e->step, last = e->last_step;
-        amp_severity worst = sev;
-        for (size_t j = i; j < m->n_events; j++) {
-            const report_event *o = &m->events[j];
+        amp_severity worst = AMP_SEVERITY_WARNING;
+        for (size_t j = 0; j < places[p].n; j++) {
+            const report_event *o = places[p].v[j];
             const amp_severity s = severity_of(o->severity);
-            if (!same_place(o, e) || s < AMP_SEVERITY_WARNING) continue;
             occurrences += o->occurrences;
             if (o->step < first) first = o->step;
             if (o->last_step > last) last = o->last_step;
@@ -87,4 +118,6 @@ void rule_events_run(const report_model *m, report_findings *out) {
         report_finding_evidence(f, "occurrences", (double)occurrences);
         if (e->count >= 0) report_finding_evidence(f, "count", (double)e->count);
     }
+    free(places);
+    free(v);
 }

@@ -95,25 +95,76 @@ static bool same_site(const report_event *a, const report_event *b) {
            strcmp(a->phase ? a->phase : "", b->phase ? b->phase : "") == 0;
 }
 
-// Which events say that a step's forward went non-finite (a forward producer, a data input or a
-// module output; a producer without a phase by its step's loss), judged once: a phase-less one
-// is judged from the steps and events around it. Free it.
-static bool *fwd_roots(const report_model *m) {
-    bool *root = amp_xcalloc(m->n_events + 1, sizeof *root);
-    for (size_t i = 0; i < m->n_events; i++)
-        root[i] = report_event_breaks_forward(m, &m->events[i]);
-    return root;
+// The events indexed once, so that no question about one event reads all the others: each
+// event's site (the first event there in recording order, and the next one there), and the roots,
+// the events that say that a step's forward went non-finite (m->forward_breaks: a forward
+// producer, a data input or a module output; a producer without a phase by its step's loss).
+typedef struct events_index {
+    size_t *first, *next; // per event; next: m->n_events for none
+    bool *root;           // it breaks its step's forward
+    bool *step_root;      // ... and is the first such event of its step
+} events_index;
+
+static int cmp_str(const char *a, const char *b) {
+    return strcmp(a ? a : "", b ? b : "");
+}
+
+// By site, then in recording order (the events are one array).
+static int cmp_site(const void *pa, const void *pb) {
+    const report_event *a = *(const report_event *const *)pa, *b = *(const report_event *const *)pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    if (a->layer_id != b->layer_id) return a->layer_id < b->layer_id ? -1 : 1;
+    int c = strcmp(a->kind, b->kind);
+    if (!c) c = cmp_str(a->op, b->op);
+    if (!c) c = cmp_str(a->phase, b->phase);
+    return c ? c : (a > b) - (a < b);
+}
+
+static void index_build(const report_model *m, events_index *x) {
+    const size_t n = m->n_events;
+    *x = (events_index){.first = amp_xmalloc((n + 1) * sizeof *x->first),
+                        .next = amp_xmalloc((n + 1) * sizeof *x->next),
+                        .root = amp_xcalloc(n + 1, sizeof *x->root),
+                        .step_root = amp_xcalloc(n + 1, sizeof *x->step_root)};
+    const report_event **by_site = amp_xmalloc((n + 1) * sizeof *by_site);
+    for (size_t i = 0; i < n; i++)
+        by_site[i] = &m->events[i];
+    amp_sort(by_site, n, sizeof *by_site, cmp_site);
+    for (size_t k = 0; k < n; k++) {
+        const size_t i = (size_t)(by_site[k] - m->events);
+        x->next[i] = n;
+        if (k == 0 || !same_site(by_site[k - 1], by_site[k])) {
+            x->first[i] = i;
+            continue;
+        }
+        const size_t before = (size_t)(by_site[k - 1] - m->events);
+        x->first[i] = x->first[before];
+        x->next[before] = i;
+    }
+    free(by_site);
+    const report_spans *roots = &m->forward_breaks; // sorted by pid, step, then recording order
+    for (size_t k = 0; k < roots->n; k++) {
+        const report_span *v = &roots->v[k];
+        x->root[v->event] = true;
+        x->step_root[v->event] = k == 0 || v[-1].pid != v->pid || v[-1].step != v->step;
+    }
+}
+
+static void index_free(events_index *x) {
+    free(x->first);
+    free(x->next);
+    free(x->root);
+    free(x->step_root);
 }
 
 // Steps (first, last) and occurrences of the events at the same site as e.
-static int64_t site_span(const report_model *m, const report_event *e, int64_t *first,
-                         int64_t *last) {
+static int64_t site_span(const report_model *m, const events_index *x, const report_event *e,
+                         int64_t *first, int64_t *last) {
     int64_t occ = 0;
     *first = e->step;
     *last = e->last_step;
-    for (size_t i = 0; i < m->n_events; i++) {
+    for (size_t i = x->first[e - m->events]; i < m->n_events; i = x->next[i]) {
         const report_event *o = &m->events[i];
-        if (!same_site(o, e)) continue;
         occ += o->occurrences;
         if (o->step < *first) *first = o->step;
         if (o->last_step > *last) *last = o->last_step;
@@ -123,21 +174,22 @@ static int64_t site_span(const report_model *m, const report_event *e, int64_t *
 
 // The steps the events at e's site cover: their occurrences, but a step counted once however
 // often the op went non-finite in it (several forwards a step: gradient accumulation, a module
-// called twice). An aggregate row covers at most the steps in its range.
-static int64_t site_steps(const report_model *m, const report_event *e) {
+// called twice). An aggregate row covers at most the steps in its range. (A site has ten rows
+// of its own and one aggregate row a process: SCHEMA.md, AMP_EVENTS.)
+static int64_t site_steps(const report_model *m, const events_index *x, const report_event *e) {
     int64_t n = 0;
-    for (size_t i = 0; i < m->n_events; i++) {
+    const size_t site = x->first[e - m->events];
+    for (size_t i = site; i < m->n_events; i = x->next[i]) {
         const report_event *o = &m->events[i];
-        if (!same_site(o, e)) continue;
         if (o->aggregate) {
             const uint64_t range = (uint64_t)o->last_step - (uint64_t)o->step + 1;
             n += (uint64_t)o->occurrences < range ? o->occurrences : (int64_t)range;
             continue;
         }
         bool counted = false; // by an aggregate row's range, or by a row of its step before it
-        for (size_t j = 0; j < m->n_events && !counted; j++) {
+        for (size_t j = site; j < m->n_events && !counted; j = x->next[j]) {
             const report_event *p = &m->events[j];
-            if (j != i && same_site(p, e))
+            if (j != i)
                 counted = p->aggregate ? p->step <= o->step && o->step <= p->last_step
                                        : j < i && p->step == o->step;
         }
@@ -452,15 +504,10 @@ static int detail_len(const report_event *e) {
 // The steps of pid right after last whose loss is non-finite with no forward root of their own,
 // up to *until: what an optimizer that stepped on NaN/inf gradients leaves (weights non-finite).
 // None when step last was skipped: its gradients never reached the weights.
-static int64_t poisoned_after(const report_model *m, const bool *root, int32_t pid, int64_t last,
-                              int64_t *until) {
+static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, int64_t *until) {
     const report_step *at = report_step_find(m, pid, last);
     if ((at && at->skipped) || last == INT64_MAX) return 0; // (no step after INT64_MAX)
-    int64_t next_root = INT64_MAX;
-    for (size_t i = 0; i < m->n_events; i++) {
-        const report_event *o = &m->events[i];
-        if (o->pid == pid && root[i] && o->step > last && o->step < next_root) next_root = o->step;
-    }
+    const int64_t next_root = report_spans_next(&m->forward_breaks, pid, last);
     int64_t n = 0;
     for (int64_t s = last + 1; s < next_root; s++) {
         const report_step *st = report_step_find(m, pid, s);
@@ -471,18 +518,18 @@ static int64_t poisoned_after(const report_model *m, const bool *root, int32_t p
     return n;
 }
 
-static void add_forward_root(const report_model *m, const bool *root, const report_event *e,
+static void add_forward_root(const report_model *m, const events_index *x, const report_event *e,
                              report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     where(f, m, e);
-    site_span(m, e, &f->first_step, &f->last_step);
-    const int64_t affected = site_steps(m, e);
+    site_span(m, x, e, &f->first_step, &f->last_step);
+    const int64_t affected = site_steps(m, x, e);
     explain_forward(f, e, &r);
     int64_t losses, skipped;
     count_bad_steps(m, e->pid, f->first_step, f->last_step, &losses, &skipped);
-    int64_t until = 0, after = poisoned_after(m, root, e->pid, f->last_step, &until);
+    int64_t until = 0, after = poisoned_after(m, e->pid, f->last_step, &until);
     char then[384] = "", span[64];
     if (after == 1)
         snprintf(span, sizeof span, "step %lld", (long long)until);
@@ -553,7 +600,8 @@ static const report_step *overflow_step(const report_model *m, const report_even
 }
 
 // A backward producer in a step whose forward stayed finite.
-static void add_backward(const report_model *m, const report_event *e, report_findings *out) {
+static void add_backward(const report_model *m, const events_index *x, const report_event *e,
+                         report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
     const report_step *st = overflow_step(m, e);
@@ -569,7 +617,7 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
     report_finding *f = report_finding_add(
         out, RULE, exploding || left || singular ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
     where(f, m, e);
-    int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    int64_t occ = site_span(m, x, e, &f->first_step, &f->last_step);
     // where: the module, or (the PyTorch bridge, traced per module) the code that reads the
     // module's output when no one module takes it as an input
     char site[sizeof f->layer + sizeof f->op + 40];
@@ -644,9 +692,10 @@ static void add_backward(const report_model *m, const report_event *e, report_fi
     report_finding_evidence(f, "gradient_neginf", (double)r.neginf);
 }
 
-static void add_loss_only(const report_model *m, const report_event *e, report_findings *out) {
+static void add_loss_only(const report_model *m, const events_index *x, const report_event *e,
+                          report_findings *out) {
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
-    int64_t occ = site_span(m, e, &f->first_step, &f->last_step);
+    int64_t occ = site_span(m, x, e, &f->first_step, &f->last_step);
     report_finding_where(f, NULL, NULL, NULL);
     f->pid = e->pid;
     snprintf(f->title, sizeof f->title,
@@ -696,17 +745,16 @@ static void add_step_loss_only(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "loss", first->loss);
 }
 
-// A backward producer of pid before e's step, in a step without a loss scale.
-static bool unscaled_backward_before(const report_model *m, const report_event *e) {
+// The backward producers in steps without a loss scale (an optimizer stepped on their
+// gradients, with no GradScaler to skip the step).
+static void unscaled_backward(const report_model *m, report_spans *out) {
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *o = &m->events[i];
-        if (o->pid != e->pid || o->step >= e->step || is_fwd(o) ||
-            !is(o, AMP_EVENT_NONFINITE_PRODUCER))
-            continue;
+        if (is_fwd(o) || !is(o, AMP_EVENT_NONFINITE_PRODUCER)) continue;
         const report_step *st = report_step_find(m, o->pid, o->step);
-        if (!st || !st->has_scale) return true;
+        if (!st || !st->has_scale) report_spans_add(out, o->pid, o->step, o->step, i);
     }
-    return false;
+    report_spans_sort(out);
 }
 
 // The finding just made from e, when the focus (--steps) cut e's aggregate row: its figures are
@@ -726,58 +774,52 @@ static void note_figures_step(const report_event *e, report_findings *out) {
     report_finding_evidence(f, "figures_step", (double)e->detail_step);
 }
 
-void rule_nonfinite_run(const report_model *m, report_findings *out) {
-    // The root of each step: its first forward producer or data input (events are in recording
-    // order). One finding per distinct root site; the first step that site was the root leads.
-    bool any_root = false, *root = fwd_roots(m);
+// A non-finite loss that no forward producer explains, nor a backward that went non-finite
+// before it without a GradScaler to skip its step (the optimizer stepped on NaN gradients); or
+// one whose steps alone say so (no event at all, no producer in any event).
+static void loss_alone(const report_model *m, const events_index *x, report_findings *out) {
+    report_spans unscaled = {0};
+    unscaled_backward(m, &unscaled);
+    bool loss_events = false, producers = false;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        if (!root[i]) continue;
-        bool root_of_step = true, seen = false;
-        for (size_t j = 0; j < i && root_of_step; j++) {
-            const report_event *o = &m->events[j];
-            if (root[j] && o->pid == e->pid && o->step == e->step) root_of_step = false;
-            if (same_site(o, e)) seen = true;
+        producers = producers || is(e, AMP_EVENT_NONFINITE_PRODUCER);
+        if (!is(e, AMP_EVENT_LOSS_NONFINITE)) continue;
+        loss_events = true;
+        const bool before =
+            e->step > INT64_MIN && report_spans_cover(&unscaled, e->pid, INT64_MIN, e->step - 1);
+        if (!before) {
+            add_loss_only(m, x, e, out);
+            break;
         }
-        if (!root_of_step || seen) continue;
-        add_forward_root(m, root, e, out);
-        note_figures_step(e, out);
+    }
+    report_spans_free(&unscaled);
+    if (!loss_events && !producers) add_step_loss_only(m, out);
+}
+
+void rule_nonfinite_run(const report_model *m, report_findings *out) {
+    events_index x;
+    index_build(m, &x);
+    // The root of each step: its first forward producer or data input (events are in recording
+    // order). One finding per distinct root site; the first step that site was the root leads.
+    bool any_root = false;
+    for (size_t i = 0; i < m->n_events; i++) {
+        if (!x.step_root[i] || x.first[i] != i) continue;
+        add_forward_root(m, &x, &m->events[i], out);
+        note_figures_step(&m->events[i], out);
         any_root = true;
     }
     // Backward producers of steps whose forward stayed finite: one finding per site (a producer
     // without a phase whose step's loss stayed finite is judged a backward one).
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        if (!is(e, AMP_EVENT_NONFINITE_PRODUCER) || root[i]) continue;
-        bool fwd_broken = false, seen = false;
-        for (size_t j = 0; j < m->n_events; j++) {
-            const report_event *o = &m->events[j];
-            if (o->pid == e->pid && o->step <= e->step && o->last_step >= e->step &&
-                (root[j] || is(o, AMP_EVENT_LOSS_NONFINITE)))
-                fwd_broken = true;
-            if (j < i && same_site(o, e)) seen = true;
-        }
-        if (!fwd_broken && !seen) {
-            add_backward(m, e, out);
-            note_figures_step(e, out);
-        }
+        if (!is(e, AMP_EVENT_NONFINITE_PRODUCER) || x.root[i] || x.first[i] != i) continue;
+        if (report_spans_cover(&m->forward_breaks, e->pid, e->step, e->step) ||
+            report_spans_cover(&m->loss_events, e->pid, e->step, e->step))
+            continue;
+        add_backward(m, &x, e, out);
+        note_figures_step(e, out);
     }
-    free(root);
-    if (any_root) return;
-    // A non-finite loss that no forward producer explains, nor a backward that went non-finite
-    // before it without a GradScaler to skip its step (the optimizer stepped on NaN gradients).
-    bool loss_events = false;
-    for (size_t i = 0; i < m->n_events; i++) {
-        if (!is(&m->events[i], AMP_EVENT_LOSS_NONFINITE)) continue;
-        loss_events = true;
-        if (!unscaled_backward_before(m, &m->events[i])) {
-            add_loss_only(m, &m->events[i], out);
-            return;
-        }
-    }
-    // (and one whose steps alone say so: no event at all, no producer in any event)
-    bool producers = false;
-    for (size_t i = 0; i < m->n_events && !producers; i++)
-        producers = is(&m->events[i], AMP_EVENT_NONFINITE_PRODUCER);
-    if (!loss_events && !producers) add_step_loss_only(m, out);
+    if (!any_root) loss_alone(m, &x, out);
+    index_free(&x);
 }

@@ -120,13 +120,8 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
 // True when the forward pass went non-finite in steps first..last of pid (rule
 // nonfinite-root-cause explains those).
 static bool forward_broken(const report_model *m, int32_t pid, int64_t first, int64_t last) {
-    for (size_t i = 0; i < m->n_events; i++) {
-        const report_event *e = &m->events[i];
-        if (e->pid != pid || e->last_step < first || e->step > last) continue;
-        if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 || report_event_breaks_forward(m, e))
-            return true;
-    }
-    return false;
+    return report_spans_cover(&m->loss_events, pid, first, last) ||
+           report_spans_cover(&m->forward_breaks, pid, first, last);
 }
 
 // How many times the loss at step `at` exceeds the median finite loss of the (up to) 16 steps

@@ -218,6 +218,37 @@ static int cmd(const char **args) {
 // ---------------------------------------------------------------------------------------------
 // A healthy run, an empty one
 
+// The step spans behind the rules' questions about events: a step of a process covered, the
+// next span after a step; a long early span still covers steps past later, shorter ones.
+START_TEST(event_spans_answer_per_process) {
+    report_spans s = {0};
+    ck_assert(!report_spans_cover(&s, 1, 0, 100));
+    ck_assert_int_eq(report_spans_next(&s, 1, 0), INT64_MAX);
+    report_spans_add(&s, 2, 50, 50, 0);
+    report_spans_add(&s, 1, 10, 40, 1); // pid 1: 10-40, 12, 60-61 (added out of order)
+    report_spans_add(&s, 1, 60, 61, 2);
+    report_spans_add(&s, 1, 12, 12, 3);
+    report_spans_add(&s, 3, 5, 5, 4);
+    report_spans_sort(&s);
+    ck_assert(report_spans_cover(&s, 1, 30, 30)); // by 10-40, past 12's end
+    ck_assert(report_spans_cover(&s, 1, 0, 10));
+    ck_assert(report_spans_cover(&s, 1, 41, 60));
+    ck_assert(!report_spans_cover(&s, 1, 41, 59));
+    ck_assert(!report_spans_cover(&s, 1, 62, INT64_MAX));
+    ck_assert(!report_spans_cover(&s, 1, INT64_MIN, 9));
+    ck_assert(!report_spans_cover(&s, 2, 0, 49)); // pid 1's spans are not pid 2's
+    ck_assert(report_spans_cover(&s, 2, 50, 50));
+    ck_assert(!report_spans_cover(&s, 4, INT64_MIN, INT64_MAX));
+    ck_assert_int_eq(report_spans_next(&s, 1, INT64_MIN), 10);
+    ck_assert_int_eq(report_spans_next(&s, 1, 10), 12);
+    ck_assert_int_eq(report_spans_next(&s, 1, 12), 60);
+    ck_assert_int_eq(report_spans_next(&s, 1, 60), INT64_MAX); // pid 2's 50 is not pid 1's
+    ck_assert_int_eq(report_spans_next(&s, 2, 0), 50);
+    ck_assert_int_eq(s.v[1].event, 3); // sorted by pid, step: 10-40, then 12
+    report_spans_free(&s);
+}
+END_TEST
+
 START_TEST(healthy_run_has_no_error_or_warning) {
     healthy(20);
     analyse(NULL, INT64_MIN, INT64_MAX);
@@ -3261,6 +3292,7 @@ Suite *report_suite(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("rules");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, event_spans_answer_per_process);
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
     tcase_add_test(tc, parameters_trained_outside_the_watched_model_are_named);
     tcase_add_test(tc, a_database_without_memory_peaks_reads);

@@ -4,13 +4,18 @@
  * each with its launch API call and the AMP_OPS row that launched it), per-layer statistics and
  * a GradScaler history, then times the model load, the rules and the json and html formats, and
  * prints the numbers (wall and CPU time: on a busy machine the CPU time is the fairer one).
- * Target: the whole report in <= 5 s.
+ * Target: the whole report in <= 5 s. --faulty-processes P adds P processes of the same model
+ * whose fp16 forward overflowed at step 3 and stayed broken (a NaN storm: 231 event rows each,
+ * the most the collector keeps of one, and its scale collapsing), the case where the rules that
+ * join events with events would grow with the square of the rows.
  *
- *   build/bench/report_bench [--steps N] [--kernels-per-step K] [--keep PATH]
+ *   build/bench/report_bench [--steps N] [--kernels-per-step K] [--faulty-processes P]
+ *                            [--keep PATH]
  */
 #include "amp-store.h"
 #include "report.h"
 
+#include <math.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,7 +55,98 @@ static void put(sqlite3 *db, sqlite3_stmt *q, const char *what) {
     sqlite3_reset(q);
 }
 
-static void build(const char *path, int64_t steps, int kernels_per_step) {
+#define FAULTY_STEPS 60
+#define FAULT_STEP 3
+#define PROPAGATING_OPS 4
+
+// Processes 2..P+1: the model of process 1, broken from FAULT_STEP on. Each event key (site) gets
+// the collector's ten rows of its own, then one aggregate row for the rest of the steps; the
+// rows are inserted step by step across the processes, as concurrent processes record them.
+static void build_faulty(sqlite3 *db, int processes) {
+    static const char *const ops[PROPAGATING_OPS] = {"linear", "gelu", "add", "softmax"};
+    sqlite3_stmt *ly = prep(db, "INSERT INTO AMP_LAYERS SELECT ?1, id, parent_id, name FROM "
+                                "AMP_LAYERS WHERE pid = 1");
+    sqlite3_stmt *st = prep(db, "INSERT INTO AMP_STEPS VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, ?7, "
+                                "?8, ?9, ?9, NULL)");
+    sqlite3_stmt *sc = prep(db, "INSERT INTO AMP_SCALE VALUES (?1, ?2, ?3, ?4, ?5, 0, ?5)");
+    sqlite3_stmt *ev = prep(db, "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, "
+                                "severity, count, value, detail, aggregate, occurrences, "
+                                "last_step) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 7892, NULL, ?8, "
+                                "?9, ?10, ?11)");
+    for (int p = 0; p < processes; p++) {
+        sqlite3_bind_int(ly, 1, 2 + p);
+        put(db, ly, "layers");
+        double scale = 65536;
+        for (int s = 0; s < FAULTY_STEPS; s++) {
+            const bool broken = s >= FAULT_STEP;
+            sqlite3_bind_int(st, 1, 2 + p);
+            sqlite3_bind_int(st, 2, s);
+            sqlite3_bind_int64(st, 3, s * STEP_NS);
+            sqlite3_bind_int64(st, 4, (s + 1) * STEP_NS - 1);
+            sqlite3_bind_double(st, 5, broken ? NAN : 4.0);
+            sqlite3_bind_int(st, 6, !broken);
+            sqlite3_bind_double(st, 7, scale);
+            sqlite3_bind_double(st, 8, broken ? scale / 2 : scale);
+            sqlite3_bind_int(st, 9, broken);
+            put(db, st, "faulty steps");
+            sqlite3_bind_int(sc, 1, 2 + p);
+            sqlite3_bind_int(sc, 2, s);
+            sqlite3_bind_double(sc, 3, scale);
+            sqlite3_bind_double(sc, 4, broken ? scale / 2 : scale);
+            sqlite3_bind_int(sc, 5, broken);
+            put(db, sc, "faulty scale");
+            if (broken) scale /= 2;
+        }
+    }
+    // row r of each site: steps FAULT_STEP .. FAULT_STEP + 9 one row each, then the aggregate
+    for (int r = 0; r <= 10; r++) {
+        const int step = FAULT_STEP + r, last = r < 10 ? step : FAULTY_STEPS - 1;
+        for (int p = 0; p < processes; p++) {
+            for (int site = 0; site < 5 + (LAYERS - 1) * PROPAGATING_OPS; site++) {
+                const char *kind, *op = NULL, *phase = "fwd", *severity = "error", *detail = NULL;
+                int layer = -1;
+                if (site == 0) {
+                    kind = AMP_EVENT_NONFINITE_PRODUCER, op = "mul", layer = 0;
+                    detail = "input 0 f16 (16, 2, 16, 16) min -6.2 max 6.2 amax 6.26953; output "
+                             "f16 (16, 2, 16, 16) min -65504 max 65504 amax 65504 (0 nan, 3915 "
+                             "+inf, 3977 -inf)";
+                } else if (site == 1) {
+                    kind = AMP_EVENT_LOSS_NONFINITE, phase = NULL;
+                } else if (site == 2) {
+                    kind = AMP_EVENT_STEP_SKIPPED, phase = "optim", severity = "warning";
+                } else if (site == 3) {
+                    kind = AMP_EVENT_SCALE_BACKOFF, phase = "optim", severity = "warning";
+                } else if (site == 4) { // a program's own kind (rule recorded-events)
+                    kind = "batch_guard", layer = 2, severity = "warning";
+                } else {
+                    kind = AMP_EVENT_NONFINITE_PROPAGATED, severity = "warning";
+                    layer = 1 + (site - 5) / PROPAGATING_OPS,
+                    op = ops[(site - 5) % PROPAGATING_OPS];
+                }
+                sqlite3_bind_int(ev, 1, 2 + p);
+                sqlite3_bind_int(ev, 2, step);
+                if (layer >= 0)
+                    sqlite3_bind_int(ev, 3, layer);
+                else
+                    sqlite3_bind_null(ev, 3);
+                sqlite3_bind_text(ev, 4, op, -1, SQLITE_STATIC);
+                sqlite3_bind_text(ev, 5, phase, -1, SQLITE_STATIC);
+                sqlite3_bind_text(ev, 6, kind, -1, SQLITE_STATIC);
+                sqlite3_bind_text(ev, 7, severity, -1, SQLITE_STATIC);
+                sqlite3_bind_text(ev, 8, detail, -1, SQLITE_STATIC);
+                sqlite3_bind_int(ev, 9, r == 10);
+                sqlite3_bind_int(ev, 10, last - step + 1);
+                sqlite3_bind_int(ev, 11, last);
+                put(db, ev, "faulty events");
+            }
+        }
+    }
+    sqlite3_stmt *all[] = {ly, st, sc, ev};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        sqlite3_finalize(all[i]);
+}
+
+static void build(const char *path, int64_t steps, int kernels_per_step, int faulty) {
     amp_collector_t *c;
     if (amp_collector_new(path, NULL, &c) != AMP_OK || amp_collector_finish(c, 0) != AMP_OK) {
         fprintf(stderr, "report_bench: cannot create %s: %s\n", path, amp_last_error());
@@ -135,6 +231,7 @@ static void build(const char *path, int64_t steps, int kernels_per_step) {
     sqlite3_stmt *all[] = {st, sc, ts, op, rt, k};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sqlite3_finalize(all[i]);
+    build_faulty(db, faulty);
     check(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), db, "commit");
     sqlite3_close(db);
 }
@@ -144,15 +241,18 @@ static int usage(const char *flag) {
     const bool help = strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0;
     if (!help) fprintf(stderr, "report_bench: bad or incomplete argument '%s'\n", flag);
     fprintf(help ? stdout : stderr,
-            "usage: report_bench [--steps N] [--kernels-per-step K] [--keep PATH]\n"
+            "usage: report_bench [--steps N] [--kernels-per-step K] [--faulty-processes P]\n"
+            "                    [--keep PATH]\n"
             "  builds a synthetic run of N steps (default 100000) with K kernels and ops a step\n"
-            "  (default 10) and times the report on it; --keep leaves the database at PATH\n");
+            "  (default 10), and P more processes (default 0) whose forward broke at step 3\n"
+            "  (60 steps, 231 event rows each), and times the report on it; --keep leaves the\n"
+            "  database at PATH\n");
     return help ? 0 : 2;
 }
 
 int main(int argc, char **argv) {
     int64_t steps = 100000;
-    int per_step = 10;
+    int per_step = 10, faulty = 0;
     const char *keep = NULL;
     for (int i = 1; i < argc; i += 2) {
         const char *flag = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -161,11 +261,14 @@ int main(int argc, char **argv) {
             steps = strtoll(v, &end, 10);
         else if (v && strcmp(flag, "--kernels-per-step") == 0)
             per_step = (int)strtol(v, &end, 10);
+        else if (v && strcmp(flag, "--faulty-processes") == 0)
+            faulty = (int)strtol(v, &end, 10);
         else if (v && strcmp(flag, "--keep") == 0)
             keep = v;
         else
             return usage(flag);
-        if (end && (*end || end == v || steps < 1 || per_step < 1 || per_step > 1000000))
+        if (end && (*end || end == v || steps < 1 || per_step < 1 || per_step > 1000000 ||
+                    faulty < 0 || faulty > 1000000))
             return usage(flag);
     }
     char path[256];
@@ -175,10 +278,14 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "/tmp/report_bench.%d.sqlite", (int)getpid());
     unlink(path);
     double t0 = now_s();
-    build(path, steps, per_step);
+    build(path, steps, per_step, faulty);
     double t1 = now_s();
-    printf("built %s: %lld steps, %lld kernels, %lld ops in %.2f s\n", path, (long long)steps,
-           (long long)steps * per_step, (long long)steps * per_step, t1 - t0);
+    printf("built %s: %lld steps, %lld kernels, %lld ops", path, (long long)steps,
+           (long long)steps * per_step, (long long)steps * per_step);
+    if (faulty)
+        printf(", %d faulty processes (%lld event rows)", faulty,
+               (long long)faulty * 11 * (5 + (LAYERS - 1) * PROPAGATING_OPS));
+    printf(" in %.2f s\n", t1 - t0);
 
     sqlite3 *db;
     char err[AMP_STORE_ERR_MAX > REPORT_ERR_MAX ? AMP_STORE_ERR_MAX : REPORT_ERR_MAX];
