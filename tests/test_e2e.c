@@ -497,7 +497,8 @@ END_TEST
 // A program that ends with exit() and never frees its context: every step is recorded.
 // Without the launcher nothing checks AMPPROBE_STATS_EVERY and AMPPROBE_TRACE before the program
 // reads them: a value that is no number of steps, a list that is not of amp, cuda and nvtx, each
-// said once; statistics come every step, and everything is recorded.
+// said once; statistics come every step, and amp is recorded (all a program without the
+// launcher can record).
 START_TEST(test_odd_environment_without_the_launcher) {
     char cmd[512], err_path[160];
     snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
@@ -509,13 +510,14 @@ START_TEST(test_odd_environment_without_the_launcher) {
     char *err = test_read_file(err_path, NULL);
     const char *stats = strstr(err, "AMPPROBE_STATS_EVERY='3x' is not a number of steps"),
                *trace = strstr(err, "AMPPROBE_TRACE='amp,bogus' is not a comma list of amp, "
-                                    "cuda, nvtx; recording all of them\n");
+                                    "cuda, nvtx; recording amp\n");
     ck_assert_msg(stats && trace && strchr(err, '\n') < strrchr(err, '\n') &&
                       strchr(strchr(err, '\n') + 1, '\n') == err + strlen(err) - 1,
                   "%s", err);
     free(err);
     sqlite3 *db = open_db();
     ck_assert_str_eq(query_text(db, "SELECT count(DISTINCT step) FROM AMP_TENSOR_STATS"), "4");
+    ck_assert_str_eq(query_text(db, "SELECT value FROM META WHERE key = 'trace'"), "amp");
     sqlite3_close(db);
 }
 END_TEST

@@ -522,8 +522,8 @@ static void hooks_install(void) {
 
 static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
 
-// AMPPROBE_TRACE (amp_parse_trace); unset or empty: all; anything else all, said on stderr (the
-// launcher checks it, a program run with AMPPROBE_OUT does not).
+// AMPPROBE_TRACE under the launcher (amp_parse_trace; it sets it to --trace's list); unset or
+// empty: all; anything else all, said on stderr.
 static unsigned trace_of(const char *s) {
     const unsigned all = AMP_TRACE_AMP | AMP_TRACE_CUDA | AMP_TRACE_NVTX;
     unsigned mask = all;
@@ -535,14 +535,21 @@ static unsigned trace_of(const char *s) {
     return mask;
 }
 
-// The categories a program that writes its own database (AMPPROBE_OUT=out) records of mask, read
-// from AMPPROBE_TRACE=trace: amp alone, as CUDA and NVTX capture is the injection library's,
-// which only `ampprobe run` loads (probe/inject/capture.h). A list that names cuda or nvtx is said
-// once on stderr: with amp in it, amp is recorded; without, nothing (no database either).
-static unsigned out_trace_of(const char *out, const char *trace, unsigned mask) {
-    unsigned asked;
-    if (!trace || !*trace || !amp_parse_trace(trace, &asked) || !(asked & ~(unsigned)AMP_TRACE_AMP))
-        return mask; // (unset, or not a list: trace_of's default)
+// The categories a program that writes its own database (AMPPROBE_OUT=out) records, read from
+// AMPPROBE_TRACE=trace: amp alone (unset or empty too), as CUDA and NVTX capture is the injection
+// library's, which only `ampprobe run` loads (probe/inject/capture.h). A list that names cuda or
+// nvtx is said once on stderr: with amp in it, amp is recorded; without, nothing (no database
+// either). A value that is no list is said and amp recorded.
+static unsigned out_trace_of(const char *out, const char *trace) {
+    unsigned asked = AMP_TRACE_AMP;
+    if (trace && *trace && !amp_parse_trace(trace, &asked)) {
+        fprintf(stderr,
+                "ampprobe: AMPPROBE_TRACE='%s' is not a comma list of amp, cuda, nvtx; "
+                "recording amp\n",
+                trace);
+        return AMP_TRACE_AMP;
+    }
+    if (!(asked & ~(unsigned)AMP_TRACE_AMP)) return asked;
     fprintf(stderr,
             "ampprobe: AMPPROBE_OUT=%s with AMPPROBE_TRACE=%s: a program that writes its own "
             "database records only amp (CUDA and NVTX capture need ampprobe run); recording %s\n",
@@ -570,8 +577,7 @@ __attribute__((constructor)) static void record_load(void) {
     }
     pthread_once(&hooks_once, hooks_install);
     const char *trace = getenv("AMPPROBE_TRACE");
-    amp_record_trace_mask = trace_of(trace);
-    if (g.out) amp_record_trace_mask = out_trace_of(out, trace, amp_record_trace_mask);
+    amp_record_trace_mask = g.out ? out_trace_of(out, trace) : trace_of(trace);
 }
 
 // At exit, the finish hook's records, then the rest written out and the spool closed (and an
