@@ -16,8 +16,11 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PLOT_W 760
@@ -558,22 +561,26 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, cons
         nonfinite_mark(out, p, name, r->bad_step);
         marked = true;
     }
+    const report_event **earlier = NULL; // the layer's events before e
+    size_t n_earlier = 0, cap = 0;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
         if (!forward_nonfinite(e, a)) continue;
         for (int j = 0; j < 2; j++) {
             const int64_t t = j ? e->last_step : e->step, bucket = report_amax_bucket(m, t);
             bool seen = j && t == e->step; // marked already (by this event or an earlier one)
-            for (size_t h = 0; h < i && !seen; h++)
-                seen = forward_nonfinite(&m->events[h], a) &&
-                       (m->events[h].step == t || m->events[h].last_step == t);
+            for (size_t h = 0; h < n_earlier && !seen; h++)
+                seen = earlier[h]->step == t || earlier[h]->last_step == t;
             for (const report_amax *r = a; r <= end && !seen; r++)
                 seen = r->bad_step >= 0 && report_amax_bucket(m, r->step) == bucket;
             if (seen || t < p->x0 || t > p->x1) continue; // (outside the focus, --steps)
             nonfinite_mark(out, p, name, t);
             marked = true;
         }
+        AMP_GROW(earlier, n_earlier, cap);
+        earlier[n_earlier++] = e;
     }
+    free(earlier);
     int64_t recorded = -1; // the last step with statistics of its outputs
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
