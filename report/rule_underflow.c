@@ -143,6 +143,16 @@ static bool has_scaler(const report_model *m, int32_t model) {
     return false;
 }
 
+// "3 bits", "1 bit", "less than a bit": n bits (log2 of a ratio of scales) in words.
+static const char *bits_words(char *buf, size_t len, double n) {
+    const double r = round(n);
+    if (r < 1)
+        snprintf(buf, len, "less than a bit");
+    else
+        snprintf(buf, len, "%.0f bit%s", r, r == 1 ? "" : "s");
+    return buf;
+}
+
 // The scale of model's last applied update (scale_before of the last step the GradScaler did
 // not skip: the gradients counted here are of such steps); NaN: none.
 static double last_scale(const report_model *m, int32_t model) {
@@ -272,6 +282,7 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                      : ".");
     }
 
+    char bits[32];
     if (!fp16_target) // bf16: no loss scale to raise; values below 1.2e-38 are a scaling bug
         snprintf(f->advice, sizeof f->advice,
                  "Check the loss normalisation: gradient values below bf16's smallest normal "
@@ -302,18 +313,28 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                  "init_scale=%.9g with growth_interval=2000 lifts the gradients out of fp16's "
                  "subnormals, or train in bf16.",
                  u, rec);
-    else if (!(rec > cur))
+    else if (!(rec > cur) && !(cur > rec))
         snprintf(f->advice, sizeof f->advice,
                  "The scale (%.9g) is already as high as the largest gradients allow: the gradients "
                  "span too many magnitudes for fp16. Keep the affected layers' backward in fp32 or "
                  "train in bf16.",
                  cur);
-    else
+    else if (cur > rec)
         snprintf(f->advice, sizeof f->advice,
-                 "Raise the loss scale to %.9g (init_scale=%.9g, growth_interval=2000 so it can keep "
-                 "growing): the largest unscaled gradient %.3g then stays under 65504/2 while the "
-                 "small ones move %.0f bits away from fp16's subnormals.",
-                 rec, rec, u, isnan(cur) ? log2(rec) : log2(rec / cur));
+                 "The scale (%.9g at the last step applied) is already above what the largest "
+                 "gradients "
+                 "allow (%.9g keeps the largest unscaled gradient %.3g under 65504/2; above it "
+                 "steps overflow and are skipped), and these values are lost even so: the "
+                 "gradients span too many magnitudes for fp16. Keep the affected layers' backward "
+                 "in fp32 or train in bf16; see the loss-scale finding for the scale itself.",
+                 cur, rec, u);
+    else
+        snprintf(
+            f->advice, sizeof f->advice,
+            "Raise the loss scale to %.9g (init_scale=%.9g, growth_interval=2000 so it can keep "
+            "growing): the largest unscaled gradient %.3g then stays under 65504/2 while the "
+            "small ones move %s away from fp16's subnormals.",
+            rec, rec, u, bits_words(bits, sizeof bits, isnan(cur) ? log2(rec) : log2(rec / cur)));
     report_finding_evidence(f, "layers_affected", (double)affected);
     report_finding_evidence(f, "layers", (double)n);
     report_finding_evidence(f, "worst_share", worst_share);

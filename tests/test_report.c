@@ -1363,6 +1363,37 @@ START_TEST(grad_underflow_names_the_layer_and_a_scale) {
 }
 END_TEST
 
+// A scale already above the recommended one (a sawtooth that grew too far) is not "as high as
+// the gradients allow", nor told to rise: the values are lost at a scale that overflows already.
+START_TEST(grad_underflow_at_a_scale_above_the_recommended_one) {
+    healthy(6);
+    mlp_underflows("'activation_grad', 'weight_grad'");
+    sql("UPDATE AMP_STEPS SET scale_before = 268435456, scale_after = 268435456;"
+        "UPDATE AMP_TENSOR_STATS SET amax = amax * 4096, min = min * 4096, max = max * 4096 "
+        "WHERE kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
+    ck_assert_close(evidence(f, "loss_scale"), 268435456, 0, 0);
+    ck_assert_msg(strstr(f->advice, "The scale (268435456 at the last step applied) is already "
+                                    "above what the largest gradients allow (262144 keeps"),
+                  "%s", f->advice);
+    ck_assert_ptr_null(strstr(f->advice, "as high as"));
+    release();
+    // just below it: raised by less than a bit (not "0 bits")
+    sql("UPDATE AMP_STEPS SET scale_before = 196608, scale_after = 196608;"
+        "UPDATE AMP_TENSOR_STATS SET amax = amax / 4096 * 3, min = min / 4096 * 3, "
+        "max = max / 4096 * 3 WHERE kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(strstr(findings.v[0].advice, "Raise the loss scale to 262144") &&
+                      strstr(findings.v[0].advice, "move less than a bit away"),
+                  "%s", findings.v[0].advice);
+    release();
+}
+END_TEST
+
 // A run of two programs (a script that trains one after the other): each model's gradients are
 // judged by themselves, and the loss scale recommended from its own largest gradient; the ranks
 // of one model (the same layers) stay one finding.
@@ -3336,6 +3367,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
+    tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
     tcase_add_test(tc, grad_underflow_and_scale_are_of_each_model);
     tcase_add_test(tc, grad_underflow_weighs_what_reaches_the_optimizer);
     tcase_add_test(tc, grad_underflow_advice_without_a_scaler);
