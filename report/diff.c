@@ -431,13 +431,25 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     bool base_first = false; // it is about the baseline, whose figures come first
     if (cand->errors && fc->n && base->errors && fbase->n) {
         about_cand = false; // (the candidate's finding is named first, and so is its loss)
-        if (same_finding(&fc->v[0], &fbase->v[0]))
-            PUT(report_went_past_error(mc, fc) && report_went_past_error(swap ? b : a, fbase)
-                    ? "Both runs went on past the same error: %s"
-                    : "Both runs broke the same way: %s",
+        const bool past_c = report_went_past_error(mc, fc),
+                   past_b = report_went_past_error(swap ? b : a, fbase);
+        char past[64]; // the run that went on past its error, capitalised
+        snprintf(past, sizeof past, "%s", past_c ? name : other);
+        past[0] = (char)toupper((unsigned char)past[0]);
+        if (same_finding(&fc->v[0], &fbase->v[0]) && past_c == past_b)
+            PUT(past_c ? "Both runs went on past the same error: %s"
+                       : "Both runs broke the same way: %s",
                 fc->v[0].title);
-        else
-            PUT("Both runs broke: %s: %s; %s: %s", name, fc->v[0].title, other, fbase->v[0].title);
+        else if (same_finding(&fc->v[0], &fbase->v[0]))
+            PUT("%s went on past the error that broke %s: %s", past, past_c ? other : name,
+                fc->v[0].title);
+        else if (past_c == past_b)
+            PUT("Both runs %s: %s: %s; %s: %s", past_c ? "went on past an error" : "broke", name,
+                fc->v[0].title, other, fbase->v[0].title);
+        else // (the run that went on first)
+            PUT("%s went on past an error, %s broke: %s: %s; %s: %s", past, past_c ? other : name,
+                past_c ? name : other, (past_c ? fc : fbase)->v[0].title, past_c ? other : name,
+                (past_c ? fbase : fc)->v[0].title);
     } else if (cand->errors && fc->n) {
         PUT("%s %s: %s", name, report_went_past_error(mc, fc) ? "went on past an error" : "broke",
             fc->v[0].title);

@@ -468,6 +468,11 @@ START_TEST(the_losses_are_of_the_run_the_verdict_is_about_first) {
     broke_at_step_5(a_path); // both, the same way: the candidate (B) first, as named first
     diff_has("text", "Both runs went on past the same error: NaN/inf in the input data at step 5");
     diff_has("text", b_first);
+    // the same error, but B's loss non-finite from it on: A went on, B broke (not "the same way")
+    sql(b_path, "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 5;");
+    diff_has("text", "A went on past the error that broke B: NaN/inf in the input data at step 5");
+    sql(a_path, "UPDATE AMP_EVENTS SET kind = 'nonfinite_module';"); // another error in A
+    diff_has("text", "A went on past an error, B broke: A: ");
 
     // an fp32 run (A) and an AMP run (B): "The fp32 run broke", "AMP run (B, fp16) broke"
     fresh_dbs();
