@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: ampprobe tui FILE\n"
+    "usage: ampprobe tui [--] FILE\n"
     "\n"
     "Shows a run database in the terminal: live while its run is going (new rows within a\n"
     "second), a replay when it has ended. Views: 1 overview (step time, loss and loss-scale\n"
@@ -21,18 +21,24 @@ static const char usage_text[] =
     "      NO_COLOR=1 turns colour off.\n"
     "\n"
     "'ampprobe run --tui -- PROG' records a program and shows it here as it runs.\n"
-    "The TUI only reads the database. Exit status: 0; 2 for a usage error, an unreadable FILE\n"
-    "(also one found damaged while shown: the message follows the restored screen), or a\n"
-    "terminal that cannot move the cursor (TERM=dumb).\n";
+    "The TUI only reads the database. Exit status: 0 on q; 128+N when signal N ended it (the\n"
+    "terminal restored first); 2 for a usage error, an unreadable FILE (also one found damaged\n"
+    "while shown: the message follows the restored screen), or a terminal that cannot move the\n"
+    "cursor (TERM=dumb).\n";
 
 int amp_cmd_tui(int argc, char **argv) {
     const char *file = NULL;
+    bool options = true; // until "--": FILE may then start with '-'
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+        if (options && strcmp(argv[i], "--") == 0) {
+            options = false;
+            continue;
+        }
+        if (options && (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)) {
             fputs(usage_text, stdout);
             return 0;
         }
-        if (argv[i][0] == '-' && argv[i][1]) {
+        if (options && argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "ampprobe tui: unknown option '%s' (see 'ampprobe tui --help')\n",
                     argv[i]);
             return 2;

@@ -1620,6 +1620,30 @@ static int selected_row(void) {
     return n == 1 ? row : -1;
 }
 
+// The pid the TUI's shell wrote to tmpdir/pid before exec'ing it.
+static int tui_pid(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/pid", tmpdir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int pid = 0;
+    ck_assert_int_eq(fscanf(f, "%d", &pid), 1);
+    fclose(f);
+    return pid;
+}
+
+// The pane is back from the TUI: no alternate screen, the cursor shown.
+static void assert_terminal_restored(void) {
+    char cmd[256], flags[64] = "";
+    snprintf(cmd, sizeof cmd,
+             "tmux -L %s display-message -p -t amp '#{alternate_on} #{cursor_flag}'", sock);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_nonnull(fgets(flags, sizeof flags, p));
+    pclose(p);
+    ck_assert_str_eq(flags, "0 1\n");
+}
+
 START_TEST(e2e_run_tui_tmux) {
     if (!have_tmux()) {
         fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
@@ -1664,14 +1688,7 @@ START_TEST(e2e_run_tui_tmux) {
     press("1", 180000, (const char *const[]){"tiny_gpt exited with status 0", "REPLAY", NULL});
     // q: a clean terminal (no alternate screen, cursor back), the summary, PROG's status.
     press("q", 10000, (const char *const[]){"AMPPROBE-EXIT=0", "ampprobe: 250 steps", NULL});
-    FILE *p;
-    char cmd[256], flags[64] = "";
-    snprintf(cmd, sizeof cmd,
-             "tmux -L %s display-message -p -t amp '#{alternate_on} #{cursor_flag}'", sock);
-    ck_assert_ptr_nonnull(p = popen(cmd, "r"));
-    ck_assert_ptr_nonnull(fgets(flags, sizeof flags, p));
-    pclose(p);
-    ck_assert_str_eq(flags, "0 1\n");
+    assert_terminal_restored();
     tmux_stop();
     char log[160];
     snprintf(log, sizeof log, "%s/live.sqlite.log", tmpdir);
@@ -1764,16 +1781,37 @@ START_TEST(e2e_replay_no_color_and_sigterm) {
     press("[", 10000, (const char *const[]){"step 2 of 0-3", NULL});
     press("p", 10000, (const char *const[]){"step 3 of 0-3", "following", NULL});
     press("[", 10000, (const char *const[]){"step 2 of 0-3", "PAUSED", NULL});
-    // SIGTERM: the terminal restored, a normal exit.
-    char pidfile[128];
-    snprintf(pidfile, sizeof pidfile, "%s/pid", tmpdir);
-    FILE *f = fopen(pidfile, "r");
-    ck_assert_ptr_nonnull(f);
-    int pid = 0;
-    ck_assert_int_eq(fscanf(f, "%d", &pid), 1);
-    fclose(f);
-    ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    assert_screen(10000, (const char *const[]){"TUI-EXIT=0", NULL});
+    // SIGTERM: the terminal restored, the exit status 128+15.
+    ck_assert_int_eq(kill(tui_pid(), SIGTERM), 0);
+    assert_screen(10000, (const char *const[]){"TUI-EXIT=143", NULL});
+    assert_terminal_restored();
+    tmux_stop();
+}
+END_TEST
+
+// The help stays through a resize (no key); a signal that ends a process without a handler of
+// the TUI's own (SIGUSR1) leaves the terminal restored too; "--" ends the options.
+START_TEST(e2e_help_resize_and_a_deadly_signal) {
+    if (!have_tmux()) {
+        fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
+        return;
+    }
+    fixture();
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    char command[512];
+    snprintf(command, sizeof command,
+             "cd %s && ln -sf %s ./-run.sqlite && TERM=screen sh -c \"echo \\$\\$ > %s/pid; "
+             "exec %s tui -- -run.sqlite\"; echo TUI-EXIT=$?; sleep 30",
+             tmpdir, db_path, tmpdir, AMPPROBE);
+    tmux_start(command);
+    assert_screen(10000, (const char *const[]){"REPLAY", "step 3 of 0-3", NULL});
+    press("'?'", 10000, (const char *const[]){"any key closes this help", NULL});
+    tmux("resize-window -t amp -x 100 -y 30%s", "");
+    usleep(1000000); // (the resize reaches the TUI, which redraws)
+    assert_screen(10000, (const char *const[]){"any key closes this help", NULL});
+    ck_assert_int_eq(kill(tui_pid(), SIGUSR1), 0);
+    assert_screen(10000, (const char *const[]){"TUI-EXIT=138", NULL});
+    assert_terminal_restored();
     tmux_stop();
 }
 END_TEST
@@ -1875,6 +1913,7 @@ Suite *tui_suite(void) {
     tcase_set_timeout(e2e, 300); // generous for sanitizer builds
     tcase_add_test(e2e, e2e_run_tui_tmux);
     tcase_add_test(e2e, e2e_replay_no_color_and_sigterm);
+    tcase_add_test(e2e, e2e_help_resize_and_a_deadly_signal);
     tcase_add_test(e2e, e2e_report_colour_only_where_the_terminal_shows_it);
     tcase_add_test(e2e, run_status_line_keeps_the_last_row);
     suite_add_tcase(s, e2e);

@@ -5,10 +5,11 @@
  * The loop polls the model every POLL_MS (a poll that finds no commit costs one PRAGMA), brings
  * the current view's rows up to date when the model moved, and redraws only when something
  * changed. The terminal is restored by endwin on q, on SIGINT/SIGTERM/SIGHUP/SIGQUIT (queued,
- * then a normal exit), at exit(), and before a crash signal (SIGSEGV, SIGABRT, ...) is let
- * through — htop's fail()/crash handler. Under `ampprobe run --tui` the launcher owns the
- * termination signals (it passes them on to the program) and tells the TUI through
- * tui_live.quit_requested.
+ * then a normal exit with 128+N), at exit(), and before a crash signal (SIGSEGV, SIGABRT, ...)
+ * or another signal that ends a process by default (SIGUSR1, SIGALRM, SIGPIPE, ...: where
+ * nothing else handles it) is let through — htop's fail()/crash handler. Under `ampprobe run --tui`
+ * the launcher owns the termination signals (it passes them on to the program) and tells the TUI
+ * through tui_live.quit_requested.
  */
 #define _GNU_SOURCE
 #include "tui.h"
@@ -181,7 +182,7 @@ static int move_selection(tui_app *app, int ch, const tui_layout *l) {
 int tui_app_key(tui_app *app, int ch, const tui_layout *l) {
     if (app->editing) return edit_filter(app, ch);
     app->message[0] = 0;
-    if (app->help && ch != 'q' && ch != 'Q') {
+    if (app->help && ch != 'q' && ch != 'Q' && ch != KEY_RESIZE) { // (a resize is no key)
         app->help = false;
         return TUI_REDO_DRAW;
     }
@@ -422,7 +423,8 @@ static void on_quit(int sig) {
     quit_signal = sig;
 }
 
-// A crash must not leave the terminal raw: restore it, then die of the same signal.
+// A crash, or another signal that ends the process, must not leave the terminal raw: restore it,
+// then die of the same signal.
 static void on_crash(int sig) {
     if (curses_active) endwin();
     signal(sig, SIG_DFL);
@@ -435,20 +437,28 @@ static void restore_at_exit(void) {
 }
 
 static const int quit_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-static const int crash_signals[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+// the crash signals, then those that end a process by default without a crash (taken only where
+// their disposition is the default: under ampprobe run --tui the launcher passes SIGUSR1 and
+// SIGUSR2 on to the program, and an ignored signal stays ignored)
+static const int crash_signals[] = {SIGSEGV, SIGABRT, SIGBUS,    SIGFPE,  SIGILL,
+                                    SIGTRAP, SIGSYS,  SIGXCPU,   SIGXFSZ, SIGUSR1,
+                                    SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGPIPE};
 #define N_QUIT (sizeof quit_signals / sizeof quit_signals[0])
 #define N_CRASH (sizeof crash_signals / sizeof crash_signals[0])
 
 typedef struct saved_signals {
     struct sigaction quit[N_QUIT], crash[N_CRASH];
-    bool quit_set;
+    bool quit_set, crash_set[N_CRASH];
 } saved_signals;
 
 static void signals_install(saved_signals *s, bool own_quit) {
     struct sigaction sa = {.sa_handler = on_crash};
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < N_CRASH; i++)
-        sigaction(crash_signals[i], &sa, &s->crash[i]);
+    for (size_t i = 0; i < N_CRASH; i++) {
+        sigaction(crash_signals[i], NULL, &s->crash[i]);
+        s->crash_set[i] = s->crash[i].sa_handler == SIG_DFL;
+        if (s->crash_set[i]) sigaction(crash_signals[i], &sa, NULL);
+    }
     s->quit_set = own_quit;
     if (!own_quit) return;
     sa.sa_handler = on_quit;
@@ -458,7 +468,7 @@ static void signals_install(saved_signals *s, bool own_quit) {
 
 static void signals_restore(const saved_signals *s) {
     for (size_t i = 0; i < N_CRASH; i++)
-        sigaction(crash_signals[i], &s->crash[i], NULL);
+        if (s->crash_set[i]) sigaction(crash_signals[i], &s->crash[i], NULL);
     for (size_t i = 0; s->quit_set && i < N_QUIT; i++)
         sigaction(quit_signals[i], &s->quit[i], NULL);
 }
@@ -579,7 +589,7 @@ int tui_run(const char *path, tui_live *live) {
     curses_active = 0;
     delscreen(screen);
     signals_restore(&saved);
-    int rc = 0;
+    int rc = quit_signal ? 128 + quit_signal : 0; // (the shell's convention for a signal)
     if (app->model.error[0]) { // the terminal is back: the error stays readable there
         fprintf(stderr, "ampprobe tui: %s\n", app->model.error);
         rc = 2;

@@ -82,8 +82,9 @@ typedef struct tui_view_i {
 extern const tui_view_i tui_view_overview, tui_view_layers, tui_view_kernels, tui_view_events;
 
 // Runs the TUI on the database at path until q (or a signal). live: NULL for a plain file.
-// 0 on a normal exit; 2 with one line on stderr when the file cannot be read (also when a read
-// fails for good while it runs: the terminal restored first) or the terminal cannot be used.
+// 0 on q; 128+N when signal N ended it (SIGINT, SIGTERM, SIGHUP, SIGQUIT; live: never, the
+// launcher takes them); 2 with one line on stderr when the file cannot be read (also when a
+// read fails for good while it runs: the terminal restored first) or the terminal cannot be used.
 int tui_run(const char *path, tui_live *live);
 
 // Whether the terminal TERM names (on fd) can show the TUI: terminfo knows it and it can move
