@@ -199,6 +199,39 @@ static void wait_for_finding(tui_model *m) {
     ck_assert(m->finding.valid);
 }
 
+// A gradient that reached its layer all zero (rounded away upstream: the grad-underflow fault)
+// lost every value to underflow, as the report's grad-underflow rule counts it; its n_underflow
+// is 0 (no value was subnormal here). Not so an all-zero activation, a bf16 gradient or one
+// value alone.
+START_TEST(model_counts_an_all_zero_gradient_as_lost) {
+    fixture();
+    sql("INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (7, 3, 0, 'linear', 'weight_grad', 'f32', 'f16', 300, 0.0, 0, 0, 0, 0, 0, 300),"
+        " (7, 3, 0, 'linear', 'activation_grad', 'f32', 'f16', 100, 0.001, 0, 0, 0, 0, 0, 0),"
+        " (7, 3, 0, 'linear', 'activation_grad', 'f32', 'f16', 1, 0.0, 0, 0, 0, 0, 0, 1),"
+        " (7, 3, 2, 'linear', 'weight_grad', 'bf16', 'bf16', 100, 0.0, 0, 0, 0, 0, 0, 100),"
+        " (7, 3, 2, 'relu', 'activation', 'f16', 'f16', 100, 0.0, 0, 0, 0, 0, 0, 100);");
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    tui_model_show_step(&m, 3);
+    const tui_layer_row *w = find_dtype_row(&m, "blocks.0.attn", TUI_KIND_WGRAD, "f32");
+    ck_assert_ptr_nonnull(w);
+    ck_assert_close(w->underflow_pct, 100.0, 0, 0);
+    const tui_layer_row *a = find_dtype_row(&m, "blocks.0.attn", TUI_KIND_AGRAD, "f32");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_close(a->underflow_pct, 0.0, 0, 0); // (101 values, the one zero alone not lost)
+    const tui_layer_row *b = find_dtype_row(&m, "head", TUI_KIND_WGRAD, "bf16");
+    ck_assert_ptr_nonnull(b);
+    ck_assert_close(b->underflow_pct, 0.0, 0, 0);
+    const tui_layer_row *r = find_dtype_row(&m, "head", TUI_KIND_ACT, "f16");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_close(r->underflow_pct, 0.0, 0, 0);
+    tui_model_free(&m);
+}
+END_TEST
+
 START_TEST(model_live_incremental) {
     fixture();
     tui_model m;
@@ -1876,6 +1909,7 @@ Suite *tui_suite(void) {
     tcase_add_checked_fixture(model, setup, teardown);
     tcase_set_timeout(model, 60); // the pseudo-terminal cases start ampprobe (sanitizers: slow)
     tcase_add_test(model, model_live_incremental);
+    tcase_add_test(model, model_counts_an_all_zero_gradient_as_lost);
     tcase_add_test(model, model_finished_run);
     tcase_add_test(model, model_follows_the_first_of_several_processes);
     tcase_add_test(model, p_shows_the_next_process_live);

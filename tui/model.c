@@ -437,6 +437,10 @@ typedef struct raw_stat {
     char dtype[8];
     int64_t numel, n_nan, n_posinf, n_neginf, n_underflow; // n_underflow -1: not counted
     double amax;
+    // an fp16 gradient that is all zero (amax 0, more than one value): lost to underflow
+    // upstream, as the report's grad-underflow rule counts it (its values were never subnormal
+    // here, so n_underflow does not)
+    bool zero_lost;
 } raw_stat;
 
 static int cmp_raw(const void *a, const void *b) {
@@ -481,9 +485,9 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
             const double max = dtype_max(r->dtype);
             r->headroom_bits = isnan(max) ? NAN : r->amax <= 0 ? INFINITY : log2(max / r->amax);
         }
-        if (s->n_underflow >= 0) {
+        if (s->n_underflow >= 0 || s->zero_lost) {
             counted += s->numel;
-            underflow += s->n_underflow;
+            underflow += s->zero_lost ? s->numel : s->n_underflow;
             r->underflow_pct = counted ? 100.0 * (double)underflow / (double)counted : 0;
         }
     }
@@ -532,6 +536,9 @@ static void load_step(tui_model *m, int64_t step) {
                         .n_neginf = col_i64(q, 8, 0),
                         .n_underflow = col_i64(q, 9, -1)};
         snprintf(s->dtype, sizeof s->dtype, "%s", dtype ? dtype : target ? target : "?");
+        s->zero_lost = (s->kind == TUI_KIND_AGRAD || s->kind == TUI_KIND_WGRAD) && target &&
+                       strcmp(target, "f16") == 0 && s->amax == 0 && s->numel > 1 &&
+                       s->n_nan == 0 && s->n_posinf == 0 && s->n_neginf == 0;
     }
     sqlite3_reset(q);
     fold_rows(m, raw, n);

@@ -2,7 +2,8 @@
  * view_layers.c — the layers view: per layer, tensor kind and dtype at the shown step (every figure
  * of a row of the same tensors: model.h), the largest |x|, the headroom in bits to the dtype's max,
  * the share of values lost to underflow and the NaN/Inf counts; red for NaN, +Inf or less than a
- * bit of headroom, yellow for less than 3 bits or >= 5% underflow. -Inf alone is not a danger:
+ * bit of headroom, yellow for less than 3 bits or >= 5% underflow (an fp16 run's gradient that
+ * arrived all zero counted lost: model.c). -Inf alone is not a danger:
  * attention masks put it there on purpose (an overflow to -Inf comes with +Inf or NaN in the same
  * or the next op). Sortable (danger first by default), filterable by layer name.
  */
