@@ -536,6 +536,39 @@ static void two_ranks(bool finished) {
     tui_app_free(&app);
 }
 
+// P while paused at a step the next process did not record (it has steps 0-2, the first 0-3):
+// its last step before that one is shown, and the footer says so, not a step it never had.
+START_TEST(p_moves_to_a_step_the_next_process_has) {
+    fixture();
+    sql("INSERT INTO AMP_LAYERS VALUES (9, 0, NULL, 'blocks.0.attn');"
+        "INSERT INTO AMP_STEPS SELECT 9, step, start_ns, end_ns, loss + 1, loss_finite, "
+        "grad_norm, scale_before, scale_after, found_inf, skipped, mem_peak_bytes FROM AMP_STEPS "
+        "WHERE pid = 7 AND step < 3;");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    tui_app_update(&app);
+    tui_layout l;
+    tui_layout_compute(80, 24, &l);
+    tui_app_key(&app, '[', &l);
+    tui_app_key(&app, ']', &l); // paused at step 3
+    tui_app_update(&app);
+    ck_assert_int_eq(app.step, 3);
+    tui_app_key(&app, 'P', &l);
+    tui_app_update(&app);
+    ck_assert_int_eq(app.model.pid, 9);
+    ck_assert_int_eq(app.step, 2);
+    ck_assert_str_eq(app.message, "process 9 (2 of 2): no step 3 there, step 2 shown");
+    tui_app_key(&app, 'P', &l); // back: the first has step 2
+    tui_app_update(&app);
+    ck_assert_int_eq(app.model.pid, 7);
+    ck_assert_int_eq(app.step, 2);
+    ck_assert_str_eq(app.message, "process 7 (1 of 2)");
+    tui_app_free(&app);
+}
+END_TEST
+
 START_TEST(p_shows_the_next_process_live) {
     two_ranks(false);
 }
@@ -1913,6 +1946,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_finished_run);
     tcase_add_test(model, model_follows_the_first_of_several_processes);
     tcase_add_test(model, p_shows_the_next_process_live);
+    tcase_add_test(model, p_moves_to_a_step_the_next_process_has);
     tcase_add_test(model, p_shows_the_next_process_finished);
     tcase_add_test(model, model_reads_a_database_without_memory_peaks);
     tcase_add_test(model, model_tells_a_cut_short_run_from_a_live_one);
