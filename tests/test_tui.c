@@ -338,6 +338,34 @@ START_TEST(model_live_incremental) {
 }
 END_TEST
 
+// The finder says which step its finding is as of: the last one recorded when it read the run,
+// not when it was asked (a live run goes on meanwhile).
+START_TEST(finder_says_which_step_it_read_to) {
+    fixture();
+    tui_finder *f = tui_finder_new(db_path);
+    ck_assert_ptr_nonnull(f);
+    for (int round = 0; round < 2; round++) {
+        if (round)
+            sql("INSERT INTO AMP_STEPS VALUES (7, 4, 41000000, 52000000, NULL, 0, NULL, 32768, "
+                "16384, 1, 1, NULL), (7, 5, 52000000, 63000000, NULL, 0, NULL, 16384, 8192, 1, "
+                "1, NULL);");
+        ck_assert(tui_finder_request(f));
+        tui_finding out;
+        double wall, cpu;
+        bool got = false;
+        for (int i = 0; i < 750 && !got; i++) {
+            usleep(20000);
+            got = tui_finder_take(f, &out, &wall, &cpu);
+        }
+        ck_assert(got);
+        ck_assert_int_eq(out.as_of_step, round ? 5 : 3);
+        ck_assert_int_eq(out.first_step, 3);
+        tui_finding_free(&out);
+    }
+    tui_finder_free(f);
+}
+END_TEST
+
 START_TEST(model_finished_run) {
     fixture();
     ck_assert_int_eq(amp_collector_finish(collector, 3), AMP_OK);
@@ -1944,6 +1972,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, model_live_incremental);
     tcase_add_test(model, model_counts_an_all_zero_gradient_as_lost);
     tcase_add_test(model, model_finished_run);
+    tcase_add_test(model, finder_says_which_step_it_read_to);
     tcase_add_test(model, model_follows_the_first_of_several_processes);
     tcase_add_test(model, p_shows_the_next_process_live);
     tcase_add_test(model, p_moves_to_a_step_the_next_process_has);

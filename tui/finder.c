@@ -69,19 +69,20 @@ void tui_finding_free(tui_finding *f) {
         free(f->kernel_layers[i].layer);
     }
     free(f->kernel_layers);
-    *f = (tui_finding){.first_step = -1};
+    *f = (tui_finding){.first_step = -1, .as_of_step = -1};
 }
 
 // The first warning or error of the report (its order: errors first, then the first step), and
 // the kernels' layers; or why the report could not read the run.
 static void compute(sqlite3 *db, const char *path, tui_finding *out) {
-    *out = (tui_finding){.first_step = -1};
+    *out = (tui_finding){.first_step = -1, .as_of_step = -1};
     report_model rm;
     char err[REPORT_ERR_MAX];
     if (report_model_load(db, path, INT64_MIN, INT64_MAX, &rm, err) != AMP_OK) {
         snprintf(out->error, sizeof out->error, "%s", err);
         return;
     }
+    out->as_of_step = rm.end.last_step;
     kernel_layers(&rm, out);
     report_findings f = {0};
     report_run(&rm, NULL, &f);
@@ -125,7 +126,7 @@ static void *run(void *arg) {
         double t0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
         sqlite3 *db = NULL;
         char err[AMP_STORE_ERR_MAX];
-        tui_finding result = {.first_step = -1};
+        tui_finding result = {.first_step = -1, .as_of_step = -1};
         if (amp_store_open_readonly(f->path, &db, err) == AMP_OK) {
             sqlite3_progress_handler(db, 10000, stop_requested, f);
             compute(db, f->path, &result);
@@ -185,7 +186,7 @@ bool tui_finder_take(tui_finder *f, tui_finding *out, double *wall_ms, double *c
     bool fresh = f->fresh;
     if (fresh) {
         *out = f->result;
-        f->result = (tui_finding){.first_step = -1}; // moved
+        f->result = (tui_finding){.first_step = -1, .as_of_step = -1}; // moved
         *wall_ms = f->wall_ms;
         *cpu_ms = f->cpu_ms;
         f->fresh = false;

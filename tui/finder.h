@@ -22,6 +22,8 @@ typedef struct tui_finding {
     int severity; // amp_severity
     char rule[32];
     int64_t first_step; // -1: none
+    int64_t as_of_step; // the last step recorded (by any process) when the report read the run;
+                        // -1: none
     char layer[160], op[160];
     char title[512];
     char error[512]; // the report could not read the run: why, in one line ("FILE: ..."); "": it

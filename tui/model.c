@@ -677,7 +677,8 @@ static bool poll_finding(tui_model *m) {
         m->finding_ms = wall_ms;
         m->finding_cpu_ms = cpu_ms;
         m->finding_cpu_total_ms += cpu_ms;
-        m->finding_step = m->asked_step;
+        // the step the report's read reached (the run may have gone on since it was asked)
+        m->finding_step = fresh.as_of_step >= 0 ? fresh.as_of_step : m->asked_step;
         m->next_finding_ns = now + FINDING_MIN_NS;
     }
     if (!m->finding_stale || now < m->next_finding_ns) return changed;
