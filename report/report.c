@@ -1355,6 +1355,17 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
                  f->only);
 }
 
+// An fp32 run (no process ran an op under autocast) with overflow-headroom's notes of what fp16
+// would overflow.
+static bool fp32_overflow_notes(const report_model *m, const report_findings *f) {
+    bool notes = false;
+    for (size_t i = 0; i < f->n && !notes; i++)
+        notes = strcmp(f->v[i].rule, "overflow-headroom") == 0;
+    for (size_t i = 0; i < m->n_procs && notes; i++)
+        notes = !report_pid_autocast(m, m->procs[i].pid);
+    return notes;
+}
+
 // The verdict on the focused steps alone; true when it said that only the --rule rule ran.
 static bool verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n) {
     size_t errors = 0, warnings = 0;
@@ -1424,17 +1435,21 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                 snprintf(until, sizeof until, " until the program %s %s", by, sig_name);
             snprintf(buf, n,
                      "Healthy%s: no error or warning in %s%s. The forward pass stayed "
-                     "finite, %s came near the autocast dtype's range and no layer lost "
-                     "a worrying share of its gradients to underflow.%s",
+                     "finite, %s and no layer lost a worrying share of its gradients to "
+                     "underflow.%s",
                      until, steps,
                      s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
                                : "",
-                     !m->compiled ? "no op"
+                     fp32_overflow_notes(m, f)
+                         ? "the run is fp32, with no autocast dtype to come near (the notes "
+                           "below say which outputs fp16 would overflow)"
+                     : !m->compiled ? "no op came near the autocast dtype's range"
                      : strcmp(m->compiled, "model") == 0
-                         ? "neither the model's output nor a gradient (it ran compiled: the "
-                           "outputs inside it are not recorded)"
-                         : "no recorded output (the modules inside its compiled parts are not "
-                           "recorded)",
+                         ? "neither the model's output nor a gradient came near the autocast "
+                           "dtype's range (it ran compiled: the outputs inside it are not "
+                           "recorded)"
+                         : "no recorded output came near the autocast dtype's range (the "
+                           "modules inside its compiled parts are not recorded)",
                      f->n ? " The notes below are for information." : "");
         }
         return false;

@@ -70,9 +70,10 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
                      "%s %s output (fp32, amax %.6g) would overflow %s (max %g) under autocast",
                      layer, s->op, s->amax, s->target, max);
         int w = snprintf(f->detail, sizeof f->detail,
-                         "%lld of %lld sampled outputs within 2x of the max (steps %lld-%lld).",
+                         "%lld of %lld sampled outputs within 2x of the max%s (steps %lld-%lld).",
                          (long long)s->near_max_tensors, (long long)s->tensors,
-                         (long long)f->first_step, (long long)f->last_step);
+                         s->amax > max ? " or beyond it" : "", (long long)f->first_step,
+                         (long long)f->last_step);
         if (s->n_overflow > 0 && w > 0 && (size_t)w < sizeof f->detail)
             snprintf(f->detail + w, sizeof f->detail - (size_t)w,
                      " %lld fp32 values beyond it would round to inf.", (long long)s->n_overflow);

@@ -341,7 +341,8 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     sql("INSERT INTO META (key, value, pid) VALUES ('compiled', 'model', 1);");
     analyse(NULL, INT64_MIN, INT64_MAX);
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strstr(verdict, "neither the model's output nor a gradient (it ran compiled"),
+    ck_assert_msg(strstr(verdict, "neither the model's output nor a gradient came near the "
+                                  "autocast dtype's range (it ran compiled"),
                   "verdict: %s", verdict);
     ck_assert(!strstr(verdict, "no op came near"));
     release();
@@ -364,7 +365,7 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
     ck_assert_msg(strstr(t, "compiled:    parts of the model (torch.compile)"), "%s", t);
-    ck_assert_msg(strstr(t, "no recorded output (the"), "%s", t);
+    ck_assert_msg(strstr(t, "no recorded output came"), "%s", t);
     free(t);
 }
 END_TEST
@@ -1326,6 +1327,35 @@ START_TEST(overflow_headroom_ignores_fp32_ops_and_overflowed_outputs) {
         "0, 0, 0);");
     analyse("overflow-headroom", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+// An fp32 run (no autocast anywhere): outputs beyond fp16's max are notes of what fp16 would
+// make of them, said to be beyond the max (not "within 2x" of it), and the healthy verdict does
+// not claim that no op came near a range the run never had.
+START_TEST(overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max) {
+    healthy(6);
+    sql("UPDATE AMP_OPS SET policy = NULL, in_dtypes = 'f32,f32', out_dtype = 'f32';"
+        "UPDATE AMP_TENSOR_STATS SET dtype = 'f32';"
+        "INSERT INTO AMP_TENSOR_STATS VALUES (1, 4, 1, 'linear', 'activation', 'f32', 'f16', "
+        "4096, -8e6, 8e6, 8e6, 0, 0, 0, 120, 0, 0);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("overflow-headroom", AMP_SEVERITY_INFO), 1);
+    const report_finding *f = NULL;
+    for (size_t i = 0; i < findings.n; i++)
+        if (strcmp(findings.v[i].rule, "overflow-headroom") == 0) f = &findings.v[i];
+    ck_assert_msg(strstr(f->title, "(fp32, amax 8e+06) would overflow f16"), "%s", f->title);
+    ck_assert_msg(strstr(f->detail, "1 of 1 sampled outputs within 2x of the max or beyond it") &&
+                      strstr(f->detail, "120 fp32 values beyond it would round to inf"),
+                  "%s", f->detail);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "Healthy") &&
+                      strstr(verdict, "the run is fp32, with no "
+                                      "autocast dtype to come near") &&
+                      !strstr(verdict, "no op came near"),
+                  "verdict: %s", verdict);
     release();
 }
 END_TEST
@@ -3366,6 +3396,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
+    tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
     tcase_add_test(tc, grad_underflow_and_scale_are_of_each_model);
