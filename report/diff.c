@@ -328,9 +328,20 @@ static void compare_losses(const report_model *a, const report_process *pa, cons
     g->mean_rel = g->common ? avg : NAN;
 }
 
+// A title up to the first ':' or '(' (what comes before the names of a share's largest ops).
+static void title_head(const char *title, char *buf, size_t n) {
+    snprintf(buf, n, "%.*s", (int)strcspn(title, ":("), title);
+}
+
 static bool same_finding(const report_finding *x, const report_finding *y) {
-    return strcmp(x->rule, y->rule) == 0 && x->severity == y->severity &&
-           strcmp(x->layer, y->layer) == 0 && strcmp(x->op, y->op) == 0 &&
+    if (strcmp(x->rule, y->rule) != 0 || x->severity != y->severity) return false;
+    if (x->of_many && y->of_many) { // the largest of many ops: may differ from run to run
+        char hx[sizeof x->title], hy[sizeof y->title];
+        title_head(x->title, hx, sizeof hx);
+        title_head(y->title, hy, sizeof hy);
+        return report_same_title(hx, hy);
+    }
+    return strcmp(x->layer, y->layer) == 0 && strcmp(x->op, y->op) == 0 &&
            report_same_title(x->title, y->title); // (a sawtooth is no scale stuck low)
 }
 

@@ -434,6 +434,10 @@ typedef struct report_finding {
     int processes;      // how many processes showed it (data-parallel ranks: one finding)
     bool leads;         // first among its severity, whatever its step (how a run died)
     int32_t pid;        // the process it is of (the first one's when merged); 0: run-wide
+    // a share of many ops' time: its layer and op (and the title's) name the largest of them,
+    // which two runs of the same program may pick differently (ampprobe diff matches it on its
+    // rule, severity and the title's words before the names)
+    bool of_many;
     int n_evidence;
     struct {
         const char *key; // lower_snake_case, stable (json)

@@ -106,6 +106,7 @@ static void where_of(report_finding *f, const report_model *m, const tally *t) {
     report_finding_where(f, report_layer_name(m, t->worst->pid, t->worst->layer_id), t->worst->op,
                          t->worst->phase[0] ? t->worst->phase : NULL);
     f->pid = t->worst->pid; // (run_pid: one process's ops)
+    f->of_many = true;
     f->first_step = t->first_step;
     f->last_step = t->last_step;
 }

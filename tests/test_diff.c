@@ -437,6 +437,35 @@ static void fresh_dbs(void) {
     setup();
 }
 
+// Casts taking a share of each run's time, the longest in fc1 in A and in fc2 in B (a timing
+// coin toss between two runs of one program): the same finding in both, not one only in each.
+static void casts(const char *path, int longer_layer) {
+    char buf[512];
+    snprintf(
+        buf, sizeof buf,
+        "INSERT INTO AMP_LAYERS VALUES (1, 1, NULL, 'fc1'), (1, 2, NULL, 'fc2');"
+        "INSERT INTO AMP_OPS SELECT 1, step, l.id, 'to', 'fwd', 'f32', 'f16', NULL, '(8, 64)', "
+        "0, 2048, start_ns + 2000 * l.id, start_ns + 2000 * l.id + "
+        "CASE l.id WHEN %d THEN 900 ELSE 800 END FROM AMP_STEPS, "
+        "(SELECT 1 AS id UNION ALL SELECT 2) l;",
+        longer_layer);
+    sql(path, buf);
+}
+
+START_TEST(a_share_of_many_ops_matches_whichever_op_is_largest) {
+    run(a_path, 20, 4.0, 1.0, 0, true, "cpu");
+    run(b_path, 20, 4.0, 1.0, 0, true, "cpu");
+    casts(a_path, 1);
+    casts(b_path, 2);
+    char *t = diff_of(a_path, b_path, "text");
+    ck_assert_msg(!strstr(t, "Findings only in"), "%s", t);
+    free(t);
+    char *j = diff_of(a_path, b_path, "json");
+    ck_assert_msg(!strstr(j, "\"only_here\": [{"), "%s", j);
+    free(j);
+}
+END_TEST
+
 // The run at path broke at step 5 (NaN in its input) and trained on: its losses stay finite.
 static void broke_at_step_5(const char *path) {
     sql(path, "INSERT INTO AMP_EVENTS (pid, step, last_step, layer_id, op, phase, kind, "
@@ -652,6 +681,7 @@ Suite *diff_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60); // the mlp case records two runs
     tcase_add_test(tc, amp_faster_same_loss_either_order);
+    tcase_add_test(tc, a_share_of_many_ops_matches_whichever_op_is_largest);
     tcase_add_test(tc, amp_runs_without_ops_by_their_precision);
     tcase_add_test(tc, huge_losses_have_finite_figures);
     tcase_add_test(tc, runs_of_different_lengths_are_said_to_be);
