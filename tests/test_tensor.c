@@ -215,6 +215,68 @@ START_TEST(test_write_through_a_view_after_save_aborts) {
 }
 END_TEST
 
+// A weight written between the forward and the backward of an op whose other operand needs no
+// gradient (data): its gradient reads the data alone, so the write passes, as in PyTorch (which
+// saves each operand only for the other's gradient): weight clipping, an EMA swap.
+START_TEST(test_a_weight_only_its_own_gradient_needs_may_change) {
+    const float xs[6] = {1, 2, 3, 4, 5, 6};
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, F32, 2, S(2, 3), xs);
+    float g[6];
+    // linear: dL/dw[o] = the rows of x summed
+    amp_tensor_t *w = param(2, S(2, 3), (float[]){1, 1, 1, 1, 1, 1});
+    amp_tensor_t *loss = amp_sum(ctx, amp_linear(ctx, x, w, NULL));
+    amp_tensor_write_f32(w, (float[]){0, 0, 0, 0, 0, 0});
+    amp_backward(ctx, loss);
+    amp_tensor_read_f32(amp_tensor_grad(w), g);
+    const float dw[6] = {5, 7, 9, 5, 7, 9}, db[6] = {5, 5, 7, 7, 9, 9}, da[4] = {6, 15, 6, 15};
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(g[i], dw[i]);
+    // mm with the weight second, and first
+    amp_tensor_t *b = param(2, S(3, 2), (float[]){1, 1, 1, 1, 1, 1});
+    loss = amp_sum(ctx, amp_mm(ctx, x, b));
+    amp_tensor_write_f32(b, (float[]){2, 2, 2, 2, 2, 2});
+    amp_backward(ctx, loss);
+    amp_tensor_read_f32(amp_tensor_grad(b), g);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(g[i], db[i]);
+    amp_tensor_t *a = param(2, S(2, 2), (float[]){1, 1, 1, 1});
+    amp_tensor_t *d = amp_tensor_from_f32(ctx, F32, 2, S(2, 3), xs);
+    loss = amp_sum(ctx, amp_mm(ctx, a, d));
+    amp_tensor_write_f32(a, (float[]){3, 3, 3, 3});
+    amp_backward(ctx, loss);
+    amp_tensor_read_f32(amp_tensor_grad(a), g);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(g[i], da[i]);
+    // mul, div (b for a's gradient only), conv2d
+    amp_tensor_t *m = param(1, S(3), (float[]){1, 1, 1});
+    amp_tensor_t *v = amp_tensor_from_f32(ctx, F32, 1, S(3), xs);
+    loss = amp_sum(ctx, amp_add(ctx, amp_mul(ctx, v, m), amp_div(ctx, m, v)));
+    amp_tensor_write_f32(m, (float[]){7, 7, 7});
+    amp_backward(ctx, loss);
+    amp_tensor_read_f32(amp_tensor_grad(m), g);
+    for (int i = 0; i < 3; i++)
+        ck_assert_float_eq(g[i], xs[i] + 1.0f / xs[i]);
+    amp_tensor_t *k = param(4, S(1, 1, 1, 1), (float[]){1});
+    amp_tensor_t *img = amp_tensor_from_f32(ctx, F32, 4, S(1, 1, 2, 2), xs);
+    loss = amp_sum(ctx, amp_conv2d(ctx, img, k, NULL, 1, 0));
+    amp_tensor_write_f32(k, (float[]){5});
+    amp_backward(ctx, loss);
+    amp_tensor_read_f32(amp_tensor_grad(k), g);
+    ck_assert_float_eq(g[0], 10);
+}
+END_TEST
+
+// The data written instead, where the weight's gradient reads it: that still aborts.
+START_TEST(test_the_data_a_weight_gradient_reads_may_not_change) {
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, F32, 2, S(2, 3), (float[]){1, 2, 3, 4, 5, 6});
+    amp_tensor_t *w = param(2, S(2, 3), (float[]){1, 1, 1, 1, 1, 1});
+    amp_tensor_t *loss = amp_sum(ctx, amp_linear(ctx, x, w, NULL));
+    test_expect_abort("(the backward of linear reads it)");
+    amp_tensor_write_f32(x, (float[]){0, 0, 0, 0, 0, 0});
+    amp_backward(ctx, loss);
+}
+END_TEST
+
 // What the runtime writes in place, and writes that no backward reads, pass: an add's operand
 // written after the add, optimizer steps and the GradScaler between micro-batches (without a
 // reset, under autocast with its cached casts and the copies the optimizer makes ahead).
@@ -357,6 +419,8 @@ Suite *tensor_suite(void) {
     tcase_add_test_raise_signal(v, test_write_after_save_aborts, SIGABRT);
     tcase_add_test_raise_signal(v, test_write_through_a_view_after_save_aborts, SIGABRT);
     tcase_add_test(v, test_writes_that_no_backward_reads);
+    tcase_add_test(v, test_a_weight_only_its_own_gradient_needs_may_change);
+    tcase_add_test_raise_signal(v, test_the_data_a_weight_gradient_reads_may_not_change, SIGABRT);
     suite_add_tcase(s, v);
     TCase *h = tcase_create("host_copy");
     tcase_add_checked_fixture(h, setup, teardown);

@@ -354,7 +354,9 @@ void amp_tensor_stats(const amp_tensor_t *t, amp_dtype target, amp_stats *out);
 // accumulate into persistent tensors that require grad. A tensor that a backward reads (an input
 // of mul, the output of exp) and that was written since the op ran (amp_tensor_write*, an
 // optimizer step, through any view of its storage) aborts with PyTorch's message "one of the
-// variables needed for gradient computation has been modified by an inplace operation". A
+// variables needed for gradient computation has been modified by an inplace operation". As in
+// PyTorch, a matmul, conv2d or mul reads each operand only for the other's gradient: a weight
+// whose input needs none (the data) may be written between the forward and the backward. A
 // second backward that reaches a node whose backward has run and read something (exp, mul, a
 // matmul; not add, sum or a cast) aborts with PyTorch's "Trying to backward through the graph a
 // second time" (there is no retain_graph: run the forward again).

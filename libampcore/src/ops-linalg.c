@@ -128,7 +128,10 @@ static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
         n->i[0] = bt;
         amp_node_save(n, 0, ad);
         amp_node_save(n, 1, bd);
-        n->reads = AMP_READS_SAVED(0) | AMP_READS_SAVED(1); // the operands, not the output
+        // each operand for the other's gradient, as PyTorch saves them: a weight written
+        // between the forward and the backward of a layer whose input needs no gradient is fine
+        n->reads = (b->requires_grad ? AMP_READS_SAVED(0) : 0) |
+                   (a->requires_grad ? AMP_READS_SAVED(1) : 0);
     }
     amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, bias ? 3 : 2);
     return y;
@@ -352,7 +355,8 @@ amp_tensor_t *amp_conv2d(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
         n->i[1] = padding;
         amp_node_save(n, 0, xd);
         amp_node_save(n, 1, wd);
-        n->reads = AMP_READS_SAVED(0) | AMP_READS_SAVED(1);
+        n->reads = (w->requires_grad ? AMP_READS_SAVED(0) : 0) | // the input for dW
+                   (x->requires_grad ? AMP_READS_SAVED(1) : 0);  // the weight for dx
     }
     amp_instr_op(ctx, "conv2d", AMP_POLICY_LOWER_PRECISION_FP, y, in, b ? 3 : 2);
     return y;

@@ -198,10 +198,13 @@ static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, 
     amp_node *n = amp_node_record(ctx, op, binary_backward, y, in, 2);
     if (n) {
         n->i[0] = kind;
-        // add and sub pass the gradient on; mul and div read both operands
-        n->reads = kind == AMP_BINARY_ADD || kind == AMP_BINARY_SUB
-                       ? 0
-                       : AMP_READS_IN(0) | AMP_READS_IN(1);
+        // add and sub pass the gradient on; mul reads each operand for the other's gradient,
+        // div b for a's and both for b's (what PyTorch saves)
+        const bool ga = a->requires_grad, gb = b->requires_grad;
+        n->reads = kind == AMP_BINARY_MUL ? (gb ? AMP_READS_IN(0) : 0) | (ga ? AMP_READS_IN(1) : 0)
+                   : kind == AMP_BINARY_DIV
+                       ? (gb ? AMP_READS_IN(0) : 0) | (ga || gb ? AMP_READS_IN(1) : 0)
+                       : 0;
     }
     amp_instr_op(ctx, op, AMP_POLICY_NATIVE, y, in, 2);
     return y;
