@@ -339,6 +339,26 @@ START_TEST(test_write_f32_into_views) {
 }
 END_TEST
 
+// torch.split's count whatever max: the views written are the first max of them (the caller sees
+// that some were left out); a dimension of length 0 is one empty view, as in PyTorch.
+START_TEST(test_split_counts_as_torch_does) {
+    amp_tensor_t *x = amp_tensor_new(ctx, F32, 2, S(2, 8)), *p[2];
+    ck_assert_int_eq(amp_split(ctx, x, 2, 1, p, 2), 4);
+    ck_assert_int_eq(amp_tensor_dim(p[1], 1), 2);
+    ck_assert_int_eq(amp_split(ctx, x, 3, 1, p, 2), 3); // 3, 3, 2
+    amp_tensor_t *e = amp_tensor_new(ctx, F32, 2, S(0, 4));
+    ck_assert_int_eq(amp_split(ctx, e, 2, 0, p, 2), 1);
+    ck_assert_int_eq(amp_tensor_dim(p[0], 0), 0);
+    ck_assert_int_eq(amp_tensor_dim(p[0], 1), 4);
+}
+END_TEST
+
+START_TEST(test_tensor_from_null_data_aborts) {
+    test_expect_abort("(amp_tensor_write: NULL host data for 6 elements)");
+    amp_tensor_from(ctx, F32, 2, S(2, 3), NULL);
+}
+END_TEST
+
 START_TEST(test_read_raw_from_a_view) {
     amp_tensor_t *t =
         amp_tensor_from(ctx, AMP_DTYPE_I32, 2, S(2, 3), (int32_t[]){0, 1, 2, 3, 4, 5});
@@ -426,6 +446,8 @@ Suite *tensor_suite(void) {
     tcase_add_checked_fixture(h, setup, teardown);
     tcase_add_test(h, test_write_f32_into_views);
     tcase_add_test(h, test_read_raw_from_a_view);
+    tcase_add_test(h, test_split_counts_as_torch_does);
+    tcase_add_test_raise_signal(h, test_tensor_from_null_data_aborts, SIGABRT);
     tcase_add_test_raise_signal(h, test_write_f32_into_an_integer_view_aborts, SIGABRT);
     tcase_add_test_raise_signal(h, test_randn_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(h, test_uniform_of_an_integer_tensor_aborts, SIGABRT);

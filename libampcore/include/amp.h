@@ -235,7 +235,10 @@ const char *amp_cast_policy_name(amp_cast_policy p);
 // The dtype an op returns under autocast, given the dtypes of its tensor arguments in call
 // order (integer tensors allowed: PyTorch's promotion, such as f32 for exp or div of integers
 // and i64 for sum of i32). AMP_ERR_AUTOCAST_BANNED for banned ops and AMP_ERR_AUTOCAST_DTYPE for
-// a promote over f16 and bf16, with PyTorch's message; AMP_ERR_INVALID_ARGUMENT for an op
+// a promote over f16 and bf16, with PyTorch's message. Scalar arguments are not given, and count
+// as integers where that matters: pow, clamp_min, add and mul of an integer tensor stay integer
+// here as pow(x, 2) does in PyTorch, while amp_pow, amp_clamp_min and amp_*_scalar, whose
+// scalars are floating, return f32 for one. AMP_ERR_INVALID_ARGUMENT for an op
 // without an integer kernel in PyTorch given only integer tensors ("gelu takes floating tensors
 // only"),
 // for a NULL op, in or out, and for a value that is no dtype.
@@ -248,7 +251,10 @@ amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_d
 
 amp_tensor_t *amp_linear(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b);
 // x (..., in), w (out, in), b (out) or NULL -> (..., out)
-amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b); // (..., M, K) @ (..., K, N)
+// (..., M, K) @ (..., K, N) with the same leading dims, or (..., M, K) @ (K, N); unlike
+// torch.matmul no broadcasting between leading dims of other sizes or ranks, and no 1-D
+// operand (those abort, naming the shapes: reshape or expand them first)
+amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
 amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);     // (M, K) @ (K, N)
 amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);    // (B, M, K) @ (B, K, N)
 amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b);
@@ -323,7 +329,9 @@ amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_
 amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape);
 amp_tensor_t *amp_transpose(amp_ctx_t *ctx, amp_tensor_t *x, int d0, int d1);
 amp_tensor_t *amp_permute(amp_ctx_t *ctx, amp_tensor_t *x, const int *perm);
-// torch.split(x, size, dim): writes up to max views into out, returns how many.
+// torch.split(x, size, dim): the first max of its views into out; returns how many views
+// torch.split gives (ceil(len / size); one empty view of a dimension of length 0), which may be
+// more than max, as snprintf returns the length it would have written.
 int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor_t **out, int max);
 amp_tensor_t *amp_contiguous(amp_ctx_t *ctx, amp_tensor_t *x);
 // x.to(dtype); differentiable (the gradient is cast back) to a floating dtype. An integer result

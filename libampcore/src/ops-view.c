@@ -5,6 +5,7 @@
  */
 #include "amp-impl.h"
 
+#include <limits.h>
 #include <string.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -202,8 +203,12 @@ static void split_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor_t **out, int max) {
     if (dim < 0) dim += x->ndim;
     AMP_ASSERT(dim >= 0 && dim < x->ndim && size > 0, "(split dim %d size %lld)", dim, (long long)size);
+    // torch.split's chunks: ceil(len / size), and one empty chunk of a dim of length 0
+    const int64_t len = x->shape[dim], chunks = len ? (len + size - 1) / size : 1;
+    AMP_ASSERT(chunks <= INT_MAX, "(split of %lld into %lld chunks)", (long long)len,
+               (long long)chunks);
     int count = 0;
-    for (int64_t start = 0; start < x->shape[dim] && count < max; start += size) {
+    for (int64_t start = 0; count < chunks && count < max; start += size) {
         int64_t shape[AMP_MAX_DIMS];
         memcpy(shape, x->shape, sizeof shape);
         shape[dim] = start + size <= x->shape[dim] ? size : x->shape[dim] - start;
@@ -216,7 +221,7 @@ int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor
         }
         out[count++] = y;
     }
-    return count;
+    return (int)chunks;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -528,6 +528,9 @@ static void require_storage(const amp_tensor_t *t, const char *what) {
 
 void amp_tensor_read(const amp_tensor_t *t, void *out) {
     require_storage(t, "amp_tensor_read reads");
+    AMP_ASSERT(out || amp_tensor_numel(t) == 0,
+               "(amp_tensor_read: NULL host data for %lld elements)",
+               (long long)amp_tensor_numel(t));
     amp_tensor_t *c = contiguous_as(t, t->dtype);
     c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c),
                          (size_t)amp_tensor_numel(c) * amp_dtype_size(c->dtype));
@@ -536,6 +539,9 @@ void amp_tensor_read(const amp_tensor_t *t, void *out) {
 
 void amp_tensor_write(amp_tensor_t *t, const void *in) {
     require_storage(t, "amp_tensor_write writes");
+    AMP_ASSERT(in || amp_tensor_numel(t) == 0,
+               "(amp_tensor_write: NULL host data for %lld elements)",
+               (long long)amp_tensor_numel(t));
     AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write needs a contiguous tensor)");
     t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(t), in,
                        (size_t)amp_tensor_numel(t) * amp_dtype_size(t->dtype));
@@ -544,6 +550,9 @@ void amp_tensor_write(amp_tensor_t *t, const void *in) {
 
 void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
     require_storage(t, "amp_tensor_read_f32 reads");
+    AMP_ASSERT(out || amp_tensor_numel(t) == 0,
+               "(amp_tensor_read_f32: NULL host data for %lld elements)",
+               (long long)amp_tensor_numel(t));
     amp_tensor_t *c = contiguous_as(t, AMP_DTYPE_F32);
     c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c), (size_t)amp_tensor_numel(c) * 4);
     release_temp(t, c);
@@ -551,6 +560,9 @@ void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
 
 void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
     require_storage(t, "amp_tensor_write_f32 writes");
+    AMP_ASSERT(in || amp_tensor_numel(t) == 0,
+               "(amp_tensor_write_f32: NULL host data for %lld elements)",
+               (long long)amp_tensor_numel(t));
     amp_ctx_t *ctx = t->ctx;
     AMP_ASSERT(amp_dtype_is_float(t->dtype) || amp_tensor_is_contiguous(t),
                "(amp_tensor_write_f32 writes an integer tensor only when it is contiguous, got a "
