@@ -566,6 +566,8 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
                         .amax = NAN,
                         .first_step = INT64_MAX,
                         .last_step = INT64_MIN,
+                        .counted_first_step = INT64_MAX,
+                        .counted_last_step = INT64_MIN,
                         .near_first_step = -1,
                         .near_last_step = -1};
     *slot = ++m->n_stats;
@@ -612,6 +614,8 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
     add_count(&s->n_nonfinite, posinf);
     add_count(&s->n_nonfinite, neginf);
     if (thrown) return;
+    if (step < s->counted_first_step) s->counted_first_step = step;
+    if (step > s->counted_last_step) s->counted_last_step = step;
     add_count(&s->numel, numel);
     add_count(&s->n_underflow, col_i64(q, 10, 0));
     add_count(&s->n_zero, col_i64(q, 11, 0));

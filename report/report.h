@@ -93,6 +93,8 @@ typedef struct report_stats {
     int64_t tensors, numel;                    // rows, and their elements summed
     double amax;                               // largest amax; NaN: no finite value
     int64_t first_step, last_step;
+    int64_t counted_first_step, counted_last_step;        // of the rows numel and n_underflow count
+                                                          // (INT64_MAX, INT64_MIN: none)
     int64_t n_overflow, n_underflow, n_zero, n_nonfinite; // summed
     int64_t zero_tensors, zero_numel;          // tensors (numel > 1) that were all zero
     int64_t near_max_tensors;                  // tensors with amax >= half the target's max

@@ -188,8 +188,10 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         // (the stats are sorted by pid and layer: a layer's rows follow each other)
         if (!n || v[n - 1].pid != s->pid || v[n - 1].layer_id != s->layer_id) {
             AMP_GROW(v, n, cap);
-            v[n++] = (layer_loss){.pid = s->pid, .layer_id = s->layer_id,
-                                  .first_step = s->first_step, .last_step = s->last_step};
+            v[n++] = (layer_loss){.pid = s->pid,
+                                  .layer_id = s->layer_id,
+                                  .first_step = s->counted_first_step,
+                                  .last_step = s->counted_last_step};
         }
         layer_loss *l = &v[n - 1];
         const bool bf16 = strcmp(s->target, "bf16") == 0;
@@ -203,8 +205,9 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         }
         l->tensors += s->tensors;
         l->zero_tensors += bf16 ? 0 : s->zero_tensors;
-        if (s->first_step < l->first_step) l->first_step = s->first_step;
-        if (s->last_step > l->last_step) l->last_step = s->last_step;
+        // the steps counted (not those whose gradients were thrown away: skipped or broken)
+        if (s->counted_first_step < l->first_step) l->first_step = s->counted_first_step;
+        if (s->counted_last_step > l->last_step) l->last_step = s->counted_last_step;
         total += s->numel;
         lost += l_lost;
     }

@@ -1393,6 +1393,21 @@ START_TEST(grad_underflow_names_the_layer_and_a_scale) {
 }
 END_TEST
 
+// The steps a grad-underflow finding names are those whose gradients it counted: not the
+// skipped steps after them, whose gradients never reached the weights.
+START_TEST(grad_underflow_names_the_steps_it_counted) {
+    healthy(6);
+    mlp_underflows("'activation_grad', 'weight_grad'");
+    sql("UPDATE AMP_STEPS SET skipped = 1, found_inf = 1, scale_after = scale_before / 2 "
+        "WHERE step >= 4;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_int_eq(findings.v[0].first_step, 0);
+    ck_assert_int_eq(findings.v[0].last_step, 3);
+    release();
+}
+END_TEST
+
 // A scale already above the recommended one (a sawtooth that grew too far) is not "as high as
 // the gradients allow", nor told to rise: the values are lost at a scale that overflows already.
 START_TEST(grad_underflow_at_a_scale_above_the_recommended_one) {
@@ -3399,6 +3414,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
+    tcase_add_test(tc, grad_underflow_names_the_steps_it_counted);
     tcase_add_test(tc, grad_underflow_and_scale_are_of_each_model);
     tcase_add_test(tc, grad_underflow_weighs_what_reaches_the_optimizer);
     tcase_add_test(tc, grad_underflow_advice_without_a_scaler);
