@@ -433,11 +433,17 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         int w_ = snprintf(buf + k, k < n ? n - k : 0, __VA_ARGS__);                                \
         if (w_ > 0) k += (size_t)w_;                                                               \
     } while (0)
+    const report_findings *fbase = swap ? fb : fa;
     if (cand->steps == 0 || base->steps == 0) {
-        snprintf(buf, n, "Cannot compare: %s recorded no step.", ra.steps == 0 ? "A" : "B");
+        PUT("Cannot compare: %s.", ra.steps == 0 && rb.steps == 0 ? "neither run recorded a step"
+                                   : ra.steps == 0                ? "A recorded no step"
+                                                                  : "B recorded no step");
+        const report_findings *by[2] = {fa, fb}; // what ended a run, where it has an error
+        const report_run_figures *fig[2] = {&ra, &rb};
+        for (int i = 0; i < 2; i++)
+            if (fig[i]->errors && by[i]->n) PUT(" %c: %s.", "AB"[i], by[i] -> v[0].title);
         return;
     }
-    const report_findings *fbase = swap ? fb : fa;
     bool about_cand = true;  // the sentence so far is about the candidate alone ("its", "holds")
     bool base_first = false; // it is about the baseline, whose figures come first
     if (cand->errors && fc->n && base->errors && fbase->n) {

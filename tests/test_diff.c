@@ -347,6 +347,12 @@ START_TEST(same_losses_and_a_killed_run) {
 }
 END_TEST
 
+// Empty databases again, for another pair of runs in the same test.
+static void fresh_dbs(void) {
+    teardown();
+    setup();
+}
+
 // A run that recorded no step (a bridge that did not attach, a program that died first): its
 // figures are "not recorded", not a loss gone non-finite.
 START_TEST(a_run_without_steps) {
@@ -355,6 +361,13 @@ START_TEST(a_run_without_steps) {
     HAS(t, "Cannot compare: B recorded no step.");
     HAS(t, "not recorded");
     ck_assert_msg(!strstr(t, "not finite"), "%s", t);
+    free(t);
+    // neither, and B crashed before its first step: said after it
+    fresh_dbs();
+    exited(b_path, 139);
+    t = diff_of(a_path, b_path, "text");
+    HAS(t, "Cannot compare: neither run recorded a step. B: the program crashed with SIGSEGV "
+           "before its first step.");
     free(t);
 }
 END_TEST
@@ -430,12 +443,6 @@ START_TEST(the_baseline_broke) {
     free(t);
 }
 END_TEST
-
-// Empty databases again, for another pair of runs in the same test.
-static void fresh_dbs(void) {
-    teardown();
-    setup();
-}
 
 // Casts taking a share of each run's time, the longest in fc1 in A and in fc2 in B (a timing
 // coin toss between two runs of one program): the same finding in both, not one only in each.
