@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,6 +384,21 @@ static void tick(run_state *r) {
     }
 }
 
+// The step records the finished database at path holds; -1 when it cannot be read.
+static int64_t db_steps(const char *path) {
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX];
+    if (amp_store_open_readonly(path, &db, err) != AMP_OK) return -1;
+    sqlite3_stmt *q = NULL;
+    int64_t n = -1;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM AMP_STEPS", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return n;
+}
+
 static void summary(const run_opts *o, const char *path, int wstatus,
                     const amp_collector_stats *s) {
     if (WIFSIGNALED(wstatus))
@@ -392,11 +408,20 @@ static void summary(const run_opts *o, const char *path, int wstatus,
         fprintf(stderr, "ampprobe: %s exited with status %d\n", o->prog[0], WEXITSTATUS(wstatus));
     char procs[48] = "";
     if (s->step_processes > 1) snprintf(procs, sizeof procs, " of %d processes", s->step_processes);
-    fprintf(stderr, "ampprobe: %lld steps%s (%lld skipped), %lld events, %lld rows -> %s\n",
-            (long long)s->steps, procs, (long long)s->skipped, (long long)s->events,
-            (long long)s->rows, path);
-    if (s->stopped)
-        fprintf(stderr, "ampprobe: recording stopped short of the run: %s\n", s->stopped);
+    if (!s->stopped) {
+        fprintf(stderr, "ampprobe: %lld steps%s (%lld skipped), %lld events, %lld rows -> %s\n",
+                (long long)s->steps, procs, (long long)s->skipped, (long long)s->events,
+                (long long)s->rows, path);
+        return;
+    }
+    // what was read is not what was kept (a failed commit loses its rows): the file says
+    const int64_t kept = db_steps(path);
+    char holds[64] = "not all of them";
+    if (kept >= 0)
+        snprintf(holds, sizeof holds, "%lld step%s", (long long)kept, kept == 1 ? "" : "s");
+    fprintf(stderr, "ampprobe: %lld steps%s (%lld skipped) and %lld events read; %s holds %s\n",
+            (long long)s->steps, procs, (long long)s->skipped, (long long)s->events, path, holds);
+    fprintf(stderr, "ampprobe: recording stopped short of the run: %s\n", s->stopped);
 }
 
 static void set_meta(amp_collector_t *c, const char *key, const char *value) {

@@ -482,6 +482,8 @@ START_TEST(test_full_disk_is_named) {
     ck_assert_msg(strstr(run, "final loss"), "the program did not run to its end: %s", run);
     ck_assert_msg(strstr(run, "disk is full") || strstr(run, "No space left"), "%s", run);
     ck_assert_msg(strstr(run, "ampprobe: recording stopped short of the run: "), "%s", run);
+    // the summary's counts are what was read, and what the file holds is said apart
+    ck_assert_msg(strstr(run, " events read; ") && strstr(run, "full/x.sqlite holds "), "%s", run);
     ck_assert_msg(strstr(run, "MiB free on the disk of ") && strstr(run, "full/x.sqlite"), "%s",
                   run); // said before the run
     char *t = test_read_file(json, NULL);
