@@ -1348,7 +1348,7 @@ void report_verdict(const report_model *m, const report_findings *f, char *buf, 
     size_t k = strlen(buf);
     if (m->end.first_error_before >= 0 && k + 1 < n)
         snprintf(buf + k, n - k,
-                 " The run had broken before the focused steps (--steps): its first error is at "
+                 " The run had an error before the focused steps (--steps): its first is at "
                  "step %lld.",
                  (long long)m->end.first_error_before);
     k = strlen(buf);

@@ -188,11 +188,16 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                          ", then %lld more overflowing step%s at 0 (to step %lld)",
                          (long long)r.collapse_zeros, r.collapse_zeros == 1 ? "" : "s",
                          (long long)r.collapse_zero_last);
-            snprintf(f->title, sizeof f->title,
-                     "loss scale collapse: %lld consecutive backoffs from %.9g to %.9g (steps "
-                     "%lld-%lld)%s",
-                     (long long)r.collapse_len, r.collapse_from, r.collapse_to,
-                     (long long)r.collapse_first, (long long)r.collapse_last, zeros);
+            char span[64]; // (a focus, --steps, may leave one backoff of it)
+            if (r.collapse_first == r.collapse_last)
+                snprintf(span, sizeof span, "step %lld", (long long)r.collapse_first);
+            else
+                snprintf(span, sizeof span, "steps %lld-%lld", (long long)r.collapse_first,
+                         (long long)r.collapse_last);
+            snprintf(
+                f->title, sizeof f->title, "loss scale collapse: %lld %s from %.9g to %.9g (%s)%s",
+                (long long)r.collapse_len, r.collapse_len == 1 ? "backoff" : "consecutive backoffs",
+                r.collapse_from, r.collapse_to, span, zeros);
             int k =
                 snprintf(f->detail, sizeof f->detail,
                          "%lld of %lld steps skipped; every update in that range found inf/NaN "

@@ -459,8 +459,9 @@ START_TEST(a_focus_after_the_first_error_says_where_it_was) {
         analyse(NULL, cases[i].lo, cases[i].hi);
         char verdict[2048];
         report_verdict(&model, &findings, verdict, sizeof verdict);
-        const bool said = strstr(verdict, "The run had broken before the focused steps (--steps): "
-                                          "its first error is at step 3.") != NULL;
+        const bool said =
+            strstr(verdict, "The run had an error before the focused steps (--steps): "
+                            "its first is at step 3.") != NULL;
         ck_assert_msg(said == cases[i].said, "steps %lld:%lld: %s", (long long)cases[i].lo,
                       (long long)cases[i].hi, verdict);
         release();
@@ -1211,6 +1212,19 @@ START_TEST(scale_collapse_and_stuck_low_are_warnings) {
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Clip"));
     ck_assert_ptr_null(strstr(findings.v[0].detail, "jumped")); // the loss did not
     release();
+    // a focus on its last step leaves one backoff of it, to a scale below 1: one, one step
+    sql("DELETE FROM AMP_STEPS;");
+    steps(20, 65536);
+    sql("UPDATE AMP_STEPS SET scale_before = 65536.0 / (1 << (step - 3)), "
+        "scale_after = 32768.0 / (1 << (step - 3)), skipped = 1, found_inf = 1 WHERE step >= 3;");
+    analyse("loss-scale", 19, 19);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_str_eq(findings.v[0].title, "loss scale collapse: 1 backoff from 1 to 0.5 (step 19)");
+    release();
+    sql("DELETE FROM AMP_STEPS;");
+    steps(12, 65536);
+    sql("UPDATE AMP_STEPS SET scale_before = 65536.0 / (1 << (step - 3)), "
+        "scale_after = 32768.0 / (1 << (step - 3)), skipped = 1, found_inf = 1 WHERE step >= 3;");
     // the loss jumped where the collapse began: said, with how much
     sql("UPDATE AMP_STEPS SET loss = loss * 600 WHERE step >= 3;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
