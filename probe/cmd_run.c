@@ -315,6 +315,7 @@ typedef struct run_state {
     bool failed; // the database could not be written: stop polling
     int64_t next_poll, next_status;
     const char *program, *db_path; // for what is said of processes PROG left running
+    tui_live *live;                // --tui: told PROG's status as soon as it has ended; NULL: none
 } run_state;
 
 static void terminal_size(int *rows, int *cols) {
@@ -445,6 +446,10 @@ static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
         tick(r);
         sleep_ns(TICK_NS);
     }
+    if (r->live) { // the TUI says how PROG ended while the last records are read
+        atomic_store(&r->live->term_signal, WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0);
+        atomic_store(&r->live->exit_status, amp_launcher_exit_code(wstatus));
+    }
     // PROG's own children may still be writing: give them a moment.
     for (int64_t end = mono_ns() + DRAIN_NS; !r->failed;) {
         r->next_poll = 0;
@@ -493,9 +498,8 @@ typedef struct tui_run_state {
 
 static void *collect_thread(void *arg) {
     tui_run_state *t = arg;
+    t->r->live = &t->live; // (collect tells it PROG's status)
     t->wstatus = collect(t->r, t->pid, &t->stats);
-    atomic_store(&t->live.term_signal, WIFSIGNALED(t->wstatus) ? WTERMSIG(t->wstatus) : 0);
-    atomic_store(&t->live.exit_status, amp_launcher_exit_code(t->wstatus));
     return NULL;
 }
 
