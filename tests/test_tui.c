@@ -1078,6 +1078,39 @@ START_TEST(layers_view_danger_and_filter) {
 }
 END_TEST
 
+// The filter takes UTF-8 as getch gives it (a byte at a time); backspace takes a character back
+// whole; a full filter says so instead of dropping keys in silence.
+START_TEST(layers_filter_takes_utf8_and_says_when_full) {
+    fixture();
+    sql("UPDATE AMP_LAYERS SET name = 'блок.attn' WHERE pid = 7 AND id = 0;");
+    tui_app app;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
+    app.view = TUI_VIEW_LAYERS;
+    tui_app_update(&app);
+    tui_layout l;
+    tui_layout_compute(80, 24, &l);
+    tui_app_key(&app, '/', &l);
+    for (const unsigned char *p = (const unsigned char *)"блок"; *p; p++)
+        tui_app_key(&app, *p, &l);
+    ck_assert_str_eq(app.tables[TUI_VIEW_LAYERS].filter, "блок");
+    tui_app_key(&app, KEY_BACKSPACE, &l);
+    ck_assert_str_eq(app.tables[TUI_VIEW_LAYERS].filter, "бло");
+    tui_app_key(&app, '\r', &l);
+    tui_app_update(&app);
+    ck_assert_uint_eq(app.n_layer_rows, 1);
+    ck_assert_str_eq(app.layer_rows[0]->name, "блок.attn");
+    tui_app_key(&app, '/', &l);
+    for (int i = 0; i < 70; i++)
+        tui_app_key(&app, 'x', &l);
+    ck_assert_uint_eq(strlen(app.tables[TUI_VIEW_LAYERS].filter), 63);
+    ck_assert_str_eq(app.message, "the filter takes 63 bytes at most");
+    tui_app_key(&app, 0xD0, &l); // a two-byte character does not fit: not half of it
+    ck_assert_uint_eq(strlen(app.tables[TUI_VIEW_LAYERS].filter), 63);
+    tui_app_free(&app);
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // The overview's graph titles: of the whole run up to the shown step, with no text over another
 
@@ -1987,6 +2020,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, live_footer_says_which_signal_killed_the_program);
     tcase_add_test(model, model_starts_over_on_a_replaced_file);
     tcase_add_test(model, layers_view_danger_and_filter);
+    tcase_add_test(model, layers_filter_takes_utf8_and_says_when_full);
     tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
     tcase_add_test(model, a_layer_row_is_of_one_dtype);
     tcase_add_test(model, kernels_view_says_cuda_was_not_traced);

@@ -135,9 +135,18 @@ static int edit_filter(tui_app *app, int ch) {
     } else if (ch == 27) { // Esc
         app->editing = false;
         t->filter[0] = 0;
-    } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
+    } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) { // a character: its UTF-8 bytes
+        while (n && ((unsigned char)t->filter[n - 1] & 0xC0) == 0x80)
+            t->filter[--n] = 0;
         if (n) t->filter[n - 1] = 0;
-    } else if (ch >= ' ' && ch < 127 && n + 1 < sizeof t->filter) {
+    } else if (ch >= ' ' && ch <= 0xFF && ch != 127) { // (getch gives UTF-8 a byte at a time)
+        // a character that starts must fit whole: 2-4 bytes by its first
+        const size_t need = ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : ch >= 0xC0 ? 2 : 1;
+        if (n + need >= sizeof t->filter) {
+            snprintf(app->message, sizeof app->message, "the filter takes %zu bytes at most",
+                     sizeof t->filter - 1);
+            return TUI_REDO_DRAW;
+        }
         t->filter[n] = (char)ch;
         t->filter[n + 1] = 0;
     } else {
