@@ -773,6 +773,12 @@ static void plot_breakdown(FILE *out, const report_model *m, const bucketing *k)
     axes(out, &p, "step", "ms");
     const char *colors[4] = {"#1f77b4", "#ff7f0e", "#9467bd", "#c7c7c7"};
     double label_end = -INFINITY; // the right end of the last time written: none overlap
+    // the times written over the clipped bars, drawn after every bar so that none covers them
+    struct label {
+        double x;
+        char text[32];
+    } *labels = amp_xmalloc((k->nb + 1) * sizeof *labels);
+    size_t n_labels = 0;
     for (size_t b = 0; b < k->nb; b++) {
         time_bucket r = time_bucket_of(k, b, gpu);
         if (!r.timed) continue;
@@ -810,16 +816,20 @@ static void plot_breakdown(FILE *out, const report_model *m, const bucketing *k)
         if (!(r.max > top)) continue;
         // a longer step's time above its bar, to the right (to the left at the right edge),
         // unless it would run into the time written before it
-        char text[32];
-        snprintf(text, sizeof text, "%.4g ms", r.max / 1e6);
-        const double tw = (double)strlen(text) * TICK_CHAR_W;
-        double tx = x + w + 2;
-        if (tx + tw > PLOT_W - PAD_R) tx = x - 2 - tw;
-        if (tx < label_end + 4) continue;
-        fprintf(out, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"start\">%s</text>",
-                tx, py(&p, top / 1e6) + 10, text);
-        label_end = tx + tw;
+        struct label *t = &labels[n_labels];
+        snprintf(t->text, sizeof t->text, "%.4g ms", r.max / 1e6);
+        const double tw = (double)strlen(t->text) * TICK_CHAR_W;
+        t->x = x + w + 2;
+        if (t->x + tw > PLOT_W - PAD_R) t->x = x - 2 - tw;
+        if (t->x < label_end + 4) continue;
+        label_end = t->x + tw;
+        n_labels++;
     }
+    for (size_t i = 0; i < n_labels; i++) // (a white halo: the text lies over the bars)
+        fprintf(out,
+                "<text x=\"%.1f\" y=\"%.1f\" class=\"tick halo\" text-anchor=\"start\">%s</text>",
+                labels[i].x, py(&p, top / 1e6) + 10, labels[i].text);
+    free(labels);
     for (int j = 0; j < 4 && names[j]; j++)
         legend(out, j, colors[j], names[j]);
     if (k->nb < k->n) legend(out, gpu ? 3 : 4, "#000", "longest step");
@@ -892,6 +902,7 @@ static const char style[] =
     "uppercase;font-size:12px}.rule{color:#666;font-family:monospace}.where,.ev{color:#444;"
     "font-size:13px}.detail{white-space:pre-wrap}figure{margin:12px 0}figcaption{font-weight:600}"
     ".frame{fill:none;stroke:#999}.grid{stroke:#eee}.tick{font-size:11px;fill:#555}"
+    ".halo{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}"
     ".label{font-size:12px;fill:#333}.line{fill:none;stroke-width:1.6}.note{color:#555;"
     "font-size:13px;font-weight:400}table{border-collapse:collapse}"
     "td{padding:2px 10px 2px 0;vertical-align:top}";
