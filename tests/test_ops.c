@@ -101,6 +101,16 @@ GRAD_TEST(bmm, 2, amp_bmm(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(3, S(2,
 GRAD_TEST(matmul4d, 2, amp_matmul(c, x[0], x[1]), param(4, S(2, 2, 3, 4), 1),
           param(4, S(2, 2, 4, 3), 1))
 GRAD_TEST(matmul_shared, 2, amp_matmul(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(2, S(4, 3), 1))
+// torch.matmul's broadcasting of the batch dims and 1-D operands
+GRAD_TEST(matmul_broadcast_a, 2, amp_matmul(c, x[0], x[1]), param(2, S(3, 4), 1),
+          param(3, S(2, 4, 5), 1))
+GRAD_TEST(matmul_broadcast_both, 2, amp_matmul(c, x[0], x[1]), param(4, S(2, 1, 3, 4), 1),
+          param(3, S(3, 4, 2), 1))
+GRAD_TEST(matmul_vector_first, 2, amp_matmul(c, x[0], x[1]), param(1, S(4), 1),
+          param(3, S(2, 4, 5), 1))
+GRAD_TEST(matmul_vector_second, 2, amp_matmul(c, x[0], x[1]), param(3, S(2, 3, 4), 1),
+          param(1, S(4), 1))
+GRAD_TEST(matmul_dot, 2, amp_matmul(c, x[0], x[1]), param(1, S(4), 1), param(1, S(4), 1))
 GRAD_TEST(addmm, 3, amp_addmm(c, x[0], x[1], x[2]), param(1, S(5), 1), param(2, S(3, 4), 1),
           param(2, S(4, 5), 1))
 GRAD_TEST(addmm_full_bias, 3, amp_addmm(c, x[0], x[1], x[2]), param(2, S(3, 5), 1),
@@ -257,6 +267,64 @@ END_TEST
 
 // ---------------------------------------------------------------------------------------------
 // Forward values
+
+// The shapes torch.matmul gives, and the values of the GEMMs on the operands broadcast by hand.
+START_TEST(test_matmul_broadcasts_as_torch_does) {
+    float a[24], b[40];
+    for (int i = 0; i < 24; i++)
+        a[i] = (float)(i % 7) - 3;
+    for (int i = 0; i < 40; i++)
+        b[i] = (float)(i % 5) - 2;
+    // (2, 1, 3, 4) @ (3, 4, 2) -> (2, 3, 3, 2): each batch (i, j) is a[i] @ b[j]
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 4, S(2, 1, 3, 4), a);
+    amp_tensor_t *w = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 3, S(3, 4, 2), b);
+    amp_tensor_t *y = amp_matmul(ctx, x, w);
+    ck_assert_int_eq(amp_tensor_ndim(y), 4);
+    const int64_t dims[4] = {2, 3, 3, 2};
+    for (int d = 0; d < 4; d++)
+        ck_assert_int_eq(amp_tensor_dim(y, d), dims[d]);
+    float got[36];
+    amp_tensor_read_f32(y, got);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            for (int m = 0; m < 3; m++)
+                for (int n = 0; n < 2; n++) {
+                    float want = 0;
+                    for (int k = 0; k < 4; k++)
+                        want += a[i * 12 + m * 4 + k] * b[j * 8 + k * 2 + n];
+                    ck_assert_float_eq(got[((i * 3 + j) * 3 + m) * 2 + n], want);
+                }
+    // 1-D operands: (4,) @ (3, 4, 2) -> (3, 2); (2, 1, 3, 4) @ (4,) -> (2, 1, 3); (4,) @ (4,) -> ()
+    amp_tensor_t *v = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(4), a);
+    y = amp_matmul(ctx, v, w);
+    ck_assert_int_eq(amp_tensor_ndim(y), 2);
+    ck_assert_int_eq(amp_tensor_dim(y, 0), 3);
+    ck_assert_int_eq(amp_tensor_dim(y, 1), 2);
+    amp_tensor_read_f32(y, got);
+    for (int j = 0; j < 3; j++)
+        for (int n = 0; n < 2; n++) {
+            float want = 0;
+            for (int k = 0; k < 4; k++)
+                want += a[k] * b[j * 8 + k * 2 + n];
+            ck_assert_float_eq(got[j * 2 + n], want);
+        }
+    y = amp_matmul(ctx, x, v);
+    ck_assert_int_eq(amp_tensor_ndim(y), 3);
+    ck_assert_int_eq(amp_tensor_dim(y, 2), 3);
+    y = amp_matmul(ctx, v, v);
+    ck_assert_int_eq(amp_tensor_ndim(y), 0);
+    ck_assert_float_eq(amp_tensor_item(y), 9 + 4 + 1 + 0); // -3, -2, -1, 0 squared
+}
+END_TEST
+
+START_TEST(test_matmul_batch_dims_that_do_not_broadcast_abort) {
+    amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 3, S(2, 3, 4));
+    amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 3, S(3, 4, 5));
+    test_expect_abort("(matmul: the batch dims of (2, 3, 4) and (3, 4, 5) cannot be broadcast "
+                      "together)");
+    amp_matmul(ctx, x, w);
+}
+END_TEST
 
 START_TEST(test_linear_matches_naive) {
     amp_tensor_t *x = param(2, S(3, 4), 1), *w = param(2, S(2, 4), 1), *b = param(1, S(2), 1);
@@ -1423,6 +1491,11 @@ Suite *ops_suite(void) {
     tcase_add_test(g, test_grad_bmm);
     tcase_add_test(g, test_grad_matmul4d);
     tcase_add_test(g, test_grad_matmul_shared);
+    tcase_add_test(g, test_grad_matmul_broadcast_a);
+    tcase_add_test(g, test_grad_matmul_broadcast_both);
+    tcase_add_test(g, test_grad_matmul_vector_first);
+    tcase_add_test(g, test_grad_matmul_vector_second);
+    tcase_add_test(g, test_grad_matmul_dot);
     tcase_add_test(g, test_grad_addmm);
     tcase_add_test(g, test_grad_addmm_full_bias);
     tcase_add_test(g, test_grad_conv2d);
@@ -1461,6 +1534,8 @@ Suite *ops_suite(void) {
     TCase *f = tcase_create("forward");
     tcase_add_checked_fixture(f, setup, teardown);
     tcase_add_test(f, test_linear_matches_naive);
+    tcase_add_test(f, test_matmul_broadcasts_as_torch_does);
+    tcase_add_test_raise_signal(f, test_matmul_batch_dims_that_do_not_broadcast_abort, SIGABRT);
     tcase_add_test(f, test_linear_no_input_features);
     tcase_add_test(f, test_softmax_and_layer_norm_values);
     tcase_add_test(f, test_masked_softmax_rows);

@@ -251,9 +251,9 @@ amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_d
 
 amp_tensor_t *amp_linear(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b);
 // x (..., in), w (out, in), b (out) or NULL -> (..., out)
-// (..., M, K) @ (..., K, N) with the same leading dims, or (..., M, K) @ (K, N); unlike
-// torch.matmul no broadcasting between leading dims of other sizes or ranks, and no 1-D
-// operand (those abort, naming the shapes: reshape or expand them first)
+// torch.matmul: (..., M, K) @ (..., K, N) with the leading dims broadcast ((3, 4) @ (2, 4, 5),
+// (2, 1, 3, 4) @ (3, 4, 5)), (..., M, K) @ (K, N) as one GEMM, and a 1-D operand taken as a row
+// (first) or a column (second) that the result drops again ((K,) @ (K,) is 0-dim)
 amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
 amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);     // (M, K) @ (K, N)
 amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);    // (B, M, K) @ (B, K, N)

@@ -165,11 +165,67 @@ amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
     return gemm_op(ctx, "bmm", in, false);
 }
 
+static void broadcast_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
+    amp_grad_accumulate(ctx, n->in[0], amp_sum_to(ctx, dy, n->in[0]->ndim, n->in[0]->shape));
+}
+
+// x expanded to shape (torch's expand, and the copy a batched GEMM then makes of it), with its
+// gradient summed back to x's shape.
+static amp_tensor_t *broadcast_to(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64_t *shape) {
+    amp_tensor_t *y = amp_scratch_new(ctx, x->dtype, ndim, shape);
+    ctx->be->copy(ctx->bctx, y, amp_expand(ctx, x, ndim, shape));
+    amp_node *n = amp_node_record(ctx, "expand", broadcast_backward, y, &x, 1);
+    if (n) n->reads = 0;
+    return y;
+}
+
+// a and b with their leading (batch) dims broadcast to one shape, as torch.matmul does, when b
+// has any (a (..., M, K) @ (K, N) folds a's into M instead).
+static void broadcast_batch(amp_ctx_t *ctx, amp_tensor_t **a, amp_tensor_t **b) {
+    amp_tensor_t *x = *a, *y = *b;
+    if (y->ndim <= 2) return;
+    const int nb = (x->ndim > y->ndim ? x->ndim : y->ndim) - 2; // batch dims of the result
+    int64_t batch[AMP_MAX_DIMS];
+    char s1[AMP_SHAPE_STR_MAX], s2[AMP_SHAPE_STR_MAX];
+    for (int i = 0; i < nb; i++) { // aligned from the right, a missing dim counts as 1
+        const int ia = i - (nb - (x->ndim - 2)), ib = i - (nb - (y->ndim - 2));
+        const int64_t da = ia >= 0 ? x->shape[ia] : 1, db = ib >= 0 ? y->shape[ib] : 1;
+        AMP_ASSERT(da == db || da == 1 || db == 1,
+                   "(matmul: the batch dims of %s and %s cannot be broadcast together)",
+                   amp_shape_str(x, s1, sizeof s1), amp_shape_str(y, s2, sizeof s2));
+        batch[i] = da == 1 ? db : da;
+    }
+    amp_tensor_t **t[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_t *v = *t[k];
+        int64_t shape[AMP_MAX_DIMS];
+        memcpy(shape, batch, (size_t)nb * sizeof *batch);
+        shape[nb] = v->shape[v->ndim - 2];
+        shape[nb + 1] = v->shape[v->ndim - 1];
+        bool same = v->ndim == nb + 2;
+        for (int i = 0; same && i < nb; i++)
+            same = v->shape[i] == batch[i];
+        if (!same) *t[k] = broadcast_to(ctx, v, nb + 2, shape);
+    }
+}
+
+// torch.matmul: a 1-D operand is a row (a) or a column (b) taken out of the result again, and
+// the batch dims broadcast.
 amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
-    AMP_ASSERT(a->ndim >= 2 && b->ndim >= 2, "(matmul needs operands of rank >= 2)");
+    AMP_ASSERT(a->ndim >= 1 && b->ndim >= 1, "(matmul: both arguments need at least 1 dimension)");
     amp_tensor_t *in[3] = {a, b, NULL};
     amp_autocast_apply(ctx, "matmul", in, 2);
-    return gemm_op(ctx, "matmul", in, false);
+    const bool row = a->ndim == 1, col = b->ndim == 1;
+    if (row) in[0] = amp_reshape(ctx, in[0], 2, (int64_t[]){1, a->shape[0]});
+    if (col) in[1] = amp_reshape(ctx, in[1], 2, (int64_t[]){b->shape[0], 1});
+    broadcast_batch(ctx, &in[0], &in[1]);
+    amp_tensor_t *y = gemm_op(ctx, "matmul", in, false);
+    if (!row && !col) return y;
+    int64_t shape[AMP_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < y->ndim; i++)
+        if (!(row && i == y->ndim - 2) && !(col && i == y->ndim - 1)) shape[nd++] = y->shape[i];
+    return amp_reshape(ctx, y, nd, shape);
 }
 
 amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b) {
