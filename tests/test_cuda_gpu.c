@@ -235,6 +235,12 @@ START_TEST(test_gemm_gpu) {
         pair mm[2] = {pair_new(dt, 3, (int64_t[]){3, 17, 40}, 1, 0, true),
                       pair_new(dt, 3, (int64_t[]){3, 40, 24}, 1, 0, true)};
         check_op("batched matmul", op_matmul, mm, 2, eps);
+        // torch.matmul's broadcast batch dims and 1-D operands (expand copies on the device)
+        pair bc[2] = {pair_new(dt, 4, (int64_t[]){2, 1, 17, 40}, 1, 0, true),
+                      pair_new(dt, 3, (int64_t[]){3, 40, 24}, 1, 0, true)};
+        check_op("broadcast matmul", op_matmul, bc, 2, eps);
+        pair vec[2] = {pair_new(dt, 1, (int64_t[]){40}, 1, 0, true), mm[1]};
+        check_op("vector @ batched matmul", op_matmul, vec, 2, eps);
         pair am[3] = {pair_new(dt, 2, (int64_t[]){16, 8}, 1, 0, true),
                       pair_new(dt, 2, (int64_t[]){8, 12}, 1, 0, true),
                       pair_new(dt, 2, (int64_t[]){16, 12}, 1, 0, true)};
