@@ -438,10 +438,9 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
         PUT("Cannot compare: %s.", ra.steps == 0 && rb.steps == 0 ? "neither run recorded a step"
                                    : ra.steps == 0                ? "A recorded no step"
                                                                   : "B recorded no step");
-        const report_findings *by[2] = {fa, fb}; // what ended a run, where it has an error
-        const report_run_figures *fig[2] = {&ra, &rb};
-        for (int i = 0; i < 2; i++)
-            if (fig[i]->errors && by[i]->n) PUT(" %c: %s.", "AB"[i], by[i] -> v[0].title);
+        // what ended a run, where it has an error
+        if (ra.errors && fa->n) PUT(" A: %s.", fa->v[0].title);
+        if (rb.errors && fb->n) PUT(" B: %s.", fb->v[0].title);
         return;
     }
     bool about_cand = true;  // the sentence so far is about the candidate alone ("its", "holds")

@@ -756,12 +756,6 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
               load_steps(db, m, err) && load_events(db, m, err) && load_procs(db, m, err) &&
               load_stats(db, m, err) && report_perf_load(db, m, err);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    for (size_t i = 0; ok && i < m->n_events; i++) { // (once the steps and processes are in)
-        const report_event *e = &m->events[i];
-        if (report_event_breaks_forward(m, e))
-            report_spans_add(&m->forward_breaks, e->pid, e->step, e->last_step, i);
-    }
-    report_spans_sort(&m->forward_breaks);
     if (!ok) {
         report_model_free(m);
         amp_one_line(err);
@@ -773,6 +767,12 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
         report_model_free(m);
         return report_model_load(db, path, lo, hi, m, err);
     }
+    for (size_t i = 0; i < m->n_events; i++) { // (judged once the steps and processes are in)
+        const report_event *e = &m->events[i];
+        if (report_event_breaks_forward(m, e))
+            report_spans_add(&m->forward_breaks, e->pid, e->step, e->last_step, i);
+    }
+    report_spans_sort(&m->forward_breaks);
     return AMP_OK;
 }
 
@@ -1114,6 +1114,19 @@ bool report_event_breaks_forward(const report_model *m, const report_event *e) {
     if (strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0)
         return e->phase ? strcmp(e->phase, "fwd") == 0 : loss_broken_at(m, e);
     return strcmp(e->kind, "nonfinite_input") == 0 || strcmp(e->kind, "nonfinite_module") == 0;
+}
+
+static int cmp_or_empty(const char *a, const char *b) {
+    return strcmp(a ? a : "", b ? b : "");
+}
+
+int report_event_cmp_place(const report_event *a, const report_event *b, bool with_phase) {
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    if (a->layer_id != b->layer_id) return a->layer_id < b->layer_id ? -1 : 1;
+    int c = strcmp(a->kind, b->kind);
+    if (!c) c = cmp_or_empty(a->op, b->op);
+    if (!c && with_phase) c = cmp_or_empty(a->phase, b->phase);
+    return c;
 }
 
 void report_spans_add(report_spans *s, int32_t pid, int64_t step, int64_t last_step, size_t event) {

@@ -394,6 +394,9 @@ bool report_dtype_lowp(const char *dtype);
 // libamprecord) is judged by its steps: a forward break when one of them has a non-finite loss
 // (its step record, or a loss_nonfinite event of its process).
 bool report_event_breaks_forward(const report_model *m, const report_event *e);
+// Orders events by where they happened: process, layer, kind, op (and phase when with_phase); 0
+// for the same place. The rules group events by it (a sort, then runs of equal places).
+int report_event_cmp_place(const report_event *a, const report_event *b, bool with_phase);
 
 void report_spans_add(report_spans *s, int32_t pid, int64_t step, int64_t last_step, size_t event);
 // Sorts them by pid, step, then event (recording order), and sets reach.

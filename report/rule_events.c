@@ -43,17 +43,13 @@ static amp_severity severity_of(const char *s) {
 }
 
 static bool same_place(const report_event *a, const report_event *b) {
-    return a->pid == b->pid && a->layer_id == b->layer_id && strcmp(a->kind, b->kind) == 0 &&
-           strcmp(a->op ? a->op : "", b->op ? b->op : "") == 0;
+    return report_event_cmp_place(a, b, false) == 0;
 }
 
 // By place, then in recording order (the events are one array).
 static int cmp_place(const void *pa, const void *pb) {
     const report_event *a = *(const report_event *const *)pa, *b = *(const report_event *const *)pb;
-    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
-    if (a->layer_id != b->layer_id) return a->layer_id < b->layer_id ? -1 : 1;
-    int c = strcmp(a->kind, b->kind);
-    if (!c) c = strcmp(a->op ? a->op : "", b->op ? b->op : "");
+    const int c = report_event_cmp_place(a, b, false);
     return c ? c : (a > b) - (a < b);
 }
 

@@ -90,9 +90,7 @@ static void parse_ranges(const char *detail, ranges *r) {
 static bool is(const report_event *e, const char *kind) { return strcmp(e->kind, kind) == 0; }
 static bool is_fwd(const report_event *e) { return e->phase && strcmp(e->phase, "fwd") == 0; }
 static bool same_site(const report_event *a, const report_event *b) {
-    return a->pid == b->pid && a->layer_id == b->layer_id && strcmp(a->kind, b->kind) == 0 &&
-           strcmp(a->op ? a->op : "", b->op ? b->op : "") == 0 &&
-           strcmp(a->phase ? a->phase : "", b->phase ? b->phase : "") == 0;
+    return report_event_cmp_place(a, b, true) == 0;
 }
 
 // The events indexed once, so that no question about one event reads all the others: each
@@ -105,18 +103,10 @@ typedef struct events_index {
     bool *step_root;      // ... and is the first such event of its step
 } events_index;
 
-static int cmp_str(const char *a, const char *b) {
-    return strcmp(a ? a : "", b ? b : "");
-}
-
 // By site, then in recording order (the events are one array).
 static int cmp_site(const void *pa, const void *pb) {
     const report_event *a = *(const report_event *const *)pa, *b = *(const report_event *const *)pb;
-    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
-    if (a->layer_id != b->layer_id) return a->layer_id < b->layer_id ? -1 : 1;
-    int c = strcmp(a->kind, b->kind);
-    if (!c) c = cmp_str(a->op, b->op);
-    if (!c) c = cmp_str(a->phase, b->phase);
+    const int c = report_event_cmp_place(a, b, true);
     return c ? c : (a > b) - (a < b);
 }
 

@@ -316,21 +316,22 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                  "init_scale=%.9g with growth_interval=2000 lifts the gradients out of fp16's "
                  "subnormals, or train in bf16.",
                  u, rec);
-    else if (!(rec > cur) && !(cur > rec))
-        snprintf(f->advice, sizeof f->advice,
-                 "The scale (%.9g) is already as high as the largest gradients allow: the gradients "
-                 "span too many magnitudes for fp16. Keep the affected layers' backward in fp32 or "
-                 "train in bf16.",
-                 cur);
     else if (cur > rec)
         snprintf(f->advice, sizeof f->advice,
                  "The scale (%.9g at the last step applied) is already above what the largest "
-                 "gradients "
-                 "allow (%.9g keeps the largest unscaled gradient %.3g under 65504/2; above it "
-                 "steps overflow and are skipped), and these values are lost even so: the "
-                 "gradients span too many magnitudes for fp16. Keep the affected layers' backward "
-                 "in fp32 or train in bf16; see the loss-scale finding for the scale itself.",
+                 "gradients allow (%.9g keeps the largest unscaled gradient %.3g under 65504/2; "
+                 "above it steps overflow and are skipped), and these values are lost even so: "
+                 "the gradients span too many magnitudes for fp16. Keep the affected layers' "
+                 "backward in fp32 or train in bf16; see the loss-scale finding for the scale "
+                 "itself.",
                  cur, rec, u);
+    else if (!(rec > cur))
+        snprintf(
+            f->advice, sizeof f->advice,
+            "The scale (%.9g) is already as high as the largest gradients allow: the gradients "
+            "span too many magnitudes for fp16. Keep the affected layers' backward in fp32 or "
+            "train in bf16.",
+            cur);
     else
         snprintf(
             f->advice, sizeof f->advice,

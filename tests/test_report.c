@@ -1387,6 +1387,17 @@ static void mlp_underflows(const char *kinds) {
     sql(buf);
 }
 
+// Every gradient's amax, min and max times `by` (an SQL factor: "* 4096", "/ 65536"), and so
+// the largest unscaled gradient the loss scale is recommended from.
+static void grads_times(const char *by) {
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "UPDATE AMP_TENSOR_STATS SET amax = amax %s, min = min %s, max = max %s "
+             "WHERE kind IN ('activation_grad', 'weight_grad');",
+             by, by, by);
+    sql(buf);
+}
+
 START_TEST(grad_underflow_names_the_layer_and_a_scale) {
     healthy(6);
     mlp_underflows("'activation_grad', 'weight_grad'");
@@ -1427,9 +1438,8 @@ END_TEST
 START_TEST(grad_underflow_at_a_scale_above_the_recommended_one) {
     healthy(6);
     mlp_underflows("'activation_grad', 'weight_grad'");
-    sql("UPDATE AMP_STEPS SET scale_before = 268435456, scale_after = 268435456;"
-        "UPDATE AMP_TENSOR_STATS SET amax = amax * 4096, min = min * 4096, max = max * 4096 "
-        "WHERE kind IN ('activation_grad', 'weight_grad');");
+    sql("UPDATE AMP_STEPS SET scale_before = 268435456, scale_after = 268435456;");
+    grads_times("* 4096");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     const report_finding *f = &findings.v[0];
@@ -1441,9 +1451,8 @@ START_TEST(grad_underflow_at_a_scale_above_the_recommended_one) {
     ck_assert_ptr_null(strstr(f->advice, "as high as"));
     release();
     // just below it: raised by less than a bit (not "0 bits")
-    sql("UPDATE AMP_STEPS SET scale_before = 196608, scale_after = 196608;"
-        "UPDATE AMP_TENSOR_STATS SET amax = amax / 4096 * 3, min = min / 4096 * 3, "
-        "max = max / 4096 * 3 WHERE kind IN ('activation_grad', 'weight_grad');");
+    sql("UPDATE AMP_STEPS SET scale_before = 196608, scale_after = 196608;");
+    grads_times("/ 4096 * 3");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_msg(strstr(findings.v[0].advice, "Raise the loss scale to 262144") &&
@@ -1564,11 +1573,9 @@ END_TEST
 // without a scaler to use one (never "the scale (nan) is already as high as ...").
 START_TEST(grad_underflow_advice_without_a_scaler) {
     healthy(6);
-    sql("UPDATE AMP_TENSOR_STATS SET n_underflow = numel * 3 / 10 WHERE layer_id = 1 AND "
-        "kind IN ('activation_grad', 'weight_grad');"
-        "UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;"
-        "UPDATE AMP_TENSOR_STATS SET amax = amax / 65536, min = min / 65536, max = max / 65536 "
-        "WHERE kind IN ('activation_grad', 'weight_grad');");
+    mlp_underflows("'activation_grad', 'weight_grad'");
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;");
+    grads_times("/ 65536");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_msg(strstr(findings.v[0].advice, "Use a GradScaler") &&

@@ -1853,20 +1853,27 @@ START_TEST(e2e_report_colour_only_where_the_terminal_shows_it) {
 }
 END_TEST
 
-START_TEST(e2e_replay_no_color_and_sigterm) {
+// `ampprobe tui` (env before it, args after it) replaying the fixture's finished run in tmux,
+// its pid in tmpdir/pid (tui_pid), shown; false (said) when tmux is not installed.
+static bool tmux_replay(const char *env, const char *args) {
     if (!have_tmux()) {
         fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
-        return;
+        return false;
     }
     fixture();
     ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
-    char command[512];
+    char command[1024];
     snprintf(command, sizeof command,
-             "NO_COLOR=1 TERM=screen sh -c \"echo \\$\\$ > %s/pid; exec %s tui %s\"; "
-             "echo TUI-EXIT=$?; sleep 30",
-             tmpdir, AMPPROBE, db_path);
+             "cd %s && ln -sf %s ./-run.sqlite && %s sh -c \"echo \\$\\$ > %s/pid; exec %s tui "
+             "%s\"; echo TUI-EXIT=$?; sleep 30",
+             tmpdir, db_path, env, tmpdir, AMPPROBE, args);
     tmux_start(command);
     assert_screen(10000, (const char *const[]){"REPLAY", "step 3 of 0-3", NULL});
+    return true;
+}
+
+START_TEST(e2e_replay_no_color_and_sigterm) {
+    if (!tmux_replay("NO_COLOR=1 TERM=screen", "run.sqlite")) return;
     press("2", 10000, (const char *const[]){"blocks.1.attn", "!!", NULL});
     char *s = capture(true);
     ck_assert_msg(!strstr(s, "[31m") && !strstr(s, ";31m"), "colour despite NO_COLOR:\n%s", s);
@@ -1919,19 +1926,7 @@ END_TEST
 // The help stays through a resize (no key); a signal that ends a process without a handler of
 // the TUI's own (SIGUSR1) leaves the terminal restored too; "--" ends the options.
 START_TEST(e2e_help_resize_and_a_deadly_signal) {
-    if (!have_tmux()) {
-        fprintf(stderr, "tui: tmux not installed: the end-to-end TUI test is skipped\n");
-        return;
-    }
-    fixture();
-    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
-    char command[512];
-    snprintf(command, sizeof command,
-             "cd %s && ln -sf %s ./-run.sqlite && TERM=screen sh -c \"echo \\$\\$ > %s/pid; "
-             "exec %s tui -- -run.sqlite\"; echo TUI-EXIT=$?; sleep 30",
-             tmpdir, db_path, tmpdir, AMPPROBE);
-    tmux_start(command);
-    assert_screen(10000, (const char *const[]){"REPLAY", "step 3 of 0-3", NULL});
+    if (!tmux_replay("TERM=screen", "-- -run.sqlite")) return;
     press("'?'", 10000, (const char *const[]){"any key closes this help", NULL});
     tmux("resize-window -t amp -x 100 -y 30%s", "");
     usleep(1000000); // (the resize reaches the TUI, which redraws)

@@ -526,11 +526,15 @@ static void require_storage(const amp_tensor_t *t, const char *what) {
                "(%s a tensor whose storage was dropped with amp_tensor_drop)", what);
 }
 
+// host, the program's side of a copy, is there (NULL only for no elements).
+static void require_host(const amp_tensor_t *t, const void *host, const char *fn) {
+    AMP_ASSERT(host || amp_tensor_numel(t) == 0, "(%s: NULL host data for %lld elements)", fn,
+               (long long)amp_tensor_numel(t));
+}
+
 void amp_tensor_read(const amp_tensor_t *t, void *out) {
     require_storage(t, "amp_tensor_read reads");
-    AMP_ASSERT(out || amp_tensor_numel(t) == 0,
-               "(amp_tensor_read: NULL host data for %lld elements)",
-               (long long)amp_tensor_numel(t));
+    require_host(t, out, "amp_tensor_read");
     amp_tensor_t *c = contiguous_as(t, t->dtype);
     c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c),
                          (size_t)amp_tensor_numel(c) * amp_dtype_size(c->dtype));
@@ -539,9 +543,7 @@ void amp_tensor_read(const amp_tensor_t *t, void *out) {
 
 void amp_tensor_write(amp_tensor_t *t, const void *in) {
     require_storage(t, "amp_tensor_write writes");
-    AMP_ASSERT(in || amp_tensor_numel(t) == 0,
-               "(amp_tensor_write: NULL host data for %lld elements)",
-               (long long)amp_tensor_numel(t));
+    require_host(t, in, "amp_tensor_write");
     AMP_ASSERT(amp_tensor_is_contiguous(t), "(amp_tensor_write needs a contiguous tensor)");
     t->ctx->be->upload(t->ctx->bctx, amp_tensor_ptr(t), in,
                        (size_t)amp_tensor_numel(t) * amp_dtype_size(t->dtype));
@@ -550,9 +552,7 @@ void amp_tensor_write(amp_tensor_t *t, const void *in) {
 
 void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
     require_storage(t, "amp_tensor_read_f32 reads");
-    AMP_ASSERT(out || amp_tensor_numel(t) == 0,
-               "(amp_tensor_read_f32: NULL host data for %lld elements)",
-               (long long)amp_tensor_numel(t));
+    require_host(t, out, "amp_tensor_read_f32");
     amp_tensor_t *c = contiguous_as(t, AMP_DTYPE_F32);
     c->ctx->be->download(c->ctx->bctx, out, amp_tensor_ptr(c), (size_t)amp_tensor_numel(c) * 4);
     release_temp(t, c);
@@ -560,9 +560,7 @@ void amp_tensor_read_f32(const amp_tensor_t *t, float *out) {
 
 void amp_tensor_write_f32(amp_tensor_t *t, const float *in) {
     require_storage(t, "amp_tensor_write_f32 writes");
-    AMP_ASSERT(in || amp_tensor_numel(t) == 0,
-               "(amp_tensor_write_f32: NULL host data for %lld elements)",
-               (long long)amp_tensor_numel(t));
+    require_host(t, in, "amp_tensor_write_f32");
     amp_ctx_t *ctx = t->ctx;
     AMP_ASSERT(amp_dtype_is_float(t->dtype) || amp_tensor_is_contiguous(t),
                "(amp_tensor_write_f32 writes an integer tensor only when it is contiguous, got a "
