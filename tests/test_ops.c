@@ -375,6 +375,34 @@ START_TEST(test_softmax_and_layer_norm_values) {
 }
 END_TEST
 
+// A 0-dim tensor's softmax is 1 and its log_softmax 0, with a zero gradient, as in PyTorch (dim
+// 0 or -1); another dim aborts naming it.
+START_TEST(test_softmax_of_a_0dim_tensor) {
+    amp_tensor_t *x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 0, NULL, (float[]){3.5f});
+    amp_tensor_set_requires_grad(x, true);
+    amp_tensor_t *p = amp_softmax(ctx, x, 0), *l = amp_log_softmax(ctx, x, -1);
+    ck_assert_int_eq(amp_tensor_ndim(p), 0);
+    ck_assert_int_eq(amp_tensor_ndim(l), 0);
+    ck_assert_float_eq(amp_tensor_item(p), 1.0f);
+    ck_assert_float_eq(amp_tensor_item(l), 0.0f);
+    amp_backward(ctx, amp_add(ctx, amp_mul_scalar(ctx, p, 2.0f), l));
+    ck_assert_float_eq(amp_tensor_item(amp_tensor_grad(x)), 0.0f);
+}
+END_TEST
+
+START_TEST(test_softmax_of_a_0dim_tensor_at_dim_1_aborts) {
+    test_expect_abort("(softmax dim 1 out of range for a 0-dim tensor)");
+    amp_softmax(ctx, amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 0, NULL, (float[]){1}), 1);
+}
+END_TEST
+
+START_TEST(test_layer_norm_of_a_0dim_tensor_aborts) {
+    test_expect_abort("(layer_norm normalises the last dim: a 0-dim tensor has none)");
+    amp_layer_norm(ctx, amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 0, NULL, (float[]){1}), NULL, NULL,
+                   1e-5f);
+}
+END_TEST
+
 // A fully masked row gives NaN like PyTorch; a partly masked one is exact zeros where masked.
 START_TEST(test_masked_softmax_rows) {
     float v[6] = {1, 2, 3, 4, 5, 6};
@@ -1538,6 +1566,7 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(f, test_matmul_batch_dims_that_do_not_broadcast_abort, SIGABRT);
     tcase_add_test(f, test_linear_no_input_features);
     tcase_add_test(f, test_softmax_and_layer_norm_values);
+    tcase_add_test(f, test_softmax_of_a_0dim_tensor);
     tcase_add_test(f, test_masked_softmax_rows);
     tcase_add_test(f, test_dropout_seeded);
     tcase_add_test(f, test_grad_accumulates_and_zero_grad);
@@ -1570,6 +1599,8 @@ Suite *ops_suite(void) {
     tcase_add_test_raise_signal(p, test_add_of_two_integer_tensors_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_gelu_of_an_integer_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_softmax_of_an_integer_tensor_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_softmax_of_a_0dim_tensor_at_dim_1_aborts, SIGABRT);
+    tcase_add_test_raise_signal(p, test_layer_norm_of_a_0dim_tensor_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_masked_fill_beyond_the_range_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_masked_fill_of_a_wider_mask_aborts, SIGABRT);
     tcase_add_test_raise_signal(p, test_max_pool2d_stride_0_aborts, SIGABRT);

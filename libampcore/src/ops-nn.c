@@ -20,7 +20,11 @@ static void softmax_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, int dim, bool log) {
     amp_require_float(op, x);
-    AMP_ASSERT(x->ndim >= 1, "(%s of a 0-dim tensor)", op);
+    if (x->ndim == 0) { // torch takes dim 0 or -1 and normalises the one element
+        AMP_ASSERT(dim == 0 || dim == -1, "(%s dim %d out of range for a 0-dim tensor)", op, dim);
+        amp_tensor_t *y = softmax_op(ctx, op, amp_reshape(ctx, x, 1, (int64_t[]){1}), 0, log);
+        return amp_reshape(ctx, y, 0, NULL);
+    }
     if (dim < 0) dim += x->ndim;
     AMP_ASSERT(dim >= 0 && dim < x->ndim, "(%s dim out of range)", op);
     if (dim != x->ndim - 1) { // move dim last, normalise, move it back
@@ -71,7 +75,7 @@ static void layer_norm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_tensor_t *b,
                              float eps) {
     amp_require_float("layer_norm", x);
-    AMP_ASSERT(x->ndim >= 1);
+    AMP_ASSERT(x->ndim >= 1, "(layer_norm normalises the last dim: a 0-dim tensor has none)");
     int64_t C = x->shape[x->ndim - 1];
     AMP_ASSERT((!w || (w->ndim == 1 && w->shape[0] == C)) && (!b || (b->ndim == 1 && b->shape[0] == C)),
                "(layer_norm weight and bias must have %lld elements)", (long long)C);
