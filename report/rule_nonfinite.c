@@ -292,10 +292,17 @@ static void around_of(const char *layer, char *out, size_t n) {
 }
 
 // "fp16 overflow in L op at step S: finite inputs (amax A) <how>"
+// The infinities an output holds, by sign: "+inf", "-inf" or "+-inf" (both, or none counted).
+static const char *infs_word(const ranges *r) {
+    return r->posinf && !r->neginf ? "+inf" : r->neginf && !r->posinf ? "-inf" : "+-inf";
+}
+
+// how: what the inputs did ("summed past 65504"; NULL: "gave" the infinities the output holds)
 static void overflow_title(report_finding *f, const ranges *r, const char *how) {
     snprintf(f->title, sizeof f->title,
-             "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) %s", layer_words(f),
-             f->op, (long long)f->first_step, r->in_amax, how);
+             "fp16 overflow in %s %s at step %lld: finite inputs (amax %.6g) %s%s", layer_words(f),
+             f->op, (long long)f->first_step, r->in_amax, how ? how : "gave ",
+             how ? "" : infs_word(r));
 }
 
 static void explain_forward(report_finding *f, const report_event *e, const ranges *r) {
@@ -326,11 +333,9 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
             snprintf(made, sizeof made, "made there or in %s%s code just before it",
                      around[0] ? around : "the top level", around[0] ? "'s" : "");
         snprintf(f->title, sizeof f->title,
-                 "%s first in the output of %s %s at step %lld (traced per module: %s)",
-                 infs && half ? "fp16 +-inf"
-                 : infs       ? "+-inf"
-                              : "NaN",
-                 layer_words(f), f->op, (long long)f->first_step, made);
+                 "%s%s first in the output of %s %s at step %lld (traced per module: %s)",
+                 infs ? half ? "fp16 " : "" : "NaN", infs ? infs_word(r) : "", layer_words(f),
+                 f->op, (long long)f->first_step, made);
         snprintf(f->advice, sizeof f->advice,
                  "%s The op was not traced (the detail says why): to have it named, reproduce "
                  "the step in one process with the same inputs.",
@@ -355,11 +360,7 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  e->op, domain_min(e->op));
     } else if (op_in(e->op, zero_ops) && zero_reachable(e->op, r)) {
         snprintf(f->title, sizeof f->title, "%s of zero in %s at step %lld gives %s", e->op,
-                 layer_words(f), (long long)f->first_step,
-                 r->neginf && r->posinf ? "+-inf"
-                 : r->neginf            ? "-inf"
-                 : r->posinf            ? "+inf"
-                                        : "NaN");
+                 layer_words(f), (long long)f->first_step, infs ? infs_word(r) : "NaN");
         snprintf(f->advice, sizeof f->advice,
                  "Keep the argument of %s away from zero: clamp it (x.clamp_min(eps)) or add an "
                  "eps to the denominator, and compute log-probabilities with log_softmax / a fused "
@@ -375,14 +376,14 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
         if (report_op_is_cast(e->op))
             snprintf(f->title, sizeof f->title,
                      "fp16 overflow in %s at step %lld: autocast's cast to fp16 of a value beyond "
-                     "its range (amax %.6g) gave +-inf",
-                     layer_words(f), (long long)f->first_step, r->in_amax);
+                     "its range (amax %.6g) gave %s",
+                     layer_words(f), (long long)f->first_step, r->in_amax, infs_word(r));
         else
             snprintf(f->title, sizeof f->title,
                      "fp16 overflow in %s %s at step %lld: an input beyond fp16's range (amax "
                      "%.6g) turned inf in autocast's cast, the output %s",
                      layer_words(f), f->op, (long long)f->first_step, r->in_amax,
-                     r->nan ? "NaN" : "+-inf");
+                     r->nan ? "NaN" : infs_word(r));
         snprintf(f->advice, sizeof f->advice,
                  "Bring that input back under fp16's 65504: a weight this large has grown "
                  "unchecked (lower the learning rate, add weight decay or clip the gradients, "
@@ -407,7 +408,7 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "masked rows after it (torch.where(mask.all(-1, keepdim=True), 0, p)). "
                  "Precision does not help here: this is NaN in fp32 too.");
     } else if (op_in(e->op, growth_ops) && infs && half && !r->in_nonfinite) {
-        overflow_title(f, r, "gave +-inf");
+        overflow_title(f, r, NULL);
         snprintf(f->advice, sizeof f->advice,
                  "%s's result is beyond fp16's 65504: compute it in fp32 (torch.autocast(..., "
                  "enabled=False) with .float() inputs; amp_autocast_begin(ctx, false, ...) here) "
@@ -452,7 +453,7 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "range.",
                  layer_words(f));
     } else if (op_in(e->op, gemm_ops) && infs && half) {
-        overflow_title(f, r, "gave +-inf");
+        overflow_title(f, r, NULL);
         if (attention)
             snprintf(f->advice, sizeof f->advice,
                      "Scale the attention logits by 1/sqrt(d_head) (check the temperature/gain "
