@@ -114,33 +114,58 @@ static void svg_open(FILE *out, const char *title, const char *note, const char 
 
 #define MAX_TICKS 7 // step_tick's distance: at most 6 of them in the span, so 7 ticks
 
+// The smallest of 1, 2 or 5 times a power of ten that is at least d (> 0).
+static double nice_step(double d) {
+    double t = pow(10, floor(log10(d)));
+    return d <= t ? t : d <= 2 * t ? 2 * t : d <= 5 * t ? 5 * t : 10 * t;
+}
+
 // The distance between step ticks: 1, 2 or 5 times a power of ten, at most 6 of them.
 static double step_tick(double span) {
-    static const double nice[] = {1, 2, 5};
-    for (double t = 1;; t *= 10)
-        for (int k = 0; k < 3; k++)
-            if (span / (nice[k] * t) <= 6) return nice[k] * t;
+    return span <= 6 ? 1 : nice_step(span / 6);
+}
+
+// The y ticks of p into v (at most MAX_TICKS), their count: round values inside the range (1, 2
+// or 5 times a power of ten apart; on a log axis whole powers of ten, every k-th decade), or
+// five evenly spaced ones where the range holds fewer than two round values.
+static int y_ticks(const plot *p, double v[MAX_TICKS], bool *round) {
+    int n = 0;
+    if (p->logy && p->y0 > 0 && p->y1 > p->y0) {
+        double a = ceil(log10(p->y0) - 1e-9), b = floor(log10(p->y1) + 1e-9);
+        double stride = ceil((b - a + 1) / (MAX_TICKS - 1));
+        for (double e = a; e <= b && n < MAX_TICKS; e += stride)
+            v[n++] = pow(10, e);
+    } else if (!p->logy && p->y1 > p->y0) {
+        double d = nice_step((p->y1 - p->y0) / (MAX_TICKS - 1));
+        for (double k = ceil(p->y0 / d - 1e-9); k * d <= p->y1 + d * 1e-9 && n < MAX_TICKS; k++)
+            v[n++] = k * d + 0.0; // (no -0)
+    }
+    if ((*round = n >= 2)) return n;
+    for (n = 0; n <= 4; n++)
+        v[n] = p->logy ? pow(10, log10(p->y0) + n * (log10(p->y1) - log10(p->y0)) / 4)
+                       : p->y0 + n * (p->y1 - p->y0) / 4;
+    return n;
 }
 
 static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabel) {
     int x0 = PAD_L, x1 = PLOT_W - PAD_R, y0 = PLOT_H - PAD_B, y1 = PAD_T;
     fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"frame\"/>", x0, y1,
             x1 - x0, y0 - y1);
-    double v[5];
-    char label[5][24];
-    for (int i = 0; i <= 4; i++) // y ticks
-        v[i] = p->logy ? pow(10, log10(p->y0) + i * (log10(p->y1) - log10(p->y0)) / 4)
-                       : p->y0 + i * (p->y1 - p->y0) / 4;
-    // as many digits as it takes to tell the ticks apart (a loss that barely moves)
-    for (int digits = 3; digits <= 10; digits++) {
+    double v[MAX_TICKS];
+    char label[MAX_TICKS][24];
+    bool round;
+    int n = y_ticks(p, v, &round);
+    // as many digits as it takes to tell the ticks apart (a loss that barely moves); a round
+    // value whole (1000, not 1e+03)
+    for (int digits = round ? 6 : 3; digits <= 10; digits++) {
         bool distinct = true;
-        for (int i = 0; i <= 4; i++) {
+        for (int i = 0; i < n; i++) {
             snprintf(label[i], sizeof label[i], "%.*g", digits, v[i]);
             distinct &= i == 0 || strcmp(label[i], label[i - 1]) != 0;
         }
         if (distinct) break;
     }
-    for (int i = 0; i <= 4; i++) {
+    for (int i = 0; i < n; i++) {
         double y = py(p, v[i]);
         fprintf(out,
                 "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"grid\"/>"

@@ -2823,6 +2823,41 @@ static void x_ticks(const char *fig, char *buf, size_t size) {
     }
 }
 
+// The y tick values of a figure into v; returns how many.
+static int y_ticks(const char *fig, double *v, int max) {
+    static const char tick[] = "class=\"tick\" text-anchor=\"end\">";
+    int n = 0;
+    for (const char *p = fig; n < max && (p = strstr(p, tick)); p += strlen(tick))
+        v[n++] = strtod(p + strlen(tick), NULL);
+    return n;
+}
+
+// The y axes are labelled with round values: multiples of 1, 2 or 5 times a power of ten on a
+// linear axis (a loss from 3.74 to 4), whole powers of ten on a log one (a scale falling from
+// 65536 to 2^-11), not five values evenly spaced between the ends (4.27, 4.2, 4.14 ...).
+START_TEST(html_y_ticks_are_round_values) {
+    steps(28, 65536);
+    sql("UPDATE AMP_STEPS SET scale_before = 65536.0 / (1 << step), "
+        "scale_after = 65536.0 / (1 << (step + 1)), skipped = 1;");
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *loss = html_figure(t, "Loss"), *scale = html_figure(t, "Loss scale");
+    double v[16];
+    int n = y_ticks(loss, v, 16);
+    ck_assert_int_ge(n, 3);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(v[i] * 20 - round(v[i] * 20)) < 1e-9, "loss tick %g", v[i]);
+    ck_assert_double_eq_tol(v[1] - v[0], 0.05, 1e-9);
+    n = y_ticks(scale, v, 16);
+    ck_assert_int_ge(n, 3);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(log10(v[i]) - round(log10(v[i]))) < 1e-9, "scale tick %g", v[i]);
+    free(scale);
+    free(loss);
+    free(t);
+}
+END_TEST
+
 // The points of the first polyline of stroke colour in fig: x[i], y[i]; returns how many.
 static size_t polyline(const char *fig, const char *colour, double *x, double *y, size_t max) {
     char key[96];
@@ -3498,6 +3533,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, fail_on_gates_by_severity);
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     tcase_add_test(tc, html_long_runs_draw_every_step_of_a_bucket);
+    tcase_add_test(tc, html_y_ticks_are_round_values);
     tcase_add_test(tc, html_amax_spans_the_steps_and_marks_nonfinite_outputs);
     tcase_add_test(tc, html_amax_marks_each_step_whose_statistics_saw_nan);
     tcase_add_test(tc, html_steps_without_a_loss_or_numbered_in_the_1e17s);
