@@ -537,10 +537,11 @@ static void add_forward_root(const report_model *m, const events_index *x, const
     int dl = detail_len(e);
     // made outside the model, where modules the PyTorch bridge did not watch may have run
     const bool elsewhere = !f->layer[0] && m->unwatched && is(e, AMP_EVENT_NONFINITE_PRODUCER);
-    snprintf(f->detail, sizeof f->detail,
-             "%.*s%s%lld step%s affected; non-finite loss in %lld, %lld skipped.%s%s%s%s", dl,
-             dl ? e->detail : "", dl ? ".\n" : "", (long long)affected, affected == 1 ? "" : "s",
-             (long long)losses, (long long)skipped, then,
+    char lost[64] = "the loss stayed finite";
+    if (losses) snprintf(lost, sizeof lost, "non-finite loss in %lld", (long long)losses);
+    snprintf(f->detail, sizeof f->detail, "%.*s%s%lld step%s affected; %s, %lld skipped.%s%s%s%s",
+             dl, dl ? e->detail : "", dl ? ".\n" : "", (long long)affected,
+             affected == 1 ? "" : "s", lost, (long long)skipped, then,
              elsewhere ? " The code outside the model runs modules that were not watched, which "
                          "may be where it was made: "
                        : "",

@@ -907,6 +907,24 @@ START_TEST(nonfinite_pow_overflow_is_not_a_pow_of_zero) {
 }
 END_TEST
 
+// A linear whose output overflowed to -inf alone, which a ReLU then zeroed: the title names the
+// -inf, and the detail says that the loss stayed finite (it read "non-finite loss in 0").
+START_TEST(nonfinite_overflow_to_minus_inf_under_a_finite_loss) {
+    healthy(8);
+    sql(EVENTS_VALUES "(1, 3, 2, 'linear', 'fwd', 'nonfinite_producer', 'error', 32, 0, 'input 0 "
+                      "f16 (32, 64) min -3.6 max 100 amax 100; input 1 f16 (10, 64) min -3000 max "
+                      "0.23 amax 3000; output f16 (32, 10) min -17.5 max 15.1 amax 17.5 (0 nan, 0 "
+                      "+inf, 32 -inf); ', 0, 1, 3);");
+    nonfinite_errors(1);
+    ck_assert_str_eq(findings.v[0].title,
+                     "fp16 overflow in head linear at step 3: finite inputs (amax 3000) gave -inf");
+    ck_assert_msg(
+        strstr(findings.v[0].detail, "1 step affected; the loss stayed finite, 0 skipped."), "%s",
+        findings.v[0].detail);
+    release();
+}
+END_TEST
+
 // A division by values near zero but none zero: an overflow.
 START_TEST(nonfinite_div_by_small_values_is_an_overflow) {
     explained("(1, 3, 2, 'div', 'fwd', 'nonfinite_producer', 'error', 5, 0, 'input 0 f16 (64) min "
@@ -3461,6 +3479,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, huge_counts_do_not_overflow);
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
+    tcase_add_test(tc, nonfinite_overflow_to_minus_inf_under_a_finite_loss);
     tcase_add_test(tc, nonfinite_div_by_small_values_is_an_overflow);
     tcase_add_test(tc, nonfinite_div_by_a_range_with_zero_is_of_zero);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
