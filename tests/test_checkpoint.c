@@ -12,9 +12,12 @@
 
 #include "amp-impl.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -638,6 +641,78 @@ START_TEST(test_save_through_a_link_and_beside_other_files) {
 }
 END_TEST
 
+// A save over a file keeps its permissions (a private 0600 checkpoint stayed private only until
+// the first save over it: the new file was 0644), and removes what a save killed before its
+// rename left beside it (path.PID.N.tmp of a process gone, untouched for a minute), but no other
+// process's file, nor one of the user's.
+START_TEST(test_save_over_a_file_keeps_its_mode_and_removes_stale_temporaries) {
+    make_dir();
+    target t;
+    target_init(&t);
+    const char *ck = path("mode.ckpt");
+    spit(ck, "old", 3);
+    ck_assert_int_eq(chmod(ck, 0600), 0);
+    pid_t gone = fork(); // a pid that no longer exists
+    if (gone == 0) _exit(0);
+    ck_assert_int_eq(waitpid(gone, NULL, 0), gone);
+    char stale[128], young[128], alive[128], mine[128];
+    snprintf(stale, sizeof stale, "%s/mode.ckpt.%d.0.tmp", dir, (int)gone);
+    snprintf(young, sizeof young, "%s/mode.ckpt.%d.1.tmp", dir, (int)gone);
+    snprintf(alive, sizeof alive, "%s/mode.ckpt.%d.0.tmp", dir, (int)getppid());
+    snprintf(mine, sizeof mine, "%s/mode.ckpt.%d.x.tmp", dir, (int)gone);
+    const char *made[] = {stale, young, alive, mine};
+    for (int i = 0; i < 4; i++) {
+        spit(made[i], "part", 4);
+        if (i != 1) // (two minutes old)
+            ck_assert_int_eq(
+                utimensat(AT_FDCWD, made[i],
+                          (struct timespec[]){{time(NULL) - 120, 0}, {time(NULL) - 120, 0}}, 0),
+                0);
+    }
+    ck_assert_int_eq(amp_checkpoint_save(ck, &t.w, 1, t.opt, t.sc), AMP_OK);
+    struct stat sb;
+    ck_assert(stat(ck, &sb) == 0 && sb.st_size > 24);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+    ck_assert_int_eq(access(stale, F_OK), -1);
+    for (int i = 1; i < 4; i++)
+        ck_assert_msg(access(made[i], F_OK) == 0, "%s was removed", made[i]);
+    ck_assert_int_eq(amp_checkpoint_load(ck, &t.w, 1, t.opt, t.sc), AMP_OK);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
+// A non-contiguous view among the parameters is refused by save and by load, naming it, before
+// anything changes (a load wrote the parameters before it, then aborted on it).
+START_TEST(test_views_are_refused) {
+    make_dir();
+    target t;
+    target_init(&t);
+    amp_tensor_t *m = param(t.ctx, AMP_DTYPE_F32, "m", 2, (int64_t[]){2, 3}, 1);
+    amp_tensor_t *ps[2] = {t.w, amp_transpose(t.ctx, m, 0, 1)};
+    ck_assert_int_eq(amp_checkpoint_save(path("v.ckpt"), ps, 2, NULL, NULL),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "checkpoint: params[1] ('param.1') is a non-contiguous "
+                                       "view; checkpoints hold whole tensors (pass the tensor it "
+                                       "views)");
+    ck_assert_int_eq(access(path("v.ckpt"), F_OK), -1);
+    amp_tensor_t *whole[2] = {t.w, m};
+    ck_assert_int_eq(amp_checkpoint_save(path("v.ckpt"), whole, 2, NULL, NULL), AMP_OK);
+    float w[2] = {-1, -2};
+    amp_tensor_write_f32(t.w, w);
+    amp_tensor_t *tm = amp_transpose(t.ctx, m, 0, 1);
+    amp_tensor_set_name(tm, "m");
+    amp_tensor_t *into[2] = {t.w, tm};
+    ck_assert_int_eq(amp_checkpoint_load(path("v.ckpt"), into, 2, NULL, NULL),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "params[1] ('m') is a non-contiguous view"));
+    amp_tensor_read_f32(t.w, w);
+    ck_assert(w[0] == -1 && w[1] == -2);
+    target_free(&t);
+    remove_dir();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Hand-built files in the documented format
 
@@ -942,6 +1017,8 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_duplicate_names_refused);
     tcase_add_test(tc, test_io_errors);
     tcase_add_test(tc, test_save_through_a_link_and_beside_other_files);
+    tcase_add_test(tc, test_save_over_a_file_keeps_its_mode_and_removes_stale_temporaries);
+    tcase_add_test(tc, test_views_are_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -36,7 +36,11 @@ extern "C" {
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers (parameters are f32 master weights; torch.optim defaults)
+// Optimizers (parameters are f32 master weights; torch.optim defaults). The step is torch.optim's
+// single-tensor SGD, Adam and AdamW in the order of its tensor ops, with no multiply-add fused and
+// addcdiv as PyTorch's CUDA kernel orders it (p + v * (m / d)): it agrees with PyTorch's kernels,
+// which fuse some multiply-adds (its CPU kernels on AVX2 and its addcdiv's (v * m) / d), to
+// rounding, not bit for bit (a few ulp an element a step). No amsgrad, maximize, param groups.
 
 typedef enum amp_optim_kind { AMP_OPTIM_SGD, AMP_OPTIM_ADAM, AMP_OPTIM_ADAMW } amp_optim_kind;
 
@@ -149,7 +153,11 @@ float amp_inv_scale(float scale);
 // Checkpoints: parameters (matched by name, then shape), optimizer state and scaler state in one
 // file (format in libampcore/src/checkpoint.c). opt and sc may be NULL. Loading a truncated,
 // corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing; a
-// NULL path, NULL params with n > 0, or a NULL enabled, AMP_ERR_INVALID_ARGUMENT.
+// NULL path, NULL params with n > 0, a non-contiguous view among params, or a NULL enabled,
+// AMP_ERR_INVALID_ARGUMENT. A save is atomic: it writes a file beside path and renames it over
+// path, so a crash leaves the old checkpoint whole (and path.PID.N.tmp, which the next save there
+// removes); the directory must take a new file, an existing path must be writable (its
+// permissions are kept).
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc);

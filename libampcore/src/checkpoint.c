@@ -36,7 +36,9 @@
  * At most one OPTIM, one SCALER and one STEP record (STEP written with OPTIM); one OPTIM_STATE per optimizer parameter. Saving
  * writes a temporary file of its own beside path (path.PID.N.tmp), fsyncs it and renames it over
  * path (over the file a symbolic link names, made if it is not there yet; never over a device, a
- * pipe or a directory). Loading checks the header against the
+ * pipe or a directory; never over a file it could not open for writing, whose permissions the
+ * new file keeps), then removes the temporary files of saves killed before their rename (of
+ * processes gone, untouched for a minute). Loading checks the header against the
  * file's size, reads the whole file, checks the CRC and every length against the bytes that are
  * there, decodes every record, matches it against the caller's parameters, optimizer and scaler,
  * and only then changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash or a hang.
@@ -44,11 +46,14 @@
 // clang-format on
 #include "amp-impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -115,7 +120,16 @@ static amp_status check_args(const char *path, amp_tensor_t *const *params, int 
     if (n > 0 && !params)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: params is NULL (n = %d)", n);
     amp_status st = check_names("params", params, n);
-    if (st != AMP_OK || !opt) return st;
+    if (st != AMP_OK) return st;
+    for (int i = 0; i < n; i++) // (a load writes each whole, before which nothing may change)
+        if (!amp_tensor_is_contiguous(params[i])) {
+            char b[32];
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "checkpoint: params[%d] ('%s') is a non-contiguous view; "
+                                 "checkpoints hold whole tensors (pass the tensor it views)",
+                                 i, ck_name(params[i], i, b));
+        }
+    if (!opt) return st;
     int np = amp_optim_num_params(opt);
     amp_tensor_t **op = amp_xmalloc((size_t)np * sizeof *op);
     for (int i = 0; i < np; i++)
@@ -246,13 +260,20 @@ static void put_records(writer *w, amp_tensor_t *const *params, int n, const amp
     }
 }
 
+// The directory holding path (malloc'd): "/x" -> "/", "a/b" -> "a", "b" -> ".".
+static char *parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return amp_xstrdup(".");
+    char *dir = amp_xstrdup(path);
+    dir[slash == path ? 1 : slash - path] = '\0';
+    return dir;
+}
+
 // fsync of the directory holding path, so the rename survives a crash (best effort: some file
 // systems refuse it, and the data itself is already synced).
 static void sync_parent_dir(const char *path) {
-    char *dir = amp_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (slash) slash[slash == dir ? 1 : 0] = '\0'; // "/x" -> "/", "a/b" -> "a"
-    int fd = open(slash ? dir : ".", O_RDONLY);
+    char *dir = parent_dir(path);
+    int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         fsync(fd);
         close(fd);
@@ -285,13 +306,24 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
         }
     }
     if (!link) *dest = amp_xstrdup(path);
-    if (stat(*dest, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    const bool exists = stat(*dest, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode)) {
         amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': not a regular file (%s)", path,
                       S_ISDIR(sb.st_mode) ? "a directory" : "a device, a pipe or a socket");
         free(*dest);
         *dest = NULL;
         return -1;
     }
+    // a file there is refused where torch.save's open for writing would refuse it (the rename
+    // would replace a read-only file), and its replacement keeps its permissions
+    int old = exists ? open(*dest, O_WRONLY | O_CLOEXEC) : -1;
+    if (exists && old < 0) {
+        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+        free(*dest);
+        *dest = NULL;
+        return -1;
+    }
+    if (old >= 0) close(old);
     static unsigned counter; // (several saves of one process, from several threads)
     const size_t n = strlen(*dest) + 48;
     *tmp = amp_xmalloc(n);
@@ -303,12 +335,46 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
-        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+        const int err = errno;
+        char *dir = parent_dir(*dest);
+        amp_set_error(AMP_ERR_IO,
+                      "cannot write checkpoint '%s': no file can be made in its directory '%s' "
+                      "(%s), where a save writes before it renames the file over '%s'",
+                      path, dir, strerror(err), path);
+        free(dir);
         free(*dest);
         free(*tmp);
         *dest = *tmp = NULL;
+    } else if (exists) {
+        fchmod(fd, sb.st_mode & 07777);
     }
     return fd;
+}
+
+// Removes what saves of dest killed before their rename left beside it: dest.PID.N.tmp files of
+// processes that no longer exist, untouched for a minute (a process of another PID namespace,
+// writing into a shared directory, would be invisible here but not idle that long).
+static void remove_stale_temps(const char *dest) {
+    char *dir = parent_dir(dest);
+    const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
+    const size_t len = strlen(base);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        long pid;
+        unsigned k;
+        int end = 0;
+        if (strncmp(e->d_name, base, len) != 0 || e->d_name[len] != '.' ||
+            sscanf(e->d_name + len, ".%ld.%u.tmp%n", &pid, &k, &end) != 2 ||
+            e->d_name[len + (size_t)end] != '\0' || pid <= 0 || pid == getpid() ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+            time(NULL) - sb.st_mtime > 60)
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    if (d) closedir(d);
+    free(dir);
 }
 
 amp_status amp_checkpoint_writable(const char *path) {
@@ -318,13 +384,9 @@ amp_status amp_checkpoint_writable(const char *path) {
     if (fd < 0) return AMP_ERR_IO;
     close(fd);
     unlink(tmp);
-    // a read-only file is refused as torch.save's open would (a rename would replace it)
-    amp_status st = AMP_OK;
-    if (access(dest, F_OK) == 0 && access(dest, W_OK) != 0)
-        st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
     free(dest);
     free(tmp);
-    return st;
+    return AMP_OK;
 }
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
@@ -369,6 +431,7 @@ amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, in
         st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(err));
     } else {
         sync_parent_dir(dest);
+        remove_stale_temps(dest);
     }
     free(tmp);
     free(dest);
