@@ -1,10 +1,13 @@
 /*
  * rule_events.c — rule `recorded-events`: the warnings and errors a producer recorded as events
- * of its own kinds. The record API (amp-record.h) stores any lower_snake_case kind as given, so
- * that a framework outside libampcore can say what it saw ("my_nan_guard", "data_skipped"); the
- * other rules read only the vocabulary libampcore and the PyTorch bridge write, so without this
- * one such an event, error or not, would never reach the report. One finding per (process, kind,
- * layer, op): its severity as recorded, its steps and occurrences, the first detail.
+ * that no other rule reads. The record API (amp-record.h) stores any lower_snake_case kind as
+ * given, so that a framework outside libampcore can say what it saw ("my_nan_guard",
+ * "data_skipped"); and of the kinds it names, the other rules read the non-finite ones (a
+ * producer, data arriving broken, a module's output, a non-finite loss, a skipped step) but judge
+ * overflow, underflow and the loss scale from the statistics and scale records, not from events.
+ * Without this rule a warning or an error of any other kind would never reach the report. One
+ * finding per (process, kind, layer, op): its severity as recorded, its steps and occurrences,
+ * the counts the events gave, the first detail.
  */
 #include "report.h"
 
@@ -15,24 +18,31 @@
 
 #define RULE "recorded-events"
 
-// The kinds libampcore and the PyTorch bridge record, which the other rules read (or count).
-static bool known_kind(const char *kind) {
-    static const char *const known[] = {
-        AMP_EVENT_NONFINITE_PRODUCER,
-        AMP_EVENT_NONFINITE_PROPAGATED,
-        AMP_EVENT_OVERFLOW,
-        AMP_EVENT_UNDERFLOW,
-        AMP_EVENT_SCALE_BACKOFF,
-        AMP_EVENT_SCALE_GROWTH,
-        AMP_EVENT_STEP_SKIPPED,
-        AMP_EVENT_LOSS_NONFINITE,
-        "nonfinite_input",
+// The kinds the other rules read (rule_nonfinite).
+static bool read_elsewhere(const char *kind) {
+    static const char *const read[] = {
+        AMP_EVENT_NONFINITE_PRODUCER, AMP_EVENT_STEP_SKIPPED,
+        AMP_EVENT_LOSS_NONFINITE,     "nonfinite_input",
         "nonfinite_module",
-        "grad_overflow",
     };
-    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-        if (strcmp(kind, known[i]) == 0) return true;
+    for (size_t i = 0; i < sizeof read / sizeof *read; i++)
+        if (strcmp(kind, read[i]) == 0) return true;
     return false;
+}
+
+// For a kind of amp-record.h's vocabulary that no rule reads as an event: the records the rules
+// judge its subject from. NULL for a kind of the program's own.
+static const char *judged_from(const char *kind) {
+    if (!strcmp(kind, AMP_EVENT_OVERFLOW) || !strcmp(kind, AMP_EVENT_UNDERFLOW))
+        return "overflow-headroom and grad-underflow judge from the tensor statistics "
+               "(amp_record_tensor_stats: amax, n_overflow, n_underflow)";
+    if (!strcmp(kind, AMP_EVENT_SCALE_BACKOFF) || !strcmp(kind, AMP_EVENT_SCALE_GROWTH) ||
+        !strcmp(kind, "grad_overflow"))
+        return "loss-scale judges from the scale records (amp_record_scale)";
+    if (!strcmp(kind, AMP_EVENT_NONFINITE_PROPAGATED))
+        return "nonfinite-root-cause starts from the op that made the value "
+               "(a nonfinite_producer event)";
+    return NULL;
 }
 
 static amp_severity severity_of(const char *s) {
@@ -70,7 +80,8 @@ void rule_events_run(const report_model *m, report_findings *out) {
     size_t n = 0, n_places = 0;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        if (!known_kind(e->kind) && severity_of(e->severity) >= AMP_SEVERITY_WARNING) v[n++] = e;
+        if (!read_elsewhere(e->kind) && severity_of(e->severity) >= AMP_SEVERITY_WARNING)
+            v[n++] = e;
     }
     amp_sort(v, n, sizeof *v, cmp_place);
     place *places = amp_xmalloc((n + 1) * sizeof *places);
@@ -82,12 +93,13 @@ void rule_events_run(const report_model *m, report_findings *out) {
     amp_sort(places, n_places, sizeof *places, cmp_place_first);
     for (size_t p = 0; p < n_places; p++) {
         const report_event *e = places[p].v[0];
-        int64_t occurrences = 0, first = e->step, last = e->last_step;
+        int64_t occurrences = 0, first = e->step, last = e->last_step, count = 0, counted = 0;
         amp_severity worst = AMP_SEVERITY_WARNING;
         for (size_t j = 0; j < places[p].n; j++) {
             const report_event *o = places[p].v[j];
             const amp_severity s = severity_of(o->severity);
             occurrences += o->occurrences;
+            if (o->count >= 0) count += o->count, counted += o->occurrences;
             if (o->step < first) first = o->step;
             if (o->last_step > last) last = o->last_step;
             if (s > worst) worst = s;
@@ -98,21 +110,34 @@ void rule_events_run(const report_model *m, report_findings *out) {
         f->pid = e->pid;
         f->first_step = first;
         f->last_step = last;
+        const char *op = e->op && e->op[0] ? e->op : NULL;
         snprintf(f->title, sizeof f->title, "%.100s recorded by the program%s%.100s%s%.60s",
-                 e->kind, layer || e->op ? " in " : "", layer ? layer : "",
-                 layer && e->op ? " " : "", e->op ? e->op : "");
-        snprintf(f->detail, sizeof f->detail,
-                 "%lld occurrence%s of an event of the program's own kind %.100s (severity %s)%s"
-                 "%.700s.",
-                 (long long)occurrences, occurrences == 1 ? "" : "s", e->kind,
-                 worst == AMP_SEVERITY_ERROR ? "error" : "warning", e->detail ? ": " : "",
-                 e->detail ? e->detail : "");
-        snprintf(f->advice, sizeof f->advice,
-                 "The program (or the framework recording it) reported this itself: see what its "
-                 "kind means there. ampprobe's own rules do not read kinds outside its vocabulary "
-                 "(probe/SCHEMA.md, AMP_EVENTS).");
+                 e->kind, layer || op ? " in " : "", layer ? layer : "", layer && op ? " " : "",
+                 op ? op : "");
+        const char *judged = judged_from(e->kind);
+        int w = snprintf(f->detail, sizeof f->detail,
+                         "%lld occurrence%s of an event of %s kind %.100s (severity %s)%s%.700s.",
+                         (long long)occurrences, occurrences == 1 ? "" : "s",
+                         judged ? "the record API's" : "the program's own", e->kind,
+                         worst == AMP_SEVERITY_ERROR ? "error" : "warning",
+                         e->detail && e->detail[0] ? ": " : "", e->detail ? e->detail : "");
+        if (counted && w > 0 && (size_t)w < sizeof f->detail)
+            snprintf(f->detail + w, sizeof f->detail - (size_t)w, " %lld elements affected%s.",
+                     (long long)count,
+                     counted < occurrences ? " in the occurrences that gave a count" : "");
+        if (judged)
+            snprintf(f->advice, sizeof f->advice,
+                     "The program (or the framework recording it) reported this itself. The "
+                     "report's own rules do not read %s events: %s; record those for them to "
+                     "weigh in.",
+                     e->kind, judged);
+        else
+            snprintf(f->advice, sizeof f->advice,
+                     "The program (or the framework recording it) reported this itself: see what "
+                     "its kind means there. ampprobe's own rules do not read kinds outside its "
+                     "vocabulary (probe/SCHEMA.md, AMP_EVENTS).");
         report_finding_evidence(f, "occurrences", (double)occurrences);
-        if (e->count >= 0) report_finding_evidence(f, "count", (double)e->count);
+        if (counted) report_finding_evidence(f, "count", (double)count);
     }
     free(places);
     free(v);

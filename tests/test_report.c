@@ -2507,25 +2507,39 @@ START_TEST(a_run_without_steps_under_the_launcher_says_what_records_them) {
 END_TEST
 
 // An outside producer's own event kinds (the record API stores any kind as given): its warnings
-// and errors are findings of their own, one per place with its occurrences; its notes, and the
-// kinds the other rules read, are not.
+// and errors are findings of their own, one per place with its occurrences and the counts they
+// gave; its notes, and the kinds the other rules read, are not. So are warnings and errors of
+// amp-record.h's kinds that no rule reads as events (an error-severity overflow made the report
+// read "Healthy"), with the records the rules judge their subject from.
 START_TEST(recorded_events_of_a_producers_own_kinds_are_findings) {
     healthy(10);
     sql(EVENTS_VALUES
         "(1, 4, 1, 'linear', 'fwd', 'my_nan_guard', 'error', 3, NULL, 'batch 17 skipped', 0, 1, "
         "4),"
         "(1, 6, 1, 'linear', 'fwd', 'my_nan_guard', 'warning', 2, NULL, 'y', 1, 3, 8),"
+        "(1, 7, 1, 'linear', 'fwd', 'my_nan_guard', 'warning', NULL, NULL, NULL, 0, 1, 7),"
         "(1, 2, NULL, NULL, NULL, 'my_progress', 'info', NULL, NULL, 'z', 0, 1, 2),"
-        "(1, 5, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, NULL, 0, 1, 5);");
+        "(1, 5, NULL, NULL, 'bwd', 'grad_overflow', 'info', NULL, 65536, NULL, 0, 1, 5),"
+        "(1, 5, 2, 'linear', 'fwd', 'overflow', 'info', 9, 70000, NULL, 0, 1, 5),"
+        "(1, 3, NULL, NULL, 'optim', 'step_skipped', 'warning', 1, 65536, NULL, 0, 1, 3),"
+        "(1, 6, 2, '', 'fwd', 'overflow', 'error', 5, 70000, '', 0, 1, 6);");
     analyse("recorded-events", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_uint_eq(findings.n, 2);
     const report_finding *f = &findings.v[0];
     ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
     ck_assert_str_eq(f->title, "my_nan_guard recorded by the program in blocks.0.mlp linear");
     ck_assert_int_eq(f->first_step, 4);
     ck_assert_int_eq(f->last_step, 8);
-    ck_assert_close(evidence(f, "occurrences"), 4, 0, 0);
-    ck_assert_ptr_nonnull(strstr(f->detail, ": batch 17 skipped."));
+    ck_assert_close(evidence(f, "occurrences"), 5, 0, 0);
+    ck_assert_close(evidence(f, "count"), 5, 0, 0); // 3 + 2 (an aggregate row's sum), one unknown
+    ck_assert_ptr_nonnull(strstr(f->detail, ": batch 17 skipped. 5 elements affected in the "
+                                            "occurrences that gave a count."));
+    f = &findings.v[1];
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
+    ck_assert_str_eq(f->title, "overflow recorded by the program in head"); // (an empty op)
+    ck_assert_str_eq(f->detail, "1 occurrence of an event of the record API's kind overflow "
+                                "(severity error). 5 elements affected.");
+    ck_assert_ptr_nonnull(strstr(f->advice, "from the tensor statistics"));
     release();
 }
 END_TEST

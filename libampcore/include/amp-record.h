@@ -228,7 +228,13 @@ typedef enum amp_severity {
 } amp_severity;
 const char *amp_severity_name(amp_severity s); // "info", "warning", "error"
 
-// Event kinds the report knows; any other lower_snake_case name is stored as given.
+// Event kinds of the vocabulary; any other lower_snake_case name is stored as given. The report's
+// nonfinite-root-cause rule reads NONFINITE_PRODUCER (an op whose finite inputs gave a non-finite
+// output: name it, with its inputs' ranges in detail), LOSS_NONFINITE and STEP_SKIPPED; it judges
+// overflow, underflow and the loss scale from the statistics (amp_record_tensor_stats) and scale
+// records (amp_record_scale), not from OVERFLOW, UNDERFLOW, SCALE_* or NONFINITE_PROPAGATED
+// events. A warning or an error of a kind no rule reads becomes a `recorded-events` finding of its
+// own; notes (AMP_SEVERITY_INFO) are shown by the TUI's events view and counted.
 #define AMP_EVENT_NONFINITE_PRODUCER "nonfinite_producer"
 #define AMP_EVENT_NONFINITE_PROPAGATED "nonfinite_propagated"
 #define AMP_EVENT_OVERFLOW "overflow"

@@ -782,10 +782,16 @@ static void process_out(amp_instr *in, const entry *e, const amp_stats *s) {
         if (s->n_overflow > 0 && e->in_autocast && e->dtype == AMP_DTYPE_F32 &&
             e->target == AMP_DTYPE_F16)
             amp_record_event(&(amp_rec_event){
-                .step = e->step, .layer_id = e->layer, .op = e->op, .phase = AMP_PHASE_FWD,
-                .kind = AMP_EVENT_OVERFLOW, .severity = AMP_SEVERITY_WARNING,
-                .count = s->n_overflow, .value = s->amax,
-                .detail = "f32 values beyond the f16 range: this output overflows if it runs in f16"});
+                .step = e->step,
+                .layer_id = e->layer,
+                .op = e->op,
+                .phase = AMP_PHASE_FWD,
+                .kind = AMP_EVENT_OVERFLOW,
+                .severity = AMP_SEVERITY_INFO, // (it runs in f32)
+                .count = s->n_overflow,
+                .value = s->amax,
+                .detail =
+                    "f32 values beyond the f16 range: this output overflows if it runs in f16"});
     }
     int64_t bad = unexpected(e->inf_fill, s);
     if (bad == 0) return;

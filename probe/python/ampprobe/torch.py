@@ -1421,7 +1421,7 @@ class Watcher:
         if summary is not None and summary.f32_overflow > 0 and self.target == "f16":
             for (layer, kind, op, dtype), f in zip(d.entries, copy.result()[0]):
                 if kind == ACTIVATION and dtype == "f32" and f.n_overflow > 0:
-                    self.rec.event(step, layer, op, PHASE_FWD, "overflow", WARNING,
+                    self.rec.event(step, layer, op, PHASE_FWD, "overflow", INFO,
                                    f.n_overflow, f.amax, "f32 values beyond the f16 range: "
                                    "this output overflows if it runs in f16")
         loss_bad = loss is not None and not (abs(loss) < _INF)
