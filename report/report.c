@@ -569,7 +569,9 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
                         .counted_first_step = INT64_MAX,
                         .counted_last_step = INT64_MIN,
                         .near_first_step = -1,
-                        .near_last_step = -1};
+                        .near_last_step = -1,
+                        .bad_step = INT64_MAX,
+                        .bad_row = INT64_MAX};
     *slot = ++m->n_stats;
     return s;
 }
@@ -600,12 +602,16 @@ static void add_count(int64_t *sum, int64_t n) {
     *sum = *sum > cap ? cap : *sum < -cap ? -cap : *sum;
 }
 
-static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt *q) {
+// row: the row's place among those read.
+static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt *q, int64_t row) {
     const int64_t numel = col_i64(q, 6, 0), step = sqlite3_column_int64(q, 8);
     const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL;
     const double amax = sqlite3_column_double(q, 7);
     const int64_t nan = col_i64(q, 12, 0), posinf = col_i64(q, 13, 0), neginf = col_i64(q, 14, 0);
     s->tensors++;
+    if ((nan > 0 || posinf > 0) &&
+        (step < s->bad_step || (step == s->bad_step && row < s->bad_row)))
+        s->bad_step = step, s->bad_row = row;
     if (has_amax && !(amax <= s->amax)) s->amax = amax; // (NaN: the first one)
     if (step < s->first_step) s->first_step = step;
     if (step > s->last_step) s->last_step = step;
@@ -707,7 +713,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     double max = NAN;               // report_dtype_max(last->target)
     char *scratch[4] = {0};         // the key's strings that held style marks (report_clean)
     int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    for (int64_t row = 0; (rc = sqlite3_step(q)) == SQLITE_ROW; row++) {
         const bool no_layer = sqlite3_column_type(q, 1) == SQLITE_NULL;
         group_key k = {.pid = sqlite3_column_int(q, 0),
                        .layer = no_layer ? -1 : sqlite3_column_int(q, 1)};
@@ -725,7 +731,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
         const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
         const bool thrown =
             st && ((st->has_scale && st->skipped) || st->loss_nonfinite || st->fitted);
-        add_stats_row(last, max, thrown, q);
+        add_stats_row(last, max, thrown, q, row);
         const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL; // (SQLite's NaN)
         const double amax = has_amax ? sqlite3_column_double(q, 7) : NAN;
         const int64_t step = sqlite3_column_int64(q, 8);

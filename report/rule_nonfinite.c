@@ -684,6 +684,50 @@ static void add_backward(const report_model *m, const events_index *x, const rep
     report_finding_evidence(f, "gradient_neginf", (double)r.neginf);
 }
 
+// The forward output the statistics show non-finite first in pid's steps up to upto (NaN or
+// +inf: a mask's -inf is none), the earliest recorded of its step; NULL: none.
+static const report_stats *first_bad_output(const report_model *m, int32_t pid, int64_t upto) {
+    const report_stats *best = NULL;
+    for (size_t i = 0; i < m->n_stats; i++) {
+        const report_stats *s = &m->stats[i];
+        if (s->pid != pid || s->bad_step > upto || strcmp(s->kind, "activation") != 0) continue;
+        if (!best || s->bad_step < best->bad_step ||
+            (s->bad_step == best->bad_step && s->bad_row < best->bad_row))
+            best = s;
+    }
+    return best;
+}
+
+// A loss finding with no producer event: the first output its statistics show non-finite, where
+// there is one (a producer of its own records statistics without tracing ops), goes into its
+// place, title and detail.
+static void name_first_bad_output(const report_model *m, report_finding *f) {
+    const report_stats *s = first_bad_output(m, f->pid, f->first_step);
+    if (!s) return;
+    const char *layer = report_layer_name(m, s->pid, s->layer_id);
+    report_finding_where(f, layer, s->op[0] ? s->op : NULL, "fwd");
+    char what[sizeof f->layer + 80];
+    snprintf(what, sizeof what, "%s%s%s", layer ? layer : "the top level", s->op[0] ? " " : "",
+             s->op);
+    size_t n = strlen(f->title);
+    snprintf(f->title + n, sizeof f->title - n,
+             "; the statistics show %s's output non-finite first (step %lld)", what,
+             (long long)s->bad_step);
+    n = strlen(f->detail);
+    snprintf(f->detail + n, sizeof f->detail - n,
+             " The statistics show the output of %s non-finite first, at step %lld, the outputs "
+             "recorded before it in that step finite: the value was made there, or in code "
+             "between it and them that no statistics cover.",
+             what, (long long)s->bad_step);
+    snprintf(f->advice, sizeof f->advice,
+             "Look at %s at step %lld: an fp16 overflow of an unnormalised input (keep it in fp32 "
+             "or train in bf16), a log, division or sqrt out of its domain (clamp it, add an "
+             "eps), or NaN in what it read. To have the op named with its inputs' ranges, trace "
+             "ops where a step goes non-finite and record the one whose finite inputs gave it as "
+             "a nonfinite_producer event (libampcore and the PyTorch bridge do).",
+             what, (long long)s->bad_step);
+}
+
 static void add_loss_only(const report_model *m, const events_index *x, const report_event *e,
                           report_findings *out) {
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
@@ -699,6 +743,7 @@ static void add_loss_only(const report_model *m, const events_index *x, const re
              "Check the loss computation: compute it in fp32 from fp32 logits with a fused "
              "cross_entropy/log_softmax, guard logs and divisions with an eps; then record "
              "statistics on every step (ampprobe run --stats-every 1) to trace the producing op.");
+    name_first_bad_output(m, f);
     report_finding_evidence(f, "steps_affected", (double)occ);
     report_finding_evidence(f, "loss", e->value);
 }
@@ -733,6 +778,7 @@ static void add_step_loss_only(const report_model *m, report_findings *out) {
              "cross_entropy/log_softmax, guard logs and divisions with an eps; then record "
              "per-layer statistics (libampcore or the PyTorch bridge under ampprobe run) to trace "
              "the producing op.");
+    name_first_bad_output(m, f);
     report_finding_evidence(f, "steps_affected", (double)n);
     report_finding_evidence(f, "loss", first->loss);
 }

@@ -884,6 +884,19 @@ START_TEST(nonfinite_loss_of_the_steps_alone_is_an_error) {
     report_verdict(&model, &findings, verdict, sizeof verdict);
     ck_assert_msg(strncmp(verdict, "Training broke", 14) == 0, "verdict: %s", verdict);
     release();
+    // its statistics show outputs turning NaN from step 2 on, without events: the first one
+    // recorded at the first such step is named (the report advised recording statistics)
+    sql("UPDATE AMP_TENSOR_STATS SET n_nan = numel, amax = NULL WHERE kind = 'activation' AND "
+        "step >= 2 AND layer_id >= 2; UPDATE AMP_TENSOR_STATS SET n_nan = 1 WHERE kind = "
+        "'activation' AND step = 4 AND layer_id = 0;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_str_eq(findings.v[0].title,
+                     "the loss became NaN at step 2 with no op traced as the producer; the "
+                     "statistics show head linear's output non-finite first (step 2)");
+    ck_assert_str_eq(findings.v[0].layer, "head");
+    ck_assert_str_eq(findings.v[0].op, "linear");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Look at head linear at step 2"));
+    release();
 }
 END_TEST
 
