@@ -750,6 +750,42 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+static int cmp_layer(const void *a, const void *b) {
+    const report_layer *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+// A name for each layer id that events or statistics refer to but AMP_LAYERS does not declare (a
+// producer of its own that skipped amp_record_layer, or a forked child using its parent's ids):
+// "layer 42 (not declared)", not the top level's.
+static void name_undeclared_layers(report_model *m) {
+    report_layer *v = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < m->n_events + m->n_stats; i++) {
+        const int32_t pid = i < m->n_events ? m->events[i].pid : m->stats[i - m->n_events].pid;
+        const int32_t id =
+            i < m->n_events ? m->events[i].layer_id : m->stats[i - m->n_events].layer_id;
+        if (id < 0 || report_layer_name(m, pid, id) ||
+            (n && v[n - 1].pid == pid && v[n - 1].id == id))
+            continue;
+        AMP_GROW(v, n, cap);
+        v[n++] = (report_layer){.pid = pid, .id = id};
+    }
+    if (!n) return;
+    amp_sort(v, n, sizeof *v, cmp_layer);
+    size_t cap_layers = m->n_layers;
+    for (size_t i = 0; i < n; i++) {
+        if (i && v[i].pid == v[i - 1].pid && v[i].id == v[i - 1].id) continue;
+        char name[48];
+        snprintf(name, sizeof name, "layer %d (not declared)", (int)v[i].id);
+        AMP_GROW(m->layers, m->n_layers, cap_layers);
+        m->layers[m->n_layers++] = (report_layer){v[i].pid, v[i].id, amp_xstrdup(name)};
+    }
+    free(v);
+    amp_sort(m->layers, m->n_layers, sizeof *m->layers, cmp_layer);
+}
+
 amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
                              char err[REPORT_ERR_MAX]) {
     memset(m, 0, sizeof *m);
@@ -773,6 +809,7 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
         report_model_free(m);
         return report_model_load(db, path, lo, hi, m, err);
     }
+    name_undeclared_layers(m);
     for (size_t i = 0; i < m->n_events; i++) { // (judged once the steps and processes are in)
         const report_event *e = &m->events[i];
         if (report_event_breaks_forward(m, e))

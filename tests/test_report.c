@@ -938,6 +938,18 @@ START_TEST(nonfinite_overflow_to_minus_inf_under_a_finite_loss) {
 }
 END_TEST
 
+// A layer id that AMP_LAYERS does not declare (a producer of its own that skipped
+// amp_record_layer, a forked child using its parent's ids) is named as such, not as the top level.
+START_TEST(nonfinite_in_an_undeclared_layer_says_so) {
+    explained("(1, 3, 42, 'pow', 'fwd', 'nonfinite_producer', 'error', 64, 0, 'input 0 f16 (64) "
+              "min 200 max 300 amax 300; output f16 (64) min 40000 max 65504 amax 65504 (0 nan, 12 "
+              "+inf, 0 -inf); ', 0, 1, 3)",
+              "fp16 overflow in layer 42 (not declared) pow at step 3: finite inputs (amax 300) "
+              "gave +inf",
+              "square a normalised value");
+}
+END_TEST
+
 // A division by values near zero but none zero: an overflow.
 START_TEST(nonfinite_div_by_small_values_is_an_overflow) {
     explained("(1, 3, 2, 'div', 'fwd', 'nonfinite_producer', 'error', 5, 0, 'input 0 f16 (64) min "
@@ -3507,6 +3519,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
     tcase_add_test(tc, nonfinite_overflow_to_minus_inf_under_a_finite_loss);
+    tcase_add_test(tc, nonfinite_in_an_undeclared_layer_says_so);
     tcase_add_test(tc, nonfinite_div_by_small_values_is_an_overflow);
     tcase_add_test(tc, nonfinite_div_by_a_range_with_zero_is_of_zero);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
