@@ -642,6 +642,84 @@ START_TEST(test_repeated_values_land_as_emitted) {
 }
 END_TEST
 
+// A step recorded twice is one row spanning both (the second replaced the first, losing its
+// gradient norm and memory peak), and two GradScaler updates in one step keep the skip of the
+// first (AMP_STEPS held only the last update's, "0 skipped").
+START_TEST(test_a_step_recorded_twice_is_merged) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    amp_record_step(&(amp_rec_step){.step = 0,
+                                    .start_ns = 100,
+                                    .end_ns = 200,
+                                    .loss = 1.0,
+                                    .grad_norm = 5,
+                                    .mem_peak_bytes = 64});
+    amp_record_step(&(amp_rec_step){.step = 0,
+                                    .start_ns = 300,
+                                    .end_ns = 500,
+                                    .loss = 4.0,
+                                    .grad_norm = NAN,
+                                    .mem_peak_bytes = 0});
+    amp_record_scale(&(amp_rec_scale){.step = 0,
+                                      .scale_before = 8,
+                                      .scale_after = 4,
+                                      .found_inf = 1,
+                                      .growth_tracker = 0,
+                                      .skipped = true});
+    amp_record_scale(&(amp_rec_scale){.step = 0,
+                                      .scale_before = 4,
+                                      .scale_after = 4,
+                                      .found_inf = 0,
+                                      .growth_tracker = 1,
+                                      .skipped = false});
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[256];
+    ck_assert_str_eq(q_text(db,
+                            "SELECT group_concat(start_ns || ':' || end_ns || ':' || loss || ':' "
+                            "|| grad_norm || ':' || mem_peak_bytes || ':' || scale_before || ':' "
+                            "|| scale_after || ':' || found_inf || ':' || skipped) FROM AMP_STEPS",
+                            buf, sizeof buf),
+                     "100:500:4.0:5.0:64:8.0:4.0:1:1");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_SCALE"), 2);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+// Text that is not UTF-8 is stored with U+FFFD for each byte that starts no valid sequence
+// (stored raw, Python's sqlite3 failed to read the table); valid text, multi-byte characters
+// among it, is stored as given.
+START_TEST(test_text_is_stored_as_utf8) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    const char *names[] = {
+        "blocks.0.attn\xff\xfe.qkv", "caf\xc3\xa9 \xe2\x82\xac", "cut \xe2\x82",
+        "over\xc0\xaflong",          "sur\xed\xa0\x80rogate",    "longer than eight bytes \x80"};
+    for (int i = 0; i < 6; i++)
+        amp_record_layer(&(amp_rec_layer){.id = i, .parent_id = -1, .name = names[i]});
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    char buf[512];
+    ck_assert_str_eq(q_text(db, "SELECT group_concat(hex(name), ' ') FROM AMP_LAYERS ORDER BY id",
+                            buf, sizeof buf),
+                     "626C6F636B732E302E6174746EEFBFBDEFBFBD2E716B76 "
+                     "636166C3A920E282AC "
+                     "63757420EFBFBDEFBFBD "
+                     "6F766572EFBFBDEFBFBD6C6F6E67 "
+                     "737572EFBFBDEFBFBDEFBFBD726F67617465 "
+                     "6C6F6E676572207468616E20656967687420627974657320EFBFBD");
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_kernel_short_names) {
     char buf[256];
     ck_assert_str_eq(amp_kernel_short_name("void at::native::(anonymous namespace)::"
@@ -1503,6 +1581,8 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_event_storm_is_bounded);
     tcase_add_test(t, test_kernel_short_names);
     tcase_add_test(t, test_repeated_values_land_as_emitted);
+    tcase_add_test(t, test_a_step_recorded_twice_is_merged);
+    tcase_add_test(t, test_text_is_stored_as_utf8);
     tcase_add_test(t, test_event_count_saturates);
     tcase_set_timeout(t, 60);
     suite_add_tcase(s, t);

@@ -28,9 +28,21 @@
  *
  * Conventions: times are ns on CLOCK_REALTIME (amp_record_now_ns(); the clock CUPTI stamps
  * with), recorded in the database's META. Optional fields say "not known" as the comment on the
- * field says — NULL string, NaN, -1, or for a byte count 0 — and become SQL NULL, never 0. Strings
- * are copied into the record (at most AMP_REC_STR_MAX bytes each; longer ones are cut). Every
- * function is thread-safe. Columns, units and tables: probe/SCHEMA.md.
+ * field says — NULL string, NaN, -1, or for a byte count 0 — and become SQL NULL, never 0; so do
+ * other negative counts. Strings are copied into the record (at
+ * most AMP_REC_STR_MAX bytes each; longer ones are cut) and should be UTF-8 (the collector stores
+ * other bytes as U+FFFD). Steps are numbered from 0 by the process (a number recorded twice is
+ * one step, SCHEMA.md's AMP_STEPS); layer ids are the process's own: a forked child declares its
+ * layers again. A program that is not libampcore says where it ran with the META key `device`
+ * ("cuda" or "cpu": the report takes a run without it for libampcore's CPU backend) and, when it
+ * records no op, its precision with `precision` ("fp16", "bf16", "fp32": `ampprobe diff` reads
+ * it). Every function is thread-safe, none async-signal-safe: never record from a signal
+ * handler (a lock may be held by the code it interrupted). Columns, units and tables:
+ * probe/SCHEMA.md.
+ *
+ * Linking: the functions are in libamprecord.so (the build's folder, or installed beside the
+ * `ampprobe` program), `-lamprecord`; libampcore.a holds them too. From Python's ctypes, which
+ * cannot call the inline functions below, read the exported amp_record_trace_mask.
  */
 #ifndef AMP_RECORD_H
 #define AMP_RECORD_H
@@ -128,7 +140,7 @@ typedef struct amp_rec_step {
     int64_t step;
     int64_t start_ns, end_ns;
     double loss;      // the unscaled loss, non-finite included (NaN is stored as NULL + flag)
-    double grad_norm; // NaN: not computed
+    double grad_norm; // NaN: not computed (an overflowed norm is INFINITY, not NaN)
     // The most bytes held by tensors on the training device at once up to the end of this step,
     // as amp_ctx_memory() (since the context was made) and torch.cuda.max_memory_allocated()
     // (since the process started or the peak was last reset) count them; 0 or less: not known.

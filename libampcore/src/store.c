@@ -294,15 +294,23 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_PROC_UPDATE] = "UPDATE AMP_PROCESSES SET start_ns = ?, end_ns = ?, records = ?, bytes = ?, "
                        "status = ? WHERE rowid = ?",
     [ST_LAYER] = "INSERT OR REPLACE INTO AMP_LAYERS (pid, id, parent_id, name) VALUES (?, ?, ?, ?)",
+    // a step recorded again (its scale came first, or the program numbered two steps alike) is
+    // merged: it spans both, its loss the latest, a figure the latest gave kept
     [ST_STEP] = "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
                 "mem_peak_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (pid, step) "
-                "DO UPDATE SET start_ns = ?3, end_ns = ?4, loss = ?5, loss_finite = ?6, "
-                "grad_norm = ?7, mem_peak_bytes = ?8",
+                "DO UPDATE SET start_ns = COALESCE(MIN(start_ns, ?3), start_ns, ?3), "
+                "end_ns = COALESCE(MAX(end_ns, ?4), end_ns, ?4), loss = ?5, loss_finite = ?6, "
+                "grad_norm = IFNULL(?7, grad_norm), "
+                "mem_peak_bytes = COALESCE(MAX(mem_peak_bytes, ?8), mem_peak_bytes, ?8)",
     [ST_SCALE] = "INSERT INTO AMP_SCALE (pid, step, scale_before, scale_after, found_inf, "
                  "growth_tracker, skipped) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    // several updates in one step (AMP_SCALE holds each): from the first's scale to the last's,
+    // skipped and found_inf when any was
     [ST_STEP_SCALE] = "INSERT INTO AMP_STEPS (pid, step, scale_before, scale_after, found_inf, "
                       "skipped) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (pid, step) DO UPDATE "
-                      "SET scale_before = ?3, scale_after = ?4, found_inf = ?5, skipped = ?6",
+                      "SET scale_before = IFNULL(scale_before, ?3), scale_after = ?4, "
+                      "found_inf = COALESCE(MAX(found_inf, ?5), found_inf, ?5), "
+                      "skipped = COALESCE(MAX(skipped, ?6), skipped, ?6)",
     [ST_STATS] = "INSERT INTO AMP_TENSOR_STATS VALUES "
                  "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [ST_OP] = "INSERT INTO AMP_OPS VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -455,17 +463,56 @@ static void bind_f64(binder *b, int i, double v) {
     x->kind = B_REAL, x->bits = bits;
     sqlite3_bind_double(b->st, b->base + i, v);
 }
+// The length of the valid UTF-8 sequence at p (of at most n bytes): 1 to 4, 0 when there is
+// none (a stray continuation byte, a sequence cut short, an overlong form, a surrogate, a code
+// point beyond U+10FFFF).
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    if (p[0] < 0x80) return 1;
+    const size_t len = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
+    if (!len || len > n || p[0] > 0xF4) return 0;
+    for (size_t k = 1; k < len; k++)
+        if ((p[k] & 0xC0) != 0x80) return 0;
+    if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0) ||
+        (p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))
+        return 0;
+    return len;
+}
+
 // The statement is bound to a copy of the text that the binder keeps (the caller's buffer holds
-// it only until the row is inserted), so that the same text next time needs no bind.
+// it only until the row is inserted), so that the same text next time needs no bind. Text that
+// is not UTF-8 goes in with U+FFFD for each byte that starts no valid sequence (SQLite would
+// store the bytes as given, and readers that decode TEXT, Python's sqlite3 among them, fail).
 static void bind_text(binder *b, int i, const char *v, int len) {
-    const size_t n = len < 0 ? strlen(v) : (size_t)len;
+    size_t n = len < 0 ? strlen(v) : (size_t)len;
     bound *x = &b->p[i];
     if (x->kind == B_TEXT && (size_t)x->bits == n && memcmp(x->text, v, n) == 0) return;
-    if (n + 1 > x->cap) {
-        x->cap = n + 1 > 64 ? n + 1 : 64;
+    const unsigned char *u = (const unsigned char *)v;
+    size_t ascii = 0; // (ASCII is valid: a word at a time up to the first byte that is not)
+    for (uint64_t w; ascii + 8 <= n && (memcpy(&w, u + ascii, 8), !(w & 0x8080808080808080u));)
+        ascii += 8;
+    size_t valid = ascii, bad = 0;
+    for (size_t k = ascii, l; k < n; k += l ? l : 1) {
+        l = utf8_seq(u + k, n - k);
+        if (!l) bad++;
+        valid += l;
+    }
+    const size_t out = valid + 3 * bad;
+    if (out + 1 > x->cap) {
+        x->cap = out + 1 > 64 ? out + 1 : 64;
         x->text = amp_xrealloc(x->text, x->cap);
     }
-    memcpy(x->text, v, n);
+    if (!bad) {
+        memcpy(x->text, v, n);
+    } else {
+        char *w = x->text;
+        for (size_t k = 0, l; k < n; k += l ? l : 1) {
+            if ((l = utf8_seq(u + k, n - k)))
+                memcpy(w, u + k, l), w += l;
+            else
+                memcpy(w, "\xEF\xBF\xBD", 3), w += 3;
+        }
+        n = out;
+    }
     x->text[n] = 0;
     x->kind = B_TEXT, x->bits = (int64_t)n;
     sqlite3_bind_text(b->st, b->base + i, x->text, (int)n, SQLITE_STATIC);
