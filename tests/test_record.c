@@ -602,6 +602,11 @@ START_TEST(test_start_bad_dir) {
     ck_assert_int_eq(amp_record_start("/nonexistent-amp-dir"), AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "/nonexistent-amp-dir"));
     ck_assert(!amp_record_enabled());
+    // NULL (it crashed) and "" are refused
+    ck_assert_int_eq(amp_record_start(NULL), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_record_start: spool_dir is NULL");
+    ck_assert_int_eq(amp_record_start(""), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert(!amp_record_enabled());
 }
 END_TEST
 

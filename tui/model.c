@@ -435,7 +435,7 @@ typedef struct raw_stat {
     int32_t layer_id;
     tui_stat_kind kind;
     char dtype[8];
-    int64_t numel, n_nan, n_posinf, n_neginf, n_underflow; // n_underflow -1: not counted
+    int64_t numel, n_nan, n_posinf, n_neginf, n_underflow; // -1: not counted
     double amax;
     // an fp16 gradient that is all zero (amax 0, more than one value): lost to underflow
     // upstream, as the report's grad-underflow rule counts it (its values were never subnormal
@@ -477,9 +477,10 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
         }
         r->tensors++;
         r->numel += s->numel;
-        r->n_nan += s->n_nan;
-        r->n_posinf += s->n_posinf;
-        r->n_neginf += s->n_neginf;
+        if (s->n_nan >= 0 || s->n_posinf >= 0 || s->n_neginf >= 0) r->nonfinite_counted = true;
+        r->n_nan += s->n_nan > 0 ? s->n_nan : 0;
+        r->n_posinf += s->n_posinf > 0 ? s->n_posinf : 0;
+        r->n_neginf += s->n_neginf > 0 ? s->n_neginf : 0;
         if (!isnan(s->amax) && (isnan(r->amax) || s->amax > r->amax)) {
             r->amax = s->amax;
             const double max = dtype_max(r->dtype);
@@ -531,9 +532,9 @@ static void load_step(tui_model *m, int64_t step) {
                         .kind = parse_kind(kind),
                         .numel = col_i64(q, 4, 0),
                         .amax = col_f64(q, 5),
-                        .n_nan = col_i64(q, 6, 0),
-                        .n_posinf = col_i64(q, 7, 0),
-                        .n_neginf = col_i64(q, 8, 0),
+                        .n_nan = col_i64(q, 6, -1),
+                        .n_posinf = col_i64(q, 7, -1),
+                        .n_neginf = col_i64(q, 8, -1),
                         .n_underflow = col_i64(q, 9, -1)};
         snprintf(s->dtype, sizeof s->dtype, "%s", dtype ? dtype : target ? target : "?");
         s->zero_lost = (s->kind == TUI_KIND_AGRAD || s->kind == TUI_KIND_WGRAD) && target &&

@@ -84,7 +84,8 @@ typedef struct tui_layer_row {
     double headroom_bits; // log2(dtype max / amax): of its tensor nearest the dtype's max; NaN: no
                           // finite value, or a dtype without a known max
     double underflow_pct; // values lost to 0/subnormal in dtype, %; NaN: not counted
-    int64_t n_nan, n_posinf, n_neginf;
+    int64_t n_nan, n_posinf, n_neginf; // of the tensors whose counts were computed
+    bool nonfinite_counted;            // false: no tensor's NaN/inf counts were (shown as "-")
 } tui_layer_row;
 
 typedef struct tui_kernel {

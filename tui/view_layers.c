@@ -120,6 +120,8 @@ static void draw(const tui_app *app, const tui_layout *l) {
         snprintf(under, sizeof under, isnan(r->underflow_pct) ? "-" : "%.2f", r->underflow_pct);
         tui_fmt_count(nan_s, sizeof nan_s, (double)r->n_nan);
         tui_fmt_count(inf_s, sizeof inf_s, (double)(r->n_posinf + r->n_neginf));
+        if (!r->nonfinite_counted)
+            snprintf(nan_s, sizeof nan_s, "-"), snprintf(inf_s, sizeof inf_s, "-");
         char name[256]; // a long name loses its middle to an ellipsis: its root and leaf stay
         tui_cell(name, sizeof name, r->name, name_w, TUI_CUT_MIDDLE);
         tui_print(b.y + 1 + i, 0, b.w, attr, "%s %-6s %-5s %9s %8s %8s %6s %6s %s", name,

@@ -84,7 +84,8 @@ int64_t amp_record_now_ns(void);
 // Starts recording into spool_dir (all categories), whatever the environment said: for tests and
 // for producers that manage their own collector. It stops any recording first; AMP_ERR_IO
 // (amp_last_error names the directory; libamprecord.so exports it) when the spool file cannot
-// be created there, and recording then stays off.
+// be created there, and recording then stays off; AMP_ERR_INVALID_ARGUMENT for a NULL or empty
+// spool_dir, and recording stays as it was.
 amp_status amp_record_start(const char *spool_dir);
 // Writes out the buffered records now (the background thread does this every 100 ms anyway).
 void amp_record_flush(void);

@@ -599,6 +599,9 @@ uint64_t amp_record_session(void) {
 }
 
 amp_status amp_record_start(const char *spool_dir) {
+    if (!spool_dir || !spool_dir[0])
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_record_start: spool_dir is %s",
+                             spool_dir ? "empty" : "NULL");
     amp_record_stop();
     pthread_once(&hooks_once, hooks_install);
     lock(&g.init_lock);
