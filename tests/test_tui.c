@@ -238,17 +238,17 @@ START_TEST(model_keeps_uncounted_nonfinite_apart) {
     fixture();
     sql("INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
         " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
-        " (7, 3, 0, 'linear', 'activation', 'f16', 'f16', 100, 1.0, NULL, NULL, NULL, 0, 0, 0),"
         " (7, 3, 2, 'linear', 'activation', 'f16', 'f16', 100, 1.0, NULL, NULL, NULL, 0, 0, 0),"
-        " (7, 3, 2, 'linear', 'activation', 'f16', 'f16', 100, 1.0, 2, 1, NULL, 0, 0, 0);");
+        " (7, 3, 2, 'linear', 'activation', 'bf16', 'f16', 100, 1.0, NULL, NULL, NULL, 0, 0, 0),"
+        " (7, 3, 2, 'linear', 'activation', 'bf16', 'f16', 100, 1.0, 2, 1, NULL, 0, 0, 0);");
     tui_model m;
     char err[AMP_STORE_ERR_MAX];
     ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
     tui_model_show_step(&m, 3);
-    const tui_layer_row *a = find_dtype_row(&m, "blocks.0.attn", TUI_KIND_ACT, "f16");
+    const tui_layer_row *a = find_dtype_row(&m, "head", TUI_KIND_ACT, "f16");
     ck_assert_ptr_nonnull(a);
     ck_assert(!a->nonfinite_counted);
-    const tui_layer_row *h = find_dtype_row(&m, "head", TUI_KIND_ACT, "f16");
+    const tui_layer_row *h = find_dtype_row(&m, "head", TUI_KIND_ACT, "bf16");
     ck_assert_ptr_nonnull(h);
     ck_assert(h->nonfinite_counted);
     ck_assert_int_eq(h->n_nan, 2);
