@@ -654,11 +654,19 @@ static void add_backward(const report_model *m, const events_index *x, const rep
                  "(torch.sqrt(x + eps), x.pow(2).sum(-1).add(eps).sqrt() for a norm), a clamp "
                  "(x.clamp(-1 + eps, 1 - eps) before acos). The loss scale cannot fix this: the "
                  "NaN comes at every scale.";
+    } else if (exploding && isnan(scale)) {
+        snprintf(f->title, sizeof f->title,
+                 "exploding gradients: the backward of %s went non-finite at step %lld, with no "
+                 "loss scaling",
+                 site, (long long)f->first_step);
+        advice = "Clip the gradients (clip_grad_norm_ before the optimizer step) and lower the "
+                 "learning rate or add warm-up; check the layer's initialisation. With no "
+                 "GradScaler nothing skips such a step: the optimizer steps on what it got.";
     } else if (exploding) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s overflowed at step %lld at loss scale "
                  "%.9g",
-                 site, (long long)f->first_step, isnan(scale) ? 1.0 : scale);
+                 site, (long long)f->first_step, scale);
         advice =
             "Clip the gradients (unscale_ the optimizer, then clip_grad_norm_) and lower the "
             "learning rate or add warm-up; check the layer's initialisation. The loss scale is "

@@ -1097,7 +1097,21 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
     sql("UPDATE AMP_STEPS SET scale_before = 4 WHERE step = 2;");
     nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "exploding gradients"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "at loss scale 4"));
     release();
+    // and with no GradScaler at all, no loss scale is made up (it read "at loss scale 1 ... The
+    // loss scale is already low")
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL, skipped = NULL, found_inf "
+        "= NULL;");
+    nonfinite_errors(1);
+    ck_assert_str_eq(findings.v[0].title, "exploding gradients: the backward of head linear went "
+                                          "non-finite at step 2, with no loss scaling");
+    ck_assert_ptr_null(strstr(findings.v[0].advice, "loss scale"));
+    release();
+    sql("UPDATE AMP_STEPS SET scale_before = 4, scale_after = 32768, skipped = 1, found_inf = 1 "
+        "WHERE step = 2; UPDATE AMP_STEPS SET scale_before = 32768, scale_after = 32768, skipped "
+        "= 0, found_inf = 0 WHERE step > 2; UPDATE AMP_STEPS SET scale_before = 65536, "
+        "scale_after = 65536, skipped = 0, found_inf = 0 WHERE step < 2;");
 
     // NaN and no inf: no overflow but a derivative of 0 * inf or 0 / 0, at any scale
     sql("UPDATE AMP_EVENTS SET detail = 'in SqrtBackward0 (div); input 0 f32 (64) min 0 max 2 "
