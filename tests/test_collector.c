@@ -637,6 +637,13 @@ START_TEST(test_repeated_values_land_as_emitted) {
                             "AMP_TENSOR_STATS ORDER BY rowid)",
                             buf, sizeof buf),
                      "fp32:0.5:0 fp32:0.5:N fp32:N:0 N:N:N N:0.5:0 fp32:0.0:N");
+    // overflow and underflow counts are against a target dtype: without one they are NULL
+    ck_assert_str_eq(q_text(db,
+                            "SELECT group_concat(ifnull(n_overflow, 'N') || ':' || "
+                            "ifnull(n_underflow, 'N'), ' ') FROM (SELECT * FROM "
+                            "AMP_TENSOR_STATS ORDER BY rowid)",
+                            buf, sizeof buf),
+                     "0:0 0:0 0:0 N:N N:N 0:0");
     sqlite3_close(db);
     fixture_free(&f);
 }

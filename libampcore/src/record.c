@@ -686,8 +686,12 @@ void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
             .max = s.max, .amax = s.amax, .n_nan = s.n_nan, .n_posinf = s.n_posinf,
             .n_neginf = s.n_neginf, .n_overflow = s.n_overflow, .n_underflow = s.n_underflow,
             .n_zero = s.n_zero});
-        if ((unsigned)e->kind < 4) sum.nonfinite[e->kind] += s.n_nan + s.n_posinf + s.n_neginf;
-        if (e->kind == AMP_STATS_ACTIVATION && e->dtype && !strcmp(e->dtype, "f32"))
+        if ((unsigned)e->kind < 4) // (counts not computed are -1)
+            sum.nonfinite[e->kind] += (s.n_nan > 0 ? s.n_nan : 0) +
+                                      (s.n_posinf > 0 ? s.n_posinf : 0) +
+                                      (s.n_neginf > 0 ? s.n_neginf : 0);
+        if (e->kind == AMP_STATS_ACTIVATION && e->dtype && !strcmp(e->dtype, "f32") &&
+            s.n_overflow > 0)
             sum.f32_overflow += s.n_overflow;
         if (e->kind == AMP_STATS_WEIGHT_GRAD) {
             sum.weight_grad_sumsq += s.sumsq;

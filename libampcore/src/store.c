@@ -896,8 +896,9 @@ amp_status amp_store_tensor_stats(amp_store *s, int32_t pid, const amp_rec_tenso
     bind_opt(st, 12, r->n_nan);
     bind_opt(st, 13, r->n_posinf);
     bind_opt(st, 14, r->n_neginf);
-    bind_opt(st, 15, r->n_overflow);
-    bind_opt(st, 16, r->n_underflow);
+    const bool target = r->target_dtype && r->target_dtype[0]; // (the counts refer to it)
+    bind_opt(st, 15, target ? r->n_overflow : -1);
+    bind_opt(st, 16, target ? r->n_underflow : -1);
     bind_opt(st, 17, r->n_zero);
     return run(s, ST_STATS);
 }
