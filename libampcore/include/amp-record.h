@@ -10,7 +10,9 @@
  * Recording is on when the environment says so, read once when the library is loaded:
  *   AMPPROBE_SPOOL_DIR=dir  set by `ampprobe run`: spool into dir, the launcher collects;
  *   AMPPROBE_OUT=file       no launcher: this process writes file itself (the same collector code
- *                           on a thread of this process; file must not exist yet);
+ *                           on a thread of this process; file must not exist yet; made at the
+ *                           first record: a process that records nothing leaves none, and
+ *                           whether file exists is found out there too);
  *   AMPPROBE_TRACE=list     which categories to record (amp,cuda,nvtx; default all of them; a
  *                           list of anything else records all, said once on stderr); with
  *                           AMPPROBE_OUT only amp (a list naming cuda or nvtx said so once).
