@@ -375,6 +375,26 @@ START_TEST(test_softmax_and_layer_norm_values) {
 }
 END_TEST
 
+// log1p's gradient in f16 and bf16 is PyTorch's grad / (self + 1), self + 1 a tensor of self's
+// dtype: rounded before the division (it was divided by the unrounded f32 sum, 1 ulp off).
+START_TEST(test_log1p_backward_rounds_self_plus_one) {
+    const struct {
+        amp_dtype t;
+        float x;
+        uint16_t want; // torch 1.13's gradient of log1p(x).sum()
+    } cases[] = {{AMP_DTYPE_F16, 0.3f, 0x3a28}, {AMP_DTYPE_BF16, 0.0999755859375f, 0x3f68}};
+    for (int k = 0; k < 2; k++) {
+        amp_tensor_t *x = amp_tensor_from_f32(ctx, cases[k].t, 1, S(1), &cases[k].x);
+        amp_tensor_set_requires_grad(x, true);
+        amp_backward(ctx, amp_sum(ctx, amp_log1p(ctx, x)));
+        uint16_t got;
+        amp_tensor_read(amp_tensor_grad(x), &got);
+        ck_assert_msg(got == cases[k].want, "%s: 0x%04x, torch 0x%04x", amp_dtype_name(cases[k].t),
+                      got, cases[k].want);
+    }
+}
+END_TEST
+
 // A 0-dim tensor's softmax is 1 and its log_softmax 0, with a zero gradient, as in PyTorch (dim
 // 0 or -1); another dim aborts naming it.
 START_TEST(test_softmax_of_a_0dim_tensor) {
@@ -1567,6 +1587,7 @@ Suite *ops_suite(void) {
     tcase_add_test(f, test_linear_no_input_features);
     tcase_add_test(f, test_softmax_and_layer_norm_values);
     tcase_add_test(f, test_softmax_of_a_0dim_tensor);
+    tcase_add_test(f, test_log1p_backward_rounds_self_plus_one);
     tcase_add_test(f, test_masked_softmax_rows);
     tcase_add_test(f, test_dropout_seeded);
     tcase_add_test(f, test_grad_accumulates_and_zero_grad);

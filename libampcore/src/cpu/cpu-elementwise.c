@@ -141,9 +141,9 @@ static void unary_backward_chunk(amp_unary_op op, float alpha, amp_dtype t, floa
         for (int64_t i = 0; i < n; i++)
             g[i] = g[i] / x[i];
         return;
-    case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1)
+    case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1), self + 1 a tensor of self's dtype
         for (int64_t i = 0; i < n; i++)
-            g[i] = g[i] / (x[i] + 1.0f);
+            g[i] = g[i] / amp_rounded(t, x[i] + 1.0f);
         return;
     case AMP_UNARY_POW:
         for (int64_t i = 0; i < n; i++)

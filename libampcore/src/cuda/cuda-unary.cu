@@ -73,8 +73,8 @@ __device__ __forceinline__ float unary_df(amp_unary_op op, float alpha, amp_dtyp
         return g * y;
     case AMP_UNARY_LOG:
         return g / x;
-    case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1)
-        return g / (x + 1.0f);
+    case AMP_UNARY_LOG1P: // PyTorch's grad / (self + 1), self + 1 a tensor of self's dtype
+        return g / amp_rounded(t, x + 1.0f);
     case AMP_UNARY_POW:
         return amp_pow_backward_scalar(g, x, alpha, t);
     case AMP_UNARY_SCALE:
