@@ -375,6 +375,31 @@ START_TEST(test_softmax_and_layer_norm_values) {
 }
 END_TEST
 
+// An f32 (or bf16) 0-dim operand beside an f16 tensor: the result is f16 and the 0-dim value is
+// rounded to f16 before the op, as TensorIterator casts operands to the common dtype (0.1 was
+// used unrounded: -0.0999755859375 + 0.1 gave 0x019a where PyTorch gives 0); its gradient still
+// reaches it, in f32.
+START_TEST(test_a_0dim_operand_is_rounded_to_the_result_dtype) {
+    amp_tensor_t *a = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(3),
+                                          (float[]){1.0f, 1024.0f, -0.0999755859375f});
+    amp_tensor_t *b = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 0, NULL, (float[]){0.1f});
+    amp_tensor_t *bb = amp_tensor_from_f32(ctx, AMP_DTYPE_BF16, 0, NULL, (float[]){0.1f});
+    amp_tensor_set_requires_grad(b, true);
+    amp_tensor_t *y = amp_add(ctx, a, b);
+    ck_assert_int_eq(amp_tensor_dtype(y), AMP_DTYPE_F16);
+    uint16_t bits[3];
+    amp_tensor_read(y, bits);
+    ck_assert_msg(bits[0] == 0x3c66 && bits[1] == 0x6400 && bits[2] == 0x0000,
+                  "add: %04x %04x %04x, torch 3c66 6400 0000", bits[0], bits[1], bits[2]);
+    amp_tensor_read(amp_sub(ctx, a, bb), bits); // bf16 0.1 (0x3dcd) is 0.10009765625 in f16
+    ck_assert_msg(bits[0] == 0x3b33 && bits[1] == 0x6400 && bits[2] == 0xb267,
+                  "sub: %04x %04x %04x, torch 3b33 6400 b267", bits[0], bits[1], bits[2]);
+    amp_backward(ctx, amp_sum(ctx, y));
+    ck_assert_int_eq(amp_tensor_dtype(amp_tensor_grad(b)), AMP_DTYPE_F32);
+    ck_assert_float_eq(amp_tensor_item(amp_tensor_grad(b)), 3.0f);
+}
+END_TEST
+
 // log1p's gradient in f16 and bf16 is PyTorch's grad / (self + 1), self + 1 a tensor of self's
 // dtype: rounded before the division (it was divided by the unrounded f32 sum, 1 ulp off).
 START_TEST(test_log1p_backward_rounds_self_plus_one) {
@@ -1588,6 +1613,7 @@ Suite *ops_suite(void) {
     tcase_add_test(f, test_softmax_and_layer_norm_values);
     tcase_add_test(f, test_softmax_of_a_0dim_tensor);
     tcase_add_test(f, test_log1p_backward_rounds_self_plus_one);
+    tcase_add_test(f, test_a_0dim_operand_is_rounded_to_the_result_dtype);
     tcase_add_test(f, test_masked_softmax_rows);
     tcase_add_test(f, test_dropout_seeded);
     tcase_add_test(f, test_grad_accumulates_and_zero_grad);
