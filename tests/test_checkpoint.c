@@ -588,6 +588,13 @@ START_TEST(test_io_errors) {
                      AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "no/such/dir.ckpt"));
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "No such file or directory"));
+    // a directory that takes no new file (sysfs refuses one even to root) is named as the cause
+    ck_assert_int_eq(amp_checkpoint_save("/sys/x.ckpt", &t.w, 1, NULL, NULL), AMP_ERR_IO);
+    ck_assert_msg(strncmp(amp_last_error(),
+                          "cannot write checkpoint '/sys/x.ckpt': no file can "
+                          "be made in its directory '/sys' (",
+                          84) == 0,
+                  "%s", amp_last_error()); // (Permission denied, or a read-only file system)
     // Over a directory, a pipe or a device: refused before anything is written, the file stays
     ck_assert_int_eq(amp_checkpoint_save(dir, &t.w, 1, NULL, NULL), AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file (a directory)"));

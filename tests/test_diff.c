@@ -415,8 +415,8 @@ START_TEST(both_broke) {
         "severity, count, aggregate, occurrences, detail) VALUES (1, 19, 19, 1, 'linear', 'fwd', "
         "'nonfinite_producer', 'error', 8, 0, 1, NULL);");
     t = diff_of(a_path, b_path, "text");
-    HAS(t, "Both runs broke: B: the top level linear produced non-finite values from finite "
-           "inputs at step 19");
+    HAS(t, "Both runs broke: B: layer 1 (not declared) linear produced non-finite values from "
+           "finite inputs at step 19");
     HAS(t, "; A: the program crashed with SIGSEGV after step 19; B has a non-finite loss in its "
            "last 10% of steps.");
     free(t);

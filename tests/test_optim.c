@@ -399,6 +399,16 @@ START_TEST(test_hyperparameter_checks) {
     o = amp_optim_defaults(AMP_OPTIM_ADAM);
     o.eps = -1e-8f;
     expect_param_error(o, "Invalid epsilon value: -1e-08");
+    // two bad values: the one torch.optim checks first is named (Adam: betas before
+    // weight_decay; SGD: momentum before it)
+    o = amp_optim_defaults(AMP_OPTIM_ADAM);
+    o.weight_decay = -1;
+    o.beta2 = 1;
+    expect_param_error(o, "Invalid beta parameter at index 1: 1");
+    o = amp_optim_defaults(AMP_OPTIM_SGD);
+    o.weight_decay = -1;
+    o.momentum = -1;
+    expect_param_error(o, "Invalid momentum value: -1");
     o = amp_optim_defaults(AMP_OPTIM_ADAM);
     o.kind = (amp_optim_kind)7;
     expect_param_error(o, "unknown optimizer kind 7");

@@ -334,14 +334,18 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
         fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0 && errno != EEXIST) break;
     }
-    if (fd < 0) {
-        const int err = errno;
+    if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+        const int err = errno; // (the file may be writable: the directory is not)
         char *dir = parent_dir(*dest);
         amp_set_error(AMP_ERR_IO,
                       "cannot write checkpoint '%s': no file can be made in its directory '%s' "
                       "(%s), where a save writes before it renames the file over '%s'",
                       path, dir, strerror(err), path);
         free(dir);
+    } else if (fd < 0) {
+        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
+    }
+    if (fd < 0) {
         free(*dest);
         free(*tmp);
         *dest = *tmp = NULL;

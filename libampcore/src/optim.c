@@ -54,34 +54,35 @@ amp_optim_params amp_optim_defaults(amp_optim_kind kind) {
                               .eps = 1e-8};
 }
 
-// torch.optim's constructor checks, with its messages. `!(x >= 0)` also rejects NaN.
+// torch.optim's constructor checks, with its messages, in its order (SGD: lr, momentum,
+// weight_decay; Adam and AdamW: lr, eps, betas, weight_decay). `!(x >= 0)` also rejects NaN.
 static amp_status validate_params(const amp_optim_params *p) {
     if ((unsigned)p->kind > AMP_OPTIM_ADAMW)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "unknown optimizer kind %d", (int)p->kind);
     if (!(p->lr >= 0.0))
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid learning rate: %g", p->lr);
-    if (!(p->weight_decay >= 0.0))
-        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid weight_decay value: %g",
-                             p->weight_decay);
     if (p->kind == AMP_OPTIM_SGD) {
         if (!(p->momentum >= 0.0))
             return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid momentum value: %g",
                                  p->momentum);
-        if (p->nesterov && (p->momentum <= 0.0 || p->dampening != 0.0))
-            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
-                                 "Nesterov momentum requires a momentum and zero dampening "
-                                 "(momentum=%g, dampening=%g)",
-                                 p->momentum, p->dampening);
-        return AMP_OK;
+    } else {
+        if (!(p->eps >= 0.0))
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid epsilon value: %g", p->eps);
+        if (!(p->beta1 >= 0.0 && p->beta1 < 1.0))
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 0: %g",
+                                 p->beta1);
+        if (!(p->beta2 >= 0.0 && p->beta2 < 1.0))
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 1: %g",
+                                 p->beta2);
     }
-    if (!(p->eps >= 0.0))
-        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid epsilon value: %g", p->eps);
-    if (!(p->beta1 >= 0.0 && p->beta1 < 1.0))
-        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 0: %g",
-                             p->beta1);
-    if (!(p->beta2 >= 0.0 && p->beta2 < 1.0))
-        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid beta parameter at index 1: %g",
-                             p->beta2);
+    if (!(p->weight_decay >= 0.0))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "Invalid weight_decay value: %g",
+                             p->weight_decay);
+    if (p->kind == AMP_OPTIM_SGD && p->nesterov && (p->momentum <= 0.0 || p->dampening != 0.0))
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                             "Nesterov momentum requires a momentum and zero dampening "
+                             "(momentum=%g, dampening=%g)",
+                             p->momentum, p->dampening);
     return AMP_OK;
 }
 
