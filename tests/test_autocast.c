@@ -86,6 +86,17 @@ START_TEST(test_decisions_with_integers) {
                  float_only[i]);
         ck_assert_str_eq(amp_last_error(), want);
     }
+    // a lower-precision op given an integer tensor beside floating ones: PyTorch's autocast
+    // leaves the integer one, and the op raises (it answered i32 for addmm(i32, f16, f16))
+    amp_dtype out;
+    ck_assert_int_eq(amp_autocast_decide("addmm", 3, (amp_dtype[]){I32, F16, F16}, F16, &out),
+                     AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(),
+                     "addmm: argument 0 is i32 beside floating tensors; autocast leaves an integer "
+                     "tensor as it is and addmm takes one dtype (PyTorch raises a dtype "
+                     "mismatch): cast it with amp_to");
+    ck_assert_int_eq(amp_autocast_decide("conv2d", 2, (amp_dtype[]){F32, I64}, BF16, &out),
+                     AMP_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 

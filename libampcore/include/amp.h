@@ -240,7 +240,8 @@ const char *amp_cast_policy_name(amp_cast_policy p);
 // here as pow(x, 2) does in PyTorch, while amp_pow, amp_clamp_min and amp_*_scalar, whose
 // scalars are floating, return f32 for one. AMP_ERR_INVALID_ARGUMENT for an op
 // without an integer kernel in PyTorch given only integer tensors ("gelu takes floating tensors
-// only"),
+// only") and for a lower-precision op (a GEMM, a convolution) given an integer tensor beside
+// floating ones (autocast leaves it, and PyTorch's op raises a dtype mismatch),
 // for a NULL op, in or out, and for a value that is no dtype.
 amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_dtype autocast_dtype,
                                amp_dtype *out);

@@ -186,6 +186,15 @@ amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_d
     for (int i = 0; i < n; i++)
         any_float |= amp_dtype_is_float(in[i]);
     if (!any_float && in_list(float_only_ops, op)) return amp_int_input_error(op, in[0]);
+    // autocast casts only floating tensors: an integer one stays, and the lower-precision ops
+    // (GEMMs, convolutions) take one dtype, so PyTorch raises a dtype mismatch
+    for (int i = 0; policy == AMP_POLICY_LOWER_PRECISION_FP && any_float && i < n; i++)
+        if (!amp_dtype_is_float(in[i]))
+            return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
+                                 "%s: argument %d is %s beside floating tensors; autocast leaves "
+                                 "an integer tensor as it is and %s takes one dtype (PyTorch "
+                                 "raises a dtype mismatch): cast it with amp_to",
+                                 op, i, amp_dtype_name(in[i]), op);
     amp_dtype r = AMP_DTYPE_F32;
     switch (policy) {
     case AMP_POLICY_LOWER_PRECISION_FP:
@@ -271,19 +280,17 @@ static amp_tensor_t *cached_cast(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t) {
 amp_dtype amp_autocast_apply(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, int n) {
     amp_dtype dts[AMP_NODE_MAX_IN + 4];
     AMP_ASSERT(n > 0 && n <= (int)(sizeof dts / sizeof dts[0]));
-    int first = -1; // first tensor argument actually given
-    for (int i = 0; i < n; i++) {
-        if (in[i] && first < 0) first = i;
-        dts[i] = in[i] ? in[i]->dtype : AMP_DTYPE_I64; // an absent optional is not eligible
-    }
-    AMP_ASSERT(first >= 0);
+    int given = 0; // the tensor arguments actually given (an absent optional is none)
+    for (int i = 0; i < n; i++)
+        if (in[i]) dts[given++] = in[i]->dtype;
+    AMP_ASSERT(given > 0);
     amp_dtype out = AMP_DTYPE_F32; // (set by amp_autocast_decide when it succeeds)
     if (!ctx->ac.enabled) {
-        amp_status s = amp_autocast_decide("", n - first, dts + first, AMP_DTYPE_F16, &out);
+        amp_status s = amp_autocast_decide("", given, dts, AMP_DTYPE_F16, &out);
         AMP_ASSERT(s == AMP_OK);
         return out;
     }
-    amp_status s = amp_autocast_decide(op, n - first, dts + first, ctx->ac.dtype, &out);
+    amp_status s = amp_autocast_decide(op, given, dts, ctx->ac.dtype, &out);
     if (s != AMP_OK) amp_abort(__FILE__, __LINE__, "%s: %s", op, amp_last_error());
     amp_cast_policy p = amp_autocast_policy(op);
     if (p == AMP_POLICY_NATIVE || p == AMP_POLICY_FP32_SET_OPT_DTYPE ||
