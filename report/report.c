@@ -386,8 +386,14 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
                                                   .aggregate = sqlite3_column_int(q, 12) != 0,
                                                   .occurrences = col_i64(q, 13, 1),
                                                   .detail_step = col_i64(q, 2, -1)};
-        clip_to_focus(&m->events[m->n_events - 1], m->step_lo, m->step_hi);
-        const report_event *e = &m->events[m->n_events - 1];
+        report_event *ev = &m->events[m->n_events - 1];
+        // counts no run reaches (2^40) are a damaged row's: held there, so that sums cannot
+        // overflow
+        const int64_t most = INT64_C(1) << 40;
+        ev->occurrences = ev->occurrences < 1 ? 1 : ev->occurrences > most ? most : ev->occurrences;
+        if (ev->count > most) ev->count = most;
+        clip_to_focus(ev, m->step_lo, m->step_hi);
+        const report_event *e = ev;
         if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0)
             report_spans_add(&m->loss_events, e->pid, e->step, e->last_step, m->n_events - 1);
     }

@@ -222,6 +222,23 @@ static int64_t step0_end(const report_model *m, int32_t pid) {
     return s && s->end_ns >= 0 ? s->end_ns : -1;
 }
 
+// A timestamp the timeline can subtract from another without overflow (inside +-2^62 ns).
+static bool sane_ns(int64_t t) {
+    return t > -(INT64_C(1) << 62) && t < INT64_C(1) << 62;
+}
+
+// The longest a kernel, a copy or an op may take, and the most bytes a copy may move, before its
+// record counts as damaged: 2^40 ns (18 minutes) and 2^50 bytes, so that sums over millions of
+// records cannot overflow.
+#define MAX_RECORD_NS (INT64_C(1) << 40)
+#define MAX_RECORD_BYTES (INT64_C(1) << 50)
+
+// A span from s to e a record can have: within the timeline's range, not backwards, not longer
+// than any real one (one time left unset, 0, makes a span of decades).
+static bool sane_span(int64_t s, int64_t e) {
+    return sane_ns(s) && sane_ns(e) && e >= s && e - s <= MAX_RECORD_NS;
+}
+
 // Copies per step, and host-to-device ones after the warm-up (step 0: the model's weights
 // going up once are not the loop's copies).
 static bool load_copies(loader *l) {
@@ -238,6 +255,9 @@ static bool load_copies(loader *l) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t start = i64(q, 0), dur = i64(q, 1), bytes = i64(q, 2);
+        if (sqlite3_column_type(q, 1) != SQLITE_INTEGER || !sane_ns(start) ||
+            !sane_span(start, start + dur) || bytes < 0 || bytes > MAX_RECORD_BYTES)
+            continue; // (damaged: a text time, an unset start, a length past any copy's)
         report_step *st = clock_step(&c, start);
         if (st) st->copy_ns += dur;
         if (i64(q, 3) != 1) continue; // CUDA_MEMCPY_KIND_HTOD
@@ -342,11 +362,6 @@ static int cmp_corr(const void *pa, const void *pb) {
 // ---------------------------------------------------------------------------------------------
 // Kernels: one table scan (sorting in C beats an index walk over a million rows)
 
-// A timestamp the timeline can subtract from another without overflow (inside +-2^62 ns).
-static bool sane_ns(int64_t t) {
-    return t > -(INT64_C(1) << 62) && t < INT64_C(1) << 62;
-}
-
 static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
@@ -367,8 +382,9 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t s = sqlite3_column_int64(q, 0), e = sqlite3_column_int64(q, 1);
         // an incomplete record (start = end = 0 is kept as empty), or a damaged one: a time
-        // past +-2^62 ns (146 years from the epoch) would overflow the durations and gaps
-        if (e < s || !sane_ns(s) || !sane_ns(e)) continue;
+        // past +-2^62 ns (146 years from the epoch) would overflow the durations and gaps, and
+        // one time unset would make a kernel of 56 years
+        if (!sane_span(s, e)) continue;
         int32_t ki = kernel_of(p, names, sqlite3_column_int64(q, 2), &names_cap);
         report_kernel *k = &p->kernels[ki];
         k->launches++;
@@ -646,7 +662,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
         }
         int64_t start = i64(q, 10), end = i64(q, 11);
         bool timed = sqlite3_column_type(q, 10) == SQLITE_INTEGER &&
-                     sqlite3_column_type(q, 11) == SQLITE_INTEGER && start >= 0 && end >= start;
+                     sqlite3_column_type(q, 11) == SQLITE_INTEGER && sane_span(start, end);
         int64_t ns = timed ? end - start : 0;
         double flops = sqlite3_column_double(q, 8), bytes = sqlite3_column_double(q, 9);
         g->launches++;

@@ -64,6 +64,11 @@ static void parse_ranges(const char *detail, ranges *r) {
         const char *paren = strrchr(buf, '(');
         bool counts = paren && sscanf(paren, "(%lld nan, %lld +inf, %lld -inf)", &n_nan, &n_pos,
                                       &n_neg) == 3;
+        const long long most = 1LL
+                               << 52; // (a damaged detail's counts: held so sums cannot overflow)
+        n_nan = n_nan < 0 ? 0 : n_nan > most ? most : n_nan;
+        n_pos = n_pos < 0 ? 0 : n_pos > most ? most : n_pos;
+        n_neg = n_neg < 0 ? 0 : n_neg > most ? most : n_neg;
         if (output) {
             r->out_amax = amax;
             if (counts) r->nan = n_nan, r->posinf = n_pos, r->neginf = n_neg;

@@ -101,7 +101,8 @@ int test_odd_values(const char *db_path, const char *scratch) {
                                         "m.name NOT LIKE 'sqlite%' ORDER BY m.name, c.cid",
                                         -1, &q, NULL),
                      SQLITE_OK);
-    static const char *const odd[] = {"NULL", "'x'", "-1"};
+    // (0: a time left unset; the largest integer: a count or time no run reaches)
+    static const char *const odd[] = {"NULL", "'x'", "-1", "0", "9223372036854775807"};
     char sql[256];
     int changed = 0;
     while (sqlite3_step(q) == SQLITE_ROW) {

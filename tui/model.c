@@ -322,6 +322,8 @@ static void read_event(sqlite3_stmt *q, tui_event *e) {
                      .count = col_i64(q, 9, -1),
                      .aggregate = sqlite3_column_int(q, 10) != 0,
                      .occurrences = sqlite3_column_int64(q, 11)};
+    // (a damaged row's count, held so that the sums cannot overflow)
+    if (e->occurrences > INT64_C(1) << 40) e->occurrences = INT64_C(1) << 40;
     col_copy(q, 5, e->op, sizeof e->op);
     col_copy(q, 6, e->phase, sizeof e->phase);
     col_copy(q, 7, e->kind, sizeof e->kind);
@@ -494,6 +496,11 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
     }
 }
 
+// A count no tensor has (past 2^40) is a damaged row's: held there, so that sums cannot overflow.
+static int64_t held(int64_t n) {
+    return n > INT64_C(1) << 40 ? INT64_C(1) << 40 : n;
+}
+
 static void load_step(tui_model *m, int64_t step) {
     sqlite3_stmt *q;
     if (m->stats_indexed) {
@@ -530,12 +537,12 @@ static void load_step(tui_model *m, int64_t step) {
         const char *target = (const char *)sqlite3_column_text(q, 3);
         *s = (raw_stat){.layer_id = (int32_t)col_i64(q, 0, -1),
                         .kind = parse_kind(kind),
-                        .numel = col_i64(q, 4, 0),
+                        .numel = held(col_i64(q, 4, 0)),
                         .amax = col_f64(q, 5),
-                        .n_nan = col_i64(q, 6, -1),
-                        .n_posinf = col_i64(q, 7, -1),
-                        .n_neginf = col_i64(q, 8, -1),
-                        .n_underflow = col_i64(q, 9, -1)};
+                        .n_nan = held(col_i64(q, 6, -1)),
+                        .n_posinf = held(col_i64(q, 7, -1)),
+                        .n_neginf = held(col_i64(q, 8, -1)),
+                        .n_underflow = held(col_i64(q, 9, -1))};
         snprintf(s->dtype, sizeof s->dtype, "%s", dtype ? dtype : target ? target : "?");
         s->zero_lost = (s->kind == TUI_KIND_AGRAD || s->kind == TUI_KIND_WGRAD) && target &&
                        strcmp(target, "f16") == 0 && s->amax == 0 && s->numel > 1 &&
@@ -599,6 +606,7 @@ static bool poll_kernels(tui_model *m) {
         m->last_kernel_rowid = sqlite3_column_int64(q, 0);
         tui_kernel *k = kernel_entry(m, sqlite3_column_int64(q, 1));
         int64_t ns = sqlite3_column_int64(q, 2);
+        if (ns < 0 || ns > INT64_C(1) << 40) ns = 0; // (a damaged row: as the report, no time)
         k->total_ns += ns;
         k->count++;
         m->kernel_ns += ns;
