@@ -1499,6 +1499,32 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                 snprintf(until, sizeof until, " so far (the run is still going)");
             else if (sig > 0) // (a stop, run-end's note, or an end a focus left out)
                 snprintf(until, sizeof until, " until the program %s %s", by, sig_name);
+            bool act = false, grad = false; // what the statistics cover
+            for (size_t i = 0; i < m->n_stats; i++) {
+                act |= strcmp(m->stats[i].kind, "activation") == 0;
+                grad |= strstr(m->stats[i].kind, "grad") != NULL;
+            }
+            if (!act || !grad) { // (a producer of its own that records steps, or some stats)
+                snprintf(buf, n,
+                         "Healthy as far as the records go%s: no error or warning in %s%s, the "
+                         "loss finite. %s, so %s checked: record tensor statistics "
+                         "(amp_record_tensor_stats; libampcore and the PyTorch bridge do).%s",
+                         until, steps,
+                         s.skipped ? " (the GradScaler skipped a few, which is how it finds its "
+                                     "scale)"
+                                   : "",
+                         act    ? "No op came near the autocast dtype's range; no gradient "
+                                  "statistics were recorded"
+                         : grad ? "No layer lost a worrying share of its gradients to "
+                                  "underflow; no activation statistics were recorded"
+                                : "No tensor statistics were recorded",
+                         act    ? "gradient underflow was not"
+                         : grad ? "the forward's headroom to the autocast dtype's range was not"
+                                : "neither the forward's headroom to the autocast dtype's range "
+                                  "nor gradient underflow was",
+                         f->n ? " The notes below are for information." : "");
+                return false;
+            }
             snprintf(buf, n,
                      "Healthy%s: no error or warning in %s%s. The forward pass stayed "
                      "finite, %s and no layer lost a worrying share of its gradients to "

@@ -110,7 +110,8 @@ static void projected(const report_model *m, report_findings *out) {
         if (first < 0) first = m->steps[i].step;
         last = m->steps[i].step;
     }
-    if (sampled == 0 || launches == 0) return;
+    // (ops recorded without their analytic FLOPs and bytes, NULL: nothing to project)
+    if (sampled == 0 || launches == 0 || (flops <= 0 && bytes <= 0)) return;
     report_gpu g;
     report_gpu_defaults(NULL, &g);
     double step_flops = BWD_FACTOR * flops / (double)sampled;

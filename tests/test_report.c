@@ -900,6 +900,30 @@ START_TEST(nonfinite_loss_of_the_steps_alone_is_an_error) {
 }
 END_TEST
 
+// A producer of its own that records steps alone (amp-record.h's example) is healthy as far as
+// its records go, and the verdict says what went unchecked (it claimed the forward stayed within
+// the autocast dtype's range and no gradient underflowed, with no statistics to show it).
+START_TEST(healthy_without_statistics_says_what_was_not_checked) {
+    steps(10, 65536);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "Healthy as far as the records go: no error or warning in ") &&
+                      strstr(verdict, ", the loss finite. No tensor statistics were recorded, so "
+                                      "neither the forward's headroom to the autocast dtype's "
+                                      "range nor gradient underflow was checked: record tensor "
+                                      "statistics"),
+                  "%s", verdict);
+    ck_assert_ptr_null(strstr(verdict, "stayed finite"));
+    release();
+    healthy_stats(10); // with the statistics, the whole claim
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strncmp(verdict, "Healthy: ", 9) == 0, "%s", verdict);
+    release();
+}
+END_TEST
+
 // A padding row masked whole: the attention's softmax over it is NaN.
 START_TEST(nonfinite_softmax_of_a_row_masked_whole_is_explained) {
     explained("(1, 3, 2, 'softmax', 'fwd', 'nonfinite_producer', 'error', 32, 0, 'input 0 f16 "
@@ -2344,6 +2368,12 @@ START_TEST(amp_payoff_projects_a_cpu_run_as_a_note) {
     ck_assert_close(evidence(&findings.v[0], "step_launches"), 12, 0, 0);
     ck_assert_close(evidence(&findings.v[0], "ceilings_assumed"), 1, 0, 0);
     release();
+    // ops recorded without their analytic figures (a producer of its own): no projection (it
+    // read "~0 FLOP, ~0 B" and "against ~0 us of fp32 math")
+    sql("UPDATE AMP_OPS SET flops = NULL, bytes = NULL;");
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
 }
 END_TEST
 
@@ -3529,6 +3559,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_loss_with_every_target_ignored_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_the_steps_alone_is_an_error);
+    tcase_add_test(tc, healthy_without_statistics_says_what_was_not_checked);
     tcase_add_test(tc, huge_counts_do_not_overflow);
     tcase_add_test(tc, nonfinite_softmax_of_a_row_masked_whole_is_explained);
     tcase_add_test(tc, nonfinite_pow_overflow_is_not_a_pow_of_zero);
