@@ -1517,7 +1517,9 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                                   "statistics were recorded"
                          : grad ? "No layer lost a worrying share of its gradients to "
                                   "underflow; no activation statistics were recorded"
-                                : "No tensor statistics were recorded",
+                         : m->step_lo != INT64_MIN || m->step_hi != INT64_MAX
+                             ? "No tensor statistics were recorded in the focused steps"
+                             : "No tensor statistics were recorded",
                          act    ? "gradient underflow was not"
                          : grad ? "the forward's headroom to the autocast dtype's range was not"
                                 : "neither the forward's headroom to the autocast dtype's range "
