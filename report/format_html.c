@@ -57,7 +57,10 @@ static void esc(FILE *out, const char *s) {
             fputs("&#39;", out);
             break;
         default:
-            if (*p >= 0x20 || *p == '\n' || *p == '\t') fputc(*p, out);
+            if (report_c1_control((const char *)p)) // (as the text report: no C1 control)
+                fputc('?', out), p++;
+            else if ((*p >= 0x20 && *p != 0x7f) || *p == '\n' || *p == '\t')
+                fputc(*p, out);
         }
     }
 }

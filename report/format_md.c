@@ -36,7 +36,10 @@ static void md(FILE *out, const char *s, bool in_table) {
             fputc(*p, out);
             break;
         default:
-            if (*p >= 0x20 || *p == '\t') fputc(*p, out);
+            if (report_c1_control((const char *)p)) // (a terminal acts on CSI, NEL ...)
+                fputc('?', out), p++;
+            else if ((*p >= 0x20 && *p != 0x7f) || *p == '\t')
+                fputc(*p, out);
         }
     }
 }

@@ -2842,6 +2842,15 @@ START_TEST(text_shows_control_characters_of_user_strings) {
     ck_assert_ptr_nonnull(strstr(buf, "evil?[2J?]0;pwned??1m"));
     ck_assert_ptr_nonnull(strstr(buf, "op mul? (fwd)"));
     free(buf);
+    // md and html hold no C1 control either (the command's NEL went through them)
+    mem = open_memstream(&buf, &n);
+    report_format_md(mem, &model, &findings);
+    report_format_html(mem, &model, &findings);
+    fclose(mem);
+    ck_assert_ptr_null(strstr(buf, "\xc2\x9b"));
+    ck_assert_ptr_null(strstr(buf, "\xc2\x85"));
+    ck_assert_ptr_null(strchr(buf, 27));
+    free(buf);
     release();
 }
 END_TEST
