@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -2722,6 +2723,24 @@ START_TEST(run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note) {
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
     ck_assert_msg(strncmp(verdict, "Healthy so far", 14) == 0, "verdict: %s", verdict);
+    release();
+    // the pid of a killed collector taken since by a process that does not hold the database:
+    // cut short (it read "still being recorded", and the TUI showed it live)
+    const pid_t other = fork();
+    if (other == 0) {
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        pause();
+        _exit(0);
+    }
+    snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'collector_pid';",
+             (int)other);
+    sql(buf);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+    ck_assert_uint_eq(count("run-end", AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(first_of("run-end")->title, "capture did not finish"));
     release();
     ended(0, "complete");
     sql("INSERT INTO AMP_PROCESSES (pid, ppid, globalPid, name, start_ns, status) VALUES "

@@ -13,7 +13,9 @@
 #include "amp-impl.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1346,11 +1348,33 @@ static bool status_running(sqlite3 *db, long long *pid, bool *here) {
     return running;
 }
 
+// Whether process pid has the database of db open (as the collector keeps it): false when its
+// descriptors can be read and none is that file (the pid of a collector killed long ago, taken
+// by another process since); true when they cannot be read (another user's: no telling).
+static bool holds_database(sqlite3 *db, long long pid) {
+    const char *path = sqlite3_db_filename(db, "main");
+    struct stat want;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%lld/fd", pid);
+    DIR *d = path && stat(path, &want) == 0 ? opendir(dir) : NULL;
+    if (!d) return true;
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        struct stat sb;
+        found = e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &sb, 0) == 0 &&
+                sb.st_dev == want.st_dev && sb.st_ino == want.st_ino;
+    }
+    closedir(d);
+    return found;
+}
+
 amp_run_state amp_store_run_state(sqlite3 *db) {
     long long pid;
     bool here;
     if (!status_running(db, &pid, &here)) return AMP_RUN_COMPLETE;
-    if (here && pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) return AMP_RUN_RECORDING;
+    if (here && pid > 0 && pid <= INT32_MAX && (kill((pid_t)pid, 0) == 0 || errno == EPERM) &&
+        holds_database(db, pid))
+        return AMP_RUN_RECORDING;
     // The collector may have written its last rows and exited between the read and the kill:
     // read again (outside a read transaction, that sees what it wrote)
     return status_running(db, &pid, &here) ? AMP_RUN_CUT_SHORT : AMP_RUN_COMPLETE;
