@@ -1430,6 +1430,18 @@ START_TEST(test_open_readonly_refusals) {
     sqlite3_close(w);
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
     ck_assert_msg(strstr(err, "its schema_version 'abc' is not a version"), "%s", err);
+    // nor are these (a major past an int read as 1215752191; "1.2.3" and "1e3" as 1.x)
+    static const char *const bad[] = {"99999999999.0", "1.2.3", "1e3", "1.", ".1", "-1.0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "UPDATE META SET value = '%s' WHERE key = 'schema_version'",
+                 bad[i]);
+        ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_exec(w, sql, 0, 0, 0), SQLITE_OK);
+        sqlite3_close(w);
+        ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_CORRUPT);
+        ck_assert_msg(strstr(err, "is not a version"), "%s: %s", bad[i], err);
+    }
     // the same run with its META dropped: its tables are there, only META is not
     ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
     ck_assert_int_eq(sqlite3_exec(w, "DROP TABLE META", 0, 0, 0), SQLITE_OK);

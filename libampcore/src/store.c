@@ -1384,6 +1384,19 @@ amp_run_state amp_store_run_state(sqlite3 *db) {
 // connection's primary error code then).
 // META's schema_version into *major.*minor: -1 when there is none, -2 when it is no version
 // (the value, cut, in raw[64]).
+// "MAJOR.MINOR" (or "MAJOR"), each a number of at most six digits; false for anything else.
+static bool parse_version(const char *v, int *major, int *minor) {
+    int n = 0;
+    *major = *minor = 0;
+    for (int *part = major;; part = minor, v++) {
+        const char *start = v;
+        for (; *v >= '0' && *v <= '9' && v - start < 6; v++)
+            *part = *part * 10 + (*v - '0');
+        if (v == start || (*v >= '0' && *v <= '9')) return false;
+        if (++n == 2 || *v != '.') return *v == 0;
+    }
+}
+
 static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code, char raw[64]) {
     sqlite3_stmt *q = NULL;
     *major = -1, *minor = 0;
@@ -1395,7 +1408,7 @@ static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code, ch
         if (rc == SQLITE_ROW) {
             const char *v = (const char *)sqlite3_column_text(q, 0);
             snprintf(raw, 64, "%s", v ? v : "");
-            if (!v || sscanf(v, "%d.%d", major, minor) < 1 || *major < 0) *major = -2;
+            if (!v || !parse_version(v, major, minor)) *major = -2;
             rc = SQLITE_OK;
         } else if (rc == SQLITE_DONE) {
             rc = SQLITE_OK;
