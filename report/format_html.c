@@ -573,6 +573,11 @@ static void nonfinite_mark(FILE *out, const plot *p, const char *name, int64_t s
     fprintf(out, ": NaN/inf in its forward output at step %lld</title></circle>", (long long)step);
 }
 
+static int cmp_step(const void *x, const void *y) {
+    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
 // The NaN/inf in the forward of the layer whose amax rows are a..end (one pid and layer), marked
 // at the top edge: the first step of each bucket whose statistics saw NaN or +inf; each step an
 // event names (an aggregate row: its first and last) in a bucket they did not see it in (steps
@@ -589,26 +594,30 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, cons
         nonfinite_mark(out, p, name, r->bad_step);
         marked = true;
     }
-    const report_event **earlier = NULL; // the layer's events before e
-    size_t n_earlier = 0, cap = 0;
+    // the first and last steps of the layer's events, each marked once (sorted: a layer of
+    // many event rows costs n log n), where no bucket of its statistics is marked already
+    int64_t *steps = NULL;
+    size_t n_steps = 0, cap = 0;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
         if (!forward_nonfinite(e, a)) continue;
-        for (int j = 0; j < 2; j++) {
-            const int64_t t = j ? e->last_step : e->step, bucket = report_amax_bucket(m, t);
-            bool seen = j && t == e->step; // marked already (by this event or an earlier one)
-            for (size_t h = 0; h < n_earlier && !seen; h++)
-                seen = earlier[h]->step == t || earlier[h]->last_step == t;
-            for (const report_amax *r = a; r <= end && !seen; r++)
-                seen = r->bad_step >= 0 && report_amax_bucket(m, r->step) == bucket;
-            if (seen || t < p->x0 || t > p->x1) continue; // (outside the focus, --steps)
-            nonfinite_mark(out, p, name, t);
-            marked = true;
-        }
-        AMP_GROW(earlier, n_earlier, cap);
-        earlier[n_earlier++] = e;
+        AMP_GROW(steps, n_steps, cap);
+        steps[n_steps++] = e->step;
+        if (e->last_step == e->step) continue;
+        AMP_GROW(steps, n_steps, cap);
+        steps[n_steps++] = e->last_step;
     }
-    free(earlier);
+    amp_sort(steps, n_steps, sizeof *steps, cmp_step);
+    for (size_t i = 0; i < n_steps; i++) {
+        const int64_t t = steps[i], bucket = report_amax_bucket(m, t);
+        bool seen = i && t == steps[i - 1];
+        for (const report_amax *r = a; r <= end && !seen; r++)
+            seen = r->bad_step >= 0 && report_amax_bucket(m, r->step) == bucket;
+        if (seen || t < p->x0 || t > p->x1) continue; // (outside the focus, --steps)
+        nonfinite_mark(out, p, name, t);
+        marked = true;
+    }
+    free(steps);
     int64_t recorded = -1; // the last step with statistics of its outputs
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];

@@ -171,25 +171,51 @@ static int64_t site_span(const report_model *m, const events_index *x, const rep
 // often the op went non-finite in it (several forwards a step: gradient accumulation, a module
 // called twice). An aggregate row covers at most the steps in its range. (A site has ten rows
 // of its own and one aggregate row a process: SCHEMA.md, AMP_EVENTS.)
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_span(const void *a, const void *b) {
+    return cmp_i64(a, b);
+} // (by first step)
+
 static int64_t site_steps(const report_model *m, const events_index *x, const report_event *e) {
-    int64_t n = 0;
-    const size_t site = x->first[e - m->events];
-    for (size_t i = site; i < m->n_events; i = x->next[i]) {
+    // the aggregate rows' step ranges (merged), and the single rows' steps (sorted): each single
+    // step counts once, and not where a range holds it (sorted, so that a site of many rows a
+    // hand-made database may hold costs n log n, not n^2)
+    int64_t n = 0, (*spans)[2] = NULL, *steps = NULL;
+    size_t n_spans = 0, n_steps = 0, cap_spans = 0, cap_steps = 0;
+    for (size_t i = x->first[e - m->events]; i < m->n_events; i = x->next[i]) {
         const report_event *o = &m->events[i];
         if (o->aggregate) {
             const uint64_t range = (uint64_t)o->last_step - (uint64_t)o->step + 1;
             n += (uint64_t)o->occurrences < range ? o->occurrences : (int64_t)range;
-            continue;
+            AMP_GROW(spans, n_spans, cap_spans);
+            spans[n_spans][0] = o->step, spans[n_spans++][1] = o->last_step;
+        } else {
+            AMP_GROW(steps, n_steps, cap_steps);
+            steps[n_steps++] = o->step;
         }
-        bool counted = false; // by an aggregate row's range, or by a row of its step before it
-        for (size_t j = site; j < m->n_events && !counted; j = x->next[j]) {
-            const report_event *p = &m->events[j];
-            if (j != i)
-                counted = p->aggregate ? p->step <= o->step && o->step <= p->last_step
-                                       : j < i && p->step == o->step;
-        }
-        n += !counted;
     }
+    amp_sort(spans, n_spans, sizeof *spans, cmp_span);
+    amp_sort(steps, n_steps, sizeof *steps, cmp_i64);
+    size_t k = 0; // spans[0..k) merged, disjoint, by first step
+    for (size_t i = 0; i < n_spans; i++) {
+        if (k && spans[i][0] <= spans[k - 1][1]) {
+            if (spans[i][1] > spans[k - 1][1]) spans[k - 1][1] = spans[i][1];
+        } else {
+            spans[k][0] = spans[i][0], spans[k++][1] = spans[i][1];
+        }
+    }
+    for (size_t i = 0, j = 0; i < n_steps; i++) {
+        if (i && steps[i] == steps[i - 1]) continue;
+        while (j < k && spans[j][1] < steps[i])
+            j++;
+        n += !(j < k && spans[j][0] <= steps[i]);
+    }
+    free(spans);
+    free(steps);
     return n;
 }
 
