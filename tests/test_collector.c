@@ -812,6 +812,7 @@ START_TEST(test_recording_started_again_is_one_process) {
                 amp_rec_op op = op_rec(3 * round + i);
                 amp_record_op(&op);
             }
+            amp_record_step(&(amp_rec_step){.step = round, .start_ns = 1, .end_ns = 2});
             amp_record_stop();
             if (round == 0 && read(go[0], &byte, 1) != 1) _exit(1); // the test looks in between
         }
@@ -822,17 +823,21 @@ START_TEST(test_recording_started_again_is_one_process) {
         ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
         amp_collector_stats s;
         amp_collector_get_stats(c, &s);
-        if (s.records == 3 && s.live_writers == 0) break;
+        if (s.records == 4 && s.live_writers == 0) break;
         sleep_ms(10);
     }
     ck_assert_int_eq(write(go[1], "x", 1), 1);
     pid_t pids[1] = {pid};
     collect_until_done(c, pids, 1);
+    amp_collector_stats st; // steps of one process, whatever its files (it read "of 2 processes")
+    amp_collector_get_stats(c, &st);
+    ck_assert_int_eq(st.steps, 2);
+    ck_assert_int_eq(st.step_processes, 1);
     finish(c, 0);
     sqlite3 *db = open_ro(f.db);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_OPS"), 6);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 1);
-    ck_assert_int_eq(test_query_int(db, "SELECT records FROM AMP_PROCESSES"), 6);
+    ck_assert_int_eq(test_query_int(db, "SELECT records FROM AMP_PROCESSES"), 8);
     ck_assert_int_eq(test_query_int(db, "SELECT status = 'complete' AND end_ns >= start_ns AND "
                                         "bytes > 128 FROM AMP_PROCESSES"),
                      1);

@@ -431,9 +431,12 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         return amp_store_layer(s, f->pid, &r->layer);
     case AMP_REC_STEP:
         st->steps++;
-        if (!f->sent_steps) {
+        if (!f->sent_steps) { // (a process that started recording again has a file more)
             f->sent_steps = true;
-            st->step_processes++;
+            bool again = false;
+            for (int i = 0; i < c->n_files && !again; i++)
+                again = &c->files[i] != f && c->files[i].pid == f->pid && c->files[i].sent_steps;
+            st->step_processes += !again;
         }
         st->last_step = r->step.step;
         // (subtracted as doubles: made-up times must not overflow)
