@@ -397,6 +397,15 @@ START_TEST(test_a_0dim_operand_is_rounded_to_the_result_dtype) {
     amp_backward(ctx, amp_sum(ctx, y));
     ck_assert_int_eq(amp_tensor_dtype(amp_tensor_grad(b)), AMP_DTYPE_F32);
     ck_assert_float_eq(amp_tensor_item(amp_tensor_grad(b)), 3.0f);
+    // a dimensioned wider operand is not rounded first: BCE's backward computes p - t of an
+    // f16 p and an f32 t in f32 and rounds the result (rounding t first gave a gradient of 0)
+    amp_tensor_t *p = amp_tensor_from_f32(ctx, AMP_DTYPE_F16, 1, S(1), (float[]){0.5f});
+    amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, S(1), (float[]){0.5001f});
+    amp_tensor_set_requires_grad(p, true);
+    amp_tensor_t *loss;
+    ck_assert_int_eq(amp_binary_cross_entropy(ctx, p, t, &loss), AMP_OK);
+    amp_backward(ctx, loss);
+    ck_assert_float_lt(amp_tensor_item(amp_tensor_grad(p)), 0.0f);
 }
 END_TEST
 

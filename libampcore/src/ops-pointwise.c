@@ -126,11 +126,14 @@ static amp_dtype binary_result_type(const char *op, amp_binary_op kind, const am
     return amp_promote_types(a->dtype, b->dtype);
 }
 
-// x's values in dt, the op's dtype, as TensorIterator casts each operand to the common dtype
-// before the op: an f32 0-dim tensor beside an f16 one is rounded to f16 first (a widening, f16
-// or bf16 to f32, changes no value and is left to the backend).
+// A 0-dim operand's value in dt, the op's dtype, as TensorIterator casts each operand to the
+// common dtype before the op: an f32 0-dim tensor beside an f16 one is rounded to f16 first (a
+// widening, f16 or bf16 to f32, changes no value and is left to the backend). A dimensioned
+// operand wider than dt only comes from a backward that rounds its result alone (BCE's, in
+// PyTorch's kernel's order): left as it is.
 static amp_tensor_t *operand_in(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype dt) {
-    if (x->dtype == dt || dt == AMP_DTYPE_F32 || !amp_dtype_is_float(x->dtype)) return x;
+    if (x->ndim != 0 || x->dtype == dt || dt == AMP_DTYPE_F32 || !amp_dtype_is_float(x->dtype))
+        return x;
     amp_tensor_t *y = amp_scratch_new(ctx, dt, x->ndim, x->shape);
     ctx->be->copy(ctx->bctx, y, x);
     return y;
