@@ -12,12 +12,9 @@
 
 #include "amp-impl.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -588,13 +585,17 @@ START_TEST(test_io_errors) {
                      AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "no/such/dir.ckpt"));
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "No such file or directory"));
-    // a directory that takes no new file (sysfs refuses one even to root) is named as the cause
-    ck_assert_int_eq(amp_checkpoint_save("/sys/x.ckpt", &t.w, 1, NULL, NULL), AMP_ERR_IO);
-    ck_assert_msg(strncmp(amp_last_error(),
-                          "cannot write checkpoint '/sys/x.ckpt': no file can "
-                          "be made in its directory '/sys' (",
-                          84) == 0,
-                  "%s", amp_last_error()); // (Permission denied, or a read-only file system)
+    // a directory that takes no new file (sysfs refuses one even to root, where it is mounted)
+    // is named as the cause
+    struct stat sys;
+    if (stat("/sys/kernel", &sys) == 0) {
+        ck_assert_int_eq(amp_checkpoint_save("/sys/x.ckpt", &t.w, 1, NULL, NULL), AMP_ERR_IO);
+        ck_assert_msg(strncmp(amp_last_error(),
+                              "cannot write checkpoint '/sys/x.ckpt': no file "
+                              "can be made in its directory '/sys' (",
+                              84) == 0,
+                      "%s", amp_last_error()); // (Permission denied, or a read-only file system)
+    }
     // Over a directory, a pipe or a device: refused before anything is written, the file stays
     ck_assert_int_eq(amp_checkpoint_save(dir, &t.w, 1, NULL, NULL), AMP_ERR_IO);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "not a regular file (a directory)"));
@@ -648,41 +649,19 @@ START_TEST(test_save_through_a_link_and_beside_other_files) {
 }
 END_TEST
 
-// A save over a file keeps its permissions (a private 0600 checkpoint stayed private only until
-// the first save over it: the new file was 0644), and removes what a save killed before its
-// rename left beside it (path.PID.N.tmp of a process gone, untouched for a minute), but no other
-// process's file, nor one of the user's.
-START_TEST(test_save_over_a_file_keeps_its_mode_and_removes_stale_temporaries) {
+// A save over a file keeps its permission bits (a private 0600 checkpoint stayed private only
+// until the first save over it: the new file was 0644).
+START_TEST(test_save_over_a_file_keeps_its_mode) {
     make_dir();
     target t;
     target_init(&t);
     const char *ck = path("mode.ckpt");
     spit(ck, "old", 3);
     ck_assert_int_eq(chmod(ck, 0600), 0);
-    pid_t gone = fork(); // a pid that no longer exists
-    if (gone == 0) _exit(0);
-    ck_assert_int_eq(waitpid(gone, NULL, 0), gone);
-    char stale[128], young[128], alive[128], mine[128];
-    snprintf(stale, sizeof stale, "%s/mode.ckpt.%d.0.tmp", dir, (int)gone);
-    snprintf(young, sizeof young, "%s/mode.ckpt.%d.1.tmp", dir, (int)gone);
-    snprintf(alive, sizeof alive, "%s/mode.ckpt.%d.0.tmp", dir, (int)getppid());
-    snprintf(mine, sizeof mine, "%s/mode.ckpt.%d.x.tmp", dir, (int)gone);
-    const char *made[] = {stale, young, alive, mine};
-    for (int i = 0; i < 4; i++) {
-        spit(made[i], "part", 4);
-        if (i != 1) // (two minutes old)
-            ck_assert_int_eq(
-                utimensat(AT_FDCWD, made[i],
-                          (struct timespec[]){{time(NULL) - 120, 0}, {time(NULL) - 120, 0}}, 0),
-                0);
-    }
     ck_assert_int_eq(amp_checkpoint_save(ck, &t.w, 1, t.opt, t.sc), AMP_OK);
     struct stat sb;
     ck_assert(stat(ck, &sb) == 0 && sb.st_size > 24);
     ck_assert_uint_eq(sb.st_mode & 07777, 0600);
-    ck_assert_int_eq(access(stale, F_OK), -1);
-    for (int i = 1; i < 4; i++)
-        ck_assert_msg(access(made[i], F_OK) == 0, "%s was removed", made[i]);
     ck_assert_int_eq(amp_checkpoint_load(ck, &t.w, 1, t.opt, t.sc), AMP_OK);
     target_free(&t);
     remove_dir();
@@ -1024,7 +1003,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_duplicate_names_refused);
     tcase_add_test(tc, test_io_errors);
     tcase_add_test(tc, test_save_through_a_link_and_beside_other_files);
-    tcase_add_test(tc, test_save_over_a_file_keeps_its_mode_and_removes_stale_temporaries);
+    tcase_add_test(tc, test_save_over_a_file_keeps_its_mode);
     tcase_add_test(tc, test_views_are_refused);
     suite_add_tcase(s, tc);
     return s;

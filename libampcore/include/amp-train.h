@@ -155,9 +155,9 @@ float amp_inv_scale(float scale);
 // corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing; a
 // NULL path, NULL params with n > 0, a non-contiguous view among params, or a NULL enabled,
 // AMP_ERR_INVALID_ARGUMENT. A save is atomic: it writes a file beside path and renames it over
-// path, so a crash leaves the old checkpoint whole (and path.PID.N.tmp, which the next save there
-// removes); the directory must take a new file, an existing path must be writable (its
-// permissions are kept).
+// path, so a crash leaves the old checkpoint whole (and the partial path.PID.N.tmp beside it, to
+// delete); the directory must take a new file, an existing path must be writable (its permission
+// bits are kept, not its owner).
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc);

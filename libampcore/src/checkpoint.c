@@ -36,9 +36,8 @@
  * At most one OPTIM, one SCALER and one STEP record (STEP written with OPTIM); one OPTIM_STATE per optimizer parameter. Saving
  * writes a temporary file of its own beside path (path.PID.N.tmp), fsyncs it and renames it over
  * path (over the file a symbolic link names, made if it is not there yet; never over a device, a
- * pipe or a directory; never over a file it could not open for writing, whose permissions the
- * new file keeps), then removes the temporary files of saves killed before their rename (of
- * processes gone, untouched for a minute). Loading checks the header against the
+ * pipe or a directory; never over a file it could not open for writing, whose permission bits
+ * the new file keeps; a save killed before its rename leaves its temporary file). Loading checks the header against the
  * file's size, reads the whole file, checks the CRC and every length against the bytes that are
  * there, decodes every record, matches it against the caller's parameters, optimizer and scaler,
  * and only then changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash or a hang.
@@ -46,14 +45,11 @@
 // clang-format on
 #include "amp-impl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -315,15 +311,24 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
         return -1;
     }
     // a file there is refused where torch.save's open for writing would refuse it (the rename
-    // would replace a read-only file), and its replacement keeps its permissions
-    int old = exists ? open(*dest, O_WRONLY | O_CLOEXEC) : -1;
-    if (exists && old < 0) {
-        amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(errno));
-        free(*dest);
-        *dest = NULL;
-        return -1;
+    // would replace a read-only file), and its replacement keeps its permission bits (of the
+    // file opened: a pipe put there since the stat neither blocks the open nor passes)
+    mode_t mode = 0;
+    if (exists) {
+        const int old = open(*dest, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        struct stat ob;
+        const bool regular = old >= 0 && fstat(old, &ob) == 0 && S_ISREG(ob.st_mode);
+        const int err = old < 0 ? errno : EINVAL;
+        if (old >= 0) close(old);
+        if (!regular) {
+            amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path,
+                          old < 0 ? strerror(err) : "not a regular file");
+            free(*dest);
+            *dest = NULL;
+            return -1;
+        }
+        mode = ob.st_mode & 0777;
     }
-    if (old >= 0) close(old);
     static unsigned counter; // (several saves of one process, from several threads)
     const size_t n = strlen(*dest) + 48;
     *tmp = amp_xmalloc(n);
@@ -350,35 +355,9 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
         free(*tmp);
         *dest = *tmp = NULL;
     } else if (exists) {
-        fchmod(fd, sb.st_mode & 07777);
+        (void)fchmod(fd, mode); // (as the file was, where the file system allows it)
     }
     return fd;
-}
-
-// Removes what saves of dest killed before their rename left beside it: dest.PID.N.tmp files of
-// processes that no longer exist, untouched for a minute (a process of another PID namespace,
-// writing into a shared directory, would be invisible here but not idle that long).
-static void remove_stale_temps(const char *dest) {
-    char *dir = parent_dir(dest);
-    const char *slash = strrchr(dest, '/'), *base = slash ? slash + 1 : dest;
-    const size_t len = strlen(base);
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        long pid;
-        unsigned k;
-        int end = 0;
-        if (strncmp(e->d_name, base, len) != 0 || e->d_name[len] != '.' ||
-            sscanf(e->d_name + len, ".%ld.%u.tmp%n", &pid, &k, &end) != 2 ||
-            e->d_name[len + (size_t)end] != '\0' || pid <= 0 || pid == getpid() ||
-            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue;
-        struct stat sb;
-        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
-            time(NULL) - sb.st_mtime > 60)
-            unlinkat(dirfd(d), e->d_name, 0);
-    }
-    if (d) closedir(d);
-    free(dir);
 }
 
 amp_status amp_checkpoint_writable(const char *path) {
@@ -435,7 +414,6 @@ amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, in
         st = amp_set_error(AMP_ERR_IO, "cannot write checkpoint '%s': %s", path, strerror(err));
     } else {
         sync_parent_dir(dest);
-        remove_stale_temps(dest);
     }
     free(tmp);
     free(dest);
