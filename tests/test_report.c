@@ -2026,6 +2026,24 @@ END_TEST
 
 // A kernel several layers launch belongs to the one it spent the most time in, the others
 // counted; a kernel no op launched has none.
+// A kernel that ran half an hour (a collective stuck until its watchdog fired) is kept; one
+// whose start was left unset (0: a span of decades) is left out.
+START_TEST(kernels_of_a_real_length_are_kept_damaged_ones_left_out) {
+    gpu_run(4, 1, 100000, 10000, 1e9, 1e6);
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    const int64_t launches = model.perf.launches, ns = model.perf.kernel_ns;
+    release();
+    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + 1800000000000 WHERE rowid = 1;"
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 0, end = 1764000000000000000 "
+        "WHERE rowid = 2;");
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(model.perf.launches, launches - 1);
+    ck_assert_int_gt(model.perf.kernel_ns, 1800000000000 - ns);
+    ck_assert_int_lt(model.perf.kernel_ns, 1800000000000 + ns);
+    release();
+}
+END_TEST
+
 START_TEST(kernels_take_the_layer_of_most_of_their_time) {
     gpu_run(4, 1, 100000, 10000, 1e9, 1e6);
     sql("UPDATE AMP_OPS SET layer_id = 0 WHERE step = 3;"
@@ -3632,6 +3650,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, roofline_efficient_kernels_are_a_note);
     tcase_add_test(tc, roofline_op_flops_go_to_gemm_kernels);
     tcase_add_test(tc, kernels_take_the_layer_of_most_of_their_time);
+    tcase_add_test(tc, kernels_of_a_real_length_are_kept_damaged_ones_left_out);
     tcase_add_test(tc, kernel_names_that_are_gemms);
     tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);

@@ -604,12 +604,12 @@ static bool poll_kernels(tui_model *m) {
     bool changed = false;
     while (next_row(m, q)) {
         m->last_kernel_rowid = sqlite3_column_int64(q, 0);
+        const int64_t ns = sqlite3_column_int64(q, 2);
+        if (ns < 0 || ns > INT64_C(1) << 46) continue; // (a damaged row: left out, as the report)
         tui_kernel *k = kernel_entry(m, sqlite3_column_int64(q, 1));
-        int64_t ns = sqlite3_column_int64(q, 2);
-        if (ns < 0 || ns > INT64_C(1) << 40) ns = 0; // (a damaged row: as the report, no time)
-        k->total_ns += ns;
+        if (__builtin_add_overflow(k->total_ns, ns, &k->total_ns)) k->total_ns = INT64_MAX;
         k->count++;
-        m->kernel_ns += ns;
+        if (__builtin_add_overflow(m->kernel_ns, ns, &m->kernel_ns)) m->kernel_ns = INT64_MAX;
         m->kernel_count++;
         changed = true;
     }
