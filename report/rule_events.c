@@ -74,13 +74,21 @@ static int cmp_place_first(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
+// libampcore and the PyTorch bridge recorded an fp32 op's f16-range overflow as a warning until
+// 2026-12-03, a note since: a note in their databases too.
+static bool f32_range_note(const report_event *e) {
+    return strcmp(e->kind, AMP_EVENT_OVERFLOW) == 0 && e->detail &&
+           strncmp(e->detail, "f32 values beyond the f16 range", 31) == 0;
+}
+
 void rule_events_run(const report_model *m, report_findings *out) {
     // the program's own warnings and errors, grouped by place (sorted, each place is one run)
     const report_event **v = amp_xmalloc((m->n_events + 1) * sizeof *v);
     size_t n = 0, n_places = 0;
     for (size_t i = 0; i < m->n_events; i++) {
         const report_event *e = &m->events[i];
-        if (!read_elsewhere(e->kind) && severity_of(e->severity) >= AMP_SEVERITY_WARNING)
+        if (!read_elsewhere(e->kind) && severity_of(e->severity) >= AMP_SEVERITY_WARNING &&
+            !f32_range_note(e))
             v[n++] = e;
     }
     amp_sort(v, n, sizeof *v, cmp_place);
