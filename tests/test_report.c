@@ -2750,13 +2750,21 @@ START_TEST(run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note) {
     release();
     // the pid of a killed collector taken since by a process that does not hold the database:
     // cut short (it read "still being recorded", and the TUI showed it live)
+    int closed[2];
+    ck_assert_int_eq(pipe(closed), 0);
     const pid_t other = fork();
-    if (other == 0) {
+    if (other == 0) { // its descriptors closed (the database's among them), then it says so
         for (int fd = 3; fd < 1024; fd++)
-            close(fd);
+            if (fd != closed[1]) close(fd);
+        if (write(closed[1], "x", 1) != 1) _exit(1);
+        close(closed[1]);
         pause();
         _exit(0);
     }
+    char byte;
+    close(closed[1]);
+    ck_assert_int_eq(read(closed[0], &byte, 1), 1);
+    close(closed[0]);
     snprintf(buf, sizeof buf, "UPDATE META SET value = '%d' WHERE key = 'collector_pid';",
              (int)other);
     sql(buf);
