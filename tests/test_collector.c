@@ -669,6 +669,11 @@ START_TEST(test_a_step_recorded_twice_is_merged) {
                                     .loss = 4.0,
                                     .grad_norm = NAN,
                                     .mem_peak_bytes = 0});
+    amp_record_step(&(amp_rec_step){.step = 0,
+                                    .start_ns = 0,
+                                    .end_ns = 450,
+                                    .loss = 4.0,
+                                    .grad_norm = NAN}); // (its start left unset)
     amp_record_scale(&(amp_rec_scale){.step = 0,
                                       .scale_before = 8,
                                       .scale_after = 4,

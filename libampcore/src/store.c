@@ -297,10 +297,12 @@ static const char *const stmt_sql[ST_COUNT] = {
                        "status = ? WHERE rowid = ?",
     [ST_LAYER] = "INSERT OR REPLACE INTO AMP_LAYERS (pid, id, parent_id, name) VALUES (?, ?, ?, ?)",
     // a step recorded again (its scale came first, or the program numbered two steps alike) is
-    // merged: it spans both, its loss the latest, a figure the latest gave kept
+    // merged: it spans both (a start left unset, 0, is none), its loss the latest, a figure the
+    // latest gave kept
     [ST_STEP] = "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
                 "mem_peak_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (pid, step) "
-                "DO UPDATE SET start_ns = COALESCE(MIN(start_ns, ?3), start_ns, ?3), "
+                "DO UPDATE SET start_ns = CASE WHEN IFNULL(start_ns, 0) <= 0 THEN ?3 "
+                "WHEN IFNULL(?3, 0) <= 0 THEN start_ns ELSE MIN(start_ns, ?3) END, "
                 "end_ns = COALESCE(MAX(end_ns, ?4), end_ns, ?4), loss = ?5, loss_finite = ?6, "
                 "grad_norm = IFNULL(?7, grad_norm), "
                 "mem_peak_bytes = COALESCE(MAX(mem_peak_bytes, ?8), mem_peak_bytes, ?8)",
