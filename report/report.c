@@ -756,6 +756,21 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+// The layer (pid, layer_id) of m->layers, NULL when none was declared.
+static const report_layer *find_layer(const report_model *m, int32_t pid, int32_t layer_id) {
+    size_t lo = 0, hi = m->n_layers;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const report_layer *l = &m->layers[mid];
+        if (l->pid == pid && l->id == layer_id) return l;
+        if (l->pid < pid || (l->pid == pid && l->id < layer_id))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 static int cmp_layer(const void *a, const void *b) {
     const report_layer *x = a, *y = b;
     if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
@@ -772,8 +787,7 @@ static void name_undeclared_layers(report_model *m) {
         const int32_t pid = i < m->n_events ? m->events[i].pid : m->stats[i - m->n_events].pid;
         const int32_t id =
             i < m->n_events ? m->events[i].layer_id : m->stats[i - m->n_events].layer_id;
-        if (id < 0 || report_layer_name(m, pid, id) ||
-            (n && v[n - 1].pid == pid && v[n - 1].id == id))
+        if (id < 0 || find_layer(m, pid, id) || (n && v[n - 1].pid == pid && v[n - 1].id == id))
             continue;
         AMP_GROW(v, n, cap);
         v[n++] = (report_layer){.pid = pid, .id = id};
@@ -886,17 +900,8 @@ void report_model_free(report_model *m) {
 }
 
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id) {
-    size_t lo = 0, hi = m->n_layers;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const report_layer *l = &m->layers[mid];
-        if (l->pid == pid && l->id == layer_id) return l->name;
-        if (l->pid < pid || (l->pid == pid && l->id < layer_id))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    const report_layer *l = find_layer(m, pid, layer_id);
+    return l ? l->name : NULL;
 }
 
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step) {
@@ -1513,10 +1518,11 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                          s.skipped ? " (the GradScaler skipped a few, which is how it finds its "
                                      "scale)"
                                    : "",
-                         act    ? "No op came near the autocast dtype's range; no gradient "
-                                  "statistics were recorded"
-                         : grad ? "No layer lost a worrying share of its gradients to "
-                                  "underflow; no activation statistics were recorded"
+                         act          ? "No op came near the autocast dtype's range; no gradient "
+                                        "statistics were recorded"
+                         : grad       ? "No layer lost a worrying share of its gradients to "
+                                        "underflow; no activation statistics were recorded"
+                         : m->n_stats ? "No activation or gradient statistics were recorded"
                          : m->step_lo != INT64_MIN || m->step_hi != INT64_MAX
                              ? "No tensor statistics were recorded in the focused steps"
                              : "No tensor statistics were recorded",

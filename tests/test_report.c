@@ -920,6 +920,13 @@ START_TEST(healthy_without_statistics_says_what_was_not_checked) {
                   "%s", verdict);
     ck_assert_ptr_null(strstr(verdict, "stayed finite"));
     release();
+    sql("INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel, "
+        "amax) VALUES (1, 3, 0, NULL, 'weight', 'f32', 'f16', 64, 0.5);"); // (weights alone)
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "No activation or gradient statistics were recorded, so neither"),
+                  "%s", verdict);
+    release();
     healthy_stats(10); // with the statistics, the whole claim
     analyse(NULL, INT64_MIN, INT64_MAX);
     report_verdict(&model, &findings, verdict, sizeof verdict);

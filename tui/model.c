@@ -546,7 +546,8 @@ static void load_step(tui_model *m, int64_t step) {
         snprintf(s->dtype, sizeof s->dtype, "%s", dtype ? dtype : target ? target : "?");
         s->zero_lost = (s->kind == TUI_KIND_AGRAD || s->kind == TUI_KIND_WGRAD) && target &&
                        strcmp(target, "f16") == 0 && s->amax == 0 && s->numel > 1 &&
-                       s->n_nan == 0 && s->n_posinf == 0 && s->n_neginf == 0;
+                       s->n_nan <= 0 && s->n_posinf <= 0 && s->n_neginf <= 0; // (NULL: 0, as
+                                                                              // the report reads)
     }
     sqlite3_reset(q);
     fold_rows(m, raw, n);

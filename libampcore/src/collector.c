@@ -435,7 +435,8 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
             f->sent_steps = true;
             bool again = false;
             for (int i = 0; i < c->n_files && !again; i++)
-                again = &c->files[i] != f && c->files[i].pid == f->pid && c->files[i].sent_steps;
+                again = &c->files[i] != f && c->files[i].pid == f->pid && f->exec_id &&
+                        c->files[i].exec_id == f->exec_id && c->files[i].sent_steps;
             st->step_processes += !again;
         }
         st->last_step = r->step.step;
