@@ -4,8 +4,9 @@
  * libampcore's instrumentation (libampcore/src/instrument.c) traces non-finite values to the op
  * that produced them: `nonfinite_producer` (finite inputs, non-finite output; forward or
  * backward), `nonfinite_input` (NaN/inf arriving in a data tensor), `nonfinite_propagated` (an op
- * that only passed it on), `loss_nonfinite`, and `grad_overflow` (gradients overflowed while the
- * forward pass stayed finite: the loss scale was too high). This rule picks the root of each
+ * that only passed it on), `loss_nonfinite` and `step_skipped` (the scale's findings come from
+ * the scale records: `grad_overflow` is rule recorded-events' business, when it is a warning or
+ * an error). This rule picks the root of each
  * chain, the first forward producer or data input of a step, names it and explains it from the
  * op and the input/output ranges of the event's detail (or, for `nonfinite_module`, the first
  * module whose output went non-finite when the forward could not be traced op by op: the PyTorch
@@ -167,19 +168,20 @@ static int64_t site_span(const report_model *m, const events_index *x, const rep
     return occ;
 }
 
-// The steps the events at e's site cover: their occurrences, but a step counted once however
-// often the op went non-finite in it (several forwards a step: gradient accumulation, a module
-// called twice). An aggregate row covers at most the steps in its range. (A site has ten rows
-// of its own and one aggregate row a process: SCHEMA.md, AMP_EVENTS.)
 static int cmp_i64(const void *a, const void *b) {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
 }
 
+// Step ranges (first, last) by their first step.
 static int cmp_span(const void *a, const void *b) {
     return cmp_i64(a, b);
-} // (by first step)
+}
 
+// The steps the events at e's site cover: their occurrences, but a step counted once however
+// often the op went non-finite in it (several forwards a step: gradient accumulation, a module
+// called twice). An aggregate row covers at most the steps in its range. (A site has ten rows
+// of its own and one aggregate row a process: SCHEMA.md, AMP_EVENTS.)
 static int64_t site_steps(const report_model *m, const events_index *x, const report_event *e) {
     // the aggregate rows' step ranges (merged), and the single rows' steps (sorted): each single
     // step counts once, and not where a range holds it (sorted, so that a site of many rows a

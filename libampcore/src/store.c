@@ -1382,10 +1382,6 @@ amp_run_state amp_store_run_state(sqlite3 *db) {
     return status_running(db, &pid, &here) ? AMP_RUN_CUT_SHORT : AMP_RUN_COMPLETE;
 }
 
-// The schema version in META (*major -1: none there); an SQLite result code (*code: the
-// connection's primary error code then).
-// META's schema_version into *major.*minor: -1 when there is none, -2 when it is no version
-// (the value, cut, in raw[64]).
 // "MAJOR.MINOR" (or "MAJOR"), each a number of at most six digits; false for anything else.
 static bool parse_version(const char *v, int *major, int *minor) {
     int n = 0;
@@ -1399,6 +1395,9 @@ static bool parse_version(const char *v, int *major, int *minor) {
     }
 }
 
+// META's schema_version into *major.*minor: -1 when there is none, -2 when it is no version
+// (the value, cut, in raw[64]); an SQLite result code (*code: the connection's primary error
+// code then).
 static int read_schema_version(sqlite3 *d, int *major, int *minor, int *code, char raw[64]) {
     sqlite3_stmt *q = NULL;
     *major = -1, *minor = 0;
