@@ -1043,6 +1043,38 @@ START_TEST(test_host_copy_of_a_dropped_tensor_aborts) {
 }
 END_TEST
 
+// The same for a tensor a backward still reads, whose storage is kept for it: the caller said it
+// is done with it (its host copies went through).
+START_TEST(test_host_copy_of_a_tensor_dropped_for_later_aborts) {
+    amp_tensor_t *x = param(1, S(1), 1), *h = amp_mul_scalar(ctx, x, 2.0);
+    amp_mul(ctx, h, h); // (its backward reads h)
+    amp_tensor_drop(h);
+    ck_assert_ptr_nonnull(h->buf->data);
+    char words[160];
+    snprintf(words, sizeof words, "(%s a tensor whose storage was dropped with amp_tensor_drop)",
+             dropped_readers[_i]);
+    test_expect_abort(words);
+    float v = 0;
+    switch (_i) {
+    case 0:
+        amp_tensor_item(h);
+        break;
+    case 1:
+        amp_tensor_read_f32(h, &v);
+        break;
+    case 2:
+        amp_tensor_read(h, &v);
+        break;
+    case 3:
+        amp_tensor_write_f32(h, &v);
+        break;
+    default:
+        amp_tensor_write(h, &v);
+        break;
+    }
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Integer inputs: PyTorch's type promotion
 
@@ -1647,6 +1679,8 @@ Suite *ops_suite(void) {
     tcase_add_test(d, test_second_backward_through_what_saved_nothing_accumulates);
     tcase_add_loop_test_raise_signal(d, test_host_copy_of_a_dropped_tensor_aborts, SIGABRT, 0,
                                      (int)(sizeof dropped_readers / sizeof dropped_readers[0]));
+    tcase_add_loop_test_raise_signal(d, test_host_copy_of_a_tensor_dropped_for_later_aborts,
+                                     SIGABRT, 0, 5);
     suite_add_tcase(s, d);
     TCase *p = tcase_create("promotion");
     tcase_add_checked_fixture(p, setup, teardown);

@@ -519,10 +519,11 @@ static void release_temp(const amp_tensor_t *t, amp_tensor_t *c) {
     if (c != t) tensor_destroy(c);
 }
 
-// A host copy of a tensor whose storage was dropped (amp_tensor_drop) would touch freed memory:
-// it aborts as an op that reads one does (`what`: "amp_tensor_read reads").
+// A host copy of a tensor whose storage was dropped (amp_tensor_drop) aborts, also while backward
+// nodes that read it keep the storage (drop_pending: the caller said it is done with it; ops it
+// feeds are recorded as readers) (`what`: "amp_tensor_read reads").
 static void require_storage(const amp_tensor_t *t, const char *what) {
-    AMP_ASSERT(t->buf && t->buf->data,
+    AMP_ASSERT(t->buf && t->buf->data && !t->buf->drop_pending,
                "(%s a tensor whose storage was dropped with amp_tensor_drop)", what);
 }
 
