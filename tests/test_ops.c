@@ -1043,6 +1043,15 @@ START_TEST(test_host_copy_of_a_dropped_tensor_aborts) {
 }
 END_TEST
 
+// An op's output that requires grad cannot be told not to, as in PyTorch (it cut the gradient
+// path silently).
+START_TEST(test_requires_grad_off_on_an_op_output_aborts) {
+    amp_tensor_t *x = param(1, S(1), 1), *h = amp_mul_scalar(ctx, x, 2.0);
+    test_expect_abort("(you can only change requires_grad flags of leaf variables");
+    amp_tensor_set_requires_grad(h, false);
+}
+END_TEST
+
 // The same for a tensor a backward still reads, whose storage is kept for it: the caller said it
 // is done with it (its host copies went through).
 START_TEST(test_host_copy_of_a_tensor_dropped_for_later_aborts) {
@@ -1681,6 +1690,7 @@ Suite *ops_suite(void) {
                                      (int)(sizeof dropped_readers / sizeof dropped_readers[0]));
     tcase_add_loop_test_raise_signal(d, test_host_copy_of_a_tensor_dropped_for_later_aborts,
                                      SIGABRT, 0, 5);
+    tcase_add_test_raise_signal(d, test_requires_grad_off_on_an_op_output_aborts, SIGABRT);
     suite_add_tcase(s, d);
     TCase *p = tcase_create("promotion");
     tcase_add_checked_fixture(p, setup, teardown);

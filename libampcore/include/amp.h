@@ -189,6 +189,7 @@ float amp_tensor_item(const amp_tensor_t *t); // numel must be 1
 
 void amp_tensor_set_name(amp_tensor_t *t, const char *name);
 const char *amp_tensor_name(const amp_tensor_t *t);
+// (Turning it off on an op's output aborts, as in PyTorch: only leaves may change it.)
 void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad);
 bool amp_tensor_requires_grad(const amp_tensor_t *t);
 // The accumulated gradient (same dtype and shape), or NULL when there is none. (A gradient kept

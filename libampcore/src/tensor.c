@@ -604,6 +604,9 @@ const char *amp_tensor_name(const amp_tensor_t *t) { return t->name ? t->name : 
 void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad) {
     AMP_ASSERT(!requires_grad || amp_dtype_is_float(t->dtype),
                "(only floating tensors can require grad)");
+    AMP_ASSERT(requires_grad || !t->node,
+               "(you can only change requires_grad flags of leaf variables: an op's output that "
+               "requires grad keeps it)"); // (PyTorch's message; detach it with a copy instead)
     t->requires_grad = requires_grad;
 }
 
