@@ -203,6 +203,28 @@ START_TEST(test_write_after_save_aborts) {
 }
 END_TEST
 
+// x @ W^T reads a contiguous copy of the transposed W for x's gradient: a write to W since is
+// caught all the same (it went unnoticed, x's gradient made of the old W), as PyTorch, which
+// saves the view, catches it; so is a write to x under log(x^T), which reads a copy of the view.
+START_TEST(test_write_to_what_an_op_copied_aborts) {
+    amp_tensor_t *w = param(2, S(3, 2), (float[]){1, 2, 3, 4, 5, 6});
+    amp_tensor_t *x = param(2, S(2, 2), (float[]){1, 2, 3, 4});
+    amp_tensor_t *loss;
+    if (_i == 0) {
+        loss = amp_sum(ctx, amp_matmul(ctx, x, amp_transpose(ctx, w, 0, 1)));
+        test_expect_abort("[f32 (2, 3)] is at version 2; expected version 1 instead (the "
+                          "backward of matmul reads it)");
+        amp_tensor_write_f32(w, (float[]){0, 0, 0, 0, 0, 0});
+    } else {
+        loss = amp_sum(ctx, amp_log(ctx, amp_transpose(ctx, x, 0, 1)));
+        test_expect_abort("[f32 (2, 2)] is at version 2; expected version 1 instead (the "
+                          "backward of log reads it)");
+        amp_tensor_write_f32(x, (float[]){1, 1, 1, 1});
+    }
+    amp_backward(ctx, loss);
+}
+END_TEST
+
 // tanh's backward reads its output; a write through a view of its storage changes it too.
 START_TEST(test_write_through_a_view_after_save_aborts) {
     amp_tensor_t *x = param(2, S(2, 2), (float[]){.1f, .2f, .3f, .4f});
@@ -438,6 +460,7 @@ Suite *tensor_suite(void) {
     tcase_add_checked_fixture(v, setup, teardown);
     tcase_add_test_raise_signal(v, test_write_after_save_aborts, SIGABRT);
     tcase_add_test_raise_signal(v, test_write_through_a_view_after_save_aborts, SIGABRT);
+    tcase_add_loop_test_raise_signal(v, test_write_to_what_an_op_copied_aborts, SIGABRT, 0, 2);
     tcase_add_test(v, test_writes_that_no_backward_reads);
     tcase_add_test(v, test_a_weight_only_its_own_gradient_needs_may_change);
     tcase_add_test_raise_signal(v, test_the_data_a_weight_gradient_reads_may_not_change, SIGABRT);

@@ -147,6 +147,11 @@ struct amp_tensor {
     int64_t stride[AMP_MAX_DIMS]; // elements; 0 on broadcast dims of an expanded view
     int64_t offset;               // elements from buf->data
     amp_buffer *buf;
+    // a contiguous copy amp_dense made of a view: the storage it copied (a reference held) and
+    // that storage's version then, so that a backward that reads the copy still aborts when the
+    // original was written since (PyTorch saves the view itself)
+    amp_buffer *copy_of;
+    uint32_t copy_of_version;
     bool persistent;              // made by amp_tensor_new*(), freed by amp_tensor_free()
     int32_t optim_refs;           // optimizers holding it (a parameter or their state): not freed
     bool requires_grad;

@@ -42,13 +42,17 @@ amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, am
 // PyTorch's check of a saved variable: t, which the backward of n reads, must hold what it held
 // when n was recorded (version: its storage's version then).
 static void check_version(const amp_node *n, const amp_tensor_t *t, uint32_t version) {
-    if (!t || !t->buf || t->buf->version == version) return;
+    if (!t || !t->buf) return;
+    uint32_t now = t->buf->version;
+    if (now == version && t->copy_of) // a copy amp_dense made of a view: the view's storage
+        now = t->copy_of->version, version = t->copy_of_version; // (PyTorch saves the view)
+    if (now == version) return;
     char s[AMP_SHAPE_STR_MAX];
     amp_abort(__FILE__, __LINE__,
               "one of the variables needed for gradient computation has been modified by an "
               "inplace operation: [%s %s] is at version %u; expected version %u instead (the "
               "backward of %s reads it)",
-              amp_dtype_name(t->dtype), amp_shape_str(t, s, sizeof s), (unsigned)t->buf->version,
+              amp_dtype_name(t->dtype), amp_shape_str(t, s, sizeof s), (unsigned)now,
               (unsigned)version, n->op);
 }
 

@@ -85,6 +85,7 @@ static void buffer_release(amp_ctx_t *ctx, amp_buffer *b) {
 static void tensor_destroy(amp_tensor_t *t) {
     if (t->grad && t->persistent) tensor_destroy(t->grad);
     buffer_release(t->ctx, t->precast);
+    buffer_release(t->ctx, t->copy_of);
     buffer_release(t->ctx, t->buf);
     free(t->name);
     free(t);
