@@ -225,6 +225,26 @@ START_TEST(test_write_to_what_an_op_copied_aborts) {
 }
 END_TEST
 
+// Layer names are kept whole: two children of a long qualified name stay two layers (cut at
+// 511 bytes, "....first" and "....second" were one), also through amp_layer_beginf.
+START_TEST(test_long_layer_names_stay_apart) {
+    char longname[600];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    amp_layer_begin(ctx, longname);
+    amp_layer_begin(ctx, "first");
+    char *first = strdup(amp_layer_current(ctx));
+    amp_layer_end(ctx);
+    amp_layer_beginf(ctx, "%s", "second");
+    ck_assert_uint_eq(strlen(amp_layer_current(ctx)), 599 + 7);
+    ck_assert_str_ne(first, amp_layer_current(ctx));
+    ck_assert_str_eq(first + 600, "first");
+    amp_layer_end(ctx);
+    amp_layer_end(ctx);
+    free(first);
+}
+END_TEST
+
 // tanh's backward reads its output; a write through a view of its storage changes it too.
 START_TEST(test_write_through_a_view_after_save_aborts) {
     amp_tensor_t *x = param(2, S(2, 2), (float[]){.1f, .2f, .3f, .4f});
@@ -461,6 +481,7 @@ Suite *tensor_suite(void) {
     tcase_add_test_raise_signal(v, test_write_after_save_aborts, SIGABRT);
     tcase_add_test_raise_signal(v, test_write_through_a_view_after_save_aborts, SIGABRT);
     tcase_add_loop_test_raise_signal(v, test_write_to_what_an_op_copied_aborts, SIGABRT, 0, 2);
+    tcase_add_test(v, test_long_layer_names_stay_apart);
     tcase_add_test(v, test_writes_that_no_backward_reads);
     tcase_add_test(v, test_a_weight_only_its_own_gradient_needs_may_change);
     tcase_add_test_raise_signal(v, test_the_data_a_weight_gradient_reads_may_not_change, SIGABRT);

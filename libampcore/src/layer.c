@@ -27,21 +27,28 @@ void amp_layer_begin(amp_ctx_t *ctx, const char *name) {
                AMP_LAYER_DEPTH_MAX);
     AMP_ASSERT(name && *name, "(a layer needs a name)");
     int32_t parent = amp_ctx_current_layer(ctx);
-    char buf[512];
-    if (parent >= 0) snprintf(buf, sizeof buf, "%s.%s", ctx->layer_names[parent], name);
-    else snprintf(buf, sizeof buf, "%s", name);
+    // the qualified name whole, however long (cut, two layers would become one)
+    const char *up = parent >= 0 ? ctx->layer_names[parent] : "";
+    char *buf = amp_xmalloc(strlen(up) + strlen(name) + 2);
+    sprintf(buf, "%s%s%s", up, *up ? "." : "", name);
     ctx->layer_stack[ctx->layer_depth++] = layer_intern(ctx, buf, parent);
     if (ctx->nvtx) amp_nvtx_push(buf);
+    free(buf);
     amp_instr_work_begins(ctx);
 }
 
 void amp_layer_beginf(amp_ctx_t *ctx, const char *fmt, ...) {
-    char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    AMP_ASSERT(n >= 0, "(amp_layer_beginf: the format '%s' fails)", fmt);
+    char *name = amp_xmalloc((size_t)n + 1); // (whole: see amp_layer_begin)
+    va_start(ap, fmt);
+    vsnprintf(name, (size_t)n + 1, fmt, ap);
     va_end(ap);
     amp_layer_begin(ctx, name);
+    free(name);
 }
 
 void amp_layer_end(amp_ctx_t *ctx) {
