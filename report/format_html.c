@@ -573,11 +573,6 @@ static void nonfinite_mark(FILE *out, const plot *p, const char *name, int64_t s
     fprintf(out, ": NaN/inf in its forward output at step %lld</title></circle>", (long long)step);
 }
 
-static int cmp_step(const void *x, const void *y) {
-    const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
-}
-
 // The NaN/inf in the forward of the layer whose amax rows are a..end (one pid and layer), marked
 // at the top edge: the first step of each bucket whose statistics saw NaN or +inf; each step an
 // event names (an aggregate row: its first and last) in a bucket they did not see it in (steps
@@ -607,7 +602,7 @@ static bool amax_nonfinite(FILE *out, const report_model *m, const plot *p, cons
         AMP_GROW(steps, n_steps, cap);
         steps[n_steps++] = e->last_step;
     }
-    amp_sort(steps, n_steps, sizeof *steps, cmp_step);
+    amp_sort(steps, n_steps, sizeof *steps, report_cmp_i64);
     for (size_t i = 0; i < n_steps; i++) {
         const int64_t t = steps[i], bucket = report_amax_bucket(m, t);
         bool seen = i && t == steps[i - 1];

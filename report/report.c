@@ -899,6 +899,11 @@ void report_model_free(report_model *m) {
     memset(m, 0, sizeof *m);
 }
 
+int report_cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id) {
     const report_layer *l = find_layer(m, pid, layer_id);
     return l ? l->name : NULL;

@@ -327,6 +327,9 @@ char *report_strdup_name(const char *s);
 // caller).
 const char *report_clean(const char *s, char **scratch);
 // The layer's qualified name; NULL for layer -1 or an unknown id.
+// qsort's comparison of two int64_t (steps, times).
+int report_cmp_i64(const void *a, const void *b);
+
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);

@@ -233,11 +233,6 @@ static bool sane_ns(int64_t t) {
 #define MAX_RECORD_NS (INT64_C(1) << 46)
 #define MAX_RECORD_BYTES (INT64_C(1) << 50)
 
-// *sum += n, held at INT64_MAX (the sum of records a damaged database holds).
-static void add_sat(int64_t *sum, int64_t n) {
-    if (__builtin_add_overflow(*sum, n, sum)) *sum = INT64_MAX;
-}
-
 // A span from s to e a record can have: within the timeline's range, not backwards, not longer
 // than any real one (one time left unset, 0, makes a span of decades).
 static bool sane_span(int64_t s, int64_t e) {
@@ -264,18 +259,18 @@ static bool load_copies(loader *l) {
             !sane_span(start, start + dur) || bytes < 0 || bytes > MAX_RECORD_BYTES)
             continue; // (damaged: a text time, an unset start, a length past any copy's)
         report_step *st = clock_step(&c, start);
-        if (st) add_sat(&st->copy_ns, dur);
+        if (st) amp_add_sat(&st->copy_ns, dur);
         if (i64(q, 3) != 1) continue; // CUDA_MEMCPY_KIND_HTOD
         if (start < step0_end(l->m, (int32_t)i64(q, 5))) {
             p->warmup_copies++;
             continue;
         }
         p->htod_copies++;
-        add_sat(&p->htod_bytes, bytes);
-        add_sat(&p->htod_ns, dur);
+        amp_add_sat(&p->htod_bytes, bytes);
+        amp_add_sat(&p->htod_ns, dur);
         if (i64(q, 4) == 0) { // CUDA_MEMOPR_MEMORY_KIND_PAGEABLE
             p->pageable_copies++;
-            add_sat(&p->pageable_bytes, bytes);
+            amp_add_sat(&p->pageable_bytes, bytes);
         }
     }
     free(c.by_start);
@@ -393,10 +388,10 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
         int32_t ki = kernel_of(p, names, sqlite3_column_int64(q, 2), &names_cap);
         report_kernel *k = &p->kernels[ki];
         k->launches++;
-        add_sat(&k->total_ns, e - s);
+        amp_add_sat(&k->total_ns, e - s);
         k->short_launches += e - s < REPORT_LAUNCH_BOUND_NS;
         p->launches++;
-        add_sat(&p->kernel_ns, e - s);
+        amp_add_sat(&p->kernel_ns, e - s);
         p->short_launches += e - s < REPORT_LAUNCH_BOUND_NS;
         AMP_GROW(*v, *n, cap);
         (*v)[(*n)++] = (launch){.pid = sqlite3_column_int(q, 4),
@@ -673,15 +668,15 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
         g->launches++;
         g->flops += flops;
         g->bytes += bytes;
-        add_sat(&g->host_ns, ns);
+        amp_add_sat(&g->host_ns, ns);
         if (step < g->first_step) g->first_step = step;
         if (step > g->last_step) g->last_step = step;
         if (!st || st->pid != key.pid || st->step != step)
             st = (report_step *)report_step_find(m, key.pid, step);
         if (st) {
-            add_sat(&st->op_ns, ns);
-            if (gemm[gi]) add_sat(&st->gemm_ns, ns);
-            if (cast[gi]) add_sat(&st->cast_ns, ns);
+            amp_add_sat(&st->op_ns, ns);
+            if (gemm[gi]) amp_add_sat(&st->gemm_ns, ns);
+            if (cast[gi]) amp_add_sat(&st->cast_ns, ns);
         }
         if (!rows || !timed) continue;
         AMP_GROW(*rows, *n_rows, row_cap);

@@ -168,16 +168,6 @@ static int64_t site_span(const report_model *m, const events_index *x, const rep
     return occ;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-// Step ranges (first, last) by their first step.
-static int cmp_span(const void *a, const void *b) {
-    return cmp_i64(a, b);
-}
-
 // The steps the events at e's site cover: their occurrences, but a step counted once however
 // often the op went non-finite in it (several forwards a step: gradient accumulation, a module
 // called twice). An aggregate row covers at most the steps in its range. (A site has ten rows
@@ -200,8 +190,8 @@ static int64_t site_steps(const report_model *m, const events_index *x, const re
             steps[n_steps++] = o->step;
         }
     }
-    amp_sort(spans, n_spans, sizeof *spans, cmp_span);
-    amp_sort(steps, n_steps, sizeof *steps, cmp_i64);
+    amp_sort(spans, n_spans, sizeof *spans, report_cmp_i64); // (by first step)
+    amp_sort(steps, n_steps, sizeof *steps, report_cmp_i64);
     size_t k = 0; // spans[0..k) merged, disjoint, by first step
     for (size_t i = 0; i < n_spans; i++) {
         if (k && spans[i][0] <= spans[k - 1][1]) {

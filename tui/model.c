@@ -608,9 +608,9 @@ static bool poll_kernels(tui_model *m) {
         const int64_t ns = sqlite3_column_int64(q, 2);
         if (ns < 0 || ns > INT64_C(1) << 46) continue; // (a damaged row: left out, as the report)
         tui_kernel *k = kernel_entry(m, sqlite3_column_int64(q, 1));
-        if (__builtin_add_overflow(k->total_ns, ns, &k->total_ns)) k->total_ns = INT64_MAX;
+        amp_add_sat(&k->total_ns, ns);
         k->count++;
-        if (__builtin_add_overflow(m->kernel_ns, ns, &m->kernel_ns)) m->kernel_ns = INT64_MAX;
+        amp_add_sat(&m->kernel_ns, ns);
         m->kernel_count++;
         changed = true;
     }

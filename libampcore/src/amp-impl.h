@@ -57,6 +57,10 @@ void *amp_xrealloc(void *p, size_t n) __attribute__((returns_nonnull));
             (arr) = amp_xrealloc((arr), (cap) * sizeof *(arr));                                    \
         }                                                                                          \
     } while (0)
+// *sum += n, held at INT64_MAX/INT64_MIN (sums of what a damaged database holds).
+static inline void amp_add_sat(int64_t *sum, int64_t n) {
+    if (__builtin_add_overflow(*sum, n, sum)) *sum = n > 0 ? INT64_MAX : INT64_MIN;
+}
 char *amp_xstrdup(const char *s) __attribute__((returns_nonnull));
 // qsort(3) of n elements at base, which may be NULL when n is 0 (qsort's may not, even then).
 static inline void amp_sort(void *base, size_t n, size_t size,
