@@ -447,6 +447,35 @@ START_TEST(headroom_is_against_each_tensors_own_dtype) {
 }
 END_TEST
 
+// A layer id that AMP_LAYERS does not declare (a producer that skipped amp_record_layer) is shown
+// as "layer N (not declared)", as the report names it, not as the top level's "(no layer)".
+START_TEST(an_undeclared_layer_is_named_by_its_id) {
+    fixture();
+    sql("INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel,"
+        " amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES"
+        " (7, 2, 42, 'linear', 'activation', 'f16', 'f16', 8, 3.0, 0, 0, 0, 0, 0, 0),"
+        " (7, 2, 43, 'linear', 'activation', 'f16', 'f16', 8, 4.0, 0, 0, 0, 0, 0, 0),"
+        " (7, 2, NULL, 'nll_loss', 'activation_grad', 'f32', 'f16', 1, 1.0, 0, 0, 0, 0, 0, 0);");
+    ck_assert_int_eq(amp_collector_finish(collector, 0), AMP_OK);
+    tui_model m;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
+    tui_model_show_step(&m, 2);
+    const tui_layer_row *r42 = find_row(&m, "layer 42 (not declared)", TUI_KIND_ACT);
+    const tui_layer_row *r43 = find_row(&m, "layer 43 (not declared)", TUI_KIND_ACT);
+    ck_assert_ptr_nonnull(r42);
+    ck_assert_ptr_nonnull(r43);
+    ck_assert_close(r42->amax, 3, 0, 0);
+    ck_assert_close(r43->amax, 4, 0, 0);
+    ck_assert_ptr_nonnull(find_row(&m, "(no layer)", TUI_KIND_AGRAD));
+    char buf[40];
+    ck_assert_str_eq(tui_model_layer_label(&m, 7, 42, buf, sizeof buf), "layer 42 (not declared)");
+    ck_assert_str_eq(tui_model_layer_label(&m, 7, 2, buf, sizeof buf), "head");
+    ck_assert_ptr_null(tui_model_layer_label(&m, 7, -1, buf, sizeof buf));
+    tui_model_free(&m);
+}
+END_TEST
+
 // The attn-overflow run's step 2 outside any layer: an f32 nll_loss gradient at 65536 beside an
 // f16 reshape's at 255. A row's dtype, amax and headroom are of the same tensors: not "f16,
 // 6.554e+04, 8.0 bits" (an f16 tensor above f16's max with 8 bits to spare), but an f16 row at
@@ -2043,6 +2072,7 @@ Suite *tui_suite(void) {
     tcase_add_test(model, layers_view_danger_and_filter);
     tcase_add_test(model, layers_filter_takes_utf8_and_says_when_full);
     tcase_add_test(model, headroom_is_against_each_tensors_own_dtype);
+    tcase_add_test(model, an_undeclared_layer_is_named_by_its_id);
     tcase_add_test(model, a_layer_row_is_of_one_dtype);
     tcase_add_test(model, kernels_view_says_cuda_was_not_traced);
     tcase_add_test(model, kernels_view_names_each_kernels_layer);

@@ -215,6 +215,15 @@ const char *tui_model_layer_name(const tui_model *m, int32_t pid, int32_t layer_
     return l ? l->name : NULL;
 }
 
+const char *tui_model_layer_label(const tui_model *m, int32_t pid, int32_t layer_id, char *buf,
+                                  size_t size) {
+    if (layer_id < 0) return NULL;
+    const char *name = tui_model_layer_name(m, pid, layer_id);
+    if (name) return name;
+    snprintf(buf, size, "layer %d (not declared)", (int)layer_id);
+    return buf;
+}
+
 ptrdiff_t tui_model_step_index(const tui_model *m, int64_t step) {
     ptrdiff_t lo = 0, hi = (ptrdiff_t)m->n_steps - 1, best = -1;
     while (lo <= hi) {
@@ -467,13 +476,17 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
             strcmp(r->dtype, s->dtype) != 0) {
             AMP_GROW(m->rows, m->n_rows, m->cap_rows);
             r = &m->rows[m->n_rows++];
-            const char *name = tui_model_layer_name(m, m->pid, s->layer_id);
             *r = (tui_layer_row){.layer_id = s->layer_id,
-                                 .name = name ? name : "(no layer)",
+                                 .name = s->layer_id < 0 ? "(no layer)" : NULL,
                                  .kind = s->kind,
                                  .amax = NAN,
                                  .headroom_bits = NAN,
                                  .underflow_pct = NAN};
+            if (!r->name) { // (an undeclared layer's label is pointed at once rows stops moving)
+                const char *name =
+                    tui_model_layer_label(m, m->pid, s->layer_id, r->label, sizeof r->label);
+                r->name = name == r->label ? NULL : name;
+            }
             snprintf(r->dtype, sizeof r->dtype, "%s", s->dtype);
             counted = underflow = 0;
         }
@@ -494,6 +507,8 @@ static void fold_rows(tui_model *m, raw_stat *raw, size_t n) {
             r->underflow_pct = counted ? 100.0 * (double)underflow / (double)counted : 0;
         }
     }
+    for (size_t i = 0; i < m->n_rows; i++)
+        if (!m->rows[i].name) m->rows[i].name = m->rows[i].label;
 }
 
 // A count no tensor has (past 2^40) is a damaged row's: held there, so that sums cannot overflow.

@@ -76,7 +76,8 @@ typedef enum tui_stat_kind {
 // the same tensors).
 typedef struct tui_layer_row {
     int32_t layer_id; // -1: outside any layer
-    const char *name; // owned by the model
+    const char *name; // owned by the model, or label
+    char label[40];   // an undeclared layer's name: "layer N (not declared)"
     tui_stat_kind kind;
     char dtype[8]; // the tensors' storage dtype ("f16", "bf16", "f32", ...)
     int64_t tensors, numel;
@@ -204,6 +205,10 @@ size_t tui_model_process_index(const tui_model *m);
 ptrdiff_t tui_model_step_index(const tui_model *m, int64_t step);
 // The name of a layer; NULL for -1 or an unknown id.
 const char *tui_model_layer_name(const tui_model *m, int32_t pid, int32_t layer_id);
+// What a layer is shown as: its name, "layer N (not declared)" (written into buf) for an id that
+// AMP_LAYERS does not declare (a producer that skipped amp_record_layer), NULL for -1.
+const char *tui_model_layer_label(const tui_model *m, int32_t pid, int32_t layer_id, char *buf,
+                                  size_t size);
 // Short names: "act", "agrad", "weight", "wgrad".
 const char *tui_stat_kind_name(tui_stat_kind k);
 // NULL is a no-op.

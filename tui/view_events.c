@@ -41,9 +41,11 @@ static int cmp_events(const void *pa, const void *pb) {
 }
 
 static bool matches(const tui_app *app, const tui_event *e, const char *filter) {
+    char buf[40];
     return tui_match(e->kind, filter) || tui_match(e->op, filter) ||
            tui_match(e->severity, filter) ||
-           tui_match(tui_model_layer_name(&app->model, e->pid, e->layer_id), filter);
+           tui_match(tui_model_layer_label(&app->model, e->pid, e->layer_id, buf, sizeof buf),
+                     filter);
 }
 
 static void update(tui_app *app) {
@@ -84,7 +86,9 @@ static void draw(const tui_app *app, const tui_layout *l) {
                    : sev == 1 ? tui_attr(app, TUI_PAIR_WARN)
                               : 0;
         if (t->top + i == t->selected) attr |= A_REVERSE;
-        const char *layer = tui_model_layer_name(&app->model, e->pid, e->layer_id);
+        char label[40];
+        const char *layer =
+            tui_model_layer_label(&app->model, e->pid, e->layer_id, label, sizeof label);
         char cnt[24], step[32];
         tui_fmt_count(cnt, sizeof cnt, e->count < 0 ? (double)NAN : (double)e->count);
         if (e->aggregate && e->last_step != e->step)
