@@ -167,7 +167,7 @@ int amp_cmd_calibrate(int argc, char **argv) {
             return 0;
         }
         if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--force") == 0) {
-            force = true;
+            if (!amp_cmd_option_once("calibrate", argv[i], &force)) return 2;
             continue;
         }
         fprintf(stderr,

@@ -217,6 +217,7 @@ START_TEST(test_bad_arguments) {
         {{"run", "--trace", "amp", "--trace", "cuda", "true"}, "--trace is given twice"},
         {{"run", "--force", "-f", "true"}, "-f is given twice"},
         {{"run", "--counters", "--counters", "true"}, "--counters is given twice"},
+        {{"calibrate", "--force", "-f"}, "ampprobe calibrate: -f is given twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ck_assert_msg(run(cases[i].args) == 2, "case %zu", i);
