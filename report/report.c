@@ -345,14 +345,79 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+static void free_event_strings(report_event *e) {
+    free((char *)e->op);
+    free((char *)e->phase);
+    free((char *)e->kind);
+    free((char *)e->severity);
+    free((char *)e->detail);
+}
+
+// Index of the first step record at or after (pid, step) in m->steps (sorted by pid, step).
+static size_t step_lower(const report_model *m, int32_t pid, int64_t step) {
+    size_t lo = 0, hi = m->n_steps;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const report_step *s = &m->steps[mid];
+        if (s->pid < pid || (s->pid == pid && s->step < step))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// Whether step s is one an event of kind can have happened in: a non-finite loss for a
+// loss_nonfinite event; a skip for a step_skipped one; a step that broke (its loss non-finite, or
+// inf/NaN gradients found) for the non-finite value events. -1: any step can (other kinds).
+static int broke_for(const char *kind, const report_step *s) {
+    if (strcmp(kind, AMP_EVENT_LOSS_NONFINITE) == 0) return s->loss_nonfinite;
+    if (strcmp(kind, AMP_EVENT_STEP_SKIPPED) == 0) return s->skipped;
+    if (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 ||
+        strcmp(kind, AMP_EVENT_NONFINITE_PROPAGATED) == 0 || strcmp(kind, "nonfinite_input") == 0)
+        return s->loss_nonfinite || s->found_inf || s->skipped;
+    return -1;
+}
+
 // An aggregate row (occurrences folded in over steps step..last_step) that reaches past the
-// focus, cut to it: the steps inside, and its occurrences and elements in proportion to them
-// (exactly, for the usual storm of one occurrence a step).
-static void clip_to_focus(report_event *e, int64_t lo, int64_t hi) {
+// focus, cut to it. Of a kind that only a broken step has (broke_for), to the focused steps that
+// broke so (none: *gone), as many occurrences as those steps at most: the row does not say which
+// steps of its range had one, and a focus on a healthy step inside it must not find it broken.
+// Otherwise, or where no step was recorded, the steps inside, and its occurrences and elements in
+// proportion to them (exactly, for the usual storm of one occurrence a step).
+static void clip_to_focus(const report_model *m, report_event *e, bool *gone) {
+    *gone = false;
+    const int64_t lo = m->step_lo, hi = m->step_hi;
     if (!e->aggregate || (e->step >= lo && e->last_step <= hi)) return;
-    const int64_t first = e->step > lo ? e->step : lo, last = e->last_step < hi ? e->last_step : hi;
-    const double share = ((double)last - (double)first + 1) / ((double)e->last_step - e->step + 1);
-    e->occurrences = (int64_t)ceil((double)e->occurrences * share);
+    int64_t first = e->step > lo ? e->step : lo, last = e->last_step < hi ? e->last_step : hi;
+    double share = ((double)last - (double)first + 1) / ((double)e->last_step - e->step + 1);
+    int64_t recorded = 0, broke = 0, broke_first = 0, broke_last = 0;
+    for (size_t i = step_lower(m, e->pid, first);
+         i < m->n_steps && m->steps[i].pid == e->pid && m->steps[i].step <= last; i++) {
+        const int b = broke_for(e->kind, &m->steps[i]);
+        if (b < 0) break;
+        recorded++;
+        if (!b) continue;
+        if (!broke++) broke_first = m->steps[i].step;
+        broke_last = m->steps[i].step;
+    }
+    const int64_t before = e->occurrences;
+    if (recorded) {
+        if (!broke) {
+            *gone = true;
+            return;
+        }
+        first = broke_first;
+        last = broke_last;
+        // one loss_nonfinite or step_skipped event a step that broke so: as many as those steps
+        const bool each = strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 ||
+                          strcmp(e->kind, AMP_EVENT_STEP_SKIPPED) == 0;
+        if (!each) e->occurrences = (int64_t)ceil((double)e->occurrences * share);
+        if (each || e->occurrences > broke) e->occurrences = broke < before ? broke : before;
+        share = (double)e->occurrences / (double)before;
+    } else {
+        e->occurrences = (int64_t)ceil((double)e->occurrences * share);
+    }
     if (e->count >= 0) e->count = (int64_t)ceil((double)e->count * share);
     e->step = first;
     e->last_step = last;
@@ -392,7 +457,13 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
         const int64_t most = INT64_C(1) << 40;
         ev->occurrences = ev->occurrences < 1 ? 1 : ev->occurrences > most ? most : ev->occurrences;
         if (ev->count > most) ev->count = most;
-        clip_to_focus(ev, m->step_lo, m->step_hi);
+        bool gone;
+        clip_to_focus(m, ev, &gone);
+        if (gone) { // outside the focus after all
+            free_event_strings(ev);
+            m->n_events--;
+            continue;
+        }
         const report_event *e = ev;
         if (strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0)
             report_spans_add(&m->loss_events, e->pid, e->step, e->last_step, m->n_events - 1);
@@ -846,14 +917,8 @@ void report_model_free(report_model *m) {
     free(m->procs);
     report_spans_free(&m->loss_events);
     report_spans_free(&m->forward_breaks);
-    for (size_t i = 0; i < m->n_events; i++) {
-        report_event *e = &m->events[i];
-        free((char *)e->op);
-        free((char *)e->phase);
-        free((char *)e->kind);
-        free((char *)e->severity);
-        free((char *)e->detail);
-    }
+    for (size_t i = 0; i < m->n_events; i++)
+        free_event_strings(&m->events[i]);
     for (size_t i = 0; i < m->n_stats; i++) {
         report_stats *s = &m->stats[i];
         free((char *)s->op);
@@ -910,17 +975,9 @@ const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_
 }
 
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step) {
-    size_t lo = 0, hi = m->n_steps;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const report_step *s = &m->steps[mid];
-        if (s->pid == pid && s->step == step) return s;
-        if (s->pid < pid || (s->pid == pid && s->step < step))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    const size_t i = step_lower(m, pid, step);
+    return i < m->n_steps && m->steps[i].pid == pid && m->steps[i].step == step ? &m->steps[i]
+                                                                                : NULL;
 }
 
 const report_process *report_process_find(const report_model *m, int32_t pid) {

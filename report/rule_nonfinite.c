@@ -532,8 +532,10 @@ static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, 
     return n;
 }
 
-static void add_forward_root(const report_model *m, const events_index *x, const report_event *e,
-                             report_findings *out) {
+// A forward root's finding; returns the last step whose non-finite loss it explains (its site's
+// last, or the last of the steps an optimizer step on its gradients poisoned).
+static int64_t add_forward_root(const report_model *m, const events_index *x, const report_event *e,
+                                report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
@@ -584,6 +586,7 @@ static void add_forward_root(const report_model *m, const events_index *x, const
     report_finding_evidence(f, "nonfinite_losses", (double)losses);
     report_finding_evidence(f, "skipped_steps", (double)skipped);
     report_finding_evidence(f, "nonfinite_losses_after", (double)after);
+    return after > 0 ? until : f->last_step;
 }
 
 // elementwise backward ops that never overflow into NaN: from finite values they give NaN only at
@@ -759,15 +762,65 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
              what, (long long)s->bad_step);
 }
 
+// The step before step (of pid) when its optimizer stepped with a loss scale whose fp32
+// reciprocal is inf (at most 2^-128, or 0: unscale_ takes 1/scale in fp64, then rounds it to
+// fp32, as PyTorch's does): unscaling multiplied every gradient by inf; NULL otherwise.
+static const report_step *unscaled_by_inf(const report_model *m, int32_t pid, int64_t step) {
+    const report_step *p = step > INT64_MIN ? report_step_find(m, pid, step - 1) : NULL;
+    if (!p || !p->has_scale || p->skipped || !(p->scale_before >= 0)) return NULL;
+    return isinf((float)(1.0 / p->scale_before)) ? p : NULL;
+}
+
+// The non-finite losses from step first on that an optimizer step at a loss scale of no fp32
+// reciprocal explains (p: that step): the check for inf/NaN reads each gradient before it
+// unscales it, so the gradients that unscaling made NaN (0 x inf) or inf went to the optimizer.
+static void add_unscaled_by_inf(const report_model *m, const report_step *p, int64_t first,
+                                report_findings *out) {
+    int64_t n = 0, last = first;
+    for (const report_step *st = report_step_find(m, p->pid, first); st && st->loss_nonfinite;
+         st = last < INT64_MAX ? report_step_find(m, p->pid, last + 1) : NULL) {
+        n++;
+        last = st->step;
+    }
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
+    f->pid = p->pid;
+    f->first_step = p->step;
+    f->last_step = last;
+    report_finding_where(f, NULL, NULL, "optim");
+    snprintf(f->title, sizeof f->title,
+             "the weights went non-finite at step %lld: its loss scale %.9g has no fp32 "
+             "reciprocal, and unscaling made the gradients NaN/inf unseen",
+             (long long)p->step, p->scale_before);
+    snprintf(f->detail, sizeof f->detail,
+             "At step %lld the GradScaler's scale was %.9g, at or below 2^-128 (2.94e-39), where "
+             "1/scale overflows fp32 to inf: unscale_ multiplied the gradients by inf (zeros "
+             "became NaN, the rest inf), and its check for inf/NaN, which reads each gradient "
+             "before it unscales it (as PyTorch's does), found none. The step was not skipped: "
+             "the optimizer stepped on them, and the loss is non-finite from step %lld on (%lld "
+             "step%s).",
+             (long long)p->step, p->scale_before, (long long)first, (long long)n,
+             n == 1 ? "" : "s");
+    snprintf(f->advice, sizeof f->advice,
+             "Fix what drove the scale down first (each skipped step halves it: see the findings "
+             "before this one). Then keep a floor under it: after scaler.update(), if "
+             "scaler.get_scale() < 1, call scaler.update(1.0) (amp_scaler_update_to(sc, 1) "
+             "here); no gradient needs a scale below 1 to stay finite in fp16.");
+    report_finding_evidence(f, "loss_scale", p->scale_before);
+    report_finding_evidence(f, "nonfinite_losses_after", (double)n);
+}
+
 static void add_loss_only(const report_model *m, const events_index *x, const report_event *e,
                           report_findings *out) {
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     int64_t occ = site_span(m, x, e, &f->first_step, &f->last_step);
     report_finding_where(f, NULL, NULL, NULL);
     f->pid = e->pid;
+    // the step's own loss where it was recorded (an aggregate row's value is of its first step)
+    const report_step *st = report_step_find(m, e->pid, f->first_step);
+    const double loss = st && st->loss_nonfinite ? st->loss : e->value;
     snprintf(f->title, sizeof f->title,
              "the loss became %s at step %lld with no op traced as the producer",
-             isinf(e->value) ? "inf" : "NaN", (long long)f->first_step);
+             isinf(loss) ? "inf" : "NaN", (long long)f->first_step);
     snprintf(f->detail, sizeof f->detail, "%s; %lld step%s with a non-finite loss.",
              e->detail ? e->detail : "loss_nonfinite", (long long)occ, occ == 1 ? "" : "s");
     snprintf(f->advice, sizeof f->advice,
@@ -776,7 +829,7 @@ static void add_loss_only(const report_model *m, const events_index *x, const re
              "statistics on every step (ampprobe run --stats-every 1) to trace the producing op.");
     name_first_bad_output(m, f);
     report_finding_evidence(f, "steps_affected", (double)occ);
-    report_finding_evidence(f, "loss", e->value);
+    report_finding_evidence(f, "loss", loss);
 }
 
 // A non-finite loss in AMP_STEPS that no loss_nonfinite event came with: a producer of its own
@@ -792,6 +845,11 @@ static void add_step_loss_only(const report_model *m, report_findings *out) {
         if (!first || st->step < first->step) first = st;
     }
     if (!first) return;
+    const report_step *p = unscaled_by_inf(m, first->pid, first->step);
+    if (p) {
+        add_unscaled_by_inf(m, p, first->step, out);
+        return;
+    }
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     f->first_step = f->last_step = first->step;
     report_finding_where(f, NULL, NULL, NULL);
@@ -858,12 +916,32 @@ static void loss_alone(const report_model *m, const events_index *x, report_find
         const bool before =
             e->step > INT64_MIN && report_spans_cover(&unscaled, e->pid, INT64_MIN, e->step - 1);
         if (!before) {
-            add_loss_only(m, x, e, out);
+            const report_step *p = unscaled_by_inf(m, e->pid, e->step);
+            if (p)
+                add_unscaled_by_inf(m, p, e->step, out);
+            else
+                add_loss_only(m, x, e, out);
             break;
         }
     }
     report_spans_free(&unscaled);
     if (!loss_events && !producers) add_step_loss_only(m, out);
+}
+
+// After the roots: the first non-finite loss of each process that no root explains, when an
+// optimizer step at a loss scale of no fp32 reciprocal made it (the scale that every skipped
+// step of a root halved, collapsed to 2^-128 or 0, a second failure of its own).
+static void poisoned_later(const report_model *m, const report_spans *explained,
+                           report_findings *out) {
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *st = &m->steps[i];
+        if (!st->loss_nonfinite || report_spans_cover(explained, st->pid, st->step, st->step))
+            continue;
+        const report_step *p = unscaled_by_inf(m, st->pid, st->step);
+        if (p) add_unscaled_by_inf(m, p, st->step, out);
+        while (i + 1 < m->n_steps && m->steps[i + 1].pid == st->pid)
+            i++; // (the next process)
+    }
 }
 
 void rule_nonfinite_run(const report_model *m, report_findings *out) {
@@ -872,12 +950,15 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
     // The root of each step: its first forward producer or data input (events are in recording
     // order). One finding per distinct root site; the first step that site was the root leads.
     bool any_root = false;
+    report_spans explained = {0}; // the steps whose non-finite loss a root's finding explains
     for (size_t i = 0; i < m->n_events; i++) {
         if (!x.step_root[i] || x.first[i] != i) continue;
-        add_forward_root(m, &x, &m->events[i], out);
+        const int64_t until = add_forward_root(m, &x, &m->events[i], out);
+        report_spans_add(&explained, m->events[i].pid, out->v[out->n - 1].first_step, until, i);
         note_figures_step(&m->events[i], out);
         any_root = true;
     }
+    report_spans_sort(&explained);
     // Backward producers of steps whose forward stayed finite: one finding per site (a producer
     // without a phase whose step's loss stayed finite is judged a backward one).
     for (size_t i = 0; i < m->n_events; i++) {
@@ -889,6 +970,10 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
         add_backward(m, &x, e, out);
         note_figures_step(e, out);
     }
-    if (!any_root) loss_alone(m, &x, out);
+    if (!any_root)
+        loss_alone(m, &x, out);
+    else
+        poisoned_later(m, &explained, out);
+    report_spans_free(&explained);
     index_free(&x);
 }

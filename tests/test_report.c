@@ -512,6 +512,82 @@ START_TEST(a_focus_cuts_an_aggregate_row_to_its_steps) {
 }
 END_TEST
 
+// An aggregate row does not say which of its steps had an occurrence: a focus on steps of its range
+// that did not break finds nothing there, and one that begins on such a step begins where the
+// steps broke, with as many non-finite losses as the step records hold.
+START_TEST(a_focus_on_healthy_steps_inside_an_aggregate_row_is_healthy) {
+    attn_overflow(); // steps 4-11 broke, as one aggregated row each for the mul and the loss
+    sql("UPDATE AMP_STEPS SET loss = 3, loss_finite = 1, skipped = 0, found_inf = 0, "
+        "scale_after = scale_before WHERE step IN (8, 9);");
+    analyse(NULL, 9, 9);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 0);
+    release();
+    analyse(NULL, 8, 11);
+    const report_finding *f = first_of("nonfinite-root-cause");
+    ck_assert_int_eq(f->first_step, 10);
+    ck_assert_int_eq(f->last_step, 11);
+    ck_assert_close(evidence(f, "steps_affected"), 2, 0, 0);
+    ck_assert_close(evidence(f, "nonfinite_losses"), 2, 0, 0);
+    release();
+    // a loss row alone, its value of its first step (+inf): each step's own loss is said (NaN)
+    sql("DELETE FROM AMP_EVENTS WHERE kind != 'loss_nonfinite';"
+        "UPDATE AMP_EVENTS SET value = 'Inf' WHERE aggregate = 1;");
+    analyse(NULL, 8, 40);
+    f = first_of("nonfinite-root-cause");
+    ck_assert_msg(strstr(f->title, "the loss became NaN at step 10"), "%s", f->title);
+    ck_assert_close(evidence(f, "steps_affected"), 2, 0, 0);
+    release();
+}
+END_TEST
+
+// A scale that backed off to 2^-128 has no fp32 reciprocal: unscale_ multiplies the gradients by
+// inf, its inf/NaN check (which reads them before) sees nothing, the optimizer steps, and every
+// step after has a non-finite loss with no producer: said as a finding of its own, after the
+// root that drove the scale down, or alone.
+START_TEST(nonfinite_weights_poisoned_by_a_scale_without_reciprocal) {
+    layers();
+    steps(8, 65536);
+    sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, skipped = 1, found_inf = 1 "
+        "WHERE step BETWEEN 1 AND 3 OR step >= 5;"
+        "UPDATE AMP_STEPS SET scale_before = 2.938735877055719e-39, scale_after = "
+        "2.938735877055719e-39 WHERE step = 4;" EVENTS_VALUES
+        "(1, 1, NULL, 'log', 'fwd', 'nonfinite_producer', 'error', 1, 0, 'input 0 f32 (2, 10) "
+        "min 0 max 1 amax 1; output f32 (2, 10) min 0 max 0 amax 0 (0 nan, 0 +inf, 1 -inf); ', "
+        "0, 1, 1),"
+        "(1, 2, NULL, 'log', 'fwd', 'nonfinite_producer', 'error', 1, 0, 'y', 1, 2, 3),"
+        "(1, 1, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, 'Inf', 'fwd', 1, 3, 3),"
+        "(1, 5, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, NULL, 1, 3, 7);");
+    nonfinite_errors(2);
+    ck_assert_msg(strstr(findings.v[0].title, "log of zero"), "%s", findings.v[0].title);
+    const report_finding *f = &findings.v[1];
+    ck_assert_msg(strstr(f->title, "the weights went non-finite at step 4: its loss scale "
+                                   "2.93873588e-39 has no fp32 reciprocal"),
+                  "%s", f->title);
+    ck_assert_int_eq(f->first_step, 4);
+    ck_assert_int_eq(f->last_step, 7);
+    ck_assert_double_eq(evidence(f, "nonfinite_losses_after"), 3);
+    release();
+    // a scale that fp32 can still invert: nothing said of the later steps
+    sql("UPDATE AMP_STEPS SET scale_before = 1e-30 WHERE step = 4;");
+    nonfinite_errors(1);
+    release();
+    // no root before it: the poisoned steps are the finding (of the loss events, or of the
+    // step records when there are none)
+    sql("UPDATE AMP_STEPS SET scale_before = 0 WHERE step = 4;"
+        "UPDATE AMP_STEPS SET loss = 3, loss_finite = 1, skipped = 0, found_inf = 0 "
+        "WHERE step BETWEEN 1 AND 3;"
+        "DELETE FROM AMP_EVENTS WHERE step < 5;");
+    for (int events = 1; events >= 0; events--) {
+        nonfinite_errors(1);
+        ck_assert_msg(strstr(findings.v[0].title, "the weights went non-finite at step 4"), "%s",
+                      findings.v[0].title);
+        ck_assert_int_eq(findings.v[0].last_step, 7);
+        release();
+        sql("DELETE FROM AMP_EVENTS;");
+    }
+}
+END_TEST
+
 // Copies process from's rows of each table (NULL-terminated) as process to's.
 static void copy_rows(const char *const *tables, int from, int to) {
     char buf[256];
@@ -3619,6 +3695,8 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_counts_sparse_step_numbers);
     tcase_add_test(tc, nonfinite_steps_affected_count_each_step_once);
     tcase_add_test(tc, a_focus_cuts_an_aggregate_row_to_its_steps);
+    tcase_add_test(tc, a_focus_on_healthy_steps_inside_an_aggregate_row_is_healthy);
+    tcase_add_test(tc, nonfinite_weights_poisoned_by_a_scale_without_reciprocal);
     tcase_add_test(tc, nonfinite_sqrt_of_a_negative_value_is_explained);
     tcase_add_test(tc, nonfinite_input_beyond_f16_range_is_explained);
     tcase_add_test(tc, nonfinite_cast_beyond_f16_range_is_explained);
