@@ -418,7 +418,10 @@ static void clip_to_focus(const report_model *m, report_event *e, bool *gone) {
     } else {
         e->occurrences = (int64_t)ceil((double)e->occurrences * share);
     }
-    if (e->count >= 0) e->count = (int64_t)ceil((double)e->count * share);
+    if (e->count >= 0) {
+        const double c = ceil((double)e->count * share);
+        e->count = c < 0x1p63 ? (int64_t)c : INT64_MAX;
+    }
     e->step = first;
     e->last_step = last;
 }
@@ -452,11 +455,10 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
                                                   .occurrences = col_i64(q, 13, 1),
                                                   .detail_step = col_i64(q, 2, -1)};
         report_event *ev = &m->events[m->n_events - 1];
-        // counts no run reaches (2^40) are a damaged row's: held there, so that sums cannot
-        // overflow
+        // occurrences no run reaches (2^40, one a step) are a damaged row's: held there, so that
+        // sums cannot overflow (the elements a row counts may be many more: summed saturating)
         const int64_t most = INT64_C(1) << 40;
         ev->occurrences = ev->occurrences < 1 ? 1 : ev->occurrences > most ? most : ev->occurrences;
-        if (ev->count > most) ev->count = most;
         bool gone;
         clip_to_focus(m, ev, &gone);
         if (gone) { // outside the focus after all

@@ -107,7 +107,7 @@ void rule_events_run(const report_model *m, report_findings *out) {
             const report_event *o = places[p].v[j];
             const amp_severity s = severity_of(o->severity);
             occurrences += o->occurrences;
-            if (o->count >= 0) count += o->count, counted += o->occurrences;
+            if (o->count >= 0) amp_add_sat(&count, o->count), counted += o->occurrences;
             if (o->step < first) first = o->step;
             if (o->last_step > last) last = o->last_step;
             if (s > worst) worst = s;

@@ -574,6 +574,40 @@ START_TEST(test_event_count_saturates) {
 }
 END_TEST
 
+// The same across commits: the sum in the database saturates too (SQLite's integer addition
+// turned into a REAL, 1.8e19, in the INTEGER column).
+START_TEST(test_event_count_saturates_across_commits) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    for (int i = 0; i < 13; i++) {
+        amp_record_event(&(amp_rec_event){.step = i,
+                                          .layer_id = 1,
+                                          .op = "mul",
+                                          .phase = AMP_PHASE_FWD,
+                                          .kind = AMP_EVENT_OVERFLOW,
+                                          .severity = AMP_SEVERITY_WARNING,
+                                          .count = i < 11 ? 1 : INT64_MAX / 2 + 1,
+                                          .value = NAN});
+        if (i >= 10) { // the aggregate row, then each fold, in a commit of its own
+            amp_record_flush();
+            ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+        }
+    }
+    amp_record_stop();
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT occurrences FROM AMP_EVENTS WHERE aggregate = 1"),
+                     3);
+    ck_assert_int_eq(test_query_int(db, "SELECT typeof(count) = 'integer' AND count = "
+                                        "9223372036854775807 FROM AMP_EVENTS WHERE aggregate = 1"),
+                     1);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 // The store binds a statement's parameter again only when its value changed (store.c, binder):
 // rows whose columns repeat, turn NULL, come back, and texts that grow past the kept copy's first
 // allocation and shrink again must all land as emitted.
@@ -1613,6 +1647,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_a_step_recorded_twice_is_merged);
     tcase_add_test(t, test_text_is_stored_as_utf8);
     tcase_add_test(t, test_event_count_saturates);
+    tcase_add_test(t, test_event_count_saturates_across_commits);
     tcase_set_timeout(t, 60);
     suite_add_tcase(s, t);
     TCase *w = tcase_create("writers");

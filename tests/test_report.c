@@ -2718,6 +2718,20 @@ START_TEST(recorded_events_of_a_producers_own_kinds_are_findings) {
                                 "(severity error). 5 elements affected.");
     ck_assert_ptr_nonnull(strstr(f->advice, "from the tensor statistics"));
     release();
+    // a NaN storm's elements are counted whole (2e12 per row, past 2^40), and rows of damaged
+    // counts sum to INT64_MAX at most
+    sql("UPDATE AMP_EVENTS SET count = 2000000000000 WHERE kind = 'my_nan_guard' AND count > 0;");
+    analyse("recorded-events", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, " 4000000000000 elements affected"));
+    release();
+    sql("UPDATE AMP_EVENTS SET count = 9223372036854775807 WHERE kind = 'my_nan_guard' AND count > "
+        "0;");
+    analyse("recorded-events", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, " 9223372036854775807 elements affected"));
+    release();
+    analyse("recorded-events", 7, 7); // (an aggregate row cut to a focus: its share of them)
+    ck_assert_uint_eq(findings.n, 1);
+    release();
 }
 END_TEST
 

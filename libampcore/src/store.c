@@ -322,7 +322,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                  "value, detail, aggregate, occurrences, last_step) "
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1, ?2)",
     [ST_EVENT_FOLD] = "UPDATE AMP_EVENTS SET occurrences = occurrences + ?2, last_step = ?3, "
-                      "count = CASE WHEN ?4 IS NULL THEN count ELSE IFNULL(count, 0) + ?4 END, "
+                      "count = CASE WHEN ?4 IS NULL THEN count "
+                      "WHEN IFNULL(count, 0) > 9223372036854775807 - ?4 THEN 9223372036854775807 "
+                      "ELSE IFNULL(count, 0) + ?4 END, "
                       "value = IFNULL(?5, value) WHERE id = ?1",
     [ST_KERNEL] = "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
                   "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
