@@ -547,6 +547,63 @@ START_TEST(test_event_storm_is_bounded) {
 }
 END_TEST
 
+// A spool file of one process image (pid, exec_id, proc_start) with its layer 0 and steps from
+// first on.
+static void write_image(const fixture *f, const char *name, int32_t pid, uint64_t exec_id,
+                        uint64_t proc_start, const char *layer, int first, int n) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", f->spool, name);
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    amp_spool_header h;
+    amp_spool_header_init(&h, pid, 1, 1000, "image");
+    h.exec_id = exec_id;
+    h.proc_start = proc_start;
+    fwrite(&h, sizeof h, 1, fp);
+    uint8_t buf[256];
+    amp_rec_layer l = {.id = 0, .parent_id = -1, .name = layer};
+    fwrite(buf, amp_rec_encode(AMP_REC_LAYER, &l, buf, sizeof buf), 1, fp);
+    for (int i = first; i < first + n; i++) {
+        amp_rec_step st = {.step = i, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
+        fwrite(buf, amp_rec_encode(AMP_REC_STEP, &st, buf, sizeof buf), 1, fp);
+    }
+    fclose(fp);
+}
+
+// Two process images of one pid (a program that exec()s another that records, a pid the system
+// reuses for a child forked from the same image) are two processes, the later at pid + k * 2^22:
+// one's layer names and steps must not overwrite the other's. Files of one image (recording
+// stopped and started again) stay one process. The earlier file (by its name's time) keeps the
+// pid, in whatever order the directory lists them.
+START_TEST(test_process_images_of_one_pid_are_kept_apart) {
+    fixture f;
+    fixture_init(&f);
+    write_image(&f, "77-400.spool", 77, 1, 9, "reused", 0, 4);  // a sibling, later, same pid
+    write_image(&f, "77-300.spool", 77, 1, 5, "encoder", 3, 2); // the first, recording again
+    write_image(&f, "77-200.spool", 77, 2, 5, "decoder", 0, 6); // the first's exec
+    write_image(&f, "77-100.spool", 77, 1, 5, "encoder", 0, 3);
+    amp_collector_t *c = collector(&f);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 3);
+    static const struct {
+        int pid;
+        const char *layer;
+        int steps;
+    } want[] = {{77, "encoder", 5}, {77 + 4194304, "decoder", 6}, {77 + 2 * 4194304, "reused", 4}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char q[160];
+        snprintf(q, sizeof q, "SELECT count(*) FROM AMP_LAYERS WHERE pid = %d AND name = '%s'",
+                 want[i].pid, want[i].layer);
+        ck_assert_msg(test_query_int(db, q) == 1, "%s", q);
+        snprintf(q, sizeof q, "SELECT count(*) FROM AMP_STEPS WHERE pid = %d", want[i].pid);
+        ck_assert_int_eq(test_query_int(db, q), want[i].steps);
+    }
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 // Counts that a broken writer makes up must not overflow the aggregate's sum (undefined in C; in
 // practice it wrapped negative and the sum was dropped): it saturates.
 START_TEST(test_event_count_saturates) {
@@ -836,6 +893,36 @@ END_TEST
 // A process that stops recording and starts it again writes a second spool file: one process in
 // AMP_PROCESSES all the same, running while the second file is open, then with both files'
 // records.
+// A program that closed its stdout before recording: the spool file must not become fd 1 (the
+// program's output went into it, and the collector skipped the rest as corrupt: 0 steps).
+START_TEST(test_spool_keeps_off_a_closed_stdout) {
+    fixture f;
+    fixture_init(&f);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(1);
+        if (amp_record_start(f.spool) != AMP_OK) _exit(1);
+        for (int i = 0; i < 3; i++) {
+            amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
+            if (write(1, "the program's output\n", 21) < 0) (void)0; // (fd 1: closed, or not ours)
+            amp_record_flush();
+        }
+        amp_record_stop();
+        _exit(0);
+    }
+    amp_collector_t *c = collector(&f);
+    pid_t pids[1] = {pid};
+    collect_until_done(c, pids, 1);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 3);
+    ck_assert_int_eq(test_query_int(db, "SELECT status = 'complete' FROM AMP_PROCESSES"), 1);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_recording_started_again_is_one_process) {
     fixture f;
     fixture_init(&f);
@@ -1647,6 +1734,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_a_step_recorded_twice_is_merged);
     tcase_add_test(t, test_text_is_stored_as_utf8);
     tcase_add_test(t, test_event_count_saturates);
+    tcase_add_test(t, test_process_images_of_one_pid_are_kept_apart);
     tcase_add_test(t, test_event_count_saturates_across_commits);
     tcase_set_timeout(t, 60);
     suite_add_tcase(s, t);
@@ -1654,6 +1742,7 @@ Suite *collector_suite(void) {
     tcase_set_timeout(w, 320); // collect_until_done gives up first, after 300 s
     tcase_add_test(w, test_many_processes);
     tcase_add_test(w, test_recording_started_again_is_one_process);
+    tcase_add_test(w, test_spool_keeps_off_a_closed_stdout);
     tcase_add_test(w, test_killed_writer_still_ingested);
     tcase_add_test(w, test_truncated_spool);
     tcase_add_test(w, test_poll_stops_when_its_time_is_up);

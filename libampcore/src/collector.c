@@ -42,18 +42,22 @@
 #define READ_CHUNK (4u << 20)     // bytes read at once; more than a record's maximum
 #define PUNCH_MIN (1u << 20)      // committed spool bytes given back to the disk at once
 #define PAGE_BYTES 4096u          // holes are punched in whole pages of this size
+#define PID_SPAN (1 << 22) // above any pid (the kernel's PID_MAX_LIMIT): a later image's step
 
 _Static_assert(READ_CHUNK > AMP_REC_MAX_BYTES + AMP_REC_HEADER_BYTES, "a record fits a chunk");
 
 typedef struct spool_file {
     char *name; // in the spool directory
     int fd;     // -1 when closed
-    int32_t pid, ppid;
+    // pid: the process in the database, its own (os_pid) but for a second process image of that
+    // pid (exec() into a program that records, a pid the system reused): os_pid + k * PID_SPAN
+    int32_t pid, os_pid, ppid;
     char comm[17];
     int64_t start_ns;
     // the earliest and latest time its records carry (0: none yet)
     int64_t first_ns, last_ns;
-    uint64_t exec_id; // the header's: files of one pid and exec_id are one process
+    uint64_t exec_id;    // the header's: files of one pid, exec_id and proc_start are one process
+    uint64_t proc_start; // (one image: a process that stopped and started recording again)
     uint64_t offset;  // first byte not yet ingested
     uint64_t punched; // bytes from the first page after the header up to here are a hole
     bool can_punch;   // opened for writing, and the file system punches holes
@@ -490,7 +494,7 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
 // Spool files
 
 static const char *file_label(const spool_file *f, char *buf, size_t n) {
-    snprintf(buf, n, "spool of pid %d (%s)", f->pid, f->comm[0] ? f->comm : "?");
+    snprintf(buf, n, "spool of pid %d (%s)", f->os_pid, f->comm[0] ? f->comm : "?");
     return buf;
 }
 
@@ -676,22 +680,39 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
         f->done = true;
         return AMP_OK;
     }
-    f->pid = h.pid;
+    f->os_pid = f->pid = h.pid;
     f->ppid = h.ppid;
     f->start_ns = h.start_ns;
     f->exec_id = h.exec_id;
+    f->proc_start = h.proc_start;
     memcpy(f->comm, h.comm, sizeof h.comm);
     f->comm[16] = 0;
     f->offset = h.header_bytes;
     f->punched = (h.header_bytes + PAGE_BYTES - 1) / PAGE_BYTES * PAGE_BYTES;
-    for (int i = 0; i < c->n_files - 1 && f->exec_id; i++) { // recording started again
+    int later = 0; // the images of this pid seen before (an older writer's files: 0 exec_id)
+    for (int i = 0; i < c->n_files - 1 && f->exec_id; i++) {
         const spool_file *g = &c->files[i];
-        if (g->pid == f->pid && g->exec_id == f->exec_id && g->proc_rowid) {
+        if (g->os_pid != f->os_pid || !g->exec_id || !g->proc_rowid) continue;
+        if (g->exec_id == f->exec_id && g->proc_start == f->proc_start) { // started again
+            f->pid = g->pid;
             f->proc_rowid = g->proc_rowid;
             return process_update(c, f, -1, "running");
         }
+        const int k = (g->pid - g->os_pid) / PID_SPAN + 1;
+        if (k > later) later = k;
     }
+    if (later > 0 && (int64_t)f->os_pid + (int64_t)later * PID_SPAN <= INT32_MAX)
+        f->pid = f->os_pid + later * PID_SPAN;
     return amp_store_process_add(c->store, f->pid, f->ppid, f->comm, f->start_ns, &f->proc_rowid);
+}
+
+// Spool file names, PID-START_NS.spool, by START_NS (then by name).
+static int cmp_spool_name(const void *pa, const void *pb) {
+    const char *a = *(const char *const *)pa, *b = *(const char *const *)pb;
+    const char *da = strchr(a, '-'), *db = strchr(b, '-');
+    const long long ta = da ? strtoll(da + 1, NULL, 10) : 0,
+                    tb = db ? strtoll(db + 1, NULL, 10) : 0;
+    return ta != tb ? (ta > tb) - (ta < tb) : strcmp(a, b);
 }
 
 static amp_status scan_dir(amp_collector_t *c) {
@@ -703,14 +724,24 @@ static amp_status scan_dir(amp_collector_t *c) {
     }
     amp_status st = AMP_OK;
     const size_t suffix = strlen(AMP_SPOOL_SUFFIX);
-    for (struct dirent *e; st == AMP_OK && (e = readdir(d));) {
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
         size_t len = strlen(e->d_name);
         if (e->d_name[0] == '.' || len <= suffix ||
             strcmp(e->d_name + len - suffix, AMP_SPOOL_SUFFIX) != 0 || known_file(c, e->d_name))
             continue;
-        st = file_add(c, e->d_name);
+        AMP_GROW(names, n, cap);
+        names[n++] = amp_xstrdup(e->d_name);
     }
     closedir(d);
+    // in the order they were made: of two images of one pid (an exec), the earlier keeps it
+    amp_sort(names, n, sizeof *names, cmp_spool_name);
+    for (size_t i = 0; i < n; i++) {
+        if (st == AMP_OK) st = file_add(c, names[i]);
+        free(names[i]);
+    }
+    free(names);
     return st;
 }
 
@@ -729,8 +760,8 @@ static void remove_done_files(amp_collector_t *c) {
 int amp_collector_live_pids(const amp_collector_t *c, int32_t *out, int max) {
     int n = 0;
     for (int i = 0; i < c->n_files && n < max; i++)
-        if (!c->files[i].done && !c->files[i].writer_gone && c->files[i].pid > 0)
-            out[n++] = c->files[i].pid;
+        if (!c->files[i].done && !c->files[i].writer_gone && c->files[i].os_pid > 0)
+            out[n++] = c->files[i].os_pid;
     return n;
 }
 

@@ -39,7 +39,10 @@ typedef struct amp_spool_header { // 64 bytes at offset 0 of every spool file
     // recording again writes a file each time; the collector makes them one process), from the
     // kernel's random bytes at exec; 0: unknown (a writer before this field, or a test).
     uint64_t exec_id;
-    uint8_t reserved[8];
+    // When the process started (/proc/self/stat's starttime, clock ticks since boot); 0: unknown
+    // (a writer before this field). With the pid and exec_id, one process image's: a pid the
+    // system reuses, in a child forked from the same image (the same exec_id), starts later.
+    uint64_t proc_start;
 } amp_spool_header;
 
 _Static_assert(sizeof(amp_spool_header) == 64, "spool header layout");

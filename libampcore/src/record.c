@@ -215,6 +215,37 @@ static uint64_t exec_id(void) {
     return id;
 }
 
+// fd moved above 0-2 where it took one of them (a program that closed its stdout would print into
+// the spool, and the file it opens next would be ours), closed on exec.
+static int above_stdio(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return moved;
+}
+
+// This process's start time, clock ticks since boot (the 22nd field of /proc/self/stat, after
+// the name in parentheses, which may itself hold spaces and parentheses); 0: unknown.
+static uint64_t proc_start(void) {
+    char buf[1024];
+    const int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    unsigned long long ticks = 0;
+    return p && sscanf(p + 1,
+                       " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+                       "%*d %*d %*d %llu",
+                       &ticks) == 1
+               ? ticks
+               : 0;
+}
+
 // Whether this copy of the recorder is the first in its process to say that recording ended:
 // the copies share no memory, so the first claims a name in the abstract socket namespace (this
 // process's pid and exec_id; the name goes with the process). True as well when the name cannot
@@ -272,7 +303,7 @@ static amp_status spool_create(void) {
     snprintf(tmp, n, "%s/.%d-%lld%s.tmp", g.dir, pid, (long long)t, AMP_SPOOL_SUFFIX);
     snprintf(final, n, "%s/%d-%lld%s", g.dir, pid, (long long)t, AMP_SPOOL_SUFFIX);
     amp_status st = AMP_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    int fd = above_stdio(open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644));
     if (fd < 0) {
         st = amp_set_error(AMP_ERR_IO, "cannot create a spool file in %s: %s", g.dir,
                            strerror(errno));
@@ -282,6 +313,7 @@ static amp_status spool_create(void) {
         amp_spool_header h;
         amp_spool_header_init(&h, pid, (int32_t)getppid(), t, comm);
         h.exec_id = exec_id();
+        h.proc_start = proc_start();
         if (flock(fd, LOCK_EX) != 0 || !write_all(fd, (const uint8_t *)&h, sizeof h) ||
             rename(tmp, final) != 0) {
             st = amp_set_error(AMP_ERR_IO, "cannot create a spool file in %s: %s", g.dir,
@@ -299,7 +331,7 @@ static amp_status spool_create(void) {
     unlock(&g.io_lock);
     if (g.live_fd < 0) {
         char *live = amp_path_join(g.dir, AMP_SPOOL_LIVE_LOCK);
-        g.live_fd = open(live, O_RDONLY | O_CLOEXEC); // (none: not checked)
+        g.live_fd = above_stdio(open(live, O_RDONLY | O_CLOEXEC)); // (none: not checked)
         free(live);
     }
     return AMP_OK;
