@@ -923,6 +923,38 @@ START_TEST(test_spool_keeps_off_a_closed_stdout) {
 }
 END_TEST
 
+// A process that starts recording as the run ends, into a spool directory the launcher could not
+// remove (another such file in it): it must learn that nothing reads it any more and stop (it
+// wrote on, as did every process started after it, until the disk filled).
+START_TEST(test_a_writer_after_the_end_stops) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    char junk[512];
+    snprintf(junk, sizeof junk, "%s/not-a-spool-file", f.spool); // (keeps the directory)
+    const int fd = open(junk, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    finish(c, 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (amp_record_start(f.spool) != AMP_OK) _exit(2);
+        for (int i = 0; i < 200 && amp_record_enabled(); i++) {
+            amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
+            sleep_ms(10);
+        }
+        _exit(amp_record_enabled() ? 1 : 0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the late writer still records after 2 s (status %d)", status);
+    unlink(junk);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_recording_started_again_is_one_process) {
     fixture f;
     fixture_init(&f);
@@ -1742,6 +1774,7 @@ Suite *collector_suite(void) {
     tcase_set_timeout(w, 320); // collect_until_done gives up first, after 300 s
     tcase_add_test(w, test_many_processes);
     tcase_add_test(w, test_recording_started_again_is_one_process);
+    tcase_add_test(w, test_a_writer_after_the_end_stops);
     tcase_add_test(w, test_spool_keeps_off_a_closed_stdout);
     tcase_add_test(w, test_killed_writer_still_ingested);
     tcase_add_test(w, test_truncated_spool);

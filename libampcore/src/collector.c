@@ -866,8 +866,16 @@ static void remove_spool(amp_collector_t *c) {
         free(path);
     }
     if (d) closedir(d);
-    if (rmdir(c->spool_dir) != 0 && errno != ENOENT)
-        warn(c, "spool directory %s not removed: %s", c->spool_dir, strerror(errno));
+    if (rmdir(c->spool_dir) != 0 && errno != ENOENT) {
+        const int e = errno;
+        // a process that began recording at the very end made a file since: the lock file goes
+        // back, unlocked, so that it (and any that start after it) sees recording has ended
+        char *path = amp_path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
+        const int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) close(fd);
+        free(path);
+        warn(c, "spool directory %s not removed: %s", c->spool_dir, strerror(e));
+    }
 }
 
 amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {

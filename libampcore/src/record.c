@@ -199,8 +199,28 @@ static void spool_flush(void) {
     unlock(&g.io_lock);
 }
 
+// fd moved above 0-2 where it took one of them (a program that closed its stdout would print into
+// the spool, and the file it opens next would be ours), closed on exec.
+static int above_stdio(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return moved;
+}
+
+// Opens the spool directory's AMP_SPOOL_LIVE_LOCK into g.live_fd (-1 while it cannot be: tried
+// again at the next flush).
+static void open_live_lock(void) {
+    char *live = amp_path_join(g.dir, AMP_SPOOL_LIVE_LOCK);
+    g.live_fd = above_stdio(open(live, O_RDONLY | O_CLOEXEC));
+    free(live);
+}
+
 // Whether the collector that reads this spool directory is gone: its lock can be taken.
 static bool collector_gone(void) {
+    if (g.live_fd < 0) open_live_lock(); // (none yet: a file limit, or the run ending as it began)
     if (g.live_fd < 0 || flock(g.live_fd, LOCK_SH | LOCK_NB) != 0) return false;
     flock(g.live_fd, LOCK_UN);
     return true;
@@ -213,17 +233,6 @@ static uint64_t exec_id(void) {
     uint64_t id = 0;
     if (r) memcpy(&id, r, sizeof id);
     return id;
-}
-
-// fd moved above 0-2 where it took one of them (a program that closed its stdout would print into
-// the spool, and the file it opens next would be ours), closed on exec.
-static int above_stdio(int fd) {
-    if (fd < 0 || fd > 2) return fd;
-    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    const int e = errno;
-    close(fd);
-    errno = e;
-    return moved;
 }
 
 // This process's start time, clock ticks since boot (the 22nd field of /proc/self/stat, after
@@ -329,11 +338,7 @@ static amp_status spool_create(void) {
     g.fd = fd;
     g.write_failed = false;
     unlock(&g.io_lock);
-    if (g.live_fd < 0) {
-        char *live = amp_path_join(g.dir, AMP_SPOOL_LIVE_LOCK);
-        g.live_fd = above_stdio(open(live, O_RDONLY | O_CLOEXEC)); // (none: not checked)
-        free(live);
-    }
+    if (g.live_fd < 0) open_live_lock();
     return AMP_OK;
 }
 
