@@ -434,8 +434,13 @@ static void set_meta(amp_collector_t *c, const char *key, const char *value) {
 static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
     int wstatus = 0;
     for (;;) {
-        int32_t writers[64];
-        amp_launcher_forward(pid, writers, amp_collector_live_pids(r->collector, writers, 64));
+        // (the list only while a signal waits: a thousand recording processes are no limit)
+        if (amp_launcher_signals_pending()) {
+            const int n = amp_collector_live_pids(r->collector, NULL, 0);
+            int32_t *writers = amp_xmalloc(((size_t)n + 1) * sizeof *writers);
+            amp_launcher_forward(pid, writers, amp_collector_live_pids(r->collector, writers, n));
+            free(writers);
+        }
         // PROG, and what this process adopted (amp_launcher_adopt_orphans) and has ended: no
         // zombies pile up under a program that leaves short-lived processes behind
         bool done = false;
@@ -468,10 +473,10 @@ static int collect(run_state *r, pid_t pid, amp_collector_stats *s) {
         sleep_ns(TICK_NS); // (a worker pool shutting down with PROG is not left running)
     if (n_orphans > 0) {
         fprintf(stderr,
-                "ampprobe: %s exited and left %d process%s running (%s): what %s records from "
-                "now on is not in %s\n",
+                "ampprobe: %s exited and left %d process%s running (%s): what %s from now on "
+                "is not in %s\n",
                 amp_base_name(r->program), n_orphans, n_orphans == 1 ? "" : "es", orphans,
-                n_orphans == 1 ? "it" : "they", r->db_path);
+                n_orphans == 1 ? "it records" : "they record", r->db_path);
         if (amp_collector_set_meta(r->collector, "orphans", orphans) != AMP_OK)
             fprintf(stderr, "ampprobe: %s\n", amp_last_error());
     }

@@ -206,16 +206,21 @@ int amp_launcher_orphans(char *buf, size_t n) {
     return count;
 }
 
-int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below) {
+bool amp_launcher_signals_pending(void) {
     bool pending = false;
     for (int i = 0; i < N_CAUGHT; i++)
         pending |= forwarded[i] != received[i];
-    if (!pending) return 0;
+    return pending;
+}
+
+int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below) {
+    if (!amp_launcher_signals_pending()) return 0;
     // the processes below, found before the child is signalled (a child that dies at once
     // leaves them to init, and no longer below this process)
-    pid_t to[65] = {pid};
+    pid_t *to = amp_xmalloc(((size_t)(n_below > 0 ? n_below : 0) + 1) * sizeof *to);
+    to[0] = pid;
     int n_to = 1;
-    for (int k = 0; k < n_below && n_to < 65; k++)
+    for (int k = 0; k < n_below; k++)
         if (below[k] != pid && descends_from(below[k], getpid())) to[n_to++] = below[k];
     int sent = 0;
     for (int i = 0; i < N_CAUGHT; i++) {
@@ -223,6 +228,7 @@ int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below) {
             for (int k = 0; k < n_to; k++, sent++)
                 kill(to[k], caught[i]);
     }
+    free(to);
     return sent;
 }
 

@@ -32,6 +32,8 @@ void amp_launcher_catch_signals(void);
 // processes) that descend from this one: a shell script between ampprobe and the trainer does
 // not pass a SIGTERM on while it waits. Returns the number sent.
 int amp_launcher_forward(pid_t pid, const int32_t *below, int n_below);
+// Whether a signal caught is waiting for amp_launcher_forward.
+bool amp_launcher_signals_pending(void);
 // How many of the signals that end a run (not SIGUSR1/2) were queued so far (sent to ampprobe
 // alone, not by the terminal): the TUI of `run --tui` closes when one comes.
 int amp_launcher_signals_received(void);

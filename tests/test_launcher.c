@@ -455,6 +455,33 @@ START_TEST(test_signals_are_forwarded) {
 }
 END_TEST
 
+// A SIGTERM reaches every recording process below the launcher, however many (it reached 64).
+START_TEST(test_signals_reach_every_recording_process) {
+    enum { N = 70 };
+    char script[256];
+    snprintf(script, sizeof script, "i=0; while [ $i -lt %d ]; do %s wait & i=$((i+1)); done; wait",
+             N, HELPER);
+    pid_t pid = test_spawn_ampprobe(
+        (const char *[]){"run", "-o", "many.sqlite", "--", "sh", "-c", script, NULL});
+    for (const int64_t t0 = mono_ms();; sleep_ms(50)) { // every helper's META row is in
+        ck_assert_msg(mono_ms() - t0 < 30000, "the helpers did not all start");
+        sqlite3 *db;
+        char err[AMP_STORE_ERR_MAX];
+        if (amp_store_open_readonly(test_in_dir("many.sqlite"), &db, err) != AMP_OK) continue;
+        const int64_t n = test_query_int(db, "SELECT count(*) FROM META WHERE key = 'mode'");
+        sqlite3_close(db);
+        if (n == N) break;
+    }
+    kill(pid, SIGTERM);
+    test_wait_ampprobe(pid);
+    sqlite3 *db = open_db("many.sqlite");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES WHERE status = "
+                                        "'complete'"),
+                     N);
+    sqlite3_close(db);
+}
+END_TEST
+
 // A crash (SIGSEGV, a failed assert's SIGABRT, ...) loses nothing the program recorded: the
 // recorder's handler writes its buffer out before the process dies (50 steps in well under the
 // 100 ms between flushes).
@@ -507,6 +534,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_relative_output_and_a_program_that_changes_directory);
     tcase_add_test(c, test_records_through_the_spool);
     tcase_add_test(c, test_signals_are_forwarded);
+    tcase_add_test(c, test_signals_reach_every_recording_process);
     tcase_add_test(c, test_kill9_mid_run);
     tcase_add_test(c, test_crash_keeps_every_record);
     suite_add_tcase(s, c);

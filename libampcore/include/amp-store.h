@@ -111,7 +111,7 @@ amp_status amp_collector_poll(amp_collector_t *c);
 amp_status amp_collector_poll_for(amp_collector_t *c, int64_t budget_ns);
 void amp_collector_get_stats(const amp_collector_t *c, amp_collector_stats *out);
 // The process ids of up to max writers still running (as of the last poll) into out; returns
-// how many. The launcher passes its signals on to them.
+// how many (out NULL: how many there are, max aside). The launcher passes its signals on to them.
 int amp_collector_live_pids(const amp_collector_t *c, int32_t *out, int max);
 // Ingests the rest, builds the indexes, writes the end time and exit_status (shell convention,
 // 128+signal; < 0: unknown) into META, checkpoints the WAL and removes the spool files and

@@ -759,9 +759,11 @@ static void remove_done_files(amp_collector_t *c) {
 
 int amp_collector_live_pids(const amp_collector_t *c, int32_t *out, int max) {
     int n = 0;
-    for (int i = 0; i < c->n_files && n < max; i++)
-        if (!c->files[i].done && !c->files[i].writer_gone && c->files[i].os_pid > 0)
-            out[n++] = c->files[i].os_pid;
+    for (int i = 0; i < c->n_files && (!out || n < max); i++)
+        if (!c->files[i].done && !c->files[i].writer_gone && c->files[i].os_pid > 0) {
+            if (out) out[n] = c->files[i].os_pid;
+            n++;
+        }
     return n;
 }
 
