@@ -955,6 +955,46 @@ START_TEST(test_a_writer_after_the_end_stops) {
 }
 END_TEST
 
+// A program that closes every descriptor (a daemon's start) and opens a file of its own, which
+// gets the spool file's number: the recorder stops, and writes nothing into that file (its
+// records went into the program's file, unannounced).
+START_TEST(test_a_closed_spool_descriptor_stops_recording) {
+    fixture f;
+    fixture_init(&f);
+    char mine[512];
+    snprintf(mine, sizeof mine, "%s/the-programs-file", f.dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (amp_record_start(f.spool) != AMP_OK) _exit(1);
+        for (int i = 0; i < 2; i++)
+            amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
+        amp_record_flush();
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        const int fd = open(mine, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+        for (int other = 3; other < 64; other++) // (whichever number the spool file had)
+            if (other != fd) dup2(fd, other);
+        for (int i = 2; i < 5; i++)
+            amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
+        amp_record_flush();
+        if (write(fd, "hello\n", 6) != 6) _exit(1);
+        amp_record_stop();
+        _exit(amp_record_enabled() ? 1 : 0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_str_eq(test_slurp(mine), "hello\n");
+    amp_collector_t *c = collector(&f);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 2);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_recording_started_again_is_one_process) {
     fixture f;
     fixture_init(&f);
@@ -1774,6 +1814,7 @@ Suite *collector_suite(void) {
     tcase_set_timeout(w, 320); // collect_until_done gives up first, after 300 s
     tcase_add_test(w, test_many_processes);
     tcase_add_test(w, test_recording_started_again_is_one_process);
+    tcase_add_test(w, test_a_closed_spool_descriptor_stops_recording);
     tcase_add_test(w, test_a_writer_after_the_end_stops);
     tcase_add_test(w, test_spool_keeps_off_a_closed_stdout);
     tcase_add_test(w, test_killed_writer_still_ingested);

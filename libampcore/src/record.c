@@ -45,6 +45,7 @@
 #include <sys/auxv.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,7 +71,11 @@ static struct {
     char *dir; // spool directory
     char *out; // AMPPROBE_OUT
     int fd;
+    dev_t fd_dev;         // the spool file fd was opened on (a program that closes every descriptor
+    ino_t fd_ino;         // and opens a file of its own gets fd's number for it)
     int live_fd;          // the spool directory's AMP_SPOOL_LIVE_LOCK (-1: none; the flusher's)
+    dev_t live_dev;
+    ino_t live_ino;
     uint8_t *buf, *spare; // BUF_BYTES each
     size_t len;
     bool flusher_running, flusher_stop;
@@ -181,6 +186,18 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
     return true;
 }
 
+// Whether fd still names the file (dev, ino) it was opened on: a program may have closed it and
+// opened one of its own under the number, which is not ours to write to or close.
+static bool still_ours(int fd, dev_t dev, ino_t ino) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+static void close_if_ours(int *fd, dev_t dev, ino_t ino) {
+    if (still_ours(*fd, dev, ino)) close(*fd);
+    *fd = -1;
+}
+
 static void spool_flush(void) {
     lock(&g.io_lock);
     lock(&g.lock);
@@ -190,6 +207,14 @@ static void spool_flush(void) {
     g.spare = full;
     g.len = 0;
     unlock(&g.lock);
+    if (n > 0 && g.fd >= 0 && !g.write_failed && !still_ours(g.fd, g.fd_dev, g.fd_ino)) {
+        g.write_failed = true; // (what the program opened in its place is not written to)
+        amp_record_trace_mask = 0;
+        fprintf(stderr,
+                "ampprobe: the program closed the spool file's descriptor (%d); recording "
+                "stopped\n",
+                g.fd);
+    }
     if (n > 0 && g.fd >= 0 && !g.write_failed && !write_all(g.fd, full, n)) {
         g.write_failed = true;
         amp_record_trace_mask = 0;
@@ -216,12 +241,19 @@ static void open_live_lock(void) {
     char *live = amp_path_join(g.dir, AMP_SPOOL_LIVE_LOCK);
     g.live_fd = above_stdio(open(live, O_RDONLY | O_CLOEXEC));
     free(live);
+    struct stat st;
+    if (g.live_fd >= 0 && fstat(g.live_fd, &st) == 0) {
+        g.live_dev = st.st_dev;
+        g.live_ino = st.st_ino;
+    }
 }
 
 // Whether the collector that reads this spool directory is gone: its lock can be taken.
 static bool collector_gone(void) {
     if (g.live_fd < 0) open_live_lock(); // (none yet: a file limit, or the run ending as it began)
-    if (g.live_fd < 0 || flock(g.live_fd, LOCK_SH | LOCK_NB) != 0) return false;
+    if (g.live_fd < 0 || !still_ours(g.live_fd, g.live_dev, g.live_ino) ||
+        flock(g.live_fd, LOCK_SH | LOCK_NB) != 0)
+        return false;
     flock(g.live_fd, LOCK_UN);
     return true;
 }
@@ -334,8 +366,12 @@ static amp_status spool_create(void) {
     free(tmp);
     free(final);
     if (st != AMP_OK) return st;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) sb = (struct stat){0};
     lock(&g.io_lock);
     g.fd = fd;
+    g.fd_dev = sb.st_dev;
+    g.fd_ino = sb.st_ino;
     g.write_failed = false;
     unlock(&g.io_lock);
     if (g.live_fd < 0) open_live_lock();
@@ -457,12 +493,11 @@ static void close_locked(void) {
     if (g.state == SPOOL_READY) {
         spool_flush();
         lock(&g.io_lock);
-        close(g.fd); // releases the flock: the collector now reads this file to its end
-        g.fd = -1;
+        close_if_ours(&g.fd, g.fd_dev, g.fd_ino); // releases the flock: the collector reads
+                                                  // this file to its end now
         unlock(&g.io_lock);
     }
-    if (g.live_fd >= 0) close(g.live_fd); // (the flusher, its only user, has stopped)
-    g.live_fd = -1;
+    close_if_ours(&g.live_fd, g.live_dev, g.live_ino); // (the flusher, its only user, stopped)
     __atomic_store_n(&g.state, SPOOL_CLOSED, __ATOMIC_RELEASE);
     if (g.collector && g.collector_pid == getpid()) collector_stop();
 }
@@ -487,10 +522,8 @@ static void atfork_child(void) {
     unlock(&g.timer_lock);
     unlock(&g.init_lock);
     cond_init(); // the parent's threads may have waited on it; they do not exist here
-    if (g.fd >= 0) close(g.fd); // the parent's file: its lock stays with the parent
-    g.fd = -1;
-    if (g.live_fd >= 0) close(g.live_fd); // (opened again with this process's spool file)
-    g.live_fd = -1;
+    close_if_ours(&g.fd, g.fd_dev, g.fd_ino);          // the parent's file: its lock stays with it
+    close_if_ours(&g.live_fd, g.live_dev, g.live_ino); // (opened again with this one's spool)
     g.len = 0; // the parent flushes these
     g.flusher_running = false;
     g.state = SPOOL_CLOSED;
