@@ -638,6 +638,7 @@ int amp_cmd_run(int argc, char **argv) {
         free(path);
         return 2;
     }
+    amp_launcher_raise_file_limit();
     amp_launcher_catch_signals();
     amp_launcher_adopt_orphans();
     pid_t pid;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -92,6 +93,18 @@ static bool redirect_io(int out_fd) {
            dup2(out_fd, STDERR_FILENO) >= 0;
 }
 
+// The soft limit on open files ampprobe was started with (amp_launcher_raise_file_limit).
+static struct rlimit saved_files;
+static bool files_raised;
+
+void amp_launcher_raise_file_limit(void) {
+    struct rlimit r;
+    if (files_raised || getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+    saved_files = r;
+    r.rlim_cur = r.rlim_max;
+    files_raised = setrlimit(RLIMIT_NOFILE, &r) == 0;
+}
+
 int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return errno;
@@ -107,6 +120,7 @@ int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid) {
         for (int i = 0; dispositions_saved && i < N_CAUGHT; i++)
             sigaction(caught[i], &saved[i], NULL);
         if (dispositions_saved) sigaction(SIGPIPE, &saved_pipe, NULL);
+        if (files_raised) setrlimit(RLIMIT_NOFILE, &saved_files); // and its own file limit
         close(fds[0]);
         if (out_fd < 0 || redirect_io(out_fd)) execvp(argv[0], argv);
         int err = errno;

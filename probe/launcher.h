@@ -22,6 +22,10 @@ int amp_launcher_spawn(char *const *argv, pid_t *pid);
 // The same, with the program's stdout and stderr sent to out_fd and its stdin from /dev/null
 // (`ampprobe run --tui`: the terminal belongs to the TUI). out_fd < 0: as amp_launcher_spawn.
 int amp_launcher_spawn_io(char *const *argv, int out_fd, pid_t *pid);
+// Raises this process's soft limit on open files to the hard one (the collector holds a spool
+// file open per recording process: hundreds of workers); a child spawned afterwards gets the
+// limit this process was started with.
+void amp_launcher_raise_file_limit(void);
 
 // From now on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 no longer end this process;
 // they are queued for amp_launcher_forward. A signal the terminal sent to the whole foreground

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -482,6 +483,41 @@ START_TEST(test_signals_reach_every_recording_process) {
 }
 END_TEST
 
+// Many recording processes at once under a low limit on open files: the launcher raises its own
+// soft limit (the program keeps the one it was given), and under a hard limit too low for all of
+// their spool files at once, those it cannot open yet wait for a descriptor (they were ignored:
+// their records lost).
+START_TEST(test_spool_files_wait_for_a_descriptor) {
+    enum { N = 60 };
+    char script[256];
+    snprintf(script, sizeof script,
+             "ulimit -Sn > limit.txt; i=0; while [ $i -lt %d ]; do %s exit 0 & i=$((i+1)); "
+             "done; wait",
+             N, HELPER);
+    for (int hard = 0; hard <= 1; hard++) {
+        const char *name = hard ? "hard.sqlite" : "soft.sqlite";
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            struct rlimit r;
+            getrlimit(RLIMIT_NOFILE, &r);
+            r.rlim_cur = 40;
+            if (hard) r.rlim_max = 40;
+            if (setrlimit(RLIMIT_NOFILE, &r) != 0 || chdir(test_in_dir(".")) != 0) _exit(126);
+            execl(AMPPROBE, AMPPROBE, "run", "-o", name, "--", "sh", "-c", script, (char *)NULL);
+            _exit(127);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+        ck_assert_str_eq(test_slurp("limit.txt"), "40\n");
+        sqlite3 *db = open_db(name);
+        ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM META WHERE key = 'mode'"), N);
+        sqlite3_close(db);
+    }
+}
+END_TEST
+
 // A crash (SIGSEGV, a failed assert's SIGABRT, ...) loses nothing the program recorded: the
 // recorder's handler writes its buffer out before the process dies (50 steps in well under the
 // 100 ms between flushes).
@@ -535,6 +571,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_records_through_the_spool);
     tcase_add_test(c, test_signals_are_forwarded);
     tcase_add_test(c, test_signals_reach_every_recording_process);
+    tcase_add_test(c, test_spool_files_wait_for_a_descriptor);
     tcase_add_test(c, test_kill9_mid_run);
     tcase_add_test(c, test_crash_keeps_every_record);
     suite_add_tcase(s, c);

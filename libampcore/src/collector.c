@@ -97,6 +97,8 @@ struct amp_collector {
     bool in_txn;
     bool own_spool_dir; // created by amp_collector_new
     bool spool_dir_warned;
+    bool fds_warned; // a spool file waited for a file descriptor
+    int fd_waits;    // spool files the last scan found but could not open yet (EMFILE)
     bool finished;
     char *stopped; // why recording stopped short (META capture_error at the end); NULL: it did not
     char *reserve; // RESERVE_BYTES held in the spool directory until the end; NULL: none
@@ -669,6 +671,17 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     if (f->fd < 0) f->fd = open(path, O_RDONLY | O_CLOEXEC);
     free(path);
     c->stats.files++;
+    if (f->fd < 0 && (errno == EMFILE || errno == ENFILE)) { // tried again at the next scan
+        if (!c->fds_warned)
+            warn(c, "spool file %s: %s; it waits until a descriptor frees (raise ulimit -n)", name,
+                 strerror(errno));
+        c->fds_warned = true;
+        c->fd_waits++;
+        free(f->name);
+        c->n_files--;
+        c->stats.files--;
+        return AMP_OK;
+    }
     amp_spool_header h;
     if (f->fd < 0 || pread(f->fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
         warn(c, "spool file %s: %s; ignored", name, f->fd < 0 ? strerror(errno) : "no header");
@@ -724,6 +737,7 @@ static amp_status scan_dir(amp_collector_t *c) {
     }
     amp_status st = AMP_OK;
     const size_t suffix = strlen(AMP_SPOOL_SUFFIX);
+    c->fd_waits = 0;
     char **names = NULL;
     size_t n = 0, cap = 0;
     for (struct dirent *e; (e = readdir(d));) {
@@ -883,6 +897,11 @@ static void remove_spool(amp_collector_t *c) {
 amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
     AMP_ASSERT(!c->finished, "finish called twice");
     amp_status lost = poll_files(c);
+    // files that waited for a descriptor get those of the files just finished, while that helps
+    for (int before = -1; lost == AMP_OK && c->fd_waits && c->n_files != before;) {
+        before = c->n_files;
+        lost = poll_files(c);
+    }
     give_back_reserve(c); // room, on a full disk, for the end of the run
     char lost_msg[1024] = "";
     if (lost != AMP_OK) {
