@@ -51,11 +51,16 @@ void report_json_str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+// An integer below 2^53 whole (a scale of 2^36 is 68719476736, a peak of 3733245182 bytes that
+// many: 9 digits made them 6.87194767e+10 and 3.73324518e+09), anything else to 15 significant
+// digits (what a double holds of a decimal: a mean of 2.893 is not 2.8930000000000007).
 void report_json_num(FILE *out, double v) {
-    if (isfinite(v))
-        fprintf(out, "%.9g", v);
-    else
+    if (!isfinite(v))
         fputs("null", out);
+    else if (v == floor(v) && fabs(v) < 0x1p53)
+        fprintf(out, "%.0f", v);
+    else
+        fprintf(out, "%.15g", v);
 }
 
 void report_json_step(FILE *out, int64_t s) {

@@ -3483,8 +3483,10 @@ END_TEST
 
 START_TEST(json_carries_the_stable_keys) {
     attn_overflow();
+    sql("UPDATE AMP_STEPS SET mem_peak_bytes = 3733245182 WHERE step = 2;");
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *j = test_read_file(out_path, NULL);
+    ck_assert_ptr_nonnull(strstr(j, "\"peak_memory\": 3733245182,")); // (not 3.73324518e+09)
     ck_assert_ptr_nonnull(strstr(j, "\"findings\": ["));
     ck_assert_ptr_nonnull(strstr(j, "{\"rule\": \"nonfinite-root-cause\", \"severity\": \"error\", "
                                     "\"steps\": {\"first\": 3, \"last\": 11}, "
