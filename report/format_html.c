@@ -426,6 +426,16 @@ typedef struct scale_bucket {
     size_t at_zero, first_zero, last_zero;
 } scale_bucket;
 
+// A scale the plot draws: above 0 and finite (the record API takes any double), at fp32's range
+// at most (2^-160 to 2^130: an fp32 scale never leaves it, and the log axis keeps its ends
+// finite; 5e-324 or 1e308 made them NaN).
+static bool plotted(double v) {
+    return v > 0 && v < INFINITY;
+}
+static double scale_at(double v) {
+    return fmin(fmax(v, 0x1p-160), 0x1p130);
+}
+
 static scale_bucket scale_bucket_of(const bucketing *k, size_t b) {
     size_t lo, hi;
     bucket_steps(k, b, &lo, &hi);
@@ -436,7 +446,7 @@ static scale_bucket scale_bucket_of(const bucketing *k, size_t b) {
                       .max = -INFINITY};
     for (size_t i = lo; i < hi; i++) {
         const report_step *s = &k->s[i];
-        if (s->skipped && s->scale_before > 0) {
+        if (s->skipped && plotted(s->scale_before)) {
             if (!r.skipped++) r.first_skip = i;
             r.last_skip = i;
         } else if (s->skipped && s->scale_before == 0) { // a collapse past the smallest float
@@ -444,15 +454,15 @@ static scale_bucket scale_bucket_of(const bucketing *k, size_t b) {
             r.last_zero = i;
         }
         if (!s->has_scale) continue;
-        if (s->scale_before > 0) {
+        if (plotted(s->scale_before)) {
             if (r.first == k->n) r.first = i;
-            r.min = fmin(r.min, s->scale_before);
-            r.max = fmax(r.max, s->scale_before);
+            r.min = fmin(r.min, scale_at(s->scale_before));
+            r.max = fmax(r.max, scale_at(s->scale_before));
         }
-        if (s->scale_after > 0) {
+        if (plotted(s->scale_after)) {
             r.last = i;
-            r.min = fmin(r.min, s->scale_after);
-            r.max = fmax(r.max, s->scale_after);
+            r.min = fmin(r.min, scale_at(s->scale_after));
+            r.max = fmax(r.max, scale_at(s->scale_after));
         }
     }
     return r;
@@ -472,9 +482,10 @@ static void plot_scale(FILE *out, const bucketing *k) {
     plot_steps(&p, k->s[0].step, k->s[k->n - 1].step, 0);
     for (size_t i = 0; i < k->n; i++) {
         const report_step *s = &k->s[i];
-        if (!s->has_scale || !(s->scale_before > 0)) continue;
-        p.y0 = fmin(p.y0, fmin(s->scale_before, s->scale_after > 0 ? s->scale_after : INFINITY));
-        p.y1 = fmax(p.y1, fmax(s->scale_before, s->scale_after));
+        if (!s->has_scale || !plotted(s->scale_before)) continue;
+        const double after = plotted(s->scale_after) ? scale_at(s->scale_after) : NAN;
+        p.y0 = fmin(p.y0, fmin(scale_at(s->scale_before), after));
+        p.y1 = fmax(p.y1, fmax(scale_at(s->scale_before), after));
     }
     if (!isfinite(p.y0)) return; // no GradScaler
     p.y0 /= 2, p.y1 *= 2;
@@ -505,12 +516,13 @@ static void plot_scale(FILE *out, const bucketing *k) {
     for (size_t b = 0; b < k->nb; b++) {
         const scale_bucket r = buckets[b];
         if (r.first < k->n) {
-            x = px(&p, (double)k->s[r.first].step), y = py(&p, k->s[r.first].scale_before);
+            x = px(&p, (double)k->s[r.first].step),
+            y = py(&p, scale_at(k->s[r.first].scale_before));
             fprintf(out, "%.1f,%.1f ", x, y);
             points++;
         }
         if (r.last < k->n) {
-            x = px(&p, (double)k->s[r.last].step), y = py(&p, k->s[r.last].scale_after);
+            x = px(&p, (double)k->s[r.last].step), y = py(&p, scale_at(k->s[r.last].scale_after));
             fprintf(out, "%.1f,%.1f ", x, y);
             points++;
         }
@@ -525,8 +537,8 @@ static void plot_scale(FILE *out, const bucketing *k) {
         if (r.skipped) {
             const report_step *s = &k->s[r.first_skip];
             steps_phrase(where, sizeof where, s->step, k->s[r.last_skip].step);
-            skip_mark(out, px(&p, (double)s->step), py(&p, s->scale_before), "#d62728", where,
-                      r.skipped);
+            skip_mark(out, px(&p, (double)s->step), py(&p, scale_at(s->scale_before)), "#d62728",
+                      where, r.skipped);
         }
         if (r.at_zero) {
             at_zero = true;

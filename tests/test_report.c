@@ -3230,6 +3230,30 @@ END_TEST
 // A step whose step record never came (killed after the GradScaler's update) has no loss: no
 // non-finite mark. Steps numbered in the 1e17s (by tokens seen) still get their ticks, and the
 // page ends (the tick loop stood still where a step is below a double's spacing).
+// Scales a producer of its own may record (the record API takes any double) past fp32's range:
+// the loss-scale plot stays drawable (its axis and points were NaN for 1e308, inf, 5e-324).
+START_TEST(html_scale_plot_of_scales_past_fp32s_range) {
+    const char *values[] = {"1e308", "'Inf'", "5e-324", "0", "-1"};
+    for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+        wipe();
+        steps(20, 65536);
+        char q[160];
+        snprintf(q, sizeof q,
+                 "UPDATE AMP_STEPS SET scale_after = %s WHERE step = 7;"
+                 "UPDATE AMP_STEPS SET scale_before = %s, scale_after = %s WHERE step > 7;",
+                 values[i], values[i], values[i]);
+        sql(q);
+        ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        char *scale = html_figure(t, "Loss scale");
+        ck_assert_msg(!strstr(scale, "nan") && !strstr(scale, "inf\""), "%s: %.300s", values[i],
+                      scale);
+        free(scale);
+        free(t);
+    }
+}
+END_TEST
+
 START_TEST(html_steps_without_a_loss_or_numbered_in_the_1e17s) {
     healthy(6);
     sql("UPDATE AMP_STEPS SET loss = NULL, loss_finite = NULL, start_ns = NULL, end_ns = NULL "
@@ -3803,6 +3827,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, html_amax_spans_the_steps_and_marks_nonfinite_outputs);
     tcase_add_test(tc, html_amax_marks_each_step_whose_statistics_saw_nan);
     tcase_add_test(tc, html_steps_without_a_loss_or_numbered_in_the_1e17s);
+    tcase_add_test(tc, html_scale_plot_of_scales_past_fp32s_range);
     tcase_add_test(tc, steps_at_the_ends_of_int64_are_bucketed_without_overflow);
     tcase_add_test(tc, html_plots_of_several_processes_follow_the_one_that_broke);
     tcase_add_test(tc, html_short_runs_have_whole_step_ticks_and_visible_points);
