@@ -319,6 +319,7 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .found_inf = col_i64(q, 6, 0) != 0,
                            .skipped = col_i64(q, 7, 0) != 0,
                            .grad_amax = NAN,
+                           .grad_amax_narrow = NAN,
                            .start_ns = col_i64(q, 8, -1),
                            .end_ns = col_i64(q, 9, -1),
                            .mem_peak = col_i64(q, 10, -1)};
@@ -724,10 +725,12 @@ static report_step *grad_step(stats_pass *p, int32_t pid, int64_t step) {
     return p->step;
 }
 
-// A gradient's amax (numel > 1) into its step record's largest.
-static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax) {
+// A gradient's amax (numel > 1) into its step record's largest (narrow: stored in its target
+// dtype).
+static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax, bool narrow) {
     report_step *st = grad_step(p, pid, step);
     if (st && !(amax <= st->grad_amax)) st->grad_amax = amax;
+    if (st && narrow && !(amax <= st->grad_amax_narrow)) st->grad_amax_narrow = amax;
 }
 
 // An activation's amax (NaN: no finite value) into its layer's bucket; bad: it held NaN or +inf.
@@ -814,7 +817,9 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
         const bool has_amax = sqlite3_column_type(q, 7) != SQLITE_NULL; // (SQLite's NaN)
         const double amax = has_amax ? sqlite3_column_double(q, 7) : NAN;
         const int64_t step = sqlite3_column_int64(q, 8);
-        if (grad && has_amax && col_i64(q, 6, 0) > 1) add_grad_amax(&p, k.pid, step, amax);
+        if (grad && has_amax && col_i64(q, 6, 0) > 1)
+            add_grad_amax(&p, k.pid, step, amax,
+                          last->target[0] && strcmp(last->dtype, last->target) == 0);
         if (act && !no_layer && p.width)
             add_forward_amax(&p, k.pid, k.layer, step, amax,
                              col_i64(q, 12, 0) > 0 || col_i64(q, 13, 0) > 0);
@@ -1368,16 +1373,21 @@ double report_scale_for_amax(double u) {
 }
 
 double report_unscaled_grad_amax(const report_model *m, int32_t pid) {
-    double best = NAN;
     const report_process *p = report_process_find(m, pid);
-    for (size_t i = p ? p->step0 : 0; p && i < p->step0 + p->n_steps; i++) {
-        const report_step *s = &m->steps[i];
-        const double scale = s->has_scale ? s->scale_before : 1.0; // no GradScaler: unscaled
-        if (s->skipped || !(s->grad_amax > 0) || !(scale > 0)) continue;
-        double u = s->grad_amax / scale;
-        if (isnan(best) || u > best) best = u;
+    // the gradients stored in their target dtype where there are any: those a scale overflows
+    for (int narrow = 1; narrow >= 0; narrow--) {
+        double best = NAN;
+        for (size_t i = p ? p->step0 : 0; p && i < p->step0 + p->n_steps; i++) {
+            const report_step *s = &m->steps[i];
+            const double scale = s->has_scale ? s->scale_before : 1.0; // no GradScaler: unscaled
+            const double amax = narrow ? s->grad_amax_narrow : s->grad_amax;
+            if (s->skipped || !(amax > 0) || !(scale > 0)) continue;
+            const double u = amax / scale;
+            if (isnan(best) || u > best) best = u;
+        }
+        if (!isnan(best)) return best;
     }
-    return best;
+    return NAN;
 }
 
 // ---------------------------------------------------------------------------------------------

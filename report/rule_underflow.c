@@ -320,10 +320,9 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         snprintf(f->advice, sizeof f->advice,
                  "The scale (%.9g at the last step applied) is already above what the largest "
                  "gradients allow (%.9g keeps the largest unscaled gradient %.3g under 65504/2; "
-                 "above it steps overflow and are skipped), and these values are lost even so: "
-                 "the gradients span too many magnitudes for fp16. Keep the affected layers' "
-                 "backward in fp32 or train in bf16; see the loss-scale finding for the scale "
-                 "itself.",
+                 "above it a step whose gradients reach that size overflows and is skipped), and "
+                 "these values are lost even so: the gradients span too many magnitudes for "
+                 "fp16. Keep the affected layers' backward in fp32 or train in bf16.",
                  cur, rec, u);
     else if (!(rec > cur))
         snprintf(

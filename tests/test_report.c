@@ -1630,6 +1630,29 @@ START_TEST(grad_underflow_at_a_scale_above_the_recommended_one) {
 }
 END_TEST
 
+// The scale is recommended from the gradients stored in the run's 16-bit dtype: an f32 gradient
+// does not overflow (the mean loss's 1/batch towards its log-probabilities, 0.5 at a batch of 2
+// however well the model fits, read "above what the largest gradients allow" over a run that
+// never skipped a step); what of it reaches f16 is a row of its own.
+START_TEST(grad_underflow_scale_is_of_the_16_bit_gradients) {
+    healthy(6);
+    mlp_underflows("'activation_grad', 'weight_grad'");
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 1e6, min = -1e6, max = 1e6 WHERE op = 'log_softmax' "
+        "AND kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_close(evidence(f, "grad_amax_unscaled"), 6680.0 / 65536, 1e-12, 0);
+    ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
+    release();
+    // with no 16-bit gradient recorded, all of them
+    sql("UPDATE AMP_TENSOR_STATS SET dtype = 'f32' WHERE kind = 'activation_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_close(evidence(&findings.v[0], "grad_amax_unscaled"), 1e6 / 65536, 1e-9, 0);
+    release();
+}
+END_TEST
+
 // A run of two programs (a script that trains one after the other): each model's gradients are
 // judged by themselves, and the loss scale recommended from its own largest gradient; the ranks
 // of one model (the same layers) stay one finding.
@@ -3766,6 +3789,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
+    tcase_add_test(tc, grad_underflow_scale_is_of_the_16_bit_gradients);
     tcase_add_test(tc, grad_underflow_names_the_steps_it_counted);
     tcase_add_test(tc, grad_underflow_and_scale_are_of_each_model);
     tcase_add_test(tc, grad_underflow_weighs_what_reaches_the_optimizer);
