@@ -420,6 +420,8 @@ static void summary(const run_opts *o, const char *path, int wstatus,
     char holds[64] = "not all of them";
     if (kept >= 0)
         snprintf(holds, sizeof holds, "%lld step%s", (long long)kept, kept == 1 ? "" : "s");
+    else if (access(path, F_OK) != 0)
+        snprintf(holds, sizeof holds, "nothing (there is no such file now)");
     fprintf(stderr, "ampprobe: %lld steps%s (%lld skipped) and %lld events read; %s holds %s\n",
             (long long)s->steps, procs, (long long)s->skipped, (long long)s->events, path, holds);
     fprintf(stderr, "ampprobe: recording stopped short of the run: %s\n", s->stopped);

@@ -518,6 +518,23 @@ START_TEST(test_spool_files_wait_for_a_descriptor) {
 }
 END_TEST
 
+// The database removed while the run records (or replaced by another file): the launcher says
+// that its rows are gone (it said "N steps ... -> NAME" of a file that no longer existed).
+START_TEST(test_a_database_removed_mid_run_is_said) {
+    pid_t pid = start_waiting("gone.sqlite", false);
+    char path[512];
+    snprintf(path, sizeof path, "%s", test_in_dir("gone.sqlite"));
+    ck_assert_int_eq(unlink(path), 0);
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(test_wait_ampprobe(pid), 128 + SIGTERM);
+    const char *err = test_slurp("err.txt");
+    ck_assert_msg(strstr(err, "gone.sqlite holds nothing (there is no such file now)") &&
+                      strstr(err, "recording stopped short of the run: the database file was "
+                                  "removed or replaced while the run was recorded"),
+                  "%s", err);
+}
+END_TEST
+
 // A crash (SIGSEGV, a failed assert's SIGABRT, ...) loses nothing the program recorded: the
 // recorder's handler writes its buffer out before the process dies (50 steps in well under the
 // 100 ms between flushes).
@@ -570,6 +587,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_relative_output_and_a_program_that_changes_directory);
     tcase_add_test(c, test_records_through_the_spool);
     tcase_add_test(c, test_signals_are_forwarded);
+    tcase_add_test(c, test_a_database_removed_mid_run_is_said);
     tcase_add_test(c, test_signals_reach_every_recording_process);
     tcase_add_test(c, test_spool_files_wait_for_a_descriptor);
     tcase_add_test(c, test_kill9_mid_run);

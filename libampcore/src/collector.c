@@ -108,6 +108,7 @@ struct amp_collector {
     // is closed after the store, as closing a descriptor of the file drops the process's fcntl
     // locks on it.
     int db_lock_fd;
+    char *db_path;
 };
 
 // Below this much free space a spool cut off mid-record was cut by a full disk, not a kill.
@@ -300,6 +301,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
         failed_start(c);
         return st;
     }
+    c->db_path = amp_xstrdup(db_path);
     c->db_lock_fd = open(db_path, O_RDONLY | O_CLOEXEC);
     if (c->db_lock_fd >= 0 && flock(c->db_lock_fd, LOCK_EX | LOCK_NB) != 0) {
         close(c->db_lock_fd);
@@ -368,6 +370,7 @@ void amp_collector_free(amp_collector_t *c) {
     free(c->buf);
     free(c->spool_dir);
     free(c->stopped);
+    free(c->db_path);
     free(c);
 }
 
@@ -935,6 +938,12 @@ amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
     if (st == AMP_OK) st = amp_store_finish(c->store);
     remove_done_files(c); // (the run is over: what is not in the database by now never will be)
     remove_spool(c);
+    struct stat held, named; // the file written is still the one the name gives
+    if (c->db_lock_fd >= 0 && fstat(c->db_lock_fd, &held) == 0 &&
+        (stat(c->db_path, &named) != 0 || named.st_dev != held.st_dev ||
+         named.st_ino != held.st_ino))
+        note_stopped(c, "the database file was removed or replaced while the run was recorded: "
+                        "its rows went with the removed file");
     if (st != AMP_OK) return st;
     return lost == AMP_OK ? AMP_OK : amp_set_error(lost, "%s", lost_msg);
 }
