@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -214,7 +215,7 @@ static bool remove_db_files(const char *path) {
 
 // Creates the (empty) output file exclusively, so that no other run takes the name. Returns
 // the path (malloc'd) or NULL after printing why not.
-static char *claim_output(const run_opts *o) {
+static char *claim_output(const run_opts *o, int *lock_fd) {
     char buf[64];
     const char *path = o->output;
     struct stat sb;
@@ -252,8 +253,12 @@ static char *claim_output(const run_opts *o) {
             path = buf;
         }
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            close(fd);
+        if (fd >= 0) { // locked from its creation on: a --force elsewhere sees a live run's file
+            if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+                close(fd);
+                fd = -1;
+            }
+            *lock_fd = fd;
             break;
         }
         if (errno == EEXIST && !o->output) continue;
@@ -593,13 +598,15 @@ int amp_cmd_run(int argc, char **argv) {
         fprintf(stderr, "ampprobe run: --tui needs a terminal (stdin and stdout)\n");
         return 2;
     }
-    char *path = claim_output(&o);
+    int lock_fd = -1;
+    char *path = claim_output(&o, &lock_fd);
     if (!path) return 2;
     run_state r = {.tty = !o.tui && isatty(STDERR_FILENO) && tui_terminal_usable(STDERR_FILENO),
                    .program = o.prog[0]};
     // the spool directory beside it by an absolute name: PROG may change directory
     char *abs_path = realpath(path, NULL);
-    amp_status opened = amp_collector_new(abs_path ? abs_path : path, NULL, &r.collector);
+    amp_status opened =
+        amp_collector_new_locked(abs_path ? abs_path : path, NULL, lock_fd, &r.collector);
     free(abs_path);
     if (opened != AMP_OK) {
         fprintf(stderr, "ampprobe: %s\n", amp_last_error());

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -543,6 +544,34 @@ START_TEST(test_event_storm_is_bounded) {
     ck_assert_int_eq(test_query_int(db, "SELECT count FROM AMP_EVENTS WHERE kind = 'overflow'"),
                      -999);
     sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+// A database file claimed by its creator (O_EXCL, then flock) shows live from that moment: the
+// collector takes the locked descriptor over, so that no `ampprobe run --force` can replace the
+// file between the claim and the collector's start (it did: two runs wrote one file). The
+// descriptor is the collector's to close, also when it fails to start.
+START_TEST(test_a_claimed_database_is_busy_from_its_creation) {
+    fixture f;
+    fixture_init(&f);
+    ck_assert(!amp_collector_db_busy(f.db));
+    int fd = open(f.db, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    ck_assert(amp_collector_db_busy(f.db));
+    amp_collector_t *c;
+    ck_assert_int_eq(amp_collector_new_locked(f.db, f.spool, fd, &c), AMP_OK);
+    ck_assert(amp_collector_db_busy(f.db));
+    finish(c, 0);
+    ck_assert(!amp_collector_db_busy(f.db));
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1); // (closed with the collector)
+    char other[160];
+    snprintf(other, sizeof other, "%s/other.sqlite", f.dir);
+    fd = open(other, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(amp_collector_new_locked(other, "/nonexistent-spool", fd, &c), AMP_ERR_IO);
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1);
     fixture_free(&f);
 }
 END_TEST
@@ -1806,6 +1835,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_a_step_recorded_twice_is_merged);
     tcase_add_test(t, test_text_is_stored_as_utf8);
     tcase_add_test(t, test_event_count_saturates);
+    tcase_add_test(t, test_a_claimed_database_is_busy_from_its_creation);
     tcase_add_test(t, test_process_images_of_one_pid_are_kept_apart);
     tcase_add_test(t, test_event_count_saturates_across_commits);
     tcase_set_timeout(t, 60);

@@ -91,6 +91,13 @@ typedef struct amp_collector_stats {
 // the name. spool_dir must exist; NULL creates a fresh one next to the database (removed by
 // finish, or by free when it is still empty). AMP_ERR_IO (naming the path) on failure.
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out);
+// The same for a database file the caller created to claim the name and holds an exclusive
+// flock on through lock_fd (an open descriptor of db_path): the collector takes the descriptor
+// over, so that the run shows live to amp_collector_db_busy from the name's creation on (an
+// `ampprobe run --force` started meanwhile replaced the file); closed with the collector, or at
+// once when this fails.
+amp_status amp_collector_new_locked(const char *db_path, const char *spool_dir, int lock_fd,
+                                    amp_collector_t **out);
 // Whether a live collector (of this or another process) is writing the database at db_path.
 bool amp_collector_db_busy(const char *db_path);
 // The spool directory: what producers get as AMPPROBE_SPOOL_DIR.

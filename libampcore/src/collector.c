@@ -276,36 +276,49 @@ static void failed_start(amp_collector_t *c) {
 }
 
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out) {
+    return amp_collector_new_locked(db_path, spool_dir, -1, out);
+}
+
+amp_status amp_collector_new_locked(const char *db_path, const char *spool_dir, int lock_fd,
+                                    amp_collector_t **out) {
     *out = NULL;
     char *dir = NULL;
+    amp_status st = AMP_OK;
     if (spool_dir) {
         struct stat sb;
         if (stat(spool_dir, &sb) != 0)
-            return amp_set_error(AMP_ERR_IO, "%s: %s", spool_dir, strerror(errno));
-        if (!S_ISDIR(sb.st_mode))
-            return amp_set_error(AMP_ERR_IO, "%s: not a directory", spool_dir);
-        dir = amp_xstrdup(spool_dir);
+            st = amp_set_error(AMP_ERR_IO, "%s: %s", spool_dir, strerror(errno));
+        else if (!S_ISDIR(sb.st_mode))
+            st = amp_set_error(AMP_ERR_IO, "%s: not a directory", spool_dir);
+        else
+            dir = amp_xstrdup(spool_dir);
     } else {
-        amp_status st = make_spool_dir(db_path, &dir);
-        if (st != AMP_OK) return st;
+        st = make_spool_dir(db_path, &dir);
+    }
+    if (st != AMP_OK) {
+        if (lock_fd >= 0) close(lock_fd);
+        return st;
     }
     amp_collector_t *c = amp_xcalloc(1, sizeof *c);
-    c->live_fd = c->db_lock_fd = -1;
+    c->live_fd = -1;
+    c->db_lock_fd = lock_fd; // (-1: taken below, once the file exists)
     c->spool_dir = dir;
     c->own_spool_dir = !spool_dir;
     c->buf = amp_xmalloc(READ_CHUNK);
     c->stats.last_step = -1;
     c->stats.last_step_ms = c->stats.last_loss = c->stats.scale = NAN;
-    amp_status st = amp_store_create(db_path, &c->store);
+    st = amp_store_create(db_path, &c->store);
     if (st != AMP_OK) {
         failed_start(c);
         return st;
     }
     c->db_path = amp_xstrdup(db_path);
-    c->db_lock_fd = open(db_path, O_RDONLY | O_CLOEXEC);
-    if (c->db_lock_fd >= 0 && flock(c->db_lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        close(c->db_lock_fd);
-        c->db_lock_fd = -1;
+    if (c->db_lock_fd < 0) {
+        c->db_lock_fd = open(db_path, O_RDONLY | O_CLOEXEC);
+        if (c->db_lock_fd >= 0 && flock(c->db_lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            close(c->db_lock_fd);
+            c->db_lock_fd = -1;
+        }
     }
     char host[256] = "";
     gethostname(host, sizeof host - 1);
