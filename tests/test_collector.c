@@ -1766,6 +1766,30 @@ END_TEST
 // ---------------------------------------------------------------------------------------------
 // A program on its own: AMPPROBE_OUT, or nothing
 
+// AMPPROBE_OUT's META command is the whole command line (it kept 8191 bytes and 255 words).
+START_TEST(test_ampprobe_out_keeps_the_whole_command) {
+    fixture f;
+    fixture_init(&f);
+    char env_out[160], out[64];
+    snprintf(env_out, sizeof env_out, "AMPPROBE_OUT=%s", f.db);
+    char *env[] = {env_out, NULL};
+    enum { WORDS = 300 };
+    static char words[WORDS][40];
+    char *args[WORDS + 5] = {HELPER, "steps", "2", "0"};
+    for (int i = 0; i < WORDS; i++) {
+        snprintf(words[i], sizeof words[i], "an-argument-of-thirty-bytes-%03d", i);
+        args[4 + i] = words[i];
+    }
+    ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
+    sqlite3 *db = open_ro(f.db);
+    ck_assert_int_eq(test_query_int(db, "SELECT value LIKE '%-000 %' AND value LIKE '%-299' AND "
+                                        "length(value) > 9000 FROM META WHERE key = 'command'"),
+                     1);
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_ampprobe_out_in_process) {
     fixture f;
     fixture_init(&f);
@@ -1867,6 +1891,7 @@ Suite *collector_suite(void) {
     tcase_add_test(o, test_new_refuses_bad_paths);
     tcase_add_test(o, test_open_readonly_refusals);
     tcase_add_test(o, test_ampprobe_out_in_process);
+    tcase_add_test(o, test_ampprobe_out_keeps_the_whole_command);
     tcase_add_test(o, test_off_without_environment);
     suite_add_tcase(s, o);
     return s;

@@ -402,18 +402,26 @@ static void *collector_main(void *arg) {
 // The command line from /proc/self/cmdline, shell-quoted as the launcher writes it (malloc'd;
 // NULL when it cannot be read).
 static char *read_cmdline(void) {
-    char buf[8192];
     FILE *f = fopen("/proc/self/cmdline", "rb");
     if (!f) return NULL;
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    size_t got = 0, cap = 8192;
+    char *buf = amp_xmalloc(cap);
+    for (size_t n; (n = fread(buf + got, 1, cap - 1 - got, f)) > 0;) // (the whole of it)
+        if ((got += n) == cap - 1) buf = amp_xrealloc(buf, cap *= 2);
     fclose(f);
     buf[got] = 0;
-    char *argv[256];
-    int argc = 0;
-    for (size_t i = 0; i < got && argc < 255; i += strlen(buf + i) + 1)
+    size_t argc = 0;
+    for (size_t i = 0; i < got; i += strlen(buf + i) + 1)
+        argc++;
+    char **argv = amp_xmalloc((argc + 1) * sizeof *argv);
+    argc = 0;
+    for (size_t i = 0; i < got; i += strlen(buf + i) + 1)
         argv[argc++] = buf + i;
     argv[argc] = NULL;
-    return amp_shell_join(argv);
+    char *joined = amp_shell_join(argv);
+    free(argv);
+    free(buf);
+    return joined;
 }
 
 // Creates the database g.out (which must not exist) and its collector thread (init_lock held).
@@ -423,8 +431,11 @@ static amp_status collector_start(void) {
         return amp_set_error(AMP_ERR_IO, "AMPPROBE_OUT=%s: %s", g.out,
                              errno == EEXIST ? "exists (a run is never overwritten)"
                                              : strerror(errno));
-    close(fd);
-    amp_status st = amp_collector_new(g.out, NULL, &g.collector);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) { // (locked from its creation: a live run's file)
+        close(fd);
+        fd = -1;
+    }
+    amp_status st = amp_collector_new_locked(g.out, NULL, fd, &g.collector);
     if (st != AMP_OK) {
         unlink(g.out);
         return st;
