@@ -548,6 +548,37 @@ START_TEST(test_event_storm_is_bounded) {
 }
 END_TEST
 
+// A database path longer than SQLite takes (504 bytes as an absolute name): said so, by length,
+// where SQLite says only "unable to open database file".
+START_TEST(test_a_path_too_long_for_sqlite_is_said) {
+    fixture f;
+    fixture_init(&f);
+    char path[1024];
+    int n = snprintf(path, sizeof path, "%s", f.dir);
+    while (n < 480) { // directories of 50 bytes each (a name may have 255)
+        n += snprintf(path + n, sizeof path - (size_t)n, "/%050d", n);
+        ck_assert_int_eq(mkdir(path, 0755), 0);
+    }
+    snprintf(path + n, sizeof path - (size_t)n, "/%s", "a-database-name-past-the-limit.sqlite");
+    amp_collector_t *c;
+    ck_assert_int_eq(amp_collector_new(path, f.spool, &c), AMP_ERR_IO);
+    ck_assert_msg(strstr(amp_last_error(), "cannot create a database whose path is ") &&
+                      strstr(amp_last_error(), " bytes long as an absolute name, SQLite takes 504"),
+                  "%s", amp_last_error());
+    const int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); // (a file there all the same)
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    sqlite3 *db;
+    char err[AMP_STORE_ERR_MAX];
+    ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_IO);
+    ck_assert_msg(strstr(err, "cannot open a database whose path is "), "%s", err);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/0*", f.dir);
+    ck_assert_int_eq(system(cmd), 0);
+    fixture_free(&f);
+}
+END_TEST
+
 // A database file claimed by its creator (O_EXCL, then flock) shows live from that moment: the
 // collector takes the locked descriptor over, so that no `ampprobe run --force` can replace the
 // file between the claim and the collector's start (it did: two runs wrote one file). The
@@ -1859,6 +1890,7 @@ Suite *collector_suite(void) {
     tcase_add_test(t, test_a_step_recorded_twice_is_merged);
     tcase_add_test(t, test_text_is_stored_as_utf8);
     tcase_add_test(t, test_event_count_saturates);
+    tcase_add_test(t, test_a_path_too_long_for_sqlite_is_said);
     tcase_add_test(t, test_a_claimed_database_is_busy_from_its_creation);
     tcase_add_test(t, test_process_images_of_one_pid_are_kept_apart);
     tcase_add_test(t, test_event_count_saturates_across_commits);
