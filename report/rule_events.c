@@ -119,14 +119,17 @@ void rule_events_run(const report_model *m, report_findings *out) {
         f->first_step = first;
         f->last_step = last;
         const char *op = e->op && e->op[0] ? e->op : NULL;
-        snprintf(f->title, sizeof f->title, "%.100s recorded by the program%s%.100s%s%.60s",
-                 e->kind, layer || op ? " in " : "", layer ? layer : "", layer && op ? " " : "",
-                 op ? op : "");
+        char kind_s[101], layer_s[101], op_s[61]; // (cut with a "…" that shows it)
+        report_cut_name(kind_s, sizeof kind_s, e->kind);
+        report_cut_name(layer_s, sizeof layer_s, layer);
+        report_cut_name(op_s, sizeof op_s, op);
+        snprintf(f->title, sizeof f->title, "%s recorded by the program%s%s%s%s", kind_s,
+                 layer || op ? " in " : "", layer_s, layer && op ? " " : "", op_s);
         const char *judged = judged_from(e->kind);
         int w = snprintf(f->detail, sizeof f->detail,
-                         "%lld occurrence%s of an event of %s kind %.100s (severity %s)%s%.700s.",
+                         "%lld occurrence%s of an event of %s kind %s (severity %s)%s%.700s.",
                          (long long)occurrences, occurrences == 1 ? "" : "s",
-                         judged ? "the record API's" : "the program's own", e->kind,
+                         judged ? "the record API's" : "the program's own", kind_s,
                          worst == AMP_SEVERITY_ERROR ? "error" : "warning",
                          e->detail && e->detail[0] ? ": " : "", e->detail ? e->detail : "");
         if (counted && w > 0 && (size_t)w < sizeof f->detail)

@@ -2755,6 +2755,15 @@ START_TEST(recorded_events_of_a_producers_own_kinds_are_findings) {
     analyse("recorded-events", 7, 7); // (an aggregate row cut to a focus: its share of them)
     ck_assert_uint_eq(findings.n, 1);
     release();
+    // a name longer than the title holds is cut with a "…" that shows the cut
+    sql("INSERT INTO AMP_LAYERS VALUES (1, 3, NULL, 'encoder.layers.0.blocks.1.attention.heads."
+        "projection.output.dense.with.a.very.long.qualified.name.from.a.deep.module.tree.x');"
+        "UPDATE AMP_EVENTS SET layer_id = 3 WHERE kind = 'my_nan_guard';");
+    analyse("recorded-events", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].title, "in encoder.layers.0.blocks.1.attention.") &&
+                      strstr(findings.v[0].title, "\u2026 linear"),
+                  "%s", findings.v[0].title);
+    release();
 }
 END_TEST
 
