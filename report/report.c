@@ -1001,10 +1001,17 @@ const report_process *report_process_find(const report_model *m, int32_t pid) {
 
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {
     const report_process *p = report_process_find(m, pid);
-    if (p && p->name && p->name[0])
-        snprintf(buf, n, "%s (pid %d)", p->name, (int)pid);
+    // a later image of a pid (an exec, a reused pid) is recorded at pid + k * 2^22 (SCHEMA.md)
+    char id[64];
+    if (pid >= 1 << 22)
+        snprintf(id, sizeof id, "pid %d, image %d of it", (int)(pid % (1 << 22)),
+                 (int)(pid / (1 << 22)) + 1);
     else
-        snprintf(buf, n, "pid %d", (int)pid);
+        snprintf(id, sizeof id, "pid %d", (int)pid);
+    if (p && p->name && p->name[0])
+        snprintf(buf, n, "%s (%s)", p->name, id);
+    else
+        snprintf(buf, n, "%s", id);
 }
 
 int32_t report_process_model(const report_model *m, int32_t pid) {

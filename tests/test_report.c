@@ -656,6 +656,23 @@ START_TEST(a_finding_of_one_of_several_processes_names_it) {
     ck_assert_int_eq(first_of("nonfinite-root-cause")->pid, 7);
     ck_assert_int_eq(first_of("loss-scale")->pid, 7);
     release();
+    // a later image of a pid (an exec into a program that records) is named by its own pid
+    static const char *const tables[] = {"AMP_PROCESSES",    "AMP_LAYERS", "AMP_STEPS",
+                                         "AMP_TENSOR_STATS", "AMP_OPS",    "AMP_EVENTS"};
+    for (int back = 0; back <= 1; back++) {
+        for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+            char q[128];
+            snprintf(q, sizeof q, "UPDATE %s SET pid = %d WHERE pid = %d;", tables[i],
+                     back ? 7 : 7 + 4194304, back ? 7 + 4194304 : 7);
+            sql(q);
+        }
+        if (back) break;
+        analyse(NULL, INT64_MIN, INT64_MAX);
+        report_verdict(&model, &findings, verdict, sizeof verdict);
+        ck_assert_msg(strstr(verdict, "Training broke in tiny_gpt (pid 7, image 2 of it), 1 of 2 "),
+                      "%s", verdict);
+        release();
+    }
     const char *formats[][2] = {
         {"text", "where: steps 3-11, layer blocks.0.attn, op mul (fwd), in tiny_gpt (pid 7)\n"},
         {"md", "- op: mul (fwd)\n- process: tiny\\_gpt (pid 7)\n"},
