@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -252,12 +251,8 @@ static char *claim_output(const run_opts *o, int *lock_fd) {
             snprintf(buf, sizeof buf, "ampprobe-%d.sqlite", n);
             path = buf;
         }
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd >= 0) { // locked from its creation on: a --force elsewhere sees a live run's file
-            if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-                close(fd);
-                fd = -1;
-            }
+        const int fd = amp_collector_claim(path); // (locked from its creation: a --force
+        if (fd >= 0) {                            // elsewhere sees a live run's file)
             *lock_fd = fd;
             break;
         }

@@ -535,6 +535,27 @@ START_TEST(test_a_database_removed_mid_run_is_said) {
 }
 END_TEST
 
+// ampprobe started with its stderr closed: the output's descriptor, held from its creation on,
+// must not become fd 2 (the summary line was written into the database: "not an SQLite file").
+START_TEST(test_a_closed_stderr_does_not_reach_the_database) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (chdir(test_in_dir(".")) != 0) _exit(126);
+        close(2);
+        execl(AMPPROBE, AMPPROBE, "run", "-o", "closed.sqlite", "--", HELPER, "steps", "5",
+              (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    sqlite3 *db = open_db("closed.sqlite");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 5);
+    sqlite3_close(db);
+}
+END_TEST
+
 // A crash (SIGSEGV, a failed assert's SIGABRT, ...) loses nothing the program recorded: the
 // recorder's handler writes its buffer out before the process dies (50 steps in well under the
 // 100 ms between flushes).
@@ -587,6 +608,7 @@ Suite *launcher_suite(void) {
     tcase_add_test(c, test_relative_output_and_a_program_that_changes_directory);
     tcase_add_test(c, test_records_through_the_spool);
     tcase_add_test(c, test_signals_are_forwarded);
+    tcase_add_test(c, test_a_closed_stderr_does_not_reach_the_database);
     tcase_add_test(c, test_a_database_removed_mid_run_is_said);
     tcase_add_test(c, test_signals_reach_every_recording_process);
     tcase_add_test(c, test_spool_files_wait_for_a_descriptor);

@@ -91,6 +91,11 @@ typedef struct amp_collector_stats {
 // the name. spool_dir must exist; NULL creates a fresh one next to the database (removed by
 // finish, or by free when it is still empty). AMP_ERR_IO (naming the path) on failure.
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out);
+// Creates db_path (which must not exist) to claim the name, and returns a descriptor of it that
+// holds an exclusive flock (read-only and above 0-2: a program's writes to a closed stdout cannot
+// reach the file), for amp_collector_new_locked. -1 with errno set when it cannot be created
+// (EEXIST: it exists); on a file system without locks the descriptor holds none.
+int amp_collector_claim(const char *db_path);
 // The same for a database file the caller created to claim the name and holds an exclusive
 // flock on through lock_fd (an open descriptor of db_path): the collector takes the descriptor
 // over, so that the run shows live to amp_collector_db_busy from the name's creation on (an

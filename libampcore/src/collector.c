@@ -275,6 +275,18 @@ static void failed_start(amp_collector_t *c) {
     amp_collector_free(c);
 }
 
+int amp_collector_claim(const char *db_path) {
+    int fd = open(db_path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0 && fd <= 2) {
+        const int moved = fcntl(fd, F_DUPFD_CLOEXEC, 3), e = errno;
+        close(fd);
+        errno = e;
+        fd = moved;
+    }
+    if (fd >= 0) flock(fd, LOCK_EX | LOCK_NB); // (new: nothing else can hold it)
+    return fd;
+}
+
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out) {
     return amp_collector_new_locked(db_path, spool_dir, -1, out);
 }

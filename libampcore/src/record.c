@@ -426,15 +426,11 @@ static char *read_cmdline(void) {
 
 // Creates the database g.out (which must not exist) and its collector thread (init_lock held).
 static amp_status collector_start(void) {
-    int fd = open(g.out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int fd = amp_collector_claim(g.out); // (locked from its creation: a live run's file)
     if (fd < 0)
         return amp_set_error(AMP_ERR_IO, "AMPPROBE_OUT=%s: %s", g.out,
                              errno == EEXIST ? "exists (a run is never overwritten)"
                                              : strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) { // (locked from its creation: a live run's file)
-        close(fd);
-        fd = -1;
-    }
     amp_status st = amp_collector_new_locked(g.out, NULL, fd, &g.collector);
     if (st != AMP_OK) {
         unlink(g.out);
