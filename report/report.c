@@ -319,7 +319,8 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .found_inf = col_i64(q, 6, 0) != 0,
                            .skipped = col_i64(q, 7, 0) != 0,
                            .grad_amax = NAN,
-                           .grad_amax_narrow = NAN,
+                           .grad_amax_16 = NAN,
+                           .grad_amax_weight = NAN,
                            .start_ns = col_i64(q, 8, -1),
                            .end_ns = col_i64(q, 9, -1),
                            .mem_peak = col_i64(q, 10, -1)};
@@ -369,13 +370,16 @@ static size_t step_lower(const report_model *m, int32_t pid, int64_t step) {
 }
 
 // Whether step s is one an event of kind can have happened in: a non-finite loss for a
-// loss_nonfinite event; a skip for a step_skipped one; a step that broke (its loss non-finite, or
-// inf/NaN gradients found) for the non-finite value events. -1: any step can (other kinds).
+// loss_nonfinite event; a skip for a step_skipped one; under a GradScaler, a step that broke (its
+// loss non-finite, or inf/NaN gradients found) for the non-finite value events. -1: the step
+// does not tell (other kinds; a value event without a GradScaler, whose NaN a mask or padding may
+// keep from the loss).
 static int broke_for(const char *kind, const report_step *s) {
     if (strcmp(kind, AMP_EVENT_LOSS_NONFINITE) == 0) return s->loss_nonfinite;
     if (strcmp(kind, AMP_EVENT_STEP_SKIPPED) == 0) return s->skipped;
-    if (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 ||
-        strcmp(kind, AMP_EVENT_NONFINITE_PROPAGATED) == 0 || strcmp(kind, "nonfinite_input") == 0)
+    if (s->has_scale &&
+        (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 ||
+         strcmp(kind, AMP_EVENT_NONFINITE_PROPAGATED) == 0 || strcmp(kind, "nonfinite_input") == 0))
         return s->loss_nonfinite || s->found_inf || s->skipped;
     return -1;
 }
@@ -725,12 +729,19 @@ static report_step *grad_step(stats_pass *p, int32_t pid, int64_t step) {
     return p->step;
 }
 
+static void keep_max(double *m, double v) {
+    if (!(v <= *m)) *m = v;
+}
+
 // A gradient's amax (numel > 1) into its step record's largest (narrow: stored in its target
-// dtype).
-static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax, bool narrow) {
+// dtype; weight: a weight gradient).
+static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax, bool narrow,
+                          bool weight) {
     report_step *st = grad_step(p, pid, step);
-    if (st && !(amax <= st->grad_amax)) st->grad_amax = amax;
-    if (st && narrow && !(amax <= st->grad_amax_narrow)) st->grad_amax_narrow = amax;
+    if (!st) return;
+    keep_max(&st->grad_amax, amax);
+    if (narrow) keep_max(&st->grad_amax_16, amax);
+    if (weight) keep_max(&st->grad_amax_weight, amax);
 }
 
 // An activation's amax (NaN: no finite value) into its layer's bucket; bad: it held NaN or +inf.
@@ -819,7 +830,8 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
         const int64_t step = sqlite3_column_int64(q, 8);
         if (grad && has_amax && col_i64(q, 6, 0) > 1)
             add_grad_amax(&p, k.pid, step, amax,
-                          last->target[0] && strcmp(last->dtype, last->target) == 0);
+                          last->target[0] && strcmp(last->dtype, last->target) == 0,
+                          strcmp(last->kind, "weight_grad") == 0);
         if (act && !no_layer && p.width)
             add_forward_amax(&p, k.pid, k.layer, step, amax,
                              col_i64(q, 12, 0) > 0 || col_i64(q, 13, 0) > 0);
@@ -1381,20 +1393,21 @@ double report_scale_for_amax(double u) {
 
 double report_unscaled_grad_amax(const report_model *m, int32_t pid) {
     const report_process *p = report_process_find(m, pid);
-    // the gradients stored in their target dtype where there are any: those a scale overflows
-    for (int narrow = 1; narrow >= 0; narrow--) {
-        double best = NAN;
-        for (size_t i = p ? p->step0 : 0; p && i < p->step0 + p->n_steps; i++) {
-            const report_step *s = &m->steps[i];
-            const double scale = s->has_scale ? s->scale_before : 1.0; // no GradScaler: unscaled
-            const double amax = narrow ? s->grad_amax_narrow : s->grad_amax;
-            if (s->skipped || !(amax > 0) || !(scale > 0)) continue;
-            const double u = amax / scale;
-            if (isnan(best) || u > best) best = u;
-        }
-        if (!isnan(best)) return best;
+    // in a run with 16-bit gradients, those and the weight gradients (what a scale overflows);
+    // in one without (fp32), all of them (what would be f16 under autocast)
+    bool has16 = false;
+    for (size_t i = p ? p->step0 : 0; p && i < p->step0 + p->n_steps && !has16; i++)
+        has16 = m->steps[i].grad_amax_16 > 0;
+    double best = NAN;
+    for (size_t i = p ? p->step0 : 0; p && i < p->step0 + p->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        const double scale = s->has_scale ? s->scale_before : 1.0; // no GradScaler: unscaled
+        const double amax = has16 ? fmax(s->grad_amax_16, s->grad_amax_weight) : s->grad_amax;
+        if (s->skipped || !(amax > 0) || !(scale > 0)) continue;
+        const double u = amax / scale;
+        if (isnan(best) || u > best) best = u;
     }
-    return NAN;
+    return best;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -59,8 +59,10 @@ typedef struct report_step {
     bool found_inf, skipped;
     double grad_amax; // largest finite gradient amax of the step (numel > 1, as scaled); NaN: none
     // the same of the gradients stored in their target dtype (f16 of an fp16 run: what a scale
-    // can overflow; an f32 gradient, the loss's 1/batch among them, reaches f16 as another row)
-    double grad_amax_narrow;
+    // can overflow; an f32 activation gradient, the loss's 1/batch among them, reaches f16 as
+    // another row), and of the weight gradients whatever their dtype (an fp32 master weight's
+    // comes out of an f16 GEMM)
+    double grad_amax_16, grad_amax_weight;
     int64_t start_ns, end_ns; // -1: not recorded
     int64_t mem_peak;         // tensor bytes held at most, to the step's end; -1: none
     // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of

@@ -537,6 +537,19 @@ START_TEST(a_focus_on_healthy_steps_inside_an_aggregate_row_is_healthy) {
     ck_assert_msg(strstr(f->title, "the loss became NaN at step 10"), "%s", f->title);
     ck_assert_close(evidence(f, "steps_affected"), 2, 0, 0);
     release();
+    // without a GradScaler a step's record does not tell (a NaN the loss never sees: a padded
+    // sample): the producer's row is kept, in proportion
+    wipe();
+    layers();
+    steps(20, 1);
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;" EVENTS_VALUES
+        "(1, 0, 0, 'softmax', 'fwd', 'nonfinite_producer', 'error', 64, NULL, 'input 0 bf16 (2, "
+        "10) min -inf max 1 amax inf; output bf16 (2, 10) min nan max nan amax nan (64 nan, 0 "
+        "+inf, 0 -inf); ', 1, 20, 19);");
+    analyse(NULL, 5, 10);
+    ck_assert_uint_eq(model.n_events, 1);
+    ck_assert_int_eq(model.events[0].occurrences, 6);
+    release();
 }
 END_TEST
 
@@ -1662,7 +1675,13 @@ START_TEST(grad_underflow_scale_is_of_the_16_bit_gradients) {
     ck_assert_close(evidence(f, "grad_amax_unscaled"), 6680.0 / 65536, 1e-12, 0);
     ck_assert_close(evidence(f, "recommended_scale"), 262144, 0, 0);
     release();
-    // with no 16-bit gradient recorded, all of them
+    // a weight gradient counts whatever its dtype (an fp32 master's comes out of an f16 GEMM)
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 30000, min = -30000, max = 30000 WHERE kind = "
+        "'weight_grad';");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_close(evidence(&findings.v[0], "grad_amax_unscaled"), 30000.0 / 65536, 1e-12, 0);
+    release();
+    // with no 16-bit gradient recorded (an fp32 run), all of them
     sql("UPDATE AMP_TENSOR_STATS SET dtype = 'f32' WHERE kind = 'activation_grad';");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_close(evidence(&findings.v[0], "grad_amax_unscaled"), 1e6 / 65536, 1e-9, 0);
