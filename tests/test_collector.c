@@ -565,13 +565,28 @@ START_TEST(test_a_path_too_long_for_sqlite_is_said) {
     ck_assert_msg(strstr(amp_last_error(), "cannot create a database whose path is ") &&
                       strstr(amp_last_error(), " bytes long as an absolute name, SQLite takes 504"),
                   "%s", amp_last_error());
-    const int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); // (a file there all the same)
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    char short_path[160]; // a database made where its path is short, moved there
+    snprintf(short_path, sizeof short_path, "%s/short.sqlite", f.dir);
+    ck_assert_int_eq(amp_collector_new(short_path, f.spool, &c), AMP_OK);
+    finish(c, 0);
+    ck_assert_int_eq(rename(short_path, path), 0);
     sqlite3 *db;
     char err[AMP_STORE_ERR_MAX];
     ck_assert_int_eq(amp_store_open_readonly(path, &db, err), AMP_ERR_IO);
     ck_assert_msg(strstr(err, "cannot open a database whose path is "), "%s", err);
+    // a name that is long only until its ".." are resolved is no such path: it opens
+    ck_assert_msg(amp_collector_new(short_path, NULL, &c) == AMP_OK, "%s", amp_last_error());
+    finish(c, 0);
+    char cwd[PATH_MAX], up[600] = "";
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    path[n] = 0; // the deepest directory
+    ck_assert_int_eq(chdir(path), 0);
+    for (const char *p = path + strlen(f.dir); *p; p++)
+        if (*p == '/') strcat(up, "../");
+    strcat(up, "short.sqlite");
+    ck_assert_msg(amp_store_open_readonly(up, &db, err) == AMP_OK, "%s", err);
+    sqlite3_close(db);
+    ck_assert_int_eq(chdir(cwd), 0);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'/0*", f.dir);
     ck_assert_int_eq(system(cmd), 0);

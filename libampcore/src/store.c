@@ -680,13 +680,23 @@ static void sqlite_configure(void) {
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-// SQLite's unix VFS takes paths of 512 bytes at most, the database's made absolute and with its
-// journal's "-journal" beside it: past 504 bytes the open fails as "unable to open database
-// file", which gives no reason. The absolute length of path, when it is past that; 0 otherwise.
+// SQLite's unix VFS takes paths of 512 bytes at most, the database's made absolute (its links
+// and ".." resolved) and with its journal's "-journal" beside it: past 504 bytes the open fails
+// as "unable to open database file", which gives no reason. The resolved length of path when it
+// is past that (asked once an open failed); 0 otherwise.
 static size_t too_long_for_sqlite(const char *path) {
-    size_t n = strlen(path);
-    char cwd[PATH_MAX];
-    if (path[0] != '/' && getcwd(cwd, sizeof cwd)) n += strlen(cwd) + 1;
+    char *real = realpath(path, NULL);
+    size_t n = 0;
+    if (real) {
+        n = strlen(real);
+    } else { // (not there yet: its directory's)
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : NULL;
+        real = realpath(dir ? dir : ".", NULL);
+        n = real ? strlen(real) + 1 + strlen(slash ? slash + 1 : path) : 0;
+        free(dir);
+    }
+    free(real);
     return n > 504 ? n : 0;
 }
 
@@ -697,19 +707,17 @@ amp_status amp_store_create(const char *path, amp_store **out) {
     amp_store *s = amp_xcalloc(1, sizeof *s);
     s->path = amp_xstrdup(path);
     amp_status st = AMP_OK;
-    const size_t len = too_long_for_sqlite(path);
-    if (len) {
-        st = amp_set_error(AMP_ERR_IO,
-                           "cannot create a database whose path is %zu bytes long as an absolute "
-                           "name, SQLite takes 504 at most (choose a shorter -o): %s",
-                           len, path);
-        goto fail;
-    }
     // One thread uses the connection: no SQLite mutex around every bind and step.
     if (sqlite3_open_v2(path, &s->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
-        st = db_error(s, "cannot create the database");
+        const size_t len = too_long_for_sqlite(path);
+        st = len ? amp_set_error(AMP_ERR_IO,
+                                 "cannot create a database whose path is %zu bytes long as an "
+                                 "absolute name, SQLite takes 504 at most (choose a shorter -o): "
+                                 "%s",
+                                 len, path)
+                 : db_error(s, "cannot create the database");
         goto fail;
     }
     sqlite3_stmt *q;
@@ -1470,21 +1478,20 @@ static int open_immutable(const char *path, sqlite3 **d) {
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
     *db = NULL;
     errbuf[0] = 0;
-    const size_t len = too_long_for_sqlite(path);
-    if (len) {
-        snprintf(errbuf, AMP_STORE_ERR_MAX, // (the reason first: the path may fill the buffer)
-                 "cannot open a database whose path is %zu bytes long as an absolute name, "
-                 "SQLite takes 504 at most (move or link it nearer /): %s",
-                 len, path);
-        return amp_set_error(AMP_ERR_IO, "%s", amp_one_line(errbuf));
-    }
     bool has_wal;
     amp_status st = precheck(path, errbuf, &has_wal);
     if (st != AMP_OK) return amp_set_error(st, "%s", amp_one_line(errbuf));
     sqlite3 *d = NULL;
     if (sqlite3_open_v2(path, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot open: %s", path,
-                 d ? sqlite3_errmsg(d) : "out of memory");
+        const size_t len = too_long_for_sqlite(path);
+        if (len) // (the reason first: the path may fill the buffer)
+            snprintf(errbuf, AMP_STORE_ERR_MAX,
+                     "cannot open a database whose path is %zu bytes long as an absolute name, "
+                     "SQLite takes 504 at most (move or link it nearer /): %s",
+                     len, path);
+        else
+            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot open: %s", path,
+                     d ? sqlite3_errmsg(d) : "out of memory");
         sqlite3_close(d);
         return amp_set_error(AMP_ERR_IO, "%s", amp_one_line(errbuf));
     }
