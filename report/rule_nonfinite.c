@@ -762,23 +762,24 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
              what, (long long)s->bad_step);
 }
 
-// The step before step (of pid) when its optimizer stepped with a loss scale whose fp32
-// reciprocal is inf (at most 2^-128, or 0: unscale_ takes 1/scale in fp64, then rounds it to
-// fp32, as PyTorch's does): unscaling multiplied every gradient by inf; NULL otherwise.
-static const report_step *unscaled_by_inf(const report_model *m, int32_t pid, int64_t step) {
-    const report_step *p = step > INT64_MIN ? report_step_find(m, pid, step - 1) : NULL;
+// The step record before st (its process's previous one, whatever its number) when its optimizer
+// stepped with a loss scale whose fp32 reciprocal is inf (at most 2^-128, or 0: unscale_ takes
+// 1/scale in fp64, then rounds it to fp32, as PyTorch's does): unscaling multiplied every
+// gradient by inf; NULL otherwise. st: a record of m->steps (sorted by pid and step).
+static const report_step *unscaled_by_inf(const report_model *m, const report_step *st) {
+    const report_step *p = st && st > m->steps && st[-1].pid == st->pid ? st - 1 : NULL;
     if (!p || !p->has_scale || p->skipped || !(p->scale_before >= 0)) return NULL;
     return isinf((float)(1.0 / p->scale_before)) ? p : NULL;
 }
 
-// The non-finite losses from step first on that an optimizer step at a loss scale of no fp32
-// reciprocal explains (p: that step): the check for inf/NaN reads each gradient before it
+// The non-finite losses from step record first on that an optimizer step at a loss scale of no
+// fp32 reciprocal explains (p: that step): the check for inf/NaN reads each gradient before it
 // unscales it, so the gradients that unscaling made NaN (0 x inf) or inf went to the optimizer.
-static void add_unscaled_by_inf(const report_model *m, const report_step *p, int64_t first,
-                                report_findings *out) {
-    int64_t n = 0, last = first;
-    for (const report_step *st = report_step_find(m, p->pid, first); st && st->loss_nonfinite;
-         st = last < INT64_MAX ? report_step_find(m, p->pid, last + 1) : NULL) {
+static void add_unscaled_by_inf(const report_model *m, const report_step *p,
+                                const report_step *first, report_findings *out) {
+    int64_t n = 0, last = first->step;
+    for (const report_step *st = first;
+         st < m->steps + m->n_steps && st->pid == p->pid && st->loss_nonfinite; st++) {
         n++;
         last = st->step;
     }
@@ -798,7 +799,7 @@ static void add_unscaled_by_inf(const report_model *m, const report_step *p, int
              "before it unscales it (as PyTorch's does), found none. The step was not skipped: "
              "the optimizer stepped on them, and the loss is non-finite from step %lld on (%lld "
              "step%s).",
-             (long long)p->step, p->scale_before, (long long)first, (long long)n,
+             (long long)p->step, p->scale_before, (long long)first->step, (long long)n,
              n == 1 ? "" : "s");
     snprintf(f->advice, sizeof f->advice,
              "Fix what drove the scale down first (each skipped step halves it: see the findings "
@@ -845,9 +846,9 @@ static void add_step_loss_only(const report_model *m, report_findings *out) {
         if (!first || st->step < first->step) first = st;
     }
     if (!first) return;
-    const report_step *p = unscaled_by_inf(m, first->pid, first->step);
+    const report_step *p = unscaled_by_inf(m, first);
     if (p) {
-        add_unscaled_by_inf(m, p, first->step, out);
+        add_unscaled_by_inf(m, p, first, out);
         return;
     }
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
@@ -916,9 +917,10 @@ static void loss_alone(const report_model *m, const events_index *x, report_find
         const bool before =
             e->step > INT64_MIN && report_spans_cover(&unscaled, e->pid, INT64_MIN, e->step - 1);
         if (!before) {
-            const report_step *p = unscaled_by_inf(m, e->pid, e->step);
+            const report_step *st = report_step_find(m, e->pid, e->step);
+            const report_step *p = unscaled_by_inf(m, st);
             if (p)
-                add_unscaled_by_inf(m, p, e->step, out);
+                add_unscaled_by_inf(m, p, st, out);
             else
                 add_loss_only(m, x, e, out);
             break;
@@ -928,8 +930,8 @@ static void loss_alone(const report_model *m, const events_index *x, report_find
     if (!loss_events && !producers) add_step_loss_only(m, out);
 }
 
-// After the roots: the first non-finite loss of each process that no root explains, when an
-// optimizer step at a loss scale of no fp32 reciprocal made it (the scale that every skipped
+// After the roots: the first non-finite loss of each process that no root explains and that an
+// optimizer step at a loss scale of no fp32 reciprocal made (the scale that every skipped
 // step of a root halved, collapsed to 2^-128 or 0, a second failure of its own).
 static void poisoned_later(const report_model *m, const report_spans *explained,
                            report_findings *out) {
@@ -937,10 +939,11 @@ static void poisoned_later(const report_model *m, const report_spans *explained,
         const report_step *st = &m->steps[i];
         if (!st->loss_nonfinite || report_spans_cover(explained, st->pid, st->step, st->step))
             continue;
-        const report_step *p = unscaled_by_inf(m, st->pid, st->step);
-        if (p) add_unscaled_by_inf(m, p, st->step, out);
+        const report_step *p = unscaled_by_inf(m, st);
+        if (!p) continue; // (a loss of its own: a later one may still be of such a step)
+        add_unscaled_by_inf(m, p, st, out);
         while (i + 1 < m->n_steps && m->steps[i + 1].pid == st->pid)
-            i++; // (the next process)
+            i++; // (the weights stay non-finite: the next process)
     }
 }
 

@@ -598,6 +598,13 @@ START_TEST(nonfinite_weights_poisoned_by_a_scale_without_reciprocal) {
         release();
         sql("DELETE FROM AMP_EVENTS;");
     }
+    // steps numbered sparsely (by tokens seen): the step before is the process's previous record
+    sql("UPDATE AMP_STEPS SET step = step * 1000;");
+    nonfinite_errors(1);
+    ck_assert_msg(strstr(findings.v[0].title, "the weights went non-finite at step 4000"), "%s",
+                  findings.v[0].title);
+    ck_assert_int_eq(findings.v[0].last_step, 7000);
+    release();
 }
 END_TEST
 
