@@ -1004,9 +1004,11 @@ END_TEST
 START_TEST(test_a_writer_after_the_end_stops) {
     fixture f;
     fixture_init(&f);
-    amp_collector_t *c = collector(&f);
-    char junk[512];
-    snprintf(junk, sizeof junk, "%s/not-a-spool-file", f.spool); // (keeps the directory)
+    amp_collector_t *c; // (a spool directory of its own, as the launcher's)
+    ck_assert_int_eq(amp_collector_new(f.db, NULL, &c), AMP_OK);
+    char spool[512], junk[600];
+    snprintf(spool, sizeof spool, "%s", amp_collector_spool_dir(c));
+    snprintf(junk, sizeof junk, "%s/not-a-spool-file", spool); // (keeps the directory)
     const int fd = open(junk, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
     ck_assert_int_ge(fd, 0);
     close(fd);
@@ -1014,7 +1016,7 @@ START_TEST(test_a_writer_after_the_end_stops) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        if (amp_record_start(f.spool) != AMP_OK) _exit(2);
+        if (amp_record_start(spool) != AMP_OK) _exit(2);
         for (int i = 0; i < 200 && amp_record_enabled(); i++) {
             amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
             sleep_ms(10);
@@ -1025,7 +1027,9 @@ START_TEST(test_a_writer_after_the_end_stops) {
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "the late writer still records after 2 s (status %d)", status);
-    unlink(junk);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", spool);
+    ck_assert_int_eq(system(cmd), 0);
     fixture_free(&f);
 }
 END_TEST
@@ -1066,6 +1070,33 @@ START_TEST(test_a_closed_spool_descriptor_stops_recording) {
     sqlite3 *db = open_ro(f.db);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 2);
     sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
+// A writer whose spool file was removed (the collector finished, and no lock file told it: it
+// could not open one, or opened none in time) stops: nothing will read what it writes.
+START_TEST(test_a_writer_whose_spool_file_went_stops) {
+    fixture f;
+    fixture_init(&f);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (amp_record_start(f.spool) != AMP_OK) _exit(2);
+        for (int i = 0; i < 300 && amp_record_enabled(); i++) {
+            amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
+            sleep_ms(10);
+        }
+        _exit(amp_record_enabled() ? 1 : 0);
+    }
+    sleep_ms(300);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/*.spool", f.spool);
+    ck_assert_int_eq(system(cmd), 0);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the writer still records 2.7 s after its spool file went (status %d)", status);
     fixture_free(&f);
 }
 END_TEST
@@ -1915,6 +1946,7 @@ Suite *collector_suite(void) {
     tcase_set_timeout(w, 320); // collect_until_done gives up first, after 300 s
     tcase_add_test(w, test_many_processes);
     tcase_add_test(w, test_recording_started_again_is_one_process);
+    tcase_add_test(w, test_a_writer_whose_spool_file_went_stops);
     tcase_add_test(w, test_a_closed_spool_descriptor_stops_recording);
     tcase_add_test(w, test_a_writer_after_the_end_stops);
     tcase_add_test(w, test_spool_keeps_off_a_closed_stdout);

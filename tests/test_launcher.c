@@ -489,10 +489,10 @@ END_TEST
 // their records lost).
 START_TEST(test_spool_files_wait_for_a_descriptor) {
     enum { N = 60 };
-    char script[256];
-    snprintf(script, sizeof script,
-             "ulimit -Sn > limit.txt; i=0; while [ $i -lt %d ]; do %s exit 0 & i=$((i+1)); "
-             "done; wait",
+    char script[512];
+    snprintf(script, sizeof script, // (every helper alive at once: more files than descriptors)
+             "ulimit -Sn > limit.txt; i=0; while [ $i -lt %d ]; do %s wait >/dev/null & "
+             "pids=\"$pids $!\"; i=$((i+1)); done; sleep 1; kill $pids; wait",
              N, HELPER);
     for (int hard = 0; hard <= 1; hard++) {
         const char *name = hard ? "hard.sqlite" : "soft.sqlite";

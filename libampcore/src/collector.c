@@ -697,12 +697,13 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     f->fd = open(path, O_RDWR | O_CLOEXEC); // (for writing: to punch holes in it)
     f->can_punch = f->fd >= 0;
     if (f->fd < 0) f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    const int open_errno = errno;
     free(path);
     c->stats.files++;
-    if (f->fd < 0 && (errno == EMFILE || errno == ENFILE)) { // tried again at the next scan
+    if (f->fd < 0 && (open_errno == EMFILE || open_errno == ENFILE)) { // tried again next scan
         if (!c->fds_warned)
             warn(c, "spool file %s: %s; it waits until a descriptor frees (raise ulimit -n)", name,
-                 strerror(errno));
+                 strerror(open_errno));
         c->fds_warned = true;
         c->fd_waits++;
         free(f->name);
@@ -712,7 +713,7 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     }
     amp_spool_header h;
     if (f->fd < 0 || pread(f->fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
-        warn(c, "spool file %s: %s; ignored", name, f->fd < 0 ? strerror(errno) : "no header");
+        warn(c, "spool file %s: %s; ignored", name, f->fd < 0 ? strerror(open_errno) : "no header");
         f->done = true;
         return AMP_OK;
     }
@@ -734,7 +735,9 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     for (int i = 0; i < c->n_files - 1 && f->exec_id; i++) {
         const spool_file *g = &c->files[i];
         if (g->os_pid != f->os_pid || !g->exec_id || !g->proc_rowid) continue;
-        if (g->exec_id == f->exec_id && g->proc_start == f->proc_start) { // started again
+        // started again (a start of 0 is unknown: an older writer, /proc unreadable)
+        if (g->exec_id == f->exec_id &&
+            (g->proc_start == f->proc_start || !g->proc_start || !f->proc_start)) {
             f->pid = g->pid;
             f->proc_rowid = g->proc_rowid;
             return process_update(c, f, -1, "running");
@@ -913,11 +916,14 @@ static void remove_spool(amp_collector_t *c) {
     if (rmdir(c->spool_dir) != 0 && errno != ENOENT) {
         const int e = errno;
         // a process that began recording at the very end made a file since: the lock file goes
-        // back, unlocked, so that it (and any that start after it) sees recording has ended
-        char *path = amp_path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
-        const int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (fd >= 0) close(fd);
-        free(path);
+        // back, unlocked, so that it (and any that start after it) sees recording has ended (in
+        // the run's own directory: a directory of the caller's may see another collector next)
+        if (c->own_spool_dir) {
+            char *path = amp_path_join(c->spool_dir, AMP_SPOOL_LIVE_LOCK);
+            const int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+            if (fd >= 0) close(fd);
+            free(path);
+        }
         warn(c, "spool directory %s not removed: %s", c->spool_dir, strerror(e));
     }
 }

@@ -210,10 +210,9 @@ static void spool_flush(void) {
     if (n > 0 && g.fd >= 0 && !g.write_failed && !still_ours(g.fd, g.fd_dev, g.fd_ino)) {
         g.write_failed = true; // (what the program opened in its place is not written to)
         amp_record_trace_mask = 0;
-        fprintf(stderr,
-                "ampprobe: the program closed the spool file's descriptor (%d); recording "
-                "stopped\n",
-                g.fd);
+        static const char msg[] = // (write: this may run in a fatal signal's handler)
+            "ampprobe: the program closed the spool file's descriptor; recording stopped\n";
+        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) (void)0;
     }
     if (n > 0 && g.fd >= 0 && !g.write_failed && !write_all(g.fd, full, n)) {
         g.write_failed = true;
@@ -250,10 +249,17 @@ static void open_live_lock(void) {
 
 // Whether the collector that reads this spool directory is gone: its lock can be taken.
 static bool collector_gone(void) {
+    // the spool file unlinked: the collector finished and removed it (nothing will read it)
+    struct stat sb;
+    lock(&g.io_lock);
+    const bool unlinked =
+        still_ours(g.fd, g.fd_dev, g.fd_ino) && fstat(g.fd, &sb) == 0 && sb.st_nlink == 0;
+    unlock(&g.io_lock);
+    if (unlinked) return true;
+    if (g.live_fd >= 0 && !still_ours(g.live_fd, g.live_dev, g.live_ino))
+        g.live_fd = -1; // the program closed it (the number is the program's now): open it again
     if (g.live_fd < 0) open_live_lock(); // (none yet: a file limit, or the run ending as it began)
-    if (g.live_fd < 0 || !still_ours(g.live_fd, g.live_dev, g.live_ino) ||
-        flock(g.live_fd, LOCK_SH | LOCK_NB) != 0)
-        return false;
+    if (g.live_fd < 0 || flock(g.live_fd, LOCK_SH | LOCK_NB) != 0) return false;
     flock(g.live_fd, LOCK_UN);
     return true;
 }
