@@ -1867,6 +1867,25 @@ START_TEST(test_ampprobe_out_keeps_the_whole_command) {
 }
 END_TEST
 
+// AMPPROBE_OUT: a child forked by the program that outlives it learns that the run has ended
+// when the program's collector finishes (it held the collector's locks too, and recorded on).
+START_TEST(test_ampprobe_out_child_outliving_the_program_stops) {
+    fixture f;
+    fixture_init(&f);
+    char env_out[160], out[64], flag[160];
+    snprintf(env_out, sizeof env_out, "AMPPROBE_OUT=%s", f.db);
+    snprintf(flag, sizeof flag, "%s/flag", f.dir);
+    char *env[] = {env_out, NULL};
+    char *args[] = {HELPER, "outlive", flag, NULL};
+    ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
+    for (int i = 0; i < 400 && access(flag, F_OK) != 0; i++)
+        sleep_ms(10);
+    sleep_ms(50);
+    ck_assert_str_eq(test_slurp(flag), "stopped");
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_ampprobe_out_in_process) {
     fixture f;
     fixture_init(&f);
@@ -1970,6 +1989,7 @@ Suite *collector_suite(void) {
     tcase_add_test(o, test_new_refuses_bad_paths);
     tcase_add_test(o, test_open_readonly_refusals);
     tcase_add_test(o, test_ampprobe_out_in_process);
+    tcase_add_test(o, test_ampprobe_out_child_outliving_the_program_stops);
     tcase_add_test(o, test_ampprobe_out_keeps_the_whole_command);
     tcase_add_test(o, test_off_without_environment);
     suite_add_tcase(s, o);

@@ -91,6 +91,11 @@ typedef struct amp_collector_stats {
 // the name. spool_dir must exist; NULL creates a fresh one next to the database (removed by
 // finish, or by free when it is still empty). AMP_ERR_IO (naming the path) on failure.
 amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_collector_t **out);
+// In a child forked from the collector's process (AMPPROBE_OUT: the program's own collector):
+// closes the child's copies of the descriptors that hold the collector's locks, so that they end
+// with the parent's (a child that outlived it kept the run live, and itself recording); the child
+// must not use c otherwise.
+void amp_collector_forget_in_child(amp_collector_t *c);
 // Creates db_path (which must not exist) to claim the name, and returns a descriptor of it that
 // holds an exclusive flock (read-only and above 0-2: a program's writes to a closed stdout cannot
 // reach the file), for amp_collector_new_locked. -1 with errno set when it cannot be created

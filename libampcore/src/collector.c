@@ -275,6 +275,12 @@ static void failed_start(amp_collector_t *c) {
     amp_collector_free(c);
 }
 
+void amp_collector_forget_in_child(amp_collector_t *c) {
+    if (c->db_lock_fd >= 0) close(c->db_lock_fd);
+    if (c->live_fd >= 0) close(c->live_fd);
+    c->db_lock_fd = c->live_fd = -1;
+}
+
 int amp_collector_claim(const char *db_path) {
     int fd = open(db_path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0 && fd <= 2) {

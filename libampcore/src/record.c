@@ -537,6 +537,7 @@ static void atfork_child(void) {
     cond_init(); // the parent's threads may have waited on it; they do not exist here
     close_if_ours(&g.fd, g.fd_dev, g.fd_ino);          // the parent's file: its lock stays with it
     close_if_ours(&g.live_fd, g.live_dev, g.live_ino); // (opened again with this one's spool)
+    if (g.collector) amp_collector_forget_in_child(g.collector); // (its locks are the parent's)
     g.len = 0; // the parent flushes these
     g.flusher_running = false;
     g.state = SPOOL_CLOSED;

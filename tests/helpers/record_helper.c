@@ -10,6 +10,9 @@
  *   wait            one META record, "ready" on stdout, then sleep until a signal ends it
  *   exit CODE       one META record, then exit(CODE)
  *   enabled         print amp_record_enabled() (1 or 0)
+ *   outlive FILE    one step, then fork a child that records a step every 10 ms for at most
+ *                   3 s, writing to FILE (created by it) "stopped" once recording has ended
+ *                   or "recording" at the end; the parent exits at once
  *   two LIB N MS    N steps MS ms apart, each recorded also through LIB (libamprecord.so, a
  *                   second copy of the recorder in this process, as the PyTorch bridge's)
  *
@@ -93,6 +96,19 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     const char *every = getenv("AMPPROBE_STATS_EVERY");
     if (every) amp_record_meta(&(amp_rec_meta){"stats_every", every});
+    if (strcmp(mode, "outlive") == 0 && argc > 2) {
+        amp_record_step(&(amp_rec_step){.step = 0, .start_ns = 1, .end_ns = 2});
+        if (fork() != 0) return 0;
+        int i = 1;
+        for (; i < 300 && amp_record_enabled(); i++) {
+            amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
+            struct timespec ms10 = {0, 10000000};
+            nanosleep(&ms10, NULL);
+        }
+        FILE *f = fopen(argv[2], "w");
+        if (f) fputs(amp_record_enabled() ? "recording" : "stopped", f), fclose(f);
+        return 0;
+    }
     if (strcmp(mode, "enabled") == 0) {
         printf("%d\n", amp_record_enabled() ? 1 : 0);
         return 0;
