@@ -12,7 +12,7 @@
  *   enabled         print amp_record_enabled() (1 or 0)
  *   outlive FILE    one step, then fork a child that records a step every 10 ms for at most
  *                   3 s, writing to FILE (created by it) "stopped" once recording has ended
- *                   or "recording" at the end; the parent exits at once
+ *                   or "recording" at the end, and live 1 s more; the parent exits at once
  *   two LIB N MS    N steps MS ms apart, each recorded also through LIB (libamprecord.so, a
  *                   second copy of the recorder in this process, as the PyTorch bridge's)
  *
@@ -99,6 +99,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "outlive") == 0 && argc > 2) {
         amp_record_step(&(amp_rec_step){.step = 0, .start_ns = 1, .end_ns = 2});
         if (fork() != 0) return 0;
+        if (!freopen("/dev/null", "w", stdout)) return 1; // (the caller reads to the parent's end)
         int i = 1;
         for (; i < 300 && amp_record_enabled(); i++) {
             amp_record_step(&(amp_rec_step){.step = i, .start_ns = 1, .end_ns = 2});
@@ -107,6 +108,8 @@ int main(int argc, char **argv) {
         }
         FILE *f = fopen(argv[2], "w");
         if (f) fputs(amp_record_enabled() ? "recording" : "stopped", f), fclose(f);
+        struct timespec second = {1, 0}; // (alive a while after: what it still holds shows)
+        nanosleep(&second, NULL);
         return 0;
     }
     if (strcmp(mode, "enabled") == 0) {
