@@ -714,7 +714,7 @@ amp_status amp_store_create(const char *path, amp_store **out) {
         const size_t len = too_long_for_sqlite(path);
         st = len ? amp_set_error(AMP_ERR_IO,
                                  "cannot create a database whose path is %zu bytes long as an "
-                                 "absolute name, SQLite takes 504 at most (choose a shorter -o): "
+                                 "absolute name, SQLite takes 504 at most (choose a shorter name): "
                                  "%s",
                                  len, path)
                  : db_error(s, "cannot create the database");
