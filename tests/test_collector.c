@@ -1897,6 +1897,36 @@ START_TEST(test_ampprobe_out_child_outliving_the_program_stops) {
 }
 END_TEST
 
+// AMPPROBE_OUT's database removed while the program records: the program says so at its end (the
+// launcher does; a program of its own said nothing).
+START_TEST(test_ampprobe_out_removed_database_is_said) {
+    fixture f;
+    fixture_init(&f);
+    char env_out[160], err[160];
+    snprintf(env_out, sizeof env_out, "AMPPROBE_OUT=%s", f.db);
+    snprintf(err, sizeof err, "%s/err.txt", f.dir);
+    char *env[] = {env_out, NULL};
+    char *args[] = {HELPER, "steps", "40", "20", NULL};
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        const int fd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 2) < 0) _exit(126);
+        execve(HELPER, args, env);
+        _exit(127);
+    }
+    sleep_ms(300);
+    ck_assert_int_eq(unlink(f.db), 0);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_msg(strstr(test_slurp(err), "recording stopped short of the run: the database file "
+                                          "was removed or replaced"),
+                  "%s", test_slurp(err));
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_ampprobe_out_in_process) {
     fixture f;
     fixture_init(&f);
@@ -2000,6 +2030,7 @@ Suite *collector_suite(void) {
     tcase_add_test(o, test_new_refuses_bad_paths);
     tcase_add_test(o, test_open_readonly_refusals);
     tcase_add_test(o, test_ampprobe_out_in_process);
+    tcase_add_test(o, test_ampprobe_out_removed_database_is_said);
     tcase_add_test(o, test_ampprobe_out_child_outliving_the_program_stops);
     tcase_add_test(o, test_ampprobe_out_keeps_the_whole_command);
     tcase_add_test(o, test_off_without_environment);

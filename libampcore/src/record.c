@@ -460,6 +460,11 @@ static void collector_stop(void) {
     thread_stop(g.collector_thread, &g.collector_stop);
     if (amp_collector_finish(g.collector, -1) != AMP_OK)
         fprintf(stderr, "ampprobe: AMPPROBE_OUT: %s\n", amp_last_error());
+    amp_collector_stats stats; // what the launcher's summary says of a run that lost rows
+    amp_collector_get_stats(g.collector, &stats);
+    if (stats.stopped)
+        fprintf(stderr, "ampprobe: AMPPROBE_OUT=%s: recording stopped short of the run: %s\n",
+                g.out, stats.stopped);
     amp_collector_free(g.collector);
     g.collector = NULL;
     free(g.dir);
