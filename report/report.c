@@ -294,6 +294,22 @@ static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     return finish(db, m->path, q, rc, err);
 }
 
+enum { BROKE_LOSS, BROKE_SKIP, BROKE_SCALED, NO_SCALE };
+
+// The model's broke_cum (report.h), once its steps are in.
+static void build_broke_cum(report_model *m) {
+    for (int k = 0; k < 4; k++)
+        m->broke_cum[k] = amp_xcalloc(m->n_steps + 1, sizeof *m->broke_cum[k]);
+    for (size_t i = 0; i < m->n_steps; i++) {
+        const report_step *s = &m->steps[i];
+        const bool had[4] = {s->loss_nonfinite, s->skipped,
+                             s->has_scale && (s->loss_nonfinite || s->found_inf || s->skipped),
+                             !s->has_scale};
+        for (int k = 0; k < 4; k++)
+            m->broke_cum[k][i + 1] = m->broke_cum[k][i] + had[k];
+    }
+}
+
 static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[320];
@@ -344,7 +360,9 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
             if (s->pid == pid && s->loss_finite) s->fitted = fabs(s->loss) <= 1e-6 * first;
         }
     }
-    return finish(db, m->path, q, rc, err);
+    if (!finish(db, m->path, q, rc, err)) return false;
+    build_broke_cum(m);
+    return true;
 }
 
 static void free_event_strings(report_event *e) {
@@ -369,56 +387,72 @@ static size_t step_lower(const report_model *m, int32_t pid, int64_t step) {
     return lo;
 }
 
-// Whether step s is one an event of kind can have happened in: a non-finite loss for a
-// loss_nonfinite event; a skip for a step_skipped one; under a GradScaler, a step that broke (its
-// loss non-finite, or inf/NaN gradients found) for the non-finite value events. -1: the step
-// does not tell (other kinds; a value event without a GradScaler, whose NaN a mask or padding may
-// keep from the loss).
-static int broke_for(const char *kind, const report_step *s) {
-    if (strcmp(kind, AMP_EVENT_LOSS_NONFINITE) == 0) return s->loss_nonfinite;
-    if (strcmp(kind, AMP_EVENT_STEP_SKIPPED) == 0) return s->skipped;
-    if (s->has_scale &&
-        (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 ||
-         strcmp(kind, AMP_EVENT_NONFINITE_PROPAGATED) == 0 || strcmp(kind, "nonfinite_input") == 0))
-        return s->loss_nonfinite || s->found_inf || s->skipped;
+// Index of the first step record after (pid, step) in m->steps.
+static size_t step_after(const report_model *m, int32_t pid, int64_t step) {
+    if (step < INT64_MAX) return step_lower(m, pid, step + 1);
+    return pid < INT32_MAX ? step_lower(m, pid + 1, INT64_MIN) : m->n_steps;
+}
+
+// Which break an event of kind can have happened in: a non-finite loss for a loss_nonfinite
+// event; a skip for a step_skipped one; under a GradScaler, a step that broke (its loss
+// non-finite, or inf/NaN gradients found) for the non-finite value events (a value event without
+// a GradScaler: its NaN a mask or padding may keep from the loss). -1: the steps do not tell.
+static int break_of(const char *kind) {
+    if (strcmp(kind, AMP_EVENT_LOSS_NONFINITE) == 0) return BROKE_LOSS;
+    if (strcmp(kind, AMP_EVENT_STEP_SKIPPED) == 0) return BROKE_SKIP;
+    if (strcmp(kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 ||
+        strcmp(kind, AMP_EVENT_NONFINITE_PROPAGATED) == 0 || strcmp(kind, "nonfinite_input") == 0)
+        return BROKE_SCALED;
     return -1;
 }
 
+// The first index i in [a, b) with cum[i + 1] >= v (the step of the v-th break counted in cum);
+// b when none.
+static size_t step_reaching(const int64_t *cum, size_t a, size_t b, int64_t v) {
+    while (a < b) {
+        const size_t mid = a + (b - a) / 2;
+        if (cum[mid + 1] >= v)
+            b = mid;
+        else
+            a = mid + 1;
+    }
+    return a;
+}
+
 // An aggregate row (occurrences folded in over steps step..last_step) that reaches past the
-// focus, cut to it. Of a kind that only a broken step has (broke_for), to the focused steps that
+// focus, cut to it. Of a kind that only a broken step has (break_of), to the focused steps that
 // broke so (none: *gone), as many occurrences as those steps at most: the row does not say which
 // steps of its range had one, and a focus on a healthy step inside it must not find it broken.
-// Otherwise, or where no step was recorded, the steps inside, and its occurrences and elements in
-// proportion to them (exactly, for the usual storm of one occurrence a step).
-static void clip_to_focus(const report_model *m, report_event *e, bool *gone) {
+// Otherwise, or where the steps do not tell, the steps inside, and its occurrences and elements
+// in proportion to them (exactly, for the usual storm of one occurrence a step).
+static void clip_to_focus(report_model *m, report_event *e, bool *gone) {
     *gone = false;
     const int64_t lo = m->step_lo, hi = m->step_hi;
     if (!e->aggregate || (e->step >= lo && e->last_step <= hi)) return;
     int64_t first = e->step > lo ? e->step : lo, last = e->last_step < hi ? e->last_step : hi;
     double share = ((double)last - (double)first + 1) / ((double)e->last_step - e->step + 1);
-    int64_t recorded = 0, broke = 0, broke_first = 0, broke_last = 0;
-    for (size_t i = step_lower(m, e->pid, first);
-         i < m->n_steps && m->steps[i].pid == e->pid && m->steps[i].step <= last; i++) {
-        const int b = broke_for(e->kind, &m->steps[i]);
-        if (b < 0) break;
-        recorded++;
-        if (!b) continue;
-        if (!broke++) broke_first = m->steps[i].step;
-        broke_last = m->steps[i].step;
-    }
+    const int k = break_of(e->kind);
+    const size_t a = step_lower(m, e->pid, first), b = step_after(m, e->pid, last);
+    const int64_t *cum = k >= 0 ? m->broke_cum[k] : NULL;
+    const bool tells =
+        cum && b > a &&
+        (k != BROKE_SCALED || m->broke_cum[NO_SCALE][b] == m->broke_cum[NO_SCALE][a]);
     const int64_t before = e->occurrences;
-    if (recorded) {
+    if (tells) {
+        const int64_t broke = cum[b] - cum[a];
         if (!broke) {
             *gone = true;
             return;
         }
-        first = broke_first;
-        last = broke_last;
+        first = m->steps[step_reaching(cum, a, b, cum[a] + 1)].step; // its first break
+        last = m->steps[step_reaching(cum, a, b, cum[b])].step;      // and its last
         // one loss_nonfinite or step_skipped event a step that broke so: as many as those steps
-        const bool each = strcmp(e->kind, AMP_EVENT_LOSS_NONFINITE) == 0 ||
-                          strcmp(e->kind, AMP_EVENT_STEP_SKIPPED) == 0;
-        if (!each) e->occurrences = (int64_t)ceil((double)e->occurrences * share);
-        if (each || e->occurrences > broke) e->occurrences = broke < before ? broke : before;
+        if (k != BROKE_SCALED)
+            e->occurrences = broke < before ? broke : before;
+        else {
+            e->occurrences = (int64_t)ceil((double)e->occurrences * share);
+            if (e->occurrences > broke) e->occurrences = broke;
+        }
         share = (double)e->occurrences / (double)before;
     } else {
         e->occurrences = (int64_t)ceil((double)e->occurrences * share);
@@ -935,6 +969,8 @@ void report_model_free(report_model *m) {
         free((char *)m->procs[i].name);
     free(m->procs);
     report_spans_free(&m->loss_events);
+    for (int k = 0; k < 4; k++)
+        free(m->broke_cum[k]);
     report_spans_free(&m->forward_breaks);
     for (size_t i = 0; i < m->n_events; i++)
         free_event_strings(&m->events[i]);
@@ -991,6 +1027,14 @@ int report_cmp_i64(const void *a, const void *b) {
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id) {
     const report_layer *l = find_layer(m, pid, layer_id);
     return l ? l->name : NULL;
+}
+
+void report_step_counts(const report_model *m, int32_t pid, int64_t first, int64_t last,
+                        int64_t *recorded, int64_t *losses, int64_t *skipped) {
+    const size_t a = step_lower(m, pid, first), b = first > last ? a : step_after(m, pid, last);
+    *recorded = (int64_t)(b - a);
+    *losses = m->broke_cum[BROKE_LOSS][b] - m->broke_cum[BROKE_LOSS][a];
+    *skipped = m->broke_cum[BROKE_SKIP][b] - m->broke_cum[BROKE_SKIP][a];
 }
 
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step) {

@@ -255,6 +255,9 @@ typedef struct report_model {
     size_t n_steps;
     report_event *events; // in recording order (id)
     size_t n_events;
+    // per kind of break (loss non-finite, skipped, broken under a GradScaler; and steps without
+    // a scale), how many of steps[0..i) had it (n_steps + 1 each): a range's breaks at once
+    int64_t *broke_cum[4];
     report_spans loss_events;    // the steps of the loss_nonfinite events
     report_spans forward_breaks; // of those that break their step's forward (below)
     report_stats *stats;
@@ -338,6 +341,10 @@ int report_cmp_i64(const void *a, const void *b);
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
+// Of process pid's step records from first to last: how many there are, with a non-finite loss,
+// skipped.
+void report_step_counts(const report_model *m, int32_t pid, int64_t first, int64_t last,
+                        int64_t *recorded, int64_t *losses, int64_t *skipped);
 // The process of pid; NULL when none recorded anything.
 const report_process *report_process_find(const report_model *m, int32_t pid);
 // "tiny_gpt (pid 1234)", or "pid 1234" when its name was not recorded.

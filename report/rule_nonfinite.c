@@ -227,17 +227,10 @@ static int64_t count_kind(const report_model *m, int32_t pid, const char *kind, 
 // from its loss_nonfinite and step_skipped events where it recorded no step in the range.
 static void count_bad_steps(const report_model *m, int32_t pid, int64_t first, int64_t last,
                             int64_t *losses, int64_t *skipped) {
-    *losses = *skipped = 0;
-    bool recorded = false;
     // the recorded steps, not every number between first and last: a program may number its
     // steps sparsely (by samples or tokens seen), billions apart
-    for (size_t i = 0; i < m->n_steps; i++) {
-        const report_step *st = &m->steps[i];
-        if (st->pid != pid || st->step < first || st->step > last) continue;
-        recorded = true;
-        *losses += st->loss_nonfinite;
-        *skipped += st->skipped;
-    }
+    int64_t recorded;
+    report_step_counts(m, pid, first, last, &recorded, losses, skipped);
     if (recorded) return;
     *losses = count_kind(m, pid, AMP_EVENT_LOSS_NONFINITE, first, last);
     *skipped = count_kind(m, pid, AMP_EVENT_STEP_SKIPPED, first, last);

@@ -550,6 +550,16 @@ START_TEST(a_focus_on_healthy_steps_inside_an_aggregate_row_is_healthy) {
     ck_assert_uint_eq(model.n_events, 1);
     ck_assert_int_eq(model.events[0].occurrences, 6);
     release();
+    // nor where some steps of the range have a scale and others none (the row was cut at the
+    // first step without: 2 of the 6 steps, all broken)
+    sql("UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536, loss = NULL, "
+        "loss_finite = 0 WHERE step != 7;");
+    analyse(NULL, 5, 10);
+    ck_assert_uint_eq(model.n_events, 1);
+    ck_assert_int_eq(model.events[0].occurrences, 6);
+    ck_assert_int_eq(model.events[0].step, 5);
+    ck_assert_int_eq(model.events[0].last_step, 10);
+    release();
 }
 END_TEST
 
