@@ -921,8 +921,8 @@ static void name_undeclared_layers(report_model *m) {
     size_t cap_layers = m->n_layers;
     for (size_t i = 0; i < n; i++) {
         if (i && v[i].pid == v[i - 1].pid && v[i].id == v[i - 1].id) continue;
-        char name[48];
-        snprintf(name, sizeof name, "layer %d (not declared)", (int)v[i].id);
+        char name[REPORT_UNDECLARED_MAX];
+        report_undeclared_layer(name, sizeof name, v[i].id);
         AMP_GROW(m->layers, m->n_layers, cap_layers);
         m->layers[m->n_layers++] = (report_layer){v[i].pid, v[i].id, amp_xstrdup(name)};
     }
@@ -1024,6 +1024,10 @@ int report_cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+void report_undeclared_layer(char *buf, size_t n, int32_t layer_id) {
+    snprintf(buf, n, "layer %d (not declared)", (int)layer_id);
+}
+
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id) {
     const report_layer *l = find_layer(m, pid, layer_id);
     return l ? l->name : NULL;
@@ -1057,11 +1061,10 @@ const report_process *report_process_find(const report_model *m, int32_t pid) {
 
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {
     const report_process *p = report_process_find(m, pid);
-    // a later image of a pid (an exec, a reused pid) is recorded at pid + k * 2^22 (SCHEMA.md)
-    char id[64];
-    if (pid >= 1 << 22)
-        snprintf(id, sizeof id, "pid %d, image %d of it", (int)(pid % (1 << 22)),
-                 (int)(pid / (1 << 22)) + 1);
+    char id[64]; // (a later image of a pid: pid + k * AMP_PID_IMAGE_SPAN)
+    if (pid >= AMP_PID_IMAGE_SPAN)
+        snprintf(id, sizeof id, "pid %d, image %d of it", (int)(pid % AMP_PID_IMAGE_SPAN),
+                 (int)(pid / AMP_PID_IMAGE_SPAN) + 1);
     else
         snprintf(id, sizeof id, "pid %d", (int)pid);
     if (p && p->name && p->name[0])

@@ -339,6 +339,10 @@ const char *report_clean(const char *s, char **scratch);
 int report_cmp_i64(const void *a, const void *b);
 
 const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_id);
+// What a layer id that AMP_LAYERS does not declare (a producer that skipped amp_record_layer, a
+// forked child using its parent's ids) is called: "layer 42 (not declared)".
+#define REPORT_UNDECLARED_MAX 40
+void report_undeclared_layer(char *buf, size_t n, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
 // Of process pid's step records from first to last: how many there are, with a non-finite loss,

@@ -215,12 +215,14 @@ const char *tui_model_layer_name(const tui_model *m, int32_t pid, int32_t layer_
     return l ? l->name : NULL;
 }
 
+_Static_assert(TUI_LABEL_MAX >= REPORT_UNDECLARED_MAX, "an undeclared layer's name fits");
+
 const char *tui_model_layer_label(const tui_model *m, int32_t pid, int32_t layer_id, char *buf,
                                   size_t size) {
     if (layer_id < 0) return NULL;
     const char *name = tui_model_layer_name(m, pid, layer_id);
     if (name) return name;
-    snprintf(buf, size, "layer %d (not declared)", (int)layer_id);
+    report_undeclared_layer(buf, size, layer_id);
     return buf;
 }
 

@@ -74,10 +74,13 @@ typedef enum tui_stat_kind {
 // One (layer, kind, dtype) at the shown step: its tensors of that storage dtype folded together
 // (a layer's f16 and f32 tensors of one kind are two rows, so that every figure of a row is of
 // the same tensors).
+// Room for an undeclared layer's name ("layer -2147483648 (not declared)", the report's words).
+#define TUI_LABEL_MAX 40
+
 typedef struct tui_layer_row {
     int32_t layer_id; // -1: outside any layer
     const char *name; // owned by the model, or label
-    char label[40];   // an undeclared layer's name: "layer N (not declared)"
+    char label[TUI_LABEL_MAX]; // an undeclared layer's name
     tui_stat_kind kind;
     char dtype[8]; // the tensors' storage dtype ("f16", "bf16", "f32", ...)
     int64_t tensors, numel;

@@ -41,7 +41,7 @@ static int cmp_events(const void *pa, const void *pb) {
 }
 
 static bool matches(const tui_app *app, const tui_event *e, const char *filter) {
-    char buf[40];
+    char buf[TUI_LABEL_MAX];
     return tui_match(e->kind, filter) || tui_match(e->op, filter) ||
            tui_match(e->severity, filter) ||
            tui_match(tui_model_layer_label(&app->model, e->pid, e->layer_id, buf, sizeof buf),
@@ -86,7 +86,7 @@ static void draw(const tui_app *app, const tui_layout *l) {
                    : sev == 1 ? tui_attr(app, TUI_PAIR_WARN)
                               : 0;
         if (t->top + i == t->selected) attr |= A_REVERSE;
-        char label[40];
+        char label[TUI_LABEL_MAX];
         const char *layer =
             tui_model_layer_label(&app->model, e->pid, e->layer_id, label, sizeof label);
         char cnt[24], step[32];

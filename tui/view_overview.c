@@ -269,7 +269,7 @@ static void draw_finding(const tui_app *app, tui_rect r) {
     int y = r.y, end = r.y + r.h;
     const tui_event *e = first_nonfinite(m);
     if (e && y < end) {
-        char label[40];
+        char label[TUI_LABEL_MAX];
         const char *layer = tui_model_layer_label(m, e->pid, e->layer_id, label, sizeof label);
         tui_print(y++, r.x, r.w, tui_attr(app, TUI_PAIR_DANGER),
                   "first non-finite: step %lld %s %s %s", (long long)e->step, layer ? layer : "-",

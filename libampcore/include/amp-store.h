@@ -86,6 +86,11 @@ typedef struct amp_collector_stats {
                          // until amp_collector_free); NULL: it did not
 } amp_collector_stats;
 
+// A second process image of a pid (an exec() into a program that records, a pid the system
+// reused) is recorded as pid + k * AMP_PID_IMAGE_SPAN, its k-th later image: above any pid
+// (Linux's PID_MAX_LIMIT), so that no two images share the rows of one pid (SCHEMA.md).
+#define AMP_PID_IMAGE_SPAN (1 << 22)
+
 // Creates the database db_path and writes the run's first META rows (schema version, clock,
 // start time, host). db_path must not exist, or be an empty file the caller created to claim
 // the name. spool_dir must exist; NULL creates a fresh one next to the database (removed by

@@ -42,7 +42,6 @@
 #define READ_CHUNK (4u << 20)     // bytes read at once; more than a record's maximum
 #define PUNCH_MIN (1u << 20)      // committed spool bytes given back to the disk at once
 #define PAGE_BYTES 4096u          // holes are punched in whole pages of this size
-#define PID_SPAN (1 << 22) // above any pid (the kernel's PID_MAX_LIMIT): a later image's step
 
 _Static_assert(READ_CHUNK > AMP_REC_MAX_BYTES + AMP_REC_HEADER_BYTES, "a record fits a chunk");
 
@@ -50,7 +49,7 @@ typedef struct spool_file {
     char *name; // in the spool directory
     int fd;     // -1 when closed
     // pid: the process in the database, its own (os_pid) but for a second process image of that
-    // pid (exec() into a program that records, a pid the system reused): os_pid + k * PID_SPAN
+    // pid (exec() into a program that records, a pid the system reused): AMP_PID_IMAGE_SPAN
     int32_t pid, os_pid, ppid;
     char comm[17];
     int64_t start_ns;
@@ -748,11 +747,11 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
             f->proc_rowid = g->proc_rowid;
             return process_update(c, f, -1, "running");
         }
-        const int k = (g->pid - g->os_pid) / PID_SPAN + 1;
+        const int k = (g->pid - g->os_pid) / AMP_PID_IMAGE_SPAN + 1;
         if (k > later) later = k;
     }
-    if (later > 0 && (int64_t)f->os_pid + (int64_t)later * PID_SPAN <= INT32_MAX)
-        f->pid = f->os_pid + later * PID_SPAN;
+    if (later > 0 && (int64_t)f->os_pid + (int64_t)later * AMP_PID_IMAGE_SPAN <= INT32_MAX)
+        f->pid = f->os_pid + later * AMP_PID_IMAGE_SPAN;
     return amp_store_process_add(c->store, f->pid, f->ppid, f->comm, f->start_ns, &f->proc_rowid);
 }
 
