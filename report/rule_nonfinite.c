@@ -760,16 +760,19 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
 // 1/scale in fp64, then rounds it to fp32, as PyTorch's does): unscaling multiplied every
 // gradient by inf; NULL otherwise. st: a record of m->steps (sorted by pid and step).
 static const report_step *unscaled_by_inf(const report_model *m, const report_step *st) {
-    const report_step *p = st && st > m->steps && st[-1].pid == st->pid ? st - 1 : NULL;
+    const report_step *p = st > m->steps && st[-1].pid == st->pid ? st - 1 : NULL;
     if (!p || !p->has_scale || p->skipped || !(p->scale_before >= 0)) return NULL;
     return isinf((float)(1.0 / p->scale_before)) ? p : NULL;
 }
 
-// The non-finite losses from step record first on that an optimizer step at a loss scale of no
-// fp32 reciprocal explains (p: that step): the check for inf/NaN reads each gradient before it
-// unscales it, so the gradients that unscaling made NaN (0 x inf) or inf went to the optimizer.
-static void add_unscaled_by_inf(const report_model *m, const report_step *p,
-                                const report_step *first, report_findings *out) {
+// The non-finite losses from step record first on, when an optimizer step at a loss scale of no
+// fp32 reciprocal (unscaled_by_inf) made them: a finding (the check for inf/NaN reads each
+// gradient before it unscales it, so the gradients that unscaling made NaN (0 x inf) or inf went
+// to the optimizer); false when it did not.
+static bool add_unscaled_by_inf(const report_model *m, const report_step *first,
+                                report_findings *out) {
+    const report_step *p = unscaled_by_inf(m, first);
+    if (!p) return false;
     int64_t n = 0, last = first->step;
     for (const report_step *st = first;
          st < m->steps + m->n_steps && st->pid == p->pid && st->loss_nonfinite; st++) {
@@ -801,6 +804,7 @@ static void add_unscaled_by_inf(const report_model *m, const report_step *p,
              "here); no gradient needs a scale below 1 to stay finite in fp16.");
     report_finding_evidence(f, "loss_scale", p->scale_before);
     report_finding_evidence(f, "nonfinite_losses_after", (double)n);
+    return true;
 }
 
 static void add_loss_only(const report_model *m, const events_index *x, const report_event *e,
@@ -838,12 +842,7 @@ static void add_step_loss_only(const report_model *m, report_findings *out) {
         n++;
         if (!first || st->step < first->step) first = st;
     }
-    if (!first) return;
-    const report_step *p = unscaled_by_inf(m, first);
-    if (p) {
-        add_unscaled_by_inf(m, p, first, out);
-        return;
-    }
+    if (!first || add_unscaled_by_inf(m, first, out)) return;
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     f->first_step = f->last_step = first->step;
     report_finding_where(f, NULL, NULL, NULL);
@@ -911,11 +910,7 @@ static void loss_alone(const report_model *m, const events_index *x, report_find
             e->step > INT64_MIN && report_spans_cover(&unscaled, e->pid, INT64_MIN, e->step - 1);
         if (!before) {
             const report_step *st = report_step_find(m, e->pid, e->step);
-            const report_step *p = unscaled_by_inf(m, st);
-            if (p)
-                add_unscaled_by_inf(m, p, st, out);
-            else
-                add_loss_only(m, x, e, out);
+            if (!st || !add_unscaled_by_inf(m, st, out)) add_loss_only(m, x, e, out);
             break;
         }
     }
@@ -932,9 +927,7 @@ static void poisoned_later(const report_model *m, const report_spans *explained,
         const report_step *st = &m->steps[i];
         if (!st->loss_nonfinite || report_spans_cover(explained, st->pid, st->step, st->step))
             continue;
-        const report_step *p = unscaled_by_inf(m, st);
-        if (!p) continue; // (a loss of its own: a later one may still be of such a step)
-        add_unscaled_by_inf(m, p, st, out);
+        if (!add_unscaled_by_inf(m, st, out)) continue; // (a later one may still be)
         while (i + 1 < m->n_steps && m->steps[i + 1].pid == st->pid)
             i++; // (the weights stay non-finite: the next process)
     }

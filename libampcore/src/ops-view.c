@@ -17,7 +17,11 @@ amp_tensor_t *amp_dense(amp_ctx_t *ctx, amp_tensor_t *x) {
     if (amp_tensor_is_contiguous(x)) return x;
     amp_tensor_t *c = amp_scratch_new(ctx, x->dtype, x->ndim, x->shape);
     ctx->be->copy(ctx->bctx, c, x);
-    if (x->buf) c->copy_of = x->buf, x->buf->refcount++, c->copy_of_version = x->buf->version;
+    if (x->buf) { // (what it copied, for the backward's check of a write to the view)
+        c->copy_of = x->buf;
+        x->buf->refcount++;
+        c->copy_of_version = x->buf->version;
+    }
     c->inf_fill = x->inf_fill; // the same values: the instrumentation's numbers are x's
     c->stat_epoch = x->stat_epoch;
     c->stat_entry = x->stat_entry;
