@@ -483,10 +483,11 @@ START_TEST(test_signals_reach_every_recording_process) {
 }
 END_TEST
 
-// Many recording processes at once under a low limit on open files: the launcher raises its own
-// soft limit (the program keeps the one it was given), and under a hard limit too low for all of
-// their spool files at once, those it cannot open yet wait for a descriptor (they were ignored:
-// their records lost).
+// Many recording processes at once under a low limit on open files: none is lost, and the program
+// keeps the soft limit it was given (the launcher raises its own). Under a hard limit too low for
+// all of their spool files at once, those the launcher cannot open yet wait for a descriptor (they
+// were ignored, their records lost: this part fails without the wait; the raise alone is not
+// told apart, the wait covering for it).
 START_TEST(test_spool_files_wait_for_a_descriptor) {
     enum { N = 60 };
     char script[512];
