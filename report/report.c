@@ -172,7 +172,8 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
             db, m->path,
             "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
             "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-            "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch') "
+            "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
+            "'scaler.growth_interval') "
             "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
             m, &q, err))
         return false;
@@ -187,13 +188,14 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "added_models") == 0 ? &m->added_models
                            : strcmp(key, "exception") == 0 || strcmp(key, "abort") == 0
                                ? &m->exception
-                           : strcmp(key, "capture_error") == 0 ? &m->capture_error
-                           : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
-                           : strcmp(key, "no_model") == 0      ? &m->no_model
-                           : strcmp(key, "trace") == 0         ? &m->trace
-                           : strcmp(key, "orphans") == 0       ? &m->orphans
-                           : strcmp(key, "torch") == 0         ? &m->torch
-                                                               : &m->counters_reason;
+                           : strcmp(key, "capture_error") == 0          ? &m->capture_error
+                           : strcmp(key, "bridge_error") == 0           ? &m->bridge_error
+                           : strcmp(key, "no_model") == 0               ? &m->no_model
+                           : strcmp(key, "trace") == 0                  ? &m->trace
+                           : strcmp(key, "orphans") == 0                ? &m->orphans
+                           : strcmp(key, "torch") == 0                  ? &m->torch
+                           : strcmp(key, "scaler.growth_interval") == 0 ? &m->growth_interval
+                                                                        : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);
@@ -315,7 +317,8 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     char sql[320];
     snprintf(sql, sizeof sql,
              "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
-             "skipped, start_ns, end_ns, %s FROM AMP_STEPS WHERE step BETWEEN ?1 AND ?2 "
+             "skipped, start_ns, end_ns, %s, grad_norm FROM AMP_STEPS WHERE step BETWEEN ?1 "
+             "AND ?2 "
              "ORDER BY pid, step",
              amp_store_has_column(db, "AMP_STEPS", "mem_peak_bytes") ? "mem_peak_bytes" : "NULL");
     if (!prepare(db, m->path, sql, m, &q, err)) return false;
@@ -339,7 +342,9 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .grad_amax_weight = NAN,
                            .start_ns = col_i64(q, 8, -1),
                            .end_ns = col_i64(q, 9, -1),
-                           .mem_peak = col_i64(q, 10, -1)};
+                           .mem_peak = col_i64(q, 10, -1),
+                           .grad_norm = col_f64(q, 11)};
+        if (!isfinite(s->grad_norm)) s->grad_norm = NAN;
         if (!s->loss_finite && isfinite(s->loss)) s->loss = NAN; // a recorded NaN is stored as NULL
         s->loss_nonfinite = s->has_loss && !s->loss_finite;
     }
@@ -360,6 +365,28 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
             if (s->pid == pid && s->loss_finite) s->fitted = fabs(s->loss) <= 1e-6 * first;
         }
     }
+    if (!finish(db, m->path, q, rc, err)) return false;
+
+    // each process's first applied scale update, whatever the focus: the skips before it are
+    // the initial calibration (none of a process that never applied one: it never found a
+    // scale the gradients fit)
+    if (!prepare(db, m->path,
+                 "SELECT pid, MIN(step) FROM AMP_STEPS WHERE scale_after IS NOT NULL AND "
+                 "skipped = 0 GROUP BY pid ORDER BY pid",
+                 m, &q, err))
+        return false;
+    i = 0;
+    rc = sqlite3_step(q);
+    for (; i < m->n_steps; i++) { // (both in the order of pid: one merge)
+        report_step *s = &m->steps[i];
+        while (rc == SQLITE_ROW && sqlite3_column_int(q, 0) < s->pid)
+            rc = sqlite3_step(q);
+        const bool applied = rc == SQLITE_ROW && sqlite3_column_int(q, 0) == s->pid;
+        s->calibration =
+            s->has_scale && s->skipped && applied && s->step < sqlite3_column_int64(q, 1);
+    }
+    while (rc == SQLITE_ROW)
+        rc = sqlite3_step(q);
     if (!finish(db, m->path, q, rc, err)) return false;
     build_broke_cum(m);
     return true;
@@ -1007,6 +1034,7 @@ void report_model_free(report_model *m) {
     free((char *)m->capture_error);
     free((char *)m->bridge_error);
     free((char *)m->orphans);
+    free((char *)m->growth_interval);
     free((char *)m->no_model);
     free((char *)m->trace);
     free((char *)m->torch);

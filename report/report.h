@@ -57,12 +57,16 @@ typedef struct report_step {
     bool has_scale;   // a GradScaler update was recorded
     double scale_before, scale_after;
     bool found_inf, skipped;
+    // a skipped update before its process's first applied one, whatever the focus: the scale
+    // coming down from init_scale to where the gradients fit (the initial calibration)
+    bool calibration;
     double grad_amax; // largest finite gradient amax of the step (numel > 1, as scaled); NaN: none
     // the same of the gradients stored in their target dtype (f16 of an fp16 run: what a scale
     // can overflow; an f32 activation gradient, the loss's 1/batch among them, reaches f16 as
     // another row), and of the weight gradients whatever their dtype (an fp32 master weight's
     // comes out of an f16 GEMM)
     double grad_amax_16, grad_amax_weight;
+    double grad_norm;         // the gradients' global norm as recorded; NaN: none or not finite
     int64_t start_ns, end_ns; // -1: not recorded
     int64_t mem_peak;         // tensor bytes held at most, to the step's end; -1: none
     // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of
@@ -302,6 +306,9 @@ typedef struct report_model {
     // Processes the program left running when it exited (META orphans, the launcher's:
     // "tiny_gpt (pid 6454), ..."); NULL: none
     const char *orphans;
+    // META scaler.growth_interval, the first process's GradScaler's (libampcore and the PyTorch
+    // bridge record it); NULL: not recorded
+    const char *growth_interval;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 
@@ -448,7 +455,7 @@ double report_median(double *v, size_t n);
 // ---------------------------------------------------------------------------------------------
 // Findings
 
-#define REPORT_EVIDENCE_MAX 12
+#define REPORT_EVIDENCE_MAX 20
 
 typedef struct report_finding {
     const char *rule;

@@ -15,6 +15,7 @@
 #include "report.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RULE "loss-scale"
@@ -24,6 +25,9 @@
 #define STUCK_LOW_SCALE 128.0
 #define STUCK_LOW_HEADROOM_BITS 8.0
 #define LOSS_JUMP 10.0 // the loss at a collapse's first step against the steps before it
+// a scale that still overflows this high has not come down from its init_scale yet: 2^24 lets
+// gradients of 0.002 reach 32752, and the scaled loss's own gradient overflow
+#define TOO_HIGH_SCALE 16777216.0
 
 typedef struct scale_run {
     int32_t pid;
@@ -37,18 +41,30 @@ typedef struct scale_run {
     int64_t min_growth_interval; // fewest clean updates before a growth; -1: no growth
     int64_t last_half_backoffs;
     int64_t first_skip, last_skip;
+    double skip_scale_min, skip_scale_max; // the scales the skipped updates ran at
+    int64_t calib_last; // the initial calibration's last skipped update (-1: none)
+    double calib_to;    // the scale it came down to
+    bool grad_stats;    // gradient statistics were recorded (of an applied step or not)
 } scale_run;
 
 // The scale updates of one process, from index *i on; *i ends past them. Skips count as the
-// initial calibration until the first applied update, when the focus begins at the run's start
-// (with --steps from a later step, the updates before it are not read: none is calibration).
+// initial calibration until the process's first applied update (report_step.calibration).
 static void scan(const report_model *m, size_t *i, scale_run *r) {
-    *r = (scale_run){.pid = m->steps[*i].pid, .first_step = -1, .scale_min = NAN,
-                     .scale_max = NAN, .scale_last = NAN, .min_growth_interval = -1,
-                     .first_skip = -1, .last_skip = -1};
+    *r = (scale_run){.pid = m->steps[*i].pid,
+                     .first_step = -1,
+                     .scale_min = NAN,
+                     .scale_max = NAN,
+                     .scale_last = NAN,
+                     .min_growth_interval = -1,
+                     .first_skip = -1,
+                     .last_skip = -1,
+                     .skip_scale_min = NAN,
+                     .skip_scale_max = NAN,
+                     .calib_last = -1,
+                     .calib_to = NAN};
     int64_t run = 0, run_first = -1, run_zeros = 0, clean = 0;
     double run_from = NAN;
-    bool grew_since_backoff = false, calibrating = m->step_lo <= 0;
+    bool grew_since_backoff = false;
     size_t start = *i;
     size_t end = start;
     while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
@@ -57,6 +73,7 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
     int64_t seen = 0;
     for (size_t k = start; k < end; k++) {
         const report_step *s = &m->steps[k];
+        r->grad_stats |= s->grad_amax > 0;
         if (!s->has_scale) continue;
         seen++;
         if (r->first_step < 0) r->first_step = s->step;
@@ -71,11 +88,17 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
         r->scale_last = s->scale_after;
         if (s->skipped) {
             r->skipped++;
-            if (calibrating) r->calib_skipped++;
+            if (s->calibration) {
+                r->calib_skipped++;
+                r->calib_last = s->step;
+                r->calib_to = s->scale_after;
+            }
             if (r->first_skip < 0) r->first_skip = s->step;
             r->last_skip = s->step;
-        } else {
-            calibrating = false;
+            if (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min)
+                r->skip_scale_min = s->scale_before;
+            if (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max)
+                r->skip_scale_max = s->scale_before;
         }
         bool backoff = s->scale_after < s->scale_before, growth = s->scale_after > s->scale_before;
         if (run > 0 && s->found_inf && s->scale_before == 0 && s->scale_after == 0) {
@@ -148,11 +171,15 @@ static void recommend(report_finding *f, double rec_scale, double u) {
     report_finding_evidence(f, "recommended_init_scale", rec_scale);
 }
 
-// "init_scale=2^k (…)" for the advice, or a fallback when no gradient statistics were recorded.
-static void init_scale_words(char *buf, size_t n, double rec_scale, double u) {
+// "init_scale=2^k (…)" for the advice, or a fallback when no applied step's gradient
+// statistics were recorded (grad_stats: those of skipped steps were, which overflowed).
+static void init_scale_words(char *buf, size_t n, double rec_scale, double u, bool grad_stats) {
     if (isnan(rec_scale))
-        snprintf(buf, n, "an init_scale a few powers of two below the scale where it overflows "
-                         "(record gradient statistics to get a number)");
+        snprintf(buf, n,
+                 "an init_scale a few powers of two below the scale where it overflows "
+                 "(%s)",
+                 grad_stats ? "no step was applied whose gradients would give a number"
+                            : "record gradient statistics to get a number");
     else
         snprintf(buf, n, "init_scale=%.9g (largest unscaled gradient %.3g; x%.9g keeps it under "
                          "65504/2)",
@@ -170,12 +197,16 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         if (r.n == 0) continue;
         const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
         char init_words[256];
-        init_scale_words(init_words, sizeof init_words, rec, u);
+        init_scale_words(init_words, sizeof init_words, rec, u, r.grad_stats);
         double rate = (double)(r.skipped - r.calib_skipped) /
                       (double)(r.n - r.calib_skipped > 0 ? r.n - r.calib_skipped : 1);
         bool reported = false;
 
-        if (r.collapse_len >= COLLAPSE_BACKOFFS || (r.backoffs > 0 && r.scale_last < 1.0)) {
+        // (backoffs from init_scale down to where the gradients fit, training on from there,
+        // are the initial calibration, not a collapse: below, an info)
+        const bool calibration = r.calib_skipped > 0 && r.collapse_last <= r.calib_last;
+        if ((r.collapse_len >= COLLAPSE_BACKOFFS && !calibration) ||
+            (r.backoffs > 0 && r.scale_last < 1.0)) {
             bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
@@ -194,10 +225,14 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             else
                 snprintf(span, sizeof span, "steps %lld-%lld", (long long)r.collapse_first,
                          (long long)r.collapse_last);
-            snprintf(
-                f->title, sizeof f->title, "loss scale collapse: %lld %s from %.9g to %.9g (%s)%s",
-                (long long)r.collapse_len, r.collapse_len == 1 ? "backoff" : "consecutive backoffs",
-                r.collapse_from, r.collapse_to, span, zeros);
+            // still far above any scale fp16 gradients need after all those halvings: not
+            // gradients that explode, an init_scale the run has not come down from yet
+            const bool too_high = !broken && r.collapse_to >= TOO_HIGH_SCALE;
+            snprintf(f->title, sizeof f->title, "loss scale %s: %lld %s from %.9g to %.9g (%s)%s",
+                     too_high ? "set too high, still coming down" : "collapse",
+                     (long long)r.collapse_len,
+                     r.collapse_len == 1 ? "backoff" : "consecutive backoffs", r.collapse_from,
+                     r.collapse_to, span, zeros);
             int k =
                 snprintf(f->detail, sizeof f->detail,
                          "%lld of %lld steps skipped; every update in that range found inf/NaN "
@@ -219,6 +254,13 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             }
             if (broken)
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
+            else if (too_high)
+                snprintf(f->advice, sizeof f->advice,
+                         "The scale started far too high (init_scale=%.9g): halving once a "
+                         "skipped step, it has not yet reached a scale the gradients fit, and "
+                         "every step so far was thrown away. Start from PyTorch's default "
+                         "init_scale=65536, or from %s.",
+                         r.collapse_from, init_words);
             else
                 snprintf(f->advice, sizeof f->advice,
                          "The gradients overflow at every scale: they explode. Clip them "
@@ -276,9 +318,9 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             bool broken = forward_broken(m, r.pid, r.first_skip, r.last_skip);
             snprintf(
                 f->detail, sizeof f->detail,
-                "The gradients keep overflowing at scales between %.9g and %.9g; each overflow "
+                "The gradients kept overflowing at scales between %.9g and %.9g; each overflow "
                 "throws a step away.%s",
-                r.scale_min, r.scale_max,
+                r.skip_scale_min, r.skip_scale_max,
                 broken ? " The forward pass was non-finite in those steps." : "");
             if (broken)
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
@@ -305,16 +347,27 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         double headroom_bits = isnan(u) ? NAN : log2(REPORT_SCALE_TARGET / (u * r.scale_last));
         bool room = isnan(headroom_bits) ? r.scale_last <= 1.0
                                          : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
+        // a run shorter than the growth interval gave the scale no chance to grow: a low
+        // init_scale, an info (rule grad-underflow judges what the gradients lost)
+        const long long interval = m->growth_interval ? atoll(m->growth_interval) : 0;
+        const bool no_chance = interval > 0 && r.n < interval;
         if (!reported && r.scale_last <= STUCK_LOW_SCALE && r.last_half_backoffs == 0 &&
             r.growths == 0 && room) {
-            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+            report_finding *f =
+                report_finding_add(out, RULE, no_chance ? AMP_SEVERITY_INFO : AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
             f->pid = r.pid;
             f->first_step = r.first_step;
             f->last_step = r.last_step;
-            snprintf(f->title, sizeof f->title,
-                     "loss scale stuck low at %.9g for %lld steps: it never grew",
-                     r.scale_last, (long long)r.n);
+            if (no_chance)
+                snprintf(f->title, sizeof f->title,
+                         "loss scale low at %.9g for all %lld steps: it grows only after "
+                         "growth_interval=%lld clean steps",
+                         r.scale_last, (long long)r.n, interval);
+            else
+                snprintf(f->title, sizeof f->title,
+                         "loss scale stuck low at %.9g for %lld steps: it never grew", r.scale_last,
+                         (long long)r.n);
             if (isnan(headroom_bits))
                 snprintf(f->detail, sizeof f->detail,
                          "No gradient statistics were recorded, so the headroom is unknown; a "
@@ -324,9 +377,13 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                          "The largest scaled gradient stays %.0f bits below 65504/2: small fp16 "
                          "gradients underflow to zero (see grad-underflow).",
                          headroom_bits);
-            snprintf(f->advice, sizeof f->advice,
-                     "Raise the scale: %s, and let it grow (growth_interval=2000, not disabled).",
-                     init_words);
+            if (no_chance)
+                snprintf(f->advice, sizeof f->advice, "Start higher: %s.", init_words);
+            else
+                snprintf(f->advice, sizeof f->advice,
+                         "Raise the scale: %s, and let it grow (growth_interval=2000, not "
+                         "disabled).",
+                         init_words);
             report_finding_evidence(f, "scale", r.scale_last);
             report_finding_evidence(f, "steps", (double)r.n);
             report_finding_evidence(f, "headroom_bits", headroom_bits);
@@ -344,10 +401,17 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             snprintf(f->detail, sizeof f->detail, "Scale between %.9g and %.9g, %lld during the "
                      "initial calibration.",
                      r.scale_min, r.scale_max, (long long)r.calib_skipped);
-            snprintf(f->advice, sizeof f->advice,
-                     "Nothing to do: occasional skips are how dynamic loss scaling works.");
+            if (r.calib_skipped >= COLLAPSE_BACKOFFS)
+                snprintf(f->advice, sizeof f->advice,
+                         "The scale started too high: %lld steps were thrown away bringing it "
+                         "down to %.9g, where the gradients fit. Start from %s to keep them.",
+                         (long long)r.calib_skipped, r.calib_to, init_words);
+            else
+                snprintf(f->advice, sizeof f->advice,
+                         "Nothing to do: occasional skips are how dynamic loss scaling works.");
             report_finding_evidence(f, "skipped_steps", (double)r.skipped);
             report_finding_evidence(f, "steps", (double)r.n);
+            report_finding_evidence(f, "calibration_skips", (double)r.calib_skipped);
         }
     }
 }

@@ -803,6 +803,59 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
+// A learning rate too high: the loss and the gradient norm blow up step by step (in fp32) until
+// a matmul's output is NaN. The finding leads with the divergence and its advice is the
+// training's (no "keep it in fp32" in an fp32 run); the same NaN after a loss spike the training
+// recovered from is the op's.
+static void diverging_steps(double loss4) {
+    layers();
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "INSERT INTO AMP_STEPS VALUES (1, 0, 0, 900, 4.27, 1, 0.9, NULL, NULL, 0, 0, NULL),"
+             "(1, 1, 1000, 1900, 9.35, 1, 7.3, NULL, NULL, 0, 0, NULL),"
+             "(1, 2, 2000, 2900, 6498, 1, 6185, NULL, NULL, 0, 0, NULL),"
+             "(1, 3, 3000, 3900, 1.8e6, 1, 9.9e5, NULL, NULL, 0, 0, NULL),"
+             "(1, 4, 4000, 4900, %.17g, 1, 1.2e19, NULL, NULL, 0, 0, NULL),"
+             "(1, 5, 5000, 5900, NULL, 0, NULL, NULL, NULL, 0, 0, NULL);",
+             loss4);
+    sql(buf);
+    sql(EVENTS_VALUES "(1, 5, 0, 'matmul', 'fwd', 'nonfinite_producer', 'error', 8192, NULL, "
+                      "'input 0 f32 (16, 96) min -3.4e36 max 3.6e36 amax 3.6e36; output f32 "
+                      "(16, 16) no finite value (8192 nan, 0 +inf, 0 -inf); ', 0, 1, 5);");
+}
+
+START_TEST(nonfinite_after_a_divergence_blames_the_training) {
+    diverging_steps(1.1e10);
+    nonfinite_errors(1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->op, "matmul");
+    ck_assert_int_eq(f->first_step, 5);
+    ck_assert_msg(strncmp(f->title,
+                          "training diverged before step 5 (the loss 4.27 -> 1.1e+10 by "
+                          "step 4); its first non-finite value: blocks.0.attn matmul",
+                          88) == 0,
+                  "%s", f->title);
+    ck_assert_ptr_nonnull(strstr(f->advice, "Lower the learning rate"));
+    ck_assert_ptr_nonnull(strstr(f->advice, "the gradient norm from 0.9 to 1.2e+19"));
+    ck_assert_ptr_null(strstr(f->advice, "in fp32 ("));
+    ck_assert_close(evidence(f, "diverged_step"), 2, 0, 0); // (6498: over 100x the first 4.27)
+    ck_assert_close(evidence(f, "loss_before"), 1.1e10, 0, 1e-12);
+    ck_assert_close(evidence(f, "grad_norm_first"), 0.9, 0, 1e-12);
+    release();
+    // the loss back down at step 4: the spike is over, the NaN is the matmul's own
+    wipe();
+    diverging_steps(3.9);
+    nonfinite_errors(1);
+    f = &findings.v[0];
+    ck_assert_msg(strncmp(f->title, "blocks.0.attn matmul produced non-finite values", 47) == 0,
+                  "%s", f->title);
+    // an fp32 output past its range: no advice to keep it in fp32 or train in bf16
+    ck_assert_ptr_nonnull(strstr(f->advice, "fp32 would not hold it either"));
+    ck_assert_ptr_null(strstr(f->advice, "train in bf16"));
+    release();
+}
+END_TEST
+
 // Without a GradScaler the optimizer steps on the NaN gradients of the step the data brought a
 // NaN to: the steps after it are non-finite from the weights, with no producer of their own,
 // counted with the data's finding; a loss that turns finite again ends that count.
@@ -1492,6 +1545,9 @@ START_TEST(scale_skip_rate_advice_follows_the_cause) {
     // overflowed: not "start lower"
     ck_assert_msg(strstr(findings.v[0].advice, "the overflows come from outlier batches"), "%s",
                   findings.v[0].advice);
+    // the scales the skipped steps ran at (not 8192, where the last skip left it)
+    ck_assert_msg(strstr(findings.v[0].detail, "overflowing at scales between 16384 and 65536;"),
+                  "%s", findings.v[0].detail);
     release();
     sql("UPDATE AMP_TENSOR_STATS SET amax = amax * 64, max = max * 64, min = min * 64;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
@@ -1523,6 +1579,59 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
     analyse("loss-scale", 10, 13);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_close(evidence(&findings.v[0], "calibration_skips"), 0, 0, 0);
+    release();
+
+    // init_scale 2^24: six skips down to 2^18, where the gradients fit, then training: the
+    // calibration, not a collapse, however many backoffs; the info says what they cost
+    sql("UPDATE AMP_STEPS SET scale_before = 16777216.0 / (1 << step), "
+        "scale_after = 8388608.0 / (1 << step), skipped = 1, found_inf = 1 WHERE step < 6;"
+        "UPDATE AMP_STEPS SET scale_before = 262144, scale_after = 262144, skipped = 0, "
+        "found_inf = 0 WHERE step >= 6;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
+    ck_assert_msg(strstr(findings.v[0].advice, "The scale started too high: 6 steps were thrown "
+                                               "away bringing it down to 262144"),
+                  "%s", findings.v[0].advice);
+    release();
+    // ... also from a focus inside it: its skips are still the calibration's
+    analyse("loss-scale", 2, 10);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    ck_assert_close(evidence(&findings.v[0], "calibration_skips"), 4, 0, 0);
+    release();
+    // never applied: still at 2^30 after 20 skips from 2^50, it started too high
+    sql("UPDATE AMP_STEPS SET scale_before = 1125899906842624.0 / (1 << step), "
+        "scale_after = 562949953421312.0 / (1 << step), skipped = 1, found_inf = 1;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(strncmp(findings.v[0].title,
+                          "loss scale set too high, still coming down: 20 "
+                          "consecutive backoffs",
+                          67) == 0,
+                  "%s", findings.v[0].title);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "no step was applied whose gradients"));
+    release();
+}
+END_TEST
+
+// A run shorter than its GradScaler's growth interval could not grow the scale: a low scale is
+// an info there (META scaler.growth_interval), a warning when the scale had the time.
+START_TEST(scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info) {
+    layers();
+    steps(12, 1);
+    sql("INSERT INTO AMP_TENSOR_STATS SELECT 1, step, 2, 'to', 'activation_grad', 'f32', 'f16', "
+        "16384, -4e-3, 4e-3, 4e-3, 0, 0, 0, 0, 0, 0 FROM AMP_STEPS;"
+        "INSERT INTO META (key, value, pid) VALUES ('scaler.growth_interval', '2000', 1);");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
+    ck_assert_str_eq(findings.v[0].title, "loss scale low at 1 for all 12 steps: it grows only "
+                                          "after growth_interval=2000 clean steps");
+    release();
+    sql("UPDATE META SET value = '10' WHERE key = 'scaler.growth_interval';");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "stuck low"));
     release();
 }
 END_TEST
@@ -3816,6 +3925,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_module_names_the_module_and_the_one_around_it);
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
+    tcase_add_test(tc, nonfinite_after_a_divergence_blames_the_training);
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
     tcase_add_test(tc, nonfinite_counts_sparse_step_numbers);
     tcase_add_test(tc, nonfinite_steps_affected_count_each_step_once);
@@ -3844,6 +3954,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_producer_without_a_phase_is_judged_by_its_step);
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
+    tcase_add_test(tc, scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
     tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
