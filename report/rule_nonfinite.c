@@ -43,7 +43,7 @@ typedef struct ranges {
     double in_amax;  // largest amax over the inputs (forward inputs, incoming gradient); NaN: none
     double in0_min;  // input 0's min (the argument of a log, the base of a pow); NaN: none
     double out_amax; // NaN: none
-    char out_dtype[8];
+    char out_dtype[8], in0_dtype[8];
     long long nan, posinf, neginf; // of the output
     bool in_nonfinite;             // an input held non-finite values
     int n_in;                      // inputs described
@@ -78,7 +78,10 @@ static void parse_ranges(const char *detail, ranges *r) {
         } else {
             if (!isnan(amax) && (isnan(r->in_amax) || amax > r->in_amax)) r->in_amax = amax;
             const char *mn = strstr(buf, " min "), *mx = strstr(buf, " max ");
-            if (strncmp(buf, "input 0 ", 8) == 0 && mn) r->in0_min = strtod(mn + 5, NULL);
+            if (strncmp(buf, "input 0 ", 8) == 0) {
+                if (mn) r->in0_min = strtod(mn + 5, NULL);
+                sscanf(buf + 8, "%7s", r->in0_dtype);
+            }
             if (r->n_in < 2 && mn && mx)
                 r->in_zero[r->n_in] = strtod(mn + 5, NULL) <= 0 && strtod(mx + 5, NULL) >= 0;
             r->n_in++;
@@ -380,13 +383,22 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
     } else if (op_in(e->op, zero_ops) && zero_reachable(e->op, r)) {
         snprintf(f->title, sizeof f->title, "%s of zero in %s at step %lld gives %s", e->op,
                  layer_words(f), (long long)f->first_step, infs ? infs_word(r) : "NaN");
+        // a 16-bit argument's 0 may be a value fp32 would have kept (below 6e-8 in fp16)
+        const bool f16_in = strcmp(r->in0_dtype, "f16") == 0,
+                   narrow = f16_in || strcmp(r->in0_dtype, "bf16") == 0;
+        char precision[320] = "Precision does not help here: this underflows in fp32 too.";
+        if (narrow)
+            snprintf(precision, sizeof precision,
+                     "Its argument was %s, where a value below %s rounds to 0: the zero may be "
+                     "an underflow that fp32 would have kept, so compute it in fp32 (%s of "
+                     "x.float(), autocast disabled around it) as well as keeping it off zero.",
+                     f16_in ? "fp16" : "bf16", f16_in ? "6e-8" : "9.2e-41", e->op);
         snprintf(f->advice, sizeof f->advice,
                  "Keep the argument of %s away from zero: clamp it (x.clamp_min(eps)) or add an "
                  "eps to the denominator, and compute log-probabilities with log_softmax / a fused "
                  "cross_entropy (log-sum-exp) instead of log(softmax(x)). Also check what drives "
-                 "the input to 0 (an oversized temperature or logit gain). Precision does not "
-                 "help here: this underflows in fp32 too.",
-                 e->op);
+                 "the input to 0 (an oversized temperature or logit gain). %s",
+                 e->op, precision);
     } else if (half && r->in_amax > REPORT_F16_MAX &&
                ((report_op_is_cast(e->op) && infs) || op_in(e->op, gemm_ops))) {
         // an f32 input (a weight, an activation, the batch) beyond fp16's range: autocast's cast

@@ -309,14 +309,29 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                  "Raise the loss scale (init_scale=65536 and let it grow: growth_interval=2000) "
                  "so the scaled gradients sit above fp16's smallest normal 6.1e-05; or train in "
                  "bf16, whose range is fp32's.");
-    else if (vanishing(u))
+    else if (vanishing(u)) {
+        // (rec is 2^24, the most a scale is recommended: more overflows the loss's own
+        // gradient; and bf16, which keeps such values, trains on them no better: an Adam step
+        // hardly moves past its eps, 1e-8, in any precision)
+        char scale[256];
+        if (cur >= rec)
+            snprintf(scale, sizeof scale,
+                     "The scale is already %.9g and these values are lost even so: no loss "
+                     "scale brings gradients this small into fp16's range.",
+                     cur);
+        else
+            snprintf(scale, sizeof scale,
+                     "Until then, a scale of %.9g (init_scale=%.9g, growth_interval=2000) "
+                     "recovers some of the values lost.",
+                     rec, rec);
         snprintf(f->advice, sizeof f->advice,
                  "Check the loss normalisation first: the largest gradient is only %.3g, the "
-                 "mark of a mis-normalised loss (divided twice, a tiny loss weight). Until then, "
-                 "init_scale=%.9g with growth_interval=2000 lifts the gradients out of fp16's "
-                 "subnormals, or train in bf16.",
-                 u, rec);
-    else if (cur > rec)
+                 "mark of a mis-normalised loss (divided twice, a tiny loss weight), too small "
+                 "to train on in any precision (an SGD step is the learning rate times them; "
+                 "Adam's eps, 1e-8, swamps them). "
+                 "%s",
+                 u, scale);
+    } else if (cur > rec)
         snprintf(f->advice, sizeof f->advice,
                  "The scale (%.9g at the last step applied) is already above what the largest "
                  "gradients allow (%.9g keeps the largest unscaled gradient %.3g under 65504/2; "

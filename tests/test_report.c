@@ -788,8 +788,21 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
     ck_assert_str_eq(findings.v[1].layer, "head");
     ck_assert_ptr_nonnull(strstr(findings.v[1].title, "log of zero"));
     ck_assert_ptr_nonnull(strstr(findings.v[1].advice, "clamp"));
+    ck_assert_ptr_nonnull(strstr(findings.v[1].advice, "this underflows in fp32 too")); // f32 in
     ck_assert_ptr_null(strstr(findings.v[1].detail, "not watched"));
     release();
+    // a 16-bit argument's 0 may be a small value rounded to 0: fp32 is part of the fix
+    sql("UPDATE AMP_EVENTS SET detail = replace(detail, 'input 0 f32', 'input 0 f16') WHERE op "
+        "= 'log';");
+    nonfinite_errors(2);
+    ck_assert_ptr_null(strstr(findings.v[1].advice, "this underflows in fp32 too"));
+    ck_assert_msg(strstr(findings.v[1].advice, "Its argument was fp16, where a value below 6e-8 "
+                                               "rounds to 0: the zero may be an underflow that "
+                                               "fp32 would have kept"),
+                  "%s", findings.v[1].advice);
+    release();
+    sql("UPDATE AMP_EVENTS SET detail = replace(detail, 'input 0 f16', 'input 0 f32') WHERE op "
+        "= 'log';");
     // made outside the model, in a run with modules the bridge did not watch: they are named
     sql("UPDATE AMP_EVENTS SET layer_id = NULL WHERE op = 'log';"
         "INSERT INTO META (key, value, pid) VALUES ('unwatched', 'Decoder (1.2 M values)', 1);");
@@ -1999,6 +2012,33 @@ START_TEST(grad_underflow_in_bf16_counts_no_zero_gradient) {
     ck_assert_str_eq(findings.v[0].layer, "blocks.0.mlp");
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "gradients underflow in bf16"));
     ck_assert_ptr_null(strstr(findings.v[0].advice, "loss scale"));
+    release();
+}
+END_TEST
+
+// fp16 gradients of 4e-10 at a scale of 2^24 (the most ampprobe recommends) lose half their
+// values: the advice says no scale recovers them (not "init_scale=16777216 lifts them", the
+// scale the run had), nor bf16; at 65536 a higher scale recovers some.
+START_TEST(grad_underflow_of_vanishing_gradients_at_the_highest_scale) {
+    healthy(6);
+    sql("UPDATE AMP_TENSOR_STATS SET min = min * 1e-6, max = max * 1e-6, amax = amax * 1e-6, "
+        "n_underflow = numel / 2 WHERE kind IN ('activation_grad', 'weight_grad');"
+        "UPDATE AMP_STEPS SET scale_before = 16777216, scale_after = 16777216;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    const report_finding *f = first_of("grad-underflow");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
+    ck_assert_msg(strstr(f->advice, "The scale is already 16777216 and these values are lost even "
+                                    "so: no loss scale brings gradients this small"),
+                  "%s", f->advice);
+    ck_assert_ptr_null(strstr(f->advice, "bf16"));
+    release();
+    sql("UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536;");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    f = first_of("grad-underflow");
+    ck_assert_msg(strstr(f->advice,
+                         "a scale of 16777216 (init_scale=16777216, growth_interval=2000) "
+                         "recovers some of the values lost"),
+                  "%s", f->advice);
     release();
 }
 END_TEST
@@ -3972,6 +4012,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, grad_underflow_leaves_out_a_broken_step);
     tcase_add_test(tc, grad_underflow_in_bf16_counts_no_zero_gradient);
     tcase_add_test(tc, grad_underflow_names_vanishing_gradients);
+    tcase_add_test(tc, grad_underflow_of_vanishing_gradients_at_the_highest_scale);
     tcase_add_test(tc, json_carries_the_stable_keys);
     tcase_add_test(tc, names_that_are_long_broken_or_multiline_stay_in_place);
     tcase_add_test(tc, text_puts_the_verdict_first_without_colour_in_a_file);
