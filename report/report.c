@@ -588,8 +588,8 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         AMP_GROW(m->procs, m->n_procs, cap);
-        m->procs[m->n_procs++] =
-            (report_process){.pid = sqlite3_column_int(q, 0), .name = col_name(q, 1)};
+        m->procs[m->n_procs++] = (report_process){
+            .pid = sqlite3_column_int(q, 0), .name = col_name(q, 1), .nonfinite_since = -1};
     }
     // the steps are sorted by pid: each process's are one run of them
     for (size_t i = 0, k = 0; i < m->n_procs; i++) {
@@ -602,6 +602,25 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
         p->n_steps = k - p->step0;
     }
     group_models(m);
+    if (!finish(db, m->path, q, rc, err)) return false;
+    if (m->step_lo == INT64_MIN) return true;
+
+    // the non-finite losses that run on into the focus: those after each process's last finite
+    // loss before it
+    if (!prepare(db, m->path,
+                 "WITH last AS (SELECT pid, MAX(step) AS step FROM AMP_STEPS WHERE step < ?1 AND "
+                 "loss_finite = 1 GROUP BY pid) SELECT a.pid, MIN(a.step) FROM AMP_STEPS a LEFT "
+                 "JOIN last l ON l.pid = a.pid WHERE a.step < ?1 AND a.loss_finite = 0 AND "
+                 "(l.step IS NULL OR a.step > l.step) GROUP BY a.pid ORDER BY a.pid",
+                 m, &q, err))
+        return false;
+    for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
+        const int32_t pid = sqlite3_column_int(q, 0);
+        while (k < m->n_procs && m->procs[k].pid < pid)
+            k++;
+        if (k < m->n_procs && m->procs[k].pid == pid)
+            m->procs[k].nonfinite_since = col_i64(q, 1, -1);
+    }
     return finish(db, m->path, q, rc, err);
 }
 

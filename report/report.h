@@ -128,6 +128,9 @@ typedef struct report_process {
     // order: the ranks of a data-parallel run, one script's runs of one sample); its own when
     // none does, or when it recorded no layer
     int32_t model;
+    // under a focus (--steps A:B): the first step of the non-finite losses that run on into the
+    // focus from before it (its weights or its state went non-finite there); -1: none
+    int64_t nonfinite_since;
 } report_process;
 
 // The largest forward-activation amax of a layer over a bucket of steps (at most

@@ -926,6 +926,31 @@ static bool add_unscaled_by_inf(const report_model *m, const report_step *first,
     return true;
 }
 
+// A finding of a non-finite loss at the first focused step of its process whose losses were
+// non-finite since before the focus (--steps): it did not become non-finite there, and the
+// first output its statistics show non-finite is only the first to read the NaN weights. Says
+// so in f and returns true; false (f untouched) otherwise.
+static bool nonfinite_before_focus(const report_model *m, report_finding *f) {
+    const report_process *p = report_process_find(m, f->pid);
+    if (!p || p->nonfinite_since < 0 || !p->n_steps || m->steps[p->step0].step != f->first_step)
+        return false;
+    snprintf(f->title, sizeof f->title,
+             "the loss has been non-finite since step %lld, before the focused steps",
+             (long long)p->nonfinite_since);
+    size_t n = strlen(f->detail);
+    snprintf(f->detail + n, sizeof f->detail - n,
+             " The steps before the focus (--steps) are non-finite from step %lld on: what broke "
+             "the run happened there, and the steps here only carry it on (an optimizer that "
+             "stepped on non-finite gradients leaves the weights non-finite).",
+             (long long)p->nonfinite_since);
+    snprintf(f->advice, sizeof f->advice,
+             "Look at where it began: ampprobe report --steps %lld:%lld (or the whole run, without "
+             "--steps).",
+             (long long)p->nonfinite_since, (long long)p->nonfinite_since);
+    report_finding_evidence(f, "nonfinite_since", (double)p->nonfinite_since);
+    return true;
+}
+
 static void add_loss_only(const report_model *m, const events_index *x, const report_event *e,
                           report_findings *out) {
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
@@ -944,7 +969,7 @@ static void add_loss_only(const report_model *m, const events_index *x, const re
              "Check the loss computation: compute it in fp32 from fp32 logits with a fused "
              "cross_entropy/log_softmax, guard logs and divisions with an eps; then record "
              "statistics on every step (ampprobe run --stats-every 1) to trace the producing op.");
-    name_first_bad_output(m, f);
+    if (!nonfinite_before_focus(m, f)) name_first_bad_output(m, f);
     report_finding_evidence(f, "steps_affected", (double)occ);
     report_finding_evidence(f, "loss", loss);
 }
@@ -979,7 +1004,7 @@ static void add_step_loss_only(const report_model *m, report_findings *out) {
              "cross_entropy/log_softmax, guard logs and divisions with an eps; then record "
              "per-layer statistics (libampcore or the PyTorch bridge under ampprobe run) to trace "
              "the producing op.");
-    name_first_bad_output(m, f);
+    if (!nonfinite_before_focus(m, f)) name_first_bad_output(m, f);
     report_finding_evidence(f, "steps_affected", (double)n);
     report_finding_evidence(f, "loss", first->loss);
 }

@@ -816,6 +816,38 @@ START_TEST(nonfinite_input_and_log_zero_are_explained) {
 }
 END_TEST
 
+// NaN in the batch of step 2 of a run without a GradScaler: the weights are NaN from there on. A
+// focus on steps 5-8 finds no producer there; its finding says the loss has been non-finite
+// since step 2 (not "the loss became NaN at step 5", naming the first layer that read the NaN
+// weights as where it was made), with or without the loss events.
+START_TEST(a_focus_inside_a_nonfinite_run_points_before_it) {
+    healthy(12);
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL;"
+        "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE step >= 2;"
+        "UPDATE AMP_TENSOR_STATS SET n_nan = numel WHERE step >= 3 AND kind = 'activation';");
+    for (int events = 0; events < 2; events++) {
+        if (events)
+            sql(EVENTS_VALUES
+                "(1, 2, 0, 'add', 'fwd', 'nonfinite_input', 'error', 1, NULL, 'input 1 f32 (2) "
+                "min 0 max 1 amax 1 (1 nan, 0 +inf, 0 -inf); ', 0, 1, 2),"
+                "(1, 2, NULL, NULL, NULL, 'loss_nonfinite', 'error', 1, NULL, 'fwd', 1, 10, 11);");
+        analyse("nonfinite-root-cause", 5, 8);
+        ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+        const report_finding *f = &findings.v[0];
+        ck_assert_msg(strcmp(f->title, "the loss has been non-finite since step 2, before the "
+                                       "focused steps") == 0,
+                      "%d: %s", events, f->title);
+        ck_assert_ptr_nonnull(strstr(f->advice, "ampprobe report --steps 2:2"));
+        ck_assert_close(evidence(f, "nonfinite_since"), 2, 0, 0);
+        release();
+        // a focus from the first non-finite step on has its own root (or first step) to tell
+        analyse("nonfinite-root-cause", 2, 8);
+        ck_assert_ptr_null(strstr(findings.v[0].title, "since step"));
+        release();
+    }
+}
+END_TEST
+
 // A learning rate too high: the loss and the gradient norm blow up step by step (in fp32) until
 // a matmul's output is NaN. The finding leads with the divergence and its advice is the
 // training's (no "keep it in fp32" in an fp32 run); the same NaN after a loss spike the training
@@ -3966,6 +3998,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
     tcase_add_test(tc, nonfinite_after_a_divergence_blames_the_training);
+    tcase_add_test(tc, a_focus_inside_a_nonfinite_run_points_before_it);
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
     tcase_add_test(tc, nonfinite_counts_sparse_step_numbers);
     tcase_add_test(tc, nonfinite_steps_affected_count_each_step_once);
