@@ -239,6 +239,93 @@ START_TEST(test_round_trip_params_only) {
 }
 END_TEST
 
+// A dropout model trained from a context seeded with `seed`, fresh noise (amp_tensor_randn) added
+// to its input each step: w (4, 8), x (6, 8) -> mean(dropout(x + noise @ w^T)^2).
+typedef struct dropout_run {
+    amp_ctx_t *ctx;
+    amp_tensor_t *w, *x, *noise;
+    amp_optim_t *opt;
+} dropout_run;
+
+static void dropout_run_init(dropout_run *r, uint64_t seed) {
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, seed, &r->ctx), AMP_OK);
+    r->w = param(r->ctx, AMP_DTYPE_F32, "w", 2, (int64_t[]){4, 8}, 0.1f);
+    float xv[48];
+    for (int i = 0; i < 48; i++)
+        xv[i] = sinf(0.7f * (float)i);
+    r->x = amp_tensor_from_f32(r->ctx, AMP_DTYPE_F32, 2, (int64_t[]){6, 8}, xv);
+    r->noise = amp_tensor_new(r->ctx, AMP_DTYPE_F32, 2, (int64_t[]){6, 8});
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
+    ck_assert_int_eq(amp_optim_new(r->ctx, &op, &r->w, 1, &r->opt), AMP_OK);
+}
+
+// One step; returns its loss's bits.
+static uint32_t dropout_run_step(dropout_run *r) {
+    amp_ctx_t *ctx = r->ctx;
+    amp_optim_zero_grad(r->opt);
+    amp_tensor_randn(r->noise, 0.1f);
+    amp_tensor_t *h = amp_linear(ctx, amp_add(ctx, r->x, r->noise), r->w, NULL);
+    amp_tensor_t *d = amp_dropout(ctx, h, 0.5f, true);
+    amp_tensor_t *loss = amp_mean(ctx, amp_mul(ctx, d, d));
+    amp_backward(ctx, loss);
+    float l = amp_tensor_item(loss);
+    amp_optim_step(r->opt);
+    amp_ctx_step_end(ctx, l);
+    amp_ctx_reset(ctx);
+    uint32_t bits;
+    memcpy(&bits, &l, 4);
+    return bits;
+}
+
+static void dropout_run_free(dropout_run *r) {
+    amp_optim_free(r->opt);
+    amp_ctx_free(r->ctx);
+}
+
+// A run resumed from a checkpoint draws the dropout masks and the noise the uninterrupted run
+// drew: the losses after the resume are bit-identical (the checkpoint carries the context's
+// random state, which the resumed run's own seed would not reproduce).
+START_TEST(test_resume_with_dropout_is_exact) {
+    make_dir();
+    enum { STEPS = 6, SAVE_AT = 3 };
+    uint32_t want[STEPS];
+    dropout_run a, b;
+    dropout_run_init(&a, 7);
+    for (int s = 0; s < STEPS; s++) {
+        want[s] = dropout_run_step(&a);
+        if (s + 1 == SAVE_AT)
+            ck_assert_int_eq(amp_checkpoint_save(path("d.ckpt"), &a.w, 1, a.opt, NULL), AMP_OK);
+    }
+    dropout_run_init(&b, 7); // a fresh process, seeded as the first was
+    ck_assert_int_eq(amp_checkpoint_load(path("d.ckpt"), &b.w, 1, b.opt, NULL), AMP_OK);
+    for (int s = SAVE_AT; s < STEPS; s++)
+        ck_assert_msg(dropout_run_step(&b) == want[s], "step %d after the resume differs", s);
+    ck_assert(same_bytes(a.w, b.w));
+    amp_rng_state ra = amp_ctx_rng_state(a.ctx), rb = amp_ctx_rng_state(b.ctx);
+    ck_assert(ra.seed == rb.seed && ra.host == rb.host && ra.dropout_offset == rb.dropout_offset);
+    ck_assert_uint_eq(ra.dropout_offset, STEPS * 6 * 4); // one (6, 4) mask a step
+
+    // The getter and setter: a state put back draws again what it drew.
+    amp_rng_state st = amp_ctx_rng_state(b.ctx);
+    float n1[48], n2[48];
+    amp_tensor_randn(b.noise, 1);
+    amp_tensor_read_f32(b.noise, n1);
+    amp_ctx_set_rng_state(b.ctx, st);
+    amp_tensor_randn(b.noise, 1);
+    amp_tensor_read_f32(b.noise, n2);
+    ck_assert(memcmp(n1, n2, sizeof n1) == 0);
+    // The file's state, not the loading context's own seed
+    dropout_run_free(&a);
+    dropout_run_init(&a, 1);
+    ck_assert_int_eq(amp_checkpoint_load(path("d.ckpt"), &a.w, 1, a.opt, NULL), AMP_OK);
+    ck_assert_uint_eq(amp_ctx_rng_state(a.ctx).seed, 7);
+    ck_assert_uint_eq(amp_ctx_rng_state(a.ctx).dropout_offset, SAVE_AT * 6 * 4);
+    dropout_run_free(&a);
+    dropout_run_free(&b);
+    remove_dir();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // Damaged files change nothing
 
@@ -371,10 +458,10 @@ START_TEST(test_every_flipped_byte) {
     amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
     ck_assert_ptr_nonnull(strstr(amp_last_error(), "CRC mismatch"));
     b[40] ^= 1;
-    b[8] = 4; // version
+    b[8] = 5; // version
     spit(path("flip.ckpt"), b, n);
     amp_checkpoint_load(path("flip.ckpt"), &t.w, 1, t.opt, t.sc);
-    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 4"));
+    ck_assert_ptr_nonnull(strstr(amp_last_error(), "unsupported version 5"));
     target_free(&t);
     free(b);
     remove_dir();
@@ -898,8 +985,11 @@ START_TEST(test_version_1_and_double_hyperparameters) {
     b_put(&r, 0x3FC00000u, 4);
     b_file(&f, 3, &r);
     spit(path("v1.ckpt"), f.b, f.n);
+    amp_ctx_set_rng_state(t.ctx, (amp_rng_state){11, 12, 13});
     ck_assert_msg(amp_checkpoint_load(path("v1.ckpt"), &t.w, 1, t.opt, NULL) == AMP_OK, "%s",
                   amp_last_error());
+    amp_rng_state rng = amp_ctx_rng_state(t.ctx); // no RNG record: the context's stays
+    ck_assert(rng.seed == 11 && rng.host == 12 && rng.dropout_offset == 13);
     ck_assert(amp_optim_get_params(t.opt)->lr == 0.5 &&
               amp_optim_get_params(t.opt)->momentum == 0.25);
     ck_assert_int_eq(amp_optim_steps(t.opt), 3);
@@ -984,6 +1074,7 @@ Suite *checkpoint_suite(void) {
     tcase_add_test(tc, test_round_trip_adam);
     tcase_add_test(tc, test_round_trip_sgd_momentum);
     tcase_add_test(tc, test_round_trip_params_only);
+    tcase_add_test(tc, test_resume_with_dropout_is_exact);
     tcase_add_test(tc, test_small_checkpoint_loads);
     suite_add_tcase(s, tc);
     tc = tcase_create("damaged");

@@ -846,6 +846,124 @@ START_TEST(test_threads_emit_concurrently) {
 }
 END_TEST
 
+// The op records (AMP_REC_OP) and event records of the one spool file in dir, decoded: f(arg,
+// type, record) for each.
+static void each_op_and_event(const char *dir, void (*f)(void *, amp_rec_type, const amp_rec_any *),
+                              void *arg) {
+    char paths[8][512];
+    ck_assert_int_eq(list_spools(dir, paths), 1);
+    size_t n;
+    uint8_t *buf = (uint8_t *)test_read_file(paths[0], &n);
+    amp_spool_header hdr;
+    memcpy(&hdr, buf, sizeof hdr);
+    for (size_t pos = hdr.header_bytes; pos < n;) {
+        amp_rec_header h;
+        const uint8_t *payload;
+        ck_assert_int_eq(amp_rec_scan(buf + pos, n - pos, &h, &payload), AMP_SCAN_RECORD);
+        amp_rec_any r;
+        ck_assert(amp_rec_decode(h.type, payload, h.length, &r));
+        if (h.type == AMP_REC_OP || h.type == AMP_REC_EVENT) f(arg, (amp_rec_type)h.type, &r);
+        pos += AMP_REC_HEADER_BYTES + h.length;
+    }
+    free(buf);
+}
+
+// Gradient accumulation: the time from a backward's start to the next micro-batch's layer (the
+// backward, then loading the batch) is no forward op's: no op's span overlaps it.
+typedef struct gaps {
+    int64_t from[2], to[2]; // per micro-batch: the backward began, the next forward's layer began
+    int ops;
+} gaps;
+
+static void op_outside_gaps(void *arg, amp_rec_type type, const amp_rec_any *r) {
+    gaps *g = arg;
+    if (type != AMP_REC_OP) return;
+    g->ops++;
+    ck_assert_int_le(r->op.start_ns, r->op.end_ns);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(r->op.end_ns <= g->from[k] || r->op.start_ns >= g->to[k],
+                      "op %s [%lld, %lld] overlaps micro-batch %d's backward and gap [%lld, %lld]",
+                      r->op.op, (long long)r->op.start_ns, (long long)r->op.end_ns, k,
+                      (long long)g->from[k], (long long)g->to[k]);
+}
+
+START_TEST(test_micro_batch_op_spans) {
+    char *dir = make_temp_dir();
+    ck_assert_int_eq(amp_record_start(dir), AMP_OK);
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_tensor_t *w = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){64, 64});
+    amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){64, 64});
+    amp_tensor_randn(w, 1);
+    amp_tensor_randn(x, 1);
+    amp_tensor_set_requires_grad(w, true);
+    gaps g = {.ops = 0};
+    for (int m = 0; m < 2; m++) { // one optimizer step of two micro-batches
+        if (m == 1) g.to[0] = amp_record_now_ns();
+        amp_layer_begin(ctx, "fc");
+        amp_tensor_t *h = amp_mm(ctx, x, w);
+        amp_layer_end(ctx);
+        amp_tensor_t *loss = amp_sum(ctx, amp_mul(ctx, h, h));
+        g.from[m] = amp_record_now_ns();
+        amp_backward(ctx, loss);
+        nanosleep(&(struct timespec){0, 20000000}, NULL); // the next batch loads
+        amp_ctx_reset(ctx);
+    }
+    g.to[1] = amp_record_now_ns();
+    amp_ctx_step_end(ctx, 1);
+    amp_ctx_free(ctx);
+    amp_record_stop();
+    each_op_and_event(dir, op_outside_gaps, &g);
+    ck_assert_int_eq(g.ops, 6); // mm, mul, sum twice
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+// torch.matmul with a 1-D operand: the op's record and its events name the operands and the
+// result as the program has them ((5,), (32,)), not as the GEMM took them ((5, 1), (32, 1)).
+typedef struct seen {
+    bool op, event;
+} seen;
+
+static void matmul_shapes(void *arg, amp_rec_type type, const amp_rec_any *r) {
+    seen *s = arg;
+    if (type == AMP_REC_OP && !strcmp(r->op.op, "matmul")) {
+        ck_assert_str_eq(r->op.shapes, "(32, 5),(5,)");
+        s->op = true;
+    }
+    if (type == AMP_REC_EVENT && r->event.op && !strcmp(r->event.op, "matmul")) {
+        ck_assert_msg(strstr(r->event.detail, "input 1 f32 (5,) ") &&
+                          strstr(r->event.detail, "output f32 (32,) "),
+                      "%s", r->event.detail);
+        s->event = true;
+    }
+}
+
+START_TEST(test_matmul_vector_shapes) {
+    char *dir = make_temp_dir();
+    ck_assert_int_eq(amp_record_start(dir), AMP_OK);
+    amp_ctx_t *ctx;
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
+    amp_tensor_t *a = amp_tensor_new(ctx, AMP_DTYPE_F32, 2, (int64_t[]){32, 5});
+    amp_tensor_randn(a, 1);
+    amp_tensor_set_requires_grad(a, true);
+    amp_tensor_t *v = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){5},
+                                          (float[]){1, 2, INFINITY, 4, 5}); // an event
+    amp_tensor_t *y = amp_matmul(ctx, a, v);
+    ck_assert_int_eq(amp_tensor_ndim(y), 1);
+    amp_backward(ctx, amp_sum(ctx, y));
+    amp_ctx_step_end(ctx, 1);
+    amp_ctx_free(ctx);
+    amp_record_stop();
+    seen s = {false, false};
+    each_op_and_event(dir, matmul_shapes, &s);
+    ck_assert(s.op && s.event);
+    rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 Suite *record_suite(void) {
     Suite *s = suite_create("record");
     TCase *c = tcase_create("codec");
@@ -868,6 +986,8 @@ Suite *record_suite(void) {
     tcase_add_test(w, test_background_flush);
     tcase_add_test(w, test_instrumentation_ends_with_the_recording);
     tcase_add_test(w, test_step_index_set);
+    tcase_add_test(w, test_micro_batch_op_spans);
+    tcase_add_test(w, test_matmul_vector_shapes);
     tcase_add_test(w, test_second_context_numbers_on);
     tcase_add_test(w, test_fork_child_writes_its_own);
     tcase_add_test(w, test_threads_emit_concurrently);

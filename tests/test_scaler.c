@@ -788,6 +788,86 @@ START_TEST(test_null_arguments) {
 }
 END_TEST
 
+// A NULL scaler or optimizer in the training loop's calls: AMP_ERR_INVALID_ARGUMENT naming it,
+// enabled or not (update(NULL) crashed; unscale and step blamed "_scale is None").
+START_TEST(test_null_scaler_or_optimizer) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *p = test_param_f32(ctx, 1, (float[]){1});
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &op, &p, 1, &opt), AMP_OK);
+    for (int enabled = 0; enabled < 2; enabled++) {
+        amp_scaler_params sp = amp_scaler_defaults();
+        sp.enabled = enabled;
+        amp_scaler_t *sc;
+        ck_assert_int_eq(amp_scaler_new(&sp, &sc), AMP_OK);
+        bool skipped = true;
+        ck_assert_int_eq(amp_scaler_update(NULL), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "amp_scaler_update: sc is NULL");
+        ck_assert_int_eq(amp_scaler_update_to(NULL, 2), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "amp_scaler_update_to: sc is NULL");
+        ck_assert_int_eq(amp_scaler_unscale(NULL, opt), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "amp_scaler_unscale: sc is NULL");
+        ck_assert_int_eq(amp_scaler_unscale(sc, NULL), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "amp_scaler_unscale: opt is NULL");
+        ck_assert_int_eq(amp_scaler_step(NULL, opt, &skipped), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "amp_scaler_step: sc is NULL");
+        ck_assert(!skipped);
+        ck_assert_int_eq(amp_scaler_step(sc, NULL, NULL), AMP_ERR_INVALID_ARGUMENT);
+        ck_assert_str_eq(amp_last_error(), "amp_scaler_step: opt is NULL");
+        amp_scaler_free(sc);
+    }
+    ck_assert_int_eq(amp_optim_set_params(NULL, &op), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "amp_optim_set_params: opt is NULL");
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
+// Clipping with a GradScaler, as README's libampcore section says: unscale, then scale the
+// gradients in place through amp_tensor_grad (a gradient autocast's cast kept in f16 included):
+// the step applies the clipped gradients.
+START_TEST(test_clip_after_unscale_reaches_the_step) {
+    amp_ctx_t *ctx = test_cpu_ctx();
+    amp_tensor_t *w =
+        amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, (int64_t[]){2, 3}, (float[]){1, 2, 3, 4, 5, 6});
+    amp_tensor_set_requires_grad(w, true);
+    amp_tensor_t *x =
+        amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, (int64_t[]){1, 3}, (float[]){1, -2, 0.5f});
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
+    op.lr = 0.5;
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &op, &w, 1, &opt), AMP_OK);
+    amp_scaler_params sp = amp_scaler_defaults();
+    sp.init_scale = 1024; // (65536 * 2 overflows the f16 gradient)
+    amp_scaler_t *sc;
+    ck_assert_int_eq(amp_scaler_new(&sp, &sc), AMP_OK);
+    amp_autocast_begin(ctx, true, AMP_DTYPE_F16, true);
+    amp_tensor_t *y = amp_linear(ctx, x, w, NULL); // (1, 2) f16: w's gradient is kept in f16
+    amp_autocast_end(ctx);
+    amp_backward(ctx, amp_scaler_scale(sc, ctx, amp_sum(ctx, amp_to(ctx, y, AMP_DTYPE_F32))));
+    ck_assert_int_eq(amp_scaler_unscale(sc, opt), AMP_OK);
+    amp_tensor_t *g = amp_tensor_grad(w);
+    float gv[6], w0[6] = {1, 2, 3, 4, 5, 6}, w1[6];
+    amp_tensor_read_f32(g, gv);
+    for (int i = 0; i < 6; i++) { // d sum(x w^T) / dw = x in each row
+        ck_assert_float_eq(gv[i], ((float[]){1, -2, 0.5f})[i % 3]);
+        gv[i] *= 0.25f; // clip
+    }
+    amp_tensor_write_f32(g, gv);
+    bool skipped = true;
+    ck_assert_int_eq(amp_scaler_step(sc, opt, &skipped), AMP_OK);
+    ck_assert(!skipped);
+    ck_assert_int_eq(amp_scaler_update(sc), AMP_OK);
+    amp_tensor_read_f32(w, w1);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(w1[i], w0[i] - 0.5f * gv[i]);
+    amp_scaler_free(sc);
+    amp_optim_free(opt);
+    amp_ctx_free(ctx);
+}
+END_TEST
+
 Suite *scaler_suite(void) {
     Suite *s = suite_create("scaler");
     TCase *tc = tcase_create("update");
@@ -833,6 +913,8 @@ Suite *scaler_suite(void) {
     tc = tcase_create("state");
     tcase_add_test(tc, test_constructor_checks);
     tcase_add_test(tc, test_null_arguments);
+    tcase_add_test(tc, test_null_scaler_or_optimizer);
+    tcase_add_test(tc, test_clip_after_unscale_reaches_the_step);
     tcase_add_test(tc, test_disabled_passes_through);
     tcase_add_test(tc, test_state_dict_round_trip);
     suite_add_tcase(s, tc);

@@ -458,6 +458,42 @@ START_TEST(test_null_arguments) {
 }
 END_TEST
 
+// amp_last_error() is the message of the last call that returned a status: "" once a later one
+// returns AMP_OK (it kept the old message), and an op in between leaves it alone.
+START_TEST(test_last_error_cleared_on_success) {
+    amp_tensor_t *w = param(1, S(2), (float[]){1, 2});
+    amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
+    op.lr = -1;
+    amp_optim_t *opt;
+    ck_assert_int_eq(amp_optim_new(ctx, &op, &w, 1, &opt), AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(amp_last_error(), "Invalid learning rate: -1");
+    amp_tensor_t *y = amp_mul(ctx, w, w); // ops decide their dtype without touching it
+    amp_autocast_begin(ctx, true, AMP_DTYPE_BF16, true);
+    amp_linear(ctx, amp_reshape(ctx, y, 2, (int64_t[]){1, 2}),
+               amp_reshape(ctx, w, 2, (int64_t[]){1, 2}), NULL);
+    amp_autocast_end(ctx);
+    ck_assert_str_eq(amp_last_error(), "Invalid learning rate: -1");
+    op.lr = 0.1;
+    ck_assert_int_eq(amp_optim_new(ctx, &op, &w, 1, &opt), AMP_OK);
+    ck_assert_str_eq(amp_last_error(), "");
+    ck_assert_int_eq(amp_scaler_update(NULL), AMP_ERR_INVALID_ARGUMENT);
+    amp_scaler_params sp = amp_scaler_defaults();
+    amp_scaler_t *sc;
+    ck_assert_int_eq(amp_scaler_new(&sp, &sc), AMP_OK);
+    ck_assert_str_eq(amp_last_error(), "");
+    amp_dtype dt;
+    ck_assert_int_eq(
+        amp_autocast_decide("gelu", 1, (amp_dtype[]){AMP_DTYPE_I32}, AMP_DTYPE_F16, &dt),
+        AMP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_ne(amp_last_error(), "");
+    ck_assert_int_eq(amp_autocast_decide("mm", 1, (amp_dtype[]){AMP_DTYPE_F32}, AMP_DTYPE_F16, &dt),
+                     AMP_OK);
+    ck_assert_str_eq(amp_last_error(), "");
+    amp_scaler_free(sc);
+    amp_optim_free(opt);
+}
+END_TEST
+
 Suite *tensor_suite(void) {
     Suite *s = suite_create("tensor");
     TCase *f = tcase_create("free");
@@ -500,6 +536,7 @@ Suite *tensor_suite(void) {
     tcase_add_checked_fixture(a, setup, teardown);
     tcase_add_test(a, test_checkpoint_null_arguments);
     tcase_add_test(a, test_null_arguments);
+    tcase_add_test(a, test_last_error_cleared_on_success);
     suite_add_tcase(s, a);
     return s;
 }

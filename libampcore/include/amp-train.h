@@ -76,9 +76,9 @@ amp_tensor_t *amp_optim_param(const amp_optim_t *opt, int i);
 // Completed (not skipped) steps; waits for the device.
 int64_t amp_optim_steps(const amp_optim_t *opt);
 const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt);
-// param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new (a NULL p
-// is AMP_ERR_INVALID_ARGUMENT); the kind cannot change, nor can SGD gain momentum it was created
-// without (it has no buffers).
+// param_groups[0] = p (an LR schedule, load_state_dict): validated like amp_optim_new (a NULL opt
+// or p is AMP_ERR_INVALID_ARGUMENT); the kind cannot change, nor can SGD gain momentum it was
+// created without (it has no buffers).
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p);
 // Optimizer state (torch's optimizer.state): how many updates parameter i received (Adam's
 // state["step"]; 0 = no state yet; waits for the device) and its state tensors, persistent f32
@@ -130,6 +130,8 @@ amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped);
 amp_status amp_scaler_update(amp_scaler_t *sc);
 // update(new_scale): sets the scale, leaves the growth tracker alone.
 amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale);
+// These four: a NULL sc or opt is AMP_ERR_INVALID_ARGUMENT (the message names it), disabled or
+// not; the stage errors (AMP_ERR_SCALER_STATE, PyTorch's messages) are for calls out of order.
 
 // The getters and state_dict() read the device (PyTorch's .item()).
 float amp_scaler_get_scale(const amp_scaler_t *sc); // 1.0 when disabled, init_scale before scale()
@@ -151,7 +153,10 @@ float amp_inv_scale(float scale);
 
 // ---------------------------------------------------------------------------------------------
 // Checkpoints: parameters (matched by name, then shape), optimizer state and scaler state in one
-// file (format in libampcore/src/checkpoint.c). opt and sc may be NULL. Loading a truncated,
+// file (format in libampcore/src/checkpoint.c). opt and sc may be NULL. With an optimizer, a save
+// also keeps its context's random state (amp_ctx_rng_state) and a load restores it, so dropout
+// after a resume draws the masks the uninterrupted run would have (a file saved by a build older
+// than this loads and leaves the context's state alone). Loading a truncated,
 // corrupted or mismatched file returns AMP_ERR_CORRUPT / AMP_ERR_MISMATCH and changes nothing; a
 // NULL path, NULL params with n > 0, a non-contiguous view among params, or a NULL enabled,
 // AMP_ERR_INVALID_ARGUMENT. A save is atomic: it writes a file beside path and renames it over

@@ -67,8 +67,10 @@ typedef enum amp_status {
 const char *amp_status_name(amp_status s);
 // One-line description of a status ("corrupt or truncated file").
 const char *amp_status_str(amp_status s);
-// The detailed message of the last error returned on this thread (PyTorch's wording where
-// PyTorch raises), or "" if none.
+// The detailed message of the error the last call that returns an amp_status (any of the
+// library's) returned on this thread, PyTorch's wording where PyTorch raises; "" when that call
+// returned AMP_OK, or before any such call. Calls that return no status (ops, tensor functions)
+// leave it as it was.
 const char *amp_last_error(void);
 
 // ---------------------------------------------------------------------------------------------
@@ -113,7 +115,8 @@ void amp_ctx_free(amp_ctx_t *ctx);
 amp_device amp_ctx_device(const amp_ctx_t *ctx);
 bool amp_device_parse(const char *s, amp_device *out); // "cpu", "cuda"; false otherwise
 // Frees every scratch tensor (op outputs) and the autograd tape; persistent tensors and their
-// gradients stay. Call once per training step, after the optimizer step.
+// gradients stay. Call once per training step, after the optimizer step, and under gradient
+// accumulation after each micro-batch's backward too (the gradients add up across the resets).
 void amp_ctx_reset(amp_ctx_t *ctx);
 // Ends the current training step (steps count from 0) with its loss value, for the
 // instrumentation's step records (time, loss). Call once per optimizer step. A NaN loss is a
@@ -130,6 +133,18 @@ int64_t amp_ctx_step_index(const amp_ctx_t *ctx);
 // that are multiples of it) go on from the checkpoint's count instead of restarting at 0. Call it
 // between steps, before the first op of the step it numbers.
 void amp_ctx_set_step_index(amp_ctx_t *ctx, int64_t step);
+// The context's random state (torch.get_rng_state()): where amp_tensor_randn/uniform's generator
+// and dropout's masks go on. A checkpoint saved with an optimizer carries its context's state and
+// amp_checkpoint_load restores it, so a resumed run draws the masks the uninterrupted one would
+// have (set another state after the load to draw others); amp_ctx_set_rng_state puts back a
+// state amp_ctx_rng_state read.
+typedef struct amp_rng_state {
+    uint64_t seed;           // amp_ctx_new's; dropout masks hash (seed, element counter)
+    uint64_t host;           // the generator amp_tensor_randn and amp_tensor_uniform draw from
+    uint64_t dropout_offset; // the element counter: mask elements dropout has drawn so far
+} amp_rng_state;
+amp_rng_state amp_ctx_rng_state(const amp_ctx_t *ctx);
+void amp_ctx_set_rng_state(amp_ctx_t *ctx, amp_rng_state st);
 // Bytes of tensor storage the context holds now and the most it held at once since it was made
 // (either may be NULL), each storage counted rounded up to 512 bytes, as PyTorch's caching
 // allocator counts torch.cuda.memory_allocated(); a backend's own scratch (cuBLASLt's workspace)

@@ -44,6 +44,13 @@ void amp_record_last_words(const char *msg);
 
 // Sets the thread's last-error message and returns s.
 amp_status amp_set_error(amp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Empties it: the first thing every public function that returns an amp_status does (amp.h's
+// amp_last_error: "" after a call that returned AMP_OK). Internal callers use the variants that
+// leave it alone (amp_autocast_decision), so that an op does not empty the program's message.
+void amp_clear_error(void);
+// amp_autocast_decide without amp_clear_error (for ops).
+amp_status amp_autocast_decision(const char *op, int n, const amp_dtype *in,
+                                 amp_dtype autocast_dtype, amp_dtype *out);
 
 void *amp_xmalloc(size_t n) __attribute__((returns_nonnull)); // aborts on failure
 void *amp_xcalloc(size_t n, size_t m) __attribute__((returns_nonnull));
@@ -753,9 +760,10 @@ static inline void amp_instr_op(amp_ctx_t *ctx, const char *op, amp_cast_policy 
     if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_op_slow(ctx, op, policy, out, in, n);
 }
 void amp_instr_work_begins_slow(amp_ctx_t *ctx);
-// A layer or an autocast region begins: before the step's first op, what the program did since
-// the last step ended (loading a batch, logging) is no op's time; the first op's span starts at
-// the last such call instead (an op's span otherwise starts where the previous op's ended).
+// A layer or an autocast region begins: before the first op of the step or of the forward after a
+// backward (gradient accumulation's next micro-batch), what the program did since the step or the
+// backward ended (loading a batch, logging) is no op's time; the first op's span starts at the
+// last such call instead (an op's span otherwise starts where the previous op's ended).
 static inline void amp_instr_work_begins(amp_ctx_t *ctx) {
     if (__builtin_expect(ctx->instr != NULL, 0)) amp_instr_work_begins_slow(ctx);
 }

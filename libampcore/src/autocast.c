@@ -168,6 +168,12 @@ void amp_require_float(const char *op, const amp_tensor_t *x) {
 
 amp_status amp_autocast_decide(const char *op, int n, const amp_dtype *in, amp_dtype autocast_dtype,
                                amp_dtype *out) {
+    amp_clear_error();
+    return amp_autocast_decision(op, n, in, autocast_dtype, out);
+}
+
+amp_status amp_autocast_decision(const char *op, int n, const amp_dtype *in,
+                                 amp_dtype autocast_dtype, amp_dtype *out) {
     const char *null = !op ? "op" : !out ? "out" : n > 0 && !in ? "in" : NULL;
     if (null)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_autocast_decide: %s is NULL", null);
@@ -286,11 +292,11 @@ amp_dtype amp_autocast_apply(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
     AMP_ASSERT(given > 0);
     amp_dtype out = AMP_DTYPE_F32; // (set by amp_autocast_decide when it succeeds)
     if (!ctx->ac.enabled) {
-        amp_status s = amp_autocast_decide("", given, dts, AMP_DTYPE_F16, &out);
+        amp_status s = amp_autocast_decision("", given, dts, AMP_DTYPE_F16, &out);
         AMP_ASSERT(s == AMP_OK);
         return out;
     }
-    amp_status s = amp_autocast_decide(op, given, dts, ctx->ac.dtype, &out);
+    amp_status s = amp_autocast_decision(op, given, dts, ctx->ac.dtype, &out);
     if (s != AMP_OK) amp_abort(__FILE__, __LINE__, "%s: %s", op, amp_last_error());
     amp_cast_policy p = amp_autocast_policy(op);
     if (p == AMP_POLICY_NATIVE || p == AMP_POLICY_FP32_SET_OPT_DTYPE ||

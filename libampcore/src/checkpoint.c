@@ -3,12 +3,13 @@
 /*
  * checkpoint.c — parameters, optimizer state and GradScaler state in one binary file.
  *
- * File format, version 3. Integers are little-endian, floats are their IEEE bit patterns
+ * File format, version 4. Integers are little-endian, floats are their IEEE bit patterns
  * (f32/f64), tensor data is the dtype's storage format (f16/bf16 bits, little-endian):
  *
  *   header   char magic[8] = "AMPCKPT1"
- *            u32  version = 3 (version 1 files, with f32 optimizer hyperparameters, and version 2
- *                             files, without a STEP record, still load)
+ *            u32  version = 4 (version 1 files, with f32 optimizer hyperparameters, version 2
+ *                             files, without a STEP record, and version 3 files, without an RNG
+ *                             record, still load)
  *            u32  n_records
  *            u64  payload_bytes               bytes of the records that follow
  *   payload  n_records records, each
@@ -32,8 +33,12 @@
  *   type 5 STEP         name: "step"
  *                       body: i64 next_step    the number the optimizer's context gives its next
  *                             step (amp_ctx_step_index), skipped steps counted, unlike OPTIM's
+ *   type 6 RNG          name: "rng"
+ *                       body: u64 seed | u64 host | u64 dropout_offset   the optimizer's context's
+ *                             amp_rng_state, which a load with an optimizer restores
  *
- * At most one OPTIM, one SCALER and one STEP record (STEP written with OPTIM); one OPTIM_STATE per optimizer parameter. Saving
+ * At most one OPTIM, one SCALER, one STEP and one RNG record (STEP and RNG written with OPTIM);
+ * one OPTIM_STATE per optimizer parameter. Saving
  * writes a temporary file of its own beside path (path.PID.N.tmp), fsyncs it and renames it over
  * path (over the file a symbolic link names, made if it is not there yet; never over a device, a
  * pipe or a directory; never over a file it could not open for writing, whose permission bits
@@ -57,11 +62,18 @@
 #endif
 
 #define CK_MAGIC "AMPCKPT1"
-#define CK_VERSION 3u // version 1: the optimizer's hyperparameters in f32; 2: no STEP record
+#define CK_VERSION 4u // 1: the optimizer's hyperparameters in f32; 2: no STEP record; 3: no RNG
 #define CK_HEADER_BYTES 24u
 #define CK_RECORD_MIN_BYTES 16u // type, name_len, body_len
 
-enum { REC_PARAM = 1, REC_OPTIM = 2, REC_OPTIM_STATE = 3, REC_SCALER = 4, REC_STEP = 5 };
+enum {
+    REC_PARAM = 1,
+    REC_OPTIM = 2,
+    REC_OPTIM_STATE = 3,
+    REC_SCALER = 4,
+    REC_STEP = 5,
+    REC_RNG = 6
+};
 
 // ---------------------------------------------------------------------------------------------
 // CRC-32 (reflected polynomial 0xEDB88320); the table is built per call, it costs nothing.
@@ -241,6 +253,12 @@ static void put_records(writer *w, amp_tensor_t *const *params, int n, const amp
         }
         put_record_head(w, REC_STEP, "step", 8);
         put_u64(w, (uint64_t)amp_ctx_step_index(amp_optim_ctx(opt)));
+        // (dropout's masks after a resume are those the uninterrupted run would have drawn)
+        const amp_rng_state rng = amp_ctx_rng_state(amp_optim_ctx(opt));
+        put_record_head(w, REC_RNG, "rng", 3 * 8);
+        put_u64(w, rng.seed);
+        put_u64(w, rng.host);
+        put_u64(w, rng.dropout_offset);
     }
     if (sc) {
         amp_scaler_state st = {0};
@@ -361,6 +379,7 @@ static int open_temp_beside(const char *path, char **dest, char **tmp) {
 }
 
 amp_status amp_checkpoint_writable(const char *path) {
+    amp_clear_error();
     if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
     char *dest, *tmp;
     int fd = open_temp_beside(path, &dest, &tmp);
@@ -374,6 +393,7 @@ amp_status amp_checkpoint_writable(const char *path) {
 
 amp_status amp_checkpoint_save(const char *path, amp_tensor_t *const *params, int n,
                                const amp_optim_t *opt, const amp_scaler_t *sc) {
+    amp_clear_error();
     amp_status st = check_args(path, params, n, opt);
     if (st != AMP_OK) return st;
 
@@ -492,8 +512,9 @@ typedef struct ck_file {
     ck_record *recs;
     uint32_t n_recs, n_params, n_optim_states;
     uint32_t version;
-    bool has_optim, has_scaler;
+    bool has_optim, has_scaler, has_rng;
     int64_t next_step; // the STEP record's; -1 without one
+    amp_rng_state rng; // the RNG record's
     amp_optim_params optim;
     int64_t optim_steps;
     uint32_t optim_n_params, optim_n_state;
@@ -676,6 +697,14 @@ static amp_status decode_body(ck_file *f, ck_record *rec, reader body) {
         if (f->next_step >= 0) return corrupt(f, "a second step record", rec);
         f->next_step = (int64_t)get_u64(&body);
         if (!body.ok || !countable(f->next_step)) return corrupt(f, "bad step record", rec);
+        break;
+    case REC_RNG:
+        if (f->has_rng) return corrupt(f, "a second rng record", rec);
+        f->has_rng = true;
+        f->rng.seed = get_u64(&body);
+        f->rng.host = get_u64(&body);
+        f->rng.dropout_offset = get_u64(&body);
+        if (!body.ok) return corrupt(f, "bad rng record", rec);
         break;
     default:
         return corrupt(f, "unknown record type", rec);
@@ -869,6 +898,7 @@ static amp_status refused(const char *path) {
 }
 
 amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled) {
+    amp_clear_error();
     if (!enabled) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: enabled is NULL");
     *enabled = false;
     if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
@@ -880,6 +910,7 @@ amp_status amp_checkpoint_scaler_enabled(const char *path, bool *enabled) {
 }
 
 amp_status amp_checkpoint_next_step(const char *path, int64_t *step) {
+    amp_clear_error();
     if (!step) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: step is NULL");
     *step = -1;
     if (!path) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "checkpoint: path is NULL");
@@ -892,6 +923,7 @@ amp_status amp_checkpoint_next_step(const char *path, int64_t *step) {
 
 amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, int n,
                                amp_optim_t *opt, amp_scaler_t *sc) {
+    amp_clear_error();
     amp_status st = check_args(path, params, n, opt);
     if (st != AMP_OK) return st;
     ck_file f;
@@ -912,9 +944,12 @@ amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, in
         return refused(path);
     }
     if (load_scaler && amp_scaler_load_state_dict(sc, &f.scaler) != AMP_OK) {
+        st = refused(path); // (before the undo, a call that empties amp_last_error)
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", amp_last_error());
         if (opt) amp_optim_set_params(opt, &old_p);
         ck_file_free(&f);
-        return refused(path);
+        return amp_set_error(st, "%s", msg);
     }
 
     char buf[32];
@@ -933,6 +968,7 @@ amp_status amp_checkpoint_load(const char *path, amp_tensor_t *const *params, in
         }
         amp_optim_set_steps(opt, f.optim_steps, steps);
         free(steps);
+        if (f.has_rng) amp_ctx_set_rng_state(amp_optim_ctx(opt), f.rng);
     }
     ck_file_free(&f);
     return AMP_OK;

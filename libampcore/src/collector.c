@@ -298,6 +298,7 @@ amp_status amp_collector_new(const char *db_path, const char *spool_dir, amp_col
 
 amp_status amp_collector_new_locked(const char *db_path, const char *spool_dir, int lock_fd,
                                     amp_collector_t **out) {
+    amp_clear_error();
     *out = NULL;
     char *dir = NULL;
     amp_status st = AMP_OK;
@@ -360,6 +361,7 @@ amp_status amp_collector_new_locked(const char *db_path, const char *spool_dir, 
 }
 
 amp_status amp_collector_set_meta(amp_collector_t *c, const char *key, const char *value) {
+    amp_clear_error();
     return amp_store_meta(c->store, 0, key, value);
 }
 
@@ -894,6 +896,7 @@ amp_status amp_collector_poll_for(amp_collector_t *c, int64_t budget_ns) {
     c->poll_until_ns = now_ns(CLOCK_MONOTONIC) + budget_ns;
     amp_status st = poll_files(c);
     c->poll_until_ns = 0; // (amp_collector_finish reads everything)
+    if (st == AMP_OK) amp_clear_error(); // (a spool file it warned about and ignored)
     return st;
 }
 
@@ -934,6 +937,7 @@ static void remove_spool(amp_collector_t *c) {
 }
 
 amp_status amp_collector_finish(amp_collector_t *c, int exit_status) {
+    amp_clear_error();
     AMP_ASSERT(!c->finished, "finish called twice");
     amp_status lost = poll_files(c);
     // files that waited for a descriptor get those of the files just finished, while that helps

@@ -107,7 +107,7 @@ typedef struct amp_instr {
     int64_t step_base; // recorded step = ctx->step + step_base (see amp_instr_init)
     int64_t step_start_ns;
     int64_t last_op_ns; // where the next op's span starts
-    bool step_ops;      // an op of this step was recorded
+    bool step_ops;      // an op was recorded since the step began or the last backward ended
     int32_t layers_emitted;
     unsigned autocast_dtypes; // bit per dtype already written to META
     uint32_t epoch;           // changes whenever the queue is processed
@@ -686,6 +686,11 @@ void amp_instr_grad(amp_ctx_t *ctx, amp_tensor_t *t) {
 
 void amp_instr_backward_end(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
+    // The next forward op (a micro-batch's under gradient accumulation) starts no earlier than
+    // now, nor than the layer or autocast region it begins in: the backward is no op's time. (One
+    // clock read a backward; an op's span otherwise starts where the previous op's ended.)
+    in->last_op_ns = amp_record_now_ns();
+    in->step_ops = false;
     in->cur_dy = -1;
     in->q.backwards++;
     batch b = {.n = 0};

@@ -96,8 +96,8 @@ static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         amp_grad_accumulate(ctx, bias, dbias ? dbias : amp_sum_to(ctx, dy, bias->ndim, bias->shape));
 }
 
-// in = {a, b, bias-or-NULL} after autocast.
-static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, bool bt) {
+// in = {a, b, bias-or-NULL} after autocast. The caller describes the op to the instrumentation.
+static amp_tensor_t *gemm_run(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, bool bt) {
     amp_tensor_t *a = in[0], *b = in[1], *bias = in[2];
     AMP_ASSERT(amp_dtype_is_float(a->dtype) && a->dtype == b->dtype,
                "(%s: expected both operands to have the same floating dtype, got %s and %s)", op,
@@ -133,7 +133,12 @@ static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, 
         n->reads = (b->requires_grad ? AMP_READS_SAVED(0) : 0) |
                    (a->requires_grad ? AMP_READS_SAVED(1) : 0);
     }
-    amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, bias ? 3 : 2);
+    return y;
+}
+
+static amp_tensor_t *gemm_op(amp_ctx_t *ctx, const char *op, amp_tensor_t **in, bool bt) {
+    amp_tensor_t *y = gemm_run(ctx, op, in, bt);
+    amp_instr_op(ctx, op, amp_autocast_policy(op), y, in, in[2] ? 3 : 2);
     return y;
 }
 
@@ -215,17 +220,23 @@ amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
     AMP_ASSERT(a->ndim >= 1 && b->ndim >= 1, "(matmul: both arguments need at least 1 dimension)");
     amp_tensor_t *in[3] = {a, b, NULL};
     amp_autocast_apply(ctx, "matmul", in, 2);
+    amp_tensor_t *operands[2] = {in[0], in[1]}; // as the caller gave them (cast): the op's record
     const bool row = a->ndim == 1, col = b->ndim == 1;
     if (row) in[0] = amp_reshape(ctx, in[0], 2, (int64_t[]){1, a->shape[0]});
     if (col) in[1] = amp_reshape(ctx, in[1], 2, (int64_t[]){b->shape[0], 1});
     broadcast_batch(ctx, &in[0], &in[1]);
-    amp_tensor_t *y = gemm_op(ctx, "matmul", in, false);
-    if (!row && !col) return y;
-    int64_t shape[AMP_MAX_DIMS];
-    int nd = 0;
-    for (int i = 0; i < y->ndim; i++)
-        if (!(row && i == y->ndim - 2) && !(col && i == y->ndim - 1)) shape[nd++] = y->shape[i];
-    return amp_reshape(ctx, y, nd, shape);
+    amp_tensor_t *y = gemm_run(ctx, "matmul", in, false), *out = y;
+    if (row || col) {
+        int64_t shape[AMP_MAX_DIMS];
+        int nd = 0;
+        for (int i = 0; i < y->ndim; i++)
+            if (!(row && i == y->ndim - 2) && !(col && i == y->ndim - 1)) shape[nd++] = y->shape[i];
+        out = amp_reshape(ctx, y, nd, shape);
+    }
+    amp_instr_op(ctx, "matmul", amp_autocast_policy("matmul"), out, operands, 2);
+    y->stat_epoch = out->stat_epoch; // (the GEMM's backward finds its output's numbers: out's)
+    y->stat_entry = out->stat_entry;
+    return out;
 }
 
 amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b) {

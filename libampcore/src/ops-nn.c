@@ -255,6 +255,7 @@ static void bce_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_t *target,
                                     amp_tensor_t **out) {
+    amp_clear_error();
     if (out) *out = NULL;
     const char *null = !out ? "out" : !ctx ? "ctx" : !p ? "p" : !target ? "target" : NULL;
     if (null)
@@ -262,7 +263,7 @@ amp_status amp_binary_cross_entropy(amp_ctx_t *ctx, amp_tensor_t *p, amp_tensor_
                              null);
     amp_dtype dts[2] = {p->dtype, target->dtype}, dt;
     if (ctx->ac.enabled) {
-        amp_status s = amp_autocast_decide("binary_cross_entropy", 2, dts, ctx->ac.dtype, &dt);
+        amp_status s = amp_autocast_decision("binary_cross_entropy", 2, dts, ctx->ac.dtype, &dt);
         if (s != AMP_OK) return s;
     }
     amp_require_float("binary_cross_entropy", p);

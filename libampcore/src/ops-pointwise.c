@@ -35,7 +35,7 @@ static void unary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 static amp_tensor_t *unary_int_input(amp_ctx_t *ctx, const char *op, amp_unary_op kind,
                                      amp_tensor_t *x) {
     amp_dtype dt;
-    if (amp_autocast_decide(op, 1, &x->dtype, AMP_DTYPE_F16, &dt) != AMP_OK)
+    if (amp_autocast_decision(op, 1, &x->dtype, AMP_DTYPE_F16, &dt) != AMP_OK)
         amp_abort(__FILE__, __LINE__, "%s", amp_last_error());
     const bool scalar = kind == AMP_UNARY_POW || kind == AMP_UNARY_SCALE ||
                         kind == AMP_UNARY_ADD_SCALAR || kind == AMP_UNARY_CLAMP_MIN;

@@ -132,6 +132,7 @@ static void hold_all(amp_optim_t *opt, int d) {
 
 amp_status amp_optim_new(amp_ctx_t *ctx, const amp_optim_params *p, amp_tensor_t *const *params,
                          int n, amp_optim_t **out) {
+    amp_clear_error();
     if (out) *out = NULL;
     const char *null = !out ? "out" : !ctx ? "ctx" : !p ? "p" : !params ? "params" : NULL;
     if (null) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_optim_new: %s is NULL", null);
@@ -242,7 +243,10 @@ const amp_optim_params *amp_optim_get_params(const amp_optim_t *opt) {
 }
 
 amp_status amp_optim_set_params(amp_optim_t *opt, const amp_optim_params *p) {
-    if (!p) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_optim_set_params: p is NULL");
+    amp_clear_error();
+    const char *null = !opt ? "opt" : !p ? "p" : NULL;
+    if (null)
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_optim_set_params: %s is NULL", null);
     amp_status st = validate_params(p);
     if (st != AMP_OK) return st;
     if (p->kind != opt->p.kind)

@@ -688,6 +688,7 @@ uint64_t amp_record_session(void) {
 }
 
 amp_status amp_record_start(const char *spool_dir) {
+    amp_clear_error();
     if (!spool_dir || !spool_dir[0])
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_record_start: spool_dir is %s",
                              spool_dir ? "empty" : "NULL");

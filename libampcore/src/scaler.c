@@ -84,6 +84,7 @@ static amp_status validate_factors(double growth_factor, double backoff_factor) 
 }
 
 amp_status amp_scaler_new(const amp_scaler_params *p, amp_scaler_t **out) {
+    amp_clear_error();
     if (out) *out = NULL;
     const char *null = !out ? "out" : !p ? "p" : NULL;
     if (null) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_scaler_new: %s is NULL", null);
@@ -227,7 +228,18 @@ static amp_status unscale_grads(amp_scaler_t *sc, amp_optim_t *opt, opt_state *s
     return AMP_OK;
 }
 
+// A NULL scaler or optimizer given to fn: AMP_ERR_INVALID_ARGUMENT naming it (before the stage
+// checks, whose PyTorch messages would blame the order of the calls).
+static amp_status null_argument(const char *fn, const amp_scaler_t *sc, bool need_opt,
+                                const amp_optim_t *opt) {
+    const char *null = !sc ? "sc" : need_opt && !opt ? "opt" : NULL;
+    return null ? amp_set_error(AMP_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, null) : AMP_OK;
+}
+
 amp_status amp_scaler_unscale(amp_scaler_t *sc, amp_optim_t *opt) {
+    amp_clear_error();
+    amp_status st = null_argument("amp_scaler_unscale", sc, true, opt);
+    if (st != AMP_OK) return st;
     if (!sc->p.enabled) return AMP_OK;
     if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("unscale_"));
     opt_state *s = state_of(sc, opt);
@@ -241,7 +253,10 @@ amp_status amp_scaler_unscale(amp_scaler_t *sc, amp_optim_t *opt) {
 }
 
 amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped) {
+    amp_clear_error();
     if (skipped) *skipped = false;
+    amp_status null = null_argument("amp_scaler_step", sc, true, opt);
+    if (null != AMP_OK) return null;
     if (!sc->p.enabled) {
         amp_optim_step(opt);
         return AMP_OK;
@@ -271,6 +286,9 @@ static void finish_update(amp_scaler_t *sc) {
 }
 
 amp_status amp_scaler_update(amp_scaler_t *sc) {
+    amp_clear_error();
+    amp_status st = null_argument("amp_scaler_update", sc, false, NULL);
+    if (st != AMP_OK) return st;
     if (!sc->p.enabled) return AMP_OK;
     if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
     // found_infs[0] += found_infs[i]: the sum over every optimizer that recorded one.
@@ -293,6 +311,9 @@ amp_status amp_scaler_update(amp_scaler_t *sc) {
 }
 
 amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale) {
+    amp_clear_error();
+    amp_status st = null_argument("amp_scaler_update_to", sc, false, NULL);
+    if (st != AMP_OK) return st;
     if (!sc->p.enabled) return AMP_OK;
     if (!sc->scale) return amp_set_error(AMP_ERR_SCALER_STATE, SCALE_IS_NONE("update"));
     // _scale.fill_(new_scale); the tracker stays. Rare and host-driven: it reads the device.
@@ -316,6 +337,7 @@ amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale) {
 // state_dict / load_state_dict
 
 amp_status amp_scaler_state_dict(const amp_scaler_t *sc, amp_scaler_state *out) {
+    amp_clear_error();
     const char *null = !sc ? "sc" : !out ? "out" : NULL;
     if (null)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_scaler_state_dict: %s is NULL", null);
@@ -331,6 +353,7 @@ amp_status amp_scaler_state_dict(const amp_scaler_t *sc, amp_scaler_state *out) 
 }
 
 amp_status amp_scaler_load_state_dict(amp_scaler_t *sc, const amp_scaler_state *st) {
+    amp_clear_error();
     const char *null = !sc ? "sc" : !st ? "st" : NULL;
     if (null)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_scaler_load_state_dict: %s is NULL",

@@ -41,6 +41,10 @@ const char *amp_status_str(amp_status s) {
 
 const char *amp_last_error(void) { return last_error; }
 
+void amp_clear_error(void) {
+    last_error[0] = 0;
+}
+
 amp_status amp_set_error(amp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

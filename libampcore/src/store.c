@@ -1476,6 +1476,7 @@ static int open_immutable(const char *path, sqlite3 **d) {
 }
 
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
+    amp_clear_error();
     *db = NULL;
     errbuf[0] = 0;
     bool has_wal;

@@ -15,6 +15,7 @@
 // Context
 
 amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
+    amp_clear_error();
     if (!out) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_ctx_new: out is NULL");
     *out = NULL;
     const amp_backend_i *be = NULL;
@@ -57,6 +58,16 @@ bool amp_device_parse(const char *s, amp_device *out) {
 }
 
 amp_device amp_ctx_device(const amp_ctx_t *ctx) { return ctx->device; }
+
+amp_rng_state amp_ctx_rng_state(const amp_ctx_t *ctx) {
+    return (amp_rng_state){ctx->seed, ctx->rng, ctx->dropout_offset};
+}
+
+void amp_ctx_set_rng_state(amp_ctx_t *ctx, amp_rng_state st) {
+    ctx->seed = st.seed;
+    ctx->rng = st.host;
+    ctx->dropout_offset = st.dropout_offset;
+}
 
 void amp_ctx_memory(const amp_ctx_t *ctx, size_t *in_use, size_t *peak) {
     if (in_use) *in_use = ctx->mem_in_use;
