@@ -734,6 +734,8 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
                         .counted_last_step = INT64_MIN,
                         .near_first_step = -1,
                         .near_last_step = -1,
+                        .clean_amax = NAN,
+                        .clean_amax_step = -1,
                         .bad_step = INT64_MAX,
                         .bad_row = INT64_MAX};
     *slot = ++m->n_stats;
@@ -777,6 +779,9 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
         (step < s->bad_step || (step == s->bad_step && row < s->bad_row)))
         s->bad_step = step, s->bad_row = row;
     if (has_amax && !(amax <= s->amax)) s->amax = amax; // (NaN: the first one)
+    if (has_amax && nan == 0 && posinf == 0 &&
+        (!(amax <= s->clean_amax) || (amax == s->clean_amax && step < s->clean_amax_step)))
+        s->clean_amax = amax, s->clean_amax_step = step;
     if (step < s->first_step) s->first_step = step;
     if (step > s->last_step) s->last_step = step;
     add_count(&s->n_overflow, col_i64(q, 9, 0));

@@ -108,6 +108,10 @@ typedef struct report_stats {
     int64_t zero_tensors, zero_numel;          // tensors (numel > 1) that were all zero
     int64_t near_max_tensors;                  // tensors with amax >= half the target's max
     int64_t near_first_step, near_last_step;   // -1: none
+    // the largest amax of the tensors with no NaN or +inf (those that had not overflowed yet),
+    // and its first step; NaN, -1: none
+    double clean_amax;
+    int64_t clean_amax_step;
     // the first row that held NaN or +inf: its step and its place among the rows read (which
     // come in the order recorded within a step); INT64_MAX: none
     int64_t bad_step, bad_row;

@@ -25,6 +25,13 @@ static bool fp32_run(const report_model *m) {
     return true;
 }
 
+// A site's amax as the rule tells it: that of its outputs that had not overflowed (those with NaN
+// or +inf are rule nonfinite-root-cause's, and their finite values are no headroom left); all of
+// them when none is clean.
+static double site_amax(const report_stats *s) {
+    return isnan(s->clean_amax) ? s->amax : s->clean_amax;
+}
+
 // Whether stats row s is a site to report, and its severity.
 static bool at_risk(const report_stats *s, bool fp32, amp_severity *sev) {
     if (strcmp(s->kind, "activation") != 0 || isnan(report_dtype_max(s->target))) return false;
@@ -48,31 +55,35 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
         for (size_t i = 0; i < m->n_stats; i++) {
             amp_severity s;
             if (done[i] || !at_risk(&m->stats[i], fp32, &s)) continue;
-            if (best == m->n_stats || m->stats[i].amax > m->stats[best].amax) best = i, sev = s;
+            if (best == m->n_stats || site_amax(&m->stats[i]) > site_amax(&m->stats[best]))
+                best = i, sev = s;
         }
         if (best == m->n_stats) break;
         done[best] = true;
         const report_stats *s = &m->stats[best];
-        double max = report_dtype_max(s->target);
-        double bits = log2(max / s->amax);
+        const double amax = site_amax(s), max = report_dtype_max(s->target);
+        double bits = log2(max / amax);
         report_finding *f = report_finding_add(out, RULE, sev);
         report_finding_where(f, report_layer_name(m, s->pid, s->layer_id), s->op, "fwd");
         f->pid = s->pid;
         f->first_step = s->near_first_step >= 0 ? s->near_first_step : s->first_step;
         f->last_step = s->near_last_step >= 0 ? s->near_last_step : s->last_step;
         const char *layer = f->layer[0] ? f->layer : "(top level)";
+        char at[48] = ""; // (the step of the amax told)
+        if (s->clean_amax_step >= 0 && amax == s->clean_amax)
+            snprintf(at, sizeof at, " at step %lld", (long long)s->clean_amax_step);
         if (sev == AMP_SEVERITY_WARNING)
             snprintf(f->title, sizeof f->title,
-                     "%s %s output reaches amax %.6g, %.2f bits below the %s max %g", layer, s->op,
-                     s->amax, bits < 0 ? 0.0 : bits, s->target, max);
+                     "%s %s output reaches amax %.6g%s, %.2f bits below the %s max %g", layer,
+                     s->op, amax, at, bits < 0 ? 0.0 : bits, s->target, max);
         else
             snprintf(f->title, sizeof f->title,
-                     "%s %s output (fp32, amax %.6g) would overflow %s (max %g) under autocast",
-                     layer, s->op, s->amax, s->target, max);
+                     "%s %s output (fp32, amax %.6g%s) would overflow %s (max %g) under autocast",
+                     layer, s->op, amax, at, s->target, max);
         int w = snprintf(f->detail, sizeof f->detail,
                          "%lld of %lld sampled outputs within 2x of the max%s (steps %lld-%lld).",
                          (long long)s->near_max_tensors, (long long)s->tensors,
-                         s->amax > max ? " or beyond it" : "", (long long)f->first_step,
+                         amax > max ? " or beyond it" : "", (long long)f->first_step,
                          (long long)f->last_step);
         if (s->n_overflow > 0 && w > 0 && (size_t)w < sizeof f->detail)
             snprintf(f->detail + w, sizeof f->detail - (size_t)w,
@@ -82,7 +93,8 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
                  "LayerNorm before it; 1/sqrt(d_head) for attention logits; smaller weight init), "
                  "or keep this op in fp32 (autocast disabled around it), or train in bf16.",
                  s->op);
-        report_finding_evidence(f, "amax", s->amax);
+        report_finding_evidence(f, "amax", amax);
+        report_finding_evidence(f, "amax_step", (double)s->clean_amax_step);
         report_finding_evidence(f, "dtype_max", max);
         report_finding_evidence(f, "headroom_bits", bits);
         report_finding_evidence(f, "near_max_outputs", (double)s->near_max_tensors);

@@ -1684,6 +1684,27 @@ END_TEST
 // ---------------------------------------------------------------------------------------------
 // overflow-headroom
 
+// A layer growing into overflow: 40000 at step 2, then outputs with +inf (their finite values
+// up to 65376) at steps 3-5. The headroom told is of the outputs that had not overflowed yet,
+// with their step (not 65376 from step 5 beside "step 2"); the overflowed ones are the
+// root-cause rule's.
+START_TEST(overflow_headroom_tells_the_outputs_before_the_overflow) {
+    healthy(6);
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 2, 1, 'linear', 'activation', 'f16', 'f16', 4096, "
+        "-40000, 40000, 40000, 0, 0, 0, 0, 0, 0), (1, 3, 1, 'linear', 'activation', 'f16', "
+        "'f16', 4096, -60000, 60000, 60000, 0, 3, 0, 0, 0, 0), (1, 5, 1, 'linear', 'activation', "
+        "'f16', 'f16', 4096, -65376, 65376, 65376, 0, 9, 0, 0, 0, 0);");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->title, "blocks.0.mlp linear output reaches amax 40000 at step 2, 0.71 "
+                               "bits below the f16 max 65504");
+    ck_assert_int_eq(f->first_step, 2);
+    ck_assert_close(evidence(f, "amax_step"), 2, 0, 0);
+    release();
+}
+END_TEST
+
 START_TEST(overflow_headroom_near_f16_max_is_a_warning) {
     healthy(6);
     sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 4, 1, 'linear', 'activation', 'f16', 'f16', 4096, "
@@ -1728,7 +1749,8 @@ START_TEST(overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max) {
     const report_finding *f = NULL;
     for (size_t i = 0; i < findings.n; i++)
         if (strcmp(findings.v[i].rule, "overflow-headroom") == 0) f = &findings.v[i];
-    ck_assert_msg(strstr(f->title, "(fp32, amax 8e+06) would overflow f16"), "%s", f->title);
+    ck_assert_msg(strstr(f->title, "(fp32, amax 8e+06 at step 4) would overflow f16"), "%s",
+                  f->title);
     ck_assert_msg(strstr(f->detail, "1 of 1 sampled outputs within 2x of the max or beyond it") &&
                       strstr(f->detail, "120 fp32 values beyond it would round to inf"),
                   "%s", f->detail);
@@ -4031,6 +4053,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
     tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
+    tcase_add_test(tc, overflow_headroom_tells_the_outputs_before_the_overflow);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
