@@ -171,6 +171,19 @@ static int64_t site_span(const report_model *m, const events_index *x, const rep
     return occ;
 }
 
+// The non-finite values the events at e's site count over the focused steps (an aggregate row's
+// as the focus keeps of it); -1 when none of them counted any.
+static int64_t site_elements(const report_model *m, const events_index *x, const report_event *e) {
+    int64_t n = -1;
+    for (size_t i = x->first[e - m->events]; i < m->n_events; i = x->next[i]) {
+        const report_event *o = &m->events[i];
+        if (o->count < 0) continue;
+        if (n < 0) n = 0;
+        amp_add_sat(&n, o->count);
+    }
+    return n;
+}
+
 // The steps the events at e's site cover: their occurrences, but a step counted once however
 // often the op went non-finite in it (several forwards a step: gradient accumulation, a module
 // called twice). An aggregate row covers at most the steps in its range. (A site has ten rows
@@ -683,7 +696,8 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
         snprintf(f->detail + len, sizeof f->detail - len,
                  " Recorded without a phase: a forward break by its step's non-finite loss.");
     report_finding_evidence(f, "steps_affected", (double)affected);
-    report_finding_evidence(f, "nonfinite_elements", e->count >= 0 ? (double)e->count : NAN);
+    const int64_t elements = site_elements(m, x, e);
+    report_finding_evidence(f, "nonfinite_elements", elements >= 0 ? (double)elements : NAN);
     report_finding_evidence(f, "input_amax", r.in_amax);
     report_finding_evidence(f, "output_amax", r.out_amax);
     report_finding_evidence(f, "output_nan", (double)r.nan);

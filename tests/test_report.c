@@ -765,6 +765,9 @@ START_TEST(nonfinite_attention_overflow_is_the_first_finding) {
     ck_assert_close(evidence(f, "input_amax"), 6.26953, 1e-9, 0);
     ck_assert_close(evidence(f, "output_posinf"), 3913, 0, 0);
     ck_assert_close(evidence(f, "steps_affected"), 9, 0, 0);
+    // the values of the site's every row (step 3's and the aggregate row's of steps 4-11), as
+    // the steps are: not step 3's alone (a focus on steps 4-11 had counted more than the run)
+    ck_assert_close(evidence(f, "nonfinite_elements"), 7890 + 7903, 0, 0);
     // the backward producer of a step whose forward was already broken is no root of its own
     ck_assert_uint_eq(count("nonfinite-root-cause", AMP_SEVERITY_INFO), 1);
     release();
