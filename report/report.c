@@ -173,7 +173,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
             "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
             "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
             "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
-            "'scaler.growth_interval') "
+            "'scaler.growth_interval', 'stats_every') "
             "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
             m, &q, err))
         return false;
@@ -195,6 +195,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "orphans") == 0                ? &m->orphans
                            : strcmp(key, "torch") == 0                  ? &m->torch
                            : strcmp(key, "scaler.growth_interval") == 0 ? &m->growth_interval
+                           : strcmp(key, "stats_every") == 0            ? &m->stats_every
                                                                         : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -1059,6 +1060,7 @@ void report_model_free(report_model *m) {
     free((char *)m->bridge_error);
     free((char *)m->orphans);
     free((char *)m->growth_interval);
+    free((char *)m->stats_every);
     free((char *)m->no_model);
     free((char *)m->trace);
     free((char *)m->torch);
@@ -1480,6 +1482,11 @@ double report_median(double *v, size_t n) {
     if (!n) return NAN;
     amp_sort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int64_t report_stats_every(const report_model *m) {
+    const long long n = m->stats_every ? atoll(m->stats_every) : 1;
+    return n > 1 ? n : 1;
 }
 
 double report_scale_for_amax(double u) {

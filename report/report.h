@@ -316,6 +316,9 @@ typedef struct report_model {
     // META scaler.growth_interval, the first process's GradScaler's (libampcore and the PyTorch
     // bridge record it); NULL: not recorded
     const char *growth_interval;
+    // META stats_every: statistics recorded on one step in that many (ampprobe run
+    // --stats-every); NULL: not recorded (every step)
+    const char *stats_every;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 
@@ -541,6 +544,8 @@ void report_run(const report_model *m, const report_rule *only, report_findings 
 // Shared by the rules: the loss scale that keeps a gradient of unscaled amax u below
 // REPORT_SCALE_TARGET, a power of two in [1, 2^24]; NaN when u is not a positive number.
 double report_scale_for_amax(double u);
+// META stats_every as a number: 1 when every step's statistics were recorded (or it is unknown).
+int64_t report_stats_every(const report_model *m);
 // The largest unscaled gradient amax of process pid's focused non-skipped steps (grad_amax /
 // scale, the scale 1 where no GradScaler ran); NaN when no step has one.
 double report_unscaled_grad_amax(const report_model *m, int32_t pid);

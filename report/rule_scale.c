@@ -172,18 +172,24 @@ static void recommend(report_finding *f, double rec_scale, double u) {
 }
 
 // "init_scale=2^k (…)" for the advice, or a fallback when no applied step's gradient
-// statistics were recorded (grad_stats: those of skipped steps were, which overflowed).
-static void init_scale_words(char *buf, size_t n, double rec_scale, double u, bool grad_stats) {
+// statistics were recorded (grad_stats: those of skipped steps were, which overflowed); every:
+// the statistics were of one step in that many (--stats-every), whose gradients are all it knows.
+static void init_scale_words(char *buf, size_t n, double rec_scale, double u, bool grad_stats,
+                             int64_t every) {
+    char sampled[80] = "";
+    if (every > 1)
+        snprintf(sampled, sizeof sampled, " of the steps sampled, one in %lld", (long long)every);
     if (isnan(rec_scale))
-        snprintf(buf, n,
-                 "an init_scale a few powers of two below the scale where it overflows "
-                 "(%s)",
-                 grad_stats ? "no step was applied whose gradients would give a number"
-                            : "record gradient statistics to get a number");
+        snprintf(
+            buf, n, "an init_scale a few powers of two below the scale where it overflows (%s)",
+            grad_stats  ? "no step was applied whose gradients would give a number"
+            : every > 1 ? "no focused step had its gradients sampled (--stats-every): widen --steps"
+                        : "record gradient statistics to get a number");
     else
-        snprintf(buf, n, "init_scale=%.9g (largest unscaled gradient %.3g; x%.9g keeps it under "
-                         "65504/2)",
-                 rec_scale, u, rec_scale);
+        snprintf(buf, n,
+                 "init_scale=%.9g (largest unscaled gradient %.3g%s; x%.9g keeps %s under "
+                 "65504/2)",
+                 rec_scale, u, sampled, rec_scale, every > 1 ? "those" : "it");
 }
 
 static const char broken_forward_advice[] =
@@ -197,7 +203,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         if (r.n == 0) continue;
         const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
         char init_words[256];
-        init_scale_words(init_words, sizeof init_words, rec, u, r.grad_stats);
+        init_scale_words(init_words, sizeof init_words, rec, u, r.grad_stats,
+                         report_stats_every(m));
         double rate = (double)(r.skipped - r.calib_skipped) /
                       (double)(r.n - r.calib_skipped > 0 ? r.n - r.calib_skipped : 1);
         bool reported = false;

@@ -118,12 +118,15 @@ static void vanishing_finding(const report_model *m, int32_t model, double u,
                  "gradients vanishingly small: the largest is %.3g, under Adam's eps (1e-8)", u);
     else
         snprintf(f->title, sizeof f->title, "gradients vanishingly small: the largest is %.3g", u);
+    const int64_t every = report_stats_every(m);
+    char sampled[80] = "";
+    if (every > 1) snprintf(sampled, sizeof sampled, " sampled (one in %lld)", (long long)every);
     snprintf(f->detail, sizeof f->detail,
-             "The largest gradient value of any layer in any step is %.3g (unscaled): a "
+             "The largest gradient value of any layer in any step%s is %.3g (unscaled): a "
              "well-normalised loss gives gradients of 1e-4 to 10. In fp16 values this small "
              "underflow without a large loss scale; in any precision they fall under the "
              "optimizer's eps (Adam's 1e-8 is added to sqrt(v)), so the updates shrink with them.",
-             u);
+             sampled, u);
     snprintf(f->advice, sizeof f->advice,
              "Check the loss normalisation: a loss divided twice (a mean of a mean, a sum divided "
              "by the number of elements and again by the batch), a tiny loss weight, or a loss "

@@ -1680,6 +1680,21 @@ START_TEST(scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info) {
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "stuck low"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "(largest unscaled gradient 0.004; x"));
+    release();
+    // statistics of one step in 4 (--stats-every 4): the number is of those, and a focus on
+    // steps none of which was sampled says so (not "record gradient statistics")
+    sql("INSERT INTO META (key, value, pid) VALUES ('stats_every', '4', 1);"
+        "DELETE FROM AMP_TENSOR_STATS WHERE step % 4 != 0;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].advice, "(largest unscaled gradient 0.004 of the steps "
+                                               "sampled, one in 4; x"),
+                  "%s", findings.v[0].advice);
+    release();
+    analyse("loss-scale", 5, 7);
+    ck_assert_msg(strstr(findings.v[0].advice, "no focused step had its gradients sampled "
+                                               "(--stats-every): widen --steps"),
+                  "%s", findings.v[0].advice);
     release();
 }
 END_TEST
