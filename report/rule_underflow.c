@@ -6,13 +6,14 @@
  * GradScaler), the non-zero values that round to 0 or a subnormal in the target dtype
  * (n_underflow). Values that already underflowed in an fp16 backward arrive as zeros, which
  * cannot be told from structural zeros (a causal mask, a ReLU) one by one; a gradient tensor
- * that is entirely zero can: it counts as lost whole. Healthy fp16 runs lose a few percent of
- * their smallest gradients to subnormals; layers losing 5% or more are named (info). What
- * decides whether training suffers is what reaches the optimizer: a layer whose weight gradients
- * lose 20% is a warning, with the loss scale that would keep them (from the observed gradient
- * amax: the largest power of two that keeps it under 65504/2). Activation gradients alone
- * decide only in a run that recorded no weight gradient: as a model fits its data, the
- * gradients of the examples it already fits shrink toward zero and underflow by the million
+ * that is entirely zero can: it counts as lost whole, unless the same gradient reached 1 (scaled)
+ * in another step (a fall of 2^24 at once is no underflow: a saturated tanh, a dead ReLU). Healthy
+ * fp16 runs lose a few percent of their smallest gradients to subnormals; layers losing 5% or more
+ * are named (info). What decides whether training suffers is what reaches the optimizer: a layer
+ * whose weight gradients lose 20% is a warning, with the loss scale that would keep them (from the
+ * observed gradient amax: the largest power of two that keeps it under 65504/2). Activation
+ * gradients alone decide only in a run that recorded no weight gradient: as a model fits its data,
+ * the gradients of the examples it already fits shrink toward zero and underflow by the million
  * (the loss's gradient, the casts before it) while the weight gradients, summed over the
  * batch, keep their values. A run that computed no gradient
  * in fp16/bf16 (fp32) gets info at most: what fp16 without loss scaling would lose. Steps the
@@ -199,7 +200,10 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         layer_loss *l = &v[n - 1];
         const bool bf16 = strcmp(s->target, "bf16") == 0;
         fp16_target |= !bf16;
-        int64_t l_lost = s->n_underflow + (bf16 ? 0 : s->zero_numel);
+        // a tensor of zeros whose kind reached 1 (scaled) in other steps fell by 2^24 at once:
+        // exact zeros (a saturated tanh, a dead ReLU), not an underflow
+        const bool exact_zeros = bf16 || s->clean_amax >= 1.0;
+        int64_t l_lost = s->n_underflow + (exact_zeros ? 0 : s->zero_numel);
         l->numel += s->numel;
         l->lost += l_lost;
         if (strcmp(s->kind, "weight_grad") == 0) {
@@ -207,7 +211,7 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
             l->weight_lost += l_lost;
         }
         l->tensors += s->tensors;
-        l->zero_tensors += bf16 ? 0 : s->zero_tensors;
+        l->zero_tensors += exact_zeros ? 0 : s->zero_tensors;
         // the steps counted (not those whose gradients were thrown away: skipped or broken)
         if (s->counted_first_step < l->first_step) l->first_step = s->counted_first_step;
         if (s->counted_last_step > l->last_step) l->last_step = s->counted_last_step;

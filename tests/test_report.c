@@ -2168,10 +2168,18 @@ START_TEST(grad_underflow_leaves_out_a_broken_step) {
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
     release();
-    // the same zeros at a step that trained are counted
+    // the same zeros at a step that trained, of gradients that reach 37-6680 (scaled) in the
+    // other steps: exact zeros (a saturated tanh, a dead ReLU), no underflow: not counted
     sql("UPDATE AMP_STEPS SET loss = 2.0, loss_finite = 1 WHERE step = 3;");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_msg(findings.n == 0, "%s", findings.n ? findings.v[0].title : "");
+    release();
+    // of gradients that stay below 1 (scaled), where a tensor can underflow whole: counted
+    sql("UPDATE AMP_TENSOR_STATS SET amax = amax * 1e-4, min = min * 1e-4, max = max * 1e-4 "
+        "WHERE kind IN ('activation_grad', 'weight_grad');");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "all-zero gradients included"));
     release();
     // and left out where the batch is fitted, the loss 0 or a millionth of the first: a large
     // mlp on the samples' data got there within three steps on an H200, its gradients all zero
