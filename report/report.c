@@ -589,8 +589,11 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         AMP_GROW(m->procs, m->n_procs, cap);
-        m->procs[m->n_procs++] = (report_process){
-            .pid = sqlite3_column_int(q, 0), .name = col_name(q, 1), .nonfinite_since = -1};
+        m->procs[m->n_procs++] = (report_process){.pid = sqlite3_column_int(q, 0),
+                                                  .name = col_name(q, 1),
+                                                  .nonfinite_since = -1,
+                                                  .loss0 = NAN,
+                                                  .grad_norm0 = NAN};
     }
     // the steps are sorted by pid: each process's are one run of them
     for (size_t i = 0, k = 0; i < m->n_procs; i++) {
@@ -603,6 +606,25 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
         p->n_steps = k - p->step0;
     }
     group_models(m);
+    if (!finish(db, m->path, q, rc, err)) return false;
+
+    // each process's first loss and gradient norm, whatever the focus (the marks a divergence is
+    // measured by)
+    if (!prepare(
+            db, m->path,
+            "SELECT pid, (SELECT loss FROM AMP_STEPS b WHERE b.pid = a.pid AND loss_finite = 1 "
+            "ORDER BY step LIMIT 1), (SELECT grad_norm FROM AMP_STEPS b WHERE b.pid = a.pid "
+            "AND grad_norm > 0 ORDER BY step LIMIT 1) FROM (SELECT DISTINCT pid FROM "
+            "AMP_STEPS) a ORDER BY pid",
+            m, &q, err))
+        return false;
+    for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
+        const int32_t pid = sqlite3_column_int(q, 0);
+        while (k < m->n_procs && m->procs[k].pid < pid)
+            k++;
+        if (k < m->n_procs && m->procs[k].pid == pid)
+            m->procs[k].loss0 = col_f64(q, 1), m->procs[k].grad_norm0 = col_f64(q, 2);
+    }
     if (!finish(db, m->path, q, rc, err)) return false;
     if (m->step_lo == INT64_MIN) return true;
 

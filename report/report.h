@@ -135,6 +135,8 @@ typedef struct report_process {
     // under a focus (--steps A:B): the first step of the non-finite losses that run on into the
     // focus from before it (its weights or its state went non-finite there); -1: none
     int64_t nonfinite_since;
+    // its first finite loss and first gradient norm (> 0), whatever the focus; NaN: none
+    double loss0, grad_norm0;
 } report_process;
 
 // The largest forward-activation amax of a layer over a bucket of steps (at most

@@ -538,10 +538,10 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
 }
 
 // Training that diverged before its first non-finite value, per process: the loss rose to twice
-// its first value (the focus's first finite one) while the gradient norm rose tenfold, or the
-// loss a hundredfold. A learning rate too high (no warm-up, a bad batch) blows the weights up
-// step by step, and the NaN/inf that ends it comes in fp32 as in fp16 or bf16: the precision
-// is not the cause, and keeping an op in fp32 does not help.
+// its first value (its first finite one, whatever the focus) while the gradient norm rose
+// tenfold, or the loss a hundredfold. A learning rate too high (no warm-up, a bad batch) blows the
+// weights up step by step, and the NaN/inf that ends it comes in fp32 as in fp16 or bf16: the
+// precision is not the cause, and keeping an op in fp32 does not help.
 typedef struct divergence {
     int32_t pid;
     int64_t step;         // the first step that met it
@@ -555,17 +555,14 @@ typedef struct divergences {
 static void find_divergences(const report_model *m, divergences *out) {
     for (size_t i = 0; i < m->n_steps;) {
         const int32_t pid = m->steps[i].pid;
-        double loss0 = NAN, lmax = NAN, gnorm0 = NAN, gmax = NAN;
+        const report_process *p = report_process_find(m, pid);
+        const double loss0 = p ? p->loss0 : NAN, gnorm0 = p ? p->grad_norm0 : NAN;
+        double lmax = NAN, gmax = NAN;
         for (; i < m->n_steps && m->steps[i].pid == pid; i++) {
             const report_step *s = &m->steps[i];
-            if (s->loss_finite) {
-                if (isnan(loss0)) loss0 = s->loss;
-                lmax = isnan(lmax) || s->loss > lmax ? s->loss : lmax;
-            }
-            if (s->grad_norm > 0) { // (NaN: none)
-                if (isnan(gnorm0)) gnorm0 = s->grad_norm;
+            if (s->loss_finite) lmax = isnan(lmax) || s->loss > lmax ? s->loss : lmax;
+            if (s->grad_norm > 0) // (NaN: none)
                 gmax = isnan(gmax) || s->grad_norm > gmax ? s->grad_norm : gmax;
-            }
             if (!(loss0 > 0) ||
                 !(lmax >= 100 * loss0 || (lmax >= 2 * loss0 && gmax >= 10 * gnorm0)))
                 continue;

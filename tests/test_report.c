@@ -890,6 +890,12 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
     ck_assert_close(evidence(f, "loss_before"), 1.1e10, 0, 1e-12);
     ck_assert_close(evidence(f, "grad_norm_first"), 0.9, 0, 1e-12);
     release();
+    // a focus after the loss took off measures it from the run's first loss all the same
+    analyse("nonfinite-root-cause", 3, 5);
+    ck_assert_msg(
+        strncmp(findings.v[0].title, "training diverged before step 5 (the loss 4.27", 46) == 0,
+        "%s", findings.v[0].title);
+    release();
     // the loss back down at step 4: the spike is over, the NaN is the matmul's own
     wipe();
     diverging_steps(3.9);
