@@ -173,7 +173,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
             "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
             "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
             "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
-            "'scaler.growth_interval', 'stats_every') "
+            "'stats_every') "
             "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
             m, &q, err))
         return false;
@@ -188,15 +188,14 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "added_models") == 0 ? &m->added_models
                            : strcmp(key, "exception") == 0 || strcmp(key, "abort") == 0
                                ? &m->exception
-                           : strcmp(key, "capture_error") == 0          ? &m->capture_error
-                           : strcmp(key, "bridge_error") == 0           ? &m->bridge_error
-                           : strcmp(key, "no_model") == 0               ? &m->no_model
-                           : strcmp(key, "trace") == 0                  ? &m->trace
-                           : strcmp(key, "orphans") == 0                ? &m->orphans
-                           : strcmp(key, "torch") == 0                  ? &m->torch
-                           : strcmp(key, "scaler.growth_interval") == 0 ? &m->growth_interval
-                           : strcmp(key, "stats_every") == 0            ? &m->stats_every
-                                                                        : &m->counters_reason;
+                           : strcmp(key, "capture_error") == 0 ? &m->capture_error
+                           : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
+                           : strcmp(key, "no_model") == 0      ? &m->no_model
+                           : strcmp(key, "trace") == 0         ? &m->trace
+                           : strcmp(key, "orphans") == 0       ? &m->orphans
+                           : strcmp(key, "torch") == 0         ? &m->torch
+                           : strcmp(key, "stats_every") == 0   ? &m->stats_every
+                                                               : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
     return finish(db, m->path, q, rc, err);
@@ -575,6 +574,28 @@ static void group_models(report_model *m) {
 
 // The processes that recorded anything (focus aside: a run of several processes says which one a
 // finding is of whatever the focus), their names, and their focused steps' rows in m->steps.
+// One step of p in step order into its divergence (report_process.diverged_step): its loss (NaN:
+// not finite or none) and gradient norm (NaN or inf: none).
+static void divergence_feed(report_process *p, int64_t step, double loss, double norm) {
+    if (p->diverged_step >= 0) return;
+    if (!isnan(loss) && !(loss <= p->loss_max)) p->loss_max = loss;
+    if (norm > 0 && isfinite(norm) && !(norm <= p->grad_norm_max)) p->grad_norm_max = norm;
+    if (!(p->loss0 > 0) || !(p->loss_max >= 2 * p->loss0)) return;
+    const bool norms = p->grad_norm0 > 0; // (NaN: none recorded)
+    if (norms ? p->grad_norm_max >= 10 * p->grad_norm0 : p->loss_max >= 100 * p->loss0)
+        p->diverged_step = step;
+}
+
+// The process of pid in m->procs from index *k on (both sorted by pid: a merge moves *k
+// forward); NULL when there is none.
+static report_process *proc_at(report_model *m, size_t *k, int32_t pid) {
+    while (*k < m->n_procs && m->procs[*k].pid < pid)
+        (*k)++;
+    return *k < m->n_procs && m->procs[*k].pid == pid ? &m->procs[*k] : NULL;
+}
+
+static bool load_before_focus(sqlite3 *db, report_model *m, char *err);
+
 static bool load_procs(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[400];
@@ -593,7 +614,14 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .name = col_name(q, 1),
                                                   .nonfinite_since = -1,
                                                   .loss0 = NAN,
-                                                  .grad_norm0 = NAN};
+                                                  .grad_norm0 = NAN,
+                                                  .diverged_step = -1,
+                                                  .loss_max = NAN,
+                                                  .grad_norm_max = NAN,
+                                                  .pre_last_step = -1,
+                                                  .pre_last_loss = NAN,
+                                                  .pre_last_grad_norm = NAN,
+                                                  .growth_interval = -1};
     }
     // the steps are sorted by pid: each process's are one run of them
     for (size_t i = 0, k = 0; i < m->n_procs; i++) {
@@ -609,25 +637,42 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
     if (!finish(db, m->path, q, rc, err)) return false;
 
     // each process's first loss and gradient norm, whatever the focus (the marks a divergence is
-    // measured by)
+    // measured by), and its GradScaler's growth interval
     if (!prepare(
             db, m->path,
             "SELECT pid, (SELECT loss FROM AMP_STEPS b WHERE b.pid = a.pid AND loss_finite = 1 "
             "ORDER BY step LIMIT 1), (SELECT grad_norm FROM AMP_STEPS b WHERE b.pid = a.pid "
-            "AND grad_norm > 0 ORDER BY step LIMIT 1) FROM (SELECT DISTINCT pid FROM "
-            "AMP_STEPS) a ORDER BY pid",
+            "AND grad_norm > 0 AND grad_norm < 1e308 ORDER BY step LIMIT 1), (SELECT "
+            "CAST(value AS INTEGER) FROM META c WHERE c.pid = a.pid AND c.key = "
+            "'scaler.growth_interval') FROM (SELECT DISTINCT pid FROM AMP_STEPS) a ORDER BY "
+            "pid",
             m, &q, err))
         return false;
     for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
-        const int32_t pid = sqlite3_column_int(q, 0);
-        while (k < m->n_procs && m->procs[k].pid < pid)
-            k++;
-        if (k < m->n_procs && m->procs[k].pid == pid)
-            m->procs[k].loss0 = col_f64(q, 1), m->procs[k].grad_norm0 = col_f64(q, 2);
+        report_process *p = proc_at(m, &k, sqlite3_column_int(q, 0));
+        if (!p) continue;
+        p->loss0 = col_f64(q, 1);
+        p->grad_norm0 = col_f64(q, 2);
+        p->growth_interval = col_i64(q, 3, -1);
     }
     if (!finish(db, m->path, q, rc, err)) return false;
-    if (m->step_lo == INT64_MIN) return true;
+    if (m->step_lo != INT64_MIN && !load_before_focus(db, m, err)) return false;
+    for (size_t i = 0; i < m->n_procs; i++) { // (after the steps before the focus)
+        report_process *p = &m->procs[i];
+        for (size_t k = p->step0; k < p->step0 + p->n_steps; k++) {
+            const report_step *st = &m->steps[k];
+            divergence_feed(p, st->step, st->loss_finite ? st->loss : NAN, st->grad_norm);
+        }
+    }
+    return true;
+}
 
+// What the steps before the focus (--steps A:B) tell of each process: the non-finite losses that
+// run on into the focus (report_process.nonfinite_since), a divergence that began there, the last
+// finite loss.
+static bool load_before_focus(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    int rc;
     // the non-finite losses that run on into the focus: those after each process's last finite
     // loss before it
     if (!prepare(db, m->path,
@@ -637,12 +682,27 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                  "(l.step IS NULL OR a.step > l.step) GROUP BY a.pid ORDER BY a.pid",
                  m, &q, err))
         return false;
-    for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
-        const int32_t pid = sqlite3_column_int(q, 0);
-        while (k < m->n_procs && m->procs[k].pid < pid)
-            k++;
-        if (k < m->n_procs && m->procs[k].pid == pid)
-            m->procs[k].nonfinite_since = col_i64(q, 1, -1);
+    for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) {
+        report_process *p = proc_at(m, &k, sqlite3_column_int(q, 0));
+        if (p) p->nonfinite_since = col_i64(q, 1, -1);
+    }
+    if (!finish(db, m->path, q, rc, err)) return false;
+
+    // the steps before the focus, for a divergence that began there, and the last finite loss
+    if (!prepare(db, m->path,
+                 "SELECT pid, step, CASE WHEN loss_finite = 1 THEN loss END, grad_norm FROM "
+                 "AMP_STEPS WHERE step < ?1 ORDER BY pid, step",
+                 m, &q, err))
+        return false;
+    for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) {
+        report_process *p = proc_at(m, &k, sqlite3_column_int(q, 0));
+        if (!p) continue;
+        const int64_t step = sqlite3_column_int64(q, 1);
+        const double loss = col_f64(q, 2), norm = col_f64(q, 3);
+        divergence_feed(p, step, loss, norm);
+        if (!isnan(loss))
+            p->pre_last_step = step, p->pre_last_loss = loss,
+            p->pre_last_grad_norm = isfinite(norm) ? norm : NAN;
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -747,6 +807,7 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
     *s = (report_stats){.pid = k->pid,
                         .layer_id = k->layer,
                         .op = amp_xstrdup(k->s[0]),
+                        .gemm = report_op_is_gemm(k->s[0]),
                         .kind = amp_xstrdup(k->s[1]),
                         .dtype = amp_xstrdup(k->s[2]),
                         .target = amp_xstrdup(k->s[3]),
@@ -798,11 +859,12 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
     const double amax = sqlite3_column_double(q, 7);
     const int64_t nan = col_i64(q, 12, 0), posinf = col_i64(q, 13, 0), neginf = col_i64(q, 14, 0);
     s->tensors++;
-    if ((nan > 0 || posinf > 0) &&
-        (step < s->bad_step || (step == s->bad_step && row < s->bad_row)))
+    // overflowed: NaN or +inf, or -inf out of a GEMM (a mask's -inf comes in elementwise ops)
+    const bool overflowed = nan > 0 || posinf > 0 || (neginf > 0 && s->gemm);
+    if (overflowed && (step < s->bad_step || (step == s->bad_step && row < s->bad_row)))
         s->bad_step = step, s->bad_row = row;
     if (has_amax && !(amax <= s->amax)) s->amax = amax; // (NaN: the first one)
-    if (has_amax && nan == 0 && posinf == 0 &&
+    if (has_amax && !overflowed &&
         (!(amax <= s->clean_amax) || (amax == s->clean_amax && step < s->clean_amax_step)))
         s->clean_amax = amax, s->clean_amax_step = step;
     if (step < s->first_step) s->first_step = step;
@@ -821,9 +883,9 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
         s->zero_tensors++;
         s->zero_numel += numel;
     }
-    // within 2x of the target's max with no NaN or +inf (an attention mask's -inf is fine; an
-    // output that already overflowed is the business of rule nonfinite-root-cause)
-    if (has_amax && amax >= max / 2 && nan == 0 && posinf == 0) {
+    // within 2x of the target's max, not overflowed (an attention mask's -inf is fine; an output
+    // that already overflowed is the business of rule nonfinite-root-cause)
+    if (has_amax && amax >= max / 2 && !overflowed) {
         s->near_max_tensors++;
         if (s->near_first_step < 0 || step < s->near_first_step) s->near_first_step = step;
         if (step > s->near_last_step) s->near_last_step = step;
@@ -1081,7 +1143,6 @@ void report_model_free(report_model *m) {
     free((char *)m->capture_error);
     free((char *)m->bridge_error);
     free((char *)m->orphans);
-    free((char *)m->growth_interval);
     free((char *)m->stats_every);
     free((char *)m->no_model);
     free((char *)m->trace);

@@ -108,12 +108,13 @@ typedef struct report_stats {
     int64_t zero_tensors, zero_numel;          // tensors (numel > 1) that were all zero
     int64_t near_max_tensors;                  // tensors with amax >= half the target's max
     int64_t near_first_step, near_last_step;   // -1: none
-    // the largest amax of the tensors with no NaN or +inf (those that had not overflowed yet),
-    // and its first step; NaN, -1: none
+    // the largest amax of the tensors that had not overflowed (no NaN or +inf; no -inf out of a
+    // GEMM), and its first step; NaN, -1: none
     double clean_amax;
     int64_t clean_amax_step;
-    // the first row that held NaN or +inf: its step and its place among the rows read (which
-    // come in the order recorded within a step); INT64_MAX: none
+    bool gemm; // op is GEMM-class (report_op_is_gemm): its -inf is an overflow, never a mask's
+    // the first row that overflowed (NaN or +inf; -inf out of a GEMM): its step and its place
+    // among the rows read (which come in the order recorded within a step); INT64_MAX: none
     int64_t bad_step, bad_row;
 } report_stats;
 
@@ -135,8 +136,20 @@ typedef struct report_process {
     // under a focus (--steps A:B): the first step of the non-finite losses that run on into the
     // focus from before it (its weights or its state went non-finite there); -1: none
     int64_t nonfinite_since;
-    // its first finite loss and first gradient norm (> 0), whatever the focus; NaN: none
+    // its first finite loss and first finite gradient norm (> 0), whatever the focus; NaN: none
     double loss0, grad_norm0;
+    // where its training diverged, whatever the focus: the first step by which the loss rose to
+    // twice loss0 with the gradient norm ten times grad_norm0 (or, with no gradient norm
+    // recorded, the loss a hundredfold); -1: it did not. loss_max, grad_norm_max: the largest up
+    // to the focus's last step (NaN: none)
+    int64_t diverged_step;
+    double loss_max, grad_norm_max;
+    // the last finite loss before the focus (--steps A:B), its step (-1: none) and gradient norm
+    int64_t pre_last_step;
+    double pre_last_loss, pre_last_grad_norm;
+    // META scaler.growth_interval of its GradScaler (libampcore and the PyTorch bridge record
+    // it); -1: not recorded
+    int64_t growth_interval;
 } report_process;
 
 // The largest forward-activation amax of a layer over a bucket of steps (at most
@@ -315,9 +328,6 @@ typedef struct report_model {
     // Processes the program left running when it exited (META orphans, the launcher's:
     // "tiny_gpt (pid 6454), ..."); NULL: none
     const char *orphans;
-    // META scaler.growth_interval, the first process's GradScaler's (libampcore and the PyTorch
-    // bridge record it); NULL: not recorded
-    const char *growth_interval;
     // META stats_every: statistics recorded on one step in that many (ampprobe run
     // --stats-every); NULL: not recorded (every step)
     const char *stats_every;

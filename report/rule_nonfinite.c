@@ -537,78 +537,50 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
     }
 }
 
-// Training that diverged before its first non-finite value, per process: the loss rose to twice
-// its first value (its first finite one, whatever the focus) while the gradient norm rose
-// tenfold, or the loss a hundredfold. A learning rate too high (no warm-up, a bad batch) blows the
-// weights up step by step, and the NaN/inf that ends it comes in fp32 as in fp16 or bf16: the
-// precision is not the cause, and keeping an op in fp32 does not help.
-typedef struct divergence {
-    int32_t pid;
-    int64_t step;         // the first step that met it
-    double loss0, gnorm0; // the first finite loss and gradient norm (NaN: none)
-} divergence;
-typedef struct divergences {
-    divergence *v;
-    size_t n, cap;
-} divergences;
+// Training that diverged before its first non-finite value (report_process.diverged_step: the
+// loss grown to twice its first value with the gradient norm tenfold, or without gradient norms
+// the loss a hundredfold): a learning rate too high (no warm-up, a bad batch) blows the weights up
+// step by step, and the NaN/inf that ends it comes in fp32 as in fp16 or bf16, so the precision is
+// not the cause and keeping an op in fp32 does not help.
 
-static void find_divergences(const report_model *m, divergences *out) {
-    for (size_t i = 0; i < m->n_steps;) {
-        const int32_t pid = m->steps[i].pid;
-        const report_process *p = report_process_find(m, pid);
-        const double loss0 = p ? p->loss0 : NAN, gnorm0 = p ? p->grad_norm0 : NAN;
-        double lmax = NAN, gmax = NAN;
-        for (; i < m->n_steps && m->steps[i].pid == pid; i++) {
-            const report_step *s = &m->steps[i];
-            if (s->loss_finite) lmax = isnan(lmax) || s->loss > lmax ? s->loss : lmax;
-            if (s->grad_norm > 0) // (NaN: none)
-                gmax = isnan(gmax) || s->grad_norm > gmax ? s->grad_norm : gmax;
-            if (!(loss0 > 0) ||
-                !(lmax >= 100 * loss0 || (lmax >= 2 * loss0 && gmax >= 10 * gnorm0)))
-                continue;
-            AMP_GROW(out->v, out->n, out->cap);
-            out->v[out->n++] = (divergence){pid, s->step, loss0, gnorm0};
-            while (i < m->n_steps && m->steps[i].pid == pid)
-                i++; // (the first step that met it is the one told)
-            break;
-        }
-    }
-}
-
-// The last finite loss of pid before step `at`, within a few steps (NULL: none).
-static const report_step *loss_before(const report_model *m, int32_t pid, int64_t at) {
+// The last finite loss of p before step `at`, within a few steps, as a step record (its loss and
+// gradient norm; the one before the focus when `at` is the focus's first step); false: none.
+static bool loss_before(const report_model *m, const report_process *p, int64_t at,
+                        report_step *out) {
     for (int64_t s = at - 1; s >= 0 && s >= at - 16; s--) {
-        const report_step *st = report_step_find(m, pid, s);
-        if (st && st->loss_finite) return st;
+        const report_step *st = report_step_find(m, p->pid, s);
+        if (st && st->loss_finite) return *out = *st, true;
     }
-    return NULL;
+    if (p->pre_last_step < 0 || p->pre_last_step < at - 16) return false;
+    *out = (report_step){
+        .step = p->pre_last_step, .loss = p->pre_last_loss, .grad_norm = p->pre_last_grad_norm};
+    return true;
 }
 
-// The divergence a non-finite value of pid at step `at` ends: one that began before it and
-// whose loss is still up at the step before (a spike the training recovered from is not it).
-static const divergence *diverged_before(const divergences *d, const report_model *m, int32_t pid,
-                                         int64_t at, const report_step **last) {
-    for (size_t i = 0; i < d->n; i++) {
-        if (d->v[i].pid != pid || d->v[i].step >= at) continue;
-        *last = loss_before(m, pid, at);
-        return *last && (*last)->loss >= 2 * d->v[i].loss0 ? &d->v[i] : NULL;
-    }
-    return NULL;
+// The process whose divergence a non-finite value of pid at step `at` ends: one that began
+// before it and whose loss is still up at the step before (a spike the training recovered from
+// is not it); NULL when none.
+static const report_process *diverged_before(const report_model *m, int32_t pid, int64_t at,
+                                             report_step *last) {
+    const report_process *p = report_process_find(m, pid);
+    if (!p || p->diverged_step < 0 || p->diverged_step >= at || !loss_before(m, p, at, last))
+        return NULL;
+    return last->loss >= 2 * p->loss0 ? p : NULL;
 }
 
-// Says that the non-finite value of finding f ends a divergence: the title leads with it, the
+// Says that the non-finite value of finding f ends p's divergence: the title leads with it, the
 // advice is the divergence's (the op's own fix would not help), the evidence has its numbers.
-static void tell_divergence(report_finding *f, const divergence *d, const report_step *last) {
+static void tell_divergence(report_finding *f, const report_process *p, const report_step *last) {
     char was[sizeof f->title];
     snprintf(was, sizeof was, "%s", f->title);
     const int n = snprintf(f->title, sizeof f->title,
                            "training diverged before step %lld (the loss %.4g -> %.4g by step "
                            "%lld); its first non-finite value: ",
-                           (long long)f->first_step, d->loss0, last->loss, (long long)last->step);
+                           (long long)f->first_step, p->loss0, last->loss, (long long)last->step);
     report_cut_name(f->title + n, sizeof f->title - (size_t)n, was);
     char norms[160] = "";
-    if (d->gnorm0 > 0 && last->grad_norm > 0)
-        snprintf(norms, sizeof norms, " and the gradient norm from %.4g to %.4g", d->gnorm0,
+    if (p->grad_norm0 > 0 && last->grad_norm > 0)
+        snprintf(norms, sizeof norms, " and the gradient norm from %.4g to %.4g", p->grad_norm0,
                  last->grad_norm);
     snprintf(f->advice, sizeof f->advice,
              "The values grew because the training diverged, not for want of precision: the "
@@ -616,11 +588,11 @@ static void tell_divergence(report_finding *f, const divergence *d, const report
              "The same run diverges in fp32 and in bf16. Lower the learning rate or add "
              "warm-up, clip the gradients (clip_grad_norm_; under a GradScaler after unscale_), "
              "and check the batches from step %lld on.",
-             last->loss / d->loss0, (long long)last->step, norms, (long long)d->step);
-    report_finding_evidence(f, "diverged_step", (double)d->step);
-    report_finding_evidence(f, "loss_first", d->loss0);
+             last->loss / p->loss0, (long long)last->step, norms, (long long)p->diverged_step);
+    report_finding_evidence(f, "diverged_step", (double)p->diverged_step);
+    report_finding_evidence(f, "loss_first", p->loss0);
     report_finding_evidence(f, "loss_before", last->loss);
-    report_finding_evidence(f, "grad_norm_first", d->gnorm0);
+    report_finding_evidence(f, "grad_norm_first", p->grad_norm0);
     report_finding_evidence(f, "grad_norm_before", last->grad_norm);
 }
 
@@ -652,7 +624,7 @@ static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, 
 // A forward root's finding; returns the last step whose non-finite loss it explains (its site's
 // last, or the last of the steps an optimizer step on its gradients poisoned).
 static int64_t add_forward_root(const report_model *m, const events_index *x, const report_event *e,
-                                const divergences *d, report_findings *out) {
+                                report_findings *out) {
     ranges r;
     parse_ranges(e->detail, &r);
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
@@ -704,11 +676,11 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     report_finding_evidence(f, "nonfinite_losses", (double)losses);
     report_finding_evidence(f, "skipped_steps", (double)skipped);
     report_finding_evidence(f, "nonfinite_losses_after", (double)after);
-    const report_step *last = NULL;
-    const divergence *dv = is(e, "nonfinite_input") // (data is data, whatever the weights did)
-                               ? NULL
-                               : diverged_before(d, m, e->pid, f->first_step, &last);
-    if (dv) tell_divergence(f, dv, last);
+    report_step last;
+    const report_process *dv = is(e, "nonfinite_input") // (data is data, whatever the weights did)
+                                   ? NULL
+                                   : diverged_before(m, e->pid, f->first_step, &last);
+    if (dv) tell_divergence(f, dv, &last);
     return after > 0 ? until : f->last_step;
 }
 
@@ -1095,11 +1067,9 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
     // order). One finding per distinct root site; the first step that site was the root leads.
     bool any_root = false;
     report_spans explained = {0}; // the steps whose non-finite loss a root's finding explains
-    divergences d = {0};
-    find_divergences(m, &d);
     for (size_t i = 0; i < m->n_events; i++) {
         if (!x.step_root[i] || x.first[i] != i) continue;
-        const int64_t until = add_forward_root(m, &x, &m->events[i], &d, out);
+        const int64_t until = add_forward_root(m, &x, &m->events[i], out);
         report_spans_add(&explained, m->events[i].pid, out->v[out->n - 1].first_step, until, i);
         note_figures_step(&m->events[i], out);
         any_root = true;
@@ -1121,6 +1091,5 @@ void rule_nonfinite_run(const report_model *m, report_findings *out) {
     else
         poisoned_later(m, &explained, out);
     report_spans_free(&explained);
-    free(d.v);
     index_free(&x);
 }

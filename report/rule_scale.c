@@ -15,7 +15,6 @@
 #include "report.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define RULE "loss-scale"
@@ -41,7 +40,7 @@ typedef struct scale_run {
     int64_t min_growth_interval; // fewest clean updates before a growth; -1: no growth
     int64_t last_half_backoffs;
     int64_t first_skip, last_skip;
-    double skip_scale_min, skip_scale_max; // the scales the skipped updates ran at
+    double skip_scale_min, skip_scale_max; // the scales the skipped updates after it ran at
     int64_t calib_last; // the initial calibration's last skipped update (-1: none)
     double calib_to;    // the scale it came down to
     bool grad_stats;    // gradient statistics were recorded (of an applied step or not)
@@ -69,7 +68,13 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
     size_t end = start;
     while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
     int64_t n_scaled = 0;
-    for (size_t k = start; k < end; k++) n_scaled += m->steps[k].has_scale;
+    double calib_end = NAN; // the scale the initial calibration came down to
+    for (size_t k = start; k < end; k++) {
+        n_scaled += m->steps[k].has_scale;
+        if (m->steps[k].calibration) calib_end = m->steps[k].scale_after;
+    }
+    // the calibration's backoffs are no collapse, unless they took the scale below 1
+    const bool calib_collapses = calib_end < 1.0;
     int64_t seen = 0;
     for (size_t k = start; k < end; k++) {
         const report_step *s = &m->steps[k];
@@ -95,9 +100,11 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             }
             if (r->first_skip < 0) r->first_skip = s->step;
             r->last_skip = s->step;
-            if (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min)
+            if (!s->calibration &&
+                (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min))
                 r->skip_scale_min = s->scale_before;
-            if (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max)
+            if (!s->calibration &&
+                (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max))
                 r->skip_scale_max = s->scale_before;
         }
         bool backoff = s->scale_after < s->scale_before, growth = s->scale_after > s->scale_before;
@@ -113,6 +120,8 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             if (seen * 2 > n_scaled) r->last_half_backoffs++;
             if (grew_since_backoff) r->cycles++;
             grew_since_backoff = false;
+            clean = 0;
+            if (s->calibration && !calib_collapses) continue;
             if (run == 0) run_first = s->step, run_from = s->scale_before, run_zeros = 0;
             run++;
             if (run > r->collapse_len) {
@@ -123,7 +132,6 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
                 r->collapse_to = s->scale_after;
                 r->collapse_zeros = 0;
             }
-            clean = 0;
         } else {
             run = 0;
             run_zeros = 0;
@@ -210,10 +218,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         bool reported = false;
 
         // (backoffs from init_scale down to where the gradients fit, training on from there,
-        // are the initial calibration, not a collapse: below, an info)
-        const bool calibration = r.calib_skipped > 0 && r.collapse_last <= r.calib_last;
-        if ((r.collapse_len >= COLLAPSE_BACKOFFS && !calibration) ||
-            (r.backoffs > 0 && r.scale_last < 1.0)) {
+        // are the initial calibration, not a collapse (scan): below, an info)
+        if (r.collapse_len >= COLLAPSE_BACKOFFS || (r.collapse_len > 0 && r.scale_last < 1.0)) {
             bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
@@ -356,7 +362,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                                          : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
         // a run shorter than the growth interval gave the scale no chance to grow: a low
         // init_scale, an info (rule grad-underflow judges what the gradients lost)
-        const long long interval = m->growth_interval ? atoll(m->growth_interval) : 0;
+        const report_process *proc = report_process_find(m, r.pid);
+        const long long interval = proc ? proc->growth_interval : -1;
         const bool no_chance = interval > 0 && r.n < interval;
         if (!reported && r.scale_last <= STUCK_LOW_SCALE && r.last_half_backoffs == 0 &&
             r.growths == 0 && room) {

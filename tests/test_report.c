@@ -890,11 +890,26 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
     ck_assert_close(evidence(f, "loss_before"), 1.1e10, 0, 1e-12);
     ck_assert_close(evidence(f, "grad_norm_first"), 0.9, 0, 1e-12);
     release();
-    // a focus after the loss took off measures it from the run's first loss all the same
-    analyse("nonfinite-root-cause", 3, 5);
-    ck_assert_msg(
-        strncmp(findings.v[0].title, "training diverged before step 5 (the loss 4.27", 46) == 0,
-        "%s", findings.v[0].title);
+    // a focus after the loss took off measures it from the run's first loss all the same, also
+    // one on the broken step alone (the loss before it is the step before the focus), and with
+    // its divergence where it was (step 2)
+    for (int lo = 3; lo <= 5; lo += 2) {
+        analyse("nonfinite-root-cause", lo, 5);
+        ck_assert_msg(strncmp(findings.v[0].title,
+                              "training diverged before step 5 (the loss "
+                              "4.27 -> 1.1e+10 by step 4)",
+                              67) == 0,
+                      "%d: %s", lo, findings.v[0].title);
+        ck_assert_close(evidence(&findings.v[0], "diverged_step"), 2, 0, 0);
+        release();
+    }
+    // the first step skipped with an infinite gradient norm (a GradScaler's calibration): the
+    // first finite norm is the mark
+    sql("UPDATE AMP_STEPS SET grad_norm = 9e999 WHERE step = 0;");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].title, "training diverged", 17) == 0, "%s",
+                  findings.v[0].title);
+    ck_assert_close(evidence(&findings.v[0], "grad_norm_first"), 7.3, 0, 1e-12);
     release();
     // the loss back down at step 4: the spike is over, the NaN is the matmul's own
     wipe();
@@ -1665,6 +1680,29 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
                   "%s", findings.v[0].title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "no step was applied whose gradients"));
     release();
+    // the calibration (6 skips from 2^24), training at 2^18 with skips at steps 10 and 14, then
+    // a collapse over the last 4 steps to below 1: the collapse found is the last one (not the
+    // calibration, the longer run of backoffs), and the skips' scales are those after it
+    sql("UPDATE AMP_STEPS SET scale_before = 16777216.0 / (1 << step), "
+        "scale_after = 8388608.0 / (1 << step), skipped = 1, found_inf = 1 WHERE step < 6;"
+        "UPDATE AMP_STEPS SET scale_before = 262144, scale_after = 262144, skipped = 0, "
+        "found_inf = 0 WHERE step >= 6;"
+        "UPDATE AMP_STEPS SET scale_after = 131072, skipped = 1, found_inf = 1 WHERE step = 10;"
+        "UPDATE AMP_STEPS SET scale_before = 131072, scale_after = 131072 WHERE step > 10;"
+        "UPDATE AMP_STEPS SET scale_after = 65536, skipped = 1, found_inf = 1 WHERE step = 14;"
+        "UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536 WHERE step > 14;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_msg(strstr(findings.v[0].detail, "overflowing at scales between 131072 and 262144;"),
+                  "%s", findings.v[0].detail);
+    release();
+    sql("UPDATE AMP_STEPS SET scale_before = 4.0 / (1 << (step - 16)), "
+        "scale_after = 2.0 / (1 << (step - 16)), skipped = 1, found_inf = 1 WHERE step >= 16;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strcmp(findings.v[0].title, "loss scale collapse: 4 consecutive backoffs from 4 "
+                                              "to 0.25 (steps 16-19)") == 0,
+                  "%s", findings.v[0].title);
+    release();
 }
 END_TEST
 
@@ -1675,14 +1713,15 @@ START_TEST(scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info) {
     steps(12, 1);
     sql("INSERT INTO AMP_TENSOR_STATS SELECT 1, step, 2, 'to', 'activation_grad', 'f32', 'f16', "
         "16384, -4e-3, 4e-3, 4e-3, 0, 0, 0, 0, 0, 0 FROM AMP_STEPS;"
-        "INSERT INTO META (key, value, pid) VALUES ('scaler.growth_interval', '2000', 1);");
+        "INSERT INTO META (key, value, pid) VALUES ('scaler.growth_interval', '2000', 1),"
+        "('scaler.growth_interval', '10', 0);"); // (another process's, no steps: not pid 1's)
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
     ck_assert_str_eq(findings.v[0].title, "loss scale low at 1 for all 12 steps: it grows only "
                                           "after growth_interval=2000 clean steps");
     release();
-    sql("UPDATE META SET value = '10' WHERE key = 'scaler.growth_interval';");
+    sql("UPDATE META SET value = '10' WHERE key = 'scaler.growth_interval' AND pid = 1;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "stuck low"));
@@ -1725,6 +1764,16 @@ START_TEST(overflow_headroom_tells_the_outputs_before_the_overflow) {
                                "bits below the f16 max 65504");
     ck_assert_int_eq(f->first_step, 2);
     ck_assert_close(evidence(f, "amax_step"), 2, 0, 0);
+    release();
+    // -inf out of a linear is an overflow too (no mask comes out of a GEMM)
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 4, 1, 'linear', 'activation', 'f16', 'f16', "
+        "4096, -65000, 60000, 65000, 0, 0, 2, 0, 0, 0);");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strncmp(findings.v[0].title,
+                          "blocks.0.mlp linear output reaches amax 40000 at "
+                          "step 2",
+                          54) == 0,
+                  "%s", findings.v[0].title);
     release();
 }
 END_TEST
