@@ -572,8 +572,6 @@ static void group_models(report_model *m) {
     free(n_layers);
 }
 
-// The processes that recorded anything (focus aside: a run of several processes says which one a
-// finding is of whatever the focus), their names, and their focused steps' rows in m->steps.
 // One step of p in step order into its divergence (report_process.diverged_step): its loss (NaN:
 // not finite or none) and gradient norm (NaN or inf: none).
 static void divergence_feed(report_process *p, int64_t step, double loss, double norm) {
@@ -596,6 +594,9 @@ static report_process *proc_at(report_model *m, size_t *k, int32_t pid) {
 
 static bool load_before_focus(sqlite3 *db, report_model *m, char *err);
 
+// The processes that recorded anything (focus aside: a run of several processes says which one a
+// finding is of whatever the focus), their names, and their focused steps' rows in m->steps; each
+// one's first loss and gradient norm, its divergence and its GradScaler's growth interval.
 static bool load_procs(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[400];

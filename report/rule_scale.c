@@ -41,8 +41,7 @@ typedef struct scale_run {
     int64_t last_half_backoffs;
     int64_t first_skip, last_skip;
     double skip_scale_min, skip_scale_max; // the scales the skipped updates after it ran at
-    int64_t calib_last; // the initial calibration's last skipped update (-1: none)
-    double calib_to;    // the scale it came down to
+    double calib_to;                       // the scale the initial calibration came down to
     bool grad_stats;    // gradient statistics were recorded (of an applied step or not)
 } scale_run;
 
@@ -59,7 +58,6 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
                      .last_skip = -1,
                      .skip_scale_min = NAN,
                      .skip_scale_max = NAN,
-                     .calib_last = -1,
                      .calib_to = NAN};
     int64_t run = 0, run_first = -1, run_zeros = 0, clean = 0;
     double run_from = NAN;
@@ -95,7 +93,6 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             r->skipped++;
             if (s->calibration) {
                 r->calib_skipped++;
-                r->calib_last = s->step;
                 r->calib_to = s->scale_after;
             }
             if (r->first_skip < 0) r->first_skip = s->step;
