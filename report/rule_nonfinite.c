@@ -585,7 +585,7 @@ static void tell_divergence(report_finding *f, const report_process *p, const re
     snprintf(f->advice, sizeof f->advice,
              "The values grew because the training diverged, not for want of precision: the "
              "loss rose %.3gx by step %lld%s, and the weights with it (the input ranges below). "
-             "The same run diverges in fp32 and in bf16. Lower the learning rate or add "
+             "It would diverge in fp32 or bf16 as well. Lower the learning rate or add "
              "warm-up, clip the gradients (clip_grad_norm_; under a GradScaler after unscale_), "
              "and check the batches from step %lld on.",
              last->loss / p->loss0, (long long)last->step, norms, (long long)p->diverged_step);
