@@ -1369,6 +1369,27 @@ START_TEST(test_corrupt_record_skips_rest) {
 }
 END_TEST
 
+// A file in the spool that is no spool file, met first by amp_collector_finish: warned about
+// and ignored, and the finish that succeeds leaves no message behind (amp_last_error: "").
+START_TEST(test_finish_past_a_foreign_file_leaves_no_error) {
+    fixture f;
+    fixture_init(&f);
+    write_spool(&f, "1-1.spool", 10, 2, NULL, 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/2-1.spool", f.spool);
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    for (int i = 0; i < 64; i++) // (a header's length and more, but not a spool's)
+        fputs("NOTSPOOL", fp);
+    fclose(fp);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_collector_finish(c, 0), AMP_OK);
+    ck_assert_str_eq(amp_last_error(), "");
+    amp_collector_free(c);
+    fixture_free(&f);
+}
+END_TEST
+
 // The live step time of made-up step times: the subtraction overflowed (undefined in C; in
 // practice it wrapped, and a step that ends after it starts took -2 ns).
 START_TEST(test_step_time_does_not_overflow) {
@@ -1867,6 +1888,22 @@ START_TEST(test_ampprobe_out_keeps_the_whole_command) {
 }
 END_TEST
 
+// Under AMPPROBE_OUT the first record starts the program's own collector and amp_record_stop
+// finishes it, both from calls that return no status: the program's last error stays as it was
+// (the collector's calls emptied it).
+START_TEST(test_ampprobe_out_leaves_the_programs_error_alone) {
+    fixture f;
+    fixture_init(&f);
+    char env_out[160], out[64];
+    snprintf(env_out, sizeof env_out, "AMPPROBE_OUT=%s", f.db);
+    char *env[] = {env_out, NULL};
+    char *args[] = {HELPER, "error", NULL};
+    ck_assert_int_eq(run_helper(args, env, out, sizeof out), 0);
+    ck_assert_str_eq(out, "1 1\n");
+    fixture_free(&f);
+}
+END_TEST
+
 // AMPPROBE_OUT: a child forked by the program that outlives it learns that the run has ended
 // when the program's collector finishes (it held the collector's locks too, and recorded on).
 START_TEST(test_ampprobe_out_child_outliving_the_program_stops) {
@@ -2016,6 +2053,7 @@ Suite *collector_suite(void) {
     tcase_add_test(w, test_spool_shorter_than_its_header);
     tcase_add_test(w, test_reserve_held_until_the_end);
     tcase_add_test(w, test_corrupt_record_skips_rest);
+    tcase_add_test(w, test_finish_past_a_foreign_file_leaves_no_error);
     tcase_add_test(w, test_header_pid_not_a_process);
     tcase_add_test(w, test_step_time_does_not_overflow);
     tcase_add_test(w, test_rows_visible_while_running);
@@ -2033,6 +2071,7 @@ Suite *collector_suite(void) {
     tcase_add_test(o, test_ampprobe_out_removed_database_is_said);
     tcase_add_test(o, test_ampprobe_out_child_outliving_the_program_stops);
     tcase_add_test(o, test_ampprobe_out_keeps_the_whole_command);
+    tcase_add_test(o, test_ampprobe_out_leaves_the_programs_error_alone);
     tcase_add_test(o, test_off_without_environment);
     suite_add_tcase(s, o);
     return s;

@@ -48,6 +48,14 @@ amp_status amp_set_error(amp_status s, const char *fmt, ...) __attribute__((form
 // amp_last_error: "" after a call that returned AMP_OK). Internal callers use the variants that
 // leave it alone (amp_autocast_decision), so that an op does not empty the program's message.
 void amp_clear_error(void);
+// The thread's message saved and put back around the library's own calls of functions that set
+// or empty it, where the call the program made returns no status (amp_record_stop, an op's first
+// record: those leave amp_last_error() as it was).
+typedef struct amp_error_kept {
+    char msg[1024];
+} amp_error_kept;
+void amp_error_keep(amp_error_kept *k);
+void amp_error_put_back(const amp_error_kept *k);
 // amp_autocast_decide without amp_clear_error (for ops).
 amp_status amp_autocast_decision(const char *op, int n, const amp_dtype *in,
                                  amp_dtype autocast_dtype, amp_dtype *out);

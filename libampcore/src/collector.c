@@ -726,6 +726,7 @@ static amp_status file_add(amp_collector_t *c, const char *name) {
     }
     if (amp_spool_header_check(&h) != AMP_OK) {
         warn(c, "spool file %s: %s; ignored", name, amp_last_error());
+        amp_clear_error(); // (warned and ignored: the call goes on, and succeeds)
         f->done = true;
         return AMP_OK;
     }

@@ -495,6 +495,8 @@ static amp_status open_locked(void) {
 
 // The first record of this process (or of a forked child) opens its spool file.
 static bool spool_open(void) {
+    amp_error_kept kept; // (the program's call returns no status: its message stays)
+    amp_error_keep(&kept);
     lock(&g.init_lock);
     if (g.state == SPOOL_CLOSED && amp_record_trace_mask && open_locked() != AMP_OK) {
         fprintf(stderr, "ampprobe: %s; recording off\n", amp_last_error());
@@ -502,6 +504,7 @@ static bool spool_open(void) {
     }
     bool ready = g.state == SPOOL_READY;
     unlock(&g.init_lock);
+    amp_error_put_back(&kept);
     return ready;
 }
 
@@ -517,7 +520,12 @@ static void close_locked(void) {
     }
     close_if_ours(&g.live_fd, g.live_dev, g.live_ino); // (the flusher, its only user, stopped)
     __atomic_store_n(&g.state, SPOOL_CLOSED, __ATOMIC_RELEASE);
-    if (g.collector && g.collector_pid == getpid()) collector_stop();
+    if (g.collector && g.collector_pid == getpid()) {
+        amp_error_kept kept; // (amp_record_stop returns no status: the program's message stays)
+        amp_error_keep(&kept);
+        collector_stop();
+        amp_error_put_back(&kept);
+    }
 }
 
 static void atfork_prepare(void) {

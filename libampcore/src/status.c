@@ -45,6 +45,14 @@ void amp_clear_error(void) {
     last_error[0] = 0;
 }
 
+void amp_error_keep(amp_error_kept *k) {
+    snprintf(k->msg, sizeof k->msg, "%s", last_error);
+}
+
+void amp_error_put_back(const amp_error_kept *k) {
+    snprintf(last_error, sizeof last_error, "%s", k->msg);
+}
+
 amp_status amp_set_error(amp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

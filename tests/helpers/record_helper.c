@@ -10,6 +10,9 @@
  *   wait            one META record, "ready" on stdout, then sleep until a signal ends it
  *   exit CODE       one META record, then exit(CODE)
  *   enabled         print amp_record_enabled() (1 or 0)
+ *   error           a failed call's message set, then a step (the first record opens the spool:
+ *                   under AMPPROBE_OUT the collector too) and amp_record_stop; prints whether
+ *                   amp_last_error() still held the message after each ("1 1")
  *   outlive FILE    one step, then fork a child that records a step every 10 ms for at most
  *                   3 s, writing to FILE (created by it) "stopped" once recording has ended
  *                   or "recording" at the end, and live 1 s more; the parent exits at once
@@ -110,6 +113,14 @@ int main(int argc, char **argv) {
         if (f) fputs(amp_record_enabled() ? "recording" : "stopped", f), fclose(f);
         struct timespec second = {1, 0}; // (alive a while after: what it still holds shows)
         nanosleep(&second, NULL);
+        return 0;
+    }
+    if (strcmp(mode, "error") == 0) {
+        amp_set_error(AMP_ERR_INVALID_ARGUMENT, "the program's own");
+        one_step(0);
+        const bool after_step = strcmp(amp_last_error(), "the program's own") == 0;
+        amp_record_stop();
+        printf("%d %d\n", after_step, strcmp(amp_last_error(), "the program's own") == 0);
         return 0;
     }
     if (strcmp(mode, "enabled") == 0) {
