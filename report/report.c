@@ -645,8 +645,8 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
             "ORDER BY step LIMIT 1), (SELECT grad_norm FROM AMP_STEPS b WHERE b.pid = a.pid "
             "AND grad_norm > 0 AND grad_norm < 1e308 ORDER BY step LIMIT 1), (SELECT "
             "CAST(value AS INTEGER) FROM META c WHERE c.pid = a.pid AND c.key = "
-            "'scaler.growth_interval') FROM (SELECT DISTINCT pid FROM AMP_STEPS) a ORDER BY "
-            "pid",
+            "'scaler.growth_interval'), (SELECT COUNT(*) FROM AMP_STEPS d WHERE d.pid = a.pid AND "
+            "d.scale_after IS NOT NULL) FROM (SELECT DISTINCT pid FROM AMP_STEPS) a ORDER BY pid",
             m, &q, err))
         return false;
     for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
@@ -655,6 +655,7 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
         p->loss0 = col_f64(q, 1);
         p->grad_norm0 = col_f64(q, 2);
         p->growth_interval = col_i64(q, 3, -1);
+        p->scale_updates = col_i64(q, 4, 0);
     }
     if (!finish(db, m->path, q, rc, err)) return false;
     if (m->step_lo != INT64_MIN && !load_before_focus(db, m, err)) return false;
@@ -820,6 +821,7 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
                         .near_first_step = -1,
                         .near_last_step = -1,
                         .clean_amax = NAN,
+                        .counted_amax = NAN,
                         .clean_amax_step = -1,
                         .bad_step = INT64_MAX,
                         .bad_row = INT64_MAX};
@@ -875,6 +877,7 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
     add_count(&s->n_nonfinite, posinf);
     add_count(&s->n_nonfinite, neginf);
     if (thrown) return;
+    if (has_amax && !overflowed && !(amax <= s->counted_amax)) s->counted_amax = amax;
     if (step < s->counted_first_step) s->counted_first_step = step;
     if (step > s->counted_last_step) s->counted_last_step = step;
     add_count(&s->numel, numel);

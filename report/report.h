@@ -113,6 +113,8 @@ typedef struct report_stats {
     double clean_amax;
     int64_t clean_amax_step;
     bool gemm; // op is GEMM-class (report_op_is_gemm): its -inf is an overflow, never a mask's
+    // the largest amax of the counted rows (not thrown) that had not overflowed; NaN: none
+    double counted_amax;
     // the first row that overflowed (NaN or +inf; -inf out of a GEMM): its step and its place
     // among the rows read (which come in the order recorded within a step); INT64_MAX: none
     int64_t bad_step, bad_row;
@@ -140,16 +142,17 @@ typedef struct report_process {
     double loss0, grad_norm0;
     // where its training diverged, whatever the focus: the first step by which the loss rose to
     // twice loss0 with the gradient norm ten times grad_norm0 (or, with no gradient norm
-    // recorded, the loss a hundredfold); -1: it did not. loss_max, grad_norm_max: the largest up
-    // to the focus's last step (NaN: none)
+    // recorded, the loss a hundredfold); -1: it did not, or cannot be told (no loss0 > 0: a
+    // loss negative or 0 at first has no fold to rise by). loss_max, grad_norm_max: the largest
+    // up to the focus's last step (NaN: none)
     int64_t diverged_step;
     double loss_max, grad_norm_max;
     // the last finite loss before the focus (--steps A:B), its step (-1: none) and gradient norm
     int64_t pre_last_step;
     double pre_last_loss, pre_last_grad_norm;
     // META scaler.growth_interval of its GradScaler (libampcore and the PyTorch bridge record
-    // it); -1: not recorded
-    int64_t growth_interval;
+    // it; -1: not recorded), and the updates its GradScaler made, whatever the focus
+    int64_t growth_interval, scale_updates;
 } report_process;
 
 // The largest forward-activation amax of a layer over a bucket of steps (at most

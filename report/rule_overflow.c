@@ -27,9 +27,11 @@ static bool fp32_run(const report_model *m) {
 
 // A site's amax as the rule tells it: that of its outputs that had not overflowed (those with NaN
 // or +inf are rule nonfinite-root-cause's, and their finite values are no headroom left); all of
-// them when none is clean.
+// them when those are not near the dtype's max (an fp32 run's site at risk by the values beyond
+// it that an overflowed output held).
 static double site_amax(const report_stats *s) {
-    return isnan(s->clean_amax) ? s->amax : s->clean_amax;
+    const double max = report_dtype_max(s->target);
+    return s->clean_amax >= max / 2 ? s->clean_amax : s->amax;
 }
 
 // Whether stats row s is a site to report, and its severity.
@@ -94,7 +96,7 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
                  "or keep this op in fp32 (autocast disabled around it), or train in bf16.",
                  s->op);
         report_finding_evidence(f, "amax", amax);
-        report_finding_evidence(f, "amax_step", (double)s->clean_amax_step);
+        report_finding_evidence(f, "amax_step", at[0] ? (double)s->clean_amax_step : NAN);
         report_finding_evidence(f, "dtype_max", max);
         report_finding_evidence(f, "headroom_bits", bits);
         report_finding_evidence(f, "near_max_outputs", (double)s->near_max_tensors);

@@ -40,7 +40,11 @@ typedef struct scale_run {
     int64_t min_growth_interval; // fewest clean updates before a growth; -1: no growth
     int64_t last_half_backoffs;
     int64_t first_skip, last_skip;
-    double skip_scale_min, skip_scale_max; // the scales the skipped updates after it ran at
+    // the skipped updates after the initial calibration: the first and last (-1: none), and
+    // the scales they ran at
+    int64_t first_later_skip, last_later_skip;
+    double skip_scale_min, skip_scale_max;
+    bool applied_before_collapse; // an update was applied before the longest run of backoffs
     double calib_to;                       // the scale the initial calibration came down to
     bool grad_stats;    // gradient statistics were recorded (of an applied step or not)
 } scale_run;
@@ -56,12 +60,16 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
                      .min_growth_interval = -1,
                      .first_skip = -1,
                      .last_skip = -1,
+                     .first_later_skip = -1,
+                     .last_later_skip = -1,
                      .skip_scale_min = NAN,
                      .skip_scale_max = NAN,
                      .calib_to = NAN};
     int64_t run = 0, run_first = -1, run_zeros = 0, clean = 0;
     double run_from = NAN;
-    bool grew_since_backoff = false;
+    // an update applied so far (before the focus: steps with a loss ran there)
+    const report_process *proc = report_process_find(m, r->pid);
+    bool grew_since_backoff = false, applied = proc && proc->pre_last_step >= 0;
     size_t start = *i;
     size_t end = start;
     while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
@@ -89,6 +97,7 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             if (isnan(r->scale_max) || sc[j] > r->scale_max) r->scale_max = sc[j];
         }
         r->scale_last = s->scale_after;
+        applied |= !s->skipped;
         if (s->skipped) {
             r->skipped++;
             if (s->calibration) {
@@ -97,12 +106,14 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             }
             if (r->first_skip < 0) r->first_skip = s->step;
             r->last_skip = s->step;
-            if (!s->calibration &&
-                (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min))
-                r->skip_scale_min = s->scale_before;
-            if (!s->calibration &&
-                (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max))
-                r->skip_scale_max = s->scale_before;
+            if (!s->calibration) {
+                if (r->first_later_skip < 0) r->first_later_skip = s->step;
+                r->last_later_skip = s->step;
+                if (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min)
+                    r->skip_scale_min = s->scale_before;
+                if (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max)
+                    r->skip_scale_max = s->scale_before;
+            }
         }
         bool backoff = s->scale_after < s->scale_before, growth = s->scale_after > s->scale_before;
         if (run > 0 && s->found_inf && s->scale_before == 0 && s->scale_after == 0) {
@@ -122,6 +133,7 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             if (run == 0) run_first = s->step, run_from = s->scale_before, run_zeros = 0;
             run++;
             if (run > r->collapse_len) {
+                r->applied_before_collapse = applied;
                 r->collapse_len = run;
                 r->collapse_first = run_first;
                 r->collapse_last = s->step;
@@ -237,7 +249,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                          (long long)r.collapse_last);
             // still far above any scale fp16 gradients need after all those halvings: not
             // gradients that explode, an init_scale the run has not come down from yet
-            const bool too_high = !broken && r.collapse_to >= TOO_HIGH_SCALE;
+            const bool too_high =
+                !broken && !r.applied_before_collapse && r.collapse_to >= TOO_HIGH_SCALE;
             snprintf(f->title, sizeof f->title, "loss scale %s: %lld %s from %.9g to %.9g (%s)%s",
                      too_high ? "set too high, still coming down" : "collapse",
                      (long long)r.collapse_len,
@@ -319,13 +332,13 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
             f->pid = r.pid;
-            f->first_step = r.first_skip;
-            f->last_step = r.last_skip;
+            f->first_step = r.first_later_skip;
+            f->last_step = r.last_later_skip;
             snprintf(f->title, sizeof f->title,
                      "%.0f%% of the steps were skipped (%lld of %lld after calibration)",
                      100 * rate, (long long)(r.skipped - r.calib_skipped),
                      (long long)(r.n - r.calib_skipped));
-            bool broken = forward_broken(m, r.pid, r.first_skip, r.last_skip);
+            bool broken = forward_broken(m, r.pid, r.first_later_skip, r.last_later_skip);
             snprintf(
                 f->detail, sizeof f->detail,
                 "The gradients kept overflowing at scales between %.9g and %.9g; each overflow "
@@ -334,7 +347,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                 broken ? " The forward pass was non-finite in those steps." : "");
             if (broken)
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
-            else if (rec >= r.scale_max)
+            else if (rec >= r.skip_scale_max)
                 // the steps kept fit a scale above any that overflowed: outliers, not the scale
                 snprintf(f->advice, sizeof f->advice,
                          "The gradients of the steps kept fit %s, above the scales that "
@@ -361,7 +374,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         // init_scale, an info (rule grad-underflow judges what the gradients lost)
         const report_process *proc = report_process_find(m, r.pid);
         const long long interval = proc ? proc->growth_interval : -1;
-        const bool no_chance = interval > 0 && r.n < interval;
+        const bool no_chance = interval > 0 && proc->scale_updates < interval;
         if (!reported && r.scale_last <= STUCK_LOW_SCALE && r.last_half_backoffs == 0 &&
             r.growths == 0 && room) {
             report_finding *f =
@@ -374,7 +387,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                 snprintf(f->title, sizeof f->title,
                          "loss scale low at %.9g for all %lld steps: it grows only after "
                          "growth_interval=%lld clean steps",
-                         r.scale_last, (long long)r.n, interval);
+                         r.scale_last, (long long)proc->scale_updates, interval);
             else
                 snprintf(f->title, sizeof f->title,
                          "loss scale stuck low at %.9g for %lld steps: it never grew", r.scale_last,

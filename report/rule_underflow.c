@@ -200,9 +200,9 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         layer_loss *l = &v[n - 1];
         const bool bf16 = strcmp(s->target, "bf16") == 0;
         fp16_target |= !bf16;
-        // a tensor of zeros whose kind reached 1 (scaled) in other steps fell by 2^24 at once:
-        // exact zeros (a saturated tanh, a dead ReLU), not an underflow
-        const bool exact_zeros = bf16 || s->clean_amax >= 1.0;
+        // a tensor of zeros whose kind reached 1 (scaled) in other steps it counts fell by 2^24
+        // at once: exact zeros (a saturated tanh, a dead ReLU), not an underflow
+        const bool exact_zeros = bf16 || s->counted_amax >= 1.0;
         int64_t l_lost = s->n_underflow + (exact_zeros ? 0 : s->zero_numel);
         l->numel += s->numel;
         l->lost += l_lost;

@@ -1618,6 +1618,18 @@ START_TEST(scale_skip_rate_advice_follows_the_cause) {
     ck_assert_msg(strstr(findings.v[0].detail, "overflowing at scales between 16384 and 65536;"),
                   "%s", findings.v[0].detail);
     release();
+    // after a calibration down from 2^24: the advice weighs the scales of the skips after it,
+    // and the finding's steps are theirs
+    sql("UPDATE AMP_STEPS SET scale_before = 16777216, scale_after = 65536, skipped = 1, "
+        "found_inf = 1 WHERE step = 0;"
+        "UPDATE AMP_STEPS SET scale_before = 65536 WHERE step = 1;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].advice, "the overflows come from outlier batches"), "%s",
+                  findings.v[0].advice);
+    ck_assert_int_eq(findings.v[0].first_step, 5);
+    release();
+    sql("UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536, skipped = 0, "
+        "found_inf = 0 WHERE step = 0;");
     sql("UPDATE AMP_TENSOR_STATS SET amax = amax * 64, max = max * 64, min = min * 64;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_msg(strstr(findings.v[0].advice, "Start lower and grow slower: init_scale="), "%s",
@@ -1703,6 +1715,19 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
                                               "to 0.25 (steps 16-19)") == 0,
                   "%s", findings.v[0].title);
     release();
+    // a scale grown to 2^30 over applied steps, then five backoffs to 2^25: a collapse, not an
+    // init_scale "set too high" (steps were applied before it)
+    sql("UPDATE AMP_STEPS SET scale_before = 65536.0 * (1 << step), scale_after = 131072.0 * "
+        "(1 << step), skipped = 0, found_inf = 0 WHERE step < 14;"
+        "UPDATE AMP_STEPS SET scale_before = 1073741824.0 / (1 << (step - 14)), scale_after = "
+        "536870912.0 / (1 << (step - 14)), skipped = 1, found_inf = 1 WHERE step >= 14;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strncmp(findings.v[0].title,
+                          "loss scale collapse: 6 consecutive backoffs from "
+                          "1.07374182e+09",
+                          63) == 0,
+                  "%s", findings.v[0].title);
+    release();
 }
 END_TEST
 
@@ -1722,6 +1747,9 @@ START_TEST(scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info) {
                                           "after growth_interval=2000 clean steps");
     release();
     sql("UPDATE META SET value = '10' WHERE key = 'scaler.growth_interval' AND pid = 1;");
+    analyse("loss-scale", 0, 5); // (the run's 12 updates had the time, not the focus's 6)
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    release();
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "stuck low"));
@@ -1834,6 +1862,17 @@ START_TEST(overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max) {
                                       "autocast dtype to come near") &&
                       !strstr(verdict, "no op came near"),
                   "verdict: %s", verdict);
+    release();
+    // at risk only by a step whose output also held NaN: the amax told is that step's (not 3,
+    // the clean steps', which would overflow nothing)
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 3, max = 3, min = -3, n_overflow = 0 WHERE layer_id "
+        "= 1 AND op = 'linear';"
+        "INSERT INTO AMP_TENSOR_STATS VALUES (1, 5, 1, 'linear', 'activation', 'f32', 'f16', "
+        "4096, -1e6, 1e6, 1e6, 4, 0, 0, 100, 0, 0);");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].title, "(fp32, amax 1e+06) would overflow f16"), "%s",
+                  findings.v[0].title);
+    ck_assert(isnan(evidence(&findings.v[0], "amax_step")));
     release();
 }
 END_TEST

@@ -121,6 +121,10 @@ bool amp_scaler_is_enabled(const amp_scaler_t *sc);
 // loss * scale (creates the scale, in ctx, on first use; later calls must pass the same ctx);
 // the loss itself when disabled.
 amp_tensor_t *amp_scaler_scale(amp_scaler_t *sc, amp_ctx_t *ctx, amp_tensor_t *loss);
+// The four below: a NULL sc (or opt, where one is taken) is AMP_ERR_INVALID_ARGUMENT (the message
+// names it), enabled or not; the stage errors (AMP_ERR_SCALER_STATE, PyTorch's messages) are for
+// calls out of order.
+
 // Unscales the optimizer's gradients in place and records whether any was non-finite.
 amp_status amp_scaler_unscale(amp_scaler_t *sc, amp_optim_t *opt);
 // unscale_ if not done yet, then the optimizer step unless a gradient was non-finite, decided
@@ -130,8 +134,6 @@ amp_status amp_scaler_step(amp_scaler_t *sc, amp_optim_t *opt, bool *skipped);
 amp_status amp_scaler_update(amp_scaler_t *sc);
 // update(new_scale): sets the scale, leaves the growth tracker alone.
 amp_status amp_scaler_update_to(amp_scaler_t *sc, float new_scale);
-// These four: a NULL sc or opt is AMP_ERR_INVALID_ARGUMENT (the message names it), disabled or
-// not; the stage errors (AMP_ERR_SCALER_STATE, PyTorch's messages) are for calls out of order.
 
 // The getters and state_dict() read the device (PyTorch's .item()).
 float amp_scaler_get_scale(const amp_scaler_t *sc); // 1.0 when disabled, init_scale before scale()
