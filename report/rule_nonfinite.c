@@ -558,14 +558,17 @@ static bool loss_before(const report_model *m, const report_process *p, int64_t 
 }
 
 // The process whose divergence a non-finite value of pid at step `at` ends: one that began
-// before it and whose loss is still up at the step before (a spike the training recovered from
-// is not it); NULL when none.
+// before it and is still on at the step before, its loss twice the first and its gradient norm,
+// where that step has one, ten times the first (a spike the training recovered from is not
+// it); NULL when none.
 static const report_process *diverged_before(const report_model *m, int32_t pid, int64_t at,
                                              report_step *last) {
     const report_process *p = report_process_find(m, pid);
     if (!p || p->diverged_step < 0 || p->diverged_step >= at || !loss_before(m, p, at, last))
         return NULL;
-    return last->loss >= 2 * p->loss0 ? p : NULL;
+    const bool norm_up =
+        !(last->grad_norm > 0 && p->grad_norm0 > 0) || last->grad_norm >= 10 * p->grad_norm0;
+    return last->loss >= 2 * p->loss0 && norm_up ? p : NULL;
 }
 
 // Says that the non-finite value of finding f ends p's divergence: the title leads with it, the

@@ -911,6 +911,13 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
                   findings.v[0].title);
     ck_assert_close(evidence(&findings.v[0], "grad_norm_first"), 7.3, 0, 1e-12);
     release();
+    // the loss still up at step 4 but its gradient norm back near the first: no longer diverging
+    sql("UPDATE AMP_STEPS SET grad_norm = 0.9 WHERE step = 0;"
+        "UPDATE AMP_STEPS SET grad_norm = 2 WHERE step = 4;");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].title, "training diverged", 17) != 0, "%s",
+                  findings.v[0].title);
+    release();
     // the loss back down at step 4: the spike is over, the NaN is the matmul's own
     wipe();
     diverging_steps(3.9);
