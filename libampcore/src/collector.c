@@ -897,7 +897,6 @@ amp_status amp_collector_poll_for(amp_collector_t *c, int64_t budget_ns) {
     c->poll_until_ns = now_ns(CLOCK_MONOTONIC) + budget_ns;
     amp_status st = poll_files(c);
     c->poll_until_ns = 0; // (amp_collector_finish reads everything)
-    if (st == AMP_OK) amp_clear_error(); // (a spool file it warned about and ignored)
     return st;
 }
 
