@@ -349,45 +349,6 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
         s->loss_nonfinite = s->has_loss && !s->loss_finite;
     }
     if (!finish(db, m->path, q, rc, err)) return false;
-
-    // each process's first finite loss, whatever the focus: the mark a fitted batch is judged by
-    if (!prepare(db, m->path,
-                 "SELECT pid, loss, MIN(step) FROM AMP_STEPS WHERE loss_finite = 1 GROUP BY pid "
-                 "ORDER BY pid",
-                 m, &q, err))
-        return false;
-    size_t i = 0; // (the rows and the steps both in the order of pid: one merge)
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        const int32_t pid = sqlite3_column_int(q, 0);
-        const double first = fabs(col_f64(q, 1));
-        for (; i < m->n_steps && m->steps[i].pid <= pid; i++) {
-            report_step *s = &m->steps[i];
-            if (s->pid == pid && s->loss_finite) s->fitted = fabs(s->loss) <= 1e-6 * first;
-        }
-    }
-    if (!finish(db, m->path, q, rc, err)) return false;
-
-    // each process's first applied scale update, whatever the focus: the skips before it are
-    // the initial calibration (none of a process that never applied one: it never found a
-    // scale the gradients fit)
-    if (!prepare(db, m->path,
-                 "SELECT pid, MIN(step) FROM AMP_STEPS WHERE scale_after IS NOT NULL AND "
-                 "skipped = 0 GROUP BY pid ORDER BY pid",
-                 m, &q, err))
-        return false;
-    i = 0;
-    rc = sqlite3_step(q);
-    for (; i < m->n_steps; i++) { // (both in the order of pid: one merge)
-        report_step *s = &m->steps[i];
-        while (rc == SQLITE_ROW && sqlite3_column_int(q, 0) < s->pid)
-            rc = sqlite3_step(q);
-        const bool applied = rc == SQLITE_ROW && sqlite3_column_int(q, 0) == s->pid;
-        s->calibration =
-            s->has_scale && s->skipped && applied && s->step < sqlite3_column_int64(q, 1);
-    }
-    while (rc == SQLITE_ROW)
-        rc = sqlite3_step(q);
-    if (!finish(db, m->path, q, rc, err)) return false;
     build_broke_cum(m);
     return true;
 }
@@ -622,7 +583,8 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .pre_last_step = -1,
                                                   .pre_last_loss = NAN,
                                                   .pre_last_grad_norm = NAN,
-                                                  .growth_interval = -1};
+                                                  .growth_interval = -1,
+                                                  .first_applied = -1};
     }
     // the steps are sorted by pid: each process's are one run of them
     for (size_t i = 0, k = 0; i < m->n_procs; i++) {
@@ -637,8 +599,9 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
     group_models(m);
     if (!finish(db, m->path, q, rc, err)) return false;
 
-    // each process's first loss and gradient norm, whatever the focus (the marks a divergence is
-    // measured by), and its GradScaler's growth interval
+    // each process's first loss, gradient norm and applied scale update, whatever the focus (the
+    // marks a fitted batch, a divergence and the initial calibration are told by), and its
+    // GradScaler's growth interval and updates
     if (!prepare(
             db, m->path,
             "SELECT pid, (SELECT loss FROM AMP_STEPS b WHERE b.pid = a.pid AND loss_finite = 1 "
@@ -646,7 +609,9 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
             "AND grad_norm > 0 AND grad_norm < 1e308 ORDER BY step LIMIT 1), (SELECT "
             "CAST(value AS INTEGER) FROM META c WHERE c.pid = a.pid AND c.key = "
             "'scaler.growth_interval'), (SELECT COUNT(*) FROM AMP_STEPS d WHERE d.pid = a.pid AND "
-            "d.scale_after IS NOT NULL) FROM (SELECT DISTINCT pid FROM AMP_STEPS) a ORDER BY pid",
+            "d.scale_after IS NOT NULL), (SELECT MIN(step) FROM AMP_STEPS e WHERE e.pid = a.pid "
+            "AND e.scale_after IS NOT NULL AND e.skipped = 0) FROM (SELECT DISTINCT pid FROM "
+            "AMP_STEPS) a ORDER BY pid",
             m, &q, err))
         return false;
     for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
@@ -656,13 +621,18 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
         p->grad_norm0 = col_f64(q, 2);
         p->growth_interval = col_i64(q, 3, -1);
         p->scale_updates = col_i64(q, 4, 0);
+        p->first_applied = col_i64(q, 5, -1);
     }
     if (!finish(db, m->path, q, rc, err)) return false;
     if (m->step_lo != INT64_MIN && !load_before_focus(db, m, err)) return false;
     for (size_t i = 0; i < m->n_procs; i++) { // (after the steps before the focus)
         report_process *p = &m->procs[i];
         for (size_t k = p->step0; k < p->step0 + p->n_steps; k++) {
-            const report_step *st = &m->steps[k];
+            report_step *st = &m->steps[k];
+            st->fitted = st->loss_finite && fabs(st->loss) <= 1e-6 * fabs(p->loss0);
+            // (none of a process that never applied one: it never found a scale that fits)
+            st->calibration = st->has_scale && st->skipped && p->first_applied >= 0 &&
+                              st->step < p->first_applied;
             divergence_feed(p, st->step, st->loss_finite ? st->loss : NAN, st->grad_norm);
         }
     }
@@ -675,36 +645,26 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
 static bool load_before_focus(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     int rc;
-    // the non-finite losses that run on into the focus: those after each process's last finite
-    // loss before it
+    // the steps before the focus: for a divergence that began there, the last finite loss, and
+    // the non-finite losses after it (nonfinite_since: they run on into the focus)
     if (!prepare(db, m->path,
-                 "WITH last AS (SELECT pid, MAX(step) AS step FROM AMP_STEPS WHERE step < ?1 AND "
-                 "loss_finite = 1 GROUP BY pid) SELECT a.pid, MIN(a.step) FROM AMP_STEPS a LEFT "
-                 "JOIN last l ON l.pid = a.pid WHERE a.step < ?1 AND a.loss_finite = 0 AND "
-                 "(l.step IS NULL OR a.step > l.step) GROUP BY a.pid ORDER BY a.pid",
-                 m, &q, err))
-        return false;
-    for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) {
-        report_process *p = proc_at(m, &k, sqlite3_column_int(q, 0));
-        if (p) p->nonfinite_since = col_i64(q, 1, -1);
-    }
-    if (!finish(db, m->path, q, rc, err)) return false;
-
-    // the steps before the focus, for a divergence that began there, and the last finite loss
-    if (!prepare(db, m->path,
-                 "SELECT pid, step, CASE WHEN loss_finite = 1 THEN loss END, grad_norm FROM "
-                 "AMP_STEPS WHERE step < ?1 ORDER BY pid, step",
+                 "SELECT pid, step, loss_finite, loss, grad_norm FROM AMP_STEPS WHERE step < ?1 "
+                 "ORDER BY pid, step",
                  m, &q, err))
         return false;
     for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) {
         report_process *p = proc_at(m, &k, sqlite3_column_int(q, 0));
         if (!p) continue;
-        const int64_t step = sqlite3_column_int64(q, 1);
-        const double loss = col_f64(q, 2), norm = col_f64(q, 3);
+        const int64_t step = sqlite3_column_int64(q, 1), finite = col_i64(q, 2, -1);
+        const double loss = finite == 1 ? col_f64(q, 3) : NAN, norm = col_f64(q, 4);
         divergence_feed(p, step, loss, norm);
-        if (!isnan(loss))
-            p->pre_last_step = step, p->pre_last_loss = loss,
+        if (finite == 1) {
+            p->pre_last_step = step, p->pre_last_loss = loss;
             p->pre_last_grad_norm = isfinite(norm) ? norm : NAN;
+            p->nonfinite_since = -1;
+        } else if (finite == 0 && p->nonfinite_since < 0) {
+            p->nonfinite_since = step;
+        }
     }
     return finish(db, m->path, q, rc, err);
 }

@@ -153,6 +153,7 @@ typedef struct report_process {
     // META scaler.growth_interval of its GradScaler (libampcore and the PyTorch bridge record
     // it; -1: not recorded), and the updates its GradScaler made, whatever the focus
     int64_t growth_interval, scale_updates;
+    int64_t first_applied; // its first applied scale update, whatever the focus; -1: none
 } report_process;
 
 // The largest forward-activation amax of a layer over a bucket of steps (at most
