@@ -44,7 +44,6 @@ typedef struct scale_run {
     // the scales they ran at
     int64_t first_later_skip, last_later_skip;
     double skip_scale_min, skip_scale_max;
-    bool applied_before_collapse; // an update was applied before the longest run of backoffs
     double calib_to;                       // the scale the initial calibration came down to
     bool grad_stats;    // gradient statistics were recorded (of an applied step or not)
 } scale_run;
@@ -67,9 +66,7 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
                      .calib_to = NAN};
     int64_t run = 0, run_first = -1, run_zeros = 0, clean = 0;
     double run_from = NAN;
-    // an update applied so far (before the focus: steps with a loss ran there)
-    const report_process *proc = report_process_find(m, r->pid);
-    bool grew_since_backoff = false, applied = proc && proc->pre_last_step >= 0;
+    bool grew_since_backoff = false;
     size_t start = *i;
     size_t end = start;
     while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
@@ -97,7 +94,6 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             if (isnan(r->scale_max) || sc[j] > r->scale_max) r->scale_max = sc[j];
         }
         r->scale_last = s->scale_after;
-        applied |= !s->skipped;
         if (s->skipped) {
             r->skipped++;
             if (s->calibration) {
@@ -133,7 +129,6 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
             if (run == 0) run_first = s->step, run_from = s->scale_before, run_zeros = 0;
             run++;
             if (run > r->collapse_len) {
-                r->applied_before_collapse = applied;
                 r->collapse_len = run;
                 r->collapse_first = run_first;
                 r->collapse_last = s->step;
@@ -219,6 +214,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         scan(m, &i, &r);
         if (r.n == 0) continue;
         const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
+        const report_process *proc = report_process_find(m, r.pid);
         char init_words[256];
         init_scale_words(init_words, sizeof init_words, rec, u, r.grad_stats,
                          report_stats_every(m));
@@ -249,8 +245,9 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                          (long long)r.collapse_last);
             // still far above any scale fp16 gradients need after all those halvings: not
             // gradients that explode, an init_scale the run has not come down from yet
-            const bool too_high =
-                !broken && !r.applied_before_collapse && r.collapse_to >= TOO_HIGH_SCALE;
+            const bool applied_before =
+                proc && proc->first_applied >= 0 && proc->first_applied < r.collapse_first;
+            const bool too_high = !broken && !applied_before && r.collapse_to >= TOO_HIGH_SCALE;
             snprintf(f->title, sizeof f->title, "loss scale %s: %lld %s from %.9g to %.9g (%s)%s",
                      too_high ? "set too high, still coming down" : "collapse",
                      (long long)r.collapse_len,
@@ -279,11 +276,11 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
             else if (too_high)
                 snprintf(f->advice, sizeof f->advice,
-                         "The scale started far too high (init_scale=%.9g): halving once a "
+                         "The scale was set far too high (%.9g at step %lld): halving once a "
                          "skipped step, it has not yet reached a scale the gradients fit, and "
                          "every step so far was thrown away. Start from PyTorch's default "
                          "init_scale=65536, or from %s.",
-                         r.collapse_from, init_words);
+                         r.collapse_from, (long long)r.collapse_first, init_words);
             else
                 snprintf(f->advice, sizeof f->advice,
                          "The gradients overflow at every scale: they explode. Clip them "
@@ -372,7 +369,6 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                                          : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
         // a run shorter than the growth interval gave the scale no chance to grow: a low
         // init_scale, an info (rule grad-underflow judges what the gradients lost)
-        const report_process *proc = report_process_find(m, r.pid);
         const long long interval = proc ? proc->growth_interval : -1;
         const bool no_chance = interval > 0 && proc->scale_updates < interval;
         if (!reported && r.scale_last <= STUCK_LOW_SCALE && r.last_half_backoffs == 0 &&

@@ -1699,6 +1699,12 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
                   "%s", findings.v[0].title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "no step was applied whose gradients"));
     release();
+    // ... also from a focus after its start (its steps before had losses, but none applied)
+    analyse("loss-scale", 3, 19);
+    ck_assert_msg(strncmp(findings.v[0].title, "loss scale set too high", 23) == 0, "%s",
+                  findings.v[0].title);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "at step 3)"));
+    release();
     // the calibration (6 skips from 2^24), training at 2^18 with skips at steps 10 and 14, then
     // a collapse over the last 4 steps to below 1: the collapse found is the last one (not the
     // calibration, the longer run of backoffs), and the skips' scales are those after it
