@@ -142,6 +142,46 @@ START_TEST(test_grad_underflow_zeroes_weight_grads) {
 }
 END_TEST
 
+// Each parameter's row at the start of each sampled step (kind 'weight': what the last update
+// left), under its name and layer: Adam's first update at lr 100 moves every weight by 100.
+START_TEST(test_weights_recorded_before_each_update) {
+    char out[8192];
+    ck_assert_int_eq(probe_run(SAMPLE("simple_cnn"), "--precision bf16 --lr 100 --steps 5 --quiet",
+                               out, sizeof out),
+                     0);
+    sqlite3 *db = open_db();
+    ck_assert_int_eq(
+        test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE kind = 'weight'"), 6 * 5);
+    ck_assert_str_eq(query_text(db,
+                                "SELECT printf('%d %s %s %d %.4f', layer_id, dtype, target_dtype, "
+                                "numel, amax) FROM AMP_TENSOR_STATS WHERE kind = 'weight' AND "
+                                "op = 'conv2.weight' AND step = 0"),
+                     "1 f32 bf16 18432 0.0589");
+    ck_assert_str_eq(query_text(db, "SELECT printf('%.2f', amax) FROM AMP_TENSOR_STATS WHERE "
+                                    "kind = 'weight' AND op = 'conv2.weight' AND step = 1"),
+                     "100.06");
+    // the layer of every weight is its gradient's, from step 0 on
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS w JOIN "
+                                        "AMP_TENSOR_STATS g ON g.step = w.step AND g.op = w.op AND "
+                                        "g.kind = 'weight_grad' WHERE w.kind = 'weight' AND "
+                                        "w.layer_id IS g.layer_id"),
+                     6 * 5);
+    sqlite3_close(db);
+    // sampled steps only
+    snprintf(db_path, sizeof db_path, "%s/every3.sqlite", dir);
+    setenv("AMPPROBE_STATS_EVERY", "3", 1);
+    int rc = probe_run(SAMPLE("simple_cnn"), "--precision bf16 --steps 5 --quiet", out, sizeof out);
+    unsetenv("AMPPROBE_STATS_EVERY");
+    ck_assert_int_eq(rc, 0);
+    db = open_db();
+    ck_assert_str_eq(query_text(db, "SELECT group_concat(step || ':' || n) FROM (SELECT step, "
+                                    "count(*) AS n FROM AMP_TENSOR_STATS WHERE kind = 'weight' "
+                                    "GROUP BY step ORDER BY step)"),
+                     "0:6,3:6");
+    sqlite3_close(db);
+}
+END_TEST
+
 START_TEST(test_scale_thrash_sawtooth) {
     char out[8192];
     ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault scale-thrash --steps 16", out,
@@ -589,6 +629,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_nan_input_is_data);
     tcase_add_test(tc, test_log_zero_outside_any_layer);
     tcase_add_test(tc, test_grad_underflow_zeroes_weight_grads);
+    tcase_add_test(tc, test_weights_recorded_before_each_update);
     tcase_add_test(tc, test_scale_thrash_sawtooth);
     tcase_add_test(tc, test_healthy_runs_are_clean);
     tcase_add_test(tc, test_view_gradients_read_once);

@@ -50,9 +50,10 @@
 typedef enum entry_kind {
     E_NONE,  // reserved for an armed output (amp_instr_arm) that no op has claimed
     E_OUT,   // a forward op's output; refs: its inputs' entries
-    E_LEAF,  // a tensor an op read that no instrumented op made (parameter, data, view)
+    E_LEAF,  // a tensor an op read that no instrumented op made (data, a view)
     E_DY,    // the gradient flowing into a backward node; refs[0]: the node's forward output
     E_WGRAD, // a parameter's gradient at the end of backward
+    E_PARAM, // a parameter at its batch's first op (before the step's update); op: its name
 } entry_kind;
 
 #define REFS 4
@@ -67,7 +68,7 @@ typedef struct entry {
     int32_t layer;
     int32_t backward; // E_WGRAD: which backward of the step queued it
     int64_t step;
-    const char *op;   // a literal; E_WGRAD: an owned copy of the parameter's name
+    const char *op; // a literal; E_WGRAD, E_PARAM: an owned copy of the parameter's name
     amp_dtype dtype, target;
     int8_t ndim;
     int64_t shape[AMP_MAX_DIMS];
@@ -488,15 +489,17 @@ static int32_t batch_queue(amp_ctx_t *ctx, batch *b, const amp_tensor_t *t, entr
     return i;
 }
 
-// The parameters (tensors that require grad and own their storage) as leaves of this batch, read
-// together before the first op reads any of them.
+// The parameters (tensors that require grad and own their storage) as this batch's inputs, read
+// together before the first op reads any of them: as the last update left them (a sampled step
+// records them, the weights' rows).
 static void queue_parameters(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     batch b = {.n = 0};
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->requires_grad || p->stat_epoch == in->epoch) continue;
-        p->stat_entry = batch_queue(ctx, &b, p, E_LEAF, NULL, -1);
+        const char *name = in->stats_step ? amp_xstrdup(p->name ? p->name : "param") : NULL;
+        p->stat_entry = batch_queue(ctx, &b, p, E_PARAM, name, p->layer);
         p->stat_epoch = in->epoch;
     }
     batch_flush(ctx, &b);
@@ -697,6 +700,9 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->grad || !p->requires_grad) continue;
+        // (a parameter's layer is known from its first backward on: its row of this batch too)
+        if (p->stat_epoch == in->epoch && in->q.entries[p->stat_entry].kind == E_PARAM)
+            in->q.entries[p->stat_entry].layer = p->layer;
         int32_t i = batch_queue(ctx, &b, p->grad, E_WGRAD,
                                 amp_xstrdup(p->name ? p->name : "param"), p->layer);
         entry *e = &in->q.entries[i];
@@ -899,6 +905,10 @@ static double process_queue(amp_ctx_t *ctx) {
             process_out(in, e, s);
             break;
         case E_LEAF:
+            break;
+        case E_PARAM:
+            if (e->record) emit_stats(e, AMP_STATS_WEIGHT, s);
+            free((char *)e->op);
             break;
         case E_DY:
             if (e->record) emit_stats(e, AMP_STATS_ACTIVATION_GRAD, s);
