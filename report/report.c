@@ -24,6 +24,8 @@
 const report_rule report_rules[] = {
     {"nonfinite-root-cause", "the first op that produced NaN/inf, why, and the fix",
      rule_nonfinite_run},
+    {"divergence", "training that diverged with its losses finite (a learning rate too high)",
+     rule_divergence_run},
     {"grad-underflow",
      "gradients lost to zero/subnormal in fp16, per layer, and the scale that keeps them",
      rule_underflow_run},
@@ -340,6 +342,7 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .grad_amax = NAN,
                            .grad_amax_16 = NAN,
                            .grad_amax_weight = NAN,
+                           .weight_amax = NAN,
                            .start_ns = col_i64(q, 8, -1),
                            .end_ns = col_i64(q, 9, -1),
                            .mem_peak = col_i64(q, 10, -1),
@@ -856,8 +859,8 @@ static void add_stats_row(report_stats *s, double max, bool thrown, sqlite3_stmt
     }
 }
 
-// The step record of a gradient row (NULL: none), through a cache of the last one.
-static report_step *grad_step(stats_pass *p, int32_t pid, int64_t step) {
+// The step record of a row (NULL: none), through a cache of the last one.
+static report_step *row_step(stats_pass *p, int32_t pid, int64_t step) {
     if (!p->step || p->step->pid != pid || p->step->step != step)
         p->step = (report_step *)report_step_find(p->m, pid, step);
     return p->step;
@@ -871,7 +874,7 @@ static void keep_max(double *m, double v) {
 // dtype; weight: a weight gradient).
 static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax, bool narrow,
                           bool weight) {
-    report_step *st = grad_step(p, pid, step);
+    report_step *st = row_step(p, pid, step);
     if (!st) return;
     keep_max(&st->grad_amax, amax);
     if (narrow) keep_max(&st->grad_amax_16, amax);
@@ -936,7 +939,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     if (!prepare(db, m->path, sql_stats, m, &q, err)) return false;
     report_stats *last = NULL; // rows of one step come layer by layer: often the same group
-    bool act = false, grad = false; // last's kind: activation, or a gradient
+    bool act = false, grad = false, weight = false; // last's kind: activation, a gradient, weight
     double max = NAN;               // report_dtype_max(last->target)
     char *scratch[4] = {0};         // the key's strings that held style marks (report_clean)
     int rc;
@@ -953,9 +956,10 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             act = strcmp(last->kind, "activation") == 0;
             grad = strcmp(last->kind, "activation_grad") == 0 ||
                    strcmp(last->kind, "weight_grad") == 0;
+            weight = strcmp(last->kind, "weight") == 0;
             max = report_dtype_max(last->target);
         }
-        const report_step *st = grad ? grad_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
+        const report_step *st = grad ? row_step(&p, k.pid, sqlite3_column_int64(q, 8)) : NULL;
         const bool thrown =
             st && ((st->has_scale && st->skipped) || st->loss_nonfinite || st->fitted);
         add_stats_row(last, max, thrown, q, row);
@@ -966,6 +970,10 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             add_grad_amax(&p, k.pid, step, amax,
                           last->target[0] && strcmp(last->dtype, last->target) == 0,
                           strcmp(last->kind, "weight_grad") == 0);
+        if (weight && has_amax) {
+            report_step *ws = row_step(&p, k.pid, step);
+            if (ws) keep_max(&ws->weight_amax, amax);
+        }
         if (act && !no_layer && p.width)
             add_forward_amax(&p, k.pid, k.layer, step, amax,
                              col_i64(q, 12, 0) > 0 || col_i64(q, 13, 0) > 0);
@@ -1158,6 +1166,24 @@ const report_process *report_process_find(const report_model *m, int32_t pid) {
             hi = mid;
     }
     return lo < m->n_procs && m->procs[lo].pid == pid ? &m->procs[lo] : NULL;
+}
+
+bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, report_weights *w) {
+    const report_process *p = report_process_find(m, pid);
+    *w = (report_weights){.first_step = -1, .prev_step = -1, .last_step = -1};
+    for (size_t i = 0; p && i < p->n_steps; i++) {
+        const report_step *st = &m->steps[p->step0 + i];
+        if (st->step > upto) break;
+        if (isnan(st->weight_amax)) continue;
+        if (w->first_step < 0) w->first_step = st->step, w->first = st->weight_amax;
+        w->prev_step = w->last_step, w->prev = w->last;
+        w->last_step = st->step, w->last = st->weight_amax;
+    }
+    return w->last_step >= 0;
+}
+
+bool report_weights_blew_up(const report_weights *w) {
+    return w->prev_step >= 0 && w->prev > 0 && w->last >= REPORT_WEIGHTS_BLOWUP * w->prev;
 }
 
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {

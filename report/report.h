@@ -67,6 +67,9 @@ typedef struct report_step {
     // comes out of an f16 GEMM)
     double grad_amax_16, grad_amax_weight;
     double grad_norm;         // the gradients' global norm as recorded; NaN: none or not finite
+    // the largest finite amax of the parameters as the step began, before its update (kind
+    // 'weight', libampcore's); NaN: none recorded
+    double weight_amax;
     int64_t start_ns, end_ns; // -1: not recorded
     int64_t mem_peak;         // tensor bytes held at most, to the step's end; -1: none
     // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of
@@ -384,6 +387,18 @@ void report_step_counts(const report_model *m, int32_t pid, int64_t first, int64
                         int64_t *recorded, int64_t *losses, int64_t *skipped);
 // The process of pid; NULL when none recorded anything.
 const report_process *report_process_find(const report_model *m, int32_t pid);
+// Process pid's weights (report_step.weight_amax) over its focused steps up to step `upto`: at
+// the first step that has them and at the last two; false when no step up to upto has them.
+typedef struct report_weights {
+    int64_t first_step, prev_step, last_step; // prev_step -1: only one step has them
+    double first, prev, last;
+} report_weights;
+bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, report_weights *w);
+// Whether the last update before w->last_step blew the weights up: their largest grew tenfold
+// or more in it (one optimizer step, or the steps between two sampled ones). Adam at lr 1e-3 moves
+// a weight of 0.1 by 1%; a tenfold growth takes a learning rate near the weights' own size.
+#define REPORT_WEIGHTS_BLOWUP 10.0
+bool report_weights_blew_up(const report_weights *w);
 // "tiny_gpt (pid 1234)", or "pid 1234" when its name was not recorded.
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n);
 // How many processes have steps in the focus.
@@ -538,6 +553,7 @@ typedef struct report_rule {
 } report_rule;
 
 void rule_nonfinite_run(const report_model *m, report_findings *out); // rule_nonfinite.c
+void rule_divergence_run(const report_model *m, report_findings *out); // rule_divergence.c
 void rule_scale_run(const report_model *m, report_findings *out);     // rule_scale.c
 void rule_overflow_run(const report_model *m, report_findings *out);  // rule_overflow.c
 void rule_underflow_run(const report_model *m, report_findings *out); // rule_underflow.c

@@ -599,6 +599,39 @@ static void tell_divergence(report_finding *f, const report_process *p, const re
     report_finding_evidence(f, "grad_norm_before", last->grad_norm);
 }
 
+// Says that the non-finite value of finding f came of weights that one update blew up (w: the
+// largest |w| tenfold or more from one recorded step to the next, the later at or before f's
+// first step): a step the optimizer took far too long, too soon for the loss to show a
+// divergence (the next loss is already NaN), which fp32 or bf16 would not survive either.
+static void tell_blowup(report_finding *f, const report_weights *w) {
+    char was[sizeof f->title];
+    snprintf(was, sizeof was, "%s", f->title);
+    const int n = snprintf(f->title, sizeof f->title,
+                           "the weights blew up before step %lld (the largest |w| %.4g at step "
+                           "%lld, %.4g at step %lld); its first non-finite value: ",
+                           (long long)f->first_step, w->prev, (long long)w->prev_step, w->last,
+                           (long long)w->last_step);
+    report_cut_name(f->title + n, sizeof f->title - (size_t)n, was);
+    char span[96];
+    if (w->last_step == w->prev_step + 1)
+        snprintf(span, sizeof span, "the update after step %lld", (long long)w->prev_step);
+    else
+        snprintf(span, sizeof span,
+                 "the updates between steps %lld and %lld (the steps "
+                 "recorded)",
+                 (long long)w->prev_step, (long long)w->last_step);
+    snprintf(f->advice, sizeof f->advice,
+             "Lower the learning rate or add warm-up, and clip the gradients (clip_grad_norm_; "
+             "under a GradScaler after unscale_): %s multiplied the largest weight by %.3g "
+             "(%.4g -> %.4g), a step far too long for these weights, which fp32 or bf16 would "
+             "not survive either. The values overflowed because of it, not for want of "
+             "precision.",
+             span, w->last / w->prev, w->prev, w->last);
+    report_finding_evidence(f, "weight_amax_before", w->prev);
+    report_finding_evidence(f, "weight_amax_at", w->last);
+    report_finding_evidence(f, "weights_step_before", (double)w->prev_step);
+}
+
 // The event's detail without its trailing "; " (empty when none).
 static int detail_len(const report_event *e) {
     if (!e->detail) return 0;
@@ -683,7 +716,12 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     const report_process *dv = is(e, "nonfinite_input") // (data is data, whatever the weights did)
                                    ? NULL
                                    : diverged_before(m, e->pid, f->first_step, &last);
-    if (dv) tell_divergence(f, dv, &last);
+    report_weights w;
+    if (dv)
+        tell_divergence(f, dv, &last);
+    else if (!is(e, "nonfinite_input") && report_weights_upto(m, e->pid, f->first_step, &w) &&
+             report_weights_blew_up(&w))
+        tell_blowup(f, &w);
     return after > 0 ? until : f->last_step;
 }
 

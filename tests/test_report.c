@@ -932,6 +932,145 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
 }
 END_TEST
 
+// Each parameter's largest |w| as steps 0..n-1 began (kind 'weight'), two parameters of layer 1.
+static void weight_rows(const double *amax, int n) {
+    for (int i = 0; i < n; i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf,
+                 "INSERT INTO AMP_TENSOR_STATS VALUES (1, %d, 1, 'fc.weight', 'weight', 'f32', "
+                 "'f16', 4096, %.17g, %.17g, %.17g, 0, 0, 0, 0, 0, 0), (1, %d, 1, 'fc.bias', "
+                 "'weight', 'f32', 'f16', 64, 0, 0.01, 0.01, 0, 0, 0, 0, 0, 0);",
+                 i, -amax[i], amax[i], amax[i], i);
+        sql(buf);
+    }
+}
+
+// Steps 0-3 of pid 1 with these losses and gradient norms (NAN: NULL).
+static void loss_steps(const double *loss, const double *norm, int n) {
+    for (int i = 0; i < n; i++) {
+        char buf[256], l[32] = "NULL", g[32] = "NULL";
+        if (!isnan(loss[i])) snprintf(l, sizeof l, "%.17g", loss[i]);
+        if (!isnan(norm[i])) snprintf(g, sizeof g, "%.17g", norm[i]);
+        snprintf(buf, sizeof buf,
+                 "INSERT INTO AMP_STEPS VALUES (1, %d, %d, %d, %s, %d, %s, NULL, NULL, 0, 0, "
+                 "NULL);",
+                 i, i * 1000, i * 1000 + 900, l, !isnan(loss[i]), g);
+        sql(buf);
+    }
+}
+
+// A learning rate too high with every loss finite (bf16, fp32): the loss and the gradient norm
+// blow up together. An error while the loss stays up, a warning once it came back down; the
+// weights' rows say which update blew them up; nothing for a spike whose gradient norm did not
+// grow, nor for a divergence that ends in NaN (nonfinite-root-cause tells that one).
+START_TEST(divergence_with_finite_losses_is_found) {
+    layers();
+    const double loss[] = {2.2, 9.0, 1e6, 80}, norm[] = {7, 100, 1e5, 50};
+    const double w[] = {0.19, 100, 150, 150};
+    loss_steps(loss, norm, 4);
+    weight_rows(w, 4);
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
+    ck_assert_str_eq(f->title, "training diverged at step 1: the loss rose from 2.2 to 1e+06 "
+                               "(step 2) and was 80 at step 3");
+    ck_assert_int_eq(f->first_step, 1);
+    ck_assert_int_eq(f->last_step, 3);
+    ck_assert_ptr_nonnull(strstr(f->detail, "the update after step 0 multiplied the largest |w| "
+                                            "by 526 (0.19 -> 100)"));
+    ck_assert_ptr_nonnull(strstr(f->advice, "Lower the learning rate"));
+    ck_assert_close(evidence(f, "diverged_step"), 1, 0, 0);
+    ck_assert_close(evidence(f, "loss_last"), 80, 0, 0);
+    ck_assert_close(evidence(f, "grad_norm_at"), 100, 0, 0);
+    release();
+    // a focus after the divergence began still has it, from the focus's first step
+    analyse("divergence", 2, 3);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].first_step, 2);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "by step 1, before the focus"));
+    release();
+    // the loss back down by the last step: a warning
+    sql("UPDATE AMP_STEPS SET loss = 2.3 WHERE step = 3;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_WARNING);
+    ck_assert_str_eq(findings.v[0].title, "the loss blew up from 2.2 to 1e+06 (step 2; diverging "
+                                          "from step 1) and came back down to 2.3 by step 3");
+    release();
+    // without gradient norms it takes the loss a hundredfold (step 2)
+    sql("UPDATE AMP_STEPS SET grad_norm = NULL;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 2, 0, 0);
+    release();
+    // a loss spike whose gradient norm stayed within tenfold: none
+    sql("UPDATE AMP_STEPS SET grad_norm = 7 + step;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // a divergence that ends in a NaN loss is nonfinite-root-cause's
+    sql("UPDATE AMP_STEPS SET grad_norm = 1e5, loss = NULL, loss_finite = 0 WHERE step = 3;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // a healthy run has none
+    wipe();
+    healthy(20);
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
+// One update blows the weights up (Adam at lr 100) and the next forward overflows at once: no
+// loss lived to show a divergence, the weights' rows do. Not told for weights that grew less than
+// tenfold, nor for a NaN that came with the data.
+START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
+    layers();
+    const double loss[] = {2.2, NAN, NAN}, norm[] = {7, NAN, NAN}, w[] = {0.19, 100, 100};
+    loss_steps(loss, norm, 3);
+    weight_rows(w, 3);
+    sql(EVENTS_VALUES "(1, 1, 1, 'linear', 'fwd', 'nonfinite_producer', 'error', 8192, NULL, "
+                      "'input 0 f16 (16, 96) min -3938 max 3938 amax 3938; output f16 (16, 16) "
+                      "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 2, 2);");
+    nonfinite_errors(1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_msg(strncmp(f->title,
+                          "the weights blew up before step 1 (the largest |w| 0.19 at "
+                          "step 0, 100 at step 1); its first non-finite value: fp16 "
+                          "overflow in blocks.0.mlp linear",
+                          134) == 0,
+                  "%s", f->title);
+    ck_assert_ptr_nonnull(strstr(f->advice, "Lower the learning rate"));
+    ck_assert_ptr_nonnull(strstr(f->advice, "the update after step 0 multiplied the largest "
+                                            "weight by 526"));
+    ck_assert_ptr_null(strstr(f->advice, "train in bf16"));
+    ck_assert_close(evidence(f, "weight_amax_before"), 0.19, 0, 1e-12);
+    release();
+    // weights recorded every other step: the updates between them
+    sql("DELETE FROM AMP_TENSOR_STATS WHERE step = 1;");
+    sql("UPDATE AMP_EVENTS SET step = 2;");
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "the updates between steps 0 and 2"));
+    release();
+    // grown fivefold: the op's own finding
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 0.95 WHERE kind = 'weight' AND op = 'fc.weight' AND "
+        "step = 2;");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "bf16"));
+    release();
+    // NaN in the data is the data's, whatever the weights did
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 100 WHERE kind = 'weight' AND op = 'fc.weight' AND "
+        "step = 2;"
+        "UPDATE AMP_EVENTS SET kind = 'nonfinite_input';");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    release();
+}
+END_TEST
+
 // Without a GradScaler the optimizer steps on the NaN gradients of the step the data brought a
 // NaN to: the steps after it are non-finite from the weights, with no producer of their own,
 // counted with the data's finding; a loss that turns finite again ends that count.
@@ -4153,6 +4292,8 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_input_and_log_zero_are_explained);
     tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
     tcase_add_test(tc, nonfinite_after_a_divergence_blames_the_training);
+    tcase_add_test(tc, divergence_with_finite_losses_is_found);
+    tcase_add_test(tc, nonfinite_after_a_weight_blowup_blames_the_update);
     tcase_add_test(tc, a_focus_inside_a_nonfinite_run_points_before_it);
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
     tcase_add_test(tc, nonfinite_counts_sparse_step_numbers);
