@@ -103,6 +103,12 @@ def expect(case, f, per_module=False):
                     and "sawtooth" in f["title"],
         "fp32gemm": f["rule"] == "precision-placement" and f["severity"] == "warning"
                     and layer == "layers.1" and op == "linear" and first == 1,
+        # (the learning rate raised at step 3 moves the weights at its end: step 4's loss is the
+        # first to show it; a loss that went non-finite after all ends the divergence there)
+        "diverge": first is not None and FAULT_STEP < first <= FAULT_STEP + 3 and (
+            (f["rule"] == "divergence" and f["severity"] in ("error", "warning")) or
+            (f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+             and f["title"].startswith("training diverged"))),
         # gpu_patterns.py: model shapes beyond gpu_faults.py's
         "rnn": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                and layer == "cell" and first == FAULT_STEP and "fp16 overflow" in f["title"],

@@ -19,6 +19,10 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
              an overflow, backs off, grows again (30 steps)
   fp32gemm   the MLP's layers.1 runs with autocast disabled on .float() inputs from the start:
              a third of the GEMM FLOPs miss the Tensor Cores (seen on the op step, step 1)
+  diverge    Adam's learning rate raised from 1e-4 to 1.0 at step 3: the loss and the gradient
+             norm blow up from step 4 while every loss stays finite (the MLP trains in bf16
+             without autocast, --bf16 pure, whatever the flags: bf16 has fp32's range). Not a
+             precision problem: the report's divergence
 
 --device N trains on GPU N while the current device stays GPU 0 (a model moved with .to()
 alone); the script fails if the current device changes under it. --accum N accumulates the
@@ -182,7 +186,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
                     choices=["attn", "residual", "nan", "log0", "underflow", "sawtooth",
-                             "fp32gemm"])
+                             "fp32gemm", "diverge"])
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--device", type=int, metavar="N",
@@ -243,6 +247,8 @@ def main():
         a.device = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(a.device)  # (FSDP2's device mesh would pick it otherwise)
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
+    if a.case == "diverge" and not a.bf16:
+        a.bf16 = "pure"
     torch.manual_seed(0)
     dev = "cuda" if a.device is None else "cuda:%d" % a.device
     current = torch.cuda.current_device()
@@ -325,6 +331,9 @@ def main():
         if extra is not None and a.split_gain and step == FAULT_STEP:
             with torch.no_grad():
                 extra.weight.mul_(a.split_gain)
+        if a.case == "diverge" and step == FAULT_STEP and not a.healthy:
+            for g in opt.param_groups:
+                g["lr"] = 1.0
         if a.case == "residual" and step == FAULT_STEP and not a.healthy:
             with torch.no_grad():
                 for b in net.blocks:

@@ -58,7 +58,7 @@ one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gp
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" >"$WORK/$name.txt" 2>&1
 }
-cases="attn residual nan log0 underflow sawtooth fp32gemm"
+cases="attn residual nan log0 underflow sawtooth fp32gemm diverge"
 for c in $cases; do
     one "$c" "" --case "$c" &
     one "$c-healthy" "" --case "$c" --healthy &

@@ -3,7 +3,8 @@
     AMPPROBE_DIST=build/cuda python3 -m pytest probe/python/tests/test_gpu_faults.py
 
 Each gpu_faults.py case (attention-logit overflow, residual blow-up, NaN batch, log(0) in an fp16
-loss, gradient underflow at scale 1, scale sawtooth, an fp32 island) trains under `ampprobe run
+loss, gradient underflow at scale 1, scale sawtooth, an fp32 island, a learning rate raised
+until the training diverges) trains under `ampprobe run
 --torch --trace amp`, faulty and healthy: the faulty run's report must lead with the case's cause,
 layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twin's report must
 hold no error and no warning. The same with the gradients of 4 micro-batches accumulated a step
@@ -41,7 +42,7 @@ torch = pytest.importorskip("torch")
 DIST = os.environ.get("AMPPROBE_DIST")
 pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
                                 reason="needs a GPU and AMPPROBE_DIST (a CUDA build of ampprobe)")
-CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm"]
+CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm", "diverge"]
 
 
 def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", trace="amp",
