@@ -204,6 +204,17 @@ static void init_scale_words(char *buf, size_t n, double rec_scale, double u, bo
                  rec_scale, u, sampled, rec_scale, every > 1 ? "those" : "it");
 }
 
+// How many of pid's skipped updates after the initial calibration came from step `from` on.
+static int64_t later_skips_from(const report_model *m, int32_t pid, int64_t from) {
+    const report_process *p = report_process_find(m, pid);
+    int64_t n = 0;
+    for (size_t k = 0; p && k < p->n_steps; k++) {
+        const report_step *st = &m->steps[p->step0 + k];
+        n += st->step >= from && st->has_scale && st->skipped && !st->calibration;
+    }
+    return n;
+}
+
 static const char broken_forward_advice[] =
     "Fix the non-finite forward pass first (see the nonfinite-root-cause finding): no loss scale "
     "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
@@ -336,14 +347,31 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                      100 * rate, (long long)(r.skipped - r.calib_skipped),
                      (long long)(r.n - r.calib_skipped));
             bool broken = forward_broken(m, r.pid, r.first_later_skip, r.last_later_skip);
-            snprintf(
-                f->detail, sizeof f->detail,
-                "The gradients kept overflowing at scales between %.9g and %.9g; each overflow "
-                "throws a step away.%s",
-                r.skip_scale_min, r.skip_scale_max,
-                broken ? " The forward pass was non-finite in those steps." : "");
+            // most of them after the training diverged (rule divergence): the gradients
+            // overflow because they keep growing, which no scale keeps up with
+            const int64_t later = r.skipped - r.calib_skipped;
+            const bool diverged = !broken && proc && proc->diverged_step >= 0 &&
+                                  2 * later_skips_from(m, r.pid, proc->diverged_step) >= later;
+            char why[160] = "";
+            if (broken)
+                snprintf(why, sizeof why, " The forward pass was non-finite in those steps.");
+            else if (diverged)
+                snprintf(why, sizeof why,
+                         " Most of them came after the training diverged at step %lld: the "
+                         "gradients overflow as they grow.",
+                         (long long)proc->diverged_step);
+            snprintf(f->detail, sizeof f->detail,
+                     "The gradients kept overflowing at scales between %.9g and %.9g; each "
+                     "overflow throws a step away.%s",
+                     r.skip_scale_min, r.skip_scale_max, why);
             if (broken)
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
+            else if (diverged)
+                snprintf(f->advice, sizeof f->advice,
+                         "Fix the divergence first (lower the learning rate or warm it up, clip "
+                         "the gradients): no loss scale keeps gradients that keep growing. Then, "
+                         "if steps are still skipped, start from %s.",
+                         init_words);
             else if (rec >= r.skip_scale_max)
                 // the steps kept fit a scale above any that overflowed: outliers, not the scale
                 snprintf(f->advice, sizeof f->advice,

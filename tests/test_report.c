@@ -1023,6 +1023,44 @@ START_TEST(divergence_with_finite_losses_is_found) {
 }
 END_TEST
 
+// Steps skipped after the training diverged: the loss-scale finding says so, and its advice is
+// to fix the divergence before the scale; the same skips in a run that did not diverge keep the
+// scale's advice.
+START_TEST(skips_after_a_divergence_point_at_it) {
+    layers();
+    for (int i = 0; i < 10; i++) {
+        const bool skip = i >= 6 && i % 2 == 0;
+        const double loss = i < 5 ? 2.3 : 2.3 * (1 << (i - 3)), norm = i < 5 ? 0.2 : 5.0 * i;
+        char buf[256];
+        snprintf(buf, sizeof buf,
+                 "INSERT INTO AMP_STEPS VALUES (1, %d, %d, %d, %.17g, 1, %s, 65536, %d, %d, %d, "
+                 "NULL);",
+                 i, i * 1000, i * 1000 + 900, loss, skip ? "9e999" : "0.2", skip ? 32768 : 65536,
+                 skip, skip);
+        sql(buf);
+        if (!skip && i >= 5) {
+            snprintf(buf, sizeof buf, "UPDATE AMP_STEPS SET grad_norm = %.17g WHERE step = %d;",
+                     norm, i);
+            sql(buf);
+        }
+    }
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    const report_finding *f = first_of("loss-scale");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
+    ck_assert_ptr_nonnull(strstr(f->title, "of the steps were skipped"));
+    ck_assert_ptr_nonnull(strstr(f->detail, "after the training diverged at step 5"));
+    ck_assert_msg(strncmp(f->advice, "Fix the divergence first", 24) == 0, "%s", f->advice);
+    release();
+    // the loss flat: the scale's own advice
+    sql("UPDATE AMP_STEPS SET loss = 2.3, grad_norm = 0.2 WHERE NOT skipped;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    f = first_of("loss-scale");
+    ck_assert_ptr_null(strstr(f->detail, "diverged"));
+    ck_assert_msg(strncmp(f->advice, "Fix the divergence", 18) != 0, "%s", f->advice);
+    release();
+}
+END_TEST
+
 // One update blows the weights up (Adam at lr 100) and the next forward overflows at once: no
 // loss lived to show a divergence, the weights' rows do. Not told for weights that grew less than
 // tenfold, nor for a NaN that came with the data.
@@ -4293,6 +4331,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_steps_after_an_unskipped_step_are_counted);
     tcase_add_test(tc, nonfinite_after_a_divergence_blames_the_training);
     tcase_add_test(tc, divergence_with_finite_losses_is_found);
+    tcase_add_test(tc, skips_after_a_divergence_point_at_it);
     tcase_add_test(tc, nonfinite_after_a_weight_blowup_blames_the_update);
     tcase_add_test(tc, a_focus_inside_a_nonfinite_run_points_before_it);
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);
