@@ -343,6 +343,8 @@ static bool load_steps(sqlite3 *db, report_model *m, char *err) {
                            .grad_amax_16 = NAN,
                            .grad_amax_weight = NAN,
                            .weight_amax = NAN,
+                           .weight_growth = NAN,
+                           .weight_from_step = -1,
                            .start_ns = col_i64(q, 8, -1),
                            .end_ns = col_i64(q, 9, -1),
                            .mem_peak = col_i64(q, 10, -1),
@@ -536,16 +538,16 @@ static void group_models(report_model *m) {
     free(n_layers);
 }
 
-// One step of p in step order into its divergence (report_process.diverged_step): its loss (NaN:
-// not finite or none) and gradient norm (NaN or inf: none).
+// One step of p in step order into its divergence (report_process.diverged_step) and its largest
+// loss: its loss (NaN: not finite or none) and gradient norm (NaN or inf: none). A step diverged
+// when its own loss is twice the first with its own gradient norm tenfold, or, where it has no
+// norm (a skipped step's is inf, a step --stats-every left out has none), its loss a hundredfold:
+// a loss and a norm that peaked at different steps are noise, not a divergence.
 static void divergence_feed(report_process *p, int64_t step, double loss, double norm) {
-    if (p->diverged_step >= 0) return;
-    if (!isnan(loss) && !(loss <= p->loss_max)) p->loss_max = loss;
-    if (norm > 0 && isfinite(norm) && !(norm <= p->grad_norm_max)) p->grad_norm_max = norm;
-    if (!(p->loss0 > 0) || !(p->loss_max >= 2 * p->loss0)) return;
-    const bool norms = p->grad_norm0 > 0; // (NaN: none recorded)
-    if (norms ? p->grad_norm_max >= 10 * p->grad_norm0 : p->loss_max >= 100 * p->loss0)
-        p->diverged_step = step;
+    if (!isnan(loss) && !(loss <= p->loss_max)) p->loss_max = loss, p->loss_max_step = step;
+    if (p->diverged_step >= 0 || !(p->loss0 > 0) || !(loss >= 2 * p->loss0)) return;
+    const bool has_norm = norm > 0 && isfinite(norm) && p->grad_norm0 > 0;
+    if (has_norm ? norm >= 10 * p->grad_norm0 : loss >= 100 * p->loss0) p->diverged_step = step;
 }
 
 // The process of pid in m->procs from index *k on (both sorted by pid: a merge moves *k
@@ -582,7 +584,7 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .grad_norm0 = NAN,
                                                   .diverged_step = -1,
                                                   .loss_max = NAN,
-                                                  .grad_norm_max = NAN,
+                                                  .loss_max_step = -1,
                                                   .pre_last_step = -1,
                                                   .pre_last_loss = NAN,
                                                   .pre_last_grad_norm = NAN,
@@ -787,7 +789,9 @@ static report_stats *stats_group(stats_pass *p, const group_key *k) {
                         .counted_amax = NAN,
                         .clean_amax_step = -1,
                         .bad_step = INT64_MAX,
-                        .bad_row = INT64_MAX};
+                        .bad_row = INT64_MAX,
+                        .weight_amax = NAN,
+                        .weight_step = -1};
     *slot = ++m->n_stats;
     return s;
 }
@@ -881,6 +885,24 @@ static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax,
     if (weight) keep_max(&st->grad_amax_weight, amax);
 }
 
+// A parameter's amax as step `step` began (group s, kind weight) into the step's largest and,
+// against its row before, the step's largest growth (report_step.weight_growth). A process's
+// rows come step by step, so the step before is complete by now.
+static void add_weight(stats_pass *p, report_stats *s, int32_t pid, int64_t step, double amax) {
+    report_step *st = row_step(p, pid, step);
+    if (st) keep_max(&st->weight_amax, amax);
+    const bool grew = st && s->weight_step >= 0 && s->weight_step < step && s->weight_amax > 0;
+    const report_step *before = grew ? report_step_find(p->m, pid, s->weight_step) : NULL;
+    if (before && amax >= 0.1 * before->weight_amax) {
+        const double g = amax / s->weight_amax;
+        if (!(g <= st->weight_growth)) {
+            st->weight_growth = g, st->weight_from = s->weight_amax, st->weight_to = amax;
+            st->weight_from_step = s->weight_step, st->weight_param = s->op;
+        }
+    }
+    s->weight_amax = amax, s->weight_step = step;
+}
+
 // An activation's amax (NaN: no finite value) into its layer's bucket; bad: it held NaN or +inf.
 static void add_forward_amax(stats_pass *p, int32_t pid, int32_t layer, int64_t step, double amax,
                              bool bad) {
@@ -970,10 +992,7 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
             add_grad_amax(&p, k.pid, step, amax,
                           last->target[0] && strcmp(last->dtype, last->target) == 0,
                           strcmp(last->kind, "weight_grad") == 0);
-        if (weight && has_amax) {
-            report_step *ws = row_step(&p, k.pid, step);
-            if (ws) keep_max(&ws->weight_amax, amax);
-        }
+        if (weight && has_amax) add_weight(&p, last, k.pid, step, amax);
         if (act && !no_layer && p.width)
             add_forward_amax(&p, k.pid, k.layer, step, amax,
                              col_i64(q, 12, 0) > 0 || col_i64(q, 13, 0) > 0);
@@ -1170,20 +1189,31 @@ const report_process *report_process_find(const report_model *m, int32_t pid) {
 
 bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, report_weights *w) {
     const report_process *p = report_process_find(m, pid);
-    *w = (report_weights){.first_step = -1, .prev_step = -1, .last_step = -1};
+    *w = (report_weights){.first_step = -1, .last_step = -1, .growth = NAN, .from_step = -1};
     for (size_t i = 0; p && i < p->n_steps; i++) {
         const report_step *st = &m->steps[p->step0 + i];
         if (st->step > upto) break;
         if (isnan(st->weight_amax)) continue;
         if (w->first_step < 0) w->first_step = st->step, w->first = st->weight_amax;
-        w->prev_step = w->last_step, w->prev = w->last;
         w->last_step = st->step, w->last = st->weight_amax;
+        w->growth = st->weight_growth, w->from = st->weight_from, w->to = st->weight_to;
+        w->from_step = st->weight_from_step, w->param = st->weight_param;
     }
     return w->last_step >= 0;
 }
 
 bool report_weights_blew_up(const report_weights *w) {
-    return w->prev_step >= 0 && w->prev > 0 && w->last >= REPORT_WEIGHTS_BLOWUP * w->prev;
+    if (!(w->growth >= REPORT_WEIGHTS_BLOWUP) || w->from_step < 0) return false;
+    return w->growth >= pow(REPORT_WEIGHTS_BLOWUP, (double)(w->last_step - w->from_step));
+}
+
+void report_weights_updates(const report_weights *w, char *buf, size_t n) {
+    if (w->last_step - w->from_step == 1)
+        snprintf(buf, n, "the update after step %lld", (long long)w->from_step);
+    else
+        snprintf(buf, n, "the %lld updates between steps %lld and %lld",
+                 (long long)(w->last_step - w->from_step), (long long)w->from_step,
+                 (long long)w->last_step);
 }
 
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {

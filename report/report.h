@@ -70,6 +70,13 @@ typedef struct report_step {
     // the largest finite amax of the parameters as the step began, before its update (kind
     // 'weight', libampcore's); NaN: none recorded
     double weight_amax;
+    // the largest growth of one parameter's amax into this step from its row before (at
+    // weight_from_step), of the parameters whose amax now is at least a tenth of the model's
+    // largest then (a bias or a layer scale that starts near 0 may grow tenfold in a healthy
+    // step): weight_to / weight_from; NaN: none. weight_param: that parameter's name
+    double weight_growth, weight_from, weight_to;
+    int64_t weight_from_step;
+    const char *weight_param;
     int64_t start_ns, end_ns; // -1: not recorded
     int64_t mem_peak;         // tensor bytes held at most, to the step's end; -1: none
     // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of
@@ -121,6 +128,10 @@ typedef struct report_stats {
     // the first row that overflowed (NaN or +inf; -inf out of a GEMM): its step and its place
     // among the rows read (which come in the order recorded within a step); INT64_MAX: none
     int64_t bad_step, bad_row;
+    // kind weight (a parameter as its step began): the amax of its last row read and that row's
+    // step (-1: none), for the growth into the next one (report_step.weight_growth)
+    double weight_amax;
+    int64_t weight_step;
 } report_stats;
 
 typedef struct report_layer {
@@ -143,13 +154,14 @@ typedef struct report_process {
     int64_t nonfinite_since;
     // its first finite loss and first finite gradient norm (> 0), whatever the focus; NaN: none
     double loss0, grad_norm0;
-    // where its training diverged, whatever the focus: the first step by which the loss rose to
-    // twice loss0 with the gradient norm ten times grad_norm0 (or, with no gradient norm
-    // recorded, the loss a hundredfold); -1: it did not, or cannot be told (no loss0 > 0: a
-    // loss negative or 0 at first has no fold to rise by). loss_max, grad_norm_max: the largest
-    // up to the focus's last step (NaN: none)
+    // where its training diverged, whatever the focus: the first step whose loss is twice loss0
+    // with its gradient norm ten times grad_norm0 (or, where the step has no gradient norm, its
+    // loss a hundredfold); -1: it did not, or cannot be told (no loss0 > 0: a loss negative or 0
+    // at first has no fold to rise by). loss_max (NaN: none) and its step: the largest loss up to
+    // the focus's last step
     int64_t diverged_step;
-    double loss_max, grad_norm_max;
+    double loss_max;
+    int64_t loss_max_step;
     // the last finite loss before the focus (--steps A:B), its step (-1: none) and gradient norm
     int64_t pre_last_step;
     double pre_last_loss, pre_last_grad_norm;
@@ -387,18 +399,25 @@ void report_step_counts(const report_model *m, int32_t pid, int64_t first, int64
                         int64_t *recorded, int64_t *losses, int64_t *skipped);
 // The process of pid; NULL when none recorded anything.
 const report_process *report_process_find(const report_model *m, int32_t pid);
-// Process pid's weights (report_step.weight_amax) over its focused steps up to step `upto`: at
-// the first step that has them and at the last two; false when no step up to upto has them.
+// Process pid's weights over its focused steps up to step `upto`: the largest |w|
+// (report_step.weight_amax) at the first step that has it and at the last one, and the last
+// one's largest growth of a parameter (report_step.weight_growth); false when no step up to upto
+// has weight rows.
 typedef struct report_weights {
-    int64_t first_step, prev_step, last_step; // prev_step -1: only one step has them
-    double first, prev, last;
+    int64_t first_step, last_step;
+    double first, last;
+    double growth, from, to; // growth NaN: none
+    int64_t from_step;
+    const char *param;
 } report_weights;
 bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, report_weights *w);
-// Whether the last update before w->last_step blew the weights up: their largest grew tenfold
-// or more in it (one optimizer step, or the steps between two sampled ones). Adam at lr 1e-3 moves
-// a weight of 0.1 by 1%; a tenfold growth takes a learning rate near the weights' own size.
+// Whether the updates between w->from_step and w->last_step blew a parameter up: its largest |w|
+// grew tenfold or more an update (on average, between two sampled steps). Adam at lr 1e-3 moves a
+// weight of 0.1 by 1%; a tenfold growth in one step takes a learning rate near the weights' size.
 #define REPORT_WEIGHTS_BLOWUP 10.0
 bool report_weights_blew_up(const report_weights *w);
+// "the update after step 0" or "the 3 updates between steps 0 and 3" (w->from_step, last_step).
+void report_weights_updates(const report_weights *w, char *buf, size_t n);
 // "tiny_gpt (pid 1234)", or "pid 1234" when its name was not recorded.
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n);
 // How many processes have steps in the focus.

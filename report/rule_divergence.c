@@ -20,70 +20,93 @@
 #include <stdio.h>
 
 #define RULE "divergence"
+// a loss that came back down under twice its first is told when it had risen this far (a spike
+// of a few times a converged model's loss is batch noise)
+#define SPIKE 10.0
 
-// The focused steps of p from step `from` on: the largest finite loss (and its step), the last
-// finite one (and its step) and whether any loss was non-finite.
+// The focused steps of p from step `from` on: the last finite loss (and its step) and whether any
+// loss was non-finite.
 typedef struct after {
-    double loss_max, loss_last;
-    int64_t max_step, last_step;
+    double loss_last;
+    int64_t last_step;
     bool nonfinite;
 } after;
 
 static after losses_from(const report_model *m, const report_process *p, int64_t from) {
-    after a = {.loss_max = NAN, .loss_last = NAN, .max_step = -1, .last_step = -1};
+    after a = {.loss_last = NAN, .last_step = -1};
     for (size_t i = 0; i < p->n_steps; i++) {
         const report_step *st = &m->steps[p->step0 + i];
         if (st->step < from) continue;
         a.nonfinite |= st->loss_nonfinite;
-        if (!st->loss_finite) continue;
-        if (!(st->loss <= a.loss_max)) a.loss_max = st->loss, a.max_step = st->step;
-        a.loss_last = st->loss, a.last_step = st->step;
+        if (st->loss_finite) a.loss_last = st->loss, a.last_step = st->step;
     }
     return a;
+}
+
+// How the weights grew by the divergence's step `at` (its detail's sentence; "" without weight
+// rows or growth worth telling).
+static void weights_words(const report_model *m, int32_t pid, int64_t at, char *buf, size_t n,
+                          report_weights *w, bool *has) {
+    buf[0] = '\0';
+    *has = report_weights_upto(m, pid, at, w);
+    if (*has && report_weights_blew_up(w)) {
+        char updates[96], param[96];
+        report_weights_updates(w, updates, sizeof updates);
+        snprintf(buf, n,
+                 " The weights blew up with it: %s multiplied the largest |w| of %s by "
+                 "%.3g (%.4g -> %.4g).",
+                 updates, report_cut_name(param, sizeof param, w->param), w->growth, w->from,
+                 w->to);
+    } else if (*has && w->last >= 2 * w->first) {
+        snprintf(buf, n, " The largest |w| went from %.4g (step %lld) to %.4g (step %lld).",
+                 w->first, (long long)w->first_step, w->last, (long long)w->last_step);
+    }
 }
 
 static void add_divergence(const report_model *m, const report_process *p, report_findings *out) {
     const int64_t at = p->diverged_step;
     const report_step *first = &m->steps[p->step0], *last = &m->steps[p->step0 + p->n_steps - 1];
     if (at < 0 || at > last->step) return;
-    const after a = losses_from(m, p, at > first->step ? at : first->step);
-    if (a.nonfinite || a.last_step < 0) return;              // (nonfinite-root-cause tells it)
-    const report_step *st = report_step_find(m, p->pid, at); // (NULL: before the focus)
+    const int64_t from = at > first->step ? at : first->step;
+    const after a = losses_from(m, p, from);
+    // a divergence that ends in NaN/inf, or a forward that broke on its way, is
+    // nonfinite-root-cause's ("training diverged before step N")
+    if (a.nonfinite || a.last_step < 0 ||
+        report_spans_cover(&m->forward_breaks, p->pid, from, last->step))
+        return;
     const bool recovered = a.loss_last < 2 * p->loss0;
+    if (recovered && !(p->loss_max >= SPIKE * p->loss0)) return;
+    const report_step *st = report_step_find(m, p->pid, at); // (NULL: before the focus)
     report_finding *f =
         report_finding_add(out, RULE, recovered ? AMP_SEVERITY_WARNING : AMP_SEVERITY_ERROR);
     f->pid = p->pid;
-    f->first_step = at > first->step ? at : first->step;
+    f->first_step = from;
     f->last_step = last->step;
-    char from[64] = "";
-    if (a.max_step != at) snprintf(from, sizeof from, "; diverging from step %lld", (long long)at);
+    char since[64] = "";
+    if (p->loss_max_step != at)
+        snprintf(since, sizeof since, "; diverging from step %lld", (long long)at);
     if (recovered)
         snprintf(f->title, sizeof f->title,
                  "the loss blew up from %.4g to %.4g (step %lld%s) and came back down to %.4g by "
                  "step %lld",
-                 p->loss0, a.loss_max, (long long)a.max_step, from, a.loss_last,
+                 p->loss0, p->loss_max, (long long)p->loss_max_step, since, a.loss_last,
                  (long long)a.last_step);
     else
         snprintf(f->title, sizeof f->title,
                  "training diverged at step %lld: the loss rose from %.4g to %.4g (step %lld) "
                  "and was %.4g at step %lld",
-                 (long long)at, p->loss0, a.loss_max, (long long)a.max_step, a.loss_last,
+                 (long long)at, p->loss0, p->loss_max, (long long)p->loss_max_step, a.loss_last,
                  (long long)a.last_step);
-    char norms[192] = "", weights[384] = "", skips[160] = "";
-    if (p->grad_norm0 > 0 && st && st->grad_norm > 0)
+    char norms[192] = "", weights[384] = "", skips[160] = "", rise[320];
+    const bool norm_at = st && st->grad_norm > 0 && isfinite(st->grad_norm);
+    if (p->grad_norm0 > 0 && norm_at)
         snprintf(norms, sizeof norms, ", and the gradient norm from %.4g to %.4g (x%.3g)",
                  p->grad_norm0, st->grad_norm, st->grad_norm / p->grad_norm0);
+    else if (st && st->has_scale && st->skipped)
+        snprintf(norms, sizeof norms, ", its gradients overflowing (the step skipped)");
     report_weights w;
-    const bool has_w = report_weights_upto(m, p->pid, at, &w);
-    if (has_w && report_weights_blew_up(&w))
-        snprintf(weights, sizeof weights,
-                 " The weights blew up with it: the update after step %lld multiplied the "
-                 "largest |w| by %.3g (%.4g -> %.4g).",
-                 (long long)w.prev_step, w.last / w.prev, w.prev, w.last);
-    else if (has_w && w.last >= 2 * w.first)
-        snprintf(weights, sizeof weights,
-                 " The largest |w| went from %.4g (step %lld) to %.4g (step %lld).", w.first,
-                 (long long)w.first_step, w.last, (long long)w.last_step);
+    bool has_w;
+    weights_words(m, p->pid, at, weights, sizeof weights, &w, &has_w);
     int64_t recorded, nonfinite, skipped;
     report_step_counts(m, p->pid, f->first_step, f->last_step, &recorded, &nonfinite, &skipped);
     if (skipped)
@@ -91,19 +114,14 @@ static void add_divergence(const report_model *m, const report_process *p, repor
                  " The GradScaler skipped %lld of those %lld steps: their gradients overflowed "
                  "as they grew.",
                  (long long)skipped, (long long)recorded);
-    char rise[320];
     if (st && st->loss_finite)
         snprintf(rise, sizeof rise, "The loss rose from %.4g (its first) to %.4g at step %lld%s.",
                  p->loss0, st->loss, (long long)at, norms);
     else
         snprintf(rise, sizeof rise,
-                 "The loss had risen past twice its first (%.4g)%s by step "
+                 "The loss had risen past twice its first (%.4g) by step "
                  "%lld, before the focus.",
-                 p->loss0,
-                 p->grad_norm0 > 0 ? " with the gradient "
-                                     "norm tenfold"
-                                   : "",
-                 (long long)at);
+                 p->loss0, (long long)at);
     snprintf(f->detail, sizeof f->detail,
              "%s%s Every loss stayed finite, so there is no NaN/inf to trace; the last, %.4g at "
              "step %lld, is %.3gx the first.%s",
@@ -118,12 +136,13 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     report_finding_evidence(f, "diverged_step", (double)at);
     report_finding_evidence(f, "loss_first", p->loss0);
     report_finding_evidence(f, "loss_at", st && st->loss_finite ? st->loss : NAN);
-    report_finding_evidence(f, "loss_max", a.loss_max);
+    report_finding_evidence(f, "loss_max", p->loss_max);
     report_finding_evidence(f, "loss_last", a.loss_last);
     report_finding_evidence(f, "grad_norm_first", p->grad_norm0);
-    report_finding_evidence(f, "grad_norm_at", st ? st->grad_norm : NAN);
-    report_finding_evidence(f, "weight_amax_before", has_w && w.prev_step >= 0 ? w.prev : NAN);
+    report_finding_evidence(f, "grad_norm_at", norm_at ? st->grad_norm : NAN);
+    report_finding_evidence(f, "weight_amax_first", has_w ? w.first : NAN);
     report_finding_evidence(f, "weight_amax_at", has_w ? w.last : NAN);
+    report_finding_evidence(f, "weight_growth", has_w ? w.growth : NAN);
     report_finding_evidence(f, "skipped_steps", (double)skipped);
 }
 

@@ -599,37 +599,40 @@ static void tell_divergence(report_finding *f, const report_process *p, const re
     report_finding_evidence(f, "grad_norm_before", last->grad_norm);
 }
 
-// Says that the non-finite value of finding f came of weights that one update blew up (w: the
-// largest |w| tenfold or more from one recorded step to the next, the later at or before f's
+// Says that the non-finite value of finding f came of weights an update blew up (w: a
+// parameter's largest |w| tenfold or more an update into the last recorded step at or before f's
 // first step): a step the optimizer took far too long, too soon for the loss to show a
 // divergence (the next loss is already NaN), which fp32 or bf16 would not survive either.
-static void tell_blowup(report_finding *f, const report_weights *w) {
-    char was[sizeof f->title];
+static void tell_blowup(const report_model *m, int32_t pid, report_finding *f,
+                        const report_weights *w) {
+    char was[sizeof f->title], param[96];
     snprintf(was, sizeof was, "%s", f->title);
+    report_cut_name(param, sizeof param, w->param);
     const int n = snprintf(f->title, sizeof f->title,
-                           "the weights blew up before step %lld (the largest |w| %.4g at step "
+                           "the weights blew up before step %lld (%s's largest |w| %.4g at step "
                            "%lld, %.4g at step %lld); its first non-finite value: ",
-                           (long long)f->first_step, w->prev, (long long)w->prev_step, w->last,
+                           (long long)f->first_step, param, w->from, (long long)w->from_step, w->to,
                            (long long)w->last_step);
     report_cut_name(f->title + n, sizeof f->title - (size_t)n, was);
-    char span[96];
-    if (w->last_step == w->prev_step + 1)
-        snprintf(span, sizeof span, "the update after step %lld", (long long)w->prev_step);
-    else
-        snprintf(span, sizeof span,
-                 "the updates between steps %lld and %lld (the steps "
-                 "recorded)",
-                 (long long)w->prev_step, (long long)w->last_step);
+    char updates[96], grads[256] = "";
+    report_weights_updates(w, updates, sizeof updates);
+    // the gradients the last of those updates stepped with, when they had exploded
+    const report_process *p = report_process_find(m, pid);
+    const report_step *g = report_step_find(m, pid, w->last_step - 1);
+    if (p && g && p->grad_norm0 > 0 && g->grad_norm >= 10 * p->grad_norm0)
+        snprintf(grads, sizeof grads,
+                 " It stepped with a gradient norm of %.4g at step %lld, %.3g times the first: "
+                 "find why the gradients grew (the loss, a layer's output) as well.",
+                 g->grad_norm, (long long)g->step, g->grad_norm / p->grad_norm0);
     snprintf(f->advice, sizeof f->advice,
              "Lower the learning rate or add warm-up, and clip the gradients (clip_grad_norm_; "
-             "under a GradScaler after unscale_): %s multiplied the largest weight by %.3g "
-             "(%.4g -> %.4g), a step far too long for these weights, which fp32 or bf16 would "
-             "not survive either. The values overflowed because of it, not for want of "
-             "precision.",
-             span, w->last / w->prev, w->prev, w->last);
-    report_finding_evidence(f, "weight_amax_before", w->prev);
-    report_finding_evidence(f, "weight_amax_at", w->last);
-    report_finding_evidence(f, "weights_step_before", (double)w->prev_step);
+             "under a GradScaler after unscale_): %s multiplied the largest |w| of %s by %.3g "
+             "(%.4g -> %.4g), a step far too long for these weights, which no precision makes "
+             "safe; the values overflowed because of it.%s",
+             updates, param, w->growth, w->from, w->to, grads);
+    report_finding_evidence(f, "weight_amax_before", w->from);
+    report_finding_evidence(f, "weight_amax_at", w->to);
+    report_finding_evidence(f, "weights_step_before", (double)w->from_step);
 }
 
 // The event's detail without its trailing "; " (empty when none).
@@ -721,7 +724,7 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
         tell_divergence(f, dv, &last);
     else if (!is(e, "nonfinite_input") && report_weights_upto(m, e->pid, f->first_step, &w) &&
              report_weights_blew_up(&w))
-        tell_blowup(f, &w);
+        tell_blowup(m, e->pid, f, &w);
     return after > 0 ? until : f->last_step;
 }
 
@@ -854,13 +857,15 @@ static void add_backward(const report_model *m, const events_index *x, const rep
     report_finding_evidence(f, "gradient_neginf", (double)r.neginf);
 }
 
-// The forward output the statistics show non-finite first in pid's steps up to upto (NaN or
-// +inf: a mask's -inf is none), the earliest recorded of its step; NULL: none.
-static const report_stats *first_bad_output(const report_model *m, int32_t pid, int64_t upto) {
+// The row group of a kind (activation: a forward output; weight: a parameter as its step began)
+// the statistics show non-finite first in pid's steps up to upto (NaN or +inf: a mask's -inf is
+// none), the earliest recorded of its step; NULL: none.
+static const report_stats *first_bad(const report_model *m, int32_t pid, int64_t upto,
+                                     const char *kind) {
     const report_stats *best = NULL;
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
-        if (s->pid != pid || s->bad_step > upto || strcmp(s->kind, "activation") != 0) continue;
+        if (s->pid != pid || s->bad_step > upto || strcmp(s->kind, kind) != 0) continue;
         if (!best || s->bad_step < best->bad_step ||
             (s->bad_step == best->bad_step && s->bad_row < best->bad_row))
             best = s;
@@ -872,7 +877,36 @@ static const report_stats *first_bad_output(const report_model *m, int32_t pid, 
 // there is one (a producer of its own records statistics without tracing ops), goes into its
 // place, title and detail.
 static void name_first_bad_output(const report_model *m, report_finding *f) {
-    const report_stats *s = first_bad_output(m, f->pid, f->first_step);
+    const report_stats *s = first_bad(m, f->pid, f->first_step, "activation");
+    // a parameter that held NaN/inf as a step began (libampcore's weight rows), no later than
+    // the first output: the update before that step (or the program) wrote it there, and the
+    // outputs only carried it on
+    const report_stats *w = first_bad(m, f->pid, s ? s->bad_step : f->first_step, "weight");
+    if (w) {
+        char param[96];
+        report_cut_name(param, sizeof param, w->op);
+        const long long at = (long long)w->bad_step;
+        const bool finite_before = w->first_step < w->bad_step;
+        report_finding_where(f, report_layer_name(m, w->pid, w->layer_id), NULL, "optim");
+        size_t n = strlen(f->title);
+        snprintf(f->title + n, sizeof f->title - n,
+                 "; the weights were non-finite first: %s as "
+                 "step %lld began",
+                 param, at);
+        n = strlen(f->detail);
+        snprintf(f->detail + n, sizeof f->detail - n,
+                 " The parameter %s held NaN/inf as step %lld began%s: what wrote it there made "
+                 "the value, and every op that read it only carried it on.",
+                 param, at, finite_before ? ", its row of the step before finite" : "");
+        snprintf(f->advice, sizeof f->advice,
+                 "Look at what wrote %s before step %lld: the optimizer's update (a division by "
+                 "zero in it, such as Adam's or AdamW's eps=0 over a gradient of 0; a learning "
+                 "rate or weight decay that is NaN/inf; non-finite gradients stepped on with no "
+                 "GradScaler to skip them), or the program's own code that writes into it.",
+                 param, at);
+        report_finding_evidence(f, "weights_nonfinite_step", (double)w->bad_step);
+        return;
+    }
     if (!s) return;
     const char *layer = report_layer_name(m, s->pid, s->layer_id);
     report_finding_where(f, layer, s->op[0] ? s->op : NULL, "fwd");

@@ -350,16 +350,18 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             // most of them after the training diverged (rule divergence): the gradients
             // overflow because they keep growing, which no scale keeps up with
             const int64_t later = r.skipped - r.calib_skipped;
-            const bool diverged = !broken && proc && proc->diverged_step >= 0 &&
-                                  2 * later_skips_from(m, r.pid, proc->diverged_step) >= later;
+            const int64_t after = proc && proc->diverged_step >= 0
+                                      ? later_skips_from(m, r.pid, proc->diverged_step)
+                                      : 0;
+            const bool diverged = !broken && after > 0 && 2 * after >= later;
             char why[160] = "";
             if (broken)
                 snprintf(why, sizeof why, " The forward pass was non-finite in those steps.");
             else if (diverged)
                 snprintf(why, sizeof why,
-                         " Most of them came after the training diverged at step %lld: the "
+                         " %lld of them came after the training diverged at step %lld: the "
                          "gradients overflow as they grow.",
-                         (long long)proc->diverged_step);
+                         (long long)after, (long long)proc->diverged_step);
             snprintf(f->detail, sizeof f->detail,
                      "The gradients kept overflowing at scales between %.9g and %.9g; each "
                      "overflow throws a step away.%s",

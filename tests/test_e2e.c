@@ -620,6 +620,31 @@ START_TEST(test_pause_between_steps_and_exit_after_free) {
 }
 END_TEST
 
+// A forward of more ops than the instrumentation's queue holds (it reads the queue within the
+// step, and the ops after queue the parameters again): still one weight row a parameter a step.
+START_TEST(test_weights_recorded_once_a_step_however_full) {
+    test_dir_create("full");
+    setenv("EXIT_PROG_EXTRA_OPS", "66000", 1);
+    const char *args[] = {"run", "-o", "run.sqlite", "--",    AMP_BINARY_DIR "/tests/amp_exit_prog",
+                          "cpu", "2",  "0",          "_exit", NULL};
+    const int rc = test_wait_ampprobe(test_spawn_ampprobe(args));
+    unsetenv("EXIT_PROG_EXTRA_OPS");
+    ck_assert_int_eq(rc, 0);
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open_v2(test_in_dir("run.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),
+                     SQLITE_OK);
+    ck_assert_int_ge(test_query_int(db, "SELECT count(*) FROM AMP_OPS WHERE step = 1"), 66000);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE kind = "
+                                        "'weight' AND op = 'model.weight'"),
+                     2);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE kind = "
+                                        "'weight' AND step = 1 AND layer_id IS NOT NULL"),
+                     1);
+    sqlite3_close(db);
+    test_dir_remove();
+}
+END_TEST
+
 Suite *e2e_suite(void) {
     Suite *s = suite_create("e2e");
     TCase *tc = tcase_create("faults");
@@ -630,6 +655,7 @@ Suite *e2e_suite(void) {
     tcase_add_test(tc, test_log_zero_outside_any_layer);
     tcase_add_test(tc, test_grad_underflow_zeroes_weight_grads);
     tcase_add_test(tc, test_weights_recorded_before_each_update);
+    tcase_add_test(tc, test_weights_recorded_once_a_step_however_full);
     tcase_add_test(tc, test_scale_thrash_sawtooth);
     tcase_add_test(tc, test_healthy_runs_are_clean);
     tcase_add_test(tc, test_view_gradients_read_once);

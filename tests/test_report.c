@@ -978,7 +978,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     ck_assert_int_eq(f->first_step, 1);
     ck_assert_int_eq(f->last_step, 3);
     ck_assert_ptr_nonnull(strstr(f->detail, "the update after step 0 multiplied the largest |w| "
-                                            "by 526 (0.19 -> 100)"));
+                                            "of fc.weight by 526 (0.19 -> 100)"));
     ck_assert_ptr_nonnull(strstr(f->advice, "Lower the learning rate"));
     ck_assert_close(evidence(f, "diverged_step"), 1, 0, 0);
     ck_assert_close(evidence(f, "loss_last"), 80, 0, 0);
@@ -1009,6 +1009,42 @@ START_TEST(divergence_with_finite_losses_is_found) {
     analyse("divergence", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 0);
     release();
+    // ... but where a step has no norm (skipped: inf; left out by --stats-every) its loss a
+    // hundredfold is one
+    sql("UPDATE AMP_STEPS SET grad_norm = 9e999 WHERE step = 2;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 2, 0, 0);
+    release();
+    // the loss twice the first at one step and the norm tenfold at another: noise, none
+    sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 2.2 WHEN 1 THEN 5 ELSE 2.3 END, "
+        "grad_norm = CASE step WHEN 3 THEN 100 ELSE 7 END;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // a spike of a few times a small loss that came back down (a converged model's batch
+    // noise): none; the same that stays up: a divergence
+    sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 1.2e-4 WHEN 1 THEN 8e-4 ELSE 1.5e-4 "
+        "END, grad_norm = CASE step WHEN 1 THEN 100 ELSE 7 END;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    sql("UPDATE AMP_STEPS SET loss = 8e-4 WHERE step = 3;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_ERROR);
+    release();
+    // a forward that broke after it began (an overflow that the loss did not show) is
+    // nonfinite-root-cause's
+    sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 2.2 WHEN 1 THEN 9 WHEN 2 THEN 1e6 "
+        "ELSE 80 END, grad_norm = CASE step WHEN 0 THEN 7 WHEN 1 THEN 100 ELSE 1e5 END;");
+    sql(EVENTS_VALUES "(1, 3, 1, 'linear', 'fwd', 'nonfinite_producer', 'error', 8, NULL, "
+                      "'input 0 f16 (16, 96) min -3938 max 3938 amax 3938; output f16 (16, 16) "
+                      "min -65472 max 65472 amax 65472 (0 nan, 8 +inf, 0 -inf); ', 0, 1, 3);");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    sql("DELETE FROM AMP_EVENTS;");
     // a divergence that ends in a NaN loss is nonfinite-root-cause's
     sql("UPDATE AMP_STEPS SET grad_norm = 1e5, loss = NULL, loss_finite = 0 WHERE step = 3;");
     analyse("divergence", INT64_MIN, INT64_MAX);
@@ -1066,45 +1102,107 @@ END_TEST
 // tenfold, nor for a NaN that came with the data.
 START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
     layers();
-    const double loss[] = {2.2, NAN, NAN}, norm[] = {7, NAN, NAN}, w[] = {0.19, 100, 100};
-    loss_steps(loss, norm, 3);
-    weight_rows(w, 3);
+    const double loss[] = {2.2, NAN, NAN, NAN}, norm[] = {7, NAN, NAN, NAN};
+    const double w[] = {0.19, 100, 100, 100};
+    loss_steps(loss, norm, 4);
+    weight_rows(w, 4);
     sql(EVENTS_VALUES "(1, 1, 1, 'linear', 'fwd', 'nonfinite_producer', 'error', 8192, NULL, "
                       "'input 0 f16 (16, 96) min -3938 max 3938 amax 3938; output f16 (16, 16) "
-                      "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 2, 2);");
+                      "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 3, 3);");
     nonfinite_errors(1);
     const report_finding *f = &findings.v[0];
     ck_assert_msg(strncmp(f->title,
-                          "the weights blew up before step 1 (the largest |w| 0.19 at "
+                          "the weights blew up before step 1 (fc.weight's largest |w| 0.19 at "
                           "step 0, 100 at step 1); its first non-finite value: fp16 "
                           "overflow in blocks.0.mlp linear",
-                          134) == 0,
+                          138) == 0,
                   "%s", f->title);
     ck_assert_ptr_nonnull(strstr(f->advice, "Lower the learning rate"));
     ck_assert_ptr_nonnull(strstr(f->advice, "the update after step 0 multiplied the largest "
-                                            "weight by 526"));
+                                            "|w| of fc.weight by 526"));
     ck_assert_ptr_null(strstr(f->advice, "train in bf16"));
     ck_assert_close(evidence(f, "weight_amax_before"), 0.19, 0, 1e-12);
     release();
-    // weights recorded every other step: the updates between them
-    sql("DELETE FROM AMP_TENSOR_STATS WHERE step = 1;");
-    sql("UPDATE AMP_EVENTS SET step = 2;");
+    // the largest parameter grown less than tenfold, a smaller one of some size a hundredfold:
+    // that one blew up (a transformer's embedding 3.6 -> 33, its projections 0.18 -> 30)
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 0, 0, 'wte', 'weight', 'f32', 'f16', 64, -3.6, "
+        "3.6, 3.6, 0, 0, 0, 0, 0, 0), (1, 1, 0, 'wte', 'weight', 'f32', 'f16', 64, -33, 33, 33, "
+        "0, 0, 0, 0, 0, 0);"
+        "UPDATE AMP_TENSOR_STATS SET amax = 0.18 WHERE op = 'fc.weight' AND step = 0;"
+        "UPDATE AMP_TENSOR_STATS SET amax = 30 WHERE op = 'fc.weight' AND step > 0;");
     nonfinite_errors(1);
-    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "the updates between steps 0 and 2"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "of fc.weight by 167"));
     release();
-    // grown fivefold: the op's own finding
-    sql("UPDATE AMP_TENSOR_STATS SET amax = 0.95 WHERE kind = 'weight' AND op = 'fc.weight' AND "
-        "step = 2;");
+    // one that grew a thousandfold from next to nothing (a layer scale of 1e-6, under a tenth
+    // of the largest |w| then): no blow-up
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 0.18 WHERE op = 'fc.weight';"
+        "UPDATE AMP_TENSOR_STATS SET amax = 3.6 WHERE op = 'wte';"
+        "UPDATE AMP_TENSOR_STATS SET amax = 1e-6 WHERE op = 'fc.bias' AND step = 0;"
+        "UPDATE AMP_TENSOR_STATS SET amax = 1e-3 WHERE op = 'fc.bias' AND step > 0;");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    release();
+    wipe();
+    layers();
+    loss_steps(loss, norm, 4);
+    weight_rows(w, 4);
+    sql(EVENTS_VALUES "(1, 3, 1, 'linear', 'fwd', 'nonfinite_producer', 'error', 8192, NULL, "
+                      "'input 0 f16 (16, 96) min -3938 max 3938 amax 3938; output f16 (16, 16) "
+                      "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 1, 3);");
+    // weights recorded every third step (--stats-every 3): a thousandfold over three updates is
+    // tenfold each, on average; 526-fold is not
+    sql("DELETE FROM AMP_TENSOR_STATS WHERE step IN (1, 2);"
+        "UPDATE AMP_TENSOR_STATS SET amax = 190 WHERE op = 'fc.weight' AND step = 3;");
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "the 3 updates between steps 0 and 3 "
+                                                       "multiplied"));
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 100 WHERE op = 'fc.weight' AND step = 3;");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    release();
+    // grown fivefold in one update: the op's own finding
+    sql("INSERT INTO AMP_TENSOR_STATS SELECT pid, 2, layer_id, op, kind, dtype, target_dtype, "
+        "numel, min, max, amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero FROM "
+        "AMP_TENSOR_STATS WHERE step = 0;"
+        "UPDATE AMP_TENSOR_STATS SET amax = 0.95 WHERE op = 'fc.weight' AND step = 3;");
     nonfinite_errors(1);
     ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "bf16"));
     release();
     // NaN in the data is the data's, whatever the weights did
-    sql("UPDATE AMP_TENSOR_STATS SET amax = 100 WHERE kind = 'weight' AND op = 'fc.weight' AND "
-        "step = 2;"
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 100 WHERE op = 'fc.weight' AND step = 3;"
         "UPDATE AMP_EVENTS SET kind = 'nonfinite_input';");
     nonfinite_errors(1);
     ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    release();
+}
+END_TEST
+
+// The loss NaN with no producer traced, the weights NaN as the step began (Adam with eps=0 over
+// a gradient of 0): the parameter is named, not the first op that read it; with the weights
+// finite, the first output the statistics show non-finite.
+START_TEST(nonfinite_weights_as_a_step_began_are_named) {
+    layers();
+    const double loss[] = {2.2, NAN, NAN}, norm[] = {7, NAN, NAN}, w[] = {0.19, 0.2, 0.2};
+    loss_steps(loss, norm, 3);
+    weight_rows(w, 3);
+    sql("UPDATE AMP_TENSOR_STATS SET n_nan = 4 WHERE op = 'fc.weight' AND step > 0;"
+        "INSERT INTO AMP_TENSOR_STATS VALUES (1, 1, 2, 'linear', 'activation', 'f32', 'f16', 64, "
+        "NULL, NULL, NULL, 64, 0, 0, 0, 0, 0);");
+    nonfinite_errors(1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_ptr_nonnull(strstr(f->title, "; the weights were non-finite first: fc.weight as "
+                                           "step 1 began"));
+    ck_assert_str_eq(f->layer, "blocks.0.mlp");
+    ck_assert_ptr_nonnull(strstr(f->detail, "its row of the step before finite"));
+    ck_assert_msg(strncmp(f->advice, "Look at what wrote fc.weight before step 1", 42) == 0, "%s",
+                  f->advice);
+    ck_assert_close(evidence(f, "weights_nonfinite_step"), 1, 0, 0);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET n_nan = 0 WHERE kind = 'weight';");
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].title, "the statistics show head linear's output"));
     release();
 }
 END_TEST
@@ -4332,6 +4430,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_after_a_divergence_blames_the_training);
     tcase_add_test(tc, divergence_with_finite_losses_is_found);
     tcase_add_test(tc, skips_after_a_divergence_point_at_it);
+    tcase_add_test(tc, nonfinite_weights_as_a_step_began_are_named);
     tcase_add_test(tc, nonfinite_after_a_weight_blowup_blames_the_update);
     tcase_add_test(tc, a_focus_inside_a_nonfinite_run_points_before_it);
     tcase_add_test(tc, nonfinite_counts_come_from_the_step_records);

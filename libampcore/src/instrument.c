@@ -119,6 +119,7 @@ typedef struct amp_instr {
 
     int32_t armed;     // entry reserved for ctx->sink's output (-1: none)
     uint32_t params_epoch; // the batch whose parameters are queued
+    int64_t params_step;   // the step whose parameters were recorded (weight rows)
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
     int64_t n_described, n_reused; // entries over the run; of them, taken from an earlier one
 
@@ -222,6 +223,7 @@ void amp_instr_init(amp_ctx_t *ctx) {
     in->fuse = ctx->be->stats_into && !(fused && !strcmp(fused, "0"));
     in->step_start_ns = in->last_op_ns = amp_record_now_ns();
     in->epoch = 1;
+    in->params_step = INT64_MIN;
     in->cur_dy = in->armed = -1;
     in->slots = ctx->be->alloc(ctx->bctx, SLOTS * sizeof(amp_stats));
     AMP_ASSERT(in->slots != NULL, "(out of memory for the statistics slots)");
@@ -489,17 +491,27 @@ static int32_t batch_queue(amp_ctx_t *ctx, batch *b, const amp_tensor_t *t, entr
     return i;
 }
 
+// A parameter's name in its rows: "param" when it has none.
+static const char *param_name(const amp_tensor_t *p) {
+    return p->name && p->name[0] ? p->name : "param";
+}
+
 // The parameters (tensors that require grad and own their storage) as this batch's inputs, read
 // together before the first op reads any of them: as the last update left them (a sampled step
 // records them, the weights' rows).
 static void queue_parameters(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
+    // once a step: a batch read within the step (a queue grown past ENTRIES_MAX, the scale
+    // records full) has the ops after it queue the parameters again, unrecorded
+    const bool record = in->stats_step && in->params_step != rec_step(ctx);
+    if (record) in->params_step = rec_step(ctx);
     batch b = {.n = 0};
     for (size_t k = 0; k < ctx->n_persist; k++) {
         amp_tensor_t *p = ctx->persist[k];
         if (!p->requires_grad || p->stat_epoch == in->epoch) continue;
-        const char *name = in->stats_step ? amp_xstrdup(p->name ? p->name : "param") : NULL;
+        const char *name = record ? amp_xstrdup(param_name(p)) : NULL;
         p->stat_entry = batch_queue(ctx, &b, p, E_PARAM, name, p->layer);
+        in->q.entries[p->stat_entry].record = record;
         p->stat_epoch = in->epoch;
     }
     batch_flush(ctx, &b);
@@ -703,8 +715,7 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
         // (a parameter's layer is known from its first backward on: its row of this batch too)
         if (p->stat_epoch == in->epoch && in->q.entries[p->stat_entry].kind == E_PARAM)
             in->q.entries[p->stat_entry].layer = p->layer;
-        int32_t i = batch_queue(ctx, &b, p->grad, E_WGRAD,
-                                amp_xstrdup(p->name ? p->name : "param"), p->layer);
+        int32_t i = batch_queue(ctx, &b, p->grad, E_WGRAD, amp_xstrdup(param_name(p)), p->layer);
         entry *e = &in->q.entries[i];
         e->backward = in->q.backwards;
         e->dtype = p->dtype; // (a narrower gradient holds the values of p's dtype)

@@ -7,6 +7,9 @@
  * step's work), the others with its value; META "exit_prog_loss_N" holds what the program read
  * of step N's loss, for the test to compare with AMP_STEPS.
  *
+ * EXIT_PROG_EXTRA_OPS=N in the environment: each forward adds N ops on a 1-element tensor before
+ * the layer (more than the instrumentation's queue holds at once: it reads it within the step).
+ *
  * PAUSE_MS: the program idles that long between steps (a batch being loaded), then enters its
  * layer: no op's time may include the pause. `_exit`: it frees the context and ends with _exit()
  * instead (no exit handler runs): freeing the context writes out what it recorded.
@@ -42,8 +45,14 @@ int main(int argc, char **argv) {
     amp_tensor_randn(w, 0.1f);
     amp_tensor_randn(x, 1.0f);
     amp_tensor_set_requires_grad(w, true);
+    amp_tensor_set_name(w, "model.weight");
+    const char *extra_env = getenv("EXIT_PROG_EXTRA_OPS");
+    const long extra = extra_env ? atol(extra_env) : 0;
     for (int s = 0, steps = atoi(argv[2]); s < steps; s++) {
         if (pause_ms) nanosleep(&(struct timespec){0, pause_ms * 1000000L}, NULL);
+        amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
+        for (long k = 0; k < extra; k++)
+            t = amp_add_scalar(ctx, t, 1.0);
         amp_layer_begin(ctx, "model");
         amp_tensor_t *loss = amp_mean(ctx, amp_gelu(ctx, amp_linear(ctx, x, w, NULL), false));
         amp_layer_end(ctx);
