@@ -894,8 +894,13 @@ static void add_weight(stats_pass *p, report_stats *s, int32_t pid, int64_t step
     const bool grew = st && s->weight_step >= 0 && s->weight_step < step && s->weight_amax > 0;
     const report_step *before = grew ? report_step_find(p->m, pid, s->weight_step) : NULL;
     if (before && amax >= 0.1 * before->weight_amax) {
+        // of the parameters that blew up (report_weights_blew_up), the largest now; of none,
+        // the one that grew most
         const double g = amax / s->weight_amax;
-        if (!(g <= st->weight_growth)) {
+        const bool blew = g >= pow(REPORT_WEIGHTS_BLOWUP, (double)(step - s->weight_step));
+        const bool had =
+            st->weight_growth >= pow(REPORT_WEIGHTS_BLOWUP, (double)(step - st->weight_from_step));
+        if (blew != had ? blew : blew ? amax > st->weight_to : !(g <= st->weight_growth)) {
             st->weight_growth = g, st->weight_from = s->weight_amax, st->weight_to = amax;
             st->weight_from_step = s->weight_step, st->weight_param = s->op;
         }

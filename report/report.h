@@ -70,10 +70,11 @@ typedef struct report_step {
     // the largest finite amax of the parameters as the step began, before its update (kind
     // 'weight', libampcore's); NaN: none recorded
     double weight_amax;
-    // the largest growth of one parameter's amax into this step from its row before (at
+    // the growth of one parameter's amax into this step from its row before (at
     // weight_from_step), of the parameters whose amax now is at least a tenth of the model's
     // largest then (a bias or a layer scale that starts near 0 may grow tenfold in a healthy
-    // step): weight_to / weight_from; NaN: none. weight_param: that parameter's name
+    // step): of those that blew up (report_weights_blew_up) the largest now, else the one that
+    // grew most; weight_to / weight_from; NaN: none. weight_param: that parameter's name
     double weight_growth, weight_from, weight_to;
     int64_t weight_from_step;
     const char *weight_param;

@@ -83,7 +83,7 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     f->first_step = from;
     f->last_step = last->step;
     char since[64] = "";
-    if (p->loss_max_step != at)
+    if (p->loss_max_step > at)
         snprintf(since, sizeof since, "; diverging from step %lld", (long long)at);
     if (recovered)
         snprintf(f->title, sizeof f->title,

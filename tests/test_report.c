@@ -1133,6 +1133,12 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
     nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "of fc.weight by 167"));
     release();
+    // of two that blew up, the larger now (a bias grown 500-fold to 5 beside it)
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 5 WHERE op = 'fc.bias' AND step > 0;");
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "of fc.weight by 167"));
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 0.01 WHERE op = 'fc.bias';");
     // one that grew a thousandfold from next to nothing (a layer scale of 1e-6, under a tenth
     // of the largest |w| then): no blow-up
     sql("UPDATE AMP_TENSOR_STATS SET amax = 0.18 WHERE op = 'fc.weight';"
