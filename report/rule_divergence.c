@@ -24,12 +24,12 @@
 // of a few times a converged model's loss is batch noise)
 #define SPIKE 10.0
 
-// The focused steps of p from step `from` on: the last finite loss (and its step) and whether any
-// loss was non-finite.
+// The focused steps of p from step `from` on: the last finite loss (and its step), whether any
+// loss was non-finite and whether any step's update was applied.
 typedef struct after {
     double loss_last;
     int64_t last_step;
-    bool nonfinite;
+    bool nonfinite, applied; // applied: a step whose update was not skipped
 } after;
 
 static after losses_from(const report_model *m, const report_process *p, int64_t from) {
@@ -38,6 +38,7 @@ static after losses_from(const report_model *m, const report_process *p, int64_t
         const report_step *st = &m->steps[p->step0 + i];
         if (st->step < from) continue;
         a.nonfinite |= st->loss_nonfinite;
+        a.applied |= !(st->has_scale && st->skipped);
         if (st->loss_finite) a.loss_last = st->loss, a.last_step = st->step;
     }
     return a;
@@ -74,6 +75,10 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     if (a.nonfinite || a.last_step < 0 ||
         report_spans_cover(&m->forward_breaks, p->pid, from, last->step))
         return;
+    // every step from there skipped by the GradScaler: no update applied, nothing the optimizer
+    // did since (a loss that jumped with the weights written at once, or a corrupt batch, is
+    // the collapse's, rule loss-scale)
+    if (!a.applied) return;
     const bool recovered = a.loss_last < 2 * p->loss0;
     if (recovered && !(p->loss_max >= SPIKE * p->loss0)) return;
     const report_step *st = report_step_find(m, p->pid, at); // (NULL: before the focus)

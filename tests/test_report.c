@@ -984,6 +984,21 @@ START_TEST(divergence_with_finite_losses_is_found) {
     ck_assert_close(evidence(f, "loss_last"), 80, 0, 0);
     ck_assert_close(evidence(f, "grad_norm_at"), 100, 0, 0);
     release();
+    // every step from the divergence on skipped by a GradScaler: no update applied since (a
+    // loss that jumped with weights written at once is the loss-scale collapse's), none
+    sql("UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 65536, found_inf = 0, "
+        "skipped = 0 WHERE step = 0;"
+        "UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 32768, found_inf = 1, "
+        "skipped = 1 WHERE step > 0;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    sql("UPDATE AMP_STEPS SET scale_after = 65536, found_inf = 0, skipped = 0 WHERE step = 3;");
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    release();
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL, found_inf = 0, "
+        "skipped = 0;");
     // a focus after the divergence began still has it, from the focus's first step
     analyse("divergence", 2, 3);
     ck_assert_uint_eq(findings.n, 1);
