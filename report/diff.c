@@ -334,6 +334,8 @@ static void title_head(const char *title, char *buf, size_t n) {
 }
 
 static bool same_finding(const report_finding *x, const report_finding *y) {
+    // both trainings diverged: the same problem, whether it came back down (a warning) or not
+    if (strcmp(x->rule, "divergence") == 0 && strcmp(y->rule, "divergence") == 0) return true;
     if (strcmp(x->rule, y->rule) != 0 || x->severity != y->severity) return false;
     if (x->of_many && y->of_many) { // the largest of many ops: may differ from run to run
         char hx[sizeof x->title], hy[sizeof y->title];
@@ -343,6 +345,15 @@ static bool same_finding(const report_finding *x, const report_finding *y) {
     }
     return strcmp(x->layer, y->layer) == 0 && strcmp(x->op, y->op) == 0 &&
            report_same_title(x->title, y->title); // (a sawtooth is no scale stuck low)
+}
+
+// The other run's divergence (a warning: it came back down) when the error x that broke one run
+// is a divergence; NULL otherwise. The precision is then not what tells the runs apart.
+static const report_finding *diverged_too(const report_finding *x, const report_findings *other) {
+    if (strcmp(x->rule, "divergence") != 0) return NULL;
+    for (size_t i = 0; i < other->n; i++)
+        if (strcmp(other->v[i].rule, "divergence") == 0) return &other->v[i];
+    return NULL;
 }
 
 static bool has_match(const report_finding *x, const report_findings *other) {
@@ -469,12 +480,19 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     } else if (cand->errors && fc->n) {
         PUT("%s %s: %s", name, report_went_past_error(mc, fc) ? "went on past an error" : "broke",
             fc->v[0].title);
+        const report_finding *d = diverged_too(&fc->v[0], fbase);
+        if (d) {
+            PUT("; %s diverged as well: %s", other, d->title);
+            about_cand = false; // (what follows names the run it is about)
+        }
     } else if (base->errors && fbase->n) {
         about_cand = false;
         base_first = true;
         PUT("%c%s %s: %s", toupper((unsigned char)other[0]), other + 1,
             report_went_past_error(swap ? b : a, fbase) ? "went on past an error" : "broke",
             fbase->v[0].title);
+        const report_finding *d = diverged_too(&fbase->v[0], fc);
+        if (d) PUT("; %s diverged as well: %s", name, d->title);
     } else if (!(base->step_ms > 0) || !(cand->step_ms > 0)) { // none, or steps of no duration
         PUT("%s: no step times to compare", name);
     } else {

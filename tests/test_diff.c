@@ -611,6 +611,27 @@ START_TEST(findings_match_by_their_words) {
 }
 END_TEST
 
+// Both runs diverged, one for good (an error) and one that came back down (a warning): the same
+// divergence, not a finding one run has and the other has not.
+START_TEST(a_divergence_in_both_runs_is_one) {
+    run(a_path, 8, 10.0, 1.0, 0, false, "cpu");
+    run(b_path, 8, 10.0, 1.0, 0, true, "cpu");
+    const char *up = "UPDATE AMP_STEPS SET grad_norm = CASE step WHEN 0 THEN 0.9 ELSE 50 END, "
+                     "loss = CASE step WHEN 0 THEN 3 WHEN 1 THEN 300 ELSE %s END;";
+    char buf[256];
+    snprintf(buf, sizeof buf, up, "200");
+    sql(a_path, buf);
+    snprintf(buf, sizeof buf, up, "3");
+    sql(b_path, buf);
+    char *t = diff_of(a_path, b_path, "text");
+    ck_assert_ptr_null(strstr(t, "[divergence]"));
+    HAS(t, "fp32 run broke: training diverged at step 1: the loss rose from 3 to 300 (step 1) "
+           "and was 200 at step 7; AMP run (B, fp16) diverged as well: the loss blew up from 3 "
+           "to 300 (step 1) and came back down to 3 by step 7");
+    free(t);
+}
+END_TEST
+
 // -o naming a database the command reads is refused (it would destroy the run); a full disk
 // behind stdout is an error that says so.
 START_TEST(output_over_an_input_or_to_a_full_disk_is_refused) {
@@ -705,6 +726,7 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, two_amp_runs_are_not_explained_by_emulation);
     tcase_add_test(tc, different_programs_are_not_explained_by_precision);
     tcase_add_test(tc, findings_match_by_their_words);
+    tcase_add_test(tc, a_divergence_in_both_runs_is_one);
     tcase_add_test(tc, processes_are_matched_by_program_and_order);
     tcase_add_test(tc, the_losses_compared_are_of_the_process_that_broke);
     tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
