@@ -1,7 +1,8 @@
 /*
  * format_html.c — the report as one self-contained HTML page (no script, no external resource):
  * the verdict, the findings, and inline SVG plots drawn from the model:
- *   - loss curve (non-finite losses marked at the top edge);
+ *   - loss curve (non-finite losses marked at the top edge; on a log axis when it spans three
+ *     decades, the step the training diverged at dashed);
  *   - loss-scale history on a log2 axis, skipped steps marked;
  *   - per-layer forward amax over steps on a log axis against the fp16 max (65504), the steps
  *     where a layer's forward output held NaN/inf marked at the top edge;
@@ -363,7 +364,10 @@ static loss_bucket loss_bucket_of(const bucketing *k, size_t b) {
     return r;
 }
 
-static void plot_loss(FILE *out, const bucketing *k) {
+// diverged: the step the plotted process's training diverged at (report_process.diverged_step),
+// marked with a dashed line; -1: none. A loss that spans three decades or more (a divergence, a
+// blow-up) is drawn on a log axis, where its start stays readable.
+static void plot_loss(FILE *out, const bucketing *k, int64_t diverged) {
     plot p = {.y0 = INFINITY, .y1 = -INFINITY};
     plot_steps(&p, k->s[0].step, k->s[k->n - 1].step, 0);
     for (size_t i = 0; i < k->n; i++) {
@@ -372,12 +376,17 @@ static void plot_loss(FILE *out, const bucketing *k) {
         p.y0 = fmin(p.y0, l);
         p.y1 = fmax(p.y1, l);
     }
-    char note[256], title[256];
+    p.logy = p.y0 > 0 && p.y1 >= 1000 * p.y0;
+    const bool marked = diverged >= k->s[0].step && diverged <= k->s[k->n - 1].step;
+    char note[256], title[256], label[160];
+    snprintf(label, sizeof label, "loss per step%s; non-finite losses marked in red at the top%s",
+             p.logy ? " on a log axis" : "",
+             marked ? "; the step the training diverged at dashed" : "");
     svg_open(out, plot_title(k, "Loss", title, sizeof title),
              bucket_note(k,
                          "the line is each bucket's mean loss, the band its smallest and largest",
                          note, sizeof note),
-             "loss per step; non-finite losses marked in red at the top");
+             label);
     if (!isfinite(p.y0)) p.y0 = 0, p.y1 = 1;
     if (p.y1 == p.y0) p.y0 -= 0.5, p.y1 += 0.5; // one value: in the middle
     axes(out, &p, "step", "loss");
@@ -409,9 +418,18 @@ static void plot_loss(FILE *out, const bucketing *k) {
         fprintf(out, "<title>%s: %zu non-finite loss%s</title></circle>", where, r.nonfinite,
                 r.nonfinite == 1 ? "" : "es");
     }
+    if (marked) {
+        const double x = px(&p, (double)diverged);
+        fprintf(out,
+                "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ff7f0e\" "
+                "stroke-dasharray=\"4 3\"><title>training diverged at step %lld</title></line>",
+                x, PAD_T, x, PLOT_H - PAD_B, (long long)diverged);
+    }
     legend(out, 0, "#1f77b4", k->nb < k->n ? "loss, bucket mean" : "loss");
     legend(out, 1, "#d62728", "non-finite loss");
-    if (k->nb < k->n) legend(out, 2, "#aec7e8", "bucket min-max");
+    int next = 2;
+    if (k->nb < k->n) legend(out, next++, "#aec7e8", "bucket min-max");
+    if (marked) legend(out, next, "#ff7f0e", "diverged");
     svg_close(out);
 }
 
@@ -1071,7 +1089,8 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         bucketing k;
         bucketing_of(m, f, &k);
         plots_note(out, m, f, &k);
-        plot_loss(out, &k);
+        const report_process *lp = k.n ? report_process_find(m, k.s[0].pid) : NULL;
+        plot_loss(out, &k, lp ? lp->diverged_step : -1);
         plot_scale(out, &k);
         plot_amax(out, m, &k);
         plot_breakdown(out, m, &k);

@@ -3833,6 +3833,36 @@ START_TEST(html_y_ticks_are_round_values) {
 }
 END_TEST
 
+// A loss that spans three decades is drawn on a log axis, with the step its training diverged at
+// dashed; a healthy one on a linear axis without the mark.
+START_TEST(html_loss_of_a_divergence_on_a_log_axis) {
+    layers();
+    const double loss[] = {2.2, 9.0, 1e6, 80}, norm[] = {7, 100, 1e5, 50};
+    loss_steps(loss, norm, 4);
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    char *fig = html_figure(t, "Loss");
+    ck_assert_ptr_nonnull(strstr(fig, "aria-label=\"loss per step on a log axis;"));
+    ck_assert_ptr_nonnull(strstr(fig, "<title>training diverged at step 1</title>"));
+    double v[16];
+    const int n = y_ticks(fig, v, 16);
+    ck_assert_int_ge(n, 3);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fabs(log10(v[i]) - round(log10(v[i]))) < 1e-9, "loss tick %g", v[i]);
+    free(fig);
+    free(t);
+    wipe();
+    healthy(8);
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    fig = html_figure(t, "Loss");
+    ck_assert_ptr_null(strstr(fig, "log axis"));
+    ck_assert_ptr_null(strstr(fig, "diverged"));
+    free(fig);
+    free(t);
+}
+END_TEST
+
 // The points of the first polyline of stroke colour in fig: x[i], y[i]; returns how many.
 static size_t polyline(const char *fig, const char *colour, double *x, double *y, size_t max) {
     char key[96];
@@ -4551,6 +4581,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, html_is_self_contained_with_plots_and_escaped);
     tcase_add_test(tc, html_long_runs_draw_every_step_of_a_bucket);
     tcase_add_test(tc, html_y_ticks_are_round_values);
+    tcase_add_test(tc, html_loss_of_a_divergence_on_a_log_axis);
     tcase_add_test(tc, html_amax_spans_the_steps_and_marks_nonfinite_outputs);
     tcase_add_test(tc, html_amax_marks_each_step_whose_statistics_saw_nan);
     tcase_add_test(tc, html_steps_without_a_loss_or_numbered_in_the_1e17s);
