@@ -540,14 +540,61 @@ static void group_models(report_model *m) {
 
 // One step of p in step order into its divergence (report_process.diverged_step) and its largest
 // loss: its loss (NaN: not finite or none) and gradient norm (NaN or inf: none). A step diverged
-// when its own loss is twice the first with its own gradient norm tenfold, or, where it has no
-// norm (a skipped step's is inf, a step --stats-every left out has none), its loss a hundredfold:
-// a loss and a norm that peaked at different steps are noise, not a divergence.
+// when its own loss is twice the base with its own gradient norm ten times the base's, or, where
+// it has no norm (a skipped step's is inf, a step --stats-every left out has none), its loss a
+// hundredfold: a loss and a norm that peaked at different steps are noise. The base is the
+// median of the process's first DIVERGE_BASE (positive) losses and norms short of a divergence.
+// A run resumed from a checkpoint (its first step not 0) measures a trained model, whose batches
+// may lie sixty times apart (its first a lucky 3e-5), which is noise too: there, before three
+// of them are in the base, only a loss a hundredfold counts. A fresh run's first losses are an
+// untrained model's, a few percent apart.
+static double median_of(const double *v, int n) {
+    double c[DIVERGE_BASE];
+    memcpy(c, v, (size_t)n * sizeof *v);
+    return report_median(c, (size_t)n);
+}
+
 static void divergence_feed(report_process *p, int64_t step, double loss, double norm) {
     if (!isnan(loss) && !(loss <= p->loss_max)) p->loss_max = loss, p->loss_max_step = step;
-    if (p->diverged_step >= 0 || !(p->loss0 > 0) || !(loss >= 2 * p->loss0)) return;
-    const bool has_norm = norm > 0 && isfinite(norm) && p->grad_norm0 > 0;
-    if (has_norm ? norm >= 10 * p->grad_norm0 : loss >= 100 * p->loss0) p->diverged_step = step;
+    if (p->diverged_step >= 0 || !(p->loss0 > 0) || !(loss > 0)) return;
+    const bool has_norm = norm > 0 && isfinite(norm);
+    if (p->base_n > 0) {
+        const bool norm_up = has_norm && p->base_norm > 0 ? norm >= 10 * p->base_norm : true;
+        const int settled = p->base_first_step > 0 ? 3 : 1; // (resumed: three in the base)
+        if ((loss >= 100 * p->base_loss && norm_up) ||
+            (p->base_n >= settled && loss >= 2 * p->base_loss &&
+             (has_norm && p->base_norm > 0 ? norm_up : loss >= 100 * p->base_loss))) {
+            p->diverged_step = step;
+            return;
+        }
+    }
+    if (p->base_n == DIVERGE_BASE) return;
+    if (p->base_n == 0) p->base_first_step = step;
+    p->base_losses[p->base_n++] = loss;
+    p->base_loss = median_of(p->base_losses, p->base_n);
+    if (has_norm) {
+        p->base_norms[p->base_norm_n++] = norm;
+        p->base_norm = median_of(p->base_norms, p->base_norm_n);
+    }
+}
+
+bool report_diverged_before(const report_model *m, int32_t pid, int64_t at, report_step *last) {
+    const report_process *p = report_process_find(m, pid);
+    if (!p || p->diverged_step < 0 || p->diverged_step >= at) return false;
+    bool found = false; // the last finite loss before `at`, within a few steps
+    for (int64_t s = at - 1; s >= 0 && s >= at - 16 && !found; s--) {
+        const report_step *st = report_step_find(m, p->pid, s);
+        if (st && st->loss_finite) *last = *st, found = true;
+    }
+    if (!found && p->pre_last_step >= 0 && p->pre_last_step >= at - 16) {
+        *last = (report_step){
+            .step = p->pre_last_step, .loss = p->pre_last_loss, .grad_norm = p->pre_last_grad_norm};
+        found = true;
+    }
+    if (!found) return false;
+    const bool norm_up =
+        !(last->grad_norm > 0 && p->base_norm > 0) || last->grad_norm >= 10 * p->base_norm;
+    return last->loss >= 2 * p->base_loss && norm_up;
 }
 
 // The process of pid in m->procs from index *k on (both sorted by pid: a merge moves *k
@@ -582,6 +629,8 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .nonfinite_since = -1,
                                                   .loss0 = NAN,
                                                   .grad_norm0 = NAN,
+                                                  .base_loss = 0,
+                                                  .base_norm = 0,
                                                   .diverged_step = -1,
                                                   .loss_max = NAN,
                                                   .loss_max_step = -1,
@@ -885,6 +934,24 @@ static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax,
     if (weight) keep_max(&st->grad_amax_weight, amax);
 }
 
+// The optimizer updates pid applied from step `from` up to step `to` (its steps from..to-1 that
+// the GradScaler did not skip; a step not recorded counts as applied).
+static int64_t applied_updates(const report_model *m, int32_t pid, int64_t from, int64_t to) {
+    int64_t skipped = 0; // (over the records: step numbers may lie far apart)
+    for (size_t i = step_lower(m, pid, from);
+         i < m->n_steps && m->steps[i].pid == pid && m->steps[i].step < to; i++)
+        skipped += m->steps[i].has_scale && m->steps[i].skipped;
+    if (to <= from) return 0;
+    const uint64_t span = (uint64_t)to - (uint64_t)from;
+    return (int64_t)(span > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : span) - skipped;
+}
+
+// Whether a growth of g over `updates` updates is tenfold or more an update, on average.
+static bool blew_up(double g, int64_t updates) {
+    return updates > 0 && g >= REPORT_WEIGHTS_BLOWUP &&
+           g >= pow(REPORT_WEIGHTS_BLOWUP, (double)updates);
+}
+
 // A parameter's amax as step `step` began (group s, kind weight) into the step's largest and,
 // against its row before, the step's largest growth (report_step.weight_growth). A process's
 // rows come step by step, so the step before is complete by now.
@@ -897,12 +964,12 @@ static void add_weight(stats_pass *p, report_stats *s, int32_t pid, int64_t step
         // of the parameters that blew up (report_weights_blew_up), the largest now; of none,
         // the one that grew most
         const double g = amax / s->weight_amax;
-        const bool blew = g >= pow(REPORT_WEIGHTS_BLOWUP, (double)(step - s->weight_step));
-        const bool had =
-            st->weight_growth >= pow(REPORT_WEIGHTS_BLOWUP, (double)(step - st->weight_from_step));
+        const int64_t updates = applied_updates(p->m, pid, s->weight_step, step);
+        const bool blew = blew_up(g, updates), had = blew_up(st->weight_growth, st->weight_updates);
         if (blew != had ? blew : blew ? amax > st->weight_to : !(g <= st->weight_growth)) {
             st->weight_growth = g, st->weight_from = s->weight_amax, st->weight_to = amax;
             st->weight_from_step = s->weight_step, st->weight_param = s->op;
+            st->weight_updates = updates;
         }
     }
     s->weight_amax = amax, s->weight_step = step;
@@ -1197,28 +1264,34 @@ bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, repor
     *w = (report_weights){.first_step = -1, .last_step = -1, .growth = NAN, .from_step = -1};
     for (size_t i = 0; p && i < p->n_steps; i++) {
         const report_step *st = &m->steps[p->step0 + i];
-        if (st->step > upto) break;
+        // (a later step's weights are upto's when every update in between was skipped: a step
+        // --stats-every left out is seen at the next one it sampled)
+        if (st->step > upto && (w->last_step == upto || applied_updates(m, pid, upto, st->step)))
+            break;
         if (isnan(st->weight_amax)) continue;
         if (w->first_step < 0) w->first_step = st->step, w->first = st->weight_amax;
         w->last_step = st->step, w->last = st->weight_amax;
         w->growth = st->weight_growth, w->from = st->weight_from, w->to = st->weight_to;
         w->from_step = st->weight_from_step, w->param = st->weight_param;
+        w->updates = st->weight_updates;
+        if (st->step >= upto) break;
     }
     return w->last_step >= 0;
 }
 
 bool report_weights_blew_up(const report_weights *w) {
-    if (!(w->growth >= REPORT_WEIGHTS_BLOWUP) || w->from_step < 0) return false;
-    return w->growth >= pow(REPORT_WEIGHTS_BLOWUP, (double)(w->last_step - w->from_step));
+    return w->from_step >= 0 && blew_up(w->growth, w->updates);
 }
 
 void report_weights_updates(const report_weights *w, char *buf, size_t n) {
     if (w->last_step - w->from_step == 1)
         snprintf(buf, n, "the update after step %lld", (long long)w->from_step);
+    else if (w->updates == 1)
+        snprintf(buf, n, "the one update applied between steps %lld and %lld",
+                 (long long)w->from_step, (long long)w->last_step);
     else
-        snprintf(buf, n, "the %lld updates between steps %lld and %lld",
-                 (long long)(w->last_step - w->from_step), (long long)w->from_step,
-                 (long long)w->last_step);
+        snprintf(buf, n, "the %lld updates between steps %lld and %lld", (long long)w->updates,
+                 (long long)w->from_step, (long long)w->last_step);
 }
 
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n) {

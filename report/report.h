@@ -76,7 +76,7 @@ typedef struct report_step {
     // step): of those that blew up (report_weights_blew_up) the largest now, else the one that
     // grew most; weight_to / weight_from; NaN: none. weight_param: that parameter's name
     double weight_growth, weight_from, weight_to;
-    int64_t weight_from_step;
+    int64_t weight_from_step, weight_updates; // updates: those applied in between (not skipped)
     const char *weight_param;
     int64_t start_ns, end_ns; // -1: not recorded
     int64_t mem_peak;         // tensor bytes held at most, to the step's end; -1: none
@@ -155,11 +155,19 @@ typedef struct report_process {
     int64_t nonfinite_since;
     // its first finite loss and first finite gradient norm (> 0), whatever the focus; NaN: none
     double loss0, grad_norm0;
-    // where its training diverged, whatever the focus: the first step whose loss is twice loss0
-    // with its gradient norm ten times grad_norm0 (or, where the step has no gradient norm, its
-    // loss a hundredfold); -1: it did not, or cannot be told (no loss0 > 0: a loss negative or 0
-    // at first has no fold to rise by). loss_max (NaN: none) and its step: the largest loss up to
-    // the focus's last step
+    // what a divergence is measured from: the median of its first few finite losses and
+    // gradient norms short of a divergence (divergence_feed: base_losses[0..base_n),
+    // base_norms[0..base_norm_n))
+#define DIVERGE_BASE 5
+    double base_loss, base_norm;
+    double base_losses[DIVERGE_BASE], base_norms[DIVERGE_BASE];
+    int base_n, base_norm_n;
+    int64_t base_first_step; // the step of base_losses[0]
+    // where its training diverged, whatever the focus: the first step whose loss is twice
+    // base_loss with its gradient norm ten times base_norm (or, where the step has no gradient
+    // norm, its loss a hundredfold); -1: it did not, or cannot be told (no loss0 > 0: a loss
+    // negative or 0 at first has no fold to rise by). loss_max (NaN: none) and its step: the
+    // largest loss up to the focus's last step
     int64_t diverged_step;
     double loss_max;
     int64_t loss_max_step;
@@ -400,6 +408,11 @@ void report_step_counts(const report_model *m, int32_t pid, int64_t first, int64
                         int64_t *recorded, int64_t *losses, int64_t *skipped);
 // The process of pid; NULL when none recorded anything.
 const report_process *report_process_find(const report_model *m, int32_t pid);
+// Whether a non-finite value of pid at step `at` ends its divergence: one that began before it
+// and is still on at its last finite loss within 16 steps before (*last: that step's record, the
+// one before the focus when none is in it), the loss twice the base and the gradient norm, where
+// that step has one, ten times the base's (a spike the training recovered from is not it).
+bool report_diverged_before(const report_model *m, int32_t pid, int64_t at, report_step *last);
 // Process pid's weights over its focused steps up to step `upto`: the largest |w|
 // (report_step.weight_amax) at the first step that has it and at the last one, and the last
 // one's largest growth of a parameter (report_step.weight_growth); false when no step up to upto
@@ -408,13 +421,14 @@ typedef struct report_weights {
     int64_t first_step, last_step;
     double first, last;
     double growth, from, to; // growth NaN: none
-    int64_t from_step;
+    int64_t from_step, updates; // updates: applied from from_step to last_step (not skipped)
     const char *param;
 } report_weights;
 bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, report_weights *w);
-// Whether the updates between w->from_step and w->last_step blew a parameter up: its largest |w|
-// grew tenfold or more an update (on average, between two sampled steps). Adam at lr 1e-3 moves a
-// weight of 0.1 by 1%; a tenfold growth in one step takes a learning rate near the weights' size.
+// Whether the updates applied between w->from_step and w->last_step blew a parameter up: its
+// largest |w| grew tenfold or more an update (on average, between two sampled steps; a step the
+// GradScaler skipped changed nothing). Adam at lr 1e-3 moves a weight of 0.1 by 1%; a tenfold
+// growth in one step takes a learning rate near the weights' size.
 #define REPORT_WEIGHTS_BLOWUP 10.0
 bool report_weights_blew_up(const report_weights *w);
 // "the update after step 0" or "the 3 updates between steps 0 and 3" (w->from_step, last_step).

@@ -538,38 +538,10 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
 }
 
 // Training that diverged before its first non-finite value (report_process.diverged_step: the
-// loss grown to twice its first value with the gradient norm tenfold, or without gradient norms
-// the loss a hundredfold): a learning rate too high (no warm-up, a bad batch) blows the weights up
-// step by step, and the NaN/inf that ends it comes in fp32 as in fp16 or bf16, so the precision is
-// not the cause and keeping an op in fp32 does not help.
-
-// The last finite loss of p before step `at`, within a few steps, as a step record (its loss and
-// gradient norm; the one before the focus when `at` is the focus's first step); false: none.
-static bool loss_before(const report_model *m, const report_process *p, int64_t at,
-                        report_step *out) {
-    for (int64_t s = at - 1; s >= 0 && s >= at - 16; s--) {
-        const report_step *st = report_step_find(m, p->pid, s);
-        if (st && st->loss_finite) return *out = *st, true;
-    }
-    if (p->pre_last_step < 0 || p->pre_last_step < at - 16) return false;
-    *out = (report_step){
-        .step = p->pre_last_step, .loss = p->pre_last_loss, .grad_norm = p->pre_last_grad_norm};
-    return true;
-}
-
-// The process whose divergence a non-finite value of pid at step `at` ends: one that began
-// before it and is still on at the step before, its loss twice the first and its gradient norm,
-// where that step has one, ten times the first (a spike the training recovered from is not
-// it); NULL when none.
-static const report_process *diverged_before(const report_model *m, int32_t pid, int64_t at,
-                                             report_step *last) {
-    const report_process *p = report_process_find(m, pid);
-    if (!p || p->diverged_step < 0 || p->diverged_step >= at || !loss_before(m, p, at, last))
-        return NULL;
-    const bool norm_up =
-        !(last->grad_norm > 0 && p->grad_norm0 > 0) || last->grad_norm >= 10 * p->grad_norm0;
-    return last->loss >= 2 * p->loss0 && norm_up ? p : NULL;
-}
+// loss grown to twice its base with the gradient norm tenfold, or without a gradient norm the
+// loss a hundredfold; report_diverged_before): a learning rate too high (no warm-up, a bad batch)
+// blows the weights up step by step, and the NaN/inf that ends it comes in fp32 as in fp16 or bf16,
+// so the precision is not the cause and keeping an op in fp32 does not help.
 
 // Says that the non-finite value of finding f ends p's divergence: the title leads with it, the
 // advice is the divergence's (the op's own fix would not help), the evidence has its numbers.
@@ -718,7 +690,9 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     report_step last;
     const report_process *dv = is(e, "nonfinite_input") // (data is data, whatever the weights did)
                                    ? NULL
-                                   : diverged_before(m, e->pid, f->first_step, &last);
+                                   : report_diverged_before(m, e->pid, f->first_step, &last)
+                                         ? report_process_find(m, e->pid)
+                                         : NULL;
     report_weights w;
     if (dv)
         tell_divergence(f, dv, &last);
