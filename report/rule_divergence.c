@@ -1,18 +1,19 @@
 /*
  * rule_divergence.c — rule `divergence`: training that diverged while every loss stayed finite.
  *
- * A process diverged where its loss had grown to twice its first value with the gradient norm
- * tenfold (or, with no gradient norms recorded, the loss a hundredfold): report_process.
- * diverged_step, followed over the whole run. A learning rate too high for the model (no warm-up,
- * a bad batch) does it in fp32 as in fp16 or bf16, so the precision is not the cause and no AMP
- * setting is the fix. A divergence that ends in NaN/inf is told by rule nonfinite-root-cause with
- * its first non-finite value ("training diverged before step N"); this rule takes the processes
- * whose losses stayed finite from the divergence to the focus's end (under a GradScaler its
- * gradients may overflow: those steps are skipped, their losses finite). An error when the last
- * loss is still twice the first; a warning when the loss came back down (the weights moved far
- * on the way: the report says where the loss ended). The weights' growth (libampcore records each
- * parameter as its step begins) is the evidence of how: one update that multiplied the largest
- * weight tenfold is a step the optimizer took far too long.
+ * A process diverged at the first step whose loss is twice its base (the median of its first
+ * few losses) with its gradient norm ten times the base's (or, for a step with no norm, the loss
+ * a hundredfold): report_process.diverged_step (divergence_feed), followed over the whole run. A
+ * learning rate too high for the model (no warm-up, a bad batch) does it in fp32 as in fp16 or
+ * bf16, so the precision is not the cause and no AMP setting is the fix. A divergence that ends
+ * in NaN/inf is told by rule nonfinite-root-cause with its first non-finite value ("training
+ * diverged before step N"); this rule takes the processes whose losses stayed finite from the
+ * divergence to the focus's end (under a GradScaler its gradients may overflow: those steps are
+ * skipped, their losses finite). An error while the loss ends up still twice the base; a warning
+ * when it came back down after rising tenfold (the weights moved far on the way: the report says
+ * where the loss ended). The weights' growth (libampcore records each parameter as its step
+ * begins) is the evidence of how: an update that multiplied a parameter's largest |w| tenfold is a
+ * step the optimizer took far too long.
  */
 #include "report.h"
 
@@ -20,7 +21,7 @@
 #include <stdio.h>
 
 #define RULE "divergence"
-// a loss that came back down under twice its first is told when it had risen this far (a spike
+// a loss that came back down under twice its base is told when it had risen this far (a spike
 // of a few times a converged model's loss is batch noise)
 #define SPIKE 10.0
 
@@ -82,7 +83,8 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     // a divergence that ends in NaN/inf is nonfinite-root-cause's, and so is one a forward that
     // broke on its way ends ("training diverged before step N"); a forward overflow that the loss
     // did not show, after the divergence was over, is the op's and this one's
-    const int64_t broke = report_spans_next(&m->forward_breaks, p->pid, from - 1);
+    const int64_t broke =
+        report_spans_next(&m->forward_breaks, p->pid, from > INT64_MIN ? from - 1 : from);
     report_step before;
     if (a.nonfinite || a.end_last < 0 ||
         (broke <= last->step && report_diverged_before(m, p->pid, broke, &before)))
@@ -91,8 +93,8 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     // did since (a loss that jumped with the weights written at once, or a corrupt batch, is
     // the collapse's, rule loss-scale)
     if (!a.applied) return;
-    const bool recovered = a.loss_end < 2 * p->loss0;
-    if (recovered && !(p->loss_max >= SPIKE * p->loss0)) return;
+    const bool recovered = a.loss_end < 2 * p->base_loss;
+    if (recovered && !(p->loss_max >= SPIKE * p->base_loss)) return;
     const report_step *st = report_step_find(m, p->pid, at); // (NULL: before the focus)
     report_finding *f =
         report_finding_add(out, RULE, recovered ? AMP_SEVERITY_WARNING : AMP_SEVERITY_ERROR);
