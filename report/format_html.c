@@ -364,8 +364,20 @@ static loss_bucket loss_bucket_of(const bucketing *k, size_t b) {
     return r;
 }
 
-// diverged: the step the plotted process's training diverged at (report_process.diverged_step),
-// marked with a dashed line; -1: none. A loss that spans three decades or more (a divergence, a
+// The step a divergence finding of process pid says its training diverged at; -1: none.
+static int64_t diverged_told(const report_findings *f, int32_t pid) {
+    for (size_t i = 0; i < f->n; i++) {
+        const report_finding *x = &f->v[i];
+        if (strcmp(x->rule, "divergence") != 0 || x->pid != pid) continue;
+        for (int e = 0; e < x->n_evidence; e++)
+            if (strcmp(x->evidence[e].key, "diverged_step") == 0)
+                return (int64_t)x->evidence[e].value;
+    }
+    return -1;
+}
+
+// diverged: the step the plotted process's training diverged at (diverged_told), marked with a
+// dashed line; -1: none. A loss that spans three decades or more (a divergence, a
 // blow-up) is drawn on a log axis, where its start stays readable.
 static void plot_loss(FILE *out, const bucketing *k, int64_t diverged) {
     plot p = {.y0 = INFINITY, .y1 = -INFINITY};
@@ -1089,8 +1101,7 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         bucketing k;
         bucketing_of(m, f, &k);
         plots_note(out, m, f, &k);
-        const report_process *lp = k.n ? report_process_find(m, k.s[0].pid) : NULL;
-        plot_loss(out, &k, lp ? lp->diverged_step : -1);
+        plot_loss(out, &k, diverged_told(f, k.n ? k.s[0].pid : 0));
         plot_scale(out, &k);
         plot_amax(out, m, &k);
         plot_breakdown(out, m, &k);

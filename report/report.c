@@ -629,8 +629,6 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .nonfinite_since = -1,
                                                   .loss0 = NAN,
                                                   .grad_norm0 = NAN,
-                                                  .base_loss = 0,
-                                                  .base_norm = 0,
                                                   .diverged_step = -1,
                                                   .loss_max = NAN,
                                                   .loss_max_step = -1,
@@ -937,12 +935,10 @@ static void add_grad_amax(stats_pass *p, int32_t pid, int64_t step, double amax,
 // The optimizer updates pid applied from step `from` up to step `to` (its steps from..to-1 that
 // the GradScaler did not skip; a step not recorded counts as applied).
 static int64_t applied_updates(const report_model *m, int32_t pid, int64_t from, int64_t to) {
-    int64_t skipped = 0; // (over the records: step numbers may lie far apart)
-    for (size_t i = step_lower(m, pid, from);
-         i < m->n_steps && m->steps[i].pid == pid && m->steps[i].step < to; i++)
-        skipped += m->steps[i].has_scale && m->steps[i].skipped;
     if (to <= from) return 0;
-    const uint64_t span = (uint64_t)to - (uint64_t)from;
+    int64_t recorded, losses, skipped;
+    report_step_counts(m, pid, from, to - 1, &recorded, &losses, &skipped);
+    const uint64_t span = (uint64_t)to - (uint64_t)from; // (step numbers may lie far apart)
     return (int64_t)(span > (uint64_t)INT64_MAX ? (uint64_t)INT64_MAX : span) - skipped;
 }
 
@@ -1266,8 +1262,7 @@ bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, repor
         const report_step *st = &m->steps[p->step0 + i];
         // (a later step's weights are upto's when every update in between was skipped: a step
         // --stats-every left out is seen at the next one it sampled)
-        if (st->step > upto && (w->last_step == upto || applied_updates(m, pid, upto, st->step)))
-            break;
+        if (st->step > upto && applied_updates(m, pid, upto, st->step)) break;
         if (isnan(st->weight_amax)) continue;
         if (w->first_step < 0) w->first_step = st->step, w->first = st->weight_amax;
         w->last_step = st->step, w->last = st->weight_amax;

@@ -25,33 +25,30 @@
 // of a few times a converged model's loss is batch noise)
 #define SPIKE 10.0
 
-// The focused steps of p from step `from` on: where the loss ended (the median of its last
-// ENDING finite losses, so that one batch does not decide it, and the steps they span), whether
-// any loss was non-finite and whether any step's update was applied.
+// Where the loss of p's focused steps from step `from` on ended: the median of its last ENDING
+// finite losses (so that one batch does not decide it), and the steps they span (-1: no finite
+// loss).
 #define ENDING 5
-typedef struct after {
-    double loss_end;
-    int64_t end_first, end_last; // -1: no finite loss
-    bool nonfinite, applied;     // applied: a step whose update was not skipped
-} after;
+typedef struct ending {
+    double loss;
+    int64_t first, last;
+} ending;
 
-static after losses_from(const report_model *m, const report_process *p, int64_t from) {
-    after a = {.loss_end = NAN, .end_first = -1, .end_last = -1};
-    double last[ENDING];
+static ending ending_from(const report_model *m, const report_process *p, int64_t from) {
+    ending e = {.loss = NAN, .first = -1, .last = -1};
+    double loss[ENDING];
     int64_t steps[ENDING];
     size_t n = 0;
     for (size_t i = 0; i < p->n_steps; i++) {
         const report_step *st = &m->steps[p->step0 + i];
-        if (st->step < from) continue;
-        a.nonfinite |= st->loss_nonfinite;
-        a.applied |= !(st->has_scale && st->skipped);
-        if (st->loss_finite) last[n % ENDING] = st->loss, steps[n % ENDING] = st->step, n++;
+        if (st->step >= from && st->loss_finite)
+            loss[n % ENDING] = st->loss, steps[n % ENDING] = st->step, n++;
     }
-    if (n == 0) return a;
+    if (n == 0) return e;
     const size_t k = n < ENDING ? n : ENDING;
-    a.end_first = steps[(n - k) % ENDING], a.end_last = steps[(n - 1) % ENDING];
-    a.loss_end = report_median(last, k);
-    return a;
+    e.first = steps[(n - k) % ENDING], e.last = steps[(n - 1) % ENDING];
+    e.loss = report_median(loss, k);
+    return e;
 }
 
 // How the weights grew by the divergence's step `at` (its detail's sentence; "" without weight
@@ -79,21 +76,23 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     const report_step *first = &m->steps[p->step0], *last = &m->steps[p->step0 + p->n_steps - 1];
     if (at < 0 || at > last->step) return;
     const int64_t from = at > first->step ? at : first->step;
-    const after a = losses_from(m, p, from);
+    const ending end = ending_from(m, p, from);
+    int64_t recorded, nonfinite, skipped;
+    report_step_counts(m, p->pid, from, last->step, &recorded, &nonfinite, &skipped);
     // a divergence that ends in NaN/inf is nonfinite-root-cause's, and so is one a forward that
     // broke on its way ends ("training diverged before step N"); a forward overflow that the loss
     // did not show, after the divergence was over, is the op's and this one's
     const int64_t broke =
         report_spans_next(&m->forward_breaks, p->pid, from > INT64_MIN ? from - 1 : from);
     report_step before;
-    if (a.nonfinite || a.end_last < 0 ||
+    if (nonfinite || end.last < 0 ||
         (broke <= last->step && report_diverged_before(m, p->pid, broke, &before)))
         return;
     // every step from there skipped by the GradScaler: no update applied, nothing the optimizer
     // did since (a loss that jumped with the weights written at once, or a corrupt batch, is
     // the collapse's, rule loss-scale)
-    if (!a.applied) return;
-    const bool recovered = a.loss_end < 2 * p->base_loss;
+    if (skipped == recorded) return;
+    const bool recovered = end.loss < 2 * p->base_loss;
     if (recovered && !(p->loss_max >= SPIKE * p->base_loss)) return;
     const report_step *st = report_step_find(m, p->pid, at); // (NULL: before the focus)
     report_finding *f =
@@ -101,23 +100,23 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     f->pid = p->pid;
     f->first_step = from;
     f->last_step = last->step;
-    char since[64] = "", ending[96];
+    char since[64] = "", ended[96];
     if (p->loss_max_step > at)
         snprintf(since, sizeof since, "; diverging from step %lld", (long long)at);
-    if (a.end_first == a.end_last)
-        snprintf(ending, sizeof ending, "%.4g at step %lld", a.loss_end, (long long)a.end_last);
+    if (end.first == end.last)
+        snprintf(ended, sizeof ended, "%.4g at step %lld", end.loss, (long long)end.last);
     else
-        snprintf(ending, sizeof ending, "%.4g over steps %lld-%lld (the median)", a.loss_end,
-                 (long long)a.end_first, (long long)a.end_last);
+        snprintf(ended, sizeof ended, "%.4g over steps %lld-%lld (the median)", end.loss,
+                 (long long)end.first, (long long)end.last);
     if (recovered)
         snprintf(f->title, sizeof f->title,
                  "the loss blew up from %.4g to %.4g (step %lld%s) and came back down to %s",
-                 p->loss0, p->loss_max, (long long)p->loss_max_step, since, ending);
+                 p->loss0, p->loss_max, (long long)p->loss_max_step, since, ended);
     else
         snprintf(f->title, sizeof f->title,
                  "training diverged at step %lld: the loss rose from %.4g to %.4g (step %lld) "
                  "and was %s",
-                 (long long)at, p->loss0, p->loss_max, (long long)p->loss_max_step, ending);
+                 (long long)at, p->loss0, p->loss_max, (long long)p->loss_max_step, ended);
     char norms[192] = "", weights[384] = "", skips[160] = "", rise[320];
     const bool norm_at = st && st->grad_norm > 0 && isfinite(st->grad_norm);
     if (p->grad_norm0 > 0 && norm_at)
@@ -128,8 +127,6 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     report_weights w;
     bool has_w;
     weights_words(m, p->pid, at, weights, sizeof weights, &w, &has_w);
-    int64_t recorded, nonfinite, skipped;
-    report_step_counts(m, p->pid, f->first_step, f->last_step, &recorded, &nonfinite, &skipped);
     if (skipped)
         snprintf(skips, sizeof skips,
                  " The GradScaler skipped %lld of those %lld steps: their gradients overflowed "
@@ -146,7 +143,7 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     snprintf(f->detail, sizeof f->detail,
              "%s%s Every loss stayed finite, so there is no NaN/inf to trace; where it ended, %s, "
              "is %.3gx the first.%s",
-             rise, weights, ending, a.loss_end / p->loss0, skips);
+             rise, weights, ended, end.loss / p->loss0, skips);
     snprintf(f->advice, sizeof f->advice,
              "Lower the learning rate or warm it up from a small value, clip the gradients "
              "(clip_grad_norm_; under a GradScaler after unscale_), and check the batches from "
@@ -158,7 +155,7 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     report_finding_evidence(f, "loss_first", p->loss0);
     report_finding_evidence(f, "loss_at", st && st->loss_finite ? st->loss : NAN);
     report_finding_evidence(f, "loss_max", p->loss_max);
-    report_finding_evidence(f, "loss_end", a.loss_end);
+    report_finding_evidence(f, "loss_end", end.loss);
     report_finding_evidence(f, "grad_norm_first", p->grad_norm0);
     report_finding_evidence(f, "grad_norm_at", norm_at ? st->grad_norm : NAN);
     report_finding_evidence(f, "weight_amax_first", has_w ? w.first : NAN);

@@ -204,15 +204,13 @@ static void init_scale_words(char *buf, size_t n, double rec_scale, double u, bo
                  rec_scale, u, sampled, rec_scale, every > 1 ? "those" : "it");
 }
 
-// How many of pid's skipped updates after the initial calibration came from step `from` on.
-static int64_t later_skips_from(const report_model *m, int32_t pid, int64_t from) {
-    const report_process *p = report_process_find(m, pid);
-    int64_t n = 0;
-    for (size_t k = 0; p && k < p->n_steps; k++) {
-        const report_step *st = &m->steps[p->step0 + k];
-        n += st->step >= from && st->has_scale && st->skipped && !st->calibration;
-    }
-    return n;
+// How many of p's skipped updates after the initial calibration (the skips before its first
+// applied update) came from step `from` on.
+static int64_t later_skips_from(const report_model *m, const report_process *p, int64_t from) {
+    int64_t recorded, losses, skipped;
+    if (p->first_applied > from) from = p->first_applied;
+    report_step_counts(m, p->pid, from, INT64_MAX, &recorded, &losses, &skipped);
+    return skipped;
 }
 
 static const char broken_forward_advice[] =
@@ -351,7 +349,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             // overflow because they keep growing, which no scale keeps up with
             const int64_t later = r.skipped - r.calib_skipped;
             const int64_t after = proc && proc->diverged_step >= 0
-                                      ? later_skips_from(m, r.pid, proc->diverged_step)
+                                      ? later_skips_from(m, proc, proc->diverged_step)
                                       : 0;
             const bool diverged = !broken && after > 0 && 2 * after >= later;
             char why[160] = "";

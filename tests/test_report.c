@@ -3911,6 +3911,18 @@ START_TEST(html_loss_of_a_divergence_on_a_log_axis) {
         ck_assert_msg(fabs(log10(v[i]) - round(log10(v[i]))) < 1e-9, "loss tick %g", v[i]);
     free(fig);
     free(t);
+    // a spike of four times the first that came back down is no divergence the report tells: no
+    // mark either
+    wipe();
+    layers();
+    const double spike[] = {2.2, 9, 2.3, 2.3}, spike_norm[] = {7, 100, 7, 7};
+    loss_steps(spike, spike_norm, 4);
+    ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    fig = html_figure(t, "Loss");
+    ck_assert_ptr_null(strstr(fig, "diverged"));
+    free(fig);
+    free(t);
     wipe();
     healthy(8);
     ck_assert_int_eq(CMD(db_path, "--format", "html", "-o", out_path), 0);
