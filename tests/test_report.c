@@ -162,6 +162,12 @@ static size_t count(const char *rule, amp_severity min_severity) {
     return n;
 }
 
+// Runs rule divergence over the fixture and checks that it found n findings.
+static void divergences(size_t n) {
+    analyse("divergence", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, n);
+}
+
 // Runs rule nonfinite-root-cause over the fixture and checks that it found `errors` errors.
 static void nonfinite_errors(size_t errors) {
     analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
@@ -970,8 +976,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     const double w[] = {0.19, 100, 150, 150, 150, 150, 150, 150};
     loss_steps(loss, norm, 8);
     weight_rows(w, 8);
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     const report_finding *f = &findings.v[0];
     ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
     ck_assert_str_eq(f->title, "training diverged at step 1: the loss rose from 2.2 to 1e+06 "
@@ -991,12 +996,10 @@ START_TEST(divergence_with_finite_losses_is_found) {
         "skipped = 0 WHERE step = 0;"
         "UPDATE AMP_STEPS SET scale_before = 65536, scale_after = 32768, found_inf = 1, "
         "skipped = 1 WHERE step > 0;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     sql("UPDATE AMP_STEPS SET scale_after = 65536, found_inf = 0, skipped = 0 WHERE step = 3;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     release();
     sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL, found_inf = 0, "
         "skipped = 0;");
@@ -1009,8 +1012,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     // the loss back down, whatever one batch at the end says: a warning
     sql("UPDATE AMP_STEPS SET loss = 2.3 WHERE step >= 3; UPDATE AMP_STEPS SET loss = 9 WHERE "
         "step = 7;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_WARNING);
     ck_assert_str_eq(findings.v[0].title, "the loss blew up from 2.2 to 1e+06 (step 2; diverging "
                                           "from step 1) and came back down to 2.3 over steps 3-7 "
@@ -1018,8 +1020,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     release();
     // without gradient norms it takes the loss a hundredfold (step 1: 300 against 2.2)
     sql("UPDATE AMP_STEPS SET grad_norm = NULL;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     ck_assert_close(evidence(&findings.v[0], "diverged_step"), 1, 0, 0);
     release();
     // a run resumed from a checkpoint (steps from 60) measures a trained model: before three
@@ -1032,40 +1033,34 @@ START_TEST(divergence_with_finite_losses_is_found) {
     ck_assert_close(evidence(&findings.v[0], "diverged_step"), 1, 0, 0);
     release();
     sql("UPDATE AMP_STEPS SET step = step + 60; UPDATE AMP_TENSOR_STATS SET step = step + 60;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     ck_assert_close(evidence(&findings.v[0], "diverged_step"), 62, 0, 0);
     release();
     sql("UPDATE AMP_STEPS SET step = step - 60, loss = CASE step WHEN 61 THEN 300 ELSE loss END;"
         "UPDATE AMP_TENSOR_STATS SET step = step - 60;");
     // a loss spike whose gradient norm stayed within tenfold: none
     sql("UPDATE AMP_STEPS SET grad_norm = 7 + step;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     // ... but where a step has no norm (skipped: inf; left out by --stats-every) its loss a
     // hundredfold is one
     sql("UPDATE AMP_STEPS SET grad_norm = 9e999 WHERE step = 2;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     ck_assert_close(evidence(&findings.v[0], "diverged_step"), 2, 0, 0);
     release();
     // the loss twice the first at one step and the norm tenfold at another: noise, none
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 2.2 WHEN 1 THEN 5 ELSE 2.3 END, "
         "grad_norm = CASE step WHEN 3 THEN 100 ELSE 7 END;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     // a spike of a few times a small loss that came back down (a converged model's batch
     // noise): none; the same that stays up: a divergence
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 1.2e-4 WHEN 1 THEN 8e-4 ELSE 1.5e-4 "
         "END, grad_norm = CASE step WHEN 1 THEN 100 ELSE 7 END;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     sql("UPDATE AMP_STEPS SET loss = 8e-4, grad_norm = 100 WHERE step >= 3;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_ERROR);
     release();
     // a fitted model resumed with batches of one: its first loss a lucky 3e-5, the next ones
@@ -1074,8 +1069,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 3e-5 WHEN 1 THEN 4e-4 WHEN 2 THEN "
         "1e-4 WHEN 3 THEN 2e-4 WHEN 4 THEN 3e-4 WHEN 5 THEN 2e-3 ELSE 3e-4 END, grad_norm = CASE "
         "step WHEN 0 THEN 0.0013 WHEN 2 THEN 0.005 WHEN 5 THEN 0.0208 ELSE 0.01 END;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     // a forward that broke after it began (an overflow that the loss did not show) is
     // nonfinite-root-cause's
@@ -1084,27 +1078,23 @@ START_TEST(divergence_with_finite_losses_is_found) {
     sql(EVENTS_VALUES "(1, 3, 1, 'linear', 'fwd', 'nonfinite_producer', 'error', 8, NULL, "
                       "'input 0 f16 (16, 96) min -3938 max 3938 amax 3938; output f16 (16, 16) "
                       "min -65472 max 65472 amax 65472 (0 nan, 8 +inf, 0 -inf); ', 0, 1, 3);");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     // one a few steps later, the norm back down by then (an fp16 -inf the loss did not show): the
     // op's, and the divergence is this rule's all the same
     sql("UPDATE AMP_STEPS SET grad_norm = 50 WHERE step >= 3; UPDATE AMP_EVENTS SET step = 6, "
         "last_step = 6;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
+    divergences(1);
     release();
     sql("DELETE FROM AMP_EVENTS;");
     // a divergence that ends in a NaN loss is nonfinite-root-cause's
     sql("UPDATE AMP_STEPS SET grad_norm = 1e5, loss = NULL, loss_finite = 0 WHERE step = 3;");
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
     // a healthy run has none
     wipe();
     healthy(20);
-    analyse("divergence", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 0);
+    divergences(0);
     release();
 }
 END_TEST
