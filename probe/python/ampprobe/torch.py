@@ -5,8 +5,9 @@
 
 Under `ampprobe run` (AMPPROBE_SPOOL_DIR) it writes, through libampcore's record API
 (_records.py), the module tree (AMP_LAYERS), per-layer statistics of every module output, its
-gradient and every parameter gradient (before the GradScaler unscales it, as libampcore does)
-with overflow/underflow counts against the autocast dtype (AMP_TENSOR_STATS), every GradScaler
+gradient, every parameter as the step's first forward begins (what the last update left) and
+every parameter gradient (before the GradScaler unscales it, as libampcore does) with
+overflow/underflow counts against the autocast dtype (AMP_TENSOR_STATS), every GradScaler
 update (AMP_SCALE), the steps (AMP_STEPS) and the events (AMP_EVENTS). On op steps (step 1,
 then every ops_every steps) a torch function mode also records every function the forward and
 the loss computation call, with its layer, autocast policy, dtypes, shapes, analytic FLOPs and
@@ -17,7 +18,8 @@ Cost. Each tensor's figures come from libampcore's fused statistics kernel, laun
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream, many
 tensors per launch: the module outputs held until the forward ends (or 48 of them wait), the
 output gradients until the parameter gradients join them at the end of the backward (or 48 of
-them, or 256 MiB, wait). Queuing a tensor is a few list appends; its device, layout and address
+them, or 256 MiB, wait); the parameters as the step's first forward begins, launched with the
+forward's outputs. Queuing a tensor is a few list appends; its device, layout and address
 are read when its batch launches.
 A module output may be written to in place before that (a ReLU(inplace=True) after it): the
 first sampled step reads outputs at once and watches their version counters, and a layer whose
@@ -123,7 +125,8 @@ from ._judge import (OVERWRITES, VIEW_OPS, Found, Judge, OpTracer, describe_now,
                      float_tensors, tensors)
 from ._compiled import Around, layer_name
 from ._links import Links
-from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT_GRAD, PHASE_FWD, PHASE_BWD, PHASE_OPTIM
+from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD
+from ._records import PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
 __all__ = ["watch", "Watcher"]
@@ -672,7 +675,8 @@ class Watcher:
         self._module_info = {}  # id(module) -> its layer, op and its output gradient's hooks
         # (a pre-hook for the node that made it, a tensor hook: _on_output)
         self._plist = []  # the floating parameters
-        self._wentries = []  # their gradients' statistics entries (layer, kind, name, dtype)
+        self._pentries = []  # their statistics entries (layer, kind, name, dtype)
+        self._wentries = []  # their gradients'
         self._sharded, self._rerunnable = False, True
         self._take_modules(named, lambda n: ids[n], "")
         self.layer_of[id(self.outer)] = ids[""]
@@ -710,7 +714,7 @@ class Watcher:
         self.tape = _LossTape()
         self.ops = None  # the _OpRecorder of an op step, while it records
         self.rerunning = False
-        self.wgrads_queued = False
+        self.params_queued = self.wgrads_queued = False
         self.wgrad_handles = range(0)  # the parameter gradients' handles among the statistics
         self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
         self.links = Links(lambda layer: _layers.rows[layer][1])  # the first forward's
@@ -991,8 +995,9 @@ class Watcher:
             for pn, p in m.named_parameters(recurse=False):
                 if p.is_floating_point() and p.numel():
                     params.append(p)
-                    self._wentries.append((lid, WEIGHT_GRAD, prefix + (n + "." if n else "") + pn,
-                                           _vocab.dtype_name(p.dtype)))
+                    name, dtype = prefix + (n + "." if n else "") + pn, _vocab.dtype_name(p.dtype)
+                    self._pentries.append((lid, WEIGHT, name, dtype))
+                    self._wentries.append((lid, WEIGHT_GRAD, name, dtype))
         self._plist += params
         sharded = [p for p in params if type(p) not in _PLAIN]  # DTensors (FSDP2)
         self._sharded |= bool(sharded)
@@ -1027,6 +1032,9 @@ class Watcher:
             self.rec.meta("autocast_dtype", self.target)
         self.forwards.append(_Forward(args, kwargs, dev, ac, ac_dtype))
         self._forwards += 1
+        if self.sampled and not self.params_queued:
+            self.params_queued = True
+            self._queue_params(self._plist, self._pentries, launch=False)
         if self._op_step() and not self.compiled:
             self.ops = _OpRecorder(self, self.step, dev)
             self.ops.start()
@@ -1286,22 +1294,28 @@ class Watcher:
             return
         self.wgrads_queued = True
         self.wgrad_handles = range(0)
-        if not self.sampled:
-            return
-        grads = [p.grad for p in self._plist]
+        if self.sampled:
+            self.wgrad_handles = self._queue_params([p.grad for p in self._plist],
+                                                    self._wentries)
+
+    def _queue_params(self, ts, entries, launch=True):
+        """Queues the statistics of ts, one tensor per parameter (None: none, a gradient of a
+        parameter that took no part), under their entries, in one launch with the deferred
+        tensors; returns their handles. Not launch: with the next batch (the parameters at the
+        forward's beginning: nothing writes to them before its end, which launches them)."""
         if self._sharded:  # DTensors (FSDP2): each process records its shards, if it has any
-            grads = [None if g is None else self._local(g) for g in grads]
-            grads = [None if g is None or not g.numel() else g for g in grads]
+            ts = [None if t is None else self._local(t) for t in ts]
+            ts = [None if t is None or not t.numel() else t for t in ts]
         with self._lock:
-            if any(g is None for g in grads):  # parameters that took no part
-                have = [(g, e) for g, e in zip(grads, self._wentries) if g is not None]
-                grads = [g for g, _ in have]
+            if any(t is None for t in ts):
+                have = [(t, e) for t, e in zip(ts, entries) if t is not None]
+                ts = [t for t, _ in have]
                 self.entries.extend(e for _, e in have)
             else:
-                self.entries.extend(self._wentries)
+                self.entries.extend(entries)
             first = len(self.stats.order)
-            self.stats.add_many(grads, *self._against)
-            self.wgrad_handles = range(first, first + len(grads))
+            self.stats.add_many(ts, *self._against, launch=launch)
+            return range(first, first + len(ts))
 
     def _found_infs(self):
         """The scaler's per-device found_inf tensors of this step (as update() will see them)."""
@@ -1362,7 +1376,7 @@ class Watcher:
         _steps_recorded[0] = self.step
         self.entries, self.loss = [], None
         self.forwards = []
-        self.wgrads_queued = False
+        self.params_queued = self.wgrads_queued = False
 
     def flush(self, last=False):
         """Records the step whose figures are on their way, if any (last: the run's last step,

@@ -7,6 +7,7 @@
   check_report.py --same RUN.sqlite OTHER.sqlite [--step N]
   check_report.py --mem RUN.sqlite
   check_report.py --loss RUN.sqlite RUN.log
+  check_report.py --weights RUN.sqlite RUN.log
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
   check_report.py --died RUN.sqlite REPORT.json STEP raise|kill
   check_report.py --added RUN.sqlite RUN.log VALUES [--watch]
@@ -28,15 +29,18 @@ naming a layer, a forward op and the autograd node it ran in. With --ops, a Tiny
 (lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy at
 the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script (on
 different GPUs) must have recorded the same statistics rows, step by step (--step: that step's).
-With --mem, the run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and
-its last (and only there), never falling. With --loss, every step's loss in AMP_STEPS must be the
-one the script printed ("step N loss X": with gradient accumulation, the sum over the micro-batches
-of what backward() took). With --compiled, a run of a model compiled as a whole (run with
-TORCH_LOGS=graph_breaks) must say so in META, hold the statistics of its output and that output's
-gradient (the root layer's) and of every parameter's gradient at every step, nothing of the modules
-inside it, and its log no graph break; with --blocks, of a model whose blocks are compiled
-(gpu_faults.py --compile blocks): META says modules, each block's output and its gradient are there
-at every step, nothing of the modules inside the blocks, the others as usual.
+With --mem, the run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its
+last (and only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one
+the script printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of
+what backward() took). With --weights, of a gpu_faults.py --print-wmax run, every step must have a
+weight row per floating parameter (the number it printed), each under its own name and its module's
+layer, their largest amax the largest |w| it printed as the step began. With --compiled, a run of a
+model compiled as a whole (run with TORCH_LOGS=graph_breaks) must say so in META, hold the
+statistics of its output and that output's gradient (the root layer's) and of every parameter and
+its gradient at every step, nothing of the modules inside it, and its log no graph break; with
+--blocks, of a model whose blocks are compiled (gpu_faults.py --compile blocks): META says modules,
+each block's output and its gradient are there at every step, nothing of the modules inside the
+blocks, the others as usual.
 With --died, of a run that died at the start of STEP (gpu_faults.py --die-at STEP): an exception
 must leave every step before STEP in AMP_STEPS (the bridge writes the last one out as Python exits)
 and a run-end warning, "failed with exit status 1 after step STEP-1"; SIGKILL (0.3 s after the
@@ -46,9 +50,9 @@ by SIGKILL after step STEP-2".
 With --added, of a run that trained a second top-level module (gpu_faults.py --split) under
 `ampprobe run --torch`: META `added_models` must name it, "Linear (VALUES values) from step 1", the
 script's output hold the bridge's note, and the statistics rows of step 1 on hold its output (layer
-"Linear"), that output's gradient and its weight's gradient, none of step 0; with --added ...
---watch (gpu_faults.py --split --watch: watch() called on each), the same from step 0, with
-watch()'s note. With --joined, of gpu_join.py's run: its second model, watched with its own
+"Linear"), that output's gradient, its weight and that weight's gradient, none of step 0; with
+--added ... --watch (gpu_faults.py --split --watch: watch() called on each), the same from step 0,
+with watch()'s note. With --joined, of gpu_join.py's run: its second model, watched with its own
 GradScaler under the name Critic, recorded in the first one's steps from step 0, and the note that
 that GradScaler's updates are not recorded; the first model, a single Linear, with its own output's
 rows (a model with no modules inside is read as one); a third model watched after that watcher
@@ -109,6 +113,12 @@ def expect(case, f, per_module=False):
             (f["rule"] == "divergence" and f["severity"] in ("error", "warning")) or
             (f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
              and f["title"].startswith("training diverged"))),
+        # (the update at the end of step 3 multiplies the weights a thousandfold: step 4's forward
+        # overflows, which no precision would have survived)
+        "blowup": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                  and first == FAULT_STEP + 1 and layer.startswith("layers.")
+                  and f["title"].startswith("the weights blew up before step %d"
+                                            % (FAULT_STEP + 1)),
         # gpu_patterns.py: model shapes beyond gpu_faults.py's
         "rnn": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                and layer == "cell" and first == FAULT_STEP and "fp16 overflow" in f["title"],
@@ -248,6 +258,32 @@ def check_loss(path, log):
     return 0 if ok else 1
 
 
+def check_weights(path, log):
+    """The weight rows of a gpu_faults.py --print-wmax run: at every step one row per floating
+    parameter (the number the script printed), each under its own name and its module's layer,
+    their largest amax what the script printed as the step began (before its forward)."""
+    want, params = {}, None
+    for line in open(log):
+        w = line.split()
+        if len(w) == 2 and w[0] == "params":
+            params = int(w[1])
+        if len(w) == 4 and w[0] == "step" and w[2] == "wmax":
+            want[int(w[1])] = float(w[3])
+    got = {s: (amax, n, names, nolayer) for s, amax, n, names, nolayer in sqlite3.connect(
+        path).execute("SELECT step, max(amax), count(*), count(DISTINCT op), "
+                      "sum(layer_id IS NULL OR layer_id < 0) FROM AMP_TENSOR_STATS "
+                      "WHERE kind = 'weight' GROUP BY step")}
+    bad = [(s, v, got.get(s)) for s, v in sorted(want.items())
+           if s not in got or got[s][1:] != (params, params, 0)
+           or abs(got[s][0] - v) > 1e-6 * abs(v)]
+    ok = bool(want) and params is not None and not bad
+    print("%s weight rows of %d steps, %s parameters, their largest |w| as the script printed "
+          "it%s" % ("PASS" if ok else "FAIL", len(want), params,
+                    "; first differing (step, printed, (recorded, rows, names, no layer)): %s"
+                    % (bad[0],) if bad else ""), flush=True)
+    return 0 if ok else 1
+
+
 def check_compiled(path, log, blocks=False):
     db = sqlite3.connect(path)
     meta = db.execute("SELECT value FROM META WHERE key = 'compiled'").fetchall()
@@ -267,8 +303,9 @@ def check_compiled(path, log, blocks=False):
             bad.append("root %s rows %s of %d steps" % (kind, got.get((True, kind)), steps))
         if (False, kind) in got:
             bad.append("%s rows inside the compiled model %s" % (kind, got[(False, kind)]))
-    if got.get((False, "weight_grad"), (0, 0, 0))[1] != steps:
-        bad.append("weight_grad rows %s of %d steps" % (got.get((False, "weight_grad")), steps))
+    for kind in ("weight", "weight_grad"):
+        if got.get((False, kind), (0, 0, 0))[1] != steps:
+            bad.append("%s rows %s of %d steps" % (kind, got.get((False, kind)), steps))
     if breaks:
         bad.append("%d graph breaks in the log" % breaks)
     print("%s compiled model in %s: %s" % ("FAIL" if bad else "PASS", path, "; ".join(bad) or
@@ -338,7 +375,7 @@ def check_added(path, log, values, watched=False):
         "GROUP BY s.kind ORDER BY s.kind").fetchall()
     steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
     ok = rows == [(want,)] and said and [k for k, _, _ in kinds] == [
-        "activation", "activation_grad", "weight_grad"] and all(
+        "activation", "activation_grad", "weight", "weight_grad"] and all(
         first == start and n == steps - start for _, first, n in kinds)
     print("%s a second model recorded from step %d%s: META %s (want %r), %s, its rows (kind, "
           "first step, steps) %s of %d steps" % (
@@ -368,7 +405,8 @@ def check_joined(path, log):
         "stats_every=5 not applied" in text
 
     def every(first, n):
-        return [("activation", first, n), ("activation_grad", first, n), ("weight_grad", first, n)]
+        return [(kind, first, n) for kind in
+                ("activation", "activation_grad", "weight", "weight_grad")]
     ok = meta == [("Critic (9 values) from step 0",)] and noted and critic == every(0, 4) and \
         gen == every(0, 4) and after == every(4, 3) and steps == 7 and scales == (7, 7, 0, 6)
     print("%s watch() on two models: META %s, %s, rows (kind, first step, steps) of Critic %s "
@@ -472,6 +510,8 @@ def main():
         return check_compiled(sys.argv[2], sys.argv[3], "--blocks" in sys.argv[4:])
     if sys.argv[1] == "--loss":
         return check_loss(sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "--weights":
+        return check_weights(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--mem":
         return check_mem(sys.argv[2])
     if sys.argv[1] == "--same":

@@ -23,6 +23,9 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
              norm blow up from step 4 while every loss stays finite (the MLP trains in bf16
              without autocast, --bf16 pure, whatever the flags: bf16 has fp32's range). Not a
              precision problem: the report's divergence
+  blowup     Adam's learning rate raised from 1e-4 to 100 at step 3 (fp16 autocast, GradScaler):
+             that one update multiplies the MLP's weights a thousandfold and step 4's forward
+             overflows fp16. Not a precision problem either: the weights blew up before step 4
 
 --device N trains on GPU N while the current device stays GPU 0 (a model moved with .to()
 alone); the script fails if the current device changes under it. --accum N accumulates the
@@ -54,7 +57,8 @@ trains with the AMP API's older spellings, torch.cuda.amp.GradScaler and torch.c
 with torch.cuda.profiler.start()/stop() (cudaProfilerStart/Stop, nsys's capture range).
 --die-at STEP ends the script at the start of that step: an exception (--die-how raise, exit
 status 1) or, 0.3 s later, SIGKILL (--die-how kill), for what a run that dies leaves in the
-database.
+database. --print-wmax prints the number of floating parameters ("params N"), then as each step
+begins the largest |w| over them ("step N wmax X"), what the weight rows must hold.
 """
 import argparse
 import os
@@ -186,8 +190,11 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
                     choices=["attn", "residual", "nan", "log0", "underflow", "sawtooth",
-                             "fp32gemm", "diverge"])
+                             "fp32gemm", "diverge", "blowup"])
     ap.add_argument("--healthy", action="store_true")
+    ap.add_argument("--print-wmax", action="store_true",
+                    help="print the number of floating parameters, then as each step begins the "
+                    "largest |w| over them (\"step N wmax X\")")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--device", type=int, metavar="N",
                     help="train on GPU N, the current device left as it is (GPU 0)")
@@ -315,6 +322,8 @@ def main():
         if extra is not None:
             amp_torch.watch(extra, scaler=scaler, optimizer=opt)
     batches = _loaded(xs, ys, dev, a.loader) if a.loader else None
+    if a.print_wmax:
+        print("params %d" % sum(p.is_floating_point() for p in params), flush=True)
     for step in range(steps):
         if step == a.die_at:
             if a.die_how == "kill":  # what was recorded 200 ms before must be on disk
@@ -331,14 +340,18 @@ def main():
         if extra is not None and a.split_gain and step == FAULT_STEP:
             with torch.no_grad():
                 extra.weight.mul_(a.split_gain)
-        if a.case == "diverge" and step == FAULT_STEP and not a.healthy:
+        if a.case in ("diverge", "blowup") and step == FAULT_STEP and not a.healthy:
             for g in opt.param_groups:
-                g["lr"] = 1.0
+                g["lr"] = 1.0 if a.case == "diverge" else 100.0
         if a.case == "residual" and step == FAULT_STEP and not a.healthy:
             with torch.no_grad():
                 for b in net.blocks:
                     b.mlp.fc1.weight.mul_(4)
                     b.mlp.fc2.weight.mul_(4)
+        if a.print_wmax:
+            with torch.no_grad():
+                wmax = max(p.detach().abs().max().item() for p in params)
+            print("step %d wmax %.9g" % (step, wmax), flush=True)
         opt.zero_grad(set_to_none=True)
         total = 0.0  # the step's loss: the mean over its micro-batches
         for micro in range(a.accum):

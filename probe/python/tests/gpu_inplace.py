@@ -83,7 +83,7 @@ def check(db, log):
     for name, step, kind, *f in sqlite3.connect(db).execute(
             "SELECT l.name, s.step, s.kind, s.numel, s.min, s.max, s.n_zero, s.n_underflow "
             "FROM AMP_TENSOR_STATS s JOIN AMP_LAYERS l ON l.pid = s.pid AND l.id = s.layer_id "
-            "WHERE l.name IN ('fc3', 'fc3.0') AND s.kind != 'weight_grad'"):
+            "WHERE l.name IN ('fc3', 'fc3.0') AND s.kind IN ('activation', 'activation_grad')"):
         twins.setdefault((step, kind), {})[name] = f
     odd = [k for k, v in sorted(twins.items()) if len(v) != 2 or v["fc3"] != v["fc3.0"]]
     if len(twins) != 2 * STEPS or odd:

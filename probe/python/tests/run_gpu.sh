@@ -11,7 +11,8 @@
 # FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or its blocks
 # compiled, also with CUDA graphs: and no graph break, the statistics a compiled model has) are
 # checked the same way, and against the plain runs (the step's loss as the script computed it; the
-# same statistics rows); a script that raises mid-run must leave every step before it, one
+# same statistics rows); the weight rows must hold every parameter as each step began (the largest
+# |w| the script printed); a script that raises mid-run must leave every step before it, one
 # SIGKILLed every step but the last, each with the report's run-end warning; a second top-level
 # module that the optimizer trains must be recorded from step 1 (META added_models, a note, its
 # rows), leave the findings as they were, and its own overflow be named in its layer (and from step
@@ -58,12 +59,14 @@ one() { # NAME STATS_MODULE ARGS... (STATS_MODULE empty: the build's; SCRIPT: gp
     "$DIST/ampprobe" report "$WORK/$name.sqlite" --format json -o "$WORK/$name.json"
     "$DIST/ampprobe" report "$WORK/$name.sqlite" >"$WORK/$name.txt" 2>&1
 }
-cases="attn residual nan log0 underflow sawtooth fp32gemm diverge"
+cases="attn residual nan log0 underflow sawtooth fp32gemm diverge blowup"
 for c in $cases; do
     one "$c" "" --case "$c" &
     one "$c-healthy" "" --case "$c" --healthy &
 done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
+one blowup-wmax "" --case blowup --print-wmax &
+one diverge-wmax "" --case diverge --print-wmax &
 wait
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
@@ -265,6 +268,9 @@ for k in ddp fsdp clip; do
 done
 python3 "$HERE/check_report.py" --loss "$WORK/attn-healthy-accum.sqlite" \
     "$WORK/attn-healthy-accum.log" || fail=1
+for c in blowup diverge; do # the weight rows: every parameter as each step began
+    python3 "$HERE/check_report.py" --weights "$WORK/$c-wmax.sqlite" "$WORK/$c-wmax.log" || fail=1
+done
 for k in ckpt ckptr; do
     python3 "$HERE/check_report.py" "$WORK/attn-healthy-$k.json" attn --healthy || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \

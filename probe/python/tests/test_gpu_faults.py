@@ -42,7 +42,8 @@ torch = pytest.importorskip("torch")
 DIST = os.environ.get("AMPPROBE_DIST")
 pytestmark = pytest.mark.skipif(not DIST or not torch.cuda.is_available(),
                                 reason="needs a GPU and AMPPROBE_DIST (a CUDA build of ampprobe)")
-CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm", "diverge"]
+CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm", "diverge",
+         "blowup"]
 
 
 def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", trace="amp",
@@ -247,6 +248,16 @@ def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
         assert not bad, bad[:2]
     else:
         assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+
+
+@pytest.mark.parametrize("case", ["blowup", "diverge"])
+def test_weights_recorded_as_each_step_begins(tmp_path, case):
+    """Every parameter at every step, as the update before it left it (fp32 parameters under
+    autocast; a model cast to bf16)."""
+    db, out = record(tmp_path, case, False, ("--print-wmax",))
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_weights(db, str(log)) == 0
 
 
 def test_accumulated_loss_is_the_sum(tmp_path):
