@@ -1161,8 +1161,18 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
     ck_assert_ptr_nonnull(strstr(f->advice, "the update after step 0 multiplied the largest "
                                             "|w| of fc.weight by 526"));
     ck_assert_ptr_null(strstr(f->advice, "train in bf16"));
+    // the gradients it stepped with as they were (step 0's norm, the first): the learning rate,
+    // or code that wrote the weights
+    ck_assert_ptr_nonnull(strstr(f->advice, "The gradients it stepped with were ordinary (a norm "
+                                            "of 7 at step 0, the first 7)"));
     ck_assert_close(evidence(f, "weight_amax_before"), 0.19, 0, 1e-12);
     release();
+    // no norm at that step (--stats-every left it out): nothing said of the gradients
+    sql("UPDATE AMP_STEPS SET grad_norm = NULL WHERE step = 0;");
+    nonfinite_errors(1);
+    ck_assert_ptr_null(strstr(findings.v[0].advice, "stepped with"));
+    release();
+    sql("UPDATE AMP_STEPS SET grad_norm = 7 WHERE step = 0;");
     // the largest parameter grown less than tenfold, a smaller one of some size a hundredfold:
     // that one blew up (a transformer's embedding 3.6 -> 33, its projections 0.18 -> 30)
     sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 0, 0, 'wte', 'weight', 'f32', 'f16', 64, -3.6, "
