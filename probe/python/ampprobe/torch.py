@@ -5,8 +5,8 @@
 
 Under `ampprobe run` (AMPPROBE_SPOOL_DIR) it writes, through libampcore's record API
 (_records.py), the module tree (AMP_LAYERS), per-layer statistics of every module output, its
-gradient, every parameter as the step's first forward begins (what the last update left) and
-every parameter gradient (before the GradScaler unscales it, as libampcore does) with
+gradient, every trainable parameter as the step's first forward begins (what the last update
+left) and every parameter gradient (before the GradScaler unscales it, as libampcore does) with
 overflow/underflow counts against the autocast dtype (AMP_TENSOR_STATS), every GradScaler
 update (AMP_SCALE), the steps (AMP_STEPS) and the events (AMP_EVENTS). On op steps (step 1,
 then every ops_every steps) a torch function mode also records every function the forward and
@@ -18,8 +18,8 @@ Cost. Each tensor's figures come from libampcore's fused statistics kernel, laun
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream, many
 tensors per launch: the module outputs held until the forward ends (or 48 of them wait), the
 output gradients until the parameter gradients join them at the end of the backward (or 48 of
-them, or 256 MiB, wait); the parameters as the step's first forward begins, launched with the
-forward's outputs. Queuing a tensor is a few list appends; its device, layout and address
+them, or 256 MiB, wait); the trainable parameters as the step's first forward begins, launched
+with the forward's outputs. Queuing a tensor is a few list appends; its device, layout and address
 are read when its batch launches.
 A module output may be written to in place before that (a ReLU(inplace=True) after it): the
 first sampled step reads outputs at once and watches their version counters, and a layer whose
@@ -1034,7 +1034,10 @@ class Watcher:
         self._forwards += 1
         if self.sampled and not self.params_queued:
             self.params_queued = True
-            self._queue_params(self._plist, self._pentries, launch=False)
+            ps = self._plist
+            if not all(p.requires_grad for p in ps):  # a frozen one never changes: not read
+                ps = [p if p.requires_grad else None for p in ps]
+            self._queue_params(ps, self._pentries, launch=False)
         if self._op_step() and not self.compiled:
             self.ops = _OpRecorder(self, self.step, dev)
             self.ops.start()

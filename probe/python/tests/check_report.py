@@ -8,6 +8,7 @@
   check_report.py --mem RUN.sqlite
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --weights RUN.sqlite RUN.log
+  check_report.py --weight-names RUN.sqlite NAME,NAME...
   check_report.py --compiled RUN.sqlite RUN.log [--blocks]
   check_report.py --died RUN.sqlite REPORT.json STEP raise|kill
   check_report.py --added RUN.sqlite RUN.log VALUES [--watch]
@@ -34,13 +35,14 @@ last (and only there), never falling. With --loss, every step's loss in AMP_STEP
 the script printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of
 what backward() took). With --weights, of a gpu_faults.py --print-wmax run, every step must have a
 weight row per floating parameter (the number it printed), each under its own name and its module's
-layer, their largest amax the largest |w| it printed as the step began. With --compiled, a run of a
-model compiled as a whole (run with TORCH_LOGS=graph_breaks) must say so in META, hold the
-statistics of its output and that output's gradient (the root layer's) and of every parameter and
-its gradient at every step, nothing of the modules inside it, and its log no graph break; with
---blocks, of a model whose blocks are compiled (gpu_faults.py --compile blocks): META says modules,
-each block's output and its gradient are there at every step, nothing of the modules inside the
-blocks, the others as usual.
+layer, their largest amax the largest |w| it printed as the step began; with --weight-names, every
+step's weight rows must be of the parameters named and no other (a frozen one is not read). With
+--compiled, a run of a model compiled as a whole (run with TORCH_LOGS=graph_breaks) must say so in
+META, hold the statistics of its output and that output's gradient (the root layer's) and of every
+parameter and its gradient at every step, nothing of the modules inside it, and its log no graph
+break; with --blocks, of a model whose blocks are compiled (gpu_faults.py --compile blocks): META
+says modules, each block's output and its gradient are there at every step, nothing of the modules
+inside the blocks, the others as usual.
 With --died, of a run that died at the start of STEP (gpu_faults.py --die-at STEP): an exception
 must leave every step before STEP in AMP_STEPS (the bridge writes the last one out as Python exits)
 and a run-end warning, "failed with exit status 1 after step STEP-1"; SIGKILL (0.3 s after the
@@ -284,6 +286,23 @@ def check_weights(path, log):
     return 0 if ok else 1
 
 
+def check_weight_names(path, names):
+    """The weight rows of every step are of these parameters alone (gpu_patterns.py --case
+    frozen: its head's, not its frozen backbone's)."""
+    db = sqlite3.connect(path)
+    got = db.execute(
+        "SELECT step, group_concat(op) FROM (SELECT step, op FROM AMP_TENSOR_STATS WHERE kind = "
+        "'weight' ORDER BY step, op) GROUP BY step").fetchall()
+    steps = db.execute("SELECT count(*) FROM AMP_STEPS").fetchone()[0]
+    want = ",".join(sorted(names))
+    bad = [(s, ops) for s, ops in got if ops != want]
+    ok = bool(got) and len(got) == steps and not bad
+    print("%s weight rows of %s alone at %d of %d steps%s" % (
+        "PASS" if ok else "FAIL", want, len(got), steps,
+        "; first differing (step, names): %s" % (bad[0],) if bad else ""), flush=True)
+    return 0 if ok else 1
+
+
 def check_compiled(path, log, blocks=False):
     db = sqlite3.connect(path)
     meta = db.execute("SELECT value FROM META WHERE key = 'compiled'").fetchall()
@@ -512,6 +531,8 @@ def main():
         return check_loss(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--weights":
         return check_weights(sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "--weight-names":
+        return check_weight_names(sys.argv[2], sys.argv[3].split(","))
     if sys.argv[1] == "--mem":
         return check_mem(sys.argv[2])
     if sys.argv[1] == "--same":

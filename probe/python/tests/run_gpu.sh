@@ -271,6 +271,9 @@ python3 "$HERE/check_report.py" --loss "$WORK/attn-healthy-accum.sqlite" \
 for c in blowup diverge; do # the weight rows: every parameter as each step began
     python3 "$HERE/check_report.py" --weights "$WORK/$c-wmax.sqlite" "$WORK/$c-wmax.log" || fail=1
 done
+# ... but a frozen one (the frozen backbone's)
+python3 "$HERE/check_report.py" --weight-names "$WORK/p-frozen-healthy.sqlite" \
+    head.weight,head.bias || fail=1
 for k in ckpt ckptr; do
     python3 "$HERE/check_report.py" "$WORK/attn-healthy-$k.json" attn --healthy || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \

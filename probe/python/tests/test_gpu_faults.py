@@ -260,6 +260,12 @@ def test_weights_recorded_as_each_step_begins(tmp_path, case):
     assert check_report.check_weights(db, str(log)) == 0
 
 
+def test_frozen_parameters_are_not_read(tmp_path):
+    """A frozen backbone's parameters never change: only the trained head's have weight rows."""
+    db, _ = record(tmp_path, "frozen", True, script="gpu_patterns.py")
+    assert check_report.check_weight_names(db, ["head.weight", "head.bias"]) == 0
+
+
 def test_accumulated_loss_is_the_sum(tmp_path):
     db, out = record(tmp_path, "attn", True, ("--accum", "4"))
     log = tmp_path / "out.log"
