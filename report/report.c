@@ -547,24 +547,38 @@ static void group_models(report_model *m) {
 // A run resumed from a checkpoint (its first step not 0) measures a trained model, whose batches
 // may lie sixty times apart (its first a lucky 3e-5), which is noise too: there, before three
 // of them are in the base, only a loss a hundredfold counts. A fresh run's first losses are an
-// untrained model's, a few percent apart.
+// untrained model's, a few percent apart, and twice that is no batch's. In a resumed run a rise
+// must stay up: one whose loss is back under twice the base within DIVERGE_STAY steps is a
+// batch's (a fitted model trained on batches of one, some of them harder: 3e-5, 4e-5, 3e-4,
+// 9e-4, 3e-5 over and over) unless it went a thousandfold (no batch is that much harder) or a
+// step's loss in them is non-finite (the divergence overflowed); steps that end before that
+// tell nothing.
 static double median_of(const double *v, int n) {
     double c[DIVERGE_BASE];
     memcpy(c, v, (size_t)n * sizeof *v);
     return report_median(c, (size_t)n);
 }
 
-static void divergence_feed(report_process *p, int64_t step, double loss, double norm) {
+static void divergence_feed(report_process *p, int64_t step, double loss, double norm, bool broke) {
     if (!isnan(loss) && !(loss <= p->loss_max)) p->loss_max = loss, p->loss_max_step = step;
-    if (p->diverged_step >= 0 || !(p->loss0 > 0) || !(loss > 0)) return;
+    if (p->diverged_step >= 0 || !(p->loss0 > 0)) return;
+    if (p->rise_step >= 0 && (broke || loss >= 2 * p->base_loss)) {
+        if (broke || ++p->rise_n == DIVERGE_STAY || loss >= DIVERGE_SPIKE * p->base_loss)
+            p->diverged_step = p->rise_step;
+        return;
+    }
+    if (!(loss > 0)) return;
+    p->rise_step = -1; // (back down, if it rose)
     const bool has_norm = norm > 0 && isfinite(norm);
     if (p->base_n > 0) {
         const bool norm_up = has_norm && p->base_norm > 0 ? norm >= 10 * p->base_norm : true;
-        const int settled = p->base_first_step > 0 ? 3 : 1; // (resumed: three in the base)
+        const bool resumed = p->base_first_step > 0;
+        const int settled = resumed ? 3 : 1; // (resumed: three in the base)
         if ((loss >= 100 * p->base_loss && norm_up) ||
             (p->base_n >= settled && loss >= 2 * p->base_loss &&
              (has_norm && p->base_norm > 0 ? norm_up : loss >= 100 * p->base_loss))) {
-            p->diverged_step = step;
+            p->rise_step = step, p->rise_n = 1;
+            if (!resumed || loss >= DIVERGE_SPIKE * p->base_loss) p->diverged_step = step;
             return;
         }
     }
@@ -630,6 +644,7 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .loss0 = NAN,
                                                   .grad_norm0 = NAN,
                                                   .diverged_step = -1,
+                                                  .rise_step = -1,
                                                   .loss_max = NAN,
                                                   .loss_max_step = -1,
                                                   .pre_last_step = -1,
@@ -685,7 +700,8 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
             // (none of a process that never applied one: it never found a scale that fits)
             st->calibration = st->has_scale && st->skipped && p->first_applied >= 0 &&
                               st->step < p->first_applied;
-            divergence_feed(p, st->step, st->loss_finite ? st->loss : NAN, st->grad_norm);
+            divergence_feed(p, st->step, st->loss_finite ? st->loss : NAN, st->grad_norm,
+                            st->loss_nonfinite);
         }
     }
     return true;
@@ -709,7 +725,7 @@ static bool load_before_focus(sqlite3 *db, report_model *m, char *err) {
         if (!p) continue;
         const int64_t step = sqlite3_column_int64(q, 1), finite = col_i64(q, 2, -1);
         const double loss = finite == 1 ? col_f64(q, 3) : NAN, norm = col_f64(q, 4);
-        divergence_feed(p, step, loss, norm);
+        divergence_feed(p, step, loss, norm, finite == 0);
         if (finite == 1) {
             p->pre_last_step = step, p->pre_last_loss = loss;
             p->pre_last_grad_norm = isfinite(norm) ? norm : NAN;

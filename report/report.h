@@ -165,10 +165,16 @@ typedef struct report_process {
     int64_t base_first_step; // the step of base_losses[0]
     // where its training diverged, whatever the focus: the first step whose loss is twice
     // base_loss with its gradient norm ten times base_norm (or, where the step has no gradient
-    // norm, its loss a hundredfold); -1: it did not, or cannot be told (no loss0 > 0: a loss
-    // negative or 0 at first has no fold to rise by). loss_max (NaN: none) and its step: the
-    // largest loss up to the focus's last step
+    // norm, its loss a hundredfold), and in a run resumed from a checkpoint (base_first_step
+    // > 0) whose loss stayed up (DIVERGE_STAY steps twice base_loss or more) or rose
+    // DIVERGE_SPIKE-fold or went non-finite in those steps; -1: it did not, or cannot be told (no
+    // loss0 > 0: a loss negative or 0 at first has no fold to rise by). loss_max (NaN: none) and
+    // its step: the largest loss up to the focus's last step
+#define DIVERGE_STAY 3
+#define DIVERGE_SPIKE 1000
     int64_t diverged_step;
+    int64_t rise_step; // a step that diverged, its loss not yet seen to stay up (-1: none)
+    int rise_n;        // the steps from it on whose loss stayed up
     double loss_max;
     int64_t loss_max_step;
     // the last finite loss before the focus (--steps A:B), its step (-1: none) and gradient norm

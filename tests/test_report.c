@@ -1071,6 +1071,26 @@ START_TEST(divergence_with_finite_losses_is_found) {
         "step WHEN 0 THEN 0.0013 WHEN 2 THEN 0.005 WHEN 5 THEN 0.0208 ELSE 0.01 END;");
     divergences(0);
     release();
+    // ... and resumed at step 200, its four batches 3e-5, 4e-5, 3.5e-4 and 9e-4 over and over,
+    // the hard ones' norms thirtyfold: each rise back down within three steps, none; a rise that
+    // stays up is one
+    sql("UPDATE AMP_STEPS SET step = step + 200, loss = CASE step % 4 WHEN 0 THEN 3.1e-5 WHEN 1 "
+        "THEN 4e-5 WHEN 2 THEN 3.5e-4 ELSE 8.6e-4 END, grad_norm = CASE step % 4 WHEN 0 THEN "
+        "0.0013 WHEN 1 THEN 0.0026 ELSE 0.044 END; UPDATE AMP_TENSOR_STATS SET step = step + 200;");
+    divergences(0);
+    release();
+    sql("UPDATE AMP_STEPS SET loss = 8.6e-4, grad_norm = 0.044 WHERE step >= 204;");
+    divergences(1);
+    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 203, 0, 0);
+    release();
+    // ... or one that goes a thousandfold, back down at once
+    sql("UPDATE AMP_STEPS SET loss = CASE step % 4 WHEN 0 THEN 3.1e-5 WHEN 1 THEN 4e-5 WHEN 2 "
+        "THEN 3.5e-4 ELSE 8.6e-4 END WHERE step >= 204; UPDATE AMP_STEPS SET loss = 0.1, "
+        "grad_norm = 1 WHERE step = 205;");
+    divergences(1);
+    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 205, 0, 0);
+    release();
+    sql("UPDATE AMP_STEPS SET step = step - 200; UPDATE AMP_TENSOR_STATS SET step = step - 200;");
     // a forward that broke after it began (an overflow that the loss did not show) is
     // nonfinite-root-cause's
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 2.2 WHEN 1 THEN 9 WHEN 2 THEN 1e6 "
