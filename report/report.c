@@ -560,6 +560,7 @@ static double median_of(const double *v, int n) {
 }
 
 static void divergence_feed(report_process *p, int64_t step, double loss, double norm, bool broke) {
+    if (p->first_step < 0) p->first_step = step;
     if (!isnan(loss) && !(loss <= p->loss_max)) p->loss_max = loss, p->loss_max_step = step;
     if (p->diverged_step >= 0 || !(p->loss0 > 0)) return;
     if (p->rise_step >= 0 && (broke || loss >= 2 * p->base_loss)) {
@@ -567,12 +568,12 @@ static void divergence_feed(report_process *p, int64_t step, double loss, double
             p->diverged_step = p->rise_step;
         return;
     }
+    if (!isnan(loss)) p->rise_step = -1; // (back down, if it rose: a loss of 0 too)
     if (!(loss > 0)) return;
-    p->rise_step = -1; // (back down, if it rose)
     const bool has_norm = norm > 0 && isfinite(norm);
     if (p->base_n > 0) {
         const bool norm_up = has_norm && p->base_norm > 0 ? norm >= 10 * p->base_norm : true;
-        const bool resumed = p->base_first_step > 0;
+        const bool resumed = p->first_step > 0;
         const int settled = resumed ? 3 : 1; // (resumed: three in the base)
         if ((loss >= 100 * p->base_loss && norm_up) ||
             (p->base_n >= settled && loss >= 2 * p->base_loss &&
@@ -583,7 +584,6 @@ static void divergence_feed(report_process *p, int64_t step, double loss, double
         }
     }
     if (p->base_n == DIVERGE_BASE) return;
-    if (p->base_n == 0) p->base_first_step = step;
     p->base_losses[p->base_n++] = loss;
     p->base_loss = median_of(p->base_losses, p->base_n);
     if (has_norm) {
@@ -620,6 +620,7 @@ static report_process *proc_at(report_model *m, size_t *k, int32_t pid) {
 }
 
 static bool load_before_focus(sqlite3 *db, report_model *m, char *err);
+static bool settle_rises(sqlite3 *db, report_model *m, char *err);
 
 // The processes that recorded anything (focus aside: a run of several processes says which one a
 // finding is of whatever the focus), their names, and their focused steps' rows in m->steps; each
@@ -645,6 +646,7 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                                                   .grad_norm0 = NAN,
                                                   .diverged_step = -1,
                                                   .rise_step = -1,
+                                                  .first_step = -1,
                                                   .loss_max = NAN,
                                                   .loss_max_step = -1,
                                                   .pre_last_step = -1,
@@ -704,7 +706,38 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                             st->loss_nonfinite);
         }
     }
-    return true;
+    return m->step_hi == INT64_MAX || settle_rises(db, m, err);
+}
+
+// A rise still up at the focus's last step (a resumed run's, which must stay up: divergence_feed)
+// is settled by the steps right after the focus, read for that alone: whether and where a
+// process diverged does not depend on where the focus ends.
+static bool settle_rises(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    if (!prepare(db, m->path,
+                 "SELECT step, loss_finite, loss, grad_norm FROM AMP_STEPS WHERE step > ?2 AND "
+                 "pid = ?3 ORDER BY step LIMIT ?4",
+                 m, &q, err))
+        return false;
+    int rc = SQLITE_DONE;
+    for (size_t i = 0; i < m->n_procs && rc == SQLITE_DONE; i++) {
+        report_process *p = &m->procs[i];
+        if (p->rise_step < 0 || p->diverged_step >= 0) continue;
+        const report_process focus = *p; // (all but where it diverged as the focus left it)
+        sqlite3_reset(q);
+        sqlite3_bind_int(q, 3, p->pid);
+        sqlite3_bind_int(q, 4, DIVERGE_STAY);
+        while ((rc = sqlite3_step(q)) == SQLITE_ROW && p->rise_step >= 0 && p->diverged_step < 0) {
+            const int64_t finite = col_i64(q, 1, -1);
+            divergence_feed(p, sqlite3_column_int64(q, 0), finite == 1 ? col_f64(q, 2) : NAN,
+                            col_f64(q, 3), finite == 0);
+        }
+        if (rc == SQLITE_ROW) rc = SQLITE_DONE; // (settled before the last row)
+        const int64_t diverged = p->diverged_step;
+        *p = focus;
+        p->diverged_step = diverged;
+    }
+    return finish(db, m->path, q, rc, err);
 }
 
 // What the steps before the focus (--steps A:B) tell of each process: the non-finite losses that

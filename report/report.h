@@ -162,12 +162,13 @@ typedef struct report_process {
     double base_loss, base_norm;
     double base_losses[DIVERGE_BASE], base_norms[DIVERGE_BASE];
     int base_n, base_norm_n;
-    int64_t base_first_step; // the step of base_losses[0]
+    int64_t first_step; // its first step, whatever the focus (-1: none)
     // where its training diverged, whatever the focus: the first step whose loss is twice
     // base_loss with its gradient norm ten times base_norm (or, where the step has no gradient
-    // norm, its loss a hundredfold), and in a run resumed from a checkpoint (base_first_step
-    // > 0) whose loss stayed up (DIVERGE_STAY steps twice base_loss or more) or rose
-    // DIVERGE_SPIKE-fold or went non-finite in those steps; -1: it did not, or cannot be told (no
+    // norm, its loss a hundredfold), and in a run resumed from a checkpoint (first_step > 0)
+    // whose loss stayed up (DIVERGE_STAY steps twice base_loss or more: the steps after the
+    // focus settle one still up at its end) or rose DIVERGE_SPIKE-fold or went non-finite in
+    // those steps; -1: it did not, or cannot be told (no
     // loss0 > 0: a loss negative or 0 at first has no fold to rise by). loss_max (NaN: none) and
     // its step: the largest loss up to the focus's last step
 #define DIVERGE_STAY 3

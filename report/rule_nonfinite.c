@@ -586,31 +586,36 @@ static void tell_blowup(const report_model *m, int32_t pid, report_finding *f,
                            (long long)f->first_step, param, w->from, (long long)w->from_step, w->to,
                            (long long)w->last_step);
     report_cut_name(f->title + n, sizeof f->title - (size_t)n, was);
-    char updates[96], grads[384] = "";
+    char updates[96], grads[256] = "";
     report_weights_updates(w, updates, sizeof updates);
     // the gradients the last of those updates stepped with: exploded, or as they were (then the
-    // step's length came of the learning rate, or of code that wrote the weights, not of them)
+    // jump came of the learning rate, or of code that wrote the weights, not of them)
     const report_process *p = report_process_find(m, pid);
     const report_step *g = report_step_find(m, pid, w->last_step - 1);
     const double x = p && g && p->grad_norm0 > 0 ? g->grad_norm / p->grad_norm0 : NAN;
-    if (x >= 10)
-        snprintf(grads, sizeof grads,
-                 " It stepped with a gradient norm of %.4g at step %lld, %.3g times the first: "
-                 "find why the gradients grew (the loss, a layer's output) as well.",
-                 g->grad_norm, (long long)g->step, x);
-    else if (isfinite(x))
-        snprintf(grads, sizeof grads,
-                 " The gradients it stepped with were ordinary (a norm of %.4g at step %lld, "
-                 "the first %.4g): the learning rate was far too high for them, or code "
-                 "between the steps wrote to the weights (a checkpoint loaded, a parameter "
-                 "edited in place).",
+    if (isfinite(x) && x < 10) {
+        snprintf(f->advice, sizeof f->advice,
+                 "Find what made the weights jump: the largest |w| of %s grew %.3g-fold between "
+                 "steps %lld and %lld (%.4g -> %.4g) while the gradients were ordinary (a norm "
+                 "of %.4g at step %lld, the first %.4g), so either the learning rate is far too "
+                 "high for them (lower it, or add warm-up) or code between the steps wrote to the "
+                 "weights (a checkpoint loaded, a parameter edited in place). No precision makes "
+                 "such weights safe; the values overflowed because of them.",
+                 param, w->growth, (long long)w->from_step, (long long)w->last_step, w->from, w->to,
                  g->grad_norm, (long long)g->step, p->grad_norm0);
-    snprintf(f->advice, sizeof f->advice,
-             "Lower the learning rate or add warm-up, and clip the gradients (clip_grad_norm_; "
-             "under a GradScaler after unscale_): %s multiplied the largest |w| of %s by %.3g "
-             "(%.4g -> %.4g), a step far too long for these weights, which no precision makes "
-             "safe; the values overflowed because of it.%s",
-             updates, param, w->growth, w->from, w->to, grads);
+    } else {
+        if (x >= 10)
+            snprintf(grads, sizeof grads,
+                     " It stepped with a gradient norm of %.4g at step %lld, %.3g times the "
+                     "first: find why the gradients grew (the loss, a layer's output) as well.",
+                     g->grad_norm, (long long)g->step, x);
+        snprintf(f->advice, sizeof f->advice,
+                 "Lower the learning rate or add warm-up, and clip the gradients (clip_grad_norm_; "
+                 "under a GradScaler after unscale_): %s multiplied the largest |w| of %s by %.3g "
+                 "(%.4g -> %.4g), a step far too long for these weights, which no precision makes "
+                 "safe; the values overflowed because of it.%s",
+                 updates, param, w->growth, w->from, w->to, grads);
+    }
     report_finding_evidence(f, "weight_amax_before", w->from);
     report_finding_evidence(f, "weight_amax_at", w->to);
     report_finding_evidence(f, "weights_step_before", (double)w->from_step);

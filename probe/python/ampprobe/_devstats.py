@@ -286,9 +286,9 @@ class StepStats:
             self.flush()
         return handle
 
-    def add_many(self, tensors, target, bounds, launch=True):
+    def add_many(self, tensors, target, bounds):
         """add() of each of tensors (not written to before they are read: parameters, their
-        gradients), in one launch with the deferred ones; not launch: deferred (defer())."""
+        gradients), in one launch with the deferred ones."""
         if target != self._pending_target:
             self.flush()
             self._pending_target, self._pending_bounds = target, bounds
@@ -297,8 +297,7 @@ class StepStats:
         code_of = _AMP_DTYPE.get
         self.pending += [(t, first + k, code_of(t.dtype), t.numel())
                          for k, t in enumerate(tensors)]
-        if launch or len(self.pending) >= BATCH:
-            self.flush()
+        self.flush()
 
     def flush(self):
         """Launches the deferred tensors' statistics (as few launches as the kernel's

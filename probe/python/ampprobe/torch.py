@@ -18,8 +18,8 @@ Cost. Each tensor's figures come from libampcore's fused statistics kernel, laun
 libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current stream, many
 tensors per launch: the module outputs held until the forward ends (or 48 of them wait), the
 output gradients until the parameter gradients join them at the end of the backward (or 48 of
-them, or 256 MiB, wait); the trainable parameters as the step's first forward begins, launched
-with the forward's outputs. Queuing a tensor is a few list appends; its device, layout and address
+them, or 256 MiB, wait); the trainable parameters in one launch as the step's first forward
+begins. Queuing a tensor is a few list appends; its device, layout and address
 are read when its batch launches.
 A module output may be written to in place before that (a ReLU(inplace=True) after it): the
 first sampled step reads outputs at once and watches their version counters, and a layer whose
@@ -1037,7 +1037,7 @@ class Watcher:
             ps = self._plist
             if not all(p.requires_grad for p in ps):  # a frozen one never changes: not read
                 ps = [p if p.requires_grad else None for p in ps]
-            self._queue_params(ps, self._pentries, launch=False)
+            self._queue_params(ps, self._pentries)
         if self._op_step() and not self.compiled:
             self.ops = _OpRecorder(self, self.step, dev)
             self.ops.start()
@@ -1301,11 +1301,12 @@ class Watcher:
             self.wgrad_handles = self._queue_params([p.grad for p in self._plist],
                                                     self._wentries)
 
-    def _queue_params(self, ts, entries, launch=True):
-        """Queues the statistics of ts, one tensor per parameter (None: none, a gradient of a
+    def _queue_params(self, ts, entries):
+        """Launches the statistics of ts, one tensor per parameter (None: none, a gradient of a
         parameter that took no part), under their entries, in one launch with the deferred
-        tensors; returns their handles. Not launch: with the next batch (the parameters at the
-        forward's beginning: nothing writes to them before its end, which launches them)."""
+        tensors; returns their handles. At once: a wrapper that swaps a parameter's memory
+        (FSDP1's flat parameters, sharded and unsharded around each unit's forward) leaves
+        nothing to read later."""
         if self._sharded:  # DTensors (FSDP2): each process records its shards, if it has any
             ts = [None if t is None else self._local(t) for t in ts]
             ts = [None if t is None or not t.numel() else t for t in ts]
@@ -1317,7 +1318,7 @@ class Watcher:
             else:
                 self.entries.extend(entries)
             first = len(self.stats.order)
-            self.stats.add_many(ts, *self._against, launch=launch)
+            self.stats.add_many(ts, *self._against)
             return range(first, first + len(ts))
 
     def _found_infs(self):
