@@ -168,9 +168,9 @@ typedef struct report_process {
     // norm, its loss a hundredfold), and in a run resumed from a checkpoint (first_step > 0)
     // whose loss stayed up (DIVERGE_STAY steps twice base_loss or more: the steps after the
     // focus settle one still up at its end) or rose DIVERGE_SPIKE-fold or went non-finite in
-    // those steps; -1: it did not, or cannot be told (no
-    // loss0 > 0: a loss negative or 0 at first has no fold to rise by). loss_max (NaN: none) and
-    // its step: the largest loss up to the focus's last step
+    // those steps; -1: it did not, or cannot be told (no loss0 > 0: a loss negative or 0 at
+    // first has no fold to rise by). loss_max (NaN: none) and its step: the largest loss up to
+    // the focus's last step
 #define DIVERGE_STAY 3
 #define DIVERGE_SPIKE 1000
     int64_t diverged_step;

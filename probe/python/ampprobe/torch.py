@@ -19,8 +19,8 @@ libampstats_cuda.so (_devstats.py) on the tensor's memory and PyTorch's current 
 tensors per launch: the module outputs held until the forward ends (or 48 of them wait), the
 output gradients until the parameter gradients join them at the end of the backward (or 48 of
 them, or 256 MiB, wait); the trainable parameters in one launch as the step's first forward
-begins. Queuing a tensor is a few list appends; its device, layout and address
-are read when its batch launches.
+begins. Queuing a tensor is a few list appends; its device, layout and address are read when
+its batch launches.
 A module output may be written to in place before that (a ReLU(inplace=True) after it): the
 first sampled step reads outputs at once and watches their version counters, and a layer whose
 output moved is read at once from then on (one that moves only later is named on stderr). The
