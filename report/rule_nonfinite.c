@@ -621,6 +621,26 @@ static void tell_blowup(const report_model *m, int32_t pid, report_finding *f,
     report_finding_evidence(f, "weights_step_before", (double)w->from_step);
 }
 
+// Says that the weights of finding f's process grew WEIGHTS_GREW-fold or more from the first
+// recorded step to the last at or before f's (w), over updates none of which blew them up: the
+// training grows them (a learning rate too high for them, no weight decay) until some product
+// overflows, and keeping that op in fp32 only moves the overflow on. The op's own advice stays,
+// after the training's.
+#define WEIGHTS_GREW 100.0
+static void tell_weights_grew(report_finding *f, const report_weights *w) {
+    char op[sizeof f->advice];
+    snprintf(op, sizeof op, "%s", f->advice);
+    const int n = snprintf(
+        f->advice, sizeof f->advice,
+        "Lower the learning rate or add weight decay: the weights grew %.3g-fold over the run (the "
+        "largest |w| %.4g at step %lld, %.4g at step %lld), and this overflow comes of them; in "
+        "fp32 it would come back wherever they grow next. Meanwhile: ",
+        w->last / w->first, w->first, (long long)w->first_step, w->last, (long long)w->last_step);
+    report_cut_name(f->advice + n, sizeof f->advice - (size_t)n, op);
+    report_finding_evidence(f, "weight_amax_first", w->first);
+    report_finding_evidence(f, "weight_amax_at", w->last);
+}
+
 // The event's detail without its trailing "; " (empty when none).
 static int detail_len(const report_event *e) {
     if (!e->detail) return 0;
@@ -710,9 +730,12 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     report_weights w;
     if (dv)
         tell_divergence(f, dv, &last);
-    else if (!is(e, "nonfinite_input") && report_weights_upto(m, e->pid, f->first_step, &w) &&
-             report_weights_blew_up(&w))
-        tell_blowup(m, e->pid, f, &w);
+    else if (!is(e, "nonfinite_input") && report_weights_upto(m, e->pid, f->first_step, &w)) {
+        if (report_weights_blew_up(&w))
+            tell_blowup(m, e->pid, f, &w);
+        else if (w.first > 0 && w.last >= WEIGHTS_GREW * w.first)
+            tell_weights_grew(f, &w);
+    }
     return after > 0 ? until : f->last_step;
 }
 

@@ -1311,6 +1311,42 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
 }
 END_TEST
 
+// Weights grown 3x a step (a learning rate too high, no update a blow-up) until a product
+// overflows fp16: the op's finding, its advice led by the training's (the growth since the first
+// step); nothing of it for weights grown 50-fold, nor for a NaN that came with the data.
+START_TEST(nonfinite_after_weights_grew_blames_the_training_first) {
+    layers();
+    const double loss[] = {2.2, 2.3, 2.1, 2.4, 2.2, NAN}, norm[] = {7, 7, 7, 7, 7, NAN};
+    const double w[] = {0.19, 0.57, 1.7, 5.1, 15.4, 46};
+    loss_steps(loss, norm, 6);
+    weight_rows(w, 6);
+    sql(EVENTS_VALUES "(1, 5, 1, 'linear', 'fwd', 'nonfinite_producer', 'error', 8192, NULL, "
+                      "'input 0 f16 (16, 96) min -3938 max 3938 amax 3938; output f16 (16, 16) "
+                      "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 1, 5);");
+    nonfinite_errors(1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_msg(strncmp(f->title, "fp16 overflow in blocks.0.mlp linear", 36) == 0, "%s",
+                  f->title);
+    ck_assert_msg(strncmp(f->advice,
+                          "Lower the learning rate or add weight decay: the weights grew 242-fold "
+                          "over the run (the largest |w| 0.19 at step 0, 46 at step 5)",
+                          125) == 0,
+                  "%s", f->advice);
+    ck_assert_ptr_nonnull(strstr(f->advice, "Meanwhile: Keep blocks.0.mlp linear in fp32"));
+    ck_assert_close(evidence(f, "weight_amax_at"), 46, 0, 0);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 9.5 WHERE op = 'fc.weight' AND step = 5;");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].advice, "Lower", 5) != 0, "%s", findings.v[0].advice);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET amax = 46 WHERE op = 'fc.weight' AND step = 5;"
+        "UPDATE AMP_EVENTS SET kind = 'nonfinite_input';");
+    nonfinite_errors(1);
+    ck_assert_msg(strncmp(findings.v[0].advice, "Lower", 5) != 0, "%s", findings.v[0].advice);
+    release();
+}
+END_TEST
+
 // The loss NaN with no producer traced, the weights NaN as the step began (Adam with eps=0 over
 // a gradient of 0): the parameter is named, not the first op that read it; with the weights
 // finite, the first output the statistics show non-finite.
@@ -4604,6 +4640,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_after_a_divergence_blames_the_training);
     tcase_add_test(tc, divergence_with_finite_losses_is_found);
     tcase_add_test(tc, skips_after_a_divergence_point_at_it);
+    tcase_add_test(tc, nonfinite_after_weights_grew_blames_the_training_first);
     tcase_add_test(tc, nonfinite_weights_as_a_step_began_are_named);
     tcase_add_test(tc, nonfinite_after_a_weight_blowup_blames_the_update);
     tcase_add_test(tc, a_focus_inside_a_nonfinite_run_points_before_it);
