@@ -586,8 +586,6 @@ static void tell_blowup(const report_model *m, int32_t pid, report_finding *f,
                            (long long)f->first_step, param, w->from, (long long)w->from_step, w->to,
                            (long long)w->last_step);
     report_cut_name(f->title + n, sizeof f->title - (size_t)n, was);
-    char updates[96], grads[256] = "";
-    report_weights_updates(w, updates, sizeof updates);
     // the gradients the last of those updates stepped with: exploded, or as they were (then the
     // jump came of the learning rate, or of code that wrote the weights, not of them)
     const report_process *p = report_process_find(m, pid);
@@ -604,6 +602,8 @@ static void tell_blowup(const report_model *m, int32_t pid, report_finding *f,
                  param, w->growth, (long long)w->from_step, (long long)w->last_step, w->from, w->to,
                  g->grad_norm, (long long)g->step, p->grad_norm0);
     } else {
+        char updates[96], grads[256] = "";
+        report_weights_updates(w, updates, sizeof updates);
         if (x >= 10)
             snprintf(grads, sizeof grads,
                      " It stepped with a gradient norm of %.4g at step %lld, %.3g times the "
