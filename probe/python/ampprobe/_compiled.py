@@ -1,8 +1,11 @@
-"""_compiled.py — the torch-free pieces of watching a torch.compile'd model (torch.py).
+"""_compiled.py — the torch-free pieces of watching a compiled or wrapped model (torch.py).
 
-  layer_name  a module's qualified name as its layer is named: torch.compile's wrapper of a
-              submodule (what torch.compile(module) returned, put in the model) is the module
-              itself, so "blocks.0._orig_mod.attn" is "blocks.0.attn".
+  layer_name  a module's qualified name as its layer is named: a wrapper of a submodule is
+              the module itself, so "blocks.0._orig_mod.attn" (torch.compile's wrapper, what
+              torch.compile(module) returned, put in the model) is "blocks.0.attn", and so is
+              "blocks.0._fsdp_wrapped_module._checkpoint_wrapped_module.attn" (FSDP1's
+              FullyShardedDataParallel, then the activation-checkpoint wrapper).
+  WRAPPED     the names of the modules those wrappers hold.
   Around      callbacks run around the calls of a module compiled in place (module.compile()),
               whose own hooks would run inside the compiled code, traced.
 
@@ -11,9 +14,12 @@ No torch here: the CI tests run it with the system python3.
 import types
 
 
+WRAPPED = ("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+
+
 def layer_name(name):
-    """name without torch.compile's "_orig_mod" steps."""
-    return ".".join(p for p in name.split(".") if p != "_orig_mod")
+    """name without the wrappers' steps (WRAPPED)."""
+    return ".".join(p for p in name.split(".") if p not in WRAPPED)
 
 
 class Around:

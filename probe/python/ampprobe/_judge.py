@@ -198,7 +198,8 @@ class Judge:
 
 
 class OpTracer(TorchDispatchMode):
-    """The forward re-run: every aten op's inputs and outputs, in the innermost module."""
+    """The forward re-run: every aten op's inputs and outputs, in the innermost module (layers:
+    the layer stack, None on top in a wrapper's own code, which is not judged)."""
 
     def __init__(self, judge, layers):
         super().__init__()
@@ -206,6 +207,8 @@ class OpTracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.layers[-1] is None:  # a wrapper's own code (FSDP1's), not the model's
+            return func(*args, **kwargs)
         before = {id(t): None if overwritten else self.j.before_write(t)
                   for t, overwritten in written(func, args, kwargs) if t.is_floating_point()}
         out = func(*args, **kwargs)

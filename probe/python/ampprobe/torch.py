@@ -86,6 +86,12 @@ Sharded parameters (FSDP2's DTensors): each process records its local shard of e
 A model sharded over several processes all-gathers its parameters in the forward, which cannot
 run again on one process alone: its broken steps are searched per module, from the statistics
 (as is a broken forward whose re-run did not break again).
+
+FSDP1 (FullyShardedDataParallel) and the activation-checkpoint wrapper: a wrapper is no layer of
+its own (its module's name, its code neither judged nor in the op step). FSDP1's flat parameters
+(use_orig_params=False) are recorded as they are. A broken forward runs again through the
+outermost FSDP1 wrapper; a broken backward does not (FSDP1's backward hooks reset the step's
+gradients): it is named per module.
 """
 import atexit
 import collections
@@ -302,7 +308,8 @@ class _NodeTagger(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        _tag_nodes(out, self.layers[-1], func)
+        if self.layers[-1] is not None:  # (None: a wrapper's own code)
+            _tag_nodes(out, self.layers[-1], func)
         return out
 
 
@@ -315,11 +322,13 @@ def _tag_nodes(out, layer, func):
                                                                         str(func))))
 
 
-def _layer_stack_hooks(layer_of, stack):
+def _layer_stack_hooks(layer_of, stack, quiet=frozenset()):
     """Global module hooks that keep stack[-1] the layer of the innermost module running (the
-    bottom entry stays); returns their handles."""
+    bottom entry stays), None in the code of a wrapper (quiet: their ids) around the module it
+    wraps (FSDP1's: its parameters gathered, its gradients' views made), which is not the
+    model's; returns their handles."""
     def pre(m, inputs):
-        stack.append(layer_of.get(id(m), stack[-1]))
+        stack.append(None if id(m) in quiet else layer_of.get(id(m), stack[-1]))
 
     def post(m, inputs, output):
         if len(stack) > 1:
@@ -343,12 +352,13 @@ class _OpRecorder(TorchFunctionMode):
     def __init__(self, w, step, dev, layers=None):
         super().__init__()
         self.w, self.step, self.dev = w, step, dev
-        # begun in the model's pre-hook: its own layer (after the model: outside any module)
-        self.layers = layers or [-1, w.layer_of[id(w.model)]]
+        # begun in the model's pre-hook: its own layer, or None in a wrapper's code (after the
+        # model: outside any module)
+        self.layers = layers or [-1, None if id(w.outer) in w.quiet else w.layer_of[id(w.model)]]
         self.hooks = []
 
     def start(self):
-        self.hooks = _layer_stack_hooks(self.w.layer_of, self.layers)
+        self.hooks = _layer_stack_hooks(self.w.layer_of, self.layers, self.w.quiet)
         self.__enter__()
 
     def stop(self):
@@ -363,7 +373,7 @@ class _OpRecorder(TorchFunctionMode):
         end = rec.now_ns()
         name = getattr(func, "__name__", "")
         op = _vocab.op_name(name)
-        if name.startswith("__get") or op in _NOT_OPS:
+        if name.startswith("__get") or op in _NOT_OPS or self.layers[-1] is None:
             return out
         outs = float_tensors(out)
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
@@ -569,14 +579,50 @@ def _compiled(m):
     return _optimized(m) or getattr(m, "_compiled_call_impl", None) is not None
 
 
+def _wrapper(m):
+    """Whether module m wraps one module to run it, under its name (layer_name): FSDP1's
+    FullyShardedDataParallel, torch.distributed's activation-checkpoint and offload wrappers.
+    Not a layer of its own (its output is the wrapped module's)."""
+    mods = m._modules
+    return "_fsdp_wrapped_module" in mods or "_checkpoint_wrapped_module" in mods
+
+
+def _wrapped(m):
+    """What _wrapper m wraps."""
+    mods = m._modules
+    return mods.get("_fsdp_wrapped_module") or mods["_checkpoint_wrapped_module"]
+
+
 def _inner(model):
-    """The model under torch.compile's and data-parallel wrappers, in any order: what is named
-    and run again (the wrappers are what the loop calls)."""
+    """The model under torch.compile's, data-parallel and FSDP1's wrappers, in any order: what
+    is named (the wrappers are what the loop calls)."""
     while True:
-        m = model._orig_mod if _optimized(model) else _unwrap(model)
+        m = model._orig_mod if _optimized(model) else \
+            _wrapped(model) if _wrapper(model) else _unwrap(model)
         if m is model:
             return m
         model = m
+
+
+def _runner(outer, model):
+    """What runs model (_inner(outer)) again: the outermost FSDP1 wrapper on the way, which
+    gathers the parameters it holds first (the model's own would be stale or freed), else model
+    itself."""
+    m = outer
+    while m is not model:
+        if "_fsdp_wrapped_module" in m._modules:
+            return m
+        m = m._orig_mod if _optimized(m) else _wrapped(m) if _wrapper(m) else _unwrap(m)
+    return model
+
+
+def _named(root):
+    """root's modules as layers and wrappers of them ((layer name, module) lists): the
+    wrappers (_wrapper) share the names of what they wrap, which alone is hooked."""
+    named, wrappers = [], []
+    for n, m in root.named_modules():
+        (wrappers if _wrapper(m) else named).append((layer_name(n), m))
+    return named, wrappers
 
 
 def _eager_stance():
@@ -668,7 +714,7 @@ class Watcher:
             _env_steps("AMPPROBE_OPS_EVERY", 0, _OPS_EVERY)
         self.check_grads = check_grads if check_grads is not None else \
             _env_flag("AMPPROBE_CHECK_GRADS")
-        named = [(layer_name(n), m) for n, m in model.named_modules()]
+        named, wrappers = _named(model)
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {}
@@ -679,7 +725,17 @@ class Watcher:
         self._wentries = []  # their gradients'
         self._sharded, self._rerunnable = False, True
         self._take_modules(named, lambda n: ids[n], "")
+        self.layer_of.update((id(m), ids[n]) for n, m in wrappers)
         self.layer_of[id(self.outer)] = ids[""]
+        self._runner = _runner(self.outer, model)
+        self.quiet = {id(m) for m in self.outer.modules() if _wrapper(m)}  # (_layer_stack_hooks)
+        # FSDP1: its backward hooks reduce and reset the gradients (a backward run again clears
+        # those of the step); over several processes the forward gathers parameters from the
+        # others too
+        fsdp1 = [m for m in self.outer.modules() if "_fsdp_wrapped_module" in m._modules]
+        self._bwd_rerunnable = not fsdp1
+        if any(getattr(m, "world_size", 1) > 1 for m in fsdp1):
+            self._sharded, self._rerunnable = True, False
         # the model runs compiled as a whole (its output is recorded as the root's), or parts
         # (theirs are recorded from outside: `parts`)
         self.compiled_root = _compiled(self.outer) or _compiled(model)
@@ -918,8 +974,8 @@ class Watcher:
         while name in taken:  # two of one class: "MLP", then "MLP#2"
             name, k = "%s#%d" % (base, k), k + 1
         # (a module it shares with the model, a tied embedding, stays the model's)
-        named = [(layer_name(n), m) for n, m in root.named_modules()
-                 if id(m) not in self.layer_of]
+        named, wrappers = _named(root)
+        named = [(n, m) for n, m in named if id(m) not in self.layer_of]
         ids = _layers.add_model(name, list(dict.fromkeys(name + "." + n for n, _ in named if n)))
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
@@ -932,7 +988,13 @@ class Watcher:
             if len(stack) > 1:
                 stack.pop()
 
-        self._take_modules(named, lambda n: ids[name + "." + n if n else ""], name + ".")
+        def key(n):
+            return name + "." + n if n else ""
+
+        self._take_modules(named, lambda n: ids[key(n)], name + ".")
+        self.layer_of.update((id(m), ids[key(n)]) for n, m in wrappers
+                             if key(n) in ids and id(m) not in self.layer_of)
+        self.quiet.update(id(m) for _, m in wrappers)
         for n, m in named:  # (its own output read as the model's is: only when it is one module)
             self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
             if n or len(named) == 1:
@@ -1452,7 +1514,8 @@ class Watcher:
             why = "a model sharded over several processes cannot run its forward again on one"
             if self._rerunnable:
                 fwd_event, loss_event, bwd_found = self._search(
-                    d, bwd_bad and not loss_bad, scale[0] if scale else 1.0)
+                    d, bwd_bad and not loss_bad and self._bwd_rerunnable,
+                    scale[0] if scale else 1.0)
                 why = "its forward, run again on the step's inputs, did not break or did not run"
             if fwd_bad and fwd_event is None:  # the statistics saw it: named per module
                 fwd_event = self._forward_producer(d, copy.result()[0], why)
@@ -1602,7 +1665,7 @@ class Watcher:
         several GPUs: the model itself on the whole batch, on the first GPU), with f's autocast
         state, compiled modules run eagerly, the hooks quiet; the module buffers (batch-norm
         statistics) and the random state are as before afterwards."""
-        model, args, kwargs = self.model, f.args, f.kwargs
+        model, args, kwargs = self._runner, f.args, f.kwargs
         if isinstance(model, torch.nn.DataParallel):  # on several GPUs: its copies run in
             # threads of their own, where no tracer is; the model itself runs the whole batch
             model = model.module
@@ -1646,7 +1709,7 @@ class Watcher:
         with_graph, its autograd graph, the nodes tagged with layer and op, for
         _rerun_backward) and the non-finite values it made and left out (Made)."""
         stack = [self.layer_of[id(self.model)]]
-        hooks = _layer_stack_hooks(self.layer_of, stack)
+        hooks = _layer_stack_hooks(self.layer_of, stack, self.quiet)
         try:
             with self._again(f, with_graph) as (model, args, kwargs):
                 judge = Judge(self, d.step, float_tensors((args, kwargs)),
@@ -1674,7 +1737,7 @@ class Watcher:
         whose output is non-finite. Emits nonfinite_producer (bwd) with the layer and forward op
         of the autograd node it ran in (left: the forward's non-finite values that did not reach
         its end, Made); False when it found none or could not be done."""
-        params = [p for p in self._plist if p.requires_grad]
+        params = _leaves(loss)
         if not params:
             return False
         tracer = _BwdTracer(self, d.step, left)
@@ -1689,6 +1752,23 @@ class Watcher:
         finally:  # (the re-run's graph, held by the caller, let go of on this thread)
             _worker_idle({p.device for p in params})
         return tracer.event is not None
+
+
+def _leaves(t):
+    """The leaf tensors that t's autograd graph accumulates gradients into: the parameters the
+    forward used, as it used them (FSDP1's flat parameters, whose views the modules computed
+    with, where the modules' own parameters are left out of the graph)."""
+    seen, todo, out = set(), [t.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        v = getattr(node, "variable", None)  # an AccumulateGrad's
+        if v is not None:
+            out.append(v)
+        todo.extend(f for f, _ in node.next_functions)
+    return out
 
 
 class _Done:

@@ -2,9 +2,10 @@
 """check_report.py — checks `ampprobe report --format json` of a gpu_faults.py run (run_gpu.sh).
 
   check_report.py REPORT.json CASE [--healthy | --per-module]
-  check_report.py --bwd RUN.sqlite
+  check_report.py --bwd RUN.sqlite [--per-module]
   check_report.py --ops RUN.sqlite
-  check_report.py --same RUN.sqlite OTHER.sqlite [--step N]
+  check_report.py --same RUN.sqlite OTHER.sqlite [--step N] [--kinds KIND,KIND...]
+  check_report.py --same-ops RUN.sqlite OTHER.sqlite
   check_report.py --mem RUN.sqlite
   check_report.py --loss RUN.sqlite RUN.log
   check_report.py --weights RUN.sqlite RUN.log
@@ -25,11 +26,15 @@ module (FSDP2 over several processes, a re-run that stayed finite), the attentio
 a module in blocks.1.attn, a NaN batch no longer there at layers.0, the residual stream's overflow
 "made in it" where a module's inputs were other modules' outputs. With --bwd, the run's gradient
 overflows must have been traced op by op (the backward re-run): a backward nonfinite_producer event
-naming a layer, a forward op and the autograd node it ran in. With --ops, a TinyGPT run's op step
-(step 1) must be in AMP_OPS with autocast's decisions: the attention's linear layers in f16
-(lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the loss's cross_entropy at
-the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs of one seeded script (on
-different GPUs) must have recorded the same statistics rows, step by step (--step: that step's).
+naming a layer, a forward op and the autograd node it ran in; --bwd --per-module: named per module
+from the statistics instead (FSDP1, whose backward hooks rule out a backward re-run). With --ops,
+a TinyGPT run's op step (step 1) must be in AMP_OPS with autocast's decisions: the attention's
+linear layers in f16 (lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the
+loss's cross_entropy at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs
+of one seeded script (on different GPUs) must have recorded the same statistics rows, step by step
+(--step: that step's; --kinds: of those kinds); with --same-ops, the same op rows in their op
+steps (AMP_OPS: layer, op, dtypes, autocast's policy, shapes; a wrapper's own code is none of the
+model's ops).
 With --mem, the run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its
 last (and only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one
 the script printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of
@@ -172,16 +177,16 @@ def expect(case, f, per_module=False):
     return None if checks[case] else "unexpected first finding"
 
 
-def check_bwd(path):
+def check_bwd(path, per_module=False):
     rows = sqlite3.connect(path).execute(
         "SELECT e.step, l.name, e.op, e.detail FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l "
         "ON l.pid = e.pid AND l.id = e.layer_id WHERE e.kind = 'nonfinite_producer' "
         "AND e.phase = 'bwd' ORDER BY e.id").fetchall()
-    ok = bool(rows) and all(name and op and (detail or "").startswith("in ")
+    ok = bool(rows) and all(name and op and (detail or "").startswith("in ") != per_module
                             for _, name, op, detail in rows)
     first = rows[0] if rows else None
-    print("%s backward producers op by op: %d events; first: %s" % (
-        "PASS" if ok else "FAIL", len(rows),
+    print("%s backward producers %s: %d events; first: %s" % (
+        "PASS" if ok else "FAIL", "per module" if per_module else "op by op", len(rows),
         "step %s layer %s op %s: %s" % (first[0], first[1], first[2], (first[3] or "")[:160])
         if first else "none"), flush=True)
     return 0 if ok else 1
@@ -215,17 +220,33 @@ def check_ops(path):
     return 1 if bad else 0
 
 
-def check_same(a, b, step=None):
-    """The same statistics rows in both databases (step: that step's only)."""
+def check_same(a, b, step=None, kinds=None):
+    """The same statistics rows in both databases (step: that step's only; kinds: of those
+    kinds only)."""
+    where = ([] if step is None else ["step = %d" % step]) + \
+        ([] if kinds is None else ["kind IN (%s)" % ", ".join("'%s'" % k for k in kinds)])
     q = ("SELECT step, layer_id, op, kind, dtype, target_dtype, numel, min, max, n_nan, "
          "n_posinf, n_neginf, n_overflow, n_underflow, n_zero FROM AMP_TENSOR_STATS" +
-         ("" if step is None else " WHERE step = %d" % step))
+         ("" if not where else " WHERE " + " AND ".join(where)))
     ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
     diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
     ok = bool(ra) and ra == rb
     print("%s the same statistics rows%s in %s and %s: %d and %d rows%s" % (
         "PASS" if ok else "FAIL", "" if step is None else " of step %d" % step, a, b, len(ra),
         len(rb),
+        "; first differing: %s" % diff if diff else ""), flush=True)
+    return 0 if ok else 1
+
+
+def check_same_ops(a, b):
+    """The same op rows (layer, op, dtypes, policy, shapes) in both databases' op steps."""
+    q = ("SELECT o.step, l.name, o.op, o.in_dtypes, o.out_dtype, o.policy, o.shapes FROM AMP_OPS o "
+         "LEFT JOIN AMP_LAYERS l ON l.pid = o.pid AND l.id = o.layer_id")
+    ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
+    diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
+    ok = bool(ra) and ra == rb
+    print("%s the same op rows in %s and %s: %d and %d rows%s" % (
+        "PASS" if ok else "FAIL", a, b, len(ra), len(rb),
         "; first differing: %s" % diff if diff else ""), flush=True)
     return 0 if ok else 1
 
@@ -536,10 +557,14 @@ def main():
     if sys.argv[1] == "--mem":
         return check_mem(sys.argv[2])
     if sys.argv[1] == "--same":
+        opts = dict(zip(sys.argv[4::2], sys.argv[5::2]))
         return check_same(sys.argv[2], sys.argv[3],
-                          int(sys.argv[5]) if sys.argv[4:5] == ["--step"] else None)
+                          int(opts["--step"]) if "--step" in opts else None,
+                          opts["--kinds"].split(",") if "--kinds" in opts else None)
+    if sys.argv[1] == "--same-ops":
+        return check_same_ops(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--bwd":
-        return check_bwd(sys.argv[2])
+        return check_bwd(sys.argv[2], "--per-module" in sys.argv[3:])
     if sys.argv[1] == "--ops":
         return check_ops(sys.argv[2])
     path, case = sys.argv[1], sys.argv[2]

@@ -86,10 +86,13 @@ r = _vocab.op_row("__matmul__", [("f32", (2, 8, 8), 4), ("f32", (2, 8, 8), 4)],
                   ("f32", (2, 8, 8), 4), None)
 assert r[0] == "matmul" and r[1] == "f32,f32" and r[4] == 2 * 128 * 8, r
 
-# -- torch.compile: layer names and the callbacks around a module compiled in place -----------
+# -- wrapped modules' layer names; the callbacks around a module compiled in place --------------
 for given, want in (("blocks.0._orig_mod.attn", "blocks.0.attn"),
                     ("blocks.0._orig_mod", "blocks.0"), ("_orig_mod.head", "head"), ("", ""),
-                    ("my_orig_mod.fc", "my_orig_mod.fc")):
+                    ("my_orig_mod.fc", "my_orig_mod.fc"),
+                    ("blocks.0._fsdp_wrapped_module._checkpoint_wrapped_module.attn",
+                     "blocks.0.attn"), ("_fsdp_wrapped_module", ""),
+                    ("blocks.0._checkpoint_wrapped_module._fsdp_wrapped_module", "blocks.0")):
     assert _compiled.layer_name(given) == want, (given, _compiled.layer_name(given), want)
 
 

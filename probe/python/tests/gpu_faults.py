@@ -31,11 +31,15 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
 alone); the script fails if the current device changes under it. --accum N accumulates the
 gradients of N micro-batches a step (the fault in the first: the NaN batch, the weights' blow-up
 and the gain are there from it on); --checkpoint reentrant|nonreentrant recomputes each block
-(TinyGPT, the residual net) in the backward (torch.utils.checkpoint). --wrap ddp|dp trains the
-model through DistributedDataParallel (one process, or one per GPU under torchrun, each rank on
-the GPU of its LOCAL_RANK), DataParallel (on every GPU; with --device, on that one) or FSDP2
+(TinyGPT, the residual net) in the backward (torch.utils.checkpoint), or --checkpoint wrapper
+through torch.distributed's checkpoint_wrapper put around each block (after --wrap's wrapping,
+as Hugging Face Accelerate does). --wrap ddp|dp|fsdp|fsdp1|fsdp1-flat trains the model through
+DistributedDataParallel (one process, or one per GPU under torchrun, each rank on the GPU of its
+LOCAL_RANK), DataParallel (on every GPU; with --device, on that one), FSDP2
 (torch.distributed.fsdp.fully_shard on each block and on the model: parameters and their
-gradients are DTensors, sharded across the ranks).
+gradients are DTensors, sharded across the ranks) or FSDP1 (FullyShardedDataParallel around the
+model, each block a unit of its own; fsdp1 with use_orig_params=True, the parameters as they
+were, fsdp1-flat with False, one flat parameter a unit).
 --compile wrap|inplace|blocks trains the model compiled: torch.compile(model), model.compile(),
 or each of its blocks (the MLP's layers) compiled in place; --compile-mode MODE passes
 torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 pure|fsdp trains in bf16 without
@@ -61,6 +65,7 @@ database. --print-wmax prints the number of floating parameters ("params N"), th
 begins the largest |w| over them ("step N wmax X"), what the weight rows must hold.
 """
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -185,6 +190,15 @@ def _loaded(xs, ys, dev, start):
             yield x.to(dev), y.to(dev)
 
 
+def gathered(model, wrap):
+    """Where the script may write to the blocks' weights in place: FSDP1's unsharded parameters
+    are written back to its shards afterwards."""
+    if wrap is None or not wrap.startswith("fsdp1"):
+        return contextlib.nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    return FSDP.summon_full_params(model, writeback=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,11 +214,13 @@ def main():
                     help="train on GPU N, the current device left as it is (GPU 0)")
     ap.add_argument("--accum", type=int, default=1, metavar="N",
                     help="micro-batches a step, their gradients accumulated")
-    ap.add_argument("--wrap", choices=["ddp", "dp", "fsdp"],
-                    help="train through DistributedDataParallel (one process), DataParallel or "
-                    "FSDP2 (fully_shard)")
-    ap.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
-                    help="recompute each block in the backward (torch.utils.checkpoint)")
+    ap.add_argument("--wrap", choices=["ddp", "dp", "fsdp", "fsdp1", "fsdp1-flat"],
+                    help="train through DistributedDataParallel (one process), DataParallel, "
+                    "FSDP2 (fully_shard) or FSDP1 (FullyShardedDataParallel, use_orig_params "
+                    "True, or False: fsdp1-flat)")
+    ap.add_argument("--checkpoint", choices=["reentrant", "nonreentrant", "wrapper"],
+                    help="recompute each block in the backward (torch.utils.checkpoint in the "
+                    "model's forward, or checkpoint_wrapper around each block)")
     ap.add_argument("--compile", choices=["wrap", "inplace", "blocks"],
                     help="train the model compiled: torch.compile(model), model.compile() or "
                     "block.compile() for each block")
@@ -247,10 +263,11 @@ def main():
     if a.loader and a.accum != 1:
         ap.error("--loader takes one batch a step: not with --accum")
     global CHECKPOINT
-    if a.checkpoint:
+    if a.checkpoint in ("reentrant", "nonreentrant"):
         CHECKPOINT = a.checkpoint == "reentrant"
     ranks = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
-    if a.wrap in ("ddp", "fsdp") and ranks > 1:
+    dist_wrap = a.wrap in ("ddp", "fsdp", "fsdp1", "fsdp1-flat")
+    if dist_wrap and ranks > 1:
         a.device = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(a.device)  # (FSDP2's device mesh would pick it otherwise)
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
@@ -276,7 +293,8 @@ def main():
         xs = [x if not x.is_floating_point() else x.bfloat16() for x in xs]
     net = model  # the model itself, where the faults are planted
     index = torch.device(dev).index or 0
-    if a.wrap in ("ddp", "fsdp"):
+    blocks = list(getattr(net, "blocks", None) or net.layers)
+    if dist_wrap:
         import torch.distributed as dist
         store = "/tmp/gpu_faults-%d.store" % os.getpid()
         if ranks > 1:
@@ -285,21 +303,31 @@ def main():
             dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
         if a.wrap == "ddp":
             model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
+        elif a.wrap.startswith("fsdp1"):
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            model = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({type(blocks[0])}),
+                         use_orig_params=a.wrap == "fsdp1", device_id=index)
         else:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if a.bf16 else None)
-            for b in getattr(net, "blocks", None) or net.layers:
+            for b in blocks:
                 fully_shard(b, mp_policy=mp)
             fully_shard(net, mp_policy=mp)
     elif a.wrap == "dp":
         model = nn.DataParallel(net, device_ids=None if a.device is None else [index])
+    if a.checkpoint == "wrapper":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            apply_activation_checkpointing)
+        ids = {id(b) for b in blocks}
+        apply_activation_checkpointing(model, check_fn=lambda m: id(m) in ids)
     mode = dict(mode=a.compile_mode)
     if a.compile == "wrap":
         model = torch.compile(model, **mode)
     elif a.compile == "inplace":
         model.compile(**mode)
     elif a.compile == "blocks":
-        for b in getattr(net, "blocks", None) or net.layers:
+        for b in blocks:
             b.compile(**mode)
     classes = 128 if gpt else 10
     extra = nn.Linear(classes, classes).to(dev) if a.split else None
@@ -336,7 +364,7 @@ def main():
         if a.legacy and step == FAULT_STEP + 2:
             torch.cuda.profiler.stop()
         if a.case == "attn" and fault:
-            net.blocks[1].attn.gain = 1e6
+            blocks[1].attn.gain = 1e6
         if extra is not None and a.split_gain and step == FAULT_STEP:
             with torch.no_grad():
                 extra.weight.mul_(a.split_gain)
@@ -344,8 +372,8 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = 1.0 if a.case == "diverge" else 100.0
         if a.case == "residual" and step == FAULT_STEP and not a.healthy:
-            with torch.no_grad():
-                for b in net.blocks:
+            with torch.no_grad(), gathered(model, a.wrap):
+                for b in blocks:
                     b.mlp.fc1.weight.mul_(4)
                     b.mlp.fc2.weight.mul_(4)
         if a.print_wmax:
@@ -387,7 +415,7 @@ def main():
         if torch.cuda.current_device() != current:
             sys.exit("gpu_faults.py: the current device moved from %d to %d during step %d" % (
                 current, torch.cuda.current_device(), step))
-    if a.wrap in ("ddp", "fsdp"):
+    if dist_wrap:
         torch.distributed.destroy_process_group()
         if os.path.exists(store):
             os.remove(store)

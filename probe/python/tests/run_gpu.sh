@@ -5,8 +5,9 @@
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines); one
 # faulty case also runs with the eager (module-less) statistics; gradient accumulation and
-# activation checkpointing (both kinds), DistributedDataParallel (one process), DataParallel (one
-# GPU), FSDP2 (one process), gradient clipping after unscale_, a fused Adam (handed the scale), a
+# activation checkpointing (both kinds, and checkpoint_wrapper), DistributedDataParallel (one
+# process), DataParallel (one GPU), FSDP2 and FSDP1 (one process; FSDP1's flat parameters too,
+# the weight rows theirs), gradient clipping after unscale_, a fused Adam (handed the scale), a
 # batch cleaned after its forward (named per module), bf16 without autocast (a model cast to it,
 # FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or its blocks
 # compiled, also with CUDA graphs: and no graph break, the statistics a compiled model has) are
@@ -32,7 +33,7 @@
 # are checked faulty and healthy, and a broken step's replay must leave the random state and the
 # program's tensors as they were; with two GPUs or more, one faulty and one healthy case train on
 # GPU 1 while GPU 0 stays current (the healthy one must record the same statistics as on GPU 0) and
-# FSDP2 trains over two processes (faults found per module); the sawtooth run's gradient overflows
+# FSDP2 and FSDP1 train over two processes (faults found per module); the sawtooth run's gradient overflows
 # must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS with
 # autocast's decisions, and its steps carry torch's memory peak where they should; gpu_inplace.py
 # checks that module outputs written to in place are read before the write; gpu_devstats.py checks
@@ -67,6 +68,7 @@ done
 one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 one blowup-wmax "" --case blowup --print-wmax &
 one diverge-wmax "" --case diverge --print-wmax &
+one blowup-fsdp1-flat-wmax "" --case blowup --print-wmax --wrap fsdp1-flat &
 wait
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
@@ -88,6 +90,15 @@ one attn-ckpt "" --case attn --checkpoint nonreentrant &
 one residual-ckptr "" --case residual --checkpoint reentrant &
 one attn-healthy-ckpt "" --case attn --healthy --checkpoint nonreentrant &
 one attn-healthy-ckptr "" --case attn --healthy --checkpoint reentrant &
+# FSDP1 (FullyShardedDataParallel), with checkpoint_wrapper around the blocks, alone too
+one attn-fsdp1 "" --case attn --wrap fsdp1 &
+one nan-fsdp1-flat "" --case nan --wrap fsdp1-flat &
+one residual-fsdp1-ckptw "" --case residual --wrap fsdp1 --checkpoint wrapper &
+one attn-healthy-fsdp1 "" --case attn --healthy --wrap fsdp1 &
+one attn-healthy-fsdp1-flat "" --case attn --healthy --wrap fsdp1-flat &
+one attn-healthy-ckptw "" --case attn --healthy --checkpoint wrapper &
+one attn-healthy-fsdp1-ckptw "" --case attn --healthy --wrap fsdp1 --checkpoint wrapper &
+one sawtooth-fsdp1 "" --case sawtooth --wrap fsdp1 &
 one attn-ddp "" --case attn --wrap ddp &
 one attn-healthy-ddp "" --case attn --healthy --wrap ddp &
 one nan-dp "" --case nan --wrap dp --device 0 &
@@ -167,6 +178,9 @@ if [ "$gpus" -ge 2 ]; then # a model on GPU 1, the current device GPU 0
     two nan-fsdp2 29511 --case nan --wrap fsdp &
     two residual-fsdp2 29512 --case residual --wrap fsdp &
     two attn-healthy-fsdp2 29513 --case attn --healthy --wrap fsdp &
+    # FSDP1 over two processes (sharded: not run yet on two GPUs, 2026-12-03)
+    two attn-fsdp1x2 29514 --case attn --wrap fsdp1 &
+    two attn-healthy-fsdp1x2 29515 --case attn --healthy --wrap fsdp1-flat &
     wait
 fi
 fail=0
@@ -235,11 +249,18 @@ for c in zerograd running; do
 done
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
+python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth-fsdp1.sqlite" --per-module || fail=1
+python3 "$HERE/check_report.py" "$WORK/sawtooth-fsdp1.json" sawtooth || fail=1
+for k in fsdp1 fsdp1-flat ckptw; do # the model's ops alone in the op step, not the wrappers'
+    python3 "$HERE/check_report.py" --same-ops "$WORK/attn-healthy.sqlite" \
+        "$WORK/attn-healthy-$k.sqlite" || fail=1
+done
 python3 "$HERE/check_report.py" --ops "$WORK/attn-healthy.sqlite" || fail=1
 python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
     nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan \
-    nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn; do
+    nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn attn-fsdp1:attn \
+    nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \
@@ -261,16 +282,23 @@ for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-
     attn-healthy-fused:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" --healthy || fail=1
 done
-for k in ddp fsdp clip; do
+for k in ddp fsdp clip fsdp1 ckptw fsdp1-ckptw; do
     python3 "$HERE/check_report.py" "$WORK/attn-healthy-$k.json" attn --healthy || fail=1
     python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \
         "$WORK/attn-healthy-$k.sqlite" || fail=1
 done
 python3 "$HERE/check_report.py" --loss "$WORK/attn-healthy-accum.sqlite" \
     "$WORK/attn-healthy-accum.log" || fail=1
-for c in blowup diverge; do # the weight rows: every parameter as each step began
+# the weight rows: every parameter as each step began
+for c in blowup diverge blowup-fsdp1-flat; do
     python3 "$HERE/check_report.py" --weights "$WORK/$c-wmax.sqlite" "$WORK/$c-wmax.log" || fail=1
 done
+# FSDP1's flat parameters: the outputs' rows as the plain model's, the weights' the units'
+python3 "$HERE/check_report.py" "$WORK/attn-healthy-fsdp1-flat.json" attn --healthy || fail=1
+python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" \
+    "$WORK/attn-healthy-fsdp1-flat.sqlite" --kinds activation,activation_grad || fail=1
+python3 "$HERE/check_report.py" --weight-names "$WORK/attn-healthy-fsdp1-flat.sqlite" \
+    _flat_param,blocks.0._flat_param,blocks.1._flat_param || fail=1
 # ... but a frozen one (the frozen backbone's)
 python3 "$HERE/check_report.py" --weight-names "$WORK/p-frozen-healthy.sqlite" \
     head.weight,head.bias || fail=1
@@ -287,8 +315,10 @@ if [ "$gpus" -ge 2 ]; then
     python3 "$HERE/check_report.py" "$WORK/nan-fsdp2.json" nan || fail=1
     python3 "$HERE/check_report.py" "$WORK/residual-fsdp2.json" residual --per-module || fail=1
     python3 "$HERE/check_report.py" "$WORK/attn-healthy-fsdp2.json" attn --healthy || fail=1
+    python3 "$HERE/check_report.py" "$WORK/attn-fsdp1x2.json" attn --per-module || fail=1
+    python3 "$HERE/check_report.py" "$WORK/attn-healthy-fsdp1x2.json" attn --healthy || fail=1
 else
-    echo "SKIP a model on GPU 1 with GPU 0 current, FSDP2 over two processes: one GPU"
+    echo "SKIP a model on GPU 1 with GPU 0 current, FSDP2 and FSDP1 over two processes: one GPU"
 fi
 python3 "$HERE/gpu_inplace.py" --check "$WORK/inplace.sqlite" "$WORK/inplace.log" || fail=1
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }

@@ -9,8 +9,9 @@ until the training diverges) trains under `ampprobe run
 layer and step (check_report.expect, which run_gpu.sh uses too), its healthy twin's report must
 hold no error and no warning. The same with the gradients of 4 micro-batches accumulated a step
 (the step's loss recorded as the script computed it) and with activation checkpointing of both
-kinds (the same statistics rows as without it), through DistributedDataParallel and FSDP2 (one
-process; the same rows as without them) and DataParallel (one GPU), and compiled
+kinds and through checkpoint_wrapper (the same statistics rows as without it), through
+DistributedDataParallel, FSDP2 and FSDP1 (one process; the same rows as without them, FSDP1's
+flat parameters recorded as they are) and DataParallel (one GPU), and compiled
 (torch.compile(model), model.compile() and each block compiled, also with CUDA graphs: no graph
 break, the statistics a compiled model has; `-k compile`), and in bf16 without autocast (a
 model cast to bf16, FSDP2's param_dtype: the NaN batch found, healthy runs clean); a script that
@@ -122,7 +123,10 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
             ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead")),
             ("nan", ("--bf16", "pure")), ("nan", ("--wrap", "fsdp", "--bf16", "fsdp")),
-            ("underflow", ("--fused",)), ("attn", ("--clip", "1.0"))]
+            ("underflow", ("--fused",)), ("attn", ("--clip", "1.0")),
+            ("attn", ("--wrap", "fsdp1")), ("nan", ("--wrap", "fsdp1-flat")),
+            ("residual", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
+            ("attn", ("--checkpoint", "wrapper"))]
 
 
 PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
@@ -250,11 +254,13 @@ def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
         assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
 
 
-@pytest.mark.parametrize("case", ["blowup", "diverge"])
-def test_weights_recorded_as_each_step_begins(tmp_path, case):
+@pytest.mark.parametrize("case,extra", [("blowup", ()), ("diverge", ()),
+                                        ("blowup", ("--wrap", "fsdp1-flat"))],
+                         ids=["blowup", "diverge", "blowup-fsdp1-flat"])
+def test_weights_recorded_as_each_step_begins(tmp_path, case, extra):
     """Every parameter at every step, as the update before it left it (fp32 parameters under
-    autocast; a model cast to bf16)."""
-    db, out = record(tmp_path, case, False, ("--print-wmax",))
+    autocast; a model cast to bf16; FSDP1's flat parameters)."""
+    db, out = record(tmp_path, case, False, ("--print-wmax",) + extra)
     log = tmp_path / "out.log"
     log.write_text(out)
     assert check_report.check_weights(db, str(log)) == 0
@@ -275,12 +281,46 @@ def test_accumulated_loss_is_the_sum(tmp_path):
 
 @pytest.mark.parametrize("extra", [("--checkpoint", "nonreentrant"),
                                    ("--checkpoint", "reentrant"), ("--wrap", "ddp"),
-                                   ("--wrap", "fsdp"), ("--clip", "1e9")],
+                                   ("--wrap", "fsdp"), ("--clip", "1e9"), ("--wrap", "fsdp1"),
+                                   ("--checkpoint", "wrapper"),
+                                   ("--wrap", "fsdp1", "--checkpoint", "wrapper")],
                          ids=lambda e: "-".join(e).strip("-"))
 def test_wrapped_or_checkpointed_records_the_same_rows(tmp_path, extra):
+    """The wrappers' modules are not layers: the rows of the model's own, under its names."""
     plain, _ = record(tmp_path, "attn", True)
     other, _ = record(tmp_path, "attn", True, extra)
     assert check_report.check_same(plain, other) == 0
+
+
+@pytest.mark.parametrize("extra", [("--wrap", "fsdp1"), ("--wrap", "fsdp1-flat"),
+                                   ("--checkpoint", "wrapper")],
+                         ids=lambda e: "-".join(e).strip("-"))
+def test_wrapped_model_records_the_same_ops(tmp_path, extra):
+    """The op step holds the model's ops, none of the wrappers' own code (FSDP1's)."""
+    plain, _ = record(tmp_path, "attn", True)
+    other, _ = record(tmp_path, "attn", True, extra)
+    assert check_report.check_same_ops(plain, other) == 0
+
+
+@pytest.mark.parametrize("extra", [(), ("--wrap", "fsdp1"), ("--wrap", "fsdp1-flat")],
+                         ids=lambda e: "-".join(e).strip("-") or "plain")
+def test_gradient_overflows_traced(tmp_path, extra):
+    """The sawtooth's overflowing backward re-run op by op; under FSDP1, whose backward hooks
+    reset the step's gradients, named per module, and the training goes on as it would."""
+    db, _ = record(tmp_path, "sawtooth", False, extra)
+    assert check_report.check_bwd(db, per_module=bool(extra)) == 0
+    r = report(db)
+    assert check_report.expect("sawtooth", r["findings"][0]) is None, r["findings"][0]
+
+
+def test_fsdp1_flat_parameters_are_recorded_as_they_are(tmp_path):
+    """FSDP1 with use_orig_params=False trains one flat parameter a unit: the weight rows are
+    theirs, named after the unit's module, and the outputs' rows those of the plain model."""
+    plain, _ = record(tmp_path, "attn", True)
+    flat, _ = record(tmp_path, "attn", True, ("--wrap", "fsdp1-flat"))
+    assert check_report.check_same(plain, flat, kinds=("activation", "activation_grad")) == 0
+    assert check_report.check_weight_names(
+        flat, ["_flat_param", "blocks.0._flat_param", "blocks.1._flat_param"]) == 0
 
 
 @pytest.mark.parametrize("how", ["wrap", "inplace", "blocks", "graphs"])
