@@ -185,6 +185,23 @@ class Judge:
         for t in bad_outs:
             self.carriers[id(t)] = (weakref.ref(t), carried)
 
+    def pass_through(self, inputs, outputs):
+        """An op of a wrapper's own code (FSDP1's: the parameters gathered, the inputs cast to
+        its param_dtype), which is not the model's: no event, its outputs what its inputs were
+        (the data, a mask, carriers of made values)."""
+        data = any(id(t) in self.data for t in inputs)
+        masked = any(id(t) in self.masked for t in inputs)
+        made = next((m for m in map(self._carried, inputs) if m is not None), None)
+        for t in outputs:
+            if data:
+                self.data.add(id(t))
+            if masked:
+                self.masked.add(id(t))
+            if data or masked:
+                self.keep.append(t)
+            if made is not None:
+                self.carriers[id(t)] = (weakref.ref(t), made)
+
     def finish(self, result):
         """The end of what was judged (result: the forward's output, the loss): emits the
         first Made that reached it and returns its kind, else None."""
@@ -199,7 +216,8 @@ class Judge:
 
 class OpTracer(TorchDispatchMode):
     """The forward re-run: every aten op's inputs and outputs, in the innermost module (layers:
-    the layer stack, None on top in a wrapper's own code, which is not judged)."""
+    the layer stack, None on top in a wrapper's own code, which is looked through:
+    Judge.pass_through)."""
 
     def __init__(self, judge, layers):
         super().__init__()
@@ -208,7 +226,9 @@ class OpTracer(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if self.layers[-1] is None:  # a wrapper's own code (FSDP1's), not the model's
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            self.j.pass_through(float_tensors((args, kwargs)), float_tensors(out))
+            return out
         before = {id(t): None if overwritten else self.j.before_write(t)
                   for t, overwritten in written(func, args, kwargs) if t.is_floating_point()}
         out = func(*args, **kwargs)

@@ -88,10 +88,10 @@ run again on one process alone: its broken steps are searched per module, from t
 (as is a broken forward whose re-run did not break again).
 
 FSDP1 (FullyShardedDataParallel) and the activation-checkpoint wrapper: a wrapper is no layer of
-its own (its module's name, its code neither judged nor in the op step). FSDP1's flat parameters
-(use_orig_params=False) are recorded as they are. A broken forward runs again through the
-outermost FSDP1 wrapper; a broken backward does not (FSDP1's backward hooks reset the step's
-gradients): it is named per module.
+its own (its module's name; its code looked through by the re-run's judge, not in the op step).
+FSDP1's flat parameters (use_orig_params=False) are recorded as they are. A broken forward runs
+again through the outermost FSDP1 wrapper; a broken backward does not (FSDP1's backward hooks
+reduce the step's gradients and reset them): it is named per module.
 """
 import atexit
 import collections
@@ -143,6 +143,9 @@ _RERUNS_BEFORE_STREAKS = 10
 _LATE = ("traced per module when the step was recorded, after the optimizer had stepped on "
          "these gradients; check_grads (ampprobe run --check-grads) traces it op by op at its "
          "step")
+# a backward that broke under FSDP1, whose backward is not run again (Watcher._take_wrappers)
+_NO_BWD_RERUN = ("traced per module, not op by op: FSDP1's backward hooks reduce the gradients "
+                 "and reset them, so a backward is not run again")
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
@@ -325,8 +328,8 @@ def _tag_nodes(out, layer, func):
 def _layer_stack_hooks(layer_of, stack, quiet=frozenset()):
     """Global module hooks that keep stack[-1] the layer of the innermost module running (the
     bottom entry stays), None in the code of a wrapper (quiet: their ids) around the module it
-    wraps (FSDP1's: its parameters gathered, its gradients' views made), which is not the
-    model's; returns their handles."""
+    wraps (FSDP1's: its parameters gathered and viewed, the inputs cast to its param_dtype),
+    which is not the model's; returns their handles."""
     def pre(m, inputs):
         stack.append(None if id(m) in quiet else layer_of.get(id(m), stack[-1]))
 
@@ -579,46 +582,63 @@ def _compiled(m):
     return _optimized(m) or getattr(m, "_compiled_call_impl", None) is not None
 
 
+_FSDP1, _CKPT = "_fsdp_wrapped_module", "_checkpoint_wrapped_module"  # (their wrapped modules)
+
+
+def _fsdp1(m):
+    """Whether module m is FSDP1's FullyShardedDataParallel."""
+    return _FSDP1 in m._modules
+
+
 def _wrapper(m):
-    """Whether module m wraps one module to run it, under its name (layer_name): FSDP1's
-    FullyShardedDataParallel, torch.distributed's activation-checkpoint and offload wrappers.
-    Not a layer of its own (its output is the wrapped module's)."""
-    mods = m._modules
-    return "_fsdp_wrapped_module" in mods or "_checkpoint_wrapped_module" in mods
+    """Whether module m wraps one module to run it, under its name (layer_name), and is not a
+    layer of its own (its output is the wrapped module's): FSDP1's FullyShardedDataParallel,
+    torch.distributed's activation-checkpoint and offload wrappers. (torch.compile's wrapper of
+    a module is the layer: its hooks run outside the compiled code.)"""
+    return _fsdp1(m) or _CKPT in m._modules
 
 
-def _wrapped(m):
-    """What _wrapper m wraps."""
-    mods = m._modules
-    return mods.get("_fsdp_wrapped_module") or mods["_checkpoint_wrapped_module"]
+def _step_in(m):
+    """The module that m runs as its own forward when m is a wrapper (torch.compile's,
+    data-parallel, _wrapper), else m."""
+    if _optimized(m):
+        return m._orig_mod
+    if _wrapper(m):
+        return m._modules[_FSDP1 if _fsdp1(m) else _CKPT]
+    return _unwrap(m)
 
 
-def _inner(model):
-    """The model under torch.compile's, data-parallel and FSDP1's wrappers, in any order: what
-    is named (the wrappers are what the loop calls)."""
+def _chain(model):
+    """model, then each module that the wrappers around it run in turn, to the model itself
+    (_inner), in any order of wrapping."""
     while True:
-        m = model._orig_mod if _optimized(model) else \
-            _wrapped(model) if _wrapper(model) else _unwrap(model)
+        yield model
+        m = _step_in(model)
         if m is model:
-            return m
+            return
         model = m
 
 
-def _runner(outer, model):
-    """What runs model (_inner(outer)) again: the outermost FSDP1 wrapper on the way, which
-    gathers the parameters it holds first (the model's own would be stale or freed), else model
-    itself."""
-    m = outer
-    while m is not model:
-        if "_fsdp_wrapped_module" in m._modules:
+def _inner(model):
+    """The model under torch.compile's, data-parallel and FSDP1's wrappers: what is named (the
+    wrappers are what the loop calls)."""
+    for m in _chain(model):
+        pass
+    return m
+
+
+def _runner(outer):
+    """What runs _inner(outer) again: the outermost FSDP1 wrapper on the way, which gathers the
+    parameters it holds first (the model's own would be stale or freed), else the model."""
+    for m in _chain(outer):
+        if _fsdp1(m):
             return m
-        m = m._orig_mod if _optimized(m) else _wrapped(m) if _wrapper(m) else _unwrap(m)
-    return model
+    return m
 
 
 def _named(root):
-    """root's modules as layers and wrappers of them ((layer name, module) lists): the
-    wrappers (_wrapper) share the names of what they wrap, which alone is hooked."""
+    """root's modules as layers, and the wrappers of them ((layer name, module) lists): a
+    wrapper (_wrapper) shares the name of what it wraps, which alone is hooked."""
     named, wrappers = [], []
     for n, m in root.named_modules():
         (wrappers if _wrapper(m) else named).append((layer_name(n), m))
@@ -723,22 +743,14 @@ class Watcher:
         self._plist = []  # the floating parameters
         self._pentries = []  # their statistics entries (layer, kind, name, dtype)
         self._wentries = []  # their gradients'
-        self._sharded, self._rerunnable = False, True
+        self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
+        self.quiet = set()  # ids of the wrappers around modules (_layer_stack_hooks)
         self._take_modules(named, lambda n: ids[n], "")
-        self.layer_of.update((id(m), ids[n]) for n, m in wrappers)
-        self.layer_of[id(self.outer)] = ids[""]
-        self._runner = _runner(self.outer, model)
-        self.quiet = {id(m) for m in self.outer.modules() if _wrapper(m)}  # (_layer_stack_hooks)
-        # FSDP1: its backward hooks reduce and reset the gradients (a backward run again clears
-        # those of the step); over several processes the forward gathers parameters from the
-        # others too
-        fsdp1 = [m for m in self.outer.modules() if "_fsdp_wrapped_module" in m._modules]
-        self._bwd_rerunnable = not fsdp1
-        if any(getattr(m, "world_size", 1) > 1 for m in fsdp1):
-            self._sharded, self._rerunnable = True, False
+        self._take_wrappers(self.outer, wrappers, ids[""])
+        self._runner = _runner(self.outer)
         # the model runs compiled as a whole (its output is recorded as the root's), or parts
         # (theirs are recorded from outside: `parts`)
-        self.compiled_root = _compiled(self.outer) or _compiled(model)
+        self.compiled_root = any(_compiled(m) for m in _chain(self.outer))
         inside = set()  # ids of the modules that run in compiled code: never hooked
         parts = []
         for n, m in named:
@@ -967,7 +979,7 @@ class Watcher:
         cannot be (it runs compiled)."""
         if any(_compiled(m) for m in root.modules()):
             return False
-        root = _inner(root)  # (what DistributedDataParallel wraps: its hooks run in the call)
+        outer, root = root, _inner(root)  # (what DDP wraps: its hooks run in the call)
         base = name or _vocab.class_name(root)
         taken = {r[2] for r in _layers.rows}
         name, k = base, 2
@@ -992,9 +1004,7 @@ class Watcher:
             return name + "." + n if n else ""
 
         self._take_modules(named, lambda n: ids[key(n)], name + ".")
-        self.layer_of.update((id(m), ids[key(n)]) for n, m in wrappers
-                             if key(n) in ids and id(m) not in self.layer_of)
-        self.quiet.update(id(m) for _, m in wrappers)
+        self._take_wrappers(outer, wrappers, ids[""])
         for n, m in named:  # (its own output read as the model's is: only when it is one module)
             self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
             if n or len(named) == 1:
@@ -1066,6 +1076,30 @@ class Watcher:
         # a forward that gathers parameters from other processes cannot run again on this one
         # alone (theirs would wait in the collective): a broken step is searched per module
         self._rerunnable &= not any(_spans_processes(p) for p in sharded)
+
+    def _take_wrappers(self, outer, wrappers, root_layer):
+        """The wrappers of a model as the loop calls it (outer): those around the model (in
+        root_layer) and those in it (wrappers, from _named), each in the layer of what it wraps,
+        their code quiet (_layer_stack_hooks). FSDP1 rules out running a broken step's backward
+        again (its backward hooks reduce the gradients and reset them: a re-run cleared those of
+        the step) and, over several processes, its forward (it gathers the parameters from the
+        others)."""
+        inner = _inner(outer)
+        for m in _chain(outer):  # around the model
+            if m is not inner:
+                self.layer_of.setdefault(id(m), root_layer)
+        for _, m in wrappers:  # in it, in the layer of what it wraps (found by the module: one
+            # wrapped twice is listed once by named_modules(), under one of the names)
+            lid = self.layer_of.get(id(_inner(m)))
+            if lid is not None:
+                self.layer_of.setdefault(id(m), lid)
+        mods = list(outer.modules())
+        self.quiet.update(id(m) for m in mods if _wrapper(m))
+        fsdp1 = [m for m in mods if _fsdp1(m)]
+        if fsdp1:
+            self._bwd_rerunnable = False
+        if any(getattr(m, "world_size", 1) > 1 for m in fsdp1):
+            self._sharded, self._rerunnable = True, False
 
     def on_optimizer_step(self, optimizer, args=(), kwargs=None):
         """An optimizer is about to step: the end of the step when there is no scaler; the
@@ -1526,15 +1560,16 @@ class Watcher:
                            "the loss computation outside the model produced non-finite values"
                            if loss_event else "the loss itself became non-finite")
         fwd_fine = not (fwd_event or loss_event or loss_bad)  # so the backward broke, if it did
+        bwd_why = "" if self._bwd_rerunnable else _NO_BWD_RERUN
         if found_inf and fwd_fine:
             if not bwd_found:
-                self._backward_producer(d, copy.result()[0])
+                self._backward_producer(d, copy.result()[0], bwd_why)
             self.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
                            "gradients overflowed at loss scale %g while the forward pass stayed "
                            "finite: a loss-scale overflow, the step was skipped and the scale "
                            "backed off to %g" % (scale[0], scale[2]))
         elif d.grads_bad and fwd_fine and not bwd_found:  # no scaler: the optimizer steps on them
-            self._backward_producer(d, copy.result()[0])
+            self._backward_producer(d, copy.result()[0], bwd_why)
         elif scale is None and not d.grads_bad and summary is not None and \
                 summary.nonfinite[WEIGHT_GRAD] and not fwd_bad and not loss_bad:
             # seen now, a step late (no check_grads): the optimizer has stepped on them
@@ -1737,7 +1772,7 @@ class Watcher:
         whose output is non-finite. Emits nonfinite_producer (bwd) with the layer and forward op
         of the autograd node it ran in (left: the forward's non-finite values that did not reach
         its end, Made); False when it found none or could not be done."""
-        params = _leaves(loss)
+        params = [p for p in self._plist if p.requires_grad]
         if not params:
             return False
         tracer = _BwdTracer(self, d.step, left)
@@ -1752,23 +1787,6 @@ class Watcher:
         finally:  # (the re-run's graph, held by the caller, let go of on this thread)
             _worker_idle({p.device for p in params})
         return tracer.event is not None
-
-
-def _leaves(t):
-    """The leaf tensors that t's autograd graph accumulates gradients into: the parameters the
-    forward used, as it used them (FSDP1's flat parameters, whose views the modules computed
-    with, where the modules' own parameters are left out of the graph)."""
-    seen, todo, out = set(), [t.grad_fn], []
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        v = getattr(node, "variable", None)  # an AccumulateGrad's
-        if v is not None:
-            out.append(v)
-        todo.extend(f for f, _ in node.next_functions)
-    return out
 
 
 class _Done:

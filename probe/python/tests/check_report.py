@@ -27,14 +27,14 @@ a module in blocks.1.attn, a NaN batch no longer there at layers.0, the residual
 "made in it" where a module's inputs were other modules' outputs. With --bwd, the run's gradient
 overflows must have been traced op by op (the backward re-run): a backward nonfinite_producer event
 naming a layer, a forward op and the autograd node it ran in; --bwd --per-module: named per module
-from the statistics instead (FSDP1, whose backward hooks rule out a backward re-run). With --ops,
-a TinyGPT run's op step (step 1) must be in AMP_OPS with autocast's decisions: the attention's
-linear layers in f16 (lower_precision_fp), its softmax upcast to f32 (fp32_set_opt_dtype), the
-loss's cross_entropy at the top level in f32, every GEMM's FLOPs 2*M*N*K. With --same, two runs
-of one seeded script (on different GPUs) must have recorded the same statistics rows, step by step
-(--step: that step's; --kinds: of those kinds); with --same-ops, the same op rows in their op
-steps (AMP_OPS: layer, op, dtypes, autocast's policy, shapes; a wrapper's own code is none of the
-model's ops).
+from the statistics instead, saying so (FSDP1, whose backward hooks rule out a backward re-run).
+With --ops, a TinyGPT run's op step (step 1) must be in AMP_OPS with autocast's decisions: the
+attention's linear layers in f16 (lower_precision_fp), its softmax upcast to f32
+(fp32_set_opt_dtype), the loss's cross_entropy at the top level in f32, every GEMM's FLOPs 2*M*N*K.
+With --same, two runs of one seeded script (on different GPUs) must have recorded the same
+statistics rows, step by step (--step: that step's; --kinds: of those kinds); with --same-ops, the
+same op rows in their op steps (AMP_OPS: layer, op, dtypes, autocast's policy, shapes; a wrapper's
+own code is none of the model's ops).
 With --mem, the run's AMP_STEPS must hold torch's memory peak at its first step, every 100th and its
 last (and only there), never falling. With --loss, every step's loss in AMP_STEPS must be the one
 the script printed ("step N loss X": with gradient accumulation, the sum over the micro-batches of
@@ -182,7 +182,8 @@ def check_bwd(path, per_module=False):
         "SELECT e.step, l.name, e.op, e.detail FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l "
         "ON l.pid = e.pid AND l.id = e.layer_id WHERE e.kind = 'nonfinite_producer' "
         "AND e.phase = 'bwd' ORDER BY e.id").fetchall()
-    ok = bool(rows) and all(name and op and (detail or "").startswith("in ") != per_module
+    ok = bool(rows) and all(name and op and ("traced per module" in (detail or "") if per_module
+                                             else (detail or "").startswith("in "))
                             for _, name, op, detail in rows)
     first = rows[0] if rows else None
     print("%s backward producers %s: %d events; first: %s" % (

@@ -12,13 +12,15 @@ and an overflow after it is named; NaN in the data and a NaN parameter are named
 go in, also when where() leaves that parameter's values out; an in-place add is judged on its
 input as it was before the write; masks (masked_fill, a float mask passed in, item assignment)
 are no fault, a softmax over a row masked whole and a loss of a masked logit are; a router's
-entropy over top-2 probabilities carries log's -inf through its mul to the where that leaves it
-out (what the backward's producer is told). Then ampprobe/_links.py's Links, what names a backward
-traced per module: what reads each module's output (a module in a chain, the next block of a
-residual stream, the code of a router's gate, the loss for the model's output, code when two
-modules read it; code that reads it beside one module is not seen), and which modules' outputs
-each module's inputs were (what says a forward's first non-finite output was made in it), also
-through the identity function FSDP2 puts on a module's inputs.
+entropy over top-2 probabilities carries log's -inf through its mul to the where that leaves it out
+(what the backward's producer is told); a wrapper's own code (FSDP1's) is looked through: its
+slices of a NaN gradient are no event, the NaN data it casts still the data. Then
+ampprobe/_links.py's Links, what names a backward traced per module: what reads each module's
+output (a module in a chain, the next block of a residual stream, the code of a router's gate, the
+loss for the model's output, code when two modules read it; code that reads it beside one module is
+not seen), and which modules' outputs each module's inputs were (what says a forward's first
+non-finite output was made in it), also through the identity function FSDP2 puts on a module's
+inputs.
 """
 import sys
 
@@ -43,12 +45,13 @@ class Events:
         self.events.append((op, kind))
 
 
-def judge(model, *args):
-    """Runs model(*args) as a broken step's re-run does; returns (events, the judge)."""
+def judge(model, *args, layers=None):
+    """Runs model(*args) as a broken step's re-run does (layers: the layer stack, [0]); returns
+    (events, the judge)."""
     w = Events()
     j = _judge.Judge(w, 3, _judge.float_tensors(args), list(model.buffers()))
     try:
-        with _judge.OpTracer(j, [0]):
+        with _judge.OpTracer(j, [0] if layers is None else layers):
             out = model(*args)
     except _judge.Found:
         return w.events, j
@@ -115,6 +118,24 @@ class Router(nn.Module):
         return torch.where(p > 0, p * p.log(), torch.zeros(())).sum(-1).mean()
 
 
+class Wrapper(nn.Module):
+    """FSDP1's wrapper, as the re-run sees it: its own code (the layer stack's top None, as
+    torch.py's hooks push it) casts the inputs to the parameters' dtype and slices its flat
+    gradient (NaN: the broken step's), then the wrapped module runs."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.layers, self.inner = layers, nn.Linear(8, 4)
+        self.flat_grad = torch.full((40,), float("nan"))
+
+    def forward(self, x):
+        self.layers.append(None)
+        x = x.to(torch.float32)
+        views = self.flat_grad.split(32)  # noqa: F841  (the gradients' views FSDP1 makes)
+        self.layers.pop()
+        return self.inner(x)
+
+
 def cases():
     torch.manual_seed(0)
     x = torch.randn(2, 8)
@@ -157,6 +178,13 @@ def cases():
     made = [(m.op, sorted(m.ops), m.left_out_by, m.what) for m in j.made]
     yield "a router's entropy", ev == [] and made == [("log", ["log", "mul"], "where", "-inf")], \
         (ev, made)
+    layers = [0]
+    ev, _ = judge(Wrapper(layers), torch.randn(2, 8, dtype=torch.float64), layers=layers)
+    yield "a wrapper's own code on a NaN gradient", ev == [], ev
+    bad = torch.randn(2, 8, dtype=torch.float64)
+    bad[1, 2] = float("nan")
+    ev, _ = judge(Wrapper(layers), bad, layers=layers)
+    yield "NaN data cast by a wrapper", ev == [("addmm", "nonfinite_input")], ev
 
 
 class Block(nn.Module):  # x + lin(ln(x))

@@ -97,6 +97,7 @@ one residual-fsdp1-ckptw "" --case residual --wrap fsdp1 --checkpoint wrapper &
 one attn-healthy-fsdp1 "" --case attn --healthy --wrap fsdp1 &
 one attn-healthy-fsdp1-flat "" --case attn --healthy --wrap fsdp1-flat &
 one attn-healthy-ckptw "" --case attn --healthy --checkpoint wrapper &
+one attn-ckptw "" --case attn --checkpoint wrapper &
 one attn-healthy-fsdp1-ckptw "" --case attn --healthy --wrap fsdp1 --checkpoint wrapper &
 one sawtooth-fsdp1 "" --case sawtooth --wrap fsdp1 &
 one attn-ddp "" --case attn --wrap ddp &
@@ -238,15 +239,23 @@ python3 "$HERE/check_report.py" "$WORK/p-router-bf16-late.json" router-late || f
 # the bridge's replay of a broken step's loss computation leaves the program's state as it was:
 # the random state (a dropout in the loss: the same batches and losses as without ampprobe) and
 # the program's tensors (a running total of the loss: the same totals)
+# (and a broken step's forward run again through FSDP1 leaves its training as it was)
+same_steps() { # NAME LOG PLAIN_LOG
+    if [ -n "$(grep '^step' "$2")" ] && diff <(grep '^step' "$3") <(grep '^step' "$2") >/dev/null
+    then
+        echo "PASS $1: the losses and totals printed with and without ampprobe are the same"
+    else
+        echo "FAIL $1: the losses or totals printed with and without ampprobe differ"; fail=1
+    fi
+}
 for c in zerograd running; do
     python3 "$HERE/gpu_patterns.py" --case $c >"$WORK/p-$c-plain.log" 2>&1
-    if [ -n "$(grep '^step' "$WORK/p-$c.log")" ] &&
-        diff <(grep '^step' "$WORK/p-$c-plain.log") <(grep '^step' "$WORK/p-$c.log") >/dev/null; then
-        echo "PASS $c: the losses and totals printed with and without ampprobe are the same"
-    else
-        echo "FAIL $c: the losses or totals printed with and without ampprobe differ"; fail=1
-    fi
+    same_steps "$c" "$WORK/p-$c.log" "$WORK/p-$c-plain.log"
 done
+python3 "$HERE/gpu_faults.py" --case sawtooth --wrap fsdp1 >"$WORK/sawtooth-fsdp1-plain.log" 2>&1
+same_steps sawtooth-fsdp1 "$WORK/sawtooth-fsdp1.log" "$WORK/sawtooth-fsdp1-plain.log"
+python3 "$HERE/gpu_faults.py" --case attn --wrap fsdp1 >"$WORK/attn-fsdp1-plain.log" 2>&1
+same_steps attn-fsdp1 "$WORK/attn-fsdp1.log" "$WORK/attn-fsdp1-plain.log"
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth-fsdp1.sqlite" --per-module || fail=1
@@ -260,7 +269,7 @@ python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
     nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan \
     nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn attn-fsdp1:attn \
-    nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual; do
+    nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual attn-ckptw:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \

@@ -313,6 +313,22 @@ def test_gradient_overflows_traced(tmp_path, extra):
     assert check_report.expect("sawtooth", r["findings"][0]) is None, r["findings"][0]
 
 
+@pytest.mark.parametrize("case,extra", [("sawtooth", ("--wrap", "fsdp1")),
+                                        ("attn", ("--wrap", "fsdp1-flat")),
+                                        ("nan", ("--wrap", "fsdp1", "--checkpoint", "wrapper"))],
+                         ids=["sawtooth-fsdp1", "attn-fsdp1-flat", "nan-fsdp1-ckptw"])
+def test_fsdp1_trains_as_without_ampprobe(tmp_path, case, extra):
+    """A broken step's forward run again through FSDP1 leaves the training as it was: the
+    losses and scales the script prints are those it prints without ampprobe."""
+    _, out = record(tmp_path, case, False, extra)
+    plain = subprocess.run([sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
+                           + list(extra), capture_output=True, text=True, timeout=600)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    steps = [[line for line in o.splitlines() if line.startswith("step ")]
+             for o in (out, plain.stdout)]
+    assert steps[0] and steps[0] == steps[1], steps
+
+
 def test_fsdp1_flat_parameters_are_recorded_as_they_are(tmp_path):
     """FSDP1 with use_orig_params=False trains one flat parameter a unit: the weight rows are
     theirs, named after the unit's module, and the outputs' rows those of the plain model."""
