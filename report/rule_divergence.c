@@ -117,7 +117,7 @@ static void add_divergence(const report_model *m, const report_process *p, repor
                  "training diverged at step %lld: the loss rose from %.4g to %.4g (step %lld) "
                  "and was %s",
                  (long long)at, p->loss0, p->loss_max, (long long)p->loss_max_step, ended);
-    char norms[192] = "", weights[384] = "", skips[160] = "", rise[320];
+    char norms[192] = "", weights[320] = "", skips[160] = "", rise[320]; // (detail holds them all)
     const bool norm_at = st && st->grad_norm > 0 && isfinite(st->grad_norm);
     if (p->grad_norm0 > 0 && norm_at)
         snprintf(norms, sizeof norms, ", and the gradient norm from %.4g to %.4g (x%.3g)",

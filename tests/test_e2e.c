@@ -621,14 +621,15 @@ START_TEST(test_pause_between_steps_and_exit_after_free) {
 END_TEST
 
 // A forward of more ops than the instrumentation's queue holds (it reads the queue within the
-// step, and the ops after queue the parameters again): still one weight row a parameter a step.
+// step, and the ops after queue the parameters again): still one weight row a parameter a step,
+// in the parameter's layer, step 0's too (read before its backward named the layer: held); and
+// in steps without a backward, in no layer, each row written as its step ends.
 START_TEST(test_weights_recorded_once_a_step_however_full) {
     test_dir_create("full");
     setenv("EXIT_PROG_EXTRA_OPS", "66000", 1);
     const char *args[] = {"run", "-o", "run.sqlite", "--",    AMP_BINARY_DIR "/tests/amp_exit_prog",
                           "cpu", "2",  "0",          "_exit", NULL};
     const int rc = test_wait_ampprobe(test_spawn_ampprobe(args));
-    unsetenv("EXIT_PROG_EXTRA_OPS");
     ck_assert_int_eq(rc, 0);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open_v2(test_in_dir("run.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),
@@ -637,8 +638,26 @@ START_TEST(test_weights_recorded_once_a_step_however_full) {
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE kind = "
                                         "'weight' AND op = 'model.weight'"),
                      2);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS w JOIN AMP_LAYERS "
+                                        "l ON l.pid = w.pid AND l.id = w.layer_id WHERE w.kind = "
+                                        "'weight' AND l.name = 'model'"),
+                     2);
+    sqlite3_close(db);
+    setenv("EXIT_PROG_NO_BACKWARD", "1", 1);
+    const char *eval[] = {"run", "-o", "eval.sqlite", "--", AMP_BINARY_DIR "/tests/amp_exit_prog",
+                          "cpu", "2",  NULL};
+    const int rc_eval = test_wait_ampprobe(test_spawn_ampprobe(eval));
+    unsetenv("EXIT_PROG_NO_BACKWARD");
+    unsetenv("EXIT_PROG_EXTRA_OPS");
+    ck_assert_int_eq(rc_eval, 0);
+    ck_assert_int_eq(sqlite3_open_v2(test_in_dir("eval.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),
+                     SQLITE_OK);
+    ck_assert_str_eq(query_text(db, "SELECT group_concat(step || ':' || ifnull(layer_id, "
+                                    "'-'), ' ') FROM AMP_TENSOR_STATS WHERE kind = 'weight'"),
+                     "0:- 1:-");
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS WHERE kind = "
-                                        "'weight' AND step = 1 AND layer_id IS NOT NULL"),
+                                        "'weight' AND step = 0 AND rowid < (SELECT min(rowid) "
+                                        "FROM AMP_TENSOR_STATS WHERE step = 1)"),
                      1);
     sqlite3_close(db);
     test_dir_remove();

@@ -87,6 +87,13 @@ typedef struct pending_scale {
     bool skipped;
 } pending_scale;
 
+// A parameter's row read before a backward gave the parameter its layer (a batch read within step
+// 0's forward, its queue full), held until one does or the step ends (release_held).
+typedef struct held_row {
+    entry e; // E_PARAM, its name owned
+    amp_stats s;
+} held_row;
+
 // A batch's queue: what ops described, in order, and the scale updates. A step's queue can be set
 // aside while its numbers come back (amp_instr.lag), so it is one struct.
 typedef struct step_queue {
@@ -121,6 +128,8 @@ typedef struct amp_instr {
     uint32_t params_epoch; // the batch whose parameters are queued
     int64_t params_step;   // the step whose parameters were recorded (weight rows)
     int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
+    held_row *held;    // parameters' rows waiting for their layers
+    int32_t n_held, cap_held;
     int64_t n_described, n_reused; // entries over the run; of them, taken from an earlier one
 
     amp_tensor_t *scale_recs[8]; // i32 [AMP_SCALE_REC] each: q.scales' records, on the backend
@@ -145,6 +154,7 @@ typedef struct amp_instr {
 } amp_instr;
 
 static double process(amp_ctx_t *ctx);
+static void release_held(amp_ctx_t *ctx);
 static void clear_slots(amp_ctx_t *ctx, int32_t n);
 static void finish_lagged(amp_ctx_t *ctx);
 
@@ -255,6 +265,8 @@ void amp_instr_free(amp_ctx_t *ctx) {
     amp_instr *in = ctx->instr;
     if (!in) return;
     process(ctx); // the last step, and what the unfinished one after it queued
+    release_held(ctx);
+    free(in->held);
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", (long long)in->n_described);
     amp_record_meta(&(amp_rec_meta){"stats_tensors", buf});
@@ -725,6 +737,7 @@ void amp_instr_backward_end(amp_ctx_t *ctx) {
         }
     }
     batch_flush(ctx, &b);
+    if (in->n_held) release_held(ctx); // (the parameters have their layers now)
 }
 
 void amp_instr_autocast_dtype(amp_ctx_t *ctx, amp_dtype t) {
@@ -794,6 +807,33 @@ static void emit_stats(const entry *e, amp_stats_kind kind, const amp_stats *s) 
         .numel = s->numel, .min = s->min, .max = s->max, .amax = s->amax, .n_nan = s->n_nan,
         .n_posinf = s->n_posinf, .n_neginf = s->n_neginf, .n_overflow = s->n_overflow,
         .n_underflow = s->n_underflow, .n_zero = s->n_zero});
+}
+
+// Holds a parameter's row (its name with it) until a backward gives the parameter its layer.
+static void hold(amp_instr *in, const entry *e, const amp_stats *s) {
+    if (in->n_held == in->cap_held) {
+        in->cap_held = in->cap_held ? 2 * in->cap_held : 16;
+        in->held = amp_xrealloc(in->held, (size_t)in->cap_held * sizeof *in->held);
+    }
+    in->held[in->n_held++] = (held_row){*e, *s};
+}
+
+// Emits the held rows, each in the layer of the one parameter of its name (none when no
+// parameter or several have it: "param", the unnamed ones').
+static void release_held(amp_ctx_t *ctx) {
+    amp_instr *in = ctx->instr;
+    for (int32_t k = 0; k < in->n_held; k++) {
+        held_row *h = &in->held[k];
+        int found = 0;
+        for (size_t j = 0; j < ctx->n_persist; j++) {
+            const amp_tensor_t *p = ctx->persist[j];
+            if (p->requires_grad && strcmp(param_name(p), h->e.op) == 0)
+                h->e.layer = found++ ? -1 : p->layer;
+        }
+        emit_stats(&h->e, AMP_STATS_WEIGHT, &h->s);
+        free((char *)h->e.op);
+    }
+    in->n_held = 0;
 }
 
 // A forward output: its statistics, and whether it produced or propagated a non-finite value.
@@ -918,6 +958,10 @@ static double process_queue(amp_ctx_t *ctx) {
         case E_LEAF:
             break;
         case E_PARAM:
+            if (e->record && e->layer < 0 && in->q.backwards == 0) {
+                hold(in, e, s);
+                break;
+            }
             if (e->record) emit_stats(e, AMP_STATS_WEIGHT, s);
             free((char *)e->op);
             break;
@@ -1046,6 +1090,7 @@ static void step_end(amp_ctx_t *ctx, float loss, const amp_tensor_t *loss_t) {
             if (loss_t) loss = amp_tensor_item(loss_t);
             emit_step(ctx, rec_step(ctx), start, end, mem_peak, loss, stats_step, process(ctx));
         }
+        if (in->n_held) release_held(ctx); // (a step without a backward: in no layer)
         if (numbered.session == amp_record_session() && rec_step(ctx) + 1 > numbered.next)
             numbered.next = rec_step(ctx) + 1;
         in->step_start_ns = in->last_op_ns = amp_record_now_ns();

@@ -9,6 +9,7 @@
  *
  * EXIT_PROG_EXTRA_OPS=N in the environment: each forward adds N ops on a 1-element tensor before
  * the layer (more than the instrumentation's queue holds at once: it reads it within the step).
+ * EXIT_PROG_NO_BACKWARD=1: the steps run their forward alone (an evaluation loop).
  *
  * PAUSE_MS: the program idles that long between steps (a batch being loaded), then enters its
  * layer: no op's time may include the pause. `_exit`: it frees the context and ends with _exit()
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     amp_tensor_set_name(w, "model.weight");
     const char *extra_env = getenv("EXIT_PROG_EXTRA_OPS");
     const long extra = extra_env ? atol(extra_env) : 0;
+    const char *no_backward = getenv("EXIT_PROG_NO_BACKWARD");
     for (int s = 0, steps = atoi(argv[2]); s < steps; s++) {
         if (pause_ms) nanosleep(&(struct timespec){0, pause_ms * 1000000L}, NULL);
         amp_tensor_t *t = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, (int64_t[]){1});
@@ -56,7 +58,7 @@ int main(int argc, char **argv) {
         amp_layer_begin(ctx, "model");
         amp_tensor_t *loss = amp_mean(ctx, amp_gelu(ctx, amp_linear(ctx, x, w, NULL), false));
         amp_layer_end(ctx);
-        amp_backward(ctx, loss);
+        if (!no_backward || strcmp(no_backward, "1") != 0) amp_backward(ctx, loss);
         const amp_tensor_t *given = s % 3 == 2 ? amp_to(ctx, loss, AMP_DTYPE_F16) : loss;
         char key[32], value[32];
         snprintf(key, sizeof key, "exit_prog_loss_%d", s);
