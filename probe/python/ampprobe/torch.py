@@ -91,7 +91,8 @@ FSDP1 (FullyShardedDataParallel) and the activation-checkpoint wrapper: a wrappe
 its own (its module's name; its code looked through by the re-run's judge, not in the op step).
 FSDP1's flat parameters (use_orig_params=False) are recorded as they are. A broken forward runs
 again through the outermost FSDP1 wrapper; a broken backward does not (FSDP1's backward hooks
-reduce the step's gradients and reset them): it is named per module.
+reduce the step's gradients and reset them): it is named per module, and a step broken in the
+backward alone runs nothing again.
 """
 import atexit
 import collections
@@ -1546,7 +1547,9 @@ class Watcher:
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
             why = "a model sharded over several processes cannot run its forward again on one"
-            if self._rerunnable:
+            # (a break in the backward alone, which is not run again under FSDP1: the forward
+            # is not either, as it could only find what reached a loss that stayed finite)
+            if self._rerunnable and (fwd_bad or loss_bad or self._bwd_rerunnable):
                 fwd_event, loss_event, bwd_found = self._search(
                     d, bwd_bad and not loss_bad and self._bwd_rerunnable,
                     scale[0] if scale else 1.0)
