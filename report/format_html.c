@@ -366,12 +366,12 @@ static loss_bucket loss_bucket_of(const bucketing *k, size_t b) {
 
 // The step a divergence finding of process pid says its training diverged at; -1: none.
 static int64_t diverged_told(const report_findings *f, int32_t pid) {
+    double step;
     for (size_t i = 0; i < f->n; i++) {
         const report_finding *x = &f->v[i];
-        if (strcmp(x->rule, "divergence") != 0 || x->pid != pid) continue;
-        for (int e = 0; e < x->n_evidence; e++)
-            if (strcmp(x->evidence[e].key, "diverged_step") == 0)
-                return (int64_t)x->evidence[e].value;
+        if (strcmp(x->rule, "divergence") == 0 && x->pid == pid &&
+            report_finding_evidence_of(x, "diverged_step", &step))
+            return (int64_t)step;
     }
     return -1;
 }

@@ -1392,6 +1392,12 @@ void report_finding_evidence(report_finding *f, const char *key, double value) {
     f->n_evidence++;
 }
 
+bool report_finding_evidence_of(const report_finding *f, const char *key, double *value) {
+    for (int i = 0; i < f->n_evidence; i++)
+        if (strcmp(f->evidence[i].key, key) == 0) return *value = f->evidence[i].value, true;
+    return false;
+}
+
 const char *report_cut_name(char *dst, size_t n, const char *s) {
     static const char more[] = "\u2026";
     size_t len = strlen(s ? s : "");
@@ -1821,12 +1827,9 @@ static bool went_past_error(const report_summary *s, const report_findings *f) {
     for (size_t i = 0; i < f->n; i++)
         errors += f->v[i].severity == AMP_SEVERITY_ERROR;
     if (errors != 1 || f->v[0].severity != AMP_SEVERITY_ERROR) return false;
-    const report_finding *top = &f->v[0];
-    for (int i = 0; i < top->n_evidence; i++)
-        if (strcmp(top->evidence[i].key, "nonfinite_losses_after") == 0)
-            return top->evidence[i].value == 0 && top->last_step < s->last_step &&
-                   isfinite(s->final_loss);
-    return false;
+    double after;
+    return report_finding_evidence_of(&f->v[0], "nonfinite_losses_after", &after) && after == 0 &&
+           f->v[0].last_step < s->last_step && isfinite(s->final_loss);
 }
 
 bool report_went_past_error(const report_model *m, const report_findings *f) {

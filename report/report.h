@@ -571,6 +571,8 @@ typedef struct report_findings {
 report_finding *report_finding_add(report_findings *out, const char *rule, amp_severity severity);
 // Appends one evidence number (ignored past REPORT_EVIDENCE_MAX: a rule bug, asserted in debug).
 void report_finding_evidence(report_finding *f, const char *key, double value);
+// The evidence number of that key into *value; false when f has none.
+bool report_finding_evidence_of(const report_finding *f, const char *key, double *value);
 // Sets layer/op/phase from a model's names (NULL: left empty).
 void report_finding_where(report_finding *f, const char *layer, const char *op, const char *phase);
 // Where a finding is in a run of several processes: "in tiny_gpt (pid 1234)", or "in 2

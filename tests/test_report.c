@@ -198,10 +198,18 @@ static const report_finding *first_of(const char *rule) {
 }
 
 static double evidence(const report_finding *f, const char *key) {
-    for (int i = 0; i < f->n_evidence; i++)
-        if (strcmp(f->evidence[i].key, key) == 0) return f->evidence[i].value;
-    ck_abort_msg("finding %s has no evidence %s", f->rule, key);
-    return NAN;
+    double v = NAN;
+    if (!report_finding_evidence_of(f, key, &v))
+        ck_abort_msg("finding %s has no evidence %s", f->rule, key);
+    return v;
+}
+
+// Runs rule divergence over the fixture, checks that it found one divergence, at `step`, and
+// releases the findings.
+static void diverges_at(int64_t step) {
+    divergences(1);
+    ck_assert_close(evidence(&findings.v[0], "diverged_step"), step, 0, 0);
+    release();
 }
 
 // Runs `ampprobe report ARGS...` with stderr captured into err_path; returns the exit status.
@@ -1020,9 +1028,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     release();
     // without gradient norms it takes the loss a hundredfold (step 1: 300 against 2.2)
     sql("UPDATE AMP_STEPS SET grad_norm = NULL;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 1, 0, 0);
-    release();
+    diverges_at(1);
     // a run resumed from a checkpoint (steps from 60) measures a trained model: before three
     // steps are in its base only a loss a hundredfold counts, so a rise to 90 at its second
     // step waits for its third
@@ -1033,9 +1039,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     ck_assert_close(evidence(&findings.v[0], "diverged_step"), 1, 0, 0);
     release();
     sql("UPDATE AMP_STEPS SET step = step + 60; UPDATE AMP_TENSOR_STATS SET step = step + 60;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 62, 0, 0);
-    release();
+    diverges_at(62);
     sql("UPDATE AMP_STEPS SET step = step - 60, loss = CASE step WHEN 61 THEN 300 ELSE loss END;"
         "UPDATE AMP_TENSOR_STATS SET step = step - 60;");
     // a loss spike whose gradient norm stayed within tenfold: none
@@ -1045,9 +1049,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     // ... but where a step has no norm (skipped: inf; left out by --stats-every) its loss a
     // hundredfold is one
     sql("UPDATE AMP_STEPS SET grad_norm = 9e999 WHERE step = 2;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 2, 0, 0);
-    release();
+    diverges_at(2);
     // the loss twice the first at one step and the norm tenfold at another: noise, none
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 2.2 WHEN 1 THEN 5 ELSE 2.3 END, "
         "grad_norm = CASE step WHEN 3 THEN 100 ELSE 7 END;");
@@ -1080,9 +1082,7 @@ START_TEST(divergence_with_finite_losses_is_found) {
     divergences(0);
     release();
     sql("UPDATE AMP_STEPS SET loss = 8.6e-4, grad_norm = 0.044 WHERE step >= 204;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 203, 0, 0);
-    release();
+    diverges_at(203);
     // ... whatever the focus: one that ends before the rise has stayed up three steps has it
     analyse("divergence", 200, 204);
     ck_assert_uint_eq(findings.n, 1);
@@ -1090,24 +1090,18 @@ START_TEST(divergence_with_finite_losses_is_found) {
     release();
     // a loss of 0 between (a fitted batch) is back down: the rise that stays up is the next one
     sql("UPDATE AMP_STEPS SET loss = 0 WHERE step = 204;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 205, 0, 0);
-    release();
+    diverges_at(205);
     // ... or one that goes a thousandfold, back down at once
     sql("UPDATE AMP_STEPS SET loss = CASE step % 4 WHEN 0 THEN 3.1e-5 WHEN 1 THEN 4e-5 WHEN 2 "
         "THEN 3.5e-4 ELSE 8.6e-4 END WHERE step >= 204; UPDATE AMP_STEPS SET loss = 0.1, "
         "grad_norm = 1 WHERE step = 205;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 205, 0, 0);
-    release();
+    diverges_at(205);
     sql("UPDATE AMP_STEPS SET step = step - 200; UPDATE AMP_TENSOR_STATS SET step = step - 200;");
     // a fresh run (from step 0) whose first loss was NaN is no resumed one: its spike counts
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 4 THEN 300 WHEN 2 THEN 2.3 ELSE 2.2 END, "
         "grad_norm = CASE step WHEN 4 THEN 100 ELSE 7 END;"
         "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0, grad_norm = NULL WHERE step = 0;");
-    divergences(1);
-    ck_assert_close(evidence(&findings.v[0], "diverged_step"), 4, 0, 0);
-    release();
+    diverges_at(4);
     // a forward that broke after it began (an overflow that the loss did not show) is
     // nonfinite-root-cause's
     sql("UPDATE AMP_STEPS SET loss = CASE step WHEN 0 THEN 2.2 WHEN 1 THEN 9 WHEN 2 THEN 1e6 "

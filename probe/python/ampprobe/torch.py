@@ -638,11 +638,14 @@ def _runner(outer):
 
 
 def _named(root):
-    """root's modules as layers, and the wrappers of them ((layer name, module) lists): a
-    wrapper (_wrapper) shares the name of what it wraps, which alone is hooked."""
+    """root's modules as layers ((layer name, module) list), and the wrappers of them (a
+    list): a wrapper (_wrapper) shares the name of what it wraps, which alone is hooked."""
     named, wrappers = [], []
     for n, m in root.named_modules():
-        (wrappers if _wrapper(m) else named).append((layer_name(n), m))
+        if _wrapper(m):
+            wrappers.append(m)
+        else:
+            named.append((layer_name(n), m))
     return named, wrappers
 
 
@@ -1089,7 +1092,7 @@ class Watcher:
         for m in _chain(outer):  # around the model
             if m is not inner:
                 self.layer_of.setdefault(id(m), root_layer)
-        for _, m in wrappers:  # in it, in the layer of what it wraps (found by the module: one
+        for m in wrappers:  # in it, in the layer of what it wraps (found by the module: one
             # wrapped twice is listed once by named_modules(), under one of the names)
             lid = self.layer_of.get(id(_inner(m)))
             if lid is not None:
