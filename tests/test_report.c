@@ -204,6 +204,11 @@ static double evidence(const report_finding *f, const char *key) {
     return v;
 }
 
+// Whether the first finding's title begins with prefix.
+static bool title_starts(const char *prefix) {
+    return strncmp(findings.v[0].title, prefix, strlen(prefix)) == 0;
+}
+
 // Runs rule divergence over the fixture, checks that it found one divergence, at `step`, and
 // releases the findings.
 static void diverges_at(int64_t step) {
@@ -909,10 +914,8 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
     // its divergence where it was (step 2)
     for (int lo = 3; lo <= 5; lo += 2) {
         analyse("nonfinite-root-cause", lo, 5);
-        ck_assert_msg(strncmp(findings.v[0].title,
-                              "training diverged before step 5 (the loss "
-                              "4.27 -> 1.1e+10 by step 4)",
-                              67) == 0,
+        ck_assert_msg(title_starts("training diverged before step 5 (the loss "
+                                   "4.27 -> 1.1e+10 by step 4)"),
                       "%d: %s", lo, findings.v[0].title);
         ck_assert_close(evidence(&findings.v[0], "diverged_step"), 2, 0, 0);
         release();
@@ -921,16 +924,14 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
     // first finite norm is the mark
     sql("UPDATE AMP_STEPS SET grad_norm = 9e999 WHERE step = 0;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "training diverged", 17) == 0, "%s",
-                  findings.v[0].title);
+    ck_assert_msg(title_starts("training diverged"), "%s", findings.v[0].title);
     ck_assert_close(evidence(&findings.v[0], "grad_norm_first"), 7.3, 0, 1e-12);
     release();
     // the loss still up at step 4 but its gradient norm back near the first: no longer diverging
     sql("UPDATE AMP_STEPS SET grad_norm = 0.9 WHERE step = 0;"
         "UPDATE AMP_STEPS SET grad_norm = 2 WHERE step = 4;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "training diverged", 17) != 0, "%s",
-                  findings.v[0].title);
+    ck_assert_msg(!title_starts("training diverged"), "%s", findings.v[0].title);
     release();
     // the loss back down at step 4: the spike is over, the NaN is the matmul's own
     wipe();
@@ -1234,7 +1235,7 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
         "UPDATE AMP_TENSOR_STATS SET amax = 1e-6 WHERE op = 'fc.bias' AND step = 0;"
         "UPDATE AMP_TENSOR_STATS SET amax = 1e-3 WHERE op = 'fc.bias' AND step > 0;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    ck_assert_msg(!title_starts("the weights"), "%s", findings.v[0].title);
     release();
     wipe();
     layers();
@@ -1260,7 +1261,7 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
     sql("UPDATE AMP_STEPS SET grad_norm = NULL WHERE step = 2;");
     sql("UPDATE AMP_TENSOR_STATS SET amax = 100 WHERE op = 'fc.weight' AND step = 3;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    ck_assert_msg(!title_starts("the weights"), "%s", findings.v[0].title);
     release();
     // fiftyfold between steps 0 and 3 with two of the three steps skipped (the weights kept):
     // one update applied, tenfold and more
@@ -1275,17 +1276,15 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
     // between skipped)
     sql("UPDATE AMP_EVENTS SET step = 1;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title,
-                          "the weights blew up before step 1 (fc.weight's "
-                          "largest |w| 0.19 at step 0, 9.5 at step 3)",
-                          83) == 0,
+    ck_assert_msg(title_starts("the weights blew up before step 1 (fc.weight's "
+                               "largest |w| 0.19 at step 0, 9.5 at step 3)"),
                   "%s", findings.v[0].title);
     release();
     sql("UPDATE AMP_EVENTS SET step = 3;");
     sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL, found_inf = 0, "
         "skipped = 0;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    ck_assert_msg(!title_starts("the weights"), "%s", findings.v[0].title);
     release();
     // grown fivefold in one update: the op's own finding
     sql("INSERT INTO AMP_TENSOR_STATS SELECT pid, 2, layer_id, op, kind, dtype, target_dtype, "
@@ -1293,14 +1292,14 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
         "AMP_TENSOR_STATS WHERE step = 0;"
         "UPDATE AMP_TENSOR_STATS SET amax = 0.95 WHERE op = 'fc.weight' AND step = 3;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    ck_assert_msg(!title_starts("the weights"), "%s", findings.v[0].title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "bf16"));
     release();
     // NaN in the data is the data's, whatever the weights did
     sql("UPDATE AMP_TENSOR_STATS SET amax = 100 WHERE op = 'fc.weight' AND step = 3;"
         "UPDATE AMP_EVENTS SET kind = 'nonfinite_input';");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].title, "the weights", 11) != 0, "%s", findings.v[0].title);
+    ck_assert_msg(!title_starts("the weights"), "%s", findings.v[0].title);
     release();
 }
 END_TEST
@@ -2129,17 +2128,14 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
         "scale_after = 562949953421312.0 / (1 << step), skipped = 1, found_inf = 1;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
-    ck_assert_msg(strncmp(findings.v[0].title,
-                          "loss scale set too high, still coming down: 20 "
-                          "consecutive backoffs",
-                          67) == 0,
+    ck_assert_msg(title_starts("loss scale set too high, still coming down: 20 "
+                               "consecutive backoffs"),
                   "%s", findings.v[0].title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "no step was applied whose gradients"));
     release();
     // ... also from a focus after its start (its steps before had losses, but none applied)
     analyse("loss-scale", 3, 19);
-    ck_assert_msg(strncmp(findings.v[0].title, "loss scale set too high", 23) == 0, "%s",
-                  findings.v[0].title);
+    ck_assert_msg(title_starts("loss scale set too high"), "%s", findings.v[0].title);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "at step 3)"));
     release();
     // the calibration (6 skips from 2^24), training at 2^18 with skips at steps 10 and 14, then
@@ -2172,10 +2168,8 @@ START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
         "UPDATE AMP_STEPS SET scale_before = 1073741824.0 / (1 << (step - 14)), scale_after = "
         "536870912.0 / (1 << (step - 14)), skipped = 1, found_inf = 1 WHERE step >= 14;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
-    ck_assert_msg(strncmp(findings.v[0].title,
-                          "loss scale collapse: 6 consecutive backoffs from "
-                          "1.07374182e+09",
-                          63) == 0,
+    ck_assert_msg(title_starts("loss scale collapse: 6 consecutive backoffs from "
+                               "1.07374182e+09"),
                   "%s", findings.v[0].title);
     release();
 }
@@ -2247,10 +2241,8 @@ START_TEST(overflow_headroom_tells_the_outputs_before_the_overflow) {
     sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 4, 1, 'linear', 'activation', 'f16', 'f16', "
         "4096, -65000, 60000, 65000, 0, 0, 2, 0, 0, 0);");
     analyse("overflow-headroom", INT64_MIN, INT64_MAX);
-    ck_assert_msg(strncmp(findings.v[0].title,
-                          "blocks.0.mlp linear output reaches amax 40000 at "
-                          "step 2",
-                          54) == 0,
+    ck_assert_msg(title_starts("blocks.0.mlp linear output reaches amax 40000 at "
+                               "step 2"),
                   "%s", findings.v[0].title);
     release();
 }
