@@ -204,9 +204,14 @@ static double evidence(const report_finding *f, const char *key) {
     return v;
 }
 
+// Whether s begins with prefix.
+static bool begins(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
 // Whether the first finding's title begins with prefix.
 static bool title_starts(const char *prefix) {
-    return strncmp(findings.v[0].title, prefix, strlen(prefix)) == 0;
+    return begins(findings.v[0].title, prefix);
 }
 
 // Runs rule divergence over the fixture, checks that it found one divergence, at `step`, and
@@ -275,7 +280,7 @@ START_TEST(healthy_run_has_no_error_or_warning) {
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Healthy", 7) == 0, "verdict: %s", verdict);
+    ck_assert_msg(begins(verdict, "Healthy"), "verdict: %s", verdict);
     release();
 }
 END_TEST
@@ -897,10 +902,8 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
     const report_finding *f = &findings.v[0];
     ck_assert_str_eq(f->op, "matmul");
     ck_assert_int_eq(f->first_step, 5);
-    ck_assert_msg(strncmp(f->title,
-                          "training diverged before step 5 (the loss 4.27 -> 1.1e+10 by "
-                          "step 4); its first non-finite value: blocks.0.attn matmul",
-                          88) == 0,
+    ck_assert_msg(begins(f->title, "training diverged before step 5 (the loss 4.27 -> 1.1e+10 by "
+                                   "step 4); its first non-finite value: blocks.0.attn matmul"),
                   "%s", f->title);
     ck_assert_ptr_nonnull(strstr(f->advice, "Lower the learning rate"));
     ck_assert_ptr_nonnull(strstr(f->advice, "the gradient norm from 0.9 to 1.2e+19"));
@@ -938,8 +941,8 @@ START_TEST(nonfinite_after_a_divergence_blames_the_training) {
     diverging_steps(3.9);
     nonfinite_errors(1);
     f = &findings.v[0];
-    ck_assert_msg(strncmp(f->title, "blocks.0.attn matmul produced non-finite values", 47) == 0,
-                  "%s", f->title);
+    ck_assert_msg(begins(f->title, "blocks.0.attn matmul produced non-finite values"), "%s",
+                  f->title);
     // an fp32 output past its range: no advice to keep it in fp32 or train in bf16
     ck_assert_ptr_nonnull(strstr(f->advice, "fp32 would not hold it either"));
     ck_assert_ptr_null(strstr(f->advice, "train in bf16"));
@@ -1157,14 +1160,14 @@ START_TEST(skips_after_a_divergence_point_at_it) {
     ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
     ck_assert_ptr_nonnull(strstr(f->title, "of the steps were skipped"));
     ck_assert_ptr_nonnull(strstr(f->detail, "after the training diverged at step 5"));
-    ck_assert_msg(strncmp(f->advice, "Fix the divergence first", 24) == 0, "%s", f->advice);
+    ck_assert_msg(begins(f->advice, "Fix the divergence first"), "%s", f->advice);
     release();
     // the loss flat: the scale's own advice
     sql("UPDATE AMP_STEPS SET loss = 2.3, grad_norm = 0.2 WHERE NOT skipped;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     f = first_of("loss-scale");
     ck_assert_ptr_null(strstr(f->detail, "diverged"));
-    ck_assert_msg(strncmp(f->advice, "Fix the divergence", 18) != 0, "%s", f->advice);
+    ck_assert_msg(!begins(f->advice, "Fix the divergence"), "%s", f->advice);
     release();
 }
 END_TEST
@@ -1183,20 +1186,18 @@ START_TEST(nonfinite_after_a_weight_blowup_blames_the_update) {
                       "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 3, 3);");
     nonfinite_errors(1);
     const report_finding *f = &findings.v[0];
-    ck_assert_msg(strncmp(f->title,
-                          "the weights blew up before step 1 (fc.weight's largest |w| 0.19 at "
-                          "step 0, 100 at step 1); its first non-finite value: fp16 "
-                          "overflow in blocks.0.mlp linear",
-                          138) == 0,
+    ck_assert_msg(begins(f->title,
+                         "the weights blew up before step 1 (fc.weight's largest |w| 0.19 at "
+                         "step 0, 100 at step 1); its first non-finite value: fp16 "
+                         "overflow in blocks.0.mlp linear"),
                   "%s", f->title);
     // the gradients it stepped with as they were (step 0's norm, the first): the learning rate,
     // or code that wrote the weights, not an update's length
-    ck_assert_msg(strncmp(f->advice,
-                          "Find what made the weights jump: the largest |w| of fc.weight grew "
-                          "526-fold between steps 0 and 1 (0.19 -> 100) while the gradients were "
-                          "ordinary (a norm of 7 at step 0, the first 7), so either the learning "
-                          "rate is far too high",
-                          200) == 0,
+    ck_assert_msg(begins(f->advice,
+                         "Find what made the weights jump: the largest |w| of fc.weight grew "
+                         "526-fold between steps 0 and 1 (0.19 -> 100) while the gradients were "
+                         "ordinary (a norm of 7 at step 0, the first 7), so either the learning "
+                         "rate is far too high"),
                   "%s", f->advice);
     ck_assert_ptr_null(strstr(f->advice, "train in bf16"));
     ck_assert_close(evidence(f, "weight_amax_before"), 0.19, 0, 1e-12);
@@ -1318,24 +1319,22 @@ START_TEST(nonfinite_after_weights_grew_blames_the_training_first) {
                       "min -65472 max 65472 amax 65472 (0 nan, 8000 +inf, 192 -inf); ', 0, 1, 5);");
     nonfinite_errors(1);
     const report_finding *f = &findings.v[0];
-    ck_assert_msg(strncmp(f->title, "fp16 overflow in blocks.0.mlp linear", 36) == 0, "%s",
-                  f->title);
-    ck_assert_msg(strncmp(f->advice,
-                          "Lower the learning rate or add weight decay: the weights grew 242-fold "
-                          "over the run (the largest |w| 0.19 at step 0, 46 at step 5)",
-                          125) == 0,
+    ck_assert_msg(begins(f->title, "fp16 overflow in blocks.0.mlp linear"), "%s", f->title);
+    ck_assert_msg(begins(f->advice,
+                         "Lower the learning rate or add weight decay: the weights grew 242-fold "
+                         "over the run (the largest |w| 0.19 at step 0, 46 at step 5)"),
                   "%s", f->advice);
     ck_assert_ptr_nonnull(strstr(f->advice, "Meanwhile: Keep blocks.0.mlp linear in fp32"));
     ck_assert_close(evidence(f, "weight_amax_at"), 46, 0, 0);
     release();
     sql("UPDATE AMP_TENSOR_STATS SET amax = 9.5 WHERE op = 'fc.weight' AND step = 5;");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].advice, "Lower", 5) != 0, "%s", findings.v[0].advice);
+    ck_assert_msg(!begins(findings.v[0].advice, "Lower"), "%s", findings.v[0].advice);
     release();
     sql("UPDATE AMP_TENSOR_STATS SET amax = 46 WHERE op = 'fc.weight' AND step = 5;"
         "UPDATE AMP_EVENTS SET kind = 'nonfinite_input';");
     nonfinite_errors(1);
-    ck_assert_msg(strncmp(findings.v[0].advice, "Lower", 5) != 0, "%s", findings.v[0].advice);
+    ck_assert_msg(!begins(findings.v[0].advice, "Lower"), "%s", findings.v[0].advice);
     release();
 }
 END_TEST
@@ -1357,8 +1356,7 @@ START_TEST(nonfinite_weights_as_a_step_began_are_named) {
                                            "step 1 began"));
     ck_assert_str_eq(f->layer, "blocks.0.mlp");
     ck_assert_ptr_nonnull(strstr(f->detail, "its row of the step before finite"));
-    ck_assert_msg(strncmp(f->advice, "Look at what wrote fc.weight before step 1", 42) == 0, "%s",
-                  f->advice);
+    ck_assert_msg(begins(f->advice, "Look at what wrote fc.weight before step 1"), "%s", f->advice);
     ck_assert_close(evidence(f, "weights_nonfinite_step"), 1, 0, 0);
     release();
     sql("UPDATE AMP_TENSOR_STATS SET n_nan = 0 WHERE kind = 'weight';");
@@ -1574,7 +1572,7 @@ START_TEST(nonfinite_loss_of_the_steps_alone_is_an_error) {
     ck_assert_close(evidence(&findings.v[0], "steps_affected"), 4, 0, 0);
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Training broke", 14) == 0, "verdict: %s", verdict);
+    ck_assert_msg(begins(verdict, "Training broke"), "verdict: %s", verdict);
     release();
     // its statistics show outputs turning NaN from step 2 on, without events: the first one
     // recorded at the first such step is named (the report advised recording statistics)
@@ -1618,7 +1616,7 @@ START_TEST(healthy_without_statistics_says_what_was_not_checked) {
     healthy_stats(10); // with the statistics, the whole claim
     analyse(NULL, INT64_MIN, INT64_MAX);
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Healthy: ", 9) == 0, "%s", verdict);
+    ck_assert_msg(begins(verdict, "Healthy: "), "%s", verdict);
     release();
 }
 END_TEST
@@ -1876,8 +1874,7 @@ START_TEST(nonfinite_producer_without_a_phase_is_judged_by_its_step) {
     ck_assert_msg(strstr(f->detail, "Recorded without a phase"), "%s", f->detail);
     char verdict[2048];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Training went on past an error: fp16 overflow", 45) == 0, "%s",
-                  verdict);
+    ck_assert_msg(begins(verdict, "Training went on past an error: fp16 overflow"), "%s", verdict);
     release();
     // no step record of its loss, a loss_nonfinite event: the same
     sql("UPDATE AMP_STEPS SET loss_finite = NULL WHERE step = 3;" EVENTS_VALUES
@@ -3367,8 +3364,7 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     ck_assert_double_eq(evidence(f, "signal"), SIGSEGV);
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Training broke: the program crashed", 35) == 0, "verdict: %s",
-                  verdict);
+    ck_assert_msg(begins(verdict, "Training broke: the program crashed"), "verdict: %s", verdict);
     release();
     // libampcore's abort message (META abort) is said
     ended(128 + SIGABRT, "complete");
@@ -3387,7 +3383,7 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     ck_assert_ptr_nonnull(strstr(first_of("run-end")->title, "killed by SIGKILL after step 9"));
     ck_assert_ptr_nonnull(strstr(first_of("run-end")->advice, "dmesg"));
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Healthy", 7) != 0, "verdict: %s", verdict);
+    ck_assert_msg(!begins(verdict, "Healthy"), "verdict: %s", verdict);
     release();
     // a kill leads the warnings, those of earlier steps too (the OOM killer is the question)
     mlp_underflows("'activation_grad', 'weight_grad'");
@@ -3395,9 +3391,8 @@ START_TEST(run_end_a_crash_is_an_error_and_a_kill_a_warning) {
     ck_assert_uint_eq(count("grad-underflow", AMP_SEVERITY_WARNING), 1);
     ck_assert_str_eq(findings.v[0].rule, "run-end");
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(
-        strncmp(verdict, "Training ran, with problems: the program was killed by SIGKILL", 62) == 0,
-        "verdict: %s", verdict);
+    ck_assert_msg(begins(verdict, "Training ran, with problems: the program was killed by SIGKILL"),
+                  "verdict: %s", verdict);
     release();
 }
 END_TEST
@@ -3414,16 +3409,15 @@ START_TEST(run_end_after_the_focus_is_a_note) {
     ck_assert_ptr_nonnull(strstr(first_of("run-end")->detail, "after the focused steps"));
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Healthy", 7) == 0, "verdict: %s", verdict);
+    ck_assert_msg(begins(verdict, "Healthy"), "verdict: %s", verdict);
     release();
     analyse(NULL, 5, 9); // the crash after step 9, the focus's last
     ck_assert_uint_eq(count("run-end", AMP_SEVERITY_ERROR), 1);
     release();
     analyse(NULL, 100, 200);
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(
-        strncmp(verdict, "No step in the focused steps (--steps): the program crashed", 59) == 0,
-        "verdict: %s", verdict);
+    ck_assert_msg(begins(verdict, "No step in the focused steps (--steps): the program crashed"),
+                  "verdict: %s", verdict);
     release();
 }
 END_TEST
@@ -3505,10 +3499,8 @@ START_TEST(a_run_without_steps_under_the_launcher_says_what_records_them) {
     sql("INSERT INTO META (key, value, pid) VALUES ('exit_signal', '1', 0);");
     analyse(NULL, INT64_MIN, INT64_MAX);
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict,
-                          "Healthy until the program was stopped by SIGHUP: no error or "
-                          "warning in 10 steps",
-                          80) == 0,
+    ck_assert_msg(begins(verdict, "Healthy until the program was stopped by SIGHUP: no error or "
+                                  "warning in 10 steps"),
                   "%s", verdict);
     release();
     sql("DELETE FROM AMP_STEPS; DELETE FROM AMP_TENSOR_STATS; DELETE FROM AMP_OPS;"
@@ -3612,10 +3604,9 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
         "out of memory. Tried to allocate 2.00 GiB', 7);");
     analyse("run-end", INT64_MIN, INT64_MAX);
     ck_assert_str_eq(findings.v[0].title, "the program failed with exit status 1 after step 9");
-    ck_assert_msg(strncmp(findings.v[0].detail,
-                          "It raised torch.OutOfMemoryError: CUDA out of memory. Tried to "
-                          "allocate 2.00 GiB. The findings cover",
-                          100) == 0,
+    ck_assert_msg(begins(findings.v[0].detail,
+                         "It raised torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                         "allocate 2.00 GiB. The findings cover"),
                   "%s", findings.v[0].detail);
     ck_assert_ptr_nonnull(
         strstr(findings.v[0].advice, "The GPU ran out of memory: lower the batch"));
@@ -3626,7 +3617,7 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
         "'torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED', "
         "3);");
     analyse("run-end", INT64_MIN, INT64_MAX);
-    ck_assert_msg(strncmp(findings.v[0].detail, "It raised torch.OutOfMemoryError", 32) == 0, "%s",
+    ck_assert_msg(begins(findings.v[0].detail, "It raised torch.OutOfMemoryError"), "%s",
                   findings.v[0].detail);
     release();
     wipe(); // a program that failed before its first step
@@ -3634,10 +3625,9 @@ START_TEST(run_end_a_stop_is_a_note_and_an_error_exit_a_warning) {
     analyse(NULL, INT64_MIN, INT64_MAX);
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict,
-                          "No training step was recorded: the program failed with exit status 3 "
-                          "before its first step.",
-                          91) == 0,
+    ck_assert_msg(begins(verdict,
+                         "No training step was recorded: the program failed with exit status 3 "
+                         "before its first step."),
                   "verdict: %s", verdict);
     release();
     // the same under --torch with a bridge that did not attach: the program may have trained
@@ -3693,7 +3683,7 @@ START_TEST(run_end_an_unfinished_capture_is_a_warning_a_live_one_a_note) {
     ck_assert_ptr_nonnull(strstr(first_of("run-end")->title, "still being recorded"));
     char verdict[1024];
     report_verdict(&model, &findings, verdict, sizeof verdict);
-    ck_assert_msg(strncmp(verdict, "Healthy so far", 14) == 0, "verdict: %s", verdict);
+    ck_assert_msg(begins(verdict, "Healthy so far"), "verdict: %s", verdict);
     release();
     // the pid of a killed collector taken since by a process that does not hold the database:
     // cut short (it read "still being recorded", and the TUI showed it live)
@@ -4422,7 +4412,8 @@ START_TEST(json_carries_the_stable_keys) {
         } else if (*p == '"') in_str = true;
         else if (*p == '{' || *p == '[') depth++;
         else if (*p == '}' || *p == ']') ck_assert_int_ge(--depth, 0);
-        else ck_assert_msg(!strchr("nN", *p) || strncmp(p, "null", 4) == 0, "bare token at %.20s", p);
+        else
+            ck_assert_msg(!strchr("nN", *p) || begins(p, "null"), "bare token at %.20s", p);
     }
     ck_assert_int_eq(depth, 0);
     free(j);
