@@ -69,10 +69,6 @@ GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", 
 UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 
 
-class Found(Exception):
-    pass
-
-
 def is_mask(t):
     """Whether t's non-finite values are -inf alone, and it has some (a broken step: syncs)."""
     if not t.is_floating_point():
@@ -217,7 +213,10 @@ class Judge:
 class OpTracer(TorchDispatchMode):
     """The forward re-run: every aten op's inputs and outputs, in the innermost module (layers:
     the layer stack, None on top in a wrapper's own code, which is looked through:
-    Judge.pass_through)."""
+    Judge.pass_through). Once the judge has named where the step broke, the rest of the
+    forward runs as it is, unjudged: it is not stopped half-way, as code that is not
+    exception-safe would be left half-done (torch.utils.checkpoint's non-reentrant form keeps
+    its saved-tensor hooks pushed, and the next step's backward recomputes through them)."""
 
     def __init__(self, judge, layers):
         super().__init__()
@@ -225,6 +224,8 @@ class OpTracer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.j.event is not None:  # named: the rest runs unjudged
+            return func(*args, **kwargs)
         if self.layers[-1] is None:  # a wrapper's own code (FSDP1's), not the model's
             out = func(*args, **kwargs)
             self.j.pass_through(float_tensors((args, kwargs)), float_tensors(out))
@@ -235,9 +236,8 @@ class OpTracer(TorchDispatchMode):
         ins = [before.get(id(t), t) for t in float_tensors((args, kwargs))]
         ins = [t for t in ins if t is not None]  # (an out= tensor is not an input)
         outs = float_tensors(out)
-        if outs and self.j.judge(_vocab.op_name(func.overloadpacket.__name__),
-                                 self.layers[-1], ins, outs):
-            raise Found()
+        if outs:
+            self.j.judge(_vocab.op_name(func.overloadpacket.__name__), self.layers[-1], ins, outs)
         return out
 
 

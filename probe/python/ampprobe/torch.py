@@ -128,7 +128,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _devstats, _records, _vocab
-from ._judge import (OVERWRITES, VIEW_OPS, Found, Judge, OpTracer, describe_now,
+from ._judge import (OVERWRITES, VIEW_OPS, Judge, OpTracer, describe_now,
                      float_tensors, tensors)
 from ._compiled import Around, layer_name
 from ._links import Links
@@ -1751,6 +1751,7 @@ class Watcher:
         _rerun_backward) and the non-finite values it made and left out (Made)."""
         stack = [self.layer_of[id(self.model)]]
         hooks = _layer_stack_hooks(self.layer_of, stack, self.quiet)
+        judge = None
         try:
             with self._again(f, with_graph) as (model, args, kwargs):
                 judge = Judge(self, d.step, float_tensors((args, kwargs)),
@@ -1758,9 +1759,10 @@ class Watcher:
                 with OpTracer(judge, stack), \
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)
-        except Found:
-            return judge.event, None, []
         except Exception as e:  # the model refused to run again: said, the step not searched
+            if judge is not None and judge.event is not None:  # (named, then the model's own
+                # check of its values raised)
+                return judge.event, None, []
             print("ampprobe: step %d: the forward re-run failed (%s: %s)"
                   % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)
             return None, None, []

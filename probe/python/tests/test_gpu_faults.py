@@ -315,11 +315,13 @@ def test_gradient_overflows_traced(tmp_path, extra):
 
 @pytest.mark.parametrize("case,extra", [("sawtooth", ("--wrap", "fsdp1")),
                                         ("attn", ("--wrap", "fsdp1-flat")),
-                                        ("nan", ("--wrap", "fsdp1", "--checkpoint", "wrapper"))],
-                         ids=["sawtooth-fsdp1", "attn-fsdp1-flat", "nan-fsdp1-ckptw"])
-def test_fsdp1_trains_as_without_ampprobe(tmp_path, case, extra):
-    """A broken step's forward run again through FSDP1 leaves the training as it was: the
-    losses and scales the script prints are those it prints without ampprobe."""
+                                        ("nan", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
+                                        ("nan", ("--checkpoint", "wrapper"))],
+                         ids=["sawtooth-fsdp1", "attn-fsdp1-flat", "nan-fsdp1-ckptw", "nan-ckptw"])
+def test_wrapped_trains_as_without_ampprobe(tmp_path, case, extra):
+    """A broken step's forward run again through FSDP1 or activation checkpointing leaves the
+    training as it was: the losses and scales the script prints are those it prints without
+    ampprobe (the re-run is not stopped half-way through checkpoint's saved-tensor hooks)."""
     _, out = record(tmp_path, case, False, extra)
     plain = subprocess.run([sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
                            + list(extra), capture_output=True, text=True, timeout=600)
