@@ -215,8 +215,10 @@ class OpTracer(TorchDispatchMode):
     the layer stack, None on top in a wrapper's own code, which is looked through:
     Judge.pass_through). Once the judge has named where the step broke, the rest of the
     forward runs as it is, unjudged: it is not stopped half-way, as code that is not
-    exception-safe would be left half-done (torch.utils.checkpoint's non-reentrant form keeps
-    its saved-tensor hooks pushed, and the next step's backward recomputes through them)."""
+    exception-safe would be left half-done: torch.utils.checkpoint's non-reentrant form leaves
+    its saved-tensor hooks pushed until its suspended generator is collected, and under FSDP1
+    with checkpoint_wrapper the training after a NaN step went another way than without
+    ampprobe (its losses from two steps on; test_wrapped_trains_as_without_ampprobe)."""
 
     def __init__(self, judge, layers):
         super().__init__()

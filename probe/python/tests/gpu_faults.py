@@ -44,7 +44,11 @@ were, fsdp1-flat with False, one flat parameter a unit).
 or each of its blocks (the MLP's layers) compiled in place; --compile-mode MODE passes
 torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 pure|fsdp trains in bf16 without
 autocast and without a GradScaler: the model cast to bf16, or (with --wrap fsdp) FSDP2's
-MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fused trains with
+MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fsdp1-mp fp16|bf16 (with --wrap
+fsdp1 or fsdp1-flat) trains through FSDP1's MixedPrecision(param_dtype, reduce_dtype and
+buffer_dtype that dtype) without autocast: in fp16 with a ShardedGradScaler, as FSDP's
+documentation does, in bf16 without a scaler. --sharded-scaler trains with FSDP's
+ShardedGradScaler instead of torch.amp.GradScaler (autocast as usual). --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
 --scrub cleans the batch in place right after the forward, so that a re-run of a broken step
@@ -229,6 +233,11 @@ def main():
     ap.add_argument("--bf16", choices=["pure", "fsdp"],
                     help="train in bf16 without autocast or GradScaler: the model cast to bf16, "
                     "or FSDP2's param_dtype (with --wrap fsdp)")
+    ap.add_argument("--fsdp1-mp", choices=["fp16", "bf16"],
+                    help="with --wrap fsdp1 or fsdp1-flat: FSDP1's MixedPrecision in this dtype "
+                    "instead of autocast (fp16 with a ShardedGradScaler)")
+    ap.add_argument("--sharded-scaler", action="store_true",
+                    help="FSDP's ShardedGradScaler instead of torch.amp.GradScaler")
     ap.add_argument("--fused", action="store_true",
                     help="Adam(fused=True): the GradScaler hands it the scale, it unscales")
     ap.add_argument("--scrub", action="store_true",
@@ -260,6 +269,10 @@ def main():
     a = ap.parse_args()
     if a.bf16 == "fsdp" and a.wrap != "fsdp":
         ap.error("--bf16 fsdp needs --wrap fsdp")
+    if a.fsdp1_mp and not (a.wrap or "").startswith("fsdp1"):
+        ap.error("--fsdp1-mp needs --wrap fsdp1 or fsdp1-flat")
+    if a.fsdp1_mp and (a.bf16 or a.legacy):
+        ap.error("--fsdp1-mp takes the place of autocast: not with --bf16 or --legacy")
     if a.loader and a.accum != 1:
         ap.error("--loader takes one batch a step: not with --accum")
     global CHECKPOINT
@@ -305,9 +318,12 @@ def main():
             model = nn.parallel.DistributedDataParallel(net, device_ids=[index])
         elif a.wrap.startswith("fsdp1"):
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp import MixedPrecision
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+            low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.fsdp1_mp)
+            mp = MixedPrecision(low, low, low) if low else None
             model = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({type(blocks[0])}),
-                         use_orig_params=a.wrap == "fsdp1", device_id=index)
+                         use_orig_params=a.wrap == "fsdp1", device_id=index, mixed_precision=mp)
         else:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if a.bf16 else None)
@@ -339,9 +355,13 @@ def main():
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
     if a.case == "sawtooth" and not a.healthy:
         kw = dict(growth_interval=1)
+    autocast = not a.bf16 and not a.fsdp1_mp
     if a.legacy:
         warnings.filterwarnings("ignore", category=FutureWarning)  # (their deprecation)
         scaler = torch.cuda.amp.GradScaler(enabled=not a.bf16, **kw)
+    elif a.sharded_scaler or a.fsdp1_mp:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+        scaler = ShardedGradScaler("cuda", enabled=a.fsdp1_mp != "bf16" and not a.bf16, **kw)
     else:
         scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
     if a.watch:
@@ -387,8 +407,8 @@ def main():
             if a.case == "nan" and step == FAULT_STEP and micro == 0 and not a.healthy:
                 x = x.clone()
                 x[1, 5] = float("nan")
-            with (torch.cuda.amp.autocast(enabled=not a.bf16) if a.legacy else
-                  torch.autocast("cuda", dtype=torch.float16, enabled=not a.bf16)):
+            with (torch.cuda.amp.autocast(enabled=autocast) if a.legacy else
+                  torch.autocast("cuda", dtype=torch.float16, enabled=autocast)):
                 out = model(x)
                 if extra is not None:
                     out = extra(out)

@@ -126,7 +126,13 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("underflow", ("--fused",)), ("attn", ("--clip", "1.0")),
             ("attn", ("--wrap", "fsdp1")), ("nan", ("--wrap", "fsdp1-flat")),
             ("residual", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
-            ("attn", ("--checkpoint", "wrapper"))]
+            ("attn", ("--checkpoint", "wrapper")),
+            # FSDP1's MixedPrecision without autocast (fp16: a ShardedGradScaler)
+            ("attn", ("--wrap", "fsdp1", "--fsdp1-mp", "fp16")),
+            ("nan", ("--wrap", "fsdp1-flat", "--fsdp1-mp", "fp16")),
+            ("underflow", ("--wrap", "fsdp1", "--fsdp1-mp", "fp16")),
+            ("nan", ("--wrap", "fsdp1", "--fsdp1-mp", "bf16")),
+            ("sawtooth", ("--wrap", "fsdp1", "--sharded-scaler"))]
 
 
 PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -k compile
@@ -149,7 +155,8 @@ def test_patterns_healthy_twin_is_clean(tmp_path, case, extra):
 # bf16 without autocast: statistics against bf16, so a healthy run's small gradients are not
 # reported as lost to fp16's underflow
 BF16 = [("attn", ("--bf16", "pure")), ("residual", ("--bf16", "pure")),
-        ("residual", ("--wrap", "fsdp", "--bf16", "fsdp"))]
+        ("residual", ("--wrap", "fsdp", "--bf16", "fsdp")),
+        ("attn", ("--wrap", "fsdp1", "--fsdp1-mp", "bf16"))]
 
 
 @pytest.mark.parametrize("case,extra", BF16, ids=["-".join((c,) + e) for c, e in BF16])
@@ -316,12 +323,15 @@ def test_gradient_overflows_traced(tmp_path, extra):
 @pytest.mark.parametrize("case,extra", [("sawtooth", ("--wrap", "fsdp1")),
                                         ("attn", ("--wrap", "fsdp1-flat")),
                                         ("nan", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
-                                        ("nan", ("--checkpoint", "wrapper"))],
-                         ids=["sawtooth-fsdp1", "attn-fsdp1-flat", "nan-fsdp1-ckptw", "nan-ckptw"])
+                                        ("nan", ("--checkpoint", "wrapper")),
+                                        ("sawtooth", ("--wrap", "fsdp1", "--fsdp1-mp", "fp16"))],
+                         ids=["sawtooth-fsdp1", "attn-fsdp1-flat", "nan-fsdp1-ckptw", "nan-ckptw",
+                              "sawtooth-fsdp1-mp-fp16"])
 def test_wrapped_trains_as_without_ampprobe(tmp_path, case, extra):
     """A broken step's forward run again through FSDP1 or activation checkpointing leaves the
     training as it was: the losses and scales the script prints are those it prints without
-    ampprobe (the re-run is not stopped half-way through checkpoint's saved-tensor hooks)."""
+    ampprobe (the re-run is not stopped half-way through checkpoint's saved-tensor hooks:
+    nan-fsdp1-ckptw failed so, its losses from step 5 on another run's)."""
     _, out = record(tmp_path, case, False, extra)
     plain = subprocess.run([sys.executable, os.path.join(HERE, "gpu_faults.py"), "--case", case]
                            + list(extra), capture_output=True, text=True, timeout=600)
