@@ -175,7 +175,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
             "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
             "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
             "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
-            "'stats_every') "
+            "'stats_every', 'compute_dtype') "
             "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
             m, &q, err))
         return false;
@@ -197,6 +197,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "orphans") == 0       ? &m->orphans
                            : strcmp(key, "torch") == 0         ? &m->torch
                            : strcmp(key, "stats_every") == 0   ? &m->stats_every
+                           : strcmp(key, "compute_dtype") == 0 ? &m->compute_dtype
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -1252,6 +1253,7 @@ void report_model_free(report_model *m) {
     free((char *)m->bridge_error);
     free((char *)m->orphans);
     free((char *)m->stats_every);
+    free((char *)m->compute_dtype);
     free((char *)m->no_model);
     free((char *)m->trace);
     free((char *)m->torch);
@@ -1687,6 +1689,21 @@ bool report_pid_autocast(const report_model *m, int32_t pid) {
     for (size_t i = report_ops_of(m, pid, &end); i < end; i++)
         if (m->ops[i].policy[0]) return true;
     return false;
+}
+
+bool report_no_autocast(const report_model *m) {
+    return m->compute_dtype != NULL;
+}
+
+const char *report_fp32_how(const report_model *m) {
+    return report_no_autocast(m)
+               ? "no autocast here: the fp16 is the parameters' (model.half(), FSDP's "
+                 "MixedPrecision), so .float() inputs and that module's parameters in fp32: "
+                 "module.float(), or under FSDP1 its class in MixedPrecision's "
+                 "_module_classes_to_ignore, under FSDP2 a fully_shard of its own without "
+                 "param_dtype"
+               : "autocast disabled around it: torch.autocast(..., enabled=False) with .float() "
+                 "inputs; amp_autocast_begin(ctx, false, ...) here";
 }
 
 static int cmp_double(const void *pa, const void *pb) {

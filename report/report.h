@@ -366,6 +366,10 @@ typedef struct report_model {
     // META stats_every: statistics recorded on one step in that many (ampprobe run
     // --stats-every); NULL: not recorded (every step)
     const char *stats_every;
+    // META compute_dtype of a PyTorch run without autocast: the 16-bit dtype its model computes
+    // in (a model cast with .half() or .bfloat16(), FSDP's MixedPrecision param_dtype); NULL:
+    // under autocast, or fp32
+    const char *compute_dtype;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 
@@ -524,6 +528,13 @@ bool report_focused(const report_model *m);
 const char *report_no_steps_phrase(const report_model *m);
 // True when pid ran any op under autocast (a policy was recorded).
 bool report_pid_autocast(const report_model *m, int32_t pid);
+// True when the run computes in a 16-bit dtype without autocast (META compute_dtype): its fp16
+// is its parameters', so the advice does not say to disable autocast.
+bool report_no_autocast(const report_model *m);
+// How the advice keeps a computation in fp32, for its parentheses after "keep X in fp32 (": under
+// autocast, autocast disabled around it; without (report_no_autocast), fp32 inputs and that
+// module's parameters in fp32 (model.half(), FSDP1's or FSDP2's MixedPrecision).
+const char *report_fp32_how(const report_model *m);
 // The ops of process pid: m->ops[returned .. *end) (they are sorted by pid first).
 size_t report_ops_of(const report_model *m, int32_t pid, size_t *end);
 // The focused steps' median step time in ns (a first step's set-up or a stall does not move

@@ -337,7 +337,9 @@ static void overflow_title(report_finding *f, const ranges *r, const char *how) 
              how ? "" : infs_word(r));
 }
 
-static void explain_forward(report_finding *f, const report_event *e, const ranges *r) {
+static void explain_forward(const report_model *m, report_finding *f, const report_event *e,
+                            const ranges *r) {
+    const char *fp32 = report_fp32_how(m), *cast = report_no_autocast(m) ? "a" : "autocast's";
     // q @ k^T in an attention layer (not its projections: a linear there is the qkv's or the
     // output's)
     bool attention = strstr(f->layer, "attn") != NULL && strcmp(f->op, "linear") != 0 &&
@@ -348,7 +350,9 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
         snprintf(f->title, sizeof f->title,
                  "NaN/inf in the input data at step %lld, first seen by %s %s",
                  (long long)f->first_step, layer_words(f),
-                 report_op_is_cast(f->op) ? "(autocast's cast of its input)" : f->op);
+                 report_op_is_cast(f->op) ? report_no_autocast(m) ? "(a cast of its input)"
+                                                                  : "(autocast's cast of its input)"
+                                          : f->op);
         snprintf(f->advice, sizeof f->advice,
                  "Sanitize the data: find the batch of step %lld and the sample that carries "
                  "NaN/inf (check the loader, the normalisation statistics, divisions by a zero "
@@ -371,17 +375,20 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "%s%s first in the output of %s %s at step %lld (traced per module: %s)",
                  infs ? half ? "fp16 " : "" : "NaN", infs ? infs_word(r) : "", layer_words(f),
                  f->op, (long long)f->first_step, made);
-        snprintf(f->advice, sizeof f->advice,
-                 "%s The op was not traced (the detail says why): to have it named, reproduce "
-                 "the step in one process with the same inputs.",
-                 infs && half
-                     ? "An fp16 overflow: keep that computation in fp32 (autocast disabled around "
-                       "it, .float() inputs) or train in bf16, which has fp32's range; better, "
-                       "keep its input normalised (attention logits scaled by 1/sqrt(d_head), a "
-                       "LayerNorm before a residual stream grows)."
-                     : "Look for a log, division, sqrt or exp of an out-of-range value there, "
-                       "or an fp16 inf turned into NaN (inf - inf, 0 * inf, a softmax over "
-                       "+-inf).");
+        if (infs && half)
+            snprintf(f->advice, sizeof f->advice,
+                     "An fp16 overflow: keep that computation in fp32 (%s) or train in bf16, "
+                     "which has fp32's range; better, keep its input normalised (attention "
+                     "logits scaled by 1/sqrt(d_head), a LayerNorm before a residual stream "
+                     "grows). The op was not traced (the detail says why): to have it named, "
+                     "reproduce the step in one process with the same inputs.",
+                     fp32);
+        else
+            snprintf(f->advice, sizeof f->advice,
+                     "Look for a log, division, sqrt or exp of an out-of-range value there, or an "
+                     "fp16 inf turned into NaN (inf - inf, 0 * inf, a softmax over +-inf). The op "
+                     "was not traced (the detail says why): to have it named, reproduce the step "
+                     "in one process with the same inputs.");
     } else if (op_in(e->op, domain_ops) && r->nan > 0 && r->in0_min < domain_min(e->op)) {
         snprintf(f->title, sizeof f->title,
                  "%s of a negative value in %s at step %lld gives NaN (its input's min %.6g)",
@@ -404,8 +411,9 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
             snprintf(precision, sizeof precision,
                      "Its argument was %s, where a value below %s rounds to 0: the zero may be "
                      "an underflow that fp32 would have kept, so compute it in fp32 (%s of "
-                     "x.float(), autocast disabled around it) as well as keeping it off zero.",
-                     f16_in ? "fp16" : "bf16", f16_in ? "6e-8" : "9.2e-41", e->op);
+                     "x.float()%s) as well as keeping it off zero.",
+                     f16_in ? "fp16" : "bf16", f16_in ? "6e-8" : "9.2e-41", e->op,
+                     report_no_autocast(m) ? "" : ", autocast disabled around it");
         snprintf(f->advice, sizeof f->advice,
                  "Keep the argument of %s away from zero: clamp it (x.clamp_min(eps)) or add an "
                  "eps to the denominator, and compute log-probabilities with log_softmax / a fused "
@@ -419,25 +427,23 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
         // what an op sums from it +-inf or NaN
         if (report_op_is_cast(e->op))
             snprintf(f->title, sizeof f->title,
-                     "fp16 overflow in %s at step %lld: autocast's cast to fp16 of a value beyond "
-                     "its range (amax %.6g) gave %s",
-                     layer_words(f), (long long)f->first_step, r->in_amax, infs_word(r));
+                     "fp16 overflow in %s at step %lld: %s cast to fp16 of a value beyond its "
+                     "range (amax %.6g) gave %s",
+                     layer_words(f), (long long)f->first_step, cast, r->in_amax, infs_word(r));
         else
             snprintf(f->title, sizeof f->title,
                      "fp16 overflow in %s %s at step %lld: an input beyond fp16's range (amax "
-                     "%.6g) turned inf in autocast's cast, the output %s",
-                     layer_words(f), f->op, (long long)f->first_step, r->in_amax,
+                     "%.6g) turned inf in %s cast, the output %s",
+                     layer_words(f), f->op, (long long)f->first_step, r->in_amax, cast,
                      r->nan ? "NaN" : infs_word(r));
         snprintf(f->advice, sizeof f->advice,
                  "Bring that input back under fp16's 65504: a weight this large has grown "
                  "unchecked (lower the learning rate, add weight decay or clip the gradients, "
                  "look for a bad update at the step before), an activation or an input batch "
-                 "wants normalising (a LayerNorm, scaled inputs). Or keep %s%s%s in fp32 "
-                 "(torch.autocast(..., enabled=False) with .float() inputs; "
-                 "amp_autocast_begin(ctx, false, ...) here), or train in bf16, which has fp32's "
-                 "range.",
+                 "wants normalising (a LayerNorm, scaled inputs). Or keep %s%s%s in fp32 (%s), "
+                 "or train in bf16, which has fp32's range.",
                  layer_words(f), report_op_is_cast(e->op) ? "" : " ",
-                 report_op_is_cast(e->op) ? "" : f->op);
+                 report_op_is_cast(e->op) ? "" : f->op, fp32);
     } else if (op_in(e->op, softmax_ops) && r->nan > 0 &&
                (r->in_nonfinite || strstr(e->op, "attention"))) {
         // (a fused attention's boolean mask is no input the tracer describes)
@@ -454,12 +460,11 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
     } else if (op_in(e->op, growth_ops) && infs && half && !r->in_nonfinite) {
         overflow_title(f, r, NULL);
         snprintf(f->advice, sizeof f->advice,
-                 "%s's result is beyond fp16's 65504: compute it in fp32 (torch.autocast(..., "
-                 "enabled=False) with .float() inputs; amp_autocast_begin(ctx, false, ...) here) "
-                 "or train in bf16, or bring its input down first: subtract the row max before "
-                 "an exp (log-sum-exp), square a normalised value, divide by y.clamp_min(eps) "
-                 "rather than by a value near 0.",
-                 f->op);
+                 "%s's result is beyond fp16's 65504: compute it in fp32 (%s) or train in bf16, "
+                 "or bring its input down first: subtract the row max before an exp "
+                 "(log-sum-exp), square a normalised value, divide by y.clamp_min(eps) rather "
+                 "than by a value near 0.",
+                 f->op, fp32);
     } else if (op_in(e->op, loss_ops) && r->in_nonfinite && r->posinf > 0) {
         // a producer's non-finite inputs are a mask's -inf (the tracers allow no others)
         snprintf(f->title, sizeof f->title,
@@ -492,29 +497,28 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  "What %s adds has grown to fp16's range (a residual stream, an accumulated "
                  "sum): normalise before it grows (a LayerNorm at the start of each block, "
                  "pre-LN; a smaller scale on each residual branch), or make the sum in fp32 "
-                 "(x = x.float() + y under torch.autocast(..., enabled=False); "
-                 "amp_autocast_begin(ctx, false, ...) here), or train in bf16, which has fp32's "
-                 "range.",
-                 layer_words(f));
+                 "(x = x.float() + y%s), or train in bf16, which has fp32's range.",
+                 layer_words(f),
+                 report_no_autocast(m)
+                     ? ", cast back to fp16 where a module of fp16 parameters takes it: the run "
+                       "has no autocast"
+                     : " under torch.autocast(..., enabled=False); amp_autocast_begin(ctx, "
+                       "false, ...) here");
     } else if (op_in(e->op, gemm_ops) && infs && half) {
         overflow_title(f, r, NULL);
         if (attention)
             snprintf(f->advice, sizeof f->advice,
                      "Scale the attention logits by 1/sqrt(d_head) (check the temperature/gain "
                      "applied to q@k^T) so they stay far below fp16's 65504. If they must be "
-                     "large, keep the q@k^T matmul and this %s in fp32 (autocast disabled around "
-                     "them: torch.autocast(..., enabled=False) with .float() inputs; "
-                     "amp_autocast_begin(ctx, false, ...) here) or train in bf16, which has "
-                     "fp32's range.",
-                     f->op);
+                     "large, keep the q@k^T matmul and this %s in fp32 (%s) or train in bf16, "
+                     "which has fp32's range.",
+                     f->op, fp32);
         else
             snprintf(f->advice, sizeof f->advice,
-                     "Keep %s %s in fp32: disable autocast around it (torch.autocast(..., "
-                     "enabled=False) with .float() inputs; amp_autocast_begin(ctx, false, ...) "
-                     "here), or train in bf16, which has fp32's range. Better, keep the "
-                     "activation normalised: a LayerNorm before it, scaled or clamped logits, a "
-                     "smaller weight init.",
-                     layer_words(f), f->op);
+                     "Keep %s %s in fp32 (%s), or train in bf16, which has fp32's range. Better, "
+                     "keep the activation normalised: a LayerNorm before it, scaled or clamped "
+                     "logits, a smaller weight init.",
+                     layer_words(f), f->op, fp32);
     } else {
         snprintf(f->title, sizeof f->title, "%s %s produced non-finite values from %s at step %lld",
                  layer_words(f), f->op,
@@ -522,10 +526,10 @@ static void explain_forward(report_finding *f, const report_event *e, const rang
                  (long long)f->first_step);
         if (half || !r->out_dtype[0])
             snprintf(f->advice, sizeof f->advice,
-                     "Look at what %s computes on the inputs below: keep it in fp32 (autocast "
-                     "disabled around it) if the output exceeds the %s range, clamp its input "
-                     "if it is a log/exp/division, or train in bf16.",
-                     f->op, r->out_dtype[0] ? r->out_dtype : "autocast dtype");
+                     "Look at what %s computes on the inputs below: keep it in fp32 (%s) if the "
+                     "output exceeds the %s range, clamp its input if it is a log/exp/division, "
+                     "or train in bf16.",
+                     f->op, fp32, r->out_dtype[0] ? r->out_dtype : "autocast dtype");
         else // (bf16 and fp32 reach 3.4e38: more precision or range would not help)
             snprintf(f->advice, sizeof f->advice,
                      "Look at what %s computes on the inputs below: an output past %s's range "
@@ -676,7 +680,7 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     where(f, m, e);
     site_span(m, x, e, &f->first_step, &f->last_step);
     const int64_t affected = site_steps(m, x, e);
-    explain_forward(f, e, &r);
+    explain_forward(m, f, e, &r);
     int64_t losses, skipped;
     count_bad_steps(m, e->pid, f->first_step, f->last_step, &losses, &skipped);
     int64_t until = 0, after = poisoned_after(m, e->pid, f->last_step, &until);

@@ -93,8 +93,8 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
         snprintf(f->advice, sizeof f->advice,
                  "Give it headroom before it overflows: normalise or rescale what feeds %s (a "
                  "LayerNorm before it; 1/sqrt(d_head) for attention logits; smaller weight init), "
-                 "or keep this op in fp32 (autocast disabled around it), or train in bf16.",
-                 s->op);
+                 "or keep this op in fp32 (%s), or train in bf16.",
+                 s->op, report_fp32_how(m));
         report_finding_evidence(f, "amax", amax);
         report_finding_evidence(f, "amax_step", at[0] ? (double)s->clean_amax_step : NAN);
         report_finding_evidence(f, "dtype_max", max);

@@ -794,6 +794,21 @@ START_TEST(nonfinite_attention_overflow_is_the_first_finding) {
     ck_assert_close(evidence(f, "nonfinite_elements"), 7890 + 7903, 0, 0);
     // the backward producer of a step whose forward was already broken is no root of its own
     ck_assert_uint_eq(count("nonfinite-root-cause", AMP_SEVERITY_INFO), 1);
+    ck_assert_msg(strstr(f->advice, "in fp32 (autocast disabled around it: torch.autocast(..., "
+                                    "enabled=False)"),
+                  "%s", f->advice);
+    release();
+    // the same overflow in a run without autocast (FSDP1's MixedPrecision in fp16, a model cast
+    // with .half()): no autocast to disable, the module's parameters to keep in fp32
+    sql("INSERT INTO META (key, value, pid) VALUES ('compute_dtype', 'f16', 1);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    f = &findings.v[0];
+    ck_assert_str_eq(f->op, "mul");
+    ck_assert_msg(strstr(f->advice, "in fp32 (no autocast here: the fp16 is the parameters' "
+                                    "(model.half(), FSDP's MixedPrecision), so .float() inputs "
+                                    "and that module's parameters in fp32: module.float(), "),
+                  "%s", f->advice);
+    ck_assert_msg(!strstr(f->advice, "enabled=False"), "%s", f->advice);
     release();
 }
 END_TEST
@@ -2233,7 +2248,16 @@ START_TEST(overflow_headroom_tells_the_outputs_before_the_overflow) {
                                "bits below the f16 max 65504");
     ck_assert_int_eq(f->first_step, 2);
     ck_assert_close(evidence(f, "amax_step"), 2, 0, 0);
+    ck_assert_msg(strstr(f->advice, "keep this op in fp32 (autocast disabled around it"), "%s",
+                  f->advice);
     release();
+    // in a run without autocast its fp16 is the parameters': no autocast to disable
+    sql("INSERT INTO META (key, value, pid) VALUES ('compute_dtype', 'f16', 1);");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    ck_assert_msg(strstr(findings.v[0].advice, "keep this op in fp32 (no autocast here: "), "%s",
+                  findings.v[0].advice);
+    release();
+    sql("DELETE FROM META WHERE key = 'compute_dtype';");
     // -inf out of a linear is an overflow too (no mask comes out of a GEMM)
     sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 4, 1, 'linear', 'activation', 'f16', 'f16', "
         "4096, -65000, 60000, 65000, 0, 0, 2, 0, 0, 0);");
