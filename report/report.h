@@ -257,7 +257,8 @@ typedef struct report_perf {
     int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise
     int64_t short_launches;        // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
-    int64_t syncs, sync_ns;        // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+    int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType
+                            // 2, a stream waiting on an event)
     int64_t sync_gap_ns;           // of gap_ns: gaps a host synchronisation ended in
     int64_t attributed_ns;         // kernel time attributed to an AMP_OPS op
     int64_t counter_samples;       // GPU_METRICS samples in the window

@@ -232,6 +232,10 @@ static bool sane_ns(int64_t t) {
 // kept) and 2^50 bytes; the loaders' sums of them saturate.
 #define MAX_RECORD_NS (INT64_C(1) << 46)
 #define MAX_RECORD_BYTES (INT64_C(1) << 50)
+// A synchronisation that blocks the host: an event, stream or context synchronize; not a stream
+// waiting on an event (syncType 2, cudaStreamWaitEvent: the GPU waits, the host goes on; FSDP and
+// DDP make several a module)
+#define HOST_SYNC "syncType != 2"
 
 // A span from s to e a record can have: within the timeline's range, not backwards, not longer
 // than any real one (one time left unset, 0, makes a span of decades).
@@ -278,7 +282,7 @@ static bool load_copies(loader *l) {
 
     if (!prep(l,
               "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
-              "WHERE start BETWEEN ?1 AND ?2 AND end >= start",
+              "WHERE start BETWEEN ?1 AND ?2 AND end >= start AND " HOST_SYNC,
               &q))
         return false;
     if ((rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -290,7 +294,7 @@ static bool load_copies(loader *l) {
 
     if (!prep(l,
               "SELECT end FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE start BETWEEN ?1 AND ?2 "
-              "AND end >= start ORDER BY end",
+              "AND end >= start AND " HOST_SYNC " ORDER BY end",
               &q))
         return false;
     size_t cap = 0;

@@ -1,11 +1,11 @@
 /*
  * rule_sync.c — rule `host-sync`: host synchronisations (CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
- * stream, event, context syncs) per step and the time the host spent blocked in them. Each one
- * drains the launch queue, so the GPU idles until the host launches again. PyTorch's GradScaler
- * costs one per step (found_inf); more than two per step holding >= 5% of the run is a warning,
- * one or two a note when they hold >= 1%. A loop whose GPU stayed busy anyway (idle < 10% after
- * step 0, rule gpu-idle) loses nothing to them: the host waited for work it had queued, so that
- * is a note at most.
+ * stream, event, context syncs; not a stream's wait on an event, which blocks no host) per step and
+ * the time the host spent blocked in them. Each one drains the launch queue, so the GPU idles until
+ * the host launches again. PyTorch's GradScaler costs one per step (found_inf); more than two per
+ * step holding >= 5% of the run is a warning, one or two a note when they hold >= 1%. A loop whose
+ * GPU stayed busy anyway (idle < 10% after step 0, rule gpu-idle) loses nothing to them: the host
+ * waited for work it had queued, so that is a note at most.
  */
 #include "report.h"
 

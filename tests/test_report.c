@@ -3229,6 +3229,16 @@ START_TEST(host_sync_every_few_ops_is_a_warning) {
     ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9, 0);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, ".item()"));
     release();
+    // streams waiting on events (cudaStreamWaitEvent, syncType 2: FSDP's and DDP's streams) do
+    // not block the host: not counted, nor their time
+    sql("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, "
+        "streamId, globalPid, syncType, eventId) SELECT start + 100, end + 100, deviceId, "
+        "contextId, streamId, globalPid, 2, 9 FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;");
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_close(evidence(&findings.v[0], "per_step"), 5, 0, 0);
+    ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9,
+                    0);
+    release();
 }
 END_TEST
 
