@@ -90,11 +90,18 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
         if (s->n_overflow > 0 && w > 0 && (size_t)w < sizeof f->detail)
             snprintf(f->detail + w, sizeof f->detail - (size_t)w,
                      " %lld fp32 values beyond it would round to inf.", (long long)s->n_overflow);
-        snprintf(f->advice, sizeof f->advice,
-                 "Give it headroom before it overflows: normalise or rescale what feeds %s (a "
-                 "LayerNorm before it; 1/sqrt(d_head) for attention logits; smaller weight init), "
-                 "or keep this op in fp32 (%s), or train in bf16.",
-                 s->op, report_fp32_how(m));
+        if (strcmp(s->target, "f16") == 0)
+            snprintf(f->advice, sizeof f->advice,
+                     "Give it headroom before it overflows: normalise or rescale what feeds %s (a "
+                     "LayerNorm before it; 1/sqrt(d_head) for attention logits; smaller weight "
+                     "init), or keep this op in fp32 (%s), or train in bf16.",
+                     s->op, report_fp32_how(m));
+        else // (bf16's max is fp32's: no dtype has more range)
+            snprintf(f->advice, sizeof f->advice,
+                     "Give it headroom before it overflows: normalise or rescale what feeds %s (a "
+                     "LayerNorm before it; 1/sqrt(d_head) for attention logits; smaller weight "
+                     "init). fp32 has %s's range: no precision change helps here.",
+                     s->op, s->target);
         report_finding_evidence(f, "amax", amax);
         report_finding_evidence(f, "amax_step", at[0] ? (double)s->clean_amax_step : NAN);
         report_finding_evidence(f, "dtype_max", max);
