@@ -273,6 +273,9 @@ def main():
         ap.error("--fsdp1-mp needs --wrap fsdp1 or fsdp1-flat")
     if a.fsdp1_mp and (a.bf16 or a.legacy):
         ap.error("--fsdp1-mp takes the place of autocast: not with --bf16 or --legacy")
+    if a.sharded_scaler and a.wrap not in ("ddp", "fsdp", "fsdp1", "fsdp1-flat"):
+        ap.error("--sharded-scaler needs --wrap ddp, fsdp, fsdp1 or fsdp1-flat (it all-reduces "
+                 "found_inf over a process group)")
     if a.loader and a.accum != 1:
         ap.error("--loader takes one batch a step: not with --accum")
     global CHECKPOINT
