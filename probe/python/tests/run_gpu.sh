@@ -100,6 +100,15 @@ one attn-healthy-ckptw "" --case attn --healthy --checkpoint wrapper &
 one attn-ckptw "" --case attn --checkpoint wrapper &
 one attn-healthy-fsdp1-ckptw "" --case attn --healthy --wrap fsdp1 --checkpoint wrapper &
 one sawtooth-fsdp1 "" --case sawtooth --wrap fsdp1 &
+one nan-fsdp1-ckptw "" --case nan --wrap fsdp1 --checkpoint wrapper &
+# FSDP1's MixedPrecision without autocast (fp16 with a ShardedGradScaler, bf16), and a
+# ShardedGradScaler under autocast
+one attn-fsdp1-mp16 "" --case attn --wrap fsdp1 --fsdp1-mp fp16 &
+one underflow-fsdp1-mp16 "" --case underflow --wrap fsdp1 --fsdp1-mp fp16 &
+one attn-healthy-fsdp1-mp16 "" --case attn --healthy --wrap fsdp1 --fsdp1-mp fp16 &
+one nan-fsdp1-mpbf16 "" --case nan --wrap fsdp1 --fsdp1-mp bf16 &
+one attn-healthy-fsdp1-mpbf16 "" --case attn --healthy --wrap fsdp1 --fsdp1-mp bf16 &
+one sawtooth-fsdp1-sharded "" --case sawtooth --wrap fsdp1 --sharded-scaler &
 one attn-ddp "" --case attn --wrap ddp &
 one attn-healthy-ddp "" --case attn --healthy --wrap ddp &
 one nan-dp "" --case nan --wrap dp --device 0 &
@@ -256,10 +265,20 @@ python3 "$HERE/gpu_faults.py" --case sawtooth --wrap fsdp1 >"$WORK/sawtooth-fsdp
 same_steps sawtooth-fsdp1 "$WORK/sawtooth-fsdp1.log" "$WORK/sawtooth-fsdp1-plain.log"
 python3 "$HERE/gpu_faults.py" --case attn --wrap fsdp1 >"$WORK/attn-fsdp1-plain.log" 2>&1
 same_steps attn-fsdp1 "$WORK/attn-fsdp1.log" "$WORK/attn-fsdp1-plain.log"
+python3 "$HERE/gpu_faults.py" --case nan --wrap fsdp1 --checkpoint wrapper \
+    >"$WORK/nan-fsdp1-ckptw-plain.log" 2>&1  # (a re-run stopped inside checkpoint_wrapper: not)
+same_steps nan-fsdp1-ckptw "$WORK/nan-fsdp1-ckptw.log" "$WORK/nan-fsdp1-ckptw-plain.log"
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth-fsdp1.sqlite" --per-module || fail=1
 python3 "$HERE/check_report.py" "$WORK/sawtooth-fsdp1.json" sawtooth || fail=1
+# without autocast (FSDP1's MixedPrecision) the fix keeps the module's parameters in fp32
+if grep -q "no autocast here" "$WORK/attn-fsdp1-mp16.json" &&
+    ! grep -q "enabled=False" "$WORK/attn-fsdp1-mp16.json"; then
+    echo "PASS attn-fsdp1-mp16: the advice has no autocast to disable"
+else
+    echo "FAIL attn-fsdp1-mp16: the advice says to disable autocast in a run without it"; fail=1
+fi
 for k in fsdp1 fsdp1-flat ckptw; do # the model's ops alone in the op step, not the wrappers'
     python3 "$HERE/check_report.py" --same-ops "$WORK/attn-healthy.sqlite" \
         "$WORK/attn-healthy-$k.sqlite" || fail=1
@@ -269,7 +288,9 @@ python3 "$HERE/check_report.py" --mem "$WORK/attn-healthy.sqlite" || fail=1
 for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual attn-ddp:attn \
     nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan \
     nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn attn-fsdp1:attn \
-    nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual attn-ckptw:attn; do
+    nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual attn-ckptw:attn nan-fsdp1-ckptw:nan \
+    attn-fsdp1-mp16:attn underflow-fsdp1-mp16:underflow nan-fsdp1-mpbf16:nan \
+    sawtooth-fsdp1-sharded:sawtooth; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
 for c in attn-compile:attn residual-compile-inplace:residual fp32gemm-compile:fp32gemm \
@@ -288,7 +309,7 @@ python3 "$HERE/check_report.py" "$WORK/nan-scrub.json" nan --per-module || fail=
 python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-fused.sqlite" \
     --step 0 || fail=1  # the gradients as backward left them, before the fused Adam unscales them
 for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-fsdp-bf16:residual \
-    attn-healthy-fused:attn; do
+    attn-healthy-fused:attn attn-healthy-fsdp1-mp16:attn attn-healthy-fsdp1-mpbf16:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" --healthy || fail=1
 done
 for k in ddp fsdp clip fsdp1 ckptw fsdp1-ckptw; do

@@ -166,6 +166,14 @@ def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
     assert not bad, bad[:2]
 
 
+def test_advice_without_autocast_keeps_the_module_in_fp32(tmp_path):
+    """FSDP1's MixedPrecision in fp16, no autocast: the overflow's fix keeps the module's
+    parameters in fp32, it does not say to disable an autocast that is not there."""
+    r = report_of(tmp_path, "attn", healthy=False, extra=("--wrap", "fsdp1", "--fsdp1-mp", "fp16"))
+    advice = r["findings"][0]["advice"]
+    assert "no autocast here" in advice and "enabled=False" not in advice, advice
+
+
 def test_fused_optimizer_gradients_as_scaled(tmp_path):
     """Adam(fused=True) unscales the gradients itself: they are read before it does."""
     plain, _ = record(tmp_path, "attn", True)
