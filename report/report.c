@@ -1569,6 +1569,10 @@ bool report_kernel_is_gemm(const char *name) {
     return false;
 }
 
+bool report_kernel_is_comm(const char *name) {
+    return name && strncmp(name, "nccl", 4) == 0;
+}
+
 // A non-finite loss in e's steps of its process: a step record's, or a loss_nonfinite event's.
 static bool loss_broken_at(const report_model *m, const report_event *e) {
     const report_process *p = report_process_find(m, e->pid);

@@ -500,6 +500,10 @@ bool report_op_is_gemm(const char *op);
 bool report_op_is_cast(const char *op);
 // A kernel name that looks like a GEMM/convolution (gemm, nvjet, xmma, cutlass, conv, ...).
 bool report_kernel_is_gemm(const char *name);
+// A collective communication kernel (NCCL's: ncclDevKernel_AllReduce_Sum_f32_RING_LL, ...): its
+// time is waiting for and moving data between GPUs, neither compute- nor memory-bound, and not
+// something fp16/bf16 arithmetic shortens.
+bool report_kernel_is_comm(const char *name);
 // The largest finite value of a 16-bit dtype by its name ("f16", "bf16"); NaN for any other.
 double report_dtype_max(const char *dtype);
 // A 16-bit floating dtype by its name: "f16" or "bf16".

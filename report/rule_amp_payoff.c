@@ -38,7 +38,10 @@ static void measured(const report_model *m, report_findings *out) {
     double mean_ns = (double)p->kernel_ns / (double)p->launches;
     bool launch_bound =
         short_share >= SHORT_SHARE || (1 - busy >= IDLE_SHARE && mean_ns < SHORT_MEAN_NS);
-    double gemm_ns = 0;
+    // of the GPU time that arithmetic makes: NCCL's collectives wait on other GPUs and links
+    double gemm_ns = 0, comm_ns = 0;
+    for (size_t i = 0; i < p->n_kernels; i++)
+        if (report_kernel_is_comm(p->kernels[i].name)) comm_ns += (double)p->kernels[i].total_ns;
     if (p->attributed_ns > 0) {
         for (size_t i = 0; i < m->n_ops; i++)
             if (report_op_is_gemm(m->ops[i].op)) gemm_ns += (double)m->ops[i].kernel_ns;
@@ -47,7 +50,7 @@ static void measured(const report_model *m, report_findings *out) {
             if (report_kernel_is_gemm(p->kernels[i].name))
                 gemm_ns += (double)p->kernels[i].total_ns;
     }
-    double gemm_share = gemm_ns / (double)p->kernel_ns;
+    double gemm_share = gemm_ns / ((double)p->kernel_ns - comm_ns);
     bool amp = any_autocast(m);
     if (!launch_bound && (amp || gemm_share < GEMM_SHARE_PAYS)) return;
 
@@ -55,7 +58,7 @@ static void measured(const report_model *m, report_findings *out) {
         out, RULE, launch_bound && amp ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     // no busy share when every kernel ran in the warm-up (a run, or a focus, of step 0 alone),
     // no GEMM share when the kernels took no time
-    char busy_words[64] = "", busy_ms[64] = "", gemm_words[64] = "";
+    char busy_words[64] = "", busy_ms[64] = "", gemm_words[80] = "";
     if (!isnan(busy)) {
         snprintf(busy_words, sizeof busy_words, " and the GPU is busy %.0f%% of the time",
                  100 * busy);
@@ -63,8 +66,8 @@ static void measured(const report_model *m, report_findings *out) {
                  (double)p->span_ns / 1e6);
     }
     if (!isnan(gemm_share))
-        snprintf(gemm_words, sizeof gemm_words, "; GEMM share of GPU time %.0f%%",
-                 100 * gemm_share);
+        snprintf(gemm_words, sizeof gemm_words, "; GEMM share of GPU time %.0f%%%s",
+                 100 * gemm_share, comm_ns > 0 ? " (NCCL's left out)" : "");
     if (launch_bound)
         snprintf(f->title, sizeof f->title,
                  "launch-bound: %.0f%% of the kernels run under 5 us%s, so %s", 100 * short_share,

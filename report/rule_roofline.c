@@ -24,8 +24,9 @@
 #define EFFICIENCY_WARN 0.10
 #define LIST_MAX 5
 
-typedef enum bound { BOUND_COMPUTE, BOUND_MEMORY, BOUND_LAUNCH } bound;
-static const char *const bound_names[] = {"compute-bound", "memory-bound", "launch-bound"};
+typedef enum bound { BOUND_COMPUTE, BOUND_MEMORY, BOUND_LAUNCH, BOUND_COMM } bound;
+static const char *const bound_names[] = {"compute-bound", "memory-bound", "launch-bound",
+                                          "communication"};
 
 typedef struct place {
     bound b;
@@ -47,6 +48,10 @@ static bool covered(const report_gpu *g, const report_kernel *k) {
 static place classify(const report_gpu *g, const report_kernel *k, const char *name, double flops,
                       double bytes, double ns, int64_t launches) {
     place p = {.ai = NAN, .efficiency = NAN};
+    if (report_kernel_is_comm(name)) { // (no roof: it waits on the other GPUs and the links)
+        p.b = BOUND_COMM;
+        return p;
+    }
     if (launches > 0 && ns / (double)launches < REPORT_LAUNCH_BOUND_NS) {
         p.b = BOUND_LAUNCH;
     } else if (covered(g, k)) {
@@ -106,7 +111,7 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     if (p->launches == 0 || p->kernel_ns <= 0) return;
     const report_gpu *g = &p->gpu;
     double ridge = g->peak_flops / g->bandwidth;
-    double share[3] = {0};
+    double share[4] = {0};
     bool any_by_name = false;
     int64_t by_counters = 0;
     for (size_t i = 0; i < p->n_kernels; i++) {
@@ -118,10 +123,13 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     }
 
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
+    char comm[64] = ""; // (said only when there is some: a run on one GPU has none)
+    if (share[BOUND_COMM] > 0)
+        snprintf(comm, sizeof comm, ", %.0f%% communication (NCCL)", 100 * share[BOUND_COMM]);
     snprintf(f->title, sizeof f->title,
              "GPU time: %.0f%% compute-bound, %.0f%% memory-bound, %.0f%% launch-bound "
-             "kernels on %s",
-             100 * share[BOUND_COMPUTE], 100 * share[BOUND_MEMORY], 100 * share[BOUND_LAUNCH],
+             "kernels%s on %s",
+             100 * share[BOUND_COMPUTE], 100 * share[BOUND_MEMORY], 100 * share[BOUND_LAUNCH], comm,
              g->name ? g->name : "the GPU");
     size_t k = 0;
     if (p->counter_samples > 0)
@@ -181,6 +189,7 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "compute_share", share[BOUND_COMPUTE]);
     report_finding_evidence(f, "memory_share", share[BOUND_MEMORY]);
     report_finding_evidence(f, "launch_share", share[BOUND_LAUNCH]);
+    report_finding_evidence(f, "communication_share", share[BOUND_COMM]);
     report_finding_evidence(f, "peak_tflops", g->peak_flops / 1e12);
     report_finding_evidence(f, "bandwidth_tbs", g->bandwidth / 1e12);
     report_finding_evidence(f, "ridge_flop_per_byte", ridge);

@@ -3335,6 +3335,52 @@ START_TEST(amp_payoff_of_the_warm_up_alone_claims_no_busy_share) {
 }
 END_TEST
 
+// A data-parallel run's NCCL collectives, one per step of ns each on a stream of their own (no
+// op launched them): communication, not compute.
+static void nccl_kernels(long long ns) {
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "INSERT INTO StringIds VALUES (3, "
+             "'ncclDevKernel_AllReduce_Sum_f32_RING_LL');" TEST_KERNEL_INSERT
+             "SELECT start_ns + 1000, start_ns + 1000 + %lld, 0, 1, 8, "
+             "900000 + step, " GPID ", 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1 "
+             "FROM AMP_STEPS;",
+             ns);
+    sql(buf);
+}
+
+// A data-parallel run whose all-reduces take most of the GPU time: its roofline says how much is
+// communication (not memory-bound by name), and AMP's payoff is judged on the rest.
+START_TEST(nccl_kernels_are_communication) {
+    ck_assert(report_kernel_is_comm("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+    ck_assert(report_kernel_is_comm("ncclKernel_AllGather_RING_LL_Sum_int8_t"));
+    ck_assert(!report_kernel_is_comm("vectorized_elementwise_kernel"));
+    ck_assert(!report_kernel_is_comm(NULL));
+    gpu_run(3, 98, 100000, 1000, 1e9, 1e7);
+    sql("UPDATE AMP_OPS SET policy = NULL, in_dtypes = 'f32,f32', out_dtype = 'f32';");
+    nccl_kernels(30000000); // 30 ms a step against 9.8 of GEMMs
+    analyse("roofline", INT64_MIN, INT64_MAX);
+    const report_finding *f = &findings.v[findings.n - 1];
+    ck_assert_msg(strstr(f->title, "kernels, 75% communication (NCCL) on NVIDIA H200"), "%s",
+                  f->title);
+    ck_assert_close(evidence(f, "communication_share"), 30.0 / 39.8, 1e-9, 0);
+    ck_assert_close(evidence(f, "compute_share") + evidence(f, "memory_share") +
+                        evidence(f, "launch_share") + evidence(f, "communication_share"),
+                    1, 1e-12, 0);
+    ck_assert_msg(strstr(f->detail, "ncclDevKernel_AllReduce_Sum_f32_RING_LL 75% of GPU time, 3 x "
+                                    "30000.0 us, communication"),
+                  "%s", f->detail);
+    release();
+    analyse("amp-payoff", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_INFO), 1);
+    ck_assert_msg(strstr(findings.v[0].title, "AMP can pay off: 100% of the GPU time"), "%s",
+                  findings.v[0].title);
+    ck_assert_msg(strstr(findings.v[0].detail, "GEMM share of GPU time 100% (NCCL's left out)"),
+                  "%s", findings.v[0].detail);
+    release();
+}
+END_TEST
+
 START_TEST(amp_payoff_busy_gemm_amp_run_is_quiet) {
     gpu_run(3, 98, 100000, 1000, 1e9, 1e7);
     analyse("amp-payoff", INT64_MIN, INT64_MAX);
@@ -4750,6 +4796,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
     tcase_add_test(tc, amp_payoff_of_the_warm_up_alone_claims_no_busy_share);
     tcase_add_test(tc, amp_payoff_busy_gemm_amp_run_is_quiet);
+    tcase_add_test(tc, nccl_kernels_are_communication);
     tcase_add_test(tc, amp_payoff_projects_a_cpu_run_as_a_note);
     tcase_add_test(tc, run_end_a_clean_exit_is_quiet);
     tcase_add_test(tc, run_end_a_crash_is_an_error_and_a_kill_a_warning);
