@@ -159,6 +159,7 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
     else
         fprintf(out, "| loss scale | %.9g .. %.9g |\n", s.scale_min, s.scale_max);
     if (m->perf.launches)
-        fprintf(out, "| GPU kernels | %lld, busy %.3f of %.3f ms |\n", (long long)m->perf.launches,
-                (double)m->perf.busy_ns / 1e6, (double)m->perf.span_ns / 1e6);
+        fprintf(out, "| GPU kernels | %lld, busy %.3f of %.3f ms%s |\n",
+                (long long)m->perf.launches, (double)m->perf.busy_ns / 1e6,
+                (double)m->perf.span_ns / 1e6, m->perf.devices > 1 ? " (each GPU's, summed)" : "");
 }

@@ -250,8 +250,11 @@ typedef struct report_perf {
     // The timeline after the warm-up: kernels that start before the end of their process's step
     // 0 (one-time set-up, library initialisation, the first step's lazy work) are left out of
     // these when step 0 is recorded
-    int64_t busy_ns, span_ns;      // union of kernel intervals; first start to last end
-    int64_t gaps, gap_ns;          // idle stretches >= REPORT_GAP_NS inside the span
+    // per GPU, summed over the GPUs (a data-parallel run's ranks each keep one busy: one GPU's
+    // gap is no less idle for another's kernels meanwhile)
+    int64_t busy_ns, span_ns; // union of its kernel intervals; its first start to last end
+    int64_t gaps, gap_ns;     // idle stretches >= REPORT_GAP_NS inside its span
+    int32_t devices;          // GPUs with kernels after the warm-up
     int64_t largest_gap_ns, largest_gap_start_ns;
     int64_t warmup_kernels, warmup_ns; // left out: kernels, first start to the end of step 0
     int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise

@@ -410,17 +410,34 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     return done(l, q, rc);
 }
 
-// The timeline in start order: per-step busy time, and after the warm-up (report_perf) busy
-// time (union of kernel intervals) and idle gaps, those a host synchronisation ended in apart
-// (the GPU ran out of work while the host waited for it, and idled on until the host launched
-// again: with no wait the host would have queued that work ahead).
+// Where a GPU's timeline after the warm-up stands: its first kernel's start, its last end.
+#define DEVICES_MAX 64 // (more deviceIds than this share the last one's line)
+typedef struct device_line {
+    int32_t dev;
+    int64_t first, end;
+} device_line;
+
+static device_line *device_of(device_line *d, int32_t *n, int32_t dev) {
+    for (int32_t i = 0; i < *n; i++)
+        if (d[i].dev == dev) return &d[i];
+    if (*n == DEVICES_MAX) return &d[DEVICES_MAX - 1];
+    d[*n] = (device_line){.dev = dev, .first = INT64_MIN, .end = INT64_MIN};
+    return &d[(*n)++];
+}
+
+// The timeline in start order: per-step busy time, and after the warm-up (report_perf) each
+// GPU's busy time (union of its kernel intervals) and idle gaps, those a host synchronisation
+// ended in apart (the GPU ran out of work while the host waited for it, and idled on until the
+// host launched again: with no wait the host would have queued that work ahead).
 static void timeline(const loader *l, launch *v, size_t n) {
     report_model *m = l->m;
     report_perf *p = &m->perf;
     amp_sort(v, n, sizeof *v, cmp_start);
     step_clock c;
     clock_init(&c, m);
-    int64_t cur_end = INT64_MIN, first = 0, warm_from = INT64_MAX, warm_to = INT64_MIN;
+    device_line lines[DEVICES_MAX];
+    int32_t n_lines = 0;
+    int64_t warm_from = INT64_MAX, warm_to = INT64_MIN;
     int64_t all_end = INT64_MIN; // of every kernel so far, warm-up included: per-step busy time
     int32_t pid = INT32_MIN;
     int64_t warm_end = -1; // pid's step 0 end
@@ -439,26 +456,29 @@ static void timeline(const loader *l, launch *v, size_t n) {
             if (warm_end > warm_to) warm_to = warm_end;
             continue;
         }
-        if (cur_end == INT64_MIN) cur_end = first = s;
-        if (s > cur_end) {
-            int64_t gap = s - cur_end;
+        device_line *d = device_of(lines, &n_lines, v[i].dev);
+        if (d->end == INT64_MIN) d->end = d->first = s;
+        if (s > d->end) {
+            int64_t gap = s - d->end;
             if (gap >= REPORT_GAP_NS) {
                 p->gaps++;
                 p->gap_ns += gap;
-                if (sync_ended_in(l->sync_ends, l->n_sync_ends, cur_end, s)) p->sync_gap_ns += gap;
+                if (sync_ended_in(l->sync_ends, l->n_sync_ends, d->end, s)) p->sync_gap_ns += gap;
                 if (gap > p->largest_gap_ns) {
                     p->largest_gap_ns = gap;
-                    p->largest_gap_start_ns = cur_end;
+                    p->largest_gap_start_ns = d->end;
                 }
             }
         }
-        int64_t from = s > cur_end ? s : cur_end;
+        int64_t from = s > d->end ? s : d->end;
         if (e > from) {
             p->busy_ns += e - from;
-            cur_end = e;
+            d->end = e;
         }
     }
-    p->span_ns = cur_end == INT64_MIN ? 0 : cur_end - first;
+    for (int32_t i = 0; i < n_lines; i++)
+        p->span_ns += lines[i].end - lines[i].first;
+    p->devices = n_lines;
     // (step 0's end is the run's own number, any int64_t: saturated rather than overflowed)
     if (p->warmup_kernels)
         p->warmup_ns =

@@ -34,11 +34,13 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
         out, RULE, share >= IDLE_WARN ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     const report_step *st = step_at(m, p->largest_gap_start_ns);
     if (st) f->first_step = f->last_step = st->step;
-    snprintf(
-        f->title, sizeof f->title,
-        "the GPU sat idle %.0f%% of the time in %lld gaps of 10 us or more (largest %.6g ms%s)",
-        100 * share, (long long)p->gaps, (double)p->largest_gap_ns / 1e6,
-        st ? ", in the step named below" : "");
+    const bool several = p->devices > 1;
+    char gpus[32] = "the GPU";
+    if (several) snprintf(gpus, sizeof gpus, "the %d GPUs", (int)p->devices);
+    snprintf(f->title, sizeof f->title,
+             "%s sat idle %.0f%% of the time in %lld gaps of 10 us or more (largest %.6g ms%s)",
+             gpus, 100 * share, (long long)p->gaps, (double)p->largest_gap_ns / 1e6,
+             st ? ", in the step named below" : "");
     // what the gaps hold: copies or synchronisations that fill a quarter of them, else the host
     const double gap = (double)p->gap_ns;
     const char *cause;
@@ -67,15 +69,15 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
                  " (step 0, the warm-up, left out: %lld kernels over %.6g ms)",
                  (long long)p->warmup_kernels, (double)p->warmup_ns / 1e6);
     snprintf(f->detail, sizeof f->detail,
-             "Kernels kept the GPU busy %.6g of %.6g ms from the first kernel%s to the last%s; "
+             "Kernels kept %s busy %.6g of %.6g ms from the first kernel%s to the last%s%s; "
              "%.6g ms fell in gaps. Meanwhile: %lld host synchronisations in the whole run "
              "(%.6g ms; %.6g ms of the gaps are where one ended, the GPU out of work until the "
              "host launched again), %lld host-to-device copies%s (%lld from pageable memory). "
              "Most likely cause: %s.",
-             (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6,
-             p->warmup_kernels ? " after step 0" : "", warmup, (double)p->gap_ns / 1e6,
-             (long long)p->syncs, (double)p->sync_ns / 1e6, (double)p->sync_gap_ns / 1e6,
-             (long long)p->htod_copies,
+             gpus, (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6,
+             p->warmup_kernels ? " after step 0" : "", warmup,
+             several ? " (each GPU's, summed)" : "", (double)p->gap_ns / 1e6, (long long)p->syncs,
+             (double)p->sync_ns / 1e6, (double)p->sync_gap_ns / 1e6, (long long)p->htod_copies,
              p->warmup_kernels || p->warmup_copies ? " after step 0" : "",
              (long long)p->pageable_copies, cause);
     report_finding_evidence(f, "idle_share", share);

@@ -3087,6 +3087,31 @@ START_TEST(gpu_idle_gaps_are_a_warning) {
 }
 END_TEST
 
+// Two GPUs (a data-parallel run's ranks) whose kernels alternate: each sits idle in the other's
+// kernels, which a union of both timelines would call busy.
+START_TEST(gpu_idle_is_each_gpus) {
+    gpu_run(5, 10, 100000, 500000, 1e9, 1e7);
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    const double one = evidence(&findings.v[0], "idle_share");
+    ck_assert_msg(begins(findings.v[0].title, "the GPU sat idle"), "%s", findings.v[0].title);
+    release();
+    // the same kernels again on GPU 1, 0.3 ms later: in GPU 0's gaps
+    sql(TEST_KERNEL_INSERT
+        "SELECT start + 300000, end + 300000, 1, "
+        "contextId, streamId, correlationId + 1000000, globalPid, demangledName, shortName, "
+        "registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, "
+        "dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL;");
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = &findings.v[0];
+    ck_assert_close(evidence(f, "idle_share"), one, 1e-9, 0);
+    ck_assert_msg(begins(f->title, "the 2 GPUs sat idle"), "%s", f->title);
+    ck_assert_msg(strstr(f->detail, "(each GPU's, summed)"), "%s", f->detail);
+    release();
+}
+END_TEST
+
 START_TEST(gpu_idle_back_to_back_kernels_are_quiet) {
     gpu_run(3, 98, 100000, 1000, 1e9, 1e7); // 0.1 ms kernels 1 us apart fill the steps
     analyse("gpu-idle", INT64_MIN, INT64_MAX);
@@ -4776,6 +4801,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, kernel_names_that_are_gemms);
     tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);
+    tcase_add_test(tc, gpu_idle_is_each_gpus);
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
     tcase_add_test(tc, gpu_idle_leaves_the_warm_up_out);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
