@@ -1760,8 +1760,8 @@ class Watcher:
                         (_NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)
         except Exception as e:  # the model refused to run again: said, the step not searched
-            if judge is not None and judge.event is not None:  # (named, then the model's own
-                # check of its values raised)
+            # (unless the judge had named the break before the model's own check raised)
+            if judge is not None and judge.event is not None:
                 return judge.event, None, []
             print("ampprobe: step %d: the forward re-run failed (%s: %s)"
                   % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)

@@ -221,6 +221,17 @@ def check_ops(path):
     return 1 if bad else 0
 
 
+def _same_rows(q, a, b, what):
+    """Whether query q gives the same rows (in any order, some) in databases a and b; said."""
+    ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
+    diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
+    ok = bool(ra) and ra == rb
+    print("%s the same %s in %s and %s: %d and %d rows%s" % (
+        "PASS" if ok else "FAIL", what, a, b, len(ra), len(rb),
+        "; first differing: %s" % diff if diff else ""), flush=True)
+    return 0 if ok else 1
+
+
 def check_same(a, b, step=None, kinds=None):
     """The same statistics rows in both databases (step: that step's only; kinds: of those
     kinds only)."""
@@ -229,27 +240,14 @@ def check_same(a, b, step=None, kinds=None):
     q = ("SELECT step, layer_id, op, kind, dtype, target_dtype, numel, min, max, n_nan, "
          "n_posinf, n_neginf, n_overflow, n_underflow, n_zero FROM AMP_TENSOR_STATS" +
          ("" if not where else " WHERE " + " AND ".join(where)))
-    ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
-    diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
-    ok = bool(ra) and ra == rb
-    print("%s the same statistics rows%s in %s and %s: %d and %d rows%s" % (
-        "PASS" if ok else "FAIL", "" if step is None else " of step %d" % step, a, b, len(ra),
-        len(rb),
-        "; first differing: %s" % diff if diff else ""), flush=True)
-    return 0 if ok else 1
+    return _same_rows(q, a, b, "statistics rows" + ("" if step is None else " of step %d" % step))
 
 
 def check_same_ops(a, b):
     """The same op rows (layer, op, dtypes, policy, shapes) in both databases' op steps."""
     q = ("SELECT o.step, l.name, o.op, o.in_dtypes, o.out_dtype, o.policy, o.shapes FROM AMP_OPS o "
          "LEFT JOIN AMP_LAYERS l ON l.pid = o.pid AND l.id = o.layer_id")
-    ra, rb = (sorted(sqlite3.connect(p).execute(q).fetchall(), key=repr) for p in (a, b))
-    diff = [r for r in ra if r not in rb][:1] + [r for r in rb if r not in ra][:1]
-    ok = bool(ra) and ra == rb
-    print("%s the same op rows in %s and %s: %d and %d rows%s" % (
-        "PASS" if ok else "FAIL", a, b, len(ra), len(rb),
-        "; first differing: %s" % diff if diff else ""), flush=True)
-    return 0 if ok else 1
+    return _same_rows(q, a, b, "op rows")
 
 
 def check_mem(path):
