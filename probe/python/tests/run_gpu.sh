@@ -33,9 +33,10 @@
 # are checked faulty and healthy, and a broken step's replay must leave the random state and the
 # program's tensors as they were; with two GPUs or more, one faulty and one healthy case train on
 # GPU 1 while GPU 0 stays current (the healthy one must record the same statistics as on GPU 0) and
-# FSDP2 and FSDP1 train over two processes (faults found per module); the sawtooth run's gradient overflows
-# must be traced op by op, and the op step of a healthy TinyGPT run must be in AMP_OPS with
-# autocast's decisions, and its steps carry torch's memory peak where they should; gpu_inplace.py
+# FSDP2 and FSDP1 train over two processes (faults found per module); the sawtooth run's
+# gradient overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in
+# AMP_OPS with autocast's decisions, and its steps carry torch's memory peak where they should;
+# gpu_inplace.py
 # checks that module outputs written to in place are read before the write; gpu_devstats.py checks
 # the device statistics against eager torch and measures their bandwidth; then torch_overhead.py
 # measures the step-time cost (not with --quick). Everything lands in WORK (default
@@ -261,13 +262,16 @@ for c in zerograd running; do
     python3 "$HERE/gpu_patterns.py" --case $c >"$WORK/p-$c-plain.log" 2>&1
     same_steps "$c" "$WORK/p-$c.log" "$WORK/p-$c-plain.log"
 done
-python3 "$HERE/gpu_faults.py" --case sawtooth --wrap fsdp1 >"$WORK/sawtooth-fsdp1-plain.log" 2>&1
-same_steps sawtooth-fsdp1 "$WORK/sawtooth-fsdp1.log" "$WORK/sawtooth-fsdp1-plain.log"
-python3 "$HERE/gpu_faults.py" --case attn --wrap fsdp1 >"$WORK/attn-fsdp1-plain.log" 2>&1
-same_steps attn-fsdp1 "$WORK/attn-fsdp1.log" "$WORK/attn-fsdp1-plain.log"
-python3 "$HERE/gpu_faults.py" --case nan --wrap fsdp1 --checkpoint wrapper \
-    >"$WORK/nan-fsdp1-ckptw-plain.log" 2>&1  # (a re-run stopped inside checkpoint_wrapper: not)
-same_steps nan-fsdp1-ckptw "$WORK/nan-fsdp1-ckptw.log" "$WORK/nan-fsdp1-ckptw-plain.log"
+plain_twin() { # NAME ARGS...: gpu_faults.py ARGS without ampprobe prints run NAME's steps
+    local name=$1
+    shift
+    python3 "$HERE/gpu_faults.py" "$@" >"$WORK/$name-plain.log" 2>&1
+    same_steps "$name" "$WORK/$name.log" "$WORK/$name-plain.log"
+}
+plain_twin sawtooth-fsdp1 --case sawtooth --wrap fsdp1
+plain_twin attn-fsdp1 --case attn --wrap fsdp1
+# (a re-run stopped half-way through checkpoint_wrapper changed this one's training)
+plain_twin nan-fsdp1-ckptw --case nan --wrap fsdp1 --checkpoint wrapper
 python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth-fsdp1.sqlite" --per-module || fail=1
