@@ -21,7 +21,7 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
              a third of the GEMM FLOPs miss the Tensor Cores (seen on the op step, step 1)
   diverge    Adam's learning rate raised from 1e-4 to 1.0 at step 3: the loss and the gradient
              norm blow up from step 4 while every loss stays finite (the MLP trains in bf16
-             without autocast, --bf16 pure, whatever the flags: bf16 has fp32's range). Not a
+             without autocast, --bf16 unless --fsdp-mp is given: bf16 has fp32's range). Not a
              precision problem: the report's divergence
   blowup     Adam's learning rate raised from 1e-4 to 100 at step 3 (fp16 autocast, GradScaler):
              that one update multiplies the MLP's weights a thousandfold and step 4's forward
@@ -42,12 +42,12 @@ model, each block a unit of its own; fsdp1 with use_orig_params=True, the parame
 were, fsdp1-flat with False, one flat parameter a unit).
 --compile wrap|inplace|blocks trains the model compiled: torch.compile(model), model.compile(),
 or each of its blocks (the MLP's layers) compiled in place; --compile-mode MODE passes
-torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 pure|fsdp trains in bf16 without
-autocast and without a GradScaler: the model cast to bf16, or (with --wrap fsdp) FSDP2's
-MixedPrecisionPolicy(param_dtype=bf16) over fp32 parameters. --fsdp1-mp fp16|bf16 (with --wrap
-fsdp1 or fsdp1-flat) trains through FSDP1's MixedPrecision(param_dtype, reduce_dtype and
-buffer_dtype that dtype) without autocast: in fp16 with a ShardedGradScaler, as FSDP's
-documentation does, in bf16 without a scaler. --sharded-scaler trains with FSDP's
+torch.compile's mode (reduce-overhead: CUDA graphs). --bf16 trains in bf16 without autocast and
+without a GradScaler: the model cast to bf16. --fsdp-mp fp16|bf16 (with --wrap fsdp, fsdp1 or
+fsdp1-flat) trains without autocast in FSDP's mixed precision over fp32 parameters: FSDP2's
+MixedPrecisionPolicy(param_dtype=that dtype) with a torch.amp.GradScaler in fp16, or FSDP1's
+MixedPrecision(param_dtype, reduce_dtype and buffer_dtype that dtype) with a ShardedGradScaler
+in fp16, as FSDP's documentation does; in bf16 without a scaler. --sharded-scaler trains with FSDP's
 ShardedGradScaler instead of torch.amp.GradScaler (autocast as usual). --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
 --clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
@@ -230,12 +230,11 @@ def main():
                     "block.compile() for each block")
     ap.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
                     default="default", help="torch.compile's mode (default: %(default)s)")
-    ap.add_argument("--bf16", choices=["pure", "fsdp"],
-                    help="train in bf16 without autocast or GradScaler: the model cast to bf16, "
-                    "or FSDP2's param_dtype (with --wrap fsdp)")
-    ap.add_argument("--fsdp1-mp", choices=["fp16", "bf16"],
-                    help="with --wrap fsdp1 or fsdp1-flat: FSDP1's MixedPrecision in this dtype "
-                    "instead of autocast (fp16 with a ShardedGradScaler)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="train in bf16 without autocast or GradScaler: the model cast to bf16")
+    ap.add_argument("--fsdp-mp", choices=["fp16", "bf16"],
+                    help="with --wrap fsdp, fsdp1 or fsdp1-flat: FSDP's mixed precision in this "
+                    "dtype instead of autocast (fp16 with a GradScaler, FSDP1's sharded one)")
     ap.add_argument("--sharded-scaler", action="store_true",
                     help="FSDP's ShardedGradScaler instead of torch.amp.GradScaler")
     ap.add_argument("--fused", action="store_true",
@@ -267,12 +266,10 @@ def main():
                     help="torch.cuda.amp.GradScaler and torch.cuda.amp.autocast, and "
                     "torch.cuda.profiler.start()/stop() around the fault's steps")
     a = ap.parse_args()
-    if a.bf16 == "fsdp" and a.wrap != "fsdp":
-        ap.error("--bf16 fsdp needs --wrap fsdp")
-    if a.fsdp1_mp and not (a.wrap or "").startswith("fsdp1"):
-        ap.error("--fsdp1-mp needs --wrap fsdp1 or fsdp1-flat")
-    if a.fsdp1_mp and (a.bf16 or a.legacy):
-        ap.error("--fsdp1-mp takes the place of autocast: not with --bf16 or --legacy")
+    if a.fsdp_mp and not (a.wrap or "").startswith("fsdp"):
+        ap.error("--fsdp-mp needs --wrap fsdp, fsdp1 or fsdp1-flat")
+    if a.fsdp_mp and (a.bf16 or a.legacy):
+        ap.error("--fsdp-mp takes the place of autocast: not with --bf16 or --legacy")
     if a.sharded_scaler and a.wrap not in ("ddp", "fsdp", "fsdp1", "fsdp1-flat"):
         ap.error("--sharded-scaler needs --wrap ddp, fsdp, fsdp1 or fsdp1-flat (it all-reduces "
                  "found_inf over a process group)")
@@ -287,8 +284,8 @@ def main():
         a.device = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(a.device)  # (FSDP2's device mesh would pick it otherwise)
     steps = a.steps or (30 if a.case == "sawtooth" else 12)
-    if a.case == "diverge" and not a.bf16:
-        a.bf16 = "pure"
+    if a.case == "diverge" and not a.fsdp_mp:
+        a.bf16 = True
     torch.manual_seed(0)
     dev = "cuda" if a.device is None else "cuda:%d" % a.device
     current = torch.cuda.current_device()
@@ -304,7 +301,7 @@ def main():
         ys = [torch.randint(0, 10, (64,), device=dev) for _ in range(4)]
     if a.case == "fp32gemm" and not a.healthy:
         model.fp32_layer = 1
-    if a.bf16 == "pure":
+    if a.bf16:
         model.to(torch.bfloat16)
         xs = [x if not x.is_floating_point() else x.bfloat16() for x in xs]
     net = model  # the model itself, where the faults are planted
@@ -312,6 +309,7 @@ def main():
     blocks = list(getattr(net, "blocks", None) or net.layers)
     if dist_wrap:
         import torch.distributed as dist
+        low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.fsdp_mp)
         store = "/tmp/gpu_faults-%d.store" % os.getpid()
         if ranks > 1:
             dist.init_process_group("nccl")  # torchrun's environment
@@ -323,13 +321,12 @@ def main():
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
             from torch.distributed.fsdp import MixedPrecision
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-            low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.fsdp1_mp)
             mp = MixedPrecision(low, low, low) if low else None
             model = FSDP(net, auto_wrap_policy=ModuleWrapPolicy({type(blocks[0])}),
                          use_orig_params=a.wrap == "fsdp1", device_id=index, mixed_precision=mp)
         else:
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if a.bf16 else None)
+            mp = MixedPrecisionPolicy(param_dtype=low)
             for b in blocks:
                 fully_shard(b, mp_policy=mp)
             fully_shard(net, mp_policy=mp)
@@ -358,15 +355,16 @@ def main():
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
     if a.case == "sawtooth" and not a.healthy:
         kw = dict(growth_interval=1)
-    autocast = not a.bf16 and not a.fsdp1_mp
+    autocast = not a.bf16 and not a.fsdp_mp
+    scaling = not a.bf16 and a.fsdp_mp != "bf16"
     if a.legacy:
         warnings.filterwarnings("ignore", category=FutureWarning)  # (their deprecation)
-        scaler = torch.cuda.amp.GradScaler(enabled=not a.bf16, **kw)
-    elif a.sharded_scaler or a.fsdp1_mp:
+        scaler = torch.cuda.amp.GradScaler(enabled=scaling, **kw)
+    elif a.sharded_scaler or (a.fsdp_mp and a.wrap.startswith("fsdp1")):
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-        scaler = ShardedGradScaler("cuda", enabled=a.fsdp1_mp != "bf16" and not a.bf16, **kw)
+        scaler = ShardedGradScaler("cuda", enabled=scaling, **kw)
     else:
-        scaler = torch.amp.GradScaler("cuda", enabled=not a.bf16, **kw)
+        scaler = torch.amp.GradScaler("cuda", enabled=scaling, **kw)
     if a.watch:
         import ampprobe.torch as amp_torch
         amp_torch.watch(model, scaler=scaler, optimizer=opt)

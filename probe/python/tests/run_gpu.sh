@@ -8,8 +8,9 @@
 # activation checkpointing (both kinds, and checkpoint_wrapper), DistributedDataParallel (one
 # process), DataParallel (one GPU), FSDP2 and FSDP1 (one process; FSDP1's flat parameters too,
 # the weight rows theirs), gradient clipping after unscale_, a fused Adam (handed the scale), a
-# batch cleaned after its forward (named per module), bf16 without autocast (a model cast to it,
-# FSDP2's param_dtype) and torch.compile (the model wrapped, compiled in place, or its blocks
+# batch cleaned after its forward (named per module), bf16 without autocast (a model cast to it),
+# FSDP's mixed precision without autocast (FSDP2's param_dtype and FSDP1's MixedPrecision, fp16
+# and bf16) and torch.compile (the model wrapped, compiled in place, or its blocks
 # compiled, also with CUDA graphs: and no graph break, the statistics a compiled model has) are
 # checked the same way, and against the plain runs (the step's loss as the script computed it; the
 # same statistics rows); the weight rows must hold every parameter as each step began (the largest
@@ -102,13 +103,16 @@ one attn-ckptw "" --case attn --checkpoint wrapper &
 one attn-healthy-fsdp1-ckptw "" --case attn --healthy --wrap fsdp1 --checkpoint wrapper &
 one sawtooth-fsdp1 "" --case sawtooth --wrap fsdp1 &
 one nan-fsdp1-ckptw "" --case nan --wrap fsdp1 --checkpoint wrapper &
-# FSDP1's MixedPrecision without autocast (fp16 with a ShardedGradScaler, bf16), and a
-# ShardedGradScaler under autocast
-one attn-fsdp1-mp16 "" --case attn --wrap fsdp1 --fsdp1-mp fp16 &
-one underflow-fsdp1-mp16 "" --case underflow --wrap fsdp1 --fsdp1-mp fp16 &
-one attn-healthy-fsdp1-mp16 "" --case attn --healthy --wrap fsdp1 --fsdp1-mp fp16 &
-one nan-fsdp1-mpbf16 "" --case nan --wrap fsdp1 --fsdp1-mp bf16 &
-one attn-healthy-fsdp1-mpbf16 "" --case attn --healthy --wrap fsdp1 --fsdp1-mp bf16 &
+# FSDP's mixed precision without autocast (FSDP2's param_dtype in fp16 with a GradScaler;
+# FSDP1's MixedPrecision in fp16 with a ShardedGradScaler, and in bf16), and a ShardedGradScaler
+# under autocast
+one attn-fsdp2-mp16 "" --case attn --wrap fsdp --fsdp-mp fp16 &
+one attn-healthy-fsdp2-mp16 "" --case attn --healthy --wrap fsdp --fsdp-mp fp16 &
+one attn-fsdp1-mp16 "" --case attn --wrap fsdp1 --fsdp-mp fp16 &
+one underflow-fsdp1-mp16 "" --case underflow --wrap fsdp1 --fsdp-mp fp16 &
+one attn-healthy-fsdp1-mp16 "" --case attn --healthy --wrap fsdp1 --fsdp-mp fp16 &
+one nan-fsdp1-mpbf16 "" --case nan --wrap fsdp1 --fsdp-mp bf16 &
+one attn-healthy-fsdp1-mpbf16 "" --case attn --healthy --wrap fsdp1 --fsdp-mp bf16 &
 one sawtooth-fsdp1-sharded "" --case sawtooth --wrap fsdp1 --sharded-scaler &
 one attn-ddp "" --case attn --wrap ddp &
 one attn-healthy-ddp "" --case attn --healthy --wrap ddp &
@@ -146,11 +150,11 @@ CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-noparams "" --fault noparams 
 CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-api "" --fault api &
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
-one attn-healthy-bf16 "" --case attn --healthy --bf16 pure &
-one residual-healthy-bf16 "" --case residual --healthy --bf16 pure &
-one nan-bf16 "" --case nan --bf16 pure &
-one residual-healthy-fsdp-bf16 "" --case residual --healthy --wrap fsdp --bf16 fsdp &
-one nan-fsdp-bf16 "" --case nan --wrap fsdp --bf16 fsdp &
+one attn-healthy-bf16 "" --case attn --healthy --bf16 &
+one residual-healthy-bf16 "" --case residual --healthy --bf16 &
+one nan-bf16 "" --case nan --bf16 &
+one residual-healthy-fsdp-bf16 "" --case residual --healthy --wrap fsdp --fsdp-mp bf16 &
+one nan-fsdp-bf16 "" --case nan --wrap fsdp --fsdp-mp bf16 &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
 wait
@@ -276,13 +280,14 @@ python3 "$HERE/check_report.py" "$WORK/attn-eager.json" attn || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth.sqlite" || fail=1
 python3 "$HERE/check_report.py" --bwd "$WORK/sawtooth-fsdp1.sqlite" --per-module || fail=1
 python3 "$HERE/check_report.py" "$WORK/sawtooth-fsdp1.json" sawtooth || fail=1
-# without autocast (FSDP1's MixedPrecision) the fix keeps the module's parameters in fp32
-if grep -q "no autocast here" "$WORK/attn-fsdp1-mp16.json" &&
-    ! grep -q "enabled=False" "$WORK/attn-fsdp1-mp16.json"; then
-    echo "PASS attn-fsdp1-mp16: the advice has no autocast to disable"
-else
-    echo "FAIL attn-fsdp1-mp16: the advice says to disable autocast in a run without it"; fail=1
-fi
+# without autocast (FSDP's mixed precision) the fix keeps the module's parameters in fp32
+for c in attn-fsdp2-mp16 attn-fsdp1-mp16; do
+    if grep -q "no autocast here" "$WORK/$c.json" && ! grep -q "enabled=False" "$WORK/$c.json"; then
+        echo "PASS $c: the advice has no autocast to disable"
+    else
+        echo "FAIL $c: the advice says to disable autocast in a run without it"; fail=1
+    fi
+done
 for k in fsdp1 fsdp1-flat ckptw; do # the model's ops alone in the op step, not the wrappers'
     python3 "$HERE/check_report.py" --same-ops "$WORK/attn-healthy.sqlite" \
         "$WORK/attn-healthy-$k.sqlite" || fail=1
@@ -293,7 +298,8 @@ for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual at
     nan-dp:nan attn-fsdp:attn nan-fsdp:nan attn-compile-graphs:attn nan-compile-blocks-graphs:nan \
     nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn attn-fsdp1:attn \
     nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual attn-ckptw:attn nan-fsdp1-ckptw:nan \
-    attn-fsdp1-mp16:attn underflow-fsdp1-mp16:underflow nan-fsdp1-mpbf16:nan \
+    attn-fsdp2-mp16:attn attn-fsdp1-mp16:attn underflow-fsdp1-mp16:underflow \
+    nan-fsdp1-mpbf16:nan \
     sawtooth-fsdp1-sharded:sawtooth; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done
@@ -313,7 +319,8 @@ python3 "$HERE/check_report.py" "$WORK/nan-scrub.json" nan --per-module || fail=
 python3 "$HERE/check_report.py" --same "$WORK/attn-healthy.sqlite" "$WORK/attn-healthy-fused.sqlite" \
     --step 0 || fail=1  # the gradients as backward left them, before the fused Adam unscales them
 for c in attn-healthy-bf16:attn residual-healthy-bf16:residual residual-healthy-fsdp-bf16:residual \
-    attn-healthy-fused:attn attn-healthy-fsdp1-mp16:attn attn-healthy-fsdp1-mpbf16:attn; do
+    attn-healthy-fused:attn attn-healthy-fsdp2-mp16:attn attn-healthy-fsdp1-mp16:attn \
+    attn-healthy-fsdp1-mpbf16:attn; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" --healthy || fail=1
 done
 for k in ddp fsdp clip fsdp1 ckptw fsdp1-ckptw; do

@@ -122,16 +122,19 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--wrap", "fsdp")), ("nan", ("--wrap", "fsdp")),
             ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
             ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead")),
-            ("nan", ("--bf16", "pure")), ("nan", ("--wrap", "fsdp", "--bf16", "fsdp")),
+            ("nan", ("--bf16",)), ("nan", ("--wrap", "fsdp", "--fsdp-mp", "bf16")),
             ("underflow", ("--fused",)), ("attn", ("--clip", "1.0")),
             ("attn", ("--wrap", "fsdp1")), ("nan", ("--wrap", "fsdp1-flat")),
             ("residual", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
             ("attn", ("--checkpoint", "wrapper")),
-            # FSDP1's MixedPrecision without autocast (fp16: a ShardedGradScaler)
-            ("attn", ("--wrap", "fsdp1", "--fsdp1-mp", "fp16")),
-            ("nan", ("--wrap", "fsdp1-flat", "--fsdp1-mp", "fp16")),
-            ("underflow", ("--wrap", "fsdp1", "--fsdp1-mp", "fp16")),
-            ("nan", ("--wrap", "fsdp1", "--fsdp1-mp", "bf16")),
+            # FSDP's mixed precision without autocast (fp16: a GradScaler, FSDP1's sharded)
+            ("attn", ("--wrap", "fsdp", "--fsdp-mp", "fp16")),
+            ("nan", ("--wrap", "fsdp", "--fsdp-mp", "fp16")),
+            ("underflow", ("--wrap", "fsdp", "--fsdp-mp", "fp16")),
+            ("attn", ("--wrap", "fsdp1", "--fsdp-mp", "fp16")),
+            ("nan", ("--wrap", "fsdp1-flat", "--fsdp-mp", "fp16")),
+            ("underflow", ("--wrap", "fsdp1", "--fsdp-mp", "fp16")),
+            ("nan", ("--wrap", "fsdp1", "--fsdp-mp", "bf16")),
             ("sawtooth", ("--wrap", "fsdp1", "--sharded-scaler"))]
 
 
@@ -154,9 +157,9 @@ def test_patterns_healthy_twin_is_clean(tmp_path, case, extra):
 
 # bf16 without autocast: statistics against bf16, so a healthy run's small gradients are not
 # reported as lost to fp16's underflow
-BF16 = [("attn", ("--bf16", "pure")), ("residual", ("--bf16", "pure")),
-        ("residual", ("--wrap", "fsdp", "--bf16", "fsdp")),
-        ("attn", ("--wrap", "fsdp1", "--fsdp1-mp", "bf16"))]
+BF16 = [("attn", ("--bf16",)), ("residual", ("--bf16",)),
+        ("residual", ("--wrap", "fsdp", "--fsdp-mp", "bf16")),
+        ("attn", ("--wrap", "fsdp1", "--fsdp-mp", "bf16"))]
 
 
 @pytest.mark.parametrize("case,extra", BF16, ids=["-".join((c,) + e) for c, e in BF16])
@@ -166,10 +169,11 @@ def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
     assert not bad, bad[:2]
 
 
-def test_advice_without_autocast_keeps_the_module_in_fp32(tmp_path):
-    """FSDP1's MixedPrecision in fp16, no autocast: the overflow's fix keeps the module's
+@pytest.mark.parametrize("wrap", ["fsdp", "fsdp1"])
+def test_advice_without_autocast_keeps_the_module_in_fp32(tmp_path, wrap):
+    """FSDP's mixed precision in fp16, no autocast: the overflow's fix keeps the module's
     parameters in fp32, it does not say to disable an autocast that is not there."""
-    r = report_of(tmp_path, "attn", healthy=False, extra=("--wrap", "fsdp1", "--fsdp1-mp", "fp16"))
+    r = report_of(tmp_path, "attn", healthy=False, extra=("--wrap", wrap, "--fsdp-mp", "fp16"))
     advice = r["findings"][0]["advice"]
     assert "no autocast here" in advice and "enabled=False" not in advice, advice
 
@@ -332,7 +336,7 @@ def test_gradient_overflows_traced(tmp_path, extra):
                                         ("attn", ("--wrap", "fsdp1-flat")),
                                         ("nan", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
                                         ("nan", ("--checkpoint", "wrapper")),
-                                        ("sawtooth", ("--wrap", "fsdp1", "--fsdp1-mp", "fp16"))],
+                                        ("sawtooth", ("--wrap", "fsdp1", "--fsdp-mp", "fp16"))],
                          ids=["sawtooth-fsdp1", "attn-fsdp1-flat", "nan-fsdp1-ckptw", "nan-ckptw",
                               "sawtooth-fsdp1-mp-fp16"])
 def test_wrapped_trains_as_without_ampprobe(tmp_path, case, extra):
