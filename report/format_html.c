@@ -799,10 +799,11 @@ static time_bucket time_bucket_of(const bucketing *k, size_t b, bool gpu) {
         const report_step *s = &k->s[i];
         if (s->start_ns < 0 || s->end_ns < s->start_ns) continue;
         const double dur = (double)(s->end_ns - s->start_ns);
-        if (gpu) {
-            r.part[0] += (double)s->gpu_busy_ns;
+        if (gpu) { // (busy: a GPU's mean, in a process that has several)
+            const double busy = (double)s->gpu_busy_ns / (s->gpu_devices > 1 ? s->gpu_devices : 1);
+            r.part[0] += busy;
             r.part[1] += (double)s->copy_ns;
-            r.part[2] += fmax(0, dur - (double)s->gpu_busy_ns - (double)s->copy_ns);
+            r.part[2] += fmax(0, dur - busy - (double)s->copy_ns);
         } else {
             r.part[0] += (double)s->gemm_ns;
             r.part[1] += (double)s->cast_ns;

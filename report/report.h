@@ -83,8 +83,10 @@ typedef struct report_step {
     // AMP_OPS of the step (sampled steps only; 0 otherwise): host time of all recorded ops, of
     // the GEMM-class ones and of the dtype casts
     int64_t op_ns, gemm_ns, cast_ns;
-    // CUDA capture: busy time (union of the kernels starting in the step's window), copy time
+    // CUDA capture: busy time (on each GPU of the process, the union of its kernels starting in
+    // the step's window; summed over gpu_devices GPUs), copy time
     int64_t gpu_busy_ns, copy_ns;
+    int32_t gpu_devices;
 } report_step;
 
 // One AMP_EVENTS row; an aggregate row stands for occurrences events from step to last_step.
@@ -255,6 +257,7 @@ typedef struct report_perf {
     int64_t busy_ns, span_ns; // union of its kernel intervals; its first start to last end
     int64_t gaps, gap_ns;     // idle stretches >= REPORT_GAP_NS inside its span
     int32_t devices;          // GPUs with kernels after the warm-up
+    int64_t process_span_ns;  // per process, its first kernel's start to its last end, summed
     int64_t largest_gap_ns, largest_gap_start_ns;
     int64_t warmup_kernels, warmup_ns; // left out: kernels, first start to the end of step 0
     int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise

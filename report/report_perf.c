@@ -190,7 +190,10 @@ static bool name_kernels(loader *l, const kernel_ids *t) {
 }
 
 // Steps in start time order, for mapping a timestamp to its step.
+// A process's steps in start order, for its records in start order (the steps of several
+// processes overlap in time: a record belongs to its own process's step).
 typedef struct step_clock {
+    int32_t pid;
     report_step **by_start;
     size_t n, at;
 } step_clock;
@@ -200,11 +203,13 @@ static int cmp_step_start(const void *pa, const void *pb) {
     return a->start_ns < b->start_ns ? -1 : a->start_ns > b->start_ns;
 }
 
-static void clock_init(step_clock *c, report_model *m) {
+static void clock_init(step_clock *c, report_model *m, int32_t pid) {
+    c->pid = pid;
     c->by_start = amp_xmalloc((m->n_steps + 1) * sizeof *c->by_start);
     c->n = c->at = 0;
     for (size_t i = 0; i < m->n_steps; i++)
-        if (m->steps[i].start_ns >= 0 && m->steps[i].end_ns >= m->steps[i].start_ns)
+        if (m->steps[i].pid == pid && m->steps[i].start_ns >= 0 &&
+            m->steps[i].end_ns >= m->steps[i].start_ns)
             c->by_start[c->n++] = &m->steps[i];
     amp_sort(c->by_start, c->n, sizeof *c->by_start, cmp_step_start);
 }
@@ -214,6 +219,30 @@ static report_step *clock_step(step_clock *c, int64_t t) {
     while (c->at < c->n && c->by_start[c->at]->end_ns < t)
         c->at++;
     return c->at < c->n && c->by_start[c->at]->start_ns <= t ? c->by_start[c->at] : NULL;
+}
+
+// One clock per process (records of several processes, in start order).
+#define CLOCKS_MAX 64 // (the records of processes past this many are left out of their steps)
+typedef struct step_clocks {
+    step_clock c[CLOCKS_MAX];
+    int32_t n;
+} step_clocks;
+
+// Process pid's step at t (t non-decreasing between calls for one pid); NULL: none.
+static report_step *clocks_step(step_clocks *s, report_model *m, int32_t pid, int64_t t) {
+    int32_t i = 0;
+    while (i < s->n && s->c[i].pid != pid)
+        i++;
+    if (i == s->n) {
+        if (s->n == CLOCKS_MAX) return NULL;
+        clock_init(&s->c[s->n++], m, pid);
+    }
+    return clock_step(&s->c[i], t);
+}
+
+static void clocks_free(step_clocks *s) {
+    for (int32_t i = 0; i < s->n; i++)
+        free(s->c[i].by_start);
 }
 
 // When process pid's step 0 ended; -1: step 0 is not in the model.
@@ -254,18 +283,18 @@ static bool load_copies(loader *l) {
               "ORDER BY start", // (one that ends before it starts: an incomplete record)
               &q))
         return false;
-    step_clock c;
-    clock_init(&c, l->m);
+    step_clocks c = {.n = 0};
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t start = i64(q, 0), dur = i64(q, 1), bytes = i64(q, 2);
+        int32_t pid = (int32_t)i64(q, 5);
         if (sqlite3_column_type(q, 1) != SQLITE_INTEGER || !sane_ns(start) ||
             !sane_span(start, start + dur) || bytes < 0 || bytes > MAX_RECORD_BYTES)
             continue; // (damaged: a text time, an unset start, a length past any copy's)
-        report_step *st = clock_step(&c, start);
+        report_step *st = clocks_step(&c, l->m, pid, start);
         if (st) amp_add_sat(&st->copy_ns, dur);
         if (i64(q, 3) != 1) continue; // CUDA_MEMCPY_KIND_HTOD
-        if (start < step0_end(l->m, (int32_t)i64(q, 5))) {
+        if (start < step0_end(l->m, pid)) {
             p->warmup_copies++;
             continue;
         }
@@ -277,7 +306,7 @@ static bool load_copies(loader *l) {
             amp_add_sat(&p->pageable_bytes, bytes);
         }
     }
-    free(c.by_start);
+    clocks_free(&c);
     if (!done(l, q, rc)) return false;
 
     if (!prep(l,
@@ -410,22 +439,40 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
     return done(l, q, rc);
 }
 
-// Where a GPU's timeline after the warm-up stands: its first kernel's start, its last end.
-#define DEVICES_MAX 64 // (more deviceIds than this share the last one's line)
-typedef struct device_line {
-    int32_t dev;
+// Where a GPU's (or a process's) timeline after the warm-up stands: its first kernel's start,
+// its last end so far.
+#define DEVICES_MAX 64 // (more deviceIds or processes than this share the last one's line)
+typedef struct extent {
+    int32_t key; // deviceId, or pid
     int64_t first, end;
-} device_line;
+} extent;
 
-static device_line *device_of(device_line *d, int32_t *n, int32_t dev) {
+static extent *extent_of(extent *d, int32_t *n, int32_t key) {
     for (int32_t i = 0; i < *n; i++)
-        if (d[i].dev == dev) return &d[i];
+        if (d[i].key == key) return &d[i];
     if (*n == DEVICES_MAX) return &d[DEVICES_MAX - 1];
-    d[*n] = (device_line){.dev = dev, .first = INT64_MIN, .end = INT64_MIN};
+    d[*n] = (extent){.key = key, .first = INT64_MIN, .end = INT64_MIN};
     return &d[(*n)++];
 }
 
-// The timeline in start order: per-step busy time, and after the warm-up (report_perf) each
+// Where a process's kernels on one GPU stand, for its steps' busy time: their last end so far,
+// the step they last added to.
+typedef struct busy_line {
+    int32_t pid, dev;
+    int64_t end;
+    report_step *step;
+} busy_line;
+
+static busy_line *busy_of(busy_line *b, int32_t *n, int32_t pid, int32_t dev) {
+    for (int32_t i = 0; i < *n; i++)
+        if (b[i].pid == pid && b[i].dev == dev) return &b[i];
+    if (*n == DEVICES_MAX) return &b[DEVICES_MAX - 1];
+    b[*n] = (busy_line){.pid = pid, .dev = dev, .end = INT64_MIN};
+    return &b[(*n)++];
+}
+
+// The timeline in start order: per-step busy time (each GPU of the step's process), and after
+// the warm-up (report_perf) each
 // GPU's busy time (union of its kernel intervals) and idle gaps, those a host synchronisation
 // ended in apart (the GPU ran out of work while the host waited for it, and idled on until the
 // host launched again: with no wait the host would have queued that work ahead).
@@ -433,21 +480,24 @@ static void timeline(const loader *l, launch *v, size_t n) {
     report_model *m = l->m;
     report_perf *p = &m->perf;
     amp_sort(v, n, sizeof *v, cmp_start);
-    step_clock c;
-    clock_init(&c, m);
-    device_line lines[DEVICES_MAX];
-    int32_t n_lines = 0;
+    step_clocks c = {.n = 0};
+    busy_line busy[DEVICES_MAX]; // warm-up included: per-step busy time
+    extent lines[DEVICES_MAX], procs[DEVICES_MAX];
+    int32_t n_busy = 0, n_lines = 0, n_procs = 0;
     int64_t warm_from = INT64_MAX, warm_to = INT64_MIN;
-    int64_t all_end = INT64_MIN; // of every kernel so far, warm-up included: per-step busy time
     int32_t pid = INT32_MIN;
     int64_t warm_end = -1; // pid's step 0 end
     for (size_t i = 0; i < n; i++) {
         int64_t s = v[i].start, e = v[i].end;
-        report_step *st = clock_step(&c, s);
-        const int64_t busy_from = s > all_end ? s : all_end;
+        busy_line *b = busy_of(busy, &n_busy, v[i].pid, v[i].dev);
+        const int64_t busy_from = s > b->end ? s : b->end;
         if (e > busy_from) {
-            if (st) st->gpu_busy_ns += e - busy_from;
-            all_end = e;
+            report_step *st = clocks_step(&c, m, v[i].pid, s);
+            if (st) {
+                st->gpu_busy_ns += e - busy_from;
+                if (b->step != st) b->step = st, st->gpu_devices++;
+            }
+            b->end = e;
         }
         if (v[i].pid != pid) pid = v[i].pid, warm_end = step0_end(m, pid);
         if (s < warm_end) { // the warm-up
@@ -456,7 +506,10 @@ static void timeline(const loader *l, launch *v, size_t n) {
             if (warm_end > warm_to) warm_to = warm_end;
             continue;
         }
-        device_line *d = device_of(lines, &n_lines, v[i].dev);
+        extent *x = extent_of(procs, &n_procs, v[i].pid);
+        if (x->end == INT64_MIN) x->first = s;
+        if (e > x->end) x->end = e;
+        extent *d = extent_of(lines, &n_lines, v[i].dev);
         if (d->end == INT64_MIN) d->end = d->first = s;
         if (s > d->end) {
             int64_t gap = s - d->end;
@@ -478,12 +531,14 @@ static void timeline(const loader *l, launch *v, size_t n) {
     }
     for (int32_t i = 0; i < n_lines; i++)
         p->span_ns += lines[i].end - lines[i].first;
+    for (int32_t i = 0; i < n_procs; i++)
+        p->process_span_ns += procs[i].end - procs[i].first;
     p->devices = n_lines;
     // (step 0's end is the run's own number, any int64_t: saturated rather than overflowed)
     if (p->warmup_kernels)
         p->warmup_ns =
             (uint64_t)warm_to - (uint64_t)warm_from > INT64_MAX ? INT64_MAX : warm_to - warm_from;
-    free(c.by_start);
+    clocks_free(&c);
 }
 
 // ---------------------------------------------------------------------------------------------

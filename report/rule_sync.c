@@ -34,7 +34,7 @@ void rule_sync_run(const report_model *m, report_findings *out) {
         steps++;
         wall += (double)(s->end_ns - s->start_ns);
     }
-    if (wall <= 0) wall = (double)p->span_ns;
+    if (wall <= 0) wall = (double)p->process_span_ns; // (no steps: each process's kernels)
     double per_step = steps ? (double)p->syncs / (double)steps : NAN;
     double share = wall > 0 ? (double)p->sync_ns / wall : NAN;
     const double busy = p->span_ns > 0 ? (double)p->busy_ns / (double)p->span_ns : NAN;

@@ -3112,6 +3112,50 @@ START_TEST(gpu_idle_is_each_gpus) {
 }
 END_TEST
 
+// A step's GPU busy time (the html step-time breakdown) is its own process's, on each of its
+// GPUs: a second process's kernels in the first one's gaps are not the first one's, and a
+// process on two GPUs has its busy time summed over both (gpu_devices 2). (The copies of the
+// kernels are of GPU 0's.)
+static const report_step *step_of(int32_t pid, int64_t step) {
+    const report_step *s = report_step_find(&model, pid, step);
+    ck_assert_ptr_nonnull(s);
+    return s;
+}
+
+#define KERNELS_AGAIN(START, DEV, GLOBAL_PID)                                                      \
+    TEST_KERNEL_INSERT                                                                             \
+        "SELECT start + " START ", end + " START ", " DEV ", contextId, streamId, "                \
+        "correlationId + 1000000, " GLOBAL_PID ", demangledName, shortName, "                      \
+        "registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "                        \
+        "staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "                          \
+        "localMemoryTotal, gridId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0;"
+
+START_TEST(step_busy_is_its_own_process_gpus) {
+    gpu_run(4, 10, 100000, 500000, 1e9, 1e7); // ten 0.1 ms kernels a step
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(step_of(1, 2)->gpu_busy_ns, 1000000);
+    ck_assert_int_eq(step_of(1, 2)->gpu_devices, 1);
+    release();
+    // process 2: the same steps, its kernels on GPU 1 in GPU 0's gaps
+    sql("INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns, loss, loss_finite) "
+        "SELECT 2, step, start_ns, end_ns, loss, loss_finite FROM AMP_STEPS;" KERNELS_AGAIN(
+            "300000", "1", "33554432"));
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    for (int32_t pid = 1; pid <= 2; pid++) {
+        ck_assert_int_eq(step_of(pid, 2)->gpu_busy_ns, 1000000);
+        ck_assert_int_eq(step_of(pid, 2)->gpu_devices, 1);
+    }
+    release();
+    // process 1 on GPU 2 too (DataParallel's replicas): both GPUs' busy time, summed
+    sql(KERNELS_AGAIN("200000", "2", GPID));
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(step_of(1, 2)->gpu_busy_ns, 2000000);
+    ck_assert_int_eq(step_of(1, 2)->gpu_devices, 2);
+    ck_assert_int_eq(step_of(2, 2)->gpu_busy_ns, 1000000);
+    release();
+}
+END_TEST
+
 START_TEST(gpu_idle_back_to_back_kernels_are_quiet) {
     gpu_run(3, 98, 100000, 1000, 1e9, 1e7); // 0.1 ms kernels 1 us apart fill the steps
     analyse("gpu-idle", INT64_MIN, INT64_MAX);
@@ -3287,6 +3331,24 @@ START_TEST(host_sync_leaves_out_incomplete_records) {
     ck_assert_close(evidence(&findings.v[0], "per_step"), 19.0 / 4, 1e-12, 0);
     ck_assert_close(evidence(&findings.v[0], "sync_share"), 19.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9,
                     0);
+    release();
+}
+END_TEST
+
+// Without steps the host's time is each process's, its first kernel to its last: a process's
+// second GPU does not double it (the spans of its two GPUs summed did).
+START_TEST(host_sync_without_steps_is_per_process) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    syncs(5, 1000000);
+    sql("DELETE FROM AMP_STEPS; DELETE FROM AMP_OPS;");
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / 31.0, 1e-9, 0);
+    release();
+    sql(KERNELS_AGAIN("300000", "1", GPID));
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / 31.3, 1e-9, 0);
     release();
 }
 END_TEST
@@ -4802,6 +4864,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, roofline_places_kernels_by_hardware_counters);
     tcase_add_test(tc, gpu_idle_gaps_are_a_warning);
     tcase_add_test(tc, gpu_idle_is_each_gpus);
+    tcase_add_test(tc, step_busy_is_its_own_process_gpus);
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
     tcase_add_test(tc, gpu_idle_leaves_the_warm_up_out);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
@@ -4812,6 +4875,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, gpu_idle_advice_follows_the_gaps);
     tcase_add_test(tc, host_sync_once_per_step_is_quiet);
     tcase_add_test(tc, host_sync_leaves_out_incomplete_records);
+    tcase_add_test(tc, host_sync_without_steps_is_per_process);
     tcase_add_test(tc, host_sync_with_the_gpu_busy_is_a_note);
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
     tcase_add_test(tc, amp_payoff_of_the_warm_up_alone_claims_no_busy_share);
