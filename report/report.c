@@ -1573,6 +1573,13 @@ bool report_kernel_is_comm(const char *name) {
     return name && strncmp(name, "nccl", 4) == 0;
 }
 
+const char *report_kernel_class_guess(const char *name, double mean_ns) {
+    return report_kernel_is_comm(name)        ? "comm"
+           : mean_ns < REPORT_LAUNCH_BOUND_NS ? "launch"
+           : report_kernel_is_gemm(name)      ? "compute"
+                                              : "memory";
+}
+
 // A non-finite loss in e's steps of its process: a step record's, or a loss_nonfinite event's.
 static bool loss_broken_at(const report_model *m, const report_event *e) {
     const report_process *p = report_process_find(m, e->pid);

@@ -510,6 +510,10 @@ bool report_kernel_is_gemm(const char *name);
 // time is waiting for and moving data between GPUs, neither compute- nor memory-bound, and not
 // something fp16/bf16 arithmetic shortens.
 bool report_kernel_is_comm(const char *name);
+// A kernel's bound class from its name and mean duration alone, as rule roofline classes one
+// without FLOPs, bytes or counters: "comm" (report_kernel_is_comm), "launch" (a mean under
+// REPORT_LAUNCH_BOUND_NS), "compute" (report_kernel_is_gemm), else "memory".
+const char *report_kernel_class_guess(const char *name, double mean_ns);
 // The largest finite value of a 16-bit dtype by its name ("f16", "bf16"); NaN for any other.
 double report_dtype_max(const char *dtype);
 // A 16-bit floating dtype by its name: "f16" or "bf16".

@@ -1034,7 +1034,8 @@ START_TEST(kernels_view_names_each_kernels_layer) {
         " (7, 3, 0, 'linear', 'fwd', 'f16,f16', 'f16', 'lower_precision_fp', '(8, 64)', 1e6, 1e4,"
         " 33000000, 34000000);"
         "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_gemm'), (2, 'cudaLaunchKernel'),"
-        " (3, 'elementwise_add'), (4, 'ncclDevKernel_AllReduce_Sum_f32_RING_LL');"
+        " (3, 'elementwise_add'), (4, 'ncclDevKernel_AllReduce_Sum_f32_RING_LL'),"
+        " (5, 'fill_kernel');"
         "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES"
         " (22000100, 22000200, 0, 117440519, 1, 2, 0, NULL),"
         " (31000100, 31000200, 0, 117440519, 2, 2, 0, NULL),"
@@ -1044,7 +1045,8 @@ START_TEST(kernels_view_names_each_kernels_layer) {
         " (33100000, 33200000, 0, 1, 7, 3, 117440512, 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 3),"
         " (35000000, 36000000, 0, 1, 7, 9, 117440512, 3, 3, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, "
         "4), (37000000, 37050000, 0, 1, 8, 10, 117440512, 4, 4, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, "
-        "0, 5);");
+        "0, 5), (38000000, 38002000, 0, 1, 7, 11, 117440512, 5, 5, 32, 1, 1, 1, 128, 1, 1, 0, 0, "
+        "0, 0, 6);");
     tui_app app;
     char err[AMP_STORE_ERR_MAX];
     ck_assert_int_eq(tui_app_open(&app, db_path, NULL, err), AMP_OK);
@@ -1059,7 +1061,8 @@ START_TEST(kernels_view_names_each_kernels_layer) {
     char *gemm = strstr(all, "nvjet_sm90_gemm");
     ck_assert_msg(gemm && strstr(gemm, "head +1") && strstr(gemm, "head +1") < strchr(gemm, '\n'),
                   "%s", all);
-    // the classes by name: a GEMM computes, an elementwise kernel moves memory, NCCL communicates
+    // the classes by name and mean: a GEMM computes, an elementwise kernel moves memory, NCCL
+    // communicates, a 2 us kernel is its launch's cost
     ck_assert_msg(strstr(gemm, "compute") && strstr(gemm, "compute") < strchr(gemm, '\n'), "%s",
                   all);
     char *add = strstr(all, "elementwise_add"), *nccl = strstr(all, "ncclDevKernel");
@@ -1067,6 +1070,9 @@ START_TEST(kernels_view_names_each_kernels_layer) {
                   all);
     ck_assert_msg(nccl && strstr(nccl, "comm ") && strstr(nccl, "comm ") < strchr(nccl, '\n'), "%s",
                   all);
+    char *fill = strstr(all, "fill_kernel");
+    ck_assert_msg(fill && strstr(fill, "launch") && strstr(fill, "launch") < strchr(fill, '\n'),
+                  "%s", all);
     // by time the longer elementwise kernel leads; sorted by layer (those without one last) the
     // GEMM does; then filtered by the layer
     ck_assert_str_eq(app.kernel_rows[0]->name, "elementwise_add");
@@ -1074,7 +1080,7 @@ START_TEST(kernels_view_names_each_kernels_layer) {
     while (strcmp(tui_view_kernels.columns[t->sort], "layer") != 0)
         tui_app_key(&app, 's', &l);
     tui_app_update(&app);
-    ck_assert_uint_eq(app.n_kernel_rows, 3);
+    ck_assert_uint_eq(app.n_kernel_rows, 4);
     ck_assert_str_eq(app.kernel_rows[0]->name, "nvjet_sm90_gemm");
     ck_assert_str_eq(app.kernel_rows[1]->name, "elementwise_add");
     snprintf(t->filter, sizeof t->filter, "head");

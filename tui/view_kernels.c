@@ -1,11 +1,11 @@
 /*
  * view_kernels.c — the kernels view: CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL) by short name,
  * with total time, share of all kernel time, launches, mean duration and a bound class. The
- * class comes from the name, as the report's roofline rule guesses it for kernels without figures
- * (report_kernel_is_gemm: matrix-multiply, convolution and attention kernels: compute; NCCL's
- * collectives, report_kernel_is_comm: comm; the rest: memory), since per-kernel counters are an
- * opt-in pass. The layer is the report core's (on the finder's thread: the one most of the kernel's
- * time ran in, of the launches it tied to an op;
+ * class comes from the name and the mean, as the report's roofline rule guesses it for kernels
+ * without figures (report_kernel_class_guess: NCCL's collectives comm; kernels shorter than a
+ * launch's cost launch; matrix-multiply, convolution and attention kernels compute; the rest
+ * memory), since per-kernel counters are an opt-in pass. The layer is the report core's (on the
+ * finder's thread: the one most of the kernel's time ran in, of the launches it tied to an op;
  * "?" until the first finding is in). A run without capture data says so.
  */
 #include "widgets.h"
@@ -111,9 +111,7 @@ static void draw(const tui_app *app, const tui_layout *l) {
                  layer_w, TUI_CUT_MIDDLE);
         tui_print(b.y + 1 + i, 0, b.w, attr, "%s %10s %5.1f%% %9s %10s %-8s %s", name, total, share,
                   cnt, mean,
-                  report_kernel_is_comm(k->name)   ? "comm"
-                  : report_kernel_is_gemm(k->name) ? "compute"
-                                                   : "memory",
+                  report_kernel_class_guess(k->name, (double)k->total_ns / (double)k->count),
                   layer_s);
     }
 }
