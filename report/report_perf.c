@@ -189,7 +189,6 @@ static bool name_kernels(loader *l, const kernel_ids *t) {
     return done(l, q, SQLITE_DONE);
 }
 
-// Steps in start time order, for mapping a timestamp to its step.
 // A process's steps in start order, for its records in start order (the steps of several
 // processes overlap in time: a record belongs to its own process's step).
 typedef struct step_clock {
@@ -204,12 +203,13 @@ static int cmp_step_start(const void *pa, const void *pb) {
 }
 
 static void clock_init(step_clock *c, report_model *m, int32_t pid) {
+    const report_process *p = report_process_find(m, pid); // (its steps: one run of m->steps)
+    const size_t from = p ? p->step0 : 0, to = p ? p->step0 + p->n_steps : 0;
     c->pid = pid;
-    c->by_start = amp_xmalloc((m->n_steps + 1) * sizeof *c->by_start);
+    c->by_start = amp_xmalloc((to - from + 1) * sizeof *c->by_start);
     c->n = c->at = 0;
-    for (size_t i = 0; i < m->n_steps; i++)
-        if (m->steps[i].pid == pid && m->steps[i].start_ns >= 0 &&
-            m->steps[i].end_ns >= m->steps[i].start_ns)
+    for (size_t i = from; i < to; i++)
+        if (m->steps[i].start_ns >= 0 && m->steps[i].end_ns >= m->steps[i].start_ns)
             c->by_start[c->n++] = &m->steps[i];
     amp_sort(c->by_start, c->n, sizeof *c->by_start, cmp_step_start);
 }
@@ -471,11 +471,11 @@ static busy_line *busy_of(busy_line *b, int32_t *n, int32_t pid, int32_t dev) {
     return &b[(*n)++];
 }
 
-// The timeline in start order: per-step busy time (each GPU of the step's process), and after
-// the warm-up (report_perf) each
-// GPU's busy time (union of its kernel intervals) and idle gaps, those a host synchronisation
-// ended in apart (the GPU ran out of work while the host waited for it, and idled on until the
-// host launched again: with no wait the host would have queued that work ahead).
+// The timeline in start order: per-step busy time (on each GPU of the step's process), and
+// after the warm-up (report_perf) each GPU's busy time (union of its kernel intervals) and idle
+// gaps, those a host synchronisation ended in apart (the GPU ran out of work while the host
+// waited for it, and idled on until the host launched again: with no wait the host would have
+// queued that work ahead).
 static void timeline(const loader *l, launch *v, size_t n) {
     report_model *m = l->m;
     report_perf *p = &m->perf;
