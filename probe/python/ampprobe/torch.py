@@ -954,10 +954,11 @@ class Watcher:
             names.append("%d tensors of no module called (%s values)" % (
                 len(left), _count(sum(p.numel() for p in left.values()))))
         model = _vocab.class_name(self.model)
+        opt = "an optimizer (%s)" % type(optimizer).__name__  # (one of several, maybe)
         if added:
             self._note_added(", ".join(added), self.step + 1)
-            print("ampprobe: the optimizer also trains %s beside the model first called (%s): "
-                  "recorded too from step %d on" % (", ".join(added), model, self.step + 1),
+            print("ampprobe: %s also trains %s beside the model first called (%s): recorded "
+                  "too from step %d on" % (opt, ", ".join(added), model, self.step + 1),
                   file=sys.stderr, flush=True)
         if names:
             what = ", ".join(names)
@@ -965,10 +966,10 @@ class Watcher:
             self.rec.meta("unwatched", "; ".join(self._unwatched))
             how = "" if self.add_roots else \
                 ", or leave watch() out and let ampprobe run --torch find them"
-            print("ampprobe: the optimizer also trains parameters outside the watched model "
-                  "(%s): %s; their modules' outputs and gradients are not recorded, nor a NaN "
-                  "made there traced. To record them, call them from one nn.Module's forward, "
-                  "the model that trains%s." % (model, what, how), file=sys.stderr, flush=True)
+            print("ampprobe: %s also trains parameters outside the watched model (%s): %s; "
+                  "their modules' outputs and gradients are not recorded, nor a NaN made there "
+                  "traced. To record them, call them from one nn.Module's forward, the model "
+                  "that trains%s." % (opt, model, what, how), file=sys.stderr, flush=True)
 
     def _note_added(self, what, start):
         """Models recorded beside the model (what) from step start on: META added_models."""
@@ -1106,13 +1107,35 @@ class Watcher:
             self._sharded, self._rerunnable = True, False
 
     def on_optimizer_step(self, optimizer, args=(), kwargs=None):
-        """An optimizer is about to step: the end of the step when there is no scaler; the
-        first step of each also checks what it trains (_check_optimizer)."""
+        """An optimizer is about to step (a step pre-hook: args are step()'s, the optimizer
+        first): the end of the step when there is no scaler; the first step of each also checks
+        what it trains (_check_optimizer). A closure handed to step() (Lightning's loop without
+        a GradScaler, LBFGS) runs the step's forward and backward inside step(): the step ends
+        as the closure first returns, before the update (the hook returns step()'s arguments
+        with the closure wrapped)."""
         if not self.rerunning:
             self._check_optimizer(optimizer)
         if self.scaler is None and (self.optimizer is None or self.optimizer is optimizer):
             self.optimizer = optimizer
-            self.end_step(None)
+            kwargs = kwargs or {}
+            closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+            if closure is None or self.forwards:  # (a forward before it: the step before's,
+                self.end_step(None)  # as when ampprobe run --torch found the model in one)
+            if closure is None:
+                return None
+            ended = []  # (LBFGS calls it again in a step: those forwards go to the next one)
+
+            def closure_then_end():
+                loss = closure()
+                if not ended:
+                    ended.append(True)
+                    self.end_step(None)
+                return loss
+
+            if "closure" in kwargs:
+                return args, dict(kwargs, closure=closure_then_end)
+            return (args[0], closure_then_end) + tuple(args[2:]), kwargs
+        return None
 
     def on_root_pre(self, module, args, kwargs):
         """The model's forward begins (a forward pre-hook; autoattach calls it for the first)."""
@@ -1127,9 +1150,7 @@ class Watcher:
         if not self._forwards:
             self.rec.meta("device", dev)
         if ac and self.target is None:
-            self.target = _vocab.dtype_name(ac_dtype)
-            self._against = (self.target, _vocab.DTYPES[self.target])
-            self.rec.meta("autocast_dtype", self.target)
+            self._autocast_to(ac_dtype)
         self.forwards.append(_Forward(args, kwargs, dev, ac, ac_dtype))
         self._forwards += 1
         if self.sampled and not self.params_queued:
@@ -1235,7 +1256,7 @@ class Watcher:
             return
         target, bounds = self._against
         if self.target is None and kind == ACTIVATION and dtype in _LOWP:
-            target, bounds = self._computing_in(dtype)
+            target, bounds = self._computing_in(t)
         with self._lock:
             self.entries.append((layer, kind, op, _dtype_name(dtype)))
             if kind != ACTIVATION:
@@ -1248,11 +1269,23 @@ class Watcher:
             else:
                 self.stats.defer(t, target, bounds, True, dtype, numel)
 
-    def _computing_in(self, dtype):
-        """No autocast, and a module's output is 16-bit: the model computes in that dtype (cast
-        to it, or FSDP2's param_dtype), so overflow and underflow count against it from now on
-        (until then, against f16: what an fp32 model would lose in f16)."""
+    def _autocast_to(self, dtype):
+        """Autocast casts to dtype: overflow and underflow count against it."""
         self.target = _vocab.dtype_name(dtype)
+        self._against = (self.target, _vocab.DTYPES[self.target])
+        self.rec.meta("autocast_dtype", self.target)
+        return self._against
+
+    def _computing_in(self, t):
+        """No autocast as the model's forward began, and a module's output is 16-bit. Autocast
+        entered inside the forward (accelerate wraps a model's forward in it: Hugging Face's
+        Trainer) is autocast all the same; else the model computes in that dtype (cast to it,
+        or FSDP's mixed precision), so overflow and underflow count against it from now on
+        (until then, against f16: what an fp32 model would lose in f16)."""
+        dev = t.device.type
+        if dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev):
+            return self._autocast_to(torch.get_autocast_dtype(dev))
+        self.target = _vocab.dtype_name(t.dtype)
         self._against = (self.target, _vocab.DTYPES[self.target])
         self.rec.meta("compute_dtype", self.target)
         return self._against
@@ -1974,6 +2007,7 @@ def autoattach():
 
     def optimizer_step(optimizer, args, kwargs):
         if state["watcher"] is not None:
-            state["watcher"].on_optimizer_step(optimizer, args, kwargs)
+            return state["watcher"].on_optimizer_step(optimizer, args, kwargs)
+        return None
 
     register_optimizer_step_pre_hook(optimizer_step)

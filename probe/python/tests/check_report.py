@@ -19,6 +19,7 @@
   check_report.py --cpu-scale RUN.sqlite REPORT.json
   check_report.py --no-model REPORT.json
   check_report.py --own-ops RUN.sqlite
+  check_report.py --autocast RUN.sqlite DTYPE
 
 A faulty run's first finding must name the cause, layer and step the case planted (gpu_faults.py);
 a healthy twin must have no error and no warning; --per-module: the run's forward was searched per
@@ -74,7 +75,8 @@ the marked values): every skipped step's scale update halves the scale (scale_be
 scale_after), and the report warns of the scale's collapse. With --no-model, of cpu_faults.py
 --fault noparams: the run-end warning that the bridge found no model to watch. With --own-ops, of
 a CPU run's op step: the bridge's own reductions (no statistics module: torch's) are not among
-the program's ops.
+the program's ops. With --autocast, META must say autocast to DTYPE and hold no compute_dtype (Hugging
+Face's Trainer, whose accelerate enters autocast inside the model's forward).
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -166,14 +168,21 @@ def expect(case, f, per_module=False):
                        in f["title"],
         "prior": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                  and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
+        "gan": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+               and layer == "Disc.fc1" and first == FAULT_STEP and "fp16 overflow" in f["title"],
         "frozen": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                   and first == FAULT_STEP and f["title"].startswith("NaN/inf in the input data"),
+        # gpu_frameworks.py: Hugging Face's Trainer (the weight blown up by a callback)
+        "hf": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+              and layer == "transformer.h.1.mlp.c_fc" and first == FAULT_STEP
+              and "fp16 overflow" in f["title"],
         # gpu_faults.py --split --split-gain: the second module (a Linear) overflows
         "split": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                  and layer == "Linear" and op == "linear" and first == FAULT_STEP
                  and "fp16 overflow" in f["title"],
     }
     checks["zerograd"] = checks["log0"]  # (gpu_patterns.py's hand-written loss, zero_grad inside)
+    checks["lightning"] = checks["nan"]  # (gpu_frameworks.py: a NaN batch, the MLP's layers)
     return None if checks[case] else "unexpected first finding"
 
 
@@ -516,6 +525,17 @@ def check_no_model(report):
     return 0 if ok else 1
 
 
+def check_autocast(path, dtype):
+    """Autocast to dtype recorded (META autocast_dtype), and no compute_dtype: an autocast that
+    a framework enters inside the model's forward (accelerate's) is autocast all the same."""
+    meta = dict(sqlite3.connect(path).execute(
+        "SELECT key, value FROM META WHERE key IN ('autocast_dtype', 'compute_dtype')"))
+    ok = meta == {"autocast_dtype": dtype}
+    print("%s autocast to %s in %s: %s" % ("PASS" if ok else "FAIL", dtype, path, meta or "none"),
+          flush=True)
+    return 0 if ok else 1
+
+
 def check_own_ops(path):
     db = sqlite3.connect(path)
     ops = db.execute("SELECT count(*) FROM AMP_OPS").fetchone()[0]
@@ -533,6 +553,8 @@ def main():
         return check_cpu_scale(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--no-model":
         return check_no_model(sys.argv[2])
+    if sys.argv[1] == "--autocast":
+        return check_autocast(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--own-ops":
         return check_own_ops(sys.argv[2])
     if sys.argv[1] == "--captured":

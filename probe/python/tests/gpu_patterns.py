@@ -53,6 +53,11 @@ GradScaler):
   prior   a log-prior added to the logits, where(counts > 0, log(counts), 0) over counts with
           zeros (a -inf every step, left out, the counts need no gradient); its head's weight
           times 1e6 at step 3 (fp16 overflow in head, not the log)
+  gan     a generator and a discriminator, two top-level models with an Adam each and one
+          GradScaler, trained as PyTorch's AMP examples train several models: the
+          discriminator's loss backward and its optimizer's scaler.step(), then the
+          generator's, then one scaler.update(); the discriminator's fc1 weight times 1e6 at
+          step 3 (fp16 overflow in Disc.fc1, the model the bridge finds beside the generator)
 """
 import argparse
 
@@ -219,6 +224,54 @@ class Prior(nn.Module):
         return s.head(F.relu(s.body(x.mean(1)))) + prior
 
 
+class Gen(nn.Module):
+    def __init__(s, z=16, d=64):
+        super().__init__()
+        s.fc1, s.fc2 = nn.Linear(z, d), nn.Linear(d, d)
+
+    def forward(s, z):
+        return s.fc2(F.relu(s.fc1(z)))
+
+
+class Disc(nn.Module):
+    def __init__(s, d=64):
+        super().__init__()
+        s.fc1, s.fc2 = nn.Linear(d, d), nn.Linear(d, 1)
+
+    def forward(s, x):
+        return s.fc2(F.leaky_relu(s.fc1(x), 0.2))
+
+
+def gan(a):
+    """The gan case's loop (PyTorch's AMP recipe for several models, losses and optimizers)."""
+    dev = "cuda"
+    gen, disc = Gen().to(dev), Disc().to(dev)
+    o_gen = torch.optim.Adam(gen.parameters(), lr=1e-4)
+    o_disc = torch.optim.Adam(disc.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cuda")
+    bce = F.binary_cross_entropy_with_logits
+    for step in range(STEPS):
+        if not a.healthy and step == FAULT_STEP:
+            with torch.no_grad():
+                disc.fc1.weight.mul_(1e6)
+        real, z = torch.randn(16, 64, device=dev), torch.randn(16, 16, device=dev)
+        ones, zeros = torch.ones(16, 1, device=dev), torch.zeros(16, 1, device=dev)
+        with torch.autocast("cuda", dtype=torch.float16):
+            fake = gen(z)
+            loss_d = bce(disc(real), ones) + bce(disc(fake.detach()), zeros)
+        o_disc.zero_grad()
+        scaler.scale(loss_d).backward()
+        scaler.step(o_disc)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss_g = bce(disc(fake), ones)
+        o_gen.zero_grad()
+        scaler.scale(loss_g).backward()
+        scaler.step(o_gen)
+        scaler.update()
+        print("step %d loss_d %.6g loss_g %.6g scale %g" % (
+            step, loss_d.item(), loss_g.item(), scaler.get_scale()), flush=True)
+
+
 MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
@@ -228,12 +281,14 @@ MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Froze
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", required=True, choices=sorted(MODELS))
+    ap.add_argument("--case", required=True, choices=sorted(list(MODELS) + ["gan"]))
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--bf16", action="store_true",
                     help="autocast to bf16 and no GradScaler (backward() and step() plainly)")
     a = ap.parse_args()
     torch.manual_seed(0)
+    if a.case == "gan":
+        return gan(a)
     dev = "cuda"
     model = MODELS[a.case]().to(dev).train()
     if a.case == "cl":

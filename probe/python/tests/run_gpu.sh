@@ -31,7 +31,9 @@
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
 # causal mask passed in, a padding mask that leaves a sample no key, a -inf that where() leaves
 # out, in the backward and in a step broken elsewhere; the first also in bf16 without a GradScaler)
-# are checked faulty and healthy, and a broken step's replay must leave the random state and the
+# are checked faulty and healthy, as are Hugging Face's and Lightning's Trainers
+# (gpu_frameworks.py: fp16 and bf16, the autocast accelerate enters inside the forward recorded as
+# autocast), and a broken step's replay must leave the random state and the
 # program's tensors as they were; with two GPUs or more, one faulty and one healthy case train on
 # GPU 1 while GPU 0 stays current (the healthy one must record the same statistics as on GPU 0) and
 # FSDP2 and FSDP1 train over two processes (faults found per module); the sawtooth run's
@@ -74,12 +76,19 @@ one blowup-fsdp1-flat-wmax "" --case blowup --print-wmax --wrap fsdp1-flat &
 wait
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
-router prior"
+router prior gan"
 for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &
 done
 SCRIPT=gpu_patterns.py one p-running "" --case running &
+# training frameworks' own loops (gpu_frameworks.py's docstring)
+for c in hf lightning; do
+    SCRIPT=gpu_frameworks.py one "fw-$c" "" --case "$c" &
+    SCRIPT=gpu_frameworks.py one "fw-$c-healthy" "" --case "$c" --healthy &
+    SCRIPT=gpu_frameworks.py one "fw-$c-bf16-healthy" "" --case "$c" --healthy --bf16 &
+done
+SCRIPT=gpu_frameworks.py one fw-lightning-bf16 "" --case lightning --bf16 &
 RUN_OPTS=--check-grads SCRIPT=gpu_patterns.py one p-router-bf16 "" --case router --bf16 &
 RUN_OPTS=--check-grads SCRIPT=gpu_patterns.py one p-router-bf16-healthy "" --case router --bf16 \
     --healthy &
@@ -244,6 +253,15 @@ for c in $patterns; do
     python3 "$HERE/check_report.py" "$WORK/p-$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/p-$c-healthy.json" "$c" --healthy || fail=1
 done
+for c in hf lightning; do
+    python3 "$HERE/check_report.py" "$WORK/fw-$c.json" "$c" || fail=1
+    python3 "$HERE/check_report.py" "$WORK/fw-$c-healthy.json" "$c" --healthy || fail=1
+    python3 "$HERE/check_report.py" "$WORK/fw-$c-bf16-healthy.json" "$c" --healthy || fail=1
+    python3 "$HERE/check_report.py" --autocast "$WORK/fw-$c-healthy.sqlite" f16 || fail=1
+    python3 "$HERE/check_report.py" --autocast "$WORK/fw-$c-bf16-healthy.sqlite" bf16 || fail=1
+done
+# (Lightning's bf16 loop hands the optimizer a closure that runs the forward and backward)
+python3 "$HERE/check_report.py" "$WORK/fw-lightning-bf16.json" lightning || fail=1
 # bf16 without a GradScaler: with --check-grads a NaN gradient is traced at its step (the
 # parameter gradients' NaN/inf read at the step's end); without, per module when the step is
 # recorded, the report saying what would trace it
@@ -262,10 +280,12 @@ same_steps() { # NAME LOG PLAIN_LOG
         echo "FAIL $1: the losses or totals printed with and without ampprobe differ"; fail=1
     fi
 }
-for c in zerograd running; do
+for c in zerograd running gan; do
     python3 "$HERE/gpu_patterns.py" --case $c >"$WORK/p-$c-plain.log" 2>&1
     same_steps "$c" "$WORK/p-$c.log" "$WORK/p-$c-plain.log"
 done
+python3 "$HERE/gpu_frameworks.py" --case hf >"$WORK/fw-hf-plain.log" 2>&1
+same_steps hf "$WORK/fw-hf.log" "$WORK/fw-hf-plain.log"
 plain_twin() { # NAME ARGS...: gpu_faults.py ARGS without ampprobe prints run NAME's steps
     local name=$1
     shift

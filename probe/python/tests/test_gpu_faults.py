@@ -24,7 +24,9 @@ gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAt
 output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
 forward, channels_last convolutions, a residual added in place, logits masked by item
 assignment in the loss or in the forward, a float causal mask passed in, a sample padded
-whole), faulty and healthy (`-k shapes`). Skipped
+whole, a GAN's two models with an optimizer each and one GradScaler), faulty and healthy
+(`-k shapes`); Hugging Face's Trainer and Lightning's, fp16 and bf16 (gpu_frameworks.py,
+`-k frameworks`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -99,7 +101,26 @@ def test_healthy_twin_is_clean(tmp_path, case):
 
 # model shapes (gpu_patterns.py's docstring)
 SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl", "inplace",
-          "setmask", "fwdmask", "tmask", "padrow", "router", "prior"]
+          "setmask", "fwdmask", "tmask", "padrow", "router", "prior", "gan"]
+
+
+# training frameworks' own loops (gpu_frameworks.py's docstring): Hugging Face's Trainer in fp16
+# (its weight blow-up) and bf16 (healthy only: bf16 holds the blow-up), Lightning's Trainer in
+# 16-mixed and bf16-mixed (the NaN batch; bf16's optimizer steps with a closure)
+FRAMEWORKS = [("hf", "fp16"), ("hf", "bf16"), ("lightning", "fp16"), ("lightning", "bf16")]
+
+
+@pytest.mark.parametrize("case,precision", FRAMEWORKS)
+def test_frameworks(tmp_path, case, precision):
+    extra = ["--bf16"] if precision == "bf16" else []
+    if not (case == "hf" and extra):
+        r = report_of(tmp_path, case, False, extra, script="gpu_frameworks.py")
+        assert r["findings"], "no findings"
+        assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+    db = record(tmp_path, case, True, extra, script="gpu_frameworks.py")[0]
+    bad = [f for f in report(db)["findings"] if f["severity"] in ("error", "warning")]
+    assert not bad, bad[:2]
+    assert check_report.check_autocast(db, "bf16" if extra else "f16") == 0
 
 
 @pytest.mark.parametrize("case", SHAPES)
