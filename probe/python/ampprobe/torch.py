@@ -32,8 +32,9 @@ NaN/inf among the parameter gradients, summed from their figures on the GPU) are
 as soon as they are computed a small kernel writes them into mapped host memory, and the step's
 end waits for that kernel's flag only; a step they show broken is recorded (and re-run, below)
 right away. A step ends at scaler.update() (with an enabled GradScaler), else before
-optimizer.step() (so parameters are still those of the forward), else at the model's next
-forward. Parameter gradients are read before the scaler unscales them, as libampcore does (at
+optimizer.step() (so parameters are still those of the forward; when step() is handed a closure
+that runs the forward, as that closure returns), else at the model's next forward that finds no
+parameter gradient held (gradients held: accumulating). Parameter gradients are read before the scaler unscales them, as libampcore does (at
 unscale_, else at scaler.step, whose fused optimizer unscales them itself); the step's gradient
 norm is theirs divided by the scale.
 stats_every=N computes statistics on every Nth step only. Without the module (a build without
@@ -122,7 +123,8 @@ if tuple(int(x) for x in re.findall(r"\d+", str(torch.__version__))[:2]) < _NEED
     raise ImportError("ampprobe.torch needs torch %d.%d or newer; this is torch %s"
                       % (_NEEDS + (torch.__version__,)))
 
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, \
+    register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
@@ -1119,9 +1121,8 @@ class Watcher:
             self.optimizer = optimizer
             kwargs = kwargs or {}
             closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-            if closure is None or self.forwards:  # (a forward before it: the step before's,
-                self.end_step(None)  # as when ampprobe run --torch found the model in one)
             if closure is None:
+                self.end_step(None)
                 return None
             ended = []  # (LBFGS calls it again in a step: those forwards go to the next one)
 
@@ -1137,13 +1138,24 @@ class Watcher:
             return (args[0], closure_then_end) + tuple(args[2:]), kwargs
         return None
 
+    def on_optimizer_stepped(self, optimizer):
+        """An optimizer stepped (a global post-hook: ampprobe run --torch). A watcher that found
+        its model inside the closure step() ran (Lightning without a GradScaler, the first
+        step) saw no pre-hook of that step: the step ends here, after its update."""
+        if self.scaler is None and self.optimizer is None and self.forwards and \
+                not self.rerunning:
+            self.optimizer = optimizer
+            self.end_step(None)
+
     def on_root_pre(self, module, args, kwargs):
         """The model's forward begins (a forward pre-hook; autoattach calls it for the first)."""
         if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
             return None
         self._end_loss_region()
-        if self.scaler is None and self.optimizer is None and self._forwards:
-            self.end_step(None)  # nothing else tells where a step ends
+        if self.scaler is None and self.optimizer is None and self._forwards and \
+                not any(p.grad is not None for p in self._plist):
+            self.end_step(None)  # nothing else tells where a step ends (gradients held from
+            # the forward before: accumulating, as before the first optimizer.step() is seen)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         ac = torch.is_autocast_enabled(dev)
         ac_dtype = torch.get_autocast_dtype(dev)
@@ -2010,4 +2022,9 @@ def autoattach():
             return state["watcher"].on_optimizer_step(optimizer, args, kwargs)
         return None
 
+    def optimizer_stepped(optimizer, args, kwargs):
+        if state["watcher"] is not None:
+            state["watcher"].on_optimizer_stepped(optimizer)
+
     register_optimizer_step_pre_hook(optimizer_step)
+    register_optimizer_step_post_hook(optimizer_stepped)

@@ -89,6 +89,10 @@ for c in hf lightning; do
     SCRIPT=gpu_frameworks.py one "fw-$c-bf16-healthy" "" --case "$c" --healthy --bf16 &
 done
 SCRIPT=gpu_frameworks.py one fw-lightning-bf16 "" --case lightning --bf16 &
+SCRIPT=gpu_frameworks.py one fw-hf-accum "" --case hf --accum 4 &
+SCRIPT=gpu_frameworks.py one fw-hf-ckpt "" --case hf --ckpt &
+SCRIPT=gpu_frameworks.py one fw-lightning-accum "" --case lightning --accum 4 &
+SCRIPT=gpu_frameworks.py one fw-lightning-bf16-accum "" --case lightning --bf16 --accum 4 &
 RUN_OPTS=--check-grads SCRIPT=gpu_patterns.py one p-router-bf16 "" --case router --bf16 &
 RUN_OPTS=--check-grads SCRIPT=gpu_patterns.py one p-router-bf16-healthy "" --case router --bf16 \
     --healthy &
@@ -96,6 +100,7 @@ SCRIPT=gpu_patterns.py one p-router-bf16-late "" --case router --bf16 &
 # training patterns: gradient accumulation, activation checkpointing of both kinds
 one attn-accum "" --case attn --accum 4 &
 one nan-accum "" --case nan --accum 4 &
+one nan-bf16-accum "" --case nan --bf16 --accum 4 &
 one attn-healthy-accum "" --case attn --healthy --accum 4 &
 one attn-ckpt "" --case attn --checkpoint nonreentrant &
 one residual-ckptr "" --case residual --checkpoint reentrant &
@@ -261,7 +266,9 @@ for c in hf lightning; do
     python3 "$HERE/check_report.py" --autocast "$WORK/fw-$c-bf16-healthy.sqlite" bf16 || fail=1
 done
 # (Lightning's bf16 loop hands the optimizer a closure that runs the forward and backward)
-python3 "$HERE/check_report.py" "$WORK/fw-lightning-bf16.json" lightning || fail=1
+for c in hf-accum hf-ckpt lightning-bf16 lightning-accum lightning-bf16-accum; do
+    python3 "$HERE/check_report.py" "$WORK/fw-$c.json" "${c%%-*}" || fail=1
+done
 # bf16 without a GradScaler: with --check-grads a NaN gradient is traced at its step (the
 # parameter gradients' NaN/inf read at the step's end); without, per module when the step is
 # recorded, the report saying what would trace it
@@ -319,7 +326,7 @@ for c in attn-accum:attn nan-accum:nan attn-ckpt:attn residual-ckptr:residual at
     nan-bf16:nan nan-fsdp-bf16:nan underflow-fused:underflow attn-clip:attn attn-fsdp1:attn \
     nan-fsdp1-flat:nan residual-fsdp1-ckptw:residual attn-ckptw:attn nan-fsdp1-ckptw:nan \
     attn-fsdp2-mp16:attn attn-fsdp1-mp16:attn underflow-fsdp1-mp16:underflow \
-    nan-fsdp1-mpbf16:nan \
+    nan-fsdp1-mpbf16:nan nan-bf16-accum:nan \
     sawtooth-fsdp1-sharded:sawtooth; do
     python3 "$HERE/check_report.py" "$WORK/${c%%:*}.json" "${c##*:}" || fail=1
 done

@@ -105,22 +105,26 @@ SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl",
 
 
 # training frameworks' own loops (gpu_frameworks.py's docstring): Hugging Face's Trainer in fp16
-# (its weight blow-up) and bf16 (healthy only: bf16 holds the blow-up), Lightning's Trainer in
-# 16-mixed and bf16-mixed (the NaN batch; bf16's optimizer steps with a closure)
-FRAMEWORKS = [("hf", "fp16"), ("hf", "bf16"), ("lightning", "fp16"), ("lightning", "bf16")]
+# (its weight blow-up; with gradients accumulated, with gradient checkpointing) and bf16 (healthy
+# only: bf16 holds the blow-up), Lightning's Trainer in 16-mixed and bf16-mixed (the NaN batch;
+# bf16's optimizer steps with a closure; with gradients accumulated, the last batch's forward in
+# that closure)
+FRAMEWORKS = [("hf", ()), ("hf", ("--bf16",)), ("hf", ("--accum", "4")), ("hf", ("--ckpt",)),
+              ("lightning", ()), ("lightning", ("--bf16",)), ("lightning", ("--accum", "4")),
+              ("lightning", ("--bf16", "--accum", "4"))]
 
 
-@pytest.mark.parametrize("case,precision", FRAMEWORKS)
-def test_frameworks(tmp_path, case, precision):
-    extra = ["--bf16"] if precision == "bf16" else []
-    if not (case == "hf" and extra):
+@pytest.mark.parametrize("case,extra", FRAMEWORKS)
+def test_frameworks(tmp_path, case, extra):
+    bf16 = "--bf16" in extra
+    if not (case == "hf" and bf16):
         r = report_of(tmp_path, case, False, extra, script="gpu_frameworks.py")
         assert r["findings"], "no findings"
         assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
     db = record(tmp_path, case, True, extra, script="gpu_frameworks.py")[0]
     bad = [f for f in report(db)["findings"] if f["severity"] in ("error", "warning")]
     assert not bad, bad[:2]
-    assert check_report.check_autocast(db, "bf16" if extra else "f16") == 0
+    assert check_report.check_autocast(db, "bf16" if bf16 else "f16") == 0
 
 
 @pytest.mark.parametrize("case", SHAPES)
@@ -143,7 +147,8 @@ PATTERNS = [("attn", ("--accum", "4")), ("nan", ("--accum", "4")),
             ("attn", ("--wrap", "fsdp")), ("nan", ("--wrap", "fsdp")),
             ("attn", ("--compile", "wrap", "--compile-mode", "reduce-overhead")),
             ("nan", ("--compile", "blocks", "--compile-mode", "reduce-overhead")),
-            ("nan", ("--bf16",)), ("nan", ("--wrap", "fsdp", "--fsdp-mp", "bf16")),
+            ("nan", ("--bf16",)), ("nan", ("--bf16", "--accum", "4")),
+            ("nan", ("--wrap", "fsdp", "--fsdp-mp", "bf16")),
             ("underflow", ("--fused",)), ("attn", ("--clip", "1.0")),
             ("attn", ("--wrap", "fsdp1")), ("nan", ("--wrap", "fsdp1-flat")),
             ("residual", ("--wrap", "fsdp1", "--checkpoint", "wrapper")),
