@@ -34,9 +34,10 @@ end waits for that kernel's flag only; a step they show broken is recorded (and 
 right away. A step ends at scaler.update() (with an enabled GradScaler), else before
 optimizer.step() (so parameters are still those of the forward; when step() is handed a closure
 that runs the forward, as that closure returns), else at the model's next forward that finds no
-parameter gradient held (gradients held: accumulating). Parameter gradients are read before the scaler unscales them, as libampcore does (at
-unscale_, else at scaler.step, whose fused optimizer unscales them itself); the step's gradient
-norm is theirs divided by the scale.
+parameter gradient held or the parameters updated by hand (gradients held on unchanged
+parameters: accumulating). Parameter gradients are read before the scaler unscales them, as
+libampcore does (at unscale_, else at scaler.step, whose fused optimizer unscales them itself);
+the step's gradient norm is theirs divided by the scale.
 stats_every=N computes statistics on every Nth step only. Without the module (a build without
 CUDA) or for tensors off the GPU the figures come from eager torch reductions, which cost far
 more.
@@ -149,6 +150,9 @@ _LATE = ("traced per module when the step was recorded, after the optimizer had 
 # a backward that broke under FSDP1, whose backward is not run again (Watcher._take_wrappers)
 _NO_BWD_RERUN = ("traced per module, not op by op: FSDP1's backward hooks reduce the gradients "
                  "and reset them, so a backward is not run again")
+# a step whose parameters changed before its end was seen (Watcher._step_by_forward): not re-run
+_UPDATED = ("its parameters were written before the step's end was seen (no optimizer.step() "
+            "or GradScaler marks it: an update by hand), so it cannot run again as it ran")
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
@@ -747,6 +751,7 @@ class Watcher:
         self._module_info = {}  # id(module) -> its layer, op and its output gradient's hooks
         # (a pre-hook for the node that made it, a tensor hook: _on_output)
         self._plist = []  # the floating parameters
+        self._pversion = 0  # their version counters summed at the last forward (no optimizer)
         self._pentries = []  # their statistics entries (layer, kind, name, dtype)
         self._wentries = []  # their gradients'
         self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
@@ -1152,10 +1157,8 @@ class Watcher:
         if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
             return None
         self._end_loss_region()
-        if self.scaler is None and self.optimizer is None and self._forwards and \
-                not any(p.grad is not None for p in self._plist):
-            self.end_step(None)  # nothing else tells where a step ends (gradients held from
-            # the forward before: accumulating, as before the first optimizer.step() is seen)
+        if self.scaler is None and self.optimizer is None:
+            self._step_by_forward()
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         ac = torch.is_autocast_enabled(dev)
         ac_dtype = torch.get_autocast_dtype(dev)
@@ -1175,6 +1178,29 @@ class Watcher:
             self.ops = _OpRecorder(self, self.step, dev)
             self.ops.start()
         return None
+
+    def _step_by_forward(self):
+        """Where nothing else tells where a step ends (no scaler, no optimizer seen: before
+        the first optimizer.step(), or parameters updated by hand), a forward begins a step
+        when the parameters hold no gradient (zero_grad()) or were written since the forward
+        before (an update: p -= lr * p.grad, then p.grad.zero_()); gradients held on unchanged
+        parameters are being accumulated, and the forward is the step's next micro-batch. (An
+        update through p.data is not seen: its version counter is the data's own.)"""
+        version = self._param_version()
+        if self._forwards and (version != self._pversion or
+                               not any(p.grad is not None for p in self._plist)):
+            self.end_step(None, updated=version != self._pversion)
+        self._pversion = version
+
+    def _param_version(self):
+        return sum(p._version for p in self._plist)
+
+    def _end_unended(self):
+        """At exit (or close()): a step that only the next forward would have ended (no scaler,
+        no optimizer seen) ends here, once a backward ran in it."""
+        if self.on and self.rec.enabled and self.scaler is None and self.optimizer is None \
+                and self.forwards and self.loss is not None:
+            self.end_step(None, updated=self._param_version() != self._pversion)
 
     def _op_step(self):
         n = self.step - self.first  # the watcher's second step, then every ops_every
@@ -1422,6 +1448,7 @@ class Watcher:
         back."""
         if not self.on:
             return
+        self._end_unended()
         self.flush(last=True)
         self._end_loss_region()
         for h in self._handles:
@@ -1474,10 +1501,12 @@ class Watcher:
             found = [torch.stack([v.to(found[0].device).reshape(()) for v in found]).sum()]
         return found
 
-    def end_step(self, found):
+    def end_step(self, found, updated=False):
         """Ends the step: starts its figures on their way to the host and records the step
         before it (whose figures are there by now). found: the scaler's found_inf tensors
-        (None: no scaler). A step that broke (its loss or found_inf is non-finite, or without a
+        (None: no scaler); updated: its parameters were written after its last forward began
+        (by hand, or by an optimizer the watcher does not know), so a re-run would not see
+        the parameters the step ran with. A step that broke (its loss or found_inf is non-finite, or without a
         scaler its parameter gradients: _marked) is recorded at once, while a re-run still sees
         its parameters (check_grads: without a scaler the step's end then waits for the
         backward, as a GradScaler's step() does). When recording has ended under the program
@@ -1511,6 +1540,7 @@ class Watcher:
         loss, before, found_sum, grads_bad = self._marked(found)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, grads_bad, self.forwards)
+        done.updated = updated
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
         if (self.step - self.first) % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
@@ -1595,9 +1625,12 @@ class Watcher:
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
             why = "a model sharded over several processes cannot run its forward again on one"
+            if d.updated:
+                why = _UPDATED
             # (a break in the backward alone, which is not run again under FSDP1: the forward
             # is not either, as it could only find what reached a loss that stayed finite)
-            if self._rerunnable and (fwd_bad or loss_bad or self._bwd_rerunnable):
+            if self._rerunnable and not d.updated and \
+                    (fwd_bad or loss_bad or self._bwd_rerunnable):
                 fwd_event, loss_event, bwd_found = self._search(
                     d, bwd_bad and not loss_bad and self._bwd_rerunnable,
                     scale[0] if scale else 1.0)
@@ -1612,6 +1645,8 @@ class Watcher:
                            if loss_event else "the loss itself became non-finite")
         fwd_fine = not (fwd_event or loss_event or loss_bad)  # so the backward broke, if it did
         bwd_why = "" if self._bwd_rerunnable else _NO_BWD_RERUN
+        if d.updated:
+            bwd_why = "traced per module, not op by op: " + _UPDATED
         if found_inf and fwd_fine:
             if not bwd_found:
                 self._backward_producer(d, copy.result()[0], bwd_why)
@@ -1640,32 +1675,40 @@ class Watcher:
         """Step d's forward searched per module, from its statistics, when it could not be
         traced op by op (why: the reason, for the event's detail): the first module output that
         went non-finite (a module's output is queued as it returns, inner modules first) as
-        nonfinite_input when the model's input data holds the NaN/inf, else as nonfinite_module:
-        made in that module when all its inputs were module outputs that came before it finite
-        (Links.sources), else there or in the code of the one around it (module inputs have no
-        statistics). Returns the event kind."""
+        nonfinite_input when the model's input data holds the NaN/inf, as nonfinite_propagated
+        (info) when a parameter did as the step began (an earlier update wrote it), else as
+        nonfinite_module: made in that module when all its inputs were module outputs that came
+        before it finite (Links.sources), else there or in the code of the one around it (module
+        inputs have no statistics). Returns the event kind."""
         nan = float("nan")
         finite = set()  # the layers whose outputs came before, finite
+        held = [name for (_, kind, name, _), f in zip(d.entries, stats)
+                if kind == WEIGHT and f.nonfinite]  # parameters non-finite as the step began
         for (layer, kind, op, dtype), f in zip(d.entries, stats):
             if kind != ACTIVATION:
                 continue
             if not f.nonfinite:
                 finite.add(layer)
                 continue
-            event, detail = "nonfinite_module", ""
+            event, sev, detail = "nonfinite_module", ERROR, ""
             data = float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
             for k, t in enumerate(data):
                 seg, bad, _ = describe_now("input %d" % k, t)
                 if bad:
                     event, detail = "nonfinite_input", seg
                     break
+            if event == "nonfinite_module" and held:  # carried on from an earlier step's update
+                event, sev = "nonfinite_propagated", INFO
+                detail = "the parameter%s %s held NaN/inf as the step began; " % (
+                    "s" if len(held) > 1 else "", ", ".join(held[:3]) +
+                    (" and %d more" % (len(held) - 3) if len(held) > 3 else ""))
             detail += _describe_figures("output", dtype, f)
             sources = self.links.sources(layer)
             if event == "nonfinite_module" and sources and sources <= finite:
                 detail += "made in it: its inputs were finite (the output of %s); " % \
                     ", ".join(sorted(_layers.rows[s][2] for s in sources))
             detail += "not traced op by op: " + why
-            self.rec.event(d.step, layer, op, PHASE_FWD, event, ERROR, f.nonfinite,
+            self.rec.event(d.step, layer, op, PHASE_FWD, event, sev, f.nonfinite,
                            nan if f.amax is None else f.amax, detail)
             return event
         return None
@@ -1845,7 +1888,7 @@ class Watcher:
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
-                 "forwards", "mem_peak", "grads_bad")
+                 "forwards", "mem_peak", "grads_bad", "updated")
 
     def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, grads_bad,
                  forwards):
@@ -1854,6 +1897,7 @@ class _Done:
         self.grads_bad = grads_bad  # no scaler, check_grads: its parameter gradients held NaN/inf
         self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
+        self.updated = False  # its parameters written after its last forward (end_step)
 
 
 def _count(n):
@@ -1868,6 +1912,7 @@ def _flush_all():
     """At exit: the last step of every watcher is recorded (autoattach never calls close())."""
     for w in list(_watchers):
         try:
+            w._end_unended()
             w.flush(last=True)
         except Exception as e:  # a dying CUDA context must not turn the exit into a traceback
             print("ampprobe: the last step was not recorded: %s" % e, file=sys.stderr)

@@ -80,6 +80,7 @@ Face's Trainer, whose accelerate enters autocast inside the model's forward).
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
+import math
 import sqlite3
 import sys
 
@@ -280,8 +281,11 @@ def check_loss(path, log):
         w = line.split()
         if len(w) >= 4 and w[0] == "step" and w[2] == "loss":
             want[int(w[1])] = float(w[3])
-    bad = [(s, got.get(s), v) for s, v in want.items()
-           if got.get(s) is None or abs(got[s] - v) > 1e-5 * max(1.0, abs(v))]
+    def differ(g, v):  # (SQLite keeps a NaN as NULL)
+        if g is None or math.isnan(g):
+            return not math.isnan(v)
+        return math.isnan(v) or abs(g - v) > 1e-5 * max(1.0, abs(v))
+    bad = [(s, got.get(s), v) for s, v in want.items() if s not in got or differ(got[s], v)]
     ok = bool(want) and not bad
     print("%s losses of %d steps as the script printed them%s" % (
         "PASS" if ok else "FAIL", len(want), "; first differing (step, recorded, printed): %s"

@@ -4,6 +4,7 @@ CPU autocast, whose batch of step 3 carries a NaN (--healthy: it does not), for
 `ampprobe run --torch` (run_gpu.sh runs it with CUDA_VISIBLE_DEVICES="", a laptop's view).
 
   python3 cpu_faults.py [--dtype bf16|fp16] [--healthy] [--fault nan|scale|noparams|api]
+                        [--update adam|hand] [--accum N]
 
 bf16 (CPU autocast's default) trains without a GradScaler; fp16 with torch.amp.GradScaler("cpu").
 The report's first finding must be the NaN in the input data at layers.0, step 3
@@ -12,6 +13,10 @@ by 1e30 from step 3 on, every step overflows and the GradScaler halves its scale
 (check_report.py --cpu-scale: the scale's updates as they were). --fault noparams: the "model"
 has no trainable parameter (check_report.py --no-model). --fault api: watch() with each kind of
 bad argument must raise naming it (checked here: exit status 1 when one does not).
+--update hand (bf16): no optimizer, the parameters updated by hand (p -= lr * p.grad, then
+p.grad.zero_(): gradients held at every forward), so the bridge tells where a step ends from the
+forwards alone. --accum N: N micro-batches a step, their gradients accumulated (each loss divided
+by N; the step's printed loss is their sum).
 """
 import argparse
 import sys
@@ -42,7 +47,13 @@ def main():
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fault", choices=["nan", "scale", "noparams", "api"], default="nan")
+    ap.add_argument("--update", choices=["adam", "hand"], default="adam")
+    ap.add_argument("--accum", type=int, default=1, metavar="N")
     a = ap.parse_args()
+    if a.update == "hand" and a.dtype != "bf16":
+        ap.error("--update hand trains without a GradScaler: --dtype bf16 only")
+    if a.accum < 1:
+        ap.error("--accum must be 1 or more, not %d" % a.accum)
     if a.fault == "api":
         return check_api()
     torch.manual_seed(0)
@@ -55,25 +66,35 @@ def main():
                 out = model(torch.randn(32, 64))
             print("step %d loss %.6g" % (step, float(out.float().square().mean())), flush=True)
         return 0
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3) if a.update == "adam" else None
     scaler = torch.amp.GradScaler("cpu", enabled=a.dtype == "fp16")
     xs = [torch.randn(32, 64) for _ in range(4)]
     ys = [torch.randint(0, 10, (32,)) for _ in range(4)]
     for step in range(a.steps):
-        x, y = xs[step % 4], ys[step % 4]
-        if step == FAULT_STEP and not a.healthy and a.fault == "nan":
-            x = x.clone()
-            x[1, 5] = float("nan")
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=dtype):
-            out = model(x)
-        loss = F.cross_entropy(out.float(), y)
-        if step >= FAULT_STEP and not a.healthy and a.fault == "scale":
-            loss = loss * 1e30  # overflows every scaled gradient: each step skipped, scale halved
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        print("step %d loss %.6g" % (step, loss.item()), flush=True)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for micro in range(a.accum):
+            x, y = xs[(step + micro) % 4], ys[(step + micro) % 4]
+            if step == FAULT_STEP and micro == 0 and not a.healthy and a.fault == "nan":
+                x = x.clone()
+                x[1, 5] = float("nan")
+            with torch.autocast("cpu", dtype=dtype):
+                out = model(x)
+            loss = F.cross_entropy(out.float(), y) / a.accum
+            if step >= FAULT_STEP and not a.healthy and a.fault == "scale":
+                loss = loss * 1e30  # overflows every scaled gradient: each skipped, scale halved
+            scaler.scale(loss).backward()
+            total += loss.item()
+        if opt is None:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.05 * p.grad
+                    p.grad.zero_()
+        else:
+            scaler.step(opt)
+            scaler.update()
+        print("step %d loss %.6g" % (step, total), flush=True)
     return 0
 
 

@@ -24,8 +24,9 @@
 # cudaProfilerStart/Stop around the fault, CUDA traced too, must give the same findings and every
 # step's kernels; an MLP trained on the CPU with no GPU visible (cpu_faults.py, bf16 and fp16)
 # must have its NaN batch found, no op of the bridge's own in its op step, its fp16 scale's
-# collapse recorded as it was and reported, a "model" with no parameter said to be none, and
-# watch()'s bad arguments refused by name; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
+# collapse recorded as it was and reported, a "model" with no parameter said to be none,
+# watch()'s bad arguments refused by name, and its updates by hand (no optimizer) split into the
+# steps the script printed; gpu_patterns.py's model shapes (a cell called in a loop, an LSTM,
 # nn.MultiheadAttention, a dict output, a frozen backbone, zero_grad() between the forward and
 # backward(), a loss computed in the forward, channels_last convolutions, a residual added in
 # place, a loss over logits masked by item assignment, in the loss or in the forward, a float
@@ -162,6 +163,12 @@ done
 CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-scale "" --dtype fp16 --fault scale --steps 12 &
 CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-noparams "" --fault noparams &
 CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one cpu-api "" --fault api &
+# ... no optimizer: the parameters updated by hand, gradients zeroed in place (and accumulated)
+for n in 1 2; do
+    CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one "cpu-hand$n" "" --update hand --accum $n &
+    CUDA_VISIBLE_DEVICES= SCRIPT=cpu_faults.py one "cpu-hand$n-healthy" "" --update hand \
+        --accum $n --healthy &
+done
 wait
 # bf16 without autocast or GradScaler: the model cast to bf16, FSDP2's param_dtype
 one attn-healthy-bf16 "" --case attn --healthy --bf16 &
@@ -246,6 +253,12 @@ done
 python3 "$HERE/check_report.py" --cpu-scale "$WORK/cpu-scale.sqlite" "$WORK/cpu-scale.json" || fail=1
 python3 "$HERE/check_report.py" --no-model "$WORK/cpu-noparams.json" || fail=1
 grep -h "watch() refused" "$WORK/cpu-api.log"
+for n in 1 2; do
+    python3 "$HERE/check_report.py" "$WORK/cpu-hand$n.json" nan || fail=1
+    python3 "$HERE/check_report.py" "$WORK/cpu-hand$n-healthy.json" nan --healthy || fail=1
+    python3 "$HERE/check_report.py" --loss "$WORK/cpu-hand$n-healthy.sqlite" \
+        "$WORK/cpu-hand$n-healthy.log" || fail=1
+done
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1
 [ "$(cat "$WORK/attn-died.rc")" = 1 ] || { echo "FAIL attn-died: exit status $(cat "$WORK/attn-died.rc"), not 1"; fail=1; }

@@ -299,6 +299,29 @@ def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
         assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
 
 
+@pytest.mark.parametrize("accum", ["1", "2"])
+@pytest.mark.parametrize("healthy", [False, True])
+def test_updates_by_hand(tmp_path, accum, healthy):
+    """cpu_faults.py --update hand: no optimizer and no GradScaler, the parameters updated by
+    hand and their gradients zeroed in place (held at every forward): each step's loss as the
+    script printed it (a step per update, its micro-batches together), the NaN batch named at
+    step 3 (the later steps, on the weights the NaN gradients reached, no error of their own),
+    the healthy twin clean."""
+    db, out = record(tmp_path, None, healthy, ("--update", "hand", "--accum", accum),
+                     script="cpu_faults.py", env={"CUDA_VISIBLE_DEVICES": ""})
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_loss(db, str(log)) == 0
+    r = report(db)
+    if healthy:
+        bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+        assert not bad, bad[:2]
+    else:
+        assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+        errors = [f for f in r["findings"] if f["severity"] == "error"]
+        assert len(errors) == 1, errors[1]
+
+
 @pytest.mark.parametrize("case,extra", [("blowup", ()), ("diverge", ()),
                                         ("blowup", ("--wrap", "fsdp1-flat"))],
                          ids=["blowup", "diverge", "blowup-fsdp1-flat"])
