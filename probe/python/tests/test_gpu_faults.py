@@ -84,6 +84,21 @@ def report_of(tmp_path, case, healthy, extra=(), script="gpu_faults.py"):
     return report(record(tmp_path, case, healthy, extra, script=script)[0])
 
 
+def assert_clean(r):
+    """A healthy run's report: no error or warning."""
+    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
+    assert not bad, bad[:2]
+
+
+def assert_diagnosed(r, case, healthy):
+    """The report of case's run: its first finding names the fault (check_report.expect), or
+    the healthy twin's is clean."""
+    if healthy:
+        assert_clean(r)
+    else:
+        assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_first_finding_names_the_fault(tmp_path, case):
     r = report_of(tmp_path, case, healthy=False)
@@ -95,8 +110,7 @@ def test_first_finding_names_the_fault(tmp_path, case):
 @pytest.mark.parametrize("case", CASES)
 def test_healthy_twin_is_clean(tmp_path, case):
     r = report_of(tmp_path, case, healthy=True)
-    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
-    assert not bad, bad[:2]
+    assert_clean(r)
 
 
 # model shapes (gpu_patterns.py's docstring)
@@ -122,8 +136,7 @@ def test_frameworks(tmp_path, case, extra):
         assert r["findings"], "no findings"
         assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
     db = record(tmp_path, case, True, extra, script="gpu_frameworks.py")[0]
-    bad = [f for f in report(db)["findings"] if f["severity"] in ("error", "warning")]
-    assert not bad, bad[:2]
+    assert_clean(report(db))
     assert check_report.check_autocast(db, "bf16" if bf16 else "f16") == 0
 
 
@@ -133,8 +146,7 @@ def test_model_shapes(tmp_path, case):
     assert r["findings"], "no findings"
     assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
     r = report_of(tmp_path, case, healthy=True, script="gpu_patterns.py")
-    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
-    assert not bad, bad[:2]
+    assert_clean(r)
 
 
 # training patterns: the fault found through them, their healthy twins clean
@@ -177,8 +189,7 @@ def test_patterns_first_finding(tmp_path, case, extra):
 @pytest.mark.parametrize("case,extra", PATTERNS, ids=PATTERN_IDS)
 def test_patterns_healthy_twin_is_clean(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=True, extra=extra)
-    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
-    assert not bad, bad[:2]
+    assert_clean(r)
 
 
 # bf16 without autocast: statistics against bf16, so a healthy run's small gradients are not
@@ -191,8 +202,7 @@ BF16 = [("attn", ("--bf16",)), ("residual", ("--bf16",)),
 @pytest.mark.parametrize("case,extra", BF16, ids=["-".join((c,) + e) for c, e in BF16])
 def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=True, extra=extra)
-    bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
-    assert not bad, bad[:2]
+    assert_clean(r)
 
 
 @pytest.mark.parametrize("wrap", ["fsdp", "fsdp1"])
@@ -291,12 +301,7 @@ def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
     batch named at layers.0, step 3; the healthy twin clean."""
     db, _ = record(tmp_path, None, healthy, ("--dtype", dtype), script="cpu_faults.py",
                    env={"CUDA_VISIBLE_DEVICES": ""})
-    r = report(db)
-    if healthy:
-        bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
-        assert not bad, bad[:2]
-    else:
-        assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+    assert_diagnosed(report(db), "nan", healthy)
 
 
 @pytest.mark.parametrize("accum", ["1", "2"])
@@ -313,13 +318,9 @@ def test_updates_by_hand(tmp_path, accum, healthy):
     log.write_text(out)
     assert check_report.check_loss(db, str(log)) == 0
     r = report(db)
-    if healthy:
-        bad = [f for f in r["findings"] if f["severity"] in ("error", "warning")]
-        assert not bad, bad[:2]
-    else:
-        assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
-        errors = [f for f in r["findings"] if f["severity"] == "error"]
-        assert len(errors) == 1, errors[1]
+    assert_diagnosed(r, "nan", healthy)
+    errors = [f for f in r["findings"] if f["severity"] == "error"]
+    assert len(errors) == (0 if healthy else 1), errors[:2]
 
 
 @pytest.mark.parametrize("case,extra", [("blowup", ()), ("diverge", ()),
