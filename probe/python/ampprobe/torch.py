@@ -1193,6 +1193,7 @@ class Watcher:
         self._pversion = version
 
     def _param_version(self):
+        """The parameters' version counters summed: moved by any in-place write to one."""
         return sum(p._version for p in self._plist)
 
     def _end_unended(self):
@@ -1505,13 +1506,13 @@ class Watcher:
         """Ends the step: starts its figures on their way to the host and records the step
         before it (whose figures are there by now). found: the scaler's found_inf tensors
         (None: no scaler); updated: its parameters were written after its last forward began
-        (by hand, or by an optimizer the watcher does not know), so a re-run would not see
-        the parameters the step ran with. A step that broke (its loss or found_inf is non-finite, or without a
-        scaler its parameter gradients: _marked) is recorded at once, while a re-run still sees
-        its parameters (check_grads: without a scaler the step's end then waits for the
-        backward, as a GradScaler's step() does). When recording has ended under the program
-        (its launcher was killed, the disk filled: libamprecord said so on stderr), the watcher
-        detaches (close()): nothing would read what it computes."""
+        (by hand, or by an optimizer the watcher does not know), so a re-run would not see the
+        parameters the step ran with. A step that broke (its loss or found_inf is non-finite,
+        or without a scaler its parameter gradients: _marked) is recorded at once, while a
+        re-run still sees its parameters (check_grads: without a scaler the step's end then
+        waits for the backward, as a GradScaler's step() does). When recording has ended under
+        the program (its launcher was killed, the disk filled: libamprecord said so on stderr),
+        the watcher detaches (close()): nothing would read what it computes."""
         if not self.on:
             return
         if not self.rec.enabled:

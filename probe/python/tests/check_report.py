@@ -75,8 +75,8 @@ the marked values): every skipped step's scale update halves the scale (scale_be
 scale_after), and the report warns of the scale's collapse. With --no-model, of cpu_faults.py
 --fault noparams: the run-end warning that the bridge found no model to watch. With --own-ops, of
 a CPU run's op step: the bridge's own reductions (no statistics module: torch's) are not among
-the program's ops. With --autocast, META must say autocast to DTYPE and hold no compute_dtype (Hugging
-Face's Trainer, whose accelerate enters autocast inside the model's forward).
+the program's ops. With --autocast, META must say autocast to DTYPE and hold no compute_dtype
+(Hugging Face's Trainer, whose accelerate enters autocast inside the model's forward).
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -281,6 +281,7 @@ def check_loss(path, log):
         w = line.split()
         if len(w) >= 4 and w[0] == "step" and w[2] == "loss":
             want[int(w[1])] = float(w[3])
+
     def differ(g, v):  # (SQLite keeps a NaN as NULL)
         if g is None or math.isnan(g):
             return not math.isnan(v)
