@@ -7,7 +7,11 @@
 set -euo pipefail
 build=${1:-build/cuda}
 dist=${2:-build/dist}
-[ -f "$build/CMakeCache.txt" ] || { echo "gpu_dist.sh: $build is not configured: cmake -S . -B $build -DAMP_WITH_CUDA=ON -DAMP_STATIC_CHECK=ON" >&2; exit 1; }
+if [ ! -f "$build/CMakeCache.txt" ]; then
+    echo "gpu_dist.sh: $build is not configured:" \
+        "cmake -S . -B $build -DAMP_WITH_CUDA=ON -DAMP_STATIC_CHECK=ON" >&2
+    exit 1
+fi
 cmake --build "$build" -j"$(nproc)" >/dev/null  # (up to date: the Python package copied again too)
 rm -rf "$dist" && mkdir -p "$dist"
 for f in ampprobe ampprobe-calibrate ampprobe_tests "$build"/*.so; do
