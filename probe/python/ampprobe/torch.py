@@ -1187,9 +1187,9 @@ class Watcher:
         parameters are being accumulated, and the forward is the step's next micro-batch. (An
         update through p.data is not seen: its version counter is the data's own.)"""
         version = self._param_version()
-        if self._forwards and (version != self._pversion or
-                               not any(p.grad is not None for p in self._plist)):
-            self.end_step(None, updated=version != self._pversion)
+        updated = version != self._pversion
+        if self._forwards and (updated or not any(p.grad is not None for p in self._plist)):
+            self.end_step(None, updated=updated)
         self._pversion = version
 
     def _param_version(self):
@@ -1625,9 +1625,8 @@ class Watcher:
         fwd_event, loss_event, bwd_found = None, None, False
         if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
             self.broken_steps += 1
-            why = "a model sharded over several processes cannot run its forward again on one"
-            if d.updated:
-                why = _UPDATED
+            why = _UPDATED if d.updated else \
+                "a model sharded over several processes cannot run its forward again on one"
             # (a break in the backward alone, which is not run again under FSDP1: the forward
             # is not either, as it could only find what reached a loss that stayed finite)
             if self._rerunnable and not d.updated and \

@@ -90,21 +90,26 @@ def assert_clean(r):
     assert not bad, bad[:2]
 
 
+def assert_names(r, case, per_module=False):
+    """A faulty run's report: its first finding names case's fault (check_report.expect)."""
+    assert r["findings"], "no findings"
+    top = r["findings"][0]
+    assert check_report.expect(case, top, per_module) is None, top
+
+
 def assert_diagnosed(r, case, healthy):
-    """The report of case's run: its first finding names the fault (check_report.expect), or
-    the healthy twin's is clean."""
+    """The report of case's run: its first finding names the fault, or the healthy twin's is
+    clean."""
     if healthy:
         assert_clean(r)
     else:
-        assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+        assert_names(r, case)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_first_finding_names_the_fault(tmp_path, case):
     r = report_of(tmp_path, case, healthy=False)
-    assert r["findings"], "no findings"
-    top = r["findings"][0]
-    assert check_report.expect(case, top) is None, top
+    assert_names(r, case)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -133,8 +138,7 @@ def test_frameworks(tmp_path, case, extra):
     bf16 = "--bf16" in extra
     if not (case == "hf" and bf16):
         r = report_of(tmp_path, case, False, extra, script="gpu_frameworks.py")
-        assert r["findings"], "no findings"
-        assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+        assert_names(r, case)
     db = record(tmp_path, case, True, extra, script="gpu_frameworks.py")[0]
     assert_clean(report(db))
     assert check_report.check_autocast(db, "bf16" if bf16 else "f16") == 0
@@ -143,8 +147,7 @@ def test_frameworks(tmp_path, case, extra):
 @pytest.mark.parametrize("case", SHAPES)
 def test_model_shapes(tmp_path, case):
     r = report_of(tmp_path, case, healthy=False, script="gpu_patterns.py")
-    assert r["findings"], "no findings"
-    assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, case)
     r = report_of(tmp_path, case, healthy=True, script="gpu_patterns.py")
     assert_clean(r)
 
@@ -182,8 +185,7 @@ PATTERN_IDS = ["-".join((c,) + e) for c, e in PATTERNS]  # attn--compile-wrap: -
 @pytest.mark.parametrize("case,extra", PATTERNS, ids=PATTERN_IDS)
 def test_patterns_first_finding(tmp_path, case, extra):
     r = report_of(tmp_path, case, healthy=False, extra=extra)
-    assert r["findings"], "no findings"
-    assert check_report.expect(case, r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, case)
 
 
 @pytest.mark.parametrize("case,extra", PATTERNS, ids=PATTERN_IDS)
@@ -225,8 +227,7 @@ def test_rerun_that_stays_finite_is_named_per_module(tmp_path):
     """The NaN batch cleaned in place after its forward: the re-run stays finite, the statistics
     name the first module whose output went non-finite."""
     r = report_of(tmp_path, "nan", False, ("--scrub",))
-    assert r["findings"], "no findings"
-    assert check_report.expect("nan", r["findings"][0], per_module=True) is None, r["findings"][0]
+    assert_names(r, "nan", per_module=True)
 
 
 @pytest.mark.parametrize("how,status", [("raise", 1), ("kill", 137)])
@@ -250,13 +251,12 @@ def test_a_second_trained_module_is_recorded(tmp_path):
     assert check_report.check_added(db, str(log), "110") == 0
     r = report(db)
     assert r["summary"]["added_models"] == "Linear (110 values) from step 1"
-    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "nan")
 
 
 def test_an_overflow_in_the_second_module_is_named_there(tmp_path):
     r = report_of(tmp_path, "attn", True, ("--split", "--split-gain", "1e6"))
-    assert r["findings"], "no findings"
-    assert check_report.expect("split", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "split")
 
 
 def test_watch_called_on_each_model_records_both_from_step_0(tmp_path):
@@ -267,9 +267,9 @@ def test_watch_called_on_each_model_records_both_from_step_0(tmp_path):
     log.write_text(out)
     assert check_report.check_added(db, str(log), "110", watched=True) == 0
     r = report(db)
-    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "nan")
     r = report_of(tmp_path, "attn", True, ("--split", "--split-gain", "1e6", "--watch"))
-    assert check_report.expect("split", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "split")
     db, out = record(tmp_path, None, False, script="gpu_join.py")
     log.write_text(out)
     assert check_report.check_joined(db, str(log)) == 0
@@ -281,7 +281,7 @@ def test_dataloader_workers_record_nothing(tmp_path, start):
     the training process recorded."""
     db, _ = record(tmp_path, "nan", False, ("--loader", start))
     r = report(db)
-    assert check_report.expect("nan", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "nan")
     assert check_report.check_one_process(db) == 0
 
 
@@ -290,7 +290,7 @@ def test_older_amp_spellings_with_cuda_traced(tmp_path):
     fault, CUDA traced too: the same first finding, kernels in every step, none dropped."""
     db, _ = record(tmp_path, "attn", False, ("--legacy",), trace="amp,cuda,nvtx")
     r = report(db)
-    assert check_report.expect("attn", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "attn")
     assert check_report.check_captured(db) == 0
 
 
@@ -379,7 +379,7 @@ def test_gradient_overflows_traced(tmp_path, extra):
     db, _ = record(tmp_path, "sawtooth", False, extra)
     assert check_report.check_bwd(db, per_module=bool(extra)) == 0
     r = report(db)
-    assert check_report.expect("sawtooth", r["findings"][0]) is None, r["findings"][0]
+    assert_names(r, "sawtooth")
 
 
 @pytest.mark.parametrize("case,extra", [("sawtooth", ("--wrap", "fsdp1")),
