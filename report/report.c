@@ -175,7 +175,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
             "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
             "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
             "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
-            "'stats_every', 'compute_dtype') "
+            "'stats_every', 'compute_dtype', 'updates') "
             "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
             m, &q, err))
         return false;
@@ -198,6 +198,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "torch") == 0         ? &m->torch
                            : strcmp(key, "stats_every") == 0   ? &m->stats_every
                            : strcmp(key, "compute_dtype") == 0 ? &m->compute_dtype
+                           : strcmp(key, "updates") == 0       ? &m->updates
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
     }
@@ -1254,6 +1255,7 @@ void report_model_free(report_model *m) {
     free((char *)m->orphans);
     free((char *)m->stats_every);
     free((char *)m->compute_dtype);
+    free((char *)m->updates);
     free((char *)m->no_model);
     free((char *)m->trace);
     free((char *)m->torch);

@@ -353,6 +353,10 @@ typedef struct report_model {
     // META of a PyTorch run under ampprobe run --torch: the second models found that way and
     // recorded from a later step on ("Linear (110 values) from step 1"); NULL: none
     const char *added_models;
+    // META of a PyTorch run: "by hand" when its parameters changed between steps with no
+    // optimizer.step() seen (an update written in the program, or an optimizer not given to
+    // watch()); NULL: an optimizer's steps
+    const char *updates;
     // What the program died of in its own words, the first process's: the uncaught exception
     // of a Python program under ampprobe run --torch (META exception, "RuntimeError: CUDA out
     // of memory. ...") or libampcore's abort message (META abort); NULL: none

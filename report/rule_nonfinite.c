@@ -670,6 +670,11 @@ static int64_t poisoned_after(const report_model *m, int32_t pid, int64_t last, 
     return n;
 }
 
+// What a run whose parameters changed with no optimizer.step() seen (META updates) is told.
+static const char by_hand[] =
+    " (no optimizer.step() was seen: an update written in the program, or an optimizer not "
+    "given to watch())";
+
 // A forward root's finding; returns the last step whose non-finite loss it explains (its site's
 // last, or the last of the steps an optimizer step on its gradients poisoned).
 static int64_t add_forward_root(const report_model *m, const events_index *x, const report_event *e,
@@ -684,7 +689,7 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     int64_t losses, skipped;
     count_bad_steps(m, e->pid, f->first_step, f->last_step, &losses, &skipped);
     int64_t until = 0, after = poisoned_after(m, e->pid, f->last_step, &until);
-    char then[384] = "", span[64];
+    char then[512] = "", span[64];
     if (after == 1)
         snprintf(span, sizeof span, "step %lld", (long long)until);
     else if (after > 1) // (then a step follows the last one: no step INT64_MAX + 1)
@@ -693,10 +698,11 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
     if (after > 0)
         snprintf(then, sizeof then,
                  " Then %lld more step%s with a non-finite loss and no producer of %s own (%s): "
-                 "the optimizer stepped on the non-finite gradients of step %lld, with no "
-                 "GradScaler to skip it, and the weights are non-finite since.",
+                 "%s the non-finite gradients of step %lld%s, with no GradScaler to skip it, and "
+                 "the weights are non-finite since.",
                  (long long)after, after == 1 ? "" : "s", after == 1 ? "its" : "their", span,
-                 (long long)f->last_step);
+                 m->updates ? "the parameters were updated with" : "the optimizer stepped on",
+                 (long long)f->last_step, m->updates ? by_hand : "");
     int dl = detail_len(e);
     // made outside the model, where modules the PyTorch bridge did not watch may have run
     const bool elsewhere = !f->layer[0] && m->unwatched && is(e, AMP_EVENT_NONFINITE_PRODUCER);
@@ -839,9 +845,9 @@ static void add_backward(const report_model *m, const events_index *x, const rep
                  "exploding gradients: the backward of %s went non-finite at step %lld, with no "
                  "loss scaling",
                  site, (long long)f->first_step);
-        advice = "Clip the gradients (clip_grad_norm_ before the optimizer step) and lower the "
+        advice = "Clip the gradients (clip_grad_norm_ before the update) and lower the "
                  "learning rate or add warm-up; check the layer's initialisation. With no "
-                 "GradScaler nothing skips such a step: the optimizer steps on what it got.";
+                 "GradScaler nothing skips such a step: the update uses what it got.";
     } else if (exploding) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s overflowed at step %lld at loss scale "
@@ -914,11 +920,13 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
                  "the value, and every op that read it only carried it on.",
                  param, at, finite_before ? ", its row of the step before finite" : "");
         snprintf(f->advice, sizeof f->advice,
-                 "Look at what wrote %s before step %lld: the optimizer's update (a division by "
-                 "zero in it, such as Adam's or AdamW's eps=0 over a gradient of 0; a learning "
-                 "rate or weight decay that is NaN/inf; non-finite gradients stepped on with no "
-                 "GradScaler to skip them), or the program's own code that writes into it.",
-                 param, at);
+                 "Look at what wrote %s before step %lld: the %s (a division by zero in it, "
+                 "such as Adam's or AdamW's eps=0 over a gradient of 0; a learning rate or weight "
+                 "decay that is NaN/inf; non-finite gradients stepped on with no GradScaler to "
+                 "skip them), or the program's own code that writes into it.",
+                 param, at,
+                 m->updates ? "update written in the program (no optimizer.step() was seen)"
+                            : "optimizer's update");
         report_finding_evidence(f, "weights_nonfinite_step", (double)w->bad_step);
         return;
     }
@@ -1013,8 +1021,8 @@ static bool nonfinite_before_focus(const report_model *m, report_finding *f) {
     size_t n = strlen(f->detail);
     snprintf(f->detail + n, sizeof f->detail - n,
              " The steps before the focus (--steps) are non-finite from step %lld on: what broke "
-             "the run happened there, and the steps here only carry it on (an optimizer that "
-             "stepped on non-finite gradients leaves the weights non-finite).",
+             "the run happened there, and the steps here only carry it on (an update with "
+             "non-finite gradients leaves the weights non-finite).",
              (long long)p->nonfinite_since);
     snprintf(f->advice, sizeof f->advice,
              "Look at where it began: ampprobe report --steps %lld:%lld (or the whole run, without "

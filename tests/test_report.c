@@ -1402,7 +1402,17 @@ START_TEST(nonfinite_steps_after_an_unskipped_step_are_counted) {
                                  "of step 5"));
     ck_assert_double_eq(evidence(&findings.v[0], "nonfinite_losses_after"), 2);
     release();
-    sql("UPDATE AMP_STEPS SET loss = 3, loss_finite = 1 WHERE step = 7;");
+    // parameters updated with no optimizer.step() seen (the PyTorch bridge's META updates)
+    sql("INSERT INTO META (key, value, pid) VALUES ('updates', 'by hand', 1);");
+    nonfinite_errors(1);
+    ck_assert_msg(strstr(findings.v[0].detail,
+                         "(steps 6-7): the parameters were updated with the non-finite gradients "
+                         "of step 5 (no optimizer.step() was seen: an update written in the "
+                         "program, or an optimizer not given to watch()), with no GradScaler"),
+                  "%s", findings.v[0].detail);
+    release();
+    sql("DELETE FROM META WHERE key = 'updates';"
+        "UPDATE AMP_STEPS SET loss = 3, loss_finite = 1 WHERE step = 7;");
     analyse("nonfinite-root-cause", INT64_MIN, INT64_MAX);
     ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "Then 1 more step with a non-finite loss "
                                                        "and no producer of its own (step 6)"));

@@ -192,8 +192,9 @@ void amp_record_tensor_stats(const amp_rec_tensor_stats *r);
 
 // Many tensors' statistics of one step in one call (the PyTorch bridge's end of step): entry i's
 // figures are stats[i] as the fused device reduction leaves them (amp_stats_finish is applied
-// here). Fills *summary, if not NULL, with what the caller decides on without reading every
-// figure itself; it is filled also when recording is off.
+// here); an entry whose kind is negative is left out (a read superseded by a later one). Fills
+// *summary, if not NULL, with what the caller decides on without reading every figure itself;
+// it is filled also when recording is off.
 typedef struct amp_rec_stats_entry {
     int32_t layer_id; // -1: none
     amp_stats_kind kind;

@@ -776,6 +776,7 @@ void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
     amp_rec_stats_summary sum = {0};
     for (int i = 0; i < n; i++) {
         const amp_rec_stats_entry *e = &entries[i];
+        if ((int)e->kind < 0) continue; // superseded
         amp_stats s = stats[i];
         amp_stats_finish(&s);
         amp_record_tensor_stats(&(amp_rec_tensor_stats){

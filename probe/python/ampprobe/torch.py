@@ -135,7 +135,7 @@ from ._judge import (OVERWRITES, VIEW_OPS, Judge, OpTracer, describe_now,
                      float_tensors, tensors)
 from ._compiled import Around, layer_name
 from ._links import Links
-from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD
+from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, SUPERSEDED
 from ._records import PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
@@ -549,7 +549,10 @@ def _patch_backward():
     def backward(self, *args, **kwargs):
         for w in _watchers:
             w._on_backward(self)
-        return orig(self, *args, **kwargs)
+        orig(self, *args, **kwargs)
+        for w in _watchers:
+            if w.scaler is None and w.optimizer is None:
+                w._on_backward_end()
 
     torch.Tensor.backward = backward
 
@@ -752,6 +755,7 @@ class Watcher:
         # (a pre-hook for the node that made it, a tensor hook: _on_output)
         self._plist = []  # the floating parameters
         self._pversion = 0  # their version counters summed at the last forward (no optimizer)
+        self._by_hand = False  # META updates said: parameters written with no optimizer seen
         self._pentries = []  # their statistics entries (layer, kind, name, dtype)
         self._wentries = []  # their gradients'
         self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
@@ -793,7 +797,8 @@ class Watcher:
         self.tape = _LossTape()
         self.ops = None  # the _OpRecorder of an op step, while it records
         self.rerunning = False
-        self.params_queued = self.wgrads_queued = False
+        self.params_queued = self.wgrads_queued = self._wgrads_early = False
+        self._wgrad_rows = (0, 0)  # where the step's weight-gradient entries are (superseded)
         self.wgrad_handles = range(0)  # the parameter gradients' handles among the statistics
         self._watch = []  # (layer, weakref, version) of the first sampled step's outputs
         self.links = Links(lambda layer: _layers.rows[layer][1])  # the first forward's
@@ -1192,6 +1197,13 @@ class Watcher:
             self.end_step(None, updated=updated)
         self._pversion = version
 
+    def _note_by_hand(self):
+        """Said once in META (updates): the parameters change with no optimizer.step() seen,
+        so the report speaks of an update, not of an optimizer's step."""
+        if not self._by_hand:
+            self._by_hand = True
+            self.rec.meta("updates", "by hand")
+
     def _param_version(self):
         """The parameters' version counters summed: moved by any in-place write to one."""
         return sum(p._version for p in self._plist)
@@ -1469,10 +1481,31 @@ class Watcher:
         if self.wgrads_queued:
             return
         self.wgrads_queued = True
+        self._read_weight_grads()
+
+    def _read_weight_grads(self):
+        """Queues the parameter gradients' statistics as the gradients are now; a read made
+        before in the step is superseded (its rows left out of the records)."""
+        for k in range(*self._wgrad_rows):
+            layer, _, op, dtype = self.entries[k]
+            self.entries[k] = (layer, SUPERSEDED, op, dtype)
         self.wgrad_handles = range(0)
+        self._wgrad_rows = (0, 0)
         if self.sampled:
+            first = len(self.entries)
             self.wgrad_handles = self._queue_params([p.grad for p in self._plist],
                                                     self._wentries)
+            self._wgrad_rows = (first, len(self.entries))
+
+    def _on_backward_end(self):
+        """backward() returned, with no optimizer or scaler known: the step's end is seen only
+        as the next forward begins (_step_by_forward), after an update by hand has used the
+        gradients and zeroed them, so they are read now; each backward's read supersedes the
+        one before (gradient accumulation), and end_step reads them again when they are still
+        there (no update yet: an optimizer's pre-hook)."""
+        if self.on and self.forwards and not self.rerunning and not _compiling():
+            self.wgrads_queued = self._wgrads_early = True
+            self._read_weight_grads()
 
     def _queue_params(self, ts, entries):
         """Launches the statistics of ts, one tensor per parameter (None: none, a gradient of a
@@ -1526,6 +1559,8 @@ class Watcher:
         self._end_loss_region()
         if self.links.open:  # (the model's forward did not return: what it saw is kept)
             self.links.close()
+        if self._wgrads_early and not updated:  # still there, and as the update sees them
+            self.wgrads_queued = False
         self._queue_weight_grads()
         self._end_others()
         if found is None:
@@ -1542,6 +1577,8 @@ class Watcher:
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, grads_bad, self.forwards)
         done.updated = updated
+        if updated:
+            self._note_by_hand()
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
         if (self.step - self.first) % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
@@ -1556,7 +1593,8 @@ class Watcher:
         _steps_recorded[0] = self.step
         self.entries, self.loss = [], None
         self.forwards = []
-        self.params_queued = self.wgrads_queued = False
+        self.params_queued = self.wgrads_queued = self._wgrads_early = False
+        self._wgrad_rows = (0, 0)
 
     def flush(self, last=False):
         """Records the step whose figures are on their way, if any (last: the run's last step,
@@ -1659,7 +1697,7 @@ class Watcher:
         elif scale is None and not d.grads_bad and summary is not None and \
                 summary.nonfinite[WEIGHT_GRAD] and not fwd_bad and not loss_bad:
             # seen now, a step late (no check_grads): the optimizer has stepped on them
-            self._backward_producer(d, copy.result()[0], _LATE)
+            self._backward_producer(d, copy.result()[0], bwd_why if d.updated else _LATE)
         if scale is not None:
             before, found, after, tracker = scale
             self.rec.scale(step, before, after, max(found, 0), tracker, found > 0)

@@ -294,6 +294,28 @@ def check_loss(path, log):
     return 0 if ok else 1
 
 
+def check_grad_norm(path, log):
+    """AMP_STEPS.grad_norm against the gradient norms a script printed ("step N grad_norm X"):
+    equal to 1e-4 where the printed one is finite, non-finite (or NULL) where it is not."""
+    got = dict(sqlite3.connect(path).execute("SELECT step, grad_norm FROM AMP_STEPS").fetchall())
+    want = {}
+    for line in open(log):
+        w = line.split()
+        if len(w) == 4 and w[0] == "step" and w[2] == "grad_norm":
+            want[int(w[1])] = float(w[3])
+
+    def differ(g, v):
+        if not math.isfinite(v):
+            return g is not None and math.isfinite(g)
+        return g is None or not abs(g - v) <= 1e-4 * max(1e-30, abs(v))
+    bad = [(s, got.get(s), v) for s, v in want.items() if differ(got.get(s), v)]
+    ok = bool(want) and not bad
+    print("%s gradient norms of %d steps as the script printed them%s" % (
+        "PASS" if ok else "FAIL", len(want), "; first differing (step, recorded, printed): %s"
+        % (bad[0],) if bad else ""), flush=True)
+    return 0 if ok else 1
+
+
 def check_weights(path, log):
     """The weight rows of a gpu_faults.py --print-wmax run: at every step one row per floating
     parameter (the number the script printed), each under its own name and its module's layer,
@@ -576,6 +598,8 @@ def main():
         return check_compiled(sys.argv[2], sys.argv[3], "--blocks" in sys.argv[4:])
     if sys.argv[1] == "--loss":
         return check_loss(sys.argv[2], sys.argv[3])
+    if sys.argv[1] == "--grad-norm":
+        return check_grad_norm(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--weights":
         return check_weights(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--weight-names":

@@ -140,11 +140,14 @@ rec.event(0, 4, "mul", _records.PHASE_FWD, "nonfinite_producer", _records.ERROR,
           d)
 rec.event(1, -1, None, _records.PHASE_NONE, "loss_nonfinite", _records.ERROR, 1, math.inf, None)
 rec.scale(1, 65536.0, 32768.0, 1, 0, True)
-# a step's statistics in one call, as the bridge's end of step makes it
-stats = (_records.AmpStats * 2)(
+# a step's statistics in one call, as the bridge's end of step makes it (the first weight
+# gradient's read superseded by a later one: left out, neither recorded nor counted)
+stats = (_records.AmpStats * 3)(
     _records.AmpStats(8, -2.0, 4.0, 0.0, 1, 0, 0, 0, 3, 2, 20.0),
+    _records.AmpStats(4, -1.0, 1.0, 0.0, 2, 0, 0, 0, 0, 0, 9.0),
     _records.AmpStats(4, math.inf, -math.inf, 0.0, 0, 4, 0, 0, 0, 0, 0.0))
 entries = rec.entries([(7, _records.ACTIVATION_GRAD, "head", "f16"),
+                       (5, _records.SUPERSEDED, "blocks.0.attn.qkv.bias", "f32"),
                        (5, _records.WEIGHT_GRAD, "blocks.0.attn.qkv.bias", "f32")])
 s = rec.tensor_stats_many(2, "f16", entries, ctypes.addressof(stats))
 assert list(s.nonfinite) == [0, 1, 0, 4] and s.f32_overflow == 0, list(s.nonfinite)

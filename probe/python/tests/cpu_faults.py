@@ -15,7 +15,8 @@ has no trainable parameter (check_report.py --no-model). --fault api: watch() wi
 bad argument must raise naming it (checked here: exit status 1 when one does not).
 --update hand (bf16): no optimizer, the parameters updated by hand (p -= lr * p.grad, then
 p.grad.zero_(): gradients held at every forward), so the bridge tells where a step ends from the
-forwards alone. --accum N: N micro-batches a step, their gradients accumulated (each loss divided
+forwards alone; each step's gradient norm is printed before the update (check_report.py
+--grad-norm: the norm recorded is of the gradients the update used). --accum N: N micro-batches a step, their gradients accumulated (each loss divided
 by N; the step's printed loss is their sum).
 """
 import argparse
@@ -88,6 +89,8 @@ def main():
             total += loss.item()
         if opt is None:
             with torch.no_grad():
+                norm = torch.stack([p.grad.float().square().sum() for p in model.parameters()])
+                print("step %d grad_norm %.9g" % (step, float(norm.sum().sqrt())), flush=True)
                 for p in model.parameters():
                     p -= 0.05 * p.grad
                     p.grad.zero_()

@@ -258,6 +258,8 @@ for n in 1 2; do
     python3 "$HERE/check_report.py" "$WORK/cpu-hand$n-healthy.json" nan --healthy || fail=1
     python3 "$HERE/check_report.py" --loss "$WORK/cpu-hand$n-healthy.sqlite" \
         "$WORK/cpu-hand$n-healthy.log" || fail=1
+    python3 "$HERE/check_report.py" --grad-norm "$WORK/cpu-hand$n-healthy.sqlite" \
+        "$WORK/cpu-hand$n-healthy.log" || fail=1
 done
 python3 "$HERE/check_report.py" --died "$WORK/attn-died.sqlite" "$WORK/attn-died.json" 6 raise || fail=1
 python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-killed.json" 6 kill || fail=1

@@ -308,19 +308,24 @@ def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
 @pytest.mark.parametrize("healthy", [False, True])
 def test_updates_by_hand(tmp_path, accum, healthy):
     """cpu_faults.py --update hand: no optimizer and no GradScaler, the parameters updated by
-    hand and their gradients zeroed in place (held at every forward): each step's loss as the
-    script printed it (a step per update, its micro-batches together), the NaN batch named at
-    step 3 (the later steps, on the weights the NaN gradients reached, no error of their own),
-    the healthy twin clean."""
+    hand and their gradients zeroed in place (held at every forward): each step's loss and
+    gradient norm as the script printed them (a step per update, its micro-batches together;
+    the gradients the update used, not the zeros it left), the NaN batch named at step 3 (the
+    later steps, on the weights the NaN gradients reached, no error of their own, and the
+    report says that the update, not an optimizer, used them), the healthy twin clean."""
     db, out = record(tmp_path, None, healthy, ("--update", "hand", "--accum", accum),
                      script="cpu_faults.py", env={"CUDA_VISIBLE_DEVICES": ""})
     log = tmp_path / "out.log"
     log.write_text(out)
     assert check_report.check_loss(db, str(log)) == 0
+    assert check_report.check_grad_norm(db, str(log)) == 0
     r = report(db)
     assert_diagnosed(r, "nan", healthy)
     errors = [f for f in r["findings"] if f["severity"] == "error"]
     assert len(errors) == (0 if healthy else 1), errors[:2]
+    if not healthy:
+        assert "the parameters were updated with the non-finite gradients of step 3 (no " \
+            "optimizer.step() was seen" in errors[0]["detail"], errors[0]["detail"]
 
 
 @pytest.mark.parametrize("case,extra", [("blowup", ()), ("diverge", ()),
@@ -341,8 +346,14 @@ def test_frozen_parameters_are_not_read(tmp_path):
     assert check_report.check_weight_names(db, ["head.weight", "head.bias"]) == 0
 
 
-def test_accumulated_loss_is_the_sum(tmp_path):
-    db, out = record(tmp_path, "attn", True, ("--accum", "4"))
+@pytest.mark.parametrize("extra", [(), ("--bf16",), ("--wrap", "fsdp1", "--fsdp-mp", "bf16"),
+                                   ("--wrap", "fsdp1-flat", "--fsdp-mp", "bf16")],
+                         ids=lambda e: "-".join(e).strip("-") or "fp16")
+def test_accumulated_loss_is_the_sum(tmp_path, extra):
+    """Four micro-batches a step: one step each, its loss their sum; without a GradScaler
+    (bf16) the first step's micro-batches too, before an optimizer.step() was seen (FSDP1's
+    unsharding must not look like an update between them)."""
+    db, out = record(tmp_path, "attn", True, ("--accum", "4") + extra)
     log = tmp_path / "out.log"
     log.write_text(out)
     assert check_report.check_loss(db, str(log)) == 0
