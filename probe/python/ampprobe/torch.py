@@ -151,8 +151,9 @@ _LATE = ("traced per module when the step was recorded, after the optimizer had 
 _NO_BWD_RERUN = ("traced per module, not op by op: FSDP1's backward hooks reduce the gradients "
                  "and reset them, so a backward is not run again")
 # a step whose parameters changed before its end was seen (Watcher._step_by_forward): not re-run
-_UPDATED = ("its parameters were written before the step's end was seen (no optimizer.step() "
-            "or GradScaler marks it: an update by hand), so it cannot run again as it ran")
+_UPDATED = ("its parameters were written before the step's end was seen (an update by hand, "
+            "or the step() of an optimizer whose closure ran the model first), so it cannot "
+            "run again as it ran")
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
@@ -797,6 +798,7 @@ class Watcher:
         self.tape = _LossTape()
         self.ops = None  # the _OpRecorder of an op step, while it records
         self.rerunning = False
+        self.found_in_step = False  # found inside an optimizer's step() (autoattach), still in it
         self.params_queued = self.wgrads_queued = self._wgrads_early = False
         self._wgrad_rows = (0, 0)  # where the step's weight-gradient entries are (superseded)
         self.wgrad_handles = range(0)  # the parameter gradients' handles among the statistics
@@ -1124,7 +1126,9 @@ class Watcher:
         what it trains (_check_optimizer). A closure handed to step() (Lightning's loop without
         a GradScaler, LBFGS) runs the step's forward and backward inside step(): the step ends
         as the closure first returns, before the update (the hook returns step()'s arguments
-        with the closure wrapped)."""
+        with the closure wrapped); its further calls within the step (LBFGS's line search) are
+        not recorded."""
+        self._leave_found_step()  # (the step() it was found in raised)
         if not self.rerunning:
             self._check_optimizer(optimizer)
         if self.scaler is None and (self.optimizer is None or self.optimizer is optimizer):
@@ -1134,13 +1138,14 @@ class Watcher:
             if closure is None:
                 self.end_step(None)
                 return None
-            ended = []  # (LBFGS calls it again in a step: those forwards go to the next one)
+            ended = []
 
             def closure_then_end():
+                if ended:  # LBFGS calls it again within the step: evaluations, not steps
+                    return self._unrecorded(closure)
                 loss = closure()
-                if not ended:
-                    ended.append(True)
-                    self.end_step(None)
+                ended.append(True)
+                self.end_step(None)
                 return loss
 
             if "closure" in kwargs:
@@ -1148,18 +1153,37 @@ class Watcher:
             return (args[0], closure_then_end) + tuple(args[2:]), kwargs
         return None
 
+    def _unrecorded(self, f):
+        """f() with the model's forwards and backwards not recorded (as while a step runs
+        again)."""
+        was, self.rerunning = self.rerunning, True
+        try:
+            return f()
+        finally:
+            self.rerunning = was
+
     def on_optimizer_stepped(self, optimizer):
         """An optimizer stepped (a global post-hook: ampprobe run --torch). A watcher that found
         its model inside the closure step() ran (Lightning without a GradScaler, the first
-        step) saw no pre-hook of that step: the step ends here, after its update."""
+        step) saw no pre-hook of that step: the step ends here, after its update; the closure's
+        further calls in that step() (LBFGS's) were not recorded (on_root_pre)."""
+        self._leave_found_step()
         if self.scaler is None and self.optimizer is None and self.forwards and \
                 not self.rerunning:
             self.optimizer = optimizer
-            self.end_step(None)
+            self.end_step(None, updated=True)
+
+    def _leave_found_step(self):
+        """The optimizer's step() that the watcher was found in has ended: recording resumes."""
+        if self.found_in_step:
+            self.found_in_step = self.rerunning = False
 
     def on_root_pre(self, module, args, kwargs):
         """The model's forward begins (a forward pre-hook; autoattach calls it for the first)."""
         if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
+            return None
+        if self.found_in_step and self.forwards:  # a closure's further call in the step() the
+            self.rerunning = True  # model was found in (LBFGS): not recorded, up to its end
             return None
         self._end_loss_region()
         if self.scaler is None and self.optimizer is None:
@@ -1194,6 +1218,8 @@ class Watcher:
         version = self._param_version()
         updated = version != self._pversion
         if self._forwards and (updated or not any(p.grad is not None for p in self._plist)):
+            if updated:
+                self._note_by_hand()
             self.end_step(None, updated=updated)
         self._pversion = version
 
@@ -1213,7 +1239,10 @@ class Watcher:
         no optimizer seen) ends here, once a backward ran in it."""
         if self.on and self.rec.enabled and self.scaler is None and self.optimizer is None \
                 and self.forwards and self.loss is not None:
-            self.end_step(None, updated=self._param_version() != self._pversion)
+            updated = self._param_version() != self._pversion
+            if updated:
+                self._note_by_hand()
+            self.end_step(None, updated=updated)
 
     def _op_step(self):
         n = self.step - self.first  # the watcher's second step, then every ops_every
@@ -1539,8 +1568,8 @@ class Watcher:
         """Ends the step: starts its figures on their way to the host and records the step
         before it (whose figures are there by now). found: the scaler's found_inf tensors
         (None: no scaler); updated: its parameters were written after its last forward began
-        (by hand, or by an optimizer the watcher does not know), so a re-run would not see the
-        parameters the step ran with. A step that broke (its loss or found_inf is non-finite,
+        (by hand, by an optimizer the watcher does not know, or by the step() it was found in),
+        so a re-run would not see the parameters the step ran with. A step that broke (its loss or found_inf is non-finite,
         or without a scaler its parameter gradients: _marked) is recorded at once, while a
         re-run still sees its parameters (check_grads: without a scaler the step's end then
         waits for the backward, as a GradScaler's step() does). When recording has ended under
@@ -1577,8 +1606,6 @@ class Watcher:
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, grads_bad, self.forwards)
         done.updated = updated
-        if updated:
-            self._note_by_hand()
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
         if (self.step - self.first) % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
@@ -2034,7 +2061,9 @@ def autoattach():
     if not _records.Recorder().enabled:
         return
     _note_profiler()
-    state = {"watcher": None, "training": False}  # training: a module ran in training mode
+    # training: a module ran in training mode; stepping: the optimizer whose step() runs while
+    # no model is watched yet (its closure may call the model first: LBFGS, Lightning's loop)
+    state = {"watcher": None, "training": False, "stepping": None}
     orig_init = torch.amp.GradScaler.__init__
 
     def scaler_init(self, *args, **kwargs):
@@ -2068,6 +2097,7 @@ def autoattach():
         unhook()
         w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
         w.add_roots = True  # a second model the optimizer trains is recorded too
+        w.found_in_step = state["stepping"] is not None
         state["watcher"] = w
         w.on_root_pre(module, args, {})  # its own pre-hook was registered too late for this call
         return None
@@ -2103,9 +2133,11 @@ def autoattach():
     def optimizer_step(optimizer, args, kwargs):
         if state["watcher"] is not None:
             return state["watcher"].on_optimizer_step(optimizer, args, kwargs)
+        state["stepping"] = optimizer
         return None
 
     def optimizer_stepped(optimizer, args, kwargs):
+        state["stepping"] = None
         if state["watcher"] is not None:
             state["watcher"].on_optimizer_stepped(optimizer)
 

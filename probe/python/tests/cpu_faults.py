@@ -4,7 +4,7 @@ CPU autocast, whose batch of step 3 carries a NaN (--healthy: it does not), for
 `ampprobe run --torch` (run_gpu.sh runs it with CUDA_VISIBLE_DEVICES="", a laptop's view).
 
   python3 cpu_faults.py [--dtype bf16|fp16] [--healthy] [--fault nan|scale|noparams|api]
-                        [--update adam|hand] [--accum N]
+                        [--update adam|hand|lbfgs] [--accum N]
 
 bf16 (CPU autocast's default) trains without a GradScaler; fp16 with torch.amp.GradScaler("cpu").
 The report's first finding must be the NaN in the input data at layers.0, step 3
@@ -13,7 +13,10 @@ by 1e30 from step 3 on, every step overflows and the GradScaler halves its scale
 (check_report.py --cpu-scale: the scale's updates as they were). --fault noparams: the "model"
 has no trainable parameter (check_report.py --no-model). --fault api: watch() with each kind of
 bad argument must raise naming it (checked here: exit status 1 when one does not).
---update hand (bf16): no optimizer, the parameters updated by hand (p -= lr * p.grad, then
+--update lbfgs (bf16): torch.optim.LBFGS, whose step() calls the closure (the forward, the loss
+and the backward) several times: the step is the first call's, its printed loss what step()
+returns (check_report.py --loss), the further calls recorded nowhere. --update hand (bf16): no
+optimizer, the parameters updated by hand (p -= lr * p.grad, then
 p.grad.zero_(): gradients held at every forward), so the bridge tells where a step ends from the
 forwards alone; each step's gradient norm is printed before the update (check_report.py
 --grad-norm: the norm recorded is of the gradients the update used). --accum N: N micro-batches a step, their gradients accumulated (each loss divided
@@ -48,11 +51,13 @@ def main():
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fault", choices=["nan", "scale", "noparams", "api"], default="nan")
-    ap.add_argument("--update", choices=["adam", "hand"], default="adam")
+    ap.add_argument("--update", choices=["adam", "hand", "lbfgs"], default="adam")
     ap.add_argument("--accum", type=int, default=1, metavar="N")
     a = ap.parse_args()
-    if a.update == "hand" and a.dtype != "bf16":
-        ap.error("--update hand trains without a GradScaler: --dtype bf16 only")
+    if a.update != "adam" and a.dtype != "bf16":
+        ap.error("--update %s trains without a GradScaler: --dtype bf16 only" % a.update)
+    if a.update == "lbfgs" and a.accum != 1:
+        ap.error("--update lbfgs takes one batch a step: not with --accum")
     if a.accum < 1:
         ap.error("--accum must be 1 or more, not %d" % a.accum)
     if a.fault == "api":
@@ -67,11 +72,27 @@ def main():
                 out = model(torch.randn(32, 64))
             print("step %d loss %.6g" % (step, float(out.float().square().mean())), flush=True)
         return 0
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3) if a.update == "adam" else None
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3) if a.update == "adam" else \
+        torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=3) if a.update == "lbfgs" else None
     scaler = torch.amp.GradScaler("cpu", enabled=a.dtype == "fp16")
     xs = [torch.randn(32, 64) for _ in range(4)]
     ys = [torch.randint(0, 10, (32,)) for _ in range(4)]
     for step in range(a.steps):
+        if a.update == "lbfgs":
+            x, y = xs[step % 4], ys[step % 4]
+            if step == FAULT_STEP and not a.healthy and a.fault == "nan":
+                x = x.clone()
+                x[1, 5] = float("nan")
+
+            def closure():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=dtype):
+                    out = model(x)
+                loss = F.cross_entropy(out.float(), y)
+                loss.backward()
+                return loss
+            print("step %d loss %.6g" % (step, float(opt.step(closure))), flush=True)
+            continue
         if opt is not None:
             opt.zero_grad(set_to_none=True)
         total = 0.0

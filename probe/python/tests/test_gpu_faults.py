@@ -328,6 +328,19 @@ def test_updates_by_hand(tmp_path, accum, healthy):
             "optimizer.step() was seen" in errors[0]["detail"], errors[0]["detail"]
 
 
+@pytest.mark.parametrize("healthy", [False, True])
+def test_lbfgs_calls_its_closure_again(tmp_path, healthy):
+    """cpu_faults.py --update lbfgs: LBFGS's step() calls the closure several times; the step
+    is its first call's (the loss step() returns, as the script printed it), the further calls
+    are not recorded, the NaN batch named at step 3, the healthy twin clean."""
+    db, out = record(tmp_path, None, healthy, ("--update", "lbfgs"), script="cpu_faults.py",
+                     env={"CUDA_VISIBLE_DEVICES": ""})
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_loss(db, str(log)) == 0
+    assert_diagnosed(report(db), "nan", healthy)
+
+
 @pytest.mark.parametrize("case,extra", [("blowup", ()), ("diverge", ()),
                                         ("blowup", ("--wrap", "fsdp1-flat"))],
                          ids=["blowup", "diverge", "blowup-fsdp1-flat"])
