@@ -925,8 +925,7 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
                  "decay that is NaN/inf; non-finite gradients stepped on with no GradScaler to "
                  "skip them), or the program's own code that writes into it.",
                  param, at,
-                 m->updates ? "update written in the program (no optimizer.step() was seen)"
-                            : "optimizer's update");
+                 m->updates ? "update that no optimizer.step() made" : "optimizer's update");
         report_finding_evidence(f, "weights_nonfinite_step", (double)w->bad_step);
         return;
     }

@@ -1371,10 +1371,19 @@ START_TEST(nonfinite_weights_as_a_step_began_are_named) {
                                            "step 1 began"));
     ck_assert_str_eq(f->layer, "blocks.0.mlp");
     ck_assert_ptr_nonnull(strstr(f->detail, "its row of the step before finite"));
-    ck_assert_msg(begins(f->advice, "Look at what wrote fc.weight before step 1"), "%s", f->advice);
+    ck_assert_msg(begins(f->advice, "Look at what wrote fc.weight before step 1: the optimizer's "
+                                    "update"),
+                  "%s", f->advice);
     ck_assert_close(evidence(f, "weights_nonfinite_step"), 1, 0, 0);
     release();
-    sql("UPDATE AMP_TENSOR_STATS SET n_nan = 0 WHERE kind = 'weight';");
+    sql("INSERT INTO META (key, value, pid) VALUES ('updates', 'by hand', 1);");
+    nonfinite_errors(1);
+    ck_assert_msg(begins(findings.v[0].advice, "Look at what wrote fc.weight before step 1: the "
+                                               "update that no optimizer.step() made"),
+                  "%s", findings.v[0].advice);
+    release();
+    sql("DELETE FROM META WHERE key = 'updates';"
+        "UPDATE AMP_TENSOR_STATS SET n_nan = 0 WHERE kind = 'weight';");
     nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "the statistics show head linear's output"));
     release();

@@ -1569,11 +1569,11 @@ class Watcher:
         before it (whose figures are there by now). found: the scaler's found_inf tensors
         (None: no scaler); updated: its parameters were written after its last forward began
         (by hand, by an optimizer the watcher does not know, or by the step() it was found in),
-        so a re-run would not see the parameters the step ran with. A step that broke (its loss or found_inf is non-finite,
-        or without a scaler its parameter gradients: _marked) is recorded at once, while a
-        re-run still sees its parameters (check_grads: without a scaler the step's end then
-        waits for the backward, as a GradScaler's step() does). When recording has ended under
-        the program (its launcher was killed, the disk filled: libamprecord said so on stderr),
+        so a re-run would not see the parameters the step ran with. A step that broke (its loss
+        or found_inf is non-finite, or without a scaler its parameter gradients: _marked) is
+        recorded at once, while a re-run still sees its parameters (check_grads: without a
+        scaler the step's end then waits for the backward, as a GradScaler's step() does). When
+        recording has ended under the program (its launcher was killed, the disk filled: libamprecord said so on stderr),
         the watcher detaches (close()): nothing would read what it computes."""
         if not self.on:
             return

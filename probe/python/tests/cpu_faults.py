@@ -16,11 +16,11 @@ bad argument must raise naming it (checked here: exit status 1 when one does not
 --update lbfgs (bf16): torch.optim.LBFGS, whose step() calls the closure (the forward, the loss
 and the backward) several times: the step is the first call's, its printed loss what step()
 returns (check_report.py --loss), the further calls recorded nowhere. --update hand (bf16): no
-optimizer, the parameters updated by hand (p -= lr * p.grad, then
-p.grad.zero_(): gradients held at every forward), so the bridge tells where a step ends from the
-forwards alone; each step's gradient norm is printed before the update (check_report.py
---grad-norm: the norm recorded is of the gradients the update used). --accum N: N micro-batches a step, their gradients accumulated (each loss divided
-by N; the step's printed loss is their sum).
+optimizer, the parameters updated by hand (p -= lr * p.grad, then p.grad.zero_(): gradients
+held at every forward), so the bridge tells where a step ends from the forwards alone; each
+step's gradient norm is printed before the update (check_report.py --grad-norm: the norm
+recorded is of the gradients the update used). --accum N: N micro-batches a step, their
+gradients accumulated (each loss divided by N; the step's printed loss is their sum).
 """
 import argparse
 import sys
