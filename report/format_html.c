@@ -1061,7 +1061,7 @@ void report_format_html(FILE *out, const report_model *m, const report_findings 
         esc(out, m->device);
         fputs("</td></tr>", out);
     }
-    report_coverage cov[3];
+    report_coverage cov[REPORT_COVERAGE_MAX];
     for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
         fprintf(out, "<tr><td>%s</td><td>", cov[i].label);
         esc(out, cov[i].text);

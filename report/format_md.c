@@ -133,7 +133,7 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
         md(out, m->device, true);
         fputs(" |\n", out);
     }
-    report_coverage cov[3];
+    report_coverage cov[REPORT_COVERAGE_MAX];
     for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
         fprintf(out, "| %s | ", cov[i].label);
         md(out, cov[i].text, true);

@@ -162,7 +162,7 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
         put_one_line(out, m->device);
         fputc('\n', out);
     }
-    report_coverage cov[3];
+    report_coverage cov[REPORT_COVERAGE_MAX];
     for (int i = 0, n = report_coverage_lines(m, cov); i < n; i++) {
         char label[32];
         snprintf(label, sizeof label, "%s:", cov[i].label);

@@ -1829,7 +1829,7 @@ void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n
     }
 }
 
-int report_coverage_lines(const report_model *m, report_coverage out[3]) {
+int report_coverage_lines(const report_model *m, report_coverage out[REPORT_COVERAGE_MAX]) {
     int n = 0;
     if (m->compiled)
         out[n++] = (report_coverage){
@@ -1846,6 +1846,12 @@ int report_coverage_lines(const report_model *m, report_coverage out[3]) {
     if (m->unwatched)
         out[n++] = (report_coverage){"not watched", m->unwatched,
                                      " (trained outside the watched model: not recorded)"};
+    if (m->updates)
+        out[n++] = (report_coverage){
+            "updates", m->updates,
+            " (no optimizer.step() seen: a step ends as the next forward finds the parameters "
+            "changed, after its update, so a broken step is named per module, not run again op "
+            "by op)"};
     return n;
 }
 

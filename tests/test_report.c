@@ -396,16 +396,16 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
 END_TEST
 
 // A PyTorch run whose optimizer also trained modules outside the watched model, one of them
-// recorded from step 1 on: each format's Run section names them (escaped), json's summary holds
-// them (unwatched, added_models).
+// recorded from step 1 on, and whose parameters were updated by hand: each format's Run section
+// names them (escaped), json's summary holds them (unwatched, added_models, updates).
 START_TEST(parameters_trained_outside_the_watched_model_are_named) {
     healthy(4);
     sql("INSERT INTO META (key, value, pid) VALUES ('unwatched', 'Dec<o>der (1.2 M values)', 1),"
-        " ('added_models', 'D<isc> (5 k values) from step 1', 1);");
+        " ('added_models', 'D<isc> (5 k values) from step 1', 1), ('updates', 'by hand', 1);");
     ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
     char *t = test_read_file(out_path, NULL);
     ck_assert_msg(strstr(t, "\"unwatched\": \"Dec<o>der (1.2 M values)\", \"added_models\": "
-                            "\"D<isc> (5 k values) from step 1\", "),
+                            "\"D<isc> (5 k values) from step 1\", \"updates\": \"by hand\", "),
                   "%s", t);
     free(t);
     const char *formats[][2] = {
@@ -414,8 +414,11 @@ START_TEST(parameters_trained_outside_the_watched_model_are_named) {
         {"html", "<td>not watched</td><td>Dec&lt;o&gt;der (1.2 M values)"},
         {"text", "also watched: D<isc> (5 k values) from step 1 (trained beside"},
         {"md", "| also watched | D&lt;isc&gt; (5 k values) from step 1 (trained"},
-        {"html", "<td>also watched</td><td>D&lt;isc&gt; (5 k values) from step 1"}};
-    for (size_t i = 0; i < 6; i++) {
+        {"html", "<td>also watched</td><td>D&lt;isc&gt; (5 k values) from step 1"},
+        {"text", "updates:     by hand (no optimizer.step() seen: a step ends as the next"},
+        {"md", "| updates | by hand (no optimizer.step() seen"},
+        {"html", "<td>updates</td><td>by hand (no optimizer.step() seen"}};
+    for (size_t i = 0; i < 9; i++) {
         ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
         t = test_read_file(out_path, NULL);
         ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
