@@ -1588,8 +1588,9 @@ class Watcher:
         self._end_loss_region()
         if self.links.open:  # (the model's forward did not return: what it saw is kept)
             self.links.close()
-        if self._wgrads_early and not updated:  # still there, and as the update sees them
-            self.wgrads_queued = False
+        if self._wgrads_early and not updated and \
+                any(p.grad is not None for p in self._plist):  # as the update will see them
+            self.wgrads_queued = False  # (none held: an update through p.data took them)
         self._queue_weight_grads()
         self._end_others()
         if found is None:

@@ -4,7 +4,7 @@ CPU autocast, whose batch of step 3 carries a NaN (--healthy: it does not), for
 `ampprobe run --torch` (run_gpu.sh runs it with CUDA_VISIBLE_DEVICES="", a laptop's view).
 
   python3 cpu_faults.py [--dtype bf16|fp16] [--healthy] [--fault nan|scale|noparams|api]
-                        [--update adam|hand|lbfgs] [--accum N]
+                        [--update adam|hand|data|lbfgs] [--accum N]
 
 bf16 (CPU autocast's default) trains without a GradScaler; fp16 with torch.amp.GradScaler("cpu").
 The report's first finding must be the NaN in the input data at layers.0, step 3
@@ -19,7 +19,8 @@ returns (check_report.py --loss), the further calls recorded nowhere. --update h
 optimizer, the parameters updated by hand (p -= lr * p.grad, then p.grad.zero_(): gradients
 held at every forward), so the bridge tells where a step ends from the forwards alone; each
 step's gradient norm is printed before the update (check_report.py --grad-norm: the norm
-recorded is of the gradients the update used). --accum N: N micro-batches a step, their
+recorded is of the gradients the update used). --update data (bf16): the same through p.data,
+the gradients then set to None (a version counter the update leaves as it was). --accum N: N micro-batches a step, their
 gradients accumulated (each loss divided by N; the step's printed loss is their sum).
 """
 import argparse
@@ -51,7 +52,7 @@ def main():
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--fault", choices=["nan", "scale", "noparams", "api"], default="nan")
-    ap.add_argument("--update", choices=["adam", "hand", "lbfgs"], default="adam")
+    ap.add_argument("--update", choices=["adam", "hand", "data", "lbfgs"], default="adam")
     ap.add_argument("--accum", type=int, default=1, metavar="N")
     a = ap.parse_args()
     if a.update != "adam" and a.dtype != "bf16":
@@ -113,8 +114,12 @@ def main():
                 norm = torch.stack([p.grad.float().square().sum() for p in model.parameters()])
                 print("step %d grad_norm %.9g" % (step, float(norm.sum().sqrt())), flush=True)
                 for p in model.parameters():
-                    p -= 0.05 * p.grad
-                    p.grad.zero_()
+                    if a.update == "data":
+                        p.data -= 0.05 * p.grad
+                        p.grad = None
+                    else:
+                        p -= 0.05 * p.grad
+                        p.grad.zero_()
         else:
             scaler.step(opt)
             scaler.update()

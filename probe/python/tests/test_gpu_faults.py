@@ -328,6 +328,19 @@ def test_updates_by_hand(tmp_path, accum, healthy):
             "optimizer.step() was seen" in errors[0]["detail"], errors[0]["detail"]
 
 
+def test_updates_through_data(tmp_path):
+    """cpu_faults.py --update data: the parameters updated through p.data (their version
+    counters unmoved) and their gradients set to None: a step per update, each with the
+    gradient norm the update used (read as backward() returned, not superseded by the step's
+    end, which finds none)."""
+    db, out = record(tmp_path, None, True, ("--update", "data"), script="cpu_faults.py",
+                     env={"CUDA_VISIBLE_DEVICES": ""})
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    assert check_report.check_loss(db, str(log)) == 0
+    assert check_report.check_grad_norm(db, str(log)) == 0
+
+
 @pytest.mark.parametrize("healthy", [False, True])
 def test_lbfgs_calls_its_closure_again(tmp_path, healthy):
     """cpu_faults.py --update lbfgs: LBFGS's step() calls the closure several times; the step
