@@ -20,8 +20,9 @@ optimizer, the parameters updated by hand (p -= lr * p.grad, then p.grad.zero_()
 held at every forward), so the bridge tells where a step ends from the forwards alone; each
 step's gradient norm is printed before the update (check_report.py --grad-norm: the norm
 recorded is of the gradients the update used). --update data (bf16): the same through p.data,
-the gradients then set to None (a version counter the update leaves as it was). --accum N: N micro-batches a step, their
-gradients accumulated (each loss divided by N; the step's printed loss is their sum).
+the gradients then set to None (a version counter the update leaves as it was). --accum N: N
+micro-batches a step, their gradients accumulated (each loss divided by N; the step's printed
+loss is their sum).
 """
 import argparse
 import sys
