@@ -1573,8 +1573,9 @@ class Watcher:
         or found_inf is non-finite, or without a scaler its parameter gradients: _marked) is
         recorded at once, while a re-run still sees its parameters (check_grads: without a
         scaler the step's end then waits for the backward, as a GradScaler's step() does). When
-        recording has ended under the program (its launcher was killed, the disk filled: libamprecord said so on stderr),
-        the watcher detaches (close()): nothing would read what it computes."""
+        recording has ended under the program (its launcher was killed, the disk filled:
+        libamprecord said so on stderr), the watcher detaches (close()): nothing would read what
+        it computes."""
         if not self.on:
             return
         if not self.rec.enabled:
