@@ -150,7 +150,8 @@ _LATE = ("traced per module when the step was recorded, after the optimizer had 
 # a backward that broke under FSDP1, whose backward is not run again (Watcher._take_wrappers)
 _NO_BWD_RERUN = ("traced per module, not op by op: FSDP1's backward hooks reduce the gradients "
                  "and reset them, so a backward is not run again")
-# a step whose parameters changed before its end was seen (Watcher._step_by_forward): not re-run
+# a step whose parameters changed before its end was seen (Watcher._end_unmarked, or its end at
+# on_optimizer_stepped): not re-run
 _UPDATED = ("its parameters were written before the step's end was seen (an update by hand, "
             "or the step() of an optimizer whose closure ran the model first), so it cannot "
             "run again as it ran")
@@ -1218,17 +1219,17 @@ class Watcher:
         version = self._param_version()
         updated = version != self._pversion
         if self._forwards and (updated or not any(p.grad is not None for p in self._plist)):
-            if updated:
-                self._note_by_hand()
-            self.end_step(None, updated=updated)
+            self._end_unmarked(updated)
         self._pversion = version
 
-    def _note_by_hand(self):
-        """Said once in META (updates): the parameters change with no optimizer.step() seen,
-        so the report speaks of an update, not of an optimizer's step."""
-        if not self._by_hand:
+    def _end_unmarked(self, updated):
+        """Ends a step that no optimizer or scaler marked (updated: its parameters were written
+        since its forward, which META updates says once, so that the report speaks of an
+        update, not of an optimizer's step)."""
+        if updated and not self._by_hand:
             self._by_hand = True
             self.rec.meta("updates", "by hand")
+        self.end_step(None, updated=updated)
 
     def _param_version(self):
         """The parameters' version counters summed: moved by any in-place write to one."""
@@ -1239,10 +1240,7 @@ class Watcher:
         no optimizer seen) ends here, once a backward ran in it."""
         if self.on and self.rec.enabled and self.scaler is None and self.optimizer is None \
                 and self.forwards and self.loss is not None:
-            updated = self._param_version() != self._pversion
-            if updated:
-                self._note_by_hand()
-            self.end_step(None, updated=updated)
+            self._end_unmarked(self._param_version() != self._pversion)
 
     def _op_step(self):
         n = self.step - self.first  # the watcher's second step, then every ops_every

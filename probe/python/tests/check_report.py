@@ -274,46 +274,39 @@ def check_mem(path):
     return 0 if ok else 1
 
 
-def check_loss(path, log):
-    got = dict(sqlite3.connect(path).execute("SELECT step, loss FROM AMP_STEPS").fetchall())
+def _check_printed(path, log, column, key, what, differ):
+    """AMP_STEPS.column against the values a script printed ("step N key X ..."): each printed
+    step recorded, differ(recorded, printed) false for each."""
+    got = dict(sqlite3.connect(path).execute("SELECT step, %s FROM AMP_STEPS" % column))
     want = {}
     for line in open(log):
         w = line.split()
-        if len(w) >= 4 and w[0] == "step" and w[2] == "loss":
+        if len(w) >= 4 and w[0] == "step" and w[2] == key:
             want[int(w[1])] = float(w[3])
+    bad = [(s, got.get(s), v) for s, v in want.items() if s not in got or differ(got[s], v)]
+    ok = bool(want) and not bad
+    print("%s %s of %d steps as the script printed them%s" % (
+        "PASS" if ok else "FAIL", what, len(want), "; first differing (step, recorded, printed): "
+        "%s" % (bad[0],) if bad else ""), flush=True)
+    return 0 if ok else 1
 
+
+def check_loss(path, log):
     def differ(g, v):  # (SQLite keeps a NaN as NULL)
         if g is None or math.isnan(g):
             return not math.isnan(v)
         return math.isnan(v) or abs(g - v) > 1e-5 * max(1.0, abs(v))
-    bad = [(s, got.get(s), v) for s, v in want.items() if s not in got or differ(got[s], v)]
-    ok = bool(want) and not bad
-    print("%s losses of %d steps as the script printed them%s" % (
-        "PASS" if ok else "FAIL", len(want), "; first differing (step, recorded, printed): %s"
-        % (bad[0],) if bad else ""), flush=True)
-    return 0 if ok else 1
+    return _check_printed(path, log, "loss", "loss", "losses", differ)
 
 
 def check_grad_norm(path, log):
     """AMP_STEPS.grad_norm against the gradient norms a script printed ("step N grad_norm X"):
     equal to 1e-4 where the printed one is finite, non-finite (or NULL) where it is not."""
-    got = dict(sqlite3.connect(path).execute("SELECT step, grad_norm FROM AMP_STEPS").fetchall())
-    want = {}
-    for line in open(log):
-        w = line.split()
-        if len(w) == 4 and w[0] == "step" and w[2] == "grad_norm":
-            want[int(w[1])] = float(w[3])
-
     def differ(g, v):
         if not math.isfinite(v):
             return g is not None and math.isfinite(g)
         return g is None or not abs(g - v) <= 1e-4 * max(1e-30, abs(v))
-    bad = [(s, got.get(s), v) for s, v in want.items() if differ(got.get(s), v)]
-    ok = bool(want) and not bad
-    print("%s gradient norms of %d steps as the script printed them%s" % (
-        "PASS" if ok else "FAIL", len(want), "; first differing (step, recorded, printed): %s"
-        % (bad[0],) if bad else ""), flush=True)
-    return 0 if ok else 1
+    return _check_printed(path, log, "grad_norm", "grad_norm", "gradient norms", differ)
 
 
 def check_weights(path, log):

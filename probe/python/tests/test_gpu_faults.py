@@ -70,6 +70,13 @@ def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", 
     return db, run.stdout + run.stderr
 
 
+def write_log(tmp_path, out):
+    """The script's output in a file, for check_report's checks against what it printed."""
+    log = tmp_path / "out.log"
+    log.write_text(out)
+    return log
+
+
 def report(db):
     """The report of a recorded run, as json."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
@@ -246,8 +253,7 @@ def test_a_second_trained_module_is_recorded(tmp_path):
     """A Linear after the model, trained by the same optimizer: recorded from step 1 on (META
     added_models, a note on stderr, its rows), the NaN batch still found."""
     db, out = record(tmp_path, "nan", False, ("--split",))
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_added(db, str(log), "110") == 0
     r = report(db)
     assert r["summary"]["added_models"] == "Linear (110 values) from step 1"
@@ -263,8 +269,7 @@ def test_watch_called_on_each_model_records_both_from_step_0(tmp_path):
     """The script calls watch() on the model and on the Linear after it: one watcher, both
     recorded from step 0; the NaN batch still found; gpu_join.py: two GradScalers, a name."""
     db, out = record(tmp_path, "nan", False, ("--split", "--watch"))
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_added(db, str(log), "110", watched=True) == 0
     r = report(db)
     assert_names(r, "nan")
@@ -315,8 +320,7 @@ def test_updates_by_hand(tmp_path, accum, healthy):
     report says that the update, not an optimizer, used them), the healthy twin clean."""
     db, out = record(tmp_path, None, healthy, ("--update", "hand", "--accum", accum),
                      script="cpu_faults.py", env={"CUDA_VISIBLE_DEVICES": ""})
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_loss(db, str(log)) == 0
     assert check_report.check_grad_norm(db, str(log)) == 0
     r = report(db)
@@ -335,8 +339,7 @@ def test_updates_through_data(tmp_path):
     end, which finds none)."""
     db, out = record(tmp_path, None, True, ("--update", "data"), script="cpu_faults.py",
                      env={"CUDA_VISIBLE_DEVICES": ""})
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_loss(db, str(log)) == 0
     assert check_report.check_grad_norm(db, str(log)) == 0
 
@@ -348,8 +351,7 @@ def test_lbfgs_calls_its_closure_again(tmp_path, healthy):
     are not recorded, the NaN batch named at step 3, the healthy twin clean."""
     db, out = record(tmp_path, None, healthy, ("--update", "lbfgs"), script="cpu_faults.py",
                      env={"CUDA_VISIBLE_DEVICES": ""})
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_loss(db, str(log)) == 0
     assert_diagnosed(report(db), "nan", healthy)
 
@@ -361,8 +363,7 @@ def test_weights_recorded_as_each_step_begins(tmp_path, case, extra):
     """Every parameter at every step, as the update before it left it (fp32 parameters under
     autocast; a model cast to bf16; FSDP1's flat parameters)."""
     db, out = record(tmp_path, case, False, ("--print-wmax",) + extra)
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_weights(db, str(log)) == 0
 
 
@@ -380,8 +381,7 @@ def test_accumulated_loss_is_the_sum(tmp_path, extra):
     (bf16) the first step's micro-batches too, before an optimizer.step() was seen (FSDP1's
     unsharding must not look like an update between them)."""
     db, out = record(tmp_path, "attn", True, ("--accum", "4") + extra)
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_loss(db, str(log)) == 0
 
 
@@ -455,6 +455,5 @@ def test_compiled_model_keeps_its_graphs(tmp_path, how):
     extra = ("--compile", "wrap", "--compile-mode", "reduce-overhead") if how == "graphs" \
         else ("--compile", how)
     db, out = record(tmp_path, "attn", True, extra)
-    log = tmp_path / "out.log"
-    log.write_text(out)
+    log = write_log(tmp_path, out)
     assert check_report.check_compiled(db, str(log), blocks=how == "blocks") == 0
