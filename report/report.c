@@ -31,7 +31,7 @@ const report_rule report_rules[] = {
      rule_underflow_run},
     {"overflow-headroom", "ops whose fp16/bf16 outputs come within 1 bit of the dtype's max",
      rule_overflow_run},
-    {"loss-scale", "GradScaler dynamics: skipped steps, sawtooth, collapse, a scale stuck low",
+    {"loss-scale", "GradScaler dynamics: skips, sawtooth, collapse, stuck low, kept in bf16",
      rule_scale_run},
     {"precision-placement", "GEMMs left in fp32 under autocast, ops upcast by the policy, casts",
      rule_precision_run},
@@ -175,7 +175,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
             "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
             "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
             "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
-            "'stats_every', 'compute_dtype', 'updates') "
+            "'stats_every', 'compute_dtype', 'autocast_dtype', 'updates') "
             "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
             m, &q, err))
         return false;
@@ -198,6 +198,7 @@ static bool load_meta(sqlite3 *db, report_model *m, char *err) {
                            : strcmp(key, "torch") == 0         ? &m->torch
                            : strcmp(key, "stats_every") == 0   ? &m->stats_every
                            : strcmp(key, "compute_dtype") == 0 ? &m->compute_dtype
+                           : strcmp(key, "autocast_dtype") == 0 ? &m->autocast_dtype
                            : strcmp(key, "updates") == 0       ? &m->updates
                                                                : &m->counters_reason;
         if (!*dst) *dst = col_str(q, 1);
@@ -1245,6 +1246,7 @@ void report_model_free(report_model *m) {
     free((char *)m->device);
     free((char *)m->command);
     free((char *)m->precision);
+    free((char *)m->autocast_dtype);
     free((char *)m->counters_reason);
     free((char *)m->compiled);
     free((char *)m->unwatched);

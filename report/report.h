@@ -381,6 +381,9 @@ typedef struct report_model {
     // in (a model cast with .half() or .bfloat16(), FSDP's MixedPrecision param_dtype); NULL:
     // under autocast, or fp32
     const char *compute_dtype;
+    // META autocast_dtype: the dtype autocast cast to ("f16", "bf16"; libampcore's and the
+    // PyTorch bridge's, the first process's); NULL: not recorded
+    const char *autocast_dtype;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

@@ -8,7 +8,9 @@
  *   - frequent skipped steps (beyond the initial calibration, when the scale backs off from its
  *     initial value to where the gradients fit);
  *   - a scale stuck low: it never grows while the gradients leave many bits of fp16 headroom,
- *     so small gradients underflow.
+ *     so small gradients underflow;
+ *   - a GradScaler in a bf16 run (an info): bf16 has fp32's exponent range, so the scale protects
+ *     nothing and the scaler costs an unscale pass and a host synchronisation every step.
  * Recommendations come from the observed gradient amax (AMP_TENSOR_STATS activation_grad and
  * weight_grad): the init_scale that keeps the scaled amax under 65504/2.
  */
@@ -213,6 +215,81 @@ static int64_t later_skips_from(const report_model *m, const report_process *p, 
     return skipped;
 }
 
+// The 16-bit dtype process pid trains in, as far as the run tells: its gradients' target dtype
+// (AMP_TENSOR_STATS), else its autocast ops' output dtype (AMP_OPS), else META's (the run's:
+// autocast_dtype, compute_dtype, precision); "f16" when any of the first two says f16 (a mix is
+// fp16's to scale). NULL: none recorded.
+static const char *lowp_dtype(const report_model *m, int32_t pid) {
+    bool f16 = false, bf16 = false;
+    for (size_t i = 0; i < m->n_stats; i++) {
+        const report_stats *s = &m->stats[i];
+        if (s->pid != pid ||
+            (strcmp(s->kind, "activation_grad") != 0 && strcmp(s->kind, "weight_grad") != 0))
+            continue;
+        f16 |= strcmp(s->target, "f16") == 0;
+        bf16 |= strcmp(s->target, "bf16") == 0;
+    }
+    if (!f16 && !bf16) {
+        size_t end;
+        for (size_t i = report_ops_of(m, pid, &end); i < end; i++) {
+            if (!m->ops[i].policy[0]) continue;
+            f16 |= strcmp(m->ops[i].out_dtype, "f16") == 0;
+            bf16 |= strcmp(m->ops[i].out_dtype, "bf16") == 0;
+        }
+    }
+    if (f16) return "f16";
+    if (bf16) return "bf16";
+    const char *meta = m->autocast_dtype  ? m->autocast_dtype
+                       : m->compute_dtype ? m->compute_dtype
+                                          : m->precision;
+    return meta && strcmp(meta, "bf16") == 0 ? "bf16" : NULL;
+}
+
+// A GradScaler that ran in a bf16 run (r: its updates): an info, whatever else the scale did.
+static void bf16_scaler(const report_model *m, const scale_run *r, report_findings *out) {
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
+    report_finding_where(f, NULL, NULL, "optim");
+    f->pid = r->pid;
+    f->first_step = r->first_step;
+    f->last_step = r->last_step;
+    snprintf(f->title, sizeof f->title,
+             "a GradScaler in a bf16 run: loss scaling protects nothing here (%lld updates, "
+             "scale %.9g at the end)",
+             (long long)r->n, r->scale_last);
+    int k = snprintf(f->detail, sizeof f->detail,
+                     "bf16 keeps fp32's exponent range (largest 3.39e38, smallest normal "
+                     "1.18e-38): gradients that fp16 loses to overflow or underflow fit in bf16 "
+                     "unscaled. The GradScaler still multiplies the loss, unscales every "
+                     "gradient before the optimizer steps (a pass over all of them) and reads "
+                     "found_inf back to the host in every step() (a synchronisation: the host "
+                     "stops queuing work until the GPU has caught up).");
+    if (r->skipped > 0 && k > 0 && (size_t)k < sizeof f->detail)
+        k += snprintf(f->detail + k, sizeof f->detail - (size_t)k,
+                      " Its %lld skipped step%s had gradients that were inf/NaN at any scale, "
+                      "not a scale too high (see nonfinite-root-cause).",
+                      (long long)r->skipped, r->skipped == 1 ? "" : "s");
+    // (the capture's synchronisations are the run's: a share of one process's steps only when
+    // it is the only one)
+    const report_process *p = report_process_find(m, r->pid);
+    const double syncs =
+        p && p->n_steps > 0 && m->n_procs == 1 ? (double)m->perf.syncs / (double)p->n_steps : NAN;
+    if (syncs > 0 && k > 0 && (size_t)k < sizeof f->detail)
+        snprintf(f->detail + k, sizeof f->detail - (size_t)k,
+                 " CUDA capture recorded %.3g host synchronisations a step in all, the "
+                 "scaler's among them (see host-sync).",
+                 syncs);
+    snprintf(f->advice, sizeof f->advice,
+             "Leave loss scaling out in bf16: torch.amp.GradScaler(\"cuda\", enabled=False), or "
+             "no scaler at all (loss.backward(); optimizer.step()). If it is there to skip "
+             "steps whose gradients are inf/NaN, skip them where the gradients are clipped: "
+             "clip_grad_norm_ returns the norm, and a step taken only when it is finite costs "
+             "one synchronisation instead of the scaler's pass and synchronisation.");
+    report_finding_evidence(f, "scale_updates", (double)r->n);
+    report_finding_evidence(f, "scale_last", r->scale_last);
+    report_finding_evidence(f, "skipped_steps", (double)r->skipped);
+    if (syncs > 0) report_finding_evidence(f, "syncs_per_step", syncs);
+}
+
 static const char broken_forward_advice[] =
     "Fix the non-finite forward pass first (see the nonfinite-root-cause finding): no loss scale "
     "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
@@ -222,6 +299,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         scale_run r;
         scan(m, &i, &r);
         if (r.n == 0) continue;
+        const char *lowp = lowp_dtype(m, r.pid);
+        if (lowp && strcmp(lowp, "bf16") == 0) bf16_scaler(m, &r, out);
         const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
         const report_process *proc = report_process_find(m, r.pid);
         char init_words[256];

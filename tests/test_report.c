@@ -2121,6 +2121,66 @@ START_TEST(scale_skip_rate_advice_follows_the_cause) {
 }
 END_TEST
 
+// The loss-scale finding of a GradScaler in a bf16 run; NULL: none.
+static const report_finding *bf16_scaler_finding(void) {
+    for (size_t i = 0; i < findings.n; i++)
+        if (begins(findings.v[i].title, "a GradScaler in a bf16 run")) return &findings.v[i];
+    return NULL;
+}
+
+// A GradScaler in a bf16 run: an info that it protects nothing, told from the gradients' target
+// dtype, else the autocast ops' output dtype, else META; none in fp16 or without a GradScaler.
+START_TEST(a_gradscaler_in_bf16_is_an_info) {
+    healthy(12);
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_null(bf16_scaler_finding()); // fp16: what it is for
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET target_dtype = 'bf16', dtype = replace(dtype, 'f16', 'bf16');"
+        "UPDATE AMP_OPS SET out_dtype = replace(out_dtype, 'f16', 'bf16');");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    const report_finding *f = bf16_scaler_finding();
+    ck_assert_ptr_nonnull(f);
+    ck_assert_str_eq(f->rule, "loss-scale");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_INFO);
+    ck_assert_str_eq(f->title, "a GradScaler in a bf16 run: loss scaling protects nothing here "
+                               "(12 updates, scale 65536 at the end)");
+    ck_assert_ptr_nonnull(strstr(f->advice, "enabled=False"));
+    ck_assert_ptr_null(strstr(f->detail, "skipped"));
+    ck_assert_close(evidence(f, "scale_updates"), 12, 0, 0);
+    release();
+    // an inf gradient skipped one step: said, and pointed at its cause
+    sql("UPDATE AMP_STEPS SET found_inf = 1, skipped = 1, scale_after = 32768 WHERE step = 5;"
+        "UPDATE AMP_STEPS SET scale_before = 32768, scale_after = 32768 WHERE step > 5;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    f = bf16_scaler_finding();
+    ck_assert_ptr_nonnull(f);
+    ck_assert_msg(strstr(f->detail, "Its 1 skipped step had gradients that were inf/NaN at any "
+                                    "scale"),
+                  "%s", f->detail);
+    release();
+    // no gradient statistics: the autocast ops say bf16; without them META does
+    sql("DELETE FROM AMP_TENSOR_STATS;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(bf16_scaler_finding());
+    release();
+    sql("DELETE FROM AMP_OPS;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_null(bf16_scaler_finding());
+    release();
+    sql("INSERT INTO META (key, value, pid) VALUES ('autocast_dtype', 'bf16', 1);");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(bf16_scaler_finding());
+    release();
+    // bf16 without a GradScaler: nothing to say
+    sql("UPDATE AMP_STEPS SET scale_before = NULL, scale_after = NULL, found_inf = 0, "
+        "skipped = 0;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_null(bf16_scaler_finding());
+    release();
+}
+END_TEST
+
 START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
     healthy(20);
     // the usual start: three skipped steps while the scale backs off to where gradients fit
@@ -4849,6 +4909,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
     tcase_add_test(tc, scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
+    tcase_add_test(tc, a_gradscaler_in_bf16_is_an_info);
     tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_tells_the_outputs_before_the_overflow);

@@ -6,7 +6,7 @@ and check_report.py checks the report's first finding.
   python3 gpu_patterns.py --case rnn [--healthy]
 
 Cases (the fault switches on at step 3; --healthy leaves it off; --bf16 trains in bf16 without a
-GradScaler):
+GradScaler, --keep-scaler with one, which bf16 does not need):
   rnn     one cell (a Linear over [x_t, h]) called 12 times a forward, h = relu(cell(...)):
           the input times 1e5 turns inf in autocast's cast to fp16 (in cell)
   lstm    nn.LSTM (cuDNN) and a Linear head: a NaN in the batch (NaN in the input data, lstm)
@@ -285,6 +285,9 @@ def main():
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--bf16", action="store_true",
                     help="autocast to bf16 and no GradScaler (backward() and step() plainly)")
+    ap.add_argument("--keep-scaler", action="store_true",
+                    help="with --bf16: the GradScaler kept (a needless one, as some loops keep "
+                    "it when they switch to bf16)")
     a = ap.parse_args()
     torch.manual_seed(0)
     if a.case == "gan":
@@ -295,7 +298,8 @@ def main():
         model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40 if a.case == "running" and
-                                  not a.healthy else 2.0**16, enabled=not a.bf16)
+                                  not a.healthy else 2.0**16,
+                                  enabled=not a.bf16 or a.keep_scaler)
     total, decay = torch.zeros((), device=dev), torch.full((), -1.0, device=dev)
     for step in range(STEPS):
         fault = not a.healthy and step >= FAULT_STEP
@@ -360,7 +364,7 @@ def main():
                 F.leaky_relu(decay, 0.5, inplace=True)  # (halved each step: a function told
                 # inplace=True on a tensor from elsewhere, which a replay must not call again)
         opt.zero_grad(set_to_none=a.case != "zerograd")
-        if a.bf16:
+        if a.bf16 and not a.keep_scaler:
             loss.backward()
             opt.step()
         else:

@@ -214,6 +214,19 @@ def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
     assert_clean(r)
 
 
+def test_a_gradscaler_in_bf16_is_a_note(tmp_path):
+    """bf16 autocast with its GradScaler kept: a healthy run, with a note (loss-scale, info) that
+    the scaler protects nothing; the fp16 twin has none."""
+    def notes(r):
+        return [f for f in r["findings"] if f["title"].startswith("a GradScaler in a bf16 run")]
+    r = report_of(tmp_path, "dict", True, ("--bf16", "--keep-scaler"), script="gpu_patterns.py")
+    assert_clean(r)
+    found = notes(r)
+    assert len(found) == 1 and found[0]["rule"] == "loss-scale" and \
+        found[0]["severity"] == "info", r["findings"]
+    assert not notes(report_of(tmp_path, "dict", True, script="gpu_patterns.py"))
+
+
 @pytest.mark.parametrize("wrap", ["fsdp", "fsdp1"])
 def test_advice_without_autocast_keeps_the_module_in_fp32(tmp_path, wrap):
     """FSDP's mixed precision in fp16, no autocast: the overflow's fix keeps the module's
