@@ -12,6 +12,7 @@
 #include <libgen.h>
 #include <math.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -166,42 +167,56 @@ static bool finish(sqlite3 *db, const char *path, sqlite3_stmt *q, int rc, char 
     return false;
 }
 
+// The META keys the report reads, and where each goes in the model.
+static const struct {
+    const char *key;
+    size_t at; // offsetof(report_model, the field)
+} meta_keys[] = {
+#define META_KEY(key, field) {key, offsetof(report_model, field)}
+    META_KEY("device", device),
+    META_KEY("command", command),
+    META_KEY("precision", precision),
+    META_KEY("counters_reason", counters_reason),
+    META_KEY("compiled", compiled),
+    META_KEY("unwatched", unwatched),
+    META_KEY("added_models", added_models),
+    META_KEY("exception", exception),
+    META_KEY("abort", exception),
+    META_KEY("capture_error", capture_error),
+    META_KEY("bridge_error", bridge_error),
+    META_KEY("no_model", no_model),
+    META_KEY("trace", trace),
+    META_KEY("orphans", orphans),
+    META_KEY("torch", torch),
+    META_KEY("stats_every", stats_every),
+    META_KEY("compute_dtype", compute_dtype),
+    META_KEY("autocast_dtype", autocast_dtype),
+    META_KEY("updates", updates),
+    META_KEY("optimizer", optimizer),
+    META_KEY("optimizer.eps", optimizer_eps),
+    META_KEY("optimizer.fused", optimizer_fused),
+    META_KEY("bridge", bridge),
+#undef META_KEY
+};
+
 // META's run facts, the first process's; of the processes' exceptions and aborts, the first
 // recorded (a rank's own before the launcher's that reports the rank's death: torchrun).
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    if (!prepare(
-            db, m->path,
-            "SELECT key, value FROM META WHERE key IN ('device', 'command', 'precision', "
-            "'counters_reason', 'compiled', 'unwatched', 'added_models', 'exception', "
-            "'abort', 'capture_error', 'bridge_error', 'no_model', 'trace', 'orphans', 'torch', "
-            "'stats_every', 'compute_dtype', 'autocast_dtype', 'updates') "
-            "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
-            m, &q, err))
+    if (!prepare(db, m->path,
+                 "SELECT key, value FROM META "
+                 "ORDER BY CASE WHEN key IN ('exception', 'abort') THEN rowid ELSE pid END",
+                 m, &q, err))
         return false;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(q, 0);
-        const char **dst = strcmp(key, "device") == 0         ? &m->device
-                           : strcmp(key, "command") == 0      ? &m->command
-                           : strcmp(key, "precision") == 0    ? &m->precision
-                           : strcmp(key, "compiled") == 0     ? &m->compiled
-                           : strcmp(key, "unwatched") == 0    ? &m->unwatched
-                           : strcmp(key, "added_models") == 0 ? &m->added_models
-                           : strcmp(key, "exception") == 0 || strcmp(key, "abort") == 0
-                               ? &m->exception
-                           : strcmp(key, "capture_error") == 0 ? &m->capture_error
-                           : strcmp(key, "bridge_error") == 0  ? &m->bridge_error
-                           : strcmp(key, "no_model") == 0      ? &m->no_model
-                           : strcmp(key, "trace") == 0         ? &m->trace
-                           : strcmp(key, "orphans") == 0       ? &m->orphans
-                           : strcmp(key, "torch") == 0         ? &m->torch
-                           : strcmp(key, "stats_every") == 0   ? &m->stats_every
-                           : strcmp(key, "compute_dtype") == 0 ? &m->compute_dtype
-                           : strcmp(key, "autocast_dtype") == 0 ? &m->autocast_dtype
-                           : strcmp(key, "updates") == 0       ? &m->updates
-                                                               : &m->counters_reason;
-        if (!*dst) *dst = col_str(q, 1);
+        for (size_t i = 0; key && i < sizeof meta_keys / sizeof *meta_keys; i++) {
+            if (strcmp(key, meta_keys[i].key) != 0) continue;
+            const char **dst = (const char **)((char *)m + meta_keys[i].at);
+            if (!*dst) *dst = col_str(q, 1);
+            break;
+        }
     }
     return finish(db, m->path, q, rc, err);
 }
@@ -1247,6 +1262,10 @@ void report_model_free(report_model *m) {
     free((char *)m->command);
     free((char *)m->precision);
     free((char *)m->autocast_dtype);
+    free((char *)m->optimizer);
+    free((char *)m->optimizer_eps);
+    free((char *)m->optimizer_fused);
+    free((char *)m->bridge);
     free((char *)m->counters_reason);
     free((char *)m->compiled);
     free((char *)m->unwatched);

@@ -384,6 +384,12 @@ typedef struct report_model {
     // META autocast_dtype: the dtype autocast cast to ("f16", "bf16"; libampcore's and the
     // PyTorch bridge's, the first process's); NULL: not recorded
     const char *autocast_dtype;
+    // META of a PyTorch run, the first optimizer's: its class ("Adam"), its first parameter
+    // group's eps ("1.0000000000000000e-08") and "1" when it is fused; NULL: not recorded
+    const char *optimizer, *optimizer_eps, *optimizer_fused;
+    // META bridge of a PyTorch run ("torch 2.11.0+cu130"); NULL: a run of libampcore or of a
+    // producer of its own
+    const char *bridge;
     report_end end; // how the program and the capture ended, whatever the focus
 } report_model; // every string is owned by the model (report_model_free)
 

@@ -894,6 +894,37 @@ static const report_stats *first_bad(const report_model *m, int32_t pid, int64_t
     return best;
 }
 
+// Parameter row w, non-finite as its step began, is stored in fp16 and the run's optimizer
+// (META optimizer, optimizer.eps) has an eps that fp16 rounds to 0 (2^-25 and below) and is not
+// fused (a fused Adam adds eps in fp32): its update divided by 0 where the running mean of the
+// squared gradients underflowed. Says so in f's detail and advice; false when that is not it.
+static bool eps_zero_in_f16(const report_model *m, const report_stats *w, report_finding *f) {
+    if (strcmp(w->dtype, "f16") != 0 || !m->optimizer || !m->optimizer_eps || m->optimizer_fused)
+        return false;
+    char *end;
+    const double eps = strtod(m->optimizer_eps, &end);
+    if (end == m->optimizer_eps || !(eps >= 0) || eps > 0x1p-25) return false;
+    char param[96], opt[64];
+    report_cut_name(param, sizeof param, w->op);
+    report_cut_name(opt, sizeof opt, m->optimizer);
+    size_t n = strlen(f->detail);
+    snprintf(f->detail + n, sizeof f->detail - n,
+             " %s is stored in fp16 (the model itself cast to fp16, no fp32 master copy), and "
+             "%s's eps=%.3g is 0 in fp16 (its smallest subnormal is 5.96e-8): the running mean "
+             "of the squared gradients, kept in fp16 too, underflows to 0 for small gradients "
+             "(Adam's 0.001 x g^2 for |g| below about 5e-3), and the update divides by it: "
+             "inf, or NaN where the gradient's mean is 0 as well.",
+             param, opt, eps);
+    snprintf(f->advice, sizeof f->advice,
+             "Keep fp32 master weights: leave the parameters in fp32 and compute in fp16 under "
+             "torch.autocast(\"cuda\", dtype=torch.float16) with a GradScaler (or in bf16), "
+             "instead of model.half(). If the parameters must stay fp16, give %s an eps that "
+             "fp16 holds (1e-4: its smallest normal is 6.1e-5).",
+             opt);
+    report_finding_evidence(f, "optimizer_eps", eps);
+    return true;
+}
+
 // A loss finding with no producer event: the first output its statistics show non-finite, where
 // there is one (a producer of its own records statistics without tracing ops), goes into its
 // place, title and detail.
@@ -919,6 +950,8 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
                  " The parameter %s held NaN/inf as step %lld began%s: what wrote it there made "
                  "the value, and every op that read it only carried it on.",
                  param, at, finite_before ? ", its row of the step before finite" : "");
+        report_finding_evidence(f, "weights_nonfinite_step", (double)w->bad_step);
+        if (eps_zero_in_f16(m, w, f)) return;
         snprintf(f->advice, sizeof f->advice,
                  "Look at what wrote %s before step %lld: the %s (a division by zero in it, "
                  "such as Adam's or AdamW's eps=0 over a gradient of 0; a learning rate or weight "
@@ -926,7 +959,6 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
                  "skip them), or the program's own code that writes into it.",
                  param, at,
                  m->updates ? "update that no optimizer.step() made" : "optimizer's update");
-        report_finding_evidence(f, "weights_nonfinite_step", (double)w->bad_step);
         return;
     }
     if (!s) return;

@@ -305,13 +305,23 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                  "stays under 65504/2 while the small ones stay out of fp16's subnormals; or "
                  "train in bf16, whose range is fp32's.",
                  isnan(rec) ? 65536.0 : rec, u);
-    else if (isnan(cur) && !has_scaler(m, model))
+    else if (isnan(cur) && !has_scaler(m, model)) {
+        // (in the words of the program's framework: PyTorch's, or libampcore's)
+        const double scale = isnan(rec) ? 65536.0 : rec;
+        char how[160];
+        if (m->bridge)
+            snprintf(how, sizeof how, "torch.amp.GradScaler(\"%s\", init_scale=%.9g)",
+                     m->device && strcmp(m->device, "cpu") == 0 ? "cpu" : "cuda", scale);
+        else
+            snprintf(how, sizeof how,
+                     "init_scale=%.9g: amp_scaler_new, or PyTorch's "
+                     "torch.amp.GradScaler",
+                     scale);
         snprintf(f->advice, sizeof f->advice,
-                 "Use a GradScaler (torch.amp.GradScaler(\"cuda\", init_scale=%.9g); "
-                 "amp_scaler_new here): fp16 gradients without loss scaling lose these values. Or "
-                 "train in bf16, whose range is fp32's.",
-                 isnan(rec) ? 65536.0 : rec);
-    else if (isnan(rec))
+                 "Use a GradScaler (%s): fp16 gradients without loss scaling lose these values. "
+                 "Or train in bf16, whose range is fp32's.",
+                 how);
+    } else if (isnan(rec))
         snprintf(f->advice, sizeof f->advice,
                  "Raise the loss scale (init_scale=65536 and let it grow: growth_interval=2000) "
                  "so the scaled gradients sit above fp16's smallest normal 6.1e-05; or train in "

@@ -1385,8 +1385,42 @@ START_TEST(nonfinite_weights_as_a_step_began_are_named) {
                                                "update that no optimizer.step() made"),
                   "%s", findings.v[0].advice);
     release();
+    // the parameter stored in fp16 (model.half()) under an Adam whose eps fp16 rounds to 0: the
+    // update divided by zero, said with the fix; not with an eps fp16 holds, nor fused, nor for
+    // an f32 parameter
     sql("DELETE FROM META WHERE key = 'updates';"
-        "UPDATE AMP_TENSOR_STATS SET n_nan = 0 WHERE kind = 'weight';");
+        "INSERT INTO META (key, value, pid) VALUES ('optimizer', 'AdamW', 1), "
+        "('optimizer.eps', '1.0000000000000000e-08', 1);");
+    nonfinite_errors(1);
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "stored in fp16")); // (an f32 parameter)
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET dtype = 'f16' WHERE kind = 'weight';");
+    nonfinite_errors(1);
+    f = &findings.v[0];
+    ck_assert_msg(strstr(f->detail, " fc.weight is stored in fp16 (the model itself cast to fp16, "
+                                    "no fp32 master copy), and AdamW's eps=1e-08 is 0 in fp16"),
+                  "%s", f->detail);
+    ck_assert_msg(begins(f->advice, "Keep fp32 master weights"), "%s", f->advice);
+    ck_assert_ptr_nonnull(strstr(f->advice, "give AdamW an eps that fp16 holds"));
+    ck_assert_close(evidence(f, "optimizer_eps"), 1e-8, 0, 0);
+    ck_assert_close(evidence(f, "weights_nonfinite_step"), 1, 0, 0);
+    release();
+    sql("UPDATE META SET value = '0.0001' WHERE key = 'optimizer.eps';");
+    nonfinite_errors(1);
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "stored in fp16"));
+    ck_assert_msg(begins(findings.v[0].advice, "Look at what wrote fc.weight"), "%s",
+                  findings.v[0].advice);
+    release();
+    sql("UPDATE META SET value = '2.9802322387695312e-08' WHERE key = 'optimizer.eps';"
+        "INSERT INTO META (key, value, pid) VALUES ('optimizer.fused', '1', 1);");
+    nonfinite_errors(1);
+    ck_assert_ptr_null(strstr(findings.v[0].detail, "stored in fp16"));
+    release();
+    sql("DELETE FROM META WHERE key = 'optimizer.fused';"); // 2^-25: a tie, rounded to 0
+    nonfinite_errors(1);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "stored in fp16"));
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET n_nan = 0 WHERE kind = 'weight';");
     nonfinite_errors(1);
     ck_assert_ptr_nonnull(strstr(findings.v[0].title, "the statistics show head linear's output"));
     release();
@@ -2664,11 +2698,21 @@ START_TEST(grad_underflow_advice_without_a_scaler) {
     grads_times("/ 65536");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
-    ck_assert_msg(strstr(findings.v[0].advice, "Use a GradScaler") &&
-                      strstr(findings.v[0].advice, "init_scale=262144"),
+    ck_assert_msg(begins(findings.v[0].advice, "Use a GradScaler (init_scale=262144: "
+                                               "amp_scaler_new, or PyTorch's "
+                                               "torch.amp.GradScaler): "),
                   "%s", findings.v[0].advice);
     release();
-    sql("UPDATE AMP_TENSOR_STATS SET dtype = 'f32' WHERE kind IN ('activation_grad', "
+    // a PyTorch run's in PyTorch's words, of its device
+    sql("INSERT INTO META (key, value, pid) VALUES ('bridge', 'torch 2.11.0', 1), "
+        "('device', 'cpu', 1);");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_msg(begins(findings.v[0].advice, "Use a GradScaler (torch.amp.GradScaler(\"cpu\", "
+                                               "init_scale=262144)): fp16 gradients"),
+                  "%s", findings.v[0].advice);
+    release();
+    sql("DELETE FROM META WHERE key IN ('bridge', 'device');"
+        "UPDATE AMP_TENSOR_STATS SET dtype = 'f32' WHERE kind IN ('activation_grad', "
         "'weight_grad');");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 1);

@@ -945,6 +945,8 @@ class Watcher:
         (_add_root); else, or when they cannot be, said on stderr and in META `unwatched`."""
         if id(optimizer) in self._checked_optimizers:
             return
+        if not self._checked_optimizers:
+            self._note_optimizer(optimizer)
         self._checked_optimizers.add(id(optimizer))
         self._end_others()
         mine = self._own_params()
@@ -985,6 +987,18 @@ class Watcher:
                   "their modules' outputs and gradients are not recorded, nor a NaN made there "
                   "traced. To record them, call them from one nn.Module's forward, the model "
                   "that trains%s." % (opt, model, what, how), file=sys.stderr, flush=True)
+
+    def _note_optimizer(self, optimizer):
+        """META optimizer (its class) and, of its first parameter group, optimizer.eps and
+        optimizer.fused where it has them: what the report explains an update that made the
+        weights non-finite with (an eps that is 0 in the parameters' own dtype)."""
+        self.rec.meta("optimizer", type(optimizer).__name__)
+        group = optimizer.param_groups[0] if optimizer.param_groups else {}
+        eps = group.get("eps")
+        if isinstance(eps, (int, float)) and not isinstance(eps, bool):
+            self.rec.meta("optimizer.eps", "%.17g" % eps)
+        if group.get("fused"):
+            self.rec.meta("optimizer.fused", "1")
 
     def _note_added(self, what, start):
         """Models recorded beside the model (what) from step start on: META added_models."""

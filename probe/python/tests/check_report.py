@@ -18,6 +18,7 @@
   check_report.py --captured RUN.sqlite
   check_report.py --cpu-scale RUN.sqlite REPORT.json
   check_report.py --no-model REPORT.json
+  check_report.py --bf16-scaler REPORT.json
   check_report.py --own-ops RUN.sqlite
   check_report.py --autocast RUN.sqlite DTYPE
 
@@ -76,7 +77,9 @@ scale_after), and the report warns of the scale's collapse. With --no-model, of 
 --fault noparams: the run-end warning that the bridge found no model to watch. With --own-ops, of
 a CPU run's op step: the bridge's own reductions (no statistics module: torch's) are not among
 the program's ops. With --autocast, META must say autocast to DTYPE and hold no compute_dtype
-(Hugging Face's Trainer, whose accelerate enters autocast inside the model's forward).
+(Hugging Face's Trainer, whose accelerate enters autocast inside the model's forward). With
+--bf16-scaler, of a bf16 run that kept its GradScaler (gpu_patterns.py --bf16 --keep-scaler): one
+loss-scale note (info) that the scaler protects nothing there.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -129,6 +132,11 @@ def expect(case, f, per_module=False):
                   and first == FAULT_STEP + 1 and layer.startswith("layers.")
                   and f["title"].startswith("the weights blew up before step %d"
                                             % (FAULT_STEP + 1)),
+        # (model.half() under Adam's eps=1e-8: the first update divides by zero, the weights
+        # are non-finite as step 1 begins)
+        "halfeps": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                   and first == 1 and " is stored in fp16 " in f["detail"]
+                   and f["advice"].startswith("Keep fp32 master weights"),
         # gpu_patterns.py: model shapes beyond gpu_faults.py's
         "rnn": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                and layer == "cell" and first == FAULT_STEP and "fp16 overflow" in f["title"],
@@ -545,6 +553,21 @@ def check_no_model(report):
     return 0 if ok else 1
 
 
+def bf16_scaler_notes(r):
+    """The findings of report r that say a GradScaler was kept in a bf16 run."""
+    return [f for f in r.get("findings", [])
+            if f["title"].startswith("a GradScaler in a bf16 run")]
+
+
+def check_bf16_scaler(report):
+    r = json.load(open(report))
+    notes = bf16_scaler_notes(r)
+    ok = len(notes) == 1 and notes[0]["rule"] == "loss-scale" and notes[0]["severity"] == "info"
+    print("%s a GradScaler kept in bf16: %s" % (
+        "PASS" if ok else "FAIL", [f["title"] for f in notes] or "no note"), flush=True)
+    return 0 if ok else 1
+
+
 def check_autocast(path, dtype):
     """Autocast to dtype recorded (META autocast_dtype), and no compute_dtype: an autocast that
     a framework enters inside the model's forward (accelerate's) is autocast all the same."""
@@ -573,6 +596,8 @@ def main():
         return check_cpu_scale(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--no-model":
         return check_no_model(sys.argv[2])
+    if sys.argv[1] == "--bf16-scaler":
+        return check_bf16_scaler(sys.argv[2])
     if sys.argv[1] == "--autocast":
         return check_autocast(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--own-ops":

@@ -26,6 +26,10 @@ Cases (the fault switches on at step 3; --healthy leaves it off):
   blowup     Adam's learning rate raised from 1e-4 to 100 at step 3 (fp16 autocast, GradScaler):
              that one update multiplies the MLP's weights a thousandfold and step 4's forward
              overflows fp16. Not a precision problem either: the weights blew up before step 4
+  halfeps    the MLP cast to fp16 (model.half(): no fp32 master weights, no autocast, and no
+             GradScaler, which refuses fp16 gradients) under Adam's default eps=1e-8, which is 0
+             in fp16, from the start: the first update divides by the second moments that
+             underflowed to 0, and the weights are non-finite as step 1 begins (healthy: eps=1e-4)
 
 --device N trains on GPU N while the current device stays GPU 0 (a model moved with .to()
 alone); the script fails if the current device changes under it. --accum N accumulates the
@@ -208,7 +212,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", required=True,
                     choices=["attn", "residual", "nan", "log0", "underflow", "sawtooth",
-                             "fp32gemm", "diverge", "blowup"])
+                             "fp32gemm", "diverge", "blowup", "halfeps"])
     ap.add_argument("--healthy", action="store_true")
     ap.add_argument("--print-wmax", action="store_true",
                     help="print the number of floating parameters, then as each step begins the "
@@ -301,9 +305,11 @@ def main():
         ys = [torch.randint(0, 10, (64,), device=dev) for _ in range(4)]
     if a.case == "fp32gemm" and not a.healthy:
         model.fp32_layer = 1
-    if a.bf16:
-        model.to(torch.bfloat16)
-        xs = [x if not x.is_floating_point() else x.bfloat16() for x in xs]
+    half = a.case == "halfeps"
+    if a.bf16 or half:
+        low = torch.float16 if half else torch.bfloat16
+        model.to(low)
+        xs = [x if not x.is_floating_point() else x.to(low) for x in xs]
     net = model  # the model itself, where the faults are planted
     index = torch.device(dev).index or 0
     blocks = list(getattr(net, "blocks", None) or net.layers)
@@ -349,14 +355,14 @@ def main():
     extra = nn.Linear(classes, classes).to(dev) if a.split else None
     params = list(model.parameters()) + (list(extra.parameters()) if extra else [])
     opt = torch.optim.Adam(params, lr=1e-4,  # after fully_shard made them DTensors
-                           fused=a.fused or None)
+                           eps=1e-4 if half and a.healthy else 1e-8, fused=a.fused or None)
     kw = {}
     if a.case == "underflow" and not a.healthy:
         kw = dict(init_scale=1.0, growth_interval=10 ** 9)
     if a.case == "sawtooth" and not a.healthy:
         kw = dict(growth_interval=1)
-    autocast = not a.bf16 and not a.fsdp_mp
-    scaling = not a.bf16 and a.fsdp_mp != "bf16"
+    autocast = not a.bf16 and not a.fsdp_mp and not half
+    scaling = not a.bf16 and a.fsdp_mp != "bf16" and not half
     if a.legacy:
         warnings.filterwarnings("ignore", category=FutureWarning)  # (their deprecation)
         scaler = torch.cuda.amp.GradScaler(enabled=scaling, **kw)

@@ -74,6 +74,9 @@ one attn-eager /nonexistent/libampstats_cuda.so --case attn &
 one blowup-wmax "" --case blowup --print-wmax &
 one diverge-wmax "" --case diverge --print-wmax &
 one blowup-fsdp1-flat-wmax "" --case blowup --print-wmax --wrap fsdp1-flat &
+one halfeps "" --case halfeps &  # (no healthy twin: a model.half() loop without a GradScaler
+# loses gradients to underflow, which its report rightly warns of)
+SCRIPT=gpu_patterns.py one p-dict-bf16-scaler "" --case dict --healthy --bf16 --keep-scaler &
 wait
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
@@ -269,6 +272,9 @@ for c in $cases; do
     python3 "$HERE/check_report.py" "$WORK/$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/$c-healthy.json" "$c" --healthy || fail=1
 done
+python3 "$HERE/check_report.py" "$WORK/halfeps.json" halfeps || fail=1
+python3 "$HERE/check_report.py" "$WORK/p-dict-bf16-scaler.json" dict --healthy || fail=1
+python3 "$HERE/check_report.py" --bf16-scaler "$WORK/p-dict-bf16-scaler.json" || fail=1
 for c in $patterns; do
     python3 "$HERE/check_report.py" "$WORK/p-$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/p-$c-healthy.json" "$c" --healthy || fail=1

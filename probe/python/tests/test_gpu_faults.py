@@ -217,14 +217,24 @@ def test_bf16_without_autocast_is_clean(tmp_path, case, extra):
 def test_a_gradscaler_in_bf16_is_a_note(tmp_path):
     """bf16 autocast with its GradScaler kept: a healthy run, with a note (loss-scale, info) that
     the scaler protects nothing; the fp16 twin has none."""
-    def notes(r):
-        return [f for f in r["findings"] if f["title"].startswith("a GradScaler in a bf16 run")]
     r = report_of(tmp_path, "dict", True, ("--bf16", "--keep-scaler"), script="gpu_patterns.py")
     assert_clean(r)
-    found = notes(r)
+    found = check_report.bf16_scaler_notes(r)
     assert len(found) == 1 and found[0]["rule"] == "loss-scale" and \
         found[0]["severity"] == "info", r["findings"]
-    assert not notes(report_of(tmp_path, "dict", True, script="gpu_patterns.py"))
+    assert not check_report.bf16_scaler_notes(report_of(tmp_path, "dict", True,
+                                                        script="gpu_patterns.py"))
+
+
+def test_a_half_model_under_adams_eps_is_named(tmp_path):
+    """model.half() under Adam's eps=1e-8, which is 0 in fp16: the weights non-finite as step 1
+    begins, the eps named, fp32 master weights advised. Its twin with eps=1e-4 trains on, with
+    no error (its fp16 gradients lost to underflow without a GradScaler, a warning, are real)."""
+    r = report_of(tmp_path, "halfeps", healthy=False)
+    assert_names(r, "halfeps")
+    r = report_of(tmp_path, "halfeps", healthy=True)
+    assert not [f for f in r["findings"] if f["severity"] == "error"], r["findings"][:2]
+    assert r["findings"][0]["rule"] == "grad-underflow", r["findings"][0]
 
 
 @pytest.mark.parametrize("wrap", ["fsdp", "fsdp1"])
