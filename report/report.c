@@ -34,7 +34,8 @@ const report_rule report_rules[] = {
      rule_overflow_run},
     {"loss-scale", "GradScaler dynamics: skips, sawtooth, collapse, stuck low, kept in bf16",
      rule_scale_run},
-    {"precision-placement", "GEMMs left in fp32 under autocast, ops upcast by the policy, casts",
+    {"precision-placement",
+     "GEMMs left in fp32 under autocast or of odd sizes, ops upcast by the policy, casts",
      rule_precision_run},
     {"amp-payoff", "whether AMP can speed this model up at all (launch-bound models cannot)",
      rule_amp_payoff_run},
@@ -1579,6 +1580,57 @@ static bool in_list(const char *op, const char *const *list) {
 }
 
 bool report_op_is_gemm(const char *op) { return in_list(op, gemm_ops); }
+
+// The dimensions of up to `max` tensors in shapes ("(2, 3),(4,)"), each up to 8 of them: how
+// many tensors were read; -1 when shapes is not of that form.
+#define SHAPE_DIMS 8
+static int read_shapes(const char *s, int64_t dims[][SHAPE_DIMS], int *ndim, int max) {
+    int n = 0;
+    while (*s) {
+        if (*s == ',' || *s == ' ') {
+            s++;
+            continue;
+        }
+        if (*s != '(' || n == max) return -1;
+        s++;
+        ndim[n] = 0;
+        while (*s && *s != ')') {
+            char *end;
+            long long v = strtoll(s, &end, 10);
+            if (end == s || v < 0 || ndim[n] == SHAPE_DIMS) return -1;
+            dims[n][ndim[n]++] = v;
+            s = end;
+            while (*s == ',' || *s == ' ') s++;
+        }
+        if (*s != ')') return -1;
+        s++;
+        n++;
+    }
+    return n;
+}
+
+bool report_gemm_kn(const char *op, const char *shapes, int64_t *k, int64_t *n) {
+    int64_t d[4][SHAPE_DIMS];
+    int nd[4];
+    const int count = shapes ? read_shapes(shapes, d, nd, 4) : -1;
+    int a, b; // the operands' places
+    if (strcmp(op, "linear") == 0) {
+        if (count < 2 || nd[0] < 1 || nd[1] != 2) return false;
+        *k = d[0][nd[0] - 1];
+        *n = d[1][0];
+        return true;
+    }
+    if (strcmp(op, "matmul") == 0 || strcmp(op, "mm") == 0 || strcmp(op, "bmm") == 0)
+        a = 0, b = 1;
+    else if (strcmp(op, "addmm") == 0 || strcmp(op, "baddbmm") == 0 || strcmp(op, "addbmm") == 0)
+        a = 1, b = 2;
+    else
+        return false;
+    if (count <= b || nd[a] < 2 || nd[b] < 2) return false;
+    *k = d[a][nd[a] - 1];
+    *n = d[b][nd[b] - 1];
+    return true;
+}
 bool report_op_is_cast(const char *op) { return in_list(op, cast_ops); }
 
 // Matrix-multiply, convolution and fused-attention kernels by their names' marks (cuBLAS's

@@ -208,6 +208,11 @@ typedef struct report_op {
     int64_t host_ns;         // summed end_ns - start_ns
     int64_t kernels, kernel_ns; // GPU kernels whose launch fell inside the op (CUDA capture)
     int64_t first_step, last_step;
+    // of a 16-bit GEMM's forward rows of REPORT_ODD_GEMM_FLOPS or more whose K or N (the
+    // matrices' contiguous dimensions: report_gemm_kn) is not a multiple of 8: their FLOPs, and
+    // the K and N of the first
+    double odd_flops;
+    int64_t odd_k, odd_n;
 } report_op;
 
 // CUPTI_ACTIVITY_KIND_KERNEL by shortName over the focused steps' time window.
@@ -515,6 +520,15 @@ void report_gpu_defaults(const char *name, report_gpu *g);
         "convolution", "scaled_dot_product_attention"
 #define REPORT_CAST_OPS "to", "_to_copy", "to_copy", "type_as"
 
+// A GEMM this large (FLOPs a call) is past launch-bound: how its dimensions sit in memory
+// decides its speed.
+#define REPORT_ODD_GEMM_FLOPS 1e9
+// The inner dimension K and the output's columns N of GEMM-class op `op` from its AMP_OPS shapes
+// ("(8, 128, 768),(50257, 768),(50257,)": the tensors' shapes in argument order): linear's input
+// (..., K) and weight (N, K); matmul/mm/bmm's (..., M, K) and (..., K, N); addmm/baddbmm/addbmm's
+// second and third tensors likewise. False for other ops (convolutions, einsum, attention) and
+// for shapes it cannot read (a vector operand, a shape missing).
+bool report_gemm_kn(const char *op, const char *shapes, int64_t *k, int64_t *n);
 bool report_op_is_gemm(const char *op);
 bool report_op_is_cast(const char *op);
 // A kernel name that looks like a GEMM/convolution (gemm, nvjet, xmma, cutlass, conv, ...).

@@ -704,8 +704,8 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     if (sqlite3_prepare_v2(l->db,
                            "SELECT pid, step, IFNULL(layer_id, -1), op, IFNULL(phase, ''), "
                            "IFNULL(in_dtypes, ''), IFNULL(out_dtype, ''), IFNULL(policy, ''), "
-                           "IFNULL(flops, 0), IFNULL(bytes, 0), start_ns, end_ns FROM AMP_OPS "
-                           "WHERE step BETWEEN ?1 AND ?2",
+                           "IFNULL(flops, 0), IFNULL(bytes, 0), start_ns, end_ns, shapes "
+                           "FROM AMP_OPS WHERE step BETWEEN ?1 AND ?2",
                            -1, &q, NULL) != SQLITE_OK) {
         snprintf(l->err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", m->path,
                  sqlite3_errmsg(l->db));
@@ -747,6 +747,14 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
         g->launches++;
         g->flops += flops;
         g->bytes += bytes;
+        int64_t k, n;
+        if (gemm[gi] && flops >= REPORT_ODD_GEMM_FLOPS && strstr(g->in_dtypes, "f16") &&
+            (!g->phase[0] || strcmp(g->phase, "fwd") == 0) &&
+            report_gemm_kn(g->op, (const char *)sqlite3_column_text(q, 12), &k, &n) &&
+            (k % 8 || n % 8)) { // (f16 and bf16: 8 elements are 16 bytes)
+            if (g->odd_flops == 0) g->odd_k = k, g->odd_n = n;
+            g->odd_flops += flops;
+        }
         amp_add_sat(&g->host_ns, ns);
         if (step < g->first_step) g->first_step = step;
         if (step > g->last_step) g->last_step = step;

@@ -2955,6 +2955,78 @@ START_TEST(precision_upcasts_and_casts_are_notes_on_the_cpu) {
 }
 END_TEST
 
+// The K and N of a GEMM's shapes, as AMP_OPS records them.
+START_TEST(gemm_dimensions_are_read_from_the_shapes) {
+    int64_t k = 0, n = 0;
+    ck_assert(report_gemm_kn("linear", "(8, 128, 768),(50257, 768),(50257,)", &k, &n));
+    ck_assert_int_eq(k, 768);
+    ck_assert_int_eq(n, 50257);
+    ck_assert(report_gemm_kn("linear", "(64, 256),(10, 256)", &k, &n)); // no bias
+    ck_assert_int_eq(n, 10);
+    ck_assert(report_gemm_kn("matmul", "(8, 12, 128, 64),(8, 12, 64, 127)", &k, &n));
+    ck_assert_int_eq(k, 64);
+    ck_assert_int_eq(n, 127);
+    ck_assert(report_gemm_kn("addmm", "(30,),(16, 20),(20, 30)", &k, &n));
+    ck_assert_int_eq(k, 20);
+    ck_assert_int_eq(n, 30);
+    ck_assert(!report_gemm_kn("matmul", "(64,),(64, 10)", &k, &n)); // a vector operand
+    ck_assert(!report_gemm_kn("linear", "(8, 64)", &k, &n));       // no weight
+    ck_assert(!report_gemm_kn("conv2d", "(8, 3, 32, 32),(16, 3, 3, 3)", &k, &n));
+    ck_assert(!report_gemm_kn("linear", "(8, x),(3, 8)", &k, &n));
+    ck_assert(!report_gemm_kn("linear", "(8, 64", &k, &n));
+    ck_assert(!report_gemm_kn("linear", NULL, &k, &n));
+}
+END_TEST
+
+// A 16-bit GEMM whose N is odd (a vocabulary of 50257) holding most of the FLOPs: a warning,
+// with and without autocast; the same padded to 50304, a small odd head (a launch-bound GEMM),
+// and the backward's rows are none.
+START_TEST(precision_odd_gemm_dimensions_are_named) {
+    healthy(6);
+    sql("INSERT INTO AMP_OPS SELECT 1, step, 2, 'linear', 'fwd', 'f16,f16,f16', 'f16', "
+        "'lower_precision_fp', '(8, 1024, 768),(50257, 768),(50257,)', 632386879488, 0, "
+        "step * 1000000 + 500000, step * 1000000 + 700000 FROM AMP_STEPS;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = first_of("precision-placement");
+    ck_assert_msg(begins(f->title, "16-bit GEMMs with a dimension not a multiple of 8 hold 100% "
+                                   "of their FLOPs (head linear: N=50257)"),
+                  "%s", f->title);
+    ck_assert_str_eq(f->layer, "head");
+    ck_assert_ptr_nonnull(strstr(f->detail, "head linear K=768 N=50257 (100%)"));
+    ck_assert_msg(strstr(f->advice, "N 50257 -> 50304"), "%s", f->advice);
+    ck_assert_close(evidence(f, "n"), 50257, 0, 0);
+    release();
+    // without autocast (a model cast to fp16): the same
+    sql("UPDATE AMP_OPS SET policy = NULL;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_ptr_nonnull(first_of("precision-placement"));
+    ck_assert(begins(first_of("precision-placement")->title, "16-bit GEMMs with a dimension"));
+    release();
+    // fp32 GEMMs: no 16-bit alignment to speak of
+    sql("UPDATE AMP_OPS SET in_dtypes = 'f32,f32,f32', out_dtype = 'f32' WHERE flops > 1e9;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    sql("UPDATE AMP_OPS SET in_dtypes = 'f16,f16,f16', out_dtype = 'f16', phase = 'bwd' "
+        "WHERE flops > 1e9;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    sql("UPDATE AMP_OPS SET phase = 'fwd', shapes = '(8, 1024, 768),(50304, 768),(50304,)' "
+        "WHERE flops > 1e9;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    // a head of 10 classes: odd, and too small to be anything but launch-bound
+    sql("UPDATE AMP_OPS SET shapes = '(64, 256),(10, 256),(10,)', flops = 327680 "
+        "WHERE flops > 1e9;");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // The performance rules, on hand-made CUPTI rows
 
@@ -3000,6 +3072,21 @@ START_TEST(odd_values_in_a_gpu_run_are_read_or_refused) {
     char path[160];
     snprintf(path, sizeof path, "%s/odd.sqlite", tmpdir);
     ck_assert_int_gt(test_odd_values(db_path, path), 100);
+}
+END_TEST
+
+// The kernel time of 16-bit GEMMs with an odd dimension, CUDA traced: theirs of the ops'.
+START_TEST(precision_odd_gemm_kernel_time_is_told) {
+    gpu_run(8, 3, 50000, 2000, 2e9, 1e6);
+    sql("UPDATE AMP_OPS SET shapes = '(8192, 768),(50257, 768),(50257,)';");
+    analyse("precision-placement", INT64_MIN, INT64_MAX);
+    const report_finding *f = first_of("precision-placement");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_msg(strstr(f->detail, " Their forward kernels took 1.2 ms, 100% of the GPU time of "
+                                    "the ops recorded."),
+                  "%s", f->detail);
+    ck_assert_close(evidence(f, "time_ms"), 1.2, 1e-9, 0);
+    release();
 }
 END_TEST
 
@@ -4981,6 +5068,9 @@ Suite *report_suite(void) {
     tcase_add_test(tc, precision_fp32_gemm_under_autocast_is_a_warning);
     tcase_add_test(tc, precision_healthy_autocast_and_fp32_runs_are_quiet);
     tcase_add_test(tc, precision_upcasts_and_casts_are_notes_on_the_cpu);
+    tcase_add_test(tc, gemm_dimensions_are_read_from_the_shapes);
+    tcase_add_test(tc, precision_odd_gemm_dimensions_are_named);
+    tcase_add_test(tc, precision_odd_gemm_kernel_time_is_told);
     tcase_add_test(tc, roofline_slow_compute_layer_is_a_warning);
     tcase_add_test(tc, roofline_uses_the_calibrated_ceilings);
     tcase_add_test(tc, roofline_efficient_kernels_are_a_note);

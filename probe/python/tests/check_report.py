@@ -19,6 +19,7 @@
   check_report.py --cpu-scale RUN.sqlite REPORT.json
   check_report.py --no-model REPORT.json
   check_report.py --bf16-scaler REPORT.json
+  check_report.py --odd-gemm REPORT.json [--none]
   check_report.py --own-ops RUN.sqlite
   check_report.py --autocast RUN.sqlite DTYPE
 
@@ -79,7 +80,9 @@ a CPU run's op step: the bridge's own reductions (no statistics module: torch's)
 the program's ops. With --autocast, META must say autocast to DTYPE and hold no compute_dtype
 (Hugging Face's Trainer, whose accelerate enters autocast inside the model's forward). With
 --bf16-scaler, of a bf16 run that kept its GradScaler (gpu_patterns.py --bf16 --keep-scaler): one
-loss-scale note (info) that the scaler protects nothing there.
+loss-scale note (info) that the scaler protects nothing there. With --odd-gemm, of gpu_shapes.py: one
+precision-placement warning naming its head (N=50257) and advising 50304; --none, of its padded
+twin (--vocab 50304): no such finding.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -568,6 +571,27 @@ def check_bf16_scaler(report):
     return 0 if ok else 1
 
 
+def odd_gemm_findings(r):
+    """The precision-placement findings of report r about 16-bit GEMMs of odd dimensions."""
+    return [f for f in r.get("findings", []) if f["rule"] == "precision-placement"
+            and "not a multiple of 8" in f["title"]]
+
+
+def check_odd_gemm(report, padded):
+    """gpu_shapes.py's head over 50257 named, 50304 advised; its padded twin (--none) clean."""
+    r = json.load(open(report))
+    found = odd_gemm_findings(r)
+    if padded:
+        ok = not found
+    else:
+        ok = len(found) == 1 and found[0]["severity"] == "warning" and \
+            found[0]["layer"] == "head" and "N 50257 -> 50304" in found[0]["advice"]
+    print("%s odd GEMM dimensions%s: %s" % ("PASS" if ok else "FAIL", " (padded)" if padded
+                                           else "", [f["title"] for f in found] or "none"),
+          flush=True)
+    return 0 if ok else 1
+
+
 def check_autocast(path, dtype):
     """Autocast to dtype recorded (META autocast_dtype), and no compute_dtype: an autocast that
     a framework enters inside the model's forward (accelerate's) is autocast all the same."""
@@ -598,6 +622,8 @@ def main():
         return check_no_model(sys.argv[2])
     if sys.argv[1] == "--bf16-scaler":
         return check_bf16_scaler(sys.argv[2])
+    if sys.argv[1] == "--odd-gemm":
+        return check_odd_gemm(sys.argv[2], "--none" in sys.argv[3:])
     if sys.argv[1] == "--autocast":
         return check_autocast(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--own-ops":

@@ -78,6 +78,9 @@ one halfeps "" --case halfeps &  # (no healthy twin: a model.half() loop without
 # loses gradients to underflow, which its report rightly warns of)
 SCRIPT=gpu_patterns.py one p-dict-bf16-scaler "" --case dict --healthy --bf16 --keep-scaler &
 wait
+# a head over a vocabulary of 50257 and its padded twin, alone on the GPU (their step times)
+TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-odd ""
+TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-padded "" --vocab 50304
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
 router prior gan"
@@ -275,6 +278,9 @@ done
 python3 "$HERE/check_report.py" "$WORK/halfeps.json" halfeps || fail=1
 python3 "$HERE/check_report.py" "$WORK/p-dict-bf16-scaler.json" dict --healthy || fail=1
 python3 "$HERE/check_report.py" --bf16-scaler "$WORK/p-dict-bf16-scaler.json" || fail=1
+python3 "$HERE/check_report.py" --odd-gemm "$WORK/shapes-odd.json" || fail=1
+python3 "$HERE/check_report.py" --odd-gemm "$WORK/shapes-padded.json" --none || fail=1
+tail -qn1 "$WORK/shapes-odd.log" "$WORK/shapes-padded.log"
 for c in $patterns; do
     python3 "$HERE/check_report.py" "$WORK/p-$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/p-$c-healthy.json" "$c" --healthy || fail=1

@@ -226,6 +226,16 @@ def test_a_gradscaler_in_bf16_is_a_note(tmp_path):
                                                         script="gpu_patterns.py"))
 
 
+def test_odd_gemm_dimensions_are_named(tmp_path):
+    """A head over a vocabulary of 50257 (an N that is not a multiple of 8), CUDA traced: the
+    precision-placement warning names it and advises 50304; its padded twin gets none."""
+    for extra, padded in (((), False), (("--vocab", "50304"), True)):
+        db, _ = record(tmp_path, None, False, extra, script="gpu_shapes.py", trace="amp,cuda")
+        path = tmp_path / ("report%d.json" % padded)
+        path.write_text(json.dumps(report(db)))
+        assert check_report.check_odd_gemm(str(path), padded) == 0
+
+
 def test_a_half_model_under_adams_eps_is_named(tmp_path):
     """model.half() under Adam's eps=1e-8, which is 0 in fp16: the weights non-finite as step 1
     begins, the eps named, fp32 master weights advised. Its twin with eps=1e-4 trains on, with
