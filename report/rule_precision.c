@@ -78,24 +78,31 @@ static void tally_add(tally *t, const report_model *m, const report_op *o) {
     }
 }
 
+// Of pid's ops that pick() selects and used[0..n_used) does not hold, the largest by size();
+// NULL: none left.
+static const report_op *largest(const report_model *m, int32_t pid, const report_op *const *used,
+                                int n_used, bool (*pick)(const report_op *),
+                                double (*size)(const report_model *, const report_op *)) {
+    size_t end;
+    const report_op *best = NULL;
+    for (size_t i = report_ops_of(m, pid, &end); i < end; i++) {
+        const report_op *o = &m->ops[i];
+        bool taken = false;
+        for (int r = 0; r < n_used; r++)
+            taken |= used[r] == o;
+        if (!taken && pick(o) && (!best || size(m, o) > size(m, best))) best = o;
+    }
+    return best;
+}
+
 // Lists the largest members (by time) of the class pick() selects, "layer op (x ms)".
 static void list_members(const report_model *m, int32_t pid, bool (*pick)(const report_op *),
                          double total, char *buf, size_t n) {
-    size_t end;
-    const size_t begin = report_ops_of(m, pid, &end);
     const report_op *used[LIST_MAX] = {0};
     size_t k = 0;
     buf[0] = 0;
     for (int round = 0; round < LIST_MAX; round++) {
-        const report_op *best = NULL;
-        for (size_t i = begin; i < end; i++) {
-            const report_op *o = &m->ops[i];
-            bool taken = false;
-            for (int r = 0; r < round; r++)
-                taken |= used[r] == o;
-            if (taken || !pick(o)) continue;
-            if (!best || op_time(m, o) > op_time(m, best)) best = o;
-        }
+        const report_op *best = largest(m, pid, used, round, pick, op_time);
         if (!best) break;
         used[round] = best;
         const char *layer = report_layer_name(m, best->pid, best->layer_id);
@@ -214,6 +221,15 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
     }
 }
 
+static bool odd_gemm(const report_op *o) {
+    return o->odd_flops > 0;
+}
+
+static double odd_flops(const report_model *m, const report_op *o) {
+    (void)m;
+    return o->odd_flops;
+}
+
 // The dimension d rounded up to the padding advised: a multiple of 64 from 1024 on (a
 // vocabulary: 50257 -> 50304), else of 8.
 static int64_t padded(int64_t d) {
@@ -259,14 +275,7 @@ static void odd_gemms(const report_model *m, int32_t pid, report_findings *out) 
     const report_op *used[LIST_MAX] = {0};
     size_t k = 0;
     for (int round = 0; round < LIST_MAX; round++) {
-        const report_op *best = NULL;
-        for (size_t i = begin; i < end; i++) {
-            const report_op *o = &m->ops[i];
-            bool taken = false;
-            for (int r = 0; r < round; r++)
-                taken |= used[r] == o;
-            if (!taken && o->odd_flops > 0 && (!best || o->odd_flops > best->odd_flops)) best = o;
-        }
+        const report_op *best = largest(m, pid, used, round, odd_gemm, odd_flops);
         if (!best) break;
         used[round] = best;
         int w = snprintf(list + k, sizeof list - k, "%s%s %s K=%lld N=%lld (%.0f%%)",
