@@ -279,11 +279,12 @@ static void bf16_scaler(const report_model *m, const scale_run *r, report_findin
                  "scaler's among them (see host-sync).",
                  syncs);
     snprintf(f->advice, sizeof f->advice,
-             "Leave loss scaling out in bf16: torch.amp.GradScaler(\"cuda\", enabled=False), or "
+             "Leave loss scaling out in bf16: torch.amp.GradScaler(\"%s\", enabled=False), or "
              "no scaler at all (loss.backward(); optimizer.step()). If it is there to skip "
              "steps whose gradients are inf/NaN, skip them where the gradients are clipped: "
              "clip_grad_norm_ returns the norm, and a step taken only when it is finite costs "
-             "one synchronisation instead of the scaler's pass and synchronisation.");
+             "one synchronisation instead of the scaler's pass and synchronisation.",
+             m->device && strcmp(m->device, "cpu") == 0 ? "cpu" : "cuda");
     report_finding_evidence(f, "scale_updates", (double)r->n);
     report_finding_evidence(f, "scale_last", r->scale_last);
     report_finding_evidence(f, "skipped_steps", (double)r->skipped);
