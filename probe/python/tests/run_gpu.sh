@@ -40,6 +40,9 @@
 # FSDP2 and FSDP1 train over two processes (faults found per module); the sawtooth run's
 # gradient overflows must be traced op by op, and the op step of a healthy TinyGPT run must be in
 # AMP_OPS with autocast's decisions, and its steps carry torch's memory peak where they should;
+# a model cast to fp16 under Adam's eps=1e-8 (halfeps) must be named with that eps, a GradScaler
+# kept in bf16 get its note, and a head over a vocabulary of 50257 (gpu_shapes.py, CUDA traced)
+# the warning on its odd GEMM dimension (its padded twin none; their step times printed);
 # gpu_inplace.py
 # checks that module outputs written to in place are read before the write; gpu_devstats.py checks
 # the device statistics against eager torch and measures their bandwidth; then torch_overhead.py

@@ -26,7 +26,9 @@ forward, channels_last convolutions, a residual added in place, logits masked by
 assignment in the loss or in the forward, a float causal mask passed in, a sample padded
 whole, a GAN's two models with an optimizer each and one GradScaler), faulty and healthy
 (`-k shapes`); Hugging Face's Trainer and Lightning's, fp16 and bf16 (gpu_frameworks.py,
-`-k frameworks`). Skipped
+`-k frameworks`); a model cast to fp16 under Adam's eps=1e-8 named with that eps (`-k half`), a
+GradScaler kept in bf16 noted (`-k gradscaler`), and a head over a vocabulary of 50257 warned of
+its odd GEMM dimension, CUDA traced (gpu_shapes.py, `-k odd_gemm`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
