@@ -11,6 +11,9 @@
  *     so small gradients underflow;
  *   - a GradScaler in a bf16 run (an info): bf16 has fp32's exponent range, so the scale protects
  *     nothing and the scaler costs an unscale pass and a host synchronisation every step.
+ *   - gradients clipped while still scaled (clip_grad_norm_ before scaler.unscale_): every applied
+ *     step's gradient norm times its scale is one number, the clip's max_norm, where the norms
+ *     of a model that learns vary from step to step; so the updates are max_norm/scale.
  * Recommendations come from the observed gradient amax (AMP_TENSOR_STATS activation_grad and
  * weight_grad): the init_scale that keeps the scaled amax under 65504/2.
  */
@@ -291,11 +294,101 @@ static void bf16_scaler(const report_model *m, const scale_run *r, report_findin
     if (syncs > 0) report_finding_evidence(f, "syncs_per_step", syncs);
 }
 
+#define CLIPPED_MIN_STEPS 5 // applied steps with a gradient norm that make the pattern
+// relative spread of norm x scale that counts as one number: clipping leaves the norm at
+// max_norm to ~1e-7, the norm's fp32 sums read it to ~1e-6; a learning model's moves far more
+#define CLIPPED_SAME 1e-5
+#define CLIPPED_SHARE 0.8 // of the applied steps with a norm, those at that number
+
+// A step applied under a GradScaler (a scale of 2 or more) with a gradient norm.
+static bool scaled_norm(const report_step *s) {
+    return s->has_scale && !s->skipped && s->grad_norm > 0 && isfinite(s->grad_norm) &&
+           s->scale_before >= 2;
+}
+
+// Of process p's scaled_norm steps, the gradient norm (as recorded: unscaled) times the scale
+// into c[0..n), at most max of them.
+static size_t norms_times_scale(const report_model *m, const report_process *p, double *c,
+                                size_t max) {
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_steps && n < max; i++) {
+        const report_step *s = &m->steps[p->step0 + i];
+        if (scaled_norm(s)) c[n++] = s->grad_norm * s->scale_before;
+    }
+    return n;
+}
+
+// Process p's applied steps under a GradScaler whose gradient norm times the scale is one
+// number (nearly all of them: a first step read before the bridge attached may differ), while
+// the loss moved: the gradients were clipped to that norm before they were unscaled.
+static void clipped_while_scaled(const report_model *m, const report_process *p,
+                                 report_findings *out) {
+    double c[256], sorted[256];
+    const size_t all = norms_times_scale(m, p, c, sizeof c / sizeof *c);
+    if (all < CLIPPED_MIN_STEPS) return;
+    memcpy(sorted, c, all * sizeof *c);
+    const double max_norm = report_median(sorted, all);
+    double scale_min = INFINITY, scale_max = 0, loss_lo = INFINITY, loss_hi = -INFINITY;
+    size_t n = 0, k = 0;
+    int64_t first = -1, last = -1;
+    for (size_t i = 0; i < p->n_steps && k < all; i++) {
+        const report_step *s = &m->steps[p->step0 + i];
+        if (!scaled_norm(s) || fabs(c[k++] - max_norm) > CLIPPED_SAME * max_norm) continue;
+        n++;
+        scale_min = fmin(scale_min, s->scale_before);
+        scale_max = fmax(scale_max, s->scale_before);
+        if (s->loss_finite) {
+            loss_lo = fmin(loss_lo, s->loss);
+            loss_hi = fmax(loss_hi, s->loss);
+        }
+        if (first < 0) first = s->step;
+        last = s->step;
+    }
+    if (n < CLIPPED_MIN_STEPS || (double)n < CLIPPED_SHARE * (double)all || !(loss_hi > loss_lo))
+        return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    report_finding_where(f, NULL, NULL, "optim");
+    f->pid = p->pid;
+    f->first_step = first;
+    f->last_step = last;
+    snprintf(f->title, sizeof f->title,
+             "gradients clipped while still scaled: every step's gradient norm was %.4g divided "
+             "by the loss scale (%zu steps)",
+             max_norm, n);
+    char scales[64];
+    if (scale_max > scale_min)
+        snprintf(scales, sizeof scales, "%.9g to %.9g", scale_min, scale_max);
+    else
+        snprintf(scales, sizeof scales, "%.9g", scale_min);
+    snprintf(f->detail, sizeof f->detail,
+             "Over %zu applied steps (%lld-%lld) the gradient norm times the loss scale (%s) "
+             "stayed at %.6g, while the loss moved between %.4g and %.4g: the gradients of a "
+             "model that learns do not keep one norm. They were clipped to max_norm=%.4g while "
+             "still multiplied by the scale (clip_grad_norm_ before scaler.unscale_(optimizer), "
+             "or with no unscale_ at all), and scaler.step() then divided them by the scale: "
+             "every update stepped with a gradient of norm %.3g (max_norm divided by the scale) "
+             "instead of the unscaled gradient clipped to max_norm: SGD barely moves, Adam's "
+             "steps shrink where that nears its eps.",
+             n, (long long)first, (long long)last, scales, max_norm, loss_lo, loss_hi, max_norm,
+             max_norm / scale_max);
+    snprintf(f->advice, sizeof f->advice,
+             "Unscale before clipping, as PyTorch's AMP recipe does: scaler.scale(loss)."
+             "backward(); scaler.unscale_(optimizer); torch.nn.utils.clip_grad_norm_(params, "
+             "%.4g); scaler.step(optimizer); scaler.update().",
+             max_norm);
+    report_finding_evidence(f, "max_norm", max_norm);
+    report_finding_evidence(f, "steps", (double)n);
+    report_finding_evidence(f, "scale_min", scale_min);
+    report_finding_evidence(f, "scale_max", scale_max);
+}
+
 static const char broken_forward_advice[] =
     "Fix the non-finite forward pass first (see the nonfinite-root-cause finding): no loss scale "
     "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
 
 void rule_scale_run(const report_model *m, report_findings *out) {
+    for (size_t i = 0; i < m->n_procs; i++)
+        clipped_while_scaled(m, &m->procs[i], out);
     for (size_t i = 0; i < m->n_steps;) {
         scale_run r;
         scan(m, &i, &r);

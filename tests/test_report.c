@@ -73,7 +73,8 @@ static void steps(int n, double scale) {
     char buf[512];
     snprintf(buf, sizeof buf,
              "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
-             "INSERT INTO AMP_STEPS SELECT 1, i, i * 1000, i * 1000 + 900, 4.0 - i * 0.01, 1, 0.9, "
+             "INSERT INTO AMP_STEPS SELECT 1, i, i * 1000, i * 1000 + 900, 4.0 - i * 0.01, 1, 0.9 "
+             "+ i * 0.003, "
              "%.17g, %.17g, 0, 0, NULL FROM s;",
              n - 1, scale, scale);
     sql(buf);
@@ -2215,6 +2216,60 @@ START_TEST(a_gradscaler_in_bf16_is_an_info) {
 }
 END_TEST
 
+// Gradients clipped before they were unscaled: every applied step's norm is max_norm over the
+// scale (the scale grown once between), while the loss moves; not so for a norm that moves, a
+// loss that does not, a scale of 1 (clipped unscaled), or too few steps.
+START_TEST(scale_clipped_while_scaled_is_a_warning) {
+    layers();
+    steps(10, 65536);
+    sql("UPDATE AMP_STEPS SET scale_before = 131072, scale_after = 131072 WHERE step >= 6;"
+        "UPDATE AMP_STEPS SET scale_after = 131072 WHERE step = 5;"
+        "UPDATE AMP_STEPS SET grad_norm = 1.0 / scale_before;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    const report_finding *f = first_of("loss-scale");
+    ck_assert_str_eq(f->title, "gradients clipped while still scaled: every step's gradient norm "
+                               "was 1 divided by the loss scale (10 steps)");
+    ck_assert_msg(strstr(f->detail, "the gradient norm times the loss scale (65536 to 131072) "
+                                    "stayed at 1,"),
+                  "%s", f->detail);
+    ck_assert_ptr_nonnull(strstr(f->advice, "scaler.unscale_(optimizer); "
+                                            "torch.nn.utils.clip_grad_norm_(params, 1);"));
+    ck_assert_close(evidence(f, "max_norm"), 1, 1e-12, 0);
+    ck_assert_int_eq(f->first_step, 0);
+    ck_assert_int_eq(f->last_step, 9);
+    release();
+    // a first step read before the clip (a bridge attached late): the others still tell
+    sql("UPDATE AMP_STEPS SET grad_norm = 0.9 WHERE step = 0;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    f = first_of("loss-scale");
+    ck_assert_msg(begins(f->title, "gradients clipped while still scaled") &&
+                      strstr(f->title, "(9 steps)"),
+                  "%s", f->title);
+    ck_assert_int_eq(f->first_step, 1);
+    release();
+    sql("UPDATE AMP_STEPS SET grad_norm = 1.0 / scale_before;"
+        "UPDATE AMP_STEPS SET grad_norm = grad_norm * (1 + step * 1e-4);"); // a norm that moves
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    release();
+    sql("UPDATE AMP_STEPS SET grad_norm = 1.0 / scale_before, loss = 3.5;"); // nothing learns
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    release();
+    sql("UPDATE AMP_STEPS SET loss = 4.0 - step * 0.01;");
+    analyse("loss-scale", 0, 3); // four steps: too few to tell
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 0);
+    release();
+    sql("UPDATE AMP_STEPS SET scale_before = 1, scale_after = 1, grad_norm = 1;"); // unscaled
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    for (size_t i = 0; i < findings.n; i++)
+        ck_assert_msg(!begins(findings.v[i].title, "gradients clipped"), "%s",
+                      findings.v[i].title);
+    release();
+}
+END_TEST
+
 START_TEST(scale_calibration_and_stable_scale_are_not_warnings) {
     healthy(20);
     // the usual start: three skipped steps while the scale backs off to where gradients fit
@@ -3042,7 +3097,7 @@ static void gpu_run(int n, int k, long long kernel_ns, long long gap_ns, double 
         buf, sizeof buf,
         "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
         "INSERT INTO AMP_STEPS SELECT 1, i, i * %lld, (i + 1) * %lld - 1, 3.0 - i * 0.01, 1, "
-        "0.9, 65536, 65536, 0, 0, NULL FROM s;"
+        "0.9 + i * 0.003, 65536, 65536, 0, 0, NULL FROM s;"
         "INSERT INTO AMP_OPS SELECT 1, step, 2, 'linear', 'fwd', 'f16,f16', 'f16', "
         "'lower_precision_fp', '(8, 64)', %.17g, %.17g, start_ns, start_ns + 1000 FROM AMP_STEPS;"
         "INSERT INTO StringIds VALUES (1, 'nvjet_sm90_tst_gemm'), (2, 'cudaLaunchKernel');"
@@ -5041,6 +5096,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
     tcase_add_test(tc, a_gradscaler_in_bf16_is_an_info);
+    tcase_add_test(tc, scale_clipped_while_scaled_is_a_warning);
     tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);
     tcase_add_test(tc, overflow_headroom_tells_the_outputs_before_the_overflow);

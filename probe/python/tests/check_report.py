@@ -20,6 +20,7 @@
   check_report.py --no-model REPORT.json
   check_report.py --bf16-scaler REPORT.json
   check_report.py --odd-gemm REPORT.json [--none]
+  check_report.py --clipped REPORT.json [--none]
   check_report.py --own-ops RUN.sqlite
   check_report.py --autocast RUN.sqlite DTYPE
 
@@ -82,7 +83,9 @@ the program's ops. With --autocast, META must say autocast to DTYPE and hold no 
 --bf16-scaler, of a bf16 run that kept its GradScaler (gpu_patterns.py --bf16 --keep-scaler): one
 loss-scale note (info) that the scaler protects nothing there. With --odd-gemm, of gpu_shapes.py: one
 precision-placement warning naming its head (N=50257) and advising 50304; --none, of its padded
-twin (--vocab 50304): no such finding.
+twin (--vocab 50304): no such finding. With --clipped, of gpu_faults.py --clip 0.5 --clip-scaled:
+the loss-scale warning that the gradients were clipped while still scaled; --none, of the same
+clip after scaler.unscale_: no such finding, no warning.
 Prints one PASS/FAIL line; exits 1 on FAIL.
 """
 import json
@@ -592,6 +595,29 @@ def check_odd_gemm(report, padded):
     return 0 if ok else 1
 
 
+def clipped_scaled_findings(r):
+    """The findings of report r that say the gradients were clipped while still scaled."""
+    return [f for f in r.get("findings", [])
+            if f["title"].startswith("gradients clipped while still scaled")]
+
+
+def check_clipped(report, unscaled):
+    """gpu_faults.py --clip 0.5 --clip-scaled: the loss-scale warning, its advice the recipe's
+    order; --none, of the same clip after unscale_: no such finding and no warning at all."""
+    r = json.load(open(report))
+    found = clipped_scaled_findings(r)
+    if unscaled:
+        ok = not [f for f in r.get("findings", []) if f["severity"] in ("error", "warning")]
+    else:
+        ok = len(found) == 1 and found[0]["severity"] == "warning" and \
+            found[0]["rule"] == "loss-scale" and \
+            "clip_grad_norm_(params, 0.5)" in found[0]["advice"]
+    print("%s gradients clipped%s: %s" % ("PASS" if ok else "FAIL", " after unscale_" if unscaled
+                                         else " while scaled", [f["title"] for f in found]
+                                         or "no finding"), flush=True)
+    return 0 if ok else 1
+
+
 def check_autocast(path, dtype):
     """Autocast to dtype recorded (META autocast_dtype), and no compute_dtype: an autocast that
     a framework enters inside the model's forward (accelerate's) is autocast all the same."""
@@ -622,6 +648,8 @@ def main():
         return check_no_model(sys.argv[2])
     if sys.argv[1] == "--bf16-scaler":
         return check_bf16_scaler(sys.argv[2])
+    if sys.argv[1] == "--clipped":
+        return check_clipped(sys.argv[2], "--none" in sys.argv[3:])
     if sys.argv[1] == "--odd-gemm":
         return check_odd_gemm(sys.argv[2], "--none" in sys.argv[3:])
     if sys.argv[1] == "--autocast":

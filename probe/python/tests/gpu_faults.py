@@ -54,7 +54,9 @@ MixedPrecision(param_dtype, reduce_dtype and buffer_dtype that dtype) with a Sha
 in fp16, as FSDP's documentation does; in bf16 without a scaler. --sharded-scaler trains with FSDP's
 ShardedGradScaler instead of torch.amp.GradScaler (autocast as usual). --fused trains with
 Adam(fused=True), which the GradScaler hands the scale to unscale the gradients itself.
---clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step.
+--clip MAX_NORM unscales the gradients (scaler.unscale_) and clips their norm before the step;
+with --clip-scaled it clips them still scaled, no unscale_ first (the bug PyTorch's AMP recipe
+warns of: every update's norm MAX_NORM divided by the scale).
 --scrub cleans the batch in place right after the forward, so that a re-run of a broken step
 stays finite (the bridge then names the module from the statistics). --split trains a second
 top-level module after the model (a Linear over its output, in the same optimizer), which
@@ -250,6 +252,8 @@ def main():
     ap.add_argument("--clip", type=float, metavar="MAX_NORM",
                     help="clip the gradients' norm after scaler.unscale_(opt), as PyTorch's AMP "
                     "recipe does")
+    ap.add_argument("--clip-scaled", action="store_true",
+                    help="with --clip: clip before scaler.unscale_ (the gradients still scaled)")
     ap.add_argument("--split", action="store_true",
                     help="a second top-level module after the model (a Linear over its output) "
                     "that the optimizer trains too: recorded from step 1 on")
@@ -434,7 +438,8 @@ def main():
             total += loss.item()
             scaler.scale(loss).backward()
         if a.clip is not None:
-            scaler.unscale_(opt)
+            if not a.clip_scaled:
+                scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         scaler.step(opt)
         scaler.update()

@@ -43,6 +43,7 @@
 # a model cast to fp16 under Adam's eps=1e-8 (halfeps) must be named with that eps, a GradScaler
 # kept in bf16 get its note, and a head over a vocabulary of 50257 (gpu_shapes.py, CUDA traced)
 # the warning on its odd GEMM dimension (its padded twin none; their step times printed);
+# gradients clipped before scaler.unscale_ must get the loss-scale warning, after it none;
 # gpu_inplace.py
 # checks that module outputs written to in place are read before the write; gpu_devstats.py checks
 # the device statistics against eager torch and measures their bandwidth; then torch_overhead.py
@@ -80,6 +81,8 @@ one blowup-fsdp1-flat-wmax "" --case blowup --print-wmax --wrap fsdp1-flat &
 one halfeps "" --case halfeps &  # (no healthy twin: a model.half() loop without a GradScaler
 # loses gradients to underflow, which its report rightly warns of)
 SCRIPT=gpu_patterns.py one p-dict-bf16-scaler "" --case dict --healthy --bf16 --keep-scaler &
+one clip-scaled "" --case nan --healthy --clip 0.5 --clip-scaled &
+one clip-unscaled "" --case nan --healthy --clip 0.5 &
 wait
 # a head over a vocabulary of 50257 and its padded twin, alone on the GPU (their step times)
 TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-odd ""
@@ -281,6 +284,8 @@ done
 python3 "$HERE/check_report.py" "$WORK/halfeps.json" halfeps || fail=1
 python3 "$HERE/check_report.py" "$WORK/p-dict-bf16-scaler.json" dict --healthy || fail=1
 python3 "$HERE/check_report.py" --bf16-scaler "$WORK/p-dict-bf16-scaler.json" || fail=1
+python3 "$HERE/check_report.py" --clipped "$WORK/clip-scaled.json" || fail=1
+python3 "$HERE/check_report.py" --clipped "$WORK/clip-unscaled.json" --none || fail=1
 python3 "$HERE/check_report.py" --odd-gemm "$WORK/shapes-odd.json" || fail=1
 python3 "$HERE/check_report.py" --odd-gemm "$WORK/shapes-padded.json" --none || fail=1
 tail -qn1 "$WORK/shapes-odd.log" "$WORK/shapes-padded.log"

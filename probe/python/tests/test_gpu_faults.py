@@ -28,7 +28,8 @@ whole, a GAN's two models with an optimizer each and one GradScaler), faulty and
 (`-k shapes`); Hugging Face's Trainer and Lightning's, fp16 and bf16 (gpu_frameworks.py,
 `-k frameworks`); a model cast to fp16 under Adam's eps=1e-8 named with that eps (`-k half`), a
 GradScaler kept in bf16 noted (`-k gradscaler`), and a head over a vocabulary of 50257 warned of
-its odd GEMM dimension, CUDA traced (gpu_shapes.py, `-k odd_gemm`). Skipped
+its odd GEMM dimension, CUDA traced (gpu_shapes.py, `-k odd_gemm`); gradients clipped before
+scaler.unscale_ warned of, after it not (`-k clipped`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -226,6 +227,17 @@ def test_a_gradscaler_in_bf16_is_a_note(tmp_path):
         found[0]["severity"] == "info", r["findings"]
     assert not check_report.bf16_scaler_notes(report_of(tmp_path, "dict", True,
                                                         script="gpu_patterns.py"))
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["unscaled", "scaled"])
+def test_gradients_clipped_while_scaled_are_named(tmp_path, scaled):
+    """clip_grad_norm_ before scaler.unscale_ (--clip-scaled): the loss-scale warning that every
+    step's gradient norm was max_norm divided by the scale; the same clip after unscale_, as
+    PyTorch's recipe does it: no such finding, no warning."""
+    extra = ("--clip", "0.5") + (("--clip-scaled",) if scaled else ())
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report_of(tmp_path, "nan", True, extra)))
+    assert check_report.check_clipped(str(path), not scaled) == 0
 
 
 def test_odd_gemm_dimensions_are_named(tmp_path):
