@@ -63,7 +63,8 @@ static void run(const char *path, int n, double step_ms, double loss_factor, dou
              "INSERT OR REPLACE INTO META VALUES ('device', '%s', 1);"
              "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d) "
              "INSERT INTO AMP_STEPS SELECT 1, i, CAST(i * %f AS INTEGER), "
-             "CAST((i + 1) * %f AS INTEGER) - 1, (3.0 - i * 0.02) * %.17g, 1, 0.9, %s, %s, 0, 0, "
+             "CAST((i + 1) * %f AS INTEGER) - 1, (3.0 - i * 0.02) * %.17g, 1, 0.9 + i * 0.003, %s, "
+             "%s, 0, 0, "
              "%s FROM s;"
              "INSERT INTO AMP_OPS SELECT 1, step, 0, 'linear', 'fwd', '%s', '%s', %s, '(8, 64)', "
              "4194304, 98304, start_ns, start_ns + 1000 FROM AMP_STEPS;",
