@@ -281,6 +281,8 @@ def main():
     if a.sharded_scaler and a.wrap not in ("ddp", "fsdp", "fsdp1", "fsdp1-flat"):
         ap.error("--sharded-scaler needs --wrap ddp, fsdp, fsdp1 or fsdp1-flat (it all-reduces "
                  "found_inf over a process group)")
+    if a.clip_scaled and a.clip is None:
+        ap.error("--clip-scaled needs --clip MAX_NORM")
     if a.loader and a.accum != 1:
         ap.error("--loader takes one batch a step: not with --accum")
     global CHECKPOINT

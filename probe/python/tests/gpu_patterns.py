@@ -289,6 +289,8 @@ def main():
                     help="with --bf16: the GradScaler kept (a needless one, as some loops keep "
                     "it when they switch to bf16)")
     a = ap.parse_args()
+    if a.keep_scaler and not a.bf16:
+        ap.error("--keep-scaler goes with --bf16 (an fp16 run keeps its GradScaler anyway)")
     torch.manual_seed(0)
     if a.case == "gan":
         return gan(a)
