@@ -147,6 +147,18 @@ static bool has_scaler(const report_model *m, int32_t model) {
     return false;
 }
 
+// Whether model's parameters are stored in fp16 (its weight rows: a model cast with .half()),
+// whose fp16 gradients PyTorch's GradScaler refuses to unscale.
+static bool f16_params(const report_model *m, int32_t model) {
+    for (size_t i = 0; i < m->n_stats; i++) {
+        const report_stats *s = &m->stats[i];
+        if (of_model(m, s->pid, model) && strcmp(s->kind, "weight") == 0 &&
+            strcmp(s->dtype, "f16") == 0)
+            return true;
+    }
+    return false;
+}
+
 // "3 bits", "1 bit", "less than a bit": n bits (log2 of a ratio of scales) in words.
 static const char *bits_words(char *buf, size_t len, double n) {
     const double r = round(n);
@@ -305,6 +317,13 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                  "stays under 65504/2 while the small ones stay out of fp16's subnormals; or "
                  "train in bf16, whose range is fp32's.",
                  isnan(rec) ? 65536.0 : rec, u);
+    else if (isnan(cur) && !has_scaler(m, model) && f16_params(m, model))
+        snprintf(f->advice, sizeof f->advice,
+                 "Keep fp32 master weights: leave the parameters in fp32 and compute in fp16 "
+                 "under torch.autocast with a GradScaler (init_scale=%.9g), instead of "
+                 "model.half(), whose fp16 gradients a GradScaler refuses to unscale. Or train "
+                 "in bf16, whose range is fp32's.",
+                 isnan(rec) ? 65536.0 : rec);
     else if (isnan(cur) && !has_scaler(m, model)) {
         // (in the words of the program's framework: PyTorch's, or libampcore's)
         const double scale = isnan(rec) ? 65536.0 : rec;

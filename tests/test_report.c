@@ -2766,7 +2766,17 @@ START_TEST(grad_underflow_advice_without_a_scaler) {
                                                "init_scale=262144)): fp16 gradients"),
                   "%s", findings.v[0].advice);
     release();
-    sql("DELETE FROM META WHERE key IN ('bridge', 'device');"
+    // parameters stored in fp16 (model.half()): a GradScaler refuses their gradients
+    sql("INSERT INTO AMP_TENSOR_STATS VALUES (1, 0, 1, 'fc.weight', 'weight', 'f16', 'f16', 4096, "
+        "-0.1, 0.1, 0.1, 0, 0, 0, 0, 0, 0);");
+    analyse("grad-underflow", INT64_MIN, INT64_MAX);
+    ck_assert_msg(begins(findings.v[0].advice, "Keep fp32 master weights: leave the parameters in "
+                                               "fp32 and compute in fp16 under torch.autocast "
+                                               "with a GradScaler (init_scale=262144)"),
+                  "%s", findings.v[0].advice);
+    release();
+    sql("DELETE FROM AMP_TENSOR_STATS WHERE kind = 'weight';"
+        "DELETE FROM META WHERE key IN ('bridge', 'device');"
         "UPDATE AMP_TENSOR_STATS SET dtype = 'f32' WHERE kind IN ('activation_grad', "
         "'weight_grad');");
     analyse("grad-underflow", INT64_MIN, INT64_MAX);
