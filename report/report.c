@@ -1777,6 +1777,10 @@ bool report_pid_autocast(const report_model *m, int32_t pid) {
     return false;
 }
 
+const char *report_scaler_device(const report_model *m) {
+    return m->device && strcmp(m->device, "cpu") == 0 ? "cpu" : "cuda";
+}
+
 bool report_no_autocast(const report_model *m) {
     return m->compute_dtype != NULL;
 }

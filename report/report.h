@@ -573,6 +573,9 @@ bool report_pid_autocast(const report_model *m, int32_t pid);
 // True when the run computes in a 16-bit dtype without autocast (META compute_dtype): its fp16
 // is its parameters', so the advice does not say to disable autocast.
 bool report_no_autocast(const report_model *m);
+// The device argument of PyTorch's GradScaler for the run's advice: "cpu" for a run on the
+// CPU (META device), else "cuda".
+const char *report_scaler_device(const report_model *m);
 // How the advice keeps a computation in fp32, for its parentheses after "keep X in fp32 (": under
 // autocast, autocast disabled around it; without (report_no_autocast), fp32 inputs and that
 // module's parameters in fp32 (model.half(), FSDP1's or FSDP2's MixedPrecision).

@@ -218,11 +218,11 @@ static int64_t later_skips_from(const report_model *m, const report_process *p, 
     return skipped;
 }
 
-// The 16-bit dtype process pid trains in, as far as the run tells: its gradients' target dtype
+// Whether process pid trains in bf16, as far as the run tells: its gradients' target dtype
 // (AMP_TENSOR_STATS), else its autocast ops' output dtype (AMP_OPS), else META's (the run's:
-// autocast_dtype, compute_dtype, precision); "f16" when any of the first two says f16 (a mix is
-// fp16's to scale). NULL: none recorded.
-static const char *lowp_dtype(const report_model *m, int32_t pid) {
+// autocast_dtype, compute_dtype, precision); any f16 among the first two makes it fp16's (a mix
+// is fp16's to scale).
+static bool trains_in_bf16(const report_model *m, int32_t pid) {
     bool f16 = false, bf16 = false;
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
@@ -240,12 +240,11 @@ static const char *lowp_dtype(const report_model *m, int32_t pid) {
             bf16 |= strcmp(m->ops[i].out_dtype, "bf16") == 0;
         }
     }
-    if (f16) return "f16";
-    if (bf16) return "bf16";
+    if (f16 || bf16) return !f16;
     const char *meta = m->autocast_dtype  ? m->autocast_dtype
                        : m->compute_dtype ? m->compute_dtype
                                           : m->precision;
-    return meta && strcmp(meta, "bf16") == 0 ? "bf16" : NULL;
+    return meta && strcmp(meta, "bf16") == 0;
 }
 
 // A GradScaler that ran in a bf16 run (r: its updates): an info, whatever else the scale did.
@@ -287,7 +286,7 @@ static void bf16_scaler(const report_model *m, const scale_run *r, report_findin
              "steps whose gradients are inf/NaN, skip them where the gradients are clipped: "
              "clip_grad_norm_ returns the norm, and a step taken only when it is finite costs "
              "one synchronisation instead of the scaler's pass and synchronisation.",
-             m->device && strcmp(m->device, "cpu") == 0 ? "cpu" : "cuda");
+             report_scaler_device(m));
     report_finding_evidence(f, "scale_updates", (double)r->n);
     report_finding_evidence(f, "scale_last", r->scale_last);
     report_finding_evidence(f, "skipped_steps", (double)r->skipped);
@@ -306,34 +305,31 @@ static bool scaled_norm(const report_step *s) {
            s->scale_before >= 2;
 }
 
-// Of process p's scaled_norm steps, the gradient norm (as recorded: unscaled) times the scale
-// into c[0..n), at most max of them.
-static size_t norms_times_scale(const report_model *m, const report_process *p, double *c,
-                                size_t max) {
-    size_t n = 0;
-    for (size_t i = 0; i < p->n_steps && n < max; i++) {
-        const report_step *s = &m->steps[p->step0 + i];
-        if (scaled_norm(s)) c[n++] = s->grad_norm * s->scale_before;
-    }
-    return n;
-}
-
 // Process p's applied steps under a GradScaler whose gradient norm times the scale is one
 // number (nearly all of them: a first step read before the bridge attached may differ), while
 // the loss moved: the gradients were clipped to that norm before they were unscaled.
 static void clipped_while_scaled(const report_model *m, const report_process *p,
                                  report_findings *out) {
+    // the scaled_norm steps (at most the first 256) and their norm (as recorded: unscaled)
+    // times the scale
+    const report_step *st[256];
     double c[256], sorted[256];
-    const size_t all = norms_times_scale(m, p, c, sizeof c / sizeof *c);
+    size_t all = 0;
+    for (size_t i = 0; i < p->n_steps && all < sizeof st / sizeof *st; i++) {
+        const report_step *s = &m->steps[p->step0 + i];
+        if (!scaled_norm(s)) continue;
+        st[all] = s;
+        c[all] = sorted[all] = s->grad_norm * s->scale_before;
+        all++;
+    }
     if (all < CLIPPED_MIN_STEPS) return;
-    memcpy(sorted, c, all * sizeof *c);
     const double max_norm = report_median(sorted, all);
     double scale_min = INFINITY, scale_max = 0, loss_lo = INFINITY, loss_hi = -INFINITY;
-    size_t n = 0, k = 0;
+    size_t n = 0;
     int64_t first = -1, last = -1;
-    for (size_t i = 0; i < p->n_steps && k < all; i++) {
-        const report_step *s = &m->steps[p->step0 + i];
-        if (!scaled_norm(s) || fabs(c[k++] - max_norm) > CLIPPED_SAME * max_norm) continue;
+    for (size_t k = 0; k < all; k++) {
+        const report_step *s = st[k];
+        if (fabs(c[k] - max_norm) > CLIPPED_SAME * max_norm) continue;
         n++;
         scale_min = fmin(scale_min, s->scale_before);
         scale_max = fmax(scale_max, s->scale_before);
@@ -393,8 +389,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         scale_run r;
         scan(m, &i, &r);
         if (r.n == 0) continue;
-        const char *lowp = lowp_dtype(m, r.pid);
-        if (lowp && strcmp(lowp, "bf16") == 0) bf16_scaler(m, &r, out);
+        if (trains_in_bf16(m, r.pid)) bf16_scaler(m, &r, out);
         const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
         const report_process *proc = report_process_find(m, r.pid);
         char init_words[256];

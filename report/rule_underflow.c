@@ -330,7 +330,7 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         char how[160];
         if (m->bridge)
             snprintf(how, sizeof how, "torch.amp.GradScaler(\"%s\", init_scale=%.9g)",
-                     m->device && strcmp(m->device, "cpu") == 0 ? "cpu" : "cuda", scale);
+                     report_scaler_device(m), scale);
         else
             snprintf(how, sizeof how,
                      "init_scale=%.9g: amp_scaler_new, or PyTorch's "

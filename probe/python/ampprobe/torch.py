@@ -1618,8 +1618,7 @@ class Watcher:
             self._note_modified()
         loss, before, found_sum, grads_bad = self._marked(found)
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
-                     before, found_sum, grads_bad, self.forwards)
-        done.updated = updated
+                     before, found_sum, grads_bad, self.forwards, updated)
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
         if (self.step - self.first) % _MEM_EVERY == 0 or broken:
             done.mem_peak = self._mem_peak()
@@ -1970,13 +1969,13 @@ class _Done:
                  "forwards", "mem_peak", "grads_bad", "updated")
 
     def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, grads_bad,
-                 forwards):
+                 forwards, updated):
         self.step, self.start_ns, self.end_ns, self.entries = step, start_ns, end_ns, entries
         self.copy, self.loss, self.before, self.found = copy, loss, before, found
         self.grads_bad = grads_bad  # no scaler, check_grads: its parameter gradients held NaN/inf
         self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
-        self.updated = False  # its parameters written after its last forward (end_step)
+        self.updated = updated  # its parameters written after its last forward (end_step)
 
 
 def _count(n):

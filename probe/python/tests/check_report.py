@@ -559,63 +559,54 @@ def check_no_model(report):
     return 0 if ok else 1
 
 
-def bf16_scaler_notes(r):
-    """The findings of report r that say a GradScaler was kept in a bf16 run."""
-    return [f for f in r.get("findings", [])
-            if f["title"].startswith("a GradScaler in a bf16 run")]
+# the titles of the findings the checks below look for
+BF16_SCALER = "a GradScaler in a bf16 run"
+ODD_GEMM = "16-bit GEMMs with a dimension not a multiple of 8"
+CLIPPED = "gradients clipped while still scaled"
 
 
-def check_bf16_scaler(report):
-    r = json.load(open(report))
-    notes = bf16_scaler_notes(r)
-    ok = len(notes) == 1 and notes[0]["rule"] == "loss-scale" and notes[0]["severity"] == "info"
-    print("%s a GradScaler kept in bf16: %s" % (
-        "PASS" if ok else "FAIL", [f["title"] for f in notes] or "no note"), flush=True)
-    return 0 if ok else 1
+def titled(r, start):
+    """The findings of report r (json) whose title starts with start."""
+    return [f for f in r.get("findings", []) if f["title"].startswith(start)]
 
 
-def odd_gemm_findings(r):
-    """The precision-placement findings of report r about 16-bit GEMMs of odd dimensions."""
-    return [f for f in r.get("findings", []) if f["rule"] == "precision-placement"
-            and "not a multiple of 8" in f["title"]]
-
-
-def check_odd_gemm(report, padded):
-    """gpu_shapes.py's head over 50257 named, 50304 advised; its padded twin (--none) clean."""
-    r = json.load(open(report))
-    found = odd_gemm_findings(r)
-    if padded:
-        ok = not found
-    else:
-        ok = len(found) == 1 and found[0]["severity"] == "warning" and \
-            found[0]["layer"] == "head" and "N 50257 -> 50304" in found[0]["advice"]
-    print("%s odd GEMM dimensions%s: %s" % ("PASS" if ok else "FAIL", " (padded)" if padded
-                                           else "", [f["title"] for f in found] or "none"),
+def _check_titled(r, start, what, ok_of):
+    """Report r's findings titled start, judged by ok_of(them): one PASS/FAIL line."""
+    found = titled(r, start)
+    ok = ok_of(found)
+    print("%s %s: %s" % ("PASS" if ok else "FAIL", what, [f["title"] for f in found] or "none"),
           flush=True)
     return 0 if ok else 1
 
 
-def clipped_scaled_findings(r):
-    """The findings of report r that say the gradients were clipped while still scaled."""
-    return [f for f in r.get("findings", [])
-            if f["title"].startswith("gradients clipped while still scaled")]
+def _one(found, rule, severity):
+    return len(found) == 1 and found[0]["rule"] == rule and found[0]["severity"] == severity
 
 
-def check_clipped(report, unscaled):
+def check_bf16_scaler(r):
+    """gpu_patterns.py --bf16 --keep-scaler: one loss-scale note that the scaler is needless."""
+    return _check_titled(r, BF16_SCALER, "a GradScaler kept in bf16",
+                         lambda found: _one(found, "loss-scale", "info"))
+
+
+def check_odd_gemm(r, padded):
+    """gpu_shapes.py's head over 50257 named, 50304 advised; its padded twin (--none) clean."""
+    return _check_titled(
+        r, ODD_GEMM, "odd GEMM dimensions" + (" (padded)" if padded else ""),
+        lambda found: not found if padded else
+        _one(found, "precision-placement", "warning") and found[0]["layer"] == "head" and
+        "N 50257 -> 50304" in found[0]["advice"])
+
+
+def check_clipped(r, unscaled):
     """gpu_faults.py --clip 0.5 --clip-scaled: the loss-scale warning, its advice the recipe's
     order; --none, of the same clip after unscale_: no such finding and no warning at all."""
-    r = json.load(open(report))
-    found = clipped_scaled_findings(r)
-    if unscaled:
-        ok = not [f for f in r.get("findings", []) if f["severity"] in ("error", "warning")]
-    else:
-        ok = len(found) == 1 and found[0]["severity"] == "warning" and \
-            found[0]["rule"] == "loss-scale" and \
-            "clip_grad_norm_(params, 0.5)" in found[0]["advice"]
-    print("%s gradients clipped%s: %s" % ("PASS" if ok else "FAIL", " after unscale_" if unscaled
-                                         else " while scaled", [f["title"] for f in found]
-                                         or "no finding"), flush=True)
-    return 0 if ok else 1
+    return _check_titled(
+        r, CLIPPED, "gradients clipped " + ("after unscale_" if unscaled else "while scaled"),
+        lambda found: not [f for f in r.get("findings", [])
+                           if f["severity"] in ("error", "warning")] if unscaled else
+        _one(found, "loss-scale", "warning") and
+        "clip_grad_norm_(params, 0.5)" in found[0]["advice"])
 
 
 def check_autocast(path, dtype):
@@ -647,11 +638,11 @@ def main():
     if sys.argv[1] == "--no-model":
         return check_no_model(sys.argv[2])
     if sys.argv[1] == "--bf16-scaler":
-        return check_bf16_scaler(sys.argv[2])
+        return check_bf16_scaler(json.load(open(sys.argv[2])))
     if sys.argv[1] == "--clipped":
-        return check_clipped(sys.argv[2], "--none" in sys.argv[3:])
+        return check_clipped(json.load(open(sys.argv[2])), "--none" in sys.argv[3:])
     if sys.argv[1] == "--odd-gemm":
-        return check_odd_gemm(sys.argv[2], "--none" in sys.argv[3:])
+        return check_odd_gemm(json.load(open(sys.argv[2])), "--none" in sys.argv[3:])
     if sys.argv[1] == "--autocast":
         return check_autocast(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "--own-ops":

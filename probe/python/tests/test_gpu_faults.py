@@ -222,11 +222,9 @@ def test_a_gradscaler_in_bf16_is_a_note(tmp_path):
     the scaler protects nothing; the fp16 twin has none."""
     r = report_of(tmp_path, "dict", True, ("--bf16", "--keep-scaler"), script="gpu_patterns.py")
     assert_clean(r)
-    found = check_report.bf16_scaler_notes(r)
-    assert len(found) == 1 and found[0]["rule"] == "loss-scale" and \
-        found[0]["severity"] == "info", r["findings"]
-    assert not check_report.bf16_scaler_notes(report_of(tmp_path, "dict", True,
-                                                        script="gpu_patterns.py"))
+    assert check_report.check_bf16_scaler(r) == 0
+    fp16 = report_of(tmp_path, "dict", True, script="gpu_patterns.py")
+    assert not check_report.titled(fp16, check_report.BF16_SCALER)
 
 
 @pytest.mark.parametrize("scaled", [False, True], ids=["unscaled", "scaled"])
@@ -235,9 +233,7 @@ def test_gradients_clipped_while_scaled_are_named(tmp_path, scaled):
     step's gradient norm was max_norm divided by the scale; the same clip after unscale_, as
     PyTorch's recipe does it: no such finding, no warning."""
     extra = ("--clip", "0.5") + (("--clip-scaled",) if scaled else ())
-    path = tmp_path / "report.json"
-    path.write_text(json.dumps(report_of(tmp_path, "nan", True, extra)))
-    assert check_report.check_clipped(str(path), not scaled) == 0
+    assert check_report.check_clipped(report_of(tmp_path, "nan", True, extra), not scaled) == 0
 
 
 def test_odd_gemm_dimensions_are_named(tmp_path):
@@ -245,9 +241,7 @@ def test_odd_gemm_dimensions_are_named(tmp_path):
     precision-placement warning names it and advises 50304; its padded twin gets none."""
     for extra, padded in (((), False), (("--vocab", "50304"), True)):
         db, _ = record(tmp_path, None, False, extra, script="gpu_shapes.py", trace="amp,cuda")
-        path = tmp_path / ("report%d.json" % padded)
-        path.write_text(json.dumps(report(db)))
-        assert check_report.check_odd_gemm(str(path), padded) == 0
+        assert check_report.check_odd_gemm(report(db), padded) == 0
 
 
 def test_a_half_model_under_adams_eps_is_named(tmp_path):
