@@ -34,6 +34,8 @@ const report_rule report_rules[] = {
      rule_overflow_run},
     {"loss-scale", "GradScaler dynamics: skips, sawtooth, collapse, stuck low, kept in bf16",
      rule_scale_run},
+    {"lost-updates", "optimizer updates that fp16/bf16 weights round away (no fp32 master weights)",
+     rule_updates_run},
     {"precision-placement",
      "GEMMs left in fp32 under autocast or of odd sizes, ops upcast by the policy, casts",
      rule_precision_run},

@@ -664,6 +664,7 @@ void rule_sync_run(const report_model *m, report_findings *out);      // rule_sy
 void rule_amp_payoff_run(const report_model *m, report_findings *out); // rule_amp_payoff.c
 void rule_run_end_run(const report_model *m, report_findings *out);    // rule_run_end.c
 void rule_events_run(const report_model *m, report_findings *out);     // rule_events.c
+void rule_updates_run(const report_model *m, report_findings *out);    // rule_updates.c
 
 extern const report_rule report_rules[];
 extern const size_t report_n_rules;

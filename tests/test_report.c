@@ -2163,6 +2163,72 @@ static const report_finding *bf16_scaler_finding(void) {
     return NULL;
 }
 
+// Updates of bf16 weights compared before and after each step (weight_update rows: numel the
+// values with a non-zero gradient, n_zero those left unchanged), three parameters of very
+// different sizes, of which fc.weight loses lost/4096 of its updates every step.
+static void lost_updates(int n, const char *dtype, int lost) {
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d), "
+             "t(l, op, kind, numel, zero) AS (VALUES "
+             "(1, 'fc.weight', 'weight', 1000000, 0), (2, 'head.weight', 'weight', 10000, 0), "
+             "(2, 'head.bias', 'weight', 10, 0), (1, 'fc.weight', 'weight_update', 4096, %d), "
+             "(2, 'head.weight', 'weight_update', 4096, 0), "
+             "(2, 'head.bias', 'weight_update', 10, 10)) "
+             "INSERT INTO AMP_TENSOR_STATS SELECT 1, i, l, op, kind, '%s', NULL, numel, NULL, "
+             "NULL, NULL, NULL, NULL, NULL, NULL, NULL, zero FROM s, t;",
+             n - 1, lost, dtype);
+    sql(buf);
+}
+
+// 16-bit weights whose updates round away: a warning weighed by the parameters' sizes (the
+// large fc.weight's share, not the tiny bias's 100%), a note below a quarter, nothing below 5%;
+// the advice keeps fp32 master weights (with a GradScaler for fp16).
+START_TEST(lost_updates_of_16_bit_weights_are_named) {
+    healthy(12);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("lost-updates", AMP_SEVERITY_INFO), 0);
+    release();
+    lost_updates(12, "bf16", 3900);
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("lost-updates", AMP_SEVERITY_INFO), 1);
+    const report_finding *f = first_of("lost-updates");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
+    ck_assert_str_eq(f->title, "optimizer updates rounded away in bf16 weights: 94% of their "
+                               "values kept their value through an update (fc.weight 95%)");
+    ck_assert_str_eq(f->layer, "blocks.0.mlp");
+    ck_assert_str_eq(f->op, "fc.weight");
+    ck_assert_int_eq(f->first_step, 0);
+    ck_assert_int_eq(f->last_step, 11);
+    ck_assert_close(evidence(f, "values_compared"), 12 * (4096 + 4096 + 10), 0, 0);
+    ck_assert_close(evidence(f, "values_unchanged"), 12 * (3900 + 10), 0, 0);
+    ck_assert_close(evidence(f, "lost_share"), (3900.0 / 4096 * 1e6 + 10) / (1e6 + 1e4 + 10),
+                    1e-12, 0);
+    ck_assert_msg(strstr(f->detail, "about 2^-9 of its magnitude in bf16") &&
+                      strstr(f->detail, "Most values lost: fc.weight 95% (1 M values), head.bias "
+                                        "100% (10 values), head.weight 0% (10 k values)."),
+                  "%s", f->detail);
+    ck_assert_msg(strstr(f->advice, "torch.autocast(\"cuda\", dtype=torch.bfloat16)") &&
+                      !strstr(f->advice, "GradScaler"),
+                  "%s", f->advice);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET n_zero = 400 WHERE kind = 'weight_update' AND op = "
+        "'fc.weight'; UPDATE AMP_TENSOR_STATS SET dtype = 'f16' WHERE kind LIKE 'weight%';");
+    analyse("lost-updates", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_int_eq(findings.v[0].severity, AMP_SEVERITY_INFO);
+    ck_assert_msg(strstr(findings.v[0].detail, "about 2^-12 of its magnitude in fp16") &&
+                      strstr(findings.v[0].advice, "torch.amp.GradScaler(\"cuda\")"),
+                  "%s | %s", findings.v[0].detail, findings.v[0].advice);
+    release();
+    sql("UPDATE AMP_TENSOR_STATS SET n_zero = 40 WHERE kind = 'weight_update' AND op = "
+        "'fc.weight';");
+    analyse("lost-updates", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+}
+END_TEST
+
 // A GradScaler in a bf16 run: an info that it protects nothing, told from the gradients' target
 // dtype, else the autocast ops' output dtype, else META; none in fp16 or without a GradScaler.
 START_TEST(a_gradscaler_in_bf16_is_an_info) {
@@ -5106,6 +5172,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
     tcase_add_test(tc, a_gradscaler_in_bf16_is_an_info);
+    tcase_add_test(tc, lost_updates_of_16_bit_weights_are_named);
     tcase_add_test(tc, scale_clipped_while_scaled_is_a_warning);
     tcase_add_test(tc, scale_skip_rate_advice_follows_the_cause);
     tcase_add_test(tc, overflow_headroom_near_f16_max_is_a_warning);

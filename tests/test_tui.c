@@ -211,7 +211,9 @@ START_TEST(model_counts_an_all_zero_gradient_as_lost) {
         " (7, 3, 0, 'linear', 'activation_grad', 'f32', 'f16', 100, 0.001, 0, 0, 0, 0, 0, 0),"
         " (7, 3, 0, 'linear', 'activation_grad', 'f32', 'f16', 1, 0.0, 0, 0, 0, 0, 0, 1),"
         " (7, 3, 2, 'linear', 'weight_grad', 'bf16', 'bf16', 100, 0.0, 0, 0, 0, 0, 0, 100),"
-        " (7, 3, 2, 'relu', 'activation', 'f16', 'f16', 100, 0.0, 0, 0, 0, 0, 0, 100);");
+        " (7, 3, 2, 'relu', 'activation', 'f16', 'f16', 100, 0.0, 0, 0, 0, 0, 0, 100),"
+        " (7, 3, 2, 'head.weight', 'weight_update', 'bf16', NULL, 400, NULL, NULL, NULL, NULL,"
+        " NULL, NULL, 300);");
     tui_model m;
     char err[AMP_STORE_ERR_MAX];
     ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);
@@ -228,6 +230,11 @@ START_TEST(model_counts_an_all_zero_gradient_as_lost) {
     const tui_layer_row *r = find_dtype_row(&m, "head", TUI_KIND_ACT, "f16");
     ck_assert_ptr_nonnull(r);
     ck_assert_close(r->underflow_pct, 0.0, 0, 0);
+    // a 16-bit parameter's update: the values it left unchanged are its row's "underflow"
+    const tui_layer_row *u = find_dtype_row(&m, "head", TUI_KIND_UPDATE, "bf16");
+    ck_assert_ptr_nonnull(u);
+    ck_assert_close(u->underflow_pct, 75.0, 0, 0);
+    ck_assert_str_eq(tui_stat_kind_name(u->kind), "update");
     tui_model_free(&m);
 }
 END_TEST

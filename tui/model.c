@@ -55,7 +55,7 @@ static char *col_dup(sqlite3_stmt *q, int i) {
 }
 
 const char *tui_stat_kind_name(tui_stat_kind k) {
-    static const char *const names[] = {"act", "agrad", "weight", "wgrad", "other"};
+    static const char *const names[] = {"act", "agrad", "weight", "wgrad", "update", "other"};
     return names[k];
 }
 
@@ -65,6 +65,7 @@ static tui_stat_kind parse_kind(const char *s) {
     if (strcmp(s, "activation_grad") == 0) return TUI_KIND_AGRAD;
     if (strcmp(s, "weight") == 0) return TUI_KIND_WEIGHT;
     if (strcmp(s, "weight_grad") == 0) return TUI_KIND_WGRAD;
+    if (strcmp(s, "weight_update") == 0) return TUI_KIND_UPDATE;
     return TUI_KIND_OTHER;
 }
 
@@ -97,7 +98,7 @@ static const char sql_stats_feed[] =
     "SELECT rowid, pid, step FROM AMP_TENSOR_STATS WHERE rowid > ?1 ORDER BY rowid";
 #define STATS_COLS                                                                                 \
     "layer_id, kind, dtype, target_dtype, numel, amax, n_nan, n_posinf, n_neginf, "                \
-    "n_underflow FROM AMP_TENSOR_STATS "
+    "n_underflow, n_zero FROM AMP_TENSOR_STATS "
 static const char sql_stats_step[] = "SELECT " STATS_COLS "WHERE pid = ?1 AND step = ?2";
 static const char sql_stats_range[] =
     "SELECT " STATS_COLS "WHERE rowid BETWEEN ?3 AND ?4 AND pid = ?1 AND step = ?2";
@@ -560,6 +561,7 @@ static void load_step(tui_model *m, int64_t step) {
                         .n_posinf = held(col_i64(q, 7, -1)),
                         .n_neginf = held(col_i64(q, 8, -1)),
                         .n_underflow = held(col_i64(q, 9, -1))};
+        if (s->kind == TUI_KIND_UPDATE) s->n_underflow = held(col_i64(q, 10, -1)); // rounded away
         snprintf(s->dtype, sizeof s->dtype, "%s", dtype ? dtype : target ? target : "?");
         s->zero_lost = (s->kind == TUI_KIND_AGRAD || s->kind == TUI_KIND_WGRAD) && target &&
                        strcmp(target, "f16") == 0 && s->amax == 0 && s->numel > 1 &&

@@ -68,6 +68,8 @@ typedef enum tui_stat_kind {
     TUI_KIND_AGRAD, // activation gradient
     TUI_KIND_WEIGHT,
     TUI_KIND_WGRAD, // weight gradient
+    TUI_KIND_UPDATE, // an optimizer step's update of a 16-bit parameter: its "underflow" the
+                     // values the update left unchanged (rounded away)
     TUI_KIND_OTHER
 } tui_stat_kind;
 

@@ -3,7 +3,8 @@
  * of a row of the same tensors: model.h), the largest |x|, the headroom in bits to the dtype's max,
  * the share of values lost to underflow and the NaN/Inf counts; red for NaN, +Inf or less than a
  * bit of headroom, yellow for less than 3 bits or >= 5% underflow (an fp16 run's gradient that
- * arrived all zero counted lost: model.c). -Inf alone is not a danger:
+ * arrived all zero counted lost: model.c; an `update` row's underflow is the values an optimizer
+ * step left unchanged in a 16-bit parameter, yellow from 25%). -Inf alone is not a danger:
  * attention masks put it there on purpose (an overflow to -Inf comes with +Inf or NaN in the same
  * or the next op). Sortable (danger first by default), filterable by layer name.
  */
@@ -22,6 +23,8 @@ static const char *const columns[] = {"danger",    "layer",      "amax", "headro
 
 // 2: red, 1: yellow, 0: fine.
 static int danger(const tui_layer_row *r) {
+    if (r->kind == TUI_KIND_UPDATE) // values an update left unchanged: yellow from a quarter, as
+        return !isnan(r->underflow_pct) && r->underflow_pct >= 25; // the report's warning
     if (r->n_nan + r->n_posinf > 0 || (!isnan(r->headroom_bits) && r->headroom_bits < 1)) return 2;
     if ((!isnan(r->headroom_bits) && r->headroom_bits < 3) ||
         (!isnan(r->underflow_pct) && r->underflow_pct >= 5))

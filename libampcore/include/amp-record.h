@@ -167,6 +167,10 @@ typedef enum amp_stats_kind {
     AMP_STATS_ACTIVATION_GRAD, // gradient of a forward output
     AMP_STATS_WEIGHT,
     AMP_STATS_WEIGHT_GRAD,
+    // what an optimizer step did to a 16-bit parameter (no fp32 master weights): numel the
+    // values compared (those with a non-zero gradient), n_zero those the update left unchanged
+    // (rounded away); the other figures are not computed (the PyTorch bridge)
+    AMP_STATS_WEIGHT_UPDATE,
 } amp_stats_kind;
 const char *amp_stats_kind_name(amp_stats_kind k); // "activation", "activation_grad", ...
 

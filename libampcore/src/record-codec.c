@@ -368,6 +368,8 @@ const char *amp_stats_kind_name(amp_stats_kind k) {
         return "weight";
     case AMP_STATS_WEIGHT_GRAD:
         return "weight_grad";
+    case AMP_STATS_WEIGHT_UPDATE:
+        return "weight_update";
     }
     return "unknown";
 }

@@ -22,7 +22,7 @@ import traceback
 _c_str = ctypes.c_char_p
 
 # amp_stats_kind, amp_phase, amp_severity (C enums: int)
-ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD = 0, 1, 2, 3
+ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, WEIGHT_UPDATE = 0, 1, 2, 3, 4
 SUPERSEDED = -1  # an entry amp_record_tensor_stats_many leaves out (a read done again later)
 PHASE_NONE, PHASE_FWD, PHASE_BWD, PHASE_OPTIM = 0, 1, 2, 3
 INFO, WARNING, ERROR = 0, 1, 2

@@ -135,7 +135,7 @@ from ._judge import (OVERWRITES, VIEW_OPS, Judge, OpTracer, describe_now,
                      float_tensors, tensors)
 from ._compiled import Around, layer_name
 from ._links import Links
-from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, SUPERSEDED
+from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, WEIGHT_UPDATE, SUPERSEDED
 from ._records import PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
@@ -167,6 +167,10 @@ _S_AFTER, _S_TRACKER = 0, 1
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _LOWP = (torch.float16, torch.bfloat16)
+# values of each 16-bit parameter compared before and after an optimizer step (a prefix: what
+# share of the updates rounding takes away is a property of the dtype and the update's size,
+# which a few rows of a weight show as well as all of them)
+_UPDATE_PREFIX = 4096
 
 
 def _local(t):
@@ -760,6 +764,12 @@ class Watcher:
         self._by_hand = False  # META updates said: parameters written with no optimizer seen
         self._pentries = []  # their statistics entries (layer, kind, name, dtype)
         self._wentries = []  # their gradients'
+        self._lowp_n, self._lowp_of = -1, {}  # of _plist's first n: id -> (layer, name, dtype)
+        # of its 16-bit plain parameters (_lowp_params)
+        self._snap = None  # the 16-bit parameters as an optimizer began its update
+        self._updates = []  # updates compared, their counts on the way to the host
+        self._segments = ((), None)  # the segment ids of the last sizes compared
+        self._update_hooked = set()  # optimizers hooked by the scaler's step (_hook_updates)
         self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
         self.quiet = set()  # ids of the wrappers around modules (_layer_stack_hooks)
         self._take_modules(named, lambda n: ids[n], "")
@@ -882,6 +892,8 @@ class Watcher:
 
         def step(optimizer, *args, **kwargs):  # a fused optimizer (Adam(fused=True)) is handed
             self._queue_weight_grads()  # the scale and unscales the gradients itself, in place
+            if self.optimizer is None and not self.add_roots:  # (else its hooks are there)
+                self._hook_updates(optimizer)
             self.flush()  # the step before, recorded while the GPU still runs this backward:
             # the host waits for it in step() anyway (its check of found_inf)
             return orig_step(optimizer, *args, **kwargs)
@@ -905,6 +917,8 @@ class Watcher:
             return
         self.optimizer = optimizer
         self._handles.append(optimizer.register_step_pre_hook(self.on_optimizer_step))
+        self._handles.append(optimizer.register_step_post_hook(
+            lambda o, args, kwargs: self._after_update(o)))
 
     def _note_other(self, module, args):
         """The first step's global forward pre-hook: a module outside the model, called to
@@ -1146,6 +1160,7 @@ class Watcher:
         self._leave_found_step()  # (the step() it was found in raised)
         if not self.rerunning:
             self._check_optimizer(optimizer)
+        self._before_update(optimizer, args, kwargs)
         if self.scaler is None and (self.optimizer is None or self.optimizer is optimizer):
             self.optimizer = optimizer
             kwargs = kwargs or {}
@@ -1182,6 +1197,7 @@ class Watcher:
         its model inside the closure step() ran (Lightning without a GradScaler, the first
         step) saw no pre-hook of that step: the step ends here, after its update; the closure's
         further calls in that step() (LBFGS's) were not recorded (on_root_pre)."""
+        self._after_update(optimizer)
         self._leave_found_step()
         if self.scaler is None and self.optimizer is None and self.forwards and \
                 not self.rerunning:
@@ -1515,6 +1531,108 @@ class Watcher:
         self.stats.close()
         self.on = False
 
+    # -- what rounding takes from the updates of 16-bit parameters -----------------------------
+
+    def _lowp_params(self):
+        """id -> (layer, name, dtype) of the recorded parameters stored in fp16 or bf16: those
+        an optimizer updates in place of fp32 master weights (a model cast with .half() or
+        .to(torch.bfloat16)). Sharded ones (DTensors) are left out."""
+        if self._lowp_n != len(self._plist):
+            self._lowp_n = len(self._plist)
+            self._lowp_of = {id(p): (lid, name, dtype) for p, (lid, _, name, dtype)
+                             in zip(self._plist, self._wentries)
+                             if p.dtype in _LOWP and type(p) in _PLAIN}
+        return self._lowp_of
+
+    def _hook_updates(self, optimizer):
+        """The optimizer a GradScaler's step() was handed, where watch() knows no optimizer:
+        hooked once, so that its updates of 16-bit parameters are compared too."""
+        if id(optimizer) in self._update_hooked:
+            return
+        self._update_hooked.add(id(optimizer))
+        self._handles.append(optimizer.register_step_pre_hook(
+            lambda o, args, kwargs: self._before_update(o, args, kwargs)))
+        self._handles.append(optimizer.register_step_post_hook(
+            lambda o, args, kwargs: self._after_update(o)))
+
+    def _before_update(self, optimizer, args=(), kwargs=None):
+        """An optimizer is about to update parameters on a sampled step: of the 16-bit ones it
+        updates (_lowp_params) with a gradient, keeps the first _UPDATE_PREFIX values and
+        which of them have a non-zero gradient, for _after_update. Not for a step() handed a
+        closure (its gradients are made inside it), nor for a parameter group whose learning
+        rate is 0 (a warm-up's first step: no update is meant)."""
+        self._snap = None
+        if not self.on or not self.sampled or self.rerunning or _compiling():
+            return
+        mine = self._lowp_params()
+        if not mine or (kwargs or {}).get("closure") is not None or                 (len(args) > 1 and args[1] is not None):
+            return
+        ps, rows = [], []
+        for group in optimizer.param_groups:
+            lr = group.get("lr")
+            if isinstance(lr, torch.Tensor):  # (read only where that costs no sync)
+                lr = None if lr.is_cuda else float(lr)
+            if lr == 0:
+                continue
+            for p in group["params"]:
+                row = mine.get(id(p))
+                if row is not None and p.grad is not None and not p.grad.is_sparse:
+                    ps.append(p)
+                    rows.append(row)
+        if not ps:
+            return
+        with torch.no_grad():
+            before = torch.cat([p.detach().reshape(-1)[:_UPDATE_PREFIX] for p in ps])
+            moving = torch.cat([p.grad.detach().reshape(-1)[:_UPDATE_PREFIX] for p in ps]) != 0
+        self._snap = (optimizer, self.step, ps, rows, before, moving)
+
+    def _after_update(self, optimizer):
+        """The optimizer stepped: counts, per parameter kept by _before_update, the values with a
+        non-zero gradient that the update left as they were (rounded back to the weight: an
+        update below half a unit in its last place), on the device, and starts the counts on
+        their way to the host (recorded by _record_updates)."""
+        snap, self._snap = self._snap, None
+        if snap is None or snap[0] is not optimizer:
+            return
+        _, step, ps, rows, before, moving = snap
+        sizes = tuple(min(p.numel(), _UPDATE_PREFIX) for p in ps)
+        dev = moving.device
+        with torch.no_grad():
+            after = torch.cat([p.detach().reshape(-1)[:_UPDATE_PREFIX] for p in ps])
+            kept = (after == before) & moving
+            if self._segments[0] != sizes or self._segments[1].device != dev:
+                seg = torch.repeat_interleave(
+                    torch.arange(len(sizes), device=dev), torch.tensor(sizes, device=dev),
+                    output_size=sum(sizes))  # (output_size: no sync)
+                self._segments = (sizes, seg)
+            seg = self._segments[1]
+            counts = torch.zeros(2, len(ps), dtype=torch.int32, device=dev)
+            counts[0].index_add_(0, seg, kept.to(torch.int32))
+            counts[1].index_add_(0, seg, moving.to(torch.int32))
+            host = counts.to("cpu", non_blocking=True)
+            done = None
+            if dev.type == "cuda":
+                done = torch.cuda.Event()
+                done.record()
+        self._updates.append((step, rows, host, done))
+
+    def _record_updates(self, wait):
+        """Records the updates compared whose counts have reached the host (wait: all of them):
+        a weight_update row per parameter, numel the values compared (a non-zero gradient),
+        n_zero those the update left unchanged."""
+        while self._updates:
+            step, rows, host, done = self._updates[0]
+            if done is not None and not done.query():
+                if not wait:
+                    return
+                done.synchronize()
+            self._updates.pop(0)
+            lost, moving = host.tolist()
+            for (layer, name, dtype), k, n in zip(rows, lost, moving):
+                if n:
+                    self.rec.tensor_stats(step, layer, name, WEIGHT_UPDATE, dtype, None, n,
+                                          math.nan, math.nan, math.nan, -1, -1, -1, -1, -1, k)
+
     # -- the end of a step ---------------------------------------------------------------------
 
     def _queue_weight_grads(self):
@@ -1644,6 +1762,7 @@ class Watcher:
             if last and not d.mem_peak:
                 d.mem_peak = self._mem_peak()
             self._record(d)
+        self._record_updates(last)
 
     def _mem_peak(self):
         """torch's peak of memory held by tensors on the model's GPU (0: a CPU model). Read

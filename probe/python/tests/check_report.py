@@ -563,6 +563,7 @@ def check_no_model(report):
 BF16_SCALER = "a GradScaler in a bf16 run"
 ODD_GEMM = "16-bit GEMMs with a dimension not a multiple of 8"
 CLIPPED = "gradients clipped while still scaled"
+LOST_UPDATES = "optimizer updates rounded away in"
 
 
 def titled(r, start):
@@ -596,6 +597,19 @@ def check_odd_gemm(r, padded):
         lambda found: not found if padded else
         _one(found, "precision-placement", "warning") and found[0]["layer"] == "head" and
         "N 50257 -> 50304" in found[0]["advice"])
+
+
+def check_lost_updates(r, kept):
+    """gpu_faults.py --bf16 --lr 1e-5 (the model cast to bf16, Adam over it): the lost-updates
+    warning, nearly every update rounded away, its advice fp32 master weights under autocast;
+    --none, of the same run with fp32 weights under autocast: no such finding."""
+    return _check_titled(
+        r, LOST_UPDATES, "updates of bf16 weights " + ("kept (fp32 master weights)" if kept
+                                                       else "rounded away"),
+        lambda found: not found if kept else
+        _one(found, "lost-updates", "warning") and
+        found[0]["evidence"]["lost_share"] > 0.9 and
+        "torch.autocast(\"cuda\", dtype=torch.bfloat16)" in found[0]["advice"])
 
 
 def check_clipped(r, unscaled):
@@ -639,6 +653,8 @@ def main():
         return check_no_model(sys.argv[2])
     if sys.argv[1] == "--bf16-scaler":
         return check_bf16_scaler(json.load(open(sys.argv[2])))
+    if sys.argv[1] == "--lost-updates":
+        return check_lost_updates(json.load(open(sys.argv[2])), "--none" in sys.argv[3:])
     if sys.argv[1] == "--clipped":
         return check_clipped(json.load(open(sys.argv[2])), "--none" in sys.argv[3:])
     if sys.argv[1] == "--odd-gemm":

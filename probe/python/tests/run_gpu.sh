@@ -44,6 +44,7 @@
 # kept in bf16 get its note, and a head over a vocabulary of 50257 (gpu_shapes.py, CUDA traced)
 # the warning on its odd GEMM dimension (its padded twin none; their step times printed);
 # gradients clipped before scaler.unscale_ must get the loss-scale warning, after it none;
+# a model cast to bf16 under Adam at lr 1e-5 the lost-updates warning, its fp32 twin none;
 # gpu_inplace.py
 # checks that module outputs written to in place are read before the write; gpu_devstats.py checks
 # the device statistics against eager torch and measures their bandwidth; then torch_overhead.py
@@ -83,6 +84,8 @@ one halfeps "" --case halfeps &  # (no healthy twin: a model.half() loop without
 SCRIPT=gpu_patterns.py one p-dict-bf16-scaler "" --case dict --healthy --bf16 --keep-scaler &
 one clip-scaled "" --case nan --healthy --clip 0.5 --clip-scaled &
 one clip-unscaled "" --case nan --healthy --clip 0.5 &
+one lost-updates "" --case nan --healthy --bf16 --lr 1e-5 &
+one kept-updates "" --case nan --healthy --lr 1e-5 &
 wait
 # a head over a vocabulary of 50257 and its padded twin, alone on the GPU (their step times)
 TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-odd ""
@@ -286,6 +289,8 @@ python3 "$HERE/check_report.py" "$WORK/p-dict-bf16-scaler.json" dict --healthy |
 python3 "$HERE/check_report.py" --bf16-scaler "$WORK/p-dict-bf16-scaler.json" || fail=1
 python3 "$HERE/check_report.py" --clipped "$WORK/clip-scaled.json" || fail=1
 python3 "$HERE/check_report.py" --clipped "$WORK/clip-unscaled.json" --none || fail=1
+python3 "$HERE/check_report.py" --lost-updates "$WORK/lost-updates.json" || fail=1
+python3 "$HERE/check_report.py" --lost-updates "$WORK/kept-updates.json" --none || fail=1
 python3 "$HERE/check_report.py" --odd-gemm "$WORK/shapes-odd.json" || fail=1
 python3 "$HERE/check_report.py" --odd-gemm "$WORK/shapes-padded.json" --none || fail=1
 tail -qn1 "$WORK/shapes-odd.log" "$WORK/shapes-padded.log"
