@@ -101,6 +101,20 @@ static void sleep_ms(int ms) {
     nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
 }
 
+// Polls c as the launcher does until sql gives want in the database, or 5 s pass (the writer
+// flushes its spool every 100 ms, later on a loaded machine): sql's last value.
+static int64_t poll_until(amp_collector_t *c, const char *path, const char *sql, int64_t want) {
+    int64_t got = -999;
+    for (int i = 0; i < 100 && got != want; i++) {
+        sleep_ms(50);
+        ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+        sqlite3 *db = open_ro(path);
+        got = test_query_int(db, sql);
+        sqlite3_close(db);
+    }
+    return got;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1444,11 +1458,9 @@ START_TEST(test_rows_visible_while_running) {
     ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
     amp_rec_step s = {.step = 3, .start_ns = 1, .end_ns = 2, .loss = 1, .grad_norm = NAN};
     amp_record_step(&s);
-    sleep_ms(250); // the background flush, then a poll as the launcher does every 200 ms
-    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    ck_assert_int_eq(poll_until(c, f.db, "SELECT step FROM AMP_STEPS", 3), 3);
     sqlite3 *db = open_ro(f.db);
     char buf[64];
-    ck_assert_int_eq(test_query_int(db, "SELECT step FROM AMP_STEPS"), 3);
     ck_assert_str_eq(q_text(db, "SELECT value FROM META WHERE key = 'status'", buf, 64), "running");
     ck_assert_str_eq(q_text(db, "SELECT status FROM AMP_PROCESSES", buf, 64), "running");
     sqlite3_close(db);
@@ -1540,10 +1552,8 @@ START_TEST(test_batched_rows_land_in_order) {
                                                         .n_underflow = 0,
                                                         .n_zero = i % 3 ? 0 : -1});
     }
-    sleep_ms(250); // the background flush, then a poll (its commit) as the launcher does
-    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    ck_assert_int_eq(poll_until(c, f.db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL", N), N);
     sqlite3 *db = open_ro(f.db);
-    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"), N);
     ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_TENSOR_STATS"), N);
     sqlite3_close(db);
     amp_record_stop();
