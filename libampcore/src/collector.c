@@ -37,6 +37,8 @@
 #include <unistd.h>
 
 #define AMP_EVENTS_KEEP 10        // individual AMP_EVENTS rows per key
+#define EVENT_NAME_MAX 500        // bytes of an event's kind and op in its key (event_key)
+#define EVENT_KEY_MAX (12 + 2 * (EVENT_NAME_MAX + 1))
 #define COMMIT_EVERY_NS 200000000 // a long poll commits this often, so readers keep up
 #define POLL_BUDGET_NS 200000000  // a poll far behind returns after this, its caller responsive
 #define READ_CHUNK (4u << 20)     // bytes read at once; more than a record's maximum
@@ -89,7 +91,7 @@ struct amp_collector {
     int n_aggs, cap_aggs;
     int *dirty; // indexes into aggs with pending occurrences
     int n_dirty;
-    amp_strmap local_strings; // "file index:id" -> StringIds id
+    amp_strmap local_strings; // (file index, id) -> StringIds id
     amp_collector_stats stats;
     int64_t txn_start_ns;
     int64_t poll_until_ns; // CLOCK_MONOTONIC time a poll stops reading at; 0: it reads all
@@ -409,11 +411,26 @@ void amp_collector_free(amp_collector_t *c) {
 // ---------------------------------------------------------------------------------------------
 // Records
 
+// The events map's key of an event: its process, layer and phase, then its kind and op, each
+// ended by its NUL (no separator a name could hold; built by hand: snprintf took about 2000
+// instructions an event). Names are cut at a length no real one reaches.
+static size_t event_key(char key[static EVENT_KEY_MAX], int32_t pid, const amp_rec_event *r) {
+    const int32_t fixed[3] = {pid, r->layer_id, (int32_t)r->phase};
+    memcpy(key, fixed, sizeof fixed);
+    size_t n = sizeof fixed;
+    const char *names[2] = {r->kind ? r->kind : "", r->op ? r->op : ""};
+    for (int i = 0; i < 2; i++) {
+        const size_t len = strnlen(names[i], EVENT_NAME_MAX);
+        memcpy(key + n, names[i], len);
+        n += len;
+        key[n++] = 0;
+    }
+    return n;
+}
+
 static amp_status ingest_event(amp_collector_t *c, spool_file *f, const amp_rec_event *r) {
-    char key[600];
-    int n = snprintf(key, sizeof key, "%d\x1f%s\x1f%d\x1f%s\x1f%d", f->pid, r->kind ? r->kind : "",
-                     r->layer_id, r->op ? r->op : "", (int)r->phase);
-    size_t len = (size_t)n < sizeof key ? (size_t)n : sizeof key - 1;
+    char key[EVENT_KEY_MAX];
+    const size_t len = event_key(key, f->pid, r);
     bool found;
     int64_t *slot = amp_strmap_get_or_put(&c->events, key, len, 0, &found);
     c->stats.events++;
@@ -449,12 +466,18 @@ static amp_status ingest_event(amp_collector_t *c, spool_file *f, const amp_rec_
     return AMP_OK;
 }
 
+// The local_strings map's key of a process-local string id: the spool file's index, then the id.
+static void local_key(uint64_t key[2], const amp_collector_t *c, const spool_file *f, uint64_t id) {
+    key[0] = (uint64_t)(f - c->files);
+    key[1] = id;
+}
+
 static int64_t local_string(amp_collector_t *c, const spool_file *f, uint64_t id) {
     if (id == 0) return 0;
-    char key[48];
-    int n = snprintf(key, sizeof key, "%ld:%llu", (long)(f - c->files), (unsigned long long)id);
+    uint64_t key[2];
+    local_key(key, c, f, id);
     bool found;
-    int64_t *v = amp_strmap_get_or_put(&c->local_strings, key, (size_t)n, 0, &found);
+    int64_t *v = amp_strmap_get_or_put(&c->local_strings, (const char *)key, sizeof key, 0, &found);
     return found ? *v : 0; // 0 (NULL) when the string record never came
 }
 
@@ -498,13 +521,12 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         return ingest_event(c, f, &r->event);
     case AMP_REC_STRING: {
         if (r->string.id == 0 || !r->string.value) return AMP_OK;
-        char key[48];
-        int n = snprintf(key, sizeof key, "%ld:%llu", (long)(f - c->files),
-                         (unsigned long long)r->string.id);
+        uint64_t key[2];
+        local_key(key, c, f, r->string.id);
         bool found;
-        return amp_store_string_id(
-            s, r->string.value,
-            amp_strmap_get_or_put(&c->local_strings, key, (size_t)n, 0, &found));
+        return amp_store_string_id(s, r->string.value,
+                                   amp_strmap_get_or_put(&c->local_strings, (const char *)key,
+                                                         sizeof key, 0, &found));
     }
     case AMP_REC_KERNEL:
         return amp_store_kernel(s, f->pid, &r->kernel);

@@ -496,6 +496,8 @@ static void bind_text(binder *b, int i, const char *v, int len) {
     size_t ascii = 0; // (ASCII is valid: a word at a time up to the first byte that is not)
     for (uint64_t w; ascii + 8 <= n && (memcpy(&w, u + ascii, 8), !(w & 0x8080808080808080u));)
         ascii += 8;
+    while (ascii < n && u[ascii] < 0x80)
+        ascii++;
     size_t valid = ascii, bad = 0;
     for (size_t k = ascii, l; k < n; k += l ? l : 1) {
         l = utf8_seq(u + k, n - k);
