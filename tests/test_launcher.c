@@ -490,18 +490,18 @@ END_TEST
 // told apart, the wait covering for it).
 START_TEST(test_spool_files_wait_for_a_descriptor) {
     enum { N = 60 };
+    // every helper alive at once (more files than descriptors): the helpers are killed once each
+    // has said it recorded (a line in ready.txt; under load they start slowly) and a second has
+    // passed for their spools' flushes (SIGTERM ends them without one)
+    char script[768];
+    snprintf(script, sizeof script,
+             "ulimit -Sn > limit.txt; : > ready.txt; i=0; while [ $i -lt %d ]; do "
+             "%s wait >> ready.txt & pids=\"$pids $!\"; i=$((i+1)); done; t=0; "
+             "while [ $(grep -c ready ready.txt) -lt %d ] && [ $t -lt 600 ]; do sleep 0.1; "
+             "t=$((t+1)); done; sleep 1; kill $pids; wait",
+             N, HELPER, N);
     for (int hard = 0; hard <= 1; hard++) {
         const char *name = hard ? "hard.sqlite" : "soft.sqlite";
-        // every helper alive at once (more files than descriptors): the helpers are killed once
-        // each has said it recorded (a line in ready.txt; under load they start slowly) and a
-        // second has passed for their spools' flushes (SIGTERM ends them without one)
-        char script[768];
-        snprintf(script, sizeof script,
-                 "ulimit -Sn > limit.txt; : > ready.txt; i=0; while [ $i -lt %d ]; do "
-                 "%s wait >> ready.txt & pids=\"$pids $!\"; i=$((i+1)); done; t=0; "
-                 "while [ $(grep -c ready ready.txt) -lt %d ] && [ $t -lt 600 ]; do sleep 0.1; "
-                 "t=$((t+1)); done; sleep 1; kill $pids; wait",
-                 N, HELPER, N);
         pid_t pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {

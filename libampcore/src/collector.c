@@ -466,18 +466,17 @@ static amp_status ingest_event(amp_collector_t *c, spool_file *f, const amp_rec_
     return AMP_OK;
 }
 
-// The local_strings map's key of a process-local string id: the spool file's index, then the id.
-static void local_key(uint64_t key[2], const amp_collector_t *c, const spool_file *f, uint64_t id) {
-    key[0] = (uint64_t)(f - c->files);
-    key[1] = id;
+// The StringIds id of f's process-local string id in local_strings, keyed by the spool file's
+// index and the id; put there (as 0) when not found.
+static int64_t *local_slot(amp_collector_t *c, const spool_file *f, uint64_t id, bool *found) {
+    const uint64_t key[2] = {(uint64_t)(f - c->files), id};
+    return amp_strmap_get_or_put(&c->local_strings, (const char *)key, sizeof key, 0, found);
 }
 
 static int64_t local_string(amp_collector_t *c, const spool_file *f, uint64_t id) {
     if (id == 0) return 0;
-    uint64_t key[2];
-    local_key(key, c, f, id);
     bool found;
-    int64_t *v = amp_strmap_get_or_put(&c->local_strings, (const char *)key, sizeof key, 0, &found);
+    const int64_t *v = local_slot(c, f, id, &found);
     return found ? *v : 0; // 0 (NULL) when the string record never came
 }
 
@@ -521,12 +520,8 @@ static amp_status ingest_record(amp_collector_t *c, spool_file *f, uint16_t type
         return ingest_event(c, f, &r->event);
     case AMP_REC_STRING: {
         if (r->string.id == 0 || !r->string.value) return AMP_OK;
-        uint64_t key[2];
-        local_key(key, c, f, r->string.id);
         bool found;
-        return amp_store_string_id(s, r->string.value,
-                                   amp_strmap_get_or_put(&c->local_strings, (const char *)key,
-                                                         sizeof key, 0, &found));
+        return amp_store_string_id(s, r->string.value, local_slot(c, f, r->string.id, &found));
     }
     case AMP_REC_KERNEL:
         return amp_store_kernel(s, f->pid, &r->kernel);
