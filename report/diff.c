@@ -588,6 +588,15 @@ static const char *num(char *buf, size_t n, double v, const char *none) {
     return buf;
 }
 
+// B's figure as a multiple of A's ("x1.25"), empty unless both are positive.
+static const char *multiple(char *buf, size_t n, double a, double b) {
+    if (a > 0 && b > 0)
+        snprintf(buf, n, "x%.2f", b / a);
+    else
+        buf[0] = 0;
+    return buf;
+}
+
 // A row of losses, B's difference from A's in percent; a run with steps but no finite loss
 // there says "not finite".
 static void loss_row(FILE *out, const char *label, double a, double b, int64_t a_steps,
@@ -705,16 +714,14 @@ static void diff_text(FILE *out, const report_model *a, const report_findings *f
     snprintf(x, sizeof x, "%lld", (long long)ra.steps);
     snprintf(y, sizeof y, "%lld", (long long)rb.steps);
     row(out, "steps", x, y, "");
-    snprintf(rel, sizeof rel, ra.step_ms > 0 && rb.step_ms > 0 ? "x%.2f" : "",
-             rb.step_ms / ra.step_ms);
     row(out, "median step (ms)", num(x, sizeof x, ra.step_ms, "not recorded"),
-        num(y, sizeof y, rb.step_ms, "not recorded"), rel);
+        num(y, sizeof y, rb.step_ms, "not recorded"),
+        multiple(rel, sizeof rel, ra.step_ms, rb.step_ms));
     row(out, "throughput (steps/s)", num(x, sizeof x, ra.throughput, "not recorded"),
         num(y, sizeof y, rb.throughput, "not recorded"), "");
-    snprintf(rel, sizeof rel, ra.peak_mem > 0 && rb.peak_mem > 0 ? "x%.2f" : "",
-             rb.peak_mem / ra.peak_mem);
     row(out, "peak memory (MiB)", num(x, sizeof x, ra.peak_mem / 1048576, "not recorded"),
-        num(y, sizeof y, rb.peak_mem / 1048576, "not recorded"), rel);
+        num(y, sizeof y, rb.peak_mem / 1048576, "not recorded"),
+        multiple(rel, sizeof rel, ra.peak_mem, rb.peak_mem));
     snprintf(x, sizeof x, "%lld", (long long)ra.skipped);
     snprintf(y, sizeof y, "%lld", (long long)rb.skipped);
     row(out, "skipped steps", x, y, "");

@@ -431,11 +431,11 @@ static void plot_loss(FILE *out, const bucketing *k, int64_t diverged) {
                 r.nonfinite == 1 ? "" : "es");
     }
     if (marked) {
-        const double x = px(&p, (double)diverged);
+        const double dx = px(&p, (double)diverged);
         fprintf(out,
                 "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ff7f0e\" "
                 "stroke-dasharray=\"4 3\"><title>training diverged at step %lld</title></line>",
-                x, PAD_T, x, PLOT_H - PAD_B, (long long)diverged);
+                dx, PAD_T, dx, PLOT_H - PAD_B, (long long)diverged);
     }
     legend(out, 0, "#1f77b4", k->nb < k->n ? "loss, bucket mean" : "loss");
     legend(out, 1, "#d62728", "non-finite loss");
@@ -916,10 +916,6 @@ static void plot_roofline(FILE *out, const report_model *m) {
     if (pf->launches == 0) return;
     const report_gpu *g = &pf->gpu;
     plot p = {.x0 = -2, .x1 = 4, .y0 = 1e9, .y1 = g->peak_flops * 2, .logy = true};
-    size_t points = 0;
-    for (size_t i = 0; i < pf->n_kernels; i++)
-        points +=
-            pf->kernels[i].flops > 0 && pf->kernels[i].bytes > 0 && pf->kernels[i].total_ns > 0;
     svg_open(out, "Roofline: kernels with analytic FLOPs", NULL,
              "achieved FLOP/s against arithmetic intensity, log-log, with the card's roofs");
     axes(out, &p, "arithmetic intensity, log10 FLOP/byte", "FLOP/s (log)");

@@ -343,11 +343,11 @@ int sample_parse_args(const sample_spec *spec, int argc, char **argv, sample_opt
         if (rc != SAMPLE_CONTINUE) return rc;
     }
     if (!o->lr_given) o->lr = o->optimizer == AMP_OPTIM_SGD ? spec->lr_sgd : spec->lr_adam;
-    if ((o->init_scale || o->growth_interval) && o->precision != AMP_DTYPE_F16)
+    if ((o->init_scale > 0 || o->growth_interval > 0) && o->precision != AMP_DTYPE_F16)
         fprintf(stderr,
                 "%s: %s: a GradScaler's setting, and only fp16 runs one (here %s): "
                 "ignored\n",
-                o->prog, o->init_scale ? "--init-scale" : "--growth-interval",
+                o->prog, o->init_scale > 0 ? "--init-scale" : "--growth-interval",
                 o->precision == AMP_DTYPE_BF16 ? "bf16" : "fp32");
     if (o->save_path && !save_path_writable(o)) return 1;
     return SAMPLE_CONTINUE;
@@ -490,9 +490,9 @@ amp_tensor_t *sample_param(sample_params *ps, amp_ctx_t *ctx, const char *name, 
     if (ps->n == ps->cap) {
         int64_t cap = ps->cap ? 2 * (int64_t)ps->cap : 16, bytes = cap * (int64_t)sizeof *ps->t;
         // the list is int-indexed: more parameters than INT_MAX are out of memory too
-        amp_tensor_t **t = cap <= INT_MAX ? realloc(ps->t, (size_t)bytes) : NULL;
-        if (!t) out_of_memory("the parameter list", bytes);
-        ps->t = t;
+        amp_tensor_t **grown = cap <= INT_MAX ? realloc(ps->t, (size_t)bytes) : NULL;
+        if (!grown) out_of_memory("the parameter list", bytes);
+        ps->t = grown;
         ps->cap = (int)cap;
     }
     ps->t[ps->n++] = t;
@@ -703,7 +703,7 @@ static int replaced_scaler_flags(const sample_opts *o, const amp_scaler_params *
         asked->growth_factor != got->growth_factor || asked->backoff_factor != got->backoff_factor;
     int n = 0;
     if ((thrash && (factors || (interval && !o->growth_interval))) ||
-        (underflow && ((scale && !o->init_scale) || (interval && !o->growth_interval))))
+        (underflow && ((scale && o->init_scale <= 0) || (interval && !o->growth_interval))))
         flags[n++] = thrash ? "--fault scale-thrash's settings" // all of it, GradScaler settings
                             : "--fault grad-underflow's GradScaler settings"; // not its loss factor
     if (scale && o->init_scale > 0) flags[n++] = "--init-scale";

@@ -608,12 +608,12 @@ START_TEST(test_adam_torch_bits) {
         test_set_grad_f32(ctx, p, (float[]){0.5f * k, -1 * k, 0.25f * k});
         amp_optim_step(opt);
         const amp_tensor_t *t[3] = {p, amp_optim_state(opt, 0, 0), amp_optim_state(opt, 0, 1)};
-        for (int k = 0; k < 3; k++) {
+        for (int j = 0; j < 3; j++) {
             uint32_t got[3];
-            amp_tensor_read_f32(t[k], (float *)got);
+            amp_tensor_read_f32(t[j], (float *)got);
             for (int i = 0; i < 3; i++)
-                ck_assert_msg(got[i] == want[s][k][i], "step %d tensor %d [%d]: %08x, want %08x",
-                              s + 1, k, i, got[i], want[s][k][i]);
+                ck_assert_msg(got[i] == want[s][j][i], "step %d tensor %d [%d]: %08x, want %08x",
+                              s + 1, j, i, got[i], want[s][j][i]);
         }
     }
     amp_optim_free(opt);

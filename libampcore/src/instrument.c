@@ -596,12 +596,12 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
         char dts[64] = "", shapes[256] = "";
         size_t kd = 0, ks = 0;
         int64_t bytes = (int64_t)amp_tensor_numel(out) * (int64_t)amp_dtype_size(out->dtype);
-        for (int i = 0; i < n; i++) {
-            char sh[64];
-            kd = appendf(dts, sizeof dts, kd, i ? ",%s" : "%s", amp_dtype_name(inputs[i]->dtype));
-            ks = appendf(shapes, sizeof shapes, ks, i ? ",%s" : "%s",
-                         amp_shape_str(inputs[i], sh, sizeof sh));
-            bytes += amp_tensor_numel(inputs[i]) * (int64_t)amp_dtype_size(inputs[i]->dtype);
+        for (int k = 0; k < n; k++) {
+            char shape[64];
+            kd = appendf(dts, sizeof dts, kd, k ? ",%s" : "%s", amp_dtype_name(inputs[k]->dtype));
+            ks = appendf(shapes, sizeof shapes, ks, k ? ",%s" : "%s",
+                         amp_shape_str(inputs[k], shape, sizeof shape));
+            bytes += amp_tensor_numel(inputs[k]) * (int64_t)amp_dtype_size(inputs[k]->dtype);
         }
         amp_record_op(&(amp_rec_op){.step = rec_step(ctx),
                                     .layer_id = layer,

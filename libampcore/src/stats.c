@@ -72,9 +72,14 @@ static int64_t count_nonfinite_host(const void *p, amp_dtype dt, int64_t n) {
 // All-finite values: one loop the compiler vectorises. Its min/max reductions need
 // finite-math-only (the values are all finite here) and no-signed-zeros (min of -0 and 0 may
 // come out as either; amax is the same); the block's sum of squares may be reassociated.
-__attribute__((optimize("finite-math-only", "no-signed-zeros", "no-trapping-math",
-                        "associative-math"))) static void
-acc_finite(acc *a, const float *v, int64_t n, limits lim) {
+#if defined(__GNUC__) && !defined(__clang__) // GCC's per-function options; others plain math
+#define FAST_FINITE_MATH                                                                           \
+    __attribute__((optimize("finite-math-only", "no-signed-zeros", "no-trapping-math",             \
+                            "associative-math")))
+#else
+#define FAST_FINITE_MATH
+#endif
+FAST_FINITE_MATH static void acc_finite(acc *a, const float *v, int64_t n, limits lim) {
     float mn = a->mn, mx = a->mx, ss = 0.0f;
     int32_t zero = 0, over = 0, under = 0; // n <= BLOCK
     for (int64_t i = 0; i < n; i++) {
