@@ -622,8 +622,6 @@ static void list_unmatched(FILE *out, const char *label, const report_findings *
     }
 }
 
-// The loss curves of process pa of a and pb of b compared, on one line after lead ("" when they
-// have no finite loss at a common step).
 // A relative difference in words: "0.42%", or for ten times and more "1.5e+04x" (as a
 // percentage it could overflow a double).
 static const char *rel_words(char buf[32], double rel) {
@@ -634,6 +632,8 @@ static const char *rel_words(char buf[32], double rel) {
     return buf;
 }
 
+// The loss curves of process pa of a and pb of b compared, on one line after lead (nothing when
+// they have no finite loss at a common step).
 static void curves(FILE *out, const report_model *a, const report_process *pa,
                    const report_model *b, const report_process *pb, const char *lead) {
     char mean[32], max[32];
