@@ -632,18 +632,18 @@ static const char *rel_words(char buf[32], double rel) {
     return buf;
 }
 
-// The loss curves of process pa of a and pb of b compared, on one line after lead (nothing when
-// they have no finite loss at a common step).
-static void curves(FILE *out, const report_model *a, const report_process *pa,
+// The loss curves of process pa of a and pb of b compared, on one line after lead; false, and
+// nothing printed, when they have no finite loss at a common step.
+static bool curves(FILE *out, const report_model *a, const report_process *pa,
                    const report_model *b, const report_process *pb, const char *lead) {
     char mean[32], max[32];
     loss_gap g;
     compare_losses(a, pa, b, pb, &g);
-    if (!g.common) return;
+    if (!g.common) return false;
     if (g.max_step < 0) {
         fprintf(out, "%s%lld common steps with finite losses, the same in both.\n", lead,
                 (long long)g.common);
-        return;
+        return true;
     }
     fprintf(out,
             "%s%lld common steps with finite losses, mean difference %s, largest %s at step %lld",
@@ -653,6 +653,7 @@ static void curves(FILE *out, const report_model *a, const report_process *pa,
         fprintf(out, "; they diverge by %.0f%% or more from step %lld", 100 * DIVERGE,
                 (long long)g.diverge_step);
     fputs(".\n", out);
+    return true;
 }
 
 // One pair's line: "  tiny_gpt pid 12 in A, tiny_gpt pid 40 in B: ..." (or that it has no
@@ -667,11 +668,7 @@ static void pair_line(FILE *out, const report_model *a, const report_model *b, p
         return;
     }
     snprintf(lead, sizeof lead, "  %s in A, %s in B: ", x, y);
-    loss_gap g;
-    compare_losses(a, pp.a, b, pp.b, &g);
-    if (g.common)
-        curves(out, a, pp.a, b, pp.b, lead);
-    else
+    if (!curves(out, a, pp.a, b, pp.b, lead))
         fprintf(out, "%sno common step with finite losses.\n", lead);
 }
 

@@ -185,6 +185,21 @@ START_TEST(the_losses_compared_are_of_the_process_that_broke) {
 }
 END_TEST
 
+// A process whose losses are never finite has no curve to compare: its line says so.
+START_TEST(a_process_without_a_finite_loss_has_no_curve) {
+    run(a_path, 20, 4.0, 1.0, 0, true, "cpu");
+    second_process(a_path, 2, 1.0, "mlp", "tiny_gpt");
+    sql(a_path, "UPDATE AMP_STEPS SET loss = NULL, loss_finite = 0 WHERE pid = 2;");
+    run(b_path, 20, 4.0, 1.0, 0, true, "cpu");
+    second_process(b_path, 9, 1.0, "mlp", "tiny_gpt");
+    char *t = diff_of(a_path, b_path, "text");
+    HAS(t, "  tiny_gpt pid 2 in A, tiny_gpt pid 9 in B: no common step with finite losses.\n");
+    HAS(t, "  mlp pid 1 in A, mlp pid 1 in B: 20 common steps with finite losses, the same in "
+           "both.\n");
+    free(t);
+}
+END_TEST
+
 START_TEST(amp_faster_same_loss_either_order) {
     run(a_path, 20, 10.0, 1.0, 1000, false, "cuda");
     run(b_path, 20, 4.0, 1.003, 600, true, "cuda");
@@ -730,6 +745,7 @@ Suite *diff_suite(void) {
     tcase_add_test(tc, a_divergence_in_both_runs_is_one);
     tcase_add_test(tc, processes_are_matched_by_program_and_order);
     tcase_add_test(tc, the_losses_compared_are_of_the_process_that_broke);
+    tcase_add_test(tc, a_process_without_a_finite_loss_has_no_curve);
     tcase_add_test(tc, output_over_an_input_or_to_a_full_disk_is_refused);
     tcase_add_test(tc, usage_and_bad_files_exit_2);
     tcase_add_test(tc, mlp_fp32_vs_fp16_on_the_cpu);
