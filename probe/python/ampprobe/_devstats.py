@@ -286,9 +286,10 @@ class StepStats:
             self.flush()
         return handle
 
-    def add_many(self, tensors, target, bounds):
+    def add_many(self, tensors, target, bounds, defer=False):
         """add() of each of tensors (not written to before they are read: parameters, their
-        gradients), in one launch with the deferred ones."""
+        gradients), in one launch with the deferred ones (defer: with those deferred after them
+        too, at the next flush(); the tensors must keep their memory until then)."""
         if target != self._pending_target:
             self.flush()
             self._pending_target, self._pending_bounds = target, bounds
@@ -297,7 +298,8 @@ class StepStats:
         code_of = _AMP_DTYPE.get
         self.pending += [(t, first + k, code_of(t.dtype), t.numel())
                          for k, t in enumerate(tensors)]
-        self.flush()
+        if not defer:
+            self.flush()
 
     def flush(self):
         """Launches the deferred tensors' statistics (as few launches as the kernel's

@@ -771,6 +771,11 @@ class Watcher:
         self._segments = ((), None)  # the segment ids of the last sizes compared
         self._update_hooked = set()  # optimizers hooked by the scaler's step (_hook_updates)
         self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
+        self._pswap = False  # the parameters' memory is swapped in the forward (FSDP1's)
+        # the parameters are read as a forward begins (at once) until a forward has seen the
+        # first _pkept of them keep their memory: then with the forward's outputs, one launch
+        # fewer (_pcheck: their (address, numel) as the forward that checks them began)
+        self._pkept, self._pcheck = 0, None
         self.quiet = set()  # ids of the wrappers around modules (_layer_stack_hooks)
         self._take_modules(named, lambda n: ids[n], "")
         self._take_wrappers(self.outer, wrappers, ids[""])
@@ -1145,7 +1150,7 @@ class Watcher:
         self.quiet.update(id(m) for m in mods if _wrapper(m))
         fsdp1 = [m for m in mods if _fsdp1(m)]
         if fsdp1:
-            self._bwd_rerunnable = False
+            self._bwd_rerunnable, self._pswap = False, True
         if any(getattr(m, "world_size", 1) > 1 for m in fsdp1):
             self._sharded, self._rerunnable = True, False
 
@@ -1231,9 +1236,12 @@ class Watcher:
         if self.sampled and not self.params_queued:
             self.params_queued = True
             ps = self._plist
+            defer = self._pkept == len(ps)
+            if not defer and self._pcheck is None and not (self._sharded or self._pswap):
+                self._pcheck = [(p.data_ptr(), p.numel()) for p in ps]
             if not all(p.requires_grad for p in ps):  # a frozen one never changes: not read
                 ps = [p if p.requires_grad else None for p in ps]
-            self._queue_params(ps, self._pentries)
+            self._queue_params(ps, self._pentries, defer)
         if self._op_step() and not self.compiled:
             self.ops = _OpRecorder(self, self.step, dev)
             self.ops.start()
@@ -1409,8 +1417,18 @@ class Watcher:
         return local
 
     def _check_outputs(self):
-        """The forward has ended: its deferred outputs are read now; on the first sampled step,
-        the layers whose output was written to after it returned are marked to be read at once."""
+        """The forward has ended: its deferred outputs (and parameters) are read now; on the
+        first sampled step, the layers whose output was written to after it returned are marked
+        to be read at once. Parameters read as the forward began that kept their memory through
+        it are read with the outputs from the next sampled step on (a wrapper that swaps their
+        memory, as DeepSpeed's ZeRO-3 does, keeps them read at once)."""
+        if self._pcheck is not None:
+            n = len(self._pcheck)
+            if [(p.data_ptr(), p.numel()) for p in self._plist[:n]] == self._pcheck:
+                self._pkept = n
+            else:
+                self._pswap = True  # (another wrapper's doing): read at once for good
+            self._pcheck = None
         with self._lock:
             self.stats.flush()
             if self._watch is not None:
@@ -1565,7 +1583,8 @@ class Watcher:
         if not self.on or not self.sampled or self.rerunning or _compiling():
             return
         mine = self._lowp_params()
-        if not mine or (kwargs or {}).get("closure") is not None or                 (len(args) > 1 and args[1] is not None):
+        if not mine or (kwargs or {}).get("closure") is not None or \
+                (len(args) > 1 and args[1] is not None):
             return
         ps, rows = [], []
         for group in optimizer.param_groups:
@@ -1666,12 +1685,13 @@ class Watcher:
             self.wgrads_queued = self._wgrads_early = True
             self._read_weight_grads()
 
-    def _queue_params(self, ts, entries):
+    def _queue_params(self, ts, entries, defer=False):
         """Launches the statistics of ts, one tensor per parameter (None: none, a gradient of a
         parameter that took no part), under their entries, in one launch with the deferred
-        tensors; returns their handles. At once: a wrapper that swaps a parameter's memory
-        (FSDP1's flat parameters, sharded and unsharded around each unit's forward) leaves
-        nothing to read later."""
+        tensors; returns their handles. At once unless defer (the parameters as a forward
+        begins, once they are known to keep their memory through it: on_root_pre): a wrapper
+        that swaps a parameter's memory (FSDP1's flat parameters, sharded and unsharded around
+        each unit's forward) leaves nothing to read later."""
         if self._sharded:  # DTensors (FSDP2): each process records its shards, if it has any
             ts = [None if t is None else self._local(t) for t in ts]
             ts = [None if t is None or not t.numel() else t for t in ts]
@@ -1683,7 +1703,7 @@ class Watcher:
             else:
                 self.entries.extend(entries)
             first = len(self.stats.order)
-            self.stats.add_many(ts, *self._against)
+            self.stats.add_many(ts, *self._against, defer=defer)
             return range(first, first + len(ts))
 
     def _found_infs(self):

@@ -14,6 +14,10 @@ its own output again after it (read at once from then on: its maximum back to th
 LATE's); fc3's output, which nobody writes into, is read late and keeps its negative values.
 fc3 is a Sequential of one Linear, whose output is fc3's own: the same tensor queued twice in
 one batch (and its gradient likewise), read once, and both layers' rows must be the same.
+Each step's `weight` rows must hold the parameters as that step's forward saw them (printed by
+the script before each forward): read as the forward begins on the first step, with the
+forward's outputs from then on, and neither before the update of the step before nor after the
+step's own.
 """
 import sqlite3
 import sys
@@ -48,6 +52,8 @@ def train():
     y = torch.randint(0, 10, (512,), device="cuda")
     for step in range(STEPS):
         model.step = step
+        for name, p in model.named_parameters():  # (in the log: check() compares)
+            print("param %d %s %r %r" % (step, name, p.min().item(), p.max().item()))
         with torch.autocast("cuda", dtype=torch.float16):
             loss = torch.nn.functional.cross_entropy(model(x).float(), y)
         opt.zero_grad(set_to_none=True)
@@ -92,12 +98,22 @@ def check(db, log):
     if steps != STEPS:  # watch() in the script: `ampprobe run --torch` must not watch again
         problems.append("%d steps recorded, expected %d" % (steps, STEPS))
     text = open(log).read()
+    seen = {(int(f[1]), f[2]): (float(f[3]), float(f[4])) for f in
+            (line.split() for line in text.splitlines() if line.startswith("param "))}
+    rows = {(step, name): (mn, mx) for step, name, mn, mx in sqlite3.connect(db).execute(
+        "SELECT step, op, min, max FROM AMP_TENSOR_STATS WHERE kind = 'weight'")}
+    wrong = [k for k in sorted(seen) if rows.get(k) != seen[k]]
+    if len(seen) != 6 * STEPS or wrong:  # fc1, fc2 and fc3.0: a weight and a bias each
+        k = wrong[0] if wrong else None
+        problems.append("weight rows: %d of %d parameters as the forward saw them differ%s" % (
+            len(wrong), len(seen), " (%s at step %d: %s, not %s)" % (k[1], k[0], rows.get(k),
+                                                                     seen[k]) if k else ""))
     want = "step %d: layer fc2's output was written to in place" % LATE
     if want not in text:
         problems.append("no warning '%s' in %s" % (want, log))
     if "layer fc1's output was written to" in text:
         problems.append("fc1 named on stderr (its write happens at the first step: learnt)")
-    print("%s in-place module outputs: %d steps checked%s" % (
+    print("%s in-place module outputs and the parameters' rows: %d steps checked%s" % (
         "FAIL" if problems else "PASS", STEPS, ("; " + "; ".join(problems[:4])) if problems
         else ""), flush=True)
     return 1 if problems else 0
