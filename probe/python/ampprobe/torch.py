@@ -1420,8 +1420,8 @@ class Watcher:
         """The forward has ended: its deferred outputs (and parameters) are read now; on the
         first sampled step, the layers whose output was written to after it returned are marked
         to be read at once. Parameters read as the forward began that kept their memory through
-        it are read with the outputs from the next sampled step on (a wrapper that swaps their
-        memory, as DeepSpeed's ZeRO-3 does, keeps them read at once)."""
+        it are read with the outputs from the next sampled step on (a wrapper seen to swap their
+        memory during the forward keeps them read at once)."""
         if self._pcheck is not None:
             n = len(self._pcheck)
             if [(p.data_ptr(), p.numel()) for p in self._plist[:n]] == self._pcheck:
