@@ -771,7 +771,7 @@ class Watcher:
         self._segments = ((), None)  # the segment ids of the last sizes compared
         self._update_hooked = set()  # optimizers hooked by the scaler's step (_hook_updates)
         self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
-        self._pswap = False  # the parameters' memory is swapped in the forward (FSDP1's)
+        self._pswap = False  # the parameters' memory is swapped in the forward (FSDP1, or seen)
         # the parameters are read as a forward begins (at once) until a forward has seen the
         # first _pkept of them keep their memory: then with the forward's outputs, one launch
         # fewer (_pcheck: their (address, numel) as the forward that checks them began)
