@@ -9,8 +9,9 @@
  * uncaught exception under --torch has it recorded (META exception) and named by the report, and
  * so does a bridge that cannot attach (META bridge_error: a torch older than it needs).
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
- * judge and the module links (what reads each module's output) on small CPU models. Without
- * python3 (or torch, for that one) the cases say so and pass.
+ * judge and the module links (what reads each module's output) on small CPU models, and
+ * cpu_devstats.py the step statistics' queue. Without python3 (or torch, for those two) the cases
+ * say so and pass.
  */
 #include "tests.h"
 
@@ -264,18 +265,17 @@ START_TEST(test_bridge_without_torch_says_so) {
 }
 END_TEST
 
-// The forward judge of a broken step's re-run, and the module links that name a backward traced
-// per module, on small CPU models (probe/python/tests/cpu_judge.py): with python3's torch or the
-// system python's, skipped without one (CI installs Debian's).
-START_TEST(test_forward_judge_on_the_cpu) {
+// Runs the torch script probe/python/tests/NAME.py with python3's torch or the system python's
+// (where apt's python3-torch goes; CI installs Debian's): it must print "NAME: all passed".
+// Without a torch (exit status 77) the case says so and passes.
+static void torch_script(const char *name) {
     if (!have_python()) return;
-    // python3, or the system's (where apt's python3-torch goes) when python3 is another one
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "py=python3; python3 -c 'import torch' 2>/dev/null || ! /usr/bin/python3 -c 'import "
              "torch' 2>/dev/null || py=/usr/bin/python3; PYTHONPATH=%s/probe/python $py "
-             "%s/probe/python/tests/cpu_judge.py 2>&1",
-             AMP_SOURCE_DIR, AMP_SOURCE_DIR);
+             "%s/probe/python/tests/%s.py 2>&1",
+             AMP_SOURCE_DIR, AMP_SOURCE_DIR, name);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     char out[8192]; // the output's last part (read to its end: a long one must not block it)
@@ -291,11 +291,22 @@ START_TEST(test_forward_judge_on_the_cpu) {
     int status = pclose(p);
     ck_assert_msg(WIFEXITED(status), "%s", out);
     if (WEXITSTATUS(status) == 77) {
-        fprintf(stderr, "pybridge: python3 has no torch: the judge's CPU check skipped\n");
+        fprintf(stderr, "pybridge: python3 has no torch: %s skipped\n", name);
         return;
     }
-    ck_assert_msg(WEXITSTATUS(status) == 0 && strstr(out, "cpu_judge: all passed"), "%s", out);
+    char want[64];
+    snprintf(want, sizeof want, "%s: all passed", name);
+    ck_assert_msg(WEXITSTATUS(status) == 0 && strstr(out, want), "%s", out);
 }
+
+// The forward judge of a broken step's re-run, and the module links that name a backward traced
+// per module, on small CPU models (probe/python/tests/cpu_judge.py).
+START_TEST(test_forward_judge_on_the_cpu) { torch_script("cpu_judge"); }
+END_TEST
+
+// The step statistics' queue on the CPU (probe/python/tests/cpu_devstats.py): deferred tensors
+// read at the next flush in their places, checked outputs written to before their read listed.
+START_TEST(test_step_statistics_on_the_cpu) { torch_script("cpu_devstats"); }
 END_TEST
 
 Suite *pybridge_suite(void) {
@@ -308,6 +319,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_torch_needs_the_build);
     tcase_add_test(c, test_bridge_without_torch_says_so);
     tcase_add_test(c, test_forward_judge_on_the_cpu);
+    tcase_add_test(c, test_step_statistics_on_the_cpu);
     suite_add_tcase(s, c);
     return s;
 }
