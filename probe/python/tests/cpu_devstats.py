@@ -23,14 +23,6 @@ except ImportError:
 from ampprobe import _devstats, _vocab
 
 F16 = ("f16", _vocab.DTYPES["f16"])
-failures = []
-
-
-def case(name, ok, detail=""):
-    print("%s %s%s" % ("PASS" if ok else "FAIL", name, (": " + detail) if detail and not ok
-                       else ""), flush=True)
-    if not ok:
-        failures.append(name)
 
 
 def figures(st):
@@ -38,46 +30,47 @@ def figures(st):
     return [(f.numel, f.min, f.max, f.n_posinf, f.n_overflow) for f in figs]
 
 
-def at_once():
+def cases():
+    """(name, passed, what was found) per case."""
     st = _devstats.StepStats(None)
     st.add_many([torch.tensor([1.0, -2.0])], *F16)
-    case("add_many() reads at once", not st.pending and len(st.eager) == 1,
-         "%d pending, %d read" % (len(st.pending), len(st.eager)))
-    case("its figures", figures(st) == [(2, -2.0, 1.0, 0, 0)])
+    got = (len(st.pending), len(st.eager))
+    yield "add_many() reads at once (pending, read)", got == (0, 1), got
+    got = figures(st)
+    yield "its figures", got == [(2, -2.0, 1.0, 0, 0)], got
 
-
-def deferred():
     st = _devstats.StepStats(None)
     w, b = torch.tensor([1.0, -2.0, 3.0]), torch.tensor([0.5, 7e4])
     st.add_many([w, b], *F16, defer=True)
-    case("add_many(defer=True) waits for flush()", len(st.pending) == 2 and not st.eager,
-         "%d pending, %d read" % (len(st.pending), len(st.eager)))
+    got = (len(st.pending), len(st.eager))
+    yield "add_many(defer=True) waits for flush() (pending, read)", got == (2, 0), got
     out = torch.tensor([-1.0, float("inf")], dtype=torch.float16)
     st.defer(out, *F16, True, out.dtype, out.numel())
     w.mul_(2)  # before the read: the read sees it
     st.flush()
     got = figures(st)
-    want = [(3, -4.0, 6.0, 0, 0), (2, 0.5, 7e4, 0, 1), (2, -1.0, -1.0, 1, 0)]
-    case("deferred tensors read at flush(), in the order queued", got == want,
-         "%s, not %s" % (got, want))
+    yield "deferred tensors read at flush(), in the order queued", \
+        got == [(3, -4.0, 6.0, 0, 0), (2, 0.5, 7e4, 0, 1), (2, -1.0, -1.0, 1, 0)], got
 
-
-def modified():
     st = _devstats.StepStats(None)
     st.add_many([torch.ones(4)], *F16, defer=True)
     out = torch.zeros(4)
     h = st.defer(out, *F16, True, out.dtype, out.numel())
     out.add_(1)  # a module output written to in place before its read
     st.flush()
-    case("a checked output written to before its read is listed", st.modified == [h],
-         "modified %s, handle %d" % (st.modified, h))
+    yield "a checked output written to before its read is listed (its handle %d)" % h, \
+        st.modified == [h], st.modified
+
+
+def main():
+    failed = 0
+    for name, ok, got in cases():
+        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, got))
+        failed += not ok
+    print("cpu_devstats: %s (torch %s)" % ("all passed" if not failed else "%d failed" % failed,
+                                          torch.__version__))
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
-    at_once()
-    deferred()
-    modified()
-    if failures:
-        print("cpu_devstats: %d failed: %s" % (len(failures), ", ".join(failures)))
-        sys.exit(1)
-    print("cpu_devstats: all passed")
+    main()
