@@ -20,6 +20,7 @@ except ImportError:
     print("cpu_devstats: no torch: skipped")
     sys.exit(77)
 
+import torch_cases
 from ampprobe import _devstats, _vocab
 
 F16 = ("f16", _vocab.DTYPES["f16"])
@@ -62,15 +63,5 @@ def cases():
         st.modified == [h], st.modified
 
 
-def main():
-    failed = 0
-    for name, ok, got in cases():
-        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, got))
-        failed += not ok
-    print("cpu_devstats: %s (torch %s)" % ("all passed" if not failed else "%d failed" % failed,
-                                          torch.__version__))
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    torch_cases.run("cpu_devstats", cases())

@@ -31,6 +31,7 @@ except ImportError:
     print("cpu_judge: no torch: skipped")
     sys.exit(77)
 
+import torch_cases
 from ampprobe import _judge
 from ampprobe._links import Links
 
@@ -302,15 +303,5 @@ def link_cases():
     yield "nothing named before the forward ends", got == (None, None, ("loss", -1)), got
 
 
-def main():
-    failed = 0
-    for name, ok, got in list(cases()) + list(link_cases()):
-        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, got))
-        failed += not ok
-    print("cpu_judge: %s (torch %s)" % ("all passed" if not failed else "%d failed" % failed,
-                                       torch.__version__))
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    torch_cases.run("cpu_judge", list(cases()) + list(link_cases()))
