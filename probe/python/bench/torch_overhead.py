@@ -2,16 +2,18 @@
 """torch_overhead.py — step-time cost of the PyTorch bridge on the bench workloads.
 
 Runs probe/bench/torch_baseline.py's workloads (same models, shapes, batch, Adam, GradScaler)
-plainly and with `ampprobe.torch.watch(model, scaler=..., optimizer=..., stats_every=1)`,
-alternating in one process (ROUNDS rounds, default 5, each run 10 warm-up steps then the
-workload's steps), and prints per run the median CUDA-event step time and the wall-clock time
-per step (the latter counts the one host copy per step that the bridge adds, and the host time
-of its hooks), then the overhead of the medians over the rounds. With --interleave the plain and
-the watched model train side by side in each round, a step of each in turn, which weighs the
-machine's ups and downs on both alike (the separate runs differ by more than what is measured
-from one minute to the next); the times are then each model's steps' alone (the wall-clock time
-the host spends in them, its waits for the GPU included). Run it under
-`ampprobe run --trace amp` so that the watched runs record (watch() attaches nothing otherwise):
+plainly and with `ampprobe.torch.watch(model, scaler=..., optimizer=..., stats_every=N)`,
+alternating in one process (ROUNDS rounds, default 5, each run 10 warm-up steps then the workload's
+steps), and prints per run the median CUDA-event step time and the wall-clock time per step (the
+latter counts the one host copy per step that the bridge adds, and the host time of its hooks), then
+the overhead of the medians over the rounds. N is 1 (statistics every step) unless --stats-every
+says otherwise; given more than once, each N is a watched run of its own in every round (what
+sampling the statistics saves on a host-bound loop). With --interleave the plain and the watched
+model train side by side in each round, a step of each in turn, which weighs the machine's ups and
+downs on both alike (the separate runs differ by more than what is measured from one minute to the
+next); the times are then each model's steps' alone (the wall-clock time the host spends in them,
+its waits for the GPU included). Run it under `ampprobe run --trace amp` so that the watched runs
+record (watch() attaches nothing otherwise):
 
   ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
 
@@ -129,19 +131,22 @@ def parse(p):
     return a
 
 
-def run(name, mode, watched):
-    event, wall, _ = timed(*setup(name, mode, dict(stats_every=1) if watched else None))
-    return dict(workload=name, mode=mode, watched=watched, event_ms=event, wall_ms=wall)
+def run(name, mode, every):
+    """One run: plain (every 0) or watched with stats_every=every."""
+    event, wall, _ = timed(*setup(name, mode, dict(stats_every=every) if every else None))
+    return dict(workload=name, mode=mode, watched=bool(every), stats_every=every,
+                event_ms=event, wall_ms=wall)
 
 
-def interleaved(name, mode):
-    """The plain and the watched run side by side, a step of each in turn (what the machine does
-    that minute weighs on both alike): a dict like run()'s per variant, the median of its steps'
-    CUDA-event times and the mean wall-clock time of its steps (the host's time in them, the
-    waits for the GPU included)."""
-    made = [setup(name, mode), setup(name, mode, dict(stats_every=1))]
+def interleaved(name, mode, everies):
+    """The plain run and a watched one per N in everies side by side, a step of each in turn
+    (what the machine does that minute weighs on all alike): a dict like run()'s per variant,
+    the median of its steps' CUDA-event times and the mean wall-clock time of its steps (the
+    host's time in them, the waits for the GPU included)."""
+    variants = [0] + everies
+    made = [setup(name, mode, dict(stats_every=n) if n else None) for n in variants]
     steps = made[0][1]
-    ev, wall = ([], []), [0.0, 0.0]
+    ev, wall = [[] for _ in made], [0.0] * len(made)
     clock = time.perf_counter
     for i in range(steps):
         for k, (step, _, _) in enumerate(made):
@@ -153,10 +158,12 @@ def interleaved(name, mode):
             wall[k] += clock() - t
             ev[k].append((a, b))
     torch.cuda.synchronize()
-    made[1][2].close()
-    return [dict(workload=name, mode=mode, watched=bool(k), wall_ms=wall[k] * 1e3 / steps,
+    for _, _, w in made[1:]:
+        w.close()
+    return [dict(workload=name, mode=mode, watched=bool(n), stats_every=n,
+                 wall_ms=wall[k] * 1e3 / steps,
                  event_ms=statistics.median(a.elapsed_time(b) for a, b in ev[k]))
-            for k in (0, 1)]
+            for k, n in enumerate(variants)]
 
 
 def main():
@@ -169,7 +176,14 @@ def main():
     ap_.add_argument("--interleave", action="store_true",
                      help="train the plain and the watched model side by side, a step of each "
                           "in turn (wall_ms is then the host's time in a model's steps)")
+    ap_.add_argument("--stats-every", type=int, action="append", metavar="N",
+                     help="the watched runs' stats_every (default 1); again for another "
+                          "watched run per round")
     a = parse(ap_)
+    everies = a.stats_every or [1]
+    bad = [n for n in everies if n < 1]
+    if bad:
+        ap_.error("--stats-every: %d: expected a positive number of steps" % bad[0])
     print("# torch %s %s, statistics module %s%s" % (
         torch.__version__, torch.cuda.get_device_name(),
         os.environ.get("AMPPROBE_STATS_MODULE") or "of the build",
@@ -178,22 +192,25 @@ def main():
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:
             for r in range(a.rounds):
-                for row in (interleaved(wl, mode) if a.interleave else
-                            (run(wl, mode, watched) for watched in (False, True))):
+                for row in (interleaved(wl, mode, everies) if a.interleave else
+                            (run(wl, mode, n) for n in [0] + everies)):
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    print("%-10s %-5s %12s %12s %9s %12s %12s %9s" % ("workload", "mode", "event_ms", "+ap",
-                                                      "overhead", "wall_ms", "+ap", "overhead"))
+    several = len(everies) > 1  # (then a column says which N a row's watched runs used)
+    print("%-10s %-5s %s%12s %12s %9s %12s %12s %9s" % (
+        "workload", "mode", "%6s " % "every" if several else "", "event_ms", "+ap", "overhead",
+        "wall_ms", "+ap", "overhead"))
     for wl in a.workload or ["simplecnn", "mlp", "gpt"]:
         for mode in a.mode or ["fp16", "bf16"]:
-            def med(key, watched):
+            def med(key, every):
                 return statistics.median(r[key] for r in rows if r["workload"] == wl
-                                         and r["mode"] == mode and r["watched"] == watched)
-            e0, e1, w0, w1 = med("event_ms", False), med("event_ms", True), \
-                med("wall_ms", False), med("wall_ms", True)
-            print("%-10s %-5s %12.3f %12.3f %8.1f%% %12.3f %12.3f %8.1f%%"
-                  % (wl, mode, e0, e1, 100 * (e1 / e0 - 1), w0, w1, 100 * (w1 / w0 - 1)),
-                  flush=True)
+                                         and r["mode"] == mode and r["stats_every"] == every)
+            e0, w0 = med("event_ms", 0), med("wall_ms", 0)
+            for n in everies:
+                e1, w1 = med("event_ms", n), med("wall_ms", n)
+                print("%-10s %-5s %s%12.3f %12.3f %8.1f%% %12.3f %12.3f %8.1f%%"
+                      % (wl, mode, "%6d " % n if several else "", e0, e1, 100 * (e1 / e0 - 1),
+                         w0, w1, 100 * (w1 / w0 - 1)), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@
 # DIST holds ampprobe, libamprecord.so and python/ as the build leaves them (built elsewhere and
 # carried). Each gpu_faults.py case runs, faulty and healthy, under `ampprobe run --torch --trace
 # amp` (in parallel) and check_report.py checks the report's first finding (PASS/FAIL lines); one
-# faulty case also runs with the eager (module-less) statistics; gradient accumulation and
-# activation checkpointing (both kinds, and checkpoint_wrapper), DistributedDataParallel (one
-# process), DataParallel (one GPU), FSDP2 and FSDP1 (one process; FSDP1's flat parameters too,
-# the weight rows theirs), gradient clipping after unscale_, a fused Adam (handed the scale), a
-# batch cleaned after its forward (named per module), bf16 without autocast (a model cast to it),
+# faulty case also runs with the eager (module-less) statistics, and three (the attention overflow,
+# the NaN batch, log(0)) with statistics every 5 steps (the fault's step has none); gradient
+# accumulation and activation checkpointing (both kinds, and checkpoint_wrapper),
+# DistributedDataParallel (one process), DataParallel (one GPU), FSDP2 and FSDP1 (one process;
+# FSDP1's flat parameters too, the weight rows theirs), gradient clipping after unscale_, a fused
+# Adam (handed the scale), a batch cleaned after its forward (named per module), bf16 without
+# autocast (a model cast to it),
 # FSDP's mixed precision without autocast (FSDP2's param_dtype and FSDP1's MixedPrecision, fp16
 # and bf16) and torch.compile (the model wrapped, compiled in place, or its blocks
 # compiled, also with CUDA graphs: and no graph break, the statistics a compiled model has) are
@@ -86,6 +88,11 @@ one clip-scaled "" --case nan --healthy --clip 0.5 --clip-scaled &
 one clip-unscaled "" --case nan --healthy --clip 0.5 &
 one lost-updates "" --case nan --healthy --bf16 --lr 1e-5 &
 one kept-updates "" --case nan --healthy --lr 1e-5 &
+wait
+# statistics every 5 steps: the fault's step 3 has none, its break is still found and traced
+for c in attn nan log0; do
+    RUN_OPTS="--stats-every 5" one "$c-every5" "" --case "$c" &
+done
 wait
 # a head over a vocabulary of 50257 and its padded twin, alone on the GPU (their step times)
 TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-odd ""
@@ -283,6 +290,9 @@ python3 "$HERE/check_report.py" --died "$WORK/attn-killed.sqlite" "$WORK/attn-ki
 for c in $cases; do
     python3 "$HERE/check_report.py" "$WORK/$c.json" "$c" || fail=1
     python3 "$HERE/check_report.py" "$WORK/$c-healthy.json" "$c" --healthy || fail=1
+done
+for c in attn nan log0; do
+    python3 "$HERE/check_report.py" "$WORK/$c-every5.json" "$c" || fail=1
 done
 python3 "$HERE/check_report.py" "$WORK/halfeps.json" halfeps || fail=1
 python3 "$HERE/check_report.py" "$WORK/p-dict-bf16-scaler.json" dict --healthy || fail=1
