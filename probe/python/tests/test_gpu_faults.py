@@ -29,7 +29,8 @@ whole, a GAN's two models with an optimizer each and one GradScaler), faulty and
 `-k frameworks`); a model cast to fp16 under Adam's eps=1e-8 named with that eps (`-k half`), a
 GradScaler kept in bf16 noted (`-k gradscaler`), and a head over a vocabulary of 50257 warned of
 its odd GEMM dimension, CUDA traced (gpu_shapes.py, `-k odd_gemm`); gradients clipped before
-scaler.unscale_ warned of, after it not (`-k clipped`). Skipped
+scaler.unscale_ warned of, after it not (`-k clipped`); with statistics every 5 steps, a fault
+at a step without them found as at every step (`-k without_statistics`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -53,16 +54,16 @@ CASES = ["attn", "residual", "nan", "log0", "underflow", "sawtooth", "fp32gemm",
 
 
 def record(tmp_path, case, healthy, extra=(), status=0, script="gpu_faults.py", trace="amp",
-           env=None):
+           env=None, run_opts=()):
     """Runs the case of script (None: a script without cases) under ampprobe run --torch
-    --trace trace (torch.compile's graph breaks logged; Python's tracebacks of every thread on a
-    fatal signal, for a rare abort at exit; env: more environment), which must exit with status;
-    returns the database and the script's output (stdout and stderr)."""
+    --trace trace and run_opts (torch.compile's graph breaks logged; Python's tracebacks of every
+    thread on a fatal signal, for a rare abort at exit; env: more environment), which must exit
+    with status; returns the database and the script's output (stdout and stderr)."""
     ampprobe = os.path.join(os.path.abspath(DIST), "ampprobe")
     db = str(tmp_path / ("%s%s%s.sqlite" % (case or script[:-3], "-healthy" if healthy else "",
                                             "".join(extra).replace("-", ""))))
-    run = subprocess.run([ampprobe, "run", "--torch", "--trace", trace, "-f", "-o", db, "--",
-                          sys.executable, os.path.join(HERE, script)]
+    run = subprocess.run([ampprobe, "run", "--torch", "--trace", trace, *run_opts, "-f", "-o", db,
+                          "--", sys.executable, os.path.join(HERE, script)]
                          + (["--case", case] if case else [])
                          + (["--healthy"] if healthy else []) + list(extra),
                          capture_output=True, text=True, timeout=600,
@@ -126,6 +127,14 @@ def test_first_finding_names_the_fault(tmp_path, case):
 def test_healthy_twin_is_clean(tmp_path, case):
     r = report_of(tmp_path, case, healthy=True)
     assert_clean(r)
+
+
+@pytest.mark.parametrize("case", ["attn", "nan", "log0"])
+def test_fault_at_a_step_without_statistics(tmp_path, case):
+    """Statistics every 5 steps: the fault's step 3 has none, and its break is found and traced
+    as at every step."""
+    db, _ = record(tmp_path, case, False, run_opts=("--stats-every", "5"))
+    assert_names(report(db), case)
 
 
 # model shapes (gpu_patterns.py's docstring)
