@@ -103,6 +103,27 @@ START_TEST(test_attn_overflow_names_the_attention_logits) {
 }
 END_TEST
 
+// Statistics every 5 steps: the overflow's step 3 has no statistics rows, and is still traced to
+// its producer, with every step's and every scale update's row recorded.
+START_TEST(test_fault_at_a_step_without_statistics) {
+    char out[8192];
+    setenv("AMPPROBE_STATS_EVERY", "5", 1);
+    int rc = probe_run(SAMPLE("tiny_gpt"),
+                       "--precision fp16 --fault attn-overflow --steps 7 --quiet", out, sizeof out);
+    unsetenv("AMPPROBE_STATS_EVERY");
+    ck_assert_int_eq(rc, 0);
+    sqlite3 *db = open_db();
+    ck_assert_str_eq(query_text(db, "SELECT group_concat(step) FROM (SELECT DISTINCT step FROM "
+                                    "AMP_TENSOR_STATS ORDER BY step)"),
+                     "0,5");
+    ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")),
+                     "3 blocks.1.attn mul fwd");
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_STEPS"), 7);
+    ck_assert_int_eq(test_query_int(db, "SELECT count(*) FROM AMP_SCALE"), 7);
+    sqlite3_close(db);
+}
+END_TEST
+
 START_TEST(test_nan_input_is_data) {
     char out[8192];
     ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault nan-input --steps 7", out, sizeof out), 0);
@@ -670,6 +691,7 @@ Suite *e2e_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_attn_overflow_names_the_attention_logits);
+    tcase_add_test(tc, test_fault_at_a_step_without_statistics);
     tcase_add_test(tc, test_nan_input_is_data);
     tcase_add_test(tc, test_log_zero_outside_any_layer);
     tcase_add_test(tc, test_grad_underflow_zeroes_weight_grads);
