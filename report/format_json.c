@@ -6,7 +6,8 @@
  *    "summary": {"steps": 12, "first_step": 0, "last_step": 11, "skipped": 9,
  *                "nonfinite_losses": 9, "final_loss": null, "scale_min": 128, "scale_max": 65536,
  *                "peak_memory": 1896960, "compiled": null, "unwatched": null,
- *                "added_models": null, "updates": null, "first_error_before_focus": null},
+ *                "added_models": null, "updates": null, "stats_every": 1,
+ *                "first_error_before_focus": null},
  *    "counts": {"error": 1, "warning": 2, "info": 0},
  *    "findings": [{"rule": "nonfinite-root-cause", "severity": "error",
  *                  "steps": {"first": 3, "last": 11}, "layer": "blocks.1.attn", "op": "mul",
@@ -107,6 +108,7 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     report_json_key_str(out, "unwatched", m->unwatched);
     report_json_key_str(out, "added_models", m->added_models);
     report_json_key_str(out, "updates", m->updates);
+    fprintf(out, ", \"stats_every\": %lld", (long long)report_stats_every(m));
     fputs(", \"first_error_before_focus\": ", out);
     report_json_step(out, m->end.first_error_before);
     size_t counts[3] = {0};

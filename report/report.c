@@ -1925,6 +1925,15 @@ int report_coverage_lines(const report_model *m, report_coverage out[REPORT_COVE
     if (m->unwatched)
         out[n++] = (report_coverage){"not watched", m->unwatched,
                                      " (trained outside the watched model: not recorded)"};
+    const int64_t every = report_stats_every(m);
+    if (every > 1) {
+        static _Thread_local char text[40];
+        snprintf(text, sizeof text, "every %lld steps", (long long)every);
+        out[n++] = (report_coverage){
+            "statistics", text,
+            " (--stats-every: the per-layer figures are of those steps; every step's loss and "
+            "scale are recorded, and a step that broke is traced all the same)"};
+    }
     if (m->updates)
         out[n++] = (report_coverage){
             "updates", m->updates,

@@ -705,13 +705,15 @@ void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n
 // What the run recorded of the model, for the Run section of every format: a line each for
 // what torch.compile left out ("compiled", "the model as a whole (torch.compile): the outputs
 // of the modules inside it are not recorded, ..."), models recorded beside it ("also
-// watched"), models trained but not watched ("not watched") and parameters updated with no
-// optimizer.step() seen ("updates"); text and note are printed one after the other (the note
-// fixed wording, the text the run's own: escape it). Returns how many.
+// watched"), models trained but not watched ("not watched"), statistics sampled every N steps
+// ("statistics", "every 5 steps") and parameters updated with no optimizer.step() seen
+// ("updates"); text and note are printed one after the other (the note fixed wording, the text
+// the run's own: escape it). The text of "statistics" lives in a thread-local buffer until the
+// next call. Returns how many.
 typedef struct report_coverage {
     const char *label, *text, *note;
 } report_coverage;
-#define REPORT_COVERAGE_MAX 4
+#define REPORT_COVERAGE_MAX 5
 int report_coverage_lines(const report_model *m, report_coverage out[REPORT_COVERAGE_MAX]);
 // One paragraph: the answer first (the top finding in words, or that the run is healthy).
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n);

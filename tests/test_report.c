@@ -428,6 +428,34 @@ START_TEST(parameters_trained_outside_the_watched_model_are_named) {
 }
 END_TEST
 
+// Statistics sampled every 5 steps (--stats-every): each format's Run section says so and what
+// every step still has, json's summary holds the number; a run with them every step says
+// nothing of it (stats_every 1).
+START_TEST(sampled_statistics_are_said) {
+    healthy(4);
+    ck_assert_int_eq(CMD(db_path, "--format", "json", "-o", out_path), 0);
+    char *t = test_read_file(out_path, NULL);
+    ck_assert_msg(strstr(t, "\"stats_every\": 1, "), "%s", t);
+    free(t);
+    ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
+    t = test_read_file(out_path, NULL);
+    ck_assert_msg(!strstr(t, "statistics:"), "%s", t);
+    free(t);
+    sql("INSERT INTO META (key, value, pid) VALUES ('stats_every', '5', 0);");
+    const char *formats[][2] = {
+        {"json", "\"stats_every\": 5, "},
+        {"text", "statistics:  every 5 steps (--stats-every: the per-layer figures are of those"},
+        {"md", "| statistics | every 5 steps (--stats-every"},
+        {"html", "<td>statistics</td><td>every 5 steps (--stats-every"}};
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
+        t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
+        free(t);
+    }
+}
+END_TEST
+
 START_TEST(empty_database_degrades_gracefully) {
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(findings.n, 0);
@@ -5121,6 +5149,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, event_spans_answer_per_process);
     tcase_add_test(tc, healthy_run_has_no_error_or_warning);
     tcase_add_test(tc, parameters_trained_outside_the_watched_model_are_named);
+    tcase_add_test(tc, sampled_statistics_are_said);
     tcase_add_test(tc, a_database_without_memory_peaks_reads);
     tcase_add_test(tc, a_step_without_its_step_record_has_no_nonfinite_loss);
     tcase_add_test(tc, ranks_are_counted_as_processes);
