@@ -396,6 +396,16 @@ START_TEST(a_compiled_model_says_what_is_not_recorded) {
 }
 END_TEST
 
+// Each {format, text}: the report in that format holds the text.
+static void formats_say(const char *formats[][2], size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
+        char *t = test_read_file(out_path, NULL);
+        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
+        free(t);
+    }
+}
+
 // A PyTorch run whose optimizer also trained modules outside the watched model, one of them
 // recorded from step 1 on, and whose parameters were updated by hand: each format's Run section
 // names them (escaped), json's summary holds them (unwatched, added_models, updates).
@@ -419,12 +429,7 @@ START_TEST(parameters_trained_outside_the_watched_model_are_named) {
         {"text", "updates:     by hand (no optimizer.step() seen: a step ends as the next"},
         {"md", "| updates | by hand (no optimizer.step() seen"},
         {"html", "<td>updates</td><td>by hand (no optimizer.step() seen"}};
-    for (size_t i = 0; i < 9; i++) {
-        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
-        t = test_read_file(out_path, NULL);
-        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
-        free(t);
-    }
+    formats_say(formats, sizeof formats / sizeof *formats);
 }
 END_TEST
 
@@ -447,12 +452,7 @@ START_TEST(sampled_statistics_are_said) {
         {"text", "statistics:  every 5 steps (--stats-every: the per-layer figures are of those"},
         {"md", "| statistics | every 5 steps (--stats-every"},
         {"html", "<td>statistics</td><td>every 5 steps (--stats-every"}};
-    for (size_t i = 0; i < 4; i++) {
-        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
-        t = test_read_file(out_path, NULL);
-        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
-        free(t);
-    }
+    formats_say(formats, sizeof formats / sizeof *formats);
 }
 END_TEST
 
@@ -764,12 +764,7 @@ START_TEST(a_finding_of_one_of_several_processes_names_it) {
         {"md", "- op: mul (fwd)\n- process: tiny\\_gpt (pid 7)\n"},
         {"html", "steps 3-11, layer blocks.0.attn, op mul (fwd), in tiny_gpt (pid 7)</div>"},
         {"json", "\"phase\": \"fwd\", \"processes\": 1, \"pid\": 7, \"program\": \"tiny_gpt\",\n"}};
-    for (size_t i = 0; i < 4; i++) {
-        ck_assert_int_eq(CMD(db_path, "--format", formats[i][0], "-o", out_path), 0);
-        char *t = test_read_file(out_path, NULL);
-        ck_assert_msg(strstr(t, formats[i][1]), "%s: %s", formats[i][0], t);
-        free(t);
-    }
+    formats_say(formats, sizeof formats / sizeof *formats);
     // both break alike: one finding of 2 processes, which names neither
     sql("INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
         "detail, aggregate, occurrences, last_step) SELECT 1, step, layer_id, op, phase, kind, "
