@@ -1908,38 +1908,41 @@ void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n
     }
 }
 
+// One Run-section line of report_coverage_lines.
+static report_coverage coverage(const char *label, const char *text, const char *note) {
+    return (report_coverage){.label = label, .text = text, .note = note};
+}
+
 int report_coverage_lines(const report_model *m, report_coverage out[REPORT_COVERAGE_MAX]) {
     int n = 0;
     if (m->compiled)
-        out[n++] = (report_coverage){
+        out[n++] = coverage(
             "compiled",
             strcmp(m->compiled, "model") == 0
                 ? "the model as a whole (torch.compile): the outputs of the modules inside it "
                   "are not recorded, its own output and the gradients are"
                 : "parts of the model (torch.compile): the modules inside them are not "
                   "recorded, the parts' outputs and the rest of the model are",
-            ""};
+            "");
     if (m->added_models)
-        out[n++] =
-            (report_coverage){"also watched", m->added_models, " (trained beside the model)"};
+        out[n++] = coverage("also watched", m->added_models, " (trained beside the model)");
     if (m->unwatched)
-        out[n++] = (report_coverage){"not watched", m->unwatched,
-                                     " (trained outside the watched model: not recorded)"};
+        out[n++] = coverage("not watched", m->unwatched,
+                            " (trained outside the watched model: not recorded)");
     const int64_t every = report_stats_every(m);
     if (every > 1) {
-        static _Thread_local char text[40];
-        snprintf(text, sizeof text, "every %lld steps", (long long)every);
-        out[n++] = (report_coverage){
-            "statistics", text,
-            " (--stats-every: the per-layer figures are of those steps; every step's loss and "
-            "scale are recorded, and a step that broke is traced all the same)"};
+        report_coverage *c = &out[n++];
+        *c = coverage("statistics", c->own,
+                      " (--stats-every: the per-layer figures are of those steps; every step's "
+                      "loss and scale are recorded, and a step that broke is traced all the same)");
+        snprintf(c->own, sizeof c->own, "every %lld steps", (long long)every);
     }
     if (m->updates)
-        out[n++] = (report_coverage){
+        out[n++] = coverage(
             "updates", m->updates,
             " (no optimizer.step() seen: a step ends as the next forward finds the parameters "
             "changed, after its update, so a broken step is named per module, not run again op "
-            "by op)"};
+            "by op)");
     return n;
 }
 

@@ -708,10 +708,10 @@ void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n
 // watched"), models trained but not watched ("not watched"), statistics sampled every N steps
 // ("statistics", "every 5 steps") and parameters updated with no optimizer.step() seen
 // ("updates"); text and note are printed one after the other (the note fixed wording, the text
-// the run's own: escape it). The text of "statistics" lives in a thread-local buffer until the
-// next call. Returns how many.
+// the run's own: escape it; "statistics" has it in its own `own`). Returns how many.
 typedef struct report_coverage {
     const char *label, *text, *note;
+    char own[32]; // a text made for the line ("every 5 steps"), which text then points to
 } report_coverage;
 #define REPORT_COVERAGE_MAX 5
 int report_coverage_lines(const report_model *m, report_coverage out[REPORT_COVERAGE_MAX]);
