@@ -49,7 +49,7 @@ static void run_unscale(void *arg) {
     j->status = amp_ctx_new(j->device, 0, &ctx);
     if (j->status != AMP_OK) return;
     bool wide = amp_dtype_size(c->dtype) == 4;
-    uint16_t *half = wide ? NULL : malloc((size_t)c->n * sizeof *half);
+    uint16_t *half = wide ? NULL : amp_xmalloc((size_t)c->n * sizeof *half);
     for (int64_t i = 0; !wide && i < c->n; i++)
         half[i] = (uint16_t)c->in[i];
     amp_tensor_t *grad =
@@ -74,7 +74,7 @@ static void check_case(struct conform_run *r, const char *file, const struct uns
         return;
     }
     struct unscale_job j = {
-        .c = c, .device = r->device, .inv_scale = inv, .got = calloc((size_t)c->n, sizeof *j.got)};
+        .c = c, .device = r->device, .inv_scale = inv, .got = amp_xcalloc((size_t)c->n, sizeof *j.got)};
     char msg[1024];
     if (!conform_guarded(run_unscale, &j, msg, sizeof msg)) {
         conform_fail(r, file, c->name, "libampcore aborted: %s", msg);
@@ -102,7 +102,7 @@ static void check_case(struct conform_run *r, const char *file, const struct uns
 // A line of bit patterns of dtype t into a new array; false when a field does not parse.
 static bool parse_bits(const struct conform_text *t, amp_dtype dt, uint32_t **out) {
     uint32_t max = amp_dtype_size(dt) == 4 ? UINT32_MAX : 0xFFFFu;
-    uint32_t *v = malloc((size_t)t->ntok * sizeof *v);
+    uint32_t *v = amp_xmalloc((size_t)t->ntok * sizeof *v);
     for (int i = 0; i < t->ntok; i++) {
         if (!conform_parse_hex(t->tok[i], max, &v[i])) {
             free(v);

@@ -10,6 +10,8 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +51,7 @@ static bool at_risk(const report_stats *s, bool fp32, amp_severity *sev) {
 
 void rule_overflow_run(const report_model *m, report_findings *out) {
     bool fp32 = fp32_run(m);
-    bool *done = m->n_stats ? calloc(m->n_stats, sizeof *done) : NULL;
+    bool *done = amp_xcalloc(m->n_stats, sizeof *done);
     for (int k = 0; k < MAX_FINDINGS; k++) {
         // the site with the least headroom left
         size_t best = m->n_stats;
