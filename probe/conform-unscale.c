@@ -73,8 +73,10 @@ static void check_case(struct conform_run *r, const char *file, const struct uns
                      c->inv_bits);
         return;
     }
-    struct unscale_job j = {
-        .c = c, .device = r->device, .inv_scale = inv, .got = amp_xcalloc((size_t)c->n, sizeof *j.got)};
+    struct unscale_job j = {.c = c,
+                            .device = r->device,
+                            .inv_scale = inv,
+                            .got = amp_xcalloc((size_t)c->n, sizeof *j.got)};
     char msg[1024];
     if (!conform_guarded(run_unscale, &j, msg, sizeof msg)) {
         conform_fail(r, file, c->name, "libampcore aborted: %s", msg);
