@@ -48,6 +48,7 @@ typedef struct ranges {
     bool in_nonfinite;             // an input held non-finite values
     int n_in;                      // inputs described
     bool in_zero[2];               // input 0's, input 1's range takes in 0 (min <= 0 <= max)
+    bool in_has_zero[3];           // input 0, 1, 2 holds an exact 0 (its min or max is 0)
 } ranges;
 
 static void parse_ranges(const char *detail, ranges *r) {
@@ -75,15 +76,16 @@ static void parse_ranges(const char *detail, ranges *r) {
             if (counts) r->nan = n_nan, r->posinf = n_pos, r->neginf = n_neg;
             const char *sp = strchr(buf, ' ');
             if (sp) sscanf(sp + 1, "%7s", r->out_dtype);
-        } else {
+        } else if (am || strstr(buf, " no finite value")) { // (an input tensor described)
             if (!isnan(amax) && (isnan(r->in_amax) || amax > r->in_amax)) r->in_amax = amax;
             const char *mn = strstr(buf, " min "), *mx = strstr(buf, " max ");
             if (strncmp(buf, "input 0 ", 8) == 0) {
                 if (mn) r->in0_min = strtod(mn + 5, NULL);
                 sscanf(buf + 8, "%7s", r->in0_dtype);
             }
-            if (r->n_in < 2 && mn && mx)
-                r->in_zero[r->n_in] = strtod(mn + 5, NULL) <= 0 && strtod(mx + 5, NULL) >= 0;
+            const double lo = mn ? strtod(mn + 5, NULL) : NAN, hi = mx ? strtod(mx + 5, NULL) : NAN;
+            if (r->n_in < 2) r->in_zero[r->n_in] = lo <= 0 && hi >= 0;
+            if (r->n_in < 3) r->in_has_zero[r->n_in] = lo == 0 || hi == 0;
             r->n_in++;
             r->in_nonfinite |= counts && n_nan + n_pos + n_neg > 0;
         }
@@ -754,6 +756,20 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
 static const char *const singular_ops[] = {"div", "mul", "sqrt",  "rsqrt",       "reciprocal",
                                            "pow", "log", "where", "masked_fill", NULL};
 
+// An inf gradient from finite values where a derivative has a pole at 0: a division by a value
+// that holds an exact 0 (sqrt's backward at 0, x / y's at y = 0) or a power of 0 below 1
+// (pow(x, 0.5) at 0). However small the gradients, it comes at every loss scale. The inputs as
+// the detail lists them: the PyTorch bridge's aten op's arguments (div: input 1 the divisor; pow:
+// input 0 the base), else libampcore's node's incoming gradient and then its forward inputs.
+static bool inf_at_pole(const ranges *r, const char *aten, const char *op) {
+    if (r->posinf + r->neginf == 0 || r->in_nonfinite) return false;
+    const char *name = aten[0] ? aten : op ? op : "";
+    const int first = aten[0] ? 0 : 1; // (libampcore: input 0 is the incoming gradient)
+    if (strcmp(name, "div") == 0) return r->in_has_zero[first + 1];
+    if (strcmp(name, "pow") == 0) return r->in_has_zero[first];
+    return false;
+}
+
 // The aten op of a backward producer's detail: "... in MulBackward0 (mul); ..." (empty: none).
 static void backward_aten(const char *detail, char *out, size_t n) {
     out[0] = '\0';
@@ -777,23 +793,47 @@ static const report_step *overflow_step(const report_model *m, const report_even
     return st;
 }
 
+// How a backward producer made its NaN/inf from finite values, as far as its detail tells.
+typedef enum backward_cause {
+    BWD_MAGNITUDE, // gradients too large for their dtype: the loss scale's business, or exploding
+    BWD_LEFT_OUT,  // through a -inf/NaN the forward made and where()/masked_fill() left out
+    BWD_SINGULAR,  // NaN and no inf from an op that gives NaN only at 0 / 0 or 0 * inf
+    BWD_POLE,      // inf where a derivative has a pole at 0 (inf_at_pole)
+} backward_cause;
+
+// e's cause, its detail parsed into *r and the aten op it names into aten (empty: none).
+static backward_cause backward_cause_of(const report_event *e, ranges *r, char aten[64]) {
+    parse_ranges(e->detail, r);
+    backward_aten(e->detail, aten, 64);
+    // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)
+    if (e->detail && strstr(e->detail, " left out: the backward still goes through"))
+        return BWD_LEFT_OUT;
+    if (r->nan > 0 && r->posinf + r->neginf == 0 && op_in(aten, singular_ops)) return BWD_SINGULAR;
+    if (inf_at_pole(r, aten, e->op)) return BWD_POLE;
+    return BWD_MAGNITUDE;
+}
+
+bool report_backward_at_any_scale(const report_event *e) {
+    ranges r;
+    char aten[64];
+    return backward_cause_of(e, &r, aten) != BWD_MAGNITUDE;
+}
+
 // A backward producer in a step whose forward stayed finite.
 static void add_backward(const report_model *m, const events_index *x, const report_event *e,
                          report_findings *out) {
     ranges r;
-    parse_ranges(e->detail, &r);
+    char aten[64];
+    const backward_cause cause = backward_cause_of(e, &r, aten);
     const report_step *st = overflow_step(m, e);
     double scale = st && st->has_scale ? st->scale_before : NAN;
     bool exploding = !(scale >= LOW_SCALE); // no scaler, or a low scale: the gradients are huge
-    // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)
-    bool left = e->detail && strstr(e->detail, " left out: the backward still goes through");
+    bool left = cause == BWD_LEFT_OUT, singular = cause == BWD_SINGULAR, pole = cause == BWD_POLE;
     // the PyTorch bridge without a GradScaler saw it when the step was recorded, a step late
     bool late = e->detail && strstr(e->detail, "(ampprobe run --check-grads)");
-    char aten[64];
-    backward_aten(e->detail, aten, sizeof aten);
-    bool singular = r.nan > 0 && r.posinf + r.neginf == 0 && op_in(aten, singular_ops);
-    report_finding *f = report_finding_add(
-        out, RULE, exploding || left || singular ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
+    report_finding *f = report_finding_add(out, RULE,
+                                           exploding || cause != BWD_MAGNITUDE ? AMP_SEVERITY_ERROR
+                                                                               : AMP_SEVERITY_INFO);
     where(f, m, e);
     int64_t occ = site_span(m, x, e, &f->first_step, &f->last_step);
     // where: the module, or (the PyTorch bridge, traced per module) the code that reads the
@@ -840,6 +880,19 @@ static void add_backward(const report_model *m, const events_index *x, const rep
                  "(torch.sqrt(x + eps), x.pow(2).sum(-1).add(eps).sqrt() for a norm), a clamp "
                  "(x.clamp(-1 + eps, 1 - eps) before acos). The loss scale cannot fix this: the "
                  "NaN comes at every scale.";
+    } else if (pole) {
+        const bool div = strcmp(aten[0] ? aten : f->op, "div") == 0;
+        snprintf(f->title, sizeof f->title,
+                 "inf gradient in the backward of %s at step %lld (forward finite): %s",
+                 site, (long long)f->first_step,
+                 div ? "a division by 0" : "0 raised to a power below 1");
+        advice = "A derivative is infinite at 0: that of sqrt (and of a norm written as the "
+                 "sqrt of a sum of squares), of pow(x, a) with a < 1, of a division by a value "
+                 "that is 0. Keep the input off that point: an eps inside (torch.sqrt(x + eps), "
+                 "x.pow(2).sum(-1).add(eps).sqrt() for a norm, or torch.linalg.vector_norm, "
+                 "whose gradient at 0 is 0), a clamp (x.clamp_min(eps)). The loss scale cannot "
+                 "fix this: the inf comes at every scale, so the GradScaler skips each such step "
+                 "and halves the scale.";
     } else if (exploding && isnan(scale)) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s went non-finite at step %lld, with no "

@@ -164,6 +164,19 @@ static bool forward_broken(const report_model *m, int32_t pid, int64_t first, in
            report_spans_cover(&m->forward_breaks, pid, first, last);
 }
 
+// True when a backward of pid in steps first..last went non-finite where no loss scale avoids it
+// (rule nonfinite-root-cause names the op).
+static bool backward_broken(const report_model *m, int32_t pid, int64_t first, int64_t last) {
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (e->pid == pid && e->step <= last && e->last_step >= first && e->phase &&
+            strcmp(e->phase, "bwd") == 0 && strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 &&
+            report_backward_at_any_scale(e))
+            return true;
+    }
+    return false;
+}
+
 // How many times the loss at step `at` exceeds the median finite loss of the (up to) 16 steps
 // before it (*before: that median); NaN when there are fewer than 2 of them or no loss at `at`.
 static double loss_jump(const report_model *m, int32_t pid, int64_t at, double *before) {
@@ -381,6 +394,10 @@ static void clipped_while_scaled(const report_model *m, const report_process *p,
 static const char broken_forward_advice[] =
     "Fix the non-finite forward pass first (see the nonfinite-root-cause finding): no loss scale "
     "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
+static const char broken_backward_advice[] =
+    "Fix the non-finite backward first (see the nonfinite-root-cause finding): its NaN/inf comes "
+    "at every loss scale, so the scaler halves the scale and skips every such step; no "
+    "init_scale or growth_interval changes that.";
 
 void rule_scale_run(const report_model *m, report_findings *out) {
     for (size_t i = 0; i < m->n_procs; i++)
@@ -403,6 +420,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         // are the initial calibration, not a collapse (scan): below, an info)
         if (r.collapse_len >= COLLAPSE_BACKOFFS || (r.collapse_len > 0 && r.scale_last < 1.0)) {
             bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
+            bool bwd_broken =
+                !broken && backward_broken(m, r.pid, r.collapse_first, r.collapse_last);
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
             f->pid = r.pid;
@@ -424,7 +443,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             // gradients that explode, an init_scale the run has not come down from yet
             const bool applied_before =
                 proc && proc->first_applied >= 0 && proc->first_applied < r.collapse_first;
-            const bool too_high = !broken && !applied_before && r.collapse_to >= TOO_HIGH_SCALE;
+            const bool too_high =
+                !broken && !bwd_broken && !applied_before && r.collapse_to >= TOO_HIGH_SCALE;
             snprintf(f->title, sizeof f->title, "loss scale %s: %lld %s from %.9g to %.9g (%s)%s",
                      too_high ? "set too high, still coming down" : "collapse",
                      (long long)r.collapse_len,
@@ -451,6 +471,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             }
             if (broken)
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
+            else if (bwd_broken)
+                snprintf(f->advice, sizeof f->advice, "%s", broken_backward_advice);
             else if (too_high)
                 snprintf(f->advice, sizeof f->advice,
                          "The scale was set far too high (%.9g at step %lld): halving once a "

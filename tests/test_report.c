@@ -1949,6 +1949,69 @@ START_TEST(nonfinite_benign_grad_overflow_is_not_an_error) {
 }
 END_TEST
 
+// sqrt's backward at 0 (a norm written as sqrt of a sum of squares, a padding sample of zeros): an
+// inf gradient from finite values at every scale, a division by 0, not the loss scale's overflow;
+// the collapse it drives says to fix that backward, not to clip exploding gradients.
+START_TEST(nonfinite_inf_gradient_at_a_pole_is_an_error) {
+    healthy(8);
+    sql(EVENTS_VALUES
+        "(1, 3, 2, 'sqrt', 'bwd', 'nonfinite_producer', 'warning', 1, 19.6, 'in SqrtBackward0 "
+        "(div); input 0 f32 (16,) min 40.96 max 40.96 amax 40.96; input 1 f32 (16,) min 0 max "
+        "3.36593 amax 3.36593; gradient f32 (16,) min 12.169 max 19.613 amax 19.613 (0 nan, 1 "
+        "+inf, 0 -inf); ', 1, 5, 7);"
+        "UPDATE AMP_STEPS SET scale_before = 65536.0 / (1 << (step - 3)), "
+        "scale_after = 32768.0 / (1 << (step - 3)), skipped = 1, found_inf = 1 WHERE step >= 3;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 1);
+    ck_assert_str_eq(findings.v[0].rule, "nonfinite-root-cause");
+    ck_assert_str_eq(findings.v[0].title, "inf gradient in the backward of head sqrt at step 3 "
+                                          "(forward finite): a division by 0");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "torch.linalg.vector_norm"));
+    ck_assert_int_eq(findings.v[0].last_step, 7);
+    const report_finding *f = first_of("loss-scale");
+    ck_assert_msg(strstr(f->title, "collapse"), "%s", f->title);
+    ck_assert_msg(begins(f->advice, "Fix the non-finite backward first"), "%s", f->advice);
+    release();
+
+    // a divisor without a 0 (its range away from 0, or across it with no value at 0 said): the
+    // gradients outgrew the scale, the scaler's business; the collapse is theirs to explain
+    const char *divisors[] = {"min 0.5 max 3.36593", "min -1 max 3.36593"};
+    for (int i = 0; i < 2; i++) {
+        char q[512];
+        snprintf(q, sizeof q,
+                 "UPDATE AMP_EVENTS SET detail = replace(detail, 'min 0 max 3.36593', '%s');",
+                 divisors[i]);
+        sql(q);
+        analyse(NULL, INT64_MIN, INT64_MAX);
+        ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 0);
+        ck_assert_msg(strstr(first_of("nonfinite-root-cause")->title, "gradient overflow in the "
+                                                                       "backward"),
+                      "%s", first_of("nonfinite-root-cause")->title);
+        ck_assert_ptr_nonnull(strstr(first_of("loss-scale")->advice, "they explode"));
+        release();
+        snprintf(q, sizeof q,
+                 "UPDATE AMP_EVENTS SET detail = replace(detail, '%s', 'min 0 max 3.36593');",
+                 divisors[i]);
+        sql(q);
+    }
+
+    // libampcore's pow(x, 0.5) at x = 0: its node's incoming gradient, then its forward input
+    sql("UPDATE AMP_EVENTS SET op = 'pow', detail = 'incoming gradient f32 (64) min 1 max 2 amax "
+        "2; forward input 0 f32 (64) min 0 max 3 amax 3; gradient f32 (64) min 0.2 max 0.5 amax "
+        "0.5 (0 nan, 2 +inf, 0 -inf); ' WHERE kind = 'nonfinite_producer';");
+    nonfinite_errors(1);
+    ck_assert_str_eq(findings.v[0].title, "inf gradient in the backward of head pow at step 3 "
+                                          "(forward finite): 0 raised to a power below 1");
+    release();
+    // its incoming gradient at 0 is no pole: the base is not 0
+    sql("UPDATE AMP_EVENTS SET detail = 'incoming gradient f32 (64) min 0 max 2 amax 2; forward "
+        "input 0 f32 (64) min 0.1 max 3 amax 3; gradient f32 (64) min 0.2 max 0.5 amax 0.5 (0 "
+        "nan, 2 +inf, 0 -inf); ' WHERE kind = 'nonfinite_producer';");
+    nonfinite_errors(0);
+    release();
+}
+END_TEST
+
 // A producer recorded without a phase (an outside framework through libamprecord: AMP_PHASE_NONE)
 // is judged by its step: a non-finite loss there (the step record's, or a loss_nonfinite event's)
 // makes it the forward's break, an error, never a healthy run with a benign backward overflow.
@@ -5186,6 +5249,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_div_by_a_range_with_zero_is_of_zero);
     tcase_add_test(tc, nonfinite_input_first_seen_by_a_cast_is_explained);
     tcase_add_test(tc, nonfinite_benign_grad_overflow_is_not_an_error);
+    tcase_add_test(tc, nonfinite_inf_gradient_at_a_pole_is_an_error);
     tcase_add_test(tc, nonfinite_grad_overflow_begun_before_the_focus_is_not_an_error);
     tcase_add_test(tc, nonfinite_gradient_through_a_left_out_value_is_an_error);
     tcase_add_test(tc, nonfinite_producer_without_a_phase_is_judged_by_its_step);

@@ -53,6 +53,12 @@ GradScaler, --keep-scaler with one, which bf16 does not need):
   prior   a log-prior added to the logits, where(counts > 0, log(counts), 0) over counts with
           zeros (a -inf every step, left out, the counts need no gradient); its head's weight
           times 1e6 at step 3 (fp16 overflow in head, not the log)
+  norm0   a feature-norm penalty written by hand, (h * h).sum(-1).sqrt() of a bias-free
+          projection h of the batch's mean; from step 3 on the first sample is padding (zeros),
+          its norm 0: the forward stays finite, sqrt's backward divides by that 0 (inf, then 0 *
+          inf = NaN) at every scale (a NaN gradient at sqrt's singular point, in the model's own
+          layer, no loss-scale overflow); healthy: an eps inside the sqrt, the fix the report
+          advises
   gan     a generator and a discriminator, two top-level models with an Adam each and one
           GradScaler, trained as PyTorch's AMP examples train several models: the
           discriminator's loss backward and its optimizer's scaler.step(), then the
@@ -224,6 +230,17 @@ class Prior(nn.Module):
         return s.head(F.relu(s.body(x.mean(1)))) + prior
 
 
+class Norm0(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.proj, s.head = nn.Linear(d, d, bias=False), nn.Linear(d, out)
+        s.eps = 0.0
+
+    def forward(s, x):
+        h = s.proj(x.mean(1)).float()
+        return s.head(h), ((h * h).sum(-1) + s.eps).sqrt().mean()
+
+
 class Gen(nn.Module):
     def __init__(s, z=16, d=64):
         super().__init__()
@@ -275,7 +292,8 @@ def gan(a):
 MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Frozen,
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
-          "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior}
+          "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior,
+          "norm0": Norm0}
 
 
 def main():
@@ -331,6 +349,10 @@ def main():
             model.temp = 1e-3 if fault else 1.0
         if a.case == "router":
             model.top2, model.safe = step >= FAULT_STEP, a.healthy
+        if a.case == "norm0":
+            model.eps = 1e-12 if a.healthy else 0.0
+            if step >= FAULT_STEP:
+                x[0] = 0.0  # a padding sample
         extra = ()
         if a.case == "prior":
             extra = (torch.randint(0, 3, (16, 10), device=dev).float(),)
@@ -346,7 +368,7 @@ def main():
             out = model(x, y) if a.case == "innerloss" else model(x, *extra)
             if a.case == "innerloss":
                 loss = out
-            elif a.case == "router":
+            elif a.case in ("router", "norm0"):
                 loss = F.cross_entropy(out[0], y) + 0.01 * out[1]
             elif isinstance(out, dict):
                 loss = F.cross_entropy(out["logits"], y) + 0.1 * out["aux"].float().pow(2).mean()
