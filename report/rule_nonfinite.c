@@ -276,6 +276,8 @@ static const char *const loss_ops[] = {"cross_entropy", "nll_loss", "log_softmax
 // losses that average over their targets: NaN from finite inputs is 0 / 0, no target counted
 static const char *const mean_loss_ops[] = {"cross_entropy", "nll_loss", NULL};
 static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
+// spreads estimated with a correction (unbiased: divided by n - 1): NaN over n = 1 value
+static const char *const spread_ops[] = {"std", "var", "std_mean", "var_mean", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
                                        "rsqrt", "sqrt", "pow", NULL};
 // elementwise ops whose result outgrows their input's: past 65504 from finite fp16 inputs
@@ -493,6 +495,18 @@ static void explain_forward(const report_model *m, report_finding *f, const repo
                  "gives NaN too: check the labels of step %lld. Precision does not help here: "
                  "this is NaN in fp32 too.",
                  (long long)f->first_step);
+    } else if (op_in(e->op, spread_ops) && r->nan > 0 && !infs && !r->in_nonfinite) {
+        snprintf(f->title, sizeof f->title,
+                 "%s of a single value gives NaN in %s at step %lld: the unbiased estimate "
+                 "divides by n - 1 = 0",
+                 e->op, layer_words(f), (long long)f->first_step);
+        snprintf(f->advice, sizeof f->advice,
+                 "torch.std and torch.var default to the unbiased estimate (correction=1), which "
+                 "is NaN over one value: a batch of 1 (the last, short batch of an epoch: "
+                 "DataLoader(..., drop_last=True)), or a dimension of size 1. Take correction=0 "
+                 "(unbiased=False), as BatchNorm and LayerNorm do, or skip such a batch; and keep "
+                 "an eps in what divides by it. Precision does not help here: this is NaN in fp32 "
+                 "too.");
     } else if (op_in(e->op, sum_ops) && infs && half && !r->in_nonfinite) {
         overflow_title(f, r, "summed past 65504");
         snprintf(f->advice, sizeof f->advice,
@@ -757,8 +771,9 @@ static const char *const singular_ops[] = {"div", "mul", "sqrt",  "rsqrt",      
                                            "pow", "log", "where", "masked_fill", NULL};
 
 // An inf gradient from finite values where a derivative has a pole at 0: a division by a value
-// that holds an exact 0 (sqrt's backward at 0, x / y's at y = 0) or a power of 0 below 1
-// (pow(x, 0.5) at 0). However small the gradients, it comes at every loss scale. The inputs as
+// that holds an exact 0 (sqrt's backward at 0, x / y's at y = 0), a power of 0 below 1
+// (pow(x, 0.5) at 0), an rsqrt or reciprocal of 0 (acos's and asin's backward at +-1: the
+// rsqrt of 1 - x^2). However small the gradients, it comes at every loss scale. The inputs as
 // the detail lists them: the PyTorch bridge's aten op's arguments (div: input 1 the divisor; pow:
 // input 0 the base), else libampcore's node's incoming gradient and then its forward inputs.
 static bool inf_at_pole(const ranges *r, const char *aten, const char *op) {
@@ -767,7 +782,18 @@ static bool inf_at_pole(const ranges *r, const char *aten, const char *op) {
     const int first = aten[0] ? 0 : 1; // (libampcore: input 0 is the incoming gradient)
     if (strcmp(name, "div") == 0) return r->in_has_zero[first + 1];
     if (strcmp(name, "pow") == 0) return r->in_has_zero[first];
+    // (libampcore's rsqrt and reciprocal nodes are infinite in the forward already)
+    if (aten[0] && (strcmp(name, "rsqrt") == 0 || strcmp(name, "reciprocal") == 0))
+        return r->in_has_zero[0];
     return false;
+}
+
+// What a pole of op (inf_at_pole's name) did, for a title.
+static const char *pole_words(const char *op) {
+    if (strcmp(op, "div") == 0) return "a division by 0";
+    if (strcmp(op, "pow") == 0) return "0 raised to a power below 1";
+    if (strcmp(op, "rsqrt") == 0) return "rsqrt of 0";
+    return "a reciprocal of 0";
 }
 
 // The aten op of a backward producer's detail: "... in MulBackward0 (mul); ..." (empty: none).
@@ -881,18 +907,17 @@ static void add_backward(const report_model *m, const events_index *x, const rep
                  "(x.clamp(-1 + eps, 1 - eps) before acos). The loss scale cannot fix this: the "
                  "NaN comes at every scale.";
     } else if (pole) {
-        const bool div = strcmp(aten[0] ? aten : f->op, "div") == 0;
         snprintf(f->title, sizeof f->title,
-                 "inf gradient in the backward of %s at step %lld (forward finite): %s",
-                 site, (long long)f->first_step,
-                 div ? "a division by 0" : "0 raised to a power below 1");
-        advice = "A derivative is infinite at 0: that of sqrt (and of a norm written as the "
-                 "sqrt of a sum of squares), of pow(x, a) with a < 1, of a division by a value "
-                 "that is 0. Keep the input off that point: an eps inside (torch.sqrt(x + eps), "
-                 "x.pow(2).sum(-1).add(eps).sqrt() for a norm, or torch.linalg.vector_norm, "
-                 "whose gradient at 0 is 0), a clamp (x.clamp_min(eps)). The loss scale cannot "
-                 "fix this: the inf comes at every scale, so the GradScaler skips each such step "
-                 "and halves the scale.";
+                 "inf gradient in the backward of %s at step %lld (forward finite): %s", site,
+                 (long long)f->first_step, pole_words(aten[0] ? aten : f->op));
+        advice = "A derivative is infinite there: that of sqrt at 0 (and of a norm written as "
+                 "the sqrt of a sum of squares), of pow(x, a) with a < 1 at 0, of acos and asin "
+                 "at +-1, of a division by a value that is 0. Keep the input off that point: an "
+                 "eps inside (torch.sqrt(x + eps), x.pow(2).sum(-1).add(eps).sqrt() for a norm, "
+                 "or torch.linalg.vector_norm, whose gradient at 0 is 0), a clamp "
+                 "(x.clamp_min(eps); x.clamp(-1 + eps, 1 - eps) before acos: clamping to [-1, 1] "
+                 "keeps the point). The loss scale cannot fix this: the inf comes at every scale, "
+                 "so the GradScaler skips each such step and halves the scale.";
     } else if (exploding && isnan(scale)) {
         snprintf(f->title, sizeof f->title,
                  "exploding gradients: the backward of %s went non-finite at step %lld, with no "

@@ -1637,6 +1637,24 @@ START_TEST(nonfinite_loss_with_every_target_ignored_is_explained) {
 }
 END_TEST
 
+// Per-batch standardisation over a batch of one sample: the unbiased std is 0 / 0.
+START_TEST(nonfinite_std_of_a_single_value_is_explained) {
+    explained("(1, 3, 2, 'std', 'fwd', 'nonfinite_producer', 'error', 64, 0, 'input 0 f32 (1, 64) "
+              "min -1.25098 max 1.85254 amax 1.85254; output f32 (64,) no finite value (64 nan, "
+              "0 +inf, 0 -inf); ', 0, 1, 3)",
+              "std of a single value gives NaN in head at step 3: the unbiased estimate divides "
+              "by n - 1 = 0",
+              "correction=0");
+    // an inf out of it is no such thing (values grown past f32's range)
+    wipe();
+    explained("(1, 3, 2, 'var', 'fwd', 'nonfinite_producer', 'error', 64, 0, 'input 0 f32 (16, 64) "
+              "min -2e+20 max 3e+20 amax 3e+20; output f32 (64,) min 1 max 3e+38 amax 3e+38 (0 "
+              "nan, 3 +inf, 0 -inf); ', 0, 1, 3)",
+              "head var produced non-finite values from finite inputs at step 3",
+              "f32's range");
+}
+END_TEST
+
 // Counts near INT64_MAX (a database may hold anything) are held at 2^52, not overflowed in the
 // loading or in the rules' sums (UBSan in the sanitizer build stops at a signed overflow).
 START_TEST(huge_counts_do_not_overflow) {
@@ -1994,6 +2012,20 @@ START_TEST(nonfinite_inf_gradient_at_a_pole_is_an_error) {
                  divisors[i]);
         sql(q);
     }
+
+    // acos's backward at 1 (the angle between two equal vectors): the rsqrt of 1 - x^2 = 0
+    sql("UPDATE AMP_EVENTS SET op = 'acos', detail = 'in AcosBackward0 (rsqrt); input 0 f32 (16,) "
+        "min 0 max 2.38419e-07 amax 2.38419e-07; gradient f32 (16,) min 2048 max 2896.31 amax "
+        "2896.31 (0 nan, 14 +inf, 0 -inf); ' WHERE kind = 'nonfinite_producer';");
+    nonfinite_errors(1);
+    ck_assert_str_eq(findings.v[0].title, "inf gradient in the backward of head acos at step 3 "
+                                          "(forward finite): rsqrt of 0");
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "x.clamp(-1 + eps, 1 - eps) before acos"));
+    release();
+    sql("UPDATE AMP_EVENTS SET detail = replace(detail, 'min 0 max', 'min 1e-30 max') "
+        "WHERE kind = 'nonfinite_producer';");
+    nonfinite_errors(0);
+    release();
 
     // libampcore's pow(x, 0.5) at x = 0: its node's incoming gradient, then its forward input
     sql("UPDATE AMP_EVENTS SET op = 'pow', detail = 'incoming gradient f32 (64) min 1 max 2 amax "
@@ -5238,6 +5270,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_sum_overflow_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_loss_with_every_target_ignored_is_explained);
+    tcase_add_test(tc, nonfinite_std_of_a_single_value_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_the_steps_alone_is_an_error);
     tcase_add_test(tc, healthy_without_statistics_says_what_was_not_checked);
     tcase_add_test(tc, huge_counts_do_not_overflow);

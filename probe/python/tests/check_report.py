@@ -185,6 +185,12 @@ def expect(case, f, per_module=False):
         "norm0": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                  and op == "sqrt" and layer in ("", "the top level", "Norm0")
                  and first == FAULT_STEP and "a division by 0" in f["title"],
+        "std1": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                and op == "std" and layer in ("", "the top level", "Std1")
+                and first == FAULT_STEP and "std of a single value" in f["title"],
+        "acos": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                and op == "acos" and layer in ("", "the top level", "Angle")
+                and first == FAULT_STEP and "rsqrt of 0" in f["title"],
         "prior": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                  and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
         "gan": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"

@@ -59,6 +59,13 @@ GradScaler, --keep-scaler with one, which bf16 does not need):
           inf = NaN) at every scale (a NaN gradient at sqrt's singular point, in the model's own
           layer, no loss-scale overflow); healthy: an eps inside the sqrt, the fix the report
           advises
+  std1    per-batch standardisation written by hand, (h - h.mean(0)) / h.std(0), and at step 3
+          a short batch of one sample (an epoch's last): the unbiased std of one value is NaN
+          (std of a single value, in the model's own layer); healthy: correction=0 and an eps
+          in the divisor, the fix the report advises
+  acos    the angle between two projections, acos(cosine_similarity(u, v).clamp(-1, 1)); from
+          step 3 on v is u (cos 1): acos's backward is the rsqrt of 1 - 1 = 0 (inf at every
+          scale, in the model's own layer); healthy: clamped to [-1 + 1e-6, 1 - 1e-6]
   gan     a generator and a discriminator, two top-level models with an Adam each and one
           GradScaler, trained as PyTorch's AMP examples train several models: the
           discriminator's loss backward and its optimizer's scaler.step(), then the
@@ -241,6 +248,32 @@ class Norm0(nn.Module):
         return s.head(h), ((h * h).sum(-1) + s.eps).sqrt().mean()
 
 
+class Std1(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.body, s.head = nn.Linear(d, d), nn.Linear(d, out)
+        s.safe = False
+
+    def forward(s, x):
+        h = s.body(x.mean(1)).float()
+        if s.safe:
+            return s.head((h - h.mean(0)) / (h.std(0, correction=0) + 1e-5))
+        return s.head((h - h.mean(0)) / h.std(0))
+
+
+class Angle(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.a, s.b, s.head = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, out)
+        s.tie, s.eps = False, 0.0
+
+    def forward(s, x):
+        u = s.a(x.mean(1)).float()
+        v = u if s.tie else s.b(x.mean(1)).float()
+        cos = F.cosine_similarity(u, v, -1).clamp(-1 + s.eps, 1 - s.eps)
+        return s.head(u), torch.acos(cos).mean()
+
+
 class Gen(nn.Module):
     def __init__(s, z=16, d=64):
         super().__init__()
@@ -293,7 +326,7 @@ MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Froze
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
           "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior,
-          "norm0": Norm0}
+          "norm0": Norm0, "std1": Std1, "acos": Angle}
 
 
 def main():
@@ -323,11 +356,12 @@ def main():
     total, decay = torch.zeros((), device=dev), torch.full((), -1.0, device=dev)
     for step in range(STEPS):
         fault = not a.healthy and step >= FAULT_STEP
-        x = torch.randn(16, 12, 64, device=dev)
+        n = 1 if a.case == "std1" and step == FAULT_STEP else 16  # (the healthy twin too)
+        x = torch.randn(n, 12, 64, device=dev)
         if a.case == "cl":
             x = torch.randn(16, 3, 16, 16, device=dev).to(memory_format=torch.channels_last)
         masked = a.case in ("setmask", "fwdmask")
-        y = torch.randint(1 if masked else 0, 10, (16,), device=dev)
+        y = torch.randint(1 if masked else 0, 10, (n,), device=dev)
         if fault and step == FAULT_STEP and masked:
             y[0] = 0
         if fault and a.case == "rnn":
@@ -349,6 +383,10 @@ def main():
             model.temp = 1e-3 if fault else 1.0
         if a.case == "router":
             model.top2, model.safe = step >= FAULT_STEP, a.healthy
+        if a.case == "std1":
+            model.safe = a.healthy
+        if a.case == "acos":
+            model.tie, model.eps = step >= FAULT_STEP, 1e-6 if a.healthy else 0.0
         if a.case == "norm0":
             model.eps = 1e-12 if a.healthy else 0.0
             if step >= FAULT_STEP:
@@ -368,7 +406,7 @@ def main():
             out = model(x, y) if a.case == "innerloss" else model(x, *extra)
             if a.case == "innerloss":
                 loss = out
-            elif a.case in ("router", "norm0"):
+            elif a.case in ("router", "norm0", "acos"):
                 loss = F.cross_entropy(out[0], y) + 0.01 * out[1]
             elif isinstance(out, dict):
                 loss = F.cross_entropy(out["logits"], y) + 0.1 * out["aux"].float().pow(2).mean()
