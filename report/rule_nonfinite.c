@@ -276,6 +276,8 @@ static const char *const loss_ops[] = {"cross_entropy", "nll_loss", "log_softmax
 // losses that average over their targets: NaN from finite inputs is 0 / 0, no target counted
 static const char *const mean_loss_ops[] = {"cross_entropy", "nll_loss", NULL};
 static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
+// exponentials: past fp32's range (3.4e38, bf16's too) from an input above 88.7 (exp2: 128)
+static const char *const exp_ops[] = {"exp", "exp2", "expm1", NULL};
 // spreads estimated with a correction (unbiased: divided by n - 1): NaN over n = 1 value
 static const char *const spread_ops[] = {"std", "var", "std_mean", "var_mean", NULL};
 static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
@@ -469,6 +471,21 @@ static void explain_forward(const report_model *m, report_finding *f, const repo
                  "(log-sum-exp), square a normalised value, divide by y.clamp_min(eps) rather "
                  "than by a value near 0.",
                  f->op, fp32);
+    } else if (op_in(e->op, exp_ops) && r->posinf > 0 && !r->in_nonfinite &&
+               (strcmp(r->out_dtype, "f32") == 0 || strcmp(r->out_dtype, "bf16") == 0)) {
+        // (autocast runs exp in fp32: a hand-written softmax's exp of a logit above 88.7)
+        snprintf(f->title, sizeof f->title,
+                 "%s overflow in %s %s at step %lld: finite inputs (amax %.6g) gave +inf, past "
+                 "%s's 3.4e38",
+                 r->out_dtype, layer_words(f), f->op, (long long)f->first_step, r->in_amax,
+                 r->out_dtype);
+        snprintf(f->advice, sizeof f->advice,
+                 "%s of a value above %s is beyond fp32's and bf16's range alike: precision does "
+                 "not help. Bring its input down first: subtract the row max before the exp "
+                 "(torch.softmax, log_softmax and logsumexp do), or clamp it "
+                 "(x.clamp_max(80)); a growing input points at logits or weights that grow "
+                 "unchecked (a learning rate too high, no normalisation).",
+                 f->op, strcmp(f->op, "exp2") == 0 ? "128" : "88.7");
     } else if (op_in(e->op, loss_ops) && r->in_nonfinite && r->posinf > 0) {
         // a producer's non-finite inputs are a mask's -inf (the tracers allow no others)
         snprintf(f->title, sizeof f->title,

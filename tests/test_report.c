@@ -1655,6 +1655,24 @@ START_TEST(nonfinite_std_of_a_single_value_is_explained) {
 }
 END_TEST
 
+// A hand-written softmax under autocast: exp runs in fp32, and a logit above 88.7 is inf there.
+START_TEST(nonfinite_exp_past_f32_range_is_explained) {
+    explained("(1, 3, 2, 'exp', 'fwd', 'nonfinite_producer', 'error', 12, 0, 'input 0 f32 (16, 10) "
+              "min -3.5 max 120.25 amax 120.25; output f32 (16, 10) min 0.03 max 3e+38 amax 3e+38 "
+              "(0 nan, 12 +inf, 0 -inf); ', 0, 1, 3)",
+              "f32 overflow in head exp at step 3: finite inputs (amax 120.25) gave +inf, past "
+              "f32's 3.4e38",
+              "subtract the row max before the exp");
+    // in fp16 it is an fp16 overflow, with fp32 among the fixes
+    wipe();
+    explained("(1, 3, 2, 'exp', 'fwd', 'nonfinite_producer', 'error', 12, 0, 'input 0 f16 (16, 10) "
+              "min -3.5 max 12.25 amax 12.25; output f16 (16, 10) min 0.03 max 65000 amax 65000 "
+              "(0 nan, 12 +inf, 0 -inf); ', 0, 1, 3)",
+              "fp16 overflow in head exp at step 3: finite inputs (amax 12.25) gave +inf",
+              "compute it in fp32");
+}
+END_TEST
+
 // Counts near INT64_MAX (a database may hold anything) are held at 2^52, not overflowed in the
 // loading or in the rules' sums (UBSan in the sanitizer build stops at a signed overflow).
 START_TEST(huge_counts_do_not_overflow) {
@@ -5271,6 +5289,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, nonfinite_loss_of_a_masked_logit_is_explained);
     tcase_add_test(tc, nonfinite_loss_with_every_target_ignored_is_explained);
     tcase_add_test(tc, nonfinite_std_of_a_single_value_is_explained);
+    tcase_add_test(tc, nonfinite_exp_past_f32_range_is_explained);
     tcase_add_test(tc, nonfinite_loss_of_the_steps_alone_is_an_error);
     tcase_add_test(tc, healthy_without_statistics_says_what_was_not_checked);
     tcase_add_test(tc, huge_counts_do_not_overflow);

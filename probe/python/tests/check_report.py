@@ -191,6 +191,9 @@ def expect(case, f, per_module=False):
         "acos": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                 and op == "acos" and layer in ("", "the top level", "Angle")
                 and first == FAULT_STEP and "rsqrt of 0" in f["title"],
+        "hexp": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
+                and op == "exp" and layer in ("", "the top level")
+                and first == FAULT_STEP and "f32 overflow" in f["title"],
         "prior": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                  and layer == "head" and first == FAULT_STEP and "fp16 overflow" in f["title"],
         "gan": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"

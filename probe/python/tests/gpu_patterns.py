@@ -66,6 +66,11 @@ GradScaler, --keep-scaler with one, which bf16 does not need):
   acos    the angle between two projections, acos(cosine_similarity(u, v).clamp(-1, 1)); from
           step 3 on v is u (cos 1): acos's backward is the rsqrt of 1 - 1 = 0 (inf at every
           scale, in the model's own layer); healthy: clamped to [-1 + 1e-6, 1 - 1e-6]
+  hexp    a hand-written softmax cross-entropy, exp(z) / exp(z).sum(-1) of the logits over a
+          temperature of 1e-3 from step 3 on: autocast runs exp in fp32, and logits above 88.7
+          give inf there (an f32 overflow in exp, outside any module); healthy: no temperature,
+          the loss as a log-sum-exp with the row max subtracted first, the fix the report
+          advises
   gan     a generator and a discriminator, two top-level models with an Adam each and one
           GradScaler, trained as PyTorch's AMP examples train several models: the
           discriminator's loss backward and its optimizer's scaler.step(), then the
@@ -326,7 +331,7 @@ MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Froze
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
           "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior,
-          "norm0": Norm0, "std1": Std1, "acos": Angle}
+          "norm0": Norm0, "std1": Std1, "acos": Angle, "hexp": Mlp}
 
 
 def main():
@@ -415,6 +420,13 @@ def main():
                 temp = 1e-3 if fault and step == FAULT_STEP else 1.0  # (one broken step)
                 p = F.softmax(F.dropout(out, 0.1) / temp, -1, dtype=torch.float16)
                 loss = -p.gather(1, y[:, None]).log().mean()
+            elif a.case == "hexp" and a.healthy:  # the log-sum-exp the report advises
+                m = out.amax(-1, keepdim=True)
+                lse = m + (out - m).exp().sum(-1, keepdim=True).log()
+                loss = (lse - out.gather(1, y[:, None])).mean()
+            elif a.case == "hexp":  # (under autocast: exp in fp32)
+                e = (out / (1e-3 if fault else 1.0)).exp()
+                loss = -(e / e.sum(-1, keepdim=True)).gather(1, y[:, None]).log().mean()
             elif a.case == "setmask":
                 logits = out.float()
                 logits[:, 0] = float("-inf")  # class 0 is never predicted
