@@ -471,7 +471,8 @@ bool report_weights_blew_up(const report_weights *w);
 void report_weights_updates(const report_weights *w, char *buf, size_t n);
 // Whether backward producer e (a nonfinite_producer event of the backward) made its NaN/inf where
 // no loss scale avoids it: at a derivative's singular point (0 / 0, 0 * inf, a division by 0, a
-// power below 1 of 0) or through a value the forward left out (rule_nonfinite.c says which).
+// power below 1 of 0, an rsqrt of 0) or through a value the forward left out (rule_nonfinite.c
+// says which).
 bool report_backward_at_any_scale(const report_event *e);
 // "tiny_gpt (pid 1234)", or "pid 1234" when its name was not recorded.
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n);
