@@ -490,13 +490,17 @@ static void explain_forward(const report_model *m, report_finding *f, const repo
         // a producer's non-finite inputs are a mask's -inf (the tracers allow no others)
         snprintf(f->title, sizeof f->title,
                  "%s of a masked (-inf) logit in %s at step %lld gives +inf: a target falls on "
-                 "a class masked out",
+                 "a class masked out, or label smoothing takes in every class",
                  e->op, layer_words(f), (long long)f->first_step);
         snprintf(f->advice, sizeof f->advice,
-                 "A label of step %lld is a class whose logit is masked to -inf (a padding or "
-                 "forbidden token): give such targets the loss's ignore_index (-100), leave that "
-                 "class unmasked, or mask with a large finite negative (torch.finfo(dtype).min) "
-                 "instead of -inf, which makes its loss large but finite.",
+                 "Either a label of step %lld is a class whose logit is masked to -inf (a "
+                 "padding or forbidden token): give such targets the loss's ignore_index (-100), "
+                 "leave that class unmasked, or mask with a large finite negative "
+                 "(torch.finfo(dtype).min) instead of -inf, which makes its loss large but "
+                 "finite. Or the loss has label_smoothing > 0, which takes in every class's "
+                 "-log p, a masked one's too, whatever the targets (+inf, and huge with a finite "
+                 "mask): smooth over the allowed classes by hand, or leave the mask out of the "
+                 "smoothed loss.",
                  (long long)f->first_step);
     } else if (op_in(e->op, mean_loss_ops) && r->nan > 0 && !infs && !r->in_nonfinite) {
         snprintf(f->title, sizeof f->title,

@@ -209,6 +209,7 @@ def expect(case, f, per_module=False):
                  and layer == "Linear" and op == "linear" and first == FAULT_STEP
                  and "fp16 overflow" in f["title"],
     }
+    checks["smooth"] = checks["setmask"]  # (label smoothing over the masked class)
     checks["zerograd"] = checks["log0"]  # (gpu_patterns.py's hand-written loss, zero_grad inside)
     checks["lightning"] = checks["nan"]  # (gpu_frameworks.py: a NaN batch, the MLP's layers)
     return None if checks[case] else "unexpected first finding"

@@ -71,6 +71,9 @@ GradScaler, --keep-scaler with one, which bf16 does not need):
           give inf there (an f32 overflow in exp, outside any module); healthy: no temperature,
           the loss as a log-sum-exp with the row max subtracted first, the fix the report
           advises
+  smooth  the setmask loss (class 0 masked to -inf, no label on it) with label_smoothing=0.1
+          from step 3 on: smoothing takes in every class, the masked one too (cross_entropy of
+          a masked logit, outside any module); healthy: smoothed, the mask left out
   gan     a generator and a discriminator, two top-level models with an Adam each and one
           GradScaler, trained as PyTorch's AMP examples train several models: the
           discriminator's loss backward and its optimizer's scaler.step(), then the
@@ -331,7 +334,8 @@ MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Froze
           "zerograd": Mlp, "innerloss": InnerLoss, "cl": Conv, "running": Mlp,
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
           "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior,
-          "norm0": Norm0, "std1": Std1, "acos": Angle, "hexp": Mlp}
+          "norm0": Norm0, "std1": Std1, "acos": Angle, "hexp": Mlp,
+          "smooth": Mlp}
 
 
 def main():
@@ -365,7 +369,7 @@ def main():
         x = torch.randn(n, 12, 64, device=dev)
         if a.case == "cl":
             x = torch.randn(16, 3, 16, 16, device=dev).to(memory_format=torch.channels_last)
-        masked = a.case in ("setmask", "fwdmask")
+        masked = a.case in ("setmask", "fwdmask", "smooth")
         y = torch.randint(1 if masked else 0, 10, (n,), device=dev)
         if fault and step == FAULT_STEP and masked:
             y[0] = 0
@@ -427,6 +431,12 @@ def main():
             elif a.case == "hexp":  # (under autocast: exp in fp32)
                 e = (out / (1e-3 if fault else 1.0)).exp()
                 loss = -(e / e.sum(-1, keepdim=True)).gather(1, y[:, None]).log().mean()
+            elif a.case == "smooth":  # (no label on class 0)
+                logits = out.float()
+                if not a.healthy:
+                    logits[:, 0] = float("-inf")
+                loss = F.cross_entropy(logits, y, label_smoothing=0.1 if step >= FAULT_STEP
+                                       else 0.0)
             elif a.case == "setmask":
                 logits = out.float()
                 logits[:, 0] = float("-inf")  # class 0 is never predicted

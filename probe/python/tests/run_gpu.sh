@@ -35,7 +35,7 @@
 # causal mask passed in, a padding mask that leaves a sample no key, a -inf that where() leaves
 # out, in the backward and in a step broken elsewhere; the first also in bf16 without a GradScaler;
 # a hand-written norm's sqrt at 0, a std over a batch of one, acos at 1, a hand-written
-# softmax's exp past fp32's range)
+# softmax's exp past fp32's range, label smoothing over a masked class)
 # are checked faulty and healthy, as are Hugging Face's and Lightning's Trainers
 # (gpu_frameworks.py: fp16 and bf16, the autocast accelerate enters inside the forward recorded as
 # autocast), and a broken step's replay must leave the random state and the
@@ -101,7 +101,7 @@ TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-odd ""
 TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-padded "" --vocab 50304
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
-router prior norm0 std1 acos hexp gan"
+router prior norm0 std1 acos hexp smooth gan"
 for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &
