@@ -1223,8 +1223,11 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
         const report_event *e = &m->events[i];
         if (report_event_breaks_forward(m, e))
             report_spans_add(&m->forward_breaks, e->pid, e->step, e->last_step, i);
+        else if (report_backward_at_any_scale(e))
+            report_spans_add(&m->backward_breaks, e->pid, e->step, e->last_step, i);
     }
     report_spans_sort(&m->forward_breaks);
+    report_spans_sort(&m->backward_breaks);
     return AMP_OK;
 }
 
@@ -1237,6 +1240,7 @@ void report_model_free(report_model *m) {
     for (int k = 0; k < 4; k++)
         free(m->broke_cum[k]);
     report_spans_free(&m->forward_breaks);
+    report_spans_free(&m->backward_breaks);
     for (size_t i = 0; i < m->n_events; i++)
         free_event_strings(&m->events[i]);
     for (size_t i = 0; i < m->n_stats; i++) {

@@ -333,6 +333,8 @@ typedef struct report_model {
     int64_t *broke_cum[4];
     report_spans loss_events;    // the steps of the loss_nonfinite events
     report_spans forward_breaks; // of those that break their step's forward (below)
+    // the steps of the backward producers no loss scale avoids (report_backward_at_any_scale)
+    report_spans backward_breaks;
     report_stats *stats;
     size_t n_stats;
     report_layer *layers; // sorted by pid, id
@@ -469,10 +471,10 @@ bool report_weights_upto(const report_model *m, int32_t pid, int64_t upto, repor
 bool report_weights_blew_up(const report_weights *w);
 // "the update after step 0" or "the 3 updates between steps 0 and 3" (w->from_step, last_step).
 void report_weights_updates(const report_weights *w, char *buf, size_t n);
-// Whether backward producer e (a nonfinite_producer event of the backward) made its NaN/inf where
-// no loss scale avoids it: at a derivative's singular point (0 / 0, 0 * inf, a division by 0, a
-// power below 1 of 0, an rsqrt of 0) or through a value the forward left out (rule_nonfinite.c
-// says which).
+// Whether e is a backward producer (a nonfinite_producer event of the backward) that made its
+// NaN/inf where no loss scale avoids it: at a derivative's singular point (0 / 0, 0 * inf, a
+// division by 0, a power below 1 of 0, an rsqrt of 0) or through a value the forward left out
+// (rule_nonfinite.c says which).
 bool report_backward_at_any_scale(const report_event *e);
 // "tiny_gpt (pid 1234)", or "pid 1234" when its name was not recorded.
 void report_process_phrase(const report_model *m, int32_t pid, char *buf, size_t n);

@@ -797,9 +797,15 @@ static const char *const singular_ops[] = {"div", "mul", "sqrt",  "rsqrt",      
 // rsqrt of 1 - x^2). However small the gradients, it comes at every loss scale. The inputs as
 // the detail lists them: the PyTorch bridge's aten op's arguments (div: input 1 the divisor; pow:
 // input 0 the base), else libampcore's node's incoming gradient and then its forward inputs.
+// The op a backward producer names: the aten op inside its node (the PyTorch bridge), else its
+// own (libampcore's node).
+static const char *pole_op(const char *aten, const char *op) {
+    return aten[0] ? aten : op ? op : "";
+}
+
 static bool inf_at_pole(const ranges *r, const char *aten, const char *op) {
     if (r->posinf + r->neginf == 0 || r->in_nonfinite) return false;
-    const char *name = aten[0] ? aten : op ? op : "";
+    const char *name = pole_op(aten, op);
     const int first = aten[0] ? 0 : 1; // (libampcore: input 0 is the incoming gradient)
     if (strcmp(name, "div") == 0) return r->in_has_zero[first + 1];
     if (strcmp(name, "pow") == 0) return r->in_has_zero[first];
@@ -861,6 +867,8 @@ static backward_cause backward_cause_of(const report_event *e, ranges *r, char a
 }
 
 bool report_backward_at_any_scale(const report_event *e) {
+    if (!e->phase || strcmp(e->phase, "bwd") != 0 || !is(e, AMP_EVENT_NONFINITE_PRODUCER))
+        return false;
     ranges r;
     char aten[64];
     return backward_cause_of(e, &r, aten) != BWD_MAGNITUDE;
@@ -930,7 +938,7 @@ static void add_backward(const report_model *m, const events_index *x, const rep
     } else if (pole) {
         snprintf(f->title, sizeof f->title,
                  "inf gradient in the backward of %s at step %lld (forward finite): %s", site,
-                 (long long)f->first_step, pole_words(aten[0] ? aten : f->op));
+                 (long long)f->first_step, pole_words(pole_op(aten, e->op)));
         advice = "A derivative is infinite there: that of sqrt at 0 (and of a norm written as "
                  "the sqrt of a sum of squares), of pow(x, a) with a < 1 at 0, of acos and asin "
                  "at +-1, of a division by a value that is 0. Keep the input off that point: an "

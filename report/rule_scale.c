@@ -164,19 +164,6 @@ static bool forward_broken(const report_model *m, int32_t pid, int64_t first, in
            report_spans_cover(&m->forward_breaks, pid, first, last);
 }
 
-// True when a backward of pid in steps first..last went non-finite where no loss scale avoids it
-// (rule nonfinite-root-cause names the op).
-static bool backward_broken(const report_model *m, int32_t pid, int64_t first, int64_t last) {
-    for (size_t i = 0; i < m->n_events; i++) {
-        const report_event *e = &m->events[i];
-        if (e->pid == pid && e->step <= last && e->last_step >= first && e->phase &&
-            strcmp(e->phase, "bwd") == 0 && strcmp(e->kind, AMP_EVENT_NONFINITE_PRODUCER) == 0 &&
-            report_backward_at_any_scale(e))
-            return true;
-    }
-    return false;
-}
-
 // How many times the loss at step `at` exceeds the median finite loss of the (up to) 16 steps
 // before it (*before: that median); NaN when there are fewer than 2 of them or no loss at `at`.
 static double loss_jump(const report_model *m, int32_t pid, int64_t at, double *before) {
@@ -420,8 +407,9 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         // are the initial calibration, not a collapse (scan): below, an info)
         if (r.collapse_len >= COLLAPSE_BACKOFFS || (r.collapse_len > 0 && r.scale_last < 1.0)) {
             bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
-            bool bwd_broken =
-                !broken && backward_broken(m, r.pid, r.collapse_first, r.collapse_last);
+            // (a backward that no loss scale saves: rule nonfinite-root-cause names the op)
+            bool bwd_broken = !broken && report_spans_cover(&m->backward_breaks, r.pid,
+                                                            r.collapse_first, r.collapse_last);
             report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
             report_finding_where(f, NULL, NULL, "optim");
             f->pid = r.pid;

@@ -1615,14 +1615,20 @@ START_TEST(nonfinite_sum_overflow_is_explained) {
 }
 END_TEST
 
-// A hand-written loss over logits masked by item assignment, a label on a masked class.
+// A hand-written loss over logits masked by item assignment, a label on a masked class (or
+// label smoothing, which takes in the masked class whatever the labels): the advice for each.
 START_TEST(nonfinite_loss_of_a_masked_logit_is_explained) {
-    explained("(1, 3, 2, 'cross_entropy', 'fwd', 'nonfinite_producer', 'error', 1, 0, 'input 0 "
-              "f32 (16, 10) min -0.157 max 0.163 amax 0.163 (0 nan, 0 +inf, 16 -inf); output f32 "
-              "() min nan max nan amax nan (0 nan, 1 +inf, 0 -inf); ', 0, 1, 3)",
-              "cross_entropy of a masked (-inf) logit in head at step 3 gives +inf: a target "
-              "falls on a class masked out, or label smoothing takes in every class",
-              "label_smoothing > 0");
+    const char *advice[] = {"ignore_index", "label_smoothing > 0"};
+    for (int i = 0; i < 2; i++) {
+        wipe();
+        explained("(1, 3, 2, 'cross_entropy', 'fwd', 'nonfinite_producer', 'error', 1, 0, "
+                  "'input 0 f32 (16, 10) min -0.157 max 0.163 amax 0.163 (0 nan, 0 +inf, 16 "
+                  "-inf); output f32 () min nan max nan amax nan (0 nan, 1 +inf, 0 -inf); ', 0, "
+                  "1, 3)",
+                  "cross_entropy of a masked (-inf) logit in head at step 3 gives +inf: a target "
+                  "falls on a class masked out, or label smoothing takes in every class",
+                  advice[i]);
+    }
 }
 END_TEST
 
