@@ -89,6 +89,22 @@ typedef struct report_step {
     int32_t gpu_devices;
 } report_step;
 
+// The ranges an event's detail gives (libampcore's and the PyTorch bridge's producers): "input 0
+// f16 (8, 64) min -6.2 max 6.1 amax 6.2; output f16 (...) min ... amax 65440 (0 nan, 3913 +inf,
+// 3977 -inf); ". Parsed by report_parse_ranges (rule_nonfinite.c).
+typedef struct report_ranges {
+    double in_amax;  // largest amax over the inputs (forward inputs, incoming gradient); NaN: none
+    double in0_min;  // input 0's min (the argument of a log, the base of a pow); NaN: none
+    double out_amax; // NaN: none
+    char out_dtype[8], in0_dtype[8];
+    long long nan, posinf, neginf; // of the output
+    bool in_nonfinite;             // an input held non-finite values
+    int n_in;                      // inputs described
+    bool in_zero[2];               // input 0's, input 1's range takes in 0 (min <= 0 <= max)
+    bool in_has_zero[3];           // input 0, 1, 2 holds an exact 0 (its min or max is 0)
+} report_ranges;
+void report_parse_ranges(const char *detail, report_ranges *r);
+
 // One AMP_EVENTS row; an aggregate row stands for occurrences events from step to last_step.
 typedef struct report_event {
     int64_t id;

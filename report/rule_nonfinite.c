@@ -36,23 +36,12 @@
 #define LOW_SCALE 16.0 // a backward overflow below this scale means gradients beyond 4096 unscaled
 
 // ---------------------------------------------------------------------------------------------
-// The event's detail: "input 0 f16 (8, 64) min -6.2 max 6.1 amax 6.2; output f16 (...) min ...
-// amax 65440 (0 nan, 3913 +inf, 3977 -inf); "
+// The event's detail (report_parse_ranges)
 
-typedef struct ranges {
-    double in_amax;  // largest amax over the inputs (forward inputs, incoming gradient); NaN: none
-    double in0_min;  // input 0's min (the argument of a log, the base of a pow); NaN: none
-    double out_amax; // NaN: none
-    char out_dtype[8], in0_dtype[8];
-    long long nan, posinf, neginf; // of the output
-    bool in_nonfinite;             // an input held non-finite values
-    int n_in;                      // inputs described
-    bool in_zero[2];               // input 0's, input 1's range takes in 0 (min <= 0 <= max)
-    bool in_has_zero[3];           // input 0, 1, 2 holds an exact 0 (its min or max is 0)
-} ranges;
+typedef report_ranges ranges;
 
-static void parse_ranges(const char *detail, ranges *r) {
-    *r = (ranges){.in_amax = NAN, .in0_min = NAN, .out_amax = NAN};
+void report_parse_ranges(const char *detail, report_ranges *r) {
+    *r = (report_ranges){.in_amax = NAN, .in0_min = NAN, .out_amax = NAN};
     if (!detail) return;
     for (const char *seg = detail; *seg;) {
         const char *end = strchr(seg, ';');
@@ -717,7 +706,7 @@ static const char by_hand[] =
 static int64_t add_forward_root(const report_model *m, const events_index *x, const report_event *e,
                                 report_findings *out) {
     ranges r;
-    parse_ranges(e->detail, &r);
+    report_parse_ranges(e->detail, &r);
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_ERROR);
     where(f, m, e);
     site_span(m, x, e, &f->first_step, &f->last_step);
@@ -856,7 +845,7 @@ typedef enum backward_cause {
 
 // e's cause, its detail parsed into *r and the aten op it names into aten (empty: none).
 static backward_cause backward_cause_of(const report_event *e, ranges *r, char aten[64]) {
-    parse_ranges(e->detail, r);
+    report_parse_ranges(e->detail, r);
     backward_aten(e->detail, aten, 64);
     // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)
     if (e->detail && strstr(e->detail, " left out: the backward still goes through"))

@@ -2726,6 +2726,60 @@ START_TEST(overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max) {
 }
 END_TEST
 
+// A hand-written RMSNorm's x * x overflowed fp16 at steps 3-5 and rsqrt(inf) = 0 left it out (the
+// PyTorch bridge's overflow_absorbed, found when the norm's output turned to zeros): a warning
+// with the fp32 mean square as the fix; the verdict says the run went on with a problem. The
+// same inf left out of a GEMM's output by a clamp: generic advice. Without the event: healthy.
+START_TEST(overflow_absorbed_inside_a_layer_is_a_warning) {
+    healthy(8);
+    sql(EVENTS_VALUES "(1, 3, 1, 'mul', 'fwd', 'overflow_absorbed', 'warning', 6, NULL, 'input 0 "
+                      "f16 (16, 64) min -706 max 876.5 amax 876.5; input 1 f16 (16, 64) min -706 "
+                      "max 876.5 amax 876.5; output f16 (16, 64) min 0 max 6.5e4 amax 6.5e4 (0 "
+                      "nan, 6 +inf, 0 -inf); left out by rsqrt', 1, 3, 5);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_uint_eq(count("recorded-events", AMP_SEVERITY_INFO), 0);
+    const report_finding *f = first_of("overflow-headroom");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
+    ck_assert_str_eq(f->title, "fp16 overflow hidden in blocks.0.mlp at step 3: mul made +inf from "
+                               "finite inputs (amax 876.5), and rsqrt turned it into 0");
+    ck_assert_int_eq(f->first_step, 3);
+    ck_assert_int_eq(f->last_step, 5);
+    ck_assert_msg(strstr(f->detail, "made 6 non-finite values in blocks.0.mlp mul (past fp16's "
+                                    "max 65504)") &&
+                      strstr(f->detail, "share of exact zeros jumped") &&
+                      strstr(f->detail, "Seen again up to step 5."),
+                  "%s", f->detail);
+    ck_assert_msg(begins(f->advice, "Take the mean square in fp32: x.float().pow(2)"), "%s",
+                  f->advice);
+    ck_assert_close(evidence(f, "input_amax"), 876.5, 0, 0);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(begins(verdict, "Training ran, with problems: fp16 overflow hidden in "
+                                  "blocks.0.mlp at step 3"),
+                  "verdict: %s", verdict);
+    release();
+    // a GEMM's -inf that a clamp cut back, on a step the GradScaler skipped anyway
+    sql("UPDATE AMP_EVENTS SET op = 'addmm', detail = replace(replace(detail, 'rsqrt', "
+        "'clamp'), '0 nan, 6 +inf, 0 -inf', '0 nan, 0 +inf, 6 -inf'), last_step = 3;"
+        "UPDATE AMP_STEPS SET skipped = 1, found_inf = 1 WHERE step = 3;");
+    analyse("overflow-headroom", INT64_MIN, INT64_MAX);
+    f = &findings.v[0];
+    ck_assert_str_eq(f->title, "fp16 overflow hidden in blocks.0.mlp at step 3: addmm made -inf "
+                               "from finite inputs (amax 876.5), and clamp clipped it to a finite "
+                               "value");
+    ck_assert_msg(!strstr(f->detail, "zeros jumped") && !strstr(f->detail, "Seen again"), "%s",
+                  f->detail);
+    ck_assert_msg(begins(f->advice, "Run addmm in fp32: cast its inputs with .float()"), "%s",
+                  f->advice);
+    release();
+    sql("DELETE FROM AMP_EVENTS;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("overflow-headroom", AMP_SEVERITY_INFO), 0);
+    release();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // grad-underflow
 
@@ -5323,6 +5377,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_tells_the_outputs_before_the_overflow);
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
+    tcase_add_test(tc, overflow_absorbed_inside_a_layer_is_a_warning);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
     tcase_add_test(tc, grad_underflow_scale_is_of_the_16_bit_gradients);

@@ -198,12 +198,14 @@ void amp_record_tensor_stats(const amp_rec_tensor_stats *r);
 // figures are stats[i] as the fused device reduction leaves them (amp_stats_finish is applied
 // here); an entry whose kind is negative is left out (a read superseded by a later one). Fills
 // *summary, if not NULL, with what the caller decides on without reading every figure itself;
-// it is filled also when recording is off.
+// it is filled also when recording is off. The same entries handed in step after step keep
+// each activation's share of exact zeros in zero_share, so that a share that jumps is found.
 typedef struct amp_rec_stats_entry {
     int32_t layer_id; // -1: none
     amp_stats_kind kind;
     const char *op;    // NULL: none
     const char *dtype; // storage dtype ("f16")
+    float zero_share;  // kept by the call: the share of exact zeros last time; start it at -1
 } amp_rec_stats_entry;
 
 typedef struct amp_rec_stats_summary {
@@ -211,10 +213,14 @@ typedef struct amp_rec_stats_summary {
     int64_t f32_overflow;     // values of f32 activations beyond the target dtype's range
     double weight_grad_sumsq; // over the weight gradients' finite values
     int32_t weight_grads;     // how many weight gradients there were
+    // the first activation entry whose share of exact zeros jumped from below 1% last time to
+    // 5% or more (outputs zeroed where a value overflowed and was absorbed: rsqrt(inf) = 0);
+    // -1: none
+    int32_t zero_jump;
 } amp_rec_stats_summary;
 
 void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
-                                  const amp_rec_stats_entry *entries, const amp_stats *stats,
+                                  amp_rec_stats_entry *entries, const amp_stats *stats,
                                   amp_rec_stats_summary *summary);
 
 typedef enum amp_phase {

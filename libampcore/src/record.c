@@ -771,11 +771,11 @@ EMIT_FN(amp_record_gpu_info, amp_rec_gpu_info, AMP_REC_GPU_INFO, AMP_TRACE_CUDA)
 EMIT_FN(amp_record_gpu_metric, amp_rec_gpu_metric, AMP_REC_GPU_METRIC, AMP_TRACE_CUDA)
 
 void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
-                                  const amp_rec_stats_entry *entries, const amp_stats *stats,
+                                  amp_rec_stats_entry *entries, const amp_stats *stats,
                                   amp_rec_stats_summary *summary) {
-    amp_rec_stats_summary sum = {0};
+    amp_rec_stats_summary sum = {.zero_jump = -1};
     for (int i = 0; i < n; i++) {
-        const amp_rec_stats_entry *e = &entries[i];
+        amp_rec_stats_entry *e = &entries[i];
         if ((int)e->kind < 0) continue; // superseded
         amp_stats s = stats[i];
         amp_stats_finish(&s);
@@ -795,6 +795,13 @@ void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
         if (e->kind == AMP_STATS_WEIGHT_GRAD) {
             sum.weight_grad_sumsq += s.sumsq;
             sum.weight_grads++;
+        }
+        if (e->kind == AMP_STATS_ACTIVATION && s.numel > 0 && s.n_zero >= 0) {
+            const float share = (float)s.n_zero / (float)s.numel;
+            if (sum.zero_jump < 0 && e->zero_share >= 0 && e->zero_share < 0.01f &&
+                share >= 0.05f)
+                sum.zero_jump = i;
+            e->zero_share = share;
         }
     }
     if (summary) *summary = sum;

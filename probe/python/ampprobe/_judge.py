@@ -6,7 +6,10 @@ of a step's forward, and its replay of the loss computation, hand every op here)
               (nonfinite_propagated), are named where they first go in; values an op makes from
               finite inputs are followed to the end of what is judged (the forward's output, the
               loss), and the first op whose values got there is the producer
-              (nonfinite_producer). A mask's -inf is no fault.
+              (nonfinite_producer). A mask's -inf is no fault. When none got there, the
+              first fp16/bf16 overflow that an op took in and left out of its output
+              (rsqrt(inf) = 0: an RMSNorm's x * x past 65504) is named
+              (overflow_absorbed): the forward stayed finite, its values did not.
   OpTracer    the dispatch mode of the forward's re-run: every aten op's inputs and outputs.
   Made        values an op made, carried on or left out (where(p > 0, log(p), 0)).
 
@@ -20,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from . import _devstats, _vocab
-from ._records import ERROR, INFO, PHASE_FWD
+from ._records import ERROR, INFO, PHASE_FWD, WARNING
 
 _INF = float("inf")
 
@@ -67,6 +70,20 @@ GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", 
             "convolution", "cudnn_convolution", "conv1d", "conv2d", "conv3d"}
 # memory handed out as it is (whatever it held, NaN included): no op makes a value there
 UNINIT_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+# an exact 0 in an input makes their inf (log(0), 1 / 0): a pole, no overflow
+POLE_OPS = {"log", "log2", "log10", "xlogy", "div", "reciprocal", "rsqrt", "pow"}
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def overflowed(op, inputs, bad_outs):
+    """Whether the non-finite values op made from finite inputs are an overflow of its fp16/bf16
+    outputs (+inf or -inf past the dtype's largest value), not a NaN nor a pole's inf."""
+    if not all(t.dtype in LOW_PRECISION for t in bad_outs):
+        return False
+    if any(_devstats.eager_stats(t, _INF, 0.0)[2].item() for t in bad_outs):  # a NaN
+        return False
+    return op not in POLE_OPS or not any(
+        _devstats.eager_stats(t, _INF, 0.0)[7].item() for t in inputs)
 
 
 def is_mask(t):
@@ -82,12 +99,15 @@ class Made:
     they reach the end of what is judged (the forward's output, the loss); a -inf that where()
     or masked_fill() leaves out on the way (where(p > 0, log(p), 0)) does not, though its
     backward may still turn it into a NaN gradient (0 * inf)."""
-    __slots__ = ("layer", "op", "count", "detail", "what", "ops", "left_out_by")
+    __slots__ = ("layer", "op", "count", "detail", "what", "ops", "left_out_by", "left_out_in",
+                 "overflow")
 
     def __init__(self, layer, op, count, detail, what):
         self.layer, self.op, self.count, self.detail, self.what = layer, op, count, detail, what
         self.ops = {op}  # the ops of its layer that carried them on (their backward meets them)
         self.left_out_by = None  # the first op that had them in an input and not in its output
+        self.left_out_in = None  # and its layer
+        self.overflow = False  # an fp16/bf16 overflow (overflowed())
 
 
 class Judge:
@@ -105,6 +125,7 @@ class Judge:
         self.data = {id(t) for t in data}  # model inputs (and views of them)
         self.keep = list(data) + masks  # the ids above stay valid while we run
         self.made = []  # Made, in order
+        self.absorbed = None  # the Made emitted as overflow_absorbed
         self.carriers = {}  # id(tensor) -> (weakref to it, the Made whose values it holds)
         self.event = None
 
@@ -173,11 +194,12 @@ class Judge:
                 return kind
             carried = Made(layer, op, out_bad, detail,
                            "-inf" if out_bad == neginf else "NaN/inf")
+            carried.overflow = overflowed(op, inputs, bad_outs)
             self.made.append(carried)
         elif carried is not None and layer == carried.layer and bad_outs:
             carried.ops.add(op)
         if carried is not None and not bad_outs and carried.left_out_by is None:
-            carried.left_out_by = op
+            carried.left_out_by, carried.left_out_in = op, layer
         for t in bad_outs:
             self.carriers[id(t)] = (weakref.ref(t), carried)
 
@@ -200,13 +222,25 @@ class Judge:
 
     def finish(self, result):
         """The end of what was judged (result: the forward's output, the loss): emits the
-        first Made that reached it and returns its kind, else None."""
+        first Made that reached it and returns its kind, else None. When none did, the first
+        overflow left out on the way is emitted (overflow_absorbed, a warning: the forward
+        stayed finite, so the search for where the step broke goes on; still None)."""
         reached = [m for m in map(self._carried, float_tensors(result)) if m is not None]
         if reached and self.event is None:
             m = min(reached, key=self.made.index)
             self.w.rec.event(self.step, m.layer, m.op, PHASE_FWD, "nonfinite_producer", ERROR,
                              m.count, None, m.detail)
             self.event = "nonfinite_producer"
+        elif self.event is None:
+            m = next((m for m in self.made if m.overflow and m.left_out_by), None)
+            if m is not None:
+                where = "" if m.left_out_in == m.layer else " (in %s)" % (
+                    "the top level" if m.left_out_in is None or m.left_out_in < 0
+                    else self.w.layer_name(m.left_out_in))
+                self.w.rec.event(self.step, m.layer, m.op, PHASE_FWD, "overflow_absorbed",
+                                 WARNING, m.count, None,
+                                 m.detail + "left out by %s%s" % (m.left_out_by, where))
+                self.absorbed = m
         return self.event
 
 

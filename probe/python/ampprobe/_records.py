@@ -70,12 +70,13 @@ class AmpStats(ctypes.Structure):
 class StatsEntry(ctypes.Structure):
     """amp_rec_stats_entry: what one of amp_record_tensor_stats_many's figures belongs to."""
     _fields_ = [("layer_id", ctypes.c_int32), ("kind", ctypes.c_int), ("op", _c_str),
-                ("dtype", _c_str)]
+                ("dtype", _c_str), ("zero_share", ctypes.c_float)]
 
 
 class StatsSummary(ctypes.Structure):
     _fields_ = [("nonfinite", ctypes.c_int64 * 4), ("f32_overflow", ctypes.c_int64),
-                ("weight_grad_sumsq", ctypes.c_double), ("weight_grads", ctypes.c_int32)]
+                ("weight_grad_sumsq", ctypes.c_double), ("weight_grads", ctypes.c_int32),
+                ("zero_jump", ctypes.c_int32)]
 
 
 class _Op(ctypes.Structure):
@@ -212,7 +213,7 @@ class Recorder:
         for k, (layer, kind, op, dtype) in enumerate(rows):
             o, d = _b(op), _b(dtype)
             keep += [o, d]
-            arr[k] = StatsEntry(layer, kind, o, d)
+            arr[k] = StatsEntry(layer, kind, o, d, -1.0)
         arr._keep = keep
         return arr
 

@@ -73,6 +73,14 @@ Re-runs assume the forward is deterministic (dropout draws again; the random sta
 buffers are restored afterwards) and are done for the first 10 broken steps and then once per new
 streak of them.
 
+Overflows absorbed. An fp16 overflow can vanish before anything is non-finite: a hand-written
+RMSNorm's x * x past 65504 is inf, and rsqrt(inf) = 0 zeroes its output. When a layer's share of
+exact zeros jumps (from below 1% on the last sampled step to 5% or more; the C call that
+records the statistics keeps the shares) in a step that stayed finite, that step's forward is run
+again op by op, a step later, and the first fp16/bf16 overflow an op left out of its output is
+named (overflow_absorbed: the op that made it, its input ranges, the op that left it out), for
+the first 3 such steps.
+
 Gradient accumulation (several forwards and backward()s a step): each forward's inputs and loss
 computation are kept until the step ends, and a broken step's forwards are searched in turn;
 its statistics hold a row per forward and layer; its loss is the sum of what backward() (or
@@ -142,6 +150,8 @@ from ._records import INFO, WARNING, ERROR
 __all__ = ["watch", "Watcher"]
 
 _RERUNS_BEFORE_STREAKS = 10
+# re-runs of steps where a layer's output turned to zeros (an overflow its own code absorbed?)
+_ZERO_RERUNS = 3
 # a backward that went non-finite without a scaler, seen in the statistics when the step is
 # recorded (the next one's end): the event's detail says what would trace it
 _LATE = ("traced per module when the step was recorded, after the optimizer had stepped on "
@@ -825,6 +835,7 @@ class Watcher:
         self._noted_copies = False  # said that DataParallel's copies are not recorded
         self.broken_steps = 0
         self.prev_broken = False
+        self.zero_reruns = 0
         self._forwards = 0
         self._handles = []
         # modules outside the model called in training mode during its first step (a second
@@ -1855,6 +1866,12 @@ class Watcher:
             if fwd_bad and fwd_event is None:  # the statistics saw it: named per module
                 fwd_event = self._forward_producer(d, copy.result()[0], why)
         self.prev_broken = broken
+        if not broken and summary is not None and summary.zero_jump >= 0 and \
+                self.zero_reruns < _ZERO_RERUNS and self._rerunnable and not d.updated:
+            # a layer's output went to zeros while everything stayed finite: run the forward
+            # again op by op for an fp16 overflow its code absorbed (Judge.finish)
+            self.zero_reruns += 1
+            self._search(d, False, 1.0)
         if loss_bad:
             self.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
                            "the forward pass produced non-finite values" if fwd_event else
@@ -1887,6 +1904,10 @@ class Watcher:
                 self.rec.event(step, -1, None, PHASE_OPTIM,
                                "scale_backoff" if after < before else "scale_growth", INFO, -1,
                                after)
+
+    def layer_name(self, layer):
+        """Layer id's qualified name (the judge's events name a second layer by it)."""
+        return _layers.rows[layer][2]
 
     def _forward_producer(self, d, stats, why):
         """Step d's forward searched per module, from its statistics, when it could not be

@@ -152,6 +152,18 @@ entries = rec.entries([(7, _records.ACTIVATION_GRAD, "head", "f16"),
 s = rec.tensor_stats_many(2, "f16", entries, ctypes.addressof(stats))
 assert list(s.nonfinite) == [0, 1, 0, 4] and s.f32_overflow == 0, list(s.nonfinite)
 assert s.weight_grads == 1 and s.weight_grad_sumsq == 0.0, (s.weight_grads, s.weight_grad_sumsq)
+assert s.zero_jump == -1, s.zero_jump  # (no activation)
+# each activation's share of exact zeros, kept in its entry from one call to the next: the first
+# whose share went from below 1% to 5% or more is zero_jump (-1: none; the first call has nothing
+# to compare with; a ReLU's half of zeros, steady, is no jump)
+acts = rec.entries([(4, _records.ACTIVATION, "linear", "f16"),
+                    (6, _records.ACTIVATION, "blocks.1", "f32")])
+for step, zeros, want in ((3, (0, 50), -1), (4, (6, 50), 0), (5, (2, 60), -1), (6, (0, 0), -1),
+                          (7, (0, 7), 1)):
+    figs = (_records.AmpStats * 2)(*[_records.AmpStats(100, -1.0, 1.0, 0.0, 0, 0, 0, 0, 0, z,
+                                                       1.0) for z in zeros])
+    s = rec.tensor_stats_many(step, "f16", acts, ctypes.addressof(figs))
+    assert s.zero_jump == want, (step, s.zero_jump, want)
 # autocast's policies from libampcore's lists, and one op row
 for name, want in (("linear", "lower_precision_fp"), ("__matmul__", "lower_precision_fp"),
                    ("softmax", "fp32_set_opt_dtype"), ("layer_norm", "fp32"),

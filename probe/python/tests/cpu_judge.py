@@ -13,7 +13,9 @@ go in, also when where() leaves that parameter's values out; an in-place add is 
 input as it was before the write; masks (masked_fill, a float mask passed in, item assignment)
 are no fault, a softmax over a row masked whole and a loss of a masked logit are; a router's
 entropy over top-2 probabilities carries log's -inf through its mul to the where that leaves it out
-(what the backward's producer is told); a wrapper's own code (FSDP1's) is looked through: its
+(what the backward's producer is told); an fp16 x * x past 65504 that rsqrt turns into 0 (an
+RMSNorm's) is an overflow the forward absorbed, the same in f32 nothing, and 1 / 0 that where()
+leaves out a pole, no overflow; a wrapper's own code (FSDP1's) is looked through: its
 slices of a NaN gradient are no event, the NaN data it casts still the data. Then
 ampprobe/_links.py's Links, what names a backward traced per module: what reads each module's
 output (a module in a chain, the next block of a residual stream, the code of a router's gate, the
@@ -40,20 +42,26 @@ class Events:
     """What the judge emits (Watcher.rec.event's arguments that matter here)."""
 
     def __init__(self):
-        self.rec, self.events = self, []
+        self.rec, self.events, self.details = self, [], []
 
     def event(self, step, layer, op, phase, kind, severity, count, value, detail):
         self.events.append((op, kind))
+        self.details.append(detail)
+
+    def layer_name(self, layer):
+        return "layer%d" % layer
 
 
-def judge(model, *args, layers=None):
+def judge(model, *args, layers=None, details=None):
     """Runs model(*args) as a broken step's re-run does (layers: the layer stack, [0]); returns
-    (events, the judge)."""
+    (events, the judge); the events' details go into the list details."""
     w = Events()
     j = _judge.Judge(w, 3, _judge.float_tensors(args), list(model.buffers()))
     with _judge.OpTracer(j, [0] if layers is None else layers):
         out = model(*args)
     j.finish(out)
+    if details is not None:
+        details += w.details
     return w.events, j
 
 
@@ -114,6 +122,21 @@ class Router(nn.Module):
         keep = torch.zeros_like(p).scatter(-1, p.topk(2, -1).indices, 1.0)
         p = p * keep / (p * keep).sum(-1, keepdim=True)
         return torch.where(p > 0, p * p.log(), torch.zeros(())).sum(-1).mean()
+
+
+class RmsNorm(nn.Module):  # x * x in fp16 (autocast would leave it there), the rest in f32
+    def __init__(self, f32=False):
+        super().__init__()
+        self.f32 = f32
+
+    def forward(self, x):
+        sq = x.float() * x.float() if self.f32 else (x * x).float()
+        return x.float() * torch.rsqrt(sq.mean(-1, keepdim=True) + 1e-6)
+
+
+class Inverse(nn.Module):  # where(x != 0, 1 / x, 0)
+    def forward(self, x):
+        return torch.where(x != 0, torch.ones_like(x) / x, torch.zeros_like(x)).float().sum()
 
 
 class Wrapper(nn.Module):
@@ -191,6 +214,18 @@ def cases():
     made = [(m.op, sorted(m.ops), m.left_out_by, m.what) for m in j.made]
     yield "a router's entropy", ev == [] and made == [("log", ["log", "mul"], "where", "-inf")], \
         (ev, made)
+    x = (torch.randn(4, 8) * torch.tensor([[1.0], [1.0], [400.0], [1.0]])).half()
+    details = []
+    ev, j = judge(RmsNorm(), x, details=details)
+    yield "an fp16 overflow rsqrt absorbs", ev == [("mul", "overflow_absorbed")] and \
+        details[0].endswith("left out by rsqrt") and "input 0 f16" in details[0], (ev, details)
+    ev, _ = judge(RmsNorm(f32=True), x)
+    yield "the same in f32", ev == [], ev
+    x = torch.tensor([[0.0, 1.0], [2.0, 3.0]]).half()
+    ev, j = judge(Inverse(), x)  # 1 / 0 left out by where: a pole, no overflow
+    yield "a pole left out is no overflow", ev == [] and \
+        [(m.op, m.overflow, m.left_out_by) for m in j.made] == [("div", False, "where")], \
+        (ev, [(m.op, m.overflow, m.left_out_by) for m in j.made])
     layers = [0]
     ev, _ = judge(Wrapper(layers), torch.randn(2, 8, dtype=torch.float64), layers=layers)
     yield "a wrapper's own code on a NaN gradient", ev == [], ev

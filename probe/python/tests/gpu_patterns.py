@@ -74,6 +74,12 @@ GradScaler, --keep-scaler with one, which bf16 does not need):
   smooth  the setmask loss (class 0 masked to -inf, no label on it) with label_smoothing=0.1
           from step 3 on: smoothing takes in every class, the masked one too (cross_entropy of
           a masked logit, outside any module); healthy: smoothed, the mask left out
+  rmsnorm an RMSNorm written by hand, x * rsqrt((x * x).mean(-1) + eps) * weight, in a
+          residual net whose input features arrive 1000 times larger from step 3 on: autocast
+          leaves x * x in fp16 (x.pow(2) it would run in fp32), where values past 256 square to
+          inf, and rsqrt(inf) = 0 zeroes those rows, so every loss stays finite while the norms
+          put out zeros (an fp16 overflow hidden in blocks.0.norm); healthy: the mean square
+          taken in fp32, the fix the report advises
   gan     a generator and a discriminator, two top-level models with an Adam each and one
           GradScaler, trained as PyTorch's AMP examples train several models: the
           discriminator's loss backward and its optimizer's scaler.step(), then the
@@ -282,6 +288,42 @@ class Angle(nn.Module):
         return s.head(u), torch.acos(cos).mean()
 
 
+class RMSNorm(nn.Module):
+    def __init__(s, d, eps=1e-6):
+        super().__init__()
+        s.weight, s.eps, s.f32 = nn.Parameter(torch.ones(d)), eps, False
+
+    def forward(s, x):
+        if s.f32:  # (as Llama's RMSNorm does)
+            return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + s.eps)
+                    ).to(x.dtype) * s.weight
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + s.eps) * s.weight
+
+
+class RmsBlock(nn.Module):
+    def __init__(s, d):
+        super().__init__()
+        s.norm, s.ff = RMSNorm(d), nn.Linear(d, d)
+
+    def forward(s, h):
+        return h + s.ff(F.gelu(s.norm(h)))
+
+
+class RmsNet(nn.Module):
+    def __init__(s, d=64, out=10):
+        super().__init__()
+        s.proj = nn.Linear(d, d)
+        s.blocks = nn.ModuleList([RmsBlock(d), RmsBlock(d)])
+        s.norm, s.head = RMSNorm(d), nn.Linear(d, out)
+        s.gain = 1.0
+
+    def forward(s, x):
+        h = s.proj(x.mean(1) * s.gain)
+        for b in s.blocks:
+            h = b(h)
+        return s.head(s.norm(h))
+
+
 class Gen(nn.Module):
     def __init__(s, z=16, d=64):
         super().__init__()
@@ -335,7 +377,7 @@ MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Froze
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
           "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior,
           "norm0": Norm0, "std1": Std1, "acos": Angle, "hexp": Mlp,
-          "smooth": Mlp}
+          "smooth": Mlp, "rmsnorm": RmsNet}
 
 
 def main():
@@ -400,6 +442,11 @@ def main():
             model.eps = 1e-12 if a.healthy else 0.0
             if step >= FAULT_STEP:
                 x[0] = 0.0  # a padding sample
+        if a.case == "rmsnorm":
+            model.gain = 1000.0 if step >= FAULT_STEP else 1.0  # (the healthy twin too)
+            for m in model.modules():
+                if isinstance(m, RMSNorm):
+                    m.f32 = a.healthy
         extra = ()
         if a.case == "prior":
             extra = (torch.randint(0, 3, (16, 10), device=dev).float(),)

@@ -101,7 +101,7 @@ TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-odd ""
 TRACE=amp,cuda SCRIPT=gpu_shapes.py one shapes-padded "" --vocab 50304
 # model shapes beyond gpu_faults.py's (gpu_patterns.py's docstring)
 patterns="rnn lstm mha dict frozen zerograd innerloss cl inplace setmask fwdmask tmask padrow
-router prior norm0 std1 acos hexp smooth gan"
+router prior norm0 std1 acos hexp smooth rmsnorm gan"
 for c in $patterns; do
     SCRIPT=gpu_patterns.py one "p-$c" "" --case "$c" &
     SCRIPT=gpu_patterns.py one "p-$c-healthy" "" --case "$c" --healthy &
