@@ -24,6 +24,7 @@ static bool read_elsewhere(const char *kind) {
         AMP_EVENT_NONFINITE_PRODUCER, AMP_EVENT_STEP_SKIPPED,
         AMP_EVENT_LOSS_NONFINITE,     "nonfinite_input",
         "nonfinite_module",           "overflow_absorbed", // (overflow-headroom)
+        "step_outside_scaler",                             // (loss-scale)
     };
     for (size_t i = 0; i < sizeof read / sizeof *read; i++)
         if (strcmp(kind, read[i]) == 0) return true;

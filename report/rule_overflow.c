@@ -158,7 +158,8 @@ static void absorbed_findings(const report_model *m, report_findings *out) {
         report_finding_evidence(f, "nonfinite_values", (double)(r.posinf + r.neginf));
         report_finding_evidence(f, "input_amax", r.in_amax);
         report_finding_evidence(f, "dtype_max", report_dtype_max(dtype));
-        report_finding_evidence(f, "occurrences", (double)(e->occurrences > 0 ? e->occurrences : 1));
+        report_finding_evidence(f, "occurrences",
+                                (double)(e->occurrences > 0 ? e->occurrences : 1));
     }
     free(at);
 }

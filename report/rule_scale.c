@@ -14,12 +14,19 @@
  *   - gradients clipped while still scaled (clip_grad_norm_ before scaler.unscale_): every applied
  *     step's gradient norm times its scale is one number, the clip's max_norm, where the norms
  *     of a model that learns vary from step to step; so the updates are max_norm/scale.
+ *   - an optimizer stepped outside the GradScaler (the PyTorch bridge's step_outside_scaler
+ *     event): optimizer.step() called directly beside scaler.scale(), on gradients still
+ *     multiplied by the scale (an error), or after scaler.unscale_() with no skip of a step
+ *     whose gradients overflowed (a warning).
  * Recommendations come from the observed gradient amax (AMP_TENSOR_STATS activation_grad and
  * weight_grad): the init_scale that keeps the scaled amax under 65504/2.
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RULE "loss-scale"
@@ -386,7 +393,68 @@ static const char broken_backward_advice[] =
     "at every loss scale, so the scaler halves the scale and skips every such step; no "
     "init_scale or growth_interval changes that.";
 
+// The bridge's step_outside_scaler events: one finding per (process, optimizer), at its first.
+static void stepped_outside(const report_model *m, report_findings *out) {
+    const report_event **seen = amp_xcalloc(m->n_events + 1, sizeof *seen);
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_events; i++) {
+        const report_event *e = &m->events[i];
+        if (strcmp(e->kind, "step_outside_scaler") != 0) continue;
+        bool again = false;
+        for (size_t k = 0; k < n && !again; k++)
+            again = report_event_cmp_place(seen[k], e, false) == 0;
+        if (again) continue;
+        seen[n++] = e;
+        const bool scaled = !e->detail || !strstr(e->detail, "after scaler.unscale_()");
+        const char *opt = e->op ? e->op : "an optimizer";
+        report_finding *f =
+            report_finding_add(out, RULE, scaled ? AMP_SEVERITY_ERROR : AMP_SEVERITY_WARNING);
+        report_finding_where(f, NULL, e->op, "optim");
+        f->pid = e->pid;
+        f->first_step = e->step;
+        f->last_step = e->step;
+        char scale[48] = "the loss scale", factor[32] = "the scale's";
+        if (isfinite(e->value)) {
+            snprintf(scale, sizeof scale, "the loss scale %g", e->value);
+            snprintf(factor, sizeof factor, "%g", e->value);
+        }
+        if (scaled) {
+            snprintf(f->title, sizeof f->title,
+                     "%s stepped outside the GradScaler from step %lld: optimizer.step() on "
+                     "gradients still multiplied by %s",
+                     opt, (long long)e->step, scale);
+            snprintf(f->detail, sizeof f->detail,
+                     "%s.step() was called directly, not scaler.step(optimizer), on the gradients "
+                     "backward() made from scaler.scale(loss): each update used gradients %s "
+                     "times too large (SGD's step grows by that much; Adam's normalised step "
+                     "hides most of it, not its eps), and a step whose gradients overflowed is "
+                     "applied instead of skipped, putting inf/NaN into the weights.",
+                     opt, factor);
+        } else {
+            snprintf(f->title, sizeof f->title,
+                     "%s stepped outside the GradScaler from step %lld: optimizer.step() after "
+                     "scaler.unscale_(), so a step whose gradients overflow is applied, not "
+                     "skipped",
+                     opt, (long long)e->step);
+            snprintf(f->detail, sizeof f->detail,
+                     "%s.step() was called directly after scaler.unscale_(optimizer): the "
+                     "gradients were unscaled, but only scaler.step(optimizer) skips a step whose "
+                     "gradients hold inf/NaN, so the first overflow puts them into the weights.",
+                     opt);
+        }
+        snprintf(f->advice, sizeof f->advice,
+                 "Step every optimizer through the scaler: scaler.step(optimizer) for each one "
+                 "(scaler.unscale_(optimizer) first where you clip its gradients), then one "
+                 "scaler.update() per iteration, as PyTorch's AMP examples do for several "
+                 "optimizers.");
+        report_finding_evidence(f, "loss_scale", e->value);
+        report_finding_evidence(f, "parameters", (double)e->count);
+    }
+    free(seen);
+}
+
 void rule_scale_run(const report_model *m, report_findings *out) {
+    stepped_outside(m, out);
     for (size_t i = 0; i < m->n_procs; i++)
         clipped_while_scaled(m, &m->procs[i], out);
     for (size_t i = 0; i < m->n_steps;) {

@@ -2780,6 +2780,46 @@ START_TEST(overflow_absorbed_inside_a_layer_is_a_warning) {
 }
 END_TEST
 
+// sgd.step() called directly beside scaler.step(adam) (the bridge's step_outside_scaler, at
+// steps 0 and 1: one finding, at the first): an error with scaler.step() for each optimizer as
+// the fix; after scaler.unscale_() the gradients are right but no skip protects them: a warning.
+START_TEST(an_optimizer_stepped_outside_the_scaler_is_named) {
+    healthy(6);
+    sql(EVENTS_VALUES "(1, 0, NULL, 'SGD', 'optim', 'step_outside_scaler', 'error', 2, 65536, "
+                      "'SGD.step() called directly: it stepped on gradients still multiplied by "
+                      "the loss scale 65536', 0, 1, 0),"
+                      "(1, 1, NULL, 'SGD', 'optim', 'step_outside_scaler', 'error', 2, 65536, "
+                      "'SGD.step() called directly', 0, 1, 1);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_uint_eq(count("recorded-events", AMP_SEVERITY_INFO), 0);
+    const report_finding *f = &findings.v[0];
+    ck_assert_str_eq(f->rule, "loss-scale");
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_ERROR);
+    ck_assert_str_eq(f->title, "SGD stepped outside the GradScaler from step 0: optimizer.step() "
+                               "on gradients still multiplied by the loss scale 65536");
+    ck_assert_msg(strstr(f->detail, "gradients 65536 times too large"), "%s", f->detail);
+    ck_assert_msg(begins(f->advice, "Step every optimizer through the scaler: "
+                                    "scaler.step(optimizer) for each one"),
+                  "%s", f->advice);
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(begins(verdict, "Training broke: SGD stepped outside the GradScaler"),
+                  "verdict: %s", verdict);
+    release();
+    sql("DELETE FROM AMP_EVENTS WHERE step = 1; UPDATE AMP_EVENTS SET severity = 'warning', "
+        "detail = 'SGD.step() called directly after scaler.unscale_(): its gradients are "
+        "unscaled, but a step whose gradients hold inf/NaN is applied, not skipped';");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    f = &findings.v[0];
+    ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
+    ck_assert_msg(strstr(f->title, "after scaler.unscale_(), so a step whose gradients overflow "
+                                   "is applied"),
+                  "%s", f->title);
+    release();
+}
+END_TEST
+
 // ---------------------------------------------------------------------------------------------
 // grad-underflow
 
@@ -5378,6 +5418,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
     tcase_add_test(tc, overflow_absorbed_inside_a_layer_is_a_warning);
+    tcase_add_test(tc, an_optimizer_stepped_outside_the_scaler_is_named);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
     tcase_add_test(tc, grad_underflow_scale_is_of_the_16_bit_gradients);

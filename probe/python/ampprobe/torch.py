@@ -35,9 +35,11 @@ right away. A step ends at scaler.update() (with an enabled GradScaler), else be
 optimizer.step() (so parameters are still those of the forward; when step() is handed a closure
 that runs the forward, as that closure returns), else at the model's next forward that finds no
 parameter gradient held or the parameters updated by hand (gradients held on unchanged
-parameters: accumulating). Parameter gradients are read before the scaler unscales them, as
-libampcore does (at unscale_, else at scaler.step, whose fused optimizer unscales them itself);
-the step's gradient norm is theirs divided by the scale.
+parameters: accumulating). An optimizer.step() called directly while the GradScaler scales the
+loss (not scaler.step(optimizer)) is recorded (step_outside_scaler); a loop that never calls
+scaler.update() then has its steps end at the next forward. Parameter gradients are read
+before the scaler unscales them, as libampcore does (at unscale_, else at scaler.step, whose
+fused optimizer unscales them itself); the step's gradient norm is theirs divided by the scale.
 stats_every=N computes statistics on every Nth step only. Without the module (a build without
 CUDA) or for tensors off the GPU the figures come from eager torch reductions, which cost far
 more.
@@ -820,6 +822,11 @@ class Watcher:
         self.loss = None  # the step's loss: what backward() was called on, summed over forwards
         self.waiting = None  # the last step, its figures on their way (_Done)
         self.scaler = None
+        self._scaled = False  # scaler.scale() ran in this step
+        self._in_scaler_step = False  # inside the GradScaler's step()
+        self._outside = set()  # ids of optimizers that stepped outside it (_stepped_outside)
+        self._outside_pending = False  # one did in this step
+        self._updated_once = False  # the loop calls scaler.update()
         self.optimizer = None
         self.tape = _LossTape()
         self.ops = None  # the _OpRecorder of an op step, while it records
@@ -895,6 +902,7 @@ class Watcher:
         orig_step = scaler.step
 
         def scale(outputs):
+            self._scaled = True
             fwd = self._end_loss_region()
             if isinstance(outputs, torch.Tensor) and not self.rerunning:
                 self._take_loss(outputs, fwd)
@@ -912,9 +920,14 @@ class Watcher:
                 self._hook_updates(optimizer)
             self.flush()  # the step before, recorded while the GPU still runs this backward:
             # the host waits for it in step() anyway (its check of found_inf)
-            return orig_step(optimizer, *args, **kwargs)
+            self._in_scaler_step = True
+            try:
+                return orig_step(optimizer, *args, **kwargs)
+            finally:
+                self._in_scaler_step = False
 
         def update(new_scale=None):
+            self._updated_once = True
             found = self._found_infs()
             self._ensure_marked(found)  # the scale as it is before the update
             orig_update(new_scale)
@@ -1174,6 +1187,9 @@ class Watcher:
         with the closure wrapped); its further calls within the step (LBFGS's line search) are
         not recorded."""
         self._leave_found_step()  # (the step() it was found in raised)
+        if self.scaler is not None and self._scaled and not self._in_scaler_step and \
+                not self.rerunning:
+            self._stepped_outside(optimizer)
         if not self.rerunning:
             self._check_optimizer(optimizer)
         self._before_update(optimizer, args, kwargs)
@@ -1198,6 +1214,32 @@ class Watcher:
                 return args, dict(kwargs, closure=closure_then_end)
             return (args[0], closure_then_end) + tuple(args[2:]), kwargs
         return None
+
+    def _stepped_outside(self, optimizer):
+        """optimizer.step() called directly while the GradScaler scales the loss (not
+        scaler.step(optimizer)): it steps on gradients still multiplied by the scale (or, after
+        scaler.unscale_(optimizer), unscaled but with no skip of a step whose gradients hold
+        inf/NaN). Recorded once per optimizer (step_outside_scaler: its class, the parameters
+        with a gradient, the scale). A loop that never calls scaler.update() ends its steps at
+        the next forward (on_root_pre)."""
+        self._outside_pending = True
+        if id(optimizer) in self._outside:
+            return
+        self._outside.add(id(optimizer))
+        stage = self.scaler._per_optimizer_states[id(optimizer)].get("stage")
+        unscaled = getattr(stage, "name", "") == "UNSCALED"
+        scale = float(self.scaler._scale) if self.scaler._scale is not None else float("nan")
+        n = sum(p.grad is not None for g in optimizer.param_groups for p in g["params"])
+        name = type(optimizer).__name__
+        if unscaled:
+            detail = ("%s.step() called directly after scaler.unscale_(): its gradients are "
+                      "unscaled, but a step whose gradients hold inf/NaN is applied, not "
+                      "skipped" % name)
+        else:
+            detail = ("%s.step() called directly: it stepped on gradients still multiplied by "
+                      "the loss scale %g" % (name, scale))
+        self.rec.event(self.step, -1, name, PHASE_OPTIM, "step_outside_scaler",
+                       WARNING if unscaled else ERROR, n, scale, detail)
 
     def _unrecorded(self, f):
         """f() with the model's forwards and backwards not recorded (as while a step runs
@@ -1235,6 +1277,8 @@ class Watcher:
         self._end_loss_region()
         if self.scaler is None and self.optimizer is None:
             self._step_by_forward()
+        elif self._outside_pending and not self._updated_once:  # no update() ends steps
+            self.end_step(None)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         ac = torch.is_autocast_enabled(dev)
         ac_dtype = torch.get_autocast_dtype(dev)
@@ -1286,10 +1330,14 @@ class Watcher:
 
     def _end_unended(self):
         """At exit (or close()): a step that only the next forward would have ended (no scaler,
-        no optimizer seen) ends here, once a backward ran in it."""
-        if self.on and self.rec.enabled and self.scaler is None and self.optimizer is None \
-                and self.forwards and self.loss is not None:
+        no optimizer seen; or an optimizer stepped outside a scaler that never updates) ends
+        here, once a backward ran in it."""
+        if not (self.on and self.rec.enabled and self.forwards and self.loss is not None):
+            return
+        if self.scaler is None and self.optimizer is None:
             self._end_unmarked(self._param_version() != self._pversion)
+        elif self._outside_pending and not self._updated_once:
+            self.end_step(None)
 
     def _op_step(self):
         n = self.step - self.first  # the watcher's second step, then every ops_every
@@ -1782,6 +1830,7 @@ class Watcher:
         _steps_recorded[0] = self.step
         self.entries, self.loss = [], None
         self.forwards = []
+        self._scaled = self._outside_pending = False
         self.params_queued = self.wgrads_queued = self._wgrads_early = False
         self._wgrad_rows = (0, 0)
 

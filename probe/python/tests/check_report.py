@@ -194,6 +194,11 @@ def expect(case, f, per_module=False):
         "hexp": f["rule"] == "nonfinite-root-cause" and f["severity"] == "error"
                 and op == "exp" and layer in ("", "the top level")
                 and first == FAULT_STEP and "f32 overflow" in f["title"],
+        # (sgd.step() called directly beside scaler.step(adam): from step 0 on)
+        "twoopt": f["rule"] == "loss-scale" and f["severity"] == "error" and op == "SGD"
+                  and first == 0 and "outside the GradScaler" in f["title"],
+        "rawstep": f["rule"] == "loss-scale" and f["severity"] == "error" and op == "Adam"
+                   and first == 0 and "outside the GradScaler" in f["title"],
         # (x * x in fp16 past 65504, then rsqrt(inf) = 0: every loss finite, the norm's zeros)
         "rmsnorm": f["rule"] == "overflow-headroom" and f["severity"] == "warning"
                    and op == "mul" and layer == "blocks.0.norm" and first == FAULT_STEP

@@ -80,6 +80,15 @@ GradScaler, --keep-scaler with one, which bf16 does not need):
           inf, and rsqrt(inf) = 0 zeroes those rows, so every loss stays finite while the norms
           put out zeros (an fp16 overflow hidden in blocks.0.norm); healthy: the mean square
           taken in fp32, the fix the report advises
+  twoopt  two optimizers, Adam over fc1 and SGD over the head fc2, under one GradScaler:
+          scaler.step(adam), then sgd.step() called directly (not scaler.step(sgd)), from step
+          0 on: SGD steps on gradients still multiplied by the loss scale (65536 times too
+          large; an optimizer stepped outside the GradScaler); healthy: scaler.step(sgd)
+  rawstep a loop that scales the loss and then calls opt.step() itself (Adam), never
+          scaler.step(opt) nor scaler.update() (AMP half switched on): every step on gradients
+          multiplied by the scale, no skip (an optimizer stepped outside the GradScaler; the
+          steps still end and are recorded without update()); healthy: scaler.step(opt) and
+          scaler.update()
   gan     a generator and a discriminator, two top-level models with an Adam each and one
           GradScaler, trained as PyTorch's AMP examples train several models: the
           discriminator's loss backward and its optimizer's scaler.step(), then the
@@ -377,7 +386,8 @@ MODELS = {"rnn": Rnn, "lstm": Lstm, "mha": Mha, "dict": DictOut, "frozen": Froze
           "inplace": InPlace, "setmask": Mlp, "fwdmask": FwdMask,
           "tmask": TMask, "padrow": PadRow, "router": Router, "prior": Prior,
           "norm0": Norm0, "std1": Std1, "acos": Angle, "hexp": Mlp,
-          "smooth": Mlp, "rmsnorm": RmsNet}
+          "smooth": Mlp, "rmsnorm": RmsNet, "twoopt": Mlp,
+          "rawstep": Mlp}
 
 
 def main():
@@ -401,6 +411,10 @@ def main():
     if a.case == "cl":
         model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    opt2 = None
+    if a.case == "twoopt":
+        opt = torch.optim.Adam(model.fc1.parameters(), lr=1e-3)
+        opt2 = torch.optim.SGD(model.fc2.parameters(), lr=0.05)
     scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40 if a.case == "running" and
                                   not a.healthy else 2.0**16,
                                   enabled=not a.bf16 or a.keep_scaler)
@@ -495,12 +509,22 @@ def main():
                 F.leaky_relu(decay, 0.5, inplace=True)  # (halved each step: a function told
                 # inplace=True on a tensor from elsewhere, which a replay must not call again)
         opt.zero_grad(set_to_none=a.case != "zerograd")
+        if opt2 is not None:
+            opt2.zero_grad()
         if a.bf16 and not a.keep_scaler:
             loss.backward()
             opt.step()
         else:
             scaler.scale(loss).backward()
+            if a.case == "rawstep" and not a.healthy:  # (the fault: no scaler.step, no update)
+                opt.step()
+                print("step %d loss %.6g" % (step, loss.item()), flush=True)
+                continue
             scaler.step(opt)
+            if opt2 is not None and a.healthy:
+                scaler.step(opt2)
+            elif opt2 is not None:
+                opt2.step()  # (the fault: on gradients still multiplied by the scale)
             scaler.update()
         print("step %d loss %.6g scale %g total %.6g decay %.6g" % (
             step, loss.item(), scaler.get_scale(), total.item(), decay.item()), flush=True)

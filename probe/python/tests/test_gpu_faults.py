@@ -140,7 +140,8 @@ def test_fault_at_a_step_without_statistics(tmp_path, case):
 # model shapes (gpu_patterns.py's docstring)
 SHAPES = ["rnn", "lstm", "mha", "dict", "frozen", "zerograd", "innerloss", "cl", "inplace",
           "setmask", "fwdmask", "tmask", "padrow", "router", "prior", "norm0", "std1",
-          "acos", "hexp", "smooth", "rmsnorm", "gan"]
+          "acos", "hexp", "smooth", "rmsnorm", "twoopt",
+          "rawstep", "gan"]
 
 
 # training frameworks' own loops (gpu_frameworks.py's docstring): Hugging Face's Trainer in fp16
