@@ -484,7 +484,11 @@ class StepStats:
         tensors placed first (put(0, scalars); n_scalars is then their number). Returns a Copy
         whose result() waits for it. The common case is one launch (ampstats_finish): the
         statistics module, the step's tensors all read by it, on a GPU; else torch copies into
-        pinned memory behind a torch event."""
+        pinned memory behind a torch event. A step with nothing queued, placed or given (a
+        step without statistics) launches nothing."""
+        if not (scalars or n_scalars or self.pending or self.used or self.placed or self.eager
+                or self.order):
+            return self._finished(Copy(self, None, None, None, [], 0, 0))
         self.flush()
         args = None
         if scalars:

@@ -27,7 +27,9 @@ output moved is read at once from then on (one that moves only later is named on
 figures go into a device buffer that one kernel writes into mapped host memory when the step
 ends (a flag there raised last); the step is recorded (one C call) a step later, its flag long
 raised by then: in the next GradScaler.step(), before its wait for found_inf, else when the next
-step ends. Only the loss and found_inf (without a scaler and with check_grads: the count of
+step ends. A step without statistics launches nothing at its end: its scale after update() is
+the next step's scale before it, marked with that step's loss, and it is recorded as that step
+ends. Only the loss and found_inf (without a scaler and with check_grads: the count of
 NaN/inf among the parameter gradients, summed from their figures on the GPU) are read at once:
 as soon as they are computed a small kernel writes them into mapped host memory, and the step's
 end waits for that kernel's flag only; a step they show broken is recorded (and re-run, below)
@@ -170,10 +172,11 @@ _UPDATED = ("its parameters were written before the step's end was seen (an upda
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
-# A step's scalars: the loss, and with an enabled GradScaler the loss scale before update() and
-# found_inf per device, are marked as soon as they are computed (Watcher._mark_ready: what tells at
-# once whether the step broke); the scale after update() and the growth tracker travel with the
-# step's statistics (StepStats.finish), in these places:
+# A step's scalars: the loss, and with an enabled GradScaler the loss scale and growth tracker
+# before update() and found_inf per device, are marked as soon as they are computed
+# (Watcher._mark_ready: what tells at once whether the step broke); the scale after update() and
+# the growth tracker travel with the step's statistics (StepStats.finish), in these places (a
+# step without statistics takes them from the next step's mark: Watcher.flush):
 _S_AFTER, _S_TRACKER = 0, 1
 
 
@@ -918,8 +921,8 @@ class Watcher:
             self._queue_weight_grads()  # the scale and unscales the gradients itself, in place
             if self.optimizer is None and not self.add_roots:  # (else its hooks are there)
                 self._hook_updates(optimizer)
-            self.flush()  # the step before, recorded while the GPU still runs this backward:
-            # the host waits for it in step() anyway (its check of found_inf)
+            self.flush(scale_later=True)  # the step before, recorded while the GPU still runs
+            # this backward: the host waits for it in step() anyway (its check of found_inf)
             self._in_scaler_step = True
             try:
                 return orig_step(optimizer, *args, **kwargs)
@@ -927,6 +930,8 @@ class Watcher:
                 self._in_scaler_step = False
 
         def update(new_scale=None):
+            if scaler._scale is None:  # (PyTorch's own error: update() before any scale())
+                return orig_update(new_scale)
             self._updated_once = True
             found = self._found_infs()
             self._ensure_marked(found)  # the scale as it is before the update
@@ -1388,10 +1393,11 @@ class Watcher:
 
     def _step_scalars(self, found):
         """What is marked of a step: the loss (when backward() was seen on one), and with a
-        scaler (found: its found_inf tensors) the scale as it is now and found."""
+        scaler (found: its found_inf tensors) the scale and growth tracker as they are now
+        (what the step before's update() left them: _Done.after) and found."""
         ts = [self.loss] if self.loss is not None else []
         if found is not None:
-            ts += [self.scaler._scale] + found
+            ts += [self.scaler._scale, self.scaler._growth_tracker] + found
         return ts
 
     def _mark_ready(self, found=None):
@@ -1769,7 +1775,8 @@ class Watcher:
         """The scaler's per-device found_inf tensors of this step (as update() will see them)."""
         found = [v for st in self.scaler._per_optimizer_states.values()
                  for v in st.get("found_inf_per_device", {}).values()]
-        if len(found) > _devstats.HEAD - 2:  # more GPUs than places beside loss and scale
+        if len(found) > _devstats.HEAD - 3:  # more GPUs than places beside loss, scale and
+            # tracker
             found = [torch.stack([v.to(found[0].device).reshape(()) for v in found]).sum()]
         return found
 
@@ -1809,11 +1816,15 @@ class Watcher:
                 with self._lock:
                     bad = self.stats.nonfinite_count(self.wgrad_handles)
             self._ensure_marked(None, bad)
-        with self._lock:
+        with self._lock:  # the scale after update() goes with the figures when there are any;
+            # else the next step's mark brings it (flush(scale_later)), or a broken one reads it
             copy = self.stats.finish(scalars=[self.scaler._scale, self.scaler._growth_tracker]
-                                     if found is not None else None)
+                                     if found is not None and self.entries else None)
             self._note_modified()
-        loss, before, found_sum, grads_bad = self._marked(found)
+        loss, before, found_sum, grads_bad, tracker = self._marked(found)
+        last = self.waiting
+        if last is not None and last.after is None and before is not None:
+            last.after, last.tracker = before, tracker  # as the step before's update() left them
         done = _Done(self.step, self.step_start, self.rec.now_ns(), self.entries, copy, loss,
                      before, found_sum, grads_bad, self.forwards, updated)
         broken = not (loss is None or abs(loss) < _INF) or (found_sum or 0) > 0 or grads_bad
@@ -1834,10 +1845,17 @@ class Watcher:
         self.params_queued = self.wgrads_queued = self._wgrads_early = False
         self._wgrad_rows = (0, 0)
 
-    def flush(self, last=False):
+    def flush(self, last=False, scale_later=False):
         """Records the step whose figures are on their way, if any (last: the run's last step,
-        which gets the memory peak whatever its number)."""
-        d, self.waiting = self.waiting, None
+        which gets the memory peak whatever its number). scale_later: a step whose scale after
+        update() did not go with figures waits for the next step's mark (end_step), which
+        brings it without a launch of its own."""
+        d = self.waiting
+        if d is not None and scale_later and d.found is not None and d.after is None and \
+                not d.copy.n_scalars:
+            self._record_updates(last)
+            return
+        self.waiting = None
         if d is not None:
             if last and not d.mem_peak:
                 d.mem_peak = self._mem_peak()
@@ -1854,14 +1872,15 @@ class Watcher:
 
     def _marked(self, found):
         """The step's marked scalars (waiting for them only): the loss (None: none), the scale
-        before update() and found_inf summed (None: no scaler; -1: no found_inf), and without
-        a scaler whether the parameter gradients hold NaN/inf (False: not known)."""
+        before update() and found_inf summed (None: no scaler; -1: no found_inf), without a
+        scaler whether the parameter gradients hold NaN/inf (False: not known), and the growth
+        tracker before update() (None: no scaler)."""
         with self._lock:
             vals = self.stats.marked() or []
         loss = vals.pop(0) if self.loss is not None else None
         if found is None:
-            return loss, None, None, bool(vals and vals[0] > 0)
-        return loss, vals[0], sum(vals[1:]) if found else -1.0, False
+            return loss, None, None, bool(vals and vals[0] > 0), None
+        return loss, vals[0], sum(vals[2:]) if found else -1.0, False, vals[1]
 
     def _record(self, d):
         """Emits a finished step's records (waits for its figures). The statistics go to C in one
@@ -1871,7 +1890,13 @@ class Watcher:
         loss = d.loss
         scale = None  # before, found_inf (summed; -1: none), after, tracker
         if d.found is not None:
-            scale = [d.before, d.found, vals[_S_AFTER], vals[_S_TRACKER]]
+            if vals:
+                d.after, d.tracker = vals[_S_AFTER], vals[_S_TRACKER]
+            elif d.after is None:  # (a broken step, the last one): as update() left them
+                with _devstats._quiet():  # (not the program's ops)
+                    d.after = self.scaler._scale.item()
+                    d.tracker = float(self.scaler._growth_tracker.item())
+            scale = [d.before, d.found, d.after, d.tracker]
         summary, norm = None, None
         if d.entries:
             if d.entries != self._entries_key:  # the same entries step after step: built once
@@ -2175,7 +2200,7 @@ class Watcher:
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""
     __slots__ = ("step", "start_ns", "end_ns", "entries", "copy", "loss", "before", "found",
-                 "forwards", "mem_peak", "grads_bad", "updated")
+                 "forwards", "mem_peak", "grads_bad", "updated", "after", "tracker")
 
     def __init__(self, step, start_ns, end_ns, entries, copy, loss, before, found, grads_bad,
                  forwards, updated):
@@ -2185,6 +2210,7 @@ class _Done:
         self.forwards = forwards  # its _Forwards: inputs and taped loss computations
         self.mem_peak = 0  # torch's memory peak at the step's end (0: not read at this step)
         self.updated = updated  # its parameters written after its last forward (end_step)
+        self.after = self.tracker = None  # the scale and growth tracker after its update()
 
 
 def _count(n):

@@ -64,7 +64,7 @@ def _no_kernels(w):
 
 
 def _no_read(w):
-    w._marked = lambda found: (None, None, None, False)  # no loss, scale or found_inf read
+    w._marked = lambda found: (None, None, None, False, None)  # no loss, scale or found_inf read
 
 
 def _at_once(w):

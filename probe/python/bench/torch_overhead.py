@@ -12,8 +12,9 @@ sampling the statistics saves on a host-bound loop). With --interleave the plain
 model train side by side in each round, a step of each in turn, which weighs the machine's ups and
 downs on both alike (the separate runs differ by more than what is measured from one minute to the
 next); the times are then each model's steps' alone (the wall-clock time the host spends in them,
-its waits for the GPU included). Run it under `ampprobe run --trace amp` so that the watched runs
-record (watch() attaches nothing otherwise):
+its waits for the GPU included); it takes one --stats-every, as a second watched model in one
+process joins the first one's watcher and its settings. Run it under `ampprobe run --trace amp`
+so that the watched runs record (watch() attaches nothing otherwise):
 
   ampprobe run --trace amp -o bench.sqlite -- python3 probe/python/bench/torch_overhead.py
 
@@ -184,6 +185,10 @@ def main():
     bad = [n for n in everies if n < 1]
     if bad:
         ap_.error("--stats-every: %d: expected a positive number of steps" % bad[0])
+    if a.interleave and len(everies) > 1:  # (a second watch() in one process joins the first
+        # watcher, whose settings hold for both: its runs would not be sampled as asked)
+        ap_.error("--interleave takes one --stats-every (got %s): the watched models of one "
+                  "process share the first one's settings" % ", ".join(map(str, everies)))
     print("# torch %s %s, statistics module %s%s" % (
         torch.__version__, torch.cuda.get_device_name(),
         os.environ.get("AMPPROBE_STATS_MODULE") or "of the build",

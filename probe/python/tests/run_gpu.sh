@@ -50,7 +50,8 @@
 # gradients clipped before scaler.unscale_ must get the loss-scale warning, after it none;
 # a model cast to bf16 under Adam at lr 1e-5 the lost-updates warning, its fp32 twin none;
 # gpu_inplace.py
-# checks that module outputs written to in place are read before the write; gpu_devstats.py checks
+# checks that module outputs written to in place are read before the write; gpu_scale.py that
+# every GradScaler update is recorded as the scaler made it (statistics every step and every 3); gpu_devstats.py checks
 # the device statistics against eager torch and measures their bandwidth; then torch_overhead.py
 # measures the step-time cost (not with --quick). Everything lands in WORK (default
 # /tmp/ampprobe-gpu); exits 1 if a check failed.
@@ -205,6 +206,10 @@ one residual-healthy-fsdp-bf16 "" --case residual --healthy --wrap fsdp --fsdp-m
 one nan-fsdp-bf16 "" --case nan --wrap fsdp --fsdp-mp bf16 &
 "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/inplace.sqlite" -- \
     python3 "$HERE/gpu_inplace.py" >"$WORK/inplace.log" 2>&1 &
+for n in 1 3; do
+    "$DIST/ampprobe" run --torch --trace amp -f -o "$WORK/scale$n.sqlite" -- \
+        python3 "$HERE/gpu_scale.py" --stats-every $n >"$WORK/scale$n.log" 2>&1 &
+done
 wait
 # torch.compile: the model wrapped (torch.compile(model)), compiled in place (model.compile()),
 # or each block compiled in place
@@ -444,6 +449,9 @@ else
     echo "SKIP a model on GPU 1 with GPU 0 current, FSDP2 and FSDP1 over two processes: one GPU"
 fi
 python3 "$HERE/gpu_inplace.py" --check "$WORK/inplace.sqlite" "$WORK/inplace.log" || fail=1
+for n in 1 3; do
+    python3 "$HERE/gpu_scale.py" --check "$WORK/scale$n.sqlite" "$WORK/scale$n.log" || fail=1
+done
 grep -q "eager torch reductions" "$WORK/attn-eager.log" || { echo "FAIL attn-eager: no warning"; fail=1; }
 
 if [ "$QUICK" != --quick ]; then

@@ -30,7 +30,8 @@ whole, a GAN's two models with an optimizer each and one GradScaler), faulty and
 GradScaler kept in bf16 noted (`-k gradscaler`), and a head over a vocabulary of 50257 warned of
 its odd GEMM dimension, CUDA traced (gpu_shapes.py, `-k odd_gemm`); gradients clipped before
 scaler.unscale_ warned of, after it not (`-k clipped`); with statistics every 5 steps, a fault
-at a step without them found as at every step (`-k without_statistics`). Skipped
+at a step without them found as at every step (`-k without_statistics`); every GradScaler
+update recorded as the scaler made it, with statistics every step and every 3 (`-k scale`). Skipped
 without torch, without a GPU, or without AMPPROBE_DIST (the build folder that holds ampprobe
 and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyond them.
 """
@@ -432,6 +433,15 @@ def test_weights_recorded_as_each_step_begins(tmp_path, case, extra):
     db, out = record(tmp_path, case, False, ("--print-wmax",) + extra)
     log = write_log(tmp_path, out)
     assert check_report.check_weights(db, str(log)) == 0
+
+
+@pytest.mark.parametrize("every", ["1", "3"])
+def test_scale_updates_recorded_as_the_scaler_made_them(tmp_path, every):
+    """Every GradScaler update (skips, growth, update(new_scale)) in AMP_SCALE as the script read
+    it from the scaler, with statistics every step and every 3 (gpu_scale.py)."""
+    import gpu_scale
+    db, out = record(tmp_path, None, False, ("--stats-every", every), script="gpu_scale.py")
+    assert gpu_scale.check(db, str(write_log(tmp_path, out))) == 0
 
 
 def test_frozen_parameters_are_not_read(tmp_path):
