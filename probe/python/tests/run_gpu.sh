@@ -51,9 +51,9 @@
 # a model cast to bf16 under Adam at lr 1e-5 the lost-updates warning, its fp32 twin none;
 # gpu_inplace.py
 # checks that module outputs written to in place are read before the write; gpu_scale.py that
-# every GradScaler update is recorded as the scaler made it (statistics every step and every 3); gpu_devstats.py checks
-# the device statistics against eager torch and measures their bandwidth; then torch_overhead.py
-# measures the step-time cost (not with --quick). Everything lands in WORK (default
+# every GradScaler update is recorded as the scaler made it (statistics every step and every 3);
+# gpu_devstats.py checks the device statistics against eager torch and measures their bandwidth;
+# then torch_overhead.py measures the step-time cost (not with --quick). Everything lands in WORK (default
 # /tmp/ampprobe-gpu); exits 1 if a check failed.
 set -u
 DIST=$(cd "${1:?usage: run_gpu.sh DIST [WORK] [--quick]}" && pwd)
