@@ -105,6 +105,18 @@ typedef struct report_ranges {
 } report_ranges;
 void report_parse_ranges(const char *detail, report_ranges *r);
 
+// The phrases the rules look for in an event's detail, as the recorders write them (the PyTorch
+// bridge, probe/python/ampprobe/; libampcore, libampcore/src/): a recorder that rewords one
+// changes the diagnosis, so test_report.c's wording test finds each in a recorder's source.
+#define REPORT_DETAIL_AMAX " amax "                // a range (report_parse_ranges)
+#define REPORT_DETAIL_NO_FINITE " no finite value" // a range of only NaN/inf
+#define REPORT_DETAIL_MADE_IN_LAYER "made in it: its inputs were finite"    // per-module search
+#define REPORT_DETAIL_READER ", made by the code that reads it"             // per-module search
+#define REPORT_DETAIL_LEFT_OUT " left out: the backward still goes through" // masked -inf
+#define REPORT_DETAIL_LATE "(ampprobe run --check-grads)" // no scaler: seen a step late
+#define REPORT_DETAIL_ABSORBED_BY "left out by "          // overflow_absorbed: the op that hid it
+#define REPORT_DETAIL_UNSCALED "after scaler.unscale_()"  // step_outside_scaler, unscaled
+
 // One AMP_EVENTS row; an aggregate row stands for occurrences events from step to last_step.
 typedef struct report_event {
     int64_t id;

@@ -49,8 +49,8 @@ void report_parse_ranges(const char *detail, report_ranges *r) {
         char buf[512];
         snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), seg);
         bool output = strncmp(buf, "output", 6) == 0 || strncmp(buf, "gradient", 8) == 0;
-        const char *am = strstr(buf, " amax ");
-        double amax = am ? strtod(am + 6, NULL) : NAN;
+        const char *am = strstr(buf, REPORT_DETAIL_AMAX);
+        double amax = am ? strtod(am + strlen(REPORT_DETAIL_AMAX), NULL) : NAN;
         long long n_nan = 0, n_pos = 0, n_neg = 0;
         const char *paren = strrchr(buf, '(');
         bool counts = paren && sscanf(paren, "(%lld nan, %lld +inf, %lld -inf)", &n_nan, &n_pos,
@@ -65,7 +65,7 @@ void report_parse_ranges(const char *detail, report_ranges *r) {
             if (counts) r->nan = n_nan, r->posinf = n_pos, r->neginf = n_neg;
             const char *sp = strchr(buf, ' ');
             if (sp) sscanf(sp + 1, "%7s", r->out_dtype);
-        } else if (am || strstr(buf, " no finite value")) { // (an input tensor described)
+        } else if (am || strstr(buf, REPORT_DETAIL_NO_FINITE)) { // (an input tensor described)
             if (!isnan(amax) && (isnan(r->in_amax) || amax > r->in_amax)) r->in_amax = amax;
             const char *mn = strstr(buf, " min "), *mx = strstr(buf, " max ");
             if (strncmp(buf, "input 0 ", 8) == 0) {
@@ -361,7 +361,7 @@ static void explain_forward(const report_model *m, report_finding *f, const repo
         // its inputs were all outputs of modules that came before it finite (the bridge says so)
         char around[sizeof f->layer], made[sizeof f->layer + 64];
         around_of(f->layer, around, sizeof around);
-        if (e->detail && strstr(e->detail, "made in it: its inputs were finite"))
+        if (e->detail && strstr(e->detail, REPORT_DETAIL_MADE_IN_LAYER))
             snprintf(made, sizeof made, "made in it, its inputs (other modules' outputs) finite");
         else
             snprintf(made, sizeof made, "made there or in %s%s code just before it",
@@ -848,8 +848,7 @@ static backward_cause backward_cause_of(const report_event *e, ranges *r, char a
     report_parse_ranges(e->detail, r);
     backward_aten(e->detail, aten, 64);
     // the forward made a -inf/NaN there that where()/masked_fill() left out (the PyTorch bridge)
-    if (e->detail && strstr(e->detail, " left out: the backward still goes through"))
-        return BWD_LEFT_OUT;
+    if (e->detail && strstr(e->detail, REPORT_DETAIL_LEFT_OUT)) return BWD_LEFT_OUT;
     if (r->nan > 0 && r->posinf + r->neginf == 0 && op_in(aten, singular_ops)) return BWD_SINGULAR;
     if (inf_at_pole(r, aten, e->op)) return BWD_POLE;
     return BWD_MAGNITUDE;
@@ -874,7 +873,7 @@ static void add_backward(const report_model *m, const events_index *x, const rep
     bool exploding = !(scale >= LOW_SCALE); // no scaler, or a low scale: the gradients are huge
     bool left = cause == BWD_LEFT_OUT, singular = cause == BWD_SINGULAR, pole = cause == BWD_POLE;
     // the PyTorch bridge without a GradScaler saw it when the step was recorded, a step late
-    bool late = e->detail && strstr(e->detail, "(ampprobe run --check-grads)");
+    bool late = e->detail && strstr(e->detail, REPORT_DETAIL_LATE);
     report_finding *f = report_finding_add(out, RULE,
                                            exploding || cause != BWD_MAGNITUDE ? AMP_SEVERITY_ERROR
                                                                                : AMP_SEVERITY_INFO);
@@ -884,7 +883,7 @@ static void add_backward(const report_model *m, const events_index *x, const rep
     // module's output when no one module takes it as an input
     char site[sizeof f->layer + sizeof f->op + 40];
     snprintf(site, sizeof site,
-             e->detail && strstr(e->detail, ", made by the code that reads it")
+             e->detail && strstr(e->detail, REPORT_DETAIL_READER)
                  ? "the code that reads %s %s's output"
                  : "%s %s",
              layer_words(f), f->op);

@@ -99,9 +99,9 @@ static void absorbed_findings(const report_model *m, report_findings *out) {
         at[n++] = i;
         report_ranges r;
         report_parse_ranges(e->detail, &r);
-        const char *by = e->detail ? strstr(e->detail, "left out by ") : NULL;
+        const char *by = e->detail ? strstr(e->detail, REPORT_DETAIL_ABSORBED_BY) : NULL;
         char absorber[64] = "a later op";
-        if (by) sscanf(by + strlen("left out by "), "%63[A-Za-z0-9_.]", absorber);
+        if (by) sscanf(by + strlen(REPORT_DETAIL_ABSORBED_BY), "%63[A-Za-z0-9_.]", absorber);
         const char *dtype = r.out_dtype[0] ? r.out_dtype : "f16";
         const bool f16 = strcmp(dtype, "f16") == 0;
         const char *fp = f16 ? "fp16" : "bf16";

@@ -405,7 +405,7 @@ static void stepped_outside(const report_model *m, report_findings *out) {
             again = report_event_cmp_place(seen[k], e, false) == 0;
         if (again) continue;
         seen[n++] = e;
-        const bool scaled = !e->detail || !strstr(e->detail, "after scaler.unscale_()");
+        const bool scaled = !e->detail || !strstr(e->detail, REPORT_DETAIL_UNSCALED);
         const char *opt = e->op ? e->op : "an optimizer";
         report_finding *f =
             report_finding_add(out, RULE, scaled ? AMP_SEVERITY_ERROR : AMP_SEVERITY_WARNING);

@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "report.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -2780,6 +2781,76 @@ START_TEST(overflow_absorbed_inside_a_layer_is_a_warning) {
 }
 END_TEST
 
+// A source file's text with adjacent string literals joined ("a" "b", across lines too, as C
+// and Python join them), so that a phrase written over two literals is found whole; NULL when
+// it cannot be read.
+static char *joined_source(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *text = malloc(cap);
+    for (size_t got; (got = fread(text + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) text = realloc(text, cap *= 2);
+    }
+    fclose(f);
+    text[n] = '\0';
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '"') {
+            size_t j = i + 1;
+            while (j < n && (text[j] == ' ' || text[j] == '\n' || text[j] == '\\'))
+                j++;
+            if (j > i + 1 && j < n && text[j] == '"') { // the end of one literal, the next's start
+                i = j;
+                continue;
+            }
+        }
+        text[w++] = text[i];
+    }
+    text[w] = '\0';
+    return text;
+}
+
+// Whether a recorder (the PyTorch bridge's Python, libampcore's C) writes phrase.
+static bool a_recorder_writes(const char *phrase) {
+    static const char *const dirs[][2] = {{"/probe/python/ampprobe", ".py"},
+                                          {"/libampcore/src", ".c"}};
+    bool found = false;
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0] && !found; k++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s%s", AMP_SOURCE_DIR, dirs[k][0]);
+        DIR *d = opendir(dir);
+        ck_assert_msg(d != NULL, "cannot open %s", dir);
+        for (struct dirent *e; !found && (e = readdir(d));) {
+            size_t len = strlen(e->d_name), ext = strlen(dirs[k][1]);
+            if (len <= ext || strcmp(e->d_name + len - ext, dirs[k][1]) != 0) continue;
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            char *text = joined_source(path);
+            found = text && strstr(text, phrase);
+            free(text);
+        }
+        closedir(d);
+    }
+    return found;
+}
+
+// The phrases the rules read in event details (report.h's REPORT_DETAIL_*) are the recorders'
+// words: rewording one there without the rules would change a diagnosis silently.
+START_TEST(the_rules_read_phrases_the_recorders_write) {
+    const char *const phrases[] = {REPORT_DETAIL_AMAX,          REPORT_DETAIL_NO_FINITE,
+                                   REPORT_DETAIL_MADE_IN_LAYER, REPORT_DETAIL_READER,
+                                   REPORT_DETAIL_LEFT_OUT,      REPORT_DETAIL_LATE,
+                                   REPORT_DETAIL_ABSORBED_BY,   REPORT_DETAIL_UNSCALED};
+    for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++)
+        ck_assert_msg(a_recorder_writes(phrases[i]),
+                      "no recorder writes \"%s\", which the report reads in event details",
+                      phrases[i]);
+    ck_assert(!a_recorder_writes("no recorder writes this phrase, which the test itself names"));
+}
+END_TEST
+
 // sgd.step() called directly beside scaler.step(adam) (the bridge's step_outside_scaler, at
 // steps 0 and 1: one finding, at the first): an error with scaler.step() for each optimizer as
 // the fix; after scaler.unscale_() the gradients are right but no skip protects them: a warning.
@@ -5418,6 +5489,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, overflow_headroom_ignores_fp32_ops_and_overflowed_outputs);
     tcase_add_test(tc, overflow_headroom_of_an_fp32_run_is_a_note_beyond_the_max);
     tcase_add_test(tc, overflow_absorbed_inside_a_layer_is_a_warning);
+    tcase_add_test(tc, the_rules_read_phrases_the_recorders_write);
     tcase_add_test(tc, an_optimizer_stepped_outside_the_scaler_is_named);
     tcase_add_test(tc, grad_underflow_names_the_layer_and_a_scale);
     tcase_add_test(tc, grad_underflow_at_a_scale_above_the_recommended_one);
