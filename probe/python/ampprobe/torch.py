@@ -1775,8 +1775,7 @@ class Watcher:
         """The scaler's per-device found_inf tensors of this step (as update() will see them)."""
         found = [v for st in self.scaler._per_optimizer_states.values()
                  for v in st.get("found_inf_per_device", {}).values()]
-        if len(found) > _devstats.HEAD - 3:  # more GPUs than places beside loss, scale and
-            # tracker
+        if len(found) > _devstats.HEAD - 3:  # more GPUs than places beside the loss, scale, tracker
             found = [torch.stack([v.to(found[0].device).reshape(()) for v in found]).sum()]
         return found
 
