@@ -912,13 +912,17 @@ class Watcher:
             return orig_scale(outputs)
 
         def unscale_(optimizer):  # the gradients as backward left them (scaled), as libampcore
+            if scaler._scale is None:  # (PyTorch's own error: unscale_() before any scale())
+                return orig_unscale(optimizer)
             self._queue_weight_grads()
             r = orig_unscale(optimizer)
             self._mark_ready(self._found_infs())
             return r
 
         def step(optimizer, *args, **kwargs):  # a fused optimizer (Adam(fused=True)) is handed
-            self._queue_weight_grads()  # the scale and unscales the gradients itself, in place
+            if scaler._scale is None:  # the scale and unscales the gradients itself, in place
+                return orig_step(optimizer, *args, **kwargs)  # (PyTorch's error, as update())
+            self._queue_weight_grads()
             if self.optimizer is None and not self.add_roots:  # (else its hooks are there)
                 self._hook_updates(optimizer)
             self.flush(scale_later=True)  # the step before, recorded while the GPU still runs

@@ -165,6 +165,51 @@ def check_api():
     w = ap.watch(model, optimizer=opt, stats_every=2)
     print("%s watch() refused %d bad arguments of %d, took good ones (%s)" % (
         "FAIL" if bad else "PASS", len(cases) - bad, len(cases), type(w).__name__), flush=True)
+    w.close()
+    return max(1 if bad else 0, check_scaler_order(ap))
+
+
+def _raised(fn):
+    try:
+        fn()
+        return "no error"
+    except Exception as e:
+        return "%s: %s" % (type(e).__name__, e)
+
+
+def check_scaler_order(ap):
+    """A watched GradScaler's methods called before any scale() (update(), step(), unscale_())
+    must fail as an unwatched one's do, with PyTorch's own error, and leave the watcher working:
+    the steps that follow are recorded as usual (their count printed for the caller)."""
+    bad = 0
+    for name in ("update", "step", "unscale_"):
+        plain_model, model = MLP(), MLP()
+        plain = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (plain_model, model)]
+        w = ap.watch(model, scaler=scaler, optimizer=opts[1])
+        plain_args, args = ((), ()) if name == "update" else ((opts[0],), (opts[1],))
+        want = _raised(lambda: getattr(plain, name)(*plain_args))
+        got = _raised(lambda: getattr(scaler, name)(*args))
+        if got != want or got == "no error":
+            print("FAIL scaler.%s() before scale(): %s (unwatched: %s)" % (name, got, want),
+                  flush=True)
+            bad += 1
+        for _ in range(2):  # then a normal loop
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(torch.randn(8, 64)).float().square().mean()
+            scaler.scale(loss).backward()
+            scaler.step(opts[1])
+            scaler.update()
+            opts[1].zero_grad()
+        if w.on and w.step - w.first != 2:  # (not recording: no steps to count)
+            print("FAIL after scaler.%s() before scale(): %d steps recorded, not 2" % (
+                name, w.step - w.first), flush=True)
+            bad += 1
+        w.close()
+    print("%s a watched GradScaler's update(), step() and unscale_() before scale() fail as an "
+          "unwatched one's, and the steps after them are recorded" % ("FAIL" if bad else "PASS"),
+          flush=True)
     return 1 if bad else 0
 
 

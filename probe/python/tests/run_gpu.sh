@@ -284,7 +284,7 @@ for d in bf16 fp16; do
 done
 python3 "$HERE/check_report.py" --cpu-scale "$WORK/cpu-scale.sqlite" "$WORK/cpu-scale.json" || fail=1
 python3 "$HERE/check_report.py" --no-model "$WORK/cpu-noparams.json" || fail=1
-grep -h "watch() refused" "$WORK/cpu-api.log"
+grep -h -e "watch() refused" -e "before scale()" "$WORK/cpu-api.log"
 for n in 1 2; do
     python3 "$HERE/check_report.py" "$WORK/cpu-hand$n.json" nan || fail=1
     python3 "$HERE/check_report.py" "$WORK/cpu-hand$n-healthy.json" nan --healthy || fail=1

@@ -37,6 +37,7 @@ and python/). run_gpu.sh runs the same cases in parallel and the GPU checks beyo
 """
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -375,6 +376,22 @@ def test_cpu_training_without_a_gpu(tmp_path, dtype, healthy):
     db, _ = record(tmp_path, None, healthy, ("--dtype", dtype), script="cpu_faults.py",
                    env={"CUDA_VISIBLE_DEVICES": ""})
     assert_diagnosed(report(db), "nan", healthy)
+
+
+def test_api_errors(tmp_path):
+    """cpu_faults.py --fault api: watch()'s bad arguments refused by name, and a watched
+    GradScaler's update(), step() and unscale_() before any scale() failing with PyTorch's own
+    error, the steps after them recorded."""
+    db, out = record(tmp_path, None, False, ("--fault", "api"), script="cpu_faults.py",
+                     env={"CUDA_VISIBLE_DEVICES": ""})
+    assert "FAIL" not in out, out[-2000:]
+    assert "PASS watch() refused" in out and "before scale() fail as" in out, out[-2000:]
+    con = sqlite3.connect(db)
+    steps = [r[0] for r in con.execute("SELECT step FROM AMP_STEPS ORDER BY step")]
+    grads = dict(con.execute("SELECT step, count(*) FROM AMP_TENSOR_STATS "
+                             "WHERE kind = 'weight_grad' GROUP BY step"))
+    assert len(steps) == 6, steps  # two after each failed call, each with its 8 gradients
+    assert all(grads.get(s) == 8 for s in steps), (steps, grads)
 
 
 @pytest.mark.parametrize("accum", ["1", "2"])
