@@ -139,10 +139,10 @@ _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "
             ("Watcher", "_queue_weight_grads"), ("Watcher", "_mark_ready"),
             ("Watcher", "_found_infs"), ("Watcher", "_ensure_marked"), ("Watcher", "end_step"),
             ("Watcher", "_queue"), ("Watcher", "_record"),
-            ("_LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
+            ("LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
             ("StepStats", "finish"), ("StepStats", "put"), ("StepStats", "mark"),
             ("Watcher", "_marked"), ("Watcher", "_emit"), ("Watcher", "_end_loss_region"),
-            ("_LossTape", "begin"), ("_LossTape", "end"), ("Copy", "wait")]
+            ("LossTape", "begin"), ("LossTape", "end"), ("Copy", "wait")]
 
 
 class _TimedLib:
@@ -190,7 +190,7 @@ def self_time(name, mode, variant="full"):
 
     saved = []
     for cls, meth in _ENTRIES:
-        c = getattr(ap, cls, None) or getattr(ap._devstats, cls)
+        c = getattr(ap, cls, None) or getattr(ap._trace, cls, None) or getattr(ap._devstats, cls)
         if meth in c.__dict__:  # (an older bridge may lack one)
             saved.append((c, meth, c.__dict__[meth]))
     factory = ap.Watcher._grad_hook  # the pre-hooks are made per module: time what it makes

@@ -96,7 +96,7 @@ def loss_tape():
     crit = nn.CrossEntropyLoss()
     out = torch.randn(64, 10, device="cuda", dtype=torch.float16, requires_grad=True) * 1
     y = torch.randint(0, 10, (64,), device="cuda")
-    tape, empty = ap._LossTape(), _Empty()
+    tape, empty = ap._trace.LossTape(), _Empty()
 
     def plain():
         return crit(out.float(), y)
@@ -106,7 +106,7 @@ def loss_tape():
             return crit(out.float(), y)
 
     def taped():
-        tape.begin(ap._Forward((), {}, "cuda", False, None), out)
+        tape.begin(ap._trace.Forward((), {}, "cuda", False, None), out)
         loss = crit(out.float(), y)
         tape.end()
         return loss
