@@ -578,17 +578,19 @@ class Watcher:
                 self._take_loss(outputs, fwd)
             return orig_scale(outputs)
 
-        def unscale_(optimizer):  # the gradients as backward left them (scaled), as libampcore
+        def unscale_(optimizer):
             if scaler._scale is None:  # (PyTorch's own error: unscale_() before any scale())
                 return orig_unscale(optimizer)
-            self._queue_weight_grads()
+            self._queue_weight_grads()  # as backward left them (scaled), as libampcore reads them
             r = orig_unscale(optimizer)
             self._mark_ready(self._found_infs())
             return r
 
-        def step(optimizer, *args, **kwargs):  # a fused optimizer (Adam(fused=True)) is handed
-            if scaler._scale is None:  # the scale and unscales the gradients itself, in place
-                return orig_step(optimizer, *args, **kwargs)  # (PyTorch's error, as update())
+        def step(optimizer, *args, **kwargs):
+            if scaler._scale is None:  # (PyTorch's own error: step() before any scale())
+                return orig_step(optimizer, *args, **kwargs)
+            # a fused optimizer (Adam(fused=True)) is handed the scale and unscales the gradients
+            # itself, in place: they are read first, as backward left them
             self._queue_weight_grads()
             if self.optimizer is None and not self.add_roots:  # (else its hooks are there)
                 self._hook_updates(optimizer)
