@@ -2,7 +2,7 @@
  * report.h — `ampprobe report`: the run database turned into findings a user can act on.
  *
  * Three layers, one way:
- *   the model   (report.c)        plain structs loaded from the database with read-only SELECTs,
+ *   the model   (report_model.c)  plain structs loaded from the database with read-only SELECTs,
  *                                 already narrowed to the focused steps (--steps A:B);
  *   the rules   (rule_*.c)        one file each; a rule reads the model and adds findings: rule
  *                                 id, severity, step range, layer/op/phase, evidence numbers,
