@@ -180,7 +180,7 @@ def _raised(fn):
 def check_scaler_order(ap):
     """A watched GradScaler's methods called before any scale() (update(), step(), unscale_())
     must fail as an unwatched one's do, with PyTorch's own error, and leave the watcher working:
-    the steps that follow are recorded as usual (their count printed for the caller)."""
+    the two steps that follow each are recorded as usual."""
     bad = 0
     for name in ("update", "step", "unscale_"):
         plain_model, model = MLP(), MLP()

@@ -19,7 +19,9 @@ raises or is SIGKILLed mid-run keeps its steps and the report says how it ended;
 trained beside the model is recorded from step 1 on, and its own overflow named there (from step
 0 when the script calls watch() on each; gpu_join.py); batches from DataLoader workers change
 nothing and record nothing; the AMP API's older spellings with CUDA traced find the same and
-lose no kernel; a model trained on the CPU with no GPU visible has its NaN batch found; and
+lose no kernel; a model trained on the CPU with no GPU visible has its NaN batch found, and
+there watch()'s bad arguments are refused and a GradScaler used before scale() fails as PyTorch's
+does (`-k api`); and
 gpu_patterns.py's model shapes (a cell called in a loop, an LSTM, nn.MultiheadAttention, a dict
 output, a frozen backbone, zero_grad() between the forward and backward(), a loss computed in the
 forward, channels_last convolutions, a residual added in place, logits masked by item
