@@ -10,8 +10,8 @@
  * so does a bridge that cannot attach (META bridge_error: a torch older than it needs).
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
  * judge and the module links (what reads each module's output) on small CPU models, and
- * cpu_devstats.py the step statistics' queue. Without python3 (or torch, for those two) the cases
- * say so and pass.
+ * cpu_devstats.py the step statistics' queue. pyflakes reads all of the bridge's Python. Without
+ * python3 (or torch, for those two; or pyflakes) the cases say so and pass.
  */
 #include "tests.h"
 
@@ -267,22 +267,15 @@ END_TEST
 
 // Runs the torch script probe/python/tests/NAME.py with python3's torch or the system python's
 // (where apt's python3-torch goes; CI installs Debian's): it must print "NAME: all passed".
-// Without a torch (exit status 77) the case says so and passes.
-static void torch_script(const char *name) {
-    if (!have_python()) return;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "py=python3; python3 -c 'import torch' 2>/dev/null || ! /usr/bin/python3 -c 'import "
-             "torch' 2>/dev/null || py=/usr/bin/python3; PYTHONPATH=%s/probe/python $py "
-             "%s/probe/python/tests/%s.py 2>&1",
-             AMP_SOURCE_DIR, AMP_SOURCE_DIR, name);
+// Runs cmd through the shell; its output's last part (stdout, and stderr where cmd sends it there)
+// into out[8192], read to its end (a long one must not block it); returns its exit status.
+static int run_tail(const char *cmd, char out[8192]) {
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
-    char out[8192]; // the output's last part (read to its end: a long one must not block it)
     size_t n = 0, got;
-    while ((got = fread(out + n, 1, sizeof out - 1 - n, p)) > 0) {
+    while ((got = fread(out + n, 1, 8192 - 1 - n, p)) > 0) {
         n += got;
-        if (n == sizeof out - 1) { // full: keep the second half
+        if (n == 8192 - 1) { // full: keep the second half
             memmove(out, out + n / 2, n - n / 2);
             n -= n / 2;
         }
@@ -290,13 +283,26 @@ static void torch_script(const char *name) {
     out[n] = '\0';
     int status = pclose(p);
     ck_assert_msg(WIFEXITED(status), "%s", out);
-    if (WEXITSTATUS(status) == 77) {
+    return WEXITSTATUS(status);
+}
+
+// Without a torch (exit status 77) the case says so and passes.
+static void torch_script(const char *name) {
+    if (!have_python()) return;
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "py=python3; python3 -c 'import torch' 2>/dev/null || ! /usr/bin/python3 -c 'import "
+             "torch' 2>/dev/null || py=/usr/bin/python3; PYTHONPATH=%s/probe/python $py "
+             "%s/probe/python/tests/%s.py 2>&1",
+             AMP_SOURCE_DIR, AMP_SOURCE_DIR, name);
+    const int status = run_tail(cmd, out);
+    if (status == 77) {
         fprintf(stderr, "pybridge: python3 has no torch: %s skipped\n", name);
         return;
     }
     char want[64];
     snprintf(want, sizeof want, "%s: all passed", name);
-    ck_assert_msg(WEXITSTATUS(status) == 0 && strstr(out, want), "%s", out);
+    ck_assert_msg(status == 0 && strstr(out, want), "%s", out);
 }
 
 // The forward judge of a broken step's re-run, and the module links that name a backward traced
@@ -307,6 +313,24 @@ END_TEST
 // The step statistics' queue on the CPU (probe/python/tests/cpu_devstats.py): deferred tensors
 // read at the next flush in their places, checked outputs written to before their read listed.
 START_TEST(test_step_statistics_on_the_cpu) { torch_script("cpu_devstats"); }
+END_TEST
+
+// The bridge's Python (the package, its tests and benchmarks), most of which runs only with a
+// recent torch on a GPU, read by pyflakes: a name used but never defined, or imported and never
+// used, fails here, where CI sees it (Debian's pyflakes3 for /usr/bin/python3; without it the
+// case says so and passes).
+START_TEST(test_python_sources_pass_pyflakes) {
+    if (system("/usr/bin/python3 -m pyflakes --version >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "pybridge: no pyflakes for /usr/bin/python3 (apt-get install pyflakes3): "
+                        "the Python sources are not checked\n");
+        return;
+    }
+    char out[8192];
+    const int status = run_tail("cd " AMP_SOURCE_DIR " && /usr/bin/python3 -m pyflakes "
+                                "probe/python/ampprobe probe/python/tests probe/python/bench 2>&1",
+                                out);
+    ck_assert_msg(status == 0 && !out[0], "pyflakes (exit status %d):\n%s", status, out);
+}
 END_TEST
 
 Suite *pybridge_suite(void) {
@@ -320,6 +344,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_bridge_without_torch_says_so);
     tcase_add_test(c, test_forward_judge_on_the_cpu);
     tcase_add_test(c, test_step_statistics_on_the_cpu);
+    tcase_add_test(c, test_python_sources_pass_pyflakes);
     suite_add_tcase(s, c);
     return s;
 }

@@ -152,7 +152,7 @@ class Wrapper(nn.Module):
     def forward(self, x):
         self.layers.append(None)
         x = x.to(torch.float32)
-        views = self.flat_grad.split(32)  # noqa: F841  (the gradients' views FSDP1 makes)
+        self.flat_grad.split(32)  # (the gradients' views FSDP1 makes, and drops)
         self.layers.pop()
         return self.inner(x)
 
