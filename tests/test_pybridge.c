@@ -10,8 +10,9 @@
  * so does a bridge that cannot attach (META bridge_error: a torch older than it needs).
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
  * judge and the module links (what reads each module's output) on small CPU models, and
- * cpu_devstats.py the step statistics' queue. pyflakes reads all of the bridge's Python. Without
- * python3 (or torch, for those two; or pyflakes) the cases say so and pass.
+ * cpu_devstats.py the step statistics' queue, cpu_trace.py the loss tape and its replay. pyflakes
+ * reads all of the bridge's Python. Without python3 (or torch, for those three; or pyflakes) the
+ * cases say so and pass.
  */
 #include "tests.h"
 
@@ -315,6 +316,11 @@ END_TEST
 START_TEST(test_step_statistics_on_the_cpu) { torch_script("cpu_devstats"); }
 END_TEST
 
+// The loss tape and its replay on the CPU (probe/python/tests/cpu_trace.py): what it keeps of a loss
+// computation, the replay on another output, a log of 0 there judged outside any module.
+START_TEST(test_loss_tape_on_the_cpu) { torch_script("cpu_trace"); }
+END_TEST
+
 // The bridge's Python (the package, its tests and benchmarks), most of which runs only with a
 // recent torch on a GPU, read by pyflakes: a name used but never defined, or imported and never
 // used, fails here, where CI sees it (Debian's pyflakes3 for /usr/bin/python3; without it the
@@ -344,6 +350,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_bridge_without_torch_says_so);
     tcase_add_test(c, test_forward_judge_on_the_cpu);
     tcase_add_test(c, test_step_statistics_on_the_cpu);
+    tcase_add_test(c, test_loss_tape_on_the_cpu);
     tcase_add_test(c, test_python_sources_pass_pyflakes);
     suite_add_tcase(s, c);
     return s;
