@@ -10,7 +10,9 @@ Cases: between a model's output and backward() the tape keeps each call of the l
 (a running total's `+=` into a tensor from elsewhere left out), holding of the tensors only those
 taken from elsewhere (the labels), not those it made; replayed on another output it computes that
 output's loss and writes nothing into the program's tensors; judged, the replay names a log of 0 in
-the loss computation, outside any module (layer -1), and returns no loss.
+the loss computation, outside any module (layer -1), and returns no loss; a forward run under the
+layer stack's hooks and the node tagger has each autograd node tagged with the innermost module's
+layer and the function that made it.
 """
 import gc
 import sys
@@ -102,6 +104,25 @@ def cases():
     got = _trace.replay(f, out3, judge)
     yield "judged, a log of 0 in the loss computation is named outside any module", \
         got is None and w.events[:1] == [(-1, "log", "nonfinite_producer")], w.events
+
+    m = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    layer_of = {id(m): 0, id(m[0]): 1, id(m[1]): 2, id(m[2]): 3}
+    stack = [-1]
+    hooks = _trace.layer_stack_hooks(layer_of, stack)
+    try:
+        with _trace.NodeTagger(stack):
+            out = m(x).sum()
+    finally:
+        for h in hooks:
+            h.remove()
+    tags, node = [], out.grad_fn
+    while node is not None and len(tags) < 4:  # down each node's input: sum, linear, relu, linear
+        tags.append(node.metadata.get("ampprobe"))
+        node = next((n for n, _ in node.next_functions if n is not None and
+                     n.name() != "torch::autograd::AccumulateGrad"), None)
+    yield "each autograd node of a re-run forward tagged with its innermost module's layer", \
+        tags == [(-1, "sum"), (3, "linear"), (2, "relu"), (1, "linear")] and stack == [-1], \
+        (tags, stack)
 
 
 if __name__ == "__main__":
