@@ -317,8 +317,8 @@ START_TEST(test_step_statistics_on_the_cpu) { torch_script("cpu_devstats"); }
 END_TEST
 
 // The loss tape and its replay on the CPU (probe/python/tests/cpu_trace.py): what it keeps of a loss
-// computation, the replay on another output, a log of 0 there judged outside any module; and the
-// node tagger's layers on a re-run forward's autograd nodes.
+// computation, the replay on another output, a log of 0 there judged outside any module; the node
+// tagger's layers on a re-run forward's autograd nodes, and the backward tracer's first producer.
 START_TEST(test_loss_tape_on_the_cpu) { torch_script("cpu_trace"); }
 END_TEST
 

@@ -12,7 +12,8 @@ taken from elsewhere (the labels), not those it made; replayed on another output
 output's loss and writes nothing into the program's tensors; judged, the replay names a log of 0 in
 the loss computation, outside any module (layer -1), and returns no loss; a forward run under the
 layer stack's hooks and the node tagger has each autograd node tagged with the innermost module's
-layer and the function that made it.
+layer and the function that made it, and the backward tracer names the first backward op whose
+output is non-finite (sqrt's at 0), once.
 """
 import gc
 import sys
@@ -123,6 +124,25 @@ def cases():
     yield "each autograd node of a re-run forward tagged with its innermost module's layer", \
         tags == [(-1, "sum"), (3, "linear"), (2, "relu"), (1, "linear")] and stack == [-1], \
         (tags, stack)
+
+    # the backward of sqrt at 0 divides by 0: the first backward op to go non-finite, named by
+    # its node's tag (sqrt, outside any module) where torch says which node runs (2.0 on), else
+    # by the aten op (div)
+    hooks = _trace.layer_stack_hooks(layer_of, stack)
+    try:
+        with _trace.NodeTagger(stack):
+            h = m(x)
+            loss = (h - h.detach()).sqrt().sum()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    w = Events()
+    tracer = _trace.BwdTracer(w, 3)
+    with tracer:
+        torch.autograd.grad(loss, list(m.parameters()))
+    op = "sqrt" if hasattr(torch._C, "_current_autograd_node") else "div"
+    yield "the backward tracer names the first backward op to go non-finite, once", \
+        w.events == [(-1, op, "nonfinite_producer")], w.events
 
 
 if __name__ == "__main__":
