@@ -266,17 +266,17 @@ START_TEST(test_bridge_without_torch_says_so) {
 }
 END_TEST
 
-// Runs the torch script probe/python/tests/NAME.py with python3's torch or the system python's
-// (where apt's python3-torch goes; CI installs Debian's): it must print "NAME: all passed".
+enum { TAIL = 8192 }; // bytes of a command's output kept (run_tail)
+
 // Runs cmd through the shell; its output's last part (stdout, and stderr where cmd sends it there)
-// into out[8192], read to its end (a long one must not block it); returns its exit status.
-static int run_tail(const char *cmd, char out[8192]) {
+// into out[TAIL], read to its end (a long one must not block it); returns its exit status.
+static int run_tail(const char *cmd, char out[TAIL]) {
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     size_t n = 0, got;
-    while ((got = fread(out + n, 1, 8192 - 1 - n, p)) > 0) {
+    while ((got = fread(out + n, 1, TAIL - 1 - n, p)) > 0) {
         n += got;
-        if (n == 8192 - 1) { // full: keep the second half
+        if (n == TAIL - 1) { // full: keep the second half
             memmove(out, out + n / 2, n - n / 2);
             n -= n / 2;
         }
@@ -287,10 +287,12 @@ static int run_tail(const char *cmd, char out[8192]) {
     return WEXITSTATUS(status);
 }
 
+// Runs the torch script probe/python/tests/NAME.py with python3's torch or the system python's
+// (where apt's python3-torch goes; CI installs Debian's): it must print "NAME: all passed".
 // Without a torch (exit status 77) the case says so and passes.
 static void torch_script(const char *name) {
     if (!have_python()) return;
-    char cmd[1024], out[8192];
+    char cmd[1024], out[TAIL];
     snprintf(cmd, sizeof cmd,
              "py=python3; python3 -c 'import torch' 2>/dev/null || ! /usr/bin/python3 -c 'import "
              "torch' 2>/dev/null || py=/usr/bin/python3; PYTHONPATH=%s/probe/python $py "
@@ -332,7 +334,7 @@ START_TEST(test_python_sources_pass_pyflakes) {
                         "the Python sources are not checked\n");
         return;
     }
-    char out[8192];
+    char out[TAIL];
     const int status = run_tail("cd " AMP_SOURCE_DIR " && /usr/bin/python3 -m pyflakes "
                                 "probe/python/ampprobe probe/python/tests probe/python/bench 2>&1",
                                 out);
