@@ -579,16 +579,12 @@ class Watcher:
             return orig_scale(outputs)
 
         def unscale_(optimizer):
-            if scaler._scale is None:  # (PyTorch's own error: unscale_() before any scale())
-                return orig_unscale(optimizer)
             self._queue_weight_grads()  # as backward left them (scaled), as libampcore reads them
             r = orig_unscale(optimizer)
             self._mark_ready(self._found_infs())
             return r
 
         def step(optimizer, *args, **kwargs):
-            if scaler._scale is None:  # (PyTorch's own error: step() before any scale())
-                return orig_step(optimizer, *args, **kwargs)
             # a fused optimizer (Adam(fused=True)) is handed the scale and unscales the gradients
             # itself, in place: they are read first, as backward left them
             self._queue_weight_grads()
@@ -603,15 +599,21 @@ class Watcher:
                 self._in_scaler_step = False
 
         def update(new_scale=None):
-            if scaler._scale is None:  # (PyTorch's own error: update() before any scale())
-                return orig_update(new_scale)
             self._updated_once = True
             found = self._found_infs()
             self._ensure_marked(found)  # the scale as it is before the update
             orig_update(new_scale)
             self.end_step(found)
 
-        scaler.scale, scaler.unscale_, scaler.step, scaler.update = scale, unscale_, step, update
+        def once_scaled(ours, orig):
+            """ours, or while the scaler has no scale yet (unscale_(), step() or update() before
+            any scale()) PyTorch's own method, which raises its own error: nothing recorded."""
+            return lambda *a, **k: orig(*a, **k) if scaler._scale is None else ours(*a, **k)
+
+        scaler.scale = scale
+        scaler.unscale_ = once_scaled(unscale_, orig_unscale)
+        scaler.step = once_scaled(step, orig_step)
+        scaler.update = once_scaled(update, orig_update)
         for key, attr in (("init_scale", "_init_scale"), ("growth_factor", "_growth_factor"),
                           ("backoff_factor", "_backoff_factor"),
                           ("growth_interval", "_growth_interval")):

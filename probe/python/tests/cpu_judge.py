@@ -38,24 +38,10 @@ from ampprobe import _judge
 from ampprobe._links import Links
 
 
-class Events:
-    """What the judge emits (Watcher.rec.event's arguments that matter here)."""
-
-    def __init__(self):
-        self.rec, self.events, self.details = self, [], []
-
-    def event(self, step, layer, op, phase, kind, severity, count, value, detail):
-        self.events.append((op, kind))
-        self.details.append(detail)
-
-    def layer_name(self, layer):
-        return "layer%d" % layer
-
-
 def judge(model, *args, layers=None, details=None):
     """Runs model(*args) as a broken step's re-run does (layers: the layer stack, [0]); returns
     (events, the judge); the events' details go into the list details."""
-    w = Events()
+    w = torch_cases.Events()
     j = _judge.Judge(w, 3, _judge.float_tensors(args), list(model.buffers()))
     with _judge.OpTracer(j, [0] if layers is None else layers):
         out = model(*args)

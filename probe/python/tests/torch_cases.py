@@ -1,9 +1,25 @@
-"""torch_cases.py — the runner of the CPU torch scripts (cpu_judge.py, cpu_devstats.py): each
-case a (name, passed, what was found) triple; a line per case, a summary line, exit 1 on a
-failure."""
+"""torch_cases.py — the runner of the CPU torch scripts (cpu_judge.py, cpu_devstats.py,
+cpu_trace.py): each case a (name, passed, what was found) triple; a line per case, a summary line,
+exit 1 on a failure. Events stands in for the watcher the judge and the tracers report to."""
 import sys
 
 import torch
+
+
+class Events:
+    """What the bridge's judge and tracers emit (Watcher.rec.event's arguments that matter
+    here): each event's (op, kind), its layer and its detail."""
+
+    def __init__(self):
+        self.rec, self.events, self.layers, self.details = self, [], [], []
+
+    def event(self, step, layer, op, phase, kind, severity, count, value, detail):
+        self.events.append((op, kind))
+        self.layers.append(layer)
+        self.details.append(detail)
+
+    def layer_name(self, layer):
+        return "layer%d" % layer
 
 
 def run(script, cases):
