@@ -46,36 +46,36 @@ stats_every=N computes statistics on every Nth step only. Without the module (a 
 CUDA) or for tensors off the GPU the figures come from eager torch reductions, which cost far
 more.
 
-Non-finite values. When a step went non-finite (loss, found_inf or a statistic), the step's forward
-is run again on the same inputs under an op-level dispatch mode that checks every op's inputs and
-outputs, and follows each non-finite value an op makes from finite inputs to the forward's
-output: of those that reach it, the first such op is the producer (nonfinite_producer, with its
-input ranges; an op that writes into an input, x += y, is judged on that input as it was before
-the write); a non-finite model input is data arriving broken (nonfinite_input), a non-finite
-parameter or buffer state from an earlier step (nonfinite_propagated), both named where they
-first go in. A value that where() or masked_fill() leaves out on the way
-(where(p > 0, log(p), 0)) breaks no forward; if the step broke in the backward there, the
-backward's producer says so (0 * inf: a NaN gradient at every scale). An attention mask's -inf
-(masked_fill/where with -inf, written by item assignment or torch.full, or a model input or
-buffer whose only non-finite values are -inf) and what it flows into up to a GEMM are not
-faults, nor is whatever memory torch.empty and its kin hand out. If the forward stays finite,
-the loss computation between the model's output and backward()/scaler.scale() is searched: a
-torch function mode tapes its calls on every step (the functions and their arguments; of tensors
-it holds only those taken from elsewhere, such as the labels, not those it made: a language model's
-f32 logits would otherwise live to the end of the step) and replays them on the re-run forward's
-output, judging each, so a hand-written loss's log(0) is named at the step it happened, outside any
-module. If the loss is finite too, found_inf means the gradients overflowed while the forward
-stayed finite: a loss-scale overflow (grad_overflow, info). Then the re-run forward keeps its
-autograd graph (each node tagged with its module and function), the taped loss computation is
-replayed on its output, scaled as the GradScaler did, and differentiated (autograd.grad: the
-parameters' .grad are left alone) under a dispatch mode that stops at the first backward op whose
-output is non-finite: nonfinite_producer (bwd) names its layer and the forward function whose
-backward it was, with the autograd node, the op and their ranges. When that cannot be done (nothing
-taped, an in-place op on the user's tensors in the loss, a break only the statistics saw), the
-module whose backward first handed on a non-finite gradient is named from the statistics instead.
-Re-runs assume the forward is deterministic (dropout draws again; the random state and the module
-buffers are restored afterwards) and are done for the first 10 broken steps and then once per new
-streak of them.
+Non-finite values (_diagnose.py). When a step went non-finite (loss, found_inf or a statistic),
+the step's forward is run again on the same inputs under an op-level dispatch mode that checks
+every op's inputs and outputs, and follows each non-finite value an op makes from finite inputs
+to the forward's output: of those that reach it, the first such op is the producer
+(nonfinite_producer, with its input ranges; an op that writes into an input, x += y, is judged
+on that input as it was before the write); a non-finite model input is data arriving broken
+(nonfinite_input), a non-finite parameter or buffer state from an earlier step
+(nonfinite_propagated), both named where they first go in. A value that where() or masked_fill()
+leaves out on the way (where(p > 0, log(p), 0)) breaks no forward; if the step broke in the
+backward there, the backward's producer says so (0 * inf: a NaN gradient at every scale). An
+attention mask's -inf (masked_fill/where with -inf, written by item assignment or torch.full, or
+a model input or buffer whose only non-finite values are -inf) and what it flows into up to a
+GEMM are not faults, nor is whatever memory torch.empty and its kin hand out. If the forward
+stays finite, the loss computation between the model's output and backward()/scaler.scale() is
+searched: a torch function mode tapes its calls on every step (the functions and their
+arguments; of tensors it holds only those taken from elsewhere, such as the labels, not those it
+made: a language model's f32 logits would otherwise live to the end of the step) and replays
+them on the re-run forward's output, judging each, so a hand-written loss's log(0) is named at
+the step it happened, outside any module. If the loss is finite too, found_inf means the
+gradients overflowed while the forward stayed finite: a loss-scale overflow (grad_overflow,
+info). Then the re-run forward keeps its autograd graph (each node tagged with its module and
+function), the taped loss computation is replayed on its output, scaled as the GradScaler did,
+and differentiated (autograd.grad: the parameters' .grad are left alone) under a dispatch mode
+that stops at the first backward op whose output is non-finite: nonfinite_producer (bwd) names
+its layer and the forward function whose backward it was, with the autograd node, the op and
+their ranges. When that cannot be done (nothing taped, an in-place op on the user's tensors in
+the loss, a break only the statistics saw), the module whose backward first handed on a
+non-finite gradient is named from the statistics instead. Re-runs assume the forward is
+deterministic (dropout draws again; the random state and the module buffers are restored
+afterwards) and are done for the first 10 broken steps and then once per new streak of them.
 
 Overflows absorbed. An fp16 overflow can vanish before anything is non-finite: a hand-written
 RMSNorm's x * x past 65504 is inf, and rsqrt(inf) = 0 zeroes its output. When a layer's share of
@@ -110,7 +110,6 @@ backward alone runs nothing again.
 """
 import atexit
 import collections
-import contextlib
 import ctypes
 import math
 import os
@@ -138,34 +137,17 @@ if tuple(int(x) for x in re.findall(r"\d+", str(torch.__version__))[:2]) < _NEED
 from torch.optim.optimizer import register_optimizer_step_post_hook, \
     register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_map
 
-from . import _devstats, _records, _trace, _vocab
-from ._judge import Judge, OpTracer, describe_now, float_tensors
+from . import _devstats, _diagnose, _records, _trace, _updates, _vocab
+from ._judge import float_tensors
 from ._compiled import Around, layer_name
+from ._updates import LOWP as _LOWP, PLAIN as _PLAIN
 from ._links import Links
-from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, WEIGHT_UPDATE, SUPERSEDED
-from ._records import PHASE_FWD, PHASE_BWD, PHASE_OPTIM
-from ._records import INFO, WARNING, ERROR
+from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, SUPERSEDED
+from ._records import PHASE_OPTIM, WARNING, ERROR
 
 __all__ = ["watch", "Watcher"]
 
-_RERUNS_BEFORE_STREAKS = 10
-# re-runs of steps where a layer's output turned to zeros (an overflow its own code absorbed?)
-_ZERO_RERUNS = 3
-# a backward that went non-finite without a scaler, seen in the statistics when the step is
-# recorded (the next one's end): the event's detail says what would trace it
-_LATE = ("traced per module when the step was recorded, after the optimizer had stepped on "
-         "these gradients; check_grads (ampprobe run --check-grads) traces it op by op at its "
-         "step")
-# a backward that broke under FSDP1, whose backward is not run again (Watcher._take_wrappers)
-_NO_BWD_RERUN = ("traced per module, not op by op: FSDP1's backward hooks reduce the gradients "
-                 "and reset them, so a backward is not run again")
-# a step whose parameters changed before its end was seen (Watcher._end_unmarked, or its end at
-# on_optimizer_stepped): not re-run
-_UPDATED = ("its parameters were written before the step's end was seen (an update by hand, "
-            "or the step() of an optimizer whose closure ran the model first), so it cannot "
-            "run again as it ran")
 _OPS_EVERY = 1000  # op steps (AMP_OPS): step 1, then every this many steps
 _MEM_EVERY = 100  # steps whose AMP_STEPS row gets torch's memory peak (and broken and last ones)
 _INF = float("inf")
@@ -177,12 +159,6 @@ _INF = float("inf")
 _S_AFTER, _S_TRACKER = 0, 1
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_LOWP = (torch.float16, torch.bfloat16)
-# values of each 16-bit parameter compared before and after an optimizer step (a prefix: what
-# share of the updates rounding takes away is a property of the dtype and the update's size,
-# which a few rows of a weight show as well as all of them)
-_UPDATE_PREFIX = 4096
 
 
 def _local(t):
@@ -199,15 +175,6 @@ def _spans_processes(p):
     ranks: the forward all-gathers it)."""
     mesh = getattr(p, "device_mesh", None)
     return mesh is not None and mesh.size() > 1
-
-
-def _describe_figures(what, dtype, f):
-    """_vocab.describe of a tensor's finished figures (f: _devstats.Figures; its min, max and
-    amax None when it holds no finite value)."""
-    nan = float("nan")
-    return _vocab.describe(what, dtype, (f.numel,), nan if f.min is None else f.min,
-                           nan if f.max is None else f.max, nan if f.amax is None else f.amax,
-                           f.n_nan, f.n_posinf, f.n_neginf)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,12 +210,6 @@ def _patch_backward():
                 w._on_backward_end()
 
     torch.Tensor.backward = backward
-
-
-def _model_device(w):
-    """The GPU index of watcher w's first parameter (0 when none is on a GPU)."""
-    p = w._plist[0] if w._plist else None
-    return p.device.index or 0 if p is not None and p.is_cuda else 0
 
 
 def _unwrap(model):
@@ -346,14 +307,6 @@ def _named(root):
     return named, wrappers
 
 
-def _eager_stance():
-    """Compiled modules run eagerly inside (torch.compiler.set_stance, torch 2.6 on)."""
-    stance = getattr(torch.compiler, "set_stance", None)
-    if stance is None or "torch._dynamo" not in sys.modules:
-        return contextlib.nullcontext()
-    return stance("force_eager")
-
-
 _env_said = set()  # the environment variables whose bad values were said
 
 
@@ -446,12 +399,7 @@ class Watcher:
         self._by_hand = False  # META updates said: parameters written with no optimizer seen
         self._pentries = []  # their statistics entries (layer, kind, name, dtype)
         self._wentries = []  # their gradients'
-        self._lowp_n, self._lowp_of = -1, {}  # of _plist's first n: id -> (layer, name, dtype)
-        # of its 16-bit plain parameters (_lowp_params)
-        self._snap = None  # the 16-bit parameters as an optimizer began its update
-        self._updates = []  # updates compared, their counts on the way to the host
-        self._segments = ((), None)  # the segment ids of the last sizes compared
-        self._update_hooked = set()  # optimizers hooked by the scaler's step (_hook_updates)
+        self.updates = _updates.UpdateCheck(self)  # the 16-bit parameters' updates compared
         self._sharded, self._rerunnable, self._bwd_rerunnable = False, True, True
         self._pswap = False  # the parameters' memory is swapped in the forward (FSDP1, or seen)
         # the parameters are read as a forward begins (at once) until a forward has seen the
@@ -510,9 +458,7 @@ class Watcher:
         self._at_once = set()  # layers whose outputs are read at once (_queue)
         self._seen = {}  # id(module) -> the forward (_forwards) that last recorded its output
         self._noted_copies = False  # said that DataParallel's copies are not recorded
-        self.broken_steps = 0
-        self.prev_broken = False
-        self.zero_reruns = 0
+        self.diagnoser = _diagnose.Diagnoser(self)  # the recorded steps' events, the re-runs
         self._forwards = 0
         self._handles = []
         # modules outside the model called in training mode during its first step (a second
@@ -589,7 +535,7 @@ class Watcher:
             # itself, in place: they are read first, as backward left them
             self._queue_weight_grads()
             if self.optimizer is None and not self.add_roots:  # (else its hooks are there)
-                self._hook_updates(optimizer)
+                self.updates.hook(optimizer)
             self.flush(scale_later=True)  # the step before, recorded while the GPU still runs
             # this backward: the host waits for it in step() anyway (its check of found_inf)
             self._in_scaler_step = True
@@ -627,7 +573,7 @@ class Watcher:
         self.optimizer = optimizer
         self._handles.append(optimizer.register_step_pre_hook(self.on_optimizer_step))
         self._handles.append(optimizer.register_step_post_hook(
-            lambda o, args, kwargs: self._after_update(o)))
+            lambda o, args, kwargs: self.updates.after(o)))
 
     def _note_other(self, module, args):
         """The first step's global forward pre-hook: a module outside the model, called to
@@ -935,7 +881,7 @@ class Watcher:
         its model inside the closure step() ran (Lightning without a GradScaler, the first
         step) saw no pre-hook of that step: the step ends here, after its update; the closure's
         further calls in that step() (LBFGS's) were not recorded (on_root_pre)."""
-        self._after_update(optimizer)
+        self.updates.after(optimizer)
         self._leave_found_step()
         if self.scaler is None and self.optimizer is None and self.forwards and \
                 not self.rerunning:
@@ -1033,7 +979,7 @@ class Watcher:
         if self.forwards:
             f = self.forwards[-1]
             if self.compiled and self._op_step() and self.ops is None:
-                self._ops_eagerly(f)
+                self.diagnoser.ops_eagerly(f)
                 self.ops = _trace.OpRecorder(self, self.step, f.dev, layers=[-1])  # the loss's
                 self.ops.start()
             self.tape.begin(f, output)
@@ -1291,106 +1237,13 @@ class Watcher:
 
     # -- what rounding takes from the updates of 16-bit parameters -----------------------------
 
-    def _lowp_params(self):
-        """id -> (layer, name, dtype) of the recorded parameters stored in fp16 or bf16: those
-        an optimizer updates in place of fp32 master weights (a model cast with .half() or
-        .to(torch.bfloat16)). Sharded ones (DTensors) are left out."""
-        if self._lowp_n != len(self._plist):
-            self._lowp_n = len(self._plist)
-            self._lowp_of = {id(p): (lid, name, dtype) for p, (lid, _, name, dtype)
-                             in zip(self._plist, self._wentries)
-                             if p.dtype in _LOWP and type(p) in _PLAIN}
-        return self._lowp_of
-
-    def _hook_updates(self, optimizer):
-        """The optimizer a GradScaler's step() was handed, where watch() knows no optimizer:
-        hooked once, so that its updates of 16-bit parameters are compared too."""
-        if id(optimizer) in self._update_hooked:
-            return
-        self._update_hooked.add(id(optimizer))
-        self._handles.append(optimizer.register_step_pre_hook(
-            lambda o, args, kwargs: self._before_update(o, args, kwargs)))
-        self._handles.append(optimizer.register_step_post_hook(
-            lambda o, args, kwargs: self._after_update(o)))
-
     def _before_update(self, optimizer, args=(), kwargs=None):
-        """An optimizer is about to update parameters on a sampled step: of the 16-bit ones it
-        updates (_lowp_params) with a gradient, keeps the first _UPDATE_PREFIX values and
-        which of them have a non-zero gradient, for _after_update. Not for a step() handed a
-        closure (its gradients are made inside it), nor for a parameter group whose learning
-        rate is 0 (a warm-up's first step: no update is meant)."""
-        self._snap = None
-        if not self.on or not self.sampled or self.rerunning or _compiling():
-            return
-        mine = self._lowp_params()
-        if not mine or (kwargs or {}).get("closure") is not None or \
-                (len(args) > 1 and args[1] is not None):
-            return
-        ps, rows = [], []
-        for group in optimizer.param_groups:
-            lr = group.get("lr")
-            if isinstance(lr, torch.Tensor):  # (read only where that costs no sync)
-                lr = None if lr.is_cuda else float(lr)
-            if lr == 0:
-                continue
-            for p in group["params"]:
-                row = mine.get(id(p))
-                if row is not None and p.grad is not None and not p.grad.is_sparse:
-                    ps.append(p)
-                    rows.append(row)
-        if not ps:
-            return
-        with torch.no_grad():
-            before = torch.cat([p.detach().reshape(-1)[:_UPDATE_PREFIX] for p in ps])
-            moving = torch.cat([p.grad.detach().reshape(-1)[:_UPDATE_PREFIX] for p in ps]) != 0
-        self._snap = (optimizer, self.step, ps, rows, before, moving)
-
-    def _after_update(self, optimizer):
-        """The optimizer stepped: counts, per parameter kept by _before_update, the values with a
-        non-zero gradient that the update left as they were (rounded back to the weight: an
-        update below half a unit in its last place), on the device, and starts the counts on
-        their way to the host (recorded by _record_updates)."""
-        snap, self._snap = self._snap, None
-        if snap is None or snap[0] is not optimizer:
-            return
-        _, step, ps, rows, before, moving = snap
-        sizes = tuple(min(p.numel(), _UPDATE_PREFIX) for p in ps)
-        dev = moving.device
-        with torch.no_grad():
-            after = torch.cat([p.detach().reshape(-1)[:_UPDATE_PREFIX] for p in ps])
-            kept = (after == before) & moving
-            if self._segments[0] != sizes or self._segments[1].device != dev:
-                seg = torch.repeat_interleave(
-                    torch.arange(len(sizes), device=dev), torch.tensor(sizes, device=dev),
-                    output_size=sum(sizes))  # (output_size: no sync)
-                self._segments = (sizes, seg)
-            seg = self._segments[1]
-            counts = torch.zeros(2, len(ps), dtype=torch.int32, device=dev)
-            counts[0].index_add_(0, seg, kept.to(torch.int32))
-            counts[1].index_add_(0, seg, moving.to(torch.int32))
-            host = counts.to("cpu", non_blocking=True)
-            done = None
-            if dev.type == "cuda":
-                done = torch.cuda.Event()
-                done.record()
-        self._updates.append((step, rows, host, done))
-
-    def _record_updates(self, wait):
-        """Records the updates compared whose counts have reached the host (wait: all of them):
-        a weight_update row per parameter, numel the values compared (a non-zero gradient),
-        n_zero those the update left unchanged."""
-        while self._updates:
-            step, rows, host, done = self._updates[0]
-            if done is not None and not done.query():
-                if not wait:
-                    return
-                done.synchronize()
-            self._updates.pop(0)
-            lost, moving = host.tolist()
-            for (layer, name, dtype), k, n in zip(rows, lost, moving):
-                if n:
-                    self.rec.tensor_stats(step, layer, name, WEIGHT_UPDATE, dtype, None, n,
-                                          math.nan, math.nan, math.nan, -1, -1, -1, -1, -1, k)
+        """An optimizer is about to update parameters: on a sampled step (not in a re-run, not
+        in compiled code) the update check keeps what it will compare (_updates.UpdateCheck)."""
+        if self.on and self.sampled and not self.rerunning and not _compiling():
+            self.updates.before(optimizer, self.step, args, kwargs)
+        else:
+            self.updates.drop()
 
     # -- the end of a step ---------------------------------------------------------------------
 
@@ -1527,14 +1380,14 @@ class Watcher:
         d = self.waiting
         if d is not None and scale_later and d.found is not None and d.after is None and \
                 not d.copy.n_scalars:
-            self._record_updates(last)
+            self.updates.record(last)
             return
         self.waiting = None
         if d is not None:
             if last and not d.mem_peak:
                 d.mem_peak = self._mem_peak()
             self._record(d)
-        self._record_updates(last)
+        self.updates.record(last)
 
     def _mem_peak(self):
         """torch's peak of memory held by tensors on the model's GPU (0: a CPU model). Read
@@ -1580,296 +1433,13 @@ class Watcher:
             if summary.weight_grads:
                 norm = _INF if summary.nonfinite[WEIGHT_GRAD] else \
                     math.sqrt(summary.weight_grad_sumsq) / (scale[0] if scale else 1.0)
-        self._emit(d, copy, summary, loss, scale)
+        self.diagnoser.emit(d, copy, summary, loss, scale)
         self.rec.step(d.step, d.start_ns, d.end_ns, loss, norm, d.mem_peak)
         copy.release()
-
-    def _emit(self, d, copy, summary, loss, scale):
-        """The step's events: what broke and where (the statistics are recorded already)."""
-        step = d.step
-        fwd_bad = summary is not None and summary.nonfinite[ACTIVATION] > 0
-        if summary is not None and summary.f32_overflow > 0 and self.target == "f16":
-            for (layer, kind, op, dtype), f in zip(d.entries, copy.result()[0]):
-                if kind == ACTIVATION and dtype == "f32" and f.n_overflow > 0:
-                    self.rec.event(step, layer, op, PHASE_FWD, "overflow", INFO,
-                                   f.n_overflow, f.amax, "f32 values beyond the f16 range: "
-                                   "this output overflows if it runs in f16")
-        loss_bad = loss is not None and not (abs(loss) < _INF)
-        found_inf = scale is not None and scale[1] > 0
-        bwd_bad = found_inf or d.grads_bad
-        broken = fwd_bad or loss_bad or bwd_bad
-        fwd_event, loss_event, bwd_found = None, None, False
-        if broken and (self.broken_steps < _RERUNS_BEFORE_STREAKS or not self.prev_broken):
-            self.broken_steps += 1
-            why = _UPDATED if d.updated else \
-                "a model sharded over several processes cannot run its forward again on one"
-            # (a break in the backward alone, which is not run again under FSDP1: the forward
-            # is not either, as it could only find what reached a loss that stayed finite)
-            if self._rerunnable and not d.updated and \
-                    (fwd_bad or loss_bad or self._bwd_rerunnable):
-                fwd_event, loss_event, bwd_found = self._search(
-                    d, bwd_bad and not loss_bad and self._bwd_rerunnable,
-                    scale[0] if scale else 1.0)
-                why = "its forward, run again on the step's inputs, did not break or did not run"
-            if fwd_bad and fwd_event is None:  # the statistics saw it: named per module
-                fwd_event = self._forward_producer(d, copy.result()[0], why)
-        self.prev_broken = broken
-        if not broken and summary is not None and summary.zero_jump >= 0 and \
-                self.zero_reruns < _ZERO_RERUNS and self._rerunnable and not d.updated:
-            # a layer's output went to zeros while everything stayed finite: run the forward
-            # again op by op for an fp16 overflow its code absorbed (Judge.finish)
-            self.zero_reruns += 1
-            self._search(d, False, 1.0)
-        if loss_bad:
-            self.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
-                           "the forward pass produced non-finite values" if fwd_event else
-                           "the loss computation outside the model produced non-finite values"
-                           if loss_event else "the loss itself became non-finite")
-        fwd_fine = not (fwd_event or loss_event or loss_bad)  # so the backward broke, if it did
-        bwd_why = "" if self._bwd_rerunnable else _NO_BWD_RERUN
-        if d.updated:
-            bwd_why = "traced per module, not op by op: " + _UPDATED
-        if found_inf and fwd_fine:
-            if not bwd_found:
-                self._backward_producer(d, copy.result()[0], bwd_why)
-            self.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
-                           "gradients overflowed at loss scale %g while the forward pass stayed "
-                           "finite: a loss-scale overflow, the step was skipped and the scale "
-                           "backed off to %g" % (scale[0], scale[2]))
-        elif d.grads_bad and fwd_fine and not bwd_found:  # no scaler: the optimizer steps on them
-            self._backward_producer(d, copy.result()[0], bwd_why)
-        elif scale is None and not d.grads_bad and summary is not None and \
-                summary.nonfinite[WEIGHT_GRAD] and not fwd_bad and not loss_bad:
-            # seen now, a step late (no check_grads): the optimizer has stepped on them
-            self._backward_producer(d, copy.result()[0], bwd_why if d.updated else _LATE)
-        if scale is not None:
-            before, found, after, tracker = scale
-            self.rec.scale(step, before, after, max(found, 0), tracker, found > 0)
-            if found > 0:
-                self.rec.event(step, -1, None, PHASE_OPTIM, "step_skipped", WARNING, 1,
-                               before)
-            if after != before:
-                self.rec.event(step, -1, None, PHASE_OPTIM,
-                               "scale_backoff" if after < before else "scale_growth", INFO, -1,
-                               after)
 
     def layer_name(self, layer):
         """Layer id's qualified name (the judge's events name a second layer by it)."""
         return _layers.rows[layer][2]
-
-    def _forward_producer(self, d, stats, why):
-        """Step d's forward searched per module, from its statistics, when it could not be
-        traced op by op (why: the reason, for the event's detail): the first module output that
-        went non-finite (a module's output is queued as it returns, inner modules first) as
-        nonfinite_input when the model's input data holds the NaN/inf, as nonfinite_propagated
-        (info) when a parameter did as the step began (an earlier update wrote it), else as
-        nonfinite_module: made in that module when all its inputs were module outputs that came
-        before it finite (Links.sources), else there or in the code of the one around it (module
-        inputs have no statistics). Returns the event kind."""
-        nan = float("nan")
-        finite = set()  # the layers whose outputs came before, finite
-        held = [name for (_, kind, name, _), f in zip(d.entries, stats)
-                if kind == WEIGHT and f.nonfinite]  # parameters non-finite as the step began
-        for (layer, kind, op, dtype), f in zip(d.entries, stats):
-            if kind != ACTIVATION:
-                continue
-            if not f.nonfinite:
-                finite.add(layer)
-                continue
-            event, sev, detail = "nonfinite_module", ERROR, ""
-            data = float_tensors([(fw.args, fw.kwargs) for fw in d.forwards or ()])
-            for k, t in enumerate(data):
-                seg, bad, _ = describe_now("input %d" % k, t)
-                if bad:
-                    event, detail = "nonfinite_input", seg
-                    break
-            if event == "nonfinite_module" and held:  # carried on from an earlier step's update
-                event, sev = "nonfinite_propagated", INFO
-                detail = "the parameter%s %s held NaN/inf as the step began; " % (
-                    "s" if len(held) > 1 else "", ", ".join(held[:3]) +
-                    (" and %d more" % (len(held) - 3) if len(held) > 3 else ""))
-            detail += _describe_figures("output", dtype, f)
-            sources = self.links.sources(layer)
-            if event == "nonfinite_module" and sources and sources <= finite:
-                detail += "made in it: its inputs were finite (the output of %s); " % \
-                    ", ".join(sorted(_layers.rows[s][2] for s in sources))
-            detail += "not traced op by op: " + why
-            self.rec.event(d.step, layer, op, PHASE_FWD, event, sev, f.nonfinite,
-                           nan if f.amax is None else f.amax, detail)
-            return event
-        return None
-
-    def _backward_producer(self, d, stats, note=""):
-        """Where step d's backward first made a non-finite gradient, from its statistics (in
-        backward order): the first module output whose gradient went non-finite got it from
-        what reads that output (Links.reader: a module, the code around it, or the loss
-        computation; without links, the module whose output gradient came before), a parameter
-        gradient from its own module. note ends the event's detail."""
-        prev = None
-        grads = {}  # layer -> its last finite output gradient's (dtype, figures)
-        op_of = {lid: op for lid, op, _, _ in self._module_info.values()}
-        nan = float("nan")
-        for (layer, kind, op, dtype), f in zip(d.entries, stats):
-            if kind not in (ACTIVATION_GRAD, WEIGHT_GRAD):
-                continue
-            if not f.nonfinite:
-                if kind == ACTIVATION_GRAD:
-                    prev = layer
-                    grads[layer] = (dtype, f)
-                continue
-            how = self.links.reader(layer) if kind == ACTIVATION_GRAD else ("module", layer)
-            whose = "the gradient of " + (_layers.rows[layer][2] + "'s output"
-                                          if kind == ACTIVATION_GRAD else op)
-            guess = how is None  # (a module the first forward did not run: no links)
-            if guess:
-                how = ("module", prev) if prev is not None else ("loss", -1)
-            if how[0] == "module":
-                made = "%s, made by %s's backward%s" % (
-                    whose, _layers.rows[how[1]][2],
-                    " (its output's gradient came just before)" if guess else "")
-                layer, op = how[1], op_of.get(how[1], "module")
-            elif how[0] == "code":
-                made = "%s, made by the code that reads it (not one module's input)" % whose
-                op = op_of.get(layer, "module")
-            else:
-                made = "%s, made by the loss computation" % whose
-                layer, op = -1, "loss"
-            detail = ""
-            if how[0] == "module" and layer in grads:
-                gd, gf = grads[layer]
-                detail = _describe_figures("incoming gradient", gd, gf)
-            detail += _describe_figures("gradient", dtype, f) + made
-            detail += "; " + note if note else ""
-            self.rec.event(d.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING,
-                           f.nonfinite, nan if f.amax is None else f.amax, detail)
-            return
-
-    def _search(self, d, backward, scale):
-        """Step d's forwards (one, or one per micro-batch when gradients accumulate) searched in
-        turn until one names where the step broke: the forward re-run op by op (_rerun), then
-        its loss computation replayed on the re-run's output and judged op by op (outside any
-        module) and, with backward, differentiated op by op (_rerun_backward). Returns the
-        forward's event, the loss computation's event and whether the backward named one."""
-        for f in d.forwards or ():
-            fwd_event, out, left = self._rerun(d, f, with_graph=backward)
-            if fwd_event is not None:
-                return fwd_event, None, False
-            if out is None:
-                continue
-            # (the forward ran again without an event: a -inf in its output is a mask's)
-            judge = Judge(self, d.step, [], float_tensors(out))
-            try:  # (the random state as before afterwards, as for the re-run forward)
-                with torch.random.fork_rng(devices=[torch.cuda.current_device()]
-                                           if f.dev == "cuda" else []), \
-                        torch.set_grad_enabled(backward):
-                    loss = _trace.replay(f, out, judge, graph=backward)
-            except Exception as e:  # a call that does not take the re-run's tensors
-                print("ampprobe: step %d: the loss computation's replay failed (%s: %s)"
-                      % (d.step, type(e).__name__, e), file=sys.stderr)
-                continue
-            if judge.event is not None:
-                return None, judge.event, False
-            if backward and loss is not None and \
-                    self._rerun_backward(d, loss, scale, left + judge.made):
-                return None, None, True
-        return None, None, False
-
-    @contextlib.contextmanager
-    def _again(self, f, grad):
-        """Runs forward f again inside: the model to call and its arguments (DataParallel on
-        several GPUs: the model itself on the whole batch, on the first GPU), with f's autocast
-        state, compiled modules run eagerly, the hooks quiet; the module buffers (batch-norm
-        statistics) and the random state are as before afterwards."""
-        model, args, kwargs = self._runner, f.args, f.kwargs
-        if isinstance(model, torch.nn.DataParallel):  # on several GPUs: its copies run in
-            # threads of their own, where no tracer is; the model itself runs the whole batch
-            model = model.module
-            dev0 = torch.device("cuda", _model_device(self))
-            args, kwargs = tree_map(lambda x: x.to(dev0) if isinstance(x, torch.Tensor) else x,
-                                    (args, kwargs))
-        buffers = [(b, b.detach().clone()) for r in self._roots for b in r.buffers()]
-        self.rerunning = True
-        try:
-            with torch.random.fork_rng(devices=[torch.cuda.current_device()]
-                                       if f.dev == "cuda" else []), \
-                    torch.set_grad_enabled(grad), \
-                    torch.autocast(f.dev, dtype=f.ac_dtype, enabled=f.ac), _eager_stance():
-                yield model, args, kwargs
-        finally:
-            self.rerunning = False
-            with torch.no_grad():
-                for b, saved in buffers:
-                    b.copy_(saved)
-
-    def _ops_eagerly(self, f):
-        """An op step of a compiled model: forward f run again eagerly, without gradients,
-        under the op recorder (what compiled code calls is no Python call to record)."""
-        rec = _trace.OpRecorder(self, self.step, f.dev)
-        try:
-            with self._again(f, False) as (model, args, kwargs):
-                rec.start()
-                try:
-                    model(*args, **kwargs)
-                finally:
-                    rec.stop()
-        except Exception as e:  # the model refused to run again: said, the ops not recorded
-            print("ampprobe: step %d: the eager forward that records a compiled model's ops "
-                  "failed (%s: %s)" % (self.step, type(e).__name__, e), file=sys.stderr,
-                  flush=True)
-
-    def _rerun(self, d, f, with_graph=False):
-        """Runs forward f of step d again (_again) under the op tracer (with the parameters as
-        they are now: those of step d, unless d's break was only seen a step later). Returns
-        the event kind it emitted and, when its output stayed finite, that output (with
-        with_graph, its autograd graph, the nodes tagged with layer and op, for
-        _rerun_backward) and the non-finite values it made and left out (Made)."""
-        stack = [self.layer_of[id(self.model)]]
-        hooks = _trace.layer_stack_hooks(self.layer_of, stack, self.quiet)
-        judge = None
-        try:
-            with self._again(f, with_graph) as (model, args, kwargs):
-                judge = Judge(self, d.step, float_tensors((args, kwargs)),
-                              [b for r in self._roots for b in r.buffers()])
-                with OpTracer(judge, stack), \
-                        (_trace.NodeTagger(stack) if with_graph else contextlib.nullcontext()):
-                    out = model(*args, **kwargs)
-        except Exception as e:  # the model refused to run again: said, the step not searched
-            # (unless the judge had named the break before the model's own check raised)
-            if judge is not None and judge.event is not None:
-                return judge.event, None, []
-            print("ampprobe: step %d: the forward re-run failed (%s: %s)"
-                  % (d.step, type(e).__name__, e), file=sys.stderr, flush=True)
-            return None, None, []
-        finally:
-            for h in hooks:
-                h.remove()
-        if judge.finish(out):
-            return judge.event, None, []
-        return None, out, judge.made
-
-    def _rerun_backward(self, d, loss, scale, left):
-        """Step d's backward, op by op, from loss, the replayed loss computation on a re-run
-        forward: scaled as the GradScaler did, differentiated with autograd.grad (the
-        parameters' .grad stay as they are) under a dispatch mode that stops at the first op
-        whose output is non-finite. Emits nonfinite_producer (bwd) with the layer and forward op
-        of the autograd node it ran in (left: the forward's non-finite values that did not reach
-        its end, Made); False when it found none or could not be done."""
-        params = [p for p in self._plist if p.requires_grad]
-        if not params:
-            return False
-        tracer = _trace.BwdTracer(self, d.step, left)
-        try:
-            with tracer:
-                torch.autograd.grad(loss.float() * scale, params, allow_unused=True)
-        except Exception as e:
-            if tracer.event is None:
-                print("ampprobe: step %d: the backward re-run failed (%s: %s); the producer is "
-                      "named per module" % (d.step, type(e).__name__, e), file=sys.stderr)
-                return False
-        finally:  # (the re-run's graph, held by the caller, let go of on this thread)
-            _trace.worker_idle({p.device for p in params})
-        return tracer.event is not None
-
 
 class _Done:
     """A finished step whose figures are on their way to the host (Watcher.end_step)."""

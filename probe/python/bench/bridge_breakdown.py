@@ -141,7 +141,7 @@ _ENTRIES = [("Watcher", "_on_output"), ("Watcher", "on_root_pre"), ("Watcher", "
             ("Watcher", "_queue"), ("Watcher", "_record"),
             ("LossTape", "__torch_function__"), ("StepStats", "flush"), ("StepStats", "defer"),
             ("StepStats", "finish"), ("StepStats", "put"), ("StepStats", "mark"),
-            ("Watcher", "_marked"), ("Watcher", "_emit"), ("Watcher", "_end_loss_region"),
+            ("Watcher", "_marked"), ("Diagnoser", "emit"), ("Watcher", "_end_loss_region"),
             ("LossTape", "begin"), ("LossTape", "end"), ("Copy", "wait")]
 
 
@@ -190,7 +190,8 @@ def self_time(name, mode, variant="full"):
 
     saved = []
     for cls, meth in _ENTRIES:
-        c = getattr(ap, cls, None) or getattr(ap._trace, cls, None) or getattr(ap._devstats, cls)
+        c = next(vars(m)[cls] for m in (ap, ap._trace, ap._diagnose, ap._devstats)
+                 if cls in vars(m))
         if meth in c.__dict__:  # (an older bridge may lack one)
             saved.append((c, meth, c.__dict__[meth]))
     factory = ap.Watcher._grad_hook  # the pre-hooks are made per module: time what it makes
