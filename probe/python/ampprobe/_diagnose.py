@@ -79,8 +79,8 @@ class Diagnoser:
             for (layer, kind, op, dtype), f in zip(d.entries, copy.result()[0]):
                 if kind == ACTIVATION and dtype == "f32" and f.n_overflow > 0:
                     w.rec.event(step, layer, op, PHASE_FWD, "overflow", INFO,
-                                   f.n_overflow, f.amax, "f32 values beyond the f16 range: "
-                                   "this output overflows if it runs in f16")
+                                f.n_overflow, f.amax, "f32 values beyond the f16 range: "
+                                "this output overflows if it runs in f16")
         loss_bad = loss is not None and not (abs(loss) < _INF)
         found_inf = scale is not None and scale[1] > 0
         bwd_bad = found_inf or d.grads_bad
@@ -109,9 +109,9 @@ class Diagnoser:
             self._search(d, False, 1.0)
         if loss_bad:
             w.rec.event(step, -1, None, 0, "loss_nonfinite", ERROR, 1, loss,
-                           "the forward pass produced non-finite values" if fwd_event else
-                           "the loss computation outside the model produced non-finite values"
-                           if loss_event else "the loss itself became non-finite")
+                        "the forward pass produced non-finite values" if fwd_event else
+                        "the loss computation outside the model produced non-finite values"
+                        if loss_event else "the loss itself became non-finite")
         fwd_fine = not (fwd_event or loss_event or loss_bad)  # so the backward broke, if it did
         bwd_why = "" if w._bwd_rerunnable else _NO_BWD_RERUN
         if d.updated:
@@ -120,9 +120,9 @@ class Diagnoser:
             if not bwd_found:
                 self._backward_producer(d, copy.result()[0], bwd_why)
             w.rec.event(step, -1, None, PHASE_BWD, "grad_overflow", INFO, -1, scale[0],
-                           "gradients overflowed at loss scale %g while the forward pass stayed "
-                           "finite: a loss-scale overflow, the step was skipped and the scale "
-                           "backed off to %g" % (scale[0], scale[2]))
+                        "gradients overflowed at loss scale %g while the forward pass stayed "
+                        "finite: a loss-scale overflow, the step was skipped and the scale "
+                        "backed off to %g" % (scale[0], scale[2]))
         elif d.grads_bad and fwd_fine and not bwd_found:  # no scaler: the optimizer steps on them
             self._backward_producer(d, copy.result()[0], bwd_why)
         elif scale is None and not d.grads_bad and summary is not None and \
@@ -134,11 +134,11 @@ class Diagnoser:
             w.rec.scale(step, before, after, max(found, 0), tracker, found > 0)
             if found > 0:
                 w.rec.event(step, -1, None, PHASE_OPTIM, "step_skipped", WARNING, 1,
-                               before)
+                            before)
             if after != before:
                 w.rec.event(step, -1, None, PHASE_OPTIM,
-                               "scale_backoff" if after < before else "scale_growth", INFO, -1,
-                               after)
+                            "scale_backoff" if after < before else "scale_growth", INFO, -1,
+                            after)
 
     def _forward_producer(self, d, stats, why):
         """Step d's forward searched per module, from its statistics, when it could not be
@@ -179,7 +179,7 @@ class Diagnoser:
                     ", ".join(sorted(w.layer_name(s) for s in sources))
             detail += "not traced op by op: " + why
             w.rec.event(d.step, layer, op, PHASE_FWD, event, sev, f.nonfinite,
-                           nan if f.amax is None else f.amax, detail)
+                        nan if f.amax is None else f.amax, detail)
             return event
         return None
 
@@ -226,7 +226,7 @@ class Diagnoser:
             detail += _describe_figures("gradient", dtype, f) + made
             detail += "; " + note if note else ""
             w.rec.event(d.step, layer, op, PHASE_BWD, "nonfinite_producer", WARNING,
-                           f.nonfinite, nan if f.amax is None else f.amax, detail)
+                        f.nonfinite, nan if f.amax is None else f.amax, detail)
             return
 
     def _search(self, d, backward, scale):
