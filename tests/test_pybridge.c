@@ -10,9 +10,10 @@
  * so does a bridge that cannot attach (META bridge_error: a torch older than it needs).
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
  * judge and the module links (what reads each module's output) on small CPU models, and
- * cpu_devstats.py the step statistics' queue, cpu_trace.py the loss tape and its replay. pyflakes
- * reads all of the bridge's Python. Without python3 (or torch, for those three; or pyflakes) the
- * cases say so and pass.
+ * cpu_devstats.py the step statistics' queue, cpu_trace.py the loss tape and its replay,
+ * cpu_diagnose.py the search per module and the updates compared. pyflakes reads all of the
+ * bridge's Python. Without python3 (or torch, for those four; or pyflakes) the cases say so and
+ * pass.
  */
 #include "tests.h"
 
@@ -318,10 +319,17 @@ END_TEST
 START_TEST(test_step_statistics_on_the_cpu) { torch_script("cpu_devstats"); }
 END_TEST
 
-// The loss tape and its replay on the CPU (probe/python/tests/cpu_trace.py): what it keeps of a loss
-// computation, the replay on another output, a log of 0 there judged outside any module; the node
-// tagger's layers on a re-run forward's autograd nodes, and the backward tracer's first producer.
+// The loss tape and its replay on the CPU (probe/python/tests/cpu_trace.py): what it keeps of a
+// loss computation, the replay on another output, a log of 0 there judged outside any module; the
+// node tagger's layers on a re-run forward's autograd nodes, and the backward tracer's first
+// producer.
 START_TEST(test_loss_tape_on_the_cpu) { torch_script("cpu_trace"); }
+END_TEST
+
+// The search per module from a step's figures (probe/python/tests/cpu_diagnose.py: where the
+// forward and the backward first went non-finite, named through a real forward's module links)
+// and the comparison of 16-bit parameters' updates (what rounding took; when nothing is compared).
+START_TEST(test_diagnosis_on_the_cpu) { torch_script("cpu_diagnose"); }
 END_TEST
 
 // The bridge's Python (the package, its tests and benchmarks), most of which runs only with a
@@ -354,6 +362,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_forward_judge_on_the_cpu);
     tcase_add_test(c, test_step_statistics_on_the_cpu);
     tcase_add_test(c, test_loss_tape_on_the_cpu);
+    tcase_add_test(c, test_diagnosis_on_the_cpu);
     tcase_add_test(c, test_python_sources_pass_pyflakes);
     suite_add_tcase(s, c);
     return s;
