@@ -13,7 +13,10 @@ that goes non-finite from a finite Linear output is made in it; a NaN in the mod
 named as such; a parameter that held NaN as the step began is said to have carried it
 (nonfinite_propagated); a non-finite gradient of the ReLU's output was made by the backward of
 the Linear that reads it, with the gradient that came into it; one of the model's output by the
-loss computation; a parameter gradient in its own module. An fp16 weight updated by SGD with a
+loss computation; a parameter gradient in its own module. A whole step's events: a loss-scale
+overflow (the backward's producer, grad_overflow, the skip, the backoff and the scale row), a
+forward that broke (its module, then the loss), a healthy step whose scale grew, an f32 output
+beyond f16's range (info), a loss that went non-finite alone. An fp16 weight updated by SGD with a
 step below half its last place loses every update that has a gradient (values without one are
 not counted), a bf16 one with a large step none, an f32 one is not compared, only the first 4096
 values of a weight are; nothing is compared after drop(), for a step() handed a closure, for a
@@ -35,6 +38,7 @@ from ampprobe import _diagnose, _updates, _vocab
 from ampprobe._devstats import Figures
 from ampprobe._links import Links
 from ampprobe._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, WEIGHT_UPDATE
+from ampprobe._records import StatsSummary
 
 
 def finite(n=8):
@@ -46,11 +50,14 @@ def nan(n=8, k=3):
 
 
 class Watcher(torch_cases.Events):
-    """What the diagnoser reads of a watcher: the events it records (torch_cases.Events), the
-    module links of the first forward and each module's layer and op."""
+    """What the diagnoser reads of a watcher: the events it records (torch_cases.Events) and
+    the scale updates, the module links of the first forward and each module's layer and op;
+    its steps cannot run again (as a model sharded over several processes)."""
 
     def __init__(self, model, layer_of, ops):
         super().__init__()
+        self.scales, self.target = [], "f16"
+        self._rerunnable = self._bwd_rerunnable = False
         parents = {layer_of[id(model)]: -1}
         parents.update({layer_of[id(m)]: layer_of[id(model)] for m in model.children()})
         self.links = Links(parents.get)
@@ -65,12 +72,38 @@ class Watcher(torch_cases.Events):
         self.links.close()
 
 
+    def scale(self, step, before, after, found, tracker, skipped):
+        self.scales.append((step, before, after, found, skipped))
+
+
 class Step:
     """A recorded step as the diagnoser reads it (torch.py's _Done)."""
 
     def __init__(self, entries, inputs=()):
         self.step, self.entries = 7, entries
         self.forwards = [type("Forward", (), {"args": inputs, "kwargs": {}})]
+        self.updated = self.grads_bad = False
+
+
+class Copy:
+    """A step's figures on the host (_devstats.Copy)."""
+
+    def __init__(self, figures):
+        self.figures = figures
+
+    def result(self):
+        return self.figures, []
+
+
+def summary(entries, figures):
+    """What the C call that records a step's statistics sums up of them."""
+    s = StatsSummary()
+    for (_, kind, _, dtype), f in zip(entries, figures):
+        s.nonfinite[kind] += f.nonfinite
+        if kind == ACTIVATION and dtype == "f32":
+            s.f32_overflow += f.n_overflow
+    s.zero_jump = -1
+    return s
 
 
 def diagnosis_cases():
@@ -131,6 +164,46 @@ def diagnosis_cases():
         w.events == [("linear", "nonfinite_producer")] and w.layers == [3] and \
         "the gradient of 2.weight, made by layer3's backward" in w.details[0], \
         (w.events, w.layers, w.details)
+
+    # whole steps' events (emit), from their figures and scalars
+    def emit(entries, figs, loss, scale):
+        w = Watcher(model, layer_of, ops)
+        d = Step(entries, (torch.randn(5, 4),))
+        _diagnose.Diagnoser(w).emit(d, Copy(figs), summary(entries, figs), loss, scale)
+        return w
+
+    w = emit(grads, [finite(), nan(), nan()], 2.5, [65536.0, 1.0, 32768.0, 0.0])
+    yield "a loss-scale overflow: the backward's producer, the overflow, the skip, the backoff", \
+        w.events == [("linear", "nonfinite_producer"), (None, "grad_overflow"),
+                     (None, "step_skipped"), (None, "scale_backoff")] and \
+        "backed off to 32768" in w.details[1] and w.scales == [(7, 65536.0, 32768.0, 1.0, True)], \
+        (w.events, w.details, w.scales)
+
+    acts = [(1, ACTIVATION, "linear", "f16"), (2, ACTIVATION, "relu", "f16"),
+            (3, ACTIVATION, "linear", "f16")]
+    w = emit(acts, [finite(), nan(), nan()], float("nan"), [65536.0, 1.0, 32768.0, 0.0])
+    yield "a forward that broke: its module, the loss, no gradient overflow", \
+        w.events[:2] == [("relu", "nonfinite_module"), (None, "loss_nonfinite")] and \
+        w.details[1] == "the forward pass produced non-finite values" and \
+        (None, "grad_overflow") not in w.events, (w.events, w.details)
+
+    w = emit(acts, [finite(), finite(), finite()], 2.5, [1024.0, 0.0, 2048.0, 0.0])
+    yield "a healthy step whose scale grew: that growth only", \
+        w.events == [(None, "scale_growth")] and w.scales == [(7, 1024.0, 2048.0, 0.0, False)], \
+        (w.events, w.scales)
+
+    over = Figures(8, -7e4, 7e4, 0, 0, 0, 2, 0, 0, 1e10)  # two values beyond f16's range
+    w = emit([(1, ACTIVATION, "linear", "f32")] + acts[1:], [over, finite(), finite()], 2.5,
+             [1024.0, 0.0, 1024.0, 1.0])
+    yield "an f32 output beyond the f16 range: noted (info), nothing broke", \
+        w.events == [("linear", "overflow")] and w.layers == [1] and \
+        "overflows if it runs in f16" in w.details[0], (w.events, w.layers, w.details)
+
+    w = emit(acts, [finite(), finite(), finite()], float("inf"), None)
+    yield "a loss that went non-finite alone (no scaler)", \
+        w.events == [(None, "loss_nonfinite")] and \
+        w.details == ["the loss itself became non-finite"] and w.scales == [], \
+        (w.events, w.details)
 
 
 class Recorder:

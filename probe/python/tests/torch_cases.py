@@ -13,7 +13,7 @@ class Events:
     def __init__(self):
         self.rec, self.events, self.layers, self.details = self, [], [], []
 
-    def event(self, step, layer, op, phase, kind, severity, count, value, detail):
+    def event(self, step, layer, op, phase, kind, severity, count=-1, value=None, detail=None):
         self.events.append((op, kind))
         self.layers.append(layer)
         self.details.append(detail)
