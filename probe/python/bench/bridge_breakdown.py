@@ -189,10 +189,11 @@ def self_time(name, mode, variant="full"):
         calls[key] = calls.get(key, 0) + 1
 
     saved = []
+    homes = [m for m in (ap, getattr(ap, "_trace", None), getattr(ap, "_diagnose", None),
+                         ap._devstats) if m is not None]  # (where the package's classes are)
     for cls, meth in _ENTRIES:
-        c = next(vars(m)[cls] for m in (ap, ap._trace, ap._diagnose, ap._devstats)
-                 if cls in vars(m))
-        if meth in c.__dict__:  # (an older bridge may lack one)
+        c = next((vars(m)[cls] for m in homes if cls in vars(m)), None)
+        if c is not None and meth in c.__dict__:  # (an older bridge may lack one)
             saved.append((c, meth, c.__dict__[meth]))
     factory = ap.Watcher._grad_hook  # the pre-hooks are made per module: time what it makes
     try:
