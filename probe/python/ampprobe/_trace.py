@@ -20,18 +20,14 @@ _autocast_on = functools.partial(torch.is_autocast_enabled,
                                  "cuda" if torch.cuda.is_available() else "cpu")
 
 
-_SCALARS = frozenset((int, float, bool, str, type(None)))  # leaves kept as they are
-
-
 def _map_args(fn, x):
-    """fn applied to each leaf of a call's arguments but plain scalars and None (kept as they
-    are): through tuples, lists and dicts (cheaper than pytree's tree_map, on every taped
-    call; a loss function's keyword arguments are mostly scalars)."""
+    """fn applied to each leaf of a call's arguments: through tuples, lists and dicts (cheaper
+    than pytree's tree_map, on every taped call)."""
     kind = type(x)
     if kind is tuple or kind is list:
-        return kind([y if type(y) in _SCALARS else _map_args(fn, y) for y in x])
+        return kind(_map_args(fn, y) for y in x)
     if kind is dict:
-        return {k: v if type(v) in _SCALARS else _map_args(fn, v) for k, v in x.items()}
+        return {k: _map_args(fn, v) for k, v in x.items()}
     return fn(x)
 
 
