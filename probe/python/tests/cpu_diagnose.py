@@ -42,10 +42,12 @@ from ampprobe._records import StatsSummary
 
 
 def finite(n=8):
+    """A tensor's figures with every value finite."""
     return Figures(n, -1.0, 2.0, 0, 0, 0, 0, 0, 0, 5.0)
 
 
 def nan(n=8, k=3):
+    """A tensor's figures with k NaN among them."""
     return Figures(n, -1.0, 2.0, k, 0, 0, 0, 0, 0, math.nan)
 
 
@@ -70,7 +72,6 @@ class Watcher(torch_cases.Events):
         for h in handles:
             h.remove()
         self.links.close()
-
 
     def scale(self, step, before, after, found, tracker, skipped):
         self.scales.append((step, before, after, found, skipped))
@@ -107,7 +108,8 @@ def summary(entries, figures):
 
 
 def diagnosis_cases():
-    """(name, passed, what was found) per case of the search per module."""
+    """(name, passed, what was found) per case of the diagnosis: the search per module, then
+    whole steps' events."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
     layer_of = {id(model): 0, id(model[0]): 1, id(model[1]): 2, id(model[2]): 3}
