@@ -6,6 +6,7 @@ forward's output, and its backward differentiated op by op (_trace.py). torch.py
 one Diagnoser and hands it each recorded step (emit).
 """
 import contextlib
+import math
 import sys
 
 import torch
@@ -17,7 +18,6 @@ from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD
 from ._records import PHASE_FWD, PHASE_BWD, PHASE_OPTIM
 from ._records import INFO, WARNING, ERROR
 
-_INF = float("inf")
 # the broken steps searched each; after them only the first step of a streak of broken steps
 _RERUNS_BEFORE_STREAKS = 10
 # re-runs of steps where a layer's output turned to zeros (an overflow its own code absorbed?)
@@ -81,7 +81,7 @@ class Diagnoser:
                     w.rec.event(step, layer, op, PHASE_FWD, "overflow", INFO,
                                 f.n_overflow, f.amax, "f32 values beyond the f16 range: "
                                 "this output overflows if it runs in f16")
-        loss_bad = loss is not None and not (abs(loss) < _INF)
+        loss_bad = loss is not None and not math.isfinite(loss)
         found_inf = scale is not None and scale[1] > 0
         bwd_bad = found_inf or d.grads_bad
         broken = fwd_bad or loss_bad or bwd_bad
