@@ -11,8 +11,9 @@
  * --torch without the library is a usage error. With a torch, cpu_judge.py checks the forward
  * judge and the module links (what reads each module's output) on small CPU models, and
  * cpu_devstats.py the step statistics' queue, cpu_trace.py the loss tape and its replay,
- * cpu_diagnose.py the search per module and the updates compared. pyflakes reads all of the
- * bridge's Python. Without python3 (or torch, for those four; or pyflakes) the cases say so and
+ * cpu_diagnose.py the search per module and the updates compared, cpu_models.py the wrappers
+ * looked through and the models trained beside the watched one. pyflakes reads all of the
+ * bridge's Python. Without python3 (or torch, for those five; or pyflakes) the cases say so and
  * pass.
  */
 #include "tests.h"
@@ -332,6 +333,12 @@ END_TEST
 START_TEST(test_diagnosis_on_the_cpu) { torch_script("cpu_diagnose"); }
 END_TEST
 
+// What the watcher takes as the model (probe/python/tests/cpu_models.py): the wrappers it looks
+// through, the layers it names, the models an optimizer trains beside the watched one (named, or
+// recorded too under autoattach) and a second watch()'s model.
+START_TEST(test_models_on_the_cpu) { torch_script("cpu_models"); }
+END_TEST
+
 // The bridge's Python (the package, its tests and benchmarks), most of which runs only with a
 // recent torch on a GPU, read by pyflakes: a name used but never defined, or imported and never
 // used, fails here, where CI sees it (Debian's pyflakes3 for /usr/bin/python3; without it the
@@ -363,6 +370,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_step_statistics_on_the_cpu);
     tcase_add_test(c, test_loss_tape_on_the_cpu);
     tcase_add_test(c, test_diagnosis_on_the_cpu);
+    tcase_add_test(c, test_models_on_the_cpu);
     tcase_add_test(c, test_python_sources_pass_pyflakes);
     suite_add_tcase(s, c);
     return s;

@@ -274,7 +274,7 @@ class Diagnoser:
             dev0 = torch.device("cuda", _model_device(w))
             args, kwargs = tree_map(lambda x: x.to(dev0) if isinstance(x, torch.Tensor) else x,
                                     (args, kwargs))
-        buffers = [(b, b.detach().clone()) for r in w._roots for b in r.buffers()]
+        buffers = [(b, b.detach().clone()) for r in w.models.roots for b in r.buffers()]
         w.rerunning = True
         try:
             with torch.random.fork_rng(devices=[torch.cuda.current_device()]
@@ -318,7 +318,7 @@ class Diagnoser:
         try:
             with self.again(f, with_graph) as (model, args, kwargs):
                 judge = Judge(w, d.step, float_tensors((args, kwargs)),
-                              [b for r in w._roots for b in r.buffers()])
+                              [b for r in w.models.roots for b in r.buffers()])
                 with OpTracer(judge, stack), \
                         (_trace.NodeTagger(stack) if with_graph else contextlib.nullcontext()):
                     out = model(*args, **kwargs)

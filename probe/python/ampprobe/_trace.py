@@ -300,7 +300,7 @@ def worker_idle(devices):
 def replay(f, out, judge=None, graph=False):
     """The taped loss computation of forward f run again on out, the re-run forward's output:
     with judge, each call's inputs and outputs are judged (Judge.judge) in the layer they were
-    taped in (-1: outside any module; a module of a model added later: _add_root), up to the
+    taped in (-1: outside any module; a module of a model added later: Models.add_root), up to the
     loss (else the last call's output: Judge.finish); with graph, the autograd nodes it makes
     are tagged so. Returns the tensor that stands for the loss backward() was called on (None:
     not there, or the loss is not a one-element tensor that needs gradients), or None when it

@@ -138,9 +138,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, \
     register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import _devstats, _diagnose, _records, _trace, _updates, _vocab
+from . import _devstats, _diagnose, _models, _records, _trace, _updates, _vocab
 from ._judge import float_tensors
-from ._compiled import Around, layer_name
+from ._compiled import Around
 from ._updates import LOWP as _LOWP, PLAIN as _PLAIN
 from ._links import Links
 from ._records import ACTIVATION, ACTIVATION_GRAD, WEIGHT, WEIGHT_GRAD, SUPERSEDED
@@ -190,7 +190,7 @@ _steps_recorded = [0]  # the steps the watchers of this process have ended (the 
 _grad_enabled = torch.is_grad_enabled
 _dtype_name = _vocab.dtype_name
 _backward_patched = False
-_layers = _vocab.LayerTable()  # layer ids are the process's, shared by its watchers
+_layers = _models.LAYERS  # layer ids are the process's, shared by its watchers
 
 
 def _patch_backward():
@@ -212,99 +212,7 @@ def _patch_backward():
     torch.Tensor.backward = backward
 
 
-def _unwrap(model):
-    """The model a data-parallel wrapper trains: DistributedDataParallel's, and DataParallel's
-    on one GPU, whose forward calls it as it is (on several, each forward calls copies of it,
-    made anew: the wrapper is watched, and the copies' module outputs are not recorded)."""
-    par = torch.nn.parallel
-    if isinstance(model, par.DistributedDataParallel) or (
-            isinstance(model, par.DataParallel) and len(model.device_ids or ()) <= 1):
-        return model.module
-    return model
-
-
-# torch.compile. A compiled module's calls run as generated code, in which hooks would be traced
-# (each a graph break, or worse): nothing inside one is hooked, the hooks of a module compiled in
-# place are run around its compiled calls (Around), and an op step or a broken step runs the
-# forward again eagerly.
-_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-
-
-def _optimized(m):
-    """Whether m is what torch.compile(module) returns (its _orig_mod runs compiled)."""
-    ef = sys.modules.get("torch._dynamo.eval_frame")  # not loaded: nothing was compiled
-    return ef is not None and isinstance(m, ef.OptimizedModule)
-
-
-def _compiled(m):
-    """Whether m's calls run compiled: torch.compile(module)'s wrapper, or module.compile()."""
-    return _optimized(m) or getattr(m, "_compiled_call_impl", None) is not None
-
-
-_FSDP1, _CKPT = "_fsdp_wrapped_module", "_checkpoint_wrapped_module"  # (their wrapped modules)
-
-
-def _fsdp1(m):
-    """Whether module m is FSDP1's FullyShardedDataParallel."""
-    return _FSDP1 in m._modules
-
-
-def _wrapper(m):
-    """Whether module m wraps one module to run it, under its name (layer_name), and is not a
-    layer of its own (its output is the wrapped module's): FSDP1's FullyShardedDataParallel,
-    torch.distributed's activation-checkpoint and offload wrappers. (torch.compile's wrapper of
-    a module is the layer: its hooks run outside the compiled code.)"""
-    return _fsdp1(m) or _CKPT in m._modules
-
-
-def _step_in(m):
-    """The module that m runs as its own forward when m is a wrapper (torch.compile's,
-    data-parallel, _wrapper), else m."""
-    if _optimized(m):
-        return m._orig_mod
-    if _wrapper(m):
-        return m._modules[_FSDP1 if _fsdp1(m) else _CKPT]
-    return _unwrap(m)
-
-
-def _chain(model):
-    """model, then each module that the wrappers around it run in turn, to the model itself
-    (_inner), in any order of wrapping."""
-    while True:
-        yield model
-        m = _step_in(model)
-        if m is model:
-            return
-        model = m
-
-
-def _inner(model):
-    """The model under torch.compile's, data-parallel and FSDP1's wrappers: what is named (the
-    wrappers are what the loop calls)."""
-    for m in _chain(model):
-        pass
-    return m
-
-
-def _runner(outer):
-    """What runs _inner(outer) again: the outermost FSDP1 wrapper on the way, which gathers the
-    parameters it holds first (the model's own would be stale or freed), else the model."""
-    for m in _chain(outer):
-        if _fsdp1(m):
-            return m
-    return m
-
-
-def _named(root):
-    """root's modules as layers ((layer name, module) list), and the wrappers of them (a
-    list): a wrapper (_wrapper) shares the name of what it wraps, which alone is hooked."""
-    named, wrappers = [], []
-    for n, m in root.named_modules():
-        if _wrapper(m):
-            wrappers.append(m)
-        else:
-            named.append((layer_name(n), m))
-    return named, wrappers
+_compiling = _models.compiling  # (torch.compile: _models.py)
 
 
 _env_said = set()  # the environment variables whose bad values were said
@@ -377,8 +285,8 @@ class Watcher:
     def __init__(self, model, scaler=None, optimizer=None, stats_every=None, name=None,
                  recorder=None, ops_every=None, check_grads=None):
         self.rec = recorder or _records.Recorder()
-        self.outer = _unwrap(model)  # what the loop calls: the model's own hooks are there
-        model = _inner(self.outer)
+        self.outer = _models.unwrap(model)  # what the loop calls: the model's own hooks are there
+        model = _models.inner(self.outer)
         self.model = model
         self.on = self.rec.enabled
         if not self.on:
@@ -388,7 +296,7 @@ class Watcher:
             _env_steps("AMPPROBE_OPS_EVERY", 0, _OPS_EVERY)
         self.check_grads = check_grads if check_grads is not None else \
             _env_flag("AMPPROBE_CHECK_GRADS")
-        named, wrappers = _named(model)
+        named, wrappers = _models.layers_of(model)
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
         self.layer_of = {}
@@ -409,14 +317,14 @@ class Watcher:
         self.quiet = set()  # ids of the wrappers around modules (_trace.layer_stack_hooks)
         self._take_modules(named, lambda n: ids[n], "")
         self._take_wrappers(self.outer, wrappers, ids[""])
-        self._runner = _runner(self.outer)
+        self._runner = _models.runner(self.outer)
         # the model runs compiled as a whole (its output is recorded as the root's), or parts
         # (theirs are recorded from outside: `parts`)
-        self.compiled_root = any(_compiled(m) for m in _chain(self.outer))
+        self.compiled_root = any(_models.is_compiled(m) for m in _models.chain(self.outer))
         inside = set()  # ids of the modules that run in compiled code: never hooked
         parts = []
         for n, m in named:
-            if id(m) not in inside and (self.compiled_root or _compiled(m)):
+            if id(m) not in inside and (self.compiled_root or _models.is_compiled(m)):
                 inside.update(id(s) for s in m.modules())
                 parts.append(m)
         self.compiled = bool(inside)
@@ -461,17 +369,9 @@ class Watcher:
         self.diagnoser = _diagnose.Diagnoser(self)  # the recorded steps' events, the re-runs
         self._forwards = 0
         self._handles = []
-        # modules outside the model called in training mode during its first step (a second
-        # model the optimizer trains too: named when an optimizer's parameters are checked), by
-        # id; then (_end_others) their names and parameters
-        self._others = {}
-        self._others_hook = torch.nn.modules.module.register_module_forward_pre_hook(
-            self._note_other)
-        self._checked_optimizers = set()
-        self._unwatched = []  # what each optimizer trains outside the model (META unwatched)
-        self.add_roots = False  # record those modules too (autoattach sets it)
-        self._added = []  # what was added, from which step (META added_models)
-        self._roots = [model]  # the model, then the modules added (_add_root)
+        # the model and those trained beside it (a second model the optimizer updates, or
+        # handed to a second watch())
+        self.models = _models.Models(self, model)
         for rid, parent, lname in _layers.pending():
             self.rec.layer(rid, parent, lname)
         self.rec.meta("bridge", "torch " + torch.__version__)
@@ -482,7 +382,7 @@ class Watcher:
             if (n or len(named) == 1) and id(m) not in inside:
                 self._handles.append(m.register_forward_hook(self._on_output))
         for m in parts if not self.compiled_root else ():
-            if _optimized(m):  # torch.compile's wrapper: its own hooks run outside
+            if _models.is_optimized(m):  # torch.compile's wrapper: its own hooks run outside
                 self._handles.append(m.register_forward_hook(self._on_output))
             else:
                 self._handles.append(Around.hook(
@@ -534,7 +434,7 @@ class Watcher:
             # a fused optimizer (Adam(fused=True)) is handed the scale and unscales the gradients
             # itself, in place: they are read first, as backward left them
             self._queue_weight_grads()
-            if self.optimizer is None and not self.add_roots:  # (else its hooks are there)
+            if self.optimizer is None and not self.models.add_roots:  # (else its hooks are there)
                 self.updates.hook(optimizer)
             self.flush(scale_later=True)  # the step before, recorded while the GPU still runs
             # this backward: the host waits for it in step() anyway (its check of found_inf)
@@ -575,187 +475,6 @@ class Watcher:
         self._handles.append(optimizer.register_step_post_hook(
             lambda o, args, kwargs: self.updates.after(o)))
 
-    def _note_other(self, module, args):
-        """The first step's global forward pre-hook: a module outside the model, called to
-        train."""
-        if self.step == self.first and module.training and id(module) not in self.layer_of and \
-                torch.is_grad_enabled() and not self.rerunning and not _compiling():
-            self._others.setdefault(id(module), module)
-
-    def _own_params(self):
-        """The ids of the parameters recorded: the model's and those of the models added (a
-        second optimizer that trains an added model finds nothing new there)."""
-        return {id(p) for r in self._roots for p in r.parameters()}
-
-    def _end_others(self):
-        """Step 0 is over (or an optimizer steps): no module calls looked at any more; of the
-        modules seen outside the model, the outermost ones that hold trainable parameters of
-        their own are kept with those parameters' ids (DataParallel's copies hold none: they
-        go)."""
-        if self._others_hook is None:
-            return
-        self._others_hook.remove()
-        self._others_hook = None
-        mine = self._own_params()
-        seen, summary = set(), []
-        for m in self._others.values():  # in call order: a model before its modules
-            ids = [id(p) for p in m.parameters()
-                   if p.requires_grad and p.is_leaf and id(p) not in mine and id(p) not in seen]
-            if ids:
-                seen.update(ids)
-                summary.append((m, ids))
-        self._others = summary
-
-    def _check_optimizer(self, optimizer):
-        """Once per optimizer: the trainable parameters it updates outside the watched model (a
-        second model: an encoder and a decoder called one after the other, a GAN's
-        discriminator), found in the outermost modules of step 0 that hold them. Under
-        autoattach (add_roots) those modules are recorded too from the next step on
-        (_add_root); else, or when they cannot be, said on stderr and in META `unwatched`."""
-        if id(optimizer) in self._checked_optimizers:
-            return
-        if not self._checked_optimizers:
-            self._note_optimizer(optimizer)
-        self._checked_optimizers.add(id(optimizer))
-        self._end_others()
-        mine = self._own_params()
-        other = {id(p): p for g in optimizer.param_groups for p in g["params"]
-                 if p.requires_grad and id(p) not in mine}
-        if not other:
-            return
-        added, names, left = [], [], dict(other)
-        for m, ids in self._others:
-            held = [i for i in ids if i in left]
-            if not held:
-                continue
-            what = "%s (%s values)" % (_vocab.class_name(m), _count(sum(left[i].numel()
-                                                                       for i in held)))
-            for i in held:
-                del left[i]
-            if self.add_roots and self._add_root(m):
-                added.append(what)
-            else:
-                names.append(what)
-        if left:
-            names.append("%d tensors of no module called (%s values)" % (
-                len(left), _count(sum(p.numel() for p in left.values()))))
-        model = _vocab.class_name(self.model)
-        opt = "an optimizer (%s)" % type(optimizer).__name__  # (one of several, maybe)
-        if added:
-            self._note_added(", ".join(added), self.step + 1)
-            print("ampprobe: %s also trains %s beside the model first called (%s): recorded "
-                  "too from step %d on" % (opt, ", ".join(added), model, self.step + 1),
-                  file=sys.stderr, flush=True)
-        if names:
-            what = ", ".join(names)
-            self._unwatched.append(what)  # (several optimizers: all of them, in one row)
-            self.rec.meta("unwatched", "; ".join(self._unwatched))
-            how = "" if self.add_roots else \
-                ", or leave watch() out and let ampprobe run --torch find them"
-            print("ampprobe: %s also trains parameters outside the watched model (%s): %s; "
-                  "their modules' outputs and gradients are not recorded, nor a NaN made there "
-                  "traced. To record them, call them from one nn.Module's forward, the model "
-                  "that trains%s." % (opt, model, what, how), file=sys.stderr, flush=True)
-
-    def _note_optimizer(self, optimizer):
-        """META optimizer (its class) and, of its first parameter group, optimizer.eps and
-        optimizer.fused where it has them: what the report explains an update that made the
-        weights non-finite with (an eps that is 0 in the parameters' own dtype)."""
-        self.rec.meta("optimizer", type(optimizer).__name__)
-        group = optimizer.param_groups[0] if optimizer.param_groups else {}
-        eps = group.get("eps")
-        if isinstance(eps, (int, float)) and not isinstance(eps, bool):
-            self.rec.meta("optimizer.eps", "%.17g" % eps)
-        if group.get("fused"):
-            self.rec.meta("optimizer.fused", "1")
-
-    def _note_added(self, what, start):
-        """Models recorded beside the model (what) from step start on: META added_models."""
-        self._added.append("%s from step %d" % (what, start))
-        self.rec.meta("added_models", "; ".join(self._added))
-
-    def _add_root(self, root, name=None):
-        """Records root from now on as the model is recorded (a second model that the optimizer
-        trains: its modules' outputs and gradients, its parameters' gradients), its layers
-        named after name or its class ("Decoder", "Decoder.layers.0"); what it computes in the
-        model's loss computation is replayed in its layers when a step breaks. False when it
-        cannot be (it runs compiled)."""
-        if any(_compiled(m) for m in root.modules()):
-            return False
-        outer, root = root, _inner(root)  # (what DDP wraps: its hooks run in the call)
-        base = name or _vocab.class_name(root)
-        taken = {r[2] for r in _layers.rows}
-        name, k = base, 2
-        while name in taken:  # two of one class: "MLP", then "MLP#2"
-            name, k = "%s#%d" % (base, k), k + 1
-        # (a module it shares with the model, a tied embedding, stays the model's)
-        named, wrappers = _named(root)
-        named = [(n, m) for n, m in named if id(m) not in self.layer_of]
-        ids = _layers.add_model(name, list(dict.fromkeys(name + "." + n for n, _ in named if n)))
-        for rid, parent, lname in _layers.pending():
-            self.rec.layer(rid, parent, lname)
-        stack = self.tape.layers
-
-        def pre(m, args):
-            stack.append(self.layer_of.get(id(m), stack[-1]))
-
-        def post(m, args, output):
-            if len(stack) > 1:
-                stack.pop()
-
-        def key(n):
-            return name + "." + n if n else ""
-
-        self._take_modules(named, lambda n: ids[key(n)], name + ".")
-        self._take_wrappers(outer, wrappers, ids[""])
-        for n, m in named:  # (its own output read as the model's is: only when it is one module)
-            self._handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
-            if n or len(named) == 1:
-                self._handles.append(m.register_forward_hook(self._on_output))
-        self._roots.append(root)
-        return True
-
-    def join(self, model, scaler=None, optimizer=None, name=None, settings=None):
-        """watch() of a second model while this one records (several models trained in one
-        loop, as in PyTorch's AMP examples): it is recorded beside the first (_add_root), from
-        the step whose forward has not begun yet, in the same steps, which end where this
-        watcher's end (the first watch()'s scaler or optimizer, else scaler and optimizer
-        here), with this watcher's settings; another enabled GradScaler's updates, and
-        settings (watch()'s stats_every, ops_every, check_grads) other than this watcher's,
-        are said on stderr not to apply. Returns self."""
-        outer = _unwrap(model)
-        if any(id(m) in self.layer_of for m in (outer, _inner(outer))):
-            return self  # watched already (the model, an added one or a module inside)
-        start = self.step + 1 if self.forwards else self.step
-        what = "%s (%s values)" % (name or _vocab.class_name(_inner(outer)), _count(sum(
-            p.numel() for p in outer.parameters() if p.requires_grad)))
-        first = _vocab.class_name(self.model)
-        if not self._add_root(outer, name):
-            print("ampprobe: watch(%s): it runs compiled, which a model watched beside %s cannot; "
-                  "not recorded (watch it alone, or compile its blocks)" % (what, first),
-                  file=sys.stderr, flush=True)
-            return self
-        self._note_added(what, start)
-        print("ampprobe: watch(%s): recorded beside %s, watched first, from step %d on, in its "
-              "steps" % (what, first, start), file=sys.stderr, flush=True)
-        if scaler is not None and scaler.is_enabled() and self.scaler is None:
-            self.attach_scaler(scaler)
-        elif scaler is not None and scaler.is_enabled() and scaler is not self.scaler:
-            print("ampprobe: watch(%s): its GradScaler is not %s's: steps end at the first "
-                  "one's update(), and this one's updates are not recorded" % (what, first),
-                  file=sys.stderr, flush=True)
-        if optimizer is not None and self.scaler is None:
-            self.attach_optimizer(optimizer)
-        mine = {"stats_every": self.stats_every, "ops_every": self.ops_every,
-                "check_grads": self.check_grads}
-        other = ["%s=%s" % (k, v) for k, v in (settings or {}).items()
-                 if v is not None and v != mine[k]]
-        if other:
-            print("ampprobe: watch(%s): %s not applied: the first watch()'s settings hold for "
-                  "both (%s)" % (what, ", ".join(other), ", ".join(
-                      "%s=%s" % kv for kv in mine.items())), file=sys.stderr, flush=True)
-        return self
-
     def _take_modules(self, named, layer_id, prefix):
         """Records the modules named ((qualified name, module): layer_id(name) their layer ids)
         from now on: their outputs' gradient pre-hooks, and their floating parameters' gradients
@@ -782,23 +501,23 @@ class Watcher:
 
     def _take_wrappers(self, outer, wrappers, root_layer):
         """The wrappers of a model as the loop calls it (outer): those around the model (in
-        root_layer) and those in it (wrappers, from _named), each in the layer of what it wraps,
-        their code quiet (_trace.layer_stack_hooks). FSDP1 rules out running a broken step's
-        backward again (its backward hooks reduce the gradients and reset them: a re-run cleared
-        those of the step) and, over several processes, its forward (it gathers the parameters
-        from the others)."""
-        inner = _inner(outer)
-        for m in _chain(outer):  # around the model
+        root_layer) and those in it (wrappers, from _models.layers_of), each in the layer of
+        what it wraps, their code quiet (_trace.layer_stack_hooks). FSDP1 rules out running a
+        broken step's backward again (its backward hooks reduce the gradients and reset them: a
+        re-run cleared those of the step) and, over several processes, its forward (it gathers
+        the parameters from the others)."""
+        inner = _models.inner(outer)
+        for m in _models.chain(outer):  # around the model
             if m is not inner:
                 self.layer_of.setdefault(id(m), root_layer)
         for m in wrappers:  # in it, in the layer of what it wraps (found by the module: one
             # wrapped twice is listed once by named_modules(), under one of the names)
-            lid = self.layer_of.get(id(_inner(m)))
+            lid = self.layer_of.get(id(_models.inner(m)))
             if lid is not None:
                 self.layer_of.setdefault(id(m), lid)
         mods = list(outer.modules())
-        self.quiet.update(id(m) for m in mods if _wrapper(m))
-        fsdp1 = [m for m in mods if _fsdp1(m)]
+        self.quiet.update(id(m) for m in mods if _models.is_wrapper(m))
+        fsdp1 = [m for m in mods if _models.is_fsdp1(m)]
         if fsdp1:
             self._bwd_rerunnable, self._pswap = False, True
         if any(getattr(m, "world_size", 1) > 1 for m in fsdp1):
@@ -807,17 +526,17 @@ class Watcher:
     def on_optimizer_step(self, optimizer, args=(), kwargs=None):
         """An optimizer is about to step (a step pre-hook: args are step()'s, the optimizer
         first): the end of the step when there is no scaler; the first step of each also checks
-        what it trains (_check_optimizer). A closure handed to step() (Lightning's loop without
-        a GradScaler, LBFGS) runs the step's forward and backward inside step(): the step ends
-        as the closure first returns, before the update (the hook returns step()'s arguments
-        with the closure wrapped); its further calls within the step (LBFGS's line search) are
-        not recorded."""
+        what it trains (Models.check_optimizer). A closure handed to step() (Lightning's loop
+        without a GradScaler, LBFGS) runs the step's forward and backward inside step(): the
+        step ends as the closure first returns, before the update (the hook returns step()'s
+        arguments with the closure wrapped); its further calls within the step (LBFGS's line
+        search) are not recorded."""
         self._leave_found_step()  # (the step() it was found in raised)
         if self.scaler is not None and self._scaled and not self._in_scaler_step and \
                 not self.rerunning:
             self._stepped_outside(optimizer)
         if not self.rerunning:
-            self._check_optimizer(optimizer)
+            self.models.check_optimizer(optimizer)
         self._before_update(optimizer, args, kwargs)
         if self.scaler is None and (self.optimizer is None or self.optimizer is optimizer):
             self.optimizer = optimizer
@@ -1227,7 +946,7 @@ class Watcher:
         self._end_loss_region()
         for h in self._handles:
             h.remove()
-        self._end_others()
+        self.models.end_first_step()
         if self.scaler is not None:
             del self.scaler.scale, self.scaler.unscale_, self.scaler.step, self.scaler.update
         if self in _watchers:
@@ -1336,7 +1055,7 @@ class Watcher:
                 any(p.grad is not None for p in self._plist):  # as the update will see them
             self.wgrads_queued = False  # (none held: an update through p.data took them)
         self._queue_weight_grads()
-        self._end_others()
+        self.models.end_first_step()
         if found is None:
             bad = None
             if self.check_grads:
@@ -1457,14 +1176,6 @@ class _Done:
         self.after = self.tracker = None  # the scale and growth tracker after its update()
 
 
-def _count(n):
-    """12345678 -> '12.3 M'."""
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return "%.3g %s" % (n / size, unit)
-    return str(n)
-
-
 def _flush_all():
     """At exit: the last step of every watcher is recorded (autoattach never calls close())."""
     for w in list(_watchers):
@@ -1491,12 +1202,13 @@ def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_e
     step, before the optimizer steps on it (default AMPPROBE_CHECK_GRADS, else off: 2-9% more
     step time on an H200; without it such a step is named per module, a step late). While a
     watcher records in this process, watch() of another model records it beside that one, in
-    its steps and with its settings, and returns that watcher (Watcher.join)."""
+    its steps and with its settings, and returns that watcher (Models.join)."""
     _check_watch_args(model, scaler, optimizer, stats_every, name, ops_every, check_grads)
     first = next((w for w in _watchers if w.on), None)
     if first is not None:
-        return first.join(model, scaler=scaler, optimizer=optimizer, name=name, settings=dict(
-            stats_every=stats_every, ops_every=ops_every, check_grads=check_grads))
+        return first.models.join(model, scaler=scaler, optimizer=optimizer, name=name,
+                                 settings=dict(stats_every=stats_every, ops_every=ops_every,
+                                               check_grads=check_grads))
     w = Watcher(model, scaler=scaler, optimizer=optimizer, stats_every=stats_every, name=name,
                 ops_every=ops_every, check_grads=check_grads)
     if w.on:
@@ -1584,11 +1296,11 @@ def autoattach():
         state["training"] = True
         if not any(p.requires_grad for p in module.parameters()):
             return None
-        if _unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
+        if _models.unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
             return None  # whose forward it calls next
         unhook()
         w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
-        w.add_roots = True  # a second model the optimizer trains is recorded too
+        w.models.add_roots = True  # a second model the optimizer trains is recorded too
         w.found_in_step = state["stepping"] is not None
         state["watcher"] = w
         w.on_root_pre(module, args, {})  # its own pre-hook was registered too late for this call
