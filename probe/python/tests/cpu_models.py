@@ -99,12 +99,12 @@ def wrapper_cases():
            dict(layers)["blocks.0"] is model.blocks[0]._checkpoint_wrapped_module,
            type(dict(layers)["blocks.0"]).__name__)
 
-    # what the loop calls, outside in: DataParallel (on no GPU: it calls the module as it is),
-    # FSDP1, a checkpoint wrapper, the model
+    # what the loop calls, outside in: DataParallel, FSDP1, a checkpoint wrapper, the model
     inner = Encoder()
     ckpt = Checkpointed(inner)
     fsdp = Sharded(ckpt)
-    outer = nn.DataParallel(fsdp, device_ids=[])
+    # (on one GPU, or none: it calls the module as it is)
+    outer = nn.DataParallel(fsdp, device_ids=[0] if torch.cuda.is_available() else [])
     steps = [type(m).__name__ for m in _models.chain(outer)]
     yield ("every wrapper looked through, outside in",
            steps == ["DataParallel", "Sharded", "Checkpointed", "Encoder"], steps)
@@ -229,8 +229,8 @@ def beside_cases():
     w = Watcher(Encoder())
     w.models.add_roots = True
     dec, dec2 = Decoder(), Decoder()
-    compiled = Decoder()
-    compiled._compiled_call_impl = compiled.forward
+    compiled = Decoder()  # its fc compiled in place (module.compile(): its calls run compiled,
+    compiled.fc._compiled_call_impl = compiled.fc.forward  # no hook of theirs on torch 2)
     opt = first_step(w, dec, dec2, compiled)
     err = said(lambda: w.models.check_optimizer(opt))
     added = w.rec.rows.get("added_models")
