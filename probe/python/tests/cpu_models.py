@@ -170,8 +170,9 @@ class Watcher:
 
 
 def first_step(w, *others, loose=(), eval_mod=None, nograd_mod=None):
-    """Step 0: the watched model, then the others on its output; the optimizer (Adam) trains
-    all of them and the loose tensors."""
+    """Step 0: the watched model, then the others on its output, eval_mod in eval mode and
+    nograd_mod without gradients; the optimizer (Adam) returned trains all of them and the
+    loose tensors."""
     x = torch.randn(3, 4)
     y = w.model(x)
     for m in others:
@@ -241,6 +242,9 @@ def beside_cases():
            names[-4:] == ["Decoder", "Decoder.fc", "Decoder#2", "Decoder#2.fc"], names)
     yield ("their modules taken with the layers' prefix",
            w.taken == ["Decoder.", "Decoder.fc", "Decoder#2.", "Decoder#2.fc"], w.taken)
+    yield ("their wrappers taken in their root layers",
+           w.wrapped == [(dec, w.layer_of[id(dec)]), (dec2, w.layer_of[id(dec2)])],
+           [(type(outer).__name__, layer) for outer, layer in w.wrapped])
     yield ("a compiled one cannot be: named unwatched",
            w.rec.rows.get("unwatched") == "Decoder (20 values)" and
            "recorded too from step 1" in err and "ampprobe run --torch" not in err,
@@ -266,7 +270,8 @@ def join_cases():
     yield "a second watch() adds its model from the next step", \
         added == "Decoder (20 values) from step 1", added
     yield ("its settings that differ are said not to apply",
-           "stats_every=5 not applied" in err and "ops_every" not in err.split("(")[0], err)
+           "stats_every=5 not applied" in err and "ops_every" not in err.split("(")[0],
+           err.strip().replace("\n", " / "))
     yield "its optimizer ends the steps (no scaler)", w.optimizer == "opt", w.optimizer
     before = dict(w.rec.rows)
     yield ("a model recorded already is not added again",
