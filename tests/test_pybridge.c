@@ -12,9 +12,9 @@
  * judge and the module links (what reads each module's output) on small CPU models, and
  * cpu_devstats.py the step statistics' queue, cpu_trace.py the loss tape and its replay,
  * cpu_diagnose.py the search per module and the updates compared, cpu_models.py the wrappers
- * looked through and the models trained beside the watched one. pyflakes reads all of the
- * bridge's Python. Without python3 (or torch, for those five; or pyflakes) the cases say so and
- * pass.
+ * looked through and the models trained beside the watched one, cpu_settings.py watch()'s
+ * arguments and their environment variables. pyflakes reads all of the bridge's Python. Without
+ * python3 (or torch, for those six; or pyflakes) the cases say so and pass.
  */
 #include "tests.h"
 
@@ -339,6 +339,12 @@ END_TEST
 START_TEST(test_models_on_the_cpu) { torch_script("cpu_models"); }
 END_TEST
 
+// watch()'s arguments and the environment variables that stand for them
+// (probe/python/tests/cpu_settings.py): what is taken, the default and one line on stderr for a
+// bad value, the error that names a bad argument.
+START_TEST(test_settings_on_the_cpu) { torch_script("cpu_settings"); }
+END_TEST
+
 // The bridge's Python (the package, its tests and benchmarks), most of which runs only with a
 // recent torch on a GPU, read by pyflakes: a name used but never defined, or imported and never
 // used, fails here, where CI sees it (Debian's pyflakes3 for /usr/bin/python3; without it the
@@ -371,6 +377,7 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_loss_tape_on_the_cpu);
     tcase_add_test(c, test_diagnosis_on_the_cpu);
     tcase_add_test(c, test_models_on_the_cpu);
+    tcase_add_test(c, test_settings_on_the_cpu);
     tcase_add_test(c, test_python_sources_pass_pyflakes);
     suite_add_tcase(s, c);
     return s;

@@ -138,7 +138,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, \
     register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import _devstats, _diagnose, _models, _records, _trace, _updates, _vocab
+from . import _devstats, _diagnose, _models, _records, _settings, _trace, _updates, _vocab
 from ._judge import float_tensors
 from ._compiled import Around
 from ._updates import LOWP as _LOWP, PLAIN as _PLAIN
@@ -215,70 +215,6 @@ def _patch_backward():
 _compiling = _models.compiling  # (torch.compile: _models.py)
 
 
-_env_said = set()  # the environment variables whose bad values were said
-
-
-def _env_bad(var, value, what, instead):
-    if var not in _env_said:
-        _env_said.add(var)
-        print("ampprobe: %s='%s' is not %s; %s" % (var, value, what, instead), file=sys.stderr,
-              flush=True)
-
-
-def _env_steps(var, least, default):
-    """An environment variable that counts steps (digits, least to 2147483647); unset or empty:
-    default, and so is anything else, said once on stderr."""
-    v = os.environ.get(var, "")
-    if v and v.isascii() and v.isdigit() and least <= int(v) <= 2**31 - 1:
-        return int(v)
-    if v:
-        _env_bad(var, v, "a number of steps from %d to 2147483647" % least,
-                 "using %d" % default)
-    return default
-
-
-def _env_flag(var):
-    """An environment variable that turns something on: 1, true, yes, on (any case); unset,
-    empty, 0, false, no, off: off, and so is anything else, said once on stderr."""
-    v = os.environ.get(var, "")
-    if v.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if v.strip().lower() not in ("", "0", "false", "no", "off"):
-        _env_bad(var, v, "1 or 0 (true/false, yes/no, on/off)", "off")
-    return False
-
-
-def _check_watch_args(model, scaler, optimizer, stats_every, name, ops_every, check_grads):
-    """watch()'s arguments, before anything is hooked: a TypeError or ValueError that names the
-    one that is wrong."""
-    def whole(x):
-        return isinstance(x, int) and not isinstance(x, bool)
-
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError("ampprobe.torch.watch: model must be a torch.nn.Module, not %s"
-                        % type(model).__name__)
-    if scaler is not None and not all(callable(getattr(scaler, a, None)) for a in (
-            "scale", "unscale_", "step", "update", "is_enabled")):
-        raise TypeError("ampprobe.torch.watch: scaler must be a torch.amp.GradScaler, not %s"
-                        % type(scaler).__name__)
-    if optimizer is not None and not (callable(getattr(optimizer, "register_step_pre_hook", None))
-                                      and hasattr(optimizer, "param_groups")):
-        raise TypeError("ampprobe.torch.watch: optimizer must be a torch.optim.Optimizer, not %s"
-                        % type(optimizer).__name__)
-    if stats_every is not None and not (whole(stats_every) and stats_every >= 1):
-        raise ValueError("ampprobe.torch.watch: stats_every must be a whole number of steps, 1 "
-                         "or more (got %r)" % (stats_every,))
-    if ops_every is not None and not (whole(ops_every) and ops_every >= 0):
-        raise ValueError("ampprobe.torch.watch: ops_every must be a whole number of steps, 0 "
-                         "(no op steps) or more (got %r)" % (ops_every,))
-    if name is not None and not (isinstance(name, str) and name):
-        raise ValueError("ampprobe.torch.watch: name must be a non-empty string (got %r)"
-                         % (name,))
-    if check_grads is not None and not isinstance(check_grads, bool):
-        raise TypeError("ampprobe.torch.watch: check_grads must be True or False (got %r)"
-                        % (check_grads,))
-
-
 class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
@@ -291,11 +227,11 @@ class Watcher:
         self.on = self.rec.enabled
         if not self.on:
             return
-        self.stats_every = stats_every or _env_steps("AMPPROBE_STATS_EVERY", 1, 1)
+        self.stats_every = stats_every or _settings.env_steps("AMPPROBE_STATS_EVERY", 1, 1)
         self.ops_every = ops_every if ops_every is not None else \
-            _env_steps("AMPPROBE_OPS_EVERY", 0, _OPS_EVERY)
+            _settings.env_steps("AMPPROBE_OPS_EVERY", 0, _OPS_EVERY)
         self.check_grads = check_grads if check_grads is not None else \
-            _env_flag("AMPPROBE_CHECK_GRADS")
+            _settings.env_flag("AMPPROBE_CHECK_GRADS")
         named, wrappers = _models.layers_of(model)
         ids = _layers.add_model(name or _vocab.class_name(model),
                                 list(dict.fromkeys(n for n, _ in named)))
@@ -1203,7 +1139,7 @@ def watch(model, scaler=None, optimizer=None, stats_every=None, name=None, ops_e
     step time on an H200; without it such a step is named per module, a step late). While a
     watcher records in this process, watch() of another model records it beside that one, in
     its steps and with its settings, and returns that watcher (Models.join)."""
-    _check_watch_args(model, scaler, optimizer, stats_every, name, ops_every, check_grads)
+    _settings.check_watch_args(model, scaler, optimizer, stats_every, name, ops_every, check_grads)
     first = next((w for w in _watchers if w.on), None)
     if first is not None:
         return first.models.join(model, scaler=scaler, optimizer=optimizer, name=name,
