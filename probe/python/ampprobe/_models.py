@@ -24,6 +24,7 @@ def count(n):
 # ---------------------------------------------------------------------------------------------
 # Wrappers and layers
 
+
 def unwrap(model):
     """The model a data-parallel wrapper trains: DistributedDataParallel's, and DataParallel's
     on one GPU, whose forward calls it as it is (on several, each forward calls copies of it,
