@@ -310,39 +310,32 @@ static void torch_script(const char *name) {
     ck_assert_msg(status == 0 && strstr(out, want), "%s", out);
 }
 
-// The forward judge of a broken step's re-run, and the module links that name a backward traced
-// per module, on small CPU models (probe/python/tests/cpu_judge.py).
-START_TEST(test_forward_judge_on_the_cpu) { torch_script("cpu_judge"); }
-END_TEST
+// The torch scripts of probe/python/tests, each what it checks on the CPU.
+static const char *const torch_scripts[] = {
+    // the forward judge of a broken step's re-run, and the module links that name a backward
+    // traced per module, on small CPU models
+    "cpu_judge",
+    // the step statistics' queue: deferred tensors read at the next flush in their places,
+    // checked outputs written to before their read listed
+    "cpu_devstats",
+    // the loss tape and its replay: what it keeps of a loss computation, the replay on another
+    // output, a log of 0 there judged outside any module; the node tagger's layers on a re-run
+    // forward's autograd nodes, and the backward tracer's first producer
+    "cpu_trace",
+    // the search per module from a step's figures (where the forward and the backward first went
+    // non-finite, named through a real forward's module links) and the comparison of 16-bit
+    // parameters' updates (what rounding took; when nothing is compared)
+    "cpu_diagnose",
+    // what the watcher takes as the model: the wrappers it looks through, the layers it names,
+    // the models an optimizer trains beside the watched one (named, or recorded too under
+    // autoattach) and a second watch()'s model
+    "cpu_models",
+    // watch()'s arguments and the environment variables that stand for them: what is taken, the
+    // default and one line on stderr for a bad value, the error that names a bad argument
+    "cpu_settings",
+};
 
-// The step statistics' queue on the CPU (probe/python/tests/cpu_devstats.py): deferred tensors
-// read at the next flush in their places, checked outputs written to before their read listed.
-START_TEST(test_step_statistics_on_the_cpu) { torch_script("cpu_devstats"); }
-END_TEST
-
-// The loss tape and its replay on the CPU (probe/python/tests/cpu_trace.py): what it keeps of a
-// loss computation, the replay on another output, a log of 0 there judged outside any module; the
-// node tagger's layers on a re-run forward's autograd nodes, and the backward tracer's first
-// producer.
-START_TEST(test_loss_tape_on_the_cpu) { torch_script("cpu_trace"); }
-END_TEST
-
-// The search per module from a step's figures (probe/python/tests/cpu_diagnose.py: where the
-// forward and the backward first went non-finite, named through a real forward's module links)
-// and the comparison of 16-bit parameters' updates (what rounding took; when nothing is compared).
-START_TEST(test_diagnosis_on_the_cpu) { torch_script("cpu_diagnose"); }
-END_TEST
-
-// What the watcher takes as the model (probe/python/tests/cpu_models.py): the wrappers it looks
-// through, the layers it names, the models an optimizer trains beside the watched one (named, or
-// recorded too under autoattach) and a second watch()'s model.
-START_TEST(test_models_on_the_cpu) { torch_script("cpu_models"); }
-END_TEST
-
-// watch()'s arguments and the environment variables that stand for them
-// (probe/python/tests/cpu_settings.py): what is taken, the default and one line on stderr for a
-// bad value, the error that names a bad argument.
-START_TEST(test_settings_on_the_cpu) { torch_script("cpu_settings"); }
+START_TEST(test_torch_script_on_the_cpu) { torch_script(torch_scripts[_i]); }
 END_TEST
 
 // The bridge's Python (the package, its tests and benchmarks), most of which runs only with a
@@ -372,12 +365,8 @@ Suite *pybridge_suite(void) {
     tcase_add_test(c, test_bridge_that_cannot_attach_is_named);
     tcase_add_test(c, test_torch_needs_the_build);
     tcase_add_test(c, test_bridge_without_torch_says_so);
-    tcase_add_test(c, test_forward_judge_on_the_cpu);
-    tcase_add_test(c, test_step_statistics_on_the_cpu);
-    tcase_add_test(c, test_loss_tape_on_the_cpu);
-    tcase_add_test(c, test_diagnosis_on_the_cpu);
-    tcase_add_test(c, test_models_on_the_cpu);
-    tcase_add_test(c, test_settings_on_the_cpu);
+    tcase_add_loop_test(c, test_torch_script_on_the_cpu, 0,
+                        (int)(sizeof torch_scripts / sizeof torch_scripts[0]));
     tcase_add_test(c, test_python_sources_pass_pyflakes);
     suite_add_tcase(s, c);
     return s;

@@ -36,26 +36,26 @@ import torch_cases
 from ampprobe import _models
 
 
-class Checkpointed(nn.Module):
-    """Stands for torch.distributed's checkpoint_wrapper: its module under the name it uses."""
+class Wrapper(nn.Module):
+    """A module that runs the module it holds under the name HOLDS, as torch's wrappers do."""
+    HOLDS = None
 
     def __init__(self, m):
         super().__init__()
-        self._checkpoint_wrapped_module = m
+        setattr(self, self.HOLDS, m)
 
     def forward(self, x):
-        return self._checkpoint_wrapped_module(x)
+        return getattr(self, self.HOLDS)(x)
 
 
-class Sharded(nn.Module):
-    """Stands for FSDP1's FullyShardedDataParallel: its module under the name it uses."""
+class Checkpointed(Wrapper):
+    """Stands for torch.distributed's checkpoint_wrapper."""
+    HOLDS = "_checkpoint_wrapped_module"
 
-    def __init__(self, m):
-        super().__init__()
-        self._fsdp_wrapped_module = m
 
-    def forward(self, x):
-        return self._fsdp_wrapped_module(x)
+class Sharded(Wrapper):
+    """Stands for FSDP1's FullyShardedDataParallel."""
+    HOLDS = "_fsdp_wrapped_module"
 
 
 class Block(nn.Module):
@@ -147,9 +147,9 @@ class Watcher:
         self.forwards = []
         self.scaler = self.optimizer = None
         self.stats_every, self.ops_every, self.check_grads = 1, 1000, False
-        ids = _models.LAYERS.add_model(type(model).__name__,
-                                       [n for n, _ in _models.layers_of(model)[0]])
-        self.layer_of = {id(m): ids[n] for n, m in _models.layers_of(model)[0]}
+        layers = _models.layers_of(model)[0]
+        ids = _models.LAYERS.add_model(type(model).__name__, [n for n, _ in layers])
+        self.layer_of = {id(m): ids[n] for n, m in layers}
         self.taken, self.wrapped, self._handles = [], [], []
         self.tape = type("Tape", (), {"layers": [-1]})()
         self.models = _models.Models(self, model)
