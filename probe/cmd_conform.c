@@ -96,7 +96,7 @@ int conform_dir(struct conform_run *r, const char *dir) {
     free_names(r);
     fprintf(r->out, "%d passed, %d failed", r->passed, r->failed);
     if (r->unsupported > 0) fprintf(r->out, ", %d unsupported", r->unsupported);
-    fprintf(r->out, "%s\n", r->unchecked ? r->unchecked : "");
+    conform_put_line(r->out, r->unchecked ? r->unchecked : "");
     fflush(r->out);
     free(r->unchecked);
     r->unchecked = NULL;

@@ -7,16 +7,34 @@
 
 #include "amp-impl.h"
 
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
+
+void conform_put_line(FILE *out, const char *s) {
+    for (size_t n; *s; s += n) {
+        const unsigned char c = (unsigned char)*s;
+        n = amp_utf8_seq(s, SIZE_MAX);
+        if (n && c >= 0x20 && c != 0x7f && !(c == 0xC2 && (unsigned char)s[1] <= 0x9F)) {
+            fwrite(s, 1, n, out);
+            continue;
+        }
+        n = n ? n : 1;
+        for (size_t k = 0; k < n; k++)
+            fprintf(out, "\\x%02x", (unsigned char)s[k]);
+    }
+    fputc('\n', out);
+}
 
 static void verdict(struct conform_run *r, const char *tag, const char *file, const char *cas,
                     const char *fmt, va_list ap) {
-    char detail[1536];
+    char detail[1536], line[sizeof detail + 1024]; // (the file's name and the case's)
     vsnprintf(detail, sizeof detail, fmt, ap);
-    fprintf(r->out, "%s %s%s%s%s%s\n", tag, file, cas ? ":" : "", cas ? cas : "",
-            detail[0] ? " " : "", detail);
+    snprintf(line, sizeof line, "%s %s%s%s%s%s", tag, file, cas ? ":" : "", cas ? cas : "",
+             detail[0] ? " " : "", detail);
+    conform_put_line(r->out, line);
 }
 
 void conform_pass(struct conform_run *r, const char *file, const char *cas, const char *fmt, ...) {
@@ -78,10 +96,12 @@ void conform_error(struct conform_run *r, const char *file, int line, const char
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fflush(r->out); // keep verdicts and errors in order on a terminal
+    char said[PATH_MAX + NAME_MAX + sizeof msg + 64];
     if (line > 0)
-        fprintf(r->err, "ampprobe conform: %s/%s:%d: %s\n", r->dir, file, line, msg);
+        snprintf(said, sizeof said, "ampprobe conform: %s/%s:%d: %s", r->dir, file, line, msg);
     else
-        fprintf(r->err, "ampprobe conform: %s/%s: %s\n", r->dir, file, msg);
+        snprintf(said, sizeof said, "ampprobe conform: %s/%s: %s", r->dir, file, msg);
+    conform_put_line(r->err, said);
 
     // The summary names the reference file whose cases were skipped, which is not always the
     // file at fault (an e2e case's X.f32, a conversion's output), and says whether some of its

@@ -75,6 +75,10 @@ void conform_error(struct conform_run *r, const char *file, int line, const char
 void conform_not_checked(struct conform_run *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+// Writes s and a newline to out with what a terminal would act on or garble (control characters,
+// C1's too, and bytes that begin no UTF-8 character: a damaged reference file's, quoted) as \xNN.
+void conform_put_line(FILE *out, const char *s);
+
 // Runs fn(arg) so that a broken invariant inside libampcore (AMP_ASSERT) ends this case instead
 // of the whole run: returns false with libampcore's message when it aborted. Whatever the case
 // had built in libampcore is then leaked, its state being unknown. Not reentrant.

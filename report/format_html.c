@@ -209,7 +209,7 @@ static void axes(FILE *out, const plot *p, const char *xlabel, const char *ylabe
 static void legend_text(char *buf, const char *text, const char *suffix) {
     const size_t room = LEGEND_BYTES - strlen(suffix);
     size_t k = 0;
-    for (size_t n; text[k] && (n = report_utf8_seq(text + k)) && k + n <= room;)
+    for (size_t n; text[k] && (n = amp_utf8_seq(text + k, SIZE_MAX)) && k + n <= room;)
         k += n;
     snprintf(buf, LEGEND_BYTES + 1, "%.*s%s", (int)k, text, suffix);
 }

@@ -19,6 +19,8 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 
 void report_json_str(FILE *out, const char *s) {
@@ -39,7 +41,7 @@ void report_json_str(FILE *out, const char *s) {
             } else {
                 // valid UTF-8 as it is; a byte that begins no character (a name cut by a fixed
                 // buffer) as U+FFFD, so that the output stays JSON
-                const size_t n = report_utf8_seq((const char *)p);
+                const size_t n = amp_utf8_seq((const char *)p, SIZE_MAX);
                 if (n) {
                     fwrite(p, 1, n, out);
                     p += n - 1;

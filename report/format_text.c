@@ -71,7 +71,7 @@ static void wrap(FILE *out, const char *indent, const char *text) {
             // the last space among them, else after them
             const char *p = line, *space = NULL;
             for (int cols = 0; p < end && cols < avail; cols++) {
-                size_t k = report_utf8_seq(p);
+                size_t k = amp_utf8_seq(p, SIZE_MAX);
                 p += k ? k : 1;
                 if (p < end && *p == ' ') space = p;
             }

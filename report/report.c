@@ -90,9 +90,7 @@ const char *report_cut_name(char *dst, size_t n, const char *s) {
         memcpy(dst, s ? s : "", len + 1);
         return dst;
     }
-    len = n - sizeof more;
-    while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80) // in a character: back to its start
-        len--;
+    len = amp_utf8_cut(s, n - sizeof more);
     memcpy(dst, s, len);
     memcpy(dst + len, more, sizeof more);
     return dst;
@@ -195,7 +193,7 @@ static void merge_processes(const report_model *m, report_findings *out) {
 // byte count, a sentence cut at the buffer's end): each byte that starts no character becomes '?'.
 static void utf8_repair(char *s) {
     for (size_t n; *s; s += n)
-        if (!(n = report_utf8_seq(s))) *s = '?', n = 1;
+        if (!(n = amp_utf8_seq(s, SIZE_MAX))) *s = '?', n = 1;
 }
 
 void report_run(const report_model *m, const report_rule *only, report_findings *out) {

@@ -436,9 +436,6 @@ typedef struct report_model {
 amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
                              char err[REPORT_ERR_MAX]);
 void report_model_free(report_model *m);
-// The length (1-4) of the valid UTF-8 character s starts with; 0 when s starts with a byte that
-// begins none (a stray continuation, an overlong form, a surrogate, a cut-off sequence).
-size_t report_utf8_seq(const char *s);
 // Whether s starts with a C1 control character (U+0080..U+009F, two bytes in UTF-8): the text
 // outputs show it as '?', as they show the C0 controls.
 bool report_c1_control(const char *s);

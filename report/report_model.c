@@ -18,25 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-size_t report_utf8_seq(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    if (p[0] < 0x80) return 1;
-    // the lead byte: how many continuation bytes, and the least code point (no overlong forms)
-    const int n = p[0] >= 0xc2 && p[0] <= 0xdf   ? 1
-                  : p[0] >= 0xe0 && p[0] <= 0xef ? 2
-                  : p[0] >= 0xf0 && p[0] <= 0xf4 ? 3
-                                                 : 0;
-    if (!n) return 0;
-    uint32_t c = p[0] & (0x3f >> n);
-    for (int i = 1; i <= n; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0; // (a NUL ends it too)
-        c = c << 6 | (p[i] & 0x3f);
-    }
-    static const uint32_t least[] = {0, 0x80, 0x800, 0x10000};
-    if (c < least[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
-    return (size_t)n + 1;
-}
-
 // Whether p starts a C1 control character (U+0080..U+009F: CSI, NEL, ... which terminals act on).
 bool report_c1_control(const char *p) {
     return (unsigned char)p[0] == 0xc2 && (unsigned char)p[1] >= 0x80 &&
@@ -48,7 +29,7 @@ bool report_c1_control(const char *p) {
 static size_t kept(const char *p, bool name) {
     const unsigned char c = (unsigned char)*p;
     if ((c >= 1 && c <= 6) || (name && (c < 0x20 || c == 0x7f || report_c1_control(p)))) return 0;
-    return report_utf8_seq(p);
+    return amp_utf8_seq(p, SIZE_MAX);
 }
 
 static bool clean(const char *s, bool name) {

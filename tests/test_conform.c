@@ -442,6 +442,15 @@ START_TEST(test_malformed_autocast) {
                      "autocast_dtypes.txt:3", "'bfloat17' is neither a dtype nor 'error'");
     expect_malformed("autocast_dtypes.txt", "mm f16 f16 bf16\n", "autocast_dtypes.txt:1",
                      "expected 'op' and 4 results, got 4 fields");
+    // a damaged file's bytes come back as \xNN: an escape sequence, a byte that is no UTF-8, a
+    // C1 control; UTF-8 text as it is
+    expect_malformed("autocast_dtypes.txt", "mm \xfe\x1b[31m\xc2\x9b\xc3\xa9 f16 bf16 bf16\n",
+                     "autocast_dtypes.txt:1",
+                     "'\\xfe\\x1b[31m\\xc2\\x9b\xc3\xa9' is neither a dtype nor 'error'");
+    write_text("autocast_dtypes.txt", "mm \x1b[2J f16 bf16 bf16\n");
+    struct captured c = run_conform(tmpdir);
+    ck_assert_has(c.out, "line 1: '\\x1b[2J' is neither");
+    captured_free(&c);
 }
 END_TEST
 

@@ -400,6 +400,44 @@ START_TEST(test_long_string_is_cut) {
 }
 END_TEST
 
+// UTF-8 as the store, the codec and the report read it: each sequence's length, or 0 where a
+// byte begins none; cuts made where no character is split, also of a record's long string.
+START_TEST(test_utf8_sequences_and_cuts) {
+    static const struct {
+        const char *s;
+        size_t n, len;
+    } seqs[] = {
+        {"a", SIZE_MAX, 1},           {"\xC2\x80", SIZE_MAX, 2},    {"\xC3\xA9", 1, 0},
+        {"\xC1\xBF", SIZE_MAX, 0},    {"\x80", SIZE_MAX, 0},        {"\xE0\xA0\x80", SIZE_MAX, 3},
+        {"\xE0\x9F\xBF", SIZE_MAX, 0}, {"\xED\x9F\xBF", SIZE_MAX, 3}, {"\xED\xA0\x80", SIZE_MAX, 0},
+        {"\xF0\x90\x80\x80", SIZE_MAX, 4}, {"\xF0\x8F\xBF\xBF", SIZE_MAX, 0},
+        {"\xF4\x8F\xBF\xBF", SIZE_MAX, 4}, {"\xF4\x90\x80\x80", SIZE_MAX, 0},
+        {"\xF5\x80\x80\x80", SIZE_MAX, 0}, {"\xE2\x80", SIZE_MAX, 0}, {"\xE2\x80\xA6", 2, 0},
+    };
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++)
+        ck_assert_msg(amp_utf8_seq(seqs[i].s, seqs[i].n) == seqs[i].len, "case %zu", i);
+    const char *s = "a\xC3\xA9\xE2\x80\xA6\xF0\x9F\x98\x80"; // a é … 😀
+    const size_t cuts[] = {0, 1, 1, 3, 3, 3, 6, 6, 6, 6, 10};
+    for (size_t len = 0; len <= 10; len++)
+        ck_assert_msg(amp_utf8_cut(s, len) == cuts[len], "cut at %zu", len);
+
+    const size_t n = AMP_REC_STR_MAX + 2; // é over and over, longer than a record takes
+    char *e = malloc(n + 1);
+    for (size_t k = 0; k < n; k += 2)
+        memcpy(e + k, "\xC3\xA9", 2);
+    e[n] = 0;
+    amp_rec_meta meta = {"k", e};
+    uint8_t *buf;
+    amp_rec_any r = roundtrip(AMP_REC_META, &meta, &buf);
+    const size_t kept = strlen(r.meta.value); // (an odd limit falls inside an é)
+    ck_assert_uint_eq(kept, AMP_REC_STR_MAX - AMP_REC_STR_MAX % 2);
+    for (size_t k = 0; k < kept; k += 2)
+        ck_assert_uint_eq(amp_utf8_seq(r.meta.value + k, kept - k), 2);
+    free(buf);
+    free(e);
+}
+END_TEST
+
 // META command: the words as a shell reads them back (the launcher's and AMPPROBE_OUT's alike).
 START_TEST(test_shell_join) {
     char *argv[] = {"prog", "--save", "a b.bin", "it's", "", "x=1,2", NULL};
@@ -970,6 +1008,7 @@ Suite *record_suite(void) {
     tcase_add_test(c, test_roundtrip_amp_records);
     tcase_add_test(c, test_roundtrip_cupti_records);
     tcase_add_test(c, test_long_string_is_cut);
+    tcase_add_test(c, test_utf8_sequences_and_cuts);
     tcase_add_test(c, test_shell_join);
     tcase_add_test(c, test_truncation_refused);
     tcase_add_test(c, test_corruption_refused);

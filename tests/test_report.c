@@ -9,6 +9,7 @@
  */
 #include "tests.h"
 
+#include "amp-impl.h"
 #include "amp-store.h"
 #include "ceilings.h"
 #include "commands.h"
@@ -3085,7 +3086,7 @@ START_TEST(finding_titles_cut_names_as_utf8) {
     const char *t = findings.v[0].title;
     ck_assert_msg(strstr(t, "aaaé… the worst"), "%s", t);
     for (const char *p = t; *p;) {
-        size_t n = report_utf8_seq(p);
+        size_t n = amp_utf8_seq(p, SIZE_MAX);
         ck_assert_msg(n > 0, "not UTF-8 at byte %zu of %s", (size_t)(p - t), t);
         p += n;
     }
@@ -3096,7 +3097,7 @@ START_TEST(finding_titles_cut_names_as_utf8) {
     ck_assert_int_eq(CMD(db_path, "-o", out_path), 0);
     char *text = test_read_file(out_path, NULL);
     for (const char *p = text; *p;) {
-        size_t n = report_utf8_seq(p);
+        size_t n = amp_utf8_seq(p, SIZE_MAX);
         ck_assert_msg(n > 0, "not UTF-8 at byte %zu of %s", (size_t)(p - text), text);
         p += n;
     }

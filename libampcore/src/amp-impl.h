@@ -77,6 +77,13 @@ static inline void amp_add_sat(int64_t *sum, int64_t n) {
     if (__builtin_add_overflow(*sum, n, sum)) *sum = n > 0 ? INT64_MAX : INT64_MIN;
 }
 char *amp_xstrdup(const char *s) __attribute__((returns_nonnull));
+// The length of the valid UTF-8 sequence at s of at most n bytes (SIZE_MAX for a NUL-terminated
+// string: the NUL ends a sequence): 1 to 4, 0 when there is none (a stray continuation byte, a
+// sequence cut short, an overlong form, a surrogate, a code point beyond U+10FFFF).
+size_t amp_utf8_seq(const char *s, size_t n);
+// len, or less: the length of s's first len bytes without the UTF-8 character that s[len]
+// continues (one that would be split there).
+size_t amp_utf8_cut(const char *s, size_t len);
 // qsort(3) of n elements at base, which may be NULL when n is 0 (qsort's may not, even then).
 static inline void amp_sort(void *base, size_t n, size_t size,
                             int (*cmp)(const void *, const void *)) {

@@ -240,12 +240,7 @@ bool amp_rec_type_known(uint16_t t) {
 // UTF-8 character that would not fit whole (a lead byte and its 0x80..0xBF continuation bytes,
 // four bytes at most), so that a cut string is still valid UTF-8 when it was.
 static uint32_t str_cut(const char *str) {
-    uint32_t len = (uint32_t)strnlen(str, AMP_REC_STR_MAX);
-    // str[len] is the first byte left out (the terminator when nothing is); a continuation byte
-    // there means the last character kept is cut
-    for (int back = 0; back < 3 && len > 0 && ((unsigned char)str[len] & 0xC0) == 0x80; back++)
-        len--;
-    return len;
+    return (uint32_t)amp_utf8_cut(str, strnlen(str, AMP_REC_STR_MAX));
 }
 
 size_t amp_rec_encode(amp_rec_type type, const void *rec, uint8_t *out, size_t cap) {

@@ -469,21 +469,6 @@ static void bind_f64(binder *b, int i, double v) {
     x->kind = B_REAL, x->bits = bits;
     sqlite3_bind_double(b->st, b->base + i, v);
 }
-// The length of the valid UTF-8 sequence at p (of at most n bytes): 1 to 4, 0 when there is
-// none (a stray continuation byte, a sequence cut short, an overlong form, a surrogate, a code
-// point beyond U+10FFFF).
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    if (p[0] < 0x80) return 1;
-    const size_t len = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
-    if (!len || len > n || p[0] > 0xF4) return 0;
-    for (size_t k = 1; k < len; k++)
-        if ((p[k] & 0xC0) != 0x80) return 0;
-    if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0) ||
-        (p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))
-        return 0;
-    return len;
-}
-
 // The statement is bound to a copy of the text that the binder keeps (the caller's buffer holds
 // it only until the row is inserted), so that the same text next time needs no bind. Text that
 // is not UTF-8 goes in with U+FFFD for each byte that starts no valid sequence (SQLite would
@@ -500,7 +485,7 @@ static void bind_text(binder *b, int i, const char *v, int len) {
         ascii++;
     size_t valid = ascii, bad = 0;
     for (size_t k = ascii, l; k < n; k += l ? l : 1) {
-        l = utf8_seq(u + k, n - k);
+        l = amp_utf8_seq(v + k, n - k);
         if (!l) bad++;
         valid += l;
     }
@@ -514,7 +499,7 @@ static void bind_text(binder *b, int i, const char *v, int len) {
     } else {
         char *w = x->text;
         for (size_t k = 0, l; k < n; k += l ? l : 1) {
-            if ((l = utf8_seq(u + k, n - k)))
+            if ((l = amp_utf8_seq(v + k, n - k)))
                 memcpy(w, u + k, l), w += l;
             else
                 memcpy(w, "\xEF\xBF\xBD", 3), w += 3;
