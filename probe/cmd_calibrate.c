@@ -82,7 +82,7 @@ bool amp_ceilings_load(const char *gpu_name, amp_ceilings *out) {
             if (strncmp(line, keys[i].key, len) != 0 || line[len] != ' ') continue;
             char *end;
             double v = strtod(line + len + 1, &end);
-            if (end == line + len + 1 || !(v > 0)) continue;
+            if (end == line + len + 1 || !(v > 0) || !isfinite(v)) continue;
             *(double *)((char *)out + keys[i].offset) = v;
             any = true;
         }

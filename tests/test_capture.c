@@ -800,7 +800,7 @@ START_TEST(test_ceilings_cache) {
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs("gpu NVIDIA H200\nsm_count 132\ndram_bytes_per_s 4.3e+12\ngemm_flops_bf16 7.9e+14\n"
-          "gemm_flops_f32 oops\n",
+          "gemm_flops_f32 oops\ngemm_flops_f16 inf\ngemm_flops_tf32 1e999\n",
           f);
     fclose(f);
     ck_assert(amp_ceilings_load("NVIDIA H200", &c));
@@ -808,6 +808,7 @@ START_TEST(test_ceilings_cache) {
     ck_assert_close(c.gemm_flops_bf16, 7.9e14, 0, 1e-12);
     ck_assert(isnan(c.gemm_flops_f16));
     ck_assert(isnan(c.gemm_flops_f32)); // not a number: absent
+    ck_assert(isnan(c.gemm_flops_tf32)); // nor is an infinite ceiling (f16's too)
     ck_assert_int_eq(run((const char *[]){"calibrate", "--bogus", NULL}), 2);
     ck_assert_int_eq(run((const char *[]){"calibrate", "--help", NULL}), 0);
     struct stat sb;
