@@ -1391,8 +1391,6 @@ START_TEST(test_corrupt_record_skips_rest) {
 }
 END_TEST
 
-// A file in the spool that is no spool file, met first by amp_collector_finish: warned about
-// and ignored, and the finish that succeeds leaves no message behind (amp_last_error: "").
 // Reads the one spool file in dir (malloc'd; its length in *len).
 static uint8_t *read_only_spool(const char *dir, size_t *len) {
     DIR *d = opendir(dir);
@@ -1520,6 +1518,8 @@ START_TEST(test_damaged_spools_lose_only_what_follows_the_damage) {
 }
 END_TEST
 
+// A file in the spool that is no spool file, met first by amp_collector_finish: warned about
+// and ignored, and the finish that succeeds leaves no message behind (amp_last_error: "").
 START_TEST(test_finish_past_a_foreign_file_leaves_no_error) {
     fixture f;
     fixture_init(&f);

@@ -407,12 +407,14 @@ START_TEST(test_utf8_sequences_and_cuts) {
         const char *s;
         size_t n, len;
     } seqs[] = {
-        {"a", SIZE_MAX, 1},           {"\xC2\x80", SIZE_MAX, 2},    {"\xC3\xA9", 1, 0},
-        {"\xC1\xBF", SIZE_MAX, 0},    {"\x80", SIZE_MAX, 0},        {"\xE0\xA0\x80", SIZE_MAX, 3},
-        {"\xE0\x9F\xBF", SIZE_MAX, 0}, {"\xED\x9F\xBF", SIZE_MAX, 3}, {"\xED\xA0\x80", SIZE_MAX, 0},
-        {"\xF0\x90\x80\x80", SIZE_MAX, 4}, {"\xF0\x8F\xBF\xBF", SIZE_MAX, 0},
-        {"\xF4\x8F\xBF\xBF", SIZE_MAX, 4}, {"\xF4\x90\x80\x80", SIZE_MAX, 0},
-        {"\xF5\x80\x80\x80", SIZE_MAX, 0}, {"\xE2\x80", SIZE_MAX, 0}, {"\xE2\x80\xA6", 2, 0},
+        {"a", SIZE_MAX, 1},          {"\x80", SIZE_MAX, 0},               // a lone continuation
+        {"\xC2\x80", SIZE_MAX, 2},   {"\xC1\xBF", SIZE_MAX, 0},           // overlong in 2 bytes
+        {"\xE0\xA0\x80", SIZE_MAX, 3}, {"\xE0\x9F\xBF", SIZE_MAX, 0},     // ... in 3
+        {"\xED\x9F\xBF", SIZE_MAX, 3}, {"\xED\xA0\x80", SIZE_MAX, 0},     // a surrogate
+        {"\xF0\x90\x80\x80", SIZE_MAX, 4}, {"\xF0\x8F\xBF\xBF", SIZE_MAX, 0}, // ... in 4
+        {"\xF4\x8F\xBF\xBF", SIZE_MAX, 4}, {"\xF4\x90\x80\x80", SIZE_MAX, 0}, // beyond U+10FFFF
+        {"\xF5\x80\x80\x80", SIZE_MAX, 0},
+        {"\xC3\xA9", 1, 0}, {"\xE2\x80\xA6", 2, 0}, {"\xE2\x80", SIZE_MAX, 0}, // cut short
     };
     for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++)
         ck_assert_msg(amp_utf8_seq(seqs[i].s, seqs[i].n) == seqs[i].len, "case %zu", i);
