@@ -17,7 +17,7 @@ void conform_put_line(FILE *out, const char *s) {
     for (size_t n; *s; s += n) {
         const unsigned char c = (unsigned char)*s;
         n = amp_utf8_seq(s, SIZE_MAX);
-        if (n && c >= 0x20 && c != 0x7f && !(c == 0xC2 && (unsigned char)s[1] <= 0x9F)) {
+        if (n && c >= 0x20 && c != 0x7f && !amp_c1_control(s)) {
             fwrite(s, 1, n, out);
             continue;
         }

@@ -58,7 +58,7 @@ static void esc(FILE *out, const char *s) {
             fputs("&#39;", out);
             break;
         default:
-            if (report_c1_control((const char *)p)) // (as the text report: no C1 control)
+            if (amp_c1_control((const char *)p)) // (as the text report: no C1 control)
                 fputc('?', out), p++;
             else if ((*p >= 0x20 && *p != 0x7f) || *p == '\n' || *p == '\t')
                 fputc(*p, out);

@@ -5,6 +5,8 @@
  */
 #include "report.h"
 
+#include "amp-impl.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -36,7 +38,7 @@ static void md(FILE *out, const char *s, bool in_table) {
             fputc(*p, out);
             break;
         default:
-            if (report_c1_control((const char *)p)) // (a terminal acts on CSI, NEL ...)
+            if (amp_c1_control((const char *)p)) // (a terminal acts on CSI, NEL ...)
                 fputc('?', out), p++;
             else if ((*p >= 0x20 && *p != 0x7f) || *p == '\t')
                 fputc(*p, out);

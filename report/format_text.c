@@ -42,7 +42,7 @@ void report_text_end(report_text *t, FILE *out, bool color) {
             if (color) fputs(escapes[c], out);
         } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
             fputc('?', out);
-        } else if (i + 1 < t->n && report_c1_control(t->buf + i)) {
+        } else if (i + 1 < t->n && amp_c1_control(t->buf + i)) {
             fputc('?', out);
             i++;
         } else {

@@ -436,9 +436,6 @@ typedef struct report_model {
 amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t hi, report_model *m,
                              char err[REPORT_ERR_MAX]);
 void report_model_free(report_model *m);
-// Whether s starts with a C1 control character (U+0080..U+009F, two bytes in UTF-8): the text
-// outputs show it as '?', as they show the C0 controls.
-bool report_c1_control(const char *s);
 // s (NULL: "") into dst[n]; a longer s cut on a character's boundary and ended with "…", so
 // that the cut shows. Returns dst: names in a finding's sentences go through it, never "%.80s".
 const char *report_cut_name(char *dst, size_t n, const char *s);

@@ -18,17 +18,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-// Whether p starts a C1 control character (U+0080..U+009F: CSI, NEL, ... which terminals act on).
-bool report_c1_control(const char *p) {
-    return (unsigned char)p[0] == 0xc2 && (unsigned char)p[1] >= 0x80 &&
-           (unsigned char)p[1] <= 0x9f;
-}
-
 // How many bytes of s's character at p the report keeps; 0: it becomes '?' (a style mark, a
 // byte that is not UTF-8, and in a name any control character, C1's too).
 static size_t kept(const char *p, bool name) {
     const unsigned char c = (unsigned char)*p;
-    if ((c >= 1 && c <= 6) || (name && (c < 0x20 || c == 0x7f || report_c1_control(p)))) return 0;
+    if ((c >= 1 && c <= 6) || (name && (c < 0x20 || c == 0x7f || amp_c1_control(p)))) return 0;
     return amp_utf8_seq(p, SIZE_MAX);
 }
 
@@ -45,7 +39,7 @@ static char *cleaned_copy(const char *s, bool name) {
         if (n) {
             p += n;
         } else { // one '?' for the character (a C1 control is two bytes)
-            const size_t seq = report_c1_control(p) ? 2 : 1;
+            const size_t seq = amp_c1_control(p) ? 2 : 1;
             *p++ = '?';
             if (seq > 1) memmove(p, p + seq - 1, strlen(p + seq - 1) + 1);
         }

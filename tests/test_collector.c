@@ -1391,7 +1391,7 @@ START_TEST(test_corrupt_record_skips_rest) {
 }
 END_TEST
 
-// Reads the one spool file in dir (malloc'd; its length in *len).
+// The one spool file in dir, read whole (test_read_file: malloc'd, its length in *len).
 static uint8_t *read_only_spool(const char *dir, size_t *len) {
     DIR *d = opendir(dir);
     ck_assert_ptr_nonnull(d);
@@ -1399,16 +1399,8 @@ static uint8_t *read_only_spool(const char *dir, size_t *len) {
     for (struct dirent *e; (e = readdir(d));)
         if (strstr(e->d_name, ".spool")) snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     closedir(d);
-    FILE *fp = fopen(path, "rb");
-    ck_assert_msg(fp != NULL, "no spool file in %s", dir);
-    ck_assert_int_eq(fseek(fp, 0, SEEK_END), 0);
-    const long n = ftell(fp);
-    rewind(fp);
-    uint8_t *b = malloc((size_t)n);
-    ck_assert_int_eq(fread(b, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *len = (size_t)n;
-    return b;
+    ck_assert_msg(path[0], "no spool file in %s", dir);
+    return (uint8_t *)test_read_file(path, len);
 }
 
 static uint64_t next_random(uint64_t *x) { // xorshift64
@@ -1490,10 +1482,7 @@ START_TEST(test_damaged_spools_lose_only_what_follows_the_damage) {
             intact++;
         unlink(f.db);
         mkdir(f.spool, 0755); // (the collector removes it at the end)
-        FILE *fp = fopen(spool, "wb");
-        ck_assert_ptr_nonnull(fp);
-        ck_assert_int_eq(fwrite(b, 1, len, fp), len);
-        fclose(fp);
+        test_write_file(spool, b, len);
         amp_collector_t *c = collector(&f);
         ck_assert_msg(amp_collector_poll(c) == AMP_OK, "round %d: %s", round, amp_last_error());
         amp_collector_stats st;

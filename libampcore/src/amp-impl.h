@@ -84,6 +84,9 @@ size_t amp_utf8_seq(const char *s, size_t n);
 // len, or less: the length of s's first len bytes without the UTF-8 character that s[len]
 // continues (one that would be split there).
 size_t amp_utf8_cut(const char *s, size_t len);
+// Whether s starts with a C1 control character (U+0080..U+009F, two bytes in UTF-8: CSI, NEL,
+// ... which terminals act on): what prints text from elsewhere shows it as the C0 controls.
+bool amp_c1_control(const char *s);
 // qsort(3) of n elements at base, which may be NULL when n is 0 (qsort's may not, even then).
 static inline void amp_sort(void *base, size_t n, size_t size,
                             int (*cmp)(const void *, const void *)) {

@@ -1,6 +1,7 @@
 /*
  * text.c — UTF-8 as the store, the record codec, the report and conform read it: how long the
- * valid sequence at a byte is, and where to cut a string so that no character is split.
+ * valid sequence at a byte is, where to cut a string so that no character is split, and whether
+ * a character is a C1 control.
  */
 #include "amp-impl.h"
 
@@ -24,4 +25,9 @@ size_t amp_utf8_cut(const char *s, size_t len) {
     for (int back = 0; back < 3 && len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80; back++)
         len--;
     return len;
+}
+
+bool amp_c1_control(const char *s) {
+    return (unsigned char)s[0] == 0xC2 && (unsigned char)s[1] >= 0x80 &&
+           (unsigned char)s[1] <= 0x9F;
 }

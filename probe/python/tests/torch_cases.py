@@ -1,7 +1,7 @@
 """torch_cases.py — the runner of the CPU torch scripts (cpu_judge.py, cpu_devstats.py,
 cpu_trace.py, cpu_diagnose.py, cpu_models.py, cpu_settings.py): each case a (name, passed, what
-was found) triple; a line per case, a summary line, exit 1 on a failure. Events stands in for the watcher
-the judge, the tracers and the diagnoser report to."""
+was found) triple; a line per case, a summary line, exit 1 on a failure. Events stands in for the
+watcher the judge, the tracers and the diagnoser report to."""
 import sys
 
 import torch
