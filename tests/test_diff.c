@@ -76,20 +76,7 @@ static void run(const char *path, int n, double step_ms, double loss_factor, dou
 
 #define CMD(...) cmd((const char *[]){__VA_ARGS__, NULL})
 static int cmd(const char **args) {
-    char *argv[16] = {"diff"};
-    int argc = 1;
-    for (int i = 0; args[i] && argc < 15; i++)
-        argv[argc++] = (char *)args[i];
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    close(fd);
-    int rc = amp_cmd_diff(argc, argv);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    return rc;
+    return test_call_command(amp_cmd_diff, "diff", args, err_path);
 }
 
 #define HAS(text, needle)                                                                          \

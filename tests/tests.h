@@ -54,6 +54,10 @@ char *test_read_file(const char *path, size_t *n);
 // stderr into out.txt and err.txt there; waits for it and returns its exit code.
 pid_t test_spawn_ampprobe(const char *const *args);
 int test_wait_ampprobe(pid_t pid);
+// Runs `ampprobe NAME ARGS...` in this process through its command function (args
+// NULL-terminated, 14 at most), stderr written to err_path meanwhile; returns its exit status.
+int test_call_command(int (*command)(int, char **), const char *name, const char **args,
+                      const char *err_path);
 // The first column of the first row of sql as an integer (-999 for NULL or no row); asserts that
 // sql prepares.
 int64_t test_query_int(sqlite3 *db, const char *sql);

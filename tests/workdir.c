@@ -76,6 +76,27 @@ pid_t test_spawn_ampprobe(const char *const *args) {
     return pid;
 }
 
+int test_call_command(int (*command)(int, char **), const char *name, const char **args,
+                      const char *err_path) {
+    char *argv[16] = {(char *)name};
+    int argc = 1;
+    for (int i = 0; args[i]; i++) {
+        ck_assert_int_lt(argc, 15);
+        argv[argc++] = (char *)args[i];
+    }
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    dup2(fd, 2);
+    close(fd);
+    int rc = command(argc, argv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return rc;
+}
+
 int test_wait_ampprobe(pid_t pid) {
     int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
