@@ -518,6 +518,58 @@ START_TEST(test_every_record_type) {
 }
 END_TEST
 
+// Steps are numbered from 0 (the report and the TUI take step -1 for "none"): the records of a
+// negative step, of every type that carries one, are left out with one warning, the rest land.
+START_TEST(test_records_of_negative_steps_are_left_out) {
+    fixture f;
+    fixture_init(&f);
+    amp_collector_t *c = collector(&f);
+    ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
+    for (int64_t step = -2; step < 2; step++) {
+        amp_record_step(&(amp_rec_step){
+            .step = step, .start_ns = 100 + step, .end_ns = 200 + step, .loss = 1, .grad_norm = NAN});
+        amp_record_scale(&(amp_rec_scale){.step = step, .scale_before = 8, .scale_after = 8});
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){
+            .step = step, .layer_id = -1, .op = "mm", .dtype = "f32", .numel = 1, .amax = 1});
+        amp_record_op(&(amp_rec_op){.step = step, .layer_id = -1, .op = "mm", .flops = -1,
+                                    .bytes = -1, .start_ns = 150, .end_ns = 160});
+        amp_record_event(&(amp_rec_event){.step = step,
+                                          .layer_id = -1,
+                                          .kind = AMP_EVENT_OVERFLOW,
+                                          .severity = AMP_SEVERITY_WARNING,
+                                          .count = 1,
+                                          .value = NAN});
+    }
+    amp_record_stop();
+    fflush(stderr);
+    const int saved_stderr = dup(2), devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    close(devnull);
+    amp_collector_stats s;
+    amp_collector_get_stats(c, &s);
+    ck_assert_int_eq(s.warnings, 1);
+    ck_assert_int_eq(s.records, 10);
+    ck_assert_int_eq(s.steps, 2);
+    finish(c, 0);
+    sqlite3 *db = open_ro(f.db);
+    static const char *const tables[] = {"AMP_STEPS", "AMP_SCALE", "AMP_TENSOR_STATS", "AMP_OPS",
+                                         "AMP_EVENTS"};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", tables[i]);
+        ck_assert_int_eq(test_query_int(db, sql), 2);
+        snprintf(sql, sizeof sql, "SELECT min(step) FROM %s", tables[i]);
+        ck_assert_int_eq(test_query_int(db, sql), 0);
+    }
+    sqlite3_close(db);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(test_event_storm_is_bounded) {
     fixture f;
     fixture_init(&f);
@@ -2161,6 +2213,7 @@ Suite *collector_suite(void) {
     Suite *s = suite_create("collector");
     TCase *t = tcase_create("tables");
     tcase_add_test(t, test_every_record_type);
+    tcase_add_test(t, test_records_of_negative_steps_are_left_out);
     tcase_add_test(t, test_event_storm_is_bounded);
     tcase_add_test(t, test_kernel_short_names);
     tcase_add_test(t, test_repeated_values_land_as_emitted);

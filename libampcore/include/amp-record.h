@@ -34,7 +34,8 @@
  * other negative counts. Strings are copied into the record (at
  * most AMP_REC_STR_MAX bytes each; longer ones are cut) and should be UTF-8 (the collector stores
  * other bytes as U+FFFD). Steps are numbered from 0 by the process (a number recorded twice is
- * one step, SCHEMA.md's AMP_STEPS); layer ids are the process's own: a forked child declares its
+ * one step, SCHEMA.md's AMP_STEPS; the collector leaves out the records of a negative step, with
+ * one warning a process); layer ids are the process's own: a forked child declares its
  * layers again. A program that is not libampcore says where it ran with the META key `device`
  * ("cuda" or "cpu": the report takes a run without it for libampcore's CPU backend) and, when it
  * records no op, its precision with `precision` ("fp16", "bf16", "fp32": `ampprobe diff` reads

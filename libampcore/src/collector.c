@@ -67,6 +67,7 @@ typedef struct spool_file {
     bool writer_gone;    // its flock could be taken
     bool done;           // nothing more will be read from it
     bool warned_unknown; // about a record type this build does not know
+    bool warned_negative; // about a record of a negative step
     bool sent_steps;     // a step record came from it
 } spool_file;
 
@@ -592,6 +593,29 @@ static bool record_span(uint16_t type, const amp_rec_any *r, int64_t *start_ns, 
     }
 }
 
+// The step a record of type carries; false for one without a step.
+static bool record_step(uint16_t type, const amp_rec_any *r, int64_t *step) {
+    switch ((amp_rec_type)type) {
+    case AMP_REC_STEP:
+        *step = r->step.step;
+        return true;
+    case AMP_REC_SCALE:
+        *step = r->scale.step;
+        return true;
+    case AMP_REC_TENSOR_STATS:
+        *step = r->tensor_stats.step;
+        return true;
+    case AMP_REC_OP:
+        *step = r->op.step;
+        return true;
+    case AMP_REC_EVENT:
+        *step = r->event.step;
+        return true;
+    default:
+        return false;
+    }
+}
+
 // Widens f's [first_ns, last_ns] by the times record r carries (0 and -1: not known, as an NVTX
 // mark's end), which its process's row spans (process_update).
 static void file_note_times(spool_file *f, uint16_t type, const amp_rec_any *r) {
@@ -683,6 +707,16 @@ static amp_status file_ingest(amp_collector_t *c, spool_file *f, bool *behind) {
                     warn(c, "%s: record type %u is unknown to this build; skipped",
                          file_label(f, label, sizeof label), (unsigned)h.type);
                 f->warned_unknown = true;
+                continue;
+            }
+            int64_t step;
+            if (record_step(h.type, &rec, &step) && step < 0) { // (steps count from 0: the
+                // report's and the TUI's step ranges take -1 for "none")
+                if (!f->warned_negative)
+                    warn(c, "%s: a record of step %lld; steps are numbered from 0, and the "
+                            "records of negative steps are left out",
+                         file_label(f, label, sizeof label), (long long)step);
+                f->warned_negative = true;
                 continue;
             }
             amp_status st = ingest_record(c, f, h.type, &rec);
