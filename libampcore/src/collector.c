@@ -63,12 +63,12 @@ typedef struct spool_file {
     uint64_t punched; // bytes from the first page after the header up to here are a hole
     bool can_punch;   // opened for writing, and the file system punches holes
     int64_t records;
-    int64_t proc_rowid;  // its AMP_PROCESSES row
-    bool writer_gone;    // its flock could be taken
-    bool done;           // nothing more will be read from it
-    bool warned_unknown; // about a record type this build does not know
+    int64_t proc_rowid;   // its AMP_PROCESSES row
+    bool writer_gone;     // its flock could be taken
+    bool done;            // nothing more will be read from it
+    bool warned_unknown;  // about a record type this build does not know
     bool warned_negative; // about a record of a negative step
-    bool sent_steps;     // a step record came from it
+    bool sent_steps;      // a step record came from it
 } spool_file;
 
 // An event key past its individual rows: its aggregate row, and the occurrences folded in since
