@@ -81,8 +81,8 @@ a CPU run's op step: the bridge's own reductions (no statistics module: torch's)
 the program's ops. With --autocast, META must say autocast to DTYPE and hold no compute_dtype
 (Hugging Face's Trainer, whose accelerate enters autocast inside the model's forward). With
 --bf16-scaler, of a bf16 run that kept its GradScaler (gpu_patterns.py --bf16 --keep-scaler): one
-loss-scale note (info) that the scaler protects nothing there. With --odd-gemm, of gpu_shapes.py: one
-precision-placement warning naming its head (N=50257) and advising 50304; --none, of its padded
+loss-scale note (info) that the scaler protects nothing there. With --odd-gemm, of gpu_shapes.py:
+one precision-placement warning naming its head (N=50257) and advising 50304; --none, of its padded
 twin (--vocab 50304): no such finding. With --clipped, of gpu_faults.py --clip 0.5 --clip-scaled:
 the loss-scale warning that the gradients were clipped while still scaled; --none, of the same
 clip after scaler.unscale_: no such finding, no warning.
