@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "widgets.h"
 
+#include "amp-impl.h"
 #include "report.h"
 
 #include <curses.h>
@@ -24,18 +25,14 @@ static const char *ellipsis(int *cols) {
     return utf8 ? "\u2026" : "...";
 }
 
-// The character at p: its bytes (*bytes, 1 for a byte that starts no UTF-8 sequence) and the
-// columns the terminal gives it (wcwidth: 2 for CJK, 0 for a combining mark; 1 where the locale
-// cannot tell).
+// The character at p: its bytes (*bytes, 1 for a byte that starts no valid UTF-8 sequence) and
+// the columns the terminal gives it (wcwidth: 2 for CJK, 0 for a combining mark; 1 where the
+// locale cannot tell).
 static int char_cols(const char *p, size_t *bytes) {
-    const unsigned char c = (unsigned char)*p;
-    const size_t k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    size_t got = 1;
-    while (got < k && ((unsigned char)p[got] & 0xC0) == 0x80)
-        got++;
-    *bytes = got;
-    if (k == 1 || got != k) return 1;
-    wchar_t wc = c & (0x7F >> k);
+    const size_t k = amp_utf8_seq(p, SIZE_MAX);
+    *bytes = k ? k : 1;
+    if (k <= 1) return 1;
+    wchar_t wc = (unsigned char)*p & (0x7F >> k);
     for (size_t i = 1; i < k; i++)
         wc = (wchar_t)((wc << 6) | ((unsigned char)p[i] & 0x3F));
     const int w = wcwidth(wc);
