@@ -1,7 +1,7 @@
 /*
- * text.c — UTF-8 as the store, the record codec, the report and conform read it: how long the
- * valid sequence at a byte is, where to cut a string so that no character is split, and whether
- * a character is a C1 control.
+ * text.c — UTF-8 as the store, the record codec, the report, conform and the TUI read it: how
+ * long the valid sequence at a byte is, where to cut a string so that no character is split, and
+ * whether a character is a C1 control.
  */
 #include "amp-impl.h"
 
