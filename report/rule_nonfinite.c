@@ -1124,7 +1124,7 @@ static bool add_unscaled_by_inf(const report_model *m, const report_step *first,
              (long long)p->step, p->scale_before, (long long)first->step, (long long)n,
              n == 1 ? "" : "s");
     snprintf(f->advice, sizeof f->advice,
-             "Fix what drove the scale down first (each skipped step halves it: see the findings "
+             "Find what drove the scale down first (each skipped step halves it: see the findings "
              "before this one). Then keep a floor under it: after scaler.update(), if "
              "scaler.get_scale() < 1, call scaler.update(1.0) (amp_scaler_update_to(sc, 1) "
              "here); no gradient needs a scale below 1 to stay finite in fp16.");

@@ -386,10 +386,10 @@ static void clipped_while_scaled(const report_model *m, const report_process *p,
 }
 
 static const char broken_forward_advice[] =
-    "Fix the non-finite forward pass first (see the nonfinite-root-cause finding): no loss scale "
+    "Make the forward pass finite first (see the nonfinite-root-cause finding): no loss scale "
     "can make a NaN forward finite, so the scaler halves the scale toward 0 and skips every step.";
 static const char broken_backward_advice[] =
-    "Fix the non-finite backward first (see the nonfinite-root-cause finding): its NaN/inf comes "
+    "Make the backward finite first (see the nonfinite-root-cause finding): its NaN/inf comes "
     "at every loss scale, so the scaler halves the scale and skips every such step; no "
     "init_scale or growth_interval changes that.";
 
@@ -614,7 +614,7 @@ void rule_scale_run(const report_model *m, report_findings *out) {
                 snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
             else if (diverged)
                 snprintf(f->advice, sizeof f->advice,
-                         "Fix the divergence first (lower the learning rate or warm it up, clip "
+                         "Stop the divergence first (lower the learning rate or warm it up, clip "
                          "the gradients): no loss scale keeps gradients that keep growing. Then, "
                          "if steps are still skipped, start from %s.",
                          init_words);

@@ -667,14 +667,14 @@ START_TEST(skips_after_a_divergence_point_at_it) {
     ck_assert_int_eq(f->severity, AMP_SEVERITY_WARNING);
     ck_assert_ptr_nonnull(strstr(f->title, "of the steps were skipped"));
     ck_assert_ptr_nonnull(strstr(f->detail, "after the training diverged at step 5"));
-    ck_assert_msg(begins(f->advice, "Fix the divergence first"), "%s", f->advice);
+    ck_assert_msg(begins(f->advice, "Stop the divergence first"), "%s", f->advice);
     release();
     // the loss flat: the scale's own advice
     sql("UPDATE AMP_STEPS SET loss = 2.3, grad_norm = 0.2 WHERE NOT skipped;");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     f = first_of("loss-scale");
     ck_assert_ptr_null(strstr(f->detail, "diverged"));
-    ck_assert_msg(!begins(f->advice, "Fix the divergence"), "%s", f->advice);
+    ck_assert_msg(!begins(f->advice, "Stop the divergence"), "%s", f->advice);
     release();
 }
 END_TEST
@@ -1479,7 +1479,7 @@ START_TEST(nonfinite_inf_gradient_at_a_pole_is_an_error) {
     ck_assert_int_eq(findings.v[0].last_step, 7);
     const report_finding *f = first_of("loss-scale");
     ck_assert_msg(strstr(f->title, "collapse"), "%s", f->title);
-    ck_assert_msg(begins(f->advice, "Fix the non-finite backward first"), "%s", f->advice);
+    ck_assert_msg(begins(f->advice, "Make the backward finite first"), "%s", f->advice);
     release();
 
     // a divisor without a 0 (its range away from 0, or across it with no value at 0 said): the

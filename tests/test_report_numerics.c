@@ -133,7 +133,7 @@ START_TEST(scale_skip_rate_advice_follows_the_cause) {
     sql(EVENTS_VALUES "(1, 9, 0, 'matmul', 'fwd', 'nonfinite_producer', 'error', 8, 0, NULL, 0, "
                       "1, 9);");
     analyse("loss-scale", INT64_MIN, INT64_MAX);
-    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Fix the non-finite forward pass first"));
+    ck_assert_ptr_nonnull(strstr(findings.v[0].advice, "Make the forward pass finite first"));
     ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "The forward pass was non-finite"));
     release();
 }
