@@ -541,14 +541,9 @@ START_TEST(test_records_of_negative_steps_are_left_out) {
                                           .value = NAN});
     }
     amp_record_stop();
-    fflush(stderr);
-    const int saved_stderr = dup(2), devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 2);
+    const int saved_stderr = test_stderr_to("/dev/null"); // (the warning)
     ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    close(devnull);
+    test_stderr_back(saved_stderr);
     amp_collector_stats s;
     amp_collector_get_stats(c, &s);
     ck_assert_int_eq(s.warnings, 1);
@@ -1523,8 +1518,7 @@ START_TEST(test_damaged_spools_lose_only_what_follows_the_damage) {
     char spool[128];
     snprintf(spool, sizeof spool, "%s/0-1.spool", f.spool);
     uint64_t x = 0x9E3779B97F4A7C15u;
-    const int saved_stderr = dup(2), devnull = open("/dev/null", O_WRONLY); // (300 warnings)
-    dup2(devnull, 2);
+    const int saved_stderr = test_stderr_to("/dev/null"); // (300 warnings)
     for (int round = 0; round < 300; round++) {
         memcpy(b, good, good_len);
         size_t len = good_len;
@@ -1550,9 +1544,7 @@ START_TEST(test_damaged_spools_lose_only_what_follows_the_damage) {
         ck_assert_int_le(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 1);
         sqlite3_close(db);
     }
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    close(devnull);
+    test_stderr_back(saved_stderr);
     free(b);
     free(good);
     fixture_free(&f);

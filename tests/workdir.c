@@ -84,17 +84,26 @@ int test_call_command(int (*command)(int, char **), const char *name, const char
         ck_assert_int_lt(argc, 15);
         argv[argc++] = (char *)args[i];
     }
+    const int saved = test_stderr_to(err_path);
+    const int rc = command(argc, argv);
+    test_stderr_back(saved);
+    return rc;
+}
+
+int test_stderr_to(const char *path) {
     fflush(stderr);
-    int saved = dup(2);
-    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(saved, 0);
     ck_assert_int_ge(fd, 0);
     dup2(fd, 2);
     close(fd);
-    int rc = command(argc, argv);
+    return saved;
+}
+
+void test_stderr_back(int saved) {
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
-    return rc;
 }
 
 int test_wait_ampprobe(pid_t pid) {
