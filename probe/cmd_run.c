@@ -43,10 +43,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POLL_EVERY_NS 200000000   // collector
-#define STATUS_EVERY_NS 250000000 // live status line
-#define TICK_NS 20000000          // main loop
-#define DRAIN_NS 2000000000       // how long writers that outlive PROG may take to finish
+#define POLL_EVERY_NS 200000000    // collector
+#define STATUS_EVERY_NS 250000000  // live status line
+#define TICK_NS 20000000           // main loop
+#define DRAIN_NS 2000000000        // how long writers that outlive PROG may take to finish
 #define ORPHAN_GRACE_NS 1000000000 // how long processes PROG left may take to end before named
 #define DEFAULT_TRACE "amp,cuda,nvtx"
 
@@ -99,10 +99,10 @@ typedef struct run_opts {
     char trace_buf[16];      // (a --trace list as the names it gave)
     bool trace_given;
     bool tui;
-    bool counters; // --counters
-    bool torch;    // --torch
+    bool counters;    // --counters
+    bool torch;       // --torch
     bool check_grads; // --check-grads
-    char **prog; // PROG and its arguments, NULL-terminated
+    char **prog;      // PROG and its arguments, NULL-terminated
 } run_opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -631,8 +631,10 @@ int amp_cmd_run(int argc, char **argv) {
                 outer, o.prog[0], path);
     setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(r.collector), 1);
     setenv("AMPPROBE_TRACE", o.trace, 1);
-    if (o.counters) setenv("AMPPROBE_COUNTERS", "1", 1);
-    else unsetenv("AMPPROBE_COUNTERS");
+    if (o.counters)
+        setenv("AMPPROBE_COUNTERS", "1", 1);
+    else
+        unsetenv("AMPPROBE_COUNTERS");
     if (o.stats_every) setenv("AMPPROBE_STATS_EVERY", o.stats_every, 1);
     if (o.check_grads) setenv("AMPPROBE_CHECK_GRADS", "1", 1);
     unsetenv("AMPPROBE_OUT"); // this launcher is the collector

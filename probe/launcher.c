@@ -286,8 +286,10 @@ void amp_launcher_capture(const char *trace, bool asked) {
     char lib[PATH_MAX];
     if (!inject_library(lib, sizeof lib)) {
         if (asked)
-            fprintf(stderr, "ampprobe: note: %s is not installed next to ampprobe; CUDA and NVTX "
-                            "are not recorded\n", INJECT_LIBRARY);
+            fprintf(stderr,
+                    "ampprobe: note: %s is not installed next to ampprobe; CUDA and NVTX "
+                    "are not recorded\n",
+                    INJECT_LIBRARY);
         return;
     }
     if (cuda) set_injection("CUDA_INJECTION64_PATH", lib);

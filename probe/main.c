@@ -11,18 +11,24 @@ static const struct command {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
-    {"run", amp_cmd_run, "run a program with instrumentation on and record it (also: ampprobe -- PROG)"},
-    {"report", amp_cmd_report, "diagnose a recorded run: which layer, op and step went wrong, why, the fix"},
+    {"run", amp_cmd_run,
+     "run a program with instrumentation on and record it (also: ampprobe -- PROG)"},
+    {"report", amp_cmd_report,
+     "diagnose a recorded run: which layer, op and step went wrong, why, the fix"},
     {"tui", amp_cmd_tui, "follow a running capture or replay a finished one in the terminal"},
-    {"diff", amp_cmd_diff, "compare two runs (e.g. fp32 vs AMP): step time, loss, findings, a verdict"},
-    {"calibrate", amp_cmd_calibrate, "measure the GPU's ceilings (GEMM FLOP/s, DRAM bandwidth) once, for the roofline"},
-    {"conform", amp_cmd_conform, "check this build's AMP semantics against PyTorch reference files"},
+    {"diff", amp_cmd_diff,
+     "compare two runs (e.g. fp32 vs AMP): step time, loss, findings, a verdict"},
+    {"calibrate", amp_cmd_calibrate,
+     "measure the GPU's ceilings (GEMM FLOP/s, DRAM bandwidth) once, for the roofline"},
+    {"conform", amp_cmd_conform,
+     "check this build's AMP semantics against PyTorch reference files"},
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: ampprobe <command> [options]\n\n"
-               "ampprobe finds out why mixed-precision (fp16/bf16) training goes wrong or is slow.\n\n"
-               "commands:\n");
+    fprintf(f,
+            "usage: ampprobe <command> [options]\n\n"
+            "ampprobe finds out why mixed-precision (fp16/bf16) training goes wrong or is slow.\n\n"
+            "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f,
@@ -41,7 +47,8 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
         if (argc == 2) {
             usage(stdout);
             return 0;

@@ -28,11 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SAME_SPEED 0.05 // within 5%: "as fast"
-#define SAME_LOSS 0.02  // mean losses of the last 10% within 2%: "same loss"
+#define SAME_SPEED 0.05  // within 5%: "as fast"
+#define SAME_LOSS 0.02   // mean losses of the last 10% within 2%: "same loss"
 #define SAME_MEMORY 0.05 // peak memory within 5%: not worth a word in the verdict
 #define SAME_LENGTH 0.1  // step counts within 10%: the final losses are of about the same point
-#define DIVERGE 0.10    // per-step relative loss difference that counts as divergence
+#define DIVERGE 0.10     // per-step relative loss difference that counts as divergence
 
 static const char *precision_of(const report_model *m) {
     if (m->precision) return m->precision;

@@ -31,10 +31,18 @@ void report_json_str(FILE *out, const char *s) {
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\t': fputs("\\t", out); break;
+        case '"':
+            fputs("\\\"", out);
+            break;
+        case '\\':
+            fputs("\\\\", out);
+            break;
+        case '\n':
+            fputs("\\n", out);
+            break;
+        case '\t':
+            fputs("\\t", out);
+            break;
         default:
             if (*p < 0x20) {
                 fprintf(out, "\\u%04x", *p);
@@ -74,7 +82,9 @@ void report_json_step(FILE *out, int64_t s) {
 }
 
 // In the report an empty string is absent too (no layer, no op).
-static void str(FILE *out, const char *s) { report_json_str(out, s && *s ? s : NULL); }
+static void str(FILE *out, const char *s) {
+    report_json_str(out, s && *s ? s : NULL);
+}
 
 void report_json_key_num(FILE *out, const char *key, double v) {
     fprintf(out, ", \"%s\": ", key);
@@ -114,7 +124,8 @@ void report_format_json(FILE *out, const report_model *m, const report_findings 
     fputs(", \"first_error_before_focus\": ", out);
     report_json_step(out, m->end.first_error_before);
     size_t counts[3] = {0};
-    for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
+    for (size_t i = 0; i < f->n; i++)
+        counts[f->v[i].severity]++;
     fprintf(out, "},\n \"counts\": {\"error\": %zu, \"warning\": %zu, \"info\": %zu},\n",
             counts[AMP_SEVERITY_ERROR], counts[AMP_SEVERITY_WARNING], counts[AMP_SEVERITY_INFO]);
     fputs(" \"findings\": [", out);

@@ -78,7 +78,8 @@ static void wrap(FILE *out, const char *indent, const char *text) {
             const char *cut = p >= end ? end : space ? space : p;
             fprintf(out, "%s%.*s\n", indent, (int)(cut - line), line);
             line = cut;
-            while (line < end && *line == ' ') line++;
+            while (line < end && *line == ' ')
+                line++;
         }
         line = nl ? nl + 1 : end;
     }
@@ -119,8 +120,8 @@ static void print_finding(FILE *out, const report_model *m, const report_finding
     size_t k = (size_t)snprintf(ev, sizeof ev, "evidence:");
     for (int i = 0; i < f->n_evidence && k < sizeof ev; i++) {
         if (isnan(f->evidence[i].value)) continue;
-        int w = snprintf(ev + k, sizeof ev - k, " %s=%.6g", f->evidence[i].key,
-                         f->evidence[i].value);
+        int w =
+            snprintf(ev + k, sizeof ev - k, " %s=%.6g", f->evidence[i].key, f->evidence[i].value);
         if (w > 0) k += (size_t)w;
     }
     if (f->n_evidence) wrap(out, "   ", ev);
@@ -139,7 +140,8 @@ static void write_text(FILE *out, const report_model *m, const report_findings *
     fprintf(out, "\n");
 
     size_t counts[3] = {0};
-    for (size_t i = 0; i < f->n; i++) counts[f->v[i].severity]++;
+    for (size_t i = 0; i < f->n; i++)
+        counts[f->v[i].severity]++;
     if (f->n) {
         fprintf(out, "%sFindings%s (%zu error%s, %zu warning%s, %zu info)\n\n", p->bold, p->off,
                 counts[AMP_SEVERITY_ERROR], counts[AMP_SEVERITY_ERROR] == 1 ? "" : "s",

@@ -210,7 +210,8 @@ void report_run(const report_model *m, const report_rule *only, report_findings 
     for (size_t i = 1; i < out->n; i++) {
         report_finding tmp = out->v[i];
         size_t j = i;
-        for (; j > 0 && cmp_finding(&out->v[j - 1], &tmp) > 0; j--) out->v[j] = out->v[j - 1];
+        for (; j > 0 && cmp_finding(&out->v[j - 1], &tmp) > 0; j--)
+            out->v[j] = out->v[j - 1];
         out->v[j] = tmp;
     }
     // advice given in full once (host-sync's and gpu-idle's, when the gaps are the syncs)
@@ -236,7 +237,9 @@ static bool in_list(const char *op, const char *const *list) {
     return false;
 }
 
-bool report_op_is_gemm(const char *op) { return in_list(op, gemm_ops); }
+bool report_op_is_gemm(const char *op) {
+    return in_list(op, gemm_ops);
+}
 
 // The dimensions of up to `max` tensors in shapes ("(2, 3),(4,)"), each up to 8 of them: how
 // many tensors were read; -1 when shapes is not of that form.
@@ -257,7 +260,8 @@ static int read_shapes(const char *s, int64_t dims[][SHAPE_DIMS], int *ndim, int
             if (end == s || v < 0 || ndim[n] == SHAPE_DIMS) return -1;
             dims[n][ndim[n]++] = v;
             s = end;
-            while (*s == ',' || *s == ' ') s++;
+            while (*s == ',' || *s == ' ')
+                s++;
         }
         if (*s != ')') return -1;
         s++;
@@ -288,7 +292,9 @@ bool report_gemm_kn(const char *op, const char *shapes, int64_t *k, int64_t *n) 
     *n = d[b][nd[b] - 1];
     return true;
 }
-bool report_op_is_cast(const char *op) { return in_list(op, cast_ops); }
+bool report_op_is_cast(const char *op) {
+    return in_list(op, cast_ops);
+}
 
 // Matrix-multiply, convolution and fused-attention kernels by their names' marks (cuBLAS's
 // nvjet/sm90_xmma/gemm kernels, CUTLASS, cuDNN's convolutions, flash attention), not a bare "mma",

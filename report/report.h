@@ -36,10 +36,11 @@
 
 typedef struct sqlite3 sqlite3;
 
-#define REPORT_F16_MAX 65504.0         // largest finite fp16
+#define REPORT_F16_MAX 65504.0                // largest finite fp16
 #define REPORT_F16_MIN_NORMAL 6.103515625e-05 // 2^-14
 #define REPORT_BF16_MAX 3.3895313892515355e38
-#define REPORT_SCALE_TARGET (REPORT_F16_MAX / 2) // scaled gradient amax a good loss scale stays under
+// the scaled gradient amax a good loss scale stays under
+#define REPORT_SCALE_TARGET (REPORT_F16_MAX / 2)
 #define REPORT_ERR_MAX 512
 
 // ---------------------------------------------------------------------------------------------
@@ -49,12 +50,12 @@ typedef struct sqlite3 sqlite3;
 typedef struct report_step {
     int32_t pid;
     int64_t step;
-    double loss;      // NaN: not recorded or NaN; +-inf as recorded
-    bool loss_finite; // false also when not recorded
-    bool has_loss;    // a step record came (its row holds more than the GradScaler's update)
+    double loss;         // NaN: not recorded or NaN; +-inf as recorded
+    bool loss_finite;    // false also when not recorded
+    bool has_loss;       // a step record came (its row holds more than the GradScaler's update)
     bool loss_nonfinite; // a step record came with a NaN/inf loss (has_loss, not loss_finite)
     bool fitted; // the loss is 0 or within a millionth of its process's first: the batch is fitted
-    bool has_scale;   // a GradScaler update was recorded
+    bool has_scale; // a GradScaler update was recorded
     double scale_before, scale_after;
     bool found_inf, skipped;
     // a skipped update before its process's first applied one, whatever the focus: the scale
@@ -66,7 +67,7 @@ typedef struct report_step {
     // another row), and of the weight gradients whatever their dtype (an fp32 master weight's
     // comes out of an f16 GEMM)
     double grad_amax_16, grad_amax_weight;
-    double grad_norm;         // the gradients' global norm as recorded; NaN: none or not finite
+    double grad_norm; // the gradients' global norm as recorded; NaN: none or not finite
     // the largest finite amax of the parameters as the step began, before its update (kind
     // 'weight', libampcore's); NaN: none recorded
     double weight_amax;
@@ -122,7 +123,7 @@ typedef struct report_event {
     int64_t id;
     int32_t pid;
     int64_t step, last_step;
-    int32_t layer_id; // -1: none
+    int32_t layer_id;                                  // -1: none
     const char *op, *phase, *kind, *severity, *detail; // NULL: none (kind never)
     int64_t count;                                     // -1: unknown
     double value;                                      // NaN: none
@@ -136,19 +137,19 @@ typedef struct report_event {
 // AMP_TENSOR_STATS of one (pid, layer, op, kind, dtype, target dtype) over the focused steps.
 typedef struct report_stats {
     int32_t pid;
-    int32_t layer_id;                          // -1: none
-    const char *op, *kind, *dtype, *target;    // "" when not recorded
+    int32_t layer_id;                       // -1: none
+    const char *op, *kind, *dtype, *target; // "" when not recorded
     // numel, n_underflow, n_zero and zero_*: of gradients, those of the steps whose update was
     // applied (a step the GradScaler skipped threw its gradients away)
-    int64_t tensors, numel;                    // rows, and their elements summed
-    double amax;                               // largest amax; NaN: no finite value
+    int64_t tensors, numel; // rows, and their elements summed
+    double amax;            // largest amax; NaN: no finite value
     int64_t first_step, last_step;
     int64_t counted_first_step, counted_last_step;        // of the rows numel and n_underflow count
                                                           // (INT64_MAX, INT64_MIN: none)
     int64_t n_overflow, n_underflow, n_zero, n_nonfinite; // summed
-    int64_t zero_tensors, zero_numel;          // tensors (numel > 1) that were all zero
-    int64_t near_max_tensors;                  // tensors with amax >= half the target's max
-    int64_t near_first_step, near_last_step;   // -1: none
+    int64_t zero_tensors, zero_numel;                     // tensors (numel > 1) that were all zero
+    int64_t near_max_tensors;                // tensors with amax >= half the target's max
+    int64_t near_first_step, near_last_step; // -1: none
     // the largest amax of the tensors that had not overflowed (no NaN or +inf; no -inf out of a
     // GEMM), and its first step; NaN, -1: none
     double clean_amax;
@@ -231,9 +232,9 @@ typedef struct report_amax {
 typedef struct report_op {
     int32_t pid, layer_id;                                   // layer -1: none
     const char *op, *phase, *in_dtypes, *out_dtype, *policy; // "" when not recorded
-    int64_t launches;        // rows (sampled steps)
-    double flops, bytes;     // analytic, summed (rows without a model add 0)
-    int64_t host_ns;         // summed end_ns - start_ns
+    int64_t launches;                                        // rows (sampled steps)
+    double flops, bytes;        // analytic, summed (rows without a model add 0)
+    int64_t host_ns;            // summed end_ns - start_ns
     int64_t kernels, kernel_ns; // GPU kernels whose launch fell inside the op (CUDA capture)
     int64_t first_step, last_step;
     // of a 16-bit GEMM's forward rows of REPORT_ODD_GEMM_FLOPS or more whose K or N (the
@@ -247,7 +248,7 @@ typedef struct report_op {
 typedef struct report_kernel {
     const char *name;
     int64_t launches, total_ns;
-    int64_t short_launches;  // shorter than REPORT_LAUNCH_BOUND_NS
+    int64_t short_launches; // shorter than REPORT_LAUNCH_BOUND_NS
     // analytic, from the ops that launched it (shared by duration), over all its launches: when
     // only some steps recorded their ops (the PyTorch bridge's op steps), what those launches did
     // scaled by total_ns / attributed_ns; 0: none
@@ -268,12 +269,12 @@ typedef struct report_kernel {
 
 // The card's ceilings: TARGET_INFO_GPU where it has them, else the default table (report_perf.c).
 typedef struct report_gpu {
-    const char *name;              // NULL: no TARGET_INFO_GPU row
-    double peak_flops;             // fp16/bf16 dense Tensor Core FLOP/s
-    double peak_flops_fp32;        // fp32 (no Tensor Cores) FLOP/s
-    double bandwidth;              // DRAM bytes/s
+    const char *name;                     // NULL: no TARGET_INFO_GPU row
+    double peak_flops;                    // fp16/bf16 dense Tensor Core FLOP/s
+    double peak_flops_fp32;               // fp32 (no Tensor Cores) FLOP/s
+    double bandwidth;                     // DRAM bytes/s
     bool peak_assumed, bandwidth_assumed; // from the default table, not measured on this card
-    const char *table_entry;       // the default table's row used
+    const char *table_entry;              // the default table's row used
 } report_gpu;
 
 // What CUDA capture recorded (all zero when the tables are empty: a CPU run).
@@ -281,7 +282,7 @@ typedef struct report_perf {
     report_gpu gpu;
     report_kernel *kernels; // by total_ns, largest first
     size_t n_kernels;
-    int64_t launches, kernel_ns;   // kernels and their summed durations
+    int64_t launches, kernel_ns; // kernels and their summed durations
     // The timeline after the warm-up: kernels that start before the end of their process's step
     // 0 (one-time set-up, library initialisation, the first step's lazy work) are left out of
     // these when step 0 is recorded
@@ -294,13 +295,13 @@ typedef struct report_perf {
     int64_t largest_gap_ns, largest_gap_start_ns;
     int64_t warmup_kernels, warmup_ns; // left out: kernels, first start to the end of step 0
     int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise
-    int64_t short_launches;        // kernels shorter than REPORT_LAUNCH_BOUND_NS
+    int64_t short_launches;            // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType
                             // 2, a stream waiting on an event)
-    int64_t sync_gap_ns;           // of gap_ns: gaps a host synchronisation ended in
-    int64_t attributed_ns;         // kernel time attributed to an AMP_OPS op
-    int64_t counter_samples;       // GPU_METRICS samples in the window
+    int64_t sync_gap_ns;    // of gap_ns: gaps a host synchronisation ended in
+    int64_t attributed_ns;  // kernel time attributed to an AMP_OPS op
+    int64_t counter_samples; // GPU_METRICS samples in the window
 } report_perf;
 
 // A process whose records were cut short (AMP_PROCESSES.status truncated, corrupt, unfinished).
@@ -311,13 +312,13 @@ typedef struct report_cut {
 
 // How the run ended (META, AMP_PROCESSES), for the rule run-end.
 typedef struct report_end {
-    int exit_status;     // the program's (shell convention: 128+N for signal N); -1: not recorded
-    int exit_signal;     // the signal that ended it, 0: it exited; -1: not recorded (older runs)
+    int exit_status;       // the program's (shell convention: 128+N for signal N); -1: not recorded
+    int exit_signal;       // the signal that ended it, 0: it exited; -1: not recorded (older runs)
     amp_run_state capture; // finished, still being recorded, or cut short (amp_store_run_state)
-    int64_t last_step;   // the last step recorded by any process, focus aside; -1: none
+    int64_t last_step;     // the last step recorded by any process, focus aside; -1: none
     int64_t first_error_before; // the first step before the focus (--steps A:B) with an error
                                 // event (a non-finite loss, its producer); -1: none, or no focus
-    bool last_loss_nonfinite; // that step's loss was NaN/inf (in some process)
+    bool last_loss_nonfinite;   // that step's loss was NaN/inf (in some process)
     report_cut *cut;
     size_t n_cut;
     // A run cut short whose spool directory is still beside the database (".NAME.spool-" and six
@@ -426,7 +427,7 @@ typedef struct report_model {
     // producer of its own
     const char *bridge;
     report_end end; // how the program and the capture ended, whatever the focus
-} report_model; // every string is owned by the model (report_model_free)
+} report_model;     // every string is owned by the model (report_model_free)
 
 // Loads the model of the steps lo..hi (inclusive) from db (opened by amp_store_open_readonly).
 // AMP_ERR_IO with one line naming path in err (control characters shown as '?') when a SELECT
@@ -480,7 +481,7 @@ bool report_diverged_before(const report_model *m, int32_t pid, int64_t at, repo
 typedef struct report_weights {
     int64_t first_step, last_step;
     double first, last;
-    double growth, from, to; // growth NaN: none
+    double growth, from, to;    // growth NaN: none
     int64_t from_step, updates; // updates: applied from from_step to last_step (not skipped)
     const char *param;
 } report_weights;
@@ -544,8 +545,8 @@ void report_gpu_defaults(const char *name, report_gpu *g);
 // GEMM-class ops (autocast's lower_precision_fp list: Tensor Core work) and dtype casts, as C
 // string lists.
 #define REPORT_GEMM_OPS                                                                            \
-    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "conv1d", "conv2d",  \
-        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",     \
+    "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "conv1d", "conv2d",   \
+        "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "_convolution",      \
         "convolution", "scaled_dot_product_attention"
 #define REPORT_CAST_OPS "to", "_to_copy", "to_copy", "type_as"
 
@@ -627,14 +628,14 @@ double report_median(double *v, size_t n);
 typedef struct report_finding {
     const char *rule;
     amp_severity severity;
-    int64_t first_step, last_step; // -1: not tied to steps
+    int64_t first_step, last_step;       // -1: not tied to steps
     char layer[160], op[160], phase[16]; // "" when none; a longer name cut, ending in "…"
-    char title[512];    // what happened, one line
-    char detail[1024];  // the evidence in words (input ranges, the worst layers, ...)
-    char advice[1024];  // what to change
-    int processes;      // how many processes showed it (data-parallel ranks: one finding)
-    bool leads;         // first among its severity, whatever its step (how a run died)
-    int32_t pid;        // the process it is of (the first one's when merged); 0: run-wide
+    char title[512];                     // what happened, one line
+    char detail[1024]; // the evidence in words (input ranges, the worst layers, ...)
+    char advice[1024]; // what to change
+    int processes;     // how many processes showed it (data-parallel ranks: one finding)
+    bool leads;        // first among its severity, whatever its step (how a run died)
+    int32_t pid;       // the process it is of (the first one's when merged); 0: run-wide
     // a share of many ops' time: its layer and op (and the title's) name the largest of them,
     // which two runs of the same program may pick differently (ampprobe diff matches it on its
     // rule, severity and the title's words before the names)
@@ -680,16 +681,16 @@ typedef struct report_rule {
     void (*run)(const report_model *m, report_findings *out);
 } report_rule;
 
-void rule_nonfinite_run(const report_model *m, report_findings *out); // rule_nonfinite.c
+void rule_nonfinite_run(const report_model *m, report_findings *out);  // rule_nonfinite.c
 void rule_divergence_run(const report_model *m, report_findings *out); // rule_divergence.c
-void rule_scale_run(const report_model *m, report_findings *out);     // rule_scale.c
-void rule_overflow_run(const report_model *m, report_findings *out);  // rule_overflow.c
-void rule_underflow_run(const report_model *m, report_findings *out); // rule_underflow.c
-void rule_precision_run(const report_model *m, report_findings *out); // rule_precision.c
-void rule_roofline_run(const report_model *m, report_findings *out);  // rule_roofline.c
-void rule_gpu_idle_run(const report_model *m, report_findings *out);  // rule_gpu_idle.c
-void rule_copies_run(const report_model *m, report_findings *out);    // rule_copies.c
-void rule_sync_run(const report_model *m, report_findings *out);      // rule_sync.c
+void rule_scale_run(const report_model *m, report_findings *out);      // rule_scale.c
+void rule_overflow_run(const report_model *m, report_findings *out);   // rule_overflow.c
+void rule_underflow_run(const report_model *m, report_findings *out);  // rule_underflow.c
+void rule_precision_run(const report_model *m, report_findings *out);  // rule_precision.c
+void rule_roofline_run(const report_model *m, report_findings *out);   // rule_roofline.c
+void rule_gpu_idle_run(const report_model *m, report_findings *out);   // rule_gpu_idle.c
+void rule_copies_run(const report_model *m, report_findings *out);     // rule_copies.c
+void rule_sync_run(const report_model *m, report_findings *out);       // rule_sync.c
 void rule_amp_payoff_run(const report_model *m, report_findings *out); // rule_amp_payoff.c
 void rule_run_end_run(const report_model *m, report_findings *out);    // rule_run_end.c
 void rule_events_run(const report_model *m, report_findings *out);     // rule_events.c
@@ -788,9 +789,9 @@ typedef struct report_run_figures {
     char program[64];               // what ran (report_program_of META command); "": unknown
     bool autocast;                  // any op ran under autocast
     int64_t steps, skipped;         // of all its processes
-    double step_ms;       // median step time; NaN: no times
-    double throughput;    // steps per second (1000 / step_ms)
-    double peak_mem;      // tensor bytes held at most (AMP_STEPS); NaN: not known
+    double step_ms;                 // median step time; NaN: no times
+    double throughput;              // steps per second (1000 / step_ms)
+    double peak_mem;                // tensor bytes held at most (AMP_STEPS); NaN: not known
     size_t errors, warnings;
     size_t processes; // processes with steps
     // The losses, of one process (a run of several trains as many models): its pid (0: no

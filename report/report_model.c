@@ -104,7 +104,8 @@ static const struct {
     const char *key;
     size_t at; // offsetof(report_model, the field)
 } meta_keys[] = {
-#define META_KEY(key, field) {key, offsetof(report_model, field)}
+#define META_KEY(key, field)                                                                       \
+    { key, offsetof(report_model, field) }
     META_KEY("device", device),
     META_KEY("command", command),
     META_KEY("precision", precision),
@@ -1029,8 +1030,8 @@ static bool load_stats(sqlite3 *db, report_model *m, char *err) {
     if (!prepare(db, m->path, sql_stats, m, &q, err)) return false;
     report_stats *last = NULL; // rows of one step come layer by layer: often the same group
     bool act = false, grad = false, weight = false; // last's kind: activation, a gradient, weight
-    double max = NAN;               // report_dtype_max(last->target)
-    char *scratch[4] = {0};         // the key's strings that held style marks (report_clean)
+    double max = NAN;                               // report_dtype_max(last->target)
+    char *scratch[4] = {0}; // the key's strings that held style marks (report_clean)
     int rc;
     for (int64_t row = 0; (rc = sqlite3_step(q)) == SQLITE_ROW; row++) {
         const bool no_layer = sqlite3_column_type(q, 1) == SQLITE_NULL;
@@ -1161,7 +1162,8 @@ amp_status report_model_load(sqlite3 *db, const char *path, int64_t lo, int64_t 
 }
 
 void report_model_free(report_model *m) {
-    for (size_t i = 0; i < m->n_layers; i++) free((char *)m->layers[i].name);
+    for (size_t i = 0; i < m->n_layers; i++)
+        free((char *)m->layers[i].name);
     for (size_t i = 0; i < m->n_procs; i++)
         free((char *)m->procs[i].name);
     free(m->procs);

@@ -162,8 +162,8 @@ static uint64_t id_hash(const void *arr, size_t i) {
 
 // The kernel-name index of a shortName id, adding an entry (named later) when new.
 static int32_t kernel_of(report_perf *p, kernel_ids *t, int64_t id, size_t *cap) {
-    size_t *slot = report_index_slot(&t->index, p->n_kernels, report_mix((uint64_t)id), t->ids,
-                                     &id, same_id, id_hash);
+    size_t *slot = report_index_slot(&t->index, p->n_kernels, report_mix((uint64_t)id), t->ids, &id,
+                                     same_id, id_hash);
     if (*slot) return (int32_t)(*slot - 1);
     AMP_GROW(p->kernels, p->n_kernels, *cap);
     AMP_GROW(t->ids, p->n_kernels, t->cap);

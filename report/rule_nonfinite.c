@@ -53,8 +53,8 @@ void report_parse_ranges(const char *detail, report_ranges *r) {
         double amax = am ? strtod(am + strlen(REPORT_DETAIL_AMAX), NULL) : NAN;
         long long n_nan = 0, n_pos = 0, n_neg = 0;
         const char *paren = strrchr(buf, '(');
-        bool counts = paren && sscanf(paren, "(%lld nan, %lld +inf, %lld -inf)", &n_nan, &n_pos,
-                                      &n_neg) == 3;
+        bool counts =
+            paren && sscanf(paren, "(%lld nan, %lld +inf, %lld -inf)", &n_nan, &n_pos, &n_neg) == 3;
         const long long most = 1LL
                                << 52; // (a damaged detail's counts: held so sums cannot overflow)
         n_nan = n_nan < 0 ? 0 : n_nan > most ? most : n_nan;
@@ -80,15 +80,20 @@ void report_parse_ranges(const char *detail, report_ranges *r) {
         }
         if (!end) break;
         seg = end + 1;
-        while (*seg == ' ') seg++;
+        while (*seg == ' ')
+            seg++;
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Which events belong together
 
-static bool is(const report_event *e, const char *kind) { return strcmp(e->kind, kind) == 0; }
-static bool is_fwd(const report_event *e) { return e->phase && strcmp(e->phase, "fwd") == 0; }
+static bool is(const report_event *e, const char *kind) {
+    return strcmp(e->kind, kind) == 0;
+}
+static bool is_fwd(const report_event *e) {
+    return e->phase && strcmp(e->phase, "fwd") == 0;
+}
 static bool same_site(const report_event *a, const report_event *b) {
     return report_event_cmp_place(a, b, true) == 0;
 }
@@ -249,8 +254,8 @@ static bool op_in(const char *op, const char *const *list) {
     return false;
 }
 
-static const char *const gemm_ops[] = {"matmul", "linear", "mm", "bmm", "addmm", "baddbmm",
-                                       "mul", "conv2d", "conv1d", "einsum", NULL};
+static const char *const gemm_ops[] = {"matmul", "linear", "mm",     "bmm",    "addmm", "baddbmm",
+                                       "mul",    "conv2d", "conv1d", "einsum", NULL};
 // ops that normalise over a row: one whose every position is masked (-inf) gives NaN
 static const char *const softmax_ops[] = {"softmax",
                                           "log_softmax",
@@ -269,8 +274,8 @@ static const char *const sum_ops[] = {"add", "sub", "sum", "cumsum", NULL};
 static const char *const exp_ops[] = {"exp", "exp2", "expm1", NULL};
 // spreads estimated with a correction (unbiased: divided by n - 1): NaN over n = 1 value
 static const char *const spread_ops[] = {"std", "var", "std_mean", "var_mean", NULL};
-static const char *const zero_ops[] = {"log", "log2", "log10", "log1p", "div", "reciprocal",
-                                       "rsqrt", "sqrt", "pow", NULL};
+static const char *const zero_ops[] = {"log",        "log2",  "log10", "log1p", "div",
+                                       "reciprocal", "rsqrt", "sqrt",  "pow",   NULL};
 // elementwise ops whose result outgrows their input's: past 65504 from finite fp16 inputs
 static const char *const growth_ops[] = {"exp", "exp2",       "expm1", "pow",  "square",
                                          "div", "reciprocal", "sinh",  "cosh", NULL};
@@ -675,7 +680,8 @@ static void tell_weights_grew(report_finding *f, const report_weights *w) {
 static int detail_len(const report_event *e) {
     if (!e->detail) return 0;
     int n = (int)strlen(e->detail);
-    while (n > 0 && (e->detail[n - 1] == ' ' || e->detail[n - 1] == ';')) n--;
+    while (n > 0 && (e->detail[n - 1] == ' ' || e->detail[n - 1] == ';'))
+        n--;
     return n;
 }
 
@@ -874,9 +880,8 @@ static void add_backward(const report_model *m, const events_index *x, const rep
     bool left = cause == BWD_LEFT_OUT, singular = cause == BWD_SINGULAR, pole = cause == BWD_POLE;
     // the PyTorch bridge without a GradScaler saw it when the step was recorded, a step late
     bool late = e->detail && strstr(e->detail, REPORT_DETAIL_LATE);
-    report_finding *f = report_finding_add(out, RULE,
-                                           exploding || cause != BWD_MAGNITUDE ? AMP_SEVERITY_ERROR
-                                                                               : AMP_SEVERITY_INFO);
+    report_finding *f = report_finding_add(
+        out, RULE, exploding || cause != BWD_MAGNITUDE ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO);
     where(f, m, e);
     int64_t occ = site_span(m, x, e, &f->first_step, &f->last_step);
     // where: the module, or (the PyTorch bridge, traced per module) the code that reads the

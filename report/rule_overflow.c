@@ -58,8 +58,8 @@ static bool at_risk(const report_stats *s, bool fp32, amp_severity *sev) {
 // What the op that left an overflow out of its output made of it (of them: several values).
 static const char *absorbed_how(const char *op, bool them) {
     static const char *const zero[] = {"rsqrt", "reciprocal", "div", "exp", "exp2"};
-    static const char *const clip[] = {"tanh",    "sigmoid", "clamp",   "clamp_min", "clamp_max",
-                                       "minimum", "maximum", "hardtanh", "min",      "max"};
+    static const char *const clip[] = {"tanh",    "sigmoid", "clamp",    "clamp_min", "clamp_max",
+                                       "minimum", "maximum", "hardtanh", "min",       "max"};
     for (size_t i = 0; i < sizeof zero / sizeof *zero; i++)
         if (strcmp(op, zero[i]) == 0) return them ? "turned them into 0" : "turned it into 0";
     for (size_t i = 0; i < sizeof clip / sizeof *clip; i++)
@@ -128,8 +128,8 @@ static void absorbed_findings(const report_model *m, report_findings *out) {
                  "(past %s's max %g) and %s %s before anything non-finite reached the loss: no "
                  "GradScaler skip and no NaN check sees it, while every value computed from "
                  "them is wrong%s.%s",
-                 (long long)(r.posinf + r.neginf), where, op, fp, report_dtype_max(dtype),
-                 absorber, absorbed_how(absorber, true),
+                 (long long)(r.posinf + r.neginf), where, op, fp, report_dtype_max(dtype), absorber,
+                 absorbed_how(absorber, true),
                  strcmp(absorber, "rsqrt") == 0 ? " (a row normalised by rsqrt(inf) is zeros)" : "",
                  step_broke(m, e->pid, e->step)
                      ? ""

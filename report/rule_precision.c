@@ -160,14 +160,15 @@ static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
                  "fp32 GEMMs (%s): %s. They are %.3g of %.3g GEMM FLOPs and %.0f%% of the %s.",
                  basis, list, fp32.flops, gemm_flops, total > 0 ? 100 * fp32.time / total : 0.0,
                  basis);
-        snprintf(f->advice, sizeof f->advice,
-                 "Let autocast run them in %s: remove the autocast-disabled region "
-                 "(torch.autocast(..., enabled=False); amp_autocast_begin(ctx, false, ...) here) or "
-                 "the .float() casts around them. If they were kept "
-                 "in fp32 for range (attention logits beyond 65504), scale the inputs instead "
-                 "(1/sqrt(d_head)) or autocast to bf16, which has fp32's range and the same "
-                 "Tensor Core rate.",
-                 dt);
+        snprintf(
+            f->advice, sizeof f->advice,
+            "Let autocast run them in %s: remove the autocast-disabled region "
+            "(torch.autocast(..., enabled=False); amp_autocast_begin(ctx, false, ...) here) or "
+            "the .float() casts around them. If they were kept "
+            "in fp32 for range (attention logits beyond 65504), scale the inputs instead "
+            "(1/sqrt(d_head)) or autocast to bf16, which has fp32's range and the same "
+            "Tensor Core rate.",
+            dt);
         report_finding_evidence(f, "fp32_gemm_flops", fp32.flops);
         report_finding_evidence(f, "gemm_flops", gemm_flops);
         report_finding_evidence(f, "flops_share", share);
@@ -278,12 +279,11 @@ static void odd_gemms(const report_model *m, int32_t pid, report_findings *out) 
         const report_op *best = largest(m, pid, used, round, odd_gemm, odd_flops);
         if (!best) break;
         used[round] = best;
-        int w = snprintf(list + k, sizeof list - k, "%s%s %s K=%lld N=%lld (%.0f%%)",
-                         round ? "; " : "",
-                         report_layer_words(cut, sizeof cut, report_layer_name(m, pid,
-                                                                               best->layer_id)),
-                         best->op, (long long)best->odd_k, (long long)best->odd_n,
-                         100 * best->odd_flops / flops16);
+        int w =
+            snprintf(list + k, sizeof list - k, "%s%s %s K=%lld N=%lld (%.0f%%)", round ? "; " : "",
+                     report_layer_words(cut, sizeof cut, report_layer_name(m, pid, best->layer_id)),
+                     best->op, (long long)best->odd_k, (long long)best->odd_n,
+                     100 * best->odd_flops / flops16);
         if (w < 0 || (size_t)w >= sizeof list - k) break;
         k += (size_t)w;
     }

@@ -9,9 +9,9 @@
  * of the samples it ran in; without analytic FLOPs it is then placed by which of its two
  * ceilings it came closer to: DRAM bandwidth or the tensor pipe's busy time (when it came within
  * 10% of either). A kernel with
- * neither is classed by its name (gemm/nvjet/xmma/cutlass/conv: compute) and says so. The ceilings are those `ampprobe
- * calibrate` measured, else TARGET_INFO_GPU's bandwidth and the default table, marked as an
- * assumption. One info finding sums it up; a layer that holds
+ * neither is classed by its name (gemm/nvjet/xmma/cutlass/conv: compute) and says so. The ceilings
+ * are those `ampprobe calibrate` measured, else TARGET_INFO_GPU's bandwidth and the default table,
+ * marked as an assumption. One info finding sums it up; a layer that holds
  * >= 20% of the GPU time at < 10% of its roof is a warning.
  */
 #include "report.h"
@@ -156,28 +156,28 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
             if (c > 0) k += (size_t)c;
         }
         if (!isnan(pl.efficiency) && k < sizeof f->detail) {
-            c = isnan(pl.ai) ? snprintf(f->detail + k, sizeof f->detail - k,
-                                        " at %.0f%% of the nearer roof", 100 * pl.efficiency)
-                             : snprintf(f->detail + k, sizeof f->detail - k,
-                                        " at %.0f%% of the roof (AI %.3g)", 100 * pl.efficiency,
-                                        pl.ai);
+            c = isnan(pl.ai)
+                    ? snprintf(f->detail + k, sizeof f->detail - k, " at %.0f%% of the nearer roof",
+                               100 * pl.efficiency)
+                    : snprintf(f->detail + k, sizeof f->detail - k,
+                               " at %.0f%% of the roof (AI %.3g)", 100 * pl.efficiency, pl.ai);
             if (c > 0) k += (size_t)c;
         }
     }
     if (k < sizeof f->detail) {
-        int c = snprintf(f->detail + k, sizeof f->detail - k,
-                         ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
-                         g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
-                         g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
-                         g->peak_assumed && !g->bandwidth_assumed
-                             ? "; bandwidth from TARGET_INFO_GPU"
-                             : "");
+        int c = snprintf(
+            f->detail + k, sizeof f->detail - k,
+            ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
+            g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
+            g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
+            g->peak_assumed && !g->bandwidth_assumed ? "; bandwidth from TARGET_INFO_GPU" : "");
         if (c > 0) k += (size_t)c;
     }
     if (k < sizeof f->detail && p->counter_samples == 0 && m->counters_reason)
         snprintf(f->detail + k, sizeof f->detail - k,
                  " Hardware counters were asked for but not recorded (%s): analytic figures "
-                 "only.", m->counters_reason);
+                 "only.",
+                 m->counters_reason);
     snprintf(f->advice, sizeof f->advice,
              "Compute-bound kernels gain from fp16/bf16 Tensor Cores; memory-bound ones from "
              "fewer bytes (fp16/bf16 activations, fused elementwise ops: torch.compile); "

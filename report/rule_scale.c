@@ -30,9 +30,9 @@
 #include <string.h>
 
 #define RULE "loss-scale"
-#define COLLAPSE_BACKOFFS 5  // consecutive backoffs that make a collapse
-#define THRASH_CYCLES 3      // growth->backoff cycles that make a sawtooth
-#define SKIP_RATE_WARN 0.05  // share of steps skipped (after calibration) worth a warning
+#define COLLAPSE_BACKOFFS 5 // consecutive backoffs that make a collapse
+#define THRASH_CYCLES 3     // growth->backoff cycles that make a sawtooth
+#define SKIP_RATE_WARN 0.05 // share of steps skipped (after calibration) worth a warning
 #define STUCK_LOW_SCALE 128.0
 #define STUCK_LOW_HEADROOM_BITS 8.0
 #define LOSS_JUMP 10.0 // the loss at a collapse's first step against the steps before it
@@ -56,8 +56,8 @@ typedef struct scale_run {
     // the scales they ran at
     int64_t first_later_skip, last_later_skip;
     double skip_scale_min, skip_scale_max;
-    double calib_to;                       // the scale the initial calibration came down to
-    bool grad_stats;    // gradient statistics were recorded (of an applied step or not)
+    double calib_to; // the scale the initial calibration came down to
+    bool grad_stats; // gradient statistics were recorded (of an applied step or not)
 } scale_run;
 
 // The scale updates of one process, from index *i on; *i ends past them. Skips count as the
@@ -81,7 +81,8 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
     bool grew_since_backoff = false;
     size_t start = *i;
     size_t end = start;
-    while (end < m->n_steps && m->steps[end].pid == r->pid) end++;
+    while (end < m->n_steps && m->steps[end].pid == r->pid)
+        end++;
     int64_t n_scaled = 0;
     double calib_end = NAN; // the scale the initial calibration came down to
     for (size_t k = start; k < end; k++) {
@@ -123,7 +124,7 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
                     r->skip_scale_max = s->scale_before;
             }
         }
-        bool backoff = s->scale_after < s->scale_before, growth = s->scale_after > s->scale_before;
+        bool backoff = s->scale_after<s->scale_before, growth = s->scale_after> s->scale_before;
         if (run > 0 && s->found_inf && s->scale_before == 0 && s->scale_after == 0) {
             run_zeros++; // the collapse goes on at 0
             if (r->collapse_first == run_first) {
@@ -639,8 +640,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             reported = true;
         }
         double headroom_bits = isnan(u) ? NAN : log2(REPORT_SCALE_TARGET / (u * r.scale_last));
-        bool room = isnan(headroom_bits) ? r.scale_last <= 1.0
-                                         : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
+        bool room =
+            isnan(headroom_bits) ? r.scale_last <= 1.0 : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
         // a run shorter than the growth interval gave the scale no chance to grow: a low
         // init_scale, an info (rule grad-underflow judges what the gradients lost)
         const long long interval = proc ? proc->growth_interval : -1;
@@ -692,7 +693,8 @@ void rule_scale_run(const report_model *m, report_findings *out) {
             f->last_step = r.last_skip;
             snprintf(f->title, sizeof f->title, "%lld of %lld steps skipped by the GradScaler",
                      (long long)r.skipped, (long long)r.n);
-            snprintf(f->detail, sizeof f->detail, "Scale between %.9g and %.9g, %lld during the "
+            snprintf(f->detail, sizeof f->detail,
+                     "Scale between %.9g and %.9g, %lld during the "
                      "initial calibration.",
                      r.scale_min, r.scale_max, (long long)r.calib_skipped);
             if (r.calib_skipped >= COLLAPSE_BACKOFFS)

@@ -42,7 +42,7 @@
 #define LOST_SHARE_NOTE 0.05 // a layer losing this share is named (info)
 #define LOST_SHARE_WARN 0.20 // a layer's weight gradients losing this share make it a warning
 #define ADAM_EPS 1e-8        // torch.optim.Adam's default eps: gradients below it do not train
-#define LIST_MAX 6 // layers named in the detail
+#define LIST_MAX 6           // layers named in the detail
 
 typedef struct layer_loss {
     int32_t pid, layer_id;
@@ -231,7 +231,8 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         lost += l_lost;
     }
     size_t affected = 0;
-    for (size_t k = 0; k < n; k++) affected += (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel && v[k].lost > 0;
+    for (size_t k = 0; k < n; k++)
+        affected += (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel && v[k].lost > 0;
     double u = model_grad_amax(m, model);
     // (an fp16 or bf16 run that lost gradients gets the finding below, whose advice says it too)
     if (vanishing(u) && (affected == 0 || !lowp_grads)) vanishing_finding(m, model, u, out);
@@ -257,7 +258,8 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         worst_weights ? (double)worst_weights->weight_lost / (double)worst_weights->weight_numel
                       : NAN;
     bool warn = lowp_grads && (worst_weights ? weight_share : worst_share) >= LOST_SHARE_WARN;
-    report_finding *f = report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    report_finding *f =
+        report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
     report_finding_where(f, report_layer_name(m, worst->pid, worst->layer_id), NULL, "bwd");
     char cut[84];        // a layer's name in the title
     f->pid = worst->pid; // one process's, unless a layer of another one is affected too
@@ -280,11 +282,11 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         const layer_loss *l = &v[k];
         if ((double)l->lost < LOST_SHARE_NOTE * (double)l->numel) break;
         const char *name = report_layer_name(m, l->pid, l->layer_id);
-        int c = snprintf(f->detail + w, sizeof f->detail - w, "%s %s %.1f%% (%lld of %lld%s)",
-                         k ? ";" : "", name ? name : "(top level)",
-                         100.0 * (double)l->lost / (double)l->numel, (long long)l->lost,
-                         (long long)l->numel,
-                         l->zero_tensors ? ", all-zero gradients included" : "");
+        int c =
+            snprintf(f->detail + w, sizeof f->detail - w, "%s %s %.1f%% (%lld of %lld%s)",
+                     k ? ";" : "", name ? name : "(top level)",
+                     100.0 * (double)l->lost / (double)l->numel, (long long)l->lost,
+                     (long long)l->numel, l->zero_tensors ? ", all-zero gradients included" : "");
         if (c > 0) w += (size_t)c;
     }
     if (w < sizeof f->detail) {

@@ -68,9 +68,8 @@ void rule_updates_run(const report_model *m, report_findings *out) {
         const report_stats *s = &m->stats[i];
         if (strcmp(s->kind, "weight_update") != 0 || s->numel <= 0 || s->n_zero < 0) continue;
         AMP_GROW(v, n, cap);
-        v[n] = (param){.s = s,
-                       .share = (double)s->n_zero / (double)s->numel,
-                       .size = param_size(m, s)};
+        v[n] = (param){
+            .s = s, .share = (double)s->n_zero / (double)s->numel, .size = param_size(m, s)};
         lost += v[n].share * v[n].size;
         total += v[n].size;
         n++;

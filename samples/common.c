@@ -28,8 +28,8 @@
 // ---------------------------------------------------------------------------------------------
 // The fault catalogue
 
-#define THRASH_GROWTH 4        // --fault scale-thrash: x4 after every clean step ...
-#define THRASH_BACKOFF 0.125  // ... and /8 on overflow
+#define THRASH_GROWTH 4                   // --fault scale-thrash: x4 after every clean step ...
+#define THRASH_BACKOFF 0.125              // ... and /8 on overflow
 #define UNDERFLOW_GROWTH_INTERVAL 1000000 // --fault grad-underflow: the scale never grows
 
 typedef struct fault_info {
@@ -40,6 +40,7 @@ typedef struct fault_info {
     const char *help;
 } fault_info;
 
+// clang-format off
 static const fault_info faults[] = {
     {"attn-overflow", SAMPLE_FAULT_ATTN_OVERFLOW, SAMPLE_ATTN_OVERFLOW_STEP, false,
      "(tiny_gpt only) From step " STR(SAMPLE_ATTN_OVERFLOW_STEP) " on, the attention of blocks.1\n"
@@ -49,9 +50,9 @@ static const fault_info faults[] = {
      "the GradScaler\nskips every step from then on while the scale halves. fp32 and bf16 (fp32's "
      "exponent\nrange) stay finite."},
     {"grad-underflow", SAMPLE_FAULT_GRAD_UNDERFLOW, 0, false,
-     "The loss is multiplied by " STR(SAMPLE_UNDERFLOW_FACTOR) " before backward (a mis-normalised "
-     "loss) and the\nGradScaler starts at scale 1 with growth interval " STR(UNDERFLOW_GROWTH_INTERVAL)
-     ", so it cannot compensate.\nEvery logit gradient is then at most 1e-8, under half of fp16's "
+     "The loss is multiplied by " STR(SAMPLE_UNDERFLOW_FACTOR) " before backward (a "
+     "mis-normalised loss) and the\nGradScaler starts at scale 1 with growth interval "
+     STR(UNDERFLOW_GROWTH_INTERVAL) ", so it cannot compensate.\nEvery logit gradient is then at most 1e-8, under half of fp16's "
      "smallest subnormal (2^-24),\nso the fp16 backward rounds it to exactly 0: all weight "
      "gradients vanish, nothing is inf,\nno step is skipped and the loss stops falling. fp32 and "
      "bf16 (fp32's range) keep the tiny\ngradients (about 1e-10, non-zero), though they are far "
@@ -59,8 +60,8 @@ static const fault_info faults[] = {
      "gradients back into range and fp16 then\nmatches fp32. The printed loss is the one before "
      "the factor."},
     {"nan-input", SAMPLE_FAULT_NAN_INPUT, SAMPLE_NAN_INPUT_STEP, true,
-     "At step " STR(SAMPLE_NAN_INPUT_STEP) " element 0 of the input batch is NaN (mlp: feature 0 of "
-     "example 0; simple_cnn:\npixel (0, 0) of channel 0 of image 0; tiny_gpt, whose tokens are "
+     "At step " STR(SAMPLE_NAN_INPUT_STEP) " element 0 of the input batch is NaN (mlp: feature 0 "
+     "of example 0; simple_cnn:\npixel (0, 0) of channel 0 of image 0; tiny_gpt, whose tokens are "
      "integers: element [0, 0, 0]\nof the embedding sum wte[x] + wpe, where floats first enter). "
      "The loss of that step is NaN.\nfp16: the GradScaler finds NaN gradients and skips that one "
      "step; training goes on.\nfp32/bf16: no GradScaler, so the NaN gradients reach the "
@@ -80,6 +81,7 @@ static const fault_info faults[] = {
      "with many skipped steps. fp16 only:\nin fp32/bf16 the GradScaler is disabled and training is "
      "healthy."},
 };
+// clang-format on
 #define N_FAULTS ((int)(sizeof faults / sizeof faults[0]))
 
 static const fault_info *fault_of(sample_fault f) {
@@ -182,8 +184,10 @@ static void print_help(const sample_spec *spec) {
            "                           bf16: autocast to bf16, GradScaler disabled (PyTorch\n"
            "                           practice) (default fp16)\n");
     printf("  --steps N                optimizer steps (default %lld)\n", (long long)spec->steps);
-    printf("  --batch N                examples per batch (default %lld)\n", (long long)spec->batch);
-    printf("  --seed N                 seeds the synthetic data and the initialisation (default 1)\n");
+    printf("  --batch N                examples per batch (default %lld)\n",
+           (long long)spec->batch);
+    printf(
+        "  --seed N                 seeds the synthetic data and the initialisation (default 1)\n");
     printf("  --lr X                   learning rate (default %g for adam/adamw, %g for sgd)\n",
            spec->lr_adam, spec->lr_sgd);
     printf("  --optimizer sgd|adam|adamw\n"
@@ -240,13 +244,16 @@ static const sample_int_flag *shape_flag(const sample_spec *spec, const char *na
 }
 
 // One "--flag value" (or "--flag=value"); value is NULL when missing. Returns SAMPLE_CONTINUE or 2.
-static int parse_flag(const sample_spec *spec, const char *flag, const char *value, sample_opts *o) {
+static int parse_flag(const sample_spec *spec, const char *flag, const char *value,
+                      sample_opts *o) {
     int64_t n;
     if (strcmp(flag, "--device") == 0) {
-        if (!value || !amp_device_parse(value, &o->device)) return bad_value(o, flag, "cpu or cuda", value);
+        if (!value || !amp_device_parse(value, &o->device))
+            return bad_value(o, flag, "cpu or cuda", value);
     } else if (strcmp(flag, "--precision") == 0) {
         size_t i = 0, np = sizeof precisions / sizeof precisions[0];
-        while (i < np && !(value && strcmp(value, precisions[i].name) == 0)) i++;
+        while (i < np && !(value && strcmp(value, precisions[i].name) == 0))
+            i++;
         if (i == np) return bad_value(o, flag, "fp32, fp16 or bf16", value);
         o->precision = precisions[i].dtype;
     } else if (strcmp(flag, "--steps") == 0) {
@@ -272,11 +279,15 @@ static int parse_flag(const sample_spec *spec, const char *flag, const char *val
         o->growth_interval = (int)n;
     } else if (strcmp(flag, "--fault") == 0) {
         int i = 0;
-        while (i < N_FAULTS && !(value && strcmp(value, faults[i].name) == 0)) i++;
+        while (i < N_FAULTS && !(value && strcmp(value, faults[i].name) == 0))
+            i++;
         if (i == N_FAULTS)
-            return bad_value(o, flag, "attn-overflow, grad-underflow, nan-input, log-zero or scale-thrash", value);
+            return bad_value(o, flag,
+                             "attn-overflow, grad-underflow, nan-input, log-zero or scale-thrash",
+                             value);
         if (faults[i].fault == SAMPLE_FAULT_ATTN_OVERFLOW && !spec->has_attention)
-            return sample_usage_error(o, flag, "attn-overflow needs attention layers; only tiny_gpt has them");
+            return sample_usage_error(
+                o, flag, "attn-overflow needs attention layers; only tiny_gpt has them");
         o->fault = faults[i].fault;
     } else if (strcmp(flag, "--save") == 0) {
         if (!value || !*value) return bad_value(o, flag, "a file path", value);
@@ -357,7 +368,8 @@ amp_ctx_t *sample_ctx_new(const sample_opts *o) {
     amp_ctx_t *ctx = NULL;
     amp_status s = amp_ctx_new(o->device, o->seed, &ctx);
     if (s != AMP_OK) {
-        fprintf(stderr, "%s: %s\n", o->prog, *amp_last_error() ? amp_last_error() : amp_status_str(s));
+        fprintf(stderr, "%s: %s\n", o->prog,
+                *amp_last_error() ? amp_last_error() : amp_status_str(s));
         return NULL;
     }
     return ctx;
@@ -375,7 +387,9 @@ int64_t sample_mul(int64_t a, int64_t b) {
     return a * b;
 }
 
-int64_t sample_add(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }
+int64_t sample_add(int64_t a, int64_t b) {
+    return b > INT64_MAX - a ? INT64_MAX : a + b;
+}
 
 // State tensors per parameter that the optimizer makes with it: Adam's and AdamW's exp_avg and
 // exp_avg_sq, SGD's momentum buffer (the samples always use momentum 0.9).
@@ -410,7 +424,8 @@ static const char *human_bytes(int64_t bytes, char *buf, size_t n) {
     static const char *const units[] = {"bytes", "kB", "MB", "GB", "TB", "PB", "EB"};
     double v = (double)bytes;
     int u = 0;
-    while (v >= 1000 && u < 6) v /= 1000, u++;
+    while (v >= 1000 && u < 6)
+        v /= 1000, u++;
     snprintf(buf, n, "%s%.3g %s", bytes == INT64_MAX ? "over " : "", v, units[u]);
     return buf;
 }
@@ -464,7 +479,9 @@ int32_t sample_rng_below(sample_rng *r, int32_t n) {
     return (int32_t)((sample_rng_next(r) >> 33) % (uint64_t)n);
 }
 
-float sample_rng_uniform(sample_rng *r) { return (float)(sample_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
+float sample_rng_uniform(sample_rng *r) {
+    return (float)(sample_rng_next(r) >> 40) * (1.0f / 16777216.0f);
+}
 
 float sample_rng_normal(sample_rng *r) { // Box-Muller
     double u1 = ((double)(sample_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
@@ -500,7 +517,8 @@ amp_tensor_t *sample_param(sample_params *ps, amp_ctx_t *ctx, const char *name, 
 }
 
 void sample_params_free(sample_params *ps) {
-    for (int i = 0; i < ps->n; i++) amp_tensor_free(ps->t[i]);
+    for (int i = 0; i < ps->n; i++)
+        amp_tensor_free(ps->t[i]);
     free(ps->t);
     *ps = (sample_params){0};
 }
@@ -534,7 +552,8 @@ amp_tensor_t *sample_linear_forward(amp_ctx_t *ctx, const sample_linear *l, amp_
 // ---------------------------------------------------------------------------------------------
 // The step as the model sees it
 
-const sample_batch *sample_step_batch(const sample_step *s, const sample_batch data[SAMPLE_DATA_BATCHES]) {
+const sample_batch *sample_step_batch(const sample_step *s,
+                                      const sample_batch data[SAMPLE_DATA_BATCHES]) {
     return &data[s->index % SAMPLE_DATA_BATCHES];
 }
 
@@ -564,7 +583,8 @@ amp_tensor_t *sample_input(sample_step *s, amp_tensor_t *x) {
     if (!sample_fault_now(s, SAMPLE_FAULT_NAN_INPUT)) return x;
     int64_t shape[AMP_MAX_DIMS];
     int ndim = amp_tensor_ndim(x);
-    for (int i = 0; i < ndim; i++) shape[i] = amp_tensor_dim(x, i);
+    for (int i = 0; i < ndim; i++)
+        shape[i] = amp_tensor_dim(x, i);
     float *h = host_floats("the NaN input batch", amp_tensor_numel(x));
     amp_tensor_read_f32(x, h);
     h[0] = NAN;
@@ -576,7 +596,8 @@ amp_tensor_t *sample_input(sample_step *s, amp_tensor_t *x) {
 amp_tensor_t *sample_nan_input(sample_step *s, int ndim, const int64_t *shape) {
     if (!sample_fault_now(s, SAMPLE_FAULT_NAN_INPUT)) return NULL;
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n = sample_mul(n, shape[i]);
+    for (int i = 0; i < ndim; i++)
+        n = sample_mul(n, shape[i]);
     float *h = host_floats("the NaN input", n);
     h[0] = NAN;
     amp_tensor_t *t = step_temp(s, ndim, shape, h);
@@ -590,7 +611,8 @@ static amp_tensor_t *one_hot(sample_step *s, amp_tensor_t *target, int64_t class
     int32_t *idx = sample_calloc("the targets", n, sizeof *idx);
     float *h = host_floats("the one-hot targets", sample_mul(n, classes));
     amp_tensor_read(target, idx);
-    for (int64_t i = 0; i < n; i++) h[i * classes + idx[i]] = 1.0f;
+    for (int64_t i = 0; i < n; i++)
+        h[i * classes + idx[i]] = 1.0f;
     amp_tensor_t *t = step_temp(s, 2, (int64_t[]){n, classes}, h);
     free(h);
     free(idx);
@@ -605,10 +627,11 @@ amp_tensor_t *sample_loss(sample_step *s, amp_tensor_t *logits, amp_tensor_t *ta
     // --fault log-zero: a cross-entropy written by hand, without log-sum-exp, and from the fault
     // step on a temperature bug that drives the target probabilities of wrong rows to exactly 0.
     int64_t n = amp_tensor_dim(logits, 0), classes = amp_tensor_dim(logits, 1);
-    if (sample_fault_now(s, SAMPLE_FAULT_LOG_ZERO)) logits = amp_mul_scalar(ctx, logits, SAMPLE_LOG_ZERO_GAIN);
-    amp_tensor_t *p = amp_softmax(ctx, logits, 1);                                   // (N, C) f32
-    amp_tensor_t *hot = one_hot(s, target, classes);                                 // (N, C)
-    amp_tensor_t *cold = amp_add_scalar(ctx, amp_mul_scalar(ctx, hot, -1.0), 1.0);   // 1 - hot
+    if (sample_fault_now(s, SAMPLE_FAULT_LOG_ZERO))
+        logits = amp_mul_scalar(ctx, logits, SAMPLE_LOG_ZERO_GAIN);
+    amp_tensor_t *p = amp_softmax(ctx, logits, 1);                                 // (N, C) f32
+    amp_tensor_t *hot = one_hot(s, target, classes);                               // (N, C)
+    amp_tensor_t *cold = amp_add_scalar(ctx, amp_mul_scalar(ctx, hot, -1.0), 1.0); // 1 - hot
     amp_tensor_t *p_target = amp_add(ctx, amp_mul(ctx, p, hot), cold); // p[target] there, else 1
     return amp_mul_scalar(ctx, amp_sum(ctx, amp_log(ctx, p_target)), -1.0 / (double)n);
 }
@@ -619,7 +642,8 @@ amp_tensor_t *sample_loss(sample_step *s, amp_tensor_t *logits, amp_tensor_t *ta
 // Prints "prog: what: message" for a failed call; true when s is AMP_OK.
 static bool check(const sample_opts *o, const char *what, amp_status s) {
     if (s == AMP_OK) return true;
-    fprintf(stderr, "%s: %s: %s\n", o->prog, what, *amp_last_error() ? amp_last_error() : amp_status_str(s));
+    fprintf(stderr, "%s: %s: %s\n", o->prog, what,
+            *amp_last_error() ? amp_last_error() : amp_status_str(s));
     return false;
 }
 
@@ -651,10 +675,13 @@ static amp_optim_params optim_params(const sample_opts *o) {
 }
 
 // The loss as printed: a NaN prints as "nan" whatever its sign bit.
-static double loss_value(float v) { return isnan(v) ? NAN : (double)v; }
+static double loss_value(float v) {
+    return isnan(v) ? NAN : (double)v;
+}
 
 static void step_free(sample_step *s) {
-    for (int i = 0; i < s->n_temps; i++) amp_tensor_free(s->temps[i]);
+    for (int i = 0; i < s->n_temps; i++)
+        amp_tensor_free(s->temps[i]);
     s->n_temps = 0;
 }
 
@@ -744,7 +771,8 @@ static void say_replaced(const sample_opts *o, const amp_scaler_params *asked,
 static void print_header(const sample_opts *o, const sample_params *ps, const amp_scaler_t *sc,
                          const amp_optim_t *opt, int64_t first_step) {
     int64_t n = 0;
-    for (int i = 0; i < ps->n; i++) n += amp_tensor_numel(ps->t[i]);
+    for (int i = 0; i < ps->n; i++)
+        n += amp_tensor_numel(ps->t[i]);
     printf("%s on %s: %lld parameters, %s", o->prog, o->device == AMP_DEVICE_CUDA ? "cuda" : "cpu",
            (long long)n, precision_name(o->precision));
     if (o->precision != AMP_DTYPE_F32) printf(" autocast");
@@ -815,9 +843,10 @@ int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
         }
         scale = amp_scaler_get_scale(sc);
     }
-    printf("final loss %.4f (from %.4f), skipped %lld of %lld steps\n", loss_value(last), loss_value(first),
-           (long long)skipped, (long long)o->steps);
-    if (o->save_path && !check(o, "--save", amp_checkpoint_save(o->save_path, ps->t, ps->n, opt, sc)))
+    printf("final loss %.4f (from %.4f), skipped %lld of %lld steps\n", loss_value(last),
+           loss_value(first), (long long)skipped, (long long)o->steps);
+    if (o->save_path &&
+        !check(o, "--save", amp_checkpoint_save(o->save_path, ps->t, ps->n, opt, sc)))
         goto out;
     rc = 0;
 out:

@@ -39,11 +39,11 @@ typedef enum sample_fault {
     SAMPLE_FAULT_SCALE_THRASH,   // GradScaler grows every step and backs off: sawtooth
 } sample_fault;
 
-#define SAMPLE_ATTN_OVERFLOW_STEP 3 // first step whose attention logits overflow
+#define SAMPLE_ATTN_OVERFLOW_STEP 3   // first step whose attention logits overflow
 #define SAMPLE_ATTN_OVERFLOW_GAIN 1e6 // replaces 1/sqrt(d_head): q.k of 0.066 becomes > 65504
-#define SAMPLE_NAN_INPUT_STEP 5     // the one step whose input carries a NaN
-#define SAMPLE_LOG_ZERO_STEP 5      // first step whose logits are scaled into log(0)
-#define SAMPLE_LOG_ZERO_GAIN 1e4    // a target logit 0.011 below the max gets probability 0 in f32
+#define SAMPLE_NAN_INPUT_STEP 5       // the one step whose input carries a NaN
+#define SAMPLE_LOG_ZERO_STEP 5        // first step whose logits are scaled into log(0)
+#define SAMPLE_LOG_ZERO_GAIN 1e4     // a target logit 0.011 below the max gets probability 0 in f32
 #define SAMPLE_UNDERFLOW_FACTOR 1e-8 // every logit gradient <= 1e-8 < 2^-25: rounds to 0 in fp16
 
 // ---------------------------------------------------------------------------------------------
@@ -51,19 +51,19 @@ typedef enum sample_fault {
 
 typedef struct sample_opts {
     amp_device device;
-    amp_dtype precision;       // F32 (no autocast), F16 (autocast + GradScaler), BF16 (autocast)
+    amp_dtype precision; // F32 (no autocast), F16 (autocast + GradScaler), BF16 (autocast)
     int64_t steps, batch;
     uint64_t seed;
-    double lr; // a double, as torch.optim's
+    double lr;     // a double, as torch.optim's
     bool lr_given; // --lr given (else the spec's default for the optimizer)
     amp_optim_kind optimizer;
-    float init_scale;          // 0: not given (65536, or what the fault sets)
-    int growth_interval;       // 0: not given (2000, or what the fault sets)
+    float init_scale;    // 0: not given (65536, or what the fault sets)
+    int growth_interval; // 0: not given (2000, or what the fault sets)
     sample_fault fault;
-    const char *save_path;     // NULL: do not save
-    const char *load_path;     // NULL: start from the initialisation
-    bool quiet;                // only the final line
-    const char *prog;          // "mlp", prefixes every message
+    const char *save_path; // NULL: do not save
+    const char *load_path; // NULL: start from the initialisation
+    bool quiet;            // only the final line
+    const char *prog;      // "mlp", prefixes every message
 } sample_opts;
 
 // A model-specific integer flag (--image, --layers): value holds the default and gets the
@@ -76,12 +76,12 @@ typedef struct sample_int_flag {
 } sample_int_flag;
 
 typedef struct sample_spec {
-    const char *name;    // program name, "mlp"
-    const char *summary; // one line for --help
+    const char *name;     // program name, "mlp"
+    const char *summary;  // one line for --help
     int64_t steps, batch; // defaults
     double lr_adam;       // default --lr for adam and adamw
     double lr_sgd;        // default --lr for sgd (momentum 0.9)
-    bool has_attention;  // accepts --fault attn-overflow
+    bool has_attention;   // accepts --fault attn-overflow
     const sample_int_flag *shape_flags;
     int n_shape_flags;
 } sample_spec;
@@ -120,8 +120,8 @@ int64_t sample_param_bytes(const sample_opts *o, int64_t floats, int64_t tensors
 
 // Some memory a run holds at once (a lower bound), what it is and the flags that size it.
 typedef struct sample_mem_part {
-    const char *what;  // "the data (4 batches of --batch x --width floats)"
-    int64_t bytes;     // INT64_MAX: more than a 64-bit size holds
+    const char *what; // "the data (4 batches of --batch x --width floats)"
+    int64_t bytes;    // INT64_MAX: more than a 64-bit size holds
 } sample_mem_part;
 
 // Whether the parts fit together; false after printing one line, "prog: out of memory: ...",
@@ -204,7 +204,8 @@ typedef struct sample_step {
 } sample_step;
 
 // The batch this step trains on.
-const sample_batch *sample_step_batch(const sample_step *s, const sample_batch data[SAMPLE_DATA_BATCHES]);
+const sample_batch *sample_step_batch(const sample_step *s,
+                                      const sample_batch data[SAMPLE_DATA_BATCHES]);
 // Whether fault f acts on this step (the one step of nan-input, every step from the first
 // faulty one for the others).
 bool sample_fault_now(const sample_step *s, sample_fault f);
@@ -226,7 +227,7 @@ typedef amp_tensor_t *(*sample_loss_fn)(void *model, sample_step *s);
 // After --load the steps are numbered on from the checkpoint's count of optimizer steps (printed,
 // recorded, and what the faults' steps and the data batches go by).
 // Returns the exit code: 0, or 1 after printing amp_last_error() when a call failed.
-int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps,
-                 sample_loss_fn loss, void *model);
+int sample_train(const sample_opts *o, amp_ctx_t *ctx, const sample_params *ps, sample_loss_fn loss,
+                 void *model);
 
 #endif // SAMPLES_COMMON_H

@@ -17,9 +17,7 @@
 
 #define CENTRE_STD 0.5f // per coordinate; the noise has std 1
 
-static struct {
-    int64_t width, depth, classes;
-} shape = {.width = 64, .depth = 3, .classes = 10};
+static struct { int64_t width, depth, classes; } shape = {.width = 64, .depth = 3, .classes = 10};
 
 static const sample_int_flag shape_flags[] = {
     {"--width", "input and hidden width", &shape.width, 1},
@@ -78,17 +76,19 @@ static void mlp_init(mlp *m, amp_ctx_t *ctx, const sample_opts *o) {
     int64_t W = shape.width, B = o->batch, K = shape.classes;
     float *centres = sample_calloc("the class centres (--classes x --width floats)",
                                    sample_mul(K, W), sizeof *centres);
-    float *x = sample_calloc("an input batch (--batch x --width floats)", sample_mul(B, W),
-                             sizeof *x);
+    float *x =
+        sample_calloc("an input batch (--batch x --width floats)", sample_mul(B, W), sizeof *x);
     int32_t *y = sample_calloc("the targets of a batch (--batch)", B, sizeof *y);
-    for (int64_t i = 0; i < K * W; i++) centres[i] = CENTRE_STD * sample_rng_normal(&rng);
+    for (int64_t i = 0; i < K * W; i++)
+        centres[i] = CENTRE_STD * sample_rng_normal(&rng);
     for (int k = 0; k < SAMPLE_DATA_BATCHES; k++) {
         for (int64_t b = 0; b < B; b++) {
             y[b] = sample_rng_below(&rng, (int32_t)shape.classes);
-            for (int64_t j = 0; j < W; j++) x[b * W + j] = centres[y[b] * W + j] + sample_rng_normal(&rng);
+            for (int64_t j = 0; j < W; j++)
+                x[b * W + j] = centres[y[b] * W + j] + sample_rng_normal(&rng);
         }
         m->data[k].x = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, (int64_t[]){B, W}, x); // (B, W)
-        m->data[k].y = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, &B, y);                   // (B)
+        m->data[k].y = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, &B, y);                    // (B)
     }
     free(centres);
     free(x);
@@ -107,7 +107,8 @@ static amp_tensor_t *mlp_loss(void *model, sample_step *s) {
     amp_tensor_t *h = sample_input(s, batch->x); // (B, W)
     for (int64_t i = 0; i + 1 < m->n_fc; i++)
         h = sample_linear_forward(s->ctx, &m->fc[i], h, SAMPLE_ACT_GELU);
-    amp_tensor_t *logits = sample_linear_forward(s->ctx, &m->fc[m->n_fc - 1], h, SAMPLE_ACT_NONE); // (B, classes)
+    amp_tensor_t *logits =
+        sample_linear_forward(s->ctx, &m->fc[m->n_fc - 1], h, SAMPLE_ACT_NONE); // (B, classes)
     return sample_loss(s, logits, batch->y);
 }
 

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 
 #define CLASSES 10
-#define GRID 4               // pattern blocks per side
-#define PATTERN_STD 0.5f     // pattern amplitude; the noise has std 1
+#define GRID 4           // pattern blocks per side
+#define PATTERN_STD 0.5f // pattern amplitude; the noise has std 1
 
 static int64_t image = 32; // H = W
 
@@ -55,7 +55,8 @@ typedef struct simple_cnn {
 } simple_cnn;
 
 // nn.Conv2d(cin, cout, 3) with PyTorch's default initialisation, U(+-1/sqrt(cin * 9)).
-static conv conv_init(sample_params *ps, amp_ctx_t *ctx, const char *layer, int64_t cin, int64_t cout) {
+static conv conv_init(sample_params *ps, amp_ctx_t *ctx, const char *layer, int64_t cin,
+                      int64_t cout) {
     char name[64];
     float bound = 1.0f / sqrtf((float)(cin * 9));
     conv c = {.layer = layer};
@@ -86,7 +87,8 @@ static void make_data(simple_cnn *m, amp_ctx_t *ctx, const sample_opts *o) {
     for (int k = 0; k < CLASSES; k++)
         for (int ch = 0; ch < 3; ch++)
             for (int i = 0; i < GRID; i++)
-                for (int j = 0; j < GRID; j++) pattern[k][ch][i][j] = PATTERN_STD * sample_rng_normal(&rng);
+                for (int j = 0; j < GRID; j++)
+                    pattern[k][ch][i][j] = PATTERN_STD * sample_rng_normal(&rng);
     float *x = sample_calloc("an input batch (--batch x 3 x --image^2 floats)",
                              sample_mul(B, sample_mul(3, plane)), sizeof *x);
     int32_t *y = sample_calloc("the targets of a batch (--batch)", B, sizeof *y);
@@ -106,7 +108,9 @@ static void make_data(simple_cnn *m, amp_ctx_t *ctx, const sample_opts *o) {
 }
 
 // fc's input features: 64 channels of (H/4) x (H/4).
-static int64_t fc_in(void) { return sample_mul(64, sample_mul(image / 4, image / 4)); }
+static int64_t fc_in(void) {
+    return sample_mul(64, sample_mul(image / 4, image / 4));
+}
 
 // What the flags ask for at once, lower bounds, checked before the first tensor is made (the
 // library aborts when it cannot allocate one). Every parameter is a conv's or the Linear's, read by
@@ -144,9 +148,9 @@ static void simple_cnn_free(simple_cnn *m) {
 static amp_tensor_t *simple_cnn_loss(void *model, sample_step *s) {
     simple_cnn *m = model;
     const sample_batch *batch = sample_step_batch(s, m->data);
-    amp_tensor_t *x = sample_input(s, batch->x);                        // (B, 3, H, W)
-    x = conv_forward(s->ctx, &m->conv1, x);                              // (B, 32, H/2, W/2)
-    x = conv_forward(s->ctx, &m->conv2, x);                              // (B, 64, H/4, W/4)
+    amp_tensor_t *x = sample_input(s, batch->x);                          // (B, 3, H, W)
+    x = conv_forward(s->ctx, &m->conv1, x);                               // (B, 32, H/2, W/2)
+    x = conv_forward(s->ctx, &m->conv2, x);                               // (B, 64, H/4, W/4)
     x = amp_reshape(s->ctx, x, 2, (int64_t[]){amp_tensor_dim(x, 0), -1}); // (B, 64*H/4*W/4)
     amp_tensor_t *logits = sample_linear_forward(s->ctx, &m->fc, x, SAMPLE_ACT_NONE); // (B, 10)
     return sample_loss(s, logits, batch->y);

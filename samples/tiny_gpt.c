@@ -68,9 +68,9 @@ typedef struct tiny_gpt {
     block *blocks;           // [layers]
     layer_norm ln_f;
     sample_linear head;
-    amp_tensor_t *pos;       // (T) i32: 0 .. T-1
-    amp_tensor_t *causal;    // (T, T) i32: 1 where the key is in the query's future
-    int overflow_block;      // the block --fault attn-overflow breaks
+    amp_tensor_t *pos;                      // (T) i32: 0 .. T-1
+    amp_tensor_t *causal;                   // (T, T) i32: 1 where the key is in the query's future
+    int overflow_block;                     // the block --fault attn-overflow breaks
     sample_batch data[SAMPLE_DATA_BATCHES]; // x (B, T) tokens, y (B, T) the next tokens
 } tiny_gpt;
 
@@ -82,7 +82,8 @@ static layer_norm layer_norm_init(sample_params *ps, amp_ctx_t *ctx, const char 
     char name[96];
     layer_norm ln = {.layer = layer};
     float *ones = sample_calloc("a layer norm's weights (--d-model floats)", C, sizeof *ones);
-    for (int64_t i = 0; i < C; i++) ones[i] = 1.0f;
+    for (int64_t i = 0; i < C; i++)
+        ones[i] = 1.0f;
     snprintf(name, sizeof name, "%s%s%s.weight", prefix, *prefix ? "." : "", layer);
     ln.w = sample_param(ps, ctx, name, 1, &C);
     amp_tensor_write_f32(ln.w, ones);
@@ -116,9 +117,10 @@ static void make_data(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     int32_t *seq = sample_calloc("a sequence (--seq)", T + 1, sizeof *seq);
     int32_t *x = sample_calloc("a token batch (--batch x --seq)", sample_mul(B, T), sizeof *x);
     int32_t *y = sample_calloc("a target batch (--batch x --seq)", sample_mul(B, T), sizeof *y);
-    int32_t *mask = sample_calloc("the causal mask (--seq x --seq)", sample_mul(T, T),
-                                  sizeof *mask);
-    for (int32_t v = 0; v < V; v++) successor[v] = sample_rng_below(&rng, V);
+    int32_t *mask =
+        sample_calloc("the causal mask (--seq x --seq)", sample_mul(T, T), sizeof *mask);
+    for (int32_t v = 0; v < V; v++)
+        successor[v] = sample_rng_below(&rng, V);
     for (int d = 0; d < SAMPLE_DATA_BATCHES; d++) {
         for (int64_t b = 0; b < B; b++) {
             seq[0] = sample_rng_below(&rng, V);
@@ -135,7 +137,8 @@ static void make_data(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     }
     for (int64_t i = 0; i < T; i++) {
         seq[i] = (int32_t)i;
-        for (int64_t j = 0; j < T; j++) mask[i * T + j] = j > i;
+        for (int64_t j = 0; j < T; j++)
+            mask[i * T + j] = j > i;
     }
     m->pos = amp_tensor_from(ctx, AMP_DTYPE_I32, 1, &T, seq);
     m->causal = amp_tensor_from(ctx, AMP_DTYPE_I32, 2, (int64_t[]){T, T}, mask);
@@ -182,7 +185,8 @@ static void tiny_gpt_init(tiny_gpt *m, amp_ctx_t *ctx, const sample_opts *o) {
     amp_tensor_randn(m->wte, 1.0f); // nn.Embedding's N(0, 1)
     amp_tensor_randn(m->wpe, 1.0f);
     m->blocks = sample_calloc("the block list (--layers)", shape.layers, sizeof *m->blocks);
-    for (int i = 0; i < shape.layers; i++) block_init(&m->blocks[i], &m->params, ctx, i);
+    for (int i = 0; i < shape.layers; i++)
+        block_init(&m->blocks[i], &m->params, ctx, i);
     m->ln_f = layer_norm_init(&m->params, ctx, "", "ln_f", C);
     sample_linear_init(&m->head, &m->params, ctx, "", "head", C, shape.vocab, false);
     make_data(m, ctx, o);
@@ -231,7 +235,7 @@ static amp_tensor_t *attention(const tiny_gpt *m, sample_step *s, int index, amp
     amp_tensor_drop(scaled);
     amp_tensor_t *att = amp_softmax(ctx, masked, -1);
     amp_tensor_drop(masked);
-    amp_tensor_t *y = amp_matmul(ctx, att, p[2]);                                // (B, H, T, D)
+    amp_tensor_t *y = amp_matmul(ctx, att, p[2]);                               // (B, H, T, D)
     y = amp_reshape(ctx, amp_transpose(ctx, y, 1, 2), 3, (int64_t[]){B, T, C}); // (B, T, C)
     y = sample_linear_forward(ctx, &blk->attn_proj, y, SAMPLE_ACT_NONE);
     amp_layer_end(ctx);
@@ -268,7 +272,8 @@ static amp_tensor_t *tiny_gpt_loss(void *model, sample_step *s) {
     x = amp_add(ctx, x, pos);
     amp_tensor_t *nan = sample_nan_input(s, 3, (int64_t[]){B, T, C}); // --fault nan-input
     if (nan) x = amp_add(ctx, x, nan);
-    for (int i = 0; i < shape.layers; i++) x = block_forward(m, s, i, x);
+    for (int i = 0; i < shape.layers; i++)
+        x = block_forward(m, s, i, x);
     x = layer_norm_forward(ctx, &m->ln_f, x);
     amp_tensor_t *logits = sample_linear_forward(ctx, &m->head, x, SAMPLE_ACT_NONE); // (B, T, V)
     logits = amp_reshape(ctx, logits, 2, (int64_t[]){B * T, shape.vocab});

@@ -31,9 +31,10 @@ void report_setup(void) {
 }
 
 void report_teardown(void) {
-    const char *names[] = {"run.sqlite", "run.sqlite-wal", "run.sqlite-shm", "out.txt", "err.txt",
-                           "foreign.sqlite", "junk.txt", "ampprobe/ceilings-NVIDIA_H200.txt",
-                           "ampprobe"};
+    const char *names[] = {
+        "run.sqlite", "run.sqlite-wal", "run.sqlite-shm", "out.txt",
+        "err.txt",    "foreign.sqlite", "junk.txt",       "ampprobe/ceilings-NVIDIA_H200.txt",
+        "ampprobe"};
     char path[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
@@ -70,21 +71,22 @@ void steps(int n, double scale) {
 
 void healthy_stats(int n) {
     char buf[2048];
-    snprintf(buf, sizeof buf,
-             "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d), "
-             "t(l, op, kind, dt, numel, amax, nneg, und, zero) AS (VALUES "
-             "(0, 'matmul', 'activation', 'f16', 8192, 6.5, 0, 0, 0), "
-             "(0, 'masked_fill', 'activation', 'f16', 8192, 6.5, 3840, 0, 0), "
-             "(2, 'linear', 'activation', 'f16', 16384, 8.4, 0, 0, 0), "
-             "(NULL, 'mul', 'activation', 'f32', 1, 279736.0, 0, 0, 0), "
-             "(0, 'masked_fill', 'activation_grad', 'f16', 8192, 37.0, 0, 2, 3872), "
-             "(1, 'linear', 'activation_grad', 'f16', 32768, 25.0, 0, 10, 0), "
-             "(2, 'linear', 'activation_grad', 'f16', 16384, 6680.0, 0, 0, 0), "
-             "(NULL, 'log_softmax', 'activation_grad', 'f32', 16384, 256.0, 0, 0, 16128), "
-             "(1, 'fc.weight', 'weight_grad', 'f32', 4096, 1000.0, 0, 1, 0)) "
-             "INSERT INTO AMP_TENSOR_STATS SELECT 1, i, l, op, kind, dt, 'f16', numel, -amax, amax, "
-             "amax, 0, 0, nneg, 0, und, zero FROM s, t;",
-             n - 1);
+    snprintf(
+        buf, sizeof buf,
+        "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < %d), "
+        "t(l, op, kind, dt, numel, amax, nneg, und, zero) AS (VALUES "
+        "(0, 'matmul', 'activation', 'f16', 8192, 6.5, 0, 0, 0), "
+        "(0, 'masked_fill', 'activation', 'f16', 8192, 6.5, 3840, 0, 0), "
+        "(2, 'linear', 'activation', 'f16', 16384, 8.4, 0, 0, 0), "
+        "(NULL, 'mul', 'activation', 'f32', 1, 279736.0, 0, 0, 0), "
+        "(0, 'masked_fill', 'activation_grad', 'f16', 8192, 37.0, 0, 2, 3872), "
+        "(1, 'linear', 'activation_grad', 'f16', 32768, 25.0, 0, 10, 0), "
+        "(2, 'linear', 'activation_grad', 'f16', 16384, 6680.0, 0, 0, 0), "
+        "(NULL, 'log_softmax', 'activation_grad', 'f32', 16384, 256.0, 0, 0, 16128), "
+        "(1, 'fc.weight', 'weight_grad', 'f32', 4096, 1000.0, 0, 1, 0)) "
+        "INSERT INTO AMP_TENSOR_STATS SELECT 1, i, l, op, kind, dt, 'f16', numel, -amax, amax, "
+        "amax, 0, 0, nneg, 0, und, zero FROM s, t;",
+        n - 1);
     sql(buf);
 }
 

@@ -125,12 +125,11 @@ void mlp_underflows(const char *kinds);
 // GPU runs, with hand-made CUPTI rows
 
 #define STEP_NS 10000000LL // 10 ms steps
-#define GPID "16777216"   // globalPid of pid 1 (pid << 24)
+#define GPID "16777216"    // globalPid of pid 1 (pid << 24)
 
 // A GPU run of n steps: one f16 linear op of layer 2 (head) per step with the given analytic
 // FLOPs and bytes, launching k kernels of kernel_ns each, gap_ns apart.
 void gpu_run(int n, int k, long long kernel_ns, long long gap_ns, double flops, double bytes);
-
 
 // ---------------------------------------------------------------------------------------------
 // The suite's parts (test_report_*.c), each adding its tests to the `rules` test case

@@ -49,9 +49,11 @@ START_TEST(test_decisions) {
     amp_dtype out;
     ck_assert_int_eq(amp_autocast_decide("addcdiv", 3, (amp_dtype[]){BF16, F16, F16}, F16, &out),
                      AMP_ERR_AUTOCAST_DTYPE);
-    ck_assert_str_eq(amp_last_error(), "Unexpected floating ScalarType in at::autocast::prioritize");
-    ck_assert_int_eq(amp_autocast_decide("binary_cross_entropy", 2, (amp_dtype[]){F32, F32}, F16, &out),
-                     AMP_ERR_AUTOCAST_BANNED);
+    ck_assert_str_eq(amp_last_error(),
+                     "Unexpected floating ScalarType in at::autocast::prioritize");
+    ck_assert_int_eq(
+        amp_autocast_decide("binary_cross_entropy", 2, (amp_dtype[]){F32, F32}, F16, &out),
+        AMP_ERR_AUTOCAST_BANNED);
     ck_assert(strstr(amp_last_error(), "binary_cross_entropy_with_logits") != NULL);
 }
 END_TEST
@@ -155,7 +157,8 @@ START_TEST(test_regions_and_cache) {
     float g[12];
     amp_tensor_read_f32(amp_tensor_grad(w), g);
     double norm = 0;
-    for (int i = 0; i < 12; i++) norm += g[i] * g[i];
+    for (int i = 0; i < 12; i++)
+        norm += g[i] * g[i];
     ck_assert(norm > 0);
     amp_ctx_free(ctx);
 }
@@ -166,7 +169,8 @@ START_TEST(test_bce_banned_under_autocast) {
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 3, &ctx), AMP_OK);
     int64_t n = 4;
     float p[4] = {0.1f, 0.5f, 0.9f, 0.0f}, t[4] = {0, 1, 1, 1};
-    amp_tensor_t *P = amp_tensor_from_f32(ctx, F32, 1, &n, p), *T = amp_tensor_from_f32(ctx, F32, 1, &n, t);
+    amp_tensor_t *P = amp_tensor_from_f32(ctx, F32, 1, &n, p),
+                 *T = amp_tensor_from_f32(ctx, F32, 1, &n, t);
     amp_tensor_t *out;
     amp_autocast_begin(ctx, true, F16, true);
     ck_assert_int_eq(amp_binary_cross_entropy(ctx, P, T, &out), AMP_ERR_AUTOCAST_BANNED);

@@ -807,7 +807,7 @@ START_TEST(test_ceilings_cache) {
     ck_assert_close(c.dram_bytes_per_s, 4.3e12, 0, 1e-12);
     ck_assert_close(c.gemm_flops_bf16, 7.9e14, 0, 1e-12);
     ck_assert(isnan(c.gemm_flops_f16));
-    ck_assert(isnan(c.gemm_flops_f32)); // not a number: absent
+    ck_assert(isnan(c.gemm_flops_f32));  // not a number: absent
     ck_assert(isnan(c.gemm_flops_tf32)); // nor is an infinite ceiling (f16's too)
     ck_assert_int_eq(run((const char *[]){"calibrate", "--bogus", NULL}), 2);
     ck_assert_int_eq(run((const char *[]){"calibrate", "--help", NULL}), 0);

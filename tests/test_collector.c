@@ -372,13 +372,15 @@ static void record_one_of_each(void) {
                             .max_warps_per_sm = -1,
                             .max_blocks_per_sm = -1};
     amp_record_gpu_info(&gpu);
-    amp_record_gpu_info(&gpu); // every process reports its devices: one row
+    amp_record_gpu_info(&gpu);  // every process reports its devices: one row
     for (int k = 0; k < 3; k++) // two metrics, three samples: two names, six rows
         for (int m = 0; m < 2; m++)
-            amp_record_gpu_metric(&(amp_rec_gpu_metric){
-                .device_id = 0, .start_ns = 1000 + 100 * k, .end_ns = 1100 + 100 * k,
-                .metric = m ? "dram__bytes_write.sum" : "dram__bytes_read.sum",
-                .value = 1e6 * (k + 1) + m});
+            amp_record_gpu_metric(&(amp_rec_gpu_metric){.device_id = 0,
+                                                        .start_ns = 1000 + 100 * k,
+                                                        .end_ns = 1100 + 100 * k,
+                                                        .metric = m ? "dram__bytes_write.sum"
+                                                                    : "dram__bytes_read.sum",
+                                                        .value = 1e6 * (k + 1) + m});
 }
 
 START_TEST(test_every_record_type) {
@@ -526,13 +528,21 @@ START_TEST(test_records_of_negative_steps_are_left_out) {
     amp_collector_t *c = collector(&f);
     ck_assert_int_eq(amp_record_start(f.spool), AMP_OK);
     for (int64_t step = -2; step < 2; step++) {
-        amp_record_step(&(amp_rec_step){
-            .step = step, .start_ns = 100 + step, .end_ns = 200 + step, .loss = 1, .grad_norm = NAN});
+        amp_record_step(&(amp_rec_step){.step = step,
+                                        .start_ns = 100 + step,
+                                        .end_ns = 200 + step,
+                                        .loss = 1,
+                                        .grad_norm = NAN});
         amp_record_scale(&(amp_rec_scale){.step = step, .scale_before = 8, .scale_after = 8});
         amp_record_tensor_stats(&(amp_rec_tensor_stats){
             .step = step, .layer_id = -1, .op = "mm", .dtype = "f32", .numel = 1, .amax = 1});
-        amp_record_op(&(amp_rec_op){.step = step, .layer_id = -1, .op = "mm", .flops = -1,
-                                    .bytes = -1, .start_ns = 150, .end_ns = 160});
+        amp_record_op(&(amp_rec_op){.step = step,
+                                    .layer_id = -1,
+                                    .op = "mm",
+                                    .flops = -1,
+                                    .bytes = -1,
+                                    .start_ns = 150,
+                                    .end_ns = 160});
         amp_record_event(&(amp_rec_event){.step = step,
                                           .layer_id = -1,
                                           .kind = AMP_EVENT_OVERFLOW,

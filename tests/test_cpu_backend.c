@@ -162,19 +162,37 @@ static float f32_from_bits(uint32_t u) {
 
 START_TEST(test_table_and_memory) {
     ck_assert_str_eq(be->name, "cpu");
-#define REQUIRED(member) ck_assert_msg(be->member != NULL, "%s is NULL", #member);
-    REQUIRED(alloc)
-    REQUIRED(free)
-    REQUIRED(upload) REQUIRED(download) REQUIRED(copy) REQUIRED(fill) REQUIRED(unary)
-        REQUIRED(unary_backward) REQUIRED(binary) REQUIRED(reduce_sum) REQUIRED(gemm)
-            REQUIRED(softmax) REQUIRED(softmax_backward) REQUIRED(layer_norm)
-                REQUIRED(layer_norm_backward) REQUIRED(embedding) REQUIRED(embedding_backward)
-                    REQUIRED(im2col) REQUIRED(col2im) REQUIRED(max_pool2d)
-                        REQUIRED(max_pool2d_backward) REQUIRED(nll_loss) REQUIRED(nll_loss_backward)
-                            REQUIRED(masked_fill) REQUIRED(dropout_mask) REQUIRED(unscale)
-                                REQUIRED(optim_step) REQUIRED(release)
+#define REQUIRED(member) ck_assert_msg(be->member != NULL, "%s is NULL", #member)
+    REQUIRED(alloc);
+    REQUIRED(free);
+    REQUIRED(upload);
+    REQUIRED(download);
+    REQUIRED(copy);
+    REQUIRED(fill);
+    REQUIRED(unary);
+    REQUIRED(unary_backward);
+    REQUIRED(binary);
+    REQUIRED(reduce_sum);
+    REQUIRED(gemm);
+    REQUIRED(softmax);
+    REQUIRED(softmax_backward);
+    REQUIRED(layer_norm);
+    REQUIRED(layer_norm_backward);
+    REQUIRED(embedding);
+    REQUIRED(embedding_backward);
+    REQUIRED(im2col);
+    REQUIRED(col2im);
+    REQUIRED(max_pool2d);
+    REQUIRED(max_pool2d_backward);
+    REQUIRED(nll_loss);
+    REQUIRED(nll_loss_backward);
+    REQUIRED(masked_fill);
+    REQUIRED(dropout_mask);
+    REQUIRED(unscale);
+    REQUIRED(optim_step);
+    REQUIRED(release);
 #undef REQUIRED
-                                    unsigned char *p = be->alloc(bctx, 1000);
+    unsigned char *p = be->alloc(bctx, 1000);
     unsigned char host[1000], back[1000];
     for (int i = 0; i < 1000; i++)
         host[i] = (unsigned char)(i * 7);
@@ -747,7 +765,8 @@ START_TEST(test_im2col_col2im) {
     for (int64_t n = 0; n < d.n; n++)
         for (int64_t r = 0; r < CK; r++)
             for (int64_t l = 0; l < L; l++)
-                ck_assert_float_eq(tget(rows, (r * d.n + n) * L + l), tget(cols, (n * CK + r) * L + l));
+                ck_assert_float_eq(tget(rows, (r * d.n + n) * L + l),
+                                   tget(cols, (n * CK + r) * L + l));
     amp_tensor_t *g = trand(F32, 3, (int64_t[]){d.n, CK, L}, -1, 1);
     amp_tensor_t *dx = tnew(F32, 4, (int64_t[]){d.n, d.c, d.h, d.w});
     be->fill(bctx, dx, 9.0f); // overwritten
@@ -1127,7 +1146,8 @@ END_TEST
 // scale_update: found_inf summed over the optimizers; skipped only where one that stepped had
 // an inf; the scale, its reciprocal and the tracker as amp_scale_update makes them.
 START_TEST(test_scale_update_record) {
-    const amp_scaler_params sp = {.growth_factor = 2.0, .backoff_factor = 0.25, .growth_interval = 2};
+    const amp_scaler_params sp = {
+        .growth_factor = 2.0, .backoff_factor = 0.25, .growth_interval = 2};
     amp_tensor_t *scale = scalar(1024.0f), *inv = scalar(0.0f), *tracker = tnew(I32, 0, NULL);
     amp_tensor_t *rec = tnew(I32, 1, (int64_t[]){AMP_SCALE_REC});
     const int32_t *r = amp_tensor_ptr(rec);

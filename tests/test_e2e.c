@@ -9,13 +9,13 @@
  */
 #include "tests.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #define AMPPROBE AMP_BINARY_DIR "/ampprobe"
@@ -69,15 +69,17 @@ static const char *query_text(sqlite3 *db, const char *sql) {
 
 #define FIRST_EVENT(kind_sql)                                                                      \
     "SELECT e.step || ' ' || COALESCE(l.name, '-') || ' ' || COALESCE(e.op, '-') || ' ' || "       \
-    "COALESCE(e.phase, '-') FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l ON l.pid = e.pid AND "         \
+    "COALESCE(e.phase, '-') FROM AMP_EVENTS e LEFT JOIN AMP_LAYERS l ON l.pid = e.pid AND "        \
     "l.id = e.layer_id WHERE " kind_sql " ORDER BY e.step, e.rowid LIMIT 1"
 
 START_TEST(test_attn_overflow_names_the_attention_logits) {
     char out[8192];
-    ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"), "--precision fp16 --fault attn-overflow --steps 6", out,
-                               sizeof out), 0);
+    ck_assert_int_eq(probe_run(SAMPLE("tiny_gpt"),
+                               "--precision fp16 --fault attn-overflow --steps 6", out, sizeof out),
+                     0);
     sqlite3 *db = open_db();
-    ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")), "3 blocks.1.attn mul fwd");
+    ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")),
+                     "3 blocks.1.attn mul fwd");
     ck_assert_int_eq(
         test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer' "
                            "AND step < 3"),
@@ -126,11 +128,14 @@ END_TEST
 
 START_TEST(test_nan_input_is_data) {
     char out[8192];
-    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault nan-input --steps 7", out, sizeof out), 0);
+    ck_assert_int_eq(
+        probe_run(SAMPLE("mlp"), "--precision fp16 --fault nan-input --steps 7", out, sizeof out),
+        0);
     sqlite3 *db = open_db();
     ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind LIKE 'nonfinite%'")), "5 fc1 to fwd");
     ck_assert_str_eq(query_text(db, "SELECT kind FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%' "
-                                    "ORDER BY rowid LIMIT 1"), "nonfinite_input");
+                                    "ORDER BY rowid LIMIT 1"),
+                     "nonfinite_input");
     ck_assert_int_eq(
         test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind = 'nonfinite_producer'"), 0);
     sqlite3_close(db);
@@ -139,8 +144,9 @@ END_TEST
 
 START_TEST(test_log_zero_outside_any_layer) {
     char out[8192];
-    ck_assert_int_eq(probe_run(SAMPLE("simple_cnn"), "--precision fp16 --fault log-zero --steps 7", out,
-                               sizeof out), 0);
+    ck_assert_int_eq(probe_run(SAMPLE("simple_cnn"), "--precision fp16 --fault log-zero --steps 7",
+                               out, sizeof out),
+                     0);
     sqlite3 *db = open_db();
     ck_assert_str_eq(query_text(db, FIRST_EVENT("e.kind = 'nonfinite_producer'")), "5 - log fwd");
     ck_assert_int_ge(
@@ -151,11 +157,13 @@ END_TEST
 
 START_TEST(test_grad_underflow_zeroes_weight_grads) {
     char out[8192];
-    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault grad-underflow --steps 4", out,
-                               sizeof out), 0);
+    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault grad-underflow --steps 4",
+                               out, sizeof out),
+                     0);
     sqlite3 *db = open_db();
-    double zero_share = atof(query_text(db, "SELECT 1.0 * sum(n_zero) / sum(numel) FROM AMP_TENSOR_STATS "
-                                            "WHERE kind = 'weight_grad'"));
+    double zero_share =
+        atof(query_text(db, "SELECT 1.0 * sum(n_zero) / sum(numel) FROM AMP_TENSOR_STATS "
+                            "WHERE kind = 'weight_grad'"));
     ck_assert_msg(zero_share > 0.99, "weight gradients zero share %.3f", zero_share);
     ck_assert_int_eq(
         test_query_int(db, "SELECT count(*) FROM AMP_EVENTS WHERE kind LIKE 'nonfinite%'"), 0);
@@ -205,8 +213,9 @@ END_TEST
 
 START_TEST(test_scale_thrash_sawtooth) {
     char out[8192];
-    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault scale-thrash --steps 16", out,
-                               sizeof out), 0);
+    ck_assert_int_eq(probe_run(SAMPLE("mlp"), "--precision fp16 --fault scale-thrash --steps 16",
+                               out, sizeof out),
+                     0);
     sqlite3 *db = open_db();
     ck_assert_int_ge(
         test_query_int(db, "SELECT count(*) FROM AMP_SCALE WHERE scale_after < scale_before"), 2);

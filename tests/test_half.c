@@ -82,7 +82,8 @@ END_TEST
 
 // Widening a bf16 value is a 16-bit shift.
 START_TEST(test_bf16_widen) {
-    for (uint32_t h = 0; h < 65536; h += 7) ck_assert_uint_eq(bits(amp_bf16_to_f32((uint16_t)h)), h << 16);
+    for (uint32_t h = 0; h < 65536; h += 7)
+        ck_assert_uint_eq(bits(amp_bf16_to_f32((uint16_t)h)), h << 16);
 }
 END_TEST
 
@@ -99,7 +100,7 @@ START_TEST(test_stats_boundaries) {
     ck_assert_int_eq(s.n_nan, 1);
     ck_assert_int_eq(s.n_posinf, 1);
     ck_assert_int_eq(s.n_neginf, 1);
-    ck_assert_int_eq(s.n_overflow, 2); // 65520 and -70000
+    ck_assert_int_eq(s.n_overflow, 2);  // 65520 and -70000
     ck_assert_int_eq(s.n_underflow, 1); // 2^-15 is subnormal in f16; 2^-14 is the min normal
     ck_assert_int_eq(s.n_zero, 2);
     ck_assert_float_eq(s.min, -70000.0f);
@@ -148,8 +149,8 @@ START_TEST(test_stats_of_views) {
     v[5] = 7e4f, v[40] = -INFINITY, v[41] = NAN, v[70] = ldexpf(1, -20), v[71] = 0.0f;
     amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 3, shape, v);
     amp_tensor_t *pieces[4], *cols[3];
-    ck_assert_int_eq(amp_split(ctx, t, 3, 0, pieces, 4), 2);   // (3,3,6) at 0, (1,3,6) at 54
-    ck_assert_int_eq(amp_split(ctx, t, 2, 2, cols, 3), 3);     // (4,3,2) with gaps
+    ck_assert_int_eq(amp_split(ctx, t, 3, 0, pieces, 4), 2); // (3,3,6) at 0, (1,3,6) at 54
+    ck_assert_int_eq(amp_split(ctx, t, 2, 2, cols, 3), 3);   // (4,3,2) with gaps
     const int perm[3] = {2, 0, 1};
     amp_tensor_t *views[] = {amp_permute(ctx, t, perm), amp_transpose(ctx, pieces[1], 0, 2),
                              amp_permute(ctx, pieces[0], perm), cols[1],

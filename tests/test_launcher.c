@@ -108,8 +108,8 @@ START_TEST(test_exit_statuses) {
     ck_assert_int_eq(meta_exit_status("t.sqlite"), 0);
     ck_assert_ptr_nonnull(strstr(test_slurp("err.txt"), "-> t.sqlite"));
     // --counters on a machine without a GPU: the program runs as without it
-    ck_assert_int_eq(run((const char *[]){"run", "--counters", "-o", "c.sqlite", "--", "true", NULL}),
-                     0);
+    ck_assert_int_eq(
+        run((const char *[]){"run", "--counters", "-o", "c.sqlite", "--", "true", NULL}), 0);
     ck_assert_int_eq(meta_exit_status("c.sqlite"), 0);
     ck_assert_int_eq(run((const char *[]){"run", "-o", "f.sqlite", "false", NULL}), 1);
     ck_assert_int_eq(meta_exit_status("f.sqlite"), 1);

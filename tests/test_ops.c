@@ -15,8 +15,12 @@ typedef amp_tensor_t *(*op_fn)(amp_ctx_t *ctx, amp_tensor_t **x);
 
 static amp_ctx_t *ctx;
 
-static void setup(void) { ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 7, &ctx), AMP_OK); }
-static void teardown(void) { amp_ctx_free(ctx); }
+static void setup(void) {
+    ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 7, &ctx), AMP_OK);
+}
+static void teardown(void) {
+    amp_ctx_free(ctx);
+}
 
 // An f32 tensor of c with N(0, std) values, requiring grad when `grad`.
 static amp_tensor_t *randn_in(amp_ctx_t *c, int ndim, const int64_t *shape, float std, bool grad) {
@@ -41,11 +45,13 @@ static double loss_of(op_fn f, amp_tensor_t **xs, amp_tensor_t *r) {
 static void gradcheck(const char *name, op_fn f, amp_tensor_t **xs, int n, float eps, double tol) {
     amp_tensor_t *y = f(ctx, xs);
     int64_t shape[AMP_MAX_DIMS];
-    for (int i = 0; i < amp_tensor_ndim(y); i++) shape[i] = amp_tensor_dim(y, i);
+    for (int i = 0; i < amp_tensor_ndim(y); i++)
+        shape[i] = amp_tensor_dim(y, i);
     amp_tensor_t *r = amp_tensor_new(ctx, AMP_DTYPE_F32, amp_tensor_ndim(y), shape);
     amp_tensor_randn(r, 1.0f);
     amp_ctx_reset(ctx);
-    for (int i = 0; i < n; i++) amp_tensor_zero_grad(xs[i]);
+    for (int i = 0; i < n; i++)
+        amp_tensor_zero_grad(xs[i]);
     amp_backward(ctx, amp_sum(ctx, amp_mul(ctx, amp_to(ctx, f(ctx, xs), AMP_DTYPE_F32), r)));
     amp_ctx_reset(ctx);
     for (int i = 0; i < n; i++) {
@@ -81,7 +87,7 @@ static void gradcheck(const char *name, op_fn f, amp_tensor_t **xs, int n, float
 
 // Ops with kinks (relu, clamp, max) use a small step so that no input crosses one.
 #define GRAD_TEST_EPS(name, eps, n_in, body, ...)                                                  \
-    static amp_tensor_t *name##_fn(amp_ctx_t *c, amp_tensor_t **x) {                              \
+    static amp_tensor_t *name##_fn(amp_ctx_t *c, amp_tensor_t **x) {                               \
         (void)c;                                                                                   \
         return body;                                                                               \
     }                                                                                              \
@@ -100,7 +106,8 @@ GRAD_TEST(mm, 2, amp_mm(c, x[0], x[1]), param(2, S(3, 4), 1), param(2, S(4, 5), 
 GRAD_TEST(bmm, 2, amp_bmm(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(3, S(2, 4, 2), 1))
 GRAD_TEST(matmul4d, 2, amp_matmul(c, x[0], x[1]), param(4, S(2, 2, 3, 4), 1),
           param(4, S(2, 2, 4, 3), 1))
-GRAD_TEST(matmul_shared, 2, amp_matmul(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(2, S(4, 3), 1))
+GRAD_TEST(matmul_shared, 2, amp_matmul(c, x[0], x[1]), param(3, S(2, 3, 4), 1),
+          param(2, S(4, 3), 1))
 // torch.matmul's broadcasting of the batch dims and 1-D operands
 GRAD_TEST(matmul_broadcast_a, 2, amp_matmul(c, x[0], x[1]), param(2, S(3, 4), 1),
           param(3, S(2, 4, 5), 1))
@@ -128,7 +135,8 @@ GRAD_TEST(sigmoid, 1, amp_sigmoid(c, x[0]), param(2, S(4, 5), 1))
 GRAD_TEST(exp, 1, amp_exp(c, x[0]), param(2, S(4, 5), 1))
 GRAD_TEST(log, 1, amp_log(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5)), param(2, S(4, 5), 1))
 GRAD_TEST(log1p, 1, amp_log1p(c, amp_mul(c, x[0], x[0])), param(2, S(4, 5), 1))
-GRAD_TEST(pow, 1, amp_pow(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5), 1.5f), param(2, S(4, 5), 1))
+GRAD_TEST(pow, 1, amp_pow(c, amp_add_scalar(c, amp_mul(c, x[0], x[0]), 0.5), 1.5f),
+          param(2, S(4, 5), 1))
 GRAD_TEST_EPS(clamp_min, 1e-3f, 1, amp_clamp_min(c, x[0], 0.1f), param(2, S(4, 5), 1))
 GRAD_TEST(softmax, 1, amp_softmax(c, x[0], -1), param(2, S(3, 6), 1))
 GRAD_TEST(softmax_dim0, 1, amp_softmax(c, x[0], 0), param(3, S(3, 4, 2), 1))
@@ -137,10 +145,12 @@ GRAD_TEST(layer_norm, 3, amp_layer_norm(c, x[0], x[1], x[2], 1e-5f), param(3, S(
           param(1, S(8), 1), param(1, S(8), 1))
 GRAD_TEST(add_broadcast, 2, amp_add(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(2, S(3, 1), 1))
 GRAD_TEST(sub_broadcast, 2, amp_sub(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(1, S(4), 1))
-GRAD_TEST(mul_broadcast, 2, amp_mul(c, x[0], x[1]), param(3, S(2, 3, 4), 1), param(3, S(2, 1, 4), 1))
+GRAD_TEST(mul_broadcast, 2, amp_mul(c, x[0], x[1]), param(3, S(2, 3, 4), 1),
+          param(3, S(2, 1, 4), 1))
 GRAD_TEST(div_broadcast, 2, amp_div(c, x[0], amp_add_scalar(c, amp_mul(c, x[1], x[1]), 1.0)),
           param(2, S(3, 4), 1), param(1, S(4), 1))
-GRAD_TEST(scalar_ops, 1, amp_add_scalar(c, amp_mul_scalar(c, x[0], -2.5), 3.0), param(2, S(3, 4), 1))
+GRAD_TEST(scalar_ops, 1, amp_add_scalar(c, amp_mul_scalar(c, x[0], -2.5), 3.0),
+          param(2, S(3, 4), 1))
 GRAD_TEST(sum, 1, amp_sum(c, x[0]), param(2, S(3, 4), 1))
 GRAD_TEST(mean, 1, amp_mean(c, x[0]), param(3, S(2, 3, 4), 1))
 GRAD_TEST(mse_loss, 2, amp_mse_loss(c, x[0], x[1]), param(2, S(3, 4), 1), param(2, S(3, 4), 1))
@@ -227,12 +237,15 @@ static amp_tensor_t *nll_fn(amp_ctx_t *c, amp_tensor_t **x) {
     return amp_nll_loss(c, amp_log_softmax(c, x[0], 1), labels);
 }
 
-static amp_tensor_t *embedding_fn(amp_ctx_t *c, amp_tensor_t **x) { return amp_embedding(c, labels, x[0]); }
+static amp_tensor_t *embedding_fn(amp_ctx_t *c, amp_tensor_t **x) {
+    return amp_embedding(c, labels, x[0]);
+}
 
 static amp_tensor_t *masked_fn(amp_ctx_t *c, amp_tensor_t **x) {
     int32_t m[4 * 4];
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) m[i * 4 + j] = j > i;
+        for (int j = 0; j < 4; j++)
+            m[i * 4 + j] = j > i;
     amp_tensor_t *mask = amp_tensor_from(c, AMP_DTYPE_I32, 2, S(4, 4), m);
     amp_tensor_t *y = amp_softmax(c, amp_masked_fill(c, x[0], mask, -INFINITY), -1);
     amp_tensor_free(mask);
@@ -260,7 +273,8 @@ START_TEST(test_grad_losses) {
     amp_tensor_t *m[1] = {param(3, S(2, 4, 4), 1)};
     gradcheck("masked_softmax", masked_fn, m, 1, 1e-2f, 2e-2);
     float t[6] = {0, 1, 1, 0, 0.5f, 1};
-    amp_tensor_t *b[2] = {param(2, S(2, 3), 1), amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, S(2, 3), t)};
+    amp_tensor_t *b[2] = {param(2, S(2, 3), 1),
+                          amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 2, S(2, 3), t)};
     gradcheck("binary_cross_entropy", bce_fn, b, 2, 1e-2f, 2e-2);
 }
 END_TEST
@@ -336,7 +350,8 @@ START_TEST(test_linear_matches_naive) {
     for (int i = 0; i < 3; i++)
         for (int o = 0; o < 2; o++) {
             float acc = bv[o];
-            for (int k = 0; k < 4; k++) acc += xv[i * 4 + k] * wv[o * 4 + k];
+            for (int k = 0; k < 4; k++)
+                acc += xv[i * 4 + k] * wv[o * 4 + k];
             ck_assert_close(yv[i * 2 + o], acc, 1e-5, 1e-5);
         }
 }
@@ -365,9 +380,11 @@ START_TEST(test_softmax_and_layer_norm_values) {
     amp_tensor_read_f32(amp_layer_norm(ctx, x, NULL, NULL, 1e-5f), l);
     for (int r = 0; r < 4; r++) {
         double s = 0, m = 0, v = 0;
-        for (int j = 0; j < 8; j++) s += p[r * 8 + j], m += l[r * 8 + j];
+        for (int j = 0; j < 8; j++)
+            s += p[r * 8 + j], m += l[r * 8 + j];
         m /= 8;
-        for (int j = 0; j < 8; j++) v += (l[r * 8 + j] - m) * (l[r * 8 + j] - m);
+        for (int j = 0; j < 8; j++)
+            v += (l[r * 8 + j] - m) * (l[r * 8 + j] - m);
         ck_assert_close(s, 1.0, 1e-6, 0);
         ck_assert_close(m, 0.0, 1e-6, 0);
         ck_assert_close(v / 8, 1.0, 1e-3, 0);
@@ -474,7 +491,8 @@ END_TEST
 START_TEST(test_dropout_seeded) {
     amp_tensor_t *x = amp_tensor_new(ctx, AMP_DTYPE_F32, 1, S(1000));
     float ones[1000], a[1000];
-    for (int i = 0; i < 1000; i++) ones[i] = 1;
+    for (int i = 0; i < 1000; i++)
+        ones[i] = 1;
     amp_tensor_write_f32(x, ones);
     amp_tensor_read_f32(amp_dropout(ctx, x, 0.25f, true), a);
     int zeros = 0;
@@ -590,7 +608,8 @@ static void attention_step(bool drop, float *gx, float *gw, bool freed[8]) {
     amp_tensor_t *w = randn_in(c, 2, S(8, 6), 1.0f, true);
     amp_tensor_t *r = randn_in(c, 2, S(6, 6), 1.0f, false);
     int32_t mask[36];
-    for (int i = 0; i < 36; i++) mask[i] = i % 6 > i / 6;
+    for (int i = 0; i < 36; i++)
+        mask[i] = i % 6 > i / 6;
     amp_tensor_t *m = amp_tensor_from(c, AMP_DTYPE_I32, 2, S(6, 6), mask);
     amp_autocast_begin(c, true, AMP_DTYPE_F16, true);
     amp_tensor_t *t[4];
@@ -606,9 +625,11 @@ static void attention_step(bool drop, float *gx, float *gw, bool freed[8]) {
     }
     amp_autocast_end(c);
     amp_tensor_t *loss = amp_sum(c, amp_mul(c, t[3], r)); // a reader recorded after the drop
-    for (int i = 0; i < 4; i++) freed[i] = t[i]->buf->data == NULL;
+    for (int i = 0; i < 4; i++)
+        freed[i] = t[i]->buf->data == NULL;
     amp_backward(c, loss);
-    for (int i = 0; i < 4; i++) freed[4 + i] = t[i]->buf->data == NULL;
+    for (int i = 0; i < 4; i++)
+        freed[4 + i] = t[i]->buf->data == NULL;
     amp_tensor_read_f32(amp_tensor_grad(x), gx);
     amp_tensor_read_f32(amp_tensor_grad(w), gw);
     amp_ctx_free(c);
@@ -619,7 +640,8 @@ START_TEST(test_drop_frees_what_no_backward_reads) {
     bool freed[8], kept[8]; // before the backward, after it
     attention_step(false, gx, gw, kept);
     attention_step(true, hx, hw, freed);
-    for (int i = 0; i < 8; i++) ck_assert_msg(!kept[i], "tensor %d freed without a drop", i % 4);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(!kept[i], "tensor %d freed without a drop", i % 4);
     ck_assert_msg(freed[0] && freed[1] && freed[2], "scores, scaled, masked: %d %d %d", freed[0],
                   freed[1], freed[2]);
     ck_assert_msg(!freed[3], "the softmax's output was freed, its backward reads it");

@@ -634,7 +634,8 @@ END_TEST
 // bias correction of its own first step on the second.
 START_TEST(test_per_param_steps) {
     amp_ctx_t *ctx = test_cpu_ctx();
-    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}), test_param_f32(ctx, 1, (float[]){1})};
+    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}),
+                           test_param_f32(ctx, 1, (float[]){1})};
     amp_optim_params o = amp_optim_defaults(AMP_OPTIM_ADAM);
     o.lr = 0.1f;
     amp_optim_t *opt;
@@ -671,7 +672,8 @@ END_TEST
 
 START_TEST(test_accessors_and_set_params) {
     amp_ctx_t *ctx = test_cpu_ctx();
-    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}), test_param_f32(ctx, 1, (float[]){2})};
+    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}),
+                           test_param_f32(ctx, 1, (float[]){2})};
     amp_optim_params o = amp_optim_defaults(AMP_OPTIM_SGD);
     o.lr = 0.5f;
     amp_optim_t *opt;

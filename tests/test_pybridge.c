@@ -132,13 +132,14 @@ START_TEST(test_records_through_ctypes) {
                "':' || (end_ns - start_ns) || ':' || ifnull(skipped, 'NULL') || ':' || "
                "ifnull(mem_peak_bytes, 'NULL'), ' ') FROM (SELECT * FROM AMP_STEPS ORDER BY step)",
                "0:2.5:1:1000000:NULL:NULL 1:NULL:0:2000000:1:3221225472");
-    ASSERT_ROW(db, // amp_record_op: NULL policy when autocast was off, interval kept
-               "SELECT group_concat(step || ' ' || ifnull(layer_id, 'NULL') || ' ' || op || ' ' || "
-               "phase || ' ' || in_dtypes || ' ' || out_dtype || ' ' || ifnull(policy, 'NULL') || "
-               "' ' || shapes || ' ' || flops || ' ' || bytes || ' ' || (end_ns - start_ns), '; ') "
-               "FROM (SELECT * FROM AMP_OPS ORDER BY start_ns)",
-               "1 5 linear fwd f16,f16,f16 f16 lower_precision_fp (8, 64),(32, 64),(32,) 32768 7296 "
-               "2000; 1 NULL cross_entropy fwd f32,i64 f32 NULL (8, 10),(8,) 8 420 500");
+    ASSERT_ROW(
+        db, // amp_record_op: NULL policy when autocast was off, interval kept
+        "SELECT group_concat(step || ' ' || ifnull(layer_id, 'NULL') || ' ' || op || ' ' || "
+        "phase || ' ' || in_dtypes || ' ' || out_dtype || ' ' || ifnull(policy, 'NULL') || "
+        "' ' || shapes || ' ' || flops || ' ' || bytes || ' ' || (end_ns - start_ns), '; ') "
+        "FROM (SELECT * FROM AMP_OPS ORDER BY start_ns)",
+        "1 5 linear fwd f16,f16,f16 f16 lower_precision_fp (8, 64),(32, 64),(32,) 32768 7296 "
+        "2000; 1 NULL cross_entropy fwd f32,i64 f32 NULL (8, 10),(8,) 8 420 500");
     sqlite3_close(db);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -335,7 +336,9 @@ static const char *const torch_scripts[] = {
     "cpu_settings",
 };
 
-START_TEST(test_torch_script_on_the_cpu) { torch_script(torch_scripts[_i]); }
+START_TEST(test_torch_script_on_the_cpu) {
+    torch_script(torch_scripts[_i]);
+}
 END_TEST
 
 // The bridge's Python (the package, its tests and benchmarks), most of which runs only with a

@@ -374,8 +374,11 @@ START_TEST(test_roundtrip_cupti_records) {
     ck_assert_int_eq(r.gpu_info.max_blocks_per_sm, 32);
     free(buf);
 
-    amp_rec_gpu_metric gm = {.device_id = 1, .start_ns = 1000, .end_ns = 21000,
-                             .metric = "dram__bytes_read.sum", .value = 6.5e7};
+    amp_rec_gpu_metric gm = {.device_id = 1,
+                             .start_ns = 1000,
+                             .end_ns = 21000,
+                             .metric = "dram__bytes_read.sum",
+                             .value = 6.5e7};
     r = roundtrip(AMP_REC_GPU_METRIC, &gm, &buf);
     ck_assert_int_eq(r.gpu_metric.device_id, 1);
     ck_assert_int_eq(r.gpu_metric.start_ns, 1000);
@@ -407,14 +410,22 @@ START_TEST(test_utf8_sequences_and_cuts) {
         const char *s;
         size_t n, len;
     } seqs[] = {
-        {"a", SIZE_MAX, 1},          {"\x80", SIZE_MAX, 0},               // a lone continuation
-        {"\xC2\x80", SIZE_MAX, 2},   {"\xC1\xBF", SIZE_MAX, 0},           // overlong in 2 bytes
-        {"\xE0\xA0\x80", SIZE_MAX, 3}, {"\xE0\x9F\xBF", SIZE_MAX, 0},     // ... in 3
-        {"\xED\x9F\xBF", SIZE_MAX, 3}, {"\xED\xA0\x80", SIZE_MAX, 0},     // a surrogate
-        {"\xF0\x90\x80\x80", SIZE_MAX, 4}, {"\xF0\x8F\xBF\xBF", SIZE_MAX, 0}, // ... in 4
-        {"\xF4\x8F\xBF\xBF", SIZE_MAX, 4}, {"\xF4\x90\x80\x80", SIZE_MAX, 0}, // beyond U+10FFFF
+        {"a", SIZE_MAX, 1},
+        {"\x80", SIZE_MAX, 0}, // a lone continuation
+        {"\xC2\x80", SIZE_MAX, 2},
+        {"\xC1\xBF", SIZE_MAX, 0}, // overlong in 2 bytes
+        {"\xE0\xA0\x80", SIZE_MAX, 3},
+        {"\xE0\x9F\xBF", SIZE_MAX, 0}, // ... in 3
+        {"\xED\x9F\xBF", SIZE_MAX, 3},
+        {"\xED\xA0\x80", SIZE_MAX, 0}, // a surrogate
+        {"\xF0\x90\x80\x80", SIZE_MAX, 4},
+        {"\xF0\x8F\xBF\xBF", SIZE_MAX, 0}, // ... in 4
+        {"\xF4\x8F\xBF\xBF", SIZE_MAX, 4},
+        {"\xF4\x90\x80\x80", SIZE_MAX, 0}, // beyond U+10FFFF
         {"\xF5\x80\x80\x80", SIZE_MAX, 0},
-        {"\xC3\xA9", 1, 0}, {"\xE2\x80\xA6", 2, 0}, {"\xE2\x80", SIZE_MAX, 0}, // cut short
+        {"\xC3\xA9", 1, 0},
+        {"\xE2\x80\xA6", 2, 0},
+        {"\xE2\x80", SIZE_MAX, 0}, // cut short
     };
     for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++)
         ck_assert_msg(amp_utf8_seq(seqs[i].s, seqs[i].n) == seqs[i].len, "case %zu", i);
@@ -518,10 +529,10 @@ END_TEST
 
 START_TEST(test_random_bytes_never_crash) {
     static const uint16_t types[] = {
-        AMP_REC_META,   AMP_REC_LAYER,   AMP_REC_STEP,   AMP_REC_SCALE,  AMP_REC_TENSOR_STATS,
-        AMP_REC_OP,     AMP_REC_EVENT,   AMP_REC_STRING, AMP_REC_KERNEL, AMP_REC_MEMCPY,
-        AMP_REC_MEMSET, AMP_REC_RUNTIME, AMP_REC_SYNC,   AMP_REC_NVTX,   AMP_REC_GPU_INFO,
-        AMP_REC_GPU_METRIC};
+        AMP_REC_META,         AMP_REC_LAYER,  AMP_REC_STEP,     AMP_REC_SCALE,
+        AMP_REC_TENSOR_STATS, AMP_REC_OP,     AMP_REC_EVENT,    AMP_REC_STRING,
+        AMP_REC_KERNEL,       AMP_REC_MEMCPY, AMP_REC_MEMSET,   AMP_REC_RUNTIME,
+        AMP_REC_SYNC,         AMP_REC_NVTX,   AMP_REC_GPU_INFO, AMP_REC_GPU_METRIC};
     srand(12345);
     int decoded = 0;
     for (int iter = 0; iter < 20000; iter++) {

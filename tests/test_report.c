@@ -776,7 +776,8 @@ START_TEST(html_is_self_contained_with_plots_and_escaped) {
     ck_assert_ptr_nonnull(strstr(t, "&lt;b&gt;&amp;&lt;/b&gt;"));
     const char *plots[] = {"<figcaption>Loss</figcaption>", "<figcaption>Loss scale</figcaption>",
                            "against the fp16 range</figcaption>", "Step time:"};
-    for (size_t i = 0; i < 4; i++) ck_assert_msg(strstr(t, plots[i]) != NULL, "no plot %s", plots[i]);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_msg(strstr(t, plots[i]) != NULL, "no plot %s", plots[i]);
     ck_assert_ptr_null(strstr(t, "Roofline")); // no kernels: no roofline
     ck_assert_ptr_nonnull(strstr(t, "fp16 max 65504"));
     ck_assert_ptr_nonnull(strstr(t, "fill=\"#d62728\"/>")); // skipped steps marked
@@ -1255,8 +1256,8 @@ static const struct fault_case {
      "{\"first\": 5,", "null", "\"log\"", "clamp"},
     {"mlp", "--precision fp16 --fault grad-underflow", "grad-underflow", "warning",
      "{\"first\": 0,", "\"fc1\"", "null", "mis-normalised loss"},
-    {"tiny_gpt", "--precision fp16 --fault scale-thrash", "loss-scale", "warning",
-     "{\"first\": 2,", "null", "null", "growth_interval=2000"},
+    {"tiny_gpt", "--precision fp16 --fault scale-thrash", "loss-scale", "warning", "{\"first\": 2,",
+     "null", "null", "growth_interval=2000"},
 };
 
 START_TEST(fault_runs_name_cause_layer_and_step) {
@@ -1273,7 +1274,8 @@ START_TEST(fault_runs_name_cause_layer_and_step) {
     ck_assert_msg(strstr(f, want) != NULL, "%s %s: first finding %s, want %s", c->sample, c->args,
                   f, want);
     const char *advice = strstr(j, "\"advice\": ");
-    ck_assert_msg(advice && strstr(advice, c->advice) && strstr(advice, c->advice) < strstr(advice, "}"),
+    ck_assert_msg(advice && strstr(advice, c->advice) &&
+                      strstr(advice, c->advice) < strstr(advice, "}"),
                   "%s %s: advice lacks %s", c->sample, c->args, c->advice);
     free(j);
 }
@@ -1281,7 +1283,7 @@ END_TEST
 
 // The fault runs' twins without the fault (fp16), and bf16/fp32 runs of the two fast samples.
 static const char *const healthy_cases[][2] = {
-    {"mlp", "--precision fp16"},     {"simple_cnn", "--precision fp16"},
+    {"mlp", "--precision fp16"},      {"simple_cnn", "--precision fp16"},
     {"tiny_gpt", "--precision fp16"}, {"mlp", "--precision bf16"},
     {"tiny_gpt", "--precision bf16"}, {"mlp", "--precision fp32"},
     {"tiny_gpt", "--precision fp32"},
@@ -1308,9 +1310,10 @@ START_TEST(json_carries_the_stable_keys) {
     char *j = test_read_file(out_path, NULL);
     ck_assert_ptr_nonnull(strstr(j, "\"peak_memory\": 3733245182,")); // (not 3.73324518e+09)
     ck_assert_ptr_nonnull(strstr(j, "\"findings\": ["));
-    ck_assert_ptr_nonnull(strstr(j, "{\"rule\": \"nonfinite-root-cause\", \"severity\": \"error\", "
-                                    "\"steps\": {\"first\": 3, \"last\": 11}, "
-                                    "\"layer\": \"blocks.0.attn\", \"op\": \"mul\", \"phase\": \"fwd\""));
+    ck_assert_ptr_nonnull(
+        strstr(j, "{\"rule\": \"nonfinite-root-cause\", \"severity\": \"error\", "
+                  "\"steps\": {\"first\": 3, \"last\": 11}, "
+                  "\"layer\": \"blocks.0.attn\", \"op\": \"mul\", \"phase\": \"fwd\""));
     ck_assert_ptr_nonnull(strstr(j, "\"evidence\": {\"steps_affected\": 9, "));
     ck_assert_ptr_nonnull(strstr(j, "\"input_amax\": 6.26953"));
     ck_assert_ptr_nonnull(strstr(j, "\"advice\": \"Scale the attention logits"));
@@ -1321,11 +1324,16 @@ START_TEST(json_carries_the_stable_keys) {
     bool in_str = false;
     for (const char *p = j; *p; p++) {
         if (in_str) {
-            if (*p == '\\') p++;
-            else if (*p == '"') in_str = false;
-        } else if (*p == '"') in_str = true;
-        else if (*p == '{' || *p == '[') depth++;
-        else if (*p == '}' || *p == ']') ck_assert_int_ge(--depth, 0);
+            if (*p == '\\')
+                p++;
+            else if (*p == '"')
+                in_str = false;
+        } else if (*p == '"')
+            in_str = true;
+        else if (*p == '{' || *p == '[')
+            depth++;
+        else if (*p == '}' || *p == ']')
+            ck_assert_int_ge(--depth, 0);
         else
             ck_assert_msg(!strchr("nN", *p) || begins(p, "null"), "bare token at %.20s", p);
     }
@@ -1420,12 +1428,14 @@ START_TEST(bad_files_and_usage_exit_2_with_one_line) {
     snprintf(foreign, sizeof foreign, "%s/foreign.sqlite", tmpdir);
     FILE *f = fopen(junk, "w");
     fputs("not a database at all, just text that is long enough to have a header......"
-          "..............................................................\n", f);
+          "..............................................................\n",
+          f);
     fclose(f);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(foreign, &db), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_exec(db, "CREATE TABLE t (x); INSERT INTO t VALUES (1);", NULL, NULL,
-                                  NULL), SQLITE_OK);
+    ck_assert_int_eq(
+        sqlite3_exec(db, "CREATE TABLE t (x); INSERT INTO t VALUES (1);", NULL, NULL, NULL),
+        SQLITE_OK);
     sqlite3_close(db);
 
     const char *files[] = {missing, junk, foreign};

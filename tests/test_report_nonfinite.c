@@ -1123,8 +1123,7 @@ START_TEST(nonfinite_std_of_a_single_value_is_explained) {
     explained("(1, 3, 2, 'var', 'fwd', 'nonfinite_producer', 'error', 64, 0, 'input 0 f32 (16, 64) "
               "min -2e+20 max 3e+20 amax 3e+20; output f32 (64,) min 1 max 3e+38 amax 3e+38 (0 "
               "nan, 3 +inf, 0 -inf); ', 0, 1, 3)",
-              "head var produced non-finite values from finite inputs at step 3",
-              "f32's range");
+              "head var produced non-finite values from finite inputs at step 3", "f32's range");
 }
 END_TEST
 
@@ -1494,7 +1493,7 @@ START_TEST(nonfinite_inf_gradient_at_a_pole_is_an_error) {
         analyse(NULL, INT64_MIN, INT64_MAX);
         ck_assert_uint_eq(count(NULL, AMP_SEVERITY_ERROR), 0);
         ck_assert_msg(strstr(first_of("nonfinite-root-cause")->title, "gradient overflow in the "
-                                                                       "backward"),
+                                                                      "backward"),
                       "%s", first_of("nonfinite-root-cause")->title);
         ck_assert_ptr_nonnull(strstr(first_of("loss-scale")->advice, "they explode"));
         release();

@@ -185,8 +185,8 @@ START_TEST(lost_updates_of_16_bit_weights_are_named) {
     ck_assert_int_eq(f->last_step, 11);
     ck_assert_close(evidence(f, "values_compared"), 12 * (4096 + 4096 + 10), 0, 0);
     ck_assert_close(evidence(f, "values_unchanged"), 12 * (3900 + 10), 0, 0);
-    ck_assert_close(evidence(f, "lost_share"), (3900.0 / 4096 * 1e6 + 10) / (1e6 + 1e4 + 10),
-                    1e-12, 0);
+    ck_assert_close(evidence(f, "lost_share"), (3900.0 / 4096 * 1e6 + 10) / (1e6 + 1e4 + 10), 1e-12,
+                    0);
     ck_assert_msg(strstr(f->detail, "about 2^-9 of its magnitude in bf16") &&
                       strstr(f->detail, "Most values lost: fc.weight 95% (1 M values), head.bias "
                                         "100% (10 values), head.weight 0% (10 k values)."),
@@ -313,8 +313,7 @@ START_TEST(scale_clipped_while_scaled_is_a_warning) {
     sql("UPDATE AMP_STEPS SET scale_before = 1, scale_after = 1, grad_norm = 1;"); // unscaled
     analyse("loss-scale", INT64_MIN, INT64_MAX);
     for (size_t i = 0; i < findings.n; i++)
-        ck_assert_msg(!begins(findings.v[i].title, "gradients clipped"), "%s",
-                      findings.v[i].title);
+        ck_assert_msg(!begins(findings.v[i].title, "gradients clipped"), "%s", findings.v[i].title);
     release();
 }
 END_TEST

@@ -28,7 +28,8 @@ START_TEST(precision_fp32_gemm_under_autocast_is_a_warning) {
     ck_assert_str_eq(f->op, "linear");
     ck_assert_int_eq(f->first_step, 0);
     ck_assert_ptr_nonnull(strstr(f->title, "fp32 under autocast"));
-    ck_assert_close(evidence(f, "flops_share"), 33554432.0 / (33554432 + 4194304 + 8388608), 1e-9, 0);
+    ck_assert_close(evidence(f, "flops_share"), 33554432.0 / (33554432 + 4194304 + 8388608), 1e-9,
+                    0);
     ck_assert_ptr_nonnull(strstr(f->advice, "bf16"));
     ck_assert_int_eq(f->last_step, 5);
     release();
@@ -83,7 +84,7 @@ START_TEST(gemm_dimensions_are_read_from_the_shapes) {
     ck_assert_int_eq(k, 20);
     ck_assert_int_eq(n, 30);
     ck_assert(!report_gemm_kn("matmul", "(64,),(64, 10)", &k, &n)); // a vector operand
-    ck_assert(!report_gemm_kn("linear", "(8, 64)", &k, &n));       // no weight
+    ck_assert(!report_gemm_kn("linear", "(8, 64)", &k, &n));        // no weight
     ck_assert(!report_gemm_kn("conv2d", "(8, 3, 32, 32),(16, 3, 3, 3)", &k, &n));
     ck_assert(!report_gemm_kn("linear", "(8, x),(3, 8)", &k, &n));
     ck_assert(!report_gemm_kn("linear", "(8, 64", &k, &n));
@@ -186,7 +187,8 @@ START_TEST(roofline_uses_the_calibrated_ceilings) {
     ck_assert(amp_ceilings_path("NVIDIA H200", path, sizeof path));
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
-    fputs("gpu NVIDIA H200\ndram_bytes_per_s 4e+12\ngemm_flops_bf16 8e+14\ngemm_flops_f16 7e+14\n", f);
+    fputs("gpu NVIDIA H200\ndram_bytes_per_s 4e+12\ngemm_flops_bf16 8e+14\ngemm_flops_f16 7e+14\n",
+          f);
     fclose(f);
     analyse("roofline", INT64_MIN, INT64_MAX);
     const report_finding *info = &findings.v[findings.n - 1];
@@ -405,11 +407,11 @@ static const report_step *step_of(int32_t pid, int64_t step) {
 
 #define KERNELS_AGAIN(START, DEV, GLOBAL_PID)                                                      \
     TEST_KERNEL_INSERT                                                                             \
-        "SELECT start + " START ", end + " START ", " DEV ", contextId, streamId, "                \
-        "correlationId + 1000000, " GLOBAL_PID ", demangledName, shortName, "                      \
-        "registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "                        \
-        "staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "                          \
-        "localMemoryTotal, gridId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0;"
+    "SELECT start + " START ", end + " START ", " DEV ", contextId, streamId, "                    \
+    "correlationId + 1000000, " GLOBAL_PID ", demangledName, shortName, "                          \
+    "registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "                            \
+    "staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "                              \
+    "localMemoryTotal, gridId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0;"
 
 START_TEST(step_busy_is_its_own_process_gpus) {
     gpu_run(4, 10, 100000, 500000, 1e9, 1e7); // ten 0.1 ms kernels a step
@@ -585,7 +587,8 @@ START_TEST(host_sync_every_few_ops_is_a_warning) {
     analyse("host-sync", INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
     ck_assert_close(evidence(&findings.v[0], "per_step"), 5, 0, 0);
-    ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9, 0);
+    ck_assert_close(evidence(&findings.v[0], "sync_share"), 20.0 / (4 * (STEP_NS - 1) / 1e6), 1e-9,
+                    0);
     ck_assert_ptr_nonnull(strstr(findings.v[0].advice, ".item()"));
     release();
     // streams waiting on events (cudaStreamWaitEvent, syncType 2: FSDP's and DDP's streams) do

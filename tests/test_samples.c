@@ -59,13 +59,15 @@ static void run_sample(run_result *r, const char *const *argv) {
     read_all(err, r->err, sizeof r->err);
 
     r->n_steps = r->first_step = 0;
-    for (const char *line = r->out; *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] == '\n')) {
+    for (const char *line = r->out; *line;
+         line += strcspn(line, "\n") + (line[strcspn(line, "\n")] == '\n')) {
         int step;
         char loss[32];
         double scale;
         long skipped;
         if (strncmp(line, "step ", 5) != 0) continue;
-        ck_assert_msg(sscanf(line, "step %d loss %31s scale %lf skipped %ld", &step, loss, &scale, &skipped) == 4,
+        ck_assert_msg(sscanf(line, "step %d loss %31s scale %lf skipped %ld", &step, loss, &scale,
+                             &skipped) == 4,
                       "unparsable line: %.80s", line);
         if (r->n_steps == 0) r->first_step = step;
         ck_assert_msg(step == r->first_step + r->n_steps && r->n_steps < MAX_STEPS,
@@ -81,7 +83,8 @@ static void run_sample(run_result *r, const char *const *argv) {
 
 static int count_lines(const char *s) {
     int n = 0;
-    for (; *s; s++) n += *s == '\n';
+    for (; *s; s++)
+        n += *s == '\n';
     return n;
 }
 
@@ -94,7 +97,8 @@ static void assert_ran(const run_result *r, int n) {
 
 static double mean(const double *v, int n) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += v[i];
+    for (int i = 0; i < n; i++)
+        s += v[i];
     return s / n;
 }
 
@@ -113,9 +117,12 @@ START_TEST(test_loss_falls) {
     const char *name = samples[_i / 3], *prec = precisions[_i % 3];
     static run_result r;
     int steps;
-    if (_i / 3 == 0) RUN(&r, name, "--precision", prec, SHORT_MLP), steps = 40;
-    else if (_i / 3 == 1) RUN(&r, name, "--precision", prec, SHORT_CNN), steps = 24;
-    else RUN(&r, name, "--precision", prec, SHORT_GPT), steps = 30;
+    if (_i / 3 == 0)
+        RUN(&r, name, "--precision", prec, SHORT_MLP), steps = 40;
+    else if (_i / 3 == 1)
+        RUN(&r, name, "--precision", prec, SHORT_CNN), steps = 24;
+    else
+        RUN(&r, name, "--precision", prec, SHORT_GPT), steps = 30;
     assert_ran(&r, steps);
     for (int i = 0; i < steps; i++) {
         ck_assert_msg(isfinite(r.loss[i]), "%s %s: step %d loss %g", name, prec, i, r.loss[i]);
@@ -123,7 +130,8 @@ START_TEST(test_loss_falls) {
         ck_assert(r.scale[i] == (strcmp(prec, "fp16") == 0 ? 65536.0 : 1.0));
     }
     double first = mean(r.loss, 4), last = mean(r.loss + steps - 4, 4);
-    ck_assert_msg(last < 0.6 * first, "%s %s: loss %.4f -> %.4f (mean of 4 steps)", name, prec, first, last);
+    ck_assert_msg(last < 0.6 * first, "%s %s: loss %.4f -> %.4f (mean of 4 steps)", name, prec,
+                  first, last);
 }
 END_TEST
 
@@ -292,16 +300,20 @@ START_TEST(test_out_of_memory_counts_training_state) {
 END_TEST
 
 START_TEST(test_help) {
-    static const char *const words[] = {
-        "--device", "--precision", "--steps", "--batch", "--seed", "--lr", "--optimizer",
-        "--init-scale", "--growth-interval", "--fault", "--save", "--load", "--quiet", "--help",
-        "attn-overflow", "grad-underflow", "nan-input", "log-zero", "scale-thrash"};
+    static const char *const words[] = {"--device",       "--precision",  "--steps",
+                                        "--batch",        "--seed",       "--lr",
+                                        "--optimizer",    "--init-scale", "--growth-interval",
+                                        "--fault",        "--save",       "--load",
+                                        "--quiet",        "--help",       "attn-overflow",
+                                        "grad-underflow", "nan-input",    "log-zero",
+                                        "scale-thrash"};
     static run_result r;
     RUN(&r, samples[_i], "--help");
     ck_assert_int_eq(r.exit_code, 0);
     ck_assert_str_eq(r.err, "");
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        ck_assert_msg(strstr(r.out, words[i]), "%s --help does not mention %s", samples[_i], words[i]);
+        ck_assert_msg(strstr(r.out, words[i]), "%s --help does not mention %s", samples[_i],
+                      words[i]);
     if (_i == 1) ck_assert(strstr(r.out, "--image"));
     if (_i == 2) ck_assert(strstr(r.out, "--layers") && strstr(r.out, "--heads"));
 }
@@ -316,7 +328,8 @@ START_TEST(test_cuda_device) {
     } else {
         ck_assert_int_eq(r.exit_code, 1);
         ck_assert_int_eq(r.n_steps, 0);
-        ck_assert_msg(strncmp(r.err, "mlp: ", 5) == 0 && count_lines(r.err) == 1, "stderr: %s", r.err);
+        ck_assert_msg(strncmp(r.err, "mlp: ", 5) == 0 && count_lines(r.err) == 1, "stderr: %s",
+                      r.err);
     }
 }
 END_TEST
@@ -332,8 +345,11 @@ END_TEST
 static void run_fault(run_result *r, int i, const char *fault, const char *prec, int n) {
     char steps[16];
     snprintf(steps, sizeof steps, "%d", n);
-    if (i == 1) RUN(r, samples[i], "--fault", fault, "--precision", prec, "--steps", steps, "--image", "16");
-    else RUN(r, samples[i], "--fault", fault, "--precision", prec, "--steps", steps);
+    if (i == 1)
+        RUN(r, samples[i], "--fault", fault, "--precision", prec, "--steps", steps, "--image",
+            "16");
+    else
+        RUN(r, samples[i], "--fault", fault, "--precision", prec, "--steps", steps);
     assert_ran(r, n);
 }
 
@@ -341,14 +357,16 @@ START_TEST(test_fault_nan_input) {
     static run_result r;
     run_fault(&r, _i, "nan-input", "fp16", 8);
     for (int s = 0; s < 8; s++) {
-        ck_assert_msg(isnan(r.loss[s]) == (s == NAN_STEP), "%s fp16 step %d loss %g", samples[_i], s, r.loss[s]);
+        ck_assert_msg(isnan(r.loss[s]) == (s == NAN_STEP), "%s fp16 step %d loss %g", samples[_i],
+                      s, r.loss[s]);
         ck_assert_int_eq(r.skipped[s], s >= NAN_STEP); // that step only is skipped
     }
     ck_assert(r.scale[NAN_STEP + 1] == r.scale[NAN_STEP] / 2); // backoff
     // Without a GradScaler the NaN gradients reach the weights: every later loss is NaN.
     run_fault(&r, _i, "nan-input", "fp32", 7);
     for (int s = 0; s < 7; s++) {
-        ck_assert_msg(isnan(r.loss[s]) == (s >= NAN_STEP), "%s fp32 step %d loss %g", samples[_i], s, r.loss[s]);
+        ck_assert_msg(isnan(r.loss[s]) == (s >= NAN_STEP), "%s fp32 step %d loss %g", samples[_i],
+                      s, r.loss[s]);
         ck_assert_int_eq(r.skipped[s], 0);
     }
 }
@@ -362,7 +380,8 @@ START_TEST(test_fault_log_zero) {
         ck_assert_int_eq(r.skipped[s], 0);
     }
     for (int s = LOG_ZERO_STEP; s < 7; s++) {
-        ck_assert_msg(isinf(r.loss[s]) && r.loss[s] > 0, "%s step %d loss %g", samples[_i], s, r.loss[s]);
+        ck_assert_msg(isinf(r.loss[s]) && r.loss[s] > 0, "%s step %d loss %g", samples[_i], s,
+                      r.loss[s]);
         ck_assert_int_eq(r.skipped[s], s - LOG_ZERO_STEP + 1);
     }
 }
@@ -377,7 +396,8 @@ START_TEST(test_fault_scale_thrash) {
         if (s > 0) ups += r.scale[s] > r.scale[s - 1], downs += r.scale[s] < r.scale[s - 1];
     }
     ck_assert_msg(r.skipped[15] >= 3, "%s: %ld skipped steps", samples[_i], r.skipped[15]);
-    ck_assert_msg(ups >= 3 && downs >= 3, "%s: scale went up %d and down %d times", samples[_i], ups, downs);
+    ck_assert_msg(ups >= 3 && downs >= 3, "%s: scale went up %d and down %d times", samples[_i],
+                  ups, downs);
     // The scaler is what thrashes: without it (bf16) nothing is skipped.
     run_fault(&r, _i, "scale-thrash", "bf16", 4);
     ck_assert_int_eq(r.skipped[3], 0);
@@ -394,10 +414,13 @@ START_TEST(test_fault_grad_underflow) {
         ck_assert(r.scale[s] == 1.0);
     }
     ck_assert_int_eq(r.skipped[12], 0); // no inf anywhere: nothing to skip
-    ck_assert_msg(stuck > -0.02, "%s: loss still fell from %.4f to %.4f", samples[_i], r.loss[0], r.loss[12]);
+    ck_assert_msg(stuck > -0.02, "%s: loss still fell from %.4f to %.4f", samples[_i], r.loss[0],
+                  r.loss[12]);
     static run_result healthy; // the same run without the fault
-    if (_i == 1) RUN(&healthy, samples[_i], "--precision", "fp16", "--steps", "13", "--image", "16");
-    else RUN(&healthy, samples[_i], "--precision", "fp16", "--steps", "13");
+    if (_i == 1)
+        RUN(&healthy, samples[_i], "--precision", "fp16", "--steps", "13", "--image", "16");
+    else
+        RUN(&healthy, samples[_i], "--precision", "fp16", "--steps", "13");
     assert_ran(&healthy, 13);
     ck_assert_msg(healthy.loss[12] < healthy.loss[0] - 0.1, "%s healthy: %.4f -> %.4f", samples[_i],
                   healthy.loss[0], healthy.loss[12]);
@@ -414,7 +437,8 @@ START_TEST(test_fault_attn_overflow) {
         ck_assert_int_eq(r.skipped[s], s < ATTN_STEP ? 0 : s - ATTN_STEP + 1);
     }
     for (int p = 0; p < 3; p += 2) { // fp32 and bf16 (fp32's range) stay finite
-        RUN(&r, "tiny_gpt", "--fault", "attn-overflow", "--precision", precisions[p], "--steps", "6");
+        RUN(&r, "tiny_gpt", "--fault", "attn-overflow", "--precision", precisions[p], "--steps",
+            "6");
         assert_ran(&r, 6);
         for (int s = 0; s < 6; s++)
             ck_assert_msg(isfinite(r.loss[s]), "%s step %d loss %g", precisions[p], s, r.loss[s]);

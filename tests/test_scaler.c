@@ -379,7 +379,8 @@ END_TEST
 
 START_TEST(test_u7_two_optimizers) {
     amp_ctx_t *ctx = test_cpu_ctx();
-    amp_tensor_t *a = test_param_f32(ctx, 1, (float[]){1}), *b = test_param_f32(ctx, 1, (float[]){1});
+    amp_tensor_t *a = test_param_f32(ctx, 1, (float[]){1}),
+                 *b = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *oa = sgd(ctx, a, 1), *ob = sgd(ctx, b, 1);
     amp_scaler_t *sc = scaler(4, 2, 0.5, 1);
     create_scale(sc, ctx);
@@ -428,7 +429,8 @@ END_TEST
 // recorded found_inf).
 START_TEST(test_unscaled_only_counts_in_update) {
     amp_ctx_t *ctx = test_cpu_ctx();
-    amp_tensor_t *a = test_param_f32(ctx, 1, (float[]){1}), *b = test_param_f32(ctx, 1, (float[]){1});
+    amp_tensor_t *a = test_param_f32(ctx, 1, (float[]){1}),
+                 *b = test_param_f32(ctx, 1, (float[]){1});
     amp_optim_t *oa = sgd(ctx, a, 1), *ob = sgd(ctx, b, 1);
     amp_scaler_t *sc = scaler(4, 2, 0.5, 2000);
     create_scale(sc, ctx);
@@ -526,7 +528,8 @@ END_TEST
 
 START_TEST(test_null_grads_skipped) {
     amp_ctx_t *ctx = test_cpu_ctx();
-    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}), test_param_f32(ctx, 1, (float[]){5})};
+    amp_tensor_t *ps[2] = {test_param_f32(ctx, 1, (float[]){1}),
+                           test_param_f32(ctx, 1, (float[]){5})};
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
     op.lr = 1;
     amp_optim_t *opt;

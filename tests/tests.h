@@ -1,4 +1,5 @@
-/* Shared declarations for the Check suites: one Suite *<name>_suite(void) per tests/suites.def line. */
+/* Shared declarations for the Check suites: one Suite *<name>_suite(void) per tests/suites.def
+ * line. */
 #ifndef AMP_TESTS_H
 #define AMP_TESTS_H
 
@@ -17,9 +18,11 @@
 #define ck_assert_close(got, want, tol, rel)                                                       \
     do {                                                                                           \
         double g_ = (got), w_ = (want);                                                            \
-        if (isnan(w_)) ck_assert_msg(isnan(g_), "expected NaN, got %g", g_);                      \
-        else ck_assert_msg(fabs(g_ - w_) <= (tol) + fabs(w_) * (rel),                              \
-                           "%s = %.9g, expected %.9g", #got, g_, w_);                              \
+        if (isnan(w_))                                                                             \
+            ck_assert_msg(isnan(g_), "expected NaN, got %g", g_);                                  \
+        else                                                                                       \
+            ck_assert_msg(fabs(g_ - w_) <= (tol) + fabs(w_) * (rel), "%s = %.9g, expected %.9g",   \
+                          #got, g_, w_);                                                           \
     } while (0)
 
 // The columns a kernel row of the fixtures fills (CUPTI_ACTIVITY_KIND_KERNEL's NOT NULL ones,

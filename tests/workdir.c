@@ -134,8 +134,8 @@ pid_t test_dead_pid(void) {
 
 void test_exit_without_free(const char *device) {
     enum { STEPS = 4 };
-    const char *args[] = {"run", "-o", "run.sqlite", "--", AMP_BINARY_DIR "/tests/amp_exit_prog",
-                          device, "4", NULL};
+    const char *args[] = {"run",  "-o", "run.sqlite", "--", AMP_BINARY_DIR "/tests/amp_exit_prog",
+                          device, "4",  NULL};
     ck_assert_int_eq(test_wait_ampprobe(test_spawn_ampprobe(args)), 0);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open_v2(test_in_dir("run.sqlite"), &db, SQLITE_OPEN_READONLY, NULL),

@@ -39,12 +39,12 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 typedef struct tui_step {
     int64_t rowid;
     int64_t step;
-    double time_ms; // end - start; NaN: not recorded yet
-    double loss;    // NaN: NaN, or not recorded
+    double time_ms;      // end - start; NaN: not recorded yet
+    double loss;         // NaN: NaN, or not recorded
     bool loss_nonfinite; // the step recorded a NaN/inf loss (not: no step record came)
-    double scale;   // scale after the step's update; NaN: no GradScaler
+    double scale;        // scale after the step's update; NaN: no GradScaler
     double scale_before; // the scale the step ran with (before its update); NaN: none
-    bool skipped;   // the optimizer step was skipped
+    bool skipped;        // the optimizer step was skipped
     double mem_mib; // most memory held by tensors up to the step's end (MiB); NaN: not recorded
 } tui_step;
 
@@ -67,7 +67,7 @@ typedef enum tui_stat_kind {
     TUI_KIND_ACT,   // activation: forward output
     TUI_KIND_AGRAD, // activation gradient
     TUI_KIND_WEIGHT,
-    TUI_KIND_WGRAD, // weight gradient
+    TUI_KIND_WGRAD,  // weight gradient
     TUI_KIND_UPDATE, // an optimizer step's update of a 16-bit parameter: its "underflow" the
                      // values the update left unchanged (rounded away)
     TUI_KIND_OTHER
@@ -80,8 +80,8 @@ typedef enum tui_stat_kind {
 #define TUI_LABEL_MAX 40
 
 typedef struct tui_layer_row {
-    int32_t layer_id; // -1: outside any layer
-    const char *name; // owned by the model, or label
+    int32_t layer_id;          // -1: outside any layer
+    const char *name;          // owned by the model, or label
     char label[TUI_LABEL_MAX]; // an undeclared layer's name
     tui_stat_kind kind;
     char dtype[8]; // the tensors' storage dtype ("f16", "bf16", "f32", ...)
@@ -117,14 +117,14 @@ typedef struct tui_model {
     unsigned restarts; // times the model started over on a new file at path (a new run)
     // META (run-wide and the program's own rows)
     char *command, *device, *precision;
-    char *trace; // what ampprobe run recorded (--trace: "amp,cuda,nvtx"); NULL: not said
-    char *exception;          // what the program died of (META exception or abort); NULL: none
-    bool complete;            // META.status = complete: the run has ended and will not grow
-    bool cut_short;           // not complete, but its collector is gone (the launcher was
-                              // killed): it will not grow either (AMP_RUN_CUT_SHORT)
-    int exit_status;          // -1: unknown (not recorded) or still running
-    int exit_signal;          // the signal that killed the program (META exit_signal); 0: it
-                              // exited by itself; -1: not recorded (older launchers, no launcher)
+    char *trace;     // what ampprobe run recorded (--trace: "amp,cuda,nvtx"); NULL: not said
+    char *exception; // what the program died of (META exception or abort); NULL: none
+    bool complete;   // META.status = complete: the run has ended and will not grow
+    bool cut_short;  // not complete, but its collector is gone (the launcher was
+                     // killed): it will not grow either (AMP_RUN_CUT_SHORT)
+    int exit_status; // -1: unknown (not recorded) or still running
+    int exit_signal; // the signal that killed the program (META exit_signal); 0: it
+                     // exited by itself; -1: not recorded (older launchers, no launcher)
     int64_t start_ns, end_ns; // 0: unknown
     int32_t pid;              // the process whose steps and statistics are shown; 0 before any
     // Processes that recorded steps (the ranks of a data-parallel job), sorted.
@@ -173,9 +173,9 @@ typedef struct tui_model {
     bool finding_stale; // the run moved since the finding was asked for
     int64_t next_finding_ns, opened_ns;
     int64_t next_state_ns; // when to ask again whether the collector still runs
-    size_t asked_steps; // steps when the finding in the works (or the latest) was asked for
+    size_t asked_steps;    // steps when the finding in the works (or the latest) was asked for
     int64_t asked_step;
-    bool asked_final; // the finding of the ended run was asked for
+    bool asked_final;    // the finding of the ended run was asked for
     bool asked_on_error; // a finding was asked for after the first error-severity event
     // The first failed read that asking again will not mend (a damaged file: SQLITE_CORRUPT,
     // SQLITE_NOTADB; an I/O error; the report's, for an ended run), as "FILE: message"; ""

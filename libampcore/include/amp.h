@@ -85,16 +85,16 @@ typedef enum amp_dtype {
     AMP_DTYPE_COUNT
 } amp_dtype;
 
-const char *amp_dtype_name(amp_dtype t);          // "f32", "f16", "bf16", "i32", "i64"
+const char *amp_dtype_name(amp_dtype t); // "f32", "f16", "bf16", "i32", "i64"
 // Accepts the names above, fp32/fp16, and PyTorch's float32/float/float16/half/bfloat16/int32/
 // int/int64/long; false for anything else (NULL included).
 bool amp_dtype_parse(const char *s, amp_dtype *out);
-size_t amp_dtype_size(amp_dtype t);               // bytes per element
+size_t amp_dtype_size(amp_dtype t); // bytes per element
 bool amp_dtype_is_float(amp_dtype t);
 
-uint16_t amp_f32_to_f16(float x);   // NaN -> 0x7E00 | sign
+uint16_t amp_f32_to_f16(float x); // NaN -> 0x7E00 | sign
 float amp_f16_to_f32(uint16_t h);
-uint16_t amp_f32_to_bf16(float x);  // NaN -> 0x7FC0
+uint16_t amp_f32_to_bf16(float x); // NaN -> 0x7FC0
 float amp_bf16_to_f32(uint16_t h);
 // x rounded to dtype t and back (f32: x itself).
 float amp_round_to(amp_dtype t, float x);
@@ -272,8 +272,8 @@ amp_tensor_t *amp_linear(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, amp_t
 // (2, 1, 3, 4) @ (3, 4, 5)), (..., M, K) @ (K, N) as one GEMM, and a 1-D operand taken as a row
 // (first) or a column (second) that the result drops again ((K,) @ (K,) is 0-dim)
 amp_tensor_t *amp_matmul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);
-amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);     // (M, K) @ (K, N)
-amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);    // (B, M, K) @ (B, K, N)
+amp_tensor_t *amp_mm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b);  // (M, K) @ (K, N)
+amp_tensor_t *amp_bmm(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b); // (B, M, K) @ (B, K, N)
 amp_tensor_t *amp_addmm(amp_ctx_t *ctx, amp_tensor_t *bias, amp_tensor_t *a, amp_tensor_t *b);
 // x (N, Cin, H, W), w (Cout, Cin, kh, kw), b (Cout) or NULL: floating tensors (an integer one
 // aborts, as a bias of another size does); N = 0 gives an empty (0, Cout, oh, ow) output.
@@ -360,7 +360,7 @@ amp_tensor_t *amp_to(amp_ctx_t *ctx, amp_tensor_t *x, amp_dtype t);
 
 typedef struct amp_stats {
     int64_t numel;
-    float min, max, amax;              // over the finite values; NaN when none is finite
+    float min, max, amax; // over the finite values; NaN when none is finite
     int64_t n_nan, n_posinf, n_neginf;
     int64_t n_overflow;  // finite values that round to inf in the target dtype
     int64_t n_underflow; // non-zero values that round to zero or a subnormal in the target dtype

@@ -39,7 +39,7 @@ void amp_record_last_words(const char *msg);
 // AMP_ASSERT(cond) or AMP_ASSERT(cond, "(format)", args...)
 #define AMP_ASSERT(cond, ...)                                                                      \
     do {                                                                                           \
-        if (!(cond)) amp_abort_assert(__FILE__, __LINE__, #cond, " " __VA_ARGS__);               \
+        if (!(cond)) amp_abort_assert(__FILE__, __LINE__, #cond, " " __VA_ARGS__);                 \
     } while (0)
 
 // Sets the thread's last-error message and returns s.
@@ -128,7 +128,9 @@ char *amp_exe_dir(char *buf, size_t n);
 // f16 -> f32 of every bit pattern (filled when the library loads): a lookup instead of
 // amp_f16_to_f32's branches on hot paths. Identical results by construction.
 extern float amp_f16_table[65536];
-static inline float amp_f16_to_f32_fast(uint16_t h) { return amp_f16_table[h]; }
+static inline float amp_f16_to_f32_fast(uint16_t h) {
+    return amp_f16_table[h];
+}
 
 // Element i of host memory p holding dtype t, as f32 (integers converted).
 static inline float amp_load_f32(amp_dtype t, const void *p, int64_t i) {
@@ -181,19 +183,19 @@ struct amp_tensor {
     // original was written since (PyTorch saves the view itself)
     amp_buffer *copy_of;
     uint32_t copy_of_version;
-    bool persistent;              // made by amp_tensor_new*(), freed by amp_tensor_free()
-    int32_t optim_refs;           // optimizers holding it (a parameter or their state): not freed
+    bool persistent;    // made by amp_tensor_new*(), freed by amp_tensor_free()
+    int32_t optim_refs; // optimizers holding it (a parameter or their state): not freed
     bool requires_grad;
     bool is_view;
-    bool is_grad;                 // a gradient buffer (survives the backward node that made it)
+    bool is_grad; // a gradient buffer (survives the backward node that made it)
     // accumulated gradient (same shape, contiguous), in t's dtype or, for a leaf or a tensor
     // whose node reads any dtype (amp_node.narrow_dy), a narrower float one holding the values
     // exactly (a widening cast's backward hands its gradient on): amp_tensor_grad() widens it
     amp_tensor_t *grad;
-    struct amp_node *node;        // the op that produced it; NULL for leaves
-    int32_t layer;                // layer id of the producing op (-1: none)
+    struct amp_node *node; // the op that produced it; NULL for leaves
+    int32_t layer;         // layer id of the producing op (-1: none)
     char *name;
-    int8_t inf_fill;              // -1/+1: holds -inf/+inf on purpose (an attention mask)
+    int8_t inf_fill; // -1/+1: holds -inf/+inf on purpose (an attention mask)
     // An f32 parameter that autocast's cached cast lowered (precast_want: the dtype of the last
     // region's cast): the optimizer step that updates it also writes its value in that dtype into
     // precast, the next region's cast made ahead (amp_precast_take), valid while precast_version
@@ -513,11 +515,16 @@ static inline bool amp_unary_backward_needs_y(amp_unary_op op) {
            op == AMP_UNARY_EXP;
 }
 
-typedef enum amp_binary_op { AMP_BINARY_ADD, AMP_BINARY_SUB, AMP_BINARY_MUL, AMP_BINARY_DIV } amp_binary_op;
+typedef enum amp_binary_op {
+    AMP_BINARY_ADD,
+    AMP_BINARY_SUB,
+    AMP_BINARY_MUL,
+    AMP_BINARY_DIV
+} amp_binary_op;
 
 typedef struct amp_gemm_desc {
     int64_t batch, m, n, k;
-    bool trans_a, trans_b;                // A stored (m, k) or, transposed, (k, m); B (k, n) or (n, k)
+    bool trans_a, trans_b; // A stored (m, k) or, transposed, (k, m); B (k, n) or (n, k)
     int64_t stride_a, stride_b, stride_c; // elements between batch items (0: shared)
     float alpha, beta;                    // C = alpha * op(A) op(B) + bias + beta * C
 } amp_gemm_desc;
@@ -527,18 +534,24 @@ typedef struct amp_gemm_desc {
 extern int64_t amp_conv_cols_max;
 
 typedef struct amp_conv_desc {
-    int64_t n, c, h, w;  // input (N, C, H, W)
-    int64_t kh, kw;      // kernel
-    int64_t oh, ow;      // output spatial size
+    int64_t n, c, h, w; // input (N, C, H, W)
+    int64_t kh, kw;     // kernel
+    int64_t oh, ow;     // output spatial size
     int stride, padding;
-    bool by_row;         // im2col: cols laid out (C*kh*kw, N, oh*ow), rows of all images together
+    bool by_row; // im2col: cols laid out (C*kh*kw, N, oh*ow), rows of all images together
 } amp_conv_desc;
 
 // What a scale update did, as the backend's scale_update writes it (i32 words; the scales are
 // f32 bit patterns): the scale before and after, the summed found_inf, whether an optimizer that
 // stepped had a non-finite gradient (its step was skipped), the growth tracker after.
-enum { AMP_REC_BEFORE, AMP_REC_AFTER, AMP_REC_FOUND_INF, AMP_REC_SKIPPED, AMP_REC_TRACKER,
-       AMP_SCALE_REC };
+enum {
+    AMP_REC_BEFORE,
+    AMP_REC_AFTER,
+    AMP_REC_FOUND_INF,
+    AMP_REC_SKIPPED,
+    AMP_REC_TRACKER,
+    AMP_SCALE_REC
+};
 
 typedef struct amp_backend_i {
     const char *name;
@@ -647,8 +660,7 @@ typedef struct amp_backend_i {
     // float32(1 / double(scale)). rec (i32[AMP_SCALE_REC]) gets what the update did.
     void (*scale_update)(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
                          amp_tensor_t *tracker, amp_tensor_t *const *found_infs,
-                         const bool *stepped, int n, const amp_scaler_params *p,
-                         amp_tensor_t *rec);
+                         const bool *stepped, int n, const amp_scaler_params *p, amp_tensor_t *rec);
     // One optimizer step over n parameters (f32) and their gradients (f32, or a narrower float
     // dtype whose values are the gradient's); m and v (may be NULL for SGD without
     // momentum) are optimizer state of the same shape. counts (i64) holds the update counts:
@@ -942,8 +954,7 @@ AMP_HOST_DEVICE static inline float amp_inv_scale_of(float scale) {
 // The backends' scale_update (the CPU one, the CUDA kernel) end with it.
 AMP_HOST_DEVICE static inline void amp_scale_update_record(float *scale, float *inv_scale,
                                                            int32_t *tracker, float found_inf,
-                                                           bool skipped,
-                                                           const amp_scaler_params *p,
+                                                           bool skipped, const amp_scaler_params *p,
                                                            int32_t *rec) {
     memcpy(&rec[AMP_REC_BEFORE], scale, 4);
     amp_scale_update_step(scale, tracker, found_inf, p->growth_factor, p->backoff_factor,

@@ -13,14 +13,21 @@
 // ---------------------------------------------------------------------------------------------
 // The op lists (CUDA, current main; the same whether the autocast dtype is fp16 or bf16)
 
+// Grouped by hand, as PyTorch's autocast_mode.cpp groups them:
+// clang-format off
 static const char *const lower_precision_ops[] = {
+    // convolutions
     "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
     "conv_transpose2d", "conv_transpose3d", "convolution", "cudnn_convolution",
-    "cudnn_convolution_transpose", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm",
-    "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul",
-    "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell",
-    "rnn_tanh_cell", "rnn_relu_cell", "_scaled_dot_product_flash_attention",
-    "scaled_dot_product_attention", NULL};
+    "cudnn_convolution_transpose", "prelu",
+    // matrix products
+    "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm",
+    "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
+    // recurrent cells
+    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+    "rnn_relu_cell",
+    // attention
+    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention", NULL};
 
 static const char *const fp32_ops[] = {
     // pointwise math
@@ -42,16 +49,19 @@ static const char *const fp32_ops[] = {
     "upsample_bicubic2d", "_upsample_bicubic2d_aa", NULL};
 
 static const char *const fp32_set_opt_dtype_ops[] = {
+    // reductions that take a dtype argument
     "prod", "softmax", "log_softmax", "cumprod", "cumsum", "linalg_vector_norm",
     "linalg_matrix_norm", "sum", NULL};
 
 static const char *const fp32_append_dtype_ops[] = {"norm", NULL};
 
 static const char *const promote_ops[] = {
+    // several floating inputs
     "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler",
     "index_put", "tensordot", "scatter_add", NULL};
 
 static const char *const banned_ops[] = {"binary_cross_entropy", NULL};
+// clang-format on
 
 // What PyTorch does with integer tensors, for the ops it does not compute in their own dtype:
 // the unary float ops and true division compute them in the default dtype, f32; the integer sums
@@ -103,8 +113,12 @@ amp_cast_policy amp_autocast_policy(const char *op) {
 }
 
 const char *amp_cast_policy_name(amp_cast_policy p) {
-    static const char *const names[] = {"native", "lower_precision_fp", "fp32",
-                                        "fp32_set_opt_dtype", "fp32_append_dtype", "promote",
+    static const char *const names[] = {"native",
+                                        "lower_precision_fp",
+                                        "fp32",
+                                        "fp32_set_opt_dtype",
+                                        "fp32_append_dtype",
+                                        "promote",
                                         "banned"};
     return (unsigned)p < sizeof names / sizeof names[0] ? names[p] : "?";
 }
@@ -115,7 +129,8 @@ const char *amp_cast_policy_name(amp_cast_policy p) {
 static const char banned_message[] =
     "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
     "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
-    "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+    "In this case, combine the two layers using "
+    "torch.nn.functional.binary_cross_entropy_with_logits\n"
     "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
     "safe to autocast.";
 
@@ -143,8 +158,10 @@ static amp_status promote_fold(int n, const amp_dtype *in, amp_dtype lpfp, amp_d
     for (int i = 0; i < n; i++) {
         if (!amp_dtype_is_float(in[i])) continue;
         any = true;
-        if (cur == AMP_DTYPE_F32 || in[i] == AMP_DTYPE_F32) cur = AMP_DTYPE_F32;
-        else if (cur == lpfp && in[i] == lpfp) cur = lpfp;
+        if (cur == AMP_DTYPE_F32 || in[i] == AMP_DTYPE_F32)
+            cur = AMP_DTYPE_F32;
+        else if (cur == lpfp && in[i] == lpfp)
+            cur = lpfp;
         else
             return amp_set_error(AMP_ERR_AUTOCAST_DTYPE,
                                  "Unexpected floating ScalarType in at::autocast::prioritize");
@@ -178,8 +195,8 @@ amp_status amp_autocast_decision(const char *op, int n, const amp_dtype *in,
     if (null)
         return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "amp_autocast_decide: %s is NULL", null);
     if (autocast_dtype != AMP_DTYPE_F16 && autocast_dtype != AMP_DTYPE_BF16)
-        return amp_set_error(AMP_ERR_INVALID_ARGUMENT,
-                             "autocast dtype must be f16 or bf16, not %s", amp_dtype_name(autocast_dtype));
+        return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "autocast dtype must be f16 or bf16, not %s",
+                             amp_dtype_name(autocast_dtype));
     if (n < 1) return amp_set_error(AMP_ERR_INVALID_ARGUMENT, "%s: no tensor arguments", op);
     for (int i = 0; i < n; i++)
         if ((unsigned)in[i] >= AMP_DTYPE_COUNT)
@@ -255,10 +272,16 @@ void amp_autocast_end(amp_ctx_t *ctx) {
     amp_autocast_clear_cache(ctx);
 }
 
-bool amp_autocast_is_enabled(const amp_ctx_t *ctx) { return ctx->ac.enabled; }
-amp_dtype amp_autocast_dtype(const amp_ctx_t *ctx) { return ctx->ac.dtype; }
+bool amp_autocast_is_enabled(const amp_ctx_t *ctx) {
+    return ctx->ac.enabled;
+}
+amp_dtype amp_autocast_dtype(const amp_ctx_t *ctx) {
+    return ctx->ac.dtype;
+}
 
-void amp_autocast_clear_cache(amp_ctx_t *ctx) { ctx->n_cast_cache = 0; }
+void amp_autocast_clear_cache(amp_ctx_t *ctx) {
+    ctx->n_cast_cache = 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Casting inside ops

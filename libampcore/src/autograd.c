@@ -15,7 +15,8 @@ amp_node *amp_node_record(amp_ctx_t *ctx, const char *op, amp_backward_fn bw, am
     out->layer = amp_ctx_current_layer(ctx);
     if (!ctx->grad_enabled) return NULL;
     bool needs = false;
-    for (int i = 0; i < n_in; i++) needs |= in[i] && in[i]->requires_grad;
+    for (int i = 0; i < n_in; i++)
+        needs |= in[i] && in[i]->requires_grad;
     if (!needs) return NULL;
     amp_node *n = amp_xcalloc(1, sizeof *n);
     n->op = op;

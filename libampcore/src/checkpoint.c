@@ -39,11 +39,10 @@
  *
  * At most one OPTIM, one SCALER, one STEP and one RNG record (STEP and RNG written with OPTIM);
  * one OPTIM_STATE per optimizer parameter. Saving writes a temporary file of its own beside
- * path (path.PID.N.tmp), fsyncs it and renames it over
- * path (over the file a symbolic link names, made if it is not there yet; never over a device, a
- * pipe or a directory; never over a file it could not open for writing, whose permission bits
- * the new file keeps; a save killed before its rename leaves its temporary file). Loading checks the header against the
- * file's size, reads the whole file, checks the CRC and every length against the bytes that are
+ * path (path.PID.N.tmp), fsyncs it and renames it over path (over the file a symbolic link names,
+ * made if it is not there yet; never over a device, a pipe or a directory; never over a file it
+ * could not open for writing, whose permission bits the new file keeps; a save killed before its
+ * rename leaves its temporary file). Loading checks the header against the file's size, reads the whole file, checks the CRC and every length against the bytes that are
  * there, decodes every record, matches it against the caller's parameters, optimizer and scaler,
  * and only then changes anything: a hostile file gets AMP_ERR_CORRUPT, never a crash or a hang.
  */

@@ -36,8 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define AMP_EVENTS_KEEP 10        // individual AMP_EVENTS rows per key
-#define EVENT_NAME_MAX 500        // bytes of an event's kind and op in its key (event_key)
+#define AMP_EVENTS_KEEP 10 // individual AMP_EVENTS rows per key
+#define EVENT_NAME_MAX 500 // bytes of an event's kind and op in its key (event_key)
 #define EVENT_KEY_MAX (12 + 2 * (EVENT_NAME_MAX + 1))
 #define COMMIT_EVERY_NS 200000000 // a long poll commits this often, so readers keep up
 #define POLL_BUDGET_NS 200000000  // a poll far behind returns after this, its caller responsive
@@ -59,9 +59,9 @@ typedef struct spool_file {
     int64_t first_ns, last_ns;
     uint64_t exec_id;    // the header's: files of one pid, exec_id and proc_start are one process
     uint64_t proc_start; // (one image: a process that stopped and started recording again)
-    uint64_t offset;  // first byte not yet ingested
-    uint64_t punched; // bytes from the first page after the header up to here are a hole
-    bool can_punch;   // opened for writing, and the file system punches holes
+    uint64_t offset;     // first byte not yet ingested
+    uint64_t punched;    // bytes from the first page after the header up to here are a hole
+    bool can_punch;      // opened for writing, and the file system punches holes
     int64_t records;
     int64_t proc_rowid;   // its AMP_PROCESSES row
     bool writer_gone;     // its flock could be taken
@@ -713,8 +713,9 @@ static amp_status file_ingest(amp_collector_t *c, spool_file *f, bool *behind) {
             if (record_step(h.type, &rec, &step) && step < 0) { // (steps count from 0: the
                 // report's and the TUI's step ranges take -1 for "none")
                 if (!f->warned_negative)
-                    warn(c, "%s: a record of step %lld; steps are numbered from 0, and the "
-                            "records of negative steps are left out",
+                    warn(c,
+                         "%s: a record of step %lld; steps are numbered from 0, and the "
+                         "records of negative steps are left out",
                          file_label(f, label, sizeof label), (long long)step);
                 f->warned_negative = true;
                 continue;

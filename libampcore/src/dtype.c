@@ -20,8 +20,12 @@ static const struct {
     [AMP_DTYPE_I64] = {"i64", {"int64", "long"}, 8},
 };
 
-const char *amp_dtype_name(amp_dtype t) { return (unsigned)t < AMP_DTYPE_COUNT ? dtypes[t].name : "?"; }
-size_t amp_dtype_size(amp_dtype t) { return (unsigned)t < AMP_DTYPE_COUNT ? dtypes[t].size : 0; }
+const char *amp_dtype_name(amp_dtype t) {
+    return (unsigned)t < AMP_DTYPE_COUNT ? dtypes[t].name : "?";
+}
+size_t amp_dtype_size(amp_dtype t) {
+    return (unsigned)t < AMP_DTYPE_COUNT ? dtypes[t].size : 0;
+}
 bool amp_dtype_is_float(amp_dtype t) {
     return t == AMP_DTYPE_F32 || t == AMP_DTYPE_F16 || t == AMP_DTYPE_BF16;
 }
@@ -93,15 +97,21 @@ uint16_t amp_f32_to_bf16(float x) {
 float amp_f16_table[65536];
 
 __attribute__((constructor)) static void fill_f16_table(void) {
-    for (uint32_t h = 0; h < 65536; h++) amp_f16_table[h] = amp_f16_to_f32((uint16_t)h);
+    for (uint32_t h = 0; h < 65536; h++)
+        amp_f16_table[h] = amp_f16_to_f32((uint16_t)h);
 }
 
-float amp_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+float amp_bf16_to_f32(uint16_t h) {
+    return f32_from_bits((uint32_t)h << 16);
+}
 
 float amp_round_to(amp_dtype t, float x) {
     switch (t) {
-    case AMP_DTYPE_F16: return amp_f16_to_f32(amp_f32_to_f16(x));
-    case AMP_DTYPE_BF16: return amp_bf16_to_f32(amp_f32_to_bf16(x));
-    default: return x;
+    case AMP_DTYPE_F16:
+        return amp_f16_to_f32(amp_f32_to_f16(x));
+    case AMP_DTYPE_BF16:
+        return amp_bf16_to_f32(amp_f32_to_bf16(x));
+    default:
+        return x;
     }
 }

@@ -110,8 +110,8 @@ typedef struct step_queue {
 
 typedef struct amp_instr {
     int stats_every;
-    bool fuse;       // let producing kernels compute outputs' statistics (amp_stats_sink)
-    bool stats_step; // this step's statistics are emitted
+    bool fuse;         // let producing kernels compute outputs' statistics (amp_stats_sink)
+    bool stats_step;   // this step's statistics are emitted
     int64_t step_base; // recorded step = ctx->step + step_base (see amp_instr_init)
     int64_t step_start_ns;
     int64_t last_op_ns; // where the next op's span starts
@@ -124,11 +124,11 @@ typedef struct amp_instr {
     amp_stats *slots; // backend memory: SLOTS statistics
     amp_stats *empty; // SLOTS empty statistics to upload (device backends)
 
-    int32_t armed;     // entry reserved for ctx->sink's output (-1: none)
+    int32_t armed;         // entry reserved for ctx->sink's output (-1: none)
     uint32_t params_epoch; // the batch whose parameters are queued
     int64_t params_step;   // the step whose parameters were recorded (weight rows)
-    int32_t cur_dy;    // E_DY entry of the backward node running now (-1: none)
-    held_row *held;    // parameters' rows waiting for their layers
+    int32_t cur_dy;        // E_DY entry of the backward node running now (-1: none)
+    held_row *held;        // parameters' rows waiting for their layers
     int32_t n_held, cap_held;
     int64_t n_described, n_reused; // entries over the run; of them, taken from an earlier one
 
@@ -293,7 +293,9 @@ void amp_instr_free(amp_ctx_t *ctx) {
     amp_record_flush();
 }
 
-int64_t amp_ctx_step_index(const amp_ctx_t *ctx) { return ctx->step; }
+int64_t amp_ctx_step_index(const amp_ctx_t *ctx) {
+    return ctx->step;
+}
 
 void amp_ctx_set_step_index(amp_ctx_t *ctx, int64_t step) {
     AMP_ASSERT(step >= 0, "(amp_ctx_set_step_index: a step number from 0)");
@@ -316,7 +318,9 @@ static void sync_layers(amp_ctx_t *ctx) {
     }
 }
 
-static int64_t nonfinite(const amp_stats *s) { return s->n_nan + s->n_posinf + s->n_neginf; }
+static int64_t nonfinite(const amp_stats *s) {
+    return s->n_nan + s->n_posinf + s->n_neginf;
+}
 
 // Non-finite values a tensor should not hold: all of them, except the infinities of an attention
 // mask (masked_fill with -inf) and what stays in views of it.
@@ -328,7 +332,9 @@ static int64_t unexpected(int8_t inf_fill, const amp_stats *s) {
 
 // The dtype the overflow/underflow counts refer to: the run's autocast dtype (f16 when autocast
 // never ran: what f16 would do with an fp32 run's values).
-static amp_dtype target_of(const amp_ctx_t *ctx) { return ctx->run_dtype; }
+static amp_dtype target_of(const amp_ctx_t *ctx) {
+    return ctx->run_dtype;
+}
 
 static size_t appendf(char *buf, size_t n, size_t k, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -343,7 +349,8 @@ static size_t appendf(char *buf, size_t n, size_t k, const char *fmt, ...) {
 
 static size_t shape_of(char *buf, size_t n, size_t k, const entry *e) {
     k = appendf(buf, n, k, "(");
-    for (int i = 0; i < e->ndim; i++) k = appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
+    for (int i = 0; i < e->ndim; i++)
+        k = appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
     return appendf(buf, n, k, e->ndim == 1 ? ",)" : ")");
 }
 
@@ -384,7 +391,8 @@ static void clear_slots(amp_ctx_t *ctx, int32_t n) {
     if (!ctx->be->stats_into) return; // the host computes whole values
     if (!in->empty) {
         in->empty = amp_xmalloc(SLOTS * sizeof *in->empty);
-        for (int i = 0; i < SLOTS; i++) in->empty[i] = amp_stats_empty();
+        for (int i = 0; i < SLOTS; i++)
+            in->empty[i] = amp_stats_empty();
     }
     ctx->be->upload(ctx->bctx, in->slots, in->empty, (size_t)n * sizeof *in->empty);
 }
@@ -474,7 +482,9 @@ static void launch_many(amp_ctx_t *ctx, const amp_tensor_t *const *t, const int3
     if (ctx->nvtx) amp_nvtx_pop();
 }
 
-static void launch(amp_ctx_t *ctx, const amp_tensor_t *t, int32_t i) { launch_many(ctx, &t, &i, 1); }
+static void launch(amp_ctx_t *ctx, const amp_tensor_t *t, int32_t i) {
+    launch_many(ctx, &t, &i, 1);
+}
 
 static void batch_flush(amp_ctx_t *ctx, batch *b) {
     if (b->n) launch_many(ctx, b->t, b->entry, b->n);
@@ -482,7 +492,8 @@ static void batch_flush(amp_ctx_t *ctx, batch *b) {
 }
 
 // Queues the statistics of t and returns its entry.
-static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op, int32_t layer) {
+static int32_t queue(amp_ctx_t *ctx, amp_tensor_t *t, entry_kind kind, const char *op,
+                     int32_t layer) {
     int32_t i = new_entry(ctx);
     set_entry(ctx, i, t, kind, op, layer);
     launch(ctx, t, i);
@@ -621,9 +632,12 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
     int32_t refs[REFS];
     int nr = n < REFS ? n : REFS;
     if (in->params_epoch != in->epoch) queue_parameters(ctx);
-    for (int k = 0; k < nr; k++) refs[k] = entry_of(ctx, inputs[k]);
-    if (i < 0) i = queue(ctx, out, E_OUT, op, layer);
-    else set_entry(ctx, i, out, E_OUT, op, layer);
+    for (int k = 0; k < nr; k++)
+        refs[k] = entry_of(ctx, inputs[k]);
+    if (i < 0)
+        i = queue(ctx, out, E_OUT, op, layer);
+    else
+        set_entry(ctx, i, out, E_OUT, op, layer);
     entry *e = &in->q.entries[i];
     e->in_autocast = ctx->ac.enabled;
     e->n_ref = (int8_t)nr;
@@ -681,7 +695,8 @@ void amp_instr_backward_node(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     e->dtype = n->out->dtype; // (a narrower dy holds the values of out's dtype: narrow_dy)
     e->ref[e->n_ref++] = n->out->stat_epoch == in->epoch ? n->out->stat_entry : -1;
     for (int k = 0; k < n->n_in && e->n_ref < REFS; k++)
-        if (n->in[k] && n->in[k]->stat_epoch == in->epoch) e->ref[e->n_ref++] = n->in[k]->stat_entry;
+        if (n->in[k] && n->in[k]->stat_epoch == in->epoch)
+            e->ref[e->n_ref++] = n->in[k]->stat_entry;
     if (n->out->contrib_epoch == in->epoch) {
         e->n_contrib = (int8_t)n->out->n_contrib;
         memcpy(e->contrib, n->out->contrib, sizeof e->contrib);
@@ -790,10 +805,12 @@ static void read_scales(amp_ctx_t *ctx, int32_t (*staged)[AMP_SCALE_REC]) {
         memcpy(&p->found_inf, &rec[AMP_REC_FOUND_INF], 4);
         p->skipped = rec[AMP_REC_SKIPPED] != 0;
         p->tracker = rec[AMP_REC_TRACKER];
-        amp_record_scale(&(amp_rec_scale){.step = p->step, .scale_before = p->before,
+        amp_record_scale(&(amp_rec_scale){.step = p->step,
+                                          .scale_before = p->before,
                                           .scale_after = p->after,
                                           .found_inf = (int32_t)p->found_inf,
-                                          .growth_tracker = p->tracker, .skipped = p->skipped});
+                                          .growth_tracker = p->tracker,
+                                          .skipped = p->skipped});
     }
 }
 
@@ -801,12 +818,22 @@ static void read_scales(amp_ctx_t *ctx, int32_t (*staged)[AMP_SCALE_REC]) {
 // Processing the queue
 
 static void emit_stats(const entry *e, amp_stats_kind kind, const amp_stats *s) {
-    amp_record_tensor_stats(&(amp_rec_tensor_stats){
-        .step = e->step, .layer_id = e->layer, .op = e->op, .kind = kind,
-        .dtype = amp_dtype_name(e->dtype), .target_dtype = amp_dtype_name(e->target),
-        .numel = s->numel, .min = s->min, .max = s->max, .amax = s->amax, .n_nan = s->n_nan,
-        .n_posinf = s->n_posinf, .n_neginf = s->n_neginf, .n_overflow = s->n_overflow,
-        .n_underflow = s->n_underflow, .n_zero = s->n_zero});
+    amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = e->step,
+                                                    .layer_id = e->layer,
+                                                    .op = e->op,
+                                                    .kind = kind,
+                                                    .dtype = amp_dtype_name(e->dtype),
+                                                    .target_dtype = amp_dtype_name(e->target),
+                                                    .numel = s->numel,
+                                                    .min = s->min,
+                                                    .max = s->max,
+                                                    .amax = s->amax,
+                                                    .n_nan = s->n_nan,
+                                                    .n_posinf = s->n_posinf,
+                                                    .n_neginf = s->n_neginf,
+                                                    .n_overflow = s->n_overflow,
+                                                    .n_underflow = s->n_underflow,
+                                                    .n_zero = s->n_zero});
 }
 
 // Holds a parameter's row (its name with it) until a backward gives the parameter its layer.
@@ -872,13 +899,18 @@ static void process_out(amp_instr *in, const entry *e, const amp_stats *s) {
         k = describe(detail, sizeof detail, k, what, ie, is);
     }
     describe(detail, sizeof detail, k, "output", e, s);
-    amp_record_event(&(amp_rec_event){
-        .step = e->step, .layer_id = e->layer, .op = e->op, .phase = AMP_PHASE_FWD,
-        .kind = inputs_finite ? AMP_EVENT_NONFINITE_PRODUCER
-                : from_data   ? "nonfinite_input"
-                              : AMP_EVENT_NONFINITE_PROPAGATED,
-        .severity = inputs_finite || from_data ? AMP_SEVERITY_ERROR : AMP_SEVERITY_INFO,
-        .count = bad, .value = s->amax, .detail = detail});
+    amp_record_event(&(amp_rec_event){.step = e->step,
+                                      .layer_id = e->layer,
+                                      .op = e->op,
+                                      .phase = AMP_PHASE_FWD,
+                                      .kind = inputs_finite ? AMP_EVENT_NONFINITE_PRODUCER
+                                              : from_data   ? "nonfinite_input"
+                                                            : AMP_EVENT_NONFINITE_PROPAGATED,
+                                      .severity = inputs_finite || from_data ? AMP_SEVERITY_ERROR
+                                                                             : AMP_SEVERITY_INFO,
+                                      .count = bad,
+                                      .value = s->amax,
+                                      .detail = detail});
     in->fwd_nonfinite = true;
 }
 
@@ -903,11 +935,16 @@ static void blame_contributors(amp_instr *in, int32_t i) {
                          &in->q.host[ce->ref[r]]);
         }
         describe(detail, sizeof detail, k, "gradient", e, s);
-        amp_record_event(&(amp_rec_event){
-            .step = ce->step, .layer_id = ce->layer, .op = ce->op, .phase = AMP_PHASE_BWD,
-            .kind = AMP_EVENT_NONFINITE_PRODUCER,
-            .severity = in->fwd_nonfinite ? AMP_SEVERITY_ERROR : AMP_SEVERITY_WARNING,
-            .count = nonfinite(s), .value = s->amax, .detail = detail});
+        amp_record_event(&(amp_rec_event){.step = ce->step,
+                                          .layer_id = ce->layer,
+                                          .op = ce->op,
+                                          .phase = AMP_PHASE_BWD,
+                                          .kind = AMP_EVENT_NONFINITE_PRODUCER,
+                                          .severity = in->fwd_nonfinite ? AMP_SEVERITY_ERROR
+                                                                        : AMP_SEVERITY_WARNING,
+                                          .count = nonfinite(s),
+                                          .value = s->amax,
+                                          .detail = detail});
     }
 }
 
@@ -918,20 +955,34 @@ static void emit_scale_events(const pending_scale *p, bool fwd_nonfinite) {
                  "gradients overflowed at loss scale %g while the forward pass stayed finite: "
                  "a loss-scale overflow, the step was skipped and the scale backed off to %g",
                  (double)p->before, (double)p->after);
-        amp_record_event(&(amp_rec_event){.step = p->step, .layer_id = -1, .phase = AMP_PHASE_BWD,
-                                          .kind = "grad_overflow", .severity = AMP_SEVERITY_INFO,
-                                          .count = -1, .value = p->before, .detail = detail});
+        amp_record_event(&(amp_rec_event){.step = p->step,
+                                          .layer_id = -1,
+                                          .phase = AMP_PHASE_BWD,
+                                          .kind = "grad_overflow",
+                                          .severity = AMP_SEVERITY_INFO,
+                                          .count = -1,
+                                          .value = p->before,
+                                          .detail = detail});
     }
     if (p->skipped)
-        amp_record_event(&(amp_rec_event){.step = p->step, .layer_id = -1, .phase = AMP_PHASE_OPTIM,
+        amp_record_event(&(amp_rec_event){.step = p->step,
+                                          .layer_id = -1,
+                                          .phase = AMP_PHASE_OPTIM,
                                           .kind = AMP_EVENT_STEP_SKIPPED,
-                                          .severity = AMP_SEVERITY_WARNING, .count = 1,
-                                          .value = p->before, .detail = NULL});
+                                          .severity = AMP_SEVERITY_WARNING,
+                                          .count = 1,
+                                          .value = p->before,
+                                          .detail = NULL});
     if (p->after != p->before)
-        amp_record_event(&(amp_rec_event){
-            .step = p->step, .layer_id = -1, .phase = AMP_PHASE_OPTIM,
-            .kind = p->after < p->before ? AMP_EVENT_SCALE_BACKOFF : AMP_EVENT_SCALE_GROWTH,
-            .severity = AMP_SEVERITY_INFO, .count = -1, .value = p->after, .detail = NULL});
+        amp_record_event(&(amp_rec_event){.step = p->step,
+                                          .layer_id = -1,
+                                          .phase = AMP_PHASE_OPTIM,
+                                          .kind = p->after < p->before ? AMP_EVENT_SCALE_BACKOFF
+                                                                       : AMP_EVENT_SCALE_GROWTH,
+                                          .severity = AMP_SEVERITY_INFO,
+                                          .count = -1,
+                                          .value = p->after,
+                                          .detail = NULL});
 }
 
 // Reads the queue in order (its statistics on the host, its scale updates read) and emits what it

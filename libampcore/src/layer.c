@@ -15,7 +15,8 @@ static int32_t layer_intern(amp_ctx_t *ctx, const char *qualname, int32_t parent
     if (ctx->n_layers == ctx->cap_layers) {
         ctx->cap_layers = ctx->cap_layers ? ctx->cap_layers * 2 : 64;
         ctx->layer_names = amp_xrealloc(ctx->layer_names, (size_t)ctx->cap_layers * sizeof(char *));
-        ctx->layer_parent = amp_xrealloc(ctx->layer_parent, (size_t)ctx->cap_layers * sizeof(int32_t));
+        ctx->layer_parent =
+            amp_xrealloc(ctx->layer_parent, (size_t)ctx->cap_layers * sizeof(int32_t));
     }
     ctx->layer_names[ctx->n_layers] = amp_xstrdup(qualname);
     ctx->layer_parent[ctx->n_layers] = parent;

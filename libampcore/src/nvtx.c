@@ -19,7 +19,9 @@ static nvtxDomainHandle_t domain(void) {
     return d;
 }
 
-bool amp_nvtx_wanted(void) { return getenv("NVTX_INJECTION64_PATH") != NULL; }
+bool amp_nvtx_wanted(void) {
+    return getenv("NVTX_INJECTION64_PATH") != NULL;
+}
 
 void amp_nvtx_push(const char *name) {
     nvtxEventAttributes_t a;
@@ -31,9 +33,15 @@ void amp_nvtx_push(const char *name) {
     nvtxDomainRangePushEx(domain(), &a);
 }
 
-void amp_nvtx_pop(void) { nvtxDomainRangePop(domain()); }
+void amp_nvtx_pop(void) {
+    nvtxDomainRangePop(domain());
+}
 #else
-bool amp_nvtx_wanted(void) { return false; }
-void amp_nvtx_push(const char *name) { (void)name; }
+bool amp_nvtx_wanted(void) {
+    return false;
+}
+void amp_nvtx_push(const char *name) {
+    (void)name;
+}
 void amp_nvtx_pop(void) {}
 #endif

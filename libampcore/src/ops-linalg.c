@@ -65,9 +65,15 @@ static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *dyd = amp_dense(ctx, dy), *dbias = NULL;
     if (a->requires_grad) { // da = dy @ op(b)^T
         amp_tensor_t *da = amp_scratch_new(ctx, a->dtype, a->ndim, a->shape);
-        amp_gemm_desc d = {.batch = g.batch, .m = g.m, .n = g.k, .k = g.n, .trans_b = !bt,
-                           .stride_a = g.m * g.n, .stride_b = g.shared_b ? 0 : g.k * g.n,
-                           .stride_c = g.m * g.k, .alpha = 1.0f};
+        amp_gemm_desc d = {.batch = g.batch,
+                           .m = g.m,
+                           .n = g.k,
+                           .k = g.n,
+                           .trans_b = !bt,
+                           .stride_a = g.m * g.n,
+                           .stride_b = g.shared_b ? 0 : g.k * g.n,
+                           .stride_c = g.m * g.k,
+                           .alpha = 1.0f};
         ctx->be->gemm(ctx->bctx, &d, da, dyd, bd, NULL);
         amp_grad_accumulate(ctx, a, da);
     }
@@ -93,7 +99,8 @@ static void gemm_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
         amp_grad_accumulate(ctx, b, db);
     }
     if (bias && bias->requires_grad)
-        amp_grad_accumulate(ctx, bias, dbias ? dbias : amp_sum_to(ctx, dy, bias->ndim, bias->shape));
+        amp_grad_accumulate(ctx, bias,
+                            dbias ? dbias : amp_sum_to(ctx, dy, bias->ndim, bias->shape));
 }
 
 // in = {a, b, bias-or-NULL} after autocast. The caller describes the op to the instrumentation.
@@ -109,9 +116,15 @@ static amp_tensor_t *gemm_run(amp_ctx_t *ctx, const char *op, amp_tensor_t **in,
     shape[ndim - 1] = g.n;
     amp_tensor_t *y = amp_scratch_new(ctx, a->dtype, ndim, shape);
     amp_tensor_t *ad = amp_dense(ctx, a), *bd = amp_dense(ctx, b), *bias1 = NULL;
-    amp_gemm_desc d = {.batch = g.batch, .m = g.m, .n = g.n, .k = g.k, .trans_b = bt,
-                       .stride_a = g.m * g.k, .stride_b = g.shared_b ? 0 : g.k * g.n,
-                       .stride_c = g.m * g.n, .alpha = 1.0f};
+    amp_gemm_desc d = {.batch = g.batch,
+                       .m = g.m,
+                       .n = g.n,
+                       .k = g.k,
+                       .trans_b = bt,
+                       .stride_a = g.m * g.k,
+                       .stride_b = g.shared_b ? 0 : g.k * g.n,
+                       .stride_c = g.m * g.n,
+                       .alpha = 1.0f};
     if (bias) {
         AMP_ASSERT(bias->dtype == a->dtype, "(%s: bias is %s, operands %s)", op,
                    amp_dtype_name(bias->dtype), amp_dtype_name(a->dtype));
@@ -302,9 +315,16 @@ static amp_gemm_desc per_image_gemm(int64_t images, int64_t m, int64_t n, int64_
                            .alpha = 1.0f};
 }
 
-static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int stride, int padding) {
-    amp_conv_desc d = {.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-                       .kh = w->shape[2], .kw = w->shape[3], .stride = stride, .padding = padding};
+static amp_conv_desc conv_desc(const amp_tensor_t *x, const amp_tensor_t *w, int stride,
+                               int padding) {
+    amp_conv_desc d = {.n = x->shape[0],
+                       .c = x->shape[1],
+                       .h = x->shape[2],
+                       .w = x->shape[3],
+                       .kh = w->shape[2],
+                       .kw = w->shape[3],
+                       .stride = stride,
+                       .padding = padding};
     d.oh = (d.h + 2 * padding - d.kh) / stride + 1;
     d.ow = (d.w + 2 * padding - d.kw) / stride + 1;
     return d;

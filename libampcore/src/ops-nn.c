@@ -18,7 +18,8 @@ static void softmax_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_grad_accumulate(ctx, x, dx);
 }
 
-static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, int dim, bool log) {
+static amp_tensor_t *softmax_op(amp_ctx_t *ctx, const char *op, amp_tensor_t *x, int dim,
+                                bool log) {
     amp_require_float(op, x);
     if (x->ndim == 0) { // torch takes dim 0 or -1 and normalises the one element
         AMP_ASSERT(dim == 0 || dim == -1, "(%s dim %d out of range for a 0-dim tensor)", op, dim);
@@ -77,7 +78,8 @@ amp_tensor_t *amp_layer_norm(amp_ctx_t *ctx, amp_tensor_t *x, amp_tensor_t *w, a
     amp_require_float("layer_norm", x);
     AMP_ASSERT(x->ndim >= 1, "(layer_norm normalises the last dim: a 0-dim tensor has none)");
     int64_t C = x->shape[x->ndim - 1];
-    AMP_ASSERT((!w || (w->ndim == 1 && w->shape[0] == C)) && (!b || (b->ndim == 1 && b->shape[0] == C)),
+    AMP_ASSERT((!w || (w->ndim == 1 && w->shape[0] == C)) &&
+                   (!b || (b->ndim == 1 && b->shape[0] == C)),
                "(layer_norm weight and bias must have %lld elements)", (long long)C);
     amp_tensor_t *in[3] = {x, w, b};
     amp_dtype dt = amp_autocast_apply(ctx, "layer_norm", in, 3);
@@ -123,7 +125,8 @@ amp_tensor_t *amp_embedding(amp_ctx_t *ctx, amp_tensor_t *idx, amp_tensor_t *w) 
     amp_tensor_t *in[1] = {w};
     amp_dtype dt = amp_autocast_apply(ctx, "embedding", in, 1);
     int64_t shape[AMP_MAX_DIMS];
-    for (int i = 0; i < idx->ndim; i++) shape[i] = idx->shape[i];
+    for (int i = 0; i < idx->ndim; i++)
+        shape[i] = idx->shape[i];
     shape[idx->ndim] = w->shape[1];
     amp_tensor_t *y = amp_scratch_new(ctx, dt, idx->ndim + 1, shape);
     amp_tensor_t *id = amp_dense(ctx, idx);
@@ -152,7 +155,8 @@ amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int st
     AMP_ASSERT(x->ndim == 4, "(max_pool2d needs (N, C, H, W))");
     AMP_ASSERT(kernel >= 1 && stride >= 1,
                "(max_pool2d: kernel %d and stride %d must be greater than zero)", kernel, stride);
-    AMP_ASSERT(x->shape[2] >= kernel && x->shape[3] >= kernel, "(max_pool2d kernel larger than input)");
+    AMP_ASSERT(x->shape[2] >= kernel && x->shape[3] >= kernel,
+               "(max_pool2d kernel larger than input)");
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, "max_pool2d", in, 1);
     int64_t shape[4] = {x->shape[0], x->shape[1], (x->shape[2] - kernel) / stride + 1,

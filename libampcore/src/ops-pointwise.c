@@ -71,9 +71,15 @@ static amp_tensor_t *unary(amp_ctx_t *ctx, const char *op, amp_unary_op kind, fl
 amp_tensor_t *amp_relu(amp_ctx_t *ctx, amp_tensor_t *x) {
     return unary(ctx, "relu", AMP_UNARY_RELU, 0, x);
 }
-amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "tanh", AMP_UNARY_TANH, 0, x); }
-amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "exp", AMP_UNARY_EXP, 0, x); }
-amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x) { return unary(ctx, "log", AMP_UNARY_LOG, 0, x); }
+amp_tensor_t *amp_tanh(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return unary(ctx, "tanh", AMP_UNARY_TANH, 0, x);
+}
+amp_tensor_t *amp_exp(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return unary(ctx, "exp", AMP_UNARY_EXP, 0, x);
+}
+amp_tensor_t *amp_log(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return unary(ctx, "log", AMP_UNARY_LOG, 0, x);
+}
 amp_tensor_t *amp_log1p(amp_ctx_t *ctx, amp_tensor_t *x) {
     return unary(ctx, "log1p", AMP_UNARY_LOG1P, 0, x);
 }
@@ -150,7 +156,8 @@ amp_tensor_t *amp_compute_binary(amp_ctx_t *ctx, amp_binary_op op, amp_dtype dt,
                amp_shape_str(a, s1, sizeof s1), amp_shape_str(b, s2, sizeof s2));
     amp_tensor_t *y = amp_scratch_new(ctx, dt, ndim, shape);
     if (output) amp_instr_arm(ctx, y);
-    ctx->be->binary(ctx->bctx, op, y, amp_expand(ctx, a, ndim, shape), amp_expand(ctx, b, ndim, shape));
+    ctx->be->binary(ctx->bctx, op, y, amp_expand(ctx, a, ndim, shape),
+                    amp_expand(ctx, b, ndim, shape));
     return y;
 }
 
@@ -160,7 +167,8 @@ static void accumulate_reduced(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *g)
 
 // The same for the node's last use of its incoming gradient dy.
 static void accumulate_reduced_last(amp_ctx_t *ctx, amp_tensor_t *t, amp_tensor_t *dy) {
-    if (t->requires_grad) amp_grad_accumulate_last(ctx, t, amp_sum_to(ctx, dy, t->ndim, t->shape), dy);
+    if (t->requires_grad)
+        amp_grad_accumulate_last(ctx, t, amp_sum_to(ctx, dy, t->ndim, t->shape), dy);
 }
 
 static void binary_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
@@ -225,10 +233,18 @@ static amp_tensor_t *binary(amp_ctx_t *ctx, const char *op, amp_binary_op kind, 
     return y;
 }
 
-amp_tensor_t *amp_add(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "add", AMP_BINARY_ADD, a, b); }
-amp_tensor_t *amp_sub(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "sub", AMP_BINARY_SUB, a, b); }
-amp_tensor_t *amp_mul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "mul", AMP_BINARY_MUL, a, b); }
-amp_tensor_t *amp_div(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) { return binary(ctx, "div", AMP_BINARY_DIV, a, b); }
+amp_tensor_t *amp_add(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    return binary(ctx, "add", AMP_BINARY_ADD, a, b);
+}
+amp_tensor_t *amp_sub(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    return binary(ctx, "sub", AMP_BINARY_SUB, a, b);
+}
+amp_tensor_t *amp_mul(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    return binary(ctx, "mul", AMP_BINARY_MUL, a, b);
+}
+amp_tensor_t *amp_div(amp_ctx_t *ctx, amp_tensor_t *a, amp_tensor_t *b) {
+    return binary(ctx, "div", AMP_BINARY_DIV, a, b);
+}
 
 // ---------------------------------------------------------------------------------------------
 // sum / mean over all elements
@@ -251,7 +267,8 @@ static amp_tensor_t *reduce_all(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     amp_tensor_t *in[1] = {x};
     amp_dtype dt = amp_autocast_apply(ctx, op, in, 1);
     int64_t ones[AMP_MAX_DIMS];
-    for (int i = 0; i < x->ndim; i++) ones[i] = 1;
+    for (int i = 0; i < x->ndim; i++)
+        ones[i] = 1;
     int64_t numel = amp_tensor_numel(x);
     float alpha = mean ? (numel ? 1.0f / (float)numel : NAN) : 1.0f;
     amp_tensor_t *r = amp_scratch_new(ctx, dt, x->ndim, ones);
@@ -266,8 +283,12 @@ static amp_tensor_t *reduce_all(amp_ctx_t *ctx, const char *op, amp_tensor_t *x,
     return y;
 }
 
-amp_tensor_t *amp_sum(amp_ctx_t *ctx, amp_tensor_t *x) { return reduce_all(ctx, "sum", x, false); }
-amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x) { return reduce_all(ctx, "mean", x, true); }
+amp_tensor_t *amp_sum(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return reduce_all(ctx, "sum", x, false);
+}
+amp_tensor_t *amp_mean(amp_ctx_t *ctx, amp_tensor_t *x) {
+    return reduce_all(ctx, "mean", x, true);
+}
 
 // ---------------------------------------------------------------------------------------------
 // masked_fill and dropout

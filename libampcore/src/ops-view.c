@@ -62,7 +62,8 @@ amp_tensor_t *amp_sum_to(amp_ctx_t *ctx, amp_tensor_t *g, int ndim, const int64_
     int64_t keep[AMP_MAX_DIMS]; // shape padded to g's rank, 1 where summed
     int lead = g->ndim - ndim;
     AMP_ASSERT(lead >= 0);
-    for (int i = 0; i < g->ndim; i++) keep[i] = i < lead ? 1 : shape[i - lead];
+    for (int i = 0; i < g->ndim; i++)
+        keep[i] = i < lead ? 1 : shape[i - lead];
     amp_tensor_t *gd = amp_dense(ctx, g);
     amp_tensor_t *r = amp_scratch_new(ctx, g->dtype, g->ndim, keep);
     ctx->be->reduce_sum(ctx->bctx, r, gd, 1.0f);
@@ -85,7 +86,8 @@ static void reshape_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     int64_t stride[AMP_MAX_DIMS];
     amp_contiguous_strides(x->ndim, x->shape, stride);
     amp_tensor_t *d = amp_dense(ctx, dy);
-    amp_grad_accumulate_last(ctx, x, amp_view_new(ctx, d, x->ndim, x->shape, stride, d->offset), dy);
+    amp_grad_accumulate_last(ctx, x, amp_view_new(ctx, d, x->ndim, x->shape, stride, d->offset),
+                             dy);
 }
 
 // The strides that show x's elements in shape (ndim dims, as many elements) without a copy, as
@@ -134,7 +136,8 @@ amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64
         known *= s[i];
     int64_t numel = amp_tensor_numel(x);
     if (infer >= 0) {
-        AMP_ASSERT(known > 0 && numel % known == 0, "(cannot reshape %lld elements)", (long long)numel);
+        AMP_ASSERT(known > 0 && numel % known == 0, "(cannot reshape %lld elements)",
+                   (long long)numel);
         s[infer] = numel / known;
         known *= s[infer];
     }
@@ -157,7 +160,8 @@ amp_tensor_t *amp_reshape(amp_ctx_t *ctx, amp_tensor_t *x, int ndim, const int64
 
 static void permute_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     int inv[AMP_MAX_DIMS];
-    for (int i = 0; i < dy->ndim; i++) inv[n->i[0] >> (4 * i) & 0xF] = i;
+    for (int i = 0; i < dy->ndim; i++)
+        inv[n->i[0] >> (4 * i) & 0xF] = i;
     int64_t shape[AMP_MAX_DIMS], stride[AMP_MAX_DIMS];
     for (int i = 0; i < dy->ndim; i++) {
         shape[i] = dy->shape[inv[i]];
@@ -189,7 +193,8 @@ amp_tensor_t *amp_permute(amp_ctx_t *ctx, amp_tensor_t *x, const int *perm) {
 
 amp_tensor_t *amp_transpose(amp_ctx_t *ctx, amp_tensor_t *x, int d0, int d1) {
     int perm[AMP_MAX_DIMS];
-    for (int i = 0; i < x->ndim; i++) perm[i] = i;
+    for (int i = 0; i < x->ndim; i++)
+        perm[i] = i;
     if (d0 < 0) d0 += x->ndim;
     if (d1 < 0) d1 += x->ndim;
     AMP_ASSERT(d0 >= 0 && d0 < x->ndim && d1 >= 0 && d1 < x->ndim, "(transpose dims)");
@@ -207,7 +212,8 @@ static void split_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
 
 int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor_t **out, int max) {
     if (dim < 0) dim += x->ndim;
-    AMP_ASSERT(dim >= 0 && dim < x->ndim && size > 0, "(split dim %d size %lld)", dim, (long long)size);
+    AMP_ASSERT(dim >= 0 && dim < x->ndim && size > 0, "(split dim %d size %lld)", dim,
+               (long long)size);
     // torch.split's chunks: ceil(len / size), and one empty chunk of a dim of length 0
     const int64_t len = x->shape[dim], chunks = len ? (len + size - 1) / size : 1;
     AMP_ASSERT(chunks <= INT_MAX, "(split of %lld into %lld chunks)", (long long)len,
@@ -217,7 +223,8 @@ int amp_split(amp_ctx_t *ctx, amp_tensor_t *x, int64_t size, int dim, amp_tensor
         int64_t shape[AMP_MAX_DIMS];
         memcpy(shape, x->shape, sizeof shape);
         shape[dim] = start + size <= x->shape[dim] ? size : x->shape[dim] - start;
-        amp_tensor_t *y = view_of(ctx, x, x->ndim, shape, x->stride, x->offset + start * x->stride[dim]);
+        amp_tensor_t *y =
+            view_of(ctx, x, x->ndim, shape, x->stride, x->offset + start * x->stride[dim]);
         amp_node *n = amp_node_record(ctx, "split", split_backward, y, &x, 1);
         if (n) {
             n->i[0] = dim;

@@ -19,7 +19,7 @@ struct amp_optim {
     amp_optim_params p;
     int n;
     int n_state;           // state tensors per parameter: 0 (plain SGD), 1 (momentum SGD), 2 (Adam)
-    amp_tensor_t **params;   // [n]
+    amp_tensor_t **params; // [n]
     amp_tensor_t **state[2]; // [n] each: momentum_buffer / exp_avg, exp_avg_sq
     amp_tensor_t **batch[5]; // one backend call: params, grads, m, v, autocast copies to write
     amp_tensor_t *lowered;   // [n] the structs of batch[4]'s copies (amp_precast_target)

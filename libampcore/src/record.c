@@ -71,9 +71,9 @@ static struct {
     char *dir; // spool directory
     char *out; // AMPPROBE_OUT
     int fd;
-    dev_t fd_dev;         // the spool file fd was opened on (a program that closes every descriptor
-    ino_t fd_ino;         // and opens a file of its own gets fd's number for it)
-    int live_fd;          // the spool directory's AMP_SPOOL_LIVE_LOCK (-1: none; the flusher's)
+    dev_t fd_dev; // the spool file fd was opened on (a program that closes every descriptor
+    ino_t fd_ino; // and opens a file of its own gets fd's number for it)
+    int live_fd;  // the spool directory's AMP_SPOOL_LIVE_LOCK (-1: none; the flusher's)
     dev_t live_dev;
     ino_t live_ino;
     uint8_t *buf, *spare; // BUF_BYTES each
@@ -551,7 +551,7 @@ static void atfork_child(void) {
     close_if_ours(&g.fd, g.fd_dev, g.fd_ino);          // the parent's file: its lock stays with it
     close_if_ours(&g.live_fd, g.live_dev, g.live_ino); // (opened again with this one's spool)
     if (g.collector) amp_collector_forget_in_child(g.collector); // (its locks are the parent's)
-    g.len = 0; // the parent flushes these
+    g.len = 0;                                                   // the parent flushes these
     g.flusher_running = false;
     g.state = SPOOL_CLOSED;
 }
@@ -667,8 +667,8 @@ __attribute__((constructor)) static void record_load(void) {
     } else if (out && *out) {
         // relative to the directory the program starts in, whatever it changes to later
         char cwd[PATH_MAX];
-        g.out = out[0] != '/' && getcwd(cwd, sizeof cwd) ? amp_path_join(cwd, out)
-                                                         : amp_xstrdup(out);
+        g.out =
+            out[0] != '/' && getcwd(cwd, sizeof cwd) ? amp_path_join(cwd, out) : amp_xstrdup(out);
     } else {
         return;
     }
@@ -779,12 +779,22 @@ void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
         if ((int)e->kind < 0) continue; // superseded
         amp_stats s = stats[i];
         amp_stats_finish(&s);
-        amp_record_tensor_stats(&(amp_rec_tensor_stats){
-            .step = step, .layer_id = e->layer_id, .op = e->op, .kind = e->kind,
-            .dtype = e->dtype, .target_dtype = target_dtype, .numel = s.numel, .min = s.min,
-            .max = s.max, .amax = s.amax, .n_nan = s.n_nan, .n_posinf = s.n_posinf,
-            .n_neginf = s.n_neginf, .n_overflow = s.n_overflow, .n_underflow = s.n_underflow,
-            .n_zero = s.n_zero});
+        amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = step,
+                                                        .layer_id = e->layer_id,
+                                                        .op = e->op,
+                                                        .kind = e->kind,
+                                                        .dtype = e->dtype,
+                                                        .target_dtype = target_dtype,
+                                                        .numel = s.numel,
+                                                        .min = s.min,
+                                                        .max = s.max,
+                                                        .amax = s.amax,
+                                                        .n_nan = s.n_nan,
+                                                        .n_posinf = s.n_posinf,
+                                                        .n_neginf = s.n_neginf,
+                                                        .n_overflow = s.n_overflow,
+                                                        .n_underflow = s.n_underflow,
+                                                        .n_zero = s.n_zero});
         if ((unsigned)e->kind < 4) // (counts not computed are -1)
             sum.nonfinite[e->kind] += (s.n_nan > 0 ? s.n_nan : 0) +
                                       (s.n_posinf > 0 ? s.n_posinf : 0) +
@@ -798,8 +808,7 @@ void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
         }
         if (e->kind == AMP_STATS_ACTIVATION && s.numel > 0 && s.n_zero >= 0) {
             const float share = (float)s.n_zero / (float)s.numel;
-            if (sum.zero_jump < 0 && e->zero_share >= 0 && e->zero_share < 0.01f &&
-                share >= 0.05f)
+            if (sum.zero_jump < 0 && e->zero_share >= 0 && e->zero_share < 0.01f && share >= 0.05f)
                 sum.zero_jump = i;
             e->zero_share = share;
         }

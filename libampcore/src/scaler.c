@@ -23,15 +23,15 @@ typedef enum opt_stage { STAGE_READY, STAGE_UNSCALED, STAGE_STEPPED } opt_stage;
 typedef struct opt_state { // one entry of _per_optimizer_states
     const amp_optim_t *opt;
     opt_stage stage;
-    bool has_found_inf;     // found_inf_per_device is not empty (some parameter had a gradient)
+    bool has_found_inf;      // found_inf_per_device is not empty (some parameter had a gradient)
     amp_tensor_t *found_inf; // f32 [1]: 0 clean, 1 a gradient was inf/NaN (kept for reuse)
 } opt_state;
 
 struct amp_scaler {
-    amp_scaler_params p;  // p.init_scale is _init_scale (load_state_dict changes it)
-    int32_t init_tracker; // _init_growth_tracker
-    amp_ctx_t *ctx;       // the context of the first scale(): the tensors below live there
-    amp_tensor_t *scale;  // _scale (f32, 0-dim); NULL until the first scale()
+    amp_scaler_params p;     // p.init_scale is _init_scale (load_state_dict changes it)
+    int32_t init_tracker;    // _init_growth_tracker
+    amp_ctx_t *ctx;          // the context of the first scale(): the tensors below live there
+    amp_tensor_t *scale;     // _scale (f32, 0-dim); NULL until the first scale()
     amp_tensor_t *inv_scale; // float32(1 / double(_scale)), for unscale_
     amp_tensor_t *tracker;   // _growth_tracker (i32, 0-dim)
     amp_tensor_t *rec;       // what the last update did (i32 [AMP_SCALE_REC])

@@ -11,15 +11,18 @@
 #include <string.h>
 
 typedef struct limits {
-    float overflow;  // |x| >= overflow rounds to inf
+    float overflow;   // |x| >= overflow rounds to inf
     float min_normal; // 0 < |x| < min_normal is subnormal or zero after rounding
 } limits;
 
 static limits limits_of(amp_dtype target) {
     switch (target) {
-    case AMP_DTYPE_F16: return (limits){65520.0f, 6.103515625e-05f};
-    case AMP_DTYPE_BF16: return (limits){3.3961775292304854e38f, 1.1754943508222875e-38f};
-    default: return (limits){INFINITY, 0.0f};
+    case AMP_DTYPE_F16:
+        return (limits){65520.0f, 6.103515625e-05f};
+    case AMP_DTYPE_BF16:
+        return (limits){3.3961775292304854e38f, 1.1754943508222875e-38f};
+    default:
+        return (limits){INFINITY, 0.0f};
     }
 }
 
@@ -53,7 +56,8 @@ static inline void acc_add(acc *a, float v, limits lim) {
         for (int64_t i = 0; i < n; i += 4096) {                                                    \
             int64_t m = n - i < 4096 ? n - i : 4096;                                               \
             int32_t b = 0;                                                                         \
-            for (int64_t k = 0; k < m; k++) b += (u[i + k] & (MASK)) == (MASK);                   \
+            for (int64_t k = 0; k < m; k++)                                                        \
+                b += (u[i + k] & (MASK)) == (MASK);                                                \
             c += b;                                                                                \
         }                                                                                          \
     } while (0)
@@ -61,10 +65,17 @@ static inline void acc_add(acc *a, float v, limits lim) {
 static int64_t count_nonfinite_host(const void *p, amp_dtype dt, int64_t n) {
     int64_t c = 0;
     switch (dt) {
-    case AMP_DTYPE_F32: NONFINITE_COUNT(uint32_t, 0x7F800000u); break;
-    case AMP_DTYPE_F16: NONFINITE_COUNT(uint16_t, 0x7C00u); break;
-    case AMP_DTYPE_BF16: NONFINITE_COUNT(uint16_t, 0x7F80u); break;
-    default: break; // integers are always finite
+    case AMP_DTYPE_F32:
+        NONFINITE_COUNT(uint32_t, 0x7F800000u);
+        break;
+    case AMP_DTYPE_F16:
+        NONFINITE_COUNT(uint16_t, 0x7C00u);
+        break;
+    case AMP_DTYPE_BF16:
+        NONFINITE_COUNT(uint16_t, 0x7F80u);
+        break;
+    default:
+        break; // integers are always finite
     }
     return c;
 }
@@ -74,8 +85,8 @@ static int64_t count_nonfinite_host(const void *p, amp_dtype dt, int64_t n) {
 // come out as either; amax is the same); the block's sum of squares may be reassociated.
 #if defined(__GNUC__) && !defined(__clang__) // GCC's per-function options; others plain math
 #define FAST_FINITE_MATH                                                                           \
-    __attribute__((optimize("finite-math-only", "no-signed-zeros", "no-trapping-math",             \
-                            "associative-math")))
+    __attribute__((                                                                                \
+        optimize("finite-math-only", "no-signed-zeros", "no-trapping-math", "associative-math")))
 #else
 #define FAST_FINITE_MATH
 #endif
@@ -103,18 +114,24 @@ static void acc_finite_any(acc *a, const void *p, amp_dtype dt, int64_t n, limit
         int64_t m = n - i < BLOCK ? n - i : BLOCK;
         const float *v = buf;
         switch (dt) {
-        case AMP_DTYPE_F32: v = (const float *)p + i; break;
+        case AMP_DTYPE_F32:
+            v = (const float *)p + i;
+            break;
         case AMP_DTYPE_F16:
-            for (int64_t k = 0; k < m; k++) buf[k] = amp_f16_to_f32_fast(((const uint16_t *)p)[i + k]);
+            for (int64_t k = 0; k < m; k++)
+                buf[k] = amp_f16_to_f32_fast(((const uint16_t *)p)[i + k]);
             break;
         case AMP_DTYPE_BF16:
-            for (int64_t k = 0; k < m; k++) buf[k] = amp_bf16_to_f32(((const uint16_t *)p)[i + k]);
+            for (int64_t k = 0; k < m; k++)
+                buf[k] = amp_bf16_to_f32(((const uint16_t *)p)[i + k]);
             break;
         case AMP_DTYPE_I32:
-            for (int64_t k = 0; k < m; k++) buf[k] = (float)((const int32_t *)p)[i + k];
+            for (int64_t k = 0; k < m; k++)
+                buf[k] = (float)((const int32_t *)p)[i + k];
             break;
         default:
-            for (int64_t k = 0; k < m; k++) buf[k] = (float)((const int64_t *)p)[i + k];
+            for (int64_t k = 0; k < m; k++)
+                buf[k] = (float)((const int64_t *)p)[i + k];
             break;
         }
         acc_finite(a, v, m, lim);
@@ -124,26 +141,33 @@ static void acc_finite_any(acc *a, const void *p, amp_dtype dt, int64_t n, limit
 static void stats_host(const void *p, amp_dtype dt, int64_t n, amp_dtype target, amp_stats *s) {
     limits lim = limits_of(target);
     acc a = {.mn = INFINITY, .mx = -INFINITY};
-    if (count_nonfinite_host(p, dt, n) == 0) acc_finite_any(&a, p, dt, n, lim); // the common case
-    else switch (dt) { // one loop per dtype: no per-element dispatch
-    case AMP_DTYPE_F32:
-        for (int64_t i = 0; i < n; i++) acc_add(&a, ((const float *)p)[i], lim);
-        break;
-    case AMP_DTYPE_F16:
-        for (int64_t i = 0; i < n; i++) acc_add(&a, amp_f16_to_f32_fast(((const uint16_t *)p)[i]), lim);
-        break;
-    case AMP_DTYPE_BF16:
-        for (int64_t i = 0; i < n; i++) acc_add(&a, amp_bf16_to_f32(((const uint16_t *)p)[i]), lim);
-        break;
-    case AMP_DTYPE_I32:
-        for (int64_t i = 0; i < n; i++) acc_add(&a, (float)((const int32_t *)p)[i], lim);
-        break;
-    case AMP_DTYPE_I64:
-        for (int64_t i = 0; i < n; i++) acc_add(&a, (float)((const int64_t *)p)[i], lim);
-        break;
-    default:
-        AMP_ASSERT(0, "(bad dtype %d)", (int)dt);
-    }
+    if (count_nonfinite_host(p, dt, n) == 0)
+        acc_finite_any(&a, p, dt, n, lim); // the common case
+    else
+        switch (dt) { // one loop per dtype: no per-element dispatch
+        case AMP_DTYPE_F32:
+            for (int64_t i = 0; i < n; i++)
+                acc_add(&a, ((const float *)p)[i], lim);
+            break;
+        case AMP_DTYPE_F16:
+            for (int64_t i = 0; i < n; i++)
+                acc_add(&a, amp_f16_to_f32_fast(((const uint16_t *)p)[i]), lim);
+            break;
+        case AMP_DTYPE_BF16:
+            for (int64_t i = 0; i < n; i++)
+                acc_add(&a, amp_bf16_to_f32(((const uint16_t *)p)[i]), lim);
+            break;
+        case AMP_DTYPE_I32:
+            for (int64_t i = 0; i < n; i++)
+                acc_add(&a, (float)((const int32_t *)p)[i], lim);
+            break;
+        case AMP_DTYPE_I64:
+            for (int64_t i = 0; i < n; i++)
+                acc_add(&a, (float)((const int64_t *)p)[i], lim);
+            break;
+        default:
+            AMP_ASSERT(0, "(bad dtype %d)", (int)dt);
+        }
     bool any = n - a.nan - a.pinf - a.ninf > 0;
     *s = (amp_stats){.numel = n,
                      .min = any ? a.mn : NAN,
@@ -193,7 +217,8 @@ void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype targe
         const amp_tensor_t *x[AMP_STATS_BATCH];
         for (int done = 0; done < n; done += AMP_STATS_BATCH) {
             int m = n - done < AMP_STATS_BATCH ? n - done : AMP_STATS_BATCH;
-            for (int k = 0; k < m; k++) x[k] = dense_of(t[done + k]);
+            for (int k = 0; k < m; k++)
+                x[k] = dense_of(t[done + k]);
             ctx->be->stats_into(ctx->bctx, x, m, target, slots, slot + done, sumsq);
         }
         return;
@@ -210,11 +235,14 @@ void amp_tensors_stats_into(const amp_tensor_t *const *t, int n, amp_dtype targe
     }
 }
 
-void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots, int64_t slot) {
+void amp_tensor_stats_into(const amp_tensor_t *t, amp_dtype target, amp_stats *slots,
+                           int64_t slot) {
     amp_tensors_stats_into(&t, 1, target, slots, &slot, true);
 }
 
-amp_stats amp_stats_empty(void) { return (amp_stats){.min = INFINITY, .max = -INFINITY}; }
+amp_stats amp_stats_empty(void) {
+    return (amp_stats){.min = INFINITY, .max = -INFINITY};
+}
 
 void amp_stats_finish(amp_stats *s) {
     if (s->min <= s->max) {

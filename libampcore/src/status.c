@@ -39,7 +39,9 @@ const char *amp_status_str(amp_status s) {
     return "unknown status";
 }
 
-const char *amp_last_error(void) { return last_error; }
+const char *amp_last_error(void) {
+    return last_error;
+}
 
 void amp_clear_error(void) {
     last_error[0] = 0;

@@ -398,7 +398,7 @@ struct amp_store {
     int64_t n_kernel_ids, cap_kernel_ids;
     char *key_buf;
     size_t key_cap;
-    amp_strmap gpus; // "id/uuid" of the TARGET_INFO_GPU rows
+    amp_strmap gpus;    // "id/uuid" of the TARGET_INFO_GPU rows
     amp_strmap metrics; // "device/metric name" -> metricId
     int64_t n_metrics;
     // WAL checkpoints run on a thread with a connection of its own, next to the inserts
@@ -1232,9 +1232,9 @@ amp_status amp_store_gpu_metric(amp_store *s, const amp_rec_gpu_metric *r) {
     const char *name = r->metric ? r->metric : "";
     int n = snprintf(key, sizeof key, "%d/%s", r->device_id, name);
     bool found;
-    int64_t *id = amp_strmap_get_or_put(&s->metrics, key,
-                                        (size_t)n < sizeof key ? (size_t)n : sizeof key - 1,
-                                        s->n_metrics, &found);
+    int64_t *id =
+        amp_strmap_get_or_put(&s->metrics, key, (size_t)n < sizeof key ? (size_t)n : sizeof key - 1,
+                              s->n_metrics, &found);
     int64_t metric_id = *id; // before any other insert into the map
     if (!found) {
         s->n_metrics++;

@@ -51,13 +51,18 @@ amp_status amp_ctx_new(amp_device dev, uint64_t seed, amp_ctx_t **out) {
 
 bool amp_device_parse(const char *s, amp_device *out) {
     if (!s) return false;
-    if (strcmp(s, "cpu") == 0) *out = AMP_DEVICE_CPU;
-    else if (strcmp(s, "cuda") == 0) *out = AMP_DEVICE_CUDA;
-    else return false;
+    if (strcmp(s, "cpu") == 0)
+        *out = AMP_DEVICE_CPU;
+    else if (strcmp(s, "cuda") == 0)
+        *out = AMP_DEVICE_CUDA;
+    else
+        return false;
     return true;
 }
 
-amp_device amp_ctx_device(const amp_ctx_t *ctx) { return ctx->device; }
+amp_device amp_ctx_device(const amp_ctx_t *ctx) {
+    return ctx->device;
+}
 
 amp_rng_state amp_ctx_rng_state(const amp_ctx_t *ctx) {
     return (amp_rng_state){ctx->seed, ctx->rng, ctx->dropout_offset};
@@ -103,9 +108,11 @@ static void tensor_destroy(amp_tensor_t *t) {
 }
 
 void amp_ctx_reset(amp_ctx_t *ctx) {
-    for (size_t i = 0; i < ctx->n_scratch; i++) tensor_destroy(ctx->scratch[i]);
+    for (size_t i = 0; i < ctx->n_scratch; i++)
+        tensor_destroy(ctx->scratch[i]);
     ctx->n_scratch = 0;
-    for (size_t i = 0; i < ctx->n_tape; i++) free(ctx->tape[i]);
+    for (size_t i = 0; i < ctx->n_tape; i++)
+        free(ctx->tape[i]);
     ctx->n_tape = 0;
     ctx->n_cast_cache = 0;
     ctx->drops_pending = false;
@@ -115,8 +122,10 @@ void amp_ctx_free(amp_ctx_t *ctx) {
     if (!ctx) return;
     amp_ctx_reset(ctx);
     amp_instr_free(ctx);
-    for (size_t i = 0; i < ctx->n_persist; i++) tensor_destroy(ctx->persist[i]);
-    for (int32_t i = 0; i < ctx->n_layers; i++) free(ctx->layer_names[i]);
+    for (size_t i = 0; i < ctx->n_persist; i++)
+        tensor_destroy(ctx->persist[i]);
+    for (int32_t i = 0; i < ctx->n_layers; i++)
+        free(ctx->layer_names[i]);
     free(ctx->layer_names);
     free(ctx->layer_parent);
     if (ctx->be->release) ctx->be->release(ctx->bctx);
@@ -132,7 +141,8 @@ void amp_ctx_free(amp_ctx_t *ctx) {
 
 static int64_t shape_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
     return n;
 }
 
@@ -206,8 +216,10 @@ void amp_scratch_release_from(amp_ctx_t *ctx, size_t mark) {
     size_t kept = mark;
     for (size_t i = mark; i < ctx->n_scratch; i++) {
         amp_tensor_t *t = ctx->scratch[i];
-        if (t->is_grad) ctx->scratch[kept++] = t;
-        else tensor_destroy(t);
+        if (t->is_grad)
+            ctx->scratch[kept++] = t;
+        else
+            tensor_destroy(t);
     }
     ctx->n_scratch = kept;
 }
@@ -478,7 +490,8 @@ void amp_tensor_uniform(amp_tensor_t *t, float bound) {
     require_float_fill("amp_tensor_uniform", "uniform_", t);
     int64_t n = amp_tensor_numel(t);
     float *v = amp_xmalloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++) v[i] = (float)((2.0 * rng_uniform(t->ctx) - 1.0) * bound);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((2.0 * rng_uniform(t->ctx) - 1.0) * bound);
     amp_tensor_write_f32(t, v);
     free(v);
 }
@@ -486,9 +499,15 @@ void amp_tensor_uniform(amp_tensor_t *t, float bound) {
 // ---------------------------------------------------------------------------------------------
 // Queries and host copies
 
-amp_dtype amp_tensor_dtype(const amp_tensor_t *t) { return t->dtype; }
-int amp_tensor_ndim(const amp_tensor_t *t) { return t->ndim; }
-int64_t amp_tensor_numel(const amp_tensor_t *t) { return amp_numel(t); }
+amp_dtype amp_tensor_dtype(const amp_tensor_t *t) {
+    return t->dtype;
+}
+int amp_tensor_ndim(const amp_tensor_t *t) {
+    return t->ndim;
+}
+int64_t amp_tensor_numel(const amp_tensor_t *t) {
+    return amp_numel(t);
+}
 
 int64_t amp_tensor_dim(const amp_tensor_t *t, int i) {
     if (i < 0) i += t->ndim;
@@ -611,7 +630,9 @@ void amp_tensor_set_name(amp_tensor_t *t, const char *name) {
     t->name = name ? amp_xstrdup(name) : NULL;
 }
 
-const char *amp_tensor_name(const amp_tensor_t *t) { return t->name ? t->name : ""; }
+const char *amp_tensor_name(const amp_tensor_t *t) {
+    return t->name ? t->name : "";
+}
 
 void amp_tensor_set_requires_grad(amp_tensor_t *t, bool requires_grad) {
     AMP_ASSERT(!requires_grad || amp_dtype_is_float(t->dtype),

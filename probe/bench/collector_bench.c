@@ -201,7 +201,8 @@ static void run(const char *name, void (*emit)(int64_t), int64_t n, const char *
     amp_collector_get_stats(c, &s);
     amp_collector_free(c);
     if (s.records != ingested) // (a record the poll left to finish: the rate would be wrong)
-        fprintf(stderr, "collector_bench: %lld of %lld records were ingested by finish, not the "
+        fprintf(stderr,
+                "collector_bench: %lld of %lld records were ingested by finish, not the "
                 "poll: the ingest rate is of the others\n",
                 (long long)(s.records - ingested), (long long)s.records);
     struct stat sb;

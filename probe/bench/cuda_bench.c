@@ -271,8 +271,7 @@ static bool separate_stats(void) {
     return v && strcmp(v, "0") == 0;
 }
 
-static int run(const workload *w, const char *mode, int warmup, int steps, bool stats,
-               peaks peak) {
+static int run(const workload *w, const char *mode, int warmup, int steps, bool stats, peaks peak) {
     model m = {.name = w->name};
     if (amp_ctx_new(AMP_DEVICE_CUDA, 0, &m.ctx) != AMP_OK) {
         fprintf(stderr, "cuda_bench: %s\n", amp_last_error());
@@ -342,16 +341,15 @@ static int run(const workload *w, const char *mode, int warmup, int steps, bool 
         steps % 2 ? host[steps / 2] : 0.5 * (host[steps / 2 - 1] + host[steps / 2]);
     double peak_mib = peak.requested ? (double)peak.requested(0) / (1024.0 * 1024.0) : NAN;
     double block_mib = peak.blocks ? (double)peak.blocks(0) / (1024.0 * 1024.0) : NAN;
-    printf(
-        "{\"workload\": \"%s\", \"mode\": \"%s\", \"extra\": \"%s\", \"steps\": %d, "
-        "\"step_ms_median\": %.4f, \"host_ms_median\": %.4f, \"pipelined_ms\": %.4f, "
-        "\"peak_mib\": %.1f, \"peak_block_mib\": %.1f, \"loss\": %.4f, "
-        "\"impl\": \"libampcore\"}\n",
-        w->name, mode,
-        !stats             ? "-"
-        : separate_stats() ? "stats-separate"
-                           : "stats",
-        steps, median, host_median, pipelined, peak_mib, block_mib, loss_v);
+    printf("{\"workload\": \"%s\", \"mode\": \"%s\", \"extra\": \"%s\", \"steps\": %d, "
+           "\"step_ms_median\": %.4f, \"host_ms_median\": %.4f, \"pipelined_ms\": %.4f, "
+           "\"peak_mib\": %.1f, \"peak_block_mib\": %.1f, \"loss\": %.4f, "
+           "\"impl\": \"libampcore\"}\n",
+           w->name, mode,
+           !stats             ? "-"
+           : separate_stats() ? "stats-separate"
+                              : "stats",
+           steps, median, host_median, pipelined, peak_mib, block_mib, loss_v);
     fflush(stdout);
     free(ms);
     free(host);

@@ -85,7 +85,7 @@ static void CUPTIAPI on_call(void *userdata, CUpti_CallbackDomain domain, CUpti_
     }
     if (!tid) tid = (uint32_t)gettid();
     rows[n_rows % CALL_ROWS] = (call_row){*cb->correlationData, now, cb->correlationId,
-                                          (uint32_t)cbid, tid, (uint32_t)domain};
+                                          (uint32_t)cbid,       tid, (uint32_t)domain};
     n_rows++;
     atomic_fetch_add_explicit(&calls_seen, 1, memory_order_relaxed);
 }
@@ -103,10 +103,10 @@ static int enable_calls(int callbacks) {
     for (int a = 0; a < 2; a++)
         for (uint32_t cbid = 1; cbid < apis[a].size; cbid++) {
             if (!amp_call_kept(apis[a].domain, cbid, NULL)) continue;
-            CUptiResult r =
-                callbacks ? cuptiEnableCallback(1, subscriber, apis[a].domain, cbid)
-                : apis[a].domain == CUPTI_CB_DOMAIN_RUNTIME_API ? cuptiActivityEnableRuntimeApi(cbid, 1)
-                                                                : cuptiActivityEnableDriverApi(cbid, 1);
+            CUptiResult r = callbacks ? cuptiEnableCallback(1, subscriber, apis[a].domain, cbid)
+                            : apis[a].domain == CUPTI_CB_DOMAIN_RUNTIME_API
+                                ? cuptiActivityEnableRuntimeApi(cbid, 1)
+                                : cuptiActivityEnableDriverApi(cbid, 1);
             n += r == CUPTI_SUCCESS;
         }
     return n;

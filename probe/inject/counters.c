@@ -28,9 +28,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SAMPLE_NS 100000u            // one sample every 100 µs
-#define HW_BUFFER_BYTES (64u << 20)  // the device-side buffer samples land in
-#define MAX_SAMPLES 8192u            // per decode into the counter data image
+#define SAMPLE_NS 100000u           // one sample every 100 µs
+#define HW_BUFFER_BYTES (64u << 20) // the device-side buffer samples land in
+#define MAX_SAMPLES 8192u           // per decode into the counter data image
 #define MAX_DEVICES 8
 
 // What is sampled (all single-pass on GH100; names checked against the host API).
@@ -49,7 +49,7 @@ typedef struct sampler {
     uint8_t *image; // counter data image
     size_t image_bytes;
     uint8_t *avail, *config; // kept while sampling: CUPTI holds on to them
-    bool first_image; // its sample 0 covers enable-to-start: dropped
+    bool first_image;        // its sample 0 covers enable-to-start: dropped
     int64_t samples, overflows;
 } sampler;
 
@@ -81,8 +81,10 @@ static void unavailable(uint32_t device, const char *call, CUptiResult r) {
                                                        : "";
     snprintf(g.why, sizeof g.why, "GPU %u: %s: %s%s%s", device, call, result_name(r),
              *fix ? "; " : "", fix);
-    fprintf(stderr, "ampprobe: --counters: no hardware counters (%s); the report uses "
-                    "analytic FLOPs and bytes instead\n", g.why);
+    fprintf(stderr,
+            "ampprobe: --counters: no hardware counters (%s); the report uses "
+            "analytic FLOPs and bytes instead\n",
+            g.why);
     amp_record_meta(&(amp_rec_meta){.key = "counters", .value = "unavailable"});
     amp_record_meta(&(amp_rec_meta){.key = "counters_reason", .value = g.why});
 }
@@ -100,8 +102,8 @@ static bool sampler_open(sampler *s, uint32_t device) {
     memset(s, 0, sizeof *s);
     uint8_t *avail = NULL, *config = NULL;
     s->device = device;
-    CUpti_Device_GetChipName_Params chip = {.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE,
-                                            .deviceIndex = device};
+    CUpti_Device_GetChipName_Params chip = {
+        .structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE, .deviceIndex = device};
     TRY(cuptiDeviceGetChipName, &chip);
     CUpti_PmSampling_GetCounterAvailability_Params av = {
         .structSize = CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE,
@@ -114,13 +116,16 @@ static bool sampler_open(sampler *s, uint32_t device) {
 
     CUpti_Profiler_Host_Initialize_Params hi = {
         .structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE,
-        .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING, .pChipName = chip.pChipName,
+        .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING,
+        .pChipName = chip.pChipName,
         .pCounterAvailabilityImage = avail};
     TRY(cuptiProfilerHostInitialize, &hi);
     s->host = hi.pHostObject;
     CUpti_Profiler_Host_ConfigAddMetrics_Params add = {
         .structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE,
-        .pHostObject = s->host, .ppMetricNames = (const char **)metrics, .numMetrics = N_METRICS};
+        .pHostObject = s->host,
+        .ppMetricNames = (const char **)metrics,
+        .numMetrics = N_METRICS};
     TRY(cuptiProfilerHostConfigAddMetrics, &add);
     CUpti_Profiler_Host_GetConfigImageSize_Params cs = {
         .structSize = CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE,
@@ -130,7 +135,9 @@ static bool sampler_open(sampler *s, uint32_t device) {
     if (!config) goto fail;
     CUpti_Profiler_Host_GetConfigImage_Params ci = {
         .structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE,
-        .pHostObject = s->host, .configImageSize = cs.configImageSize, .pConfigImage = config};
+        .pHostObject = s->host,
+        .configImageSize = cs.configImageSize,
+        .pConfigImage = config};
     TRY(cuptiProfilerHostGetConfigImage, &ci);
 
     CUpti_PmSampling_Enable_Params en = {.structSize = CUpti_PmSampling_Enable_Params_STRUCT_SIZE,
@@ -138,22 +145,30 @@ static bool sampler_open(sampler *s, uint32_t device) {
     TRY(cuptiPmSamplingEnable, &en);
     s->obj = en.pPmSamplingObject;
     CUpti_PmSampling_SetConfig_Params sc = {
-        .structSize = CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE, .pPmSamplingObject = s->obj,
-        .configSize = cs.configImageSize, .pConfig = config, .hardwareBufferSize = HW_BUFFER_BYTES,
-        .samplingInterval = SAMPLE_NS, .triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
+        .structSize = CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE,
+        .pPmSamplingObject = s->obj,
+        .configSize = cs.configImageSize,
+        .pConfig = config,
+        .hardwareBufferSize = HW_BUFFER_BYTES,
+        .samplingInterval = SAMPLE_NS,
+        .triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
         .hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST};
     TRY(cuptiPmSamplingSetConfig, &sc);
     CUpti_PmSampling_GetCounterDataSize_Params ds = {
         .structSize = CUpti_PmSampling_GetCounterDataSize_Params_STRUCT_SIZE,
-        .pPmSamplingObject = s->obj, .pMetricNames = (const char **)metrics,
-        .numMetrics = N_METRICS, .maxSamples = MAX_SAMPLES};
+        .pPmSamplingObject = s->obj,
+        .pMetricNames = (const char **)metrics,
+        .numMetrics = N_METRICS,
+        .maxSamples = MAX_SAMPLES};
     TRY(cuptiPmSamplingGetCounterDataSize, &ds);
     s->image_bytes = ds.counterDataSize;
     s->image = malloc(s->image_bytes);
     if (!s->image) goto fail;
     CUpti_PmSampling_CounterDataImage_Initialize_Params ii = {
         .structSize = CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE,
-        .pPmSamplingObject = s->obj, .counterDataSize = s->image_bytes, .pCounterData = s->image};
+        .pPmSamplingObject = s->obj,
+        .counterDataSize = s->image_bytes,
+        .pCounterData = s->image};
     TRY(cuptiPmSamplingCounterDataImageInitialize, &ii);
     CUpti_PmSampling_Start_Params st = {.structSize = CUpti_PmSampling_Start_Params_STRUCT_SIZE,
                                         .pPmSamplingObject = s->obj};
@@ -171,13 +186,14 @@ static bool sampler_open(sampler *s, uint32_t device) {
     return true;
 fail:
     if (s->obj) {
-        CUpti_PmSampling_Disable_Params d = {.structSize = CUpti_PmSampling_Disable_Params_STRUCT_SIZE,
-                                             .pPmSamplingObject = s->obj};
+        CUpti_PmSampling_Disable_Params d = {
+            .structSize = CUpti_PmSampling_Disable_Params_STRUCT_SIZE, .pPmSamplingObject = s->obj};
         cuptiPmSamplingDisable(&d);
     }
     if (s->host) {
         CUpti_Profiler_Host_Deinitialize_Params d = {
-            .structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE, .pHostObject = s->host};
+            .structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE,
+            .pHostObject = s->host};
         cuptiProfilerHostDeinitialize(&d);
     }
     free(s->image);
@@ -190,7 +206,8 @@ fail:
 // Decodes what the hardware buffer holds, emits the completed samples and empties the image.
 static void sampler_decode(sampler *s) {
     const uint32_t device = s->device;
-    CUpti_PmSampling_DecodeData_Params dd = {.structSize = CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE,
+    CUpti_PmSampling_DecodeData_Params dd = {.structSize =
+                                                 CUpti_PmSampling_DecodeData_Params_STRUCT_SIZE,
                                              .pPmSamplingObject = s->obj,
                                              .pCounterDataImage = s->image,
                                              .counterDataImageSize = s->image_bytes};
@@ -203,33 +220,44 @@ static void sampler_decode(sampler *s) {
     s->overflows += dd.overflow != 0;
     CUpti_PmSampling_GetCounterDataInfo_Params info = {
         .structSize = CUpti_PmSampling_GetCounterDataInfo_Params_STRUCT_SIZE,
-        .pCounterDataImage = s->image, .counterDataImageSize = s->image_bytes};
+        .pCounterDataImage = s->image,
+        .counterDataImageSize = s->image_bytes};
     if (cuptiPmSamplingGetCounterDataInfo(&info) != CUPTI_SUCCESS) return;
     double values[N_METRICS];
     for (size_t i = 0; i < info.numCompletedSamples; i++) {
         if (s->first_image && i == 0) continue;
         CUpti_PmSampling_CounterData_GetSampleInfo_Params si = {
             .structSize = CUpti_PmSampling_CounterData_GetSampleInfo_Params_STRUCT_SIZE,
-            .pPmSamplingObject = s->obj, .pCounterDataImage = s->image,
-            .counterDataImageSize = s->image_bytes, .sampleIndex = i};
+            .pPmSamplingObject = s->obj,
+            .pCounterDataImage = s->image,
+            .counterDataImageSize = s->image_bytes,
+            .sampleIndex = i};
         CUpti_Profiler_Host_EvaluateToGpuValues_Params ev = {
             .structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE,
-            .pHostObject = s->host, .pCounterDataImage = s->image,
-            .counterDataImageSize = s->image_bytes, .rangeIndex = i,
-            .ppMetricNames = (const char **)metrics, .numMetrics = N_METRICS,
+            .pHostObject = s->host,
+            .pCounterDataImage = s->image,
+            .counterDataImageSize = s->image_bytes,
+            .rangeIndex = i,
+            .ppMetricNames = (const char **)metrics,
+            .numMetrics = N_METRICS,
             .pMetricValues = values};
         if (cuptiPmSamplingCounterDataGetSampleInfo(&si) != CUPTI_SUCCESS ||
             cuptiProfilerHostEvaluateToGpuValues(&ev) != CUPTI_SUCCESS)
             continue;
         for (size_t m = 0; m < N_METRICS; m++)
-            amp_record_gpu_metric(&(amp_rec_gpu_metric){
-                .device_id = (int32_t)device, .start_ns = (int64_t)si.startTimestamp,
-                .end_ns = (int64_t)si.endTimestamp, .metric = metrics[m], .value = values[m]});
+            amp_record_gpu_metric(&(amp_rec_gpu_metric){.device_id = (int32_t)device,
+                                                        .start_ns = (int64_t)si.startTimestamp,
+                                                        .end_ns = (int64_t)si.endTimestamp,
+                                                        .metric = metrics[m],
+                                                        .value = values[m]});
         s->samples++;
     }
-    CUpti_PmSampling_CounterDataImage_Initialize_Params ii = { // emptied for the next decode
+    CUpti_PmSampling_CounterDataImage_Initialize_Params ii = {
+        // emptied for the next decode
         .structSize = CUpti_PmSampling_CounterDataImage_Initialize_Params_STRUCT_SIZE,
-        .pPmSamplingObject = s->obj, .counterDataSize = s->image_bytes, .pCounterData = s->image};
+        .pPmSamplingObject = s->obj,
+        .counterDataSize = s->image_bytes,
+        .pCounterData = s->image};
     cuptiPmSamplingCounterDataImageInitialize(&ii);
     if (info.numCompletedSamples) s->first_image = false;
 }
@@ -238,13 +266,15 @@ int amp_counters_check_chip(const char *chip, const char **bad) {
     *bad = NULL;
     CUpti_Profiler_Host_Initialize_Params hi = {
         .structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE,
-        .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING, .pChipName = chip};
+        .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING,
+        .pChipName = chip};
     CUptiResult r = cuptiProfilerHostInitialize(&hi);
     if (r != CUPTI_SUCCESS) return (int)r;
     for (size_t m = 0; m < N_METRICS && r == CUPTI_SUCCESS; m++) {
         CUpti_Profiler_Host_GetMetricProperties_Params mp = {
             .structSize = CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE,
-            .pHostObject = hi.pHostObject, .pMetricName = metrics[m]};
+            .pHostObject = hi.pHostObject,
+            .pMetricName = metrics[m]};
         r = cuptiProfilerHostGetMetricProperties(&mp);
         if (r != CUPTI_SUCCESS) *bad = metrics[m];
     }
@@ -261,7 +291,8 @@ void amp_counters_device_seen(uint32_t device) {
     for (int i = 0; i < g.n && !known; i++)
         known = g.dev[i].device == device;
     if (!known && !g.initialized) {
-        CUpti_Profiler_Initialize_Params p = {.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
+        CUpti_Profiler_Initialize_Params p = {.structSize =
+                                                  CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
         CUptiResult r = cuptiProfilerInitialize(&p);
         if (r != CUPTI_SUCCESS) {
             unavailable(device, "cuptiProfilerInitialize", r);
@@ -302,8 +333,10 @@ void amp_counters_stop(void) {
         snprintf(v, sizeof v, "%lld", (long long)s->samples);
         amp_record_meta(&(amp_rec_meta){.key = key, .value = v});
         if (s->overflows)
-            fprintf(stderr, "ampprobe: --counters: GPU %u: the sample buffer overflowed %lld "
-                            "times; samples were lost\n", s->device, (long long)s->overflows);
+            fprintf(stderr,
+                    "ampprobe: --counters: GPU %u: the sample buffer overflowed %lld "
+                    "times; samples were lost\n",
+                    s->device, (long long)s->overflows);
     }
     // Nothing is disabled or freed: this runs at process exit, where tearing the PM sampling
     // objects down aborted with heap corruption on an H200 (the CUDA runtime's own exit handlers

@@ -71,10 +71,8 @@ bool amp_capture_decode_memcpy(const CUpti_ActivityMemcpy6 *m, amp_rec_memcpy *o
 
 bool amp_capture_decode_memset(const CUpti_ActivityMemset4 *m, amp_rec_memset *out) {
     *out = (amp_rec_memset){
-        ACTIVITY_HEAD(m),
-        .value = (int32_t)m->value,
-        .bytes = (int64_t)m->bytes,
-        .graph_node_id = graph_node(m->graphNodeId),
+        ACTIVITY_HEAD(m),           .value = (int32_t)m->value,
+        .bytes = (int64_t)m->bytes, .graph_node_id = graph_node(m->graphNodeId),
         .mem_kind = m->memoryKind,
     };
     return complete(m->start, m->end);

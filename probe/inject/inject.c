@@ -58,7 +58,7 @@ static struct {
     pthread_mutex_t timer_lock;
     pthread_cond_t wake;
     bool flusher_running, stop;
-    bool counters; // --counters: PM sampling (counters.c), driven by the flush thread
+    bool counters;          // --counters: PM sampling (counters.c), driven by the flush thread
     bool no_periodic_flush; // AMPPROBE_CUPTI_SKIP=flush
     const char *runtime_names[CUPTI_RUNTIME_TRACE_CBID_SIZE]; // of the recorded API calls
     const char *driver_names[CUPTI_DRIVER_TRACE_CBID_SIZE];
@@ -105,7 +105,7 @@ static const char *api_name(bool driver, uint32_t cbid) {
     return cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE ? g.runtime_names[cbid] : NULL;
 }
 
-static uint64_t devices_seen; // bit per device ordinal < 64 already described (atomic)
+static uint64_t devices_seen;      // bit per device ordinal < 64 already described (atomic)
 static uint64_t counters_to_start; // bit per device whose counters the flush thread is to start
 
 // Describes a device from the driver once: on its first context, or when CUPTI's DEVICE record

@@ -36,7 +36,9 @@ struct DeviceGuard {
 };
 
 // The layout the Python side mirrors: sizeof(amp_stats); it refuses the module on a mismatch.
-EXPORT int ampstats_slot_bytes(void) { return (int)sizeof(amp_stats); }
+EXPORT int ampstats_slot_bytes(void) {
+    return (int)sizeof(amp_stats);
+}
 
 // n tensors given as parallel arrays, their figures into the slots from slots on (tensor i into
 // slot slot[i], or slot i when slot is NULL), in as few launches as the kernel's parameters allow.

@@ -26,7 +26,9 @@
 #include "amp-record.h"
 
 // The context is never freed, on purpose: no leak report in the sanitizer build.
-__attribute__((used)) const char *__asan_default_options(void) { return "detect_leaks=0"; }
+__attribute__((used)) const char *__asan_default_options(void) {
+    return "detect_leaks=0";
+}
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5 || (strcmp(argv[1], "cpu") != 0 && strcmp(argv[1], "cuda") != 0) ||

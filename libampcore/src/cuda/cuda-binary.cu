@@ -87,8 +87,8 @@ __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *
     }
     for (int64_t i = nv * V + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const T ai = a[i], bi = b[i], v = cuda_io<T>::store(
-                                          binary_f(op, cuda_io<T>::load(ai), cuda_io<T>::load(bi)));
+        const T ai = a[i], bi = b[i],
+                v = cuda_io<T>::store(binary_f(op, cuda_io<T>::load(ai), cuda_io<T>::load(bi)));
         y[i] = v;
         st.value(v, f.lim);
         sti.value(fi_of == 1 ? ai : bi, fi.lim);

@@ -63,7 +63,8 @@ __global__ void col2im_kernel(T *__restrict__ dx, const T *__restrict__ cols, am
     const I s = d.stride, oh = (I)d.oh, ow = (I)d.ow, kh = (I)d.kh, kw = (I)d.kw;
     const I h = (I)d.h, w = (I)d.w, C = (I)d.c;
     const int64_t L = d.oh * d.ow, CK = d.c * d.kh * d.kw;
-    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total;
+         i += (I)gridDim.x * blockDim.x) {
         const I x = i % w, y = i / w % h, c = i / (w * h) % C, n = i / (w * h * C);
         const I hy = y + d.padding, wx = x + d.padding;
         const I oy0 = hy < kh ? 0 : (hy - kh) / s + 1, oy1 = hy / s + 1 < oh ? hy / s + 1 : oh;

@@ -84,7 +84,7 @@ typedef struct cuda_pool {
 
 void *cuda_pool_alloc(cuda_pool *p, size_t nbytes);
 size_t cuda_pool_free(cuda_pool *p, void *ptr); // returns the block's (rounded) bytes
-void cuda_pool_release(cuda_pool *p); // cudaFree()s everything cached
+void cuda_pool_release(cuda_pool *p);           // cudaFree()s everything cached
 
 // ---------------------------------------------------------------------------------------------
 // The backend context
@@ -137,8 +137,8 @@ typedef struct cuda_ctx {
     cuda_held held[2 * CUDA_HELD_MAX];
     int n_held;
     const char *slots_lo, *slots_hi; // the slots of the held statistics lie in [lo, hi)
-    bool defer_stats;        // held used (AMPPROBE_STATS_FUSED=0: every tensor read at once)
-    cudaEvent_t downloaded;  // recorded after each download_async (NULL before the first)
+    bool defer_stats;       // held used (AMPPROBE_STATS_FUSED=0: every tensor read at once)
+    cudaEvent_t downloaded; // recorded after each download_async (NULL before the first)
     // The column sums of the last gradient that an activation's backward wrote for a linear with
     // a bias (cuda_unary_backward's bias_cols): f32 partial sums [colsum.parts][colsum.cols] of the
     // tensor at colsum.data, valid until anything writes or frees its buffer (cuda_colsum_guard);

@@ -34,9 +34,9 @@ typedef struct mt_args {
     const int64_t *steps[MT_MAX]; // optimizers: the parameter's update count
     int64_t n[MT_MAX];
     int32_t first_block[MT_MAX + 1];
-    int8_t dtype[MT_MAX];       // array 1's (the gradient's)
-    int8_t ldtype[MT_MAX];      // array 4's (a 16-bit copy; F32: none)
-    amp_stats *slot[2][MT_MAX]; // statistics of array 0 / 1 of the tensor (NULL: none)
+    int8_t dtype[MT_MAX];        // array 1's (the gradient's)
+    int8_t ldtype[MT_MAX];       // array 4's (a 16-bit copy; F32: none)
+    amp_stats *slot[2][MT_MAX];  // statistics of array 0 / 1 of the tensor (NULL: none)
     amp_stats *slot2[2][MT_MAX]; // a second entry's for the same array (a parameter's gradient
                                  // that is the one a widening cast handed on, read for both)
     int8_t target[2][MT_MAX];
@@ -245,9 +245,8 @@ static void unscale_launch(cuda_ctx *c, const mt_args *a, const float *inv_scale
                            float *found_inf) {
     if (a->count == 0 || a->first_block[a->count] == 0) return;
     const unsigned grid = (unsigned)a->first_block[a->count];
-    CUDA_STATS_DISPATCH(a->stats, S,
-                        unscale_kernel<S><<<grid, MT_BLOCK, 0, c->stream>>>(*a, inv_scale,
-                                                                            found_inf));
+    CUDA_STATS_DISPATCH(
+        a->stats, S, unscale_kernel<S><<<grid, MT_BLOCK, 0, c->stream>>>(*a, inv_scale, found_inf));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -337,7 +336,7 @@ void cuda_scale_update(void *bctx, amp_tensor_t *scale, amp_tensor_t *inv_scale,
 // Optimizers (f32 parameters, gradients and state)
 
 typedef struct optim_scalars {
-    int kind; // amp_optim_kind
+    int kind;               // amp_optim_kind
     const float *found_inf; // non-zero: the step is skipped (NULL: never)
     float lr, weight_decay, momentum, damp1, beta2, eps; // rounded once from the doubles
     bool nesterov, with_weight_decay, with_momentum;     // the doubles != 0, as Python tests them
@@ -493,8 +492,7 @@ __global__ void __launch_bounds__(MT_BLOCK) optim_kernel(mt_args a, optim_scalar
 static void optim_launch(cuda_ctx *c, const mt_args *a, const optim_scalars *o) {
     if (a->count == 0 || a->first_block[a->count] == 0) return;
     const unsigned grid = (unsigned)a->first_block[a->count];
-    CUDA_STATS_DISPATCH(a->stats, S,
-                        optim_kernel<S><<<grid, MT_BLOCK, 0, c->stream>>>(*a, *o));
+    CUDA_STATS_DISPATCH(a->stats, S, optim_kernel<S><<<grid, MT_BLOCK, 0, c->stream>>>(*a, *o));
     CUDA_LAUNCH_CHECK();
 }
 

@@ -248,8 +248,8 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
         const int64_t per = (A + slices - 1) / slices;
         slices = (A + per - 1) / per;
         float *partial = (float *)cuda_scratch(c, (size_t)(slices * K) * sizeof(float));
-        reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0,
-                                 c->stream>>>(partial, xp, x->dtype, A, K, L, per);
+        reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0, c->stream>>>(
+            partial, xp, x->dtype, A, K, L, per);
         CUDA_LAUNCH_CHECK();
         sum_partials(c, yp, y->dtype, partial, (int)slices, K, alpha);
         return;

@@ -47,7 +47,8 @@ __device__ __forceinline__ void acc_vector(thread_acc &a, const T *v, stats_limi
             acc_finite<SMALL>(a, f[k], lim);
     } else {
 #pragma unroll
-        for (int k = 0; k < N; k++) acc_value(a, f[k], lim);
+        for (int k = 0; k < N; k++)
+            acc_value(a, f[k], lim);
     }
 }
 
@@ -70,7 +71,8 @@ __device__ __forceinline__ void for_share(const T *x, int64_t n, int block, int 
         vector(reinterpret_cast<const T *>(&r0));
         if (two) vector(reinterpret_cast<const T *>(&r1));
     }
-    for (int64_t i = nvec * N + first; i < n; i += stride) value(cuda_io<T>::load(x[i]));
+    for (int64_t i = nvec * N + first; i < n; i += stride)
+        value(cuda_io<T>::load(x[i]));
 }
 
 // The tensor's storage type and which comparisons can count, chosen once per block: a 16-bit
@@ -125,7 +127,8 @@ __device__ __forceinline__ void stats_job(const cuda_stats_job &job, int block, 
 __global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
     stats_kernel(const __grid_constant__ stats_launch_params p) {
     int j = 0;
-    while (j + 1 < p.n && (int)blockIdx.x >= p.first_block[j + 1]) j++;
+    while (j + 1 < p.n && (int)blockIdx.x >= p.first_block[j + 1])
+        j++;
     const int first = p.first_block[j];
     stats_job(p.job[j], blockIdx.x - first, p.first_block[j + 1] - first, p.lim);
 }
@@ -142,7 +145,8 @@ static int sm_count(void) {
     if (!sms) {
         int dev = 0, n = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            n <= 0)
             n = 132;
         sms = n;
     }

@@ -18,7 +18,7 @@
 typedef struct cuda_stats_job {
     const void *data; // contiguous device memory of numel elements of dtype
     int64_t numel;
-    amp_stats *slot;  // device memory
+    amp_stats *slot; // device memory
     amp_dtype dtype;
 } cuda_stats_job;
 
