@@ -551,9 +551,9 @@ START_TEST(test_records_of_negative_steps_are_left_out) {
                                           .value = NAN});
     }
     amp_record_stop();
-    const int saved_stderr = test_stderr_to("/dev/null"); // (the warning)
+    const int saved_stderr = test_stream_to(stderr, "/dev/null"); // (the warning)
     ck_assert_int_eq(amp_collector_poll(c), AMP_OK);
-    test_stderr_back(saved_stderr);
+    test_stream_back(stderr, saved_stderr);
     amp_collector_stats s;
     amp_collector_get_stats(c, &s);
     ck_assert_int_eq(s.warnings, 1);
@@ -1528,7 +1528,7 @@ START_TEST(test_damaged_spools_lose_only_what_follows_the_damage) {
     char spool[128];
     snprintf(spool, sizeof spool, "%s/0-1.spool", f.spool);
     uint64_t x = 0x9E3779B97F4A7C15u;
-    const int saved_stderr = test_stderr_to("/dev/null"); // (300 warnings)
+    const int saved_stderr = test_stream_to(stderr, "/dev/null"); // (300 warnings)
     for (int round = 0; round < 300; round++) {
         memcpy(b, good, good_len);
         size_t len = good_len;
@@ -1554,7 +1554,7 @@ START_TEST(test_damaged_spools_lose_only_what_follows_the_damage) {
         ck_assert_int_le(test_query_int(db, "SELECT count(*) FROM AMP_PROCESSES"), 1);
         sqlite3_close(db);
     }
-    test_stderr_back(saved_stderr);
+    test_stream_back(stderr, saved_stderr);
     free(b);
     free(good);
     fixture_free(&f);

@@ -934,45 +934,31 @@ START_TEST(test_guard) {
 }
 END_TEST
 
-// amp_cmd_conform with its stdout and stderr sent to /dev/null (the usage text is long)
-static int cli_quiet(int argc, char **argv) {
-    fflush(stdout);
-    fflush(stderr);
-    int out = dup(1), err = dup(2), null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    dup2(null, 2);
-    int status = amp_cmd_conform(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(out, 1);
-    dup2(err, 2);
-    close(null);
-    close(out);
-    close(err);
+// amp_cmd_conform with its stdout sent to /dev/null (the usage text is long) and its stderr to
+// err_path (/dev/null: dropped)
+static int cli_to(int argc, char **argv, const char *err_path) {
+    const int out = test_stream_to(stdout, "/dev/null"), err = test_stream_to(stderr, err_path);
+    const int status = amp_cmd_conform(argc, argv);
+    test_stream_back(stderr, err);
+    test_stream_back(stdout, out);
     return status;
 }
 
-// amp_cmd_conform with stdout to /dev/null and stderr into err (NUL-terminated)
+static int cli_quiet(int argc, char **argv) {
+    return cli_to(argc, argv, "/dev/null");
+}
+
+// amp_cmd_conform with its stderr into err (NUL-terminated, n bytes at most)
 static int cli_stderr(int argc, char **argv, char *err, size_t n) {
-    fflush(stdout);
-    fflush(stderr);
-    FILE *f = tmpfile();
-    ck_assert_ptr_nonnull(f);
-    int out = dup(1), saved = dup(2), null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    dup2(fileno(f), 2);
-    int status = amp_cmd_conform(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(out, 1);
-    dup2(saved, 2);
-    close(null);
-    close(out);
-    close(saved);
-    rewind(f);
-    size_t k = fread(err, 1, n - 1, f);
+    test_dir_create("conform-cli");
+    const int status = cli_to(argc, argv, test_in_dir("err.txt"));
+    size_t k = 0;
+    char *text = test_read_file(test_in_dir("err.txt"), &k);
+    k = k < n - 1 ? k : n - 1;
+    memcpy(err, text, k);
     err[k] = '\0';
-    fclose(f);
+    free(text);
+    test_dir_remove();
     return status;
 }
 

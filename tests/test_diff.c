@@ -560,14 +560,9 @@ START_TEST(the_last_loss_and_the_mean_are_told_apart) {
     free(t);
     diff_has("json", "\"final_loss\": null, \"last_loss\": null,");
     // --help says which is which
-    fflush(stdout);
-    int saved = dup(1), fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    close(fd);
-    int rc = CMD("--help");
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
+    const int saved = test_stream_to(stdout, out_path);
+    const int rc = CMD("--help");
+    test_stream_back(stdout, saved);
     ck_assert_int_eq(rc, 0);
     t = test_read_file(out_path, NULL);
     HAS(t, "the loss at the last step, and the mean loss of the last 10% of steps");
@@ -652,14 +647,10 @@ START_TEST(output_over_an_input_or_to_a_full_disk_is_refused) {
     free(e);
     ck_assert_int_eq(CMD(a_path, b_path), 0); // b.sqlite still a database
     if (access("/dev/full", W_OK) != 0) return;
-    fflush(stdout);
-    int saved = dup(1), full = open("/dev/full", O_WRONLY);
-    dup2(full, 1);
-    close(full);
-    int rc = CMD(a_path, b_path);
+    const int saved = test_stream_to(stdout, "/dev/full");
+    const int rc = CMD(a_path, b_path);
     clearerr(stdout);
-    dup2(saved, 1);
-    close(saved);
+    test_stream_back(stdout, saved);
     ck_assert_int_eq(rc, 2);
     e = test_read_file(err_path, NULL);
     HAS(e, "ampprobe diff: stdout: No space left on device");

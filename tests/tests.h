@@ -57,10 +57,10 @@ char *test_read_file(const char *path, size_t *n);
 // stderr into out.txt and err.txt there; waits for it and returns its exit code.
 pid_t test_spawn_ampprobe(const char *const *args);
 int test_wait_ampprobe(pid_t pid);
-// Sends this process's stderr into path ("/dev/null" to silence it) until test_stderr_back,
-// which is handed what test_stderr_to returned.
-int test_stderr_to(const char *path);
-void test_stderr_back(int saved);
+// Sends stream (stdout or stderr: flushed first) into path ("/dev/null" to silence it) until
+// test_stream_back, which is handed what test_stream_to returned.
+int test_stream_to(FILE *stream, const char *path);
+void test_stream_back(FILE *stream, int saved);
 // Runs `ampprobe NAME ARGS...` in this process through its command function (args
 // NULL-terminated, 14 at most), stderr written to err_path meanwhile; returns its exit status.
 int test_call_command(int (*command)(int, char **), const char *name, const char **args,

@@ -84,25 +84,25 @@ int test_call_command(int (*command)(int, char **), const char *name, const char
         ck_assert_int_lt(argc, 15);
         argv[argc++] = (char *)args[i];
     }
-    const int saved = test_stderr_to(err_path);
+    const int saved = test_stream_to(stderr, err_path);
     const int rc = command(argc, argv);
-    test_stderr_back(saved);
+    test_stream_back(stderr, saved);
     return rc;
 }
 
-int test_stderr_to(const char *path) {
-    fflush(stderr);
-    const int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+int test_stream_to(FILE *stream, const char *path) {
+    fflush(stream);
+    const int saved = dup(fileno(stream)), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ck_assert_int_ge(saved, 0);
     ck_assert_int_ge(fd, 0);
-    dup2(fd, 2);
+    dup2(fd, fileno(stream));
     close(fd);
     return saved;
 }
 
-void test_stderr_back(int saved) {
-    fflush(stderr);
-    dup2(saved, 2);
+void test_stream_back(FILE *stream, int saved) {
+    fflush(stream);
+    dup2(saved, fileno(stream));
     close(saved);
 }
 
