@@ -36,6 +36,11 @@ _Noreturn void amp_abort_assert(const char *file, int line, const char *cond, co
 // (an abort inside it) or another thread does.
 void amp_record_last_words(const char *msg);
 
+// Records the statistics s of the tensor r names (step, layer, op, kind, dtypes: r's numbers are
+// filled from s here), as libampcore's instrumentation and amp_record_tensor_stats_many do.
+struct amp_rec_tensor_stats;
+void amp_record_stats_of(struct amp_rec_tensor_stats *r, const amp_stats *s);
+
 // AMP_ASSERT(cond) or AMP_ASSERT(cond, "(format)", args...)
 #define AMP_ASSERT(cond, ...)                                                                      \
     do {                                                                                           \

@@ -818,22 +818,13 @@ static void read_scales(amp_ctx_t *ctx, int32_t (*staged)[AMP_SCALE_REC]) {
 // Processing the queue
 
 static void emit_stats(const entry *e, amp_stats_kind kind, const amp_stats *s) {
-    amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = e->step,
-                                                    .layer_id = e->layer,
-                                                    .op = e->op,
-                                                    .kind = kind,
-                                                    .dtype = amp_dtype_name(e->dtype),
-                                                    .target_dtype = amp_dtype_name(e->target),
-                                                    .numel = s->numel,
-                                                    .min = s->min,
-                                                    .max = s->max,
-                                                    .amax = s->amax,
-                                                    .n_nan = s->n_nan,
-                                                    .n_posinf = s->n_posinf,
-                                                    .n_neginf = s->n_neginf,
-                                                    .n_overflow = s->n_overflow,
-                                                    .n_underflow = s->n_underflow,
-                                                    .n_zero = s->n_zero});
+    amp_record_stats_of(&(amp_rec_tensor_stats){.step = e->step,
+                                                .layer_id = e->layer,
+                                                .op = e->op,
+                                                .kind = kind,
+                                                .dtype = amp_dtype_name(e->dtype),
+                                                .target_dtype = amp_dtype_name(e->target)},
+                        s);
 }
 
 // Holds a parameter's row (its name with it) until a backward gives the parameter its layer.

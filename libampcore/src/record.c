@@ -770,6 +770,20 @@ EMIT_FN(amp_record_nvtx, amp_rec_nvtx, AMP_REC_NVTX, AMP_TRACE_NVTX)
 EMIT_FN(amp_record_gpu_info, amp_rec_gpu_info, AMP_REC_GPU_INFO, AMP_TRACE_CUDA)
 EMIT_FN(amp_record_gpu_metric, amp_rec_gpu_metric, AMP_REC_GPU_METRIC, AMP_TRACE_CUDA)
 
+void amp_record_stats_of(amp_rec_tensor_stats *r, const amp_stats *s) {
+    r->numel = s->numel;
+    r->min = s->min;
+    r->max = s->max;
+    r->amax = s->amax;
+    r->n_nan = s->n_nan;
+    r->n_posinf = s->n_posinf;
+    r->n_neginf = s->n_neginf;
+    r->n_overflow = s->n_overflow;
+    r->n_underflow = s->n_underflow;
+    r->n_zero = s->n_zero;
+    amp_record_tensor_stats(r);
+}
+
 void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
                                   amp_rec_stats_entry *entries, const amp_stats *stats,
                                   amp_rec_stats_summary *summary) {
@@ -779,22 +793,13 @@ void amp_record_tensor_stats_many(int64_t step, const char *target_dtype, int n,
         if ((int)e->kind < 0) continue; // superseded
         amp_stats s = stats[i];
         amp_stats_finish(&s);
-        amp_record_tensor_stats(&(amp_rec_tensor_stats){.step = step,
-                                                        .layer_id = e->layer_id,
-                                                        .op = e->op,
-                                                        .kind = e->kind,
-                                                        .dtype = e->dtype,
-                                                        .target_dtype = target_dtype,
-                                                        .numel = s.numel,
-                                                        .min = s.min,
-                                                        .max = s.max,
-                                                        .amax = s.amax,
-                                                        .n_nan = s.n_nan,
-                                                        .n_posinf = s.n_posinf,
-                                                        .n_neginf = s.n_neginf,
-                                                        .n_overflow = s.n_overflow,
-                                                        .n_underflow = s.n_underflow,
-                                                        .n_zero = s.n_zero});
+        amp_record_stats_of(&(amp_rec_tensor_stats){.step = step,
+                                                    .layer_id = e->layer_id,
+                                                    .op = e->op,
+                                                    .kind = e->kind,
+                                                    .dtype = e->dtype,
+                                                    .target_dtype = target_dtype},
+                            &s);
         if ((unsigned)e->kind < 4) // (counts not computed are -1)
             sum.nonfinite[e->kind] += (s.n_nan > 0 ? s.n_nan : 0) +
                                       (s.n_posinf > 0 ? s.n_posinf : 0) +
