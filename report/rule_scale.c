@@ -60,6 +60,17 @@ typedef struct scale_run {
     bool grad_stats; // gradient statistics were recorded (of an applied step or not)
 } scale_run;
 
+// A finding of this rule on process pid's optimizer steps first..last.
+static report_finding *add_finding(report_findings *out, amp_severity severity, int32_t pid,
+                                   int64_t first, int64_t last) {
+    report_finding *f = report_finding_add(out, RULE, severity);
+    report_finding_where(f, NULL, NULL, "optim");
+    f->pid = pid;
+    f->first_step = first;
+    f->last_step = last;
+    return f;
+}
+
 // The scale updates of one process, from index *i on; *i ends past them. Skips count as the
 // initial calibration until the process's first applied update (report_step.calibration).
 static void scan(const report_model *m, size_t *i, scale_run *r) {
@@ -257,11 +268,7 @@ static bool trains_in_bf16(const report_model *m, int32_t pid) {
 
 // A GradScaler that ran in a bf16 run (r: its updates): an info, whatever else the scale did.
 static void bf16_scaler(const report_model *m, const scale_run *r, report_findings *out) {
-    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
-    report_finding_where(f, NULL, NULL, "optim");
-    f->pid = r->pid;
-    f->first_step = r->first_step;
-    f->last_step = r->last_step;
+    report_finding *f = add_finding(out, AMP_SEVERITY_INFO, r->pid, r->first_step, r->last_step);
     snprintf(f->title, sizeof f->title,
              "a GradScaler in a bf16 run: loss scaling protects nothing here (%lld updates, "
              "scale %.9g at the end)",
@@ -350,11 +357,7 @@ static void clipped_while_scaled(const report_model *m, const report_process *p,
     }
     if (n < CLIPPED_MIN_STEPS || (double)n < CLIPPED_SHARE * (double)all || !(loss_hi > loss_lo))
         return;
-    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-    report_finding_where(f, NULL, NULL, "optim");
-    f->pid = p->pid;
-    f->first_step = first;
-    f->last_step = last;
+    report_finding *f = add_finding(out, AMP_SEVERITY_WARNING, p->pid, first, last);
     snprintf(f->title, sizeof f->title,
              "gradients clipped while still scaled: every step's gradient norm was %.4g divided "
              "by the loss scale (%zu steps)",
@@ -454,6 +457,263 @@ static void stepped_outside(const report_model *m, report_findings *out) {
     free(seen);
 }
 
+// What the findings on one process's run of scale updates share.
+typedef struct scale_ctx {
+    const report_model *m;
+    const scale_run *r;
+    const report_process *proc; // NULL: none
+    double u;                   // the gradients' amax unscaled (NaN: no statistics)
+    double rec;                 // the scale that keeps u scaled under REPORT_SCALE_TARGET
+    char init_words[256];       // the init_scale to start from, in words
+} scale_ctx;
+
+// The scale driven toward 0: many consecutive backoffs, or backoffs below 1.
+static bool collapse(const scale_ctx *c, report_findings *out) {
+    const report_model *m = c->m;
+    const scale_run *r = c->r;
+    const report_process *proc = c->proc;
+    const char *init_words = c->init_words;
+    if (!(r->collapse_len >= COLLAPSE_BACKOFFS || (r->collapse_len > 0 && r->scale_last < 1.0)))
+        return false;
+    bool broken = forward_broken(m, r->pid, r->collapse_first, r->collapse_last);
+    // (a backward that no loss scale saves: rule nonfinite-root-cause names the op)
+    bool bwd_broken = !broken && report_spans_cover(&m->backward_breaks, r->pid, r->collapse_first,
+                                                    r->collapse_last);
+    report_finding *f = add_finding(out, AMP_SEVERITY_WARNING, r->pid, r->collapse_first,
+                                    r->collapse_zeros ? r->collapse_zero_last : r->collapse_last);
+    char zeros[128] = "";
+    if (r->collapse_zeros)
+        snprintf(zeros, sizeof zeros, ", then %lld more overflowing step%s at 0 (to step %lld)",
+                 (long long)r->collapse_zeros, r->collapse_zeros == 1 ? "" : "s",
+                 (long long)r->collapse_zero_last);
+    char span[64]; // (a focus, --steps, may leave one backoff of it)
+    if (r->collapse_first == r->collapse_last)
+        snprintf(span, sizeof span, "step %lld", (long long)r->collapse_first);
+    else
+        snprintf(span, sizeof span, "steps %lld-%lld", (long long)r->collapse_first,
+                 (long long)r->collapse_last);
+    // still far above any scale fp16 gradients need after all those halvings: not
+    // gradients that explode, an init_scale the run has not come down from yet
+    const bool applied_before =
+        proc && proc->first_applied >= 0 && proc->first_applied < r->collapse_first;
+    const bool too_high =
+        !broken && !bwd_broken && !applied_before && r->collapse_to >= TOO_HIGH_SCALE;
+    snprintf(f->title, sizeof f->title, "loss scale %s: %lld %s from %.9g to %.9g (%s)%s",
+             too_high ? "set too high, still coming down" : "collapse", (long long)r->collapse_len,
+             r->collapse_len == 1 ? "backoff" : "consecutive backoffs", r->collapse_from,
+             r->collapse_to, span, zeros);
+    int k = snprintf(f->detail, sizeof f->detail,
+                     "%lld of %lld steps skipped; every update in that range found inf/NaN "
+                     "gradients.%s",
+                     (long long)r->skipped, (long long)r->n,
+                     broken ? " The forward pass was already non-finite in those steps." : "");
+    // a finite loss that jumped where the collapse began: the weights or the data
+    // changed there, and the gradients follow the loss
+    double before = NAN, jump = broken ? NAN : loss_jump(m, r->pid, r->collapse_first, &before);
+    if (jump >= LOSS_JUMP && k > 0 && (size_t)k < sizeof f->detail) {
+        snprintf(f->detail + k, sizeof f->detail - (size_t)k,
+                 " The loss jumped %.3gx at step %lld, from %.4g (the steps before) to "
+                 "%.4g: the weights or the batch changed there (a bad update at the step "
+                 "before, a corrupt or unnormalised batch), and the gradients grew with it.",
+                 jump, (long long)r->collapse_first, before, jump * before);
+        report_finding_evidence(f, "loss_jump", jump);
+    }
+    if (broken)
+        snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
+    else if (bwd_broken)
+        snprintf(f->advice, sizeof f->advice, "%s", broken_backward_advice);
+    else if (too_high)
+        snprintf(f->advice, sizeof f->advice,
+                 "The scale was set far too high (%.9g at step %lld): halving once a "
+                 "skipped step, it has not yet reached a scale the gradients fit, and "
+                 "every step so far was thrown away. Start from PyTorch's default "
+                 "init_scale=65536, or from %s.",
+                 r->collapse_from, (long long)r->collapse_first, init_words);
+    else
+        snprintf(f->advice, sizeof f->advice,
+                 "The gradients overflow at every scale: they explode. Clip them "
+                 "(unscale_, then clip_grad_norm_), lower the learning rate or add "
+                 "warm-up; then restart from %s.",
+                 init_words);
+    report_finding_evidence(f, "consecutive_backoffs", (double)r->collapse_len);
+    report_finding_evidence(f, "scale_from", r->collapse_from);
+    report_finding_evidence(f, "scale_to", r->collapse_to);
+    report_finding_evidence(f, "steps_at_zero", (double)r->collapse_zeros);
+    report_finding_evidence(f, "skipped_steps", (double)r->skipped);
+    report_finding_evidence(f, "steps", (double)r->n);
+    return true;
+}
+
+// Repeated growth-then-overflow cycles, each costing a skipped step.
+static bool sawtooth(const scale_ctx *c, report_findings *out) {
+    const scale_run *r = c->r;
+    const double rec = c->rec, u = c->u;
+    const char *init_words = c->init_words;
+    if (r->cycles < THRASH_CYCLES) return false;
+    report_finding *f = add_finding(out, AMP_SEVERITY_WARNING, r->pid, r->first_skip, r->last_skip);
+    snprintf(f->title, sizeof f->title,
+             "loss scale sawtooth: %lld grow-then-overflow cycles between %.9g and %.9g, "
+             "%lld of %lld steps skipped",
+             (long long)r->cycles, r->scale_min, r->scale_max, (long long)r->skipped,
+             (long long)r->n);
+    snprintf(f->detail, sizeof f->detail,
+             "%lld growths and %lld backoffs; the scale grew after as few as %lld clean "
+             "update%s, so it climbs back into overflow right after each backoff.",
+             (long long)r->growths, (long long)r->backoffs, (long long)r->min_growth_interval,
+             r->min_growth_interval == 1 ? "" : "s");
+    snprintf(f->advice, sizeof f->advice,
+             "Let the scale rest: growth_interval=2000 (PyTorch's default) and "
+             "growth_factor=2, backoff_factor=0.5; start from %s.",
+             init_words);
+    report_finding_evidence(f, "cycles", (double)r->cycles);
+    report_finding_evidence(f, "skipped_steps", (double)r->skipped);
+    report_finding_evidence(f, "skip_rate", (double)r->skipped / (double)r->n);
+    report_finding_evidence(f, "observed_growth_interval", (double)r->min_growth_interval);
+    report_finding_evidence(f, "scale_min", r->scale_min);
+    report_finding_evidence(f, "scale_max", r->scale_max);
+    report_finding_evidence(f, "recommended_growth_interval", 2000);
+    recommend(f, rec, u);
+    return true;
+}
+
+// More than SKIP_RATE_WARN of the steps after the calibration skipped.
+static bool frequent_skips(const scale_ctx *c, report_findings *out) {
+    const report_model *m = c->m;
+    const scale_run *r = c->r;
+    const report_process *proc = c->proc;
+    const double rec = c->rec, u = c->u;
+    const char *init_words = c->init_words;
+    const int64_t later = r->skipped - r->calib_skipped; // skips after the calibration
+    const double rate =
+        (double)later / (double)(r->n - r->calib_skipped > 0 ? r->n - r->calib_skipped : 1);
+    if (later < 2 || rate <= SKIP_RATE_WARN) return false;
+    report_finding *f =
+        add_finding(out, AMP_SEVERITY_WARNING, r->pid, r->first_later_skip, r->last_later_skip);
+    snprintf(f->title, sizeof f->title,
+             "%.0f%% of the steps were skipped (%lld of %lld after calibration)", 100 * rate,
+             (long long)later, (long long)(r->n - r->calib_skipped));
+    bool broken = forward_broken(m, r->pid, r->first_later_skip, r->last_later_skip);
+    // most of them after the training diverged (rule divergence): the gradients
+    // overflow because they keep growing, which no scale keeps up with
+    const int64_t after =
+        proc && proc->diverged_step >= 0 ? later_skips_from(m, proc, proc->diverged_step) : 0;
+    const bool diverged = !broken && after > 0 && 2 * after >= later;
+    char why[160] = "";
+    if (broken)
+        snprintf(why, sizeof why, " The forward pass was non-finite in those steps.");
+    else if (diverged)
+        snprintf(why, sizeof why,
+                 " %lld of them came after the training diverged at step %lld: the "
+                 "gradients overflow as they grow.",
+                 (long long)after, (long long)proc->diverged_step);
+    snprintf(f->detail, sizeof f->detail,
+             "The gradients kept overflowing at scales between %.9g and %.9g; each "
+             "overflow throws a step away.%s",
+             r->skip_scale_min, r->skip_scale_max, why);
+    if (broken)
+        snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
+    else if (diverged)
+        snprintf(f->advice, sizeof f->advice,
+                 "Stop the divergence first (lower the learning rate or warm it up, clip "
+                 "the gradients): no loss scale keeps gradients that keep growing. Then, "
+                 "if steps are still skipped, start from %s.",
+                 init_words);
+    else if (rec >= r->skip_scale_max)
+        // the steps kept fit a scale above any that overflowed: outliers, not the scale
+        snprintf(f->advice, sizeof f->advice,
+                 "The gradients of the steps kept fit %s, above the scales that "
+                 "overflowed: the overflows come from outlier batches or a spike, not "
+                 "from the scale. Clip the gradients (unscale_, then clip_grad_norm_), "
+                 "look at the batches of the skipped steps, and let the scale grow "
+                 "slower (growth_interval=2000).",
+                 init_words);
+    else
+        snprintf(f->advice, sizeof f->advice,
+                 "Start lower and grow slower: %s, growth_interval=2000. If the overflows "
+                 "come from a few outlier batches, clip the gradients.",
+                 init_words);
+    report_finding_evidence(f, "skip_rate", rate);
+    report_finding_evidence(f, "skipped_steps", (double)r->skipped);
+    report_finding_evidence(f, "calibration_skips", (double)r->calib_skipped);
+    recommend(f, rec, u);
+    return true;
+}
+
+// A low scale that never grew while the gradients left it room.
+static bool stuck_low(const scale_ctx *c, report_findings *out) {
+    const scale_run *r = c->r;
+    const report_process *proc = c->proc;
+    const double rec = c->rec, u = c->u;
+    const char *init_words = c->init_words;
+    double headroom_bits = isnan(u) ? NAN : log2(REPORT_SCALE_TARGET / (u * r->scale_last));
+    bool room =
+        isnan(headroom_bits) ? r->scale_last <= 1.0 : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
+    // a run shorter than the growth interval gave the scale no chance to grow: a low
+    // init_scale, an info (rule grad-underflow judges what the gradients lost)
+    const long long interval = proc ? proc->growth_interval : -1;
+    const bool no_chance = interval > 0 && proc->scale_updates < interval;
+    if (!(r->scale_last <= STUCK_LOW_SCALE && r->last_half_backoffs == 0 && r->growths == 0 &&
+          room))
+        return false;
+    report_finding *f = add_finding(out, no_chance ? AMP_SEVERITY_INFO : AMP_SEVERITY_WARNING,
+                                    r->pid, r->first_step, r->last_step);
+    if (no_chance)
+        snprintf(f->title, sizeof f->title,
+                 "loss scale low at %.9g for all %lld steps: it grows only after "
+                 "growth_interval=%lld clean steps",
+                 r->scale_last, (long long)proc->scale_updates, interval);
+    else
+        snprintf(f->title, sizeof f->title,
+                 "loss scale stuck low at %.9g for %lld steps: it never grew", r->scale_last,
+                 (long long)r->n);
+    if (isnan(headroom_bits))
+        snprintf(f->detail, sizeof f->detail,
+                 "No gradient statistics were recorded, so the headroom is unknown; a "
+                 "scale this low lets small fp16 gradients underflow to zero.");
+    else
+        snprintf(f->detail, sizeof f->detail,
+                 "The largest scaled gradient stays %.0f bits below 65504/2: small fp16 "
+                 "gradients underflow to zero (see grad-underflow).",
+                 headroom_bits);
+    if (no_chance)
+        snprintf(f->advice, sizeof f->advice, "Start higher: %s.", init_words);
+    else
+        snprintf(f->advice, sizeof f->advice,
+                 "Raise the scale: %s, and let it grow (growth_interval=2000, not "
+                 "disabled).",
+                 init_words);
+    report_finding_evidence(f, "scale", r->scale_last);
+    report_finding_evidence(f, "steps", (double)r->n);
+    report_finding_evidence(f, "headroom_bits", headroom_bits);
+    recommend(f, rec, u);
+    return true;
+}
+
+// Steps skipped, but none of the patterns above: an info.
+static void some_skips(const scale_ctx *c, report_findings *out) {
+    const scale_run *r = c->r;
+    const char *init_words = c->init_words;
+    if (r->skipped <= 0) return;
+    report_finding *f = add_finding(out, AMP_SEVERITY_INFO, r->pid, r->first_skip, r->last_skip);
+    snprintf(f->title, sizeof f->title, "%lld of %lld steps skipped by the GradScaler",
+             (long long)r->skipped, (long long)r->n);
+    snprintf(f->detail, sizeof f->detail,
+             "Scale between %.9g and %.9g, %lld during the "
+             "initial calibration.",
+             r->scale_min, r->scale_max, (long long)r->calib_skipped);
+    if (r->calib_skipped >= COLLAPSE_BACKOFFS)
+        snprintf(f->advice, sizeof f->advice,
+                 "The scale started too high: %lld steps were thrown away bringing it "
+                 "down to %.9g, where the gradients fit. Start from %s to keep them.",
+                 (long long)r->calib_skipped, r->calib_to, init_words);
+    else
+        snprintf(f->advice, sizeof f->advice,
+                 "Nothing to do: occasional skips are how dynamic loss scaling works.");
+    report_finding_evidence(f, "skipped_steps", (double)r->skipped);
+    report_finding_evidence(f, "steps", (double)r->n);
+    report_finding_evidence(f, "calibration_skips", (double)r->calib_skipped);
+}
+
 void rule_scale_run(const report_model *m, report_findings *out) {
     stepped_outside(m, out);
     for (size_t i = 0; i < m->n_procs; i++)
@@ -463,251 +723,16 @@ void rule_scale_run(const report_model *m, report_findings *out) {
         scan(m, &i, &r);
         if (r.n == 0) continue;
         if (trains_in_bf16(m, r.pid)) bf16_scaler(m, &r, out);
-        const double u = report_unscaled_grad_amax(m, r.pid), rec = report_scale_for_amax(u);
-        const report_process *proc = report_process_find(m, r.pid);
-        char init_words[256];
-        init_scale_words(init_words, sizeof init_words, rec, u, r.grad_stats,
+        scale_ctx c = {.m = m, .r = &r, .proc = report_process_find(m, r.pid)};
+        c.u = report_unscaled_grad_amax(m, r.pid);
+        c.rec = report_scale_for_amax(c.u);
+        init_scale_words(c.init_words, sizeof c.init_words, c.rec, c.u, r.grad_stats,
                          report_stats_every(m));
-        double rate = (double)(r.skipped - r.calib_skipped) /
-                      (double)(r.n - r.calib_skipped > 0 ? r.n - r.calib_skipped : 1);
-        bool reported = false;
-
-        // (backoffs from init_scale down to where the gradients fit, training on from there,
-        // are the initial calibration, not a collapse (scan): below, an info)
-        if (r.collapse_len >= COLLAPSE_BACKOFFS || (r.collapse_len > 0 && r.scale_last < 1.0)) {
-            bool broken = forward_broken(m, r.pid, r.collapse_first, r.collapse_last);
-            // (a backward that no loss scale saves: rule nonfinite-root-cause names the op)
-            bool bwd_broken = !broken && report_spans_cover(&m->backward_breaks, r.pid,
-                                                            r.collapse_first, r.collapse_last);
-            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-            report_finding_where(f, NULL, NULL, "optim");
-            f->pid = r.pid;
-            f->first_step = r.collapse_first;
-            f->last_step = r.collapse_zeros ? r.collapse_zero_last : r.collapse_last;
-            char zeros[128] = "";
-            if (r.collapse_zeros)
-                snprintf(zeros, sizeof zeros,
-                         ", then %lld more overflowing step%s at 0 (to step %lld)",
-                         (long long)r.collapse_zeros, r.collapse_zeros == 1 ? "" : "s",
-                         (long long)r.collapse_zero_last);
-            char span[64]; // (a focus, --steps, may leave one backoff of it)
-            if (r.collapse_first == r.collapse_last)
-                snprintf(span, sizeof span, "step %lld", (long long)r.collapse_first);
-            else
-                snprintf(span, sizeof span, "steps %lld-%lld", (long long)r.collapse_first,
-                         (long long)r.collapse_last);
-            // still far above any scale fp16 gradients need after all those halvings: not
-            // gradients that explode, an init_scale the run has not come down from yet
-            const bool applied_before =
-                proc && proc->first_applied >= 0 && proc->first_applied < r.collapse_first;
-            const bool too_high =
-                !broken && !bwd_broken && !applied_before && r.collapse_to >= TOO_HIGH_SCALE;
-            snprintf(f->title, sizeof f->title, "loss scale %s: %lld %s from %.9g to %.9g (%s)%s",
-                     too_high ? "set too high, still coming down" : "collapse",
-                     (long long)r.collapse_len,
-                     r.collapse_len == 1 ? "backoff" : "consecutive backoffs", r.collapse_from,
-                     r.collapse_to, span, zeros);
-            int k =
-                snprintf(f->detail, sizeof f->detail,
-                         "%lld of %lld steps skipped; every update in that range found inf/NaN "
-                         "gradients.%s",
-                         (long long)r.skipped, (long long)r.n,
-                         broken ? " The forward pass was already non-finite in those steps." : "");
-            // a finite loss that jumped where the collapse began: the weights or the data
-            // changed there, and the gradients follow the loss
-            double before = NAN,
-                   jump = broken ? NAN : loss_jump(m, r.pid, r.collapse_first, &before);
-            if (jump >= LOSS_JUMP && k > 0 && (size_t)k < sizeof f->detail) {
-                snprintf(
-                    f->detail + k, sizeof f->detail - (size_t)k,
-                    " The loss jumped %.3gx at step %lld, from %.4g (the steps before) to "
-                    "%.4g: the weights or the batch changed there (a bad update at the step "
-                    "before, a corrupt or unnormalised batch), and the gradients grew with it.",
-                    jump, (long long)r.collapse_first, before, jump * before);
-                report_finding_evidence(f, "loss_jump", jump);
-            }
-            if (broken)
-                snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
-            else if (bwd_broken)
-                snprintf(f->advice, sizeof f->advice, "%s", broken_backward_advice);
-            else if (too_high)
-                snprintf(f->advice, sizeof f->advice,
-                         "The scale was set far too high (%.9g at step %lld): halving once a "
-                         "skipped step, it has not yet reached a scale the gradients fit, and "
-                         "every step so far was thrown away. Start from PyTorch's default "
-                         "init_scale=65536, or from %s.",
-                         r.collapse_from, (long long)r.collapse_first, init_words);
-            else
-                snprintf(f->advice, sizeof f->advice,
-                         "The gradients overflow at every scale: they explode. Clip them "
-                         "(unscale_, then clip_grad_norm_), lower the learning rate or add "
-                         "warm-up; then restart from %s.",
-                         init_words);
-            report_finding_evidence(f, "consecutive_backoffs", (double)r.collapse_len);
-            report_finding_evidence(f, "scale_from", r.collapse_from);
-            report_finding_evidence(f, "scale_to", r.collapse_to);
-            report_finding_evidence(f, "steps_at_zero", (double)r.collapse_zeros);
-            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
-            report_finding_evidence(f, "steps", (double)r.n);
-            reported = true;
-        }
-        if (r.cycles >= THRASH_CYCLES) {
-            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-            report_finding_where(f, NULL, NULL, "optim");
-            f->pid = r.pid;
-            f->first_step = r.first_skip;
-            f->last_step = r.last_skip;
-            snprintf(f->title, sizeof f->title,
-                     "loss scale sawtooth: %lld grow-then-overflow cycles between %.9g and %.9g, "
-                     "%lld of %lld steps skipped",
-                     (long long)r.cycles, r.scale_min, r.scale_max, (long long)r.skipped,
-                     (long long)r.n);
-            snprintf(f->detail, sizeof f->detail,
-                     "%lld growths and %lld backoffs; the scale grew after as few as %lld clean "
-                     "update%s, so it climbs back into overflow right after each backoff.",
-                     (long long)r.growths, (long long)r.backoffs, (long long)r.min_growth_interval,
-                     r.min_growth_interval == 1 ? "" : "s");
-            snprintf(f->advice, sizeof f->advice,
-                     "Let the scale rest: growth_interval=2000 (PyTorch's default) and "
-                     "growth_factor=2, backoff_factor=0.5; start from %s.",
-                     init_words);
-            report_finding_evidence(f, "cycles", (double)r.cycles);
-            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
-            report_finding_evidence(f, "skip_rate", (double)r.skipped / (double)r.n);
-            report_finding_evidence(f, "observed_growth_interval", (double)r.min_growth_interval);
-            report_finding_evidence(f, "scale_min", r.scale_min);
-            report_finding_evidence(f, "scale_max", r.scale_max);
-            report_finding_evidence(f, "recommended_growth_interval", 2000);
-            recommend(f, rec, u);
-            reported = true;
-        }
-        if (!reported && r.skipped - r.calib_skipped >= 2 && rate > SKIP_RATE_WARN) {
-            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-            report_finding_where(f, NULL, NULL, "optim");
-            f->pid = r.pid;
-            f->first_step = r.first_later_skip;
-            f->last_step = r.last_later_skip;
-            snprintf(f->title, sizeof f->title,
-                     "%.0f%% of the steps were skipped (%lld of %lld after calibration)",
-                     100 * rate, (long long)(r.skipped - r.calib_skipped),
-                     (long long)(r.n - r.calib_skipped));
-            bool broken = forward_broken(m, r.pid, r.first_later_skip, r.last_later_skip);
-            // most of them after the training diverged (rule divergence): the gradients
-            // overflow because they keep growing, which no scale keeps up with
-            const int64_t later = r.skipped - r.calib_skipped;
-            const int64_t after = proc && proc->diverged_step >= 0
-                                      ? later_skips_from(m, proc, proc->diverged_step)
-                                      : 0;
-            const bool diverged = !broken && after > 0 && 2 * after >= later;
-            char why[160] = "";
-            if (broken)
-                snprintf(why, sizeof why, " The forward pass was non-finite in those steps.");
-            else if (diverged)
-                snprintf(why, sizeof why,
-                         " %lld of them came after the training diverged at step %lld: the "
-                         "gradients overflow as they grow.",
-                         (long long)after, (long long)proc->diverged_step);
-            snprintf(f->detail, sizeof f->detail,
-                     "The gradients kept overflowing at scales between %.9g and %.9g; each "
-                     "overflow throws a step away.%s",
-                     r.skip_scale_min, r.skip_scale_max, why);
-            if (broken)
-                snprintf(f->advice, sizeof f->advice, "%s", broken_forward_advice);
-            else if (diverged)
-                snprintf(f->advice, sizeof f->advice,
-                         "Stop the divergence first (lower the learning rate or warm it up, clip "
-                         "the gradients): no loss scale keeps gradients that keep growing. Then, "
-                         "if steps are still skipped, start from %s.",
-                         init_words);
-            else if (rec >= r.skip_scale_max)
-                // the steps kept fit a scale above any that overflowed: outliers, not the scale
-                snprintf(f->advice, sizeof f->advice,
-                         "The gradients of the steps kept fit %s, above the scales that "
-                         "overflowed: the overflows come from outlier batches or a spike, not "
-                         "from the scale. Clip the gradients (unscale_, then clip_grad_norm_), "
-                         "look at the batches of the skipped steps, and let the scale grow "
-                         "slower (growth_interval=2000).",
-                         init_words);
-            else
-                snprintf(f->advice, sizeof f->advice,
-                         "Start lower and grow slower: %s, growth_interval=2000. If the overflows "
-                         "come from a few outlier batches, clip the gradients.",
-                         init_words);
-            report_finding_evidence(f, "skip_rate", rate);
-            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
-            report_finding_evidence(f, "calibration_skips", (double)r.calib_skipped);
-            recommend(f, rec, u);
-            reported = true;
-        }
-        double headroom_bits = isnan(u) ? NAN : log2(REPORT_SCALE_TARGET / (u * r.scale_last));
-        bool room =
-            isnan(headroom_bits) ? r.scale_last <= 1.0 : headroom_bits >= STUCK_LOW_HEADROOM_BITS;
-        // a run shorter than the growth interval gave the scale no chance to grow: a low
-        // init_scale, an info (rule grad-underflow judges what the gradients lost)
-        const long long interval = proc ? proc->growth_interval : -1;
-        const bool no_chance = interval > 0 && proc->scale_updates < interval;
-        if (!reported && r.scale_last <= STUCK_LOW_SCALE && r.last_half_backoffs == 0 &&
-            r.growths == 0 && room) {
-            report_finding *f =
-                report_finding_add(out, RULE, no_chance ? AMP_SEVERITY_INFO : AMP_SEVERITY_WARNING);
-            report_finding_where(f, NULL, NULL, "optim");
-            f->pid = r.pid;
-            f->first_step = r.first_step;
-            f->last_step = r.last_step;
-            if (no_chance)
-                snprintf(f->title, sizeof f->title,
-                         "loss scale low at %.9g for all %lld steps: it grows only after "
-                         "growth_interval=%lld clean steps",
-                         r.scale_last, (long long)proc->scale_updates, interval);
-            else
-                snprintf(f->title, sizeof f->title,
-                         "loss scale stuck low at %.9g for %lld steps: it never grew", r.scale_last,
-                         (long long)r.n);
-            if (isnan(headroom_bits))
-                snprintf(f->detail, sizeof f->detail,
-                         "No gradient statistics were recorded, so the headroom is unknown; a "
-                         "scale this low lets small fp16 gradients underflow to zero.");
-            else
-                snprintf(f->detail, sizeof f->detail,
-                         "The largest scaled gradient stays %.0f bits below 65504/2: small fp16 "
-                         "gradients underflow to zero (see grad-underflow).",
-                         headroom_bits);
-            if (no_chance)
-                snprintf(f->advice, sizeof f->advice, "Start higher: %s.", init_words);
-            else
-                snprintf(f->advice, sizeof f->advice,
-                         "Raise the scale: %s, and let it grow (growth_interval=2000, not "
-                         "disabled).",
-                         init_words);
-            report_finding_evidence(f, "scale", r.scale_last);
-            report_finding_evidence(f, "steps", (double)r.n);
-            report_finding_evidence(f, "headroom_bits", headroom_bits);
-            recommend(f, rec, u);
-            reported = true;
-        }
-        if (!reported && r.skipped > 0) {
-            report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
-            report_finding_where(f, NULL, NULL, "optim");
-            f->pid = r.pid;
-            f->first_step = r.first_skip;
-            f->last_step = r.last_skip;
-            snprintf(f->title, sizeof f->title, "%lld of %lld steps skipped by the GradScaler",
-                     (long long)r.skipped, (long long)r.n);
-            snprintf(f->detail, sizeof f->detail,
-                     "Scale between %.9g and %.9g, %lld during the "
-                     "initial calibration.",
-                     r.scale_min, r.scale_max, (long long)r.calib_skipped);
-            if (r.calib_skipped >= COLLAPSE_BACKOFFS)
-                snprintf(f->advice, sizeof f->advice,
-                         "The scale started too high: %lld steps were thrown away bringing it "
-                         "down to %.9g, where the gradients fit. Start from %s to keep them.",
-                         (long long)r.calib_skipped, r.calib_to, init_words);
-            else
-                snprintf(f->advice, sizeof f->advice,
-                         "Nothing to do: occasional skips are how dynamic loss scaling works.");
-            report_finding_evidence(f, "skipped_steps", (double)r.skipped);
-            report_finding_evidence(f, "steps", (double)r.n);
-            report_finding_evidence(f, "calibration_skips", (double)r.calib_skipped);
-        }
+        // one finding a run (a sawtooth may come beside a collapse)
+        bool reported = collapse(&c, out);
+        reported = sawtooth(&c, out) || reported;
+        if (!reported) reported = frequent_skips(&c, out);
+        if (!reported) reported = stuck_low(&c, out);
+        if (!reported) some_skips(&c, out);
     }
 }

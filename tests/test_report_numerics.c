@@ -30,6 +30,33 @@ START_TEST(scale_sawtooth_is_a_warning) {
 }
 END_TEST
 
+// A sawtooth that ends in a collapse: both named, each with its steps.
+START_TEST(scale_sawtooth_then_collapse_are_both_warnings) {
+    layers();
+    sql("WITH RECURSIVE s(i, sc) AS (SELECT 0, 65536.0 UNION ALL SELECT i + 1, "
+        "CASE WHEN (i + 1) % 3 = 2 THEN sc * 4 / 8 ELSE sc * 4 END FROM s WHERE i < 14) "
+        "INSERT INTO AMP_STEPS SELECT 1, i, 0, 0, 3.0, 1, 0.9, sc, "
+        "CASE WHEN i % 3 = 2 THEN sc / 8 ELSE sc * 4 END, i % 3 = 2, i % 3 = 2, NULL FROM s;");
+    // from step 15 on every update overflows: halved six times more
+    sql("WITH RECURSIVE s(i, sc) AS (SELECT 15, (SELECT scale_after FROM AMP_STEPS WHERE step = "
+        "14) UNION ALL SELECT i + 1, sc / 2 FROM s WHERE i < 20) "
+        "INSERT INTO AMP_STEPS SELECT 1, i, 0, 0, 3.0, 1, 0.9, sc, sc / 2, 1, 1, NULL FROM s;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count("loss-scale", AMP_SEVERITY_WARNING), 2);
+    const report_finding *collapse = NULL, *sawtooth = NULL;
+    for (size_t k = 0; k < findings.n; k++) {
+        if (strstr(findings.v[k].title, "collapse")) collapse = &findings.v[k];
+        if (strstr(findings.v[k].title, "sawtooth")) sawtooth = &findings.v[k];
+    }
+    ck_assert_ptr_nonnull(sawtooth);
+    ck_assert_ptr_nonnull(collapse);
+    ck_assert_msg(strstr(collapse->title, "7 consecutive backoffs"), "%s", collapse->title);
+    ck_assert_int_eq(collapse->first_step, 14); // (step 14 was a backoff of the sawtooth)
+    ck_assert_int_eq(collapse->last_step, 20);
+    release();
+}
+END_TEST
+
 START_TEST(scale_collapse_and_stuck_low_are_warnings) {
     layers();
     steps(12, 65536);
@@ -1160,6 +1187,7 @@ END_TEST
 // The part's tests, in the `rules` test case.
 void report_numerics_tests(TCase *tc) {
     tcase_add_test(tc, scale_sawtooth_is_a_warning);
+    tcase_add_test(tc, scale_sawtooth_then_collapse_are_both_warnings);
     tcase_add_test(tc, scale_collapse_and_stuck_low_are_warnings);
     tcase_add_test(tc, scale_low_in_a_run_shorter_than_the_growth_interval_is_an_info);
     tcase_add_test(tc, scale_calibration_and_stable_scale_are_not_warnings);
