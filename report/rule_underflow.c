@@ -189,29 +189,35 @@ static double model_grad_amax(const report_model *m, int32_t model) {
     return u;
 }
 
-// The findings of the processes that train model.
-static void run_model(const report_model *m, int32_t model, report_findings *out) {
-    layer_loss *v = NULL;
-    size_t n = 0, cap = 0;
-    int64_t total = 0, lost = 0;
-    bool lowp_grads = false, fp16_target = false;
+// What model's gradients lost to zero and subnormals, layer by layer (in the order of the
+// statistics until sorted), and overall.
+typedef struct model_loss {
+    layer_loss *v;
+    size_t n, cap;
+    int64_t total, lost; // gradient values counted, and lost
+    bool lowp_grads;     // some gradient is fp16 or bf16 (else an fp32 run)
+    bool fp16_target;    // some gradient counted against fp16 (else all against bf16)
+} model_loss;
+
+static void gather(const report_model *m, int32_t model, model_loss *g) {
+    *g = (model_loss){0};
     for (size_t i = 0; i < m->n_stats; i++) {
         const report_stats *s = &m->stats[i];
         if (!of_model(m, s->pid, model)) continue;
-        lowp_grads |= is_grad(s) && report_dtype_lowp(s->dtype);
+        g->lowp_grads |= is_grad(s) && report_dtype_lowp(s->dtype);
         if (!is_grad(s) || s->numel <= 0 || strcmp(s->target, "f32") == 0 || !s->target[0])
             continue;
         // (the stats are sorted by pid and layer: a layer's rows follow each other)
-        if (!n || v[n - 1].pid != s->pid || v[n - 1].layer_id != s->layer_id) {
-            AMP_GROW(v, n, cap);
-            v[n++] = (layer_loss){.pid = s->pid,
-                                  .layer_id = s->layer_id,
-                                  .first_step = s->counted_first_step,
-                                  .last_step = s->counted_last_step};
+        if (!g->n || g->v[g->n - 1].pid != s->pid || g->v[g->n - 1].layer_id != s->layer_id) {
+            AMP_GROW(g->v, g->n, g->cap);
+            g->v[g->n++] = (layer_loss){.pid = s->pid,
+                                        .layer_id = s->layer_id,
+                                        .first_step = s->counted_first_step,
+                                        .last_step = s->counted_last_step};
         }
-        layer_loss *l = &v[n - 1];
+        layer_loss *l = &g->v[g->n - 1];
         const bool bf16 = strcmp(s->target, "bf16") == 0;
-        fp16_target |= !bf16;
+        g->fp16_target |= !bf16;
         // a tensor of zeros whose kind reached 1 (scaled) in other steps it counts fell by 2^24
         // at once: exact zeros (a saturated tanh, a dead ReLU), not an underflow
         const bool exact_zeros = bf16 || s->counted_amax >= 1.0;
@@ -227,60 +233,28 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
         // the steps counted (not those whose gradients were thrown away: skipped or broken)
         if (s->counted_first_step < l->first_step) l->first_step = s->counted_first_step;
         if (s->counted_last_step > l->last_step) l->last_step = s->counted_last_step;
-        total += s->numel;
-        lost += l_lost;
+        g->total += s->numel;
+        g->lost += l_lost;
     }
-    size_t affected = 0;
-    for (size_t k = 0; k < n; k++)
-        affected += (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel && v[k].lost > 0;
-    double u = model_grad_amax(m, model);
-    // (an fp16 or bf16 run that lost gradients gets the finding below, whose advice says it too)
-    if (vanishing(u) && (affected == 0 || !lowp_grads)) vanishing_finding(m, model, u, out);
-    if (affected == 0) {
-        free(v);
-        return;
-    }
-    amp_sort(v, n, sizeof *v, cmp_share);
+}
 
-    double rec = report_scale_for_amax(u);
-    double cur = last_scale(m, model);
-    const layer_loss *worst = &v[0];
-    double worst_share = (double)worst->lost / (double)worst->numel;
-    // what reaches the optimizer decides, where the run recorded it (see the top of the file)
-    const layer_loss *worst_weights = NULL;
-    for (size_t k = 0; k < n; k++)
-        if (v[k].weight_numel > 0 &&
-            (!worst_weights ||
-             (double)v[k].weight_lost / (double)v[k].weight_numel >
-                 (double)worst_weights->weight_lost / (double)worst_weights->weight_numel))
-            worst_weights = &v[k];
-    const double weight_share =
-        worst_weights ? (double)worst_weights->weight_lost / (double)worst_weights->weight_numel
-                      : NAN;
-    bool warn = lowp_grads && (worst_weights ? weight_share : worst_share) >= LOST_SHARE_WARN;
-    report_finding *f =
-        report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
-    report_finding_where(f, report_layer_name(m, worst->pid, worst->layer_id), NULL, "bwd");
-    char cut[84];        // a layer's name in the title
-    f->pid = worst->pid; // one process's, unless a layer of another one is affected too
-    for (size_t k = 0; k < n; k++)
-        if (v[k].pid != worst->pid && (double)v[k].lost >= LOST_SHARE_NOTE * (double)v[k].numel &&
-            v[k].lost > 0)
-            f->pid = 0;
-    f->first_step = worst->first_step;
-    f->last_step = worst->last_step;
-    snprintf(f->title, sizeof f->title,
-             "%s: %zu of %zu layers lose 5%% or more of their gradient values, %s the worst "
-             "(%.0f%%)",
-             !lowp_grads   ? "fp32 run: in fp16 without loss scaling, gradients would underflow"
-             : fp16_target ? "gradients underflow in fp16"
-                           : "gradients underflow in bf16",
-             affected, n, report_layer_words(cut, sizeof cut, f->layer), 100 * worst_share);
+// Whether layer l lost LOST_SHARE_NOTE or more of its gradient values.
+static bool affected(const layer_loss *l) {
+    return (double)l->lost >= LOST_SHARE_NOTE * (double)l->numel && l->lost > 0;
+}
+
+// The finding's detail: the layers that lost the most (g sorted), the whole, the weights'.
+static void write_detail(report_finding *f, const report_model *m, const model_loss *g,
+                         const layer_loss *worst_weights, double weight_share) {
+    const layer_loss *v = g->v;
+    const size_t n = g->n;
+    const int64_t lost = g->lost, total = g->total;
+    char cut[84]; // a layer's name
     size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
                                 "Lost to zero/subnormal (of the gradient values sampled):");
     for (size_t k = 0; k < n && k < LIST_MAX && w < sizeof f->detail; k++) {
         const layer_loss *l = &v[k];
-        if ((double)l->lost < LOST_SHARE_NOTE * (double)l->numel) break;
+        if (!affected(l)) break;
         const char *name = report_layer_name(m, l->pid, l->layer_id);
         int c =
             snprintf(f->detail + w, sizeof f->detail - w, "%s %s %.1f%% (%lld of %lld%s)",
@@ -305,7 +279,13 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
                        "the weight gradients' sums over the batch hardly miss."
                      : ".");
     }
+}
 
+// The finding's advice: what to change, from the precision, the scaler, the scale of the last
+// update applied (cur; NaN: none), the one the largest gradients allow (rec) and their amax u.
+static void write_advice(report_finding *f, const report_model *m, int32_t model,
+                         const model_loss *g, double u, double rec, double cur) {
+    const bool fp16_target = g->fp16_target, lowp_grads = g->lowp_grads;
     char bits[32];
     if (!fp16_target) // bf16: no loss scale to raise; values below 1.2e-38 are a scaling bug
         snprintf(f->advice, sizeof f->advice,
@@ -391,17 +371,71 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
             "growing): the largest unscaled gradient %.3g then stays under 65504/2 while the "
             "small ones move %s away from fp16's subnormals.",
             rec, rec, u, bits_words(bits, sizeof bits, isnan(cur) ? log2(rec) : log2(rec / cur)));
-    report_finding_evidence(f, "layers_affected", (double)affected);
+}
+
+// The findings of the processes that train model.
+static void run_model(const report_model *m, int32_t model, report_findings *out) {
+    model_loss g;
+    gather(m, model, &g);
+    const layer_loss *v = g.v;
+    const size_t n = g.n;
+    size_t n_affected = 0;
+    for (size_t k = 0; k < n; k++)
+        n_affected += affected(&v[k]);
+    double u = model_grad_amax(m, model);
+    // (an fp16 or bf16 run that lost gradients gets the finding below, whose advice says it too)
+    if (vanishing(u) && (n_affected == 0 || !g.lowp_grads)) vanishing_finding(m, model, u, out);
+    if (n_affected == 0) {
+        free(g.v);
+        return;
+    }
+    amp_sort(g.v, n, sizeof *g.v, cmp_share);
+
+    double rec = report_scale_for_amax(u);
+    double cur = last_scale(m, model);
+    const layer_loss *worst = &v[0];
+    double worst_share = (double)worst->lost / (double)worst->numel;
+    // what reaches the optimizer decides, where the run recorded it (see the top of the file)
+    const layer_loss *worst_weights = NULL;
+    for (size_t k = 0; k < n; k++)
+        if (v[k].weight_numel > 0 &&
+            (!worst_weights ||
+             (double)v[k].weight_lost / (double)v[k].weight_numel >
+                 (double)worst_weights->weight_lost / (double)worst_weights->weight_numel))
+            worst_weights = &v[k];
+    const double weight_share =
+        worst_weights ? (double)worst_weights->weight_lost / (double)worst_weights->weight_numel
+                      : NAN;
+    bool warn = g.lowp_grads && (worst_weights ? weight_share : worst_share) >= LOST_SHARE_WARN;
+    report_finding *f =
+        report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    report_finding_where(f, report_layer_name(m, worst->pid, worst->layer_id), NULL, "bwd");
+    f->pid = worst->pid; // one process's, unless a layer of another one is affected too
+    for (size_t k = 0; k < n; k++)
+        if (v[k].pid != worst->pid && affected(&v[k])) f->pid = 0;
+    f->first_step = worst->first_step;
+    f->last_step = worst->last_step;
+    char cut[84]; // a layer's name in the title
+    snprintf(f->title, sizeof f->title,
+             "%s: %zu of %zu layers lose 5%% or more of their gradient values, %s the worst "
+             "(%.0f%%)",
+             !g.lowp_grads   ? "fp32 run: in fp16 without loss scaling, gradients would underflow"
+             : g.fp16_target ? "gradients underflow in fp16"
+                             : "gradients underflow in bf16",
+             n_affected, n, report_layer_words(cut, sizeof cut, f->layer), 100 * worst_share);
+    write_detail(f, m, &g, worst_weights, weight_share);
+    write_advice(f, m, model, &g, u, rec, cur);
+    report_finding_evidence(f, "layers_affected", (double)n_affected);
     report_finding_evidence(f, "layers", (double)n);
     report_finding_evidence(f, "worst_share", worst_share);
     report_finding_evidence(f, "worst_weight_share", weight_share);
-    report_finding_evidence(f, "lost_values", (double)lost);
-    report_finding_evidence(f, "gradient_values", (double)total);
-    report_finding_evidence(f, "lost_share", (double)lost / (double)total);
+    report_finding_evidence(f, "lost_values", (double)g.lost);
+    report_finding_evidence(f, "gradient_values", (double)g.total);
+    report_finding_evidence(f, "lost_share", (double)g.lost / (double)g.total);
     report_finding_evidence(f, "loss_scale", cur);
     report_finding_evidence(f, "grad_amax_unscaled", u);
     report_finding_evidence(f, "recommended_scale", rec);
-    free(v);
+    free(g.v);
 }
 
 void rule_underflow_run(const report_model *m, report_findings *out) {
