@@ -653,6 +653,147 @@ static bool fp32_overflow_notes(const report_model *m, const report_findings *f)
     return notes;
 }
 
+// The verdict on a focus without an error or a warning: healthy, as far as what was recorded
+// shows, or why nothing was recorded.
+static void verdict_without_problems(const report_model *m, const report_findings *f,
+                                     const report_summary *s, char *buf, size_t n) {
+    // how the program ended where no step was recorded: "exited (status 1)", "was stopped by
+    // SIGTERM (status 143)"
+    char ended[96], sig_name[32];
+    const int sig = report_end_signal(&m->end);
+    const char *by = report_signal_stops(sig) ? "was stopped by" : "was ended by";
+    if (sig > 0)
+        snprintf(ended, sizeof ended, "%s %s (status %d)", by,
+                 report_signal_name(sig, sig_name, sizeof sig_name), m->end.exit_status);
+    else
+        snprintf(ended, sizeof ended, "exited (status %d)", m->end.exit_status);
+    if (s->steps == 0 && steps_outside_focus(m))
+        snprintf(buf, n,
+                 "No step of %s falls in the focused steps (--steps): its steps run to "
+                 "%lld.",
+                 m->path, (long long)m->end.last_step);
+    else if (s->steps == 0 && m->trace && !strstr(m->trace, "amp"))
+        snprintf(buf, n,
+                 "No training step was recorded in %s: the run traced %s (--trace), not "
+                 "amp, which records the steps and numerics.",
+                 m->path, m->trace);
+    else if (s->steps == 0 && m->end.exit_status >= 0 && m->torch)
+        snprintf(buf, n,
+                 "No training step was recorded in %s: the program ran under ampprobe run "
+                 "--torch and %s without training a model the bridge could see: it never "
+                 "imported torch, or no module with trainable parameters ran forward in "
+                 "training mode with gradients on (a script that only evaluates, or one that "
+                 "ended first).",
+                 m->path, ended);
+    else if (s->steps == 0 && m->end.exit_status >= 0) // the launcher saw it end
+        snprintf(buf, n,
+                 "No training step was recorded in %s: the program ran under ampprobe run "
+                 "and %s without recording one. A libampcore program records its steps "
+                 "itself (amp_ctx_step_end); a PyTorch one needs ampprobe run --torch or "
+                 "ampprobe.torch.watch(model); otherwise it ended before its first step.",
+                 m->path, ended);
+    else if (s->steps == 0)
+        snprintf(buf, n,
+                 "No training step was recorded in %s, so there is nothing to "
+                 "diagnose yet: did the program run with the launcher (ampprobe run) "
+                 "and reach its first step?",
+                 m->path);
+    else {
+        char steps[64], until[96] = "";
+        report_steps_phrase(s, true, steps, sizeof steps);
+        if (m->end.capture == AMP_RUN_RECORDING)
+            snprintf(until, sizeof until, " so far (the run is still going)");
+        else if (sig > 0) // (a stop, run-end's note, or an end a focus left out)
+            snprintf(until, sizeof until, " until the program %s %s", by, sig_name);
+        bool act = false, grad = false; // what the statistics cover
+        for (size_t i = 0; i < m->n_stats; i++) {
+            act |= strcmp(m->stats[i].kind, "activation") == 0;
+            grad |= strstr(m->stats[i].kind, "grad") != NULL;
+        }
+        if (!act || !grad) { // (a producer of its own that records steps, or some stats)
+            snprintf(buf, n,
+                     "Healthy as far as the records go%s: no error or warning in %s%s, the "
+                     "loss finite. %s, so %s checked: record tensor statistics "
+                     "(amp_record_tensor_stats; libampcore and the PyTorch bridge do).%s",
+                     until, steps,
+                     s->skipped ? " (the GradScaler skipped a few, which is how it finds its "
+                                  "scale)"
+                                : "",
+                     act          ? "No op came near the autocast dtype's range; no gradient "
+                                    "statistics were recorded"
+                     : grad       ? "No layer lost a worrying share of its gradients to "
+                                    "underflow; no activation statistics were recorded"
+                     : m->n_stats ? "No activation or gradient statistics were recorded"
+                     : m->step_lo != INT64_MIN || m->step_hi != INT64_MAX
+                         ? "No tensor statistics were recorded in the focused steps"
+                         : "No tensor statistics were recorded",
+                     act    ? "gradient underflow was not"
+                     : grad ? "the forward's headroom to the autocast dtype's range was not"
+                            : "neither the forward's headroom to the autocast dtype's range "
+                              "nor gradient underflow was",
+                     f->n ? " The notes below are for information." : "");
+            return;
+        }
+        snprintf(buf, n,
+                 "Healthy%s: no error or warning in %s%s. The forward pass stayed "
+                 "finite, %s and no layer lost a worrying share of its gradients to "
+                 "underflow.%s",
+                 until, steps,
+                 s->skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
+                            : "",
+                 fp32_overflow_notes(m, f)
+                     ? "the run is fp32, with no autocast dtype to come near (the notes "
+                       "below say which outputs fp16 would overflow)"
+                 : !m->compiled ? "no op came near the autocast dtype's range"
+                 : strcmp(m->compiled, "model") == 0
+                     ? "neither the model's output nor a gradient came near the autocast "
+                       "dtype's range (it ran compiled: the outputs inside it are not "
+                       "recorded)"
+                     : "no recorded output came near the autocast dtype's range (the "
+                       "modules inside its compiled parts are not recorded)",
+                 f->n ? " The notes below are for information." : "");
+    }
+}
+
+// The verdict on a focus with errors or warnings: the top finding, its fix, how many more.
+static void verdict_of_problems(const report_model *m, const report_findings *f,
+                                const report_summary *s, size_t errors, size_t warnings, char *buf,
+                                size_t n) {
+    const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
+    const char *what = s->steps == 0 && steps_outside_focus(m)
+                           ? "No step in the focused steps (--steps)"
+                       : s->steps == 0         ? "No training step was recorded"
+                       : went_past_error(s, f) ? "Training went on past an error"
+                       : errors                ? "Training broke"
+                                               : "Training ran, with problems";
+    // in a run of several processes, which one (a rank each that shows it: the finding says so)
+    char where[160] = "";
+    if (top->processes == 1 && top->pid && m->n_procs > 1) {
+        char who[128];
+        report_process_phrase(m, top->pid, who, sizeof who);
+        snprintf(where, sizeof where, " in %s, 1 of %zu processes", who, m->n_procs);
+    }
+    int k = snprintf(buf, n, "%s%s: %s", what, s->steps ? where : "", top->title);
+    if (k < 0 || (size_t)k >= n) return;
+    // the advice's first sentence is the fix
+    const char *end = strstr(top->advice, ". ");
+    int len = end ? (int)(end - top->advice) + 1 : (int)strlen(top->advice);
+    int w = snprintf(buf + k, n - (size_t)k, ". Fix: %.*s", len, top->advice);
+    if (w < 0 || (size_t)(k + w) >= n) return;
+    k += w;
+    // the other errors and warnings: "(1 more error and 2 warnings below.)"
+    const size_t more_errors = errors - (top->severity == AMP_SEVERITY_ERROR);
+    const size_t more_warnings = warnings - (top->severity == AMP_SEVERITY_WARNING);
+    char es[48] = "", ws[48] = "";
+    if (more_errors)
+        snprintf(es, sizeof es, "%zu more error%s", more_errors, more_errors == 1 ? "" : "s");
+    if (more_warnings)
+        snprintf(ws, sizeof ws, "%zu %swarning%s", more_warnings, errors ? "" : "more ",
+                 more_warnings == 1 ? "" : "s");
+    if (*es || *ws)
+        snprintf(buf + k, n - (size_t)k, " (%s%s%s below.)", es, *es && *ws ? " and " : "", ws);
+}
+
 // The verdict on the focused steps alone; true when it said that only the --rule rule ran.
 static bool verdict_of_focus(const report_model *m, const report_findings *f, char *buf, size_t n) {
     size_t errors = 0, warnings = 0;
@@ -671,137 +812,9 @@ static bool verdict_of_focus(const report_model *m, const report_findings *f, ch
                  f->only, steps, f->n ? " (notes below)" : "");
         return true;
     }
-    if (errors + warnings == 0) {
-        // how the program ended where no step was recorded: "exited (status 1)", "was stopped by
-        // SIGTERM (status 143)"
-        char ended[96], sig_name[32];
-        const int sig = report_end_signal(&m->end);
-        const char *by = report_signal_stops(sig) ? "was stopped by" : "was ended by";
-        if (sig > 0)
-            snprintf(ended, sizeof ended, "%s %s (status %d)", by,
-                     report_signal_name(sig, sig_name, sizeof sig_name), m->end.exit_status);
-        else
-            snprintf(ended, sizeof ended, "exited (status %d)", m->end.exit_status);
-        if (s.steps == 0 && steps_outside_focus(m))
-            snprintf(buf, n,
-                     "No step of %s falls in the focused steps (--steps): its steps run to "
-                     "%lld.",
-                     m->path, (long long)m->end.last_step);
-        else if (s.steps == 0 && m->trace && !strstr(m->trace, "amp"))
-            snprintf(buf, n,
-                     "No training step was recorded in %s: the run traced %s (--trace), not "
-                     "amp, which records the steps and numerics.",
-                     m->path, m->trace);
-        else if (s.steps == 0 && m->end.exit_status >= 0 && m->torch)
-            snprintf(buf, n,
-                     "No training step was recorded in %s: the program ran under ampprobe run "
-                     "--torch and %s without training a model the bridge could see: it never "
-                     "imported torch, or no module with trainable parameters ran forward in "
-                     "training mode with gradients on (a script that only evaluates, or one that "
-                     "ended first).",
-                     m->path, ended);
-        else if (s.steps == 0 && m->end.exit_status >= 0) // the launcher saw it end
-            snprintf(buf, n,
-                     "No training step was recorded in %s: the program ran under ampprobe run "
-                     "and %s without recording one. A libampcore program records its steps "
-                     "itself (amp_ctx_step_end); a PyTorch one needs ampprobe run --torch or "
-                     "ampprobe.torch.watch(model); otherwise it ended before its first step.",
-                     m->path, ended);
-        else if (s.steps == 0)
-            snprintf(buf, n,
-                     "No training step was recorded in %s, so there is nothing to "
-                     "diagnose yet: did the program run with the launcher (ampprobe run) "
-                     "and reach its first step?",
-                     m->path);
-        else {
-            char steps[64], until[96] = "";
-            report_steps_phrase(&s, true, steps, sizeof steps);
-            if (m->end.capture == AMP_RUN_RECORDING)
-                snprintf(until, sizeof until, " so far (the run is still going)");
-            else if (sig > 0) // (a stop, run-end's note, or an end a focus left out)
-                snprintf(until, sizeof until, " until the program %s %s", by, sig_name);
-            bool act = false, grad = false; // what the statistics cover
-            for (size_t i = 0; i < m->n_stats; i++) {
-                act |= strcmp(m->stats[i].kind, "activation") == 0;
-                grad |= strstr(m->stats[i].kind, "grad") != NULL;
-            }
-            if (!act || !grad) { // (a producer of its own that records steps, or some stats)
-                snprintf(buf, n,
-                         "Healthy as far as the records go%s: no error or warning in %s%s, the "
-                         "loss finite. %s, so %s checked: record tensor statistics "
-                         "(amp_record_tensor_stats; libampcore and the PyTorch bridge do).%s",
-                         until, steps,
-                         s.skipped ? " (the GradScaler skipped a few, which is how it finds its "
-                                     "scale)"
-                                   : "",
-                         act          ? "No op came near the autocast dtype's range; no gradient "
-                                        "statistics were recorded"
-                         : grad       ? "No layer lost a worrying share of its gradients to "
-                                        "underflow; no activation statistics were recorded"
-                         : m->n_stats ? "No activation or gradient statistics were recorded"
-                         : m->step_lo != INT64_MIN || m->step_hi != INT64_MAX
-                             ? "No tensor statistics were recorded in the focused steps"
-                             : "No tensor statistics were recorded",
-                         act    ? "gradient underflow was not"
-                         : grad ? "the forward's headroom to the autocast dtype's range was not"
-                                : "neither the forward's headroom to the autocast dtype's range "
-                                  "nor gradient underflow was",
-                         f->n ? " The notes below are for information." : "");
-                return false;
-            }
-            snprintf(buf, n,
-                     "Healthy%s: no error or warning in %s%s. The forward pass stayed "
-                     "finite, %s and no layer lost a worrying share of its gradients to "
-                     "underflow.%s",
-                     until, steps,
-                     s.skipped ? " (the GradScaler skipped a few, which is how it finds its scale)"
-                               : "",
-                     fp32_overflow_notes(m, f)
-                         ? "the run is fp32, with no autocast dtype to come near (the notes "
-                           "below say which outputs fp16 would overflow)"
-                     : !m->compiled ? "no op came near the autocast dtype's range"
-                     : strcmp(m->compiled, "model") == 0
-                         ? "neither the model's output nor a gradient came near the autocast "
-                           "dtype's range (it ran compiled: the outputs inside it are not "
-                           "recorded)"
-                         : "no recorded output came near the autocast dtype's range (the "
-                           "modules inside its compiled parts are not recorded)",
-                     f->n ? " The notes below are for information." : "");
-        }
-        return false;
-    }
-    const report_finding *top = &f->v[0]; // sorted: the most severe, earliest
-    const char *what = s.steps == 0 && steps_outside_focus(m)
-                           ? "No step in the focused steps (--steps)"
-                       : s.steps == 0           ? "No training step was recorded"
-                       : went_past_error(&s, f) ? "Training went on past an error"
-                       : errors                 ? "Training broke"
-                                                : "Training ran, with problems";
-    // in a run of several processes, which one (a rank each that shows it: the finding says so)
-    char where[160] = "";
-    if (top->processes == 1 && top->pid && m->n_procs > 1) {
-        char who[128];
-        report_process_phrase(m, top->pid, who, sizeof who);
-        snprintf(where, sizeof where, " in %s, 1 of %zu processes", who, m->n_procs);
-    }
-    int k = snprintf(buf, n, "%s%s: %s", what, s.steps ? where : "", top->title);
-    if (k < 0 || (size_t)k >= n) return false;
-    // the advice's first sentence is the fix
-    const char *end = strstr(top->advice, ". ");
-    int len = end ? (int)(end - top->advice) + 1 : (int)strlen(top->advice);
-    int w = snprintf(buf + k, n - (size_t)k, ". Fix: %.*s", len, top->advice);
-    if (w < 0 || (size_t)(k + w) >= n) return false;
-    k += w;
-    // the other errors and warnings: "(1 more error and 2 warnings below.)"
-    const size_t more_errors = errors - (top->severity == AMP_SEVERITY_ERROR);
-    const size_t more_warnings = warnings - (top->severity == AMP_SEVERITY_WARNING);
-    char es[48] = "", ws[48] = "";
-    if (more_errors)
-        snprintf(es, sizeof es, "%zu more error%s", more_errors, more_errors == 1 ? "" : "s");
-    if (more_warnings)
-        snprintf(ws, sizeof ws, "%zu %swarning%s", more_warnings, errors ? "" : "more ",
-                 more_warnings == 1 ? "" : "s");
-    if (*es || *ws)
-        snprintf(buf + k, n - (size_t)k, " (%s%s%s below.)", es, *es && *ws ? " and " : "", ws);
+    if (errors + warnings == 0)
+        verdict_without_problems(m, f, &s, buf, n);
+    else
+        verdict_of_problems(m, f, &s, errors, warnings, buf, n);
     return false;
 }
