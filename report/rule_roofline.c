@@ -106,9 +106,10 @@ static size_t layers_of(const report_model *m, layer_sum *v, size_t cap) {
     return n;
 }
 
-void rule_roofline_run(const report_model *m, report_findings *out) {
+// The info on where the GPU time goes: the shares of compute-, memory- and launch-bound kernels,
+// the largest kernels, the card's ceilings.
+static void gpu_time(const report_model *m, report_findings *out) {
     const report_perf *p = &m->perf;
-    if (p->launches == 0 || p->kernel_ns <= 0) return;
     const report_gpu *g = &p->gpu;
     double ridge = g->peak_flops / g->bandwidth;
     double share[4] = {0};
@@ -197,7 +198,13 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "kernels", (double)p->launches);
     report_finding_evidence(f, "counter_samples", (double)p->counter_samples);
     report_finding_evidence(f, "kernels_by_counters", (double)by_counters);
+}
 
+// A warning for each layer that takes much of the GPU time far below its roof.
+static void slow_layers(const report_model *m, report_findings *out) {
+    const report_perf *p = &m->perf;
+    const report_gpu *g = &p->gpu;
+    const double ridge = g->peak_flops / g->bandwidth;
     layer_sum layers[256];
     size_t n = layers_of(m, layers, sizeof layers / sizeof layers[0]);
     for (size_t i = 0; i < n; i++) {
@@ -237,4 +244,10 @@ void rule_roofline_run(const report_model *m, report_findings *out) {
         report_finding_evidence(x, "ridge_flop_per_byte", ridge);
         report_finding_evidence(x, "kernels", (double)l->kernels);
     }
+}
+
+void rule_roofline_run(const report_model *m, report_findings *out) {
+    if (m->perf.launches == 0 || m->perf.kernel_ns <= 0) return;
+    gpu_time(m, out);
+    slow_layers(m, out);
 }
