@@ -246,14 +246,11 @@ static bool affected(const layer_loss *l) {
 // The finding's detail: the layers that lost the most (g sorted), the whole, the weights'.
 static void write_detail(report_finding *f, const report_model *m, const model_loss *g,
                          const layer_loss *worst_weights, double weight_share) {
-    const layer_loss *v = g->v;
-    const size_t n = g->n;
-    const int64_t lost = g->lost, total = g->total;
     char cut[84]; // a layer's name
     size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
                                 "Lost to zero/subnormal (of the gradient values sampled):");
-    for (size_t k = 0; k < n && k < LIST_MAX && w < sizeof f->detail; k++) {
-        const layer_loss *l = &v[k];
+    for (size_t k = 0; k < g->n && k < LIST_MAX && w < sizeof f->detail; k++) {
+        const layer_loss *l = &g->v[k];
         if (!affected(l)) break;
         const char *name = report_layer_name(m, l->pid, l->layer_id);
         int c =
@@ -265,7 +262,7 @@ static void write_detail(report_finding *f, const report_model *m, const model_l
     }
     if (w < sizeof f->detail) {
         int c = snprintf(f->detail + w, sizeof f->detail - w, ". Overall %.1f%% of %lld values.",
-                         100.0 * (double)lost / (double)total, (long long)total);
+                         100.0 * (double)g->lost / (double)g->total, (long long)g->total);
         if (c > 0) w += (size_t)c;
     }
     if (worst_weights && w < sizeof f->detail) {

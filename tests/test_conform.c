@@ -13,7 +13,6 @@
 #include "conform.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>

@@ -12,7 +12,6 @@
 #include "commands.h"
 #include "report.h"
 
-#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
