@@ -215,6 +215,18 @@ def _patch_backward():
 _compiling = _models.compiling  # (torch.compile: _models.py)
 
 
+def _compiled_parts(named, whole):
+    """The ids of the modules of named (name, module) that run in compiled code, never hooked,
+    and the outermost compiled ones, whose outputs are read from outside (when the model runs
+    compiled as a whole, `whole`: every module inside, the first of named outermost)."""
+    inside, parts = set(), []
+    for _, m in named:
+        if id(m) not in inside and (whole or _models.is_compiled(m)):
+            inside.update(id(s) for s in m.modules())
+            parts.append(m)
+    return inside, parts
+
+
 class Watcher:
     """Records one model's training (see the module's docstring). Made by watch()."""
 
@@ -257,12 +269,7 @@ class Watcher:
         # the model runs compiled as a whole (its output is recorded as the root's), or parts
         # (theirs are recorded from outside: `parts`)
         self.compiled_root = any(_models.is_compiled(m) for m in _models.chain(self.outer))
-        inside = set()  # ids of the modules that run in compiled code: never hooked
-        parts = []
-        for n, m in named:
-            if id(m) not in inside and (self.compiled_root or _models.is_compiled(m)):
-                inside.update(id(s) for s in m.modules())
-                parts.append(m)
+        inside, parts = _compiled_parts(named, self.compiled_root)
         self.compiled = bool(inside)
         self._lock = threading.Lock()
         self._unread = set()  # the tensor types _local could not read
@@ -313,6 +320,20 @@ class Watcher:
         self.rec.meta("bridge", "torch " + torch.__version__)
         self.rec.meta("stats_every", str(self.stats_every))
         self.rec.meta("ops_every", str(self.ops_every))
+        self._hook_outputs(named, inside, parts)
+        if self.compiled:
+            self.rec.meta("compiled", "model" if self.compiled_root else "modules")
+        if scaler is not None:
+            self.attach_scaler(scaler)
+        if optimizer is not None:
+            self.attach_optimizer(optimizer)
+        _patch_backward()
+        _watchers.append(self)
+        _ever_watched[0] = True
+
+    def _hook_outputs(self, named, inside, parts):
+        """Hooks each module's output (a module inside compiled code is not hooked; a compiled
+        part is, from outside: `parts`) and the root's forward, before and after."""
         for n, m in named:  # (the model's own output is its last module's, mostly: not read
             # again, unless it has no modules inside, a single nn.Linear)
             if (n or len(named) == 1) and id(m) not in inside:
@@ -333,15 +354,6 @@ class Watcher:
         else:
             self._handles += [outer.register_forward_pre_hook(self.on_root_pre, with_kwargs=True),
                               outer.register_forward_hook(self._on_root_post)]
-        if self.compiled:
-            self.rec.meta("compiled", "model" if self.compiled_root else "modules")
-        if scaler is not None:
-            self.attach_scaler(scaler)
-        if optimizer is not None:
-            self.attach_optimizer(optimizer)
-        _patch_backward()
-        _watchers.append(self)
-        _ever_watched[0] = True
 
     # -- what the loop hands us --------------------------------------------------------------
 
