@@ -696,6 +696,48 @@ static int32_t op_group(report_model *m, report_index *t, const report_op *key, 
     return (int32_t)(m->n_ops - 1);
 }
 
+// A GEMM group's forward f16/bf16 calls whose K or N is no multiple of 8 (the odd-shape finding):
+// their FLOPs, and the first one's K and N. shapes: the row's AMP_OPS.shapes.
+static void note_odd_gemm(report_op *g, double flops, const char *shapes) {
+    int64_t k, n;
+    if (flops >= REPORT_ODD_GEMM_FLOPS && strstr(g->in_dtypes, "f16") &&
+        (!g->phase[0] || strcmp(g->phase, "fwd") == 0) && report_gemm_kn(g->op, shapes, &k, &n) &&
+        (k % 8 || n % 8)) { // (f16 and bf16: 8 elements are 16 bytes)
+        if (g->odd_flops == 0) g->odd_k = k, g->odd_n = n;
+        g->odd_flops += flops;
+    }
+}
+
+// Ops of a step their process began but never recorded (killed mid-step) are no step of the
+// findings: the groups' ranges end at the process's last recorded step.
+static void end_at_recorded_steps(report_model *m) {
+    for (size_t g = 0; g < m->n_ops; g++) {
+        report_op *o = &m->ops[g];
+        const report_process *p = report_process_find(m, o->pid);
+        const int64_t last = p && p->n_steps ? m->steps[p->step0 + p->n_steps - 1].step : -1;
+        if (last >= 0 && o->last_step > last && o->first_step <= last) o->last_step = last;
+    }
+}
+
+// The groups in key order; the rows (n_rows of them) follow their group through the permutation.
+static void sort_groups(report_model *m, op_row *rows, size_t n_rows) {
+    if (m->n_ops == 0) return;
+    int32_t *old_at = amp_xmalloc(m->n_ops * sizeof *old_at),
+            *new_of = amp_xmalloc(m->n_ops * sizeof *new_of);
+    for (size_t g = 0; g < m->n_ops; g++)
+        m->ops[g].kernels = (int64_t)g; // the old index, for a moment
+    amp_sort(m->ops, m->n_ops, sizeof *m->ops, cmp_op);
+    for (size_t g = 0; g < m->n_ops; g++) {
+        old_at[g] = (int32_t)m->ops[g].kernels;
+        new_of[old_at[g]] = (int32_t)g;
+        m->ops[g].kernels = 0;
+    }
+    for (size_t i = 0; i < n_rows; i++)
+        rows[i].group = new_of[rows[i].group];
+    free(old_at);
+    free(new_of);
+}
+
 // AMP_OPS in one pass: the groups (m->ops), the per-step op time columns, and (rows != NULL)
 // each row's host interval for the kernel attribution.
 static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
@@ -747,14 +789,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
         g->launches++;
         g->flops += flops;
         g->bytes += bytes;
-        int64_t k, n;
-        if (gemm[gi] && flops >= REPORT_ODD_GEMM_FLOPS && strstr(g->in_dtypes, "f16") &&
-            (!g->phase[0] || strcmp(g->phase, "fwd") == 0) &&
-            report_gemm_kn(g->op, (const char *)sqlite3_column_text(q, 12), &k, &n) &&
-            (k % 8 || n % 8)) { // (f16 and bf16: 8 elements are 16 bytes)
-            if (g->odd_flops == 0) g->odd_k = k, g->odd_n = n;
-            g->odd_flops += flops;
-        }
+        if (gemm[gi]) note_odd_gemm(g, flops, (const char *)sqlite3_column_text(q, 12));
         amp_add_sat(&g->host_ns, ns);
         if (step < g->first_step) g->first_step = step;
         if (step > g->last_step) g->last_step = step;
@@ -780,31 +815,8 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
     free(gemm);
     free(cast);
     if (!done(l, q, rc)) return false;
-    if (m->n_ops == 0) return true;
-    // ops of a step its process began but never recorded (killed mid-step) are no step of the
-    // findings: the groups' ranges end at the process's last recorded step
-    for (size_t g = 0; g < m->n_ops; g++) {
-        report_op *o = &m->ops[g];
-        const report_process *p = report_process_find(m, o->pid);
-        const int64_t last = p && p->n_steps ? m->steps[p->step0 + p->n_steps - 1].step : -1;
-        if (last >= 0 && o->last_step > last && o->first_step <= last) o->last_step = last;
-    }
-    // the groups in key order; rows follow their group through the permutation
-    int32_t *old_at = amp_xmalloc(m->n_ops * sizeof *old_at),
-            *new_of = amp_xmalloc(m->n_ops * sizeof *new_of);
-    for (size_t g = 0; g < m->n_ops; g++)
-        m->ops[g].kernels = (int64_t)g; // the old index, for a moment
-    amp_sort(m->ops, m->n_ops, sizeof *m->ops, cmp_op);
-    for (size_t g = 0; g < m->n_ops; g++) {
-        old_at[g] = (int32_t)m->ops[g].kernels;
-        new_of[old_at[g]] = (int32_t)g;
-        m->ops[g].kernels = 0;
-    }
-    if (rows)
-        for (size_t i = 0; i < *n_rows; i++)
-            (*rows)[i].group = new_of[(*rows)[i].group];
-    free(old_at);
-    free(new_of);
+    end_at_recorded_steps(m);
+    sort_groups(m, rows ? *rows : NULL, rows ? *n_rows : 0);
     return true;
 }
 

@@ -64,6 +64,98 @@ static void steps_of(report_finding *f, const report_end *e) {
     f->first_step = f->last_step = e->last_step;
 }
 
+// The program ended by signal sig (exit status 128+sig): a crash, a stop, SIGKILL or another
+// signal. `at` says when; loss_note goes after the detail.
+static report_finding *ended_by_signal(const report_model *m, report_findings *out, int sig,
+                                       const char *at, const char *loss_note) {
+    const int status = m->end.exit_status;
+    char label[32];
+    report_signal_name(sig, label, sizeof label);
+    const bool crash =
+        sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL;
+    const bool stopped = report_signal_stops(sig);
+    report_finding *f = report_finding_add(out, RULE,
+                                           crash     ? AMP_SEVERITY_ERROR
+                                           : stopped ? AMP_SEVERITY_INFO
+                                                     : AMP_SEVERITY_WARNING);
+    if (crash) {
+        snprintf(f->title, sizeof f->title, "the program crashed with %s %s", label, at);
+        const char *why = m->exception; // libampcore's abort message, or an exception's
+        snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d)%s%.700s.%s",
+                 sig, status, why ? ": " : "", why ? why : "", loss_note);
+        snprintf(f->advice, sizeof f->advice,
+                 "Find the crash in the program's output (SIGABRT: a failed assertion or an "
+                 "uncaught C++ exception prints its message first), then run it again under "
+                 "a debugger (gdb --args ...) or with core dumps on (ulimit -c unlimited); a "
+                 "CUDA program's illegal memory access shows up under compute-sanitizer.");
+    } else if (stopped) {
+        snprintf(f->title, sizeof f->title, "the program was stopped by %s %s", label, at);
+        const char *who = sig == SIGINT    ? "Ctrl-C in its terminal"
+                          : sig == SIGTERM ? "kill, or a job scheduler ending it"
+                                           : "its terminal went away (an ssh session dropped)";
+        snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d): %s.%s", sig,
+                 status, who, loss_note);
+        snprintf(f->advice, sizeof f->advice,
+                 "Nothing to fix if it was stopped on purpose. A batch scheduler sends SIGTERM "
+                 "at the job's time limit, so save checkpoints before it; run long jobs under "
+                 "tmux, screen or nohup so that a dropped connection does not end them.");
+    } else if (sig == SIGKILL) {
+        f->leads = true; // (the OOM killer: what the user asks first)
+        snprintf(f->title, sizeof f->title, "the program was killed by SIGKILL %s", at);
+        snprintf(f->detail, sizeof f->detail,
+                 "It ended by signal %d (exit status %d), which nothing can catch: the "
+                 "kernel's out-of-memory killer sends it when the machine runs out of memory, "
+                 "and so does a batch scheduler past the job's memory or time limit.%s",
+                 sig, status, loss_note);
+        snprintf(f->advice, sizeof f->advice,
+                 "Look for the OOM killer in the kernel log (dmesg | grep -i -E 'killed "
+                 "process|out of memory'); if it was that, lower the host memory the program "
+                 "holds (DataLoader workers and prefetch, pinned buffers, datasets loaded "
+                 "whole) or ask the scheduler for more.");
+    } else {
+        snprintf(f->title, sizeof f->title, "the program was ended by %s %s", label, at);
+        snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d).%s", sig,
+                 status, loss_note);
+        snprintf(f->advice, sizeof f->advice,
+                 "Find who sent the signal (SIGPIPE: its output went to a pipe that was "
+                 "closed; SIGXCPU/SIGXFSZ: a resource limit, ulimit -a).");
+    }
+    report_finding_evidence(f, "signal", sig);
+    return f;
+}
+
+// The program exited with a failure status of its own.
+static report_finding *failed(const report_model *m, report_findings *out, const char *at,
+                              const char *loss_note) {
+    const int status = m->end.exit_status;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    f->leads = true; // (why it failed: what the user asks first)
+    snprintf(f->title, sizeof f->title, "the program failed with exit status %d %s", status, at);
+    const char *exc = m->exception;
+    if (exc)
+        snprintf(f->detail, sizeof f->detail, "It raised %.700s%s%s", exc,
+                 exc[0] && exc[strlen(exc) - 1] == '.' ? "" : ".", loss_note);
+    else
+        snprintf(f->detail, sizeof f->detail,
+                 "A non-zero status is the program's own report of a failure (Python exits "
+                 "with 1 on an uncaught exception, CUDA out-of-memory among them); its "
+                 "output says which.%s",
+                 loss_note);
+    if (exc && (strstr(exc, "out of memory") || strstr(exc, "OutOfMemoryError")))
+        snprintf(f->advice, sizeof f->advice,
+                 "The GPU ran out of memory: lower the batch size (accumulate gradients over "
+                 "micro-batches to keep the effective one), recompute activations in the "
+                 "backward (torch.utils.checkpoint), and set "
+                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the message shows much "
+                 "memory reserved but unallocated (fragmentation).");
+    else
+        snprintf(f->advice, sizeof f->advice,
+                 "Read the end of the program's output (with ampprobe run --tui, the log file "
+                 "named on screen) for the error%s.",
+                 exc ? " and where it was raised" : "");
+    return f;
+}
+
 // The program's end, from its exit status.
 static void program_end(const report_model *m, report_findings *out) {
     const report_end *e = &m->end;
@@ -79,90 +171,9 @@ static void program_end(const report_model *m, report_findings *out) {
               "non-finite loss: a script that stops on a NaN/inf loss ends this way (the "
               "nonfinite-root-cause finding says where it came from)."
             : " The findings cover the steps it recorded.";
-    report_finding *f;
     const int sig = report_end_signal(e);
-    if (sig > 0) {
-        char label[32];
-        report_signal_name(sig, label, sizeof label);
-        const bool crash =
-            sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGFPE || sig == SIGILL;
-        const bool stopped = report_signal_stops(sig);
-        f = report_finding_add(out, RULE,
-                               crash     ? AMP_SEVERITY_ERROR
-                               : stopped ? AMP_SEVERITY_INFO
-                                         : AMP_SEVERITY_WARNING);
-        if (crash) {
-            snprintf(f->title, sizeof f->title, "the program crashed with %s %s", label, at);
-            const char *why = m->exception; // libampcore's abort message, or an exception's
-            snprintf(f->detail, sizeof f->detail,
-                     "It ended by signal %d (exit status %d)%s%.700s.%s", sig, status,
-                     why ? ": " : "", why ? why : "", loss_note);
-            snprintf(f->advice, sizeof f->advice,
-                     "Find the crash in the program's output (SIGABRT: a failed assertion or an "
-                     "uncaught C++ exception prints its message first), then run it again under "
-                     "a debugger (gdb --args ...) or with core dumps on (ulimit -c unlimited); a "
-                     "CUDA program's illegal memory access shows up under compute-sanitizer.");
-        } else if (stopped) {
-            snprintf(f->title, sizeof f->title, "the program was stopped by %s %s", label, at);
-            const char *who = sig == SIGINT    ? "Ctrl-C in its terminal"
-                              : sig == SIGTERM ? "kill, or a job scheduler ending it"
-                                               : "its terminal went away (an ssh session dropped)";
-            snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d): %s.%s",
-                     sig, status, who, loss_note);
-            snprintf(f->advice, sizeof f->advice,
-                     "Nothing to fix if it was stopped on purpose. A batch scheduler sends SIGTERM "
-                     "at the job's time limit, so save checkpoints before it; run long jobs under "
-                     "tmux, screen or nohup so that a dropped connection does not end them.");
-        } else if (sig == SIGKILL) {
-            f->leads = true; // (the OOM killer: what the user asks first)
-            snprintf(f->title, sizeof f->title, "the program was killed by SIGKILL %s", at);
-            snprintf(f->detail, sizeof f->detail,
-                     "It ended by signal %d (exit status %d), which nothing can catch: the "
-                     "kernel's out-of-memory killer sends it when the machine runs out of memory, "
-                     "and so does a batch scheduler past the job's memory or time limit.%s",
-                     sig, status, loss_note);
-            snprintf(f->advice, sizeof f->advice,
-                     "Look for the OOM killer in the kernel log (dmesg | grep -i -E 'killed "
-                     "process|out of memory'); if it was that, lower the host memory the program "
-                     "holds (DataLoader workers and prefetch, pinned buffers, datasets loaded "
-                     "whole) or ask the scheduler for more.");
-        } else {
-            snprintf(f->title, sizeof f->title, "the program was ended by %s %s", label, at);
-            snprintf(f->detail, sizeof f->detail, "It ended by signal %d (exit status %d).%s", sig,
-                     status, loss_note);
-            snprintf(f->advice, sizeof f->advice,
-                     "Find who sent the signal (SIGPIPE: its output went to a pipe that was "
-                     "closed; SIGXCPU/SIGXFSZ: a resource limit, ulimit -a).");
-        }
-        report_finding_evidence(f, "signal", sig);
-    } else {
-        f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-        f->leads = true; // (why it failed: what the user asks first)
-        snprintf(f->title, sizeof f->title, "the program failed with exit status %d %s", status,
-                 at);
-        const char *exc = m->exception;
-        if (exc)
-            snprintf(f->detail, sizeof f->detail, "It raised %.700s%s%s", exc,
-                     exc[0] && exc[strlen(exc) - 1] == '.' ? "" : ".", loss_note);
-        else
-            snprintf(f->detail, sizeof f->detail,
-                     "A non-zero status is the program's own report of a failure (Python exits "
-                     "with 1 on an uncaught exception, CUDA out-of-memory among them); its "
-                     "output says which.%s",
-                     loss_note);
-        if (exc && (strstr(exc, "out of memory") || strstr(exc, "OutOfMemoryError")))
-            snprintf(f->advice, sizeof f->advice,
-                     "The GPU ran out of memory: lower the batch size (accumulate gradients over "
-                     "micro-batches to keep the effective one), recompute activations in the "
-                     "backward (torch.utils.checkpoint), and set "
-                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the message shows much "
-                     "memory reserved but unallocated (fragmentation).");
-        else
-            snprintf(f->advice, sizeof f->advice,
-                     "Read the end of the program's output (with ampprobe run --tui, the log file "
-                     "named on screen) for the error%s.",
-                     exc ? " and where it was raised" : "");
-    }
+    report_finding *f =
+        sig > 0 ? ended_by_signal(m, out, sig, at, loss_note) : failed(m, out, at, loss_note);
     steps_of(f, e);
     // a focus (--steps) that ends before the program's last step judges steps that ran on
     if (report_focused(m) && e->last_step > m->step_hi) {
