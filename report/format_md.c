@@ -55,73 +55,67 @@ static void steps(FILE *out, const report_finding *f) {
         fprintf(out, "%lld", (long long)f->first_step);
 }
 
-void report_format_md(FILE *out, const report_model *m, const report_findings *f) {
-    char verdict[2048];
-    report_verdict(m, f, verdict, sizeof verdict);
-    fputs("# ampprobe report: ", out);
-    md(out, m->path, false);
-    fputs("\n\n**Verdict.** ", out);
-    md(out, verdict, false);
-    fputs("\n\n", out);
-
-    if (f->n) {
-        fputs("## Findings\n\n| # | severity | rule | steps | layer | op | what |\n"
-              "|---|---|---|---|---|---|---|\n",
-              out);
-        for (size_t i = 0; i < f->n; i++) {
-            const report_finding *x = &f->v[i];
-            fprintf(out, "| %zu | %s | `%s` | ", i + 1, amp_severity_name(x->severity), x->rule);
-            steps(out, x);
-            fputs(" | ", out);
-            md(out, x->layer[0] ? x->layer : "-", true);
-            fputs(" | ", out);
-            md(out, x->op[0] ? x->op : "-", true);
-            fputs(" | ", out);
-            md(out, x->title, true);
-            fputs(" |\n", out);
-        }
-        for (size_t i = 0; i < f->n; i++) {
-            const report_finding *x = &f->v[i];
-            fprintf(out, "\n### %zu. %s: ", i + 1, amp_severity_name(x->severity));
-            md(out, x->title, true);
-            fprintf(out, "\n\n- rule: `%s`\n- steps: ", x->rule);
-            steps(out, x);
-            if (x->layer[0]) {
-                fputs("\n- layer: ", out);
-                md(out, x->layer, true);
-            }
-            if (x->op[0]) {
-                fputs("\n- op: ", out);
-                md(out, x->op, true);
-                if (x->phase[0]) fprintf(out, " (%s)", x->phase);
-            }
-            char proc[160]; // which process, when the run has several
-            if (report_finding_process(m, x, proc, sizeof proc) && x->processes > 1) {
-                fprintf(out, "\n- processes: %d", x->processes);
-            } else if (proc[0]) {
-                fputs("\n- process: ", out);
-                md(out, proc + 3, true); // (past "in ")
-            }
-            fputs("\n\n", out);
-            if (x->detail[0]) {
-                md(out, x->detail, false);
-                fputs("\n\n", out);
-            }
-            bool any = false;
-            for (int k = 0; k < x->n_evidence; k++) {
-                if (isnan(x->evidence[k].value)) continue;
-                fprintf(out, "%s`%s` = %.6g", any ? ", " : "Evidence: ", x->evidence[k].key,
-                        x->evidence[k].value);
-                any = true;
-            }
-            if (any) fputs("\n\n", out);
-            fputs("**Fix.** ", out);
-            md(out, x->advice, false);
-            fputs("\n", out);
-        }
-        fputs("\n", out);
+// The findings' table, one row each.
+static void findings_table(FILE *out, const report_findings *f) {
+    fputs("## Findings\n\n| # | severity | rule | steps | layer | op | what |\n"
+          "|---|---|---|---|---|---|---|\n",
+          out);
+    for (size_t i = 0; i < f->n; i++) {
+        const report_finding *x = &f->v[i];
+        fprintf(out, "| %zu | %s | `%s` | ", i + 1, amp_severity_name(x->severity), x->rule);
+        steps(out, x);
+        fputs(" | ", out);
+        md(out, x->layer[0] ? x->layer : "-", true);
+        fputs(" | ", out);
+        md(out, x->op[0] ? x->op : "-", true);
+        fputs(" | ", out);
+        md(out, x->title, true);
+        fputs(" |\n", out);
     }
+}
 
+// Finding number i (from 1) in full: where, the detail, the evidence and the fix.
+static void finding_section(FILE *out, const report_model *m, const report_finding *x, size_t i) {
+    fprintf(out, "\n### %zu. %s: ", i, amp_severity_name(x->severity));
+    md(out, x->title, true);
+    fprintf(out, "\n\n- rule: `%s`\n- steps: ", x->rule);
+    steps(out, x);
+    if (x->layer[0]) {
+        fputs("\n- layer: ", out);
+        md(out, x->layer, true);
+    }
+    if (x->op[0]) {
+        fputs("\n- op: ", out);
+        md(out, x->op, true);
+        if (x->phase[0]) fprintf(out, " (%s)", x->phase);
+    }
+    char proc[160]; // which process, when the run has several
+    if (report_finding_process(m, x, proc, sizeof proc) && x->processes > 1) {
+        fprintf(out, "\n- processes: %d", x->processes);
+    } else if (proc[0]) {
+        fputs("\n- process: ", out);
+        md(out, proc + 3, true); // (past "in ")
+    }
+    fputs("\n\n", out);
+    if (x->detail[0]) {
+        md(out, x->detail, false);
+        fputs("\n\n", out);
+    }
+    bool any = false;
+    for (int k = 0; k < x->n_evidence; k++) {
+        if (isnan(x->evidence[k].value)) continue;
+        fprintf(out, "%s`%s` = %.6g", any ? ", " : "Evidence: ", x->evidence[k].key,
+                x->evidence[k].value);
+        any = true;
+    }
+    if (any) fputs("\n\n", out);
+    fputs("**Fix.** ", out);
+    md(out, x->advice, false);
+    fputs("\n", out);
+}
+
+// The run's table: its command, device, coverage, steps, loss, memory, time, scale and kernels.
+static void run_table(FILE *out, const report_model *m) {
     report_summary s;
     report_summarize(m, &s);
     fputs("## Run\n\n| | |\n|---|---|\n", out);
@@ -164,4 +158,21 @@ void report_format_md(FILE *out, const report_model *m, const report_findings *f
         fprintf(out, "| GPU kernels | %lld, busy %.3f of %.3f ms%s |\n",
                 (long long)m->perf.launches, (double)m->perf.busy_ns / 1e6,
                 (double)m->perf.span_ns / 1e6, m->perf.devices > 1 ? " (each GPU's, summed)" : "");
+}
+
+void report_format_md(FILE *out, const report_model *m, const report_findings *f) {
+    char verdict[2048];
+    report_verdict(m, f, verdict, sizeof verdict);
+    fputs("# ampprobe report: ", out);
+    md(out, m->path, false);
+    fputs("\n\n**Verdict.** ", out);
+    md(out, verdict, false);
+    fputs("\n\n", out);
+    if (f->n) {
+        findings_table(out, f);
+        for (size_t i = 0; i < f->n; i++)
+            finding_section(out, m, &f->v[i], i + 1);
+        fputs("\n", out);
+    }
+    run_table(out, m);
 }
