@@ -580,6 +580,37 @@ static void warn_low_disk(const char *db_path) {
     free(copy);
 }
 
+// What the run is, into META: the command, the output, the trace, the statistics' sampling.
+static void record_meta(const run_opts *o, amp_collector_t *c, const char *path) {
+    char *command = amp_shell_join(o->prog);
+    set_meta(c, "command", command);
+    set_meta(c, "output", path);
+    set_meta(c, "trace", o->trace);
+    set_meta(c, "stats_every", o->stats_every);
+    if (o->torch) set_meta(c, "torch", "1");
+    free(command);
+}
+
+// The environment that turns PROG's instrumentation on and sends its records to this collector.
+static void program_environment(const run_opts *o, amp_collector_t *c, const char *path) {
+    // under another ampprobe run: PROG's records come here, and the outer run gets none of them
+    const char *outer = getenv("AMPPROBE_SPOOL_DIR");
+    if (outer && *outer)
+        fprintf(stderr,
+                "ampprobe: this run is inside another ampprobe run (its spool %s): %s's "
+                "records go into %s alone\n",
+                outer, o->prog[0], path);
+    setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(c), 1);
+    setenv("AMPPROBE_TRACE", o->trace, 1);
+    if (o->counters)
+        setenv("AMPPROBE_COUNTERS", "1", 1);
+    else
+        unsetenv("AMPPROBE_COUNTERS");
+    if (o->stats_every) setenv("AMPPROBE_STATS_EVERY", o->stats_every, 1);
+    if (o->check_grads) setenv("AMPPROBE_CHECK_GRADS", "1", 1);
+    unsetenv("AMPPROBE_OUT"); // this launcher is the collector
+}
+
 int amp_cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
@@ -612,32 +643,10 @@ int amp_cmd_run(int argc, char **argv) {
         return 2;
     }
     warn_low_disk(path);
-    char *command = amp_shell_join(o.prog);
-    set_meta(r.collector, "command", command);
-    set_meta(r.collector, "output", path);
     r.db_path = path;
-    set_meta(r.collector, "trace", o.trace);
-    set_meta(r.collector, "stats_every", o.stats_every);
-    if (o.torch) set_meta(r.collector, "torch", "1");
-    free(command);
+    record_meta(&o, r.collector, path);
     amp_launcher_capture(o.trace, o.trace_given);
-
-    // under another ampprobe run: PROG's records come here, and the outer run gets none of them
-    const char *outer = getenv("AMPPROBE_SPOOL_DIR");
-    if (outer && *outer)
-        fprintf(stderr,
-                "ampprobe: this run is inside another ampprobe run (its spool %s): %s's "
-                "records go into %s alone\n",
-                outer, o.prog[0], path);
-    setenv("AMPPROBE_SPOOL_DIR", amp_collector_spool_dir(r.collector), 1);
-    setenv("AMPPROBE_TRACE", o.trace, 1);
-    if (o.counters)
-        setenv("AMPPROBE_COUNTERS", "1", 1);
-    else
-        unsetenv("AMPPROBE_COUNTERS");
-    if (o.stats_every) setenv("AMPPROBE_STATS_EVERY", o.stats_every, 1);
-    if (o.check_grads) setenv("AMPPROBE_CHECK_GRADS", "1", 1);
-    unsetenv("AMPPROBE_OUT"); // this launcher is the collector
+    program_environment(&o, r.collector, path);
     int log_fd = -1;
     char *log_path = o.tui ? open_log(path, o.force, &log_fd) : NULL;
     if (o.tui && !log_path) {
