@@ -71,6 +71,35 @@ static report_finding *add_finding(report_findings *out, amp_severity severity, 
     return f;
 }
 
+// One scale update's share of r: the steps, the scale's range, the skipped steps.
+static void take_update(scale_run *r, const report_step *s) {
+    if (r->first_step < 0) r->first_step = s->step;
+    r->last_step = s->step;
+    r->n++;
+    double sc[2] = {s->scale_before, s->scale_after};
+    for (int j = 0; j < 2; j++) {
+        if (isnan(sc[j])) continue;
+        if (isnan(r->scale_min) || sc[j] < r->scale_min) r->scale_min = sc[j];
+        if (isnan(r->scale_max) || sc[j] > r->scale_max) r->scale_max = sc[j];
+    }
+    r->scale_last = s->scale_after;
+    if (!s->skipped) return;
+    r->skipped++;
+    if (r->first_skip < 0) r->first_skip = s->step;
+    r->last_skip = s->step;
+    if (s->calibration) {
+        r->calib_skipped++;
+        r->calib_to = s->scale_after;
+        return;
+    }
+    if (r->first_later_skip < 0) r->first_later_skip = s->step;
+    r->last_later_skip = s->step;
+    if (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min)
+        r->skip_scale_min = s->scale_before;
+    if (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max)
+        r->skip_scale_max = s->scale_before;
+}
+
 // The scale updates of one process, from index *i on; *i ends past them. Skips count as the
 // initial calibration until the process's first applied update (report_step.calibration).
 static void scan(const report_model *m, size_t *i, scale_run *r) {
@@ -108,33 +137,7 @@ static void scan(const report_model *m, size_t *i, scale_run *r) {
         r->grad_stats |= s->grad_amax > 0;
         if (!s->has_scale) continue;
         seen++;
-        if (r->first_step < 0) r->first_step = s->step;
-        r->last_step = s->step;
-        r->n++;
-        double sc[2] = {s->scale_before, s->scale_after};
-        for (int j = 0; j < 2; j++) {
-            if (isnan(sc[j])) continue;
-            if (isnan(r->scale_min) || sc[j] < r->scale_min) r->scale_min = sc[j];
-            if (isnan(r->scale_max) || sc[j] > r->scale_max) r->scale_max = sc[j];
-        }
-        r->scale_last = s->scale_after;
-        if (s->skipped) {
-            r->skipped++;
-            if (s->calibration) {
-                r->calib_skipped++;
-                r->calib_to = s->scale_after;
-            }
-            if (r->first_skip < 0) r->first_skip = s->step;
-            r->last_skip = s->step;
-            if (!s->calibration) {
-                if (r->first_later_skip < 0) r->first_later_skip = s->step;
-                r->last_later_skip = s->step;
-                if (isnan(r->skip_scale_min) || s->scale_before < r->skip_scale_min)
-                    r->skip_scale_min = s->scale_before;
-                if (isnan(r->skip_scale_max) || s->scale_before > r->skip_scale_max)
-                    r->skip_scale_max = s->scale_before;
-            }
-        }
+        take_update(r, s);
         bool backoff = s->scale_after<s->scale_before, growth = s->scale_after> s->scale_before;
         if (run > 0 && s->found_inf && s->scale_before == 0 && s->scale_after == 0) {
             run_zeros++; // the collapse goes on at 0
