@@ -128,98 +128,125 @@ static amp_severity by_share(const report_model *m, double share, double warn) {
     return share >= warn && m->perf.attributed_ns > 0 ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO;
 }
 
+// One process's ops, as the three findings below judge them.
+typedef struct precision_ctx {
+    const report_model *m;
+    int32_t pid;
+    report_findings *out;
+    const char *basis; // what time is measured in
+    const char *dt;    // the run's 16-bit dtype's name
+    double total;      // the ops' time
+    double gemm_flops;
+} precision_ctx;
+
+// GEMM-class ops that ran in fp32 under autocast (no Tensor Cores).
+static void fp32_gemm_finding(const precision_ctx *c, const tally *fp32) {
+    const report_model *m = c->m;
+    char list[600], cut[84]; // cut: a layer's name in a title
+    if (!(fp32->worst && fp32->flops > 0)) return;
+    double share = c->gemm_flops > 0 ? fp32->flops / c->gemm_flops : 0;
+    report_finding *f = report_finding_add(
+        c->out, RULE, share >= FP32_GEMM_WARN_SHARE ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
+    where_of(f, m, fp32);
+    snprintf(f->title, sizeof f->title,
+             "GEMMs in fp32 under autocast: %s %s and others hold %.0f%% of the GEMM FLOPs "
+             "and run without Tensor Cores",
+             report_layer_words(cut, sizeof cut, f->layer), f->op, 100 * share);
+    list_members(m, c->pid, fp32_gemm, c->total, list, sizeof list);
+    snprintf(f->detail, sizeof f->detail,
+             "fp32 GEMMs (%s): %s. They are %.3g of %.3g GEMM FLOPs and %.0f%% of the %s.",
+             c->basis, list, fp32->flops, c->gemm_flops,
+             c->total > 0 ? 100 * fp32->time / c->total : 0.0, c->basis);
+    snprintf(f->advice, sizeof f->advice,
+             "Let autocast run them in %s: remove the autocast-disabled region "
+             "(torch.autocast(..., enabled=False); amp_autocast_begin(ctx, false, ...) here) or "
+             "the .float() casts around them. If they were kept "
+             "in fp32 for range (attention logits beyond 65504), scale the inputs instead "
+             "(1/sqrt(d_head)) or autocast to bf16, which has fp32's range and the same "
+             "Tensor Core rate.",
+             c->dt);
+    report_finding_evidence(f, "fp32_gemm_flops", fp32->flops);
+    report_finding_evidence(f, "gemm_flops", c->gemm_flops);
+    report_finding_evidence(f, "flops_share", share);
+    report_finding_evidence(f, "time_ms", fp32->time / 1e6);
+    report_finding_evidence(f, "time_share", c->total > 0 ? fp32->time / c->total : NAN);
+    report_finding_evidence(f, "launches", (double)fp32->launches);
+}
+
+// Ops the autocast policy upcast to fp32, when they take a share of the time.
+static void upcast_finding(const precision_ctx *c, const tally *up) {
+    const report_model *m = c->m;
+    char list[600], cut[84]; // cut: a layer's name in a title
+    double up_share = c->total > 0 ? up->time / c->total : 0;
+    if (!(up->worst && up_share >= UPCAST_NOTE_SHARE)) return;
+    report_finding *f = report_finding_add(c->out, RULE, by_share(m, up_share, UPCAST_WARN_SHARE));
+    where_of(f, m, up);
+    snprintf(f->title, sizeof f->title,
+             "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%s %s the "
+             "largest)",
+             100 * up_share, c->basis, report_layer_words(cut, sizeof cut, f->layer), f->op);
+    list_members(m, c->pid, upcast, c->total, list, sizeof list);
+    snprintf(f->detail, sizeof f->detail,
+             "%s inputs, fp32 outputs (policy fp32/fp32_set_opt_dtype/promote): %s.", c->dt, list);
+    snprintf(f->advice, sizeof f->advice,
+             "Keep the policy (these ops lose accuracy in %s) but make them cheaper: fused "
+             "kernels that read %s and accumulate in fp32 internally (log_softmax + nll_loss "
+             "as one cross_entropy, scaled_dot_product_attention instead of an explicit "
+             "softmax, a fused LayerNorm), or fewer of them per step.",
+             c->dt, c->dt);
+    report_finding_evidence(f, "time_ms", up->time / 1e6);
+    report_finding_evidence(f, "time_share", up_share);
+    report_finding_evidence(f, "launches", (double)up->launches);
+}
+
+// The dtype casts, when they take a share of the time.
+static void cast_finding(const precision_ctx *c, const tally *cast) {
+    const report_model *m = c->m;
+    char list[600], cut[84]; // cut: a layer's name in a title
+    double cast_share = c->total > 0 ? cast->time / c->total : 0;
+    if (!(cast->worst && cast_share >= CAST_NOTE_SHARE)) return;
+    report_finding *f = report_finding_add(c->out, RULE, by_share(m, cast_share, CAST_WARN_SHARE));
+    where_of(f, m, cast);
+    snprintf(f->title, sizeof f->title,
+             "dtype casts take %.0f%% of the %s (%lld cast%s; %s the largest)", 100 * cast_share,
+             c->basis, (long long)cast->launches, cast->launches == 1 ? "" : "s",
+             report_layer_words(cut, sizeof cut, f->layer));
+    list_members(m, c->pid, cast_op, c->total, list, sizeof list);
+    snprintf(f->detail, sizeof f->detail, "Largest casts: %s.", list);
+    snprintf(f->advice, sizeof f->advice,
+             "Cast less: keep activations in %s between layers instead of an fp32 residual "
+             "stream cast down before every GEMM, let autocast's weight cache cast each "
+             "weight once per step (one autocast region around the whole forward, not one "
+             "per layer), or keep fp32 master weights with %s copies updated by the "
+             "optimizer. On a GPU each cast is a memory-bound kernel.",
+             c->dt, c->dt);
+    report_finding_evidence(f, "time_ms", cast->time / 1e6);
+    report_finding_evidence(f, "time_share", cast_share);
+    report_finding_evidence(f, "casts", (double)cast->launches);
+}
+
 static void run_pid(const report_model *m, int32_t pid, report_findings *out) {
-    const char *basis = m->perf.attributed_ns > 0 ? "GPU kernel time" : "host time of the ops";
-    double total = 0, gemm_flops = 0;
+    precision_ctx c = {.m = m,
+                       .pid = pid,
+                       .out = out,
+                       .basis =
+                           m->perf.attributed_ns > 0 ? "GPU kernel time" : "host time of the ops"};
     tally fp32 = {.first_step = -1, .last_step = -1}, up = fp32, cast = fp32;
     const char *lowp_dtype = NULL;
     size_t end;
     for (size_t i = report_ops_of(m, pid, &end); i < end; i++) {
         const report_op *o = &m->ops[i];
-        total += op_time(m, o);
-        if (report_op_is_gemm(o->op)) gemm_flops += o->flops;
+        c.total += op_time(m, o);
+        if (report_op_is_gemm(o->op)) c.gemm_flops += o->flops;
         if (!lowp_dtype && report_dtype_lowp(o->out_dtype)) lowp_dtype = o->out_dtype;
         if (fp32_gemm(o)) tally_add(&fp32, m, o);
         if (upcast(o)) tally_add(&up, m, o);
         if (report_op_is_cast(o->op)) tally_add(&cast, m, o);
     }
-    const char *dt = lowp_dtype && strcmp(lowp_dtype, "bf16") == 0 ? "bf16" : "fp16";
-    char list[600], cut[84]; // cut: a layer's name in a title
-
-    if (fp32.worst && fp32.flops > 0) {
-        double share = gemm_flops > 0 ? fp32.flops / gemm_flops : 0;
-        report_finding *f = report_finding_add(
-            out, RULE, share >= FP32_GEMM_WARN_SHARE ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
-        where_of(f, m, &fp32);
-        snprintf(f->title, sizeof f->title,
-                 "GEMMs in fp32 under autocast: %s %s and others hold %.0f%% of the GEMM FLOPs "
-                 "and run without Tensor Cores",
-                 report_layer_words(cut, sizeof cut, f->layer), f->op, 100 * share);
-        list_members(m, pid, fp32_gemm, total, list, sizeof list);
-        snprintf(f->detail, sizeof f->detail,
-                 "fp32 GEMMs (%s): %s. They are %.3g of %.3g GEMM FLOPs and %.0f%% of the %s.",
-                 basis, list, fp32.flops, gemm_flops, total > 0 ? 100 * fp32.time / total : 0.0,
-                 basis);
-        snprintf(
-            f->advice, sizeof f->advice,
-            "Let autocast run them in %s: remove the autocast-disabled region "
-            "(torch.autocast(..., enabled=False); amp_autocast_begin(ctx, false, ...) here) or "
-            "the .float() casts around them. If they were kept "
-            "in fp32 for range (attention logits beyond 65504), scale the inputs instead "
-            "(1/sqrt(d_head)) or autocast to bf16, which has fp32's range and the same "
-            "Tensor Core rate.",
-            dt);
-        report_finding_evidence(f, "fp32_gemm_flops", fp32.flops);
-        report_finding_evidence(f, "gemm_flops", gemm_flops);
-        report_finding_evidence(f, "flops_share", share);
-        report_finding_evidence(f, "time_ms", fp32.time / 1e6);
-        report_finding_evidence(f, "time_share", total > 0 ? fp32.time / total : NAN);
-        report_finding_evidence(f, "launches", (double)fp32.launches);
-    }
-
-    double up_share = total > 0 ? up.time / total : 0;
-    if (up.worst && up_share >= UPCAST_NOTE_SHARE) {
-        report_finding *f = report_finding_add(out, RULE, by_share(m, up_share, UPCAST_WARN_SHARE));
-        where_of(f, m, &up);
-        snprintf(f->title, sizeof f->title,
-                 "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%s %s the "
-                 "largest)",
-                 100 * up_share, basis, report_layer_words(cut, sizeof cut, f->layer), f->op);
-        list_members(m, pid, upcast, total, list, sizeof list);
-        snprintf(f->detail, sizeof f->detail,
-                 "%s inputs, fp32 outputs (policy fp32/fp32_set_opt_dtype/promote): %s.", dt, list);
-        snprintf(f->advice, sizeof f->advice,
-                 "Keep the policy (these ops lose accuracy in %s) but make them cheaper: fused "
-                 "kernels that read %s and accumulate in fp32 internally (log_softmax + nll_loss "
-                 "as one cross_entropy, scaled_dot_product_attention instead of an explicit "
-                 "softmax, a fused LayerNorm), or fewer of them per step.",
-                 dt, dt);
-        report_finding_evidence(f, "time_ms", up.time / 1e6);
-        report_finding_evidence(f, "time_share", up_share);
-        report_finding_evidence(f, "launches", (double)up.launches);
-    }
-
-    double cast_share = total > 0 ? cast.time / total : 0;
-    if (cast.worst && cast_share >= CAST_NOTE_SHARE) {
-        report_finding *f = report_finding_add(out, RULE, by_share(m, cast_share, CAST_WARN_SHARE));
-        where_of(f, m, &cast);
-        snprintf(f->title, sizeof f->title,
-                 "dtype casts take %.0f%% of the %s (%lld cast%s; %s the largest)",
-                 100 * cast_share, basis, (long long)cast.launches, cast.launches == 1 ? "" : "s",
-                 report_layer_words(cut, sizeof cut, f->layer));
-        list_members(m, pid, cast_op, total, list, sizeof list);
-        snprintf(f->detail, sizeof f->detail, "Largest casts: %s.", list);
-        snprintf(f->advice, sizeof f->advice,
-                 "Cast less: keep activations in %s between layers instead of an fp32 residual "
-                 "stream cast down before every GEMM, let autocast's weight cache cast each "
-                 "weight once per step (one autocast region around the whole forward, not one "
-                 "per layer), or keep fp32 master weights with %s copies updated by the "
-                 "optimizer. On a GPU each cast is a memory-bound kernel.",
-                 dt, dt);
-        report_finding_evidence(f, "time_ms", cast.time / 1e6);
-        report_finding_evidence(f, "time_share", cast_share);
-        report_finding_evidence(f, "casts", (double)cast.launches);
-    }
+    c.dt = lowp_dtype && strcmp(lowp_dtype, "bf16") == 0 ? "bf16" : "fp16";
+    fp32_gemm_finding(&c, &fp32);
+    upcast_finding(&c, &up);
+    cast_finding(&c, &cast);
 }
 
 static bool odd_gemm(const report_op *o) {
