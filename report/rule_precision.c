@@ -173,14 +173,24 @@ static void fp32_gemm_finding(const precision_ctx *c, const tally *fp32) {
     report_finding_evidence(f, "launches", (double)fp32->launches);
 }
 
+// A finding of the ops tallied in t when they take at least `note` of the time (a warning from
+// `warn` on, when measured on the GPU), else NULL; *share: their share of the time.
+static report_finding *share_finding(const precision_ctx *c, const tally *t, double note,
+                                     double warn, double *share) {
+    *share = c->total > 0 ? t->time / c->total : 0;
+    if (!(t->worst && *share >= note)) return NULL;
+    report_finding *f = report_finding_add(c->out, RULE, by_share(c->m, *share, warn));
+    where_of(f, c->m, t);
+    return f;
+}
+
 // Ops the autocast policy upcast to fp32, when they take a share of the time.
 static void upcast_finding(const precision_ctx *c, const tally *up) {
     const report_model *m = c->m;
     char list[600], cut[84]; // cut: a layer's name in a title
-    double up_share = c->total > 0 ? up->time / c->total : 0;
-    if (!(up->worst && up_share >= UPCAST_NOTE_SHARE)) return;
-    report_finding *f = report_finding_add(c->out, RULE, by_share(m, up_share, UPCAST_WARN_SHARE));
-    where_of(f, m, up);
+    double up_share;
+    report_finding *f = share_finding(c, up, UPCAST_NOTE_SHARE, UPCAST_WARN_SHARE, &up_share);
+    if (!f) return;
     snprintf(f->title, sizeof f->title,
              "ops upcast to fp32 by the autocast policy take %.0f%% of the %s (%s %s the "
              "largest)",
@@ -203,10 +213,9 @@ static void upcast_finding(const precision_ctx *c, const tally *up) {
 static void cast_finding(const precision_ctx *c, const tally *cast) {
     const report_model *m = c->m;
     char list[600], cut[84]; // cut: a layer's name in a title
-    double cast_share = c->total > 0 ? cast->time / c->total : 0;
-    if (!(cast->worst && cast_share >= CAST_NOTE_SHARE)) return;
-    report_finding *f = report_finding_add(c->out, RULE, by_share(m, cast_share, CAST_WARN_SHARE));
-    where_of(f, m, cast);
+    double cast_share;
+    report_finding *f = share_finding(c, cast, CAST_NOTE_SHARE, CAST_WARN_SHARE, &cast_share);
+    if (!f) return;
     snprintf(f->title, sizeof f->title,
              "dtype casts take %.0f%% of the %s (%lld cast%s; %s the largest)", 100 * cast_share,
              c->basis, (long long)cast->launches, cast->launches == 1 ? "" : "s",
