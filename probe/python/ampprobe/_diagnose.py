@@ -76,11 +76,7 @@ class Diagnoser:
         step = d.step
         fwd_bad = summary is not None and summary.nonfinite[ACTIVATION] > 0
         if summary is not None and summary.f32_overflow > 0 and w.target == "f16":
-            for (layer, kind, op, dtype), f in zip(d.entries, copy.result()[0]):
-                if kind == ACTIVATION and dtype == "f32" and f.n_overflow > 0:
-                    w.rec.event(step, layer, op, PHASE_FWD, "overflow", INFO,
-                                f.n_overflow, f.amax, "f32 values beyond the f16 range: "
-                                "this output overflows if it runs in f16")
+            self._f32_overflows(d, copy.result()[0])
         loss_bad = loss is not None and not math.isfinite(loss)
         found_inf = scale is not None and scale[1] > 0
         bwd_bad = found_inf or d.grads_bad
@@ -130,15 +126,28 @@ class Diagnoser:
             # seen now, a step late (no check_grads): the optimizer has stepped on them
             self._backward_producer(d, copy.result()[0], bwd_why if d.updated else _LATE)
         if scale is not None:
-            before, found, after, tracker = scale
-            w.rec.scale(step, before, after, max(found, 0), tracker, found > 0)
-            if found > 0:
-                w.rec.event(step, -1, None, PHASE_OPTIM, "step_skipped", WARNING, 1,
-                            before)
-            if after != before:
-                w.rec.event(step, -1, None, PHASE_OPTIM,
-                            "scale_backoff" if after < before else "scale_growth", INFO, -1,
-                            after)
+            self._scale_update(step, scale)
+
+    def _f32_overflows(self, d, stats):
+        """Under f16 autocast, the f32 module outputs with values beyond f16's range: events of
+        what would overflow if they ran in f16."""
+        for (layer, kind, op, dtype), f in zip(d.entries, stats):
+            if kind == ACTIVATION and dtype == "f32" and f.n_overflow > 0:
+                self.w.rec.event(d.step, layer, op, PHASE_FWD, "overflow", INFO, f.n_overflow,
+                                 f.amax, "f32 values beyond the f16 range: this output "
+                                 "overflows if it runs in f16")
+
+    def _scale_update(self, step, scale):
+        """The step's GradScaler update (before, found_inf, after, tracker): its row, and events
+        for a skipped step and a scale that moved."""
+        before, found, after, tracker = scale
+        rec = self.w.rec
+        rec.scale(step, before, after, max(found, 0), tracker, found > 0)
+        if found > 0:
+            rec.event(step, -1, None, PHASE_OPTIM, "step_skipped", WARNING, 1, before)
+        if after != before:
+            rec.event(step, -1, None, PHASE_OPTIM,
+                      "scale_backoff" if after < before else "scale_growth", INFO, -1, after)
 
     def _forward_producer(self, d, stats, why):
         """Step d's forward searched per module, from its statistics, when it could not be
