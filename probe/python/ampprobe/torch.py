@@ -1204,6 +1204,82 @@ def _note_profiler():
 _scalers = []  # enabled GradScalers in creation order (the last one is the loop's)
 
 
+class _Attacher:
+    """What autoattach() leaves in place: the hooks that find the model that trains, and the
+    watcher they give it."""
+
+    def __init__(self):
+        self.watcher = None
+        self.training = False  # a module ran in training mode
+        # the optimizer whose step() runs while no model is watched yet (its closure may call
+        # the model first: LBFGS, Lightning's loop)
+        self.stepping = None
+        self.hooks = []  # first_forward's: a global pre-hook, one around each module compiled
+        # in place
+
+    def scaler_made(self, scaler):
+        """A GradScaler was made: an enabled one is the loop's from now on."""
+        if scaler.is_enabled():
+            _scalers.append(scaler)
+            if self.watcher is not None:
+                self.watcher.attach_scaler(scaler)
+
+    def unhook(self):
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
+
+    def first_forward(self, module, args):
+        """Every module's forward, until the model is found: the first called in training mode,
+        with grad on, that has trainable parameters (a wrapper's is left to what it wraps)."""
+        if _compiling() or self.watcher is not None or not module.training or \
+                not torch.is_grad_enabled():  # (compiling: it runs around the compiled call)
+            return None
+        if any(w.on for w in _watchers):  # the script watches its model itself (watch())
+            self.unhook()
+            return None
+        self.training = True
+        if not any(p.requires_grad for p in module.parameters()):
+            return None
+        if _models.unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
+            return None  # whose forward it calls next
+        self.unhook()
+        w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
+        w.models.add_roots = True  # a second model the optimizer trains is recorded too
+        w.found_in_step = self.stepping is not None
+        self.watcher = w
+        w.on_root_pre(module, args, {})  # its own pre-hook was registered too late for this call
+        return None
+
+    def compiled(self, module):
+        """module.compile() ran: its calls run compiled from now on, the global hook traced with
+        them; first_forward runs around them instead."""
+        if self.hooks and getattr(module, "_compiled_call_impl", None) is not None:
+            a = Around.around(module)
+            self.hooks.append(Around.hook(a.pre,
+                                          lambda args, kwargs: self.first_forward(module, args)))
+
+    def nothing_watched(self):
+        """At exit, when modules ran in training mode but none had a trainable parameter (and
+        the script watched no model itself): META no_model, for the report of a run without
+        steps. Not of a process that trained no module at all (a launcher, a data worker): a
+        record would make it a recording process."""
+        if self.training and not _ever_watched[0]:
+            _records.record_meta("no_model", "no module called in training mode had trainable "
+                                 "parameters (requires_grad)")
+
+    def optimizer_step(self, optimizer, args, kwargs):
+        if self.watcher is not None:
+            return self.watcher.on_optimizer_step(optimizer, args, kwargs)
+        self.stepping = optimizer
+        return None
+
+    def optimizer_stepped(self, optimizer, args, kwargs):
+        self.stepping = None
+        if self.watcher is not None:
+            self.watcher.on_optimizer_stepped(optimizer)
+
+
 def autoattach():
     """Watches the model that trains: the first module called in training mode, with grad on,
     that has trainable parameters, with the last enabled GradScaler made so far (or made later);
@@ -1213,85 +1289,25 @@ def autoattach():
     if not _records.Recorder().enabled:
         return
     _note_profiler()
-    # training: a module ran in training mode; stepping: the optimizer whose step() runs while
-    # no model is watched yet (its closure may call the model first: LBFGS, Lightning's loop)
-    state = {"watcher": None, "training": False, "stepping": None}
+    at = _Attacher()
     orig_init = torch.amp.GradScaler.__init__
 
     def scaler_init(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
-        if self.is_enabled():
-            _scalers.append(self)
-            if state["watcher"] is not None:
-                state["watcher"].attach_scaler(self)
+        at.scaler_made(self)
 
     torch.amp.GradScaler.__init__ = scaler_init
-
-    hooks = []  # first_forward's: a global pre-hook, and one around each module compiled in place
-
-    def unhook():
-        for h in hooks:
-            h.remove()
-        hooks.clear()
-
-    def first_forward(module, args):
-        if _compiling() or state["watcher"] is not None or not module.training or \
-                not torch.is_grad_enabled():  # (compiling: it runs around the compiled call)
-            return None
-        if any(w.on for w in _watchers):  # the script watches its model itself (watch())
-            unhook()
-            return None
-        state["training"] = True
-        if not any(p.requires_grad for p in module.parameters()):
-            return None
-        if _models.unwrap(module) is not module:  # DistributedDataParallel: watch what it wraps,
-            return None  # whose forward it calls next
-        unhook()
-        w = Watcher(module, scaler=_scalers[-1] if _scalers else None)
-        w.models.add_roots = True  # a second model the optimizer trains is recorded too
-        w.found_in_step = state["stepping"] is not None
-        state["watcher"] = w
-        w.on_root_pre(module, args, {})  # its own pre-hook was registered too late for this call
-        return None
-
-    hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(first_forward))
-
-    def nothing_watched():
-        """At exit, when modules ran in training mode but none had a trainable parameter (and
-        the script watched no model itself): META no_model, for the report of a run without
-        steps. Not of a process that trained no module at all (a launcher, a data worker): a
-        record would make it a recording process."""
-        if state["training"] and not _ever_watched[0]:
-            _records.record_meta("no_model", "no module called in training mode had trainable "
-                                 "parameters (requires_grad)")
-
-    atexit.register(nothing_watched)
+    at.hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(at.first_forward))
+    atexit.register(at.nothing_watched)
     # until the model is found, torch.compile's wrapper would warn of this hook on every run
     warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are "
                             "global hooks")
     compile_in_place = getattr(torch.nn.Module, "compile", None)
-
-    def compile_then_watch(module, *args, **kwargs):
-        """module.compile(): its calls run compiled from now on, the global hook traced with
-        them; first_forward runs around them instead."""
-        compile_in_place(module, *args, **kwargs)
-        if hooks and getattr(module, "_compiled_call_impl", None) is not None:
-            a = Around.around(module)
-            hooks.append(Around.hook(a.pre, lambda args, kwargs: first_forward(module, args)))
-
     if compile_in_place is not None:
+        def compile_then_watch(module, *args, **kwargs):
+            compile_in_place(module, *args, **kwargs)
+            at.compiled(module)
+
         torch.nn.Module.compile = compile_then_watch
-
-    def optimizer_step(optimizer, args, kwargs):
-        if state["watcher"] is not None:
-            return state["watcher"].on_optimizer_step(optimizer, args, kwargs)
-        state["stepping"] = optimizer
-        return None
-
-    def optimizer_stepped(optimizer, args, kwargs):
-        state["stepping"] = None
-        if state["watcher"] is not None:
-            state["watcher"].on_optimizer_stepped(optimizer)
-
-    register_optimizer_step_pre_hook(optimizer_step)
-    register_optimizer_step_post_hook(optimizer_stepped)
+    register_optimizer_step_pre_hook(at.optimizer_step)
+    register_optimizer_step_post_hook(at.optimizer_stepped)
