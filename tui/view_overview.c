@@ -125,38 +125,36 @@ static int put_title(int y, int cols, const char *text) {
 // whole run up to the shown step: the latest value, the scale it started from, how many losses
 // were non-finite and steps skipped. A label that does not fit after its title is shortened, then
 // left out.
-static void draw_graphs(const tui_app *app, const tui_layout *l) {
-    const tui_model *m = &app->model;
-    size_t first, n = window(app, l->cols, &first);
-    double *v = amp_xmalloc((n ? n : 1) * sizeof *v);
-    const tui_step *s = m->steps + first;
-    const tui_step *last = n ? &s[n - 1] : NULL;
-    const size_t upto = first + n; // the run up to the shown step: m->steps[0, upto)
-    size_t nan_losses = 0, skipped = 0;
-    for (size_t i = 0; i < upto; i++) {
-        nan_losses += m->steps[i].loss_nonfinite;
-        skipped += m->steps[i].skipped;
-    }
-    const int cols = l->cols, danger = tui_attr(app, TUI_PAIR_DANGER);
-    char a[32], b[32], title[96], label[3][64];
 
-    for (size_t i = 0; i < n; i++)
-        v[i] = s[i].time_ms * 1e6;
-    tui_fmt_ns(a, sizeof a, last ? last->time_ms * 1e6 : NAN);
+// The steps the graphs show: s[0, n) (m->steps from `first`), last (NULL: none), and the run up to
+// the shown step, m->steps[0, upto); v: room for n values.
+typedef struct graph_steps {
+    const tui_step *s, *last;
+    size_t n, upto;
+    double *v;
+} graph_steps;
+
+static void draw_time_graph(const tui_app *app, const tui_layout *l, const graph_steps *g) {
+    const tui_model *m = &app->model;
+    const int cols = l->cols;
+    char a[32], title[96], label[2][64];
+    for (size_t i = 0; i < g->n; i++)
+        g->v[i] = g->s[i].time_ms * 1e6;
+    tui_fmt_ns(a, sizeof a, g->last ? g->last->time_ms * 1e6 : NAN);
     snprintf(title, sizeof title, "step time  %s", a);
     int x = put_title(l->ov_time.y, cols, title);
     double mem = NAN; // the peak is recorded as of a step's end, not every step by every producer
-    for (size_t i = upto; i-- > 0 && isnan(mem);)
+    for (size_t i = g->upto; i-- > 0 && isnan(mem);)
         mem = m->steps[i].mem_mib;
     if (!isnan(mem)) {
         snprintf(label[0], sizeof label[0], "memory peak %.*f MiB", mem < 10 ? 1 : 0, mem);
         x = put_label(l->ov_time.y, x, cols, A_NORMAL, (const char *const[]){label[0], NULL});
     }
-    if (last) { // which steps the graphs show, at the right edge
-        snprintf(label[0], sizeof label[0], "graphs: steps %lld-%lld", (long long)s[0].step,
-                 (long long)last->step);
-        snprintf(label[1], sizeof label[1], "steps %lld-%lld", (long long)s[0].step,
-                 (long long)last->step);
+    if (g->last) { // which steps the graphs show, at the right edge
+        snprintf(label[0], sizeof label[0], "graphs: steps %lld-%lld", (long long)g->s[0].step,
+                 (long long)g->last->step);
+        snprintf(label[1], sizeof label[1], "steps %lld-%lld", (long long)g->s[0].step,
+                 (long long)g->last->step);
         for (int k = 0; k < 2; k++) {
             int len = (int)strlen(label[k]);
             if (x + 2 + len > cols) continue;
@@ -164,11 +162,17 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
             break;
         }
     }
-    tui_sparkline(app, (tui_rect){0, l->ov_time.y + 1, cols, l->ov_time.h - 1}, v, n, false,
+    tui_sparkline(app, (tui_rect){0, l->ov_time.y + 1, cols, l->ov_time.h - 1}, g->v, g->n, false,
                   tui_attr(app, TUI_PAIR_ACCENT));
+}
 
-    for (size_t i = 0; i < n; i++)
-        v[i] = s[i].loss;
+static void draw_loss_graph(const tui_app *app, const tui_layout *l, const graph_steps *g,
+                            size_t nan_losses) {
+    const int cols = l->cols;
+    const tui_step *last = g->last;
+    char a[32], title[96], label[2][64];
+    for (size_t i = 0; i < g->n; i++)
+        g->v[i] = g->s[i].loss;
     snprintf(a, sizeof a,
              !last                  ? "-"
              : !isnan(last->loss)   ? "%.4g"
@@ -176,21 +180,29 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
                                     : "-", // (no step record came)
              last ? last->loss : 0);
     snprintf(title, sizeof title, "loss       %s", a);
-    x = put_title(l->ov_loss.y, cols, title);
+    int x = put_title(l->ov_loss.y, cols, title);
     if (nan_losses) {
         snprintf(label[0], sizeof label[0], "%zu non-finite losses (gaps)", nan_losses);
         snprintf(label[1], sizeof label[1], "%zu non-finite", nan_losses);
-        put_label(l->ov_loss.y, x, cols, danger, (const char *const[]){label[0], label[1], NULL});
+        put_label(l->ov_loss.y, x, cols, tui_attr(app, TUI_PAIR_DANGER),
+                  (const char *const[]){label[0], label[1], NULL});
     }
-    tui_sparkline(app, (tui_rect){0, l->ov_loss.y + 1, cols, l->ov_loss.h - 1}, v, n, false,
+    tui_sparkline(app, (tui_rect){0, l->ov_loss.y + 1, cols, l->ov_loss.h - 1}, g->v, g->n, false,
                   tui_attr(app, TUI_PAIR_GOOD));
+}
 
-    for (size_t i = 0; i < n; i++)
-        v[i] = s[i].scale;
+static void draw_scale_graph(const tui_app *app, const tui_layout *l, const graph_steps *g,
+                             size_t skipped) {
+    const tui_model *m = &app->model;
+    const int cols = l->cols, danger = tui_attr(app, TUI_PAIR_DANGER);
+    const tui_step *last = g->last;
+    char a[32], b[32], label[3][64];
+    for (size_t i = 0; i < g->n; i++)
+        g->v[i] = g->s[i].scale;
     snprintf(a, sizeof a, last && !isnan(last->scale) ? "%g" : "-", last ? last->scale : 0);
     // from the scale the run started with (its first step's before the update)
-    snprintf(b, sizeof b, upto && !isnan(m->steps[0].scale_before) ? "%g" : "-",
-             upto ? m->steps[0].scale_before : 0);
+    snprintf(b, sizeof b, g->upto && !isnan(m->steps[0].scale_before) ? "%g" : "-",
+             g->upto ? m->steps[0].scale_before : 0);
     if (skipped) {
         snprintf(label[0], sizeof label[0], "x: %zu skipped steps", skipped);
         snprintf(label[1], sizeof label[1], "x: %zu skipped", skipped);
@@ -205,16 +217,34 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
     int k = 0;
     while (k < 2 && (int)strlen(titles[k]) + need > cols)
         k++;
-    x = put_title(l->ov_scale.y, cols, titles[k]);
+    int x = put_title(l->ov_scale.y, cols, titles[k]);
     if (skipped)
         put_label(l->ov_scale.y, x, cols, danger,
                   (const char *const[]){label[0], label[1], label[2], NULL});
-    tui_sparkline(app, (tui_rect){0, l->ov_scale.y + 1, cols, l->ov_scale.h - 1}, v, n, true,
+    tui_sparkline(app, (tui_rect){0, l->ov_scale.y + 1, cols, l->ov_scale.h - 1}, g->v, g->n, true,
                   tui_attr(app, TUI_PAIR_WARN));
     move(l->ov_skips.y, 0);
-    for (size_t i = 0; i < n; i++)
-        if (s[i].skipped) tui_print(l->ov_skips.y, (int)i, 1, danger, "x");
-    free(v);
+    for (size_t i = 0; i < g->n; i++)
+        if (g->s[i].skipped) tui_print(l->ov_skips.y, (int)i, 1, danger, "x");
+}
+
+static void draw_graphs(const tui_app *app, const tui_layout *l) {
+    const tui_model *m = &app->model;
+    size_t first;
+    graph_steps g = {.n = window(app, l->cols, &first)};
+    g.v = amp_xmalloc((g.n ? g.n : 1) * sizeof *g.v);
+    g.s = m->steps + first;
+    g.last = g.n ? &g.s[g.n - 1] : NULL;
+    g.upto = first + g.n;
+    size_t nan_losses = 0, skipped = 0;
+    for (size_t i = 0; i < g.upto; i++) {
+        nan_losses += m->steps[i].loss_nonfinite;
+        skipped += m->steps[i].skipped;
+    }
+    draw_time_graph(app, l, &g);
+    draw_loss_graph(app, l, &g, nan_losses);
+    draw_scale_graph(app, l, &g, skipped);
+    free(g.v);
 }
 
 static void draw_counts(const tui_app *app, tui_rect r) {
