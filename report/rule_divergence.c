@@ -71,6 +71,36 @@ static void weights_words(const report_model *m, int32_t pid, int64_t at, char *
     }
 }
 
+// A divergence that ends in NaN/inf is nonfinite-root-cause's, and so is one a forward that broke
+// on its way ends ("training diverged before step N"): whether a forward of pid broke between
+// steps from and last with the loss diverged before it. A forward overflow that the loss did not
+// show, after the divergence was over, is the op's and this one's.
+static bool broke_on_the_way(const report_model *m, int32_t pid, int64_t from, int64_t last) {
+    const int64_t broke =
+        report_spans_next(&m->forward_breaks, pid, from > INT64_MIN ? from - 1 : from);
+    report_step before;
+    return broke <= last && report_diverged_before(m, pid, broke, &before);
+}
+
+// The finding's title: a loss that blew up and came back down (recovered), or training that
+// diverged; ended: where the loss ended.
+static void write_title(report_finding *f, const report_process *p, bool recovered,
+                        const char *ended) {
+    const int64_t at = p->diverged_step;
+    char since[64] = "";
+    if (p->loss_max_step > at)
+        snprintf(since, sizeof since, "; diverging from step %lld", (long long)at);
+    if (recovered)
+        snprintf(f->title, sizeof f->title,
+                 "the loss blew up from %.4g to %.4g (step %lld%s) and came back down to %s",
+                 p->loss0, p->loss_max, (long long)p->loss_max_step, since, ended);
+    else
+        snprintf(f->title, sizeof f->title,
+                 "training diverged at step %lld: the loss rose from %.4g to %.4g (step %lld) "
+                 "and was %s",
+                 (long long)at, p->loss0, p->loss_max, (long long)p->loss_max_step, ended);
+}
+
 static void add_divergence(const report_model *m, const report_process *p, report_findings *out) {
     const int64_t at = p->diverged_step;
     const report_step *first = &m->steps[p->step0], *last = &m->steps[p->step0 + p->n_steps - 1];
@@ -79,15 +109,7 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     const ending end = ending_from(m, p, from);
     int64_t recorded, nonfinite, skipped;
     report_step_counts(m, p->pid, from, last->step, &recorded, &nonfinite, &skipped);
-    // a divergence that ends in NaN/inf is nonfinite-root-cause's, and so is one a forward that
-    // broke on its way ends ("training diverged before step N"); a forward overflow that the loss
-    // did not show, after the divergence was over, is the op's and this one's
-    const int64_t broke =
-        report_spans_next(&m->forward_breaks, p->pid, from > INT64_MIN ? from - 1 : from);
-    report_step before;
-    if (nonfinite || end.last < 0 ||
-        (broke <= last->step && report_diverged_before(m, p->pid, broke, &before)))
-        return;
+    if (nonfinite || end.last < 0 || broke_on_the_way(m, p->pid, from, last->step)) return;
     // every step from there skipped by the GradScaler: no update applied, nothing the optimizer
     // did since (a loss that jumped with the weights written at once, or a corrupt batch, is
     // the collapse's, rule loss-scale)
@@ -100,23 +122,13 @@ static void add_divergence(const report_model *m, const report_process *p, repor
     f->pid = p->pid;
     f->first_step = from;
     f->last_step = last->step;
-    char since[64] = "", ended[96];
-    if (p->loss_max_step > at)
-        snprintf(since, sizeof since, "; diverging from step %lld", (long long)at);
+    char ended[96];
     if (end.first == end.last)
         snprintf(ended, sizeof ended, "%.4g at step %lld", end.loss, (long long)end.last);
     else
         snprintf(ended, sizeof ended, "%.4g over steps %lld-%lld (the median)", end.loss,
                  (long long)end.first, (long long)end.last);
-    if (recovered)
-        snprintf(f->title, sizeof f->title,
-                 "the loss blew up from %.4g to %.4g (step %lld%s) and came back down to %s",
-                 p->loss0, p->loss_max, (long long)p->loss_max_step, since, ended);
-    else
-        snprintf(f->title, sizeof f->title,
-                 "training diverged at step %lld: the loss rose from %.4g to %.4g (step %lld) "
-                 "and was %s",
-                 (long long)at, p->loss0, p->loss_max, (long long)p->loss_max_step, ended);
+    write_title(f, p, recovered, ended);
     char norms[192] = "", weights[320] = "", skips[160] = "", rise[320]; // (detail holds them all)
     const bool norm_at = st && st->grad_norm > 0 && isfinite(st->grad_norm);
     if (p->grad_norm0 > 0 && norm_at)
