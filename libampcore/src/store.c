@@ -1462,6 +1462,62 @@ static int open_immutable(const char *path, sqlite3 **d) {
     return rc;
 }
 
+// Why a database whose schema version could not be read (rc, code: read_schema_version's) cannot
+// be opened: the message into errbuf, the status returned.
+static amp_status unreadable(sqlite3 *d, const char *path, int rc, int code, bool has_wal,
+                             char errbuf[AMP_STORE_ERR_MAX]) {
+    if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB || code == SQLITE_IOERR) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: truncated or corrupt (%s)", path,
+                 sqlite3_errmsg(d));
+        return AMP_ERR_CORRUPT;
+    }
+    if (rc == SQLITE_ERROR && !has_wal && schema_empty(d)) {
+        // marked as ours (precheck), its tables not written out of the write-ahead log yet
+        snprintf(errbuf, AMP_STORE_ERR_MAX,
+                 "%s: an ampprobe database whose tables are still in its write-ahead log "
+                 "%s-wal, which is not beside it (copy it along, or let the run finish)",
+                 path, path);
+        return AMP_ERR_CORRUPT;
+    }
+    if (rc == SQLITE_ERROR) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no META table)", path);
+        return AMP_ERR_CORRUPT;
+    }
+    if ((code == SQLITE_CANTOPEN || code == SQLITE_READONLY) && has_wal) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX,
+                 "%s: cannot read: its write-ahead log %s-wal needs a %s-shm beside it, "
+                 "which cannot be made here (a read-only directory?): copy the files to a "
+                 "writable one",
+                 path, path, path);
+        return AMP_ERR_IO;
+    }
+    snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot read: %s", path, sqlite3_errmsg(d));
+    return AMP_ERR_IO;
+}
+
+// Whether this build reads schema version major.minor (raw: as written; major -1: none, below
+// -1: not a version); else the message into errbuf, the status returned.
+static amp_status check_version(const char *path, int major, int minor, const char *raw,
+                                char errbuf[AMP_STORE_ERR_MAX]) {
+    if (major == -1) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no schema_version)",
+                 path);
+        return AMP_ERR_CORRUPT;
+    }
+    if (major < 0) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX,
+                 "%s: damaged: its schema_version '%s' is not a version (MAJOR.MINOR)", path, raw);
+        return AMP_ERR_CORRUPT;
+    }
+    if (major > AMP_SCHEMA_MAJOR) {
+        snprintf(errbuf, AMP_STORE_ERR_MAX,
+                 "%s: written by a newer ampprobe (schema %d.%d; this build reads %d.x)", path,
+                 major, minor, AMP_SCHEMA_MAJOR);
+        return AMP_ERR_UNSUPPORTED;
+    }
+    return AMP_OK;
+}
+
 amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[AMP_STORE_ERR_MAX]) {
     amp_clear_error();
     *db = NULL;
@@ -1497,47 +1553,10 @@ amp_status amp_store_open_readonly(const char *path, sqlite3 **db, char errbuf[A
         else
             code = sqlite3_errcode(d) & 0xff;
     }
-    if (rc != SQLITE_OK) {
-        if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB || code == SQLITE_IOERR) {
-            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: truncated or corrupt (%s)", path,
-                     sqlite3_errmsg(d));
-            st = AMP_ERR_CORRUPT;
-        } else if (rc == SQLITE_ERROR && !has_wal && schema_empty(d)) {
-            // marked as ours (precheck), its tables not written out of the write-ahead log yet
-            snprintf(errbuf, AMP_STORE_ERR_MAX,
-                     "%s: an ampprobe database whose tables are still in its write-ahead log "
-                     "%s-wal, which is not beside it (copy it along, or let the run finish)",
-                     path, path);
-            st = AMP_ERR_CORRUPT;
-        } else if (rc == SQLITE_ERROR) {
-            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no META table)",
-                     path);
-            st = AMP_ERR_CORRUPT;
-        } else if ((code == SQLITE_CANTOPEN || code == SQLITE_READONLY) && has_wal) {
-            snprintf(errbuf, AMP_STORE_ERR_MAX,
-                     "%s: cannot read: its write-ahead log %s-wal needs a %s-shm beside it, "
-                     "which cannot be made here (a read-only directory?): copy the files to a "
-                     "writable one",
-                     path, path, path);
-            st = AMP_ERR_IO;
-        } else {
-            snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: cannot read: %s", path, sqlite3_errmsg(d));
-            st = AMP_ERR_IO;
-        }
-    } else if (major == -1) {
-        snprintf(errbuf, AMP_STORE_ERR_MAX, "%s: not an ampprobe database (no schema_version)",
-                 path);
-        st = AMP_ERR_CORRUPT;
-    } else if (major < 0) {
-        snprintf(errbuf, AMP_STORE_ERR_MAX,
-                 "%s: damaged: its schema_version '%s' is not a version (MAJOR.MINOR)", path, raw);
-        st = AMP_ERR_CORRUPT;
-    } else if (major > AMP_SCHEMA_MAJOR) {
-        snprintf(errbuf, AMP_STORE_ERR_MAX,
-                 "%s: written by a newer ampprobe (schema %d.%d; this build reads %d.x)", path,
-                 major, minor, AMP_SCHEMA_MAJOR);
-        st = AMP_ERR_UNSUPPORTED;
-    }
+    if (rc != SQLITE_OK)
+        st = unreadable(d, path, rc, code, has_wal, errbuf);
+    else
+        st = check_version(path, major, minor, raw, errbuf);
     if (st != AMP_OK) {
         sqlite3_close(d);
         return amp_set_error(st, "%s", amp_one_line(errbuf));
