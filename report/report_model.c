@@ -574,9 +574,8 @@ static bool load_before_focus(sqlite3 *db, report_model *m, char *err);
 static bool settle_rises(sqlite3 *db, report_model *m, char *err);
 
 // The processes that recorded anything (focus aside: a run of several processes says which one a
-// finding is of whatever the focus), their names, and their focused steps' rows in m->steps; each
-// one's first loss and gradient norm, its divergence and its GradScaler's growth interval.
-static bool load_procs(sqlite3 *db, report_model *m, char *err) {
+// finding is of whatever the focus), their names, and where their focused steps are in m->steps.
+static bool load_proc_rows(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
     char sql[400];
     snprintf(sql, sizeof sql,
@@ -617,11 +616,15 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
         p->n_steps = k - p->step0;
     }
     group_models(m);
-    if (!finish(db, m->path, q, rc, err)) return false;
+    return finish(db, m->path, q, rc, err);
+}
 
-    // each process's first loss, gradient norm and applied scale update, whatever the focus (the
-    // marks a fitted batch, a divergence and the initial calibration are told by), and its
-    // GradScaler's growth interval and updates
+// Each process's first loss, gradient norm and applied scale update, whatever the focus (the
+// marks a fitted batch, a divergence and the initial calibration are told by), and its
+// GradScaler's growth interval and updates.
+static bool load_proc_firsts(sqlite3 *db, report_model *m, char *err) {
+    sqlite3_stmt *q;
+    int rc;
     if (!prepare(
             db, m->path,
             "SELECT pid, (SELECT loss FROM AMP_STEPS b WHERE b.pid = a.pid AND loss_finite = 1 "
@@ -643,9 +646,13 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
         p->scale_updates = col_i64(q, 4, 0);
         p->first_applied = col_i64(q, 5, -1);
     }
-    if (!finish(db, m->path, q, rc, err)) return false;
-    if (m->step_lo != INT64_MIN && !load_before_focus(db, m, err)) return false;
-    for (size_t i = 0; i < m->n_procs; i++) { // (after the steps before the focus)
+    return finish(db, m->path, q, rc, err);
+}
+
+// Each focused step's marks (a fitted batch, the initial calibration) and its process's
+// divergence, fed in step order (after the steps before the focus).
+static void mark_steps(report_model *m) {
+    for (size_t i = 0; i < m->n_procs; i++) {
         report_process *p = &m->procs[i];
         for (size_t k = p->step0; k < p->step0 + p->n_steps; k++) {
             report_step *st = &m->steps[k];
@@ -657,6 +664,15 @@ static bool load_procs(sqlite3 *db, report_model *m, char *err) {
                             st->loss_nonfinite);
         }
     }
+}
+
+// The processes that recorded anything (focus aside: a run of several processes says which one a
+// finding is of whatever the focus), their names, and their focused steps' rows in m->steps; each
+// one's first loss and gradient norm, its divergence and its GradScaler's growth interval.
+static bool load_procs(sqlite3 *db, report_model *m, char *err) {
+    if (!load_proc_rows(db, m, err) || !load_proc_firsts(db, m, err)) return false;
+    if (m->step_lo != INT64_MIN && !load_before_focus(db, m, err)) return false;
+    mark_steps(m);
     return m->step_hi == INT64_MAX || settle_rises(db, m, err);
 }
 
