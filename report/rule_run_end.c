@@ -189,70 +189,75 @@ static void program_end(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "last_step", e->last_step >= 0 ? (double)e->last_step : NAN);
 }
 
-// The capture's end: the database's status and the processes whose records were cut short.
-static void capture_end(const report_model *m, report_findings *out) {
+// A run still being recorded.
+static void still_recording(const report_model *m, report_findings *out, const char *at) {
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
+    snprintf(f->title, sizeof f->title, "the run is still being recorded: this report stops %s",
+             at);
+    snprintf(f->detail, sizeof f->detail,
+             "The database's status is running and its collector still runs on this "
+             "machine.");
+    snprintf(f->advice, sizeof f->advice,
+             "Report again when the run has ended, or follow it live with ampprobe tui FILE.");
+    steps_of(f, &m->end);
+}
+
+// A capture whose recording process was killed before it finished the database.
+static void cut_short(const report_model *m, report_findings *out, const char *at) {
     const report_end *e = &m->end;
-    char at[96];
-    when(m, at, sizeof at);
-    if (e->capture == AMP_RUN_RECORDING) {
-        report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_INFO);
-        snprintf(f->title, sizeof f->title, "the run is still being recorded: this report stops %s",
-                 at);
-        snprintf(f->detail, sizeof f->detail,
-                 "The database's status is running and its collector still runs on this "
-                 "machine.");
-        snprintf(f->advice, sizeof f->advice,
-                 "Report again when the run has ended, or follow it live with ampprobe tui FILE.");
-        steps_of(f, e);
-    } else if (e->capture == AMP_RUN_CUT_SHORT) {
-        report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-        snprintf(f->title, sizeof f->title,
-                 "the capture did not finish: the recording process was killed %s", at);
-        char spool[600] = "";
-        if (e->spool)
-            snprintf(spool, sizeof spool,
-                     " Its spool directory %s (%.1f MB on disk) holds the records that never "
-                     "reached the database; nothing reads it any more.",
-                     e->spool, (double)e->spool_bytes / 1e6);
-        snprintf(f->detail, sizeof f->detail,
-                 "The database's status is still running, but the process that wrote it (ampprobe "
-                 "run, or the program itself with AMPPROBE_OUT) is gone: what it had not yet "
-                 "written is lost (a program that ran on stopped recording within a tenth of a "
-                 "second), and "
-                 "its exit status is unknown. The rows written before are intact.%s",
-                 spool);
-        snprintf(f->advice, sizeof f->advice,
-                 "Stop a recorded run with Ctrl-C or SIGTERM, which ampprobe run passes on to the "
-                 "program before it finishes the database; SIGKILL on the launcher (kill -9, the "
-                 "OOM killer, a scheduler) leaves it like this.%s",
-                 e->spool ? " Delete the spool directory named above." : "");
-        steps_of(f, e);
-    }
-    if (m->capture_error) {
-        report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
-        snprintf(f->title, sizeof f->title, "recording stopped short of the run %s", at);
-        snprintf(f->detail, sizeof f->detail,
-                 "The program went on, but ampprobe could not keep what it recorded: %s. The "
-                 "findings cover what was recorded.",
-                 m->capture_error);
-        // a write that failed lost its records, earlier steps' among them
-        report_summary s;
-        report_summarize(m, &s);
-        const int64_t span = s.last_step - s.first_step + 1;
-        size_t k = strlen(f->detail);
-        if (s.processes == 1 && s.steps < span)
-            snprintf(f->detail + k, sizeof f->detail - k,
-                     " Only %lld of steps %lld-%lld are in the database: the records of a write "
-                     "that failed were lost with it.",
-                     (long long)s.steps, (long long)s.first_step, (long long)s.last_step);
-        snprintf(f->advice, sizeof f->advice,
-                 "Free space on the disk that holds the database (the spool of records waiting to "
-                 "go into it is beside it), or write it to one with room (ampprobe run -o), and "
-                 "record less if it has to fit: statistics every N steps (--stats-every N), "
-                 "without kernels (--trace amp).");
-        steps_of(f, e);
-    }
-    if (e->n_cut == 0) return;
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    snprintf(f->title, sizeof f->title,
+             "the capture did not finish: the recording process was killed %s", at);
+    char spool[600] = "";
+    if (e->spool)
+        snprintf(spool, sizeof spool,
+                 " Its spool directory %s (%.1f MB on disk) holds the records that never "
+                 "reached the database; nothing reads it any more.",
+                 e->spool, (double)e->spool_bytes / 1e6);
+    snprintf(f->detail, sizeof f->detail,
+             "The database's status is still running, but the process that wrote it (ampprobe "
+             "run, or the program itself with AMPPROBE_OUT) is gone: what it had not yet "
+             "written is lost (a program that ran on stopped recording within a tenth of a "
+             "second), and "
+             "its exit status is unknown. The rows written before are intact.%s",
+             spool);
+    snprintf(f->advice, sizeof f->advice,
+             "Stop a recorded run with Ctrl-C or SIGTERM, which ampprobe run passes on to the "
+             "program before it finishes the database; SIGKILL on the launcher (kill -9, the "
+             "OOM killer, a scheduler) leaves it like this.%s",
+             e->spool ? " Delete the spool directory named above." : "");
+    steps_of(f, e);
+}
+
+// Recording that stopped while the program went on (the disk filled).
+static void recording_stopped(const report_model *m, report_findings *out, const char *at) {
+    report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
+    snprintf(f->title, sizeof f->title, "recording stopped short of the run %s", at);
+    snprintf(f->detail, sizeof f->detail,
+             "The program went on, but ampprobe could not keep what it recorded: %s. The "
+             "findings cover what was recorded.",
+             m->capture_error);
+    // a write that failed lost its records, earlier steps' among them
+    report_summary s;
+    report_summarize(m, &s);
+    const int64_t span = s.last_step - s.first_step + 1;
+    size_t k = strlen(f->detail);
+    if (s.processes == 1 && s.steps < span)
+        snprintf(f->detail + k, sizeof f->detail - k,
+                 " Only %lld of steps %lld-%lld are in the database: the records of a write "
+                 "that failed were lost with it.",
+                 (long long)s.steps, (long long)s.first_step, (long long)s.last_step);
+    snprintf(f->advice, sizeof f->advice,
+             "Free space on the disk that holds the database (the spool of records waiting to "
+             "go into it is beside it), or write it to one with room (ampprobe run -o), and "
+             "record less if it has to fit: statistics every N steps (--stats-every N), "
+             "without kernels (--trace amp).");
+    steps_of(f, &m->end);
+}
+
+// The processes whose records were cut short.
+static void processes_cut(const report_model *m, report_findings *out) {
+    const report_end *e = &m->end;
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
     snprintf(f->title, sizeof f->title, "%zu process%s recorded less than %s wrote", e->n_cut,
              e->n_cut == 1 ? "" : "es", e->n_cut == 1 ? "it" : "they");
@@ -277,6 +282,18 @@ static void capture_end(const report_model *m, report_findings *out) {
              "SIGKILL.");
     steps_of(f, e);
     report_finding_evidence(f, "processes", (double)e->n_cut);
+}
+
+// The capture's end: the database's status and the processes whose records were cut short.
+static void capture_end(const report_model *m, report_findings *out) {
+    char at[96];
+    when(m, at, sizeof at);
+    if (m->end.capture == AMP_RUN_RECORDING)
+        still_recording(m, out, at);
+    else if (m->end.capture == AMP_RUN_CUT_SHORT)
+        cut_short(m, out, at);
+    if (m->capture_error) recording_stopped(m, out, at);
+    if (m->end.n_cut) processes_cut(m, out);
 }
 
 // A warning that the run's numerics were not recorded, and why (detail: one %s, for why).
