@@ -238,6 +238,11 @@ static void gather(const report_model *m, int32_t model, model_loss *g) {
     }
 }
 
+// The share of layer l's weight-gradient values lost (weight_numel > 0).
+static double weight_share_of(const layer_loss *l) {
+    return (double)l->weight_lost / (double)l->weight_numel;
+}
+
 // Whether layer l lost LOST_SHARE_NOTE or more of its gradient values.
 static bool affected(const layer_loss *l) {
     return (double)l->lost >= LOST_SHARE_NOTE * (double)l->numel && l->lost > 0;
@@ -282,39 +287,38 @@ static void write_detail(report_finding *f, const report_model *m, const model_l
 // update applied (cur; NaN: none), the one the largest gradients allow (rec) and their amax u.
 static void write_advice(report_finding *f, const report_model *m, int32_t model,
                          const model_loss *g, double u, double rec, double cur) {
-    const bool fp16_target = g->fp16_target, lowp_grads = g->lowp_grads;
+    const double init = isnan(rec) ? 65536.0 : rec; // the init_scale to advise
     char bits[32];
-    if (!fp16_target) // bf16: no loss scale to raise; values below 1.2e-38 are a scaling bug
+    if (!g->fp16_target) // bf16: no loss scale to raise; values below 1.2e-38 are a scaling bug
         snprintf(f->advice, sizeof f->advice,
                  "Check the loss normalisation: gradient values below bf16's smallest normal "
                  "(1.2e-38) are far below anything a well-scaled loss gives (divided twice, a "
                  "tiny loss weight); keep the affected layers' backward in fp32 until then.");
-    else if (!lowp_grads)
+    else if (!g->lowp_grads)
         snprintf(f->advice, sizeof f->advice,
                  "Nothing to change in fp32. When this model trains in fp16, use a GradScaler "
                  "(init_scale=%.9g, growth_interval=2000): the largest unscaled gradient %.3g then "
                  "stays under 65504/2 while the small ones stay out of fp16's subnormals; or "
                  "train in bf16, whose range is fp32's.",
-                 isnan(rec) ? 65536.0 : rec, u);
+                 init, u);
     else if (isnan(cur) && !has_scaler(m, model) && f16_params(m, model))
         snprintf(f->advice, sizeof f->advice,
                  "Keep fp32 master weights: leave the parameters in fp32 and compute in fp16 "
                  "under torch.autocast with a GradScaler (init_scale=%.9g), instead of "
                  "model.half(), whose fp16 gradients a GradScaler refuses to unscale. Or train "
                  "in bf16, whose range is fp32's.",
-                 isnan(rec) ? 65536.0 : rec);
+                 init);
     else if (isnan(cur) && !has_scaler(m, model)) {
         // (in the words of the program's framework: PyTorch's, or libampcore's)
-        const double scale = isnan(rec) ? 65536.0 : rec;
         char how[160];
         if (m->bridge)
             snprintf(how, sizeof how, "torch.amp.GradScaler(\"%s\", init_scale=%.9g)",
-                     report_scaler_device(m), scale);
+                     report_scaler_device(m), init);
         else
             snprintf(how, sizeof how,
                      "init_scale=%.9g: amp_scaler_new, or PyTorch's "
                      "torch.amp.GradScaler",
-                     scale);
+                     init);
         snprintf(f->advice, sizeof f->advice,
                  "Use a GradScaler (%s): fp16 gradients without loss scaling lose these values. "
                  "Or train in bf16, whose range is fp32's.",
@@ -396,13 +400,9 @@ static void run_model(const report_model *m, int32_t model, report_findings *out
     const layer_loss *worst_weights = NULL;
     for (size_t k = 0; k < n; k++)
         if (v[k].weight_numel > 0 &&
-            (!worst_weights ||
-             (double)v[k].weight_lost / (double)v[k].weight_numel >
-                 (double)worst_weights->weight_lost / (double)worst_weights->weight_numel))
+            (!worst_weights || weight_share_of(&v[k]) > weight_share_of(worst_weights)))
             worst_weights = &v[k];
-    const double weight_share =
-        worst_weights ? (double)worst_weights->weight_lost / (double)worst_weights->weight_numel
-                      : NAN;
+    const double weight_share = worst_weights ? weight_share_of(worst_weights) : NAN;
     bool warn = g.lowp_grads && (worst_weights ? weight_share : worst_share) >= LOST_SHARE_WARN;
     report_finding *f =
         report_finding_add(out, RULE, warn ? AMP_SEVERITY_WARNING : AMP_SEVERITY_INFO);
