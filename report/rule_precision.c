@@ -174,13 +174,16 @@ static void fp32_gemm_finding(const precision_ctx *c, const tally *fp32) {
 }
 
 // A finding of the ops tallied in t when they take at least `note` of the time (a warning from
-// `warn` on, when measured on the GPU), else NULL; *share: their share of the time.
+// `warn` on, when measured on the GPU), with their time as its first evidence, else NULL;
+// *share: their share of the time.
 static report_finding *share_finding(const precision_ctx *c, const tally *t, double note,
                                      double warn, double *share) {
     *share = c->total > 0 ? t->time / c->total : 0;
     if (!(t->worst && *share >= note)) return NULL;
     report_finding *f = report_finding_add(c->out, RULE, by_share(c->m, *share, warn));
     where_of(f, c->m, t);
+    report_finding_evidence(f, "time_ms", t->time / 1e6);
+    report_finding_evidence(f, "time_share", *share);
     return f;
 }
 
@@ -204,8 +207,6 @@ static void upcast_finding(const precision_ctx *c, const tally *up) {
              "as one cross_entropy, scaled_dot_product_attention instead of an explicit "
              "softmax, a fused LayerNorm), or fewer of them per step.",
              c->dt, c->dt);
-    report_finding_evidence(f, "time_ms", up->time / 1e6);
-    report_finding_evidence(f, "time_share", up_share);
     report_finding_evidence(f, "launches", (double)up->launches);
 }
 
@@ -229,8 +230,6 @@ static void cast_finding(const precision_ctx *c, const tally *cast) {
              "per layer), or keep fp32 master weights with %s copies updated by the "
              "optimizer. On a GPU each cast is a memory-bound kernel.",
              c->dt, c->dt);
-    report_finding_evidence(f, "time_ms", cast->time / 1e6);
-    report_finding_evidence(f, "time_share", cast_share);
     report_finding_evidence(f, "casts", (double)cast->launches);
 }
 
