@@ -697,11 +697,13 @@ static int32_t op_group(report_model *m, report_index *t, const report_op *key, 
 }
 
 // A GEMM group's forward f16/bf16 calls whose K or N is no multiple of 8 (the odd-shape finding):
-// their FLOPs, and the first one's K and N. shapes: the row's AMP_OPS.shapes.
-static void note_odd_gemm(report_op *g, double flops, const char *shapes) {
+// their FLOPs, and the first one's K and N. The row's shapes (column `shapes` of q) are read only
+// for a call that could count.
+static void note_odd_gemm(report_op *g, double flops, sqlite3_stmt *q, int shapes) {
     int64_t k, n;
     if (flops >= REPORT_ODD_GEMM_FLOPS && strstr(g->in_dtypes, "f16") &&
-        (!g->phase[0] || strcmp(g->phase, "fwd") == 0) && report_gemm_kn(g->op, shapes, &k, &n) &&
+        (!g->phase[0] || strcmp(g->phase, "fwd") == 0) &&
+        report_gemm_kn(g->op, (const char *)sqlite3_column_text(q, shapes), &k, &n) &&
         (k % 8 || n % 8)) { // (f16 and bf16: 8 elements are 16 bytes)
         if (g->odd_flops == 0) g->odd_k = k, g->odd_n = n;
         g->odd_flops += flops;
@@ -789,7 +791,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
         g->launches++;
         g->flops += flops;
         g->bytes += bytes;
-        if (gemm[gi]) note_odd_gemm(g, flops, (const char *)sqlite3_column_text(q, 12));
+        if (gemm[gi]) note_odd_gemm(g, flops, q, 12);
         amp_add_sat(&g->host_ns, ns);
         if (step < g->first_step) g->first_step = step;
         if (step > g->last_step) g->last_step = step;
