@@ -161,23 +161,22 @@ void cuda_sum_partials(cuda_ctx *c, amp_tensor_t *y, const float *partial, int p
     sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, parts, cols, 1.0f);
 }
 
-void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha) {
-    cuda_ctx *c = cuda_of(bctx);
-    CUDA_ASSERT_CONTIGUOUS(y);
-    CUDA_ASSERT_CONTIGUOUS(x);
-    CUDA_ASSERT_FLOAT(y);
-    AMP_ASSERT(x->ndim == y->ndim);
-    const int64_t ny = cuda_numel(y);
-    if (ny == 0) return;
-    if (cuda_numel(x) == 0) { // a sum over nothing (a bias's gradient over an empty batch): 0
-        cuda_fill(bctx, y, 0.0f);
-        return;
-    }
+// n split into about `want` parts (at least 1, at most `most` and 65535) of *per each, the last
+// part perhaps shorter; returns how many parts there are.
+static int64_t split_into(int64_t n, int64_t want, int64_t most, int64_t *per) {
+    int64_t parts = want > most ? most : want;
+    parts = parts < 1 ? 1 : parts > 65535 ? 65535 : parts;
+    *per = (n + parts - 1) / parts;
+    return (n + *per - 1) / *per;
+}
+
+// x's dims with y's size-1 ones marked summed over (kind[d] = 1), size-1 dims of x dropped and
+// neighbours of one kind merged into one (x is contiguous); returns how many dims are left.
+static int merge_dims(const amp_tensor_t *y, const amp_tensor_t *x, int kind[], int64_t shape[],
+                      int64_t stride[]) {
     int64_t xstride[AMP_MAX_DIMS];
     amp_contiguous_strides(x->ndim, x->shape, xstride);
-    // Classify and merge: kind[d] = 1 where summed over.
-    int nd = 0, kind[AMP_MAX_DIMS];
-    int64_t shape[AMP_MAX_DIMS], stride[AMP_MAX_DIMS];
+    int nd = 0;
     for (int d = 0; d < x->ndim; d++) {
         AMP_ASSERT(y->shape[d] == x->shape[d] || y->shape[d] == 1, "(dim %d)", d);
         if (x->shape[d] == 1) continue;
@@ -192,6 +191,59 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
         stride[nd] = xstride[d];
         nd++;
     }
+    return nd;
+}
+
+// (rows, cols) summed over rows in 16-byte vectors (cols a whole number of them, x aligned to 16).
+static void sum_cols_vec(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int64_t rows,
+                         int64_t cols, float alpha) {
+    const int V = 16 / (int)amp_dtype_size(x->dtype);
+    const unsigned col_blocks = (unsigned)((cols / V + 31) / 32);
+    int64_t per; // about two waves of 256-thread blocks, at least 8 rows a lane
+    const int64_t chunks =
+        split_into(rows, (2 * 8 * 132 + col_blocks - 1) / col_blocks, (rows + 63) / 64, &per);
+    float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
+    const void *xp = amp_tensor_ptr(x);
+    const cuda_fuse fi = cuda_fuse_take_input(c, x);
+    CUDA_DISPATCH_FLOAT(x->dtype, T, {
+        CUDA_FUSE_DISPATCH(fi, S,
+                           reduce_cols_vec_kernel<S, T>
+                           <<<dim3(col_blocks, (unsigned)chunks), dim3(32, 8), 0, c->stream>>>(
+                               partial, (const T *)xp, rows, cols, per, fi));
+    });
+    CUDA_LAUNCH_CHECK();
+    sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, (int)chunks, cols, alpha);
+}
+
+// (rows, cols) summed over rows: coalesced column sums.
+static void sum_cols(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int64_t rows,
+                     int64_t cols, float alpha) {
+    const int64_t col_blocks = (cols + 255) / 256;
+    int64_t per; // about two waves of blocks
+    const int64_t chunks = split_into(rows, (2 * 132 + col_blocks - 1) / col_blocks, rows, &per);
+    float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
+    reduce_cols_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
+        partial, amp_tensor_ptr(x), x->dtype, rows, cols, per);
+    CUDA_LAUNCH_CHECK();
+    sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, (int)chunks, cols, alpha);
+}
+
+// (A, K, L) summed over A and L: a block per channel and slice of A.
+static void sum_channels(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int64_t A, int64_t K,
+                         int64_t L, float alpha) {
+    int64_t per; // a few waves of blocks
+    const int64_t slices = split_into(A, (4 * 132 + K - 1) / K, A, &per);
+    float *partial = (float *)cuda_scratch(c, (size_t)(slices * K) * sizeof(float));
+    reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0, c->stream>>>(
+        partial, amp_tensor_ptr(x), x->dtype, A, K, L, per);
+    CUDA_LAUNCH_CHECK();
+    sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, (int)slices, K, alpha);
+}
+
+// Any other shape: nd merged dims of x, kind[d] = 1 where summed over.
+static void sum_general(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int nd,
+                        const int kind[], const int64_t shape[], const int64_t stride[],
+                        float alpha) {
     reduce_dims kept = {0, {0}, {0}, 1}, red = {0, {0}, {0}, 1};
     for (int d = 0; d < nd; d++) {
         reduce_dims *r = kind[d] ? &red : &kept;
@@ -202,69 +254,40 @@ void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float a
     }
     if (kept.ndim == 0) kept = {1, {1}, {0}, 1};
     if (red.ndim == 0) red = {1, {1}, {0}, 1};
-    const void *xp = amp_tensor_ptr(x);
-    void *yp = amp_tensor_ptr(y);
-    const int V = 16 / (int)amp_dtype_size(x->dtype);
-    if (nd == 2 && kind[0] == 1 && kind[1] == 0 && amp_dtype_is_float(x->dtype) &&
-        kept.count % V == 0 && ((uintptr_t)xp & 15) == 0) { // (R, K) in 16-byte vectors
-        const int64_t rows = red.count, cols = kept.count;
-        const unsigned col_blocks = (unsigned)((cols / V + 31) / 32);
-        // about two waves of 256-thread blocks, at least 8 rows a lane
-        int64_t chunks = (2 * 8 * 132 + col_blocks - 1) / col_blocks, most = (rows + 63) / 64;
-        chunks = chunks > most ? most : chunks < 1 ? 1 : chunks > 65535 ? 65535 : chunks;
-        const int64_t per = (rows + chunks - 1) / chunks;
-        chunks = (rows + per - 1) / per;
-        float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
-        const cuda_fuse fi = cuda_fuse_take_input(c, x);
-        CUDA_DISPATCH_FLOAT(x->dtype, T, {
-            CUDA_FUSE_DISPATCH(fi, S,
-                               reduce_cols_vec_kernel<S, T>
-                               <<<dim3(col_blocks, (unsigned)chunks), dim3(32, 8), 0, c->stream>>>(
-                                   partial, (const T *)xp, rows, cols, per, fi));
-        });
-        CUDA_LAUNCH_CHECK();
-        sum_partials(c, yp, y->dtype, partial, (int)chunks, cols, alpha);
-        return;
-    }
-    if (nd == 2 && kind[0] == 1 && kind[1] == 0 && kept.count >= 64) { // (R, K): column sums
-        const int64_t rows = red.count, cols = kept.count;
-        const int64_t col_blocks = (cols + 255) / 256;
-        int chunks = (int)((2 * 132 + col_blocks - 1) / col_blocks); // about two waves of blocks
-        if (chunks > rows) chunks = (int)rows;
-        if (chunks < 1) chunks = 1;
-        const int64_t per = (rows + chunks - 1) / chunks;
-        chunks = (int)((rows + per - 1) / per);
-        float *partial = (float *)cuda_scratch(c, (size_t)chunks * (size_t)cols * sizeof(float));
-        reduce_cols_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
-            partial, xp, x->dtype, rows, cols, per);
-        CUDA_LAUNCH_CHECK();
-        sum_partials(c, yp, y->dtype, partial, chunks, cols, alpha);
-        return;
-    }
-    if (nd == 3 && kind[0] == 1 && kind[1] == 0 && kind[2] == 1) {
-        const int64_t A = shape[0], K = shape[1], L = shape[2];
-        int64_t slices = (4 * 132 + K - 1) / K; // a few waves of blocks
-        slices = slices > A ? A : slices < 1 ? 1 : slices > 65535 ? 65535 : slices;
-        const int64_t per = (A + slices - 1) / slices;
-        slices = (A + per - 1) / per;
-        float *partial = (float *)cuda_scratch(c, (size_t)(slices * K) * sizeof(float));
-        reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0, c->stream>>>(
-            partial, xp, x->dtype, A, K, L, per);
-        CUDA_LAUNCH_CHECK();
-        sum_partials(c, yp, y->dtype, partial, (int)slices, K, alpha);
-        return;
-    }
+    const int64_t ny = cuda_numel(y);
     AMP_ASSERT(kept.count == ny && ny <= INT32_MAX);
-    // Enough blocks to fill the GPU a few times over, each summing at least 1024 elements.
-    int64_t splits = (4 * 132 + ny - 1) / ny, most = (red.count + 1023) / 1024;
-    splits = splits > most ? most : splits;
-    splits = splits < 1 ? 1 : splits > 65535 ? 65535 : splits;
-    const int64_t per = (red.count + splits - 1) / splits;
-    splits = (red.count + per - 1) / per;
-    if (splits < 1) splits = 1;
+    int64_t per; // enough blocks to fill the GPU a few times over, each summing >= 1024 elements
+    const int64_t splits =
+        split_into(red.count, (4 * 132 + ny - 1) / ny, (red.count + 1023) / 1024, &per);
     float *partial = (float *)cuda_scratch(c, (size_t)(splits * ny) * sizeof(float));
     reduce_general_kernel<<<dim3((unsigned)ny, (unsigned)splits), REDUCE_BLOCK, 0, c->stream>>>(
-        partial, xp, x->dtype, kept, red, per, cuda_numel(x) <= INT32_MAX);
+        partial, amp_tensor_ptr(x), x->dtype, kept, red, per, cuda_numel(x) <= INT32_MAX);
     CUDA_LAUNCH_CHECK();
-    sum_partials(c, yp, y->dtype, partial, (int)splits, ny, alpha);
+    sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, (int)splits, ny, alpha);
+}
+
+void cuda_reduce_sum(void *bctx, amp_tensor_t *y, const amp_tensor_t *x, float alpha) {
+    cuda_ctx *c = cuda_of(bctx);
+    CUDA_ASSERT_CONTIGUOUS(y);
+    CUDA_ASSERT_CONTIGUOUS(x);
+    CUDA_ASSERT_FLOAT(y);
+    AMP_ASSERT(x->ndim == y->ndim);
+    if (cuda_numel(y) == 0) return;
+    if (cuda_numel(x) == 0) { // a sum over nothing (a bias's gradient over an empty batch): 0
+        cuda_fill(bctx, y, 0.0f);
+        return;
+    }
+    int kind[AMP_MAX_DIMS];
+    int64_t shape[AMP_MAX_DIMS], stride[AMP_MAX_DIMS];
+    const int nd = merge_dims(y, x, kind, shape, stride);
+    if (nd == 2 && kind[0] == 1 && kind[1] == 0) { // (R, K): column sums
+        const int V = 16 / (int)amp_dtype_size(x->dtype);
+        if (amp_dtype_is_float(x->dtype) && shape[1] % V == 0 &&
+            ((uintptr_t)amp_tensor_ptr(x) & 15) == 0)
+            return sum_cols_vec(c, y, x, shape[0], shape[1], alpha);
+        if (shape[1] >= 64) return sum_cols(c, y, x, shape[0], shape[1], alpha);
+    }
+    if (nd == 3 && kind[0] == 1 && kind[1] == 0 && kind[2] == 1)
+        return sum_channels(c, y, x, shape[0], shape[1], shape[2], alpha);
+    sum_general(c, y, x, nd, kind, shape, stride, alpha);
 }
