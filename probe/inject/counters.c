@@ -98,10 +98,9 @@ static void unavailable(uint32_t device, const char *call, CUptiResult r) {
         }                                                                                          \
     } while (0)
 
-static bool sampler_open(sampler *s, uint32_t device) {
-    memset(s, 0, sizeof *s);
-    uint8_t *avail = NULL, *config = NULL;
-    s->device = device;
+// The host side: the configuration image of the metrics for device's chip (s->host, s->avail
+// and s->config, which CUPTI holds on to while sampling), *bytes long.
+static bool sampler_config(sampler *s, uint32_t device, size_t *bytes) {
     CUpti_Device_GetChipName_Params chip = {
         .structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE, .deviceIndex = device};
     TRY(cuptiDeviceGetChipName, &chip);
@@ -109,16 +108,16 @@ static bool sampler_open(sampler *s, uint32_t device) {
         .structSize = CUpti_PmSampling_GetCounterAvailability_Params_STRUCT_SIZE,
         .deviceIndex = device};
     TRY(cuptiPmSamplingGetCounterAvailability, &av);
-    avail = malloc(av.counterAvailabilityImageSize);
-    if (!avail) goto fail;
-    av.pCounterAvailabilityImage = avail;
+    s->avail = malloc(av.counterAvailabilityImageSize);
+    if (!s->avail) goto fail;
+    av.pCounterAvailabilityImage = s->avail;
     TRY(cuptiPmSamplingGetCounterAvailability, &av);
 
     CUpti_Profiler_Host_Initialize_Params hi = {
         .structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE,
         .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING,
         .pChipName = chip.pChipName,
-        .pCounterAvailabilityImage = avail};
+        .pCounterAvailabilityImage = s->avail};
     TRY(cuptiProfilerHostInitialize, &hi);
     s->host = hi.pHostObject;
     CUpti_Profiler_Host_ConfigAddMetrics_Params add = {
@@ -131,15 +130,24 @@ static bool sampler_open(sampler *s, uint32_t device) {
         .structSize = CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE,
         .pHostObject = s->host};
     TRY(cuptiProfilerHostGetConfigImageSize, &cs);
-    config = malloc(cs.configImageSize ? cs.configImageSize : 1);
-    if (!config) goto fail;
+    s->config = malloc(cs.configImageSize ? cs.configImageSize : 1);
+    if (!s->config) goto fail;
     CUpti_Profiler_Host_GetConfigImage_Params ci = {
         .structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE,
         .pHostObject = s->host,
         .configImageSize = cs.configImageSize,
-        .pConfigImage = config};
+        .pConfigImage = s->config};
     TRY(cuptiProfilerHostGetConfigImage, &ci);
+    *bytes = cs.configImageSize;
+    return true;
+fail:
+    return false;
+}
 
+// The device side: PM sampling enabled on s->device with s->config (bytes long) and started
+// into a counter data image of its own (s->obj, s->image).
+static bool sampler_start(sampler *s, size_t bytes) {
+    const uint32_t device = s->device;
     CUpti_PmSampling_Enable_Params en = {.structSize = CUpti_PmSampling_Enable_Params_STRUCT_SIZE,
                                          .deviceIndex = device};
     TRY(cuptiPmSamplingEnable, &en);
@@ -147,8 +155,8 @@ static bool sampler_open(sampler *s, uint32_t device) {
     CUpti_PmSampling_SetConfig_Params sc = {
         .structSize = CUpti_PmSampling_SetConfig_Params_STRUCT_SIZE,
         .pPmSamplingObject = s->obj,
-        .configSize = cs.configImageSize,
-        .pConfig = config,
+        .configSize = bytes,
+        .pConfig = s->config,
         .hardwareBufferSize = HW_BUFFER_BYTES,
         .samplingInterval = SAMPLE_NS,
         .triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
@@ -174,17 +182,26 @@ static bool sampler_open(sampler *s, uint32_t device) {
                                         .pPmSamplingObject = s->obj};
     TRY(cuptiPmSamplingStart, &st);
     s->first_image = true;
-    uint64_t now = 0;
-    if (cuptiGetTimestamp(&now) == CUPTI_SUCCESS) { // how long after the context sampling began
-        char key[64], v[32];
-        snprintf(key, sizeof key, "counters_start_ns_gpu%u", device);
-        snprintf(v, sizeof v, "%llu", (unsigned long long)now);
-        amp_record_meta(&(amp_rec_meta){.key = key, .value = v});
-    }
-    s->avail = avail;
-    s->config = config;
     return true;
 fail:
+    return false;
+}
+
+// Starts sampling device's counters; false (said once, on stderr and in META) when it cannot.
+static bool sampler_open(sampler *s, uint32_t device) {
+    memset(s, 0, sizeof *s);
+    s->device = device;
+    size_t bytes = 0;
+    if (sampler_config(s, device, &bytes) && sampler_start(s, bytes)) {
+        uint64_t now = 0;
+        if (cuptiGetTimestamp(&now) == CUPTI_SUCCESS) { // how long after the context sampling began
+            char key[64], v[32];
+            snprintf(key, sizeof key, "counters_start_ns_gpu%u", device);
+            snprintf(v, sizeof v, "%llu", (unsigned long long)now);
+            amp_record_meta(&(amp_rec_meta){.key = key, .value = v});
+        }
+        return true;
+    }
     if (s->obj) {
         CUpti_PmSampling_Disable_Params d = {
             .structSize = CUpti_PmSampling_Disable_Params_STRUCT_SIZE, .pPmSamplingObject = s->obj};
@@ -197,13 +214,12 @@ fail:
         cuptiProfilerHostDeinitialize(&d);
     }
     free(s->image);
-    free(avail);
-    free(config);
+    free(s->avail);
+    free(s->config);
     memset(s, 0, sizeof *s);
     return false;
 }
 
-// Decodes what the hardware buffer holds, emits the completed samples and empties the image.
 static void sampler_decode(sampler *s) {
     const uint32_t device = s->device;
     CUpti_PmSampling_DecodeData_Params dd = {.structSize =
