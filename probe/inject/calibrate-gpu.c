@@ -98,54 +98,21 @@ static void run_gemm(void *arg) {
                        CUBLAS_GEMM_DEFAULT));
 }
 
-int main(int argc, char **argv) {
-    if (argc > 2 || (argc == 2 && strcmp(argv[1], "--name") != 0)) {
-        const bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
-        fprintf(help ? stdout : stderr,
-                "usage: ampprobe-calibrate [--name]\n\n"
-                "The measuring half of 'ampprobe calibrate' (run that: it caches the figures):\n"
-                "prints the GPU's facts and its measured GEMM FLOP/s and DRAM bandwidth as\n"
-                "'key value' lines; --name prints only the GPU's name.\n");
-        return help ? 0 : 2;
-    }
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        fprintf(stderr,
-                "ampprobe calibrate: no GPU to measure (%s); without measured ceilings the "
-                "report uses the card's published figures\n",
-                e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older than the "
-                                                   "CUDA runtime"
-                : e != cudaSuccess               ? cudaGetErrorString(e)
-                                                 : "the driver lists none");
-        return 1;
-    }
-    struct cudaDeviceProp p;
-    CHECK(cudaGetDeviceProperties(&p, 0));
-    if (argc > 1 && strcmp(argv[1], "--name") == 0) {
-        printf("%s\n", p.name);
-        return 0;
-    }
-    int clock_khz = 0;
-    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-    printf("gpu %s\nsm_count %d\nmemory_bytes %zu\nsm_clock_hz %lld\n", p.name,
-           p.multiProcessorCount, p.totalGlobalMem, (long long)clock_khz * 1000);
-    fflush(stdout);
-
-    timer t;
-    CHECK(cudaEventCreate(&t.a));
-    CHECK(cudaEventCreate(&t.b));
-
+// dram_bytes_per_s: a device-to-device copy of COPY_BYTES, read and written.
+static void measure_copy(timer *t) {
     copy_job cj;
     CHECK(cudaMalloc(&cj.src, COPY_BYTES));
     CHECK(cudaMalloc(&cj.dst, COPY_BYTES));
     CHECK(cudaMemset(cj.src, 1, COPY_BYTES));
-    float ms = best_ms(&t, run_copy, &cj);
+    const float ms = best_ms(t, run_copy, &cj);
     printf("dram_bytes_per_s %.4g\n", 2.0 * COPY_BYTES / (ms * 1e-3));
     fflush(stdout);
     CHECK(cudaFree(cj.src));
     CHECK(cudaFree(cj.dst));
+}
 
+// gemm_flops_*: a GEMM_N cube in each input type, on the same random values.
+static int measure_gemms(timer *t) {
     size_t n = (size_t)GEMM_N * GEMM_N;
     float *hf = malloc(n * sizeof(float));
     uint16_t *hh = malloc(n * sizeof(uint16_t));
@@ -187,7 +154,7 @@ int main(int argc, char **argv) {
         g.in = cases[c].in;
         g.out = cases[c].in;
         g.compute = cases[c].compute;
-        ms = best_ms(&t, run_gemm, &g);
+        const float ms = best_ms(t, run_gemm, &g);
         printf("%s %.4g\n", cases[c].key, 2.0 * GEMM_N * GEMM_N * (double)GEMM_N / (ms * 1e-3));
         fflush(stdout);
     }
@@ -198,4 +165,45 @@ int main(int argc, char **argv) {
     free(hf);
     free(hh);
     return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "--name") != 0)) {
+        const bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        fprintf(help ? stdout : stderr,
+                "usage: ampprobe-calibrate [--name]\n\n"
+                "The measuring half of 'ampprobe calibrate' (run that: it caches the figures):\n"
+                "prints the GPU's facts and its measured GEMM FLOP/s and DRAM bandwidth as\n"
+                "'key value' lines; --name prints only the GPU's name.\n");
+        return help ? 0 : 2;
+    }
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        fprintf(stderr,
+                "ampprobe calibrate: no GPU to measure (%s); without measured ceilings the "
+                "report uses the card's published figures\n",
+                e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older than the "
+                                                   "CUDA runtime"
+                : e != cudaSuccess               ? cudaGetErrorString(e)
+                                                 : "the driver lists none");
+        return 1;
+    }
+    struct cudaDeviceProp p;
+    CHECK(cudaGetDeviceProperties(&p, 0));
+    if (argc > 1 && strcmp(argv[1], "--name") == 0) {
+        printf("%s\n", p.name);
+        return 0;
+    }
+    int clock_khz = 0;
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    printf("gpu %s\nsm_count %d\nmemory_bytes %zu\nsm_clock_hz %lld\n", p.name,
+           p.multiProcessorCount, p.totalGlobalMem, (long long)clock_khz * 1000);
+    fflush(stdout);
+
+    timer t;
+    CHECK(cudaEventCreate(&t.a));
+    CHECK(cudaEventCreate(&t.b));
+    measure_copy(&t);
+    return measure_gemms(&t);
 }
