@@ -991,25 +991,7 @@ class Watcher:
         if not self.rec.enabled:
             self.close()
             return
-        if not self._forwards and self.step == self.first:
-            print("ampprobe: step %d ended without an eager forward of the watched model (was it "
-                  "compiled after watch(), or called inside a compiled function? watch what "
-                  "torch.compile returned): its inputs and module outputs are not recorded"
-                  % self.step, file=sys.stderr, flush=True)
-        self._end_loss_region()
-        if self.links.open:  # (the model's forward did not return: what it saw is kept)
-            self.links.close()
-        if self._wgrads_early and not updated and \
-                any(p.grad is not None for p in self._plist):  # as the update will see them
-            self.wgrads_queued = False  # (none held: an update through p.data took them)
-        self._queue_weight_grads()
-        self.models.end_first_step()
-        if found is None:
-            bad = None
-            if self.check_grads:
-                with self._lock:
-                    bad = self.stats.nonfinite_count(self.wgrad_handles)
-            self._ensure_marked(None, bad)
+        self._close_step(found, updated)
         with self._lock:  # the scale after update() goes with the figures when there are any;
             # else the next step's mark brings it (flush(scale_later)), or a broken one reads it
             copy = self.stats.finish(scalars=[self.scaler._scale, self.scaler._growth_tracker]
@@ -1029,6 +1011,35 @@ class Watcher:
             self._record(done)
         else:  # recorded a step later (flush()); its statistics may still show a break
             self.waiting = done
+        self._next_step()
+
+    def _close_step(self, found, updated):
+        """What the step left open ends (end_step): its loss region, an unreturned forward's
+        links; its parameter gradients are queued as the update will see them, and without a
+        scaler (found None) its scalars are marked, with check_grads the count of non-finite
+        values among the parameter gradients too."""
+        if not self._forwards and self.step == self.first:
+            print("ampprobe: step %d ended without an eager forward of the watched model (was it "
+                  "compiled after watch(), or called inside a compiled function? watch what "
+                  "torch.compile returned): its inputs and module outputs are not recorded"
+                  % self.step, file=sys.stderr, flush=True)
+        self._end_loss_region()
+        if self.links.open:  # (the model's forward did not return: what it saw is kept)
+            self.links.close()
+        if self._wgrads_early and not updated and \
+                any(p.grad is not None for p in self._plist):  # as the update will see them
+            self.wgrads_queued = False  # (none held: an update through p.data took them)
+        self._queue_weight_grads()
+        self.models.end_first_step()
+        if found is None:
+            bad = None
+            if self.check_grads:
+                with self._lock:
+                    bad = self.stats.nonfinite_count(self.wgrad_handles)
+            self._ensure_marked(None, bad)
+
+    def _next_step(self):
+        """The step's state emptied for the next one (end_step)."""
         self.step += 1
         self.step_start = self.rec.now_ns()
         self.sampled = (self.step - self.first) % self.stats_every == 0
