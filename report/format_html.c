@@ -702,8 +702,7 @@ static bool amax_processes_note(const report_model *m, const size_t *pick, size_
         if (!drawn) continue;
         char proc[128];
         report_process_phrase(m, m->procs[i].pid, proc, sizeof proc);
-        const size_t k = strlen(note);
-        snprintf(note + k, size - k, "%sP%zu is %s", k ? "; " : "", i + 1, proc);
+        report_appendf(note, size, "%sP%zu is %s", note[0] ? "; " : "", i + 1, proc);
     }
     return true;
 }

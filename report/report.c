@@ -8,6 +8,8 @@
 #include "amp-impl.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +83,15 @@ bool report_finding_evidence_of(const report_finding *f, const char *key, double
     for (int i = 0; i < f->n_evidence; i++)
         if (strcmp(f->evidence[i].key, key) == 0) return *value = f->evidence[i].value, true;
     return false;
+}
+
+void report_appendf(char *buf, size_t size, const char *fmt, ...) {
+    const size_t n = strnlen(buf, size);
+    if (n + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, size - n, fmt, ap);
+    va_end(ap);
 }
 
 const char *report_cut_name(char *dst, size_t n, const char *s) {
@@ -181,11 +192,10 @@ static void merge_processes(const report_model *m, report_findings *out) {
     out->n = kept;
     for (size_t i = 0; i < out->n; i++) {
         report_finding *f = &out->v[i];
-        size_t len = strlen(f->detail);
-        if (f->processes > 1 && len < sizeof f->detail)
-            snprintf(f->detail + len, sizeof f->detail - len,
-                     "%sThe same in %d processes; the figures are the first one's.",
-                     len ? "\n" : "", f->processes);
+        if (f->processes > 1)
+            report_appendf(f->detail, sizeof f->detail,
+                           "%sThe same in %d processes; the figures are the first one's.",
+                           f->detail[0] ? "\n" : "", f->processes);
     }
 }
 
@@ -563,10 +573,7 @@ void report_summarize(const report_model *m, report_summary *s) {
 void report_steps_phrase(const report_summary *s, bool noun, char *buf, size_t n) {
     const char *unit = s->steps == 1 ? " step" : " steps";
     snprintf(buf, n, "%lld%s", (long long)s->steps, noun ? unit : "");
-    if (s->processes > 1) {
-        size_t k = strlen(buf);
-        snprintf(buf + k, n - k, " of %d processes", s->processes);
-    }
+    if (s->processes > 1) report_appendf(buf, n, " of %d processes", s->processes);
 }
 
 // One Run-section line of report_coverage_lines.
@@ -628,18 +635,16 @@ bool report_went_past_error(const report_model *m, const report_findings *f) {
 
 void report_verdict(const report_model *m, const report_findings *f, char *buf, size_t n) {
     const bool said_only = verdict_of_focus(m, f, buf, n);
-    size_t k = strlen(buf);
-    if (m->end.first_error_before >= 0 && k + 1 < n)
-        snprintf(buf + k, n - k,
-                 " The run had an error before the focused steps (--steps): its first is at "
-                 "step %lld.",
-                 (long long)m->end.first_error_before);
-    k = strlen(buf);
-    if (f->only && !said_only && k + 1 < n)
-        snprintf(buf + k, n - k,
-                 " Only rule %s ran (--rule): the findings it names of other rules are not "
-                 "shown; the report without --rule runs them all.",
-                 f->only);
+    if (m->end.first_error_before >= 0)
+        report_appendf(buf, n,
+                       " The run had an error before the focused steps (--steps): its first is at "
+                       "step %lld.",
+                       (long long)m->end.first_error_before);
+    if (f->only && !said_only)
+        report_appendf(buf, n,
+                       " Only rule %s ran (--rule): the findings it names of other rules are not "
+                       "shown; the report without --rule runs them all.",
+                       f->only);
 }
 
 // An fp32 run (no process ran an op under autocast) with overflow-headroom's notes of what fp16

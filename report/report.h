@@ -440,6 +440,10 @@ void report_model_free(report_model *m);
 // s (NULL: "") into dst[n]; a longer s cut on a character's boundary and ended with "…", so
 // that the cut shows. Returns dst: names in a finding's sentences go through it, never "%.80s".
 const char *report_cut_name(char *dst, size_t n, const char *s);
+// printf into what is left of buf[size] after the text already there (a finding's title,
+// detail or advice: cut at the end, as a rule's snprintf cuts).
+void report_appendf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 // A layer's name in a finding's sentence, cut as report_cut_name cuts it: "the top level" for
 // none (NULL or "": ops outside every layer).
 const char *report_layer_words(char *dst, size_t n, const char *layer);

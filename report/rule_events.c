@@ -127,16 +127,16 @@ void rule_events_run(const report_model *m, report_findings *out) {
         snprintf(f->title, sizeof f->title, "%s recorded by the program%s%s%s%s", kind_s,
                  layer || op ? " in " : "", layer_s, layer && op ? " " : "", op_s);
         const char *judged = judged_from(e->kind);
-        int w = snprintf(f->detail, sizeof f->detail,
-                         "%lld occurrence%s of an event of %s kind %s (severity %s)%s%.700s.",
-                         (long long)occurrences, occurrences == 1 ? "" : "s",
-                         judged ? "the record API's" : "the program's own", kind_s,
-                         worst == AMP_SEVERITY_ERROR ? "error" : "warning",
-                         e->detail && e->detail[0] ? ": " : "", e->detail ? e->detail : "");
-        if (counted && w > 0 && (size_t)w < sizeof f->detail)
-            snprintf(f->detail + w, sizeof f->detail - (size_t)w, " %lld elements affected%s.",
-                     (long long)count,
-                     counted < occurrences ? " in the occurrences that gave a count" : "");
+        snprintf(f->detail, sizeof f->detail,
+                 "%lld occurrence%s of an event of %s kind %s (severity %s)%s%.700s.",
+                 (long long)occurrences, occurrences == 1 ? "" : "s",
+                 judged ? "the record API's" : "the program's own", kind_s,
+                 worst == AMP_SEVERITY_ERROR ? "error" : "warning",
+                 e->detail && e->detail[0] ? ": " : "", e->detail ? e->detail : "");
+        if (counted)
+            report_appendf(f->detail, sizeof f->detail, " %lld elements affected%s.",
+                           (long long)count,
+                           counted < occurrences ? " in the occurrences that gave a count" : "");
         if (judged)
             snprintf(f->advice, sizeof f->advice,
                      "The program (or the framework recording it) reported this itself. The "

@@ -747,10 +747,9 @@ static int64_t add_forward_root(const report_model *m, const events_index *x, co
                          "may be where it was made: "
                        : "",
              elsewhere ? m->unwatched : "", elsewhere ? "." : "");
-    size_t len = strlen(f->detail);
     if (!e->phase && is(e, AMP_EVENT_NONFINITE_PRODUCER)) // (an outside framework's record)
-        snprintf(f->detail + len, sizeof f->detail - len,
-                 " Recorded without a phase: a forward break by its step's non-finite loss.");
+        report_appendf(f->detail, sizeof f->detail,
+                       " Recorded without a phase: a forward break by its step's non-finite loss.");
     report_finding_evidence(f, "steps_affected", (double)affected);
     const int64_t elements = site_elements(m, x, e);
     report_finding_evidence(f, "nonfinite_elements", elements >= 0 ? (double)elements : NAN);
@@ -1007,14 +1006,14 @@ static bool eps_zero_in_f16(const report_model *m, const report_stats *w, report
     char param[96], opt[64];
     report_cut_name(param, sizeof param, w->op);
     report_cut_name(opt, sizeof opt, m->optimizer);
-    size_t n = strlen(f->detail);
-    snprintf(f->detail + n, sizeof f->detail - n,
-             " %s is stored in fp16 (the model itself cast to fp16, no fp32 master copy), and "
-             "%s's eps=%.3g is 0 in fp16 (its smallest subnormal is 5.96e-8): the running mean "
-             "of the squared gradients, kept in fp16 too, underflows to 0 for small gradients "
-             "(Adam's 0.001 x g^2 for |g| below about 5e-3), and the update divides by it: "
-             "inf, or NaN where the gradient's mean is 0 as well.",
-             param, opt, eps);
+    report_appendf(
+        f->detail, sizeof f->detail,
+        " %s is stored in fp16 (the model itself cast to fp16, no fp32 master copy), and "
+        "%s's eps=%.3g is 0 in fp16 (its smallest subnormal is 5.96e-8): the running mean "
+        "of the squared gradients, kept in fp16 too, underflows to 0 for small gradients "
+        "(Adam's 0.001 x g^2 for |g| below about 5e-3), and the update divides by it: "
+        "inf, or NaN where the gradient's mean is 0 as well.",
+        param, opt, eps);
     snprintf(f->advice, sizeof f->advice,
              "Keep fp32 master weights: leave the parameters in fp32 and compute in fp16 under "
              "torch.autocast(\"cuda\", dtype=torch.float16) with a GradScaler (or in bf16), "
@@ -1040,16 +1039,15 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
         const long long at = (long long)w->bad_step;
         const bool finite_before = w->first_step < w->bad_step;
         report_finding_where(f, report_layer_name(m, w->pid, w->layer_id), NULL, "optim");
-        size_t n = strlen(f->title);
-        snprintf(f->title + n, sizeof f->title - n,
-                 "; the weights were non-finite first: %s as "
-                 "step %lld began",
-                 param, at);
-        n = strlen(f->detail);
-        snprintf(f->detail + n, sizeof f->detail - n,
-                 " The parameter %s held NaN/inf as step %lld began%s: what wrote it there made "
-                 "the value, and every op that read it only carried it on.",
-                 param, at, finite_before ? ", its row of the step before finite" : "");
+        report_appendf(f->title, sizeof f->title,
+                       "; the weights were non-finite first: %s as "
+                       "step %lld began",
+                       param, at);
+        report_appendf(
+            f->detail, sizeof f->detail,
+            " The parameter %s held NaN/inf as step %lld began%s: what wrote it there made "
+            "the value, and every op that read it only carried it on.",
+            param, at, finite_before ? ", its row of the step before finite" : "");
         report_finding_evidence(f, "weights_nonfinite_step", (double)w->bad_step);
         if (eps_zero_in_f16(m, w, f)) return;
         snprintf(f->advice, sizeof f->advice,
@@ -1067,16 +1065,15 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
     char what[sizeof f->layer + 80];
     snprintf(what, sizeof what, "%s%s%s", layer ? layer : "the top level", s->op[0] ? " " : "",
              s->op);
-    size_t n = strlen(f->title);
-    snprintf(f->title + n, sizeof f->title - n,
-             "; the statistics show %s's output non-finite first (step %lld)", what,
-             (long long)s->bad_step);
-    n = strlen(f->detail);
-    snprintf(f->detail + n, sizeof f->detail - n,
-             " The statistics show the output of %s non-finite first, at step %lld, the outputs "
-             "recorded before it in that step finite: the value was made there, or in code "
-             "between it and them that no statistics cover.",
-             what, (long long)s->bad_step);
+    report_appendf(f->title, sizeof f->title,
+                   "; the statistics show %s's output non-finite first (step %lld)", what,
+                   (long long)s->bad_step);
+    report_appendf(
+        f->detail, sizeof f->detail,
+        " The statistics show the output of %s non-finite first, at step %lld, the outputs "
+        "recorded before it in that step finite: the value was made there, or in code "
+        "between it and them that no statistics cover.",
+        what, (long long)s->bad_step);
     snprintf(f->advice, sizeof f->advice,
              "Look at %s at step %lld: an fp16 overflow of an unnormalised input (keep it in fp32 "
              "or train in bf16), a log, division or sqrt out of its domain (clamp it, add an "
@@ -1149,12 +1146,12 @@ static bool nonfinite_before_focus(const report_model *m, report_finding *f) {
     snprintf(f->title, sizeof f->title,
              "the loss has been non-finite since step %lld, before the focused steps",
              (long long)p->nonfinite_since);
-    size_t n = strlen(f->detail);
-    snprintf(f->detail + n, sizeof f->detail - n,
-             " The steps before the focus (--steps) are non-finite from step %lld on: what broke "
-             "the run happened there, and the steps here only carry it on (an update with "
-             "non-finite gradients leaves the weights non-finite).",
-             (long long)p->nonfinite_since);
+    report_appendf(
+        f->detail, sizeof f->detail,
+        " The steps before the focus (--steps) are non-finite from step %lld on: what broke "
+        "the run happened there, and the steps here only carry it on (an update with "
+        "non-finite gradients leaves the weights non-finite).",
+        (long long)p->nonfinite_since);
     snprintf(f->advice, sizeof f->advice,
              "Look at where it began: ampprobe report --steps %lld:%lld (or the whole run, without "
              "--steps).",
@@ -1238,15 +1235,13 @@ static void unscaled_backward(const report_model *m, report_spans *out) {
 static void note_figures_step(const report_event *e, report_findings *out) {
     if (e->detail_step >= e->step || !out->n) return;
     report_finding *f = &out->v[out->n - 1];
-    size_t len = strlen(f->title);
-    snprintf(f->title + len, sizeof f->title - len, " (figures of step %lld)",
-             (long long)e->detail_step);
-    len = strlen(f->detail);
-    snprintf(f->detail + len, sizeof f->detail - len,
-             " The inputs and outputs quoted are of step %lld, before the focused steps: the "
-             "database keeps the occurrences after a site's first ten as one row (from step %lld "
-             "on), with the figures of the first of them.",
-             (long long)e->detail_step, (long long)e->detail_step);
+    report_appendf(f->title, sizeof f->title, " (figures of step %lld)", (long long)e->detail_step);
+    report_appendf(
+        f->detail, sizeof f->detail,
+        " The inputs and outputs quoted are of step %lld, before the focused steps: the "
+        "database keeps the occurrences after a site's first ten as one row (from step %lld "
+        "on), with the figures of the first of them.",
+        (long long)e->detail_step, (long long)e->detail_step);
     report_finding_evidence(f, "figures_step", (double)e->detail_step);
 }
 

@@ -135,9 +135,8 @@ static void absorbed_findings(const report_model *m, report_findings *out) {
                      ? ""
                      : " It was looked for because an output's share of exact zeros jumped.");
         if (e->last_step > e->step) {
-            size_t k = strlen(f->detail);
-            snprintf(f->detail + k, sizeof f->detail - k, " Seen again up to step %lld.",
-                     (long long)e->last_step);
+            report_appendf(f->detail, sizeof f->detail, " Seen again up to step %lld.",
+                           (long long)e->last_step);
         }
         if (f16 && squares(op) && strcmp(absorber, "rsqrt") == 0)
             snprintf(f->advice, sizeof f->advice,
@@ -200,14 +199,15 @@ void rule_overflow_run(const report_model *m, report_findings *out) {
             snprintf(f->title, sizeof f->title,
                      "%s %s output (fp32, amax %.6g%s) would overflow %s (max %g) under autocast",
                      layer, s->op, amax, at, s->target, max);
-        int w = snprintf(f->detail, sizeof f->detail,
-                         "%lld of %lld sampled outputs within 2x of the max%s (steps %lld-%lld).",
-                         (long long)s->near_max_tensors, (long long)s->tensors,
-                         amax > max ? " or beyond it" : "", (long long)f->first_step,
-                         (long long)f->last_step);
-        if (s->n_overflow > 0 && w > 0 && (size_t)w < sizeof f->detail)
-            snprintf(f->detail + w, sizeof f->detail - (size_t)w,
-                     " %lld fp32 values beyond it would round to inf.", (long long)s->n_overflow);
+        snprintf(f->detail, sizeof f->detail,
+                 "%lld of %lld sampled outputs within 2x of the max%s (steps %lld-%lld).",
+                 (long long)s->near_max_tensors, (long long)s->tensors,
+                 amax > max ? " or beyond it" : "", (long long)f->first_step,
+                 (long long)f->last_step);
+        if (s->n_overflow > 0)
+            report_appendf(f->detail, sizeof f->detail,
+                           " %lld fp32 values beyond it would round to inf.",
+                           (long long)s->n_overflow);
         if (strcmp(s->target, "f16") == 0)
             snprintf(f->advice, sizeof f->advice,
                      "Give it headroom before it overflows: normalise or rescale what feeds %s (a "

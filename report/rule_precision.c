@@ -322,19 +322,19 @@ static void odd_gemms(const report_model *m, int32_t pid, report_findings *out) 
         if (w < 0 || (size_t)w >= sizeof list - k) break;
         k += (size_t)w;
     }
-    int n = snprintf(f->detail, sizeof f->detail,
-                     "%s. cuBLAS's fastest fp16/bf16 Tensor Core kernels need the matrices' "
-                     "contiguous dimensions, K (the inner one) and N (the output's columns), in "
-                     "multiples of 8 elements (16 bytes); M (the rows: batch x sequence) does not "
-                     "matter. On an H200 (torch 2.11, 2026-12-04) a linear's forward and backward "
-                     "at M=8192, K=768 took 15.6 ms at N=50257 against 3.1 ms at N=50304, and at "
-                     "K=4096 6.6 ms at N=4095 against 1.2 ms at N=4096.",
-                     list);
-    if (m->perf.attributed_ns > 0 && n > 0 && (size_t)n < sizeof f->detail)
-        snprintf(f->detail + n, sizeof f->detail - (size_t)n,
-                 " Their forward kernels took %.3g ms, %.0f%% of the GPU time of the ops "
-                 "recorded.",
-                 odd_ns / 1e6, 100 * odd_ns / (double)m->perf.attributed_ns);
+    snprintf(f->detail, sizeof f->detail,
+             "%s. cuBLAS's fastest fp16/bf16 Tensor Core kernels need the matrices' "
+             "contiguous dimensions, K (the inner one) and N (the output's columns), in "
+             "multiples of 8 elements (16 bytes); M (the rows: batch x sequence) does not "
+             "matter. On an H200 (torch 2.11, 2026-12-04) a linear's forward and backward "
+             "at M=8192, K=768 took 15.6 ms at N=50257 against 3.1 ms at N=50304, and at "
+             "K=4096 6.6 ms at N=4095 against 1.2 ms at N=4096.",
+             list);
+    if (m->perf.attributed_ns > 0)
+        report_appendf(f->detail, sizeof f->detail,
+                       " Their forward kernels took %.3g ms, %.0f%% of the GPU time of the ops "
+                       "recorded.",
+                       odd_ns / 1e6, 100 * odd_ns / (double)m->perf.attributed_ns);
     snprintf(f->advice, sizeof f->advice,
              "Pad the dimension up to a multiple of 8 (64 for a vocabulary): %s %lld -> %lld "
              "here. Vocabulary and class counts (logits never trained as labels cost nothing), "

@@ -108,6 +108,31 @@ static size_t layers_of(const report_model *m, layer_sum *v, size_t cap) {
 
 // The info on where the GPU time goes: the shares of compute-, memory- and launch-bound kernels,
 // the largest kernels, the card's ceilings.
+// One of gpu_time's largest kernels, appended to buf: its share of GPU time, launches, bound,
+// what the counters measured of it and how near its roof it ran.
+static void kernel_phrase(char *buf, size_t size, const report_perf *p, const report_kernel *x,
+                          bool first) {
+    const report_gpu *g = &p->gpu;
+    place pl = classify(g, x, x->name, x->flops, x->bytes, (double)x->total_ns, x->launches);
+    report_appendf(buf, size, "%s %.60s %.0f%% of GPU time, %lld x %.1f us, %s%s", first ? "" : ";",
+                   x->name, 100.0 * (double)x->total_ns / (double)p->kernel_ns,
+                   (long long)x->launches, (double)x->total_ns / (double)x->launches / 1e3,
+                   bound_names[pl.b], pl.by_name ? " (by name)" : "");
+    if (pl.counters) {
+        double sec = x->covered_ns * 1e-9;
+        report_appendf(buf, size, " (counters: DRAM %.0f%% of peak, tensor pipe %.0f%% busy)",
+                       100 * x->dram_bytes / sec / g->bandwidth,
+                       100 * x->tensor_ns / x->covered_ns);
+    }
+    if (!isnan(pl.efficiency)) {
+        if (isnan(pl.ai))
+            report_appendf(buf, size, " at %.0f%% of the nearer roof", 100 * pl.efficiency);
+        else
+            report_appendf(buf, size, " at %.0f%% of the roof (AI %.3g)", 100 * pl.efficiency,
+                           pl.ai);
+    }
+}
+
 static void gpu_time(const report_model *m, report_findings *out) {
     const report_perf *p = &m->perf;
     const report_gpu *g = &p->gpu;
@@ -132,53 +157,25 @@ static void gpu_time(const report_model *m, report_findings *out) {
              "kernels%s on %s",
              100 * share[BOUND_COMPUTE], 100 * share[BOUND_MEMORY], 100 * share[BOUND_LAUNCH], comm,
              g->name ? g->name : "the GPU");
-    size_t k = 0;
     if (p->counter_samples > 0)
-        k = (size_t)snprintf(f->detail, sizeof f->detail,
-                             "Hardware counters: %lld samples; %lld kernel names placed with "
-                             "measured DRAM bytes. ",
-                             (long long)p->counter_samples, (long long)by_counters);
-    k += (size_t)snprintf(f->detail + k, sizeof f->detail - k, "Largest kernels:");
-    for (size_t i = 0; i < p->n_kernels && i < LIST_MAX && k < sizeof f->detail; i++) {
-        const report_kernel *x = &p->kernels[i];
-        place pl = classify(g, x, x->name, x->flops, x->bytes, (double)x->total_ns, x->launches);
-        int c = snprintf(f->detail + k, sizeof f->detail - k,
-                         "%s %.60s %.0f%% of GPU time, %lld x %.1f us, %s%s", i ? ";" : "", x->name,
-                         100.0 * (double)x->total_ns / (double)p->kernel_ns, (long long)x->launches,
-                         (double)x->total_ns / (double)x->launches / 1e3, bound_names[pl.b],
-                         pl.by_name ? " (by name)" : "");
-        if (c > 0) k += (size_t)c;
-        if (pl.counters && k < sizeof f->detail) {
-            double sec = x->covered_ns * 1e-9;
-            c = snprintf(f->detail + k, sizeof f->detail - k,
-                         " (counters: DRAM %.0f%% of peak, tensor pipe %.0f%% busy)",
-                         100 * x->dram_bytes / sec / g->bandwidth,
-                         100 * x->tensor_ns / x->covered_ns);
-            if (c > 0) k += (size_t)c;
-        }
-        if (!isnan(pl.efficiency) && k < sizeof f->detail) {
-            c = isnan(pl.ai)
-                    ? snprintf(f->detail + k, sizeof f->detail - k, " at %.0f%% of the nearer roof",
-                               100 * pl.efficiency)
-                    : snprintf(f->detail + k, sizeof f->detail - k,
-                               " at %.0f%% of the roof (AI %.3g)", 100 * pl.efficiency, pl.ai);
-            if (c > 0) k += (size_t)c;
-        }
-    }
-    if (k < sizeof f->detail) {
-        int c = snprintf(
-            f->detail + k, sizeof f->detail - k,
-            ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
-            g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
-            g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
-            g->peak_assumed && !g->bandwidth_assumed ? "; bandwidth from TARGET_INFO_GPU" : "");
-        if (c > 0) k += (size_t)c;
-    }
-    if (k < sizeof f->detail && p->counter_samples == 0 && m->counters_reason)
-        snprintf(f->detail + k, sizeof f->detail - k,
-                 " Hardware counters were asked for but not recorded (%s): analytic figures "
-                 "only.",
-                 m->counters_reason);
+        report_appendf(f->detail, sizeof f->detail,
+                       "Hardware counters: %lld samples; %lld kernel names placed with "
+                       "measured DRAM bytes. ",
+                       (long long)p->counter_samples, (long long)by_counters);
+    report_appendf(f->detail, sizeof f->detail, "Largest kernels:");
+    for (size_t i = 0; i < p->n_kernels && i < LIST_MAX; i++)
+        kernel_phrase(f->detail, sizeof f->detail, p, &p->kernels[i], i == 0);
+    report_appendf(f->detail, sizeof f->detail,
+                   ". Ceilings: %.0f TFLOP/s fp16/bf16, %.2f TB/s (ridge %.0f FLOP/B): %s%s%s.",
+                   g->peak_flops / 1e12, g->bandwidth / 1e12, ridge,
+                   g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
+                   g->peak_assumed && !g->bandwidth_assumed ? "; bandwidth from TARGET_INFO_GPU"
+                                                            : "");
+    if (p->counter_samples == 0 && m->counters_reason)
+        report_appendf(f->detail, sizeof f->detail,
+                       " Hardware counters were asked for but not recorded (%s): analytic figures "
+                       "only.",
+                       m->counters_reason);
     snprintf(f->advice, sizeof f->advice,
              "Compute-bound kernels gain from fp16/bf16 Tensor Cores; memory-bound ones from "
              "fewer bytes (fp16/bf16 activations, fused elementwise ops: torch.compile); "

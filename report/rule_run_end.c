@@ -179,11 +179,11 @@ static void program_end(const report_model *m, report_findings *out) {
     if (report_focused(m) && e->last_step > m->step_hi) {
         f->severity = AMP_SEVERITY_INFO;
         f->leads = false;
-        size_t k = strlen(f->detail);
-        snprintf(f->detail + k, sizeof f->detail - k,
-                 " That was after the focused steps (--steps, to step %lld), which ran on past "
-                 "them: a note here, judged by the report of the whole run.",
-                 (long long)m->step_hi);
+        report_appendf(
+            f->detail, sizeof f->detail,
+            " That was after the focused steps (--steps, to step %lld), which ran on past "
+            "them: a note here, judged by the report of the whole run.",
+            (long long)m->step_hi);
     }
     report_finding_evidence(f, "exit_status", status);
     report_finding_evidence(f, "last_step", e->last_step >= 0 ? (double)e->last_step : NAN);
@@ -241,12 +241,11 @@ static void recording_stopped(const report_model *m, report_findings *out, const
     report_summary s;
     report_summarize(m, &s);
     const int64_t span = s.last_step - s.first_step + 1;
-    size_t k = strlen(f->detail);
     if (s.processes == 1 && s.steps < span)
-        snprintf(f->detail + k, sizeof f->detail - k,
-                 " Only %lld of steps %lld-%lld are in the database: the records of a write "
-                 "that failed were lost with it.",
-                 (long long)s.steps, (long long)s.first_step, (long long)s.last_step);
+        report_appendf(f->detail, sizeof f->detail,
+                       " Only %lld of steps %lld-%lld are in the database: the records of a write "
+                       "that failed were lost with it.",
+                       (long long)s.steps, (long long)s.first_step, (long long)s.last_step);
     snprintf(f->advice, sizeof f->advice,
              "Free space on the disk that holds the database (the spool of records waiting to "
              "go into it is beside it), or write it to one with room (ampprobe run -o), and "

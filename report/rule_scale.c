@@ -276,28 +276,28 @@ static void bf16_scaler(const report_model *m, const scale_run *r, report_findin
              "a GradScaler in a bf16 run: loss scaling protects nothing here (%lld updates, "
              "scale %.9g at the end)",
              (long long)r->n, r->scale_last);
-    int k = snprintf(f->detail, sizeof f->detail,
-                     "bf16 keeps fp32's exponent range (largest 3.39e38, smallest normal "
-                     "1.18e-38): gradients that fp16 loses to overflow or underflow fit in bf16 "
-                     "unscaled. The GradScaler still multiplies the loss, unscales every "
-                     "gradient before the optimizer steps (a pass over all of them) and reads "
-                     "found_inf back to the host in every step() (a synchronisation: the host "
-                     "stops queuing work until the GPU has caught up).");
-    if (r->skipped > 0 && k > 0 && (size_t)k < sizeof f->detail)
-        k += snprintf(f->detail + k, sizeof f->detail - (size_t)k,
-                      " Its %lld skipped step%s had gradients that were inf/NaN at any scale, "
-                      "not a scale too high (see nonfinite-root-cause).",
-                      (long long)r->skipped, r->skipped == 1 ? "" : "s");
+    snprintf(f->detail, sizeof f->detail,
+             "bf16 keeps fp32's exponent range (largest 3.39e38, smallest normal "
+             "1.18e-38): gradients that fp16 loses to overflow or underflow fit in bf16 "
+             "unscaled. The GradScaler still multiplies the loss, unscales every "
+             "gradient before the optimizer steps (a pass over all of them) and reads "
+             "found_inf back to the host in every step() (a synchronisation: the host "
+             "stops queuing work until the GPU has caught up).");
+    if (r->skipped > 0)
+        report_appendf(f->detail, sizeof f->detail,
+                       " Its %lld skipped step%s had gradients that were inf/NaN at any scale, "
+                       "not a scale too high (see nonfinite-root-cause).",
+                       (long long)r->skipped, r->skipped == 1 ? "" : "s");
     // (the capture's synchronisations are the run's: a share of one process's steps only when
     // it is the only one)
     const report_process *p = report_process_find(m, r->pid);
     const double syncs =
         p && p->n_steps > 0 && m->n_procs == 1 ? (double)m->perf.syncs / (double)p->n_steps : NAN;
-    if (syncs > 0 && k > 0 && (size_t)k < sizeof f->detail)
-        snprintf(f->detail + k, sizeof f->detail - (size_t)k,
-                 " CUDA capture recorded %.3g host synchronisations a step in all, the "
-                 "scaler's among them (see host-sync).",
-                 syncs);
+    if (syncs > 0)
+        report_appendf(f->detail, sizeof f->detail,
+                       " CUDA capture recorded %.3g host synchronisations a step in all, the "
+                       "scaler's among them (see host-sync).",
+                       syncs);
     snprintf(f->advice, sizeof f->advice,
              "Leave loss scaling out in bf16: torch.amp.GradScaler(\"%s\", enabled=False), or "
              "no scaler at all (loss.backward(); optimizer.step()). If it is there to skip "
@@ -505,20 +505,20 @@ static bool collapse(const scale_ctx *c, report_findings *out) {
              too_high ? "set too high, still coming down" : "collapse", (long long)r->collapse_len,
              r->collapse_len == 1 ? "backoff" : "consecutive backoffs", r->collapse_from,
              r->collapse_to, span, zeros);
-    int k = snprintf(f->detail, sizeof f->detail,
-                     "%lld of %lld steps skipped; every update in that range found inf/NaN "
-                     "gradients.%s",
-                     (long long)r->skipped, (long long)r->n,
-                     broken ? " The forward pass was already non-finite in those steps." : "");
+    snprintf(f->detail, sizeof f->detail,
+             "%lld of %lld steps skipped; every update in that range found inf/NaN "
+             "gradients.%s",
+             (long long)r->skipped, (long long)r->n,
+             broken ? " The forward pass was already non-finite in those steps." : "");
     // a finite loss that jumped where the collapse began: the weights or the data
     // changed there, and the gradients follow the loss
     double before = NAN, jump = broken ? NAN : loss_jump(m, r->pid, r->collapse_first, &before);
-    if (jump >= LOSS_JUMP && k > 0 && (size_t)k < sizeof f->detail) {
-        snprintf(f->detail + k, sizeof f->detail - (size_t)k,
-                 " The loss jumped %.3gx at step %lld, from %.4g (the steps before) to "
-                 "%.4g: the weights or the batch changed there (a bad update at the step "
-                 "before, a corrupt or unnormalised batch), and the gradients grew with it.",
-                 jump, (long long)r->collapse_first, before, jump * before);
+    if (jump >= LOSS_JUMP) {
+        report_appendf(f->detail, sizeof f->detail,
+                       " The loss jumped %.3gx at step %lld, from %.4g (the steps before) to "
+                       "%.4g: the weights or the batch changed there (a bad update at the step "
+                       "before, a corrupt or unnormalised batch), and the gradients grew with it.",
+                       jump, (long long)r->collapse_first, before, jump * before);
         report_finding_evidence(f, "loss_jump", jump);
     }
     if (broken)

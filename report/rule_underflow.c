@@ -252,34 +252,30 @@ static bool affected(const layer_loss *l) {
 static void write_detail(report_finding *f, const report_model *m, const model_loss *g,
                          const layer_loss *worst_weights, double weight_share) {
     char cut[84]; // a layer's name
-    size_t w = (size_t)snprintf(f->detail, sizeof f->detail,
-                                "Lost to zero/subnormal (of the gradient values sampled):");
-    for (size_t k = 0; k < g->n && k < LIST_MAX && w < sizeof f->detail; k++) {
+    snprintf(f->detail, sizeof f->detail,
+             "Lost to zero/subnormal (of the gradient values sampled):");
+    for (size_t k = 0; k < g->n && k < LIST_MAX; k++) {
         const layer_loss *l = &g->v[k];
         if (!affected(l)) break;
         const char *name = report_layer_name(m, l->pid, l->layer_id);
-        int c =
-            snprintf(f->detail + w, sizeof f->detail - w, "%s %s %.1f%% (%lld of %lld%s)",
-                     k ? ";" : "", name ? name : "(top level)",
-                     100.0 * (double)l->lost / (double)l->numel, (long long)l->lost,
-                     (long long)l->numel, l->zero_tensors ? ", all-zero gradients included" : "");
-        if (c > 0) w += (size_t)c;
+        report_appendf(f->detail, sizeof f->detail, "%s %s %.1f%% (%lld of %lld%s)", k ? ";" : "",
+                       name ? name : "(top level)", 100.0 * (double)l->lost / (double)l->numel,
+                       (long long)l->lost, (long long)l->numel,
+                       l->zero_tensors ? ", all-zero gradients included" : "");
     }
-    if (w < sizeof f->detail) {
-        int c = snprintf(f->detail + w, sizeof f->detail - w, ". Overall %.1f%% of %lld values.",
-                         100.0 * (double)g->lost / (double)g->total, (long long)g->total);
-        if (c > 0) w += (size_t)c;
-    }
-    if (worst_weights && w < sizeof f->detail) {
+    report_appendf(f->detail, sizeof f->detail, ". Overall %.1f%% of %lld values.",
+                   100.0 * (double)g->lost / (double)g->total, (long long)g->total);
+    if (worst_weights) {
         const char *name = report_layer_name(m, worst_weights->pid, worst_weights->layer_id);
-        snprintf(f->detail + w, sizeof f->detail - w,
-                 " The weight gradients, what the optimizer steps with, lose %.*f%% at most (%s)%s",
-                 weight_share >= 0.01 ? 0 : 3, 100 * weight_share,
-                 report_layer_words(cut, sizeof cut, name),
-                 weight_share < LOST_SHARE_WARN
-                     ? ": the values lost are the smallest of the activation gradients, which "
-                       "the weight gradients' sums over the batch hardly miss."
-                     : ".");
+        report_appendf(
+            f->detail, sizeof f->detail,
+            " The weight gradients, what the optimizer steps with, lose %.*f%% at most (%s)%s",
+            weight_share >= 0.01 ? 0 : 3, 100 * weight_share,
+            report_layer_words(cut, sizeof cut, name),
+            weight_share < LOST_SHARE_WARN
+                ? ": the values lost are the smallest of the activation gradients, which "
+                  "the weight gradients' sums over the batch hardly miss."
+                : ".");
     }
 }
 
