@@ -335,6 +335,9 @@ static inline cuda_fuse cuda_fuse_take_input(cuda_ctx *c, const amp_tensor_t *x)
 // Blocks of `kernel` with `block` threads each that the device holds at once (asked once per
 // kernel and block size; the backend's ops run on one thread).
 int cuda_resident_blocks(const void *kernel, int block);
+// The current device's multiprocessors, asked once (132, an H100's, if the runtime cannot say):
+// what the reductions size their waves of blocks by.
+int cuda_sm_count(void);
 
 // The grid of a launch of `kernel` that may fuse: `grid` as planned, capped at `waves` waves of
 // that kernel when it does (one as a rule: more blocks would only add atomics and a tail).

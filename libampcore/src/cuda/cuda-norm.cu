@@ -327,7 +327,7 @@ void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, am
     CUDA_LAUNCH_CHECK();
     if (!dw && !db) return;
     const int64_t col_blocks = (C + 255) / 256;
-    int chunks = (int)((4 * 132 + col_blocks - 1) / col_blocks);
+    int chunks = (int)((4 * cuda_sm_count() + col_blocks - 1) / col_blocks);
     if (chunks > rows) chunks = (int)rows;
     if (chunks < 1) chunks = 1;
     const int64_t per = rows > 0 ? (rows + chunks - 1) / chunks : 1;

@@ -139,8 +139,7 @@ __global__ void __launch_bounds__(STATS_BLOCK, STATS_BLOCKS_PER_SM)
     stats_job(job, blockIdx.x, gridDim.x, lim);
 }
 
-// The device's multiprocessors, asked once.
-static int sm_count(void) {
+int cuda_sm_count(void) {
     static int sms;
     if (!sms) {
         int dev = 0, n = 0;
@@ -165,7 +164,7 @@ int cuda_resident_blocks(const void *kernel, int block) {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0) != cudaSuccess ||
         per_sm < 1)
         per_sm = 1;
-    const int blocks = per_sm * sm_count();
+    const int blocks = per_sm * cuda_sm_count();
     if (n < 64) cache[n++] = {kernel, block, blocks};
     return blocks;
 }
@@ -173,7 +172,7 @@ int cuda_resident_blocks(const void *kernel, int block) {
 // Blocks for one tensor: one per 16 values a thread, at most one wave of the device (a second,
 // partial wave only adds a tail; the blocks stride over the rest).
 static int64_t max_blocks(void) {
-    return (int64_t)sm_count() * STATS_BLOCKS_PER_SM;
+    return (int64_t)cuda_sm_count() * STATS_BLOCKS_PER_SM;
 }
 
 cudaError_t cuda_stats_launch(const cuda_stats_job *jobs, int n, amp_dtype target,
