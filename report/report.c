@@ -778,14 +778,11 @@ static void verdict_of_problems(const report_model *m, const report_findings *f,
         report_process_phrase(m, top->pid, who, sizeof who);
         snprintf(where, sizeof where, " in %s, 1 of %zu processes", who, m->n_procs);
     }
-    int k = snprintf(buf, n, "%s%s: %s", what, s->steps ? where : "", top->title);
-    if (k < 0 || (size_t)k >= n) return;
+    snprintf(buf, n, "%s%s: %s", what, s->steps ? where : "", top->title);
     // the advice's first sentence is the fix
     const char *end = strstr(top->advice, ". ");
-    int len = end ? (int)(end - top->advice) + 1 : (int)strlen(top->advice);
-    int w = snprintf(buf + k, n - (size_t)k, ". Fix: %.*s", len, top->advice);
-    if (w < 0 || (size_t)(k + w) >= n) return;
-    k += w;
+    const int len = end ? (int)(end - top->advice) + 1 : (int)strlen(top->advice);
+    report_appendf(buf, n, ". Fix: %.*s", len, top->advice);
     // the other errors and warnings: "(1 more error and 2 warnings below.)"
     const size_t more_errors = errors - (top->severity == AMP_SEVERITY_ERROR);
     const size_t more_warnings = warnings - (top->severity == AMP_SEVERITY_WARNING);
@@ -795,8 +792,7 @@ static void verdict_of_problems(const report_model *m, const report_findings *f,
     if (more_warnings)
         snprintf(ws, sizeof ws, "%zu %swarning%s", more_warnings, errors ? "" : "more ",
                  more_warnings == 1 ? "" : "s");
-    if (*es || *ws)
-        snprintf(buf + k, n - (size_t)k, " (%s%s%s below.)", es, *es && *ws ? " and " : "", ws);
+    if (*es || *ws) report_appendf(buf, n, " (%s%s%s below.)", es, *es && *ws ? " and " : "", ws);
 }
 
 // The verdict on the focused steps alone; true when it said that only the --rule rule ran.

@@ -99,18 +99,15 @@ static const report_op *largest(const report_model *m, int32_t pid, const report
 static void list_members(const report_model *m, int32_t pid, bool (*pick)(const report_op *),
                          double total, char *buf, size_t n) {
     const report_op *used[LIST_MAX] = {0};
-    size_t k = 0;
     buf[0] = 0;
     for (int round = 0; round < LIST_MAX; round++) {
         const report_op *best = largest(m, pid, used, round, pick, op_time);
         if (!best) break;
         used[round] = best;
         const char *layer = report_layer_name(m, best->pid, best->layer_id);
-        int w = snprintf(buf + k, n - k, "%s%s %s %s->%s %.3g ms (%.0f%%)", round ? "; " : "",
-                         layer ? layer : "(top level)", best->op, best->in_dtypes, best->out_dtype,
-                         op_time(m, best) / 1e6, total > 0 ? 100 * op_time(m, best) / total : 0.0);
-        if (w < 0 || (size_t)w >= n - k) break;
-        k += (size_t)w;
+        report_appendf(buf, n, "%s%s %s %s->%s %.3g ms (%.0f%%)", round ? "; " : "",
+                       layer ? layer : "(top level)", best->op, best->in_dtypes, best->out_dtype,
+                       op_time(m, best) / 1e6, total > 0 ? 100 * op_time(m, best) / total : 0.0);
     }
 }
 
@@ -309,18 +306,15 @@ static void odd_gemms(const report_model *m, int32_t pid, report_findings *out) 
              (long long)dim);
     // the largest few, by their odd FLOPs
     const report_op *used[LIST_MAX] = {0};
-    size_t k = 0;
     for (int round = 0; round < LIST_MAX; round++) {
         const report_op *best = largest(m, pid, used, round, odd_gemm, odd_flops);
         if (!best) break;
         used[round] = best;
-        int w =
-            snprintf(list + k, sizeof list - k, "%s%s %s K=%lld N=%lld (%.0f%%)", round ? "; " : "",
-                     report_layer_words(cut, sizeof cut, report_layer_name(m, pid, best->layer_id)),
-                     best->op, (long long)best->odd_k, (long long)best->odd_n,
-                     100 * best->odd_flops / flops16);
-        if (w < 0 || (size_t)w >= sizeof list - k) break;
-        k += (size_t)w;
+        report_appendf(
+            list, sizeof list, "%s%s %s K=%lld N=%lld (%.0f%%)", round ? "; " : "",
+            report_layer_words(cut, sizeof cut, report_layer_name(m, pid, best->layer_id)),
+            best->op, (long long)best->odd_k, (long long)best->odd_n,
+            100 * best->odd_flops / flops16);
     }
     snprintf(f->detail, sizeof f->detail,
              "%s. cuBLAS's fastest fp16/bf16 Tensor Core kernels need the matrices' "
