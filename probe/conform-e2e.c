@@ -224,9 +224,7 @@ static void compare(struct conform_run *r, const struct e2e_case *c, const struc
                          param_names[i], rel, WEIGHT_RTOL);
             return;
         }
-        if (used < sizeof stats)
-            used += (size_t)snprintf(stats + used, sizeof stats - used, "; %s %.2g", param_names[i],
-                                     rel);
+        used = amp_appendf(stats, sizeof stats, used, "; %s %.2g", param_names[i], rel);
     }
     conform_pass(r, c->file, c->label, "(%" PRId64 " steps%s)", c->m.steps, stats);
 }

@@ -439,11 +439,7 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     const bool same_program =
         !(ra.program[0] && rb.program[0] && strcmp(ra.program, rb.program) != 0);
     size_t k = 0;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int w_ = snprintf(buf + k, k < n ? n - k : 0, __VA_ARGS__);                                \
-        if (w_ > 0) k += (size_t)w_;                                                               \
-    } while (0)
+#define PUT(...) (k = amp_appendf(buf, n, k, __VA_ARGS__))
     const report_findings *fbase = swap ? fb : fa;
     if (cand->steps == 0 || base->steps == 0) {
         PUT("Cannot compare: %s.", ra.steps == 0 && rb.steps == 0 ? "neither run recorded a step"

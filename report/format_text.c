@@ -117,13 +117,10 @@ static void print_finding(FILE *out, const report_model *m, const report_finding
     }
     if (f->detail[0]) wrap(out, "   ", f->detail);
     char ev[1024];
-    size_t k = (size_t)snprintf(ev, sizeof ev, "evidence:");
-    for (int i = 0; i < f->n_evidence && k < sizeof ev; i++) {
-        if (isnan(f->evidence[i].value)) continue;
-        int w =
-            snprintf(ev + k, sizeof ev - k, " %s=%.6g", f->evidence[i].key, f->evidence[i].value);
-        if (w > 0) k += (size_t)w;
-    }
+    size_t k = amp_appendf(ev, sizeof ev, 0, "evidence:");
+    for (int i = 0; i < f->n_evidence; i++)
+        if (!isnan(f->evidence[i].value))
+            k = amp_appendf(ev, sizeof ev, k, " %s=%.6g", f->evidence[i].key, f->evidence[i].value);
     if (f->n_evidence) wrap(out, "   ", ev);
     char advice[1100];
     snprintf(advice, sizeof advice, "fix: %s", f->advice);

@@ -86,11 +86,9 @@ bool report_finding_evidence_of(const report_finding *f, const char *key, double
 }
 
 void report_appendf(char *buf, size_t size, const char *fmt, ...) {
-    const size_t n = strnlen(buf, size);
-    if (n + 1 >= size) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf + n, size - n, fmt, ap);
+    amp_vappendf(buf, size, strnlen(buf, size), fmt, ap);
     va_end(ap);
 }
 

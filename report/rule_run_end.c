@@ -260,8 +260,7 @@ static void processes_cut(const report_model *m, report_findings *out) {
     report_finding *f = report_finding_add(out, RULE, AMP_SEVERITY_WARNING);
     snprintf(f->title, sizeof f->title, "%zu process%s recorded less than %s wrote", e->n_cut,
              e->n_cut == 1 ? "" : "es", e->n_cut == 1 ? "it" : "they");
-    size_t k = 0;
-    for (size_t i = 0; i < e->n_cut && k < sizeof f->detail; i++) {
+    for (size_t i = 0; i < e->n_cut; i++) {
         const report_cut *c = &e->cut[i];
         const bool corrupt = strcmp(c->status, "corrupt") == 0;
         const char *why = corrupt ? "an impossible record: the rest of its records were skipped"
@@ -270,11 +269,10 @@ static void processes_cut(const report_model *m, report_findings *out) {
                           : strcmp(c->status, "truncated") == 0
                               ? "its last record was cut off (killed while writing it)"
                               : "still running when the run ended: its later records are lost";
-        int w = snprintf(f->detail + k, sizeof f->detail - k, "%s%s (pid %d): %s", i ? "; " : "",
-                         c->name ? c->name : "?", c->pid, why);
-        if (w > 0) k += (size_t)w;
+        report_appendf(f->detail, sizeof f->detail, "%s%s (pid %d): %s", i ? "; " : "",
+                       c->name ? c->name : "?", c->pid, why);
     }
-    if (k + 2 < sizeof f->detail) snprintf(f->detail + k, sizeof f->detail - k, ".");
+    report_appendf(f->detail, sizeof f->detail, ".");
     snprintf(f->advice, sizeof f->advice,
              "Let every recording process end before the program does (join worker processes, "
              "destroy the process group), and stop runs with Ctrl-C or SIGTERM rather than "

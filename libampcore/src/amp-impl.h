@@ -14,6 +14,7 @@
 #include "amp.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,11 @@ size_t amp_utf8_seq(const char *s, size_t n);
 // len, or less: the length of s's first len bytes without the UTF-8 character that s[len]
 // continues (one that would be split there).
 size_t amp_utf8_cut(const char *s, size_t len);
+// printf into buf[n] at offset k (the length of what is there): returns k plus what was
+// written, or would have been, so that a cut text stays cut (k >= n: nothing is written).
+size_t amp_appendf(char *buf, size_t n, size_t k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+size_t amp_vappendf(char *buf, size_t n, size_t k, const char *fmt, va_list ap);
 // Whether s starts with a C1 control character (U+0080..U+009F, two bytes in UTF-8: CSI, NEL,
 // ... which terminals act on): what prints text from elsewhere shows it as the C0 controls.
 bool amp_c1_control(const char *s);

@@ -30,16 +30,14 @@ static bool try_open(const char *path, char *why, size_t n) {
         const char *e = dlerror();
         // A module that exists but fails to load (missing libcudart / libcublasLt) is the
         // interesting reason; "no such file" for the guessed places is not.
-        if (e && !strstr(e, "No such file")) {
-            size_t k = strlen(why);
-            snprintf(why + k, n - k, "%s%s", k ? "; " : "", e);
-        }
+        if (e && !strstr(e, "No such file"))
+            amp_appendf(why, n, strlen(why), "%s%s", why[0] ? "; " : "", e);
         return false;
     }
     amp_cuda_open_fn fn = (amp_cuda_open_fn)(uintptr_t)dlsym(h, AMP_CUDA_ENTRY_NAME);
     if (!fn) {
-        size_t k = strlen(why);
-        snprintf(why + k, n - k, "%s%s has no %s", k ? "; " : "", path, AMP_CUDA_ENTRY_NAME);
+        amp_appendf(why, n, strlen(why), "%s%s has no %s", why[0] ? "; " : "", path,
+                    AMP_CUDA_ENTRY_NAME);
         dlclose(h);
         return false;
     }

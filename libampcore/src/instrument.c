@@ -336,39 +336,28 @@ static amp_dtype target_of(const amp_ctx_t *ctx) {
     return ctx->run_dtype;
 }
 
-static size_t appendf(char *buf, size_t n, size_t k, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static size_t appendf(char *buf, size_t n, size_t k, const char *fmt, ...) {
-    if (k >= n) return k;
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(buf + k, n - k, fmt, ap);
-    va_end(ap);
-    return w > 0 ? k + (size_t)w : k;
-}
-
 static size_t shape_of(char *buf, size_t n, size_t k, const entry *e) {
-    k = appendf(buf, n, k, "(");
+    k = amp_appendf(buf, n, k, "(");
     for (int i = 0; i < e->ndim; i++)
-        k = appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
-    return appendf(buf, n, k, e->ndim == 1 ? ",)" : ")");
+        k = amp_appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
+    return amp_appendf(buf, n, k, e->ndim == 1 ? ",)" : ")");
 }
 
 // "what f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; " (the range over the finite
 // values: "no finite value" in its place when there is none)
 static size_t describe(char *buf, size_t n, size_t k, const char *what, const entry *e,
                        const amp_stats *s) {
-    k = appendf(buf, n, k, "%s %s ", what, amp_dtype_name(e->dtype));
+    k = amp_appendf(buf, n, k, "%s %s ", what, amp_dtype_name(e->dtype));
     k = shape_of(buf, n, k, e);
     if (isnan(s->amax))
-        k = appendf(buf, n, k, " no finite value");
+        k = amp_appendf(buf, n, k, " no finite value");
     else
-        k = appendf(buf, n, k, " min %.6g max %.6g amax %.6g", (double)s->min, (double)s->max,
-                    (double)s->amax);
+        k = amp_appendf(buf, n, k, " min %.6g max %.6g amax %.6g", (double)s->min, (double)s->max,
+                        (double)s->amax);
     if (nonfinite(s))
-        k = appendf(buf, n, k, " (%lld nan, %lld +inf, %lld -inf)", (long long)s->n_nan,
-                    (long long)s->n_posinf, (long long)s->n_neginf);
-    return appendf(buf, n, k, "; ");
+        k = amp_appendf(buf, n, k, " (%lld nan, %lld +inf, %lld -inf)", (long long)s->n_nan,
+                        (long long)s->n_posinf, (long long)s->n_neginf);
+    return amp_appendf(buf, n, k, "; ");
 }
 
 // Analytic FLOPs of an op (GEMM-class: 2mnk; elementwise: one per output element).
@@ -609,9 +598,10 @@ void amp_instr_op_slow(amp_ctx_t *ctx, const char *op, amp_cast_policy policy, a
         int64_t bytes = (int64_t)amp_tensor_numel(out) * (int64_t)amp_dtype_size(out->dtype);
         for (int k = 0; k < n; k++) {
             char shape[64];
-            kd = appendf(dts, sizeof dts, kd, k ? ",%s" : "%s", amp_dtype_name(inputs[k]->dtype));
-            ks = appendf(shapes, sizeof shapes, ks, k ? ",%s" : "%s",
-                         amp_shape_str(inputs[k], shape, sizeof shape));
+            kd = amp_appendf(dts, sizeof dts, kd, k ? ",%s" : "%s",
+                             amp_dtype_name(inputs[k]->dtype));
+            ks = amp_appendf(shapes, sizeof shapes, ks, k ? ",%s" : "%s",
+                             amp_shape_str(inputs[k], shape, sizeof shape));
             bytes += amp_tensor_numel(inputs[k]) * (int64_t)amp_dtype_size(inputs[k]->dtype);
         }
         amp_record_op(&(amp_rec_op){.step = rec_step(ctx),

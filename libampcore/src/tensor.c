@@ -527,10 +527,10 @@ bool amp_same_shape(const amp_tensor_t *a, const amp_tensor_t *b) {
 }
 
 const char *amp_dims_str(int ndim, const int64_t *shape, char *buf, size_t n) {
-    size_t k = (size_t)snprintf(buf, n, "(");
-    for (int i = 0; i < ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
-    if (k < n) snprintf(buf + k, n - k, ndim == 1 ? ",)" : ")");
+    size_t k = amp_appendf(buf, n, 0, "(");
+    for (int i = 0; i < ndim; i++)
+        k = amp_appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    amp_appendf(buf, n, k, ndim == 1 ? ",)" : ")");
     return buf;
 }
 

@@ -1,7 +1,7 @@
 /*
  * text.c — UTF-8 as the store, the record codec, the report, conform and the TUI read it: how
  * long the valid sequence at a byte is, where to cut a string so that no character is split, and
- * whether a character is a C1 control.
+ * whether a character is a C1 control; and text appended to a buffer as printf writes it.
  */
 #include "amp-impl.h"
 
@@ -30,4 +30,18 @@ size_t amp_utf8_cut(const char *s, size_t len) {
 bool amp_c1_control(const char *s) {
     return (unsigned char)s[0] == 0xC2 && (unsigned char)s[1] >= 0x80 &&
            (unsigned char)s[1] <= 0x9F;
+}
+
+size_t amp_vappendf(char *buf, size_t n, size_t k, const char *fmt, va_list ap) {
+    if (k >= n) return k;
+    const int w = vsnprintf(buf + k, n - k, fmt, ap);
+    return w > 0 ? k + (size_t)w : k;
+}
+
+size_t amp_appendf(char *buf, size_t n, size_t k, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    k = amp_vappendf(buf, n, k, fmt, ap);
+    va_end(ap);
+    return k;
 }
