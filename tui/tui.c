@@ -115,15 +115,15 @@ static void next_process(tui_app *app) {
     }
     size_t k = (tui_model_process_index(m) + 1) % m->n_step_pids;
     tui_model_show_process(m, m->step_pids[k]);
-    int n = snprintf(app->message, sizeof app->message, "process %d (%zu of %zu)", (int)m->pid,
-                     k + 1, m->n_step_pids);
+    const size_t n = amp_appendf(app->message, sizeof app->message, 0, "process %d (%zu of %zu)",
+                                 (int)m->pid, k + 1, m->n_step_pids);
     if (app->following || !m->n_steps) return;
     // paused at a step this process did not record: its last one before, else its first
     ptrdiff_t i = tui_model_step_index(m, app->step);
     const int64_t at = i >= 0 ? m->steps[i].step : m->steps[0].step;
-    if (at != app->step && n > 0 && (size_t)n < sizeof app->message)
-        snprintf(app->message + n, sizeof app->message - (size_t)n,
-                 ": no step %lld there, step %lld shown", (long long)app->step, (long long)at);
+    if (at != app->step)
+        amp_appendf(app->message, sizeof app->message, n, ": no step %lld there, step %lld shown",
+                    (long long)app->step, (long long)at);
     app->step = at;
 }
 
