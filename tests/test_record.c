@@ -451,6 +451,25 @@ START_TEST(test_utf8_sequences_and_cuts) {
 }
 END_TEST
 
+// Text appended to a buffer: cut at its end, the offset counting on past it so that nothing
+// more is written once a piece did not fit (nor into a buffer of no bytes).
+START_TEST(test_appendf_cuts_and_stays_cut) {
+    char buf[8] = "";
+    size_t k = amp_appendf(buf, sizeof buf, 0, "%s", "abc");
+    ck_assert_uint_eq(k, 3);
+    k = amp_appendf(buf, sizeof buf, k, "-%d", 42);
+    ck_assert_str_eq(buf, "abc-42");
+    k = amp_appendf(buf, sizeof buf, k, "%s", "xyz"); // 1 byte of room: "x"
+    ck_assert_str_eq(buf, "abc-42x");
+    ck_assert_uint_eq(k, 9);
+    ck_assert_uint_eq(amp_appendf(buf, sizeof buf, k, "more"), 9);
+    ck_assert_str_eq(buf, "abc-42x");
+    char none[1] = {'q'};
+    ck_assert_uint_eq(amp_appendf(none, 0, 0, "x"), 0);
+    ck_assert_int_eq(none[0], 'q');
+}
+END_TEST
+
 // META command: the words as a shell reads them back (the launcher's and AMPPROBE_OUT's alike).
 START_TEST(test_shell_join) {
     char *argv[] = {"prog", "--save", "a b.bin", "it's", "", "x=1,2", NULL};
@@ -1022,6 +1041,7 @@ Suite *record_suite(void) {
     tcase_add_test(c, test_roundtrip_cupti_records);
     tcase_add_test(c, test_long_string_is_cut);
     tcase_add_test(c, test_utf8_sequences_and_cuts);
+    tcase_add_test(c, test_appendf_cuts_and_stays_cut);
     tcase_add_test(c, test_shell_join);
     tcase_add_test(c, test_truncation_refused);
     tcase_add_test(c, test_corruption_refused);
