@@ -106,8 +106,6 @@ static size_t layers_of(const report_model *m, layer_sum *v, size_t cap) {
     return n;
 }
 
-// The info on where the GPU time goes: the shares of compute-, memory- and launch-bound kernels,
-// the largest kernels, the card's ceilings.
 // One of gpu_time's largest kernels, appended to buf: its share of GPU time, launches, bound,
 // what the counters measured of it and how near its roof it ran.
 static void kernel_phrase(char *buf, size_t size, const report_perf *p, const report_kernel *x,
@@ -133,6 +131,8 @@ static void kernel_phrase(char *buf, size_t size, const report_perf *p, const re
     }
 }
 
+// The info on where the GPU time goes: the shares of compute-, memory- and launch-bound kernels,
+// the largest kernels, the card's ceilings.
 static void gpu_time(const report_model *m, report_findings *out) {
     const report_perf *p = &m->perf;
     const report_gpu *g = &p->gpu;
