@@ -819,6 +819,35 @@ static time_bucket time_bucket_of(const bucketing *k, size_t b, bool gpu) {
     return r;
 }
 
+// A bucket's bar of plot_breakdown at x, w wide: its mean step's parts stacked in colors (cut
+// at top, its proportions kept), its longest step's tick, and a tooltip naming its steps.
+static void stacked_bar(FILE *out, const plot *p, const time_bucket *r, const char *where, double x,
+                        double w, double top, const char *const colors[4]) {
+    fprintf(out, "<g shape-rendering=\"crispEdges\"><title>%s: ", where);
+    if (r->timed > 1)
+        fprintf(out, "mean %.4g ms, longest %.4g ms</title>", r->mean / 1e6, r->max / 1e6);
+    else
+        fprintf(out, "%.4g ms</title>", r->max / 1e6);
+    const double fit = r->mean > top ? top / r->mean : 1;
+    double acc = 0;
+    for (int j = 0; j < 4; j++) {
+        const double part = r->part[j] * fit;
+        if (part <= 0) continue;
+        double y_hi = py(p, (acc + part) / 1e6), y_lo = py(p, acc / 1e6);
+        fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>", x,
+                y_hi, w, y_lo - y_hi, colors[j]);
+        acc += part;
+    }
+    if (r->timed > 1) // the longest step of the bucket
+        fprintf(out,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
+                "stroke-width=\"1.5\"/>",
+                x, py(p, fmin(r->max, top) / 1e6), x + w, py(p, fmin(r->max, top) / 1e6));
+    fputs("</g>", out);
+}
+
+// The step-time breakdown: a stacked bar per bucket of steps (GPU busy, copies and idle with
+// kernels recorded, else the host time of GEMMs, casts, other ops and the rest of the step).
 static void plot_breakdown(FILE *out, const report_model *m, const bucketing *k) {
     bool gpu = m->perf.launches > 0;
     const char *names[4] = {"GEMM ops", "casts", "other ops", "rest of step"};
@@ -866,27 +895,7 @@ static void plot_breakdown(FILE *out, const report_model *m, const bucketing *k)
         const double x = (left + right - w) / 2;
         char where[64];
         steps_phrase(where, sizeof where, a, z);
-        fprintf(out, "<g shape-rendering=\"crispEdges\"><title>%s: ", where);
-        if (r.timed > 1)
-            fprintf(out, "mean %.4g ms, longest %.4g ms</title>", r.mean / 1e6, r.max / 1e6);
-        else
-            fprintf(out, "%.4g ms</title>", r.max / 1e6);
-        const double fit = r.mean > top ? top / r.mean : 1; // a clipped bar keeps its proportions
-        double acc = 0;
-        for (int j = 0; j < 4; j++) {
-            const double part = r.part[j] * fit;
-            if (part <= 0) continue;
-            double y_hi = py(&p, (acc + part) / 1e6), y_lo = py(&p, acc / 1e6);
-            fprintf(out, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>",
-                    x, y_hi, w, y_lo - y_hi, colors[j]);
-            acc += part;
-        }
-        if (r.timed > 1) // the longest step of the bucket
-            fprintf(out,
-                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-                    "stroke-width=\"1.5\"/>",
-                    x, py(&p, fmin(r.max, top) / 1e6), x + w, py(&p, fmin(r.max, top) / 1e6));
-        fputs("</g>", out);
+        stacked_bar(out, &p, &r, where, x, w, top, colors);
         if (!(r.max > top)) continue;
         // a longer step's time above its bar, to the right (to the left at the right edge),
         // unless it would run into the time written before it
