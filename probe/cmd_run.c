@@ -127,7 +127,16 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
 #define IS(s) (name_len == strlen(s) && strncmp(a, s, name_len) == 0)
-        if (IS("-h") || IS("--help")) {
+        bool *flag = IS("-f") || IS("--force") ? &o->force
+                     : IS("--counters")        ? &o->counters
+                     : IS("--tui")             ? &o->tui
+                     : IS("--check-grads")     ? &o->check_grads
+                     : IS("--torch")           ? &o->torch
+                                               : NULL;
+        if (flag) { // a flag that takes no value
+            if (eq) return usage_error("%s takes no value", a);
+            if (!amp_cmd_option_once("run", a, flag)) return 2;
+        } else if (IS("-h") || IS("--help")) {
             fputs(usage_text, stdout);
             return -1;
         } else if (IS("-o") || IS("--output")) {
@@ -135,9 +144,6 @@ static int parse_args(int argc, char **argv, run_opts *o) {
             amp_cmd_option_value(argc, argv, &i, "--output", "-o", &o->output);
             if (!o->output || !*o->output || strcmp(o->output, "--") == 0)
                 return usage_error("%s needs a file name", a);
-        } else if (IS("-f") || IS("--force")) {
-            if (eq) return usage_error("%s takes no value", a);
-            if (!amp_cmd_option_once("run", a, &o->force)) return 2;
         } else if (IS("--stats-every")) {
             if (!amp_cmd_option_once("run", a, &stats_every_given)) return 2;
             amp_cmd_option_value(argc, argv, &i, "--stats-every", NULL, &o->stats_every);
@@ -159,18 +165,6 @@ static int parse_args(int argc, char **argv, run_opts *o) {
                                    o->trace);
             amp_trace_names(mask, o->trace_buf, sizeof o->trace_buf); // ("amp,amp": "amp")
             o->trace = o->trace_buf;
-        } else if (IS("--counters")) {
-            if (eq) return usage_error("%s takes no value", a);
-            if (!amp_cmd_option_once("run", a, &o->counters)) return 2;
-        } else if (IS("--tui")) {
-            if (eq) return usage_error("%s takes no value", a);
-            if (!amp_cmd_option_once("run", a, &o->tui)) return 2;
-        } else if (IS("--check-grads")) {
-            if (eq) return usage_error("%s takes no value", a);
-            if (!amp_cmd_option_once("run", a, &o->check_grads)) return 2;
-        } else if (IS("--torch")) {
-            if (eq) return usage_error("%s takes no value", a);
-            if (!amp_cmd_option_once("run", a, &o->torch)) return 2;
         } else {
             return usage_error("unknown option '%s'", a);
         }
