@@ -147,7 +147,7 @@ fail:
 // The device side: PM sampling enabled on s->device with s->config (bytes long) and started
 // into a counter data image of its own (s->obj, s->image).
 static bool sampler_start(sampler *s, size_t bytes) {
-    const uint32_t device = s->device;
+    const uint32_t device = s->device; // (what TRY names in its message)
     CUpti_PmSampling_Enable_Params en = {.structSize = CUpti_PmSampling_Enable_Params_STRUCT_SIZE,
                                          .deviceIndex = device};
     TRY(cuptiPmSamplingEnable, &en);
@@ -220,6 +220,7 @@ static bool sampler_open(sampler *s, uint32_t device) {
     return false;
 }
 
+// Decodes what the hardware buffer holds, emits the completed samples and empties the image.
 static void sampler_decode(sampler *s) {
     const uint32_t device = s->device;
     CUpti_PmSampling_DecodeData_Params dd = {.structSize =
