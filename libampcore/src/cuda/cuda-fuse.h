@@ -338,6 +338,15 @@ int cuda_resident_blocks(const void *kernel, int block);
 // The current device's multiprocessors, asked once (132, an H100's, if the runtime cannot say):
 // what the reductions size their waves of blocks by.
 int cuda_sm_count(void);
+// n rows (or slices) split into about `want` parts (at least 1, at most `most` and 65535: a grid
+// dimension) of *per each, the last perhaps shorter: returns how many parts there are (1 of 1
+// when n is 0). How the reductions cut what they sum into blocks of partial sums.
+static inline int64_t cuda_split(int64_t n, int64_t want, int64_t most, int64_t *per) {
+    int64_t parts = want > most ? most : want;
+    parts = parts < 1 ? 1 : parts > 65535 ? 65535 : parts;
+    *per = n > 0 ? (n + parts - 1) / parts : 1;
+    return n > 0 ? (n + *per - 1) / *per : 1;
+}
 
 // The grid of a launch of `kernel` that may fuse: `grid` as planned, capped at `waves` waves of
 // that kernel when it does (one as a rule: more blocks would only add atomics and a tail).

@@ -327,11 +327,9 @@ void cuda_layer_norm_backward(void *bctx, amp_tensor_t *dx, amp_tensor_t *dw, am
     CUDA_LAUNCH_CHECK();
     if (!dw && !db) return;
     const int64_t col_blocks = (C + 255) / 256;
-    int chunks = (int)((4 * cuda_sm_count() + col_blocks - 1) / col_blocks);
-    if (chunks > rows) chunks = (int)rows;
-    if (chunks < 1) chunks = 1;
-    const int64_t per = rows > 0 ? (rows + chunks - 1) / chunks : 1;
-    chunks = rows > 0 ? (int)((rows + per - 1) / per) : 1;
+    int64_t per; // a few waves of blocks
+    const int chunks =
+        (int)cuda_split(rows, (4 * cuda_sm_count() + col_blocks - 1) / col_blocks, rows, &per);
     float *partial = (float *)cuda_scratch(c, (size_t)chunks * 2 * (size_t)C * sizeof(float));
     CUDA_DISPATCH_FLOAT(
         dy->dtype, G, CUDA_DISPATCH_FLOAT(x->dtype, X, {

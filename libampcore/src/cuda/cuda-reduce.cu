@@ -161,15 +161,6 @@ void cuda_sum_partials(cuda_ctx *c, amp_tensor_t *y, const float *partial, int p
     sum_partials(c, amp_tensor_ptr(y), y->dtype, partial, parts, cols, 1.0f);
 }
 
-// n split into about `want` parts (at least 1, at most `most` and 65535) of *per each, the last
-// part perhaps shorter; returns how many parts there are.
-static int64_t split_into(int64_t n, int64_t want, int64_t most, int64_t *per) {
-    int64_t parts = want > most ? most : want;
-    parts = parts < 1 ? 1 : parts > 65535 ? 65535 : parts;
-    *per = (n + parts - 1) / parts;
-    return (n + *per - 1) / *per;
-}
-
 // x's dims with y's size-1 ones marked summed over (kind[d] = 1), size-1 dims of x dropped and
 // neighbours of one kind merged into one (x is contiguous); returns how many dims are left.
 static int merge_dims(const amp_tensor_t *y, const amp_tensor_t *x, int kind[], int64_t shape[],
@@ -200,7 +191,7 @@ static void sum_cols_vec(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, in
     const int V = 16 / (int)amp_dtype_size(x->dtype);
     const unsigned col_blocks = (unsigned)((cols / V + 31) / 32);
     int64_t per; // about two waves of 256-thread blocks, at least 8 rows a lane
-    const int64_t chunks = split_into(rows, (2 * 8 * cuda_sm_count() + col_blocks - 1) / col_blocks,
+    const int64_t chunks = cuda_split(rows, (2 * 8 * cuda_sm_count() + col_blocks - 1) / col_blocks,
                                       (rows + 63) / 64, &per);
     float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
     const void *xp = amp_tensor_ptr(x);
@@ -221,7 +212,7 @@ static void sum_cols(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int64_
     const int64_t col_blocks = (cols + 255) / 256;
     int64_t per; // about two waves of blocks
     const int64_t chunks =
-        split_into(rows, (2 * cuda_sm_count() + col_blocks - 1) / col_blocks, rows, &per);
+        cuda_split(rows, (2 * cuda_sm_count() + col_blocks - 1) / col_blocks, rows, &per);
     float *partial = (float *)cuda_scratch(c, (size_t)(chunks * cols) * sizeof(float));
     reduce_cols_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks), 256, 0, c->stream>>>(
         partial, amp_tensor_ptr(x), x->dtype, rows, cols, per);
@@ -233,7 +224,7 @@ static void sum_cols(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int64_
 static void sum_channels(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int64_t A, int64_t K,
                          int64_t L, float alpha) {
     int64_t per; // a few waves of blocks
-    const int64_t slices = split_into(A, (4 * cuda_sm_count() + K - 1) / K, A, &per);
+    const int64_t slices = cuda_split(A, (4 * cuda_sm_count() + K - 1) / K, A, &per);
     float *partial = (float *)cuda_scratch(c, (size_t)(slices * K) * sizeof(float));
     reduce_channels_kernel<<<dim3((unsigned)K, (unsigned)slices), REDUCE_BLOCK, 0, c->stream>>>(
         partial, amp_tensor_ptr(x), x->dtype, A, K, L, per);
@@ -259,7 +250,7 @@ static void sum_general(cuda_ctx *c, amp_tensor_t *y, const amp_tensor_t *x, int
     AMP_ASSERT(kept.count == ny && ny <= INT32_MAX);
     int64_t per; // enough blocks to fill the GPU a few times over, each summing >= 1024 elements
     const int64_t splits =
-        split_into(red.count, (4 * cuda_sm_count() + ny - 1) / ny, (red.count + 1023) / 1024, &per);
+        cuda_split(red.count, (4 * cuda_sm_count() + ny - 1) / ny, (red.count + 1023) / 1024, &per);
     float *partial = (float *)cuda_scratch(c, (size_t)(splits * ny) * sizeof(float));
     reduce_general_kernel<<<dim3((unsigned)ny, (unsigned)splits), REDUCE_BLOCK, 0, c->stream>>>(
         partial, amp_tensor_ptr(x), x->dtype, kept, red, per, cuda_numel(x) <= INT32_MAX);
