@@ -2111,9 +2111,8 @@ START_TEST(test_ampprobe_out_child_outliving_the_program_stops) {
     int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    for (int i = 0; i < 400 && access(flag, F_OK) != 0; i++)
+    for (int i = 0; i < 400 && access(flag, F_OK) != 0; i++) // (renamed into place, whole)
         sleep_ms(10);
-    sleep_ms(50);
     ck_assert_str_eq(test_slurp(flag), "stopped");
     // and holds nothing of the program's collector: the finished run is no live one
     ck_assert(!amp_collector_db_busy(f.db));

@@ -109,8 +109,11 @@ int main(int argc, char **argv) {
             struct timespec ms10 = {0, 10000000};
             nanosleep(&ms10, NULL);
         }
-        FILE *f = fopen(argv[2], "w");
+        char tmp[4096]; // written beside it, then renamed: FILE appears with its word in it
+        snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]);
+        FILE *f = fopen(tmp, "w");
         if (f) fputs(amp_record_enabled() ? "recording" : "stopped", f), fclose(f);
+        if (f) rename(tmp, argv[2]);
         struct timespec second = {1, 0}; // (alive a while after: what it still holds shows)
         nanosleep(&second, NULL);
         return 0;
