@@ -479,6 +479,9 @@ START_TEST(test_binary_reduce_copy_gpu) {
         check_op("heads transpose (16-byte runs)", op_heads, &heads, 1, eps);
         pair keys = pair_new(dt, 4, (int64_t[]){2, 45, 3, 40}, 1, 0, true);
         check_op("key transpose (tiled)", op_key_t, &keys, 1, eps);
+        // 16-bit: in pairs, over whole 64 x 64 tiles and the part tiles at the edges
+        pair wide = pair_new(dt, 3, (int64_t[]){3, 130, 192}, 1, 0, true);
+        check_op("transpose of the last two dims (whole and part tiles)", op_heads, &wide, 1, eps);
         pair qkv = pair_new(dt, 3, (int64_t[]){4, 33, 3 * 40}, 1, 0, true);
         check_op("split of the last dim (qkv)", op_split_last, &qkv, 1, eps);
         pair rows = pair_new(dt, 3, (int64_t[]){3 * 5, 7, 9}, 1, 0, true);
@@ -929,9 +932,11 @@ START_TEST(test_fused_stats_gpu) {
         int perm[3];
     } copies[] = {{"copy of a permuted view (16-byte runs)", {12, 40, 72}, {1, 0, 2}},
                   {"copy of a permuted view (single elements)", {12, 40, 37}, {1, 0, 2}},
-                  {"copy of a transposed view (tiles)", {12, 40, 72}, {0, 2, 1}}};
+                  {"copy of a transposed view (tiles)", {12, 40, 72}, {0, 2, 1}},
+                  {"copy of a transposed view (whole tiles)", {3, 130, 192}, {0, 2, 1}},
+                  {"copy of a transposed view (odd tiles)", {3, 130, 75}, {0, 2, 1}}};
     for (int k = 0; k < 3; k++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < (int)(sizeof copies / sizeof *copies); c++) {
             amp_tensor_t *src = gpu_special(float_dtypes[k], 3, copies[c].shape, 3.0f);
             amp_tensor_t *v = amp_permute(gpu, src, copies[c].perm);
             amp_tensor_t *d = amp_scratch_new(gpu, float_dtypes[k], 3, v->shape);

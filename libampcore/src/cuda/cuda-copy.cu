@@ -4,14 +4,15 @@
  *
  * A contiguous same-dtype copy is one device-to-device memcpy; a contiguous dtype conversion is a
  * typed kernel moving 8 elements per thread and step; a strided same-dtype copy is a tiled
- * shared-memory transpose when the source's contiguous dim is not the last, else gathers whole
- * 16-byte runs when the innermost dim is contiguous and aligned, else single elements; anything
- * else goes through the generic strided iterator. Same-dtype copies move bits (NaN payloads
- * survive), integer-to-integer copies never pass through float. When the instrumentation wants
- * the statistics of dst (a cast's output, a gradient buffer's first write), a contiguous
- * floating copy runs the typed kernel, which adds them as it stores (cuda-fuse.h), and a strided
- * same-dtype copy adds them in its gather or tile kernel; both also add the statistics held for
- * the source when they read a whole tensor (a cast of the logits, a gradient permuted back).
+ * shared-memory transpose when the source's contiguous dim is not the last (16-bit values in
+ * aligned pairs where they can go), else gathers whole 16-byte runs when the innermost dim is
+ * contiguous and aligned, else single elements; anything else goes through the generic strided
+ * iterator. Same-dtype copies move bits (NaN payloads survive), integer-to-integer copies never
+ * pass through float. When the instrumentation wants the statistics of dst (a cast's output, a
+ * gradient buffer's first write), a contiguous floating copy runs the typed kernel, which adds them
+ * as it stores (cuda-fuse.h), and a strided same-dtype copy adds them in its gather or tile kernel;
+ * both also add the statistics held for the source when they read a whole tensor (a cast of the
+ * logits, a gradient permuted back).
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
@@ -126,6 +127,17 @@ typedef struct transpose_desc {
     int64_t batches;
 } transpose_desc;
 
+// The source and output offsets of batch b.
+__device__ __forceinline__ void transpose_batch(const transpose_desc &t, int64_t b, int64_t *so,
+                                                int64_t *d_o) {
+    *so = *d_o = 0;
+    for (int k = t.nb - 1; k >= 0; k--) {
+        *so += (b % t.bshape[k]) * t.bsrc[k];
+        *d_o += (b % t.bshape[k]) * t.bdst[k];
+        b /= t.bshape[k];
+    }
+}
+
 template <bool S, typename T, typename E>
 __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src, transpose_desc t,
                                  copy_stats cs) {
@@ -134,12 +146,8 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t a0 = blockIdx.y * 32, l0 = blockIdx.x * 32;
     for (int64_t b = blockIdx.z; b < t.batches; b += gridDim.z) {
-        int64_t so = 0, d_o = 0, r = b;
-        for (int k = t.nb - 1; k >= 0; k--) {
-            so += (r % t.bshape[k]) * t.bsrc[k];
-            d_o += (r % t.bshape[k]) * t.bdst[k];
-            r /= t.bshape[k];
-        }
+        int64_t so, d_o;
+        transpose_batch(t, b, &so, &d_o);
         for (int k = ty; k < 32; k += 8) {
             const int64_t a = a0 + tx, l = l0 + k;
             if (a < t.na && l < t.nl) {
@@ -158,6 +166,77 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
     copy_stats_end(st, cs);
 }
 
+// The same for 16-bit values in pairs, when every pair is 4-byte aligned on both sides (dims a and
+// the last even, and so every stride and offset): 64 x 64 tiles, each thread loading 8 pairs of
+// neighbours along a and storing 8 pairs along the last dim, so a warp moves 128 bytes a row and a
+// thread has 8 loads in flight (the 32 x 32 kernel above moves 64 bytes a row, 4 loads a thread).
+// The tile's rows are 65 values apart: both phases' 16-bit accesses then fall in distinct banks.
+template <bool S, typename T>
+__global__ void __launch_bounds__(256)
+    transpose_pairs_kernel(uint32_t *__restrict__ dst, const uint32_t *__restrict__ src,
+                           transpose_desc t, copy_stats cs) {
+    __shared__ uint16_t tile[64][65];
+    stored_stats<S, T> st(cs.first());
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t a0 = blockIdx.y * 64, l0 = blockIdx.x * 64;
+    const int64_t a = a0 + 2 * tx, l = l0 + 2 * tx; // this thread's pair: loaded, stored
+    const int rows_l = (int)min(t.nl - l0, (int64_t)64), rows_a = (int)min(t.na - a0, (int64_t)64);
+    const bool whole = rows_l == 64 && rows_a == 64;
+    for (int64_t b = blockIdx.z; b < t.batches; b += gridDim.z) {
+        int64_t so, d_o;
+        transpose_batch(t, b, &so, &d_o);
+        // rows l0 + ty + 8 k of the source, pairs (a, a + 1)
+        const uint32_t *p = src + (so + a + (l0 + ty) * t.src_l) / 2;
+        const int64_t p_step = 4 * t.src_l;
+        uint32_t v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (whole || (a < t.na && ty + 8 * k < rows_l)) v[k] = p[k * p_step];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (whole || (a < t.na && ty + 8 * k < rows_l)) {
+                tile[ty + 8 * k][2 * tx] = (uint16_t)v[k];
+                tile[ty + 8 * k][2 * tx + 1] = (uint16_t)(v[k] >> 16);
+                if (S && !whole) {
+                    st.value(bits_as<T>((uint16_t)v[k]), cs.first().lim);
+                    st.value(bits_as<T>((uint16_t)(v[k] >> 16)), cs.first().lim);
+                }
+            }
+        if (S && whole) { // the 16 values as two 16-byte vectors (their order does not matter)
+            st.values(reinterpret_cast<const T *>(v), cs.first().lim);
+            st.values(reinterpret_cast<const T *>(v + 4), cs.first().lim);
+        }
+        __syncthreads();
+        // rows a0 + ty + 8 k of the output, pairs (l, l + 1)
+        uint32_t *q = dst + (d_o + (a0 + ty) * t.dst_a + l) / 2;
+        const int64_t q_step = 4 * t.dst_a;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (whole || (l < t.nl && ty + 8 * k < rows_a)) {
+                const uint32_t lo = tile[2 * tx][ty + 8 * k], hi = tile[2 * tx + 1][ty + 8 * k];
+                q[k * q_step] = lo | hi << 16;
+            }
+        __syncthreads();
+    }
+    copy_stats_end(st, cs);
+}
+
+// Whether t's copy can go in pairs of 16-bit values (transpose_pairs_kernel).
+static bool transpose_pairs_apply(const void *dst, const void *src, const transpose_desc &t) {
+    bool even = t.na % 2 == 0 && t.nl % 2 == 0 && t.dst_a % 2 == 0 && t.src_l % 2 == 0 &&
+                ((uintptr_t)dst & 3) == 0 && ((uintptr_t)src & 3) == 0;
+    for (int k = 0; k < t.nb && even; k++)
+        even = t.bsrc[k] % 2 == 0 && t.bdst[k] % 2 == 0;
+    return even;
+}
+
+// Caps grid.z of a fusing transpose at about one wave: each block ends in atomics on the slots.
+static dim3 transpose_wave(dim3 grid, const void *kernel) {
+    const unsigned wave = (unsigned)cuda_resident_blocks(kernel, 256), tiles = grid.x * grid.y;
+    if (tiles < wave && grid.z > wave / tiles) grid.z = wave / tiles;
+    return grid;
+}
+
 // Runs the tiled transpose when some dim other than the last is the source's contiguous one.
 template <typename E>
 static void transpose_launch(cuda_ctx *c, void *dst, const void *src, const transpose_desc &t,
@@ -170,15 +249,32 @@ static void transpose_launch(cuda_ctx *c, void *dst, const void *src, const tran
     CUDA_DISPATCH_FLOAT(dt, T, {
         if constexpr (sizeof(T) == sizeof(E)) {
             auto kernel = transpose_kernel<true, T, E>;
-            // about one wave: each block ends in atomics on the slots
-            const unsigned wave = (unsigned)cuda_resident_blocks((const void *)kernel, 256),
-                           tiles = grid.x * grid.y;
-            if (tiles < wave && grid.z > wave / tiles) grid.z = wave / tiles;
-            kernel<<<grid, dim3(32, 8), 0, c->stream>>>((E *)dst, (const E *)src, t, cs);
+            kernel<<<transpose_wave(grid, (const void *)kernel), dim3(32, 8), 0, c->stream>>>(
+                (E *)dst, (const E *)src, t, cs);
         } else {
             AMP_ASSERT(false, "(%s in units of %d bytes)", amp_dtype_name(dt), (int)sizeof(E));
         }
     });
+}
+
+static void transpose_pairs_launch(cuda_ctx *c, void *dst, const void *src, const transpose_desc &t,
+                                   amp_dtype dt, const copy_stats &cs) {
+    const dim3 grid((unsigned)((t.nl + 63) / 64), (unsigned)((t.na + 63) / 64),
+                    (unsigned)(t.batches < 65535 ? t.batches : 65535));
+    uint32_t *d = (uint32_t *)dst;
+    const uint32_t *s = (const uint32_t *)src;
+    if (!cs.first().slot) {
+        transpose_pairs_kernel<false, __half><<<grid, dim3(32, 8), 0, c->stream>>>(d, s, t, cs);
+    } else if (dt == AMP_DTYPE_F16) {
+        auto kernel = transpose_pairs_kernel<true, __half>;
+        kernel<<<transpose_wave(grid, (const void *)kernel), dim3(32, 8), 0, c->stream>>>(d, s, t,
+                                                                                          cs);
+    } else {
+        AMP_ASSERT(dt == AMP_DTYPE_BF16, "(%s in pairs of 16-bit values)", amp_dtype_name(dt));
+        auto kernel = transpose_pairs_kernel<true, __nv_bfloat16>;
+        kernel<<<transpose_wave(grid, (const void *)kernel), dim3(32, 8), 0, c->stream>>>(d, s, t,
+                                                                                          cs);
+    }
 }
 
 static bool transpose(cuda_ctx *c, void *dst, const void *src, const cuda_iter &it, amp_dtype dt,
@@ -206,7 +302,9 @@ static bool transpose(cuda_ctx *c, void *dst, const void *src, const cuda_iter &
     const dim3 grid((unsigned)((t.nl + 31) / 32), (unsigned)((t.na + 31) / 32),
                     (unsigned)(t.batches < 65535 ? t.batches : 65535));
     if (grid.y > 65535) return false;
-    if (esize == 2)
+    if (esize == 2 && transpose_pairs_apply(dst, src, t))
+        transpose_pairs_launch(c, dst, src, t, dt, cs);
+    else if (esize == 2)
         transpose_launch<uint16_t>(c, dst, src, t, grid, dt, cs);
     else
         transpose_launch<uint32_t>(c, dst, src, t, grid, dt, cs);
