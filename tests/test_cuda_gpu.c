@@ -529,9 +529,10 @@ START_TEST(test_softmax_norm_loss_gpu) {
     for (int t = 0; t < 3; t++) {
         amp_dtype dt = float_dtypes[t];
         double eps = eps_of(dt);
-        // a warp per row up to 1024 (4, 16 or 32 elements a lane), then a block per row
-        int64_t lens[6] = {7, 200, 512, 1000, 3000, 5000};
-        for (int k = 0; k < 6; k++) {
+        // a warp per row up to 1024 (4, 16 or 32 elements a lane), then a block per row (8
+        // values a thread of 256 or 512, 16 of 512, then rows too long to hold)
+        int64_t lens[8] = {7, 200, 512, 1000, 1500, 3000, 5000, 9000};
+        for (int k = 0; k < 8; k++) {
             pair x = pair_new(dt, 2, (int64_t[]){19, lens[k]}, 2.0f, 0.0f, true);
             check_op("softmax", op_softmax, &x, 1, eps);
             check_op("log_softmax", op_log_softmax, &x, 1, eps);
@@ -969,8 +970,14 @@ START_TEST(test_fused_stats_gpu) {
         expect_fused(what, y, dt);
     }
 
-    // softmax f16 -> f32 (rows in registers), log_softmax of long f32 rows, layer_norm with w, b
+    // softmax f16 -> f32 (rows in registers), log_softmax of long f32 rows (in registers, and
+    // too long for that), layer_norm with w, b
     const int64_t s1[2] = {4096, 512}, s2[2] = {300, 8192}, s3[2] = {2048, 768}, c3 = 768;
+    const int64_t s4[2] = {40, 9000};
+    amp_tensor_t *b4 = gpu_special(F32, 2, s4, 4.0f), *yb4 = amp_scratch_new(gpu, F32, 2, s4);
+    arm(yb4, F16);
+    gpu->be->softmax(gpu->bctx, true, yb4, b4);
+    expect_fused("log_softmax f32, 9000 wide", yb4, F16);
     amp_tensor_t *a = gpu_special(F16, 2, s1, 4.0f), *ya = amp_scratch_new(gpu, F32, 2, s1);
     arm(ya, F16);
     gpu->be->softmax(gpu->bctx, false, ya, a);
@@ -999,6 +1006,32 @@ START_TEST(test_fused_stats_gpu) {
     arm(dxa, F16);
     gpu->be->softmax_backward(gpu->bctx, false, dxa, ga, ya);
     expect_fused("softmax backward f32 -> f16", dxa, F16);
+    // log_softmax's backward of a vocabulary's rows (in registers) and of longer ones
+    amp_tensor_t *gv = gpu_special(F32, 2, s2, 1.0f), *dxv = amp_scratch_new(gpu, F32, 2, s2);
+    arm(dxv, F16);
+    gpu->be->softmax_backward(gpu->bctx, true, dxv, gv, yb);
+    expect_fused("log_softmax backward f32, 8192 wide", dxv, F16);
+    amp_tensor_t *gv4 = gpu_special(F32, 2, s4, 1.0f), *dxv4 = amp_scratch_new(gpu, F32, 2, s4);
+    arm(dxv4, F16);
+    gpu->be->softmax_backward(gpu->bctx, true, dxv4, gv4, yb4);
+    expect_fused("log_softmax backward f32, 9000 wide", dxv4, F16);
+    // nll_loss's backward: the targets' values (below f16's normals) and the fill's zeros, with
+    // ignored rows (-100)
+    const int64_t rows = 300, s5[2] = {rows, 1000};
+    float tv[300];
+    for (int64_t r = 0; r < rows; r++)
+        tv[r] = r % 7 == 3 ? -100.0f : (float)((r * 37) % 1000);
+    const float scale = 1e-3f;
+    amp_tensor_t *tgt = amp_tensor_from_f32(gpu, AMP_DTYPE_I64, 1, &rows, tv),
+                 *dloss = amp_tensor_from_f32(gpu, F32, 0, NULL, &scale);
+    for (int k = 0; k < 3; k++) {
+        amp_tensor_t *dlogp = amp_scratch_new(gpu, float_dtypes[k], 2, s5);
+        arm(dlogp, F16);
+        gpu->be->nll_loss_backward(gpu->bctx, dlogp, dloss, tgt);
+        char what[64];
+        snprintf(what, sizeof what, "nll_loss backward, %s", amp_dtype_name(float_dtypes[k]));
+        expect_fused(what, dlogp, F16);
+    }
     amp_tensor_t *dxl = amp_scratch_new(gpu, F32, 2, s3), *gl = gpu_special(F16, 2, s3, 1.0f);
     arm(dxl, F16);
     gpu->be->layer_norm_backward(gpu->bctx, dxl, NULL, NULL, gl, x, mean, rstd, w.g);

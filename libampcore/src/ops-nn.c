@@ -180,7 +180,7 @@ amp_tensor_t *amp_max_pool2d(amp_ctx_t *ctx, amp_tensor_t *x, int kernel, int st
 
 static void nll_loss_backward(amp_ctx_t *ctx, amp_node *n, amp_tensor_t *dy) {
     amp_tensor_t *logp = n->in[0];
-    amp_tensor_t *dx = amp_scratch_new(ctx, logp->dtype, logp->ndim, logp->shape);
+    amp_tensor_t *dx = amp_grad_scratch(ctx, logp);
     ctx->be->nll_loss_backward(ctx->bctx, dx, dy, n->saved[0]);
     amp_grad_accumulate(ctx, logp, dx);
 }

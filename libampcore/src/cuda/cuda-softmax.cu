@@ -4,14 +4,14 @@
  *
  * A warp per row for rows of up to 1024 elements (attention's rows: each element read once into
  * registers, where softmax keeps its exp from the sum to the store; warp shuffles for the max and
- * the sum, several rows per block), a block per row
- * for longer ones; both stride over the rows when the instrumentation caps the grid to add the
- * output's statistics as it is stored (cuda-fuse.h): max, then the f32 sum of exp(x - max),
- * then the store (log_softmax is x - max - log(sum), as the CPU and PyTorch compute it). A masked
- * (-inf) entry gives exactly 0; an all -inf row gives NaN, like PyTorch. nll_loss never leaves the
- * device: the loss and its gradient read dloss there, so there is no host sync in the loss. It has
- * PyTorch's defaults: the mean over the rows whose target is not -100 (ignore_index), NaN when all
- * are; the backward counts those rows again in its one launch.
+ * the sum, several rows per block), a block per row for longer ones (held in registers up to 16
+ * values a thread: a vocabulary's logits); both stride over the rows when the instrumentation caps
+ * the grid to add the output's statistics as it is stored (cuda-fuse.h): max, then the f32 sum of
+ * exp(x - max), then the store (log_softmax is x - max - log(sum), as the CPU and PyTorch compute
+ * it). A masked (-inf) entry gives exactly 0; an all -inf row gives NaN, like PyTorch. nll_loss
+ * never leaves the device: the loss and its gradient read dloss there, so there is no host sync in
+ * the loss. It has PyTorch's defaults: the mean over the rows whose target is not -100
+ * (ignore_index), NaN when all are; the backward counts those rows again in its one launch.
  */
 #include "cuda-fuse.h"
 #include "cuda-impl.h"
@@ -46,27 +46,29 @@ __global__ void softmax_kernel(bool log, TY *__restrict__ y, const TX *__restric
     cuda_fuse_end<S>(f, acc);
 }
 
-// The same for rows of at most 8 * blockDim.x elements, each read once into registers.
-template <bool S, typename TX, typename TY>
-__global__ void softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x,
-                                   int64_t rows, int64_t C, cuda_fuse f) {
+// The same for rows of at most E * B elements (B threads a block), each read once into registers:
+// the same sums in the same order, the thread's values at fixed offsets from its first.
+template <bool S, typename TX, typename TY, int E, int B>
+__global__ void __launch_bounds__(B)
+    softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x, int64_t rows,
+                       int64_t C, cuda_fuse f) {
     thread_acc acc = acc_empty();
+    const int n = (int)C - (int)threadIdx.x; // this thread's values: those of k * B < n
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const TX *xr = x + r * C;
-        TY *yr = y + r * C;
-        float v[8];
+        const TX *xr = x + r * C + threadIdx.x;
+        TY *yr = y + r * C + threadIdx.x;
+        float v[E];
         float mx = -INFINITY;
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-            v[k] = j < C ? cuda_io<TX>::load(xr[j]) : -INFINITY;
+        for (int k = 0; k < E; k++) {
+            v[k] = k * B < n ? cuda_io<TX>::load(xr[k * B]) : -INFINITY;
             mx = fmaxf(mx, v[k]);
         }
         mx = cuda_block_max(mx);
         float s = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (threadIdx.x + (int64_t)k * blockDim.x < C) {
+        for (int k = 0; k < E; k++)
+            if (k * B < n) {
                 const float e = expf(v[k] - mx);
                 s += e;
                 if (!log) v[k] = e; // softmax divides it by the sum: computed once
@@ -74,14 +76,12 @@ __global__ void softmax_reg_kernel(bool log, TY *__restrict__ y, const TX *__res
         s = cuda_block_sum(s);
         const float logsum = logf(s);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-            if (j < C) {
+        for (int k = 0; k < E; k++)
+            if (k * B < n) {
                 const TY o = cuda_io<TY>::store(log ? v[k] - mx - logsum : v[k] / s);
-                yr[j] = o;
+                yr[k * B] = o;
                 if (S) acc_stored(acc, cuda_io<TY>::load(o), f.lim);
             }
-        }
     }
     cuda_fuse_end<S>(f, acc);
 }
@@ -147,9 +147,18 @@ template <typename F> static void warp_rows_dispatch(int64_t C, F launch) {
         launch(std::integral_constant<int, 32>());
 }
 
-// Threads per block for a block per row (rows longer than WARP_ROWS_MAX).
-static int row_block(int64_t C) {
-    return C <= 2048 ? 256 : 512;
+// Runs `launch` for a block per row of C elements (rows longer than WARP_ROWS_MAX) with the
+// values E a thread holds of the row and the threads B a block: E 0 for a row too long to hold.
+template <typename F> static void row_blocks_dispatch(int64_t C, F launch) {
+    using std::integral_constant;
+    if (C <= 8 * 256)
+        launch(integral_constant<int, 8>(), integral_constant<int, 256>());
+    else if (C <= 8 * 512)
+        launch(integral_constant<int, 8>(), integral_constant<int, 512>());
+    else if (C <= 16 * 512) // a vocabulary of 8192
+        launch(integral_constant<int, 16>(), integral_constant<int, 512>());
+    else
+        launch(integral_constant<int, 0>(), integral_constant<int, 512>());
 }
 
 static unsigned warp_rows_grid(int64_t rows) {
@@ -171,16 +180,18 @@ static void softmax_launch(cuda_ctx *c, bool log, const cuda_fuse &f, TY *y, con
         });
         return;
     }
-    const int block = row_block(C);
-    const unsigned grid = (unsigned)rows;
-    CUDA_FUSE_DISPATCH(f, S, {
-        if (C <= 8 * block)
-            softmax_reg_kernel<S, TX, TY>
-                <<<cuda_fuse_grid(f, grid, block, softmax_reg_kernel<S, TX, TY>), block, 0,
-                   c->stream>>>(log, y, x, rows, C, f);
-        else
-            softmax_kernel<S, TX, TY><<<cuda_fuse_grid(f, grid, block, softmax_kernel<S, TX, TY>),
-                                        block, 0, c->stream>>>(log, y, x, rows, C, f);
+    row_blocks_dispatch(C, [&](auto e, auto b) {
+        constexpr int E = decltype(e)::value, B = decltype(b)::value;
+        CUDA_FUSE_DISPATCH(f, S, {
+            if constexpr (E > 0)
+                softmax_reg_kernel<S, TX, TY, E, B>
+                    <<<cuda_fuse_grid(f, (unsigned)rows, B, softmax_reg_kernel<S, TX, TY, E, B>), B,
+                       0, c->stream>>>(log, y, x, rows, C, f);
+            else
+                softmax_kernel<S, TX, TY>
+                    <<<cuda_fuse_grid(f, (unsigned)rows, B, softmax_kernel<S, TX, TY>), B, 0,
+                       c->stream>>>(log, y, x, rows, C, f);
+        });
     });
 }
 
@@ -223,6 +234,38 @@ __global__ void softmax_backward_kernel(bool log, TDX *__restrict__ dx, const TG
             dx[base + j] = o;
             if (S) acc_stored(acc, cuda_io<TDX>::load(o), f.lim);
         }
+    }
+    cuda_fuse_end<S>(f, acc);
+}
+
+// The same for rows of at most E * B elements, dy and y each read once into registers (the same
+// sums in the same order).
+template <bool S, typename TDX, typename TG, typename TY, int E, int B>
+__global__ void __launch_bounds__(B)
+    softmax_backward_reg_kernel(bool log, TDX *__restrict__ dx, const TG *__restrict__ dy,
+                                const TY *__restrict__ y, int64_t rows, int64_t C, cuda_fuse f) {
+    thread_acc acc = acc_empty();
+    const int n = (int)C - (int)threadIdx.x; // this thread's values: those of k * B < n
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t base = r * C + threadIdx.x;
+        float g[E], yv[E];
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < E; k++)
+            if (k * B < n) {
+                g[k] = cuda_io<TG>::load(dy[base + k * B]);
+                yv[k] = cuda_io<TY>::load(y[base + k * B]);
+                s += log ? g[k] : g[k] * yv[k];
+            }
+        s = cuda_block_sum(s);
+#pragma unroll
+        for (int k = 0; k < E; k++)
+            if (k * B < n) {
+                const TDX o =
+                    cuda_io<TDX>::store(log ? g[k] - expf(yv[k]) * s : yv[k] * (g[k] - s));
+                dx[base + k * B] = o;
+                if (S) acc_stored(acc, cuda_io<TDX>::load(o), f.lim);
+            }
     }
     cuda_fuse_end<S>(f, acc);
 }
@@ -275,12 +318,21 @@ static void softmax_backward_launch(cuda_ctx *c, bool log, const cuda_fuse &f, T
         });
         return;
     }
-    const int block = row_block(C);
-    CUDA_FUSE_DISPATCH(
-        f, S,
-        softmax_backward_kernel<S, TDX, TG, TY>
-        <<<cuda_fuse_grid(f, (unsigned)rows, block, softmax_backward_kernel<S, TDX, TG, TY>), block,
-           0, c->stream>>>(log, dx, dy, y, rows, C, f));
+    row_blocks_dispatch(C, [&](auto e, auto b) {
+        constexpr int E = decltype(e)::value, B = decltype(b)::value;
+        CUDA_FUSE_DISPATCH(f, S, {
+            if constexpr (E > 0)
+                softmax_backward_reg_kernel<S, TDX, TG, TY, E, B>
+                    <<<cuda_fuse_grid(f, (unsigned)rows, B,
+                                      softmax_backward_reg_kernel<S, TDX, TG, TY, E, B>),
+                       B, 0, c->stream>>>(log, dx, dy, y, rows, C, f);
+            else
+                softmax_backward_kernel<S, TDX, TG, TY>
+                    <<<cuda_fuse_grid(f, (unsigned)rows, B,
+                                      softmax_backward_kernel<S, TDX, TG, TY>),
+                       B, 0, c->stream>>>(log, dx, dy, y, rows, C, f);
+        });
+    });
 }
 
 void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_tensor_t *dy,
@@ -342,17 +394,33 @@ void cuda_nll_loss(void *bctx, amp_tensor_t *loss, const amp_tensor_t *logp,
     CUDA_LAUNCH_CHECK();
 }
 
+// The statistics of dlogp (f), when wanted, come from the values this kernel writes and the fill's
+// zeros around them: each thread counts the C - 1 or C zeros of its rows.
+template <bool S>
 __global__ void nll_loss_backward_kernel(void *dlogp, amp_dtype dt, const void *dloss, amp_dtype lt,
-                                         const void *target, amp_dtype tt, int64_t N, int64_t C) {
+                                         const void *target, amp_dtype tt, int64_t N, int64_t C,
+                                         cuda_fuse f) {
     float kept = 0.0f;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x)
         kept += cuda_load_index(tt, target, r) != AMP_NLL_IGNORE_INDEX ? 1.0f : 0.0f;
     kept = cuda_block_sum(kept);
     const float g = -(cuda_load(lt, dloss, 0) / kept);
+    thread_acc a = acc_empty();
+    int64_t zeros = 0;
     for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
         const int64_t t = cuda_load_index(tt, target, r);
-        if (t >= 0 && t < C) cuda_store(dt, dlogp, r * C + t, g);
+        const bool in = t >= 0 && t < C;
+        if (in) cuda_store(dt, dlogp, r * C + t, g);
+        if (S && in) acc_stored(a, amp_rounded(dt, g), f.lim);
+        zeros += in ? C - 1 : C;
     }
+    if (S && zeros > 0) {
+        a.zero += (unsigned)zeros;
+        if (0.0f < f.lim.min_normal) a.small += (unsigned)zeros;
+        a.mn = fminf(a.mn, 0.0f);
+        a.mx = fmaxf(a.mx, 0.0f);
+    }
+    cuda_fuse_end<S>(f, a);
 }
 
 void cuda_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t *dloss,
@@ -365,8 +433,11 @@ void cuda_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t 
     const int64_t N = dlogp->shape[0], C = dlogp->shape[1];
     cuda_fill(bctx, dlogp, 0.0f);
     if (N == 0) return;
-    nll_loss_backward_kernel<<<1, 1024, 0, c->stream>>>(
-        amp_tensor_ptr(dlogp), dlogp->dtype, amp_tensor_ptr(dloss), dloss->dtype,
-        amp_tensor_ptr(target), target->dtype, N, C);
+    // (a thread's 32-bit counts hold its rows' values: N C / 1024 of them)
+    const cuda_fuse f = N * C < ((int64_t)1 << 40) ? cuda_fuse_take(dlogp) : cuda_fuse{NULL, 0, {}};
+    CUDA_FUSE_DISPATCH(f, S,
+                       nll_loss_backward_kernel<S><<<1, 1024, 0, c->stream>>>(
+                           amp_tensor_ptr(dlogp), dlogp->dtype, amp_tensor_ptr(dloss), dloss->dtype,
+                           amp_tensor_ptr(target), target->dtype, N, C, f));
     CUDA_LAUNCH_CHECK();
 }
