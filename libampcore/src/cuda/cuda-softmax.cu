@@ -433,8 +433,10 @@ void cuda_nll_loss_backward(void *bctx, amp_tensor_t *dlogp, const amp_tensor_t 
     const int64_t N = dlogp->shape[0], C = dlogp->shape[1];
     cuda_fill(bctx, dlogp, 0.0f);
     if (N == 0) return;
-    // (a thread's 32-bit counts hold its rows' values: N C / 1024 of them)
-    const cuda_fuse f = N * C < ((int64_t)1 << 40) ? cuda_fuse_take(dlogp) : cuda_fuse{NULL, 0, {}};
+    // (a thread's 32-bit counts hold its rows' values: N C / 1024 of them; no values, no numbers
+    // to add: the instrumentation's own launch gives an empty tensor's)
+    const bool fuse = C > 0 && N * C < ((int64_t)1 << 40);
+    const cuda_fuse f = fuse ? cuda_fuse_take(dlogp) : cuda_fuse{NULL, 0, {}};
     CUDA_FUSE_DISPATCH(f, S,
                        nll_loss_backward_kernel<S><<<1, 1024, 0, c->stream>>>(
                            amp_tensor_ptr(dlogp), dlogp->dtype, amp_tensor_ptr(dloss), dloss->dtype,
