@@ -171,6 +171,10 @@ static void gpu_time(const report_model *m, report_findings *out) {
                    g->peak_assumed ? "assumed from the default table, " : "", g->table_entry,
                    g->peak_assumed && !g->bandwidth_assumed ? "; bandwidth from TARGET_INFO_GPU"
                                                             : "");
+    if (g->peak_assumed)
+        report_appendf(f->detail, sizeof f->detail,
+                       " Run ampprobe calibrate on a machine with this GPU to measure its own "
+                       "(a report made there uses them).");
     if (p->counter_samples == 0 && m->counters_reason)
         report_appendf(f->detail, sizeof f->detail,
                        " Hardware counters were asked for but not recorded (%s): analytic figures "
