@@ -521,9 +521,17 @@ void report_diff_verdict(const report_model *a, const report_findings *fa, const
     if (first->r->peak_mem > 0 && second->r->peak_mem > 0) {
         double m = first->r->peak_mem / second->r->peak_mem;
         bool subject = about_cand || base_first; // "holds" needs no name
+        // a share while it says something ("40% less", "67% more"), a factor beyond ("300x
+        // less", not "100% less"; "2.5x more", not "150% more")
+        char amount[32];
+        const double factor = m < 1 ? 1 / m : m;
+        if (m < 1 ? 100 * (1 - m) < 99.5 : m < 2)
+            snprintf(amount, sizeof amount, "%.0f%%", 100 * fabs(1 - m));
+        else
+            snprintf(amount, sizeof amount, "%.*fx", factor < 10 ? 1 : 0, factor);
         if (m <= 1 - SAME_MEMORY || m >= 1 + SAME_MEMORY)
-            PUT(", %s%sholds %.0f%% %s memory%s%s", subject ? "" : first->name, subject ? "" : " ",
-                100 * fabs(1 - m), m < 1 ? "less" : "more", about_cand ? "" : " than ",
+            PUT(", %s%sholds %s %s memory%s%s", subject ? "" : first->name, subject ? "" : " ",
+                amount, m < 1 ? "less" : "more", about_cand ? "" : " than ",
                 about_cand ? "" : second->name);
     }
     k += (size_t)loss_phrase(buf + k, k < n ? n - k : 0, first, second, base->final_loss,

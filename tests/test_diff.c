@@ -424,6 +424,11 @@ START_TEST(both_broke) {
     free(t);
     sql(b_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes / 2;");
     diff_has("text", "after step 19, B holds 50% less memory than A; B has a non-finite loss");
+    // a share while it rounds below 100%, a factor beyond (not "100% less")
+    sql(b_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes / 50;"); // 1/100 of A's
+    diff_has("text", "after step 19, B holds 99% less memory than A;");
+    sql(b_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes / 10;");
+    diff_has("text", "after step 19, B holds 1000x less memory than A;");
 }
 END_TEST
 
@@ -442,6 +447,11 @@ START_TEST(the_baseline_broke) {
     HAS(t, want);
     HAS(t, ", holds 67% more memory than AMP run (A, fp16); the fp32 run has a non-finite loss in "
            "its last 10% of steps.");
+    free(t);
+    // more than twice as much: a factor (not "150% more"), one decimal below 10x
+    sql(a_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes * 1.5;");
+    t = diff_of(b_path, a_path, "text");
+    HAS(t, ", holds 2.5x more memory than AMP run (A, fp16);");
     free(t);
 }
 END_TEST
