@@ -429,6 +429,7 @@ START_TEST(both_broke) {
     diff_has("text", "after step 19, B holds 99% less memory than A;");
     sql(b_path, "UPDATE AMP_STEPS SET mem_peak_bytes = mem_peak_bytes / 10;");
     diff_has("text", "after step 19, B holds 1000x less memory than A;");
+    diff_has("text", "peak memory (MiB)      600                0.6                x0.001");
 }
 END_TEST
 
