@@ -306,12 +306,16 @@ bool report_op_is_cast(const char *op) {
 
 // Matrix-multiply, convolution and fused-attention kernels by their names' marks (cuBLAS's
 // nvjet/sm90_xmma/gemm kernels, CUTLASS, cuDNN's convolutions, flash attention), not a bare "mma",
-// which names like GammaBetaBackward hold too.
+// which names like GammaBetaBackward hold too, nor the "conv" of a dtype conversion
+// (libampcore's convert_kernel).
 bool report_kernel_is_gemm(const char *name) {
-    static const char *const marks[] = {"gemm",  "nvjet", "xmma", "cutlass", "matmul", "conv",
+    static const char *const marks[] = {"gemm",  "nvjet", "xmma", "cutlass", "matmul",
                                         "wgmma", "hmma",  "wmma", "cublas",  "flash"};
     for (size_t i = 0; name && i < sizeof marks / sizeof marks[0]; i++)
         if (strstr(name, marks[i])) return true;
+    for (const char *c = name; c && (c = strstr(c, "conv")); c += 4)
+        if (strncmp(c + 4, "er", 2) != 0)
+            return true; // convolution, conv2d; not convert, conversion
     return false;
 }
 

@@ -229,6 +229,7 @@ START_TEST(kernel_names_that_are_gemms) {
         "cutlass_80_wmma_tensorop_f16_s161616gemm_f16_32x32_128x2",
         "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn",
         "implicit_convolve_sgemm",
+        "cudnn::conv2d_grouped_direct_kernel",
         "flash_fwd_kernel",
         "Kernel2<cutlass_80_wmma_tensorop_f16>"};
     static const char *const other[] = {"GammaBetaBackwardCUDAKernelTemplate",
@@ -236,6 +237,8 @@ START_TEST(kernel_names_that_are_gemms) {
                                         "softmax_warp_forward",
                                         "multi_tensor_apply_kernel",
                                         "stats_kernel",
+                                        "void convert_kernel<false, __half, float>",
+                                        "fp32_conversion_kernel",
                                         ""};
     for (size_t i = 0; i < sizeof gemm / sizeof *gemm; i++)
         ck_assert_msg(report_kernel_is_gemm(gemm[i]), "%s", gemm[i]);
