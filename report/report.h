@@ -575,6 +575,10 @@ bool report_kernel_is_comm(const char *name);
 // without FLOPs, bytes or counters: "comm" (report_kernel_is_comm), "launch" (a mean under
 // REPORT_LAUNCH_BOUND_NS), "compute" (report_kernel_is_gemm), else "memory".
 const char *report_kernel_class_guess(const char *name, double mean_ns);
+// A kernel of m's performance model classed as rule roofline classes it (its ops' FLOPs and
+// bytes, or its counters, where it has them; else as report_kernel_class_guess): "compute",
+// "memory", "launch" or "comm".
+const char *report_kernel_class(const report_model *m, const report_kernel *k);
 // The largest finite value of a 16-bit dtype by its name ("f16", "bf16"); NaN for any other.
 double report_dtype_max(const char *dtype);
 // A 16-bit floating dtype by its name: "f16" or "bf16".

@@ -79,6 +79,13 @@ static place classify(const report_gpu *g, const report_kernel *k, const char *n
     return p;
 }
 
+const char *report_kernel_class(const report_model *m, const report_kernel *k) {
+    static const char *const short_names[] = {"compute", "memory", "launch", "comm"};
+    const place pl =
+        classify(&m->perf.gpu, k, k->name, k->flops, k->bytes, (double)k->total_ns, k->launches);
+    return short_names[pl.b];
+}
+
 // Per layer: the ops' attributed kernels summed.
 typedef struct layer_sum {
     int32_t pid, layer_id;

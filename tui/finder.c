@@ -36,31 +36,40 @@ static int cmp_kernel_layer(const void *pa, const void *pb) {
     return strcmp(((const tui_kernel_layer *)pa)->kernel, ((const tui_kernel_layer *)pb)->kernel);
 }
 
-// The layers the report tied rm's kernels to.
+// The report's kernels: the layers it tied them to, and its classes.
 static void kernel_layers(const report_model *rm, tui_finding *out) {
     const report_perf *p = &rm->perf;
     if (p->n_kernels) out->kernel_layers = amp_xmalloc(p->n_kernels * sizeof *out->kernel_layers);
     for (size_t i = 0; i < p->n_kernels; i++) {
         const report_kernel *k = &p->kernels[i];
+        if (!k->name) continue;
         const char *name = report_layer_name(rm, k->layer_pid, k->layer_id);
-        if (!name || !k->name) continue;
-        char label[200];
-        if (k->n_layers > 1)
+        char label[200] = "";
+        if (name && k->n_layers > 1)
             snprintf(label, sizeof label, "%s +%d", name, (int)k->n_layers - 1);
-        else
+        else if (name)
             snprintf(label, sizeof label, "%s", name);
-        out->kernel_layers[out->n_kernel_layers++] =
-            (tui_kernel_layer){amp_xstrdup(k->name), amp_xstrdup(label)};
+        out->kernel_layers[out->n_kernel_layers++] = (tui_kernel_layer){
+            amp_xstrdup(k->name), name ? amp_xstrdup(label) : NULL, report_kernel_class(rm, k)};
     }
     amp_sort(out->kernel_layers, out->n_kernel_layers, sizeof *out->kernel_layers,
              cmp_kernel_layer);
 }
 
-const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel) {
+static const tui_kernel_layer *kernel_of(const tui_finding *f, const char *kernel) {
     tui_kernel_layer key = {.kernel = (char *)kernel};
-    const tui_kernel_layer *hit = amp_search(&key, f->kernel_layers, f->n_kernel_layers,
-                                             sizeof *f->kernel_layers, cmp_kernel_layer);
+    return amp_search(&key, f->kernel_layers, f->n_kernel_layers, sizeof *f->kernel_layers,
+                      cmp_kernel_layer);
+}
+
+const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel) {
+    const tui_kernel_layer *hit = kernel_of(f, kernel);
     return hit ? hit->layer : NULL;
+}
+
+const char *tui_finding_kernel_class(const tui_finding *f, const char *kernel) {
+    const tui_kernel_layer *hit = kernel_of(f, kernel);
+    return hit ? hit->bound : NULL;
 }
 
 void tui_finding_free(tui_finding *f) {

@@ -13,8 +13,10 @@
 #include <stdint.h>
 
 typedef struct tui_kernel_layer {
-    char *kernel; // shortName
-    char *layer;  // the layer most of its time ran in (report_kernel), "name +N" for N others
+    char *kernel;      // shortName
+    char *layer;       // the layer most of its time ran in (report_kernel), "name +N" for N
+                       // others; NULL: no op claims it
+    const char *bound; // its class as the report's roofline has it (report_kernel_class)
 } tui_kernel_layer;
 
 typedef struct tui_finding {
@@ -29,8 +31,7 @@ typedef struct tui_finding {
     char error[512]; // the report could not read the run: why, in one line ("FILE: ..."); "": it
                      // could (valid or not)
     bool busy;       // error is a busy or locked database: asking again may go through
-    // The layers of the kernels the report tied to ops, sorted by kernel name; owned
-    // (tui_finding_free)
+    // The report's kernels (their layers and classes), sorted by name; owned (tui_finding_free)
     tui_kernel_layer *kernel_layers;
     size_t n_kernel_layers;
 } tui_finding;
@@ -46,6 +47,9 @@ bool tui_finder_request(tui_finder *f);
 bool tui_finder_take(tui_finder *f, tui_finding *out, double *wall_ms, double *cpu_ms);
 // The layer label of kernel in f (NULL: not tied to a layer, or not known yet).
 const char *tui_finding_kernel_layer(const tui_finding *f, const char *kernel);
+// The bound class the report gives kernel in f ("compute", "memory", "launch", "comm"; NULL: not
+// known yet).
+const char *tui_finding_kernel_class(const tui_finding *f, const char *kernel);
 // Frees what f owns and empties it.
 void tui_finding_free(tui_finding *f);
 // Stops the thread (interrupting a running query) and frees. NULL is a no-op.

@@ -1,12 +1,14 @@
 /*
  * view_kernels.c — the kernels view: CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL) by short name,
  * with total time, share of all kernel time, launches, mean duration and a bound class. The
- * class comes from the name and the mean, as the report's roofline rule guesses it for kernels
- * without figures (report_kernel_class_guess: NCCL's collectives comm; kernels shorter than a
- * launch's cost launch; matrix-multiply, convolution and attention kernels compute; the rest
- * memory), since per-kernel counters are an opt-in pass. The layer is the report core's (on the
- * finder's thread: the one most of the kernel's time ran in, of the launches it tied to an op;
- * "?" until the first finding is in). A run without capture data says so.
+ * class is the report's roofline rule's (on the finder's thread: from the FLOPs and bytes of the
+ * ops that launched the kernel, or its counters); until the first finding is in, and for a kernel
+ * the report has not seen yet, it comes from the name and the mean as that rule guesses it for
+ * kernels without figures (report_kernel_class_guess: NCCL's collectives comm; kernels shorter
+ * than a launch's cost launch; matrix-multiply, convolution and attention kernels compute; the
+ * rest memory). The layer is the report core's too (the one most of the kernel's time ran in, of
+ * the launches it tied to an op; "?" until the first finding is in). A run without capture data
+ * says so.
  */
 #include "widgets.h"
 
@@ -102,6 +104,9 @@ static void draw(const tui_app *app, const tui_layout *l) {
         double share = m->kernel_ns ? 100.0 * (double)k->total_ns / (double)m->kernel_ns : 0;
         int attr = t->top + i == t->selected ? A_REVERSE : A_NORMAL;
         const char *layer = tui_finding_kernel_layer(&m->finding, k->name);
+        const char *bound = tui_finding_kernel_class(&m->finding, k->name);
+        if (!bound)
+            bound = report_kernel_class_guess(k->name, (double)k->total_ns / (double)k->count);
         char name[256], layer_s[256]; // cut to an ellipsis where they do not fit
         tui_cell(name, sizeof name, k->name, name_w, TUI_CUT_END);
         tui_cell(layer_s, sizeof layer_s,
@@ -110,9 +115,7 @@ static void draw(const tui_app *app, const tui_layout *l) {
                                      : "?",
                  layer_w, TUI_CUT_MIDDLE);
         tui_print(b.y + 1 + i, 0, b.w, attr, "%s %10s %5.1f%% %9s %10s %-8s %s", name, total, share,
-                  cnt, mean,
-                  report_kernel_class_guess(k->name, (double)k->total_ns / (double)k->count),
-                  layer_s);
+                  cnt, mean, bound, layer_s);
     }
 }
 
