@@ -1040,9 +1040,7 @@ static void name_first_bad_output(const report_model *m, report_finding *f) {
         const bool finite_before = w->first_step < w->bad_step;
         report_finding_where(f, report_layer_name(m, w->pid, w->layer_id), NULL, "optim");
         report_appendf(f->title, sizeof f->title,
-                       "; the weights were non-finite first: %s as "
-                       "step %lld began",
-                       param, at);
+                       "; the weights were non-finite first: %s as step %lld began", param, at);
         report_appendf(
             f->detail, sizeof f->detail,
             " The parameter %s held NaN/inf as step %lld began%s: what wrote it there made "

@@ -99,12 +99,11 @@ void rule_updates_run(const report_model *m, report_findings *out) {
              "value through an update (%s %.0f%%)",
              dtype, 100 * share, v[0].s->op, 100 * v[0].share);
     char worst[512] = "";
-    size_t used = 0;
     for (size_t i = 0; i < n && i < NAMED; i++) {
         char size[32];
         count_words(size, sizeof size, v[i].size);
-        used = amp_appendf(worst, sizeof worst, used, "%s%s %.0f%% (%s values)", i ? ", " : "",
-                           v[i].s->op, 100 * v[i].share, size);
+        report_appendf(worst, sizeof worst, "%s%s %.0f%% (%s values)", i ? ", " : "", v[i].s->op,
+                       100 * v[i].share, size);
     }
     snprintf(f->detail, sizeof f->detail,
              "The optimizer updates the %s parameters themselves (no fp32 master weights). An "

@@ -336,19 +336,13 @@ static amp_dtype target_of(const amp_ctx_t *ctx) {
     return ctx->run_dtype;
 }
 
-static size_t shape_of(char *buf, size_t n, size_t k, const entry *e) {
-    k = amp_appendf(buf, n, k, "(");
-    for (int i = 0; i < e->ndim; i++)
-        k = amp_appendf(buf, n, k, i ? ", %lld" : "%lld", (long long)e->shape[i]);
-    return amp_appendf(buf, n, k, e->ndim == 1 ? ",)" : ")");
-}
-
 // "what f16 (8, 64) min .. max .. amax ..[ (n nan, n +inf, n -inf)]; " (the range over the finite
 // values: "no finite value" in its place when there is none)
 static size_t describe(char *buf, size_t n, size_t k, const char *what, const entry *e,
                        const amp_stats *s) {
-    k = amp_appendf(buf, n, k, "%s %s ", what, amp_dtype_name(e->dtype));
-    k = shape_of(buf, n, k, e);
+    char shape[AMP_SHAPE_STR_MAX];
+    k = amp_appendf(buf, n, k, "%s %s %s", what, amp_dtype_name(e->dtype),
+                    amp_dims_str(e->ndim, e->shape, shape, sizeof shape));
     if (isnan(s->amax))
         k = amp_appendf(buf, n, k, " no finite value");
     else
