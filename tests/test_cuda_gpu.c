@@ -1006,6 +1006,34 @@ START_TEST(test_fused_stats_gpu) {
     arm(dxa, F16);
     gpu->be->softmax_backward(gpu->bctx, false, dxa, ga, ya);
     expect_fused("softmax backward f32 -> f16", dxa, F16);
+    // attention's softmax backward: dy (a GEMM's output) is read whole by a warp a row, which
+    // takes the numbers held for dy as it adds dx's; rows of 512 (16 values a lane, in 16-byte
+    // groups), 500 (lanes with 15, one by one) and 100 (4 a lane)
+    const int64_t att_widths[3] = {512, 500, 100};
+    for (int k = 0; k < 2; k++)
+        for (int w = 0; w < 3; w++) {
+            const amp_dtype dt = k ? BF16 : F16;
+            const int64_t sh[2] = {777, att_widths[w]};
+            amp_tensor_t *dy = gpu_special(dt, 2, sh, 2.0f), *p = gpu_special(F32, 2, sh, 0.1f),
+                         *d = amp_scratch_new(gpu, dt, 2, sh);
+            amp_stats *held = gpu->be->alloc(gpu->bctx, sizeof(amp_stats)), h, want;
+            const amp_stats empty = amp_stats_empty();
+            gpu->be->upload(gpu->bctx, held, &empty, sizeof empty);
+            gpu->be->stats_into(gpu->bctx, (const amp_tensor_t *[]){dy}, 1, dt, held,
+                                (int64_t[]){0}, false);
+            arm(d, dt);
+            gpu->be->softmax_backward(gpu->bctx, false, d, dy, p);
+            char what[96];
+            snprintf(what, sizeof what, "softmax backward %s, %lld wide, taking dy's numbers",
+                     amp_dtype_name(dt), (long long)sh[1]);
+            expect_fused(what, d, dt);
+            gpu->be->download(gpu->bctx, &h, held, sizeof h);
+            amp_stats_finish(&h);
+            amp_tensor_stats(dy, dt, &want);
+            expect_same_stats(what, &h, &want);
+            ck_assert_msg(h.sumsq == 0.0, "%s: dy read again by the statistics kernel", what);
+            gpu->be->free(gpu->bctx, held);
+        }
     // log_softmax's backward of a vocabulary's rows (in registers) and of longer ones
     amp_tensor_t *gv = gpu_special(F32, 2, s2, 1.0f), *dxv = amp_scratch_new(gpu, F32, 2, s2);
     arm(dxv, F16);
@@ -1053,12 +1081,13 @@ START_TEST(test_fused_stats_gpu) {
 END_TEST
 
 // A lone tensor's statistics (stats_into with one tensor) wait: a GELU, a GELU backward, a cast,
-// an add, a copy of a permuted view or column sums that read the tensor whole add them as they go,
-// without the sum of squares; other calls (a softmax or layer_norm backward, which run slower with
-// them than the statistics kernel takes to read the tensor; a row broadcast; a copy of a view that
-// starts where the tensor does but skips values) leave them waiting, and a write to the tensor
-// launches them first. Statistics that want the sum of squares (a parameter's gradient) are left
-// waiting by all of them and come with it.
+// an add, a copy of a permuted view, column sums or a softmax backward a warp a row that read the
+// tensor whole add them as they go, without the sum of squares; other calls (a softmax backward of
+// long rows or a layer_norm backward, which run slower with them than the statistics kernel takes
+// to read the tensor; a row broadcast; a copy of a view that starts where the tensor does but
+// skips values) leave them waiting, and a write to the tensor launches them first. Statistics that
+// want the sum of squares (a parameter's gradient) are left waiting by all of them and come with
+// it.
 START_TEST(test_deferred_stats_gpu) {
     NEED_GPU();
     enum { CASES = 15 };
@@ -1090,7 +1119,7 @@ START_TEST(test_deferred_stats_gpu) {
     // either (-1)
     // (cases 4 to 6 read x, whose statistics wait three times over: which one a kernel takes is
     // the table's business)
-    static const int taken[CASES] = {1, 1, 1, 0, -1, -1, -1, 0, 0, 0, 1, 1, 0, 0, 1};
+    static const int taken[CASES] = {1, 1, 1, 0, -1, -1, -1, 1, 0, 0, 1, 1, 0, 0, 1};
     for (int r = 0; r < 2 * (int)(sizeof runs / sizeof *runs); r++) {
         const amp_dtype dt = runs[r / 2].dt, target = runs[r / 2].target;
         const bool sumsq = r % 2;

@@ -96,6 +96,24 @@ __global__ void __launch_bounds__(B)
     for (int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < (rows);       \
          r += (int64_t)gridDim.x * (blockDim.x / 32))
 
+// A lane's E values of a row (lane + 32 k, those below C) into st: 16 bytes at a time when the
+// lane holds all E (`whole`), one by one otherwise.
+template <bool S, typename T, int E>
+__device__ __forceinline__ void lane_stats(stored_stats<S, T> &st, stats_limits lim,
+                                           const T (&v)[E], bool whole, int lane, int64_t C) {
+    constexpr int V = 16 / sizeof(T);
+    if constexpr (E % V == 0)
+        if (whole) {
+#pragma unroll
+            for (int k = 0; k < E; k += V)
+                st.values(v + k, lim);
+            return;
+        }
+#pragma unroll
+    for (int k = 0; k < E; k++)
+        if (lane + 32 * k < C) st.value(v[k], lim);
+}
+
 template <bool S, typename TX, typename TY, int E>
 __global__ void softmax_warp_kernel(bool log, TY *__restrict__ y, const TX *__restrict__ x,
                                     int64_t rows, int64_t C, cuda_fuse f) {
@@ -270,51 +288,63 @@ __global__ void __launch_bounds__(B)
     cuda_fuse_end<S>(f, acc);
 }
 
-// The same, a warp per row of at most 32 * E elements.
+// The same, a warp per row of at most 32 * E elements. Its statistics go 16 bytes of registers at a
+// time (16-bit values in pairs, cuda-fuse.h) where the lane holds E values of every row: dx's, and
+// dy's when they are held for it (fi: attention's softmax, whose dy a GEMM wrote and only this
+// kernel reads whole).
 template <bool S, typename TDX, typename TG, typename TY, int E>
-__global__ void softmax_backward_warp_kernel(bool log, TDX *__restrict__ dx,
-                                             const TG *__restrict__ dy, const TY *__restrict__ y,
-                                             int64_t rows, int64_t C, cuda_fuse f) {
-    thread_acc acc = acc_empty();
+__global__ void __launch_bounds__(WARP_ROWS_BLOCK, S &&E == 16 ? 3 : 1)
+    softmax_backward_warp_kernel(bool log, TDX *__restrict__ dx, const TG *__restrict__ dy,
+                                 const TY *__restrict__ y, int64_t rows, int64_t C, cuda_fuse f,
+                                 cuda_fuse fi) {
+    stored_stats<S, TDX> st(f);
+    stored_stats<S, TG> sti(fi);
     const int lane = threadIdx.x & 31;
+    const bool whole = lane + 32 * (E - 1) < C;
     FOR_WARP_ROW(r, rows) {
         const int64_t base = r * C;
-        float g[E], yv[E];
+        TG g[E];
+        float yv[E];
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < E; k++) {
             const int64_t j = lane + 32 * k;
-            g[k] = j < C ? cuda_io<TG>::load(dy[base + j]) : 0.0f;
+            g[k] = j < C ? dy[base + j] : cuda_io<TG>::store(0.0f);
             yv[k] = j < C ? cuda_io<TY>::load(y[base + j]) : 0.0f;
-            s += log ? g[k] : g[k] * yv[k];
+            s += log ? cuda_io<TG>::load(g[k]) : cuda_io<TG>::load(g[k]) * yv[k];
         }
+        if (S) lane_stats(sti, fi.lim, g, whole, lane, C);
         s = cuda_warp_sum(s);
+        constexpr int V = 16 / sizeof(TDX), G = E % V == 0 ? V : 1; // dx's values a group
 #pragma unroll
-        for (int k = 0; k < E; k++) {
-            const int64_t j = lane + 32 * k;
-            if (j < C) {
-                const TDX o =
-                    cuda_io<TDX>::store(log ? g[k] - expf(yv[k]) * s : yv[k] * (g[k] - s));
-                dx[base + j] = o;
-                if (S) acc_stored(acc, cuda_io<TDX>::load(o), f.lim);
+        for (int k0 = 0; k0 < E; k0 += G) {
+            TDX o[G];
+#pragma unroll
+            for (int k = k0; k < k0 + G; k++) {
+                const int64_t j = lane + 32 * k;
+                const float gk = cuda_io<TG>::load(g[k]);
+                o[k - k0] = cuda_io<TDX>::store(log ? gk - expf(yv[k]) * s : yv[k] * (gk - s));
+                if (j < C) dx[base + j] = o[k - k0];
             }
+            if (S) lane_stats(st, f.lim, o, whole, lane + 32 * k0, C);
         }
     }
-    cuda_fuse_end<S>(f, acc);
+    st.end(f);
+    sti.end(fi);
 }
 
 template <typename TDX, typename TG, typename TY>
-static void softmax_backward_launch(cuda_ctx *c, bool log, const cuda_fuse &f, TDX *dx,
-                                    const TG *dy, const TY *y, int64_t rows, int64_t C) {
+static void softmax_backward_launch(cuda_ctx *c, bool log, const cuda_fuse &f, const cuda_fuse &fi,
+                                    TDX *dx, const TG *dy, const TY *y, int64_t rows, int64_t C) {
     if (C <= WARP_ROWS_MAX) {
         const unsigned grid = warp_rows_grid(rows);
         warp_rows_dispatch(C, [&](auto e) {
             constexpr int E = decltype(e)::value;
-            CUDA_FUSE_DISPATCH(f, S,
-                               softmax_backward_warp_kernel<S, TDX, TG, TY, E>
-                               <<<cuda_fuse_grid(f, grid, WARP_ROWS_BLOCK,
-                                                 softmax_backward_warp_kernel<S, TDX, TG, TY, E>),
-                                  WARP_ROWS_BLOCK, 0, c->stream>>>(log, dx, dy, y, rows, C, f));
+            CUDA_FUSE_DISPATCH2(f, fi, S, {
+                auto kernel = softmax_backward_warp_kernel<S, TDX, TG, TY, E>;
+                kernel<<<cuda_fuse_grid(f, fi, grid, WARP_ROWS_BLOCK, kernel), WARP_ROWS_BLOCK, 0,
+                         c->stream>>>(log, dx, dy, y, rows, C, f, fi);
+            });
         });
         return;
     }
@@ -350,10 +380,13 @@ void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_ten
     const int64_t rows = n / C;
     AMP_ASSERT(rows <= INT32_MAX);
     const cuda_fuse f = cuda_fuse_take(dx);
+    // dy's held numbers, where a warp per row adds them (a block per row runs slower with them than
+    // the statistics kernel takes to read dy)
+    const cuda_fuse fi = C <= WARP_ROWS_MAX ? cuda_fuse_take_input(c, dy) : cuda_fuse{NULL, 0, {}};
     CUDA_DISPATCH_FLOAT(dx->dtype, TDX,
                         CUDA_DISPATCH_FLOAT(dy->dtype, TG, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
                                                 softmax_backward_launch(
-                                                    c, log, f, (TDX *)amp_tensor_ptr(dx),
+                                                    c, log, f, fi, (TDX *)amp_tensor_ptr(dx),
                                                     (const TG *)amp_tensor_ptr(dy),
                                                     (const TY *)amp_tensor_ptr(y), rows, C);
                                             })));
