@@ -291,9 +291,10 @@ __global__ void __launch_bounds__(B)
 // The same, a warp per row of at most 32 * E elements. Its statistics go 16 bytes of registers at a
 // time (16-bit values in pairs, cuda-fuse.h) where the lane holds E values of every row: dx's, and
 // dy's when they are held for it (fi: attention's softmax, whose dy a GEMM wrote and only this
-// kernel reads whole).
+// kernel reads whole). The statistics instance of 16 values a lane is held to 80 registers: three
+// blocks a multiprocessor, as with dx's numbers alone.
 template <bool S, typename TDX, typename TG, typename TY, int E>
-__global__ void __launch_bounds__(WARP_ROWS_BLOCK, S &&E == 16 ? 3 : 1)
+__global__ void __launch_bounds__(WARP_ROWS_BLOCK, (S && E == 16) ? 3 : 1)
     softmax_backward_warp_kernel(bool log, TDX *__restrict__ dx, const TG *__restrict__ dy,
                                  const TY *__restrict__ y, int64_t rows, int64_t C, cuda_fuse f,
                                  cuda_fuse fi) {
