@@ -232,6 +232,12 @@ void cuda_softmax(void *bctx, bool log, amp_tensor_t *y, const amp_tensor_t *x) 
     CUDA_LAUNCH_CHECK();
 }
 
+// One value of the backward: dx from dy's g and y's value, given the row's sum s (log_softmax: of
+// g; softmax: of g * y), the same in every kernel below.
+__device__ __forceinline__ float softmax_dx(bool log, float g, float y, float s) {
+    return log ? g - expf(y) * s : y * (g - s);
+}
+
 // dx from dy and y, typed (under autocast softmax runs in f32 while dx is f16/bf16).
 template <bool S, typename TDX, typename TG, typename TY>
 __global__ void softmax_backward_kernel(bool log, TDX *__restrict__ dx, const TG *__restrict__ dy,
@@ -248,7 +254,7 @@ __global__ void softmax_backward_kernel(bool log, TDX *__restrict__ dx, const TG
         s = cuda_block_sum(s);
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
             const float g = cuda_io<TG>::load(dy[base + j]), yv = cuda_io<TY>::load(y[base + j]);
-            const TDX o = cuda_io<TDX>::store(log ? g - expf(yv) * s : yv * (g - s));
+            const TDX o = cuda_io<TDX>::store(softmax_dx(log, g, yv, s));
             dx[base + j] = o;
             if (S) acc_stored(acc, cuda_io<TDX>::load(o), f.lim);
         }
@@ -279,8 +285,7 @@ __global__ void __launch_bounds__(B)
 #pragma unroll
         for (int k = 0; k < E; k++)
             if (k * B < n) {
-                const TDX o =
-                    cuda_io<TDX>::store(log ? g[k] - expf(yv[k]) * s : yv[k] * (g[k] - s));
+                const TDX o = cuda_io<TDX>::store(softmax_dx(log, g[k], yv[k], s));
                 dx[base + k * B] = o;
                 if (S) acc_stored(acc, cuda_io<TDX>::load(o), f.lim);
             }
@@ -324,7 +329,7 @@ __global__ void __launch_bounds__(WARP_ROWS_BLOCK, (S && E == 16) ? 3 : 1)
             for (int k = k0; k < k0 + G; k++) {
                 const int64_t j = lane + 32 * k;
                 const float gk = cuda_io<TG>::load(g[k]);
-                o[k - k0] = cuda_io<TDX>::store(log ? gk - expf(yv[k]) * s : yv[k] * (gk - s));
+                o[k - k0] = cuda_io<TDX>::store(softmax_dx(log, gk, yv[k], s));
                 if (j < C) dx[base + j] = o[k - k0];
             }
             if (S) lane_stats(st, f.lim, o, whole, lane + 32 * k0, C);
