@@ -77,7 +77,10 @@ __global__ void binary_vec_kernel(amp_binary_op op, T *__restrict__ y, const T *
          i += (int64_t)gridDim.x * blockDim.x) {
         uint4 ar = ((const uint4 *)a)[i], br = ((const uint4 *)b)[i];
         T *av = (T *)&ar, *bv = (T *)&br;
-        sti.values(fi_of == 1 ? av : bv, fi.lim);
+        if (S && fi.slot) { // the operand's vector by value: a pointer picked at run time would
+            const uint4 ir = fi_of == 1 ? ar : br; // put both vectors in a local-memory frame
+            sti.values((const T *)&ir, fi.lim);
+        }
 #pragma unroll
         for (int j = 0; j < V; j++)
             av[j] =

@@ -71,10 +71,11 @@ __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, i
 
 // The statistics a same-dtype strided copy adds (S) of the values of T it moves: dst's (f, a
 // gradient buffer's first write) and the source's (fi: held for the tensor it reads whole), the
-// same numbers, gathered once.
+// same numbers, gathered once. first() is a copy, not a reference: a reference picked at run time
+// makes the compiler keep the kernel parameters in a local-memory frame to point into.
 struct copy_stats {
     cuda_fuse f, fi;
-    __host__ __device__ const cuda_fuse &first(void) const { return f.slot ? f : fi; }
+    __host__ __device__ cuda_fuse first(void) const { return f.slot ? f : fi; }
 };
 
 template <typename T, typename E> __device__ __forceinline__ T bits_as(E e) {
@@ -98,6 +99,7 @@ __global__ void gather_kernel(E *__restrict__ dst, const E *__restrict__ src, cu
     constexpr int U = 4;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     stored_stats<S, T> st(cs.first());
+    const stats_limits lim = cs.first().lim;
     for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < n; i0 += U * stride) {
         E v[U];
 #pragma unroll
@@ -108,9 +110,9 @@ __global__ void gather_kernel(E *__restrict__ dst, const E *__restrict__ src, cu
             if (i0 + u * stride >= n) break;
             dst[i0 + u * stride] = v[u];
             if constexpr (S && sizeof(E) == 16)
-                st.values(reinterpret_cast<const T *>(&v[u]), cs.first().lim);
+                st.values(reinterpret_cast<const T *>(&v[u]), lim);
             else if constexpr (S)
-                st.value(bits_as<T>(v[u]), cs.first().lim);
+                st.value(bits_as<T>(v[u]), lim);
         }
     }
     copy_stats_end(st, cs);
@@ -143,6 +145,7 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
                                  copy_stats cs) {
     __shared__ E tile[32][33];
     stored_stats<S, T> st(cs.first());
+    const stats_limits lim = cs.first().lim;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t a0 = blockIdx.y * 32, l0 = blockIdx.x * 32;
     for (int64_t b = blockIdx.z; b < t.batches; b += gridDim.z) {
@@ -153,7 +156,7 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
             if (a < t.na && l < t.nl) {
                 const E v = src[so + a + l * t.src_l];
                 tile[k][tx] = v;
-                if constexpr (S) st.value(bits_as<T>(v), cs.first().lim);
+                if constexpr (S) st.value(bits_as<T>(v), lim);
             }
         }
         __syncthreads();
@@ -172,11 +175,12 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
 // thread has 8 loads in flight (the 32 x 32 kernel above moves 64 bytes a row, 4 loads a thread).
 // The tile's rows are 65 values apart: both phases' 16-bit accesses then fall in distinct banks.
 template <bool S, typename T>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 5)
     transpose_pairs_kernel(uint32_t *__restrict__ dst, const uint32_t *__restrict__ src,
                            transpose_desc t, copy_stats cs) {
     __shared__ uint16_t tile[64][65];
     stored_stats<S, T> st(cs.first());
+    const stats_limits lim = cs.first().lim;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t a0 = blockIdx.y * 64, l0 = blockIdx.x * 64;
     const int64_t a = a0 + 2 * tx, l = l0 + 2 * tx; // this thread's pair: loaded, stored
@@ -198,13 +202,13 @@ __global__ void __launch_bounds__(256)
                 tile[ty + 8 * k][2 * tx] = (uint16_t)v[k];
                 tile[ty + 8 * k][2 * tx + 1] = (uint16_t)(v[k] >> 16);
                 if (S && !whole) {
-                    st.value(bits_as<T>((uint16_t)v[k]), cs.first().lim);
-                    st.value(bits_as<T>((uint16_t)(v[k] >> 16)), cs.first().lim);
+                    st.value(bits_as<T>((uint16_t)v[k]), lim);
+                    st.value(bits_as<T>((uint16_t)(v[k] >> 16)), lim);
                 }
             }
         if (S && whole) { // the 16 values as two 16-byte vectors (their order does not matter)
-            st.values(reinterpret_cast<const T *>(v), cs.first().lim);
-            st.values(reinterpret_cast<const T *>(v + 4), cs.first().lim);
+            st.values(reinterpret_cast<const T *>(v), lim);
+            st.values(reinterpret_cast<const T *>(v + 4), lim);
         }
         __syncthreads();
         // rows a0 + ty + 8 k of the output, pairs (l, l + 1)
