@@ -49,18 +49,30 @@ __global__ void binary_kernel(amp_binary_op op, void *y, amp_dtype yt, const voi
 
 // y (f32) = a op b, all contiguous, a and b of any floating dtypes (the residual add of an f32
 // stream and a 16-bit branch under autocast): the generic kernel's arithmetic, indexed directly
-// and loaded by type. a or b may be y.
+// and loaded by type. a or b may be y: a thread loads its U elements of both before it stores
+// any, which also keeps U of them in flight (a fusing launch is one wave whose threads loop).
 template <bool S, typename TA, typename TB>
 __global__ void binary_f32_kernel(amp_binary_op op, float *y, const TA *a, const TB *b, int64_t n,
                                   cuda_fuse f, cuda_fuse fi, int fi_of) {
+    constexpr int U = 4;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     thread_acc acc = acc_empty(), acci = acc_empty();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const float av = cuda_io<TA>::load(a[i]), bv = cuda_io<TB>::load(b[i]);
-        const float v = binary_f(op, av, bv);
-        y[i] = v;
-        if (S && f.slot) acc_stored(acc, v, f.lim);
-        if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av : bv, fi.lim);
+    for (int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i0 < n; i0 += U * stride) {
+        float av[U], bv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (i0 + u * stride < n) {
+                av[u] = cuda_io<TA>::load(a[i0 + u * stride]);
+                bv[u] = cuda_io<TB>::load(b[i0 + u * stride]);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (i0 + u * stride >= n) break;
+            const float v = binary_f(op, av[u], bv[u]);
+            y[i0 + u * stride] = v;
+            if (S && f.slot) acc_stored(acc, v, f.lim);
+            if (S && fi.slot) acc_value<false>(acci, fi_of == 1 ? av[u] : bv[u], fi.lim);
+        }
     }
     cuda_fuse_end<S>(f, acc);
     cuda_fuse_end<S>(fi, acci);
