@@ -3,9 +3,10 @@
 # of the kernels whose names match the regular expression KERNELS, for builds side by side: each
 # build's cuda_bench run (one warm-up step and one timed one) under Nsight Compute (`ncu
 # --clock-control none`: the clocks are left as they are), its first $AB_NCU_COUNT (60) matching
-# launches, then one line per kernel and grid with each build's mean duration, DRAM and SM throughput (% of peak),
-# achieved occupancy, registers and warp cycles per issued instruction. BENCH and MODULE as in
-# ab_steps.sh; ncu's own CSV stays in $AB_NCU_KEEP when that is set (a folder).
+# launches, then one line per kernel and grid with each build's launches, mean duration (µs), DRAM
+# and SM throughput (% of peak), achieved occupancy (%), registers and warp cycles per issued
+# instruction. BENCH and MODULE as in ab_steps.sh; ncu's own CSV stays in $AB_NCU_KEEP when that
+# is set (a folder): its launches in order, to pair those of two runs.
 #
 #   sh probe/bench/ab_ncu.sh 'transpose|convert_kernel' "old:$B:old.so new:$B:new.so" gpt:fp16 --stats
 set -eu
@@ -23,14 +24,16 @@ for c in $cases; do
         out=AMPPROBE_CUDA_MODULE=$module # AMPPROBE_OUT turns the instrumentation on
         [ -z "$stats" ] || out=AMPPROBE_OUT=$tmp/run.sqlite
         env AMPPROBE_CUDA_MODULE="$module" "$out" ncu --clock-control none \
-            -k "regex:$kernels" --launch-count "${AB_NCU_COUNT:-60}" --section SpeedOfLight --section Occupancy \
-            --section LaunchStats --section WarpStateStats --csv --page details \
-            "$bench" --workload "$w" --mode "$m" --warmup 1 --steps 1 $stats >"$csv" 2>"$tmp/ncu.err" || {
+            -k "regex:$kernels" --launch-count "${AB_NCU_COUNT:-60}" --section SpeedOfLight \
+            --section Occupancy --section LaunchStats --section WarpStateStats --csv --page details \
+            "$bench" --workload "$w" --mode "$m" --warmup 1 --steps 1 $stats \
+            >"$csv" 2>"$tmp/ncu.err" || {
             echo "$script: ncu failed on $name $w $m:" >&2; tail -5 "$tmp/ncu.err" >&2; exit 1; }
         [ -z "${AB_NCU_KEEP:-}" ] || cp "$csv" "$AB_NCU_KEEP/"
         csvs="$csvs $name=$csv"
     done
-    echo "== $w $m${stats:+ with statistics}: per kernel and grid, each build's us dram% sm% occ% regs cyc/issue"
+    echo "== $w $m${stats:+ with statistics}, per kernel and grid; each build's launches, us, dram%," \
+        "sm%, occupancy%, registers, cycles per issue"
     python3 - $csvs <<'PY'
 import csv, re, sys
 WANT = [("Duration", "us"), ("DRAM Throughput", "dram"), ("Compute (SM) Throughput", "sm"),
@@ -48,9 +51,11 @@ for i, (name, path) in enumerate(runs):
         key = (kernel, row["Grid Size"].replace(" ", ""), row["ID"])
         value = row["Metric Value"].replace(",", "")
         try:
-            value = float(value) * (SCALE.get(row["Metric Unit"], 1.0) if row["Metric Name"] == "Duration" else 1.0)
+            value = float(value)
         except ValueError:
             continue
+        if row["Metric Name"] == "Duration":
+            value *= SCALE.get(row["Metric Unit"], 1.0)
         launches.setdefault(key, {})[row["Metric Name"]] = value
     for (kernel, grid, _), metrics in launches.items():
         cols = table.setdefault((kernel, grid), [dict() for _ in runs])

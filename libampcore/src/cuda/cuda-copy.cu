@@ -174,6 +174,7 @@ __global__ void transpose_kernel(E *__restrict__ dst, const E *__restrict__ src,
 // neighbours along a and storing 8 pairs along the last dim, so a warp moves 128 bytes a row and a
 // thread has 8 loads in flight (the 32 x 32 kernel above moves 64 bytes a row, 4 loads a thread).
 // The tile's rows are 65 values apart: both phases' 16-bit accesses then fall in distinct banks.
+// Five blocks a multiprocessor, with the statistics too (48 registers; 54 without the bound).
 template <bool S, typename T>
 __global__ void __launch_bounds__(256, 5)
     transpose_pairs_kernel(uint32_t *__restrict__ dst, const uint32_t *__restrict__ src,
