@@ -6,7 +6,8 @@
 # launches, then one line per kernel and grid with each build's launches, mean duration (µs), DRAM
 # and SM throughput (% of peak), achieved occupancy (%), registers and warp cycles per issued
 # instruction. BENCH and MODULE as in ab_steps.sh; ncu's own CSV stays in $AB_NCU_KEEP when that
-# is set (a folder): its launches in order, to pair those of two runs.
+# is set (a folder): its launches in order, which `ncu_pair.py A.csv B.csv` pairs launch by launch
+# (a run without statistics against one with them, say).
 #
 #   sh probe/bench/ab_ncu.sh 'transpose|convert_kernel' "old:$B:old.so new:$B:new.so" gpt:fp16 --stats
 set -eu
