@@ -35,44 +35,25 @@ for c in $cases; do
     done
     echo "== $w $m${stats:+ with statistics}, per kernel and grid; each build's launches, us, dram%," \
         "sm%, occupancy%, registers, cycles per issue"
-    python3 - $csvs <<'PY'
-import csv, re, sys
-WANT = [("Duration", "us"), ("DRAM Throughput", "dram"), ("Compute (SM) Throughput", "sm"),
-        ("Achieved Occupancy", "occ"), ("Registers Per Thread", "regs"),
-        ("Warp Cycles Per Issued Instruction", "cpi")]
-SCALE = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
-runs = [a.split("=", 1) for a in sys.argv[1:]]
+    python3 - "$(dirname "$0")" $csvs <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from ncu_pair import METRICS, launches  # noqa: E402 (the launches of one run, in order)
+runs = [a.split("=", 1) for a in sys.argv[2:]]
 table = {}  # (kernel, grid) -> per run: {metric: [values]}
 for i, (name, path) in enumerate(runs):
-    with open(path, newline="") as f:
-        lines = [l for l in f if l.startswith('"')]  # ncu's own messages start with ==PROF==
-    launches = {}
-    for row in csv.DictReader(lines):
-        kernel = re.sub(r"^void |\(.*$| ", "", row["Kernel Name"])  # name<template arguments>
-        key = (kernel, row["Grid Size"].replace(" ", ""), row["ID"])
-        value = row["Metric Value"].replace(",", "")
-        try:
-            value = float(value)
-        except ValueError:
-            continue
-        if row["Metric Name"] == "Duration":
-            value *= SCALE.get(row["Metric Unit"], 1.0)
-        launches.setdefault(key, {})[row["Metric Name"]] = value
-    for (kernel, grid, _), metrics in launches.items():
-        cols = table.setdefault((kernel, grid), [dict() for _ in runs])
-        for metric, _ in WANT:
-            if metric in metrics:
-                cols[i].setdefault(metric, []).append(metrics[metric])
+    for launch in launches(path):
+        cols = table.setdefault((launch["name"], launch["grid"]), [dict() for _ in runs])
+        for metric in METRICS:
+            if metric in launch:
+                cols[i].setdefault(metric, []).append(launch[metric])
 print("%-44s %-14s" % ("kernel", "grid") + "".join("  %-40s" % name for name, _ in runs))
 for (kernel, grid), cols in sorted(table.items()):
     cells = []
     for col in cols:
-        mean = {m: sum(v) / len(v) for m, v in col.items()}
-        n = len(col.get("Duration", []))
-        cells.append("%3dx %7.1f %5.1f %5.1f %5.1f %4.0f %6.1f" % (
-            n, mean.get("Duration", 0), mean.get("DRAM Throughput", 0),
-            mean.get("Compute (SM) Throughput", 0), mean.get("Achieved Occupancy", 0),
-            mean.get("Registers Per Thread", 0), mean.get("Warp Cycles Per Issued Instruction", 0)))
+        mean = [sum(v) / len(v) if v else 0.0 for v in (col.get(m, []) for m in METRICS)]
+        cells.append("%3dx %7.1f %5.1f %5.1f %5.1f %4.0f %6.1f" % (len(col.get("Duration", [])),
+                                                                  *mean))
     print("%-44s %-14s" % (kernel[:44], grid[:14]) + "".join("  %-40s" % c for c in cells))
 PY
 done
