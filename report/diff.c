@@ -595,10 +595,10 @@ static const char *num(char *buf, size_t n, double v, const char *none) {
 // B's figure as a multiple of A's ("x1.25"; "x0.00054", not "x0.00"), empty unless both are
 // positive.
 static const char *multiple(char *buf, size_t n, double a, double b) {
-    if (a > 0 && b > 0)
-        snprintf(buf, n, b / a >= 0.01 && b / a < 1000 ? "x%.2f" : "x%.3g", b / a);
-    else
-        buf[0] = 0;
+    buf[0] = 0;
+    if (!(a > 0 && b > 0)) return buf;
+    const double r = b / a;
+    snprintf(buf, n, r >= 0.01 && r < 1000 ? "x%.2f" : "x%.3g", r);
     return buf;
 }
 

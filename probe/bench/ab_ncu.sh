@@ -22,9 +22,9 @@ for c in $cases; do
         ab_build "$v"
         csv=$tmp/${name}_${w}_$m${stats:+_stats}.csv
         rm -f "$tmp"/run.sqlite*
-        out=AMPPROBE_CUDA_MODULE=$module # AMPPROBE_OUT turns the instrumentation on
-        [ -z "$stats" ] || out=AMPPROBE_OUT=$tmp/run.sqlite
-        env AMPPROBE_CUDA_MODULE="$module" "$out" ncu --clock-control none \
+        set -- # AMPPROBE_OUT turns the instrumentation on: only with --stats
+        [ -z "$stats" ] || set -- "AMPPROBE_OUT=$tmp/run.sqlite"
+        env AMPPROBE_CUDA_MODULE="$module" "$@" ncu --clock-control none \
             -k "regex:$kernels" --launch-count "${AB_NCU_COUNT:-60}" --section SpeedOfLight \
             --section Occupancy --section LaunchStats --section WarpStateStats --csv --page details \
             "$bench" --workload "$w" --mode "$m" --warmup 1 --steps 1 $stats \

@@ -388,7 +388,7 @@ void cuda_softmax_backward(void *bctx, bool log, amp_tensor_t *dx, const amp_ten
     const cuda_fuse f = cuda_fuse_take(dx);
     // dy's held numbers, where a warp per row adds them (a block per row runs slower with them than
     // the statistics kernel takes to read dy)
-    const cuda_fuse fi = C <= WARP_ROWS_MAX ? cuda_fuse_take_input(c, dy) : cuda_fuse{NULL, 0, {}};
+    const cuda_fuse fi = C <= WARP_ROWS_MAX ? cuda_fuse_take_input(c, dy) : cuda_fuse{};
     CUDA_DISPATCH_FLOAT(dx->dtype, TDX,
                         CUDA_DISPATCH_FLOAT(dy->dtype, TG, CUDA_DISPATCH_FLOAT(y->dtype, TY, {
                                                 softmax_backward_launch(
