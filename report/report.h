@@ -299,9 +299,10 @@ typedef struct report_perf {
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType
                             // 2, a stream waiting on an event)
-    int64_t sync_gap_ns;    // of gap_ns: gaps a host synchronisation ended in
-    int64_t attributed_ns;  // kernel time attributed to an AMP_OPS op
-    int64_t counter_samples; // GPU_METRICS samples in the window
+    int64_t step_syncs, step_sync_ns; // of them: those that began inside a step of their process
+    int64_t sync_gap_ns;              // of gap_ns: gaps a host synchronisation ended in
+    int64_t attributed_ns;            // kernel time attributed to an AMP_OPS op
+    int64_t counter_samples;          // GPU_METRICS samples in the window
 } report_perf;
 
 // A process whose records were cut short (AMP_PROCESSES.status truncated, corrupt, unfinished).

@@ -309,28 +309,30 @@ static bool load_copies(loader *l) {
     clocks_free(&c);
     if (!done(l, q, rc)) return false;
 
+    // host synchronisations: all of the window's, and those that began inside a step of their
+    // process (a script's evaluation or setup syncs too, outside the training steps); their ends
+    // in order, for the gaps they ended
     if (!prep(l,
-              "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
-              "WHERE start BETWEEN ?1 AND ?2 AND end >= start AND " HOST_SYNC,
+              "SELECT start, end, globalPid >> 24 FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
+              "WHERE start BETWEEN ?1 AND ?2 AND end >= start AND " HOST_SYNC " ORDER BY start",
               &q))
         return false;
-    if ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        p->syncs = i64(q, 0);
-        p->sync_ns = i64(q, 1);
-        rc = sqlite3_step(q);
-    }
-    if (!done(l, q, rc)) return false;
-
-    if (!prep(l,
-              "SELECT end FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE start BETWEEN ?1 AND ?2 "
-              "AND end >= start AND " HOST_SYNC " ORDER BY end",
-              &q))
-        return false;
+    step_clocks sc = {.n = 0};
     size_t cap = 0;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const int64_t start = i64(q, 0), end = i64(q, 1);
+        if (sqlite3_column_type(q, 1) != SQLITE_INTEGER || !sane_span(start, end)) continue;
+        p->syncs++;
+        amp_add_sat(&p->sync_ns, end - start);
+        if (clocks_step(&sc, l->m, (int32_t)i64(q, 2), start)) {
+            p->step_syncs++;
+            amp_add_sat(&p->step_sync_ns, end - start);
+        }
         AMP_GROW(l->sync_ends, l->n_sync_ends, cap);
-        l->sync_ends[l->n_sync_ends++] = sqlite3_column_int64(q, 0);
+        l->sync_ends[l->n_sync_ends++] = end;
     }
+    clocks_free(&sc);
+    amp_sort(l->sync_ends, l->n_sync_ends, sizeof *l->sync_ends, report_cmp_i64);
     return done(l, q, rc);
 }
 

@@ -291,8 +291,9 @@ static void bf16_scaler(const report_model *m, const scale_run *r, report_findin
     // (the capture's synchronisations are the run's: a share of one process's steps only when
     // it is the only one)
     const report_process *p = report_process_find(m, r->pid);
-    const double syncs =
-        p && p->n_steps > 0 && m->n_procs == 1 ? (double)m->perf.syncs / (double)p->n_steps : NAN;
+    const double syncs = p && p->n_steps > 0 && m->n_procs == 1
+                             ? (double)m->perf.step_syncs / (double)p->n_steps
+                             : NAN;
     if (syncs > 0)
         report_appendf(f->detail, sizeof f->detail,
                        " CUDA capture recorded %.3g host synchronisations a step in all, the "

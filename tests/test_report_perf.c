@@ -643,6 +643,33 @@ START_TEST(host_sync_without_steps_is_per_process) {
 }
 END_TEST
 
+// Synchronisations outside the training steps (a script's evaluation reading each batch's
+// metric, its setup, its end) are not the loop's: neither counted per step nor against the steps'
+// time (500 of 1 ms after four steps of 1 ms made "126 per step, 12600% of the time"); the
+// finding names them when the steps' own make one.
+START_TEST(host_sync_outside_the_steps_is_not_the_loops) {
+    gpu_run(4, 1, 1000000, 0, 1e9, 1e6);
+    syncs(1, 10000); // the GradScaler's found_inf read
+    sql("WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < 499) "
+        "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, "
+        "streamId, globalPid, syncType, eventId) SELECT m + 1000000 + x * 2000000, "
+        "m + 2000000 + x * 2000000, 0, 1, 7, " GPID ", 3, 0 "
+        "FROM (SELECT max(end_ns) AS m FROM AMP_STEPS), j;");
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(model.perf.syncs, 504);
+    ck_assert_int_eq(model.perf.step_syncs, 4);
+    ck_assert_uint_eq(findings.n, 0);
+    release();
+    syncs(4, 1000000); // and the loop's own: five a step
+    analyse("host-sync", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(count(NULL, AMP_SEVERITY_WARNING), 1);
+    ck_assert_close(evidence(&findings.v[0], "per_step"), 5, 0, 0);
+    ck_assert_close(evidence(&findings.v[0], "syncs_outside_steps"), 500, 0, 0);
+    ck_assert_ptr_nonnull(strstr(findings.v[0].detail, "500 more (500 ms) came outside the steps"));
+    release();
+}
+END_TEST
+
 START_TEST(host_sync_with_the_gpu_busy_is_a_note) {
     gpu_run(4, 98, 100000, 1000, 1e9, 1e7); // kernels fill the steps: a GPU-bound loop
     syncs(5, 1000000);
@@ -818,6 +845,7 @@ void report_perf_tests(TCase *tc) {
     tcase_add_test(tc, host_sync_once_per_step_is_quiet);
     tcase_add_test(tc, host_sync_leaves_out_incomplete_records);
     tcase_add_test(tc, host_sync_without_steps_is_per_process);
+    tcase_add_test(tc, host_sync_outside_the_steps_is_not_the_loops);
     tcase_add_test(tc, host_sync_with_the_gpu_busy_is_a_note);
     tcase_add_test(tc, amp_payoff_launch_bound_amp_run_is_a_warning);
     tcase_add_test(tc, amp_payoff_of_the_warm_up_alone_claims_no_busy_share);
