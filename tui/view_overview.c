@@ -233,7 +233,7 @@ static void draw_graphs(const tui_app *app, const tui_layout *l) {
     size_t first;
     graph_steps g = {.n = window(app, l->cols, &first)};
     g.v = amp_xmalloc((g.n ? g.n : 1) * sizeof *g.v);
-    g.s = m->steps + first;
+    g.s = m->steps ? m->steps + first : NULL; // (no step yet: no array, and NULL + 0 is UB)
     g.last = g.n ? &g.s[g.n - 1] : NULL;
     g.upto = first + g.n;
     size_t nan_losses = 0, skipped = 0;

@@ -18,6 +18,10 @@
  *                   or "recording" at the end, and live 1 s more; the parent exits at once
  *   two LIB N MS    N steps MS ms apart, each recorded also through LIB (libamprecord.so, a
  *                   second copy of the recorder in this process, as the PyTorch bridge's)
+ *   capture N       N steps, each also with what the capture library records of a CUDA
+ *                   program (under AMPPROBE_TRACE=amp,cuda,nvtx): a kernel launched in the
+ *                   NVTX range of its layer and op, a copy, a memset, a synchronisation, and
+ *                   the device's facts and a counter (the seeds of tests/fuzz)
  *
  * Every mode first records META stats_every = $AMPPROBE_STATS_EVERY when that is set.
  */
@@ -79,6 +83,118 @@ static void one_step(int64_t step) {
                                     .end_ns = amp_record_now_ns(),
                                     .loss = 2.0 / (double)(step + 1),
                                     .grad_norm = NAN});
+}
+
+// What the capture library records around step's linear op on a GPU (mode `capture`).
+static void capture_step(int64_t step) {
+    const int64_t t0 = amp_record_now_ns(), corr = 2 * step + 1;
+    if (step == 0) {
+        amp_record_string(&(amp_rec_string){.id = 1, .value = "ampcore"});
+        amp_record_gpu_info(&(amp_rec_gpu_info){.id = 0,
+                                                .cu_device = 0,
+                                                .name = "NVIDIA H200",
+                                                .bus_location = "0000:00:1e.0",
+                                                .uuid = "GPU-00000000-0000-0000-0000-000000000000",
+                                                .chip_name = "GH100",
+                                                .is_discrete = 1,
+                                                .l2_cache_size = 52428800,
+                                                .total_memory = 150754820096,
+                                                .memory_bandwidth = 4800000000000,
+                                                .clock_rate = 1980000000,
+                                                .sm_count = 132,
+                                                .compute_major = 9,
+                                                .compute_minor = 0,
+                                                .max_threads_per_block = 1024,
+                                                .max_registers_per_block = 65536,
+                                                .max_registers_per_sm = 65536,
+                                                .max_shmem_per_block = 49152,
+                                                .max_shmem_per_block_optin = 232448,
+                                                .max_shmem_per_sm = 233472,
+                                                .threads_per_warp = 32,
+                                                .async_engines = 4,
+                                                .max_warps_per_sm = 64,
+                                                .max_blocks_per_sm = 32});
+    }
+    amp_record_runtime(&(amp_rec_runtime){.start_ns = t0,
+                                          .end_ns = t0 + 3000,
+                                          .tid = 7,
+                                          .correlation_id = corr,
+                                          .name = "cudaLaunchKernel_v7000"});
+    amp_record_kernel(&(amp_rec_kernel){.start_ns = t0 + 5000,
+                                        .end_ns = t0 + 25000,
+                                        .device_id = 0,
+                                        .context_id = 1,
+                                        .stream_id = 7,
+                                        .green_context_id = -1,
+                                        .correlation_id = corr,
+                                        .name = "_Z11gemm_kernelPKfS0_Pfi",
+                                        .launch_type = -1,
+                                        .cache_config = -1,
+                                        .registers_per_thread = 64,
+                                        .grid_x = 132,
+                                        .grid_y = 1,
+                                        .grid_z = 1,
+                                        .block_x = 256,
+                                        .block_y = 1,
+                                        .block_z = 1,
+                                        .static_shared_memory = 16384,
+                                        .local_memory_total = -1,
+                                        .grid_id = corr,
+                                        .shared_memory_executed = -1,
+                                        .shared_memory_limit_config = -1,
+                                        .graph_node_id = -1});
+    amp_record_nvtx(&(amp_rec_nvtx){.start_ns = t0 - 1000,
+                                    .end_ns = t0 + 4000,
+                                    .type = AMP_NVTX_PUSH_POP,
+                                    .range_id = -1,
+                                    .category = -1,
+                                    .color = -1,
+                                    .text = "fc.linear/linear",
+                                    .domain_id = 1,
+                                    .tid = 7,
+                                    .end_tid = -1});
+    amp_record_memcpy(&(amp_rec_memcpy){.start_ns = t0 + 26000,
+                                        .end_ns = t0 + 30000,
+                                        .device_id = 0,
+                                        .context_id = 1,
+                                        .stream_id = 7,
+                                        .green_context_id = -1,
+                                        .correlation_id = corr + 1,
+                                        .bytes = 4096,
+                                        .copy_kind = 2,
+                                        .src_kind = 2,
+                                        .dst_kind = 1,
+                                        .src_device_id = -1,
+                                        .src_context_id = -1,
+                                        .dst_device_id = -1,
+                                        .dst_context_id = -1,
+                                        .migration_cause = -1,
+                                        .graph_node_id = -1,
+                                        .virtual_address = -1});
+    amp_record_memset(&(amp_rec_memset){.start_ns = t0 + 31000,
+                                        .end_ns = t0 + 32000,
+                                        .device_id = 0,
+                                        .context_id = 1,
+                                        .stream_id = 7,
+                                        .green_context_id = -1,
+                                        .correlation_id = -1,
+                                        .bytes = 1024,
+                                        .graph_node_id = -1,
+                                        .mem_kind = 2});
+    amp_record_sync(&(amp_rec_sync){.start_ns = t0 + 32000,
+                                    .end_ns = t0 + 40000,
+                                    .device_id = 0,
+                                    .context_id = 1,
+                                    .stream_id = 7,
+                                    .green_context_id = -1,
+                                    .correlation_id = -1,
+                                    .sync_type = 3,
+                                    .event_id = -1});
+    amp_record_gpu_metric(&(amp_rec_gpu_metric){.device_id = 0,
+                                                .start_ns = t0,
+                                                .end_ns = t0 + 40000,
+                                                .metric = "dram__bytes_read.sum",
+                                                .value = 1e6});
 }
 
 // Keeps the recorder's locks busy: records and flushes until the process ends.
@@ -158,7 +274,9 @@ int main(int argc, char **argv) {
     }
     bool busy = strcmp(mode, "abort-busy") == 0, abort = busy || strcmp(mode, "abort") == 0;
     const bool assert_fails = strcmp(mode, "assert") == 0;
-    if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0 || assert_fails || abort) &&
+    const bool capture = strcmp(mode, "capture") == 0;
+    if ((strcmp(mode, "steps") == 0 || strcmp(mode, "crash") == 0 || capture || assert_fails ||
+         abort) &&
         argc > 2) {
         int n = atoi(argv[2]), ms = argc > 3 ? atoi(argv[3]) : 0;
         amp_record_layer(&(amp_rec_layer){.id = 0, .parent_id = -1, .name = "fc"});
@@ -175,6 +293,7 @@ int main(int argc, char **argv) {
         pthread_t t;
         if (busy && pthread_create(&t, NULL, busy_recorder, NULL) != 0) return 3;
         for (int i = 0; i < n; i++) {
+            if (capture) capture_step(i);
             one_step(i);
             if (ms > 0) sleep_ms(ms);
         }

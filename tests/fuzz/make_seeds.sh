@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tests/fuzz/make_seeds.sh [BUILD] — writes the fuzz targets' seeds into tests/fuzz/seeds from a
+# build (default build/, as tests/run.sh leaves it): for fuzz_spool the records of short recorded
+# runs (a spool file less its 64-byte header) of the samples with faults, the record helper (also
+# with what the capture library records) and the NVTX program under the injection library; for
+# fuzz_conform reference files of tests/data/golden, each behind the byte that picks its kind.
+# Run it again when the record format gains a record or a field.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+out=tests/fuzz/seeds
+spool=$(mktemp -d)
+trap 'rm -rf "$spool"' EXIT
+mkdir -p "$out/spool" "$out/conform"
+# seed NAME ENV... -- PROG ARGS...: PROG's spool file, less its header, as NAME
+seed() {
+    local name=$1 envs=()
+    shift
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    rm -f "$spool"/*
+    env "${envs[@]}" AMPPROBE_SPOOL_DIR="$spool" "$@" >/dev/null 2>&1
+    tail -c +65 "$spool"/*.spool >"$out/spool/$name"
+}
+seed tiny_gpt_attn_overflow AMPPROBE_STATS_EVERY=3 -- "$build/samples/tiny_gpt" --device cpu \
+    --precision fp16 --fault attn-overflow --steps 4 --layers 1
+seed mlp_nan_input -- "$build/samples/mlp" --device cpu --precision fp16 --fault nan-input --steps 2
+seed simple_cnn_bf16 -- "$build/samples/simple_cnn" --device cpu --precision bf16 --steps 1
+seed record_helper -- "$build/tests/amp_record_helper" steps 2
+seed record_helper_capture AMPPROBE_TRACE=amp,cuda,nvtx -- "$build/tests/amp_record_helper" capture 2
+seed nvtx_prog NVTX_INJECTION64_PATH="$PWD/$build/libampprobe_inject.so" -- \
+    "$build/tests/amp_nvtx_prog"
+kind=0
+for f in scaler_updates.txt unscale.txt autocast_dtypes.txt e2e_mlp_sgd.manifest; do
+    printf "\\x$(printf %02x $kind)" >"$out/conform/$f"
+    head -n 60 "tests/data/golden/$f" >>"$out/conform/$f" # (the scaler's: its first cases)
+    kind=$((kind + 1))
+done
+ls -l "$out"/*

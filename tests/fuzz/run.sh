@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/fuzz/run.sh [--ci | SECONDS] — builds the libFuzzer targets with clang into build/fuzz
+# (AddressSanitizer and UBSan, -DAMP_FUZZ=ON) and runs each on its corpus:
+#   fuzz_spool    a spool file's records into the collector, then the report (every format, and
+#                 a diff) and the TUI's model on the database it made
+#   fuzz_conform  one reference file of `ampprobe conform` (scaler updates, unscale cases, the
+#                 autocast table, an e2e manifest)
+# SECONDS (default 300) each, growing build/fuzz/corpus-NAME from the seeds in tests/fuzz/seeds;
+# --ci: a fixed number of inputs from a fixed seed over the checked-in seeds alone (what .ci/run
+# runs; about a minute). A crash, a sanitizer's report or a failed check of the readers fails the
+# script and leaves the input in build/fuzz/crashes (replay it: build/fuzz/fuzz_spool FILE).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mode=${1:-300}
+if ! command -v clang >/dev/null 2>&1; then
+    echo "tests/fuzz/run.sh: needs clang (apt-get install clang), whose libFuzzer it builds with" >&2
+    exit 2
+fi
+if [ "$mode" != --ci ] && ! [[ "$mode" =~ ^[0-9]+$ ]]; then
+    echo "tests/fuzz/run.sh: '$mode' is neither --ci nor a number of seconds" >&2
+    exit 2
+fi
+cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DAMP_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    >/dev/null
+cmake --build build/fuzz -j"$(nproc)" --target fuzz_spool fuzz_conform >/dev/null
+mkdir -p build/fuzz/crashes
+status=0
+for target in spool conform; do
+    # --ci: how many inputs (a spool input makes a database and reports on it: ~50 a second)
+    case $target in spool) runs=1500 ;; conform) runs=100000 ;; esac
+    seeds=tests/fuzz/seeds/$target
+    if [ "$mode" = --ci ]; then # (what it finds goes to the first folder: a scratch one)
+        rm -rf "build/fuzz/ci-$target" && mkdir -p "build/fuzz/ci-$target"
+        args=(-seed=1 -runs="$runs" "build/fuzz/ci-$target" "$seeds")
+    else
+        corpus=build/fuzz/corpus-$target
+        mkdir -p "$corpus"
+        args=(-max_total_time="$mode" "$corpus" "$seeds")
+    fi
+    echo "fuzz_$target: ${args[*]}"
+    if ! build/fuzz/fuzz_$target -artifact_prefix=build/fuzz/crashes/$target- -timeout=20 \
+        -print_final_stats=1 "${args[@]}" >build/fuzz/$target.log 2>&1; then
+        status=1
+        echo "fuzz_$target FAILED (build/fuzz/$target.log):" >&2
+        grep -E "ERROR|SUMMARY|Test unit written" build/fuzz/$target.log >&2 || tail -20 build/fuzz/$target.log >&2
+    else
+        grep -E "^stat::(number_of_executed_units|new_units_added)" build/fuzz/$target.log |
+            tr '\n' ' '
+        echo
+    fi
+done
+exit $status
