@@ -3,15 +3,16 @@
 # build (default build/, as tests/run.sh leaves it): for fuzz_spool the records of short recorded
 # runs (a spool file less its 64-byte header) of the samples with faults, the record helper (also
 # with what the capture library records) and the NVTX program under the injection library; for
-# fuzz_conform reference files of tests/data/golden, each behind the byte that picks its kind.
-# Run it again when the record format gains a record or a field.
+# fuzz_conform reference files of tests/data/golden, each behind the byte that picks its kind; for
+# fuzz_checkpoint the checkpoint of the model it loads into (written by build/fuzz/fuzz_checkpoint,
+# which tests/fuzz/run.sh builds). Run it again when a format gains a record or a field.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 out=tests/fuzz/seeds
 spool=$(mktemp -d)
 trap 'rm -rf "$spool"' EXIT
-mkdir -p "$out/spool" "$out/conform"
+mkdir -p "$out/spool" "$out/conform" "$out/checkpoint"
 # seed NAME ENV... -- PROG ARGS...: PROG's spool file, less its header, as NAME
 seed() {
     local name=$1 envs=()
@@ -36,4 +37,10 @@ for f in scaler_updates.txt unscale.txt autocast_dtypes.txt e2e_mlp_sgd.manifest
     head -n 60 "tests/data/golden/$f" >>"$out/conform/$f" # (the scaler's: its first cases)
     kind=$((kind + 1))
 done
+if [ -x build/fuzz/fuzz_checkpoint ]; then
+    AMP_FUZZ_WRITE_SEED="$PWD/$out/checkpoint/adam_scaler.ckpt" build/fuzz/fuzz_checkpoint
+else
+    echo "make_seeds.sh: no build/fuzz/fuzz_checkpoint (tests/fuzz/run.sh builds it):" \
+        "the checkpoint seed is left as it is" >&2
+fi
 ls -l "$out"/*

@@ -5,6 +5,8 @@
 #                 a diff) and the TUI's model on the database it made
 #   fuzz_conform  one reference file of `ampprobe conform` (scaler updates, unscale cases, the
 #                 autocast table, an e2e manifest)
+#   fuzz_checkpoint  a checkpoint file (its CRC made right) loaded into a model: it loads, or
+#                 fails naming the file with nothing changed
 # SECONDS (default 300) each, growing build/fuzz/corpus-NAME from the seeds in tests/fuzz/seeds;
 # --ci: a fixed number of inputs from a fixed seed over the checked-in seeds alone (what .ci/run
 # runs; about a minute). A crash, a sanitizer's report or a failed check of the readers fails the
@@ -22,12 +24,12 @@ if [ "$mode" != --ci ] && ! [[ "$mode" =~ ^[0-9]+$ ]]; then
 fi
 cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DAMP_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     >/dev/null
-cmake --build build/fuzz -j"$(nproc)" --target fuzz_spool fuzz_conform >/dev/null
+cmake --build build/fuzz -j"$(nproc)" --target fuzz_spool fuzz_conform fuzz_checkpoint >/dev/null
 mkdir -p build/fuzz/crashes
 status=0
-for target in spool conform; do
+for target in spool conform checkpoint; do
     # --ci: how many inputs (a spool input makes a database and reports on it: ~50 a second)
-    case $target in spool) runs=1500 ;; conform) runs=100000 ;; esac
+    case $target in spool) runs=1500 ;; conform) runs=100000 ;; checkpoint) runs=50000 ;; esac
     seeds=tests/fuzz/seeds/$target
     if [ "$mode" = --ci ]; then # (what it finds goes to the first folder: a scratch one)
         rm -rf "build/fuzz/ci-$target" && mkdir -p "build/fuzz/ci-$target"
