@@ -41,7 +41,10 @@ START_TEST(read_the_database) {
 END_TEST
 
 // The readers' checks run as a Check test in this process (their asserts need a runner): a
-// failed one aborts, with its message, so that libFuzzer keeps the input.
+// failed one aborts, with its message, so that libFuzzer keeps the input. Run it with -timeout=0
+// (tests/fuzz/run.sh does): the runner puts in its own SIGALRM handler while it runs, which in
+// this mode (no fork, no child) kills the whole process group, and libFuzzer's -timeout ticks
+// with SIGALRM.
 static void read_as_the_suites_do(void) {
     Suite *s = suite_create("fuzz_spool");
     TCase *tc = tcase_create("readers");

@@ -5,14 +5,15 @@
 # with what the capture library records) and the NVTX program under the injection library; for
 # fuzz_conform reference files of tests/data/golden, each behind the byte that picks its kind; for
 # fuzz_checkpoint the checkpoint of the model it loads into (written by build/fuzz/fuzz_checkpoint,
-# which tests/fuzz/run.sh builds). Run it again when a format gains a record or a field.
+# which tests/fuzz/run.sh builds); for fuzz_tui two key sequences (fuzz_tui.c says how its bytes
+# read). Run it again when a format gains a record or a field.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 out=tests/fuzz/seeds
 spool=$(mktemp -d)
 trap 'rm -rf "$spool"' EXIT
-mkdir -p "$out/spool" "$out/conform" "$out/checkpoint"
+mkdir -p "$out/spool" "$out/conform" "$out/checkpoint" "$out/tui"
 # seed NAME ENV... -- PROG ARGS...: PROG's spool file, less its header, as NAME
 seed() {
     local name=$1 envs=()
@@ -37,6 +38,11 @@ for f in scaler_updates.txt unscale.txt autocast_dtypes.txt e2e_mlp_sgd.manifest
     head -n 60 "tests/data/golden/$f" >>"$out/conform/$f" # (the scaler's: its first cases)
     kind=$((kind + 1))
 done
+# 80x24: every view, sorts, a filter, scrolling, steps, the next process, help; then 60x24 resized
+# small and large, a filter edited and left with Esc
+printf '\x50\x15''2sssss/attn\n\x81\x81\x83s3s\x83\x804ss\x82[[]]P?x1q' >"$out/tui/views"
+printf '\x46\x15''2\x87\x05\x02\x81\x87\xff\xff3\x874\x10/blocks\x7f\x7f\x1b4\x81\x85\x84' \
+    >"$out/tui/resize"
 if [ -x build/fuzz/fuzz_checkpoint ]; then
     AMP_FUZZ_WRITE_SEED="$PWD/$out/checkpoint/adam_scaler.ckpt" build/fuzz/fuzz_checkpoint
 else

@@ -7,6 +7,7 @@
 #                 autocast table, an e2e manifest)
 #   fuzz_checkpoint  a checkpoint file (its CRC made right) loaded into a model: it loads, or
 #                 fails naming the file with nothing changed
+#   fuzz_tui      keys and terminal sizes driving the TUI over a run of two processes
 # SECONDS (default 300) each, growing build/fuzz/corpus-NAME from the seeds in tests/fuzz/seeds;
 # --ci: a fixed number of inputs from a fixed seed over the checked-in seeds alone (what .ci/run
 # runs; about a minute). A crash, a sanitizer's report or a failed check of the readers fails the
@@ -24,12 +25,21 @@ if [ "$mode" != --ci ] && ! [[ "$mode" =~ ^[0-9]+$ ]]; then
 fi
 cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DAMP_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     >/dev/null
-cmake --build build/fuzz -j"$(nproc)" --target fuzz_spool fuzz_conform fuzz_checkpoint >/dev/null
+cmake --build build/fuzz -j"$(nproc)" --target fuzz_spool fuzz_conform fuzz_checkpoint \
+    fuzz_tui >/dev/null
 mkdir -p build/fuzz/crashes
 status=0
-for target in spool conform checkpoint; do
+for target in spool conform checkpoint tui; do
     # --ci: how many inputs (a spool input makes a database and reports on it: ~50 a second)
-    case $target in spool) runs=1500 ;; conform) runs=100000 ;; checkpoint) runs=50000 ;; esac
+    # -timeout: a hang's limit, by SIGALRM, which fuzz_spool's Check runner must not see (its
+    # handler would kill the process group: fuzz_spool.c)
+    timeout=20
+    case $target in
+    spool) runs=1500 timeout=0 ;;
+    conform) runs=100000 ;;
+    checkpoint) runs=50000 ;;
+    tui) runs=3000 ;;
+    esac
     seeds=tests/fuzz/seeds/$target
     if [ "$mode" = --ci ]; then # (what it finds goes to the first folder: a scratch one)
         rm -rf "build/fuzz/ci-$target" && mkdir -p "build/fuzz/ci-$target"
@@ -40,7 +50,7 @@ for target in spool conform checkpoint; do
         args=(-max_total_time="$mode" "$corpus" "$seeds")
     fi
     echo "fuzz_$target: ${args[*]}"
-    if ! build/fuzz/fuzz_$target -artifact_prefix=build/fuzz/crashes/$target- -timeout=20 \
+    if ! build/fuzz/fuzz_$target -artifact_prefix=build/fuzz/crashes/$target- -timeout="$timeout" \
         -print_final_stats=1 "${args[@]}" >build/fuzz/$target.log 2>&1; then
         status=1
         echo "fuzz_$target FAILED (build/fuzz/$target.log):" >&2
