@@ -114,6 +114,8 @@ char *amp_one_line(char *s);
 // A new directory named prefix + six characters mkdtemp(3) picks: its path in buf (n bytes), or
 // NULL with errno set (ENAMETOOLONG when the name does not fit).
 char *amp_make_temp_dir(char *buf, size_t n, const char *prefix);
+// CRC-32 (IEEE, as zlib's) of n bytes: a checkpoint's trailer (checkpoint.c).
+uint32_t amp_crc32(const void *data, size_t n);
 // The last component of path (path itself when it has no '/').
 static inline const char *amp_base_name(const char *path) {
     const char *slash = strrchr(path, '/');

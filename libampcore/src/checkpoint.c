@@ -95,6 +95,12 @@ static uint32_t crc32_update(const uint32_t table[256], uint32_t crc, const void
     return ~crc;
 }
 
+uint32_t amp_crc32(const void *data, size_t n) {
+    uint32_t table[256];
+    crc32_table(table);
+    return crc32_update(table, 0, data, n);
+}
+
 // The name a tensor has in a checkpoint: its own, or "param.<i>".
 static const char *ck_name(const amp_tensor_t *t, int i, char buf[32]) {
     const char *s = amp_tensor_name(t);
@@ -745,9 +751,7 @@ static amp_status ck_file_read(const char *path, ck_file *f) {
     if (st != AMP_OK) return st;
     char msg[160];
 
-    uint32_t table[256];
-    crc32_table(table);
-    uint32_t crc = crc32_update(table, 0, f->bytes, size - 4);
+    uint32_t crc = amp_crc32(f->bytes, size - 4);
     reader tr = {.p = f->bytes + size - 4, .left = 4, .ok = true};
     uint32_t stored = get_u32(&tr);
     if (crc != stored) {

@@ -102,16 +102,6 @@ static void take(const model *m, snapshot *s) {
     put(s, &rng, sizeof rng);
 }
 
-static uint32_t crc32(const uint8_t *p, size_t n) { // IEEE, bit by bit
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++)
-            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
-    }
-    return ~c;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     const char *seed = getenv("AMP_FUZZ_WRITE_SEED");
@@ -134,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!b) abort();
     memcpy(b, data, size);
     if (size >= 4) { // the trailer made right
-        const uint32_t c = crc32(b, size - 4);
+        const uint32_t c = amp_crc32(b, size - 4);
         for (int i = 0; i < 4; i++)
             b[size - 4 + (size_t)i] = (uint8_t)(c >> (8 * i));
     }
