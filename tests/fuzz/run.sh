@@ -2,7 +2,7 @@
 # tests/fuzz/run.sh [--ci | SECONDS] — builds the libFuzzer targets with clang into build/fuzz
 # (AddressSanitizer and UBSan, -DAMP_FUZZ=ON) and runs each on its corpus:
 #   fuzz_spool    a spool file's records into the collector, then the report (every format, and
-#                 a diff) and the TUI's model on the database it made
+#                 a diff) and the TUI's every view on the database it made
 #   fuzz_conform  one reference file of `ampprobe conform` (scaler updates, unscale cases, the
 #                 autocast table, an e2e manifest)
 #   fuzz_checkpoint  a checkpoint file (its CRC made right) loaded into a model: it loads, or
@@ -11,12 +11,12 @@
 # SECONDS (default 300) each, growing build/fuzz/corpus-NAME from the seeds in tests/fuzz/seeds;
 # --ci: a fixed number of inputs from a fixed seed over the checked-in seeds alone (what .ci/run
 # runs; about a minute). A crash, a sanitizer's report or a failed check of the readers fails the
-# script and leaves the input in build/fuzz/crashes (replay it: build/fuzz/fuzz_spool FILE).
+# script and leaves the input in build/fuzz/crashes (replay it: build/fuzz/fuzz_NAME FILE).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-300}
 if ! command -v clang >/dev/null 2>&1; then
-    echo "tests/fuzz/run.sh: needs clang (apt-get install clang), whose libFuzzer it builds with" >&2
+    echo "tests/fuzz/run.sh: needs clang and its libFuzzer (apt-get install clang libclang-rt-dev)" >&2
     exit 2
 fi
 if [ "$mode" != --ci ] && ! [[ "$mode" =~ ^[0-9]+$ ]]; then
@@ -54,7 +54,8 @@ for target in spool conform checkpoint tui; do
         -print_final_stats=1 "${args[@]}" >build/fuzz/$target.log 2>&1; then
         status=1
         echo "fuzz_$target FAILED (build/fuzz/$target.log):" >&2
-        grep -E "ERROR|SUMMARY|Test unit written" build/fuzz/$target.log >&2 || tail -20 build/fuzz/$target.log >&2
+        grep -E "^fuzz_|ERROR|SUMMARY|Test unit written" build/fuzz/$target.log >&2 ||
+            tail -20 build/fuzz/$target.log >&2
     else
         grep -E "^stat::(number_of_executed_units|new_units_added)" build/fuzz/$target.log |
             tr '\n' ' '
