@@ -54,10 +54,10 @@ for target in spool conform checkpoint tui; do
         -print_final_stats=1 "${args[@]}" >build/fuzz/$target.log 2>&1; then
         status=1
         echo "fuzz_$target FAILED (build/fuzz/$target.log):" >&2
-        grep -E "^fuzz_|ERROR|SUMMARY|Test unit written" build/fuzz/$target.log >&2 ||
+        grep -aE "^fuzz_|ERROR|SUMMARY|Test unit written" build/fuzz/$target.log >&2 ||
             tail -20 build/fuzz/$target.log >&2
     else
-        grep -E "^stat::(number_of_executed_units|new_units_added)" build/fuzz/$target.log |
+        grep -aE "^stat::(number_of_executed_units|new_units_added)" build/fuzz/$target.log |
             tr '\n' ' '
         echo
     fi
