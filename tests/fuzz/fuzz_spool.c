@@ -5,11 +5,11 @@
  * crashed, truncated or foreign writer can leave in a spool directory must crash neither the
  * launcher's collector nor what reads its database afterwards.
  *
- * Built and run by tests/fuzz/run.sh (clang, -DAMP_FUZZ=ON) from the seeds in
- * tests/fuzz/seeds/spool: the records of short runs of the samples and test helpers
+ * Built and run (with -timeout=0: fuzz.h) by tests/fuzz/run.sh (clang, -DAMP_FUZZ=ON) from the
+ * seeds in tests/fuzz/seeds/spool: the records of short runs of the samples and test helpers
  * (tests/fuzz/make_seeds.sh).
  */
-#include "tests.h"
+#include "fuzz.h"
 
 #include "amp-impl.h"
 #include "amp-store.h"
@@ -35,39 +35,9 @@ static void clean(void) {
     unlink(file);
 }
 
-START_TEST(read_the_database) {
-    test_read_or_refuse(db);
-}
-END_TEST
-
-// The readers' checks run as a Check test in this process (their asserts need a runner): a
-// failed one aborts, with its message, so that libFuzzer keeps the input. Run it with -timeout=0
-// (tests/fuzz/run.sh does): the runner puts in its own SIGALRM handler while it runs, which in
-// this mode (no fork, no child) kills the whole process group, and libFuzzer's -timeout ticks
-// with SIGALRM.
-static void read_as_the_suites_do(void) {
-    Suite *s = suite_create("fuzz_spool");
-    TCase *tc = tcase_create("readers");
-    tcase_add_test(tc, read_the_database);
-    suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_set_fork_status(r, CK_NOFORK);
-    srunner_run_all(r, CK_SILENT);
-    if (srunner_ntests_failed(r) > 0) {
-        TestResult **failed = srunner_failures(r);
-        fprintf(stderr, "fuzz_spool: %s:%d: %s\n", tr_lfile(failed[0]), tr_lno(failed[0]),
-                tr_msg(failed[0]));
-        abort();
-    }
-    srunner_free(r);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!dir[0]) {
-        struct stat st; // in memory where there is /dev/shm: SQLite's syncs then cost nothing
-        const bool shm = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode);
-        if (!amp_make_temp_dir(dir, sizeof dir, shm ? "/dev/shm/amp-fuzz-" : "/tmp/amp-fuzz-"))
-            abort();
+        fuzz_temp_dir(dir, "spool");
         snprintf(spool, sizeof spool, "%s/spool", dir);
         snprintf(db, sizeof db, "%s/run.sqlite", dir);
         snprintf(file, sizeof file, "%s/4242-1.spool", spool);
@@ -89,6 +59,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     amp_collector_poll(c);
     amp_collector_finish(c, 0);
     amp_collector_free(c);
-    read_as_the_suites_do();
+    fuzz_read(db);
     return 0;
 }

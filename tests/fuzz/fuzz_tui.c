@@ -2,61 +2,32 @@
  * fuzz_tui.c — a libFuzzer target: the TUI driven by a sequence of keys on a terminal of a size
  * the input picks (drawn off-screen, on /dev/null), over a run of two processes: tiny_gpt's
  * attention overflow and the record helper's capture (kernels, copies, NVTX), made once from the
- * spool seeds of tests/fuzz/seeds/spool. The first two bytes give the columns (10..209) and rows
- * (3..72); each further byte is a key: ASCII as it is (filter text, Tab, Enter, Backspace, Esc),
- * 0x80 and up one of the cursor and page keys, a back-tab, or a resize (to the sizes the next two
- * bytes give). Every key is followed by the frame's update and draw. Whatever the keys and the
- * size, the TUI must not crash. Built and run by tests/fuzz/run.sh.
+ * spool seeds of tests/fuzz/seeds/spool (fuzz_make_run). The first two bytes give the columns
+ * (10..209) and rows (3..72); each further byte is a key: ASCII as it is (filter text, Tab, Enter,
+ * Backspace, Esc), 0x80 and up one of the cursor and page keys, a back-tab, or a resize (to the
+ * sizes the next two bytes give). Every key is followed by the frame's update and draw. Whatever
+ * the keys and the size, the TUI must not crash. Built and run by tests/fuzz/run.sh.
  */
-#include "amp-impl.h"
+#include "fuzz.h"
+
 #include "amp-store.h"
 #include "layout.h"
-#include "record-codec.h"
 #include "tui.h"
 
 #include <curses.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 
 static char db[96];
-
-// The seed's records as process pid's spool file in spool.
-static void spool_seed(const char *spool, const char *seed, int32_t pid) {
-    char in[512], out[160];
-    snprintf(in, sizeof in, "%s/tests/fuzz/seeds/spool/%s", AMP_SOURCE_DIR, seed);
-    snprintf(out, sizeof out, "%s/%d-1.spool", spool, (int)pid);
-    FILE *f = fopen(in, "rb"), *g = fopen(out, "wb");
-    if (!f || !g) abort();
-    amp_spool_header h;
-    amp_spool_header_init(&h, pid, 1, 1000, seed);
-    fwrite(&h, sizeof h, 1, g);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        fwrite(buf, 1, n, g);
-    fclose(f);
-    fclose(g);
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     static char dir[64];
     char spool[96];
-    if (!amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-fuzz-tui-")) abort();
+    fuzz_temp_dir(dir, "tui");
     snprintf(spool, sizeof spool, "%s/spool", dir);
     snprintf(db, sizeof db, "%s/run.sqlite", dir);
-    if (mkdir(spool, 0755) != 0) abort();
-    spool_seed(spool, "tiny_gpt_attn_overflow", 4242);
-    spool_seed(spool, "record_helper_capture", 4343);
-    amp_collector_t *c;
-    if (amp_collector_new(db, spool, &c) != AMP_OK || amp_collector_poll(c) != AMP_OK ||
-        amp_collector_finish(c, 0) != AMP_OK) {
-        fprintf(stderr, "fuzz_tui: %s\n", amp_last_error());
-        abort();
-    }
-    amp_collector_free(c);
+    fuzz_make_run(spool, db);
     return 0;
 }
 

@@ -5,15 +5,16 @@
 # with what the capture library records) and the NVTX program under the injection library; for
 # fuzz_conform reference files of tests/data/golden, each behind the byte that picks its kind; for
 # fuzz_checkpoint the checkpoint of the model it loads into (written by build/fuzz/fuzz_checkpoint,
-# which tests/fuzz/run.sh builds); for fuzz_tui two key sequences (fuzz_tui.c says how its bytes
-# read). Run it again when a format gains a record or a field.
+# which tests/fuzz/run.sh builds); for fuzz_tui two key sequences and for fuzz_db sixteen writes
+# of each kind (their .c files say how the bytes read). Run it again when a format gains a record
+# or a field.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 out=tests/fuzz/seeds
 spool=$(mktemp -d)
 trap 'rm -rf "$spool"' EXIT
-mkdir -p "$out/spool" "$out/conform" "$out/checkpoint" "$out/tui"
+mkdir -p "$out/spool" "$out/conform" "$out/checkpoint" "$out/tui" "$out/db"
 # seed NAME ENV... -- PROG ARGS...: PROG's spool file, less its header, as NAME
 seed() {
     local name=$1 envs=()
@@ -43,6 +44,8 @@ done
 printf '\x50\x15''2sssss/attn\n\x81\x81\x83s3s\x83\x804ss\x82[[]]P?x1q' >"$out/tui/views"
 printf '\x46\x15''2\x87\x05\x02\x81\x87\xff\xff3\x874\x10/blocks\x7f\x7f\x1b4\x81\x85\x84' \
     >"$out/tui/resize"
+python3 -c 'import sys; sys.stdout.buffer.write(b"".join(bytes([i * 7 % 256, i * 5 % 256, i, 0, i % 6])
+    + bytes([i * 3 % 256] * 7) for i in range(16)))' >"$out/db/writes"
 if [ -x build/fuzz/fuzz_checkpoint ]; then
     AMP_FUZZ_WRITE_SEED="$PWD/$out/checkpoint/adam_scaler.ckpt" build/fuzz/fuzz_checkpoint
 else

@@ -8,6 +8,8 @@
 #   fuzz_checkpoint  a checkpoint file (its CRC made right) loaded into a model: it loads, or
 #                 fails naming the file with nothing changed
 #   fuzz_tui      keys and terminal sizes driving the TUI over a run of two processes
+#   fuzz_db       values written into that run's database (NULLs, edge integers and reals, text,
+#                 deleted rows), then the report and the TUI's every view on it
 # SECONDS (default 300) each, growing build/fuzz/corpus-NAME from the seeds in tests/fuzz/seeds;
 # --ci: a fixed number of inputs from a fixed seed over the checked-in seeds alone (what .ci/run
 # runs; about a minute). A crash, a sanitizer's report or a failed check of the readers fails the
@@ -25,20 +27,21 @@ if [ "$mode" != --ci ] && ! [[ "$mode" =~ ^[0-9]+$ ]]; then
 fi
 cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DAMP_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     >/dev/null
-cmake --build build/fuzz -j"$(nproc)" --target fuzz_spool fuzz_conform fuzz_checkpoint \
-    fuzz_tui >/dev/null
+targets=(spool conform checkpoint tui db)
+cmake --build build/fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}" >/dev/null
 mkdir -p build/fuzz/crashes
 status=0
-for target in spool conform checkpoint tui; do
+for target in "${targets[@]}"; do
     # --ci: how many inputs (a spool input makes a database and reports on it: ~50 a second)
-    # -timeout: a hang's limit, by SIGALRM, which fuzz_spool's Check runner must not see (its
-    # handler would kill the process group: fuzz_spool.c)
+    # -timeout: a hang's limit, by SIGALRM, which the targets that run the suites' readers in a
+    # Check runner must not see (its handler would kill the process group: fuzz.h)
     timeout=20
     case $target in
     spool) runs=1500 timeout=0 ;;
     conform) runs=100000 ;;
     checkpoint) runs=50000 ;;
     tui) runs=3000 ;;
+    db) runs=1000 timeout=0 ;;
     esac
     seeds=tests/fuzz/seeds/$target
     if [ "$mode" = --ci ]; then # (what it finds goes to the first folder: a scratch one)

@@ -1,0 +1,27 @@
+/*
+ * fuzz.h — what the libFuzzer targets of tests/fuzz share (fuzz_common.c).
+ */
+#ifndef AMP_FUZZ_H
+#define AMP_FUZZ_H
+
+#include <stdint.h>
+
+// A new directory for a target's files, in memory where there is /dev/shm (SQLite's syncs then
+// cost nothing): its path in dir (64 bytes). Aborts when it cannot be made.
+void fuzz_temp_dir(char dir[64], const char *name);
+// Writes the records of seed (a file of tests/fuzz/seeds/spool) as process pid's spool file in
+// the directory spool, behind a valid header.
+void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid);
+// A finished run's database at db, made by the collector from the spool seeds of tiny_gpt's
+// attention overflow (pid 4242) and the record helper's capture (4343); spool is a folder it
+// may use (made and removed). Aborts on a failure.
+void fuzz_make_run(const char *spool, const char *db);
+// The database at db read as the suites read any run's (tests/readers.c: the report in every
+// format and as a diff, the TUI's every view), inside a Check runner without a fork (the
+// readers' asserts need one); a failed check aborts with its message, so that libFuzzer keeps
+// the input. Run such a target with -timeout=0: while the runner runs, its SIGALRM handler is in
+// place, which in this mode kills the whole process group, and libFuzzer's -timeout ticks with
+// SIGALRM (tests/fuzz/run.sh sees to it).
+void fuzz_read(const char *db);
+
+#endif
