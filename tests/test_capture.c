@@ -771,8 +771,16 @@ END_TEST
 // --counters samples metrics by name: each must be a PM-sampling metric of the H200's chip (a
 // misspelt one would make the whole configuration fail on the GPU). CUPTI's host API answers
 // without a GPU, but not under AddressSanitizer: it dlopen()s libnvperf_host.so with
-// RTLD_DEEPBIND, which the sanitizer runtime refuses (google/sanitizers#611).
-#ifndef __SANITIZE_ADDRESS__
+// RTLD_DEEPBIND, which the sanitizer runtime refuses (google/sanitizers#611). (gcc says ASan by
+// __SANITIZE_ADDRESS__, clang by __has_feature.)
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
 START_TEST(test_counter_metrics_exist) {
     const char *bad = NULL;
     int r = amp_counters_check_chip("GH100", &bad);
@@ -851,7 +859,7 @@ Suite *capture_suite(void) {
     tcase_add_test(tc, test_decode_copies_and_api);
     tcase_add_test(tc, test_decode_device);
     tcase_add_test(tc, test_emit_merge_attribution);
-#ifndef __SANITIZE_ADDRESS__
+#ifndef UNDER_ASAN
     tcase_add_test(tc, test_counter_metrics_exist);
 #endif
 #endif
