@@ -7,7 +7,8 @@
 #include <stdint.h>
 
 // A new directory for a target's files, in memory where there is /dev/shm (SQLite's syncs then
-// cost nothing): its path in dir (64 bytes). Aborts when it cannot be made.
+// cost nothing), removed when the target exits: its path in dir (64 bytes). Aborts when it
+// cannot be made.
 void fuzz_temp_dir(char dir[64], const char *name);
 // Writes the records of seed (a file of tests/fuzz/seeds/spool) as process pid's spool file in
 // the directory spool, behind a valid header.

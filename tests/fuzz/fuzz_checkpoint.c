@@ -10,6 +10,8 @@
  * With AMP_FUZZ_WRITE_SEED=PATH set it saves that model's checkpoint to PATH and exits: the seed
  * (tests/fuzz/make_seeds.sh). Built and run by tests/fuzz/run.sh.
  */
+#include "fuzz.h"
+
 #include "amp-impl.h"
 #include "amp-train.h"
 
@@ -117,7 +119,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char dir[64], path[96];
     if (!dir[0]) {
-        if (!amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-fuzz-checkpoint-")) abort();
+        fuzz_temp_dir(dir, "checkpoint");
         snprintf(path, sizeof path, "%s/in.ckpt", dir);
     }
     uint8_t *b = malloc(size ? size : 1);

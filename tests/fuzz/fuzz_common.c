@@ -13,12 +13,25 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+static char made[4][64]; // the directories fuzz_temp_dir made, removed at exit
+static int n_made;
+
+static void remove_made(void) {
+    for (int i = 0; i < n_made; i++) {
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", made[i]);
+        if (system(cmd) != 0) fprintf(stderr, "fuzz: could not remove %s\n", made[i]);
+    }
+}
+
 void fuzz_temp_dir(char dir[64], const char *name) {
     struct stat st;
     const bool shm = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode);
     char prefix[48];
     snprintf(prefix, sizeof prefix, "%s/amp-fuzz-%s-", shm ? "/dev/shm" : "/tmp", name);
-    if (!amp_make_temp_dir(dir, 64, prefix)) abort();
+    if (n_made == (int)(sizeof made / sizeof *made) || !amp_make_temp_dir(dir, 64, prefix)) abort();
+    if (n_made == 0) atexit(remove_made);
+    snprintf(made[n_made++], sizeof made[0], "%s", dir);
 }
 
 void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid) {

@@ -9,14 +9,11 @@
  * (tests/fuzz/make_seeds.sh).
  */
 #include "conform.h"
+#include "fuzz.h"
 
-#include "amp-impl.h"
-
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *const kinds[] = {"scaler_updates.txt", "unscale.txt", "autocast_dtypes.txt",
@@ -27,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char dir[64];
     static FILE *null;
     if (!dir[0]) {
-        if (!amp_make_temp_dir(dir, sizeof dir, "/tmp/amp-fuzz-conform-")) abort();
+        fuzz_temp_dir(dir, "conform");
         null = fopen("/dev/null", "w");
         if (!null) abort();
     }
