@@ -13,10 +13,11 @@ void fuzz_temp_dir(char dir[64], const char *name);
 // Writes the records of seed (a file of tests/fuzz/seeds/spool) as process pid's spool file in
 // the directory spool, behind a valid header.
 void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid);
-// A finished run's database at db, made by the collector from the spool seeds of tiny_gpt's
-// attention overflow (pid 4242) and the record helper's capture (4343); spool is a folder it
-// may use (made and removed). Aborts on a failure.
-void fuzz_make_run(const char *spool, const char *db);
+// A finished run's database, made by the collector from the spool seeds of tiny_gpt's attention
+// overflow (pid 4242) and the record helper's capture (4343), in a new directory (fuzz_temp_dir,
+// named after name) for the target's other files too: their paths in dir (64 bytes) and db (96
+// bytes, dir/run.sqlite). Aborts on a failure.
+void fuzz_make_run(const char *name, char dir[64], char db[96]);
 // The database at db read as the suites read any run's (tests/readers.c: the report in every
 // format and as a diff, the TUI's every view), inside a Check runner without a fork (the
 // readers' asserts need one); a failed check aborts with its message, so that libFuzzer keeps

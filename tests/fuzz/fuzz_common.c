@@ -51,7 +51,11 @@ void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid) {
     if (fclose(g) != 0) abort();
 }
 
-void fuzz_make_run(const char *spool, const char *db) {
+void fuzz_make_run(const char *name, char dir[64], char db[96]) {
+    char spool[96];
+    fuzz_temp_dir(dir, name);
+    snprintf(spool, sizeof spool, "%s/spool", dir);
+    snprintf(db, 96, "%s/run.sqlite", dir);
     if (mkdir(spool, 0755) != 0) abort();
     fuzz_spool_seed(spool, "tiny_gpt_attn_overflow", 4242);
     fuzz_spool_seed(spool, "record_helper_capture", 4343);

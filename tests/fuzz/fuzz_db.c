@@ -67,12 +67,8 @@ static void learn_schema(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     static char dir[64];
-    char spool[96];
-    fuzz_temp_dir(dir, "db");
-    snprintf(spool, sizeof spool, "%s/spool", dir);
-    snprintf(base, sizeof base, "%s/base.sqlite", dir);
-    snprintf(work, sizeof work, "%s/run.sqlite", dir);
-    fuzz_make_run(spool, base);
+    fuzz_make_run("db", dir, base);
+    snprintf(work, sizeof work, "%s/work.sqlite", dir);
     learn_schema();
     return 0;
 }

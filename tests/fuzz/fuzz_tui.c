@@ -23,11 +23,7 @@ static char db[96];
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     static char dir[64];
-    char spool[96];
-    fuzz_temp_dir(dir, "tui");
-    snprintf(spool, sizeof spool, "%s/spool", dir);
-    snprintf(db, sizeof db, "%s/run.sqlite", dir);
-    fuzz_make_run(spool, db);
+    fuzz_make_run("tui", dir, db);
     return 0;
 }
 
