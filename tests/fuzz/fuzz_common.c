@@ -43,6 +43,7 @@ void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid) {
     amp_spool_header h;
     amp_spool_header_init(&h, pid, 1, 1000, seed);
     fwrite(&h, sizeof h, 1, g);
+    if (fseek(f, 3, SEEK_SET) != 0) abort(); // (fuzz_spool's layout bytes)
     char buf[65536];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0)

@@ -15,7 +15,8 @@ out=tests/fuzz/seeds
 spool=$(mktemp -d)
 trap 'rm -rf "$spool"' EXIT
 mkdir -p "$out/spool" "$out/conform" "$out/checkpoint" "$out/tui" "$out/db"
-# seed NAME ENV... -- PROG ARGS...: PROG's spool file, less its header, as NAME
+# seed NAME ENV... -- PROG ARGS...: PROG's spool file, less its header, as NAME, behind
+# fuzz_spool's three layout bytes (zeros: one file)
 seed() {
     local name=$1 envs=()
     shift
@@ -23,7 +24,7 @@ seed() {
     shift
     rm -f "$spool"/*
     env "${envs[@]}" AMPPROBE_SPOOL_DIR="$spool" "$@" >/dev/null 2>&1
-    tail -c +65 "$spool"/*.spool >"$out/spool/$name"
+    { printf '\0\0\0' && tail -c +65 "$spool"/*.spool; } >"$out/spool/$name"
 }
 seed tiny_gpt_attn_overflow AMPPROBE_STATS_EVERY=3 -- "$build/samples/tiny_gpt" --device cpu \
     --precision fp16 --fault attn-overflow --steps 4 --layers 1
@@ -33,6 +34,12 @@ seed record_helper -- "$build/tests/amp_record_helper" steps 2
 seed record_helper_capture AMPPROBE_TRACE=amp,cuda,nvtx -- "$build/tests/amp_record_helper" capture 2
 seed nvtx_prog NVTX_INJECTION64_PATH="$PWD/$build/libampprobe_inject.so" -- \
     "$build/tests/amp_nvtx_prog"
+# the same records laid out otherwise: mlp's in two files of one pid (an exec: two images), the
+# capture's in three files of three pids
+{ printf '\x0d\x80\x00' && tail -c +4 "$out/spool/mlp_nan_input"; } \
+    >"$out/spool/mlp_nan_input_two_images"
+{ printf '\x02\x55\xaa' && tail -c +4 "$out/spool/record_helper_capture"; } \
+    >"$out/spool/record_helper_capture_three_pids"
 kind=0
 for f in scaler_updates.txt unscale.txt autocast_dtypes.txt e2e_mlp_sgd.manifest; do
     printf "\\x$(printf %02x $kind)" >"$out/conform/$f"
