@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh [--ci | SECONDS] — builds the libFuzzer targets with clang into build/fuzz
 # (AddressSanitizer and UBSan, -DAMP_FUZZ=ON) and runs each on its corpus:
-#   fuzz_spool    a spool file's records into the collector, then the report (every format, and
-#                 a diff) and the TUI's every view on the database it made
+#   fuzz_spool    spool files' records (one to three files, of one process image or several)
+#                 into the collector, then the report (every format, and a diff) and the TUI's
+#                 every view on the database it made
 #   fuzz_conform  one reference file of `ampprobe conform` (scaler updates, unscale cases, the
 #                 autocast table, an e2e manifest)
 #   fuzz_checkpoint  a checkpoint file (its CRC made right) loaded into a model: it loads, or
