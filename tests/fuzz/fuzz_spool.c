@@ -28,7 +28,8 @@
 
 static char dir[64], spool[96], db[96];
 
-// The database's files left by the last input, and the spool files the collector kept.
+// The database's files left by the last input (the collector's finish removed its spool files
+// and their directory).
 static void clean(void) {
     const char *suffix[] = {"", "-wal", "-shm", "-journal"};
     char path[160];
@@ -36,8 +37,6 @@ static void clean(void) {
         snprintf(path, sizeof path, "%s%s", db, suffix[k]);
         unlink(path);
     }
-    snprintf(path, sizeof path, "rm -rf '%s'", spool);
-    if (system(path) != 0) abort();
 }
 
 // Spool file i of n: pid (the same for all when `one_pid`, else 4242 + i), its image's exec_id
@@ -64,7 +63,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(db, sizeof db, "%s/run.sqlite", dir);
     }
     clean();
-    if (mkdir(spool, 0755) != 0) abort();
+    if (mkdir(spool, 0755) != 0) { // (left over: the last input's files would join this one's)
+        fprintf(stderr, "fuzz_spool: %s: %s\n", spool, strerror(errno));
+        abort();
+    }
     // the layout bytes (fuzz_spool.c's head), then the records, cut into the files
     const uint8_t b0 = size > 0 ? data[0] : 0, b1 = size > 1 ? data[1] : 0,
                   b2 = size > 2 ? data[2] : 0;
