@@ -4,15 +4,10 @@
 #ifndef AMP_FUZZ_H
 #define AMP_FUZZ_H
 
-#include <stdint.h>
-
-// A new directory for a target's files, in memory where there is /dev/shm (SQLite's syncs then
-// cost nothing), removed when the target exits: its path in dir (64 bytes). Aborts when it
-// cannot be made.
+// The target's directory for its files (one a target), in memory where there is /dev/shm
+// (SQLite's syncs then cost nothing), removed when the target exits: its path in dir (64 bytes).
+// Aborts when it cannot be made.
 void fuzz_temp_dir(char dir[64], const char *name);
-// Writes the records of seed (a file of tests/fuzz/seeds/spool, less fuzz_spool's three layout
-// bytes) as process pid's spool file in the directory spool, behind a valid header.
-void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid);
 // A finished run's database, made by the collector from the spool seeds of tiny_gpt's attention
 // overflow (pid 4242) and the record helper's capture (4343), in a new directory (fuzz_temp_dir,
 // named after name) for the target's other files too: their paths in dir (64 bytes) and db (96

@@ -13,15 +13,12 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-static char made[4][64]; // the directories fuzz_temp_dir made, removed at exit
-static int n_made;
+static char made[64]; // the directory fuzz_temp_dir made (one a target), removed at exit
 
 static void remove_made(void) {
-    for (int i = 0; i < n_made; i++) {
-        char cmd[96];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", made[i]);
-        if (system(cmd) != 0) fprintf(stderr, "fuzz: could not remove %s\n", made[i]);
-    }
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", made);
+    if (system(cmd) != 0) fprintf(stderr, "fuzz: could not remove %s\n", made);
 }
 
 void fuzz_temp_dir(char dir[64], const char *name) {
@@ -29,12 +26,14 @@ void fuzz_temp_dir(char dir[64], const char *name) {
     const bool shm = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode);
     char prefix[48];
     snprintf(prefix, sizeof prefix, "%s/amp-fuzz-%s-", shm ? "/dev/shm" : "/tmp", name);
-    if (n_made == (int)(sizeof made / sizeof *made) || !amp_make_temp_dir(dir, 64, prefix)) abort();
-    if (n_made == 0) atexit(remove_made);
-    snprintf(made[n_made++], sizeof made[0], "%s", dir);
+    if (made[0] || !amp_make_temp_dir(dir, 64, prefix)) abort();
+    snprintf(made, sizeof made, "%s", dir);
+    atexit(remove_made);
 }
 
-void fuzz_spool_seed(const char *spool, const char *seed, int32_t pid) {
+// Writes the records of seed (a file of tests/fuzz/seeds/spool, less fuzz_spool's three layout
+// bytes) as process pid's spool file in the directory spool, behind a valid header.
+static void spool_seed(const char *spool, const char *seed, int32_t pid) {
     char in[512], out[160];
     snprintf(in, sizeof in, "%s/tests/fuzz/seeds/spool/%s", AMP_SOURCE_DIR, seed);
     snprintf(out, sizeof out, "%s/%d-1.spool", spool, (int)pid);
@@ -58,8 +57,8 @@ void fuzz_make_run(const char *name, char dir[64], char db[96]) {
     snprintf(spool, sizeof spool, "%s/spool", dir);
     snprintf(db, 96, "%s/run.sqlite", dir);
     if (mkdir(spool, 0755) != 0) abort();
-    fuzz_spool_seed(spool, "tiny_gpt_attn_overflow", 4242);
-    fuzz_spool_seed(spool, "record_helper_capture", 4343);
+    spool_seed(spool, "tiny_gpt_attn_overflow", 4242);
+    spool_seed(spool, "record_helper_capture", 4343);
     amp_collector_t *c;
     if (amp_collector_new(db, spool, &c) != AMP_OK || amp_collector_poll(c) != AMP_OK ||
         amp_collector_finish(c, 0) != AMP_OK) {
