@@ -132,6 +132,12 @@ static const struct {
 #undef META_KEY
 };
 
+// A row whose pid is not a 32-bit integer (a damaged file: a real, a text, 2^40) is no process's:
+// the queries that go by pid leave it out, so that SQLite's order of the pids and the ints they
+// are read as agree (one read as another process's pid would break the merges by pid, leaving
+// processes without their steps).
+#define PID_OK "typeof(pid) = 'integer' AND pid BETWEEN -2147483648 AND 2147483647"
+
 // META's run facts, the first process's; of the processes' exceptions and aborts, the first
 // recorded (a rank's own before the launcher's that reports the rank's death: torchrun).
 static bool load_meta(sqlite3 *db, report_model *m, char *err) {
@@ -202,7 +208,7 @@ static bool load_end(sqlite3 *db, report_model *m, char *err) {
 
     if (!prepare(db, m->path,
                  "SELECT pid, name, status FROM AMP_PROCESSES WHERE status IN ('truncated', "
-                 "'corrupt', 'unfinished') ORDER BY pid",
+                 "'corrupt', 'unfinished') AND " PID_OK " ORDER BY pid",
                  m, &q, err))
         return false;
     size_t cap = 0;
@@ -236,7 +242,9 @@ static bool load_end(sqlite3 *db, report_model *m, char *err) {
 
 static bool load_layers(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    if (!prepare(db, m->path, "SELECT pid, id, name FROM AMP_LAYERS ORDER BY pid, id", m, &q, err))
+    if (!prepare(db, m->path,
+                 "SELECT pid, id, name FROM AMP_LAYERS WHERE " PID_OK " ORDER BY pid, id", m, &q,
+                 err))
         return false;
     size_t cap = 0;
     int rc;
@@ -267,12 +275,11 @@ static void build_broke_cum(report_model *m) {
 
 static bool load_steps(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    char sql[320];
+    char sql[512];
     snprintf(sql, sizeof sql,
              "SELECT pid, step, loss, loss_finite, scale_before, scale_after, found_inf, "
              "skipped, start_ns, end_ns, %s, grad_norm FROM AMP_STEPS WHERE step BETWEEN ?1 "
-             "AND ?2 "
-             "ORDER BY pid, step",
+             "AND ?2 AND " PID_OK " ORDER BY pid, step",
              amp_store_has_column(db, "AMP_STEPS", "mem_peak_bytes") ? "mem_peak_bytes" : "NULL");
     if (!prepare(db, m->path, sql, m, &q, err)) return false;
     size_t cap = 0;
@@ -577,10 +584,10 @@ static bool settle_rises(sqlite3 *db, report_model *m, char *err);
 // finding is of whatever the focus), their names, and where their focused steps are in m->steps.
 static bool load_proc_rows(sqlite3 *db, report_model *m, char *err) {
     sqlite3_stmt *q;
-    char sql[400];
+    char sql[512];
     snprintf(sql, sizeof sql,
              "SELECT u.pid, %s FROM (SELECT pid FROM AMP_STEPS UNION SELECT pid FROM AMP_LAYERS "
-             "UNION SELECT pid FROM AMP_EVENTS) u ORDER BY u.pid",
+             "UNION SELECT pid FROM AMP_EVENTS) u WHERE " PID_OK " ORDER BY u.pid",
              amp_store_has_column(db, "AMP_PROCESSES", "name")
                  ? "(SELECT name FROM AMP_PROCESSES p WHERE p.pid = u.pid ORDER BY p.rowid LIMIT 1)"
                  : "NULL");
@@ -634,7 +641,7 @@ static bool load_proc_firsts(sqlite3 *db, report_model *m, char *err) {
             "'scaler.growth_interval'), (SELECT COUNT(*) FROM AMP_STEPS d WHERE d.pid = a.pid AND "
             "d.scale_after IS NOT NULL), (SELECT MIN(step) FROM AMP_STEPS e WHERE e.pid = a.pid "
             "AND e.scale_after IS NOT NULL AND e.skipped = 0) FROM (SELECT DISTINCT pid FROM "
-            "AMP_STEPS) a ORDER BY pid",
+            "AMP_STEPS WHERE " PID_OK ") a ORDER BY pid",
             m, &q, err))
         return false;
     for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) { // (both by pid: one merge)
@@ -717,7 +724,7 @@ static bool load_before_focus(sqlite3 *db, report_model *m, char *err) {
     // the non-finite losses after it (nonfinite_since: they run on into the focus)
     if (!prepare(db, m->path,
                  "SELECT pid, step, loss_finite, loss, grad_norm FROM AMP_STEPS WHERE step < ?1 "
-                 "ORDER BY pid, step",
+                 "AND " PID_OK " ORDER BY pid, step",
                  m, &q, err))
         return false;
     for (size_t k = 0; (rc = sqlite3_step(q)) == SQLITE_ROW;) {

@@ -105,6 +105,30 @@ START_TEST(ranks_are_counted_as_processes) {
 }
 END_TEST
 
+// A damaged file's pid that is no 32-bit integer (a real SQLite sorts before the others, read as
+// the int 253036617; found by tests/fuzz's fuzz_db) is no process: the processes keep their steps.
+START_TEST(a_pid_that_is_no_int_is_no_process) {
+    healthy(12);
+    sql("INSERT INTO AMP_STEPS SELECT 2, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
+        "scale_before, scale_after, found_inf, skipped, mem_peak_bytes "
+        "FROM AMP_STEPS WHERE pid = 1;"
+        "INSERT INTO AMP_LAYERS VALUES (-33796844615607.7, 0, NULL, 'x'), (1e-45, 0, NULL, 'y'), "
+        "(1099511627781, 0, NULL, 'z'), ('pid 3', 0, NULL, 'w');");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(model.n_procs, 2);
+    for (int32_t pid = 1; pid <= 2; pid++) {
+        const report_process *p = report_process_find(&model, pid);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_uint_eq(p->n_steps, 12);
+    }
+    char verdict[1024];
+    report_verdict(&model, &findings, verdict, sizeof verdict);
+    ck_assert_msg(strstr(verdict, "Healthy: no error or warning in 24 steps of 2 processes."),
+                  "verdict: %s", verdict);
+    release();
+}
+END_TEST
+
 // A focus past the run's steps says so, with where its steps end, rather than that nothing ran.
 START_TEST(a_focus_past_the_run_says_where_its_steps_end) {
     healthy(6);
@@ -1548,6 +1572,7 @@ Suite *report_suite(void) {
     tcase_add_test(tc, sampled_statistics_are_said);
     tcase_add_test(tc, a_database_without_memory_peaks_reads);
     tcase_add_test(tc, ranks_are_counted_as_processes);
+    tcase_add_test(tc, a_pid_that_is_no_int_is_no_process);
     tcase_add_test(tc, a_compiled_model_says_what_is_not_recorded);
     tcase_add_test(tc, a_focus_past_the_run_says_where_its_steps_end);
     tcase_add_test(tc, empty_database_degrades_gracefully);
