@@ -13,7 +13,8 @@
 #                 deleted rows), then the report and the TUI's every view on it
 # SECONDS (default 300) each, growing build/fuzz/corpus-NAME from the seeds in tests/fuzz/seeds;
 # --ci: a fixed number of inputs from a fixed seed over the checked-in seeds alone (what .ci/run
-# runs; about a minute and a half here). A crash, a sanitizer's report or a failed check of the readers fails the
+# runs; about a minute and a half here; the databases the collector makes hold times, so runs
+# differ a little: one may find what another did not). A crash, a sanitizer's report or a failed check of the readers fails the
 # script and leaves the input in build/fuzz/crashes (replay it: build/fuzz/fuzz_NAME FILE).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
