@@ -283,9 +283,10 @@ typedef struct report_perf {
     report_kernel *kernels; // by total_ns, largest first
     size_t n_kernels;
     int64_t launches, kernel_ns; // kernels and their summed durations
-    // The timeline after the warm-up: kernels that start before the end of their process's step
-    // 0 (one-time set-up, library initialisation, the first step's lazy work) are left out of
-    // these when step 0 is recorded
+    // The loop's timeline: kernels that start before the end of their process's step 0
+    // (one-time set-up, library initialisation, the first step's lazy work) are left out of
+    // these when step 0 is recorded, and those after its last step's work (the first kernel past
+    // the last step's end that follows an idle gap, and the rest: a final evaluation, a save)
     // per GPU, summed over the GPUs (a data-parallel run's ranks each keep one busy: one GPU's
     // gap is no less idle for another's kernels meanwhile)
     int64_t busy_ns, span_ns; // union of its kernel intervals; its first start to last end
@@ -295,7 +296,10 @@ typedef struct report_perf {
     int64_t largest_gap_ns, largest_gap_start_ns;
     int64_t warmup_kernels, warmup_ns; // left out: kernels, first start to the end of step 0
     int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise
-    int64_t short_launches;            // kernels shorter than REPORT_LAUNCH_BOUND_NS
+    int64_t tail_kernels,
+        tail_ns;            // left out after the loop: kernels, their first start to last end
+    int64_t tail_copies;    // host-to-device copies after the last step's end, left out
+    int64_t short_launches; // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType
                             // 2, a stream waiting on an event)

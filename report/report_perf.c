@@ -251,6 +251,14 @@ static int64_t step0_end(const report_model *m, int32_t pid) {
     return s && s->end_ns >= 0 ? s->end_ns : -1;
 }
 
+// When process pid's last step in the model ended (its last with an end); INT64_MAX: none.
+static int64_t loop_end(const report_model *m, int32_t pid) {
+    const report_process *p = report_process_find(m, pid);
+    for (size_t i = p ? p->n_steps : 0; i > 0; i--)
+        if (m->steps[p->step0 + i - 1].end_ns >= 0) return m->steps[p->step0 + i - 1].end_ns;
+    return INT64_MAX;
+}
+
 // A timestamp the timeline can subtract from another without overflow (inside +-2^62 ns).
 static bool sane_ns(int64_t t) {
     return t > -(INT64_C(1) << 62) && t < INT64_C(1) << 62;
@@ -272,8 +280,9 @@ static bool sane_span(int64_t s, int64_t e) {
     return sane_ns(s) && sane_ns(e) && e >= s && e - s <= MAX_RECORD_NS;
 }
 
-// Copies per step, and host-to-device ones after the warm-up (step 0: the model's weights
-// going up once are not the loop's copies).
+// Copies per step, and host-to-device ones of the loop: after the warm-up (step 0: the model's
+// weights going up once are not the loop's copies) and before the last step's end (a final
+// evaluation's data is not either).
 static bool load_copies(loader *l) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
@@ -284,6 +293,8 @@ static bool load_copies(loader *l) {
               &q))
         return false;
     step_clocks c = {.n = 0};
+    int32_t last_pid = INT32_MIN; // (the copies of one process come in runs: its loop's end once)
+    int64_t last_end = INT64_MAX;
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t start = i64(q, 0), dur = i64(q, 1), bytes = i64(q, 2);
@@ -296,6 +307,11 @@ static bool load_copies(loader *l) {
         if (i64(q, 3) != 1) continue; // CUDA_MEMCPY_KIND_HTOD
         if (start < step0_end(l->m, pid)) {
             p->warmup_copies++;
+            continue;
+        }
+        if (pid != last_pid) last_pid = pid, last_end = loop_end(l->m, pid);
+        if (start > last_end) {
+            p->tail_copies++;
             continue;
         }
         p->htod_copies++;
@@ -447,6 +463,9 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
 typedef struct extent {
     int32_t key; // deviceId, or pid
     int64_t first, end;
+    // (a process's) when its last step ended, and whether its loop's kernels are over
+    bool known, after;
+    int64_t loop_end;
 } extent;
 
 static extent *extent_of(extent *d, int32_t *n, int32_t key) {
@@ -473,11 +492,11 @@ static busy_line *busy_of(busy_line *b, int32_t *n, int32_t pid, int32_t dev) {
     return &b[(*n)++];
 }
 
-// The timeline in start order: per-step busy time (on each GPU of the step's process), and
-// after the warm-up (report_perf) each GPU's busy time (union of its kernel intervals) and idle
-// gaps, those a host synchronisation ended in apart (the GPU ran out of work while the host
-// waited for it, and idled on until the host launched again: with no wait the host would have
-// queued that work ahead).
+// The timeline in start order: per-step busy time (on each GPU of the step's process), and for
+// the loop (report_perf: after the warm-up, up to the last step's work) each GPU's busy time
+// (union of its kernel intervals) and idle gaps, those a host synchronisation ended in apart
+// (the GPU ran out of work while the host waited for it, and idled on until the host launched
+// again: with no wait the host would have queued that work ahead).
 static void timeline(const loader *l, launch *v, size_t n) {
     report_model *m = l->m;
     report_perf *p = &m->perf;
@@ -486,7 +505,7 @@ static void timeline(const loader *l, launch *v, size_t n) {
     busy_line busy[DEVICES_MAX]; // warm-up included: per-step busy time
     extent lines[DEVICES_MAX], procs[DEVICES_MAX];
     int32_t n_busy = 0, n_lines = 0, n_procs = 0;
-    int64_t warm_from = INT64_MAX, warm_to = INT64_MIN;
+    int64_t warm_from = INT64_MAX, warm_to = INT64_MIN, tail_from = INT64_MAX, tail_to = INT64_MIN;
     int32_t pid = INT32_MIN;
     int64_t warm_end = -1; // pid's step 0 end
     for (size_t i = 0; i < n; i++) {
@@ -509,6 +528,17 @@ static void timeline(const loader *l, launch *v, size_t n) {
             continue;
         }
         extent *x = extent_of(procs, &n_procs, v[i].pid);
+        if (!x->known) x->known = true, x->loop_end = loop_end(m, v[i].pid);
+        // after the loop (a final evaluation, a save): the process's first kernel past its last
+        // step's end that follows an idle gap, and all after it (the kernels the host queued in
+        // that step run on after it back to back)
+        if (s > x->loop_end && (x->after || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS)) {
+            x->after = true;
+            p->tail_kernels++;
+            if (s < tail_from) tail_from = s;
+            if (e > tail_to) tail_to = e;
+            continue;
+        }
         if (x->end == INT64_MIN) x->first = s;
         if (e > x->end) x->end = e;
         extent *d = extent_of(lines, &n_lines, v[i].dev);
@@ -540,6 +570,7 @@ static void timeline(const loader *l, launch *v, size_t n) {
     if (p->warmup_kernels)
         p->warmup_ns =
             (uint64_t)warm_to - (uint64_t)warm_from > INT64_MAX ? INT64_MAX : warm_to - warm_from;
+    if (p->tail_kernels) p->tail_ns = tail_to - tail_from; // (sane kernels: within +-2^62 ns)
     clocks_free(&c);
 }
 

@@ -1,7 +1,8 @@
 /*
- * rule_gpu_idle.c — rule `gpu-idle`: stretches of >= 10 us between kernels while the run was on
- * the GPU (from the first kernel to the last, step 0 left out when it is recorded: its one-time
- * set-up is not the loop), when the device waited for the host: data loading, Python, a host
+ * rule_gpu_idle.c — rule `gpu-idle`: stretches of >= 10 us between kernels while the training loop
+ * was on the GPU (from the first kernel to the last, step 0 left out when it is recorded: its
+ * one-time set-up is not the loop; and what follows the last step's work: a final evaluation or
+ * save), when the device waited for the host: data loading, Python, a host
  * synchronisation, pageable copies. Shorter spacing between back-to-back launches is launch
  * overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps, info from 10%. The
  * advice follows what the gaps hold: host-to-device copies (data), host synchronisations, or
@@ -63,21 +64,27 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
                  "what else the host does in the step (logging, hooks, data loading in the main "
                  "process).");
     }
-    char warmup[160] = "";
+    char warmup[96] = "", tail[96] = "", left[208] = ""; // what the loop's timeline left out
     if (p->warmup_kernels)
-        snprintf(warmup, sizeof warmup,
-                 " (step 0, the warm-up, left out: %lld kernels over %.6g ms)",
+        snprintf(warmup, sizeof warmup, " step 0, the warm-up, %lld kernels over %.6g ms",
                  (long long)p->warmup_kernels, (double)p->warmup_ns / 1e6);
+    if (p->tail_kernels)
+        snprintf(tail, sizeof tail, "%s after the last step, %lld kernels over %.6g ms",
+                 p->warmup_kernels ? ";" : "", (long long)p->tail_kernels,
+                 (double)p->tail_ns / 1e6);
+    if (p->warmup_kernels || p->tail_kernels)
+        snprintf(left, sizeof left, " (left out:%s%s)", warmup, tail);
     snprintf(f->detail, sizeof f->detail,
-             "Kernels kept %s busy %.6g of %.6g ms from the first kernel%s to the last%s%s; "
+             "Kernels kept %s busy %.6g of %.6g ms from the first kernel%s to the last%s%s%s; "
              "%.6g ms fell in gaps. Meanwhile: %lld host synchronisations in the whole run "
              "(%.6g ms; %.6g ms of the gaps are where one ended, the GPU out of work until the "
              "host launched again), %lld host-to-device copies%s (%lld from pageable memory). "
              "Most likely cause: %s.",
              gpus, (double)p->busy_ns / 1e6, (double)p->span_ns / 1e6,
-             p->warmup_kernels ? " after step 0" : "", warmup,
-             several ? " (each GPU's, summed)" : "", (double)p->gap_ns / 1e6, (long long)p->syncs,
-             (double)p->sync_ns / 1e6, (double)p->sync_gap_ns / 1e6, (long long)p->htod_copies,
+             p->warmup_kernels ? " after step 0" : "", p->tail_kernels ? " of the last step" : "",
+             left, several ? " (each GPU's, summed)" : "", (double)p->gap_ns / 1e6,
+             (long long)p->syncs, (double)p->sync_ns / 1e6, (double)p->sync_gap_ns / 1e6,
+             (long long)p->htod_copies,
              p->warmup_kernels || p->warmup_copies ? " after step 0" : "",
              (long long)p->pageable_copies, cause);
     report_finding_evidence(f, "idle_share", share);
@@ -88,4 +95,5 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "busy_ms", (double)p->busy_ns / 1e6);
     report_finding_evidence(f, "span_ms", (double)p->span_ns / 1e6);
     report_finding_evidence(f, "warmup_kernels", (double)p->warmup_kernels);
+    report_finding_evidence(f, "tail_kernels", (double)p->tail_kernels);
 }

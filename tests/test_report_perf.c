@@ -537,6 +537,47 @@ static void syncs(int per_step, long long ns) {
     sql(buf);
 }
 
+// After the last step, the loop is over: a final evaluation's kernels, 1 ms apart for 100 ms,
+// and its data's pageable copy are not the loop's (no gpu-idle or h2d-copies finding); the
+// kernels the last step queued, running on back to back past its end, are.
+START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
+    gpu_run(4, 98, 100000, 1000, 1e9, 1e7); // steps 0-3 full; step 3's last kernel ends 39.899 ms
+    sql("WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
+        "9) " TEST_KERNEL_INSERT
+        "SELECT 39900000 + x * 101000, 39900000 + x * 101000 + 100000, 0, 1, "
+        "7, 800000 + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
+        "99) " TEST_KERNEL_INSERT "SELECT 45000000 + x * 1000000, 45010000 + x * 1000000, 0, 1, 7, "
+        "900000 + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
+        "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (44000000, 46000000, 0, 1, 7, " GPID
+        ", 1073741824, 1, 0, 2);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    for (size_t i = 0; i < findings.n; i++)
+        ck_assert_msg(strcmp(findings.v[i].rule, "gpu-idle") != 0 &&
+                          strcmp(findings.v[i].rule, "h2d-copies") != 0,
+                      "%s: %s", findings.v[i].rule, findings.v[i].title);
+    ck_assert_int_eq(model.perf.tail_kernels, 100);
+    ck_assert_int_eq(model.perf.tail_ns, 99 * 1000000 + 10000);
+    ck_assert_int_eq(model.perf.busy_ns, (3 * 98 + 10) * 100000); // step 3's queue included
+    ck_assert_int_eq(model.perf.tail_copies, 1);
+    ck_assert_int_eq(model.perf.htod_copies, 0);
+    release();
+    // the loop's own gaps still speak, and say what was left out after it
+    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 400000 * (correlationId % 98), "
+        "end = end + 400000 * (correlationId % 98) WHERE correlationId < 392 AND "
+        "correlationId % 98 < 20;");
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_msg(strstr(findings.v[0].detail,
+                         "to the last of the last step (left out: step 0, the warm-up, 98 "
+                         "kernels over 9.998 ms; after the last step, 100 kernels over 99.01 ms)"),
+                  "%s", findings.v[0].detail);
+    ck_assert_close(evidence(&findings.v[0], "tail_kernels"), 100, 0, 0);
+    release();
+}
+END_TEST
+
 // The gap's likely cause picks the advice: synchronisations, or copies (data).
 START_TEST(gpu_idle_advice_follows_the_gaps) {
     gpu_run(5, 10, 100000, 500000, 1e9, 1e7);
@@ -836,6 +877,7 @@ void report_perf_tests(TCase *tc) {
     tcase_add_test(tc, step_busy_is_its_own_process_gpus);
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
     tcase_add_test(tc, gpu_idle_leaves_the_warm_up_out);
+    tcase_add_test(tc, gpu_idle_leaves_what_follows_the_loop_out);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
     tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
     tcase_add_test(tc, h2d_copies_of_no_weight_are_quiet);
