@@ -453,6 +453,14 @@ START_TEST(gpu_idle_back_to_back_kernels_are_quiet) {
 }
 END_TEST
 
+// Neither gpu-idle nor h2d-copies found anything.
+static void ck_assert_loop_quiet(void) {
+    for (size_t i = 0; i < findings.n; i++)
+        ck_assert_msg(strcmp(findings.v[i].rule, "gpu-idle") != 0 &&
+                          strcmp(findings.v[i].rule, "h2d-copies") != 0,
+                      "%s: %s", findings.v[i].rule, findings.v[i].title);
+}
+
 // Step 0's one-time set-up (a kernel half a second before it, the model's weights copied up) is
 // not the loop: the loop's steps are full, so no gpu-idle finding, and no copies finding either.
 START_TEST(gpu_idle_leaves_the_warm_up_out) {
@@ -464,10 +472,7 @@ START_TEST(gpu_idle_leaves_the_warm_up_out) {
         "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (1000, 900000000, 0, 1, 7, " GPID
         ", 1073741824, 1, 0, 2);");
     analyse(NULL, INT64_MIN, INT64_MAX);
-    for (size_t i = 0; i < findings.n; i++)
-        ck_assert_msg(strcmp(findings.v[i].rule, "gpu-idle") != 0 &&
-                          strcmp(findings.v[i].rule, "h2d-copies") != 0,
-                      "%s: %s", findings.v[i].rule, findings.v[i].title);
+    ck_assert_loop_quiet();
     ck_assert_int_eq(model.perf.warmup_kernels, 99); // step 0's 98 and the one before it
     ck_assert_int_eq(model.perf.htod_copies, 0);
     release();
@@ -544,19 +549,17 @@ START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
     gpu_run(4, 98, 100000, 1000, 1e9, 1e7); // steps 0-3 full; step 3's last kernel ends 39.899 ms
     sql("WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
         "9) " TEST_KERNEL_INSERT
-        "SELECT 39900000 + x * 101000, 39900000 + x * 101000 + 100000, 0, 1, "
-        "7, 800000 + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
+        "SELECT 39900000 + x * 101000, 39900000 + x * 101000 + 100000, 0, 1, 7, 800000 + x, " GPID
+        ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
         "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
-        "99) " TEST_KERNEL_INSERT "SELECT 45000000 + x * 1000000, 45010000 + x * 1000000, 0, 1, 7, "
-        "900000 + x, " GPID ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
+        "99) " TEST_KERNEL_INSERT
+        "SELECT 45000000 + x * 1000000, 45010000 + x * 1000000, 0, 1, 7, 900000 + x, " GPID
+        ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
         "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
         "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (44000000, 46000000, 0, 1, 7, " GPID
         ", 1073741824, 1, 0, 2);");
     analyse(NULL, INT64_MIN, INT64_MAX);
-    for (size_t i = 0; i < findings.n; i++)
-        ck_assert_msg(strcmp(findings.v[i].rule, "gpu-idle") != 0 &&
-                          strcmp(findings.v[i].rule, "h2d-copies") != 0,
-                      "%s: %s", findings.v[i].rule, findings.v[i].title);
+    ck_assert_loop_quiet();
     ck_assert_int_eq(model.perf.tail_kernels, 100);
     ck_assert_int_eq(model.perf.tail_ns, 99 * 1000000 + 10000);
     ck_assert_int_eq(model.perf.busy_ns, (3 * 98 + 10) * 100000); // step 3's queue included
