@@ -296,9 +296,9 @@ typedef struct report_perf {
     int64_t largest_gap_ns, largest_gap_start_ns;
     int64_t warmup_kernels, warmup_ns; // left out: kernels, first start to the end of step 0
     int64_t warmup_copies;             // host-to-device copies left out of htod_* likewise
-    int64_t tail_kernels,
-        tail_ns;            // left out after the loop: kernels, their first start to last end
-    int64_t tail_copies;    // host-to-device copies after the last step's end, left out
+    // left out after the loop: kernels, their first start to last end; host-to-device copies
+    // that start after the last step's end
+    int64_t tail_kernels, tail_ns, tail_copies;
     int64_t short_launches; // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType

@@ -37,8 +37,7 @@ void rule_copies_run(const report_model *m, report_findings *out) {
     char warmup[128] = "";
     if (p->warmup_copies || p->tail_copies)
         snprintf(warmup, sizeof warmup,
-                 " (%lld in step 0, the warm-up, and %lld after the last "
-                 "step left out)",
+                 " (%lld in step 0, the warm-up, and %lld after the last step left out)",
                  (long long)p->warmup_copies, (long long)p->tail_copies);
     snprintf(f->detail, sizeof f->detail,
              "%lld host-to-device copies%s, %.3g MB in %.6g ms; %lld of them (%.3g MB) from "
