@@ -285,8 +285,9 @@ typedef struct report_perf {
     int64_t launches, kernel_ns; // kernels and their summed durations
     // The loop's timeline: kernels that start before the end of their process's step 0
     // (one-time set-up, library initialisation, the first step's lazy work) are left out of
-    // these when step 0 is recorded, and those after its last step's work (the first kernel past
-    // the last step's end that follows an idle gap, and the rest: a final evaluation, a save)
+    // these when step 0 is recorded, and so are those launched after its last step ended (a final
+    // evaluation, a save; where a launch call is not recorded, the first kernel past that end
+    // that follows an idle gap, and the rest)
     // per GPU, summed over the GPUs (a data-parallel run's ranks each keep one busy: one GPU's
     // gap is no less idle for another's kernels meanwhile)
     int64_t busy_ns, span_ns; // union of its kernel intervals; its first start to last end

@@ -493,7 +493,7 @@ static busy_line *busy_of(busy_line *b, int32_t *n, int32_t pid, int32_t dev) {
 }
 
 // The timeline in start order: per-step busy time (on each GPU of the step's process), and for
-// the loop (report_perf: after the warm-up, up to the last step's work) each GPU's busy time
+// the loop (report_perf: after the warm-up, up to what the last step launched) each GPU's busy time
 // (union of its kernel intervals) and idle gaps, those a host synchronisation ended in apart
 // (the GPU ran out of work while the host waited for it, and idled on until the host launched
 // again: with no wait the host would have queued that work ahead).
@@ -529,10 +529,13 @@ static void timeline(const loader *l, launch *v, size_t n) {
         }
         extent *x = extent_of(procs, &n_procs, v[i].pid);
         if (!x->known) x->known = true, x->loop_end = loop_end(m, v[i].pid);
-        // after the loop (a final evaluation, a save): the process's first kernel past its last
-        // step's end that follows an idle gap, and all after it (the kernels the host queued in
-        // that step run on after it back to back)
-        if (s > x->loop_end && (x->after || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS)) {
+        // after the loop (a final evaluation, a save): a kernel launched after its process's
+        // last step ended (what the host queued in that step runs on after it); where the launch
+        // call is not recorded, the first kernel past that end that follows an idle gap, and all
+        // after it
+        if (v[i].at >= 0 ? v[i].at > x->loop_end
+                         : s > x->loop_end &&
+                               (x->after || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS)) {
             x->after = true;
             p->tail_kernels++;
             if (s < tail_from) tail_from = s;
@@ -918,14 +921,13 @@ static void kernel_layers(report_model *m, const launch *v, size_t n, const op_r
     free(e);
 }
 
-// Ties each kernel to the op row whose host interval holds its launch call, and shares the op's
-// FLOPs and bytes among its kernels by their time; a GEMM-class op's FLOPs go to its GEMM kernels
-// alone, when it has any (PyTorch's linear under autocast launches the casts of its operands in
-// the same call: they move bytes, the GEMM does the math).
-static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_rows) {
+// Ties each kernel to the op row whose host interval holds its launch call (launch_times), and
+// shares the op's FLOPs and bytes among its kernels by their time; a GEMM-class op's FLOPs go to
+// its GEMM kernels alone, when it has any (PyTorch's linear under autocast launches the casts of
+// its operands in the same call: they move bytes, the GEMM does the math).
+static void attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_rows) {
     report_perf *p = &l->m->perf;
-    bool ok = launch_times(l, v, n);
-    if (ok && n_rows && n) {
+    if (n_rows && n) {
         bool *gemm = amp_xmalloc(p->n_kernels * sizeof *gemm); // by name, once a kernel
         for (size_t k = 0; k < p->n_kernels; k++)
             gemm[k] = report_kernel_is_gemm(p->kernels[k].name);
@@ -971,7 +973,6 @@ static bool attribute(loader *l, launch *v, size_t n, op_row *rows, size_t n_row
         kernel_layers(l->m, v, n, rows);
         free(gemm);
     }
-    return ok;
 }
 
 static int cmp_kernel_time(const void *pa, const void *pb) {
@@ -989,9 +990,11 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     bool ok = load_gpu(&l) && load_kernels(&l, &names, &v, &n) && load_copies(&l) &&
               load_ops(&l, n ? &rows : NULL, &n_rows);
     if (ok && n) {
-        timeline(&l, v, n); // sorts v by start, as load_counters wants it
-        ok = load_counters(&l, v, n) && name_kernels(&l, &names) &&
-             (n_rows == 0 || attribute(&l, v, n, rows, n_rows));
+        // the launch calls' times: the ops' kernels, and where each process's loop ends
+        ok = (n_rows == 0 && m->n_steps == 0) || launch_times(&l, v, n);
+        if (ok) timeline(&l, v, n); // sorts v by start, as load_counters wants it
+        ok = ok && load_counters(&l, v, n) && name_kernels(&l, &names);
+        if (ok) attribute(&l, v, n, rows, n_rows);
     }
     free(v);
     free(rows);

@@ -544,7 +544,7 @@ static void syncs(int per_step, long long ns) {
 
 // After the last step, the loop is over: a final evaluation's kernels, 1 ms apart for 100 ms,
 // and its data's pageable copy are not the loop's (no gpu-idle or h2d-copies finding); the
-// kernels the last step queued, running on back to back past its end, are.
+// kernels the last step queued, running on past its end, are.
 START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
     gpu_run(4, 98, 100000, 1000, 1e9, 1e7); // steps 0-3 full; step 3's last kernel ends 39.899 ms
     sql("WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
@@ -565,6 +565,25 @@ START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
     ck_assert_int_eq(model.perf.busy_ns, (3 * 98 + 10) * 100000); // step 3's queue included
     ck_assert_int_eq(model.perf.tail_copies, 1);
     ck_assert_int_eq(model.perf.htod_copies, 0);
+    release();
+    // the last step's queue starting after an idle gap past the step's end: without launch calls
+    // it reads as after the loop; with them (launched in the step, the evaluation's after it)
+    // it is the loop's
+    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 150000, end = end + 150000 "
+        "WHERE correlationId BETWEEN 800000 AND 800009;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(model.perf.tail_kernels, 110);
+    release();
+    sql("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start - 1000000, start - 999990, 0, " GPID
+        " + 7, correlationId, 2, 0, NULL FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "WHERE correlationId BETWEEN 800000 AND 800009;"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start - 5000, start - 4990, 0, " GPID
+        " + 7, correlationId, 2, 0, NULL FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "WHERE correlationId >= 900000;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_loop_quiet();
+    ck_assert_int_eq(model.perf.tail_kernels, 100);
+    ck_assert_int_eq(model.perf.busy_ns, (3 * 98 + 10) * 100000);
     release();
     // the loop's own gaps still speak, and say what was left out after it
     sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 400000 * (correlationId % 98), "
