@@ -283,7 +283,7 @@ typedef struct report_perf {
     report_kernel *kernels; // by total_ns, largest first
     size_t n_kernels;
     int64_t launches, kernel_ns; // kernels and their summed durations
-    // The loop's timeline: kernels that start before the end of their process's step 0
+    // The loop's timeline: kernels launched before the end of their process's step 0
     // (one-time set-up, library initialisation, the first step's lazy work) are left out of
     // these when step 0 is recorded, and so are those launched after its last step ended (a final
     // evaluation, a save; where a launch call is not recorded, the first kernel past that end

@@ -521,7 +521,9 @@ static void timeline(const loader *l, launch *v, size_t n) {
             b->end = e;
         }
         if (v[i].pid != pid) pid = v[i].pid, warm_end = step0_end(m, pid);
-        if (s < warm_end) { // the warm-up
+        // the warm-up: launched before step 0 ended (by the kernel's start where the launch call
+        // is not recorded)
+        if ((v[i].at >= 0 ? v[i].at : s) < warm_end) {
             p->warmup_kernels++;
             if (s < warm_from) warm_from = s;
             if (warm_end > warm_to) warm_to = warm_end;

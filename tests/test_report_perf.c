@@ -476,6 +476,15 @@ START_TEST(gpu_idle_leaves_the_warm_up_out) {
     ck_assert_int_eq(model.perf.warmup_kernels, 99); // step 0's 98 and the one before it
     ck_assert_int_eq(model.perf.htod_copies, 0);
     release();
+    // a kernel launched in step 0 that runs after it (the GPU behind the host) is step 0's
+    sql(TEST_KERNEL_INSERT
+        "VALUES (10050000, 10060000, 0, 1, 7, 777777, " GPID
+        ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0);"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5000000, 5000010, 0, " GPID
+        " + 7, 777777, 2, 0, NULL);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(model.perf.warmup_kernels, 100);
+    release();
     // without step 0 in the model (a focus on later steps) nothing is left out
     analyse("gpu-idle", 1, INT64_MAX);
     ck_assert_int_eq(model.perf.warmup_kernels, 0);
