@@ -4,7 +4,9 @@
 # script (tests/helpers/torch_capture.py) each run under `ampprobe run`; per database it prints
 # kernels, copies, memsets, API calls, NVTX ranges, incomplete and dropped records, unmatched
 # pushes, and the kernels attributed to an NVTX range; a PyTorch script that runs torch.profiler
-# (tests/helpers/torch_profiler_inside.py) under `ampprobe run --torch`; a sample under --counters (PM samples
+# (tests/helpers/torch_profiler_inside.py) under `ampprobe run --torch`; a script that evaluates
+# after its training loop (tests/helpers/torch_final_eval.py: the report judges the loop alone);
+# a sample under --counters (PM samples
 # recorded, on the kernels' clock, used by the report). Then the capture overhead on the
 # benchmark workloads (probe/bench/torch_baseline.py, fp16, with and without `ampprobe run`,
 # alternating, and once with NVTX capture only), and `ampprobe calibrate`. Exits non-zero when
@@ -96,6 +98,28 @@ print("profiler: kernels", kernels, "steps", steps, "dropped", dropped, "notes",
 bad = [k for k, ok in (("ran", "steps 13," in out), ("kernels", kernels > 0), ("steps", steps == 13),
                        ("dropped", dropped == "0"), ("note", notes == 1)) if not ok]
 print("profiler", "FAILED: " + ", ".join(bad) if bad else "PASS")
+sys.exit(1 if bad else 0)
+EOF
+
+echo "== a PyTorch script that evaluates after its GPU-bound training loop, under ampprobe run --torch"
+# the report judges the loop: the evaluation's idle GPU and pageable uploads after the last step
+# are not the loop's (no gpu-idle warning, no h2d-copies finding; the evaluation alone, a
+# host-paced loop of small batches, keeps the GPU idle most of its time)
+timeout -k 5 150 "$B/ampprobe" run --torch -o "$OUT/final_eval.sqlite" -- \
+  python3 tests/helpers/torch_final_eval.py || fail=1
+"$B/ampprobe" report "$OUT/final_eval.sqlite" --format json -o "$OUT/final_eval.json" || fail=1
+python3 - "$OUT/final_eval.sqlite" "$OUT/final_eval.json" <<'EOF' || fail=1
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); q = lambda s: db.execute(s).fetchone()[0]
+findings = json.load(open(sys.argv[2]))["findings"]
+steps, end = q("SELECT count(*) FROM AMP_STEPS"), q("SELECT max(end_ns) FROM AMP_STEPS")
+after = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start > {end or 0}")
+loop = [(f["rule"], f["severity"]) for f in findings if f["rule"] in ("gpu-idle", "h2d-copies")]
+print("final_eval: steps", steps, "kernels after the last step", after, "loop findings", loop)
+bad = [k for k, ok in (("steps", steps == 20), ("evaluation", after >= 600),
+                       ("gpu-idle", ("gpu-idle", "warning") not in loop),
+                       ("h2d-copies", not any(r == "h2d-copies" for r, _ in loop))) if not ok]
+print("final_eval", "FAILED: " + ", ".join(bad) if bad else "PASS")
 sys.exit(1 if bad else 0)
 EOF
 
