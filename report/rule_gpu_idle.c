@@ -1,8 +1,8 @@
 /*
  * rule_gpu_idle.c — rule `gpu-idle`: stretches of >= 10 us between kernels while the training loop
  * was on the GPU (from the first kernel to the last, step 0 left out when it is recorded: its
- * one-time set-up is not the loop; and what follows the last step's work: a final evaluation or
- * save), when the device waited for the host: data loading, Python, a host
+ * one-time set-up is not the loop; and what was launched after the last step: a final evaluation
+ * or save), when the device waited for the host: data loading, Python, a host
  * synchronisation, pageable copies. Shorter spacing between back-to-back launches is launch
  * overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps, info from 10%. The
  * advice follows what the gaps hold: host-to-device copies (data), host synchronisations, or
