@@ -5,6 +5,7 @@
 #include "tests.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -17,6 +18,20 @@ amp_ctx_t *test_cpu_ctx(void) {
 amp_tensor_t *test_param_f32(amp_ctx_t *ctx, int n, const float *v) {
     amp_tensor_t *t = amp_tensor_from_f32(ctx, AMP_DTYPE_F32, 1, (int64_t[]){n}, v);
     amp_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+amp_tensor_t *test_param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndim,
+                         const int64_t *shape, float v0) {
+    amp_tensor_t *t = amp_tensor_new(ctx, dt, ndim, shape);
+    const int64_t n = amp_tensor_numel(t);
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = v0 + 0.25f * (float)i;
+    amp_tensor_write_f32(t, v);
+    free(v);
+    amp_tensor_set_requires_grad(t, true);
+    if (name) amp_tensor_set_name(t, name);
     return t;
 }
 

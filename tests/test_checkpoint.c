@@ -68,20 +68,6 @@ static void fix_crc(uint8_t *b, size_t n) {
     put_le(b + n - 4, crc32_bitwise(b, n - 4), 4);
 }
 
-static amp_tensor_t *param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndim,
-                           const int64_t *shape, float v0) {
-    amp_tensor_t *t = amp_tensor_new(ctx, dt, ndim, shape);
-    int64_t n = amp_tensor_numel(t);
-    float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = v0 + 0.25f * (float)i;
-    amp_tensor_write_f32(t, v);
-    free(v);
-    amp_tensor_set_requires_grad(t, true);
-    if (name) amp_tensor_set_name(t, name);
-    return t;
-}
-
 static void set_grad(amp_ctx_t *ctx, amp_tensor_t *t, float v0) {
     amp_tensor_zero_grad(t);
     amp_tensor_t *g = amp_scratch_new(ctx, AMP_DTYPE_F32, t->ndim, t->shape);
@@ -117,9 +103,9 @@ typedef struct model {
 
 static void model_init(model *m, amp_optim_kind kind, float momentum, float v0, bool scaler_on) {
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &m->ctx), AMP_OK);
-    m->p[0] = param(m->ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, v0);
-    m->p[1] = param(m->ctx, AMP_DTYPE_F32, "fc.bias", 1, (int64_t[]){3}, -v0);
-    m->p[2] = param(m->ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){2}, v0 * 2);
+    m->p[0] = test_param(m->ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, v0);
+    m->p[1] = test_param(m->ctx, AMP_DTYPE_F32, "fc.bias", 1, (int64_t[]){3}, -v0);
+    m->p[2] = test_param(m->ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){2}, v0 * 2);
     amp_optim_params op = amp_optim_defaults(kind);
     op.lr = 0.01f * v0;
     op.momentum = momentum;
@@ -249,7 +235,7 @@ typedef struct dropout_run {
 
 static void dropout_run_init(dropout_run *r, uint64_t seed) {
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, seed, &r->ctx), AMP_OK);
-    r->w = param(r->ctx, AMP_DTYPE_F32, "w", 2, (int64_t[]){4, 8}, 0.1f);
+    r->w = test_param(r->ctx, AMP_DTYPE_F32, "w", 2, (int64_t[]){4, 8}, 0.1f);
     float xv[48];
     for (int i = 0; i < 48; i++)
         xv[i] = sinf(0.7f * (float)i);
@@ -333,7 +319,7 @@ END_TEST
 static uint8_t *small_checkpoint(size_t *n) {
     amp_ctx_t *ctx;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
-    amp_tensor_t *w = param(ctx, AMP_DTYPE_F32, "w", 1, (int64_t[]){2}, 1);
+    amp_tensor_t *w = test_param(ctx, AMP_DTYPE_F32, "w", 1, (int64_t[]){2}, 1);
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
     op.momentum = 0.5f;
     amp_optim_t *opt;
@@ -357,7 +343,7 @@ typedef struct target {
 
 static void target_init(target *t) {
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &t->ctx), AMP_OK);
-    t->w = param(t->ctx, AMP_DTYPE_F32, "w", 1, (int64_t[]){2}, 7);
+    t->w = test_param(t->ctx, AMP_DTYPE_F32, "w", 1, (int64_t[]){2}, 7);
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_SGD);
     op.momentum = 0.25f;
     op.lr = 0.125f;
@@ -548,9 +534,9 @@ START_TEST(test_wrong_shape) {
     ck_assert_int_eq(amp_checkpoint_save(path("m.ckpt"), a.p, 3, NULL, NULL), AMP_OK);
     amp_ctx_t *ctx;
     ck_assert_int_eq(amp_ctx_new(AMP_DEVICE_CPU, 1, &ctx), AMP_OK);
-    amp_tensor_t *p[3] = {param(ctx, AMP_DTYPE_F32, "fc.bias", 1, (int64_t[]){3}, 9),
-                          param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){3, 2}, 9),
-                          param(ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){2}, 9)};
+    amp_tensor_t *p[3] = {test_param(ctx, AMP_DTYPE_F32, "fc.bias", 1, (int64_t[]){3}, 9),
+                          test_param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){3, 2}, 9),
+                          test_param(ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){2}, 9)};
     ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
     char want[256];
     snprintf(want, sizeof want,
@@ -562,8 +548,8 @@ START_TEST(test_wrong_shape) {
     ck_assert_float_eq(bias[0], 9); // fc.bias matched but was not written
 
     // Same shape, other dtype; a missing name; a different count.
-    p[1] = param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, 9);
-    p[2] = param(ctx, AMP_DTYPE_F32, NULL, 1, (int64_t[]){2}, 9);
+    p[1] = test_param(ctx, AMP_DTYPE_F32, "fc.weight", 2, (int64_t[]){2, 3}, 9);
+    p[2] = test_param(ctx, AMP_DTYPE_F32, NULL, 1, (int64_t[]){2}, 9);
     ck_assert_int_eq(amp_checkpoint_load(path("m.ckpt"), p, 3, NULL, NULL), AMP_ERR_MISMATCH);
     ck_assert_ptr_nonnull(
         strstr(amp_last_error(), "parameter 'param.2' is f16 in the file, f32 here"));
@@ -761,7 +747,7 @@ START_TEST(test_views_are_refused) {
     make_dir();
     target t;
     target_init(&t);
-    amp_tensor_t *m = param(t.ctx, AMP_DTYPE_F32, "m", 2, (int64_t[]){2, 3}, 1);
+    amp_tensor_t *m = test_param(t.ctx, AMP_DTYPE_F32, "m", 2, (int64_t[]){2, 3}, 1);
     amp_tensor_t *ps[2] = {t.w, amp_transpose(t.ctx, m, 0, 1)};
     ck_assert_int_eq(amp_checkpoint_save(path("v.ckpt"), ps, 2, NULL, NULL),
                      AMP_ERR_INVALID_ARGUMENT);

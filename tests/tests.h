@@ -38,6 +38,10 @@
 amp_ctx_t *test_cpu_ctx(void);
 amp_tensor_t *test_param_f32(amp_ctx_t *ctx, int n, const float *v);
 void test_set_grad_f32(amp_ctx_t *ctx, amp_tensor_t *t, const float *v);
+// A parameter of any dtype and shape that requires grad, named `name` (NULL: unnamed), holding
+// v0, v0 + 0.25, v0 + 0.5, ... (the checkpoint suite's and fuzz_checkpoint's models).
+amp_tensor_t *test_param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndim,
+                         const int64_t *shape, float v0);
 // For a test that expects SIGABRT (tcase_add_test_raise_signal): an abort of the library whose
 // message lacks `words` ends the test's process with exit code 3 instead, failing the test.
 void test_expect_abort(const char *words);

@@ -11,6 +11,7 @@
  * (tests/fuzz/make_seeds.sh). Built and run by tests/fuzz/run.sh.
  */
 #include "fuzz.h"
+#include "tests.h"
 
 #include "amp-impl.h"
 #include "amp-train.h"
@@ -26,23 +27,11 @@ typedef struct model {
     amp_scaler_t *sc;
 } model;
 
-static amp_tensor_t *param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndim,
-                           const int64_t *shape, float v0) {
-    amp_tensor_t *t = amp_tensor_new(ctx, dt, ndim, shape);
-    float v[8];
-    for (int64_t i = 0; i < amp_tensor_numel(t); i++)
-        v[i] = v0 + 0.25f * (float)i;
-    amp_tensor_write_f32(t, v);
-    amp_tensor_set_requires_grad(t, true);
-    if (name) amp_tensor_set_name(t, name);
-    return t;
-}
-
 static void model_init(model *m) {
     if (amp_ctx_new(AMP_DEVICE_CPU, 1, &m->ctx) != AMP_OK) abort();
-    m->p[0] = param(m->ctx, AMP_DTYPE_F32, "w", 2, (int64_t[]){2, 3}, 1);
-    m->p[1] = param(m->ctx, AMP_DTYPE_F32, "b", 1, (int64_t[]){3}, -1);
-    m->p[2] = param(m->ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){4}, 2);
+    m->p[0] = test_param(m->ctx, AMP_DTYPE_F32, "w", 2, (int64_t[]){2, 3}, 1);
+    m->p[1] = test_param(m->ctx, AMP_DTYPE_F32, "b", 1, (int64_t[]){3}, -1);
+    m->p[2] = test_param(m->ctx, AMP_DTYPE_F16, NULL, 1, (int64_t[]){4}, 2);
     amp_optim_params op = amp_optim_defaults(AMP_OPTIM_ADAM);
     if (amp_optim_new(m->ctx, &op, m->p, 2, &m->opt) != AMP_OK) abort();
     amp_scaler_params sp = amp_scaler_defaults();
