@@ -300,6 +300,11 @@ typedef struct report_perf {
     // left out after the loop: kernels, their first start to last end; host-to-device copies
     // that start after the last step's end
     int64_t tail_kernels, tail_ns, tail_copies;
+    // left out between steps: stretches of a process's run that no step holds (an evaluation
+    // the script ran between two steps, a re-run of a broken step), their summed length, the
+    // kernels launched in them and the host-to-device copies that start in them; the idle time
+    // in them is not in gap_ns or span_ns
+    int64_t betweens, between_ns, between_kernels, between_copies;
     int64_t short_launches; // kernels shorter than REPORT_LAUNCH_BOUND_NS
     int64_t htod_copies, htod_bytes, htod_ns, pageable_copies, pageable_bytes;
     int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType

@@ -67,6 +67,12 @@ void report_gpu_defaults(const char *name, report_gpu *g) {
 // ---------------------------------------------------------------------------------------------
 // Queries over the window [lo_ns, hi_ns] (?1, ?2)
 
+// A stretch between two steps of a process that no step's window holds (between_steps).
+typedef struct between {
+    int32_t pid;
+    int64_t from, to;
+} between;
+
 typedef struct loader {
     sqlite3 *db;
     report_model *m;
@@ -74,6 +80,8 @@ typedef struct loader {
     int64_t lo_ns, hi_ns;
     int64_t *sync_ends; // the host synchronisations' ends, in order
     size_t n_sync_ends;
+    between *betweens; // by pid, then time
+    size_t n_betweens;
 } loader;
 
 static bool prep(loader *l, const char *sql, sqlite3_stmt **q) {
@@ -264,6 +272,82 @@ static bool sane_ns(int64_t t) {
     return t > -(INT64_C(1) << 62) && t < INT64_C(1) << 62;
 }
 
+// Between two steps, what a script did that is not a step is not the loop's: an evaluation (the
+// PyTorch bridge starts the step after one where the evaluation ended), a broken step's re-run. A
+// stretch of at least BETWEEN_MIN_NS, and at least the process's median step, that no step's
+// window holds; a shorter one is the bookkeeping of the step's end.
+#define BETWEEN_MIN_NS 1000000
+
+static int cmp_between(const void *pa, const void *pb) {
+    const between *a = pa, *b = pb;
+    if (a->pid != b->pid) return a->pid < b->pid ? -1 : 1;
+    return a->from < b->from ? -1 : a->from > b->from;
+}
+
+static void between_steps(loader *l) {
+    const report_model *m = l->m;
+    size_t cap = 0;
+    for (size_t k = 0; k < m->n_procs; k++) {
+        const report_process *pr = &m->procs[k];
+        if (pr->n_steps < 2) continue;
+        const report_step *s = m->steps + pr->step0;
+        double least = report_steps_median_ns(s, pr->n_steps);
+        if (!(least >= BETWEEN_MIN_NS)) least = BETWEEN_MIN_NS;
+        const report_step **by = amp_xmalloc((pr->n_steps + 1) * sizeof *by);
+        size_t n = 0;
+        for (size_t i = 0; i < pr->n_steps; i++)
+            if (s[i].start_ns >= 0 && s[i].end_ns >= s[i].start_ns && sane_ns(s[i].start_ns) &&
+                sane_ns(s[i].end_ns))
+                by[n++] = &s[i];
+        amp_sort(by, n, sizeof *by, cmp_step_start);
+        int64_t reach = INT64_MIN; // the latest end of the steps so far (windows may overlap)
+        for (size_t i = 0; i < n; i++) {
+            if (i && (double)(by[i]->start_ns - reach) >= least) {
+                AMP_GROW(l->betweens, l->n_betweens, cap);
+                l->betweens[l->n_betweens++] =
+                    (between){.pid = pr->pid, .from = reach, .to = by[i]->start_ns};
+                l->m->perf.between_ns += by[i]->start_ns - reach;
+                l->m->perf.betweens++;
+            }
+            if (by[i]->end_ns > reach) reach = by[i]->end_ns;
+        }
+        free(by);
+    }
+    amp_sort(l->betweens, l->n_betweens, sizeof *l->betweens, cmp_between);
+}
+
+// The first of process pid's stretches that ends after t (l->n_betweens: none).
+static size_t between_from(const loader *l, int32_t pid, int64_t t) {
+    size_t lo = 0, hi = l->n_betweens;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const between *b = &l->betweens[mid];
+        if (b->pid < pid || (b->pid == pid && b->to <= t))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < l->n_betweens && l->betweens[lo].pid == pid ? lo : l->n_betweens;
+}
+
+// Whether a stretch of process pid holds t.
+static bool between_at(const loader *l, int32_t pid, int64_t t) {
+    const size_t i = between_from(l, pid, t);
+    return i < l->n_betweens && l->betweens[i].from < t;
+}
+
+// How much of [from, to] lies in process pid's stretches between steps.
+static int64_t between_overlap(const loader *l, int32_t pid, int64_t from, int64_t to) {
+    int64_t n = 0;
+    for (size_t i = between_from(l, pid, from);
+         i < l->n_betweens && l->betweens[i].pid == pid && l->betweens[i].from < to; i++) {
+        const between *b = &l->betweens[i];
+        const int64_t a = from > b->from ? from : b->from, e = to < b->to ? to : b->to;
+        if (e > a) n += e - a;
+    }
+    return n;
+}
+
 // The longest a kernel, a copy or an op may take, and the most bytes a copy may move, before its
 // record counts as damaged: 2^46 ns (19.5 hours: a collective stuck until its watchdog fires is
 // kept) and 2^50 bytes; the loaders' sums of them saturate.
@@ -281,8 +365,8 @@ static bool sane_span(int64_t s, int64_t e) {
 }
 
 // Copies per step, and host-to-device ones of the loop: after the warm-up (step 0: the model's
-// weights going up once are not the loop's copies) and before the last step's end (a final
-// evaluation's data is not either).
+// weights going up once are not the loop's copies), before the last step's end (a final
+// evaluation's data is not either) and outside the stretches between steps (a mid-run one's).
 static bool load_copies(loader *l) {
     report_perf *p = &l->m->perf;
     sqlite3_stmt *q;
@@ -312,6 +396,10 @@ static bool load_copies(loader *l) {
         if (pid != last_pid) last_pid = pid, last_end = loop_end(l->m, pid);
         if (start > last_end) {
             p->tail_copies++;
+            continue;
+        }
+        if (between_at(l, pid, start)) {
+            p->between_copies++;
             continue;
         }
         p->htod_copies++;
@@ -466,6 +554,7 @@ typedef struct extent {
     // (a process's) when its last step ended, and whether its loop's kernels are over
     bool known, after;
     int64_t loop_end;
+    int64_t left_out; // (a GPU's) idle time in stretches between steps, not the loop's
 } extent;
 
 static extent *extent_of(extent *d, int32_t *n, int32_t key) {
@@ -493,7 +582,8 @@ static busy_line *busy_of(busy_line *b, int32_t *n, int32_t pid, int32_t dev) {
 }
 
 // The timeline in start order: per-step busy time (on each GPU of the step's process), and for
-// the loop (report_perf: after the warm-up, up to what the last step launched) each GPU's busy time
+// the loop (report_perf: after the warm-up, up to what the last step launched, less the stretches
+// between steps) each GPU's busy time
 // (union of its kernel intervals) and idle gaps, those a host synchronisation ended in apart
 // (the GPU ran out of work while the host waited for it, and idled on until the host launched
 // again: with no wait the host would have queued that work ahead).
@@ -544,12 +634,22 @@ static void timeline(const loader *l, launch *v, size_t n) {
             if (e > tail_to) tail_to = e;
             continue;
         }
+        // between two steps (an evaluation, a re-run): launched in a stretch that no step
+        // holds; without a launch call, starting in one after an idle gap, as after the loop
+        if (between_at(l, v[i].pid, v[i].at >= 0 ? v[i].at : s) &&
+            (v[i].at >= 0 || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS)) {
+            p->between_kernels++;
+            continue;
+        }
         if (x->end == INT64_MIN) x->first = s;
         if (e > x->end) x->end = e;
         extent *d = extent_of(lines, &n_lines, v[i].dev);
         if (d->end == INT64_MIN) d->end = d->first = s;
         if (s > d->end) {
-            int64_t gap = s - d->end;
+            // the idle time in stretches between steps is not the loop's
+            const int64_t left = between_overlap(l, v[i].pid, d->end, s);
+            d->left_out += left;
+            int64_t gap = s - d->end - left;
             if (gap >= REPORT_GAP_NS) {
                 p->gaps++;
                 p->gap_ns += gap;
@@ -567,7 +667,7 @@ static void timeline(const loader *l, launch *v, size_t n) {
         }
     }
     for (int32_t i = 0; i < n_lines; i++)
-        p->span_ns += lines[i].end - lines[i].first;
+        p->span_ns += lines[i].end - lines[i].first - lines[i].left_out;
     for (int32_t i = 0; i < n_procs; i++)
         p->process_span_ns += procs[i].end - procs[i].first;
     p->devices = n_lines;
@@ -985,6 +1085,7 @@ static int cmp_kernel_time(const void *pa, const void *pb) {
 bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     loader l = {.db = db, .m = m, .err = err};
     window(&l);
+    between_steps(&l);
     kernel_ids names = {0};
     launch *v = NULL;
     op_row *rows = NULL;
@@ -1001,6 +1102,7 @@ bool report_perf_load(sqlite3 *db, report_model *m, char err[REPORT_ERR_MAX]) {
     free(v);
     free(rows);
     free(l.sync_ends);
+    free(l.betweens);
     free(names.ids);
     free(names.index.slots);
     amp_sort(m->perf.kernels, m->perf.n_kernels, sizeof *m->perf.kernels, cmp_kernel_time);

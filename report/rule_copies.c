@@ -3,8 +3,9 @@
  * copyKind HtoD) and their share of the GPU's time (kernel busy time plus copy time), and copies
  * from pageable host memory (srcKind pageable), which the driver stages through a pinned bounce
  * buffer synchronously: they cannot overlap compute. Warning from a 10% share; pageable copies
- * below that are a note. The loop's copies only: those of step 0 (the model going up) and after
- * the last step's end (a final evaluation's data) are left out. Copies that took under a
+ * below that are a note. The loop's copies only: those of step 0 (the model going up), between
+ * steps in a stretch no step holds (a mid-run evaluation's data) and after the last step's end (a
+ * final evaluation's) are left out. Copies that took under a
  * millisecond in all are left alone whatever their share (a script that only moved a model up has a
  * share of nearly no GPU time).
  */
@@ -34,11 +35,13 @@ void rule_copies_run(const report_model *m, report_findings *out) {
         snprintf(f->title, sizeof f->title,
                  "%lld of %lld host-to-device copies come from pageable memory",
                  (long long)p->pageable_copies, (long long)p->htod_copies);
-    char warmup[128] = "";
-    if (p->warmup_copies || p->tail_copies)
+    char warmup[160] = "";
+    if (p->warmup_copies || p->between_copies || p->tail_copies)
         snprintf(warmup, sizeof warmup,
-                 " (%lld in step 0, the warm-up, and %lld after the last step left out)",
-                 (long long)p->warmup_copies, (long long)p->tail_copies);
+                 " (%lld in step 0, the warm-up, %lld between steps and %lld after the last "
+                 "step left out)",
+                 (long long)p->warmup_copies, (long long)p->between_copies,
+                 (long long)p->tail_copies);
     snprintf(f->detail, sizeof f->detail,
              "%lld host-to-device copies%s, %.3g MB in %.6g ms; %lld of them (%.3g MB) from "
              "pageable memory, which the driver copies synchronously through a staging buffer. "

@@ -1,8 +1,9 @@
 /*
  * rule_gpu_idle.c — rule `gpu-idle`: stretches of >= 10 us between kernels while the training loop
  * was on the GPU (from the first kernel to the last, step 0 left out when it is recorded: its
- * one-time set-up is not the loop; and what was launched after the last step: a final evaluation
- * or save), when the device waited for the host: data loading, Python, a host
+ * one-time set-up is not the loop; what was launched after the last step: a final evaluation
+ * or save; and the stretches between steps that no step holds: an evaluation every so many
+ * steps), when the device waited for the host: data loading, Python, a host
  * synchronisation, pageable copies. Shorter spacing between back-to-back launches is launch
  * overhead (rule amp-payoff). Warning from 30% of the span idle in such gaps, info from 10%. The
  * advice follows what the gaps hold: host-to-device copies (data), host synchronisations, or
@@ -64,16 +65,23 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
                  "what else the host does in the step (logging, hooks, data loading in the main "
                  "process).");
     }
-    char warmup[96] = "", tail[96] = "", left[208] = ""; // what the loop's timeline left out
+    // what the loop's timeline left out
+    char warmup[96] = "", between[160] = "", tail[96] = "", left[384] = "";
     if (p->warmup_kernels)
         snprintf(warmup, sizeof warmup, " step 0, the warm-up, %lld kernels over %.6g ms",
                  (long long)p->warmup_kernels, (double)p->warmup_ns / 1e6);
+    if (p->betweens)
+        snprintf(between, sizeof between,
+                 "%s between steps, %lld kernels in %lld stretch%s over %.6g ms that no step "
+                 "holds (an evaluation, a re-run)",
+                 p->warmup_kernels ? ";" : "", (long long)p->between_kernels,
+                 (long long)p->betweens, p->betweens == 1 ? "" : "es", (double)p->between_ns / 1e6);
     if (p->tail_kernels)
         snprintf(tail, sizeof tail, "%s after the last step, %lld kernels over %.6g ms",
-                 p->warmup_kernels ? ";" : "", (long long)p->tail_kernels,
+                 p->warmup_kernels || p->betweens ? ";" : "", (long long)p->tail_kernels,
                  (double)p->tail_ns / 1e6);
-    if (p->warmup_kernels || p->tail_kernels)
-        snprintf(left, sizeof left, " (left out:%s%s)", warmup, tail);
+    if (p->warmup_kernels || p->betweens || p->tail_kernels)
+        snprintf(left, sizeof left, " (left out:%s%s%s)", warmup, between, tail);
     snprintf(f->detail, sizeof f->detail,
              "Kernels kept %s busy %.6g of %.6g ms from the first kernel%s to the last%s%s%s; "
              "%.6g ms fell in gaps. Meanwhile: %lld host synchronisations in the whole run "
@@ -95,5 +103,6 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
     report_finding_evidence(f, "busy_ms", (double)p->busy_ns / 1e6);
     report_finding_evidence(f, "span_ms", (double)p->span_ns / 1e6);
     report_finding_evidence(f, "warmup_kernels", (double)p->warmup_kernels);
+    report_finding_evidence(f, "between_kernels", (double)p->between_kernels);
     report_finding_evidence(f, "tail_kernels", (double)p->tail_kernels);
 }

@@ -609,6 +609,69 @@ START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
 }
 END_TEST
 
+// An evaluation between steps 3 and 4 (100 ms that no step holds: the PyTorch bridge starts the
+// step after one where it ended), its kernels 0.9 ms apart and its data's pageable copy, is not the
+// loop's, with or without their launch calls; a stretch shorter than a step is the loop's.
+START_TEST(gpu_idle_leaves_what_runs_between_steps_out) {
+    gpu_run(6, 98, 100000, 1000, 1e9, 1e7); // steps 0-5 full, step 3's kernels end at 39.899 ms
+    sql("UPDATE AMP_STEPS SET start_ns = start_ns + 100000000, end_ns = end_ns + 100000000 "
+        "WHERE step >= 4;"
+        "UPDATE AMP_OPS SET start_ns = start_ns + 100000000, end_ns = end_ns + 100000000 "
+        "WHERE step >= 4;"
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 100000000, end = end + 100000000 "
+        "WHERE correlationId >= 4 * 98;"
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = start + 100000000, end = end + 100000000 "
+        "WHERE correlationId >= 4 * 98;"
+        "WITH RECURSIVE j(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM j WHERE x < "
+        "99) " TEST_KERNEL_INSERT
+        "SELECT 45000000 + x * 900000, 45010000 + x * 900000, 0, 1, 7, 900000 + x, " GPID
+        ", 1, 1, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0 FROM j;"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start - 5000, start - 4990, 0, " GPID
+        " + 7, correlationId, 2, 0, NULL FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "WHERE correlationId >= 900000;"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
+        "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (44000000, 46000000, 0, 1, 7, " GPID
+        ", 1073741824, 1, 0, 2);");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_loop_quiet();
+    ck_assert_int_eq(model.perf.betweens, 1);
+    ck_assert_int_eq(model.perf.between_ns, 140000000 - 39999999);
+    ck_assert_int_eq(model.perf.between_kernels, 100);
+    ck_assert_int_eq(model.perf.busy_ns, 5 * 98 * 100000); // steps 1-5
+    // the steps' ends, 103 us each, and of the 100.103 ms from step 3's last kernel to step 4's
+    // first what no step holds
+    ck_assert_int_eq(model.perf.gap_ns, 3 * 103000 + 140002000 - 39899000 - (140000000 - 39999999));
+    ck_assert_int_eq(model.perf.between_copies, 1);
+    ck_assert_int_eq(model.perf.htod_copies, 0);
+    release();
+    // without launch calls: the kernels starting in the stretch after an idle gap
+    sql("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId >= 900000;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_loop_quiet();
+    ck_assert_int_eq(model.perf.between_kernels, 100);
+    release();
+    // the loop's own gaps still speak, and say what was left out between the steps
+    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 400000 * (correlationId % 98), "
+        "end = end + 400000 * (correlationId % 98) WHERE correlationId < 6 * 98 AND "
+        "correlationId % 98 < 20;");
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_msg(strstr(findings.v[0].detail,
+                         "(left out: step 0, the warm-up, 98 kernels over 9.998 ms; between "
+                         "steps, 100 kernels in 1 stretch over 100 ms that no step holds (an "
+                         "evaluation, a re-run))"),
+                  "%s", findings.v[0].detail);
+    ck_assert_close(evidence(&findings.v[0], "between_kernels"), 100, 0, 0);
+    release();
+    // a stretch shorter than the median step is the step's end's bookkeeping: the loop's
+    sql("UPDATE AMP_STEPS SET start_ns = start_ns - 95000000, end_ns = end_ns - 95000000 "
+        "WHERE step >= 4;");
+    analyse(NULL, INT64_MIN, INT64_MAX);
+    ck_assert_int_eq(model.perf.betweens, 0);
+    release();
+}
+END_TEST
+
 // The gap's likely cause picks the advice: synchronisations, or copies (data).
 START_TEST(gpu_idle_advice_follows_the_gaps) {
     gpu_run(5, 10, 100000, 500000, 1e9, 1e7);
@@ -909,6 +972,7 @@ void report_perf_tests(TCase *tc) {
     tcase_add_test(tc, gpu_idle_back_to_back_kernels_are_quiet);
     tcase_add_test(tc, gpu_idle_leaves_the_warm_up_out);
     tcase_add_test(tc, gpu_idle_leaves_what_follows_the_loop_out);
+    tcase_add_test(tc, gpu_idle_leaves_what_runs_between_steps_out);
     tcase_add_test(tc, h2d_pageable_copies_are_a_warning);
     tcase_add_test(tc, h2d_small_pinned_copies_are_quiet);
     tcase_add_test(tc, h2d_copies_of_no_weight_are_quiet);
