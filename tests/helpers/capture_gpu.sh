@@ -5,8 +5,8 @@
 # kernels, copies, memsets, API calls, NVTX ranges, incomplete and dropped records, unmatched
 # pushes, and the kernels attributed to an NVTX range; a PyTorch script that runs torch.profiler
 # (tests/helpers/torch_profiler_inside.py) under `ampprobe run --torch`; a script that evaluates
-# after its training loop (tests/helpers/torch_final_eval.py: the report judges the loop alone);
-# a sample under --counters (PM samples
+# halfway through its training loop and after it (tests/helpers/torch_evals.py: the report judges
+# the loop alone); a sample under --counters (PM samples
 # recorded, on the kernels' clock, used by the report). Then the capture overhead on the
 # benchmark workloads (probe/bench/torch_baseline.py, fp16, with and without `ampprobe run`,
 # alternating, and once with NVTX capture only), and `ampprobe calibrate`. Exits non-zero when
@@ -102,24 +102,37 @@ sys.exit(1 if bad else 0)
 EOF
 
 echo "== a PyTorch script that evaluates after its GPU-bound training loop, under ampprobe run --torch"
-# the report judges the loop: the evaluation's idle GPU and pageable uploads after the last step
-# are not the loop's (no gpu-idle warning, no h2d-copies finding; the evaluation alone, a
-# host-paced loop of small batches, keeps the GPU idle most of its time)
-timeout -k 5 150 "$B/ampprobe" run --torch -o "$OUT/final_eval.sqlite" -- \
-  python3 tests/helpers/torch_final_eval.py || fail=1
-"$B/ampprobe" report "$OUT/final_eval.sqlite" --format json -o "$OUT/final_eval.json" || fail=1
-python3 - "$OUT/final_eval.sqlite" "$OUT/final_eval.json" <<'EOF' || fail=1
-import json, sqlite3, sys
+# the report judges the loop: the evaluations' idle GPU and pageable uploads, halfway and after the
+# last step, are not the loop's (no gpu-idle warning, no h2d-copies finding; the evaluations
+# alone, host-paced loops of small batches, keep the GPU idle most of its time), and the step
+# after the mid-run one does not hold it (the bridge starts that step where it ended)
+timeout -k 5 150 "$B/ampprobe" run --torch -o "$OUT/evals.sqlite" -- \
+  python3 tests/helpers/torch_evals.py || fail=1
+"$B/ampprobe" report "$OUT/evals.sqlite" --format json -o "$OUT/evals.json" || fail=1
+python3 - "$OUT/evals.sqlite" "$OUT/evals.json" <<'EOF' || fail=1
+import json, sqlite3, statistics, sys
 db = sqlite3.connect(sys.argv[1]); q = lambda s: db.execute(s).fetchone()[0]
 findings = json.load(open(sys.argv[2]))["findings"]
 steps, end = q("SELECT count(*) FROM AMP_STEPS"), q("SELECT max(end_ns) FROM AMP_STEPS")
 after = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start > {end or 0}")
+times = [e - s for s, e in db.execute("SELECT start_ns, end_ns FROM AMP_STEPS ORDER BY step")]
+gap = q("SELECT b.start_ns - a.end_ns FROM AMP_STEPS a JOIN AMP_STEPS b ON b.step = a.step + 1 "
+        "AND b.pid = a.pid WHERE a.step = 9")
+between = q("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN AMP_STEPS a ON a.step = 9 "
+            "JOIN AMP_STEPS b ON b.step = 10 WHERE k.start > a.end_ns AND k.start < b.start_ns")
+median = statistics.median(times[1:]) if len(times) > 1 else 0
 loop = [(f["rule"], f["severity"]) for f in findings if f["rule"] in ("gpu-idle", "h2d-copies")]
-print("final_eval: steps", steps, "kernels after the last step", after, "loop findings", loop)
-bad = [k for k, ok in (("steps", steps == 20), ("evaluation", after >= 600),
+print("evals: steps", steps, "median step ms", round(median / 1e6, 3), "step 10 ms",
+      round(times[10] / 1e6, 3) if len(times) > 10 else None, "between steps 9 and 10 ms",
+      round((gap or 0) / 1e6, 3), "kernels there", between, "kernels after the last step", after,
+      "loop findings", loop)
+bad = [k for k, ok in (("steps", steps == 20),
+                       ("mid-run evaluation", (gap or 0) >= 50e6 and between >= 300),
+                       ("step 10", len(times) > 10 and times[10] < 3 * median),
+                       ("final evaluation", after >= 600),
                        ("gpu-idle", ("gpu-idle", "warning") not in loop),
                        ("h2d-copies", not any(r == "h2d-copies" for r, _ in loop))) if not ok]
-print("final_eval", "FAILED: " + ", ".join(bad) if bad else "PASS")
+print("evals", "FAILED: " + ", ".join(bad) if bad else "PASS")
 sys.exit(1 if bad else 0)
 EOF
 

@@ -277,6 +277,7 @@ class Watcher:
         # number, one step: a model trained after another does not write over its steps)
         self.first = self.step = _steps_recorded[0]
         self.step_start = self.rec.now_ns()
+        self._eval_end = None  # when a forward outside training between steps last ended
         self.sampled = True
         self.entries = []  # (layer, kind, op, dtype) of the step's queued statistics
         self._entries_key, self._entries_arr = None, None  # the last step's, as C wants them
@@ -562,8 +563,10 @@ class Watcher:
 
     def on_root_pre(self, module, args, kwargs):
         """The model's forward begins (a forward pre-hook; autoattach calls it for the first)."""
-        if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
+        if _compiling() or self.rerunning:
             return None
+        if not torch.is_grad_enabled() or not module.training:
+            return None  # (an evaluation: _on_root_post)
         if self.found_in_step and self.forwards:  # a closure's further call in the step() the
             self.rerunning = True  # model was found in (LBFGS): not recorded, up to its end
             return None
@@ -577,6 +580,10 @@ class Watcher:
         ac_dtype = torch.get_autocast_dtype(dev)
         if not self._forwards:
             self.rec.meta("device", dev)
+        if self._eval_end is not None:  # an evaluation between the steps is neither's: the
+            if not self.forwards and self._eval_end > self.step_start:  # step starts after it
+                self.step_start = self._eval_end
+            self._eval_end = None
         if ac and self.target is None:
             self._autocast_to(ac_dtype)
         self.forwards.append(_trace.Forward(args, kwargs, dev, ac, ac_dtype))
@@ -637,7 +644,11 @@ class Watcher:
         return self.ops_every and n >= 1 and (n - 1) % self.ops_every == 0
 
     def _on_root_post(self, module, args, output):
-        if _compiling() or self.rerunning or not torch.is_grad_enabled() or not module.training:
+        if _compiling() or self.rerunning:
+            return
+        if not torch.is_grad_enabled() or not module.training:
+            if not self.forwards:  # between steps: an evaluation (on_root_pre)
+                self._eval_end = self.rec.now_ns()
             return
         if self.sampled:
             if self.compiled_root:  # nothing inside it is hooked: its output is the root's
