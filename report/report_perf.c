@@ -453,6 +453,18 @@ static bool sync_ended_in(const int64_t *ends, size_t n, int64_t from, int64_t t
     return lo < n && ends[lo] <= to;
 }
 
+// Whether a host synchronisation ended in [from, to] outside process pid's stretches between
+// steps (an evaluation's .item() is not the loop's).
+static bool sync_ended_outside(const loader *l, int32_t pid, int64_t from, int64_t to) {
+    int64_t a = from;
+    for (size_t i = between_from(l, pid, from);
+         i < l->n_betweens && l->betweens[i].pid == pid && l->betweens[i].from < to; i++) {
+        if (sync_ended_in(l->sync_ends, l->n_sync_ends, a, l->betweens[i].from)) return true;
+        a = l->betweens[i].to;
+    }
+    return sync_ended_in(l->sync_ends, l->n_sync_ends, a, to);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels to ops
 
@@ -653,7 +665,7 @@ static void timeline(const loader *l, launch *v, size_t n) {
             if (gap >= REPORT_GAP_NS) {
                 p->gaps++;
                 p->gap_ns += gap;
-                if (sync_ended_in(l->sync_ends, l->n_sync_ends, d->end, s)) p->sync_gap_ns += gap;
+                if (sync_ended_outside(l, v[i].pid, d->end, s)) p->sync_gap_ns += gap;
                 if (gap > p->largest_gap_ns) {
                     p->largest_gap_ns = gap;
                     p->largest_gap_start_ns = d->end;

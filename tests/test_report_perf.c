@@ -631,9 +631,14 @@ START_TEST(gpu_idle_leaves_what_runs_between_steps_out) {
         "WHERE correlationId >= 900000;"
         "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId, "
         "globalPid, bytes, copyKind, srcKind, dstKind) VALUES (44000000, 46000000, 0, 1, 7, " GPID
-        ", 1073741824, 1, 0, 2);");
+        ", 1073741824, 1, 0, 2);"
+        "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, "
+        "streamId, globalPid, syncType, eventId) VALUES (49000000, 50000000, 0, 1, 7, " GPID
+        ", 3, 0);"); // (the evaluation's .item())
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_loop_quiet();
+    ck_assert_int_eq(model.perf.sync_gap_ns, 0);
+    ck_assert_int_eq(model.perf.step_syncs, 0);
     ck_assert_int_eq(model.perf.betweens, 1);
     ck_assert_int_eq(model.perf.between_ns, 140000000 - 39999999);
     ck_assert_int_eq(model.perf.between_kernels, 100);
