@@ -580,8 +580,9 @@ class Watcher:
         ac_dtype = torch.get_autocast_dtype(dev)
         if not self._forwards:
             self.rec.meta("device", dev)
-        if self._eval_end is not None:  # an evaluation between the steps is neither's: the
-            if not self.forwards and self._eval_end > self.step_start:  # step starts after it
+        if self._eval_end is not None:
+            # an evaluation since the step before ended is neither step's: this one starts after
+            if not self.forwards and self._eval_end > self.step_start:
                 self.step_start = self._eval_end
             self._eval_end = None
         if ac and self.target is None:
