@@ -551,6 +551,22 @@ static void syncs(int per_step, long long ns) {
     sql(buf);
 }
 
+// In a gpu_run of that many steps of 98 kernels, each step's first 20 kernels spread out (idle
+// gaps in the loop): one gpu-idle finding, whose detail says text.
+static void ck_assert_idle_detail(int steps, const char *text) {
+    char buf[384];
+    snprintf(
+        buf, sizeof buf,
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 400000 * (correlationId %% 98), "
+        "end = end + 400000 * (correlationId %% 98) WHERE correlationId < %d * 98 AND "
+        "correlationId %% 98 < 20;",
+        steps);
+    sql(buf);
+    analyse("gpu-idle", INT64_MIN, INT64_MAX);
+    ck_assert_uint_eq(findings.n, 1);
+    ck_assert_msg(strstr(findings.v[0].detail, text), "%s", findings.v[0].detail);
+}
+
 // After the last step, the loop is over: a final evaluation's kernels, 1 ms apart for 100 ms,
 // and its data's pageable copy are not the loop's (no gpu-idle or h2d-copies finding); the
 // kernels the last step queued, running on past its end, are.
@@ -595,15 +611,9 @@ START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
     ck_assert_int_eq(model.perf.busy_ns, (3 * 98 + 10) * 100000);
     release();
     // the loop's own gaps still speak, and say what was left out after it
-    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 400000 * (correlationId % 98), "
-        "end = end + 400000 * (correlationId % 98) WHERE correlationId < 392 AND "
-        "correlationId % 98 < 20;");
-    analyse("gpu-idle", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
-    ck_assert_msg(strstr(findings.v[0].detail,
-                         "to the last of the last step (left out: step 0, the warm-up, 98 "
-                         "kernels over 9.998 ms; after the last step, 100 kernels over 99.01 ms)"),
-                  "%s", findings.v[0].detail);
+    ck_assert_idle_detail(4, "to the last of the last step (left out: step 0, the warm-up, 98 "
+                             "kernels over 9.998 ms; after the last step, 100 kernels over 99.01 "
+                             "ms)");
     ck_assert_close(evidence(&findings.v[0], "tail_kernels"), 100, 0, 0);
     release();
 }
@@ -656,16 +666,9 @@ START_TEST(gpu_idle_leaves_what_runs_between_steps_out) {
     ck_assert_int_eq(model.perf.between_kernels, 100);
     release();
     // the loop's own gaps still speak, and say what was left out between the steps
-    sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = start + 400000 * (correlationId % 98), "
-        "end = end + 400000 * (correlationId % 98) WHERE correlationId < 6 * 98 AND "
-        "correlationId % 98 < 20;");
-    analyse("gpu-idle", INT64_MIN, INT64_MAX);
-    ck_assert_uint_eq(findings.n, 1);
-    ck_assert_msg(strstr(findings.v[0].detail,
-                         "(left out: step 0, the warm-up, 98 kernels over 9.998 ms; between "
-                         "steps, 100 kernels in 1 stretch over 100 ms that no step holds (an "
-                         "evaluation, a re-run))"),
-                  "%s", findings.v[0].detail);
+    ck_assert_idle_detail(6, "(left out: step 0, the warm-up, 98 kernels over 9.998 ms; between "
+                             "steps, 100 kernels in 1 stretch over 100 ms that no step holds (an "
+                             "evaluation, a re-run))");
     ck_assert_close(evidence(&findings.v[0], "between_kernels"), 100, 0, 0);
     release();
     // a stretch shorter than the median step is the step's end's bookkeeping: the loop's
