@@ -136,7 +136,7 @@ static const struct {
 // the queries that go by pid leave it out, so that SQLite's order of the pids and the ints they
 // are read as agree (one read as another process's pid would break the merges by pid, leaving
 // processes without their steps).
-#define PID_OK "typeof(pid) = 'integer' AND pid BETWEEN -2147483648 AND 2147483647"
+#define PID_OK REPORT_PID_OK
 
 // META's run facts, the first process's; of the processes' exceptions and aborts, the first
 // recorded (a rank's own before the launcher's that reports the rank's death: torchrun).
@@ -422,7 +422,7 @@ static bool load_events(sqlite3 *db, report_model *m, char *err) {
                  "SELECT id, pid, step, IFNULL(last_step, step), layer_id, op, phase, "
                  "IFNULL(kind, ''), "
                  "severity, count, value, detail, aggregate, occurrences FROM AMP_EVENTS "
-                 "WHERE step <= ?2 AND IFNULL(last_step, step) >= ?1 ORDER BY id",
+                 "WHERE step <= ?2 AND IFNULL(last_step, step) >= ?1 AND " PID_OK " ORDER BY id",
                  m, &q, err))
         return false;
     size_t cap = 0;
@@ -754,7 +754,7 @@ static const char sql_stats[] =
     "SELECT pid, layer_id, IFNULL(op, ''), IFNULL(kind, ''), IFNULL(dtype, ''), "
     "IFNULL(target_dtype, ''), "
     "numel, amax, step, n_overflow, n_underflow, n_zero, n_nan, n_posinf, n_neginf "
-    "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2";
+    "FROM AMP_TENSOR_STATS WHERE step BETWEEN ?1 AND ?2 AND " PID_OK;
 
 size_t *report_index_slot(report_index *t, size_t n_entries, uint64_t h, const void *arr,
                           const void *key, bool (*same)(const void *, size_t, const void *),

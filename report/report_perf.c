@@ -899,7 +899,7 @@ static bool load_ops(loader *l, op_row **rows, size_t *n_rows) {
                            "SELECT pid, step, IFNULL(layer_id, -1), op, IFNULL(phase, ''), "
                            "IFNULL(in_dtypes, ''), IFNULL(out_dtype, ''), IFNULL(policy, ''), "
                            "IFNULL(flops, 0), IFNULL(bytes, 0), start_ns, end_ns, shapes "
-                           "FROM AMP_OPS WHERE step BETWEEN ?1 AND ?2",
+                           "FROM AMP_OPS WHERE step BETWEEN ?1 AND ?2 AND " REPORT_PID_OK,
                            -1, &q, NULL) != SQLITE_OK) {
         snprintf(l->err, REPORT_ERR_MAX, "%s: cannot read the run (%s)", m->path,
                  sqlite3_errmsg(l->db));

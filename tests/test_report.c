@@ -106,14 +106,26 @@ START_TEST(ranks_are_counted_as_processes) {
 END_TEST
 
 // A damaged file's pid that is no 32-bit integer (a real SQLite sorts before the others, read as
-// the int 253036617; found by tests/fuzz's fuzz_db) is no process: the processes keep their steps.
+// the int 253036617; found by tests/fuzz's fuzz_db) is no process: the processes keep their steps,
+// and an event or statistics row of such a pid is none of theirs.
 START_TEST(a_pid_that_is_no_int_is_no_process) {
     healthy(12);
     sql("INSERT INTO AMP_STEPS SELECT 2, step, start_ns, end_ns, loss, loss_finite, grad_norm, "
         "scale_before, scale_after, found_inf, skipped, mem_peak_bytes "
         "FROM AMP_STEPS WHERE pid = 1;"
         "INSERT INTO AMP_LAYERS VALUES (-33796844615607.7, 0, NULL, 'x'), (1e-45, 0, NULL, 'y'), "
-        "(1099511627781, 0, NULL, 'z'), ('pid 3', 0, NULL, 'w');");
+        "(1099511627781, 0, NULL, 'z'), ('pid 3', 0, NULL, 'w');"
+        // (read as int, 4294967297 is 1: its NaN would be process 1's)
+        "INSERT INTO AMP_EVENTS (pid, step, layer_id, op, phase, kind, severity, count, value, "
+        "detail, aggregate, occurrences) VALUES (4294967297, 3, 1, 'linear', 'fwd', "
+        "'nonfinite_producer', 'error', 5, 1e9, 'x', 0, 1), (1.5, 3, 1, 'linear', 'fwd', "
+        "'nonfinite_producer', 'error', 5, 1e9, 'x', 0, 1);"
+        "INSERT INTO AMP_TENSOR_STATS (pid, step, layer_id, op, kind, dtype, target_dtype, numel, "
+        "amax, n_nan, n_posinf, n_neginf, n_overflow, n_underflow, n_zero) VALUES (4294967297, 3, "
+        "1, 'linear', 'activation', 'f16', 'f16', 64, 1e9, 64, 0, 0, 64, 0, 0);"
+        "INSERT INTO AMP_OPS SELECT 4294967297, step, 1, 'linear', 'fwd', 'f32,f32', 'f32', "
+        "'lower_precision_fp', '(4096, 4096)', 1e12, 1e8, start_ns, end_ns - 1 FROM AMP_STEPS "
+        "WHERE pid = 1;");
     analyse(NULL, INT64_MIN, INT64_MAX);
     ck_assert_uint_eq(model.n_procs, 2);
     for (int32_t pid = 1; pid <= 2; pid++) {

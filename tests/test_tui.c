@@ -546,7 +546,10 @@ START_TEST(model_follows_the_first_of_several_processes) {
         // and 100 more ranks of two steps each, their rows interleaved
         "WITH RECURSIVE r(p) AS (SELECT 100 UNION ALL SELECT p + 1 FROM r WHERE p < 199), "
         "s(step) AS (VALUES (0), (1)) INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns) "
-        "SELECT p, step, 0, 1 FROM r, s ORDER BY step, p % 7, p;");
+        "SELECT p, step, 0, 1 FROM r, s ORDER BY step, p % 7, p;"
+        // a damaged file's pids that are no 32-bit integer, one read as int 7: no process
+        "INSERT INTO AMP_STEPS (pid, step, start_ns, end_ns) VALUES (4294967303, 5, 0, 1), "
+        "(4294967303, 6, 0, 1), ('pid 7', 7, 0, 1), (7.5, 8, 0, 1);");
     tui_model m;
     char err[AMP_STORE_ERR_MAX];
     ck_assert_int_eq(tui_model_open(&m, db_path, err), AMP_OK);

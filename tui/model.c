@@ -77,6 +77,7 @@ static int severity_rank(const char *s) {
 // Statements
 
 static const char sql_version[] = "PRAGMA data_version";
+// (the feeds leave out rows whose pid is no 32-bit integer, as the report does: REPORT_PID_OK)
 static const char sql_meta[] =
     "SELECT key, value, pid FROM META WHERE key IN ('status', 'exit_status', 'exit_signal', "
     "'start_ns', 'end_ns', 'command', 'device', 'precision', 'trace', 'exception', 'abort') "
@@ -85,17 +86,19 @@ static const char sql_meta[] =
 static const char sql_steps[] =
     "SELECT rowid, pid, step, end_ns - start_ns, loss, scale_after, skipped, %s, scale_before, "
     "loss_finite = 0 FROM AMP_STEPS "
-    "WHERE rowid >= ?1 ORDER BY rowid";
+    "WHERE rowid >= ?1 AND " REPORT_PID_OK " ORDER BY rowid";
 static const char sql_events[] =
     "SELECT id, pid, step, last_step, layer_id, op, phase, kind, severity, count, aggregate, "
-    "occurrences FROM AMP_EVENTS WHERE id > ?1 ORDER BY id";
+    "occurrences FROM AMP_EVENTS WHERE id > ?1 AND " REPORT_PID_OK " ORDER BY id";
 static const char sql_event_by_id[] =
     "SELECT id, pid, step, last_step, layer_id, op, phase, kind, severity, count, aggregate, "
     "occurrences FROM AMP_EVENTS WHERE id = ?1";
 static const char sql_layers[] =
-    "SELECT rowid, pid, id, name FROM AMP_LAYERS WHERE rowid > ?1 ORDER BY rowid";
+    "SELECT rowid, pid, id, name FROM AMP_LAYERS WHERE rowid > ?1 AND " REPORT_PID_OK
+    " ORDER BY rowid";
 static const char sql_stats_feed[] =
-    "SELECT rowid, pid, step FROM AMP_TENSOR_STATS WHERE rowid > ?1 ORDER BY rowid";
+    "SELECT rowid, pid, step FROM AMP_TENSOR_STATS WHERE rowid > ?1 AND " REPORT_PID_OK
+    " ORDER BY rowid";
 #define STATS_COLS                                                                                 \
     "layer_id, kind, dtype, target_dtype, numel, amax, n_nan, n_posinf, n_neginf, "                \
     "n_underflow, n_zero FROM AMP_TENSOR_STATS "
