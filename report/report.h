@@ -315,9 +315,11 @@ typedef struct report_perf {
     int64_t syncs, sync_ns; // CUPTI_ACTIVITY_KIND_SYNCHRONIZATION that block the host (not syncType
                             // 2, a stream waiting on an event)
     int64_t step_syncs, step_sync_ns; // of them: those that began inside a step of their process
-    int64_t sync_gap_ns;              // of gap_ns: gaps a host synchronisation ended in
-    int64_t attributed_ns;            // kernel time attributed to an AMP_OPS op
-    int64_t counter_samples;          // GPU_METRICS samples in the window
+                                      // (its warm-up aside: report_step_is_warmup)
+    int64_t warmup_syncs, warmup_sync_ns; // of them: those that began inside a warm-up step
+    int64_t sync_gap_ns;                  // of gap_ns: gaps a host synchronisation ended in
+    int64_t attributed_ns;                // kernel time attributed to an AMP_OPS op
+    int64_t counter_samples;              // GPU_METRICS samples in the window
 } report_perf;
 
 // A process whose records were cut short (AMP_PROCESSES.status truncated, corrupt, unfinished).
@@ -483,6 +485,10 @@ const char *report_layer_name(const report_model *m, int32_t pid, int32_t layer_
 void report_undeclared_layer(char *buf, size_t n, int32_t layer_id);
 // The step record of (pid, step); NULL when none.
 const report_step *report_step_find(const report_model *m, int32_t pid, int64_t step);
+// Whether s is its process's warm-up: step 0 of a process with later steps in the model (its
+// one-time set-up, the first step's lazy work and autotuning are not the loop's: gpu-idle and
+// host-sync leave it out).
+bool report_step_is_warmup(const report_model *m, const report_step *s);
 // Of process pid's step records from first to last: how many there are, with a non-finite loss,
 // skipped.
 void report_step_counts(const report_model *m, int32_t pid, int64_t first, int64_t last,

@@ -1278,6 +1278,12 @@ const report_step *report_step_find(const report_model *m, int32_t pid, int64_t 
                                                                                 : NULL;
 }
 
+bool report_step_is_warmup(const report_model *m, const report_step *s) {
+    if (s->step != 0) return false;
+    const report_process *p = report_process_find(m, s->pid);
+    return p && p->n_steps > 1;
+}
+
 const report_process *report_process_find(const report_model *m, int32_t pid) {
     size_t lo = 0, hi = m->n_procs; // (sorted by pid; rules ask once per row of a table)
     while (lo < hi) {

@@ -413,9 +413,9 @@ static bool load_copies(loader *l) {
     clocks_free(&c);
     if (!done(l, q, rc)) return false;
 
-    // host synchronisations: all of the window's, and those that began inside a step of their
-    // process (a script's evaluation or setup syncs too, outside the training steps); their ends
-    // in order, for the gaps they ended
+    // host synchronisations: all of the window's, those that began inside a step of their
+    // process (a script's evaluation or setup syncs too, outside the training steps) and apart
+    // those that began in its warm-up step; their ends in order, for the gaps they ended
     if (!prep(l,
               "SELECT start, end, globalPid >> 24 FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
               "WHERE start BETWEEN ?1 AND ?2 AND end >= start AND " HOST_SYNC " ORDER BY start",
@@ -428,7 +428,11 @@ static bool load_copies(loader *l) {
         if (sqlite3_column_type(q, 1) != SQLITE_INTEGER || !sane_span(start, end)) continue;
         p->syncs++;
         amp_add_sat(&p->sync_ns, end - start);
-        if (clocks_step(&sc, l->m, (int32_t)i64(q, 2), start)) {
+        const report_step *st = clocks_step(&sc, l->m, (int32_t)i64(q, 2), start);
+        if (st && report_step_is_warmup(l->m, st)) {
+            p->warmup_syncs++;
+            amp_add_sat(&p->warmup_sync_ns, end - start);
+        } else if (st) {
             p->step_syncs++;
             amp_add_sat(&p->step_sync_ns, end - start);
         }

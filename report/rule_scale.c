@@ -291,9 +291,10 @@ static void bf16_scaler(const report_model *m, const scale_run *r, report_findin
     // (the capture's synchronisations are the run's: a share of one process's steps only when
     // it is the only one)
     const report_process *p = report_process_find(m, r->pid);
-    const double syncs = p && p->n_steps > 0 && m->n_procs == 1
-                             ? (double)m->perf.step_syncs / (double)p->n_steps
-                             : NAN;
+    const report_step *s0 = report_step_find(m, r->pid, 0); // (the warm-up's are not counted)
+    const size_t loop_steps = p ? p->n_steps - (s0 && report_step_is_warmup(m, s0)) : 0;
+    const double syncs =
+        loop_steps > 0 && m->n_procs == 1 ? (double)m->perf.step_syncs / (double)loop_steps : NAN;
     if (syncs > 0)
         report_appendf(f->detail, sizeof f->detail,
                        " CUDA capture recorded %.3g host synchronisations a step in all, the "

@@ -1,11 +1,12 @@
 /*
  * rule_sync.c — rule `host-sync`: host synchronisations (CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
  * stream, event, context syncs; not a stream's wait on an event, which blocks no host) per step and
- * the time the host spent blocked in them. Each one drains the launch queue, so the GPU idles until
- * the host launches again. PyTorch's GradScaler costs one per step (found_inf); more than two per
- * step holding >= 5% of the run is a warning, one or two a note when they hold >= 1%. A loop whose
- * GPU stayed busy anyway (idle < 10% after step 0, rule gpu-idle) loses nothing to them: the host
- * waited for work it had queued, so that is a note at most.
+ * the time the host spent blocked in them (step 0, the warm-up, left out when later steps follow:
+ * autotuning and lazy set-up synchronise there once). Each one drains the launch queue, so the GPU
+ * idles until the host launches again. PyTorch's GradScaler costs one per step (found_inf); more
+ * than two per step holding >= 5% of the run is a warning, one or two a note when they hold >= 1%.
+ * A loop whose GPU stayed busy anyway (idle < 10% after step 0, rule gpu-idle) loses nothing to
+ * them: the host waited for work it had queued, so that is a note at most.
  */
 #include "report.h"
 
@@ -29,13 +30,14 @@ void rule_sync_run(const report_model *m, report_findings *out) {
     double wall = 0;
     for (size_t i = 0; i < m->n_steps; i++) {
         const report_step *s = &m->steps[i];
-        if (s->start_ns < 0 || s->end_ns < s->start_ns) continue;
+        if (s->start_ns < 0 || s->end_ns < s->start_ns || report_step_is_warmup(m, s)) continue;
         steps++;
         wall += (double)(s->end_ns - s->start_ns);
     }
     // the steps' synchronisations against the steps' time (those of an evaluation, the setup or
-    // the end are the script's, not the loop's); without timed steps, all of them against each
-    // process's span of kernels
+    // the end are the script's, not the loop's, and the warm-up step's, its autotuning and lazy
+    // set-up, are not either); without timed steps, all of them against each process's span of
+    // kernels
     const int64_t syncs = steps ? p->step_syncs : p->syncs;
     const double sync_ns = (double)(steps ? p->step_sync_ns : p->sync_ns);
     if (syncs == 0) return;
@@ -66,16 +68,23 @@ void rule_sync_run(const report_model *m, report_findings *out) {
                  "%.6g ms blocked in stream/event/context synchronisation over %lld steps; each "
                  "one drains the launch queue, so the GPU waits for the next launch afterwards.",
                  sync_ns / 1e6, (long long)steps);
-    if (steps && p->syncs > syncs)
+    const int64_t outside = p->syncs - p->step_syncs - p->warmup_syncs;
+    if (steps && outside > 0)
         report_appendf(f->detail, sizeof f->detail,
                        " %lld more (%.6g ms) came outside the steps (the setup, an evaluation, the "
                        "end) and are not counted here.",
-                       (long long)(p->syncs - syncs), (double)(p->sync_ns - p->step_sync_ns) / 1e6);
+                       (long long)outside,
+                       (double)(p->sync_ns - p->step_sync_ns - p->warmup_sync_ns) / 1e6);
+    if (steps && p->warmup_syncs)
+        report_appendf(f->detail, sizeof f->detail,
+                       " Step 0, the warm-up, is left out with its %lld (%.6g ms).",
+                       (long long)p->warmup_syncs, (double)p->warmup_sync_ns / 1e6);
     snprintf(f->advice, sizeof f->advice, "%s", report_sync_advice);
     report_finding_evidence(f, "syncs", (double)syncs);
     report_finding_evidence(f, "per_step", per_step);
     report_finding_evidence(f, "sync_ms", sync_ns / 1e6);
-    if (steps) report_finding_evidence(f, "syncs_outside_steps", (double)(p->syncs - syncs));
+    if (steps) report_finding_evidence(f, "syncs_outside_steps", (double)outside);
+    if (steps) report_finding_evidence(f, "warmup_syncs", (double)p->warmup_syncs);
     report_finding_evidence(f, "sync_share", share);
     report_finding_evidence(f, "gpu_busy_share", busy);
 }

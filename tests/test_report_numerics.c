@@ -260,6 +260,19 @@ START_TEST(a_gradscaler_in_bf16_is_an_info) {
     ck_assert_ptr_null(strstr(f->detail, "skipped"));
     ck_assert_close(evidence(f, "scale_updates"), 12, 0, 0);
     release();
+    // CUDA capture's synchronisations a step: the loop's (one a step), step 0's five more left out
+    sql("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, contextId, "
+        "streamId, globalPid, syncType, eventId) SELECT start_ns + 100 + x * 100, "
+        "start_ns + 150 + x * 100, 0, 1, 7, " GPID ", 3, 0 FROM AMP_STEPS, (SELECT 0 AS x UNION "
+        "SELECT 1 UNION SELECT 2 UNION SELECT 3 UNION SELECT 4 UNION SELECT 5) WHERE step = 0 OR "
+        "x = 0;");
+    analyse("loss-scale", INT64_MIN, INT64_MAX);
+    f = bf16_scaler_finding();
+    ck_assert_ptr_nonnull(f);
+    ck_assert_msg(strstr(f->detail, "CUDA capture recorded 1 host synchronisations a step"), "%s",
+                  f->detail);
+    release();
+    sql("DELETE FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;");
     // an inf gradient skipped one step: said, and pointed at its cause
     sql("UPDATE AMP_STEPS SET found_inf = 1, skipped = 1, scale_after = 32768 WHERE step = 5;"
         "UPDATE AMP_STEPS SET scale_before = 32768, scale_after = 32768 WHERE step > 5;");
