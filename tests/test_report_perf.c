@@ -620,8 +620,9 @@ START_TEST(gpu_idle_leaves_what_follows_the_loop_out) {
 END_TEST
 
 // An evaluation between steps 3 and 4 (100 ms that no step holds: the PyTorch bridge starts the
-// step after one where it ended), its kernels 0.9 ms apart and its data's pageable copy, is not the
-// loop's, with or without their launch calls; a stretch shorter than a step is the loop's.
+// step after one where it ended), its kernels 0.9 ms apart, its data's pageable copy and its
+// synchronisations, is not the loop's, with or without the kernels' launch calls; a stretch
+// shorter than a step is the loop's.
 START_TEST(gpu_idle_leaves_what_runs_between_steps_out) {
     gpu_run(6, 98, 100000, 1000, 1e9, 1e7); // steps 0-5 full, step 3's kernels end at 39.899 ms
     sql("UPDATE AMP_STEPS SET start_ns = start_ns + 100000000, end_ns = end_ns + 100000000 "
