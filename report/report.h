@@ -700,6 +700,10 @@ bool report_finding_process(const report_model *m, const report_finding *f, char
 int32_t report_lead_pid(const report_model *m, const report_findings *f);
 // What to do about host synchronisations (rules host-sync and gpu-idle give the same advice).
 extern const char report_sync_advice[];
+// The training loop's timed steps (a warm-up aside: report_step_is_warmup) and their summed
+// time in ns (wall_ns may be NULL): what host-sync weighs the steps' synchronisations against,
+// and where gpu-idle takes them for the loop's (with none, the whole run's are).
+int64_t report_loop_steps(const report_model *m, double *wall_ns);
 void report_findings_free(report_findings *f);
 
 // ---------------------------------------------------------------------------------------------

@@ -285,33 +285,28 @@ static int cmp_between(const void *pa, const void *pb) {
 }
 
 static void between_steps(loader *l) {
-    const report_model *m = l->m;
+    report_model *m = l->m;
     size_t cap = 0;
     for (size_t k = 0; k < m->n_procs; k++) {
         const report_process *pr = &m->procs[k];
         if (pr->n_steps < 2) continue;
-        const report_step *s = m->steps + pr->step0;
-        double least = report_steps_median_ns(s, pr->n_steps);
+        double least = report_steps_median_ns(m->steps + pr->step0, pr->n_steps);
         if (!(least >= BETWEEN_MIN_NS)) least = BETWEEN_MIN_NS;
-        const report_step **by = amp_xmalloc((pr->n_steps + 1) * sizeof *by);
-        size_t n = 0;
-        for (size_t i = 0; i < pr->n_steps; i++)
-            if (s[i].start_ns >= 0 && s[i].end_ns >= s[i].start_ns && sane_ns(s[i].start_ns) &&
-                sane_ns(s[i].end_ns))
-                by[n++] = &s[i];
-        amp_sort(by, n, sizeof *by, cmp_step_start);
-        int64_t reach = INT64_MIN; // the latest end of the steps so far (windows may overlap)
-        for (size_t i = 0; i < n; i++) {
-            if (i && (double)(by[i]->start_ns - reach) >= least) {
+        step_clock c;
+        clock_init(&c, m, pr->pid); // (its timed steps in start order)
+        int64_t reach = INT64_MIN;  // the latest end of the steps so far (windows may overlap)
+        for (size_t i = 0; i < c.n; i++) {
+            const report_step *st = c.by_start[i];
+            if (i && (double)(st->start_ns - reach) >= least) { // (both >= 0: no overflow)
                 AMP_GROW(l->betweens, l->n_betweens, cap);
                 l->betweens[l->n_betweens++] =
-                    (between){.pid = pr->pid, .from = reach, .to = by[i]->start_ns};
-                l->m->perf.between_ns += by[i]->start_ns - reach;
-                l->m->perf.betweens++;
+                    (between){.pid = pr->pid, .from = reach, .to = st->start_ns};
+                amp_add_sat(&m->perf.between_ns, st->start_ns - reach);
+                m->perf.betweens++;
             }
-            if (by[i]->end_ns > reach) reach = by[i]->end_ns;
+            if (st->end_ns > reach) reach = st->end_ns;
         }
-        free(by);
+        free(c.by_start);
     }
     amp_sort(l->betweens, l->n_betweens, sizeof *l->betweens, cmp_between);
 }
@@ -567,8 +562,8 @@ static bool load_kernels(loader *l, kernel_ids *names, launch **v, size_t *n) {
 typedef struct extent {
     int32_t key; // deviceId, or pid
     int64_t first, end;
-    // (a process's) when its last step ended, and whether its loop's kernels are over
-    bool known, after;
+    // (a process's) when its last step ended, once known
+    bool known;
     int64_t loop_end;
     int64_t left_out; // (a GPU's) idle time in stretches between steps, not the loop's
 } extent;
@@ -637,23 +632,19 @@ static void timeline(const loader *l, launch *v, size_t n) {
         }
         extent *x = extent_of(procs, &n_procs, v[i].pid);
         if (!x->known) x->known = true, x->loop_end = loop_end(m, v[i].pid);
-        // after the loop (a final evaluation, a save): a kernel launched after its process's
-        // last step ended (what the host queued in that step runs on after it); where the launch
-        // call is not recorded, the first kernel past that end that follows an idle gap, and all
-        // after it
-        if (v[i].at >= 0 ? v[i].at > x->loop_end
-                         : s > x->loop_end &&
-                               (x->after || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS)) {
-            x->after = true;
+        // after the loop (a final evaluation, a save) or between two steps in a stretch no step
+        // holds (an evaluation, a re-run): a kernel launched there (what the host queued in a
+        // step runs on after it); where the launch call is not recorded, one that starts there
+        // after an idle gap (after the loop, all the later ones do: x->end stays)
+        const int64_t t = v[i].at >= 0 ? v[i].at : s;
+        const bool apart = v[i].at >= 0 || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS;
+        if (t > x->loop_end && apart) {
             p->tail_kernels++;
             if (s < tail_from) tail_from = s;
             if (e > tail_to) tail_to = e;
             continue;
         }
-        // between two steps (an evaluation, a re-run): launched in a stretch that no step
-        // holds; without a launch call, starting in one after an idle gap, as after the loop
-        if (between_at(l, v[i].pid, v[i].at >= 0 ? v[i].at : s) &&
-            (v[i].at >= 0 || x->end == INT64_MIN || s - x->end >= REPORT_GAP_NS)) {
+        if (apart && between_at(l, v[i].pid, t)) {
             p->between_kernels++;
             continue;
         }

@@ -27,15 +27,6 @@ static const report_step *step_at(const report_model *m, int64_t t) {
     return NULL;
 }
 
-// The loop's time blocked in host synchronisations: theirs that began in its steps (the warm-up
-// aside) when the steps are timed, else the whole run's.
-static double loop_sync_ns(const report_model *m) {
-    for (size_t i = 0; i < m->n_steps; i++)
-        if (m->steps[i].start_ns >= 0 && m->steps[i].end_ns >= m->steps[i].start_ns)
-            return (double)m->perf.step_sync_ns;
-    return (double)m->perf.sync_ns;
-}
-
 void rule_gpu_idle_run(const report_model *m, report_findings *out) {
     const report_perf *p = &m->perf;
     if (p->launches == 0 || p->span_ns < MIN_SPAN_NS) return;
@@ -52,7 +43,8 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
              "%s sat idle %.0f%% of the time in %lld gaps of 10 us or more (largest %.6g ms%s)",
              gpus, 100 * share, (long long)p->gaps, (double)p->largest_gap_ns / 1e6,
              st ? ", in the step named below" : "");
-    // what the gaps hold: copies or synchronisations that fill a quarter of them, else the host
+    // what the gaps hold: copies or synchronisations (the loop's: report_loop_steps) that fill a
+    // quarter of them, else the host
     const double gap = (double)p->gap_ns;
     const char *cause;
     if (p->pageable_copies > 0 || (double)p->htod_ns >= 0.25 * gap) {
@@ -61,7 +53,8 @@ void rule_gpu_idle_run(const report_model *m, report_findings *out) {
                  "Keep the GPU fed: load and augment data in worker processes (DataLoader "
                  "num_workers, pin_memory=True, non_blocking copies prefetched a step ahead), and "
                  "take host synchronisations out of the loop.");
-    } else if (loop_sync_ns(m) >= 0.25 * gap || (double)p->sync_gap_ns >= 0.25 * gap) {
+    } else if ((double)(report_loop_steps(m, NULL) ? p->step_sync_ns : p->sync_ns) >= 0.25 * gap ||
+               (double)p->sync_gap_ns >= 0.25 * gap) {
         cause = "host synchronisations";
         snprintf(f->advice, sizeof f->advice, "%s", report_sync_advice);
     } else {

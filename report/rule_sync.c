@@ -24,8 +24,7 @@ const char report_sync_advice[] =
     "torch.cuda.synchronize() outside timing code, and no data-dependent shapes (nonzero, boolean "
     "masks) in the hot path.";
 
-void rule_sync_run(const report_model *m, report_findings *out) {
-    const report_perf *p = &m->perf;
+int64_t report_loop_steps(const report_model *m, double *wall_ns) {
     int64_t steps = 0;
     double wall = 0;
     for (size_t i = 0; i < m->n_steps; i++) {
@@ -34,6 +33,14 @@ void rule_sync_run(const report_model *m, report_findings *out) {
         steps++;
         wall += (double)(s->end_ns - s->start_ns);
     }
+    if (wall_ns) *wall_ns = wall;
+    return steps;
+}
+
+void rule_sync_run(const report_model *m, report_findings *out) {
+    const report_perf *p = &m->perf;
+    double wall;
+    const int64_t steps = report_loop_steps(m, &wall);
     // the steps' synchronisations against the steps' time (those of an evaluation, the setup or
     // the end are the script's, not the loop's, and the warm-up step's, its autotuning and lazy
     // set-up, are not either); without timed steps, all of them against each process's span of
