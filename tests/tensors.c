@@ -25,7 +25,7 @@ amp_tensor_t *test_param(amp_ctx_t *ctx, amp_dtype dt, const char *name, int ndi
                          const int64_t *shape, float v0) {
     amp_tensor_t *t = amp_tensor_new(ctx, dt, ndim, shape);
     const int64_t n = amp_tensor_numel(t);
-    float *v = malloc((size_t)n * sizeof *v);
+    float *v = amp_xmalloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++)
         v[i] = v0 + 0.25f * (float)i;
     amp_tensor_write_f32(t, v);
